@@ -1,0 +1,48 @@
+// Package netio is NDMA's packet I/O layer: a batch-first datagram socket
+// interface (Conn) implemented by real UDP (recvmmsg/sendmmsg with GSO/GRO
+// on Linux, a portable fallback elsewhere) and by the in-process simulated
+// network in netio/simnet. Every NDMA process drives its sans-I/O protocol
+// core (transport, fabric, memnode) through a Conn, so the same core runs on
+// real sockets and in deterministic virtual-time tests.
+package netio
+
+import (
+	"errors"
+	"net/netip"
+)
+
+// MaxDatagram is the largest UDP payload NDMA sends or receives, in bytes.
+// Receive buffers handed to ReadBatch must have at least this capacity.
+const MaxDatagram = 65507
+
+// ErrClosed is returned by ReadBatch and WriteBatch after Close.
+var ErrClosed = errors.New("netio: connection closed")
+
+// Datagram is one UDP payload together with its peer address.
+//
+// For ReadBatch the caller supplies Buf with capacity (not length) of at
+// least MaxDatagram; the implementation reslices it to the received length
+// and fills Addr with the sender. For WriteBatch, Buf is the payload and
+// Addr the destination.
+type Datagram struct {
+	Addr netip.AddrPort
+	Buf  []byte
+}
+
+// Conn is a batch-first datagram socket, modelled on wireguard-go's
+// conn.Bind. Implementations are safe for one concurrent reader and one
+// concurrent writer.
+type Conn interface {
+	// ReadBatch blocks until at least one datagram is available, fills
+	// ds[0:n] and returns n. It returns ErrClosed after Close.
+	ReadBatch(ds []Datagram) (n int, err error)
+	// WriteBatch sends every datagram in ds, in order. Datagrams that the
+	// network drops are not errors; an error means the socket failed.
+	WriteBatch(ds []Datagram) error
+	// LocalAddr is the bound address.
+	LocalAddr() netip.AddrPort
+	// BatchSize is the preferred number of datagrams per call.
+	BatchSize() int
+	// Close unblocks a pending ReadBatch and releases the socket.
+	Close() error
+}

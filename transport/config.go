@@ -1,0 +1,159 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ndma/ndma/wire"
+)
+
+// Config tunes an Engine. Every field's zero value selects the documented
+// default, so Config{} is a working configuration.
+type Config struct {
+	// Local is this endpoint's member id, written as Src in every packet.
+	Local uint16
+	// MTU is the largest datagram the engine emits, in bytes, header
+	// included. Zero means 9000. The payload per packet is MTU-96 rounded
+	// down to a multiple of 8 (so vector elements never straddle packets).
+	MTU int
+	// SendWindow bounds the packets in flight to one peer (sent, not yet
+	// acknowledged). Zero means 1024. Must be a power of two.
+	SendWindow int
+	// RecvWindow is the receive window per peer in packets: PSNs at or
+	// beyond the cumulative point plus RecvWindow are dropped. Zero means
+	// 1024. Must be a power of two.
+	RecvWindow int
+	// MaxMessages bounds the outgoing messages queued or in flight across
+	// all peers; Send fails with ErrQueueFull beyond it. Zero means 8192.
+	MaxMessages int
+	// MaxPartial bounds the partially received messages tracked per peer;
+	// a packet that would start one more is dropped (the sender resends
+	// it). Zero means 256.
+	MaxPartial int
+	// MaxPeers bounds the peers the engine keeps state for. Zero means 65536.
+	MaxPeers int
+	// MaxBurst bounds the packets one Poll returns. Zero means 256.
+	MaxBurst int
+	// InitialRTO is the retransmission timeout before any RTT sample.
+	// Zero means 20ms.
+	InitialRTO time.Duration
+	// MinRTO and MaxRTO clamp the RFC 6298 timeout. Zero means 2ms and 200ms (a datacenter
+	// fabric, not the RFC's 60s: DeadTimeout, not the backoff, decides
+	// when a peer is gone).
+	MinRTO, MaxRTO time.Duration
+	// DeadTimeout is how long a peer may leave outstanding data without
+	// acknowledging anything before it is declared dead and its messages
+	// fail with a *PeerError. Zero means 5s.
+	DeadTimeout time.Duration
+	// TargetDelay is the queueing delay, above the lowest RTT seen, that the
+	// delay-based congestion control aims for. Zero means 500µs.
+	TargetDelay time.Duration
+	// InitialCwnd, MinCwnd and MaxCwnd bound the congestion window in
+	// packets. Zero means 16, 1 and SendWindow.
+	InitialCwnd, MinCwnd, MaxCwnd float64
+	// Seed seeds initial sequence numbers and message ids. Zero draws a
+	// random seed; tests set it for determinism.
+	Seed uint64
+}
+
+// Defaults for Config fields.
+const (
+	DefaultMTU         = 9000
+	DefaultSendWindow  = 1024
+	DefaultRecvWindow  = 1024
+	DefaultMaxMessages = 8192
+	DefaultMaxPartial  = 256
+	DefaultMaxPeers    = 65536
+	DefaultMaxBurst    = 256
+	DefaultInitialRTO  = 20 * time.Millisecond
+	DefaultMinRTO      = 2 * time.Millisecond
+	DefaultMaxRTO      = 200 * time.Millisecond
+	DefaultDeadTimeout = 5 * time.Second
+	DefaultTargetDelay = 500 * time.Microsecond
+	DefaultInitialCwnd = 16
+)
+
+// ErrConfig is wrapped by every configuration error.
+var ErrConfig = errors.New("transport: invalid config")
+
+func (c *Config) setDefaults() {
+	if c.MTU == 0 {
+		c.MTU = DefaultMTU
+	}
+	if c.SendWindow == 0 {
+		c.SendWindow = DefaultSendWindow
+	}
+	if c.RecvWindow == 0 {
+		c.RecvWindow = DefaultRecvWindow
+	}
+	if c.MaxMessages == 0 {
+		c.MaxMessages = DefaultMaxMessages
+	}
+	if c.MaxPartial == 0 {
+		c.MaxPartial = DefaultMaxPartial
+	}
+	if c.MaxPeers == 0 {
+		c.MaxPeers = DefaultMaxPeers
+	}
+	if c.MaxBurst == 0 {
+		c.MaxBurst = DefaultMaxBurst
+	}
+	if c.InitialRTO == 0 {
+		c.InitialRTO = DefaultInitialRTO
+	}
+	if c.MinRTO == 0 {
+		c.MinRTO = DefaultMinRTO
+	}
+	if c.MaxRTO == 0 {
+		c.MaxRTO = DefaultMaxRTO
+	}
+	if c.DeadTimeout == 0 {
+		c.DeadTimeout = DefaultDeadTimeout
+	}
+	if c.TargetDelay == 0 {
+		c.TargetDelay = DefaultTargetDelay
+	}
+	if c.InitialCwnd == 0 {
+		c.InitialCwnd = DefaultInitialCwnd
+	}
+	if c.MinCwnd == 0 {
+		c.MinCwnd = 1
+	}
+	if c.MaxCwnd == 0 {
+		c.MaxCwnd = float64(c.SendWindow)
+	}
+}
+
+func (c *Config) validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, a...)...)
+	}
+	pow2 := func(n int) bool { return n > 0 && n&(n-1) == 0 }
+	switch {
+	case c.MTU < wire.HeaderLen+64 || c.MTU > 65507:
+		return bad("MTU %d outside [%d, 65507]", c.MTU, wire.HeaderLen+64)
+	case !pow2(c.SendWindow) || c.SendWindow > 1<<16:
+		return bad("SendWindow %d must be a power of two ≤ 65536", c.SendWindow)
+	case !pow2(c.RecvWindow) || c.RecvWindow > 1<<16:
+		return bad("RecvWindow %d must be a power of two ≤ 65536", c.RecvWindow)
+	case c.MaxMessages < 1, c.MaxPartial < 1, c.MaxPeers < 1, c.MaxBurst < 1:
+		return bad("MaxMessages, MaxPartial, MaxPeers and MaxBurst must be positive")
+	case c.MinRTO <= 0 || c.MaxRTO < c.MinRTO || c.InitialRTO <= 0:
+		return bad("RTO bounds: MinRTO %v, MaxRTO %v, InitialRTO %v", c.MinRTO, c.MaxRTO, c.InitialRTO)
+	case c.DeadTimeout <= 0 || c.TargetDelay <= 0:
+		return bad("DeadTimeout and TargetDelay must be positive")
+	case c.MinCwnd < 1 || c.MaxCwnd < c.MinCwnd || c.InitialCwnd < c.MinCwnd:
+		return bad("cwnd bounds: min %v initial %v max %v", c.MinCwnd, c.InitialCwnd, c.MaxCwnd)
+	}
+	return nil
+}
+
+// segSize is the payload bytes per packet.
+func (c *Config) segSize() int {
+	s := c.MTU - wire.HeaderLen
+	if s > wire.MaxPayload {
+		s = wire.MaxPayload
+	}
+	return s &^ 7
+}

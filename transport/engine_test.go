@@ -1,0 +1,219 @@
+package transport
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/netio/simnet"
+	"github.com/ndma/ndma/wire"
+)
+
+// node adapts an Engine to simnet and records what it delivers.
+type node struct {
+	t     testing.TB
+	e     *Engine
+	addr  netip.AddrPort
+	comps []Completion
+	// reassembly of received messages, by (peer, msg id)
+	rx   map[rxKey][]byte
+	done map[rxKey][]byte
+}
+
+type rxKey struct {
+	from netip.AddrPort
+	id   uint64
+}
+
+func newNode(t testing.TB, addr string, cfg Config) *node {
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &node{t: t, e: e, addr: netip.MustParseAddrPort(addr), rx: map[rxKey][]byte{}, done: map[rxKey][]byte{}}
+}
+
+func (n *node) Receive(now time.Time, d netio.Datagram) {
+	del, ok := n.e.Step(now, d.Addr, d.Buf)
+	if !ok {
+		return
+	}
+	k := rxKey{d.Addr, del.Header.MsgID}
+	if _, dup := n.done[k]; dup {
+		n.t.Errorf("message %d delivered again after completion", k.id)
+	}
+	buf := n.rx[k]
+	if buf == nil {
+		buf = make([]byte, del.Header.MsgLen)
+		n.rx[k] = buf
+	}
+	copy(buf[del.Header.Offset:], del.Payload)
+	if del.MsgDone {
+		n.done[k] = buf
+		delete(n.rx, k)
+	}
+}
+
+func (n *node) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
+	out, comps, next := n.e.Poll(now, out)
+	n.comps = append(n.comps, comps...)
+	return out, next
+}
+
+func link(rate float64, lat time.Duration, loss, reorder, dup, corrupt float64) simnet.LinkConfig {
+	return simnet.LinkConfig{Rate: rate, Latency: lat, Loss: loss, Reorder: reorder, Dup: dup, Corrupt: corrupt}
+}
+
+// TestTransferUnderImpairments sends many messages of random sizes each
+// way between two engines over links with loss, reordering, duplication
+// and corruption, and checks every byte arrives exactly once.
+func TestTransferUnderImpairments(t *testing.T) {
+	for _, loss := range []float64{0, 0.01, 0.10, 0.30} {
+		t.Run(fmt.Sprintf("loss=%v", loss), func(t *testing.T) {
+			seed := int64(1000 + loss*1000)
+			t.Logf("seed %d", seed)
+			net := simnet.New(seed)
+			cfg := Config{MTU: 1500, Seed: uint64(seed), DeadTimeout: time.Minute}
+			a := newNode(t, "10.0.0.1:1", cfg)
+			cfg.Seed++
+			b := newNode(t, "10.0.0.2:1", cfg)
+			l := link(1e9, 10*time.Microsecond, loss, 0.05, 0.02, 0.02)
+			if loss == 0 {
+				l = link(1e9, 10*time.Microsecond, 0, 0, 0, 0)
+			}
+			net.Attach(a.addr, a, l, l)
+			net.Attach(b.addr, b, l, l)
+			rng := rand.New(rand.NewPCG(uint64(seed), 1))
+			sent := map[rxKey][]byte{}
+			const msgs = 300
+			for i := 0; i < msgs; i++ {
+				src, dst := a, b
+				if i%3 == 2 {
+					src, dst = b, a
+				}
+				size := rng.IntN(20000)
+				if i%10 == 0 {
+					size = 0
+				}
+				p := make([]byte, size)
+				for j := range p {
+					p[j] = byte(rng.Uint32())
+				}
+				h := wire.Header{Op: wire.OpWrite}
+				id, err := src.e.Send(PeerID{Addr: dst.addr}, &h, p, uint64(i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				sent[rxKey{src.addr, id}] = p
+				net.Wake(src.addr)
+			}
+			err := net.RunUntil(func() bool {
+				return len(a.comps)+len(b.comps) == msgs && len(a.done)+len(b.done) == msgs
+			}, 10*time.Minute)
+			if err != nil {
+				t.Fatalf("seed %d: %v (completions %d/%d, delivered %d) a=%+v b=%+v", seed, err,
+					len(a.comps)+len(b.comps), msgs, len(a.done)+len(b.done), a.e.Stats(), b.e.Stats())
+			}
+			for _, c := range append(a.comps, b.comps...) {
+				if c.Err != nil {
+					t.Fatalf("seed %d: completion error %v", seed, c.Err)
+				}
+			}
+			for k, want := range sent {
+				var got []byte
+				var ok bool
+				if k.from == a.addr {
+					got, ok = b.done[rxKey{a.addr, k.id}]
+				} else {
+					got, ok = a.done[rxKey{b.addr, k.id}]
+				}
+				if !ok || !bytes.Equal(got, want) {
+					t.Fatalf("seed %d: message %d from %v corrupted or missing (ok=%v)", seed, k.id, k.from, ok)
+				}
+			}
+			t.Logf("virtual %v, a: %+v", net.Elapsed(), a.e.Stats())
+		})
+	}
+}
+
+// TestDeadPeer checks that a peer that stops answering fails the
+// outstanding messages with a *PeerError within DeadTimeout.
+func TestDeadPeer(t *testing.T) {
+	net := simnet.New(7)
+	cfg := Config{Seed: 7, DeadTimeout: 200 * time.Millisecond}
+	a := newNode(t, "10.0.0.1:1", cfg)
+	b := newNode(t, "10.0.0.2:1", cfg)
+	l := link(1e9, 10*time.Microsecond, 0, 0, 0, 0)
+	net.Attach(a.addr, a, l, l)
+	net.Attach(b.addr, b, l, l)
+	net.Detach(b.addr)
+	h := wire.Header{Op: wire.OpWrite}
+	if _, err := a.e.Send(PeerID{Addr: b.addr}, &h, make([]byte, 50000), 1); err != nil {
+		t.Fatal(err)
+	}
+	net.Wake(a.addr)
+	if err := net.RunUntil(func() bool { return len(a.comps) == 1 }, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var pe *PeerError
+	if !errors.As(a.comps[0].Err, &pe) || !errors.Is(a.comps[0].Err, ErrPeerDead) || pe.Peer.Addr != b.addr {
+		t.Fatalf("got %v", a.comps[0].Err)
+	}
+	if el := net.Elapsed(); el > 300*time.Millisecond {
+		t.Fatalf("took %v of virtual time", el)
+	}
+	if a.e.Peers() != 0 {
+		t.Fatalf("dead peer state kept")
+	}
+}
+
+// TestBoundedQueue checks Send refuses work beyond MaxMessages.
+func TestBoundedQueue(t *testing.T) {
+	e, err := New(Config{MaxMessages: 4, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := PeerID{Addr: netip.MustParseAddrPort("10.0.0.9:9")}
+	h := wire.Header{Op: wire.OpWrite}
+	for i := 0; i < 4; i++ {
+		if _, err := e.Send(to, &h, []byte("x"), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.Send(to, &h, []byte("x"), 0); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	bad := []Config{{MTU: 50}, {SendWindow: 1000}, {RecvWindow: 3}, {MinRTO: time.Second, MaxRTO: time.Millisecond}, {MinCwnd: 0.5}}
+	for _, c := range bad {
+		if _, err := New(c); !errors.Is(err, ErrConfig) {
+			t.Errorf("%+v: got %v", c, err)
+		}
+	}
+}
+
+// TestMalformedCounted feeds garbage to Step.
+func TestMalformedCounted(t *testing.T) {
+	e, _ := New(Config{Seed: 3})
+	from := netip.MustParseAddrPort("10.0.0.9:9")
+	rng := rand.New(rand.NewPCG(3, 3))
+	for i := 0; i < 1000; i++ {
+		b := make([]byte, rng.IntN(300))
+		for j := range b {
+			b[j] = byte(rng.Uint32())
+		}
+		if _, ok := e.Step(time.Unix(0, 0), from, b); ok {
+			t.Fatal("garbage delivered")
+		}
+	}
+	if e.Stats().Malformed != 1000 {
+		t.Fatalf("malformed %d", e.Stats().Malformed)
+	}
+}

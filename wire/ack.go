@@ -1,0 +1,79 @@
+package wire
+
+import "encoding/binary"
+
+// MaxSackBlocks is the most SACK blocks one ACK frame carries.
+const MaxSackBlocks = 32
+
+// AckFixedLen is the size of the fixed part of an ACK frame, in bytes.
+const AckFixedLen = 24
+
+// SackBlock is a half-open range [Start, End) of PSNs received above the
+// cumulative ACK point.
+type SackBlock struct {
+	Start, End uint32
+}
+
+// Ack is the payload of an OpAck or OpNack packet. In an OpNack the gaps
+// between Cum and the SACK blocks are missing packets the receiver asks to
+// have retransmitted now.
+type Ack struct {
+	Cum      uint32                   // 0: next PSN expected; every PSN before it was received
+	Window   uint32                   // 4: receive window: PSNs at or beyond Cum+Window are dropped
+	EchoTS   uint64                   // 8: TS of the data packet that triggered this ACK
+	AckDelay uint32                   // 16: ns between that packet's arrival and this ACK
+	NBlocks  uint8                    // 20: number of SACK blocks (1 byte) + 3 reserved zero bytes
+	Blocks   [MaxSackBlocks]SackBlock // 24: NBlocks × (Start u32, End u32)
+}
+
+// EncodedLen is the frame's length in bytes.
+func (a *Ack) EncodedLen() int { return AckFixedLen + 8*int(a.NBlocks) }
+
+// Encode writes the frame into b, which must hold EncodedLen bytes, and
+// returns the bytes written.
+func (a *Ack) Encode(b []byte) int {
+	n := a.EncodedLen()
+	_ = b[n-1]
+	be := binary.BigEndian
+	be.PutUint32(b[0:], a.Cum)
+	be.PutUint32(b[4:], a.Window)
+	be.PutUint64(b[8:], a.EchoTS)
+	be.PutUint32(b[16:], a.AckDelay)
+	b[20], b[21], b[22], b[23] = a.NBlocks, 0, 0, 0
+	for i := 0; i < int(a.NBlocks); i++ {
+		be.PutUint32(b[AckFixedLen+8*i:], a.Blocks[i].Start)
+		be.PutUint32(b[AckFixedLen+8*i+4:], a.Blocks[i].End)
+	}
+	return n
+}
+
+// Decode parses an ACK frame. It checks the length, the reserved bytes and
+// that every block is non-empty and lies above Cum in sequence space
+// (modulo 2^32, within 2^31).
+func (a *Ack) Decode(b []byte) error {
+	if len(b) < AckFixedLen {
+		return ErrAckFrame
+	}
+	be := binary.BigEndian
+	a.Cum = be.Uint32(b[0:])
+	a.Window = be.Uint32(b[4:])
+	a.EchoTS = be.Uint64(b[8:])
+	a.AckDelay = be.Uint32(b[16:])
+	a.NBlocks = b[20]
+	if b[21]|b[22]|b[23] != 0 || a.NBlocks > MaxSackBlocks || len(b) != a.EncodedLen() {
+		return ErrAckFrame
+	}
+	for i := 0; i < int(a.NBlocks); i++ {
+		s := be.Uint32(b[AckFixedLen+8*i:])
+		e := be.Uint32(b[AckFixedLen+8*i+4:])
+		if !SeqLess(a.Cum, s) || !SeqLess(s, e) || e-a.Cum > 1<<31 {
+			return ErrAckFrame
+		}
+		a.Blocks[i] = SackBlock{s, e}
+	}
+	return nil
+}
+
+// SeqLess reports whether sequence number a precedes b (serial number
+// arithmetic, RFC 1982, on 32 bits).
+func SeqLess(a, b uint32) bool { return int32(a-b) < 0 }

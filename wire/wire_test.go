@@ -1,0 +1,198 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"testing"
+)
+
+func sampleHeader() Header {
+	return Header{
+		Version: Version, Op: OpVector, Mode: ModeUnicast, Flags: FlagResp | FlagRetx,
+		Group: 7, Src: 3, Dst: 9, SAID: 0, PSN: 0xfffffff0, AckBase: 0xffffffe0,
+		MsgID: 0x0102030405060708, Offset: 8192, MsgLen: 9000,
+		Status: StatusOK, Dtype: DtypeF64, Alu: AluMax,
+		Addr: 1 << 40, Key: 0xdeadbeefcafef00d, Operand1: 11, Operand2: 12, TS: 123456789,
+	}
+}
+
+func TestHeaderRoundTrip(t *testing.T) {
+	h := sampleHeader()
+	payload := bytes.Repeat([]byte{0xab}, 100)
+	pkt, err := AppendPacket(nil, &h, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pkt) != HeaderLen+100 || h.PacketLen() != len(pkt) {
+		t.Fatalf("len %d", len(pkt))
+	}
+	var g Header
+	p, tag, err := Parse(pkt, &g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g != h {
+		t.Fatalf("decoded %+v\nwant %+v", g, h)
+	}
+	if !bytes.Equal(p, payload) || tag != nil {
+		t.Fatal("payload mismatch")
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	h := sampleHeader()
+	good, _ := AppendPacket(nil, &h, make([]byte, 64))
+	mutate := func(f func(b []byte) []byte) []byte {
+		b := append([]byte(nil), good...)
+		return f(b)
+	}
+	reseal := func(f func(h *Header)) []byte {
+		h2 := sampleHeader()
+		f(&h2)
+		b, _ := AppendPacket(nil, &h2, make([]byte, 64))
+		return b
+	}
+	cases := []struct {
+		name string
+		pkt  []byte
+		want error
+	}{
+		{"empty", nil, ErrShort},
+		{"short header", good[:HeaderLen-1], ErrShort},
+		{"truncated payload", good[:len(good)-1], ErrShort},
+		{"trailing bytes", append(append([]byte(nil), good...), 0), ErrLength},
+		{"version", mutate(func(b []byte) []byte { b[0] = 2; return b }), ErrVersion},
+		{"bit flip header", mutate(func(b []byte) []byte { b[50] ^= 1; return b }), ErrChecksum},
+		{"bit flip payload", mutate(func(b []byte) []byte { b[HeaderLen+3] ^= 0x80; return b }), ErrChecksum},
+		{"bad opcode", reseal(func(h *Header) { h.Op = 0x7f }), ErrOpcode},
+		{"bad mode", reseal(func(h *Header) { h.Mode = 9 }), ErrMode},
+		{"bad flags", reseal(func(h *Header) { h.Flags = 0x80 }), ErrFlags},
+		{"reserved", reseal(func(h *Header) { h.Reserved2 = 1 }), ErrReserved},
+		{"hop", reseal(func(h *Header) { h.Hop = 1 }), ErrReserved},
+		{"offset beyond message", reseal(func(h *Header) { h.Offset = 9000 }), ErrLength},
+		{"auth without tag", reseal(func(h *Header) { h.Flags |= FlagAuth }), ErrShort},
+	}
+	for _, c := range cases {
+		var g Header
+		_, _, err := Parse(c.pkt, &g)
+		if !errors.Is(err, c.want) {
+			t.Errorf("%s: got %v want %v", c.name, err, c.want)
+		}
+	}
+}
+
+func TestAuthTagCarried(t *testing.T) {
+	h := sampleHeader()
+	h.Flags |= FlagAuth
+	h.SAID = 42
+	pkt, _ := AppendPacket(nil, &h, []byte("hello"))
+	tag := bytes.Repeat([]byte{7}, TagLen)
+	pkt = append(pkt, tag...)
+	var g Header
+	p, gt, err := Parse(pkt, &g)
+	if err != nil || string(p) != "hello" || !bytes.Equal(gt, tag) || g.SAID != 42 {
+		t.Fatalf("err=%v p=%q tag=%x", err, p, gt)
+	}
+}
+
+func TestAckRoundTrip(t *testing.T) {
+	a := Ack{Cum: 0xfffffffe, Window: 1024, EchoTS: 99, AckDelay: 5, NBlocks: 3}
+	a.Blocks[0] = SackBlock{0xffffffff, 2}
+	a.Blocks[1] = SackBlock{5, 9}
+	a.Blocks[2] = SackBlock{20, 21}
+	b := make([]byte, a.EncodedLen())
+	a.Encode(b)
+	var g Ack
+	if err := g.Decode(b); err != nil {
+		t.Fatal(err)
+	}
+	if g != a {
+		t.Fatalf("got %+v want %+v", g, a)
+	}
+	bad := [][]byte{
+		nil, b[:AckFixedLen-1], b[:len(b)-1], append(append([]byte(nil), b...), 0),
+	}
+	for i, x := range bad {
+		if err := g.Decode(x); !errors.Is(err, ErrAckFrame) {
+			t.Errorf("case %d: %v", i, err)
+		}
+	}
+	// A block at or below Cum, or empty, is malformed.
+	a.Blocks[1] = SackBlock{9, 9}
+	a.Encode(b)
+	if err := g.Decode(b); !errors.Is(err, ErrAckFrame) {
+		t.Errorf("empty block accepted")
+	}
+}
+
+func TestStatusIsError(t *testing.T) {
+	var err error = StatusBadKey
+	if !errors.Is(err, StatusBadKey) || errors.Is(err, StatusOutOfBounds) {
+		t.Fatal("status errors.Is")
+	}
+	if Status(200).Known() || !StatusBusy.Known() {
+		t.Fatal("Known")
+	}
+	_ = Status(200).Error()
+}
+
+func TestSeqLess(t *testing.T) {
+	if !SeqLess(0xffffffff, 0) || SeqLess(0, 0xffffffff) || SeqLess(5, 5) {
+		t.Fatal("SeqLess wrap")
+	}
+}
+
+func TestCodecAllocs(t *testing.T) {
+	h := sampleHeader()
+	h.Offset = 0
+	buf := make([]byte, 2048)
+	payload := make([]byte, 1024)
+	var g Header
+	n := testing.AllocsPerRun(100, func() {
+		pkt, _ := AppendPacket(buf, &h, payload)
+		_, _, _ = Parse(pkt, &g)
+		var a Ack
+		a.NBlocks = 2
+		a.Blocks[0] = SackBlock{1, 2}
+		a.Blocks[1] = SackBlock{3, 4}
+		k := a.Encode(buf)
+		_ = a.Decode(buf[:k])
+	})
+	if n != 0 {
+		t.Fatalf("%v allocs per run", n)
+	}
+}
+
+func TestRandomCorruptionNeverPanics(t *testing.T) {
+	seed := uint64(1)
+	r := rand.New(rand.NewPCG(seed, 0))
+	h := sampleHeader()
+	good, _ := AppendPacket(nil, &h, make([]byte, 300))
+	var g Header
+	for i := 0; i < 20000; i++ {
+		b := append([]byte(nil), good[:r.IntN(len(good)+1)]...)
+		for j := r.IntN(4); j >= 0 && len(b) > 0; j-- {
+			b[r.IntN(len(b))] ^= byte(1 << r.IntN(8))
+		}
+		if _, _, err := Parse(b, &g); err == nil && len(b) != len(good) {
+			t.Fatalf("seed %d: accepted a truncated packet", seed)
+		}
+	}
+}
+
+func BenchmarkEncodeParse1K(b *testing.B) {
+	h := sampleHeader()
+	h.Offset = 0
+	buf := make([]byte, 2048)
+	payload := make([]byte, 1024)
+	var g Header
+	b.ReportAllocs()
+	b.SetBytes(1024)
+	for b.Loop() {
+		pkt, _ := AppendPacket(buf, &h, payload)
+		if _, _, err := Parse(pkt, &g); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
