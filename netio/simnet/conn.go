@@ -1,0 +1,202 @@
+package simnet
+
+import (
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/ndma/ndma/netio"
+)
+
+// Conn buffer limits, in bytes of payload, like a UDP socket's SO_SNDBUF
+// and SO_RCVBUF.
+const (
+	// ConnSendBuffer is how many bytes a Conn holds between WriteBatch and
+	// the network taking them; WriteBatch blocks while it is full.
+	ConnSendBuffer = 4 << 20
+	// ConnRecvBuffer is how many bytes a Conn holds between the network
+	// delivering them and ReadBatch; datagrams that do not fit are dropped
+	// and counted in Stats.DroppedRecvBuffer.
+	ConnRecvBuffer = 4 << 20
+	// connBatchSize is what BatchSize reports.
+	connBatchSize = 64
+)
+
+// ListenConn attaches a [netio.Conn] at addr, with links configured as for
+// Attach (and panics as Attach does). The Conn's datagrams move only while
+// [Network.Serve] runs; ListenConn, the Conn and Serve must all be used
+// inside one testing/synctest bubble (see Serve). ListenConn may be called
+// before or while Serve runs. Close detaches addr.
+func (n *Network) ListenConn(addr netip.AddrPort, up, down LinkConfig) netio.Conn {
+	c := &simConn{
+		n:       n,
+		addr:    addr,
+		ready:   make(chan struct{}, 1),
+		drained: make(chan struct{}, 1),
+		closed:  make(chan struct{}),
+	}
+	n.Locked(func() { n.Attach(addr, c, up, down) })
+	return c
+}
+
+// simConn is a Node that buffers between the network, driven by Serve,
+// and the goroutines calling its netio.Conn methods. Lock order: n.mu, then
+// c.mu; the Conn methods never hold c.mu while taking n.mu.
+type simConn struct {
+	n       *Network
+	addr    netip.AddrPort
+	ready   chan struct{} // signalled when inbox becomes non-empty
+	drained chan struct{} // signalled when Poll empties the outbox
+	closed  chan struct{} // closed by Close
+
+	mu        sync.Mutex
+	isClosed  bool
+	inbox     []netio.Datagram // received, not yet read; owns its buffers
+	inHead    int
+	inBytes   int
+	outbox    []netio.Datagram // written, not yet polled; owns its buffers
+	outBytes  int
+	lent      []netio.Datagram // returned by the last Poll; recycled by the next
+	free      [][]byte
+	closeOnce sync.Once
+}
+
+func (c *simConn) getBufLocked(n int) []byte {
+	if k := len(c.free); k > 0 && cap(c.free[k-1]) >= n {
+		b := c.free[k-1]
+		c.free[k-1] = nil
+		c.free = c.free[:k-1]
+		return b[:n]
+	}
+	return make([]byte, n, max(n, 2048))
+}
+
+func (c *simConn) putBufLocked(b []byte) {
+	if len(c.free) < 1024 {
+		c.free = append(c.free, b[:0])
+	}
+}
+
+// Receive implements Node. It runs on the goroutine driving the network,
+// which holds n.mu.
+func (c *simConn) Receive(_ time.Time, d netio.Datagram) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.isClosed || c.inBytes+len(d.Buf) > ConnRecvBuffer {
+		c.n.stats.DroppedRecvBuffer++
+		return
+	}
+	b := c.getBufLocked(len(d.Buf))
+	copy(b, d.Buf)
+	c.inbox = append(c.inbox, netio.Datagram{Addr: d.Addr, Buf: b})
+	c.inBytes += len(b)
+	select {
+	case c.ready <- struct{}{}:
+	default:
+	}
+}
+
+// Poll implements Node: it hands the outbox to the network. The buffers
+// stay lent until the next Poll, by which time the network has copied them.
+func (c *simConn) Poll(_ time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range c.lent {
+		c.putBufLocked(c.lent[i].Buf)
+	}
+	clear(c.lent)
+	out = append(out, c.outbox...)
+	c.lent, c.outbox = c.outbox, c.lent[:0]
+	c.outBytes = 0
+	select {
+	case c.drained <- struct{}{}:
+	default:
+	}
+	return out, time.Time{}
+}
+
+// ReadBatch implements netio.Conn. A datagram longer than the capacity of
+// the Buf it is read into is truncated, as by a UDP socket.
+func (c *simConn) ReadBatch(ds []netio.Datagram) (int, error) {
+	for {
+		c.mu.Lock()
+		if c.isClosed {
+			c.mu.Unlock()
+			return 0, netio.ErrClosed
+		}
+		k := 0
+		for k < len(ds) && c.inHead < len(c.inbox) {
+			src := &c.inbox[c.inHead]
+			ds[k].Addr = src.Addr
+			ds[k].Buf = ds[k].Buf[:copy(ds[k].Buf[:cap(ds[k].Buf)], src.Buf)]
+			c.inBytes -= len(src.Buf)
+			c.putBufLocked(src.Buf)
+			*src = netio.Datagram{}
+			c.inHead++
+			k++
+		}
+		if c.inHead == len(c.inbox) {
+			c.inbox, c.inHead = c.inbox[:0], 0
+		}
+		c.mu.Unlock()
+		if k > 0 {
+			return k, nil
+		}
+		select {
+		case <-c.ready:
+		case <-c.closed:
+		}
+	}
+}
+
+// WriteBatch implements netio.Conn. It copies the datagrams into the send
+// buffer, blocking while it is full, and wakes the node.
+func (c *simConn) WriteBatch(ds []netio.Datagram) error {
+	for len(ds) > 0 {
+		c.mu.Lock()
+		if c.isClosed {
+			c.mu.Unlock()
+			return netio.ErrClosed
+		}
+		for len(ds) > 0 && (c.outBytes == 0 || c.outBytes+len(ds[0].Buf) <= ConnSendBuffer) {
+			b := c.getBufLocked(len(ds[0].Buf))
+			copy(b, ds[0].Buf)
+			c.outbox = append(c.outbox, netio.Datagram{Addr: ds[0].Addr, Buf: b})
+			c.outBytes += len(b)
+			ds = ds[1:]
+		}
+		c.mu.Unlock()
+		c.n.Locked(func() { c.n.Wake(c.addr) })
+		if len(ds) > 0 {
+			select {
+			case <-c.drained:
+			case <-c.closed:
+			}
+		}
+	}
+	return nil
+}
+
+// LocalAddr implements netio.Conn.
+func (c *simConn) LocalAddr() netip.AddrPort { return c.addr }
+
+// BatchSize implements netio.Conn.
+func (c *simConn) BatchSize() int { return connBatchSize }
+
+// Close implements netio.Conn: it unblocks ReadBatch and WriteBatch and
+// detaches the address. Datagrams still buffered are discarded. Calls
+// after the first return netio.ErrClosed.
+func (c *simConn) Close() error {
+	err := netio.ErrClosed
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.isClosed = true
+		c.inbox, c.inHead, c.inBytes = nil, 0, 0
+		c.outbox, c.outBytes = nil, 0
+		c.mu.Unlock()
+		close(c.closed)
+		c.n.Locked(func() { c.n.Detach(c.addr) })
+		err = nil
+	})
+	return err
+}

@@ -1,0 +1,500 @@
+package simnet
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/ndma/ndma/netio"
+)
+
+// Node is a sans-I/O protocol core attached to the network at one address.
+// The network calls it from the goroutine that drives the network, one call
+// at a time; a Node must not call Step, RunFor or RunUntil.
+type Node interface {
+	// Receive delivers one datagram at virtual time now. d.Addr is the
+	// sender. d.Buf is only valid during the call.
+	Receive(now time.Time, d netio.Datagram)
+	// Poll appends the datagrams the node wants to send now to out and
+	// returns them, plus the next time the node wants Poll called (the
+	// zero time means no timer). The network copies the bytes, so the
+	// node may reuse its buffers after Poll returns. The returned deadline
+	// replaces the node's previous one; a deadline at or before now asks
+	// for another Poll at the current instant, after the events already
+	// queued for it.
+	Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time)
+}
+
+var epoch = time.Unix(1_700_000_000, 0).UTC()
+
+// Epoch returns the virtual time at which every Network starts:
+// 2023-11-14 22:13:20 UTC.
+func Epoch() time.Time { return epoch }
+
+// Stats are a network's counters since New. Every datagram handed over by
+// a node is eventually delivered or dropped exactly once, and each
+// duplication adds one datagram, so once no events remain
+// Sent+Duplicated == Delivered+Dropped().
+type Stats struct {
+	Sent           uint64 // datagrams handed to the network by nodes' Poll
+	SentBytes      uint64 // payload bytes of Sent
+	Delivered      uint64 // Receive calls
+	DeliveredBytes uint64 // payload bytes of Delivered
+
+	DroppedLoss     uint64 // lost on a link (LinkConfig.Loss)
+	DroppedQueue    uint64 // tail-dropped at a full link queue
+	DroppedMTU      uint64 // larger than a link's MTU
+	DroppedNoRoute  uint64 // destination address not attached
+	DroppedDetached uint64 // destination detached while the datagram was in flight
+	// DroppedRecvBuffer counts datagrams delivered to a Conn from
+	// ListenConn whose receive buffer was full or that was closed.
+	DroppedRecvBuffer uint64
+
+	Duplicated uint64 // extra copies made (LinkConfig.Dup)
+	Corrupted  uint64 // datagrams with one bit flipped (LinkConfig.Corrupt)
+	Reordered  uint64 // datagrams given extra delay (LinkConfig.Reorder)
+
+	Polls  uint64 // Poll calls
+	Events uint64 // events processed by Step
+}
+
+// Dropped is the total of all drop counters.
+func (s Stats) Dropped() uint64 {
+	return s.DroppedLoss + s.DroppedQueue + s.DroppedMTU + s.DroppedNoRoute + s.DroppedDetached +
+		s.DroppedRecvBuffer
+}
+
+// host is one attached address. A detached host is never reused: a later
+// Attach at the same address makes a new host, so events still referring
+// to the old one see detached and drop.
+type host struct {
+	addr     netip.AddrPort
+	node     Node
+	up, down link
+	pollEv   *event // pending evPoll at the current instant, or nil
+	timerEv  *event // pending evTimer, or nil
+	detached bool
+}
+
+// Network is a simulated network with a virtual clock. It is not safe for
+// concurrent use. See the package documentation for the model.
+type Network struct {
+	// Trace, when not nil, is called for every send, delivery, poll, drop
+	// and impairment, in order. It must not call methods of the Network.
+	Trace func(ev TraceEvent)
+
+	seed   int64
+	rng    *rand.Rand
+	now    int64 // virtual ns since Epoch
+	seq    uint64
+	events eventHeap
+	free   []*event
+	bufs   bufPool
+	hosts  map[netip.AddrPort]*host
+	out    []netio.Datagram // reused Poll argument
+	stats  Stats
+
+	instantAt     int64 // virtual time of the last event processed
+	instantCount  int   // events processed in a row at instantAt
+	maxPerInstant int   // livelock threshold, MaxEventsPerInstant but for tests
+
+	// Used only by Serve, Locked and Conns (serve.go, conn.go); the
+	// deterministic methods never lock.
+	mu         sync.Mutex
+	serving    bool
+	serveErr   error
+	kick       chan struct{} // wakes Serve; nil unless serving
+	clockStart time.Time     // clock reading when Serve started
+	virtStart  int64         // virtual time when Serve started
+}
+
+// New returns an empty network whose virtual clock reads Epoch() and whose
+// random decisions all come from one PCG generator seeded from seed.
+func New(seed int64) *Network {
+	return &Network{
+		seed:  seed,
+		rng:   rand.New(rand.NewPCG(uint64(seed), uint64(seed)^0x9e3779b97f4a7c15)),
+		hosts: make(map[netip.AddrPort]*host),
+
+		maxPerInstant: MaxEventsPerInstant,
+	}
+}
+
+// Now returns the current virtual time.
+func (n *Network) Now() time.Time { return epoch.Add(time.Duration(n.now)) }
+
+// Elapsed returns the virtual time since Epoch.
+func (n *Network) Elapsed() time.Duration { return time.Duration(n.now) }
+
+// Seed returns the seed the network was created with.
+func (n *Network) Seed() int64 { return n.seed }
+
+// Stats returns a copy of the network's counters.
+func (n *Network) Stats() Stats { return n.stats }
+
+// Pending returns the number of queued events.
+func (n *Network) Pending() int { return len(n.events) }
+
+// Attached reports whether a node is attached at addr.
+func (n *Network) Attached(addr netip.AddrPort) bool { return n.hosts[addr] != nil }
+
+// Attach connects node at addr with an access link whose up direction
+// (node to crossbar) is configured by up and down direction (crossbar to
+// node) by down, and schedules a first Poll at the current time. It panics
+// if addr is already attached or a config does not validate: both are
+// mistakes in the test, not conditions to handle.
+func (n *Network) Attach(addr netip.AddrPort, node Node, up, down LinkConfig) {
+	mustValidate(up, down)
+	if n.hosts[addr] != nil {
+		panic(fmt.Sprintf("simnet: Attach: %v is already attached", addr))
+	}
+	if node == nil {
+		panic("simnet: Attach: nil Node")
+	}
+	h := &host{addr: addr, node: node, up: link{cfg: up}, down: link{cfg: down}}
+	n.hosts[addr] = h
+	n.schedulePoll(h)
+}
+
+// SetLink replaces the configs of addr's up and down links. Datagrams
+// already on a link keep the timing and impairment decisions they were
+// given; the queue occupancy is kept. It is a no-op if addr is not
+// attached, and panics if a config does not validate.
+func (n *Network) SetLink(addr netip.AddrPort, up, down LinkConfig) {
+	mustValidate(up, down)
+	if h := n.hosts[addr]; h != nil {
+		h.up.cfg = up
+		h.down.cfg = down
+	}
+}
+
+func mustValidate(up, down LinkConfig) {
+	if err := up.Validate(); err != nil {
+		panic(fmt.Sprintf("%v (up link)", err))
+	}
+	if err := down.Validate(); err != nil {
+		panic(fmt.Sprintf("%v (down link)", err))
+	}
+}
+
+// Detach crashes the node at addr: it is never called again, datagrams in
+// flight to it (on its down link) are dropped and counted in
+// DroppedDetached, and later datagrams to addr count as DroppedNoRoute.
+// Datagrams it already handed to the network stay in flight. addr may be
+// attached again later, with a fresh link state. It is a no-op if addr is
+// not attached.
+func (n *Network) Detach(addr netip.AddrPort) {
+	h := n.hosts[addr]
+	if h == nil {
+		return
+	}
+	delete(n.hosts, addr)
+	h.detached = true
+	if h.pollEv != nil {
+		n.remove(h.pollEv)
+		h.pollEv = nil
+	}
+	if h.timerEv != nil {
+		n.remove(h.timerEv)
+		h.timerEv = nil
+	}
+}
+
+// Wake schedules a Poll of the node at addr at the current virtual time,
+// for example after the test handed it new work. Several Wakes at one
+// instant cause one Poll. It is a no-op if addr is not attached.
+func (n *Network) Wake(addr netip.AddrPort) {
+	if h := n.hosts[addr]; h != nil {
+		n.schedulePoll(h)
+	}
+}
+
+// Step processes the next event, advancing the virtual clock to its time.
+// It returns false, doing nothing, if no events are queued.
+func (n *Network) Step() bool {
+	if len(n.events) == 0 {
+		return false
+	}
+	e := heap.Pop(&n.events).(*event)
+	if e.at == n.instantAt {
+		n.instantCount++
+	} else {
+		n.instantAt, n.instantCount = e.at, 1
+	}
+	n.now = e.at
+	n.stats.Events++
+	h := e.host
+	switch e.kind {
+	case evPoll:
+		h.pollEv = nil
+		n.poll(h)
+	case evTimer:
+		h.timerEv = nil
+		if h.pollEv == nil { // else the pending poll serves
+			n.poll(h)
+		}
+	case evFabric:
+		n.fabric(e.src, e.dst, e.buf)
+		e.buf = nil // ownership passed on
+	case evDeliver:
+		n.deliver(h, e.src, e.buf)
+		e.buf = nil
+	}
+	n.release(e)
+	return true
+}
+
+// RunUntil processes events until cond returns true, checking it before
+// the first event and after every event. It returns nil once cond is true,
+// or a *RunError wrapping ErrTimeout when the next event lies beyond
+// limit of virtual time from the start (the clock is then left at
+// start+limit), ErrDeadlock when no events remain, or ErrLivelock.
+func (n *Network) RunUntil(cond func() bool, limit time.Duration) error {
+	start := n.now
+	return n.run(start, satAdd(start, int64(limit)), cond)
+}
+
+// RunFor processes every event due within d of virtual time and leaves the
+// clock at Now()+d. It panics with a *RunError wrapping ErrLivelock if
+// virtual time stops advancing.
+func (n *Network) RunFor(d time.Duration) {
+	start := n.now
+	if err := n.run(start, satAdd(start, int64(d)), nil); err != nil {
+		panic(err)
+	}
+}
+
+func satAdd(a, b int64) int64 {
+	if b > 0 && a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+func (n *Network) run(start, end int64, cond func() bool) error {
+	if cond != nil && cond() {
+		return nil
+	}
+	for {
+		if len(n.events) == 0 {
+			if cond == nil {
+				n.now = max(n.now, end)
+				return nil
+			}
+			return n.runError(ErrDeadlock, start)
+		}
+		if n.events[0].at > end {
+			n.now = max(n.now, end)
+			if cond == nil {
+				return nil
+			}
+			return n.runError(ErrTimeout, start)
+		}
+		n.Step()
+		if n.instantCount > n.maxPerInstant {
+			return n.runError(ErrLivelock, start)
+		}
+		if cond != nil && cond() {
+			return nil
+		}
+	}
+}
+
+func (n *Network) runError(reason error, start int64) *RunError {
+	return &RunError{
+		Err:     reason,
+		Time:    n.Now(),
+		Elapsed: time.Duration(n.now - start),
+		Seed:    n.seed,
+		Pending: len(n.events),
+	}
+}
+
+// schedule queues an event of kind at virtual time at.
+func (n *Network) schedule(kind evKind, at int64, h *host, src, dst netip.AddrPort, buf []byte) *event {
+	var e *event
+	if k := len(n.free); k > 0 {
+		e = n.free[k-1]
+		n.free[k-1] = nil
+		n.free = n.free[:k-1]
+	} else {
+		e = new(event)
+	}
+	n.seq++
+	*e = event{at: at, seq: n.seq, kind: kind, host: h, src: src, dst: dst, buf: buf}
+	heap.Push(&n.events, e)
+	return e
+}
+
+// remove takes a queued event out of the heap and recycles it.
+func (n *Network) remove(e *event) {
+	heap.Remove(&n.events, e.idx)
+	n.bufs.put(e.buf)
+	e.buf = nil
+	n.release(e)
+}
+
+func (n *Network) release(e *event) {
+	*e = event{idx: -1}
+	n.free = append(n.free, e)
+}
+
+func (n *Network) schedulePoll(h *host) {
+	if h.pollEv == nil && !h.detached {
+		h.pollEv = n.schedule(evPoll, n.now, h, netip.AddrPort{}, netip.AddrPort{}, nil)
+	}
+}
+
+// setTimer replaces h's timer with deadline (zero = none).
+func (n *Network) setTimer(h *host, deadline time.Time) {
+	if deadline.IsZero() {
+		if h.timerEv != nil {
+			n.remove(h.timerEv)
+			h.timerEv = nil
+		}
+		return
+	}
+	at := n.now
+	if d := deadline.Sub(epoch); d > time.Duration(at) {
+		at = int64(d)
+	}
+	if e := h.timerEv; e != nil {
+		if e.at != at {
+			n.seq++
+			e.at, e.seq = at, n.seq
+			heap.Fix(&n.events, e.idx)
+		}
+		return
+	}
+	h.timerEv = n.schedule(evTimer, at, h, netip.AddrPort{}, netip.AddrPort{}, nil)
+}
+
+func (n *Network) trace(kind TraceKind, src, dst netip.AddrPort, length int, dir Dir) {
+	if n.Trace != nil {
+		n.Trace(TraceEvent{Time: n.Now(), Kind: kind, Src: src, Dst: dst, Len: length, Dir: dir})
+	}
+}
+
+// poll calls h's Poll and puts what it returns onto h's up link.
+func (n *Network) poll(h *host) {
+	n.stats.Polls++
+	n.trace(TracePoll, h.addr, netip.AddrPort{}, 0, Up)
+	out, deadline := h.node.Poll(n.Now(), n.out[:0])
+	for i := range out {
+		if h.detached { // the node detached itself
+			break
+		}
+		d := &out[i]
+		n.stats.Sent++
+		n.stats.SentBytes += uint64(len(d.Buf))
+		n.trace(TraceSend, h.addr, d.Addr, len(d.Buf), Up)
+		if len(d.Buf) > h.up.cfg.mtu() {
+			n.stats.DroppedMTU++
+			n.trace(TraceDropMTU, h.addr, d.Addr, len(d.Buf), Up)
+			continue
+		}
+		buf := n.bufs.get(len(d.Buf))
+		copy(buf, d.Buf)
+		n.transmit(&h.up, Up, nil, h.addr, d.Addr, buf)
+	}
+	clear(out)
+	n.out = out[:0]
+	if !h.detached {
+		n.setTimer(h, deadline)
+	}
+}
+
+// fabric switches a datagram arriving at the crossbar onto the
+// destination's down link.
+func (n *Network) fabric(src, dst netip.AddrPort, buf []byte) {
+	h := n.hosts[dst]
+	if h == nil {
+		n.stats.DroppedNoRoute++
+		n.trace(TraceDropNoRoute, src, dst, len(buf), Down)
+		n.bufs.put(buf)
+		return
+	}
+	n.transmit(&h.down, Down, h, src, dst, buf)
+}
+
+// deliver hands a datagram that crossed h's down link to h's node.
+func (n *Network) deliver(h *host, src netip.AddrPort, buf []byte) {
+	if h.detached {
+		n.stats.DroppedDetached++
+		n.trace(TraceDropDetached, src, h.addr, len(buf), Down)
+		n.bufs.put(buf)
+		return
+	}
+	n.stats.Delivered++
+	n.stats.DeliveredBytes += uint64(len(buf))
+	n.trace(TraceDeliver, src, h.addr, len(buf), Down)
+	h.node.Receive(n.Now(), netio.Datagram{Addr: src, Buf: buf})
+	n.bufs.put(buf)
+	n.schedulePoll(h)
+}
+
+// transmit puts buf (owned) onto link l at the current time. For the up
+// link dstHost is nil and the datagram goes to the crossbar; for the down
+// link it goes to dstHost. Timing: a datagram of L payload bytes on a link
+// with rate R starts when the link is free, occupies it for
+// (L+Overhead)*8/R seconds, and arrives Latency after it finished.
+func (n *Network) transmit(l *link, dir Dir, dstHost *host, src, dst netip.AddrPort, buf []byte) {
+	cfg := &l.cfg
+	size := len(buf)
+	if size > cfg.mtu() {
+		n.stats.DroppedMTU++
+		n.trace(TraceDropMTU, src, dst, size, dir)
+		n.bufs.put(buf)
+		return
+	}
+	end := n.now
+	if cfg.Rate > 0 {
+		wire := size + cfg.Overhead
+		charge := max(wire, 1) // so the backlog's length is bounded too
+		l.drain(n.now)
+		if l.queued+charge > cfg.queueBytes() {
+			n.stats.DroppedQueue++
+			n.trace(TraceDropQueue, src, dst, size, dir)
+			n.bufs.put(buf)
+			return
+		}
+		end = max(n.now, l.busyUntil) + txTime(wire, cfg.Rate)
+		l.busyUntil = end
+		l.backlog = append(l.backlog, backlogEntry{end: end, charge: charge})
+		l.queued += charge
+	}
+	if cfg.Loss > 0 && n.rng.Float64() < cfg.Loss {
+		n.stats.DroppedLoss++
+		n.trace(TraceDropLoss, src, dst, size, dir)
+		n.bufs.put(buf)
+		return
+	}
+	arrive := satAdd(end, int64(cfg.Latency))
+	if cfg.Corrupt > 0 && size > 0 && n.rng.Float64() < cfg.Corrupt {
+		bit := n.rng.IntN(size * 8)
+		buf[bit/8] ^= 1 << (bit % 8)
+		n.stats.Corrupted++
+		n.trace(TraceCorrupt, src, dst, size, dir)
+	}
+	if cfg.Reorder > 0 && n.rng.Float64() < cfg.Reorder {
+		arrive = satAdd(arrive, 1+n.rng.Int64N(int64(cfg.reorderDelay())))
+		n.stats.Reordered++
+		n.trace(TraceReorder, src, dst, size, dir)
+	}
+	kind := evFabric
+	if dir == Down {
+		kind = evDeliver
+	}
+	n.schedule(kind, arrive, dstHost, src, dst, buf)
+	if cfg.Dup > 0 && n.rng.Float64() < cfg.Dup {
+		dup := n.bufs.get(size)
+		copy(dup, buf)
+		n.schedule(kind, arrive, dstHost, src, dst, dup)
+		n.stats.Duplicated++
+		n.trace(TraceDup, src, dst, size, dir)
+	}
+}

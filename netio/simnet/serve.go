@@ -1,0 +1,120 @@
+package simnet
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// This file bridges goroutine-based code onto the network. It is the only
+// part of the package that reads the clock: the time package's clock, which
+// inside a testing/synctest bubble is the bubble's fake clock.
+
+// ErrServing is returned by Serve when another Serve is already running.
+var ErrServing = errors.New("simnet: Serve is already running")
+
+// Serve drives the network in step with the time package's clock until ctx
+// is done, so that [netio.Conn]s from ListenConn and goroutine-based code
+// using them can share the network with sans-I/O Nodes. Virtual time
+// advances one-for-one with the clock from the moment Serve starts: Serve
+// sleeps until the next event is due, runs every event due, and wakes early
+// when a Conn writes or Locked is called.
+//
+// Serve is meant to run in its own goroutine inside a testing/synctest
+// bubble, where the clock is fake and advances only when every goroutine in
+// the bubble is blocked, so a test over seconds of virtual time finishes in
+// milliseconds and its timing is exact. Outside a bubble it runs at wall
+// clock speed. Goroutines that run at the same fake instant may interleave
+// in any order, so unlike Step, RunFor and RunUntil, runs under Serve are
+// deterministic only as far as the code using the Conns is.
+//
+// While Serve runs, other goroutines may touch the Network only through
+// Locked, ListenConn and the Conns. Serve returns ctx's error when ctx is
+// done, ErrServing if another Serve is running, or a *RunError wrapping
+// ErrLivelock.
+func (n *Network) Serve(ctx context.Context) error {
+	n.mu.Lock()
+	if n.serving {
+		n.mu.Unlock()
+		return ErrServing
+	}
+	n.serving = true
+	n.serveErr = nil
+	n.clockStart = time.Now()
+	n.virtStart = n.now
+	kick := make(chan struct{}, 1)
+	n.kick = kick
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		n.serving = false
+		n.kick = nil
+		n.mu.Unlock()
+	}()
+
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		n.mu.Lock()
+		n.catchUpLocked()
+		err := n.serveErr
+		wait := time.Duration(-1)
+		if len(n.events) > 0 {
+			wait = time.Duration(n.events[0].at - n.now)
+		}
+		n.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		var fire <-chan time.Time
+		if wait >= 0 {
+			timer.Reset(wait)
+			fire = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-kick:
+		case <-fire:
+		}
+	}
+}
+
+// Locked runs f with the network's lock held, after bringing virtual time
+// up to the clock if Serve is running, and then wakes Serve so that it sees
+// what f scheduled. It is how a goroutine calls Network methods (Stats,
+// SetLink, Detach, Wake, Attach...) while Serve runs. f must not call Step,
+// RunFor, RunUntil, Serve, Locked or ListenConn.
+func (n *Network) Locked(f func()) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.catchUpLocked()
+	f()
+	n.kickLocked()
+}
+
+// catchUpLocked runs every event due up to the clock and sets virtual time
+// to it. A livelock is kept in serveErr for Serve to return. It does
+// nothing unless Serve is running. The caller holds mu.
+func (n *Network) catchUpLocked() {
+	if !n.serving || n.serveErr != nil {
+		return
+	}
+	target := satAdd(n.virtStart, int64(time.Since(n.clockStart)))
+	if target < n.now {
+		target = n.now
+	}
+	if err := n.run(n.now, target, nil); err != nil {
+		n.serveErr = err
+		n.kickLocked()
+	}
+}
+
+// kickLocked wakes Serve if it is running. The caller holds mu.
+func (n *Network) kickLocked() {
+	select {
+	case n.kick <- struct{}{}:
+	default: // already kicked, or not serving (nil channel)
+	}
+}
