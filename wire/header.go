@@ -33,14 +33,15 @@ const (
 	OpCAS      Opcode = 0x03 // 64-bit compare-and-swap at Addr: if *Addr == Operand1 { *Addr = Operand2 }; response Operand1 = old value
 	OpFetchAdd Opcode = 0x04 // 64-bit fetch-and-add at Addr of Operand1; response Operand1 = old value
 	OpVector   Opcode = 0x05 // element-wise mem[Addr+i] = Alu(mem[Addr+i], payload[i]) with Dtype
-	OpSend     Opcode = 0x06 // two-sided message delivered to the peer's receive queue
+	OpSend     Opcode = 0x06 // two-sided message delivered to the peer's receive queue (reserved: not yet executed)
+	OpNop      Opcode = 0x07 // no operation: the responder answers StatusOK (liveness probe)
 	OpAck      Opcode = 0x10 // ACK/SACK frame in the payload
 	OpNack     Opcode = 0x11 // ACK frame that also requests immediate retransmission of the gaps
 )
 
 var opNames = [...]string{
 	OpInvalid: "invalid", OpWrite: "write", OpRead: "read", OpCAS: "cas",
-	OpFetchAdd: "fadd", OpVector: "vector", OpSend: "send",
+	OpFetchAdd: "fadd", OpVector: "vector", OpSend: "send", OpNop: "nop",
 	OpAck: "ack", OpNack: "nack",
 }
 
@@ -53,7 +54,7 @@ func (o Opcode) String() string {
 
 // IsData reports whether packets with this opcode are reliably delivered
 // data (requests or responses), as opposed to transport control frames.
-func (o Opcode) IsData() bool { return o >= OpWrite && o <= OpSend }
+func (o Opcode) IsData() bool { return o >= OpWrite && o <= OpNop }
 
 // Mode is the delivery mode of a packet. Only ModeUnicast is carried end to
 // end today; the others are interpreted by a forwarding node (see

@@ -1,0 +1,381 @@
+package endpoint
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
+)
+
+// Kind is the kind of a one-sided operation.
+type Kind uint8
+
+// Operation kinds.
+const (
+	KindRead     Kind = Kind(wire.OpRead)
+	KindWrite    Kind = Kind(wire.OpWrite)
+	KindCAS      Kind = Kind(wire.OpCAS)
+	KindFetchAdd Kind = Kind(wire.OpFetchAdd)
+	KindVector   Kind = Kind(wire.OpVector)
+	KindNop      Kind = Kind(wire.OpNop)
+)
+
+func (k Kind) String() string { return wire.Opcode(k).String() }
+
+// Errors of the endpoint layer. Remote refusals are wire.Status values
+// (errors.Is(err, wire.StatusBadKey)); see OpError.
+var (
+	ErrTimeout   = errors.New("endpoint: operation timed out")
+	ErrCanceled  = errors.New("endpoint: operation canceled")
+	ErrClosed    = errors.New("endpoint: closed")
+	ErrBadOp     = errors.New("endpoint: invalid operation")
+	ErrShortRead = errors.New("endpoint: response longer than the read buffer")
+)
+
+// OpError describes a failed operation: what it was, against which peer,
+// and why. Unwrap gives the cause: a wire.Status for a remote refusal, a
+// *transport.PeerError for a dead peer, ErrTimeout, ErrCanceled or a
+// context error.
+type OpError struct {
+	Kind Kind
+	Peer netip.AddrPort
+	Key  uint64
+	Addr uint64
+	Err  error
+}
+
+func (e *OpError) Error() string {
+	return fmt.Sprintf("%v %v key=%#x addr=%#x: %v", e.Kind, e.Peer, e.Key, e.Addr, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *OpError) Unwrap() error { return e.Err }
+
+// Op is one one-sided operation. Fill the request fields, post it with
+// Core.Post (or Endpoint.Start), and read the result fields after it
+// completes. An Op must not be reused until it has completed.
+type Op struct {
+	Kind Kind
+	Peer netip.AddrPort
+	Key  uint64 // region key at the peer
+	Addr uint64 // byte offset in the region
+	// Buf is the data to write or apply (Write, Vector), or the buffer a
+	// Read fills (its length is the read length). It must not be touched
+	// until the op completes.
+	Buf     []byte
+	Compare uint64 // CAS: expected value
+	Swap    uint64 // CAS: new value
+	Add     uint64 // FetchAdd: addend
+	Dtype   wire.Dtype
+	Alu     wire.Alu
+	// Timeout bounds the operation from Post to completion; zero means
+	// Config.OpTimeout.
+	Timeout time.Duration
+	// Token is for the caller; the endpoint never reads it.
+	Token uint64
+
+	// Results.
+	Old uint64 // CAS, FetchAdd: value before the op
+	Err error  // nil, or an *OpError
+
+	msgID    uint64
+	deadline time.Time
+	got      uint32 // Read: bytes received
+	posted   bool
+	finished bool
+	done     chan struct{} // closed on completion by Endpoint
+	cq       chan<- *Op
+}
+
+// Config configures a Core or Endpoint. Zero values select defaults.
+type Config struct {
+	// Transport configures the reliable transport engine.
+	Transport transport.Config
+	// OpTimeout bounds every operation that sets no Timeout of its own.
+	// Zero means 10s.
+	OpTimeout time.Duration
+	// MaxOps bounds the operations outstanding at once; Post fails with
+	// transport.ErrQueueFull beyond it. Zero means 4096.
+	MaxOps int
+	// Store is the local memory exposed to peers' one-sided operations; nil
+	// means a private empty store (peers get StatusBadKey).
+	Store *memnode.Store
+}
+
+// Stats counts what the core did.
+type Stats struct {
+	Transport                       transport.Stats
+	OpsPosted, OpsOK, OpsFailed     uint64
+	RequestsServed, RequestsRefused uint64
+	ResponsesDropped                uint64 // responder could not queue a response
+	UnmatchedResponses              uint64 // response for no outstanding op (late or forged)
+	OpsByKind                       [8]uint64
+}
+
+type inKey struct {
+	peer transport.PeerID
+	id   uint64
+}
+
+// Core is the sans-I/O heart of an endpoint: the transport engine, the
+// table of outstanding operations, and the server side that executes
+// peers' requests against the local Store. Not safe for concurrent use.
+type Core struct {
+	cfg       Config
+	eng       *transport.Engine
+	store     *memnode.Store
+	ops       map[uint64]*Op
+	inStatus  map[inKey]*inReq
+	done      []*Op // completed since the last Poll
+	doneSpare []*Op
+	nextDL    time.Time // earliest op deadline (may be early)
+	stats     Stats
+}
+
+type inReq struct {
+	status wire.Status
+	old    uint64
+}
+
+// NewCore returns a core.
+func NewCore(cfg Config) (*Core, error) {
+	if cfg.OpTimeout == 0 {
+		cfg.OpTimeout = 10 * time.Second
+	}
+	if cfg.MaxOps == 0 {
+		cfg.MaxOps = 4096
+	}
+	if cfg.OpTimeout < 0 || cfg.MaxOps < 0 {
+		return nil, fmt.Errorf("endpoint: OpTimeout and MaxOps must not be negative")
+	}
+	eng, err := transport.New(cfg.Transport)
+	if err != nil {
+		return nil, err
+	}
+	st := cfg.Store
+	if st == nil {
+		if st, err = memnode.NewStore(memnode.Config{}); err != nil {
+			return nil, err
+		}
+	}
+	return &Core{cfg: cfg, eng: eng, store: st, ops: make(map[uint64]*Op), inStatus: make(map[inKey]*inReq)}, nil
+}
+
+// Store is the local memory served to peers.
+func (c *Core) Store() *memnode.Store { return c.store }
+
+// Stats returns the counters.
+func (c *Core) Stats() Stats {
+	s := c.stats
+	s.Transport = c.eng.Stats()
+	return s
+}
+
+// Outstanding is the number of operations posted and not yet completed.
+func (c *Core) Outstanding() int { return len(c.ops) }
+
+func (op *Op) fail(err error) {
+	op.Err = &OpError{Kind: op.Kind, Peer: op.Peer, Key: op.Key, Addr: op.Addr, Err: err}
+}
+
+// Post starts op at time now. Errors in the op itself (bad kind, bad
+// vector length, queue full) are returned immediately and the op is not
+// posted.
+func (c *Core) Post(now time.Time, op *Op) error {
+	if op.posted && !op.finished {
+		return fmt.Errorf("%w: op already in flight", ErrBadOp)
+	}
+	if len(c.ops) >= c.cfg.MaxOps {
+		return transport.ErrQueueFull
+	}
+	h := wire.Header{Op: wire.Opcode(op.Kind), Key: op.Key, Addr: op.Addr}
+	var payload []byte
+	switch op.Kind {
+	case KindRead:
+		h.Operand1 = uint64(len(op.Buf))
+	case KindWrite:
+		payload = op.Buf
+	case KindCAS:
+		h.Operand1, h.Operand2 = op.Compare, op.Swap
+	case KindFetchAdd:
+		h.Operand1 = op.Add
+	case KindVector:
+		es := op.Dtype.Size()
+		if es == 0 || len(op.Buf)%es != 0 {
+			return fmt.Errorf("%w: vector of %d bytes with dtype %v", ErrBadOp, len(op.Buf), op.Dtype)
+		}
+		h.Dtype, h.Alu = op.Dtype, op.Alu
+		payload = op.Buf
+	case KindNop:
+	default:
+		return fmt.Errorf("%w: kind %v", ErrBadOp, op.Kind)
+	}
+	id, err := c.eng.Send(transport.PeerID{Addr: op.Peer}, &h, payload, 0)
+	if err != nil {
+		return err
+	}
+	op.msgID = id
+	op.posted, op.finished = true, false
+	op.Err, op.Old, op.got = nil, 0, 0
+	t := op.Timeout
+	if t <= 0 {
+		t = c.cfg.OpTimeout
+	}
+	op.deadline = now.Add(t)
+	if c.nextDL.IsZero() || op.deadline.Before(c.nextDL) {
+		c.nextDL = op.deadline
+	}
+	c.ops[id] = op
+	c.stats.OpsPosted++
+	c.stats.OpsByKind[op.Kind&7]++
+	return nil
+}
+
+// Cancel abandons op: it completes with ErrCanceled (reported by the next
+// Poll). A response that arrives later is ignored.
+func (c *Core) Cancel(op *Op) {
+	if c.ops[op.msgID] != op {
+		return
+	}
+	op.fail(ErrCanceled)
+	c.finish(op)
+}
+
+func (c *Core) finish(op *Op) {
+	delete(c.ops, op.msgID)
+	op.finished = true
+	if op.Err == nil {
+		c.stats.OpsOK++
+	} else {
+		c.stats.OpsFailed++
+	}
+	c.done = append(c.done, op)
+}
+
+// Step handles one received datagram.
+func (c *Core) Step(now time.Time, from netip.AddrPort, pkt []byte) {
+	d, ok := c.eng.Step(now, from, pkt)
+	if !ok {
+		return
+	}
+	h := &d.Header
+	if h.Flags&wire.FlagResp != 0 {
+		c.onResponse(&d)
+		return
+	}
+	c.serve(now, &d)
+}
+
+func (c *Core) onResponse(d *transport.Delivery) {
+	h := &d.Header
+	op := c.ops[h.MsgID]
+	if op == nil || op.Peer != d.Peer.Addr || wire.Opcode(op.Kind) != h.Op {
+		c.stats.UnmatchedResponses++
+		return
+	}
+	if op.Kind == KindRead && h.Status == wire.StatusOK {
+		if uint64(h.MsgLen) != uint64(len(op.Buf)) {
+			op.fail(ErrShortRead)
+			c.finish(op)
+			return
+		}
+		copy(op.Buf[h.Offset:], d.Payload)
+		op.got += uint32(len(d.Payload))
+	}
+	if !d.MsgDone {
+		return
+	}
+	if h.Status != wire.StatusOK {
+		op.fail(h.Status)
+	}
+	op.Old = h.Operand1
+	c.finish(op)
+}
+
+// serve executes a request packet against the local store, and answers
+// when the request message is complete.
+func (c *Core) serve(now time.Time, d *transport.Delivery) {
+	h := &d.Header
+	var res memnode.Result
+	if h.Op == wire.OpNop {
+		res.Status = wire.StatusOK
+	} else {
+		res = c.store.Exec(h, d.Payload)
+	}
+	st, old := res.Status, res.Old
+	if !d.MsgDone || h.Offset != 0 || h.MsgLen != uint32(h.Len) {
+		// Multi-packet request: remember the first refusal until the
+		// last packet arrives.
+		k := inKey{d.Peer, h.MsgID}
+		r := c.inStatus[k]
+		if r == nil {
+			r = &inReq{}
+			c.inStatus[k] = r
+		}
+		if r.status == wire.StatusOK {
+			r.status = st
+		}
+		if !d.MsgDone {
+			return
+		}
+		st = r.status
+		delete(c.inStatus, k)
+	}
+	if st == wire.StatusOK {
+		c.stats.RequestsServed++
+	} else {
+		c.stats.RequestsRefused++
+	}
+	rh := wire.Header{Op: h.Op, Flags: wire.FlagResp, MsgID: h.MsgID, Status: st, Operand1: old}
+	var payload []byte
+	if h.Op == wire.OpRead && st == wire.StatusOK {
+		// Zero-copy: the response streams straight from region memory
+		// (RDMA READ semantics: not a snapshot against concurrent writes).
+		payload = res.Data
+	}
+	if _, err := c.eng.Send(d.Peer, &rh, payload, 0); err != nil {
+		c.stats.ResponsesDropped++
+	}
+	_ = now
+}
+
+// Poll returns datagrams to send, operations completed since the last
+// Poll, and the next time Poll must be called (zero: none). Both slices are
+// valid until the next Poll.
+func (c *Core) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, []*Op, time.Time) {
+	out, comps, next := c.eng.Poll(now, out)
+	for i := range comps {
+		cp := &comps[i]
+		if cp.Err == nil {
+			continue
+		}
+		// A request that could not be delivered fails its op; responses
+		// (no op) that fail are dropped: their requester times out.
+		if op := c.ops[cp.MsgID]; op != nil && op.Peer == cp.Peer.Addr {
+			op.fail(cp.Err)
+			c.finish(op)
+		}
+	}
+	if !c.nextDL.IsZero() && !now.Before(c.nextDL) {
+		c.nextDL = time.Time{}
+		for _, op := range c.ops {
+			if !now.Before(op.deadline) {
+				op.fail(ErrTimeout)
+				c.finish(op)
+			} else if c.nextDL.IsZero() || op.deadline.Before(c.nextDL) {
+				c.nextDL = op.deadline
+			}
+		}
+	}
+	if !c.nextDL.IsZero() && (next.IsZero() || c.nextDL.Before(next)) {
+		next = c.nextDL
+	}
+	done := c.done
+	c.done, c.doneSpare = c.doneSpare[:0], done
+	return out, done, next
+}

@@ -1,0 +1,333 @@
+package endpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/wire"
+)
+
+// Endpoint drives a Core over a netio.Conn: one goroutine reads datagram
+// batches, a timer serves deadlines, and callers post operations; a single
+// mutex makes the Core's owner whoever holds it. All methods are safe for
+// concurrent use.
+type Endpoint struct {
+	conn netio.Conn
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	core    *Core
+	out     []netio.Datagram
+	timer   *time.Timer
+	timerAt time.Time
+	closed  bool
+
+	readerDone chan struct{}
+}
+
+// Options for Listen and New beyond the Core's Config.
+type Options struct {
+	// Logger receives warnings (socket errors); nil discards.
+	Logger *slog.Logger
+	// UDP configures the socket made by Listen.
+	UDP netio.UDPConfig
+}
+
+// Listen opens a UDP socket on addr (e.g. "127.0.0.1:0") and returns an
+// endpoint using it.
+func Listen(addr string, cfg Config, opts Options) (*Endpoint, error) {
+	conn, err := netio.ListenUDP(addr, opts.UDP)
+	if err != nil {
+		return nil, err
+	}
+	ep, err := New(conn, cfg, opts)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return ep, nil
+}
+
+// New returns an endpoint driving conn, which it owns from now on (Close
+// closes it).
+func New(conn netio.Conn, cfg Config, opts Options) (*Endpoint, error) {
+	core, err := NewCore(cfg)
+	if err != nil {
+		return nil, err
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ep := &Endpoint{conn: conn, log: log, core: core, readerDone: make(chan struct{})}
+	ep.timer = time.AfterFunc(time.Hour, ep.onTimer)
+	ep.timer.Stop()
+	go ep.reader()
+	return ep, nil
+}
+
+// LocalAddr is the socket's address.
+func (ep *Endpoint) LocalAddr() netip.AddrPort { return ep.conn.LocalAddr() }
+
+func (ep *Endpoint) reader() {
+	defer close(ep.readerDone)
+	n := ep.conn.BatchSize()
+	ds := make([]netio.Datagram, n)
+	for i := range ds {
+		ds[i].Buf = make([]byte, netio.MaxDatagram)
+	}
+	for {
+		k, err := ep.conn.ReadBatch(ds)
+		if err != nil {
+			if errors.Is(err, netio.ErrClosed) {
+				return
+			}
+			ep.mu.Lock()
+			closed := ep.closed
+			ep.mu.Unlock()
+			if closed {
+				return
+			}
+			ep.log.Warn("endpoint: read", "err", err)
+			continue
+		}
+		ep.mu.Lock()
+		now := time.Now()
+		for i := 0; i < k; i++ {
+			ep.core.Step(now, ds[i].Addr, ds[i].Buf)
+			ds[i].Buf = ds[i].Buf[:cap(ds[i].Buf)]
+		}
+		ep.pumpLocked(now)
+		ep.mu.Unlock()
+	}
+}
+
+func (ep *Endpoint) onTimer() {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	ep.timerAt = time.Time{}
+	if !ep.closed {
+		ep.pumpLocked(time.Now())
+	}
+}
+
+// pumpLocked polls the core, sends, signals completions and arms the
+// timer. Caller holds mu.
+func (ep *Endpoint) pumpLocked(now time.Time) {
+	var next time.Time
+	for range 64 {
+		var out []netio.Datagram
+		var done []*Op
+		out, done, next = ep.core.Poll(now, ep.out[:0])
+		if len(out) > 0 {
+			if err := ep.conn.WriteBatch(out); err != nil && !ep.closed {
+				ep.log.Warn("endpoint: write", "err", err)
+			}
+		}
+		clear(out)
+		ep.out = out[:0]
+		for _, op := range done {
+			signal(op)
+		}
+		if next.IsZero() || next.After(now) {
+			break
+		}
+		now = time.Now()
+	}
+	if next.IsZero() {
+		return
+	}
+	if ep.timerAt.IsZero() || next.Before(ep.timerAt) {
+		ep.timerAt = next
+		ep.timer.Reset(max(time.Until(next), 0))
+	}
+}
+
+func signal(op *Op) {
+	if op.done != nil {
+		close(op.done)
+	}
+	if op.cq != nil {
+		select {
+		case op.cq <- op:
+		default:
+			go func(cq chan<- *Op) { cq <- op }(op.cq)
+		}
+	}
+}
+
+// Start posts op asynchronously. Completion closes op.Done(); if notify is
+// not nil the op is also sent on it (give it room for every op in flight,
+// or completions are handed over by a goroutine each).
+func (ep *Endpoint) Start(op *Op, notify chan<- *Op) error {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.closed {
+		return ErrClosed
+	}
+	op.done = make(chan struct{})
+	op.cq = notify
+	now := time.Now()
+	if err := ep.core.Post(now, op); err != nil {
+		return err
+	}
+	ep.pumpLocked(now)
+	return nil
+}
+
+// Done is closed when an op started with Start completes.
+func (op *Op) Done() <-chan struct{} { return op.done }
+
+// Do runs op and waits for it, or for ctx: a context deadline earlier than
+// the op's timeout becomes its timeout, and cancellation abandons the op.
+func (ep *Endpoint) Do(ctx context.Context, op *Op) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		if t := time.Until(dl); op.Timeout == 0 || t < op.Timeout {
+			op.Timeout = max(t, time.Nanosecond)
+		}
+	}
+	if err := ep.Start(op, nil); err != nil {
+		return err
+	}
+	select {
+	case <-op.done:
+		return op.Err
+	case <-ctx.Done():
+		ep.mu.Lock()
+		if !op.finished {
+			ep.core.Cancel(op)
+			ep.pumpLocked(time.Now())
+		}
+		ep.mu.Unlock()
+		<-op.done
+		if errors.Is(op.Err, ErrCanceled) {
+			return fmt.Errorf("%w: %w", op.Err, ctx.Err())
+		}
+		return op.Err
+	}
+}
+
+// Register exposes buf to peers' one-sided operations with the given
+// permissions and returns its key (key 0 draws a random one). Until
+// Deregister, read or write buf only inside Locked: peers' operations
+// modify it from the endpoint's goroutine.
+func (ep *Endpoint) Register(buf []byte, perm memnode.Perm, key uint64) (uint64, error) {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.core.store.Register(buf, perm, key)
+}
+
+// Deregister withdraws a region; later requests get StatusBadKey.
+func (ep *Endpoint) Deregister(key uint64) error {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.core.store.Deregister(key)
+}
+
+// Locked runs f while no peer operation can touch registered memory.
+func (ep *Endpoint) Locked(f func()) {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	f()
+}
+
+// Stats returns the core's counters.
+func (ep *Endpoint) Stats() Stats {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.core.Stats()
+}
+
+// Close fails outstanding operations with ErrClosed, closes the socket and
+// waits for the reader goroutine. It is idempotent.
+func (ep *Endpoint) Close() error {
+	ep.mu.Lock()
+	if ep.closed {
+		ep.mu.Unlock()
+		return nil
+	}
+	ep.closed = true
+	ep.timer.Stop()
+	for _, op := range ep.core.ops {
+		op.fail(ErrClosed)
+		ep.core.finish(op)
+	}
+	_, done, _ := ep.core.Poll(time.Now(), ep.out[:0])
+	for _, op := range done {
+		signal(op)
+	}
+	ep.mu.Unlock()
+	err := ep.conn.Close()
+	<-ep.readerDone
+	return err
+}
+
+// Remote is a handle for one-sided operations against one peer (a memory
+// node or another endpoint).
+type Remote struct {
+	ep   *Endpoint
+	addr netip.AddrPort
+}
+
+// Dial resolves addr ("host:port") and checks that a peer answers there
+// with a no-op request, so a wrong address fails here, within ctx.
+func (ep *Endpoint) Dial(ctx context.Context, addr string) (*Remote, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint: dial %q: %w", addr, err)
+	}
+	r := &Remote{ep: ep, addr: ap}
+	if err := ep.Do(ctx, &Op{Kind: KindNop, Peer: ap}); err != nil {
+		return nil, fmt.Errorf("endpoint: dial %v: %w", ap, err)
+	}
+	return r, nil
+}
+
+// Remote returns a handle for addr without probing it.
+func (ep *Endpoint) Remote(addr netip.AddrPort) *Remote { return &Remote{ep: ep, addr: addr} }
+
+// Addr is the peer's address.
+func (r *Remote) Addr() netip.AddrPort { return r.addr }
+
+// Read fills buf from the peer's region key at byte offset addr.
+func (r *Remote) Read(ctx context.Context, key, addr uint64, buf []byte) error {
+	return r.ep.Do(ctx, &Op{Kind: KindRead, Peer: r.addr, Key: key, Addr: addr, Buf: buf})
+}
+
+// Write stores data into the peer's region key at byte offset addr.
+func (r *Remote) Write(ctx context.Context, key, addr uint64, data []byte) error {
+	return r.ep.Do(ctx, &Op{Kind: KindWrite, Peer: r.addr, Key: key, Addr: addr, Buf: data})
+}
+
+// CompareAndSwap atomically replaces the little-endian 64-bit word at addr
+// with swap if it equals compare. It returns the previous value; the swap
+// happened if and only if prev == compare.
+func (r *Remote) CompareAndSwap(ctx context.Context, key, addr, compare, swap uint64) (prev uint64, err error) {
+	op := &Op{Kind: KindCAS, Peer: r.addr, Key: key, Addr: addr, Compare: compare, Swap: swap}
+	err = r.ep.Do(ctx, op)
+	return op.Old, err
+}
+
+// FetchAdd atomically adds delta to the 64-bit word at addr and returns the
+// previous value.
+func (r *Remote) FetchAdd(ctx context.Context, key, addr, delta uint64) (uint64, error) {
+	op := &Op{Kind: KindFetchAdd, Peer: r.addr, Key: key, Addr: addr, Add: delta}
+	err := r.ep.Do(ctx, op)
+	return op.Old, err
+}
+
+// Apply performs mem[addr+i] = alu(mem[addr+i], data[i]) element-wise at
+// the peer, with elements of type dt (little-endian).
+func (r *Remote) Apply(ctx context.Context, key, addr uint64, dt wire.Dtype, alu wire.Alu, data []byte) error {
+	return r.ep.Do(ctx, &Op{Kind: KindVector, Peer: r.addr, Key: key, Addr: addr, Buf: data, Dtype: dt, Alu: alu})
+}

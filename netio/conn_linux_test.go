@@ -1,0 +1,375 @@
+//go:build linux
+
+package netio
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/net/ipv4"
+	"golang.org/x/sys/unix"
+)
+
+// TestOffloadsActive reports whether this kernel gives us GSO and GRO;
+// the round-trip tests assert they are actually used when reported on.
+func TestOffloadsActive(t *testing.T) {
+	c := listen(t, "127.0.0.1:0", UDPConfig{})
+	s := c.Stats()
+	t.Logf("kernel UDP GSO %v, GRO %v", s.GSOEnabled, s.GROEnabled)
+}
+
+func TestPackCoalescing(t *testing.T) {
+	c := listen(t, "127.0.0.1:0", UDPConfig{BatchSize: 64})
+	c.gso.Store(true)
+	a := netip.MustParseAddrPort("127.0.0.1:1000")
+	b := netip.MustParseAddrPort("127.0.0.1:2000")
+	type dg struct {
+		to   netip.AddrPort
+		size int
+	}
+	rep := func(n int, d dg) []dg {
+		s := make([]dg, n)
+		for i := range s {
+			s[i] = d
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name   string
+		maxSeg int
+		in     []dg
+		want   []sendSpan
+	}{
+		{
+			name:   "runs",
+			maxSeg: MaxDatagram,
+			in: []dg{
+				{a, 100}, {a, 100}, {a, 50}, // shorter tail closes the run
+				{a, 100},           // alone: next has another destination
+				{b, 100}, {b, 100}, // then a zero-length datagram
+				{b, 0},
+				{b, 200}, {b, 200}, {b, 100},
+				{b, 300}, // longer than the run's segments: a new run
+			},
+			want: []sendSpan{
+				{0, 3, 100, 250}, {3, 1, 100, 100}, {4, 2, 100, 200},
+				{6, 1, 0, 0}, {7, 3, 200, 500}, {10, 1, 300, 300},
+			},
+		},
+		{
+			name:   "segment-limit",
+			maxSeg: MaxDatagram,
+			in:     rep(70, dg{a, 10}),
+			want:   []sendSpan{{0, 64, 10, 640}, {64, 6, 10, 60}},
+		},
+		{
+			name:   "byte-limit",
+			maxSeg: MaxDatagram,
+			in:     rep(5, dg{a, 30000}),
+			want:   []sendSpan{{0, 2, 30000, 60000}, {2, 2, 30000, 60000}, {4, 1, 30000, 30000}},
+		},
+		{
+			name:   "segment-cap",
+			maxSeg: 99,
+			in:     []dg{{a, 100}, {a, 100}, {a, 99}, {a, 99}},
+			want:   []sendSpan{{0, 1, 100, 100}, {1, 1, 100, 100}, {2, 2, 99, 198}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c.gsoMaxSeg = tc.maxSeg
+			ds := make([]Datagram, len(tc.in))
+			for i, d := range tc.in {
+				ds[i] = Datagram{Addr: d.to, Buf: make([]byte, d.size)}
+			}
+			// pack consumes at most BatchSize datagrams; repack the rest
+			// as WriteBatch does.
+			var got []sendSpan
+			for off := 0; off < len(ds); {
+				n := c.pack(ds[off:])
+				for i, sp := range c.wspan[:n] {
+					m := c.wmsgs[i]
+					if len(m.Buffers) != sp.n {
+						t.Errorf("span %+v: %d iovecs", sp, len(m.Buffers))
+					}
+					if (len(m.OOB) > 0) != (sp.n > 1) {
+						t.Errorf("span %+v: OOB %x", sp, m.OOB)
+					}
+					if sp.n > 1 {
+						if seg := binary.NativeEndian.Uint16(m.OOB[unix.CmsgLen(0):]); int(seg) != sp.seg {
+							t.Errorf("span %+v: UDP_SEGMENT %d", sp, seg)
+						}
+					}
+					sp.first += off
+					got = append(got, sp)
+				}
+				last := c.wspan[n-1]
+				off += last.first + last.n
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("spans %v, want %v", got, tc.want)
+			}
+		})
+	}
+	t.Run("batch-limit", func(t *testing.T) {
+		small := listen(t, "127.0.0.1:0", UDPConfig{BatchSize: 4})
+		small.gso.Store(true)
+		ds := make([]Datagram, 10)
+		for i := range ds {
+			ds[i] = Datagram{Addr: a, Buf: make([]byte, 10)}
+		}
+		if n := small.pack(ds); n != 1 || small.wspan[0].n != 10 {
+			t.Errorf("equal datagrams: %d messages, first %+v; want 1 of 10 datagrams", n, small.wspan[0])
+		}
+		small.gso.Store(false)
+		if n := small.pack(ds); n != 4 || small.wspan[3].first != 3 {
+			t.Errorf("without GSO: %d messages, last %+v; want 4 of one datagram", n, small.wspan[n-1])
+		}
+		small.gso.Store(true)
+		for i := range ds {
+			ds[i].Buf = make([]byte, 10+i)
+		}
+		if n := small.pack(ds); n != 4 {
+			t.Errorf("distinct datagrams: %d messages, want 4", n)
+		}
+	})
+}
+
+func TestGROSegmentSize(t *testing.T) {
+	cmsg := func(level, typ int32, data []byte) []byte {
+		b := make([]byte, unix.CmsgSpace(len(data)))
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+		h.Level, h.Type = level, typ
+		h.SetLen(unix.CmsgLen(len(data)))
+		copy(b[unix.CmsgLen(0):], data)
+		return b
+	}
+	i32 := make([]byte, 4)
+	binary.NativeEndian.PutUint32(i32, 1200)
+	other := cmsg(unix.SOL_SOCKET, unix.SCM_TIMESTAMP, make([]byte, 16))
+	for _, tc := range []struct {
+		name string
+		oob  []byte
+		want int
+	}{
+		{"none", nil, 0},
+		{"gro", cmsg(unix.SOL_UDP, unix.UDP_GRO, i32), 1200},
+		{"after-other", append(other, cmsg(unix.SOL_UDP, unix.UDP_GRO, i32)...), 1200},
+		{"other-only", other, 0},
+		{"truncated", cmsg(unix.SOL_UDP, unix.UDP_GRO, i32)[:unix.SizeofCmsghdr+1], 0},
+	} {
+		if got := groSegmentSize(tc.oob); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// sendFault wraps a conn's sendmmsg with a fault injector, which is
+// handed the messages and the real send.
+func sendFault(c *UDPConn, f func(ms []ipv4.Message, send func([]ipv4.Message) (int, error)) (int, error)) {
+	real := c.sendmsgs
+	c.sendmsgs = func(ms []ipv4.Message) (int, error) { return f(ms, real) }
+}
+
+// errnoErr wraps e the way x/net reports a failed sendmmsg.
+func errnoErr(e unix.Errno) error {
+	return &net.OpError{Op: "write", Net: "udp", Err: os.NewSyscallError("sendmmsg", e)}
+}
+
+// failFirstGSO sends the messages before the first GSO message, then fails
+// with e as the kernel would; when is consulted for each GSO message.
+func failFirstGSO(e unix.Errno, when func(m *ipv4.Message) bool) func([]ipv4.Message, func([]ipv4.Message) (int, error)) (int, error) {
+	return func(ms []ipv4.Message, send func([]ipv4.Message) (int, error)) (int, error) {
+		for i := range ms {
+			if len(ms[i].OOB) > 0 && when(&ms[i]) {
+				n := 0
+				if i > 0 {
+					var err error
+					if n, err = send(ms[:i]); err != nil || n < i {
+						return n, err
+					}
+				}
+				return n, errnoErr(e)
+			}
+		}
+		return send(ms)
+	}
+}
+
+func gsoSender(t *testing.T) *UDPConn {
+	t.Helper()
+	c := listen(t, "127.0.0.1:0", UDPConfig{})
+	if !c.Stats().GSOEnabled {
+		t.Skip("kernel lacks UDP GSO")
+	}
+	return c
+}
+
+// TestGSOFallbackEIO: a device without checksum offload fails GSO sends
+// with EIO. GSO must switch off for good and the batch still arrive.
+func TestGSOFallbackEIO(t *testing.T) {
+	for _, e := range []unix.Errno{unix.EIO, unix.EINVAL} {
+		t.Run(e.Error(), func(t *testing.T) {
+			src := gsoSender(t)
+			dst := listen(t, "127.0.0.1:0", UDPConfig{})
+			sendFault(src, failFirstGSO(e, func(*ipv4.Message) bool { return true }))
+			roundTrip(t, src, dst, dst.LocalAddr())
+			if s := src.Stats(); s.GSOEnabled || s.GSOSends != 0 {
+				t.Errorf("after %v: GSO enabled %v, %d GSO sends; want off, 0", e, s.GSOEnabled, s.GSOSends)
+			}
+		})
+	}
+}
+
+// TestGSOFallbackEMSGSIZE: a path MTU below the segment size fails that
+// GSO send with EMSGSIZE. The segment cap must drop below it while GSO
+// stays on for smaller datagrams, and the batch still arrive.
+func TestGSOFallbackEMSGSIZE(t *testing.T) {
+	src := gsoSender(t)
+	dst := listen(t, "127.0.0.1:0", UDPConfig{})
+	const mtuPayload = 1000
+	sendFault(src, failFirstGSO(unix.EMSGSIZE, func(m *ipv4.Message) bool {
+		return len(m.Buffers[0]) > mtuPayload
+	}))
+	roundTrip(t, src, dst, dst.LocalAddr())
+	s := src.Stats()
+	if !s.GSOEnabled || s.GSOSends == 0 {
+		t.Errorf("GSO enabled %v with %d sends; want on and used", s.GSOEnabled, s.GSOSends)
+	}
+	if src.gsoMaxSeg > mtuPayload {
+		t.Errorf("segment cap %d, want at most %d", src.gsoMaxSeg, mtuPayload)
+	}
+}
+
+// TestPartialWrites: sendmmsg may accept fewer messages than offered;
+// WriteBatch must carry on with the rest.
+func TestPartialWrites(t *testing.T) {
+	for _, oc := range offloadCases {
+		t.Run(oc.name, func(t *testing.T) {
+			src := listen(t, "127.0.0.1:0", oc.sendCfg)
+			dst := listen(t, "127.0.0.1:0", oc.recvCfg)
+			calls := 0
+			sendFault(src, func(ms []ipv4.Message, send func([]ipv4.Message) (int, error)) (int, error) {
+				calls++
+				return send(ms[:1])
+			})
+			roundTrip(t, src, dst, dst.LocalAddr())
+			if calls == 0 {
+				t.Fatal("fault injector never called")
+			}
+		})
+	}
+}
+
+// TestSendErrors: an errno that concerns one datagram drops it and goes
+// on; any other fails WriteBatch.
+func TestSendErrors(t *testing.T) {
+	src := listen(t, "127.0.0.1:0", UDPConfig{DisableGSO: true})
+	dst := listen(t, "127.0.0.1:0", UDPConfig{})
+	out, stop := startReader(t, dst, 4)
+	defer stop()
+
+	var failAt = 1
+	fault := unix.EHOSTUNREACH
+	sendFault(src, func(ms []ipv4.Message, send func([]ipv4.Message) (int, error)) (int, error) {
+		if failAt < 0 || failAt >= len(ms) {
+			return send(ms)
+		}
+		i := failAt
+		failAt = -1
+		n := 0
+		if i > 0 {
+			var err error
+			if n, err = send(ms[:i]); err != nil || n < i {
+				return n, err
+			}
+		}
+		return n, errnoErr(fault)
+	})
+	batch := make([]Datagram, 3)
+	for i := range batch {
+		batch[i] = Datagram{Addr: dst.LocalAddr(), Buf: make([]byte, 10+i)}
+		fill(batch[i].Buf, uint32(i))
+	}
+	if err := src.WriteBatch(batch); err != nil {
+		t.Fatalf("WriteBatch with an unreachable datagram: %v", err)
+	}
+	for _, want := range []uint32{0, 2} {
+		select {
+		case d := <-out:
+			if s, err := check(d.buf); err != nil || s != want {
+				t.Fatalf("got seq %d (%v), want %d", s, err, want)
+			}
+		case <-time.After(waitTimeout):
+			t.Fatalf("seq %d missing", want)
+		}
+	}
+	if s := src.Stats(); s.SendDrops != 1 || s.DatagramsSent != 2 {
+		t.Errorf("drops %d, sent %d; want 1, 2", s.SendDrops, s.DatagramsSent)
+	}
+
+	failAt, fault = 0, unix.EBADF
+	if err := src.WriteBatch(batch); !errors.Is(err, unix.EBADF) {
+		t.Fatalf("WriteBatch on a failing socket: %v, want EBADF", err)
+	}
+}
+
+// TestReceiveTruncated: an IPv6 datagram larger than MaxDatagram does not
+// fit a caller's buffer; it is dropped and counted, and the next one
+// delivered.
+func TestReceiveTruncated(t *testing.T) {
+	for _, oc := range offloadCases {
+		t.Run(oc.name, func(t *testing.T) {
+			src := listenOrSkip(t, "[::1]:0", oc.sendCfg)
+			dst := listenOrSkip(t, "[::1]:0", oc.recvCfg)
+			out, stop := startReader(t, dst, 4)
+			defer stop()
+			big := make([]byte, MaxDatagram+13)
+			small := make([]byte, 100)
+			fill(small, 7)
+			if err := src.WriteBatch([]Datagram{{Addr: dst.LocalAddr(), Buf: big}, {Addr: dst.LocalAddr(), Buf: small}}); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case d := <-out:
+				if s, err := check(d.buf); err != nil || s != 7 || len(d.buf) != len(small) {
+					t.Fatalf("got seq %d, %d bytes (%v); want the 100-byte seq 7", s, len(d.buf), err)
+				}
+			case <-time.After(waitTimeout):
+				t.Fatal("datagram after the oversized one missing")
+			}
+			if s := dst.Stats(); s.ReceiveDrops != 1 || s.DatagramsReceived != 1 {
+				t.Errorf("receive drops %d, received %d; want 1, 1", s.ReceiveDrops, s.DatagramsReceived)
+			}
+		})
+	}
+}
+
+// TestWriteBatchAllocs: the send path allocates nothing, with or without
+// GSO.
+func TestWriteBatchAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	for _, oc := range offloadCases {
+		t.Run(oc.name, func(t *testing.T) {
+			src := listen(t, "127.0.0.1:0", oc.sendCfg)
+			dst := listen(t, "127.0.0.1:0", UDPConfig{SocketBuffer: 1 << 20})
+			ds := benchBatch(dst.LocalAddr())
+			ds = append(ds, ds[:10]...) // a second run and more than one sendmmsg
+			if a := testing.AllocsPerRun(50, func() {
+				if err := src.WriteBatch(ds); err != nil {
+					t.Fatal(err)
+				}
+			}); a != 0 {
+				t.Errorf("WriteBatch: %v allocs per call, want 0", a)
+			}
+		})
+	}
+}

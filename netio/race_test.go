@@ -1,0 +1,7 @@
+//go:build linux && race
+
+package netio
+
+// raceEnabled reports whether the race detector is on; it allocates, so
+// allocation counts are not meaningful under it.
+const raceEnabled = true

@@ -1,0 +1,198 @@
+package netio
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/netip"
+	"os"
+	"strconv"
+	"sync/atomic"
+)
+
+// Defaults applied by ListenUDP to zero-valued UDPConfig fields.
+const (
+	// DefaultBatchSize is the number of datagrams per ReadBatch/WriteBatch
+	// system call when UDPConfig.BatchSize is zero.
+	DefaultBatchSize = 64
+	// MaxBatchSize is the largest UDPConfig.BatchSize accepted; it is the
+	// kernel's limit on messages per recvmmsg/sendmmsg call (UIO_MAXIOV).
+	MaxBatchSize = 1024
+	// DefaultSocketBuffer is the kernel receive and send buffer size
+	// requested when UDPConfig.SocketBuffer is zero, in bytes.
+	DefaultSocketBuffer = 8 << 20
+)
+
+// EnvDisableGSO names the environment variable that, when set to a true
+// value accepted by strconv.ParseBool ("1", "true", ...), disables both UDP
+// GSO and GRO for every UDPConn opened afterwards, whatever UDPConfig says.
+// It exists to rule offloads in or out when diagnosing a host.
+const EnvDisableGSO = "NDMA_DISABLE_GSO"
+
+var (
+	// ErrInvalidConfig is wrapped by the error ListenUDP returns for a
+	// UDPConfig that fails validation, and by the error for a malformed
+	// EnvDisableGSO value.
+	ErrInvalidConfig = errors.New("netio: invalid UDP configuration")
+	// ErrShortBuffer is wrapped by the error ReadBatch returns when a
+	// Datagram's Buf has capacity below MaxDatagram.
+	ErrShortBuffer = errors.New("netio: receive buffer capacity below MaxDatagram")
+	// ErrUnsupportedAddr is wrapped by the error WriteBatch returns when a
+	// destination is invalid or of an address family the socket cannot
+	// reach (an IPv6 destination on an IPv4 socket). Nothing in that batch
+	// is sent.
+	ErrUnsupportedAddr = errors.New("netio: unsupported destination address")
+)
+
+// UDPConfig configures ListenUDP. The zero value is ready to use; each
+// field documents its zero-value default.
+type UDPConfig struct {
+	// BatchSize is the largest number of messages per recvmmsg/sendmmsg
+	// system call (one datagram each, except that with GSO or GRO a
+	// message carries up to 64), and what BatchSize() reports. Zero means
+	// DefaultBatchSize (64); at most MaxBatchSize.
+	BatchSize int
+	// SocketBuffer is the size requested for both the kernel receive
+	// (SO_RCVBUF) and send (SO_SNDBUF) buffers, in bytes. Zero means
+	// DefaultSocketBuffer (8 MiB). On Linux the ...FORCE variants are tried
+	// first so that root can exceed net.core.rmem_max/wmem_max; if the
+	// kernel refuses, it silently falls back to the capped variants.
+	SocketBuffer int
+	// DisableGSO turns off UDP generic segmentation offload on send
+	// (Linux). False means GSO is used when the kernel supports it.
+	DisableGSO bool
+	// DisableGRO turns off UDP generic receive offload (Linux). False means
+	// GRO is used when the kernel supports it; the conn then receives into
+	// BatchSize internal 64 KiB buffers and copies each datagram into the
+	// caller's, instead of receiving into the caller's buffers directly.
+	DisableGRO bool
+	// Logger receives diagnostics (offload probing and fallbacks, dropped
+	// datagrams at debug level). Nil means discard.
+	Logger *slog.Logger
+}
+
+// validate reports the first invalid field of c.
+func (c *UDPConfig) validate() error {
+	switch {
+	case c.BatchSize < 0:
+		return fmt.Errorf("%w: BatchSize %d is negative", ErrInvalidConfig, c.BatchSize)
+	case c.BatchSize > MaxBatchSize:
+		return fmt.Errorf("%w: BatchSize %d exceeds %d", ErrInvalidConfig, c.BatchSize, MaxBatchSize)
+	case c.SocketBuffer < 0:
+		return fmt.Errorf("%w: SocketBuffer %d is negative", ErrInvalidConfig, c.SocketBuffer)
+	case c.SocketBuffer > math.MaxInt32:
+		return fmt.Errorf("%w: SocketBuffer %d exceeds %d bytes", ErrInvalidConfig, c.SocketBuffer, math.MaxInt32)
+	}
+	return nil
+}
+
+// withDefaults returns c with zero fields replaced by their defaults and
+// the EnvDisableGSO override applied. c must be valid.
+func (c UDPConfig) withDefaults() (UDPConfig, error) {
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.SocketBuffer == 0 {
+		c.SocketBuffer = DefaultSocketBuffer
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if v, ok := os.LookupEnv(EnvDisableGSO); ok && v != "" {
+		off, err := strconv.ParseBool(v)
+		if err != nil {
+			return c, fmt.Errorf("%w: %s=%q is not a boolean", ErrInvalidConfig, EnvDisableGSO, v)
+		}
+		if off {
+			c.DisableGSO = true
+			c.DisableGRO = true
+		}
+	}
+	return c, nil
+}
+
+// UDPStats is a snapshot of a UDPConn's counters. Datagram counts are of
+// individual UDP payloads, whether or not the kernel moved them coalesced;
+// byte counts are payload bytes, excluding IP and UDP headers.
+type UDPStats struct {
+	// DatagramsSent and BytesSent count datagrams the kernel accepted.
+	DatagramsSent uint64
+	BytesSent     uint64
+	// DatagramsReceived and BytesReceived count datagrams delivered to
+	// ReadBatch callers.
+	DatagramsReceived uint64
+	BytesReceived     uint64
+	// GSOSends counts send messages that carried more than one datagram as
+	// one UDP_SEGMENT super-datagram.
+	GSOSends uint64
+	// GROReceives counts received buffers in which the kernel had
+	// coalesced more than one datagram (UDP_GRO).
+	GROReceives uint64
+	// SendDrops counts datagrams WriteBatch dropped because the kernel
+	// refused that datagram (unreachable route, EMSGSIZE, ENOBUFS, a
+	// firewall's EPERM, ...), which WriteBatch treats as network loss.
+	SendDrops uint64
+	// ReceiveDrops counts datagrams discarded on receive because they did
+	// not fit the receive buffer (over MaxDatagram, possible over IPv6).
+	// A GRO buffer the kernel truncated counts once, however many
+	// datagrams it held.
+	ReceiveDrops uint64
+	// GSOEnabled reports whether sends currently use UDP GSO. It turns
+	// false for good if the kernel or device rejects a GSO send.
+	GSOEnabled bool
+	// GROEnabled reports whether the socket receives with UDP GRO.
+	GROEnabled bool
+}
+
+// udpCounters are a UDPConn's live counters. The reader and the writer
+// each add once per batch; Stats may load them from any goroutine.
+type udpCounters struct {
+	datagramsSent, bytesSent         atomic.Uint64
+	datagramsReceived, bytesReceived atomic.Uint64
+	gsoSends, groReceives            atomic.Uint64
+	sendDrops, receiveDrops          atomic.Uint64
+}
+
+func (c *udpCounters) snapshot() UDPStats {
+	return UDPStats{
+		DatagramsSent:     c.datagramsSent.Load(),
+		BytesSent:         c.bytesSent.Load(),
+		DatagramsReceived: c.datagramsReceived.Load(),
+		BytesReceived:     c.bytesReceived.Load(),
+		GSOSends:          c.gsoSends.Load(),
+		GROReceives:       c.groReceives.Load(),
+		SendDrops:         c.sendDrops.Load(),
+		ReceiveDrops:      c.receiveDrops.Load(),
+	}
+}
+
+// checkReadBufs returns an ErrShortBuffer error if any Buf in ds has
+// capacity below MaxDatagram.
+func checkReadBufs(ds []Datagram) error {
+	for i := range ds {
+		if c := cap(ds[i].Buf); c < MaxDatagram {
+			return fmt.Errorf("%w: ds[%d].Buf has capacity %d, need %d", ErrShortBuffer, i, c, MaxDatagram)
+		}
+	}
+	return nil
+}
+
+// checkDests returns an ErrUnsupportedAddr error if any destination in ds
+// is invalid, has port zero, or is IPv6 while the socket is IPv4-only.
+func checkDests(ds []Datagram, ipv4Only bool) error {
+	for i := range ds {
+		a := ds[i].Addr
+		ip := a.Addr()
+		if !ip.IsValid() || a.Port() == 0 || (ipv4Only && !ip.Unmap().Is4()) {
+			return fmt.Errorf("%w: ds[%d].Addr %v", ErrUnsupportedAddr, i, a)
+		}
+	}
+	return nil
+}
+
+// localAddrPort normalises a bound address: an IPv4-mapped IPv6 address is
+// reported as plain IPv4.
+func localAddrPort(a netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+}
