@@ -139,7 +139,6 @@ type Core struct {
 
 type inReq struct {
 	status wire.Status
-	old    uint64
 }
 
 // NewCore returns a core.

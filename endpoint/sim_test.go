@@ -52,20 +52,20 @@ const (
 // client runs a random workload against its own slots of the region and
 // checks every result against a model.
 type client struct {
-	t        *testing.T
-	id       int
-	core     *Core
-	server   netip.AddrPort
-	key      uint64
-	rng      *rand.Rand
-	model    [slotsPer][]byte
-	busy     [slotsPer]bool
-	casWord  uint64
-	remain   int
-	inflight int
-	added    uint64 // sum of this client's FetchAdds
+	t           *testing.T
+	id          int
+	core        *Core
+	server      netip.AddrPort
+	key         uint64
+	rng         *rand.Rand
+	model       [slotsPer][]byte
+	busy        [slotsPer]bool
+	casWord     uint64
+	remain      int
+	inflight    int
+	added       uint64 // sum of this client's FetchAdds
 	ok, refused int
-	seed     int64
+	seed        int64
 }
 
 func (c *client) base(slot int) uint64 {
