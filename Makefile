@@ -27,3 +27,4 @@ bench:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./wire
 	$(GO) test -run '^$$' -fuzz FuzzAck -fuzztime 30s ./wire
+	$(GO) test -run '^$$' -fuzz FuzzExec -fuzztime 30s ./memnode

@@ -28,10 +28,13 @@ type partialMsg struct {
 // peer is the per-peer sequence state inside a group context. Sender and
 // receiver halves are independent: each direction has its own PSN space.
 //
-// Size: the struct itself is about 300 bytes, plus the receive bitmap
-// (RecvWindow/8 bytes: 128 B at the default) and, only while packets are
-// in flight to the peer, a send ring of SendWindow 40-byte records that is
-// returned to a pool when the peer goes idle. See docs/ARCHITECTURE.md.
+// Size: the struct itself is 416 bytes on 64-bit platforms, plus the
+// receive bitmap (RecvWindow/8+8 bytes: 136 B at the default) once the
+// peer has sent data, the partial-message map while multi-packet messages
+// arrive, and — only while packets are in flight to the peer — a send ring
+// of SendWindow 48-byte records (48 KiB at the default) that goes back to
+// a pool when the peer is idle. TestPeerStateSize pins these numbers; see
+// docs/ARCHITECTURE.md.
 type peer struct {
 	e        *Engine
 	id       PeerID
