@@ -178,6 +178,12 @@ func (c *Core) Stats() Stats {
 // Outstanding is the number of operations posted and not yet completed.
 func (c *Core) Outstanding() int { return len(c.ops) }
 
+// Idle reports whether the core holds no operation, no message queued or
+// in flight, and no partially received request: nothing is retained.
+func (c *Core) Idle() bool {
+	return len(c.ops) == 0 && c.eng.Pending() == 0 && len(c.inStatus) == 0
+}
+
 func (op *Op) fail(err error) {
 	op.Err = &OpError{Kind: op.Kind, Peer: op.Peer, Key: op.Key, Addr: op.Addr, Err: err}
 }

@@ -126,6 +126,12 @@ func (ep *Endpoint) pumpLocked(now time.Time) {
 		var out []netio.Datagram
 		var done []*Op
 		out, done, next = ep.core.Poll(now, ep.out[:0])
+		// Wake waiters before the send syscall: their results are final,
+		// and what is left to send (ACKs, retransmissions) no longer
+		// matters to them.
+		for _, op := range done {
+			signal(op)
+		}
 		if len(out) > 0 {
 			if err := ep.conn.WriteBatch(out); err != nil && !ep.closed {
 				ep.log.Warn("endpoint: write", "err", err)
@@ -133,9 +139,6 @@ func (ep *Endpoint) pumpLocked(now time.Time) {
 		}
 		clear(out)
 		ep.out = out[:0]
-		for _, op := range done {
-			signal(op)
-		}
 		if next.IsZero() || next.After(now) {
 			break
 		}

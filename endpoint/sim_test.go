@@ -256,6 +256,25 @@ func runWorkload(t *testing.T, seed int64, l simnet.LinkConfig, clients, opsEach
 	if err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
 	}
+	// Nothing may be retained once the work is done: every request and
+	// response acknowledged, no op or partial request left behind.
+	cores := []*Core{srvCore}
+	for _, c := range cs {
+		cores = append(cores, c.core)
+	}
+	if err := net.RunUntil(func() bool {
+		for _, c := range cores {
+			if !c.Idle() {
+				return false
+			}
+		}
+		return true
+	}, time.Hour); err != nil {
+		t.Fatalf("seed %d: state left behind: %v", seed, err)
+	}
+	if len(pend) != 0 {
+		t.Fatalf("seed %d: %d ops never completed", seed, len(pend))
+	}
 	var sum uint64
 	total := 0
 	for _, c := range cs {

@@ -378,6 +378,9 @@ func (e *Engine) putRing(r []pktRec) {
 	}
 }
 
+// Pending returns the number of outgoing messages queued or in flight.
+func (e *Engine) Pending() int { return e.nmsgs }
+
 // Peers returns the number of peers with state.
 func (e *Engine) Peers() int { return e.npeers }
 
