@@ -139,7 +139,12 @@ type Core struct {
 
 type inReq struct {
 	status wire.Status
+	last   time.Time
 }
+
+// maxInRequests bounds the multi-packet requests being received; stale
+// ones (their sender gave up) are swept when the bound is reached.
+const maxInRequests = 1 << 16
 
 // NewCore returns a core.
 func NewCore(cfg Config) (*Core, error) {
@@ -319,9 +324,13 @@ func (c *Core) serve(now time.Time, d *transport.Delivery) {
 		k := inKey{d.Peer, h.MsgID}
 		r := c.inStatus[k]
 		if r == nil {
+			if len(c.inStatus) >= maxInRequests {
+				c.sweepInRequests(now)
+			}
 			r = &inReq{}
 			c.inStatus[k] = r
 		}
+		r.last = now
 		if r.status == wire.StatusOK {
 			r.status = st
 		}
@@ -346,7 +355,20 @@ func (c *Core) serve(now time.Time, d *transport.Delivery) {
 	if _, err := c.eng.Send(d.Peer, &rh, payload, 0); err != nil {
 		c.stats.ResponsesDropped++
 	}
-	_ = now
+}
+
+// sweepInRequests forgets partially received requests idle for longer
+// than the transport's dead-peer timeout (the default if unset).
+func (c *Core) sweepInRequests(now time.Time) {
+	idle := c.cfg.Transport.DeadTimeout
+	if idle == 0 {
+		idle = transport.DefaultDeadTimeout
+	}
+	for k, r := range c.inStatus {
+		if now.Sub(r.last) > idle {
+			delete(c.inStatus, k)
+		}
+	}
 }
 
 // Poll returns datagrams to send, operations completed since the last
