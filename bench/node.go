@@ -1,0 +1,43 @@
+package bench
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/transport"
+)
+
+// Node is an in-process memory node: an endpoint on a loopback UDP socket
+// whose store holds one region that allows every operation.
+type Node struct {
+	EP   *endpoint.Endpoint
+	Key  uint64 // the region's key
+	Size int    // the region's size in bytes
+}
+
+// StartNode starts a memory node on 127.0.0.1 (an ephemeral port) with a
+// zeroed region of size bytes and a random key. mtu is the transport MTU
+// in bytes (zero means the transport's default). Close it when done.
+func StartNode(size, mtu int) (*Node, error) {
+	st, err := memnode.NewStore(memnode.Config{})
+	if err != nil {
+		return nil, err
+	}
+	key, err := st.Alloc(size, memnode.PermAll, 0)
+	if err != nil {
+		return nil, fmt.Errorf("bench: memory node region: %w", err)
+	}
+	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Store: st, Transport: transport.Config{MTU: mtu}}, endpoint.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("bench: memory node: %w", err)
+	}
+	return &Node{EP: ep, Key: key, Size: size}, nil
+}
+
+// Addr is the node's UDP address.
+func (n *Node) Addr() netip.AddrPort { return n.EP.LocalAddr() }
+
+// Close shuts the node down.
+func (n *Node) Close() error { return n.EP.Close() }
