@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/memnode/memd"
+	"github.com/ndma/ndma/transport"
+)
+
+// memdFlags are the flags of `ndma memd`.
+type memdFlags struct {
+	listen   string
+	size     string
+	perm     string
+	keyFile  string
+	metrics  string
+	mtu      int
+	logLevel string
+	jsonLogs bool
+}
+
+// memdFlagNames maps memd.Config fields to the flags that set them, so
+// that errors from memd.Start name the flag the user typed.
+var memdFlagNames = map[string]string{
+	"Listen":      "--listen",
+	"Size":        "--size",
+	"Perm":        "--perm",
+	"KeyFile":     "--key-file",
+	"MetricsAddr": "--metrics",
+	"MTU":         "--mtu",
+}
+
+func init() {
+	var f memdFlags
+	cmd := &cobra.Command{
+		Use:   "memd",
+		Short: "Run a memory node: serve one-sided operations on memory regions over UDP",
+		Long: `memd runs an NDMA memory node. It exposes memory regions to peers' one-sided
+READ, WRITE, compare-and-swap, fetch-and-add and vector operations over UDP.
+
+Without --key-file it creates one region of --size bytes with permissions
+--perm under a random key; with --key-file it creates the regions the file
+lists (lines of "<hex key> <size> <perm>"). The listening address and each
+region's key, size and permissions are printed on stdout; logs go to stderr.
+SIGINT or SIGTERM shuts the node down gracefully.`,
+		Example: `  ndma memd --listen 127.0.0.1:7470 --size 1GiB
+  ndma memd --key-file keys.txt --metrics 127.0.0.1:9470 --json-logs`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runMemd(cmd, &f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.listen, "listen", memd.DefaultListen, "UDP `address` to serve on (host:port)")
+	fl.StringVar(&f.size, "size", "64MiB", "size of the region without --key-file: bytes, or with a unit KiB, MiB, GiB, KB, MB, GB")
+	fl.StringVar(&f.perm, "perm", "rwav", "permissions of the region without --key-file: r(ead) w(rite) a(tomic) v(ector)")
+	fl.StringVar(&f.keyFile, "key-file", "", "`file` listing the regions to expose (\"<hex key> <size> <perm>\" per line) instead of --size and --perm")
+	fl.StringVar(&f.metrics, "metrics", "", "TCP `address` to serve Prometheus metrics on at /metrics (default: none)")
+	fl.IntVar(&f.mtu, "mtu", transport.DefaultMTU, fmt.Sprintf("largest datagram to send, in bytes, header included (%d to %d)", memd.MinMTU, memd.MaxMTU))
+	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fl.BoolVar(&f.jsonLogs, "json-logs", false, "write logs to stderr as JSON instead of text")
+	cmd.MarkFlagsMutuallyExclusive("key-file", "size")
+	cmd.MarkFlagsMutuallyExclusive("key-file", "perm")
+	rootCmd.AddCommand(cmd)
+}
+
+func runMemd(cmd *cobra.Command, f *memdFlags) error {
+	cfg, err := f.config(cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	srv, err := memd.Start(cfg)
+	if err != nil {
+		if fe, ok := errors.AsType[*memd.FieldError](err); ok {
+			if name, ok := memdFlagNames[fe.Field]; ok {
+				return fmt.Errorf("%s: %w", name, fe.Err)
+			}
+		}
+		return err
+	}
+	printMemd(cmd.OutOrStdout(), srv)
+
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return srv.Run(ctx)
+}
+
+// config turns the flags into a memd.Config whose logger writes to logw.
+func (f *memdFlags) config(logw io.Writer) (memd.Config, error) {
+	var level slog.Level
+	switch f.logLevel {
+	case "debug":
+		level = slog.LevelDebug
+	case "info":
+		level = slog.LevelInfo
+	case "warn":
+		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	default:
+		return memd.Config{}, fmt.Errorf("--log-level: %q: want debug, info, warn or error", f.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(logw, opts)
+	if f.jsonLogs {
+		h = slog.NewJSONHandler(logw, opts)
+	}
+	cfg := memd.Config{
+		Listen:      f.listen,
+		KeyFile:     f.keyFile,
+		MetricsAddr: f.metrics,
+		MTU:         f.mtu,
+		Logger:      slog.New(h),
+	}
+	if f.keyFile == "" {
+		size, err := memnode.ParseSize(f.size)
+		if err != nil {
+			return memd.Config{}, fmt.Errorf("--size: %w", err)
+		}
+		if size <= 0 {
+			return memd.Config{}, fmt.Errorf("--size: %q: a region needs at least 1 byte", f.size)
+		}
+		perm, err := memnode.ParsePerm(f.perm)
+		if err != nil {
+			return memd.Config{}, fmt.Errorf("--perm: %w", err)
+		}
+		if perm == 0 {
+			return memd.Config{}, fmt.Errorf("--perm: %q allows nothing", f.perm)
+		}
+		cfg.Size, cfg.Perm = size, perm
+	}
+	return cfg, nil
+}
+
+// printMemd writes what a client needs to reach the node: its address and
+// each region's key, size and permissions.
+func printMemd(w io.Writer, srv *memd.Server) {
+	fmt.Fprintf(w, "listen   %v (UDP, MTU %d bytes)\n", srv.Addr(), srv.MTU())
+	if a := srv.MetricsAddr(); a != "" {
+		fmt.Fprintf(w, "metrics  http://%s/metrics\n", a)
+	}
+	for _, r := range srv.Regions() {
+		fmt.Fprintf(w, "region   key %s  size %s (%d bytes)  perm %v\n", memd.FormatKey(r.Key), formatSize(int64(r.Size)), r.Size, r.Perm)
+	}
+}
+
+// formatSize writes n bytes with the largest binary unit that divides it
+// exactly, in memnode.ParseSize's syntax.
+func formatSize(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.mult && n%u.mult == 0 {
+			return fmt.Sprintf("%d%s", n/u.mult, u.suffix)
+		}
+	}
+	return fmt.Sprintf("%dB", n)
+}

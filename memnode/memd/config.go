@@ -1,0 +1,139 @@
+package memd
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/wire"
+)
+
+// Defaults applied by Start to zero-valued Config fields.
+const (
+	// DefaultPort is the UDP port a memory node listens on when
+	// Config.Listen is empty: 7470.
+	DefaultPort = 7470
+	// DefaultListen is the listen address used when Config.Listen is
+	// empty: every interface, port DefaultPort.
+	DefaultListen = ":7470"
+	// DefaultSize is the size of the single region created when there is
+	// no key file and Config.Size is zero, in bytes (64 MiB).
+	DefaultSize = 64 << 20
+)
+
+// MinMTU and MaxMTU bound Config.MTU, in bytes: a datagram must hold the
+// 96-byte header and at least 64 bytes of payload, and fit one UDP
+// datagram.
+const (
+	MinMTU = wire.HeaderLen + 64
+	MaxMTU = netio.MaxDatagram
+)
+
+// Config configures a memory node. Every field's zero value selects the
+// documented default; Start validates the result.
+type Config struct {
+	// Listen is the UDP address to serve on, "host:port". Empty means
+	// DefaultListen (":7470", every interface). Port 0 picks a free port;
+	// Server.Addr reports it.
+	Listen string
+
+	// Size is the size of the single region created when KeyFile is
+	// empty, in bytes, 1 to memnode.MaxRegionSize (1 TiB). Zero means
+	// DefaultSize (64 MiB). Must be zero when KeyFile is set.
+	Size int64
+
+	// Perm is what the single region created when KeyFile is empty
+	// allows. Zero means memnode.PermAll. Must be zero when KeyFile is
+	// set (the key file gives each region its own permissions).
+	Perm memnode.Perm
+
+	// KeyFile, if not empty, names a file in memnode.LoadKeyFile's format
+	// listing the regions to expose, with their keys, sizes and
+	// permissions; it must list at least one region. Empty means one
+	// region of Size bytes with permissions Perm under a random key.
+	KeyFile string
+
+	// MetricsAddr, if not empty, is a TCP address ("127.0.0.1:9470") on
+	// which Prometheus metrics are served over HTTP at /metrics. Empty
+	// means no metrics listener. Port 0 picks a free port;
+	// Server.MetricsAddr reports it.
+	MetricsAddr string
+
+	// MTU is the largest datagram the node sends, in bytes, header
+	// included, MinMTU to MaxMTU. Zero means the transport's default
+	// (transport.DefaultMTU, 9000).
+	MTU int
+
+	// Logger receives the startup and shutdown lines and warnings. Nil
+	// discards.
+	Logger *slog.Logger
+}
+
+// ErrConfig is wrapped by the error Start returns for an invalid Config
+// field value (inside a *FieldError naming the field).
+var ErrConfig = errors.New("invalid value")
+
+// FieldError is the error Start returns when a Config field is invalid
+// (wrapping ErrConfig) or could not be put to use: a listen address already
+// in use, a key file that cannot be read or parsed (wrapping the
+// *memnode.KeyFileError), regions the store refuses. Field is the Config
+// field's name, such as "Listen" or "KeyFile".
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return fmt.Sprintf("memd: %s: %v", e.Field, e.Err) }
+
+// Unwrap returns the cause.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+func invalid(field, format string, a ...any) error {
+	return &FieldError{Field: field, Err: fmt.Errorf("%w: "+format, append([]any{ErrConfig}, a...)...)}
+}
+
+// validate checks c and fills in defaults.
+func (c *Config) validate() error {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return invalid("Listen", "%q: %v", c.Listen, err)
+	}
+	if c.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			return invalid("MetricsAddr", "%q: %v", c.MetricsAddr, err)
+		}
+	}
+	if c.KeyFile != "" {
+		if c.Size != 0 {
+			return invalid("Size", "%d bytes given together with a key file, which sets the region sizes", c.Size)
+		}
+		if c.Perm != 0 {
+			return invalid("Perm", "%v given together with a key file, which sets the region permissions", c.Perm)
+		}
+	}
+	if c.Size < 0 || c.Size > memnode.MaxRegionSize || c.Size > math.MaxInt {
+		return invalid("Size", "%d bytes (want 1 to %d)", c.Size, int64(min(memnode.MaxRegionSize, math.MaxInt)))
+	}
+	if c.Size == 0 && c.KeyFile == "" {
+		c.Size = DefaultSize
+	}
+	if c.Perm&^memnode.PermAll != 0 {
+		return invalid("Perm", "unknown bits in %v", c.Perm)
+	}
+	if c.Perm == 0 && c.KeyFile == "" {
+		c.Perm = memnode.PermAll
+	}
+	if c.MTU != 0 && (c.MTU < MinMTU || c.MTU > MaxMTU) {
+		return invalid("MTU", "%d bytes (want %d to %d)", c.MTU, MinMTU, MaxMTU)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}

@@ -1,0 +1,155 @@
+package memd
+
+import (
+	"log/slog"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metricPrefix starts the name of every memd metric.
+const metricPrefix = "ndma_memd_"
+
+// metric is one value the collector exports, read from a Stats snapshot.
+type metric struct {
+	desc *prometheus.Desc
+	kind prometheus.ValueType
+	val  func(s *Server, st *Stats) float64
+}
+
+func counter(name, help string, labels prometheus.Labels, val func(st *Stats) uint64) metric {
+	return metric{
+		desc: prometheus.NewDesc(metricPrefix+name, help, nil, labels),
+		kind: prometheus.CounterValue,
+		val:  func(_ *Server, st *Stats) float64 { return float64(val(st)) },
+	}
+}
+
+func gauge(name, help string, val func(s *Server, st *Stats) float64) metric {
+	return metric{desc: prometheus.NewDesc(metricPrefix+name, help, nil, nil), kind: prometheus.GaugeValue, val: val}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// metrics is the table of everything a scrape exports.
+var metrics = []metric{
+	counter("requests_total", "Requests executed, by result: served (status ok) or refused (any other status).",
+		prometheus.Labels{"result": "served"}, func(st *Stats) uint64 { return st.Endpoint.RequestsServed }),
+	counter("requests_total", "Requests executed, by result: served (status ok) or refused (any other status).",
+		prometheus.Labels{"result": "refused"}, func(st *Stats) uint64 { return st.Endpoint.RequestsRefused }),
+	counter("responses_dropped_total", "Responses not sent because the transport's send queue was full.",
+		nil, func(st *Stats) uint64 { return st.Endpoint.ResponsesDropped }),
+	counter("unmatched_responses_total", "Response packets received that match no outstanding operation.",
+		nil, func(st *Stats) uint64 { return st.Endpoint.UnmatchedResponses }),
+
+	counter("packets_sent_total", "Data packets sent, retransmissions included.",
+		nil, func(st *Stats) uint64 { return st.Endpoint.Transport.PacketsSent }),
+	counter("packets_received_total", "Data packets received, duplicates included.",
+		nil, func(st *Stats) uint64 { return st.Endpoint.Transport.PacketsReceived }),
+	counter("packets_retransmitted_total", "Data packets sent again after a timeout or a loss report.",
+		nil, func(st *Stats) uint64 { return st.Endpoint.Transport.PacketsRetransmitted }),
+	counter("fast_retransmits_total", "Losses detected from acknowledgements rather than a timeout.",
+		nil, func(st *Stats) uint64 { return st.Endpoint.Transport.FastRetransmits }),
+	counter("retransmission_timeouts_total", "Retransmission timer expiries.",
+		nil, func(st *Stats) uint64 { return st.Endpoint.Transport.Timeouts }),
+	counter("payload_bytes_sent_total", "Payload bytes of data packets sent, retransmissions included.",
+		nil, func(st *Stats) uint64 { return st.Endpoint.Transport.BytesSent }),
+	counter("payload_bytes_received_total", "Payload bytes of new (not duplicate) data packets received.",
+		nil, func(st *Stats) uint64 { return st.Endpoint.Transport.BytesReceived }),
+	counter("acks_sent_total", "Acknowledgement frames sent, NACKs included.",
+		nil, func(st *Stats) uint64 { return st.Endpoint.Transport.AcksSent }),
+	counter("acks_received_total", "Acknowledgement frames received.",
+		nil, func(st *Stats) uint64 { return st.Endpoint.Transport.AcksReceived }),
+	counter("nacks_sent_total", "Acknowledgement frames sent that also asked for the gaps to be resent.",
+		nil, func(st *Stats) uint64 { return st.Endpoint.Transport.NacksSent }),
+	counter("duplicates_total", "Data packets received again and dropped.",
+		nil, func(st *Stats) uint64 { return st.Endpoint.Transport.Duplicates }),
+	counter("out_of_window_total", "Data packets dropped for arriving beyond the receive window.",
+		nil, func(st *Stats) uint64 { return st.Endpoint.Transport.OutOfWindow }),
+	counter("partial_overflow_total", "Data packets dropped because too many partial messages were being reassembled.",
+		nil, func(st *Stats) uint64 { return st.Endpoint.Transport.PartialOverflow }),
+	counter("malformed_total", "Datagrams dropped because they do not parse: short, wrong version, bad checksum, unknown fields, bad ACK frame.",
+		nil, func(st *Stats) uint64 { return st.Endpoint.Transport.Malformed }),
+	counter("unexpected_total", "Well-formed datagrams dropped: authentication requested, non-unicast mode, wrong destination, ACK from an unknown peer, peer table full.",
+		nil, func(st *Stats) uint64 { return st.Endpoint.Transport.Unexpected }),
+	counter("peers_dead_total", "Peers declared dead for acknowledging nothing for the dead timeout.",
+		nil, func(st *Stats) uint64 { return st.Endpoint.Transport.PeersDead }),
+	counter("messages_completed_total", "Outgoing messages fully acknowledged.",
+		nil, func(st *Stats) uint64 { return st.Endpoint.Transport.MessagesCompleted }),
+	counter("messages_failed_total", "Outgoing messages abandoned (peer dead).",
+		nil, func(st *Stats) uint64 { return st.Endpoint.Transport.MessagesFailed }),
+
+	counter("udp_datagrams_sent_total", "UDP datagrams the kernel accepted for sending.",
+		nil, func(st *Stats) uint64 { return st.UDP.DatagramsSent }),
+	counter("udp_datagrams_received_total", "UDP datagrams received.",
+		nil, func(st *Stats) uint64 { return st.UDP.DatagramsReceived }),
+	counter("udp_bytes_sent_total", "UDP payload bytes sent.",
+		nil, func(st *Stats) uint64 { return st.UDP.BytesSent }),
+	counter("udp_bytes_received_total", "UDP payload bytes received.",
+		nil, func(st *Stats) uint64 { return st.UDP.BytesReceived }),
+	counter("udp_send_drops_total", "Datagrams the kernel refused to send (treated as loss).",
+		nil, func(st *Stats) uint64 { return st.UDP.SendDrops }),
+	counter("udp_receive_drops_total", "Datagrams discarded on receive for not fitting the buffer.",
+		nil, func(st *Stats) uint64 { return st.UDP.ReceiveDrops }),
+	counter("udp_gso_sends_total", "Send calls that carried several datagrams with UDP GSO.",
+		nil, func(st *Stats) uint64 { return st.UDP.GSOSends }),
+	counter("udp_gro_receives_total", "Receive buffers in which the kernel had coalesced several datagrams (UDP GRO).",
+		nil, func(st *Stats) uint64 { return st.UDP.GROReceives }),
+	gauge("udp_gso_enabled", "1 if sends use UDP GSO, else 0.",
+		func(_ *Server, st *Stats) float64 { return b2f(st.UDP.GSOEnabled) }),
+	gauge("udp_gro_enabled", "1 if the socket receives with UDP GRO, else 0.",
+		func(_ *Server, st *Stats) float64 { return b2f(st.UDP.GROEnabled) }),
+
+	gauge("regions", "Memory regions the node exposes.",
+		func(s *Server, _ *Stats) float64 { return float64(len(s.regions)) }),
+	gauge("region_bytes", "Total size of the node's regions, in bytes.",
+		func(s *Server, _ *Stats) float64 { return float64(s.bytes) }),
+	gauge("mtu_bytes", "Largest datagram the node sends, in bytes.",
+		func(s *Server, _ *Stats) float64 { return float64(s.mtu) }),
+}
+
+// collector exports a Server's counters. It reads them when scraped, with
+// one Stats call, so the request path does no metric work at all.
+type collector struct{ s *Server }
+
+// Describe implements prometheus.Collector.
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for i := range metrics {
+		ch <- metrics[i].desc
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	st := c.s.Stats()
+	for i := range metrics {
+		m := &metrics[i]
+		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.val(c.s, &st))
+	}
+}
+
+// metricsHandler returns the /metrics handler over a private registry
+// holding the node's collector and the Go runtime and process collectors.
+func (s *Server) metricsHandler() (http.Handler, error) {
+	reg := prometheus.NewRegistry()
+	for _, c := range []prometheus.Collector{
+		collector{s},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		Registry: reg,
+	}), nil
+}

@@ -1,0 +1,283 @@
+package memd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/transport"
+)
+
+// ShutdownTimeout bounds how long Close waits for metrics scrapes in
+// progress to finish before it drops their connections.
+const ShutdownTimeout = 5 * time.Second
+
+// ErrNoRegions is the cause of the *FieldError for a key file that lists
+// no region.
+var ErrNoRegions = errors.New("key file lists no region")
+
+// Server is a running memory node. Create one with Start; all methods are
+// safe for concurrent use.
+type Server struct {
+	log     *slog.Logger
+	conn    *netio.UDPConn
+	ep      *endpoint.Endpoint
+	mtu     int
+	regions []memnode.RegionInfo // fixed after Start
+	bytes   int64                // total size of regions
+
+	http      *http.Server  // nil without a metrics listener
+	httpAddr  net.Addr      // the metrics listener's address
+	serveDone chan struct{} // closed when the metrics Serve returns
+	failed    chan error    // buffered 1: why the metrics server stopped on its own
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Stats is a snapshot of a Server's counters.
+type Stats struct {
+	// Endpoint holds the request and transport counters: requests
+	// served and refused, packets, retransmissions, malformed and
+	// unexpected datagrams dropped, and so on.
+	Endpoint endpoint.Stats
+	// UDP holds the socket's datagram counters.
+	UDP netio.UDPStats
+}
+
+// Start creates the node's regions, opens its UDP socket and, if
+// cfg.MetricsAddr is set, its metrics listener, and starts serving. An
+// invalid or unusable cfg is reported as a *FieldError. The caller must
+// Close the Server (or Run it) to release the socket and goroutines.
+func Start(cfg Config) (*Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	store, err := newStore(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := netio.ListenUDP(cfg.Listen, netio.UDPConfig{Logger: cfg.Logger})
+	if err != nil {
+		return nil, &FieldError{Field: "Listen", Err: err}
+	}
+	mtu := cfg.MTU
+	if mtu == 0 {
+		mtu = transport.DefaultMTU
+	}
+	// Read the region table before the endpoint owns the store: from
+	// then on only the endpoint's goroutines may touch it. The table
+	// does not change while the node runs.
+	regions := store.Regions()
+	var total int64
+	for _, r := range regions {
+		total += int64(r.Size)
+	}
+	ep, err := endpoint.New(conn, endpoint.Config{
+		Store:     store,
+		Transport: transport.Config{MTU: mtu},
+	}, endpoint.Options{Logger: cfg.Logger})
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("memd: %w", err)
+	}
+	s := &Server{
+		log:     cfg.Logger,
+		conn:    conn,
+		ep:      ep,
+		mtu:     mtu,
+		regions: regions,
+		bytes:   total,
+	}
+	if cfg.MetricsAddr != "" {
+		if err := s.startMetrics(cfg.MetricsAddr); err != nil {
+			ep.Close()
+			return nil, err
+		}
+	}
+	attrs := []any{"addr", s.Addr().String(), "mtu", mtu, "regions", len(regions), "region_bytes", total}
+	if s.httpAddr != nil {
+		attrs = append(attrs, "metrics", "http://"+s.httpAddr.String()+"/metrics")
+	}
+	s.log.Info("memd: serving", attrs...)
+	for _, r := range regions {
+		s.log.Info("memd: region", "key", FormatKey(r.Key), "size", r.Size, "perm", r.Perm.String())
+	}
+	return s, nil
+}
+
+// newStore builds the store cfg describes: the key file's regions, or one
+// region of cfg.Size bytes under a random key.
+func newStore(cfg *Config) (*memnode.Store, error) {
+	if cfg.KeyFile == "" {
+		st, err := memnode.NewStore(memnode.Config{MaxRegions: 1})
+		if err != nil {
+			return nil, fmt.Errorf("memd: %w", err)
+		}
+		// Key 0 draws a random key from crypto/rand. make gives lazily
+		// mapped zero pages, so a large region costs no memory up front.
+		if _, err := st.Alloc(int(cfg.Size), cfg.Perm, 0); err != nil {
+			return nil, &FieldError{Field: "Size", Err: err}
+		}
+		return st, nil
+	}
+	keyErr := func(err error) error {
+		return &FieldError{Field: "KeyFile", Err: fmt.Errorf("%s: %w", cfg.KeyFile, err)}
+	}
+	f, err := os.Open(cfg.KeyFile)
+	if err != nil {
+		return nil, &FieldError{Field: "KeyFile", Err: err}
+	}
+	specs, err := memnode.LoadKeyFile(f)
+	f.Close()
+	if err != nil {
+		return nil, keyErr(err)
+	}
+	if len(specs) == 0 {
+		return nil, keyErr(ErrNoRegions)
+	}
+	st, err := memnode.NewStore(memnode.Config{MaxRegions: len(specs)})
+	if err != nil {
+		return nil, fmt.Errorf("memd: %w", err)
+	}
+	for _, sp := range specs {
+		if sp.Size > math.MaxInt {
+			return nil, keyErr(fmt.Errorf("key %s: %w: %d bytes exceed this platform's int", FormatKey(sp.Key), memnode.ErrBadSize, sp.Size))
+		}
+		if _, err := st.Alloc(int(sp.Size), sp.Perm, sp.Key); err != nil {
+			return nil, keyErr(fmt.Errorf("key %s: %w", FormatKey(sp.Key), err))
+		}
+	}
+	return st, nil
+}
+
+// FormatKey writes a region key the way memd prints it: "0x" and 16
+// lowercase hexadecimal digits. memnode.LoadKeyFile and
+// strconv.ParseUint(s, 0, 64) read it back.
+func FormatKey(key uint64) string { return fmt.Sprintf("0x%016x", key) }
+
+func (s *Server) startMetrics(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return &FieldError{Field: "MetricsAddr", Err: err}
+	}
+	h, err := s.metricsHandler()
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("memd: metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	s.http = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	s.httpAddr = ln.Addr()
+	s.serveDone = make(chan struct{})
+	s.failed = make(chan error, 1)
+	go s.serveMetrics(ln)
+	return nil
+}
+
+func (s *Server) serveMetrics(ln net.Listener) {
+	defer close(s.serveDone)
+	err := s.http.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return
+	}
+	err = fmt.Errorf("memd: metrics server: %w", err)
+	s.log.Error("memd: metrics server stopped", "err", err)
+	s.failed <- err
+}
+
+// Addr is the UDP address the node serves on.
+func (s *Server) Addr() netip.AddrPort { return s.conn.LocalAddr() }
+
+// MetricsAddr is the metrics listener's TCP address ("127.0.0.1:9470"),
+// or "" when Config.MetricsAddr was empty.
+func (s *Server) MetricsAddr() string {
+	if s.httpAddr == nil {
+		return ""
+	}
+	return s.httpAddr.String()
+}
+
+// MTU is the largest datagram the node sends, in bytes.
+func (s *Server) MTU() int { return s.mtu }
+
+// Regions describes the node's regions, sorted by key. The caller may
+// modify the returned slice.
+func (s *Server) Regions() []memnode.RegionInfo {
+	out := make([]memnode.RegionInfo, len(s.regions))
+	copy(out, s.regions)
+	return out
+}
+
+// RegionBytes is the total size of the node's regions, in bytes.
+func (s *Server) RegionBytes() int64 { return s.bytes }
+
+// Stats returns the node's counters. It may be called after Close, for
+// the final values.
+func (s *Server) Stats() Stats {
+	return Stats{Endpoint: s.ep.Stats(), UDP: s.conn.Stats()}
+}
+
+// Run blocks until ctx is done, or until the metrics server fails, and
+// then closes the server. It returns the metrics server's error, if that
+// is what ended it, joined with Close's; a cancelled ctx is not an error.
+func (s *Server) Run(ctx context.Context) error {
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-s.failed: // nil channel, never ready, without metrics
+	}
+	return errors.Join(err, s.Close())
+}
+
+// Close shuts the node down: it stops the metrics server gracefully
+// (scrapes in progress get up to ShutdownTimeout to finish), then closes
+// the endpoint and its socket; responses that peers have not yet
+// acknowledged are dropped, and those peers' operations time out. It logs
+// the final counters and is idempotent: later calls return the first
+// call's result.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		var errs []error
+		if s.http != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
+			if err := s.http.Shutdown(ctx); err != nil {
+				s.http.Close()
+				errs = append(errs, fmt.Errorf("memd: metrics shutdown: %w", err))
+			}
+			cancel()
+			<-s.serveDone
+		}
+		if err := s.ep.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("memd: close: %w", err))
+		}
+		st := s.Stats()
+		t := &st.Endpoint.Transport
+		s.log.Info("memd: stopped",
+			"requests_served", st.Endpoint.RequestsServed,
+			"requests_refused", st.Endpoint.RequestsRefused,
+			"packets_sent", t.PacketsSent,
+			"packets_received", t.PacketsReceived,
+			"packets_retransmitted", t.PacketsRetransmitted,
+			"malformed", t.Malformed,
+			"unexpected", t.Unexpected,
+			"peers_dead", t.PeersDead)
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
