@@ -22,6 +22,8 @@ unit:
 ## bench: Go micro-benchmarks (codec, engine, executor, sockets) and the ndma rw benchmark.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(GO) run ./cmd/ndma bench rw
+	$(GO) run ./cmd/ndma bench rw --sim --loss 0.01 --sizes 1M --iters 1000
 
 ## fuzz: a short run of every fuzz target.
 fuzz:
