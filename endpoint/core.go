@@ -258,6 +258,11 @@ func (c *Core) Cancel(op *Op) {
 
 func (c *Core) finish(op *Op) {
 	delete(c.ops, op.msgID)
+	if op.Err != nil {
+		// Timed out, canceled or failed: stop (re)sending the request so
+		// op.Buf is free for the caller once the op completes.
+		c.eng.Abandon(transport.PeerID{Addr: op.Peer}, op.msgID)
+	}
 	op.finished = true
 	if op.Err == nil {
 		c.stats.OpsOK++
@@ -304,6 +309,9 @@ func (c *Core) onResponse(d *transport.Delivery) {
 		op.fail(h.Status)
 	}
 	op.Old = h.Operand1
+	// The response proves the request arrived whole: release its payload
+	// now, so the caller may reuse op.Buf as soon as the op completes.
+	c.eng.Delivered(d.Peer, op.msgID)
 	c.finish(op)
 }
 

@@ -318,3 +318,33 @@ func TestMixedOpsUnderLoss(t *testing.T) {
 		})
 	}
 }
+
+// TestTimeoutReleasesRequest: an op whose peer never answers fails with
+// ErrTimeout at its deadline, and the transport lets go of the request (no
+// retransmissions of a buffer the caller now owns again).
+func TestTimeoutReleasesRequest(t *testing.T) {
+	net := simnet.New(5)
+	l := simnet.LinkConfig{Rate: 1e9, Latency: 5 * time.Microsecond}
+	core, err := NewCore(Config{Transport: transport.Config{Seed: 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []*Op
+	addr := netip.MustParseAddrPort("10.0.0.2:1")
+	dead := netip.MustParseAddrPort("10.0.0.3:1")
+	net.Attach(addr, &simCore{c: core, onDone: func(_ time.Time, op *Op) { got = append(got, op) }}, l, l)
+	op := &Op{Kind: KindWrite, Peer: dead, Key: 1, Buf: make([]byte, 100000), Timeout: 50 * time.Millisecond}
+	if err := core.Post(net.Now(), op); err != nil {
+		t.Fatal(err)
+	}
+	net.Wake(addr)
+	if err := net.RunUntil(func() bool { return len(got) == 1 }, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(op.Err, ErrTimeout) || net.Elapsed() > 60*time.Millisecond {
+		t.Fatalf("err %v after %v", op.Err, net.Elapsed())
+	}
+	if !core.Idle() {
+		t.Fatalf("request still held by the transport after the op timed out")
+	}
+}

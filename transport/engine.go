@@ -22,6 +22,8 @@ var (
 	ErrTooLarge = errors.New("transport: message too large")
 	// ErrTooManyPeers means MaxPeers peers already have state.
 	ErrTooManyPeers = errors.New("transport: too many peers")
+	// ErrAbandoned completes a message given up with Abandon.
+	ErrAbandoned = errors.New("transport: message abandoned")
 	// ErrPeerDead is wrapped by *PeerError.
 	ErrPeerDead = errors.New("transport: peer not responding")
 )
@@ -375,6 +377,73 @@ func (e *Engine) putRing(r []pktRec) {
 	if len(e.rings) < 64 {
 		clear(r)
 		e.rings = append(e.rings, r)
+	}
+}
+
+// Delivered tells the engine that the peer holds message msgID in full —
+// the layer above knows it, for instance from the peer's response — so its
+// packets count as acknowledged and its payload is released at once (the
+// caller may reuse the buffer, and the engine will not read it again).
+// Messages carrying FlagResp are not matched.
+func (e *Engine) Delivered(to PeerID, msgID uint64) {
+	p, _ := e.peer(to, false)
+	if p == nil || p.ring == nil {
+		return
+	}
+	m := p.mask()
+	for psn := p.sndUna; psn != p.sndNxt; psn++ {
+		rec := &p.ring[psn&m]
+		if rec.msg != nil && rec.msg.hdr.MsgID == msgID && rec.msg.hdr.Flags&wire.FlagResp == 0 {
+			p.ackRec(rec)
+		}
+	}
+}
+
+// Abandon gives up on message msgID to the peer: packets not yet sent are
+// dropped, packets in flight are no longer retransmitted (the receiver
+// skips them through AckBase), the payload is released at once, and the
+// message completes with ErrAbandoned. The receiver may have got part of
+// it. Messages carrying FlagResp are not matched.
+func (e *Engine) Abandon(to PeerID, msgID uint64) {
+	p, _ := e.peer(to, false)
+	if p == nil {
+		return
+	}
+	var msg *outMsg
+	// Unsent remainder: unlink the message from the queue.
+	var prev *outMsg
+	for q := p.qhead; q != nil; prev, q = q, q.next_ {
+		if q.hdr.MsgID == msgID && q.hdr.Flags&wire.FlagResp == 0 {
+			msg = q
+			if prev == nil {
+				p.qhead = q.next_
+			} else {
+				prev.next_ = q.next_
+			}
+			if p.qtail == q {
+				p.qtail = prev
+			}
+			q.next_ = nil
+			q.allSent = true
+			break
+		}
+	}
+	if p.ring != nil {
+		m := p.mask()
+		for psn := p.sndUna; psn != p.sndNxt; psn++ {
+			rec := &p.ring[psn&m]
+			if rec.msg != nil && rec.msg.hdr.MsgID == msgID && rec.msg.hdr.Flags&wire.FlagResp == 0 {
+				msg = rec.msg
+				if !msg.done {
+					// Complete before ackRec so the message counts as failed.
+					e.complete(msg, p, ErrAbandoned)
+				}
+				p.ackRec(rec)
+			}
+		}
+	}
+	if msg != nil && !msg.done {
+		e.complete(msg, p, ErrAbandoned)
 	}
 }
 
