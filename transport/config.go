@@ -52,6 +52,10 @@ type Config struct {
 	// InitialCwnd, MinCwnd and MaxCwnd bound the congestion window in
 	// packets. Zero means 16, 1 and SendWindow.
 	InitialCwnd, MinCwnd, MaxCwnd float64
+	// GroupModes accepts multicast, aggregation and anycast streams (from
+	// a forwarding node). Zero means unicast only: other modes are dropped
+	// and counted as unexpected, as a memory node wants.
+	GroupModes bool
 	// Seed seeds initial sequence numbers and message ids. Zero draws a
 	// random seed; tests set it for determinism.
 	Seed uint64

@@ -24,6 +24,9 @@ var (
 	ErrTooManyPeers = errors.New("transport: too many peers")
 	// ErrAbandoned completes a message given up with Abandon.
 	ErrAbandoned = errors.New("transport: message abandoned")
+	// ErrFragment means a SendFragment call was malformed (no id, larger
+	// than a packet, or beyond MsgLen).
+	ErrFragment = errors.New("transport: bad fragment")
 	// ErrPeerDead is wrapped by *PeerError.
 	ErrPeerDead = errors.New("transport: peer not responding")
 )
@@ -31,15 +34,23 @@ var (
 // MaxMessage is the largest message in bytes (MsgLen is 32 bits).
 const MaxMessage = 1<<32 - 1
 
-// PeerID names a peer: its address, the group and its member id there.
-// Point-to-point traffic uses group 0, member 0.
+// PeerID names one reliable stream's far end: its address, the group, its
+// member id there, and the delivery mode. Each mode has its own sequence
+// space, so a member's multicast stream and its unicast stream through the
+// same forwarding node never mix. Point-to-point traffic uses group 0,
+// member 0, unicast. A forwarding node is member wire.MemberAll of its
+// groups.
 type PeerID struct {
 	Addr   netip.AddrPort
 	Group  uint32
 	Member uint16
+	Mode   wire.Mode
 }
 
 func (p PeerID) String() string {
+	if p.Mode != wire.ModeUnicast {
+		return fmt.Sprintf("%v/g%d/m%d/%v", p.Addr, p.Group, p.Member, p.Mode)
+	}
 	return fmt.Sprintf("%v/g%d/m%d", p.Addr, p.Group, p.Member)
 }
 
@@ -83,7 +94,7 @@ type Stats struct {
 	BytesSent, BytesReceived                           uint64 // payload bytes of data packets
 	AcksSent, AcksReceived, NacksSent                  uint64
 	Duplicates, OutOfWindow, PartialOverflow           uint64
-	Malformed, Unexpected                              uint64
+	Malformed, Unexpected, Refused                     uint64
 	FastRetransmits, Timeouts, PeersDead               uint64
 	MessagesCompleted, MessagesFailed                  uint64
 }
@@ -109,7 +120,8 @@ type outMsg struct {
 	hdr     wire.Header
 	payload []byte
 	token   uint64
-	next    uint32 // next offset to segment
+	base    uint32 // offset of payload[0] in the message (fragments)
+	next    uint32 // next offset to segment, relative to payload
 	unacked int    // packets sent but not acknowledged
 	allSent bool
 	done    bool
@@ -148,6 +160,7 @@ type groupCtx struct {
 type peerKey struct {
 	addr   netip.AddrPort
 	member uint16
+	mode   wire.Mode
 }
 
 // New returns an engine. It returns an error wrapping ErrConfig if cfg is
@@ -188,7 +201,7 @@ func (e *Engine) peer(id PeerID, create bool) (*peer, error) {
 		g = &groupCtx{id: id.Group, peers: make(map[peerKey]*peer)}
 		e.groups[id.Group] = g
 	}
-	k := peerKey{id.Addr, id.Member}
+	k := peerKey{id.Addr, id.Member, id.Mode}
 	p := g.peers[k]
 	if p == nil && create {
 		if e.npeers >= e.cfg.MaxPeers {
@@ -202,15 +215,33 @@ func (e *Engine) peer(id PeerID, create bool) (*peer, error) {
 }
 
 // Send queues a message for reliable delivery to the peer. h is a template:
-// the engine fills Version, Src, PSN, AckBase, Offset, MsgLen, Len, TS and
-// (unless FlagResp is set, when the caller supplies the request's id)
-// MsgID; Group and Dst are taken from to. payload must not be modified
-// until the message's Completion is returned by Poll. The token comes back
-// in that Completion. Send returns the message id.
+// the engine fills Version, Src, PSN, AckBase, Offset, MsgLen, Len and TS;
+// Group, Dst and Mode are taken from to; a zero MsgID is replaced by a
+// fresh one (callers that need an agreed id, such as a response or an
+// aggregation, set it). payload must not be modified until the message's
+// Completion is returned by Poll. The token comes back in that Completion.
+// Send returns the message id.
 func (e *Engine) Send(to PeerID, h *wire.Header, payload []byte, token uint64) (uint64, error) {
 	if uint64(len(payload)) > MaxMessage {
 		return 0, ErrTooLarge
 	}
+	return e.send(to, h, payload, token, 0, uint32(len(payload)))
+}
+
+// SendFragment queues one piece of a larger message: payload is bytes
+// [h.Offset, h.Offset+len(payload)) of a message of h.MsgLen bytes with id
+// h.MsgID (which must be set). The receiver reassembles fragments sent by
+// separate calls into one message. payload must fit in one packet
+// (SegmentSize). A forwarding node uses it to send each reduced chunk as
+// soon as it is ready.
+func (e *Engine) SendFragment(to PeerID, h *wire.Header, payload []byte, token uint64) (uint64, error) {
+	if len(payload) > e.seg || h.MsgID == 0 || uint64(h.Offset)+uint64(len(payload)) > uint64(h.MsgLen) {
+		return 0, ErrFragment
+	}
+	return e.send(to, h, payload, token, h.Offset, h.MsgLen)
+}
+
+func (e *Engine) send(to PeerID, h *wire.Header, payload []byte, token uint64, base, msgLen uint32) (uint64, error) {
 	if e.nmsgs >= e.cfg.MaxMessages {
 		return 0, ErrQueueFull
 	}
@@ -218,14 +249,15 @@ func (e *Engine) Send(to PeerID, h *wire.Header, payload []byte, token uint64) (
 	if err != nil {
 		return 0, err
 	}
-	m := &outMsg{hdr: *h, payload: payload, token: token}
+	m := &outMsg{hdr: *h, payload: payload, token: token, base: base}
 	m.hdr.Version = wire.Version
 	m.hdr.Src = e.cfg.Local
 	m.hdr.Group = to.Group
 	m.hdr.Dst = to.Member
-	m.hdr.MsgLen = uint32(len(payload))
+	m.hdr.Mode = to.Mode
+	m.hdr.MsgLen = msgLen
 	m.hdr.Flags &^= wire.FlagRetx | wire.FlagSyn
-	if m.hdr.Flags&wire.FlagResp == 0 {
+	if m.hdr.MsgID == 0 {
 		e.msgSeq++
 		m.hdr.MsgID = e.msgSeq
 	}
@@ -246,19 +278,30 @@ func (e *Engine) activate(p *peer) {
 // data, Step returns it as a Delivery with ok true; ACKs, duplicates and
 // malformed datagrams return ok false (and are counted in Stats).
 func (e *Engine) Step(now time.Time, from netip.AddrPort, pkt []byte) (d Delivery, ok bool) {
+	return e.StepAdmit(now, from, pkt, nil)
+}
+
+// StepAdmit is Step with admission control: for a new data packet, admit
+// (if not nil) is called before the packet counts as received; if it
+// returns false the packet is dropped unacknowledged (counted in
+// Stats.Refused) and the sender will resend it. A forwarding node uses it
+// to hold senders back when its aggregation slots are full.
+func (e *Engine) StepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit func(*Delivery) bool) (d Delivery, ok bool) {
 	payload, _, err := wire.Parse(pkt, &d.Header)
 	if err != nil {
 		e.stats.Malformed++
 		return d, false
 	}
 	h := &d.Header
-	if h.Flags&wire.FlagAuth != 0 || h.Mode != wire.ModeUnicast || (h.Dst != e.cfg.Local && h.Group != 0) {
-		// No security associations yet, and only unicast is carried end
-		// to end by this engine.
+	if h.Flags&wire.FlagAuth != 0 ||
+		(h.Mode != wire.ModeUnicast && !e.cfg.GroupModes) ||
+		(h.Group != 0 && h.Dst != e.cfg.Local && h.Dst != wire.MemberAll) {
+		// No security associations yet; group modes only when enabled;
+		// group traffic must be addressed to us or to all members.
 		e.stats.Unexpected++
 		return d, false
 	}
-	id := PeerID{Addr: from, Group: h.Group, Member: h.Src}
+	id := PeerID{Addr: from, Group: h.Group, Member: h.Src, Mode: h.Mode}
 	switch h.Op {
 	case wire.OpAck, wire.OpNack:
 		if err := e.ack.Decode(payload); err != nil {
@@ -280,15 +323,34 @@ func (e *Engine) Step(now time.Time, from netip.AddrPort, pkt []byte) (d Deliver
 		return d, false
 	}
 	e.stats.PacketsReceived++
-	done, isNew := p.onData(now, h, len(payload))
-	if !isNew {
+	ok, pm := p.checkData(now, h)
+	if !ok {
 		return d, false
 	}
-	e.stats.BytesReceived += uint64(len(payload))
+	if admit != nil {
+		// A copy, so that d itself does not escape to the heap.
+		ad := Delivery{Header: *h, Payload: payload, Peer: id}
+		if !admit(&ad) {
+			e.stats.Refused++
+			return d, false
+		}
+	}
+	d.MsgDone = p.commitData(now, h, pm)
 	d.Payload = payload
 	d.Peer = id
-	d.MsgDone = done
+	e.stats.BytesReceived += uint64(len(payload))
 	return d, true
+}
+
+// SetWindow sets the receive window advertised to one peer, in packets
+// (zero restores Config.RecvWindow; larger values are capped to it). A
+// forwarding node shrinks it to the aggregation slots a sender may use.
+func (e *Engine) SetWindow(id PeerID, packets uint32) {
+	p, err := e.peer(id, true)
+	if err != nil {
+		return
+	}
+	p.advWindow = min(packets, uint32(e.cfg.RecvWindow))
 }
 
 // Poll appends the datagrams to send now to out and returns them, along
@@ -469,7 +531,7 @@ func (e *Engine) ForgetPeer(id PeerID, err error) {
 
 func (e *Engine) removePeer(p *peer) {
 	g := e.groups[p.id.Group]
-	delete(g.peers, peerKey{p.id.Addr, p.id.Member})
+	delete(g.peers, peerKey{p.id.Addr, p.id.Member, p.id.Mode})
 	if len(g.peers) == 0 {
 		delete(e.groups, p.id.Group)
 	}

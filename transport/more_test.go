@@ -59,7 +59,7 @@ func TestLinkRateBound(t *testing.T) {
 	if ratio > 1.05 {
 		t.Fatalf("transfer took %.3f× S/B", ratio)
 	}
-	p := a.e.groups[0].peers[peerKey{b.addr, 0}]
+	p := a.e.groups[0].peers[peerKey{b.addr, 0, 0}]
 	if p.cwnd > 64 {
 		t.Fatalf("cwnd grew to %.1f packets on a 100 Mbit/s link: delay signal ignored", p.cwnd)
 	}

@@ -72,6 +72,7 @@ type peer struct {
 	nackSent    bool
 	echoTS      uint64
 	lastArrival time.Time
+	advWindow   uint32 // receive window advertised; zero = Config.RecvWindow
 }
 
 func newPeer(e *Engine, id PeerID) *peer {
@@ -216,7 +217,7 @@ func (p *peer) emit(now time.Time, out []netio.Datagram, bufIdx int, psn uint32,
 	h := m.hdr
 	h.PSN = psn
 	h.AckBase = p.sndUna
-	h.Offset = rec.off
+	h.Offset = m.base + rec.off
 	h.TS = uint64(now.UnixNano())
 	if retx {
 		h.Flags |= wire.FlagRetx
@@ -433,12 +434,12 @@ func (p *peer) failAll(err error) {
 	p.lostHead = 0
 }
 
-// onData runs the receiver half for one data packet and reports whether
-// it is new (not a duplicate or out of window) and whether it completes
-// its message.
-func (p *peer) onData(now time.Time, h *wire.Header, n int) (done, isNew bool) {
+// checkData runs the receiver half's checks for one data packet: it
+// (re)starts the window if needed, schedules an ACK, and reports whether
+// the packet is new and in the window, and whether there is room to track
+// its message. pm is the message's partial state, if any.
+func (p *peer) checkData(now time.Time, h *wire.Header) (ok bool, pm *partialMsg) {
 	cfg := &p.e.cfg
-	w := uint32(cfg.RecvWindow)
 	if !p.rcvInit || (h.Flags&wire.FlagSyn != 0 && !p.nearWindow(h.AckBase)) {
 		p.resetReceiver(h.AckBase)
 	}
@@ -459,24 +460,32 @@ func (p *peer) onData(now time.Time, h *wire.Header, n int) (done, isNew bool) {
 	psn := h.PSN
 	if wire.SeqLess(psn, p.rcvNxt) || p.hasBit(psn) {
 		p.e.stats.Duplicates++
-		return false, false
+		return false, nil
 	}
-	if psn-p.rcvNxt >= w {
+	if psn-p.rcvNxt >= uint32(cfg.RecvWindow) {
 		p.e.stats.OutOfWindow++
-		return false, false
+		return false, nil
 	}
+	if h.MsgLen != uint32(h.Len) {
+		pm = p.partial[msgKey{h.MsgID, h.Flags&wire.FlagResp != 0}]
+		if pm == nil && len(p.partial) >= cfg.MaxPartial && !p.evictStale(now) {
+			p.e.stats.PartialOverflow++
+			return false, nil
+		}
+	}
+	return true, pm
+}
+
+// commitData marks an accepted packet received and reports whether it
+// completes its message.
+func (p *peer) commitData(now time.Time, h *wire.Header, pm *partialMsg) (done bool) {
 	if h.MsgLen == uint32(h.Len) {
 		done = true
 	} else {
 		k := msgKey{h.MsgID, h.Flags&wire.FlagResp != 0}
-		pm := p.partial[k]
 		if pm == nil {
 			if p.partial == nil {
 				p.partial = make(map[msgKey]*partialMsg)
-			}
-			if len(p.partial) >= cfg.MaxPartial && !p.evictStale(now) {
-				p.e.stats.PartialOverflow++
-				return false, false
 			}
 			pm = &partialMsg{}
 			p.partial[k] = pm
@@ -488,6 +497,7 @@ func (p *peer) onData(now time.Time, h *wire.Header, n int) (done, isNew bool) {
 			done = true
 		}
 	}
+	psn := h.PSN
 	p.setBit(psn)
 	for p.hasBit(p.rcvNxt) {
 		p.clearBit(p.rcvNxt)
@@ -499,7 +509,7 @@ func (p *peer) onData(now time.Time, h *wire.Header, n int) (done, isNew bool) {
 	if wire.SeqLess(p.rcvHigh, p.rcvNxt) {
 		p.rcvHigh = p.rcvNxt
 	}
-	return done, true
+	return done
 }
 
 // evictStale drops partial messages not touched for DeadTimeout (their
@@ -551,9 +561,13 @@ func (p *peer) clearBit(psn uint32) { w, b := p.bitIdx(psn); p.bitmap[w] &^= b }
 func (p *peer) buildAck(now time.Time, buf []byte) netio.Datagram {
 	p.ackPending = false
 	a := &p.e.ack
+	win := uint32(p.e.cfg.RecvWindow)
+	if p.advWindow != 0 {
+		win = p.advWindow
+	}
 	*a = wire.Ack{
 		Cum:    p.rcvNxt,
-		Window: uint32(p.e.cfg.RecvWindow),
+		Window: win,
 		EchoTS: p.echoTS,
 	}
 	if d := now.Sub(p.lastArrival); d > 0 && d < time.Second {
@@ -587,6 +601,7 @@ func (p *peer) buildAck(now time.Time, buf []byte) netio.Datagram {
 	h := wire.Header{
 		Version: wire.Version,
 		Op:      op,
+		Mode:    p.id.Mode,
 		Group:   p.id.Group,
 		Src:     p.e.cfg.Local,
 		Dst:     p.id.Member,

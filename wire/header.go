@@ -35,6 +35,9 @@ const (
 	OpVector   Opcode = 0x05 // element-wise mem[Addr+i] = Alu(mem[Addr+i], payload[i]) with Dtype
 	OpSend     Opcode = 0x06 // two-sided message delivered to the peer's receive queue (reserved: not yet executed)
 	OpNop      Opcode = 0x07 // no operation: the responder answers StatusOK (liveness probe)
+	OpControl  Opcode = 0x08 // control request to a forwarding node (join, leave, heartbeat...); payload in package fabric
+	OpEvent    Opcode = 0x09 // notification from a forwarding node (e.g. a member died); Status and Operand1 say what
+	OpData     Opcode = 0x0a // group data: multicast payload, aggregation contribution or result
 	OpAck      Opcode = 0x10 // ACK/SACK frame in the payload
 	OpNack     Opcode = 0x11 // ACK frame that also requests immediate retransmission of the gaps
 )
@@ -42,6 +45,7 @@ const (
 var opNames = [...]string{
 	OpInvalid: "invalid", OpWrite: "write", OpRead: "read", OpCAS: "cas",
 	OpFetchAdd: "fadd", OpVector: "vector", OpSend: "send", OpNop: "nop",
+	OpControl: "control", OpEvent: "event", OpData: "data",
 	OpAck: "ack", OpNack: "nack",
 }
 
@@ -54,7 +58,7 @@ func (o Opcode) String() string {
 
 // IsData reports whether packets with this opcode are reliably delivered
 // data (requests or responses), as opposed to transport control frames.
-func (o Opcode) IsData() bool { return o >= OpWrite && o <= OpNop }
+func (o Opcode) IsData() bool { return o >= OpWrite && o <= OpData }
 
 // Mode is the delivery mode of a packet. Only ModeUnicast is carried end to
 // end today; the others are interpreted by a forwarding node (see
@@ -83,6 +87,13 @@ func (m Mode) String() string {
 	}
 	return fmt.Sprintf("mode(%d)", uint8(m))
 }
+
+// Member ids with a meaning of their own.
+const (
+	// MemberAll addresses every member of a group (multicast) and names
+	// the forwarding node as the source or destination of a group stream.
+	MemberAll uint16 = 0xFFFF
+)
 
 // Flags is a bit set in the header.
 type Flags uint8

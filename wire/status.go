@@ -10,15 +10,18 @@ type Status uint8
 // Status codes. The numbers are part of the wire format.
 const (
 	StatusOK          Status = 0
-	StatusBadKey      Status = 1 // no region with this key
-	StatusOutOfBounds Status = 2 // address range outside the region
-	StatusMisaligned  Status = 3 // atomic or vector address/length not aligned to the element size
-	StatusUnknownOp   Status = 4 // opcode, ALU op or mode the responder does not execute
-	StatusPermission  Status = 5 // region does not allow this access (e.g. write to read-only)
-	StatusBadOperand  Status = 6 // invalid dtype, or payload length not a multiple of the element size
-	StatusTooLarge    Status = 7 // request larger than the responder accepts
-	StatusBusy        Status = 8 // responder out of resources; retry later
-	statusCount              = 9
+	StatusBadKey      Status = 1  // no region with this key
+	StatusOutOfBounds Status = 2  // address range outside the region
+	StatusMisaligned  Status = 3  // atomic or vector address/length not aligned to the element size
+	StatusUnknownOp   Status = 4  // opcode, ALU op or mode the responder does not execute
+	StatusPermission  Status = 5  // region does not allow this access (e.g. write to read-only)
+	StatusBadOperand  Status = 6  // invalid dtype, or payload length not a multiple of the element size
+	StatusTooLarge    Status = 7  // request larger than the responder accepts
+	StatusBusy        Status = 8  // responder out of resources; retry later
+	StatusMemberDead  Status = 9  // a group member stopped answering (Operand1 = member id)
+	StatusNotMember   Status = 10 // sender or destination is not a member of the group
+	StatusAuth        Status = 11 // control message failed authentication (bad fabric token)
+	statusCount              = 12
 )
 
 var statusText = [...]string{
@@ -31,6 +34,9 @@ var statusText = [...]string{
 	StatusBadOperand:  "bad operand",
 	StatusTooLarge:    "request too large",
 	StatusBusy:        "responder busy",
+	StatusMemberDead:  "group member dead",
+	StatusNotMember:   "not a member of the group",
+	StatusAuth:        "authentication failed",
 }
 
 // Error implements error.

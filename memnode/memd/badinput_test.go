@@ -60,7 +60,7 @@ func hostileDatagrams(rng *rand.Rand) (bad, odd, valid [][]byte) {
 	payload := make([]byte, 64)
 	for range 200 {
 		h := base()
-		h.Op = wire.Opcode(0x08 + rng.IntN(0xf8))
+		h.Op = wire.Opcode(int(wire.OpData) + 1 + rng.IntN(0xff-int(wire.OpData))) // past the last data opcode
 		if h.Op == wire.OpAck || h.Op == wire.OpNack {
 			h.Op = 0xff
 		}
