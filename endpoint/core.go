@@ -23,9 +23,30 @@ const (
 	KindFetchAdd Kind = Kind(wire.OpFetchAdd)
 	KindVector   Kind = Kind(wire.OpVector)
 	KindNop      Kind = Kind(wire.OpNop)
+	KindControl  Kind = Kind(wire.OpControl) // request to a forwarding node (join, heartbeat...)
+	// Group operations through a forwarding node.
+	KindAnycast   Kind = 0x20 // request to one member of a service group; Resp holds the reply
+	KindMulticast Kind = 0x21 // send Buf to every member of Group
+	KindRecv      Kind = 0x22 // receive the next multicast from member From of Group into Buf
+	KindAggregate Kind = 0x23 // contribute Buf to an aggregation; the result lands in Recv
 )
 
-func (k Kind) String() string { return wire.Opcode(k).String() }
+var kindNames = map[Kind]string{KindAnycast: "anycast", KindMulticast: "multicast", KindRecv: "recv", KindAggregate: "aggregate"}
+
+func (k Kind) String() string {
+	if n, ok := kindNames[k]; ok {
+		return n
+	}
+	return wire.Opcode(k).String()
+}
+
+// opcode is the wire opcode of a kind's request.
+func (k Kind) opcode() wire.Opcode {
+	if k >= KindAnycast {
+		return wire.OpData
+	}
+	return wire.Opcode(k)
+}
 
 // Errors of the endpoint layer. Remote refusals are wire.Status values
 // (errors.Is(err, wire.StatusBadKey)); see OpError.
@@ -79,9 +100,25 @@ type Op struct {
 	// Token is for the caller; the endpoint never reads it.
 	Token uint64
 
+	// Group operations.
+	Group uint32 // group id (from Group/Service handles)
+	From  uint16 // Recv: the sending member
+	Recv  []byte // Aggregate: result buffer (root or every member); nil for a non-root Reduce
+	Root  int    // Aggregate: -1 = allreduce, else the member that gets the result
+	// Deterministic asks the switch to reduce in member order (bitwise
+	// reproducible floats).
+	Deterministic bool
+	// Continue lets a multicast complete although a member died (the
+	// switch stops waiting for it); otherwise the op fails naming it.
+	Continue bool
+
 	// Results.
-	Old uint64 // CAS, FetchAdd: value before the op
-	Err error  // nil, or an *OpError
+	Old  uint64 // CAS, FetchAdd: value before the op
+	Resp []byte // Control, Anycast: the reply payload
+	Err  error  // nil, or an *OpError
+
+	sw   netip.AddrPort // forwarding node, for group ops
+	gkey gopKey
 
 	msgID    uint64
 	deadline time.Time
@@ -105,6 +142,16 @@ type Config struct {
 	// Store is the local memory exposed to peers' one-sided operations; nil
 	// means a private empty store (peers get StatusBadKey).
 	Store *memnode.Store
+	// MaxUnexpected bounds the bytes of multicast messages buffered
+	// because no receive was posted for them yet; beyond it the sender is
+	// held back. Zero means 64 MiB.
+	MaxUnexpected int
+	// MaxResponse bounds a control or anycast reply, in bytes. Zero means
+	// 64 MiB.
+	MaxResponse int
+	// MaxIncoming bounds anycast requests waiting for a handler; beyond it
+	// they are refused with StatusBusy. Zero means 1024.
+	MaxIncoming int
 }
 
 // Stats counts what the core did.
@@ -134,7 +181,19 @@ type Core struct {
 	done      []*Op // completed since the last Poll
 	doneSpare []*Op
 	nextDL    time.Time // earliest op deadline (may be early)
-	stats     Stats
+
+	// Group state (core_group.go).
+	gops        map[gopKey]*Op
+	unexp       map[gopKey]*unexpected
+	unexpBytes  int
+	anyIn       map[inKey]*Request
+	requests    []*Request
+	mcSeq       map[uint32]uint64 // per group: last multicast id sent
+	aggSeq      map[uint32]uint64 // per group: last aggregation id
+	rxSeq       map[gopKey]uint64 // per (group, sender): last multicast id received
+	deadMembers map[gopKey]*MemberError
+	admitFn     func(*transport.Delivery) bool
+	stats       Stats
 }
 
 type inReq struct {
@@ -154,7 +213,16 @@ func NewCore(cfg Config) (*Core, error) {
 	if cfg.MaxOps == 0 {
 		cfg.MaxOps = 4096
 	}
-	if cfg.OpTimeout < 0 || cfg.MaxOps < 0 {
+	if cfg.MaxUnexpected == 0 {
+		cfg.MaxUnexpected = 64 << 20
+	}
+	if cfg.MaxResponse == 0 {
+		cfg.MaxResponse = 64 << 20
+	}
+	if cfg.MaxIncoming == 0 {
+		cfg.MaxIncoming = 1024
+	}
+	if cfg.OpTimeout < 0 || cfg.MaxOps < 0 || cfg.MaxUnexpected < 0 || cfg.MaxResponse < 0 || cfg.MaxIncoming < 0 {
 		return nil, fmt.Errorf("endpoint: OpTimeout and MaxOps must not be negative")
 	}
 	eng, err := transport.New(cfg.Transport)
@@ -167,7 +235,9 @@ func NewCore(cfg Config) (*Core, error) {
 			return nil, err
 		}
 	}
-	return &Core{cfg: cfg, eng: eng, store: st, ops: make(map[uint64]*Op), inStatus: make(map[inKey]*inReq)}, nil
+	c := &Core{cfg: cfg, eng: eng, store: st, ops: make(map[uint64]*Op), inStatus: make(map[inKey]*inReq)}
+	c.initGroups()
+	return c, nil
 }
 
 // Store is the local memory served to peers.
@@ -186,7 +256,7 @@ func (c *Core) Outstanding() int { return len(c.ops) }
 // Idle reports whether the core holds no operation, no message queued or
 // in flight, and no partially received request: nothing is retained.
 func (c *Core) Idle() bool {
-	return len(c.ops) == 0 && c.eng.Pending() == 0 && len(c.inStatus) == 0
+	return len(c.ops) == 0 && len(c.gops) == 0 && c.eng.Pending() == 0 && len(c.inStatus) == 0
 }
 
 func (op *Op) fail(err error) {
@@ -200,10 +270,15 @@ func (c *Core) Post(now time.Time, op *Op) error {
 	if op.posted && !op.finished {
 		return fmt.Errorf("%w: op already in flight", ErrBadOp)
 	}
-	if len(c.ops) >= c.cfg.MaxOps {
+	if len(c.ops)+len(c.gops) >= c.cfg.MaxOps {
 		return transport.ErrQueueFull
 	}
-	h := wire.Header{Op: wire.Opcode(op.Kind), Key: op.Key, Addr: op.Addr}
+	switch op.Kind {
+	case KindMulticast, KindRecv, KindAggregate:
+		return c.postGroup(now, op)
+	}
+	to := transport.PeerID{Addr: op.Peer}
+	h := wire.Header{Op: op.Kind.opcode(), Key: op.Key, Addr: op.Addr}
 	var payload []byte
 	switch op.Kind {
 	case KindRead:
@@ -222,16 +297,28 @@ func (c *Core) Post(now time.Time, op *Op) error {
 		h.Dtype, h.Alu = op.Dtype, op.Alu
 		payload = op.Buf
 	case KindNop:
+	case KindControl:
+		payload = op.Buf
+	case KindAnycast:
+		to = transport.PeerID{Addr: op.Peer, Group: op.Group, Member: wire.MemberAll, Mode: wire.ModeAnycast}
+		payload = op.Buf
 	default:
 		return fmt.Errorf("%w: kind %v", ErrBadOp, op.Kind)
 	}
-	id, err := c.eng.Send(transport.PeerID{Addr: op.Peer}, &h, payload, 0)
+	id, err := c.eng.Send(to, &h, payload, 0)
 	if err != nil {
 		return err
 	}
 	op.msgID = id
+	c.start(now, op)
+	c.ops[id] = op
+	return nil
+}
+
+// start resets op's results and arms its deadline.
+func (c *Core) start(now time.Time, op *Op) {
 	op.posted, op.finished = true, false
-	op.Err, op.Old, op.got = nil, 0, 0
+	op.Err, op.Old, op.got, op.Resp = nil, 0, 0, nil
 	t := op.Timeout
 	if t <= 0 {
 		t = c.cfg.OpTimeout
@@ -240,16 +327,14 @@ func (c *Core) Post(now time.Time, op *Op) error {
 	if c.nextDL.IsZero() || op.deadline.Before(c.nextDL) {
 		c.nextDL = op.deadline
 	}
-	c.ops[id] = op
 	c.stats.OpsPosted++
 	c.stats.OpsByKind[op.Kind&7]++
-	return nil
 }
 
 // Cancel abandons op: it completes with ErrCanceled (reported by the next
 // Poll). A response that arrives later is ignored.
 func (c *Core) Cancel(op *Op) {
-	if c.ops[op.msgID] != op {
+	if !op.posted || op.finished {
 		return
 	}
 	op.fail(ErrCanceled)
@@ -257,6 +342,10 @@ func (c *Core) Cancel(op *Op) {
 }
 
 func (c *Core) finish(op *Op) {
+	if op.gkey != (gopKey{}) {
+		c.finishGroup(op)
+		return
+	}
 	delete(c.ops, op.msgID)
 	if op.Err != nil {
 		// Timed out, canceled or failed: stop (re)sending the request so
@@ -274,11 +363,15 @@ func (c *Core) finish(op *Op) {
 
 // Step handles one received datagram.
 func (c *Core) Step(now time.Time, from netip.AddrPort, pkt []byte) {
-	d, ok := c.eng.Step(now, from, pkt)
+	d, ok := c.eng.StepAdmit(now, from, pkt, c.admitFn)
 	if !ok {
 		return
 	}
 	h := &d.Header
+	if h.Mode != wire.ModeUnicast || h.Op == wire.OpEvent || (h.Mode == wire.ModeAnycast) {
+		c.onGroup(now, &d)
+		return
+	}
 	if h.Flags&wire.FlagResp != 0 {
 		c.onResponse(&d)
 		return
@@ -289,9 +382,25 @@ func (c *Core) Step(now time.Time, from netip.AddrPort, pkt []byte) {
 func (c *Core) onResponse(d *transport.Delivery) {
 	h := &d.Header
 	op := c.ops[h.MsgID]
-	if op == nil || op.Peer != d.Peer.Addr || wire.Opcode(op.Kind) != h.Op {
+	if op == nil || op.Peer != d.Peer.Addr || op.Kind.opcode() != h.Op {
 		c.stats.UnmatchedResponses++
 		return
+	}
+	if (op.Kind == KindControl || op.Kind == KindAnycast) && h.Status == wire.StatusOK {
+		if int(h.MsgLen) > c.cfg.MaxResponse {
+			op.fail(wire.StatusTooLarge)
+			c.finish(op)
+			return
+		}
+		if op.Resp == nil {
+			op.Resp = make([]byte, h.MsgLen)
+		}
+		if len(op.Resp) != int(h.MsgLen) {
+			op.fail(ErrShortRead)
+			c.finish(op)
+			return
+		}
+		copy(op.Resp[h.Offset:], d.Payload)
 	}
 	if op.Kind == KindRead && h.Status == wire.StatusOK {
 		if uint64(h.MsgLen) != uint64(len(op.Buf)) {
@@ -379,6 +488,27 @@ func (c *Core) sweepInRequests(now time.Time) {
 	}
 }
 
+// FailAll completes every outstanding operation with err.
+func (c *Core) FailAll(err error) {
+	for _, op := range c.ops {
+		op.fail(err)
+		c.finish(op)
+	}
+	for _, op := range c.gops {
+		op.fail(err)
+		c.finish(op)
+	}
+}
+
+func (c *Core) expire(now time.Time, op *Op) {
+	if !now.Before(op.deadline) {
+		op.fail(ErrTimeout)
+		c.finish(op)
+	} else if c.nextDL.IsZero() || op.deadline.Before(c.nextDL) {
+		c.nextDL = op.deadline
+	}
+}
+
 // Poll returns datagrams to send, operations completed since the last
 // Poll, and the next time Poll must be called (zero: none). Both slices are
 // valid until the next Poll.
@@ -386,7 +516,7 @@ func (c *Core) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, []*O
 	out, comps, next := c.eng.Poll(now, out)
 	for i := range comps {
 		cp := &comps[i]
-		if cp.Err == nil {
+		if c.onSendCompletion(cp) || cp.Err == nil {
 			continue
 		}
 		// A request that could not be delivered fails its op; responses
@@ -399,12 +529,10 @@ func (c *Core) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, []*O
 	if !c.nextDL.IsZero() && !now.Before(c.nextDL) {
 		c.nextDL = time.Time{}
 		for _, op := range c.ops {
-			if !now.Before(op.deadline) {
-				op.fail(ErrTimeout)
-				c.finish(op)
-			} else if c.nextDL.IsZero() || op.deadline.Before(c.nextDL) {
-				c.nextDL = op.deadline
-			}
+			c.expire(now, op)
+		}
+		for _, op := range c.gops {
+			c.expire(now, op)
 		}
 	}
 	if !c.nextDL.IsZero() && (next.IsZero() || c.nextDL.Before(next)) {

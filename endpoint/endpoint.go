@@ -29,6 +29,11 @@ type Endpoint struct {
 	timerAt time.Time
 	closed  bool
 
+	services map[uint32]*Service // anycast services served, by group
+	svcIDs   map[string]uint32   // service name → group (lookup cache)
+	closers  []func()            // run by Close (stop heartbeats)
+	handlers sync.WaitGroup      // anycast handler goroutines
+
 	readerDone chan struct{}
 }
 
@@ -66,7 +71,8 @@ func New(conn netio.Conn, cfg Config, opts Options) (*Endpoint, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	ep := &Endpoint{conn: conn, log: log, core: core, readerDone: make(chan struct{})}
+	ep := &Endpoint{conn: conn, log: log, core: core, readerDone: make(chan struct{}),
+		services: make(map[uint32]*Service), svcIDs: make(map[string]uint32)}
 	ep.timer = time.AfterFunc(time.Hour, ep.onTimer)
 	ep.timer.Stop()
 	go ep.reader()
@@ -132,6 +138,7 @@ func (ep *Endpoint) pumpLocked(now time.Time) {
 		for _, op := range done {
 			signal(op)
 		}
+		ep.dispatchLocked()
 		if len(out) > 0 {
 			if err := ep.conn.WriteBatch(out); err != nil && !ep.closed {
 				ep.log.Warn("endpoint: write", "err", err)
@@ -261,18 +268,28 @@ func (ep *Endpoint) Close() error {
 	}
 	ep.closed = true
 	ep.timer.Stop()
-	for _, op := range ep.core.ops {
-		op.fail(ErrClosed)
-		ep.core.finish(op)
-	}
+	ep.core.FailAll(ErrClosed)
 	_, done, _ := ep.core.Poll(time.Now(), ep.out[:0])
 	for _, op := range done {
 		signal(op)
 	}
+	closers := ep.closers
+	ep.closers = nil
 	ep.mu.Unlock()
+	for _, f := range closers {
+		f()
+	}
 	err := ep.conn.Close()
 	<-ep.readerDone
+	ep.handlers.Wait()
 	return err
+}
+
+// addCloser registers f to run at Close (after outstanding ops failed).
+func (ep *Endpoint) addCloser(f func()) {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	ep.closers = append(ep.closers, f)
 }
 
 // Remote is a handle for one-sided operations against one peer (a memory

@@ -147,7 +147,8 @@ type Engine struct {
 	arena      [][]byte     // Poll's output buffers, reused
 	ack        wire.Ack
 	stats      Stats
-	rings      [][]pktRec // free send rings
+	rings      [][]pktRec        // free send rings
+	locals     map[uint32]uint16 // member id per group (SetLocal)
 }
 
 // groupCtx is the per-group connection context: everything the engine
@@ -185,6 +186,27 @@ func New(cfg Config) (*Engine, error) {
 		groups: make(map[uint32]*groupCtx),
 	}, nil
 }
+
+// SetLocal sets this endpoint's member id in a group (written as Src in
+// the group's packets, and accepted as Dst); groups without one use
+// Config.Local.
+func (e *Engine) SetLocal(group uint32, member uint16) {
+	if e.locals == nil {
+		e.locals = make(map[uint32]uint16)
+	}
+	e.locals[group] = member
+}
+
+func (e *Engine) local(group uint32) uint16 {
+	if m, ok := e.locals[group]; ok {
+		return m
+	}
+	return e.cfg.Local
+}
+
+// SetGroupModes turns acceptance of non-unicast streams on or off (see
+// Config.GroupModes).
+func (e *Engine) SetGroupModes(on bool) { e.cfg.GroupModes = on }
 
 // SegmentSize is the payload bytes carried per packet.
 func (e *Engine) SegmentSize() int { return e.seg }
@@ -251,7 +273,7 @@ func (e *Engine) send(to PeerID, h *wire.Header, payload []byte, token uint64, b
 	}
 	m := &outMsg{hdr: *h, payload: payload, token: token, base: base}
 	m.hdr.Version = wire.Version
-	m.hdr.Src = e.cfg.Local
+	m.hdr.Src = e.local(to.Group)
 	m.hdr.Group = to.Group
 	m.hdr.Dst = to.Member
 	m.hdr.Mode = to.Mode
@@ -295,7 +317,7 @@ func (e *Engine) StepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit
 	h := &d.Header
 	if h.Flags&wire.FlagAuth != 0 ||
 		(h.Mode != wire.ModeUnicast && !e.cfg.GroupModes) ||
-		(h.Group != 0 && h.Dst != e.cfg.Local && h.Dst != wire.MemberAll) {
+		(h.Group != 0 && h.Dst != e.local(h.Group) && h.Dst != wire.MemberAll) {
 		// No security associations yet; group modes only when enabled;
 		// group traffic must be addressed to us or to all members.
 		e.stats.Unexpected++

@@ -603,7 +603,7 @@ func (p *peer) buildAck(now time.Time, buf []byte) netio.Datagram {
 		Op:      op,
 		Mode:    p.id.Mode,
 		Group:   p.id.Group,
-		Src:     p.e.cfg.Local,
+		Src:     p.e.local(p.id.Group),
 		Dst:     p.id.Member,
 		TS:      uint64(now.UnixNano()),
 	}

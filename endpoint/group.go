@@ -1,0 +1,378 @@
+package endpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/wire"
+)
+
+// FabricOptions configure how an endpoint talks to a forwarding node.
+type FabricOptions struct {
+	// Token authenticates control messages; it must match the switch's.
+	Token []byte
+	// Heartbeat is the interval between heartbeats to the switch. Zero
+	// means 250ms (the switch's default timeout is 1s: keep it at a
+	// quarter of the switch's --heartbeat-timeout).
+	Heartbeat time.Duration
+}
+
+func (o *FabricOptions) heartbeat() time.Duration {
+	if o.Heartbeat > 0 {
+		return o.Heartbeat
+	}
+	return 250 * time.Millisecond
+}
+
+// ErrControl wraps a control exchange the switch refused or answered
+// with something unexpected.
+var ErrControl = errors.New("endpoint: control exchange failed")
+
+// control sends one control request to the switch and returns its
+// response.
+func (ep *Endpoint) control(ctx context.Context, sw netip.AddrPort, req *fabric.CtrlMsg, token []byte) (*fabric.CtrlMsg, error) {
+	buf, err := fabric.AppendCtrl(nil, req, token)
+	if err != nil {
+		return nil, err
+	}
+	op := &Op{Kind: KindControl, Peer: sw, Buf: buf}
+	if err := ep.Do(ctx, op); err != nil {
+		return nil, err
+	}
+	resp := &fabric.CtrlMsg{}
+	if err := fabric.ParseCtrl(op.Resp, resp, token); err != nil {
+		return nil, fmt.Errorf("%w: %v response: %w", ErrControl, req.Type, err)
+	}
+	if !resp.Resp || resp.Type != req.Type {
+		return nil, fmt.Errorf("%w: %v answered with %v", ErrControl, req.Type, resp.Type)
+	}
+	return resp, nil
+}
+
+func (ep *Endpoint) enableGroups() {
+	ep.mu.Lock()
+	ep.core.EnableGroups()
+	ep.mu.Unlock()
+}
+
+// Group is this endpoint's membership in a job group created by a
+// rendezvous at a forwarding node: multicast and aggregation to the other
+// members go through the switch, one transmission per operation.
+type Group struct {
+	ep      *Endpoint
+	sw      netip.AddrPort
+	id      uint32
+	rank    uint16
+	members []fabric.MemberInfo
+	opts    FabricOptions
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	hbDone   chan struct{}
+}
+
+// JoinJob joins job (a name agreed by all members) of size members at the
+// switch sw, as member rank (-1: let the switch choose). It returns when
+// all size members have joined, or with ctx's error.
+func (ep *Endpoint) JoinJob(ctx context.Context, sw string, job string, size, rank int, opts FabricOptions) (*Group, error) {
+	ap, err := netip.ParseAddrPort(sw)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint: switch address %q: %w", sw, err)
+	}
+	ep.enableGroups()
+	resp, err := ep.control(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlJoin, Job: job, Size: size, Rank: rank}, opts.Token)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint: join %q: %w", job, err)
+	}
+	ep.mu.Lock()
+	ep.core.SetMember(resp.Group, resp.Member)
+	ep.mu.Unlock()
+	g := &Group{ep: ep, sw: ap, id: resp.Group, rank: resp.Member, members: append([]fabric.MemberInfo(nil), resp.Members...),
+		opts: opts, stop: make(chan struct{}), hbDone: make(chan struct{})}
+	ep.addCloser(g.stopHeartbeats)
+	go g.heartbeats()
+	return g, nil
+}
+
+// ID is the group id at the switch.
+func (g *Group) ID() uint32 { return g.id }
+
+// Rank is this endpoint's member id in the group.
+func (g *Group) Rank() int { return int(g.rank) }
+
+// Size is the number of members.
+func (g *Group) Size() int { return len(g.members) }
+
+// Members is the member table (id and address of each member).
+func (g *Group) Members() []fabric.MemberInfo { return g.members }
+
+func (g *Group) heartbeats() {
+	defer close(g.hbDone)
+	t := time.NewTicker(g.opts.heartbeat())
+	defer t.Stop()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 4*g.opts.heartbeat())
+		_, err := g.ep.control(ctx, g.sw, &fabric.CtrlMsg{Type: fabric.CtrlHeartbeat, Group: g.id, Member: g.rank}, g.opts.Token)
+		cancel()
+		if errors.Is(err, ErrClosed) {
+			return
+		}
+		if err != nil {
+			g.ep.log.Debug("endpoint: heartbeat", "group", g.id, "err", err)
+		}
+	}
+}
+
+func (g *Group) stopHeartbeats() {
+	g.stopOnce.Do(func() { close(g.stop) })
+	<-g.hbDone
+}
+
+// Leave tells the switch this member is leaving and stops its heartbeats.
+// Other members see a *MemberError with Left set for operations that
+// needed it.
+func (g *Group) Leave(ctx context.Context) error {
+	g.stopHeartbeats()
+	_, err := g.ep.control(ctx, g.sw, &fabric.CtrlMsg{Type: fabric.CtrlLeave, Group: g.id, Member: g.rank}, g.opts.Token)
+	return err
+}
+
+// MulticastOptions tune one multicast.
+type MulticastOptions struct {
+	// Continue completes the multicast although a member dies (the switch
+	// stops waiting for it) instead of failing with a *MemberError.
+	Continue bool
+}
+
+// StartMulticast sends data to every other member asynchronously: one
+// transmission to the switch, which replicates it. data must not change
+// until the op completes; completion means every live member has it.
+func (g *Group) StartMulticast(data []byte, opts MulticastOptions) (*Op, error) {
+	op := &Op{Kind: KindMulticast, Peer: g.sw, Group: g.id, Buf: data, Continue: opts.Continue}
+	return op, g.ep.Start(op, nil)
+}
+
+// Multicast sends data to every other member and waits until all have it.
+func (g *Group) Multicast(ctx context.Context, data []byte, opts MulticastOptions) error {
+	return g.ep.Do(ctx, &Op{Kind: KindMulticast, Peer: g.sw, Group: g.id, Buf: data, Continue: opts.Continue})
+}
+
+// StartRecv posts a receive for the next multicast from member from into
+// buf, whose length must equal the message's.
+func (g *Group) StartRecv(from int, buf []byte) (*Op, error) {
+	op := &Op{Kind: KindRecv, Peer: g.sw, Group: g.id, From: uint16(from), Buf: buf}
+	return op, g.ep.Start(op, nil)
+}
+
+// Recv receives the next multicast from member from into buf.
+func (g *Group) Recv(ctx context.Context, from int, buf []byte) error {
+	return g.ep.Do(ctx, &Op{Kind: KindRecv, Peer: g.sw, Group: g.id, From: uint16(from), Buf: buf})
+}
+
+// ReduceOptions tune one aggregation.
+type ReduceOptions struct {
+	// Deterministic reduces in member order at the switch, so float
+	// results are bitwise identical from run to run.
+	Deterministic bool
+}
+
+// StartAllreduce contributes send (elements of dt) and receives the
+// element-wise reduction over all members into recv (same length) — one
+// transmission each way. Every member must call the group's aggregations
+// in the same order with the same length, dtype and op.
+func (g *Group) StartAllreduce(send, recv []byte, dt wire.Dtype, alu wire.Alu, opts ReduceOptions) (*Op, error) {
+	op := &Op{Kind: KindAggregate, Peer: g.sw, Group: g.id, Buf: send, Recv: recv, Root: -1, Dtype: dt, Alu: alu, Deterministic: opts.Deterministic}
+	if recv == nil {
+		return nil, fmt.Errorf("%w: allreduce needs a receive buffer", ErrBadOp)
+	}
+	return op, g.ep.Start(op, nil)
+}
+
+// Allreduce is StartAllreduce and wait.
+func (g *Group) Allreduce(ctx context.Context, send, recv []byte, dt wire.Dtype, alu wire.Alu, opts ReduceOptions) error {
+	if recv == nil {
+		return fmt.Errorf("%w: allreduce needs a receive buffer", ErrBadOp)
+	}
+	return g.ep.Do(ctx, &Op{Kind: KindAggregate, Peer: g.sw, Group: g.id, Buf: send, Recv: recv, Root: -1, Dtype: dt, Alu: alu, Deterministic: opts.Deterministic})
+}
+
+// Reduce contributes send; the reduction lands in recv at member root only
+// (other members pass recv nil and complete once the switch has their
+// contribution).
+func (g *Group) Reduce(ctx context.Context, root int, send, recv []byte, dt wire.Dtype, alu wire.Alu, opts ReduceOptions) error {
+	if root < 0 || root >= len(g.members) {
+		return fmt.Errorf("%w: root %d of %d members", ErrBadOp, root, len(g.members))
+	}
+	if root == int(g.rank) && recv == nil {
+		return fmt.Errorf("%w: the root needs a receive buffer", ErrBadOp)
+	}
+	if root != int(g.rank) {
+		recv = nil
+	}
+	return g.ep.Do(ctx, &Op{Kind: KindAggregate, Peer: g.sw, Group: g.id, Buf: send, Recv: recv, Root: root, Dtype: dt, Alu: alu, Deterministic: opts.Deterministic})
+}
+
+// Handler serves one anycast request: key is the request's affinity key.
+// It returns the reply, or an error (sent as StatusBusy... use a
+// wire.Status to choose the code).
+type Handler func(key uint64, req []byte) ([]byte, error)
+
+// Service is this endpoint's membership in an anycast service group.
+type Service struct {
+	ep      *Endpoint
+	sw      netip.AddrPort
+	id      uint32
+	rank    uint16
+	opts    FabricOptions
+	handler Handler
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	hbDone   chan struct{}
+}
+
+// ServiceConfig describes a service group at its creation (by its first
+// member to register).
+type ServiceConfig struct {
+	Name   string
+	Size   int // members the service will have (their ids are 0..Size-1)
+	Policy fabric.Policy
+	// Ranges is the ownership table for key affinity: keys in [Start, End)
+	// go to Owner, or to its first live replica.
+	Ranges []fabric.KeyRange
+}
+
+// RegisterService makes this endpoint member rank (-1: any free id) of
+// the service group, serving requests with h on a goroutine per request
+// (at most MaxIncoming at once).
+func (ep *Endpoint) RegisterService(ctx context.Context, sw string, sc ServiceConfig, rank int, h Handler, opts FabricOptions) (*Service, error) {
+	ap, err := netip.ParseAddrPort(sw)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint: switch address %q: %w", sw, err)
+	}
+	ep.enableGroups()
+	req := &fabric.CtrlMsg{Type: fabric.CtrlRegister, Service: sc.Name, Size: sc.Size, Rank: rank, Policy: uint8(sc.Policy)}
+	for _, r := range sc.Ranges {
+		cr := fabric.CtrlRange{Start: r.Start, End: r.End, Owner: int32(r.Owner)}
+		for _, x := range r.Replicas {
+			cr.Replicas = append(cr.Replicas, int32(x))
+		}
+		req.Ranges = append(req.Ranges, cr)
+	}
+	resp, err := ep.control(ctx, ap, req, opts.Token)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint: register %q: %w", sc.Name, err)
+	}
+	ep.mu.Lock()
+	ep.core.SetMember(resp.Group, resp.Member)
+	ep.mu.Unlock()
+	s := &Service{ep: ep, sw: ap, id: resp.Group, rank: resp.Member, opts: opts, handler: h,
+		stop: make(chan struct{}), hbDone: make(chan struct{})}
+	ep.mu.Lock()
+	ep.services[s.id] = s
+	ep.mu.Unlock()
+	ep.addCloser(s.stopHeartbeats)
+	go s.heartbeats()
+	return s, nil
+}
+
+// Rank is this member's id in the service group.
+func (s *Service) Rank() int { return int(s.rank) }
+
+func (s *Service) heartbeats() {
+	g := &Group{ep: s.ep, sw: s.sw, id: s.id, rank: s.rank, opts: s.opts, stop: s.stop, hbDone: s.hbDone}
+	g.heartbeats()
+}
+
+func (s *Service) stopHeartbeats() {
+	s.stopOnce.Do(func() { close(s.stop) })
+	<-s.hbDone
+}
+
+// Close stops serving: heartbeats stop, so the switch fails the service
+// over to other members after its heartbeat timeout.
+func (s *Service) Close() {
+	s.stopHeartbeats()
+	s.ep.mu.Lock()
+	delete(s.ep.services, s.id)
+	s.ep.mu.Unlock()
+}
+
+// dispatchLocked hands completed anycast requests to their handlers.
+// Caller holds mu.
+func (ep *Endpoint) dispatchLocked() {
+	for _, r := range ep.core.Requests() {
+		s := ep.services[r.Group]
+		if s == nil {
+			_ = ep.core.Reply(r, nil, wire.StatusNotMember)
+			continue
+		}
+		ep.handlers.Add(1)
+		go func(r *Request) {
+			defer ep.handlers.Done()
+			data, err := s.handler(r.Key, r.Data)
+			st := wire.StatusOK
+			if err != nil {
+				if !errors.As(err, &st) {
+					st = wire.StatusBusy
+				}
+				data = nil
+			}
+			ep.mu.Lock()
+			defer ep.mu.Unlock()
+			if ep.closed {
+				return
+			}
+			_ = ep.core.Reply(r, data, st)
+			ep.pumpLocked(time.Now())
+		}(r)
+	}
+}
+
+// Anycast sends req to one member of service group (as chosen by the
+// switch's policy; key selects the owner under key affinity) and returns
+// the reply.
+func (ep *Endpoint) Anycast(ctx context.Context, sw string, service string, key uint64, req []byte, opts FabricOptions) ([]byte, error) {
+	ap, err := netip.ParseAddrPort(sw)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint: switch address %q: %w", sw, err)
+	}
+	ep.enableGroups()
+	id, err := ep.lookup(ctx, ap, service, opts)
+	if err != nil {
+		return nil, err
+	}
+	op := &Op{Kind: KindAnycast, Peer: ap, Group: id, Addr: key, Buf: req}
+	if err := ep.Do(ctx, op); err != nil {
+		return nil, err
+	}
+	return op.Resp, nil
+}
+
+// lookup resolves a service name to its group id (cached).
+func (ep *Endpoint) lookup(ctx context.Context, sw netip.AddrPort, service string, opts FabricOptions) (uint32, error) {
+	ep.mu.Lock()
+	id, ok := ep.svcIDs[service]
+	ep.mu.Unlock()
+	if ok {
+		return id, nil
+	}
+	resp, err := ep.control(ctx, sw, &fabric.CtrlMsg{Type: fabric.CtrlLookup, Service: service}, opts.Token)
+	if err != nil {
+		return 0, fmt.Errorf("endpoint: lookup %q: %w", service, err)
+	}
+	ep.mu.Lock()
+	ep.svcIDs[service] = resp.Group
+	ep.mu.Unlock()
+	return resp.Group, nil
+}

@@ -1,0 +1,256 @@
+package fabric
+
+import (
+	"errors"
+	"net/netip"
+	"time"
+
+	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
+)
+
+// rendezvous collects the members of a job until all have joined.
+type rendezvous struct {
+	job     string
+	size    int
+	joiners []*joiner // by rank
+	count   int
+	started time.Time
+}
+
+type joiner struct {
+	peer  transport.PeerID
+	msgID uint64
+}
+
+// control handles one control request.
+func (s *Switch) control(now time.Time, d *transport.Delivery) {
+	s.stats.ControlIn++
+	m := &s.ctrl
+	if err := ParseCtrl(d.Payload, m, s.cfg.Token); err != nil || m.Resp {
+		st := wire.StatusBadOperand
+		if errors.Is(err, ErrCtrlAuth) {
+			st = wire.StatusAuth
+			s.stats.AuthFailures++
+		}
+		s.stats.ControlRefused++
+		s.reply(d.Peer, &d.Header, st, 0)
+		return
+	}
+	switch m.Type {
+	case CtrlJoin:
+		s.join(now, d, m)
+	case CtrlLeave, CtrlDestroy, CtrlHeartbeat:
+		g := s.groups[m.Group]
+		var mem *member
+		if g != nil {
+			mem = s.memberByAddr(g, d.Peer.Addr, m.Member)
+		}
+		if mem == nil {
+			s.stats.ControlRefused++
+			s.reply(d.Peer, &d.Header, wire.StatusNotMember, 0)
+			return
+		}
+		switch m.Type {
+		case CtrlHeartbeat:
+			if !mem.alive {
+				s.reply(d.Peer, &d.Header, wire.StatusMemberDead, uint64(mem.id))
+				return
+			}
+			mem.lastSeen = now
+			s.respond(d, &CtrlMsg{Type: CtrlHeartbeat, Resp: true, Group: g.id, Member: mem.id, Epoch: g.epoch, Dead: g.dead})
+		case CtrlLeave:
+			s.respond(d, &CtrlMsg{Type: CtrlLeave, Resp: true, Group: g.id, Member: mem.id})
+			s.memberDead(g, mem, true)
+		case CtrlDestroy:
+			s.respond(d, &CtrlMsg{Type: CtrlDestroy, Resp: true, Group: g.id})
+			s.destroy(g)
+		}
+	case CtrlRegister:
+		s.register(now, d, m)
+	case CtrlLookup:
+		g := s.groups[s.names[m.Service]]
+		if g == nil || !g.service {
+			s.reply(d.Peer, &d.Header, wire.StatusNotMember, 0)
+			return
+		}
+		s.respond(d, &CtrlMsg{Type: CtrlLookup, Resp: true, Group: g.id, Members: g.table()})
+	default:
+		s.stats.ControlRefused++
+		s.reply(d.Peer, &d.Header, wire.StatusUnknownOp, 0)
+	}
+}
+
+// respond sends a control response to the request in d.
+func (s *Switch) respond(d *transport.Delivery, m *CtrlMsg) {
+	s.respondTo(d.Peer, d.Header.MsgID, m)
+}
+
+func (s *Switch) respondTo(peer transport.PeerID, msgID uint64, m *CtrlMsg) {
+	buf, err := AppendCtrl(nil, m, s.cfg.Token)
+	if err != nil {
+		h := wire.Header{Op: wire.OpControl, MsgID: msgID}
+		s.reply(peer, &h, wire.StatusBusy, 0)
+		return
+	}
+	h := wire.Header{Op: wire.OpControl, Flags: wire.FlagResp, MsgID: msgID}
+	_, _ = s.eng.Send(peer, &h, buf, 0)
+}
+
+func (g *group) table() []MemberInfo {
+	t := make([]MemberInfo, 0, len(g.members))
+	for _, m := range g.members {
+		if m != nil && (m.alive || !g.service) {
+			t = append(t, MemberInfo{ID: m.id, Addr: m.addr})
+		}
+	}
+	return t
+}
+
+// join registers one member of a job; when the last one arrives the group
+// is created and every joiner gets the member table.
+func (s *Switch) join(now time.Time, d *transport.Delivery, m *CtrlMsg) {
+	// A join repeated after the group exists (the member restarted its
+	// request) gets the table again.
+	if id, ok := s.names[m.Job]; ok {
+		if g := s.groups[id]; g != nil && !g.service {
+			if mem := g.byAddr[d.Peer.Addr]; mem != nil && mem.alive {
+				s.respond(d, &CtrlMsg{Type: CtrlJoin, Resp: true, Group: g.id, Member: mem.id, Members: g.table(), Epoch: g.epoch})
+				return
+			}
+		}
+		s.reply(d.Peer, &d.Header, wire.StatusBusy, 0) // name in use
+		return
+	}
+	r := s.jobs[m.Job]
+	if r == nil {
+		if len(s.groups)+len(s.jobs) >= s.cfg.MaxGroups {
+			s.reply(d.Peer, &d.Header, wire.StatusBusy, 0)
+			return
+		}
+		r = &rendezvous{job: m.Job, size: m.Size, joiners: make([]*joiner, m.Size), started: now}
+		s.jobs[m.Job] = r
+	}
+	if r.size != m.Size {
+		s.reply(d.Peer, &d.Header, wire.StatusBadOperand, 0)
+		return
+	}
+	rank := m.Rank
+	for i, j := range r.joiners {
+		if j != nil && j.peer.Addr == d.Peer.Addr {
+			rank = i // the same process joining again
+		}
+	}
+	if rank == CtrlRankAny {
+		for i, j := range r.joiners {
+			if j == nil {
+				rank = i
+				break
+			}
+		}
+	}
+	if rank < 0 || rank >= r.size || (r.joiners[rank] != nil && r.joiners[rank].peer.Addr != d.Peer.Addr) {
+		s.reply(d.Peer, &d.Header, wire.StatusBusy, 0)
+		return
+	}
+	if r.joiners[rank] == nil {
+		r.count++
+	}
+	r.joiners[rank] = &joiner{peer: d.Peer, msgID: d.Header.MsgID}
+	if r.count < r.size {
+		return
+	}
+	delete(s.jobs, m.Job)
+	g := s.newGroup(m.Job, false, r.size, now)
+	for i, j := range r.joiners {
+		mem := &member{id: uint16(i), addr: j.peer.Addr, alive: true, lastSeen: now}
+		g.members[i] = mem
+		g.byAddr[mem.addr] = mem
+	}
+	t := g.table()
+	for i, j := range r.joiners {
+		s.respondTo(j.peer, j.msgID, &CtrlMsg{Type: CtrlJoin, Resp: true, Group: g.id, Member: uint16(i), Members: t, Epoch: g.epoch})
+	}
+}
+
+func (s *Switch) newGroup(name string, service bool, size int, now time.Time) *group {
+	id := s.nextID
+	s.nextID++
+	g := &group{id: id, name: name, service: service, members: make([]*member, size),
+		byAddr: make(map[netip.AddrPort]*member), created: now}
+	s.groups[id] = g
+	s.names[name] = id
+	return g
+}
+
+// register adds a server to an anycast service group, creating the group
+// (with its policy, size and ownership table) on first registration.
+func (s *Switch) register(now time.Time, d *transport.Delivery, m *CtrlMsg) {
+	var g *group
+	if id, ok := s.names[m.Service]; ok {
+		g = s.groups[id]
+		if g == nil || !g.service {
+			s.reply(d.Peer, &d.Header, wire.StatusBusy, 0)
+			return
+		}
+	} else {
+		if len(s.groups)+len(s.jobs) >= s.cfg.MaxGroups {
+			s.reply(d.Peer, &d.Header, wire.StatusBusy, 0)
+			return
+		}
+		sel, err := NewSelector(Policy(m.Policy), m.Size, toRanges(m.Ranges))
+		if err != nil {
+			s.reply(d.Peer, &d.Header, wire.StatusBadOperand, 0)
+			return
+		}
+		for i := 0; i < m.Size; i++ {
+			sel.SetAlive(i, false) // until each registers
+		}
+		g = s.newGroup(m.Service, true, m.Size, now)
+		g.sel = sel
+	}
+	rank := m.Rank
+	if mem := g.byAddr[d.Peer.Addr]; mem != nil {
+		rank = int(mem.id)
+	}
+	if rank == CtrlRankAny {
+		for i, mem := range g.members {
+			if mem == nil || !mem.alive {
+				rank = i
+				break
+			}
+		}
+	}
+	if rank < 0 || rank >= len(g.members) {
+		s.reply(d.Peer, &d.Header, wire.StatusBusy, 0)
+		return
+	}
+	if old := g.members[rank]; old != nil && old.alive && old.addr != d.Peer.Addr {
+		s.reply(d.Peer, &d.Header, wire.StatusBusy, 0)
+		return
+	}
+	if old := g.members[rank]; old != nil {
+		delete(g.byAddr, old.addr)
+	}
+	mem := &member{id: uint16(rank), addr: d.Peer.Addr, alive: true, lastSeen: now}
+	g.members[rank] = mem
+	g.byAddr[mem.addr] = mem
+	g.epoch++
+	g.sel.SetAlive(rank, true)
+	s.respond(d, &CtrlMsg{Type: CtrlRegister, Resp: true, Group: g.id, Member: mem.id})
+}
+
+func toRanges(cr []CtrlRange) []KeyRange {
+	if len(cr) == 0 {
+		return nil
+	}
+	out := make([]KeyRange, len(cr))
+	for i, r := range cr {
+		reps := make([]int, len(r.Replicas))
+		for j, x := range r.Replicas {
+			reps[j] = int(x)
+		}
+		out[i] = KeyRange{Start: r.Start, End: r.End, Owner: int(r.Owner), Replicas: reps}
+	}
+	return out
+}

@@ -1,0 +1,662 @@
+package fabric
+
+// Control messages
+//
+// A control message is the payload of a packet with opcode CONTROL (0x08):
+// requests from an endpoint to the forwarding node, and its responses with
+// the header's RESP flag set. They travel reliably through the transport, so
+// a message may span several packets. All integers are big-endian.
+//
+//  0                   1                   2                   3
+//  0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+// +---------------+---------------+-------------------------------+
+// |     Type      |     Flags     |                               |  0
+// +---------------+---------------+                               +
+// |              Fields of Type, in the order below ...           |
+// +---------------------------------------------------------------+
+// |                                                               |
+// +                                                               +
+// |           Tag: HMAC-SHA256(fabric token, every byte           |
+// +             from Type to the end of the fields)               +
+// |             truncated to its first 16 bytes                   |
+// +                                                               +
+// |                                                               |
+// +---------------------------------------------------------------+
+//
+// Type: 1 JOIN, 2 LEAVE, 3 DESTROY, 4 HEARTBEAT, 5 REGISTER, 6 LOOKUP.
+// Flags: bit 0 RESP (a response); bits 1–7 must be zero.
+//
+// Field encodings:
+//
+//	u8, u16, u32, u64  unsigned integers of 1, 2, 4, 8 bytes
+//	i32                two's complement, 4 bytes
+//	rank               u16: 0xFFFF = any rank (-1), else the rank
+//	name               u8 length (1..64) + that many bytes
+//	member             u16 id, u8 family (4 or 6), 4 or 16 address
+//	                   bytes, u16 UDP port (9 or 21 bytes in all)
+//	range              u64 start, u64 end, i32 owner, u8 replica count
+//	                   (0..8) + that many i32 replica ranks
+//	list of X          u16 count + count × X
+//
+// Fields by type (request → response):
+//
+//	JOIN       job name, size u16 (1..4096), rank (any, or < size)
+//	           → group u32, member u16, epoch u64, list of member (≤ 4096)
+//	LEAVE      group u32, member u16  → (no fields)
+//	DESTROY    group u32              → (no fields)
+//	HEARTBEAT  group u32, member u16
+//	           → epoch u64, list of u16 dead member ids (≤ 4096)
+//	REGISTER   service name, policy u8, size u16 (1..4096: members the
+//	           service will have), rank (any, or < size), list of range (≤ 4096)
+//	           → group u32, member u16
+//	LOOKUP     service name → group u32, list of member (≤ 4096)
+//
+// A receiver first checks that the message is at least 16 bytes long, then
+// verifies the tag in constant time (a bad tag is answered with status
+// AUTH), and only then decodes the fields: an unknown type or flag, a count
+// or value out of range, a truncated field or trailing bytes make the
+// message malformed.
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"net/netip"
+	"slices"
+	"sync"
+)
+
+// CtrlType says what a control message asks for (or answers, with Resp).
+// The numbers are part of the wire format.
+type CtrlType uint8
+
+// Control message types.
+const (
+	// CtrlJoin registers the sender as a member of job Job of Size members
+	// at Rank (CtrlRankAny: the switch picks one). The response, sent when
+	// all Size members have joined, carries the Group, the sender's Member
+	// id, the Members table and the group's Epoch.
+	CtrlJoin CtrlType = 1
+	// CtrlLeave removes Member from Group. The response has no fields.
+	CtrlLeave CtrlType = 2
+	// CtrlDestroy tears Group down. The response has no fields.
+	CtrlDestroy CtrlType = 3
+	// CtrlHeartbeat tells the switch that Member of Group is alive. The
+	// response carries the group's Epoch and the ids of its Dead members.
+	CtrlHeartbeat CtrlType = 4
+	// CtrlRegister registers the sender as a member of anycast service
+	// group Service of Size members, with selection Policy, the key Ranges
+	// it serves and its Rank (CtrlRankAny: the switch picks one). The
+	// response carries the service's Group and the sender's Member id.
+	CtrlRegister CtrlType = 5
+	// CtrlLookup asks for service group Service. The response carries its
+	// Group and Members table.
+	CtrlLookup CtrlType = 6
+)
+
+var ctrlTypeNames = [...]string{
+	CtrlJoin: "join", CtrlLeave: "leave", CtrlDestroy: "destroy",
+	CtrlHeartbeat: "heartbeat", CtrlRegister: "register", CtrlLookup: "lookup",
+}
+
+// String is the short lower-case name of the type, or "ctrl(N)" for a
+// number this version does not define.
+func (t CtrlType) String() string {
+	if t != 0 && int(t) < len(ctrlTypeNames) {
+		return ctrlTypeNames[t]
+	}
+	return fmt.Sprintf("ctrl(%d)", uint8(t))
+}
+
+// Limits of control message fields. They are part of the wire format: a
+// message beyond them is malformed.
+const (
+	CtrlTagLen      = 16   // length of the authentication tag, in bytes
+	CtrlMaxName     = 64   // longest Job or Service name, in bytes (the shortest is 1)
+	CtrlMaxSize     = 4096 // largest Join or Register Size (ranks are below Size)
+	CtrlMaxMembers  = 4096 // most entries in Members and in Dead
+	CtrlMaxRanges   = 4096 // most entries in Ranges
+	CtrlMaxReplicas = 8    // most Replicas of one CtrlRange
+	CtrlRankAny     = -1   // Rank: let the switch choose
+)
+
+// ctrlRankAnyWire is CtrlRankAny on the wire.
+const ctrlRankAnyWire = 0xFFFF
+
+// ctrlFlagResp is bit 0 of the flags byte.
+const ctrlFlagResp = 1 << 0
+
+// Errors. ParseCtrl and AppendCtrl wrap ErrCtrlMalformed with a detail;
+// compare with errors.Is.
+var (
+	// ErrCtrlAuth means the tag does not match the message under the
+	// fabric token: the switch answers it with wire.StatusAuth.
+	ErrCtrlAuth = errors.New("fabric: control message authentication failed")
+	// ErrCtrlMalformed means the bytes (or, from AppendCtrl, the fields)
+	// are not a valid control message.
+	ErrCtrlMalformed = errors.New("fabric: malformed control message")
+)
+
+// MemberInfo is one entry of a group's member table.
+type MemberInfo struct {
+	ID   uint16         // member id within the group
+	Addr netip.AddrPort // the member's UDP address: IPv4 or IPv6, no zone
+}
+
+// CtrlRange is a range of keys a service member serves (for the key-owner
+// anycast policy). The codec carries the values as they are; their meaning
+// and consistency are checked by the switch.
+type CtrlRange struct {
+	Start, End uint64  // the key range
+	Owner      int32   // rank of the member that owns it
+	Replicas   []int32 // ranks holding replicas; at most CtrlMaxReplicas
+}
+
+// CtrlMsg is one control request or response. Only the fields its Type and
+// Resp use are encoded (see the layout at the top of this file); the others
+// are ignored by AppendCtrl and zeroed by ParseCtrl.
+type CtrlMsg struct {
+	Type    CtrlType
+	Resp    bool         // a response (flags bit 0)
+	Job     string       // Join request: job name, 1..CtrlMaxName bytes
+	Service string       // Register and Lookup requests: service name, 1..CtrlMaxName bytes
+	Size    int          // Join and Register requests: number of members, 1..CtrlMaxSize
+	Rank    int          // Join and Register requests: CtrlRankAny or 0..Size-1
+	Group   uint32       // group id
+	Member  uint16       // member id within Group
+	Epoch   uint64       // Join and Heartbeat responses: group membership epoch
+	Policy  uint8        // Register request: anycast selection policy, interpreted by the switch
+	Ranges  []CtrlRange  // Register request: at most CtrlMaxRanges
+	Members []MemberInfo // Join and Lookup responses: at most CtrlMaxMembers
+	Dead    []uint16     // Heartbeat response: ids of dead members, at most CtrlMaxMembers
+}
+
+// AppendCtrl encodes m, appends HMAC-SHA256(token, encoded)[:CtrlTagLen]
+// and returns the extended slice. A nil or empty token is allowed (the tag
+// is then computed with an empty key); deployments set one. As with any
+// HMAC key, a token shorter than 64 bytes is padded with zero bytes, so
+// tokens that differ only in trailing zero bytes are the same key.
+//
+// If a field is out of range (a name too long or empty, a size or rank out
+// of range, a list too long, an invalid or zoned address, an unknown type)
+// it returns dst unchanged and an error wrapping ErrCtrlMalformed:
+// everything AppendCtrl accepts, ParseCtrl accepts.
+func AppendCtrl(dst []byte, m *CtrlMsg, token []byte) ([]byte, error) {
+	if err := m.validate(); err != nil {
+		return dst, err
+	}
+	start := len(dst)
+	b := m.appendFields(dst)
+	mac := getCtrlMAC(token)
+	b = append(b, mac.tag(b[start:])...)
+	ctrlMACPool.Put(mac)
+	return b, nil
+}
+
+// ParseCtrl verifies the tag of control message b under token and decodes
+// it into m. It checks the tag first, in constant time, over everything but
+// the last CtrlTagLen bytes, so any change to the bytes is ErrCtrlAuth; a
+// message shorter than the tag, or one whose fields do not decode, is an
+// error wrapping ErrCtrlMalformed.
+//
+// m's slices (and the Replicas of its Ranges) are reused up to their
+// capacity and its strings are kept when the names are equal, so parsing
+// into the same CtrlMsg repeatedly does not allocate; a caller that keeps
+// any of them across calls must copy them first. On error m's contents are
+// unspecified. ParseCtrl never panics and does not retain b.
+func ParseCtrl(b []byte, m *CtrlMsg, token []byte) error {
+	if len(b) < CtrlTagLen {
+		return fmt.Errorf("%w: %d bytes, shorter than the tag", ErrCtrlMalformed, len(b))
+	}
+	body, tag := b[:len(b)-CtrlTagLen], b[len(b)-CtrlTagLen:]
+	mac := getCtrlMAC(token)
+	ok := hmac.Equal(mac.tag(body), tag)
+	ctrlMACPool.Put(mac)
+	if !ok {
+		return ErrCtrlAuth
+	}
+	return m.decode(body)
+}
+
+func ctrlErrorf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrCtrlMalformed}, args...)...)
+}
+
+// validate checks the fields m's type uses against the limits.
+func (m *CtrlMsg) validate() error {
+	switch m.Type {
+	case CtrlJoin:
+		if m.Resp {
+			return validateMembers(m.Members)
+		}
+		if err := validateName("job", m.Job); err != nil {
+			return err
+		}
+		if m.Size < 1 || m.Size > CtrlMaxSize {
+			return ctrlErrorf("job size %d not in 1..%d", m.Size, CtrlMaxSize)
+		}
+		if m.Rank != CtrlRankAny && (m.Rank < 0 || m.Rank >= m.Size) {
+			return ctrlErrorf("rank %d not in 0..%d", m.Rank, m.Size-1)
+		}
+	case CtrlLeave, CtrlDestroy:
+	case CtrlHeartbeat:
+		if m.Resp && len(m.Dead) > CtrlMaxMembers {
+			return ctrlErrorf("%d dead members > %d", len(m.Dead), CtrlMaxMembers)
+		}
+	case CtrlRegister:
+		if m.Resp {
+			return nil
+		}
+		if err := validateName("service", m.Service); err != nil {
+			return err
+		}
+		if m.Size < 1 || m.Size > CtrlMaxSize {
+			return ctrlErrorf("size %d not in 1..%d", m.Size, CtrlMaxSize)
+		}
+		if m.Rank != CtrlRankAny && (m.Rank < 0 || m.Rank >= m.Size) {
+			return ctrlErrorf("rank %d not in 0..%d", m.Rank, m.Size-1)
+		}
+		if len(m.Ranges) > CtrlMaxRanges {
+			return ctrlErrorf("%d ranges > %d", len(m.Ranges), CtrlMaxRanges)
+		}
+		for i := range m.Ranges {
+			if n := len(m.Ranges[i].Replicas); n > CtrlMaxReplicas {
+				return ctrlErrorf("range %d: %d replicas > %d", i, n, CtrlMaxReplicas)
+			}
+		}
+	case CtrlLookup:
+		if m.Resp {
+			return validateMembers(m.Members)
+		}
+		return validateName("service", m.Service)
+	default:
+		return ctrlErrorf("unknown type %d", uint8(m.Type))
+	}
+	return nil
+}
+
+func validateName(what, s string) error {
+	if len(s) < 1 || len(s) > CtrlMaxName {
+		return ctrlErrorf("%s name of %d bytes not in 1..%d", what, len(s), CtrlMaxName)
+	}
+	return nil
+}
+
+func validateMembers(ms []MemberInfo) error {
+	if len(ms) > CtrlMaxMembers {
+		return ctrlErrorf("%d members > %d", len(ms), CtrlMaxMembers)
+	}
+	for i := range ms {
+		a := ms[i].Addr.Addr()
+		if !a.IsValid() || a.Zone() != "" {
+			return ctrlErrorf("member %d: address %v is invalid or has a zone", ms[i].ID, ms[i].Addr)
+		}
+	}
+	return nil
+}
+
+// appendFields appends the type, flags and fields of m, which validate
+// accepted.
+func (m *CtrlMsg) appendFields(b []byte) []byte {
+	var flags byte
+	if m.Resp {
+		flags |= ctrlFlagResp
+	}
+	b = append(b, byte(m.Type), flags)
+	be := binary.BigEndian
+	switch {
+	case m.Type == CtrlJoin && !m.Resp:
+		b = appendName(b, m.Job)
+		b = be.AppendUint16(b, uint16(m.Size))
+		b = appendRank(b, m.Rank)
+	case m.Type == CtrlJoin:
+		b = be.AppendUint32(b, m.Group)
+		b = be.AppendUint16(b, m.Member)
+		b = be.AppendUint64(b, m.Epoch)
+		b = appendMembers(b, m.Members)
+	case m.Type == CtrlLeave && !m.Resp, m.Type == CtrlHeartbeat && !m.Resp:
+		b = be.AppendUint32(b, m.Group)
+		b = be.AppendUint16(b, m.Member)
+	case m.Type == CtrlDestroy && !m.Resp:
+		b = be.AppendUint32(b, m.Group)
+	case m.Type == CtrlHeartbeat && m.Resp:
+		b = be.AppendUint64(b, m.Epoch)
+		b = be.AppendUint16(b, uint16(len(m.Dead)))
+		for _, id := range m.Dead {
+			b = be.AppendUint16(b, id)
+		}
+	case m.Type == CtrlRegister && !m.Resp:
+		b = appendName(b, m.Service)
+		b = append(b, m.Policy)
+		b = be.AppendUint16(b, uint16(m.Size))
+		b = appendRank(b, m.Rank)
+		b = be.AppendUint16(b, uint16(len(m.Ranges)))
+		for i := range m.Ranges {
+			r := &m.Ranges[i]
+			b = be.AppendUint64(b, r.Start)
+			b = be.AppendUint64(b, r.End)
+			b = be.AppendUint32(b, uint32(r.Owner))
+			b = append(b, byte(len(r.Replicas)))
+			for _, x := range r.Replicas {
+				b = be.AppendUint32(b, uint32(x))
+			}
+		}
+	case m.Type == CtrlRegister:
+		b = be.AppendUint32(b, m.Group)
+		b = be.AppendUint16(b, m.Member)
+	case m.Type == CtrlLookup && !m.Resp:
+		b = appendName(b, m.Service)
+	case m.Type == CtrlLookup:
+		b = be.AppendUint32(b, m.Group)
+		b = appendMembers(b, m.Members)
+	}
+	return b
+}
+
+func appendName(b []byte, s string) []byte {
+	b = append(b, byte(len(s)))
+	return append(b, s...)
+}
+
+func appendRank(b []byte, rank int) []byte {
+	if rank == CtrlRankAny {
+		return binary.BigEndian.AppendUint16(b, ctrlRankAnyWire)
+	}
+	return binary.BigEndian.AppendUint16(b, uint16(rank))
+}
+
+func appendMembers(b []byte, ms []MemberInfo) []byte {
+	be := binary.BigEndian
+	b = be.AppendUint16(b, uint16(len(ms)))
+	for i := range ms {
+		b = be.AppendUint16(b, ms[i].ID)
+		a := ms[i].Addr.Addr()
+		if a.Is4() {
+			a4 := a.As4()
+			b = append(b, 4)
+			b = append(b, a4[:]...)
+		} else {
+			a16 := a.As16()
+			b = append(b, 6)
+			b = append(b, a16[:]...)
+		}
+		b = be.AppendUint16(b, ms[i].Addr.Port())
+	}
+	return b
+}
+
+// ctrlReader consumes fields from the front of b. The first failure sets err
+// and every later read returns zero values.
+type ctrlReader struct {
+	b   []byte
+	err error
+}
+
+func (r *ctrlReader) take(n int, what string) ([]byte, bool) {
+	if r.err != nil {
+		return nil, false
+	}
+	if len(r.b) < n {
+		r.err = ctrlErrorf("truncated in %s", what)
+		return nil, false
+	}
+	s := r.b[:n]
+	r.b = r.b[n:]
+	return s, true
+}
+
+func (r *ctrlReader) u8(what string) uint8 {
+	if s, ok := r.take(1, what); ok {
+		return s[0]
+	}
+	return 0
+}
+
+func (r *ctrlReader) u16(what string) uint16 {
+	if s, ok := r.take(2, what); ok {
+		return binary.BigEndian.Uint16(s)
+	}
+	return 0
+}
+
+func (r *ctrlReader) u32(what string) uint32 {
+	if s, ok := r.take(4, what); ok {
+		return binary.BigEndian.Uint32(s)
+	}
+	return 0
+}
+
+func (r *ctrlReader) u64(what string) uint64 {
+	if s, ok := r.take(8, what); ok {
+		return binary.BigEndian.Uint64(s)
+	}
+	return 0
+}
+
+// name reads a name field; it returns old, without allocating, when the
+// bytes equal it.
+func (r *ctrlReader) name(what, old string) string {
+	n := int(r.u8(what))
+	if r.err != nil {
+		return ""
+	}
+	if n < 1 || n > CtrlMaxName {
+		r.err = ctrlErrorf("%s name of %d bytes not in 1..%d", what, n, CtrlMaxName)
+		return ""
+	}
+	s, ok := r.take(n, what)
+	if !ok {
+		return ""
+	}
+	if string(s) == old {
+		return old
+	}
+	return string(s)
+}
+
+// rank reads a rank field and checks it is CtrlRankAny or below limit.
+func (r *ctrlReader) rank(limit int) int {
+	v := r.u16("rank")
+	if r.err != nil {
+		return 0
+	}
+	if v == ctrlRankAnyWire {
+		return CtrlRankAny
+	}
+	if int(v) >= limit {
+		r.err = ctrlErrorf("rank %d not in 0..%d", v, limit-1)
+	}
+	return int(v)
+}
+
+// count reads a list count, checks it against limit and that the rest of
+// the message can hold that many items of at least minItem bytes, so that
+// no allocation exceeds what the input justifies.
+func (r *ctrlReader) count(what string, limit, minItem int) int {
+	n := int(r.u16(what))
+	if r.err != nil {
+		return 0
+	}
+	if n > limit {
+		r.err = ctrlErrorf("%d %s > %d", n, what, limit)
+		return 0
+	}
+	if n*minItem > len(r.b) {
+		r.err = ctrlErrorf("truncated in %s", what)
+		return 0
+	}
+	return n
+}
+
+// ctrlMinMember is the encoded size of an IPv4 member entry.
+const ctrlMinMember = 2 + 1 + 4 + 2
+
+func (r *ctrlReader) members(dst []MemberInfo) []MemberInfo {
+	n := r.count("members", CtrlMaxMembers, ctrlMinMember)
+	dst = slices.Grow(dst[:0], n)
+	for range n {
+		id := r.u16("member")
+		var addr netip.Addr
+		switch fam := r.u8("member"); fam {
+		case 4:
+			if s, ok := r.take(4, "member"); ok {
+				addr = netip.AddrFrom4([4]byte(s))
+			}
+		case 6:
+			if s, ok := r.take(16, "member"); ok {
+				addr = netip.AddrFrom16([16]byte(s))
+			}
+		default:
+			if r.err == nil {
+				r.err = ctrlErrorf("member %d: address family %d", id, fam)
+			}
+		}
+		port := r.u16("member")
+		if r.err != nil {
+			return dst
+		}
+		dst = append(dst, MemberInfo{ID: id, Addr: netip.AddrPortFrom(addr, port)})
+	}
+	return dst
+}
+
+// ctrlMinRange is the encoded size of a range without replicas.
+const ctrlMinRange = 8 + 8 + 4 + 1
+
+func (r *ctrlReader) ranges(dst []CtrlRange) []CtrlRange {
+	n := r.count("ranges", CtrlMaxRanges, ctrlMinRange)
+	if cap(dst) < n {
+		dst = make([]CtrlRange, 0, n)
+	}
+	// Reslicing within the capacity keeps the old elements' Replicas
+	// arrays for reuse.
+	dst = dst[:n]
+	for i := range dst {
+		x := &dst[i]
+		x.Start = r.u64("range")
+		x.End = r.u64("range")
+		x.Owner = int32(r.u32("range"))
+		k := int(r.u8("range"))
+		if r.err == nil && k > CtrlMaxReplicas {
+			r.err = ctrlErrorf("range %d: %d replicas > %d", i, k, CtrlMaxReplicas)
+		}
+		if r.err != nil {
+			return dst[:i]
+		}
+		if len(r.b) < 4*k {
+			r.err = ctrlErrorf("truncated in range")
+			return dst[:i]
+		}
+		reps := slices.Grow(x.Replicas[:0], k)
+		for range k {
+			reps = append(reps, int32(r.u32("range")))
+		}
+		x.Replicas = reps
+	}
+	return dst
+}
+
+// decode parses the type, flags and fields in b (the message without its
+// tag) into m.
+func (m *CtrlMsg) decode(b []byte) error {
+	if len(b) < 2 {
+		return ctrlErrorf("%d bytes before the tag, need at least 2", len(b))
+	}
+	typ, flags := CtrlType(b[0]), b[1]
+	if typ < CtrlJoin || typ > CtrlLookup {
+		return ctrlErrorf("unknown type %d", uint8(typ))
+	}
+	if flags&^ctrlFlagResp != 0 {
+		return ctrlErrorf("unknown flags 0x%02x", flags)
+	}
+	job, service := m.Job, m.Service
+	*m = CtrlMsg{
+		Type:    typ,
+		Resp:    flags&ctrlFlagResp != 0,
+		Ranges:  m.Ranges[:0],
+		Members: m.Members[:0],
+		Dead:    m.Dead[:0],
+	}
+	r := ctrlReader{b: b[2:]}
+	switch {
+	case typ == CtrlJoin && !m.Resp:
+		m.Job = r.name("job", job)
+		m.Size = int(r.u16("size"))
+		if r.err == nil && (m.Size < 1 || m.Size > CtrlMaxSize) {
+			r.err = ctrlErrorf("job size %d not in 1..%d", m.Size, CtrlMaxSize)
+		}
+		m.Rank = r.rank(m.Size)
+	case typ == CtrlJoin:
+		m.Group = r.u32("group")
+		m.Member = r.u16("member")
+		m.Epoch = r.u64("epoch")
+		m.Members = r.members(m.Members)
+	case typ == CtrlLeave && !m.Resp, typ == CtrlHeartbeat && !m.Resp:
+		m.Group = r.u32("group")
+		m.Member = r.u16("member")
+	case typ == CtrlDestroy && !m.Resp:
+		m.Group = r.u32("group")
+	case typ == CtrlHeartbeat && m.Resp:
+		m.Epoch = r.u64("epoch")
+		n := r.count("dead members", CtrlMaxMembers, 2)
+		dead := slices.Grow(m.Dead, n)
+		for range n {
+			dead = append(dead, r.u16("dead members"))
+		}
+		m.Dead = dead
+	case typ == CtrlRegister && !m.Resp:
+		m.Service = r.name("service", service)
+		m.Policy = r.u8("policy")
+		m.Size = int(r.u16("size"))
+		if r.err == nil && (m.Size < 1 || m.Size > CtrlMaxSize) {
+			r.err = ctrlErrorf("size %d not in 1..%d", m.Size, CtrlMaxSize)
+		}
+		m.Rank = r.rank(m.Size)
+		m.Ranges = r.ranges(m.Ranges)
+	case typ == CtrlRegister:
+		m.Group = r.u32("group")
+		m.Member = r.u16("member")
+	case typ == CtrlLookup && !m.Resp:
+		m.Service = r.name("service", service)
+	case typ == CtrlLookup:
+		m.Group = r.u32("group")
+		m.Members = r.members(m.Members)
+	}
+	if r.err != nil {
+		return r.err
+	}
+	if len(r.b) != 0 {
+		return ctrlErrorf("%d trailing bytes after %v fields", len(r.b), typ)
+	}
+	return nil
+}
+
+// ctrlMAC is an HMAC-SHA256 keyed with one token, kept in ctrlMACPool so
+// that computing a tag does not allocate in the steady state.
+type ctrlMAC struct {
+	key []byte
+	h   hash.Hash
+	sum [sha256.Size]byte
+}
+
+var ctrlMACPool sync.Pool
+
+// getCtrlMAC returns a reset HMAC keyed with token; the caller puts it back
+// in ctrlMACPool when done.
+func getCtrlMAC(token []byte) *ctrlMAC {
+	if c, ok := ctrlMACPool.Get().(*ctrlMAC); ok && bytes.Equal(c.key, token) {
+		c.h.Reset()
+		return c
+	}
+	return &ctrlMAC{key: bytes.Clone(token), h: hmac.New(sha256.New, token)}
+}
+
+// tag returns the truncated HMAC of msg; it is valid until c is reused.
+func (c *ctrlMAC) tag(msg []byte) []byte {
+	c.h.Write(msg)
+	return c.h.Sum(c.sum[:0])[:CtrlTagLen]
+}

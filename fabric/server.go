@@ -1,0 +1,144 @@
+package fabric
+
+import (
+	"errors"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/ndma/ndma/netio"
+)
+
+// Server drives a Switch over a netio.Conn: one goroutine reads datagram
+// batches, a timer serves deadlines, and a mutex makes whoever holds it
+// the Switch's owner.
+type Server struct {
+	conn netio.Conn
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	sw      *Switch
+	out     []netio.Datagram
+	timer   *time.Timer
+	timerAt time.Time
+	closed  bool
+
+	readerDone chan struct{}
+}
+
+// NewServer starts serving sw on conn; the server owns both from now on.
+// logger nil discards logs.
+func NewServer(conn netio.Conn, sw *Switch, logger *slog.Logger) *Server {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{conn: conn, log: logger, sw: sw, readerDone: make(chan struct{})}
+	s.timer = time.AfterFunc(time.Hour, s.onTimer)
+	s.timer.Stop()
+	s.mu.Lock()
+	s.pumpLocked(time.Now())
+	s.mu.Unlock()
+	go s.reader()
+	return s
+}
+
+// Addr is the address the switch listens on.
+func (s *Server) Addr() netip.AddrPort { return s.conn.LocalAddr() }
+
+// Stats returns the switch's counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sw.Stats()
+}
+
+// Groups lists the switch's groups.
+func (s *Server) Groups() []GroupInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sw.Groups()
+}
+
+func (s *Server) reader() {
+	defer close(s.readerDone)
+	ds := make([]netio.Datagram, s.conn.BatchSize())
+	for i := range ds {
+		ds[i].Buf = make([]byte, netio.MaxDatagram)
+	}
+	for {
+		k, err := s.conn.ReadBatch(ds)
+		if err != nil {
+			if errors.Is(err, netio.ErrClosed) {
+				return
+			}
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return
+			}
+			s.log.Warn("fabric: read", "err", err)
+			continue
+		}
+		s.mu.Lock()
+		now := time.Now()
+		for i := 0; i < k; i++ {
+			s.sw.Step(now, ds[i].Addr, ds[i].Buf)
+			ds[i].Buf = ds[i].Buf[:cap(ds[i].Buf)]
+		}
+		s.pumpLocked(now)
+		s.mu.Unlock()
+	}
+}
+
+func (s *Server) onTimer() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.timerAt = time.Time{}
+	if !s.closed {
+		s.pumpLocked(time.Now())
+	}
+}
+
+// pumpLocked polls the switch, sends, and arms the timer. Caller holds mu.
+func (s *Server) pumpLocked(now time.Time) {
+	var next time.Time
+	for range 64 {
+		var out []netio.Datagram
+		out, next = s.sw.Poll(now, s.out[:0])
+		if len(out) > 0 {
+			if err := s.conn.WriteBatch(out); err != nil && !s.closed {
+				s.log.Warn("fabric: write", "err", err)
+			}
+		}
+		clear(out)
+		s.out = out[:0]
+		if next.IsZero() || next.After(now) {
+			break
+		}
+		now = time.Now()
+	}
+	if next.IsZero() {
+		return
+	}
+	if s.timerAt.IsZero() || next.Before(s.timerAt) {
+		s.timerAt = next
+		s.timer.Reset(max(time.Until(next), 0))
+	}
+}
+
+// Close stops the server and closes the socket. It is idempotent.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.timer.Stop()
+	s.mu.Unlock()
+	err := s.conn.Close()
+	<-s.readerDone
+	return err
+}

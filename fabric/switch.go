@@ -1,0 +1,431 @@
+package fabric
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"time"
+
+	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
+)
+
+// Config configures a Switch. Zero values select the documented defaults.
+type Config struct {
+	// Token authenticates control messages (HMAC-SHA256). Every endpoint
+	// of the fabric must use the same token. Empty means no secret.
+	Token []byte
+	// HeartbeatTimeout is how long a member may go without a heartbeat
+	// before it is declared dead. Zero means 1s. Endpoints send heartbeats
+	// four times per timeout.
+	HeartbeatTimeout time.Duration
+	// Transport configures the switch's own reliable streams (control,
+	// aggregation, anycast). Local and GroupModes are set by the switch.
+	Transport transport.Config
+	// Pool sizes the aggregation slot pool.
+	Pool PoolConfig
+	// MaxGroups bounds groups (jobs and services). Zero means 4096.
+	MaxGroups int
+	// MulticastWindow is the ACK-merge window per multicast stream, in
+	// packets: a sender may have at most this many packets unacknowledged
+	// by some member. Zero means 1024. Must be a power of two.
+	MulticastWindow int
+	// MaxForward bounds the datagrams forwarded (replicated or relayed)
+	// between two Polls; beyond it they are dropped and counted. Zero
+	// means 8192.
+	MaxForward int
+	// Fault injects faults into everything the switch sends.
+	Fault FaultConfig
+}
+
+// FaultConfig injects faults into the switch's output (this kernel has no
+// netem). Rates are probabilities in [0, 1].
+type FaultConfig struct {
+	Drop, Dup, Reorder, Corrupt float64
+	// Seed seeds the fault generator; zero means 1.
+	Seed uint64
+}
+
+func (f FaultConfig) active() bool { return f.Drop > 0 || f.Dup > 0 || f.Reorder > 0 || f.Corrupt > 0 }
+
+// ErrConfig wraps configuration errors.
+var ErrConfig = errors.New("fabric: invalid config")
+
+func (c *Config) setDefaults() {
+	if c.HeartbeatTimeout == 0 {
+		c.HeartbeatTimeout = time.Second
+	}
+	if c.MaxGroups == 0 {
+		c.MaxGroups = 4096
+	}
+	if c.MulticastWindow == 0 {
+		c.MulticastWindow = 1024
+	}
+	if c.MaxForward == 0 {
+		c.MaxForward = 8192
+	}
+	if c.Fault.Seed == 0 {
+		c.Fault.Seed = 1
+	}
+	if c.Transport.MaxMessages == 0 {
+		c.Transport.MaxMessages = 1 << 16 // results and replies for many members
+	}
+	c.Transport.Local = wire.MemberAll
+	c.Transport.GroupModes = true
+}
+
+func (c *Config) validate() error {
+	w := c.MulticastWindow
+	switch {
+	case c.HeartbeatTimeout < 0 || c.MaxGroups < 0 || c.MaxForward < 0:
+		return fmt.Errorf("%w: negative value", ErrConfig)
+	case w <= 0 || w&(w-1) != 0 || w > 1<<15:
+		return fmt.Errorf("%w: MulticastWindow %d must be a power of two ≤ 32768", ErrConfig, w)
+	}
+	for _, r := range []float64{c.Fault.Drop, c.Fault.Dup, c.Fault.Reorder, c.Fault.Corrupt} {
+		if r < 0 || r > 1 {
+			return fmt.Errorf("%w: fault rate %v outside [0, 1]", ErrConfig, r)
+		}
+	}
+	return nil
+}
+
+// Stats counts what the switch did.
+type Stats struct {
+	Transport transport.Stats
+	Pool      PoolStats
+
+	Received, Malformed, Spoofed, NoGroup uint64
+	// Per mode: packets in and datagrams out.
+	UnicastIn, UnicastOut                               uint64
+	MulticastIn, MulticastOut                           uint64
+	MulticastAcksIn, MergedAcksOut                      uint64
+	AggregateIn, AggregateOut                           uint64
+	AnycastIn, AnycastOut                               uint64
+	ControlIn, ControlRefused                           uint64
+	AuthFailures                                        uint64
+	ForwardDropped                                      uint64
+	MembersDead                                         uint64
+	FaultDrops, FaultDups, FaultReorders, FaultCorrupts uint64
+	Groups, Members                                     int
+}
+
+// member is one member of a group.
+type member struct {
+	id       uint16
+	addr     netip.AddrPort
+	alive    bool
+	lastSeen time.Time
+}
+
+// group is a job group (fixed membership from a rendezvous) or a service
+// group (members register over time; anycast target).
+type group struct {
+	id      uint32
+	name    string
+	service bool
+	members []*member // index = member id
+	byAddr  map[netip.AddrPort]*member
+	epoch   uint64
+	dead    []uint16
+	sel     *Selector // service groups
+	created time.Time
+}
+
+func (g *group) alive() int {
+	n := 0
+	for _, m := range g.members {
+		if m != nil && m.alive {
+			n++
+		}
+	}
+	return n
+}
+
+func (g *group) member(id uint16) *member {
+	if int(id) < len(g.members) {
+		return g.members[id]
+	}
+	return nil
+}
+
+// Switch is the sans-I/O forwarding node: feed it datagrams with Step, call
+// Poll for what to send and when to call again. Not safe for concurrent
+// use.
+type Switch struct {
+	cfg    Config
+	eng    *transport.Engine
+	pool   *AggPool
+	groups map[uint32]*group
+	names  map[string]uint32 // job or service name → group
+	jobs   map[string]*rendezvous
+	nextID uint32
+
+	mcast map[streamKey]*mstream
+
+	// aggregation results in flight: token → slot
+	aggTok  map[uint64]*aggResult
+	nextTok uint64
+
+	// anycast: forwarded request id → origin; pinned segments
+	anyFwd map[uint64]*anyReq
+	anyIn  map[anyKey]uint64
+
+	fwd     []netio.Datagram // datagrams queued by Step for the next Poll
+	fwdBufs [][]byte
+	nfwd    int
+	held    []netio.Datagram // reordered by fault injection, sent next Poll
+	rng     *rand.Rand
+
+	ctrl CtrlMsg
+
+	admitFn   func(*transport.Delivery) bool
+	nextCheck time.Time
+
+	stats Stats
+	now   time.Time
+}
+
+type streamKey struct {
+	group  uint32
+	sender uint16
+}
+
+// New returns a switch.
+func New(cfg Config) (*Switch, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	eng, err := transport.New(cfg.Transport)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := NewAggPool(cfg.Pool)
+	if err != nil {
+		return nil, err
+	}
+	sw := &Switch{
+		cfg:    cfg,
+		eng:    eng,
+		pool:   pool,
+		groups: make(map[uint32]*group),
+		names:  make(map[string]uint32),
+		jobs:   make(map[string]*rendezvous),
+		nextID: 1,
+		mcast:  make(map[streamKey]*mstream),
+		aggTok: make(map[uint64]*aggResult),
+		anyFwd: make(map[uint64]*anyReq),
+		anyIn:  make(map[anyKey]uint64),
+		rng:    rand.New(rand.NewPCG(cfg.Fault.Seed, cfg.Fault.Seed^0x5bd1e995)),
+	}
+	sw.admitFn = sw.admit
+	return sw, nil
+}
+
+// Stats returns the counters.
+func (s *Switch) Stats() Stats {
+	st := s.stats
+	st.Transport = s.eng.Stats()
+	st.Pool = s.pool.Stats()
+	st.Groups = len(s.groups)
+	for _, g := range s.groups {
+		st.Members += g.alive()
+	}
+	return st
+}
+
+// GroupInfo describes a group for tools and tests.
+type GroupInfo struct {
+	ID      uint32
+	Name    string
+	Service bool
+	Members []MemberInfo
+	Alive   []bool
+}
+
+// Groups lists the groups, by id.
+func (s *Switch) Groups() []GroupInfo {
+	var out []GroupInfo
+	for id := uint32(1); id < s.nextID; id++ {
+		g := s.groups[id]
+		if g == nil {
+			continue
+		}
+		gi := GroupInfo{ID: g.id, Name: g.name, Service: g.service}
+		for _, m := range g.members {
+			if m != nil {
+				gi.Members = append(gi.Members, MemberInfo{ID: m.id, Addr: m.addr})
+				gi.Alive = append(gi.Alive, m.alive)
+			}
+		}
+		out = append(out, gi)
+	}
+	return out
+}
+
+// Step handles one received datagram.
+func (s *Switch) Step(now time.Time, from netip.AddrPort, pkt []byte) {
+	s.now = now
+	s.stats.Received++
+	var h wire.Header
+	payload, _, err := wire.Parse(pkt, &h)
+	if err != nil {
+		s.stats.Malformed++
+		return
+	}
+	if h.Group == 0 || h.Mode == wire.ModeAggregate || h.Mode == wire.ModeAnycast {
+		// Streams the switch terminates: control, contributions, anycast.
+		s.stepEngine(now, from, pkt, &h)
+		return
+	}
+	g := s.groups[h.Group]
+	if g == nil {
+		s.stats.NoGroup++
+		return
+	}
+	src := g.member(h.Src)
+	if src == nil || src.addr != from {
+		s.stats.Spoofed++
+		return
+	}
+	if !src.alive {
+		s.stats.NoGroup++
+		return
+	}
+	switch h.Mode {
+	case wire.ModeUnicast:
+		s.stats.UnicastIn++
+		dst := g.member(h.Dst)
+		if dst == nil || !dst.alive {
+			s.stats.NoGroup++
+			return
+		}
+		s.forward(pkt, dst.addr)
+		s.stats.UnicastOut++
+	case wire.ModeMulticast:
+		if h.Op == wire.OpAck || h.Op == wire.OpNack {
+			s.stats.MulticastAcksIn++
+			s.mergeAck(now, g, src, &h, payload)
+			return
+		}
+		s.stats.MulticastIn++
+		s.replicate(now, g, src, &h, pkt)
+	}
+}
+
+// forward queues a copy of pkt to addr. It returns the copy, or nil if the
+// forwarding budget is spent.
+func (s *Switch) forward(pkt []byte, addr netip.AddrPort) []byte {
+	if s.nfwd >= s.cfg.MaxForward {
+		s.stats.ForwardDropped++
+		return nil
+	}
+	for len(s.fwdBufs) <= s.nfwd {
+		s.fwdBufs = append(s.fwdBufs, make([]byte, 0, netio.MaxDatagram))
+	}
+	b := append(s.fwdBufs[s.nfwd][:0], pkt...)
+	s.fwdBufs[s.nfwd] = b
+	s.nfwd++
+	s.fwd = append(s.fwd, netio.Datagram{Addr: addr, Buf: b})
+	return b
+}
+
+// forwardShared queues buf (already owned by the switch for this Poll) to
+// addr without copying: replicas of one packet share one buffer.
+func (s *Switch) forwardShared(buf []byte, addr netip.AddrPort) bool {
+	if len(s.fwd) >= s.cfg.MaxForward {
+		s.stats.ForwardDropped++
+		return false
+	}
+	s.fwd = append(s.fwd, netio.Datagram{Addr: addr, Buf: buf})
+	return true
+}
+
+// Poll returns the datagrams to send and the next time Poll must be called
+// (zero: none). The datagrams are valid until the next Step or Poll.
+func (s *Switch) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
+	s.now = now
+	s.checkLiveness(now)
+	// Held (reordered) datagrams from the previous Poll go out first... after
+	// this Poll's own, so that they are overtaken.
+	held := s.held
+	out = append(out, s.fwd...)
+	s.fwd = s.fwd[:0]
+	s.nfwd = 0
+	out, comps, next := s.eng.Poll(now, out)
+	for i := range comps {
+		s.onCompletion(&comps[i])
+	}
+	if len(comps) > 0 {
+		// Completions may have queued more (results, replies).
+		var n2 time.Time
+		out, _, n2 = s.eng.Poll(now, out)
+		if !n2.IsZero() && (next.IsZero() || n2.Before(next)) {
+			next = n2
+		}
+		out = append(out, s.fwd...)
+		s.fwd = s.fwd[:0]
+		s.nfwd = 0
+	}
+	out = append(out, held...)
+	s.held = s.held[:0]
+	if s.cfg.Fault.active() {
+		out = s.inject(out)
+		if len(s.held) > 0 && (next.IsZero() || now.Before(next)) {
+			next = now.Add(50 * time.Microsecond)
+		}
+	}
+	if hb := s.nextLiveness(); !hb.IsZero() && (next.IsZero() || hb.Before(next)) {
+		next = hb
+	}
+	return out, next
+}
+
+// inject applies fault injection to out in place.
+func (s *Switch) inject(out []netio.Datagram) []netio.Datagram {
+	f := &s.cfg.Fault
+	keep := out[:0]
+	var extra []netio.Datagram
+	for _, d := range out {
+		r := s.rng
+		if f.Drop > 0 && r.Float64() < f.Drop {
+			s.stats.FaultDrops++
+			continue
+		}
+		if f.Corrupt > 0 && len(d.Buf) > 0 && r.Float64() < f.Corrupt {
+			b := s.copyHeld(d.Buf)
+			b[r.IntN(len(b))] ^= 1 << r.IntN(8)
+			d.Buf = b
+			s.stats.FaultCorrupts++
+		}
+		if f.Reorder > 0 && r.Float64() < f.Reorder && len(s.held) < 1024 {
+			s.held = append(s.held, netio.Datagram{Addr: d.Addr, Buf: s.copyHeld(d.Buf)})
+			s.stats.FaultReorders++
+			continue
+		}
+		keep = append(keep, d)
+		if f.Dup > 0 && r.Float64() < f.Dup {
+			extra = append(extra, d)
+			s.stats.FaultDups++
+		}
+	}
+	return append(keep, extra...)
+}
+
+func (s *Switch) copyHeld(b []byte) []byte {
+	c := make([]byte, len(b))
+	copy(c, b)
+	return c
+}
+
+// member lookup by address for engine-terminated streams.
+func (s *Switch) memberByAddr(g *group, addr netip.AddrPort, id uint16) *member {
+	m := g.member(id)
+	if m == nil || m.addr != addr {
+		return nil
+	}
+	return m
+}

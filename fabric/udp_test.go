@@ -1,0 +1,182 @@
+package fabric_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/wire"
+)
+
+func startSwitch(t *testing.T, cfg fabric.Config) *fabric.Server {
+	t.Helper()
+	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := fabric.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := fabric.NewServer(conn, sw, nil)
+	t.Cleanup(func() { srv.Close() })
+	return srv
+}
+
+func joinAll(t *testing.T, ctx context.Context, sw string, job string, n int, opts endpoint.FabricOptions) ([]*endpoint.Endpoint, []*endpoint.Group) {
+	t.Helper()
+	eps := make([]*endpoint.Endpoint, n)
+	gs := make([]*endpoint.Group, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ep.Close() })
+		eps[i] = ep
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			gs[i], errs[i] = ep.JoinJob(ctx, sw, job, n, i, opts)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("member %d join: %v", i, err)
+		}
+	}
+	return eps, gs
+}
+
+func f32s(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
+}
+
+// TestUDPModes: multicast, allreduce and anycast end to end through a
+// switch over loopback UDP.
+func TestUDPModes(t *testing.T) {
+	token := []byte("secret")
+	srv := startSwitch(t, fabric.Config{Token: token})
+	sw := srv.Addr().String()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	opts := endpoint.FabricOptions{Token: token}
+	const n = 4
+	_, gs := joinAll(t, ctx, sw, "job1", n, opts)
+
+	// Multicast 1 MiB from member 0.
+	data := make([]byte, 1<<20+5)
+	for i := range data {
+		data[i] = byte(i * 13)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := 1; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, len(data))
+			if err := gs[i].Recv(ctx, 0, buf); err != nil {
+				errs <- fmt.Errorf("member %d recv: %w", i, err)
+				return
+			}
+			if !bytes.Equal(buf, data) {
+				errs <- fmt.Errorf("member %d: data differs", i)
+			}
+		}()
+	}
+	if err := gs[0].Multicast(ctx, data, endpoint.MulticastOptions{}); err != nil {
+		t.Fatalf("multicast: %v", err)
+	}
+	wg.Wait()
+
+	// Allreduce f32 sum of 100k elements.
+	const elems = 100000
+	want := make([]float32, elems)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v := make([]float32, elems)
+			for j := range v {
+				v[j] = float32(i + j%7)
+			}
+			recv := make([]byte, 4*elems)
+			if err := gs[i].Allreduce(ctx, f32s(v), recv, wire.DtypeF32, wire.AluAdd, endpoint.ReduceOptions{Deterministic: true}); err != nil {
+				errs <- fmt.Errorf("member %d allreduce: %w", i, err)
+				return
+			}
+			for j := range elems {
+				got := math.Float32frombits(binary.LittleEndian.Uint32(recv[4*j:]))
+				exp := float32(0)
+				for k := range n {
+					exp += float32(k + j%7)
+				}
+				if got != exp {
+					errs <- fmt.Errorf("member %d element %d: %v want %v", i, j, got, exp)
+					return
+				}
+			}
+		}()
+	}
+	_ = want
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+
+	// Anycast: two servers, round robin.
+	var served [2]int
+	var mu sync.Mutex
+	for i := range 2 {
+		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ep.Close() })
+		_, err = ep.RegisterService(ctx, sw, endpoint.ServiceConfig{Name: "kv", Size: 2, Policy: fabric.PolicyRoundRobin}, i,
+			func(key uint64, req []byte) ([]byte, error) {
+				mu.Lock()
+				served[i]++
+				mu.Unlock()
+				return append([]byte(fmt.Sprintf("m%d:", i)), req...), nil
+			}, opts)
+		if err != nil {
+			t.Fatalf("register %d: %v", i, err)
+		}
+	}
+	cli, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	for i := range 20 {
+		rep, err := cli.Anycast(ctx, sw, "kv", uint64(i), []byte("hello"), opts)
+		if err != nil {
+			t.Fatalf("anycast %d: %v", i, err)
+		}
+		if !bytes.HasSuffix(rep, []byte(":hello")) {
+			t.Fatalf("reply %q", rep)
+		}
+	}
+	if served[0] != 10 || served[1] != 10 {
+		t.Fatalf("round robin served %v", served)
+	}
+	t.Logf("switch stats: %+v", srv.Stats())
+}
