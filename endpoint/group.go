@@ -111,25 +111,44 @@ func (g *Group) Size() int { return len(g.members) }
 // Members is the member table (id and address of each member).
 func (g *Group) Members() []fabric.MemberInfo { return g.members }
 
+// heartbeats sends a heartbeat every interval without waiting for the
+// previous answer (at most 4 in flight, each timing out after 4
+// intervals), so a lost response never silences a live member.
 func (g *Group) heartbeats() {
 	defer close(g.hbDone)
-	t := time.NewTicker(g.opts.heartbeat())
+	iv := g.opts.heartbeat()
+	t := time.NewTicker(iv)
 	defer t.Stop()
+	buf, err := fabric.AppendCtrl(nil, &fabric.CtrlMsg{Type: fabric.CtrlHeartbeat, Group: g.id, Member: g.rank}, g.opts.Token)
+	if err != nil {
+		g.ep.log.Warn("endpoint: heartbeat", "group", g.id, "err", err)
+		return
+	}
+	done := make(chan *Op, 4)
+	inflight := 0
 	for {
 		select {
 		case <-g.stop:
 			return
+		case op := <-done:
+			inflight--
+			if op.Err != nil && !errors.Is(op.Err, ErrClosed) {
+				g.ep.log.Debug("endpoint: heartbeat", "group", g.id, "err", op.Err)
+			}
+			continue
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 4*g.opts.heartbeat())
-		_, err := g.ep.control(ctx, g.sw, &fabric.CtrlMsg{Type: fabric.CtrlHeartbeat, Group: g.id, Member: g.rank}, g.opts.Token)
-		cancel()
-		if errors.Is(err, ErrClosed) {
-			return
+		if inflight >= cap(done) {
+			continue
 		}
-		if err != nil {
-			g.ep.log.Debug("endpoint: heartbeat", "group", g.id, "err", err)
+		op := &Op{Kind: KindControl, Peer: g.sw, Buf: buf, Timeout: 4 * iv}
+		if err := g.ep.Start(op, done); err != nil {
+			if errors.Is(err, ErrClosed) {
+				return
+			}
+			continue
 		}
+		inflight++
 	}
 }
 

@@ -166,6 +166,7 @@ func (s *Switch) join(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 		mem := &member{id: uint16(i), addr: j.peer.Addr, alive: true, lastSeen: now}
 		g.members[i] = mem
 		g.byAddr[mem.addr] = mem
+		s.addMember(mem)
 	}
 	t := g.table()
 	for i, j := range r.joiners {
@@ -180,6 +181,7 @@ func (s *Switch) newGroup(name string, service bool, size int, now time.Time) *g
 		byAddr: make(map[netip.AddrPort]*member), created: now}
 	s.groups[id] = g
 	s.names[name] = id
+	s.eng.SetLocal(id, wire.MemberAll)
 	return g
 }
 
@@ -231,10 +233,14 @@ func (s *Switch) register(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 	}
 	if old := g.members[rank]; old != nil {
 		delete(g.byAddr, old.addr)
+		if old.alive {
+			s.removeMember(old)
+		}
 	}
 	mem := &member{id: uint16(rank), addr: d.Peer.Addr, alive: true, lastSeen: now}
 	g.members[rank] = mem
 	g.byAddr[mem.addr] = mem
+	s.addMember(mem)
 	g.epoch++
 	g.sel.SetAlive(rank, true)
 	s.respond(d, &CtrlMsg{Type: CtrlRegister, Resp: true, Group: g.id, Member: mem.id})

@@ -473,6 +473,9 @@ func TestCtrlDecodeBounds(t *testing.T) {
 // TestCtrlParseAllocs checks that parsing into a reused CtrlMsg allocates
 // nothing once its slices have grown and the MAC is warm.
 func TestCtrlParseAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector (sync.Pool)")
+	}
 	for _, m := range []CtrlMsg{
 		{Type: CtrlHeartbeat, Resp: true, Epoch: 3, Dead: []uint16{1, 2, 3, 4}},
 		{Type: CtrlJoin, Resp: true, Group: 1, Member: 2, Epoch: 3, Members: ctrlTestMembers()},
@@ -500,6 +503,9 @@ func TestCtrlParseAllocs(t *testing.T) {
 }
 
 func TestCtrlAppendAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector (sync.Pool)")
+	}
 	m := CtrlMsg{Type: CtrlHeartbeat, Group: 1, Member: 2}
 	buf := make([]byte, 0, 64)
 	if _, err := AppendCtrl(buf, &m, ctrlTestToken); err != nil {

@@ -113,8 +113,9 @@ func (s *Switch) replicate(now time.Time, g *group, src *member, h *wire.Header,
 	}
 	psn := h.PSN
 	if wire.SeqLess(psn, ms.cum) {
-		// Everyone has it: tell the sender again.
+		// Everyone has it (the sender missed our ACK): tell it again.
 		ms.dirty = true
+		s.sendMerged(ms, g)
 		return
 	}
 	if psn-ms.cum >= ms.w {
@@ -124,6 +125,7 @@ func (s *Switch) replicate(now time.Time, g *group, src *member, h *wire.Header,
 		ms.high = psn + 1
 	}
 	var shared []byte
+	sent := false
 	for i, m := range g.members {
 		if m == nil || !m.alive || m == src || ms.has(i, psn) {
 			continue
@@ -135,7 +137,13 @@ func (s *Switch) replicate(now time.Time, g *group, src *member, h *wire.Header,
 		} else if !s.forwardShared(shared, m.addr) {
 			return
 		}
+		sent = true
 		s.stats.MulticastOut++
+	}
+	if !sent {
+		// Every live member already has it: re-acknowledge.
+		ms.dirty = true
+		s.sendMerged(ms, g)
 	}
 }
 

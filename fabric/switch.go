@@ -72,7 +72,9 @@ func (c *Config) setDefaults() {
 	if c.Transport.MaxMessages == 0 {
 		c.Transport.MaxMessages = 1 << 16 // results and replies for many members
 	}
-	c.Transport.Local = wire.MemberAll
+	// In group 0 (control) the switch is a plain peer (member 0); in every
+	// group it creates it is wire.MemberAll (newGroup sets that).
+	c.Transport.Local = 0
 	c.Transport.GroupModes = true
 }
 
@@ -164,6 +166,8 @@ type Switch struct {
 	nextID uint32
 
 	mcast map[streamKey]*mstream
+	// byAddr lists the live members (of any group) at an address.
+	byAddr map[netip.AddrPort][]*member
 
 	// aggregation results in flight: token → slot
 	aggTok  map[uint64]*aggResult
@@ -216,6 +220,7 @@ func New(cfg Config) (*Switch, error) {
 		jobs:   make(map[string]*rendezvous),
 		nextID: 1,
 		mcast:  make(map[streamKey]*mstream),
+		byAddr: make(map[netip.AddrPort][]*member),
 		aggTok: make(map[uint64]*aggResult),
 		anyFwd: make(map[uint64]*anyReq),
 		anyIn:  make(map[anyKey]uint64),
@@ -275,6 +280,12 @@ func (s *Switch) Step(now time.Time, from netip.AddrPort, pkt []byte) {
 	if err != nil {
 		s.stats.Malformed++
 		return
+	}
+	// Any packet from a live member counts as a sign of life, so a member
+	// busy sending or acknowledging is never declared dead because its
+	// heartbeats queue behind data on a lossy link.
+	for _, m := range s.byAddr[from] {
+		m.lastSeen = now
 	}
 	if h.Group == 0 || h.Mode == wire.ModeAggregate || h.Mode == wire.ModeAnycast {
 		// Streams the switch terminates: control, contributions, anycast.
@@ -419,6 +430,27 @@ func (s *Switch) copyHeld(b []byte) []byte {
 	c := make([]byte, len(b))
 	copy(c, b)
 	return c
+}
+
+// addMember makes m reachable by address (for liveness).
+func (s *Switch) addMember(m *member) {
+	s.byAddr[m.addr] = append(s.byAddr[m.addr], m)
+}
+
+// removeMember forgets m's address entry.
+func (s *Switch) removeMember(m *member) {
+	l := s.byAddr[m.addr]
+	for i, x := range l {
+		if x == m {
+			l = append(l[:i], l[i+1:]...)
+			break
+		}
+	}
+	if len(l) == 0 {
+		delete(s.byAddr, m.addr)
+	} else {
+		s.byAddr[m.addr] = l
+	}
 }
 
 // member lookup by address for engine-terminated streams.

@@ -272,6 +272,7 @@ func (s *Switch) memberDead(g *group, m *member, left bool) {
 		return
 	}
 	m.alive = false
+	s.removeMember(m)
 	g.dead = append(g.dead, m.id)
 	g.epoch++
 	s.stats.MembersDead++
@@ -310,6 +311,9 @@ func (s *Switch) destroy(g *group) {
 		if m == nil {
 			continue
 		}
+		if m.alive {
+			s.removeMember(m)
+		}
 		for _, mode := range []wire.Mode{wire.ModeUnicast, wire.ModeAggregate, wire.ModeAnycast} {
 			s.eng.ForgetPeer(transport.PeerID{Addr: m.addr, Group: g.id, Member: m.id, Mode: mode}, errGroupGone)
 		}
@@ -331,6 +335,7 @@ func (s *Switch) destroy(g *group) {
 		}
 	}
 	delete(s.groups, g.id)
+	s.eng.ClearLocal(g.id)
 	if s.names[g.name] == g.id {
 		delete(s.names, g.name)
 	}

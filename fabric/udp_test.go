@@ -175,8 +175,11 @@ func TestUDPModes(t *testing.T) {
 			t.Fatalf("reply %q", rep)
 		}
 	}
-	if served[0] != 10 || served[1] != 10 {
-		t.Fatalf("round robin served %v", served)
+	mu.Lock()
+	got := served
+	mu.Unlock()
+	if got[0] != 10 || got[1] != 10 {
+		t.Fatalf("round robin served %v", got)
 	}
 	t.Logf("switch stats: %+v", srv.Stats())
 }

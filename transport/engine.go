@@ -197,6 +197,9 @@ func (e *Engine) SetLocal(group uint32, member uint16) {
 	e.locals[group] = member
 }
 
+// ClearLocal forgets the member id set for a group.
+func (e *Engine) ClearLocal(group uint32) { delete(e.locals, group) }
+
 func (e *Engine) local(group uint32) uint16 {
 	if m, ok := e.locals[group]; ok {
 		return m

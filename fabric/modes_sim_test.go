@@ -1,0 +1,324 @@
+package fabric_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/netio/simnet"
+	"github.com/ndma/ndma/wire"
+)
+
+func impaired(loss float64) simnet.LinkConfig {
+	l := simnet.LinkConfig{Rate: 1e9, Latency: 5 * time.Microsecond, Loss: loss}
+	if loss > 0 {
+		l.Reorder, l.Dup, l.Corrupt = 0.02, 0.02, 0.01
+	}
+	return l
+}
+
+func randBytes(r *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// multicastRound: member sender multicasts data to the group; every other
+// member receives and checks it. Returns when all are done.
+func multicastRound(f *simFabric, gid uint32, ms []*simMember, sender int, data []byte) {
+	pending := 0
+	for i, m := range ms {
+		if i == sender {
+			continue
+		}
+		buf := make([]byte, len(data))
+		pending++
+		m.post(&endpoint.Op{Kind: endpoint.KindRecv, Peer: f.swAddr, Group: gid, From: uint16(sender), Buf: buf}, func(op *endpoint.Op) {
+			if op.Err != nil {
+				f.t.Fatalf("seed %d: member %d recv: %v", f.seed, i, op.Err)
+			}
+			if !bytes.Equal(buf, data) {
+				f.t.Fatalf("seed %d: member %d received different bytes", f.seed, i)
+			}
+			pending--
+		})
+	}
+	pending++
+	ms[sender].post(&endpoint.Op{Kind: endpoint.KindMulticast, Peer: f.swAddr, Group: gid, Buf: data}, func(op *endpoint.Op) {
+		if op.Err != nil {
+			f.t.Fatalf("seed %d: multicast: %v", f.seed, op.Err)
+		}
+		pending--
+	})
+	f.run(func() bool { return pending == 0 }, 10*time.Minute, "multicast")
+}
+
+// TestSimMulticast: every member count and loss level, two groups at once.
+func TestSimMulticast(t *testing.T) {
+	for _, n := range []int{2, 5, 16, 64} {
+		for _, loss := range []float64{0, 0.05, 0.2} {
+			t.Run(fmt.Sprintf("members=%d/loss=%v", n, loss), func(t *testing.T) {
+				seed := int64(n*100 + int(loss*100))
+				f := newSimFabric(t, seed, impaired(loss), fabric.Config{})
+				a := f.addMembers(n)
+				b := f.addMembers(3)
+				ga := f.join("a", a)
+				gb := f.join("b", b)
+				r := rand.New(rand.NewPCG(uint64(seed), 7))
+				size := 100000
+				if n == 64 && loss > 0 {
+					size = 30000
+				}
+				done := 0
+				// Group b runs concurrently with group a.
+				data := randBytes(r, 50000)
+				for i := 1; i < 3; i++ {
+					buf := make([]byte, len(data))
+					b[i].post(&endpoint.Op{Kind: endpoint.KindRecv, Peer: f.swAddr, Group: gb, From: 0, Buf: buf}, func(op *endpoint.Op) {
+						if op.Err != nil || !bytes.Equal(buf, data) {
+							t.Fatalf("seed %d: group b recv: %v", seed, op.Err)
+						}
+						done++
+					})
+				}
+				b[0].post(&endpoint.Op{Kind: endpoint.KindMulticast, Peer: f.swAddr, Group: gb, Buf: data}, func(op *endpoint.Op) {
+					if op.Err != nil {
+						t.Fatalf("seed %d: group b multicast: %v", seed, op.Err)
+					}
+					done++
+				})
+				multicastRound(f, ga, a, 0, randBytes(r, size))
+				multicastRound(f, ga, a, n-1, randBytes(r, size/3))
+				f.run(func() bool { return done == 3 }, time.Minute, "group b")
+				t.Logf("virtual %v, switch %+v", f.net.Elapsed(), f.sw.Stats().MulticastOut)
+			})
+		}
+	}
+}
+
+func f32bytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
+}
+
+// allreduceRound runs one allreduce over ms and returns each member's
+// result.
+func allreduceRound(f *simFabric, gid uint32, ms []*simMember, inputs [][]byte, dt wire.Dtype, alu wire.Alu, det bool) [][]byte {
+	out := make([][]byte, len(ms))
+	pending := len(ms)
+	for i, m := range ms {
+		out[i] = make([]byte, len(inputs[i]))
+		m.post(&endpoint.Op{Kind: endpoint.KindAggregate, Peer: f.swAddr, Group: gid, Buf: inputs[i], Recv: out[i], Root: -1,
+			Dtype: dt, Alu: alu, Deterministic: det}, func(op *endpoint.Op) {
+			if op.Err != nil {
+				f.t.Fatalf("seed %d: member %d allreduce: %v", f.seed, i, op.Err)
+			}
+			pending--
+		})
+	}
+	f.run(func() bool { return pending == 0 }, 10*time.Minute, "allreduce")
+	return out
+}
+
+// TestSimAllreduce: f32 sums in deterministic mode are bitwise equal to a
+// member-order reference; i64 sums, min and max exact; with loss.
+func TestSimAllreduce(t *testing.T) {
+	for _, n := range []int{2, 5, 16, 64} {
+		for _, loss := range []float64{0, 0.05, 0.2} {
+			t.Run(fmt.Sprintf("members=%d/loss=%v", n, loss), func(t *testing.T) {
+				seed := int64(n*1000 + int(loss*100))
+				f := newSimFabric(t, seed, impaired(loss), fabric.Config{})
+				ms := f.addMembers(n)
+				gid := f.join("ar", ms)
+				r := rand.New(rand.NewPCG(uint64(seed), 9))
+				elems := 20000
+				if n == 64 {
+					elems = 5000
+				}
+				// f32 sum, deterministic.
+				in := make([][]byte, n)
+				vals := make([][]float32, n)
+				for i := range in {
+					vals[i] = make([]float32, elems)
+					for j := range vals[i] {
+						vals[i][j] = float32(r.NormFloat64())
+					}
+					in[i] = f32bytes(vals[i])
+				}
+				want := make([]float32, elems)
+				for j := range want {
+					acc := vals[0][j]
+					for i := 1; i < n; i++ {
+						acc += vals[i][j]
+					}
+					want[j] = acc
+				}
+				wantB := f32bytes(want)
+				res := allreduceRound(f, gid, ms, in, wire.DtypeF32, wire.AluAdd, true)
+				for i := range res {
+					if !bytes.Equal(res[i], wantB) {
+						t.Fatalf("seed %d: member %d f32 sum not bitwise equal to the member-order reference", seed, i)
+					}
+				}
+				// i64 max and sum, non-deterministic (exact anyway).
+				for _, alu := range []wire.Alu{wire.AluMax, wire.AluAdd} {
+					ints := make([][]byte, n)
+					want := make([]int64, elems)
+					for i := range ints {
+						ints[i] = make([]byte, 8*elems)
+						for j := range elems {
+							v := int64(r.Uint64())
+							binary.LittleEndian.PutUint64(ints[i][8*j:], uint64(v))
+							switch {
+							case i == 0:
+								want[j] = v
+							case alu == wire.AluMax && v > want[j]:
+								want[j] = v
+							case alu == wire.AluAdd:
+								want[j] += v
+							}
+						}
+					}
+					res := allreduceRound(f, gid, ms, ints, wire.DtypeI64, alu, false)
+					for i := range res {
+						for j := range elems {
+							if got := int64(binary.LittleEndian.Uint64(res[i][8*j:])); got != want[j] {
+								t.Fatalf("seed %d: member %d %v element %d: %d want %d", seed, i, alu, j, got, want[j])
+							}
+						}
+					}
+				}
+				// Slots are recycled once every member has acknowledged its result.
+				f.run(func() bool { return f.sw.Stats().Pool.InUse == 0 }, time.Minute, "slots released")
+				st := f.sw.Stats()
+				t.Logf("virtual %v, pool %+v", f.net.Elapsed(), st.Pool)
+			})
+		}
+	}
+}
+
+// TestSimMemberCrash: a member dying in the middle of a multicast and of
+// an aggregation makes the callers fail with an error naming it within the
+// heartbeat timeout; another group is unaffected.
+func TestSimMemberCrash(t *testing.T) {
+	seed := int64(77)
+	f := newSimFabric(t, seed, impaired(0), fabric.Config{HeartbeatTimeout: time.Second})
+	a := f.addMembers(5)
+	b := f.addMembers(3)
+	ga := f.join("a", a)
+	gb := f.join("b", b)
+	r := rand.New(rand.NewPCG(1, 2))
+
+	// Multicast of 1 MB from member 0 while member 3 crashes; member 3
+	// posted no receive, so the stream stalls on it.
+	data := randBytes(r, 1<<20)
+	var mcErr error
+	mcDone := false
+	for i := 1; i < 5; i++ {
+		if i == 3 {
+			continue
+		}
+		buf := make([]byte, len(data))
+		a[i].post(&endpoint.Op{Kind: endpoint.KindRecv, Peer: f.swAddr, Group: ga, From: 0, Buf: buf}, nil)
+	}
+	a[0].post(&endpoint.Op{Kind: endpoint.KindMulticast, Peer: f.swAddr, Group: ga, Buf: data}, func(op *endpoint.Op) {
+		mcErr, mcDone = op.Err, true
+	})
+	f.net.RunFor(2 * time.Millisecond)
+	crashAt := f.net.Elapsed()
+	f.crash(a[3])
+	// Meanwhile group b keeps working.
+	res := allreduceRound(f, gb, b, [][]byte{{1, 0, 0, 0}, {2, 0, 0, 0}, {3, 0, 0, 0}}, wire.DtypeI32, wire.AluAdd, false)
+	if res[0][0] != 6 {
+		t.Fatalf("group b allreduce: %v", res[0])
+	}
+	f.run(func() bool { return mcDone }, 10*time.Second, "multicast with a crashed member")
+	var me *endpoint.MemberError
+	if !errors.As(mcErr, &me) || me.Member != 3 || !errors.Is(mcErr, wire.StatusMemberDead) {
+		t.Fatalf("multicast error %v, want a MemberError naming member 3; switch %+v; sender %+v", mcErr, f.sw.Stats(), a[0].core.Stats())
+	}
+	if took := f.net.Elapsed() - crashAt; took > 2*time.Second {
+		t.Fatalf("error after %v, heartbeat timeout is 1s", took)
+	}
+
+	// Aggregation: member 4 crashes before contributing.
+	f.crash(a[4])
+	fails := 0
+	for i := range 3 {
+		a[i].post(&endpoint.Op{Kind: endpoint.KindAggregate, Peer: f.swAddr, Group: ga, Buf: make([]byte, 4096), Recv: make([]byte, 4096), Root: -1,
+			Dtype: wire.DtypeF32, Alu: wire.AluAdd}, func(op *endpoint.Op) {
+			if !errors.As(op.Err, &me) {
+				t.Fatalf("member %d: aggregation error %v, want a MemberError", i, op.Err)
+			}
+			fails++
+		})
+	}
+	f.run(func() bool { return fails == 3 }, 10*time.Second, "aggregation with dead members")
+	// Group b is still fine.
+	res = allreduceRound(f, gb, b, [][]byte{{1, 0, 0, 0}, {1, 0, 0, 0}, {1, 0, 0, 0}}, wire.DtypeI32, wire.AluAdd, false)
+	if res[2][0] != 3 {
+		t.Fatalf("group b after the crash: %v", res[2])
+	}
+}
+
+// TestSimPoolExhaustion: many concurrent aggregations in several groups
+// share a small slot pool: all complete, correct, without deadlock.
+func TestSimPoolExhaustion(t *testing.T) {
+	seed := int64(5)
+	f := newSimFabric(t, seed, impaired(0.02), fabric.Config{Pool: fabric.PoolConfig{Slots: 8}})
+	const groups, n, elems = 4, 4, 8 * 2226 // 8 chunks per op at MTU 9000
+	type run struct {
+		ms  []*simMember
+		gid uint32
+	}
+	var runs []run
+	for g := range groups {
+		ms := f.addMembers(n)
+		runs = append(runs, run{ms, f.join(fmt.Sprintf("g%d", g), ms)})
+	}
+	pending := 0
+	for _, rr := range runs {
+		for op := range 3 {
+			for i, m := range rr.ms {
+				in := make([]byte, 4*elems)
+				for j := 0; j < elems; j++ {
+					binary.LittleEndian.PutUint32(in[4*j:], uint32(i+op))
+				}
+				out := make([]byte, len(in))
+				pending++
+				m.post(&endpoint.Op{Kind: endpoint.KindAggregate, Peer: f.swAddr, Group: rr.gid, Buf: in, Recv: out, Root: -1,
+					Dtype: wire.DtypeI32, Alu: wire.AluAdd}, func(o *endpoint.Op) {
+					if o.Err != nil {
+						t.Fatalf("seed %d: %v", seed, o.Err)
+					}
+					want := uint32(0)
+					for k := range n {
+						want += uint32(k + op)
+					}
+					for j := 0; j < elems; j++ {
+						if got := binary.LittleEndian.Uint32(out[4*j:]); got != want {
+							t.Fatalf("seed %d: element %d = %d, want %d", seed, j, got, want)
+						}
+					}
+					pending--
+				})
+			}
+		}
+	}
+	f.run(func() bool { return pending == 0 }, 10*time.Minute, "concurrent aggregations")
+	f.run(func() bool { return f.sw.Stats().Pool.InUse == 0 }, time.Minute, "slots released")
+	st := f.sw.Stats()
+	t.Logf("virtual %v, pool %+v, refused %d", f.net.Elapsed(), st.Pool, st.Transport.Refused)
+}

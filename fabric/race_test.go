@@ -1,0 +1,7 @@
+//go:build race
+
+package fabric
+
+// raceEnabled: the race detector makes sync.Pool drop items at random, so
+// allocation counts are meaningless under it.
+const raceEnabled = true

@@ -1,0 +1,212 @@
+package fabric_test
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/netio/simnet"
+	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
+)
+
+// The simulated fabric: one switch and many endpoint Cores on a simnet
+// star, everything in virtual time and deterministic from the seed.
+
+type simSwitch struct{ sw *fabric.Switch }
+
+func (s *simSwitch) Receive(now time.Time, d netio.Datagram) { s.sw.Step(now, d.Addr, d.Buf) }
+func (s *simSwitch) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
+	return s.sw.Poll(now, out)
+}
+
+// simMember is one endpoint Core with heartbeats and completion callbacks.
+type simMember struct {
+	f       *simFabric
+	core    *endpoint.Core
+	addr    netip.AddrPort
+	groups  []uint32
+	member  map[uint32]uint16
+	hbBusy  map[uint32]int
+	nextHB  time.Time
+	cbs     map[*endpoint.Op]func(*endpoint.Op)
+	serve   func(r *endpoint.Request) ([]byte, error) // anycast handler
+	crashed bool
+}
+
+func (m *simMember) Receive(now time.Time, d netio.Datagram) { m.core.Step(now, d.Addr, d.Buf) }
+
+func (m *simMember) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
+	if len(m.groups) > 0 && !now.Before(m.nextHB) {
+		m.nextHB = now.Add(m.f.hb)
+		// A heartbeat every interval, at most 4 in flight per group, as
+		// Endpoint does: a lost response must not silence the member.
+		for _, g := range m.groups {
+			if m.hbBusy[g] >= 4 {
+				continue
+			}
+			m.hbBusy[g]++
+			m.control(&fabric.CtrlMsg{Type: fabric.CtrlHeartbeat, Group: g, Member: m.member[g]}, func(*fabric.CtrlMsg, error) {
+				m.hbBusy[g]--
+			})
+		}
+	}
+	for _, r := range m.core.Requests() {
+		if m.serve == nil {
+			continue
+		}
+		data, err := m.serve(r)
+		st := errStatus(err)
+		_ = m.core.Reply(r, data, st)
+	}
+	out, done, next := m.core.Poll(now, out)
+	for _, op := range done {
+		if cb := m.cbs[op]; cb != nil {
+			delete(m.cbs, op)
+			cb(op)
+		}
+	}
+	if len(m.groups) > 0 && (next.IsZero() || m.nextHB.Before(next)) {
+		next = m.nextHB
+	}
+	if len(done) > 0 {
+		next = now // callbacks may have posted more
+	}
+	return out, next
+}
+
+// post starts op now and calls cb when it completes.
+func (m *simMember) post(op *endpoint.Op, cb func(*endpoint.Op)) {
+	if err := m.core.Post(m.f.net.Now(), op); err != nil {
+		m.f.t.Fatalf("seed %d: post %v: %v", m.f.seed, op.Kind, err)
+	}
+	if cb != nil {
+		m.cbs[op] = cb
+	}
+	m.f.net.Wake(m.addr)
+}
+
+// control sends a control request to the switch; cb gets the parsed
+// response (or nil and the error).
+func (m *simMember) control(req *fabric.CtrlMsg, cb func(*fabric.CtrlMsg, error)) {
+	buf, err := fabric.AppendCtrl(nil, req, m.f.token)
+	if err != nil {
+		m.f.t.Fatal(err)
+	}
+	op := &endpoint.Op{Kind: endpoint.KindControl, Peer: m.f.swAddr, Buf: buf, Timeout: time.Minute}
+	m.post(op, func(op *endpoint.Op) {
+		if cb == nil {
+			return
+		}
+		if op.Err != nil {
+			cb(nil, op.Err)
+			return
+		}
+		var resp fabric.CtrlMsg
+		if err := fabric.ParseCtrl(op.Resp, &resp, m.f.token); err != nil {
+			cb(nil, err)
+			return
+		}
+		cb(&resp, nil)
+	})
+}
+
+type simFabric struct {
+	t       *testing.T
+	seed    int64
+	net     *simnet.Network
+	sw      *fabric.Switch
+	swAddr  netip.AddrPort
+	token   []byte
+	hb      time.Duration
+	link    simnet.LinkConfig
+	members []*simMember
+}
+
+func newSimFabric(t *testing.T, seed int64, link simnet.LinkConfig, cfg fabric.Config) *simFabric {
+	t.Helper()
+	t.Logf("seed %d", seed)
+	cfg.Token = []byte("sim-token")
+	cfg.Transport.Seed = uint64(seed)
+	if cfg.Transport.MTU == 0 {
+		cfg.Transport.MTU = 9000
+	}
+	sw, err := fabric.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &simFabric{t: t, seed: seed, net: simnet.New(seed), sw: sw, token: cfg.Token,
+		swAddr: netip.MustParseAddrPort("10.0.0.1:7471"), hb: 250 * time.Millisecond, link: link}
+	f.net.Attach(f.swAddr, &simSwitch{sw}, link, link)
+	return f
+}
+
+// addMembers attaches n endpoint cores.
+func (f *simFabric) addMembers(n int) []*simMember {
+	var ms []*simMember
+	for range n {
+		i := len(f.members)
+		core, err := endpoint.NewCore(endpoint.Config{
+			Transport: transport.Config{MTU: 9000, Seed: uint64(f.seed)*1000 + uint64(i) + 1},
+			OpTimeout: time.Hour,
+		})
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		core.EnableGroups()
+		m := &simMember{f: f, core: core, member: map[uint32]uint16{}, hbBusy: map[uint32]int{}, cbs: map[*endpoint.Op]func(*endpoint.Op){},
+			addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), 9000)}
+		f.members = append(f.members, m)
+		f.net.Attach(m.addr, m, f.link, f.link)
+		ms = append(ms, m)
+	}
+	return ms
+}
+
+// join makes ms a job group (rank = index) and returns its id.
+func (f *simFabric) join(job string, ms []*simMember) uint32 {
+	var gid uint32
+	joined := 0
+	for i, m := range ms {
+		m.control(&fabric.CtrlMsg{Type: fabric.CtrlJoin, Job: job, Size: len(ms), Rank: i}, func(r *fabric.CtrlMsg, err error) {
+			if err != nil {
+				f.t.Fatalf("seed %d: join: %v", f.seed, err)
+			}
+			m.core.SetMember(r.Group, r.Member)
+			m.groups = append(m.groups, r.Group)
+			m.member[r.Group] = r.Member
+			gid = r.Group
+			joined++
+		})
+	}
+	f.run(func() bool { return joined == len(ms) }, time.Minute, "join "+job)
+	return gid
+}
+
+func (f *simFabric) run(cond func() bool, limit time.Duration, what string) {
+	f.t.Helper()
+	if err := f.net.RunUntil(cond, limit); err != nil {
+		f.t.Fatalf("seed %d: %s: %v\nswitch: %+v", f.seed, what, err, f.sw.Stats())
+	}
+}
+
+// crash detaches a member: it stops receiving, sending and heartbeating.
+func (f *simFabric) crash(m *simMember) {
+	m.crashed = true
+	f.net.Detach(m.addr)
+}
+
+func errStatus(err error) wire.Status {
+	if err == nil {
+		return wire.StatusOK
+	}
+	var st wire.Status
+	if errors.As(err, &st) {
+		return st
+	}
+	return wire.StatusBusy
+}

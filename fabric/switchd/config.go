@@ -1,0 +1,175 @@
+package switchd
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"time"
+
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
+)
+
+// Defaults applied by Start to zero-valued Config fields.
+const (
+	// DefaultPort is the UDP port a switch listens on when Config.Listen
+	// is empty: 7471.
+	DefaultPort = 7471
+	// DefaultListen is the listen address used when Config.Listen is
+	// empty: every interface, port DefaultPort.
+	DefaultListen = ":7471"
+	// DefaultHeartbeatTimeout is how long a member may go without a
+	// heartbeat before the switch declares it dead, when
+	// Config.HeartbeatTimeout is zero.
+	DefaultHeartbeatTimeout = time.Second
+	// DefaultPoolSlots is the number of aggregation slots when
+	// Config.PoolSlots is zero.
+	DefaultPoolSlots = 1024
+	// DefaultMTU is the largest datagram the switch's own streams send
+	// when Config.MTU is zero, in bytes, header included.
+	DefaultMTU = transport.DefaultMTU
+)
+
+// Bounds of Config fields.
+const (
+	// MinMTU and MaxMTU bound Config.MTU, in bytes: a datagram must hold
+	// the 96-byte header and at least 64 bytes of payload, and fit one
+	// UDP datagram.
+	MinMTU = wire.HeaderLen + 64
+	MaxMTU = netio.MaxDatagram
+	// MaxPoolSlots bounds Config.PoolSlots (fabric.PoolConfig.Slots).
+	MaxPoolSlots = 1 << 20
+	// MinHeartbeatTimeout bounds Config.HeartbeatTimeout from below:
+	// endpoints send four heartbeats per timeout, and a shorter one would
+	// declare members dead on scheduling noise.
+	MinHeartbeatTimeout = 10 * time.Millisecond
+)
+
+// Config configures a switch. Every field's zero value selects the
+// documented default; Start validates the result.
+type Config struct {
+	// Listen is the UDP address to serve on, "host:port". Empty means
+	// DefaultListen (":7471", every interface). Port 0 picks a free port;
+	// Server.Addr reports it.
+	Listen string
+
+	// Token authenticates control messages (HMAC-SHA256): every endpoint
+	// of the fabric must use the same token, and a control request under
+	// another one is refused with wire.StatusAuth. Empty means no secret
+	// (anyone who can reach the switch may join, register and destroy).
+	Token []byte
+
+	// HeartbeatTimeout is how long a member may go without a heartbeat
+	// before it is declared dead, at least MinHeartbeatTimeout. Zero
+	// means DefaultHeartbeatTimeout (1s). Endpoints should send
+	// heartbeats four times per timeout.
+	HeartbeatTimeout time.Duration
+
+	// PoolSlots is the number of aggregation slots, 1 to MaxPoolSlots;
+	// each holds one chunk of one reduction in flight (up to 9000 bytes).
+	// Zero means DefaultPoolSlots (1024).
+	PoolSlots int
+
+	// MTU is the largest datagram the switch's own reliable streams
+	// (control responses, aggregation results, anycast relays) send, in
+	// bytes, header included, MinMTU to MaxMTU. Forwarded multicast and
+	// unicast packets keep the size their sender gave them. Zero means
+	// DefaultMTU (9000).
+	MTU int
+
+	// Fault injects faults into everything the switch sends: each rate
+	// is a probability in [0, 1]; Fault.Seed seeds the generator (zero
+	// means 1). The zero value injects nothing.
+	Fault fabric.FaultConfig
+
+	// MetricsAddr, if not empty, is a TCP address ("127.0.0.1:9471") on
+	// which Prometheus metrics are served over HTTP at /metrics. Empty
+	// means no metrics listener. Port 0 picks a free port;
+	// Server.MetricsAddr reports it.
+	MetricsAddr string
+
+	// Logger receives the startup and shutdown lines and warnings. Nil
+	// discards.
+	Logger *slog.Logger
+}
+
+// ErrConfig is wrapped by the error Start returns for an invalid Config
+// field value (inside a *FieldError naming the field).
+var ErrConfig = errors.New("invalid value")
+
+// FieldError is the error Start returns when a Config field is invalid
+// (wrapping ErrConfig) or could not be put to use (a listen address
+// already in use). Field is the Config field's name, such as "Listen",
+// "MTU" or "Fault.Drop".
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return fmt.Sprintf("switchd: %s: %v", e.Field, e.Err) }
+
+// Unwrap returns the cause.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+func invalid(field, format string, a ...any) error {
+	return &FieldError{Field: field, Err: fmt.Errorf("%w: "+format, append([]any{ErrConfig}, a...)...)}
+}
+
+// validate checks c and fills in defaults.
+func (c *Config) validate() error {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return invalid("Listen", "%q: %v", c.Listen, err)
+	}
+	if c.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			return invalid("MetricsAddr", "%q: %v", c.MetricsAddr, err)
+		}
+	}
+	if c.HeartbeatTimeout == 0 {
+		c.HeartbeatTimeout = DefaultHeartbeatTimeout
+	}
+	if c.HeartbeatTimeout < MinHeartbeatTimeout {
+		return invalid("HeartbeatTimeout", "%v (want at least %v)", c.HeartbeatTimeout, MinHeartbeatTimeout)
+	}
+	if c.PoolSlots == 0 {
+		c.PoolSlots = DefaultPoolSlots
+	}
+	if c.PoolSlots < 1 || c.PoolSlots > MaxPoolSlots {
+		return invalid("PoolSlots", "%d (want 1 to %d)", c.PoolSlots, MaxPoolSlots)
+	}
+	if c.MTU == 0 {
+		c.MTU = DefaultMTU
+	}
+	if c.MTU < MinMTU || c.MTU > MaxMTU {
+		return invalid("MTU", "%d bytes (want %d to %d)", c.MTU, MinMTU, MaxMTU)
+	}
+	for _, r := range []struct {
+		field string
+		rate  float64
+	}{
+		{"Fault.Drop", c.Fault.Drop},
+		{"Fault.Dup", c.Fault.Dup},
+		{"Fault.Reorder", c.Fault.Reorder},
+		{"Fault.Corrupt", c.Fault.Corrupt},
+	} {
+		if math.IsNaN(r.rate) || r.rate < 0 || r.rate > 1 {
+			return invalid(r.field, "rate %v (want a probability in [0, 1])", r.rate)
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// faultActive reports whether f injects anything.
+func faultActive(f fabric.FaultConfig) bool {
+	return f.Drop > 0 || f.Dup > 0 || f.Reorder > 0 || f.Corrupt > 0
+}

@@ -1,0 +1,92 @@
+package switchd
+
+import (
+	"errors"
+	"math"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/fabric"
+)
+
+// TestStartErrors checks that bad configurations fail Start with a
+// *FieldError naming the field.
+func TestStartErrors(t *testing.T) {
+	busy, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	busyTCP, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busyTCP.Close()
+
+	for _, tc := range []struct {
+		name   string
+		cfg    Config
+		field  string
+		config bool // wraps ErrConfig
+	}{
+		{"listen without port", Config{Listen: "127.0.0.1"}, "Listen", true},
+		{"listen in use", Config{Listen: busy.LocalAddr().String()}, "Listen", false},
+		{"metrics without port", Config{MetricsAddr: "localhost"}, "MetricsAddr", true},
+		{"metrics in use", Config{MetricsAddr: busyTCP.Addr().String()}, "MetricsAddr", false},
+		{"negative heartbeat timeout", Config{HeartbeatTimeout: -time.Second}, "HeartbeatTimeout", true},
+		{"tiny heartbeat timeout", Config{HeartbeatTimeout: time.Millisecond}, "HeartbeatTimeout", true},
+		{"negative pool slots", Config{PoolSlots: -1}, "PoolSlots", true},
+		{"huge pool", Config{PoolSlots: MaxPoolSlots + 1}, "PoolSlots", true},
+		{"small MTU", Config{MTU: 100}, "MTU", true},
+		{"huge MTU", Config{MTU: 70000}, "MTU", true},
+		{"negative drop", Config{Fault: fabric.FaultConfig{Drop: -0.1}}, "Fault.Drop", true},
+		{"dup above one", Config{Fault: fabric.FaultConfig{Dup: 1.5}}, "Fault.Dup", true},
+		{"NaN reorder", Config{Fault: fabric.FaultConfig{Reorder: math.NaN()}}, "Fault.Reorder", true},
+		{"infinite corrupt", Config{Fault: fabric.FaultConfig{Corrupt: math.Inf(1)}}, "Fault.Corrupt", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.cfg.Listen == "" {
+				tc.cfg.Listen = "127.0.0.1:0"
+			}
+			srv, err := Start(tc.cfg)
+			if err == nil {
+				srv.Close()
+				t.Fatal("Start succeeded")
+			}
+			t.Log(err)
+			fe, ok := errors.AsType[*FieldError](err)
+			if !ok {
+				t.Fatalf("%T is not a *FieldError", err)
+			}
+			if fe.Field != tc.field {
+				t.Errorf("Field %q, want %q", fe.Field, tc.field)
+			}
+			if errors.Is(err, ErrConfig) != tc.config {
+				t.Errorf("errors.Is(err, ErrConfig) = %v, want %v", !tc.config, tc.config)
+			}
+		})
+	}
+}
+
+// TestDefaults checks the values zero fields select.
+func TestDefaults(t *testing.T) {
+	var c Config
+	if err := c.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != DefaultListen || c.HeartbeatTimeout != DefaultHeartbeatTimeout ||
+		c.PoolSlots != DefaultPoolSlots || c.MTU != DefaultMTU || c.Logger == nil {
+		t.Errorf("defaults: %+v", c)
+	}
+	srv := start(t, Config{MTU: MinMTU, PoolSlots: 1, HeartbeatTimeout: MinHeartbeatTimeout})
+	if srv.MTU() != MinMTU {
+		t.Errorf("MTU() = %d, want %d", srv.MTU(), MinMTU)
+	}
+	if !srv.Addr().Addr().IsLoopback() || srv.Addr().Port() == 0 {
+		t.Errorf("Addr() = %v", srv.Addr())
+	}
+	if st := srv.Stats(); st.Switch.Pool.Slots != 1 {
+		t.Errorf("pool of %d slots, want 1", st.Switch.Pool.Slots)
+	}
+}

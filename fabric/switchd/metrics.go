@@ -1,0 +1,250 @@
+package switchd
+
+import (
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ndma/ndma/fabric"
+)
+
+// metricPrefix starts the name of every switch metric.
+const metricPrefix = "ndma_switch_"
+
+// metric is one value the collector exports, read from a Stats snapshot.
+type metric struct {
+	desc *prometheus.Desc
+	kind prometheus.ValueType
+	val  func(s *Server, st *Stats) float64
+}
+
+func counter(name, help string, labels prometheus.Labels, val func(st *Stats) uint64) metric {
+	return metric{
+		desc: prometheus.NewDesc(metricPrefix+name, help, nil, labels),
+		kind: prometheus.CounterValue,
+		val:  func(_ *Server, st *Stats) float64 { return float64(val(st)) },
+	}
+}
+
+func gauge(name, help string, val func(s *Server, st *Stats) float64) metric {
+	return metric{desc: prometheus.NewDesc(metricPrefix+name, help, nil, nil), kind: prometheus.GaugeValue, val: val}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Help texts of the metrics with a label, shared by their series.
+const (
+	helpPacketsIn  = "Packets received, by mode: unicast and multicast data from members, aggregation contributions, anycast requests and replies."
+	helpPacketsOut = "Datagrams sent, by mode: forwarded unicast packets, multicast replicas, aggregation results, relayed anycast requests and replies."
+	helpFaults     = "Faults injected into sent datagrams, by kind: drop, dup, reorder, corrupt."
+)
+
+func modeCounter(name, help, mode string, val func(st *Stats) uint64) metric {
+	return counter(name, help, prometheus.Labels{"mode": mode}, val)
+}
+
+func faultCounter(kind string, val func(st *Stats) uint64) metric {
+	return counter("fault_injections_total", helpFaults, prometheus.Labels{"kind": kind}, val)
+}
+
+// metrics is the table of everything a scrape exports besides the
+// per-group series.
+var metrics = []metric{
+	counter("datagrams_received_total", "Datagrams handed to the switch, whatever became of them.",
+		nil, func(st *Stats) uint64 { return st.Switch.Received }),
+	modeCounter("packets_in_total", helpPacketsIn, "unicast", func(st *Stats) uint64 { return st.Switch.UnicastIn }),
+	modeCounter("packets_in_total", helpPacketsIn, "multicast", func(st *Stats) uint64 { return st.Switch.MulticastIn }),
+	modeCounter("packets_in_total", helpPacketsIn, "aggregate", func(st *Stats) uint64 { return st.Switch.AggregateIn }),
+	modeCounter("packets_in_total", helpPacketsIn, "anycast", func(st *Stats) uint64 { return st.Switch.AnycastIn }),
+	modeCounter("packets_out_total", helpPacketsOut, "unicast", func(st *Stats) uint64 { return st.Switch.UnicastOut }),
+	modeCounter("packets_out_total", helpPacketsOut, "multicast", func(st *Stats) uint64 { return st.Switch.MulticastOut }),
+	modeCounter("packets_out_total", helpPacketsOut, "aggregate", func(st *Stats) uint64 { return st.Switch.AggregateOut }),
+	modeCounter("packets_out_total", helpPacketsOut, "anycast", func(st *Stats) uint64 { return st.Switch.AnycastOut }),
+	counter("multicast_acks_in_total", "ACKs and NACKs received from multicast receivers.",
+		nil, func(st *Stats) uint64 { return st.Switch.MulticastAcksIn }),
+	counter("merged_acks_total", "Merged ACKs sent to multicast senders (cumulative = minimum, SACK = intersection over the members).",
+		nil, func(st *Stats) uint64 { return st.Switch.MergedAcksOut }),
+
+	counter("control_requests_total", "Control requests received (join, leave, destroy, heartbeat, register, lookup).",
+		nil, func(st *Stats) uint64 { return st.Switch.ControlIn }),
+	counter("control_refusals_total", "Control requests refused: authentication failure, malformed, not a member, unknown type.",
+		nil, func(st *Stats) uint64 { return st.Switch.ControlRefused }),
+	counter("auth_failures_total", "Control requests whose tag did not verify under the fabric token.",
+		nil, func(st *Stats) uint64 { return st.Switch.AuthFailures }),
+
+	counter("spoofed_total", "Packets dropped because their source member id does not match the address they came from.",
+		nil, func(st *Stats) uint64 { return st.Switch.Spoofed }),
+	counter("malformed_total", "Datagrams dropped because they do not parse, and multicast ACKs that do not decode.",
+		nil, func(st *Stats) uint64 { return st.Switch.Malformed }),
+	counter("no_group_total", "Packets dropped for an unknown group, a dead sender or a missing or dead destination.",
+		nil, func(st *Stats) uint64 { return st.Switch.NoGroup }),
+	counter("forward_drops_total", "Datagrams not forwarded because the per-poll forwarding budget was spent.",
+		nil, func(st *Stats) uint64 { return st.Switch.ForwardDropped }),
+	counter("members_dead_total", "Members declared dead (missed heartbeats) or gone (left).",
+		nil, func(st *Stats) uint64 { return st.Switch.MembersDead }),
+
+	faultCounter("drop", func(st *Stats) uint64 { return st.Switch.FaultDrops }),
+	faultCounter("dup", func(st *Stats) uint64 { return st.Switch.FaultDups }),
+	faultCounter("reorder", func(st *Stats) uint64 { return st.Switch.FaultReorders }),
+	faultCounter("corrupt", func(st *Stats) uint64 { return st.Switch.FaultCorrupts }),
+
+	gauge("pool_slots", "Aggregation slots configured.",
+		func(_ *Server, st *Stats) float64 { return float64(st.Switch.Pool.Slots) }),
+	gauge("pool_slots_in_use", "Aggregation slots holding a chunk (open, or complete and not yet released).",
+		func(_ *Server, st *Stats) float64 { return float64(st.Switch.Pool.InUse) }),
+	counter("pool_contributions_total", "Aggregation contributions recorded.",
+		nil, func(st *Stats) uint64 { return st.Switch.Pool.Contributions }),
+	counter("pool_completions_total", "Aggregation slots completed (every member contributed).",
+		nil, func(st *Stats) uint64 { return st.Switch.Pool.Completions }),
+	counter("pool_duplicates_total", "Aggregation contributions dropped as duplicates.",
+		nil, func(st *Stats) uint64 { return st.Switch.Pool.Duplicates }),
+	counter("pool_no_slot_total", "Aggregation contributions held back for want of a free slot.",
+		nil, func(st *Stats) uint64 { return st.Switch.Pool.NoSlot }),
+	counter("pool_mismatches_total", "Aggregation contributions refused as invalid or inconsistent with their slot.",
+		nil, func(st *Stats) uint64 { return st.Switch.Pool.Mismatches }),
+
+	counter("transport_packets_sent_total", "Data packets the switch's own streams sent, retransmissions included.",
+		nil, func(st *Stats) uint64 { return st.Switch.Transport.PacketsSent }),
+	counter("transport_packets_received_total", "Data packets received on streams the switch terminates, duplicates included.",
+		nil, func(st *Stats) uint64 { return st.Switch.Transport.PacketsReceived }),
+	counter("transport_retransmits_total", "Data packets the switch's own streams sent again after a timeout or a loss report.",
+		nil, func(st *Stats) uint64 { return st.Switch.Transport.PacketsRetransmitted }),
+	counter("transport_fast_retransmits_total", "Losses detected from acknowledgements rather than a timeout.",
+		nil, func(st *Stats) uint64 { return st.Switch.Transport.FastRetransmits }),
+	counter("transport_timeouts_total", "Retransmission timer expiries.",
+		nil, func(st *Stats) uint64 { return st.Switch.Transport.Timeouts }),
+	counter("transport_payload_bytes_sent_total", "Payload bytes of data packets sent, retransmissions included.",
+		nil, func(st *Stats) uint64 { return st.Switch.Transport.BytesSent }),
+	counter("transport_payload_bytes_received_total", "Payload bytes of new (not duplicate) data packets received.",
+		nil, func(st *Stats) uint64 { return st.Switch.Transport.BytesReceived }),
+	counter("transport_acks_sent_total", "Acknowledgement frames sent, NACKs included.",
+		nil, func(st *Stats) uint64 { return st.Switch.Transport.AcksSent }),
+	counter("transport_acks_received_total", "Acknowledgement frames received.",
+		nil, func(st *Stats) uint64 { return st.Switch.Transport.AcksReceived }),
+	counter("transport_nacks_sent_total", "Acknowledgement frames sent that also asked for the gaps to be resent.",
+		nil, func(st *Stats) uint64 { return st.Switch.Transport.NacksSent }),
+	counter("transport_duplicates_total", "Data packets received again and dropped.",
+		nil, func(st *Stats) uint64 { return st.Switch.Transport.Duplicates }),
+	counter("transport_out_of_window_total", "Data packets dropped for arriving beyond the receive window.",
+		nil, func(st *Stats) uint64 { return st.Switch.Transport.OutOfWindow }),
+	counter("transport_partial_overflow_total", "Data packets dropped because too many partial messages were being reassembled.",
+		nil, func(st *Stats) uint64 { return st.Switch.Transport.PartialOverflow }),
+	counter("transport_malformed_total", "Datagrams the transport dropped because they do not parse.",
+		nil, func(st *Stats) uint64 { return st.Switch.Transport.Malformed }),
+	counter("transport_unexpected_total", "Well-formed datagrams the transport dropped (not admitted, unknown peer, peer table full).",
+		nil, func(st *Stats) uint64 { return st.Switch.Transport.Unexpected }),
+	counter("transport_refused_total", "Data packets the transport refused.",
+		nil, func(st *Stats) uint64 { return st.Switch.Transport.Refused }),
+	counter("transport_peers_dead_total", "Peers declared dead for acknowledging nothing for the dead timeout.",
+		nil, func(st *Stats) uint64 { return st.Switch.Transport.PeersDead }),
+	counter("transport_messages_completed_total", "Outgoing messages fully acknowledged.",
+		nil, func(st *Stats) uint64 { return st.Switch.Transport.MessagesCompleted }),
+	counter("transport_messages_failed_total", "Outgoing messages abandoned (peer dead).",
+		nil, func(st *Stats) uint64 { return st.Switch.Transport.MessagesFailed }),
+
+	counter("udp_datagrams_sent_total", "UDP datagrams the kernel accepted for sending.",
+		nil, func(st *Stats) uint64 { return st.UDP.DatagramsSent }),
+	counter("udp_datagrams_received_total", "UDP datagrams received.",
+		nil, func(st *Stats) uint64 { return st.UDP.DatagramsReceived }),
+	counter("udp_bytes_sent_total", "UDP payload bytes sent.",
+		nil, func(st *Stats) uint64 { return st.UDP.BytesSent }),
+	counter("udp_bytes_received_total", "UDP payload bytes received.",
+		nil, func(st *Stats) uint64 { return st.UDP.BytesReceived }),
+	counter("udp_send_drops_total", "Datagrams the kernel refused to send (treated as loss).",
+		nil, func(st *Stats) uint64 { return st.UDP.SendDrops }),
+	counter("udp_receive_drops_total", "Datagrams discarded on receive for not fitting the buffer.",
+		nil, func(st *Stats) uint64 { return st.UDP.ReceiveDrops }),
+	gauge("udp_gso_enabled", "1 if sends use UDP GSO, else 0.",
+		func(_ *Server, st *Stats) float64 { return b2f(st.UDP.GSOEnabled) }),
+	gauge("udp_gro_enabled", "1 if the socket receives with UDP GRO, else 0.",
+		func(_ *Server, st *Stats) float64 { return b2f(st.UDP.GROEnabled) }),
+
+	gauge("groups", "Groups (jobs and services) the switch holds.",
+		func(_ *Server, st *Stats) float64 { return float64(st.Switch.Groups) }),
+	gauge("members", "Live members over all groups.",
+		func(_ *Server, st *Stats) float64 { return float64(st.Switch.Members) }),
+	gauge("mtu_bytes", "Largest datagram the switch's own streams send, in bytes.",
+		func(s *Server, _ *Stats) float64 { return float64(s.cfg.MTU) }),
+	gauge("heartbeat_timeout_seconds", "How long a member may go without a heartbeat before it is declared dead.",
+		func(s *Server, _ *Stats) float64 { return s.cfg.HeartbeatTimeout.Seconds() }),
+}
+
+// Per-group series, labelled with the group's id, name and kind (job or
+// service).
+var (
+	groupLabels       = []string{"group", "name", "kind"}
+	groupMembersAlive = prometheus.NewDesc(metricPrefix+"group_members_alive",
+		"Live members of a group.", groupLabels, nil)
+	groupMembers = prometheus.NewDesc(metricPrefix+"group_members",
+		"Members of a group, live or dead.", groupLabels, nil)
+)
+
+// collector exports a Server's counters and group table. It reads them
+// when scraped, with one Stats and one Groups call, so the forwarding path
+// does no metric work at all.
+type collector struct{ s *Server }
+
+// Describe implements prometheus.Collector.
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for i := range metrics {
+		ch <- metrics[i].desc
+	}
+	ch <- groupMembersAlive
+	ch <- groupMembers
+}
+
+// Collect implements prometheus.Collector.
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	st := c.s.Stats()
+	for i := range metrics {
+		m := &metrics[i]
+		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.val(c.s, &st))
+	}
+	for _, g := range c.s.Groups() {
+		alive := 0
+		for _, a := range g.Alive {
+			if a {
+				alive++
+			}
+		}
+		labels := []string{strconv.FormatUint(uint64(g.ID), 10), g.Name, groupKind(g)}
+		ch <- prometheus.MustNewConstMetric(groupMembersAlive, prometheus.GaugeValue, float64(alive), labels...)
+		ch <- prometheus.MustNewConstMetric(groupMembers, prometheus.GaugeValue, float64(len(g.Members)), labels...)
+	}
+}
+
+func groupKind(g fabric.GroupInfo) string {
+	if g.Service {
+		return "service"
+	}
+	return "job"
+}
+
+// metricsHandler returns the /metrics handler over a private registry
+// holding the switch's collector and the Go runtime and process
+// collectors.
+func (s *Server) metricsHandler() (http.Handler, error) {
+	reg := prometheus.NewRegistry()
+	for _, c := range []prometheus.Collector{
+		collector{s},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		Registry: reg,
+	}), nil
+}

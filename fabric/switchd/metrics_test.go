@@ -1,0 +1,175 @@
+package switchd
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/wire"
+)
+
+// scrape fetches /metrics from srv and returns the samples by series
+// ("name" or "name{labels}").
+func scrape(t *testing.T, srv *Server) map[string]float64 {
+	t.Helper()
+	// No keep-alive: an idle connection would outlive the test (goleak).
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get("http://" + srv.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET /metrics: %s: %s", resp.Status, b)
+	}
+	out := make(map[string]float64)
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			t.Fatalf("bad sample line %q", line)
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("bad sample line %q: %v", line, err)
+		}
+		out[line[:i]] = v
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestMetrics scrapes /metrics over HTTP and checks that the switch's
+// series are there and that counters and gauges move with traffic.
+func TestMetrics(t *testing.T) {
+	srv := start(t, Config{Token: testToken, PoolSlots: 64, MetricsAddr: "127.0.0.1:0",
+		Fault: faults})
+	ctx := testCtx(t)
+
+	m0 := scrape(t, srv)
+	for _, name := range []string{
+		`ndma_switch_packets_in_total{mode="unicast"}`,
+		`ndma_switch_packets_in_total{mode="multicast"}`,
+		`ndma_switch_packets_in_total{mode="aggregate"}`,
+		`ndma_switch_packets_in_total{mode="anycast"}`,
+		`ndma_switch_packets_out_total{mode="multicast"}`,
+		`ndma_switch_fault_injections_total{kind="drop"}`,
+		`ndma_switch_fault_injections_total{kind="corrupt"}`,
+		"ndma_switch_merged_acks_total",
+		"ndma_switch_control_requests_total",
+		"ndma_switch_control_refusals_total",
+		"ndma_switch_auth_failures_total",
+		"ndma_switch_spoofed_total",
+		"ndma_switch_malformed_total",
+		"ndma_switch_no_group_total",
+		"ndma_switch_forward_drops_total",
+		"ndma_switch_members_dead_total",
+		"ndma_switch_pool_slots_in_use",
+		"ndma_switch_pool_completions_total",
+		"ndma_switch_pool_no_slot_total",
+		"ndma_switch_transport_retransmits_total",
+		"ndma_switch_transport_timeouts_total",
+		"ndma_switch_udp_datagrams_received_total",
+		"ndma_switch_groups",
+		"ndma_switch_members",
+		"go_goroutines",
+	} {
+		if _, ok := m0[name]; !ok {
+			t.Errorf("no series %s", name)
+		}
+	}
+	if got := m0["ndma_switch_pool_slots"]; got != 64 {
+		t.Errorf("ndma_switch_pool_slots = %v, want 64", got)
+	}
+	if got := m0["ndma_switch_groups"]; got != 0 {
+		t.Errorf("ndma_switch_groups = %v before any join", got)
+	}
+
+	// One refused join, then a job of 3 that allreduces.
+	bad := listen(t)
+	if _, err := bad.JoinJob(ctx, srv.Addr().String(), "nope", 1, 0, endpoint.FabricOptions{Token: []byte("bad")}); !errors.Is(err, wire.StatusAuth) {
+		t.Fatalf("join with a bad token: %v", err)
+	}
+	const n = 3
+	gs := joinAll(t, ctx, srv, "metrics-job", n)
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			v := make([]byte, 4*1000)
+			errs <- gs[i].Allreduce(ctx, v, make([]byte, len(v)), wire.DtypeI32, wire.AluAdd, endpoint.ReduceOptions{})
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	m1 := scrape(t, srv)
+	for _, name := range []string{
+		"ndma_switch_auth_failures_total",
+		"ndma_switch_control_refusals_total",
+		"ndma_switch_control_requests_total",
+		`ndma_switch_packets_in_total{mode="aggregate"}`,
+		`ndma_switch_packets_out_total{mode="aggregate"}`,
+		"ndma_switch_pool_contributions_total",
+		"ndma_switch_pool_completions_total",
+		"ndma_switch_udp_datagrams_received_total",
+		"ndma_switch_udp_datagrams_sent_total",
+		"ndma_switch_transport_packets_received_total",
+	} {
+		if m1[name] <= m0[name] {
+			t.Errorf("%s did not rise: %v -> %v", name, m0[name], m1[name])
+		}
+	}
+	if got := m1["ndma_switch_groups"]; got != 1 {
+		t.Errorf("ndma_switch_groups = %v, want 1", got)
+	}
+	if got := m1["ndma_switch_members"]; got != n {
+		t.Errorf("ndma_switch_members = %v, want %d", got, n)
+	}
+	series := `ndma_switch_group_members_alive{group="1",kind="job",name="metrics-job"}`
+	if got, ok := m1[series]; !ok || got != n {
+		t.Errorf("%s = %v (present %v), want %d", series, got, ok, n)
+	}
+}
+
+// TestNoMetrics checks that without MetricsAddr there is no listener.
+func TestNoMetrics(t *testing.T) {
+	srv := start(t, Config{})
+	if a := srv.MetricsAddr(); a != "" {
+		t.Errorf("MetricsAddr() = %q without a metrics listener", a)
+	}
+}
+
+// TestRun checks that Run returns nil and releases everything when its
+// context is cancelled.
+func TestRun(t *testing.T) {
+	srv, err := Start(Config{Listen: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if err := srv.Close(); err != nil {
+		t.Errorf("Close after Run: %v", err)
+	}
+}

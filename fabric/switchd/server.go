@@ -1,0 +1,209 @@
+package switchd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/transport"
+)
+
+// ShutdownTimeout bounds how long Close waits for metrics scrapes in
+// progress to finish before it drops their connections.
+const ShutdownTimeout = 5 * time.Second
+
+// Server is a running switch. Create one with Start; all methods are safe
+// for concurrent use.
+type Server struct {
+	log  *slog.Logger
+	cfg  Config // validated, defaults applied; fixed after Start
+	conn *netio.UDPConn
+	srv  *fabric.Server
+
+	http      *http.Server  // nil without a metrics listener
+	httpAddr  net.Addr      // the metrics listener's address
+	serveDone chan struct{} // closed when the metrics Serve returns
+	failed    chan error    // buffered 1: why the metrics server stopped on its own
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Stats is a snapshot of a Server's counters.
+type Stats struct {
+	// Switch holds the forwarding, control, aggregation-pool, fault
+	// injection and transport counters, and the group and live-member
+	// gauges.
+	Switch fabric.Stats
+	// UDP holds the socket's datagram counters.
+	UDP netio.UDPStats
+}
+
+// Start opens the switch's UDP socket and, if cfg.MetricsAddr is set, its
+// metrics listener, and starts forwarding. An invalid or unusable cfg is
+// reported as a *FieldError. The caller must Close the Server (or Run it)
+// to release the socket and goroutines.
+func Start(cfg Config) (*Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	sw, err := fabric.New(fabric.Config{
+		Token:            cfg.Token,
+		HeartbeatTimeout: cfg.HeartbeatTimeout,
+		Transport:        transport.Config{MTU: cfg.MTU},
+		Pool:             fabric.PoolConfig{Slots: cfg.PoolSlots},
+		Fault:            cfg.Fault,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("switchd: %w", err)
+	}
+	conn, err := netio.ListenUDP(cfg.Listen, netio.UDPConfig{Logger: cfg.Logger})
+	if err != nil {
+		return nil, &FieldError{Field: "Listen", Err: err}
+	}
+	s := &Server{
+		log:  cfg.Logger,
+		cfg:  cfg,
+		conn: conn,
+		srv:  fabric.NewServer(conn, sw, cfg.Logger),
+	}
+	if cfg.MetricsAddr != "" {
+		if err := s.startMetrics(cfg.MetricsAddr); err != nil {
+			s.srv.Close()
+			return nil, err
+		}
+	}
+	attrs := []any{"addr", s.Addr().String(), "mtu", cfg.MTU,
+		"heartbeat_timeout", cfg.HeartbeatTimeout, "pool_slots", cfg.PoolSlots,
+		"authenticated", len(cfg.Token) > 0}
+	if s.httpAddr != nil {
+		attrs = append(attrs, "metrics", "http://"+s.httpAddr.String()+"/metrics")
+	}
+	s.log.Info("switchd: serving", attrs...)
+	if len(cfg.Token) == 0 {
+		s.log.Warn("switchd: no token: control messages are not authenticated")
+	}
+	if f := cfg.Fault; faultActive(f) {
+		s.log.Warn("switchd: injecting faults into everything sent",
+			"drop", f.Drop, "dup", f.Dup, "reorder", f.Reorder, "corrupt", f.Corrupt, "seed", f.Seed)
+	}
+	return s, nil
+}
+
+func (s *Server) startMetrics(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return &FieldError{Field: "MetricsAddr", Err: err}
+	}
+	h, err := s.metricsHandler()
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("switchd: metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	s.http = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	s.httpAddr = ln.Addr()
+	s.serveDone = make(chan struct{})
+	s.failed = make(chan error, 1)
+	go s.serveMetrics(ln)
+	return nil
+}
+
+func (s *Server) serveMetrics(ln net.Listener) {
+	defer close(s.serveDone)
+	err := s.http.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return
+	}
+	err = fmt.Errorf("switchd: metrics server: %w", err)
+	s.log.Error("switchd: metrics server stopped", "err", err)
+	s.failed <- err
+}
+
+// Addr is the UDP address the switch serves on.
+func (s *Server) Addr() netip.AddrPort { return s.srv.Addr() }
+
+// MetricsAddr is the metrics listener's TCP address ("127.0.0.1:9471"),
+// or "" when Config.MetricsAddr was empty.
+func (s *Server) MetricsAddr() string {
+	if s.httpAddr == nil {
+		return ""
+	}
+	return s.httpAddr.String()
+}
+
+// MTU is the largest datagram the switch's own streams send, in bytes.
+func (s *Server) MTU() int { return s.cfg.MTU }
+
+// Stats returns the switch's counters. It may be called after Close, for
+// the final values.
+func (s *Server) Stats() Stats {
+	return Stats{Switch: s.srv.Stats(), UDP: s.conn.Stats()}
+}
+
+// Groups lists the switch's job and service groups, by id, with their
+// members and whether each is alive. It may be called after Close.
+func (s *Server) Groups() []fabric.GroupInfo { return s.srv.Groups() }
+
+// Run blocks until ctx is done, or until the metrics server fails, and
+// then closes the server. It returns the metrics server's error, if that
+// is what ended it, joined with Close's; a cancelled ctx is not an error.
+func (s *Server) Run(ctx context.Context) error {
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-s.failed: // nil channel, never ready, without metrics
+	}
+	return errors.Join(err, s.Close())
+}
+
+// Close shuts the switch down: it stops the metrics server gracefully
+// (scrapes in progress get up to ShutdownTimeout to finish), then stops
+// forwarding and closes the socket; members' operations in flight through
+// the switch time out at the endpoints. It logs the final counters and is
+// idempotent: later calls return the first call's result.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		var errs []error
+		if s.http != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
+			if err := s.http.Shutdown(ctx); err != nil {
+				s.http.Close()
+				errs = append(errs, fmt.Errorf("switchd: metrics shutdown: %w", err))
+			}
+			cancel()
+			<-s.serveDone
+		}
+		if err := s.srv.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("switchd: close: %w", err))
+		}
+		st := s.Stats().Switch
+		s.log.Info("switchd: stopped",
+			"received", st.Received,
+			"unicast_out", st.UnicastOut,
+			"multicast_out", st.MulticastOut,
+			"aggregate_out", st.AggregateOut,
+			"anycast_out", st.AnycastOut,
+			"control_in", st.ControlIn,
+			"auth_failures", st.AuthFailures,
+			"malformed", st.Malformed,
+			"spoofed", st.Spoofed,
+			"forward_dropped", st.ForwardDropped,
+			"members_dead", st.MembersDead,
+			"groups", st.Groups)
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
