@@ -3,6 +3,7 @@ package fabric
 import (
 	"time"
 
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -114,8 +115,7 @@ func (s *Switch) replicate(now time.Time, g *group, src *member, h *wire.Header,
 	psn := h.PSN
 	if wire.SeqLess(psn, ms.cum) {
 		// Everyone has it (the sender missed our ACK): tell it again.
-		ms.dirty = true
-		s.sendMerged(ms, g)
+		s.markDirty(ms)
 		return
 	}
 	if psn-ms.cum >= ms.w {
@@ -142,8 +142,7 @@ func (s *Switch) replicate(now time.Time, g *group, src *member, h *wire.Header,
 	}
 	if !sent {
 		// Every live member already has it: re-acknowledge.
-		ms.dirty = true
-		s.sendMerged(ms, g)
+		s.markDirty(ms)
 	}
 }
 
@@ -160,6 +159,14 @@ func (s *Switch) mergeAck(now time.Time, g *group, m *member, h *wire.Header, pa
 		return
 	}
 	i := int(m.id)
+	need := uint16(s.mcastReceivers(g, ms.sender))
+	oldCum := ms.cum
+	full := false // some PSN became held by every receiver
+	markFull := func(p uint32) {
+		if ms.mark(i, p) && ms.count[p&(ms.w-1)] >= need {
+			full = true
+		}
+	}
 	ms.mwin[i] = a.Window
 	if !ms.macked[i] || wire.SeqLess(ms.mcum[i], a.Cum) {
 		from := ms.cum
@@ -167,7 +174,7 @@ func (s *Switch) mergeAck(now time.Time, g *group, m *member, h *wire.Header, pa
 			from = ms.mcum[i]
 		}
 		for p := from; wire.SeqLess(p, a.Cum) && p-ms.cum < ms.w; p++ {
-			ms.mark(i, p)
+			markFull(p)
 		}
 		if !ms.macked[i] || wire.SeqLess(ms.mcum[i], a.Cum) {
 			ms.mcum[i] = a.Cum
@@ -177,16 +184,39 @@ func (s *Switch) mergeAck(now time.Time, g *group, m *member, h *wire.Header, pa
 	for b := 0; b < int(a.NBlocks); b++ {
 		blk := a.Blocks[b]
 		for p := blk.Start; p != blk.End && p-ms.cum < ms.w; p++ {
-			ms.mark(i, p)
+			markFull(p)
 		}
 	}
-	ms.echoTS, ms.delay = a.EchoTS, a.AckDelay
 	if h.Op == wire.OpNack {
 		ms.nack = true
 	}
 	s.settle(g, ms)
-	ms.dirty = true
-	s.sendMerged(ms, g)
+	if full || ms.cum != oldCum || ms.nack {
+		// Only news goes to the sender — at most one merged ACK per
+		// stream per Poll — so it sees one ACK stream, not one per member.
+		ms.echoTS, ms.delay = a.EchoTS, a.AckDelay
+		s.markDirty(ms)
+	}
+}
+
+// markDirty queues a stream's merged ACK for the next Poll.
+func (s *Switch) markDirty(ms *mstream) {
+	if !ms.dirty {
+		ms.dirty = true
+		s.dirty = append(s.dirty, ms)
+	}
+}
+
+// flushMerged sends the queued merged ACKs.
+func (s *Switch) flushMerged() {
+	for _, ms := range s.dirty {
+		if g := s.groups[ms.key.group]; g != nil && s.mcast[ms.key] == ms {
+			s.sendMerged(ms, g)
+		}
+		ms.dirty = false
+	}
+	clear(s.dirty)
+	s.dirty = s.dirty[:0]
 }
 
 // settle advances the merged cumulative point over PSNs every live
@@ -223,14 +253,15 @@ func (s *Switch) advance(g *group, ms *mstream, base uint32) {
 	}
 }
 
-// sendMerged emits the merged ACK (or NACK) for a stream to its sender.
+// sendMerged emits the merged ACK (or NACK) for a stream to its sender,
+// encoded straight into a forwarding buffer.
 func (s *Switch) sendMerged(ms *mstream, g *group) {
-	if !ms.dirty || !ms.sender.alive {
+	if !ms.sender.alive {
 		return
 	}
-	ms.dirty = false
 	need := uint16(s.mcastReceivers(g, ms.sender))
-	a := wire.Ack{Cum: ms.cum, Window: ms.w, EchoTS: ms.echoTS, AckDelay: ms.delay}
+	a := &s.ack
+	*a = wire.Ack{Cum: ms.cum, Window: ms.w, EchoTS: ms.echoTS, AckDelay: ms.delay}
 	for i, m := range g.members {
 		if m != nil && m.alive && m != ms.sender && ms.macked[i] && ms.mwin[i] < a.Window {
 			a.Window = ms.mwin[i]
@@ -259,14 +290,15 @@ func (s *Switch) sendMerged(ms *mstream, g *group) {
 	hdr := wire.Header{Version: wire.Version, Op: op, Mode: wire.ModeMulticast, Group: g.id,
 		Src: wire.MemberAll, Dst: ms.sender.id, TS: uint64(s.now.UnixNano())}
 	hdr.Len = uint16(a.EncodedLen())
-	var buf [wire.HeaderLen + wire.AckFixedLen + 8*wire.MaxSackBlocks]byte
-	b := buf[:wire.HeaderLen+int(hdr.Len)]
+	b := s.fwdBuf(wire.HeaderLen + int(hdr.Len))
+	if b == nil {
+		return
+	}
 	hdr.Encode(b)
 	a.Encode(b[wire.HeaderLen:])
 	wire.Seal(b)
-	if s.forward(b, ms.sender.addr) != nil {
-		s.stats.MergedAcksOut++
-	}
+	s.fwd = append(s.fwd, netio.Datagram{Addr: ms.sender.addr, Buf: b})
+	s.stats.MergedAcksOut++
 }
 
 // dropMember removes a dead or departed member from every multicast
@@ -292,7 +324,6 @@ func (s *Switch) dropMemberStreams(g *group, dead *member) {
 			}
 		}
 		s.settle(g, ms)
-		ms.dirty = true
-		s.sendMerged(ms, g)
+		s.markDirty(ms)
 	}
 }

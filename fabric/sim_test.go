@@ -141,7 +141,13 @@ func newSimFabric(t *testing.T, seed int64, link simnet.LinkConfig, cfg fabric.C
 	}
 	f := &simFabric{t: t, seed: seed, net: simnet.New(seed), sw: sw, token: cfg.Token,
 		swAddr: netip.MustParseAddrPort("10.0.0.1:7471"), hb: 250 * time.Millisecond, link: link}
-	f.net.Attach(f.swAddr, &simSwitch{sw}, link, link)
+	// simnet is a star of access links around a crossbar; the switch sits
+	// on the crossbar with a port per member, so its own attachment is
+	// infinitely fast with no latency (each member's access link is the
+	// port) — but keeps the link's faults.
+	swLink := link
+	swLink.Rate, swLink.Latency = 0, 0
+	f.net.Attach(f.swAddr, &simSwitch{sw}, swLink, swLink)
 	return f
 }
 

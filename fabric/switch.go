@@ -166,6 +166,8 @@ type Switch struct {
 	nextID uint32
 
 	mcast map[streamKey]*mstream
+	dirty []*mstream // streams with a merged ACK to send at the next Poll
+	ack   wire.Ack
 	// byAddr lists the live members (of any group) at an address.
 	byAddr map[netip.AddrPort][]*member
 
@@ -177,11 +179,12 @@ type Switch struct {
 	anyFwd map[uint64]*anyReq
 	anyIn  map[anyKey]uint64
 
-	fwd     []netio.Datagram // datagrams queued by Step for the next Poll
-	fwdBufs [][]byte
-	nfwd    int
-	held    []netio.Datagram // reordered by fault injection, sent next Poll
-	rng     *rand.Rand
+	fwd      []netio.Datagram // datagrams queued by Step for the next Poll
+	fwdBufs  [][]byte
+	nfwd     int
+	returned bool             // the last Poll handed fwdBufs[:nfwd] to the caller
+	held     []netio.Datagram // reordered by fault injection, sent next Poll
+	rng      *rand.Rand
 
 	ctrl CtrlMsg
 
@@ -273,6 +276,7 @@ func (s *Switch) Groups() []GroupInfo {
 
 // Step handles one received datagram.
 func (s *Switch) Step(now time.Time, from netip.AddrPort, pkt []byte) {
+	s.recycle()
 	s.now = now
 	s.stats.Received++
 	var h wire.Header
@@ -330,17 +334,28 @@ func (s *Switch) Step(now time.Time, from netip.AddrPort, pkt []byte) {
 // forward queues a copy of pkt to addr. It returns the copy, or nil if the
 // forwarding budget is spent.
 func (s *Switch) forward(pkt []byte, addr netip.AddrPort) []byte {
-	if s.nfwd >= s.cfg.MaxForward {
+	b := s.fwdBuf(len(pkt))
+	if b == nil {
+		return nil
+	}
+	copy(b, pkt)
+	s.fwd = append(s.fwd, netio.Datagram{Addr: addr, Buf: b})
+	return b
+}
+
+// fwdBuf returns a switch-owned buffer of n bytes valid until the next
+// Poll, or nil (counted) if the forwarding budget is spent.
+func (s *Switch) fwdBuf(n int) []byte {
+	if s.nfwd >= s.cfg.MaxForward || len(s.fwd) >= s.cfg.MaxForward {
 		s.stats.ForwardDropped++
 		return nil
 	}
 	for len(s.fwdBufs) <= s.nfwd {
 		s.fwdBufs = append(s.fwdBufs, make([]byte, 0, netio.MaxDatagram))
 	}
-	b := append(s.fwdBufs[s.nfwd][:0], pkt...)
+	b := s.fwdBufs[s.nfwd][:n]
 	s.fwdBufs[s.nfwd] = b
 	s.nfwd++
-	s.fwd = append(s.fwd, netio.Datagram{Addr: addr, Buf: b})
 	return b
 }
 
@@ -356,43 +371,52 @@ func (s *Switch) forwardShared(buf []byte, addr netip.AddrPort) bool {
 }
 
 // Poll returns the datagrams to send and the next time Poll must be called
-// (zero: none). The datagrams are valid until the next Step or Poll.
+// (zero: none; not after now: at once). The datagrams are valid until the
+// next Step or Poll.
 func (s *Switch) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
+	s.recycle()
 	s.now = now
 	s.checkLiveness(now)
-	// Held (reordered) datagrams from the previous Poll go out first... after
-	// this Poll's own, so that they are overtaken.
-	held := s.held
-	out = append(out, s.fwd...)
-	s.fwd = s.fwd[:0]
-	s.nfwd = 0
 	out, comps, next := s.eng.Poll(now, out)
 	for i := range comps {
 		s.onCompletion(&comps[i])
 	}
 	if len(comps) > 0 {
-		// Completions may have queued more (results, replies).
-		var n2 time.Time
-		out, _, n2 = s.eng.Poll(now, out)
-		if !n2.IsZero() && (next.IsZero() || n2.Before(next)) {
-			next = n2
-		}
-		out = append(out, s.fwd...)
-		s.fwd = s.fwd[:0]
-		s.nfwd = 0
+		// Completions may have queued more (results, replies): they go
+		// out at the next Poll, right away. (The engine's buffers are
+		// only valid until its next Poll, so it is not polled twice.)
+		next = now
 	}
-	out = append(out, held...)
+	s.flushMerged()
+	out = append(out, s.fwd...)
+	s.fwd = s.fwd[:0]
+	s.returned = true
+	// Datagrams held back by fault injection go out after this Poll's
+	// own, so that those overtake them.
+	out = append(out, s.held...)
 	s.held = s.held[:0]
 	if s.cfg.Fault.active() {
 		out = s.inject(out)
-		if len(s.held) > 0 && (next.IsZero() || now.Before(next)) {
-			next = now.Add(50 * time.Microsecond)
+		if len(s.held) > 0 {
+			if r := now.Add(50 * time.Microsecond); next.IsZero() || r.Before(next) {
+				next = r
+			}
 		}
 	}
 	if hb := s.nextLiveness(); !hb.IsZero() && (next.IsZero() || hb.Before(next)) {
 		next = hb
 	}
 	return out, next
+}
+
+// recycle makes the forwarding buffers handed out by the last Poll
+// reusable: the caller has sent them by the time it calls Step or Poll
+// again.
+func (s *Switch) recycle() {
+	if s.returned {
+		s.nfwd = 0
+		s.returned = false
+	}
 }
 
 // inject applies fault injection to out in place.

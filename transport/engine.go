@@ -146,6 +146,7 @@ type Engine struct {
 	compsSpare []Completion // returned by the last Poll; reused by the next
 	arena      [][]byte     // Poll's output buffers, reused
 	ack        wire.Ack
+	admitD     Delivery // passed to StepAdmit's admit function
 	stats      Stats
 	rings      [][]pktRec        // free send rings
 	locals     map[uint32]uint16 // member id per group (SetLocal)
@@ -353,9 +354,9 @@ func (e *Engine) StepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit
 		return d, false
 	}
 	if admit != nil {
-		// A copy, so that d itself does not escape to the heap.
-		ad := Delivery{Header: *h, Payload: payload, Peer: id}
-		if !admit(&ad) {
+		// A copy kept in the engine, so that d does not escape to the heap.
+		e.admitD = Delivery{Header: *h, Payload: payload, Peer: id}
+		if !admit(&e.admitD) {
 			e.stats.Refused++
 			return d, false
 		}

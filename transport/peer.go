@@ -305,7 +305,7 @@ func (p *peer) onRTT(now time.Time, r time.Duration) {
 	if p.minRTT == 0 || r < p.minRTT {
 		p.minRTT = r
 	}
-	target := p.minRTT + cfg.TargetDelay
+	target := p.minRTT + max(cfg.TargetDelay, p.minRTT)
 	if r <= target {
 		p.delayOK = true
 		return
@@ -388,16 +388,20 @@ func (p *peer) onAck(now time.Time, a *wire.Ack, nack bool) {
 			}
 		}
 	}
-	// Loss detection: a hole is lost when packets sent after it were
-	// delivered and it is dupThresh packets behind the highest SACK (or
-	// the receiver NACKed it).
+	// Loss detection (RACK-like): a hole is lost when a packet sent after
+	// it was delivered and either it is dupThresh packets behind the
+	// highest SACK, or it was sent more than a reordering window (a
+	// quarter of the lowest RTT) before that packet, or the receiver
+	// NACKed it. The time rule makes small windows recover without
+	// waiting for a timeout.
+	reoWnd := p.minRTT / 4
 	if haveSack {
 		for psn := p.sndUna; wire.SeqLess(psn, highSacked); psn++ {
 			rec := &p.ring[psn&m]
 			if rec.state != recInflight || !rec.sentAt.Before(p.rackTime) {
 				continue
 			}
-			if nack || highSacked-psn >= dupThresh {
+			if nack || highSacked-psn >= dupThresh || (reoWnd > 0 && p.rackTime.Sub(rec.sentAt) > reoWnd) {
 				p.markLost(psn, rec)
 				p.e.stats.FastRetransmits++
 			}

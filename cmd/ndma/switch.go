@@ -1,0 +1,202 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/fabric/switchd"
+)
+
+// switchFlags are the flags of `ndma switch`.
+type switchFlags struct {
+	listen           string
+	token            string
+	tokenFile        string
+	heartbeatTimeout time.Duration
+	poolSlots        int
+	mtu              int
+	drop, dup        float64
+	reorder, corrupt float64
+	seed             uint64
+	metrics          string
+	logLevel         string
+	jsonLogs         bool
+}
+
+// switchFlagNames maps switchd.Config fields to the flags that set them,
+// so that errors from switchd.Start name the flag the user typed.
+var switchFlagNames = map[string]string{
+	"Listen":           "--listen",
+	"HeartbeatTimeout": "--heartbeat-timeout",
+	"PoolSlots":        "--pool-slots",
+	"MTU":              "--mtu",
+	"Fault.Drop":       "--drop",
+	"Fault.Dup":        "--dup",
+	"Fault.Reorder":    "--reorder",
+	"Fault.Corrupt":    "--corrupt",
+	"MetricsAddr":      "--metrics",
+}
+
+func init() {
+	var f switchFlags
+	cmd := &cobra.Command{
+		Use:   "switch",
+		Short: "Run a forwarding node: multicast, aggregation and anycast for groups of endpoints over UDP",
+		Long: `switch runs an NDMA forwarding node. Endpoints join jobs and register services
+at it through its control plane (authenticated with the fabric token); it
+then replicates each member's multicast to the group and merges the ACKs,
+reduces aggregation contributions in a pool of slots and sends only the
+result, and relays anycast requests to one member of a service.
+
+The token comes from --token or, better (it stays out of the process list),
+from the first line of --token-file; without either, control messages are
+not authenticated. --drop, --dup, --reorder and --corrupt inject faults into
+everything the switch sends, reproducibly from --seed, to test endpoints
+against a lossy fabric.
+
+The listening address is printed on stdout; logs go to stderr. SIGINT or
+SIGTERM shuts the switch down gracefully.`,
+		Example: `  ndma switch --listen 127.0.0.1:7471 --token-file fabric.key --metrics 127.0.0.1:9471
+  ndma switch --drop 0.01 --reorder 0.01 --seed 7 --json-logs`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runSwitch(cmd, &f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.listen, "listen", switchd.DefaultListen, "UDP `address` to serve on (host:port)")
+	fl.StringVar(&f.token, "token", "", "fabric token that authenticates control messages (default: none)")
+	fl.StringVar(&f.tokenFile, "token-file", "", "`file` whose first line is the fabric token, instead of --token")
+	fl.DurationVar(&f.heartbeatTimeout, "heartbeat-timeout", switchd.DefaultHeartbeatTimeout,
+		fmt.Sprintf("how long a member may go without a heartbeat before it is declared dead (at least %v)", switchd.MinHeartbeatTimeout))
+	fl.IntVar(&f.poolSlots, "pool-slots", switchd.DefaultPoolSlots, fmt.Sprintf("aggregation slots, each one chunk of a reduction in flight (1 to %d)", switchd.MaxPoolSlots))
+	fl.IntVar(&f.mtu, "mtu", switchd.DefaultMTU, fmt.Sprintf("largest datagram the switch's own streams send, in bytes, header included (%d to %d)", switchd.MinMTU, switchd.MaxMTU))
+	fl.Float64Var(&f.drop, "drop", 0, "fault injection: probability of dropping each datagram sent, in [0, 1]")
+	fl.Float64Var(&f.dup, "dup", 0, "fault injection: probability of sending a datagram twice, in [0, 1]")
+	fl.Float64Var(&f.reorder, "reorder", 0, "fault injection: probability of holding a datagram back behind later ones, in [0, 1]")
+	fl.Float64Var(&f.corrupt, "corrupt", 0, "fault injection: probability of flipping one bit of a datagram, in [0, 1]")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the fault injection generator (with --drop, --dup, --reorder or --corrupt; at least 1)")
+	fl.StringVar(&f.metrics, "metrics", "", "TCP `address` to serve Prometheus metrics on at /metrics (default: none)")
+	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fl.BoolVar(&f.jsonLogs, "json-logs", false, "write logs to stderr as JSON instead of text")
+	cmd.MarkFlagsMutuallyExclusive("token", "token-file")
+	rootCmd.AddCommand(cmd)
+}
+
+func runSwitch(cmd *cobra.Command, f *switchFlags) error {
+	cfg, err := f.config(cmd)
+	if err != nil {
+		return err
+	}
+	srv, err := switchd.Start(cfg)
+	if err != nil {
+		if fe, ok := errors.AsType[*switchd.FieldError](err); ok {
+			if name, ok := switchFlagNames[fe.Field]; ok {
+				return fmt.Errorf("%s: %w", name, fe.Err)
+			}
+		}
+		return err
+	}
+	printSwitch(cmd.OutOrStdout(), srv)
+
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return srv.Run(ctx)
+}
+
+// config turns the flags into a switchd.Config whose logger writes to the
+// command's stderr.
+func (f *switchFlags) config(cmd *cobra.Command) (switchd.Config, error) {
+	var level slog.Level
+	switch f.logLevel {
+	case "debug":
+		level = slog.LevelDebug
+	case "info":
+		level = slog.LevelInfo
+	case "warn":
+		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	default:
+		return switchd.Config{}, fmt.Errorf("--log-level: %q: want debug, info, warn or error", f.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	logw := cmd.ErrOrStderr()
+	var h slog.Handler = slog.NewTextHandler(logw, opts)
+	if f.jsonLogs {
+		h = slog.NewJSONHandler(logw, opts)
+	}
+	// Zero selects a default in switchd.Config; on the command line it
+	// is a mistake, not a request for the default.
+	if f.heartbeatTimeout <= 0 {
+		return switchd.Config{}, fmt.Errorf("--heartbeat-timeout: %v: must be positive", f.heartbeatTimeout)
+	}
+	if f.poolSlots <= 0 {
+		return switchd.Config{}, fmt.Errorf("--pool-slots: %d: want 1 to %d", f.poolSlots, switchd.MaxPoolSlots)
+	}
+	if f.mtu <= 0 {
+		return switchd.Config{}, fmt.Errorf("--mtu: %d bytes: want %d to %d", f.mtu, switchd.MinMTU, switchd.MaxMTU)
+	}
+	if f.seed == 0 {
+		return switchd.Config{}, errors.New("--seed: 0: want at least 1")
+	}
+	if cmd.Flags().Changed("token") && f.token == "" {
+		return switchd.Config{}, errors.New("--token: empty: omit it to run without authentication")
+	}
+	token := []byte(f.token)
+	if f.tokenFile != "" {
+		var err error
+		if token, err = readToken(f.tokenFile); err != nil {
+			return switchd.Config{}, fmt.Errorf("--token-file: %w", err)
+		}
+	}
+	return switchd.Config{
+		Listen:           f.listen,
+		Token:            token,
+		HeartbeatTimeout: f.heartbeatTimeout,
+		PoolSlots:        f.poolSlots,
+		MTU:              f.mtu,
+		Fault:            fabric.FaultConfig{Drop: f.drop, Dup: f.dup, Reorder: f.reorder, Corrupt: f.corrupt, Seed: f.seed},
+		MetricsAddr:      f.metrics,
+		Logger:           slog.New(h),
+	}, nil
+}
+
+// readToken reads a fabric token: the file's first line, without its line
+// ending. The line must not be empty.
+func readToken(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		b = b[:i]
+	}
+	b = bytes.TrimSuffix(b, []byte{'\r'})
+	if len(b) == 0 {
+		return nil, fmt.Errorf("%s: the first line (the token) is empty", path)
+	}
+	return b, nil
+}
+
+// printSwitch writes what endpoints and operators need: the switch's
+// address and its metrics URL.
+func printSwitch(w io.Writer, srv *switchd.Server) {
+	fmt.Fprintf(w, "listen   %v (UDP, MTU %d bytes)\n", srv.Addr(), srv.MTU())
+	if a := srv.MetricsAddr(); a != "" {
+		fmt.Fprintf(w, "metrics  http://%s/metrics\n", a)
+	}
+}
