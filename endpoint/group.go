@@ -362,6 +362,28 @@ func (ep *Endpoint) dispatchLocked() {
 // switch's policy; key selects the owner under key affinity) and returns
 // the reply.
 func (ep *Endpoint) Anycast(ctx context.Context, sw string, service string, key uint64, req []byte, opts FabricOptions) ([]byte, error) {
+	op, err := ep.anycastOp(ctx, sw, service, key, req, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := ep.Do(ctx, op); err != nil {
+		return nil, err
+	}
+	return op.Resp, nil
+}
+
+// StartAnycast is Anycast's asynchronous form: the reply is in op.Resp
+// once op.Done() is closed (the service name is resolved first, within
+// ctx, and cached).
+func (ep *Endpoint) StartAnycast(ctx context.Context, sw string, service string, key uint64, req []byte, opts FabricOptions, notify chan<- *Op) (*Op, error) {
+	op, err := ep.anycastOp(ctx, sw, service, key, req, opts)
+	if err != nil {
+		return nil, err
+	}
+	return op, ep.Start(op, notify)
+}
+
+func (ep *Endpoint) anycastOp(ctx context.Context, sw string, service string, key uint64, req []byte, opts FabricOptions) (*Op, error) {
 	ap, err := netip.ParseAddrPort(sw)
 	if err != nil {
 		return nil, fmt.Errorf("endpoint: switch address %q: %w", sw, err)
@@ -371,11 +393,7 @@ func (ep *Endpoint) Anycast(ctx context.Context, sw string, service string, key 
 	if err != nil {
 		return nil, err
 	}
-	op := &Op{Kind: KindAnycast, Peer: ap, Group: id, Addr: key, Buf: req}
-	if err := ep.Do(ctx, op); err != nil {
-		return nil, err
-	}
-	return op.Resp, nil
+	return &Op{Kind: KindAnycast, Peer: ap, Group: id, Addr: key, Buf: req}, nil
 }
 
 // lookup resolves a service name to its group id (cached).

@@ -175,10 +175,23 @@ func TestUDPModes(t *testing.T) {
 			t.Fatalf("reply %q", rep)
 		}
 	}
+	// The asynchronous form: 10 requests in flight at once.
+	notify := make(chan *endpoint.Op, 10)
+	for i := range 10 {
+		if _, err := cli.StartAnycast(ctx, sw, "kv", uint64(i), []byte{byte(i)}, opts, notify); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 10 {
+		op := <-notify
+		if op.Err != nil || len(op.Resp) != 4 || op.Resp[3] != byte(op.Addr) {
+			t.Fatalf("async anycast: %v %q", op.Err, op.Resp)
+		}
+	}
 	mu.Lock()
 	got := served
 	mu.Unlock()
-	if got[0] != 10 || got[1] != 10 {
+	if got[0] != 15 || got[1] != 15 {
 		t.Fatalf("round robin served %v", got)
 	}
 	t.Logf("switch stats: %+v", srv.Stats())
