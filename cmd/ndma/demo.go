@@ -30,13 +30,22 @@ func init() {
 	var jsonOut bool
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Run every NDMA operation against an in-process memory node and verify the results",
+		Short: "Run every NDMA operation against an in-process memory node and switch and verify the results",
 		Long: `Starts a memory node in-process on loopback with a 64 MiB region, connects an
 endpoint to it and runs every operation: WRITE and READ of several sizes,
 compare-and-swap that succeeds and one that fails, fetch-and-add from
 concurrent goroutines, vector ADD/MIN/MAX on f32, f64, i32 and i64, and the
-refusals (bad key, out of bounds, misaligned, unknown op). Each result is
-verified; the exit status is non-zero if anything fails.`,
+refusals (bad key, out of bounds, misaligned, unknown op).
+
+Then it starts a switch (forwarding node) in-process with a fabric token and
+joins 4 endpoints to a job, and compares each group operation with a
+host-only way of doing the same with one-sided WRITEs: a 1 MiB multicast
+against sequential unicasts, a 1 MiB f32 allreduce (deterministic) against
+gathering to a root, reducing there and writing back — times and the bytes
+the sender or root put on the wire — and anycast to a round-robin and a
+key-affinity service of two members, 100 requests each.
+
+Each result is verified; the exit status is non-zero if anything fails.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDemo(cmd.Context(), cmd.OutOrStdout(), jsonOut)
@@ -56,10 +65,25 @@ type demoRow struct {
 	LatencyUS float64 `json:"latency_us,omitempty"`
 	Gbps      float64 `json:"gbps,omitempty"`
 	OpsPerSec float64 `json:"ops_per_sec,omitempty"`
+	// A group operation compared with a host-only way of doing the same
+	// thing: LatencyUS is the group operation's median time, HostLatencyUS
+	// the host-only one's, Speedup their ratio (host / NDMA). SentBytes and
+	// HostSentBytes are the transport payload bytes the sender (or root)
+	// put on the wire per operation.
+	HostLatencyUS float64 `json:"host_latency_us,omitempty"`
+	Speedup       float64 `json:"speedup,omitempty"`
+	SentBytes     int64   `json:"sent_bytes,omitempty"`
+	HostSentBytes int64   `json:"host_sent_bytes,omitempty"`
+
+	bytesBy string // who sent SentBytes, for the table: "sender", "root"
 }
 
 func (r *demoRow) perf() string {
 	switch {
+	case r.HostLatencyUS > 0:
+		return fmt.Sprintf("NDMA %s vs host %s (%.1fx), %s bytes %s vs %s",
+			formatDuration(r.LatencyUS), formatDuration(r.HostLatencyUS), r.Speedup,
+			r.bytesBy, formatMiB(r.SentBytes), formatMiB(r.HostSentBytes))
 	case r.Gbps > 0:
 		return fmt.Sprintf("%.2f Gbit/s", r.Gbps)
 	case r.OpsPerSec > 0:
@@ -73,12 +97,14 @@ func (r *demoRow) perf() string {
 // errDemoFailed is returned by runDemo when a row did not verify.
 var errDemoFailed = errors.New("demo: some operations failed to verify")
 
-// demo runs the demo's steps against one memory node.
+// demo runs the demo's steps against one memory node, then against a
+// forwarding node.
 type demo struct {
 	r    *endpoint.Remote
 	key  uint64
 	rows []demoRow
 	ctx  context.Context
+	sw   string // the forwarding node's address, once started
 }
 
 // add records a row; err (nil for success) becomes its result.
@@ -125,8 +151,11 @@ func runDemo(ctx context.Context, w io.Writer, jsonOut bool) error {
 	d.fetchAdd()
 	d.vectors()
 	d.refusals()
+	sw, closeFabric := d.fabric()
+	defer closeFabric()
+	d.sw = sw
 
-	if err := writeDemo(w, d.rows, jsonOut, node); err != nil {
+	if err := writeDemo(w, d, jsonOut, node); err != nil {
 		return err
 	}
 	for _, row := range d.rows {
@@ -137,7 +166,8 @@ func runDemo(ctx context.Context, w io.Writer, jsonOut bool) error {
 	return nil
 }
 
-func writeDemo(w io.Writer, rows []demoRow, jsonOut bool, node *bench.Node) error {
+func writeDemo(w io.Writer, d *demo, jsonOut bool, node *bench.Node) error {
+	rows := d.rows
 	if jsonOut {
 		enc := json.NewEncoder(w)
 		for _, r := range rows {
@@ -147,7 +177,11 @@ func writeDemo(w io.Writer, rows []demoRow, jsonOut bool, node *bench.Node) erro
 		}
 		return nil
 	}
-	fmt.Fprintf(w, "NDMA demo: memory node on %v, region %#016x of %s\n\n", node.Addr(), node.Key, bench.FormatSize(node.Size))
+	fmt.Fprintf(w, "NDMA demo: memory node on %v, region %#016x of %s\n", node.Addr(), node.Key, bench.FormatSize(node.Size))
+	if d.sw != "" {
+		fmt.Fprintf(w, "           switch on %s with a fabric token, %d endpoints in job %q (host-only: one-sided WRITEs)\n", d.sw, demoMembers, demoJob)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "OPERATION\tSIZE\tRESULT\tPERFORMANCE")
 	failed := 0

@@ -18,7 +18,10 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("%v\n%s", err, buf.String())
 	}
 	out := buf.String()
-	for _, s := range []string{"OPERATION", "vector max i64", "read, bad key", "checks passed"} {
+	for _, s := range []string{"OPERATION", "vector max i64", "read, bad key", "checks passed",
+		"switch on 127.0.0.1:", "multicast vs unicasts", "allreduce f32 sum vs gather",
+		"anycast round-robin", "served 50/50", "anycast key-affinity", "100% on the owner",
+		"sender bytes ", "root bytes "} {
 		if !strings.Contains(out, s) {
 			t.Errorf("demo output lacks %q:\n%s", s, out)
 		}
@@ -37,6 +40,7 @@ func TestDemoJSON(t *testing.T) {
 		t.Fatalf("%v\n%s", err, buf.String())
 	}
 	ops := make(map[string]bool)
+	compared := make(map[string]demoRow)
 	for line := range strings.Lines(buf.String()) {
 		var row demoRow
 		dec := json.NewDecoder(strings.NewReader(line))
@@ -48,10 +52,30 @@ func TestDemoJSON(t *testing.T) {
 			t.Errorf("row %+v", row)
 		}
 		ops[strings.Fields(row.Op)[0]] = true
+		if row.HostLatencyUS > 0 {
+			compared[row.Op] = row
+		}
 	}
-	for _, op := range []string{"write", "read", "cas", "fadd", "vector", "read,", "write,", "fadd,"} {
+	for _, op := range []string{"write", "read", "cas", "fadd", "vector", "read,", "write,", "fadd,", "multicast", "allreduce", "anycast"} {
 		if !ops[op] {
 			t.Errorf("no %q row in %v", op, ops)
+		}
+	}
+	// The group operations against their host-only counterparts: the
+	// sender (or root) puts the payload on the wire once instead of once
+	// per other member. Retransmissions (under -race, on a loaded machine)
+	// may add to either count, never take away.
+	for _, op := range []string{"multicast vs unicasts", "allreduce f32 sum vs gather"} {
+		row, ok := compared[op]
+		switch {
+		case !ok:
+			t.Errorf("no comparison row %q", op)
+		case row.LatencyUS <= 0 || row.Speedup <= 0:
+			t.Errorf("%s: times %+v", op, row)
+		case row.SentBytes < 1<<20 || row.SentBytes >= 2<<20:
+			t.Errorf("%s: NDMA sent %d bytes, want 1 MiB (once)", op, row.SentBytes)
+		case row.HostSentBytes < 3<<20:
+			t.Errorf("%s: host-only sent %d bytes, want at least 3 MiB (once per other member)", op, row.HostSentBytes)
 		}
 	}
 }
