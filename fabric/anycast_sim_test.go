@@ -228,37 +228,40 @@ func TestSimAnycastLeastOutstanding(t *testing.T) {
 // also with loss, reordering, duplication and corruption on every link
 // (retransmitted request packets stay pinned to their member).
 func TestSimAnycastRoundRobin(t *testing.T) {
-	for _, loss := range []float64{0, 0.05} {
-		t.Run(fmt.Sprintf("loss=%v", loss), func(t *testing.T) {
-			seed := int64(50 + int(loss*100))
-			f := newSimFabric(t, seed, impaired(loss), fabric.Config{})
-			srv := f.addMembers(4)
-			clients := f.addMembers(4)
-			served := make([]int, len(srv))
-			for i, m := range srv {
-				m.serve = func(r *endpoint.Request) ([]byte, error) {
-					served[i]++
-					return anyEcho(i, r.Data), nil
+	for _, n := range []int{2, 4, 16, 64} {
+		for _, loss := range []float64{0, 0.05, 0.2} {
+			t.Run(fmt.Sprintf("members=%d/loss=%v", n, loss), func(t *testing.T) {
+				seed := int64(50 + 1000*n + int(loss*100))
+				f := newSimFabric(t, seed, impaired(loss), fabric.Config{})
+				srv := f.addMembers(n)
+				clients := f.addMembers(4)
+				served := make([]int, len(srv))
+				for i, m := range srv {
+					m.serve = func(r *endpoint.Request) ([]byte, error) {
+						served[i]++
+						return anyEcho(i, r.Data), nil
+					}
 				}
-			}
-			gid := f.anyRegister("rr", srv, fabric.PolicyRoundRobin, nil)
-			const total = 8000
-			replies := make([]int, len(srv))
-			anyDrive(f, clients, gid, total, 4, anySeqReq, func(_ int, op *endpoint.Op) {
-				replies[anyCheckEcho(f, op, -1)]++
+				gid := f.anyRegister("rr", srv, fabric.PolicyRoundRobin, nil)
+				total := 2000 * len(srv)
+				if loss >= 0.2 || n >= 16 {
+					total = 50 * len(srv)
+				}
+				replies := make([]int, len(srv))
+				anyDrive(f, clients, gid, total, 4, anySeqReq, func(_ int, op *endpoint.Op) {
+					replies[anyCheckEcho(f, op, -1)]++
+				})
+				t.Logf("per member %v, virtual %v", served, f.net.Elapsed())
+				for i := range served {
+					if served[i] != total/len(srv) || replies[i] != total/len(srv) {
+						t.Fatalf("seed %d: members served %v, replies from %v; want exactly %d each", seed, served, replies, total/len(srv))
+					}
+				}
 			})
-			t.Logf("per member %v, virtual %v", served, f.net.Elapsed())
-			for i := range served {
-				if served[i] != total/len(srv) || replies[i] != total/len(srv) {
-					t.Fatalf("seed %d: members served %v, replies from %v; want exactly %d each", seed, served, replies, total/len(srv))
-				}
-			}
-		})
+		}
 	}
 }
 
-// anyQuarter returns the ownership table of 4 members: member i owns the
-// i-th quarter of the key space, member i+1 (mod 4) is its replica.
 func anyQuarter() []fabric.CtrlRange {
 	var rs []fabric.CtrlRange
 	for i := range 4 {
