@@ -29,9 +29,13 @@ const (
 	KindMulticast Kind = 0x21 // send Buf to every member of Group
 	KindRecv      Kind = 0x22 // receive the next multicast from member From of Group into Buf
 	KindAggregate Kind = 0x23 // contribute Buf to an aggregation; the result lands in Recv
+	// Two-sided messages between endpoints (core_msg.go).
+	KindSendMsg Kind = 0x24 // send Buf to Peer with Comm and Tag
+	KindRecvMsg Kind = 0x25 // receive the next message from Peer with Comm and Tag into Buf; N = its length
 )
 
-var kindNames = map[Kind]string{KindAnycast: "anycast", KindMulticast: "multicast", KindRecv: "recv", KindAggregate: "aggregate"}
+var kindNames = map[Kind]string{KindAnycast: "anycast", KindMulticast: "multicast", KindRecv: "recv", KindAggregate: "aggregate",
+	KindSendMsg: "send", KindRecvMsg: "recvmsg"}
 
 func (k Kind) String() string {
 	if n, ok := kindNames[k]; ok {
@@ -42,7 +46,10 @@ func (k Kind) String() string {
 
 // opcode is the wire opcode of a kind's request.
 func (k Kind) opcode() wire.Opcode {
-	if k >= KindAnycast {
+	switch {
+	case k == KindSendMsg || k == KindRecvMsg:
+		return wire.OpSend
+	case k >= KindAnycast:
 		return wire.OpData
 	}
 	return wire.Opcode(k)
@@ -56,6 +63,7 @@ var (
 	ErrClosed    = errors.New("endpoint: closed")
 	ErrBadOp     = errors.New("endpoint: invalid operation")
 	ErrShortRead = errors.New("endpoint: response longer than the read buffer")
+	ErrTruncated = errors.New("endpoint: message longer than the receive buffer")
 )
 
 // OpError describes a failed operation: what it was, against which peer,
@@ -112,12 +120,18 @@ type Op struct {
 	// switch stops waiting for it); otherwise the op fails naming it.
 	Continue bool
 
+	// Two-sided messages.
+	Comm uint32 // communicator (context) id: messages match only within one
+	Tag  uint64 // tag: messages match only with the same tag
+
 	// Results.
+	N    int    // RecvMsg: length of the message received
 	Old  uint64 // CAS, FetchAdd: value before the op
 	Resp []byte // Control, Anycast: the reply payload
 	Err  error  // nil, or an *OpError
 
 	sw   netip.AddrPort // forwarding node, for group ops
+	mkey msgMatch       // RecvMsg: the message it matches
 	gkey gopKey
 
 	msgID    uint64
@@ -193,7 +207,14 @@ type Core struct {
 	rxSeq       map[gopKey]uint64 // per (group, sender): last multicast id received
 	deadMembers map[gopKey]*MemberError
 	admitFn     func(*transport.Delivery) bool
-	stats       Stats
+
+	// Two-sided messages (core_msg.go).
+	sendSeq  map[msgStream]uint64
+	recvSeq  map[msgStream]uint64
+	recvs    map[msgMatch]*Op
+	unexpMsg map[msgMatch]*unexpected
+	recvID   uint64
+	stats    Stats
 }
 
 type inReq struct {
@@ -237,6 +258,7 @@ func NewCore(cfg Config) (*Core, error) {
 	}
 	c := &Core{cfg: cfg, eng: eng, store: st, ops: make(map[uint64]*Op), inStatus: make(map[inKey]*inReq)}
 	c.initGroups()
+	c.initMsgs()
 	return c, nil
 }
 
@@ -276,6 +298,9 @@ func (c *Core) Post(now time.Time, op *Op) error {
 	switch op.Kind {
 	case KindMulticast, KindRecv, KindAggregate:
 		return c.postGroup(now, op)
+	case KindRecvMsg:
+		c.postRecvMsg(now, op)
+		return nil
 	}
 	to := transport.PeerID{Addr: op.Peer}
 	h := wire.Header{Op: op.Kind.opcode(), Key: op.Key, Addr: op.Addr}
@@ -301,6 +326,9 @@ func (c *Core) Post(now time.Time, op *Op) error {
 		payload = op.Buf
 	case KindAnycast:
 		to = transport.PeerID{Addr: op.Peer, Group: op.Group, Member: wire.MemberAll, Mode: wire.ModeAnycast}
+		payload = op.Buf
+	case KindSendMsg:
+		h = c.msgHeader(op)
 		payload = op.Buf
 	default:
 		return fmt.Errorf("%w: kind %v", ErrBadOp, op.Kind)
@@ -374,6 +402,10 @@ func (c *Core) Step(now time.Time, from netip.AddrPort, pkt []byte) {
 	}
 	if h.Flags&wire.FlagResp != 0 {
 		c.onResponse(&d)
+		return
+	}
+	if h.Op == wire.OpSend {
+		c.onMsg(&d)
 		return
 	}
 	c.serve(now, &d)

@@ -151,6 +151,9 @@ func rxKey(g uint32, from uint16) gopKey { return gopKey{group: g, kind: KindRec
 func (c *Core) finishGroup(op *Op) {
 	delete(c.gops, op.gkey)
 	op.finished = true
+	if op.Kind == KindRecvMsg {
+		c.finishRecvMsg(op)
+	}
 	if op.Err == nil {
 		c.stats.OpsOK++
 	} else {
@@ -169,6 +172,9 @@ func (c *Core) finishGroup(op *Op) {
 // once MaxUnexpected bytes are buffered.
 func (c *Core) admit(d *transport.Delivery) bool {
 	h := &d.Header
+	if h.Op == wire.OpSend && h.Mode == wire.ModeUnicast && h.Flags&wire.FlagResp == 0 {
+		return c.admitMsg(h, d.Peer.Addr)
+	}
 	if h.Mode != wire.ModeMulticast || h.Offset != 0 && c.unexp[gopKey{h.Group, KindRecv, h.Src, h.MsgID}] != nil {
 		return true
 	}
@@ -323,6 +329,17 @@ func (c *Core) Reply(r *Request, data []byte, st wire.Status) error {
 // onSendCompletion completes a multicast send when every member has the
 // message (the switch's merged ACK), or a non-root Reduce contribution.
 func (c *Core) onSendCompletion(cp *transport.Completion) bool {
+	if cp.Peer.Mode == wire.ModeUnicast && cp.Peer.Group == 0 {
+		// A two-sided send completes when the peer has the whole message.
+		if op := c.ops[cp.MsgID]; op != nil && op.Kind == KindSendMsg && op.Peer == cp.Peer.Addr {
+			if cp.Err != nil {
+				op.fail(cp.Err)
+			}
+			c.finish(op)
+			return true
+		}
+		return false
+	}
 	var k gopKey
 	switch cp.Peer.Mode {
 	case wire.ModeMulticast:
