@@ -192,6 +192,18 @@ func (ep *Endpoint) Start(op *Op, notify chan<- *Op) error {
 	return nil
 }
 
+// Cancel abandons an op started with Start: it completes with
+// ErrCanceled (Done is closed) unless it already completed. Once it has,
+// the endpoint no longer touches the op's buffers.
+func (ep *Endpoint) Cancel(op *Op) {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if op.posted && !op.finished {
+		ep.core.Cancel(op)
+		ep.pumpLocked(time.Now())
+	}
+}
+
 // Done is closed when an op started with Start completes.
 func (op *Op) Done() <-chan struct{} { return op.done }
 

@@ -1,0 +1,232 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/ndma/ndma/coll"
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
+)
+
+// CollConfig configures a collectives benchmark run (ndma bench coll).
+type CollConfig struct {
+	Op    coll.Operation
+	Algos []coll.Algo // algorithms to measure, one table each
+	Ranks int         // ranks, all in this process on loopback
+	Sizes []int       // message sizes per rank, in bytes
+	// Iters and Warmup per size; zero picks by size (OSU-like: 1000 for
+	// small messages, fewer for large).
+	Iters, Warmup int
+	// Switch: start an in-process forwarding node (needed by innet).
+	Switch bool
+	MTU    int // zero: 9000
+}
+
+// CollResult is one row: OSU's columns, averaged over ranks as OSU does.
+type CollResult struct {
+	Op    string  `json:"op"`
+	Algo  string  `json:"algo"`
+	Ranks int     `json:"ranks"`
+	Size  int     `json:"size"`
+	AvgUS float64 `json:"avg_us"`
+	MinUS float64 `json:"min_us"`
+	MaxUS float64 `json:"max_us"`
+	Iters int     `json:"iters"`
+}
+
+func (c *CollConfig) iters(size int) (iters, warmup int) {
+	iters, warmup = c.Iters, c.Warmup
+	if iters <= 0 {
+		switch {
+		case size <= 64<<10:
+			iters = 200
+		case size <= 1<<20:
+			iters = 50
+		default:
+			iters = 10
+		}
+	}
+	if warmup <= 0 {
+		warmup = max(2, iters/10)
+	}
+	return iters, warmup
+}
+
+// CollWorld is a set of in-process ranks on loopback (and a switch).
+type CollWorld struct {
+	Comms []*coll.Communicator
+	eps   []*endpoint.Endpoint
+	srv   *fabric.Server
+}
+
+// NewCollWorld starts n endpoints on loopback, an in-process switch if
+// withSwitch, and the world communicator.
+func NewCollWorld(ctx context.Context, n int, withSwitch bool, mtu int) (*CollWorld, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("bench: %d ranks", n)
+	}
+	if mtu == 0 {
+		mtu = 9000
+	}
+	w := &CollWorld{}
+	var sw string
+	if withSwitch {
+		conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
+		if err != nil {
+			return nil, err
+		}
+		s, err := fabric.New(fabric.Config{Transport: transport.Config{MTU: mtu}})
+		if err != nil {
+			conn.Close()
+			return nil, err
+		}
+		w.srv = fabric.NewServer(conn, s, nil)
+		sw = w.srv.Addr().String()
+	}
+	peers := make([]netip.AddrPort, n)
+	for i := range n {
+		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Transport: transport.Config{MTU: mtu}}, endpoint.Options{})
+		if err != nil {
+			w.Close()
+			return nil, err
+		}
+		w.eps = append(w.eps, ep)
+		peers[i] = ep.LocalAddr()
+	}
+	w.Comms = make([]*coll.Communicator, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cfg := coll.Config{Endpoint: w.eps[i], Rank: i, Size: n, Switch: sw, Job: "bench"}
+			if sw == "" {
+				cfg.Peers = peers
+			}
+			w.Comms[i], errs[i] = coll.New(ctx, cfg)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			w.Close()
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// Close stops everything.
+func (w *CollWorld) Close() {
+	for _, ep := range w.eps {
+		ep.Close()
+	}
+	if w.srv != nil {
+		w.srv.Close()
+	}
+}
+
+// collBufs holds one rank's buffers, sized for the largest message.
+type collBufs struct{ send, recv []byte }
+
+// RunCollOp runs one collective of op with algorithm a and size bytes per
+// rank on c.
+func RunCollOp(ctx context.Context, c *coll.Communicator, op coll.Operation, a coll.Algo, size int, b *collBufs) error {
+	n := c.Size()
+	w := coll.WithAlgo(a)
+	f32 := size &^ 3
+	switch op {
+	case coll.OpBarrier:
+		return c.Barrier(ctx, w)
+	case coll.OpBcast:
+		return c.Bcast(ctx, b.send[:size], 0, w)
+	case coll.OpReduce:
+		return c.ReduceBytes(ctx, b.send[:f32], b.recv[:f32], wire.DtypeF32, coll.Sum, 0, w)
+	case coll.OpAllreduce:
+		return c.AllreduceBytes(ctx, b.send[:f32], b.recv[:f32], wire.DtypeF32, coll.Sum, w)
+	case coll.OpAllgather:
+		return c.Allgather(ctx, b.send[:size], b.recv[:size*n], w)
+	case coll.OpReduceScatter:
+		return c.ReduceScatterBytes(ctx, b.send[:f32*n], b.recv[:f32], wire.DtypeF32, coll.Sum, w)
+	case coll.OpGather:
+		return c.Gather(ctx, b.send[:size], b.recv[:size*n], 0, w)
+	case coll.OpScatter:
+		return c.Scatter(ctx, b.send[:size*n], b.recv[:size], 0, w)
+	case coll.OpAlltoall:
+		return c.Alltoall(ctx, b.send[:size*n], b.recv[:size*n], w)
+	}
+	return fmt.Errorf("bench: unknown operation %q", op)
+}
+
+// RunColl measures cfg on w, calling emit for each (algorithm, size) row;
+// progress (if not nil) is called after each row.
+func RunColl(ctx context.Context, w *CollWorld, cfg CollConfig, emit func(CollResult)) error {
+	n := len(w.Comms)
+	maxSize := 0
+	for _, s := range cfg.Sizes {
+		maxSize = max(maxSize, s)
+	}
+	bufs := make([]*collBufs, n)
+	for i := range bufs {
+		bufs[i] = &collBufs{send: make([]byte, maxSize*n+8), recv: make([]byte, maxSize*n+8)}
+	}
+	sizes := cfg.Sizes
+	if cfg.Op == coll.OpBarrier {
+		sizes = []int{0}
+	}
+	for _, a := range cfg.Algos {
+		for _, size := range sizes {
+			iters, warmup := cfg.iters(size)
+			per := make([]time.Duration, n)
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			for r, c := range w.Comms {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < warmup+iters; i++ {
+						if err := c.Barrier(ctx, coll.WithAlgo(coll.AlgoRecursiveDoubling)); err != nil {
+							errs[r] = err
+							return
+						}
+						t0 := time.Now()
+						if err := RunCollOp(ctx, c, cfg.Op, a, size, bufs[r]); err != nil {
+							errs[r] = fmt.Errorf("%s/%s size %d: %w", cfg.Op, a, size, err)
+							return
+						}
+						if i >= warmup {
+							per[r] += time.Since(t0)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			for _, err := range errs {
+				if err != nil {
+					return err
+				}
+			}
+			res := CollResult{Op: string(cfg.Op), Algo: string(a), Ranks: n, Size: size, Iters: iters, MinUS: -1}
+			var sum float64
+			for _, d := range per {
+				avg := float64(d) / float64(iters) / float64(time.Microsecond)
+				sum += avg
+				if res.MinUS < 0 || avg < res.MinUS {
+					res.MinUS = avg
+				}
+				res.MaxUS = max(res.MaxUS, avg)
+			}
+			res.AvgUS = sum / float64(n)
+			emit(res)
+		}
+	}
+	return nil
+}

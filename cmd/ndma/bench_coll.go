@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ndma/ndma/bench"
+	"github.com/ndma/ndma/coll"
+)
+
+type collFlags struct {
+	op, algo, sizes string
+	ranks           int
+	iters, warmup   int
+	mtu             int
+	json            bool
+}
+
+func newBenchCollCmd() *cobra.Command {
+	var f collFlags
+	cmd := &cobra.Command{
+		Use:   "coll",
+		Short: "OSU-style collective latency per algorithm (in-network and host-based)",
+		Long: `Runs --ranks ranks in this process on loopback, each with its own endpoint,
+plus an in-process forwarding node for the in-network algorithm, and
+measures one collective per algorithm over --sizes (bytes per rank):
+warm-up, then --iters iterations with a barrier between, each rank timing
+its own calls; Avg/Min/Max are over ranks' averages, as OSU reports them.
+
+Algorithms: innet, binomial, chain, scatter_allgather, ring,
+recursive_doubling, rabenseifner, direct, auto (the tuner), or all.
+
+  ndma bench coll --op allreduce --algo all --ranks 8 --sizes 8:1M
+  ndma bench coll --op bcast --algo innet,chain --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchColl(cmd, &f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.op, "op", "allreduce", "collective: barrier, bcast, reduce, allreduce, allgather, reducescatter, gather, scatter, alltoall")
+	fl.StringVar(&f.algo, "algo", "all", "algorithm(s), comma-separated, or all")
+	fl.IntVar(&f.ranks, "ranks", 8, "ranks, all in this process on loopback")
+	fl.StringVar(&f.sizes, "sizes", "8:1M", "message sizes per rank: list and ranges of powers of two, e.g. 8:16M or 4K,1M")
+	fl.IntVar(&f.iters, "iters", 0, "measured iterations per size (default: by size)")
+	fl.IntVar(&f.warmup, "warmup", 0, "unmeasured iterations per size (default: a tenth of --iters, at least 2)")
+	fl.IntVar(&f.mtu, "mtu", 9000, "transport MTU in bytes")
+	fl.BoolVar(&f.json, "json", false, "print JSON Lines: op, algo, ranks, size, avg_us, min_us, max_us, iters")
+	return cmd
+}
+
+func init() { benchCmd.AddCommand(newBenchCollCmd()) }
+
+func runBenchColl(cmd *cobra.Command, f *collFlags) error {
+	op := coll.Operation(strings.ToLower(f.op))
+	if _, ok := coll.Algorithms[op]; !ok {
+		return fmt.Errorf("--op: unknown collective %q", f.op)
+	}
+	var algos []coll.Algo
+	if f.algo == "all" {
+		algos = append(algos, coll.Algorithms[op]...)
+	} else {
+		for _, s := range strings.Split(f.algo, ",") {
+			a, err := coll.ParseAlgo(s)
+			if err != nil {
+				return fmt.Errorf("--algo: %w", err)
+			}
+			if !coll.Supported(op, a) {
+				return fmt.Errorf("--algo: %s has no %s algorithm (it has %v)", op, a, coll.Algorithms[op])
+			}
+			algos = append(algos, a)
+		}
+	}
+	if f.ranks < 1 || f.ranks > 256 {
+		return fmt.Errorf("--ranks: %d not in 1..256", f.ranks)
+	}
+	sizes, err := bench.ParseSizes(f.sizes)
+	if err != nil {
+		return fmt.Errorf("--sizes: %w", err)
+	}
+	if f.iters < 0 || f.warmup < 0 {
+		return fmt.Errorf("--iters and --warmup must not be negative")
+	}
+	needSwitch := false
+	for _, a := range algos {
+		if a == coll.AlgoInNet || a == coll.AlgoAuto {
+			needSwitch = true
+		}
+	}
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	w, err := bench.NewCollWorld(ctx, f.ranks, needSwitch, f.mtu)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	out := cmd.OutOrStdout()
+	cfg := bench.CollConfig{Op: op, Algos: algos, Ranks: f.ranks, Sizes: sizes, Iters: f.iters, Warmup: f.warmup}
+	var tw *tabwriter.Writer
+	last := ""
+	emit := func(r bench.CollResult) {
+		if f.json {
+			b, _ := json.Marshal(r)
+			fmt.Fprintln(out, string(b))
+			return
+		}
+		if r.Algo != last {
+			if tw != nil {
+				tw.Flush()
+				fmt.Fprintln(out)
+			}
+			last = r.Algo
+			fmt.Fprintf(out, "# NDMA %s, algorithm %s, %d ranks (loopback)\n", strings.ToUpper(r.Op[:1])+r.Op[1:], r.Algo, r.Ranks)
+			tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(tw, "# Size\tAvg Latency(us)\tMin Latency(us)\tMax Latency(us)\tIterations\t")
+		}
+		fmt.Fprintf(tw, "%d\t%.2f\t%.2f\t%.2f\t%d\t\n", r.Size, r.AvgUS, r.MinUS, r.MaxUS, r.Iters)
+	}
+	err = bench.RunColl(ctx, w, cfg, emit)
+	if tw != nil {
+		tw.Flush()
+	}
+	return err
+}

@@ -1,0 +1,198 @@
+package coll
+
+import (
+	"fmt"
+	"os"
+	"strings"
+)
+
+// Algo names a collective algorithm. The names are used in flags, the
+// NDMA_ALGO_<OP> environment variables and JSON output.
+type Algo string
+
+// Algorithms.
+const (
+	AlgoAuto              Algo = "auto"               // the Tuner chooses
+	AlgoInNet             Algo = "innet"              // in the network: multicast / aggregation through the switch
+	AlgoBinomial          Algo = "binomial"           // binomial tree
+	AlgoChain             Algo = "chain"              // pipelined chain, segmented
+	AlgoScatterAllgather  Algo = "scatter_allgather"  // van de Geijn: scatter then ring allgather
+	AlgoRing              Algo = "ring"               // ring (reduce-scatter + allgather for allreduce)
+	AlgoRecursiveDoubling Algo = "recursive_doubling" // recursive doubling (non-powers of two fold in)
+	AlgoRabenseifner      Algo = "rabenseifner"       // recursive-halving reduce-scatter + recursive-doubling allgather
+	AlgoDirect            Algo = "direct"             // every pair directly
+)
+
+// Operation names a collective, as used in NDMA_ALGO_<OP> (upper-cased)
+// and JSON output.
+type Operation string
+
+// Operations.
+const (
+	OpBarrier       Operation = "barrier"
+	OpBcast         Operation = "bcast"
+	OpReduce        Operation = "reduce"
+	OpAllreduce     Operation = "allreduce"
+	OpAllgather     Operation = "allgather"
+	OpReduceScatter Operation = "reducescatter"
+	OpGather        Operation = "gather"
+	OpScatter       Operation = "scatter"
+	OpAlltoall      Operation = "alltoall"
+)
+
+// Algorithms lists, per operation, the algorithms implemented (AlgoAuto
+// aside), in the order benchmarks show them.
+var Algorithms = map[Operation][]Algo{
+	OpBarrier:       {AlgoInNet, AlgoRecursiveDoubling},
+	OpBcast:         {AlgoInNet, AlgoBinomial, AlgoChain, AlgoScatterAllgather},
+	OpReduce:        {AlgoInNet, AlgoBinomial},
+	OpAllreduce:     {AlgoInNet, AlgoRing, AlgoRecursiveDoubling, AlgoRabenseifner},
+	OpAllgather:     {AlgoInNet, AlgoRing, AlgoRecursiveDoubling, AlgoDirect},
+	OpReduceScatter: {AlgoInNet, AlgoRing, AlgoDirect},
+	OpGather:        {AlgoBinomial, AlgoDirect},
+	OpScatter:       {AlgoBinomial, AlgoDirect},
+	OpAlltoall:      {AlgoDirect},
+}
+
+// Supported reports whether op implements a.
+func Supported(op Operation, a Algo) bool {
+	if a == AlgoAuto {
+		return true
+	}
+	for _, x := range Algorithms[op] {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseAlgo checks a name.
+func ParseAlgo(s string) (Algo, error) {
+	a := Algo(strings.ToLower(strings.TrimSpace(s)))
+	if a == AlgoAuto {
+		return a, nil
+	}
+	for _, list := range Algorithms {
+		for _, x := range list {
+			if x == a {
+				return a, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("%w: unknown algorithm %q", ErrArg, s)
+}
+
+// Tuner chooses an algorithm for AlgoAuto.
+type Tuner interface {
+	// Choose returns the algorithm for op on bytes (the per-rank message
+	// size) over ranks ranks; innet says whether a switch is available.
+	Choose(op Operation, bytes, ranks int, innet bool) Algo
+}
+
+// DefaultTuner picks by message size and communicator size, preferring
+// in-network algorithms when a switch is reachable (one transmission per
+// operation: they win at every size the simulator measured) and falling
+// back to the best host algorithm otherwise.
+type DefaultTuner struct{}
+
+// Choose implements Tuner.
+func (DefaultTuner) Choose(op Operation, bytes, ranks int, innet bool) Algo {
+	if innet && Supported(op, AlgoInNet) {
+		return AlgoInNet
+	}
+	switch op {
+	case OpBarrier:
+		return AlgoRecursiveDoubling
+	case OpBcast:
+		switch {
+		case bytes < 16<<10 || ranks <= 2:
+			return AlgoBinomial
+		case bytes < 512<<10:
+			return AlgoScatterAllgather
+		default:
+			return AlgoChain
+		}
+	case OpReduce:
+		return AlgoBinomial
+	case OpAllreduce:
+		switch {
+		case bytes < 16<<10:
+			return AlgoRecursiveDoubling
+		case ranks&(ranks-1) == 0:
+			return AlgoRabenseifner
+		default:
+			return AlgoRing
+		}
+	case OpAllgather:
+		if bytes*ranks < 64<<10 {
+			return AlgoRecursiveDoubling
+		}
+		return AlgoRing
+	case OpReduceScatter:
+		return AlgoRing
+	case OpGather, OpScatter:
+		if bytes < 16<<10 {
+			return AlgoBinomial
+		}
+		return AlgoDirect
+	}
+	return AlgoDirect
+}
+
+// CallOption tunes one collective call.
+type CallOption func(*callOpts)
+
+type callOpts struct {
+	algo          Algo
+	deterministic bool
+	segment       int
+}
+
+// WithAlgo forces an algorithm (AlgoAuto: the tuner, the default).
+func WithAlgo(a Algo) CallOption { return func(o *callOpts) { o.algo = a } }
+
+// WithDeterministic asks in-network reductions to reduce in member order,
+// so float results are bitwise identical from run to run.
+func WithDeterministic(on bool) CallOption { return func(o *callOpts) { o.deterministic = on } }
+
+// WithSegment sets the pipeline segment of chain algorithms, in bytes
+// (zero: 64 KiB).
+func WithSegment(bytes int) CallOption { return func(o *callOpts) { o.segment = bytes } }
+
+// choose resolves the algorithm of one call: an explicit option, then
+// NDMA_ALGO_<OP>, then the tuner; an in-network choice without a switch
+// falls back to the tuner's host choice.
+func (c *Communicator) choose(op Operation, bytes int, opts []CallOption) (Algo, callOpts, error) {
+	var o callOpts
+	for _, f := range opts {
+		f(&o)
+	}
+	a := o.algo
+	if a == "" || a == AlgoAuto {
+		if env := os.Getenv("NDMA_ALGO_" + strings.ToUpper(string(op))); env != "" {
+			e, err := ParseAlgo(env)
+			if err != nil {
+				return "", o, fmt.Errorf("NDMA_ALGO_%s: %w", strings.ToUpper(string(op)), err)
+			}
+			a = e
+		}
+	}
+	if a == "" || a == AlgoAuto {
+		a = c.tuner.Choose(op, bytes, c.size, c.group != nil)
+	}
+	if !Supported(op, a) {
+		return "", o, fmt.Errorf("%w: %s has no %s algorithm", ErrArg, op, a)
+	}
+	if a == AlgoInNet && c.group == nil {
+		if o.algo == AlgoInNet {
+			return "", o, ErrNoSwitch
+		}
+		a = c.tuner.Choose(op, bytes, c.size, false)
+	}
+	if o.segment <= 0 {
+		o.segment = 64 << 10
+	}
+	c.log.Debug("coll: algorithm", "op", op, "bytes", bytes, "ranks", c.size, "algo", a)
+	return a, o, nil
+}

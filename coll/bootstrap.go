@@ -1,0 +1,186 @@
+package coll
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"os"
+	"sort"
+	"strconv"
+
+	"github.com/ndma/ndma/endpoint"
+)
+
+// Launch describes this process's place in a job, as a launcher reports
+// it.
+type Launch struct {
+	Rank, Size int
+	Switch     string // forwarding node address
+	Job        string // job name shared by all ranks
+	Token      string // fabric token
+	Source     string // which variables it came from, for messages
+}
+
+// ParseEnv reads the launch from environment variables (getenv is
+// os.LookupEnv in production): NDMA_RANK, NDMA_SIZE, NDMA_SWITCH,
+// NDMA_JOB, NDMA_TOKEN; when NDMA_RANK/NDMA_SIZE are absent, the first of
+// OMPI_COMM_WORLD_RANK/_SIZE (Open MPI's mpirun), PMI_RANK/PMI_SIZE
+// (MPICH, Intel MPI), SLURM_PROCID/SLURM_NTASKS (srun). The job name
+// defaults to SLURM_JOB_ID or OMPI_MCA_orte_ess_jobid, else "ndma".
+func ParseEnv(getenv func(string) (string, bool)) (Launch, error) {
+	var l Launch
+	pairs := [][3]string{
+		{"NDMA_RANK", "NDMA_SIZE", "NDMA"},
+		{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI"},
+		{"PMI_RANK", "PMI_SIZE", "PMI"},
+		{"SLURM_PROCID", "SLURM_NTASKS", "Slurm"},
+	}
+	found := false
+	for _, p := range pairs {
+		rs, ok1 := getenv(p[0])
+		ss, ok2 := getenv(p[1])
+		if !ok1 && !ok2 {
+			continue
+		}
+		if !ok1 || !ok2 {
+			return l, fmt.Errorf("%w: %s and %s must both be set", ErrArg, p[0], p[1])
+		}
+		r, err := strconv.Atoi(rs)
+		if err != nil {
+			return l, fmt.Errorf("%w: %s=%q: %v", ErrArg, p[0], rs, err)
+		}
+		s, err := strconv.Atoi(ss)
+		if err != nil {
+			return l, fmt.Errorf("%w: %s=%q: %v", ErrArg, p[1], ss, err)
+		}
+		if s < 1 || r < 0 || r >= s {
+			return l, fmt.Errorf("%w: %s=%d outside [0, %s=%d)", ErrArg, p[0], r, p[1], s)
+		}
+		l.Rank, l.Size, l.Source, found = r, s, p[2], true
+		break
+	}
+	if !found {
+		return l, fmt.Errorf("%w: no rank in the environment (NDMA_RANK/NDMA_SIZE, OMPI_COMM_WORLD_*, PMI_*, SLURM_*)", ErrArg)
+	}
+	l.Switch, _ = getenv("NDMA_SWITCH")
+	l.Token, _ = getenv("NDMA_TOKEN")
+	var ok bool
+	if l.Job, ok = getenv("NDMA_JOB"); !ok || l.Job == "" {
+		if j, ok := getenv("SLURM_JOB_ID"); ok && j != "" {
+			l.Job = "slurm-" + j
+		} else if j, ok := getenv("OMPI_MCA_orte_ess_jobid"); ok && j != "" {
+			l.Job = "ompi-" + j
+		} else {
+			l.Job = "ndma"
+		}
+	}
+	return l, nil
+}
+
+// FromEnv creates the world communicator of a job started by a launcher
+// (see ParseEnv), rendezvousing at NDMA_SWITCH, which must be set.
+func FromEnv(ctx context.Context, ep *endpoint.Endpoint) (*Communicator, error) {
+	l, err := ParseEnv(os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	if l.Switch == "" {
+		return nil, fmt.Errorf("%w: NDMA_SWITCH is not set (ranks meet at the forwarding node)", ErrArg)
+	}
+	return New(ctx, Config{Endpoint: ep, Rank: l.Rank, Size: l.Size, Switch: l.Switch, Job: l.Job, Token: []byte(l.Token)})
+}
+
+// Split partitions the communicator MPI_Comm_split style: ranks passing
+// the same color form a new communicator, ordered by key then by old
+// rank. A negative color (like MPI_UNDEFINED) joins none and gets nil.
+// Every rank must call Split. With a switch the new communicators have
+// their own groups there (in-network algorithms keep working).
+func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator, error) {
+	seq, err := c.call()
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.splits++
+	nsplit := c.splits
+	c.mu.Unlock()
+	// Everyone learns everyone's (color, key): each rank sends its pair to
+	// all others directly (small; one round).
+	mine := make([]byte, 16)
+	binary.LittleEndian.PutUint64(mine, uint64(int64(color)))
+	binary.LittleEndian.PutUint64(mine[8:], uint64(int64(key)))
+	all := make([][2]int, c.size)
+	all[c.rank] = [2]int{color, key}
+	t := tag(seq, 0)
+	var sends []*endpoint.Op
+	for r := range c.size {
+		if r == c.rank {
+			continue
+		}
+		op, err := c.ep.StartSendMsg(c.peers[r], c.id, t, mine, nil)
+		if err != nil {
+			return nil, err
+		}
+		sends = append(sends, op)
+	}
+	buf := make([]byte, 16)
+	for r := range c.size {
+		if r == c.rank {
+			continue
+		}
+		if err := c.recv(ctx, r, t, buf); err != nil {
+			return nil, fmt.Errorf("coll: split: %w", err)
+		}
+		all[r] = [2]int{int(int64(binary.LittleEndian.Uint64(buf))), int(int64(binary.LittleEndian.Uint64(buf[8:])))}
+	}
+	for _, op := range sends {
+		select {
+		case <-op.Done():
+			if op.Err != nil {
+				return nil, op.Err
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if color < 0 {
+		return nil, nil
+	}
+	var members []int
+	for r, ck := range all {
+		if ck[0] == color {
+			members = append(members, r)
+		}
+	}
+	sort.SliceStable(members, func(i, j int) bool {
+		a, b := all[members[i]], all[members[j]]
+		if a[1] != b[1] {
+			return a[1] < b[1]
+		}
+		return members[i] < members[j]
+	})
+	newRank := -1
+	peers := make([]netip.AddrPort, len(members))
+	for i, r := range members {
+		peers[i] = c.peers[r]
+		if r == c.rank {
+			newRank = i
+		}
+	}
+	if c.group != nil {
+		job := fmt.Sprintf("%d/split%d/color%d", c.id, nsplit, color)
+		return New(ctx, Config{Endpoint: c.ep, Rank: newRank, Size: len(members), Switch: c.sw, Job: job, Token: c.token, Logger: c.log})
+	}
+	sub, err := New(ctx, Config{Endpoint: c.ep, Rank: newRank, Size: len(members), Peers: peers, Logger: c.log})
+	if err != nil {
+		return nil, err
+	}
+	// A context id of its own: derived from the parent's, the split and
+	// the color, the same on every member.
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%d/%d/%d", c.id, nsplit, color)
+	sub.id = h.Sum32() | 1<<31
+	return sub, nil
+}

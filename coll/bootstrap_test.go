@@ -1,0 +1,87 @@
+package coll
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+)
+
+func envOf(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestParseEnv(t *testing.T) {
+	cases := []struct {
+		env             map[string]string
+		rank, size      int
+		source, job, sw string
+		wantErr         bool
+	}{
+		{env: map[string]string{"NDMA_RANK": "2", "NDMA_SIZE": "4", "NDMA_SWITCH": "10.0.0.1:7471", "NDMA_JOB": "j"}, rank: 2, size: 4, source: "NDMA", job: "j", sw: "10.0.0.1:7471"},
+		{env: map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_MCA_orte_ess_jobid": "77"}, rank: 0, size: 8, source: "Open MPI", job: "ompi-77"},
+		{env: map[string]string{"PMI_RANK": "3", "PMI_SIZE": "5"}, rank: 3, size: 5, source: "PMI", job: "ndma"},
+		{env: map[string]string{"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "123"}, rank: 1, size: 2, source: "Slurm", job: "slurm-123"},
+		// NDMA_* wins over a launcher's variables.
+		{env: map[string]string{"NDMA_RANK": "1", "NDMA_SIZE": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "9"}, rank: 1, size: 2, source: "NDMA", job: "ndma"},
+		{env: map[string]string{}, wantErr: true},
+		{env: map[string]string{"NDMA_RANK": "1"}, wantErr: true},
+		{env: map[string]string{"NDMA_RANK": "x", "NDMA_SIZE": "2"}, wantErr: true},
+		{env: map[string]string{"NDMA_RANK": "2", "NDMA_SIZE": "2"}, wantErr: true},
+		{env: map[string]string{"PMI_RANK": "-1", "PMI_SIZE": "2"}, wantErr: true},
+	}
+	for i, c := range cases {
+		l, err := ParseEnv(envOf(c.env))
+		if c.wantErr {
+			if !errors.Is(err, ErrArg) {
+				t.Errorf("case %d: got %v, want ErrArg", i, err)
+			}
+			continue
+		}
+		if err != nil || l.Rank != c.rank || l.Size != c.size || l.Source != c.source || l.Job != c.job || l.Switch != c.sw {
+			t.Errorf("case %d: got %+v %v", i, l, err)
+		}
+	}
+}
+
+// TestSplit: even and odd ranks form two communicators ordered by key;
+// a negative color joins none. Then a collective runs on each half.
+func TestSplit(t *testing.T) {
+	for _, innet := range []bool{false, true} {
+		comms := udpComms(t, 5, innet)
+		subs := make([]*Communicator, 5)
+		runAll(t, comms, func(ctx context.Context, c *Communicator) error {
+			color := c.Rank() % 2
+			if c.Rank() == 4 {
+				color = -1
+			}
+			s, err := c.Split(ctx, color, -c.Rank()) // reverse order by key
+			subs[c.Rank()] = s
+			return err
+		})
+		if subs[4] != nil {
+			t.Fatal("negative color got a communicator")
+		}
+		// Evens {0, 2} reversed: 2 is rank 0. Odds {1, 3} reversed: 3 is rank 0.
+		want := map[int][2]int{0: {1, 2}, 2: {0, 2}, 1: {1, 2}, 3: {0, 2}}
+		for r, w := range want {
+			if subs[r].Rank() != w[0] || subs[r].Size() != w[1] {
+				t.Fatalf("innet=%v rank %d: sub rank %d size %d, want %v", innet, r, subs[r].Rank(), subs[r].Size(), w)
+			}
+			if subs[r].InNetwork() != innet {
+				t.Fatalf("sub InNetwork %v", subs[r].InNetwork())
+			}
+		}
+		runAll(t, comms[:4], func(ctx context.Context, c *Communicator) error {
+			s := subs[c.Rank()]
+			buf := []int64{int64(c.Rank())}
+			if err := Allreduce(ctx, s, nil, buf, Sum); err != nil {
+				return err
+			}
+			if want := int64(2 + 2*(c.Rank()%2)); buf[0] != want { // 0+2 or 1+3
+				return fmt.Errorf("sub allreduce %d, want %d", buf[0], want)
+			}
+			return nil
+		})
+	}
+}

@@ -1,0 +1,116 @@
+package coll
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/netio/simnet"
+	"github.com/ndma/ndma/transport"
+)
+
+// simWorld runs f with n communicators whose endpoints (and switch, when
+// innet) talk over a simnet network, inside a synctest bubble: time is
+// virtual, so link rates and latencies are exact and seconds of traffic
+// take milliseconds. Goroutines at the same virtual instant interleave
+// freely, so runs are reproducible in outcome, not packet for packet.
+func simWorld(t *testing.T, n int, innet bool, link simnet.LinkConfig, seed int64, f func(t *testing.T, net *simnet.Network, comms []*Communicator)) {
+	t.Helper()
+	synctest.Test(t, func(t *testing.T) {
+		t.Logf("seed %d", seed)
+		net := simnet.New(seed)
+		ctx, cancel := context.WithCancel(context.Background())
+		served := make(chan error, 1)
+		go func() { served <- net.Serve(ctx) }()
+		var sw string
+		var srv *fabric.Server
+		if innet {
+			swAddr := netip.MustParseAddrPort("10.0.0.1:7471")
+			swLink := link
+			swLink.Rate, swLink.Latency = 0, 0 // the switch is the crossbar: a port per member
+			s, err := fabric.New(fabric.Config{Transport: transport.Config{MTU: 9000, Seed: uint64(seed)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv = fabric.NewServer(net.ListenConn(swAddr, swLink, swLink), s, nil)
+			sw = swAddr.String()
+		}
+		eps := make([]*endpoint.Endpoint, n)
+		peers := make([]netip.AddrPort, n)
+		for i := range n {
+			addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), 9000)
+			ep, err := endpoint.New(net.ListenConn(addr, link, link), endpoint.Config{
+				Transport: transport.Config{MTU: 9000, Seed: uint64(seed)*1000 + uint64(i) + 1},
+			}, endpoint.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			eps[i], peers[i] = ep, addr
+		}
+		comms := make([]*Communicator, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		jctx, jcancel := context.WithTimeout(ctx, time.Minute)
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cfg := Config{Endpoint: eps[i], Rank: i, Size: n}
+				if innet {
+					cfg.Switch, cfg.Job = sw, "sim"
+				} else {
+					cfg.Peers = peers
+				}
+				comms[i], errs[i] = New(jctx, cfg)
+			}()
+		}
+		wg.Wait()
+		jcancel()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("seed %d: rank %d: %v", seed, i, err)
+			}
+		}
+		f(t, net, comms)
+		for _, ep := range eps {
+			ep.Close()
+		}
+		if srv != nil {
+			srv.Close()
+		}
+		cancel()
+		if err := <-served; !errors.Is(err, context.Canceled) {
+			t.Errorf("seed %d: simnet: %v", seed, err)
+		}
+	})
+}
+
+// simRun runs f on every rank and returns the virtual time it took.
+func simRun(t *testing.T, comms []*Communicator, f func(ctx context.Context, c *Communicator) error) time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for i, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(ctx, c)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", i, err)
+		}
+	}
+	return time.Since(start)
+}
