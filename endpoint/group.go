@@ -112,8 +112,8 @@ func (g *Group) Size() int { return len(g.members) }
 func (g *Group) Members() []fabric.MemberInfo { return g.members }
 
 // heartbeats sends a heartbeat every interval without waiting for the
-// previous answer (at most 4 in flight, each timing out after 4
-// intervals), so a lost response never silences a live member.
+// previous answer (at most 4 in flight, each given up after 2 intervals),
+// so a lost response never silences a live member.
 func (g *Group) heartbeats() {
 	defer close(g.hbDone)
 	iv := g.opts.heartbeat()
@@ -141,7 +141,7 @@ func (g *Group) heartbeats() {
 		if inflight >= cap(done) {
 			continue
 		}
-		op := &Op{Kind: KindControl, Peer: g.sw, Buf: buf, Timeout: 4 * iv}
+		op := &Op{Kind: KindControl, Peer: g.sw, Buf: buf, Timeout: 2 * iv}
 		if err := g.ep.Start(op, done); err != nil {
 			if errors.Is(err, ErrClosed) {
 				return

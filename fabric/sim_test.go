@@ -43,14 +43,15 @@ func (m *simMember) Receive(now time.Time, d netio.Datagram) { m.core.Step(now, 
 func (m *simMember) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
 	if len(m.groups) > 0 && !now.Before(m.nextHB) {
 		m.nextHB = now.Add(m.f.hb)
-		// A heartbeat every interval, at most 4 in flight per group, as
-		// Endpoint does: a lost response must not silence the member.
+		// A heartbeat every interval, each given up after two intervals,
+		// at most 4 in flight per group, as Endpoint does: a lost response
+		// must not silence the member.
 		for _, g := range m.groups {
 			if m.hbBusy[g] >= 4 {
 				continue
 			}
 			m.hbBusy[g]++
-			m.control(&fabric.CtrlMsg{Type: fabric.CtrlHeartbeat, Group: g, Member: m.member[g]}, func(*fabric.CtrlMsg, error) {
+			m.controlTimeout(&fabric.CtrlMsg{Type: fabric.CtrlHeartbeat, Group: g, Member: m.member[g]}, 2*m.f.hb, func(*fabric.CtrlMsg, error) {
 				m.hbBusy[g]--
 			})
 		}
@@ -93,11 +94,15 @@ func (m *simMember) post(op *endpoint.Op, cb func(*endpoint.Op)) {
 // control sends a control request to the switch; cb gets the parsed
 // response (or nil and the error).
 func (m *simMember) control(req *fabric.CtrlMsg, cb func(*fabric.CtrlMsg, error)) {
+	m.controlTimeout(req, time.Minute, cb)
+}
+
+func (m *simMember) controlTimeout(req *fabric.CtrlMsg, timeout time.Duration, cb func(*fabric.CtrlMsg, error)) {
 	buf, err := fabric.AppendCtrl(nil, req, m.f.token)
 	if err != nil {
 		m.f.t.Fatal(err)
 	}
-	op := &endpoint.Op{Kind: endpoint.KindControl, Peer: m.f.swAddr, Buf: buf, Timeout: time.Minute}
+	op := &endpoint.Op{Kind: endpoint.KindControl, Peer: m.f.swAddr, Buf: buf, Timeout: timeout}
 	m.post(op, func(op *endpoint.Op) {
 		if cb == nil {
 			return

@@ -485,6 +485,7 @@ func (e *Engine) Delivered(to PeerID, msgID uint64) {
 			p.ackRec(rec)
 		}
 	}
+	p.advanceAcked()
 }
 
 // Abandon gives up on message msgID to the peer: packets not yet sent are
@@ -533,6 +534,7 @@ func (e *Engine) Abandon(to PeerID, msgID uint64) {
 	if msg != nil && !msg.done {
 		e.complete(msg, p, ErrAbandoned)
 	}
+	p.advanceAcked()
 }
 
 // Pending returns the number of outgoing messages queued or in flight.

@@ -52,7 +52,8 @@ type peer struct {
 	rwnd           uint32
 	cwnd           float64
 	srtt, rttvar   time.Duration
-	rto, minRTT    time.Duration
+	rto, minRTT    time.Duration // minRTT: lowest RTT of a full-size packet (delay target base)
+	minAnyRTT      time.Duration // lowest RTT of any packet (reordering window)
 	hasRTT         bool
 	delayOK        bool // last RTT sample was below target
 	lastDecrease   time.Time
@@ -283,7 +284,12 @@ func (p *peer) decrease(now time.Time, factor float64) {
 	p.lastDecrease = now
 }
 
-func (p *peer) onRTT(now time.Time, r time.Duration) {
+// onRTT takes one RTT sample. The base RTT (minRTT), which the delay
+// target is built on, is learnt only from full-size packets: a tiny
+// packet's RTT leaves out the serialization a full one pays on every hop
+// (720 µs per 9 KB hop at 100 Mbit/s), and a target built on it would
+// throttle bulk transfers to a packet per RTT.
+func (p *peer) onRTT(now time.Time, r time.Duration, full bool) {
 	cfg := &p.e.cfg
 	if !p.hasRTT {
 		p.srtt, p.rttvar, p.hasRTT = r, r/2, true
@@ -302,8 +308,14 @@ func (p *peer) onRTT(now time.Time, r time.Duration) {
 		// value would fire far too late, so rescan at the next Poll.
 		p.rtoAt = now
 	}
-	if p.minRTT == 0 || r < p.minRTT {
+	if p.minAnyRTT == 0 || r < p.minAnyRTT {
+		p.minAnyRTT = r
+	}
+	if full && (p.minRTT == 0 || r < p.minRTT) {
 		p.minRTT = r
+	}
+	if p.minRTT == 0 {
+		return // no base yet: no delay signal
 	}
 	target := p.minRTT + max(cfg.TargetDelay, p.minRTT)
 	if r <= target {
@@ -344,10 +356,20 @@ func (p *peer) ackRec(rec *pktRec) {
 func (p *peer) onAck(now time.Time, a *wire.Ack, nack bool) {
 	p.synAcked = true
 	p.rwnd = min(a.Window, uint32(p.e.cfg.SendWindow))
-	if a.EchoTS != 0 {
-		r := time.Duration(now.UnixNano()-int64(a.EchoTS)) - time.Duration(a.AckDelay)
-		if r > 0 && r < maxRTTValid {
-			p.onRTT(now, r)
+	// The RTT sample is taken after the ACK is applied, so that it can
+	// tell whether the echoed packet was a full one (see onRTT).
+	echoFull := false
+	defer func() {
+		if a.EchoTS != 0 {
+			r := time.Duration(now.UnixNano()-int64(a.EchoTS)) - time.Duration(a.AckDelay)
+			if r > 0 && r < maxRTTValid {
+				p.onRTT(now, r, echoFull)
+			}
+		}
+	}()
+	full := func(rec *pktRec) {
+		if !echoFull && rec.n >= uint32(p.e.seg)/2 && uint64(rec.sentAt.UnixNano()) == a.EchoTS {
+			echoFull = true
 		}
 	}
 	if p.ring == nil {
@@ -360,6 +382,7 @@ func (p *peer) onAck(now time.Time, a *wire.Ack, nack bool) {
 	if !wire.SeqLess(p.sndNxt, a.Cum) {
 		for wire.SeqLess(p.sndUna, a.Cum) {
 			rec := &p.ring[p.sndUna&m]
+			full(rec)
 			p.ackRec(rec)
 			*rec = pktRec{}
 			p.sndUna++
@@ -380,6 +403,7 @@ func (p *peer) onAck(now time.Time, a *wire.Ack, nack bool) {
 			}
 			rec := &p.ring[psn&m]
 			if rec.state == recInflight || rec.state == recLost {
+				full(rec)
 				p.ackRec(rec)
 				progress = true
 			}
@@ -394,7 +418,7 @@ func (p *peer) onAck(now time.Time, a *wire.Ack, nack bool) {
 	// quarter of the lowest RTT) before that packet, or the receiver
 	// NACKed it. The time rule makes small windows recover without
 	// waiting for a timeout.
-	reoWnd := p.minRTT / 4
+	reoWnd := p.minAnyRTT / 4
 	if haveSack {
 		for psn := p.sndUna; wire.SeqLess(psn, highSacked); psn++ {
 			rec := &p.ring[psn&m]
@@ -411,6 +435,20 @@ func (p *peer) onAck(now time.Time, a *wire.Ack, nack bool) {
 		p.lastProgress = now
 	}
 	p.e.activate(p)
+}
+
+// advanceAcked moves sndUna past records acknowledged locally (Delivered,
+// Abandon), so that AckBase tells the receiver to skip them and the
+// stream does not wait for ACKs that will never come.
+func (p *peer) advanceAcked() {
+	if p.ring == nil {
+		return
+	}
+	m := p.mask()
+	for p.sndUna != p.sndNxt && p.ring[p.sndUna&m].state == recAcked {
+		p.ring[p.sndUna&m] = pktRec{}
+		p.sndUna++
+	}
 }
 
 // failAll fails every queued and in-flight message with err and resets the
