@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -166,67 +167,131 @@ func RunCollOp(ctx context.Context, c *coll.Communicator, op coll.Operation, a c
 	return fmt.Errorf("bench: unknown operation %q", op)
 }
 
-// RunColl measures cfg on w, calling emit for each (algorithm, size) row;
-// progress (if not nil) is called after each row.
-func RunColl(ctx context.Context, w *CollWorld, cfg CollConfig, emit func(CollResult)) error {
-	n := len(w.Comms)
+// RunCollRank runs this rank's part of cfg on c and returns its average
+// time per call, per algorithm and size (in cfg order). Every rank of c
+// must call it with the same cfg.
+func RunCollRank(ctx context.Context, c *coll.Communicator, cfg CollConfig) ([][]time.Duration, error) {
+	n := c.Size()
 	maxSize := 0
 	for _, s := range cfg.Sizes {
 		maxSize = max(maxSize, s)
 	}
-	bufs := make([]*collBufs, n)
-	for i := range bufs {
-		bufs[i] = &collBufs{send: make([]byte, maxSize*n+8), recv: make([]byte, maxSize*n+8)}
-	}
-	sizes := cfg.Sizes
-	if cfg.Op == coll.OpBarrier {
-		sizes = []int{0}
-	}
-	for _, a := range cfg.Algos {
-		for _, size := range sizes {
+	b := &collBufs{send: make([]byte, maxSize*n+8), recv: make([]byte, maxSize*n+8)}
+	out := make([][]time.Duration, len(cfg.Algos))
+	for ai, a := range cfg.Algos {
+		for _, size := range cfg.sizes() {
 			iters, warmup := cfg.iters(size)
-			per := make([]time.Duration, n)
-			errs := make([]error, n)
-			var wg sync.WaitGroup
-			for r, c := range w.Comms {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := 0; i < warmup+iters; i++ {
-						if err := c.Barrier(ctx, coll.WithAlgo(coll.AlgoRecursiveDoubling)); err != nil {
-							errs[r] = err
-							return
-						}
-						t0 := time.Now()
-						if err := RunCollOp(ctx, c, cfg.Op, a, size, bufs[r]); err != nil {
-							errs[r] = fmt.Errorf("%s/%s size %d: %w", cfg.Op, a, size, err)
-							return
-						}
-						if i >= warmup {
-							per[r] += time.Since(t0)
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			for _, err := range errs {
-				if err != nil {
-					return err
+			var total time.Duration
+			for i := 0; i < warmup+iters; i++ {
+				if err := c.Barrier(ctx, coll.WithAlgo(coll.AlgoRecursiveDoubling)); err != nil {
+					return nil, err
+				}
+				t0 := time.Now()
+				if err := RunCollOp(ctx, c, cfg.Op, a, size, b); err != nil {
+					return nil, fmt.Errorf("%s/%s size %d: %w", cfg.Op, a, size, err)
+				}
+				if i >= warmup {
+					total += time.Since(t0)
 				}
 			}
-			res := CollResult{Op: string(cfg.Op), Algo: string(a), Ranks: n, Size: size, Iters: iters, MinUS: -1}
+			out[ai] = append(out[ai], total/time.Duration(iters))
+		}
+	}
+	return out, nil
+}
+
+func (c *CollConfig) sizes() []int {
+	if c.Op == coll.OpBarrier {
+		return []int{0}
+	}
+	return c.Sizes
+}
+
+// Summarize turns every rank's averages (per[rank][algo][size]) into OSU
+// rows: the average, minimum and maximum over ranks.
+func Summarize(cfg CollConfig, ranks int, per [][][]time.Duration, emit func(CollResult)) {
+	for ai, a := range cfg.Algos {
+		for si, size := range cfg.sizes() {
+			iters, _ := cfg.iters(size)
+			res := CollResult{Op: string(cfg.Op), Algo: string(a), Ranks: ranks, Size: size, Iters: iters, MinUS: -1}
 			var sum float64
-			for _, d := range per {
-				avg := float64(d) / float64(iters) / float64(time.Microsecond)
+			for r := range per {
+				avg := float64(per[r][ai][si]) / float64(time.Microsecond)
 				sum += avg
 				if res.MinUS < 0 || avg < res.MinUS {
 					res.MinUS = avg
 				}
 				res.MaxUS = max(res.MaxUS, avg)
 			}
-			res.AvgUS = sum / float64(n)
+			res.AvgUS = sum / float64(len(per))
 			emit(res)
 		}
 	}
+}
+
+// RunColl measures cfg with every rank of w in this process and calls
+// emit for each (algorithm, size) row.
+func RunColl(ctx context.Context, w *CollWorld, cfg CollConfig, emit func(CollResult)) error {
+	n := len(w.Comms)
+	per := make([][][]time.Duration, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r, c := range w.Comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			per[r], errs[r] = RunCollRank(ctx, c, cfg)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	Summarize(cfg, n, per, emit)
+	return nil
+}
+
+// RunCollLaunched runs cfg as one rank of a job started by a launcher:
+// every rank measures its part, rank 0 gathers the timings and calls emit.
+func RunCollLaunched(ctx context.Context, c *coll.Communicator, cfg CollConfig, emit func(CollResult)) error {
+	mine, err := RunCollRank(ctx, c, cfg)
+	if err != nil {
+		return err
+	}
+	var flat []int64
+	for _, row := range mine {
+		for _, d := range row {
+			flat = append(flat, int64(d))
+		}
+	}
+	send := make([]byte, 8*len(flat))
+	for i, v := range flat {
+		binary.LittleEndian.PutUint64(send[8*i:], uint64(v))
+	}
+	var recv []byte
+	if c.Rank() == 0 {
+		recv = make([]byte, len(send)*c.Size())
+	}
+	if err := c.Gather(ctx, send, recv, 0); err != nil {
+		return err
+	}
+	if c.Rank() != 0 {
+		return nil
+	}
+	per := make([][][]time.Duration, c.Size())
+	for r := range per {
+		k := 0
+		per[r] = make([][]time.Duration, len(mine))
+		for ai, row := range mine {
+			per[r][ai] = make([]time.Duration, len(row))
+			for si := range row {
+				per[r][ai][si] = time.Duration(binary.LittleEndian.Uint64(recv[r*len(send)+8*k:]))
+				k++
+			}
+		}
+	}
+	Summarize(cfg, c.Size(), per, emit)
 	return nil
 }

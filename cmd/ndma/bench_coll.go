@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -11,6 +12,8 @@ import (
 
 	"github.com/ndma/ndma/bench"
 	"github.com/ndma/ndma/coll"
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/transport"
 )
 
 type collFlags struct {
@@ -18,6 +21,7 @@ type collFlags struct {
 	ranks           int
 	iters, warmup   int
 	mtu             int
+	listen          string
 	json            bool
 }
 
@@ -27,7 +31,10 @@ func newBenchCollCmd() *cobra.Command {
 		Use:   "coll",
 		Short: "OSU-style collective latency per algorithm (in-network and host-based)",
 		Long: `Runs --ranks ranks in this process on loopback, each with its own endpoint,
-plus an in-process forwarding node for the in-network algorithm, and
+plus an in-process forwarding node for the in-network algorithm — or, when
+started by a launcher (NDMA_RANK/NDMA_SIZE/NDMA_SWITCH, OMPI_COMM_WORLD_*,
+PMI_*, SLURM_*), one rank per process meeting at NDMA_SWITCH, rank 0
+printing — and
 measures one collective per algorithm over --sizes (bytes per rank):
 warm-up, then --iters iterations with a barrier between, each rank timing
 its own calls; Avg/Min/Max are over ranks' averages, as OSU reports them.
@@ -48,6 +55,7 @@ recursive_doubling, rabenseifner, direct, auto (the tuner), or all.
 	fl.IntVar(&f.iters, "iters", 0, "measured iterations per size (default: by size)")
 	fl.IntVar(&f.warmup, "warmup", 0, "unmeasured iterations per size (default: a tenth of --iters, at least 2)")
 	fl.IntVar(&f.mtu, "mtu", 9000, "transport MTU in bytes")
+	fl.StringVar(&f.listen, "listen", ":0", "under a launcher: this rank's UDP address")
 	fl.BoolVar(&f.json, "json", false, "print JSON Lines: op, algo, ranks, size, avg_us, min_us, max_us, iters")
 	return cmd
 }
@@ -84,21 +92,41 @@ func runBenchColl(cmd *cobra.Command, f *collFlags) error {
 	if f.iters < 0 || f.warmup < 0 {
 		return fmt.Errorf("--iters and --warmup must not be negative")
 	}
-	needSwitch := false
-	for _, a := range algos {
-		if a == coll.AlgoInNet || a == coll.AlgoAuto {
-			needSwitch = true
-		}
-	}
 	ctx := cmd.Context()
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	w, err := bench.NewCollWorld(ctx, f.ranks, needSwitch, f.mtu)
-	if err != nil {
-		return err
+	// Under a launcher (NDMA_RANK..., OMPI_COMM_WORLD_*, PMI_*, SLURM_*)
+	// this process is one rank; otherwise all ranks run here.
+	var (
+		w        *bench.CollWorld
+		launched *coll.Communicator
+	)
+	if l, err := coll.ParseEnv(os.LookupEnv); err == nil {
+		if cmd.Flags().Changed("ranks") {
+			return fmt.Errorf("--ranks: the launcher sets the ranks (%s says %d)", l.Source, l.Size)
+		}
+		ep, err := endpoint.Listen(f.listen, endpoint.Config{Transport: transport.Config{MTU: f.mtu}}, endpoint.Options{})
+		if err != nil {
+			return fmt.Errorf("--listen: %w", err)
+		}
+		defer ep.Close()
+		if launched, err = coll.FromEnv(ctx, ep); err != nil {
+			return err
+		}
+		defer launched.Close(context.Background())
+	} else {
+		needSwitch := false
+		for _, a := range algos {
+			if a == coll.AlgoInNet || a == coll.AlgoAuto {
+				needSwitch = true
+			}
+		}
+		if w, err = bench.NewCollWorld(ctx, f.ranks, needSwitch, f.mtu); err != nil {
+			return err
+		}
+		defer w.Close()
 	}
-	defer w.Close()
 	out := cmd.OutOrStdout()
 	cfg := bench.CollConfig{Op: op, Algos: algos, Ranks: f.ranks, Sizes: sizes, Iters: f.iters, Warmup: f.warmup}
 	var tw *tabwriter.Writer
@@ -115,13 +143,22 @@ func runBenchColl(cmd *cobra.Command, f *collFlags) error {
 				fmt.Fprintln(out)
 			}
 			last = r.Algo
-			fmt.Fprintf(out, "# NDMA %s, algorithm %s, %d ranks (loopback)\n", strings.ToUpper(r.Op[:1])+r.Op[1:], r.Algo, r.Ranks)
+			where := "in one process, loopback"
+			if launched != nil {
+				where = "one process per rank"
+			}
+			fmt.Fprintf(out, "# NDMA %s, algorithm %s, %d ranks (%s)\n", strings.ToUpper(r.Op[:1])+r.Op[1:], r.Algo, r.Ranks, where)
 			tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintln(tw, "# Size\tAvg Latency(us)\tMin Latency(us)\tMax Latency(us)\tIterations\t")
 		}
 		fmt.Fprintf(tw, "%d\t%.2f\t%.2f\t%.2f\t%d\t\n", r.Size, r.AvgUS, r.MinUS, r.MaxUS, r.Iters)
 	}
-	err = bench.RunColl(ctx, w, cfg, emit)
+	if launched != nil {
+		cfg.Ranks = launched.Size()
+		err = bench.RunCollLaunched(ctx, launched, cfg, emit)
+	} else {
+		err = bench.RunColl(ctx, w, cfg, emit)
+	}
 	if tw != nil {
 		tw.Flush()
 	}
