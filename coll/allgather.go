@@ -3,7 +3,6 @@ package coll
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
@@ -248,14 +247,7 @@ func (bt *msgBatch) post(op *endpoint.Op) {
 // postSwitch posts a group operation (kind, buffers, dtype...) to the
 // communicator's switch.
 func (bt *msgBatch) postSwitch(op *endpoint.Op) {
-	sw, err := netip.ParseAddrPort(bt.c.sw)
-	if err != nil {
-		if bt.err == nil {
-			bt.err = fmt.Errorf("coll: switch address %q: %w", bt.c.sw, err)
-		}
-		return
-	}
-	op.Peer, op.Group = sw, bt.c.group.ID()
+	op.Peer, op.Group = bt.c.swAP, bt.c.group.ID()
 	bt.post(op)
 }
 
@@ -273,16 +265,19 @@ func (bt *msgBatch) recv(from int, t uint64, buf []byte) {
 // wait waits for every op posted since the last wait and returns the
 // first error (a posting error first). A received message shorter than
 // its buffer is an error: every collective's message sizes follow from
-// its arguments. wait returns early only when ctx ends; the endpoint
-// cannot cancel an op started with Start, so those still in flight end
-// at their timeout (until then a receive may still write its buffer).
+// its arguments. If ctx ends first, the ops still in flight are canceled,
+// so once wait returns the endpoint no longer touches their buffers.
 func (bt *msgBatch) wait(ctx context.Context) error {
 	ops, first := bt.ops, bt.err
 	defer func() { bt.ops, bt.err = ops[:0], nil }()
-	for _, op := range ops {
+	for i, op := range ops {
 		select {
 		case <-op.Done():
 		case <-ctx.Done():
+			for _, o := range ops[i:] {
+				bt.c.ep.Cancel(o)
+				<-o.Done()
+			}
 			return ctx.Err()
 		}
 		err := op.Err

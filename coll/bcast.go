@@ -3,7 +3,6 @@ package coll
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
@@ -246,10 +245,7 @@ func (c *Communicator) execute(ctx context.Context, p callPlan) error {
 // launch starts a plan as a non-blocking collective. The switch matches
 // a member's group operations in the order they are posted, so a switch
 // operation is posted here, on the caller's goroutine, in call order; a
-// goroutine only waits for it. Such an operation cannot be canceled: if
-// ctx ends first the request fails at once and the operation ends at its
-// timeout (ctx's deadline, or the endpoint's OpTimeout), until when it
-// may still write the receive buffer.
+// goroutine only waits for it, and cancels it if ctx ends first.
 func (c *Communicator) launch(ctx context.Context, p callPlan) *Request {
 	switch {
 	case p.err != nil:
@@ -263,7 +259,7 @@ func (c *Communicator) launch(ctx context.Context, p callPlan) *Request {
 			return failed(err)
 		}
 		op := p.gop
-		return start(ctx, func(ctx context.Context) error { return awaitOp(ctx, op) })
+		return start(ctx, func(ctx context.Context) error { return c.awaitOp(ctx, op) })
 	case p.host != nil:
 		return start(ctx, p.host)
 	}
@@ -273,11 +269,7 @@ func (c *Communicator) launch(ctx context.Context, p callPlan) *Request {
 // switchPlan completes a group operation (kind, buffers, dtype...) with
 // the switch's address and the group, as a plan.
 func (c *Communicator) switchPlan(op *endpoint.Op) callPlan {
-	sw, err := netip.ParseAddrPort(c.sw)
-	if err != nil {
-		return callPlan{err: fmt.Errorf("coll: switch address %q: %w", c.sw, err)}
-	}
-	op.Peer, op.Group = sw, c.group.ID()
+	op.Peer, op.Group = c.swAP, c.group.ID()
 	return callPlan{gop: op}
 }
 
@@ -290,12 +282,16 @@ func ctxTimeout(ctx context.Context) time.Duration {
 	return 0
 }
 
-// awaitOp waits for an op started with Start, or for ctx.
-func awaitOp(ctx context.Context, op *endpoint.Op) error {
+// awaitOp waits for an op started with Start, or for ctx: then the op is
+// canceled, so once awaitOp returns the endpoint no longer touches its
+// buffers.
+func (c *Communicator) awaitOp(ctx context.Context, op *endpoint.Op) error {
 	select {
 	case <-op.Done():
 		return op.Err
 	case <-ctx.Done():
+		c.ep.Cancel(op)
+		<-op.Done()
 		return ctx.Err()
 	}
 }
@@ -312,7 +308,7 @@ type sendWindow struct {
 
 func (w *sendWindow) send(ctx context.Context, to int, t uint64, data []byte) error {
 	if len(w.ops) >= w.max {
-		if err := awaitOp(ctx, w.ops[0]); err != nil {
+		if err := w.c.awaitOp(ctx, w.ops[0]); err != nil {
 			return err
 		}
 		w.ops = w.ops[1:]
@@ -328,7 +324,7 @@ func (w *sendWindow) send(ctx context.Context, to int, t uint64, data []byte) er
 // flush waits for every send in flight.
 func (w *sendWindow) flush(ctx context.Context) error {
 	for len(w.ops) > 0 {
-		if err := awaitOp(ctx, w.ops[0]); err != nil {
+		if err := w.c.awaitOp(ctx, w.ops[0]); err != nil {
 			return err
 		}
 		w.ops = w.ops[1:]

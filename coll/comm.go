@@ -57,6 +57,7 @@ type Communicator struct {
 	peers []netip.AddrPort
 	group *endpoint.Group // nil without a switch
 	sw    string
+	swAP  netip.AddrPort // sw, parsed
 	token []byte
 	id    uint32 // context id: messages of different communicators never match
 	log   *slog.Logger
@@ -84,6 +85,11 @@ func New(ctx context.Context, cfg Config) (*Communicator, error) {
 	c := &Communicator{ep: cfg.Endpoint, rank: cfg.Rank, size: cfg.Size, sw: cfg.Switch, token: cfg.Token, log: log, tuner: DefaultTuner{}}
 	switch {
 	case cfg.Switch != "":
+		ap, err := netip.ParseAddrPort(cfg.Switch)
+		if err != nil {
+			return nil, fmt.Errorf("%w: switch address %q: %v", ErrArg, cfg.Switch, err)
+		}
+		c.swAP = ap
 		job := cfg.Job
 		if job == "" {
 			job = "ndma"
