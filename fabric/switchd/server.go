@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/internal/metricsrv"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/transport"
 )
@@ -28,10 +27,7 @@ type Server struct {
 	conn *netio.UDPConn
 	srv  *fabric.Server
 
-	http      *http.Server  // nil without a metrics listener
-	httpAddr  net.Addr      // the metrics listener's address
-	serveDone chan struct{} // closed when the metrics Serve returns
-	failed    chan error    // buffered 1: why the metrics server stopped on its own
+	metrics   *metricsrv.Server // nil without a metrics listener
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -83,8 +79,8 @@ func Start(cfg Config) (*Server, error) {
 	attrs := []any{"addr", s.Addr().String(), "mtu", cfg.MTU,
 		"heartbeat_timeout", cfg.HeartbeatTimeout, "pool_slots", cfg.PoolSlots,
 		"authenticated", len(cfg.Token) > 0}
-	if s.httpAddr != nil {
-		attrs = append(attrs, "metrics", "http://"+s.httpAddr.String()+"/metrics")
+	if s.metrics != nil {
+		attrs = append(attrs, "metrics", "http://"+s.metrics.Addr().String()+"/metrics")
 	}
 	s.log.Info("switchd: serving", attrs...)
 	if len(cfg.Token) == 0 {
@@ -98,38 +94,19 @@ func Start(cfg Config) (*Server, error) {
 }
 
 func (s *Server) startMetrics(addr string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return &FieldError{Field: "MetricsAddr", Err: err}
-	}
 	h, err := s.metricsHandler()
 	if err != nil {
-		ln.Close()
 		return fmt.Errorf("switchd: metrics: %w", err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", h)
-	s.http = &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	m, err := metricsrv.Start(addr, h, s.log, "switchd")
+	if le, ok := errors.AsType[*metricsrv.ListenError](err); ok {
+		return &FieldError{Field: "MetricsAddr", Err: le.Err}
 	}
-	s.httpAddr = ln.Addr()
-	s.serveDone = make(chan struct{})
-	s.failed = make(chan error, 1)
-	go s.serveMetrics(ln)
+	if err != nil {
+		return err
+	}
+	s.metrics = m
 	return nil
-}
-
-func (s *Server) serveMetrics(ln net.Listener) {
-	defer close(s.serveDone)
-	err := s.http.Serve(ln)
-	if errors.Is(err, http.ErrServerClosed) {
-		return
-	}
-	err = fmt.Errorf("switchd: metrics server: %w", err)
-	s.log.Error("switchd: metrics server stopped", "err", err)
-	s.failed <- err
 }
 
 // Addr is the UDP address the switch serves on.
@@ -138,10 +115,10 @@ func (s *Server) Addr() netip.AddrPort { return s.srv.Addr() }
 // MetricsAddr is the metrics listener's TCP address ("127.0.0.1:9471"),
 // or "" when Config.MetricsAddr was empty.
 func (s *Server) MetricsAddr() string {
-	if s.httpAddr == nil {
+	if s.metrics == nil {
 		return ""
 	}
-	return s.httpAddr.String()
+	return s.metrics.Addr().String()
 }
 
 // MTU is the largest datagram the switch's own streams send, in bytes.
@@ -162,9 +139,13 @@ func (s *Server) Groups() []fabric.GroupInfo { return s.srv.Groups() }
 // is what ended it, joined with Close's; a cancelled ctx is not an error.
 func (s *Server) Run(ctx context.Context) error {
 	var err error
+	var failed <-chan error // nil, never ready, without metrics
+	if s.metrics != nil {
+		failed = s.metrics.Failed()
+	}
 	select {
 	case <-ctx.Done():
-	case err = <-s.failed: // nil channel, never ready, without metrics
+	case err = <-failed:
 	}
 	return errors.Join(err, s.Close())
 }
@@ -177,14 +158,12 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
-		if s.http != nil {
+		if s.metrics != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
-			if err := s.http.Shutdown(ctx); err != nil {
-				s.http.Close()
+			if err := s.metrics.Shutdown(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("switchd: metrics shutdown: %w", err))
 			}
 			cancel()
-			<-s.serveDone
 		}
 		if err := s.srv.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("switchd: close: %w", err))

@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/internal/metricsrv"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/transport"
@@ -37,10 +36,7 @@ type Server struct {
 	regions []memnode.RegionInfo // fixed after Start
 	bytes   int64                // total size of regions
 
-	http      *http.Server  // nil without a metrics listener
-	httpAddr  net.Addr      // the metrics listener's address
-	serveDone chan struct{} // closed when the metrics Serve returns
-	failed    chan error    // buffered 1: why the metrics server stopped on its own
+	metrics   *metricsrv.Server // nil without a metrics listener
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -106,8 +102,8 @@ func Start(cfg Config) (*Server, error) {
 		}
 	}
 	attrs := []any{"addr", s.Addr().String(), "mtu", mtu, "regions", len(regions), "region_bytes", total}
-	if s.httpAddr != nil {
-		attrs = append(attrs, "metrics", "http://"+s.httpAddr.String()+"/metrics")
+	if s.metrics != nil {
+		attrs = append(attrs, "metrics", "http://"+s.metrics.Addr().String()+"/metrics")
 	}
 	s.log.Info("memd: serving", attrs...)
 	for _, r := range regions {
@@ -167,38 +163,19 @@ func newStore(cfg *Config) (*memnode.Store, error) {
 func FormatKey(key uint64) string { return fmt.Sprintf("0x%016x", key) }
 
 func (s *Server) startMetrics(addr string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return &FieldError{Field: "MetricsAddr", Err: err}
-	}
 	h, err := s.metricsHandler()
 	if err != nil {
-		ln.Close()
 		return fmt.Errorf("memd: metrics: %w", err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", h)
-	s.http = &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	m, err := metricsrv.Start(addr, h, s.log, "memd")
+	if le, ok := errors.AsType[*metricsrv.ListenError](err); ok {
+		return &FieldError{Field: "MetricsAddr", Err: le.Err}
 	}
-	s.httpAddr = ln.Addr()
-	s.serveDone = make(chan struct{})
-	s.failed = make(chan error, 1)
-	go s.serveMetrics(ln)
+	if err != nil {
+		return err
+	}
+	s.metrics = m
 	return nil
-}
-
-func (s *Server) serveMetrics(ln net.Listener) {
-	defer close(s.serveDone)
-	err := s.http.Serve(ln)
-	if errors.Is(err, http.ErrServerClosed) {
-		return
-	}
-	err = fmt.Errorf("memd: metrics server: %w", err)
-	s.log.Error("memd: metrics server stopped", "err", err)
-	s.failed <- err
 }
 
 // Addr is the UDP address the node serves on.
@@ -207,10 +184,10 @@ func (s *Server) Addr() netip.AddrPort { return s.conn.LocalAddr() }
 // MetricsAddr is the metrics listener's TCP address ("127.0.0.1:9470"),
 // or "" when Config.MetricsAddr was empty.
 func (s *Server) MetricsAddr() string {
-	if s.httpAddr == nil {
+	if s.metrics == nil {
 		return ""
 	}
-	return s.httpAddr.String()
+	return s.metrics.Addr().String()
 }
 
 // MTU is the largest datagram the node sends, in bytes.
@@ -238,9 +215,13 @@ func (s *Server) Stats() Stats {
 // is what ended it, joined with Close's; a cancelled ctx is not an error.
 func (s *Server) Run(ctx context.Context) error {
 	var err error
+	var failed <-chan error // nil, never ready, without metrics
+	if s.metrics != nil {
+		failed = s.metrics.Failed()
+	}
 	select {
 	case <-ctx.Done():
-	case err = <-s.failed: // nil channel, never ready, without metrics
+	case err = <-failed:
 	}
 	return errors.Join(err, s.Close())
 }
@@ -254,14 +235,12 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
-		if s.http != nil {
+		if s.metrics != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
-			if err := s.http.Shutdown(ctx); err != nil {
-				s.http.Close()
+			if err := s.metrics.Shutdown(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("memd: metrics shutdown: %w", err))
 			}
 			cancel()
-			<-s.serveDone
 		}
 		if err := s.ep.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("memd: close: %w", err))
