@@ -168,7 +168,7 @@ func WithAlgo(a Algo) CallOption { return func(o *callOpts) { o.algo = a } }
 func WithDeterministic(on bool) CallOption { return func(o *callOpts) { o.deterministic = on } }
 
 // WithSegment sets the pipeline segment of chain algorithms, in bytes
-// (zero: 64 KiB).
+// (zero: 16 KiB, best of 16/64/256/1024 KiB on simnet at 100 Mbit/s).
 func WithSegment(bytes int) CallOption { return func(o *callOpts) { o.segment = bytes } }
 
 // choose resolves the algorithm of one call: an explicit option, then
@@ -202,7 +202,7 @@ func (c *Communicator) choose(op Operation, bytes int, opts []CallOption) (Algo,
 		a = c.tuner.Choose(op, bytes, c.size, false)
 	}
 	if o.segment <= 0 {
-		o.segment = 64 << 10
+		o.segment = 16 << 10
 	}
 	c.log.Debug("coll: algorithm", "op", op, "bytes", bytes, "ranks", c.size, "algo", a)
 	return a, o, nil

@@ -78,7 +78,10 @@ func (c *Communicator) bcastBinomial(ctx context.Context, seq uint64, buf []byte
 			break
 		}
 	}
-	w := sendWindow{c: c, max: 64}
+	// One send at a time, largest subtree first (as MPICH does): the
+	// first child starts forwarding after one full transfer instead of
+	// after all of this rank's sends share its uplink.
+	w := sendWindow{c: c, max: 1}
 	for mask >>= 1; mask > 0; mask >>= 1 {
 		if v+mask < n {
 			if err := w.send(ctx, (c.rank+mask)%n, t, buf); err != nil {
@@ -184,7 +187,10 @@ func (c *Communicator) bcastScatterAllgather(ctx context.Context, seq uint64, bu
 			break
 		}
 	}
-	w := sendWindow{c: c, max: 64}
+	// One send at a time, largest subtree first (as MPICH does): the
+	// first child starts forwarding after one full transfer instead of
+	// after all of this rank's sends share its uplink.
+	w := sendWindow{c: c, max: 1}
 	for mask >>= 1; mask > 0; mask >>= 1 {
 		if v+mask < n {
 			if p := blocks(v+mask, v+2*mask); len(p) > 0 {
