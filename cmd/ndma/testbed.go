@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/testbed"
+)
+
+// testbedFlagNames maps testbed.Config fields to the flags that set them,
+// so that errors from testbed.Up name the flag the user typed.
+var testbedFlagNames = map[string]string{
+	"Prefix":   "--prefix",
+	"Hosts":    "--hosts",
+	"MemNodes": "--memnodes",
+	"Rate":     "--rate",
+	"Burst":    "--burst",
+	"Latency":  "--latency",
+	"MTU":      "--mtu",
+	"Subnet":   "--subnet",
+	"MemSize":  "--mem-size",
+	"StateDir": "--state-dir",
+	"Binary":   "--binary",
+}
+
+// testbedFlags are the flags of `ndma testbed` and its subcommands.
+type testbedFlags struct {
+	prefix, stateDir string
+
+	hosts, memnodes, burst, mtu int
+	rate, subnet, memSize       string
+	latency                     time.Duration
+	binary                      string
+
+	json bool
+}
+
+func init() {
+	var f testbedFlags
+	cmd := &cobra.Command{
+		Use:   "testbed",
+		Short: "Build a multi-host network of namespaces on this machine, with rate-limited links (Linux, root)",
+		Long: `testbed builds a network on one Linux machine out of network namespaces:
+a switch namespace (<prefix>-sw) running ndma switch, N host namespaces
+(<prefix>-h0 …) and K memory-node namespaces (<prefix>-m0 …) running ndma
+memd, each joined to the switch namespace by a veth pair that is a port of
+a bridge there, so ordinary IP traffic between hosts crosses the switch
+namespace as well. Both directions of every link are limited by tbf to
+--rate. "run" starts a command once per host with the bootstrap environment
+(NDMA_RANK, NDMA_SIZE, NDMA_SWITCH, NDMA_JOB, NDMA_TOKEN).
+
+It needs root and iproute2 (ip, tc). Everything it creates is named with
+--prefix, and "down" removes all of it, even after a crash or without the
+state file.`,
+		Example: `  sudo ndma testbed up --hosts 8 --rate 100mbit --mtu 9000 --memnodes 1
+  sudo ndma testbed run -- ndma bench coll --op allreduce
+  sudo ndma testbed status
+  sudo ndma testbed down`,
+		Args: cobra.NoArgs,
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&f.prefix, "prefix", testbed.DefaultPrefix, "name prefix of the testbed's namespaces and state (letters, digits, underscores)")
+	pf.StringVar(&f.stateDir, "state-dir", testbed.DefaultStateDir(), "`directory` holding each testbed's state file, daemon logs and token")
+
+	up := &cobra.Command{
+		Use:   "up",
+		Short: "Create the namespaces, links and qdiscs and start the switch and memory nodes",
+		Long: `up builds the testbed and starts ndma switch in the switch namespace and ndma
+memd in each memory-node namespace (from this binary, or --binary), with
+--mtu minus 28 as their datagram size, so one datagram fits one frame. It
+refuses when a testbed with the prefix exists. The switch address, the
+token, the memory nodes' keys and the daemons' logs are in the state
+directory; "status" shows them.`,
+		Example: `  sudo ndma testbed up --hosts 8 --rate 100mbit --mtu 9000
+  sudo ndma testbed up --hosts 4 --memnodes 2 --rate 1gbit --prefix tb2 --subnet 10.78.0.0/16`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runTestbedUp(cmd, &f) },
+	}
+	fl := up.Flags()
+	fl.IntVar(&f.hosts, "hosts", testbed.DefaultHosts, fmt.Sprintf("host namespaces, one rank each (1 to %d with --memnodes)", testbed.MaxNodes))
+	fl.IntVar(&f.memnodes, "memnodes", 0, "memory-node namespaces, each running ndma memd")
+	fl.StringVar(&f.rate, "rate", testbed.DefaultRate, "rate of every link, each direction, in tc's syntax: 100mbit, 1gbit, 12mbps (bytes/s)")
+	fl.IntVar(&f.burst, "burst", 0, "tbf bucket size in bytes, at least one frame (default: the larger of two frames and 1 ms at --rate)")
+	fl.DurationVar(&f.latency, "latency", testbed.DefaultLatency, "longest a packet may wait in a link's queue before tbf drops it (1ms to 10s)")
+	fl.IntVar(&f.mtu, "mtu", testbed.DefaultMTU, fmt.Sprintf("MTU of every interface, in bytes (%d to %d)", testbed.MinMTU, testbed.MaxMTU))
+	fl.StringVar(&f.subnet, "subnet", testbed.DefaultSubnet, "private IPv4 subnet for the testbed's addresses; it exists only inside its namespaces")
+	fl.StringVar(&f.memSize, "mem-size", "64MiB", "size of each memory node's region: bytes, or with a unit KiB, MiB, GiB, KB, MB, GB")
+	fl.StringVar(&f.binary, "binary", "", "`path` of the ndma binary that runs the daemons (default: this one)")
+	cmd.AddCommand(up)
+
+	cmd.AddCommand(&cobra.Command{
+		Use:   "run [flags] -- CMD [ARG...]",
+		Short: "Run a command once per host namespace, with the rank environment, output prefixed by rank",
+		Long: `run starts CMD once in each host namespace, rank i in <prefix>-h<i>, with
+NDMA_RANK, NDMA_SIZE, NDMA_SWITCH, NDMA_TOKEN and a fresh NDMA_JOB added to
+the environment, and prints each rank's output prefixed "[rank i] ". It
+waits for every rank and fails, naming them, if any exits non-zero. SIGINT
+or SIGTERM stops every rank.`,
+		Example: `  sudo ndma testbed run -- sh -c 'echo $NDMA_RANK of $NDMA_SIZE via $NDMA_SWITCH'
+  sudo ndma testbed run -- ndma bench coll --op bcast`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return errors.New("run needs a command: ndma testbed run [--prefix P] -- CMD [ARG...]")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error { return runTestbedRun(cmd, &f, args) },
+	})
+
+	cmd.AddCommand(&cobra.Command{
+		Use:   "down",
+		Short: "Stop the daemons and ranks and remove every namespace named with the prefix",
+		Long: `down ends the daemons the state file lists and every process in a namespace
+named with the prefix, deletes those namespaces (with their links) and the
+state directory. It works after a crash and without the state file, and
+does nothing when there is nothing to remove.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runTestbedDown(cmd, &f) },
+	})
+
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "Show the testbed's namespaces, addresses, links and daemons",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runTestbedStatus(cmd, &f) },
+	}
+	status.Flags().BoolVar(&f.json, "json", false, "print the state as JSON (the state file, with liveness filled in)")
+	cmd.AddCommand(status)
+
+	rootCmd.AddCommand(cmd)
+}
+
+// signalContext is the command's context, ended by SIGINT or SIGTERM.
+func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+}
+
+// config turns the flags of `testbed up` into a testbed.Config.
+func (f *testbedFlags) config() (testbed.Config, error) {
+	// Zero selects a default in testbed.Config; on the command line it is
+	// a mistake, not a request for the default.
+	if f.hosts <= 0 {
+		return testbed.Config{}, fmt.Errorf("--hosts: %d: want 1 to %d", f.hosts, testbed.MaxNodes)
+	}
+	if f.memnodes < 0 {
+		return testbed.Config{}, fmt.Errorf("--memnodes: %d: want 0 or more", f.memnodes)
+	}
+	if f.burst < 0 {
+		return testbed.Config{}, fmt.Errorf("--burst: %d bytes: must not be negative", f.burst)
+	}
+	if f.latency <= 0 {
+		return testbed.Config{}, fmt.Errorf("--latency: %v: must be positive", f.latency)
+	}
+	if f.mtu <= 0 {
+		return testbed.Config{}, fmt.Errorf("--mtu: %d bytes: want %d to %d", f.mtu, testbed.MinMTU, testbed.MaxMTU)
+	}
+	if f.stateDir == "" {
+		return testbed.Config{}, errors.New("--state-dir: empty")
+	}
+	size, err := memnode.ParseSize(f.memSize)
+	if err != nil {
+		return testbed.Config{}, fmt.Errorf("--mem-size: %w", err)
+	}
+	if size <= 0 {
+		return testbed.Config{}, fmt.Errorf("--mem-size: %q: a region needs at least 1 byte", f.memSize)
+	}
+	return testbed.Config{
+		Prefix:   f.prefix,
+		Hosts:    f.hosts,
+		MemNodes: f.memnodes,
+		Rate:     f.rate,
+		Burst:    f.burst,
+		Latency:  f.latency,
+		MTU:      f.mtu,
+		Subnet:   f.subnet,
+		MemSize:  size,
+		StateDir: f.stateDir,
+		Binary:   f.binary,
+	}, nil
+}
+
+// flagError rewrites a *testbed.FieldError to name the flag instead of
+// the Config field.
+func flagError(err error) error {
+	if fe, ok := errors.AsType[*testbed.FieldError](err); ok {
+		if name, ok := testbedFlagNames[fe.Field]; ok {
+			return fmt.Errorf("%s: %w", name, fe.Err)
+		}
+	}
+	return err
+}
+
+func runTestbedUp(cmd *cobra.Command, f *testbedFlags) error {
+	cfg, err := f.config()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signalContext(cmd)
+	defer stop()
+	st, err := testbed.Up(ctx, cfg)
+	if err != nil {
+		return flagError(err)
+	}
+	printTestbed(cmd.OutOrStdout(), st)
+	return nil
+}
+
+func runTestbedRun(cmd *cobra.Command, f *testbedFlags, args []string) error {
+	st, err := testbed.StatusAt(f.stateDir, f.prefix)
+	if err != nil {
+		return flagError(err)
+	}
+	if len(st.Hosts) == 0 {
+		return fmt.Errorf("testbed %q has no state file, only namespaces left by a crash (%v): run `ndma testbed down --prefix %s` and `up` again", f.prefix, st.Stray, f.prefix)
+	}
+	ctx, stop := signalContext(cmd)
+	defer stop()
+	return testbed.Run(ctx, st, args, cmd.OutOrStdout())
+}
+
+func runTestbedDown(cmd *cobra.Command, f *testbedFlags) error {
+	ctx, stop := signalContext(cmd)
+	defer stop()
+	return testbed.DownAt(ctx, f.stateDir, f.prefix)
+}
+
+func runTestbedStatus(cmd *cobra.Command, f *testbedFlags) error {
+	st, err := testbed.StatusAt(f.stateDir, f.prefix)
+	if err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	if f.json {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	printTestbed(w, st)
+	return nil
+}
+
+// printTestbed writes a testbed's state as tables: the links, the
+// namespaces with their addresses, the daemons and whether they run.
+func printTestbed(w io.Writer, st *testbed.State) {
+	if len(st.Hosts) == 0 && st.Switch.NS == "" {
+		fmt.Fprintf(w, "testbed %s: no state file in %s; namespaces left behind: %v\n", st.Prefix, st.Dir, st.Stray)
+		fmt.Fprintf(w, "remove them with: ndma testbed down --prefix %s\n", st.Prefix)
+		return
+	}
+	fmt.Fprintf(w, "testbed %s  (state %s, created %s)\n", st.Prefix, st.Dir, st.Created.Format(time.RFC3339))
+	fmt.Fprintf(w, "links    %s each way (tbf burst %d B, latency %v), MTU %d (datagrams up to %d B), subnet %s\n",
+		st.Rate, st.Burst, st.Latency, st.MTU, st.DatagramMTU, st.Subnet)
+	fmt.Fprintf(w, "switch   %s  (NDMA_SWITCH)\n\n", st.SwitchAddr)
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tNAMESPACE\tADDRESS\tIFACE\tSERVICE\tKEY\tPRESENT")
+	row := func(n testbed.Node) {
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\t%s\n", n.Name, n.NS, n.Addr, n.Iface, dash(n.Service), dash(n.Key), yesNo(n.Present))
+	}
+	row(st.Switch)
+	for _, n := range st.Hosts {
+		row(n)
+	}
+	for _, n := range st.MemNodes {
+		row(n)
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "DAEMON\tNAMESPACE\tPID\tALIVE\tLOG")
+	for _, d := range st.Daemons {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", d.Role, d.NS, d.PID, yesNo(d.Alive), d.Log)
+	}
+	tw.Flush()
+	if len(st.Stray) > 0 {
+		fmt.Fprintf(w, "\nnamespaces not in the state (remove them with `ndma testbed down --prefix %s`): %v\n", st.Prefix, st.Stray)
+	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}

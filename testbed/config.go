@@ -1,0 +1,317 @@
+package testbed
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults applied by Up to zero-valued Config fields.
+const (
+	// DefaultPrefix names the testbed's namespaces and state when
+	// Config.Prefix is empty.
+	DefaultPrefix = "ndmatb"
+	// DefaultHosts is the number of host namespaces when Config.Hosts is
+	// zero.
+	DefaultHosts = 2
+	// DefaultRate is the rate of every link, each direction, when
+	// Config.Rate is empty.
+	DefaultRate = "100mbit"
+	// DefaultLatency bounds how long a packet may wait in a link's tbf
+	// queue when Config.Latency is zero.
+	DefaultLatency = 20 * time.Millisecond
+	// DefaultMTU is the MTU of every interface when Config.MTU is zero,
+	// in bytes.
+	DefaultMTU = 9000
+	// DefaultSubnet is the private subnet addresses are taken from when
+	// Config.Subnet is empty.
+	DefaultSubnet = "10.77.0.0/16"
+	// DefaultMemSize is the size of each memory node's region when
+	// Config.MemSize is zero, in bytes (64 MiB).
+	DefaultMemSize = 64 << 20
+)
+
+// Limits on Config fields.
+const (
+	// MaxPrefixLen is the longest prefix, in bytes.
+	MaxPrefixLen = 24
+	// MaxNodes bounds Hosts+MemNodes: the ports of one bridge.
+	MaxNodes = 1000
+	// MinMTU and MaxMTU bound Config.MTU, in bytes: the smallest MTU an
+	// IPv4 host must accept and the largest a veth takes.
+	MinMTU, MaxMTU = 576, 65535
+)
+
+// Ports the daemons listen on, in the switch and memory-node namespaces.
+const (
+	SwitchPort = 7471 // `ndma switch`, UDP
+	MemdPort   = 7470 // `ndma memd`, UDP
+)
+
+// udpIPHeaders is what IPv4 and UDP add to a datagram, in bytes: a link of
+// MTU m carries datagrams of at most m-udpIPHeaders bytes unfragmented.
+const udpIPHeaders = 20 + 8
+
+// maxDatagram is the largest UDP payload over IPv4, in bytes.
+const maxDatagram = 65507
+
+// Config describes a testbed. Every field's zero value selects the
+// documented default; Up validates the result.
+type Config struct {
+	// Prefix begins the name of every namespace and names the state
+	// directory, so that testbeds with different prefixes never touch
+	// each other. It is 1 to MaxPrefixLen ASCII letters, digits and
+	// underscores, beginning with a letter. Empty means DefaultPrefix
+	// ("ndmatb").
+	Prefix string
+
+	// Hosts is the number of host namespaces, where Run starts one rank
+	// each; 1 to MaxNodes with MemNodes. Zero means DefaultHosts (2).
+	Hosts int
+
+	// MemNodes is the number of memory-node namespaces, each running
+	// `ndma memd`. Zero means none.
+	MemNodes int
+
+	// Rate is the rate of every link in each direction, in tc's syntax: a
+	// number and a unit, bit, kbit, mbit, gbit or tbit (bits per second,
+	// powers of 1000) or bps, kbps, mbps, gbps, tbps (bytes per second),
+	// such as "100mbit". Empty means DefaultRate ("100mbit").
+	Rate string
+
+	// Burst is the size of each link's token bucket, in bytes: how much
+	// may leave back to back at line speed. It must be at least MTU+14
+	// (one frame). Zero means the larger of two frames and one
+	// millisecond at Rate.
+	Burst int
+
+	// Latency is how long a packet may wait in a link's queue before tbf
+	// drops it; with Rate and Burst it sets the queue's size. Zero means
+	// DefaultLatency (20 ms).
+	Latency time.Duration
+
+	// MTU is the MTU of every veth and the bridge, in bytes, MinMTU to
+	// MaxMTU. Zero means DefaultMTU (9000). The daemons are started with
+	// --mtu MTU-28, the largest datagram one frame carries.
+	MTU int
+
+	// Subnet is the IPv4 subnet, in a private range, that addresses come
+	// from, such as "10.77.0.0/16". The switch namespace gets the first
+	// address, then the hosts, then the memory nodes. It exists only
+	// inside the testbed's namespaces. Empty means DefaultSubnet.
+	Subnet string
+
+	// MemSize is the size of each memory node's single region, in bytes.
+	// Zero means DefaultMemSize (64 MiB).
+	MemSize int64
+
+	// StateDir is the directory under which Up keeps the state file, the
+	// daemons' logs and the fabric token, in a subdirectory named after
+	// Prefix. Empty means DefaultStateDir().
+	StateDir string
+
+	// Binary is the path of the ndma binary that runs `ndma switch` and
+	// `ndma memd`. Empty means the running executable (os.Executable).
+	Binary string
+}
+
+// ErrConfig is wrapped by the error Up returns for an invalid Config field
+// value (inside a *FieldError naming the field).
+var ErrConfig = errors.New("invalid value")
+
+// FieldError is the error Up returns when a Config field is invalid. Field
+// is the Config field's name, such as "Rate".
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return fmt.Sprintf("testbed: %s: %v", e.Field, e.Err) }
+
+// Unwrap returns the cause.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+func invalid(field, format string, a ...any) error {
+	return &FieldError{Field: field, Err: fmt.Errorf("%w: "+format, append([]any{ErrConfig}, a...)...)}
+}
+
+// DefaultStateDir is where testbed state lives when Config.StateDir is
+// empty: /run/ndma-testbed when /run exists (root's runtime directory; it
+// is cleared at boot, like the namespaces), else $XDG_RUNTIME_DIR/ndma-testbed,
+// else ndma-testbed in the temporary directory.
+func DefaultStateDir() string {
+	if fi, err := os.Stat("/run"); err == nil && fi.IsDir() {
+		return "/run/ndma-testbed"
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "ndma-testbed")
+	}
+	return filepath.Join(os.TempDir(), "ndma-testbed")
+}
+
+// ValidatePrefix reports whether p can name a testbed: 1 to MaxPrefixLen
+// ASCII letters, digits and underscores, beginning with a letter. The
+// restriction keeps every name Down matches unambiguous ("a" never matches
+// "a-b-sw") and the state directory inside StateDir.
+func ValidatePrefix(p string) error {
+	if p == "" || len(p) > MaxPrefixLen {
+		return fmt.Errorf("%w: %q: want 1 to %d letters, digits or underscores", ErrConfig, p, MaxPrefixLen)
+	}
+	for i, c := range []byte(p) {
+		letter := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+		if letter || i > 0 && (c >= '0' && c <= '9' || c == '_') {
+			continue
+		}
+		return fmt.Errorf("%w: %q: want letters, digits or underscores, beginning with a letter", ErrConfig, p)
+	}
+	return nil
+}
+
+// validate checks c and fills in defaults. It returns the parsed subnet
+// and rate (bits per second).
+func (c *Config) validate() (netip.Prefix, uint64, error) {
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if err := ValidatePrefix(c.Prefix); err != nil {
+		return netip.Prefix{}, 0, &FieldError{Field: "Prefix", Err: err}
+	}
+	if c.Hosts == 0 {
+		c.Hosts = DefaultHosts
+	}
+	if c.Hosts < 0 || c.MemNodes < 0 || c.Hosts+c.MemNodes > MaxNodes {
+		return netip.Prefix{}, 0, invalid("Hosts", "%d hosts and %d memory nodes (want 1 to %d in all)", c.Hosts, c.MemNodes, MaxNodes)
+	}
+	if c.MTU == 0 {
+		c.MTU = DefaultMTU
+	}
+	if c.MTU < MinMTU || c.MTU > MaxMTU {
+		return netip.Prefix{}, 0, invalid("MTU", "%d bytes (want %d to %d)", c.MTU, MinMTU, MaxMTU)
+	}
+	if c.Rate == "" {
+		c.Rate = DefaultRate
+	}
+	rate, err := ParseRate(c.Rate)
+	if err != nil {
+		return netip.Prefix{}, 0, &FieldError{Field: "Rate", Err: err}
+	}
+	frame := c.MTU + 14 // Ethernet header
+	if c.Burst == 0 {
+		c.Burst = max(2*frame, int(min(rate/8/1000, math.MaxInt32)))
+	}
+	if c.Burst < frame {
+		return netip.Prefix{}, 0, invalid("Burst", "%d bytes is less than one %d-byte frame at MTU %d", c.Burst, frame, c.MTU)
+	}
+	if c.Latency == 0 {
+		c.Latency = DefaultLatency
+	}
+	if c.Latency < time.Millisecond || c.Latency > 10*time.Second {
+		return netip.Prefix{}, 0, invalid("Latency", "%v (want 1ms to 10s)", c.Latency)
+	}
+	if c.Subnet == "" {
+		c.Subnet = DefaultSubnet
+	}
+	subnet, err := netip.ParsePrefix(c.Subnet)
+	if err != nil {
+		return netip.Prefix{}, 0, invalid("Subnet", "%q: %v", c.Subnet, err)
+	}
+	if !subnet.Addr().Is4() || !subnet.Addr().IsPrivate() {
+		return netip.Prefix{}, 0, invalid("Subnet", "%v: want an IPv4 subnet in a private range (10/8, 172.16/12, 192.168/16)", subnet)
+	}
+	if subnet.Masked() != subnet {
+		return netip.Prefix{}, 0, invalid("Subnet", "%v has host bits set (did you mean %v?)", subnet, subnet.Masked())
+	}
+	// The network address, the switch, the nodes, and the broadcast
+	// address must fit.
+	if need := 2 + c.Hosts + c.MemNodes; subnet.Bits() > 30 || 1<<(32-subnet.Bits()) < need+1 {
+		return netip.Prefix{}, 0, invalid("Subnet", "%v is too small for the switch, %d hosts and %d memory nodes", subnet, c.Hosts, c.MemNodes)
+	}
+	if c.MemSize == 0 {
+		c.MemSize = DefaultMemSize
+	}
+	if c.MemSize < 0 || c.MemSize > 1<<40 {
+		return netip.Prefix{}, 0, invalid("MemSize", "%d bytes (want 1 to %d)", c.MemSize, int64(1<<40))
+	}
+	if c.StateDir == "" {
+		c.StateDir = DefaultStateDir()
+	}
+	if c.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return netip.Prefix{}, 0, &FieldError{Field: "Binary", Err: fmt.Errorf("finding the running executable: %w", err)}
+		}
+		c.Binary = exe
+	}
+	bin, err := filepath.Abs(c.Binary)
+	if err != nil {
+		return netip.Prefix{}, 0, &FieldError{Field: "Binary", Err: err}
+	}
+	if fi, err := os.Stat(bin); err != nil {
+		return netip.Prefix{}, 0, &FieldError{Field: "Binary", Err: err}
+	} else if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return netip.Prefix{}, 0, invalid("Binary", "%s is not an executable file", bin)
+	}
+	c.Binary = bin
+	return subnet, rate, nil
+}
+
+// datagramMTU is the largest UDP datagram one frame of a link with MTU mtu
+// carries, in bytes.
+func datagramMTU(mtu int) int { return min(mtu-udpIPHeaders, maxDatagram) }
+
+// rateUnits are tc's rate units, in bits per second; longest first, so
+// that "kbit" is not read as "…bit".
+var rateUnits = []struct {
+	suffix string
+	mult   float64
+}{
+	{"kbit", 1e3}, {"mbit", 1e6}, {"gbit", 1e9}, {"tbit", 1e12},
+	{"kbps", 8e3}, {"mbps", 8e6}, {"gbps", 8e9}, {"tbps", 8e12},
+	{"bit", 1}, {"bps", 8},
+}
+
+// ParseRate parses a link rate in tc's syntax and returns it in bits per
+// second: a positive decimal number followed by bit, kbit, mbit, gbit or
+// tbit (bits per second, powers of 1000), or bps, kbps, mbps, gbps or tbps
+// (bytes per second, as in tc), without regard to case. Examples:
+// "100mbit" (10^8), "1gbit", "12.5mbps" (10^8). The rate must be at least
+// 8 kbit/s. Errors wrap ErrConfig.
+func ParseRate(s string) (uint64, error) {
+	lower := strings.ToLower(strings.TrimSpace(s))
+	for _, u := range rateUnits {
+		num, ok := strings.CutSuffix(lower, u.suffix)
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(num, 64)
+		if err != nil || num == "" || num[0] < '0' || num[0] > '9' {
+			break
+		}
+		bits := v * u.mult
+		if bits < 8e3 || bits > 1e15 {
+			return 0, fmt.Errorf("%w: %q: want 8kbit to 1000tbit", ErrConfig, s)
+		}
+		return uint64(math.Round(bits)), nil
+	}
+	return 0, fmt.Errorf("%w: %q: want a number and a unit, such as 100mbit, 1gbit or 12mbps (bytes)", ErrConfig, s)
+}
+
+// FormatRate writes a rate in bits per second in the shortest of tc's
+// units that shows it exactly, such as "100mbit".
+func FormatRate(bits uint64) string {
+	for _, u := range []struct {
+		suffix string
+		mult   uint64
+	}{{"tbit", 1e12}, {"gbit", 1e9}, {"mbit", 1e6}, {"kbit", 1e3}} {
+		if bits >= u.mult && bits%u.mult == 0 {
+			return fmt.Sprintf("%d%s", bits/u.mult, u.suffix)
+		}
+	}
+	return fmt.Sprintf("%dbit", bits)
+}

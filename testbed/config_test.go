@@ -1,0 +1,166 @@
+package testbed
+
+import (
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseRate(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want uint64
+	}{
+		{"100mbit", 100e6},
+		{"100Mbit", 100e6},
+		{"1gbit", 1e9},
+		{"2.5gbit", 2.5e9},
+		{"12.5mbps", 100e6},
+		{"64kbit", 64e3},
+		{"8000bit", 8000},
+		{"1000bps", 8000},
+		{"1tbit", 1e12},
+	} {
+		got, err := ParseRate(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("ParseRate(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+		}
+	}
+	for _, in := range []string{"", "100", "mbit", "-1mbit", "+1mbit", "1kbitx", "fastmbit", "nanmbit", "infmbit", "1bit", "2000tbit"} {
+		if got, err := ParseRate(in); !errors.Is(err, ErrConfig) {
+			t.Errorf("ParseRate(%q) = %d, %v; want an error wrapping ErrConfig", in, got, err)
+		}
+	}
+}
+
+func TestFormatRate(t *testing.T) {
+	for _, tc := range []struct {
+		in   uint64
+		want string
+	}{{100e6, "100mbit"}, {1e9, "1gbit"}, {2.5e9, "2500mbit"}, {1500, "1500bit"}, {64e3, "64kbit"}} {
+		if got := FormatRate(tc.in); got != tc.want {
+			t.Errorf("FormatRate(%d) = %q, want %q", tc.in, got, tc.want)
+		}
+		if back, err := ParseRate(FormatRate(tc.in)); err == nil && back != tc.in {
+			t.Errorf("ParseRate(FormatRate(%d)) = %d", tc.in, back)
+		}
+	}
+}
+
+func TestValidatePrefix(t *testing.T) {
+	for _, p := range []string{"ndmatb", "a", "tb_2", "A1", strings.Repeat("x", MaxPrefixLen)} {
+		if err := ValidatePrefix(p); err != nil {
+			t.Errorf("ValidatePrefix(%q) = %v", p, err)
+		}
+	}
+	for _, p := range []string{"", "1tb", "_tb", "tb-2", "tb/..", "tb.x", "tb 2", strings.Repeat("x", MaxPrefixLen+1)} {
+		if err := ValidatePrefix(p); !errors.Is(err, ErrConfig) {
+			t.Errorf("ValidatePrefix(%q) = %v, want ErrConfig", p, err)
+		}
+	}
+}
+
+func TestOwnedNS(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{
+		{"tb-sw", true},
+		{"tb-h0", true},
+		{"tb-h17", true},
+		{"tb-m3", true},
+		{"tb-probe123", true},
+		{"tb-h", false},
+		{"tb-hx", false},
+		{"tb-sw2", false},
+		{"tb-probe", false},
+		{"tb2-sw", false},
+		{"tb-x-sw", false},
+		{"xtb-sw", false},
+		{"tb", false},
+		{"other", false},
+	} {
+		if got := ownedNS("tb", tc.name); got != tc.want {
+			t.Errorf("ownedNS(tb, %q) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestConfigDefaults(t *testing.T) {
+	var c Config
+	subnet, rate, err := c.validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Prefix != DefaultPrefix || c.Hosts != DefaultHosts || c.MTU != DefaultMTU || c.Rate != DefaultRate ||
+		c.Latency != DefaultLatency || c.MemSize != DefaultMemSize || c.StateDir == "" || c.Binary == "" {
+		t.Errorf("defaults not applied: %+v", c)
+	}
+	if subnet != netip.MustParsePrefix(DefaultSubnet) || rate != 100e6 {
+		t.Errorf("subnet %v rate %d", subnet, rate)
+	}
+	// Two 9014-byte frames beat 1 ms at 100 Mbit/s (12500 bytes).
+	if c.Burst != 2*(9000+14) {
+		t.Errorf("Burst = %d, want %d", c.Burst, 2*(9000+14))
+	}
+	c = Config{Rate: "10gbit"}
+	if _, _, err := c.validate(); err != nil || c.Burst != 10e9/8/1000 {
+		t.Errorf("10gbit: Burst = %d, %v; want 1 ms of it", c.Burst, err)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		field string
+		cfg   Config
+	}{
+		{"Prefix", Config{Prefix: "a-b"}},
+		{"Hosts", Config{Hosts: -1}},
+		{"Hosts", Config{Hosts: 600, MemNodes: 600}},
+		{"MTU", Config{MTU: 100}},
+		{"MTU", Config{MTU: 70000}},
+		{"Rate", Config{Rate: "fast"}},
+		{"Burst", Config{Burst: 100}},
+		{"Latency", Config{Latency: time.Microsecond}},
+		{"Subnet", Config{Subnet: "8.8.8.0/24"}},
+		{"Subnet", Config{Subnet: "fd00::/64"}},
+		{"Subnet", Config{Subnet: "10.0.0.1/16"}},
+		{"Subnet", Config{Subnet: "10.0.0.0/29", Hosts: 8}},
+		{"Subnet", Config{Subnet: "nonsense"}},
+		{"MemSize", Config{MemSize: -1}},
+		{"Binary", Config{Binary: "/nonexistent/ndma"}},
+		{"Binary", Config{Binary: "/"}},
+	} {
+		_, _, err := tc.cfg.validate()
+		fe, ok := errors.AsType[*FieldError](err)
+		if !ok || fe.Field != tc.field {
+			t.Errorf("%+v: got %v, want a FieldError for %s", tc.cfg, err, tc.field)
+		}
+	}
+}
+
+func TestNodeAddr(t *testing.T) {
+	p := netip.MustParsePrefix("10.77.0.0/16")
+	for n, want := range map[int]string{1: "10.77.0.1", 2: "10.77.0.2", 256: "10.77.1.0", 300: "10.77.1.44"} {
+		if got := nodeAddr(p, n).String(); got != want {
+			t.Errorf("nodeAddr(%v, %d) = %s, want %s", p, n, got, want)
+		}
+	}
+}
+
+func TestRunErrorMessage(t *testing.T) {
+	e1 := errors.New("exit status 1")
+	one := &RunError{Ranks: []RankError{{Rank: 2, Err: e1}}}
+	if got, want := one.Error(), "testbed: rank 2 failed: exit status 1"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	two := &RunError{Ranks: []RankError{{Rank: 0, Err: e1}, {Rank: 3, Err: errors.New("signal: killed")}}}
+	if got, want := two.Error(), "testbed: ranks 0, 3 failed: rank 0: exit status 1; rank 3: signal: killed"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if !errors.Is(two, e1) {
+		t.Error("RunError does not unwrap to its ranks' errors")
+	}
+}

@@ -1,0 +1,143 @@
+package testbed
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// runWaitDelay is how long Run waits, after asking a cancelled rank to
+// stop with SIGTERM, before killing its process group.
+const runWaitDelay = 5 * time.Second
+
+// Run starts cmd once per host namespace of st — rank i in st.Hosts[i] —
+// with the bootstrap environment of coll.FromEnv added to the calling
+// process's: NDMA_RANK, NDMA_SIZE (len(st.Hosts)), NDMA_SWITCH
+// (st.SwitchAddr), NDMA_TOKEN (st.Token) and NDMA_JOB, a job name fresh
+// for each Run ("<prefix>-<random>"), so that a run never meets the
+// remains of an earlier one at the switch. Each rank's stdout and stderr
+// go to out line by line, each line prefixed "[rank i] "; writes to out
+// are serialised. Run waits for every rank and returns nil if all exit
+// with status 0, else a *RunError naming the failed ranks. When ctx ends,
+// every rank's process group gets SIGTERM, and SIGKILL runWaitDelay later;
+// the error then wraps ctx.Err().
+func Run(ctx context.Context, st *State, cmd []string, out io.Writer) error {
+	if len(cmd) == 0 {
+		return errors.New("testbed: run: no command")
+	}
+	if st == nil || len(st.Hosts) == 0 {
+		return errors.New("testbed: run: the testbed has no hosts")
+	}
+	if out == nil {
+		out = io.Discard
+	}
+	job := st.Prefix + "-" + randomHex(4)
+	size := len(st.Hosts)
+	var mu sync.Mutex // serialises writes to out
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for i, h := range st.Hosts {
+		w := &prefixWriter{mu: &mu, out: out, prefix: []byte("[rank " + strconv.Itoa(i) + "] ")}
+		c := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.NS}, cmd...)...)
+		c.Env = append(os.Environ(),
+			"NDMA_RANK="+strconv.Itoa(i),
+			"NDMA_SIZE="+strconv.Itoa(size),
+			"NDMA_SWITCH="+st.SwitchAddr,
+			"NDMA_JOB="+job,
+			"NDMA_TOKEN="+st.Token,
+		)
+		c.Stdout, c.Stderr = w, w
+		// A process group per rank, so that cancelling reaches what
+		// the rank started too.
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		c.Cancel = func() error { return syscall.Kill(-c.Process.Pid, syscall.SIGTERM) }
+		c.WaitDelay = runWaitDelay
+		if err := c.Start(); err != nil {
+			errs[i] = err
+			continue
+		}
+		wg.Go(func() {
+			err := c.Wait()
+			if ctx.Err() != nil {
+				// Whatever of the group outlived SIGTERM.
+				_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+			}
+			w.flush()
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	var re RunError
+	for i, err := range errs {
+		if err != nil {
+			re.Ranks = append(re.Ranks, RankError{Rank: i, Err: err})
+		}
+	}
+	switch {
+	case ctx.Err() != nil:
+		if len(re.Ranks) > 0 {
+			return fmt.Errorf("%w: %w", ctx.Err(), &re)
+		}
+		return ctx.Err()
+	case len(re.Ranks) > 0:
+		return &re
+	}
+	return nil
+}
+
+// prefixWriter writes whole lines to out, each prefixed, holding *mu for
+// each write so that ranks' lines never mix. It is used by one goroutine
+// (os/exec's copier) at a time.
+type prefixWriter struct {
+	mu      *sync.Mutex
+	out     io.Writer
+	prefix  []byte
+	partial []byte // the current line, not yet ended
+	line    []byte // scratch
+}
+
+func (w *prefixWriter) Write(b []byte) (int, error) {
+	n := len(b)
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			w.partial = append(w.partial, b...)
+			// A line without an end for too long is written as it is.
+			if len(w.partial) >= 64<<10 {
+				w.emit(nil)
+			}
+			break
+		}
+		w.emit(b[:i+1])
+		b = b[i+1:]
+	}
+	return n, nil
+}
+
+// flush writes the last line if it has no line ending.
+func (w *prefixWriter) flush() {
+	if len(w.partial) > 0 {
+		w.emit([]byte{'\n'})
+	}
+}
+
+// emit writes prefix, the partial line and rest as one write. Errors of
+// out are dropped: a rank's output must not stop the rank.
+func (w *prefixWriter) emit(rest []byte) {
+	w.line = append(append(append(w.line[:0], w.prefix...), w.partial...), rest...)
+	if rest == nil {
+		w.line = append(w.line, '\n')
+	}
+	w.partial = w.partial[:0]
+	w.mu.Lock()
+	_, _ = w.out.Write(w.line)
+	w.mu.Unlock()
+}

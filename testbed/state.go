@@ -1,0 +1,232 @@
+package testbed
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Errors that say why a testbed cannot be built, used, or found; the
+// errors returned wrap them (use errors.Is).
+var (
+	// ErrUnsupported: the operating system has no network namespaces.
+	ErrUnsupported = errors.New("the testbed needs Linux (network namespaces)")
+	// ErrNotRoot: creating namespaces, links and qdiscs needs root.
+	ErrNotRoot = errors.New("the testbed needs root")
+	// ErrNoIproute2: ip or tc is not installed.
+	ErrNoIproute2 = errors.New("the testbed needs iproute2 (ip and tc)")
+	// ErrNoNetns: network namespaces cannot be created here (a container
+	// without CAP_SYS_ADMIN, a kernel without CONFIG_NET_NS, …).
+	ErrNoNetns = errors.New("network namespaces are unavailable")
+	// ErrInUse: a testbed with this prefix exists already.
+	ErrInUse = errors.New("testbed prefix in use")
+	// ErrNotFound: no testbed with this prefix exists.
+	ErrNotFound = errors.New("no testbed with this prefix")
+)
+
+// State describes a running testbed. Up returns it and writes it, as JSON,
+// to the state file; Status reads it back.
+type State struct {
+	Prefix  string    `json:"prefix"`
+	Dir     string    `json:"dir"` // the state directory: state file, logs, token
+	Created time.Time `json:"created"`
+
+	Subnet      string        `json:"subnet"`
+	Rate        string        `json:"rate"`      // each link, each direction, in tc's syntax
+	RateBits    uint64        `json:"rate_bits"` // Rate in bits per second
+	Burst       int           `json:"burst"`     // token bucket, in bytes
+	Latency     time.Duration `json:"latency"`   // tbf queue bound, in nanoseconds
+	MTU         int           `json:"mtu"`       // every interface, in bytes
+	DatagramMTU int           `json:"datagram_mtu"`
+
+	// Switch is the switch namespace; its Addr is the bridge's address.
+	Switch Node `json:"switch"`
+	// Hosts are the host namespaces, in rank order.
+	Hosts []Node `json:"hosts"`
+	// MemNodes are the memory-node namespaces.
+	MemNodes []Node `json:"memnodes,omitempty"`
+
+	// SwitchAddr is where `ndma switch` listens ("10.77.0.1:7471"), the
+	// NDMA_SWITCH of every rank.
+	SwitchAddr string `json:"switch_addr"`
+	// Token is the fabric token the switch was started with, the
+	// NDMA_TOKEN of every rank.
+	Token string `json:"token"`
+
+	// Daemons are the processes Up started.
+	Daemons []Daemon `json:"daemons"`
+
+	// Stray lists namespaces named with the prefix that the state does
+	// not list (left by a crash); Status fills it in, and Down removes
+	// them.
+	Stray []string `json:"stray,omitempty"`
+}
+
+// Node is one namespace of the testbed.
+type Node struct {
+	Name string     `json:"name"` // "sw", "h0", "m0"
+	NS   string     `json:"ns"`   // the namespace, "<prefix>-h0"
+	Addr netip.Addr `json:"addr"` // its address on the subnet
+	// Iface is the interface that holds Addr: the bridge "br0" in the
+	// switch namespace, "eth0" elsewhere.
+	Iface string `json:"iface"`
+	// Port is the switch-side end of the node's veth pair, a port of the
+	// bridge named like the node ("h0"); empty for the switch.
+	Port string `json:"port,omitempty"`
+	// Service is the address of the daemon in the namespace, if any:
+	// `ndma switch` in the switch namespace, `ndma memd` in a memory node.
+	Service string `json:"service,omitempty"`
+	// Key is a memory node's region key in hex ("0x…"), for clients'
+	// --key.
+	Key string `json:"key,omitempty"`
+	// Present is whether the namespace exists; Status fills it in.
+	Present bool `json:"present"`
+}
+
+// Daemon is a process Up started.
+type Daemon struct {
+	Role string   `json:"role"` // "switch" or "memd"
+	NS   string   `json:"ns"`
+	PID  int      `json:"pid"`
+	Args []string `json:"args"`
+	Log  string   `json:"log"` // file receiving its stdout and stderr
+	// Start is the process's start time in clock ticks after boot
+	// (/proc/PID/stat), so that a reused pid is never mistaken for it.
+	Start uint64 `json:"start"`
+	// Alive is whether the process is running; Up and Status fill it in.
+	Alive bool `json:"alive"`
+}
+
+// Namespaces lists the state's namespaces: the switch, the hosts, the
+// memory nodes.
+func (s *State) Namespaces() []string {
+	ns := []string{s.Switch.NS}
+	for _, n := range s.Hosts {
+		ns = append(ns, n.NS)
+	}
+	for _, n := range s.MemNodes {
+		ns = append(ns, n.NS)
+	}
+	return ns
+}
+
+// stateFileName is the state file's name inside the state directory.
+const stateFileName = "state.json"
+
+// stateDir is the state directory of prefix under root.
+func stateDir(root, prefix string) string { return filepath.Join(root, prefix) }
+
+// save writes the state file atomically, readable by root only (it holds
+// the token).
+func (s *State) save() error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(s.Dir, stateFileName+".tmp")
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(s.Dir, stateFileName))
+}
+
+// loadState reads the state file of prefix under root. A missing file is
+// reported wrapping os.ErrNotExist.
+func loadState(root, prefix string) (*State, error) {
+	path := filepath.Join(stateDir(root, prefix), stateFileName)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var s State
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if s.Prefix != prefix {
+		return nil, fmt.Errorf("%s: state of prefix %q, not %q", path, s.Prefix, prefix)
+	}
+	return &s, nil
+}
+
+// Namespace names: "<prefix>-sw", "<prefix>-h<i>", "<prefix>-m<j>", and
+// "<prefix>-probe<pid>" for Check's probe.
+func nsName(prefix, node string) string { return prefix + "-" + node }
+
+// ownedNS reports whether the namespace name belongs to a testbed with
+// this prefix: exactly one of the patterns nsName makes.
+func ownedNS(prefix, name string) bool {
+	rest, ok := strings.CutPrefix(name, prefix+"-")
+	if !ok {
+		return false
+	}
+	if rest == "sw" {
+		return true
+	}
+	for _, kind := range []string{"h", "m", "probe"} {
+		if num, ok := strings.CutPrefix(rest, kind); ok && num != "" && strings.Trim(num, "0123456789") == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// nodeAddr is the address of the n-th address of the subnet (n ≥ 1).
+func nodeAddr(subnet netip.Prefix, n int) netip.Addr {
+	a := subnet.Addr().As4()
+	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+	v += uint32(n)
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// RankError is one rank's failure in Run.
+type RankError struct {
+	Rank int
+	Err  error
+}
+
+func (e RankError) Error() string { return fmt.Sprintf("rank %d: %v", e.Rank, e.Err) }
+
+// RunError is the error Run returns when ranks fail: each failed rank, in
+// rank order.
+type RunError struct {
+	Ranks []RankError
+}
+
+func (e *RunError) Error() string {
+	var b strings.Builder
+	if len(e.Ranks) == 1 {
+		fmt.Fprintf(&b, "testbed: rank %d failed: %v", e.Ranks[0].Rank, e.Ranks[0].Err)
+		return b.String()
+	}
+	b.WriteString("testbed: ranks ")
+	for i, r := range e.Ranks {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Itoa(r.Rank))
+	}
+	b.WriteString(" failed")
+	for i, r := range e.Ranks {
+		sep := ": "
+		if i > 0 {
+			sep = "; "
+		}
+		fmt.Fprintf(&b, "%s%v", sep, r)
+	}
+	return b.String()
+}
+
+// Unwrap returns each rank's error.
+func (e *RunError) Unwrap() []error {
+	errs := make([]error, len(e.Ranks))
+	for i, r := range e.Ranks {
+		errs[i] = r.Err
+	}
+	return errs
+}

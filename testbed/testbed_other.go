@@ -1,0 +1,34 @@
+//go:build !linux
+
+package testbed
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+)
+
+// errOS is what every operation returns outside Linux.
+var errOS = fmt.Errorf("testbed: %w; this is %s", ErrUnsupported, runtime.GOOS)
+
+// Check reports that a testbed needs Linux (ErrUnsupported).
+func Check(ctx context.Context, prefix string) error { return errOS }
+
+// Up reports that a testbed needs Linux (ErrUnsupported).
+func Up(ctx context.Context, cfg Config) (*State, error) { return nil, errOS }
+
+// Down reports that a testbed needs Linux (ErrUnsupported).
+func Down(ctx context.Context, prefix string) error { return errOS }
+
+// DownAt reports that a testbed needs Linux (ErrUnsupported).
+func DownAt(ctx context.Context, root, prefix string) error { return errOS }
+
+// Status reports that a testbed needs Linux (ErrUnsupported).
+func Status(prefix string) (*State, error) { return nil, errOS }
+
+// StatusAt reports that a testbed needs Linux (ErrUnsupported).
+func StatusAt(root, prefix string) (*State, error) { return nil, errOS }
+
+// Run reports that a testbed needs Linux (ErrUnsupported).
+func Run(ctx context.Context, st *State, cmd []string, out io.Writer) error { return errOS }
