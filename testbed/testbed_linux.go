@@ -40,7 +40,8 @@ const (
 
 // Check reports whether a testbed can be built here, and if not, why: an
 // error wrapping ErrNotRoot, ErrNoIproute2 or ErrNoNetns with the detail.
-// It creates and removes a probe namespace, "<prefix>-probe<pid>".
+// It creates and removes a probe namespace, "<prefix>-probe<pid>", and
+// tries a veth pair, a bridge and a tbf qdisc inside it.
 func Check(ctx context.Context, prefix string) error {
 	if err := ValidatePrefix(prefix); err != nil {
 		return fmt.Errorf("testbed: prefix: %w", err)
@@ -52,7 +53,21 @@ func Check(ctx context.Context, prefix string) error {
 	if _, err := command(ctx, "", "ip", "netns", "add", probe); err != nil {
 		return fmt.Errorf("testbed: %w: %w", ErrNoNetns, err)
 	}
-	_, useErr := command(ctx, "", "ip", "-n", probe, "link", "set", "lo", "up")
+	// Everything a testbed needs, tried inside the probe: a veth pair, a
+	// bridge and a tbf qdisc (a kernel without those modules fails here,
+	// with the reason, instead of halfway through Up).
+	var useErr error
+	for _, args := range [][]string{
+		{"ip", "-n", probe, "link", "set", "lo", "up"},
+		{"ip", "-n", probe, "link", "add", "pa", "type", "veth", "peer", "name", "pb"},
+		{"ip", "-n", probe, "link", "add", "pbr", "type", "bridge"},
+		{"tc", "-n", probe, "qdisc", "add", "dev", "pa", "root", "tbf", "rate", "100mbit", "burst", "32kb", "latency", "20ms"},
+		{"ip", "netns", "exec", probe, "true"},
+	} {
+		if _, useErr = command(ctx, "", args[0], args[1:]...); useErr != nil {
+			break
+		}
+	}
 	if _, err := command(ctx, "", "ip", "netns", "del", probe); err != nil {
 		return fmt.Errorf("testbed: %w: %w", ErrNoNetns, err)
 	}
