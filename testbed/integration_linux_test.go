@@ -1,0 +1,346 @@
+package testbed
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/coll"
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/transport"
+)
+
+// rankMainEnv, set to "1", makes TestIntegrationRank the rank program of
+// TestIntegration; without it TestIntegrationRank returns at once.
+const rankMainEnv = "NDMA_TESTBED_RANK_MAIN"
+
+// The integration testbed and what each rank runs on it. Sizes keep the
+// whole test a few seconds at 100 Mbit/s, under -race too.
+const (
+	integrationHosts = 4
+	integrationRate  = "100mbit"
+	integrationMTU   = 9000 // every interface, in bytes
+
+	// rankDeadline bounds a rank's whole program.
+	rankDeadline = 60 * time.Second
+
+	bcastBytes     = 1 << 20   // per Bcast
+	allreduceElems = 256 << 10 // int64s per Allreduce
+
+	stormServers  = 2   // ranks 0 and 1 serve the anycast service
+	stormRequests = 500 // per client rank (2 and 3)
+	stormWindow   = 16  // a client's requests in flight at most
+)
+
+// TestIntegration runs real rank processes — this test binary, re-executed
+// as TestIntegrationRank — on a 4-host testbed at 100 Mbit/s with MTU 9000:
+// in-network and host-based Bcast and Allreduce, and an anycast request
+// storm through `ndma switch`, each rank verifying every byte it gets; then
+// it takes the testbed down and checks that nothing is left.
+func TestIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds a testbed of network namespaces and runs rank processes on it")
+	}
+	st := upTestbed(t, Config{Hosts: integrationHosts, Rate: integrationRate, MTU: integrationMTU})
+	root := filepath.Dir(st.Dir)
+	if want := integrationMTU - udpIPHeaders; st.DatagramMTU != want {
+		t.Fatalf("testbed datagram MTU %d, the ranks assume %d", st.DatagramMTU, want)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(rankMainEnv, "1")
+	cmd := []string{exe, "-test.run=^TestIntegrationRank$", "-test.count=1",
+		"-test.timeout=" + (rankDeadline + 20*time.Second).String()}
+
+	// Longer than a rank's own deadline, so that a stuck rank reports
+	// itself before Run kills it.
+	ctx, cancel := context.WithTimeout(t.Context(), rankDeadline+15*time.Second)
+	defer cancel()
+	var out lockedBuilder
+	start := time.Now()
+	err = Run(ctx, st, cmd, &out)
+	t.Logf("ranks ran %v:\n%s", time.Since(start).Round(time.Millisecond), out.String())
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+
+	// Every rank's summary, and the storm's accounting: what the servers
+	// say they served is what the clients got back from each.
+	var served, got [stormServers]int
+	for _, line := range strings.Split(out.String(), "\n") {
+		var r, n, from0, from1 int
+		if _, err := fmt.Sscanf(line, "[rank %d] anycast served %d", &r, &n); err == nil && r < stormServers {
+			served[r] = n
+		}
+		if _, err := fmt.Sscanf(line, "[rank %d] anycast replies %d: %d from rank 0, %d from rank 1", &r, &n, &from0, &from1); err == nil {
+			got[0] += from0
+			got[1] += from1
+		}
+	}
+	for r := range integrationHosts {
+		if want := fmt.Sprintf("[rank %d] integration ok: rank %d of %d, ", r, r, integrationHosts); !strings.Contains(out.String(), want) {
+			t.Errorf("no summary %q from rank %d", want, r)
+		}
+	}
+	clients := integrationHosts - stormServers
+	if served != got || served[0]+served[1] != clients*stormRequests || served[0] == 0 || served[1] == 0 {
+		t.Errorf("anycast: servers served %v, clients got replies from them %v; want %d in all, from both",
+			served, got, clients*stormRequests)
+	}
+
+	// Torn down: no namespace, daemon or state left.
+	dctx, dcancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer dcancel()
+	if err := DownAt(dctx, root, st.Prefix); err != nil {
+		t.Fatal(err)
+	}
+	checkGone(t, st, root)
+}
+
+// TestIntegrationRank is the rank program of TestIntegration, run in each
+// host namespace with the bootstrap environment of Run; it returns at once
+// unless rankMainEnv is set. It prints one summary line and fails on any
+// mismatch.
+func TestIntegrationRank(t *testing.T) {
+	if os.Getenv(rankMainEnv) != "1" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), rankDeadline)
+	defer cancel()
+	if err := integrationRank(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// integrationRank runs one rank: it joins the job at the switch, runs the
+// collectives and the anycast storm, and prints its summary.
+func integrationRank(ctx context.Context) (err error) {
+	launch, err := coll.ParseEnv(os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	fopts := endpoint.FabricOptions{Token: []byte(launch.Token)}
+	// The largest datagram one 9000-byte frame carries, as the testbed
+	// gives its daemons.
+	ep, err := endpoint.Listen(":0", endpoint.Config{Transport: transport.Config{MTU: integrationMTU - udpIPHeaders}}, endpoint.Options{})
+	if err != nil {
+		return err
+	}
+	defer ep.Close()
+	c, err := coll.FromEnv(ctx, ep)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := c.Close(ctx); err == nil {
+			err = cerr
+		}
+	}()
+	if c.Size() != integrationHosts || !c.InNetwork() {
+		return fmt.Errorf("communicator: rank %d of %d, in-network %v; want %d ranks with the switch", c.Rank(), c.Size(), c.InNetwork(), integrationHosts)
+	}
+
+	var summary []string
+	for _, algo := range []coll.Algo{coll.AlgoInNet, coll.AlgoBinomial} {
+		d, err := checkBcast(ctx, c, algo)
+		if err != nil {
+			return err
+		}
+		summary = append(summary, fmt.Sprintf("bcast %s %v", algo, d.Round(time.Millisecond)))
+	}
+	for _, algo := range []coll.Algo{coll.AlgoInNet, coll.AlgoRing} {
+		d, err := checkAllreduce(ctx, c, algo)
+		if err != nil {
+			return err
+		}
+		summary = append(summary, fmt.Sprintf("allreduce %s %v", algo, d.Round(time.Millisecond)))
+	}
+	s, err := anycastStorm(ctx, c, ep, launch, fopts)
+	if err != nil {
+		return err
+	}
+	summary = append(summary, s)
+	fmt.Printf("integration ok: rank %d of %d, %s\n", c.Rank(), c.Size(), strings.Join(summary, ", "))
+	return nil
+}
+
+// bcastPattern is byte i of the Bcast with algo.
+func bcastPattern(algo coll.Algo, i int) byte { return byte(i*131 + i>>8 + len(algo)) }
+
+// checkBcast broadcasts bcastBytes from rank 0 with algo and verifies
+// them on every rank.
+func checkBcast(ctx context.Context, c *coll.Communicator, algo coll.Algo) (time.Duration, error) {
+	buf := make([]byte, bcastBytes)
+	for i := range buf {
+		if c.Rank() == 0 {
+			buf[i] = bcastPattern(algo, i)
+		} else {
+			buf[i] = ^bcastPattern(algo, i)
+		}
+	}
+	start := time.Now()
+	if err := c.Bcast(ctx, buf, 0, coll.WithAlgo(algo)); err != nil {
+		return 0, fmt.Errorf("bcast %s: %w", algo, err)
+	}
+	d := time.Since(start)
+	for i, b := range buf {
+		if want := bcastPattern(algo, i); b != want {
+			return 0, fmt.Errorf("bcast %s: byte %d is %#x, want %#x", algo, i, b, want)
+		}
+	}
+	return d, nil
+}
+
+// allreduceValue is element i of rank r's contribution: large enough to
+// need 64 bits, negative for some ranks.
+func allreduceValue(r, i int) int64 { return int64(r+1)*int64(i)<<24 - int64(r)<<40 + int64(i%7) }
+
+// checkAllreduce sums allreduceElems int64s over all ranks with algo and
+// verifies every sum.
+func checkAllreduce(ctx context.Context, c *coll.Communicator, algo coll.Algo) (time.Duration, error) {
+	send := make([]int64, allreduceElems)
+	recv := make([]int64, allreduceElems)
+	for i := range send {
+		send[i] = allreduceValue(c.Rank(), i)
+		recv[i] = -1
+	}
+	start := time.Now()
+	if err := coll.Allreduce(ctx, c, send, recv, coll.Sum, coll.WithAlgo(algo)); err != nil {
+		return 0, fmt.Errorf("allreduce %s: %w", algo, err)
+	}
+	d := time.Since(start)
+	for i, v := range recv {
+		var want int64
+		for r := range c.Size() {
+			want += allreduceValue(r, i)
+		}
+		if v != want {
+			return 0, fmt.Errorf("allreduce %s: element %d is %d, want %d", algo, i, v, want)
+		}
+	}
+	return d, nil
+}
+
+// stormRequest is request i of client rank r: 32 to 1280 bytes.
+func stormRequest(r, i int) []byte {
+	req := make([]byte, 32+i%97*13)
+	for j := range req {
+		req[j] = byte(r*31 + i*7 + j)
+	}
+	return req
+}
+
+// stormReply is what server rank s answers to req: req reversed and
+// complemented, then s.
+func stormReply(s int, req []byte) []byte {
+	reply := make([]byte, len(req)+1)
+	for j, b := range req {
+		reply[len(req)-1-j] = ^b
+	}
+	reply[len(req)] = byte(s)
+	return reply
+}
+
+// anycastStorm registers ranks below stormServers as members of a
+// round-robin service and has the other ranks send it stormRequests
+// requests each, stormWindow at a time, verifying every reply. It returns
+// the rank's part of the summary; servers print how many they served,
+// clients how many replies came from each server.
+func anycastStorm(ctx context.Context, c *coll.Communicator, ep *endpoint.Endpoint, launch coll.Launch, fopts endpoint.FabricOptions) (string, error) {
+	name := "storm-" + launch.Job
+	rank := c.Rank()
+	var served atomic.Int64
+	if rank < stormServers {
+		h := func(_ uint64, req []byte) ([]byte, error) {
+			served.Add(1)
+			return stormReply(rank, req), nil
+		}
+		sc := endpoint.ServiceConfig{Name: name, Size: stormServers, Policy: fabric.PolicyRoundRobin}
+		if _, err := ep.RegisterService(ctx, launch.Switch, sc, rank, h, fopts); err != nil {
+			return "", fmt.Errorf("anycast: %w", err)
+		}
+	}
+	// Every server is registered before any client sends.
+	if err := c.Barrier(ctx); err != nil {
+		return "", fmt.Errorf("anycast: barrier after registration: %w", err)
+	}
+	start := time.Now()
+	var from [stormServers]int
+	if rank >= stormServers {
+		var err error
+		if from, err = stormClient(ctx, ep, launch.Switch, name, rank, fopts); err != nil {
+			return "", err
+		}
+	}
+	d := time.Since(start)
+	// Servers stay up until every client is done.
+	if err := c.Barrier(ctx); err != nil {
+		return "", fmt.Errorf("anycast: final barrier: %w", err)
+	}
+	if rank < stormServers {
+		fmt.Printf("anycast served %d\n", served.Load())
+		return fmt.Sprintf("anycast served %d", served.Load()), nil
+	}
+	fmt.Printf("anycast replies %d: %d from rank 0, %d from rank 1\n", from[0]+from[1], from[0], from[1])
+	return fmt.Sprintf("anycast %d requests %v", stormRequests, d.Round(time.Millisecond)), nil
+}
+
+// stormClient sends stormRequests requests to the service, at most
+// stormWindow in flight, verifies each reply, and counts the replies from
+// each server.
+func stormClient(ctx context.Context, ep *endpoint.Endpoint, sw, name string, rank int, fopts endpoint.FabricOptions) (from [stormServers]int, err error) {
+	notify := make(chan *endpoint.Op, stormWindow) // room for every op in flight
+	pending := make(map[*endpoint.Op]int, stormWindow)
+	defer func() {
+		// On failure, abandon what is still in flight.
+		for op := range pending {
+			ep.Cancel(op)
+		}
+		for range pending {
+			<-notify
+		}
+	}()
+	next := 0
+	for done := 0; done < stormRequests; done++ {
+		for next < stormRequests && len(pending) < stormWindow {
+			op, err := ep.StartAnycast(ctx, sw, name, uint64(next), stormRequest(rank, next), fopts, notify)
+			if err != nil {
+				return from, fmt.Errorf("anycast: request %d: %w", next, err)
+			}
+			pending[op] = next
+			next++
+		}
+		var op *endpoint.Op
+		select {
+		case op = <-notify:
+		case <-ctx.Done():
+			return from, fmt.Errorf("anycast: %d of %d replies: %w", done, stormRequests, ctx.Err())
+		}
+		i := pending[op]
+		delete(pending, op)
+		if op.Err != nil {
+			return from, fmt.Errorf("anycast: request %d: %w", i, op.Err)
+		}
+		req := stormRequest(rank, i)
+		if len(op.Resp) != len(req)+1 {
+			return from, fmt.Errorf("anycast: request %d: reply of %d bytes, want %d", i, len(op.Resp), len(req)+1)
+		}
+		s := int(op.Resp[len(req)])
+		if s >= stormServers {
+			return from, fmt.Errorf("anycast: request %d: reply names server %d", i, s)
+		}
+		if want := stormReply(s, req); string(op.Resp) != string(want) {
+			return from, fmt.Errorf("anycast: request %d: reply does not match the request", i)
+		}
+		from[s]++
+	}
+	return from, nil
+}
