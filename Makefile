@@ -30,3 +30,4 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./wire
 	$(GO) test -run '^$$' -fuzz FuzzAck -fuzztime 30s ./wire
 	$(GO) test -run '^$$' -fuzz FuzzExec -fuzztime 30s ./memnode
+	$(GO) test -run '^$$' -fuzz FuzzCtrl -fuzztime 30s ./fabric
