@@ -247,22 +247,27 @@ func (c *Core) onMulticast(d *transport.Delivery) {
 
 // onEvent handles a switch notification.
 func (c *Core) onEvent(h *wire.Header) {
-	switch h.Status {
-	case wire.StatusMemberDead:
-		me := &MemberError{Group: h.Group, Member: uint16(h.Operand1), Left: h.Operand2 == 1}
-		c.memberDead(me)
-	default:
-		// A refusal of one aggregation (Operand2 = its id).
+	if h.Flags&wire.FlagResp != 0 {
+		// The refusal of one aggregation (Operand2 = its id); a dead
+		// member is named in Operand1.
 		if op := c.gops[gopKey{h.Group, KindAggregate, 0, h.Operand2}]; op != nil {
-			op.fail(h.Status)
+			var err error = h.Status
+			if h.Status == wire.StatusMemberDead {
+				err = &MemberError{Group: h.Group, Member: uint16(h.Operand1)}
+			}
+			op.fail(err)
 			c.finish(op)
 		}
+		return
+	}
+	if h.Status == wire.StatusMemberDead {
+		c.memberDead(&MemberError{Group: h.Group, Member: uint16(h.Operand1), Left: h.Operand2 == 1})
 	}
 }
 
-// memberDead fails the group ops that need the member: receives from it,
-// aggregations (which cannot complete without it) and multicasts that did
-// not ask to continue.
+// memberDead fails the group ops that need the member: receives from it
+// and, when it crashed (rather than left), aggregations and multicasts
+// that did not ask to continue.
 func (c *Core) memberDead(me *MemberError) {
 	c.deadMembers[gopKey{group: me.Group, member: me.Member}] = me
 	for _, op := range c.gops {
@@ -274,8 +279,13 @@ func (c *Core) memberDead(me *MemberError) {
 			if op.From != me.Member {
 				continue
 			}
-		case KindMulticast:
-			if op.Continue {
+		case KindMulticast, KindAggregate:
+			// A member that left did so after finishing its own part: the
+			// switch no longer waits for it, so a multicast completes with
+			// the others, and an aggregation it contributed to completes
+			// too (one it did not is refused by the switch or times out).
+			// Only a crash fails them, unless the caller asked to continue.
+			if me.Left || (op.Kind == KindMulticast && op.Continue) {
 				continue
 			}
 		}

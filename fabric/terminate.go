@@ -147,7 +147,9 @@ func (s *Switch) onCompletion(c *transport.Completion) {
 // reliable unicast stream in group g.
 func (s *Switch) event(to transport.PeerID, g uint32, st wire.Status, operand uint64, msgID uint64) {
 	to.Mode = wire.ModeUnicast
-	h := wire.Header{Op: wire.OpEvent, Status: st, Operand1: operand, Operand2: msgID}
+	// FlagResp marks the refusal of one operation (Operand2 = its id), as
+	// opposed to a group notice such as a member's death.
+	h := wire.Header{Op: wire.OpEvent, Flags: wire.FlagResp, Status: st, Operand1: operand, Operand2: msgID}
 	_, _ = s.eng.Send(to, &h, nil, 0)
 }
 
