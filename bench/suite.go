@@ -1,0 +1,357 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ndma/ndma/coll"
+	"github.com/ndma/ndma/testbed"
+)
+
+// DefaultSuiteOps are the collectives a suite measures when
+// SuiteConfig.Ops is empty.
+var DefaultSuiteOps = []coll.Operation{coll.OpBcast, coll.OpReduce, coll.OpAllreduce, coll.OpAllgather, coll.OpBarrier}
+
+// clockTicks is USER_HZ, the unit of the CPU times in /proc/<pid>/stat:
+// 100 on every Linux architecture Go supports.
+const clockTicks = 100
+
+// suiteDownTimeout bounds tearing the testbed down after the run, which
+// happens even when the run's context has ended.
+const suiteDownTimeout = 60 * time.Second
+
+// SuiteConfig configures a benchmark suite (ndma bench suite): on a
+// testbed it builds, one `ndma bench coll --json` job per operation,
+// algorithm and size, its CPU time measured.
+type SuiteConfig struct {
+	// Testbed is the testbed to build. Its Binary (empty: the running
+	// executable) also runs the ranks, as `Binary bench coll`.
+	Testbed testbed.Config
+	// Ops are the collectives to measure, each with every algorithm of
+	// coll.Algorithms. Empty means DefaultSuiteOps.
+	Ops []coll.Operation
+	// Sizes are the message sizes per rank, in bytes; Barrier has none
+	// and runs once per algorithm. Empty means 8 B to 16 MiB, powers of
+	// two.
+	Sizes []int
+	// Iters is the measured iterations per size; zero picks by size, as
+	// CollConfig does.
+	Iters int
+	// Keep leaves the testbed up after the run instead of taking it down.
+	Keep bool
+	// Progress, if not nil, is called before each job with the number of
+	// jobs done and the total.
+	Progress func(done, total int)
+	// Row, if not nil, is called with each row as soon as it is measured.
+	Row func(SuiteRow)
+}
+
+// SuiteRow is one row of a suite: bench coll's row for one operation,
+// algorithm and size, with the job's CPU time and the link bound.
+//
+// CPU times are those of the whole `ndma bench coll` job that measured the
+// row (one job per row): the user+system time of every rank process,
+// summed, and that of the switch daemon over the job's lifetime. They
+// include each rank's process start, joining the communicator, the
+// warm-up calls and the barrier before each call, so CPUPerCallUS (CPU
+// over Warmup+Iters calls) is an upper bound on one call's CPU, tightest
+// where a call does much work. Resolution is one clock tick (10 ms) per
+// process.
+type SuiteRow struct {
+	CollResult
+	Warmup   int    `json:"warmup"`    // unmeasured calls before Iters
+	RateBits uint64 `json:"rate_bits"` // link rate, bits per second
+	// BoundUS is the time to push Size bytes through one link, Size*8 over
+	// the rate: the S/B bound, in microseconds.
+	BoundUS      float64 `json:"bound_us"`
+	CPURanksS    float64 `json:"cpu_ranks_s"`     // CPU of all rank processes, seconds
+	CPUSwitchS   float64 `json:"cpu_switch_s"`    // CPU of the switch daemon, seconds
+	CPUS         float64 `json:"cpu_s"`           // CPURanksS + CPUSwitchS
+	CPUPerCallUS float64 `json:"cpu_per_call_us"` // CPUS over Warmup+Iters calls, microseconds
+}
+
+// suiteJob is one `bench coll` invocation.
+type suiteJob struct {
+	op   coll.Operation
+	algo coll.Algo
+	size int
+}
+
+func (c *SuiteConfig) plan() ([]suiteJob, error) {
+	ops := c.Ops
+	if len(ops) == 0 {
+		ops = DefaultSuiteOps
+	}
+	sizes := c.Sizes
+	if len(sizes) == 0 {
+		sizes = PowersOfTwo(8, 16<<20)
+	}
+	for _, s := range sizes {
+		if s <= 0 {
+			return nil, fmt.Errorf("bench: suite: size %d bytes: must be positive", s)
+		}
+	}
+	if c.Iters < 0 {
+		return nil, fmt.Errorf("bench: suite: %d iterations: must not be negative", c.Iters)
+	}
+	var jobs []suiteJob
+	for _, op := range ops {
+		algos, ok := coll.Algorithms[op]
+		if !ok {
+			return nil, fmt.Errorf("bench: suite: unknown collective %q", op)
+		}
+		for _, a := range algos {
+			if op == coll.OpBarrier {
+				jobs = append(jobs, suiteJob{op, a, 0})
+				continue
+			}
+			for _, s := range sizes {
+				jobs = append(jobs, suiteJob{op, a, s})
+			}
+		}
+	}
+	return jobs, nil
+}
+
+// RunSuite builds the testbed, runs every job of cfg on it and returns the
+// rows in order. It refuses (testbed.ErrInUse) when the prefix is in use.
+// Unless cfg.Keep, it takes the testbed down before returning, also when a
+// job fails or ctx ends. On error the rows measured so far are returned
+// with it.
+func RunSuite(ctx context.Context, cfg SuiteConfig) (rows []SuiteRow, err error) {
+	jobs, err := cfg.plan()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Testbed.StateDir == "" {
+		cfg.Testbed.StateDir = testbed.DefaultStateDir()
+	}
+	st, err := testbed.Up(ctx, cfg.Testbed)
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.Keep {
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), suiteDownTimeout)
+			defer cancel()
+			if derr := testbed.DownAt(dctx, cfg.Testbed.StateDir, st.Prefix); derr != nil {
+				err = errors.Join(err, fmt.Errorf("taking the testbed down: %w", derr))
+			}
+		}()
+	}
+	bin := cfg.Testbed.Binary
+	if bin == "" {
+		if bin, err = os.Executable(); err != nil {
+			return nil, err
+		}
+	}
+	swPID := 0
+	for _, d := range st.Daemons {
+		if d.Role == "switch" {
+			swPID = d.PID
+		}
+	}
+	if swPID == 0 {
+		return nil, errors.New("bench: suite: the testbed has no switch daemon")
+	}
+	for i, j := range jobs {
+		if cfg.Progress != nil {
+			cfg.Progress(i, len(jobs))
+		}
+		row, err := runSuiteJob(ctx, st, bin, swPID, j, cfg.Iters)
+		if err != nil {
+			return rows, err
+		}
+		rows = append(rows, row)
+		if cfg.Row != nil {
+			cfg.Row(row)
+		}
+	}
+	if cfg.Progress != nil {
+		cfg.Progress(len(jobs), len(jobs))
+	}
+	return rows, nil
+}
+
+// runSuiteJob runs one bench coll job on st and measures its CPU.
+func runSuiteJob(ctx context.Context, st *testbed.State, bin string, swPID int, j suiteJob, iters int) (SuiteRow, error) {
+	args := []string{bin, "bench", "coll", "--json", "--op", string(j.op), "--algo", string(j.algo),
+		"--mtu", strconv.Itoa(st.DatagramMTU)}
+	if j.size > 0 {
+		args = append(args, "--sizes", strconv.Itoa(j.size))
+	}
+	if iters > 0 {
+		args = append(args, "--iters", strconv.Itoa(iters))
+	}
+	what := fmt.Sprintf("%s/%s size %d", j.op, j.algo, j.size)
+	_, ch0, err := procCPU("self")
+	if err != nil {
+		return SuiteRow{}, err
+	}
+	sw0, _, err := procCPU(strconv.Itoa(swPID))
+	if err != nil {
+		return SuiteRow{}, fmt.Errorf("bench: suite: the switch daemon: %w", err)
+	}
+	var out bytes.Buffer
+	runErr := testbed.Run(ctx, st, args, &out)
+	_, ch1, err := procCPU("self")
+	if err != nil {
+		return SuiteRow{}, err
+	}
+	sw1, _, err := procCPU(strconv.Itoa(swPID))
+	if err != nil {
+		return SuiteRow{}, fmt.Errorf("bench: suite: the switch daemon after %s: %w", what, err)
+	}
+	if runErr != nil {
+		return SuiteRow{}, fmt.Errorf("bench: suite: %s: %w\n%s", what, runErr, tail(out.String(), 20))
+	}
+	res, err := parseRank0(&out)
+	if err != nil {
+		return SuiteRow{}, fmt.Errorf("bench: suite: %s: %w\n%s", what, err, tail(out.String(), 20))
+	}
+	if res.Op != string(j.op) || res.Algo != string(j.algo) || res.Size != j.size {
+		return SuiteRow{}, fmt.Errorf("bench: suite: %s: rank 0 reported %s/%s size %d", what, res.Op, res.Algo, res.Size)
+	}
+	it, warmup := (&CollConfig{Iters: iters}).iters(res.Size)
+	if it != res.Iters {
+		return SuiteRow{}, fmt.Errorf("bench: suite: %s: rank 0 ran %d iterations, expected %d", what, res.Iters, it)
+	}
+	return newSuiteRow(res, warmup, st.RateBits, ch1-ch0, sw1-sw0), nil
+}
+
+// newSuiteRow completes a row from bench coll's result, the warm-up count,
+// the link rate in bits per second and the CPU seconds of ranks and switch.
+func newSuiteRow(r CollResult, warmup int, rateBits uint64, ranksS, switchS float64) SuiteRow {
+	row := SuiteRow{CollResult: r, Warmup: warmup, RateBits: rateBits, CPURanksS: ranksS, CPUSwitchS: switchS, CPUS: ranksS + switchS}
+	if rateBits > 0 {
+		row.BoundUS = float64(r.Size) * 8 / float64(rateBits) * 1e6
+	}
+	if calls := r.Iters + warmup; calls > 0 {
+		row.CPUPerCallUS = row.CPUS / float64(calls) * 1e6
+	}
+	return row
+}
+
+// parseRank0 returns the one JSON row rank 0 printed in testbed.Run's
+// output ("[rank 0] {...}").
+func parseRank0(r io.Reader) (CollResult, error) {
+	var (
+		res CollResult
+		n   int
+	)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), "[rank 0] ")
+		if !ok || !strings.HasPrefix(line, "{") {
+			continue
+		}
+		if err := json.Unmarshal([]byte(line), &res); err != nil {
+			return CollResult{}, fmt.Errorf("rank 0's row %q: %w", line, err)
+		}
+		n++
+	}
+	if err := sc.Err(); err != nil {
+		return CollResult{}, err
+	}
+	if n != 1 {
+		return CollResult{}, fmt.Errorf("rank 0 printed %d JSON rows, want 1", n)
+	}
+	return res, nil
+}
+
+// procCPU reads /proc/<pid>/stat and returns the process's user+system
+// time and that of its waited-for children, in seconds.
+func procCPU(pid string) (self, children float64, err error) {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	// The command name, field 2, is in parentheses and may hold spaces.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, fmt.Errorf("/proc/%s/stat: no command name", pid)
+	}
+	// After ")": state (field 3) ... utime (14), stime, cutime, cstime (17).
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 15 {
+		return 0, 0, fmt.Errorf("/proc/%s/stat: %d fields", pid, len(f)+2)
+	}
+	var t [4]float64
+	for k := range t {
+		v, err := strconv.ParseUint(f[11+k], 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/proc/%s/stat: field %d: %w", pid, 14+k, err)
+		}
+		t[k] = float64(v) / clockTicks
+	}
+	return t[0] + t[1], t[2] + t[3], nil
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// WriteSuiteJSON writes rows as JSON Lines, one object per row.
+func WriteSuiteJSON(w io.Writer, rows []SuiteRow) error {
+	enc := json.NewEncoder(w)
+	for _, r := range rows {
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WriteSuiteMarkdown writes rows as Markdown: a table per operation, in
+// the order the operations first appear, with each row's latency against
+// the S/B bound and its CPU time.
+func WriteSuiteMarkdown(w io.Writer, rows []SuiteRow) error {
+	bw := bufio.NewWriter(w)
+	var ops []string
+	byOp := map[string][]SuiteRow{}
+	for _, r := range rows {
+		if _, ok := byOp[r.Op]; !ok {
+			ops = append(ops, r.Op)
+		}
+		byOp[r.Op] = append(byOp[r.Op], r)
+	}
+	for i, op := range ops {
+		if i > 0 {
+			fmt.Fprintln(bw)
+		}
+		first := byOp[op][0]
+		fmt.Fprintf(bw, "### %s, %d ranks, %s links\n\n", op, first.Ranks, testbed.FormatRate(first.RateBits))
+		fmt.Fprintln(bw, "| Algorithm | Size | Avg (µs) | Min (µs) | Max (µs) | S/B bound (µs) | Avg / bound | Iters | CPU ranks (s) | CPU switch (s) | CPU per call (µs) |")
+		fmt.Fprintln(bw, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+		for _, r := range byOp[op] {
+			bound, ratio := "–", "–"
+			if r.BoundUS > 0 {
+				bound = fmt.Sprintf("%.1f", r.BoundUS)
+				ratio = fmt.Sprintf("%.2f", r.AvgUS/r.BoundUS)
+			}
+			fmt.Fprintf(bw, "| %s | %s | %.1f | %.1f | %.1f | %s | %s | %d | %.2f | %.2f | %.0f |\n",
+				r.Algo, FormatSize(r.Size), r.AvgUS, r.MinUS, r.MaxUS, bound, ratio, r.Iters, r.CPURanksS, r.CPUSwitchS, r.CPUPerCallUS)
+		}
+	}
+	if len(rows) > 0 {
+		fmt.Fprintln(bw)
+		fmt.Fprintln(bw, "CPU is user+system time of one `ndma bench coll` job per row: all ranks summed, and the switch daemon; "+
+			"it includes process start, joining, warm-up and the barrier before each call. CPU per call divides by warm-up + iterations.")
+	}
+	return bw.Flush()
+}

@@ -1,0 +1,266 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/coll"
+	"github.com/ndma/ndma/testbed"
+)
+
+// suiteRows returns synthetic rows: two sized operations with two
+// algorithms each and a barrier.
+func suiteRows() []SuiteRow {
+	var rows []SuiteRow
+	for _, op := range []string{"bcast", "allreduce"} {
+		for ai, a := range []string{"innet", "ring"} {
+			for _, size := range []int{8, 64 << 10, 1 << 20} {
+				bound := float64(size) * 8 / 1e8 * 1e6
+				r := CollResult{Op: op, Algo: a, Ranks: 4, Size: size, AvgUS: 100 + bound*float64(ai+1), MinUS: 90, MaxUS: 120 + bound*2, Iters: 10}
+				rows = append(rows, newSuiteRow(r, 2, 1e8, 0.5*float64(ai+1), 0.25))
+			}
+		}
+	}
+	for _, a := range []string{"innet", "recursive_doubling"} {
+		rows = append(rows, newSuiteRow(CollResult{Op: "barrier", Algo: a, Ranks: 4, AvgUS: 50, MinUS: 40, MaxUS: 60, Iters: 10}, 2, 1e8, 0.1, 0))
+	}
+	return rows
+}
+
+func TestNewSuiteRow(t *testing.T) {
+	r := newSuiteRow(CollResult{Op: "bcast", Algo: "innet", Ranks: 8, Size: 1 << 20, AvgUS: 1, Iters: 8}, 2, 100e6, 0.3, 0.2)
+	if want := float64(1<<20) * 8 / 100e6 * 1e6; r.BoundUS != want {
+		t.Errorf("BoundUS %v, want %v", r.BoundUS, want)
+	}
+	if r.CPUS != 0.5 || r.CPUPerCallUS != 0.5/10*1e6 {
+		t.Errorf("CPUS %v, CPUPerCallUS %v; want 0.5 and %v", r.CPUS, r.CPUPerCallUS, 0.5/10*1e6)
+	}
+}
+
+func TestWriteSuiteJSON(t *testing.T) {
+	rows := suiteRows()
+	var buf bytes.Buffer
+	if err := WriteSuiteJSON(&buf, rows); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	if len(lines) != len(rows) {
+		t.Fatalf("%d lines, want %d", len(lines), len(rows))
+	}
+	for i, l := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("line %d: %v", i, err)
+		}
+		// bench coll's fields are flat, next to the suite's.
+		for _, k := range []string{"op", "algo", "ranks", "size", "avg_us", "min_us", "max_us", "iters", "warmup", "rate_bits", "bound_us", "cpu_ranks_s", "cpu_switch_s", "cpu_s", "cpu_per_call_us"} {
+			if _, ok := m[k]; !ok {
+				t.Errorf("line %d has no %q: %s", i, k, l)
+			}
+		}
+		var back SuiteRow
+		if err := json.Unmarshal([]byte(l), &back); err != nil {
+			t.Fatal(err)
+		}
+		if back != rows[i] {
+			t.Errorf("line %d reads back as %+v, want %+v", i, back, rows[i])
+		}
+	}
+}
+
+func TestWriteSuiteMarkdown(t *testing.T) {
+	var buf bytes.Buffer
+	if err := WriteSuiteMarkdown(&buf, suiteRows()); err != nil {
+		t.Fatal(err)
+	}
+	md := buf.String()
+	for _, want := range []string{
+		"### bcast, 4 ranks, 100mbit links",
+		"### allreduce, 4 ranks, 100mbit links",
+		"### barrier, 4 ranks, 100mbit links",
+		// 1 MiB at 100 Mbit/s: 83886.1 µs bound; ring is 100+2*bound.
+		"| ring | 1M | 167872.2 | 90.0 | 167892.2 | 83886.1 | 2.00 | 10 | 1.00 | 0.25 | 104167 |",
+		"| innet | 0 | 50.0 | 40.0 | 60.0 | – | – | 10 | 0.10 | 0.00 | 8333 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("Markdown lacks %q:\n%s", want, md)
+		}
+	}
+	// Every table row has the header's column count.
+	for _, l := range strings.Split(md, "\n") {
+		if strings.HasPrefix(l, "|") && strings.Count(l, "|") != 12 {
+			t.Errorf("row with %d bars, want 12: %s", strings.Count(l, "|"), l)
+		}
+	}
+	buf.Reset()
+	if err := WriteSuiteMarkdown(&buf, nil); err != nil || buf.Len() != 0 {
+		t.Errorf("no rows: %q, %v; want nothing", buf.String(), err)
+	}
+}
+
+var pngMagic = []byte("\x89PNG\r\n\x1a\n")
+
+func checkPNG(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(b, pngMagic) || len(b) < 1000 {
+		t.Errorf("%s is not a PNG (%d bytes)", path, len(b))
+	}
+}
+
+func TestWriteSuitePlots(t *testing.T) {
+	dir := t.TempDir()
+	rows := suiteRows()
+	// A CPU time below one tick cannot be drawn on a log axis.
+	rows[0].CPUPerCallUS = 0
+	files, err := WriteSuitePlots(dir, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range files {
+		names = append(names, filepath.Base(f))
+		checkPNG(t, f)
+	}
+	want := "bcast-latency.png bcast-cpu.png allreduce-latency.png allreduce-cpu.png barrier-latency.png barrier-cpu.png"
+	if got := strings.Join(names, " "); got != want {
+		t.Errorf("files %s, want %s", got, want)
+	}
+}
+
+func TestParseRank0(t *testing.T) {
+	out := "[rank 1] starting\n[rank 0] {\"op\":\"bcast\",\"algo\":\"chain\",\"ranks\":2,\"size\":8,\"avg_us\":5,\"min_us\":4,\"max_us\":6,\"iters\":3}\n[rank 1] {\"op\":\"x\"}\n"
+	r, err := parseRank0(strings.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (CollResult{Op: "bcast", Algo: "chain", Ranks: 2, Size: 8, AvgUS: 5, MinUS: 4, MaxUS: 6, Iters: 3}); r != want {
+		t.Errorf("got %+v, want %+v", r, want)
+	}
+	for _, bad := range []string{"", "[rank 0] {\"op\":\n", out + out} {
+		if _, err := parseRank0(strings.NewReader(bad)); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+func TestProcCPU(t *testing.T) {
+	self, children, err := procCPU("self")
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	if self < 0 || children < 0 {
+		t.Errorf("self %v, children %v", self, children)
+	}
+	if _, _, err := procCPU("0"); err == nil {
+		t.Error("pid 0: no error")
+	}
+}
+
+func TestSuitePlan(t *testing.T) {
+	c := SuiteConfig{Ops: []coll.Operation{coll.OpBcast, coll.OpBarrier}, Sizes: []int{8, 1024}}
+	jobs, err := c.plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 2*len(coll.Algorithms[coll.OpBcast]) + len(coll.Algorithms[coll.OpBarrier]); len(jobs) != want {
+		t.Errorf("%d jobs, want %d", len(jobs), want)
+	}
+	for _, bad := range []SuiteConfig{
+		{Ops: []coll.Operation{"nosuch"}},
+		{Sizes: []int{0}},
+		{Iters: -1},
+	} {
+		if _, err := bad.plan(); err == nil {
+			t.Errorf("%+v: no error", bad)
+		}
+	}
+}
+
+// TestSuiteTestbed runs a small suite on a real testbed with the ndma
+// binary built from this module: 2 hosts, Allreduce with every algorithm,
+// 8 B and 64 KiB, and checks the rows, the files and that the testbed is
+// gone afterwards.
+func TestSuiteTestbed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds a testbed of network namespaces and runs rank processes on it")
+	}
+	prefix := fmt.Sprintf("ndmast%d", os.Getpid()%100000)
+	if err := testbed.Check(t.Context(), prefix); err != nil {
+		t.Skipf("no testbed here: %v", err)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "ndma")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "github.com/ndma/ndma/cmd/ndma")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building ndma: %v\n%s", err, out)
+	}
+	stateDir := filepath.Join(dir, "state")
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	var streamed []SuiteRow
+	progress := 0
+	rows, err := RunSuite(ctx, SuiteConfig{
+		Testbed:  testbed.Config{Prefix: prefix, Hosts: 2, Rate: "100mbit", MTU: 9000, StateDir: stateDir, Binary: bin},
+		Ops:      []coll.Operation{coll.OpAllreduce},
+		Sizes:    []int{8, 64 << 10},
+		Iters:    3,
+		Progress: func(done, total int) { progress = done },
+		Row:      func(r SuiteRow) { streamed = append(streamed, r) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	algos := coll.Algorithms[coll.OpAllreduce]
+	if len(rows) != 2*len(algos) || len(streamed) != len(rows) || progress != len(rows) {
+		t.Fatalf("%d rows, %d streamed, progress %d; want %d", len(rows), len(streamed), progress, 2*len(algos))
+	}
+	for i, r := range rows {
+		a, size := algos[i/2], []int{8, 64 << 10}[i%2]
+		if r.Op != "allreduce" || r.Algo != string(a) || r.Size != size || r.Ranks != 2 || r.Iters != 3 || r.Warmup != 2 {
+			t.Errorf("row %d: %+v, want allreduce/%s size %d, 2 ranks, 3+2 iterations", i, r, a, size)
+		}
+		if r.AvgUS <= 0 || r.MinUS > r.AvgUS || r.MaxUS < r.AvgUS || r.RateBits != 100e6 || r.CPURanksS <= 0 || r.CPUS < r.CPURanksS {
+			t.Errorf("row %d: implausible %+v", i, r)
+		}
+	}
+	// Torn down: no state left.
+	if _, err := os.Stat(filepath.Join(stateDir, prefix)); !os.IsNotExist(err) {
+		t.Errorf("state directory left behind: %v", err)
+	}
+	if st, err := testbed.StatusAt(stateDir, prefix); err == nil && (len(st.Stray) > 0 || len(st.Hosts) > 0) {
+		t.Errorf("testbed left behind: %+v", st)
+	}
+
+	out := t.TempDir()
+	var jl bytes.Buffer
+	if err := WriteSuiteJSON(&jl, rows); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(&jl)
+	for i := 0; sc.Scan(); i++ {
+		var back SuiteRow
+		if err := json.Unmarshal(sc.Bytes(), &back); err != nil || back != rows[i] {
+			t.Errorf("JSON line %d: %v, %+v", i, err, back)
+		}
+	}
+	files, err := WriteSuitePlots(out, rows)
+	if err != nil || len(files) != 2 {
+		t.Fatalf("plots %v, %v", files, err)
+	}
+	for _, f := range files {
+		checkPNG(t, f)
+	}
+}

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ndma/ndma/bench"
+	"github.com/ndma/ndma/coll"
+	"github.com/ndma/ndma/testbed"
+)
+
+// Files a suite writes into --out.
+const (
+	suiteJSONFile     = "suite.jsonl"
+	suiteMarkdownFile = "suite.md"
+)
+
+type suiteFlags struct {
+	hosts, mtu, iters         int
+	rate, ops, sizes, out, pf string
+	keep, json                bool
+}
+
+func newBenchSuiteCmd() *cobra.Command {
+	var f suiteFlags
+	cmd := &cobra.Command{
+		Use:   "suite",
+		Short: "Collectives on a testbed of real processes: latency, CPU, Markdown and plots (Linux, root)",
+		Long: `suite builds a testbed (as ndma testbed up: --hosts host namespaces, every
+link limited to --rate, --mtu), and runs on it, one rank per host,
+` + "`ndma bench coll --json`" + ` for each operation of --ops with every algorithm, one
+job per size of --sizes (Barrier: one job per algorithm). Around each job it
+reads the user+system CPU time of the rank processes (summed) and of the
+switch daemon from /proc, so each row carries the CPU of the job that
+measured it: process start, joining, warm-up and the barrier between calls
+included; "CPU per call" divides it by warm-up + iterations calls.
+
+Into --out it writes suite.jsonl (JSON Lines: bench coll's row plus
+warmup, rate_bits, bound_us, cpu_ranks_s, cpu_switch_s, cpu_s,
+cpu_per_call_us), suite.md (a Markdown table per operation, with the
+latency over the S/B bound, size*8/rate) and, per operation,
+<op>-latency.png (log-log, with the bound) and <op>-cpu.png. Standard
+output gets the Markdown, or with --json the JSON Lines.
+
+It refuses when a testbed with --prefix exists, and takes its testbed down
+at the end, also on error or Ctrl-C, unless --keep.`,
+		Example: `  sudo ndma bench suite --out results
+  sudo ndma bench suite --hosts 4 --ops bcast,allreduce --sizes 8,64K,1M,16M --iters 3 --out /tmp/suite`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchSuite(cmd, &f) },
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&f.hosts, "hosts", 8, "host namespaces, one rank each")
+	fl.StringVar(&f.rate, "rate", testbed.DefaultRate, "rate of every link, each direction, in tc's syntax: 100mbit, 1gbit")
+	fl.IntVar(&f.mtu, "mtu", testbed.DefaultMTU, "MTU of every interface, in bytes; the ranks and switch use datagrams of MTU-28")
+	fl.StringVar(&f.ops, "ops", "bcast,reduce,allreduce,allgather,barrier", "collectives, comma-separated")
+	fl.StringVar(&f.sizes, "sizes", "8:16M", "message sizes per rank: list and ranges of powers of two, e.g. 8:16M or 4K,1M")
+	fl.IntVar(&f.iters, "iters", 0, "measured iterations per size (default: by size, as bench coll)")
+	fl.StringVar(&f.out, "out", "bench-suite", "`directory` for suite.jsonl, suite.md and the PNG plots (created if missing)")
+	fl.BoolVar(&f.keep, "keep", false, "leave the testbed up afterwards (remove it with ndma testbed down --prefix P)")
+	fl.StringVar(&f.pf, "prefix", "ndmasuite", "name prefix of the suite's testbed; it must not be in use")
+	fl.BoolVar(&f.json, "json", false, "print JSON Lines instead of Markdown on standard output, and no progress bar")
+	return cmd
+}
+
+func init() { benchCmd.AddCommand(newBenchSuiteCmd()) }
+
+func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
+	if f.hosts <= 0 {
+		return fmt.Errorf("--hosts: %d: want 1 or more", f.hosts)
+	}
+	if f.mtu <= 0 {
+		return fmt.Errorf("--mtu: %d bytes: want %d to %d", f.mtu, testbed.MinMTU, testbed.MaxMTU)
+	}
+	if f.iters < 0 {
+		return fmt.Errorf("--iters: %d: must not be negative", f.iters)
+	}
+	var ops []coll.Operation
+	for _, s := range strings.Split(f.ops, ",") {
+		op := coll.Operation(strings.ToLower(strings.TrimSpace(s)))
+		if _, ok := coll.Algorithms[op]; !ok {
+			return fmt.Errorf("--ops: unknown collective %q", s)
+		}
+		ops = append(ops, op)
+	}
+	sizes, err := bench.ParseSizes(f.sizes)
+	if err != nil {
+		return fmt.Errorf("--sizes: %w", err)
+	}
+	if f.out == "" {
+		return errors.New("--out: empty")
+	}
+	if err := os.MkdirAll(f.out, 0o755); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	ctx, stop := signalContext(cmd)
+	defer stop()
+
+	stdout := cmd.OutOrStdout()
+	prog := newProgress(cmd.ErrOrStderr(), f.json)
+	cfg := bench.SuiteConfig{
+		Testbed:  testbed.Config{Prefix: f.pf, Hosts: f.hosts, Rate: f.rate, MTU: f.mtu},
+		Ops:      ops,
+		Sizes:    sizes,
+		Iters:    f.iters,
+		Keep:     f.keep,
+		Progress: prog.callback(),
+	}
+	if f.json {
+		cfg.Row = func(r bench.SuiteRow) { _ = bench.WriteSuiteJSON(stdout, []bench.SuiteRow{r}) }
+	}
+	rows, runErr := bench.RunSuite(ctx, cfg)
+	prog.finish()
+	if runErr != nil {
+		runErr = flagError(runErr)
+	}
+	if len(rows) == 0 {
+		return runErr
+	}
+	// What was measured is written even when the run failed halfway.
+	if err := writeSuiteFiles(f.out, rows); err != nil {
+		return errors.Join(runErr, err)
+	}
+	if !f.json {
+		if err := bench.WriteSuiteMarkdown(stdout, rows); err != nil {
+			return errors.Join(runErr, err)
+		}
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "wrote %d rows to %s\n", len(rows), f.out)
+	if f.keep && runErr == nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "testbed %s left up: ndma testbed down --prefix %s\n", f.pf, f.pf)
+	}
+	return runErr
+}
+
+// writeSuiteFiles writes the JSON Lines, the Markdown and the plots of
+// rows into dir.
+func writeSuiteFiles(dir string, rows []bench.SuiteRow) error {
+	for _, w := range []struct {
+		name  string
+		write func(io.Writer, []bench.SuiteRow) error
+	}{{suiteJSONFile, bench.WriteSuiteJSON}, {suiteMarkdownFile, bench.WriteSuiteMarkdown}} {
+		fh, err := os.Create(filepath.Join(dir, w.name))
+		if err != nil {
+			return err
+		}
+		err = w.write(fh, rows)
+		if cerr := fh.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	_, err := bench.WriteSuitePlots(dir, rows)
+	return err
+}
