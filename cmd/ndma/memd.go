@@ -1,14 +1,9 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -19,14 +14,13 @@ import (
 
 // memdFlags are the flags of `ndma memd`.
 type memdFlags struct {
-	listen   string
-	size     string
-	perm     string
-	keyFile  string
-	metrics  string
-	mtu      int
-	logLevel string
-	jsonLogs bool
+	listen  string
+	size    string
+	perm    string
+	keyFile string
+	metrics string
+	mtu     int
+	log     logFlags
 }
 
 // memdFlagNames maps memd.Config fields to the flags that set them, so
@@ -65,8 +59,7 @@ SIGINT or SIGTERM shuts the node down gracefully.`,
 	fl.StringVar(&f.keyFile, "key-file", "", "`file` listing the regions to expose (\"<hex key> <size> <perm>\" per line) instead of --size and --perm")
 	fl.StringVar(&f.metrics, "metrics", "", "TCP `address` to serve Prometheus metrics on at /metrics (default: none)")
 	fl.IntVar(&f.mtu, "mtu", transport.DefaultMTU, fmt.Sprintf("largest datagram to send, in bytes, header included (%d to %d)", memd.MinMTU, memd.MaxMTU))
-	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fl.BoolVar(&f.jsonLogs, "json-logs", false, "write logs to stderr as JSON instead of text")
+	f.log.register(fl)
 	cmd.MarkFlagsMutuallyExclusive("key-file", "size")
 	cmd.MarkFlagsMutuallyExclusive("key-file", "perm")
 	rootCmd.AddCommand(cmd)
@@ -88,41 +81,21 @@ func runMemd(cmd *cobra.Command, f *memdFlags) error {
 	}
 	printMemd(cmd.OutOrStdout(), srv)
 
-	ctx := cmd.Context()
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return srv.Run(ctx)
+	return runUntilSignal(cmd, srv.Run)
 }
 
 // config turns the flags into a memd.Config whose logger writes to logw.
 func (f *memdFlags) config(logw io.Writer) (memd.Config, error) {
-	var level slog.Level
-	switch f.logLevel {
-	case "debug":
-		level = slog.LevelDebug
-	case "info":
-		level = slog.LevelInfo
-	case "warn":
-		level = slog.LevelWarn
-	case "error":
-		level = slog.LevelError
-	default:
-		return memd.Config{}, fmt.Errorf("--log-level: %q: want debug, info, warn or error", f.logLevel)
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	var h slog.Handler = slog.NewTextHandler(logw, opts)
-	if f.jsonLogs {
-		h = slog.NewJSONHandler(logw, opts)
+	logger, err := f.log.logger(logw)
+	if err != nil {
+		return memd.Config{}, err
 	}
 	cfg := memd.Config{
 		Listen:      f.listen,
 		KeyFile:     f.keyFile,
 		MetricsAddr: f.metrics,
 		MTU:         f.mtu,
-		Logger:      slog.New(h),
+		Logger:      logger,
 	}
 	if f.keyFile == "" {
 		size, err := memnode.ParseSize(f.size)

@@ -2,14 +2,10 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -30,8 +26,7 @@ type switchFlags struct {
 	reorder, corrupt float64
 	seed             uint64
 	metrics          string
-	logLevel         string
-	jsonLogs         bool
+	log              logFlags
 }
 
 // switchFlagNames maps switchd.Config fields to the flags that set them,
@@ -86,8 +81,7 @@ SIGTERM shuts the switch down gracefully.`,
 	fl.Float64Var(&f.corrupt, "corrupt", 0, "fault injection: probability of flipping one bit of a datagram, in [0, 1]")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the fault injection generator (with --drop, --dup, --reorder or --corrupt; at least 1)")
 	fl.StringVar(&f.metrics, "metrics", "", "TCP `address` to serve Prometheus metrics on at /metrics (default: none)")
-	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fl.BoolVar(&f.jsonLogs, "json-logs", false, "write logs to stderr as JSON instead of text")
+	f.log.register(fl)
 	cmd.MarkFlagsMutuallyExclusive("token", "token-file")
 	rootCmd.AddCommand(cmd)
 }
@@ -108,36 +102,16 @@ func runSwitch(cmd *cobra.Command, f *switchFlags) error {
 	}
 	printSwitch(cmd.OutOrStdout(), srv)
 
-	ctx := cmd.Context()
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return srv.Run(ctx)
+	return runUntilSignal(cmd, srv.Run)
 }
 
 // config turns the flags into a switchd.Config whose logger writes to the
 // command's stderr.
 func (f *switchFlags) config(cmd *cobra.Command) (switchd.Config, error) {
-	var level slog.Level
-	switch f.logLevel {
-	case "debug":
-		level = slog.LevelDebug
-	case "info":
-		level = slog.LevelInfo
-	case "warn":
-		level = slog.LevelWarn
-	case "error":
-		level = slog.LevelError
-	default:
-		return switchd.Config{}, fmt.Errorf("--log-level: %q: want debug, info, warn or error", f.logLevel)
-	}
-	opts := &slog.HandlerOptions{Level: level}
 	logw := cmd.ErrOrStderr()
-	var h slog.Handler = slog.NewTextHandler(logw, opts)
-	if f.jsonLogs {
-		h = slog.NewJSONHandler(logw, opts)
+	logger, err := f.log.logger(logw)
+	if err != nil {
+		return switchd.Config{}, err
 	}
 	// Zero selects a default in switchd.Config; on the command line it
 	// is a mistake, not a request for the default.
@@ -171,7 +145,7 @@ func (f *switchFlags) config(cmd *cobra.Command) (switchd.Config, error) {
 		MTU:              f.mtu,
 		Fault:            fabric.FaultConfig{Drop: f.drop, Dup: f.dup, Reorder: f.reorder, Corrupt: f.corrupt, Seed: f.seed},
 		MetricsAddr:      f.metrics,
-		Logger:           slog.New(h),
+		Logger:           logger,
 	}, nil
 }
 
