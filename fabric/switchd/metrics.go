@@ -1,37 +1,35 @@
 package switchd
 
 import (
-	"log/slog"
 	"net/http"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/internal/metricsrv"
 )
 
 // metricPrefix starts the name of every switch metric.
 const metricPrefix = "ndma_switch_"
 
-// metric is one value the collector exports, read from a Stats snapshot.
-type metric struct {
-	desc *prometheus.Desc
-	kind prometheus.ValueType
-	val  func(s *Server, st *Stats) float64
+// snap is what one scrape reads: the server, one Stats snapshot and the
+// group table.
+type snap struct {
+	s      *Server
+	st     Stats
+	groups []fabric.GroupInfo
 }
 
+// metric is one value the collector exports, read from a snapshot.
+type metric = metricsrv.Metric[snap]
+
 func counter(name, help string, labels prometheus.Labels, val func(st *Stats) uint64) metric {
-	return metric{
-		desc: prometheus.NewDesc(metricPrefix+name, help, nil, labels),
-		kind: prometheus.CounterValue,
-		val:  func(_ *Server, st *Stats) float64 { return float64(val(st)) },
-	}
+	return metricsrv.Counter(metricPrefix+name, help, labels, func(x *snap) uint64 { return val(&x.st) })
 }
 
 func gauge(name, help string, val func(s *Server, st *Stats) float64) metric {
-	return metric{desc: prometheus.NewDesc(metricPrefix+name, help, nil, nil), kind: prometheus.GaugeValue, val: val}
+	return metricsrv.Gauge(metricPrefix+name, help, nil, func(x *snap) float64 { return val(x.s, &x.st) })
 }
 
 func b2f(b bool) float64 {
@@ -188,28 +186,9 @@ var (
 		"Members of a group, live or dead.", groupLabels, nil)
 )
 
-// collector exports a Server's counters and group table. It reads them
-// when scraped, with one Stats and one Groups call, so the forwarding path
-// does no metric work at all.
-type collector struct{ s *Server }
-
-// Describe implements prometheus.Collector.
-func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for i := range metrics {
-		ch <- metrics[i].desc
-	}
-	ch <- groupMembersAlive
-	ch <- groupMembers
-}
-
-// Collect implements prometheus.Collector.
-func (c collector) Collect(ch chan<- prometheus.Metric) {
-	st := c.s.Stats()
-	for i := range metrics {
-		m := &metrics[i]
-		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.val(c.s, &st))
-	}
-	for _, g := range c.s.Groups() {
+// groupSeries exports the per-group series of one snapshot.
+func groupSeries(x *snap, ch chan<- prometheus.Metric) {
+	for _, g := range x.groups {
 		alive := 0
 		for _, a := range g.Alive {
 			if a {
@@ -229,22 +208,15 @@ func groupKind(g fabric.GroupInfo) string {
 	return "job"
 }
 
-// metricsHandler returns the /metrics handler over a private registry
-// holding the switch's collector and the Go runtime and process
-// collectors.
+// metricsHandler returns the /metrics handler: the switch's counters and
+// group table read once per scrape (one Stats and one Groups call, so the
+// forwarding path does no metric work), plus the Go runtime and process
+// collectors, on a private registry.
 func (s *Server) metricsHandler() (http.Handler, error) {
-	reg := prometheus.NewRegistry()
-	for _, c := range []prometheus.Collector{
-		collector{s},
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
-	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-		Registry: reg,
-	}), nil
+	return metricsrv.Handler(s.log, &metricsrv.Table[snap]{
+		Metrics:    metrics,
+		Snapshot:   func() snap { return snap{s: s, st: s.Stats(), groups: s.Groups()} },
+		ExtraDescs: []*prometheus.Desc{groupMembersAlive, groupMembers},
+		Extra:      groupSeries,
+	})
 }

@@ -1,34 +1,31 @@
 package memd
 
 import (
-	"log/slog"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ndma/ndma/internal/metricsrv"
 )
 
 // metricPrefix starts the name of every memd metric.
 const metricPrefix = "ndma_memd_"
 
-// metric is one value the collector exports, read from a Stats snapshot.
-type metric struct {
-	desc *prometheus.Desc
-	kind prometheus.ValueType
-	val  func(s *Server, st *Stats) float64
+// snap is what one scrape reads: the server and one Stats snapshot.
+type snap struct {
+	s  *Server
+	st Stats
 }
 
+// metric is one value the collector exports, read from a snapshot.
+type metric = metricsrv.Metric[snap]
+
 func counter(name, help string, labels prometheus.Labels, val func(st *Stats) uint64) metric {
-	return metric{
-		desc: prometheus.NewDesc(metricPrefix+name, help, nil, labels),
-		kind: prometheus.CounterValue,
-		val:  func(_ *Server, st *Stats) float64 { return float64(val(st)) },
-	}
+	return metricsrv.Counter(metricPrefix+name, help, labels, func(x *snap) uint64 { return val(&x.st) })
 }
 
 func gauge(name, help string, val func(s *Server, st *Stats) float64) metric {
-	return metric{desc: prometheus.NewDesc(metricPrefix+name, help, nil, nil), kind: prometheus.GaugeValue, val: val}
+	return metricsrv.Gauge(metricPrefix+name, help, nil, func(x *snap) float64 { return val(x.s, &x.st) })
 }
 
 func b2f(b bool) float64 {
@@ -117,39 +114,12 @@ var metrics = []metric{
 
 // collector exports a Server's counters. It reads them when scraped, with
 // one Stats call, so the request path does no metric work at all.
-type collector struct{ s *Server }
-
-// Describe implements prometheus.Collector.
-func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for i := range metrics {
-		ch <- metrics[i].desc
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (c collector) Collect(ch chan<- prometheus.Metric) {
-	st := c.s.Stats()
-	for i := range metrics {
-		m := &metrics[i]
-		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.val(c.s, &st))
-	}
-}
-
-// metricsHandler returns the /metrics handler over a private registry
-// holding the node's collector and the Go runtime and process collectors.
+// metricsHandler returns the /metrics handler: the node's counters read
+// from one Stats snapshot per scrape, plus the Go runtime and process
+// collectors, on a private registry.
 func (s *Server) metricsHandler() (http.Handler, error) {
-	reg := prometheus.NewRegistry()
-	for _, c := range []prometheus.Collector{
-		collector{s},
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
-	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-		Registry: reg,
-	}), nil
+	return metricsrv.Handler(s.log, &metricsrv.Table[snap]{
+		Metrics:  metrics,
+		Snapshot: func() snap { return snap{s: s, st: s.Stats()} },
+	})
 }
