@@ -73,28 +73,51 @@ func NewCollWorld(ctx context.Context, n int, withSwitch bool, mtu int) (*CollWo
 	if n < 1 {
 		return nil, fmt.Errorf("bench: %d ranks", n)
 	}
-	if mtu == 0 {
-		mtu = 9000
-	}
-	w := &CollWorld{}
-	var sw string
+	var swConn netio.Conn
 	if withSwitch {
 		conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
 		if err != nil {
 			return nil, err
 		}
-		s, err := fabric.New(fabric.Config{Transport: transport.Config{MTU: mtu}})
+		swConn = conn
+	}
+	return newCollWorld(ctx, n, mtu, swConn, 0, func(int) (netio.Conn, error) {
+		return netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
+	})
+}
+
+// newCollWorld builds the world over the given connections: swConn for the
+// switch (nil: none), listen(i) for rank i. A non-zero seed seeds the
+// transports (simulations); zero leaves them random.
+func newCollWorld(ctx context.Context, n, mtu int, swConn netio.Conn, seed uint64, listen func(i int) (netio.Conn, error)) (*CollWorld, error) {
+	if mtu == 0 {
+		mtu = 9000
+	}
+	w := &CollWorld{}
+	var sw string
+	if swConn != nil {
+		s, err := fabric.New(fabric.Config{Transport: transport.Config{MTU: mtu, Seed: seed}})
 		if err != nil {
-			conn.Close()
+			swConn.Close()
 			return nil, err
 		}
-		w.srv = fabric.NewServer(conn, s, nil)
+		w.srv = fabric.NewServer(swConn, s, nil)
 		sw = w.srv.Addr().String()
 	}
 	peers := make([]netip.AddrPort, n)
 	for i := range n {
-		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Transport: transport.Config{MTU: mtu}}, endpoint.Options{})
+		conn, err := listen(i)
 		if err != nil {
+			w.Close()
+			return nil, err
+		}
+		tseed := uint64(0)
+		if seed != 0 {
+			tseed = seed*1000 + uint64(i) + 1
+		}
+		ep, err := endpoint.New(conn, endpoint.Config{Transport: transport.Config{MTU: mtu, Seed: tseed}}, endpoint.Options{})
+		if err != nil {
+			conn.Close()
 			w.Close()
 			return nil, err
 		}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -23,6 +25,12 @@ type collFlags struct {
 	mtu             int
 	listen          string
 	json            bool
+	// --sim and its link model
+	sim         bool
+	linkRate    string
+	linkLatency time.Duration
+	loss        float64
+	seed        int64
 }
 
 func newBenchCollCmd() *cobra.Command {
@@ -42,8 +50,16 @@ its own calls; Avg/Min/Max are over ranks' averages, as OSU reports them.
 Algorithms: innet, binomial, chain, scatter_allgather, ring,
 recursive_doubling, rabenseifner, direct, auto (the tuner), or all.
 
+With --sim the ranks and the switch run on the simulated network instead
+(netio/simnet: every rank on its own link of --link-rate and
+--link-latency, the switch a crossbar, --loss on every rank's up link) and
+latencies are virtual time: what the links and protocols give, whatever
+this machine's speed or load. Same seed, same figures (to within the
+interleaving of events at one virtual instant).
+
   ndma bench coll --op allreduce --algo all --ranks 8 --sizes 8:1M
-  ndma bench coll --op bcast --algo innet,chain --json`,
+  ndma bench coll --op bcast --algo innet,chain --json
+  ndma bench coll --sim --op bcast --algo all --sizes 8:16M`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchColl(cmd, &f) },
 	}
@@ -57,6 +73,11 @@ recursive_doubling, rabenseifner, direct, auto (the tuner), or all.
 	fl.IntVar(&f.mtu, "mtu", 9000, "transport MTU in bytes")
 	fl.StringVar(&f.listen, "listen", ":0", "under a launcher: this rank's UDP address")
 	fl.BoolVar(&f.json, "json", false, "print JSON Lines: op, algo, ranks, size, avg_us, min_us, max_us, iters")
+	fl.BoolVar(&f.sim, "sim", false, "run on the simulated network and report virtual time")
+	fl.StringVar(&f.linkRate, "link-rate", "100mbit", "with --sim: each rank's link rate, e.g. 100mbit, 10gbit")
+	fl.DurationVar(&f.linkLatency, "link-latency", 5*time.Microsecond, "with --sim: one-way latency of each link")
+	fl.Float64Var(&f.loss, "loss", 0, "with --sim: probability that a datagram is lost, e.g. 0.01")
+	fl.Int64Var(&f.seed, "seed", 1, "with --sim: seed of the simulated network and transports")
 	return cmd
 }
 
@@ -96,6 +117,12 @@ func runBenchColl(cmd *cobra.Command, f *collFlags) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	if f.sim {
+		return runBenchCollSim(cmd, f, op, algos, sizes)
+	}
+	if err := checkExclusive(cmd, "without --sim", "link-rate", "link-latency", "loss", "seed"); err != nil {
+		return err
+	}
 	// Under a launcher (NDMA_RANK..., OMPI_COMM_WORLD_*, PMI_*, SLURM_*)
 	// this process is one rank; otherwise all ranks run here.
 	var (
@@ -127,12 +154,59 @@ func runBenchColl(cmd *cobra.Command, f *collFlags) error {
 		}
 		defer w.Close()
 	}
-	out := cmd.OutOrStdout()
-	cfg := bench.CollConfig{Op: op, Algos: algos, Ranks: f.ranks, Sizes: sizes, Iters: f.iters, Warmup: f.warmup}
+	cfg := bench.CollConfig{Op: op, Algos: algos, Ranks: f.ranks, Sizes: sizes, Iters: f.iters, Warmup: f.warmup, MTU: f.mtu}
+	where := "in one process, loopback"
+	if launched != nil {
+		where = "one process per rank"
+	}
+	emit, flush := collEmitter(cmd.OutOrStdout(), f.json, where)
+	if launched != nil {
+		cfg.Ranks = launched.Size()
+		err = bench.RunCollLaunched(ctx, launched, cfg, emit)
+	} else {
+		err = bench.RunColl(ctx, w, cfg, emit)
+	}
+	flush()
+	return err
+}
+
+// runBenchCollSim is ndma bench coll --sim.
+func runBenchCollSim(cmd *cobra.Command, f *collFlags, op coll.Operation, algos []coll.Algo, sizes []int) error {
+	if err := checkExclusive(cmd, "with --sim", "listen"); err != nil {
+		return err
+	}
+	if l, err := coll.ParseEnv(os.LookupEnv); err == nil {
+		return fmt.Errorf("--sim runs every rank in this process, but %s says this is rank %d of %d: unset it or drop --sim", l.Source, l.Rank, l.Size)
+	}
+	rate, err := bench.ParseRate(f.linkRate)
+	if err != nil {
+		return fmt.Errorf("--link-rate: %w", err)
+	}
+	if f.linkLatency < 0 {
+		return fmt.Errorf("--link-latency %v: want a non-negative duration", f.linkLatency)
+	}
+	if !(f.loss >= 0 && f.loss < 1) {
+		return fmt.Errorf("--loss %v: want a probability in [0, 1)", f.loss)
+	}
+	if f.seed == 0 {
+		return fmt.Errorf("--seed 0: want a non-zero seed")
+	}
+	link := bench.CollSimLink{Rate: rate, Latency: f.linkLatency, Loss: f.loss, Seed: f.seed}
+	where := fmt.Sprintf("simnet: %s links, %v latency, MTU %d, loss %g, seed %d; virtual time", bench.FormatRate(rate), f.linkLatency, f.mtu, f.loss, f.seed)
+	emit, flush := collEmitter(cmd.OutOrStdout(), f.json, where)
+	cfg := bench.CollConfig{Op: op, Algos: algos, Ranks: f.ranks, Sizes: sizes, Iters: f.iters, Warmup: f.warmup, MTU: f.mtu}
+	err = bench.RunCollSim(cfg, link, emit)
+	flush()
+	return err
+}
+
+// collEmitter returns the row printer of ndma bench coll (OSU tables, or
+// JSON Lines with asJSON) and the flush to call after the last row.
+func collEmitter(out io.Writer, asJSON bool, where string) (emit func(bench.CollResult), flush func()) {
 	var tw *tabwriter.Writer
 	last := ""
-	emit := func(r bench.CollResult) {
-		if f.json {
+	emit = func(r bench.CollResult) {
+		if asJSON {
 			b, _ := json.Marshal(r)
 			fmt.Fprintln(out, string(b))
 			return
@@ -143,24 +217,16 @@ func runBenchColl(cmd *cobra.Command, f *collFlags) error {
 				fmt.Fprintln(out)
 			}
 			last = r.Algo
-			where := "in one process, loopback"
-			if launched != nil {
-				where = "one process per rank"
-			}
 			fmt.Fprintf(out, "# NDMA %s, algorithm %s, %d ranks (%s)\n", strings.ToUpper(r.Op[:1])+r.Op[1:], r.Algo, r.Ranks, where)
 			tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintln(tw, "# Size\tAvg Latency(us)\tMin Latency(us)\tMax Latency(us)\tIterations\t")
 		}
 		fmt.Fprintf(tw, "%d\t%.2f\t%.2f\t%.2f\t%d\t\n", r.Size, r.AvgUS, r.MinUS, r.MaxUS, r.Iters)
 	}
-	if launched != nil {
-		cfg.Ranks = launched.Size()
-		err = bench.RunCollLaunched(ctx, launched, cfg, emit)
-	} else {
-		err = bench.RunColl(ctx, w, cfg, emit)
+	flush = func() {
+		if tw != nil {
+			tw.Flush()
+		}
 	}
-	if tw != nil {
-		tw.Flush()
-	}
-	return err
+	return emit, flush
 }

@@ -39,3 +39,53 @@ func TestBenchColl(t *testing.T) {
 		t.Fatalf("gather has no innet: %v", err)
 	}
 }
+
+// TestBenchCollSim runs ndma bench coll --sim and checks the virtual
+// times against the link model: a 64 KiB in-network Bcast at 100 Mbit/s
+// takes at least S/B (5.24 ms) and not much more; binomial, which sends
+// the message once per tree level, takes longer.
+func TestBenchCollSim(t *testing.T) {
+	out, err := execute(t, "bench", "coll", "--sim", "--op", "bcast", "--algo", "innet,binomial", "--ranks", "4", "--sizes", "64K", "--iters", "3", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	avg := map[string]float64{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r struct {
+			Algo  string  `json:"algo"`
+			Size  int     `json:"size"`
+			AvgUS float64 `json:"avg_us"`
+			Iters int     `json:"iters"`
+		}
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("%v: %q", err, l)
+		}
+		if r.Size != 64<<10 || r.Iters != 3 {
+			t.Fatalf("bad row %s", l)
+		}
+		avg[r.Algo] = r.AvgUS
+	}
+	const sOverBUS = 64 << 10 * 8 / 100e6 * 1e6
+	if a := avg["innet"]; a < sOverBUS || a > 1.2*sOverBUS {
+		t.Errorf("innet 64 KiB bcast %.0f us, want S/B %.0f us to 1.2x", a, sOverBUS)
+	}
+	if avg["binomial"] < 2*sOverBUS {
+		t.Errorf("binomial 64 KiB bcast on 4 ranks %.0f us, want at least two S/B (%.0f us)", avg["binomial"], 2*sOverBUS)
+	}
+
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--sim", "--listen", ":0"}, "--listen cannot be used with --sim"},
+		{[]string{"--loss", "0.1"}, "--loss cannot be used without --sim"},
+		{[]string{"--sim", "--loss", "1"}, "--loss 1"},
+		{[]string{"--sim", "--seed", "0"}, "--seed 0"},
+		{[]string{"--sim", "--link-rate", "fast"}, "--link-rate"},
+	} {
+		_, err := execute(t, append([]string{"bench", "coll", "--op", "bcast", "--sizes", "8", "--iters", "1"}, bad.args...)...)
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%v: error %v, want one with %q", bad.args, err, bad.want)
+		}
+	}
+}

@@ -1,0 +1,120 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/ndma/ndma/internal/bubble"
+	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/netio/simnet"
+)
+
+// CollSimLink is the simulated network of RunCollSim: every rank (and the
+// switch) on its own access link; the switch is the crossbar between them.
+type CollSimLink struct {
+	// Rate is each rank's link rate in bits per second, both ways; zero
+	// means 100 Mbit/s.
+	Rate float64
+	// Latency is each link's one-way propagation delay (rank to rank
+	// crosses two links); zero means 5µs.
+	Latency time.Duration
+	// Loss is the probability that a datagram is lost, applied on each
+	// rank's up link (every datagram crosses exactly one).
+	Loss float64
+	// Seed seeds the network's randomness and the transports; zero means 1.
+	Seed int64
+}
+
+// DefaultCollSimRate is CollSimLink's default link rate: the rate of the
+// issue's figures and of the testbed.
+const DefaultCollSimRate = 100e6
+
+// collSimLimit bounds one simulated run in virtual time, so a stalled
+// simulation ends with an error instead of running forever.
+const collSimLimit = 24 * time.Hour
+
+func (l *CollSimLink) setDefaults() {
+	if l.Rate == 0 {
+		l.Rate = DefaultCollSimRate
+	}
+	if l.Latency == 0 {
+		l.Latency = 5 * time.Microsecond
+	}
+	if l.Seed == 0 {
+		l.Seed = 1
+	}
+}
+
+func (l *CollSimLink) validate() error {
+	switch {
+	case !(l.Rate > 0):
+		return fmt.Errorf("bench: link rate %v: want a positive rate", l.Rate)
+	case l.Latency < 0:
+		return fmt.Errorf("bench: link latency %v: want a non-negative duration", l.Latency)
+	case !(l.Loss >= 0 && l.Loss < 1):
+		return fmt.Errorf("bench: loss %v: want a probability in [0, 1)", l.Loss)
+	}
+	return nil
+}
+
+// RunCollSim measures cfg like RunColl, but with the ranks and the switch
+// on a simulated network (netio/simnet) in virtual time: latencies are
+// what the links and the protocols give, independent of this machine's
+// speed and load. cfg.Switch is ignored: the switch exists when an
+// algorithm needs it (innet, auto). emit is called from inside the
+// simulation and must not block on anything outside it.
+func RunCollSim(cfg CollConfig, link CollSimLink, emit func(CollResult)) error {
+	link.setDefaults()
+	if err := link.validate(); err != nil {
+		return err
+	}
+	if cfg.Ranks < 1 {
+		return fmt.Errorf("bench: %d ranks", cfg.Ranks)
+	}
+	withSwitch := false
+	for _, a := range cfg.Algos {
+		withSwitch = withSwitch || a == "innet" || a == "auto"
+	}
+	var runErr error
+	err := bubble.Run(func() {
+		runErr = runCollSim(cfg, link, withSwitch, emit)
+	})
+	return errors.Join(err, runErr)
+}
+
+func runCollSim(cfg CollConfig, link CollSimLink, withSwitch bool, emit func(CollResult)) error {
+	ctx, cancel := context.WithTimeout(context.Background(), collSimLimit)
+	defer cancel()
+	nw := simnet.New(link.Seed)
+	sctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- nw.Serve(sctx) }()
+	defer func() {
+		stop()
+		<-served
+	}()
+	const ipUDPHeaders = 28
+	up := simnet.LinkConfig{Rate: link.Rate, Latency: link.Latency, Overhead: ipUDPHeaders, Loss: link.Loss}
+	down := simnet.LinkConfig{Rate: link.Rate, Latency: link.Latency, Overhead: ipUDPHeaders}
+	var swConn netio.Conn
+	if withSwitch {
+		// The switch is the crossbar, a port per rank: its own link adds
+		// neither serialization nor delay.
+		swConn = nw.ListenConn(netip.MustParseAddrPort("10.0.0.1:7471"), simnet.LinkConfig{}, simnet.LinkConfig{})
+	}
+	w, err := newCollWorld(ctx, cfg.Ranks, cfg.MTU, swConn, uint64(link.Seed), func(i int) (netio.Conn, error) {
+		addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), 9000)
+		return nw.ListenConn(addr, up, down), nil
+	})
+	if err != nil {
+		return fmt.Errorf("bench: simulated world (seed %d): %w", link.Seed, err)
+	}
+	defer w.Close()
+	if err := RunColl(ctx, w, cfg, emit); err != nil {
+		return fmt.Errorf("bench: simulation (seed %d): %w", link.Seed, err)
+	}
+	return nil
+}

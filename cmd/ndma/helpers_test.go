@@ -1,0 +1,41 @@
+package main
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// execute runs the ndma command line args with every flag of every
+// command back at its default first (cobra keeps flag values and their
+// Changed marks from one Execute to the next), and returns what it wrote
+// on standard output.
+func execute(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var reset func(c *cobra.Command)
+	reset = func(c *cobra.Command) {
+		for _, fs := range []*pflag.FlagSet{c.Flags(), c.PersistentFlags()} {
+			fs.VisitAll(func(f *pflag.Flag) {
+				if err := f.Value.Set(f.DefValue); err != nil {
+					t.Fatalf("reset --%s: %v", f.Name, err)
+				}
+				f.Changed = false
+			})
+		}
+		for _, sub := range c.Commands() {
+			reset(sub)
+		}
+	}
+	reset(rootCmd)
+	var out bytes.Buffer
+	rootCmd.SetOut(&out)
+	rootCmd.SetArgs(args)
+	defer func() {
+		rootCmd.SetOut(nil)
+		rootCmd.SetArgs(nil)
+	}()
+	err := rootCmd.Execute()
+	return out.String(), err
+}
