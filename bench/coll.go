@@ -199,7 +199,16 @@ func RunCollRank(ctx context.Context, c *coll.Communicator, cfg CollConfig) ([][
 	for _, s := range cfg.Sizes {
 		maxSize = max(maxSize, s)
 	}
-	b := &collBufs{send: make([]byte, maxSize*n+8), recv: make([]byte, maxSize*n+8)}
+	sendN, recvN := 1, 1 // buffer sizes in messages: n where MPI's are n counts
+	switch cfg.Op {
+	case coll.OpReduceScatter, coll.OpScatter:
+		sendN = n
+	case coll.OpAllgather, coll.OpGather:
+		recvN = n
+	case coll.OpAlltoall:
+		sendN, recvN = n, n
+	}
+	b := &collBufs{send: make([]byte, maxSize*sendN+8), recv: make([]byte, maxSize*recvN+8)}
 	out := make([][]time.Duration, len(cfg.Algos))
 	for ai, a := range cfg.Algos {
 		for _, size := range cfg.sizes() {

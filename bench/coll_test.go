@@ -1,0 +1,60 @@
+package bench
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/coll"
+)
+
+// TestRunCollEveryOp runs every operation with every algorithm it has
+// through RunColl on loopback (3 ranks, odd sizes), so each operation's
+// buffers fit its MPI counts.
+func TestRunCollEveryOp(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	w, err := NewCollWorld(ctx, 3, true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for op, algos := range coll.Algorithms {
+		cfg := CollConfig{Op: op, Algos: algos, Ranks: 3, Sizes: []int{7, 4099}, Iters: 1, Warmup: 1}
+		rows := 0
+		err := RunColl(ctx, w, cfg, func(r CollResult) {
+			rows++
+			if r.Op != string(op) || r.Ranks != 3 || r.Iters != 1 || !(r.AvgUS > 0) || r.MinUS > r.MaxUS {
+				t.Errorf("%s: bad row %+v", op, r)
+			}
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", op, err)
+		}
+		if want := len(algos) * len(cfg.sizes()); rows != want {
+			t.Errorf("%s: %d rows, want %d", op, rows, want)
+		}
+	}
+}
+
+// TestRunCollSim: the simulated run reports virtual times that follow the
+// link model, and refuses a bad link.
+func TestRunCollSim(t *testing.T) {
+	cfg := CollConfig{Op: coll.OpAllreduce, Algos: []coll.Algo{coll.AlgoInNet}, Ranks: 4, Sizes: []int{1 << 20}, Iters: 2, Warmup: 1}
+	var got []CollResult
+	if err := RunCollSim(cfg, CollSimLink{}, func(r CollResult) { got = append(got, r) }); err != nil {
+		t.Fatal(err)
+	}
+	// 1 MiB at the default 100 Mbit/s: S/B = 83.9 ms; in-network
+	// Allreduce needs one S/B plus the pipeline's fill.
+	const sOverBUS = 1 << 20 * 8 / 100e6 * 1e6
+	if len(got) != 1 || got[0].AvgUS < sOverBUS || got[0].AvgUS > 1.2*sOverBUS {
+		t.Fatalf("rows %+v, want one with avg in [%.0f, %.0f] us", got, sOverBUS, 1.2*sOverBUS)
+	}
+	for _, l := range []CollSimLink{{Rate: -1}, {Loss: 1}, {Latency: -time.Second}} {
+		if err := RunCollSim(cfg, l, func(CollResult) {}); err == nil || !strings.Contains(err.Error(), "bench: ") {
+			t.Errorf("%+v: error %v", l, err)
+		}
+	}
+}
