@@ -40,6 +40,8 @@ type CollResult struct {
 	MinUS float64 `json:"min_us"`
 	MaxUS float64 `json:"max_us"`
 	Iters int     `json:"iters"`
+	// Chosen is the algorithm the tuner picked for an auto row.
+	Chosen string `json:"chosen,omitempty"`
 }
 
 func (c *CollConfig) iters(size int) (iters, warmup int) {
@@ -161,6 +163,16 @@ func (w *CollWorld) Close() {
 // collBufs holds one rank's buffers, sized for the largest message.
 type collBufs struct{ send, recv []byte }
 
+// tunerBytes is the message size the tuner sees for a RunCollOp of size
+// bytes: reductions run on whole float32s.
+func tunerBytes(op coll.Operation, size int) int {
+	switch op {
+	case coll.OpReduce, coll.OpAllreduce, coll.OpReduceScatter:
+		return size &^ 3
+	}
+	return size
+}
+
 // RunCollOp runs one collective of op with algorithm a and size bytes per
 // rank on c.
 func RunCollOp(ctx context.Context, c *coll.Communicator, op coll.Operation, a coll.Algo, size int, b *collBufs) error {
@@ -241,11 +253,18 @@ func (c *CollConfig) sizes() []int {
 
 // Summarize turns every rank's averages (per[rank][algo][size]) into OSU
 // rows: the average, minimum and maximum over ranks.
-func Summarize(cfg CollConfig, ranks int, per [][][]time.Duration, emit func(CollResult)) {
+// c, if not nil, is any rank's communicator: it names the algorithm auto
+// rows ran (CollResult.Chosen).
+func Summarize(cfg CollConfig, ranks int, per [][][]time.Duration, c *coll.Communicator, emit func(CollResult)) {
 	for ai, a := range cfg.Algos {
 		for si, size := range cfg.sizes() {
 			iters, _ := cfg.iters(size)
 			res := CollResult{Op: string(cfg.Op), Algo: string(a), Ranks: ranks, Size: size, Iters: iters, MinUS: -1}
+			if a == coll.AlgoAuto && c != nil {
+				if chosen, err := c.Algorithm(cfg.Op, tunerBytes(cfg.Op, size)); err == nil {
+					res.Chosen = string(chosen)
+				}
+			}
 			var sum float64
 			for r := range per {
 				avg := float64(per[r][ai][si]) / float64(time.Microsecond)
@@ -281,7 +300,7 @@ func RunColl(ctx context.Context, w *CollWorld, cfg CollConfig, emit func(CollRe
 			return err
 		}
 	}
-	Summarize(cfg, n, per, emit)
+	Summarize(cfg, n, per, w.Comms[0], emit)
 	return nil
 }
 
@@ -324,6 +343,6 @@ func RunCollLaunched(ctx context.Context, c *coll.Communicator, cfg CollConfig, 
 			}
 		}
 	}
-	Summarize(cfg, c.Size(), per, emit)
+	Summarize(cfg, c.Size(), per, c, emit)
 	return nil
 }

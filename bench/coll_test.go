@@ -28,6 +28,9 @@ func TestRunCollEveryOp(t *testing.T) {
 			if r.Op != string(op) || r.Ranks != 3 || r.Iters != 1 || !(r.AvgUS > 0) || r.MinUS > r.MaxUS {
 				t.Errorf("%s: bad row %+v", op, r)
 			}
+			if auto := r.Algo == string(coll.AlgoAuto); auto != (r.Chosen != "") || (auto && !coll.Supported(op, coll.Algo(r.Chosen))) {
+				t.Errorf("%s: row %+v: chosen %q", op, r, r.Chosen)
+			}
 		})
 		if err != nil {
 			t.Fatalf("%s: %v", op, err)

@@ -252,6 +252,26 @@ func TestNoSwitch(t *testing.T) {
 		}
 		return nil
 	})
+	// Algorithm names what a call would run: the host fallback here.
+	c0 := comms[0]
+	for _, tc := range []struct {
+		op   Operation
+		opts []CallOption
+		want Algo
+	}{
+		{OpAllreduce, nil, c0.tuner.Choose(OpAllreduce, 1<<20, 2, false)},
+		{OpBcast, []CallOption{WithAlgo(AlgoChain)}, AlgoChain},
+	} {
+		if a, err := c0.Algorithm(tc.op, 1<<20, tc.opts...); err != nil || a != tc.want || a == AlgoInNet {
+			t.Errorf("Algorithm(%s): %v, %v; want %s", tc.op, a, err, tc.want)
+		}
+	}
+	if _, err := c0.Algorithm(OpAllreduce, 8, WithAlgo(AlgoInNet)); !errors.Is(err, ErrNoSwitch) {
+		t.Errorf("Algorithm(allreduce, innet) without a switch: %v, want ErrNoSwitch", err)
+	}
+	if _, err := c0.Algorithm("sort", 8); !errors.Is(err, ErrArg) {
+		t.Errorf("Algorithm(sort): %v, want ErrArg", err)
+	}
 	t.Setenv("NDMA_ALGO_ALLREDUCE", "innet")
 	t.Setenv("NDMA_ALGO_BCAST", "innet")
 	runAll(t, comms, func(ctx context.Context, c *Communicator) error {

@@ -72,7 +72,7 @@ interleaving of events at one virtual instant).
 	fl.IntVar(&f.warmup, "warmup", 0, "unmeasured iterations per size (default: a tenth of --iters, at least 2)")
 	fl.IntVar(&f.mtu, "mtu", 9000, "transport MTU in bytes")
 	fl.StringVar(&f.listen, "listen", ":0", "under a launcher: this rank's UDP address")
-	fl.BoolVar(&f.json, "json", false, "print JSON Lines: op, algo, ranks, size, avg_us, min_us, max_us, iters")
+	fl.BoolVar(&f.json, "json", false, "print JSON Lines: op, algo, ranks, size, avg_us, min_us, max_us, iters (and chosen, for auto)")
 	fl.BoolVar(&f.sim, "sim", false, "run on the simulated network and report virtual time")
 	fl.StringVar(&f.linkRate, "link-rate", "100mbit", "with --sim: each rank's link rate, e.g. 100mbit, 10gbit")
 	fl.DurationVar(&f.linkLatency, "link-latency", 5*time.Microsecond, "with --sim: one-way latency of each link")
@@ -219,9 +219,17 @@ func collEmitter(out io.Writer, asJSON bool, where string) (emit func(bench.Coll
 			last = r.Algo
 			fmt.Fprintf(out, "# NDMA %s, algorithm %s, %d ranks (%s)\n", strings.ToUpper(r.Op[:1])+r.Op[1:], r.Algo, r.Ranks, where)
 			tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-			fmt.Fprintln(tw, "# Size\tAvg Latency(us)\tMin Latency(us)\tMax Latency(us)\tIterations\t")
+			head := "# Size\tAvg Latency(us)\tMin Latency(us)\tMax Latency(us)\tIterations\t"
+			if r.Algo == string(coll.AlgoAuto) {
+				head += "Chosen\t"
+			}
+			fmt.Fprintln(tw, head)
 		}
-		fmt.Fprintf(tw, "%d\t%.2f\t%.2f\t%.2f\t%d\t\n", r.Size, r.AvgUS, r.MinUS, r.MaxUS, r.Iters)
+		fmt.Fprintf(tw, "%d\t%.2f\t%.2f\t%.2f\t%d\t", r.Size, r.AvgUS, r.MinUS, r.MaxUS, r.Iters)
+		if r.Algo == string(coll.AlgoAuto) {
+			fmt.Fprintf(tw, "%s\t", r.Chosen)
+		}
+		fmt.Fprintln(tw)
 	}
 	flush = func() {
 		if tw != nil {
