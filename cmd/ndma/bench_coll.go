@@ -31,6 +31,7 @@ type collFlags struct {
 	linkLatency time.Duration
 	loss        float64
 	seed        int64
+	prof        profileFlag
 }
 
 func newBenchCollCmd() *cobra.Command {
@@ -61,7 +62,9 @@ interleaving of events at one virtual instant).
   ndma bench coll --op bcast --algo innet,chain --json
   ndma bench coll --sim --op bcast --algo all --sizes 8:16M`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchColl(cmd, &f) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return f.prof.profiled(func() error { return runBenchColl(cmd, &f) })
+		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.op, "op", "allreduce", "collective: barrier, bcast, reduce, allreduce, allgather, reducescatter, gather, scatter, alltoall")
@@ -78,6 +81,7 @@ interleaving of events at one virtual instant).
 	fl.DurationVar(&f.linkLatency, "link-latency", 5*time.Microsecond, "with --sim: one-way latency of each link")
 	fl.Float64Var(&f.loss, "loss", 0, "with --sim: probability that a datagram is lost, e.g. 0.01")
 	fl.Int64Var(&f.seed, "seed", 1, "with --sim: seed of the simulated network and transports")
+	f.prof.register(fl)
 	return cmd
 }
 

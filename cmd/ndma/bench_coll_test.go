@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -87,5 +89,24 @@ func TestBenchCollSim(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%v: error %v, want one with %q", bad.args, err, bad.want)
 		}
+	}
+}
+
+// TestBenchCollCPUProfile: --cpuprofile writes a profile (gzip-compressed
+// protobuf) when the run ends, and reports a path it cannot create.
+func TestBenchCollCPUProfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpu.prof")
+	if _, err := execute(t, "bench", "coll", "--op", "bcast", "--algo", "binomial", "--ranks", "2", "--sizes", "8", "--iters", "2", "--cpuprofile", path); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("profile of %d bytes is not gzip", len(b))
+	}
+	if _, err := execute(t, "bench", "coll", "--op", "bcast", "--ranks", "2", "--sizes", "8", "--iters", "1", "--cpuprofile", filepath.Join(t.TempDir(), "no", "such", "dir")); err == nil || !strings.Contains(err.Error(), "--cpuprofile") {
+		t.Fatalf("bad path: %v", err)
 	}
 }

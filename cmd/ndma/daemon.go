@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -57,4 +59,44 @@ func runUntilSignal(cmd *cobra.Command, run func(context.Context) error) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return run(ctx)
+}
+
+// profileFlag is --cpuprofile: a CPU profile of the whole run, for
+// `go tool pprof`.
+type profileFlag struct{ path string }
+
+func (p *profileFlag) register(fl *pflag.FlagSet) {
+	fl.StringVar(&p.path, "cpuprofile", "", "write a CPU profile of the run to `file` (for go tool pprof)")
+}
+
+// start starts profiling if asked; stop ends it and writes the file.
+func (p *profileFlag) start() (stop func() error, err error) {
+	if p.path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(p.path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		return nil
+	}, nil
+}
+
+// profiled runs f with p's profile around it.
+func (p *profileFlag) profiled(f func() error) error {
+	stop, err := p.start()
+	if err != nil {
+		return err
+	}
+	err = f()
+	return errors.Join(err, stop())
 }

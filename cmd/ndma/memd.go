@@ -21,6 +21,7 @@ type memdFlags struct {
 	metrics string
 	mtu     int
 	log     logFlags
+	prof    profileFlag
 }
 
 // memdFlagNames maps memd.Config fields to the flags that set them, so
@@ -60,6 +61,7 @@ SIGINT or SIGTERM shuts the node down gracefully.`,
 	fl.StringVar(&f.metrics, "metrics", "", "TCP `address` to serve Prometheus metrics on at /metrics (default: none)")
 	fl.IntVar(&f.mtu, "mtu", transport.DefaultMTU, fmt.Sprintf("largest datagram to send, in bytes, header included (%d to %d)", memd.MinMTU, memd.MaxMTU))
 	f.log.register(fl)
+	f.prof.register(fl)
 	cmd.MarkFlagsMutuallyExclusive("key-file", "size")
 	cmd.MarkFlagsMutuallyExclusive("key-file", "perm")
 	rootCmd.AddCommand(cmd)
@@ -81,7 +83,7 @@ func runMemd(cmd *cobra.Command, f *memdFlags) error {
 	}
 	printMemd(cmd.OutOrStdout(), srv)
 
-	return runUntilSignal(cmd, srv.Run)
+	return f.prof.profiled(func() error { return runUntilSignal(cmd, srv.Run) })
 }
 
 // config turns the flags into a memd.Config whose logger writes to logw.

@@ -27,6 +27,7 @@ type switchFlags struct {
 	seed             uint64
 	metrics          string
 	log              logFlags
+	prof             profileFlag
 }
 
 // switchFlagNames maps switchd.Config fields to the flags that set them,
@@ -82,6 +83,7 @@ SIGTERM shuts the switch down gracefully.`,
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the fault injection generator (with --drop, --dup, --reorder or --corrupt; at least 1)")
 	fl.StringVar(&f.metrics, "metrics", "", "TCP `address` to serve Prometheus metrics on at /metrics (default: none)")
 	f.log.register(fl)
+	f.prof.register(fl)
 	cmd.MarkFlagsMutuallyExclusive("token", "token-file")
 	rootCmd.AddCommand(cmd)
 }
@@ -102,7 +104,7 @@ func runSwitch(cmd *cobra.Command, f *switchFlags) error {
 	}
 	printSwitch(cmd.OutOrStdout(), srv)
 
-	return runUntilSignal(cmd, srv.Run)
+	return f.prof.profiled(func() error { return runUntilSignal(cmd, srv.Run) })
 }
 
 // config turns the flags into a switchd.Config whose logger writes to the
