@@ -12,9 +12,10 @@
 // TestRunVirtualTime pins the behaviour on the Go version in go.mod.
 //
 // Inside a `go test` binary the runner's flags are the test's own: a
-// -test.count or -test.cpu list does not repeat f (Run guards it), and
-// -test.skip patterns do not skip it; a -coverprofile run may write its
-// profile early.
+// -test.count or -test.cpu list does not repeat f (Run guards it),
+// -test.skip patterns do not skip it, and the flags naming output files
+// (test log, profiles, trace, coverage) are blanked while Run's runner is
+// active, so the enclosing run's files are left alone.
 package bubble
 
 import (
@@ -66,6 +67,18 @@ func Run(f func()) error {
 			return err
 		}
 	}
+	// In a test binary the runner's output flags are the enclosing test
+	// run's (go test passes -test.testlogfile, and maybe profiles): the
+	// inner run must not create, truncate or close those files.
+	for _, name := range outputFlags {
+		if fl := flag.Lookup(name); fl != nil && fl.Value.String() != "" {
+			old := fl.Value.String()
+			if err := fl.Value.Set(""); err != nil {
+				return err
+			}
+			defer fl.Value.Set(old)
+		}
+	}
 	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 	if err != nil {
 		return err
@@ -82,6 +95,12 @@ func Run(f func()) error {
 		return errors.New("bubble: the simulation failed")
 	}
 	return nil
+}
+
+// outputFlags are the runner's flags that name files it writes.
+var outputFlags = []string{
+	"test.testlogfile", "test.cpuprofile", "test.memprofile", "test.blockprofile",
+	"test.mutexprofile", "test.trace", "test.coverprofile", "test.gocoverdir",
 }
 
 // deps is the testing runner's hook set (its unexported testDeps
