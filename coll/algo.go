@@ -93,7 +93,7 @@ type Tuner interface {
 // DefaultTuner picks by message size and communicator size, preferring
 // in-network algorithms when a switch is reachable (one transmission per
 // operation: they won at every size the simulator measured, except
-// ReduceScatter beyond a few KiB) and falling back to the best host
+// ReduceScatter from 4 to 128 KiB) and falling back to the best host
 // algorithm otherwise. TestSimTuner checks its choices against every
 // algorithm at 8 ranks.
 type DefaultTuner struct{}
@@ -101,9 +101,13 @@ type DefaultTuner struct{}
 // Choose implements Tuner.
 func (DefaultTuner) Choose(op Operation, bytes, ranks int, innet bool) Algo {
 	switch {
-	case op == OpReduceScatter && innet && bytes < 4<<10:
+	case op == OpReduceScatter && innet && (bytes < 4<<10 || bytes >= 128<<10):
 		// The in-network reduce-scatter is an allreduce that brings every
-		// block down to every rank: it wins only while latency dominates.
+		// block down to every rank: it wins while latency dominates, and
+		// again from 128 KiB blocks, where direct's incast (every rank
+		// sending to one at once) costs as much as the extra blocks
+		// (simnet, 8 ranks: within 1% of direct at 1 MiB, 5% ahead at
+		// 256-512 KiB; ndma bench coll --sim --op reducescatter).
 		return AlgoInNet
 	case op == OpReduceScatter && ranks <= 16:
 		return AlgoDirect

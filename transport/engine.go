@@ -340,7 +340,7 @@ func (e *Engine) StepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit
 			return d, false
 		}
 		e.stats.AcksReceived++
-		p.onAck(now, &e.ack, h.Op == wire.OpNack)
+		p.onAck(now, &e.ack, h.Op == wire.OpNack, h.TS, h.Src != wire.MemberAll)
 		return d, false
 	}
 	p, err := e.peer(id, true)

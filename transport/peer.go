@@ -55,12 +55,18 @@ type peer struct {
 	rto, minRTT    time.Duration // minRTT: lowest RTT of a full-size packet (delay target base)
 	minAnyRTT      time.Duration // lowest RTT of any packet (reordering window)
 	hasRTT         bool
-	delayOK        bool // last RTT sample was below target
-	lastDecrease   time.Time
-	lastBackoff    time.Time
-	lastProgress   time.Time
-	rtoAt          time.Time // earliest sentAt+rto among in-flight records (may be early)
-	rackTime       time.Time // send time of the latest-sent packet known delivered
+	delayOK        bool // last delay sample was below target
+	// Forward one-way delay base (LEDBAT-style, RFC 6817): the lowest
+	// (receiver arrival - sender send) of a full-size packet, with the
+	// clocks' offset in it, kept as the minimum of two rotating buckets so
+	// that clock drift ages out. Zero bucket: none yet.
+	owdBase      [2]int64
+	owdRotate    time.Time
+	lastDecrease time.Time
+	lastBackoff  time.Time
+	lastProgress time.Time
+	rtoAt        time.Time // earliest sentAt+rto among in-flight records (may be early)
+	rackTime     time.Time // send time of the latest-sent packet known delivered
 
 	// Receiver half.
 	rcvInit     bool
@@ -289,7 +295,22 @@ func (p *peer) decrease(now time.Time, factor float64) {
 // packet's RTT leaves out the serialization a full one pays on every hop
 // (720 µs per 9 KB hop at 100 Mbit/s), and a target built on it would
 // throttle bulk transfers to a packet per RTT.
-func (p *peer) onRTT(now time.Time, r time.Duration, full bool) {
+// owdBucket is how long one bucket of the forward-delay base lasts: the
+// base is the lowest delay of the last one to two buckets, so a drift of
+// the clocks' offset ages out of it.
+const owdBucket = 30 * time.Second
+
+// onRTT takes one RTT sample r (and, if haveOWD, the forward one-way delay
+// with the clocks' offset, owd) for the timeout and the delay signal.
+//
+// The delay signal is the queueing on the way to the receiver: the
+// forward one-way delay above its base, where the ACK says when the
+// packet arrived; otherwise (merged ACKs, whose timestamps come from
+// different clocks) the RTT above the lowest RTT. Forward delay leaves
+// out the ACK's own queueing, behind the receiver's outgoing data on a
+// shared link, which is not congestion on this stream's path (ring and
+// in-network collectives send and receive at once on every link).
+func (p *peer) onRTT(now time.Time, r time.Duration, full bool, owd int64, haveOWD bool) {
 	cfg := &p.e.cfg
 	if !p.hasRTT {
 		p.srtt, p.rttvar, p.hasRTT = r, r/2, true
@@ -317,14 +338,34 @@ func (p *peer) onRTT(now time.Time, r time.Duration, full bool) {
 	if p.minRTT == 0 {
 		return // no base yet: no delay signal
 	}
-	target := p.minRTT + max(cfg.TargetDelay, p.minRTT)
-	if r <= target {
+	allowed := max(cfg.TargetDelay, p.minRTT)
+	queued := r - p.minRTT
+	if haveOWD {
+		if full {
+			if now.Sub(p.owdRotate) >= owdBucket {
+				p.owdBase[1], p.owdBase[0], p.owdRotate = p.owdBase[0], 0, now
+			}
+			if p.owdBase[0] == 0 || owd < p.owdBase[0] {
+				p.owdBase[0] = owd
+			}
+		}
+		base := p.owdBase[0]
+		if p.owdBase[1] != 0 && (base == 0 || p.owdBase[1] < base) {
+			base = p.owdBase[1]
+		}
+		if base != 0 {
+			queued = time.Duration(owd - base)
+		}
+	}
+	if queued <= allowed {
 		p.delayOK = true
 		return
 	}
 	p.delayOK = false
 	if now.Sub(p.lastDecrease) >= p.srtt {
-		f := 1 - ccBeta*float64(r-target)/float64(r)
+		// Back off in proportion to the excess, as before on the RTT:
+		// (queued - allowed) / (base + queued).
+		f := 1 - ccBeta*float64(queued-allowed)/float64(p.minRTT+queued)
 		p.decrease(now, max(f, 1-ccMaxMDF))
 	}
 }
@@ -353,7 +394,10 @@ func (p *peer) ackRec(rec *pktRec) {
 	}
 }
 
-func (p *peer) onAck(now time.Time, a *wire.Ack, nack bool) {
+// onAck applies an ACK. ackTS is the ACK's header timestamp: the
+// receiver's clock when it sent the ACK if single (an ACK from the one
+// receiver of the stream), the forwarding node's for an ACK it merged.
+func (p *peer) onAck(now time.Time, a *wire.Ack, nack bool, ackTS uint64, single bool) {
 	p.synAcked = true
 	p.rwnd = min(a.Window, uint32(p.e.cfg.SendWindow))
 	// The RTT sample is taken after the ACK is applied, so that it can
@@ -362,8 +406,15 @@ func (p *peer) onAck(now time.Time, a *wire.Ack, nack bool) {
 	defer func() {
 		if a.EchoTS != 0 {
 			r := time.Duration(now.UnixNano()-int64(a.EchoTS)) - time.Duration(a.AckDelay)
+			// The receiver's arrival time of the echoed packet, on its
+			// clock, less the send time on ours: the forward one-way
+			// delay plus the clocks' offset.
+			owd, haveOWD := int64(0), single && ackTS != 0
+			if haveOWD {
+				owd = int64(ackTS) - int64(a.AckDelay) - int64(a.EchoTS)
+			}
 			if r > 0 && r < maxRTTValid {
-				p.onRTT(now, r, echoFull)
+				p.onRTT(now, r, echoFull, owd, haveOWD)
 			}
 		}
 	}()
