@@ -46,6 +46,12 @@ type SuiteConfig struct {
 	// Iters is the measured iterations per size; zero picks by size, as
 	// CollConfig does.
 	Iters int
+	// MPI also measures every operation with Open MPI (algo "mpi" in the
+	// rows): bench/mpi/osu_coll.c, built with mpicc, started by mpirun in
+	// the first host's namespace with one rank per host over the TCP BTL
+	// and Open MPI's own algorithm choice. It needs mpicc and mpirun
+	// (Debian: openmpi-bin, libopenmpi-dev).
+	MPI bool
 	// Keep leaves the testbed up after the run instead of taking it down.
 	Keep bool
 	// Progress, if not nil, is called before each job with the number of
@@ -109,6 +115,9 @@ func (c *SuiteConfig) plan() ([]suiteJob, error) {
 		if !ok {
 			return nil, fmt.Errorf("bench: suite: unknown collective %q", op)
 		}
+		if c.MPI {
+			algos = append(algos[:len(algos):len(algos)], AlgoMPI)
+		}
 		for _, a := range algos {
 			if op == coll.OpBarrier {
 				jobs = append(jobs, suiteJob{op, a, 0})
@@ -134,6 +143,13 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rows []SuiteRow, err error)
 	}
 	if cfg.Testbed.StateDir == "" {
 		cfg.Testbed.StateDir = testbed.DefaultStateDir()
+	}
+	var mpi *mpiRunner
+	if cfg.MPI {
+		if mpi, err = newMPIRunner(ctx); err != nil {
+			return nil, err
+		}
+		defer mpi.close()
 	}
 	st, err := testbed.Up(ctx, cfg.Testbed)
 	if err != nil {
@@ -167,7 +183,17 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rows []SuiteRow, err error)
 		if cfg.Progress != nil {
 			cfg.Progress(i, len(jobs))
 		}
-		row, err := runSuiteJob(ctx, st, bin, swPID, j, cfg.Iters)
+		run := func(ctx context.Context, out io.Writer) error {
+			return testbed.Run(ctx, st, collArgs(bin, st, j, cfg.Iters), out)
+		}
+		prefix := "[rank 0] "
+		if j.algo == AlgoMPI {
+			run = func(ctx context.Context, out io.Writer) error {
+				return mpi.run(ctx, st, j, cfg.Iters, out)
+			}
+			prefix = ""
+		}
+		row, err := runSuiteJob(ctx, st, swPID, j, cfg.Iters, run, prefix)
 		if err != nil {
 			return rows, err
 		}
@@ -182,8 +208,8 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rows []SuiteRow, err error)
 	return rows, nil
 }
 
-// runSuiteJob runs one bench coll job on st and measures its CPU.
-func runSuiteJob(ctx context.Context, st *testbed.State, bin string, swPID int, j suiteJob, iters int) (SuiteRow, error) {
+// collArgs is the command line of one bench coll job.
+func collArgs(bin string, st *testbed.State, j suiteJob, iters int) []string {
 	args := []string{bin, "bench", "coll", "--json", "--op", string(j.op), "--algo", string(j.algo),
 		"--mtu", strconv.Itoa(st.DatagramMTU)}
 	if j.size > 0 {
@@ -192,6 +218,13 @@ func runSuiteJob(ctx context.Context, st *testbed.State, bin string, swPID int, 
 	if iters > 0 {
 		args = append(args, "--iters", strconv.Itoa(iters))
 	}
+	return args
+}
+
+// runSuiteJob runs one job on st with run, which starts its processes as
+// this process's children and waits for them, and measures its CPU; the
+// row is the JSON line of the output that starts with prefix.
+func runSuiteJob(ctx context.Context, st *testbed.State, swPID int, j suiteJob, iters int, run func(context.Context, io.Writer) error, prefix string) (SuiteRow, error) {
 	what := fmt.Sprintf("%s/%s size %d", j.op, j.algo, j.size)
 	_, ch0, err := procCPU("self")
 	if err != nil {
@@ -202,7 +235,7 @@ func runSuiteJob(ctx context.Context, st *testbed.State, bin string, swPID int, 
 		return SuiteRow{}, fmt.Errorf("bench: suite: the switch daemon: %w", err)
 	}
 	var out bytes.Buffer
-	runErr := testbed.Run(ctx, st, args, &out)
+	runErr := run(ctx, &out)
 	_, ch1, err := procCPU("self")
 	if err != nil {
 		return SuiteRow{}, err
@@ -214,7 +247,7 @@ func runSuiteJob(ctx context.Context, st *testbed.State, bin string, swPID int, 
 	if runErr != nil {
 		return SuiteRow{}, fmt.Errorf("bench: suite: %s: %w\n%s", what, runErr, tail(out.String(), 20))
 	}
-	res, err := parseRank0(&out)
+	res, err := parseRank0(&out, prefix)
 	if err != nil {
 		return SuiteRow{}, fmt.Errorf("bench: suite: %s: %w\n%s", what, err, tail(out.String(), 20))
 	}
@@ -241,9 +274,10 @@ func newSuiteRow(r CollResult, warmup int, rateBits uint64, ranksS, switchS floa
 	return row
 }
 
-// parseRank0 returns the one JSON row rank 0 printed in testbed.Run's
-// output ("[rank 0] {...}").
-func parseRank0(r io.Reader) (CollResult, error) {
+// parseRank0 returns the one JSON row rank 0 printed in a job's output:
+// the line that is prefix and a JSON object ("[rank 0] {...}" in
+// testbed.Run's output, "{...}" in mpirun's).
+func parseRank0(r io.Reader, prefix string) (CollResult, error) {
 	var (
 		res CollResult
 		n   int
@@ -251,7 +285,7 @@ func parseRank0(r io.Reader) (CollResult, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		line, ok := strings.CutPrefix(sc.Text(), "[rank 0] ")
+		line, ok := strings.CutPrefix(sc.Text(), prefix)
 		if !ok || !strings.HasPrefix(line, "{") {
 			continue
 		}
@@ -352,6 +386,14 @@ func WriteSuiteMarkdown(w io.Writer, rows []SuiteRow) error {
 		fmt.Fprintln(bw)
 		fmt.Fprintln(bw, "CPU is user+system time of one `ndma bench coll` job per row: all ranks summed, and the switch daemon; "+
 			"it includes process start, joining, warm-up and the barrier before each call. CPU per call divides by warm-up + iterations.")
+		for _, r := range rows {
+			if r.Algo == string(AlgoMPI) {
+				fmt.Fprintln(bw)
+				fmt.Fprintln(bw, "Rows `mpi` are Open MPI on the same hosts and links: bench/mpi/osu_coll.c (the same measurement as bench coll) "+
+					"started by mpirun, one rank per host, TCP BTL, Open MPI's own choice of algorithm; their CPU includes mpirun and orted.")
+				break
+			}
+		}
 	}
 	return bw.Flush()
 }

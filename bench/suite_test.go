@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -142,7 +143,7 @@ func TestWriteSuitePlots(t *testing.T) {
 
 func TestParseRank0(t *testing.T) {
 	out := "[rank 1] starting\n[rank 0] {\"op\":\"bcast\",\"algo\":\"chain\",\"ranks\":2,\"size\":8,\"avg_us\":5,\"min_us\":4,\"max_us\":6,\"iters\":3}\n[rank 1] {\"op\":\"x\"}\n"
-	r, err := parseRank0(strings.NewReader(out))
+	r, err := parseRank0(strings.NewReader(out), "[rank 0] ")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +151,7 @@ func TestParseRank0(t *testing.T) {
 		t.Errorf("got %+v, want %+v", r, want)
 	}
 	for _, bad := range []string{"", "[rank 0] {\"op\":\n", out + out} {
-		if _, err := parseRank0(strings.NewReader(bad)); err == nil {
+		if _, err := parseRank0(strings.NewReader(bad), "[rank 0] "); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
 	}
@@ -177,6 +178,17 @@ func TestSuitePlan(t *testing.T) {
 	}
 	if want := 2*len(coll.Algorithms[coll.OpBcast]) + len(coll.Algorithms[coll.OpBarrier]); len(jobs) != want {
 		t.Errorf("%d jobs, want %d", len(jobs), want)
+	}
+	c.MPI = true
+	withMPI, err := c.plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(withMPI) != len(jobs)+3 || withMPI[len(withMPI)-1] != (suiteJob{coll.OpBarrier, AlgoMPI, 0}) {
+		t.Errorf("with MPI: %d jobs (want %d), last %+v", len(withMPI), len(jobs)+3, withMPI[len(withMPI)-1])
+	}
+	if slices.Contains(coll.Algorithms[coll.OpBcast], AlgoMPI) {
+		t.Error("planning with MPI changed coll.Algorithms")
 	}
 	for _, bad := range []SuiteConfig{
 		{Ops: []coll.Operation{"nosuch"}},
@@ -262,5 +274,56 @@ func TestSuiteTestbed(t *testing.T) {
 	}
 	for _, f := range files {
 		checkPNG(t, f)
+	}
+}
+
+// TestSuiteMPI runs Open MPI's side of a suite on a real 2-host testbed:
+// osu_coll built with mpicc, started by mpirun across the namespaces, its
+// results checked by the program itself.
+func TestSuiteMPI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds a testbed of network namespaces and runs MPI on it")
+	}
+	prefix := fmt.Sprintf("ndmasm%d", os.Getpid()%100000)
+	if err := testbed.Check(t.Context(), prefix); err != nil {
+		t.Skipf("no testbed here: %v", err)
+	}
+	if _, err := MPIVersion(t.Context()); err != nil {
+		t.Skipf("no Open MPI here: %v", err)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "ndma")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "github.com/ndma/ndma/cmd/ndma")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building ndma: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	rows, err := RunSuite(ctx, SuiteConfig{
+		Testbed: testbed.Config{Prefix: prefix, Hosts: 2, Rate: "100mbit", MTU: 9000, StateDir: filepath.Join(dir, "state"), Binary: bin},
+		Ops:     []coll.Operation{coll.OpBcast, coll.OpAllreduce, coll.OpAllgather, coll.OpBarrier},
+		Sizes:   []int{4099},
+		Iters:   3,
+		MPI:     true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mpi := 0
+	for _, r := range rows {
+		if r.Algo != string(AlgoMPI) {
+			continue
+		}
+		mpi++
+		if r.Ranks != 2 || r.Iters != 3 || r.AvgUS <= 0 || r.MinUS > r.MaxUS || r.CPURanksS <= 0 || (r.Op != "barrier" && r.Size != 4099) {
+			t.Errorf("implausible MPI row %+v", r)
+		}
+	}
+	if mpi != 4 {
+		t.Errorf("%d MPI rows, want 4", mpi)
+	}
+	var md bytes.Buffer
+	if err := WriteSuiteMarkdown(&md, rows); err != nil || !strings.Contains(md.String(), "Rows `mpi` are Open MPI") {
+		t.Errorf("Markdown lacks the MPI note (%v)", err)
 	}
 }

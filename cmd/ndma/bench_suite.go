@@ -24,7 +24,7 @@ const (
 type suiteFlags struct {
 	hosts, mtu, iters         int
 	rate, ops, sizes, out, pf string
-	keep, json                bool
+	keep, json, mpi           bool
 }
 
 func newBenchSuiteCmd() *cobra.Command {
@@ -48,10 +48,16 @@ latency over the S/B bound, size*8/rate) and, per operation,
 <op>-latency.png (log-log, with the bound) and <op>-cpu.png. Standard
 output gets the Markdown, or with --json the JSON Lines.
 
+With --mpi every operation is also measured with Open MPI (rows "mpi"):
+a small OSU-style C program shipped in the binary, built with mpicc and
+started by mpirun in the first host's namespace, one rank per host over
+the TCP BTL, Open MPI choosing its algorithms.
+
 It refuses when a testbed with --prefix exists, and takes its testbed down
 at the end, also on error or Ctrl-C, unless --keep.`,
 		Example: `  sudo ndma bench suite --out results
-  sudo ndma bench suite --hosts 4 --ops bcast,allreduce --sizes 8,64K,1M,16M --iters 3 --out /tmp/suite`,
+  sudo ndma bench suite --hosts 4 --ops bcast,allreduce --sizes 8,64K,1M,16M --iters 3 --out /tmp/suite
+  sudo ndma bench suite --mpi --ops allreduce --out /tmp/vs-mpi`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchSuite(cmd, &f) },
 	}
@@ -66,6 +72,7 @@ at the end, also on error or Ctrl-C, unless --keep.`,
 	fl.BoolVar(&f.keep, "keep", false, "leave the testbed up afterwards (remove it with ndma testbed down --prefix P)")
 	fl.StringVar(&f.pf, "prefix", "ndmasuite", "name prefix of the suite's testbed; it must not be in use")
 	fl.BoolVar(&f.json, "json", false, "print JSON Lines instead of Markdown on standard output, and no progress bar")
+	fl.BoolVar(&f.mpi, "mpi", false, "also measure each operation with Open MPI (algo \"mpi\"; needs mpicc and mpirun)")
 	return cmd
 }
 
@@ -109,8 +116,16 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 		Ops:      ops,
 		Sizes:    sizes,
 		Iters:    f.iters,
+		MPI:      f.mpi,
 		Keep:     f.keep,
 		Progress: prog.callback(),
+	}
+	if f.mpi {
+		v, err := bench.MPIVersion(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "mpi rows: %s\n", v)
 	}
 	if f.json {
 		cfg.Row = func(r bench.SuiteRow) { _ = bench.WriteSuiteJSON(stdout, []bench.SuiteRow{r}) }
