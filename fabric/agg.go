@@ -478,6 +478,13 @@ func (p *AggPool) freeSlot(i int32) {
 	p.free = append(p.free, i)
 }
 
+// Has reports whether member has contributed to k's slot (open or
+// complete); false when k names no slot.
+func (p *AggPool) Has(k AggKey, member int) bool {
+	i, ok := p.index[k]
+	return ok && member >= 0 && member < AggMaxMembers && p.slots[i].has(member)
+}
+
 // Missing appends to dst, in increasing order, the members that have not
 // contributed to k's slot, and returns the extended slice (for error
 // reports naming members). It returns dst unchanged if k names no slot or

@@ -70,12 +70,18 @@ func (s *Switch) admit(d *transport.Delivery) bool {
 		s.event(d.Peer, h.Group, wire.StatusNotMember, 0, h.MsgID)
 		return true
 	}
-	if len(g.dead) > 0 {
-		s.event(d.Peer, h.Group, wire.StatusMemberDead, uint64(g.dead[0]), h.MsgID)
-		return true
+	key := AggKey{Group: g.id, Op: h.MsgID, Offset: h.Offset}
+	// A member that is gone (crashed or left) can complete this chunk only
+	// if its contribution is in already: one that left after finishing its
+	// part did, and a slower member's contribution must still count.
+	for _, dead := range g.dead {
+		if !s.pool.Has(key, int(dead)) {
+			s.event(d.Peer, h.Group, wire.StatusMemberDead, uint64(dead), h.MsgID)
+			return true
+		}
 	}
 	c := Contribution{
-		Key:           AggKey{Group: g.id, Op: h.MsgID, Offset: h.Offset},
+		Key:           key,
 		Member:        int(m.id),
 		Members:       len(g.members),
 		Dtype:         h.Dtype,
