@@ -1,0 +1,290 @@
+package fabric
+
+// The forwarding node's MMU: memory nodes register their capacity, pool
+// regions are created on them (striped by a Layout), and pool accesses are
+// translated to (memory node, local address) with the region's key and
+// permissions checked. MMU is sans-I/O like the rest of the switch: no
+// clock, no sockets, no goroutines; the caller serializes calls.
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/wire"
+)
+
+// Limits of the MMU.
+const (
+	MaxPoolNodes   = 1024
+	MaxPoolRegions = 1 << 16
+	// poolAlign aligns every region's extent on a node.
+	poolAlign = 64
+)
+
+// Errors of the MMU, besides the wire statuses (StatusBadKey for an
+// unknown, freed or wrongly keyed region; StatusPermission; StatusOutOfBounds
+// for an access outside the region) that its errors wrap.
+var (
+	ErrNoSpace  = errors.New("fabric: pool: not enough free memory on the memory nodes")
+	ErrNoNodes  = errors.New("fabric: pool: not enough live memory nodes")
+	ErrPoolNode = errors.New("fabric: pool: bad memory node")
+)
+
+// PoolNode is a memory node lending its memory to the pool: one region
+// of Capacity bytes on the node, named by Key, that the MMU carves up.
+type PoolNode struct {
+	ID       int
+	Addr     netip.AddrPort
+	Key      uint64 // the node's region holding the pool's memory
+	Capacity uint64
+	Alive    bool
+	free     []span // free extents, sorted by offset, coalesced
+	used     uint64
+}
+
+// Used is the bytes of the node given to regions.
+func (n *PoolNode) Used() uint64 { return n.used }
+
+type span struct{ off, len uint64 }
+
+// roundPool is the node memory an extent of size bytes takes: whole
+// poolAlign units, at least one.
+func roundPool(size uint64) uint64 { return max(poolAlign, (size+poolAlign-1)&^(poolAlign-1)) }
+
+// alloc takes size bytes (rounded up to poolAlign) first fit.
+func (n *PoolNode) alloc(size uint64) (uint64, bool) {
+	size = roundPool(size)
+	for i, s := range n.free {
+		if s.len >= size {
+			off := s.off
+			if s.len == size {
+				n.free = slices.Delete(n.free, i, i+1)
+			} else {
+				n.free[i] = span{s.off + size, s.len - size}
+			}
+			n.used += size
+			return off, true
+		}
+	}
+	return 0, false
+}
+
+// release gives [off, off+size) back, coalescing with its neighbours.
+func (n *PoolNode) release(off, size uint64) {
+	size = roundPool(size)
+	n.used -= size
+	i, _ := slices.BinarySearchFunc(n.free, off, func(s span, off uint64) int { return cmp.Compare(s.off, off) })
+	n.free = slices.Insert(n.free, i, span{off, size})
+	if i+1 < len(n.free) && n.free[i].off+n.free[i].len == n.free[i+1].off {
+		n.free[i].len += n.free[i+1].len
+		n.free = slices.Delete(n.free, i+1, i+2)
+	}
+	if i > 0 && n.free[i-1].off+n.free[i-1].len == n.free[i].off {
+		n.free[i-1].len += n.free[i].len
+		n.free = slices.Delete(n.free, i, i+1)
+	}
+}
+
+// PoolRegion is one region of the pool.
+type PoolRegion struct {
+	ID     uint32
+	Key    uint64 // capability: every access must carry it
+	Perm   memnode.Perm
+	Layout Layout
+	// Homes[c] is the memory node of column c and the offset of the
+	// region's extent within that node's pool memory.
+	Homes []Home
+}
+
+// Home is where one column of a region lives.
+type Home struct {
+	Node *PoolNode
+	Base uint64 // offset of the region's extent in the node's pool memory
+}
+
+// Target is one translated piece of a pool access: Len bytes at region
+// offset Off are at Addr of region Key on memory node Node.
+type Target struct {
+	Off     uint64
+	Len     uint64
+	Node    *PoolNode
+	Key     uint64 // the node's pool region
+	Addr    uint64 // offset in that region
+	Replica int
+}
+
+// MMU is the pool's memory manager.
+type MMU struct {
+	nodes   []*PoolNode
+	byAddr  map[netip.AddrPort]*PoolNode
+	regions map[uint32]*PoolRegion
+	nextID  uint32
+	newKey  func() uint64
+	ext     []Extent // scratch for Translate
+}
+
+// NewMMU returns an empty MMU; newKey draws region keys (random and
+// non-zero: they are capabilities).
+func NewMMU(newKey func() uint64) *MMU {
+	return &MMU{byAddr: make(map[netip.AddrPort]*PoolNode), regions: make(map[uint32]*PoolRegion), newKey: newKey}
+}
+
+// AddNode registers a memory node offering capacity bytes of its region
+// key. A node registering again from the same address (a restart) must
+// offer the same region and capacity while regions use it.
+func (m *MMU) AddNode(addr netip.AddrPort, key, capacity uint64) (*PoolNode, error) {
+	if !addr.IsValid() || capacity == 0 || key == 0 {
+		return nil, fmt.Errorf("%w: address %v, key %#x, capacity %d", ErrPoolNode, addr, key, capacity)
+	}
+	if n := m.byAddr[addr]; n != nil {
+		if n.used > 0 && (n.Key != key || n.Capacity != capacity) {
+			return nil, fmt.Errorf("%w: %v registered again with another region while regions use it", ErrPoolNode, addr)
+		}
+		if n.used == 0 {
+			n.Key, n.Capacity, n.free = key, capacity, []span{{0, capacity &^ (poolAlign - 1)}}
+		}
+		n.Alive = true
+		return n, nil
+	}
+	if len(m.nodes) >= MaxPoolNodes {
+		return nil, fmt.Errorf("%w: more than %d memory nodes", ErrPoolNode, MaxPoolNodes)
+	}
+	n := &PoolNode{ID: len(m.nodes), Addr: addr, Key: key, Capacity: capacity, Alive: true,
+		free: []span{{0, capacity &^ (poolAlign - 1)}}}
+	m.nodes = append(m.nodes, n)
+	m.byAddr[addr] = n
+	return n, nil
+}
+
+// Nodes returns the registered memory nodes, by id.
+func (m *MMU) Nodes() []*PoolNode { return m.nodes }
+
+// SetAlive marks a memory node alive or dead (heartbeats).
+func (m *MMU) SetAlive(n *PoolNode, alive bool) { n.Alive = alive }
+
+// Create makes a region of size bytes striped by stripe over columns live
+// memory nodes (0: all of them, the default spreading, but no more than
+// the region has stripes), with replicas copies of every stripe and
+// permissions perm. Columns are the live nodes with the most free memory,
+// in id order among equals. Create does not clear the nodes' memory: the
+// driver that sends the MMU's accesses must scrub a region's extents
+// (zero them on the nodes) before they are given out again, so no region
+// reads another's old data.
+func (m *MMU) Create(size, stripe uint64, columns, replicas int, perm memnode.Perm) (*PoolRegion, error) {
+	if len(m.regions) >= MaxPoolRegions {
+		return nil, fmt.Errorf("%w: %d regions", ErrNoSpace, len(m.regions))
+	}
+	if perm == 0 || perm&^memnode.PermAll != 0 {
+		return nil, fmt.Errorf("%w: permissions %v", ErrLayout, perm)
+	}
+	var live []*PoolNode
+	for _, n := range m.nodes {
+		if n.Alive {
+			live = append(live, n)
+		}
+	}
+	if columns == 0 {
+		// Spread over every live node, but give none an empty column.
+		columns = len(live)
+		if stripe > 0 {
+			columns = min(columns, max(int(min((size+stripe-1)/stripe, MaxColumns)), replicas))
+		}
+	}
+	if columns > len(live) || len(live) == 0 {
+		return nil, fmt.Errorf("%w: want %d, have %d", ErrNoNodes, max(columns, 1), len(live))
+	}
+	l, err := NewLayout(size, stripe, columns, replicas)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortStableFunc(live, func(a, b *PoolNode) int {
+		return cmp.Compare(b.Capacity-b.used, a.Capacity-a.used)
+	})
+	live = live[:columns]
+	slices.SortFunc(live, func(a, b *PoolNode) int { return cmp.Compare(a.ID, b.ID) })
+	r := &PoolRegion{Perm: perm, Layout: l, Homes: make([]Home, columns)}
+	for c, n := range live {
+		off, ok := n.alloc(l.ColumnBytes(c))
+		if !ok {
+			for k := range c {
+				r.Homes[k].Node.release(r.Homes[k].Base, l.ColumnBytes(k))
+			}
+			return nil, fmt.Errorf("%w: %d bytes on node %v (%d free)", ErrNoSpace, l.ColumnBytes(c), n.Addr, n.Capacity-n.used)
+		}
+		r.Homes[c] = Home{Node: n, Base: off}
+	}
+	for {
+		m.nextID++
+		if m.nextID != 0 && m.regions[m.nextID] == nil {
+			break
+		}
+	}
+	r.ID = m.nextID
+	for r.Key == 0 {
+		r.Key = m.newKey()
+	}
+	m.regions[r.ID] = r
+	return r, nil
+}
+
+// Region returns region id if key opens it.
+func (m *MMU) Region(id uint32, key uint64) (*PoolRegion, error) {
+	r := m.regions[id]
+	if r == nil || r.Key != key {
+		return nil, fmt.Errorf("%w: pool region %d", wire.StatusBadKey, id)
+	}
+	return r, nil
+}
+
+// Regions returns every region, by id.
+func (m *MMU) Regions() []*PoolRegion {
+	out := make([]*PoolRegion, 0, len(m.regions))
+	for _, r := range m.regions {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b *PoolRegion) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Free removes region id (key must open it) and returns its memory to the
+// nodes. Accesses with its key fail from then on.
+func (m *MMU) Free(id uint32, key uint64) error {
+	r, err := m.Region(id, key)
+	if err != nil {
+		return err
+	}
+	for c, h := range r.Homes {
+		h.Node.release(h.Base, r.Layout.ColumnBytes(c))
+	}
+	delete(m.regions, id)
+	return nil
+}
+
+// Translate checks an access of n bytes at offset off of region id with
+// key and op's permission, and appends its pieces for copy replica to
+// dst: where each one lives on which memory node.
+func (m *MMU) Translate(id uint32, key uint64, need memnode.Perm, off, n uint64, replica int, dst []Target) ([]Target, error) {
+	r, err := m.Region(id, key)
+	if err != nil {
+		return dst, err
+	}
+	if r.Perm&need != need {
+		return dst, fmt.Errorf("%w: pool region %d is %v", wire.StatusPermission, id, r.Perm)
+	}
+	if off > r.Layout.Size || n > r.Layout.Size-off {
+		return dst, fmt.Errorf("%w: [%d, +%d) outside pool region %d's %d bytes", wire.StatusOutOfBounds, off, n, id, r.Layout.Size)
+	}
+	m.ext, err = r.Layout.Extents(off, n, replica, m.ext[:0])
+	if err != nil {
+		return dst, err
+	}
+	for _, e := range m.ext {
+		h := r.Homes[e.Column]
+		dst = append(dst, Target{Off: e.Off, Len: e.Len, Node: h.Node, Key: h.Node.Key, Addr: h.Base + e.Local, Replica: e.Replica})
+	}
+	return dst, nil
+}
