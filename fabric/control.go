@@ -75,6 +75,8 @@ func (s *Switch) control(now time.Time, d *transport.Delivery) {
 			return
 		}
 		s.respond(d, &CtrlMsg{Type: CtrlLookup, Resp: true, Group: g.id, Members: g.table()})
+	case CtrlPoolNode, CtrlPoolCreate, CtrlPoolOpen, CtrlPoolFree, CtrlPoolStat:
+		s.poolControl(now, d, m)
 	default:
 		s.stats.ControlRefused++
 		s.reply(d.Peer, &d.Header, wire.StatusUnknownOp, 0)

@@ -23,7 +23,8 @@ package fabric
 // |                                                               |
 // +---------------------------------------------------------------+
 //
-// Type: 1 JOIN, 2 LEAVE, 3 DESTROY, 4 HEARTBEAT, 5 REGISTER, 6 LOOKUP.
+// Type: 1 JOIN, 2 LEAVE, 3 DESTROY, 4 HEARTBEAT, 5 REGISTER, 6 LOOKUP,
+// 7 POOLNODE, 8 POOLCREATE, 9 POOLOPEN, 10 POOLFREE, 11 POOLSTAT.
 // Flags: bit 0 RESP (a response); bits 1–7 must be zero.
 //
 // Field encodings:
@@ -37,6 +38,14 @@ package fabric
 //	range              u64 start, u64 end, i32 owner, u8 replica count
 //	                   (0..8) + that many i32 replica ranks
 //	list of X          u16 count + count × X
+//	pool               u64 size (1..2^48), u64 stripe (64..2^30, a
+//	                   multiple of 8), u16 columns (0..256; 0 in a
+//	                   request: every live memory node), u8 replicas
+//	                   (1..2), u8 permissions (bits read, write, atomic,
+//	                   vector; not 0)
+//	poolnode           u16 id, address as in member, u64 capacity,
+//	                   u64 used, u8 alive (0 or 1)
+//	poolregion         u32 region, pool
 //
 // Fields by type (request → response):
 //
@@ -50,6 +59,13 @@ package fabric
 //	           service will have), rank (any, or < size), list of range (≤ 4096)
 //	           → group u32, member u16
 //	LOOKUP     service name → group u32, list of member (≤ 4096)
+//	POOLNODE   key u64 (the node's region lent to the pool), capacity u64
+//	           (bytes, not 0) → node u16
+//	POOLCREATE pool → region u32, key u64, pool (columns as chosen)
+//	POOLOPEN   region u32, key u64 → pool
+//	POOLFREE   region u32, key u64 → (no fields)
+//	POOLSTAT   (no fields) → list of poolnode (≤ 1024), list of
+//	           poolregion (≤ 4096; region keys are never listed)
 //
 // A receiver first checks that the message is at least 16 bytes long, then
 // verifies the tag in constant time (a bad tag is answered with status
@@ -96,11 +112,30 @@ const (
 	// CtrlLookup asks for service group Service. The response carries its
 	// Group and Members table.
 	CtrlLookup CtrlType = 6
+	// CtrlPoolNode registers the sender, a memory node, as lending
+	// Capacity bytes of its region Key to the pool (sent again as its
+	// heartbeat). The response carries its Node id.
+	CtrlPoolNode CtrlType = 7
+	// CtrlPoolCreate creates a pool region as Pool asks. The response
+	// carries its Region id, its Key and the Pool as created.
+	CtrlPoolCreate CtrlType = 8
+	// CtrlPoolOpen asks for region Region's layout, proving access with
+	// its Key. The response carries the Pool.
+	CtrlPoolOpen CtrlType = 9
+	// CtrlPoolFree frees region Region (Key must open it). The response
+	// has no fields.
+	CtrlPoolFree CtrlType = 10
+	// CtrlPoolStat asks for the pool's memory nodes and regions (without
+	// their keys). The response carries PoolNodes and PoolRegions.
+	CtrlPoolStat CtrlType = 11
+	ctrlLastType          = CtrlPoolStat
 )
 
 var ctrlTypeNames = [...]string{
 	CtrlJoin: "join", CtrlLeave: "leave", CtrlDestroy: "destroy",
 	CtrlHeartbeat: "heartbeat", CtrlRegister: "register", CtrlLookup: "lookup",
+	CtrlPoolNode: "poolnode", CtrlPoolCreate: "poolcreate", CtrlPoolOpen: "poolopen",
+	CtrlPoolFree: "poolfree", CtrlPoolStat: "poolstat",
 }
 
 // String is the short lower-case name of the type, or "ctrl(N)" for a
@@ -115,13 +150,15 @@ func (t CtrlType) String() string {
 // Limits of control message fields. They are part of the wire format: a
 // message beyond them is malformed.
 const (
-	CtrlTagLen      = 16   // length of the authentication tag, in bytes
-	CtrlMaxName     = 64   // longest Job or Service name, in bytes (the shortest is 1)
-	CtrlMaxSize     = 4096 // largest Join or Register Size (ranks are below Size)
-	CtrlMaxMembers  = 4096 // most entries in Members and in Dead
-	CtrlMaxRanges   = 4096 // most entries in Ranges
-	CtrlMaxReplicas = 8    // most Replicas of one CtrlRange
-	CtrlRankAny     = -1   // Rank: let the switch choose
+	CtrlTagLen         = 16             // length of the authentication tag, in bytes
+	CtrlMaxName        = 64             // longest Job or Service name, in bytes (the shortest is 1)
+	CtrlMaxSize        = 4096           // largest Join or Register Size (ranks are below Size)
+	CtrlMaxMembers     = 4096           // most entries in Members and in Dead
+	CtrlMaxRanges      = 4096           // most entries in Ranges
+	CtrlMaxReplicas    = 8              // most Replicas of one CtrlRange
+	CtrlMaxPoolNodes   = MaxPoolNodes   // most entries in PoolNodes
+	CtrlMaxPoolRegions = MaxPoolRegions // most entries in PoolRegions
+	CtrlRankAny        = -1             // Rank: let the switch choose
 )
 
 // ctrlRankAnyWire is CtrlRankAny on the wire.
@@ -156,6 +193,26 @@ type CtrlRange struct {
 	Replicas   []int32 // ranks holding replicas; at most CtrlMaxReplicas
 }
 
+// PoolSpec is a pool region's shape: what CtrlPoolCreate asks for and what
+// CtrlPoolCreate, CtrlPoolOpen and CtrlPoolStat report.
+type PoolSpec struct {
+	Region   uint32 // region id (responses and PoolRegions)
+	Size     uint64 // bytes, 1..MaxRegionSize
+	Stripe   uint64 // interleave unit in bytes: a multiple of 8, MinStripe..MaxStripe
+	Columns  int    // memory nodes it spans, 1..MaxColumns; 0 in a request: all live ones
+	Replicas int    // copies of every byte, 1 or 2
+	Perm     uint8  // memnode.Perm bits the region allows, not 0
+}
+
+// PoolNodeInfo is one memory node of the pool, as CtrlPoolStat reports it.
+type PoolNodeInfo struct {
+	ID       uint16
+	Addr     netip.AddrPort
+	Capacity uint64 // bytes lent to the pool
+	Used     uint64 // bytes given to regions
+	Alive    bool
+}
+
 // CtrlMsg is one control request or response. Only the fields its Type and
 // Resp use are encoded (see the layout at the top of this file); the others
 // are ignored by AppendCtrl and zeroed by ParseCtrl.
@@ -173,6 +230,14 @@ type CtrlMsg struct {
 	Ranges  []CtrlRange  // Register request: at most CtrlMaxRanges
 	Members []MemberInfo // Join and Lookup responses: at most CtrlMaxMembers
 	Dead    []uint16     // Heartbeat response: ids of dead members, at most CtrlMaxMembers
+
+	Region      uint32         // PoolOpen and PoolFree requests, PoolCreate response
+	Key         uint64         // PoolNode request (the node's region), PoolOpen and PoolFree requests, PoolCreate response (the new region's key)
+	Capacity    uint64         // PoolNode request
+	Node        uint16         // PoolNode response
+	Pool        PoolSpec       // PoolCreate request and response, PoolOpen response
+	PoolNodes   []PoolNodeInfo // PoolStat response: at most CtrlMaxPoolNodes
+	PoolRegions []PoolSpec     // PoolStat response: at most CtrlMaxPoolRegions
 }
 
 // AppendCtrl encodes m, appends HMAC-SHA256(token, encoded)[:CtrlTagLen]
@@ -273,8 +338,57 @@ func (m *CtrlMsg) validate() error {
 			return validateMembers(m.Members)
 		}
 		return validateName("service", m.Service)
+	case CtrlPoolNode:
+		if !m.Resp && (m.Key == 0 || m.Capacity == 0) {
+			return ctrlErrorf("pool node: key %#x, capacity %d: want both non-zero", m.Key, m.Capacity)
+		}
+	case CtrlPoolCreate:
+		return validatePool(&m.Pool, !m.Resp)
+	case CtrlPoolOpen:
+		if m.Resp {
+			return validatePool(&m.Pool, false)
+		}
+	case CtrlPoolFree:
+	case CtrlPoolStat:
+		if !m.Resp {
+			return nil
+		}
+		if len(m.PoolNodes) > CtrlMaxPoolNodes || len(m.PoolRegions) > CtrlMaxPoolRegions {
+			return ctrlErrorf("%d pool nodes (max %d), %d regions (max %d)", len(m.PoolNodes), CtrlMaxPoolNodes, len(m.PoolRegions), CtrlMaxPoolRegions)
+		}
+		for i := range m.PoolNodes {
+			if a := m.PoolNodes[i].Addr.Addr(); !a.IsValid() || a.Zone() != "" {
+				return ctrlErrorf("pool node %d: address %v is invalid or has a zone", m.PoolNodes[i].ID, m.PoolNodes[i].Addr)
+			}
+		}
+		for i := range m.PoolRegions {
+			if err := validatePool(&m.PoolRegions[i], false); err != nil {
+				return err
+			}
+		}
 	default:
 		return ctrlErrorf("unknown type %d", uint8(m.Type))
+	}
+	return nil
+}
+
+// validatePool checks a pool shape's ranges; request allows Columns 0.
+func validatePool(p *PoolSpec, request bool) error {
+	minCols := 1
+	if request {
+		minCols = 0
+	}
+	switch {
+	case p.Size < 1 || p.Size > MaxRegionSize:
+		return ctrlErrorf("pool size %d not in 1..%d", p.Size, uint64(MaxRegionSize))
+	case p.Stripe < MinStripe || p.Stripe > MaxStripe || p.Stripe%8 != 0:
+		return ctrlErrorf("pool stripe %d: want a multiple of 8 in %d..%d", p.Stripe, MinStripe, MaxStripe)
+	case p.Columns < minCols || p.Columns > MaxColumns:
+		return ctrlErrorf("pool columns %d not in %d..%d", p.Columns, minCols, MaxColumns)
+	case p.Replicas < 1 || p.Replicas > MaxReplicas:
+		return ctrlErrorf("pool replicas %d not in 1..%d", p.Replicas, MaxReplicas)
+	case p.Perm == 0 || p.Perm&^0x0f != 0:
+		return ctrlErrorf("pool permissions %#x: want a non-zero set of the 4 bits", p.Perm)
 	}
 	return nil
 }
@@ -353,8 +467,50 @@ func (m *CtrlMsg) appendFields(b []byte) []byte {
 	case m.Type == CtrlLookup:
 		b = be.AppendUint32(b, m.Group)
 		b = appendMembers(b, m.Members)
+	case m.Type == CtrlPoolNode && !m.Resp:
+		b = be.AppendUint64(b, m.Key)
+		b = be.AppendUint64(b, m.Capacity)
+	case m.Type == CtrlPoolNode:
+		b = be.AppendUint16(b, m.Node)
+	case m.Type == CtrlPoolCreate && !m.Resp:
+		b = appendPool(b, &m.Pool)
+	case m.Type == CtrlPoolCreate:
+		b = be.AppendUint32(b, m.Region)
+		b = be.AppendUint64(b, m.Key)
+		b = appendPool(b, &m.Pool)
+	case m.Type == CtrlPoolOpen && !m.Resp, m.Type == CtrlPoolFree && !m.Resp:
+		b = be.AppendUint32(b, m.Region)
+		b = be.AppendUint64(b, m.Key)
+	case m.Type == CtrlPoolOpen:
+		b = appendPool(b, &m.Pool)
+	case m.Type == CtrlPoolStat && m.Resp:
+		b = be.AppendUint16(b, uint16(len(m.PoolNodes)))
+		for i := range m.PoolNodes {
+			n := &m.PoolNodes[i]
+			b = appendMember(b, n.ID, n.Addr)
+			b = be.AppendUint64(b, n.Capacity)
+			b = be.AppendUint64(b, n.Used)
+			alive := byte(0)
+			if n.Alive {
+				alive = 1
+			}
+			b = append(b, alive)
+		}
+		b = be.AppendUint16(b, uint16(len(m.PoolRegions)))
+		for i := range m.PoolRegions {
+			b = be.AppendUint32(b, m.PoolRegions[i].Region)
+			b = appendPool(b, &m.PoolRegions[i])
+		}
 	}
 	return b
+}
+
+func appendPool(b []byte, p *PoolSpec) []byte {
+	be := binary.BigEndian
+	b = be.AppendUint64(b, p.Size)
+	b = be.AppendUint64(b, p.Stripe)
+	b = be.AppendUint16(b, uint16(p.Columns))
+	return append(b, byte(p.Replicas), p.Perm)
 }
 
 func appendName(b []byte, s string) []byte {
@@ -370,23 +526,28 @@ func appendRank(b []byte, rank int) []byte {
 }
 
 func appendMembers(b []byte, ms []MemberInfo) []byte {
-	be := binary.BigEndian
-	b = be.AppendUint16(b, uint16(len(ms)))
+	b = binary.BigEndian.AppendUint16(b, uint16(len(ms)))
 	for i := range ms {
-		b = be.AppendUint16(b, ms[i].ID)
-		a := ms[i].Addr.Addr()
-		if a.Is4() {
-			a4 := a.As4()
-			b = append(b, 4)
-			b = append(b, a4[:]...)
-		} else {
-			a16 := a.As16()
-			b = append(b, 6)
-			b = append(b, a16[:]...)
-		}
-		b = be.AppendUint16(b, ms[i].Addr.Port())
+		b = appendMember(b, ms[i].ID, ms[i].Addr)
 	}
 	return b
+}
+
+// appendMember appends one member entry: id, family, address, port.
+func appendMember(b []byte, id uint16, ap netip.AddrPort) []byte {
+	be := binary.BigEndian
+	b = be.AppendUint16(b, id)
+	a := ap.Addr()
+	if a.Is4() {
+		a4 := a.As4()
+		b = append(b, 4)
+		b = append(b, a4[:]...)
+	} else {
+		a16 := a.As16()
+		b = append(b, 6)
+		b = append(b, a16[:]...)
+	}
+	return be.AppendUint16(b, ap.Port())
 }
 
 // ctrlReader consumes fields from the front of b. The first failure sets err
@@ -499,30 +660,55 @@ func (r *ctrlReader) members(dst []MemberInfo) []MemberInfo {
 	n := r.count("members", CtrlMaxMembers, ctrlMinMember)
 	dst = slices.Grow(dst[:0], n)
 	for range n {
-		id := r.u16("member")
-		var addr netip.Addr
-		switch fam := r.u8("member"); fam {
-		case 4:
-			if s, ok := r.take(4, "member"); ok {
-				addr = netip.AddrFrom4([4]byte(s))
-			}
-		case 6:
-			if s, ok := r.take(16, "member"); ok {
-				addr = netip.AddrFrom16([16]byte(s))
-			}
-		default:
-			if r.err == nil {
-				r.err = ctrlErrorf("member %d: address family %d", id, fam)
-			}
-		}
-		port := r.u16("member")
+		id, ap := r.member()
 		if r.err != nil {
 			return dst
 		}
-		dst = append(dst, MemberInfo{ID: id, Addr: netip.AddrPortFrom(addr, port)})
+		dst = append(dst, MemberInfo{ID: id, Addr: ap})
 	}
 	return dst
 }
+
+// member reads one member entry.
+func (r *ctrlReader) member() (uint16, netip.AddrPort) {
+	id := r.u16("member")
+	var addr netip.Addr
+	switch fam := r.u8("member"); fam {
+	case 4:
+		if s, ok := r.take(4, "member"); ok {
+			addr = netip.AddrFrom4([4]byte(s))
+		}
+	case 6:
+		if s, ok := r.take(16, "member"); ok {
+			addr = netip.AddrFrom16([16]byte(s))
+		}
+	default:
+		if r.err == nil {
+			r.err = ctrlErrorf("member %d: address family %d", id, fam)
+		}
+	}
+	port := r.u16("member")
+	return id, netip.AddrPortFrom(addr, port)
+}
+
+// pool reads a pool shape and checks it (request: Columns may be 0).
+func (r *ctrlReader) pool(p *PoolSpec, request bool) {
+	p.Size = r.u64("pool")
+	p.Stripe = r.u64("pool")
+	p.Columns = int(r.u16("pool"))
+	p.Replicas = int(r.u8("pool"))
+	p.Perm = r.u8("pool")
+	if r.err == nil {
+		r.err = validatePool(p, request)
+	}
+}
+
+// ctrlMinPoolNode and ctrlMinPoolRegion are the encoded sizes of a pool
+// node (IPv4) and of a pool region entry.
+const (
+	ctrlMinPoolNode   = ctrlMinMember + 8 + 8 + 1
+	ctrlMinPoolRegion = 4 + 8 + 8 + 2 + 1 + 1
+)
 
 // ctrlMinRange is the encoded size of a range without replicas.
 const ctrlMinRange = 8 + 8 + 4 + 1
@@ -567,7 +753,7 @@ func (m *CtrlMsg) decode(b []byte) error {
 		return ctrlErrorf("%d bytes before the tag, need at least 2", len(b))
 	}
 	typ, flags := CtrlType(b[0]), b[1]
-	if typ < CtrlJoin || typ > CtrlLookup {
+	if typ < CtrlJoin || typ > ctrlLastType {
 		return ctrlErrorf("unknown type %d", uint8(typ))
 	}
 	if flags&^ctrlFlagResp != 0 {
@@ -575,11 +761,13 @@ func (m *CtrlMsg) decode(b []byte) error {
 	}
 	job, service := m.Job, m.Service
 	*m = CtrlMsg{
-		Type:    typ,
-		Resp:    flags&ctrlFlagResp != 0,
-		Ranges:  m.Ranges[:0],
-		Members: m.Members[:0],
-		Dead:    m.Dead[:0],
+		Type:        typ,
+		Resp:        flags&ctrlFlagResp != 0,
+		Ranges:      m.Ranges[:0],
+		Members:     m.Members[:0],
+		Dead:        m.Dead[:0],
+		PoolNodes:   m.PoolNodes[:0],
+		PoolRegions: m.PoolRegions[:0],
 	}
 	r := ctrlReader{b: b[2:]}
 	switch {
@@ -625,6 +813,57 @@ func (m *CtrlMsg) decode(b []byte) error {
 	case typ == CtrlLookup:
 		m.Group = r.u32("group")
 		m.Members = r.members(m.Members)
+	case typ == CtrlPoolNode && !m.Resp:
+		m.Key = r.u64("key")
+		m.Capacity = r.u64("capacity")
+		if r.err == nil && (m.Key == 0 || m.Capacity == 0) {
+			r.err = ctrlErrorf("pool node: key %#x, capacity %d: want both non-zero", m.Key, m.Capacity)
+		}
+	case typ == CtrlPoolNode:
+		m.Node = r.u16("node")
+	case typ == CtrlPoolCreate && !m.Resp:
+		r.pool(&m.Pool, true)
+	case typ == CtrlPoolCreate:
+		m.Region = r.u32("region")
+		m.Key = r.u64("key")
+		r.pool(&m.Pool, false)
+	case typ == CtrlPoolOpen && !m.Resp, typ == CtrlPoolFree && !m.Resp:
+		m.Region = r.u32("region")
+		m.Key = r.u64("key")
+	case typ == CtrlPoolOpen:
+		r.pool(&m.Pool, false)
+	case typ == CtrlPoolStat && m.Resp:
+		n := r.count("pool nodes", CtrlMaxPoolNodes, ctrlMinPoolNode)
+		nodes := slices.Grow(m.PoolNodes, n)
+		for range n {
+			id, ap := r.member()
+			info := PoolNodeInfo{ID: id, Addr: ap, Capacity: r.u64("pool node"), Used: r.u64("pool node")}
+			switch alive := r.u8("pool node"); alive {
+			case 0, 1:
+				info.Alive = alive == 1
+			default:
+				if r.err == nil {
+					r.err = ctrlErrorf("pool node %d: alive %d", id, alive)
+				}
+			}
+			if r.err != nil {
+				break
+			}
+			nodes = append(nodes, info)
+		}
+		m.PoolNodes = nodes
+		k := r.count("pool regions", CtrlMaxPoolRegions, ctrlMinPoolRegion)
+		regs := slices.Grow(m.PoolRegions, k)
+		for range k {
+			var p PoolSpec
+			p.Region = r.u32("pool region")
+			r.pool(&p, false)
+			if r.err != nil {
+				break
+			}
+			regs = append(regs, p)
+		}
+		m.PoolRegions = regs
 	}
 	if r.err != nil {
 		return r.err

@@ -62,6 +62,24 @@ func ctrlSamples() []ctrlSample {
 		{"register-resp", CtrlMsg{Type: CtrlRegister, Resp: true, Group: 0x10000, Member: 4}},
 		{"lookup-req", CtrlMsg{Type: CtrlLookup, Service: "kv"}},
 		{"lookup-resp", CtrlMsg{Type: CtrlLookup, Resp: true, Group: 0x10000, Members: ctrlTestMembers()[:2]}},
+		{"poolnode-req", CtrlMsg{Type: CtrlPoolNode, Key: 0x1234_5678_9abc_def0, Capacity: 64 << 20}},
+		{"poolnode-resp", CtrlMsg{Type: CtrlPoolNode, Resp: true, Node: 3}},
+		{"poolcreate-req", CtrlMsg{Type: CtrlPoolCreate, Pool: PoolSpec{Size: 1 << 30, Stripe: 64 << 10, Columns: 0, Replicas: 2, Perm: 0x0f}}},
+		{"poolcreate-req-max", CtrlMsg{Type: CtrlPoolCreate, Pool: PoolSpec{Size: MaxRegionSize, Stripe: MaxStripe, Columns: MaxColumns, Replicas: 1, Perm: 1}}},
+		{"poolcreate-resp", CtrlMsg{Type: CtrlPoolCreate, Resp: true, Region: 9, Key: ^uint64(0),
+			Pool: PoolSpec{Size: 1, Stripe: MinStripe, Columns: 1, Replicas: 1, Perm: 3}}},
+		{"poolopen-req", CtrlMsg{Type: CtrlPoolOpen, Region: 9, Key: 77}},
+		{"poolopen-resp", CtrlMsg{Type: CtrlPoolOpen, Resp: true, Pool: PoolSpec{Size: 4096, Stripe: 4096, Columns: 2, Replicas: 2, Perm: 1}}},
+		{"poolfree-req", CtrlMsg{Type: CtrlPoolFree, Region: 9, Key: 77}},
+		{"poolfree-resp", CtrlMsg{Type: CtrlPoolFree, Resp: true}},
+		{"poolstat-req", CtrlMsg{Type: CtrlPoolStat}},
+		{"poolstat-resp", CtrlMsg{Type: CtrlPoolStat, Resp: true,
+			PoolNodes: []PoolNodeInfo{
+				{ID: 0, Addr: netip.MustParseAddrPort("10.0.0.9:4791"), Capacity: 1 << 30, Used: 4096, Alive: true},
+				{ID: 1, Addr: netip.MustParseAddrPort("[2001:db8::9]:4791"), Capacity: 1, Used: 0},
+			},
+			PoolRegions: []PoolSpec{{Region: 1, Size: 100, Stripe: 64, Columns: 2, Replicas: 2, Perm: 0x0f}}}},
+		{"poolstat-resp-empty", CtrlMsg{Type: CtrlPoolStat, Resp: true}},
 	}
 }
 
@@ -73,6 +91,12 @@ func ctrlNormalize(m CtrlMsg) CtrlMsg {
 	}
 	if len(m.Dead) == 0 {
 		m.Dead = nil
+	}
+	if len(m.PoolNodes) == 0 {
+		m.PoolNodes = nil
+	}
+	if len(m.PoolRegions) == 0 {
+		m.PoolRegions = nil
 	}
 	if len(m.Ranges) == 0 {
 		m.Ranges = nil
@@ -297,7 +321,21 @@ func TestCtrlEncodeBounds(t *testing.T) {
 		m    CtrlMsg
 	}{
 		{"type 0", CtrlMsg{}},
-		{"type 7", CtrlMsg{Type: 7}},
+		{"type 12", CtrlMsg{Type: 12}},
+		{"poolnode key 0", CtrlMsg{Type: CtrlPoolNode, Capacity: 1}},
+		{"poolnode capacity 0", CtrlMsg{Type: CtrlPoolNode, Key: 1}},
+		{"pool size 0", CtrlMsg{Type: CtrlPoolCreate, Pool: PoolSpec{Stripe: 64, Replicas: 1, Perm: 1}}},
+		{"pool size 2^48+1", CtrlMsg{Type: CtrlPoolCreate, Pool: PoolSpec{Size: MaxRegionSize + 1, Stripe: 64, Replicas: 1, Perm: 1}}},
+		{"pool stripe 32", CtrlMsg{Type: CtrlPoolCreate, Pool: PoolSpec{Size: 1, Stripe: 32, Replicas: 1, Perm: 1}}},
+		{"pool stripe 100", CtrlMsg{Type: CtrlPoolCreate, Pool: PoolSpec{Size: 1, Stripe: 100, Replicas: 1, Perm: 1}}},
+		{"pool columns 257", CtrlMsg{Type: CtrlPoolCreate, Pool: PoolSpec{Size: 1, Stripe: 64, Columns: 257, Replicas: 1, Perm: 1}}},
+		{"pool columns 0 in a response", CtrlMsg{Type: CtrlPoolOpen, Resp: true, Pool: PoolSpec{Size: 1, Stripe: 64, Replicas: 1, Perm: 1}}},
+		{"pool replicas 3", CtrlMsg{Type: CtrlPoolCreate, Pool: PoolSpec{Size: 1, Stripe: 64, Replicas: 3, Perm: 1}}},
+		{"pool perm 0", CtrlMsg{Type: CtrlPoolCreate, Pool: PoolSpec{Size: 1, Stripe: 64, Replicas: 1}}},
+		{"pool perm 0x10", CtrlMsg{Type: CtrlPoolCreate, Pool: PoolSpec{Size: 1, Stripe: 64, Replicas: 1, Perm: 0x10}}},
+		{"pool nodes 1025", CtrlMsg{Type: CtrlPoolStat, Resp: true, PoolNodes: make([]PoolNodeInfo, CtrlMaxPoolNodes+1)}},
+		{"pool node invalid addr", CtrlMsg{Type: CtrlPoolStat, Resp: true, PoolNodes: []PoolNodeInfo{{ID: 1}}}},
+		{"pool regions 4097", CtrlMsg{Type: CtrlPoolStat, Resp: true, PoolRegions: make([]PoolSpec, CtrlMaxPoolRegions+1)}},
 		{"job too long", CtrlMsg{Type: CtrlJoin, Job: long, Size: 1, Rank: 0}},
 		{"job empty", CtrlMsg{Type: CtrlJoin, Size: 1, Rank: 0}},
 		{"size 0", CtrlMsg{Type: CtrlJoin, Job: "j", Size: 0, Rank: CtrlRankAny}},
@@ -402,7 +440,13 @@ func TestCtrlDecodeBounds(t *testing.T) {
 		{"empty", nil},
 		{"type only", ctrlBody(byte(CtrlLeave))},
 		{"type 0", ctrlBody(byte(0), req)},
-		{"type 7", ctrlBody(byte(7), req)},
+		{"type 12", ctrlBody(byte(12), req)},
+		{"poolnode key 0", ctrlBody(byte(CtrlPoolNode), req, uint64(0), uint64(1))},
+		{"poolcreate stripe 100", ctrlBody(byte(CtrlPoolCreate), req, uint64(1), uint64(100), uint16(0), byte(1), byte(1))},
+		{"poolcreate truncated", ctrlBody(byte(CtrlPoolCreate), req, uint64(1), uint64(64))},
+		{"poolstat alive 2", ctrlBody(byte(CtrlPoolStat), resp, uint16(1), member4, uint64(1), uint64(0), byte(2), uint16(0))},
+		{"poolstat nodes past end", ctrlBody(byte(CtrlPoolStat), resp, uint16(3), member4, uint64(1), uint64(0), byte(1), uint16(0))},
+		{"poolstat region columns 0", ctrlBody(byte(CtrlPoolStat), resp, uint16(0), uint16(1), uint32(1), uint64(1), uint64(64), uint16(0), byte(1), byte(1))},
 		{"type 255", ctrlBody(byte(255), resp)},
 		{"flag bit 1", ctrlBody(byte(CtrlLeave), byte(2), uint32(1), uint16(1))},
 		{"flag bit 7", ctrlBody(byte(CtrlLeave), byte(0x81))},
@@ -524,7 +568,8 @@ func TestCtrlAppendAllocs(t *testing.T) {
 func TestCtrlTypeString(t *testing.T) {
 	want := map[CtrlType]string{
 		0: "ctrl(0)", CtrlJoin: "join", CtrlLeave: "leave", CtrlDestroy: "destroy",
-		CtrlHeartbeat: "heartbeat", CtrlRegister: "register", CtrlLookup: "lookup", 7: "ctrl(7)", 255: "ctrl(255)",
+		CtrlHeartbeat: "heartbeat", CtrlRegister: "register", CtrlLookup: "lookup", CtrlPoolNode: "poolnode",
+		CtrlPoolStat: "poolstat", 12: "ctrl(12)", 255: "ctrl(255)",
 	}
 	for typ, s := range want {
 		if got := typ.String(); got != s {

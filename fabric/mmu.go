@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/wire"
@@ -20,7 +21,7 @@ import (
 // Limits of the MMU.
 const (
 	MaxPoolNodes   = 1024
-	MaxPoolRegions = 1 << 16
+	MaxPoolRegions = 4096
 	// poolAlign aligns every region's extent on a node.
 	poolAlign = 64
 )
@@ -44,6 +45,7 @@ type PoolNode struct {
 	Alive    bool
 	free     []span // free extents, sorted by offset, coalesced
 	used     uint64
+	lastSeen time.Time // the switch's last registration from it
 }
 
 // Used is the bytes of the node given to regions.

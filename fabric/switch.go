@@ -38,6 +38,10 @@ type Config struct {
 	MaxForward int
 	// Fault injects faults into everything the switch sends.
 	Fault FaultConfig
+	// PoolKeys draws the keys of pool regions (capabilities: they must be
+	// unpredictable). Nil means a generator seeded from crypto/rand;
+	// tests set it for determinism.
+	PoolKeys func() uint64
 }
 
 // FaultConfig injects faults into the switch's output (this kernel has no
@@ -160,6 +164,7 @@ type Switch struct {
 	cfg    Config
 	eng    *transport.Engine
 	pool   *AggPool
+	mmu    *MMU
 	groups map[uint32]*group
 	names  map[string]uint32 // job or service name → group
 	jobs   map[string]*rendezvous
@@ -218,6 +223,7 @@ func New(cfg Config) (*Switch, error) {
 		cfg:    cfg,
 		eng:    eng,
 		pool:   pool,
+		mmu:    NewMMU(newKeySource(cfg.PoolKeys)),
 		groups: make(map[uint32]*group),
 		names:  make(map[string]uint32),
 		jobs:   make(map[string]*rendezvous),

@@ -246,10 +246,11 @@ func (s *Switch) failAnycast(id uint64, r *anyReq, st wire.Status) {
 
 // checkLiveness declares members dead whose heartbeats stopped.
 func (s *Switch) checkLiveness(now time.Time) {
-	if len(s.groups) == 0 || now.Before(s.nextCheck) {
+	if (len(s.groups) == 0 && len(s.mmu.Nodes()) == 0) || now.Before(s.nextCheck) {
 		return
 	}
 	s.nextCheck = now.Add(s.cfg.HeartbeatTimeout / 8)
+	s.checkPoolNodes(now)
 	ids := make([]uint32, 0, len(s.groups))
 	for id := range s.groups {
 		ids = append(ids, id)
@@ -266,7 +267,7 @@ func (s *Switch) checkLiveness(now time.Time) {
 }
 
 func (s *Switch) nextLiveness() time.Time {
-	if len(s.groups) == 0 {
+	if len(s.groups) == 0 && len(s.mmu.Nodes()) == 0 {
 		return time.Time{}
 	}
 	return s.nextCheck

@@ -1,0 +1,119 @@
+package endpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/ndma/ndma/fabric"
+)
+
+// Pool control: memory nodes lend memory to the forwarding node's MMU, and
+// clients create, open, free and list pool regions. (Reads and writes at
+// pool addresses are the pool client's, built on the forwarding path.)
+
+func parseSwitch(sw string) (netip.AddrPort, error) {
+	ap, err := netip.ParseAddrPort(sw)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("endpoint: switch address %q: %w", sw, err)
+	}
+	return ap, nil
+}
+
+// PoolCreate asks the switch sw for a pool region shaped like spec
+// (Columns 0: over every live memory node). It returns the region as
+// created (Region, Columns set) and its key, the capability every access
+// and Free needs.
+func (ep *Endpoint) PoolCreate(ctx context.Context, sw string, spec fabric.PoolSpec, opts FabricOptions) (fabric.PoolSpec, uint64, error) {
+	ap, err := parseSwitch(sw)
+	if err != nil {
+		return fabric.PoolSpec{}, 0, err
+	}
+	resp, err := ep.control(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlPoolCreate, Pool: spec}, opts.Token)
+	if err != nil {
+		return fabric.PoolSpec{}, 0, fmt.Errorf("endpoint: pool create: %w", err)
+	}
+	p := resp.Pool
+	p.Region = resp.Region
+	return p, resp.Key, nil
+}
+
+// PoolOpen returns region's shape if key opens it.
+func (ep *Endpoint) PoolOpen(ctx context.Context, sw string, region uint32, key uint64, opts FabricOptions) (fabric.PoolSpec, error) {
+	ap, err := parseSwitch(sw)
+	if err != nil {
+		return fabric.PoolSpec{}, err
+	}
+	resp, err := ep.control(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlPoolOpen, Region: region, Key: key}, opts.Token)
+	if err != nil {
+		return fabric.PoolSpec{}, fmt.Errorf("endpoint: pool open %d: %w", region, err)
+	}
+	p := resp.Pool
+	p.Region = region
+	return p, nil
+}
+
+// PoolFree frees region (key must open it).
+func (ep *Endpoint) PoolFree(ctx context.Context, sw string, region uint32, key uint64, opts FabricOptions) error {
+	ap, err := parseSwitch(sw)
+	if err != nil {
+		return err
+	}
+	if _, err := ep.control(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlPoolFree, Region: region, Key: key}, opts.Token); err != nil {
+		return fmt.Errorf("endpoint: pool free %d: %w", region, err)
+	}
+	return nil
+}
+
+// PoolStat lists the pool's memory nodes and regions (without keys).
+func (ep *Endpoint) PoolStat(ctx context.Context, sw string, opts FabricOptions) ([]fabric.PoolNodeInfo, []fabric.PoolSpec, error) {
+	ap, err := parseSwitch(sw)
+	if err != nil {
+		return nil, nil, err
+	}
+	resp, err := ep.control(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlPoolStat}, opts.Token)
+	if err != nil {
+		return nil, nil, fmt.Errorf("endpoint: pool stat: %w", err)
+	}
+	return resp.PoolNodes, resp.PoolRegions, nil
+}
+
+// PoolLend offers capacity bytes of this endpoint's memory region key to
+// the switch's pool, as a memory node, and keeps offering it (the offer is
+// the node's heartbeat) every opts' heartbeat interval until ctx ends. It
+// returns the node id after the first offer is accepted, or its error.
+func (ep *Endpoint) PoolLend(ctx context.Context, sw string, key, capacity uint64, opts FabricOptions) (uint16, error) {
+	ap, err := parseSwitch(sw)
+	if err != nil {
+		return 0, err
+	}
+	req := &fabric.CtrlMsg{Type: fabric.CtrlPoolNode, Key: key, Capacity: capacity}
+	resp, err := ep.control(ctx, ap, req, opts.Token)
+	if err != nil {
+		return 0, fmt.Errorf("endpoint: pool lend: %w", err)
+	}
+	iv := opts.heartbeat()
+	go func() {
+		t := time.NewTicker(iv)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			cctx, cancel := context.WithTimeout(ctx, 2*iv)
+			_, err := ep.control(cctx, ap, req, opts.Token)
+			cancel()
+			if errors.Is(err, ErrClosed) {
+				return
+			}
+			if err != nil && ctx.Err() == nil {
+				ep.log.Debug("endpoint: pool lend", "switch", ap, "err", err)
+			}
+		}
+	}()
+	return resp.Node, nil
+}

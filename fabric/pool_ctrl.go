@@ -1,0 +1,96 @@
+package fabric
+
+import (
+	crand "crypto/rand"
+	"encoding/binary"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
+)
+
+// newKeySource returns cfg's region key source, or one seeded from the
+// system's secure randomness (region keys are capabilities).
+func newKeySource(f func() uint64) func() uint64 {
+	if f != nil {
+		return f
+	}
+	var seed [32]byte
+	if _, err := crand.Read(seed[:]); err != nil {
+		// crypto/rand does not fail on supported platforms; fall back to
+		// a runtime-random seed rather than a fixed one.
+		binary.LittleEndian.PutUint64(seed[:], rand.Uint64())
+	}
+	return rand.New(rand.NewChaCha8(seed)).Uint64
+}
+
+// poolControl handles the pool's control requests (CtrlPool*).
+func (s *Switch) poolControl(now time.Time, d *transport.Delivery, m *CtrlMsg) {
+	refuse := func(st wire.Status) {
+		s.stats.ControlRefused++
+		s.reply(d.Peer, &d.Header, st, 0)
+	}
+	switch m.Type {
+	case CtrlPoolNode:
+		n, err := s.mmu.AddNode(d.Peer.Addr, m.Key, m.Capacity)
+		if err != nil {
+			refuse(wire.StatusBadOperand)
+			return
+		}
+		n.lastSeen = now
+		s.respond(d, &CtrlMsg{Type: CtrlPoolNode, Resp: true, Node: uint16(n.ID)})
+	case CtrlPoolCreate:
+		p := m.Pool
+		r, err := s.mmu.Create(p.Size, p.Stripe, p.Columns, p.Replicas, memnode.Perm(p.Perm))
+		switch {
+		case errors.Is(err, ErrNoSpace), errors.Is(err, ErrNoNodes):
+			refuse(wire.StatusBusy)
+			return
+		case err != nil:
+			refuse(wire.StatusBadOperand)
+			return
+		}
+		s.respond(d, &CtrlMsg{Type: CtrlPoolCreate, Resp: true, Region: r.ID, Key: r.Key, Pool: r.spec()})
+	case CtrlPoolOpen:
+		r, err := s.mmu.Region(m.Region, m.Key)
+		if err != nil {
+			refuse(wire.StatusBadKey)
+			return
+		}
+		s.respond(d, &CtrlMsg{Type: CtrlPoolOpen, Resp: true, Pool: r.spec()})
+	case CtrlPoolFree:
+		if err := s.mmu.Free(m.Region, m.Key); err != nil {
+			refuse(wire.StatusBadKey)
+			return
+		}
+		s.respond(d, &CtrlMsg{Type: CtrlPoolFree, Resp: true})
+	case CtrlPoolStat:
+		resp := &CtrlMsg{Type: CtrlPoolStat, Resp: true}
+		for _, n := range s.mmu.Nodes() {
+			resp.PoolNodes = append(resp.PoolNodes, PoolNodeInfo{ID: uint16(n.ID), Addr: n.Addr, Capacity: n.Capacity, Used: n.Used(), Alive: n.Alive})
+		}
+		for _, r := range s.mmu.Regions() {
+			resp.PoolRegions = append(resp.PoolRegions, r.spec())
+		}
+		s.respond(d, resp)
+	}
+}
+
+// spec is the region's shape as control messages carry it.
+func (r *PoolRegion) spec() PoolSpec {
+	l := r.Layout
+	return PoolSpec{Region: r.ID, Size: l.Size, Stripe: l.Stripe, Columns: l.Columns, Replicas: l.Replicas, Perm: uint8(r.Perm)}
+}
+
+// checkPoolNodes marks memory nodes dead whose registrations (their
+// heartbeats) stopped for the heartbeat timeout.
+func (s *Switch) checkPoolNodes(now time.Time) {
+	for _, n := range s.mmu.Nodes() {
+		if n.Alive && now.Sub(n.lastSeen) > s.cfg.HeartbeatTimeout {
+			s.mmu.SetAlive(n, false)
+		}
+	}
+}

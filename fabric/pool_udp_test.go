@@ -1,0 +1,107 @@
+package fabric_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/wire"
+)
+
+// TestPoolControlUDP drives the pool's control plane over loopback: three
+// memory nodes lend memory, regions are created (spread over every node,
+// replicated), opened, listed and freed; a wrong key, a freed region and a
+// request beyond the free memory are refused with the status a client
+// sees; a node that stops offering is marked dead.
+func TestPoolControlUDP(t *testing.T) {
+	token := []byte("pool-test")
+	srv := startSwitch(t, fabric.Config{Token: token, HeartbeatTimeout: 200 * time.Millisecond})
+	sw := srv.Addr().String()
+	opts := endpoint.FabricOptions{Token: token, Heartbeat: 50 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	var lends []context.CancelFunc
+	for i := range 3 {
+		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ep.Close() })
+		lctx, stop := context.WithCancel(ctx)
+		t.Cleanup(stop)
+		lends = append(lends, stop)
+		if _, err := ep.PoolLend(lctx, sw, uint64(100+i), 1<<20, opts); err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+	}
+	cli, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+
+	spec, key, err := cli.PoolCreate(ctx, sw, fabric.PoolSpec{Size: 1 << 20, Stripe: 64 << 10, Replicas: 2, Perm: 0x0f}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.Region == 0 || key == 0 || spec.Columns != 3 || spec.Replicas != 2 || spec.Size != 1<<20 {
+		t.Fatalf("created %+v key %#x", spec, key)
+	}
+	got, err := cli.PoolOpen(ctx, sw, spec.Region, key, opts)
+	if err != nil || got != spec {
+		t.Fatalf("open: %+v, %v; want %+v", got, err, spec)
+	}
+	if _, err := cli.PoolOpen(ctx, sw, spec.Region, key+1, opts); !errors.Is(err, wire.StatusBadKey) {
+		t.Errorf("open with a wrong key: %v", err)
+	}
+	if _, _, err := cli.PoolCreate(ctx, sw, fabric.PoolSpec{Size: 8 << 20, Stripe: 64 << 10, Replicas: 1, Perm: 1}, opts); !errors.Is(err, wire.StatusBusy) {
+		t.Errorf("8 MiB on 3 x 1 MiB (2 MiB of it used): %v, want busy", err)
+	}
+	nodes, regions, err := cli.PoolStat(ctx, sw, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes) != 3 || len(regions) != 1 || regions[0] != spec {
+		t.Fatalf("stat: nodes %+v, regions %+v", nodes, regions)
+	}
+	var used uint64
+	for _, n := range nodes {
+		used += n.Used
+		if !n.Alive || n.Capacity != 1<<20 {
+			t.Errorf("node %+v", n)
+		}
+	}
+	if used < 2<<20 { // two copies of 1 MiB
+		t.Errorf("nodes hold %d bytes for a 1 MiB region with 2 copies", used)
+	}
+	if err := cli.PoolFree(ctx, sw, spec.Region, key, opts); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.PoolFree(ctx, sw, spec.Region, key, opts); !errors.Is(err, wire.StatusBadKey) {
+		t.Errorf("second free: %v", err)
+	}
+
+	lends[2]() // node 2 stops offering: dead after the heartbeat timeout
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		nodes, _, err := cli.PoolStat(ctx, sw, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !nodes[2].Alive && nodes[0].Alive && nodes[1].Alive {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node 2 still alive (or another dead): %+v", nodes)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	spec2, _, err := cli.PoolCreate(ctx, sw, fabric.PoolSpec{Size: 4096, Stripe: 64, Replicas: 1, Perm: 1}, opts)
+	if err != nil || spec2.Columns != 2 {
+		t.Errorf("with a dead node: %+v, %v; want 2 columns", spec2, err)
+	}
+}
