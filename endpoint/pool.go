@@ -82,19 +82,22 @@ func (ep *Endpoint) PoolStat(ctx context.Context, sw string, opts FabricOptions)
 
 // PoolLend offers capacity bytes of this endpoint's memory region key to
 // the switch's pool, as a memory node, and keeps offering it (the offer is
-// the node's heartbeat) every opts' heartbeat interval until ctx ends. It
-// returns the node id after the first offer is accepted, or its error.
+// the node's heartbeat) every opts' heartbeat interval until ctx ends or
+// the endpoint closes. It returns the node id once the first offer is
+// accepted, or its error (the first offer waits at most four intervals).
 func (ep *Endpoint) PoolLend(ctx context.Context, sw string, key, capacity uint64, opts FabricOptions) (uint16, error) {
 	ap, err := parseSwitch(sw)
 	if err != nil {
 		return 0, err
 	}
 	req := &fabric.CtrlMsg{Type: fabric.CtrlPoolNode, Key: key, Capacity: capacity}
-	resp, err := ep.control(ctx, ap, req, opts.Token)
+	iv := opts.heartbeat()
+	cctx, cancel := context.WithTimeout(ctx, 4*iv) // one heartbeat timeout
+	resp, err := ep.control(cctx, ap, req, opts.Token)
+	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("endpoint: pool lend: %w", err)
 	}
-	iv := opts.heartbeat()
 	go func() {
 		t := time.NewTicker(iv)
 		defer t.Stop()

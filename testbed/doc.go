@@ -12,7 +12,7 @@
 // every link are shaped by a tbf qdisc to Config.Rate, and every interface
 // has Config.MTU. The bridge itself carries the switch namespace's address,
 // where `ndma switch` listens; `ndma memd` runs in each memory-node
-// namespace. Addresses come from a private subnet that exists only inside
+// namespace, lending its region to the switch's memory pool. Addresses come from a private subnet that exists only inside
 // these namespaces; nothing is created in the machine's own namespace.
 //
 // Run starts a command once per host namespace with the bootstrap

@@ -302,7 +302,8 @@ func startDaemons(ctx context.Context, cfg *Config, st *State) error {
 			return fmt.Errorf("testbed: key file: %w", err)
 		}
 		if err := start("memd", m.NS, m.Name+".log", MemdPort,
-			"memd", "--listen", m.Service, "--key-file", keyFile, "--mtu", mtu); err != nil {
+			"memd", "--listen", m.Service, "--key-file", keyFile, "--mtu", mtu,
+			"--switch", st.SwitchAddr, "--token-file", tokenFile); err != nil {
 			return err
 		}
 	}

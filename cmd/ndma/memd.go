@@ -22,6 +22,8 @@ type memdFlags struct {
 	mtu     int
 	log     logFlags
 	prof    profileFlag
+	sw      string
+	tokFile string
 }
 
 // memdFlagNames maps memd.Config fields to the flags that set them, so
@@ -33,6 +35,7 @@ var memdFlagNames = map[string]string{
 	"KeyFile":     "--key-file",
 	"MetricsAddr": "--metrics",
 	"MTU":         "--mtu",
+	"Switch":      "--switch",
 }
 
 func init() {
@@ -47,6 +50,8 @@ Without --key-file it creates one region of --size bytes with permissions
 --perm under a random key; with --key-file it creates the regions the file
 lists (lines of "<hex key> <size> <perm>"). The listening address and each
 region's key, size and permissions are printed on stdout; logs go to stderr.
+With --switch it also lends its (first) region to that forwarding node's
+memory pool, repeating the offer as its heartbeat.
 SIGINT or SIGTERM shuts the node down gracefully.`,
 		Example: `  ndma memd --listen 127.0.0.1:7470 --size 1GiB
   ndma memd --key-file keys.txt --metrics 127.0.0.1:9470 --json-logs`,
@@ -60,6 +65,8 @@ SIGINT or SIGTERM shuts the node down gracefully.`,
 	fl.StringVar(&f.keyFile, "key-file", "", "`file` listing the regions to expose (\"<hex key> <size> <perm>\" per line) instead of --size and --perm")
 	fl.StringVar(&f.metrics, "metrics", "", "TCP `address` to serve Prometheus metrics on at /metrics (default: none)")
 	fl.IntVar(&f.mtu, "mtu", transport.DefaultMTU, fmt.Sprintf("largest datagram to send, in bytes, header included (%d to %d)", memd.MinMTU, memd.MaxMTU))
+	fl.StringVar(&f.sw, "switch", "", "forwarding node `address` (host:port) whose memory pool this node lends its (first) region to")
+	fl.StringVar(&f.tokFile, "token-file", "", "`file` whose first line is the fabric token, for --switch")
 	f.log.register(fl)
 	f.prof.register(fl)
 	cmd.MarkFlagsMutuallyExclusive("key-file", "size")
@@ -97,7 +104,16 @@ func (f *memdFlags) config(logw io.Writer) (memd.Config, error) {
 		KeyFile:     f.keyFile,
 		MetricsAddr: f.metrics,
 		MTU:         f.mtu,
+		Switch:      f.sw,
 		Logger:      logger,
+	}
+	if f.tokFile != "" {
+		if f.sw == "" {
+			return memd.Config{}, errors.New("--token-file: only with --switch")
+		}
+		if cfg.Token, err = readToken(f.tokFile); err != nil {
+			return memd.Config{}, fmt.Errorf("--token-file: %w", err)
+		}
 	}
 	if f.keyFile == "" {
 		size, err := memnode.ParseSize(f.size)

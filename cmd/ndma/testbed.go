@@ -77,7 +77,8 @@ state file.`,
 		Use:   "up",
 		Short: "Create the namespaces, links and qdiscs and start the switch and memory nodes",
 		Long: `up builds the testbed and starts ndma switch in the switch namespace and ndma
-memd in each memory-node namespace (from this binary, or --binary), with
+memd in each memory-node namespace (from this binary, or --binary; each
+lends its region to the switch's memory pool), with
 --mtu minus 28 as their datagram size, so one datagram fits one frame. It
 refuses when a testbed with the prefix exists. The switch address, the
 token, the memory nodes' keys and the daemons' logs are in the state

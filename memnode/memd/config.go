@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/netip"
 
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
@@ -68,6 +69,16 @@ type Config struct {
 	// (transport.DefaultMTU, 9000).
 	MTU int
 
+	// Switch, if not empty, is the forwarding node ("host:port") whose
+	// pool this node lends its first region to (POOLNODE), offering it
+	// again four times per second as its heartbeat; a switch not up yet
+	// is retried every second. Empty means the node serves its regions
+	// only directly.
+	Switch string
+
+	// Token is the fabric token for Switch's control messages.
+	Token []byte
+
 	// Logger receives the startup and shutdown lines and warnings. Nil
 	// discards.
 	Logger *slog.Logger
@@ -107,6 +118,11 @@ func (c *Config) validate() error {
 	if c.MetricsAddr != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
 			return invalid("MetricsAddr", "%q: %v", c.MetricsAddr, err)
+		}
+	}
+	if c.Switch != "" {
+		if _, err := netip.ParseAddrPort(c.Switch); err != nil {
+			return invalid("Switch", "%q: want an IP address and port: %v", c.Switch, err)
 		}
 	}
 	if c.KeyFile != "" {

@@ -37,6 +37,8 @@ type Server struct {
 	bytes   int64                // total size of regions
 
 	metrics   *metricsrv.Server // nil without a metrics listener
+	stopLend  context.CancelFunc
+	lendDone  chan struct{}
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -109,7 +111,40 @@ func Start(cfg Config) (*Server, error) {
 	for _, r := range regions {
 		s.log.Info("memd: region", "key", FormatKey(r.Key), "size", r.Size, "perm", r.Perm.String())
 	}
+	s.lendDone = make(chan struct{})
+	if cfg.Switch == "" {
+		close(s.lendDone)
+	} else {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.stopLend = cancel
+		go s.lend(ctx, cfg.Switch, cfg.Token, regions[0])
+	}
 	return s, nil
+}
+
+// lend offers region r to the switch's pool until the switch accepts it
+// (retrying every second), then lets the endpoint repeat the offer as the
+// node's heartbeat until ctx ends.
+func (s *Server) lend(ctx context.Context, sw string, token []byte, r memnode.RegionInfo) {
+	defer close(s.lendDone)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		node, err := s.ep.PoolLend(ctx, sw, r.Key, uint64(r.Size), endpoint.FabricOptions{Token: token})
+		if err == nil {
+			s.log.Info("memd: lending to the pool", "switch", sw, "node", node, "key", FormatKey(r.Key), "bytes", r.Size)
+			return
+		}
+		if ctx.Err() != nil || errors.Is(err, endpoint.ErrClosed) {
+			return
+		}
+		s.log.Warn("memd: pool offer refused or unanswered; retrying", "switch", sw, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // newStore builds the store cfg describes: the key file's regions, or one
@@ -234,6 +269,10 @@ func (s *Server) Run(ctx context.Context) error {
 // call's result.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		if s.stopLend != nil {
+			s.stopLend()
+		}
+		<-s.lendDone
 		var errs []error
 		if s.metrics != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
