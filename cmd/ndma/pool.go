@@ -1,0 +1,262 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ndma/ndma/bench"
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/memnode/memd"
+)
+
+// poolFlags are the flags every pool subcommand shares.
+type poolFlags struct {
+	sw, tokenFile string
+	timeout       time.Duration
+	json          bool
+}
+
+func (p *poolFlags) register(cmd *cobra.Command) {
+	fl := cmd.PersistentFlags()
+	fl.StringVar(&p.sw, "switch", os.Getenv("NDMA_SWITCH"), "forwarding node `address` (host:port) holding the pool (default $NDMA_SWITCH)")
+	fl.StringVar(&p.tokenFile, "token-file", "", "`file` whose first line is the fabric token (default $NDMA_TOKEN)")
+	fl.DurationVar(&p.timeout, "timeout", 5*time.Second, "give up on the switch after this long")
+	fl.BoolVar(&p.json, "json", false, "print JSON")
+}
+
+// client opens an endpoint for one pool command and returns it with the
+// fabric options and a context bounded by --timeout.
+func (p *poolFlags) client(cmd *cobra.Command) (*endpoint.Endpoint, endpoint.FabricOptions, context.Context, context.CancelFunc, error) {
+	var opts endpoint.FabricOptions
+	if p.sw == "" {
+		return nil, opts, nil, nil, errors.New("--switch: no forwarding node given (nor $NDMA_SWITCH)")
+	}
+	if p.tokenFile != "" {
+		tok, err := readToken(p.tokenFile)
+		if err != nil {
+			return nil, opts, nil, nil, fmt.Errorf("--token-file: %w", err)
+		}
+		opts.Token = tok
+	} else if t := os.Getenv("NDMA_TOKEN"); t != "" {
+		opts.Token = []byte(t)
+	}
+	if p.timeout <= 0 {
+		return nil, opts, nil, nil, fmt.Errorf("--timeout %v: want a positive duration", p.timeout)
+	}
+	ep, err := endpoint.Listen(":0", endpoint.Config{}, endpoint.Options{})
+	if err != nil {
+		return nil, opts, nil, nil, err
+	}
+	parent := cmd.Context()
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(parent, p.timeout)
+	return ep, opts, ctx, cancel, nil
+}
+
+func newPoolCmd() *cobra.Command {
+	var pf poolFlags
+	cmd := &cobra.Command{
+		Use:   "pool",
+		Short: "The forwarding node's memory pool: create, list and remove regions; memory nodes' usage",
+		Long: `pool talks to the forwarding node (--switch) that pools the memory nodes
+started with ndma memd --switch. A region is striped over the memory nodes
+(--stripe bytes at a time, every live node by default) with one or two
+copies of every byte; its key, printed by create, is the capability every
+access and rm needs. (Reading and writing pool regions is the next step of
+the pool; this command manages them.)`,
+	}
+	pf.register(cmd)
+
+	var (
+		size, stripe, perm string
+		replicas, nodes    int
+	)
+	create := &cobra.Command{
+		Use:   "create",
+		Short: "Create a pool region and print its id and key",
+		Example: `  ndma pool create --switch 10.77.0.1:7471 --token-file /run/ndma-testbed/ndmatb/token --size 1GiB --replicas 2
+  NDMA_SWITCH=10.77.0.1:7471 NDMA_TOKEN=t ndma pool create --size 64MiB --stripe 4KiB --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sz, err := memnode.ParseSize(size)
+			if err != nil || sz <= 0 {
+				return fmt.Errorf("--size %q: want a positive size (%v)", size, err)
+			}
+			st, err := memnode.ParseSize(stripe)
+			if err != nil || st <= 0 {
+				return fmt.Errorf("--stripe %q: want a positive size (%v)", stripe, err)
+			}
+			p, err := memnode.ParsePerm(perm)
+			if err != nil {
+				return fmt.Errorf("--perm: %w", err)
+			}
+			spec := fabric.PoolSpec{Size: uint64(sz), Stripe: uint64(st), Columns: nodes, Replicas: replicas, Perm: uint8(p)}
+			if _, err := fabric.NewLayout(spec.Size, spec.Stripe, max(nodes, replicas), replicas); err != nil {
+				return fmt.Errorf("--size/--stripe/--nodes/--replicas: %w", err)
+			}
+			ep, opts, ctx, cancel, err := pf.client(cmd)
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			defer ep.Close()
+			got, key, err := ep.PoolCreate(ctx, pf.sw, spec, opts)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if pf.json {
+				return json.NewEncoder(out).Encode(poolRegionJSON(got, memd.FormatKey(key)))
+			}
+			fmt.Fprintf(out, "region  %d\nkey     %s\n", got.Region, memd.FormatKey(key))
+			fmt.Fprintf(out, "shape   %s\n", poolShape(got))
+			return nil
+		},
+	}
+	fl := create.Flags()
+	fl.StringVar(&size, "size", "", "region size: bytes, or with a unit KiB, MiB, GiB, KB, MB, GB (required)")
+	fl.StringVar(&stripe, "stripe", "64KiB", "interleave unit: a multiple of 8 bytes, 64 B to 1 GiB")
+	fl.IntVar(&replicas, "replicas", 1, "copies of every byte, 1 or 2 (on different memory nodes)")
+	fl.IntVar(&nodes, "nodes", 0, "memory nodes to stripe over (0: every live one)")
+	fl.StringVar(&perm, "perm", "rwav", "what the region allows: r(ead) w(rite) a(tomic) v(ector)")
+	_ = create.MarkFlagRequired("size")
+
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List the pool's regions (never their keys)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, regions, err := poolStat(cmd, &pf)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if pf.json {
+				rows := make([]map[string]any, 0, len(regions))
+				for _, r := range regions {
+					rows = append(rows, poolRegionJSON(r, ""))
+				}
+				return json.NewEncoder(out).Encode(rows)
+			}
+			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "REGION\tSIZE\tSTRIPE\tNODES\tCOPIES\tPERM")
+			for _, r := range regions {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%v\n", r.Region, sizeString(r.Size), sizeString(r.Stripe), r.Columns, r.Replicas, memnode.Perm(r.Perm))
+			}
+			return tw.Flush()
+		},
+	}
+
+	stat := &cobra.Command{
+		Use:   "stat",
+		Short: "Show the pool's memory nodes: capacity, use and liveness",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nodes, regions, err := poolStat(cmd, &pf)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if pf.json {
+				return json.NewEncoder(out).Encode(map[string]any{"nodes": nodes, "regions": len(regions)})
+			}
+			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "NODE\tADDRESS\tCAPACITY\tUSED\tUSE\tALIVE")
+			var capTotal, used uint64
+			for _, n := range nodes {
+				capTotal += n.Capacity
+				used += n.Used
+				fmt.Fprintf(tw, "%d\t%v\t%s\t%s\t%.1f%%\t%v\n", n.ID, n.Addr, sizeString(n.Capacity), sizeString(n.Used), pct(n.Used, n.Capacity), n.Alive)
+			}
+			fmt.Fprintf(tw, "all\t%d nodes, %d regions\t%s\t%s\t%.1f%%\t\n", len(nodes), len(regions), sizeString(capTotal), sizeString(used), pct(used, capTotal))
+			return tw.Flush()
+		},
+	}
+
+	var key string
+	rm := &cobra.Command{
+		Use:   "rm REGION --key KEY",
+		Short: "Free a pool region",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseUint(args[0], 10, 32)
+			if err != nil || id == 0 {
+				return fmt.Errorf("region %q: want a region id (a positive number)", args[0])
+			}
+			k, err := bench.ParseKey(key)
+			if err != nil {
+				return fmt.Errorf("--key: %w", err)
+			}
+			ep, opts, ctx, cancel, err := pf.client(cmd)
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			defer ep.Close()
+			if err := ep.PoolFree(ctx, pf.sw, uint32(id), k, opts); err != nil {
+				return err
+			}
+			if !pf.json {
+				fmt.Fprintf(cmd.OutOrStdout(), "region %d freed\n", id)
+			}
+			return nil
+		},
+	}
+	rm.Flags().StringVar(&key, "key", "", "the region's key, as create printed it (required)")
+	_ = rm.MarkFlagRequired("key")
+
+	cmd.AddCommand(create, ls, stat, rm)
+	return cmd
+}
+
+func init() { rootCmd.AddCommand(newPoolCmd()) }
+
+func poolStat(cmd *cobra.Command, pf *poolFlags) ([]fabric.PoolNodeInfo, []fabric.PoolSpec, error) {
+	ep, opts, ctx, cancel, err := pf.client(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer cancel()
+	defer ep.Close()
+	return ep.PoolStat(ctx, pf.sw, opts)
+}
+
+func poolShape(p fabric.PoolSpec) string {
+	return fmt.Sprintf("%s, stripe %s, over %d memory nodes, %d cop%s, perm %v",
+		sizeString(p.Size), sizeString(p.Stripe), p.Columns, p.Replicas, map[bool]string{true: "y", false: "ies"}[p.Replicas == 1], memnode.Perm(p.Perm))
+}
+
+func poolRegionJSON(p fabric.PoolSpec, key string) map[string]any {
+	m := map[string]any{"region": p.Region, "size": p.Size, "stripe": p.Stripe, "nodes": p.Columns,
+		"replicas": p.Replicas, "perm": memnode.Perm(p.Perm).String()}
+	if key != "" {
+		m["key"] = key
+	}
+	return m
+}
+
+func sizeString(n uint64) string {
+	if n > 1<<62 {
+		return strconv.FormatUint(n, 10)
+	}
+	return bench.FormatSize(int(n))
+}
+
+func pct(a, b uint64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return 100 * float64(a) / float64(b)
+}
