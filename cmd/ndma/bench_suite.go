@@ -130,6 +130,11 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 	if f.json {
 		cfg.Row = func(r bench.SuiteRow) { _ = bench.WriteSuiteJSON(stdout, []bench.SuiteRow{r}) }
 	}
+	skipped := 0
+	cfg.Skipped = func(job string, err error) {
+		skipped++
+		fmt.Fprintf(cmd.ErrOrStderr(), "\nndma: bench suite: %s failed %d times, row left out: %v\n", job, bench.MPITries, firstLine(err.Error()))
+	}
 	rows, runErr := bench.RunSuite(ctx, cfg)
 	prog.finish()
 	if runErr != nil {
@@ -148,6 +153,9 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 		}
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "wrote %d rows to %s\n", len(rows), f.out)
+	if skipped > 0 {
+		fmt.Fprintf(cmd.ErrOrStderr(), "%d MPI rows left out (see above)\n", skipped)
+	}
 	if f.keep && runErr == nil {
 		fmt.Fprintf(cmd.ErrOrStderr(), "testbed %s left up: ndma testbed down --prefix %s\n", f.pf, f.pf)
 	}
@@ -175,4 +183,12 @@ func writeSuiteFiles(dir string, rows []bench.SuiteRow) error {
 	}
 	_, err := bench.WriteSuitePlots(dir, rows)
 	return err
+}
+
+// firstLine is s up to its first line break.
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
 }
