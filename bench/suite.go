@@ -186,10 +186,7 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rows []SuiteRow, err error)
 	if swPID == 0 {
 		return nil, errors.New("bench: suite: the testbed has no switch daemon")
 	}
-	for i, j := range jobs {
-		if cfg.Progress != nil {
-			cfg.Progress(i, len(jobs))
-		}
+	return runJobs(ctx, jobs, &cfg, func(j suiteJob) (SuiteRow, error) {
 		run := func(ctx context.Context, out io.Writer) error {
 			return testbed.Run(ctx, st, collArgs(bin, st, j, cfg.Iters), out)
 		}
@@ -200,13 +197,25 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rows []SuiteRow, err error)
 			}
 			prefix = ""
 		}
-		row, err := runSuiteJob(ctx, st, swPID, j, cfg.Iters, run, prefix)
-		// Open MPI's TCP wire-up between the namespaces now and then
-		// fails to connect ("unable to complete a TCP connection"): an MPI
-		// job is tried up to MPITries times, and if it still fails its row
-		// is left out and reported, instead of ending the suite.
+		return runSuiteJob(ctx, st, swPID, j, cfg.Iters, run, prefix)
+	})
+}
+
+// runJobs runs every job with runOne, in order, reporting progress and
+// rows through cfg. An NDMA job's failure ends the run. Open MPI's TCP
+// wire-up between the namespaces now and then fails to connect ("unable
+// to complete a TCP connection"), so an MPI job is tried up to MPITries
+// times, and if it still fails its row is left out and reported
+// (cfg.Skipped) instead of ending the suite.
+func runJobs(ctx context.Context, jobs []suiteJob, cfg *SuiteConfig, runOne func(suiteJob) (SuiteRow, error)) ([]SuiteRow, error) {
+	var rows []SuiteRow
+	for i, j := range jobs {
+		if cfg.Progress != nil {
+			cfg.Progress(i, len(jobs))
+		}
+		row, err := runOne(j)
 		for try := 1; err != nil && j.algo == AlgoMPI && try < MPITries && ctx.Err() == nil; try++ {
-			row, err = runSuiteJob(ctx, st, swPID, j, cfg.Iters, run, prefix)
+			row, err = runOne(j)
 		}
 		if err != nil && j.algo == AlgoMPI && ctx.Err() == nil {
 			if cfg.Skipped != nil {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -325,5 +326,40 @@ func TestSuiteMPI(t *testing.T) {
 	var md bytes.Buffer
 	if err := WriteSuiteMarkdown(&md, rows); err != nil || !strings.Contains(md.String(), "Rows `mpi` are Open MPI") {
 		t.Errorf("Markdown lacks the MPI note (%v)", err)
+	}
+}
+
+// TestRunJobsMPIRetries: a failing MPI job is retried, then left out and
+// reported; one that succeeds on a retry is kept; a failing NDMA job ends
+// the run with its error.
+func TestRunJobsMPIRetries(t *testing.T) {
+	jobs := []suiteJob{
+		{coll.OpBcast, coll.AlgoInNet, 8},
+		{coll.OpBcast, AlgoMPI, 8},  // fails twice, then succeeds
+		{coll.OpBcast, AlgoMPI, 64}, // always fails
+		{coll.OpBcast, coll.AlgoChain, 8},
+	}
+	calls := map[suiteJob]int{}
+	var skipped []string
+	cfg := SuiteConfig{Skipped: func(job string, err error) { skipped = append(skipped, job) }}
+	rows, err := runJobs(context.Background(), jobs, &cfg, func(j suiteJob) (SuiteRow, error) {
+		calls[j]++
+		if j.algo == AlgoMPI && (j.size == 64 || calls[j] < 3) {
+			return SuiteRow{}, errors.New("mpirun: exit status 213")
+		}
+		return SuiteRow{CollResult: CollResult{Op: string(j.op), Algo: string(j.algo), Size: j.size}}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 3 || rows[1].Algo != "mpi" || rows[2].Algo != "chain" {
+		t.Errorf("rows %+v", rows)
+	}
+	if calls[jobs[1]] != 3 || calls[jobs[2]] != MPITries || len(skipped) != 1 || skipped[0] != "bcast/mpi size 64" {
+		t.Errorf("calls %v, skipped %v", calls, skipped)
+	}
+	_, err = runJobs(context.Background(), jobs[:1], &cfg, func(suiteJob) (SuiteRow, error) { return SuiteRow{}, errors.New("boom") })
+	if err == nil || err.Error() != "boom" {
+		t.Errorf("NDMA failure: %v", err)
 	}
 }
