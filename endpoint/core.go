@@ -103,7 +103,8 @@ type Op struct {
 	Dtype   wire.Dtype
 	Alu     wire.Alu
 	// Timeout bounds the operation from Post to completion; zero means
-	// Config.OpTimeout.
+	// Config.OpTimeout, or none for group and message operations (see
+	// Config.OpTimeout).
 	Timeout time.Duration
 	// Token is for the caller; the endpoint never reads it.
 	Token uint64
@@ -147,8 +148,14 @@ type Op struct {
 type Config struct {
 	// Transport configures the reliable transport engine.
 	Transport transport.Config
-	// OpTimeout bounds every operation that sets no Timeout of its own.
-	// Zero means 10s.
+	// OpTimeout bounds every one-sided, control and anycast operation
+	// that sets no Timeout of its own. Zero means 10s. Group and message
+	// operations (multicast, group receive, aggregation, SendMsg,
+	// RecvMsg) have no default deadline, as in MPI: a large collective on
+	// a slow network takes as long as it takes. They end when done, at
+	// their own Timeout or context deadline, by Cancel, or when the
+	// switch reports a member dead or the transport a peer dead (no
+	// progress for transport.Config.DeadTimeout).
 	OpTimeout time.Duration
 	// MaxOps bounds the operations outstanding at once; Post fails with
 	// transport.ErrQueueFull beyond it. Zero means 4096.
@@ -343,17 +350,31 @@ func (c *Core) Post(now time.Time, op *Op) error {
 	return nil
 }
 
+// longRunning reports whether operations of kind k move data whose
+// duration depends on its size and on other ranks (collectives), and so
+// get no default deadline.
+func (k Kind) longRunning() bool {
+	switch k {
+	case KindMulticast, KindRecv, KindAggregate, KindSendMsg, KindRecvMsg:
+		return true
+	}
+	return false
+}
+
 // start resets op's results and arms its deadline.
 func (c *Core) start(now time.Time, op *Op) {
 	op.posted, op.finished = true, false
 	op.Err, op.Old, op.got, op.Resp = nil, 0, 0, nil
 	t := op.Timeout
-	if t <= 0 {
+	if t <= 0 && !op.Kind.longRunning() {
 		t = c.cfg.OpTimeout
 	}
-	op.deadline = now.Add(t)
-	if c.nextDL.IsZero() || op.deadline.Before(c.nextDL) {
-		c.nextDL = op.deadline
+	op.deadline = time.Time{}
+	if t > 0 {
+		op.deadline = now.Add(t)
+		if c.nextDL.IsZero() || op.deadline.Before(c.nextDL) {
+			c.nextDL = op.deadline
+		}
 	}
 	c.stats.OpsPosted++
 	c.stats.OpsByKind[op.Kind&7]++
@@ -533,6 +554,9 @@ func (c *Core) FailAll(err error) {
 }
 
 func (c *Core) expire(now time.Time, op *Op) {
+	if op.deadline.IsZero() {
+		return // no deadline of its own
+	}
 	if !now.Before(op.deadline) {
 		op.fail(ErrTimeout)
 		c.finish(op)

@@ -155,3 +155,41 @@ func TestUDPMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestNoDefaultDeadline: a message receive has no default deadline (a
+// collective takes as long as its data needs), while a one-sided READ
+// with no Timeout of its own fails at OpTimeout; an explicit Timeout still
+// bounds a receive.
+func TestNoDefaultDeadline(t *testing.T) {
+	c, err := NewCore(Config{Transport: transport.Config{Seed: 1}, OpTimeout: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := netip.MustParseAddrPort("10.0.0.9:1")
+	now := time.Unix(1000, 0)
+	recv := &Op{Kind: KindRecvMsg, Peer: peer, Tag: 1, Buf: make([]byte, 8)}
+	bounded := &Op{Kind: KindRecvMsg, Peer: peer, Tag: 2, Buf: make([]byte, 8), Timeout: 50 * time.Millisecond}
+	read := &Op{Kind: KindRead, Peer: peer, Key: 1, Buf: make([]byte, 8)}
+	for _, op := range []*Op{recv, bounded, read} {
+		if err := c.Post(now, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	finished := map[*Op]bool{}
+	for _, dt := range []time.Duration{20 * time.Millisecond, time.Second, time.Hour} {
+		_, done, _ := c.Poll(now.Add(dt), nil)
+		for _, op := range done {
+			finished[op] = true
+		}
+	}
+	if !finished[read] || !errors.Is(read.Err, ErrTimeout) {
+		t.Errorf("READ: finished %v, err %v; want ErrTimeout", finished[read], read.Err)
+	}
+	if !finished[bounded] || !errors.Is(bounded.Err, ErrTimeout) {
+		t.Errorf("receive with a Timeout: finished %v, err %v; want ErrTimeout", finished[bounded], bounded.Err)
+	}
+	if finished[recv] {
+		t.Errorf("receive without a Timeout ended after an hour: %v", recv.Err)
+	}
+	c.Cancel(recv)
+}
