@@ -380,6 +380,32 @@ func WriteSuiteJSON(w io.Writer, rows []SuiteRow) error {
 	return nil
 }
 
+// ReadSuiteJSON reads rows that WriteSuiteJSON wrote (suite.jsonl), to
+// render them again or merge runs. A line that is not a row is an error
+// naming it.
+func ReadSuiteJSON(r io.Reader) ([]SuiteRow, error) {
+	var rows []SuiteRow
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		var row SuiteRow
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&row); err != nil {
+			return nil, fmt.Errorf("bench: suite rows: line %d: %w", n, err)
+		}
+		if row.Op == "" || row.Algo == "" || row.Ranks < 1 || row.Iters < 1 {
+			return nil, fmt.Errorf("bench: suite rows: line %d: not a suite row (op %q, algo %q, ranks %d, iters %d)", n, row.Op, row.Algo, row.Ranks, row.Iters)
+		}
+		rows = append(rows, row)
+	}
+	return rows, sc.Err()
+}
+
 // WriteSuiteMarkdown writes rows as Markdown: a table per operation, in
 // the order the operations first appear, with each row's latency against
 // the S/B bound and its CPU time.

@@ -363,3 +363,23 @@ func TestRunJobsMPIRetries(t *testing.T) {
 		t.Errorf("NDMA failure: %v", err)
 	}
 }
+
+// TestReadSuiteJSON: rows written by WriteSuiteJSON read back equal; a
+// line that is not a row is refused with its number.
+func TestReadSuiteJSON(t *testing.T) {
+	rows := suiteRows()
+	var buf bytes.Buffer
+	if err := WriteSuiteJSON(&buf, rows); err != nil {
+		t.Fatal(err)
+	}
+	buf.WriteString("\n")
+	back, err := ReadSuiteJSON(&buf)
+	if err != nil || !slices.Equal(back, rows) {
+		t.Fatalf("read back %d rows (%v), want %d equal", len(back), err, len(rows))
+	}
+	for _, bad := range []string{`{"op":"bcast"}`, `not json`, `{"op":"bcast","algo":"innet","ranks":2,"iters":1,"extra":1}`} {
+		if _, err := ReadSuiteJSON(strings.NewReader("\n" + bad + "\n")); err == nil || !strings.Contains(err.Error(), "line 2") {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -108,5 +109,40 @@ func TestBenchCollCPUProfile(t *testing.T) {
 	}
 	if _, err := execute(t, "bench", "coll", "--op", "bcast", "--ranks", "2", "--sizes", "8", "--iters", "1", "--cpuprofile", filepath.Join(t.TempDir(), "no", "such", "dir")); err == nil || !strings.Contains(err.Error(), "--cpuprofile") {
 		t.Fatalf("bad path: %v", err)
+	}
+}
+
+// TestBenchSuiteFrom: --from merges earlier runs' rows (a later row of the
+// same op, algorithm and size replaces an earlier one) and writes the
+// Markdown and plots without a testbed.
+func TestBenchSuiteFrom(t *testing.T) {
+	dir := t.TempDir()
+	row := func(algo string, size int, avg float64) string {
+		return fmt.Sprintf(`{"op":"bcast","algo":%q,"ranks":8,"size":%d,"avg_us":%g,"min_us":1,"max_us":%g,"iters":10,"warmup":2,"rate_bits":100000000,"bound_us":%g,"cpu_ranks_s":1,"cpu_switch_s":0.5,"cpu_s":1.5,"cpu_per_call_us":125000}`,
+			algo, size, avg, avg+1, float64(size)*8/100)
+	}
+	a := filepath.Join(dir, "a.jsonl")
+	b := filepath.Join(dir, "b.jsonl")
+	if err := os.WriteFile(a, []byte(row("innet", 8, 10)+"\n"+row("chain", 8, 30)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b, []byte(row("chain", 8, 20)+"\n"+row("mpi", 8, 40)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	md, err := execute(t, "bench", "suite", "--from", a+","+b, "--out", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(md, "| chain | 8 | 20.0 |") || strings.Contains(md, "| chain | 8 | 30.0 |") || !strings.Contains(md, "| mpi | 8 | 40.0 |") {
+		t.Errorf("merged Markdown:\n%s", md)
+	}
+	for _, f := range []string{"suite.jsonl", "suite.md", "bcast-latency.png", "bcast-cpu.png"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := execute(t, "bench", "suite", "--from", a, "--hosts", "4", "--out", out); err == nil {
+		t.Error("--hosts with --from: no error")
 	}
 }

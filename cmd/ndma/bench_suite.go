@@ -25,6 +25,7 @@ type suiteFlags struct {
 	hosts, mtu, iters         int
 	rate, ops, sizes, out, pf string
 	keep, json, mpi           bool
+	from                      string
 }
 
 func newBenchSuiteCmd() *cobra.Command {
@@ -53,6 +54,9 @@ a small OSU-style C program shipped in the binary, built with mpicc and
 started by mpirun in the first host's namespace, one rank per host over
 the TCP BTL, Open MPI choosing its algorithms.
 
+With --from it measures nothing: it merges suite.jsonl files of earlier
+runs and writes suite.md and the plots again into --out.
+
 It refuses when a testbed with --prefix exists, and takes its testbed down
 at the end, also on error or Ctrl-C, unless --keep.`,
 		Example: `  sudo ndma bench suite --out results
@@ -72,6 +76,7 @@ at the end, also on error or Ctrl-C, unless --keep.`,
 	fl.BoolVar(&f.keep, "keep", false, "leave the testbed up afterwards (remove it with ndma testbed down --prefix P)")
 	fl.StringVar(&f.pf, "prefix", "ndmasuite", "name prefix of the suite's testbed; it must not be in use")
 	fl.BoolVar(&f.json, "json", false, "print JSON Lines instead of Markdown on standard output, and no progress bar")
+	fl.StringVar(&f.from, "from", "", "render suite.md and the plots into --out from these comma-separated suite.jsonl `files` (merged in order; a later row replaces an earlier one of the same op, algo and size), without a testbed")
 	fl.BoolVar(&f.mpi, "mpi", false, "also measure each operation with Open MPI (algo \"mpi\"; needs mpicc and mpirun)")
 	return cmd
 }
@@ -79,6 +84,9 @@ at the end, also on error or Ctrl-C, unless --keep.`,
 func init() { benchCmd.AddCommand(newBenchSuiteCmd()) }
 
 func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
+	if f.from != "" {
+		return renderSuite(cmd, f)
+	}
 	if f.hosts <= 0 {
 		return fmt.Errorf("--hosts: %d: want 1 or more", f.hosts)
 	}
@@ -191,4 +199,57 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
+}
+
+// renderSuite is --from: merge earlier runs' rows and write the files.
+func renderSuite(cmd *cobra.Command, f *suiteFlags) error {
+	for _, name := range []string{"hosts", "rate", "mtu", "ops", "sizes", "iters", "keep", "prefix", "mpi"} {
+		if cmd.Flags().Changed(name) {
+			return fmt.Errorf("--%s cannot be used with --from (it renders rows already measured)", name)
+		}
+	}
+	type key struct {
+		op, algo string
+		size     int
+	}
+	var rows []bench.SuiteRow
+	at := map[key]int{}
+	for _, path := range strings.Split(f.from, ",") {
+		fh, err := os.Open(path)
+		if err != nil {
+			return fmt.Errorf("--from: %w", err)
+		}
+		rs, err := bench.ReadSuiteJSON(fh)
+		fh.Close()
+		if err != nil {
+			return fmt.Errorf("--from %s: %w", path, err)
+		}
+		for _, r := range rs {
+			k := key{r.Op, r.Algo, r.Size}
+			if i, ok := at[k]; ok {
+				rows[i] = r
+				continue
+			}
+			at[k] = len(rows)
+			rows = append(rows, r)
+		}
+	}
+	if len(rows) == 0 {
+		return errors.New("--from: no rows")
+	}
+	if err := os.MkdirAll(f.out, 0o755); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	if err := writeSuiteFiles(f.out, rows); err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if f.json {
+		return bench.WriteSuiteJSON(out, rows)
+	}
+	if err := bench.WriteSuiteMarkdown(out, rows); err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "wrote %d rows to %s\n", len(rows), f.out)
+	return nil
 }
