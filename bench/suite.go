@@ -52,8 +52,9 @@ type SuiteConfig struct {
 	Iters int
 	// MPI also measures every operation with Open MPI (algo "mpi" in the
 	// rows): bench/mpi/osu_coll.c, built with mpicc, started by mpirun in
-	// the first host's namespace with one rank per host over the TCP BTL
-	// and Open MPI's own algorithm choice. It needs mpicc and mpirun
+	// the first host's namespace with one rank per host over the TCP BTL,
+	// yielding the CPU when idle (the ranks share this machine's cores),
+	// with Open MPI's own algorithm choice. It needs mpicc and mpirun
 	// (Debian: openmpi-bin, libopenmpi-dev).
 	MPI bool
 	// Keep leaves the testbed up after the run instead of taking it down.
@@ -445,7 +446,8 @@ func WriteSuiteMarkdown(w io.Writer, rows []SuiteRow) error {
 			if r.Algo == string(AlgoMPI) {
 				fmt.Fprintln(bw)
 				fmt.Fprintln(bw, "Rows `mpi` are Open MPI on the same hosts and links: bench/mpi/osu_coll.c (the same measurement as bench coll) "+
-					"started by mpirun, one rank per host, TCP BTL, Open MPI's own choice of algorithm; their CPU includes mpirun and orted.")
+					"started by mpirun, one rank per host, TCP BTL, mpi_yield_when_idle (the ranks share the cores), Open MPI's own choice of algorithm; "+
+					"their CPU includes mpirun and orted.")
 				break
 			}
 		}
