@@ -80,9 +80,9 @@ type Group struct {
 // switch sw, as member rank (-1: let the switch choose). It returns when
 // all size members have joined, or with ctx's error.
 func (ep *Endpoint) JoinJob(ctx context.Context, sw string, job string, size, rank int, opts FabricOptions) (*Group, error) {
-	ap, err := netip.ParseAddrPort(sw)
+	ap, err := parseSwitch(sw)
 	if err != nil {
-		return nil, fmt.Errorf("endpoint: switch address %q: %w", sw, err)
+		return nil, err
 	}
 	ep.enableGroups()
 	resp, err := ep.control(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlJoin, Job: job, Size: size, Rank: rank}, opts.Token)
@@ -275,9 +275,9 @@ type ServiceConfig struct {
 // the service group, serving requests with h on a goroutine per request
 // (at most MaxIncoming at once).
 func (ep *Endpoint) RegisterService(ctx context.Context, sw string, sc ServiceConfig, rank int, h Handler, opts FabricOptions) (*Service, error) {
-	ap, err := netip.ParseAddrPort(sw)
+	ap, err := parseSwitch(sw)
 	if err != nil {
-		return nil, fmt.Errorf("endpoint: switch address %q: %w", sw, err)
+		return nil, err
 	}
 	ep.enableGroups()
 	req := &fabric.CtrlMsg{Type: fabric.CtrlRegister, Service: sc.Name, Size: sc.Size, Rank: rank, Policy: uint8(sc.Policy)}
@@ -384,9 +384,9 @@ func (ep *Endpoint) StartAnycast(ctx context.Context, sw string, service string,
 }
 
 func (ep *Endpoint) anycastOp(ctx context.Context, sw string, service string, key uint64, req []byte, opts FabricOptions) (*Op, error) {
-	ap, err := netip.ParseAddrPort(sw)
+	ap, err := parseSwitch(sw)
 	if err != nil {
-		return nil, fmt.Errorf("endpoint: switch address %q: %w", sw, err)
+		return nil, err
 	}
 	ep.enableGroups()
 	id, err := ep.lookup(ctx, ap, service, opts)

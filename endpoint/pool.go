@@ -14,6 +14,7 @@ import (
 // clients create, open, free and list pool regions. (Reads and writes at
 // pool addresses are the pool client's, built on the forwarding path.)
 
+// parseSwitch parses a forwarding node's address ("host:port").
 func parseSwitch(sw string) (netip.AddrPort, error) {
 	ap, err := netip.ParseAddrPort(sw)
 	if err != nil {
