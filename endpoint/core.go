@@ -121,6 +121,16 @@ type Op struct {
 	// switch stops waiting for it); otherwise the op fails naming it.
 	Continue bool
 
+	// Pool accesses (core_pool.go): a non-zero Pool sends a Read, Write,
+	// CAS, FetchAdd or Vector to pool region Pool through the switch Peer;
+	// Key is the region's key and Addr the pool address. Lane picks the
+	// congestion window it shares (the pool client uses the column).
+	Pool uint32
+	Lane uint16
+	// Degraded (result): a pool write reached fewer replicas than its
+	// region keeps, because a memory node is dead.
+	Degraded bool
+
 	// Two-sided messages.
 	Comm uint32 // communicator (context) id: messages match only within one
 	Tag  uint64 // tag: messages match only with the same tag
@@ -173,6 +183,9 @@ type Config struct {
 	// MaxIncoming bounds anycast requests waiting for a handler; beyond it
 	// they are refused with StatusBusy. Zero means 1024.
 	MaxIncoming int
+	// PoolNode, if set, makes the endpoint a memory node of a pool: it
+	// serves the pool requests and grants of the switch it names.
+	PoolNode *PoolServe
 }
 
 // Stats counts what the core did.
@@ -221,7 +234,9 @@ type Core struct {
 	recvs    map[msgMatch]*Op
 	unexpMsg map[msgMatch]*unexpected
 	recvID   uint64
-	stats    Stats
+
+	pool  poolCore
+	stats Stats
 }
 
 type inReq struct {
@@ -266,6 +281,9 @@ func NewCore(cfg Config) (*Core, error) {
 	c := &Core{cfg: cfg, eng: eng, store: st, ops: make(map[uint64]*Op), inStatus: make(map[inKey]*inReq)}
 	c.initGroups()
 	c.initMsgs()
+	if err := c.initPool(); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -280,12 +298,12 @@ func (c *Core) Stats() Stats {
 }
 
 // Outstanding is the number of operations posted and not yet completed.
-func (c *Core) Outstanding() int { return len(c.ops) }
+func (c *Core) Outstanding() int { return len(c.ops) + len(c.pool.ops) }
 
 // Idle reports whether the core holds no operation, no message queued or
 // in flight, and no partially received request: nothing is retained.
 func (c *Core) Idle() bool {
-	return len(c.ops) == 0 && len(c.gops) == 0 && c.eng.Pending() == 0 && len(c.inStatus) == 0
+	return len(c.ops) == 0 && len(c.gops) == 0 && len(c.pool.ops) == 0 && c.eng.Pending() == 0 && len(c.inStatus) == 0
 }
 
 func (op *Op) fail(err error) {
@@ -299,8 +317,11 @@ func (c *Core) Post(now time.Time, op *Op) error {
 	if op.posted && !op.finished {
 		return fmt.Errorf("%w: op already in flight", ErrBadOp)
 	}
-	if len(c.ops)+len(c.gops) >= c.cfg.MaxOps {
+	if len(c.ops)+len(c.gops)+len(c.pool.ops) >= c.cfg.MaxOps {
 		return transport.ErrQueueFull
+	}
+	if op.Pool != 0 {
+		return c.postPool(now, op)
 	}
 	switch op.Kind {
 	case KindMulticast, KindRecv, KindAggregate:
@@ -364,7 +385,7 @@ func (k Kind) longRunning() bool {
 // start resets op's results and arms its deadline.
 func (c *Core) start(now time.Time, op *Op) {
 	op.posted, op.finished = true, false
-	op.Err, op.Old, op.got, op.Resp = nil, 0, 0, nil
+	op.Err, op.Old, op.got, op.Resp, op.Degraded = nil, 0, 0, nil, false
 	t := op.Timeout
 	if t <= 0 && !op.Kind.longRunning() {
 		t = c.cfg.OpTimeout
@@ -391,6 +412,10 @@ func (c *Core) Cancel(op *Op) {
 }
 
 func (c *Core) finish(op *Op) {
+	if op.Pool != 0 {
+		c.finishPool(op)
+		return
+	}
 	if op.gkey != (gopKey{}) {
 		c.finishGroup(op)
 		return
@@ -412,6 +437,9 @@ func (c *Core) finish(op *Op) {
 
 // Step handles one received datagram.
 func (c *Core) Step(now time.Time, from netip.AddrPort, pkt []byte) {
+	if len(pkt) >= wire.HeaderLen && wire.Mode(pkt[2]) == wire.ModePool && c.stepPool(now, from, pkt) {
+		return
+	}
 	d, ok := c.eng.StepAdmit(now, from, pkt, c.admitFn)
 	if !ok {
 		return
@@ -481,6 +509,9 @@ func (c *Core) onResponse(d *transport.Delivery) {
 // when the request message is complete.
 func (c *Core) serve(now time.Time, d *transport.Delivery) {
 	h := &d.Header
+	if h.Op == wire.OpControl && c.servePoolControl(d) {
+		return
+	}
 	var res memnode.Result
 	if h.Op == wire.OpNop {
 		res.Status = wire.StatusOK
@@ -590,7 +621,14 @@ func (c *Core) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, []*O
 		for _, op := range c.gops {
 			c.expire(now, op)
 		}
+		for op := range c.pool.ops {
+			c.expire(now, op)
+		}
 	}
+	if pn := c.pollPool(now); !pn.IsZero() && (next.IsZero() || pn.Before(next)) {
+		next = pn
+	}
+	out = c.flushPool(out)
 	if !c.nextDL.IsZero() && (next.IsZero() || c.nextDL.Before(next)) {
 		next = c.nextDL
 	}

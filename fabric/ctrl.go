@@ -66,6 +66,9 @@ package fabric
 //	POOLFREE   region u32, key u64 → (no fields)
 //	POOLSTAT   (no fields) → list of poolnode (≤ 1024), list of
 //	           poolregion (≤ 4096; region keys are never listed)
+//	POOLGRANT  region u32, key u64, perm u8, base u64, length u64
+//	           (switch → memory node) → (no fields)
+//	POOLREVOKE region u32, key u64 (switch → memory node) → (no fields)
 //
 // A receiver first checks that the message is at least 16 bytes long, then
 // verifies the tag in constant time (a bad tag is answered with status
@@ -84,6 +87,8 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+
+	"github.com/ndma/ndma/memnode"
 )
 
 // CtrlType says what a control message asks for (or answers, with Resp).
@@ -128,7 +133,15 @@ const (
 	// CtrlPoolStat asks for the pool's memory nodes and regions (without
 	// their keys). The response carries PoolNodes and PoolRegions.
 	CtrlPoolStat CtrlType = 11
-	ctrlLastType          = CtrlPoolStat
+	// CtrlPoolGrant, from the switch to a memory node, gives pool region
+	// Region (accesses carry Key and may do Pool.Perm) the Length bytes at
+	// Base of the node's lent region. The node zeroes them first. The
+	// response has no fields.
+	CtrlPoolGrant CtrlType = 12
+	// CtrlPoolRevoke, from the switch to a memory node, takes region
+	// Region's grant (Key) back. The response has no fields.
+	CtrlPoolRevoke CtrlType = 13
+	ctrlLastType            = CtrlPoolRevoke
 )
 
 var ctrlTypeNames = [...]string{
@@ -136,6 +149,7 @@ var ctrlTypeNames = [...]string{
 	CtrlHeartbeat: "heartbeat", CtrlRegister: "register", CtrlLookup: "lookup",
 	CtrlPoolNode: "poolnode", CtrlPoolCreate: "poolcreate", CtrlPoolOpen: "poolopen",
 	CtrlPoolFree: "poolfree", CtrlPoolStat: "poolstat",
+	CtrlPoolGrant: "poolgrant", CtrlPoolRevoke: "poolrevoke",
 }
 
 // String is the short lower-case name of the type, or "ctrl(N)" for a
@@ -231,13 +245,15 @@ type CtrlMsg struct {
 	Members []MemberInfo // Join and Lookup responses: at most CtrlMaxMembers
 	Dead    []uint16     // Heartbeat response: ids of dead members, at most CtrlMaxMembers
 
-	Region      uint32         // PoolOpen and PoolFree requests, PoolCreate response
+	Region      uint32         // PoolOpen, PoolFree, PoolGrant and PoolRevoke requests, PoolCreate response
 	Key         uint64         // PoolNode request (the node's region), PoolOpen and PoolFree requests, PoolCreate response (the new region's key)
 	Capacity    uint64         // PoolNode request
 	Node        uint16         // PoolNode response
 	Pool        PoolSpec       // PoolCreate request and response, PoolOpen response
 	PoolNodes   []PoolNodeInfo // PoolStat response: at most CtrlMaxPoolNodes
 	PoolRegions []PoolSpec     // PoolStat response: at most CtrlMaxPoolRegions
+	Base        uint64         // PoolGrant request: offset of the extent in the node's lent region
+	Length      uint64         // PoolGrant request: bytes of the extent, not 0
 }
 
 // AppendCtrl encodes m, appends HMAC-SHA256(token, encoded)[:CtrlTagLen]
@@ -348,7 +364,11 @@ func (m *CtrlMsg) validate() error {
 		if m.Resp {
 			return validatePool(&m.Pool, false)
 		}
-	case CtrlPoolFree:
+	case CtrlPoolFree, CtrlPoolRevoke:
+	case CtrlPoolGrant:
+		if !m.Resp && (m.Region == 0 || m.Key == 0 || m.Length == 0 || m.Pool.Perm == 0 || m.Pool.Perm&^uint8(memnode.PermAll) != 0) {
+			return ctrlErrorf("pool grant: region %d, key %#x, length %d, perm %#x: want all non-zero and known perm bits", m.Region, m.Key, m.Length, m.Pool.Perm)
+		}
 	case CtrlPoolStat:
 		if !m.Resp {
 			return nil
@@ -478,9 +498,15 @@ func (m *CtrlMsg) appendFields(b []byte) []byte {
 		b = be.AppendUint32(b, m.Region)
 		b = be.AppendUint64(b, m.Key)
 		b = appendPool(b, &m.Pool)
-	case m.Type == CtrlPoolOpen && !m.Resp, m.Type == CtrlPoolFree && !m.Resp:
+	case m.Type == CtrlPoolOpen && !m.Resp, m.Type == CtrlPoolFree && !m.Resp, m.Type == CtrlPoolRevoke && !m.Resp:
 		b = be.AppendUint32(b, m.Region)
 		b = be.AppendUint64(b, m.Key)
+	case m.Type == CtrlPoolGrant && !m.Resp:
+		b = be.AppendUint32(b, m.Region)
+		b = be.AppendUint64(b, m.Key)
+		b = append(b, m.Pool.Perm)
+		b = be.AppendUint64(b, m.Base)
+		b = be.AppendUint64(b, m.Length)
 	case m.Type == CtrlPoolOpen:
 		b = appendPool(b, &m.Pool)
 	case m.Type == CtrlPoolStat && m.Resp:
@@ -827,9 +853,18 @@ func (m *CtrlMsg) decode(b []byte) error {
 		m.Region = r.u32("region")
 		m.Key = r.u64("key")
 		r.pool(&m.Pool, false)
-	case typ == CtrlPoolOpen && !m.Resp, typ == CtrlPoolFree && !m.Resp:
+	case typ == CtrlPoolOpen && !m.Resp, typ == CtrlPoolFree && !m.Resp, typ == CtrlPoolRevoke && !m.Resp:
 		m.Region = r.u32("region")
 		m.Key = r.u64("key")
+	case typ == CtrlPoolGrant && !m.Resp:
+		m.Region = r.u32("region")
+		m.Key = r.u64("key")
+		m.Pool.Perm = r.u8("perm")
+		m.Base = r.u64("base")
+		m.Length = r.u64("length")
+		if r.err == nil {
+			r.err = m.validate()
+		}
 	case typ == CtrlPoolOpen:
 		r.pool(&m.Pool, false)
 	case typ == CtrlPoolStat && m.Resp:

@@ -72,6 +72,10 @@ func ctrlSamples() []ctrlSample {
 		{"poolopen-resp", CtrlMsg{Type: CtrlPoolOpen, Resp: true, Pool: PoolSpec{Size: 4096, Stripe: 4096, Columns: 2, Replicas: 2, Perm: 1}}},
 		{"poolfree-req", CtrlMsg{Type: CtrlPoolFree, Region: 9, Key: 77}},
 		{"poolfree-resp", CtrlMsg{Type: CtrlPoolFree, Resp: true}},
+		{"poolgrant-req", CtrlMsg{Type: CtrlPoolGrant, Region: 9, Key: 77, Pool: PoolSpec{Perm: 0x0f}, Base: 1 << 40, Length: 64 << 10}},
+		{"poolgrant-resp", CtrlMsg{Type: CtrlPoolGrant, Resp: true}},
+		{"poolrevoke-req", CtrlMsg{Type: CtrlPoolRevoke, Region: 9, Key: 77}},
+		{"poolrevoke-resp", CtrlMsg{Type: CtrlPoolRevoke, Resp: true}},
 		{"poolstat-req", CtrlMsg{Type: CtrlPoolStat}},
 		{"poolstat-resp", CtrlMsg{Type: CtrlPoolStat, Resp: true,
 			PoolNodes: []PoolNodeInfo{
@@ -569,7 +573,7 @@ func TestCtrlTypeString(t *testing.T) {
 	want := map[CtrlType]string{
 		0: "ctrl(0)", CtrlJoin: "join", CtrlLeave: "leave", CtrlDestroy: "destroy",
 		CtrlHeartbeat: "heartbeat", CtrlRegister: "register", CtrlLookup: "lookup", CtrlPoolNode: "poolnode",
-		CtrlPoolStat: "poolstat", 12: "ctrl(12)", 255: "ctrl(255)",
+		CtrlPoolStat: "poolstat", CtrlPoolGrant: "poolgrant", CtrlPoolRevoke: "poolrevoke", 14: "ctrl(14)", 255: "ctrl(255)",
 	}
 	for typ, s := range want {
 		if got := typ.String(); got != s {

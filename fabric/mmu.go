@@ -100,6 +100,9 @@ type PoolRegion struct {
 	// Homes[c] is the memory node of column c and the offset of the
 	// region's extent within that node's pool memory.
 	Homes []Home
+	// Ready is set by the switch once every home has scrubbed and
+	// accepted its grant; accesses before that are refused.
+	Ready bool
 }
 
 // Home is where one column of a region lives.

@@ -3,11 +3,9 @@ package fabric
 import (
 	crand "crypto/rand"
 	"encoding/binary"
-	"errors"
 	"math/rand/v2"
 	"time"
 
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
@@ -43,26 +41,16 @@ func (s *Switch) poolControl(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 		n.lastSeen = now
 		s.respond(d, &CtrlMsg{Type: CtrlPoolNode, Resp: true, Node: uint16(n.ID)})
 	case CtrlPoolCreate:
-		p := m.Pool
-		r, err := s.mmu.Create(p.Size, p.Stripe, p.Columns, p.Replicas, memnode.Perm(p.Perm))
-		switch {
-		case errors.Is(err, ErrNoSpace), errors.Is(err, ErrNoNodes):
-			refuse(wire.StatusBusy)
-			return
-		case err != nil:
-			refuse(wire.StatusBadOperand)
-			return
-		}
-		s.respond(d, &CtrlMsg{Type: CtrlPoolCreate, Resp: true, Region: r.ID, Key: r.Key, Pool: r.spec()})
+		s.createPool(d, m)
 	case CtrlPoolOpen:
 		r, err := s.mmu.Region(m.Region, m.Key)
-		if err != nil {
+		if err != nil || !r.Ready {
 			refuse(wire.StatusBadKey)
 			return
 		}
 		s.respond(d, &CtrlMsg{Type: CtrlPoolOpen, Resp: true, Pool: r.spec()})
 	case CtrlPoolFree:
-		if err := s.mmu.Free(m.Region, m.Key); err != nil {
+		if err := s.freePool(m.Region, m.Key); err != nil {
 			refuse(wire.StatusBadKey)
 			return
 		}

@@ -3,11 +3,13 @@ package fabric_test
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -26,15 +28,11 @@ func TestPoolControlUDP(t *testing.T) {
 
 	var lends []context.CancelFunc
 	for i := range 3 {
-		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ep.Close() })
+		ep, nodeKey := startPoolNode(t, srv.Addr(), token, 1<<20)
 		lctx, stop := context.WithCancel(ctx)
 		t.Cleanup(stop)
 		lends = append(lends, stop)
-		if _, err := ep.PoolLend(lctx, sw, uint64(100+i), 1<<20, opts); err != nil {
+		if _, err := ep.PoolLend(lctx, sw, nodeKey, 1<<20, opts); err != nil {
 			t.Fatalf("node %d: %v", i, err)
 		}
 	}
@@ -44,7 +42,10 @@ func TestPoolControlUDP(t *testing.T) {
 	}
 	defer cli.Close()
 
-	spec, key, err := cli.PoolCreate(ctx, sw, fabric.PoolSpec{Size: 1 << 20, Stripe: 64 << 10, Replicas: 2, Perm: 0x0f}, opts)
+	if _, _, err := cli.PoolCreate(ctx, sw, fabric.PoolSpec{Size: 1 << 20, Stripe: 64 << 10, Replicas: 2, Perm: 0x0f}, opts); !errors.Is(err, wire.StatusBadOperand) {
+		t.Errorf("replicated region with atomics: %v, want bad operand", err)
+	}
+	spec, key, err := cli.PoolCreate(ctx, sw, fabric.PoolSpec{Size: 1 << 20, Stripe: 64 << 10, Replicas: 2, Perm: 0x03}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,4 +105,25 @@ func TestPoolControlUDP(t *testing.T) {
 	if err != nil || spec2.Columns != 2 {
 		t.Errorf("with a dead node: %+v, %v; want 2 columns", spec2, err)
 	}
+}
+
+// startPoolNode starts an endpoint that serves size bytes of memory to the
+// pool of the switch at sw (it does not lend them: call PoolLend).
+func startPoolNode(t testing.TB, sw netip.AddrPort, token []byte, size int) (*endpoint.Endpoint, uint64) {
+	t.Helper()
+	st, err := memnode.NewStore(memnode.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := st.Alloc(size, memnode.PermAll, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Store: st,
+		PoolNode: &endpoint.PoolServe{Switch: sw, Key: key, Token: token}}, endpoint.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ep.Close() })
+	return ep, key
 }

@@ -110,6 +110,7 @@ type Stats struct {
 	MulticastAcksIn, MergedAcksOut                      uint64
 	AggregateIn, AggregateOut                           uint64
 	AnycastIn, AnycastOut                               uint64
+	PoolIn, PoolOut, PoolRefused                        uint64
 	ControlIn, ControlRefused                           uint64
 	AuthFailures                                        uint64
 	ForwardDropped                                      uint64
@@ -184,6 +185,11 @@ type Switch struct {
 	anyFwd map[uint64]*anyReq
 	anyIn  map[anyKey]uint64
 
+	// pool: regions waiting for their grants, by grant message; scratch
+	grants map[grantKey]*poolCreate
+	tgt    []Target
+	tgts   []Target
+
 	fwd      []netio.Datagram // datagrams queued by Step for the next Poll
 	fwdBufs  [][]byte
 	nfwd     int
@@ -233,6 +239,7 @@ func New(cfg Config) (*Switch, error) {
 		aggTok: make(map[uint64]*aggResult),
 		anyFwd: make(map[uint64]*anyReq),
 		anyIn:  make(map[anyKey]uint64),
+		grants: make(map[grantKey]*poolCreate),
 		rng:    rand.New(rand.NewPCG(cfg.Fault.Seed, cfg.Fault.Seed^0x5bd1e995)),
 	}
 	sw.admitFn = sw.admit
@@ -296,6 +303,10 @@ func (s *Switch) Step(now time.Time, from netip.AddrPort, pkt []byte) {
 	// heartbeats queue behind data on a lossy link.
 	for _, m := range s.byAddr[from] {
 		m.lastSeen = now
+	}
+	if h.Mode == wire.ModePool {
+		s.poolForward(from, &h, payload)
+		return
 	}
 	if h.Group == 0 || h.Mode == wire.ModeAggregate || h.Mode == wire.ModeAnycast {
 		// Streams the switch terminates: control, contributions, anycast.

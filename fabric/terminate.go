@@ -41,6 +41,8 @@ func (s *Switch) stepEngine(now time.Time, from netip.AddrPort, pkt []byte, h *w
 	switch {
 	case hd.Group == 0 && hd.Mode == wire.ModeUnicast && hd.Op == wire.OpControl && hd.Flags&wire.FlagResp == 0:
 		s.control(now, &d)
+	case hd.Group == 0 && hd.Mode == wire.ModeUnicast && hd.Op == wire.OpControl:
+		s.poolCtrlReply(&d)
 	case hd.Mode == wire.ModeAggregate:
 		// Handled at admission.
 	case hd.Mode == wire.ModeAnycast:
@@ -138,6 +140,9 @@ func (s *Switch) sendResult(g *group, h *wire.Header, res []byte) {
 }
 
 func (s *Switch) onCompletion(c *transport.Completion) {
+	if s.poolCtrlFailed(c) {
+		return
+	}
 	r := s.aggTok[c.Token]
 	if r == nil {
 		return

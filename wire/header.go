@@ -71,7 +71,15 @@ const (
 	ModeMulticast Mode = 1 // to every member of Group; the forwarding node replicates and merges ACKs
 	ModeAggregate Mode = 2 // a contribution the forwarding node reduces with the other members'
 	ModeAnycast   Mode = 3 // to one member of a service group chosen by the forwarding node
-	modeCount          = 4
+	// ModePool is a memory request at a pool address, or its response: a
+	// self-contained datagram outside the transport's streams (no PSN, no
+	// ACK). The forwarding node translates the address and forwards the
+	// request to the memory node that holds it (adding FlagReplyTo); the
+	// memory node answers the client directly. The client retries
+	// unanswered requests; memory nodes answer duplicates of mutating
+	// requests from a cache instead of applying them twice.
+	ModePool  Mode = 4
+	modeCount Mode = 5
 )
 
 func (m Mode) String() string {
@@ -84,6 +92,8 @@ func (m Mode) String() string {
 		return "aggregate"
 	case ModeAnycast:
 		return "anycast"
+	case ModePool:
+		return "pool"
 	}
 	return fmt.Sprintf("mode(%d)", uint8(m))
 }
@@ -100,11 +110,15 @@ type Flags uint8
 
 // Header flags.
 const (
-	FlagResp   Flags = 1 << 0 // packet is a response to a request with the same MsgID
-	FlagAuth   Flags = 1 << 1 // a TagLen-byte authentication tag follows the payload (SA in SAID)
-	FlagRetx   Flags = 1 << 2 // packet is a retransmission (informational)
-	FlagSyn    Flags = 1 << 3 // sender has had no ACK from this peer yet: AckBase may start a new incarnation
-	flagsKnown       = FlagResp | FlagAuth | FlagRetx | FlagSyn
+	FlagResp Flags = 1 << 0 // packet is a response to a request with the same MsgID
+	FlagAuth Flags = 1 << 1 // a TagLen-byte authentication tag follows the payload (SA in SAID)
+	FlagRetx Flags = 1 << 2 // packet is a retransmission (informational)
+	FlagSyn  Flags = 1 << 3 // sender has had no ACK from this peer yet: AckBase may start a new incarnation
+	// FlagReplyTo: the payload ends with a ReplyToLen-byte address the
+	// response goes to (a pool request forwarded by the switch carries its
+	// client's). Only with ModePool.
+	FlagReplyTo Flags = 1 << 4
+	flagsKnown        = FlagResp | FlagAuth | FlagRetx | FlagSyn | FlagReplyTo
 )
 
 // Dtype is the element type of a vector operation.
@@ -175,28 +189,37 @@ func (a Alu) String() string {
 	return fmt.Sprintf("alu(%d)", uint8(a))
 }
 
+// CopiesDegraded marks Header.Copies of a pool write that reached fewer
+// replicas than its region keeps (one was dead).
+const CopiesDegraded uint16 = 1 << 15
+
 // Header is the fixed 96-byte packet header. Field comments give the byte
 // offset; all integers are big-endian on the wire.
 type Header struct {
-	Version   uint8  // 0: protocol version, Version
-	Op        Opcode // 1
-	Mode      Mode   // 2
-	Flags     Flags  // 3
-	Group     uint32 // 4: group id; 0 is the implicit point-to-point group
-	Src       uint16 // 8: source member id within Group
-	Dst       uint16 // 10: destination member id within Group
-	SAID      uint32 // 12: security association id; 0 = none
-	PSN       uint32 // 16: packet sequence number (per sender, per peer, per group)
-	AckBase   uint32 // 20: sender's oldest unacknowledged PSN (lets a fresh receiver start its window)
-	MsgID     uint64 // 24: message id, unique per sender and peer
-	Offset    uint32 // 32: byte offset of this payload within the message
-	MsgLen    uint32 // 36: total message length in bytes
-	Len       uint16 // 40: payload length in bytes
-	Status    Status // 42: status code in responses
-	Dtype     Dtype  // 43: element type of a vector op
-	Alu       Alu    // 44: ALU op of a vector op
-	Hop       uint8  // 45: reserved for chained instructions; must be 0
-	Reserved  uint16 // 46: must be 0
+	Version uint8  // 0: protocol version, Version
+	Op      Opcode // 1
+	Mode    Mode   // 2
+	Flags   Flags  // 3
+	Group   uint32 // 4: group id; 0 is the implicit point-to-point group
+	Src     uint16 // 8: source member id within Group
+	Dst     uint16 // 10: destination member id within Group
+	SAID    uint32 // 12: security association id; 0 = none
+	PSN     uint32 // 16: packet sequence number (per sender, per peer, per group)
+	AckBase uint32 // 20: sender's oldest unacknowledged PSN (lets a fresh receiver start its window)
+	MsgID   uint64 // 24: message id, unique per sender and peer
+	Offset  uint32 // 32: byte offset of this payload within the message
+	MsgLen  uint32 // 36: total message length in bytes
+	Len     uint16 // 40: payload length in bytes
+	Status  Status // 42: status code in responses
+	Dtype   Dtype  // 43: element type of a vector op
+	Alu     Alu    // 44: ALU op of a vector op
+	Hop     uint8  // 45: reserved for chained instructions; must be 0
+	// Copies (46), in ModePool only: set by the forwarding node in a
+	// request it forwards, and echoed by the memory node in the response,
+	// the number of memory nodes the request went to (a write to a
+	// replicated region goes to every live replica), with CopiesDegraded
+	// set if a replica was dead and left out. Must be 0 otherwise.
+	Copies    uint16
 	Addr      uint64 // 48: remote address (byte offset in the region)
 	Key       uint64 // 56: region key
 	Operand1  uint64 // 64: compare value (CAS), addend (FetchAdd), length (Read); old value in responses
@@ -247,7 +270,7 @@ func (h *Header) Encode(b []byte) {
 	b[43] = byte(h.Dtype)
 	b[44] = byte(h.Alu)
 	b[45] = h.Hop
-	be.PutUint16(b[46:], h.Reserved)
+	be.PutUint16(b[46:], h.Copies)
 	be.PutUint64(b[48:], h.Addr)
 	be.PutUint64(b[56:], h.Key)
 	be.PutUint64(b[64:], h.Operand1)
@@ -278,7 +301,7 @@ func (h *Header) decode(b []byte) {
 	h.Dtype = Dtype(b[43])
 	h.Alu = Alu(b[44])
 	h.Hop = b[45]
-	h.Reserved = be.Uint16(b[46:])
+	h.Copies = be.Uint16(b[46:])
 	h.Addr = be.Uint64(b[48:])
 	h.Key = be.Uint64(b[56:])
 	h.Operand1 = be.Uint64(b[64:])
@@ -380,7 +403,10 @@ func (h *Header) validate() error {
 	if h.Flags&^flagsKnown != 0 {
 		return ErrFlags
 	}
-	if h.Hop != 0 || h.Reserved != 0 || h.Reserved2 != 0 {
+	if h.Flags&FlagReplyTo != 0 && (h.Mode != ModePool || h.Len < ReplyToLen) {
+		return ErrFlags
+	}
+	if h.Hop != 0 || h.Reserved2 != 0 || (h.Copies != 0 && h.Mode != ModePool) {
 		return ErrReserved
 	}
 	if h.Op.IsData() {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"net/netip"
 	"testing"
 )
 
@@ -72,6 +73,13 @@ func TestParseRejects(t *testing.T) {
 		{"hop", reseal(func(h *Header) { h.Hop = 1 }), ErrReserved},
 		{"offset beyond message", reseal(func(h *Header) { h.Offset = 9000 }), ErrLength},
 		{"auth without tag", reseal(func(h *Header) { h.Flags |= FlagAuth }), ErrShort},
+		{"reply-to outside pool mode", reseal(func(h *Header) { h.Flags |= FlagReplyTo }), ErrFlags},
+		{"reply-to too short", func() []byte {
+			h2 := sampleHeader()
+			h2.Mode, h2.Flags, h2.Offset, h2.MsgLen = ModePool, FlagReplyTo, 0, ReplyToLen-1
+			b, _ := AppendPacket(nil, &h2, make([]byte, ReplyToLen-1))
+			return b
+		}(), ErrFlags},
 	}
 	for _, c := range cases {
 		var g Header
@@ -194,5 +202,35 @@ func BenchmarkEncodeParse1K(b *testing.B) {
 		if _, _, err := Parse(pkt, &g); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestReplyTo(t *testing.T) {
+	for _, s := range []string{"10.9.0.3:7000", "[fd00::5]:65535", "127.0.0.1:1"} {
+		ap := netip.MustParseAddrPort(s)
+		b := AppendReplyTo([]byte("data"), ap)
+		if len(b) != 4+ReplyToLen {
+			t.Fatalf("%s: trailer of %d bytes", s, len(b)-4)
+		}
+		p, got, err := SplitReplyTo(b)
+		if err != nil || string(p) != "data" || got != ap {
+			t.Errorf("%s: got %q %v %v", s, p, got, err)
+		}
+	}
+	for _, bad := range [][]byte{
+		make([]byte, ReplyToLen-1),                               // short
+		make([]byte, ReplyToLen),                                 // unspecified address
+		AppendReplyTo(nil, netip.MustParseAddrPort("1.2.3.4:0")), // zero port
+	} {
+		if _, _, err := SplitReplyTo(bad); !errors.Is(err, ErrReplyTo) {
+			t.Errorf("%x: err %v, want ErrReplyTo", bad, err)
+		}
+	}
+	// A pool request with its trailer parses.
+	h := Header{Version: Version, Op: OpRead, Mode: ModePool, Flags: FlagReplyTo, MsgLen: ReplyToLen}
+	pkt, _ := AppendPacket(nil, &h, AppendReplyTo(nil, netip.MustParseAddrPort("10.0.0.1:9")))
+	var g Header
+	if _, _, err := Parse(pkt, &g); err != nil || g.Mode != ModePool {
+		t.Fatalf("pool request with reply-to: %v", err)
 	}
 }

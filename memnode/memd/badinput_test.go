@@ -67,11 +67,11 @@ func hostileDatagrams(rng *rand.Rand) (bad, odd, valid [][]byte) {
 		bad = append(bad, sealed(h, payload, nil))
 
 		h = base()
-		h.Mode = wire.Mode(4 + rng.IntN(252))
+		h.Mode = wire.Mode(5 + rng.IntN(251))
 		bad = append(bad, sealed(h, payload, nil))
 
 		h = base()
-		h.Flags = wire.Flags(1 << (4 + rng.IntN(4)))
+		h.Flags = wire.Flags(1 << (5 + rng.IntN(3)))
 		bad = append(bad, sealed(h, payload, nil))
 
 		h = base()
@@ -79,7 +79,7 @@ func hostileDatagrams(rng *rand.Rand) (bad, odd, valid [][]byte) {
 		bad = append(bad, sealed(h, payload, nil))
 
 		h = base()
-		h.Hop, h.Reserved, h.Reserved2 = 1, uint16(rng.Uint32()), rng.Uint32()
+		h.Hop, h.Copies, h.Reserved2 = 1, uint16(rng.Uint32()), rng.Uint32()
 		bad = append(bad, sealed(h, payload, nil))
 
 		// An ACK whose frame does not decode.

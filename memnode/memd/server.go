@@ -81,10 +81,16 @@ func Start(cfg Config) (*Server, error) {
 	for _, r := range regions {
 		total += int64(r.Size)
 	}
-	ep, err := endpoint.New(conn, endpoint.Config{
+	ecfg := endpoint.Config{
 		Store:     store,
 		Transport: transport.Config{MTU: mtu},
-	}, endpoint.Options{Logger: cfg.Logger})
+	}
+	if cfg.Switch != "" {
+		// Serve the pool requests and grants of the switch the first
+		// region is lent to (validate checked the address).
+		ecfg.PoolNode = &endpoint.PoolServe{Switch: netip.MustParseAddrPort(cfg.Switch), Key: regions[0].Key, Token: cfg.Token}
+	}
+	ep, err := endpoint.New(conn, ecfg, endpoint.Options{Logger: cfg.Logger})
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("memd: %w", err)

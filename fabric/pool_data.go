@@ -1,0 +1,283 @@
+package fabric
+
+import (
+	"errors"
+	"net/netip"
+
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
+)
+
+// The pool's data path and the grants behind it.
+//
+// A pool request (wire.ModePool) is a self-contained datagram: the switch
+// checks it against the MMU (region, key, permission, bounds), translates
+// the pool address to the memory node and node-local address of the stripe
+// it lies in, and forwards it there with the client's address appended
+// (FlagReplyTo). It keeps no state per request. The memory node answers
+// the client directly. A request must lie inside one stripe; the client
+// splits larger accesses (it knows the layout from PoolOpen). A write or
+// vector op to a replicated region goes to every live replica, with
+// Header.Copies telling the client how many answers to wait for; a read
+// goes to the first live replica. Requests the switch refuses are answered
+// by the switch itself.
+//
+// A region becomes usable once every memory node that holds a column of
+// it has accepted a CtrlPoolGrant for its extent; the node zeroes the
+// extent before it answers, so no region reads another's old bytes. Free
+// sends CtrlPoolRevoke to the nodes (and a later grant of the same memory
+// retires any grant it overlaps), so a freed region is refused at the
+// switch and at the node.
+
+// poolCreate is a region waiting for its memory nodes' grants.
+type poolCreate struct {
+	region  *PoolRegion
+	client  transport.PeerID
+	msgID   uint64
+	waiting int
+	failed  bool
+}
+
+type grantKey struct {
+	node  netip.AddrPort
+	msgID uint64
+}
+
+// createPool makes the region m asks for and grants its extents; the
+// client's answer waits for the grants.
+func (s *Switch) createPool(d *transport.Delivery, m *CtrlMsg) {
+	p := m.Pool
+	if p.Replicas > 1 && memnode.Perm(p.Perm)&(memnode.PermAtomic|memnode.PermVector) != 0 {
+		// Replicas applying read-modify-write ops in different orders
+		// would diverge: atomics and vector ops need a single copy.
+		s.stats.ControlRefused++
+		s.reply(d.Peer, &d.Header, wire.StatusBadOperand, 0)
+		return
+	}
+	r, err := s.mmu.Create(p.Size, p.Stripe, p.Columns, p.Replicas, memnode.Perm(p.Perm))
+	switch {
+	case errors.Is(err, ErrNoSpace), errors.Is(err, ErrNoNodes):
+		s.stats.ControlRefused++
+		s.reply(d.Peer, &d.Header, wire.StatusBusy, 0)
+		return
+	case err != nil:
+		s.stats.ControlRefused++
+		s.reply(d.Peer, &d.Header, wire.StatusBadOperand, 0)
+		return
+	}
+	pc := &poolCreate{region: r, client: d.Peer, msgID: d.Header.MsgID}
+	for c, h := range r.Homes {
+		g := &CtrlMsg{Type: CtrlPoolGrant, Region: r.ID, Key: r.Key, Pool: PoolSpec{Perm: uint8(r.Perm)},
+			Base: h.Base, Length: r.Layout.ColumnBytes(c)}
+		id, ok := s.sendPoolCtrl(h.Node.Addr, g)
+		if !ok {
+			pc.failed = true
+			break
+		}
+		s.grants[grantKey{h.Node.Addr, id}] = pc
+		pc.waiting++
+	}
+	if pc.waiting == 0 {
+		s.endCreate(pc)
+	}
+}
+
+// sendPoolCtrl sends a control request to a memory node and returns its
+// message id.
+func (s *Switch) sendPoolCtrl(node netip.AddrPort, m *CtrlMsg) (uint64, bool) {
+	buf, err := AppendCtrl(nil, m, s.cfg.Token)
+	if err != nil {
+		return 0, false
+	}
+	h := wire.Header{Op: wire.OpControl}
+	id, err := s.eng.Send(transport.PeerID{Addr: node}, &h, buf, 0)
+	return id, err == nil
+}
+
+// grantDone records a memory node's answer to a grant (ok false: refused,
+// or the node is unreachable).
+func (s *Switch) grantDone(k grantKey, ok bool) bool {
+	pc := s.grants[k]
+	if pc == nil {
+		return false
+	}
+	delete(s.grants, k)
+	if !ok {
+		pc.failed = true
+	}
+	pc.waiting--
+	if pc.waiting == 0 {
+		s.endCreate(pc)
+	}
+	return true
+}
+
+// endCreate answers the client once every grant is settled.
+func (s *Switch) endCreate(pc *poolCreate) {
+	r := pc.region
+	if pc.failed {
+		s.revokeAll(r)
+		_ = s.mmu.Free(r.ID, r.Key)
+		s.stats.ControlRefused++
+		h := wire.Header{Op: wire.OpControl, MsgID: pc.msgID}
+		s.reply(pc.client, &h, wire.StatusBusy, 0)
+		return
+	}
+	r.Ready = true
+	s.respondTo(pc.client, pc.msgID, &CtrlMsg{Type: CtrlPoolCreate, Resp: true, Region: r.ID, Key: r.Key, Pool: r.spec()})
+}
+
+// revokeAll tells r's memory nodes to drop its grants (best effort: a node
+// that misses it drops the grant when its memory is granted again).
+func (s *Switch) revokeAll(r *PoolRegion) {
+	for _, h := range r.Homes {
+		s.sendPoolCtrl(h.Node.Addr, &CtrlMsg{Type: CtrlPoolRevoke, Region: r.ID, Key: r.Key})
+	}
+}
+
+// freePool frees a region and revokes its grants.
+func (s *Switch) freePool(id uint32, key uint64) error {
+	r, err := s.mmu.Region(id, key)
+	if err != nil || !r.Ready {
+		return wire.StatusBadKey
+	}
+	s.revokeAll(r)
+	return s.mmu.Free(id, key)
+}
+
+// poolAccess is what a pool request needs: the permission and its length.
+func poolAccess(h *wire.Header, payload []byte) (memnode.Perm, uint64, bool) {
+	switch h.Op {
+	case wire.OpRead:
+		return memnode.PermRead, h.Operand1, true
+	case wire.OpWrite:
+		return memnode.PermWrite, uint64(len(payload)), true
+	case wire.OpVector:
+		return memnode.PermVector, uint64(len(payload)), true
+	case wire.OpCAS, wire.OpFetchAdd:
+		return memnode.PermAtomic, 8, true
+	}
+	return 0, 0, false
+}
+
+// poolForward translates a pool request and forwards it to its memory
+// node(s), or answers it with the reason it is refused.
+func (s *Switch) poolForward(from netip.AddrPort, h *wire.Header, payload []byte) {
+	s.stats.PoolIn++
+	if h.Flags&(wire.FlagResp|wire.FlagReplyTo) != 0 || h.Copies != 0 {
+		// Responses and forwarded requests go from memory nodes to
+		// clients, never to the switch.
+		s.stats.Malformed++
+		return
+	}
+	need, n, ok := poolAccess(h, payload)
+	switch {
+	case !ok:
+		s.poolRefuse(from, h, wire.StatusUnknownOp)
+		return
+	case h.Flags&wire.FlagAuth != 0:
+		// The switch rewrites the request, which would break its tag.
+		s.poolRefuse(from, h, wire.StatusUnknownOp)
+		return
+	case n == 0 || n > uint64(wire.MaxPayload):
+		s.poolRefuse(from, h, wire.StatusBadOperand)
+		return
+	case len(payload)+wire.HeaderLen+wire.ReplyToLen > netio.MaxDatagram:
+		s.poolRefuse(from, h, wire.StatusTooLarge)
+		return
+	}
+	r, err := s.mmu.Region(h.Group, h.Key)
+	if err != nil || !r.Ready {
+		s.poolRefuse(from, h, wire.StatusBadKey)
+		return
+	}
+	copies := 1
+	if h.Op != wire.OpRead {
+		copies = r.Layout.Replicas
+	}
+	var sent, dead int
+	for rep := range r.Layout.Replicas {
+		s.tgt, err = s.mmu.Translate(h.Group, h.Key, need, h.Addr, n, rep, s.tgt[:0])
+		if err != nil {
+			var st wire.Status
+			if !errors.As(err, &st) {
+				st = wire.StatusBadOperand
+			}
+			s.poolRefuse(from, h, st)
+			return
+		}
+		if len(s.tgt) != 1 {
+			s.poolRefuse(from, h, wire.StatusBadOperand) // crosses a stripe
+			return
+		}
+		t := s.tgt[0]
+		if !t.Node.Alive {
+			dead++
+			continue
+		}
+		if h.Op == wire.OpRead && sent == 1 {
+			break
+		}
+		s.tgts = append(s.tgts[:sent], t)
+		sent++
+	}
+	if sent == 0 {
+		s.poolRefuse(from, h, wire.StatusMemberDead)
+		return
+	}
+	cp := uint16(min(sent, copies))
+	if dead > 0 && h.Op != wire.OpRead {
+		cp |= wire.CopiesDegraded
+	}
+	for _, t := range s.tgts[:sent] {
+		fh := *h
+		fh.Addr = t.Addr
+		fh.Flags |= wire.FlagReplyTo
+		fh.Copies = cp
+		fh.Offset = 0
+		fh.Len = uint16(len(payload) + wire.ReplyToLen)
+		fh.MsgLen = uint32(fh.Len)
+		b := s.fwdBuf(wire.HeaderLen + int(fh.Len))
+		if b == nil {
+			return
+		}
+		fh.Encode(b)
+		copy(b[wire.HeaderLen:], payload)
+		wire.AppendReplyTo(b[:wire.HeaderLen+len(payload)], from)
+		wire.Seal(b)
+		if s.forwardShared(b, t.Node.Addr) {
+			s.stats.PoolOut++
+		}
+	}
+}
+
+// poolRefuse answers a pool request with a status.
+func (s *Switch) poolRefuse(to netip.AddrPort, h *wire.Header, st wire.Status) {
+	s.stats.PoolRefused++
+	rh := wire.Header{Version: wire.Version, Op: h.Op, Mode: wire.ModePool, Flags: wire.FlagResp,
+		Group: h.Group, MsgID: h.MsgID, Status: st}
+	b := s.fwdBuf(wire.HeaderLen)
+	if b == nil {
+		return
+	}
+	b, _ = wire.AppendPacket(b[:0], &rh, nil)
+	s.forwardShared(b, to)
+}
+
+// poolCtrlReply handles a memory node's answer to a grant or revoke.
+func (s *Switch) poolCtrlReply(d *transport.Delivery) {
+	if !d.MsgDone {
+		return
+	}
+	s.grantDone(grantKey{d.Peer.Addr, d.Header.MsgID}, d.Header.Status == wire.StatusOK)
+}
+
+// poolCtrlFailed handles a grant the transport could not deliver.
+func (s *Switch) poolCtrlFailed(c *transport.Completion) bool {
+	if c.Err == nil {
+		return false
+	}
+	return s.grantDone(grantKey{c.Peer.Addr, c.MsgID}, false)
+}

@@ -1,0 +1,211 @@
+package memnode
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/ndma/ndma/wire"
+)
+
+// The memory node's side of the pool. A node lends one of its regions to
+// the forwarding node's MMU; the MMU grants extents of it to pool regions
+// (Grant, which scrubs the extent first) and takes them back (Revoke).
+// Requests forwarded by the switch name the pool region (header Group),
+// carry the pool region's key and a node-local address; ExecPool checks
+// them against the grant table a second time — the switch checked them
+// too — before executing on the lent region. Sans-I/O like Exec.
+
+// Grant gives pool region Region (whose accesses carry Key and may do
+// Perm) the Len bytes at Base of the node's lent region.
+type Grant struct {
+	Region uint32
+	Key    uint64
+	Perm   Perm
+	Base   uint64
+	Len    uint64
+}
+
+// ErrGrant is returned (wrapped) for a grant that does not fit the lent
+// region or names no region or key.
+var ErrGrant = errors.New("memnode: bad pool grant")
+
+// MaxGrants bounds a node's grant table (the switch's MaxPoolRegions).
+const MaxGrants = 4096
+
+// PoolNode is the grant table of the region a node lends to the pool.
+type PoolNode struct {
+	store  *Store
+	key    uint64 // the lent region
+	size   uint64
+	grants map[uint32]Grant
+}
+
+// NewPoolNode returns an empty grant table over s's region key.
+func NewPoolNode(s *Store, key uint64) (*PoolNode, error) {
+	r, ok := s.regions[key]
+	if !ok {
+		return nil, fmt.Errorf("%w: no region %#x to lend", ErrGrant, key)
+	}
+	return &PoolNode{store: s, key: key, size: uint64(len(r.mem)), grants: make(map[uint32]Grant)}, nil
+}
+
+// Key is the lent region's key.
+func (p *PoolNode) Key() uint64 { return p.key }
+
+// Grant zeroes g's extent, so the new region never reads an old one's
+// bytes, forgets every grant it overlaps (stale ones: the switch gave their
+// memory away), and installs g. Granting a region again replaces its
+// grant.
+func (p *PoolNode) Grant(g Grant) error {
+	if g.Region == 0 || g.Key == 0 || g.Len == 0 || g.Perm&^PermAll != 0 ||
+		g.Base > p.size || g.Len > p.size-g.Base {
+		return fmt.Errorf("%w: region %d, [%d, +%d) of %d bytes", ErrGrant, g.Region, g.Base, g.Len, p.size)
+	}
+	if _, ok := p.grants[g.Region]; !ok && len(p.grants) >= MaxGrants {
+		return fmt.Errorf("%w: %d grants already", ErrGrant, MaxGrants)
+	}
+	for id, o := range p.grants {
+		if id == g.Region || (o.Base < g.Base+g.Len && g.Base < o.Base+o.Len) {
+			delete(p.grants, id)
+		}
+	}
+	clear(p.store.regions[p.key].mem[g.Base : g.Base+g.Len])
+	p.grants[g.Region] = g
+	return nil
+}
+
+// Revoke forgets region's grant if key opens it; it reports whether there
+// was one.
+func (p *PoolNode) Revoke(region uint32, key uint64) bool {
+	if g, ok := p.grants[region]; ok && g.Key == key {
+		delete(p.grants, region)
+		return true
+	}
+	return false
+}
+
+// Grants is the number of grants held.
+func (p *PoolNode) Grants() int { return len(p.grants) }
+
+// Exec executes a pool request forwarded by the switch: h.Group names the
+// pool region, h.Key must be its key, and the access (h.Addr+h.Offset,
+// node-local) must lie inside its grant. A region with no grant here (never
+// granted, revoked, or overlapped by a later grant) or a wrong key is
+// StatusBadKey; a missing permission StatusPermission; an access outside
+// the grant StatusOutOfBounds. Everything else is Store.Exec's, on the lent
+// region. h is not modified.
+func (p *PoolNode) Exec(h *wire.Header, payload []byte) Result {
+	var need Perm
+	var n uint64
+	switch h.Op {
+	case wire.OpWrite:
+		need, n = PermWrite, uint64(len(payload))
+	case wire.OpVector:
+		need, n = PermVector, uint64(len(payload))
+	case wire.OpRead:
+		need, n = PermRead, h.Operand1
+	case wire.OpCAS, wire.OpFetchAdd:
+		need, n = PermAtomic, 8
+	default:
+		return Result{Status: wire.StatusUnknownOp}
+	}
+	g, ok := p.grants[h.Group]
+	if !ok || g.Key != h.Key {
+		return Result{Status: wire.StatusBadKey}
+	}
+	if g.Perm&need == 0 {
+		return Result{Status: wire.StatusPermission}
+	}
+	// Inside [Base, Base+Len), overflow-safe.
+	if h.Addr < g.Base {
+		return Result{Status: wire.StatusOutOfBounds}
+	}
+	if _, ok := span(int(g.Len), h.Addr-g.Base, uint64(h.Offset), n); !ok {
+		return Result{Status: wire.StatusOutOfBounds}
+	}
+	lh := *h
+	lh.Key = p.key
+	return p.store.Exec(&lh, payload)
+}
+
+// Replies remembers the results of mutating pool requests (WRITE, CAS,
+// FETCHADD, VECTOR) by (client, request id), so that a retransmitted
+// request is answered from memory instead of applied twice, and a late
+// duplicate of an old write cannot overwrite newer data. It holds at most
+// its capacity, forgetting the oldest entries first, and forgets entries
+// older than its TTL. A client must give up on a request before the node
+// can forget it: the client's retry horizon (its op timeout) must be
+// shorter than the TTL, and Evicted counts entries pushed out early by the
+// capacity bound (each one a window in which a duplicate could be applied
+// again).
+type Replies struct {
+	ttl     time.Duration
+	ring    []replyKey // insertion order; len == capacity
+	head, n int
+	m       map[replyKey]reply
+	evicted uint64
+}
+
+type replyKey struct {
+	client netip.AddrPort
+	id     uint64
+}
+
+type reply struct {
+	res Result // Status and Old only
+	at  time.Time
+}
+
+// NewReplies returns a cache of capacity entries kept for ttl.
+func NewReplies(capacity int, ttl time.Duration) *Replies {
+	return &Replies{ttl: ttl, ring: make([]replyKey, capacity), m: make(map[replyKey]reply, capacity)}
+}
+
+// Mutating reports whether op changes memory (so its duplicates must not
+// be applied again).
+func Mutating(op wire.Opcode) bool {
+	switch op {
+	case wire.OpWrite, wire.OpCAS, wire.OpFetchAdd, wire.OpVector:
+		return true
+	}
+	return false
+}
+
+// Lookup returns the remembered result of client's request id.
+func (c *Replies) Lookup(now time.Time, client netip.AddrPort, id uint64) (Result, bool) {
+	r, ok := c.m[replyKey{client, id}]
+	if !ok || now.Sub(r.at) > c.ttl {
+		return Result{}, false
+	}
+	return r.res, true
+}
+
+// Add remembers res (its Status and Old) for client's request id.
+func (c *Replies) Add(now time.Time, client netip.AddrPort, id uint64, res Result) {
+	if len(c.ring) == 0 {
+		return
+	}
+	k := replyKey{client, id}
+	if _, ok := c.m[k]; ok {
+		return
+	}
+	if c.n == len(c.ring) {
+		old := c.ring[c.head]
+		if r, ok := c.m[old]; ok && now.Sub(r.at) <= c.ttl {
+			c.evicted++
+		}
+		delete(c.m, old)
+		c.n--
+		c.head = (c.head + 1) % len(c.ring)
+	}
+	c.ring[(c.head+c.n)%len(c.ring)] = k
+	c.n++
+	c.m[k] = reply{res: Result{Status: res.Status, Old: res.Old}, at: now}
+}
+
+// Len is the number of entries held; Evicted the entries dropped by the
+// capacity bound before their TTL ran out.
+func (c *Replies) Len() int        { return len(c.m) }
+func (c *Replies) Evicted() uint64 { return c.evicted }

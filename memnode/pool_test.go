@@ -1,0 +1,135 @@
+package memnode
+
+import (
+	"encoding/binary"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/wire"
+)
+
+func newPoolNode(t *testing.T, size int) (*PoolNode, []byte) {
+	t.Helper()
+	s, err := NewStore(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := make([]byte, size)
+	key, err := s.Register(mem, PermAll, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPoolNode(s, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, mem
+}
+
+func TestPoolNodeGrantScrubsAndChecks(t *testing.T) {
+	p, mem := newPoolNode(t, 4096)
+	for i := range mem {
+		mem[i] = 0xAA // a previous region's bytes
+	}
+	if err := p.Grant(Grant{Region: 1, Key: 11, Perm: PermRead | PermWrite, Base: 1024, Len: 1024}); err != nil {
+		t.Fatal(err)
+	}
+	if mem[1023] != 0xAA || mem[1024] != 0 || mem[2047] != 0 || mem[2048] != 0xAA {
+		t.Fatal("grant did not zero exactly its extent")
+	}
+	w := wire.Header{Op: wire.OpWrite, Group: 1, Key: 11, Addr: 2040}
+	if r := p.Exec(&w, []byte("12345678")); r.Status != wire.StatusOK || string(mem[2040:2048]) != "12345678" {
+		t.Fatalf("write inside: %v", r.Status)
+	}
+	cases := []struct {
+		name string
+		h    wire.Header
+		pay  []byte
+		want wire.Status
+	}{
+		{"crosses the end", wire.Header{Op: wire.OpWrite, Group: 1, Key: 11, Addr: 2041}, []byte("12345678"), wire.StatusOutOfBounds},
+		{"before the base", wire.Header{Op: wire.OpRead, Group: 1, Key: 11, Addr: 1023, Operand1: 1}, nil, wire.StatusOutOfBounds},
+		{"huge read", wire.Header{Op: wire.OpRead, Group: 1, Key: 11, Addr: 1024, Operand1: 1 << 62}, nil, wire.StatusOutOfBounds},
+		{"address wraps", wire.Header{Op: wire.OpRead, Group: 1, Key: 11, Addr: ^uint64(0), Operand1: 2}, nil, wire.StatusOutOfBounds},
+		{"wrong key", wire.Header{Op: wire.OpRead, Group: 1, Key: 12, Addr: 1024, Operand1: 8}, nil, wire.StatusBadKey},
+		{"unknown region", wire.Header{Op: wire.OpRead, Group: 2, Key: 11, Addr: 1024, Operand1: 8}, nil, wire.StatusBadKey},
+		{"no atomic permission", wire.Header{Op: wire.OpFetchAdd, Group: 1, Key: 11, Addr: 1024, Operand1: 1}, nil, wire.StatusPermission},
+		{"unknown op", wire.Header{Op: wire.OpNop, Group: 1, Key: 11}, nil, wire.StatusUnknownOp},
+	}
+	for _, c := range cases {
+		if r := p.Exec(&c.h, c.pay); r.Status != c.want {
+			t.Errorf("%s: %v, want %v", c.name, r.Status, c.want)
+		}
+	}
+	// A later grant overlapping region 1's extent retires it.
+	if err := p.Grant(Grant{Region: 2, Key: 22, Perm: PermAll, Base: 1536, Len: 512}); err != nil {
+		t.Fatal(err)
+	}
+	r := wire.Header{Op: wire.OpRead, Group: 1, Key: 11, Addr: 1024, Operand1: 8}
+	if res := p.Exec(&r, nil); res.Status != wire.StatusBadKey {
+		t.Fatalf("read of a retired grant: %v", res.Status)
+	}
+	if p.Grants() != 1 || p.Revoke(2, 21) || !p.Revoke(2, 22) || p.Grants() != 0 {
+		t.Fatal("revoke with a wrong key must fail, with the right one succeed")
+	}
+	for _, bad := range []Grant{
+		{Region: 0, Key: 1, Perm: PermAll, Base: 0, Len: 8},
+		{Region: 3, Key: 0, Perm: PermAll, Base: 0, Len: 8},
+		{Region: 3, Key: 1, Perm: PermAll, Base: 4000, Len: 97},
+		{Region: 3, Key: 1, Perm: PermAll, Base: ^uint64(0), Len: 2},
+		{Region: 3, Key: 1, Perm: 0x80, Base: 0, Len: 8},
+	} {
+		if err := p.Grant(bad); !errors.Is(err, ErrGrant) {
+			t.Errorf("grant %+v: %v", bad, err)
+		}
+	}
+}
+
+func TestPoolNodeAtomicsAndVector(t *testing.T) {
+	p, mem := newPoolNode(t, 256)
+	if err := p.Grant(Grant{Region: 7, Key: 70, Perm: PermAll, Base: 64, Len: 64}); err != nil {
+		t.Fatal(err)
+	}
+	fa := wire.Header{Op: wire.OpFetchAdd, Group: 7, Key: 70, Addr: 64, Operand1: 5}
+	p.Exec(&fa, nil)
+	if r := p.Exec(&fa, nil); r.Old != 5 || binary.LittleEndian.Uint64(mem[64:]) != 10 {
+		t.Fatalf("fetch-add: old %d", r.Old)
+	}
+	v := wire.Header{Op: wire.OpVector, Group: 7, Key: 70, Addr: 120, Dtype: wire.DtypeI64, Alu: wire.AluAdd}
+	if r := p.Exec(&v, binary.LittleEndian.AppendUint64(nil, 3)); r.Status != wire.StatusOK || mem[120] != 3 {
+		t.Fatalf("vector: %v", r.Status)
+	}
+	v.Addr = 128
+	if r := p.Exec(&v, binary.LittleEndian.AppendUint64(nil, 3)); r.Status != wire.StatusOutOfBounds {
+		t.Fatalf("vector past the grant: %v", r.Status)
+	}
+}
+
+func TestReplies(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	c := NewReplies(3, time.Second)
+	a := netip.MustParseAddrPort("10.0.0.1:5")
+	b := netip.MustParseAddrPort("10.0.0.2:5")
+	c.Add(t0, a, 1, Result{Old: 41})
+	c.Add(t0, b, 1, Result{Status: wire.StatusOutOfBounds})
+	if r, ok := c.Lookup(t0, a, 1); !ok || r.Old != 41 {
+		t.Fatal("lost a's reply")
+	}
+	if r, ok := c.Lookup(t0, b, 1); !ok || r.Status != wire.StatusOutOfBounds {
+		t.Fatal("lost b's reply")
+	}
+	if _, ok := c.Lookup(t0.Add(2*time.Second), a, 1); ok {
+		t.Fatal("an entry outlived its TTL")
+	}
+	c.Add(t0, a, 2, Result{})
+	c.Add(t0, a, 3, Result{}) // pushes out (a, 1) before its TTL
+	if _, ok := c.Lookup(t0, a, 1); ok || c.Len() != 3 || c.Evicted() != 1 {
+		t.Fatalf("capacity bound: len %d evicted %d", c.Len(), c.Evicted())
+	}
+	c.Add(t0.Add(5*time.Second), a, 4, Result{}) // pushes out an expired entry: not counted
+	if c.Evicted() != 1 {
+		t.Fatalf("expired entry counted as evicted")
+	}
+}

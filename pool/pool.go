@@ -1,0 +1,305 @@
+// Package pool is the client of the NetDAM memory pool: one address space
+// striped across the memory nodes behind a forwarding node (package fabric,
+// its MMU). A Client creates, opens and frees regions; a Region reads and
+// writes at pool addresses (io.ReaderAt, io.WriterAt) and runs atomics and
+// vector ops there.
+//
+// A transfer is split at stripe boundaries (the layout comes from the
+// switch when the region is opened), and the pieces go out in parallel, up
+// to Options.Window of them at once: each piece goes through the switch to
+// the node that holds it, which answers this client directly. See
+// docs/ARCHITECTURE.md ("Memory pool") and docs/PROTOCOL.md ("Pool
+// requests").
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/wire"
+)
+
+// DefaultWindow is the pieces of a transfer in flight at once when
+// Options.Window is zero.
+const DefaultWindow = 64
+
+// Options configure a Client.
+type Options struct {
+	// Fabric carries the fabric token for the switch's control messages.
+	Fabric endpoint.FabricOptions
+	// Window bounds the stripe pieces of one ReadAt or WriteAt in flight at
+	// once. Zero means DefaultWindow.
+	Window int
+}
+
+// Client talks to the pool of one forwarding node through an endpoint.
+type Client struct {
+	ep   *endpoint.Endpoint
+	sw   string
+	addr netip.AddrPort
+	opts Options
+}
+
+// New returns a client of the pool behind the switch at sw ("host:port"),
+// using ep (which it does not close).
+func New(ep *endpoint.Endpoint, sw string, opts Options) (*Client, error) {
+	ap, err := netip.ParseAddrPort(sw)
+	if err != nil {
+		return nil, fmt.Errorf("pool: switch address %q: %w", sw, err)
+	}
+	if opts.Window < 0 {
+		return nil, fmt.Errorf("pool: negative window %d", opts.Window)
+	}
+	if opts.Window == 0 {
+		opts.Window = DefaultWindow
+	}
+	return &Client{ep: ep, sw: sw, addr: ap, opts: opts}, nil
+}
+
+// AllocOptions shape a new region.
+type AllocOptions struct {
+	// Stripe is the interleave unit in bytes (a multiple of 8); zero means
+	// 64 KiB.
+	Stripe uint64
+	// Replicas is the copies of every byte, 1 (zero means 1) or 2.
+	// Replicated regions refuse atomics and vector ops.
+	Replicas int
+	// Columns is the memory nodes to spread over; zero means every live
+	// one.
+	Columns int
+	// Perm is what accesses may do; zero means read and write (plus
+	// atomics and vector ops for a region with one copy).
+	Perm memnode.Perm
+}
+
+// DefaultStripe is the stripe size when AllocOptions.Stripe is zero.
+const DefaultStripe = 64 << 10
+
+// Alloc creates a region of size bytes.
+func (c *Client) Alloc(ctx context.Context, size uint64, o AllocOptions) (*Region, error) {
+	spec := fabric.PoolSpec{Size: size, Stripe: o.Stripe, Columns: o.Columns, Replicas: o.Replicas, Perm: uint8(o.Perm)}
+	if spec.Stripe == 0 {
+		spec.Stripe = DefaultStripe
+	}
+	if spec.Replicas == 0 {
+		spec.Replicas = 1
+	}
+	if spec.Perm == 0 {
+		p := memnode.PermRead | memnode.PermWrite
+		if spec.Replicas == 1 {
+			p = memnode.PermAll
+		}
+		spec.Perm = uint8(p)
+	}
+	got, key, err := c.ep.PoolCreate(ctx, c.sw, spec, c.opts.Fabric)
+	if err != nil {
+		return nil, err
+	}
+	return c.region(got, key)
+}
+
+// Open opens region id with its key.
+func (c *Client) Open(ctx context.Context, id uint32, key uint64) (*Region, error) {
+	spec, err := c.ep.PoolOpen(ctx, c.sw, id, key, c.opts.Fabric)
+	if err != nil {
+		return nil, err
+	}
+	return c.region(spec, key)
+}
+
+func (c *Client) region(spec fabric.PoolSpec, key uint64) (*Region, error) {
+	l, err := fabric.NewLayout(spec.Size, spec.Stripe, spec.Columns, spec.Replicas)
+	if err != nil {
+		return nil, fmt.Errorf("pool: region %d: %w", spec.Region, err)
+	}
+	return &Region{c: c, spec: spec, key: key, layout: l}, nil
+}
+
+// Free frees region r; its memory is scrubbed before it is used again,
+// and every access with its key fails from then on.
+func (c *Client) Free(ctx context.Context, r *Region) error {
+	return c.ep.PoolFree(ctx, c.sw, r.spec.Region, r.key, c.opts.Fabric)
+}
+
+// Region is an open pool region. Its methods are safe for concurrent use.
+type Region struct {
+	c      *Client
+	spec   fabric.PoolSpec
+	key    uint64
+	layout fabric.Layout
+}
+
+// ID is the region's id.
+func (r *Region) ID() uint32 { return r.spec.Region }
+
+// Key is the region's key: the capability that opens it.
+func (r *Region) Key() uint64 { return r.key }
+
+// Size is the region's size in bytes.
+func (r *Region) Size() int64 { return int64(r.spec.Size) }
+
+// Spec is the region's shape.
+func (r *Region) Spec() fabric.PoolSpec { return r.spec }
+
+// ErrDegraded is returned (joined with nothing else: the data was written)
+// by a write to a replicated region that reached fewer copies than the
+// region keeps, because a memory node is dead.
+var ErrDegraded = errors.New("pool: written with a replica missing (degraded)")
+
+// ReadAt reads len(p) bytes at pool offset off (io.ReaderAt). A read that
+// runs past the region's end reads what is there and returns io.EOF.
+func (r *Region) ReadAt(p []byte, off int64) (int, error) {
+	return r.ReadAtContext(context.Background(), p, off)
+}
+
+// WriteAt writes p at pool offset off (io.WriterAt). A write past the
+// region's end writes nothing and fails with wire.StatusOutOfBounds.
+func (r *Region) WriteAt(p []byte, off int64) (int, error) {
+	return r.WriteAtContext(context.Background(), p, off)
+}
+
+// ReadAtContext is ReadAt with a context.
+func (r *Region) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("pool: read at negative offset %d", off)
+	}
+	size := r.Size()
+	if off >= size {
+		if len(p) == 0 {
+			return 0, nil
+		}
+		return 0, io.EOF
+	}
+	n := int(min(int64(len(p)), size-off))
+	if err := r.transfer(ctx, endpoint.KindRead, p[:n], uint64(off)); err != nil {
+		return 0, err
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// WriteAtContext is WriteAt with a context.
+func (r *Region) WriteAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+	if off < 0 || off > r.Size() || int64(len(p)) > r.Size()-off {
+		return 0, fmt.Errorf("pool: write of %d bytes at %d in a region of %d: %w", len(p), off, r.Size(), wire.StatusOutOfBounds)
+	}
+	if err := r.transfer(ctx, endpoint.KindWrite, p, uint64(off)); err != nil {
+		if errors.Is(err, ErrDegraded) {
+			return len(p), err
+		}
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// Apply applies the element-wise vector op alu with the elements of data
+// (little-endian dt values) to the region's memory at off.
+func (r *Region) Apply(ctx context.Context, off uint64, dt wire.Dtype, alu wire.Alu, data []byte) error {
+	return r.transferOp(ctx, &endpoint.Op{Kind: endpoint.KindVector, Dtype: dt, Alu: alu}, data, off)
+}
+
+// CompareAndSwap swaps the little-endian 64-bit word at off (8-byte
+// aligned) for swap if it equals compare, and returns its old value.
+func (r *Region) CompareAndSwap(ctx context.Context, off, compare, swap uint64) (uint64, error) {
+	op := r.op(endpoint.KindCAS, off)
+	op.Compare, op.Swap = compare, swap
+	err := r.c.ep.Do(ctx, op)
+	return op.Old, err
+}
+
+// FetchAdd adds delta to the little-endian 64-bit word at off (8-byte
+// aligned) and returns its old value.
+func (r *Region) FetchAdd(ctx context.Context, off, delta uint64) (uint64, error) {
+	op := r.op(endpoint.KindFetchAdd, off)
+	op.Add = delta
+	err := r.c.ep.Do(ctx, op)
+	return op.Old, err
+}
+
+func (r *Region) op(k endpoint.Kind, off uint64) *endpoint.Op {
+	lane := 0
+	if es, err := r.layout.Extents(off, 1, 0, nil); err == nil && len(es) == 1 {
+		lane = es[0].Column
+	}
+	return &endpoint.Op{Kind: k, Peer: r.c.addr, Pool: r.spec.Region, Key: r.key, Addr: off, Lane: uint16(lane)}
+}
+
+func (r *Region) transfer(ctx context.Context, k endpoint.Kind, p []byte, off uint64) error {
+	return r.transferOp(ctx, &endpoint.Op{Kind: k}, p, off)
+}
+
+// transferOp runs the op tmpl over p at off, one op per stripe piece, with
+// up to the client's window of them in flight.
+func (r *Region) transferOp(ctx context.Context, tmpl *endpoint.Op, p []byte, off uint64) error {
+	if len(p) == 0 {
+		return nil
+	}
+	exts, err := r.layout.Extents(off, uint64(len(p)), 0, nil)
+	if err != nil {
+		return fmt.Errorf("pool: region %d: %w", r.spec.Region, err)
+	}
+	window := min(r.c.opts.Window, len(exts))
+	done := make(chan *endpoint.Op, window)
+	ops := make([]endpoint.Op, window)
+	free := make([]*endpoint.Op, 0, window)
+	for i := range ops {
+		free = append(free, &ops[i])
+	}
+	var first error
+	degraded := false
+	ctxDone := ctx.Done()
+	inflight := 0
+	next := 0
+	for next < len(exts) || inflight > 0 {
+		for first == nil && next < len(exts) && len(free) > 0 {
+			e := exts[next]
+			op := free[len(free)-1]
+			free = free[:len(free)-1]
+			*op = *tmpl
+			op.Peer, op.Pool, op.Key, op.Addr, op.Lane = r.c.addr, r.spec.Region, r.key, e.Off, uint16(e.Column)
+			op.Buf = p[e.Off-off : e.Off-off+e.Len]
+			if err := r.c.ep.Start(op, done); err != nil {
+				first = err
+				free = append(free, op)
+				break
+			}
+			inflight++
+			next++
+		}
+		if inflight == 0 {
+			break
+		}
+		select {
+		case op := <-done:
+			inflight--
+			if op.Err != nil && first == nil {
+				first = op.Err
+			}
+			degraded = degraded || op.Degraded
+			free = append(free, op)
+		case <-ctxDone:
+			ctxDone = nil
+			if first == nil {
+				first = ctx.Err()
+			}
+			for i := range ops {
+				r.c.ep.Cancel(&ops[i])
+			}
+		}
+	}
+	if first != nil {
+		return fmt.Errorf("pool: region %d: %w", r.spec.Region, first)
+	}
+	if degraded {
+		return ErrDegraded
+	}
+	return nil
+}

@@ -1,0 +1,143 @@
+package pool_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/pool"
+	"github.com/ndma/ndma/wire"
+)
+
+var token = []byte("pool-test-token")
+
+// testPool starts a switch and n memory nodes of size bytes each on
+// loopback, lends the nodes' memory and returns a client.
+func testPool(t *testing.T, n, size int) (*pool.Client, []*endpoint.Endpoint) {
+	t.Helper()
+	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := fabric.New(fabric.Config{Token: token, HeartbeatTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := fabric.NewServer(conn, sw, nil)
+	t.Cleanup(func() { srv.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	opts := endpoint.FabricOptions{Token: token}
+	var nodes []*endpoint.Endpoint
+	for range n {
+		st, err := memnode.NewStore(memnode.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, err := st.Alloc(size, memnode.PermAll, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Store: st,
+			PoolNode: &endpoint.PoolServe{Switch: srv.Addr(), Key: key, Token: token}}, endpoint.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ep.Close() })
+		if _, err := ep.PoolLend(ctx, srv.Addr().String(), key, uint64(size), opts); err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, ep)
+	}
+	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ep.Close() })
+	c, err := pool.New(ep, srv.Addr().String(), pool.Options{Fabric: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, nodes
+}
+
+// TestReadWriteUDP writes and reads a striped region over loopback at
+// unaligned offsets across stripes and nodes, with atomics and vector ops.
+func TestReadWriteUDP(t *testing.T) {
+	c, _ := testPool(t, 4, 4<<20)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := c.Alloc(ctx, 3<<20+123, pool.AllocOptions{Stripe: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Spec().Columns != 4 {
+		t.Fatalf("spread over %d nodes, want 4", r.Spec().Columns)
+	}
+	// A fresh region reads as zeroes.
+	zero := make([]byte, r.Size())
+	if n, err := r.ReadAt(zero, 0); err != nil || n != len(zero) || !bytes.Equal(zero, make([]byte, len(zero))) {
+		t.Fatalf("fresh region: n %d err %v, or not zero", n, err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	data := make([]byte, 1<<20+777)
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	off := int64(65536*3 - 5)
+	if n, err := r.WriteAt(data, off); err != nil || n != len(data) {
+		t.Fatalf("write: %d, %v", n, err)
+	}
+	got := make([]byte, len(data))
+	if n, err := r.ReadAt(got, off); err != nil || n != len(got) || !bytes.Equal(got, data) {
+		t.Fatalf("read back: %d, %v, equal %v", n, err, bytes.Equal(got, data))
+	}
+	// io.ReaderAt at the end.
+	tail := make([]byte, 200)
+	if n, err := r.ReadAt(tail, r.Size()-100); n != 100 || err != io.EOF {
+		t.Fatalf("read past the end: %d, %v", n, err)
+	}
+	if _, err := r.WriteAt(tail, r.Size()-100); !errors.Is(err, wire.StatusOutOfBounds) {
+		t.Fatalf("write past the end: %v", err)
+	}
+	// Atomics and vectors at pool addresses.
+	for i := range 5 {
+		if old, err := r.FetchAdd(ctx, 2<<20, 3); err != nil || old != uint64(3*i) {
+			t.Fatalf("fetch-add %d: old %d, %v", i, old, err)
+		}
+	}
+	if old, err := r.CompareAndSwap(ctx, 2<<20, 15, 99); err != nil || old != 15 {
+		t.Fatalf("cas: %d, %v", old, err)
+	}
+	if err := r.Apply(ctx, 16, wire.DtypeI64, wire.AluAdd, make([]byte, 128<<10)); err != nil {
+		t.Fatalf("vector over two stripes: %v", err)
+	}
+	// A wrong key is refused at the switch.
+	bad, err := c.Open(ctx, r.ID(), r.Key()+1)
+	if !errors.Is(err, wire.StatusBadKey) || bad != nil {
+		t.Fatalf("open with a wrong key: %v", err)
+	}
+	if err := c.Free(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ReadAt(got[:10], 0); !errors.Is(err, wire.StatusBadKey) {
+		t.Fatalf("read of a freed region: %v", err)
+	}
+	// A new region on the same memory reads as zeroes again (scrubbed).
+	r2, err := c.Alloc(ctx, 3<<20, pool.AllocOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	z := make([]byte, r2.Size())
+	if _, err := r2.ReadAt(z, 0); err != nil || !bytes.Equal(z, make([]byte, len(z))) {
+		t.Fatalf("reused memory not scrubbed (err %v)", err)
+	}
+}
