@@ -324,17 +324,6 @@ func (c *Core) onPoolResponse(now time.Time, from netip.AddrPort, h *wire.Header
 	i := po.find(h.MsgID)
 	s := &po.segs[i]
 	op := po.op
-	got := 0
-	for _, a := range s.from {
-		if a.IsValid() {
-			if a == from {
-				p.stats.LateResponses++ // a duplicate answer
-				return
-			}
-			got++
-		}
-	}
-	p.stats.Responses++
 	// A resent request may reach fewer replicas (one died since): the
 	// fewest copies any answer reports is what to wait for.
 	if n := max(1, min(int(h.Copies&0xff), len(s.from))); s.copies == 0 || n < s.copies {
@@ -343,19 +332,35 @@ func (c *Core) onPoolResponse(now time.Time, from netip.AddrPort, h *wire.Header
 	if h.Copies&wire.CopiesDegraded != 0 {
 		op.Degraded = true
 	}
-	switch {
-	case h.Status != wire.StatusOK:
-		op.fail(h.Status)
-	case op.Kind == KindRead && len(payload) != int(s.n):
-		op.fail(ErrShortRead)
-	case op.Kind == KindRead:
-		copy(op.Buf[s.off:], payload)
-	default:
-		op.Old = h.Operand1
+	got, dup := 0, false
+	for _, a := range s.from {
+		if a.IsValid() {
+			dup = dup || a == from
+			got++
+		}
 	}
-	if op.Err == nil && got+1 < s.copies {
-		s.from[got] = from // wait for the other replica
-		return
+	if dup {
+		p.stats.LateResponses++ // a second answer from the same node
+		if got < s.copies {
+			return
+		}
+		// The answers held are all the copies there now are.
+	} else {
+		p.stats.Responses++
+		switch {
+		case h.Status != wire.StatusOK:
+			op.fail(h.Status)
+		case op.Kind == KindRead && len(payload) != int(s.n):
+			op.fail(ErrShortRead)
+		case op.Kind == KindRead:
+			copy(op.Buf[s.off:], payload)
+		default:
+			op.Old = h.Operand1
+		}
+		if op.Err == nil && got+1 < s.copies {
+			s.from[got] = from // wait for the other replica
+			return
+		}
 	}
 	delete(p.reqs, h.MsgID)
 	s.done = true
@@ -515,7 +520,7 @@ func (c *Core) servePool(now time.Time, from netip.AddrPort, h *wire.Header, pay
 		p.stats.Refused++
 	}
 	rh := wire.Header{Version: wire.Version, Op: h.Op, Mode: wire.ModePool, Flags: wire.FlagResp,
-		Group: h.Group, MsgID: h.MsgID, Status: res.Status, Operand1: res.Old}
+		Group: h.Group, MsgID: h.MsgID, Status: res.Status, Operand1: res.Old, Copies: h.Copies}
 	var data []byte
 	if h.Op == wire.OpRead && res.Status == wire.StatusOK {
 		data = res.Data

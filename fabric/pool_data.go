@@ -281,3 +281,17 @@ func (s *Switch) poolCtrlFailed(c *transport.Completion) bool {
 	}
 	return s.grantDone(grantKey{c.Peer.Addr, c.MsgID}, false)
 }
+
+// PoolHomes returns the memory node of each column of pool region id (nil
+// for no such region), for tools and tests.
+func (s *Switch) PoolHomes(id uint32) []netip.AddrPort {
+	r := s.mmu.regions[id]
+	if r == nil {
+		return nil
+	}
+	out := make([]netip.AddrPort, len(r.Homes))
+	for c, h := range r.Homes {
+		out[c] = h.Node.Addr
+	}
+	return out
+}

@@ -1,0 +1,416 @@
+package fabric_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/netio/simnet"
+	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
+)
+
+// simPoolNode is a memory node on simnet: a Core serving the switch's pool
+// requests from a lent region, offering it again every heartbeat.
+type simPoolNode struct {
+	f      *simFabric
+	core   *endpoint.Core
+	addr   netip.AddrPort
+	key    uint64
+	size   int
+	nextHB time.Time
+	busy   bool
+}
+
+func (n *simPoolNode) Receive(now time.Time, d netio.Datagram) { n.core.Step(now, d.Addr, d.Buf) }
+
+func (n *simPoolNode) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
+	if !now.Before(n.nextHB) && !n.busy {
+		n.nextHB = now.Add(n.f.hb)
+		buf, err := fabric.AppendCtrl(nil, &fabric.CtrlMsg{Type: fabric.CtrlPoolNode, Key: n.key, Capacity: uint64(n.size)}, n.f.token)
+		if err != nil {
+			n.f.t.Fatal(err)
+		}
+		if err := n.core.Post(now, &endpoint.Op{Kind: endpoint.KindControl, Peer: n.f.swAddr, Buf: buf, Timeout: 2 * n.f.hb}); err == nil {
+			n.busy = true
+		}
+	}
+	out, done, next := n.core.Poll(now, out)
+	if len(done) > 0 {
+		n.busy = false
+	}
+	if next.IsZero() || n.nextHB.Before(next) {
+		next = n.nextHB
+	}
+	return out, next
+}
+
+func (f *simFabric) addPoolNodes(k, size int) []*simPoolNode {
+	var ns []*simPoolNode
+	for i := range k {
+		st, err := memnode.NewStore(memnode.Config{})
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		key, err := st.Alloc(size, memnode.PermAll, 0)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		core, err := endpoint.NewCore(endpoint.Config{
+			Store:     st,
+			Transport: transport.Config{MTU: 9000, Seed: uint64(f.seed)*7000 + uint64(i) + 1},
+			PoolNode:  &endpoint.PoolServe{Switch: f.swAddr, Key: key, Token: f.token},
+		})
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		n := &simPoolNode{f: f, core: core, key: key, size: size,
+			addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 2, 0, byte(i)}), 4791)}
+		f.net.Attach(n.addr, n, f.link, f.link)
+		ns = append(ns, n)
+	}
+	return ns
+}
+
+// simPool drives pool accesses from one client member.
+type simPool struct {
+	f    *simFabric
+	cli  *simMember
+	spec fabric.PoolSpec
+	key  uint64
+	lay  fabric.Layout
+}
+
+func (f *simFabric) createPool(cli *simMember, spec fabric.PoolSpec) *simPool {
+	f.t.Helper()
+	var got *fabric.CtrlMsg
+	var gerr error
+	cli.control(&fabric.CtrlMsg{Type: fabric.CtrlPoolCreate, Pool: spec}, func(r *fabric.CtrlMsg, err error) { got, gerr = r, err })
+	f.run(func() bool { return got != nil || gerr != nil }, time.Minute, "pool create")
+	if gerr != nil {
+		f.t.Fatalf("seed %d: create: %v", f.seed, gerr)
+	}
+	p := got.Pool
+	p.Region = got.Region
+	lay, err := fabric.NewLayout(p.Size, p.Stripe, p.Columns, p.Replicas)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return &simPool{f: f, cli: cli, spec: p, key: got.Key, lay: lay}
+}
+
+// access runs op kind k over buf at off, split at stripes, and waits for
+// every piece; it returns the first error and whether a write degraded.
+func (p *simPool) access(k endpoint.Kind, buf []byte, off uint64, limit time.Duration) (error, bool) {
+	exts, err := p.lay.Extents(off, uint64(len(buf)), 0, nil)
+	if err != nil {
+		p.f.t.Fatal(err)
+	}
+	left := len(exts)
+	var first error
+	degraded := false
+	for _, e := range exts {
+		op := &endpoint.Op{Kind: k, Peer: p.f.swAddr, Pool: p.spec.Region, Key: p.key, Addr: e.Off,
+			Lane: uint16(e.Column), Buf: buf[e.Off-off : e.Off-off+e.Len]}
+		p.cli.post(op, func(op *endpoint.Op) {
+			left--
+			if op.Err != nil && first == nil {
+				first = op.Err
+			}
+			degraded = degraded || op.Degraded
+		})
+	}
+	if err := p.f.net.RunUntil(func() bool { return left == 0 }, limit); err != nil {
+		p.f.t.Fatalf("seed %d: pool access: %v\nclient %+v, %d ops outstanding\nswitch %+v", p.f.seed, err, p.cli.core.PoolStats(), p.cli.core.Outstanding(), p.f.sw.Stats())
+	}
+	return first, degraded
+}
+
+func (p *simPool) one(op *endpoint.Op) *endpoint.Op { return p.oneKey(op, 0) }
+
+// oneKey runs op with key (0: the region's) and waits for it.
+func (p *simPool) oneKey(op *endpoint.Op, key uint64) *endpoint.Op {
+	if key == 0 {
+		key = p.key
+	}
+	op.Peer, op.Pool, op.Key = p.f.swAddr, p.spec.Region, key
+	done := false
+	p.cli.post(op, func(*endpoint.Op) { done = true })
+	p.f.run(func() bool { return done }, time.Minute, "pool op")
+	return op
+}
+
+func poolSimSetup(t *testing.T, seed int64, link simnet.LinkConfig, nodes int) (*simFabric, []*simPoolNode, *simMember) {
+	f := newSimFabric(t, seed, link, fabric.Config{HeartbeatTimeout: time.Second})
+	ns := f.addPoolNodes(nodes, 4<<20)
+	cli := f.addMembers(1)[0]
+	f.net.RunFor(500 * time.Millisecond) // the nodes lend their memory
+	return f, ns, cli
+}
+
+// TestSimPoolLossDup runs pool reads, writes, atomics and vector ops over
+// links that lose, duplicate and reorder datagrams: the data must come
+// back exact and no mutating request may be applied twice.
+func TestSimPoolLossDup(t *testing.T) {
+	for _, seed := range []int64{1, 2, 3} {
+		link := simnet.LinkConfig{Rate: 1e9, Latency: 20 * time.Microsecond, Loss: 0.05, Dup: 0.03, Reorder: 0.05, ReorderDelay: 200 * time.Microsecond}
+		f, ns, cli := poolSimSetup(t, seed, link, 4)
+		p := f.createPool(cli, fabric.PoolSpec{Size: 2 << 20, Stripe: 32 << 10, Replicas: 1, Perm: uint8(memnode.PermAll)})
+		rng := rand.New(rand.NewPCG(uint64(seed), 9))
+		data := make([]byte, p.spec.Size)
+		for i := range data {
+			data[i] = byte(rng.Uint32())
+		}
+		if err, _ := p.access(endpoint.KindWrite, data, 0, time.Minute); err != nil {
+			t.Fatalf("seed %d: write: %v", seed, err)
+		}
+		got := make([]byte, len(data))
+		if err, _ := p.access(endpoint.KindRead, got, 0, time.Minute); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("seed %d: read back: %v, equal %v", seed, err, bytes.Equal(got, data))
+		}
+		// Fetch-adds: each applied exactly once despite loss and duplicates.
+		const adds = 200
+		left := adds
+		for range adds {
+			op := &endpoint.Op{Kind: endpoint.KindFetchAdd, Peer: f.swAddr, Pool: p.spec.Region, Key: p.key, Addr: 64 << 10, Add: 1}
+			cli.post(op, func(op *endpoint.Op) {
+				if op.Err != nil {
+					t.Errorf("seed %d: fetch-add: %v", seed, op.Err)
+				}
+				left--
+			})
+		}
+		f.run(func() bool { return left == 0 }, time.Minute, "fetch-adds")
+		// Vector adds of ones over 3 stripes, 10 times.
+		ones := make([]byte, 96<<10)
+		for i := 0; i < len(ones); i += 8 {
+			binary.LittleEndian.PutUint64(ones[i:], 1)
+		}
+		vecOff := uint64(1 << 20)
+		want := make([]byte, len(ones))
+		copy(want, data[vecOff:])
+		for range 10 {
+			exts, _ := p.lay.Extents(vecOff, uint64(len(ones)), 0, nil)
+			n := len(exts)
+			for _, e := range exts {
+				op := &endpoint.Op{Kind: endpoint.KindVector, Peer: f.swAddr, Pool: p.spec.Region, Key: p.key, Addr: e.Off,
+					Lane: uint16(e.Column), Dtype: wire.DtypeI64, Alu: wire.AluAdd, Buf: ones[e.Off-vecOff : e.Off-vecOff+e.Len]}
+				cli.post(op, func(op *endpoint.Op) {
+					if op.Err != nil {
+						t.Errorf("seed %d: vector: %v", seed, op.Err)
+					}
+					n--
+				})
+			}
+			f.run(func() bool { return n == 0 }, time.Minute, "vector adds")
+		}
+		for i := 0; i < len(want); i += 8 {
+			binary.LittleEndian.PutUint64(want[i:], binary.LittleEndian.Uint64(want[i:])+10)
+		}
+		check := make([]byte, 8)
+		if err, _ := p.access(endpoint.KindRead, check, 64<<10, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		wantCount := binary.LittleEndian.Uint64(data[64<<10:]) + adds
+		if c := binary.LittleEndian.Uint64(check); c != wantCount {
+			t.Errorf("seed %d: counter %d after %d fetch-adds, want %d", seed, c, adds, wantCount)
+		}
+		vec := make([]byte, len(ones))
+		if err, _ := p.access(endpoint.KindRead, vec, vecOff, time.Minute); err != nil || !bytes.Equal(vec, want) {
+			t.Errorf("seed %d: vector adds applied wrongly (err %v)", seed, err)
+		}
+		var dups uint64
+		for _, n := range ns {
+			dups += n.core.PoolStats().Duplicates
+		}
+		st := cli.core.PoolStats()
+		t.Logf("seed %d: client %+v; duplicates answered from the nodes' caches: %d; net %+v", seed, st, dups, f.net.Stats())
+		if st.Retransmits == 0 || dups == 0 {
+			t.Errorf("seed %d: no retransmission or duplicate happened: the test did not test loss", seed)
+		}
+	}
+}
+
+// TestSimPoolReplicaFailover kills a memory node in the middle of a
+// read/write workload on a replicated region: reads fail over to the
+// surviving copies, writes report degraded, and every byte matches the
+// reference at the end. A region with one copy on the dead node reports a
+// clear error for the ranges it held.
+func TestSimPoolReplicaFailover(t *testing.T) {
+	const seed = 7
+	link := simnet.LinkConfig{Rate: 1e9, Latency: 20 * time.Microsecond}
+	f, ns, cli := poolSimSetup(t, seed, link, 3)
+	p := f.createPool(cli, fabric.PoolSpec{Size: 1 << 20, Stripe: 16 << 10, Replicas: 2, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
+	single := f.createPool(cli, fabric.PoolSpec{Size: 256 << 10, Stripe: 16 << 10, Replicas: 1, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
+	if p.spec.Columns != 3 {
+		t.Fatalf("columns %d", p.spec.Columns)
+	}
+	rng := rand.New(rand.NewPCG(seed, 3))
+	ref := make([]byte, p.spec.Size)
+	for i := range ref {
+		ref[i] = byte(rng.Uint32())
+	}
+	if err, _ := p.access(endpoint.KindWrite, ref, 0, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	degraded := 0
+	for step := range 60 {
+		if step == 20 {
+			f.net.Detach(ns[1].addr) // node 1 dies mid-workload
+			t.Logf("seed %d: node 1 killed at %v", seed, f.net.Elapsed())
+		}
+		off := uint64(rng.IntN(int(p.spec.Size) - 40<<10))
+		n := 1 + rng.IntN(40<<10)
+		if rng.IntN(2) == 0 {
+			chunk := make([]byte, n)
+			for i := range chunk {
+				chunk[i] = byte(rng.Uint32())
+			}
+			err, deg := p.access(endpoint.KindWrite, chunk, off, time.Minute)
+			if err != nil {
+				t.Fatalf("seed %d step %d: write: %v", seed, step, err)
+			}
+			if deg {
+				degraded++
+			}
+			copy(ref[off:], chunk)
+		} else {
+			got := make([]byte, n)
+			if err, _ := p.access(endpoint.KindRead, got, off, time.Minute); err != nil || !bytes.Equal(got, ref[off:off+uint64(n)]) {
+				t.Fatalf("seed %d step %d: read [%d,+%d): %v, equal %v", seed, step, off, n, err, bytes.Equal(got, ref[off:off+uint64(n)]))
+			}
+		}
+	}
+	all := make([]byte, len(ref))
+	if err, _ := p.access(endpoint.KindRead, all, 0, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if crc32.ChecksumIEEE(all) != crc32.ChecksumIEEE(ref) {
+		t.Fatalf("seed %d: region checksum differs from the reference after the failover", seed)
+	}
+	if degraded == 0 {
+		t.Errorf("seed %d: no write reported degraded after a replica died", seed)
+	}
+	// One copy: the stripes on node 1 fail clearly, the others work.
+	deadStripe, liveStripe := -1, -1
+	homes := f.sw.PoolHomes(single.spec.Region)
+	for s := range int(single.lay.Stripes()) {
+		exts, _ := single.lay.Extents(uint64(s)*single.spec.Stripe, 1, 0, nil)
+		dead := homes[exts[0].Column] == ns[1].addr
+		if dead && deadStripe < 0 {
+			deadStripe = s
+		}
+		if !dead && liveStripe < 0 {
+			liveStripe = s
+		}
+	}
+	b := make([]byte, 100)
+	if err, _ := single.access(endpoint.KindRead, b, uint64(deadStripe)*single.spec.Stripe, time.Minute); !errors.Is(err, wire.StatusMemberDead) {
+		t.Errorf("seed %d: read of a single-copy stripe on the dead node: %v, want member dead", seed, err)
+	}
+	if err, _ := single.access(endpoint.KindRead, b, uint64(liveStripe)*single.spec.Stripe, time.Minute); err != nil {
+		t.Errorf("seed %d: read of a live stripe: %v", seed, err)
+	}
+}
+
+// TestSimPoolKeyChecks: a wrong key, a freed region, an address out of
+// range, a missing permission and a request crossing a stripe are refused
+// at the switch; requests forged to look forwarded are refused again at
+// the memory node (wrong key, outside the grant, revoked grant), and ones
+// not from the switch are dropped.
+func TestSimPoolKeyChecks(t *testing.T) {
+	f, ns, cli := poolSimSetup(t, 11, simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond}, 2)
+	p := f.createPool(cli, fabric.PoolSpec{Size: 256 << 10, Stripe: 64 << 10, Replicas: 1, Perm: uint8(memnode.PermAll)})
+	ro := f.createPool(cli, fabric.PoolSpec{Size: 64 << 10, Stripe: 64 << 10, Replicas: 1, Perm: uint8(memnode.PermRead)})
+	served := func() (n uint64) {
+		for _, nd := range ns {
+			n += nd.core.PoolStats().Served
+		}
+		return n
+	}
+	before, refusedBefore := served(), f.sw.Stats().PoolRefused
+	cases := []struct {
+		name string
+		pool *simPool
+		op   *endpoint.Op
+		want wire.Status
+	}{
+		{"wrong key", p, &endpoint.Op{Kind: endpoint.KindRead, Buf: make([]byte, 8), Key: p.key ^ 1}, wire.StatusBadKey},
+		{"out of range", p, &endpoint.Op{Kind: endpoint.KindRead, Buf: make([]byte, 8), Addr: 256<<10 - 4}, wire.StatusOutOfBounds},
+		{"far out of range", p, &endpoint.Op{Kind: endpoint.KindWrite, Buf: make([]byte, 8), Addr: ^uint64(0) - 3}, wire.StatusOutOfBounds},
+		{"crosses a stripe", p, &endpoint.Op{Kind: endpoint.KindRead, Buf: make([]byte, 16), Addr: 64<<10 - 8}, wire.StatusBadOperand},
+		{"read-only", ro, &endpoint.Op{Kind: endpoint.KindWrite, Buf: make([]byte, 8)}, wire.StatusPermission},
+		{"no atomics", ro, &endpoint.Op{Kind: endpoint.KindFetchAdd, Add: 1}, wire.StatusPermission},
+	}
+	for _, c := range cases {
+		if op := c.pool.oneKey(c.op, c.op.Key); !errors.Is(op.Err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, op.Err, c.want)
+		}
+	}
+	if served() != before {
+		t.Errorf("memory nodes served %d refused requests", served()-before)
+	}
+	if d := f.sw.Stats().PoolRefused - refusedBefore; d != uint64(len(cases)) {
+		t.Errorf("switch refused %d, want %d", d, len(cases))
+	}
+
+	// Forged "forwarded" requests straight to a node.
+	node := ns[0]
+	homes := f.sw.PoolHomes(p.spec.Region)
+	if homes[0] != node.addr {
+		node = ns[1]
+	}
+	forge := func(from netip.AddrPort, region uint32, key, addr uint64) (wire.Status, bool) {
+		h := wire.Header{Version: wire.Version, Op: wire.OpRead, Mode: wire.ModePool, Flags: wire.FlagReplyTo,
+			Group: region, MsgID: 1, Key: key, Addr: addr, Operand1: 8, MsgLen: wire.ReplyToLen}
+		pkt, err := wire.AppendPacket(nil, &h, wire.AppendReplyTo(nil, cli.addr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := f.net.Now()
+		node.core.Step(now, from, pkt)
+		out, _, _ := node.core.Poll(now, nil)
+		for _, d := range out {
+			var rh wire.Header
+			if _, _, err := wire.Parse(d.Buf, &rh); err == nil && rh.Mode == wire.ModePool && d.Addr == cli.addr {
+				return rh.Status, true
+			}
+		}
+		return 0, false
+	}
+	if st, ok := forge(f.swAddr, p.spec.Region, p.key^1, 0); !ok || st != wire.StatusBadKey {
+		t.Errorf("node, wrong key: %v %v", st, ok)
+	}
+	if st, ok := forge(f.swAddr, p.spec.Region, p.key, 1<<40); !ok || st != wire.StatusOutOfBounds {
+		t.Errorf("node, outside the grant: %v %v", st, ok)
+	}
+	dropped := node.core.PoolStats().Dropped
+	if _, ok := forge(cli.addr, p.spec.Region, p.key, 0); ok || node.core.PoolStats().Dropped != dropped+1 {
+		t.Errorf("node answered a pool request that did not come from its switch")
+	}
+	// Free: the switch revokes the grants; the node refuses the region.
+	var freed bool
+	cli.control(&fabric.CtrlMsg{Type: fabric.CtrlPoolFree, Region: p.spec.Region, Key: p.key}, func(_ *fabric.CtrlMsg, err error) {
+		if err != nil {
+			t.Errorf("free: %v", err)
+		}
+		freed = true
+	})
+	f.run(func() bool { return freed }, time.Minute, "free")
+	f.net.RunFor(10 * time.Millisecond) // the revokes arrive
+	if op := p.one(&endpoint.Op{Kind: endpoint.KindRead, Buf: make([]byte, 8)}); !errors.Is(op.Err, wire.StatusBadKey) {
+		t.Errorf("switch, freed region: %v", op.Err)
+	}
+	if st, ok := forge(f.swAddr, p.spec.Region, p.key, 0); !ok || st != wire.StatusBadKey {
+		t.Errorf("node, freed region: %v %v", st, ok)
+	}
+}
