@@ -74,8 +74,8 @@ func newPoolCmd() *cobra.Command {
 started with ndma memd --switch. A region is striped over the memory nodes
 (--stripe bytes at a time, every live node by default) with one or two
 copies of every byte; its key, printed by create, is the capability every
-access and rm needs. (Reading and writing pool regions is the next step of
-the pool; this command manages them.)`,
+access and rm needs. put and get move files in and out of regions, split
+across stripes and memory nodes in parallel.`,
 	}
 	pf.register(cmd)
 
@@ -97,6 +97,12 @@ the pool; this command manages them.)`,
 			st, err := memnode.ParseSize(stripe)
 			if err != nil || st <= 0 {
 				return fmt.Errorf("--stripe %q: want a positive size (%v)", stripe, err)
+			}
+			if perm == "" {
+				perm = "rwav"
+				if replicas == 2 {
+					perm = "rw"
+				}
 			}
 			p, err := memnode.ParsePerm(perm)
 			if err != nil {
@@ -130,7 +136,7 @@ the pool; this command manages them.)`,
 	fl.StringVar(&stripe, "stripe", "64KiB", "interleave unit: a multiple of 8 bytes, 64 B to 1 GiB")
 	fl.IntVar(&replicas, "replicas", 1, "copies of every byte, 1 or 2 (on different memory nodes)")
 	fl.IntVar(&nodes, "nodes", 0, "memory nodes to stripe over (0: every live one)")
-	fl.StringVar(&perm, "perm", "rwav", "what the region allows: r(ead) w(rite) a(tomic) v(ector)")
+	fl.StringVar(&perm, "perm", "", "what the region allows: r(ead) w(rite) a(tomic) v(ector) (default rwav, rw with --replicas 2: replicas refuse atomics and vector ops)")
 	_ = create.MarkFlagRequired("size")
 
 	ls := &cobra.Command{
@@ -217,7 +223,7 @@ the pool; this command manages them.)`,
 	rm.Flags().StringVar(&key, "key", "", "the region's key, as create printed it (required)")
 	_ = rm.MarkFlagRequired("key")
 
-	cmd.AddCommand(create, ls, stat, rm)
+	cmd.AddCommand(create, ls, stat, rm, newPoolPutCmd(&pf), newPoolGetCmd(&pf))
 	return cmd
 }
 

@@ -1,19 +1,24 @@
 package main
 
 import (
-	"context"
+	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/memnode/memd"
 	"github.com/ndma/ndma/netio"
 )
 
-// TestPoolCommands runs ndma pool create, ls, stat and rm against an
-// in-process switch with two memory nodes lending 1 MiB each.
+// TestPoolCommands runs ndma pool create, ls, stat, put, get and rm
+// against an in-process switch with two memory nodes (memd) lending 1 MiB
+// each.
 func TestPoolCommands(t *testing.T) {
 	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
 	if err != nil {
@@ -26,17 +31,21 @@ func TestPoolCommands(t *testing.T) {
 	srv := fabric.NewServer(conn, sw, nil)
 	defer srv.Close()
 	addr := srv.Addr().String()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	for i := range 2 {
-		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{})
+	for range 2 {
+		node, err := memd.Start(memd.Config{Listen: "127.0.0.1:0", Size: 1 << 20, Perm: memnode.PermAll, Switch: addr})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer ep.Close()
-		if _, err := ep.PoolLend(ctx, addr, uint64(10+i), 1<<20, endpoint.FabricOptions{}); err != nil {
-			t.Fatal(err)
+		defer node.Close()
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if out, err := execute(t, "pool", "stat", "--switch", addr, "--json"); err == nil && strings.Count(out, `"Alive":true`) == 2 {
+			break
 		}
+		if time.Now().After(deadline) {
+			t.Fatal("memory nodes did not join the pool")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	out, err := execute(t, "pool", "create", "--switch", addr, "--size", "256KiB", "--stripe", "4KiB", "--replicas", "2", "--json")
 	if err != nil {
@@ -53,7 +62,7 @@ func TestPoolCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &created); err != nil {
 		t.Fatalf("%v: %q", err, out)
 	}
-	if created.Region == 0 || !strings.HasPrefix(created.Key, "0x") || created.Size != 256<<10 || created.Nodes != 2 || created.Replicas != 2 || created.Perm != "rwav" {
+	if created.Region == 0 || !strings.HasPrefix(created.Key, "0x") || created.Size != 256<<10 || created.Nodes != 2 || created.Replicas != 2 || created.Perm != "rw--" {
 		t.Fatalf("created %+v", created)
 	}
 	out, err = execute(t, "pool", "ls", "--switch", addr)
@@ -63,6 +72,54 @@ func TestPoolCommands(t *testing.T) {
 	out, err = execute(t, "pool", "stat", "--switch", addr)
 	if err != nil || !strings.Contains(out, "2 nodes, 1 regions") || !strings.Contains(out, "25.0%") {
 		t.Fatalf("stat: %v\n%s", err, out)
+	}
+	// put and get: into the replicated region at an offset, and into a
+	// new region sized to the file.
+	dir := t.TempDir()
+	data := make([]byte, 150<<10+3)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	in := filepath.Join(dir, "in.bin")
+	if err := os.WriteFile(in, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := execute(t, "pool", "put", in, "--switch", addr, "--region", "1", "--key", created.Key, "--offset", "100"); err != nil || !strings.Contains(out, "Mbit/s") {
+		t.Fatalf("put: %v %q", err, out)
+	}
+	back := filepath.Join(dir, "back.bin")
+	if _, err := execute(t, "pool", "get", "1", "--switch", addr, "--key", created.Key, "--offset", "100", "--length", strconv.Itoa(len(data)), "-o", back); err != nil {
+		t.Fatalf("get: %v", err)
+	}
+	if got, err := os.ReadFile(back); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("get returned other bytes (%v)", err)
+	}
+	if out, err := execute(t, "pool", "get", "1", "--switch", addr, "--key", created.Key, "--offset", "100", "--length", "5"); err != nil || out != string(data[:5]) {
+		t.Fatalf("get to stdout: %v %q", err, out)
+	}
+	out, err = execute(t, "pool", "put", in, "--switch", addr, "--json")
+	var put struct {
+		Region uint32 `json:"region"`
+		Key    string `json:"key"`
+		Bytes  int    `json:"bytes"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &put) != nil || put.Region == 0 || put.Key == "" || put.Bytes != len(data) {
+		t.Fatalf("put into a new region: %v %q", err, out)
+	}
+	if _, err := execute(t, "pool", "get", strconv.Itoa(int(put.Region)), "--switch", addr, "--key", put.Key, "-o", back); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(back); !bytes.Equal(got, data) {
+		t.Fatal("new region read back other bytes")
+	}
+	if _, err := execute(t, "pool", "put", in, "--switch", addr, "--region", "1", "--key", created.Key, "--offset", "200KiB"); err == nil || !strings.Contains(err.Error(), "does not fit") {
+		t.Fatalf("put past the end: %v", err)
+	}
+	if _, err := execute(t, "pool", "get", "1", "--switch", addr, "--key", "0x1234"); err == nil || !strings.Contains(err.Error(), "key") {
+		t.Fatalf("get with a wrong key: %v", err)
+	}
+	if _, err := execute(t, "pool", "put", filepath.Join(dir, "missing"), "--switch", addr); err == nil {
+		t.Fatal("put of a missing file: no error")
 	}
 	if _, err := execute(t, "pool", "rm", "1", "--switch", addr, "--key", "0x1"); err == nil || !strings.Contains(err.Error(), "key") {
 		t.Fatalf("rm with a wrong key: %v", err)
