@@ -61,6 +61,8 @@ type Result struct {
 	Loss float64
 	// Virtual is the virtual time the simulated transfer took.
 	Virtual time.Duration
+	// Nodes is, for pool rows, the memory nodes the region spans.
+	Nodes int
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
@@ -93,6 +95,7 @@ type bandwidthJSON struct {
 	Baseline string   `json:"baseline,omitempty"`
 	Sim      bool     `json:"sim,omitempty"`
 	Loss     *float64 `json:"loss,omitempty"`
+	Nodes    int      `json:"nodes,omitempty"`
 }
 
 // MarshalJSON writes the row with the keys op, size and iters, then
@@ -108,7 +111,7 @@ func (r Result) MarshalJSON() ([]byte, error) {
 	}
 	j := bandwidthJSON{
 		Op: r.Op, Size: r.Size, Iters: r.Iters, Gbps: round(r.Gbps, 5),
-		Ratio: round(r.Ratio, 4), Baseline: r.Baseline, Sim: r.Sim,
+		Ratio: round(r.Ratio, 4), Baseline: r.Baseline, Sim: r.Sim, Nodes: r.Nodes,
 	}
 	if r.Sim {
 		loss := r.Loss
@@ -138,6 +141,7 @@ type TableWriter struct {
 	lastK   Kind
 	lastSim bool
 	lastL   float64
+	lastN   int
 	err     error
 }
 
@@ -161,8 +165,16 @@ func title(r Result) string {
 		return "TCP stream bandwidth (baseline, loopback, one connection)"
 	}
 	name := strings.ToUpper(r.Op)
-	if r.Op == OpFetchAdd {
+	switch r.Op {
+	case OpFetchAdd:
 		name = "FETCH-ADD"
+	case OpPoolRead:
+		name = "pool READ"
+	case OpPoolWrite:
+		name = "pool WRITE"
+	}
+	if r.Nodes > 0 {
+		return fmt.Sprintf("NDMA %s bandwidth, sequential, region over %d memory node%s", name, r.Nodes, map[bool]string{true: "", false: "s"}[r.Nodes == 1])
 	}
 	if r.Kind == Latency {
 		return "NDMA " + name + " latency"
@@ -180,11 +192,11 @@ func title(r Result) string {
 // Write prints r, preceded by a section header if it starts a new section.
 // It returns the first write error.
 func (t *TableWriter) Write(r Result) error {
-	if r.Op != t.lastOp || r.Kind != t.lastK || r.Sim != t.lastSim || r.Loss != t.lastL {
+	if r.Op != t.lastOp || r.Kind != t.lastK || r.Sim != t.lastSim || r.Loss != t.lastL || r.Nodes != t.lastN {
 		if t.lastOp != "" {
 			t.printf("\n")
 		}
-		t.lastOp, t.lastK, t.lastSim, t.lastL = r.Op, r.Kind, r.Sim, r.Loss
+		t.lastOp, t.lastK, t.lastSim, t.lastL, t.lastN = r.Op, r.Kind, r.Sim, r.Loss, r.Nodes
 		ctx := ""
 		if t.context != "" && r.Op != OpUDPPingPong && r.Op != OpTCPStream {
 			ctx = " (" + t.context + ")"

@@ -85,10 +85,15 @@ type Config struct {
 	// such as "100mbit". Empty means DefaultRate ("100mbit").
 	Rate string
 
+	// HostRate, if not empty, is the rate of the host namespaces' links
+	// instead (same syntax): a client with more bandwidth than each memory
+	// node, say. Empty means Rate.
+	HostRate string
+
 	// Burst is the size of each link's token bucket, in bytes: how much
 	// may leave back to back at line speed. It must be at least MTU+14
 	// (one frame). Zero means the larger of two frames and one
-	// millisecond at Rate.
+	// millisecond at the link's rate.
 	Burst int
 
 	// Latency is how long a packet may wait in a link's queue before tbf
@@ -119,6 +124,9 @@ type Config struct {
 	// Binary is the path of the ndma binary that runs `ndma switch` and
 	// `ndma memd`. Empty means the running executable (os.Executable).
 	Binary string
+
+	hostRateBits uint64 // HostRate in bits per second, set by validate
+	hostBurst    int
 }
 
 // ErrConfig is wrapped by the error Up returns for an invalid Config field
@@ -202,6 +210,17 @@ func (c *Config) validate() (netip.Prefix, uint64, error) {
 		return netip.Prefix{}, 0, &FieldError{Field: "Rate", Err: err}
 	}
 	frame := c.MTU + 14 // Ethernet header
+	c.hostBurst = c.Burst
+	if c.HostRate != "" {
+		hr, err := ParseRate(c.HostRate)
+		if err != nil {
+			return netip.Prefix{}, 0, &FieldError{Field: "HostRate", Err: err}
+		}
+		c.hostRateBits = hr
+		if c.hostBurst == 0 {
+			c.hostBurst = max(2*frame, int(min(hr/8/1000, math.MaxInt32)))
+		}
+	}
 	if c.Burst == 0 {
 		c.Burst = max(2*frame, int(min(rate/8/1000, math.MaxInt32)))
 	}

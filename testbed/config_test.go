@@ -109,6 +109,11 @@ func TestConfigDefaults(t *testing.T) {
 	if _, _, err := c.validate(); err != nil || c.Burst != 10e9/8/1000 {
 		t.Errorf("10gbit: Burst = %d, %v; want 1 ms of it", c.Burst, err)
 	}
+	// Host links get their own rate and bucket.
+	c = Config{HostRate: "10gbit"}
+	if _, _, err := c.validate(); err != nil || c.hostRateBits != 10e9 || c.hostBurst != 10e9/8/1000 || c.Burst != 2*(9000+14) {
+		t.Errorf("HostRate 10gbit: %d bit/s, burst %d (links %d), %v", c.hostRateBits, c.hostBurst, c.Burst, err)
+	}
 }
 
 func TestConfigErrors(t *testing.T) {
@@ -122,6 +127,7 @@ func TestConfigErrors(t *testing.T) {
 		{"MTU", Config{MTU: 100}},
 		{"MTU", Config{MTU: 70000}},
 		{"Rate", Config{Rate: "fast"}},
+		{"HostRate", Config{HostRate: "0mbit"}},
 		{"Burst", Config{Burst: 100}},
 		{"Latency", Config{Latency: time.Microsecond}},
 		{"Subnet", Config{Subnet: "8.8.8.0/24"}},

@@ -37,13 +37,18 @@ type State struct {
 	Dir     string    `json:"dir"` // the state directory: state file, logs, token
 	Created time.Time `json:"created"`
 
-	Subnet      string        `json:"subnet"`
-	Rate        string        `json:"rate"`      // each link, each direction, in tc's syntax
-	RateBits    uint64        `json:"rate_bits"` // Rate in bits per second
-	Burst       int           `json:"burst"`     // token bucket, in bytes
-	Latency     time.Duration `json:"latency"`   // tbf queue bound, in nanoseconds
-	MTU         int           `json:"mtu"`       // every interface, in bytes
-	DatagramMTU int           `json:"datagram_mtu"`
+	Subnet   string `json:"subnet"`
+	Rate     string `json:"rate"`      // each link, each direction, in tc's syntax
+	RateBits uint64 `json:"rate_bits"` // Rate in bits per second
+	Burst    int    `json:"burst"`     // token bucket, in bytes
+	// HostRate, HostRateBits and HostBurst are the host links' own rate
+	// and bucket when Config.HostRate set one (empty and zero otherwise).
+	HostRate     string        `json:"host_rate,omitempty"`
+	HostRateBits uint64        `json:"host_rate_bits,omitempty"`
+	HostBurst    int           `json:"host_burst,omitempty"`
+	Latency      time.Duration `json:"latency"` // tbf queue bound, in nanoseconds
+	MTU          int           `json:"mtu"`     // every interface, in bytes
+	DatagramMTU  int           `json:"datagram_mtu"`
 
 	// Switch is the switch namespace; its Addr is the bridge's address.
 	Switch Node `json:"switch"`

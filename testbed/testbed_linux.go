@@ -183,6 +183,9 @@ func build(ctx context.Context, cfg *Config, subnet netip.Prefix, rate uint64) (
 		})
 		n++
 	}
+	if cfg.HostRate != "" {
+		st.HostRate, st.HostRateBits, st.HostBurst = cfg.HostRate, cfg.hostRateBits, cfg.hostBurst
+	}
 	st.SwitchAddr = netip.AddrPortFrom(st.Switch.Addr, SwitchPort).String()
 	st.Switch.Service = st.SwitchAddr
 	if err := st.save(); err != nil {
@@ -248,9 +251,13 @@ func buildNetwork(ctx context.Context, st *State, nodes []Node, bits int) error 
 	// Both directions of every link: the switch-side end's egress
 	// (towards the node) and the node-side end's egress (towards the
 	// switch).
-	tbf := fmt.Sprintf("root tbf rate %dbit burst %d latency %dus", st.RateBits, st.Burst, st.Latency.Microseconds())
 	var swq []string
 	for _, n := range nodes {
+		rate, burst := st.RateBits, st.Burst
+		if st.HostRateBits > 0 && slices.ContainsFunc(st.Hosts, func(h Node) bool { return h.NS == n.NS }) {
+			rate, burst = st.HostRateBits, st.HostBurst
+		}
+		tbf := fmt.Sprintf("root tbf rate %dbit burst %d latency %dus", rate, burst, st.Latency.Microseconds())
 		swq = append(swq, fmt.Sprintf("qdisc replace dev %s %s", n.Port, tbf))
 		if err := batch(ctx, "tc", n.NS, []string{fmt.Sprintf("qdisc replace dev %s %s", nodeIface, tbf)}); err != nil {
 			return err

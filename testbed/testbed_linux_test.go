@@ -106,7 +106,7 @@ func upTestbed(t *testing.T, cfg Config) *State {
 }
 
 func TestUpRunDown(t *testing.T) {
-	st := upTestbed(t, Config{Hosts: 3, MemNodes: 1, Rate: "100mbit"})
+	st := upTestbed(t, Config{Hosts: 3, MemNodes: 1, Rate: "100mbit", HostRate: "200mbit"})
 	root := filepath.Dir(st.Dir)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
@@ -178,7 +178,7 @@ func TestUpRunDown(t *testing.T) {
 	})
 
 	t.Run("tbf", func(t *testing.T) {
-		check := func(ns, dev string) {
+		check := func(ns, dev string, want uint64) {
 			t.Helper()
 			var q []struct {
 				Kind    string `json:"kind"`
@@ -194,13 +194,18 @@ func TestUpRunDown(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s %s: %v", ns, dev, err)
 			}
-			if len(q) != 1 || q[0].Kind != "tbf" || !q[0].Root || q[0].Options.Rate*8 != 100e6 {
-				t.Errorf("%s %s: qdiscs %+v, want a root tbf at 100 Mbit/s", ns, dev, q)
+			if len(q) != 1 || q[0].Kind != "tbf" || !q[0].Root || q[0].Options.Rate*8 != want {
+				t.Errorf("%s %s: qdiscs %+v, want a root tbf at %d bit/s", ns, dev, q, want)
 			}
 		}
-		for _, n := range append(slices.Clone(st.Hosts), st.MemNodes...) {
-			check(n.NS, nodeIface)      // towards the switch
-			check(st.Switch.NS, n.Port) // towards the node
+		// Hosts at --host-rate, memory nodes at --rate.
+		for _, n := range st.Hosts {
+			check(n.NS, nodeIface, 200e6)      // towards the switch
+			check(st.Switch.NS, n.Port, 200e6) // towards the node
+		}
+		for _, n := range st.MemNodes {
+			check(n.NS, nodeIface, 100e6)
+			check(st.Switch.NS, n.Port, 100e6)
 		}
 	})
 
@@ -292,11 +297,11 @@ func TestUpRunDown(t *testing.T) {
 		if _, err := fmt.Sscanf(out.String(), "[rank 0] bits_per_sec %g", &bps); err != nil {
 			t.Fatalf("output %q: %v", out.String(), err)
 		}
-		t.Logf("TCP goodput h1→h0: %.1f Mbit/s over %s links", bps/1e6, st.Rate)
+		t.Logf("TCP goodput h1→h0: %.1f Mbit/s over %s host links", bps/1e6, st.HostRate)
 		// A bound that only shaping can meet: an unshaped veth carries
 		// gigabits.
-		if bps > 1.5*float64(st.RateBits) {
-			t.Errorf("%.1f Mbit/s through links shaped to %s", bps/1e6, st.Rate)
+		if bps > 1.5*float64(st.HostRateBits) {
+			t.Errorf("%.1f Mbit/s through links shaped to %s", bps/1e6, st.HostRate)
 		}
 	})
 

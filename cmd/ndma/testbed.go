@@ -25,6 +25,7 @@ var testbedFlagNames = map[string]string{
 	"Hosts":    "--hosts",
 	"MemNodes": "--memnodes",
 	"Rate":     "--rate",
+	"HostRate": "--host-rate",
 	"Burst":    "--burst",
 	"Latency":  "--latency",
 	"MTU":      "--mtu",
@@ -38,10 +39,10 @@ var testbedFlagNames = map[string]string{
 type testbedFlags struct {
 	prefix, stateDir string
 
-	hosts, memnodes, burst, mtu int
-	rate, subnet, memSize       string
-	latency                     time.Duration
-	binary                      string
+	hosts, memnodes, burst, mtu     int
+	rate, hostRate, subnet, memSize string
+	latency                         time.Duration
+	binary                          string
 
 	json bool
 }
@@ -92,6 +93,7 @@ directory; "status" shows them.`,
 	fl.IntVar(&f.hosts, "hosts", testbed.DefaultHosts, fmt.Sprintf("host namespaces, one rank each (1 to %d with --memnodes)", testbed.MaxNodes))
 	fl.IntVar(&f.memnodes, "memnodes", 0, "memory-node namespaces, each running ndma memd")
 	fl.StringVar(&f.rate, "rate", testbed.DefaultRate, "rate of every link, each direction, in tc's syntax: 100mbit, 1gbit, 12mbps (bytes/s)")
+	fl.StringVar(&f.hostRate, "host-rate", "", "rate of the host namespaces' links instead of --rate (e.g. a client faster than each memory node)")
 	fl.IntVar(&f.burst, "burst", 0, "tbf bucket size in bytes, at least one frame (default: the larger of two frames and 1 ms at --rate)")
 	fl.DurationVar(&f.latency, "latency", testbed.DefaultLatency, "longest a packet may wait in a link's queue before tbf drops it (1ms to 10s)")
 	fl.IntVar(&f.mtu, "mtu", testbed.DefaultMTU, fmt.Sprintf("MTU of every interface, in bytes (%d to %d)", testbed.MinMTU, testbed.MaxMTU))
@@ -185,6 +187,7 @@ func (f *testbedFlags) config() (testbed.Config, error) {
 		Hosts:    f.hosts,
 		MemNodes: f.memnodes,
 		Rate:     f.rate,
+		HostRate: f.hostRate,
 		Burst:    f.burst,
 		Latency:  f.latency,
 		MTU:      f.mtu,
@@ -266,6 +269,9 @@ func printTestbed(w io.Writer, st *testbed.State) {
 	fmt.Fprintf(w, "testbed %s  (state %s, created %s)\n", st.Prefix, st.Dir, st.Created.Format(time.RFC3339))
 	fmt.Fprintf(w, "links    %s each way (tbf burst %d B, latency %v), MTU %d (datagrams up to %d B), subnet %s\n",
 		st.Rate, st.Burst, st.Latency, st.MTU, st.DatagramMTU, st.Subnet)
+	if st.HostRate != "" {
+		fmt.Fprintf(w, "hosts    %s each way (tbf burst %d B)\n", st.HostRate, st.HostBurst)
+	}
 	fmt.Fprintf(w, "switch   %s  (NDMA_SWITCH)\n\n", st.SwitchAddr)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

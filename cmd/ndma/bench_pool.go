@@ -1,0 +1,102 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ndma/ndma/bench"
+	"github.com/ndma/ndma/memnode"
+)
+
+func newBenchPoolCmd() *cobra.Command {
+	var (
+		sw, tokenFile, tests, size, transfer, stripe, nodeSize string
+		node, nodeKey                                          string
+		nodes, iters, mtu                                      int
+		jsonOut                                                bool
+	)
+	cmd := &cobra.Command{
+		Use:   "pool",
+		Short: "Memory pool latency (ReadAt vs a direct READ) and sequential bandwidth (striped vs one node)",
+		Long: `Measures the NetDAM memory pool. Latency: a pool ReadAt of --size bytes
+(through the switch's MMU, answered by the memory node) against a direct
+READ of the same size to a memory node, one in flight, p50 and p99.
+Bandwidth: a sequential write and read of --transfer bytes through a
+region striped over every memory node, against the same transfer through a
+region on one node, and their ratio.
+
+By default a switch and --nodes memory nodes run in-process on loopback.
+With --switch (and --token-file) the pool of a running switch is measured
+instead, e.g. inside the testbed (the latency test then has no direct
+baseline unless --node and --node-key name a memory node of the pool):
+
+  ndma testbed up --hosts 1 --memnodes 4 --host-rate 400mbit --rate 100mbit
+  ndma testbed run -- sh -c 'ndma bench pool --switch $NDMA_SWITCH --tests bandwidth'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			t, err := bench.ParseTests(tests)
+			if err != nil {
+				return fmt.Errorf("--tests: %w", err)
+			}
+			if nodes < 1 {
+				return fmt.Errorf("--nodes %d: want at least 1", nodes)
+			}
+			cfg := bench.PoolConfig{Switch: sw, Node: node, Nodes: nodes, Tests: t, Iters: iters, MTU: mtu}
+			if node != "" {
+				if sw == "" {
+					return errors.New("--node is the direct baseline of an external pool: it needs --switch")
+				}
+				if cfg.NodeKey, err = bench.ParseKey(nodeKey); err != nil {
+					return fmt.Errorf("--node-key: %w", err)
+				}
+			}
+			for _, s := range []struct {
+				name string
+				v    string
+				dst  *int
+			}{{"--size", size, &cfg.Size}, {"--transfer", transfer, &cfg.Transfer}, {"--stripe", stripe, &cfg.Stripe}, {"--node-size", nodeSize, &cfg.NodeSize}} {
+				if s.v == "" {
+					continue
+				}
+				n, err := memnode.ParseSize(s.v)
+				if err != nil || n <= 0 || n > 1<<40 {
+					return fmt.Errorf("%s %q: want a positive size (%v)", s.name, s.v, err)
+				}
+				*s.dst = int(n)
+			}
+			if tokenFile != "" {
+				if cfg.Token, err = readToken(tokenFile); err != nil {
+					return fmt.Errorf("--token-file: %w", err)
+				}
+			} else if t := os.Getenv("NDMA_TOKEN"); t != "" && sw != "" {
+				cfg.Token = []byte(t)
+			}
+			out := cmd.OutOrStdout()
+			emit := bench.NewTableWriter(out, "").Write
+			if jsonOut {
+				emit = bench.NewJSONWriter(out).Write
+			}
+			return bench.RunPool(cmdContext(cmd), cfg, emit)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&sw, "switch", "", "forwarding node of a running pool (default: start one in-process on loopback)")
+	fl.StringVar(&node, "node", "", "with --switch: a memory node (host:port) to measure a direct READ against, the latency baseline")
+	fl.StringVar(&nodeKey, "node-key", "", "the key of --node's region")
+	fl.StringVar(&tokenFile, "token-file", "", "`file` whose first line is the fabric token (with --switch; default $NDMA_TOKEN)")
+	fl.StringVar(&tests, "tests", "all", "tests to run: latency, bandwidth or all")
+	fl.IntVar(&nodes, "nodes", 4, "in-process memory nodes")
+	fl.StringVar(&nodeSize, "node-size", "", "memory each in-process node lends (default: room for one transfer)")
+	fl.StringVar(&size, "size", "4KiB", "latency test: read size")
+	fl.IntVar(&iters, "iters", 2000, "latency test: samples")
+	fl.StringVar(&transfer, "transfer", "64MiB", "bandwidth test: bytes moved")
+	fl.StringVar(&stripe, "stripe", "64KiB", "bandwidth test: stripe of the regions")
+	fl.IntVar(&mtu, "mtu", 9000, "transport MTU in bytes")
+	fl.BoolVar(&jsonOut, "json", false, "print JSON Lines, one object per row")
+	return cmd
+}
+
+func init() { benchCmd.AddCommand(newBenchPoolCmd()) }

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestBenchPool runs ndma bench pool small, as JSON and as a table, and
+// checks its flag errors.
+func TestBenchPool(t *testing.T) {
+	out, err := execute(t, "bench", "pool", "--iters", "20", "--transfer", "512KiB", "--stripe", "16KiB", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 6 {
+		t.Fatalf("%d rows, want 6:\n%s", len(lines), out)
+	}
+	var ops []string
+	for _, l := range lines {
+		var row struct {
+			Op    string  `json:"op"`
+			Ratio float64 `json:"ratio"`
+			Nodes int     `json:"nodes"`
+		}
+		if err := json.Unmarshal([]byte(l), &row); err != nil {
+			t.Fatalf("%v: %s", err, l)
+		}
+		ops = append(ops, row.Op)
+	}
+	if got := strings.Join(ops, ","); got != "read,pool_read,pool_write,pool_read,pool_write,pool_read" {
+		t.Fatalf("rows %s", got)
+	}
+	out, err = execute(t, "bench", "pool", "--tests", "latency", "--iters", "20", "--nodes", "1")
+	if err != nil || !strings.Contains(out, "# NDMA pool READ latency") || !strings.Contains(out, "x\n") {
+		t.Fatalf("table: %v\n%s", err, out)
+	}
+	for _, bad := range [][]string{
+		{"bench", "pool", "--tests", "nope"},
+		{"bench", "pool", "--size", "0"},
+		{"bench", "pool", "--stripe", "100"},
+		{"bench", "pool", "--nodes", "0"},
+		{"bench", "pool", "--node", "127.0.0.1:1"}, // needs --switch
+	} {
+		if _, err := execute(t, bad...); err == nil {
+			t.Errorf("%v: no error", bad)
+		}
+	}
+}
