@@ -24,6 +24,7 @@ const (
 	KindVector   Kind = Kind(wire.OpVector)
 	KindNop      Kind = Kind(wire.OpNop)
 	KindControl  Kind = Kind(wire.OpControl) // request to a forwarding node (join, heartbeat...)
+	KindChain    Kind = Kind(wire.OpChain)   // chained instruction through memory nodes (pool accesses only)
 	// Group operations through a forwarding node.
 	KindAnycast   Kind = 0x20 // request to one member of a service group; Resp holds the reply
 	KindMulticast Kind = 0x21 // send Buf to every member of Group
@@ -127,6 +128,14 @@ type Op struct {
 	// congestion window it shares (the pool client uses the column).
 	Pool uint32
 	Lane uint16
+	// Chain (KindChain): the hops, each an op at a pool address of region
+	// Pool; ChainLen the vector bytes every hop works on. Buf is the data
+	// the chain starts with (nil if the first hop is a Load); Recv
+	// receives the data the last hop answers with (a Load or Apply last),
+	// ChainLen bytes, or is nil. Dtype and Alu apply to Apply and
+	// Accumulate hops.
+	Chain    []wire.ChainHop
+	ChainLen int
 	// Degraded (result): a pool write reached fewer replicas than its
 	// region keeps, because a memory node is dead.
 	Degraded bool

@@ -20,15 +20,15 @@ import (
 // (Config.PoolNode).
 //
 // Client reliability is per datagram: every request has its own id (the
-// header's MsgID), is resent after a retransmission timeout (RFC 6298
-// estimator, exponential backoff) until answered or until the op's deadline,
-// and answers are matched by id. Ids are never reused, so a late answer to
-// an abandoned request matches nothing. Reads are idempotent; memory nodes
-// answer duplicates of mutating requests from a reply cache
-// (memnode.Replies), so a resent WRITE, CAS, FETCHADD or VECTOR is applied
-// once. Congestion control is a window of requests in flight per lane
-// (Op.Lane: the pool client uses one per memory node), AIMD: +1 per window
-// answered, halved on a timeout.
+// header's MsgID), is resent under the same id after a retransmission
+// timeout (RFC 6298 estimator, exponential backoff) until answered or until
+// the op's deadline, and answers are matched by id. Ids are never reused,
+// so a late answer to an abandoned request matches nothing. Reads are
+// idempotent; memory nodes answer duplicates of mutating requests from a
+// reply cache (memnode.Replies), so a resent WRITE, CAS, FETCHADD or VECTOR
+// is applied once. Congestion control is a window of requests in flight per
+// lane (Op.Lane: the pool client uses one per memory node), delay-based
+// like TCP Vegas (poolLane.grow) and halved on a timeout.
 
 // PoolServe makes an endpoint a memory node of a pool.
 type PoolServe struct {
@@ -68,24 +68,29 @@ const (
 )
 
 type laneKey struct {
-	sw   netip.AddrPort
-	pool uint32
-	lane uint16
+	sw    netip.AddrPort
+	pool  uint32
+	lane  uint16
+	chain bool // chains cross many links: their RTT is not a single access's
 }
 
-// poolLane is one congestion window and its queue of ops waiting to send.
+// poolLane is one congestion window, its RTT estimator and its queue of
+// ops waiting to send.
 type poolLane struct {
 	cwnd, ssthresh float64
 	inflight       int
 	queue          []*poolOp
+	srtt, rttv     time.Duration
+	minRTT         time.Duration
 }
 
 type poolOp struct {
-	op   *Op
-	lane *poolLane
-	segs []poolSeg
-	next int // next segment to send for the first time
-	left int // segments not yet answered
+	op    *Op
+	chain []byte // KindChain: the encoded hop list and the first data
+	lane  *poolLane
+	segs  []poolSeg
+	next  int // next segment to send for the first time
+	left  int // segments not yet answered
 }
 
 type poolSeg struct {
@@ -105,8 +110,6 @@ type poolCore struct {
 	lanes map[laneKey]*poolLane
 	reqs  map[uint64]*poolOp // request id → op
 	ops   map[*Op]*poolOp
-	srtt  time.Duration
-	rttv  time.Duration
 	seg   int // payload bytes per request
 	next  time.Time
 
@@ -114,6 +117,8 @@ type poolCore struct {
 	serve   *PoolServe
 	node    *memnode.PoolNode
 	replies *memnode.Replies
+
+	chainBuf, fwd []byte // scratch of chain hops
 
 	raw   []netio.Datagram // datagrams to send at the next Poll
 	bufs  [][]byte         // free buffers
@@ -186,6 +191,10 @@ func (c *Core) postPool(now time.Time, op *Op) error {
 		}
 		n = len(op.Buf)
 	case KindCAS, KindFetchAdd:
+	case KindChain:
+		if err := c.checkChain(op); err != nil {
+			return err
+		}
 	default:
 		return fmt.Errorf("%w: kind %v at a pool address", ErrBadOp, op.Kind)
 	}
@@ -193,6 +202,9 @@ func (c *Core) postPool(now time.Time, op *Op) error {
 		return fmt.Errorf("%w: empty pool access", ErrBadOp)
 	}
 	po := &poolOp{op: op}
+	if op.Kind == KindChain {
+		po.chain = append(wire.AppendChain(nil, op.Chain), op.Buf...)
+	}
 	if n == 0 {
 		po.segs = []poolSeg{{}}
 	} else {
@@ -201,7 +213,7 @@ func (c *Core) postPool(now time.Time, op *Op) error {
 		}
 	}
 	po.left = len(po.segs)
-	k := laneKey{op.Peer, op.Pool, op.Lane}
+	k := laneKey{op.Peer, op.Pool, op.Lane, op.Kind == KindChain}
 	l := p.lanes[k]
 	if l == nil {
 		l = &poolLane{cwnd: poolInitWindow, ssthresh: poolMaxWindow}
@@ -212,6 +224,29 @@ func (c *Core) postPool(now time.Time, op *Op) error {
 	p.ops[op] = po
 	l.queue = append(l.queue, po)
 	c.pumpLane(now, l)
+	return nil
+}
+
+// checkChain checks a chain op before it is posted.
+func (c *Core) checkChain(op *Op) error {
+	n, k := op.ChainLen, len(op.Chain)
+	switch {
+	case k == 0 || k > wire.MaxChainHops:
+		return fmt.Errorf("%w: chain of %d hops (want 1 to %d)", ErrBadOp, k, wire.MaxChainHops)
+	case n <= 0 || k*wire.ChainHopLen+n > c.pool.seg:
+		return fmt.Errorf("%w: chain of %d hops over %d bytes: more than one %d-byte datagram", ErrBadOp, k, n, c.pool.seg)
+	case (op.Chain[0].Op == wire.ChainLoad) != (op.Buf == nil):
+		return fmt.Errorf("%w: a chain starts with a load or with data, not both", ErrBadOp)
+	case op.Buf != nil && len(op.Buf) != n:
+		return fmt.Errorf("%w: chain data of %d bytes, ChainLen %d", ErrBadOp, len(op.Buf), n)
+	case op.Recv != nil && len(op.Recv) != n:
+		return fmt.Errorf("%w: chain result buffer of %d bytes, ChainLen %d", ErrBadOp, len(op.Recv), n)
+	}
+	for i, h := range op.Chain {
+		if h.Op == 0 || h.Op > wire.ChainAccumulate || (i > 0 && h.Op == wire.ChainLoad) {
+			return fmt.Errorf("%w: chain hop %d: op %v", ErrBadOp, i, h.Op)
+		}
+	}
 	return nil
 }
 
@@ -242,7 +277,7 @@ func (c *Core) sendSeg(now time.Time, po *poolOp, i int) {
 		p.stats.Retransmits++
 	} else {
 		po.lane.inflight++
-		s.rto = p.rto()
+		s.rto = po.lane.rto()
 		p.seq++
 		s.id = p.seq
 		p.reqs[s.id] = po
@@ -268,17 +303,27 @@ func (c *Core) sendSeg(now time.Time, po *poolOp, i int) {
 		h.Operand1, h.Operand2 = op.Compare, op.Swap
 	case KindFetchAdd:
 		h.Operand1 = op.Add
+	case KindChain:
+		h.Operand1, h.Operand2 = uint64(op.ChainLen), uint64(len(op.Chain))
+		h.Dtype, h.Alu = op.Dtype, op.Alu
+		h.Addr = 0
+		payload = po.chain
 	}
 	h.MsgLen = uint32(len(payload))
 	c.queueRaw(op.Peer, &h, payload)
 	p.stats.Requests++
 }
 
-func (p *poolCore) rto() time.Duration {
-	if p.srtt == 0 {
+// rto is the lane's retransmission timeout: RFC 6298's srtt + 4 rttvar,
+// but at least twice srtt. The floor matters: a resent request costs a
+// whole request (a chain, all its hops), and with steady delays rttvar
+// decays to nothing, so one more packet queued anywhere would otherwise
+// fire a spurious timeout.
+func (l *poolLane) rto() time.Duration {
+	if l.srtt == 0 {
 		return poolInitRTO
 	}
-	return min(max(p.srtt+4*p.rttv, poolMinRTO), poolMaxRTO)
+	return min(max(l.srtt+4*l.rttv, 2*l.srtt, poolMinRTO), poolMaxRTO)
 }
 
 // queueRaw encodes a datagram for the next Poll. It reports false (and
@@ -354,6 +399,12 @@ func (c *Core) onPoolResponse(now time.Time, from netip.AddrPort, h *wire.Header
 			op.fail(ErrShortRead)
 		case op.Kind == KindRead:
 			copy(op.Buf[s.off:], payload)
+		case op.Kind == KindChain && len(payload) > 0:
+			if len(payload) != len(op.Recv) {
+				op.fail(ErrShortRead)
+			} else {
+				copy(op.Recv, payload)
+			}
 		default:
 			op.Old = h.Operand1
 		}
@@ -368,14 +419,9 @@ func (c *Core) onPoolResponse(now time.Time, from netip.AddrPort, h *wire.Header
 	l := po.lane
 	l.inflight--
 	if s.tries == 1 {
-		p.sample(now.Sub(s.sent))
+		l.sample(now.Sub(s.sent))
 	}
-	if l.cwnd < l.ssthresh {
-		l.cwnd++
-	} else {
-		l.cwnd += 1 / l.cwnd
-	}
-	l.cwnd = min(l.cwnd, poolMaxWindow)
+	l.grow()
 	if op.Err != nil || po.left == 0 {
 		c.finish(op)
 	}
@@ -391,18 +437,52 @@ func (po *poolOp) find(id uint64) int {
 	panic("endpoint: pool request id not in its op")
 }
 
-// sample updates the RTT estimator (RFC 6298).
-func (p *poolCore) sample(rtt time.Duration) {
-	if p.srtt == 0 {
-		p.srtt, p.rttv = rtt, rtt/2
+// sample updates the lane's RTT estimator (RFC 6298) and its minimum.
+func (l *poolLane) sample(rtt time.Duration) {
+	if l.minRTT == 0 || rtt < l.minRTT {
+		l.minRTT = rtt
+	}
+	if l.srtt == 0 {
+		l.srtt, l.rttv = rtt, rtt/2
 		return
 	}
-	d := p.srtt - rtt
+	d := l.srtt - rtt
 	if d < 0 {
 		d = -d
 	}
-	p.rttv = (3*p.rttv + d) / 4
-	p.srtt = (7*p.srtt + rtt) / 8
+	l.rttv = (3*l.rttv + d) / 4
+	l.srtt = (7*l.srtt + rtt) / 8
+}
+
+// Vegas bounds: the requests a lane may keep queued in the network
+// (cwnd × (1 − minRTT/srtt)) before its window stops growing, and shrinks.
+const (
+	poolQueueLow  = 2
+	poolQueueHigh = 8
+)
+
+// grow adapts the window after an answer, Vegas-style: it grows (by one
+// per answer in slow start, one per window after) while fewer than
+// poolQueueLow of the lane's requests wait in queues, and shrinks by one
+// per window beyond poolQueueHigh, leaving slow start. Keeping the queues
+// short keeps the RTT, and so the retransmission timer, honest: a window
+// that filled the queues would make the RTT outgrow the timer and every
+// request be sent twice.
+func (l *poolLane) grow() {
+	queued := 0.0
+	if l.srtt > 0 && l.minRTT > 0 {
+		queued = l.cwnd * (1 - float64(l.minRTT)/float64(l.srtt))
+	}
+	switch {
+	case queued > poolQueueHigh:
+		l.ssthresh = min(l.ssthresh, l.cwnd)
+		l.cwnd = max(2, l.cwnd-1/l.cwnd)
+	case queued < poolQueueLow && l.cwnd < l.ssthresh:
+		l.cwnd++
+	case queued < poolQueueLow:
+		l.cwnd += 1 / l.cwnd
+	}
+	l.cwnd = min(l.cwnd, poolMaxWindow)
 }
 
 // finishPool releases a finished pool op's requests and window share.
@@ -496,11 +576,15 @@ func (c *Core) servePool(now time.Time, from netip.AddrPort, h *wire.Header, pay
 		p.stats.Dropped++
 		return
 	}
+	if h.Op == wire.OpChain {
+		c.serveChain(now, client, h, payload)
+		return
+	}
 	var res memnode.Result
 	mut := memnode.Mutating(h.Op)
 	cached := false
 	if mut {
-		res, cached = p.replies.Lookup(now, client, h.MsgID)
+		res, cached = p.replies.Lookup(now, client, h.MsgID, 0)
 	}
 	switch {
 	case cached:
@@ -511,7 +595,7 @@ func (c *Core) servePool(now time.Time, from netip.AddrPort, h *wire.Header, pay
 		h.Offset = 0 // a pool request is one datagram
 		res = p.node.Exec(h, payload)
 		if mut {
-			p.replies.Add(now, client, h.MsgID, res)
+			p.replies.Add(now, client, h.MsgID, 0, res)
 		}
 	}
 	if res.Status == wire.StatusOK {
@@ -568,4 +652,64 @@ func (c *Core) servePoolControl(d *transport.Delivery) bool {
 		c.stats.ResponsesDropped++
 	}
 	return true
+}
+
+// serveChain executes the current hop of a chain and passes the packet to
+// the switch for the next hop, or answers the client after the last.
+func (c *Core) serveChain(now time.Time, client netip.AddrPort, h *wire.Header, payload []byte) {
+	p := &c.pool
+	answer := func(st wire.Status, data []byte) {
+		if st == wire.StatusOK {
+			p.stats.Served++
+		} else {
+			p.stats.Refused++
+		}
+		rh := wire.Header{Version: wire.Version, Op: wire.OpChain, Mode: wire.ModePool, Flags: wire.FlagResp,
+			Group: h.Group, MsgID: h.MsgID, Status: st, Copies: h.Copies, MsgLen: uint32(len(data))}
+		c.queueRaw(client, &rh, data)
+	}
+	hops, data, err := wire.SplitChain(h, payload)
+	if err != nil {
+		answer(wire.StatusBadOperand, nil)
+		return
+	}
+	hop := wire.ChainHopAt(hops, int(h.Hop))
+	var res memnode.Result
+	out := data
+	cached := false
+	if hop.Op.Mutates() {
+		res, cached = p.replies.Lookup(now, client, h.MsgID, h.Hop)
+	}
+	if cached {
+		// Applied before: pass the same data on, do not apply it again.
+		p.stats.Duplicates++
+	} else {
+		res, out = p.node.ExecHop(h, hop.Op, data, p.chainBuf)
+		if hop.Op == wire.ChainLoad || hop.Op == wire.ChainApply {
+			p.chainBuf = out
+		}
+		if hop.Op.Mutates() {
+			p.replies.Add(now, client, h.MsgID, h.Hop, res)
+		}
+	}
+	if res.Status != wire.StatusOK {
+		answer(res.Status, nil)
+		return
+	}
+	if int(h.Hop)+1 == len(hops)/wire.ChainHopLen {
+		if hop.Op.Mutates() {
+			out = nil
+		}
+		answer(wire.StatusOK, out)
+		return
+	}
+	fh := wire.Header{Version: wire.Version, Op: wire.OpChain, Mode: wire.ModePool, Flags: wire.FlagReplyTo,
+		Group: h.Group, Key: h.Key, MsgID: h.MsgID, Hop: h.Hop + 1, Operand1: h.Operand1, Operand2: h.Operand2,
+		Dtype: h.Dtype, Alu: h.Alu}
+	b := append(append(p.fwd[:0], hops...), out...)
+	b = wire.AppendReplyTo(b, client)
+	p.fwd = b
+	fh.MsgLen = uint32(len(b))
+	c.queueRaw(p.serve.Switch, &fh, b)
+	p.stats.Served++
 }

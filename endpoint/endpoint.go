@@ -363,3 +363,11 @@ func (r *Remote) FetchAdd(ctx context.Context, key, addr, delta uint64) (uint64,
 func (r *Remote) Apply(ctx context.Context, key, addr uint64, dt wire.Dtype, alu wire.Alu, data []byte) error {
 	return r.ep.Do(ctx, &Op{Kind: KindVector, Peer: r.addr, Key: key, Addr: addr, Buf: data, Dtype: dt, Alu: alu})
 }
+
+// PoolSegment is the most bytes one pool request carries or reads (its
+// payload, hop list included for chains).
+func (ep *Endpoint) PoolSegment() int {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.core.PoolSegment()
+}

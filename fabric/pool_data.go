@@ -166,6 +166,10 @@ func poolAccess(h *wire.Header, payload []byte) (memnode.Perm, uint64, bool) {
 // node(s), or answers it with the reason it is refused.
 func (s *Switch) poolForward(from netip.AddrPort, h *wire.Header, payload []byte) {
 	s.stats.PoolIn++
+	if h.Op == wire.OpChain && h.Flags&wire.FlagResp == 0 && h.Copies == 0 {
+		s.chainForward(from, h, payload)
+		return
+	}
 	if h.Flags&(wire.FlagResp|wire.FlagReplyTo) != 0 || h.Copies != 0 {
 		// Responses and forwarded requests go from memory nodes to
 		// clients, never to the switch.
@@ -250,6 +254,90 @@ func (s *Switch) poolForward(from netip.AddrPort, h *wire.Header, payload []byte
 		if s.forwardShared(b, t.Node.Addr) {
 			s.stats.PoolOut++
 		}
+	}
+}
+
+// chainForward sends a chain packet to the memory node of its current
+// hop: from the client (hop 0) or from the memory node that did the hop
+// before (carrying the client's address).
+func (s *Switch) chainForward(from netip.AddrPort, h *wire.Header, payload []byte) {
+	client, body := from, payload
+	if h.Flags&wire.FlagReplyTo != 0 {
+		var err error
+		if s.mmu.byAddr[from] == nil {
+			s.stats.Spoofed++ // only memory nodes pass chains on
+			return
+		}
+		if body, client, err = wire.SplitReplyTo(payload); err != nil {
+			s.stats.Malformed++
+			return
+		}
+	} else if h.Hop != 0 {
+		s.poolRefuse(from, h, wire.StatusBadOperand)
+		return
+	}
+	if h.Flags&wire.FlagAuth != 0 {
+		s.poolRefuse(client, h, wire.StatusUnknownOp)
+		return
+	}
+	hops, _, err := wire.SplitChain(h, body)
+	if err != nil || len(hops)+int(h.Operand1)+wire.ReplyToLen > wire.MaxPayload {
+		s.poolRefuse(client, h, wire.StatusBadOperand)
+		return
+	}
+	hop := wire.ChainHopAt(hops, int(h.Hop))
+	need := memnode.PermRead
+	switch hop.Op {
+	case wire.ChainStore:
+		need = memnode.PermWrite
+	case wire.ChainAccumulate:
+		need = memnode.PermVector
+	}
+	r, err := s.mmu.Region(h.Group, h.Key)
+	switch {
+	case err != nil || !r.Ready:
+		s.poolRefuse(client, h, wire.StatusBadKey)
+		return
+	case r.Layout.Replicas > 1:
+		// A chain has one path; replicated regions would need it twice.
+		s.poolRefuse(client, h, wire.StatusBadOperand)
+		return
+	}
+	s.tgt, err = s.mmu.Translate(h.Group, h.Key, need, hop.Addr, h.Operand1, 0, s.tgt[:0])
+	if err != nil {
+		var st wire.Status
+		if !errors.As(err, &st) {
+			st = wire.StatusBadOperand
+		}
+		s.poolRefuse(client, h, st)
+		return
+	}
+	if len(s.tgt) != 1 {
+		s.poolRefuse(client, h, wire.StatusBadOperand) // crosses a stripe
+		return
+	}
+	t := s.tgt[0]
+	if !t.Node.Alive {
+		s.poolRefuse(client, h, wire.StatusMemberDead)
+		return
+	}
+	fh := *h
+	fh.Addr = t.Addr
+	fh.Flags |= wire.FlagReplyTo
+	fh.Copies = 1
+	fh.Offset = 0
+	fh.Len = uint16(len(body) + wire.ReplyToLen)
+	fh.MsgLen = uint32(fh.Len)
+	b := s.fwdBuf(wire.HeaderLen + int(fh.Len))
+	if b == nil {
+		return
+	}
+	fh.Encode(b)
+	copy(b[wire.HeaderLen:], body)
+	wire.AppendReplyTo(b[:wire.HeaderLen+len(body)], client)
+	wire.Seal(b)
+	if s.forwardShared(b, t.Node.Addr) {
+		s.stats.PoolOut++
 	}
 }
 

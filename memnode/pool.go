@@ -130,6 +130,52 @@ func (p *PoolNode) Exec(h *wire.Header, payload []byte) Result {
 	return p.store.Exec(&lh, payload)
 }
 
+// ExecHop executes hop op of a chain (wire.OpChain) at node-local address
+// h.Addr of pool region h.Group with key h.Key, on data (nil before a
+// Load), with the grant checks of Exec. It returns the result and the data
+// the packet carries on: Load and Apply write it into dst's backing array
+// (grown as needed), Store and Accumulate pass data on unchanged. Apply
+// computes data[i] = Alu(data[i], memory[i]) with Accumulate's rules
+// (Dtype F32, F64, I32 or I64; Alu Add, Min or Max; n a multiple of the
+// element size, Addr aligned to it).
+func (p *PoolNode) ExecHop(h *wire.Header, op wire.ChainOp, data, dst []byte) (Result, []byte) {
+	lh := wire.Header{Group: h.Group, Key: h.Key, Addr: h.Addr, Dtype: h.Dtype, Alu: h.Alu}
+	switch op {
+	case wire.ChainLoad:
+		lh.Op, lh.Operand1 = wire.OpRead, h.Operand1
+		r := p.Exec(&lh, nil)
+		if r.Status != wire.StatusOK {
+			return r, nil
+		}
+		return Result{}, append(dst[:0], r.Data...)
+	case wire.ChainApply:
+		es := h.Dtype.Size()
+		switch {
+		case es == 0 || len(data)%es != 0:
+			return Result{Status: wire.StatusBadOperand}, nil
+		case h.Alu != wire.AluAdd && h.Alu != wire.AluMin && h.Alu != wire.AluMax:
+			return Result{Status: wire.StatusUnknownOp}, nil
+		case h.Addr%uint64(es) != 0:
+			return Result{Status: wire.StatusMisaligned}, nil
+		}
+		lh.Op, lh.Operand1 = wire.OpRead, uint64(len(data))
+		r := p.Exec(&lh, nil)
+		if r.Status != wire.StatusOK {
+			return r, nil
+		}
+		dst = append(dst[:0], data...)
+		vector(dst, r.Data, h.Dtype, h.Alu)
+		return Result{}, dst
+	case wire.ChainStore:
+		lh.Op = wire.OpWrite
+		return p.Exec(&lh, data), data
+	case wire.ChainAccumulate:
+		lh.Op = wire.OpVector
+		return p.Exec(&lh, data), data
+	}
+	return Result{Status: wire.StatusUnknownOp}, nil
+}
+
 // Replies remembers the results of mutating pool requests (WRITE, CAS,
 // FETCHADD, VECTOR) by (client, request id), so that a retransmitted
 // request is answered from memory instead of applied twice, and a late
@@ -151,6 +197,7 @@ type Replies struct {
 type replyKey struct {
 	client netip.AddrPort
 	id     uint64
+	hop    uint8
 }
 
 type reply struct {
@@ -173,21 +220,23 @@ func Mutating(op wire.Opcode) bool {
 	return false
 }
 
-// Lookup returns the remembered result of client's request id.
-func (c *Replies) Lookup(now time.Time, client netip.AddrPort, id uint64) (Result, bool) {
-	r, ok := c.m[replyKey{client, id}]
+// Lookup returns the remembered result of client's request id (at chain
+// hop hop; 0 for other requests).
+func (c *Replies) Lookup(now time.Time, client netip.AddrPort, id uint64, hop uint8) (Result, bool) {
+	r, ok := c.m[replyKey{client, id, hop}]
 	if !ok || now.Sub(r.at) > c.ttl {
 		return Result{}, false
 	}
 	return r.res, true
 }
 
-// Add remembers res (its Status and Old) for client's request id.
-func (c *Replies) Add(now time.Time, client netip.AddrPort, id uint64, res Result) {
+// Add remembers res (its Status and Old) for client's request id (at chain
+// hop hop).
+func (c *Replies) Add(now time.Time, client netip.AddrPort, id uint64, hop uint8, res Result) {
 	if len(c.ring) == 0 {
 		return
 	}
-	k := replyKey{client, id}
+	k := replyKey{client, id, hop}
 	if _, ok := c.m[k]; ok {
 		return
 	}

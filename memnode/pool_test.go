@@ -112,24 +112,67 @@ func TestReplies(t *testing.T) {
 	c := NewReplies(3, time.Second)
 	a := netip.MustParseAddrPort("10.0.0.1:5")
 	b := netip.MustParseAddrPort("10.0.0.2:5")
-	c.Add(t0, a, 1, Result{Old: 41})
-	c.Add(t0, b, 1, Result{Status: wire.StatusOutOfBounds})
-	if r, ok := c.Lookup(t0, a, 1); !ok || r.Old != 41 {
+	c.Add(t0, a, 1, 0, Result{Old: 41})
+	c.Add(t0, b, 1, 0, Result{Status: wire.StatusOutOfBounds})
+	if r, ok := c.Lookup(t0, a, 1, 0); !ok || r.Old != 41 {
 		t.Fatal("lost a's reply")
 	}
-	if r, ok := c.Lookup(t0, b, 1); !ok || r.Status != wire.StatusOutOfBounds {
+	if r, ok := c.Lookup(t0, b, 1, 0); !ok || r.Status != wire.StatusOutOfBounds {
 		t.Fatal("lost b's reply")
 	}
-	if _, ok := c.Lookup(t0.Add(2*time.Second), a, 1); ok {
+	if _, ok := c.Lookup(t0.Add(2*time.Second), a, 1, 0); ok {
 		t.Fatal("an entry outlived its TTL")
 	}
-	c.Add(t0, a, 2, Result{})
-	c.Add(t0, a, 3, Result{}) // pushes out (a, 1) before its TTL
-	if _, ok := c.Lookup(t0, a, 1); ok || c.Len() != 3 || c.Evicted() != 1 {
+	c.Add(t0, a, 2, 0, Result{})
+	c.Add(t0, a, 3, 0, Result{}) // pushes out (a, 1) before its TTL
+	if _, ok := c.Lookup(t0, a, 1, 0); ok || c.Len() != 3 || c.Evicted() != 1 {
 		t.Fatalf("capacity bound: len %d evicted %d", c.Len(), c.Evicted())
 	}
-	c.Add(t0.Add(5*time.Second), a, 4, Result{}) // pushes out an expired entry: not counted
+	c.Add(t0.Add(5*time.Second), a, 4, 0, Result{}) // pushes out an expired entry: not counted
 	if c.Evicted() != 1 {
 		t.Fatalf("expired entry counted as evicted")
+	}
+}
+
+func TestPoolNodeExecHop(t *testing.T) {
+	p, mem := newPoolNode(t, 1024)
+	if err := p.Grant(Grant{Region: 3, Key: 33, Perm: PermRead | PermWrite | PermVector, Base: 256, Len: 512}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		binary.LittleEndian.PutUint64(mem[256+8*i:], uint64(10*i))
+	}
+	h := wire.Header{Group: 3, Key: 33, Addr: 256, Operand1: 32, Dtype: wire.DtypeI64, Alu: wire.AluAdd}
+	r, data := p.ExecHop(&h, wire.ChainLoad, nil, nil)
+	if r.Status != wire.StatusOK || len(data) != 32 || binary.LittleEndian.Uint64(data[8:]) != 10 {
+		t.Fatalf("load: %v %x", r.Status, data)
+	}
+	r, data2 := p.ExecHop(&h, wire.ChainApply, data, nil)
+	if r.Status != wire.StatusOK || binary.LittleEndian.Uint64(data2[24:]) != 60 || binary.LittleEndian.Uint64(mem[256+24:]) != 30 {
+		t.Fatalf("apply: %v, memory must not change", r.Status)
+	}
+	h.Addr = 512
+	if r, out := p.ExecHop(&h, wire.ChainStore, data2, nil); r.Status != wire.StatusOK || &out[0] != &data2[0] || binary.LittleEndian.Uint64(mem[512+24:]) != 60 {
+		t.Fatalf("store: %v", r.Status)
+	}
+	if r, _ := p.ExecHop(&h, wire.ChainAccumulate, data2, nil); r.Status != wire.StatusOK || binary.LittleEndian.Uint64(mem[512+24:]) != 120 {
+		t.Fatalf("accumulate: %v", r.Status)
+	}
+	for _, c := range []struct {
+		name string
+		h    wire.Header
+		op   wire.ChainOp
+		want wire.Status
+	}{
+		{"apply without dtype", wire.Header{Group: 3, Key: 33, Addr: 256, Alu: wire.AluAdd}, wire.ChainApply, wire.StatusBadOperand},
+		{"apply with prod", wire.Header{Group: 3, Key: 33, Addr: 256, Dtype: wire.DtypeI64, Alu: wire.AluProd}, wire.ChainApply, wire.StatusUnknownOp},
+		{"apply misaligned", wire.Header{Group: 3, Key: 33, Addr: 260, Dtype: wire.DtypeI64, Alu: wire.AluAdd}, wire.ChainApply, wire.StatusMisaligned},
+		{"apply outside the grant", wire.Header{Group: 3, Key: 33, Addr: 768, Dtype: wire.DtypeI64, Alu: wire.AluAdd}, wire.ChainApply, wire.StatusOutOfBounds},
+		{"load with a wrong key", wire.Header{Group: 3, Key: 34, Addr: 256, Operand1: 8}, wire.ChainLoad, wire.StatusBadKey},
+		{"unknown op", wire.Header{Group: 3, Key: 33, Addr: 256}, 9, wire.StatusUnknownOp},
+	} {
+		if r, _ := p.ExecHop(&c.h, c.op, data, nil); r.Status != c.want {
+			t.Errorf("%s: %v, want %v", c.name, r.Status, c.want)
+		}
 	}
 }

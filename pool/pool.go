@@ -303,3 +303,147 @@ func (r *Region) transferOp(ctx context.Context, tmpl *endpoint.Op, p []byte, of
 	}
 	return nil
 }
+
+// ChainChunks cuts a chain over n bytes at every hop address in addrs
+// into chunk lengths such that each chunk lies inside one stripe at every
+// hop and holds at most max bytes (rounded down to a multiple of align,
+// the element size). The chunks cover n in order.
+func ChainChunks(l fabric.Layout, addrs []uint64, n, max, align int) ([]int, error) {
+	if align <= 0 || max < align {
+		return nil, fmt.Errorf("pool: chain chunk of at most %d bytes cannot hold a %d-byte element", max, align)
+	}
+	max -= max % align
+	var out []int
+	for off := 0; off < n; {
+		c := min(max, n-off)
+		for _, a := range addrs {
+			pos := a + uint64(off)
+			if room := l.Stripe - pos%l.Stripe; uint64(c) > room {
+				c = int(room)
+			}
+		}
+		if c < n-off {
+			c -= c % align
+		}
+		if c <= 0 {
+			return nil, fmt.Errorf("pool: chain hops at %v are not aligned to %d-byte elements at stripe boundaries", addrs, align)
+		}
+		out = append(out, c)
+		off += c
+	}
+	return out, nil
+}
+
+// Chain runs hops over n bytes: chunk by chunk (cut at stripe boundaries
+// and datagram size), each chunk one chained instruction that visits the
+// memory nodes of the hops' addresses in order, with no host in between.
+// in is the data the chain starts with (nil when the first hop is a
+// Load); out, if not nil, receives the data the last hop answers with
+// (when it is a Load or an Apply). dt and alu apply to Apply and
+// Accumulate hops. A chunk that is lost is resent whole; memory nodes
+// answer a resent Store or Accumulate from their reply cache, so none is
+// applied twice.
+func (r *Region) Chain(ctx context.Context, hops []wire.ChainHop, n int, dt wire.Dtype, alu wire.Alu, in, out []byte) error {
+	if n <= 0 || (in != nil && len(in) != n) || (out != nil && len(out) != n) || len(hops) == 0 || len(hops) > wire.MaxChainHops {
+		return fmt.Errorf("pool: chain of %d hops over %d bytes (in %d, out %d): %w", len(hops), n, len(in), len(out), endpoint.ErrBadOp)
+	}
+	addrs := make([]uint64, len(hops))
+	for i, h := range hops {
+		if h.Addr > uint64(r.Size()) || uint64(n) > uint64(r.Size())-h.Addr {
+			return fmt.Errorf("pool: chain hop %d at %d: %w", i, h.Addr, wire.StatusOutOfBounds)
+		}
+		addrs[i] = h.Addr
+	}
+	align := max(dt.Size(), 1)
+	chunks, err := ChainChunks(r.layout, addrs, n, r.c.ep.PoolSegment()-len(hops)*wire.ChainHopLen, align)
+	if err != nil {
+		return err
+	}
+	window := min(r.c.opts.Window, len(chunks))
+	done := make(chan *endpoint.Op, window)
+	ops := make([]endpoint.Op, window)
+	slotOf := make(map[*endpoint.Op]int, window)
+	free := make([]int, 0, window)
+	for i := range ops {
+		free = append(free, i)
+		slotOf[&ops[i]] = i
+	}
+	hopBufs := make([][]wire.ChainHop, window)
+	for i := range hopBufs {
+		hopBufs[i] = make([]wire.ChainHop, len(hops))
+	}
+	var first error
+	ctxDone := ctx.Done()
+	inflight, next, off := 0, 0, 0
+	for next < len(chunks) || inflight > 0 {
+		for first == nil && next < len(chunks) && len(free) > 0 {
+			slot := free[len(free)-1]
+			free = free[:len(free)-1]
+			op := &ops[slot]
+			hs := hopBufs[slot]
+			for i, h := range hops {
+				hs[i] = wire.ChainHop{Addr: h.Addr + uint64(off), Op: h.Op}
+			}
+			c := chunks[next]
+			lane := 0
+			if es, err := r.layout.Extents(hs[0].Addr, 1, 0, nil); err == nil && len(es) == 1 {
+				lane = es[0].Column
+			}
+			*op = endpoint.Op{Kind: endpoint.KindChain, Peer: r.c.addr, Pool: r.spec.Region, Key: r.key, Lane: uint16(lane),
+				Chain: hs, ChainLen: c, Dtype: dt, Alu: alu}
+			if in != nil {
+				op.Buf = in[off : off+c]
+			}
+			if out != nil {
+				op.Recv = out[off : off+c]
+			}
+			if err := r.c.ep.Start(op, done); err != nil {
+				first = err
+				free = append(free, slot)
+				break
+			}
+			inflight++
+			next++
+			off += c
+		}
+		if inflight == 0 {
+			break
+		}
+		select {
+		case op := <-done:
+			inflight--
+			if op.Err != nil && first == nil {
+				first = op.Err
+			}
+			free = append(free, slotOf[op])
+		case <-ctxDone:
+			ctxDone = nil
+			if first == nil {
+				first = ctx.Err()
+			}
+			for i := range ops {
+				r.c.ep.Cancel(&ops[i])
+			}
+		}
+	}
+	if first != nil {
+		return fmt.Errorf("pool: region %d: chain: %w", r.spec.Region, first)
+	}
+	return nil
+}
+
+// Reduce combines the n-byte vectors at srcs element-wise with alu (as dt
+// elements) and stores the result at dst, in one chain per chunk through
+// the memory nodes that hold them: Load srcs[0], Apply each other source,
+// Store at dst. No host touches the data.
+func (r *Region) Reduce(ctx context.Context, dst uint64, srcs []uint64, n int, dt wire.Dtype, alu wire.Alu) error {
+	if len(srcs) == 0 || len(srcs)+1 > wire.MaxChainHops {
+		return fmt.Errorf("pool: reduce of %d sources (want 1 to %d): %w", len(srcs), wire.MaxChainHops-1, endpoint.ErrBadOp)
+	}
+	hops := []wire.ChainHop{{Addr: srcs[0], Op: wire.ChainLoad}}
+	for _, s := range srcs[1:] {
+		hops = append(hops, wire.ChainHop{Addr: s, Op: wire.ChainApply})
+	}
+	hops = append(hops, wire.ChainHop{Addr: dst, Op: wire.ChainStore})
+	return r.Chain(ctx, hops, n, dt, alu, nil, nil)
+}

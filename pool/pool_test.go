@@ -3,6 +3,7 @@ package pool_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -139,5 +140,86 @@ func TestReadWriteUDP(t *testing.T) {
 	z := make([]byte, r2.Size())
 	if _, err := r2.ReadAt(z, 0); err != nil || !bytes.Equal(z, make([]byte, len(z))) {
 		t.Fatalf("reused memory not scrubbed (err %v)", err)
+	}
+}
+
+// TestChainUDP reduces vectors held on four memory nodes with chained
+// instructions over loopback, returns a chain's result to the client, and
+// accumulates client data into memory.
+func TestChainUDP(t *testing.T) {
+	c, _ := testPool(t, 4, 4<<20)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 256 << 10
+	// One vector per stripe: source k on node k, the result on node 0.
+	r, err := c.Alloc(ctx, 5*n, pool.AllocOptions{Stripe: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]int64, n/8)
+	rng := rand.New(rand.NewPCG(5, 6))
+	var srcs []uint64
+	for k := range 4 {
+		v := make([]byte, n)
+		for i := range want {
+			x := int64(rng.Uint64())
+			binary.LittleEndian.PutUint64(v[8*i:], uint64(x))
+			want[i] += x
+		}
+		if _, err := r.WriteAt(v, int64(k*n)); err != nil {
+			t.Fatal(err)
+		}
+		srcs = append(srcs, uint64(k*n))
+	}
+	if err := r.Reduce(ctx, 4*n, srcs, n, wire.DtypeI64, wire.AluAdd); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, n)
+	if _, err := r.ReadAt(got, 4*n); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range want {
+		if g := int64(binary.LittleEndian.Uint64(got[8*i:])); g != w {
+			t.Fatalf("element %d: %d, want %d", i, g, w)
+		}
+	}
+	// A chain that returns its data: max of sources 0 and 1, unaligned
+	// to stripes (chunks cut at both hops' stripe boundaries).
+	out := make([]byte, 100<<10)
+	hops := []wire.ChainHop{{Addr: 1000 * 8, Op: wire.ChainLoad}, {Addr: n + 3000*8, Op: wire.ChainApply}}
+	if err := r.Chain(ctx, hops, len(out), wire.DtypeI64, wire.AluMax, nil, out); err != nil {
+		t.Fatal(err)
+	}
+	a, b := make([]byte, len(out)), make([]byte, len(out))
+	r.ReadAt(a, 1000*8)
+	r.ReadAt(b, n+3000*8)
+	for i := 0; i < len(out); i += 8 {
+		x, y := int64(binary.LittleEndian.Uint64(a[i:])), int64(binary.LittleEndian.Uint64(b[i:]))
+		if g := int64(binary.LittleEndian.Uint64(out[i:])); g != max(x, y) {
+			t.Fatalf("max element %d: %d, want %d", i/8, g, max(x, y))
+		}
+	}
+	// Client data accumulated into memory by the chain's only hop.
+	ones := make([]byte, 4096)
+	for i := 0; i < len(ones); i += 8 {
+		binary.LittleEndian.PutUint64(ones[i:], 1)
+	}
+	if err := r.Chain(ctx, []wire.ChainHop{{Addr: 4 * n, Op: wire.ChainAccumulate}}, len(ones), wire.DtypeI64, wire.AluAdd, ones, nil); err != nil {
+		t.Fatal(err)
+	}
+	r.ReadAt(got[:8], 4*n)
+	if g := int64(binary.LittleEndian.Uint64(got)); g != want[0]+1 {
+		t.Fatalf("accumulate: %d, want %d", g, want[0]+1)
+	}
+	// Refusals: a hop out of range, a replicated region.
+	if err := r.Reduce(ctx, 5*n-8, srcs, n, wire.DtypeI64, wire.AluAdd); !errors.Is(err, wire.StatusOutOfBounds) {
+		t.Fatalf("reduce past the end: %v", err)
+	}
+	rep, err := c.Alloc(ctx, 1<<20, pool.AllocOptions{Replicas: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Reduce(ctx, 0, []uint64{4096}, 64, wire.DtypeI64, wire.AluAdd); !errors.Is(err, wire.StatusBadOperand) {
+		t.Fatalf("chain on a replicated region: %v", err)
 	}
 }

@@ -38,6 +38,7 @@ const (
 	OpControl  Opcode = 0x08 // control request to a forwarding node (join, leave, heartbeat...); payload in package fabric
 	OpEvent    Opcode = 0x09 // notification from a forwarding node (e.g. a member died); Status and Operand1 say what
 	OpData     Opcode = 0x0a // group data: multicast payload, aggregation contribution or result
+	OpChain    Opcode = 0x0b // chained instruction through memory nodes (pool mode only): see ChainHop
 	OpAck      Opcode = 0x10 // ACK/SACK frame in the payload
 	OpNack     Opcode = 0x11 // ACK frame that also requests immediate retransmission of the gaps
 )
@@ -45,7 +46,7 @@ const (
 var opNames = [...]string{
 	OpInvalid: "invalid", OpWrite: "write", OpRead: "read", OpCAS: "cas",
 	OpFetchAdd: "fadd", OpVector: "vector", OpSend: "send", OpNop: "nop",
-	OpControl: "control", OpEvent: "event", OpData: "data",
+	OpControl: "control", OpEvent: "event", OpData: "data", OpChain: "chain",
 	OpAck: "ack", OpNack: "nack",
 }
 
@@ -58,7 +59,7 @@ func (o Opcode) String() string {
 
 // IsData reports whether packets with this opcode are reliably delivered
 // data (requests or responses), as opposed to transport control frames.
-func (o Opcode) IsData() bool { return o >= OpWrite && o <= OpData }
+func (o Opcode) IsData() bool { return o >= OpWrite && o <= OpChain }
 
 // Mode is the delivery mode of a packet. Only ModeUnicast is carried end to
 // end today; the others are interpreted by a forwarding node (see
@@ -406,8 +407,11 @@ func (h *Header) validate() error {
 	if h.Flags&FlagReplyTo != 0 && (h.Mode != ModePool || h.Len < ReplyToLen) {
 		return ErrFlags
 	}
-	if h.Hop != 0 || h.Reserved2 != 0 || (h.Copies != 0 && h.Mode != ModePool) {
+	if h.Reserved2 != 0 || (h.Copies != 0 && h.Mode != ModePool) || (h.Hop != 0 && h.Op != OpChain) {
 		return ErrReserved
+	}
+	if h.Op == OpChain && h.Mode != ModePool {
+		return ErrMode
 	}
 	if h.Op.IsData() {
 		if uint64(h.Offset)+uint64(h.Len) > uint64(h.MsgLen) {

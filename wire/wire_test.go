@@ -234,3 +234,44 @@ func TestReplyTo(t *testing.T) {
 		t.Fatalf("pool request with reply-to: %v", err)
 	}
 }
+
+func TestSplitChain(t *testing.T) {
+	hops := AppendChain(nil, []ChainHop{{Addr: 64, Op: ChainLoad}, {Addr: 1 << 40, Op: ChainApply}, {Addr: 8, Op: ChainStore}})
+	h := Header{Op: OpChain, Mode: ModePool, Operand1: 16, Operand2: 3}
+	if hs, data, err := SplitChain(&h, hops); err != nil || data != nil || len(hs) != 3*ChainHopLen || ChainHopAt(hs, 1) != (ChainHop{Addr: 1 << 40, Op: ChainApply}) {
+		t.Fatalf("load hop: %v", err)
+	}
+	h.Hop = 1
+	withData := append(append([]byte(nil), hops...), make([]byte, 16)...)
+	if _, data, err := SplitChain(&h, withData); err != nil || len(data) != 16 {
+		t.Fatalf("apply hop: %v", err)
+	}
+	bad := func(name string, h Header, p []byte) {
+		t.Helper()
+		if _, _, err := SplitChain(&h, p); !errors.Is(err, ErrChain) {
+			t.Errorf("%s: %v, want ErrChain", name, err)
+		}
+	}
+	bad("no hops", Header{Operand1: 16}, hops)
+	bad("too many hops", Header{Operand1: 16, Operand2: MaxChainHops + 1}, hops)
+	bad("hop past the list", Header{Operand1: 16, Operand2: 3, Hop: 3}, hops)
+	bad("short list", Header{Operand1: 16, Operand2: 3}, hops[:40])
+	bad("zero length", Header{Operand2: 3}, hops)
+	bad("data of the wrong length", Header{Operand1: 16, Operand2: 3, Hop: 1}, append(append([]byte(nil), hops...), 1, 2, 3))
+	bad("load with data", Header{Operand1: 16, Operand2: 3}, withData)
+	bad("apply without data", Header{Operand1: 16, Operand2: 3, Hop: 1}, hops)
+	odd := append([]byte(nil), hops...)
+	odd[8] = 9
+	bad("unknown op", Header{Operand1: 16, Operand2: 3}, odd)
+	odd = append([]byte(nil), hops...)
+	odd[15] = 1
+	bad("padding", Header{Operand1: 16, Operand2: 3}, odd)
+	// CHAIN outside pool mode, and Hop on other opcodes, do not parse.
+	for _, h := range []Header{{Version: Version, Op: OpChain}, {Version: Version, Op: OpRead, Mode: ModePool, Hop: 1}} {
+		pkt, _ := AppendPacket(nil, &h, nil)
+		var g Header
+		if _, _, err := Parse(pkt, &g); err == nil {
+			t.Errorf("%+v parsed", h)
+		}
+	}
+}
