@@ -25,6 +25,7 @@ const (
 	KindNop      Kind = Kind(wire.OpNop)
 	KindControl  Kind = Kind(wire.OpControl) // request to a forwarding node (join, heartbeat...)
 	KindChain    Kind = Kind(wire.OpChain)   // chained instruction through memory nodes (pool accesses only)
+	KindOptim    Kind = Kind(wire.OpOptim)   // optimizer step on parameters in the pool (pool accesses only)
 	// Group operations through a forwarding node.
 	KindAnycast   Kind = 0x20 // request to one member of a service group; Resp holds the reply
 	KindMulticast Kind = 0x21 // send Buf to every member of Group
@@ -136,6 +137,12 @@ type Op struct {
 	// Accumulate hops.
 	Chain    []wire.ChainHop
 	ChainLen int
+	// Optimizer step (KindOptim): Buf holds the f32 gradients of the
+	// parameters at Addr, Optim the hyperparameters, Stride the distance
+	// from the parameters to their first moment (and from it to Adam's
+	// second): a multiple of the region's stripe times its columns.
+	Optim  wire.OptimParams
+	Stride uint64
 	// Degraded (result): a pool write reached fewer replicas than its
 	// region keeps, because a memory node is dead.
 	Degraded bool

@@ -190,6 +190,11 @@ func (c *Core) postPool(now time.Time, op *Op) error {
 			return fmt.Errorf("%w: vector of %d bytes with dtype %v", ErrBadOp, len(op.Buf), op.Dtype)
 		}
 		n = len(op.Buf)
+	case KindOptim:
+		if len(op.Buf)%4 != 0 || op.Stride == 0 {
+			return fmt.Errorf("%w: optimizer step with %d gradient bytes, stride %d", ErrBadOp, len(op.Buf), op.Stride)
+		}
+		n = len(op.Buf)
 	case KindCAS, KindFetchAdd:
 	case KindChain:
 		if err := c.checkChain(op); err != nil {
@@ -198,7 +203,7 @@ func (c *Core) postPool(now time.Time, op *Op) error {
 	default:
 		return fmt.Errorf("%w: kind %v at a pool address", ErrBadOp, op.Kind)
 	}
-	if n == 0 && (op.Kind == KindRead || op.Kind == KindWrite || op.Kind == KindVector) {
+	if n == 0 && (op.Kind == KindRead || op.Kind == KindWrite || op.Kind == KindVector || op.Kind == KindOptim) {
 		return fmt.Errorf("%w: empty pool access", ErrBadOp)
 	}
 	po := &poolOp{op: op}
@@ -208,8 +213,12 @@ func (c *Core) postPool(now time.Time, op *Op) error {
 	if n == 0 {
 		po.segs = []poolSeg{{}}
 	} else {
-		for off := 0; off < n; off += p.seg {
-			po.segs = append(po.segs, poolSeg{off: uint32(off), n: uint32(min(p.seg, n-off))})
+		seg := p.seg
+		if op.Kind == KindOptim {
+			seg = (p.seg - wire.OptimParamsLen) &^ 7
+		}
+		for off := 0; off < n; off += seg {
+			po.segs = append(po.segs, poolSeg{off: uint32(off), n: uint32(min(seg, n-off))})
 		}
 	}
 	po.left = len(po.segs)
@@ -303,6 +312,10 @@ func (c *Core) sendSeg(now time.Time, po *poolOp, i int) {
 		h.Operand1, h.Operand2 = op.Compare, op.Swap
 	case KindFetchAdd:
 		h.Operand1 = op.Add
+	case KindOptim:
+		h.Operand1, h.Dtype = op.Stride, wire.DtypeF32
+		po.chain = append(wire.AppendOptim(po.chain[:0], &op.Optim), op.Buf[s.off:s.off+s.n]...)
+		payload = po.chain
 	case KindChain:
 		h.Operand1, h.Operand2 = uint64(op.ChainLen), uint64(len(op.Chain))
 		h.Dtype, h.Alu = op.Dtype, op.Alu
@@ -591,6 +604,13 @@ func (c *Core) servePool(now time.Time, from netip.AddrPort, h *wire.Header, pay
 		p.stats.Duplicates++
 	case h.Op == wire.OpRead && h.Operand1 > uint64(p.seg+wire.ReplyToLen):
 		res.Status = wire.StatusTooLarge
+	case h.Op == wire.OpOptim:
+		if o, err := wire.ParseOptim(payload); err != nil {
+			res.Status = wire.StatusBadOperand
+		} else {
+			res = p.node.ExecOptim(h, &o, payload[wire.OptimParamsLen:])
+		}
+		p.replies.Add(now, client, h.MsgID, 0, res)
 	default:
 		h.Offset = 0 // a pool request is one datagram
 		res = p.node.Exec(h, payload)

@@ -176,6 +176,10 @@ func (s *Switch) poolForward(from netip.AddrPort, h *wire.Header, payload []byte
 		s.stats.Malformed++
 		return
 	}
+	if h.Op == wire.OpOptim {
+		s.optimForward(from, h, payload)
+		return
+	}
 	need, n, ok := poolAccess(h, payload)
 	switch {
 	case !ok:
@@ -337,6 +341,87 @@ func (s *Switch) chainForward(from netip.AddrPort, h *wire.Header, payload []byt
 	wire.AppendReplyTo(b[:wire.HeaderLen+len(body)], client)
 	wire.Seal(b)
 	if s.forwardShared(b, t.Node.Addr) {
+		s.stats.PoolOut++
+	}
+}
+
+// optimForward translates an optimizer step's parameters and moments
+// (which must lie on one memory node) and forwards it there.
+func (s *Switch) optimForward(from netip.AddrPort, h *wire.Header, payload []byte) {
+	o, err := wire.ParseOptim(payload)
+	n := uint64(len(payload) - wire.OptimParamsLen)
+	switch {
+	case err != nil || n == 0 || h.Dtype != wire.DtypeF32 || n%4 != 0:
+		s.poolRefuse(from, h, wire.StatusBadOperand)
+		return
+	case h.Flags&wire.FlagAuth != 0:
+		s.poolRefuse(from, h, wire.StatusUnknownOp)
+		return
+	case len(payload)+wire.HeaderLen+wire.ReplyToLen > netio.MaxDatagram:
+		s.poolRefuse(from, h, wire.StatusTooLarge)
+		return
+	}
+	r, err := s.mmu.Region(h.Group, h.Key)
+	switch {
+	case err != nil || !r.Ready:
+		s.poolRefuse(from, h, wire.StatusBadKey)
+		return
+	case r.Layout.Replicas > 1:
+		s.poolRefuse(from, h, wire.StatusBadOperand)
+		return
+	}
+	stride := h.Operand1
+	period := r.Layout.Stripe * uint64(r.Layout.Columns)
+	if stride == 0 || stride%period != 0 {
+		s.poolRefuse(from, h, wire.StatusBadOperand) // moments would be on other nodes
+		return
+	}
+	k := 2
+	if o.Algo == wire.OptimAdam {
+		k = 3
+	}
+	var local [3]uint64
+	var node *PoolNode
+	for i := range k {
+		if stride > (^uint64(0)-h.Addr)/uint64(i+1) {
+			s.poolRefuse(from, h, wire.StatusOutOfBounds)
+			return
+		}
+		s.tgt, err = s.mmu.Translate(h.Group, h.Key, memnode.PermVector, h.Addr+uint64(i)*stride, n, 0, s.tgt[:0])
+		if err != nil {
+			var st wire.Status
+			if !errors.As(err, &st) {
+				st = wire.StatusBadOperand
+			}
+			s.poolRefuse(from, h, st)
+			return
+		}
+		if len(s.tgt) != 1 || (node != nil && s.tgt[0].Node != node) {
+			s.poolRefuse(from, h, wire.StatusBadOperand)
+			return
+		}
+		node, local[i] = s.tgt[0].Node, s.tgt[0].Addr
+	}
+	if !node.Alive {
+		s.poolRefuse(from, h, wire.StatusMemberDead)
+		return
+	}
+	fh := *h
+	fh.Addr, fh.Operand1, fh.Operand2 = local[0], local[1], local[2]
+	fh.Flags |= wire.FlagReplyTo
+	fh.Copies = 1
+	fh.Offset = 0
+	fh.Len = uint16(len(payload) + wire.ReplyToLen)
+	fh.MsgLen = uint32(fh.Len)
+	b := s.fwdBuf(wire.HeaderLen + int(fh.Len))
+	if b == nil {
+		return
+	}
+	fh.Encode(b)
+	copy(b[wire.HeaderLen:], payload)
+	wire.AppendReplyTo(b[:wire.HeaderLen+len(payload)], from)
+	wire.Seal(b)
+	if s.forwardShared(b, node.Addr) {
 		s.stats.PoolOut++
 	}
 }

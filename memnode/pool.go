@@ -3,6 +3,7 @@ package memnode
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"time"
 
@@ -176,6 +177,86 @@ func (p *PoolNode) ExecHop(h *wire.Header, op wire.ChainOp, data, dst []byte) (R
 	return Result{Status: wire.StatusUnknownOp}, nil
 }
 
+// ExecOptim applies an optimizer step (wire.OpOptim) forwarded by the
+// switch: params (decoded by the caller) and the f32 gradients grads to
+// the parameters at node-local h.Addr, with the first moment at
+// h.Operand1 and (Adam) the second moment at h.Operand2, all of region
+// h.Group with key h.Key, each len(grads) bytes inside its grant (which
+// must allow vector ops), 4-byte aligned and not overlapping. Arithmetic
+// is float32 in the order wire.OptimAlgo documents.
+func (p *PoolNode) ExecOptim(h *wire.Header, params *wire.OptimParams, grads []byte) Result {
+	g, ok := p.grants[h.Group]
+	if !ok || g.Key != h.Key {
+		return Result{Status: wire.StatusBadKey}
+	}
+	if g.Perm&PermVector == 0 {
+		return Result{Status: wire.StatusPermission}
+	}
+	n := uint64(len(grads))
+	if n == 0 || n%4 != 0 || h.Dtype != wire.DtypeF32 {
+		return Result{Status: wire.StatusBadOperand}
+	}
+	addrs := []uint64{h.Addr, h.Operand1}
+	if params.Algo == wire.OptimAdam {
+		addrs = append(addrs, h.Operand2)
+	}
+	for i, a := range addrs {
+		if a%4 != 0 {
+			return Result{Status: wire.StatusMisaligned}
+		}
+		if a < g.Base {
+			return Result{Status: wire.StatusOutOfBounds}
+		}
+		if _, ok := span(int(g.Len), a-g.Base, 0, n); !ok {
+			return Result{Status: wire.StatusOutOfBounds}
+		}
+		for _, b := range addrs[:i] {
+			if a < b+n && b < a+n {
+				return Result{Status: wire.StatusBadOperand}
+			}
+		}
+	}
+	mem := p.store.regions[p.key].mem
+	par := mem[h.Addr : h.Addr+n]
+	m := mem[h.Operand1 : h.Operand1+n]
+	var v []byte
+	if params.Algo == wire.OptimAdam {
+		v = mem[h.Operand2 : h.Operand2+n]
+	}
+	optimStep(params, par, m, v, grads)
+	return Result{}
+}
+
+// optimStep updates par (and the moments m, v) from grads, element by
+// element, in float32.
+func optimStep(o *wire.OptimParams, par, m, v, grads []byte) {
+	f := func(b []byte, i int) float32 { return math.Float32frombits(le.Uint32(b[i:])) }
+	put := func(b []byte, i int, x float32) { le.PutUint32(b[i:], math.Float32bits(x)) }
+	switch o.Algo {
+	case wire.OptimSGD:
+		for i := 0; i < len(grads); i += 4 {
+			pi := f(par, i)
+			g := f(grads, i) + o.WeightDecay*pi
+			mi := o.Beta1*f(m, i) + g
+			put(m, i, mi)
+			put(par, i, pi-o.LR*mi)
+		}
+	case wire.OptimAdam:
+		c1 := 1 - float32(math.Pow(float64(o.Beta1), float64(o.Step)))
+		c2 := 1 - float32(math.Pow(float64(o.Beta2), float64(o.Step)))
+		for i := 0; i < len(grads); i += 4 {
+			pi := f(par, i)
+			g := f(grads, i) + o.WeightDecay*pi
+			mi := o.Beta1*f(m, i) + (1-o.Beta1)*g
+			vi := o.Beta2*f(v, i) + (1-o.Beta2)*g*g
+			put(m, i, mi)
+			put(v, i, vi)
+			mh, vh := mi/c1, vi/c2
+			put(par, i, pi-o.LR*mh/(float32(math.Sqrt(float64(vh)))+o.Eps))
+		}
+	}
+}
+
 // Replies remembers the results of mutating pool requests (WRITE, CAS,
 // FETCHADD, VECTOR) by (client, request id), so that a retransmitted
 // request is answered from memory instead of applied twice, and a late
@@ -214,7 +295,7 @@ func NewReplies(capacity int, ttl time.Duration) *Replies {
 // be applied again).
 func Mutating(op wire.Opcode) bool {
 	switch op {
-	case wire.OpWrite, wire.OpCAS, wire.OpFetchAdd, wire.OpVector:
+	case wire.OpWrite, wire.OpCAS, wire.OpFetchAdd, wire.OpVector, wire.OpOptim:
 		return true
 	}
 	return false

@@ -447,3 +447,25 @@ func (r *Region) Reduce(ctx context.Context, dst uint64, srcs []uint64, n int, d
 	hops = append(hops, wire.ChainHop{Addr: dst, Op: wire.ChainStore})
 	return r.Chain(ctx, hops, n, dt, alu, nil, nil)
 }
+
+// StateStride is the smallest optimizer state stride for n bytes of
+// parameters: n rounded up to the region's stripe times its columns, so
+// that a parameter and its moments lie on the same memory node.
+func (r *Region) StateStride(n uint64) uint64 {
+	period := r.layout.Stripe * uint64(r.layout.Columns)
+	return max(period, (n+period-1)/period*period)
+}
+
+// OptimizerStep pushes the f32 gradients grads for the parameters at off
+// and lets the memory nodes apply the optimizer in place (MemoryX-style):
+// the first moment lives at off+stride and Adam's second moment at
+// off+2×stride, in this region (stride from StateStride, or a multiple of
+// it). The step is cut at stripes like a write; each piece is applied once
+// even if resent. Zero the moments (a fresh region is zero) before the
+// first step.
+func (r *Region) OptimizerStep(ctx context.Context, off, stride uint64, p wire.OptimParams, grads []byte) error {
+	if len(grads)%4 != 0 || off%4 != 0 {
+		return fmt.Errorf("pool: optimizer step of %d bytes at %d: want whole, aligned f32 values: %w", len(grads), off, endpoint.ErrBadOp)
+	}
+	return r.transferOp(ctx, &endpoint.Op{Kind: endpoint.KindOptim, Optim: p, Stride: stride}, grads, off)
+}

@@ -39,6 +39,7 @@ const (
 	OpEvent    Opcode = 0x09 // notification from a forwarding node (e.g. a member died); Status and Operand1 say what
 	OpData     Opcode = 0x0a // group data: multicast payload, aggregation contribution or result
 	OpChain    Opcode = 0x0b // chained instruction through memory nodes (pool mode only): see ChainHop
+	OpOptim    Opcode = 0x0c // optimizer step on parameters in memory (pool mode only): see OptimParams
 	OpAck      Opcode = 0x10 // ACK/SACK frame in the payload
 	OpNack     Opcode = 0x11 // ACK frame that also requests immediate retransmission of the gaps
 )
@@ -46,7 +47,7 @@ const (
 var opNames = [...]string{
 	OpInvalid: "invalid", OpWrite: "write", OpRead: "read", OpCAS: "cas",
 	OpFetchAdd: "fadd", OpVector: "vector", OpSend: "send", OpNop: "nop",
-	OpControl: "control", OpEvent: "event", OpData: "data", OpChain: "chain",
+	OpControl: "control", OpEvent: "event", OpData: "data", OpChain: "chain", OpOptim: "optim",
 	OpAck: "ack", OpNack: "nack",
 }
 
@@ -59,7 +60,7 @@ func (o Opcode) String() string {
 
 // IsData reports whether packets with this opcode are reliably delivered
 // data (requests or responses), as opposed to transport control frames.
-func (o Opcode) IsData() bool { return o >= OpWrite && o <= OpChain }
+func (o Opcode) IsData() bool { return o >= OpWrite && o <= OpOptim }
 
 // Mode is the delivery mode of a packet. Only ModeUnicast is carried end to
 // end today; the others are interpreted by a forwarding node (see
@@ -410,7 +411,7 @@ func (h *Header) validate() error {
 	if h.Reserved2 != 0 || (h.Copies != 0 && h.Mode != ModePool) || (h.Hop != 0 && h.Op != OpChain) {
 		return ErrReserved
 	}
-	if h.Op == OpChain && h.Mode != ModePool {
+	if (h.Op == OpChain || h.Op == OpOptim) && h.Mode != ModePool {
 		return ErrMode
 	}
 	if h.Op.IsData() {

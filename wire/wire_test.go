@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"testing"
@@ -273,5 +274,35 @@ func TestSplitChain(t *testing.T) {
 		if _, _, err := Parse(pkt, &g); err == nil {
 			t.Errorf("%+v parsed", h)
 		}
+	}
+}
+
+func TestOptimParams(t *testing.T) {
+	p := OptimParams{Algo: OptimAdam, Step: 7, LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01}
+	b := AppendOptim(nil, &p)
+	if len(b) != OptimParamsLen {
+		t.Fatalf("%d bytes", len(b))
+	}
+	if got, err := ParseOptim(append(b, 1, 2, 3, 4)); err != nil || got != p {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	for name, q := range map[string]OptimParams{
+		"algo":      {Algo: 3, LR: 1},
+		"lr":        {Algo: OptimSGD, LR: -1},
+		"beta":      {Algo: OptimSGD, LR: 1, Beta1: 1},
+		"adam eps":  {Algo: OptimAdam, LR: 1, Step: 1},
+		"adam step": {Algo: OptimAdam, LR: 1, Eps: 1e-8},
+		"nan":       {Algo: OptimSGD, LR: float32(math.NaN())},
+	} {
+		if _, err := ParseOptim(AppendOptim(nil, &q)); !errors.Is(err, ErrOptim) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := ParseOptim(b[:31]); !errors.Is(err, ErrOptim) {
+		t.Error("short: no error")
+	}
+	b[30] = 1
+	if _, err := ParseOptim(b); !errors.Is(err, ErrOptim) {
+		t.Error("padding: no error")
 	}
 }
