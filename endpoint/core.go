@@ -212,6 +212,7 @@ type Stats struct {
 	ResponsesDropped                uint64 // responder could not queue a response
 	UnmatchedResponses              uint64 // response for no outstanding op (late or forged)
 	OpsByKind                       [8]uint64
+	Pool                            PoolStats
 }
 
 type inKey struct {
@@ -310,6 +311,7 @@ func (c *Core) Store() *memnode.Store { return c.store }
 func (c *Core) Stats() Stats {
 	s := c.stats
 	s.Transport = c.eng.Stats()
+	s.Pool = c.PoolStats()
 	return s
 }
 

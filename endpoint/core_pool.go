@@ -49,12 +49,19 @@ type PoolServe struct {
 
 // PoolStats counts pool traffic at an endpoint.
 type PoolStats struct {
-	// Client side.
+	// Client side: request datagrams sent (retransmissions included),
+	// those that were retransmissions, answers matched, and answers that
+	// matched nothing (late, or a second answer from the same node).
 	Requests, Retransmits, Responses, LateResponses uint64
-	// Server side (memory node).
+	// Memory node side: requests (and chain hops) executed with status OK
+	// or refused, duplicates answered from the reply cache, pool
+	// datagrams dropped (not from the switch, malformed reply-to, or the
+	// send queue full), grants and revokes received, replies pushed out
+	// of the cache before their TTL, and the grants held now.
 	Served, Refused, Duplicates, Dropped uint64
 	Grants, Revokes                      uint64
 	RepliesEvicted                       uint64
+	GrantsHeld                           int
 }
 
 // Limits of the pool client.
@@ -172,6 +179,7 @@ func (c *Core) PoolStats() PoolStats {
 	s := c.pool.stats
 	if c.pool.replies != nil {
 		s.RepliesEvicted = c.pool.replies.Evicted()
+		s.GrantsHeld = c.pool.node.Grants()
 	}
 	return s
 }

@@ -68,17 +68,25 @@ func (ep *Endpoint) PoolFree(ctx context.Context, sw string, region uint32, key 
 	return nil
 }
 
-// PoolStat lists the pool's memory nodes and regions (without keys).
-func (ep *Endpoint) PoolStat(ctx context.Context, sw string, opts FabricOptions) ([]fabric.PoolNodeInfo, []fabric.PoolSpec, error) {
+// PoolState is the pool as the switch reports it (POOLSTAT).
+type PoolState struct {
+	Nodes   []fabric.PoolNodeInfo // memory nodes, with their use and the requests forwarded to them
+	Regions []fabric.PoolSpec     // regions, without keys
+	Refused uint64                // pool requests the switch refused since it started
+}
+
+// PoolStat returns the pool's memory nodes and regions (without keys) and
+// the switch's pool request counters.
+func (ep *Endpoint) PoolStat(ctx context.Context, sw string, opts FabricOptions) (PoolState, error) {
 	ap, err := parseSwitch(sw)
 	if err != nil {
-		return nil, nil, err
+		return PoolState{}, err
 	}
 	resp, err := ep.control(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlPoolStat}, opts.Token)
 	if err != nil {
-		return nil, nil, fmt.Errorf("endpoint: pool stat: %w", err)
+		return PoolState{}, fmt.Errorf("endpoint: pool stat: %w", err)
 	}
-	return resp.PoolNodes, resp.PoolRegions, nil
+	return PoolState{Nodes: resp.PoolNodes, Regions: resp.PoolRegions, Refused: resp.PoolRefused}, nil
 }
 
 // PoolLend offers capacity bytes of this endpoint's memory region key to

@@ -65,7 +65,8 @@ package fabric
 //	POOLOPEN   region u32, key u64 → pool
 //	POOLFREE   region u32, key u64 → (no fields)
 //	POOLSTAT   (no fields) → list of poolnode (≤ 1024), list of
-//	           poolregion (≤ 4096; region keys are never listed)
+//	           poolregion (≤ 4096; region keys are never listed),
+//	           refused u64
 //	POOLGRANT  region u32, key u64, perm u8, base u64, length u64
 //	           (switch → memory node) → (no fields)
 //	POOLREVOKE region u32, key u64 (switch → memory node) → (no fields)
@@ -225,6 +226,8 @@ type PoolNodeInfo struct {
 	Capacity uint64 // bytes lent to the pool
 	Used     uint64 // bytes given to regions
 	Alive    bool
+	Requests uint64 // pool requests forwarded to it since the switch started (one per copy and chain hop)
+	Bytes    uint64 // their payload bytes (requests only: read data comes back from the node)
 }
 
 // CtrlMsg is one control request or response. Only the fields its Type and
@@ -252,6 +255,7 @@ type CtrlMsg struct {
 	Pool        PoolSpec       // PoolCreate request and response, PoolOpen response
 	PoolNodes   []PoolNodeInfo // PoolStat response: at most CtrlMaxPoolNodes
 	PoolRegions []PoolSpec     // PoolStat response: at most CtrlMaxPoolRegions
+	PoolRefused uint64         // PoolStat response: pool requests the switch refused since it started
 	Base        uint64         // PoolGrant request: offset of the extent in the node's lent region
 	Length      uint64         // PoolGrant request: bytes of the extent, not 0
 }
@@ -521,12 +525,15 @@ func (m *CtrlMsg) appendFields(b []byte) []byte {
 				alive = 1
 			}
 			b = append(b, alive)
+			b = be.AppendUint64(b, n.Requests)
+			b = be.AppendUint64(b, n.Bytes)
 		}
 		b = be.AppendUint16(b, uint16(len(m.PoolRegions)))
 		for i := range m.PoolRegions {
 			b = be.AppendUint32(b, m.PoolRegions[i].Region)
 			b = appendPool(b, &m.PoolRegions[i])
 		}
+		b = be.AppendUint64(b, m.PoolRefused)
 	}
 	return b
 }
@@ -732,7 +739,7 @@ func (r *ctrlReader) pool(p *PoolSpec, request bool) {
 // ctrlMinPoolNode and ctrlMinPoolRegion are the encoded sizes of a pool
 // node (IPv4) and of a pool region entry.
 const (
-	ctrlMinPoolNode   = ctrlMinMember + 8 + 8 + 1
+	ctrlMinPoolNode   = ctrlMinMember + 8 + 8 + 1 + 8 + 8
 	ctrlMinPoolRegion = 4 + 8 + 8 + 2 + 1 + 1
 )
 
@@ -881,6 +888,7 @@ func (m *CtrlMsg) decode(b []byte) error {
 					r.err = ctrlErrorf("pool node %d: alive %d", id, alive)
 				}
 			}
+			info.Requests, info.Bytes = r.u64("pool node"), r.u64("pool node")
 			if r.err != nil {
 				break
 			}
@@ -899,6 +907,7 @@ func (m *CtrlMsg) decode(b []byte) error {
 			regs = append(regs, p)
 		}
 		m.PoolRegions = regs
+		m.PoolRefused = r.u64("pool refused")
 	}
 	if r.err != nil {
 		return r.err

@@ -46,6 +46,9 @@ type PoolNode struct {
 	free     []span // free extents, sorted by offset, coalesced
 	used     uint64
 	lastSeen time.Time // the switch's last registration from it
+	// Requests and Bytes count the pool requests (and their payload
+	// bytes) the switch forwarded to the node.
+	Requests, Bytes uint64
 }
 
 // Used is the bytes of the node given to regions.

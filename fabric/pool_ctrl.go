@@ -56,14 +56,7 @@ func (s *Switch) poolControl(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 		}
 		s.respond(d, &CtrlMsg{Type: CtrlPoolFree, Resp: true})
 	case CtrlPoolStat:
-		resp := &CtrlMsg{Type: CtrlPoolStat, Resp: true}
-		for _, n := range s.mmu.Nodes() {
-			resp.PoolNodes = append(resp.PoolNodes, PoolNodeInfo{ID: uint16(n.ID), Addr: n.Addr, Capacity: n.Capacity, Used: n.Used(), Alive: n.Alive})
-		}
-		for _, r := range s.mmu.Regions() {
-			resp.PoolRegions = append(resp.PoolRegions, r.spec())
-		}
-		s.respond(d, resp)
+		s.respond(d, &CtrlMsg{Type: CtrlPoolStat, Resp: true, PoolNodes: s.PoolNodes(), PoolRegions: s.PoolRegions(), PoolRefused: s.stats.PoolRefused})
 	}
 }
 

@@ -257,6 +257,8 @@ func (s *Switch) poolForward(from netip.AddrPort, h *wire.Header, payload []byte
 		wire.Seal(b)
 		if s.forwardShared(b, t.Node.Addr) {
 			s.stats.PoolOut++
+			t.Node.Requests++
+			t.Node.Bytes += uint64(len(payload))
 		}
 	}
 }
@@ -342,6 +344,8 @@ func (s *Switch) chainForward(from netip.AddrPort, h *wire.Header, payload []byt
 	wire.Seal(b)
 	if s.forwardShared(b, t.Node.Addr) {
 		s.stats.PoolOut++
+		t.Node.Requests++
+		t.Node.Bytes += uint64(len(body))
 	}
 }
 
@@ -423,6 +427,8 @@ func (s *Switch) optimForward(from netip.AddrPort, h *wire.Header, payload []byt
 	wire.Seal(b)
 	if s.forwardShared(b, node.Addr) {
 		s.stats.PoolOut++
+		node.Requests++
+		node.Bytes += uint64(len(payload))
 	}
 }
 
@@ -465,6 +471,24 @@ func (s *Switch) PoolHomes(id uint32) []netip.AddrPort {
 	out := make([]netip.AddrPort, len(r.Homes))
 	for c, h := range r.Homes {
 		out[c] = h.Node.Addr
+	}
+	return out
+}
+
+// PoolNodes describes the pool's memory nodes, by id.
+func (s *Switch) PoolNodes() []PoolNodeInfo {
+	var out []PoolNodeInfo
+	for _, n := range s.mmu.Nodes() {
+		out = append(out, PoolNodeInfo{ID: uint16(n.ID), Addr: n.Addr, Capacity: n.Capacity, Used: n.Used(), Alive: n.Alive, Requests: n.Requests, Bytes: n.Bytes})
+	}
+	return out
+}
+
+// PoolRegions describes the pool's regions (never their keys), by id.
+func (s *Switch) PoolRegions() []PoolSpec {
+	var out []PoolSpec
+	for _, r := range s.mmu.Regions() {
+		out = append(out, r.spec())
 	}
 	return out
 }

@@ -62,10 +62,11 @@ func TestPoolControlUDP(t *testing.T) {
 	if _, _, err := cli.PoolCreate(ctx, sw, fabric.PoolSpec{Size: 8 << 20, Stripe: 64 << 10, Replicas: 1, Perm: 1}, opts); !errors.Is(err, wire.StatusBusy) {
 		t.Errorf("8 MiB on 3 x 1 MiB (2 MiB of it used): %v, want busy", err)
 	}
-	nodes, regions, err := cli.PoolStat(ctx, sw, opts)
+	ps, err := cli.PoolStat(ctx, sw, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	nodes, regions := ps.Nodes, ps.Regions
 	if len(nodes) != 3 || len(regions) != 1 || regions[0] != spec {
 		t.Fatalf("stat: nodes %+v, regions %+v", nodes, regions)
 	}
@@ -89,10 +90,11 @@ func TestPoolControlUDP(t *testing.T) {
 	lends[2]() // node 2 stops offering: dead after the heartbeat timeout
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		nodes, _, err := cli.PoolStat(ctx, sw, opts)
+		ps, err := cli.PoolStat(ctx, sw, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
+		nodes := ps.Nodes
 		if !nodes[2].Alive && nodes[0].Alive && nodes[1].Alive {
 			break
 		}

@@ -60,6 +60,13 @@ func (s *Server) Groups() []GroupInfo {
 	return s.sw.Groups()
 }
 
+// Pool returns the pool's memory nodes (with their counters) and regions.
+func (s *Server) Pool() ([]PoolNodeInfo, []PoolSpec) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sw.PoolNodes(), s.sw.PoolRegions()
+}
+
 func (s *Server) reader() {
 	defer close(s.readerDone)
 	ds := make([]netio.Datagram, s.conn.BatchSize())

@@ -236,7 +236,8 @@ func poolStat(cmd *cobra.Command, pf *poolFlags) ([]fabric.PoolNodeInfo, []fabri
 	}
 	defer cancel()
 	defer ep.Close()
-	return ep.PoolStat(ctx, pf.sw, opts)
+	ps, err := ep.PoolStat(ctx, pf.sw, opts)
+	return ps.Nodes, ps.Regions, err
 }
 
 func poolShape(p fabric.PoolSpec) string {

@@ -121,6 +121,37 @@ func TestPoolCommands(t *testing.T) {
 	if _, err := execute(t, "pool", "put", filepath.Join(dir, "missing"), "--switch", addr); err == nil {
 		t.Fatal("put of a missing file: no error")
 	}
+	// ndma stat: two nodes, the regions' memory spread evenly, the
+	// requests put and get made, and the refused get with a wrong key.
+	out, err = execute(t, "stat", "--switch", addr, "--interval", "50ms", "--json")
+	var st struct {
+		Nodes []struct {
+			Alive    bool   `json:"alive"`
+			Used     uint64 `json:"used"`
+			Requests uint64 `json:"requests_total"`
+		} `json:"nodes"`
+		Alive   int     `json:"alive"`
+		Regions int     `json:"regions"`
+		Balance float64 `json:"balance"`
+		Refused uint64  `json:"refused_total"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &st) != nil {
+		t.Fatalf("stat: %v %q", err, out)
+	}
+	if len(st.Nodes) != 2 || st.Alive != 2 || st.Regions != 2 || st.Balance < 1 || st.Balance > 1.1 {
+		t.Fatalf("stat: %+v", st)
+	}
+	for _, n := range st.Nodes {
+		if !n.Alive || n.Used == 0 || n.Requests == 0 {
+			t.Errorf("stat node %+v: want alive, used and requested", n)
+		}
+	}
+	if out, err := execute(t, "stat", "--switch", addr, "--interval", "0"); err != nil || !strings.Contains(out, "2 memory nodes (2 alive), 2 regions") || !strings.Contains(out, "REQUESTS") {
+		t.Fatalf("stat table: %v\n%s", err, out)
+	}
+	if _, err := execute(t, "stat", "--switch", addr, "--interval", "-1s"); err == nil {
+		t.Fatal("stat --interval -1s: no error")
+	}
 	if _, err := execute(t, "pool", "rm", "1", "--switch", addr, "--key", "0x1"); err == nil || !strings.Contains(err.Error(), "key") {
 		t.Fatalf("rm with a wrong key: %v", err)
 	}

@@ -16,9 +16,11 @@ const metricPrefix = "ndma_switch_"
 // snap is what one scrape reads: the server, one Stats snapshot and the
 // group table.
 type snap struct {
-	s      *Server
-	st     Stats
-	groups []fabric.GroupInfo
+	s       *Server
+	st      Stats
+	groups  []fabric.GroupInfo
+	nodes   []fabric.PoolNodeInfo
+	regions []fabric.PoolSpec
 }
 
 // metric is one value the collector exports, read from a snapshot.
@@ -166,6 +168,13 @@ var metrics = []metric{
 	gauge("udp_gro_enabled", "1 if the socket receives with UDP GRO, else 0.",
 		func(_ *Server, st *Stats) float64 { return b2f(st.UDP.GROEnabled) }),
 
+	counter("memory_pool_requests_total", "Pool requests (reads, writes, atomics, vector ops, chain hops, optimizer steps) received, by result: forwarded to a memory node, or refused by the switch.",
+		prometheus.Labels{"result": "received"}, func(st *Stats) uint64 { return st.Switch.PoolIn }),
+	counter("memory_pool_requests_total", "Pool requests (reads, writes, atomics, vector ops, chain hops, optimizer steps) received, by result: forwarded to a memory node, or refused by the switch.",
+		prometheus.Labels{"result": "refused"}, func(st *Stats) uint64 { return st.Switch.PoolRefused }),
+	counter("memory_pool_forwarded_total", "Pool request datagrams forwarded to memory nodes (one per copy of a replicated write).",
+		nil, func(st *Stats) uint64 { return st.Switch.PoolOut }),
+
 	gauge("groups", "Groups (jobs and services) the switch holds.",
 		func(_ *Server, st *Stats) float64 { return float64(st.Switch.Groups) }),
 	gauge("members", "Live members over all groups.",
@@ -174,6 +183,31 @@ var metrics = []metric{
 		func(s *Server, _ *Stats) float64 { return float64(s.cfg.MTU) }),
 	gauge("heartbeat_timeout_seconds", "How long a member may go without a heartbeat before it is declared dead.",
 		func(s *Server, _ *Stats) float64 { return s.cfg.HeartbeatTimeout.Seconds() }),
+}
+
+// Per-memory-node series of the pool, labelled with the node's id and
+// address.
+var (
+	nodeLabels   = []string{"node", "addr"}
+	nodeCapacity = prometheus.NewDesc(metricPrefix+"memory_pool_node_capacity_bytes", "Memory a node lends to the pool.", nodeLabels, nil)
+	nodeUsed     = prometheus.NewDesc(metricPrefix+"memory_pool_node_used_bytes", "Memory of a node given to pool regions.", nodeLabels, nil)
+	nodeAlive    = prometheus.NewDesc(metricPrefix+"memory_pool_node_alive", "1 while a node's offers (its heartbeat) arrive, else 0.", nodeLabels, nil)
+	nodeRequests = prometheus.NewDesc(metricPrefix+"memory_pool_node_requests_total", "Pool requests forwarded to a node.", nodeLabels, nil)
+	nodeBytes    = prometheus.NewDesc(metricPrefix+"memory_pool_node_request_bytes_total", "Payload bytes of the pool requests forwarded to a node.", nodeLabels, nil)
+	poolRegions  = prometheus.NewDesc(metricPrefix+"memory_pool_regions", "Pool regions.", nil, nil)
+)
+
+// poolSeries exports the pool's per-node series of one snapshot.
+func poolSeries(x *snap, ch chan<- prometheus.Metric) {
+	for _, n := range x.nodes {
+		l := []string{strconv.Itoa(int(n.ID)), n.Addr.String()}
+		ch <- prometheus.MustNewConstMetric(nodeCapacity, prometheus.GaugeValue, float64(n.Capacity), l...)
+		ch <- prometheus.MustNewConstMetric(nodeUsed, prometheus.GaugeValue, float64(n.Used), l...)
+		ch <- prometheus.MustNewConstMetric(nodeAlive, prometheus.GaugeValue, b2f(n.Alive), l...)
+		ch <- prometheus.MustNewConstMetric(nodeRequests, prometheus.CounterValue, float64(n.Requests), l...)
+		ch <- prometheus.MustNewConstMetric(nodeBytes, prometheus.CounterValue, float64(n.Bytes), l...)
+	}
+	ch <- prometheus.MustNewConstMetric(poolRegions, prometheus.GaugeValue, float64(len(x.regions)))
 }
 
 // Per-group series, labelled with the group's id, name and kind (job or
@@ -214,9 +248,15 @@ func groupKind(g fabric.GroupInfo) string {
 // collectors, on a private registry.
 func (s *Server) metricsHandler() (http.Handler, error) {
 	return metricsrv.Handler(s.log, &metricsrv.Table[snap]{
-		Metrics:    metrics,
-		Snapshot:   func() snap { return snap{s: s, st: s.Stats(), groups: s.Groups()} },
-		ExtraDescs: []*prometheus.Desc{groupMembersAlive, groupMembers},
-		Extra:      groupSeries,
+		Metrics: metrics,
+		Snapshot: func() snap {
+			nodes, regions := s.Pool()
+			return snap{s: s, st: s.Stats(), groups: s.Groups(), nodes: nodes, regions: regions}
+		},
+		ExtraDescs: []*prometheus.Desc{groupMembersAlive, groupMembers, nodeCapacity, nodeUsed, nodeAlive, nodeRequests, nodeBytes, poolRegions},
+		Extra: func(x *snap, ch chan<- prometheus.Metric) {
+			groupSeries(x, ch)
+			poolSeries(x, ch)
+		},
 	})
 }

@@ -4,23 +4,30 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/memnode/memd"
+	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/wire"
 )
 
 // scrape fetches /metrics from srv and returns the samples by series
 // ("name" or "name{labels}").
-func scrape(t *testing.T, srv *Server) map[string]float64 {
+func scrape(t *testing.T, srv *Server) map[string]float64 { return scrapeAddr(t, srv.MetricsAddr()) }
+
+func scrapeAddr(t *testing.T, addr string) map[string]float64 {
 	t.Helper()
 	// No keep-alive: an idle connection would outlive the test (goleak).
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := c.Get("http://" + srv.MetricsAddr() + "/metrics")
+	resp, err := c.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,5 +178,78 @@ func TestRun(t *testing.T) {
 	}
 	if err := srv.Close(); err != nil {
 		t.Errorf("Close after Run: %v", err)
+	}
+}
+
+// TestPoolMetrics checks the memory pool's series on the switch and on a
+// memory node (memd) that lends to it, as a pool client writes, reads and
+// makes a refused request.
+func TestPoolMetrics(t *testing.T) {
+	srv := start(t, Config{Token: testToken, MetricsAddr: "127.0.0.1:0"})
+	node, err := memd.Start(memd.Config{Listen: "127.0.0.1:0", Size: 1 << 20, Perm: memnode.PermAll,
+		Switch: srv.Addr().String(), Token: testToken, MetricsAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	ctx := testCtx(t)
+	nodeSeries := func(name string) string {
+		return fmt.Sprintf(`ndma_switch_memory_pool_node_%s{addr="%v",node="0"}`, name, node.Addr())
+	}
+	for deadline := time.Now().Add(10 * time.Second); scrape(t, srv)[nodeSeries("alive")] != 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("the memory node did not join the pool")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ep := listen(t)
+	c, err := pool.New(ep, srv.Addr().String(), pool.Options{Fabric: endpoint.FabricOptions{Token: testToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Alloc(ctx, 256<<10, pool.AllocOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m0, n0 := scrape(t, srv), scrapeAddr(t, node.MetricsAddr())
+	if _, err := r.WriteAt(make([]byte, 100<<10), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ReadAt(make([]byte, 100<<10), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.FetchAdd(ctx, 1<<30, 1); !errors.Is(err, wire.StatusOutOfBounds) {
+		t.Fatalf("fetch-add past the end: %v", err)
+	}
+	if err := c.Free(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ReadAt(make([]byte, 8), 0); !errors.Is(err, wire.StatusBadKey) {
+		t.Fatalf("read of a freed region: %v", err)
+	}
+	m1, n1 := scrape(t, srv), scrapeAddr(t, node.MetricsAddr())
+	if got := m1[nodeSeries("capacity_bytes")]; got != 1<<20 {
+		t.Errorf("capacity %v, want 1 MiB", got)
+	}
+	if m0[nodeSeries("used_bytes")] < 256<<10 || m1[nodeSeries("used_bytes")] != 0 {
+		t.Errorf("used: %v while the region lived, %v after free", m0[nodeSeries("used_bytes")], m1[nodeSeries("used_bytes")])
+	}
+	if m0["ndma_switch_memory_pool_regions"] != 1 || m1["ndma_switch_memory_pool_regions"] != 0 {
+		t.Errorf("regions: %v then %v", m0["ndma_switch_memory_pool_regions"], m1["ndma_switch_memory_pool_regions"])
+	}
+	for _, name := range []string{nodeSeries("requests_total"), nodeSeries("request_bytes_total"),
+		`ndma_switch_memory_pool_requests_total{result="received"}`, `ndma_switch_memory_pool_requests_total{result="refused"}`,
+		"ndma_switch_memory_pool_forwarded_total"} {
+		if m1[name] <= m0[name] {
+			t.Errorf("%s did not rise: %v -> %v", name, m0[name], m1[name])
+		}
+	}
+	for _, name := range []string{`ndma_memd_pool_requests_total{result="served"}`, "ndma_memd_pool_revokes_total"} {
+		if n1[name] <= n0[name] {
+			t.Errorf("%s did not rise: %v -> %v", name, n0[name], n1[name])
+		}
+	}
+	if n0["ndma_memd_pool_grants"] != 1 || n1["ndma_memd_pool_grants"] != 0 {
+		t.Errorf("memd grants held: %v then %v", n0["ndma_memd_pool_grants"], n1["ndma_memd_pool_grants"])
 	}
 }

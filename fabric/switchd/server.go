@@ -134,6 +134,9 @@ func (s *Server) Stats() Stats {
 // members and whether each is alive. It may be called after Close.
 func (s *Server) Groups() []fabric.GroupInfo { return s.srv.Groups() }
 
+// Pool returns the pool's memory nodes and regions.
+func (s *Server) Pool() ([]fabric.PoolNodeInfo, []fabric.PoolSpec) { return s.srv.Pool() }
+
 // Run blocks until ctx is done, or until the metrics server fails, and
 // then closes the server. It returns the metrics server's error, if that
 // is what ended it, joined with Close's; a cancelled ctx is not an error.

@@ -35,8 +35,27 @@ func b2f(b bool) float64 {
 	return 0
 }
 
+const helpPoolRequests = "Pool requests and chain hops the switch forwarded here, by result: served (status ok) or refused (any other status)."
+
 // metrics is the table of everything a scrape exports.
 var metrics = []metric{
+	counter("pool_requests_total", helpPoolRequests,
+		prometheus.Labels{"result": "served"}, func(st *Stats) uint64 { return st.Endpoint.Pool.Served }),
+	counter("pool_requests_total", helpPoolRequests,
+		prometheus.Labels{"result": "refused"}, func(st *Stats) uint64 { return st.Endpoint.Pool.Refused }),
+	counter("pool_duplicates_total", "Resent mutating pool requests answered from the reply cache, not applied again.",
+		nil, func(st *Stats) uint64 { return st.Endpoint.Pool.Duplicates }),
+	counter("pool_dropped_total", "Pool datagrams dropped: not from the switch, a bad reply-to address, or the send queue full.",
+		nil, func(st *Stats) uint64 { return st.Endpoint.Pool.Dropped }),
+	counter("pool_grants_total", "Grants of node memory to pool regions received from the switch (each scrubbed first).",
+		nil, func(st *Stats) uint64 { return st.Endpoint.Pool.Grants }),
+	counter("pool_revokes_total", "Grants taken back by the switch (regions freed).",
+		nil, func(st *Stats) uint64 { return st.Endpoint.Pool.Revokes }),
+	counter("pool_replies_evicted_total", "Cached replies pushed out before their TTL by the cache's size bound.",
+		nil, func(st *Stats) uint64 { return st.Endpoint.Pool.RepliesEvicted }),
+	gauge("pool_grants", "Pool regions holding memory on this node now.",
+		func(_ *Server, st *Stats) float64 { return float64(st.Endpoint.Pool.GrantsHeld) }),
+
 	counter("requests_total", "Requests executed, by result: served (status ok) or refused (any other status).",
 		prometheus.Labels{"result": "served"}, func(st *Stats) uint64 { return st.Endpoint.RequestsServed }),
 	counter("requests_total", "Requests executed, by result: served (status ok) or refused (any other status).",

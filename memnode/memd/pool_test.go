@@ -41,7 +41,8 @@ func TestLendToPool(t *testing.T) {
 	wait := func(want string, ok func([]fabric.PoolNodeInfo) bool) {
 		t.Helper()
 		for {
-			nodes, _, err := cli.PoolStat(ctx, addr, endpoint.FabricOptions{Token: token})
+			ps, err := cli.PoolStat(ctx, addr, endpoint.FabricOptions{Token: token})
+			nodes := ps.Nodes
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"math"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
+)
+
+// TestStatReport checks the rates and balances ndma stat computes from
+// two samples.
+func TestStatReport(t *testing.T) {
+	ap := netip.MustParseAddrPort("10.0.0.2:7470")
+	a := endpoint.PoolState{Refused: 5, Nodes: []fabric.PoolNodeInfo{
+		{ID: 0, Addr: ap, Capacity: 100, Used: 30, Alive: true, Requests: 10, Bytes: 1000},
+		{ID: 1, Addr: ap, Capacity: 100, Used: 10, Alive: true, Requests: 10, Bytes: 1000},
+		{ID: 2, Addr: ap, Capacity: 100, Used: 0, Alive: false},
+	}}
+	b := a
+	b.Refused = 9
+	b.Nodes = []fabric.PoolNodeInfo{
+		{ID: 0, Addr: ap, Capacity: 100, Used: 30, Alive: true, Requests: 40, Bytes: 4000},
+		{ID: 1, Addr: ap, Capacity: 100, Used: 10, Alive: true, Requests: 20, Bytes: 2000},
+		{ID: 2, Addr: ap, Capacity: 100, Used: 0, Alive: false},
+	}
+	r := makeStatReport(a, b, 2*time.Second)
+	near := func(x, y float64) bool { return math.Abs(x-y) < 1e-9 }
+	if r.Alive != 2 || r.Used != 40 || r.Capacity != 300 || !near(r.ReqPerS, 20) || !near(r.BytesPS, 2000) || !near(r.RefusedPS, 2) {
+		t.Errorf("totals %+v", r)
+	}
+	// Stripe balance over live nodes: 30 over a mean of 20; load 15 req/s
+	// over a mean of 10.
+	if !near(r.Balance, 1.5) || !near(r.LoadSpread, 1.5) {
+		t.Errorf("balance %v, load %v; want 1.5 and 1.5", r.Balance, r.LoadSpread)
+	}
+	if !near(r.Nodes[0].Share, 0.75) || !near(r.Nodes[0].ReqPerS, 15) {
+		t.Errorf("node 0: %+v", r.Nodes[0])
+	}
+	// One sample: no rates.
+	if r := makeStatReport(b, b, 0); r.ReqPerS != 0 || r.RefusedPS != 0 || r.LoadSpread != 0 {
+		t.Errorf("rates from one sample: %+v", r)
+	}
+}
