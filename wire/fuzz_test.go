@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"net/netip"
 	"testing"
 )
 
@@ -46,5 +47,27 @@ func FuzzAck(f *testing.F) {
 		if !bytes.Equal(out, b) {
 			t.Fatalf("re-encode differs")
 		}
+	})
+}
+
+// FuzzPoolPayload checks that the pool payload parsers (reply-to trailer,
+// chain hop list, optimizer parameters) never panic on any header and
+// payload, and that what SplitChain accepts is consistent with the header.
+func FuzzPoolPayload(f *testing.F) {
+	hops := AppendChain(nil, []ChainHop{{Addr: 8, Op: ChainLoad}, {Addr: 64, Op: ChainStore}})
+	f.Add(uint64(16), uint64(2), uint8(0), AppendReplyTo(hops, netip.MustParseAddrPort("10.0.0.1:9")))
+	f.Add(uint64(0), uint64(0), uint8(0), AppendOptim(nil, &OptimParams{Algo: OptimAdam, Step: 1, LR: 1, Eps: 1}))
+	f.Fuzz(func(t *testing.T, op1, op2 uint64, hop uint8, payload []byte) {
+		h := Header{Op: OpChain, Mode: ModePool, Operand1: op1, Operand2: op2, Hop: hop}
+		_, _, _ = SplitReplyTo(payload)
+		_, _ = ParseOptim(payload)
+		hs, data, err := SplitChain(&h, payload)
+		if err != nil {
+			return
+		}
+		if len(hs) != int(op2)*ChainHopLen || (data != nil && uint64(len(data)) != op1) || int(hop) >= int(op2) {
+			t.Fatalf("accepted inconsistent chain: %d hop bytes, %d data bytes, header %d/%d/%d", len(hs), len(data), op1, op2, hop)
+		}
+		_ = ChainHopAt(hs, int(hop))
 	})
 }
