@@ -43,7 +43,11 @@ host-only way of doing the same with one-sided WRITEs: a 1 MiB multicast
 against sequential unicasts, a 1 MiB f32 allreduce (deterministic) against
 gathering to a root, reducing there and writing back — times and the bytes
 the sender or root put on the wire — and anycast to a round-robin and a
-key-affinity service of two members, 100 requests each.
+key-affinity service of two members, 100 requests each. Last, three memory
+nodes lend memory to the switch's pool: a 4 MiB write and read striped over
+them, a chained reduce of one vector per node summed node to node with no
+host in between, and an Adam step applied by the nodes to parameters in the
+pool.
 
 Each result is verified; the exit status is non-zero if anything fails.`,
 		Args: cobra.NoArgs,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,11 +40,14 @@ var demoToken = []byte("ndma-demo-fabric-token")
 
 // fabricDemo holds the switch and the job's members.
 type fabricDemo struct {
-	ctx  context.Context
-	sw   string // the switch's address
-	opts endpoint.FabricOptions
-	eps  []*endpoint.Endpoint
-	gs   []*endpoint.Group
+	ctx     context.Context
+	sw      string         // the switch's address
+	swAddr  netip.AddrPort // the same, parsed
+	lendCtx context.Context
+	closers *[]func()
+	opts    endpoint.FabricOptions
+	eps     []*endpoint.Endpoint
+	gs      []*endpoint.Group
 
 	// region[i] is member i's registered region of demoGroupSize bytes
 	// (member 0's is demoMembers times that: the gather region).
@@ -62,6 +66,7 @@ func (d *demo) fabric() (string, func()) {
 		return "", closeAll
 	}
 	d.rows = append(d.rows, f.multicast(), f.allreduce(), f.anycastRoundRobin(), f.anycastAffinity())
+	d.rows = append(d.rows, f.pool()...)
 	return f.sw, closeAll
 }
 
@@ -70,6 +75,8 @@ func (d *demo) fabric() (string, func()) {
 // started, also on error.
 func startFabric(ctx context.Context) (*fabricDemo, func(), error) {
 	var closers []func()
+	lendCtx, stopLending := context.WithCancel(context.Background())
+	closers = append(closers, stopLending)
 	closeAll := func() {
 		for _, c := range slices.Backward(closers) {
 			c()
@@ -86,7 +93,8 @@ func startFabric(ctx context.Context) (*fabricDemo, func(), error) {
 	}
 	srv := fabric.NewServer(conn, sw, nil)
 	closers = append(closers, func() { srv.Close() })
-	f := &fabricDemo{ctx: ctx, sw: srv.Addr().String(), opts: endpoint.FabricOptions{Token: demoToken}}
+	f := &fabricDemo{ctx: ctx, sw: srv.Addr().String(), swAddr: srv.Addr(), lendCtx: lendCtx, closers: &closers,
+		opts: endpoint.FabricOptions{Token: demoToken}}
 	for i := range demoMembers {
 		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{})
 		if err != nil {

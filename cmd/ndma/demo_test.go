@@ -56,7 +56,7 @@ func TestDemoJSON(t *testing.T) {
 			compared[row.Op] = row
 		}
 	}
-	for _, op := range []string{"write", "read", "cas", "fadd", "vector", "read,", "write,", "fadd,", "multicast", "allreduce", "anycast"} {
+	for _, op := range []string{"write", "read", "cas", "fadd", "vector", "read,", "write,", "fadd,", "multicast", "allreduce", "anycast", "pool"} {
 		if !ops[op] {
 			t.Errorf("no %q row in %v", op, ops)
 		}
