@@ -87,7 +87,7 @@ func TestDemoCommand(t *testing.T) {
 	rootCmd.SetArgs([]string{"demo", "--json"})
 	t.Cleanup(func() { rootCmd.SetOut(nil); rootCmd.SetArgs(nil) })
 	if err := rootCmd.Execute(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\n%s", err, out.String())
 	}
 	if n := strings.Count(out.String(), "\n"); n < 20 {
 		t.Fatalf("%d rows:\n%s", n, out.String())
