@@ -207,20 +207,10 @@ func (s *Switch) poolForward(from netip.AddrPort, h *wire.Header, payload []byte
 	}
 	var sent, dead int
 	for rep := range r.Layout.Replicas {
-		s.tgt, err = s.mmu.Translate(h.Group, h.Key, need, h.Addr, n, rep, s.tgt[:0])
-		if err != nil {
-			var st wire.Status
-			if !errors.As(err, &st) {
-				st = wire.StatusBadOperand
-			}
-			s.poolRefuse(from, h, st)
+		t, ok := s.translateOne(from, h, need, h.Addr, n, rep)
+		if !ok {
 			return
 		}
-		if len(s.tgt) != 1 {
-			s.poolRefuse(from, h, wire.StatusBadOperand) // crosses a stripe
-			return
-		}
-		t := s.tgt[0]
 		if !t.Node.Alive {
 			dead++
 			continue
@@ -241,26 +231,59 @@ func (s *Switch) poolForward(from netip.AddrPort, h *wire.Header, payload []byte
 	}
 	for _, t := range s.tgts[:sent] {
 		fh := *h
-		fh.Addr = t.Addr
-		fh.Flags |= wire.FlagReplyTo
-		fh.Copies = cp
-		fh.Offset = 0
-		fh.Len = uint16(len(payload) + wire.ReplyToLen)
-		fh.MsgLen = uint32(fh.Len)
-		b := s.fwdBuf(wire.HeaderLen + int(fh.Len))
-		if b == nil {
+		fh.Addr, fh.Copies = t.Addr, cp
+		if !s.poolSend(t.Node, &fh, payload, from) {
 			return
 		}
-		fh.Encode(b)
-		copy(b[wire.HeaderLen:], payload)
-		wire.AppendReplyTo(b[:wire.HeaderLen+len(payload)], from)
-		wire.Seal(b)
-		if s.forwardShared(b, t.Node.Addr) {
-			s.stats.PoolOut++
-			t.Node.Requests++
-			t.Node.Bytes += uint64(len(payload))
-		}
 	}
+}
+
+// poolSend forwards a translated pool request (fh, with the node-local
+// addresses set) and its payload to node, with client's address as the
+// reply-to trailer. It reports false if the forwarding budget is spent.
+func (s *Switch) poolSend(node *PoolNode, fh *wire.Header, payload []byte, client netip.AddrPort) bool {
+	fh.Flags |= wire.FlagReplyTo
+	if fh.Copies == 0 {
+		fh.Copies = 1
+	}
+	fh.Offset = 0
+	fh.Len = uint16(len(payload) + wire.ReplyToLen)
+	fh.MsgLen = uint32(fh.Len)
+	b := s.fwdBuf(wire.HeaderLen + int(fh.Len))
+	if b == nil {
+		return false
+	}
+	fh.Encode(b)
+	copy(b[wire.HeaderLen:], payload)
+	wire.AppendReplyTo(b[:wire.HeaderLen+len(payload)], client)
+	wire.Seal(b)
+	if s.forwardShared(b, node.Addr) {
+		s.stats.PoolOut++
+		node.Requests++
+		node.Bytes += uint64(len(payload))
+	}
+	return true
+}
+
+// translateOne translates an access of n bytes at off of h's region for
+// copy replica, which must lie in one stripe, or refuses the request to
+// client and reports false.
+func (s *Switch) translateOne(client netip.AddrPort, h *wire.Header, need memnode.Perm, off, n uint64, replica int) (Target, bool) {
+	var err error
+	s.tgt, err = s.mmu.Translate(h.Group, h.Key, need, off, n, replica, s.tgt[:0])
+	if err != nil {
+		var st wire.Status
+		if !errors.As(err, &st) {
+			st = wire.StatusBadOperand
+		}
+		s.poolRefuse(client, h, st)
+		return Target{}, false
+	}
+	if len(s.tgt) != 1 {
+		s.poolRefuse(client, h, wire.StatusBadOperand) // crosses a stripe
+		return Target{}, false
+	}
+	return s.tgt[0], true
 }
 
 // chainForward sends a chain packet to the memory node of its current
@@ -309,44 +332,17 @@ func (s *Switch) chainForward(from netip.AddrPort, h *wire.Header, payload []byt
 		s.poolRefuse(client, h, wire.StatusBadOperand)
 		return
 	}
-	s.tgt, err = s.mmu.Translate(h.Group, h.Key, need, hop.Addr, h.Operand1, 0, s.tgt[:0])
-	if err != nil {
-		var st wire.Status
-		if !errors.As(err, &st) {
-			st = wire.StatusBadOperand
-		}
-		s.poolRefuse(client, h, st)
+	t, ok := s.translateOne(client, h, need, hop.Addr, h.Operand1, 0)
+	if !ok {
 		return
 	}
-	if len(s.tgt) != 1 {
-		s.poolRefuse(client, h, wire.StatusBadOperand) // crosses a stripe
-		return
-	}
-	t := s.tgt[0]
 	if !t.Node.Alive {
 		s.poolRefuse(client, h, wire.StatusMemberDead)
 		return
 	}
 	fh := *h
 	fh.Addr = t.Addr
-	fh.Flags |= wire.FlagReplyTo
-	fh.Copies = 1
-	fh.Offset = 0
-	fh.Len = uint16(len(body) + wire.ReplyToLen)
-	fh.MsgLen = uint32(fh.Len)
-	b := s.fwdBuf(wire.HeaderLen + int(fh.Len))
-	if b == nil {
-		return
-	}
-	fh.Encode(b)
-	copy(b[wire.HeaderLen:], body)
-	wire.AppendReplyTo(b[:wire.HeaderLen+len(body)], client)
-	wire.Seal(b)
-	if s.forwardShared(b, t.Node.Addr) {
-		s.stats.PoolOut++
-		t.Node.Requests++
-		t.Node.Bytes += uint64(len(body))
-	}
+	s.poolSend(t.Node, &fh, body, client)
 }
 
 // optimForward translates an optimizer step's parameters and moments
@@ -391,20 +387,15 @@ func (s *Switch) optimForward(from netip.AddrPort, h *wire.Header, payload []byt
 			s.poolRefuse(from, h, wire.StatusOutOfBounds)
 			return
 		}
-		s.tgt, err = s.mmu.Translate(h.Group, h.Key, memnode.PermVector, h.Addr+uint64(i)*stride, n, 0, s.tgt[:0])
-		if err != nil {
-			var st wire.Status
-			if !errors.As(err, &st) {
-				st = wire.StatusBadOperand
-			}
-			s.poolRefuse(from, h, st)
+		t, ok := s.translateOne(from, h, memnode.PermVector, h.Addr+uint64(i)*stride, n, 0)
+		if !ok {
 			return
 		}
-		if len(s.tgt) != 1 || (node != nil && s.tgt[0].Node != node) {
+		if node != nil && t.Node != node {
 			s.poolRefuse(from, h, wire.StatusBadOperand)
 			return
 		}
-		node, local[i] = s.tgt[0].Node, s.tgt[0].Addr
+		node, local[i] = t.Node, t.Addr
 	}
 	if !node.Alive {
 		s.poolRefuse(from, h, wire.StatusMemberDead)
@@ -412,24 +403,7 @@ func (s *Switch) optimForward(from netip.AddrPort, h *wire.Header, payload []byt
 	}
 	fh := *h
 	fh.Addr, fh.Operand1, fh.Operand2 = local[0], local[1], local[2]
-	fh.Flags |= wire.FlagReplyTo
-	fh.Copies = 1
-	fh.Offset = 0
-	fh.Len = uint16(len(payload) + wire.ReplyToLen)
-	fh.MsgLen = uint32(fh.Len)
-	b := s.fwdBuf(wire.HeaderLen + int(fh.Len))
-	if b == nil {
-		return
-	}
-	fh.Encode(b)
-	copy(b[wire.HeaderLen:], payload)
-	wire.AppendReplyTo(b[:wire.HeaderLen+len(payload)], from)
-	wire.Seal(b)
-	if s.forwardShared(b, node.Addr) {
-		s.stats.PoolOut++
-		node.Requests++
-		node.Bytes += uint64(len(payload))
-	}
+	s.poolSend(node, &fh, payload, from)
 }
 
 // poolRefuse answers a pool request with a status.

@@ -246,7 +246,28 @@ func (r *Region) transferOp(ctx context.Context, tmpl *endpoint.Op, p []byte, of
 	if err != nil {
 		return fmt.Errorf("pool: region %d: %w", r.spec.Region, err)
 	}
-	window := min(r.c.opts.Window, len(exts))
+	degraded, err := r.runOps(ctx, len(exts), func(op *endpoint.Op, i int) {
+		e := exts[i]
+		*op = *tmpl
+		op.Peer, op.Pool, op.Key, op.Addr, op.Lane = r.c.addr, r.spec.Region, r.key, e.Off, uint16(e.Column)
+		op.Buf = p[e.Off-off : e.Off-off+e.Len]
+	})
+	if err != nil {
+		return fmt.Errorf("pool: region %d: %w", r.spec.Region, err)
+	}
+	if degraded {
+		return ErrDegraded
+	}
+	return nil
+}
+
+// runOps runs n ops, keeping up to the client's window of them in flight:
+// fill sets op up as the i-th. It returns the first error (after the ops
+// in flight have ended: on an error or ctx's end no new op starts, and on
+// ctx's end those in flight are canceled) and whether any op reported a
+// degraded write.
+func (r *Region) runOps(ctx context.Context, n int, fill func(op *endpoint.Op, i int)) (bool, error) {
+	window := min(r.c.opts.Window, n)
 	done := make(chan *endpoint.Op, window)
 	ops := make([]endpoint.Op, window)
 	free := make([]*endpoint.Op, 0, window)
@@ -256,16 +277,12 @@ func (r *Region) transferOp(ctx context.Context, tmpl *endpoint.Op, p []byte, of
 	var first error
 	degraded := false
 	ctxDone := ctx.Done()
-	inflight := 0
-	next := 0
-	for next < len(exts) || inflight > 0 {
-		for first == nil && next < len(exts) && len(free) > 0 {
-			e := exts[next]
+	inflight, next := 0, 0
+	for next < n || inflight > 0 {
+		for first == nil && next < n && len(free) > 0 {
 			op := free[len(free)-1]
 			free = free[:len(free)-1]
-			*op = *tmpl
-			op.Peer, op.Pool, op.Key, op.Addr, op.Lane = r.c.addr, r.spec.Region, r.key, e.Off, uint16(e.Column)
-			op.Buf = p[e.Off-off : e.Off-off+e.Len]
+			fill(op, next)
 			if err := r.c.ep.Start(op, done); err != nil {
 				first = err
 				free = append(free, op)
@@ -295,13 +312,7 @@ func (r *Region) transferOp(ctx context.Context, tmpl *endpoint.Op, p []byte, of
 			}
 		}
 	}
-	if first != nil {
-		return fmt.Errorf("pool: region %d: %w", r.spec.Region, first)
-	}
-	if degraded {
-		return ErrDegraded
-	}
-	return nil
+	return degraded, first
 }
 
 // ChainChunks cuts a chain over n bytes at every hop address in addrs
@@ -359,73 +370,29 @@ func (r *Region) Chain(ctx context.Context, hops []wire.ChainHop, n int, dt wire
 	if err != nil {
 		return err
 	}
-	window := min(r.c.opts.Window, len(chunks))
-	done := make(chan *endpoint.Op, window)
-	ops := make([]endpoint.Op, window)
-	slotOf := make(map[*endpoint.Op]int, window)
-	free := make([]int, 0, window)
-	for i := range ops {
-		free = append(free, i)
-		slotOf[&ops[i]] = i
+	offs := make([]int, len(chunks))
+	for i := 1; i < len(chunks); i++ {
+		offs[i] = offs[i-1] + chunks[i-1]
 	}
-	hopBufs := make([][]wire.ChainHop, window)
-	for i := range hopBufs {
-		hopBufs[i] = make([]wire.ChainHop, len(hops))
-	}
-	var first error
-	ctxDone := ctx.Done()
-	inflight, next, off := 0, 0, 0
-	for next < len(chunks) || inflight > 0 {
-		for first == nil && next < len(chunks) && len(free) > 0 {
-			slot := free[len(free)-1]
-			free = free[:len(free)-1]
-			op := &ops[slot]
-			hs := hopBufs[slot]
-			for i, h := range hops {
-				hs[i] = wire.ChainHop{Addr: h.Addr + uint64(off), Op: h.Op}
-			}
-			c := chunks[next]
-			lane := 0
-			if es, err := r.layout.Extents(hs[0].Addr, 1, 0, nil); err == nil && len(es) == 1 {
-				lane = es[0].Column
-			}
-			*op = endpoint.Op{Kind: endpoint.KindChain, Peer: r.c.addr, Pool: r.spec.Region, Key: r.key, Lane: uint16(lane),
-				Chain: hs, ChainLen: c, Dtype: dt, Alu: alu}
-			if in != nil {
-				op.Buf = in[off : off+c]
-			}
-			if out != nil {
-				op.Recv = out[off : off+c]
-			}
-			if err := r.c.ep.Start(op, done); err != nil {
-				first = err
-				free = append(free, slot)
-				break
-			}
-			inflight++
-			next++
-			off += c
+	_, first := r.runOps(ctx, len(chunks), func(op *endpoint.Op, i int) {
+		off, c := offs[i], chunks[i]
+		hs := make([]wire.ChainHop, len(hops))
+		for k, h := range hops {
+			hs[k] = wire.ChainHop{Addr: h.Addr + uint64(off), Op: h.Op}
 		}
-		if inflight == 0 {
-			break
+		lane := 0
+		if es, err := r.layout.Extents(hs[0].Addr, 1, 0, nil); err == nil && len(es) == 1 {
+			lane = es[0].Column
 		}
-		select {
-		case op := <-done:
-			inflight--
-			if op.Err != nil && first == nil {
-				first = op.Err
-			}
-			free = append(free, slotOf[op])
-		case <-ctxDone:
-			ctxDone = nil
-			if first == nil {
-				first = ctx.Err()
-			}
-			for i := range ops {
-				r.c.ep.Cancel(&ops[i])
-			}
+		*op = endpoint.Op{Kind: endpoint.KindChain, Peer: r.c.addr, Pool: r.spec.Region, Key: r.key, Lane: uint16(lane),
+			Chain: hs, ChainLen: c, Dtype: dt, Alu: alu}
+		if in != nil {
+			op.Buf = in[off : off+c]
 		}
-	}
+		if out != nil {
+			op.Recv = out[off : off+c]
+		}
+	})
 	if first != nil {
 		return fmt.Errorf("pool: region %d: chain: %w", r.spec.Region, first)
 	}
