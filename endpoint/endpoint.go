@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/netip"
 	"sync"
 	"time"
@@ -28,6 +29,10 @@ type Endpoint struct {
 	timer   *time.Timer
 	timerAt time.Time
 	closed  bool
+
+	// incarnation tells this endpoint's lifetime from a later one at the
+	// same address (a restarted memory node: PoolLend).
+	incarnation uint64
 
 	services map[uint32]*Service // anycast services served, by group
 	svcIDs   map[string]uint32   // service name → group (lookup cache)
@@ -72,7 +77,7 @@ func New(conn netio.Conn, cfg Config, opts Options) (*Endpoint, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ep := &Endpoint{conn: conn, log: log, core: core, readerDone: make(chan struct{}),
-		services: make(map[uint32]*Service), svcIDs: make(map[string]uint32)}
+		services: make(map[uint32]*Service), svcIDs: make(map[string]uint32), incarnation: rand.Uint64()}
 	ep.timer = time.AfterFunc(time.Hour, ep.onTimer)
 	ep.timer.Stop()
 	go ep.reader()

@@ -99,7 +99,7 @@ func (ep *Endpoint) PoolLend(ctx context.Context, sw string, key, capacity uint6
 	if err != nil {
 		return 0, err
 	}
-	req := &fabric.CtrlMsg{Type: fabric.CtrlPoolNode, Key: key, Capacity: capacity}
+	req := &fabric.CtrlMsg{Type: fabric.CtrlPoolNode, Key: key, Capacity: capacity, Epoch: ep.incarnation}
 	iv := opts.heartbeat()
 	cctx, cancel := context.WithTimeout(ctx, 4*iv) // one heartbeat timeout
 	resp, err := ep.control(cctx, ap, req, opts.Token)

@@ -60,7 +60,8 @@ package fabric
 //	           → group u32, member u16
 //	LOOKUP     service name → group u32, list of member (≤ 4096)
 //	POOLNODE   key u64 (the node's region lent to the pool), capacity u64
-//	           (bytes, not 0) → node u16
+//	           (bytes, not 0), incarnation u64 (random per start of the
+//	           node) → node u16
 //	POOLCREATE pool → region u32, key u64, pool (columns as chosen)
 //	POOLOPEN   region u32, key u64 → pool
 //	POOLFREE   region u32, key u64 → (no fields)
@@ -120,7 +121,9 @@ const (
 	CtrlLookup CtrlType = 6
 	// CtrlPoolNode registers the sender, a memory node, as lending
 	// Capacity bytes of its region Key to the pool (sent again as its
-	// heartbeat). The response carries its Node id.
+	// heartbeat), with the Epoch of its incarnation: a node that comes
+	// back with another one restarted and lost its memory. The response
+	// carries its Node id.
 	CtrlPoolNode CtrlType = 7
 	// CtrlPoolCreate creates a pool region as Pool asks. The response
 	// carries its Region id, its Key and the Pool as created.
@@ -242,7 +245,7 @@ type CtrlMsg struct {
 	Rank    int          // Join and Register requests: CtrlRankAny or 0..Size-1
 	Group   uint32       // group id
 	Member  uint16       // member id within Group
-	Epoch   uint64       // Join and Heartbeat responses: group membership epoch
+	Epoch   uint64       // Join and Heartbeat responses: group membership epoch; PoolNode request: the node's incarnation
 	Policy  uint8        // Register request: anycast selection policy, interpreted by the switch
 	Ranges  []CtrlRange  // Register request: at most CtrlMaxRanges
 	Members []MemberInfo // Join and Lookup responses: at most CtrlMaxMembers
@@ -494,6 +497,7 @@ func (m *CtrlMsg) appendFields(b []byte) []byte {
 	case m.Type == CtrlPoolNode && !m.Resp:
 		b = be.AppendUint64(b, m.Key)
 		b = be.AppendUint64(b, m.Capacity)
+		b = be.AppendUint64(b, m.Epoch)
 	case m.Type == CtrlPoolNode:
 		b = be.AppendUint16(b, m.Node)
 	case m.Type == CtrlPoolCreate && !m.Resp:
@@ -849,6 +853,7 @@ func (m *CtrlMsg) decode(b []byte) error {
 	case typ == CtrlPoolNode && !m.Resp:
 		m.Key = r.u64("key")
 		m.Capacity = r.u64("capacity")
+		m.Epoch = r.u64("incarnation")
 		if r.err == nil && (m.Key == 0 || m.Capacity == 0) {
 			r.err = ctrlErrorf("pool node: key %#x, capacity %d: want both non-zero", m.Key, m.Capacity)
 		}

@@ -49,6 +49,9 @@ type PoolNode struct {
 	// Requests and Bytes count the pool requests (and their payload
 	// bytes) the switch forwarded to the node.
 	Requests, Bytes uint64
+	// Incarnation is the node's, from its registration: another one means
+	// it restarted.
+	Incarnation uint64
 }
 
 // Used is the bytes of the node given to regions.
@@ -106,6 +109,8 @@ type PoolRegion struct {
 	// Ready is set by the switch once every home has scrubbed and
 	// accepted its grant; accesses before that are refused.
 	Ready bool
+	// Lost[c] is set when column c's node restarted: its copy is gone.
+	Lost []bool
 }
 
 // Home is where one column of a region lives.
@@ -123,6 +128,7 @@ type Target struct {
 	Key     uint64 // the node's pool region
 	Addr    uint64 // offset in that region
 	Replica int
+	Lost    bool // the node restarted since: this copy is gone
 }
 
 // MMU is the pool's memory manager.
@@ -142,15 +148,21 @@ func NewMMU(newKey func() uint64) *MMU {
 }
 
 // AddNode registers a memory node offering capacity bytes of its region
-// key. A node registering again from the same address (a restart) must
-// offer the same region and capacity while regions use it.
-func (m *MMU) AddNode(addr netip.AddrPort, key, capacity uint64) (*PoolNode, error) {
+// key, in its incarnation inc. A node registering again from the same
+// address must offer the same region and capacity while regions use it;
+// if it comes back in another incarnation (it restarted: its memory is
+// new) the regions' copies on it are marked lost, never served again.
+func (m *MMU) AddNode(addr netip.AddrPort, key, capacity, inc uint64) (*PoolNode, error) {
 	if !addr.IsValid() || capacity == 0 || key == 0 {
 		return nil, fmt.Errorf("%w: address %v, key %#x, capacity %d", ErrPoolNode, addr, key, capacity)
 	}
 	if n := m.byAddr[addr]; n != nil {
 		if n.used > 0 && (n.Key != key || n.Capacity != capacity) {
 			return nil, fmt.Errorf("%w: %v registered again with another region while regions use it", ErrPoolNode, addr)
+		}
+		if n.Incarnation != inc {
+			m.nodeRestarted(n)
+			n.Incarnation = inc
 		}
 		if n.used == 0 {
 			n.Key, n.Capacity, n.free = key, capacity, []span{{0, capacity &^ (poolAlign - 1)}}
@@ -161,11 +173,22 @@ func (m *MMU) AddNode(addr netip.AddrPort, key, capacity uint64) (*PoolNode, err
 	if len(m.nodes) >= MaxPoolNodes {
 		return nil, fmt.Errorf("%w: more than %d memory nodes", ErrPoolNode, MaxPoolNodes)
 	}
-	n := &PoolNode{ID: len(m.nodes), Addr: addr, Key: key, Capacity: capacity, Alive: true,
+	n := &PoolNode{ID: len(m.nodes), Addr: addr, Key: key, Capacity: capacity, Alive: true, Incarnation: inc,
 		free: []span{{0, capacity &^ (poolAlign - 1)}}}
 	m.nodes = append(m.nodes, n)
 	m.byAddr[addr] = n
 	return n, nil
+}
+
+// nodeRestarted marks every region's copy on n lost.
+func (m *MMU) nodeRestarted(n *PoolNode) {
+	for _, r := range m.regions {
+		for c, h := range r.Homes {
+			if h.Node == n {
+				r.Lost[c] = true
+			}
+		}
+	}
 }
 
 // Nodes returns the registered memory nodes, by id.
@@ -214,7 +237,7 @@ func (m *MMU) Create(size, stripe uint64, columns, replicas int, perm memnode.Pe
 	})
 	live = live[:columns]
 	slices.SortFunc(live, func(a, b *PoolNode) int { return cmp.Compare(a.ID, b.ID) })
-	r := &PoolRegion{Perm: perm, Layout: l, Homes: make([]Home, columns)}
+	r := &PoolRegion{Perm: perm, Layout: l, Homes: make([]Home, columns), Lost: make([]bool, columns)}
 	for c, n := range live {
 		off, ok := n.alloc(l.ColumnBytes(c))
 		if !ok {
@@ -292,7 +315,7 @@ func (m *MMU) Translate(id uint32, key uint64, need memnode.Perm, off, n uint64,
 	}
 	for _, e := range m.ext {
 		h := r.Homes[e.Column]
-		dst = append(dst, Target{Off: e.Off, Len: e.Len, Node: h.Node, Key: h.Node.Key, Addr: h.Base + e.Local, Replica: e.Replica})
+		dst = append(dst, Target{Off: e.Off, Len: e.Len, Node: h.Node, Key: h.Node.Key, Addr: h.Base + e.Local, Replica: e.Replica, Lost: r.Lost[e.Column]})
 	}
 	return dst, nil
 }

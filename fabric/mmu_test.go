@@ -58,7 +58,7 @@ func TestMMUCreateFree(t *testing.T) {
 	r := rand.New(rand.NewPCG(seed, 3))
 	m := NewMMU(testKeys(seed))
 	for i := range 4 {
-		if _, err := m.AddNode(nodeAddr(i), uint64(100+i), 8<<20); err != nil {
+		if _, err := m.AddNode(nodeAddr(i), uint64(100+i), 8<<20, 1); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -112,7 +112,7 @@ func TestMMUThroughStores(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, err := m.AddNode(nodeAddr(i), key, 4<<20)
+		n, err := m.AddNode(nodeAddr(i), key, 4<<20, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,7 +184,7 @@ func TestMMURefusals(t *testing.T) {
 		t.Errorf("no nodes: %v", err)
 	}
 	for i := range 2 {
-		if _, err := m.AddNode(nodeAddr(i), uint64(7+i), 1<<20); err != nil {
+		if _, err := m.AddNode(nodeAddr(i), uint64(7+i), 1<<20, 1); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -233,10 +233,45 @@ func TestMMURefusals(t *testing.T) {
 		t.Errorf("4 MiB on 2 x 1 MiB: %v, want ErrNoSpace", err)
 	}
 	checkNodes(t, m)
-	if _, err := m.AddNode(netip.AddrPort{}, 1, 1); !errors.Is(err, ErrPoolNode) {
+	if _, err := m.AddNode(netip.AddrPort{}, 1, 1, 1); !errors.Is(err, ErrPoolNode) {
 		t.Errorf("bad node: %v", err)
 	}
-	if _, err := m.AddNode(nodeAddr(0), 99, 1<<20); !errors.Is(err, ErrPoolNode) {
+	if _, err := m.AddNode(nodeAddr(0), 99, 1<<20, 1); !errors.Is(err, ErrPoolNode) {
 		t.Errorf("node re-registering with another region while in use: %v", err)
+	}
+}
+
+// TestMMUNodeRestart: a node registering again in the same incarnation
+// keeps its regions' copies; in another one (a restart) they are lost.
+func TestMMUNodeRestart(t *testing.T) {
+	m := NewMMU(func() uint64 { return 42 })
+	for i := range 2 {
+		if _, err := m.AddNode(nodeAddr(i), uint64(7+i), 1<<20, 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := m.Create(8192, 4096, 2, 1, memnode.PermAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := func() []bool {
+		var out []bool
+		for s := range 2 {
+			tg, err := m.Translate(r.ID, r.Key, memnode.PermRead, uint64(s)*4096, 8, 0, nil)
+			if err != nil || len(tg) != 1 {
+				t.Fatal(err)
+			}
+			out = append(out, tg[0].Lost)
+		}
+		return out
+	}
+	if _, err := m.AddNode(nodeAddr(1), 8, 1<<20, 5); err != nil || slices.Contains(lost(), true) {
+		t.Fatalf("heartbeat in the same incarnation: %v, lost %v", err, lost())
+	}
+	if _, err := m.AddNode(nodeAddr(1), 8, 1<<20, 6); err != nil {
+		t.Fatal(err)
+	}
+	if got := lost(); got[0] || !got[1] {
+		t.Fatalf("after node 1 restarted: lost %v, want [false true]", got)
 	}
 }

@@ -33,7 +33,7 @@ func (s *Switch) poolControl(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 	}
 	switch m.Type {
 	case CtrlPoolNode:
-		n, err := s.mmu.AddNode(d.Peer.Addr, m.Key, m.Capacity)
+		n, err := s.mmu.AddNode(d.Peer.Addr, m.Key, m.Capacity, m.Epoch)
 		if err != nil {
 			refuse(wire.StatusBadOperand)
 			return

@@ -205,11 +205,15 @@ func (s *Switch) poolForward(from netip.AddrPort, h *wire.Header, payload []byte
 	if h.Op != wire.OpRead {
 		copies = r.Layout.Replicas
 	}
-	var sent, dead int
+	var sent, dead, lost int
 	for rep := range r.Layout.Replicas {
 		t, ok := s.translateOne(from, h, need, h.Addr, n, rep)
 		if !ok {
 			return
+		}
+		if t.Lost {
+			lost++
+			continue
 		}
 		if !t.Node.Alive {
 			dead++
@@ -222,11 +226,15 @@ func (s *Switch) poolForward(from netip.AddrPort, h *wire.Header, payload []byte
 		sent++
 	}
 	if sent == 0 {
-		s.poolRefuse(from, h, wire.StatusMemberDead)
+		st := wire.StatusMemberDead
+		if lost == r.Layout.Replicas {
+			st = wire.StatusLost
+		}
+		s.poolRefuse(from, h, st)
 		return
 	}
 	cp := uint16(min(sent, copies))
-	if dead > 0 && h.Op != wire.OpRead {
+	if dead+lost > 0 && h.Op != wire.OpRead {
 		cp |= wire.CopiesDegraded
 	}
 	for _, t := range s.tgts[:sent] {
@@ -336,8 +344,8 @@ func (s *Switch) chainForward(from netip.AddrPort, h *wire.Header, payload []byt
 	if !ok {
 		return
 	}
-	if !t.Node.Alive {
-		s.poolRefuse(client, h, wire.StatusMemberDead)
+	if st := liveness(&t); st != wire.StatusOK {
+		s.poolRefuse(client, h, st)
 		return
 	}
 	fh := *h
@@ -395,15 +403,27 @@ func (s *Switch) optimForward(from netip.AddrPort, h *wire.Header, payload []byt
 			s.poolRefuse(from, h, wire.StatusBadOperand)
 			return
 		}
+		if st := liveness(&t); st != wire.StatusOK {
+			s.poolRefuse(from, h, st)
+			return
+		}
 		node, local[i] = t.Node, t.Addr
-	}
-	if !node.Alive {
-		s.poolRefuse(from, h, wire.StatusMemberDead)
-		return
 	}
 	fh := *h
 	fh.Addr, fh.Operand1, fh.Operand2 = local[0], local[1], local[2]
 	s.poolSend(node, &fh, payload, from)
+}
+
+// liveness is why a single-copy target cannot be served: its copy is lost
+// (the node restarted), its node is dead, or OK.
+func liveness(t *Target) wire.Status {
+	switch {
+	case t.Lost:
+		return wire.StatusLost
+	case !t.Node.Alive:
+		return wire.StatusMemberDead
+	}
+	return wire.StatusOK
 }
 
 // poolRefuse answers a pool request with a status.

@@ -21,7 +21,8 @@ const (
 	StatusMemberDead  Status = 9  // a group member stopped answering (Operand1 = member id)
 	StatusNotMember   Status = 10 // sender or destination is not a member of the group
 	StatusAuth        Status = 11 // control message failed authentication (bad fabric token)
-	statusCount              = 12
+	StatusLost        Status = 12 // pool data lost: the memory node that held the only copy restarted
+	statusCount              = 13
 )
 
 var statusText = [...]string{
@@ -37,6 +38,7 @@ var statusText = [...]string{
 	StatusMemberDead:  "group member dead",
 	StatusNotMember:   "not a member of the group",
 	StatusAuth:        "authentication failed",
+	StatusLost:        "data lost (its memory node restarted)",
 }
 
 // Error implements error.
