@@ -72,6 +72,7 @@ const (
 	poolInitWindow = 16
 	poolMaxWindow  = 1024
 	maxPoolRaw     = 8192 // server responses queued between Polls
+	maxPoolLanes   = 1024 // lanes kept before idle ones are forgotten
 )
 
 type laneKey struct {
@@ -233,6 +234,15 @@ func (c *Core) postPool(now time.Time, op *Op) error {
 	k := laneKey{op.Peer, op.Pool, op.Lane, op.Kind == KindChain}
 	l := p.lanes[k]
 	if l == nil {
+		if len(p.lanes) >= maxPoolLanes {
+			// Forget idle lanes (regions long freed, say): the table stays
+			// bounded; an idle lane only loses its RTT history.
+			for k, l := range p.lanes {
+				if l.inflight == 0 && len(l.queue) == 0 {
+					delete(p.lanes, k)
+				}
+			}
+		}
 		l = &poolLane{cwnd: poolInitWindow, ssthresh: poolMaxWindow}
 		p.lanes[k] = l
 	}

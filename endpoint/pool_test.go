@@ -1,0 +1,62 @@
+package endpoint
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/wire"
+)
+
+// TestPoolLanesBounded posts pool ops to many regions and cancels them:
+// the table of congestion lanes stays bounded.
+func TestPoolLanesBounded(t *testing.T) {
+	c, err := NewCore(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1, 0)
+	sw := netip.MustParseAddrPort("10.0.0.1:7471")
+	for i := range 3 * maxPoolLanes {
+		op := &Op{Kind: KindFetchAdd, Peer: sw, Pool: uint32(i + 1), Key: 1, Add: 1}
+		if err := c.Post(now, op); err != nil {
+			t.Fatal(err)
+		}
+		c.Cancel(op)
+		if !errors.Is(op.Err, ErrCanceled) {
+			t.Fatalf("op %d: %v", i, op.Err)
+		}
+	}
+	if n := len(c.pool.lanes); n > maxPoolLanes {
+		t.Fatalf("%d lanes, want at most %d", n, maxPoolLanes)
+	}
+	if c.Outstanding() != 0 || len(c.pool.reqs) != 0 {
+		t.Fatalf("outstanding %d, requests %d after cancelling every op", c.Outstanding(), len(c.pool.reqs))
+	}
+}
+
+// TestPoolPostErrors checks the ops a pool access refuses before sending.
+func TestPoolPostErrors(t *testing.T) {
+	c, err := NewCore(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1, 0)
+	sw := netip.MustParseAddrPort("10.0.0.1:7471")
+	for name, op := range map[string]*Op{
+		"empty read":          {Kind: KindRead},
+		"odd vector":          {Kind: KindVector, Dtype: wire.DtypeI64, Buf: make([]byte, 12)},
+		"nop":                 {Kind: KindNop},
+		"chain without hops":  {Kind: KindChain, ChainLen: 8},
+		"chain too long":      {Kind: KindChain, ChainLen: 1 << 20, Chain: []wire.ChainHop{{Op: wire.ChainLoad}}},
+		"chain load later":    {Kind: KindChain, ChainLen: 8, Buf: make([]byte, 8), Chain: []wire.ChainHop{{Op: wire.ChainApply}, {Op: wire.ChainLoad}}},
+		"chain load and data": {Kind: KindChain, ChainLen: 8, Buf: make([]byte, 8), Chain: []wire.ChainHop{{Op: wire.ChainLoad}}},
+		"optim no stride":     {Kind: KindOptim, Buf: make([]byte, 8)},
+	} {
+		op.Peer, op.Pool, op.Key = sw, 1, 1
+		if err := c.Post(now, op); !errors.Is(err, ErrBadOp) {
+			t.Errorf("%s: %v, want ErrBadOp", name, err)
+		}
+	}
+}
