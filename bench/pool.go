@@ -33,6 +33,10 @@ type PoolConfig struct {
 	// only, at offset 0). Empty: no baseline with Switch.
 	Node    string
 	NodeKey uint64
+	// Binary, if set (and Switch is not), is an ndma binary: the switch
+	// and the memory nodes run as its `switch` and `memd` processes on
+	// loopback, as deployed, instead of in this process.
+	Binary string
 	// Nodes is the in-process memory nodes (zero: 4), each lending
 	// NodeSize bytes (zero: Transfer plus 1 MiB and two stripes).
 	Nodes    int
@@ -111,7 +115,14 @@ func RunPool(ctx context.Context, cfg PoolConfig, emit func(Result) error) error
 	}
 	sw := cfg.Switch
 	var nodes []*Node
-	if sw == "" {
+	if sw == "" && cfg.Binary != "" {
+		stop, addr, node, key, err := startPoolProcs(ctx, &cfg)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		sw, cfg.Node, cfg.NodeKey = addr, node, key
+	} else if sw == "" {
 		stop, addr, ns, err := startPool(ctx, &cfg)
 		if err != nil {
 			return err

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -44,5 +46,34 @@ func TestRunPool(t *testing.T) {
 	}
 	if err := RunPool(ctx, PoolConfig{Nodes: 65}, func(Result) error { return nil }); err == nil {
 		t.Error("65 nodes: no error")
+	}
+}
+
+// TestRunPoolProcesses runs the pool benchmark with the switch and two
+// memory nodes as their own processes (the ndma binary, built here).
+func TestRunPoolProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds ndma and starts its daemons")
+	}
+	bin := filepath.Join(t.TempDir(), "ndma")
+	if out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "github.com/ndma/ndma/cmd/ndma").CombinedOutput(); err != nil {
+		t.Fatalf("building ndma: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var rows []Result
+	err := RunPool(ctx, PoolConfig{Binary: bin, Nodes: 2, Iters: 30, Transfer: 256 << 10, Stripe: 16 << 10}, func(r Result) error {
+		rows = append(rows, r)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 6 || rows[0].Op != OpRead || rows[1].Op != OpPoolRead || rows[1].Ratio <= 0 || rows[5].Nodes != 2 || rows[5].Ratio <= 0 {
+		t.Fatalf("rows %+v", rows)
+	}
+	// Nothing left running: the daemons' ports are free again.
+	if out, _ := exec.Command("pgrep", "-f", bin).Output(); len(out) > 0 {
+		t.Fatalf("daemons left running: %s", out)
 	}
 }

@@ -16,7 +16,7 @@ func newBenchPoolCmd() *cobra.Command {
 		sw, tokenFile, tests, size, transfer, stripe, nodeSize string
 		node, nodeKey                                          string
 		nodes, iters, mtu                                      int
-		jsonOut                                                bool
+		jsonOut, processes                                     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "pool",
@@ -28,7 +28,10 @@ Bandwidth: a sequential write and read of --transfer bytes through a
 region striped over every memory node, against the same transfer through a
 region on one node, and their ratio.
 
-By default a switch and --nodes memory nodes run in-process on loopback.
+By default a switch and --nodes memory nodes run in-process on loopback;
+with --processes each is its own process (ndma switch, ndma memd), as
+deployed: in one process, goroutine hand-offs between the roles add to
+every hop's latency.
 With --switch (and --token-file) the pool of a running switch is measured
 instead, e.g. inside the testbed (the latency test then has no direct
 baseline unless --node and --node-key name a memory node of the pool):
@@ -45,6 +48,14 @@ baseline unless --node and --node-key name a memory node of the pool):
 				return fmt.Errorf("--nodes %d: want at least 1", nodes)
 			}
 			cfg := bench.PoolConfig{Switch: sw, Node: node, Nodes: nodes, Tests: t, Iters: iters, MTU: mtu}
+			if processes {
+				if sw != "" {
+					return errors.New("--processes starts its own switch: it does not go with --switch")
+				}
+				if cfg.Binary, err = os.Executable(); err != nil {
+					return fmt.Errorf("--processes: %w", err)
+				}
+			}
 			if node != "" {
 				if sw == "" {
 					return errors.New("--node is the direct baseline of an external pool: it needs --switch")
@@ -96,6 +107,7 @@ baseline unless --node and --node-key name a memory node of the pool):
 	fl.StringVar(&stripe, "stripe", "64KiB", "bandwidth test: stripe of the regions")
 	fl.IntVar(&mtu, "mtu", 9000, "transport MTU in bytes")
 	fl.BoolVar(&jsonOut, "json", false, "print JSON Lines, one object per row")
+	fl.BoolVar(&processes, "processes", false, "run the switch and the memory nodes as their own processes on loopback (this binary's switch and memd), as deployed")
 	return cmd
 }
 
