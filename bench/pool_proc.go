@@ -133,4 +133,3 @@ func freeUDPPort() (uint16, error) {
 	defer c.Close()
 	return uint16(c.LocalAddr().(*net.UDPAddr).Port), nil
 }
-
