@@ -1,7 +1,11 @@
 // Package endpoint is the host side of NDMA: the library an application
 // links to drive one-sided operations (READ, WRITE, compare-and-swap,
 // fetch-and-add, vector ALU ops) against memory nodes and other endpoints,
-// and to expose its own registered memory to theirs.
+// and to expose its own registered memory to theirs; group operations
+// through a forwarding node; and pool accesses (Op.Pool: datagrams through
+// the switch's MMU, answered by the memory nodes), including serving them
+// as a memory node (Config.PoolNode). Package pool is the friendly client
+// on top.
 //
 // Core is sans-I/O: it owns a transport.Engine, the table of outstanding
 // operations and a memnode.Store it serves to peers, and is driven with

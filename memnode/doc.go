@@ -3,7 +3,10 @@
 // READ, WRITE, compare-and-swap, fetch-and-add and element-wise vector ALU
 // instructions arriving in request packets. Both the memory-node daemon
 // (ndma memd) and any endpoint that exposes its own memory run the same
-// executor.
+// executor. A node lending memory to a forwarding node's pool keeps a
+// grant table over the lent region (PoolNode: pool requests checked a
+// second time, chained-instruction hops, optimizer steps) and a reply cache
+// (Replies) that answers duplicates of mutating pool requests.
 //
 // The package is a sans-I/O core: a Store holds the regions, and
 // Store.Exec takes one decoded request header (wire.Header) and its payload
