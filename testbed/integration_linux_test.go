@@ -2,6 +2,8 @@ package testbed
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,7 +15,9 @@ import (
 	"github.com/ndma/ndma/coll"
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
 )
 
 // rankMainEnv, set to "1", makes TestIntegrationRank the rank program of
@@ -36,18 +40,23 @@ const (
 	stormServers  = 2   // ranks 0 and 1 serve the anycast service
 	stormRequests = 500 // per client rank (2 and 3)
 	stormWindow   = 16  // a client's requests in flight at most
+
+	integrationMemNodes = 2         // memd namespaces lending to the switch's pool
+	poolSlice           = 256 << 10 // bytes each rank writes into the shared pool region
 )
 
 // TestIntegration runs real rank processes — this test binary, re-executed
-// as TestIntegrationRank — on a 4-host testbed at 100 Mbit/s with MTU 9000:
-// in-network and host-based Bcast and Allreduce, and an anycast request
-// storm through `ndma switch`, each rank verifying every byte it gets; then
-// it takes the testbed down and checks that nothing is left.
+// as TestIntegrationRank — on a 4-host testbed at 100 Mbit/s with MTU 9000
+// and two memory nodes: in-network and host-based Bcast and Allreduce, an
+// anycast request storm through `ndma switch`, and a replicated pool region
+// over the memd namespaces that every rank writes a slice of and reads
+// whole, each rank verifying every byte it gets; then it takes the testbed
+// down and checks that nothing is left.
 func TestIntegration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: builds a testbed of network namespaces and runs rank processes on it")
 	}
-	st := upTestbed(t, Config{Hosts: integrationHosts, Rate: integrationRate, MTU: integrationMTU})
+	st := upTestbed(t, Config{Hosts: integrationHosts, MemNodes: integrationMemNodes, Rate: integrationRate, MTU: integrationMTU})
 	root := filepath.Dir(st.Dir)
 	if want := integrationMTU - udpIPHeaders; st.DatagramMTU != want {
 		t.Fatalf("testbed datagram MTU %d, the ranks assume %d", st.DatagramMTU, want)
@@ -165,6 +174,10 @@ func integrationRank(ctx context.Context) (err error) {
 	}
 	s, err := anycastStorm(ctx, c, ep, launch, fopts)
 	if err != nil {
+		return err
+	}
+	summary = append(summary, s)
+	if s, err = poolShare(ctx, c, ep, launch, fopts); err != nil {
 		return err
 	}
 	summary = append(summary, s)
@@ -343,4 +356,78 @@ func stormClient(ctx context.Context, ep *endpoint.Endpoint, sw, name string, ra
 		from[s]++
 	}
 	return from, nil
+}
+
+// poolSlicePattern is byte i of rank r's slice of the pool region.
+func poolSlicePattern(r, i int) byte { return byte(r*89 + i*7 + i>>9) }
+
+// poolShare has rank 0 create a pool region with two copies over the
+// testbed's memory nodes and pass its id and key to the others (Bcast);
+// every rank writes its slice, and after a barrier reads the whole region
+// back and checks every rank's bytes; rank 0 frees it at the end.
+func poolShare(ctx context.Context, c *coll.Communicator, ep *endpoint.Endpoint, launch coll.Launch, fopts endpoint.FabricOptions) (string, error) {
+	pc, err := pool.New(ep, launch.Switch, pool.Options{Fabric: fopts})
+	if err != nil {
+		return "", err
+	}
+	n := c.Size()
+	idKey := make([]byte, 12)
+	var r *pool.Region
+	if c.Rank() == 0 {
+		// The memory nodes join the pool within a second or so of the
+		// testbed's start: until both have, the switch answers BUSY.
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			r, err = pc.Alloc(ctx, uint64(n*poolSlice), pool.AllocOptions{Stripe: 16 << 10, Replicas: 2})
+			if err == nil || !errors.Is(err, wire.StatusBusy) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
+			return "", fmt.Errorf("pool alloc: %w", err)
+		}
+		binary.LittleEndian.PutUint32(idKey, r.ID())
+		binary.LittleEndian.PutUint64(idKey[4:], r.Key())
+	}
+	if err := c.Bcast(ctx, idKey, 0); err != nil {
+		return "", err
+	}
+	if c.Rank() != 0 {
+		if r, err = pc.Open(ctx, binary.LittleEndian.Uint32(idKey), binary.LittleEndian.Uint64(idKey[4:])); err != nil {
+			return "", fmt.Errorf("pool open: %w", err)
+		}
+	}
+	if r.Spec().Columns != integrationMemNodes {
+		return "", fmt.Errorf("pool region over %d memory nodes, want %d", r.Spec().Columns, integrationMemNodes)
+	}
+	mine := make([]byte, poolSlice)
+	for i := range mine {
+		mine[i] = poolSlicePattern(c.Rank(), i)
+	}
+	start := time.Now()
+	if _, err := r.WriteAtContext(ctx, mine, int64(c.Rank()*poolSlice)); err != nil {
+		return "", fmt.Errorf("pool write: %w", err)
+	}
+	if err := c.Barrier(ctx); err != nil {
+		return "", err
+	}
+	all := make([]byte, n*poolSlice)
+	if _, err := r.ReadAtContext(ctx, all, 0); err != nil {
+		return "", fmt.Errorf("pool read: %w", err)
+	}
+	d := time.Since(start)
+	for i, b := range all {
+		if want := poolSlicePattern(i/poolSlice, i%poolSlice); b != want {
+			return "", fmt.Errorf("pool: byte %d (rank %d's slice) is %#x, want %#x", i, i/poolSlice, b, want)
+		}
+	}
+	if err := c.Barrier(ctx); err != nil {
+		return "", err
+	}
+	if c.Rank() == 0 {
+		if err := pc.Free(ctx, r); err != nil {
+			return "", fmt.Errorf("pool free: %w", err)
+		}
+	}
+	return fmt.Sprintf("pool %v", d.Round(time.Millisecond)), nil
 }
