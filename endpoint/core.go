@@ -157,9 +157,10 @@ type Op struct {
 	Resp []byte // Control, Anycast: the reply payload
 	Err  error  // nil, or an *OpError
 
-	sw   netip.AddrPort // forwarding node, for group ops
-	mkey msgMatch       // RecvMsg: the message it matches
-	gkey gopKey
+	sw     netip.AddrPort // forwarding node, for group ops
+	onDone func(*Op)      // internal ops (a memory node's rebuild reads): called instead of reporting the op
+	mkey   msgMatch       // RecvMsg: the message it matches
+	gkey   gopKey
 
 	msgID    uint64
 	deadline time.Time
@@ -450,11 +451,16 @@ func (c *Core) finish(op *Op) {
 	} else {
 		c.stats.OpsFailed++
 	}
+	if op.onDone != nil {
+		op.onDone(op)
+		return
+	}
 	c.done = append(c.done, op)
 }
 
 // Step handles one received datagram.
 func (c *Core) Step(now time.Time, from netip.AddrPort, pkt []byte) {
+	c.pool.now = now
 	if len(pkt) >= wire.HeaderLen && wire.Mode(pkt[2]) == wire.ModePool && c.stepPool(now, from, pkt) {
 		return
 	}
@@ -618,6 +624,7 @@ func (c *Core) expire(now time.Time, op *Op) {
 // Poll, and the next time Poll must be called (zero: none). Both slices are
 // valid until the next Poll.
 func (c *Core) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, []*Op, time.Time) {
+	c.pool.now = now
 	out, comps, next := c.eng.Poll(now, out)
 	for i := range comps {
 		cp := &comps[i]

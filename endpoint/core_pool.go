@@ -62,6 +62,8 @@ type PoolStats struct {
 	Grants, Revokes                      uint64
 	RepliesEvicted                       uint64
 	GrantsHeld                           int
+	// Rebuilds of lost copies completed and failed, and bytes copied.
+	Rebuilt, RebuildsFailed, RebuildBytes uint64
 }
 
 // Limits of the pool client.
@@ -127,6 +129,8 @@ type poolCore struct {
 	replies *memnode.Replies
 
 	chainBuf, fwd []byte // scratch of chain hops
+	rebuilds      map[uint32]*rebuildTask
+	now           time.Time // of the current Step or Poll, for internal ops
 
 	raw   []netio.Datagram // datagrams to send at the next Poll
 	bufs  [][]byte         // free buffers
@@ -139,6 +143,7 @@ func (c *Core) initPool() error {
 	p.lanes = make(map[laneKey]*poolLane)
 	p.reqs = make(map[uint64]*poolOp)
 	p.ops = make(map[*Op]*poolOp)
+	p.rebuilds = make(map[uint32]*rebuildTask)
 	mtu := c.cfg.Transport.MTU
 	if mtu == 0 {
 		mtu = 9000
@@ -537,6 +542,10 @@ func (c *Core) finishPool(op *Op) {
 	} else {
 		c.stats.OpsFailed++
 	}
+	if op.onDone != nil {
+		op.onDone(op)
+		return
+	}
 	c.done = append(c.done, op)
 }
 
@@ -674,7 +683,23 @@ func (c *Core) servePoolControl(d *transport.Delivery) bool {
 		}
 	case fabric.CtrlPoolRevoke:
 		p.node.Revoke(m.Region, m.Key)
+		delete(p.rebuilds, m.Region)
 		p.stats.Revokes++
+	case fabric.CtrlPoolRebuild:
+		err := p.node.GrantRebuild(memnode.Grant{Region: m.Region, Key: m.Key, Perm: memnode.Perm(m.Pool.Perm), Base: m.Base, Len: m.Length})
+		if err != nil {
+			st = wire.StatusOutOfBounds
+		} else {
+			p.stats.Grants++
+			p.rebuilds[m.Region] = &rebuildTask{spec: m.Pool, key: m.Key, column: int(m.Node), base: m.Base}
+		}
+	case fabric.CtrlPoolRebuildGo:
+		t := p.rebuilds[m.Region]
+		if t == nil || t.key != m.Key || t.started {
+			st = wire.StatusBadKey
+		} else {
+			c.startRebuild(m.Region, t)
+		}
 	default:
 		return false
 	}
@@ -750,4 +775,100 @@ func (c *Core) serveChain(now time.Time, client netip.AddrPort, h *wire.Header, 
 	fh.MsgLen = uint32(len(b))
 	c.queueRaw(p.serve.Switch, &fh, b)
 	p.stats.Served++
+}
+
+// A memory node rebuilding a copy it lost in a restart (fabric's
+// POOLREBUILD, POOLREBUILDGO): it reads every stripe its column holds
+// through the switch (which serves reads from the other copies), fills
+// the bytes no client wrote since the rebuild grant, and reports
+// POOLREBUILT.
+
+// rebuildWindow is the stripe reads a rebuild keeps in flight.
+const rebuildWindow = 8
+
+type rebuildTask struct {
+	spec     fabric.PoolSpec
+	key      uint64
+	column   int
+	base     uint64
+	started  bool
+	pieces   []rebuildPiece
+	next     int
+	inflight int
+	failed   bool
+}
+
+type rebuildPiece struct {
+	off, n, local uint64 // pool offset, length, node-local address
+}
+
+// startRebuild lists the stripes column t.column holds and starts reading
+// them.
+func (c *Core) startRebuild(region uint32, t *rebuildTask) {
+	t.started = true
+	l, err := fabric.NewLayout(t.spec.Size, t.spec.Stripe, t.spec.Columns, t.spec.Replicas)
+	if err != nil {
+		c.endRebuild(region, t, false)
+		return
+	}
+	for s := range l.Stripes() {
+		off := s * l.Stripe
+		n := min(l.Stripe, l.Size-off)
+		for rep := range l.Replicas {
+			es, err := l.Extents(off, n, rep, nil)
+			if err == nil && len(es) == 1 && es[0].Column == t.column {
+				t.pieces = append(t.pieces, rebuildPiece{off: off, n: n, local: t.base + es[0].Local})
+			}
+		}
+	}
+	c.pumpRebuild(region, t)
+}
+
+func (c *Core) pumpRebuild(region uint32, t *rebuildTask) {
+	p := &c.pool
+	for !t.failed && t.inflight < rebuildWindow && t.next < len(t.pieces) {
+		pc := t.pieces[t.next]
+		op := &Op{Kind: KindRead, Peer: p.serve.Switch, Pool: region, Key: t.key, Addr: pc.off,
+			Lane: uint16(t.column), Buf: make([]byte, pc.n)}
+		op.onDone = func(op *Op) {
+			t.inflight--
+			if p.rebuilds[region] != t {
+				return // revoked meanwhile
+			}
+			if op.Err != nil || p.node.Fill(region, t.key, pc.local, op.Buf) != nil {
+				t.failed = true
+			} else {
+				p.stats.RebuildBytes += pc.n
+			}
+			c.pumpRebuild(region, t)
+		}
+		if err := c.Post(p.now, op); err != nil {
+			t.failed = true
+			break
+		}
+		t.inflight++
+		t.next++
+	}
+	if t.inflight == 0 && (t.failed || t.next == len(t.pieces)) {
+		c.endRebuild(region, t, !t.failed)
+	}
+}
+
+// endRebuild stops a rebuild and, if it copied everything, reports it.
+func (c *Core) endRebuild(region uint32, t *rebuildTask, ok bool) {
+	p := &c.pool
+	delete(p.rebuilds, region)
+	p.node.EndRebuild(region)
+	if !ok {
+		p.stats.RebuildsFailed++
+		return
+	}
+	p.stats.Rebuilt++
+	buf, err := fabric.AppendCtrl(nil, &fabric.CtrlMsg{Type: fabric.CtrlPoolRebuilt, Region: region, Key: t.key, Node: uint16(t.column)}, p.serve.Token)
+	if err != nil {
+		return
+	}
+	op := &Op{Kind: KindControl, Peer: p.serve.Switch, Buf: buf}
+	op.onDone = func(*Op) {}
+	_ = c.Post(p.now, op)
 }

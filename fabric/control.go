@@ -75,7 +75,7 @@ func (s *Switch) control(now time.Time, d *transport.Delivery) {
 			return
 		}
 		s.respond(d, &CtrlMsg{Type: CtrlLookup, Resp: true, Group: g.id, Members: g.table()})
-	case CtrlPoolNode, CtrlPoolCreate, CtrlPoolOpen, CtrlPoolFree, CtrlPoolStat:
+	case CtrlPoolNode, CtrlPoolCreate, CtrlPoolOpen, CtrlPoolFree, CtrlPoolStat, CtrlPoolRebuilt:
 		s.poolControl(now, d, m)
 	default:
 		s.stats.ControlRefused++

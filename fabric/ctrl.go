@@ -71,6 +71,12 @@ package fabric
 //	POOLGRANT  region u32, key u64, perm u8, base u64, length u64
 //	           (switch → memory node) → (no fields)
 //	POOLREVOKE region u32, key u64 (switch → memory node) → (no fields)
+//	POOLREBUILD region u32, key u64, pool, base u64, length u64, column
+//	           u16 (switch → restarted memory node) → (no fields)
+//	POOLREBUILDGO region u32, key u64, column u16 (switch → node) → (no
+//	           fields)
+//	POOLREBUILT region u32, key u64, column u16 (node → switch) → (no
+//	           fields)
 //
 // A receiver first checks that the message is at least 16 bytes long, then
 // verifies the tag in constant time (a bad tag is answered with status
@@ -145,7 +151,21 @@ const (
 	// CtrlPoolRevoke, from the switch to a memory node, takes region
 	// Region's grant (Key) back. The response has no fields.
 	CtrlPoolRevoke CtrlType = 13
-	ctrlLastType            = CtrlPoolRevoke
+	// CtrlPoolRebuild, from the switch to a restarted memory node, grants
+	// it again the Length bytes at Base for column Node of region Region
+	// (Key, Pool: its shape and permissions), to be rebuilt from the other
+	// copies: the node zeroes them and remembers which bytes clients write
+	// from now on. The response has no fields.
+	CtrlPoolRebuild CtrlType = 14
+	// CtrlPoolRebuildGo, from the switch, tells the node to copy column
+	// Node of region Region (Key) from the other copies, reading the
+	// region through the switch and filling only bytes no client has
+	// written since the rebuild grant. The response has no fields.
+	CtrlPoolRebuildGo CtrlType = 15
+	// CtrlPoolRebuilt, from the memory node to the switch, reports column
+	// Node of region Region (Key) rebuilt. The response has no fields.
+	CtrlPoolRebuilt CtrlType = 16
+	ctrlLastType             = CtrlPoolRebuilt
 )
 
 var ctrlTypeNames = [...]string{
@@ -154,6 +174,7 @@ var ctrlTypeNames = [...]string{
 	CtrlPoolNode: "poolnode", CtrlPoolCreate: "poolcreate", CtrlPoolOpen: "poolopen",
 	CtrlPoolFree: "poolfree", CtrlPoolStat: "poolstat",
 	CtrlPoolGrant: "poolgrant", CtrlPoolRevoke: "poolrevoke",
+	CtrlPoolRebuild: "poolrebuild", CtrlPoolRebuildGo: "poolrebuildgo", CtrlPoolRebuilt: "poolrebuilt",
 }
 
 // String is the short lower-case name of the type, or "ctrl(N)" for a
@@ -254,7 +275,7 @@ type CtrlMsg struct {
 	Region      uint32         // PoolOpen, PoolFree, PoolGrant and PoolRevoke requests, PoolCreate response
 	Key         uint64         // PoolNode request (the node's region), PoolOpen and PoolFree requests, PoolCreate response (the new region's key)
 	Capacity    uint64         // PoolNode request
-	Node        uint16         // PoolNode response
+	Node        uint16         // PoolNode response; PoolRebuild, PoolRebuildGo, PoolRebuilt: the column
 	Pool        PoolSpec       // PoolCreate request and response, PoolOpen response
 	PoolNodes   []PoolNodeInfo // PoolStat response: at most CtrlMaxPoolNodes
 	PoolRegions []PoolSpec     // PoolStat response: at most CtrlMaxPoolRegions
@@ -371,7 +392,20 @@ func (m *CtrlMsg) validate() error {
 		if m.Resp {
 			return validatePool(&m.Pool, false)
 		}
-	case CtrlPoolFree, CtrlPoolRevoke:
+	case CtrlPoolFree, CtrlPoolRevoke, CtrlPoolRebuildGo, CtrlPoolRebuilt:
+	case CtrlPoolRebuild:
+		if m.Resp {
+			return nil
+		}
+		if m.Region == 0 || m.Key == 0 || m.Length == 0 {
+			return ctrlErrorf("pool rebuild: region %d, key %#x, length %d: want all non-zero", m.Region, m.Key, m.Length)
+		}
+		if err := validatePool(&m.Pool, false); err != nil {
+			return err
+		}
+		if int(m.Node) >= m.Pool.Columns {
+			return ctrlErrorf("pool rebuild: column %d of %d", m.Node, m.Pool.Columns)
+		}
 	case CtrlPoolGrant:
 		if !m.Resp && (m.Region == 0 || m.Key == 0 || m.Length == 0 || m.Pool.Perm == 0 || m.Pool.Perm&^uint8(memnode.PermAll) != 0) {
 			return ctrlErrorf("pool grant: region %d, key %#x, length %d, perm %#x: want all non-zero and known perm bits", m.Region, m.Key, m.Length, m.Pool.Perm)
@@ -509,6 +543,17 @@ func (m *CtrlMsg) appendFields(b []byte) []byte {
 	case m.Type == CtrlPoolOpen && !m.Resp, m.Type == CtrlPoolFree && !m.Resp, m.Type == CtrlPoolRevoke && !m.Resp:
 		b = be.AppendUint32(b, m.Region)
 		b = be.AppendUint64(b, m.Key)
+	case (m.Type == CtrlPoolRebuildGo || m.Type == CtrlPoolRebuilt) && !m.Resp:
+		b = be.AppendUint32(b, m.Region)
+		b = be.AppendUint64(b, m.Key)
+		b = be.AppendUint16(b, m.Node)
+	case m.Type == CtrlPoolRebuild && !m.Resp:
+		b = be.AppendUint32(b, m.Region)
+		b = be.AppendUint64(b, m.Key)
+		b = appendPool(b, &m.Pool)
+		b = be.AppendUint64(b, m.Base)
+		b = be.AppendUint64(b, m.Length)
+		b = be.AppendUint16(b, m.Node)
 	case m.Type == CtrlPoolGrant && !m.Resp:
 		b = be.AppendUint32(b, m.Region)
 		b = be.AppendUint64(b, m.Key)
@@ -868,6 +913,20 @@ func (m *CtrlMsg) decode(b []byte) error {
 	case typ == CtrlPoolOpen && !m.Resp, typ == CtrlPoolFree && !m.Resp, typ == CtrlPoolRevoke && !m.Resp:
 		m.Region = r.u32("region")
 		m.Key = r.u64("key")
+	case (typ == CtrlPoolRebuildGo || typ == CtrlPoolRebuilt) && !m.Resp:
+		m.Region = r.u32("region")
+		m.Key = r.u64("key")
+		m.Node = r.u16("column")
+	case typ == CtrlPoolRebuild && !m.Resp:
+		m.Region = r.u32("region")
+		m.Key = r.u64("key")
+		r.pool(&m.Pool, false)
+		m.Base = r.u64("base")
+		m.Length = r.u64("length")
+		m.Node = r.u16("column")
+		if r.err == nil {
+			r.err = m.validate()
+		}
 	case typ == CtrlPoolGrant && !m.Resp:
 		m.Region = r.u32("region")
 		m.Key = r.u64("key")

@@ -76,6 +76,12 @@ func ctrlSamples() []ctrlSample {
 		{"poolgrant-resp", CtrlMsg{Type: CtrlPoolGrant, Resp: true}},
 		{"poolrevoke-req", CtrlMsg{Type: CtrlPoolRevoke, Region: 9, Key: 77}},
 		{"poolrevoke-resp", CtrlMsg{Type: CtrlPoolRevoke, Resp: true}},
+		{"poolrebuild-req", CtrlMsg{Type: CtrlPoolRebuild, Region: 9, Key: 77, Node: 2, Base: 4096, Length: 1 << 20,
+			Pool: PoolSpec{Size: 3 << 20, Stripe: 64 << 10, Columns: 3, Replicas: 2, Perm: 3}}},
+		{"poolrebuild-resp", CtrlMsg{Type: CtrlPoolRebuild, Resp: true}},
+		{"poolrebuildgo-req", CtrlMsg{Type: CtrlPoolRebuildGo, Region: 9, Key: 77, Node: 2}},
+		{"poolrebuilt-req", CtrlMsg{Type: CtrlPoolRebuilt, Region: 9, Key: 77, Node: 2}},
+		{"poolrebuilt-resp", CtrlMsg{Type: CtrlPoolRebuilt, Resp: true}},
 		{"poolstat-req", CtrlMsg{Type: CtrlPoolStat}},
 		{"poolstat-resp", CtrlMsg{Type: CtrlPoolStat, Resp: true,
 			PoolNodes: []PoolNodeInfo{
@@ -573,7 +579,7 @@ func TestCtrlTypeString(t *testing.T) {
 	want := map[CtrlType]string{
 		0: "ctrl(0)", CtrlJoin: "join", CtrlLeave: "leave", CtrlDestroy: "destroy",
 		CtrlHeartbeat: "heartbeat", CtrlRegister: "register", CtrlLookup: "lookup", CtrlPoolNode: "poolnode",
-		CtrlPoolStat: "poolstat", CtrlPoolGrant: "poolgrant", CtrlPoolRevoke: "poolrevoke", 14: "ctrl(14)", 255: "ctrl(255)",
+		CtrlPoolStat: "poolstat", CtrlPoolGrant: "poolgrant", CtrlPoolRevoke: "poolrevoke", CtrlPoolRebuilt: "poolrebuilt", 17: "ctrl(17)", 255: "ctrl(255)",
 	}
 	for typ, s := range want {
 		if got := typ.String(); got != s {

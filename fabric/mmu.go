@@ -110,7 +110,9 @@ type PoolRegion struct {
 	// accepted its grant; accesses before that are refused.
 	Ready bool
 	// Lost[c] is set when column c's node restarted: its copy is gone.
-	Lost []bool
+	// Rebuilding[c] is set while a lost copy is being rebuilt: writes go
+	// to it too, reads do not.
+	Lost, Rebuilding []bool
 }
 
 // Home is where one column of a region lives.
@@ -129,6 +131,9 @@ type Target struct {
 	Addr    uint64 // offset in that region
 	Replica int
 	Lost    bool // the node restarted since: this copy is gone
+	// Rebuilding: a lost copy being rebuilt (a write target, not a read
+	// source).
+	Rebuilding bool
 }
 
 // MMU is the pool's memory manager.
@@ -185,11 +190,14 @@ func (m *MMU) nodeRestarted(n *PoolNode) {
 	for _, r := range m.regions {
 		for c, h := range r.Homes {
 			if h.Node == n {
-				r.Lost[c] = true
+				r.Lost[c], r.Rebuilding[c] = true, false
 			}
 		}
 	}
 }
+
+// NodeAt returns the node registered from addr, or nil.
+func (m *MMU) NodeAt(addr netip.AddrPort) *PoolNode { return m.byAddr[addr] }
 
 // Nodes returns the registered memory nodes, by id.
 func (m *MMU) Nodes() []*PoolNode { return m.nodes }
@@ -237,7 +245,7 @@ func (m *MMU) Create(size, stripe uint64, columns, replicas int, perm memnode.Pe
 	})
 	live = live[:columns]
 	slices.SortFunc(live, func(a, b *PoolNode) int { return cmp.Compare(a.ID, b.ID) })
-	r := &PoolRegion{Perm: perm, Layout: l, Homes: make([]Home, columns), Lost: make([]bool, columns)}
+	r := &PoolRegion{Perm: perm, Layout: l, Homes: make([]Home, columns), Lost: make([]bool, columns), Rebuilding: make([]bool, columns)}
 	for c, n := range live {
 		off, ok := n.alloc(l.ColumnBytes(c))
 		if !ok {
@@ -315,7 +323,7 @@ func (m *MMU) Translate(id uint32, key uint64, need memnode.Perm, off, n uint64,
 	}
 	for _, e := range m.ext {
 		h := r.Homes[e.Column]
-		dst = append(dst, Target{Off: e.Off, Len: e.Len, Node: h.Node, Key: h.Node.Key, Addr: h.Base + e.Local, Replica: e.Replica, Lost: r.Lost[e.Column]})
+		dst = append(dst, Target{Off: e.Off, Len: e.Len, Node: h.Node, Key: h.Node.Key, Addr: h.Base + e.Local, Replica: e.Replica, Lost: r.Lost[e.Column], Rebuilding: r.Rebuilding[e.Column]})
 	}
 	return dst, nil
 }

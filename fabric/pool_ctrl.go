@@ -33,12 +33,17 @@ func (s *Switch) poolControl(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 	}
 	switch m.Type {
 	case CtrlPoolNode:
+		prev := s.mmu.NodeAt(d.Peer.Addr)
+		restarted := prev != nil && prev.Incarnation != m.Epoch
 		n, err := s.mmu.AddNode(d.Peer.Addr, m.Key, m.Capacity, m.Epoch)
 		if err != nil {
 			refuse(wire.StatusBadOperand)
 			return
 		}
 		n.lastSeen = now
+		if restarted {
+			s.startRebuilds(now, n)
+		}
 		s.respond(d, &CtrlMsg{Type: CtrlPoolNode, Resp: true, Node: uint16(n.ID)})
 	case CtrlPoolCreate:
 		s.createPool(d, m)
@@ -55,6 +60,8 @@ func (s *Switch) poolControl(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 			return
 		}
 		s.respond(d, &CtrlMsg{Type: CtrlPoolFree, Resp: true})
+	case CtrlPoolRebuilt:
+		s.rebuilt(d.Peer.Addr, d, m)
 	case CtrlPoolStat:
 		s.respond(d, &CtrlMsg{Type: CtrlPoolStat, Resp: true, PoolNodes: s.PoolNodes(), PoolRegions: s.PoolRegions(), PoolRefused: s.stats.PoolRefused})
 	}

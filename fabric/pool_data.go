@@ -211,7 +211,7 @@ func (s *Switch) poolForward(from netip.AddrPort, h *wire.Header, payload []byte
 		if !ok {
 			return
 		}
-		if t.Lost {
+		if t.Lost && !(t.Rebuilding && h.Op != wire.OpRead) {
 			lost++
 			continue
 		}
@@ -234,7 +234,11 @@ func (s *Switch) poolForward(from netip.AddrPort, h *wire.Header, payload []byte
 		return
 	}
 	cp := uint16(min(sent, copies))
-	if dead+lost > 0 && h.Op != wire.OpRead {
+	rebuilding := false
+	for _, t := range s.tgts[:sent] {
+		rebuilding = rebuilding || t.Rebuilding
+	}
+	if (dead+lost > 0 || rebuilding) && h.Op != wire.OpRead {
 		cp |= wire.CopiesDegraded
 	}
 	for _, t := range s.tgts[:sent] {
@@ -444,7 +448,10 @@ func (s *Switch) poolCtrlReply(d *transport.Delivery) {
 	if !d.MsgDone {
 		return
 	}
-	s.grantDone(grantKey{d.Peer.Addr, d.Header.MsgID}, d.Header.Status == wire.StatusOK)
+	k := grantKey{d.Peer.Addr, d.Header.MsgID}
+	if !s.rebuildGranted(s.now, k, d.Header.Status == wire.StatusOK) {
+		s.grantDone(k, d.Header.Status == wire.StatusOK)
+	}
 }
 
 // poolCtrlFailed handles a grant the transport could not deliver.
@@ -452,7 +459,8 @@ func (s *Switch) poolCtrlFailed(c *transport.Completion) bool {
 	if c.Err == nil {
 		return false
 	}
-	return s.grantDone(grantKey{c.Peer.Addr, c.MsgID}, false)
+	k := grantKey{c.Peer.Addr, c.MsgID}
+	return s.rebuildGranted(s.now, k, false) || s.grantDone(k, false)
 }
 
 // PoolHomes returns the memory node of each column of pool region id (nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
 	"net/netip"
@@ -666,16 +667,29 @@ func TestSimPoolHostile(t *testing.T) {
 }
 
 // TestSimPoolNodeRestart restarts a memory node (same address and region
-// key, new memory, new incarnation): a replicated region keeps serving
-// every byte from the other copies and reports its writes degraded; a
-// single-copy region answers StatusLost for the stripes the node held and
-// serves the rest; no access reads the restarted node's zeroes.
+// key, new memory, new incarnation) under a write workload. A replicated
+// region keeps serving every byte from the other copies, reports its
+// writes degraded, and rebuilds the lost copy — writes made during the
+// rebuild included — so that after another node dies the region still
+// reads back exactly. A single-copy region answers StatusLost for the
+// stripes the node held and serves the rest; no access reads the
+// restarted node's zeroes.
 func TestSimPoolNodeRestart(t *testing.T) {
-	const seed = 21
-	f, ns, cli := poolSimSetup(t, seed, simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond}, 3)
+	for _, seed := range []int64{21, 22, 23} {
+		link := simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond}
+		if seed != 21 {
+			// Loss, duplicates and reordering on every link too.
+			link.Loss, link.Dup, link.Reorder, link.ReorderDelay = 0.02, 0.02, 0.05, 200*time.Microsecond
+		}
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { poolNodeRestart(t, seed, link) })
+	}
+}
+
+func poolNodeRestart(t *testing.T, seed int64, link simnet.LinkConfig) {
+	f, ns, cli := poolSimSetup(t, seed, link, 3)
 	rep := f.createPool(cli, fabric.PoolSpec{Size: 768 << 10, Stripe: 16 << 10, Replicas: 2, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
 	one := f.createPool(cli, fabric.PoolSpec{Size: 192 << 10, Stripe: 16 << 10, Replicas: 1, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
-	rng := rand.New(rand.NewPCG(seed, 5))
+	rng := rand.New(rand.NewPCG(uint64(seed), 5))
 	refRep, refOne := make([]byte, rep.spec.Size), make([]byte, one.spec.Size)
 	for _, b := range [][]byte{refRep, refOne} {
 		for i := range b {
@@ -689,28 +703,64 @@ func TestSimPoolNodeRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns[1].restart()
-	f.net.RunFor(time.Second) // the new incarnation offers its memory again
+	f.net.RunFor(10 * time.Millisecond) // its first offer, in the new incarnation
+	writes := func(k int) (degraded int) {
+		for range k {
+			off := uint64(rng.IntN(int(rep.spec.Size) - 40<<10))
+			chunk := make([]byte, 1+rng.IntN(40<<10))
+			for i := range chunk {
+				chunk[i] = byte(rng.Uint32())
+			}
+			err, deg := rep.access(endpoint.KindWrite, chunk, off, time.Minute)
+			if err != nil {
+				t.Fatalf("seed %d: write during the rebuild: %v", seed, err)
+			}
+			copy(refRep[off:], chunk)
+			if deg {
+				degraded++
+			}
+		}
+		return degraded
+	}
 	got := make([]byte, len(refRep))
 	if err, _ := rep.access(endpoint.KindRead, got, 0, time.Minute); err != nil || !bytes.Equal(got, refRep) {
 		t.Fatalf("seed %d: replicated region after the restart: err %v, equal %v", seed, err, bytes.Equal(got, refRep))
 	}
-	chunk := make([]byte, 40<<10)
-	err, degraded := rep.access(endpoint.KindWrite, chunk, 0, time.Minute)
-	if err != nil || !degraded {
-		t.Fatalf("seed %d: write after the restart: err %v, degraded %v (want degraded)", seed, err, degraded)
+	if d := writes(30); d == 0 {
+		t.Errorf("seed %d: no write reported degraded while a copy was lost", seed)
 	}
+	for f.sw.Stats().PoolRebuilt == 0 { // keep writing while the copy is rebuilt
+		if f.net.Elapsed() > time.Minute {
+			t.Fatalf("seed %d: the lost copy was not rebuilt: switch %+v, node %+v", seed, f.sw.Stats(), ns[1].core.PoolStats())
+		}
+		writes(1)
+	}
+	if d := writes(10); d != 0 {
+		t.Errorf("seed %d: %d writes degraded after the rebuild", seed, d)
+	}
+	st := ns[1].core.PoolStats()
+	t.Logf("seed %d: rebuilt at %v: node 1 copied %d bytes (%d rebuilds, %d failed)", seed, f.net.Elapsed(), st.RebuildBytes, st.Rebuilt, st.RebuildsFailed)
+	// Node 0 dies: the stripes it shared with node 1 now come from the
+	// rebuilt copy alone.
+	f.net.Detach(ns[0].addr)
+	f.net.RunFor(2 * time.Second)
+	if err, _ := rep.access(endpoint.KindRead, got, 0, time.Minute); err != nil || !bytes.Equal(got, refRep) {
+		t.Fatalf("seed %d: region from the rebuilt copy: err %v, equal %v", seed, err, bytes.Equal(got, refRep))
+	}
+	// The single-copy region is not rebuilt: node 1's stripes are lost.
 	homes := f.sw.PoolHomes(one.spec.Region)
 	var lost, kept int
 	for s := range int(one.lay.Stripes()) {
 		exts, _ := one.lay.Extents(uint64(s)*one.spec.Stripe, 1, 0, nil)
 		b := make([]byte, one.spec.Stripe)
 		err, _ := one.access(endpoint.KindRead, b, uint64(s)*one.spec.Stripe, time.Minute)
-		if homes[exts[0].Column] == ns[1].addr {
+		switch homes[exts[0].Column] {
+		case ns[1].addr:
 			lost++
 			if !errors.Is(err, wire.StatusLost) {
 				t.Errorf("seed %d: stripe %d on the restarted node: %v, want data lost", seed, s, err)
 			}
-		} else {
+		case ns[2].addr:
 			kept++
 			if want := refOne[uint64(s)*one.spec.Stripe:][:one.spec.Stripe]; err != nil || !bytes.Equal(b, want) {
 				t.Errorf("seed %d: stripe %d on a node that stayed: err %v", seed, s, err)
@@ -721,8 +771,8 @@ func TestSimPoolNodeRestart(t *testing.T) {
 		t.Fatalf("seed %d: %d stripes lost, %d kept: the test did not cover both", seed, lost, kept)
 	}
 	// The restarted node's free memory serves new regions.
-	fresh := f.createPool(cli, fabric.PoolSpec{Size: 48 << 10, Stripe: 16 << 10, Replicas: 1, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
-	if err, _ := fresh.access(endpoint.KindWrite, make([]byte, 48<<10), 0, time.Minute); err != nil {
+	fresh := f.createPool(cli, fabric.PoolSpec{Size: 32 << 10, Stripe: 16 << 10, Replicas: 1, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
+	if err, _ := fresh.access(endpoint.KindWrite, make([]byte, 32<<10), 0, time.Minute); err != nil {
 		t.Fatalf("seed %d: new region after the restart: %v", seed, err)
 	}
 }

@@ -111,6 +111,7 @@ type Stats struct {
 	AggregateIn, AggregateOut                           uint64
 	AnycastIn, AnycastOut                               uint64
 	PoolIn, PoolOut, PoolRefused                        uint64
+	PoolRebuilt                                         uint64 // lost copies rebuilt
 	ControlIn, ControlRefused                           uint64
 	AuthFailures                                        uint64
 	ForwardDropped                                      uint64
@@ -186,9 +187,11 @@ type Switch struct {
 	anyIn  map[anyKey]uint64
 
 	// pool: regions waiting for their grants, by grant message; scratch
-	grants map[grantKey]*poolCreate
-	tgt    []Target
-	tgts   []Target
+	grants      map[grantKey]*poolCreate
+	rebuilds    map[grantKey]*rebuild // POOLREBUILD sent, answer awaited
+	rebuildsDue []*rebuild            // granted, POOLREBUILDGO after the drain
+	tgt         []Target
+	tgts        []Target
 
 	fwd      []netio.Datagram // datagrams queued by Step for the next Poll
 	fwdBufs  [][]byte
@@ -226,21 +229,22 @@ func New(cfg Config) (*Switch, error) {
 		return nil, err
 	}
 	sw := &Switch{
-		cfg:    cfg,
-		eng:    eng,
-		pool:   pool,
-		mmu:    NewMMU(newKeySource(cfg.PoolKeys)),
-		groups: make(map[uint32]*group),
-		names:  make(map[string]uint32),
-		jobs:   make(map[string]*rendezvous),
-		nextID: 1,
-		mcast:  make(map[streamKey]*mstream),
-		byAddr: make(map[netip.AddrPort][]*member),
-		aggTok: make(map[uint64]*aggResult),
-		anyFwd: make(map[uint64]*anyReq),
-		anyIn:  make(map[anyKey]uint64),
-		grants: make(map[grantKey]*poolCreate),
-		rng:    rand.New(rand.NewPCG(cfg.Fault.Seed, cfg.Fault.Seed^0x5bd1e995)),
+		cfg:      cfg,
+		eng:      eng,
+		pool:     pool,
+		mmu:      NewMMU(newKeySource(cfg.PoolKeys)),
+		groups:   make(map[uint32]*group),
+		names:    make(map[string]uint32),
+		jobs:     make(map[string]*rendezvous),
+		nextID:   1,
+		mcast:    make(map[streamKey]*mstream),
+		byAddr:   make(map[netip.AddrPort][]*member),
+		aggTok:   make(map[uint64]*aggResult),
+		anyFwd:   make(map[uint64]*anyReq),
+		anyIn:    make(map[anyKey]uint64),
+		grants:   make(map[grantKey]*poolCreate),
+		rebuilds: make(map[grantKey]*rebuild),
+		rng:      rand.New(rand.NewPCG(cfg.Fault.Seed, cfg.Fault.Seed^0x5bd1e995)),
 	}
 	sw.admitFn = sw.admit
 	return sw, nil
@@ -394,6 +398,7 @@ func (s *Switch) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, ti
 	s.recycle()
 	s.now = now
 	s.checkLiveness(now)
+	s.sendRebuildGos(now)
 	out, comps, next := s.eng.Poll(now, out)
 	for i := range comps {
 		s.onCompletion(&comps[i])
@@ -422,6 +427,9 @@ func (s *Switch) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, ti
 	}
 	if hb := s.nextLiveness(); !hb.IsZero() && (next.IsZero() || hb.Before(next)) {
 		next = hb
+	}
+	if rg := s.nextRebuildGo(); !rg.IsZero() && (next.IsZero() || rg.Before(next)) {
+		next = rg
 	}
 	return out, next
 }

@@ -41,6 +41,9 @@ type PoolNode struct {
 	key    uint64 // the lent region
 	size   uint64
 	grants map[uint32]Grant
+	// written marks, per byte of a grant being rebuilt, what clients
+	// wrote since the rebuild began (Fill leaves those bytes alone).
+	written map[uint32][]uint64
 }
 
 // NewPoolNode returns an empty grant table over s's region key.
@@ -49,7 +52,7 @@ func NewPoolNode(s *Store, key uint64) (*PoolNode, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: no region %#x to lend", ErrGrant, key)
 	}
-	return &PoolNode{store: s, key: key, size: uint64(len(r.mem)), grants: make(map[uint32]Grant)}, nil
+	return &PoolNode{store: s, key: key, size: uint64(len(r.mem)), grants: make(map[uint32]Grant), written: make(map[uint32][]uint64)}, nil
 }
 
 // Key is the lent region's key.
@@ -70,6 +73,7 @@ func (p *PoolNode) Grant(g Grant) error {
 	for id, o := range p.grants {
 		if id == g.Region || (o.Base < g.Base+g.Len && g.Base < o.Base+o.Len) {
 			delete(p.grants, id)
+			delete(p.written, id)
 		}
 	}
 	clear(p.store.regions[p.key].mem[g.Base : g.Base+g.Len])
@@ -82,9 +86,60 @@ func (p *PoolNode) Grant(g Grant) error {
 func (p *PoolNode) Revoke(region uint32, key uint64) bool {
 	if g, ok := p.grants[region]; ok && g.Key == key {
 		delete(p.grants, region)
+		delete(p.written, region)
 		return true
 	}
 	return false
+}
+
+// GrantRebuild installs g as Grant does, for a copy to be rebuilt: from
+// now on the node remembers which of its bytes clients write, and Fill
+// copies the old data only into the others.
+func (p *PoolNode) GrantRebuild(g Grant) error {
+	if err := p.Grant(g); err != nil {
+		return err
+	}
+	p.written[g.Region] = make([]uint64, (g.Len+63)/64)
+	return nil
+}
+
+// Rebuilding reports whether region's grant is being rebuilt.
+func (p *PoolNode) Rebuilding(region uint32) bool { return p.written[region] != nil }
+
+// Fill copies data into region's grant at node-local address addr, except
+// the bytes clients wrote since GrantRebuild. key must open the grant.
+func (p *PoolNode) Fill(region uint32, key, addr uint64, data []byte) error {
+	g, ok := p.grants[region]
+	w := p.written[region]
+	if !ok || g.Key != key || w == nil {
+		return fmt.Errorf("%w: region %d is not being rebuilt here", ErrGrant, region)
+	}
+	if addr < g.Base || uint64(len(data)) > g.Len || addr-g.Base > g.Len-uint64(len(data)) {
+		return fmt.Errorf("%w: fill [%d, +%d) outside region %d's grant", ErrGrant, addr, len(data), region)
+	}
+	mem := p.store.regions[p.key].mem
+	off := addr - g.Base
+	for i, b := range data {
+		j := off + uint64(i)
+		if w[j/64]&(1<<(j%64)) == 0 {
+			mem[addr+uint64(i)] = b
+		}
+	}
+	return nil
+}
+
+// EndRebuild stops remembering client writes to region's grant.
+func (p *PoolNode) EndRebuild(region uint32) { delete(p.written, region) }
+
+// markWritten records that clients wrote [addr, addr+n) of grant g.
+func (p *PoolNode) markWritten(g Grant, addr, n uint64) {
+	w := p.written[g.Region]
+	if w == nil {
+		return
+	}
+	for j := addr - g.Base; j < addr-g.Base+n; j++ {
+		w[j/64] |= 1 << (j % 64)
+	}
 }
 
 // Grants is the number of grants held.
@@ -128,7 +183,11 @@ func (p *PoolNode) Exec(h *wire.Header, payload []byte) Result {
 	}
 	lh := *h
 	lh.Key = p.key
-	return p.store.Exec(&lh, payload)
+	res := p.store.Exec(&lh, payload)
+	if res.Status == wire.StatusOK && n > 0 && h.Op != wire.OpRead {
+		p.markWritten(g, h.Addr+uint64(h.Offset), n)
+	}
+	return res
 }
 
 // ExecHop executes hop op of a chain (wire.OpChain) at node-local address

@@ -176,3 +176,45 @@ func TestPoolNodeExecHop(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolNodeRebuildFill: a rebuild grant zeroes the extent; Fill copies
+// old data only into bytes no client wrote since.
+func TestPoolNodeRebuildFill(t *testing.T) {
+	p, mem := newPoolNode(t, 1024)
+	for i := range mem {
+		mem[i] = 0xEE
+	}
+	if err := p.GrantRebuild(Grant{Region: 4, Key: 44, Perm: PermRead | PermWrite, Base: 512, Len: 256}); err != nil {
+		t.Fatal(err)
+	}
+	if !p.Rebuilding(4) || mem[512] != 0 || mem[767] != 0 || mem[768] != 0xEE {
+		t.Fatal("rebuild grant did not zero exactly its extent")
+	}
+	w := wire.Header{Op: wire.OpWrite, Group: 4, Key: 44, Addr: 600}
+	if r := p.Exec(&w, []byte("new!")); r.Status != wire.StatusOK {
+		t.Fatal(r.Status)
+	}
+	old := make([]byte, 256)
+	for i := range old {
+		old[i] = 'o'
+	}
+	if err := p.Fill(4, 44, 512, old); err != nil {
+		t.Fatal(err)
+	}
+	if string(mem[596:608]) != "oooonew!oooo" {
+		t.Fatalf("after the fill: %q, want the client's write kept", mem[596:608])
+	}
+	if err := p.Fill(4, 45, 512, old); !errors.Is(err, ErrGrant) {
+		t.Errorf("fill with a wrong key: %v", err)
+	}
+	if err := p.Fill(4, 44, 700, old); !errors.Is(err, ErrGrant) {
+		t.Errorf("fill past the grant: %v", err)
+	}
+	p.EndRebuild(4)
+	if p.Rebuilding(4) {
+		t.Fatal("still rebuilding")
+	}
+	if err := p.Fill(4, 44, 512, old); !errors.Is(err, ErrGrant) {
+		t.Errorf("fill after the rebuild: %v", err)
+	}
+}

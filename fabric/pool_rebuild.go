@@ -1,0 +1,128 @@
+package fabric
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
+)
+
+// Rebuilding a copy lost when its memory node restarted (regions with two
+// copies). Three steps, so that no client write is missed:
+//
+//  1. POOLREBUILD grants the restarted node its extent again; the node
+//     zeroes it and from then on remembers which bytes clients write.
+//  2. Once it accepted, the switch sends writes to the copy too (reads
+//     still go to the other one), waits rebuildDrain for writes it
+//     forwarded before to land, and sends POOLREBUILDGO.
+//  3. The node reads its stripes through the switch (from the other
+//     copies), fills the bytes no client wrote since step 1, and reports
+//     POOLREBUILT; the copy serves reads again.
+//
+// A rebuild that fails (the node refuses, dies, or cannot read) leaves the
+// copy lost; the next restart of the node tries again.
+
+// rebuildDrain is how long the switch mirrors writes to a rebuilding copy
+// before the node starts copying: longer than a forwarded write takes to
+// reach the other copy.
+const rebuildDrain = 100 * time.Millisecond
+
+type rebuild struct {
+	region *PoolRegion
+	column int
+	goAt   time.Time // when to send POOLREBUILDGO (zero: not yet granted)
+}
+
+// startRebuilds begins rebuilding every lost copy on node n (just
+// restarted) whose other copies are intact.
+func (s *Switch) startRebuilds(now time.Time, n *PoolNode) {
+	for _, r := range s.mmu.Regions() {
+		if r.Layout.Replicas < 2 || !r.Ready {
+			continue
+		}
+		for c, h := range r.Homes {
+			if h.Node != n || !r.Lost[c] || !s.othersIntact(r, c) {
+				continue
+			}
+			spec := r.spec()
+			msg := &CtrlMsg{Type: CtrlPoolRebuild, Region: r.ID, Key: r.Key, Pool: spec,
+				Base: h.Base, Length: r.Layout.ColumnBytes(c), Node: uint16(c)}
+			id, ok := s.sendPoolCtrl(n.Addr, msg)
+			if !ok {
+				continue
+			}
+			s.rebuilds[grantKey{n.Addr, id}] = &rebuild{region: r, column: c}
+		}
+	}
+}
+
+// othersIntact reports whether every column of r but c holds its copy.
+func (s *Switch) othersIntact(r *PoolRegion, c int) bool {
+	for k, h := range r.Homes {
+		if k != c && (r.Lost[k] || !h.Node.Alive) {
+			return false
+		}
+	}
+	return true
+}
+
+// rebuildGranted handles the node's answer to POOLREBUILD.
+func (s *Switch) rebuildGranted(now time.Time, k grantKey, ok bool) bool {
+	rb := s.rebuilds[k]
+	if rb == nil {
+		return false
+	}
+	delete(s.rebuilds, k)
+	r := rb.region
+	if !ok || s.mmu.regions[r.ID] != r || !r.Lost[rb.column] {
+		return true
+	}
+	r.Rebuilding[rb.column] = true
+	rb.goAt = now.Add(rebuildDrain)
+	s.rebuildsDue = append(s.rebuildsDue, rb)
+	return true
+}
+
+// sendRebuildGos sends POOLREBUILDGO for the rebuilds whose drain is over.
+func (s *Switch) sendRebuildGos(now time.Time) {
+	keep := s.rebuildsDue[:0]
+	for _, rb := range s.rebuildsDue {
+		r := rb.region
+		if s.mmu.regions[r.ID] != r || !r.Rebuilding[rb.column] {
+			continue // freed, or the node restarted again
+		}
+		if now.Before(rb.goAt) {
+			keep = append(keep, rb)
+			continue
+		}
+		s.sendPoolCtrl(r.Homes[rb.column].Node.Addr, &CtrlMsg{Type: CtrlPoolRebuildGo, Region: r.ID, Key: r.Key, Node: uint16(rb.column)})
+	}
+	clear(s.rebuildsDue[len(keep):])
+	s.rebuildsDue = keep
+}
+
+// nextRebuildGo is when sendRebuildGos has work next (zero: none).
+func (s *Switch) nextRebuildGo() time.Time {
+	var next time.Time
+	for _, rb := range s.rebuildsDue {
+		if next.IsZero() || rb.goAt.Before(next) {
+			next = rb.goAt
+		}
+	}
+	return next
+}
+
+// rebuilt handles POOLREBUILT from a memory node: its copy serves again.
+func (s *Switch) rebuilt(from netip.AddrPort, d *transport.Delivery, m *CtrlMsg) {
+	r, err := s.mmu.Region(m.Region, m.Key)
+	c := int(m.Node)
+	if err != nil || c >= len(r.Homes) || r.Homes[c].Node.Addr != from || !r.Rebuilding[c] {
+		s.stats.ControlRefused++
+		s.reply(d.Peer, &d.Header, wire.StatusBadOperand, 0)
+		return
+	}
+	r.Lost[c], r.Rebuilding[c] = false, false
+	s.stats.PoolRebuilt++
+	s.respond(d, &CtrlMsg{Type: CtrlPoolRebuilt, Resp: true})
+}
