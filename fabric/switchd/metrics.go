@@ -172,6 +172,8 @@ var metrics = []metric{
 		prometheus.Labels{"result": "received"}, func(st *Stats) uint64 { return st.Switch.PoolIn }),
 	counter("memory_pool_requests_total", "Pool requests (reads, writes, atomics, vector ops, chain hops, optimizer steps) received, by result: forwarded to a memory node, or refused by the switch.",
 		prometheus.Labels{"result": "refused"}, func(st *Stats) uint64 { return st.Switch.PoolRefused }),
+	counter("memory_pool_rebuilt_total", "Copies lost in a memory node restart and rebuilt from the other copies.",
+		nil, func(st *Stats) uint64 { return st.Switch.PoolRebuilt }),
 	counter("memory_pool_forwarded_total", "Pool request datagrams forwarded to memory nodes (one per copy of a replicated write).",
 		nil, func(st *Stats) uint64 { return st.Switch.PoolOut }),
 

@@ -53,6 +53,12 @@ var metrics = []metric{
 		nil, func(st *Stats) uint64 { return st.Endpoint.Pool.Revokes }),
 	counter("pool_replies_evicted_total", "Cached replies pushed out before their TTL by the cache's size bound.",
 		nil, func(st *Stats) uint64 { return st.Endpoint.Pool.RepliesEvicted }),
+	counter("pool_rebuilds_total", "Rebuilds of copies this node lost in a restart, by result: done or failed.",
+		prometheus.Labels{"result": "done"}, func(st *Stats) uint64 { return st.Endpoint.Pool.Rebuilt }),
+	counter("pool_rebuilds_total", "Rebuilds of copies this node lost in a restart, by result: done or failed.",
+		prometheus.Labels{"result": "failed"}, func(st *Stats) uint64 { return st.Endpoint.Pool.RebuildsFailed }),
+	counter("pool_rebuild_bytes_total", "Bytes copied into this node's rebuilt copies.",
+		nil, func(st *Stats) uint64 { return st.Endpoint.Pool.RebuildBytes }),
 	gauge("pool_grants", "Pool regions holding memory on this node now.",
 		func(_ *Server, st *Stats) float64 { return float64(st.Endpoint.Pool.GrantsHeld) }),
 
