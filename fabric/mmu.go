@@ -81,6 +81,20 @@ func (n *PoolNode) alloc(size uint64) (uint64, bool) {
 	return 0, false
 }
 
+// grow extends the node's memory to capacity bytes (not less than now).
+func (n *PoolNode) grow(capacity uint64) {
+	old, end := n.Capacity&^(poolAlign-1), capacity&^(poolAlign-1)
+	n.Capacity = capacity
+	if end <= old {
+		return
+	}
+	if k := len(n.free); k > 0 && n.free[k-1].off+n.free[k-1].len == old {
+		n.free[k-1].len += end - old
+	} else {
+		n.free = append(n.free, span{old, end - old})
+	}
+}
+
 // release gives [off, off+size) back, coalescing with its neighbours.
 func (n *PoolNode) release(off, size uint64) {
 	size = roundPool(size)
@@ -154,20 +168,30 @@ func NewMMU(newKey func() uint64) *MMU {
 
 // AddNode registers a memory node offering capacity bytes of its region
 // key, in its incarnation inc. A node registering again from the same
-// address must offer the same region and capacity while regions use it;
-// if it comes back in another incarnation (it restarted: its memory is
-// new) the regions' copies on it are marked lost, never served again.
+// address in the same incarnation must offer the same region and capacity
+// while regions use it. If it comes back in another incarnation (it
+// restarted: its memory is new) the regions' copies on it are marked
+// lost, never served again; it may then lend another region (a new key)
+// and more memory, but not less than its regions' extents reach.
 func (m *MMU) AddNode(addr netip.AddrPort, key, capacity, inc uint64) (*PoolNode, error) {
 	if !addr.IsValid() || capacity == 0 || key == 0 {
 		return nil, fmt.Errorf("%w: address %v, key %#x, capacity %d", ErrPoolNode, addr, key, capacity)
 	}
 	if n := m.byAddr[addr]; n != nil {
-		if n.used > 0 && (n.Key != key || n.Capacity != capacity) {
+		restarted := n.Incarnation != inc
+		switch {
+		case n.used > 0 && !restarted && (n.Key != key || n.Capacity != capacity):
 			return nil, fmt.Errorf("%w: %v registered again with another region while regions use it", ErrPoolNode, addr)
+		case n.used > 0 && capacity&^(poolAlign-1) < n.Capacity&^(poolAlign-1):
+			return nil, fmt.Errorf("%w: %v restarted with %d bytes, less than the %d its regions' extents reach", ErrPoolNode, addr, capacity, n.Capacity)
 		}
-		if n.Incarnation != inc {
+		if restarted {
 			m.nodeRestarted(n)
 			n.Incarnation = inc
+			if n.used > 0 {
+				n.Key = key
+				n.grow(capacity)
+			}
 		}
 		if n.used == 0 {
 			n.Key, n.Capacity, n.free = key, capacity, []span{{0, capacity &^ (poolAlign - 1)}}

@@ -274,4 +274,18 @@ func TestMMUNodeRestart(t *testing.T) {
 	if got := lost(); got[0] || !got[1] {
 		t.Fatalf("after node 1 restarted: lost %v, want [false true]", got)
 	}
+	// Restarted again, with another region key and more memory: accepted;
+	// with less memory than its extents reach: refused.
+	if _, err := m.AddNode(nodeAddr(1), 81, 1<<19, 7); !errors.Is(err, ErrPoolNode) {
+		t.Errorf("restart with less memory: %v", err)
+	}
+	n, err := m.AddNode(nodeAddr(1), 81, 2<<20, 8)
+	if err != nil || n.Key != 81 || n.Capacity != 2<<20 {
+		t.Fatalf("restart with a new key and more memory: %v, %+v", err, n)
+	}
+	// The new memory is allocatable, and regions never overlap.
+	if _, err := m.Create((2<<20)-8192, 64, 1, 1, memnode.PermAll); err != nil {
+		t.Fatalf("using the grown node: %v", err)
+	}
+	checkNodes(t, m)
 }
