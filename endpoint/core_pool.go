@@ -854,17 +854,17 @@ func (c *Core) pumpRebuild(region uint32, t *rebuildTask) {
 	}
 }
 
-// endRebuild stops a rebuild and, if it copied everything, reports it.
+// endRebuild stops a rebuild and reports how it ended to the switch.
 func (c *Core) endRebuild(region uint32, t *rebuildTask, ok bool) {
 	p := &c.pool
 	delete(p.rebuilds, region)
 	p.node.EndRebuild(region)
-	if !ok {
+	if ok {
+		p.stats.Rebuilt++
+	} else {
 		p.stats.RebuildsFailed++
-		return
 	}
-	p.stats.Rebuilt++
-	buf, err := fabric.AppendCtrl(nil, &fabric.CtrlMsg{Type: fabric.CtrlPoolRebuilt, Region: region, Key: t.key, Node: uint16(t.column)}, p.serve.Token)
+	buf, err := fabric.AppendCtrl(nil, &fabric.CtrlMsg{Type: fabric.CtrlPoolRebuilt, Region: region, Key: t.key, Node: uint16(t.column), Failed: !ok}, p.serve.Token)
 	if err != nil {
 		return
 	}

@@ -75,8 +75,8 @@ package fabric
 //	           u16 (switch → restarted memory node) → (no fields)
 //	POOLREBUILDGO region u32, key u64, column u16 (switch → node) → (no
 //	           fields)
-//	POOLREBUILT region u32, key u64, column u16 (node → switch) → (no
-//	           fields)
+//	POOLREBUILT region u32, key u64, column u16, failed u8 (0 or 1)
+//	           (node → switch) → (no fields)
 //
 // A receiver first checks that the message is at least 16 bytes long, then
 // verifies the tag in constant time (a bad tag is answered with status
@@ -162,8 +162,9 @@ const (
 	// region through the switch and filling only bytes no client has
 	// written since the rebuild grant. The response has no fields.
 	CtrlPoolRebuildGo CtrlType = 15
-	// CtrlPoolRebuilt, from the memory node to the switch, reports column
-	// Node of region Region (Key) rebuilt. The response has no fields.
+	// CtrlPoolRebuilt, from the memory node to the switch, reports the
+	// rebuild of column Node of region Region (Key) done, or failed with
+	// Failed set. The response has no fields.
 	CtrlPoolRebuilt CtrlType = 16
 	ctrlLastType             = CtrlPoolRebuilt
 )
@@ -280,6 +281,7 @@ type CtrlMsg struct {
 	PoolNodes   []PoolNodeInfo // PoolStat response: at most CtrlMaxPoolNodes
 	PoolRegions []PoolSpec     // PoolStat response: at most CtrlMaxPoolRegions
 	PoolRefused uint64         // PoolStat response: pool requests the switch refused since it started
+	Failed      bool           // PoolRebuilt request: the rebuild failed
 	Base        uint64         // PoolGrant request: offset of the extent in the node's lent region
 	Length      uint64         // PoolGrant request: bytes of the extent, not 0
 }
@@ -543,10 +545,19 @@ func (m *CtrlMsg) appendFields(b []byte) []byte {
 	case m.Type == CtrlPoolOpen && !m.Resp, m.Type == CtrlPoolFree && !m.Resp, m.Type == CtrlPoolRevoke && !m.Resp:
 		b = be.AppendUint32(b, m.Region)
 		b = be.AppendUint64(b, m.Key)
-	case (m.Type == CtrlPoolRebuildGo || m.Type == CtrlPoolRebuilt) && !m.Resp:
+	case m.Type == CtrlPoolRebuildGo && !m.Resp:
 		b = be.AppendUint32(b, m.Region)
 		b = be.AppendUint64(b, m.Key)
 		b = be.AppendUint16(b, m.Node)
+	case m.Type == CtrlPoolRebuilt && !m.Resp:
+		b = be.AppendUint32(b, m.Region)
+		b = be.AppendUint64(b, m.Key)
+		b = be.AppendUint16(b, m.Node)
+		failed := byte(0)
+		if m.Failed {
+			failed = 1
+		}
+		b = append(b, failed)
 	case m.Type == CtrlPoolRebuild && !m.Resp:
 		b = be.AppendUint32(b, m.Region)
 		b = be.AppendUint64(b, m.Key)
@@ -913,10 +924,22 @@ func (m *CtrlMsg) decode(b []byte) error {
 	case typ == CtrlPoolOpen && !m.Resp, typ == CtrlPoolFree && !m.Resp, typ == CtrlPoolRevoke && !m.Resp:
 		m.Region = r.u32("region")
 		m.Key = r.u64("key")
-	case (typ == CtrlPoolRebuildGo || typ == CtrlPoolRebuilt) && !m.Resp:
+	case typ == CtrlPoolRebuildGo && !m.Resp:
 		m.Region = r.u32("region")
 		m.Key = r.u64("key")
 		m.Node = r.u16("column")
+	case typ == CtrlPoolRebuilt && !m.Resp:
+		m.Region = r.u32("region")
+		m.Key = r.u64("key")
+		m.Node = r.u16("column")
+		switch f := r.u8("failed"); f {
+		case 0, 1:
+			m.Failed = f == 1
+		default:
+			if r.err == nil {
+				r.err = ctrlErrorf("pool rebuilt: failed %d", f)
+			}
+		}
 	case typ == CtrlPoolRebuild && !m.Resp:
 		m.Region = r.u32("region")
 		m.Key = r.u64("key")

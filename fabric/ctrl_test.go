@@ -81,6 +81,7 @@ func ctrlSamples() []ctrlSample {
 		{"poolrebuild-resp", CtrlMsg{Type: CtrlPoolRebuild, Resp: true}},
 		{"poolrebuildgo-req", CtrlMsg{Type: CtrlPoolRebuildGo, Region: 9, Key: 77, Node: 2}},
 		{"poolrebuilt-req", CtrlMsg{Type: CtrlPoolRebuilt, Region: 9, Key: 77, Node: 2}},
+		{"poolrebuilt-failed-req", CtrlMsg{Type: CtrlPoolRebuilt, Region: 9, Key: 77, Node: 0, Failed: true}},
 		{"poolrebuilt-resp", CtrlMsg{Type: CtrlPoolRebuilt, Resp: true}},
 		{"poolstat-req", CtrlMsg{Type: CtrlPoolStat}},
 		{"poolstat-resp", CtrlMsg{Type: CtrlPoolStat, Resp: true,

@@ -123,10 +123,12 @@ type PoolRegion struct {
 	// Ready is set by the switch once every home has scrubbed and
 	// accepted its grant; accesses before that are refused.
 	Ready bool
-	// Lost[c] is set when column c's node restarted: its copy is gone.
+	// Lost[c] is set when column c's node restarted, or was dead when a
+	// write went to the region's other copy: its copy is gone or stale.
 	// Rebuilding[c] is set while a lost copy is being rebuilt: writes go
 	// to it too, reads do not.
 	Lost, Rebuilding []bool
+	rebuildRetry     []time.Time // per column: no new rebuild before (nil: none failed)
 }
 
 // Home is where one column of a region lives.
@@ -144,7 +146,8 @@ type Target struct {
 	Key     uint64 // the node's pool region
 	Addr    uint64 // offset in that region
 	Replica int
-	Lost    bool // the node restarted since: this copy is gone
+	Column  int
+	Lost    bool // the node restarted since, or missed a write: this copy is gone
 	// Rebuilding: a lost copy being rebuilt (a write target, not a read
 	// source).
 	Rebuilding bool
@@ -347,7 +350,7 @@ func (m *MMU) Translate(id uint32, key uint64, need memnode.Perm, off, n uint64,
 	}
 	for _, e := range m.ext {
 		h := r.Homes[e.Column]
-		dst = append(dst, Target{Off: e.Off, Len: e.Len, Node: h.Node, Key: h.Node.Key, Addr: h.Base + e.Local, Replica: e.Replica, Lost: r.Lost[e.Column], Rebuilding: r.Rebuilding[e.Column]})
+		dst = append(dst, Target{Off: e.Off, Len: e.Len, Node: h.Node, Key: h.Node.Key, Addr: h.Base + e.Local, Replica: e.Replica, Column: e.Column, Lost: r.Lost[e.Column], Rebuilding: r.Rebuilding[e.Column]})
 	}
 	return dst, nil
 }

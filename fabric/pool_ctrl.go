@@ -79,6 +79,20 @@ func (s *Switch) checkPoolNodes(now time.Time) {
 	for _, n := range s.mmu.Nodes() {
 		if n.Alive && now.Sub(n.lastSeen) > s.cfg.HeartbeatTimeout {
 			s.mmu.SetAlive(n, false)
+			s.nodeDied(now, n)
+		}
+	}
+	s.retryRebuilds(now)
+}
+
+// nodeDied ends the rebuilds a dead node was part of: of its own copies,
+// and of copies read from it.
+func (s *Switch) nodeDied(now time.Time, n *PoolNode) {
+	for _, r := range s.mmu.Regions() {
+		for c := range r.Homes {
+			if r.Rebuilding[c] && !s.othersIntact(r, c) || r.Rebuilding[c] && r.Homes[c].Node == n {
+				s.rebuildFailed(now, r, c)
+			}
 		}
 	}
 }

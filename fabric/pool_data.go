@@ -206,6 +206,7 @@ func (s *Switch) poolForward(from netip.AddrPort, h *wire.Header, payload []byte
 		copies = r.Layout.Replicas
 	}
 	var sent, dead, lost int
+	var deadCols [2]int // columns of the dead copies (two copies at most)
 	for rep := range r.Layout.Replicas {
 		t, ok := s.translateOne(from, h, need, h.Addr, n, rep)
 		if !ok {
@@ -216,6 +217,7 @@ func (s *Switch) poolForward(from netip.AddrPort, h *wire.Header, payload []byte
 			continue
 		}
 		if !t.Node.Alive {
+			deadCols[dead%len(deadCols)] = t.Column
 			dead++
 			continue
 		}
@@ -240,6 +242,11 @@ func (s *Switch) poolForward(from netip.AddrPort, h *wire.Header, payload []byte
 	}
 	if (dead+lost > 0 || rebuilding) && h.Op != wire.OpRead {
 		cp |= wire.CopiesDegraded
+		// A copy on a dead node misses this write: it is stale from now
+		// on, to be rebuilt if its node comes back, never read as is.
+		for _, c := range deadCols[:min(dead, len(deadCols))] {
+			r.Lost[c], r.Rebuilding[c] = true, false
+		}
 	}
 	for _, t := range s.tgts[:sent] {
 		fh := *h

@@ -20,13 +20,17 @@ import (
 //     copies), fills the bytes no client wrote since step 1, and reports
 //     POOLREBUILT; the copy serves reads again.
 //
-// A rebuild that fails (the node refuses, dies, or cannot read) leaves the
-// copy lost; the next restart of the node tries again.
+// A rebuild that fails (the node refuses it or cannot read a stripe, or
+// the transport gives up on the node) leaves the copy lost and is tried
+// again rebuildRetry later, while the node and the other copies live.
 
 // rebuildDrain is how long the switch mirrors writes to a rebuilding copy
 // before the node starts copying: longer than a forwarded write takes to
 // reach the other copy.
 const rebuildDrain = 100 * time.Millisecond
+
+// rebuildRetry is how long after a failed rebuild the switch tries again.
+const rebuildRetry = time.Second
 
 type rebuild struct {
 	region *PoolRegion
@@ -42,7 +46,8 @@ func (s *Switch) startRebuilds(now time.Time, n *PoolNode) {
 			continue
 		}
 		for c, h := range r.Homes {
-			if h.Node != n || !r.Lost[c] || !s.othersIntact(r, c) {
+			if h.Node != n || !r.Lost[c] || r.Rebuilding[c] || s.rebuildPending(r, c) ||
+				now.Before(r.retryAt(c)) || !s.othersIntact(r, c) {
 				continue
 			}
 			spec := r.spec()
@@ -53,6 +58,46 @@ func (s *Switch) startRebuilds(now time.Time, n *PoolNode) {
 				continue
 			}
 			s.rebuilds[grantKey{n.Addr, id}] = &rebuild{region: r, column: c}
+		}
+	}
+}
+
+// rebuildPending reports whether a POOLREBUILD for column c of r awaits
+// its answer.
+func (s *Switch) rebuildPending(r *PoolRegion, c int) bool {
+	for _, rb := range s.rebuilds {
+		if rb.region == r && rb.column == c {
+			return true
+		}
+	}
+	return false
+}
+
+// retryAt is when a failed rebuild of column c may be tried again.
+func (r *PoolRegion) retryAt(c int) time.Time {
+	if r.rebuildRetry == nil {
+		return time.Time{}
+	}
+	return r.rebuildRetry[c]
+}
+
+// rebuildFailed stops mirroring writes to column c of r and schedules
+// another try.
+func (s *Switch) rebuildFailed(now time.Time, r *PoolRegion, c int) {
+	r.Rebuilding[c] = false
+	if r.rebuildRetry == nil {
+		r.rebuildRetry = make([]time.Time, len(r.Homes))
+	}
+	r.rebuildRetry[c] = now.Add(rebuildRetry)
+	s.stats.PoolRebuildsFailed++
+}
+
+// retryRebuilds restarts failed rebuilds whose wait is over (called with
+// the liveness checks).
+func (s *Switch) retryRebuilds(now time.Time) {
+	for _, n := range s.mmu.Nodes() {
+		if n.Alive {
+			s.startRebuilds(now, n)
 		}
 	}
 }
@@ -75,7 +120,11 @@ func (s *Switch) rebuildGranted(now time.Time, k grantKey, ok bool) bool {
 	}
 	delete(s.rebuilds, k)
 	r := rb.region
-	if !ok || s.mmu.regions[r.ID] != r || !r.Lost[rb.column] {
+	if s.mmu.regions[r.ID] != r || !r.Lost[rb.column] {
+		return true
+	}
+	if !ok {
+		s.rebuildFailed(now, r, rb.column)
 		return true
 	}
 	r.Rebuilding[rb.column] = true
@@ -122,7 +171,11 @@ func (s *Switch) rebuilt(from netip.AddrPort, d *transport.Delivery, m *CtrlMsg)
 		s.reply(d.Peer, &d.Header, wire.StatusBadOperand, 0)
 		return
 	}
-	r.Lost[c], r.Rebuilding[c] = false, false
-	s.stats.PoolRebuilt++
+	if m.Failed {
+		s.rebuildFailed(s.now, r, c)
+	} else {
+		r.Lost[c], r.Rebuilding[c] = false, false
+		s.stats.PoolRebuilt++
+	}
 	s.respond(d, &CtrlMsg{Type: CtrlPoolRebuilt, Resp: true})
 }

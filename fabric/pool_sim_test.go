@@ -776,3 +776,88 @@ func poolNodeRestart(t *testing.T, seed int64, link simnet.LinkConfig) {
 		t.Fatalf("seed %d: new region after the restart: %v", seed, err)
 	}
 }
+
+// TestSimPoolRebuildRetry: a rebuild that fails because the copy it reads
+// from dies is tried again once that node is back, and then completes.
+func TestSimPoolRebuildRetry(t *testing.T) {
+	const seed = 31
+	f, ns, cli := poolSimSetup(t, seed, simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond}, 3)
+	rep := f.createPool(cli, fabric.PoolSpec{Size: 384 << 10, Stripe: 16 << 10, Replicas: 2, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
+	ref := make([]byte, rep.spec.Size)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	for i := range ref {
+		ref[i] = byte(rng.Uint32())
+	}
+	if err, _ := rep.access(endpoint.KindWrite, ref, 0, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	ns[1].restart()
+	f.net.RunFor(5 * time.Millisecond) // the rebuild is granted; the copy starts after the drain
+	f.net.Detach(ns[2].addr)
+	f.net.RunFor(2 * time.Second)
+	if st := f.sw.Stats(); st.PoolRebuildsFailed == 0 || st.PoolRebuilt != 0 {
+		t.Fatalf("seed %d: with a source copy dead: %d rebuilt, %d failed; want a failure", seed, st.PoolRebuilt, st.PoolRebuildsFailed)
+	}
+	f.net.Attach(ns[2].addr, ns[2], f.link, f.link) // back, same incarnation
+	f.run(func() bool { return f.sw.Stats().PoolRebuilt == 1 }, time.Minute, "rebuild after the retry")
+	f.net.Detach(ns[0].addr)
+	f.net.RunFor(2 * time.Second)
+	got := make([]byte, len(ref))
+	if err, _ := rep.access(endpoint.KindRead, got, 0, time.Minute); err != nil || !bytes.Equal(got, ref) {
+		t.Fatalf("seed %d: region from the rebuilt copy: err %v, equal %v", seed, err, bytes.Equal(got, ref))
+	}
+}
+
+// TestSimPoolPartitionHeal: a memory node cut off (declared dead, its
+// memory intact) misses writes to a replicated region; when it is back its
+// stale copy is not read but rebuilt, and after that the region reads back
+// exactly from it alone.
+func TestSimPoolPartitionHeal(t *testing.T) {
+	const seed = 41
+	f, ns, cli := poolSimSetup(t, seed, simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond}, 3)
+	rep := f.createPool(cli, fabric.PoolSpec{Size: 384 << 10, Stripe: 16 << 10, Replicas: 2, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
+	ref := make([]byte, rep.spec.Size)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	fill := func(b []byte) {
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+	}
+	fill(ref)
+	if err, _ := rep.access(endpoint.KindWrite, ref, 0, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	f.net.Detach(ns[1].addr)
+	f.net.RunFor(2 * time.Second) // declared dead
+	fill(ref)
+	if err, deg := rep.access(endpoint.KindWrite, ref, 0, time.Minute); err != nil || !deg {
+		t.Fatalf("seed %d: write with node 1 cut off: %v, degraded %v", seed, err, deg)
+	}
+	f.net.Attach(ns[1].addr, ns[1], f.link, f.link) // back, old memory, same incarnation
+	got := make([]byte, len(ref))
+	if err, _ := rep.access(endpoint.KindRead, got, 0, time.Minute); err != nil || !bytes.Equal(got, ref) {
+		t.Fatalf("seed %d: read right after node 1 came back (stale copy served?): err %v, equal %v", seed, err, bytes.Equal(got, ref))
+	}
+	f.run(func() bool { return f.sw.Stats().PoolRebuilt == 1 }, time.Minute, "rebuild of the stale copy")
+	f.net.Detach(ns[0].addr)
+	f.net.Detach(ns[2].addr)
+	f.net.RunFor(2 * time.Second)
+	// Node 1 alone holds a copy of the stripes it shares with nodes 0 and
+	// 2: every other stripe is on nodes 0 and 2, now dead.
+	homes := f.sw.PoolHomes(rep.spec.Region)
+	for s := range int(rep.lay.Stripes()) {
+		on1 := false
+		for replica := range 2 {
+			exts, _ := rep.lay.Extents(uint64(s)*rep.spec.Stripe, 1, replica, nil)
+			on1 = on1 || homes[exts[0].Column] == ns[1].addr
+		}
+		if !on1 {
+			continue
+		}
+		b := make([]byte, rep.spec.Stripe)
+		want := ref[uint64(s)*rep.spec.Stripe:][:rep.spec.Stripe]
+		if err, _ := rep.access(endpoint.KindRead, b, uint64(s)*rep.spec.Stripe, time.Minute); err != nil || !bytes.Equal(b, want) {
+			t.Fatalf("seed %d: stripe %d from node 1's rebuilt copy: err %v, equal %v", seed, s, err, bytes.Equal(b, want))
+		}
+	}
+}

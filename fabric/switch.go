@@ -111,7 +111,7 @@ type Stats struct {
 	AggregateIn, AggregateOut                           uint64
 	AnycastIn, AnycastOut                               uint64
 	PoolIn, PoolOut, PoolRefused                        uint64
-	PoolRebuilt                                         uint64 // lost copies rebuilt
+	PoolRebuilt, PoolRebuildsFailed                     uint64 // lost copies rebuilt; rebuilds that failed (tried again)
 	ControlIn, ControlRefused                           uint64
 	AuthFailures                                        uint64
 	ForwardDropped                                      uint64
