@@ -242,6 +242,9 @@ type PoolSpec struct {
 	Columns  int    // memory nodes it spans, 1..MaxColumns; 0 in a request: all live ones
 	Replicas int    // copies of every byte, 1 or 2
 	Perm     uint8  // memnode.Perm bits the region allows, not 0
+	// PoolStat's regions only: columns whose copy is lost (stale, or on a
+	// restarted node) and, of those, the ones being rebuilt.
+	Lost, Rebuilding int
 }
 
 // PoolNodeInfo is one memory node of the pool, as CtrlPoolStat reports it.
@@ -425,8 +428,12 @@ func (m *CtrlMsg) validate() error {
 			}
 		}
 		for i := range m.PoolRegions {
-			if err := validatePool(&m.PoolRegions[i], false); err != nil {
+			p := &m.PoolRegions[i]
+			if err := validatePool(p, false); err != nil {
 				return err
+			}
+			if p.Lost < 0 || p.Lost > p.Columns || p.Rebuilding < 0 || p.Rebuilding > p.Lost {
+				return ctrlErrorf("pool region %d: %d lost, %d rebuilding of %d columns", p.Region, p.Lost, p.Rebuilding, p.Columns)
 			}
 		}
 	default:
@@ -592,6 +599,8 @@ func (m *CtrlMsg) appendFields(b []byte) []byte {
 		for i := range m.PoolRegions {
 			b = be.AppendUint32(b, m.PoolRegions[i].Region)
 			b = appendPool(b, &m.PoolRegions[i])
+			b = be.AppendUint16(b, uint16(m.PoolRegions[i].Lost))
+			b = be.AppendUint16(b, uint16(m.PoolRegions[i].Rebuilding))
 		}
 		b = be.AppendUint64(b, m.PoolRefused)
 	}
@@ -800,7 +809,7 @@ func (r *ctrlReader) pool(p *PoolSpec, request bool) {
 // node (IPv4) and of a pool region entry.
 const (
 	ctrlMinPoolNode   = ctrlMinMember + 8 + 8 + 1 + 8 + 8
-	ctrlMinPoolRegion = 4 + 8 + 8 + 2 + 1 + 1
+	ctrlMinPoolRegion = 4 + 8 + 8 + 2 + 1 + 1 + 2 + 2
 )
 
 // ctrlMinRange is the encoded size of a range without replicas.
@@ -988,6 +997,10 @@ func (m *CtrlMsg) decode(b []byte) error {
 			var p PoolSpec
 			p.Region = r.u32("pool region")
 			r.pool(&p, false)
+			p.Lost, p.Rebuilding = int(r.u16("pool region")), int(r.u16("pool region"))
+			if r.err == nil && (p.Lost > p.Columns || p.Rebuilding > p.Lost) {
+				r.err = ctrlErrorf("pool region %d: %d lost, %d rebuilding of %d columns", p.Region, p.Lost, p.Rebuilding, p.Columns)
+			}
 			if r.err != nil {
 				break
 			}

@@ -89,7 +89,7 @@ func ctrlSamples() []ctrlSample {
 				{ID: 0, Addr: netip.MustParseAddrPort("10.0.0.9:4791"), Capacity: 1 << 30, Used: 4096, Alive: true, Requests: 1 << 40, Bytes: ^uint64(0)},
 				{ID: 1, Addr: netip.MustParseAddrPort("[2001:db8::9]:4791"), Capacity: 1, Used: 0},
 			},
-			PoolRegions: []PoolSpec{{Region: 1, Size: 100, Stripe: 64, Columns: 2, Replicas: 2, Perm: 0x0f}}, PoolRefused: 77}},
+			PoolRegions: []PoolSpec{{Region: 1, Size: 100, Stripe: 64, Columns: 2, Replicas: 2, Perm: 0x0f, Lost: 1, Rebuilding: 1}}, PoolRefused: 77}},
 		{"poolstat-resp-empty", CtrlMsg{Type: CtrlPoolStat, Resp: true}},
 	}
 }

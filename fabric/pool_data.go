@@ -497,7 +497,16 @@ func (s *Switch) PoolNodes() []PoolNodeInfo {
 func (s *Switch) PoolRegions() []PoolSpec {
 	var out []PoolSpec
 	for _, r := range s.mmu.Regions() {
-		out = append(out, r.spec())
+		sp := r.spec()
+		for c := range r.Homes {
+			if r.Lost[c] {
+				sp.Lost++
+			}
+			if r.Rebuilding[c] {
+				sp.Rebuilding++
+			}
+		}
+		out = append(out, sp)
 	}
 	return out
 }

@@ -157,9 +157,9 @@ across stripes and memory nodes in parallel.`,
 				return json.NewEncoder(out).Encode(rows)
 			}
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "REGION\tSIZE\tSTRIPE\tNODES\tCOPIES\tPERM")
+			fmt.Fprintln(tw, "REGION\tSIZE\tSTRIPE\tNODES\tCOPIES\tPERM\tHEALTH")
 			for _, r := range regions {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%v\n", r.Region, sizeString(r.Size), sizeString(r.Stripe), r.Columns, r.Replicas, memnode.Perm(r.Perm))
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%v\t%s\n", r.Region, sizeString(r.Size), sizeString(r.Stripe), r.Columns, r.Replicas, memnode.Perm(r.Perm), poolHealth(r))
 			}
 			return tw.Flush()
 		},
@@ -245,9 +245,24 @@ func poolShape(p fabric.PoolSpec) string {
 		sizeString(p.Size), sizeString(p.Stripe), p.Columns, p.Replicas, map[bool]string{true: "y", false: "ies"}[p.Replicas == 1], memnode.Perm(p.Perm))
 }
 
+// poolHealth says whether every copy of a region is there: "ok",
+// "degraded" (a copy lost, the other serves), "rebuilding", or "lost"
+// (single-copy ranges gone with a restarted node).
+func poolHealth(p fabric.PoolSpec) string {
+	switch {
+	case p.Lost == 0:
+		return "ok"
+	case p.Replicas == 1:
+		return fmt.Sprintf("lost (%d of %d nodes' stripes)", p.Lost, p.Columns)
+	case p.Rebuilding == p.Lost:
+		return fmt.Sprintf("rebuilding (%d of %d nodes' copies)", p.Rebuilding, p.Columns)
+	}
+	return fmt.Sprintf("degraded (%d of %d nodes' copies lost, %d rebuilding)", p.Lost, p.Columns, p.Rebuilding)
+}
+
 func poolRegionJSON(p fabric.PoolSpec, key string) map[string]any {
 	m := map[string]any{"region": p.Region, "size": p.Size, "stripe": p.Stripe, "nodes": p.Columns,
-		"replicas": p.Replicas, "perm": memnode.Perm(p.Perm).String()}
+		"replicas": p.Replicas, "perm": memnode.Perm(p.Perm).String(), "lost": p.Lost, "rebuilding": p.Rebuilding}
 	if key != "" {
 		m["key"] = key
 	}

@@ -44,3 +44,19 @@ func TestStatReport(t *testing.T) {
 		t.Errorf("rates from one sample: %+v", r)
 	}
 }
+
+func TestPoolHealth(t *testing.T) {
+	for _, c := range []struct {
+		p    fabric.PoolSpec
+		want string
+	}{
+		{fabric.PoolSpec{Columns: 3, Replicas: 2}, "ok"},
+		{fabric.PoolSpec{Columns: 3, Replicas: 2, Lost: 1}, "degraded (1 of 3 nodes' copies lost, 0 rebuilding)"},
+		{fabric.PoolSpec{Columns: 3, Replicas: 2, Lost: 1, Rebuilding: 1}, "rebuilding (1 of 3 nodes' copies)"},
+		{fabric.PoolSpec{Columns: 4, Replicas: 1, Lost: 1}, "lost (1 of 4 nodes' stripes)"},
+	} {
+		if got := poolHealth(c.p); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.p, got, c.want)
+		}
+	}
+}
