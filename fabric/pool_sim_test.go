@@ -729,6 +729,18 @@ func poolNodeRestart(t *testing.T, seed int64, link simnet.LinkConfig) {
 	if d := writes(30); d == 0 {
 		t.Errorf("seed %d: no write reported degraded while a copy was lost", seed)
 	}
+	health := func() (lost, rebuilding int) {
+		for _, sp := range f.sw.PoolRegions() {
+			if sp.Region == rep.spec.Region {
+				return sp.Lost, sp.Rebuilding
+			}
+		}
+		t.Fatal("region missing from the pool's list")
+		return
+	}
+	if l, _ := health(); l != 1 {
+		t.Errorf("seed %d: %d lost columns reported while node 1's copy is rebuilt, want 1", seed, l)
+	}
 	for f.sw.Stats().PoolRebuilt == 0 { // keep writing while the copy is rebuilt
 		if f.net.Elapsed() > time.Minute {
 			t.Fatalf("seed %d: the lost copy was not rebuilt: switch %+v, node %+v", seed, f.sw.Stats(), ns[1].core.PoolStats())
@@ -737,6 +749,9 @@ func poolNodeRestart(t *testing.T, seed int64, link simnet.LinkConfig) {
 	}
 	if d := writes(10); d != 0 {
 		t.Errorf("seed %d: %d writes degraded after the rebuild", seed, d)
+	}
+	if l, rb := health(); l != 0 || rb != 0 {
+		t.Errorf("seed %d: after the rebuild %d lost, %d rebuilding columns reported", seed, l, rb)
 	}
 	st := ns[1].core.PoolStats()
 	t.Logf("seed %d: rebuilt at %v: node 1 copied %d bytes (%d rebuilds, %d failed)", seed, f.net.Elapsed(), st.RebuildBytes, st.Rebuilt, st.RebuildsFailed)
