@@ -461,6 +461,9 @@ func (c *Core) finish(op *Op) {
 // Step handles one received datagram.
 func (c *Core) Step(now time.Time, from netip.AddrPort, pkt []byte) {
 	c.pool.now = now
+	if c.pool.started.IsZero() {
+		c.pool.started = now
+	}
 	if len(pkt) >= wire.HeaderLen && wire.Mode(pkt[2]) == wire.ModePool && c.stepPool(now, from, pkt) {
 		return
 	}
@@ -625,6 +628,9 @@ func (c *Core) expire(now time.Time, op *Op) {
 // valid until the next Poll.
 func (c *Core) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, []*Op, time.Time) {
 	c.pool.now = now
+	if c.pool.started.IsZero() {
+		c.pool.started = now
+	}
 	out, comps, next := c.eng.Poll(now, out)
 	for i := range comps {
 		cp := &comps[i]

@@ -75,6 +75,10 @@ const (
 	poolMaxWindow  = 1024
 	maxPoolRaw     = 8192 // server responses queued between Polls
 	maxPoolLanes   = 1024 // lanes kept before idle ones are forgotten
+	// poolStartupGrace is how long a memory node that just started
+	// leaves requests for regions it holds no grant of unanswered,
+	// rather than refusing them (see servePool).
+	poolStartupGrace = 2 * time.Second
 )
 
 type laneKey struct {
@@ -128,7 +132,8 @@ type poolCore struct {
 	node    *memnode.PoolNode
 	replies *memnode.Replies
 
-	chainBuf, fwd []byte // scratch of chain hops
+	started       time.Time // the core's first Step or Poll (a memory node's startup grace)
+	chainBuf, fwd []byte    // scratch of chain hops
 	rebuilds      map[uint32]*rebuildTask
 	now           time.Time // of the current Step or Poll, for internal ops
 
@@ -613,6 +618,14 @@ func (c *Core) servePool(now time.Time, from netip.AddrPort, h *wire.Header, pay
 	}
 	payload, client, err := wire.SplitReplyTo(payload)
 	if err != nil {
+		p.stats.Dropped++
+		return
+	}
+	if !p.node.HasGrant(h.Group) && now.Sub(p.started) < poolStartupGrace {
+		// Just started: the switch may not know yet that this node
+		// restarted and still send it the regions of its previous life.
+		// Unanswered, the client resends, and by then the switch sends
+		// the request to another copy (or answers LOST).
 		p.stats.Dropped++
 		return
 	}

@@ -142,6 +142,9 @@ func (p *PoolNode) markWritten(g Grant, addr, n uint64) {
 	}
 }
 
+// HasGrant reports whether region holds a grant here.
+func (p *PoolNode) HasGrant(region uint32) bool { _, ok := p.grants[region]; return ok }
+
 // Grants is the number of grants held.
 func (p *PoolNode) Grants() int { return len(p.grants) }
 
