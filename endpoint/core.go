@@ -652,8 +652,8 @@ func (c *Core) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, []*O
 		for _, op := range c.gops {
 			c.expire(now, op)
 		}
-		for op := range c.pool.ops {
-			c.expire(now, op)
+		for _, po := range c.pool.sortedOps() {
+			c.expire(now, po.op)
 		}
 	}
 	if pn := c.pollPool(now); !pn.IsZero() && (next.IsZero() || pn.Before(next)) {

@@ -1,8 +1,10 @@
 package endpoint
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/ndma/ndma/fabric"
@@ -99,6 +101,7 @@ type poolLane struct {
 }
 
 type poolOp struct {
+	seq   uint64 // post order: timers and timeouts visit ops in it (determinism on simnet)
 	op    *Op
 	chain []byte // KindChain: the encoded hop list and the first data
 	lane  *poolLane
@@ -121,6 +124,7 @@ type poolSeg struct {
 
 type poolCore struct {
 	seq   uint64
+	opSeq uint64
 	lanes map[laneKey]*poolLane
 	reqs  map[uint64]*poolOp // request id → op
 	ops   map[*Op]*poolOp
@@ -225,7 +229,8 @@ func (c *Core) postPool(now time.Time, op *Op) error {
 	if n == 0 && (op.Kind == KindRead || op.Kind == KindWrite || op.Kind == KindVector || op.Kind == KindOptim) {
 		return fmt.Errorf("%w: empty pool access", ErrBadOp)
 	}
-	po := &poolOp{op: op}
+	p.opSeq++
+	po := &poolOp{op: op, seq: p.opSeq}
 	if op.Kind == KindChain {
 		po.chain = append(wire.AppendChain(nil, op.Chain), op.Buf...)
 	}
@@ -563,7 +568,7 @@ func (c *Core) pollPool(now time.Time) time.Time {
 	}
 	p.next = time.Time{}
 	var pumped []*poolLane
-	for _, po := range p.ops {
+	for _, po := range p.sortedOps() {
 		halved := false
 		for i := range po.segs {
 			s := &po.segs[i]
@@ -591,6 +596,17 @@ func (c *Core) pollPool(now time.Time) time.Time {
 		c.pumpLane(now, l)
 	}
 	return p.next
+}
+
+// sortedOps returns the pool ops in post order, so that what depends on
+// visiting them (resends, timeouts) does not depend on map order.
+func (p *poolCore) sortedOps() []*poolOp {
+	out := make([]*poolOp, 0, len(p.ops))
+	for _, po := range p.ops {
+		out = append(out, po)
+	}
+	slices.SortFunc(out, func(a, b *poolOp) int { return cmp.Compare(a.seq, b.seq) })
+	return out
 }
 
 // flushPool appends the queued datagrams to out. Their buffers stay valid
