@@ -1,9 +1,12 @@
 package endpoint
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/ndma/ndma/memnode"
@@ -646,11 +649,20 @@ func (c *Core) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, []*O
 	}
 	if !c.nextDL.IsZero() && !now.Before(c.nextDL) {
 		c.nextDL = time.Time{}
-		for _, op := range c.ops {
-			c.expire(now, op)
+		// In a fixed order (message ids, then group op keys), so that a
+		// simnet run repeats exactly for a seed.
+		for _, id := range slices.Sorted(maps.Keys(c.ops)) {
+			if op := c.ops[id]; op != nil {
+				c.expire(now, op)
+			}
 		}
-		for _, op := range c.gops {
-			c.expire(now, op)
+		gks := slices.SortedFunc(maps.Keys(c.gops), func(a, b gopKey) int {
+			return cmp.Or(cmp.Compare(a.group, b.group), cmp.Compare(a.kind, b.kind), cmp.Compare(a.member, b.member), cmp.Compare(a.id, b.id))
+		})
+		for _, k := range gks {
+			if op := c.gops[k]; op != nil {
+				c.expire(now, op)
+			}
 		}
 		for _, po := range c.pool.sortedOps() {
 			c.expire(now, po.op)
