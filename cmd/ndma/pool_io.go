@@ -136,14 +136,21 @@ func newPoolPutCmd(pf *poolFlags) *cobra.Command {
 				return fmt.Errorf("%s (%d bytes) at offset %d does not fit region %d (%d bytes)", args[0], size, off, r.ID(), r.Size())
 			}
 			start := time.Now()
+			degraded := false
 			if err := copyChunks(cmdContext(cmd), byteBar(cmd, size, "put"), size, func(ctx context.Context, buf []byte, at int64) error {
 				if _, err := io.ReadFull(f, buf); err != nil {
 					return err
 				}
 				_, err := r.WriteAtContext(ctx, buf, off+at)
+				if errors.Is(err, pool.ErrDegraded) {
+					degraded, err = true, nil // written, to fewer copies
+				}
 				return err
 			}); err != nil {
 				return err
+			}
+			if degraded {
+				fmt.Fprintln(cmd.ErrOrStderr(), "ndma: warning: written with a copy missing (a memory node is down); the region is degraded until it is rebuilt")
 			}
 			return printTransfer(cmd, pf, r, created, size, time.Since(start))
 		},
