@@ -31,12 +31,14 @@ func TestPoolCommands(t *testing.T) {
 	srv := fabric.NewServer(conn, sw, nil)
 	defer srv.Close()
 	addr := srv.Addr().String()
+	var nodes []*memd.Server
 	for range 2 {
 		node, err := memd.Start(memd.Config{Listen: "127.0.0.1:0", Size: 1 << 20, Perm: memnode.PermAll, Switch: addr})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer node.Close()
+		nodes = append(nodes, node)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		if out, err := execute(t, "pool", "stat", "--switch", addr, "--json"); err == nil && strings.Count(out, `"Alive":true`) == 2 {
@@ -151,6 +153,24 @@ func TestPoolCommands(t *testing.T) {
 	}
 	if _, err := execute(t, "stat", "--switch", addr, "--interval", "-1s"); err == nil {
 		t.Fatal("stat --interval -1s: no error")
+	}
+	// A memory node stops: a put into the replicated region still
+	// succeeds (degraded, with a warning on stderr).
+	nodes[1].Close()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if out, err := execute(t, "pool", "stat", "--switch", addr, "--json"); err == nil && strings.Count(out, `"Alive":true`) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stopped memory node was not declared dead")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if out, err := execute(t, "pool", "put", in, "--switch", addr, "--region", "1", "--key", created.Key); err != nil || !strings.Contains(out, "Mbit/s") {
+		t.Fatalf("degraded put: %v %q", err, out)
+	}
+	if out, err := execute(t, "pool", "ls", "--switch", addr); err != nil || !strings.Contains(out, "degraded") {
+		t.Fatalf("ls after a degraded write: %v\n%s", err, out)
 	}
 	if _, err := execute(t, "pool", "rm", "1", "--switch", addr, "--key", "0x1"); err == nil || !strings.Contains(err.Error(), "key") {
 		t.Fatalf("rm with a wrong key: %v", err)
