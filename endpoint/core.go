@@ -448,6 +448,12 @@ func (c *Core) finish(op *Op) {
 		// op.Buf is free for the caller once the op completes.
 		c.eng.Abandon(transport.PeerID{Addr: op.Peer}, op.msgID)
 	}
+	c.complete(op)
+}
+
+// complete marks a finished op done, counts it and hands it to its
+// internal callback or to the next Poll.
+func (c *Core) complete(op *Op) {
 	op.finished = true
 	if op.Err == nil {
 		c.stats.OpsOK++

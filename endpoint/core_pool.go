@@ -546,17 +546,7 @@ func (c *Core) finishPool(op *Op) {
 			po.lane.inflight--
 		}
 	}
-	op.finished = true
-	if op.Err == nil {
-		c.stats.OpsOK++
-	} else {
-		c.stats.OpsFailed++
-	}
-	if op.onDone != nil {
-		op.onDone(op)
-		return
-	}
-	c.done = append(c.done, op)
+	c.complete(op)
 }
 
 // pollPool resends segments whose timer ran out and returns the pool's

@@ -552,19 +552,17 @@ func (m *CtrlMsg) appendFields(b []byte) []byte {
 	case m.Type == CtrlPoolOpen && !m.Resp, m.Type == CtrlPoolFree && !m.Resp, m.Type == CtrlPoolRevoke && !m.Resp:
 		b = be.AppendUint32(b, m.Region)
 		b = be.AppendUint64(b, m.Key)
-	case m.Type == CtrlPoolRebuildGo && !m.Resp:
+	case (m.Type == CtrlPoolRebuildGo || m.Type == CtrlPoolRebuilt) && !m.Resp:
 		b = be.AppendUint32(b, m.Region)
 		b = be.AppendUint64(b, m.Key)
 		b = be.AppendUint16(b, m.Node)
-	case m.Type == CtrlPoolRebuilt && !m.Resp:
-		b = be.AppendUint32(b, m.Region)
-		b = be.AppendUint64(b, m.Key)
-		b = be.AppendUint16(b, m.Node)
-		failed := byte(0)
-		if m.Failed {
-			failed = 1
+		if m.Type == CtrlPoolRebuilt {
+			failed := byte(0)
+			if m.Failed {
+				failed = 1
+			}
+			b = append(b, failed)
 		}
-		b = append(b, failed)
 	case m.Type == CtrlPoolRebuild && !m.Resp:
 		b = be.AppendUint32(b, m.Region)
 		b = be.AppendUint64(b, m.Key)
@@ -933,20 +931,18 @@ func (m *CtrlMsg) decode(b []byte) error {
 	case typ == CtrlPoolOpen && !m.Resp, typ == CtrlPoolFree && !m.Resp, typ == CtrlPoolRevoke && !m.Resp:
 		m.Region = r.u32("region")
 		m.Key = r.u64("key")
-	case typ == CtrlPoolRebuildGo && !m.Resp:
+	case (typ == CtrlPoolRebuildGo || typ == CtrlPoolRebuilt) && !m.Resp:
 		m.Region = r.u32("region")
 		m.Key = r.u64("key")
 		m.Node = r.u16("column")
-	case typ == CtrlPoolRebuilt && !m.Resp:
-		m.Region = r.u32("region")
-		m.Key = r.u64("key")
-		m.Node = r.u16("column")
-		switch f := r.u8("failed"); f {
-		case 0, 1:
-			m.Failed = f == 1
-		default:
-			if r.err == nil {
-				r.err = ctrlErrorf("pool rebuilt: failed %d", f)
+		if typ == CtrlPoolRebuilt {
+			switch f := r.u8("failed"); f {
+			case 0, 1:
+				m.Failed = f == 1
+			default:
+				if r.err == nil {
+					r.err = ctrlErrorf("pool rebuilt: failed %d", f)
+				}
 			}
 		}
 	case typ == CtrlPoolRebuild && !m.Resp:

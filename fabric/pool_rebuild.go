@@ -1,7 +1,9 @@
 package fabric
 
 import (
+	"cmp"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/ndma/ndma/transport"
@@ -41,24 +43,43 @@ type rebuild struct {
 // startRebuilds begins rebuilding every lost copy on node n (just
 // restarted) whose other copies are intact.
 func (s *Switch) startRebuilds(now time.Time, n *PoolNode) {
-	for _, r := range s.mmu.Regions() {
+	s.rebuildLost(now, func(h Home) bool { return h.Node == n })
+}
+
+// rebuildLost starts rebuilding every lost copy whose home which accepts
+// and whose node is alive, unless it is already under way or waiting out
+// a retry, or its region's other copies are not intact; in region and
+// column order. It allocates nothing when no copy is lost, so the
+// liveness checks can call it every time.
+func (s *Switch) rebuildLost(now time.Time, which func(Home) bool) {
+	type cand struct {
+		r *PoolRegion
+		c int
+	}
+	var todo []cand
+	for _, r := range s.mmu.regions {
 		if r.Layout.Replicas < 2 || !r.Ready {
 			continue
 		}
 		for c, h := range r.Homes {
-			if h.Node != n || !r.Lost[c] || r.Rebuilding[c] || s.rebuildPending(r, c) ||
-				now.Before(r.retryAt(c)) || !s.othersIntact(r, c) {
-				continue
+			if r.Lost[c] && !r.Rebuilding[c] && h.Node.Alive && which(h) {
+				todo = append(todo, cand{r, c})
 			}
-			spec := r.spec()
-			msg := &CtrlMsg{Type: CtrlPoolRebuild, Region: r.ID, Key: r.Key, Pool: spec,
-				Base: h.Base, Length: r.Layout.ColumnBytes(c), Node: uint16(c)}
-			id, ok := s.sendPoolCtrl(n.Addr, msg)
-			if !ok {
-				continue
-			}
-			s.rebuilds[grantKey{n.Addr, id}] = &rebuild{region: r, column: c}
 		}
+	}
+	slices.SortFunc(todo, func(a, b cand) int { return cmp.Or(cmp.Compare(a.r.ID, b.r.ID), cmp.Compare(a.c, b.c)) })
+	for _, t := range todo {
+		r, c, h := t.r, t.c, t.r.Homes[t.c]
+		if s.rebuildPending(r, c) || now.Before(r.retryAt(c)) || !s.othersIntact(r, c) {
+			continue
+		}
+		msg := &CtrlMsg{Type: CtrlPoolRebuild, Region: r.ID, Key: r.Key, Pool: r.spec(),
+			Base: h.Base, Length: r.Layout.ColumnBytes(c), Node: uint16(c)}
+		id, ok := s.sendPoolCtrl(h.Node.Addr, msg)
+		if !ok {
+			continue
+		}
+		s.rebuilds[grantKey{h.Node.Addr, id}] = &rebuild{region: r, column: c}
 	}
 }
 
@@ -95,11 +116,7 @@ func (s *Switch) rebuildFailed(now time.Time, r *PoolRegion, c int) {
 // retryRebuilds restarts failed rebuilds whose wait is over (called with
 // the liveness checks).
 func (s *Switch) retryRebuilds(now time.Time) {
-	for _, n := range s.mmu.Nodes() {
-		if n.Alive {
-			s.startRebuilds(now, n)
-		}
-	}
+	s.rebuildLost(now, func(Home) bool { return true })
 }
 
 // othersIntact reports whether every column of r but c holds its copy.
