@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/wire"
 )
 
 // Launch describes this process's place in a job, as a launcher reports
@@ -20,12 +21,16 @@ type Launch struct {
 	Switch     string // forwarding node address
 	Job        string // job name shared by all ranks
 	Token      string // fabric token
-	Source     string // which variables it came from, for messages
+	// MTU is the largest datagram the network carries unfragmented, in
+	// bytes (NDMA_MTU; 0 when unset): what a rank's transport MTU should
+	// be. ndma testbed run sets it to the testbed's datagram size.
+	MTU    int
+	Source string // which variables it came from, for messages
 }
 
 // ParseEnv reads the launch from environment variables (getenv is
 // os.LookupEnv in production): NDMA_RANK, NDMA_SIZE, NDMA_SWITCH,
-// NDMA_JOB, NDMA_TOKEN; when NDMA_RANK/NDMA_SIZE are absent, the first of
+// NDMA_JOB, NDMA_TOKEN, NDMA_MTU (optional); when NDMA_RANK/NDMA_SIZE are absent, the first of
 // OMPI_COMM_WORLD_RANK/_SIZE (Open MPI's mpirun), PMI_RANK/PMI_SIZE
 // (MPICH, Intel MPI), SLURM_PROCID/SLURM_NTASKS (srun). The job name
 // defaults to SLURM_JOB_ID or OMPI_MCA_orte_ess_jobid, else "ndma".
@@ -62,10 +67,17 @@ func ParseEnv(getenv func(string) (string, bool)) (Launch, error) {
 		break
 	}
 	if !found {
-		return l, fmt.Errorf("%w: no rank in the environment (NDMA_RANK/NDMA_SIZE, OMPI_COMM_WORLD_*, PMI_*, SLURM_*)", ErrArg)
+		return l, fmt.Errorf("%w: %w: no rank in the environment (NDMA_RANK/NDMA_SIZE, OMPI_COMM_WORLD_*, PMI_*, SLURM_*)", ErrArg, ErrNoLaunch)
 	}
 	l.Switch, _ = getenv("NDMA_SWITCH")
 	l.Token, _ = getenv("NDMA_TOKEN")
+	if ms, ok := getenv("NDMA_MTU"); ok && ms != "" {
+		mtu, err := strconv.Atoi(ms)
+		if err != nil || mtu < minLaunchMTU || mtu > maxLaunchMTU {
+			return l, fmt.Errorf("%w: NDMA_MTU=%q: want a datagram size in bytes, %d to %d", ErrArg, ms, minLaunchMTU, maxLaunchMTU)
+		}
+		l.MTU = mtu
+	}
 	var ok bool
 	if l.Job, ok = getenv("NDMA_JOB"); !ok || l.Job == "" {
 		if j, ok := getenv("SLURM_JOB_ID"); ok && j != "" {
@@ -79,8 +91,15 @@ func ParseEnv(getenv func(string) (string, bool)) (Launch, error) {
 	return l, nil
 }
 
+// The range of NDMA_MTU: what a transport accepts as its MTU.
+const (
+	minLaunchMTU = wire.HeaderLen + 64
+	maxLaunchMTU = 65507
+)
+
 // FromEnv creates the world communicator of a job started by a launcher
-// (see ParseEnv), rendezvousing at NDMA_SWITCH, which must be set.
+// (see ParseEnv), rendezvousing at NDMA_SWITCH, which must be set. With
+// NDMA_MTU set, ep's MTU must not be above it.
 func FromEnv(ctx context.Context, ep *endpoint.Endpoint) (*Communicator, error) {
 	l, err := ParseEnv(os.LookupEnv)
 	if err != nil {
@@ -88,6 +107,9 @@ func FromEnv(ctx context.Context, ep *endpoint.Endpoint) (*Communicator, error) 
 	}
 	if l.Switch == "" {
 		return nil, fmt.Errorf("%w: NDMA_SWITCH is not set (ranks meet at the forwarding node)", ErrArg)
+	}
+	if l.MTU > 0 && ep.MTU() > l.MTU {
+		return nil, fmt.Errorf("%w: the endpoint's MTU is %d bytes, above NDMA_MTU=%d (the network's largest datagram): give the endpoint an MTU of at most %d", ErrArg, ep.MTU(), l.MTU, l.MTU)
 	}
 	return New(ctx, Config{Endpoint: ep, Rank: l.Rank, Size: l.Size, Switch: l.Switch, Job: l.Job, Token: []byte(l.Token)})
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
+
+	"github.com/ndma/ndma/endpoint"
 )
 
 func envOf(m map[string]string) func(string) (string, bool) {
@@ -16,9 +19,15 @@ func TestParseEnv(t *testing.T) {
 		env             map[string]string
 		rank, size      int
 		source, job, sw string
+		mtu             int
 		wantErr         bool
 	}{
 		{env: map[string]string{"NDMA_RANK": "2", "NDMA_SIZE": "4", "NDMA_SWITCH": "10.0.0.1:7471", "NDMA_JOB": "j"}, rank: 2, size: 4, source: "NDMA", job: "j", sw: "10.0.0.1:7471"},
+		{env: map[string]string{"NDMA_RANK": "0", "NDMA_SIZE": "1", "NDMA_MTU": "8972"}, rank: 0, size: 1, source: "NDMA", job: "ndma", mtu: 8972},
+		{env: map[string]string{"NDMA_RANK": "0", "NDMA_SIZE": "1", "NDMA_MTU": ""}, rank: 0, size: 1, source: "NDMA", job: "ndma"},
+		{env: map[string]string{"NDMA_RANK": "0", "NDMA_SIZE": "1", "NDMA_MTU": "9k"}, wantErr: true},
+		{env: map[string]string{"NDMA_RANK": "0", "NDMA_SIZE": "1", "NDMA_MTU": "100"}, wantErr: true},
+		{env: map[string]string{"NDMA_RANK": "0", "NDMA_SIZE": "1", "NDMA_MTU": "65508"}, wantErr: true},
 		{env: map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_MCA_orte_ess_jobid": "77"}, rank: 0, size: 8, source: "Open MPI", job: "ompi-77"},
 		{env: map[string]string{"PMI_RANK": "3", "PMI_SIZE": "5"}, rank: 3, size: 5, source: "PMI", job: "ndma"},
 		{env: map[string]string{"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "123"}, rank: 1, size: 2, source: "Slurm", job: "slurm-123"},
@@ -38,7 +47,7 @@ func TestParseEnv(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || l.Rank != c.rank || l.Size != c.size || l.Source != c.source || l.Job != c.job || l.Switch != c.sw {
+		if err != nil || l.Rank != c.rank || l.Size != c.size || l.Source != c.source || l.Job != c.job || l.Switch != c.sw || l.MTU != c.mtu {
 			t.Errorf("case %d: got %+v %v", i, l, err)
 		}
 	}
@@ -83,5 +92,23 @@ func TestSplit(t *testing.T) {
 			}
 			return nil
 		})
+	}
+}
+
+// TestFromEnvMTU: an endpoint whose MTU is above NDMA_MTU is refused
+// before it reaches the switch, with both numbers in the error.
+func TestFromEnvMTU(t *testing.T) {
+	t.Setenv("NDMA_RANK", "0")
+	t.Setenv("NDMA_SIZE", "1")
+	t.Setenv("NDMA_SWITCH", "127.0.0.1:9") // never contacted
+	t.Setenv("NDMA_MTU", "1472")
+	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	_, err = FromEnv(context.Background(), ep)
+	if !errors.Is(err, ErrArg) || !strings.Contains(err.Error(), "9000") || !strings.Contains(err.Error(), "NDMA_MTU=1472") {
+		t.Fatalf("FromEnv with MTU 9000 under NDMA_MTU=1472: %v, want ErrArg naming both", err)
 	}
 }

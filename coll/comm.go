@@ -15,6 +15,9 @@ import (
 var (
 	// ErrArg wraps invalid arguments (bad root, mismatched buffer sizes...).
 	ErrArg = errors.New("coll: invalid argument")
+	// ErrNoLaunch (wrapped with ErrArg) is ParseEnv's error when no
+	// launcher's variables are set: the process was not started as a rank.
+	ErrNoLaunch = errors.New("coll: not started by a launcher")
 	// ErrNoSwitch means an in-network algorithm was asked for on a
 	// communicator without a forwarding node.
 	ErrNoSwitch = errors.New("coll: no forwarding node for an in-network algorithm")

@@ -270,6 +270,14 @@ type inReq struct {
 const maxInRequests = 1 << 16
 
 // NewCore returns a core.
+// MTU is the largest datagram the core's transport sends, in bytes.
+func (c *Core) MTU() int {
+	if c.cfg.Transport.MTU == 0 {
+		return transport.DefaultMTU
+	}
+	return c.cfg.Transport.MTU
+}
+
 func NewCore(cfg Config) (*Core, error) {
 	if cfg.OpTimeout == 0 {
 		cfg.OpTimeout = 10 * time.Second

@@ -153,10 +153,7 @@ func (c *Core) initPool() error {
 	p.reqs = make(map[uint64]*poolOp)
 	p.ops = make(map[*Op]*poolOp)
 	p.rebuilds = make(map[uint32]*rebuildTask)
-	mtu := c.cfg.Transport.MTU
-	if mtu == 0 {
-		mtu = 9000
-	}
+	mtu := c.MTU()
 	// Room for the reply-to trailer the switch adds; 8-byte aligned so
 	// vector segments hold whole elements.
 	p.seg = (mtu - wire.HeaderLen - wire.ReplyToLen) &^ 7

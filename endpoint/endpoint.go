@@ -369,6 +369,15 @@ func (r *Remote) Apply(ctx context.Context, key, addr uint64, dt wire.Dtype, alu
 	return r.ep.Do(ctx, &Op{Kind: KindVector, Peer: r.addr, Key: key, Addr: addr, Buf: data, Dtype: dt, Alu: alu})
 }
 
+// MTU is the largest datagram this endpoint sends, in bytes (its
+// transport's MTU). A forwarding node refuses a member whose MTU is above
+// its own.
+func (ep *Endpoint) MTU() int {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.core.MTU()
+}
+
 // PoolSegment is the most bytes one pool request carries or reads (its
 // payload, hop list included for chains).
 func (ep *Endpoint) PoolSegment() int {

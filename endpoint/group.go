@@ -35,14 +35,22 @@ var ErrControl = errors.New("endpoint: control exchange failed")
 
 // control sends one control request to the switch and returns its
 // response.
+//
+// Join, Register and Lookup requests carry this endpoint's MTU; their
+// refusals for it (an MTU above the switch's, a job whose members joined
+// with another size or MTU) are explained in the error.
 func (ep *Endpoint) control(ctx context.Context, sw netip.AddrPort, req *fabric.CtrlMsg, token []byte) (*fabric.CtrlMsg, error) {
+	switch req.Type {
+	case fabric.CtrlJoin, fabric.CtrlRegister, fabric.CtrlLookup:
+		req.MTU = ep.MTU()
+	}
 	buf, err := fabric.AppendCtrl(nil, req, token)
 	if err != nil {
 		return nil, err
 	}
 	op := &Op{Kind: KindControl, Peer: sw, Buf: buf}
 	if err := ep.Do(ctx, op); err != nil {
-		return nil, err
+		return nil, explainRefusal(req, err, op.Old)
 	}
 	resp := &fabric.CtrlMsg{}
 	if err := fabric.ParseCtrl(op.Resp, resp, token); err != nil {
@@ -52,6 +60,26 @@ func (ep *Endpoint) control(ctx context.Context, sw netip.AddrPort, req *fabric.
 		return nil, fmt.Errorf("%w: %v answered with %v", ErrControl, req.Type, resp.Type)
 	}
 	return resp, nil
+}
+
+// explainRefusal adds what the switch said in Operand1 (operand) to a
+// refused Join, Register or Lookup.
+func explainRefusal(req *fabric.CtrlMsg, err error, operand uint64) error {
+	switch req.Type {
+	case fabric.CtrlJoin, fabric.CtrlRegister, fabric.CtrlLookup:
+	default:
+		return err
+	}
+	switch {
+	case errors.Is(err, wire.StatusTooLarge) && operand != 0:
+		return fmt.Errorf("%w: this endpoint's MTU is %d bytes but the switch takes datagrams of at most %d: set the endpoint's transport MTU (--mtu) to %d or less",
+			err, req.MTU, operand, operand)
+	case errors.Is(err, wire.StatusBadOperand) && req.Type == fabric.CtrlJoin && operand != 0:
+		size, mtu := fabric.SplitJoinRefusal(operand)
+		return fmt.Errorf("%w: the job's members joined with size %d and MTU %d; this endpoint asked for size %d with MTU %d (every member needs the same size and MTU)",
+			err, size, mtu, req.Size, req.MTU)
+	}
+	return err
 }
 
 func (ep *Endpoint) enableGroups() {

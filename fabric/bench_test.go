@@ -64,7 +64,7 @@ func newBenchFabric(tb testing.TB, n int) *benchFabric {
 		f.cores = append(f.cores, c)
 		f.addrs = append(f.addrs, addr)
 		f.byAdr[addr] = i
-		buf, err := fabric.AppendCtrl(nil, &fabric.CtrlMsg{Type: fabric.CtrlJoin, Job: "bench", Size: n, Rank: i}, []byte("bench"))
+		buf, err := fabric.AppendCtrl(nil, &fabric.CtrlMsg{Type: fabric.CtrlJoin, Job: "bench", Size: n, Rank: i, MTU: 9000}, []byte("bench"))
 		if err != nil {
 			tb.Fatal(err)
 		}

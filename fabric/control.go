@@ -13,6 +13,7 @@ import (
 type rendezvous struct {
 	job     string
 	size    int
+	mtu     int       // every member's MTU: fragments of an aggregation line up
 	joiners []*joiner // by rank
 	count   int
 	started time.Time
@@ -22,6 +23,14 @@ type joiner struct {
 	peer  transport.PeerID
 	msgID uint64
 }
+
+// JoinRefusal is Operand1 of a JOIN refused with wire.StatusBadOperand:
+// the size and MTU the job's members joined with, which the refused
+// request did not match. SplitJoinRefusal takes it apart.
+func JoinRefusal(size, mtu int) uint64 { return uint64(size)<<32 | uint64(mtu) }
+
+// SplitJoinRefusal returns the job size and MTU of a JoinRefusal operand.
+func SplitJoinRefusal(v uint64) (size, mtu int) { return int(v >> 32), int(v & 0xFFFFFFFF) }
 
 // control handles one control request.
 func (s *Switch) control(now time.Time, d *transport.Delivery) {
@@ -35,6 +44,15 @@ func (s *Switch) control(now time.Time, d *transport.Delivery) {
 		}
 		s.stats.ControlRefused++
 		s.reply(d.Peer, &d.Header, st, 0)
+		return
+	}
+	if (m.Type == CtrlJoin || m.Type == CtrlRegister || m.Type == CtrlLookup) && m.MTU > s.cfg.Transport.MTU {
+		// The switch could not send this member's datagrams back (an
+		// aggregation result, a forwarded request or reply is as large as
+		// what the member sends): refuse it now rather than drop its
+		// traffic later. Operand1 tells it the largest MTU accepted.
+		s.stats.ControlRefused++
+		s.reply(d.Peer, &d.Header, wire.StatusTooLarge, uint64(s.cfg.Transport.MTU))
 		return
 	}
 	switch m.Type {
@@ -130,11 +148,13 @@ func (s *Switch) join(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 			s.reply(d.Peer, &d.Header, wire.StatusBusy, 0)
 			return
 		}
-		r = &rendezvous{job: m.Job, size: m.Size, joiners: make([]*joiner, m.Size), started: now}
+		r = &rendezvous{job: m.Job, size: m.Size, mtu: m.MTU, joiners: make([]*joiner, m.Size), started: now}
 		s.jobs[m.Job] = r
 	}
-	if r.size != m.Size {
-		s.reply(d.Peer, &d.Header, wire.StatusBadOperand, 0)
+	if r.size != m.Size || r.mtu != m.MTU {
+		// Operand1 tells the joiner what the job's first member asked.
+		s.stats.ControlRefused++
+		s.reply(d.Peer, &d.Header, wire.StatusBadOperand, JoinRefusal(r.size, r.mtu))
 		return
 	}
 	rank := m.Rank

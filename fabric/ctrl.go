@@ -49,16 +49,17 @@ package fabric
 //
 // Fields by type (request → response):
 //
-//	JOIN       job name, size u16 (1..4096), rank (any, or < size)
+//	JOIN       job name, size u16 (1..4096), rank (any, or < size),
+//	           mtu u16 (160..65507: the sender's largest datagram)
 //	           → group u32, member u16, epoch u64, list of member (≤ 4096)
 //	LEAVE      group u32, member u16  → (no fields)
 //	DESTROY    group u32              → (no fields)
 //	HEARTBEAT  group u32, member u16
 //	           → epoch u64, list of u16 dead member ids (≤ 4096)
 //	REGISTER   service name, policy u8, size u16 (1..4096: members the
-//	           service will have), rank (any, or < size), list of range (≤ 4096)
-//	           → group u32, member u16
-//	LOOKUP     service name → group u32, list of member (≤ 4096)
+//	           service will have), rank (any, or < size), list of range
+//	           (≤ 4096), mtu u16 → group u32, member u16
+//	LOOKUP     service name, mtu u16 → group u32, list of member (≤ 4096)
 //	POOLNODE   key u64 (the node's region lent to the pool), capacity u64
 //	           (bytes, not 0), incarnation u64 (random per start of the
 //	           node) → node u16
@@ -97,6 +98,7 @@ import (
 	"sync"
 
 	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/wire"
 )
 
 // CtrlType says what a control message asks for (or answers, with Resp).
@@ -199,6 +201,11 @@ const (
 	CtrlMaxPoolNodes   = MaxPoolNodes   // most entries in PoolNodes
 	CtrlMaxPoolRegions = MaxPoolRegions // most entries in PoolRegions
 	CtrlRankAny        = -1             // Rank: let the switch choose
+	// CtrlMinMTU and CtrlMaxMTU bound MTU in Join, Register and Lookup
+	// requests, in bytes: a header and 64 bytes of payload, and the
+	// largest UDP datagram over IPv4.
+	CtrlMinMTU = wire.HeaderLen + 64
+	CtrlMaxMTU = 65507
 )
 
 // ctrlRankAnyWire is CtrlRankAny on the wire.
@@ -275,6 +282,12 @@ type CtrlMsg struct {
 	Ranges  []CtrlRange  // Register request: at most CtrlMaxRanges
 	Members []MemberInfo // Join and Lookup responses: at most CtrlMaxMembers
 	Dead    []uint16     // Heartbeat response: ids of dead members, at most CtrlMaxMembers
+	// Join, Register and Lookup requests: the largest datagram the sender
+	// sends, in bytes (its transport MTU), CtrlMinMTU..CtrlMaxMTU. The
+	// switch refuses a sender whose datagrams it could not send back,
+	// and a job member whose MTU differs from the others' (their
+	// messages would be cut into fragments that do not line up).
+	MTU int
 
 	Region      uint32         // PoolOpen, PoolFree, PoolGrant and PoolRevoke requests, PoolCreate response
 	Key         uint64         // PoolNode request (the node's region), PoolOpen and PoolFree requests, PoolCreate response (the new region's key)
@@ -336,6 +349,14 @@ func ParseCtrl(b []byte, m *CtrlMsg, token []byte) error {
 	return m.decode(body)
 }
 
+// validateMTU checks the MTU field of a Join, Register or Lookup request.
+func validateMTU(mtu int) error {
+	if mtu < CtrlMinMTU || mtu > CtrlMaxMTU {
+		return ctrlErrorf("mtu %d not in %d..%d", mtu, CtrlMinMTU, CtrlMaxMTU)
+	}
+	return nil
+}
+
 func ctrlErrorf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrCtrlMalformed}, args...)...)
 }
@@ -356,6 +377,7 @@ func (m *CtrlMsg) validate() error {
 		if m.Rank != CtrlRankAny && (m.Rank < 0 || m.Rank >= m.Size) {
 			return ctrlErrorf("rank %d not in 0..%d", m.Rank, m.Size-1)
 		}
+		return validateMTU(m.MTU)
 	case CtrlLeave, CtrlDestroy:
 	case CtrlHeartbeat:
 		if m.Resp && len(m.Dead) > CtrlMaxMembers {
@@ -382,11 +404,15 @@ func (m *CtrlMsg) validate() error {
 				return ctrlErrorf("range %d: %d replicas > %d", i, n, CtrlMaxReplicas)
 			}
 		}
+		return validateMTU(m.MTU)
 	case CtrlLookup:
 		if m.Resp {
 			return validateMembers(m.Members)
 		}
-		return validateName("service", m.Service)
+		if err := validateName("service", m.Service); err != nil {
+			return err
+		}
+		return validateMTU(m.MTU)
 	case CtrlPoolNode:
 		if !m.Resp && (m.Key == 0 || m.Capacity == 0) {
 			return ctrlErrorf("pool node: key %#x, capacity %d: want both non-zero", m.Key, m.Capacity)
@@ -497,6 +523,7 @@ func (m *CtrlMsg) appendFields(b []byte) []byte {
 		b = appendName(b, m.Job)
 		b = be.AppendUint16(b, uint16(m.Size))
 		b = appendRank(b, m.Rank)
+		b = be.AppendUint16(b, uint16(m.MTU))
 	case m.Type == CtrlJoin:
 		b = be.AppendUint32(b, m.Group)
 		b = be.AppendUint16(b, m.Member)
@@ -529,11 +556,13 @@ func (m *CtrlMsg) appendFields(b []byte) []byte {
 				b = be.AppendUint32(b, uint32(x))
 			}
 		}
+		b = be.AppendUint16(b, uint16(m.MTU))
 	case m.Type == CtrlRegister:
 		b = be.AppendUint32(b, m.Group)
 		b = be.AppendUint16(b, m.Member)
 	case m.Type == CtrlLookup && !m.Resp:
 		b = appendName(b, m.Service)
+		b = be.AppendUint16(b, uint16(m.MTU))
 	case m.Type == CtrlLookup:
 		b = be.AppendUint32(b, m.Group)
 		b = appendMembers(b, m.Members)
@@ -734,6 +763,16 @@ func (r *ctrlReader) rank(limit int) int {
 	return int(v)
 }
 
+// mtu reads the MTU field of a Join, Register or Lookup request and
+// checks its range.
+func (r *ctrlReader) mtu() int {
+	v := int(r.u16("mtu"))
+	if r.err == nil {
+		r.err = validateMTU(v)
+	}
+	return v
+}
+
 // count reads a list count, checks it against limit and that the rest of
 // the message can hold that many items of at least minItem bytes, so that
 // no allocation exceeds what the input justifies.
@@ -878,6 +917,7 @@ func (m *CtrlMsg) decode(b []byte) error {
 			r.err = ctrlErrorf("job size %d not in 1..%d", m.Size, CtrlMaxSize)
 		}
 		m.Rank = r.rank(m.Size)
+		m.MTU = r.mtu()
 	case typ == CtrlJoin:
 		m.Group = r.u32("group")
 		m.Member = r.u16("member")
@@ -905,11 +945,13 @@ func (m *CtrlMsg) decode(b []byte) error {
 		}
 		m.Rank = r.rank(m.Size)
 		m.Ranges = r.ranges(m.Ranges)
+		m.MTU = r.mtu()
 	case typ == CtrlRegister:
 		m.Group = r.u32("group")
 		m.Member = r.u16("member")
 	case typ == CtrlLookup && !m.Resp:
 		m.Service = r.name("service", service)
+		m.MTU = r.mtu()
 	case typ == CtrlLookup:
 		m.Group = r.u32("group")
 		m.Members = r.members(m.Members)

@@ -39,9 +39,9 @@ type ctrlSample struct {
 // ctrlSamples is one request and one response of every type.
 func ctrlSamples() []ctrlSample {
 	return []ctrlSample{
-		{"join-req", CtrlMsg{Type: CtrlJoin, Job: "train-42", Size: 8, Rank: 3}},
-		{"join-req-any", CtrlMsg{Type: CtrlJoin, Job: strings.Repeat("j", CtrlMaxName), Size: CtrlMaxSize, Rank: CtrlRankAny}},
-		{"join-req-last", CtrlMsg{Type: CtrlJoin, Job: "x", Size: CtrlMaxSize, Rank: CtrlMaxSize - 1}},
+		{"join-req", CtrlMsg{Type: CtrlJoin, MTU: 9000, Job: "train-42", Size: 8, Rank: 3}},
+		{"join-req-any", CtrlMsg{Type: CtrlJoin, MTU: CtrlMaxMTU, Job: strings.Repeat("j", CtrlMaxName), Size: CtrlMaxSize, Rank: CtrlRankAny}},
+		{"join-req-last", CtrlMsg{Type: CtrlJoin, MTU: CtrlMinMTU, Job: "x", Size: CtrlMaxSize, Rank: CtrlMaxSize - 1}},
 		{"join-resp", CtrlMsg{Type: CtrlJoin, Resp: true, Group: 0xDEADBEEF, Member: 3, Epoch: 1<<63 + 5, Members: ctrlTestMembers()}},
 		{"join-resp-empty", CtrlMsg{Type: CtrlJoin, Resp: true, Group: 1}},
 		{"leave-req", CtrlMsg{Type: CtrlLeave, Group: 7, Member: 2}},
@@ -51,16 +51,16 @@ func ctrlSamples() []ctrlSample {
 		{"heartbeat-req", CtrlMsg{Type: CtrlHeartbeat, Group: 7, Member: 0xFFFF}},
 		{"heartbeat-resp", CtrlMsg{Type: CtrlHeartbeat, Resp: true, Epoch: 12, Dead: []uint16{1, 5, 0xFFFF}}},
 		{"heartbeat-resp-none", CtrlMsg{Type: CtrlHeartbeat, Resp: true, Epoch: 13}},
-		{"register-req", CtrlMsg{Type: CtrlRegister, Service: "kv", Policy: 2, Size: 4, Rank: 1, Ranges: []CtrlRange{
+		{"register-req", CtrlMsg{Type: CtrlRegister, MTU: 9000, Service: "kv", Policy: 2, Size: 4, Rank: 1, Ranges: []CtrlRange{
 			{Start: 0, End: 1 << 62, Owner: 1, Replicas: []int32{2, 3}},
 			{Start: 1 << 62, End: ^uint64(0), Owner: -1},
 			{Start: 5, End: 6, Owner: 0x7FFFFFFF, Replicas: []int32{0, 1, 2, 3, 4, 5, 6, -7}},
 		}}},
-		{"register-req-any", CtrlMsg{Type: CtrlRegister, Service: "cache", Policy: 0, Size: 1, Rank: CtrlRankAny}},
-		{"register-req-last", CtrlMsg{Type: CtrlRegister, Service: strings.Repeat("s", CtrlMaxName), Policy: 0xFF,
+		{"register-req-any", CtrlMsg{Type: CtrlRegister, MTU: 9000, Service: "cache", Policy: 0, Size: 1, Rank: CtrlRankAny}},
+		{"register-req-last", CtrlMsg{Type: CtrlRegister, MTU: 9000, Service: strings.Repeat("s", CtrlMaxName), Policy: 0xFF,
 			Size: CtrlMaxSize, Rank: CtrlMaxSize - 1, Ranges: []CtrlRange{{Owner: CtrlMaxSize - 1}}}},
 		{"register-resp", CtrlMsg{Type: CtrlRegister, Resp: true, Group: 0x10000, Member: 4}},
-		{"lookup-req", CtrlMsg{Type: CtrlLookup, Service: "kv"}},
+		{"lookup-req", CtrlMsg{Type: CtrlLookup, MTU: 9000, Service: "kv"}},
 		{"lookup-resp", CtrlMsg{Type: CtrlLookup, Resp: true, Group: 0x10000, Members: ctrlTestMembers()[:2]}},
 		{"poolnode-req", CtrlMsg{Type: CtrlPoolNode, Key: 0x1234_5678_9abc_def0, Capacity: 64 << 20}},
 		{"poolnode-resp", CtrlMsg{Type: CtrlPoolNode, Resp: true, Node: 3}},
@@ -210,24 +210,24 @@ func TestCtrlGolden(t *testing.T) {
 			[]byte{4, 0, 1, 2, 3, 4, 5, 6}},
 		{CtrlMsg{Type: CtrlHeartbeat, Resp: true, Epoch: 0x0102030405060708, Dead: []uint16{9, 0x0A0B}},
 			[]byte{4, 1, 1, 2, 3, 4, 5, 6, 7, 8, 0, 2, 0, 9, 0x0A, 0x0B}},
-		{CtrlMsg{Type: CtrlJoin, Job: "ab", Size: 0x0102, Rank: CtrlRankAny},
-			[]byte{1, 0, 2, 'a', 'b', 1, 2, 0xFF, 0xFF}},
+		{CtrlMsg{Type: CtrlJoin, MTU: 9000, Job: "ab", Size: 0x0102, Rank: CtrlRankAny},
+			[]byte{1, 0, 2, 'a', 'b', 1, 2, 0xFF, 0xFF, 0x23, 0x28}},
 		{CtrlMsg{Type: CtrlJoin, Resp: true, Group: 1, Member: 2, Epoch: 3, Members: []MemberInfo{
 			{ID: 7, Addr: netip.MustParseAddrPort("10.1.2.3:258")},
 			{ID: 8, Addr: netip.MustParseAddrPort("[2001:db8::1]:4")},
 		}}, []byte{1, 1, 0, 0, 0, 1, 0, 2, 0, 0, 0, 0, 0, 0, 0, 3, 0, 2,
 			0, 7, 4, 10, 1, 2, 3, 1, 2,
 			0, 8, 6, 0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 4}},
-		{CtrlMsg{Type: CtrlRegister, Service: "s", Policy: 3, Size: 0x0102, Rank: 2, Ranges: []CtrlRange{
+		{CtrlMsg{Type: CtrlRegister, MTU: 9000, Service: "s", Policy: 3, Size: 0x0102, Rank: 2, Ranges: []CtrlRange{
 			{Start: 1, End: 2, Owner: -1, Replicas: []int32{5}},
 		}}, []byte{5, 0, 1, 's', 3, 1, 2, 0, 2, 0, 1,
-			0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0xFF, 0xFF, 0xFF, 0xFF, 1, 0, 0, 0, 5}},
-		{CtrlMsg{Type: CtrlRegister, Service: "ab", Size: 1, Rank: CtrlRankAny},
-			[]byte{5, 0, 2, 'a', 'b', 0, 0, 1, 0xFF, 0xFF, 0, 0}},
+			0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0xFF, 0xFF, 0xFF, 0xFF, 1, 0, 0, 0, 5, 0x23, 0x28}},
+		{CtrlMsg{Type: CtrlRegister, MTU: 9000, Service: "ab", Size: 1, Rank: CtrlRankAny},
+			[]byte{5, 0, 2, 'a', 'b', 0, 0, 1, 0xFF, 0xFF, 0, 0, 0x23, 0x28}},
 		{CtrlMsg{Type: CtrlRegister, Resp: true, Group: 0x01020304, Member: 0x0506},
 			[]byte{5, 1, 1, 2, 3, 4, 5, 6}},
 		{CtrlMsg{Type: CtrlLeave, Resp: true}, []byte{2, 1}},
-		{CtrlMsg{Type: CtrlLookup, Service: "kv"}, []byte{6, 0, 2, 'k', 'v'}},
+		{CtrlMsg{Type: CtrlLookup, MTU: 9000, Service: "kv"}, []byte{6, 0, 2, 'k', 'v', 0x23, 0x28}},
 	}
 	for _, c := range cases {
 		b, err := AppendCtrl(nil, &c.m, ctrlTestToken)
@@ -272,7 +272,7 @@ func TestCtrlTamper(t *testing.T) {
 }
 
 func TestCtrlEmptyToken(t *testing.T) {
-	m := CtrlMsg{Type: CtrlLookup, Service: "kv"}
+	m := CtrlMsg{Type: CtrlLookup, MTU: 9000, Service: "kv"}
 	b, err := AppendCtrl(nil, &m, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -347,33 +347,38 @@ func TestCtrlEncodeBounds(t *testing.T) {
 		{"pool nodes 1025", CtrlMsg{Type: CtrlPoolStat, Resp: true, PoolNodes: make([]PoolNodeInfo, CtrlMaxPoolNodes+1)}},
 		{"pool node invalid addr", CtrlMsg{Type: CtrlPoolStat, Resp: true, PoolNodes: []PoolNodeInfo{{ID: 1}}}},
 		{"pool regions 4097", CtrlMsg{Type: CtrlPoolStat, Resp: true, PoolRegions: make([]PoolSpec, CtrlMaxPoolRegions+1)}},
-		{"job too long", CtrlMsg{Type: CtrlJoin, Job: long, Size: 1, Rank: 0}},
-		{"job empty", CtrlMsg{Type: CtrlJoin, Size: 1, Rank: 0}},
-		{"size 0", CtrlMsg{Type: CtrlJoin, Job: "j", Size: 0, Rank: CtrlRankAny}},
-		{"size 4097", CtrlMsg{Type: CtrlJoin, Job: "j", Size: CtrlMaxSize + 1, Rank: CtrlRankAny}},
-		{"size negative", CtrlMsg{Type: CtrlJoin, Job: "j", Size: -1, Rank: CtrlRankAny}},
-		{"rank -2", CtrlMsg{Type: CtrlJoin, Job: "j", Size: 4, Rank: -2}},
-		{"rank = size", CtrlMsg{Type: CtrlJoin, Job: "j", Size: 4, Rank: 4}},
+		{"job too long", CtrlMsg{Type: CtrlJoin, MTU: 9000, Job: long, Size: 1, Rank: 0}},
+		{"job empty", CtrlMsg{Type: CtrlJoin, MTU: 9000, Size: 1, Rank: 0}},
+		{"size 0", CtrlMsg{Type: CtrlJoin, MTU: 9000, Job: "j", Size: 0, Rank: CtrlRankAny}},
+		{"size 4097", CtrlMsg{Type: CtrlJoin, MTU: 9000, Job: "j", Size: CtrlMaxSize + 1, Rank: CtrlRankAny}},
+		{"size negative", CtrlMsg{Type: CtrlJoin, MTU: 9000, Job: "j", Size: -1, Rank: CtrlRankAny}},
+		{"rank -2", CtrlMsg{Type: CtrlJoin, MTU: 9000, Job: "j", Size: 4, Rank: -2}},
+		{"rank = size", CtrlMsg{Type: CtrlJoin, MTU: 9000, Job: "j", Size: 4, Rank: 4}},
 		{"members 4097", CtrlMsg{Type: CtrlJoin, Resp: true, Members: make([]MemberInfo, CtrlMaxMembers+1)}},
 		{"member invalid addr", CtrlMsg{Type: CtrlLookup, Resp: true, Members: []MemberInfo{v4, {ID: 2}}}},
 		{"member zone", CtrlMsg{Type: CtrlJoin, Resp: true, Members: []MemberInfo{
 			{ID: 2, Addr: netip.MustParseAddrPort("[fe80::1%eth0]:5")}}}},
 		{"dead 4097", CtrlMsg{Type: CtrlHeartbeat, Resp: true, Dead: make([]uint16, CtrlMaxMembers+1)}},
-		{"service too long", CtrlMsg{Type: CtrlRegister, Service: long, Size: 1, Rank: CtrlRankAny}},
-		{"service empty", CtrlMsg{Type: CtrlRegister, Size: 1, Rank: CtrlRankAny}},
-		{"lookup service empty", CtrlMsg{Type: CtrlLookup}},
-		{"lookup service too long", CtrlMsg{Type: CtrlLookup, Service: long}},
-		{"register size 0", CtrlMsg{Type: CtrlRegister, Service: "s", Size: 0, Rank: CtrlRankAny}},
-		{"register size 4097", CtrlMsg{Type: CtrlRegister, Service: "s", Size: CtrlMaxSize + 1, Rank: CtrlRankAny}},
-		{"register size negative", CtrlMsg{Type: CtrlRegister, Service: "s", Size: -1, Rank: CtrlRankAny}},
-		{"register size 65535", CtrlMsg{Type: CtrlRegister, Service: "s", Size: 0xFFFF, Rank: CtrlRankAny}},
-		{"register rank = size", CtrlMsg{Type: CtrlRegister, Service: "s", Size: 4, Rank: 4}},
-		{"register rank > size", CtrlMsg{Type: CtrlRegister, Service: "s", Size: 4, Rank: 100}},
-		{"register rank 4096", CtrlMsg{Type: CtrlRegister, Service: "s", Size: CtrlMaxSize, Rank: CtrlMaxSize}},
-		{"register rank 0xFFFF", CtrlMsg{Type: CtrlRegister, Service: "s", Size: CtrlMaxSize, Rank: 0xFFFF}},
-		{"register rank -2", CtrlMsg{Type: CtrlRegister, Service: "s", Size: 4, Rank: -2}},
-		{"ranges 4097", CtrlMsg{Type: CtrlRegister, Service: "s", Size: 1, Ranges: make([]CtrlRange, CtrlMaxRanges+1)}},
-		{"replicas 9", CtrlMsg{Type: CtrlRegister, Service: "s", Size: 1, Ranges: []CtrlRange{
+		{"service too long", CtrlMsg{Type: CtrlRegister, MTU: 9000, Service: long, Size: 1, Rank: CtrlRankAny}},
+		{"service empty", CtrlMsg{Type: CtrlRegister, MTU: 9000, Size: 1, Rank: CtrlRankAny}},
+		{"lookup service empty", CtrlMsg{Type: CtrlLookup, MTU: 9000}},
+		{"lookup service too long", CtrlMsg{Type: CtrlLookup, MTU: 9000, Service: long}},
+		{"register size 0", CtrlMsg{Type: CtrlRegister, MTU: 9000, Service: "s", Size: 0, Rank: CtrlRankAny}},
+		{"register size 4097", CtrlMsg{Type: CtrlRegister, MTU: 9000, Service: "s", Size: CtrlMaxSize + 1, Rank: CtrlRankAny}},
+		{"register size negative", CtrlMsg{Type: CtrlRegister, MTU: 9000, Service: "s", Size: -1, Rank: CtrlRankAny}},
+		{"register size 65535", CtrlMsg{Type: CtrlRegister, MTU: 9000, Service: "s", Size: 0xFFFF, Rank: CtrlRankAny}},
+		{"join mtu 0", CtrlMsg{Type: CtrlJoin, Job: "j", Size: 1, Rank: 0}},
+		{"join mtu below minimum", CtrlMsg{Type: CtrlJoin, MTU: CtrlMinMTU - 1, Job: "j", Size: 1, Rank: 0}},
+		{"join mtu above maximum", CtrlMsg{Type: CtrlJoin, MTU: CtrlMaxMTU + 1, Job: "j", Size: 1, Rank: 0}},
+		{"register mtu 0", CtrlMsg{Type: CtrlRegister, Service: "s", Size: 1, Rank: CtrlRankAny}},
+		{"lookup mtu 65536", CtrlMsg{Type: CtrlLookup, MTU: 65536, Service: "s"}},
+		{"register rank = size", CtrlMsg{Type: CtrlRegister, MTU: 9000, Service: "s", Size: 4, Rank: 4}},
+		{"register rank > size", CtrlMsg{Type: CtrlRegister, MTU: 9000, Service: "s", Size: 4, Rank: 100}},
+		{"register rank 4096", CtrlMsg{Type: CtrlRegister, MTU: 9000, Service: "s", Size: CtrlMaxSize, Rank: CtrlMaxSize}},
+		{"register rank 0xFFFF", CtrlMsg{Type: CtrlRegister, MTU: 9000, Service: "s", Size: CtrlMaxSize, Rank: 0xFFFF}},
+		{"register rank -2", CtrlMsg{Type: CtrlRegister, MTU: 9000, Service: "s", Size: 4, Rank: -2}},
+		{"ranges 4097", CtrlMsg{Type: CtrlRegister, MTU: 9000, Service: "s", Size: 1, Ranges: make([]CtrlRange, CtrlMaxRanges+1)}},
+		{"replicas 9", CtrlMsg{Type: CtrlRegister, MTU: 9000, Service: "s", Size: 1, Ranges: []CtrlRange{
 			{}, {Replicas: make([]int32, CtrlMaxReplicas+1)}}}},
 	}
 	for _, c := range cases {
@@ -390,9 +395,9 @@ func TestCtrlEncodeBounds(t *testing.T) {
 	ok := []CtrlMsg{
 		{Type: CtrlJoin, Resp: true, Members: make([]MemberInfo, CtrlMaxMembers)},
 		{Type: CtrlHeartbeat, Resp: true, Dead: make([]uint16, CtrlMaxMembers)},
-		{Type: CtrlRegister, Service: "s", Size: CtrlMaxSize, Rank: CtrlMaxSize - 1, Ranges: make([]CtrlRange, CtrlMaxRanges)},
-		{Type: CtrlRegister, Service: "s", Size: 1, Rank: 0},
-		{Type: CtrlRegister, Service: "s", Size: 1, Rank: CtrlRankAny},
+		{Type: CtrlRegister, MTU: CtrlMaxMTU, Service: "s", Size: CtrlMaxSize, Rank: CtrlMaxSize - 1, Ranges: make([]CtrlRange, CtrlMaxRanges)},
+		{Type: CtrlRegister, MTU: CtrlMinMTU, Service: "s", Size: 1, Rank: 0},
+		{Type: CtrlRegister, MTU: 9000, Service: "s", Size: 1, Rank: CtrlRankAny},
 	}
 	for i := range ok[0].Members {
 		ok[0].Members[i] = MemberInfo{ID: uint16(i), Addr: netip.AddrPortFrom(netip.IPv6Loopback(), uint16(i))}
@@ -497,6 +502,14 @@ func TestCtrlDecodeBounds(t *testing.T) {
 			uint64(0), uint64(1), uint32(0), byte(9), make([]byte, 4*9))},
 		{"replicas past end", ctrlBody(byte(CtrlRegister), req, byte(1), "s", byte(0), uint16(1), uint16(0xFFFF), uint16(1),
 			uint64(0), uint64(1), uint32(0), byte(2), uint32(1))},
+		{"join mtu missing", ctrlBody(byte(CtrlJoin), req, byte(1), "j", uint16(4), uint16(0))},
+		{"join mtu 0", ctrlBody(byte(CtrlJoin), req, byte(1), "j", uint16(4), uint16(0), uint16(0))},
+		{"join mtu 159", ctrlBody(byte(CtrlJoin), req, byte(1), "j", uint16(4), uint16(0), uint16(CtrlMinMTU-1))},
+		{"join mtu 65508", ctrlBody(byte(CtrlJoin), req, byte(1), "j", uint16(4), uint16(0), uint16(CtrlMaxMTU+1))},
+		{"join trailing after mtu", ctrlBody(byte(CtrlJoin), req, byte(1), "j", uint16(4), uint16(0), uint16(9000), byte(0))},
+		{"register mtu 0", ctrlBody(byte(CtrlRegister), req, byte(1), "s", byte(0), uint16(1), uint16(0), uint16(0), uint16(0))},
+		{"lookup mtu missing", ctrlBody(byte(CtrlLookup), req, byte(2), "kv")},
+		{"lookup mtu 65535", ctrlBody(byte(CtrlLookup), req, byte(2), "kv", uint16(0xFFFF))},
 		{"leave resp with fields", ctrlBody(byte(CtrlLeave), resp, uint32(1))},
 		{"destroy trailing", ctrlBody(byte(CtrlDestroy), req, uint32(1), byte(0))},
 	}
@@ -509,13 +522,14 @@ func TestCtrlDecodeBounds(t *testing.T) {
 	}
 	// The same bodies at the limits parse.
 	good := [][]byte{
-		ctrlBody(byte(CtrlJoin), req, byte(64), name65[:64], uint16(4096), uint16(4095)),
+		ctrlBody(byte(CtrlJoin), req, byte(64), name65[:64], uint16(4096), uint16(4095), uint16(9000)),
 		ctrlBody(byte(CtrlJoin), resp, uint32(1), uint16(2), uint64(3), uint16(4096), bytes.Repeat(member4, 4096)),
 		ctrlBody(byte(CtrlHeartbeat), resp, uint64(1), uint16(4096), make([]byte, 2*4096)),
-		ctrlBody(byte(CtrlRegister), req, byte(1), "s", byte(0), uint16(4096), uint16(4095), uint16(4096), bytes.Repeat(range0, 4096)),
+		ctrlBody(byte(CtrlRegister), req, byte(1), "s", byte(0), uint16(4096), uint16(4095), uint16(4096), bytes.Repeat(range0, 4096), uint16(CtrlMaxMTU)),
 		ctrlBody(byte(CtrlRegister), req, byte(1), "s", byte(0), uint16(1), uint16(0xFFFF), uint16(1),
-			uint64(0), uint64(1), uint32(0), byte(8), make([]byte, 4*8)),
-		ctrlBody(byte(CtrlRegister), req, byte(64), name65[:64], byte(0xFF), uint16(1), uint16(0), uint16(0)),
+			uint64(0), uint64(1), uint32(0), byte(8), make([]byte, 4*8), uint16(CtrlMinMTU)),
+		ctrlBody(byte(CtrlRegister), req, byte(64), name65[:64], byte(0xFF), uint16(1), uint16(0), uint16(0), uint16(1500)),
+		ctrlBody(byte(CtrlLookup), req, byte(2), "kv", uint16(9000)),
 	}
 	for i, body := range good {
 		var m CtrlMsg
@@ -534,8 +548,8 @@ func TestCtrlParseAllocs(t *testing.T) {
 	for _, m := range []CtrlMsg{
 		{Type: CtrlHeartbeat, Resp: true, Epoch: 3, Dead: []uint16{1, 2, 3, 4}},
 		{Type: CtrlJoin, Resp: true, Group: 1, Member: 2, Epoch: 3, Members: ctrlTestMembers()},
-		{Type: CtrlLookup, Service: "kv"},
-		{Type: CtrlRegister, Service: "kv", Size: 3, Rank: CtrlRankAny, Ranges: []CtrlRange{{End: 9, Replicas: []int32{1, 2}}}},
+		{Type: CtrlLookup, MTU: 9000, Service: "kv"},
+		{Type: CtrlRegister, MTU: 9000, Service: "kv", Size: 3, Rank: CtrlRankAny, Ranges: []CtrlRange{{End: 9, Replicas: []int32{1, 2}}}},
 		{Type: CtrlRegister, Resp: true, Group: 1, Member: 2},
 	} {
 		b, err := AppendCtrl(nil, &m, ctrlTestToken)
@@ -606,7 +620,7 @@ func FuzzCtrl(f *testing.F) {
 	// at a time in a worker) and starts filled by a large message, so
 	// decoding into it exercises the reuse of slices and names.
 	var reused CtrlMsg
-	big := CtrlMsg{Type: CtrlRegister, Service: "kv", Size: 2, Rank: 1, Ranges: []CtrlRange{
+	big := CtrlMsg{Type: CtrlRegister, MTU: 9000, Service: "kv", Size: 2, Rank: 1, Ranges: []CtrlRange{
 		{End: 1, Replicas: []int32{1, 2, 3}}, {Owner: 2, Replicas: []int32{4}},
 	}}
 	bb, err := AppendCtrl(nil, &big, ctrlTestToken)

@@ -98,6 +98,12 @@ func (m *simMember) control(req *fabric.CtrlMsg, cb func(*fabric.CtrlMsg, error)
 }
 
 func (m *simMember) controlTimeout(req *fabric.CtrlMsg, timeout time.Duration, cb func(*fabric.CtrlMsg, error)) {
+	switch req.Type {
+	case fabric.CtrlJoin, fabric.CtrlRegister, fabric.CtrlLookup:
+		if req.MTU == 0 {
+			req.MTU = m.core.MTU()
+		}
+	}
 	buf, err := fabric.AppendCtrl(nil, req, m.f.token)
 	if err != nil {
 		m.f.t.Fatal(err)

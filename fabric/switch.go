@@ -76,6 +76,9 @@ func (c *Config) setDefaults() {
 	if c.Transport.MaxMessages == 0 {
 		c.Transport.MaxMessages = 1 << 16 // results and replies for many members
 	}
+	if c.Transport.MTU == 0 {
+		c.Transport.MTU = transport.DefaultMTU
+	}
 	// In group 0 (control) the switch is a plain peer (member 0); in every
 	// group it creates it is wire.MemberAll (newGroup sets that).
 	c.Transport.Local = 0

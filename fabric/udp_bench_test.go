@@ -280,7 +280,7 @@ func (m *rawMember) write(ds []netio.Datagram) error {
 // join posts a JOIN of job (size members, as rank) to sw and waits for the
 // response. The members of a job must join concurrently.
 func (m *rawMember) join(ctx context.Context, sw netip.AddrPort, job string, size, rank int) (*fabric.CtrlMsg, error) {
-	buf, err := fabric.AppendCtrl(nil, &fabric.CtrlMsg{Type: fabric.CtrlJoin, Job: job, Size: size, Rank: rank}, nil)
+	buf, err := fabric.AppendCtrl(nil, &fabric.CtrlMsg{Type: fabric.CtrlJoin, Job: job, Size: size, Rank: rank, MTU: 9000}, nil)
 	if err != nil {
 		return nil, err
 	}

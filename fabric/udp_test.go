@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -195,4 +198,67 @@ func TestUDPModes(t *testing.T) {
 		t.Fatalf("round robin served %v", got)
 	}
 	t.Logf("switch stats: %+v", srv.Stats())
+}
+
+// TestUDPJoinMTU: a switch refuses a member whose MTU is above its own
+// (it could not send the member's aggregation results back: before this
+// check such a job hung in its first multi-packet Allreduce) and a job
+// member whose MTU differs from the others'; both errors say what to set.
+// A member below the switch's MTU joins.
+func TestUDPJoinMTU(t *testing.T) {
+	token := []byte("secret")
+	srv := startSwitch(t, fabric.Config{Token: token, Transport: transport.Config{MTU: 8972}})
+	sw := srv.Addr().String()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	opts := endpoint.FabricOptions{Token: token}
+	listen := func(mtu int) *endpoint.Endpoint {
+		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Transport: transport.Config{MTU: mtu}}, endpoint.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ep.Close() })
+		return ep
+	}
+
+	big := listen(9000)
+	_, err := big.JoinJob(ctx, sw, "big", 1, 0, opts)
+	t.Log(err)
+	if !errors.Is(err, wire.StatusTooLarge) || !strings.Contains(err.Error(), "at most 8972") {
+		t.Fatalf("join with MTU 9000 at a switch of 8972: %v, want StatusTooLarge naming 8972", err)
+	}
+	if _, err := big.RegisterService(ctx, sw, endpoint.ServiceConfig{Name: "svc", Size: 1}, 0, nil, opts); !errors.Is(err, wire.StatusTooLarge) {
+		t.Fatalf("register with MTU 9000: %v, want StatusTooLarge", err)
+	}
+
+	// Two members of one job: the first joins with 8972 and waits for the
+	// second; one with 1500 is refused, naming the job's MTU; one with
+	// 8972 completes the job.
+	first := listen(8972)
+	before := srv.Stats().ControlIn
+	joined := make(chan error, 1)
+	go func() {
+		_, err := first.JoinJob(ctx, sw, "pair", 2, 0, opts)
+		joined <- err
+	}()
+	for srv.Stats().ControlIn == before { // until the first join reached the switch
+		if ctx.Err() != nil {
+			t.Fatal("first join never reached the switch")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	_, serr := listen(1500).JoinJob(ctx, sw, "pair", 2, 1, opts)
+	t.Log(serr)
+	if !errors.Is(serr, wire.StatusBadOperand) || !strings.Contains(serr.Error(), "MTU 8972") {
+		t.Fatalf("join with MTU 1500 into a job of 8972: %v, want StatusBadOperand naming MTU 8972", serr)
+	}
+	if _, err := listen(8972).JoinJob(ctx, sw, "pair", 2, 1, opts); err != nil {
+		t.Fatalf("second member with the job's MTU: %v", err)
+	}
+	if err := <-joined; err != nil {
+		t.Fatalf("first member: %v", err)
+	}
+	if st := srv.Stats(); st.ControlRefused < 3 {
+		t.Fatalf("ControlRefused %d, want at least 3", st.ControlRefused)
+	}
 }

@@ -21,7 +21,8 @@ const runWaitDelay = 5 * time.Second
 // Run starts cmd once per host namespace of st — rank i in st.Hosts[i] —
 // with the bootstrap environment of coll.FromEnv added to the calling
 // process's: NDMA_RANK, NDMA_SIZE (len(st.Hosts)), NDMA_SWITCH
-// (st.SwitchAddr), NDMA_TOKEN (st.Token) and NDMA_JOB, a job name fresh
+// (st.SwitchAddr), NDMA_TOKEN (st.Token), NDMA_MTU (st.DatagramMTU: the
+// largest datagram one frame carries) and NDMA_JOB, a job name fresh
 // for each Run ("<prefix>-<random>"), so that a run never meets the
 // remains of an earlier one at the switch. Each rank's stdout and stderr
 // go to out line by line, each line prefixed "[rank i] "; writes to out
@@ -53,6 +54,7 @@ func Run(ctx context.Context, st *State, cmd []string, out io.Writer) error {
 			"NDMA_SWITCH="+st.SwitchAddr,
 			"NDMA_JOB="+job,
 			"NDMA_TOKEN="+st.Token,
+			"NDMA_MTU="+strconv.Itoa(st.DatagramMTU),
 		)
 		c.Stdout, c.Stderr = w, w
 		// A process group per rank, so that cancelling reaches what

@@ -230,7 +230,7 @@ func TestUpRunDown(t *testing.T) {
 
 	t.Run("env", func(t *testing.T) {
 		var out lockedBuilder
-		err := Run(ctx, st, []string{"sh", "-c", "echo $NDMA_RANK $NDMA_SIZE $NDMA_SWITCH $NDMA_TOKEN $NDMA_JOB"}, &out)
+		err := Run(ctx, st, []string{"sh", "-c", "echo $NDMA_RANK $NDMA_SIZE $NDMA_SWITCH $NDMA_TOKEN $NDMA_MTU $NDMA_JOB"}, &out)
 		if err != nil {
 			t.Fatalf("%v\n%s", err, out.String())
 		}
@@ -241,7 +241,7 @@ func TestUpRunDown(t *testing.T) {
 		}
 		var job string
 		for i, line := range lines {
-			prefix := fmt.Sprintf("[rank %d] %d 3 %s %s ", i, i, st.SwitchAddr, st.Token)
+			prefix := fmt.Sprintf("[rank %d] %d 3 %s %s %d ", i, i, st.SwitchAddr, st.Token, st.DatagramMTU)
 			rest, ok := strings.CutPrefix(line, prefix)
 			if !ok {
 				t.Errorf("line %q, want it to begin %q", line, prefix)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -73,7 +74,7 @@ interleaving of events at one virtual instant).
 	fl.StringVar(&f.sizes, "sizes", "8:1M", "message sizes per rank: list and ranges of powers of two, e.g. 8:16M or 4K,1M")
 	fl.IntVar(&f.iters, "iters", 0, "measured iterations per size (default: by size)")
 	fl.IntVar(&f.warmup, "warmup", 0, "unmeasured iterations per size (default: a tenth of --iters, at least 2)")
-	fl.IntVar(&f.mtu, "mtu", 9000, "transport MTU in bytes")
+	fl.IntVar(&f.mtu, "mtu", 9000, "transport MTU in bytes: the largest datagram sent (default under a launcher: $NDMA_MTU when set)")
 	fl.StringVar(&f.listen, "listen", ":0", "under a launcher: this rank's UDP address")
 	fl.BoolVar(&f.json, "json", false, "print JSON Lines: op, algo, ranks, size, avg_us, min_us, max_us, iters (and chosen, for auto)")
 	fl.BoolVar(&f.sim, "sim", false, "run on the simulated network and report virtual time")
@@ -133,9 +134,16 @@ func runBenchColl(cmd *cobra.Command, f *collFlags) error {
 		w        *bench.CollWorld
 		launched *coll.Communicator
 	)
-	if l, err := coll.ParseEnv(os.LookupEnv); err == nil {
+	l, lerr := coll.ParseEnv(os.LookupEnv)
+	if lerr != nil && !errors.Is(lerr, coll.ErrNoLaunch) {
+		return lerr // a launcher's variables, but not valid ones
+	}
+	if lerr == nil {
 		if cmd.Flags().Changed("ranks") {
 			return fmt.Errorf("--ranks: the launcher sets the ranks (%s says %d)", l.Source, l.Size)
+		}
+		if l.MTU > 0 && !cmd.Flags().Changed("mtu") {
+			f.mtu = l.MTU // the network's datagram size (ndma testbed run sets NDMA_MTU)
 		}
 		ep, err := endpoint.Listen(f.listen, endpoint.Config{Transport: transport.Config{MTU: f.mtu}}, endpoint.Options{})
 		if err != nil {
