@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -125,8 +126,28 @@ type Config struct {
 	// `ndma memd`. Empty means the running executable (os.Executable).
 	Binary string
 
+	// GoMaxProcs is the GOMAXPROCS of the testbed's Go processes: the
+	// daemons Up starts and the ranks Run starts (unless the caller's
+	// environment sets GOMAXPROCS). Zero means automatic: 1 when the
+	// testbed's processes (switch, hosts, memory nodes) outnumber this
+	// machine's CPUs, else Go's default. With every process sharing a few
+	// cores, each one's second P only adds thread wake-ups (futex) on
+	// every packet; one P per process cut small-message latency by 20-25%
+	// on a 2-CPU machine (docs/BENCHMARKS.md). -1 means never set it.
+	GoMaxProcs int
+
 	hostRateBits uint64 // HostRate in bits per second, set by validate
 	hostBurst    int
+}
+
+// autoGoMaxProcs is Config.GoMaxProcs's automatic choice for procs
+// processes on cpus CPUs: 1 when they outnumber the CPUs, else 0 (Go's
+// default).
+func autoGoMaxProcs(procs, cpus int) int {
+	if procs > cpus {
+		return 1
+	}
+	return 0
 }
 
 // ErrConfig is wrapped by the error Up returns for an invalid Config field
@@ -256,6 +277,14 @@ func (c *Config) validate() (netip.Prefix, uint64, error) {
 	}
 	if c.MemSize < 0 || c.MemSize > 1<<40 {
 		return netip.Prefix{}, 0, invalid("MemSize", "%d bytes (want 1 to %d)", c.MemSize, int64(1<<40))
+	}
+	switch {
+	case c.GoMaxProcs < -1:
+		return netip.Prefix{}, 0, invalid("GoMaxProcs", "%d (want -1: Go's default, 0: automatic, or a count of at least 1)", c.GoMaxProcs)
+	case c.GoMaxProcs == 0:
+		c.GoMaxProcs = autoGoMaxProcs(1+c.Hosts+c.MemNodes, runtime.NumCPU())
+	case c.GoMaxProcs == -1:
+		c.GoMaxProcs = 0
 	}
 	if c.StateDir == "" {
 		c.StateDir = DefaultStateDir()

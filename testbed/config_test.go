@@ -3,6 +3,7 @@ package testbed
 import (
 	"errors"
 	"net/netip"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -116,6 +117,29 @@ func TestConfigDefaults(t *testing.T) {
 	}
 }
 
+// TestConfigGoMaxProcs: automatic is one P per process when the
+// processes outnumber the CPUs; -1 leaves Go's default; a count stays.
+func TestConfigGoMaxProcs(t *testing.T) {
+	if got := autoGoMaxProcs(9, 2); got != 1 {
+		t.Errorf("9 processes on 2 CPUs: %d, want 1", got)
+	}
+	if got := autoGoMaxProcs(9, 16); got != 0 {
+		t.Errorf("9 processes on 16 CPUs: %d, want 0 (Go's default)", got)
+	}
+	c := Config{Hosts: 3, MemNodes: 1}
+	if _, _, err := c.validate(); err != nil || c.GoMaxProcs != autoGoMaxProcs(5, runtime.NumCPU()) {
+		t.Errorf("automatic: %d, %v; want %d", c.GoMaxProcs, err, autoGoMaxProcs(5, runtime.NumCPU()))
+	}
+	c = Config{GoMaxProcs: -1}
+	if _, _, err := c.validate(); err != nil || c.GoMaxProcs != 0 {
+		t.Errorf("-1: %d, %v; want 0 (not set)", c.GoMaxProcs, err)
+	}
+	c = Config{GoMaxProcs: 3}
+	if _, _, err := c.validate(); err != nil || c.GoMaxProcs != 3 {
+		t.Errorf("3: %d, %v", c.GoMaxProcs, err)
+	}
+}
+
 func TestConfigErrors(t *testing.T) {
 	for _, tc := range []struct {
 		field string
@@ -136,6 +160,7 @@ func TestConfigErrors(t *testing.T) {
 		{"Subnet", Config{Subnet: "10.0.0.0/29", Hosts: 8}},
 		{"Subnet", Config{Subnet: "nonsense"}},
 		{"MemSize", Config{MemSize: -1}},
+		{"GoMaxProcs", Config{GoMaxProcs: -2}},
 		{"Binary", Config{Binary: "/nonexistent/ndma"}},
 		{"Binary", Config{Binary: "/"}},
 	} {

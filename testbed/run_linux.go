@@ -24,7 +24,8 @@ const runWaitDelay = 5 * time.Second
 // (st.SwitchAddr), NDMA_TOKEN (st.Token), NDMA_MTU (st.DatagramMTU: the
 // largest datagram one frame carries) and NDMA_JOB, a job name fresh
 // for each Run ("<prefix>-<random>"), so that a run never meets the
-// remains of an earlier one at the switch. Each rank's stdout and stderr
+// remains of an earlier one at the switch; and GOMAXPROCS=st.GoMaxProcs
+// when that is set and the calling environment has no GOMAXPROCS. Each rank's stdout and stderr
 // go to out line by line, each line prefixed "[rank i] "; writes to out
 // are serialised. Run waits for every rank and returns nil if all exit
 // with status 0, else a *RunError naming the failed ranks. When ctx ends,
@@ -56,6 +57,9 @@ func Run(ctx context.Context, st *State, cmd []string, out io.Writer) error {
 			"NDMA_TOKEN="+st.Token,
 			"NDMA_MTU="+strconv.Itoa(st.DatagramMTU),
 		)
+		if _, set := os.LookupEnv("GOMAXPROCS"); !set && st.GoMaxProcs > 0 {
+			c.Env = append(c.Env, "GOMAXPROCS="+strconv.Itoa(st.GoMaxProcs))
+		}
 		c.Stdout, c.Stderr = w, w
 		// A process group per rank, so that cancelling reaches what
 		// the rank started too.

@@ -49,6 +49,9 @@ type State struct {
 	Latency      time.Duration `json:"latency"` // tbf queue bound, in nanoseconds
 	MTU          int           `json:"mtu"`     // every interface, in bytes
 	DatagramMTU  int           `json:"datagram_mtu"`
+	// GoMaxProcs is the GOMAXPROCS the daemons run with and Run gives
+	// the ranks (0: not set, Go's default); see Config.GoMaxProcs.
+	GoMaxProcs int `json:"gomaxprocs,omitempty"`
 
 	// Switch is the switch namespace; its Addr is the bridge's address.
 	Switch Node `json:"switch"`

@@ -167,6 +167,7 @@ func build(ctx context.Context, cfg *Config, subnet netip.Prefix, rate uint64) (
 		Latency:     cfg.Latency,
 		MTU:         cfg.MTU,
 		DatagramMTU: datagramMTU(cfg.MTU),
+		GoMaxProcs:  cfg.GoMaxProcs,
 		Switch:      Node{Name: "sw", NS: nsName(p, "sw"), Addr: nodeAddr(subnet, 1), Iface: bridgeName},
 	}
 	n := 2
@@ -283,7 +284,7 @@ func startDaemons(ctx context.Context, cfg *Config, st *State) error {
 	}
 	var waits []started
 	start := func(role, ns, log string, port int, args ...string) error {
-		d, exited, err := startDaemon(cfg.Binary, role, ns, filepath.Join(st.Dir, log), args)
+		d, exited, err := startDaemon(cfg.Binary, role, ns, filepath.Join(st.Dir, log), st.GoMaxProcs, args)
 		if err != nil {
 			return err
 		}
@@ -324,8 +325,9 @@ func startDaemons(ctx context.Context, cfg *Config, st *State) error {
 
 // startDaemon starts binary with args in namespace ns, in a session of its
 // own (so that the terminal's signals do not reach it), with stdout and
-// stderr going to logPath. The channel receives its exit.
-func startDaemon(binary, role, ns, logPath string, args []string) (Daemon, <-chan error, error) {
+// stderr going to logPath and GOMAXPROCS=gomaxprocs when that is not 0.
+// The channel receives its exit.
+func startDaemon(binary, role, ns, logPath string, gomaxprocs int, args []string) (Daemon, <-chan error, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return Daemon{}, nil, fmt.Errorf("testbed: %s log: %w", role, err)
@@ -335,6 +337,9 @@ func startDaemon(binary, role, ns, logPath string, args []string) (Daemon, <-cha
 	cmd := exec.Command("ip", argv...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if gomaxprocs > 0 {
+		cmd.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(gomaxprocs))
+	}
 	if err := cmd.Start(); err != nil {
 		return Daemon{}, nil, fmt.Errorf("testbed: starting %s in %s: %w", role, ns, err)
 	}

@@ -136,6 +136,15 @@ func TestUpRunDown(t *testing.T) {
 			if !d.Alive {
 				t.Errorf("status: %s in %s (pid %d) not alive", d.Role, d.NS, d.PID)
 			}
+			// The daemons run with the testbed's GOMAXPROCS, if it set one.
+			env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", d.PID))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := "GOMAXPROCS=" + strconv.Itoa(st.GoMaxProcs)
+			if has := slices.Contains(strings.Split(string(env), "\x00"), want); has != (st.GoMaxProcs > 0) {
+				t.Errorf("%s: %s in its environment: %v, want %v", d.Role, want, has, st.GoMaxProcs > 0)
+			}
 		}
 		if len(got.Stray) != 0 {
 			t.Errorf("status: stray namespaces %v", got.Stray)
@@ -230,18 +239,26 @@ func TestUpRunDown(t *testing.T) {
 
 	t.Run("env", func(t *testing.T) {
 		var out lockedBuilder
-		err := Run(ctx, st, []string{"sh", "-c", "echo $NDMA_RANK $NDMA_SIZE $NDMA_SWITCH $NDMA_TOKEN $NDMA_MTU $NDMA_JOB"}, &out)
+		err := Run(ctx, st, []string{"sh", "-c", "echo $NDMA_RANK $NDMA_SIZE $NDMA_SWITCH $NDMA_TOKEN $NDMA_MTU ${GOMAXPROCS:-unset} $NDMA_JOB"}, &out)
 		if err != nil {
 			t.Fatalf("%v\n%s", err, out.String())
 		}
 		lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 		slices.Sort(lines)
+		// The caller's GOMAXPROCS wins; else the testbed's, if it set one.
+		gmp, set := os.LookupEnv("GOMAXPROCS")
+		if !set || gmp == "" {
+			gmp = "unset"
+			if st.GoMaxProcs > 0 {
+				gmp = strconv.Itoa(st.GoMaxProcs)
+			}
+		}
 		if len(lines) != 3 {
 			t.Fatalf("output:\n%s\nwant one line per rank", out.String())
 		}
 		var job string
 		for i, line := range lines {
-			prefix := fmt.Sprintf("[rank %d] %d 3 %s %s %d ", i, i, st.SwitchAddr, st.Token, st.DatagramMTU)
+			prefix := fmt.Sprintf("[rank %d] %d 3 %s %s %d %s ", i, i, st.SwitchAddr, st.Token, st.DatagramMTU, gmp)
 			rest, ok := strings.CutPrefix(line, prefix)
 			if !ok {
 				t.Errorf("line %q, want it to begin %q", line, prefix)

@@ -22,7 +22,7 @@ const (
 )
 
 type suiteFlags struct {
-	hosts, mtu, iters         int
+	hosts, mtu, iters, gmp    int
 	rate, ops, sizes, out, pf string
 	keep, json, mpi           bool
 	from                      string
@@ -71,6 +71,7 @@ at the end, also on error or Ctrl-C, unless --keep.`,
 	fl.IntVar(&f.mtu, "mtu", testbed.DefaultMTU, "MTU of every interface, in bytes; the ranks and switch use datagrams of MTU-28")
 	fl.StringVar(&f.ops, "ops", "bcast,reduce,allreduce,allgather,barrier", "collectives, comma-separated")
 	fl.StringVar(&f.sizes, "sizes", "8:16M", "message sizes per rank: list and ranges of powers of two, e.g. 8:16M or 4K,1M")
+	fl.IntVar(&f.gmp, "gomaxprocs", 0, "GOMAXPROCS of the testbed's daemons and ranks: 0 = automatic (1 when the switch, hosts and memory nodes outnumber this machine's CPUs), -1 = Go's default")
 	fl.IntVar(&f.iters, "iters", 0, "measured iterations per size (default: by size, as bench coll)")
 	fl.StringVar(&f.out, "out", "bench-suite", "`directory` for suite.jsonl, suite.md and the PNG plots (created if missing)")
 	fl.BoolVar(&f.keep, "keep", false, "leave the testbed up afterwards (remove it with ndma testbed down --prefix P)")
@@ -120,7 +121,7 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 	stdout := cmd.OutOrStdout()
 	prog := newProgress(cmd.ErrOrStderr(), f.json)
 	cfg := bench.SuiteConfig{
-		Testbed:  testbed.Config{Prefix: f.pf, Hosts: f.hosts, Rate: f.rate, MTU: f.mtu},
+		Testbed:  testbed.Config{Prefix: f.pf, Hosts: f.hosts, Rate: f.rate, MTU: f.mtu, GoMaxProcs: f.gmp},
 		Ops:      ops,
 		Sizes:    sizes,
 		Iters:    f.iters,

@@ -21,18 +21,19 @@ import (
 // testbedFlagNames maps testbed.Config fields to the flags that set them,
 // so that errors from testbed.Up name the flag the user typed.
 var testbedFlagNames = map[string]string{
-	"Prefix":   "--prefix",
-	"Hosts":    "--hosts",
-	"MemNodes": "--memnodes",
-	"Rate":     "--rate",
-	"HostRate": "--host-rate",
-	"Burst":    "--burst",
-	"Latency":  "--latency",
-	"MTU":      "--mtu",
-	"Subnet":   "--subnet",
-	"MemSize":  "--mem-size",
-	"StateDir": "--state-dir",
-	"Binary":   "--binary",
+	"Prefix":     "--prefix",
+	"Hosts":      "--hosts",
+	"MemNodes":   "--memnodes",
+	"Rate":       "--rate",
+	"HostRate":   "--host-rate",
+	"Burst":      "--burst",
+	"Latency":    "--latency",
+	"MTU":        "--mtu",
+	"Subnet":     "--subnet",
+	"MemSize":    "--mem-size",
+	"StateDir":   "--state-dir",
+	"Binary":     "--binary",
+	"GoMaxProcs": "--gomaxprocs",
 }
 
 // testbedFlags are the flags of `ndma testbed` and its subcommands.
@@ -40,6 +41,7 @@ type testbedFlags struct {
 	prefix, stateDir string
 
 	hosts, memnodes, burst, mtu     int
+	gomaxprocs                      int
 	rate, hostRate, subnet, memSize string
 	latency                         time.Duration
 	binary                          string
@@ -94,6 +96,7 @@ directory; "status" shows them.`,
 	fl.IntVar(&f.memnodes, "memnodes", 0, "memory-node namespaces, each running ndma memd")
 	fl.StringVar(&f.rate, "rate", testbed.DefaultRate, "rate of every link, each direction, in tc's syntax: 100mbit, 1gbit, 12mbps (bytes/s)")
 	fl.StringVar(&f.hostRate, "host-rate", "", "rate of the host namespaces' links instead of --rate (e.g. a client faster than each memory node)")
+	fl.IntVar(&f.gomaxprocs, "gomaxprocs", 0, "GOMAXPROCS of the testbed's daemons and ranks: 0 = automatic (1 when the switch, hosts and memory nodes outnumber this machine's CPUs), -1 = Go's default (ranks of testbed run get it unless GOMAXPROCS is set)")
 	fl.IntVar(&f.burst, "burst", 0, "tbf bucket size in bytes, at least one frame (default: the larger of two frames and 1 ms at --rate)")
 	fl.DurationVar(&f.latency, "latency", testbed.DefaultLatency, "longest a packet may wait in a link's queue before tbf drops it (1ms to 10s)")
 	fl.IntVar(&f.mtu, "mtu", testbed.DefaultMTU, fmt.Sprintf("MTU of every interface, in bytes (%d to %d)", testbed.MinMTU, testbed.MaxMTU))
@@ -185,18 +188,19 @@ func (f *testbedFlags) config() (testbed.Config, error) {
 		return testbed.Config{}, fmt.Errorf("--mem-size: %q: a region needs at least 1 byte", f.memSize)
 	}
 	return testbed.Config{
-		Prefix:   f.prefix,
-		Hosts:    f.hosts,
-		MemNodes: f.memnodes,
-		Rate:     f.rate,
-		HostRate: f.hostRate,
-		Burst:    f.burst,
-		Latency:  f.latency,
-		MTU:      f.mtu,
-		Subnet:   f.subnet,
-		MemSize:  size,
-		StateDir: f.stateDir,
-		Binary:   f.binary,
+		Prefix:     f.prefix,
+		Hosts:      f.hosts,
+		MemNodes:   f.memnodes,
+		Rate:       f.rate,
+		HostRate:   f.hostRate,
+		Burst:      f.burst,
+		Latency:    f.latency,
+		MTU:        f.mtu,
+		Subnet:     f.subnet,
+		MemSize:    size,
+		StateDir:   f.stateDir,
+		Binary:     f.binary,
+		GoMaxProcs: f.gomaxprocs,
 	}, nil
 }
 
@@ -273,6 +277,9 @@ func printTestbed(w io.Writer, st *testbed.State) {
 		st.Rate, st.Burst, st.Latency, st.MTU, st.DatagramMTU, st.Subnet)
 	if st.HostRate != "" {
 		fmt.Fprintf(w, "hosts    %s each way (tbf burst %d B)\n", st.HostRate, st.HostBurst)
+	}
+	if st.GoMaxProcs > 0 {
+		fmt.Fprintf(w, "procs    GOMAXPROCS=%d for the daemons and the ranks of testbed run\n", st.GoMaxProcs)
 	}
 	fmt.Fprintf(w, "switch   %s  (NDMA_SWITCH)\n\n", st.SwitchAddr)
 

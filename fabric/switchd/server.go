@@ -171,8 +171,13 @@ func (s *Server) Close() error {
 		if err := s.srv.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("switchd: close: %w", err))
 		}
-		st := s.Stats().Switch
+		all := s.Stats()
+		st := all.Switch
 		s.log.Info("switchd: stopped",
+			"udp_datagrams_sent", all.UDP.DatagramsSent,
+			"udp_datagrams_received", all.UDP.DatagramsReceived,
+			"udp_gso_sends", all.UDP.GSOSends,
+			"udp_gro_receives", all.UDP.GROReceives,
 			"received", st.Received,
 			"unicast_out", st.UnicastOut,
 			"multicast_out", st.MulticastOut,
