@@ -64,18 +64,18 @@ func (c *Core) postRecvMsg(now time.Time, op *Op) {
 	if u == nil {
 		return
 	}
-	c.unexpBytes -= len(u.buf)
+	c.unexpBytes -= u.size
 	delete(c.unexpMsg, k)
-	if len(u.buf) > len(op.Buf) {
-		op.fail(fmt.Errorf("%w: message of %d bytes for a %d-byte buffer", ErrTruncated, len(u.buf), len(op.Buf)))
+	if u.size > len(op.Buf) {
+		op.fail(fmt.Errorf("%w: message of %d bytes for a %d-byte buffer", ErrTruncated, u.size, len(op.Buf)))
 		c.finish(op) // leaves a sink for the remaining fragments
 		if u.done {
 			delete(c.recvs, k)
 		}
 		return
 	}
-	copy(op.Buf, u.buf)
-	op.N = len(u.buf)
+	u.copyTo(op.Buf)
+	op.N = u.size
 	if u.done {
 		delete(c.recvs, k)
 		c.finish(op)
@@ -119,12 +119,11 @@ func (c *Core) onMsg(d *transport.Delivery) {
 	}
 	u := c.unexpMsg[k]
 	if u == nil {
-		u = &unexpected{buf: make([]byte, h.MsgLen)}
+		u = &unexpected{size: int(h.MsgLen)}
 		c.unexpMsg[k] = u
-		c.unexpBytes += int(h.MsgLen)
+		c.unexpBytes += u.size
 	}
-	copy(u.buf[h.Offset:], d.Payload)
-	u.got += uint32(len(d.Payload))
+	u.add(int(h.Offset), d.Payload)
 	u.done = d.MsgDone
 }
 
