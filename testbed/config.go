@@ -132,7 +132,7 @@ type Config struct {
 	// testbed's processes (switch, hosts, memory nodes) outnumber this
 	// machine's CPUs, else Go's default. With every process sharing a few
 	// cores, each one's second P only adds thread wake-ups (futex) on
-	// every packet; one P per process cut small-message latency by 20-25%
+	// every packet; one P per process cut small-message latency by 19-30%
 	// on a 2-CPU machine (docs/BENCHMARKS.md). -1 means never set it.
 	GoMaxProcs int
 
