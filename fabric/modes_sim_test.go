@@ -13,6 +13,7 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/netio/simnet"
+	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -321,4 +322,46 @@ func TestSimPoolExhaustion(t *testing.T) {
 	f.run(func() bool { return f.sw.Stats().Pool.InUse == 0 }, time.Minute, "slots released")
 	st := f.sw.Stats()
 	t.Logf("virtual %v, pool %+v, refused %d", f.net.Elapsed(), st.Pool, st.Transport.Refused)
+}
+
+// TestSimAggregateResultTooLarge: members that join claiming a smaller MTU
+// than they use (the switch's is 4096; they send 9000-byte datagrams) get
+// their allreduce refused with TOO_LARGE: the switch cannot send results
+// that large and says so instead of leaving the members waiting.
+func TestSimAggregateResultTooLarge(t *testing.T) {
+	f := newSimFabric(t, 77, simnet.LinkConfig{Rate: 1e9, Latency: 5 * time.Microsecond}, fabric.Config{Transport: transport.Config{MTU: 4096}})
+	ms := f.addMembers(3)
+	var gid uint32
+	joined := 0
+	for i, m := range ms {
+		m.control(&fabric.CtrlMsg{Type: fabric.CtrlJoin, Job: "liar", Size: len(ms), Rank: i, MTU: 4096}, func(r *fabric.CtrlMsg, err error) {
+			if err != nil {
+				t.Fatalf("join: %v", err)
+			}
+			m.core.SetMember(r.Group, r.Member)
+			m.member[r.Group] = r.Member
+			gid = r.Group
+			joined++
+		})
+	}
+	f.run(func() bool { return joined == len(ms) }, time.Minute, "join")
+	const size = 32 << 10 // several 9000-byte chunks
+	errs := make([]error, len(ms))
+	pending := len(ms)
+	for i, m := range ms {
+		m.post(&endpoint.Op{Kind: endpoint.KindAggregate, Peer: f.swAddr, Group: gid, Buf: make([]byte, size), Recv: make([]byte, size), Root: -1,
+			Dtype: wire.DtypeF32, Alu: wire.AluAdd}, func(op *endpoint.Op) {
+			errs[i] = op.Err
+			pending--
+		})
+	}
+	f.run(func() bool { return pending == 0 }, time.Minute, "refused allreduce")
+	for i, err := range errs {
+		if !errors.Is(err, wire.StatusTooLarge) {
+			t.Errorf("member %d: %v, want StatusTooLarge", i, err)
+		}
+	}
+	if st := f.sw.Stats(); st.ForwardDropped == 0 {
+		t.Errorf("ForwardDropped 0, want the refused results counted")
+	}
 }

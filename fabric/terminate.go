@@ -117,7 +117,16 @@ func (s *Switch) sendResult(g *group, h *wire.Header, res []byte) {
 	send := func(m *member) {
 		to := transport.PeerID{Addr: m.addr, Group: g.id, Member: m.id, Mode: wire.ModeAggregate}
 		if _, err := s.eng.SendFragment(to, &out, res, tok); err != nil {
+			// Refuse the member's aggregation rather than leave it waiting
+			// for a result that will not come: a chunk larger than the
+			// switch sends (a member that joined with a smaller MTU than
+			// it uses) or a full send queue.
 			s.stats.ForwardDropped++
+			st := wire.StatusBusy
+			if errors.Is(err, transport.ErrFragment) {
+				st = wire.StatusTooLarge
+			}
+			s.event(to, g.id, st, 0, h.MsgID)
 			return
 		}
 		r.pending++
