@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -46,6 +47,12 @@ baseline unless --node and --node-key name a memory node of the pool):
 			}
 			if nodes < 1 {
 				return fmt.Errorf("--nodes %d: want at least 1", nodes)
+			}
+			if v, ok := os.LookupEnv("NDMA_MTU"); ok && v != "" && !cmd.Flags().Changed("mtu") {
+				// The network's datagram size (ndma testbed run sets it).
+				if mtu, err = strconv.Atoi(v); err != nil {
+					return fmt.Errorf("NDMA_MTU=%q: want a datagram size in bytes", v)
+				}
 			}
 			cfg := bench.PoolConfig{Switch: sw, Node: node, Nodes: nodes, Tests: t, Iters: iters, MTU: mtu}
 			if processes {
@@ -105,7 +112,7 @@ baseline unless --node and --node-key name a memory node of the pool):
 	fl.IntVar(&iters, "iters", 2000, "latency test: samples")
 	fl.StringVar(&transfer, "transfer", "64MiB", "bandwidth test: bytes moved")
 	fl.StringVar(&stripe, "stripe", "64KiB", "bandwidth test: stripe of the regions")
-	fl.IntVar(&mtu, "mtu", 9000, "transport MTU in bytes")
+	fl.IntVar(&mtu, "mtu", 9000, "transport MTU in bytes: the largest datagram sent (default: $NDMA_MTU when set)")
 	fl.BoolVar(&jsonOut, "json", false, "print JSON Lines, one object per row")
 	fl.BoolVar(&processes, "processes", false, "run the switch and the memory nodes as their own processes on loopback (this binary's switch and memd), as deployed")
 	return cmd

@@ -47,4 +47,14 @@ func TestBenchPool(t *testing.T) {
 			t.Errorf("%v: no error", bad)
 		}
 	}
+	// NDMA_MTU (set by ndma testbed run) is the default --mtu: a bad one
+	// is an error, one that validates runs.
+	t.Setenv("NDMA_MTU", "9k")
+	if _, err := execute(t, "bench", "pool", "--tests", "latency", "--iters", "5", "--nodes", "1"); err == nil || !strings.Contains(err.Error(), "NDMA_MTU") {
+		t.Errorf("NDMA_MTU=9k: %v, want an error naming NDMA_MTU", err)
+	}
+	t.Setenv("NDMA_MTU", "1472")
+	if out, err := execute(t, "bench", "pool", "--tests", "latency", "--iters", "5", "--nodes", "1"); err != nil {
+		t.Errorf("NDMA_MTU=1472: %v\n%s", err, out)
+	}
 }
