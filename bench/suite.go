@@ -3,12 +3,14 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -57,6 +59,12 @@ type SuiteConfig struct {
 	// with Open MPI's own algorithm choice. It needs mpicc and mpirun
 	// (Debian: openmpi-bin, libopenmpi-dev).
 	MPI bool
+	// Repeat runs every job this many times (zero: once), in rounds —
+	// all jobs, then all again — so that a slow minute of a shared
+	// machine falls on one sample of each job rather than on every sample
+	// of one; each row is then the run with the median Avg (the lower
+	// middle one for an even count), and RunsAvgUS lists every run's.
+	Repeat int
 	// Keep leaves the testbed up after the run instead of taking it down.
 	Keep bool
 	// Progress, if not nil, is called before each job with the number of
@@ -91,6 +99,10 @@ type SuiteRow struct {
 	CPUSwitchS   float64 `json:"cpu_switch_s"`    // CPU of the switch daemon, seconds
 	CPUS         float64 `json:"cpu_s"`           // CPURanksS + CPUSwitchS
 	CPUPerCallUS float64 `json:"cpu_per_call_us"` // CPUS over Warmup+Iters calls, microseconds
+	// RunsAvgUS is the Avg of every run of this job when the suite
+	// repeated it (SuiteConfig.Repeat), in run order; the row is the
+	// median one. Empty for a single run.
+	RunsAvgUS []float64 `json:"runs_avg_us,omitempty"`
 }
 
 // suiteJob is one `bench coll` invocation.
@@ -202,40 +214,79 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rows []SuiteRow, err error)
 	})
 }
 
-// runJobs runs every job with runOne, in order, reporting progress and
-// rows through cfg. An NDMA job's failure ends the run. Open MPI's TCP
+// runJobs runs every job with runOne, in order, cfg.Repeat rounds of
+// them, reporting progress and rows through cfg (with one round, each
+// row as soon as it is measured; with more, each job's median row after
+// the last round). An NDMA job's failure ends the run. Open MPI's TCP
 // wire-up between the namespaces now and then fails to connect ("unable
 // to complete a TCP connection"), so an MPI job is tried up to MPITries
-// times, and if it still fails its row is left out and reported
-// (cfg.Skipped) instead of ending the suite.
+// times, and if it still fails that run is left out and reported
+// (cfg.Skipped) instead of ending the suite; a job with no run left has
+// no row.
 func runJobs(ctx context.Context, jobs []suiteJob, cfg *SuiteConfig, runOne func(suiteJob) (SuiteRow, error)) ([]SuiteRow, error) {
-	var rows []SuiteRow
-	for i, j := range jobs {
-		if cfg.Progress != nil {
-			cfg.Progress(i, len(jobs))
-		}
-		row, err := runOne(j)
-		for try := 1; err != nil && j.algo == AlgoMPI && try < MPITries && ctx.Err() == nil; try++ {
-			row, err = runOne(j)
-		}
-		if err != nil && j.algo == AlgoMPI && ctx.Err() == nil {
-			if cfg.Skipped != nil {
-				cfg.Skipped(fmt.Sprintf("%s/%s size %d", j.op, j.algo, j.size), err)
+	rounds := max(cfg.Repeat, 1)
+	runs := make([][]SuiteRow, len(jobs))
+	total := rounds * len(jobs)
+	for r := range rounds {
+		for i, j := range jobs {
+			if cfg.Progress != nil {
+				cfg.Progress(r*len(jobs)+i, total)
 			}
-			continue
-		}
-		if err != nil {
-			return rows, err
-		}
-		rows = append(rows, row)
-		if cfg.Row != nil {
-			cfg.Row(row)
+			row, err := runOne(j)
+			for try := 1; err != nil && j.algo == AlgoMPI && try < MPITries && ctx.Err() == nil; try++ {
+				row, err = runOne(j)
+			}
+			if err != nil && j.algo == AlgoMPI && ctx.Err() == nil {
+				if cfg.Skipped != nil {
+					cfg.Skipped(fmt.Sprintf("%s/%s size %d", j.op, j.algo, j.size), err)
+				}
+				continue
+			}
+			if err != nil {
+				return medianRows(runs), err
+			}
+			runs[i] = append(runs[i], row)
+			if rounds == 1 && cfg.Row != nil {
+				cfg.Row(row)
+			}
 		}
 	}
 	if cfg.Progress != nil {
-		cfg.Progress(len(jobs), len(jobs))
+		cfg.Progress(total, total)
+	}
+	rows := medianRows(runs)
+	if rounds > 1 && cfg.Row != nil {
+		for _, row := range rows {
+			cfg.Row(row)
+		}
 	}
 	return rows, nil
+}
+
+// medianRows returns, for each job that has runs, the run with the median
+// Avg (the lower middle one of an even count), with RunsAvgUS listing
+// every run's Avg when there is more than one.
+func medianRows(runs [][]SuiteRow) []SuiteRow {
+	var rows []SuiteRow
+	for _, rs := range runs {
+		if len(rs) == 0 {
+			continue
+		}
+		if len(rs) == 1 {
+			rows = append(rows, rs[0])
+			continue
+		}
+		avgs := make([]float64, len(rs))
+		for k, r := range rs {
+			avgs[k] = r.AvgUS
+		}
+		sorted := slices.Clone(rs)
+		slices.SortStableFunc(sorted, func(a, b SuiteRow) int { return cmp.Compare(a.AvgUS, b.AvgUS) })
+		row := sorted[(len(sorted)-1)/2]
+		row.RunsAvgUS = avgs
+		rows = append(rows, row)
+	}
+	return rows
 }
 
 // collArgs is the command line of one bench coll job.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -28,7 +29,11 @@ func suiteRows() []SuiteRow {
 			for _, size := range []int{8, 64 << 10, 1 << 20} {
 				bound := float64(size) * 8 / 1e8 * 1e6
 				r := CollResult{Op: op, Algo: a, Ranks: 4, Size: size, AvgUS: 100 + bound*float64(ai+1), MinUS: 90, MaxUS: 120 + bound*2, Iters: 10}
-				rows = append(rows, newSuiteRow(r, 2, 1e8, 0.5*float64(ai+1), 0.25))
+				row := newSuiteRow(r, 2, 1e8, 0.5*float64(ai+1), 0.25)
+				if size == 8 && ai == 0 {
+					row.RunsAvgUS = []float64{row.AvgUS + 3, row.AvgUS, row.AvgUS - 1} // a repeated job
+				}
+				rows = append(rows, row)
 			}
 		}
 	}
@@ -73,7 +78,7 @@ func TestWriteSuiteJSON(t *testing.T) {
 		if err := json.Unmarshal([]byte(l), &back); err != nil {
 			t.Fatal(err)
 		}
-		if back != rows[i] {
+		if !reflect.DeepEqual(back, rows[i]) {
 			t.Errorf("line %d reads back as %+v, want %+v", i, back, rows[i])
 		}
 	}
@@ -265,7 +270,7 @@ func TestSuiteTestbed(t *testing.T) {
 	sc := bufio.NewScanner(&jl)
 	for i := 0; sc.Scan(); i++ {
 		var back SuiteRow
-		if err := json.Unmarshal(sc.Bytes(), &back); err != nil || back != rows[i] {
+		if err := json.Unmarshal(sc.Bytes(), &back); err != nil || !reflect.DeepEqual(back, rows[i]) {
 			t.Errorf("JSON line %d: %v, %+v", i, err, back)
 		}
 	}
@@ -364,6 +369,55 @@ func TestRunJobsMPIRetries(t *testing.T) {
 	}
 }
 
+// TestRunJobsRepeat: with Repeat 3 the jobs run in rounds (all, then
+// all again), each row is its job's median run with every run's Avg
+// listed, and an MPI run that fails for good is left out of its job's
+// runs only.
+func TestRunJobsRepeat(t *testing.T) {
+	jobs := []suiteJob{
+		{coll.OpBcast, coll.AlgoInNet, 8},
+		{coll.OpBcast, AlgoMPI, 8},
+	}
+	var order []string
+	avgs := map[suiteJob][]float64{jobs[0]: {30, 10, 20}, jobs[1]: {5, 7}}
+	calls := map[suiteJob]int{}
+	mpiRuns := 0
+	var skipped, progress []string
+	var emitted []SuiteRow
+	cfg := SuiteConfig{Repeat: 3,
+		Skipped:  func(job string, err error) { skipped = append(skipped, job) },
+		Progress: func(done, total int) { progress = append(progress, fmt.Sprintf("%d/%d", done, total)) },
+		Row:      func(r SuiteRow) { emitted = append(emitted, r) }}
+	rows, err := runJobs(context.Background(), jobs, &cfg, func(j suiteJob) (SuiteRow, error) {
+		order = append(order, string(j.algo))
+		if j.algo == AlgoMPI {
+			calls[j]++
+			if calls[j] > 1 && calls[j] <= 1+MPITries { // the second run fails every try
+				return SuiteRow{}, errors.New("mpirun: exit status 213")
+			}
+			mpiRuns++
+		}
+		a := avgs[j][0] // mpi: 5 for the first run, 7 for the third
+		avgs[j] = avgs[j][1:]
+		return SuiteRow{CollResult: CollResult{Op: string(j.op), Algo: string(j.algo), Size: j.size, AvgUS: a}}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if order[0] != "innet" || order[1] != "mpi" || order[len(order)-1] != "mpi" || order[len(order)-2] != "innet" {
+		t.Errorf("run order %v, want rounds of innet, mpi", order)
+	}
+	if len(rows) != 2 || rows[0].AvgUS != 20 || !slices.Equal(rows[0].RunsAvgUS, []float64{30, 10, 20}) {
+		t.Errorf("innet row %+v, want the median 20 of 30, 10, 20", rows[0])
+	}
+	if rows[1].AvgUS != 5 || !slices.Equal(rows[1].RunsAvgUS, []float64{5, 7}) || mpiRuns != 2 || len(skipped) != 1 {
+		t.Errorf("mpi row %+v (runs %d, skipped %v), want the lower middle of two runs", rows[1], mpiRuns, skipped)
+	}
+	if len(emitted) != 2 || progress[len(progress)-1] != "6/6" {
+		t.Errorf("emitted %d rows, progress %v", len(emitted), progress)
+	}
+}
+
 // TestReadSuiteJSON: rows written by WriteSuiteJSON read back equal; a
 // line that is not a row is refused with its number.
 func TestReadSuiteJSON(t *testing.T) {
@@ -374,7 +428,7 @@ func TestReadSuiteJSON(t *testing.T) {
 	}
 	buf.WriteString("\n")
 	back, err := ReadSuiteJSON(&buf)
-	if err != nil || !slices.Equal(back, rows) {
+	if err != nil || !reflect.DeepEqual(back, rows) {
 		t.Fatalf("read back %d rows (%v), want %d equal", len(back), err, len(rows))
 	}
 	for _, bad := range []string{`{"op":"bcast"}`, `not json`, `{"op":"bcast","algo":"innet","ranks":2,"iters":1,"extra":1}`} {

@@ -145,4 +145,10 @@ func TestBenchSuiteFrom(t *testing.T) {
 	if _, err := execute(t, "bench", "suite", "--from", a, "--hosts", "4", "--out", out); err == nil {
 		t.Error("--hosts with --from: no error")
 	}
+	if _, err := execute(t, "bench", "suite", "--from", a, "--repeat", "3", "--out", out); err == nil {
+		t.Error("--repeat with --from: no error")
+	}
+	if _, err := execute(t, "bench", "suite", "--repeat", "0", "--out", out); err == nil || !strings.Contains(err.Error(), "--repeat") {
+		t.Errorf("--repeat 0: %v, want an error naming --repeat", err)
+	}
 }

@@ -23,6 +23,7 @@ const (
 
 type suiteFlags struct {
 	hosts, mtu, iters, gmp    int
+	repeat                    int
 	rate, ops, sizes, out, pf string
 	keep, json, mpi           bool
 	from                      string
@@ -71,6 +72,7 @@ at the end, also on error or Ctrl-C, unless --keep.`,
 	fl.IntVar(&f.mtu, "mtu", testbed.DefaultMTU, "MTU of every interface, in bytes; the ranks and switch use datagrams of MTU-28")
 	fl.StringVar(&f.ops, "ops", "bcast,reduce,allreduce,allgather,barrier", "collectives, comma-separated")
 	fl.StringVar(&f.sizes, "sizes", "8:16M", "message sizes per rank: list and ranges of powers of two, e.g. 8:16M or 4K,1M")
+	fl.IntVar(&f.repeat, "repeat", 1, "run every job this many times, in rounds, and keep each job's median run (the rows list every run's avg_us)")
 	fl.IntVar(&f.gmp, "gomaxprocs", 0, "GOMAXPROCS of the testbed's daemons and ranks: 0 = automatic (1 when the switch, hosts and memory nodes outnumber this machine's CPUs), -1 = Go's default")
 	fl.IntVar(&f.iters, "iters", 0, "measured iterations per size (default: by size, as bench coll)")
 	fl.StringVar(&f.out, "out", "bench-suite", "`directory` for suite.jsonl, suite.md and the PNG plots (created if missing)")
@@ -93,6 +95,9 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 	}
 	if f.mtu <= 0 {
 		return fmt.Errorf("--mtu: %d bytes: want %d to %d", f.mtu, testbed.MinMTU, testbed.MaxMTU)
+	}
+	if f.repeat < 1 {
+		return fmt.Errorf("--repeat: %d: want at least 1", f.repeat)
 	}
 	if f.iters < 0 {
 		return fmt.Errorf("--iters: %d: must not be negative", f.iters)
@@ -125,6 +130,7 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 		Ops:      ops,
 		Sizes:    sizes,
 		Iters:    f.iters,
+		Repeat:   f.repeat,
 		MPI:      f.mpi,
 		Keep:     f.keep,
 		Progress: prog.callback(),
@@ -204,7 +210,7 @@ func firstLine(s string) string {
 
 // renderSuite is --from: merge earlier runs' rows and write the files.
 func renderSuite(cmd *cobra.Command, f *suiteFlags) error {
-	for _, name := range []string{"hosts", "rate", "mtu", "ops", "sizes", "iters", "keep", "prefix", "mpi"} {
+	for _, name := range []string{"hosts", "rate", "mtu", "ops", "sizes", "iters", "keep", "prefix", "mpi", "repeat", "gomaxprocs"} {
 		if cmd.Flags().Changed(name) {
 			return fmt.Errorf("--%s cannot be used with --from (it renders rows already measured)", name)
 		}
