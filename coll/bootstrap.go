@@ -11,7 +11,7 @@ import (
 	"strconv"
 
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/transport"
 )
 
 // Launch describes this process's place in a job, as a launcher reports
@@ -30,9 +30,10 @@ type Launch struct {
 
 // ParseEnv reads the launch from environment variables (getenv is
 // os.LookupEnv in production): NDMA_RANK, NDMA_SIZE, NDMA_SWITCH,
-// NDMA_JOB, NDMA_TOKEN, NDMA_MTU (optional); when NDMA_RANK/NDMA_SIZE are absent, the first of
-// OMPI_COMM_WORLD_RANK/_SIZE (Open MPI's mpirun), PMI_RANK/PMI_SIZE
-// (MPICH, Intel MPI), SLURM_PROCID/SLURM_NTASKS (srun). The job name
+// NDMA_JOB, NDMA_TOKEN, NDMA_MTU (optional, see EnvMTU); when
+// NDMA_RANK/NDMA_SIZE are absent, the first of OMPI_COMM_WORLD_RANK/_SIZE
+// (Open MPI's mpirun), PMI_RANK/PMI_SIZE (MPICH, Intel MPI),
+// SLURM_PROCID/SLURM_NTASKS (srun). The job name
 // defaults to SLURM_JOB_ID or OMPI_MCA_orte_ess_jobid, else "ndma".
 func ParseEnv(getenv func(string) (string, bool)) (Launch, error) {
 	var l Launch
@@ -71,12 +72,9 @@ func ParseEnv(getenv func(string) (string, bool)) (Launch, error) {
 	}
 	l.Switch, _ = getenv("NDMA_SWITCH")
 	l.Token, _ = getenv("NDMA_TOKEN")
-	if ms, ok := getenv("NDMA_MTU"); ok && ms != "" {
-		mtu, err := strconv.Atoi(ms)
-		if err != nil || mtu < minLaunchMTU || mtu > maxLaunchMTU {
-			return l, fmt.Errorf("%w: NDMA_MTU=%q: want a datagram size in bytes, %d to %d", ErrArg, ms, minLaunchMTU, maxLaunchMTU)
-		}
-		l.MTU = mtu
+	var err error
+	if l.MTU, err = EnvMTU(getenv); err != nil {
+		return l, err
 	}
 	var ok bool
 	if l.Job, ok = getenv("NDMA_JOB"); !ok || l.Job == "" {
@@ -91,11 +89,21 @@ func ParseEnv(getenv func(string) (string, bool)) (Launch, error) {
 	return l, nil
 }
 
-// The range of NDMA_MTU: what a transport accepts as its MTU.
-const (
-	minLaunchMTU = wire.HeaderLen + 64
-	maxLaunchMTU = 65507
-)
+// EnvMTU reads NDMA_MTU, the network's largest datagram (ndma testbed run
+// sets it), through getenv (os.LookupEnv in production): 0 when unset or
+// empty, an error wrapping ErrArg when it is not a transport MTU
+// (transport.MinMTU..MaxMTU).
+func EnvMTU(getenv func(string) (string, bool)) (int, error) {
+	ms, ok := getenv("NDMA_MTU")
+	if !ok || ms == "" {
+		return 0, nil
+	}
+	mtu, err := strconv.Atoi(ms)
+	if err != nil || mtu < transport.MinMTU || mtu > transport.MaxMTU {
+		return 0, fmt.Errorf("%w: NDMA_MTU=%q: want a datagram size in bytes, %d to %d", ErrArg, ms, transport.MinMTU, transport.MaxMTU)
+	}
+	return mtu, nil
+}
 
 // FromEnv creates the world communicator of a job started by a launcher
 // (see ParseEnv), rendezvousing at NDMA_SWITCH, which must be set. With

@@ -269,7 +269,6 @@ type inReq struct {
 // ones (their sender gave up) are swept when the bound is reached.
 const maxInRequests = 1 << 16
 
-// NewCore returns a core.
 // MTU is the largest datagram the core's transport sends, in bytes.
 func (c *Core) MTU() int {
 	if c.cfg.Transport.MTU == 0 {
@@ -278,6 +277,7 @@ func (c *Core) MTU() int {
 	return c.cfg.Transport.MTU
 }
 
+// NewCore returns a core.
 func NewCore(cfg Config) (*Core, error) {
 	if cfg.OpTimeout == 0 {
 		cfg.OpTimeout = 10 * time.Second

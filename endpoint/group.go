@@ -40,8 +40,7 @@ var ErrControl = errors.New("endpoint: control exchange failed")
 // refusals for it (an MTU above the switch's, a job whose members joined
 // with another size or MTU) are explained in the error.
 func (ep *Endpoint) control(ctx context.Context, sw netip.AddrPort, req *fabric.CtrlMsg, token []byte) (*fabric.CtrlMsg, error) {
-	switch req.Type {
-	case fabric.CtrlJoin, fabric.CtrlRegister, fabric.CtrlLookup:
+	if req.Type.CarriesMTU() {
 		req.MTU = ep.MTU()
 	}
 	buf, err := fabric.AppendCtrl(nil, req, token)
@@ -65,9 +64,7 @@ func (ep *Endpoint) control(ctx context.Context, sw netip.AddrPort, req *fabric.
 // explainRefusal adds what the switch said in Operand1 (operand) to a
 // refused Join, Register or Lookup.
 func explainRefusal(req *fabric.CtrlMsg, err error, operand uint64) error {
-	switch req.Type {
-	case fabric.CtrlJoin, fabric.CtrlRegister, fabric.CtrlLookup:
-	default:
+	if !req.Type.CarriesMTU() {
 		return err
 	}
 	switch {

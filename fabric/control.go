@@ -46,7 +46,7 @@ func (s *Switch) control(now time.Time, d *transport.Delivery) {
 		s.reply(d.Peer, &d.Header, st, 0)
 		return
 	}
-	if (m.Type == CtrlJoin || m.Type == CtrlRegister || m.Type == CtrlLookup) && m.MTU > s.cfg.Transport.MTU {
+	if m.Type.CarriesMTU() && m.MTU > s.cfg.Transport.MTU {
 		// The switch could not send this member's datagrams back (an
 		// aggregation result, a forwarded request or reply is as large as
 		// what the member sends): refuse it now rather than drop its

@@ -98,7 +98,7 @@ import (
 	"sync"
 
 	"github.com/ndma/ndma/memnode"
-	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/transport"
 )
 
 // CtrlType says what a control message asks for (or answers, with Resp).
@@ -180,6 +180,12 @@ var ctrlTypeNames = [...]string{
 	CtrlPoolRebuild: "poolrebuild", CtrlPoolRebuildGo: "poolrebuildgo", CtrlPoolRebuilt: "poolrebuilt",
 }
 
+// CarriesMTU reports whether requests of type t carry the sender's MTU
+// (Join, Register, Lookup).
+func (t CtrlType) CarriesMTU() bool {
+	return t == CtrlJoin || t == CtrlRegister || t == CtrlLookup
+}
+
 // String is the short lower-case name of the type, or "ctrl(N)" for a
 // number this version does not define.
 func (t CtrlType) String() string {
@@ -202,10 +208,9 @@ const (
 	CtrlMaxPoolRegions = MaxPoolRegions // most entries in PoolRegions
 	CtrlRankAny        = -1             // Rank: let the switch choose
 	// CtrlMinMTU and CtrlMaxMTU bound MTU in Join, Register and Lookup
-	// requests, in bytes: a header and 64 bytes of payload, and the
-	// largest UDP datagram over IPv4.
-	CtrlMinMTU = wire.HeaderLen + 64
-	CtrlMaxMTU = 65507
+	// requests, in bytes: what a transport accepts as its MTU.
+	CtrlMinMTU = transport.MinMTU
+	CtrlMaxMTU = transport.MaxMTU
 )
 
 // ctrlRankAnyWire is CtrlRankAny on the wire.

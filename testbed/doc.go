@@ -17,7 +17,8 @@
 //
 // Run starts a command once per host namespace with the bootstrap
 // environment coll.FromEnv reads (NDMA_RANK, NDMA_SIZE, NDMA_SWITCH,
-// NDMA_JOB, NDMA_TOKEN, NDMA_MTU) and streams each rank's output prefixed by its rank.
+// NDMA_JOB, NDMA_TOKEN, NDMA_MTU) and streams each rank's output prefixed
+// by its rank.
 // Down removes everything whose name carries the prefix — found through the
 // state file and, so that it also works after a crash or without the state
 // file, by scanning `ip netns list` and `ip netns pids` — and is idempotent.

@@ -25,8 +25,8 @@ const runWaitDelay = 5 * time.Second
 // largest datagram one frame carries) and NDMA_JOB, a job name fresh
 // for each Run ("<prefix>-<random>"), so that a run never meets the
 // remains of an earlier one at the switch; and GOMAXPROCS=st.GoMaxProcs
-// when that is set and the calling environment has no GOMAXPROCS. Each rank's stdout and stderr
-// go to out line by line, each line prefixed "[rank i] "; writes to out
+// when that is set and the calling environment has no GOMAXPROCS. Each
+// rank's stdout and stderr go to out line by line, each line prefixed "[rank i] "; writes to out
 // are serialised. Run waits for every rank and returns nil if all exit
 // with status 0, else a *RunError naming the failed ranks. When ctx ends,
 // every rank's process group gets SIGTERM, and SIGKILL runWaitDelay later;

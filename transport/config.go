@@ -61,6 +61,13 @@ type Config struct {
 	Seed uint64
 }
 
+// MinMTU and MaxMTU bound Config.MTU, in bytes: a header and 64 bytes of
+// payload, and the largest UDP datagram over IPv4.
+const (
+	MinMTU = wire.HeaderLen + 64
+	MaxMTU = 65507
+)
+
 // Defaults for Config fields.
 const (
 	DefaultMTU         = 9000
@@ -135,8 +142,8 @@ func (c *Config) validate() error {
 	}
 	pow2 := func(n int) bool { return n > 0 && n&(n-1) == 0 }
 	switch {
-	case c.MTU < wire.HeaderLen+64 || c.MTU > 65507:
-		return bad("MTU %d outside [%d, 65507]", c.MTU, wire.HeaderLen+64)
+	case c.MTU < MinMTU || c.MTU > MaxMTU:
+		return bad("MTU %d outside [%d, %d]", c.MTU, MinMTU, MaxMTU)
 	case !pow2(c.SendWindow) || c.SendWindow > 1<<16:
 		return bad("SendWindow %d must be a power of two ≤ 65536", c.SendWindow)
 	case !pow2(c.RecvWindow) || c.RecvWindow > 1<<16:

@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 
 	"github.com/spf13/cobra"
 
 	"github.com/ndma/ndma/bench"
+	"github.com/ndma/ndma/coll"
 	"github.com/ndma/ndma/memnode"
 )
 
@@ -48,10 +48,14 @@ baseline unless --node and --node-key name a memory node of the pool):
 			if nodes < 1 {
 				return fmt.Errorf("--nodes %d: want at least 1", nodes)
 			}
-			if v, ok := os.LookupEnv("NDMA_MTU"); ok && v != "" && !cmd.Flags().Changed("mtu") {
+			if !cmd.Flags().Changed("mtu") {
 				// The network's datagram size (ndma testbed run sets it).
-				if mtu, err = strconv.Atoi(v); err != nil {
-					return fmt.Errorf("NDMA_MTU=%q: want a datagram size in bytes", v)
+				envMTU, err := coll.EnvMTU(os.LookupEnv)
+				if err != nil {
+					return err
+				}
+				if envMTU > 0 {
+					mtu = envMTU
 				}
 			}
 			cfg := bench.PoolConfig{Switch: sw, Node: node, Nodes: nodes, Tests: t, Iters: iters, MTU: mtu}

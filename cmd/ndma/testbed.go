@@ -111,8 +111,9 @@ directory; "status" shows them.`,
 		Long: `run starts CMD once in each host namespace, rank i in <prefix>-h<i>, with
 NDMA_RANK, NDMA_SIZE, NDMA_SWITCH, NDMA_TOKEN, NDMA_MTU (the largest
 datagram one frame carries: MTU minus 28, what the daemons use; ndma bench
-coll and ndma bench pool take it as their default --mtu) and a fresh NDMA_JOB added to the environment,
-and prints each rank's output prefixed "[rank i] ". It
+coll and ndma bench pool take it as their default --mtu) and a fresh
+NDMA_JOB added to the environment, and prints each rank's output prefixed
+"[rank i] ". It
 waits for every rank and fails, naming them, if any exits non-zero. SIGINT
 or SIGTERM stops every rank.`,
 		Example: `  sudo ndma testbed run -- sh -c 'echo $NDMA_RANK of $NDMA_SIZE via $NDMA_SWITCH'
