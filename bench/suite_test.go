@@ -102,8 +102,13 @@ func TestWriteSuiteMarkdown(t *testing.T) {
 			t.Errorf("Markdown lacks %q:\n%s", want, md)
 		}
 	}
+	// The figures the rows allow follow the tables: the small-Bcast one.
+	tables, figs, ok := strings.Cut(md, "### The testbed issue's figures, 4 ranks, 100mbit links")
+	if !ok || !strings.Contains(figs, "| in-network Bcast ≤ 64K, best host algorithm / in-network (2 sizes) | ≥ 1× at every size |") {
+		t.Errorf("Markdown lacks the figures section:\n%s", md)
+	}
 	// Every table row has the header's column count.
-	for _, l := range strings.Split(md, "\n") {
+	for _, l := range strings.Split(tables, "\n") {
 		if strings.HasPrefix(l, "|") && strings.Count(l, "|") != 12 {
 			t.Errorf("row with %d bars, want 12: %s", strings.Count(l, "|"), l)
 		}

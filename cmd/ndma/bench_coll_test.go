@@ -142,6 +142,13 @@ func TestBenchSuiteFrom(t *testing.T) {
 			t.Error(err)
 		}
 	}
+	c := filepath.Join(dir, "c.jsonl")
+	if err := os.WriteFile(c, []byte(strings.Replace(row("chain", 8, 20), `"ranks":8`, `"ranks":4`, 1)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execute(t, "bench", "suite", "--from", a+","+c, "--out", out); err == nil || !strings.Contains(err.Error(), "8 ranks at 100mbit and of 4 ranks") {
+		t.Errorf("--from with 8- and 4-rank rows: %v, want an error naming both setups", err)
+	}
 	if _, err := execute(t, "bench", "suite", "--from", a, "--hosts", "4", "--out", out); err == nil {
 		t.Error("--hosts with --from: no error")
 	}

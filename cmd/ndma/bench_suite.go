@@ -46,7 +46,8 @@ included; "CPU per call" divides it by warm-up + iterations calls.
 Into --out it writes suite.jsonl (JSON Lines: bench coll's row plus
 warmup, rate_bits, bound_us, cpu_ranks_s, cpu_switch_s, cpu_s,
 cpu_per_call_us), suite.md (a Markdown table per operation, with the
-latency over the S/B bound, size*8/rate) and, per operation,
+latency over the S/B bound, size*8/rate, then the testbed issue's
+figures the rows allow, each marked met or missed) and, per operation,
 <op>-latency.png (log-log, with the bound) and <op>-cpu.png. Standard
 output gets the Markdown, or with --json the JSON Lines.
 
@@ -79,7 +80,7 @@ at the end, also on error or Ctrl-C, unless --keep.`,
 	fl.BoolVar(&f.keep, "keep", false, "leave the testbed up afterwards (remove it with ndma testbed down --prefix P)")
 	fl.StringVar(&f.pf, "prefix", "ndmasuite", "name prefix of the suite's testbed; it must not be in use")
 	fl.BoolVar(&f.json, "json", false, "print JSON Lines instead of Markdown on standard output, and no progress bar")
-	fl.StringVar(&f.from, "from", "", "render suite.md and the plots into --out from these comma-separated suite.jsonl `files` (merged in order; a later row replaces an earlier one of the same op, algo and size), without a testbed")
+	fl.StringVar(&f.from, "from", "", "render suite.md and the plots into --out from these comma-separated suite.jsonl `files` (merged in order; a later row replaces an earlier one of the same op, algo and size; all of one setup: ranks and link rate), without a testbed")
 	fl.BoolVar(&f.mpi, "mpi", false, "also measure each operation with Open MPI (algo \"mpi\"; needs mpicc and mpirun)")
 	return cmd
 }
@@ -232,6 +233,13 @@ func renderSuite(cmd *cobra.Command, f *suiteFlags) error {
 			return fmt.Errorf("--from %s: %w", path, err)
 		}
 		for _, r := range rs {
+			// One setup per rendering: the tables, plots and figures are
+			// per operation, and a 4-rank row must not replace (or sit
+			// in one table with) an 8-rank one.
+			if len(rows) > 0 && (r.Ranks != rows[0].Ranks || r.RateBits != rows[0].RateBits) {
+				return fmt.Errorf("--from %s: rows of %d ranks at %s and of %d ranks at %s: render one setup (ranks, link rate) at a time",
+					path, rows[0].Ranks, testbed.FormatRate(rows[0].RateBits), r.Ranks, testbed.FormatRate(r.RateBits))
+			}
 			k := key{r.Op, r.Algo, r.Size}
 			if i, ok := at[k]; ok {
 				rows[i] = r

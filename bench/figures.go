@@ -1,0 +1,185 @@
+package bench
+
+import (
+	"bufio"
+	"fmt"
+	"slices"
+
+	"github.com/ndma/ndma/coll"
+	"github.com/ndma/ndma/testbed"
+)
+
+// Figure is one of the testbed issue's targets computed from suite rows:
+// what was measured against what was asked, so that a suite run on any
+// machine says at once which targets it reaches.
+type Figure struct {
+	Ranks    int     `json:"ranks"`
+	RateBits uint64  `json:"rate_bits"`
+	Name     string  `json:"name"`
+	Target   string  `json:"target"`
+	Value    float64 `json:"value"` // the measured ratio the target bounds
+	Met      bool    `json:"met"`
+	Detail   string  `json:"detail"` // the rows the value comes from
+}
+
+// Targets of the testbed issue (8 hosts, 100 Mbit/s, MTU 9000).
+const (
+	figBcastBound     = 1.15 // in-network Bcast of 16 MiB within this times S/B
+	figAllreduceBound = 1.2  // in-network Allreduce of 16 MiB within this times S/B
+	figAllreduceHost  = 1.5  // in-network Allreduce this much faster than the best host algorithm
+	figBcastCPU       = 2    // rank CPU of a 16 MiB chain Bcast over an in-network one
+	figSmallMax       = 64 << 10
+	figLarge          = 16 << 20
+)
+
+// SuiteFigures computes the testbed issue's figures from rows, for each
+// (ranks, link rate) the rows hold, in the order those first appear. A
+// figure whose rows are missing (an operation, size or algorithm the
+// suite did not run) is left out.
+func SuiteFigures(rows []SuiteRow) []Figure {
+	type setup struct {
+		ranks int
+		rate  uint64
+	}
+	var setups []setup
+	for _, r := range rows {
+		if s := (setup{r.Ranks, r.RateBits}); !slices.Contains(setups, s) {
+			setups = append(setups, s)
+		}
+	}
+	var figs []Figure
+	for _, s := range setups {
+		var mine []SuiteRow
+		for _, r := range rows {
+			if r.Ranks == s.ranks && r.RateBits == s.rate {
+				mine = append(mine, r)
+			}
+		}
+		for _, f := range setupFigures(mine) {
+			f.Ranks, f.RateBits = s.ranks, s.rate
+			figs = append(figs, f)
+		}
+	}
+	return figs
+}
+
+// setupFigures computes the figures from the rows of one setup.
+func setupFigures(rows []SuiteRow) []Figure {
+	find := func(op coll.Operation, algo coll.Algo, size int) *SuiteRow {
+		for i := range rows {
+			if r := &rows[i]; r.Op == string(op) && r.Algo == string(algo) && r.Size == size {
+				return r
+			}
+		}
+		return nil
+	}
+	// bestHost is the fastest of NDMA's host-based algorithms at size.
+	bestHost := func(op coll.Operation, size int) *SuiteRow {
+		var best *SuiteRow
+		for i := range rows {
+			r := &rows[i]
+			if r.Op != string(op) || r.Size != size || !isHostAlgo(r.Algo) {
+				continue
+			}
+			if best == nil || r.AvgUS < best.AvgUS {
+				best = r
+			}
+		}
+		return best
+	}
+	var figs []Figure
+	bound := func(op coll.Operation, target float64) {
+		r := find(op, coll.AlgoInNet, figLarge)
+		if r == nil || r.BoundUS <= 0 {
+			return
+		}
+		v := r.AvgUS / r.BoundUS
+		figs = append(figs, Figure{
+			Name:   fmt.Sprintf("in-network %s %s, over S/B", opTitle(op), FormatSize(figLarge)),
+			Target: fmt.Sprintf("≤ %.2f×", target), Value: v, Met: v <= target,
+			Detail: fmt.Sprintf("%.0f µs, bound %.0f µs", r.AvgUS, r.BoundUS),
+		})
+	}
+	bound(coll.OpBcast, figBcastBound)
+	bound(coll.OpAllreduce, figAllreduceBound)
+	for _, size := range []int{4 << 20, figLarge} {
+		in, host := find(coll.OpAllreduce, coll.AlgoInNet, size), bestHost(coll.OpAllreduce, size)
+		if in == nil || host == nil || in.AvgUS <= 0 {
+			continue
+		}
+		v := host.AvgUS / in.AvgUS
+		figs = append(figs, Figure{
+			Name:   fmt.Sprintf("in-network Allreduce %s, best host algorithm / in-network", FormatSize(size)),
+			Target: fmt.Sprintf("≥ %.1f×", figAllreduceHost), Value: v, Met: v >= figAllreduceHost,
+			Detail: fmt.Sprintf("%s %.0f µs, in-network %.0f µs", host.Algo, host.AvgUS, in.AvgUS),
+		})
+	}
+	// Small Bcasts: the worst size decides.
+	var worst *Figure
+	sizes := 0
+	for i := range rows {
+		in := &rows[i]
+		if in.Op != string(coll.OpBcast) || in.Algo != string(coll.AlgoInNet) || in.Size > figSmallMax || in.AvgUS <= 0 {
+			continue
+		}
+		host := bestHost(coll.OpBcast, in.Size)
+		if host == nil {
+			continue
+		}
+		sizes++
+		v := host.AvgUS / in.AvgUS
+		if worst == nil || v < worst.Value {
+			worst = &Figure{Value: v, Detail: fmt.Sprintf("worst at %s: %s %.0f µs, in-network %.0f µs", FormatSize(in.Size), host.Algo, host.AvgUS, in.AvgUS)}
+		}
+	}
+	if worst != nil {
+		worst.Name = fmt.Sprintf("in-network Bcast ≤ %s, best host algorithm / in-network (%d sizes)", FormatSize(figSmallMax), sizes)
+		worst.Target = "≥ 1× at every size"
+		worst.Met = worst.Value >= 1
+		figs = append(figs, *worst)
+	}
+	in, chain := find(coll.OpBcast, coll.AlgoInNet, figLarge), find(coll.OpBcast, coll.AlgoChain, figLarge)
+	if in != nil && chain != nil && in.CPURanksS > 0 {
+		perCall := func(r *SuiteRow) float64 { return r.CPURanksS / float64(r.Warmup+r.Iters) }
+		v := perCall(chain) / perCall(in)
+		figs = append(figs, Figure{
+			Name:   fmt.Sprintf("rank CPU per %s Bcast, chain / in-network", FormatSize(figLarge)),
+			Target: fmt.Sprintf("≥ %d×", figBcastCPU), Value: v, Met: v >= figBcastCPU,
+			Detail: fmt.Sprintf("chain %.2f s, in-network %.2f s per call", perCall(chain), perCall(in)),
+		})
+	}
+	return figs
+}
+
+// isHostAlgo reports whether algo is one of NDMA's host-based algorithms
+// (not in-network, not the tuner's choice, not Open MPI).
+func isHostAlgo(algo string) bool {
+	a := coll.Algo(algo)
+	return a != coll.AlgoInNet && a != coll.AlgoAuto && a != AlgoMPI
+}
+
+func opTitle(op coll.Operation) string {
+	switch op {
+	case coll.OpBcast:
+		return "Bcast"
+	case coll.OpAllreduce:
+		return "Allreduce"
+	}
+	return string(op)
+}
+
+// writeFigures writes figs as a Markdown section, a table per setup.
+func writeFigures(w *bufio.Writer, figs []Figure) {
+	for i, f := range figs {
+		if i == 0 || f.Ranks != figs[i-1].Ranks || f.RateBits != figs[i-1].RateBits {
+			fmt.Fprintf(w, "\n### The testbed issue's figures, %d ranks, %s links\n\n", f.Ranks, testbed.FormatRate(f.RateBits))
+			fmt.Fprintln(w, "| Figure | Target | Measured | | From |")
+			fmt.Fprintln(w, "|---|---|--:|---|---|")
+		}
+		verdict := "missed"
+		if f.Met {
+			verdict = "met"
+		}
+		fmt.Fprintf(w, "| %s | %s | %.2f× | %s | %s |\n", f.Name, f.Target, f.Value, verdict, f.Detail)
+	}
+}

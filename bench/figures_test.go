@@ -1,0 +1,85 @@
+package bench
+
+import (
+	"bufio"
+	"math"
+	"strings"
+	"testing"
+)
+
+func TestSuiteFigures(t *testing.T) {
+	const rate = 100e6
+	bound := func(size int) float64 { return float64(size) * 8 / rate * 1e6 }
+	row := func(ranks int, op, algo string, size int, avg, cpuRanks float64) SuiteRow {
+		return newSuiteRow(CollResult{Op: op, Algo: algo, Ranks: ranks, Size: size, AvgUS: avg, MinUS: avg, MaxUS: avg, Iters: 8}, 2, rate, cpuRanks, 1)
+	}
+	const m16, m4 = 16 << 20, 4 << 20
+	rows := []SuiteRow{
+		row(8, "bcast", "innet", 8, 500, 1),
+		row(8, "bcast", "binomial", 8, 400, 1), // faster: the small-Bcast figure is missed at 8 B
+		row(8, "bcast", "chain", 8, 900, 1),
+		row(8, "bcast", "mpi", 8, 100, 1), // Open MPI is not a host algorithm of NDMA's
+		row(8, "bcast", "innet", 64<<10, 6000, 1),
+		row(8, "bcast", "chain", 64<<10, 6600, 1),
+		row(8, "bcast", "innet", m16, 1.10*bound(m16), 10), // 1 s per call
+		row(8, "bcast", "chain", m16, 1.07*bound(m16), 25), // 2.5 s per call
+		row(8, "allreduce", "innet", m4, 1.1*bound(m4), 1),
+		row(8, "allreduce", "rabenseifner", m4, 1.5*bound(m4), 1),
+		row(8, "allreduce", "ring", m4, 1.6*bound(m4), 1),
+		row(8, "allreduce", "innet", m16, 1.3*bound(m16), 1),
+		row(8, "allreduce", "ring", m16, 2.0*bound(m16), 1),
+		row(4, "allreduce", "innet", m16, 1.05*bound(m16), 1), // another setup: only its bound figure
+	}
+	figs := SuiteFigures(rows)
+	type want struct {
+		ranks  int
+		prefix string
+		value  float64
+		met    bool
+	}
+	wants := []want{
+		{8, "in-network Bcast 16M, over S/B", 1.10, true},
+		{8, "in-network Allreduce 16M, over S/B", 1.3, false},
+		{8, "in-network Allreduce 4M, best host", 1.5 / 1.1, false},
+		{8, "in-network Allreduce 16M, best host", 2.0 / 1.3, true},
+		{8, "in-network Bcast ≤ 64K", 400.0 / 500, false},
+		{8, "rank CPU per 16M Bcast", 2.5, true},
+		{4, "in-network Allreduce 16M, over S/B", 1.05, true},
+	}
+	if len(figs) != len(wants) {
+		t.Fatalf("%d figures, want %d: %+v", len(figs), len(wants), figs)
+	}
+	for i, w := range wants {
+		f := figs[i]
+		if f.Ranks != w.ranks || f.RateBits != rate || !strings.HasPrefix(f.Name, w.prefix) || math.Abs(f.Value-w.value) > 1e-9 || f.Met != w.met {
+			t.Errorf("figure %d: %+v; want %d ranks, %q..., %.4f, met %v", i, f, w.ranks, w.prefix, w.value, w.met)
+		}
+	}
+	if d := figs[4].Detail; !strings.Contains(d, "worst at 8: binomial 400 µs") || !strings.Contains(figs[4].Name, "(2 sizes)") {
+		t.Errorf("small-Bcast figure %q / %q: want the worst size, binomial, over 2 sizes", figs[4].Name, d)
+	}
+
+	var b strings.Builder
+	w := bufio.NewWriter(&b)
+	writeFigures(w, figs)
+	w.Flush()
+	md := b.String()
+	for _, s := range []string{
+		"### The testbed issue's figures, 8 ranks, 100mbit links",
+		"### The testbed issue's figures, 4 ranks, 100mbit links",
+		"| in-network Bcast 16M, over S/B | ≤ 1.15× | 1.10× | met |",
+		"| in-network Allreduce 16M, over S/B | ≤ 1.20× | 1.30× | missed |",
+	} {
+		if !strings.Contains(md, s) {
+			t.Errorf("figures Markdown lacks %q:\n%s", s, md)
+		}
+	}
+
+	// No rows for a figure: it is left out, not reported as missed.
+	if figs := SuiteFigures(rows[:4]); len(figs) != 1 || !strings.HasPrefix(figs[0].Name, "in-network Bcast ≤") {
+		t.Errorf("rows of 8 B Bcasts only: %+v; want the small-Bcast figure alone", figs)
+	}
+	if figs := SuiteFigures(nil); len(figs) != 0 {
+		t.Errorf("no rows: %+v", figs)
+	}
+}
