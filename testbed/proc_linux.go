@@ -156,3 +156,47 @@ func udpBound(pid, port int) bool {
 	}
 	return false
 }
+
+// autogroupEnabled is the kernel's switch for autogroup scheduling.
+const autogroupEnabled = "/proc/sys/kernel/sched_autogroup_enabled"
+
+// autogroupOf returns the autogroup of pid ("/autogroup-83"), the first
+// field of /proc/PID/autogroup, or "" if it cannot be read.
+func autogroupOf(pid string) string {
+	b, err := os.ReadFile("/proc/" + pid + "/autogroup")
+	if err != nil {
+		return ""
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return ""
+}
+
+// SchedulingApart reports whether the kernel's autogroup scheduling keeps
+// this process (and so the ranks Run starts, which stay in its session)
+// apart from the testbed's live daemons, and a line naming the groups. A
+// session is an autogroup: the scheduler shares the CPU between groups
+// first, and a switch in a group of its own wakes for every packet
+// instead of taking several at once, for a third more switch CPU and
+// slower in-network collectives on a machine with fewer cores than
+// processes. Up keeps the daemons in its caller's session; two separate
+// sudo commands may each run in a session of their own.
+func (st *State) SchedulingApart() (string, bool) {
+	if b, err := os.ReadFile(autogroupEnabled); err != nil || strings.TrimSpace(string(b)) != "1" {
+		return "", false
+	}
+	self := autogroupOf("self")
+	if self == "" {
+		return "", false
+	}
+	for _, d := range st.Daemons {
+		if !alive(d.PID, d.Start) {
+			continue
+		}
+		if g := autogroupOf(strconv.Itoa(d.PID)); g != "" && g != self {
+			return fmt.Sprintf("the %s daemon (pid %d) runs in scheduling group %s and this session in %s", d.Role, d.PID, g, self), true
+		}
+	}
+	return "", false
+}

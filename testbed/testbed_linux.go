@@ -333,8 +333,9 @@ func startDaemons(ctx context.Context, cfg *Config, st *State) error {
 // the default) a session of its own (setsid) puts a daemon in a scheduling
 // group of its own, and the switch then preempted the ranks at every
 // packet it received instead of taking them in batches: on 8 hosts and 2
-// vCPUs it used 0.81-0.99 s of CPU per 16 MiB in-network Bcast instead of
-// 0.50-0.68 s, and the Bcast took 1.47-1.65 s instead of 1.42-1.63 s.
+// vCPUs it used 0.81-1.01 s of CPU per 16 MiB in-network Bcast instead of
+// 0.50-0.68 s, and the Bcast took 1.47-1.76 s instead of 1.42-1.63 s
+// (State.SchedulingApart tells when Run's caller is in another group).
 func startDaemon(binary, role, ns, logPath string, gomaxprocs int, args []string) (Daemon, <-chan error, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {

@@ -678,3 +678,32 @@ func helperTput(ctx context.Context, rank int, hosts []string) error {
 	}
 	return nil
 }
+
+// TestSchedulingApart: a daemon in this session shares its autogroup; one
+// started in a session of its own (setsid) does not, when the kernel
+// groups by session.
+func TestSchedulingApart(t *testing.T) {
+	self := &State{Daemons: []Daemon{{Role: "switch", PID: os.Getpid(), Start: processStart(os.Getpid())}}}
+	if why, apart := self.SchedulingApart(); apart {
+		t.Errorf("this process as the daemon: apart (%s)", why)
+	}
+	if b, err := os.ReadFile(autogroupEnabled); err != nil || strings.TrimSpace(string(b)) != "1" {
+		t.Skipf("autogroup scheduling is off here (%s: %q, %v)", autogroupEnabled, b, err)
+	}
+	c := exec.Command("sleep", "30")
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { c.Process.Kill(); c.Wait() }()
+	other := &State{Daemons: []Daemon{{Role: "switch", PID: c.Process.Pid, Start: processStart(c.Process.Pid)}}}
+	why, apart := other.SchedulingApart()
+	if !apart || !strings.Contains(why, fmt.Sprintf("switch daemon (pid %d) runs in scheduling group /autogroup-", c.Process.Pid)) {
+		t.Errorf("a daemon in its own session: %q, %v; want apart, naming its group", why, apart)
+	}
+	c.Process.Kill()
+	c.Wait()
+	if why, apart := other.SchedulingApart(); apart {
+		t.Errorf("a daemon no longer running: apart (%s)", why)
+	}
+}

@@ -239,6 +239,11 @@ func runTestbedRun(cmd *cobra.Command, f *testbedFlags, args []string) error {
 	if len(st.Hosts) == 0 {
 		return fmt.Errorf("testbed %q has no state file, only namespaces left by a crash (%v): run `ndma testbed down --prefix %s` and `up` again", f.prefix, st.Stray, f.prefix)
 	}
+	if why, apart := st.SchedulingApart(); apart {
+		fmt.Fprintf(cmd.ErrOrStderr(), "ndma testbed run: warning: %s: with the kernel's autogroup scheduling the daemons get a CPU share of their own "+
+			"and the switch wakes for every packet (a third more CPU, slower in-network collectives); for comparable figures run `testbed up` and "+
+			"`testbed run` from one shell (sudo -s), or use `ndma bench suite`\n", why)
+	}
 	ctx, stop := signalContext(cmd)
 	defer stop()
 	return testbed.Run(ctx, st, args, cmd.OutOrStdout())
