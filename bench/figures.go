@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	"github.com/ndma/ndma/coll"
-	"github.com/ndma/ndma/testbed"
 )
 
 // Figure is one of the testbed issue's targets computed from suite rows:
@@ -15,6 +14,7 @@ import (
 type Figure struct {
 	Ranks    int     `json:"ranks"`
 	RateBits uint64  `json:"rate_bits"`
+	PeakBits uint64  `json:"peak_rate_bits,omitempty"`
 	Name     string  `json:"name"`
 	Target   string  `json:"target"`
 	Value    float64 `json:"value"` // the measured ratio the target bounds
@@ -38,12 +38,12 @@ const (
 // suite did not run) is left out.
 func SuiteFigures(rows []SuiteRow) []Figure {
 	type setup struct {
-		ranks int
-		rate  uint64
+		ranks      int
+		rate, peak uint64
 	}
 	var setups []setup
 	for _, r := range rows {
-		if s := (setup{r.Ranks, r.RateBits}); !slices.Contains(setups, s) {
+		if s := (setup{r.Ranks, r.RateBits, r.PeakRateBits}); !slices.Contains(setups, s) {
 			setups = append(setups, s)
 		}
 	}
@@ -51,12 +51,12 @@ func SuiteFigures(rows []SuiteRow) []Figure {
 	for _, s := range setups {
 		var mine []SuiteRow
 		for _, r := range rows {
-			if r.Ranks == s.ranks && r.RateBits == s.rate {
+			if r.Ranks == s.ranks && r.RateBits == s.rate && r.PeakRateBits == s.peak {
 				mine = append(mine, r)
 			}
 		}
 		for _, f := range setupFigures(mine) {
-			f.Ranks, f.RateBits = s.ranks, s.rate
+			f.Ranks, f.RateBits, f.PeakBits = s.ranks, s.rate, s.peak
 			figs = append(figs, f)
 		}
 	}
@@ -171,8 +171,8 @@ func opTitle(op coll.Operation) string {
 // writeFigures writes figs as a Markdown section, a table per setup.
 func writeFigures(w *bufio.Writer, figs []Figure) {
 	for i, f := range figs {
-		if i == 0 || f.Ranks != figs[i-1].Ranks || f.RateBits != figs[i-1].RateBits {
-			fmt.Fprintf(w, "\n### The testbed issue's figures, %d ranks, %s links\n\n", f.Ranks, testbed.FormatRate(f.RateBits))
+		if i == 0 || f.Ranks != figs[i-1].Ranks || f.RateBits != figs[i-1].RateBits || f.PeakBits != figs[i-1].PeakBits {
+			fmt.Fprintf(w, "\n### The testbed issue's figures, %d ranks, %s\n\n", f.Ranks, LinksText(f.RateBits, f.PeakBits))
 			fmt.Fprintln(w, "| Figure | Target | Measured | | From |")
 			fmt.Fprintln(w, "|---|---|--:|---|---|")
 		}

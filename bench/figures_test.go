@@ -75,6 +75,23 @@ func TestSuiteFigures(t *testing.T) {
 		}
 	}
 
+	// The same rows on links with a peak rate are another setup.
+	peaked := append([]SuiteRow(nil), rows[:2]...)
+	for i := range peaked {
+		peaked[i].PeakRateBits = 2 * rate
+	}
+	pf := SuiteFigures(append(append([]SuiteRow(nil), rows[:2]...), peaked...))
+	if len(pf) != 2 || pf[0].PeakBits != 0 || pf[1].PeakBits != 2*rate {
+		t.Errorf("rows without and with a peak rate: %+v; want a figure for each", pf)
+	}
+	b.Reset()
+	w.Reset(&b)
+	writeFigures(w, pf)
+	w.Flush()
+	if !strings.Contains(b.String(), "### The testbed issue's figures, 8 ranks, 100mbit links, peak 200mbit") {
+		t.Errorf("figures Markdown lacks the peak rate's setup:\n%s", b.String())
+	}
+
 	// No rows for a figure: it is left out, not reported as missed.
 	if figs := SuiteFigures(rows[:4]); len(figs) != 1 || !strings.HasPrefix(figs[0].Name, "in-network Bcast ≤") {
 		t.Errorf("rows of 8 B Bcasts only: %+v; want the small-Bcast figure alone", figs)

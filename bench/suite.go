@@ -92,6 +92,9 @@ type SuiteRow struct {
 	CollResult
 	Warmup   int    `json:"warmup"`    // unmeasured calls before Iters
 	RateBits uint64 `json:"rate_bits"` // link rate, bits per second
+	// PeakRateBits is the links' tbf peak rate (testbed.Config.PeakRate),
+	// bits per second; zero: none, or rows from before it was recorded.
+	PeakRateBits uint64 `json:"peak_rate_bits,omitempty"`
 	// BoundUS is the time to push Size bytes through one link, Size*8 over
 	// the rate: the S/B bound, in microseconds.
 	BoundUS      float64 `json:"bound_us"`
@@ -339,7 +342,9 @@ func runSuiteJob(ctx context.Context, st *testbed.State, swPID int, j suiteJob, 
 	if it != res.Iters {
 		return SuiteRow{}, fmt.Errorf("bench: suite: %s: rank 0 ran %d iterations, expected %d", what, res.Iters, it)
 	}
-	return newSuiteRow(res, warmup, st.RateBits, ch1-ch0, sw1-sw0), nil
+	row := newSuiteRow(res, warmup, st.RateBits, ch1-ch0, sw1-sw0)
+	row.PeakRateBits = st.PeakRateBits
+	return row, nil
 }
 
 // newSuiteRow completes a row from bench coll's result, the warm-up count,
@@ -477,7 +482,7 @@ func WriteSuiteMarkdown(w io.Writer, rows []SuiteRow) error {
 			fmt.Fprintln(bw)
 		}
 		first := byOp[op][0]
-		fmt.Fprintf(bw, "### %s, %d ranks, %s links\n\n", op, first.Ranks, testbed.FormatRate(first.RateBits))
+		fmt.Fprintf(bw, "### %s, %d ranks, %s\n\n", op, first.Ranks, LinksText(first.RateBits, first.PeakRateBits))
 		fmt.Fprintln(bw, "| Algorithm | Size | Avg (µs) | Min (µs) | Max (µs) | S/B bound (µs) | Avg / bound | Iters | CPU ranks (s) | CPU switch (s) | CPU per call (µs) |")
 		fmt.Fprintln(bw, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 		for _, r := range byOp[op] {
@@ -506,4 +511,13 @@ func WriteSuiteMarkdown(w io.Writer, rows []SuiteRow) error {
 		writeFigures(bw, SuiteFigures(rows))
 	}
 	return bw.Flush()
+}
+
+// LinksText describes a setup's links: "100mbit links", with the peak rate
+// if there was one ("100mbit links, peak 200mbit").
+func LinksText(rate, peak uint64) string {
+	if peak == 0 {
+		return testbed.FormatRate(rate) + " links"
+	}
+	return testbed.FormatRate(rate) + " links, peak " + testbed.FormatRate(peak)
 }

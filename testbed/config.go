@@ -40,6 +40,9 @@ const (
 
 // Limits on Config fields.
 const (
+	// MaxPeakRate bounds Config.PeakRate, in bits per second: tbf
+	// counts in 64 ns ticks, a tenth of a 9 KB frame at 10 Gbit/s.
+	MaxPeakRate = 10e9
 	// MaxPrefixLen is the longest prefix, in bytes.
 	MaxPrefixLen = 24
 	// MaxNodes bounds Hosts+MemNodes: the ports of one bridge.
@@ -97,6 +100,21 @@ type Config struct {
 	// millisecond at the link's rate.
 	Burst int
 
+	// PeakRate bounds how fast frames leave a link back to back, in
+	// Rate's syntax: tbf's peak rate, with a peak bucket of one frame
+	// (plus an eighth for the rounding of tc's time units). It must be
+	// above the link's rate and at most MaxPeakRate. "none" leaves it
+	// out: then Burst bytes leave at the veth's speed after every idle
+	// gap, at every hop, and a message of a few frames crosses a chain
+	// of hops faster than real links of this rate carry it (a 7-hop
+	// chain of 32 KiB in 4.1 ms at 100 Mbit/s, where serialization alone
+	// takes 7.2 ms). Empty means twice each link's rate where that is at
+	// most MaxPeakRate, otherwise none. A peak rate close to the rate
+	// makes tbf's timer lose the rate itself (110 Mbit/s over 100 Mbit/s
+	// links took 15-20% off a 16 MiB in-network collective on a 2-CPU
+	// machine; twice the rate took nothing measurable: docs/BENCHMARKS.md).
+	PeakRate string
+
 	// Latency is how long a packet may wait in a link's queue before tbf
 	// drops it; with Rate and Burst it sets the queue's size. Zero means
 	// DefaultLatency (20 ms).
@@ -138,6 +156,9 @@ type Config struct {
 
 	hostRateBits uint64 // HostRate in bits per second, set by validate
 	hostBurst    int
+	// Peak rates of the links and of the host links (HostRate), in bits
+	// per second, set by validate; zero: none.
+	peakBits, hostPeakBits uint64
 }
 
 // autoGoMaxProcs is Config.GoMaxProcs's automatic choice for procs
@@ -248,6 +269,9 @@ func (c *Config) validate() (netip.Prefix, uint64, error) {
 	if c.Burst < frame {
 		return netip.Prefix{}, 0, invalid("Burst", "%d bytes is less than one %d-byte frame at MTU %d", c.Burst, frame, c.MTU)
 	}
+	if err := c.validatePeak(rate); err != nil {
+		return netip.Prefix{}, 0, err
+	}
 	if c.Latency == 0 {
 		c.Latency = DefaultLatency
 	}
@@ -322,6 +346,48 @@ var rateUnits = []struct {
 	{"kbit", 1e3}, {"mbit", 1e6}, {"gbit", 1e9}, {"tbit", 1e12},
 	{"kbps", 8e3}, {"mbps", 8e6}, {"gbps", 8e9}, {"tbps", 8e12},
 	{"bit", 1}, {"bps", 8},
+}
+
+// validatePeak sets peakBits and hostPeakBits from PeakRate for links of
+// rate bits per second (and hostRateBits, if set).
+func (c *Config) validatePeak(rate uint64) error {
+	c.peakBits, c.hostPeakBits = 0, 0
+	switch strings.ToLower(strings.TrimSpace(c.PeakRate)) {
+	case "none":
+		return nil
+	case "":
+		if 2*rate <= MaxPeakRate {
+			c.peakBits = 2 * rate
+		}
+		if c.hostRateBits > 0 && 2*c.hostRateBits <= MaxPeakRate {
+			c.hostPeakBits = 2 * c.hostRateBits
+		}
+		return nil
+	}
+	pr, err := ParseRate(c.PeakRate)
+	if err != nil {
+		return &FieldError{Field: "PeakRate", Err: err}
+	}
+	if pr > MaxPeakRate {
+		return invalid("PeakRate", "%s is above %s, finer than tbf can time a frame", FormatRate(pr), FormatRate(MaxPeakRate))
+	}
+	if pr <= rate || pr <= c.hostRateBits {
+		return invalid("PeakRate", "%s must be above every link's rate (%s), or none", FormatRate(pr), FormatRate(max(rate, c.hostRateBits)))
+	}
+	c.peakBits = pr
+	if c.hostRateBits > 0 {
+		c.hostPeakBits = pr
+	}
+	return nil
+}
+
+// peakBucket is the peak bucket for frames of mtu+14 bytes: one frame
+// and an eighth, so that tc's rounding of the time to send it at the peak
+// rate never makes it smaller than a frame (tbf would drop every full
+// one).
+func peakBucket(mtu int) int {
+	f := mtu + 14
+	return f + f/8
 }
 
 // ParseRate parses a link rate in tc's syntax and returns it in bits per

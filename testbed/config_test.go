@@ -140,6 +140,31 @@ func TestConfigGoMaxProcs(t *testing.T) {
 	}
 }
 
+// TestConfigPeakRate: twice each link's rate by default, up to
+// MaxPeakRate; none; or one rate above every link's.
+func TestConfigPeakRate(t *testing.T) {
+	for _, tc := range []struct {
+		cfg              Config
+		links, hostLinks uint64
+	}{
+		{Config{}, 200e6, 0},
+		{Config{HostRate: "1gbit"}, 200e6, 2e9},
+		{Config{Rate: "10gbit"}, 0, 0}, // 20 Gbit/s is finer than tbf times
+		{Config{PeakRate: "None"}, 0, 0},
+		{Config{PeakRate: "none", HostRate: "1gbit"}, 0, 0},
+		{Config{PeakRate: "1gbit", HostRate: "500mbit"}, 1e9, 1e9},
+		{Config{PeakRate: "101mbit"}, 101e6, 0},
+	} {
+		c := tc.cfg
+		if _, _, err := c.validate(); err != nil || c.peakBits != tc.links || c.hostPeakBits != tc.hostLinks {
+			t.Errorf("%+v: peak %d, hosts %d, %v; want %d, %d", tc.cfg, c.peakBits, c.hostPeakBits, err, tc.links, tc.hostLinks)
+		}
+	}
+	if b := peakBucket(9000); b < 9014 || b > 2*9014 {
+		t.Errorf("peak bucket at MTU 9000: %d bytes, want one frame and a bit", b)
+	}
+}
+
 func TestConfigErrors(t *testing.T) {
 	for _, tc := range []struct {
 		field string
@@ -153,6 +178,10 @@ func TestConfigErrors(t *testing.T) {
 		{"Rate", Config{Rate: "fast"}},
 		{"HostRate", Config{HostRate: "0mbit"}},
 		{"Burst", Config{Burst: 100}},
+		{"PeakRate", Config{PeakRate: "fast"}},
+		{"PeakRate", Config{PeakRate: "100mbit"}},                      // not above the rate
+		{"PeakRate", Config{PeakRate: "150mbit", HostRate: "200mbit"}}, // not above the hosts' rate
+		{"PeakRate", Config{PeakRate: "20gbit", Rate: "5gbit"}},        // above MaxPeakRate
 		{"Latency", Config{Latency: time.Microsecond}},
 		{"Subnet", Config{Subnet: "8.8.8.0/24"}},
 		{"Subnet", Config{Subnet: "fd00::/64"}},

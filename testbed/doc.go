@@ -9,8 +9,9 @@
 // pair whose switch-side end is a port of a Linux bridge there, so ordinary
 // IP traffic between hosts crosses the switch namespace too: host-based
 // algorithms and in-network ones cross the same links. Both directions of
-// every link are shaped by a tbf qdisc to Config.Rate, and every interface
-// has Config.MTU. The bridge itself carries the switch namespace's address,
+// every link are shaped by a tbf qdisc to Config.Rate (frames leaving back
+// to back at most at Config.PeakRate, twice the rate by default), and
+// every interface has Config.MTU. The bridge itself carries the switch namespace's address,
 // where `ndma switch` listens; `ndma memd` runs in each memory-node
 // namespace, lending its region to the switch's memory pool. Addresses come from a private subnet that exists only inside
 // these namespaces; nothing is created in the machine's own namespace.

@@ -43,12 +43,18 @@ type State struct {
 	Burst    int    `json:"burst"`     // token bucket, in bytes
 	// HostRate, HostRateBits and HostBurst are the host links' own rate
 	// and bucket when Config.HostRate set one (empty and zero otherwise).
-	HostRate     string        `json:"host_rate,omitempty"`
-	HostRateBits uint64        `json:"host_rate_bits,omitempty"`
-	HostBurst    int           `json:"host_burst,omitempty"`
-	Latency      time.Duration `json:"latency"` // tbf queue bound, in nanoseconds
-	MTU          int           `json:"mtu"`     // every interface, in bytes
-	DatagramMTU  int           `json:"datagram_mtu"`
+	HostRate     string `json:"host_rate,omitempty"`
+	HostRateBits uint64 `json:"host_rate_bits,omitempty"`
+	HostBurst    int    `json:"host_burst,omitempty"`
+	// PeakRateBits and HostPeakRateBits are the links' and the host
+	// links' peak rates (Config.PeakRate) in bits per second, PeakBucket
+	// the peak bucket in bytes; zero when none.
+	PeakRateBits     uint64        `json:"peak_rate_bits,omitempty"`
+	HostPeakRateBits uint64        `json:"host_peak_rate_bits,omitempty"`
+	PeakBucket       int           `json:"peak_bucket,omitempty"`
+	Latency          time.Duration `json:"latency"` // tbf queue bound, in nanoseconds
+	MTU              int           `json:"mtu"`     // every interface, in bytes
+	DatagramMTU      int           `json:"datagram_mtu"`
 	// GoMaxProcs is the GOMAXPROCS the daemons run with and Run gives
 	// the ranks (0: not set, Go's default); see Config.GoMaxProcs.
 	GoMaxProcs int `json:"gomaxprocs,omitempty"`

@@ -157,18 +157,19 @@ func build(ctx context.Context, cfg *Config, subnet netip.Prefix, rate uint64) (
 		return nil, fmt.Errorf("testbed: state directory: %w", err)
 	}
 	st := &State{
-		Prefix:      p,
-		Dir:         dir,
-		Created:     time.Now().UTC().Truncate(time.Second),
-		Subnet:      subnet.String(),
-		Rate:        cfg.Rate,
-		RateBits:    rate,
-		Burst:       cfg.Burst,
-		Latency:     cfg.Latency,
-		MTU:         cfg.MTU,
-		DatagramMTU: datagramMTU(cfg.MTU),
-		GoMaxProcs:  cfg.GoMaxProcs,
-		Switch:      Node{Name: "sw", NS: nsName(p, "sw"), Addr: nodeAddr(subnet, 1), Iface: bridgeName},
+		Prefix:       p,
+		Dir:          dir,
+		Created:      time.Now().UTC().Truncate(time.Second),
+		Subnet:       subnet.String(),
+		Rate:         cfg.Rate,
+		RateBits:     rate,
+		Burst:        cfg.Burst,
+		PeakRateBits: cfg.peakBits,
+		Latency:      cfg.Latency,
+		MTU:          cfg.MTU,
+		DatagramMTU:  datagramMTU(cfg.MTU),
+		GoMaxProcs:   cfg.GoMaxProcs,
+		Switch:       Node{Name: "sw", NS: nsName(p, "sw"), Addr: nodeAddr(subnet, 1), Iface: bridgeName},
 	}
 	n := 2
 	for i := range cfg.Hosts {
@@ -186,6 +187,10 @@ func build(ctx context.Context, cfg *Config, subnet netip.Prefix, rate uint64) (
 	}
 	if cfg.HostRate != "" {
 		st.HostRate, st.HostRateBits, st.HostBurst = cfg.HostRate, cfg.hostRateBits, cfg.hostBurst
+		st.HostPeakRateBits = cfg.hostPeakBits
+	}
+	if cfg.peakBits > 0 || cfg.hostPeakBits > 0 {
+		st.PeakBucket = peakBucket(cfg.MTU)
 	}
 	st.SwitchAddr = netip.AddrPortFrom(st.Switch.Addr, SwitchPort).String()
 	st.Switch.Service = st.SwitchAddr
@@ -254,11 +259,14 @@ func buildNetwork(ctx context.Context, st *State, nodes []Node, bits int) error 
 	// switch).
 	var swq []string
 	for _, n := range nodes {
-		rate, burst := st.RateBits, st.Burst
+		rate, burst, peak := st.RateBits, st.Burst, st.PeakRateBits
 		if st.HostRateBits > 0 && slices.ContainsFunc(st.Hosts, func(h Node) bool { return h.NS == n.NS }) {
-			rate, burst = st.HostRateBits, st.HostBurst
+			rate, burst, peak = st.HostRateBits, st.HostBurst, st.HostPeakRateBits
 		}
 		tbf := fmt.Sprintf("root tbf rate %dbit burst %d latency %dus", rate, burst, st.Latency.Microseconds())
+		if peak > 0 {
+			tbf += fmt.Sprintf(" peakrate %dbit mtu %d", peak, st.PeakBucket)
+		}
 		swq = append(swq, fmt.Sprintf("qdisc replace dev %s %s", n.Port, tbf))
 		if err := batch(ctx, "tc", n.NS, []string{fmt.Sprintf("qdisc replace dev %s %s", nodeIface, tbf)}); err != nil {
 			return err

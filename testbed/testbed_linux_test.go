@@ -193,7 +193,8 @@ func TestUpRunDown(t *testing.T) {
 				Kind    string `json:"kind"`
 				Root    bool   `json:"root"`
 				Options struct {
-					Rate uint64 `json:"rate"` // bytes per second
+					Rate     uint64 `json:"rate"`     // bytes per second
+					MinBurst int    `json:"minburst"` // the peak bucket, bytes
 				} `json:"options"`
 			}
 			out, err := command(ctx, "", "tc", "-n", ns, "-j", "qdisc", "show", "dev", dev)
@@ -206,6 +207,14 @@ func TestUpRunDown(t *testing.T) {
 			if len(q) != 1 || q[0].Kind != "tbf" || !q[0].Root || q[0].Options.Rate*8 != want {
 				t.Errorf("%s %s: qdiscs %+v, want a root tbf at %d bit/s", ns, dev, q, want)
 			}
+			// The default peak rate, with a peak bucket that holds a
+			// whole frame after tc's rounding.
+			if len(q) == 1 && q[0].Options.MinBurst < DefaultMTU+14 {
+				t.Errorf("%s %s: peak bucket %d bytes, want at least a %d-byte frame", ns, dev, q[0].Options.MinBurst, DefaultMTU+14)
+			}
+		}
+		if st.PeakRateBits != 200e6 || st.HostPeakRateBits != 400e6 || st.PeakBucket != peakBucket(DefaultMTU) {
+			t.Errorf("peak rates %d, hosts %d, bucket %d; want twice each link's rate", st.PeakRateBits, st.HostPeakRateBits, st.PeakBucket)
 		}
 		// Hosts at --host-rate, memory nodes at --rate.
 		for _, n := range st.Hosts {

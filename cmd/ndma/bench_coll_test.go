@@ -146,8 +146,15 @@ func TestBenchSuiteFrom(t *testing.T) {
 	if err := os.WriteFile(c, []byte(strings.Replace(row("chain", 8, 20), `"ranks":8`, `"ranks":4`, 1)+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := execute(t, "bench", "suite", "--from", a+","+c, "--out", out); err == nil || !strings.Contains(err.Error(), "8 ranks at 100mbit and of 4 ranks") {
+	if _, err := execute(t, "bench", "suite", "--from", a+","+c, "--out", out); err == nil || !strings.Contains(err.Error(), "8 ranks on 100mbit links and of 4 ranks") {
 		t.Errorf("--from with 8- and 4-rank rows: %v, want an error naming both setups", err)
+	}
+	// Links with a peak rate are another setup.
+	if err := os.WriteFile(c, []byte(strings.Replace(row("chain", 8, 20), `"ranks":8`, `"ranks":8,"peak_rate_bits":200000000`, 1)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execute(t, "bench", "suite", "--from", a+","+c, "--out", out); err == nil || !strings.Contains(err.Error(), "of 8 ranks on 100mbit links, peak 200mbit") {
+		t.Errorf("--from with rows with and without a peak rate: %v, want an error naming both setups", err)
 	}
 	if _, err := execute(t, "bench", "suite", "--from", a, "--hosts", "4", "--out", out); err == nil {
 		t.Error("--hosts with --from: no error")

@@ -26,7 +26,7 @@ type suiteFlags struct {
 	repeat                    int
 	rate, ops, sizes, out, pf string
 	keep, json, mpi           bool
-	from                      string
+	from, peakRate            string
 }
 
 func newBenchSuiteCmd() *cobra.Command {
@@ -70,6 +70,7 @@ at the end, also on error or Ctrl-C, unless --keep.`,
 	fl := cmd.Flags()
 	fl.IntVar(&f.hosts, "hosts", 8, "host namespaces, one rank each")
 	fl.StringVar(&f.rate, "rate", testbed.DefaultRate, "rate of every link, each direction, in tc's syntax: 100mbit, 1gbit")
+	fl.StringVar(&f.peakRate, "peak-rate", "", "fastest rate at which frames leave a link back to back, above --rate, or none (default: twice --rate; see ndma testbed up)")
 	fl.IntVar(&f.mtu, "mtu", testbed.DefaultMTU, "MTU of every interface, in bytes; the ranks and switch use datagrams of MTU-28")
 	fl.StringVar(&f.ops, "ops", "bcast,reduce,allreduce,allgather,barrier", "collectives, comma-separated")
 	fl.StringVar(&f.sizes, "sizes", "8:16M", "message sizes per rank: list and ranges of powers of two, e.g. 8:16M or 4K,1M")
@@ -127,7 +128,7 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 	stdout := cmd.OutOrStdout()
 	prog := newProgress(cmd.ErrOrStderr(), f.json)
 	cfg := bench.SuiteConfig{
-		Testbed:  testbed.Config{Prefix: f.pf, Hosts: f.hosts, Rate: f.rate, MTU: f.mtu, GoMaxProcs: f.gmp},
+		Testbed:  testbed.Config{Prefix: f.pf, Hosts: f.hosts, Rate: f.rate, PeakRate: f.peakRate, MTU: f.mtu, GoMaxProcs: f.gmp},
 		Ops:      ops,
 		Sizes:    sizes,
 		Iters:    f.iters,
@@ -211,7 +212,7 @@ func firstLine(s string) string {
 
 // renderSuite is --from: merge earlier runs' rows and write the files.
 func renderSuite(cmd *cobra.Command, f *suiteFlags) error {
-	for _, name := range []string{"hosts", "rate", "mtu", "ops", "sizes", "iters", "keep", "prefix", "mpi", "repeat", "gomaxprocs"} {
+	for _, name := range []string{"hosts", "rate", "peak-rate", "mtu", "ops", "sizes", "iters", "keep", "prefix", "mpi", "repeat", "gomaxprocs"} {
 		if cmd.Flags().Changed(name) {
 			return fmt.Errorf("--%s cannot be used with --from (it renders rows already measured)", name)
 		}
@@ -236,9 +237,9 @@ func renderSuite(cmd *cobra.Command, f *suiteFlags) error {
 			// One setup per rendering: the tables, plots and figures are
 			// per operation, and a 4-rank row must not replace (or sit
 			// in one table with) an 8-rank one.
-			if len(rows) > 0 && (r.Ranks != rows[0].Ranks || r.RateBits != rows[0].RateBits) {
-				return fmt.Errorf("--from %s: rows of %d ranks at %s and of %d ranks at %s: render one setup (ranks, link rate) at a time",
-					path, rows[0].Ranks, testbed.FormatRate(rows[0].RateBits), r.Ranks, testbed.FormatRate(r.RateBits))
+			if len(rows) > 0 && (r.Ranks != rows[0].Ranks || r.RateBits != rows[0].RateBits || r.PeakRateBits != rows[0].PeakRateBits) {
+				return fmt.Errorf("--from %s: rows of %d ranks on %s and of %d ranks on %s: render one setup (ranks, links) at a time",
+					path, rows[0].Ranks, bench.LinksText(rows[0].RateBits, rows[0].PeakRateBits), r.Ranks, bench.LinksText(r.RateBits, r.PeakRateBits))
 			}
 			k := key{r.Op, r.Algo, r.Size}
 			if i, ok := at[k]; ok {

@@ -27,6 +27,7 @@ var testbedFlagNames = map[string]string{
 	"Rate":       "--rate",
 	"HostRate":   "--host-rate",
 	"Burst":      "--burst",
+	"PeakRate":   "--peak-rate",
 	"Latency":    "--latency",
 	"MTU":        "--mtu",
 	"Subnet":     "--subnet",
@@ -43,6 +44,7 @@ type testbedFlags struct {
 	hosts, memnodes, burst, mtu     int
 	gomaxprocs                      int
 	rate, hostRate, subnet, memSize string
+	peakRate                        string
 	latency                         time.Duration
 	binary                          string
 
@@ -98,6 +100,7 @@ directory; "status" shows them.`,
 	fl.StringVar(&f.hostRate, "host-rate", "", "rate of the host namespaces' links instead of --rate (e.g. a client faster than each memory node)")
 	fl.IntVar(&f.gomaxprocs, "gomaxprocs", 0, "GOMAXPROCS of the testbed's daemons and ranks: 0 = automatic (1 when the switch, hosts and memory nodes outnumber this machine's CPUs), -1 = Go's default (ranks of testbed run get it unless GOMAXPROCS is set)")
 	fl.IntVar(&f.burst, "burst", 0, "tbf bucket size in bytes, at least one frame (default: the larger of two frames and 1 ms at --rate)")
+	fl.StringVar(&f.peakRate, "peak-rate", "", "fastest rate at which frames leave a link back to back (tbf peakrate, one-frame peak bucket), above --rate; none: --burst bytes leave at once after an idle gap (default: twice each link's rate, up to 10gbit)")
 	fl.DurationVar(&f.latency, "latency", testbed.DefaultLatency, "longest a packet may wait in a link's queue before tbf drops it (1ms to 10s)")
 	fl.IntVar(&f.mtu, "mtu", testbed.DefaultMTU, fmt.Sprintf("MTU of every interface, in bytes (%d to %d)", testbed.MinMTU, testbed.MaxMTU))
 	fl.StringVar(&f.subnet, "subnet", testbed.DefaultSubnet, "private IPv4 subnet for the testbed's addresses; it exists only inside its namespaces")
@@ -195,6 +198,7 @@ func (f *testbedFlags) config() (testbed.Config, error) {
 		Rate:       f.rate,
 		HostRate:   f.hostRate,
 		Burst:      f.burst,
+		PeakRate:   f.peakRate,
 		Latency:    f.latency,
 		MTU:        f.mtu,
 		Subnet:     f.subnet,
@@ -270,6 +274,14 @@ func runTestbedStatus(cmd *cobra.Command, f *testbedFlags) error {
 	return nil
 }
 
+// peakText describes a link's peak rate for printTestbed.
+func peakText(bits uint64) string {
+	if bits == 0 {
+		return "no peak rate"
+	}
+	return "peak " + testbed.FormatRate(bits)
+}
+
 // printTestbed writes a testbed's state as tables: the links, the
 // namespaces with their addresses, the daemons and whether they run.
 func printTestbed(w io.Writer, st *testbed.State) {
@@ -279,10 +291,10 @@ func printTestbed(w io.Writer, st *testbed.State) {
 		return
 	}
 	fmt.Fprintf(w, "testbed %s  (state %s, created %s)\n", st.Prefix, st.Dir, st.Created.Format(time.RFC3339))
-	fmt.Fprintf(w, "links    %s each way (tbf burst %d B, latency %v), MTU %d (datagrams up to %d B), subnet %s\n",
-		st.Rate, st.Burst, st.Latency, st.MTU, st.DatagramMTU, st.Subnet)
+	fmt.Fprintf(w, "links    %s each way (tbf burst %d B, %s, latency %v), MTU %d (datagrams up to %d B), subnet %s\n",
+		st.Rate, st.Burst, peakText(st.PeakRateBits), st.Latency, st.MTU, st.DatagramMTU, st.Subnet)
 	if st.HostRate != "" {
-		fmt.Fprintf(w, "hosts    %s each way (tbf burst %d B)\n", st.HostRate, st.HostBurst)
+		fmt.Fprintf(w, "hosts    %s each way (tbf burst %d B, %s)\n", st.HostRate, st.HostBurst, peakText(st.HostPeakRateBits))
 	}
 	if st.GoMaxProcs > 0 {
 		fmt.Fprintf(w, "procs    GOMAXPROCS=%d for the daemons and the ranks of testbed run\n", st.GoMaxProcs)
