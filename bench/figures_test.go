@@ -59,11 +59,7 @@ func TestSuiteFigures(t *testing.T) {
 		t.Errorf("small-Bcast figure %q / %q: want the worst size, binomial, over 2 sizes", figs[4].Name, d)
 	}
 
-	var b strings.Builder
-	w := bufio.NewWriter(&b)
-	writeFigures(w, figs)
-	w.Flush()
-	md := b.String()
+	md := figuresMarkdown(figs)
 	for _, s := range []string{
 		"### The testbed issue's figures, 8 ranks, 100mbit links",
 		"### The testbed issue's figures, 4 ranks, 100mbit links",
@@ -84,12 +80,8 @@ func TestSuiteFigures(t *testing.T) {
 	if len(pf) != 2 || pf[0].PeakBits != 0 || pf[1].PeakBits != 2*rate {
 		t.Errorf("rows without and with a peak rate: %+v; want a figure for each", pf)
 	}
-	b.Reset()
-	w.Reset(&b)
-	writeFigures(w, pf)
-	w.Flush()
-	if !strings.Contains(b.String(), "### The testbed issue's figures, 8 ranks, 100mbit links, peak 200mbit") {
-		t.Errorf("figures Markdown lacks the peak rate's setup:\n%s", b.String())
+	if md := figuresMarkdown(pf); !strings.Contains(md, "### The testbed issue's figures, 8 ranks, 100mbit links, peak 200mbit") {
+		t.Errorf("figures Markdown lacks the peak rate's setup:\n%s", md)
 	}
 
 	// No rows for a figure: it is left out, not reported as missed.
@@ -99,4 +91,13 @@ func TestSuiteFigures(t *testing.T) {
 	if figs := SuiteFigures(nil); len(figs) != 0 {
 		t.Errorf("no rows: %+v", figs)
 	}
+}
+
+// figuresMarkdown is writeFigures' output for figs.
+func figuresMarkdown(figs []Figure) string {
+	var b strings.Builder
+	w := bufio.NewWriter(&b)
+	writeFigures(w, figs)
+	w.Flush()
+	return b.String()
 }
