@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/net/ipv4"
-	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
 )
 
@@ -117,12 +116,13 @@ func ListenUDP(addr string, cfg UDPConfig) (*UDPConn, error) {
 		pc.Close()
 		return nil, fmt.Errorf("netio: listen %s: SO_DOMAIN: %w", addr, soErr)
 	}
-	if domain == unix.AF_INET {
-		c.ipv4Only = true
-		c.bc = ipv4.NewPacketConn(pc)
-	} else {
-		c.bc = ipv6.NewPacketConn(pc)
+	c.ipv4Only = domain == unix.AF_INET
+	rb, err := newRawBatch(pc, !c.ipv4Only)
+	if err != nil {
+		pc.Close()
+		return nil, fmt.Errorf("netio: listen %s: %w", addr, err)
 	}
+	c.bc = rb
 	c.gro = gr
 	c.gso.Store(gso)
 	c.gsoMaxSeg = MaxDatagram

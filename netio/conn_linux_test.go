@@ -373,3 +373,75 @@ func TestWriteBatchAllocs(t *testing.T) {
 		})
 	}
 }
+
+func TestReadBatchAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	for _, oc := range offloadCases {
+		t.Run(oc.name, func(t *testing.T) {
+			src := listen(t, "127.0.0.1:0", oc.sendCfg)
+			dst := listen(t, "127.0.0.1:0", oc.recvCfg)
+			one := []Datagram{{Addr: dst.LocalAddr(), Buf: make([]byte, 1000)}}
+			ds := []Datagram{{Buf: make([]byte, MaxDatagram)}}
+			if a := testing.AllocsPerRun(50, func() {
+				if err := src.WriteBatch(one); err != nil {
+					t.Fatal(err)
+				}
+				if n, err := dst.ReadBatch(ds); err != nil || n != 1 || len(ds[0].Buf) != 1000 || ds[0].Addr != src.LocalAddr() {
+					t.Fatalf("ReadBatch: %d datagrams (%d bytes from %v), %v", n, len(ds[0].Buf), ds[0].Addr, err)
+				}
+				ds[0].Buf = ds[0].Buf[:cap(ds[0].Buf)]
+			}); a != 0 {
+				t.Errorf("WriteBatch+ReadBatch: %v allocs per call, want 0", a)
+			}
+		})
+	}
+}
+
+// TestRawSockaddr encodes destinations as each socket family wants and
+// decodes them back as a receiver would.
+func TestRawSockaddr(t *testing.T) {
+	cases := []struct {
+		v6   bool
+		addr string
+		ok   bool
+		want string
+	}{
+		{false, "10.1.2.3:9000", true, "10.1.2.3:9000"},
+		{false, "[::ffff:10.1.2.3]:65535", true, "10.1.2.3:65535"},
+		{false, "[2001:db8::1]:1", false, ""},
+		{true, "10.1.2.3:9000", true, "[::ffff:10.1.2.3]:9000"},
+		{true, "[2001:db8::1]:1", true, "[2001:db8::1]:1"},
+		{true, "[::1]:258", true, "[::1]:258"},
+	}
+	for _, tc := range cases {
+		r := &rawBatch{v6: tc.v6}
+		r.wname = make([]unix.RawSockaddrInet6, 1)
+		r.rname = make([]unix.RawSockaddrInet6, 1)
+		r.raddr = make([]net.UDPAddr, 1)
+		r.rip = make([][16]byte, 1)
+		ua := net.UDPAddrFromAddrPort(netip.MustParseAddrPort(tc.addr))
+		l, ok := r.putSockaddr(0, ua)
+		if ok != tc.ok {
+			t.Errorf("v6=%v %s: encoded %v, want %v", tc.v6, tc.addr, ok, tc.ok)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		r.rname[0] = r.wname[0]
+		got, isUDP := r.sockaddr(0, l).(*net.UDPAddr)
+		if !isUDP || got.AddrPort().String() != tc.want {
+			t.Errorf("v6=%v %s: decoded %v, want %s", tc.v6, tc.addr, got, tc.want)
+		}
+		if a := r.sockaddr(0, l-1); a != nil {
+			t.Errorf("v6=%v %s: short name decoded as %v, want nil", tc.v6, tc.addr, a)
+		}
+	}
+	r := &rawBatch{rname: make([]unix.RawSockaddrInet6, 1), raddr: make([]net.UDPAddr, 1), rip: make([][16]byte, 1)}
+	r.rname[0].Family = unix.AF_UNIX
+	if a := r.sockaddr(0, unix.SizeofSockaddrInet6); a != nil {
+		t.Errorf("AF_UNIX name decoded as %v, want nil", a)
+	}
+}
