@@ -445,3 +445,35 @@ func TestRawSockaddr(t *testing.T) {
 		t.Errorf("AF_UNIX name decoded as %v, want nil", a)
 	}
 }
+
+// TestRawZones maps IPv6 scope ids to interface names and back, as net
+// does, with numbers for interfaces that do not exist.
+func TestRawZones(t *testing.T) {
+	lo, err := net.InterfaceByName("lo")
+	if err != nil {
+		t.Skipf("no loopback interface: %v", err)
+	}
+	r := &rawBatch{v6: true}
+	if z := r.zone(uint32(lo.Index)); z != "lo" {
+		t.Errorf("zone(%d) = %q, want lo", lo.Index, z)
+	}
+	if z := r.zone(0); z != "" {
+		t.Errorf("zone(0) = %q, want none", z)
+	}
+	if z := r.zone(987654); z != "987654" {
+		t.Errorf("zone of a missing interface = %q, want its number", z)
+	}
+	if id := r.scopeID("lo"); id != uint32(lo.Index) {
+		t.Errorf("scopeID(lo) = %d, want %d", id, lo.Index)
+	}
+	if id := r.scopeID("7"); id != 7 {
+		t.Errorf("scopeID(7) = %d, want 7", id)
+	}
+	if id := r.scopeID("no-such-if"); id != 0 {
+		t.Errorf("scopeID of a missing interface = %d, want 0", id)
+	}
+	r.wname = make([]unix.RawSockaddrInet6, 1)
+	if _, ok := r.putSockaddr(0, &net.UDPAddr{IP: net.ParseIP("fe80::1"), Port: 9, Zone: "lo"}); !ok || r.wname[0].Scope_id != uint32(lo.Index) {
+		t.Errorf("fe80::1%%lo encoded with scope %d, want %d", r.wname[0].Scope_id, lo.Index)
+	}
+}

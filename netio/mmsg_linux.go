@@ -5,6 +5,7 @@ package netio
 import (
 	"net"
 	"os"
+	"strconv"
 	"syscall"
 	"unsafe"
 
@@ -29,7 +30,8 @@ import (
 //
 // Like ipv4.PacketConn it fills Message.N, NN, Flags and (on receive)
 // Addr, which points at a *net.UDPAddr owned by rawBatch and valid until
-// the next ReadBatch. IPv6 zones are not reported.
+// the next ReadBatch; an IPv6 sender's scope id is reported as its
+// interface's name, as net does.
 type rawBatch struct {
 	rc syscall.RawConn
 	v6 bool // AF_INET6 socket: sockaddr_in6 names
@@ -47,6 +49,7 @@ type rawBatch struct {
 	rname  []unix.RawSockaddrInet6 // large enough for either family
 	raddr  []net.UDPAddr
 	rip    [][16]byte
+	zones  map[uint32]string // IPv6 scope id → interface name
 
 	// Writer-owned; wfn is r.send, as rfn.
 	wfn    func(fd uintptr) bool
@@ -57,6 +60,7 @@ type rawBatch struct {
 	whdr   []unix.Mmsghdr
 	wiov   []unix.Iovec
 	wname  []unix.RawSockaddrInet6
+	scopes map[string]uint32 // IPv6 zone → scope id
 }
 
 func newRawBatch(pc *net.UDPConn, v6 bool) (*rawBatch, error) {
@@ -207,12 +211,60 @@ func (r *rawBatch) sockaddr(i int, namelen uint32) net.Addr {
 		}
 		ua.IP = append(r.rip[i][:0], raw.Addr[:]...)
 		ua.Port = ntohs(raw.Port)
+		ua.Zone = r.zone(raw.Scope_id)
+		return ua
 	default:
 		return nil
 	}
 	ua.Zone = ""
 	return ua
 }
+
+// zone names the interface of an IPv6 scope id (link-local senders),
+// from a cache: the lookup is a netlink request.
+func (r *rawBatch) zone(id uint32) string {
+	if id == 0 {
+		return ""
+	}
+	if z, ok := r.zones[id]; ok {
+		return z
+	}
+	z := strconv.FormatUint(uint64(id), 10) // as net does for an unknown index
+	if ifi, err := net.InterfaceByIndex(int(id)); err == nil {
+		z = ifi.Name
+	}
+	if r.zones == nil {
+		r.zones = make(map[uint32]string)
+	}
+	if len(r.zones) < maxZones {
+		r.zones[id] = z
+	}
+	return z
+}
+
+// scopeID is the interface index of an IPv6 zone (a name or a number),
+// from the writer's cache; 0 if there is no such interface.
+func (r *rawBatch) scopeID(zone string) uint32 {
+	if id, ok := r.scopes[zone]; ok {
+		return id
+	}
+	var id uint32
+	if ifi, err := net.InterfaceByName(zone); err == nil {
+		id = uint32(ifi.Index)
+	} else if n, err := strconv.ParseUint(zone, 10, 32); err == nil {
+		id = uint32(n)
+	}
+	if r.scopes == nil {
+		r.scopes = make(map[string]uint32)
+	}
+	if len(r.scopes) < maxZones {
+		r.scopes[zone] = id
+	}
+	return id
+}
+
+// maxZones bounds each zone cache.
+const maxZones = 64
 
 // WriteBatch sends ms with one sendmmsg (waiting in the poller while the
 // socket buffer is full) and returns how many messages the kernel took;
@@ -277,9 +329,7 @@ func (r *rawBatch) putSockaddr(i int, ua *net.UDPAddr) (uint32, bool) {
 	raw.Port = htons(ua.Port)
 	copy(raw.Addr[:], ip16)
 	if ua.Zone != "" {
-		if ifi, err := net.InterfaceByName(ua.Zone); err == nil {
-			raw.Scope_id = uint32(ifi.Index)
-		}
+		raw.Scope_id = r.scopeID(ua.Zone)
 	}
 	return unix.SizeofSockaddrInet6, true
 }
