@@ -36,27 +36,17 @@ type rawBatch struct {
 	rc syscall.RawConn
 	v6 bool // AF_INET6 socket: sockaddr_in6 names
 
-	// Reader-owned. rfn is r.recv as a func value, made once so that
-	// passing it to RawConn.Read allocates nothing; rcur, rflags, rn and
-	// rerr are its argument and results.
-	rfn    func(fd uintptr) bool
-	rcur   []unix.Mmsghdr
-	rflags int
-	rn     int
-	rerr   syscall.Errno
-	rhdr   []unix.Mmsghdr
-	riov   []unix.Iovec
-	rname  []unix.RawSockaddrInet6 // large enough for either family
-	raddr  []net.UDPAddr
-	rip    [][16]byte
-	zones  map[uint32]string // IPv6 scope id → interface name
+	// Reader-owned.
+	rcall mmsgCall
+	rhdr  []unix.Mmsghdr
+	riov  []unix.Iovec
+	rname []unix.RawSockaddrInet6 // large enough for either family
+	raddr []net.UDPAddr
+	rip   [][16]byte
+	zones map[uint32]string // IPv6 scope id → interface name
 
-	// Writer-owned; wfn is r.send, as rfn.
-	wfn    func(fd uintptr) bool
-	wcur   []unix.Mmsghdr
-	wflags int
-	wn     int
-	werr   syscall.Errno
+	// Writer-owned.
+	wcall  mmsgCall
 	whdr   []unix.Mmsghdr
 	wiov   []unix.Iovec
 	wname  []unix.RawSockaddrInet6
@@ -69,41 +59,66 @@ func newRawBatch(pc *net.UDPConn, v6 bool) (*rawBatch, error) {
 		return nil, err
 	}
 	r := &rawBatch{rc: rc, v6: v6}
-	r.rfn, r.wfn = r.recv, r.send
+	r.rcall = mmsgCall{trap: unix.SYS_RECVMMSG, name: "recvmmsg"}
+	r.wcall = mmsgCall{trap: unix.SYS_SENDMMSG, name: "sendmmsg"}
+	r.rcall.fn, r.wcall.fn = r.rcall.try, r.wcall.try
 	return r, nil
 }
 
-// mmsg runs one recvmmsg or sendmmsg (trap) on fd; it returns false, to
+// mmsgCall is one direction's system call. fn is try as a func value,
+// made once so that handing it to RawConn.Read or Write allocates
+// nothing; hdr and flags are its arguments, n and errno its results.
+type mmsgCall struct {
+	trap  uintptr
+	name  string
+	fn    func(fd uintptr) bool
+	hdr   []unix.Mmsghdr
+	flags int
+	n     int
+	errno syscall.Errno
+}
+
+// try runs the system call on fd, again on EINTR; it returns false, to
 // wait in the poller, on EAGAIN.
-func mmsg(trap, fd uintptr, hdr []unix.Mmsghdr, flags int) (n int, errno syscall.Errno, done bool) {
+func (c *mmsgCall) try(fd uintptr) bool {
 	for {
-		v, _, e := unix.RawSyscall6(trap, fd,
-			uintptr(unsafe.Pointer(&hdr[0])), uintptr(len(hdr)), uintptr(flags), 0, 0)
+		v, _, e := unix.RawSyscall6(c.trap, fd,
+			uintptr(unsafe.Pointer(&c.hdr[0])), uintptr(len(c.hdr)), uintptr(c.flags), 0, 0)
 		switch e {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
-			return 0, 0, false
-		case 0:
-			return int(v), 0, true
+			return false
 		}
-		return 0, e, true
+		c.n, c.errno = int(v), e
+		if e != 0 {
+			c.n = 0
+		}
+		return true
 	}
 }
 
-func (r *rawBatch) recv(fd uintptr) bool {
-	var done bool
-	r.rn, r.rerr, done = mmsg(unix.SYS_RECVMMSG, fd, r.rcur, r.rflags)
-	return done
+// run makes the call on hdr through rc.Write (write) or rc.Read, and
+// returns the messages done.
+func (c *mmsgCall) run(rc syscall.RawConn, write bool, hdr []unix.Mmsghdr, flags int) (int, error) {
+	c.hdr, c.flags = hdr, flags
+	var err error
+	if write {
+		err = rc.Write(c.fn)
+	} else {
+		err = rc.Read(c.fn)
+	}
+	c.hdr = nil
+	if err != nil {
+		return 0, err
+	}
+	if c.errno != 0 {
+		return 0, os.NewSyscallError(c.name, c.errno)
+	}
+	return c.n, nil
 }
 
-func (r *rawBatch) send(fd uintptr) bool {
-	var done bool
-	r.wn, r.werr, done = mmsg(unix.SYS_SENDMMSG, fd, r.wcur, r.wflags)
-	return done
-}
-
-// grow makes room for n messages of up to niov iovecs in total.
+// growHdrs makes room for n messages of up to niov iovecs in total.
 func growHdrs(hdr []unix.Mmsghdr, iov []unix.Iovec, name []unix.RawSockaddrInet6, n, niov int) ([]unix.Mmsghdr, []unix.Iovec, []unix.RawSockaddrInet6) {
 	if len(hdr) < n {
 		hdr = make([]unix.Mmsghdr, n)
@@ -115,7 +130,8 @@ func growHdrs(hdr []unix.Mmsghdr, iov []unix.Iovec, name []unix.RawSockaddrInet6
 	return hdr, iov, name
 }
 
-// fill points hdr[i] at the buffers, name and control space of ms[i].
+// fillHdrs points hdr[i] at the buffers and control space of ms[i];
+// the caller sets the name.
 func fillHdrs(ms []ipv4.Message, hdr []unix.Mmsghdr, iov []unix.Iovec) {
 	k := 0
 	for i := range ms {
@@ -172,16 +188,10 @@ func (r *rawBatch) ReadBatch(ms []ipv4.Message, flags int) (int, error) {
 		hdr[i].Hdr.Name = (*byte)(unsafe.Pointer(&r.rname[i]))
 		hdr[i].Hdr.Namelen = unix.SizeofSockaddrInet6
 	}
-	r.rcur, r.rflags = hdr, flags
-	err := r.rc.Read(r.rfn)
-	r.rcur = nil
+	n, err := r.rcall.run(r.rc, false, hdr, flags)
 	if err != nil {
 		return 0, err
 	}
-	if r.rerr != 0 {
-		return 0, os.NewSyscallError("recvmmsg", r.rerr)
-	}
-	n := r.rn
 	for i := range n {
 		m := &ms[i]
 		h := &hdr[i]
@@ -289,16 +299,10 @@ func (r *rawBatch) WriteBatch(ms []ipv4.Message, flags int) (int, error) {
 		hdr[i].Hdr.Name = (*byte)(unsafe.Pointer(&r.wname[i]))
 		hdr[i].Hdr.Namelen = l
 	}
-	r.wcur, r.wflags = hdr, flags
-	err := r.rc.Write(r.wfn)
-	r.wcur = nil
+	n, err := r.wcall.run(r.rc, true, hdr, flags)
 	if err != nil {
 		return 0, err
 	}
-	if r.werr != 0 {
-		return 0, os.NewSyscallError("sendmmsg", r.werr)
-	}
-	n := r.wn
 	for i := range n {
 		ms[i].N = int(hdr[i].Len)
 	}
