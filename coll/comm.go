@@ -125,6 +125,10 @@ func (c *Communicator) Size() int { return c.size }
 // InNetwork reports whether a forwarding node is available.
 func (c *Communicator) InNetwork() bool { return c.group != nil }
 
+// Group is the communicator's group at the switch (its id and members),
+// or nil without a switch.
+func (c *Communicator) Group() *endpoint.Group { return c.group }
+
 // SetTuner replaces the algorithm chooser used for AlgoAuto.
 func (c *Communicator) SetTuner(t Tuner) { c.tuner = t }
 
