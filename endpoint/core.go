@@ -371,6 +371,10 @@ func (c *Core) Stats() Stats {
 // Outstanding is the number of operations posted and not yet completed.
 func (c *Core) Outstanding() int { return len(c.ops) + len(c.pool.ops) }
 
+// inFlight is the number of operations of every kind posted and not yet
+// completed (what MaxOps bounds).
+func (c *Core) inFlight() int { return len(c.ops) + len(c.gops) + len(c.pool.ops) }
+
 // Idle reports whether the core holds no operation, no message queued or
 // in flight, and no partially received request: nothing is retained.
 func (c *Core) Idle() bool {
@@ -388,7 +392,7 @@ func (c *Core) Post(now time.Time, op *Op) error {
 	if op.posted && !op.finished {
 		return fmt.Errorf("%w: op already in flight", ErrBadOp)
 	}
-	if len(c.ops)+len(c.gops)+len(c.pool.ops) >= c.cfg.MaxOps {
+	if c.inFlight() >= c.cfg.MaxOps {
 		return transport.ErrQueueFull
 	}
 	if op.Pool != 0 {
