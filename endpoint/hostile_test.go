@@ -19,7 +19,6 @@ import (
 // transport would, so that each is new data to the receiving engine.
 type forger struct {
 	psn map[forgerKey]uint32
-	buf []byte
 }
 
 type forgerKey struct {
