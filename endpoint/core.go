@@ -167,7 +167,7 @@ type Op struct {
 
 	msgID    uint64
 	deadline time.Time
-	got      uint32 // Read: bytes received
+	asm      reassembly // the message it receives: a response, a multicast, a two-sided message
 	posted   bool
 	finished bool
 	done     chan struct{} // closed on completion by Endpoint
@@ -193,16 +193,34 @@ type Config struct {
 	// Store is the local memory exposed to peers' one-sided operations; nil
 	// means a private empty store (peers get StatusBadKey).
 	Store *memnode.Store
-	// MaxUnexpected bounds the bytes of multicast messages buffered
-	// because no receive was posted for them yet; beyond it the sender is
-	// held back. Zero means 64 MiB.
+	// MaxUnexpected bounds the bytes of messages (multicast and
+	// two-sided) buffered because no receive was posted for them yet. A
+	// message is charged its full length when its first fragment arrives,
+	// and every later fragment must agree with that length, so what is
+	// buffered never exceeds the charge. Messages from strangers (a
+	// source with no stream of this core's sends or receives, a group
+	// this core is not a member of) may take at most a quarter of it.
+	// Beyond it a new message is held back: its packets are not
+	// acknowledged and the sender resends them, so nothing is lost; a
+	// posted receive always admits its own message. Zero means 64 MiB.
 	MaxUnexpected int
-	// MaxResponse bounds a control or anycast reply, in bytes. Zero means
-	// 64 MiB.
+	// MaxUnexpectedMsgs bounds the number of such buffered messages, a
+	// quarter of them from strangers, in the same way. Zero means 16384.
+	MaxUnexpectedMsgs int
+	// MaxResponse bounds a control or anycast reply, and an anycast
+	// request served here, in bytes. Zero means 64 MiB.
 	MaxResponse int
-	// MaxIncoming bounds anycast requests waiting for a handler; beyond it
-	// they are refused with StatusBusy. Zero means 1024.
+	// MaxIncoming bounds the anycast requests this core holds at once:
+	// those being received plus those handed to a handler (Requests) and
+	// not yet answered (Reply). Beyond it a new request is refused at
+	// once with StatusBusy, which its client sees (nothing waits on
+	// anything, so this cannot deadlock). Zero means 1024.
 	MaxIncoming int
+	// MaxIncomingBytes bounds the bytes of anycast requests being
+	// received; beyond it a new request is refused with StatusBusy. A
+	// partial request idle for the transport's DeadTimeout is forgotten.
+	// Zero means 64 MiB.
+	MaxIncomingBytes int
 	// PoolNode, if set, makes the endpoint a memory node of a pool: it
 	// serves the pool requests and grants of the switch it names.
 	PoolNode *PoolServe
@@ -215,8 +233,13 @@ type Stats struct {
 	RequestsServed, RequestsRefused uint64
 	ResponsesDropped                uint64 // responder could not queue a response
 	UnmatchedResponses              uint64 // response for no outstanding op (late or forged)
-	OpsByKind                       [8]uint64
-	Pool                            PoolStats
+	// FragmentsRefused counts fragments that contradicted the message
+	// they join (ErrBadFragment) and were dropped; FragmentsDropped those
+	// of messages whose receive had already ended (failed or canceled),
+	// and events or group traffic for groups this core is not in.
+	FragmentsRefused, FragmentsDropped uint64
+	OpsByKind                          [8]uint64
+	Pool                               PoolStats
 }
 
 type inKey struct {
@@ -236,12 +259,19 @@ type Core struct {
 	done      []*Op // completed since the last Poll
 	doneSpare []*Op
 	nextDL    time.Time // earliest op deadline (may be early)
+	now       time.Time // of the current Step (admission runs inside it)
+	inSweep   time.Time // earliest next sweep of inStatus
 
 	// Group state (core_group.go).
 	gops        map[gopKey]*Op
-	unexp       map[gopKey]*unexpected
-	unexpBytes  int
+	joined      map[uint32]uint16 // groups this core is a member of (SetMember)
+	unexp       map[unexpKey]*unexpected
+	unexpUse    [2]unexpUse // buffered unexpected messages: [0] all, [1] from strangers
+	unexpSweep  time.Time   // earliest next sweep of idle partial unexpected messages
 	anyIn       map[inKey]*Request
+	anyInBytes  int
+	anySweep    time.Time // earliest next sweep of idle partial requests
+	serving     int       // requests handed out by Requests and not yet answered
 	requests    []*Request
 	mcSeq       map[uint32]uint64 // per group: last multicast id sent
 	aggSeq      map[uint32]uint64 // per group: last aggregation id
@@ -252,6 +282,7 @@ type Core struct {
 	// Two-sided messages (core_msg.go).
 	sendSeq  map[msgStream]uint64
 	recvSeq  map[msgStream]uint64
+	msgPeers map[netip.AddrPort]int // streams in sendSeq and recvSeq per peer: the established sources
 	recvs    map[msgMatch]*Op
 	unexpMsg map[msgMatch]*unexpected
 	recvID   uint64
@@ -262,11 +293,14 @@ type Core struct {
 
 type inReq struct {
 	status wire.Status
+	total  uint32 // the request's length, fixed by its first packet
 	last   time.Time
 }
 
 // maxInRequests bounds the multi-packet requests being received; stale
-// ones (their sender gave up) are swept when the bound is reached.
+// ones (their sender gave up) are swept when the bound is reached, and
+// while it is, the first packet of a new one is held back (not
+// acknowledged: its sender resends it).
 const maxInRequests = 1 << 16
 
 // MTU is the largest datagram the core's transport sends, in bytes.
@@ -294,8 +328,15 @@ func NewCore(cfg Config) (*Core, error) {
 	if cfg.MaxIncoming == 0 {
 		cfg.MaxIncoming = 1024
 	}
-	if cfg.OpTimeout < 0 || cfg.MaxOps < 0 || cfg.MaxUnexpected < 0 || cfg.MaxResponse < 0 || cfg.MaxIncoming < 0 {
-		return nil, fmt.Errorf("endpoint: OpTimeout and MaxOps must not be negative")
+	if cfg.MaxUnexpectedMsgs == 0 {
+		cfg.MaxUnexpectedMsgs = 16384
+	}
+	if cfg.MaxIncomingBytes == 0 {
+		cfg.MaxIncomingBytes = 64 << 20
+	}
+	if cfg.OpTimeout < 0 || cfg.MaxOps < 0 || cfg.MaxUnexpected < 0 || cfg.MaxResponse < 0 || cfg.MaxIncoming < 0 ||
+		cfg.MaxUnexpectedMsgs < 0 || cfg.MaxIncomingBytes < 0 {
+		return nil, fmt.Errorf("endpoint: OpTimeout, MaxOps and the Max* bounds must not be negative")
 	}
 	eng, err := transport.New(cfg.Transport)
 	if err != nil {
@@ -330,6 +371,10 @@ func (c *Core) Stats() Stats {
 // Outstanding is the number of operations posted and not yet completed.
 func (c *Core) Outstanding() int { return len(c.ops) + len(c.pool.ops) }
 
+// inFlight is the number of operations of every kind posted and not yet
+// completed (what MaxOps bounds).
+func (c *Core) inFlight() int { return len(c.ops) + len(c.gops) + len(c.pool.ops) }
+
 // Idle reports whether the core holds no operation, no message queued or
 // in flight, and no partially received request: nothing is retained.
 func (c *Core) Idle() bool {
@@ -347,7 +392,7 @@ func (c *Core) Post(now time.Time, op *Op) error {
 	if op.posted && !op.finished {
 		return fmt.Errorf("%w: op already in flight", ErrBadOp)
 	}
-	if len(c.ops)+len(c.gops)+len(c.pool.ops) >= c.cfg.MaxOps {
+	if c.inFlight() >= c.cfg.MaxOps {
 		return transport.ErrQueueFull
 	}
 	if op.Pool != 0 {
@@ -415,7 +460,7 @@ func (k Kind) longRunning() bool {
 // start resets op's results and arms its deadline.
 func (c *Core) start(now time.Time, op *Op) {
 	op.posted, op.finished = true, false
-	op.Err, op.Old, op.got, op.Resp, op.Degraded = nil, 0, 0, nil, false
+	op.Err, op.Old, op.asm, op.Resp, op.Degraded = nil, 0, reassembly{}, nil, false
 	t := op.Timeout
 	if t <= 0 && !op.Kind.longRunning() {
 		t = c.cfg.OpTimeout
@@ -477,6 +522,7 @@ func (c *Core) complete(op *Op) {
 
 // Step handles one received datagram.
 func (c *Core) Step(now time.Time, from netip.AddrPort, pkt []byte) {
+	c.now = now
 	c.pool.now = now
 	if c.pool.started.IsZero() {
 		c.pool.started = now
@@ -490,7 +536,7 @@ func (c *Core) Step(now time.Time, from netip.AddrPort, pkt []byte) {
 	}
 	h := &d.Header
 	if h.Mode != wire.ModeUnicast || h.Op == wire.OpEvent || (h.Mode == wire.ModeAnycast) {
-		c.onGroup(now, &d)
+		c.onGroup(&d)
 		return
 	}
 	if h.Flags&wire.FlagResp != 0 {
@@ -511,32 +557,29 @@ func (c *Core) onResponse(d *transport.Delivery) {
 		c.stats.UnmatchedResponses++
 		return
 	}
-	if (op.Kind == KindControl || op.Kind == KindAnycast) && h.Status == wire.StatusOK {
-		if int(h.MsgLen) > c.cfg.MaxResponse {
-			op.fail(wire.StatusTooLarge)
-			c.finish(op)
+	if h.Status == wire.StatusOK && (op.Kind == KindRead || op.Kind == KindControl || op.Kind == KindAnycast) {
+		// A response with data: the first fragment fixes its length.
+		if !op.asm.open {
+			switch {
+			case op.Kind == KindRead && int(h.MsgLen) != len(op.Buf):
+				op.fail(ErrShortRead)
+				c.finish(op)
+				return
+			case op.Kind == KindRead:
+				op.asm.start(len(op.Buf), op.Buf)
+			case int(h.MsgLen) > c.cfg.MaxResponse:
+				op.fail(wire.StatusTooLarge)
+				c.finish(op)
+				return
+			default:
+				op.Resp = make([]byte, h.MsgLen)
+				op.asm.start(len(op.Resp), op.Resp)
+			}
+		}
+		if !c.placeFrag(op, d) {
 			return
 		}
-		if op.Resp == nil {
-			op.Resp = make([]byte, h.MsgLen)
-		}
-		if len(op.Resp) != int(h.MsgLen) {
-			op.fail(ErrShortRead)
-			c.finish(op)
-			return
-		}
-		copy(op.Resp[h.Offset:], d.Payload)
-	}
-	if op.Kind == KindRead && h.Status == wire.StatusOK {
-		if uint64(h.MsgLen) != uint64(len(op.Buf)) {
-			op.fail(ErrShortRead)
-			c.finish(op)
-			return
-		}
-		copy(op.Buf[h.Offset:], d.Payload)
-		op.got += uint32(len(d.Payload))
-	}
-	if !d.MsgDone {
+	} else if !d.MsgDone {
 		return
 	}
 	if h.Status != wire.StatusOK {
@@ -556,26 +599,34 @@ func (c *Core) serve(now time.Time, d *transport.Delivery) {
 	if h.Op == wire.OpControl && c.servePoolControl(d) {
 		return
 	}
-	var res memnode.Result
-	if h.Op == wire.OpNop {
-		res.Status = wire.StatusOK
-	} else {
-		res = c.store.Exec(h, d.Payload)
-	}
-	st, old := res.Status, res.Old
+	var r *inReq
+	k := inKey{d.Peer, h.MsgID}
 	if !d.MsgDone || h.Offset != 0 || h.MsgLen != uint32(h.Len) {
 		// Multi-packet request: remember the first refusal until the
-		// last packet arrives.
-		k := inKey{d.Peer, h.MsgID}
-		r := c.inStatus[k]
-		if r == nil {
+		// last packet arrives. Admission (admitRequest) made room.
+		if r = c.inStatus[k]; r == nil {
 			if len(c.inStatus) >= maxInRequests {
-				c.sweepInRequests(now)
+				c.stats.RequestsRefused++
+				return
 			}
-			r = &inReq{}
+			r = &inReq{total: h.MsgLen}
 			c.inStatus[k] = r
 		}
 		r.last = now
+	}
+	var res memnode.Result
+	switch {
+	case r != nil && h.MsgLen != r.total:
+		// Not a packet of the request it names: the request fails.
+		c.stats.FragmentsRefused++
+		res.Status = wire.StatusBadOperand
+	case h.Op == wire.OpNop:
+		res.Status = wire.StatusOK
+	default:
+		res = c.store.Exec(h, d.Payload)
+	}
+	st, old := res.Status, res.Old
+	if r != nil {
 		if r.status == wire.StatusOK {
 			r.status = st
 		}
@@ -602,18 +653,44 @@ func (c *Core) serve(now time.Time, d *transport.Delivery) {
 	}
 }
 
-// sweepInRequests forgets partially received requests idle for longer
-// than the transport's dead-peer timeout (the default if unset).
-func (c *Core) sweepInRequests(now time.Time) {
-	idle := c.cfg.Transport.DeadTimeout
-	if idle == 0 {
-		idle = transport.DefaultDeadTimeout
+// deadTimeout is the transport's dead-peer timeout: how long a partial
+// message may sit idle before its sender is taken to have given up.
+func (c *Core) deadTimeout() time.Duration {
+	if c.cfg.Transport.DeadTimeout > 0 {
+		return c.cfg.Transport.DeadTimeout
 	}
-	for k, r := range c.inStatus {
-		if now.Sub(r.last) > idle {
-			delete(c.inStatus, k)
+	return transport.DefaultDeadTimeout
+}
+
+// sweepDue reports whether a sweep whose next run is *next may run now,
+// and if so schedules the one after a quarter of the dead timeout later:
+// a full table is walked at most that often, never once per packet.
+func (c *Core) sweepDue(now time.Time, next *time.Time) bool {
+	if now.Before(*next) {
+		return false
+	}
+	*next = now.Add(c.deadTimeout() / 4)
+	return true
+}
+
+// admitRequest holds back the first packet of a multi-packet request
+// while maxInRequests are being received (after forgetting those idle
+// for the dead timeout): its sender resends it, and the requests already
+// under way are not disturbed.
+func (c *Core) admitRequest(d *transport.Delivery) bool {
+	h := &d.Header
+	if h.MsgLen == uint32(h.Len) || len(c.inStatus) < maxInRequests || c.inStatus[inKey{d.Peer, h.MsgID}] != nil {
+		return true
+	}
+	if c.sweepDue(c.now, &c.inSweep) {
+		idle := c.deadTimeout()
+		for k, r := range c.inStatus {
+			if c.now.Sub(r.last) > idle {
+				delete(c.inStatus, k)
+			}
 		}
 	}
+	return len(c.inStatus) < maxInRequests
 }
 
 // FailAll completes every outstanding operation with err.

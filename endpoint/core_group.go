@@ -2,6 +2,7 @@ package endpoint
 
 import (
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/ndma/ndma/transport"
@@ -41,51 +42,153 @@ type gopKey struct {
 }
 
 // unexpected is a message (multicast or two-sided) that arrived, or began
-// to, before its receive was posted. It keeps the fragments that came, not
-// a buffer of the message's size: a receive is usually posted a little
-// after the first fragments of a large message arrive, and a whole-size
-// buffer cost a 16 MiB allocation (page faults, GC) and a 16 MiB copy per
-// such message for a few fragments (35% of a receiver's CPU in a 16 MiB
-// in-network Bcast on the testbed).
+// to, before its receive was posted. Its reassembly keeps the fragments
+// that came, not a buffer of the message's size: a receive is usually
+// posted a little after the first fragments of a large message arrive,
+// and a whole-size buffer cost a 16 MiB allocation (page faults, GC) and a
+// 16 MiB copy per such message for a few fragments (35% of a receiver's
+// CPU in a 16 MiB in-network Bcast on the testbed).
 type unexpected struct {
-	size  int // the message's length: what it holds of MaxUnexpected
-	frags []unexpFrag
-	done  bool
+	asm      reassembly
+	size     int  // what it holds of MaxUnexpected: its length
+	stranger bool // from a source with no established stream or group
+	broken   bool // a fragment was refused: its receive fails with ErrBadFragment
+	last     time.Time
 }
 
-// unexpFrag is one fragment of an unexpected message.
-type unexpFrag struct {
-	off  int
-	data []byte
+// unexpKey identifies an unexpected multicast: the address it came from
+// (the switch, for a genuine one) and the receive it waits for.
+type unexpKey struct {
+	from netip.AddrPort
+	k    gopKey
 }
 
-// add keeps a copy of the fragment at offset off.
-func (u *unexpected) add(off int, p []byte) {
-	u.frags = append(u.frags, unexpFrag{off: off, data: append([]byte(nil), p...)})
+// unexpUse is what buffered unexpected messages hold of the bounds.
+type unexpUse struct{ bytes, msgs int }
+
+// newUnexpected charges a new unexpected message (first fragment h) to
+// the bounds; admission (roomUnexpected) checked that it fits.
+func (c *Core) newUnexpected(h *wire.Header, stranger bool) *unexpected {
+	u := &unexpected{size: int(h.MsgLen), stranger: stranger}
+	u.asm.start(u.size, nil)
+	c.charge(u, 1)
+	return u
 }
 
-// copyTo writes the fragments received so far into dst, which holds at
-// least size bytes.
-func (u *unexpected) copyTo(dst []byte) {
-	for _, f := range u.frags {
-		copy(dst[f.off:], f.data)
+// release gives an unexpected message's share of the bounds back.
+func (c *Core) release(u *unexpected) { c.charge(u, -1) }
+
+func (c *Core) charge(u *unexpected, sign int) {
+	c.unexpUse[0].bytes += sign * u.size
+	c.unexpUse[0].msgs += sign
+	if u.stranger {
+		c.unexpUse[1].bytes += sign * u.size
+		c.unexpUse[1].msgs += sign
 	}
+}
+
+// placeUnexpected keeps one fragment of an unexpected message.
+func (c *Core) placeUnexpected(u *unexpected, d *transport.Delivery) {
+	u.last = c.now
+	if u.broken {
+		c.stats.FragmentsDropped++
+		return
+	}
+	done, err := u.asm.place(&d.Header, d.Payload)
+	if err != nil {
+		c.stats.FragmentsRefused++
+	}
+	if !done && u.asm.broken(d.MsgDone) {
+		u.broken = true
+		u.asm.frags = nil
+	}
+}
+
+// takeUnexpected hands an unexpected message (already out of its table)
+// to the receive op, whose buffer buf it fits: what arrived is copied
+// there, and later fragments land there directly.
+func (c *Core) takeUnexpected(op *Op, u *unexpected, buf []byte) {
+	if u.broken {
+		op.fail(ErrBadFragment)
+		c.finish(op)
+		return
+	}
+	op.asm = u.asm
+	op.asm.moveTo(buf)
+	if op.asm.complete() {
+		c.finish(op)
+	}
+}
+
+// placeFrag places one fragment of the message op receives and reports
+// whether the message is complete. A contradicting fragment is dropped;
+// a message that can no longer complete fails op with ErrBadFragment.
+func (c *Core) placeFrag(op *Op, d *transport.Delivery) bool {
+	done, err := op.asm.place(&d.Header, d.Payload)
+	if err != nil {
+		c.stats.FragmentsRefused++
+	}
+	if !done && op.asm.broken(d.MsgDone) {
+		op.fail(ErrBadFragment)
+		c.finish(op)
+	}
+	return done
+}
+
+// roomUnexpected reports whether a new unexpected message of n bytes fits
+// the bounds (Config.MaxUnexpected, MaxUnexpectedMsgs; a quarter of each
+// for strangers). When it does not, partial messages idle for the dead
+// timeout are forgotten first (at most once per quarter of it).
+func (c *Core) roomUnexpected(n int, stranger bool) bool {
+	if c.fitsUnexpected(n, stranger) {
+		return true
+	}
+	if !c.sweepDue(c.now, &c.unexpSweep) {
+		return false
+	}
+	idle := c.deadTimeout()
+	stale := func(u *unexpected) bool { return !u.asm.complete() && !u.broken && c.now.Sub(u.last) > idle }
+	for k, u := range c.unexp {
+		if stale(u) {
+			delete(c.unexp, k)
+			c.release(u)
+		}
+	}
+	for k, u := range c.unexpMsg {
+		if stale(u) {
+			delete(c.unexpMsg, k)
+			c.release(u)
+		}
+	}
+	return c.fitsUnexpected(n, stranger)
+}
+
+func (c *Core) fitsUnexpected(n int, stranger bool) bool {
+	all, st := c.unexpUse[0], c.unexpUse[1]
+	if all.bytes+n > c.cfg.MaxUnexpected || all.msgs >= c.cfg.MaxUnexpectedMsgs {
+		return false
+	}
+	return !stranger || (st.bytes+n <= c.cfg.MaxUnexpected/4 && st.msgs < c.cfg.MaxUnexpectedMsgs/4)
 }
 
 // Request is an anycast request delivered to this endpoint as a member of
 // a service group. Reply to it with Core.Reply (or return from the
 // Endpoint's handler).
 type Request struct {
-	Group uint32
-	Key   uint64 // the request's affinity key (header Addr)
-	Data  []byte
-	msgID uint64
-	peer  transport.PeerID
+	Group    uint32
+	Key      uint64 // the request's affinity key (header Addr)
+	Data     []byte
+	msgID    uint64
+	peer     transport.PeerID
+	asm      reassembly
+	last     time.Time
+	answered bool
 }
 
 func (c *Core) initGroups() {
 	c.gops = make(map[gopKey]*Op)
-	c.unexp = make(map[gopKey]*unexpected)
+	c.joined = make(map[uint32]uint16)
+	c.unexp = make(map[unexpKey]*unexpected)
 	c.anyIn = make(map[inKey]*Request)
 	c.mcSeq = make(map[uint32]uint64)
 	c.aggSeq = make(map[uint32]uint64)
@@ -94,8 +197,40 @@ func (c *Core) initGroups() {
 	c.admitFn = c.admit
 }
 
-// SetMember records this endpoint's member id in a group.
-func (c *Core) SetMember(group uint32, member uint16) { c.eng.SetLocal(group, member) }
+// SetMember records this endpoint's member id in a group. Multicasts,
+// events and anycast requests are taken only for groups set here (a
+// group's unexpected multicasts from elsewhere count as a stranger's).
+func (c *Core) SetMember(group uint32, member uint16) {
+	c.eng.SetLocal(group, member)
+	c.joined[group] = member
+}
+
+// LeaveGroup forgets group once this endpoint has left it (or closed its
+// service), after the group's operations completed: its sequence numbers,
+// the members it was told died, and the multicasts buffered for it that
+// no receive took. Later traffic for the group is refused.
+func (c *Core) LeaveGroup(group uint32) {
+	delete(c.joined, group)
+	c.eng.ClearLocal(group)
+	delete(c.mcSeq, group)
+	delete(c.aggSeq, group)
+	for k := range c.rxSeq {
+		if k.group == group {
+			delete(c.rxSeq, k)
+		}
+	}
+	for k := range c.deadMembers {
+		if k.group == group {
+			delete(c.deadMembers, k)
+		}
+	}
+	for k, u := range c.unexp {
+		if k.k.group == group {
+			delete(c.unexp, k)
+			c.release(u)
+		}
+	}
+}
 
 // EnableGroups lets the core accept streams from a forwarding node
 // (multicast, aggregation, anycast). Memory nodes leave it off.
@@ -127,20 +262,18 @@ func (c *Core) postGroup(now time.Time, op *Op) error {
 		op.gkey = gopKey{op.Group, KindRecv, op.From, id}
 		c.start(now, op)
 		c.gops[op.gkey] = op
-		if u := c.unexp[op.gkey]; u != nil {
+		uk := unexpKey{op.sw, op.gkey}
+		if u := c.unexp[uk]; u != nil {
 			// It (or its beginning) arrived before the receive was posted:
 			// take what is there; later fragments land in op.Buf directly.
-			c.unexpBytes -= u.size
-			delete(c.unexp, op.gkey)
+			delete(c.unexp, uk)
+			c.release(u)
 			if u.size != len(op.Buf) {
 				op.fail(fmt.Errorf("%w: multicast of %d bytes into a %d-byte buffer", ErrShortRead, u.size, len(op.Buf)))
 				c.finish(op)
 				return nil
 			}
-			u.copyTo(op.Buf)
-			if u.done {
-				c.finish(op)
-			}
+			c.takeUnexpected(op, u, op.Buf)
 		}
 		return nil
 	case KindAggregate:
@@ -193,25 +326,32 @@ func (c *Core) finishGroup(op *Op) {
 	c.done = append(c.done, op)
 }
 
-// admit holds back multicast messages nobody has posted a receive for,
-// once MaxUnexpected bytes are buffered.
+// admit decides, before a data packet counts as received, whether the
+// core has room for what it starts: a message nobody has posted a receive
+// for (within the unexpected bounds), a multi-packet request. Refused
+// packets are not acknowledged; their sender resends them.
 func (c *Core) admit(d *transport.Delivery) bool {
 	h := &d.Header
-	if h.Op == wire.OpSend && h.Mode == wire.ModeUnicast && h.Flags&wire.FlagResp == 0 {
+	switch {
+	case h.Flags&wire.FlagResp != 0:
+		return true
+	case h.Mode == wire.ModeUnicast && h.Op == wire.OpSend:
 		return c.admitMsg(h, d.Peer.Addr)
+	case h.Mode == wire.ModeUnicast && h.Op != wire.OpEvent:
+		return c.admitRequest(d)
+	case h.Mode == wire.ModeMulticast && h.Op == wire.OpData:
+		k := gopKey{h.Group, KindRecv, h.Src, h.MsgID}
+		if c.gops[k] != nil || c.unexp[unexpKey{d.Peer.Addr, k}] != nil || h.MsgID <= c.rxSeq[rxKey(h.Group, h.Src)] {
+			return true
+		}
+		_, member := c.joined[h.Group]
+		return c.roomUnexpected(int(h.MsgLen), !member)
 	}
-	if h.Mode != wire.ModeMulticast || h.Offset != 0 && c.unexp[gopKey{h.Group, KindRecv, h.Src, h.MsgID}] != nil {
-		return true
-	}
-	k := gopKey{h.Group, KindRecv, h.Src, h.MsgID}
-	if c.gops[k] != nil || c.unexp[k] != nil {
-		return true
-	}
-	return c.unexpBytes+int(h.MsgLen) <= c.cfg.MaxUnexpected
+	return true
 }
 
 // onGroup handles deliveries of group streams and switch events.
-func (c *Core) onGroup(now time.Time, d *transport.Delivery) {
+func (c *Core) onGroup(d *transport.Delivery) {
 	h := &d.Header
 	switch {
 	case h.Op == wire.OpEvent:
@@ -220,17 +360,19 @@ func (c *Core) onGroup(now time.Time, d *transport.Delivery) {
 		c.onMulticast(d)
 	case h.Mode == wire.ModeAggregate && h.Op == wire.OpData:
 		op := c.gops[gopKey{h.Group, KindAggregate, 0, h.MsgID}]
-		if op == nil || op.Recv == nil {
+		if op == nil || op.Recv == nil || op.sw != d.Peer.Addr {
 			c.stats.UnmatchedResponses++
 			return
 		}
-		if int(h.MsgLen) != len(op.Recv) || int(h.Offset)+len(d.Payload) > len(op.Recv) {
-			op.fail(fmt.Errorf("%w: aggregation result of %d bytes for a %d-byte buffer", ErrShortRead, h.MsgLen, len(op.Recv)))
-			c.finish(op)
-			return
+		if !op.asm.open {
+			if int(h.MsgLen) != len(op.Recv) {
+				op.fail(fmt.Errorf("%w: aggregation result of %d bytes for a %d-byte buffer", ErrShortRead, h.MsgLen, len(op.Recv)))
+				c.finish(op)
+				return
+			}
+			op.asm.start(len(op.Recv), op.Recv)
 		}
-		copy(op.Recv[h.Offset:], d.Payload)
-		if d.MsgDone {
+		if c.placeFrag(op, d) {
 			c.eng.Delivered(transport.PeerID{Addr: op.sw, Group: op.Group, Member: wire.MemberAll, Mode: wire.ModeAggregate}, op.msgID)
 			c.finish(op)
 		}
@@ -241,36 +383,47 @@ func (c *Core) onGroup(now time.Time, d *transport.Delivery) {
 	default:
 		c.stats.UnmatchedResponses++
 	}
-	_ = now
 }
 
 func (c *Core) onMulticast(d *transport.Delivery) {
 	h := &d.Header
 	k := gopKey{h.Group, KindRecv, h.Src, h.MsgID}
-	if op := c.gops[k]; op != nil {
-		if int(h.MsgLen) != len(op.Buf) {
-			op.fail(fmt.Errorf("%w: multicast of %d bytes into a %d-byte buffer", ErrShortRead, h.MsgLen, len(op.Buf)))
-			c.finish(op)
-			return
+	if op := c.gops[k]; op != nil && op.sw == d.Peer.Addr {
+		if !op.asm.open {
+			if int(h.MsgLen) != len(op.Buf) {
+				op.fail(fmt.Errorf("%w: multicast of %d bytes into a %d-byte buffer", ErrShortRead, h.MsgLen, len(op.Buf)))
+				c.finish(op)
+				return
+			}
+			op.asm.start(len(op.Buf), op.Buf)
 		}
-		copy(op.Buf[h.Offset:], d.Payload)
-		if d.MsgDone {
+		if c.placeFrag(op, d) {
 			c.finish(op)
 		}
 		return
 	}
-	u := c.unexp[k]
-	if u == nil {
-		u = &unexpected{size: int(h.MsgLen)}
-		c.unexp[k] = u
-		c.unexpBytes += u.size
+	if h.MsgID <= c.rxSeq[rxKey(h.Group, h.Src)] {
+		// Its receive was posted and has ended (failed or canceled), or
+		// it does not come from the switch the receive expects.
+		c.stats.FragmentsDropped++
+		return
 	}
-	u.add(int(h.Offset), d.Payload)
-	u.done = d.MsgDone
+	uk := unexpKey{d.Peer.Addr, k}
+	u := c.unexp[uk]
+	if u == nil {
+		_, member := c.joined[h.Group]
+		u = c.newUnexpected(h, !member)
+		c.unexp[uk] = u
+	}
+	c.placeUnexpected(u, d)
 }
 
 // onEvent handles a switch notification.
 func (c *Core) onEvent(h *wire.Header) {
+	if _, ok := c.joined[h.Group]; !ok {
+		c.stats.FragmentsDropped++
+		return
+	}
 	if h.Flags&wire.FlagResp != 0 {
 		// The refusal of one aggregation (Operand2 = its id); a dead
 		// member is named in Operand1.
@@ -330,23 +483,69 @@ func (c *Core) onAnycastRequest(d *transport.Delivery) {
 	k := inKey{d.Peer, h.MsgID}
 	r := c.anyIn[k]
 	if r == nil {
-		if len(c.anyIn) >= c.cfg.MaxIncoming || int(h.MsgLen) > c.cfg.MaxResponse {
-			rh := wire.Header{Op: wire.OpData, Flags: wire.FlagResp, MsgID: h.MsgID, Status: wire.StatusBusy}
+		if st := c.admitAnycast(h); st != wire.StatusOK {
+			c.stats.RequestsRefused++
+			rh := wire.Header{Op: wire.OpData, Flags: wire.FlagResp, MsgID: h.MsgID, Status: st}
 			_, _ = c.eng.Send(d.Peer, &rh, nil, 0)
 			return
 		}
 		r = &Request{Group: h.Group, Key: h.Addr, Data: make([]byte, h.MsgLen), msgID: h.MsgID, peer: d.Peer}
+		r.asm.start(len(r.Data), r.Data)
 		c.anyIn[k] = r
+		c.anyInBytes += len(r.Data)
 	}
-	copy(r.Data[h.Offset:], d.Payload)
-	if d.MsgDone {
+	r.last = c.now
+	done, err := r.asm.place(h, d.Payload)
+	if err != nil {
+		c.stats.FragmentsRefused++
+	}
+	switch {
+	case done:
 		delete(c.anyIn, k)
+		c.anyInBytes -= len(r.Data)
 		c.requests = append(c.requests, r)
+		c.serving++
+	case r.asm.broken(d.MsgDone):
+		delete(c.anyIn, k)
+		c.anyInBytes -= len(r.Data)
+		c.stats.RequestsRefused++
+		rh := wire.Header{Op: wire.OpData, Flags: wire.FlagResp, MsgID: h.MsgID, Status: wire.StatusBadOperand}
+		_, _ = c.eng.Send(d.Peer, &rh, nil, 0)
 	}
 }
 
+// admitAnycast decides on a new anycast request (first fragment h): it
+// must name a group this core is a member of and fit MaxResponse,
+// MaxIncoming and MaxIncomingBytes (after forgetting partial requests
+// idle for the dead timeout, at most once per quarter of it).
+func (c *Core) admitAnycast(h *wire.Header) wire.Status {
+	if _, ok := c.joined[h.Group]; !ok {
+		return wire.StatusNotMember
+	}
+	if int(h.MsgLen) > c.cfg.MaxResponse {
+		return wire.StatusTooLarge
+	}
+	full := func() bool {
+		return len(c.anyIn)+c.serving >= c.cfg.MaxIncoming || c.anyInBytes+int(h.MsgLen) > c.cfg.MaxIncomingBytes
+	}
+	if full() && c.sweepDue(c.now, &c.anySweep) {
+		idle := c.deadTimeout()
+		for k, r := range c.anyIn {
+			if c.now.Sub(r.last) > idle {
+				delete(c.anyIn, k)
+				c.anyInBytes -= len(r.Data)
+			}
+		}
+	}
+	if full() {
+		return wire.StatusBusy
+	}
+	return wire.StatusOK
+}
+
 // Requests returns the anycast requests completed since the last call; the
-// caller answers each with Reply.
+// caller answers each with Reply. Until answered, a request counts
+// against MaxIncoming.
 func (c *Core) Requests() []*Request {
 	r := c.requests
 	c.requests = nil
@@ -355,6 +554,10 @@ func (c *Core) Requests() []*Request {
 
 // Reply answers an anycast request with data (or a refusal status).
 func (c *Core) Reply(r *Request, data []byte, st wire.Status) error {
+	if !r.answered {
+		r.answered = true
+		c.serving--
+	}
 	h := wire.Header{Op: wire.OpData, Flags: wire.FlagResp, MsgID: r.msgID, Status: st}
 	_, err := c.eng.Send(r.peer, &h, data, 0)
 	return err

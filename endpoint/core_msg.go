@@ -29,30 +29,36 @@ type msgStream struct {
 	tag  uint64
 }
 
-// sinkOp marks a message whose receive already failed (too long): its
-// remaining fragments are dropped.
-var sinkOp = &Op{}
-
 func (c *Core) initMsgs() {
 	c.sendSeq = make(map[msgStream]uint64)
 	c.recvSeq = make(map[msgStream]uint64)
+	c.msgPeers = make(map[netip.AddrPort]int)
 	c.recvs = make(map[msgMatch]*Op)
 	c.unexpMsg = make(map[msgMatch]*unexpected)
 }
 
+// nextSeq advances a stream's sequence number in seqs (sendSeq or
+// recvSeq), counting a new stream toward its peer's streams.
+func (c *Core) nextSeq(seqs map[msgStream]uint64, s msgStream) uint64 {
+	n, ok := seqs[s]
+	if !ok {
+		c.msgPeers[s.peer]++
+	}
+	seqs[s] = n + 1
+	return n + 1
+}
+
 // msgHeader builds a two-sided send's header.
 func (c *Core) msgHeader(op *Op) wire.Header {
-	s := msgStream{op.Peer, op.Comm, op.Tag}
-	c.sendSeq[s]++
-	return wire.Header{Op: wire.OpSend, Key: uint64(op.Comm), Operand1: op.Tag, Operand2: c.sendSeq[s]}
+	seq := c.nextSeq(c.sendSeq, msgStream{op.Peer, op.Comm, op.Tag})
+	return wire.Header{Op: wire.OpSend, Key: uint64(op.Comm), Operand1: op.Tag, Operand2: seq}
 }
 
 // postRecvMsg posts a receive for the next message from op.Peer with
 // op.Comm and op.Tag.
 func (c *Core) postRecvMsg(now time.Time, op *Op) {
-	s := msgStream{op.Peer, op.Comm, op.Tag}
-	c.recvSeq[s]++
-	k := msgMatch{op.Peer, op.Comm, op.Tag, c.recvSeq[s]}
+	seq := c.nextSeq(c.recvSeq, msgStream{op.Peer, op.Comm, op.Tag})
+	k := msgMatch{op.Peer, op.Comm, op.Tag, seq}
 	c.recvID++
 	op.gkey = gopKey{kind: KindRecvMsg, id: c.recvID}
 	op.mkey = k
@@ -64,74 +70,110 @@ func (c *Core) postRecvMsg(now time.Time, op *Op) {
 	if u == nil {
 		return
 	}
-	c.unexpBytes -= u.size
 	delete(c.unexpMsg, k)
-	if u.size > len(op.Buf) {
-		op.fail(fmt.Errorf("%w: message of %d bytes for a %d-byte buffer", ErrTruncated, u.size, len(op.Buf)))
-		c.finish(op) // leaves a sink for the remaining fragments
-		if u.done {
-			delete(c.recvs, k)
-		}
+	c.release(u)
+	if !c.beginRecvMsg(op, u.asm.total) {
 		return
 	}
-	u.copyTo(op.Buf)
-	op.N = u.size
-	if u.done {
-		delete(c.recvs, k)
-		c.finish(op)
-	}
+	c.takeUnexpected(op, u, op.Buf)
 }
 
-// finishRecvMsg leaves a sink in place of a receive that failed before its
-// message was complete, so that the message's remaining fragments (whose
-// sequence number it consumed) are dropped.
+// beginRecvMsg starts receiving a message of n bytes into op.Buf, taking
+// over what arrived of it before (op.asm is the unexpected message's, or
+// fresh). It fails the op and reports false if the message is longer than
+// the buffer.
+func (c *Core) beginRecvMsg(op *Op, n int) bool {
+	if n > len(op.Buf) {
+		op.fail(fmt.Errorf("%w: message of %d bytes for a %d-byte buffer", ErrTruncated, n, len(op.Buf)))
+		c.finish(op)
+		return false
+	}
+	op.N = n
+	return true
+}
+
+// finishRecvMsg forgets a finished receive. The fragments of its message
+// that still arrive (it failed or was canceled before the message was
+// complete) find no receive and a sequence number already taken, and are
+// dropped (onMsg).
 func (c *Core) finishRecvMsg(op *Op) {
 	if c.recvs[op.mkey] == op {
-		if op.Err != nil {
-			c.recvs[op.mkey] = sinkOp
-		} else {
-			delete(c.recvs, op.mkey)
-		}
+		delete(c.recvs, op.mkey)
 	}
 }
 
 // onMsg places one fragment of a two-sided message.
 func (c *Core) onMsg(d *transport.Delivery) {
 	h := &d.Header
-	k := msgMatch{d.Peer.Addr, uint32(h.Key), h.Operand1, h.Operand2}
+	s := msgStream{d.Peer.Addr, uint32(h.Key), h.Operand1}
+	k := msgMatch{s.peer, s.comm, s.tag, h.Operand2}
 	if op := c.recvs[k]; op != nil {
-		if d.MsgDone {
-			delete(c.recvs, k)
-		}
-		switch {
-		case op == sinkOp || op.finished:
-		case int(h.MsgLen) > len(op.Buf):
-			op.fail(fmt.Errorf("%w: message of %d bytes for a %d-byte buffer", ErrTruncated, h.MsgLen, len(op.Buf)))
-			c.finish(op)
-		default:
-			copy(op.Buf[h.Offset:], d.Payload)
-			op.N = int(h.MsgLen)
-			if d.MsgDone {
-				c.finish(op)
+		if !op.asm.open {
+			if !c.beginRecvMsg(op, int(h.MsgLen)) {
+				return
 			}
+			op.asm.start(int(h.MsgLen), op.Buf)
 		}
+		if c.placeFrag(op, d) {
+			c.finish(op)
+		}
+		return
+	}
+	if h.Operand2 <= c.recvSeq[s] {
+		// Its receive was posted and has ended (failed or canceled).
+		c.stats.FragmentsDropped++
 		return
 	}
 	u := c.unexpMsg[k]
 	if u == nil {
-		u = &unexpected{size: int(h.MsgLen)}
+		u = c.newUnexpected(h, c.msgPeers[s.peer] == 0)
 		c.unexpMsg[k] = u
-		c.unexpBytes += u.size
 	}
-	u.add(int(h.Offset), d.Payload)
-	u.done = d.MsgDone
+	c.placeUnexpected(u, d)
 }
 
-// admitMsg holds back messages nobody waits for beyond MaxUnexpected.
+// admitMsg holds back messages nobody waits for beyond the unexpected
+// bounds (Config.MaxUnexpected).
 func (c *Core) admitMsg(h *wire.Header, from netip.AddrPort) bool {
-	k := msgMatch{from, uint32(h.Key), h.Operand1, h.Operand2}
-	if c.recvs[k] != nil || c.unexpMsg[k] != nil {
+	s := msgStream{from, uint32(h.Key), h.Operand1}
+	k := msgMatch{from, s.comm, s.tag, h.Operand2}
+	if c.recvs[k] != nil || c.unexpMsg[k] != nil || h.Operand2 <= c.recvSeq[s] {
 		return true
 	}
-	return c.unexpBytes+int(h.MsgLen) <= c.cfg.MaxUnexpected
+	return c.roomUnexpected(int(h.MsgLen), c.msgPeers[from] == 0)
+}
+
+// ForgetComm forgets communicator comm: the sequence numbers of its
+// streams with every peer and the messages buffered for it that no
+// receive took. Call it when the communicator is freed, after its
+// operations completed; a later message on comm starts a new stream.
+func (c *Core) ForgetComm(comm uint32) {
+	c.forgetStreams(func(s msgStream) bool { return s.comm == comm })
+}
+
+// ForgetPeer forgets every stream of two-sided messages with peer (its
+// sequence numbers, the messages buffered from it): call it once the peer
+// is gone for good (dead, or its job ended), after the operations with it
+// completed.
+func (c *Core) ForgetPeer(peer netip.AddrPort) {
+	c.forgetStreams(func(s msgStream) bool { return s.peer == peer })
+}
+
+func (c *Core) forgetStreams(match func(msgStream) bool) {
+	for _, seqs := range []map[msgStream]uint64{c.sendSeq, c.recvSeq} {
+		for s := range seqs {
+			if match(s) {
+				delete(seqs, s)
+				if c.msgPeers[s.peer]--; c.msgPeers[s.peer] <= 0 {
+					delete(c.msgPeers, s.peer)
+				}
+			}
+		}
+	}
+	for k, u := range c.unexpMsg {
+		if match(msgStream{k.peer, k.comm, k.tag}) {
+			delete(c.unexpMsg, k)
+			c.release(u)
+		}
+	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -37,7 +38,14 @@ type Endpoint struct {
 	services map[uint32]*Service // anycast services served, by group
 	svcIDs   map[string]uint32   // service name → group (lookup cache)
 	closers  []func()            // run by Close (stop heartbeats)
-	handlers sync.WaitGroup      // anycast handler goroutines
+	handlers sync.WaitGroup      // anycast handler goroutines (at most Config.MaxIncoming)
+
+	// Completions waiting for room in their notify channel, handed over
+	// in completion order by one goroutine (notifier) while any wait.
+	notes    []*Op
+	noting   bool
+	notifier sync.WaitGroup
+	closing  chan struct{} // closed by Close: the notifier stops waiting
 
 	readerDone chan struct{}
 }
@@ -76,7 +84,7 @@ func New(conn netio.Conn, cfg Config, opts Options) (*Endpoint, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	ep := &Endpoint{conn: conn, log: log, core: core, readerDone: make(chan struct{}),
+	ep := &Endpoint{conn: conn, log: log, core: core, readerDone: make(chan struct{}), closing: make(chan struct{}),
 		services: make(map[uint32]*Service), svcIDs: make(map[string]uint32), incarnation: rand.Uint64()}
 	ep.timer = time.AfterFunc(time.Hour, ep.onTimer)
 	ep.timer.Stop()
@@ -141,7 +149,7 @@ func (ep *Endpoint) pumpLocked(now time.Time) {
 		// and what is left to send (ACKs, retransmissions) no longer
 		// matters to them.
 		for _, op := range done {
-			signal(op)
+			ep.signalLocked(op)
 		}
 		ep.dispatchLocked()
 		if len(out) > 0 {
@@ -165,27 +173,73 @@ func (ep *Endpoint) pumpLocked(now time.Time) {
 	}
 }
 
-func signal(op *Op) {
+// signalLocked reports op's completion: Done is closed, and op is sent on
+// its notify channel, or queued for the notifier if the channel is full
+// (or completions already wait: they keep their order). Caller holds mu.
+func (ep *Endpoint) signalLocked(op *Op) {
 	if op.done != nil {
 		close(op.done)
 	}
-	if op.cq != nil {
+	if op.cq == nil {
+		return
+	}
+	if len(ep.notes) == 0 {
 		select {
 		case op.cq <- op:
+			return
 		default:
-			go func(cq chan<- *Op) { cq <- op }(op.cq)
+		}
+	}
+	ep.notes = append(ep.notes, op)
+	if !ep.noting {
+		ep.noting = true
+		ep.notifier.Add(1)
+		go ep.notify()
+	}
+}
+
+// notify hands queued completions to their channels, one at a time,
+// until none is left. After Close it hands over only those that find
+// room, and drops the rest (their Done channels are closed).
+func (ep *Endpoint) notify() {
+	defer ep.notifier.Done()
+	for {
+		ep.mu.Lock()
+		if len(ep.notes) == 0 {
+			ep.noting = false
+			ep.mu.Unlock()
+			return
+		}
+		op := ep.notes[0]
+		ep.notes[0] = nil
+		ep.notes = ep.notes[1:]
+		ep.mu.Unlock()
+		select {
+		case op.cq <- op:
+		case <-ep.closing:
+			select {
+			case op.cq <- op:
+			default:
+			}
 		}
 	}
 }
 
 // Start posts op asynchronously. Completion closes op.Done(); if notify is
-// not nil the op is also sent on it (give it room for every op in flight,
-// or completions are handed over by a goroutine each).
+// not nil the op is also sent on it. Give notify room for every op in
+// flight: completions that find it full wait, in completion order, for
+// one goroutine of the endpoint to hand them over, and count against
+// Config.MaxOps until then (Start fails with transport.ErrQueueFull while
+// MaxOps ops are in flight or waiting so). At Close, completions still
+// waiting are dropped where their channel has no room.
 func (ep *Endpoint) Start(op *Op, notify chan<- *Op) error {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	if ep.closed {
 		return ErrClosed
+	}
+	if len(ep.notes) > 0 && ep.core.inFlight()+len(ep.notes) >= ep.core.cfg.MaxOps {
+		return transport.ErrQueueFull
 	}
 	op.done = make(chan struct{})
 	op.cq = notify
@@ -288,8 +342,9 @@ func (ep *Endpoint) Close() error {
 	ep.core.FailAll(ErrClosed)
 	_, done, _ := ep.core.Poll(time.Now(), ep.out[:0])
 	for _, op := range done {
-		signal(op)
+		ep.signalLocked(op)
 	}
+	close(ep.closing)
 	closers := ep.closers
 	ep.closers = nil
 	ep.mu.Unlock()
@@ -299,6 +354,7 @@ func (ep *Endpoint) Close() error {
 	err := ep.conn.Close()
 	<-ep.readerDone
 	ep.handlers.Wait()
+	ep.notifier.Wait()
 	return err
 }
 

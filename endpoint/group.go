@@ -185,9 +185,15 @@ func (g *Group) stopHeartbeats() {
 // Leave tells the switch this member is leaving and stops its heartbeats.
 // Other members see a *MemberError with Left set for operations that
 // needed it.
+//
+// The endpoint then forgets the group (Core.LeaveGroup): call Leave after
+// the group's operations completed.
 func (g *Group) Leave(ctx context.Context) error {
 	g.stopHeartbeats()
 	_, err := g.ep.control(ctx, g.sw, &fabric.CtrlMsg{Type: fabric.CtrlLeave, Group: g.id, Member: g.rank}, g.opts.Token)
+	g.ep.mu.Lock()
+	g.ep.core.LeaveGroup(g.id)
+	g.ep.mu.Unlock()
 	return err
 }
 
@@ -297,8 +303,10 @@ type ServiceConfig struct {
 }
 
 // RegisterService makes this endpoint member rank (-1: any free id) of
-// the service group, serving requests with h on a goroutine per request
-// (at most MaxIncoming at once).
+// the service group, serving requests with h on a goroutine per request.
+// At most Config.MaxIncoming requests are held at once (being received or
+// handled): beyond that the core refuses new ones with StatusBusy, which
+// their clients see, so at most MaxIncoming handlers run at once.
 func (ep *Endpoint) RegisterService(ctx context.Context, sw string, sc ServiceConfig, rank int, h Handler, opts FabricOptions) (*Service, error) {
 	ap, err := parseSwitch(sw)
 	if err != nil {
@@ -349,6 +357,7 @@ func (s *Service) Close() {
 	s.stopHeartbeats()
 	s.ep.mu.Lock()
 	delete(s.ep.services, s.id)
+	s.ep.core.LeaveGroup(s.id)
 	s.ep.mu.Unlock()
 }
 

@@ -1,0 +1,80 @@
+package endpoint
+
+import "testing"
+
+// Views of the core's tables for the hostile-input tests.
+
+// bufferedUnexpected is the bytes kept for unexpected messages.
+func bufferedUnexpected(c *Core) int {
+	n := 0
+	for _, u := range c.unexp {
+		for _, f := range u.asm.frags {
+			n += len(f.data)
+		}
+	}
+	for _, u := range c.unexpMsg {
+		for _, f := range u.asm.frags {
+			n += len(f.data)
+		}
+	}
+	return n
+}
+
+// refusedFrags is the fragments refused for contradicting their message.
+func refusedFrags(c *Core) uint64 { return c.Stats().FragmentsRefused }
+
+// anyInBytes is the bytes held by anycast requests being received.
+func anyInBytes(c *Core) int {
+	n := 0
+	for _, r := range c.anyIn {
+		n += len(r.Data)
+	}
+	return n
+}
+
+// tableSizes reports the entries of each table a remote datagram can
+// reach.
+func tableSizes(c *Core) map[string]int {
+	return map[string]int{
+		"unexp": len(c.unexp), "unexpMsg": len(c.unexpMsg), "anyIn": len(c.anyIn), "requests": len(c.requests),
+		"inStatus": len(c.inStatus), "deadMembers": len(c.deadMembers), "sendSeq": len(c.sendSeq),
+		"recvSeq": len(c.recvSeq), "recvs": len(c.recvs), "rxSeq": len(c.rxSeq), "mcSeq": len(c.mcSeq),
+		"aggSeq": len(c.aggSeq), "ops": len(c.ops), "gops": len(c.gops),
+	}
+}
+
+// checkBounds fails the test if a table a remote datagram can grow is
+// past its bound.
+func checkBounds(t testing.TB, c *Core) {
+	t.Helper()
+	cfg := c.cfg
+	sz := tableSizes(c)
+	switch {
+	case sz["unexp"]+sz["unexpMsg"] > cfg.MaxUnexpectedMsgs:
+		t.Fatalf("%d unexpected messages, bound %d", sz["unexp"]+sz["unexpMsg"], cfg.MaxUnexpectedMsgs)
+	case bufferedUnexpected(c) > cfg.MaxUnexpected:
+		t.Fatalf("%d unexpected bytes, bound %d", bufferedUnexpected(c), cfg.MaxUnexpected)
+	case sz["anyIn"]+sz["requests"] > cfg.MaxIncoming:
+		t.Fatalf("%d anycast requests held, bound %d", sz["anyIn"]+sz["requests"], cfg.MaxIncoming)
+	case anyInBytes(c) > cfg.MaxIncomingBytes:
+		t.Fatalf("%d anycast request bytes, bound %d", anyInBytes(c), cfg.MaxIncomingBytes)
+	case sz["inStatus"] > maxInRequests:
+		t.Fatalf("%d partial requests, bound %d", sz["inStatus"], maxInRequests)
+	case sz["deadMembers"] > len(c.joined)*(1<<16):
+		t.Fatalf("%d dead members for %d groups", sz["deadMembers"], len(c.joined))
+	}
+	n := 0
+	for _, u := range c.unexp {
+		if u.stranger {
+			n++
+		}
+	}
+	for _, u := range c.unexpMsg {
+		if u.stranger {
+			n++
+		}
+	}
+	if n > cfg.MaxUnexpectedMsgs/4 {
+		t.Fatalf("%d unexpected messages from strangers, bound %d", n, cfg.MaxUnexpectedMsgs/4)
+	}
+}
