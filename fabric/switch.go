@@ -121,6 +121,10 @@ type Stats struct {
 	MembersDead                                         uint64
 	FaultDrops, FaultDups, FaultReorders, FaultCorrupts uint64
 	Groups, Members                                     int
+
+	// Data-path bounds: multicast windows reset by a jump of AckBase of a
+	// window or more; members' ACKs ignored as more than a window away.
+	MulticastResets, MulticastAcksIgnored uint64
 }
 
 // member is one member of a group.
