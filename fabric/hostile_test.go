@@ -1,10 +1,15 @@
 package fabric_test
 
 import (
+	"bytes"
+	"encoding/binary"
+	"errors"
 	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/wire"
 )
@@ -157,5 +162,166 @@ func TestSwitchMulticastFarSequence(t *testing.T) {
 	})
 	if n := replicas(poll(), sender); n != 2 {
 		t.Fatalf("after the SYN: %d replicas, want 2", n)
+	}
+}
+
+// drive runs the in-memory fabric until cond holds, as run does, but when
+// a round moves no datagram it jumps virtual time to the earliest deadline
+// the switch or a core asked for, so that timeouts of seconds take a few
+// rounds. drop, if not nil, discards datagrams (from, to) it returns true
+// for. It fails the test if cond does not hold within limit of virtual
+// time.
+func (f *benchFabric) drive(t *testing.T, cond func() bool, limit time.Duration, drop func(from, to netip.AddrPort, pkt []byte) bool) {
+	t.Helper()
+	end := f.now.Add(limit)
+	for !cond() {
+		if f.now.After(end) {
+			t.Fatalf("condition not reached within %v of virtual time; switch %+v", limit, f.sw.Stats())
+		}
+		moved := 0
+		var next time.Time
+		later := func(at time.Time) {
+			if !at.IsZero() && (next.IsZero() || at.Before(next)) {
+				next = at
+			}
+		}
+		var at time.Time
+		f.swOut, at = f.sw.Poll(f.now, f.swOut[:0])
+		later(at)
+		for _, d := range f.swOut {
+			if i, ok := f.byAdr[d.Addr]; ok && (drop == nil || !drop(benchSwitchAddr, d.Addr, d.Buf)) {
+				f.cores[i].Step(f.now, benchSwitchAddr, d.Buf)
+				moved++
+			}
+		}
+		clear(f.swOut)
+		for i, c := range f.cores {
+			var done []*endpoint.Op
+			f.coreOut, done, at = c.Poll(f.now, f.coreOut[:0])
+			later(at)
+			for _, op := range done {
+				op.Token = 1
+				moved++
+			}
+			for _, d := range f.coreOut {
+				if d.Addr == benchSwitchAddr && (drop == nil || !drop(f.addrs[i], d.Addr, d.Buf)) {
+					f.sw.Step(f.now, f.addrs[i], d.Buf)
+					moved++
+				}
+			}
+			clear(f.coreOut)
+		}
+		switch {
+		case moved > 0 || next.IsZero() || !next.After(f.now):
+			f.now = f.now.Add(time.Microsecond)
+		default:
+			f.now = next
+		}
+	}
+}
+
+// aggOp is an allreduce (sum of i64) of vals by core i of f's group.
+func aggOp(f *benchFabric, vals []int64, timeout time.Duration) *endpoint.Op {
+	return &endpoint.Op{Kind: endpoint.KindAggregate, Peer: benchSwitchAddr, Group: f.group, Root: -1,
+		Buf: i64le(vals), Recv: make([]byte, 8*len(vals)), Dtype: wire.DtypeI64, Alu: wire.AluAdd, Timeout: timeout}
+}
+
+func i64le(vs []int64) []byte {
+	b := make([]byte, 8*len(vs))
+	for i, v := range vs {
+		binary.LittleEndian.PutUint64(b[8*i:], uint64(v))
+	}
+	return b
+}
+
+func allDone(ops []*endpoint.Op) func() bool {
+	return func() bool {
+		for _, op := range ops {
+			if !opDone(op) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// TestSwitchAggregationSlotsExpire: two of three members run eight
+// allreduces that the third never joins, and give up on them (their own
+// timeout). The switch frees the eight slots AggTimeout after they opened
+// (the pool has eight), the third member's late contributions to those
+// aggregations are refused rather than completing the stale slots, and
+// the next allreduce of all three runs on the freed slots with the right
+// sum.
+func TestSwitchAggregationSlotsExpire(t *testing.T) {
+	const aggTimeout = 2 * time.Second
+	f := newBenchFabricConfig(t, 3, fabric.Config{Pool: fabric.PoolConfig{Slots: 8}, AggTimeout: aggTimeout})
+	start := f.now
+	var early []*endpoint.Op
+	for id := range 8 {
+		for i := range 2 {
+			op := aggOp(f, []int64{int64(100*id + i), 1}, 500*time.Millisecond)
+			if err := f.cores[i].Post(f.now, op); err != nil {
+				t.Fatal(err)
+			}
+			early = append(early, op)
+		}
+	}
+	f.drive(t, allDone(early), time.Second, nil)
+	for i, op := range early {
+		if !errors.Is(op.Err, endpoint.ErrTimeout) {
+			t.Fatalf("abandoned allreduce %d: err %v, want ErrTimeout", i, op.Err)
+		}
+	}
+	if st := f.sw.Stats(); st.Pool.InUse != 8 {
+		t.Fatalf("%d slots in use after the abandoned allreduces, want 8", st.Pool.InUse)
+	}
+	// Past AggTimeout the switch has freed them.
+	f.drive(t, func() bool { return f.now.Sub(start) > aggTimeout+100*time.Millisecond }, 2*aggTimeout, nil)
+	if st := f.sw.Stats(); st.Pool.InUse != 0 || st.AggExpired != 8 {
+		t.Fatalf("after AggTimeout: %d slots in use, %d expired; want 0 and 8", st.Pool.InUse, st.AggExpired)
+	}
+
+	// The third member now reaches the eight allreduces: refused, not
+	// completed with the others' abandoned contributions.
+	var late []*endpoint.Op
+	for id := range 8 {
+		op := aggOp(f, []int64{int64(100*id + 2), 1}, time.Minute)
+		if err := f.cores[2].Post(f.now, op); err != nil {
+			t.Fatal(err)
+		}
+		late = append(late, op)
+	}
+	f.drive(t, allDone(late), time.Second, nil)
+	for id, op := range late {
+		if !errors.Is(op.Err, wire.StatusBusy) {
+			t.Fatalf("late contribution to expired allreduce %d: err %v, want StatusBusy", id+1, op.Err)
+		}
+	}
+	if st := f.sw.Stats(); st.AggStale != 8 || st.Pool.InUse != 0 {
+		t.Fatalf("late contributions: %d refused as stale, %d slots in use; want 8 and 0", st.AggStale, st.Pool.InUse)
+	}
+
+	// The members acknowledge the switch's events (their ACKs reach its
+	// engine): nothing it sent is waiting to be resent.
+	if tr := f.sw.Stats().Transport; tr.PacketsRetransmitted != 0 || tr.MessagesCompleted != tr.PacketsSent {
+		t.Fatalf("switch transport after the refusals: %+v; want every event acknowledged", tr)
+	}
+	// The next allreduce of all three succeeds with the right sum.
+	var next []*endpoint.Op
+	for i := range 3 {
+		op := aggOp(f, []int64{int64(1000 * (i + 1)), int64(i)}, time.Minute)
+		if err := f.cores[i].Post(f.now, op); err != nil {
+			t.Fatal(err)
+		}
+		next = append(next, op)
+	}
+	f.drive(t, allDone(next), time.Second, nil)
+	for i, op := range next {
+		if op.Err != nil {
+			t.Fatalf("member %d: allreduce after the expiry: %v", i, op.Err)
+		}
+		if got, want := op.Recv, i64le([]int64{6000, 3}); !bytes.Equal(got, want) {
+			t.Fatalf("member %d: allreduce result %v, want %v", i, got, want)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package fabric
 
 import (
 	"errors"
+	"time"
 
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
@@ -35,6 +36,14 @@ func (s *Switch) admit(d *transport.Delivery) bool {
 		return true
 	}
 	key := AggKey{Group: g.id, Op: h.MsgID, Offset: h.Offset}
+	if h.MsgID <= g.aggFloor && !s.pool.Exists(key) {
+		// An aggregation that expired here (or an older one): a slot
+		// opened now would hold only late contributions, and would
+		// complete with them if the others were late too.
+		s.stats.AggStale++
+		s.event(d.Peer, h.Group, wire.StatusBusy, 0, h.MsgID)
+		return true
+	}
 	// A member that is gone (crashed or left) can complete this chunk only
 	// if its contribution is in already: one that left after finishing its
 	// part did, and a slower member's contribution must still count.
@@ -52,6 +61,7 @@ func (s *Switch) admit(d *transport.Delivery) bool {
 		Alu:           h.Alu,
 		Deterministic: h.Operand2&1 != 0,
 		Data:          d.Payload,
+		Time:          s.now,
 	}
 	st, res := s.pool.Contribute(&c)
 	switch st {
@@ -118,4 +128,37 @@ func (s *Switch) event(to transport.PeerID, g uint32, st wire.Status, operand ui
 	// opposed to a group notice such as a member's death.
 	h := wire.Header{Op: wire.OpEvent, Flags: wire.FlagResp, Status: st, Operand1: operand, Operand2: msgID}
 	_, _ = s.eng.Send(to, &h, nil, 0)
+}
+
+// expireAggs frees the aggregation slots that have been open for
+// AggTimeout: their partial contributions are dropped, the members that
+// contributed are told (EVENT, StatusBusy), and the group's floor rises so
+// that no slot opens for that aggregation again. O(1) per slot freed.
+func (s *Switch) expireAggs(now time.Time) {
+	cutoff := now.Add(-s.cfg.AggTimeout)
+	for {
+		k, opened, ok := s.pool.Oldest()
+		if !ok || opened.After(cutoff) {
+			return
+		}
+		if g := s.groups[k.Group]; g != nil {
+			for _, m := range g.members {
+				if m != nil && m.alive && s.pool.Has(k, int(m.id)) {
+					to := transport.PeerID{Addr: m.addr, Group: g.id, Member: m.id}
+					s.event(to, g.id, wire.StatusBusy, 0, k.Op)
+				}
+			}
+			g.aggFloor = max(g.aggFloor, k.Op)
+		}
+		s.pool.Release(k)
+		s.stats.AggExpired++
+	}
+}
+
+// nextAggExpiry is when the oldest open slot expires (zero: none open).
+func (s *Switch) nextAggExpiry() time.Time {
+	if _, opened, ok := s.pool.Oldest(); ok {
+		return opened.Add(s.cfg.AggTimeout)
+	}
+	return time.Time{}
 }
