@@ -44,6 +44,15 @@ type Config struct {
 	// would open a slot are refused the same way. Members of a collective
 	// that reach it further apart than this fail it. Zero means 30s.
 	AggTimeout time.Duration
+	// AnycastTimeout bounds how long the switch keeps the forwarding state
+	// of an anycast request whose member has not replied: the request then
+	// fails to the client (StatusBusy, Operand1 = the member) and no
+	// longer counts as outstanding on the member. Zero means 30s.
+	AnycastTimeout time.Duration
+	// MaxAnycast bounds the anycast requests in flight through the switch,
+	// and MaxAnycastPerClient those of one client address; a request
+	// beyond either is answered StatusBusy. Zero means 65536 and 1024.
+	MaxAnycast, MaxAnycastPerClient int
 	// Fault injects faults into everything the switch sends.
 	Fault FaultConfig
 	// PoolKeys draws the keys of pool regions (capabilities: they must be
@@ -137,6 +146,10 @@ type Stats struct {
 	// Aggregation slots freed by AggTimeout; contributions refused
 	// because their aggregation had expired.
 	AggExpired, AggStale uint64
+	// Anycast requests failed by AnycastTimeout; refused by MaxAnycast or
+	// MaxAnycastPerClient; in flight now.
+	AnycastExpired, AnycastRefused uint64
+	AnycastPending                 int
 }
 
 // member is one member of a group.
@@ -208,6 +221,7 @@ type Switch struct {
 	// anycast: forwarded request id → origin; pinned segments
 	anyFwd map[uint64]*anyReq
 	anyIn  map[anyKey]uint64
+	anyQ   anyQueue // lifetimes and per-client counts of anyFwd's entries
 
 	// pool: regions waiting for their grants, by grant message; scratch
 	grants      map[grantKey]*poolCreate
@@ -279,6 +293,7 @@ func (s *Switch) Stats() Stats {
 	st.Transport = s.eng.Stats()
 	st.Pool = s.pool.Stats()
 	st.Groups = len(s.groups)
+	st.AnycastPending = len(s.anyFwd)
 	for _, g := range s.groups {
 		st.Members += g.alive()
 	}
