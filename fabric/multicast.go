@@ -65,21 +65,6 @@ func (ms *mstream) has(m int, psn uint32) bool {
 	return ms.have[m][wd]&b != 0
 }
 
-// mark records that member m has psn (within the window); it reports
-// whether that was news.
-func (ms *mstream) mark(m int, psn uint32) bool {
-	if wire.SeqLess(psn, ms.cum) || psn-ms.cum >= ms.w {
-		return false
-	}
-	wd, b := ms.slot(psn)
-	if ms.have[m][wd]&b != 0 {
-		return false
-	}
-	ms.have[m][wd] |= b
-	ms.count[psn&(ms.w-1)]++
-	return true
-}
-
 // spans splits the n PSNs from psn (n <= w) into at most two runs of slot
 // indices [i, j) that do not wrap, and calls fn for each.
 func (ms *mstream) spans(psn, n uint32, fn func(i, j uint32)) {
