@@ -31,3 +31,4 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzAck -fuzztime 30s ./wire
 	$(GO) test -run '^$$' -fuzz FuzzExec -fuzztime 30s ./memnode
 	$(GO) test -run '^$$' -fuzz FuzzCtrl -fuzztime 30s ./fabric
+	$(GO) test -run '^$$' -fuzz FuzzSwitchStep -fuzztime 30s ./fabric

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"time"
 
 	"github.com/ndma/ndma/wire"
 )
@@ -108,6 +109,10 @@ type Contribution struct {
 	Alu           wire.Alu   // Add (sum), Min, Max or Prod; see Reduce
 	Deterministic bool       // reduce in member order 0..N-1: bitwise identical results whatever the arrival order
 	Data          []byte     // little-endian elements, a multiple of Dtype.Size() bytes, at most SlotBytes; copied if kept
+	// Time is when the contribution arrived. A slot remembers the Time of
+	// the contribution that opened it (see Oldest); the pool reads no
+	// clock.
+	Time time.Time
 }
 
 // PoolStats are an AggPool's gauges and counters.
@@ -144,6 +149,10 @@ type aggSlot struct {
 	seen    [AggMaxMembers / 64]uint64
 	acc     []byte   // accumulator and result; len SlotBytes once allocated
 	bufs    [][]byte // deterministic: bufs[m] holds member m's chunk while it waits its turn; nil otherwise
+	// Open slots form a list in the order they were opened (older,
+	// newer: slot indices, -1 at the ends), for Oldest.
+	opened       time.Time
+	older, newer int32
 }
 
 func (s *aggSlot) has(m int) bool { return s.seen[m>>6]&(1<<(uint(m)&63)) != 0 }
@@ -183,6 +192,9 @@ type AggPool struct {
 	index  map[AggKey]int32 // open and complete slots by key
 	groups map[uint32]int   // slots held per group; no entry when zero
 	stats  PoolStats        // counters; gauges filled in by Stats
+	// The open (incomplete) slots, oldest first: a doubly linked list
+	// through aggSlot.older/newer; -1 when empty.
+	oldest, newest int32
 
 	// Deterministic buffering. reserved is the sum of the open
 	// deterministic slots' reservations (admission control: a slot is
@@ -208,6 +220,8 @@ func NewAggPool(cfg PoolConfig) (*AggPool, error) {
 		free:   make([]int32, cfg.Slots),
 		index:  make(map[AggKey]int32, cfg.Slots),
 		groups: make(map[uint32]int),
+		oldest: -1,
+		newest: -1,
 	}
 	for i := range p.free {
 		p.free[i] = int32(cfg.Slots - 1 - i) // slot 0 on top
@@ -293,6 +307,7 @@ func (p *AggPool) Contribute(c *Contribution) (st ContribStatus, result []byte) 
 		return ContribAccepted, nil
 	}
 	s.state = aggDone
+	p.unlinkOpen(s)
 	p.reserved -= s.reserve
 	s.reserve = 0
 	p.stats.Completions++
@@ -347,7 +362,43 @@ func (p *AggPool) open(c *Contribution) *aggSlot {
 	p.reserved += need
 	p.index[c.Key] = i
 	p.groups[g]++
+	s.opened = c.Time
+	s.older, s.newer = p.newest, -1
+	if p.newest >= 0 {
+		p.slots[p.newest].newer = i
+	} else {
+		p.oldest = i
+	}
+	p.newest = i
 	return s
+}
+
+// unlinkOpen takes open slot s off the list of open slots.
+func (p *AggPool) unlinkOpen(s *aggSlot) {
+	if s.older >= 0 {
+		p.slots[s.older].newer = s.newer
+	} else {
+		p.oldest = s.newer
+	}
+	if s.newer >= 0 {
+		p.slots[s.newer].older = s.older
+	} else {
+		p.newest = s.older
+	}
+	s.older, s.newer = -1, -1
+}
+
+// Oldest returns the key of the open (incomplete) slot opened first, and
+// the Time of the contribution that opened it; ok is false when no slot
+// is open. With contribution times that never go backwards it is the open
+// slot opened longest ago: the caller expires slots by releasing them
+// while Oldest is too old. O(1).
+func (p *AggPool) Oldest() (k AggKey, opened time.Time, ok bool) {
+	if p.oldest < 0 {
+		return AggKey{}, time.Time{}, false
+	}
+	s := &p.slots[p.oldest]
+	return s.key, s.opened, true
 }
 
 // fold reduces member s.next's chunk d into the accumulator (member 0's is
@@ -455,6 +506,9 @@ func (p *AggPool) ReleaseGroup(group uint32) int {
 // freeSlot returns slot i, which is in use, to the free list.
 func (p *AggPool) freeSlot(i int32) {
 	s := &p.slots[i]
+	if s.state == aggOpen {
+		p.unlinkOpen(s)
+	}
 	if s.det {
 		for m, b := range s.bufs {
 			if b != nil {
@@ -476,6 +530,12 @@ func (p *AggPool) freeSlot(i int32) {
 	}
 	s.state = aggFree
 	p.free = append(p.free, i)
+}
+
+// Exists reports whether k names a slot, open or complete.
+func (p *AggPool) Exists(k AggKey) bool {
+	_, ok := p.index[k]
+	return ok
 }
 
 // Has reports whether member has contributed to k's slot (open or

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/ndma/ndma/wire"
 )
@@ -71,6 +72,23 @@ func checkPoolInvariants(t testing.TB, p *AggPool) {
 	}
 	if p.allocated > p.cfg.MaxBytes || pooled > p.allocated {
 		t.Fatalf("allocated %d, pooled %d, max %d", p.allocated, pooled, p.cfg.MaxBytes)
+	}
+	// The open slots, and only they, are on the list Oldest reads, once.
+	open := 0
+	for i := range p.slots {
+		if p.slots[i].state == aggOpen {
+			open++
+		}
+	}
+	n, prev := 0, int32(-1)
+	for i := p.oldest; i >= 0; prev, i = i, p.slots[i].newer {
+		if s := &p.slots[i]; s.state != aggOpen || s.older != prev || n > open {
+			t.Fatalf("open list broken at slot %d (state %d, older %d, want %d)", i, s.state, s.older, prev)
+		}
+		n++
+	}
+	if n != open || p.newest != prev {
+		t.Fatalf("open list holds %d slots (newest %d, last %d); %d are open", n, p.newest, prev, open)
 	}
 }
 
@@ -801,4 +819,46 @@ func BenchmarkContribute8Members(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestAggOldest: Oldest names the open slot opened first, skipping slots
+// that completed or were released, with the time of the contribution
+// that opened it.
+func TestAggOldest(t *testing.T) {
+	p := newTestPool(t, PoolConfig{Slots: 4})
+	t0 := time.Unix(1000, 0)
+	contrib := func(op uint64, member int, at time.Duration) ContribStatus {
+		st, _ := p.Contribute(&Contribution{Key: AggKey{Group: 1, Op: op}, Member: member, Members: 2,
+			Dtype: wire.DtypeI64, Alu: wire.AluAdd, Data: i64s(1), Time: t0.Add(at)})
+		return st
+	}
+	if _, _, ok := p.Oldest(); ok {
+		t.Fatal("empty pool: Oldest found a slot")
+	}
+	for op := uint64(1); op <= 3; op++ {
+		if st := contrib(op, 0, time.Duration(op)*time.Second); st != ContribAccepted {
+			t.Fatalf("op %d: %v", op, st)
+		}
+	}
+	want := func(op uint64, at time.Duration) {
+		t.Helper()
+		k, opened, ok := p.Oldest()
+		if !ok || k.Op != op || !opened.Equal(t0.Add(at)) {
+			t.Fatalf("Oldest = %+v at %v (%v), want op %d at %v", k, opened.Sub(t0), ok, op, at)
+		}
+		checkPoolInvariants(t, p)
+	}
+	want(1, time.Second)
+	if st := contrib(1, 1, 9*time.Second); st != ContribComplete { // complete slots are not open
+		t.Fatalf("completing op 1: %v", st)
+	}
+	want(2, 2*time.Second)
+	p.Release(AggKey{Group: 1, Op: 2})
+	want(3, 3*time.Second)
+	contrib(4, 1, 4*time.Second)
+	p.ReleaseGroup(1)
+	if _, _, ok := p.Oldest(); ok {
+		t.Fatal("after ReleaseGroup: Oldest found a slot")
+	}
+	checkPoolInvariants(t, p)
 }

@@ -45,10 +45,16 @@ type benchFabric struct {
 // job through the control plane.
 func newBenchFabric(tb testing.TB, n int) *benchFabric {
 	tb.Helper()
-	sw, err := fabric.New(fabric.Config{
-		Token:            []byte("bench"),
-		HeartbeatTimeout: time.Hour, // virtual time barely moves; no heartbeats needed
-	})
+	return newBenchFabricConfig(tb, n, fabric.Config{})
+}
+
+// newBenchFabricConfig is newBenchFabric with a switch configured by cfg
+// (its Token and HeartbeatTimeout are set here).
+func newBenchFabricConfig(tb testing.TB, n int, cfg fabric.Config) *benchFabric {
+	tb.Helper()
+	cfg.Token = []byte("bench")
+	cfg.HeartbeatTimeout = time.Hour // virtual time barely moves; no heartbeats needed
+	sw, err := fabric.New(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package fabric
 
 import (
+	"math/bits"
 	"time"
 
 	"github.com/ndma/ndma/netio"
@@ -15,12 +16,17 @@ import (
 // to the members that have not acknowledged it.
 //
 // State is bounded: W packets × (one bit per member + a 2-byte count).
+// Work per packet is bounded by the window, never by a distance a packet
+// names: PSNs are tracked only in [cum, cum+W), a jump of AckBase by W or
+// more resets the window, and ranges of the bitmaps are set and cleared a
+// 64-bit word at a time. Members' ACKs are clipped to what the switch
+// forwarded ([cum, high)); one naming PSNs more than W away is ignored.
 type mstream struct {
 	key    streamKey
 	sender *member
 	init   bool
 	cum    uint32   // merged cumulative ACK: every live member has every PSN below
-	high   uint32   // one past the highest PSN forwarded
+	high   uint32   // one past the highest PSN forwarded; high-cum <= w
 	w      uint32   // window (power of two)
 	count  []uint16 // per PSN slot: live members that have it
 	have   [][]uint64
@@ -38,7 +44,7 @@ func newMstream(k streamKey, g *group, sender *member, w int) *mstream {
 	ms := &mstream{key: k, sender: sender, w: uint32(w), count: make([]uint16, w),
 		have: make([][]uint64, n), mcum: make([]uint32, n), macked: make([]bool, n), mwin: make([]uint32, n)}
 	for i := range ms.have {
-		ms.have[i] = make([]uint64, w/64)
+		ms.have[i] = make([]uint64, (w+63)/64)
 	}
 	return ms
 }
@@ -59,19 +65,91 @@ func (ms *mstream) has(m int, psn uint32) bool {
 	return ms.have[m][wd]&b != 0
 }
 
-// mark records that member m has psn (within the window); it reports
-// whether that was news.
-func (ms *mstream) mark(m int, psn uint32) bool {
-	if wire.SeqLess(psn, ms.cum) || psn-ms.cum >= ms.w {
-		return false
+// spans splits the n PSNs from psn (n <= w) into at most two runs of slot
+// indices [i, j) that do not wrap, and calls fn for each.
+func (ms *mstream) spans(psn, n uint32, fn func(i, j uint32)) {
+	if n == 0 {
+		return
 	}
-	wd, b := ms.slot(psn)
-	if ms.have[m][wd]&b != 0 {
-		return false
+	i := psn & (ms.w - 1)
+	if i+n <= ms.w {
+		fn(i, i+n)
+		return
 	}
-	ms.have[m][wd] |= b
-	ms.count[psn&(ms.w-1)]++
-	return true
+	fn(i, ms.w)
+	fn(0, i+n-ms.w)
+}
+
+// wordMask is the mask of bits [i, j) of the 64-bit word holding slot i
+// (j is clipped to that word), and the index one past the word.
+func wordMask(i, j uint32) (mask uint64, next uint32) {
+	next = min(j, i&^63+64)
+	hi := next - i&^63 // 1..64
+	mask = ^uint64(0) >> (64 - hi)
+	mask &^= 1<<(i&63) - 1
+	return mask, next
+}
+
+// markRange records that member m has the n PSNs from psn (all within
+// [cum, cum+w)), a word at a time; it reports whether some PSN became held
+// by need members.
+func (ms *mstream) markRange(m int, psn, n uint32, need uint16) bool {
+	full := false
+	have := ms.have[m]
+	ms.spans(psn, n, func(i, j uint32) {
+		for i < j {
+			mask, next := wordMask(i, j)
+			wd := i / 64
+			news := mask &^ have[wd]
+			have[wd] |= news
+			for news != 0 {
+				b := uint32(bits.TrailingZeros64(news))
+				news &= news - 1
+				c := &ms.count[wd*64+b]
+				*c++
+				if *c >= need {
+					full = true
+				}
+			}
+			i = next
+		}
+	})
+	return full
+}
+
+// clearRange forgets every member's marks for the n PSNs from psn
+// (n <= w), a word at a time.
+func (ms *mstream) clearRange(psn, n uint32) {
+	ms.spans(psn, n, func(i, j uint32) {
+		clear(ms.count[i:j])
+		for i < j {
+			mask, next := wordMask(i, j)
+			for _, have := range ms.have {
+				have[i/64] &^= mask
+			}
+			i = next
+		}
+	})
+}
+
+// unmarkMember takes back member m's marks on [cum, high), visiting only
+// the set bits.
+func (ms *mstream) unmarkMember(m int) {
+	have := ms.have[m]
+	ms.spans(ms.cum, ms.high-ms.cum, func(i, j uint32) {
+		for i < j {
+			mask, next := wordMask(i, j)
+			wd := i / 64
+			set := have[wd] & mask
+			have[wd] &^= set
+			for set != 0 {
+				b := uint32(bits.TrailingZeros64(set))
+				set &= set - 1
+				ms.count[wd*64+b]--
+			}
+			i = next
+		}
+	})
 }
 
 func (ms *mstream) reset(base uint32) {
@@ -83,6 +161,21 @@ func (ms *mstream) reset(base uint32) {
 		ms.mcum[i] = base
 		ms.macked[i] = false
 	}
+}
+
+// clip intersects the PSN range [start, start+n) with [cum, high) and
+// returns its first PSN and length (0: empty). n <= w.
+func (ms *mstream) clip(start, n uint32) (uint32, uint32) {
+	span := uint64(ms.high - ms.cum)
+	a := uint64(start - ms.cum)
+	end := a + uint64(n)
+	switch {
+	case a < span:
+		return start, uint32(min(end, span) - a)
+	case end > 1<<32: // starts below cum, ends above it
+		return ms.cum, uint32(min(end-1<<32, span))
+	}
+	return 0, 0
 }
 
 // live returns the number of live members other than the sender.
@@ -100,17 +193,31 @@ func (s *Switch) mcastReceivers(g *group, sender *member) int {
 func (s *Switch) replicate(now time.Time, g *group, src *member, h *wire.Header, pkt []byte) {
 	k := streamKey{g.id, src.id}
 	ms := s.mcast[k]
-	if ms == nil {
+	if ms == nil || ms.sender != src {
+		// First packet of the stream, or of a sender that took over the
+		// member id (a service member registered again).
 		ms = newMstream(k, g, src, s.cfg.MulticastWindow)
 		s.mcast[k] = ms
 	}
-	far := ms.init && !(h.AckBase-ms.cum < ms.w || ms.cum-h.AckBase < ms.w)
-	if !ms.init || (h.Flags&wire.FlagSyn != 0 && far) {
+	ahead := h.AckBase - ms.cum
+	switch {
+	case !ms.init:
 		ms.reset(h.AckBase)
-	}
-	// The sender abandoned everything below AckBase.
-	if wire.SeqLess(ms.cum, h.AckBase) && h.AckBase-ms.cum < 1<<31 {
-		s.advance(g, ms, h.AckBase)
+	case ahead == 0:
+	case ahead < 1<<31:
+		// The sender abandoned everything below AckBase.
+		if ahead >= ms.w {
+			// Nothing in the window survives the jump: start afresh, in
+			// O(W), whatever the distance.
+			s.stats.MulticastResets++
+			ms.reset(h.AckBase)
+		} else {
+			s.advance(ms, h.AckBase)
+		}
+	case h.Flags&wire.FlagSyn != 0 && -ahead >= ms.w:
+		// A new stream from the sender, far behind the old one.
+		s.stats.MulticastResets++
+		ms.reset(h.AckBase)
 	}
 	psn := h.PSN
 	if wire.SeqLess(psn, ms.cum) {
@@ -158,33 +265,48 @@ func (s *Switch) mergeAck(now time.Time, g *group, m *member, h *wire.Header, pa
 		s.stats.Malformed++
 		return
 	}
+	if m == ms.sender {
+		return
+	}
 	i := int(m.id)
+	// A member holds only what the switch forwarded: [cum, high). An ACK
+	// whose cumulative point lies more than a window from the merged one,
+	// either way, is stale or forged and is ignored whole; the rest is
+	// clipped to [cum, high), so no ACK costs more than the window.
+	ahead := a.Cum - ms.cum
+	if ahead > ms.w && -ahead > ms.w {
+		s.stats.MulticastAcksIgnored++
+		return
+	}
 	need := uint16(s.mcastReceivers(g, ms.sender))
 	oldCum := ms.cum
 	full := false // some PSN became held by every receiver
-	markFull := func(p uint32) {
-		if ms.mark(i, p) && ms.count[p&(ms.w-1)] >= need {
-			full = true
-		}
-	}
 	ms.mwin[i] = a.Window
-	if !ms.macked[i] || wire.SeqLess(ms.mcum[i], a.Cum) {
+	if ahead <= ms.w {
+		cum := a.Cum
+		if ahead > ms.high-ms.cum {
+			cum = ms.high
+		}
 		from := ms.cum
-		if ms.macked[i] && wire.SeqLess(from, ms.mcum[i]) {
-			from = ms.mcum[i]
+		if ms.macked[i] && ms.mcum[i]-ms.cum <= ms.high-ms.cum {
+			from = ms.mcum[i] // what it acknowledged before is marked
 		}
-		for p := from; wire.SeqLess(p, a.Cum) && p-ms.cum < ms.w; p++ {
-			markFull(p)
+		if n := cum - from; n <= ms.w {
+			full = ms.markRange(i, from, n, need) || full
 		}
-		if !ms.macked[i] || wire.SeqLess(ms.mcum[i], a.Cum) {
-			ms.mcum[i] = a.Cum
+		if !ms.macked[i] || wire.SeqLess(ms.mcum[i], cum) {
+			ms.mcum[i] = cum
 		}
-		ms.macked[i] = true
 	}
+	ms.macked[i] = true
 	for b := 0; b < int(a.NBlocks); b++ {
 		blk := a.Blocks[b]
-		for p := blk.Start; p != blk.End && p-ms.cum < ms.w; p++ {
-			markFull(p)
+		n := blk.End - blk.Start
+		if n == 0 || n > ms.w {
+			continue // empty, reversed or wider than anything in flight
+		}
+		if p, n := ms.clip(blk.Start, n); n > 0 {
+			full = ms.markRange(i, p, n, need) || full
 		}
 	}
 	if h.Op == wire.OpNack {
@@ -237,13 +359,13 @@ func (s *Switch) clearSlot(ms *mstream, psn uint32) {
 	ms.count[psn&(ms.w-1)] = 0
 }
 
-// advance moves the merged point to base (sender abandoned what is below).
-func (s *Switch) advance(g *group, ms *mstream, base uint32) {
-	for ms.cum != base {
-		s.clearSlot(ms, ms.cum)
-		ms.cum++
-	}
-	if wire.SeqLess(ms.high, ms.cum) {
+// advance moves the merged point to base, less than a window ahead (the
+// sender abandoned what is below): the skipped slots are cleared a word at
+// a time.
+func (s *Switch) advance(ms *mstream, base uint32) {
+	ms.clearRange(ms.cum, base-ms.cum)
+	ms.cum = base
+	if ms.high-ms.cum > ms.w { // high was below base
 		ms.high = ms.cum
 	}
 	for i := range ms.mcum {
@@ -315,13 +437,8 @@ func (s *Switch) dropMemberStreams(g *group, dead *member) {
 		}
 		// Take back the dead member's marks, so the counts again count
 		// live members only.
-		i := int(dead.id)
-		for p := ms.cum; p != ms.high; p++ {
-			wd, b := ms.slot(p)
-			if ms.have[i][wd]&b != 0 {
-				ms.have[i][wd] &^= b
-				ms.count[p&(ms.w-1)]--
-			}
+		if int(dead.id) < len(ms.have) {
+			ms.unmarkMember(int(dead.id))
 		}
 		s.settle(g, ms)
 		s.markDirty(ms)

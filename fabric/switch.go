@@ -36,6 +36,23 @@ type Config struct {
 	// between two Polls; beyond it they are dropped and counted. Zero
 	// means 8192.
 	MaxForward int
+	// AggTimeout bounds the life of an aggregation slot that is not
+	// complete: AggTimeout after its first contribution the slot is freed,
+	// its partial contributions dropped, the members that contributed are
+	// told (EVENT, StatusBusy, Operand2 = the aggregation id), and later
+	// contributions to that aggregation or an older one of the group that
+	// would open a slot are refused the same way. Members of a collective
+	// that reach it further apart than this fail it. Zero means 30s.
+	AggTimeout time.Duration
+	// AnycastTimeout bounds how long the switch keeps the forwarding state
+	// of an anycast request whose member has not replied: the request then
+	// fails to the client (StatusBusy, Operand1 = the member) and no
+	// longer counts as outstanding on the member. Zero means 30s.
+	AnycastTimeout time.Duration
+	// MaxAnycast bounds the anycast requests in flight through the switch,
+	// and MaxAnycastPerClient those of one client address; a request
+	// beyond either is answered StatusBusy. Zero means 65536 and 1024.
+	MaxAnycast, MaxAnycastPerClient int
 	// Fault injects faults into everything the switch sends.
 	Fault FaultConfig
 	// PoolKeys draws the keys of pool regions (capabilities: they must be
@@ -73,6 +90,7 @@ func (c *Config) setDefaults() {
 	if c.Fault.Seed == 0 {
 		c.Fault.Seed = 1
 	}
+	c.setDataDefaults()
 	if c.Transport.MaxMessages == 0 {
 		c.Transport.MaxMessages = 1 << 16 // results and replies for many members
 	}
@@ -88,7 +106,7 @@ func (c *Config) setDefaults() {
 func (c *Config) validate() error {
 	w := c.MulticastWindow
 	switch {
-	case c.HeartbeatTimeout < 0 || c.MaxGroups < 0 || c.MaxForward < 0:
+	case c.HeartbeatTimeout < 0 || c.MaxGroups < 0 || c.MaxForward < 0 || c.negativeData():
 		return fmt.Errorf("%w: negative value", ErrConfig)
 	case w <= 0 || w&(w-1) != 0 || w > 1<<15:
 		return fmt.Errorf("%w: MulticastWindow %d must be a power of two ≤ 32768", ErrConfig, w)
@@ -121,6 +139,17 @@ type Stats struct {
 	MembersDead                                         uint64
 	FaultDrops, FaultDups, FaultReorders, FaultCorrupts uint64
 	Groups, Members                                     int
+
+	// Data-path bounds: multicast windows reset by a jump of AckBase of a
+	// window or more; members' ACKs ignored as more than a window away.
+	MulticastResets, MulticastAcksIgnored uint64
+	// Aggregation slots freed by AggTimeout; contributions refused
+	// because their aggregation had expired.
+	AggExpired, AggStale uint64
+	// Anycast requests failed by AnycastTimeout; refused by MaxAnycast or
+	// MaxAnycastPerClient; in flight now.
+	AnycastExpired, AnycastRefused uint64
+	AnycastPending                 int
 }
 
 // member is one member of a group.
@@ -143,6 +172,10 @@ type group struct {
 	dead    []uint16
 	sel     *Selector // service groups
 	created time.Time
+
+	// aggFloor is the newest aggregation id of the group whose slot
+	// expired: no slot opens for it or an older one again.
+	aggFloor uint64
 }
 
 func (g *group) alive() int {
@@ -188,6 +221,7 @@ type Switch struct {
 	// anycast: forwarded request id → origin; pinned segments
 	anyFwd map[uint64]*anyReq
 	anyIn  map[anyKey]uint64
+	anyQ   anyQueue // lifetimes and per-client counts of anyFwd's entries
 
 	// pool: regions waiting for their grants, by grant message; scratch
 	grants      map[grantKey]*poolCreate
@@ -259,6 +293,7 @@ func (s *Switch) Stats() Stats {
 	st.Transport = s.eng.Stats()
 	st.Pool = s.pool.Stats()
 	st.Groups = len(s.groups)
+	st.AnycastPending = len(s.anyFwd)
 	for _, g := range s.groups {
 		st.Members += g.alive()
 	}
@@ -315,8 +350,10 @@ func (s *Switch) Step(now time.Time, from netip.AddrPort, pkt []byte) {
 		s.poolForward(from, &h, payload)
 		return
 	}
-	if h.Group == 0 || h.Mode == wire.ModeAggregate || h.Mode == wire.ModeAnycast {
-		// Streams the switch terminates: control, contributions, anycast.
+	if h.Group == 0 || h.Mode == wire.ModeAggregate || h.Mode == wire.ModeAnycast ||
+		h.Mode == wire.ModeUnicast && h.Dst == wire.MemberAll {
+		// Streams the switch terminates: control, contributions, anycast,
+		// and the members' ACKs of its own unicast stream (events).
 		s.stepEngine(now, from, pkt, &h)
 		return
 	}
@@ -401,6 +438,7 @@ func (s *Switch) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, ti
 	s.recycle()
 	s.now = now
 	s.checkLiveness(now)
+	s.expireData(now)
 	s.sendRebuildGos(now)
 	out, comps, next := s.eng.Poll(now, out)
 	for i := range comps {
@@ -433,6 +471,9 @@ func (s *Switch) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, ti
 	}
 	if rg := s.nextRebuildGo(); !rg.IsZero() && (next.IsZero() || rg.Before(next)) {
 		next = rg
+	}
+	if dl := s.nextDataExpiry(); !dl.IsZero() && (next.IsZero() || dl.Before(next)) {
+		next = dl
 	}
 	return out, next
 }

@@ -1,0 +1,164 @@
+package fabric
+
+import (
+	"errors"
+	"time"
+
+	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
+)
+
+// Aggregation at the switch: contributions are reduced in the AggPool at
+// admission and the results sent back as fragments.
+
+type aggResult struct {
+	key     AggKey
+	pending int
+}
+
+// admit is called by the engine before a new packet counts as received.
+// Aggregation contributions are reduced here, so that a full slot pool
+// holds the sender back (the packet is not acknowledged and is resent).
+func (s *Switch) admit(d *transport.Delivery) bool {
+	h := &d.Header
+	if h.Mode != wire.ModeAggregate || h.Op != wire.OpData || h.Flags&wire.FlagResp != 0 {
+		return true
+	}
+	s.stats.AggregateIn++
+	g := s.groups[h.Group]
+	if g == nil || g.service {
+		s.event(d.Peer, h.Group, wire.StatusNotMember, 0, h.MsgID)
+		return true
+	}
+	m := s.memberByAddr(g, d.Peer.Addr, h.Src)
+	if m == nil || !m.alive {
+		s.event(d.Peer, h.Group, wire.StatusNotMember, 0, h.MsgID)
+		return true
+	}
+	key := AggKey{Group: g.id, Op: h.MsgID, Offset: h.Offset}
+	if h.MsgID <= g.aggFloor && !s.pool.Exists(key) {
+		// An aggregation that expired here (or an older one): a slot
+		// opened now would hold only late contributions, and would
+		// complete with them if the others were late too.
+		s.stats.AggStale++
+		s.event(d.Peer, h.Group, wire.StatusBusy, 0, h.MsgID)
+		return true
+	}
+	// A member that is gone (crashed or left) can complete this chunk only
+	// if its contribution is in already: one that left after finishing its
+	// part did, and a slower member's contribution must still count.
+	for _, dead := range g.dead {
+		if !s.pool.Has(key, int(dead)) {
+			s.event(d.Peer, h.Group, wire.StatusMemberDead, uint64(dead), h.MsgID)
+			return true
+		}
+	}
+	c := Contribution{
+		Key:           key,
+		Member:        int(m.id),
+		Members:       len(g.members),
+		Dtype:         h.Dtype,
+		Alu:           h.Alu,
+		Deterministic: h.Operand2&1 != 0,
+		Data:          d.Payload,
+		Time:          s.now,
+	}
+	st, res := s.pool.Contribute(&c)
+	switch st {
+	case ContribNoSlot:
+		return false
+	case ContribMismatch:
+		s.event(d.Peer, h.Group, wire.StatusBadOperand, 0, h.MsgID)
+	case ContribComplete:
+		s.sendResult(g, h, res)
+	}
+	s.eng.SetWindow(d.Peer, uint32(max(1, s.pool.Share(g.id))))
+	return true
+}
+
+// sendResult sends a reduced chunk to the root (Operand1 = root+1) or to
+// every member (Operand1 = 0); the slot is released when all have
+// acknowledged it.
+func (s *Switch) sendResult(g *group, h *wire.Header, res []byte) {
+	key := AggKey{Group: g.id, Op: h.MsgID, Offset: h.Offset}
+	r := &aggResult{key: key}
+	s.nextTok++
+	tok := s.nextTok
+	out := wire.Header{Op: wire.OpData, MsgID: h.MsgID, Offset: h.Offset, MsgLen: h.MsgLen,
+		Dtype: h.Dtype, Alu: h.Alu, Operand1: h.Operand1, Operand2: h.Operand2}
+	send := func(m *member) {
+		to := transport.PeerID{Addr: m.addr, Group: g.id, Member: m.id, Mode: wire.ModeAggregate}
+		if _, err := s.eng.SendFragment(to, &out, res, tok); err != nil {
+			// Refuse the member's aggregation rather than leave it waiting
+			// for a result that will not come: a chunk larger than the
+			// switch sends (a member that joined with a smaller MTU than
+			// it uses) or a full send queue.
+			s.stats.ForwardDropped++
+			st := wire.StatusBusy
+			if errors.Is(err, transport.ErrFragment) {
+				st = wire.StatusTooLarge
+			}
+			s.event(to, g.id, st, 0, h.MsgID)
+			return
+		}
+		r.pending++
+		s.stats.AggregateOut++
+	}
+	if h.Operand1 == 0 {
+		for _, m := range g.members {
+			if m != nil && m.alive {
+				send(m)
+			}
+		}
+	} else if root := g.member(uint16(h.Operand1 - 1)); root != nil && root.alive {
+		send(root)
+	}
+	if r.pending == 0 {
+		s.pool.Release(key)
+		return
+	}
+	s.aggTok[tok] = r
+}
+
+// event sends a notification (OpEvent) to a peer over the switch's
+// reliable unicast stream in group g.
+func (s *Switch) event(to transport.PeerID, g uint32, st wire.Status, operand uint64, msgID uint64) {
+	to.Mode = wire.ModeUnicast
+	// FlagResp marks the refusal of one operation (Operand2 = its id), as
+	// opposed to a group notice such as a member's death.
+	h := wire.Header{Op: wire.OpEvent, Flags: wire.FlagResp, Status: st, Operand1: operand, Operand2: msgID}
+	_, _ = s.eng.Send(to, &h, nil, 0)
+}
+
+// expireAggs frees the aggregation slots that have been open for
+// AggTimeout: their partial contributions are dropped, the members that
+// contributed are told (EVENT, StatusBusy), and the group's floor rises so
+// that no slot opens for that aggregation again. O(1) per slot freed.
+func (s *Switch) expireAggs(now time.Time) {
+	cutoff := now.Add(-s.cfg.AggTimeout)
+	for {
+		k, opened, ok := s.pool.Oldest()
+		if !ok || opened.After(cutoff) {
+			return
+		}
+		if g := s.groups[k.Group]; g != nil {
+			for _, m := range g.members {
+				if m != nil && m.alive && s.pool.Has(k, int(m.id)) {
+					to := transport.PeerID{Addr: m.addr, Group: g.id, Member: m.id}
+					s.event(to, g.id, wire.StatusBusy, 0, k.Op)
+				}
+			}
+			g.aggFloor = max(g.aggFloor, k.Op)
+		}
+		s.pool.Release(k)
+		s.stats.AggExpired++
+	}
+}
+
+// nextAggExpiry is when the oldest open slot expires (zero: none open).
+func (s *Switch) nextAggExpiry() time.Time {
+	if _, opened, ok := s.pool.Oldest(); ok {
+		return opened.Add(s.cfg.AggTimeout)
+	}
+	return time.Time{}
+}

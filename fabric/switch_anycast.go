@@ -1,0 +1,208 @@
+package fabric
+
+import (
+	"errors"
+	"net/netip"
+	"time"
+
+	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
+)
+
+// Anycast at the switch: a request is relayed to the member the group's
+// Selector picks, and the member's reply back to the client.
+//
+// The forwarding state of a request (anyFwd, anyIn) is bounded by
+// MaxAnycast in all and MaxAnycastPerClient per client address, and lives
+// until the member's reply has been relayed, the member dies, the group
+// goes, or AnycastTimeout passes — then the client is told and the
+// member's outstanding count is given back.
+
+type anyKey struct {
+	peer  transport.PeerID
+	msgID uint64
+}
+
+type anyReq struct {
+	id        uint64 // the id the request carries to the member
+	client    transport.PeerID
+	clientMsg uint64
+	group     *group
+	member    int
+	in        anyKey
+	deadline  time.Time
+	queued    bool
+	// the queue of requests in flight, oldest first
+	older, newer *anyReq
+}
+
+// anyQueue orders the requests in flight by deadline (they all live
+// AnycastTimeout, so that is creation order) and counts them per client
+// address.
+type anyQueue struct {
+	oldest, newest *anyReq
+	perClient      map[netip.AddrPort]int
+}
+
+func (q *anyQueue) push(r *anyReq) {
+	if q.perClient == nil {
+		q.perClient = make(map[netip.AddrPort]int)
+	}
+	q.perClient[r.client.Addr]++
+	r.queued = true
+	r.older, r.newer = q.newest, nil
+	if q.newest != nil {
+		q.newest.newer = r
+	} else {
+		q.oldest = r
+	}
+	q.newest = r
+}
+
+func (q *anyQueue) remove(r *anyReq) {
+	if !r.queued {
+		return
+	}
+	r.queued = false
+	if r.older != nil {
+		r.older.newer = r.newer
+	} else if q.oldest == r {
+		q.oldest = r.newer
+	}
+	if r.newer != nil {
+		r.newer.older = r.older
+	} else if q.newest == r {
+		q.newest = r.older
+	}
+	r.older, r.newer = nil, nil
+	if n := q.perClient[r.client.Addr] - 1; n > 0 {
+		q.perClient[r.client.Addr] = n
+	} else {
+		delete(q.perClient, r.client.Addr)
+	}
+}
+
+func (q *anyQueue) nextExpiry() time.Time {
+	if q.oldest == nil {
+		return time.Time{}
+	}
+	return q.oldest.deadline
+}
+
+// anycast forwards a request fragment to its pinned member, or a member's
+// reply fragment back to the client.
+func (s *Switch) anycast(now time.Time, d *transport.Delivery) {
+	h := &d.Header
+	s.stats.AnycastIn++
+	g := s.groups[h.Group]
+	if g == nil || !g.service || g.sel == nil {
+		s.reply(d.Peer, h, wire.StatusNotMember, 0)
+		return
+	}
+	if h.Flags&wire.FlagResp != 0 {
+		// A member's reply: relay to the client.
+		r := s.anyFwd[h.MsgID]
+		m := s.memberByAddr(g, d.Peer.Addr, h.Src)
+		if r == nil || m == nil || r.member != int(m.id) {
+			s.stats.Spoofed++
+			return
+		}
+		out := *h
+		out.MsgID = r.clientMsg
+		buf := append([]byte(nil), d.Payload...)
+		if _, err := s.eng.SendFragment(r.client, &out, buf, 0); err != nil {
+			// The client cannot take it (its queue at the switch is full,
+			// or the fragment too large for it): the request fails.
+			s.stats.ForwardDropped++
+			s.failAnycast(r.id, r, sendStatus(err))
+			return
+		}
+		s.stats.AnycastOut++
+		if d.MsgDone {
+			s.dropAnycast(r)
+		}
+		return
+	}
+	k := anyKey{d.Peer, h.MsgID}
+	id, ok := s.anyIn[k]
+	var r *anyReq
+	if ok {
+		r = s.anyFwd[id]
+	}
+	if r == nil {
+		if len(s.anyFwd) >= s.cfg.MaxAnycast || s.anyQ.perClient[d.Peer.Addr] >= s.cfg.MaxAnycastPerClient {
+			s.stats.AnycastRefused++
+			s.reply(d.Peer, h, wire.StatusBusy, 0)
+			return
+		}
+		mem, err := g.sel.Pick(h.Addr)
+		if err != nil {
+			st := wire.StatusBusy
+			if errors.Is(err, ErrNoOwner) || errors.Is(err, ErrNoMember) {
+				st = wire.StatusMemberDead
+			}
+			s.reply(d.Peer, h, st, 0)
+			return
+		}
+		s.nextTok++
+		id = s.nextTok
+		r = &anyReq{id: id, client: d.Peer, clientMsg: h.MsgID, group: g, member: mem, in: k,
+			deadline: now.Add(s.cfg.AnycastTimeout)}
+		s.anyFwd[id] = r
+		s.anyIn[k] = id
+		s.anyQ.push(r)
+	}
+	m := g.member(uint16(r.member))
+	if m == nil || !m.alive {
+		s.failAnycast(id, r, wire.StatusMemberDead)
+		return
+	}
+	out := *h
+	out.MsgID = id
+	buf := append([]byte(nil), d.Payload...)
+	to := transport.PeerID{Addr: m.addr, Group: g.id, Member: m.id, Mode: wire.ModeAnycast}
+	if _, err := s.eng.SendFragment(to, &out, buf, 0); err != nil {
+		s.stats.ForwardDropped++
+		s.failAnycast(id, r, sendStatus(err))
+		return
+	}
+	s.stats.AnycastOut++
+}
+
+// sendStatus is the status that tells a peer why the switch could not
+// send something on its behalf: TOO_LARGE for a fragment the far end's
+// stream cannot take, BUSY for a full send queue.
+func sendStatus(err error) wire.Status {
+	if errors.Is(err, transport.ErrFragment) || errors.Is(err, transport.ErrTooLarge) {
+		return wire.StatusTooLarge
+	}
+	return wire.StatusBusy
+}
+
+// failAnycast ends request id with status st to its client (Operand1 =
+// the member it was sent to).
+func (s *Switch) failAnycast(id uint64, r *anyReq, st wire.Status) {
+	h := wire.Header{Op: wire.OpData, MsgID: r.clientMsg}
+	s.reply(r.client, &h, st, uint64(r.member))
+	s.dropAnycast(r)
+}
+
+// dropAnycast forgets a request: its member has one request less
+// outstanding.
+func (s *Switch) dropAnycast(r *anyReq) {
+	if s.anyFwd[r.id] == r {
+		r.group.sel.Done(r.member)
+		delete(s.anyFwd, r.id)
+		delete(s.anyIn, r.in)
+	}
+	s.anyQ.remove(r)
+}
+
+// expireAnycast fails the requests whose member has not replied within
+// AnycastTimeout: the client gets StatusBusy. O(1) per request expired.
+func (s *Switch) expireAnycast(now time.Time) {
+	for r := s.anyQ.oldest; r != nil && !now.Before(r.deadline); r = s.anyQ.oldest {
+		s.stats.AnycastExpired++
+		s.failAnycast(r.id, r, wire.StatusBusy)
+	}
+}
