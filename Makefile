@@ -1,12 +1,13 @@
 # NDMA build and test entry points. `make test` is the command CI runs.
 GO ?= go
 
-.PHONY: test lint unit bench fuzz build
+.PHONY: test lint unit race norace bench fuzz build
 
 build:
 	$(GO) build ./...
 
-## test: everything CI checks — formatting, vet, staticcheck, race tests.
+## test: everything CI checks — formatting, vet, staticcheck, module tidiness,
+## every test under the race detector, then the tests that skip under it.
 test: lint unit
 
 lint:
@@ -16,8 +17,24 @@ lint:
 	$(GO) tool staticcheck ./...
 	$(GO) mod tidy -diff
 
-unit:
+unit: race norace
+
+## race: every package's tests under the race detector.
+race:
 	$(GO) test -race -timeout 20m ./...
+
+# NORACE_TESTS are the tests that skip or shrink under -race: the race
+# detector makes allocation counts meaningless and the simulator ~30x
+# slower, so the figure tests, the 256-rank scale test, the tuner test and
+# the full collective matrix run here, without it, with every allocation
+# test. internal/citest fails if a test that reads raceEnabled or counts
+# allocations is left out of them.
+NORACE_TESTS = ^(TestSimFigures|TestSimScale256|TestSimTuner|TestSimMatrix|TestSimLarge|Test[A-Za-z]*Allocs)$$
+NORACE_PKGS = ./coll ./fabric ./netio ./transport ./memnode ./wire
+
+## norace: NORACE_TESTS without the race detector.
+norace:
+	$(GO) test -timeout 15m -run '$(NORACE_TESTS)' $(NORACE_PKGS)
 
 ## bench: Go micro-benchmarks (codec, engine, executor, sockets) and the ndma rw benchmark.
 bench:

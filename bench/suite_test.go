@@ -168,19 +168,6 @@ func TestParseRank0(t *testing.T) {
 	}
 }
 
-func TestProcCPU(t *testing.T) {
-	self, children, err := procCPU("self")
-	if err != nil {
-		t.Skipf("no /proc: %v", err)
-	}
-	if self < 0 || children < 0 {
-		t.Errorf("self %v, children %v", self, children)
-	}
-	if _, _, err := procCPU("0"); err == nil {
-		t.Error("pid 0: no error")
-	}
-}
-
 func TestSuitePlan(t *testing.T) {
 	c := SuiteConfig{Ops: []coll.Operation{coll.OpBcast, coll.OpBarrier}, Sizes: []int{8, 1024}}
 	jobs, err := c.plan()

@@ -2,6 +2,7 @@
 
 package coll
 
-// raceEnabled: the race detector slows the transport ~30x; the figure
-// tests, which move 16 MiB per rank through the simulator, skip under it.
+// raceEnabled: the race detector slows the transport ~30x; the figure,
+// scale, tuner and large-transfer tests skip under it and TestSimMatrix
+// runs fewer rank counts. `make norace` runs them in full without it.
 const raceEnabled = true

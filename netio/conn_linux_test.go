@@ -17,12 +17,65 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestOffloadsActive reports whether this kernel gives us GSO and GRO;
-// the round-trip tests assert they are actually used when reported on.
+// kernelOffloads asks the kernel directly, on a fresh probe socket,
+// whether it offers UDP GSO (getsockopt UDP_SEGMENT answers) and UDP GRO
+// (setsockopt UDP_GRO succeeds and reads back as on).
+func kernelOffloads(t *testing.T) (gso, gro bool) {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("probe socket: %v", err)
+	}
+	defer unix.Close(fd)
+	_, err = unix.GetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_SEGMENT)
+	gso = err == nil
+	if unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1) == nil {
+		v, err := unix.GetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_GRO)
+		gro = err == nil && v == 1
+	}
+	return gso, gro
+}
+
+// socketGRO reads UDP_GRO back from c's own socket.
+func socketGRO(t *testing.T, c *UDPConn) bool {
+	t.Helper()
+	rc, err := c.pc.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	var gerr error
+	if err := rc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_GRO) }); err != nil {
+		t.Fatal(err)
+	}
+	if gerr != nil {
+		return false // a kernel without UDP_GRO
+	}
+	return v == 1
+}
+
+// TestOffloadsActive: a socket reports exactly the offloads the kernel
+// offers a probe socket (GRO also switched on at the socket itself), and
+// none when the configuration turns them off. The round-trip tests assert
+// that reported offloads are actually used.
 func TestOffloadsActive(t *testing.T) {
+	t.Setenv(EnvDisableGSO, "") // the test, not the environment, chooses
+	gso, gro := kernelOffloads(t)
+	t.Logf("kernel UDP GSO %v, GRO %v", gso, gro)
 	c := listen(t, "127.0.0.1:0", UDPConfig{})
-	s := c.Stats()
-	t.Logf("kernel UDP GSO %v, GRO %v", s.GSOEnabled, s.GROEnabled)
+	if s := c.Stats(); s.GSOEnabled != gso || s.GROEnabled != gro {
+		t.Errorf("socket reports GSO %v, GRO %v; the kernel offers GSO %v, GRO %v", s.GSOEnabled, s.GROEnabled, gso, gro)
+	}
+	if on := socketGRO(t, c); on != gro {
+		t.Errorf("UDP_GRO on the socket is %v, want %v", on, gro)
+	}
+	off := listen(t, "127.0.0.1:0", UDPConfig{DisableGSO: true, DisableGRO: true})
+	if s := off.Stats(); s.GSOEnabled || s.GROEnabled {
+		t.Errorf("offloads configured off, but the socket reports GSO %v, GRO %v", s.GSOEnabled, s.GROEnabled)
+	}
+	if socketGRO(t, off) {
+		t.Error("GRO configured off, but UDP_GRO is on at the socket")
+	}
 }
 
 func TestPackCoalescing(t *testing.T) {

@@ -20,10 +20,6 @@ import (
 	"github.com/ndma/ndma/wire"
 )
 
-// rankMainEnv, set to "1", makes TestIntegrationRank the rank program of
-// TestIntegration; without it TestIntegrationRank returns at once.
-const rankMainEnv = "NDMA_TESTBED_RANK_MAIN"
-
 // The integration testbed and what each rank runs on it. Sizes keep the
 // whole test a few seconds at 100 Mbit/s, under -race too.
 const (
@@ -46,7 +42,7 @@ const (
 )
 
 // TestIntegration runs real rank processes — this test binary, re-executed
-// as TestIntegrationRank — on a 4-host testbed at 100 Mbit/s with MTU 9000
+// as the "integration" helper (integrationRank) — on a 4-host testbed at 100 Mbit/s with MTU 9000
 // and two memory nodes: in-network and host-based Bcast and Allreduce, an
 // anycast request storm through `ndma switch`, and a replicated pool region
 // over the memd namespaces that every rank writes a slice of and reads
@@ -61,13 +57,7 @@ func TestIntegration(t *testing.T) {
 	if want := integrationMTU - udpIPHeaders; st.DatagramMTU != want {
 		t.Fatalf("testbed datagram MTU %d, the ranks assume %d", st.DatagramMTU, want)
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv(rankMainEnv, "1")
-	cmd := []string{exe, "-test.run=^TestIntegrationRank$", "-test.count=1",
-		"-test.timeout=" + (rankDeadline + 20*time.Second).String()}
+	cmd := helperCmd(t, "integration", st)
 
 	// Longer than a rank's own deadline, so that a stuck rank reports
 	// itself before Run kills it.
@@ -75,7 +65,7 @@ func TestIntegration(t *testing.T) {
 	defer cancel()
 	var out lockedBuilder
 	start := time.Now()
-	err = Run(ctx, st, cmd, &out)
+	err := Run(ctx, st, cmd, &out)
 	t.Logf("ranks ran %v:\n%s", time.Since(start).Round(time.Millisecond), out.String())
 	if err != nil {
 		t.Fatalf("Run: %v", err)
@@ -114,23 +104,11 @@ func TestIntegration(t *testing.T) {
 	checkGone(t, st, root)
 }
 
-// TestIntegrationRank is the rank program of TestIntegration, run in each
-// host namespace with the bootstrap environment of Run; it returns at once
-// unless rankMainEnv is set. It prints one summary line and fails on any
-// mismatch.
-func TestIntegrationRank(t *testing.T) {
-	if os.Getenv(rankMainEnv) != "1" {
-		return
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), rankDeadline)
-	defer cancel()
-	if err := integrationRank(ctx); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// integrationRank runs one rank: it joins the job at the switch, runs the
-// collectives and the anycast storm, and prints its summary.
+// integrationRank is the rank program of TestIntegration (helperMain's
+// "integration" mode), run in each host namespace with the bootstrap
+// environment of Run: it joins the job at the switch, runs the
+// collectives, the anycast storm and the pool share, verifying every
+// byte, and prints its summary; it fails on any mismatch.
 func integrationRank(ctx context.Context) (err error) {
 	launch, err := coll.ParseEnv(os.LookupEnv)
 	if err != nil {

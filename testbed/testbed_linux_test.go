@@ -540,6 +540,9 @@ const (
 //
 // "tput": rank 1 sends tputBytes over TCP to rank 0, which prints
 // "bits_per_sec R", the rate from its first byte to the end.
+//
+// "integration": TestIntegration's rank program (integrationRank), given
+// rankDeadline.
 func helperMain(args []string) int {
 	if len(args) < 3 {
 		fmt.Fprintln(os.Stderr, "helper: want mode, switch and host addresses")
@@ -551,13 +554,19 @@ func helperMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "helper: NDMA_RANK:", err)
 		return 2
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	timeout := 20 * time.Second
+	if mode == "integration" {
+		timeout = rankDeadline
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	switch mode {
 	case "mesh":
 		err = helperMesh(ctx, rank, sw, hosts)
 	case "tput":
 		err = helperTput(ctx, rank, hosts)
+	case "integration":
+		err = integrationRank(ctx)
 	default:
 		err = fmt.Errorf("unknown mode %q", mode)
 	}
