@@ -40,7 +40,7 @@ func (s *Switch) stepEngine(now time.Time, from netip.AddrPort, pkt []byte, h *w
 	hd := &d.Header
 	switch {
 	case hd.Group == 0 && hd.Mode == wire.ModeUnicast && hd.Op == wire.OpControl && hd.Flags&wire.FlagResp == 0:
-		s.control(now, &d)
+		s.controlPacket(now, &d)
 	case hd.Group == 0 && hd.Mode == wire.ModeUnicast && hd.Op == wire.OpControl:
 		s.poolCtrlReply(&d)
 	case hd.Mode == wire.ModeAggregate:
@@ -76,7 +76,7 @@ func (s *Switch) admit(d *transport.Delivery) bool {
 	// A member that is gone (crashed or left) can complete this chunk only
 	// if its contribution is in already: one that left after finishing its
 	// part did, and a slower member's contribution must still count.
-	for _, dead := range g.dead {
+	for _, dead := range g.dead.ids {
 		if !s.pool.Has(key, int(dead)) {
 			s.event(d.Peer, h.Group, wire.StatusMemberDead, uint64(dead), h.MsgID)
 			return true
@@ -149,7 +149,7 @@ func (s *Switch) sendResult(g *group, h *wire.Header, res []byte) {
 }
 
 func (s *Switch) onCompletion(c *transport.Completion) {
-	if s.poolCtrlFailed(c) {
+	if s.onProved(c) || s.poolCtrlFailed(c) {
 		return
 	}
 	r := s.aggTok[c.Token]
@@ -260,10 +260,11 @@ func (s *Switch) failAnycast(id uint64, r *anyReq, st wire.Status) {
 
 // checkLiveness declares members dead whose heartbeats stopped.
 func (s *Switch) checkLiveness(now time.Time) {
-	if (len(s.groups) == 0 && len(s.mmu.Nodes()) == 0) || now.Before(s.nextCheck) {
+	if (len(s.groups) == 0 && len(s.mmu.Nodes()) == 0 && !s.controlPending()) || now.Before(s.nextCheck) {
 		return
 	}
 	s.nextCheck = now.Add(s.cfg.HeartbeatTimeout / 8)
+	s.sweepControl(now)
 	s.checkPoolNodes(now)
 	ids := make([]uint32, 0, len(s.groups))
 	for id := range s.groups {
@@ -281,7 +282,7 @@ func (s *Switch) checkLiveness(now time.Time) {
 }
 
 func (s *Switch) nextLiveness() time.Time {
-	if len(s.groups) == 0 && len(s.mmu.Nodes()) == 0 {
+	if len(s.groups) == 0 && len(s.mmu.Nodes()) == 0 && !s.controlPending() {
 		return time.Time{}
 	}
 	return s.nextCheck
@@ -296,7 +297,7 @@ func (s *Switch) memberDead(g *group, m *member, left bool) {
 	}
 	m.alive = false
 	s.removeMember(m)
-	g.dead = append(g.dead, m.id)
+	g.dead.add(m.id, s.now)
 	g.epoch++
 	s.stats.MembersDead++
 	s.dropMemberStreams(g, m)
