@@ -263,7 +263,7 @@ func (s *Switch) checkLiveness(now time.Time) {
 	if (len(s.groups) == 0 && len(s.mmu.Nodes()) == 0 && !s.controlPending()) || now.Before(s.nextCheck) {
 		return
 	}
-	s.nextCheck = now.Add(s.cfg.HeartbeatTimeout / 8)
+	s.nextCheck = now.Add(min(s.cfg.HeartbeatTimeout/8, time.Second))
 	s.sweepControl(now)
 	s.checkPoolNodes(now)
 	ids := make([]uint32, 0, len(s.groups))
