@@ -158,10 +158,10 @@ type MMU struct {
 	nodes    []*PoolNode // by ID
 	maxNodes int         // SetNodeLimit; MaxPoolNodes by default
 	byAddr   map[netip.AddrPort]*PoolNode
-	regions map[uint32]*PoolRegion
-	nextID  uint32
-	newKey  func() uint64
-	ext     []Extent // scratch for Translate
+	regions  map[uint32]*PoolRegion
+	nextID   uint32
+	newKey   func() uint64
+	ext      []Extent // scratch for Translate
 }
 
 // NewMMU returns an empty MMU; newKey draws region keys (random and
