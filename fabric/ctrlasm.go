@@ -45,10 +45,6 @@ type ctrlAssembler struct {
 
 func (a *ctrlAssembler) len() int { return len(a.msgs) }
 
-// Bytes is the memory the partial requests hold: their buffers and
-// bitmaps.
-func (a *ctrlAssembler) memBytes() int { return a.bytes + a.bytes/8 }
-
 func (a *ctrlAssembler) drop(k asmKey) {
 	m := a.msgs[k]
 	if m == nil {
