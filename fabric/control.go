@@ -9,14 +9,16 @@ import (
 	"github.com/ndma/ndma/wire"
 )
 
-// rendezvous collects the members of a job until all have joined.
+// rendezvous collects the members of a job until all have joined. It is
+// dropped when the job's last rank joins (the group replaces it) or
+// ControlLimits.RendezvousTimeout after the last JOIN it got.
 type rendezvous struct {
 	job     string
 	size    int
 	mtu     int       // every member's MTU: fragments of an aggregation line up
 	joiners []*joiner // by rank
 	count   int
-	started time.Time
+	last    time.Time // of the last JOIN
 }
 
 type joiner struct {
@@ -76,7 +78,7 @@ func (s *Switch) control(now time.Time, d *transport.Delivery) {
 				return
 			}
 			mem.lastSeen = now
-			s.respond(d, &CtrlMsg{Type: CtrlHeartbeat, Resp: true, Group: g.id, Member: mem.id, Epoch: g.epoch, Dead: g.dead})
+			s.respond(d, &CtrlMsg{Type: CtrlHeartbeat, Resp: true, Group: g.id, Member: mem.id, Epoch: g.epoch, Dead: g.deadIDs()})
 		case CtrlLeave:
 			s.respond(d, &CtrlMsg{Type: CtrlLeave, Resp: true, Group: g.id, Member: mem.id})
 			s.memberDead(g, mem, true)
@@ -114,7 +116,12 @@ func (s *Switch) respondTo(peer transport.PeerID, msgID uint64, m *CtrlMsg) {
 		return
 	}
 	h := wire.Header{Op: wire.OpControl, Flags: wire.FlagResp, MsgID: msgID}
-	_, _ = s.eng.Send(peer, &h, buf, 0)
+	// The acknowledgement of the response proves that peer receives at
+	// its address (pool_clients.go).
+	tok := s.proveToken(peer.Addr)
+	if _, err := s.eng.Send(peer, &h, buf, tok); err != nil {
+		delete(s.proveTok, tok)
+	}
 }
 
 func (g *group) table() []MemberInfo {
@@ -144,13 +151,15 @@ func (s *Switch) join(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 	}
 	r := s.jobs[m.Job]
 	if r == nil {
-		if len(s.groups)+len(s.jobs) >= s.cfg.MaxGroups {
+		if len(s.groups)+len(s.jobs) >= s.cfg.MaxGroups || len(s.jobs) >= s.cfg.Limits.MaxRendezvous {
+			s.stats.ControlRefused++
 			s.reply(d.Peer, &d.Header, wire.StatusBusy, 0)
 			return
 		}
-		r = &rendezvous{job: m.Job, size: m.Size, mtu: m.MTU, joiners: make([]*joiner, m.Size), started: now}
+		r = &rendezvous{job: m.Job, size: m.Size, mtu: m.MTU, joiners: make([]*joiner, m.Size)}
 		s.jobs[m.Job] = r
 	}
+	r.last = now
 	if r.size != m.Size || r.mtu != m.MTU {
 		// Operand1 tells the joiner what the job's first member asked.
 		s.stats.ControlRefused++
@@ -194,6 +203,19 @@ func (s *Switch) join(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 	for i, j := range r.joiners {
 		s.respondTo(j.peer, j.msgID, &CtrlMsg{Type: CtrlJoin, Resp: true, Group: g.id, Member: uint16(i), Members: t, Epoch: g.epoch})
 	}
+}
+
+// dropRendezvous forgets a job whose ranks did not all join in time and
+// answers the ranks still waiting with StatusBusy (they may try again).
+func (s *Switch) dropRendezvous(name string, r *rendezvous) {
+	delete(s.jobs, name)
+	for _, j := range r.joiners {
+		if j != nil {
+			h := wire.Header{Op: wire.OpControl, MsgID: j.msgID}
+			s.reply(j.peer, &h, wire.StatusBusy, 0)
+		}
+	}
+	s.stats.RendezvousExpired++
 }
 
 func (s *Switch) newGroup(name string, service bool, size int, now time.Time) *group {
@@ -263,6 +285,7 @@ func (s *Switch) register(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 	g.members[rank] = mem
 	g.byAddr[mem.addr] = mem
 	s.addMember(mem)
+	g.undead(mem.id) // a rank registered again is not dead
 	g.epoch++
 	g.sel.SetAlive(rank, true)
 	s.respond(d, &CtrlMsg{Type: CtrlRegister, Resp: true, Group: g.id, Member: mem.id})

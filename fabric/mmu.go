@@ -155,18 +155,47 @@ type Target struct {
 
 // MMU is the pool's memory manager.
 type MMU struct {
-	nodes   []*PoolNode
-	byAddr  map[netip.AddrPort]*PoolNode
-	regions map[uint32]*PoolRegion
-	nextID  uint32
-	newKey  func() uint64
-	ext     []Extent // scratch for Translate
+	nodes    []*PoolNode // by ID
+	maxNodes int         // SetNodeLimit; MaxPoolNodes by default
+	byAddr   map[netip.AddrPort]*PoolNode
+	regions  map[uint32]*PoolRegion
+	nextID   uint32
+	newKey   func() uint64
+	ext      []Extent // scratch for Translate
 }
 
 // NewMMU returns an empty MMU; newKey draws region keys (random and
 // non-zero: they are capabilities).
 func NewMMU(newKey func() uint64) *MMU {
-	return &MMU{byAddr: make(map[netip.AddrPort]*PoolNode), regions: make(map[uint32]*PoolRegion), newKey: newKey}
+	return &MMU{byAddr: make(map[netip.AddrPort]*PoolNode), regions: make(map[uint32]*PoolRegion), newKey: newKey, maxNodes: MaxPoolNodes}
+}
+
+// SetNodeLimit bounds the node table to n nodes (1..MaxPoolNodes).
+func (m *MMU) SetNodeLimit(n int) { m.maxNodes = max(1, min(n, MaxPoolNodes)) }
+
+// Forget removes node n from the table if it holds no region copies (and
+// so no region refers to it); it reports whether it did. Its id may be
+// given to a later node.
+func (m *MMU) Forget(n *PoolNode) bool {
+	if n.used > 0 || m.byAddr[n.Addr] != n {
+		return false
+	}
+	delete(m.byAddr, n.Addr)
+	i, _ := slices.BinarySearchFunc(m.nodes, n.ID, func(x *PoolNode, id int) int { return cmp.Compare(x.ID, id) })
+	m.nodes = slices.Delete(m.nodes, i, i+1)
+	return true
+}
+
+// evictable returns the dead node holding no region copies that was seen
+// last longest ago, or nil.
+func (m *MMU) evictable() *PoolNode {
+	var best *PoolNode
+	for _, n := range m.nodes {
+		if !n.Alive && n.used == 0 && (best == nil || n.lastSeen.Before(best.lastSeen)) {
+			best = n
+		}
+	}
+	return best
 }
 
 // AddNode registers a memory node offering capacity bytes of its region
@@ -202,12 +231,24 @@ func (m *MMU) AddNode(addr netip.AddrPort, key, capacity, inc uint64) (*PoolNode
 		n.Alive = true
 		return n, nil
 	}
-	if len(m.nodes) >= MaxPoolNodes {
-		return nil, fmt.Errorf("%w: more than %d memory nodes", ErrPoolNode, MaxPoolNodes)
+	if len(m.nodes) >= m.maxNodes {
+		// Make room by forgetting a dead node that holds nothing; nodes
+		// holding copies are never pushed out.
+		if old := m.evictable(); old == nil || !m.Forget(old) {
+			return nil, fmt.Errorf("%w: %d memory nodes, none of them dead and empty", ErrPoolNode, len(m.nodes))
+		}
 	}
-	n := &PoolNode{ID: len(m.nodes), Addr: addr, Key: key, Capacity: capacity, Alive: true, Incarnation: inc,
+	// The smallest free id; nodes stay sorted by id.
+	id := len(m.nodes)
+	for i, x := range m.nodes {
+		if x.ID != i {
+			id = i
+			break
+		}
+	}
+	n := &PoolNode{ID: id, Addr: addr, Key: key, Capacity: capacity, Alive: true, Incarnation: inc,
 		free: []span{{0, capacity &^ (poolAlign - 1)}}}
-	m.nodes = append(m.nodes, n)
+	m.nodes = slices.Insert(m.nodes, id, n)
 	m.byAddr[addr] = n
 	return n, nil
 }

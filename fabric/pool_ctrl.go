@@ -35,6 +35,7 @@ func (s *Switch) poolControl(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 	case CtrlPoolNode:
 		prev := s.mmu.NodeAt(d.Peer.Addr)
 		restarted := prev != nil && prev.Incarnation != m.Epoch
+		s.mmu.SetNodeLimit(s.cfg.Limits.MaxPoolNodes)
 		n, err := s.mmu.AddNode(d.Peer.Addr, m.Key, m.Capacity, m.Epoch)
 		if err != nil {
 			refuse(wire.StatusBadOperand)
@@ -74,12 +75,22 @@ func (r *PoolRegion) spec() PoolSpec {
 }
 
 // checkPoolNodes marks memory nodes dead whose registrations (their
-// heartbeats) stopped for the heartbeat timeout.
+// heartbeats) stopped for the heartbeat timeout, and forgets dead nodes
+// that hold no region copies after ControlLimits.PoolNodeTTL.
 func (s *Switch) checkPoolNodes(now time.Time) {
+	var forget []*PoolNode
 	for _, n := range s.mmu.Nodes() {
 		if n.Alive && now.Sub(n.lastSeen) > s.cfg.HeartbeatTimeout {
 			s.mmu.SetAlive(n, false)
 			s.nodeDied(now, n)
+		}
+		if !n.Alive && n.Used() == 0 && now.Sub(n.lastSeen) > s.cfg.Limits.PoolNodeTTL {
+			forget = append(forget, n)
+		}
+	}
+	for _, n := range forget {
+		if s.mmu.Forget(n) {
+			s.stats.PoolNodesForgotten++
 		}
 	}
 	s.retryRebuilds(now)

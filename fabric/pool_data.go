@@ -166,6 +166,9 @@ func poolAccess(h *wire.Header, payload []byte) (memnode.Perm, uint64, bool) {
 // node(s), or answers it with the reason it is refused.
 func (s *Switch) poolForward(from netip.AddrPort, h *wire.Header, payload []byte) {
 	s.stats.PoolIn++
+	if h.Flags&(wire.FlagResp|wire.FlagReplyTo) == 0 && s.poolAmplifies(from, h, payload) {
+		return
+	}
 	if h.Op == wire.OpChain && h.Flags&wire.FlagResp == 0 && h.Copies == 0 {
 		s.chainForward(from, h, payload)
 		return

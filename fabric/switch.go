@@ -59,6 +59,8 @@ type Config struct {
 	// unpredictable). Nil means a generator seeded from crypto/rand;
 	// tests set it for determinism.
 	PoolKeys func() uint64
+	// Limits bounds the control plane's tables (limits.go).
+	Limits ControlLimits
 }
 
 // FaultConfig injects faults into the switch's output (this kernel has no
@@ -101,6 +103,7 @@ func (c *Config) setDefaults() {
 	// group it creates it is wire.MemberAll (newGroup sets that).
 	c.Transport.Local = 0
 	c.Transport.GroupModes = true
+	c.Limits.setDefaults()
 }
 
 func (c *Config) validate() error {
@@ -110,6 +113,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: negative value", ErrConfig)
 	case w <= 0 || w&(w-1) != 0 || w > 1<<15:
 		return fmt.Errorf("%w: MulticastWindow %d must be a power of two ≤ 32768", ErrConfig, w)
+	}
+	if err := c.Limits.validate(); err != nil {
+		return err
 	}
 	for _, r := range []float64{c.Fault.Drop, c.Fault.Dup, c.Fault.Reorder, c.Fault.Corrupt} {
 		if r < 0 || r > 1 {
@@ -137,6 +143,8 @@ type Stats struct {
 	AuthFailures                                        uint64
 	ForwardDropped                                      uint64
 	MembersDead                                         uint64
+	RendezvousExpired, PoolNodesForgotten               uint64 // control-plane entries expired (limits.go)
+	ControlPartialRefused, PoolUnproven                 uint64 // partial control requests refused; pool requests refused to unproven sources
 	FaultDrops, FaultDups, FaultReorders, FaultCorrupts uint64
 	Groups, Members                                     int
 
@@ -169,7 +177,7 @@ type group struct {
 	members []*member // index = member id
 	byAddr  map[netip.AddrPort]*member
 	epoch   uint64
-	dead    []uint16
+	dead    deadList
 	sel     *Selector // service groups
 	created time.Time
 
@@ -237,7 +245,10 @@ type Switch struct {
 	held     []netio.Datagram // reordered by fault injection, sent next Poll
 	rng      *rand.Rand
 
-	ctrl CtrlMsg
+	ctrl     CtrlMsg
+	asm      ctrlAssembler // multi-packet control requests (ctrlasm.go)
+	pclients poolClients   // addresses proven to receive (pool_clients.go)
+	proveTok map[uint64]proveReq
 
 	admitFn   func(*transport.Delivery) bool
 	nextCheck time.Time

@@ -47,7 +47,7 @@ func (s *Switch) admit(d *transport.Delivery) bool {
 	// A member that is gone (crashed or left) can complete this chunk only
 	// if its contribution is in already: one that left after finishing its
 	// part did, and a slower member's contribution must still count.
-	for _, dead := range g.dead {
+	for _, dead := range g.dead.ids {
 		if !s.pool.Has(key, int(dead)) {
 			s.event(d.Peer, h.Group, wire.StatusMemberDead, uint64(dead), h.MsgID)
 			return true

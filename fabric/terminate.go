@@ -22,7 +22,7 @@ func (s *Switch) stepEngine(now time.Time, from netip.AddrPort, pkt []byte, h *w
 	hd := &d.Header
 	switch {
 	case hd.Group == 0 && hd.Mode == wire.ModeUnicast && hd.Op == wire.OpControl && hd.Flags&wire.FlagResp == 0:
-		s.control(now, &d)
+		s.controlPacket(now, &d)
 	case hd.Group == 0 && hd.Mode == wire.ModeUnicast && hd.Op == wire.OpControl:
 		s.poolCtrlReply(&d)
 	case hd.Mode == wire.ModeAggregate:
@@ -36,7 +36,7 @@ func (s *Switch) stepEngine(now time.Time, from netip.AddrPort, pkt []byte, h *w
 }
 
 func (s *Switch) onCompletion(c *transport.Completion) {
-	if s.poolCtrlFailed(c) {
+	if s.onProved(c) || s.poolCtrlFailed(c) {
 		return
 	}
 	r := s.aggTok[c.Token]
@@ -58,10 +58,11 @@ func (s *Switch) reply(to transport.PeerID, req *wire.Header, st wire.Status, op
 
 // checkLiveness declares members dead whose heartbeats stopped.
 func (s *Switch) checkLiveness(now time.Time) {
-	if (len(s.groups) == 0 && len(s.mmu.Nodes()) == 0) || now.Before(s.nextCheck) {
+	if (len(s.groups) == 0 && len(s.mmu.Nodes()) == 0 && !s.controlPending()) || now.Before(s.nextCheck) {
 		return
 	}
-	s.nextCheck = now.Add(s.cfg.HeartbeatTimeout / 8)
+	s.nextCheck = now.Add(min(s.cfg.HeartbeatTimeout/8, time.Second))
+	s.sweepControl(now)
 	s.checkPoolNodes(now)
 	ids := make([]uint32, 0, len(s.groups))
 	for id := range s.groups {
@@ -79,7 +80,7 @@ func (s *Switch) checkLiveness(now time.Time) {
 }
 
 func (s *Switch) nextLiveness() time.Time {
-	if len(s.groups) == 0 && len(s.mmu.Nodes()) == 0 {
+	if len(s.groups) == 0 && len(s.mmu.Nodes()) == 0 && !s.controlPending() {
 		return time.Time{}
 	}
 	return s.nextCheck
@@ -94,7 +95,7 @@ func (s *Switch) memberDead(g *group, m *member, left bool) {
 	}
 	m.alive = false
 	s.removeMember(m)
-	g.dead = append(g.dead, m.id)
+	g.dead.add(m.id, s.now)
 	g.epoch++
 	s.stats.MembersDead++
 	s.dropMemberStreams(g, m)

@@ -323,19 +323,26 @@ func optimStep(o *wire.OptimParams, par, m, v, grads []byte) {
 // FETCHADD, VECTOR) by (client, request id), so that a retransmitted
 // request is answered from memory instead of applied twice, and a late
 // duplicate of an old write cannot overwrite newer data. It holds at most
-// its capacity, forgetting the oldest entries first, and forgets entries
-// older than its TTL. A client must give up on a request before the node
-// can forget it: the client's retry horizon (its op timeout) must be
-// shorter than the TTL, and Evicted counts entries pushed out early by the
-// capacity bound (each one a window in which a duplicate could be applied
-// again).
+// its capacity (about ReplyEntryBytes each), forgetting the oldest entries
+// first, and drops entries older than its TTL as new ones arrive (the
+// memory of a burst is given back as the cache drains). A client must give
+// up on a request before the node can forget it: the client's retry
+// horizon (its op timeout) must be shorter than the TTL, and Evicted
+// counts entries pushed out early by the capacity bound (each one a window
+// in which a duplicate could be applied again).
 type Replies struct {
 	ttl     time.Duration
-	ring    []replyKey // insertion order; len == capacity
+	max     int
+	ring    []replyKey // insertion (and so time) order; grows up to max
 	head, n int
 	m       map[replyKey]reply
 	evicted uint64
 }
+
+// ReplyEntryBytes is the memory one Replies entry takes, in bytes (its key
+// in the ring and in the map, its result and time, and the map's
+// overhead), for sizing a cache by memory.
+const ReplyEntryBytes = 160
 
 type replyKey struct {
 	client netip.AddrPort
@@ -348,9 +355,10 @@ type reply struct {
 	at  time.Time
 }
 
-// NewReplies returns a cache of capacity entries kept for ttl.
+// NewReplies returns a cache of at most capacity entries kept for ttl.
+// Its memory grows with use, up to about capacity × ReplyEntryBytes.
 func NewReplies(capacity int, ttl time.Duration) *Replies {
-	return &Replies{ttl: ttl, ring: make([]replyKey, capacity), m: make(map[replyKey]reply, capacity)}
+	return &Replies{ttl: ttl, max: max(capacity, 0), m: make(map[replyKey]reply)}
 }
 
 // Mutating reports whether op changes memory (so its duplicates must not
@@ -376,26 +384,64 @@ func (c *Replies) Lookup(now time.Time, client netip.AddrPort, id uint64, hop ui
 // Add remembers res (its Status and Old) for client's request id (at chain
 // hop hop).
 func (c *Replies) Add(now time.Time, client netip.AddrPort, id uint64, hop uint8, res Result) {
-	if len(c.ring) == 0 {
+	if c.max == 0 {
 		return
 	}
 	k := replyKey{client, id, hop}
 	if _, ok := c.m[k]; ok {
 		return
 	}
+	c.expire(now)
+	if c.n == len(c.ring) && len(c.ring) < c.max {
+		c.grow()
+	}
 	if c.n == len(c.ring) {
 		old := c.ring[c.head]
 		if r, ok := c.m[old]; ok && now.Sub(r.at) <= c.ttl {
 			c.evicted++
 		}
-		delete(c.m, old)
-		c.n--
-		c.head = (c.head + 1) % len(c.ring)
+		c.pop()
 	}
 	c.ring[(c.head+c.n)%len(c.ring)] = k
 	c.n++
 	c.m[k] = reply{res: Result{Status: res.Status, Old: res.Old}, at: now}
 }
+
+// expire drops the oldest entries while they are older than the TTL.
+func (c *Replies) expire(now time.Time) {
+	for c.n > 0 {
+		r, ok := c.m[c.ring[c.head]]
+		if ok && now.Sub(r.at) <= c.ttl {
+			return
+		}
+		c.pop()
+	}
+	if c.n == 0 && len(c.ring) > 64 {
+		// Drained: give a burst's memory back.
+		c.ring, c.head = nil, 0
+		c.m = make(map[replyKey]reply)
+	}
+}
+
+// pop forgets the oldest entry.
+func (c *Replies) pop() {
+	delete(c.m, c.ring[c.head])
+	c.ring[c.head] = replyKey{}
+	c.head = (c.head + 1) % len(c.ring)
+	c.n--
+}
+
+// grow doubles the ring (up to max), keeping the entries in order.
+func (c *Replies) grow() {
+	nr := make([]replyKey, min(max(2*len(c.ring), 64), c.max))
+	for i := range c.n {
+		nr[i] = c.ring[(c.head+i)%len(c.ring)]
+	}
+	c.ring, c.head = nr, 0
+}
+
+// Bytes is about the memory the entries hold, in bytes.
+func (c *Replies) Bytes() int { return len(c.m) * ReplyEntryBytes }
 
 // Len is the number of entries held; Evicted the entries dropped by the
 // capacity bound before their TTL ran out.

@@ -218,3 +218,28 @@ func TestPoolNodeRebuildFill(t *testing.T) {
 		t.Errorf("fill after the rebuild: %v", err)
 	}
 }
+
+// TestRepliesExpire: entries past their TTL leave the cache as new ones
+// arrive, and a drained cache gives its memory back (the cache used to
+// hold a burst's entries until the ring wrapped around).
+func TestRepliesExpire(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	c := NewReplies(1<<16, time.Second)
+	a := netip.MustParseAddrPort("10.0.0.1:5")
+	for i := range 10000 {
+		c.Add(t0, a, uint64(i), 0, Result{})
+	}
+	if c.Len() != 10000 {
+		t.Fatalf("len %d, want 10000", c.Len())
+	}
+	c.Add(t0.Add(2*time.Second), a, 1<<40, 0, Result{})
+	if c.Len() != 1 {
+		t.Fatalf("len %d after the TTL, want 1", c.Len())
+	}
+	if _, ok := c.Lookup(t0.Add(2*time.Second), a, 1<<40, 0); !ok {
+		t.Fatal("lost the new entry")
+	}
+	if c.Evicted() != 0 {
+		t.Fatalf("expired entries counted as evicted: %d", c.Evicted())
+	}
+}

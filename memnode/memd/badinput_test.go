@@ -3,6 +3,7 @@ package memd
 import (
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -198,5 +199,107 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestHostileFloodDuringWork: while a client writes and reads back
+// verified data, hostile peers on 32 fresh source ports flood the node
+// with requests they never acknowledge (fresh ids, reads of a whole
+// datagram with the node's own key, pieces of never-finished writes,
+// a forged reply-to the node must ignore from anyone but its switch). The
+// client's operations keep working, and pool requests that did not come
+// from the node's switch are dropped.
+func TestHostileFloodDuringWork(t *testing.T) {
+	const size = 1 << 20
+	srv := start(t, Config{Size: size})
+	key := srv.Regions()[0].Key
+	ctx := testCtx(t)
+	r := dial(t, ctx, srv)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 2))
+
+	// 6000 datagrams in all: a third of them reads whose answers wait
+	// for acknowledgements that never come, fewer than the node's send
+	// queue holds (a per-peer share of it is the transport's bound).
+	stop := make(chan struct{})
+	flooded := make(chan int)
+	frng := rand.New(rand.NewPCG(seed, 3))
+	go func() {
+		n := 0
+		defer func() { flooded <- n }()
+		var socks []*net.UDPConn
+		for range 32 {
+			c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(srv.Addr()))
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			socks = append(socks, c)
+		}
+		psn := make([]uint32, len(socks))
+		for i := range psn {
+			psn[i] = frng.Uint32()
+		}
+		for round := 0; n < 6000; round++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for i, c := range socks {
+				h := wire.Header{Version: wire.Version, Op: wire.OpRead, MsgID: frng.Uint64(), Key: key, Addr: uint64(frng.IntN(size - 8192)),
+					Operand1: 8000, PSN: psn[i], AckBase: psn[i]}
+				var payload []byte
+				switch round % 3 {
+				case 1: // a piece of a message that never completes (a wrong key)
+					h.Op, h.Operand1, h.MsgLen, h.Key = wire.OpWrite, 0, 1<<30, frng.Uint64()|1
+					payload = make([]byte, 512)
+				case 2: // a pool request with a forged reply-to, not from a switch
+					h.Mode, h.Flags, h.PSN, h.AckBase = wire.ModePool, wire.FlagReplyTo, 0, 0
+					payload = wire.AppendReplyTo(nil, netip.MustParseAddrPort("192.0.2.1:9"))
+				}
+				if h.MsgLen == 0 {
+					h.MsgLen = uint32(len(payload))
+				}
+				pkt, err := wire.AppendPacket(nil, &h, payload)
+				if err != nil {
+					return
+				}
+				if h.Mode != wire.ModePool {
+					psn[i]++
+				}
+				if _, err := c.Write(pkt); err == nil {
+					n++
+				}
+			}
+		}
+	}()
+
+	for i := range 200 {
+		msg := make([]byte, 1+rng.IntN(4096))
+		for j := range msg {
+			msg[j] = byte(rng.Uint32())
+		}
+		off := uint64(rng.IntN(size - len(msg)))
+		if err := r.Write(ctx, key, off, msg); err != nil {
+			close(stop)
+			t.Fatalf("write %d during the flood: %v", i, err)
+		}
+		got := make([]byte, len(msg))
+		if err := r.Read(ctx, key, off, got); err != nil || string(got) != string(msg) {
+			close(stop)
+			t.Fatalf("read %d during the flood: %v (equal %v)", i, err, string(got) == string(msg))
+		}
+	}
+	close(stop)
+	n := <-flooded
+	st := srv.Stats()
+	t.Logf("flood of %d datagrams; node: %+v", n, st)
+	if n == 0 {
+		t.Fatal("the flood sent nothing")
+	}
+	if st.Endpoint.Pool.Served != 0 || st.Endpoint.Pool.Dropped == 0 {
+		t.Fatalf("node served %d pool requests that did not come from a switch (dropped %d)", st.Endpoint.Pool.Served, st.Endpoint.Pool.Dropped)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
@@ -24,6 +25,17 @@ const (
 	// DefaultSize is the size of the single region created when there is
 	// no key file and Config.Size is zero, in bytes (64 MiB).
 	DefaultSize = 64 << 20
+)
+
+// Bounds of the pool reply cache (memnode.Replies) of a node lending its
+// memory to a switch: the results of mutating pool requests, kept so that
+// a retransmitted request is not applied twice. At most ReplyCacheEntries
+// entries (about ReplyCacheEntries × memnode.ReplyEntryBytes = 2.5 MiB),
+// the oldest pushed out first, each kept ReplyCacheTTL — longer than a
+// client's 10 s default op timeout, within which it retransmits.
+const (
+	ReplyCacheEntries = 16384
+	ReplyCacheTTL     = 30 * time.Second
 )
 
 // MinMTU and MaxMTU bound Config.MTU, in bytes: a datagram must hold the

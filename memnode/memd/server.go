@@ -88,7 +88,8 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.Switch != "" {
 		// Serve the pool requests and grants of the switch the first
 		// region is lent to (validate checked the address).
-		ecfg.PoolNode = &endpoint.PoolServe{Switch: netip.MustParseAddrPort(cfg.Switch), Key: regions[0].Key, Token: cfg.Token}
+		ecfg.PoolNode = &endpoint.PoolServe{Switch: netip.MustParseAddrPort(cfg.Switch), Key: regions[0].Key, Token: cfg.Token,
+			Replies: ReplyCacheEntries, ReplyTTL: ReplyCacheTTL}
 	}
 	ep, err := endpoint.New(conn, ecfg, endpoint.Options{Logger: cfg.Logger})
 	if err != nil {

@@ -1,0 +1,385 @@
+package fabric
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/netio/simnet"
+	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
+)
+
+// A sans-I/O harness: one Switch and clients that are bare transport
+// engines, pumped by hand in virtual time. Crafted datagrams go straight
+// into Switch.Step.
+
+type ctlClient struct {
+	addr  netip.AddrPort
+	eng   *transport.Engine
+	resps map[uint64]wire.Header // response headers by request id
+	body  map[uint64][]byte
+}
+
+type ctlHarness struct {
+	t       *testing.T
+	sw      *Switch
+	swAddr  netip.AddrPort
+	now     time.Time
+	token   []byte
+	clients map[netip.AddrPort]*ctlClient
+	toBytes map[netip.AddrPort]int // bytes the switch sent to each address
+}
+
+func newCtlHarness(t *testing.T, cfg Config) *ctlHarness {
+	t.Helper()
+	cfg.Token = []byte("hostile-token")
+	cfg.Transport.Seed = 7
+	sw, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &ctlHarness{t: t, sw: sw, swAddr: netip.MustParseAddrPort("10.0.0.1:7471"), now: simnet.Epoch(),
+		token: cfg.Token, clients: map[netip.AddrPort]*ctlClient{}, toBytes: map[netip.AddrPort]int{}}
+}
+
+func (h *ctlHarness) client(addr netip.AddrPort, mtu int) *ctlClient {
+	if c := h.clients[addr]; c != nil {
+		return c
+	}
+	eng, err := transport.New(transport.Config{MTU: mtu, Seed: uint64(len(h.clients)) + 100})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	c := &ctlClient{addr: addr, eng: eng, resps: map[uint64]wire.Header{}, body: map[uint64][]byte{}}
+	h.clients[addr] = c
+	return c
+}
+
+// send queues a control request from c and returns its message id.
+func (h *ctlHarness) send(c *ctlClient, m *CtrlMsg) uint64 {
+	h.t.Helper()
+	buf, err := AppendCtrl(nil, m, h.token)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	id, err := c.eng.Send(transport.PeerID{Addr: h.swAddr}, &wire.Header{Op: wire.OpControl}, buf, 0)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return id
+}
+
+// step feeds one datagram to the switch from addr.
+func (h *ctlHarness) step(from netip.AddrPort, pkt []byte) { h.sw.Step(h.now, from, pkt) }
+
+// pump moves datagrams between the clients and the switch for d of
+// virtual time, in steps of 100µs.
+func (h *ctlHarness) pump(d time.Duration) { h.run(d, 100*time.Microsecond) }
+
+// advance is pump in steps of 10ms, for long stretches of time.
+func (h *ctlHarness) advance(d time.Duration) { h.run(d, 10*time.Millisecond) }
+
+func (h *ctlHarness) run(d, dt time.Duration) {
+	end := h.now.Add(d)
+	for ; h.now.Before(end); h.now = h.now.Add(dt) {
+		for _, c := range h.clients {
+			out, _, _ := c.eng.Poll(h.now, nil)
+			for _, dg := range out {
+				h.sw.Step(h.now, c.addr, dg.Buf)
+			}
+		}
+		out, _ := h.sw.Poll(h.now, nil)
+		for _, dg := range out {
+			h.toBytes[dg.Addr] += len(dg.Buf)
+			c := h.clients[dg.Addr]
+			if c == nil {
+				continue
+			}
+			del, ok := c.eng.Step(h.now, h.swAddr, dg.Buf)
+			if ok && del.Header.Flags&wire.FlagResp != 0 && del.MsgDone {
+				c.resps[del.Header.MsgID] = del.Header
+				c.body[del.Header.MsgID] = append([]byte(nil), del.Payload...)
+			}
+		}
+	}
+}
+
+func addrN(i int) netip.AddrPort {
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 9, byte(i >> 8), byte(i)}), 5000)
+}
+
+// TestRendezvousBoundedAndExpiring: JOINs of jobs whose other ranks never
+// come open at most MaxRendezvous rendezvous; they expire after
+// RendezvousTimeout (the waiting rank is told BUSY); a completed job is
+// never pushed out, and a new job can rendezvous afterwards.
+func TestRendezvousBoundedAndExpiring(t *testing.T) {
+	h := newCtlHarness(t, Config{HeartbeatTimeout: time.Hour})
+	done := h.client(addrN(0), 1500)
+	doneID := h.send(done, &CtrlMsg{Type: CtrlJoin, Job: "done", Size: 1, Rank: 0, MTU: 1500})
+	h.pump(5 * time.Millisecond)
+	if st := done.resps[doneID].Status; st != wire.StatusOK {
+		t.Fatalf("single-rank job: status %v", st)
+	}
+	var ids []uint64
+	for i := 1; i <= 1000; i++ {
+		c := h.client(addrN(i), 1500)
+		ids = append(ids, h.send(c, &CtrlMsg{Type: CtrlJoin, Job: "stuck-" + string(rune('a'+i%26)) + string(rune(i)), Size: 2, Rank: 0, MTU: 1500}))
+		if i%50 == 0 {
+			h.pump(2 * time.Millisecond)
+		}
+	}
+	h.pump(5 * time.Millisecond)
+	if n := len(h.sw.jobs); n > 256 {
+		t.Fatalf("%d pending rendezvous after 1000 stuck JOINs, want at most the default 256", n)
+	}
+	busy := 0
+	for i, id := range ids {
+		if h.clients[addrN(i+1)].resps[id].Status == wire.StatusBusy {
+			busy++
+		}
+	}
+	if busy != 1000-len(h.sw.jobs) {
+		t.Fatalf("%d JOINs refused BUSY, want %d", busy, 1000-len(h.sw.jobs))
+	}
+	h.advance(2 * time.Minute)
+	if n := len(h.sw.jobs); n != 0 {
+		t.Fatalf("%d rendezvous left two minutes after their last JOIN", n)
+	}
+	if len(h.sw.Groups()) != 1 {
+		t.Fatalf("completed job gone: %+v", h.sw.Groups())
+	}
+	h.pump(5 * time.Millisecond)
+	expired := 0
+	for i, id := range ids {
+		if h.clients[addrN(i+1)].resps[id].Status == wire.StatusBusy {
+			expired++
+		}
+	}
+	if expired != 1000 {
+		t.Fatalf("%d of 1000 stuck joiners answered BUSY after expiry", expired)
+	}
+	a, b := h.client(addrN(2000), 1500), h.client(addrN(2001), 1500)
+	ia := h.send(a, &CtrlMsg{Type: CtrlJoin, Job: "late", Size: 2, Rank: 0, MTU: 1500})
+	ib := h.send(b, &CtrlMsg{Type: CtrlJoin, Job: "late", Size: 2, Rank: 1, MTU: 1500})
+	h.pump(5 * time.Millisecond)
+	if a.resps[ia].Status != wire.StatusOK || b.resps[ib].Status != wire.StatusOK {
+		t.Fatalf("new job after the flood: %v %v", a.resps[ia].Status, b.resps[ib].Status)
+	}
+}
+
+// TestDeadListBounded: a service rank that leaves and registers again,
+// thousands of times, must not grow the dead list its group's heartbeat
+// replies carry (it used to grow until the reply could not be encoded and
+// every heartbeat was answered BUSY).
+func TestDeadListBounded(t *testing.T) {
+	h := newCtlHarness(t, Config{HeartbeatTimeout: time.Hour})
+	a, b := h.client(addrN(1), 9000), h.client(addrN(2), 9000)
+	reg := func(c *ctlClient, rank int) uint32 {
+		id := h.send(c, &CtrlMsg{Type: CtrlRegister, Service: "svc", Policy: uint8(PolicyRoundRobin), Size: 2, Rank: rank, MTU: 9000})
+		h.pump(2 * time.Millisecond)
+		var m CtrlMsg
+		if st := c.resps[id].Status; st != wire.StatusOK {
+			t.Fatalf("register rank %d: %v", rank, st)
+		}
+		if err := ParseCtrl(c.body[id], &m, h.token); err != nil {
+			t.Fatal(err)
+		}
+		return m.Group
+	}
+	g := reg(a, 0)
+	for range 5000 {
+		reg(b, 1)
+		h.send(b, &CtrlMsg{Type: CtrlLeave, Group: g, Member: 1})
+		h.pump(time.Millisecond)
+	}
+	id := h.send(a, &CtrlMsg{Type: CtrlHeartbeat, Group: g, Member: 0})
+	h.pump(5 * time.Millisecond)
+	if st := a.resps[id].Status; st != wire.StatusOK {
+		t.Fatalf("heartbeat after 5000 leave/register cycles: status %v", st)
+	}
+	var m CtrlMsg
+	if err := ParseCtrl(a.body[id], &m, h.token); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Dead) != 1 || m.Dead[0] != 1 {
+		t.Fatalf("dead list %v, want [1]", m.Dead)
+	}
+	reg(b, 1)
+	id = h.send(a, &CtrlMsg{Type: CtrlHeartbeat, Group: g, Member: 0})
+	h.pump(5 * time.Millisecond)
+	if err := ParseCtrl(a.body[id], &m, h.token); err != nil || len(m.Dead) != 0 {
+		t.Fatalf("dead list %v (err %v) after rank 1 registered again, want empty", m.Dead, err)
+	}
+}
+
+// TestPoolNodeTableLifetime: a memory node that went silent and holds no
+// region copies is forgotten after PoolNodeTTL; one holding copies stays;
+// a full table takes a new node in place of a dead empty one and refuses
+// it when every node holds copies or lives.
+func TestPoolNodeTableLifetime(t *testing.T) {
+	h := newCtlHarness(t, Config{HeartbeatTimeout: time.Second, Limits: ControlLimits{MaxPoolNodes: 2}})
+	reg := func(i int) wire.Status {
+		c := h.client(addrN(i), 9000)
+		id := h.send(c, &CtrlMsg{Type: CtrlPoolNode, Key: 0x1000 + uint64(i), Capacity: 1 << 20, Epoch: 1})
+		h.pump(2 * time.Millisecond)
+		return c.resps[id].Status
+	}
+	if reg(1) != wire.StatusOK || reg(2) != wire.StatusOK {
+		t.Fatal("registrations refused")
+	}
+	// Node 2 gets a region copy (straight in the MMU: no grant exchange).
+	if _, err := h.sw.mmu.Create(4096, 4096, 2, 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	if n1 := h.sw.mmu.NodeAt(addrN(1)); n1.Used() == 0 {
+		t.Fatal("region not on node 1")
+	}
+	// Free node 1's extent again: it holds nothing.
+	for _, r := range h.sw.mmu.Regions() {
+		if err := h.sw.mmu.Free(r.ID, r.Key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := h.sw.mmu.Create(4096, 4096, 1, 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	holder := h.sw.mmu.Regions()[0].Homes[0].Node.Addr
+	h.advance(5 * time.Second) // both dead now
+	if st := reg(3); st != wire.StatusOK {
+		t.Fatalf("new node with a dead empty one in a full table: %v", st)
+	}
+	if h.sw.mmu.NodeAt(holder) == nil {
+		t.Fatal("node holding a region copy evicted")
+	}
+	if st := reg(4); st == wire.StatusOK {
+		t.Fatal("new node admitted although every node holds copies or is alive")
+	}
+	h.advance(11 * time.Minute)
+	nodes := h.sw.mmu.Nodes()
+	if len(nodes) != 1 || nodes[0].Addr != holder {
+		var got []netip.AddrPort
+		for _, n := range nodes {
+			got = append(got, n.Addr)
+		}
+		t.Fatalf("nodes %v after the TTL, want only %v (the one holding copies)", got, holder)
+	}
+}
+
+// TestPoolNodeTableExpiresByDefault: with the default limits, a memory
+// node that registered once and went silent is forgotten in time.
+func TestPoolNodeTableExpiresByDefault(t *testing.T) {
+	h := newCtlHarness(t, Config{HeartbeatTimeout: time.Second})
+	for i := range 100 {
+		c := h.client(addrN(i), 9000)
+		h.send(c, &CtrlMsg{Type: CtrlPoolNode, Key: 0x1000 + uint64(i), Capacity: 1 << 20, Epoch: 1})
+	}
+	h.pump(10 * time.Millisecond)
+	if n := len(h.sw.mmu.Nodes()); n != 100 {
+		t.Fatalf("%d nodes registered, want 100", n)
+	}
+	h.advance(time.Hour)
+	if n := len(h.sw.mmu.Nodes()); n != 0 {
+		t.Fatalf("%d silent, empty memory nodes still in the table after an hour", n)
+	}
+}
+
+// TestControlMultiPacket: a REGISTER with 200 key ranges does not fit one
+// 1500-byte packet; the switch must reassemble it before authenticating
+// it (it used to authenticate each packet and refuse them all).
+func TestControlMultiPacket(t *testing.T) {
+	h := newCtlHarness(t, Config{Transport: transport.Config{MTU: 1500}})
+	c := h.client(addrN(1), 1500)
+	var ranges []CtrlRange
+	for i := range 200 {
+		ranges = append(ranges, CtrlRange{Start: uint64(i) * 100, End: uint64(i)*100 + 99, Owner: 0, Replicas: []int32{1, 2}})
+	}
+	m := &CtrlMsg{Type: CtrlRegister, Service: "kv", Policy: uint8(PolicyKeyAffinity), Size: 3, Rank: 0, Ranges: ranges, MTU: 1500}
+	buf, _ := AppendCtrl(nil, m, h.token)
+	if len(buf) <= 1500-wire.HeaderLen {
+		t.Fatalf("REGISTER of %d bytes fits one packet: the test needs more ranges", len(buf))
+	}
+	id := h.send(c, m)
+	h.pump(20 * time.Millisecond)
+	if st := c.resps[id].Status; st != wire.StatusOK {
+		t.Fatalf("multi-packet REGISTER (%d bytes): status %v, switch %+v", len(buf), st, h.sw.Stats())
+	}
+	var resp CtrlMsg
+	if err := ParseCtrl(c.body[id], &resp, h.token); err != nil || resp.Type != CtrlRegister {
+		t.Fatalf("response %+v, %v", resp, err)
+	}
+	if h.sw.asm.len() != 0 {
+		t.Fatalf("%d partial requests left", h.sw.asm.len())
+	}
+}
+
+// fragment builds a control request packet: bytes [off, off+len(p)) of a
+// message of total bytes with id msgID, at sequence number psn.
+func fragment(msgID uint64, psn uint32, off, total int, p []byte) []byte {
+	h := wire.Header{Version: wire.Version, Op: wire.OpControl, MsgID: msgID, PSN: psn, AckBase: 1000, Offset: uint32(off), MsgLen: uint32(total)}
+	pkt, err := wire.AppendPacket(nil, &h, p)
+	if err != nil {
+		panic(err)
+	}
+	return pkt
+}
+
+// TestControlContradictingFragments: packets of one control request that
+// disagree about its length, reach past it or overlap are refused (BAD
+// OPERAND) without a panic and leave nothing behind.
+func TestControlContradictingFragments(t *testing.T) {
+	h := newCtlHarness(t, Config{})
+	src := addrN(7)
+	c := h.client(src, 9000) // receives the refusals
+	_ = c
+	p := make([]byte, 500)
+	cases := []struct {
+		name string
+		pkts [][]byte
+	}{
+		{"MsgLen grows", [][]byte{fragment(1, 1000, 0, 1000, p), fragment(1, 1001, 600, 2000, p)}},
+		{"MsgLen shrinks", [][]byte{fragment(2, 1002, 500, 1000, p), fragment(2, 1003, 0, 600, p)}},
+		{"overlap", [][]byte{fragment(3, 1004, 0, 1500, p), fragment(3, 1005, 250, 1500, p)}},
+		{"too large", [][]byte{fragment(4, 1006, 0, 1<<20, p)}},
+	}
+	for _, tc := range cases {
+		before := h.sw.stats.ControlRefused
+		for _, pkt := range tc.pkts {
+			h.step(src, pkt)
+		}
+		if h.sw.stats.ControlRefused != before+1 {
+			t.Errorf("%s: %d refusals, want 1", tc.name, h.sw.stats.ControlRefused-before)
+		}
+	}
+	if n := h.sw.asm.len(); n != 0 {
+		t.Fatalf("%d partial requests left after contradicting fragments", n)
+	}
+}
+
+// TestControlPartialFlood: partial control requests from thousands of
+// fresh addresses and ids stay within the reassembly bounds, and a
+// legitimate JOIN during the flood still succeeds.
+func TestControlPartialFlood(t *testing.T) {
+	h := newCtlHarness(t, Config{})
+	p := make([]byte, 1000)
+	for i := range 3000 {
+		from := addrN(100 + i/3)
+		h.step(from, fragment(uint64(i+1), 1000+uint32(i%3), 0, 200<<10, p))
+		lim := &h.sw.cfg.Limits
+		if h.sw.asm.len() > lim.MaxControlPartial || h.sw.asm.bytes > lim.MaxControlPartialBytes {
+			t.Fatalf("after %d partial requests: %d held, %d bytes", i+1, h.sw.asm.len(), h.sw.asm.bytes)
+		}
+		if i == 1500 {
+			c := h.client(addrN(1), 9000)
+			id := h.send(c, &CtrlMsg{Type: CtrlJoin, Job: "legit", Size: 1, Rank: 0, MTU: 9000})
+			h.pump(2 * time.Millisecond)
+			if st := c.resps[id].Status; st != wire.StatusOK || c.resps[id].Flags&wire.FlagResp == 0 {
+				t.Fatalf("JOIN during the flood: status %v", st)
+			}
+		}
+	}
+	h.advance(10 * time.Second)
+	if n := h.sw.asm.len(); n != 0 {
+		t.Fatalf("%d partial requests left after the reassembly timeout", n)
+	}
+}
