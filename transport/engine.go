@@ -260,10 +260,10 @@ func New(cfg Config) (*Engine, error) {
 	}
 	rng := mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	return &Engine{
-		cfg:    cfg,
-		seg:    cfg.segSize(),
-		rng:    rng,
-		msgSeq: rng.Uint64() >> 1,
+		cfg:      cfg,
+		seg:      cfg.segSize(),
+		rng:      rng,
+		msgSeq:   rng.Uint64() >> 1,
 		groups:   make(map[uint32]*groupCtx),
 		addrRefs: make(map[netip.AddrPort]int32),
 	}, nil
@@ -511,6 +511,11 @@ func (e *Engine) StepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit
 		}
 		e.stats.AcksReceived++
 		e.touch(p, now)
+		if h.Flags&wire.FlagSyn != 0 {
+			// A challenge: the peer has not validated this address yet.
+			p.echoPending, p.challenge = true, h.PSN
+			e.activate(p)
+		}
 		return d, false
 	}
 	p := e.lookup(id)

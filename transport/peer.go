@@ -102,7 +102,7 @@ type peer struct {
 	proven   bool // acknowledged data sent to it: it receives at its address
 	waiting  bool // messages queued, nothing in flight: lastProgress is when that began
 
-	nmsgs    int32 // messages queued or in flight to the peer
+	nmsgs int32 // messages queued or in flight to the peer
 
 	// Lifetime: the engine's list of strangers or established peers, and
 	// the last activity (Unix ns) that orders it.
@@ -152,6 +152,13 @@ type peer struct {
 	echoTS      uint64
 	lastArrival time.Time
 	advWindow   uint32 // receive window advertised; zero = Config.RecvWindow
+	// Address validation (see buildAck): peerBase is the latest AckBase
+	// received, acknowledged instead of the data while the peer is
+	// amplification-limited; challenge is a PSN to echo in an ACK
+	// (echoPending), asked for by a peer that has not validated us.
+	peerBase    uint32
+	challenge   uint32
+	echoPending bool
 }
 
 func newPeer(e *Engine, id PeerID) *peer {
@@ -216,7 +223,7 @@ func (p *peer) afford(n uint32) bool { return p.credit >= int64(wire.HeaderLen)+
 func (p *peer) idle() bool { return p.sndUna == p.sndNxt && p.qhead == nil && !p.ackPending }
 
 func (p *peer) hasWork() bool {
-	if p.ackPending {
+	if p.ackPending || p.echoPending {
 		return true
 	}
 	if p.inflight >= p.cwndPkts() {
@@ -268,8 +275,14 @@ func (p *peer) releaseRingIfIdle() {
 func (p *peer) poll(now time.Time, out []netio.Datagram, used, budget int) ([]netio.Datagram, int) {
 	n := 0
 	limited := p.limited()
+	if p.echoPending {
+		if d, ok := p.buildEcho(now, p.e.buf(used+n), limited); ok {
+			out = append(out, d)
+			n++
+		}
+	}
 	if p.ackPending {
-		if d, ok := p.buildAck(now, p.e.buf(used), limited); ok {
+		if d, ok := p.buildAck(now, p.e.buf(used+n), limited); ok {
 			out = append(out, d)
 			n++
 		}
@@ -546,9 +559,9 @@ func (p *peer) ackRec(rec *pktRec) {
 // the ACK names: SACK blocks are clipped to [sndUna, sndNxt) and merged
 // before they are walked, and a cumulative point beyond sndNxt is
 // ignored. An ACK consistent with what was sent (cumulative point in
-// [sndUna, sndNxt], blocks below sndNxt) that acknowledges a packet in
-// flight proves that the peer receives at its address (the initial
-// sequence number is random). A stranger's inconsistent ACKs are ignored
+// [sndUna, sndNxt], blocks below sndNxt) proves that the peer receives at
+// its address: the initial sequence number is random, so a blind guess
+// hits with a chance of the packets in flight in 2^32. A stranger's inconsistent ACKs are ignored
 // altogether; onAck reports whether the ACK was applied.
 func (p *peer) onAck(now time.Time, a *wire.Ack, nack bool, ackTS uint64, single bool) bool {
 	consistent := !wire.SeqLess(a.Cum, p.sndUna) && !wire.SeqLess(p.sndNxt, a.Cum)
@@ -584,6 +597,9 @@ func (p *peer) onAck(now time.Time, a *wire.Ack, nack bool, ackTS uint64, single
 		}
 	}
 	if p.ring == nil {
+		if consistent && p.stranger && !p.proven {
+			p.validated()
+		}
 		p.e.activate(p)
 		return true
 	}
@@ -654,13 +670,22 @@ func (p *peer) onAck(now time.Time, a *wire.Ack, nack bool, ackTS uint64, single
 	}
 	if progress {
 		p.lastProgress = now
-		if consistent && !p.proven {
-			p.proven = true
-			p.e.promote(p)
-		}
+	}
+	if consistent && p.stranger && !p.proven {
+		p.validated()
 	}
 	p.e.activate(p)
 	return true
+}
+
+// validated records that the peer proved it receives at its address. If
+// its data was answered with challenges so far, a real ACK goes out now.
+func (p *peer) validated() {
+	p.proven = true
+	p.e.promote(p)
+	if p.rcvInit {
+		p.ackPending = true
+	}
 }
 
 // clipBlock intersects SACK block b with the n packets in flight from
@@ -737,6 +762,7 @@ func (p *peer) checkData(now time.Time, h *wire.Header) (ok bool, pm *partialMsg
 		p.skipTo(h.AckBase)
 	}
 	p.ackPending = true
+	p.peerBase = h.AckBase
 	p.echoTS = h.TS
 	p.lastArrival = now
 	p.e.activate(p)
@@ -910,20 +936,26 @@ func (p *peer) hasBit(psn uint32) bool {
 func (p *peer) setBit(psn uint32)   { w, b := p.bitIdx(psn); p.bitmap[w] |= b }
 func (p *peer) clearBit(psn uint32) { w, b := p.bitIdx(psn); p.bitmap[w] &^= b }
 
-// buildAck encodes an ACK (or NACK) for the receiver half into buf. For an
-// amplification-limited peer (limited) the ACK counts against the budget:
-// it carries only the SACK blocks the budget allows, and none is sent
-// (ok false) if not even a bare ACK fits.
+// buildAck encodes an ACK (or NACK) for the receiver half into buf.
+//
+// For an amplification-limited peer (limited) it is a challenge instead,
+// within the budget (none is sent, ok false, if it does not fit): an ACK
+// with FlagSyn whose header PSN is this side's sndUna, which the peer
+// echoes as the cumulative point of an ACK (buildEcho), proving that it
+// receives at its address. The challenge acknowledges only what the
+// peer's AckBase says it knows is acknowledged, so the peer keeps
+// resending its data, and each resend brings a new challenge (and budget),
+// until an echo arrives: validation survives loss without the peer
+// knowing about it.
 func (p *peer) buildAck(now time.Time, buf []byte, limited bool) (d netio.Datagram, ok bool) {
 	p.ackPending = false
 	maxBlocks := wire.MaxSackBlocks
 	if limited {
-		room := (p.credit - wire.HeaderLen - wire.AckFixedLen) / 8
-		if room < 0 {
+		if p.credit < wire.HeaderLen+wire.AckFixedLen {
 			p.e.stats.AmplificationLimited++
 			return d, false
 		}
-		maxBlocks = int(min(room, wire.MaxSackBlocks))
+		maxBlocks = 0
 	}
 	a := &p.e.ack
 	win := uint32(p.e.cfg.RecvWindow)
@@ -934,6 +966,10 @@ func (p *peer) buildAck(now time.Time, buf []byte, limited bool) (d netio.Datagr
 		Cum:    p.rcvNxt,
 		Window: win,
 		EchoTS: p.echoTS,
+	}
+	if limited {
+		// No RTT sample either: nothing is acknowledged.
+		a.Cum, a.EchoTS = p.peerBase, 0
 	}
 	if d := now.Sub(p.lastArrival); d > 0 && d < time.Second {
 		a.AckDelay = uint32(d)
@@ -973,8 +1009,47 @@ func (p *peer) buildAck(now time.Time, buf []byte, limited bool) (d netio.Datagr
 		Dst:     p.id.Member,
 		TS:      uint64(now.UnixNano()),
 	}
+	if limited {
+		h.Flags, h.PSN = wire.FlagSyn, p.sndUna
+	}
 	h.Len = uint16(a.EncodedLen())
 	b := buf[:wire.HeaderLen+int(h.Len)]
+	h.Encode(b)
+	a.Encode(b[wire.HeaderLen:])
+	wire.Seal(b)
+	p.e.stats.AcksSent++
+	if limited {
+		p.credit -= int64(len(b))
+	}
+	return netio.Datagram{Addr: p.id.Addr, Buf: b}, true
+}
+
+// buildEcho encodes the answer to a peer's challenge (see buildAck): an
+// ACK whose cumulative point is the challenge, the peer's own oldest
+// unacknowledged PSN, so it acknowledges nothing the peer does not know
+// is acknowledged.
+func (p *peer) buildEcho(now time.Time, buf []byte, limited bool) (d netio.Datagram, ok bool) {
+	p.echoPending = false
+	if limited && p.credit < wire.HeaderLen+wire.AckFixedLen {
+		p.e.stats.AmplificationLimited++
+		return d, false
+	}
+	win := uint32(p.e.cfg.RecvWindow)
+	if p.advWindow != 0 {
+		win = p.advWindow
+	}
+	a := wire.Ack{Cum: p.challenge, Window: win}
+	h := wire.Header{
+		Version: wire.Version,
+		Op:      wire.OpAck,
+		Mode:    p.id.Mode,
+		Group:   p.id.Group,
+		Src:     p.e.local(p.id.Group),
+		Dst:     p.id.Member,
+		TS:      uint64(now.UnixNano()),
+		Len:     wire.AckFixedLen,
+	}
+	b := buf[:wire.HeaderLen+wire.AckFixedLen]
 	h.Encode(b)
 	a.Encode(b[wire.HeaderLen:])
 	wire.Seal(b)
