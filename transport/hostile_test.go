@@ -534,27 +534,36 @@ func TestIdleSweep(t *testing.T) {
 
 // TestAckProofNeeded: ACKs that acknowledge nothing really sent (a blind
 // guess from a forged source) neither validate a stranger's address nor
-// are applied to it.
+// are applied to it; the echo of the challenge in the engine's ACK does.
 func TestAckProofNeeded(t *testing.T) {
 	e, _ := New(Config{Seed: 14})
 	s := netip.MustParseAddrPort("10.0.0.5:5")
-	d, _ := e.Step(t0, s, craft(wire.Header{PSN: 1, AckBase: 1, MsgID: 1}, nil))
+	d, _ := e.Step(t0, s, craft(wire.Header{PSN: 1, AckBase: 1, MsgID: 1}, make([]byte, 200)))
 	rh := wire.Header{Op: wire.OpWrite, Flags: wire.FlagResp, MsgID: 1}
 	if _, err := e.Send(d.Peer, &rh, make([]byte, 64), 0); err != nil {
 		t.Fatal(err)
 	}
 	out, _, _ := e.Poll(t0, nil)
-	var sndUna uint32
+	challenge, found := uint32(0), false
 	for _, o := range out {
 		var h wire.Header
-		if _, _, err := wire.Parse(o.Buf, &h); err == nil && h.Op == wire.OpWrite {
-			sndUna = h.PSN
+		p, _, err := wire.Parse(o.Buf, &h)
+		if err != nil || h.Op != wire.OpAck {
+			continue
 		}
+		var a wire.Ack
+		if a.Decode(p) != nil || h.Flags&wire.FlagSyn == 0 || a.Cum != 1 || a.NBlocks != 0 {
+			t.Fatalf("ACK to a stranger is not a challenge: %+v %+v", h, a)
+		}
+		challenge, found = h.PSN, true
+	}
+	if !found {
+		t.Fatal("no challenge sent")
 	}
 	var x uint32 = 1
 	for range 1000 {
 		x = x*1664525 + 1013904223
-		if x-sndUna < 1<<16 || sndUna-x < 1<<16 {
+		if x-challenge < 1<<16 || challenge-x < 1<<16 {
 			continue
 		}
 		a := wire.Ack{Cum: x, Window: 64, NBlocks: 1}
@@ -564,9 +573,13 @@ func TestAckProofNeeded(t *testing.T) {
 	if e.Validated(s) || e.Strangers() != 1 {
 		t.Fatalf("blind ACKs validated the address (strangers %d)", e.Strangers())
 	}
-	a := wire.Ack{Cum: sndUna + 1, Window: 64}
+	a := wire.Ack{Cum: challenge, Window: 64}
 	e.Step(t0, s, craftAck(&a))
 	if !e.Validated(s) || e.Strangers() != 0 {
-		t.Fatal("a real ACK did not validate the address")
+		t.Fatal("the echo of the challenge did not validate the address")
+	}
+	// Now validated, the data is acknowledged for real.
+	if a, _ := lastAck(t, e, t0, s); a.Cum != 2 {
+		t.Fatalf("Cum %d after validation, want 2", a.Cum)
 	}
 }

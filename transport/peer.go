@@ -275,15 +275,21 @@ func (p *peer) releaseRingIfIdle() {
 func (p *peer) poll(now time.Time, out []netio.Datagram, used, budget int) ([]netio.Datagram, int) {
 	n := 0
 	limited := p.limited()
+	// Challenges (budget permitting) and their echoes go out twice (the
+	// same buffer), so that validation is not held up by one lost packet.
 	if p.echoPending {
 		if d, ok := p.buildEcho(now, p.e.buf(used+n), limited); ok {
-			out = append(out, d)
+			out = append(out, d, d)
 			n++
 		}
 	}
 	if p.ackPending {
 		if d, ok := p.buildAck(now, p.e.buf(used+n), limited); ok {
 			out = append(out, d)
+			if limited && p.credit >= int64(len(d.Buf)) {
+				p.credit -= int64(len(d.Buf))
+				out = append(out, d)
+			}
 			n++
 		}
 	}
