@@ -86,7 +86,7 @@ func (pm *partialMsg) complete() bool {
 // peer is the per-peer sequence state inside a group context. Sender and
 // receiver halves are independent: each direction has its own PSN space.
 //
-// Size: the struct itself is 472 bytes on 64-bit platforms, plus the
+// Size: the struct itself is 520 bytes on 64-bit platforms, plus the
 // receive bitmap (RecvWindow/8+8 bytes: 136 B at the default) once the
 // peer has sent data, the partial-message map while multi-packet messages
 // arrive (at most MaxPartial entries of 120 bytes), and — only while
