@@ -31,8 +31,33 @@ type Config struct {
 	// a packet that would start one more is dropped (the sender resends
 	// it). Zero means 256.
 	MaxPartial int
-	// MaxPeers bounds the peers the engine keeps state for. Zero means 65536.
+	// MaxPeers bounds the established peers: those the local side
+	// created (Send, SendFragment) and those whose address is validated
+	// (see Engine.Validated). A Send that would create one more fails with
+	// ErrTooManyPeers; established peers are never evicted, only swept
+	// when idle or dropped when dead. Zero means 65536.
 	MaxPeers int
+	// MaxStrangers bounds the stranger peers: state created by incoming
+	// data from an address not validated yet (or while MaxPeers are
+	// established). A new stranger beyond it evicts the least recently
+	// active one, failing its messages with ErrEvicted; strangers never
+	// push out established peers. Zero means 1024.
+	MaxStrangers int
+	// MaxPeerMessages bounds the outgoing messages queued or in flight to
+	// one peer; Send fails with ErrPeerQueueFull (which wraps
+	// ErrQueueFull) beyond it, so that one peer that never acknowledges
+	// cannot take all of MaxMessages. Zero means 1024.
+	MaxPeerMessages int
+	// MaxStrangerMessages is MaxPeerMessages for a stranger whose address
+	// has not shown that it receives (an amplification-limited peer).
+	// Zero means 64.
+	MaxStrangerMessages int
+	// IdleTimeout is how long a peer with nothing queued or in flight and
+	// no traffic either way keeps its state; then it is swept (a partial
+	// message idle that long is dead: its sender would have resent it
+	// within DeadTimeout). Zero means the larger of 30s and twice
+	// DeadTimeout; it must not be below DeadTimeout.
+	IdleTimeout time.Duration
 	// MaxBurst bounds the packets one Poll returns. Zero means 256.
 	MaxBurst int
 	// InitialRTO is the retransmission timeout before any RTT sample.
@@ -76,6 +101,14 @@ const (
 	DefaultMaxMessages = 8192
 	DefaultMaxPartial  = 256
 	DefaultMaxPeers    = 65536
+	// DefaultMaxStrangers, DefaultMaxPeerMessages and
+	// DefaultMaxStrangerMessages are the defaults of the fields of the
+	// same names.
+	DefaultMaxStrangers        = 1024
+	DefaultMaxPeerMessages     = 1024
+	DefaultMaxStrangerMessages = 64
+	// DefaultIdleTimeout is IdleTimeout's floor when zero (see there).
+	DefaultIdleTimeout = 30 * time.Second
 	DefaultMaxBurst    = 256
 	DefaultInitialRTO  = 20 * time.Millisecond
 	DefaultMinRTO      = 2 * time.Millisecond
@@ -107,6 +140,15 @@ func (c *Config) setDefaults() {
 	if c.MaxPeers == 0 {
 		c.MaxPeers = DefaultMaxPeers
 	}
+	if c.MaxStrangers == 0 {
+		c.MaxStrangers = DefaultMaxStrangers
+	}
+	if c.MaxPeerMessages == 0 {
+		c.MaxPeerMessages = DefaultMaxPeerMessages
+	}
+	if c.MaxStrangerMessages == 0 {
+		c.MaxStrangerMessages = DefaultMaxStrangerMessages
+	}
 	if c.MaxBurst == 0 {
 		c.MaxBurst = DefaultMaxBurst
 	}
@@ -121,6 +163,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.DeadTimeout == 0 {
 		c.DeadTimeout = DefaultDeadTimeout
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = max(DefaultIdleTimeout, 2*c.DeadTimeout)
 	}
 	if c.TargetDelay == 0 {
 		c.TargetDelay = DefaultTargetDelay
@@ -148,12 +193,15 @@ func (c *Config) validate() error {
 		return bad("SendWindow %d must be a power of two ≤ 65536", c.SendWindow)
 	case !pow2(c.RecvWindow) || c.RecvWindow > 1<<16:
 		return bad("RecvWindow %d must be a power of two ≤ 65536", c.RecvWindow)
-	case c.MaxMessages < 1, c.MaxPartial < 1, c.MaxPeers < 1, c.MaxBurst < 1:
-		return bad("MaxMessages, MaxPartial, MaxPeers and MaxBurst must be positive")
+	case c.MaxMessages < 1, c.MaxPartial < 1, c.MaxPeers < 1, c.MaxBurst < 1,
+		c.MaxStrangers < 1, c.MaxPeerMessages < 1, c.MaxStrangerMessages < 1:
+		return bad("MaxMessages, MaxPartial, MaxPeers, MaxStrangers, MaxPeerMessages, MaxStrangerMessages and MaxBurst must be positive")
 	case c.MinRTO <= 0 || c.MaxRTO < c.MinRTO || c.InitialRTO <= 0:
 		return bad("RTO bounds: MinRTO %v, MaxRTO %v, InitialRTO %v", c.MinRTO, c.MaxRTO, c.InitialRTO)
 	case c.DeadTimeout <= 0 || c.TargetDelay <= 0:
 		return bad("DeadTimeout and TargetDelay must be positive")
+	case c.IdleTimeout < c.DeadTimeout:
+		return bad("IdleTimeout %v below DeadTimeout %v", c.IdleTimeout, c.DeadTimeout)
 	case c.MinCwnd < 1 || c.MaxCwnd < c.MinCwnd || c.InitialCwnd < c.MinCwnd:
 		return bad("cwnd bounds: min %v initial %v max %v", c.MinCwnd, c.InitialCwnd, c.MaxCwnd)
 	}

@@ -18,10 +18,17 @@ var (
 	// ErrQueueFull means MaxMessages messages are already queued or in
 	// flight; retry after completions drain.
 	ErrQueueFull = errors.New("transport: send queue full")
+	// ErrPeerQueueFull means the peer already has MaxPeerMessages (or,
+	// for an amplification-limited stranger, MaxStrangerMessages)
+	// messages queued or in flight. It wraps ErrQueueFull.
+	ErrPeerQueueFull = fmt.Errorf("%w: per-peer limit", ErrQueueFull)
 	// ErrTooLarge means the message exceeds MaxMessage bytes.
 	ErrTooLarge = errors.New("transport: message too large")
-	// ErrTooManyPeers means MaxPeers peers already have state.
+	// ErrTooManyPeers means MaxPeers established peers already have state.
 	ErrTooManyPeers = errors.New("transport: too many peers")
+	// ErrEvicted completes the messages of a stranger peer whose state
+	// was evicted to make room for a newer stranger (Config.MaxStrangers).
+	ErrEvicted = errors.New("transport: stranger peer evicted")
 	// ErrAbandoned completes a message given up with Abandon.
 	ErrAbandoned = errors.New("transport: message abandoned")
 	// ErrFragment means a SendFragment call was malformed (no id, larger
@@ -85,6 +92,14 @@ type Delivery struct {
 	Peer    PeerID
 	// MsgDone is true for the packet that completes its message: every
 	// byte of [0, MsgLen) has now been delivered exactly once.
+	//
+	// The engine guarantees this contract: a data packet whose Offset+Len
+	// exceeds its MsgLen, whose MsgLen differs from the message (MsgID,
+	// FlagResp) it joins, or whose bytes overlap bytes already delivered
+	// for that message is never delivered (it is acknowledged, so that a
+	// faulty sender does not resend it forever, and counted in
+	// Stats.Contradicting). A message id reused after its message
+	// completed starts a new message.
 	MsgDone bool
 }
 
@@ -97,6 +112,16 @@ type Stats struct {
 	Malformed, Unexpected, Refused                     uint64
 	FastRetransmits, Timeouts, PeersDead               uint64
 	MessagesCompleted, MessagesFailed                  uint64
+	// Contradicting counts data packets refused because their fragment
+	// disagrees with the message it joins (see Delivery.MsgDone).
+	Contradicting uint64
+	// StrangersEvicted counts stranger peers evicted for a newer one;
+	// PeersSwept counts idle peers removed after IdleTimeout.
+	StrangersEvicted, PeersSwept uint64
+	// AmplificationLimited counts Polls in which a peer whose address is
+	// not validated had data or an ACK held back, or a packet shortened,
+	// by the anti-amplification budget.
+	AmplificationLimited uint64
 }
 
 // packet record states in the send ring.
@@ -150,7 +175,62 @@ type Engine struct {
 	stats      Stats
 	rings      [][]pktRec        // free send rings
 	locals     map[uint32]uint16 // member id per group (SetLocal)
+
+	// Peer lifetimes. Every peer is on one of two lists, least recently
+	// active first: strangers (bounded by MaxStrangers, the head is
+	// evicted for a new one) and established peers (bounded by
+	// MaxPeers). Poll sweeps idle peers from the heads.
+	strangers, established peerList
+	nstrangers             int
+	// addrRefs counts the established peers per address: an address
+	// with one is validated (Validated). At most MaxPeers entries; an
+	// entry goes with its address's last established peer.
+	addrRefs map[netip.AddrPort]int32
+	now      time.Time // latest time seen by Step or Poll
 }
+
+// peerList is an intrusive doubly linked list of peers, oldest first.
+type peerList struct{ head, tail *peer }
+
+func (l *peerList) pushBack(p *peer) {
+	p.prev, p.next = l.tail, nil
+	if l.tail == nil {
+		l.head = p
+	} else {
+		l.tail.next = p
+	}
+	l.tail = p
+}
+
+func (l *peerList) remove(p *peer) {
+	if p.prev == nil {
+		l.head = p.next
+	} else {
+		p.prev.next = p.next
+	}
+	if p.next == nil {
+		l.tail = p.prev
+	} else {
+		p.next.prev = p.prev
+	}
+	p.prev, p.next = nil, nil
+}
+
+func (l *peerList) moveBack(p *peer) {
+	if l.tail != p {
+		l.remove(p)
+		l.pushBack(p)
+	}
+}
+
+// ampFactor is the anti-amplification factor: until its address is
+// validated, a peer is sent at most ampFactor times the bytes received
+// from it (QUIC's rule, RFC 9000 section 8).
+const ampFactor = 3
+
+// sweepPerPoll bounds the peers one Poll examines for the idle sweep, per
+// list.
+const sweepPerPoll = 8
 
 // groupCtx is the per-group connection context: everything the engine
 // knows about one group lives here.
@@ -180,11 +260,12 @@ func New(cfg Config) (*Engine, error) {
 	}
 	rng := mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	return &Engine{
-		cfg:    cfg,
-		seg:    cfg.segSize(),
-		rng:    rng,
-		msgSeq: rng.Uint64() >> 1,
-		groups: make(map[uint32]*groupCtx),
+		cfg:      cfg,
+		seg:      cfg.segSize(),
+		rng:      rng,
+		msgSeq:   rng.Uint64() >> 1,
+		groups:   make(map[uint32]*groupCtx),
+		addrRefs: make(map[netip.AddrPort]int32),
 	}, nil
 }
 
@@ -218,27 +299,98 @@ func (e *Engine) SegmentSize() int { return e.seg }
 // Stats returns the counters.
 func (e *Engine) Stats() Stats { return e.stats }
 
-func (e *Engine) peer(id PeerID, create bool) (*peer, error) {
+// lookup returns the peer's state, or nil.
+func (e *Engine) lookup(id PeerID) *peer {
 	g := e.groups[id.Group]
 	if g == nil {
-		if !create {
-			return nil, nil
-		}
+		return nil
+	}
+	return g.peers[peerKey{id.Addr, id.Member, id.Mode}]
+}
+
+// create makes state for a peer that has none. A peer the local side
+// contacts (trusted) or one at a validated address is established, if
+// MaxPeers allows; otherwise an incoming peer is a stranger, evicting the
+// least recently active stranger beyond MaxStrangers, and a trusted one
+// is refused with ErrTooManyPeers.
+func (e *Engine) create(id PeerID, trusted bool) (*peer, error) {
+	established := e.npeers-e.nstrangers < e.cfg.MaxPeers
+	if trusted && !established {
+		return nil, ErrTooManyPeers
+	}
+	stranger := !established || (!trusted && e.addrRefs[id.Addr] == 0)
+	if stranger && e.nstrangers >= e.cfg.MaxStrangers {
+		old := e.strangers.head
+		e.stats.StrangersEvicted++
+		old.failAll(ErrEvicted)
+		e.removePeer(old)
+	}
+	g := e.groups[id.Group]
+	if g == nil {
 		g = &groupCtx{id: id.Group, peers: make(map[peerKey]*peer)}
 		e.groups[id.Group] = g
 	}
-	k := peerKey{id.Addr, id.Member, id.Mode}
-	p := g.peers[k]
-	if p == nil && create {
-		if e.npeers >= e.cfg.MaxPeers {
-			return nil, ErrTooManyPeers
-		}
-		p = newPeer(e, id)
-		g.peers[k] = p
-		e.npeers++
+	p := newPeer(e, id)
+	p.lastActive = nanos(e.now)
+	g.peers[peerKey{id.Addr, id.Member, id.Mode}] = p
+	e.npeers++
+	if stranger {
+		p.stranger = true
+		e.nstrangers++
+		e.strangers.pushBack(p)
+	} else {
+		e.established.pushBack(p)
+		e.addrRefs[id.Addr]++
 	}
 	return p, nil
 }
+
+// promote makes a stranger established once it has shown that it
+// receives at its address, if MaxPeers allows (otherwise it stays a
+// stranger, though no longer amplification-limited).
+func (e *Engine) promote(p *peer) {
+	if !p.stranger || e.npeers-e.nstrangers >= e.cfg.MaxPeers {
+		return
+	}
+	e.strangers.remove(p)
+	e.nstrangers--
+	p.stranger = false
+	e.established.pushBack(p)
+	e.addrRefs[p.id.Addr]++
+}
+
+// touch records activity on a peer (any datagram from it, or a Send to
+// it): it moves to the back of its list, away from the idle sweep.
+func (e *Engine) touch(p *peer, now time.Time) {
+	p.lastActive = nanos(now)
+	if p.stranger {
+		e.strangers.moveBack(p)
+	} else {
+		e.established.moveBack(p)
+	}
+}
+
+// nanos is t in Unix nanoseconds, 0 for the zero time.
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func (e *Engine) setNow(now time.Time) {
+	if now.After(e.now) {
+		e.now = now
+	}
+}
+
+// Validated reports whether addr has shown that it receives at that
+// address (a peer there acknowledged data this engine sent it: proof,
+// since initial sequence numbers are random), or the local side initiated
+// contact with it (Send, SendFragment). It stays true while an established
+// peer at addr has state. Until then the engine sends a peer at addr at
+// most three times the bytes received from it.
+func (e *Engine) Validated(addr netip.AddrPort) bool { return e.addrRefs[addr] > 0 }
 
 // Send queues a message for reliable delivery to the peer. h is a template:
 // the engine fills Version, Src, PSN, AckBase, Offset, MsgLen, Len and TS;
@@ -271,9 +423,19 @@ func (e *Engine) send(to PeerID, h *wire.Header, payload []byte, token uint64, b
 	if e.nmsgs >= e.cfg.MaxMessages {
 		return 0, ErrQueueFull
 	}
-	p, err := e.peer(to, true)
-	if err != nil {
-		return 0, err
+	p := e.lookup(to)
+	if p == nil {
+		var err error
+		if p, err = e.create(to, true); err != nil {
+			return 0, err
+		}
+	}
+	limit := e.cfg.MaxPeerMessages
+	if p.limited() {
+		limit = e.cfg.MaxStrangerMessages
+	}
+	if int(p.nmsgs) >= limit {
+		return 0, ErrPeerQueueFull
 	}
 	m := &outMsg{hdr: *h, payload: payload, token: token, base: base}
 	m.hdr.Version = wire.Version
@@ -288,6 +450,8 @@ func (e *Engine) send(to PeerID, h *wire.Header, payload []byte, token uint64, b
 		m.hdr.MsgID = e.msgSeq
 	}
 	e.nmsgs++
+	p.nmsgs++
+	e.touch(p, e.now)
 	p.enqueue(m)
 	e.activate(p)
 	return m.hdr.MsgID, nil
@@ -313,6 +477,7 @@ func (e *Engine) Step(now time.Time, from netip.AddrPort, pkt []byte) (d Deliver
 // Stats.Refused) and the sender will resend it. A forwarding node uses it
 // to hold senders back when its aggregation slots are full.
 func (e *Engine) StepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit func(*Delivery) bool) (d Delivery, ok bool) {
+	e.setNow(now)
 	payload, _, err := wire.Parse(pkt, &d.Header)
 	if err != nil {
 		e.stats.Malformed++
@@ -334,20 +499,33 @@ func (e *Engine) StepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit
 			e.stats.Malformed++
 			return d, false
 		}
-		p, _ := e.peer(id, false)
+		p := e.lookup(id)
 		if p == nil {
 			e.stats.Unexpected++
 			return d, false
 		}
+		p.received(len(pkt))
+		if !p.onAck(now, &e.ack, h.Op == wire.OpNack, h.TS, h.Src != wire.MemberAll) {
+			e.stats.Unexpected++
+			return d, false
+		}
 		e.stats.AcksReceived++
-		p.onAck(now, &e.ack, h.Op == wire.OpNack, h.TS, h.Src != wire.MemberAll)
+		e.touch(p, now)
+		if h.Flags&wire.FlagSyn != 0 {
+			// A challenge: the peer has not validated this address yet.
+			p.echoPending, p.challenge = true, h.PSN
+			e.activate(p)
+		}
 		return d, false
 	}
-	p, err := e.peer(id, true)
-	if err != nil {
-		e.stats.Unexpected++
-		return d, false
+	p := e.lookup(id)
+	if p == nil {
+		// Incoming data never fails to find room: a stranger evicts an
+		// older stranger.
+		p, _ = e.create(id, false)
 	}
+	p.received(len(pkt))
+	e.touch(p, now)
 	e.stats.PacketsReceived++
 	ok, pm := p.checkData(now, h)
 	if !ok {
@@ -372,8 +550,8 @@ func (e *Engine) StepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit
 // (zero restores Config.RecvWindow; larger values are capped to it). A
 // forwarding node shrinks it to the aggregation slots a sender may use.
 func (e *Engine) SetWindow(id PeerID, packets uint32) {
-	p, err := e.peer(id, true)
-	if err != nil {
+	p := e.lookup(id)
+	if p == nil {
 		return
 	}
 	p.advWindow = min(packets, uint32(e.cfg.RecvWindow))
@@ -383,11 +561,14 @@ func (e *Engine) SetWindow(id PeerID, packets uint32) {
 // with completions since the last Poll and the time Poll should next be
 // called (zero: nothing pending; a time not after now: call again at
 // once). The datagrams' buffers belong to the engine and are valid until
-// the next Poll; so is the completion slice.
+// the next Poll; so is the completion slice. While peers have state, the
+// time returned is no later than when the least recently active of them
+// may be swept as idle (Config.IdleTimeout).
 func (e *Engine) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, []Completion, time.Time) {
+	e.setNow(now)
+	next := e.sweep(now)
 	budget := e.cfg.MaxBurst
 	used := 0
-	var next time.Time
 	keep := e.active[:0]
 	for _, p := range e.active {
 		if budget > 0 {
@@ -432,6 +613,34 @@ func (e *Engine) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, []
 	return out, comps, next
 }
 
+// sweep removes idle peers not active for IdleTimeout, looking at no more
+// than sweepPerPoll of each list's least recently active peers; a busy one
+// found there goes to the back. It returns when the next sweep is due
+// (zero if no peer has state).
+func (e *Engine) sweep(now time.Time) time.Time {
+	var next time.Time
+	for _, l := range [2]*peerList{&e.strangers, &e.established} {
+		for range sweepPerPoll {
+			p := l.head
+			if p == nil || nanos(now)-p.lastActive < int64(e.cfg.IdleTimeout) {
+				break
+			}
+			if p.idle() {
+				e.stats.PeersSwept++
+				e.removePeer(p)
+			} else {
+				e.touch(p, now)
+			}
+		}
+		if p := l.head; p != nil {
+			if at := time.Unix(0, p.lastActive+int64(e.cfg.IdleTimeout)); next.IsZero() || at.Before(next) {
+				next = at
+			}
+		}
+	}
+	return next
+}
+
 // buf returns the i-th output buffer of this Poll, sized for one datagram.
 func (e *Engine) buf(i int) []byte {
 	for len(e.arena) <= i {
@@ -442,6 +651,7 @@ func (e *Engine) buf(i int) []byte {
 
 func (e *Engine) complete(m *outMsg, p *peer, err error) {
 	e.nmsgs--
+	p.nmsgs--
 	if err != nil {
 		e.stats.MessagesFailed++
 	} else {
@@ -474,7 +684,7 @@ func (e *Engine) putRing(r []pktRec) {
 // caller may reuse the buffer, and the engine will not read it again).
 // Messages carrying FlagResp are not matched.
 func (e *Engine) Delivered(to PeerID, msgID uint64) {
-	p, _ := e.peer(to, false)
+	p := e.lookup(to)
 	if p == nil || p.ring == nil {
 		return
 	}
@@ -494,7 +704,7 @@ func (e *Engine) Delivered(to PeerID, msgID uint64) {
 // message completes with ErrAbandoned. The receiver may have got part of
 // it. Messages carrying FlagResp are not matched.
 func (e *Engine) Abandon(to PeerID, msgID uint64) {
-	p, _ := e.peer(to, false)
+	p := e.lookup(to)
 	if p == nil {
 		return
 	}
@@ -540,13 +750,18 @@ func (e *Engine) Abandon(to PeerID, msgID uint64) {
 // Pending returns the number of outgoing messages queued or in flight.
 func (e *Engine) Pending() int { return e.nmsgs }
 
-// Peers returns the number of peers with state.
+// Peers returns the number of peers with state (at most MaxPeers +
+// MaxStrangers).
 func (e *Engine) Peers() int { return e.npeers }
+
+// Strangers returns the number of stranger peers with state (at most
+// MaxStrangers).
+func (e *Engine) Strangers() int { return e.nstrangers }
 
 // ForgetPeer drops all state for a peer, failing its outstanding messages
 // with err (nil means ErrPeerDead).
 func (e *Engine) ForgetPeer(id PeerID, err error) {
-	p, _ := e.peer(id, false)
+	p := e.lookup(id)
 	if p == nil {
 		return
 	}
@@ -564,6 +779,15 @@ func (e *Engine) removePeer(p *peer) {
 		delete(e.groups, p.id.Group)
 	}
 	e.npeers--
+	if p.stranger {
+		e.strangers.remove(p)
+		e.nstrangers--
+	} else {
+		e.established.remove(p)
+		if e.addrRefs[p.id.Addr]--; e.addrRefs[p.id.Addr] <= 0 {
+			delete(e.addrRefs, p.id.Addr)
+		}
+	}
 	p.removed = true
 	if p.ring != nil {
 		e.putRing(p.ring)

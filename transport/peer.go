@@ -20,26 +20,98 @@ type msgKey struct {
 	resp bool
 }
 
+// maxSpans bounds the disjoint byte ranges tracked per partial message.
+// In-order arrival keeps one; a fragment that would open one more than
+// this is dropped unacknowledged, and the sender's retransmissions of the
+// gaps merge the ranges back.
+const maxSpans = 8
+
+// span is a received byte range [start, end) of a message.
+type span struct{ start, end uint32 }
+
+// partialMsg is the reassembly state of one message being received: its
+// length and the byte ranges delivered so far, sorted, disjoint and not
+// adjacent.
 type partialMsg struct {
-	got  uint32
-	last time.Time
+	msgLen uint32
+	n      uint8
+	spans  [maxSpans]span
+	last   time.Time
+}
+
+// fits reports whether [s, e) overlaps no byte already delivered (ok), and
+// whether it can be recorded without exceeding maxSpans (room).
+func (pm *partialMsg) fits(s, e uint32) (ok, room bool) {
+	room = int(pm.n) < maxSpans
+	for _, sp := range pm.spans[:pm.n] {
+		if s < sp.end && sp.start < e {
+			return false, false
+		}
+		if sp.end == s || sp.start == e {
+			room = true
+		}
+	}
+	return true, room
+}
+
+// add records [s, e), which fits, merging it with its neighbours.
+func (pm *partialMsg) add(s, e uint32) {
+	n := int(pm.n)
+	i := 0
+	for i < n && pm.spans[i].start < s {
+		i++
+	}
+	switch {
+	case i > 0 && pm.spans[i-1].end == s:
+		pm.spans[i-1].end = e
+		if i < n && pm.spans[i].start == e {
+			pm.spans[i-1].end = pm.spans[i].end
+			copy(pm.spans[i:n-1], pm.spans[i+1:n])
+			pm.n--
+		}
+	case i < n && pm.spans[i].start == e:
+		pm.spans[i].start = s
+	default:
+		copy(pm.spans[i+1:n+1], pm.spans[i:n])
+		pm.spans[i] = span{s, e}
+		pm.n++
+	}
+}
+
+// complete reports whether every byte of [0, msgLen) has been delivered.
+func (pm *partialMsg) complete() bool {
+	return pm.n == 1 && pm.spans[0] == span{0, pm.msgLen}
 }
 
 // peer is the per-peer sequence state inside a group context. Sender and
 // receiver halves are independent: each direction has its own PSN space.
 //
-// Size: the struct itself is 416 bytes on 64-bit platforms, plus the
+// Size: the struct itself is 520 bytes on 64-bit platforms, plus the
 // receive bitmap (RecvWindow/8+8 bytes: 136 B at the default) once the
 // peer has sent data, the partial-message map while multi-packet messages
-// arrive, and — only while packets are in flight to the peer — a send ring
-// of SendWindow 48-byte records (48 KiB at the default) that goes back to
-// a pool when the peer is idle. TestPeerStateSize pins these numbers; see
-// docs/ARCHITECTURE.md.
+// arrive (at most MaxPartial entries of 120 bytes), and — only while
+// packets are in flight to the peer — a send ring of SendWindow 48-byte
+// records (48 KiB at the default) that goes back to a pool when the peer
+// is idle. TestPeerStateSize pins these numbers; see docs/ARCHITECTURE.md.
 type peer struct {
 	e        *Engine
 	id       PeerID
 	isActive bool
 	removed  bool
+	stranger bool // on the strangers list (see Engine.create)
+	proven   bool // acknowledged data sent to it: it receives at its address
+	waiting  bool // messages queued, nothing in flight: lastProgress is when that began
+
+	nmsgs int32 // messages queued or in flight to the peer
+
+	// Lifetime: the engine's list of strangers or established peers, and
+	// the last activity (Unix ns) that orders it.
+	prev, next *peer
+	lastActive int64
+	// credit is the bytes that may still be sent to an
+	// amplification-limited peer: ampFactor times the bytes received
+	// from it, less the bytes sent.
+	credit int64
 
 	// Sender half.
 	sndUna, sndNxt uint32
@@ -80,6 +152,13 @@ type peer struct {
 	echoTS      uint64
 	lastArrival time.Time
 	advWindow   uint32 // receive window advertised; zero = Config.RecvWindow
+	// Address validation (see buildAck): peerBase is the latest AckBase
+	// received, acknowledged instead of the data while the peer is
+	// amplification-limited; challenge is a PSN to echo in an ACK
+	// (echoPending), asked for by a peer that has not validated us.
+	peerBase    uint32
+	challenge   uint32
+	echoPending bool
 }
 
 func newPeer(e *Engine, id PeerID) *peer {
@@ -121,19 +200,58 @@ func (p *peer) canSendNew() bool {
 
 func (p *peer) lostPending() bool { return p.lostHead < len(p.lost) }
 
+// limited reports whether the peer is amplification-limited: a stranger
+// that has not acknowledged data sent to it, at an address not validated.
+func (p *peer) limited() bool {
+	return p.stranger && !p.proven && p.e.addrRefs[p.id.Addr] == 0
+}
+
+// received credits an incoming datagram of n bytes to the amplification
+// budget.
+func (p *peer) received(n int) {
+	if p.stranger && p.credit < 1<<40 {
+		p.credit += ampFactor * int64(n)
+	}
+}
+
+// afford reports whether a data packet with n payload bytes fits the
+// amplification budget.
+func (p *peer) afford(n uint32) bool { return p.credit >= int64(wire.HeaderLen)+int64(n) }
+
+// idle reports whether the peer holds nothing to send, resend or
+// acknowledge.
+func (p *peer) idle() bool { return p.sndUna == p.sndNxt && p.qhead == nil && !p.ackPending }
+
 func (p *peer) hasWork() bool {
-	if p.ackPending {
+	if p.ackPending || p.echoPending {
 		return true
 	}
 	if p.inflight >= p.cwndPkts() {
 		return false
 	}
-	return p.lostPending() || (p.qhead != nil && p.canSendNew())
+	if !p.limited() {
+		return p.lostPending() || (p.qhead != nil && p.canSendNew())
+	}
+	// Must agree with poll, or Poll would ask to be called again at once
+	// with nothing to do.
+	if p.lostPending() {
+		rec := &p.ring[p.lost[p.lostHead]&p.mask()]
+		return rec.state != recLost || p.afford(rec.n)
+	}
+	if p.qhead != nil && p.canSendNew() {
+		return p.afford(min(uint32(len(p.qhead.payload))-p.qhead.next, 8))
+	}
+	return false
 }
 
 // deadline is the next time the peer needs Poll without new input.
 func (p *peer) deadline(now time.Time) time.Time {
 	if p.sndUna == p.sndNxt {
+		if p.waiting {
+			// Queued messages that cannot go out (a zero window, the
+			// amplification budget) fail after DeadTimeout too.
+			return p.lastProgress.Add(p.e.cfg.DeadTimeout)
+		}
 		return time.Time{}
 	}
 	dead := p.lastProgress.Add(p.e.cfg.DeadTimeout)
@@ -156,11 +274,26 @@ func (p *peer) releaseRingIfIdle() {
 // engine's buffers this Poll has handed out already.
 func (p *peer) poll(now time.Time, out []netio.Datagram, used, budget int) ([]netio.Datagram, int) {
 	n := 0
-	if p.ackPending {
-		out = append(out, p.buildAck(now, p.e.buf(used)))
-		n++
+	limited := p.limited()
+	// Challenges (budget permitting) and their echoes go out twice (the
+	// same buffer), so that validation is not held up by one lost packet.
+	if p.echoPending {
+		if d, ok := p.buildEcho(now, p.e.buf(used+n), limited); ok {
+			out = append(out, d, d)
+			n++
+		}
 	}
-	if p.sndUna != p.sndNxt {
+	if p.ackPending {
+		if d, ok := p.buildAck(now, p.e.buf(used+n), limited); ok {
+			out = append(out, d)
+			if limited && p.credit >= int64(len(d.Buf)) {
+				p.credit -= int64(len(d.Buf))
+				out = append(out, d)
+			}
+			n++
+		}
+	}
+	if p.sndUna != p.sndNxt || p.waiting {
 		if since := now.Sub(p.lastProgress); since >= p.e.cfg.DeadTimeout {
 			p.e.stats.PeersDead++
 			p.failAll(&PeerError{Peer: p.id, Since: since})
@@ -171,24 +304,45 @@ func (p *peer) poll(now time.Time, out []netio.Datagram, used, budget int) ([]ne
 			p.scanTimeouts(now)
 		}
 	}
+	blocked := false // by the amplification budget
 	for n < budget && p.lostPending() && p.inflight < p.cwndPkts() {
 		psn := p.lost[p.lostHead]
-		p.lostHead++
 		rec := &p.ring[psn&p.mask()]
 		if rec.state != recLost {
+			p.lostHead++
 			continue
 		}
+		if limited && !p.afford(rec.n) {
+			blocked = true
+			break
+		}
+		p.lostHead++
 		rec.retx++
 		p.e.stats.PacketsRetransmitted++
-		out = p.emit(now, out, used+n, psn, rec, true)
+		out = p.emit(now, out, used+n, psn, rec, true, limited)
 		n++
 	}
 	if !p.lostPending() {
 		p.lost = p.lost[:0]
 		p.lostHead = 0
 	}
-	for n < budget && p.qhead != nil && p.canSendNew() {
+	for !blocked && n < budget && p.qhead != nil && p.canSendNew() {
 		m := p.qhead
+		seg := uint32(len(m.payload)) - m.next
+		if seg > uint32(p.e.seg) {
+			seg = uint32(p.e.seg)
+		}
+		if limited && !p.afford(seg) {
+			// A shorter packet, in whole 8-byte units, so that an
+			// unvalidated peer can still get the start of a response
+			// (and acknowledge it) within the budget.
+			room := p.credit - wire.HeaderLen
+			if room < 8 {
+				blocked = true
+				break
+			}
+			seg = uint32(room) &^ 7
+		}
 		if p.ring == nil {
 			p.ring = p.e.getRing()
 		}
@@ -198,10 +352,6 @@ func (p *peer) poll(now time.Time, out []netio.Datagram, used, budget int) ([]ne
 		psn := p.sndNxt
 		p.sndNxt++
 		rec := &p.ring[psn&p.mask()]
-		seg := uint32(len(m.payload)) - m.next
-		if seg > uint32(p.e.seg) {
-			seg = uint32(p.e.seg)
-		}
 		*rec = pktRec{msg: m, off: m.next, n: seg}
 		m.next += seg
 		m.unacked++
@@ -213,13 +363,23 @@ func (p *peer) poll(now time.Time, out []netio.Datagram, used, budget int) ([]ne
 				p.qtail = nil
 			}
 		}
-		out = p.emit(now, out, used+n, psn, rec, false)
+		out = p.emit(now, out, used+n, psn, rec, false, limited)
 		n++
+	}
+	if blocked {
+		p.e.stats.AmplificationLimited++
+	}
+	if p.sndUna == p.sndNxt && p.qhead != nil {
+		if !p.waiting {
+			p.waiting, p.lastProgress = true, now
+		}
+	} else {
+		p.waiting = false
 	}
 	return out, n
 }
 
-func (p *peer) emit(now time.Time, out []netio.Datagram, bufIdx int, psn uint32, rec *pktRec, retx bool) []netio.Datagram {
+func (p *peer) emit(now time.Time, out []netio.Datagram, bufIdx int, psn uint32, rec *pktRec, retx, limited bool) []netio.Datagram {
 	m := rec.msg
 	h := m.hdr
 	h.PSN = psn
@@ -234,6 +394,9 @@ func (p *peer) emit(now time.Time, out []netio.Datagram, bufIdx int, psn uint32,
 	}
 	pkt, _ := wire.AppendPacket(p.e.buf(bufIdx)[:0], &h, m.payload[rec.off:rec.off+rec.n])
 	out = append(out, netio.Datagram{Addr: p.id.Addr, Buf: pkt})
+	if limited {
+		p.credit -= int64(len(pkt))
+	}
 	rec.sentAt = now
 	rec.state = recInflight
 	p.inflight++
@@ -397,7 +560,23 @@ func (p *peer) ackRec(rec *pktRec) {
 // onAck applies an ACK. ackTS is the ACK's header timestamp: the
 // receiver's clock when it sent the ACK if single (an ACK from the one
 // receiver of the stream), the forwarding node's for an ACK it merged.
-func (p *peer) onAck(now time.Time, a *wire.Ack, nack bool, ackTS uint64, single bool) {
+//
+// The work is bounded by what is in flight (at most SendWindow), whatever
+// the ACK names: SACK blocks are clipped to [sndUna, sndNxt) and merged
+// before they are walked, and a cumulative point beyond sndNxt is
+// ignored. An ACK consistent with what was sent (cumulative point in
+// [sndUna, sndNxt], blocks below sndNxt) proves that the peer receives at
+// its address: the initial sequence number is random, so a blind guess
+// hits with a chance of the packets in flight in 2^32. A stranger's inconsistent ACKs are ignored
+// altogether; onAck reports whether the ACK was applied.
+func (p *peer) onAck(now time.Time, a *wire.Ack, nack bool, ackTS uint64, single bool) bool {
+	consistent := !wire.SeqLess(a.Cum, p.sndUna) && !wire.SeqLess(p.sndNxt, a.Cum)
+	for i := 0; i < int(a.NBlocks) && consistent; i++ {
+		consistent = !wire.SeqLess(p.sndNxt, a.Blocks[i].End)
+	}
+	if p.stranger && !consistent {
+		return false
+	}
 	p.synAcked = true
 	p.rwnd = min(a.Window, uint32(p.e.cfg.SendWindow))
 	// The RTT sample is taken after the ACK is applied, so that it can
@@ -424,12 +603,16 @@ func (p *peer) onAck(now time.Time, a *wire.Ack, nack bool, ackTS uint64, single
 		}
 	}
 	if p.ring == nil {
+		if consistent && p.stranger && !p.proven {
+			p.validated()
+		}
 		p.e.activate(p)
-		return
+		return true
 	}
 	progress := false
 	m := p.mask()
-	// Cumulative part; an ACK for PSNs never sent is ignored.
+	// Cumulative part; an ACK for PSNs never sent is ignored. sndUna <
+	// Cum <= sndNxt bounds the walk by the packets in flight.
 	if !wire.SeqLess(p.sndNxt, a.Cum) {
 		for wire.SeqLess(p.sndUna, a.Cum) {
 			rec := &p.ring[p.sndUna&m]
@@ -440,28 +623,37 @@ func (p *peer) onAck(now time.Time, a *wire.Ack, nack bool, ackTS uint64, single
 			progress = true
 		}
 	}
-	// Selective part.
+	// Selective part: each block clipped to the packets in flight, as
+	// offsets from sndUna, sorted and walked once over their union.
+	inflight := p.sndNxt - p.sndUna
+	var clip [wire.MaxSackBlocks]span
+	nclip := 0
+	for i := 0; i < int(a.NBlocks); i++ {
+		if lo, hi := clipBlock(a.Blocks[i], p.sndUna, inflight); lo < hi {
+			j := nclip
+			for j > 0 && clip[j-1].start > lo {
+				clip[j] = clip[j-1]
+				j--
+			}
+			clip[j] = span{lo, hi}
+			nclip++
+		}
+	}
 	var highSacked uint32
 	haveSack := false
-	for i := 0; i < int(a.NBlocks); i++ {
-		b := a.Blocks[i]
-		for psn := b.Start; psn != b.End; psn++ {
-			if wire.SeqLess(psn, p.sndUna) {
-				continue
-			}
-			if !wire.SeqLess(psn, p.sndNxt) {
-				break
-			}
+	cursor := uint32(0)
+	for _, c := range clip[:nclip] {
+		for off := max(c.start, cursor); off < c.end; off++ {
+			psn := p.sndUna + off
 			rec := &p.ring[psn&m]
 			if rec.state == recInflight || rec.state == recLost {
 				full(rec)
 				p.ackRec(rec)
 				progress = true
 			}
-			if !haveSack || wire.SeqLess(highSacked, psn) {
-				highSacked, haveSack = psn, true
-			}
 		}
+		cursor = max(cursor, c.end)
+		highSacked, haveSack = p.sndUna+cursor-1, true
 	}
 	// Loss detection (RACK-like): a hole is lost when a packet sent after
 	// it was delivered and either it is dupThresh packets behind the
@@ -485,7 +677,41 @@ func (p *peer) onAck(now time.Time, a *wire.Ack, nack bool, ackTS uint64, single
 	if progress {
 		p.lastProgress = now
 	}
+	if consistent && p.stranger && !p.proven {
+		p.validated()
+	}
 	p.e.activate(p)
+	return true
+}
+
+// validated records that the peer proved it receives at its address. If
+// its data was answered with challenges so far, a real ACK goes out now.
+func (p *peer) validated() {
+	p.proven = true
+	p.e.promote(p)
+	if p.rcvInit {
+		p.ackPending = true
+	}
+}
+
+// clipBlock intersects SACK block b with the n packets in flight from
+// una, as offsets from una: [lo, hi) with hi <= n, empty if lo >= hi. A
+// block is at most 2^31 long and n at most 2^16, so the intersection of
+// the two arcs of sequence space is one range.
+func clipBlock(b wire.SackBlock, una, n uint32) (lo, hi uint32) {
+	length := b.End - b.Start
+	if length == 0 || length > 1<<31 {
+		return 0, 0
+	}
+	if off := b.Start - una; off < n {
+		return off, uint32(min(uint64(off)+uint64(length), uint64(n)))
+	}
+	// The block starts outside the window: it covers offset 0 only if it
+	// reaches past una.
+	if before := una - b.Start; before < length {
+		return 0, min(length-before, n)
+	}
+	return 0, 0
 }
 
 // advanceAcked moves sndUna past records acknowledged locally (Delivered,
@@ -529,24 +755,20 @@ func (p *peer) failAll(err error) {
 
 // checkData runs the receiver half's checks for one data packet: it
 // (re)starts the window if needed, schedules an ACK, and reports whether
-// the packet is new and in the window, and whether there is room to track
-// its message. pm is the message's partial state, if any.
+// the packet is new and in the window, whether it agrees with the message
+// it joins, and whether there is room to track that message. pm is the
+// message's partial state, if any.
 func (p *peer) checkData(now time.Time, h *wire.Header) (ok bool, pm *partialMsg) {
 	cfg := &p.e.cfg
 	if !p.rcvInit || (h.Flags&wire.FlagSyn != 0 && !p.nearWindow(h.AckBase)) {
 		p.resetReceiver(h.AckBase)
 	}
 	// The sender never resends PSNs below its AckBase: skip them.
-	if wire.SeqLess(p.rcvNxt, h.AckBase) && h.AckBase-p.rcvNxt < 1<<31 {
-		for p.rcvNxt != h.AckBase {
-			p.clearBit(p.rcvNxt)
-			p.rcvNxt++
-		}
-		if wire.SeqLess(p.rcvHigh, p.rcvNxt) {
-			p.rcvHigh = p.rcvNxt
-		}
+	if d := h.AckBase - p.rcvNxt; d != 0 && d < 1<<31 {
+		p.skipTo(h.AckBase)
 	}
 	p.ackPending = true
+	p.peerBase = h.AckBase
 	p.echoTS = h.TS
 	p.lastArrival = now
 	p.e.activate(p)
@@ -559,12 +781,38 @@ func (p *peer) checkData(now time.Time, h *wire.Header) (ok bool, pm *partialMsg
 		p.e.stats.OutOfWindow++
 		return false, nil
 	}
-	if h.MsgLen != uint32(h.Len) {
-		pm = p.partial[msgKey{h.MsgID, h.Flags&wire.FlagResp != 0}]
-		if pm == nil && len(p.partial) >= cfg.MaxPartial && !p.evictStale(now) {
-			p.e.stats.PartialOverflow++
-			return false, nil
+	// Fragment consistency. A single-packet message (Offset 0, Len ==
+	// MsgLen) needs no tracking unless a message with its id is partly
+	// received.
+	single := h.Offset == 0 && h.MsgLen == uint32(h.Len)
+	k := msgKey{h.MsgID, h.Flags&wire.FlagResp != 0}
+	if !single || len(p.partial) > 0 {
+		pm = p.partial[k]
+	}
+	if single && pm == nil {
+		return true, nil
+	}
+	start, end := uint64(h.Offset), uint64(h.Offset)+uint64(h.Len)
+	room := true
+	bad := h.Len == 0 || end > uint64(h.MsgLen)
+	if !bad && pm != nil {
+		bad = pm.msgLen != h.MsgLen
+		if !bad {
+			var fits bool
+			fits, room = pm.fits(uint32(start), uint32(end))
+			bad = !fits
 		}
+	}
+	if bad {
+		// Acknowledged but not delivered: a sender that disagrees with
+		// itself is not made to resend it forever.
+		p.e.stats.Contradicting++
+		p.markReceived(psn)
+		return false, nil
+	}
+	if (pm == nil && len(p.partial) >= cfg.MaxPartial && !p.evictStale(now)) || !room {
+		p.e.stats.PartialOverflow++
+		return false, nil
 	}
 	return true, pm
 }
@@ -572,7 +820,7 @@ func (p *peer) checkData(now time.Time, h *wire.Header) (ok bool, pm *partialMsg
 // commitData marks an accepted packet received and reports whether it
 // completes its message.
 func (p *peer) commitData(now time.Time, h *wire.Header, pm *partialMsg) (done bool) {
-	if h.MsgLen == uint32(h.Len) {
+	if pm == nil && h.Offset == 0 && h.MsgLen == uint32(h.Len) {
 		done = true
 	} else {
 		k := msgKey{h.MsgID, h.Flags&wire.FlagResp != 0}
@@ -580,29 +828,73 @@ func (p *peer) commitData(now time.Time, h *wire.Header, pm *partialMsg) (done b
 			if p.partial == nil {
 				p.partial = make(map[msgKey]*partialMsg)
 			}
-			pm = &partialMsg{}
+			pm = &partialMsg{msgLen: h.MsgLen}
 			p.partial[k] = pm
 		}
-		pm.got += uint32(h.Len)
+		pm.add(h.Offset, h.Offset+uint32(h.Len))
 		pm.last = now
-		if pm.got >= h.MsgLen {
+		if pm.complete() {
 			delete(p.partial, k)
 			done = true
 		}
 	}
-	psn := h.PSN
+	p.markReceived(h.PSN)
+	return done
+}
+
+// markReceived sets psn (in the window) received and advances the
+// cumulative point. rcvHigh - rcvNxt stays at most RecvWindow.
+func (p *peer) markReceived(psn uint32) {
 	p.setBit(psn)
+	p.advance()
+	if wire.SeqLess(p.rcvHigh, psn+1) {
+		p.rcvHigh = psn + 1
+	}
+}
+
+// advance moves rcvNxt past PSNs already received (at most RecvWindow).
+func (p *peer) advance() {
 	for p.hasBit(p.rcvNxt) {
 		p.clearBit(p.rcvNxt)
 		p.rcvNxt++
 	}
-	if wire.SeqLess(p.rcvHigh, psn+1) {
-		p.rcvHigh = psn + 1
-	}
 	if wire.SeqLess(p.rcvHigh, p.rcvNxt) {
 		p.rcvHigh = p.rcvNxt
 	}
-	return done
+}
+
+// skipTo moves the cumulative point forward to base (the sender's AckBase:
+// it never resends PSNs below it) in O(RecvWindow/64): a jump of at least
+// the window empties it, a shorter one clears the bits skipped.
+func (p *peer) skipTo(base uint32) {
+	w := uint32(p.e.cfg.RecvWindow)
+	d := base - p.rcvNxt
+	if d >= w {
+		clear(p.bitmap)
+		p.rcvNxt, p.rcvHigh = base, base
+		return
+	}
+	p.clearBits(p.rcvNxt, d)
+	p.rcvNxt = base
+	p.advance()
+}
+
+// clearBits clears the bits of the n < RecvWindow PSNs from psn, a word at
+// a time.
+func (p *peer) clearBits(psn, n uint32) {
+	w := uint32(p.e.cfg.RecvWindow)
+	for n > 0 {
+		i := psn & (w - 1)
+		bit := i % 64
+		k := min(64-bit, n, w-i)
+		mask := ^uint64(0)
+		if k < 64 {
+			mask = (1<<k - 1) << bit
+		}
+		p.bitmap[i/64] &^= mask
+		psn += k
+		n -= k
+	}
 }
 
 // evictStale drops partial messages not touched for DeadTimeout (their
@@ -651,8 +943,26 @@ func (p *peer) setBit(psn uint32)   { w, b := p.bitIdx(psn); p.bitmap[w] |= b }
 func (p *peer) clearBit(psn uint32) { w, b := p.bitIdx(psn); p.bitmap[w] &^= b }
 
 // buildAck encodes an ACK (or NACK) for the receiver half into buf.
-func (p *peer) buildAck(now time.Time, buf []byte) netio.Datagram {
+//
+// For an amplification-limited peer (limited) it is a challenge instead,
+// within the budget (none is sent, ok false, if it does not fit): an ACK
+// with FlagSyn whose header PSN is this side's sndUna, which the peer
+// echoes as the cumulative point of an ACK (buildEcho), proving that it
+// receives at its address. The challenge acknowledges only what the
+// peer's AckBase says it knows is acknowledged, so the peer keeps
+// resending its data, and each resend brings a new challenge (and budget),
+// until an echo arrives: validation survives loss without the peer
+// knowing about it.
+func (p *peer) buildAck(now time.Time, buf []byte, limited bool) (d netio.Datagram, ok bool) {
 	p.ackPending = false
+	maxBlocks := wire.MaxSackBlocks
+	if limited {
+		if p.credit < wire.HeaderLen+wire.AckFixedLen {
+			p.e.stats.AmplificationLimited++
+			return d, false
+		}
+		maxBlocks = 0
+	}
 	a := &p.e.ack
 	win := uint32(p.e.cfg.RecvWindow)
 	if p.advWindow != 0 {
@@ -663,13 +973,18 @@ func (p *peer) buildAck(now time.Time, buf []byte) netio.Datagram {
 		Window: win,
 		EchoTS: p.echoTS,
 	}
+	if limited {
+		// No RTT sample either: nothing is acknowledged.
+		a.Cum, a.EchoTS = p.peerBase, 0
+	}
 	if d := now.Sub(p.lastArrival); d > 0 && d < time.Second {
 		a.AckDelay = uint32(d)
 	}
-	// SACK blocks above the cumulative point.
+	// SACK blocks above the cumulative point (rcvHigh - rcvNxt is at
+	// most RecvWindow).
 	in := false
 	var start uint32
-	for psn := p.rcvNxt + 1; wire.SeqLess(psn, p.rcvHigh) || psn == p.rcvHigh; psn++ {
+	for psn := p.rcvNxt + 1; maxBlocks > 0 && (wire.SeqLess(psn, p.rcvHigh) || psn == p.rcvHigh); psn++ {
 		has := psn != p.rcvHigh && p.hasBit(psn)
 		if has && !in {
 			in, start = true, psn
@@ -677,7 +992,7 @@ func (p *peer) buildAck(now time.Time, buf []byte) netio.Datagram {
 			in = false
 			a.Blocks[a.NBlocks] = wire.SackBlock{Start: start, End: psn}
 			a.NBlocks++
-			if int(a.NBlocks) == wire.MaxSackBlocks {
+			if int(a.NBlocks) == maxBlocks {
 				break
 			}
 		}
@@ -700,11 +1015,53 @@ func (p *peer) buildAck(now time.Time, buf []byte) netio.Datagram {
 		Dst:     p.id.Member,
 		TS:      uint64(now.UnixNano()),
 	}
+	if limited {
+		h.Flags, h.PSN = wire.FlagSyn, p.sndUna
+	}
 	h.Len = uint16(a.EncodedLen())
 	b := buf[:wire.HeaderLen+int(h.Len)]
 	h.Encode(b)
 	a.Encode(b[wire.HeaderLen:])
 	wire.Seal(b)
 	p.e.stats.AcksSent++
-	return netio.Datagram{Addr: p.id.Addr, Buf: b}
+	if limited {
+		p.credit -= int64(len(b))
+	}
+	return netio.Datagram{Addr: p.id.Addr, Buf: b}, true
+}
+
+// buildEcho encodes the answer to a peer's challenge (see buildAck): an
+// ACK whose cumulative point is the challenge, the peer's own oldest
+// unacknowledged PSN, so it acknowledges nothing the peer does not know
+// is acknowledged.
+func (p *peer) buildEcho(now time.Time, buf []byte, limited bool) (d netio.Datagram, ok bool) {
+	p.echoPending = false
+	if limited && p.credit < wire.HeaderLen+wire.AckFixedLen {
+		p.e.stats.AmplificationLimited++
+		return d, false
+	}
+	win := uint32(p.e.cfg.RecvWindow)
+	if p.advWindow != 0 {
+		win = p.advWindow
+	}
+	a := wire.Ack{Cum: p.challenge, Window: win}
+	h := wire.Header{
+		Version: wire.Version,
+		Op:      wire.OpAck,
+		Mode:    p.id.Mode,
+		Group:   p.id.Group,
+		Src:     p.e.local(p.id.Group),
+		Dst:     p.id.Member,
+		TS:      uint64(now.UnixNano()),
+		Len:     wire.AckFixedLen,
+	}
+	b := buf[:wire.HeaderLen+wire.AckFixedLen]
+	h.Encode(b)
+	a.Encode(b[wire.HeaderLen:])
+	wire.Seal(b)
+	p.e.stats.AcksSent++
+	if limited {
+		p.credit -= int64(len(b))
+	}
+	return netio.Datagram{Addr: p.id.Addr, Buf: b}, true
 }

@@ -1,0 +1,585 @@
+package transport
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/wire"
+)
+
+// Tests with crafted, well-formed datagrams: each would crash, freeze or
+// exhaust an engine that trusted what a packet says.
+
+var t0 = time.Unix(1000, 0)
+
+// craft seals a data packet with the given header fields.
+func craft(h wire.Header, payload []byte) []byte {
+	h.Version = wire.Version
+	if h.Op == 0 {
+		h.Op = wire.OpWrite
+	}
+	if h.MsgLen == 0 && h.Offset == 0 {
+		h.MsgLen = uint32(len(payload))
+	}
+	pkt, err := wire.AppendPacket(nil, &h, payload)
+	if err != nil {
+		panic(err)
+	}
+	return pkt
+}
+
+// craftAck seals an ACK frame.
+func craftAck(a *wire.Ack) []byte {
+	h := wire.Header{Version: wire.Version, Op: wire.OpAck}
+	b := make([]byte, wire.HeaderLen+a.EncodedLen())
+	h.Len = uint16(a.EncodedLen())
+	h.Encode(b)
+	a.Encode(b[wire.HeaderLen:])
+	wire.Seal(b)
+	return b
+}
+
+// within runs f and fails the test if it has not returned after limit (a
+// generous bound: the operations it guards take microseconds).
+func within(t *testing.T, limit time.Duration, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { f(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(limit):
+		t.Fatalf("%s did not return within %v", what, limit)
+	}
+}
+
+// trust makes addr an address e contacted itself, so that e's ACKs to it
+// are plain ones, not challenges.
+func trust(t *testing.T, e *Engine, addr netip.AddrPort) {
+	t.Helper()
+	h := wire.Header{Op: wire.OpNop}
+	if _, err := e.Send(PeerID{Addr: addr}, &h, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !e.Validated(addr) {
+		t.Fatal("address contacted is not validated")
+	}
+}
+
+// lastAck polls e and returns the ACK frame it sends to addr.
+func lastAck(t *testing.T, e *Engine, now time.Time, addr netip.AddrPort) (wire.Ack, bool) {
+	t.Helper()
+	out, _, _ := e.Poll(now, nil)
+	var a wire.Ack
+	found := false
+	for _, d := range out {
+		var h wire.Header
+		p, _, err := wire.Parse(d.Buf, &h)
+		if err != nil || d.Addr != addr || (h.Op != wire.OpAck && h.Op != wire.OpNack) {
+			continue
+		}
+		if err := a.Decode(p); err != nil {
+			t.Fatal(err)
+		}
+		found = true
+	}
+	return a, found
+}
+
+// TestAckBaseJump: a data packet whose AckBase is 2^31-2 ahead of the
+// receive window used to advance it one PSN at a time (seconds of CPU);
+// the window now resets at once. A jump shorter than the window keeps the
+// packets already received beyond it.
+func TestAckBaseJump(t *testing.T) {
+	e, _ := New(Config{Seed: 1})
+	from := netip.MustParseAddrPort("10.0.0.7:7")
+	trust(t, e, from)
+	h := wire.Header{PSN: 100, AckBase: 100, MsgID: 1, Flags: wire.FlagSyn}
+	if _, ok := e.Step(t0, from, craft(h, make([]byte, 8))); !ok {
+		t.Fatal("first packet not delivered")
+	}
+	far := uint32(101 + (1<<31 - 2))
+	h = wire.Header{PSN: far, AckBase: far, MsgID: 2}
+	var ok bool
+	within(t, time.Second, "Step with a far AckBase", func() {
+		_, ok = e.Step(t0, from, craft(h, make([]byte, 8)))
+	})
+	if !ok {
+		t.Fatal("packet at the new AckBase not delivered")
+	}
+	if a, _ := lastAck(t, e, t0, from); a.Cum != far+1 || a.NBlocks != 0 {
+		t.Fatalf("after the jump: Cum %d blocks %d, want Cum %d", a.Cum, a.NBlocks, far+1)
+	}
+	// A short jump: PSN far+10 arrives, then AckBase moves to far+10.
+	base := far + 1
+	e.Step(t0, from, craft(wire.Header{PSN: base + 9, AckBase: base, MsgID: 3}, make([]byte, 8)))
+	if a, _ := lastAck(t, e, t0, from); a.Cum != base || a.NBlocks != 1 {
+		t.Fatalf("gap: Cum %d blocks %d", a.Cum, a.NBlocks)
+	}
+	if _, ok := e.Step(t0, from, craft(wire.Header{PSN: base + 10, AckBase: base + 9, MsgID: 4}, make([]byte, 8))); !ok {
+		t.Fatal("packet after a short jump not delivered")
+	}
+	if a, _ := lastAck(t, e, t0, from); a.Cum != base+11 || a.NBlocks != 0 {
+		t.Fatalf("short jump: Cum %d blocks %d, want Cum %d", a.Cum, a.NBlocks, base+11)
+	}
+}
+
+// TestHostileSack: an ACK whose 32 SACK blocks each span about 2^31 PSNs
+// starting far below what was sent used to be walked one PSN at a time
+// (minutes); blocks are now clipped to the packets in flight.
+func TestHostileSack(t *testing.T) {
+	e, _ := New(Config{MTU: 1500, Seed: 2})
+	to := netip.MustParseAddrPort("10.0.0.8:8")
+	h := wire.Header{Op: wire.OpWrite}
+	if _, err := e.Send(PeerID{Addr: to}, &h, make([]byte, 10*e.SegmentSize()), 5); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ := e.Poll(t0, nil)
+	if len(out) != 10 {
+		t.Fatalf("%d packets sent, want 10", len(out))
+	}
+	var first wire.Header
+	if _, _, err := wire.Parse(out[0].Buf, &first); err != nil {
+		t.Fatal(err)
+	}
+	a := wire.Ack{Cum: first.PSN - 1<<31 + 64, Window: 1024, NBlocks: wire.MaxSackBlocks}
+	for i := range a.Blocks {
+		a.Blocks[i] = wire.SackBlock{Start: a.Cum + 1 + uint32(i), End: a.Cum + 1<<31 - uint32(i)}
+	}
+	pkt := craftAck(&a)
+	var chk wire.Ack
+	if _, _, err := wire.Parse(pkt, &first); err != nil || chk.Decode(pkt[wire.HeaderLen:]) != nil {
+		t.Fatal("crafted ACK does not decode")
+	}
+	within(t, time.Second, "Step with 32 huge SACK blocks", func() { e.Step(t0, to, pkt) })
+	// The blocks cover the 10 packets in flight: the message completed.
+	_, comps, _ := e.Poll(t0, nil)
+	if len(comps) != 1 || comps[0].Err != nil || comps[0].Token != 5 {
+		t.Fatalf("completions %+v", comps)
+	}
+}
+
+// TestContradictingFragments: fragments that disagree with the message
+// they join (another MsgLen, bytes already received) are refused but
+// acknowledged; MsgDone comes once, when [0, MsgLen) is covered, whatever
+// the arrival order.
+func TestContradictingFragments(t *testing.T) {
+	e, _ := New(Config{Seed: 3})
+	from := netip.MustParseAddrPort("10.0.0.9:9")
+	trust(t, e, from)
+	psn := uint32(7)
+	step := func(off, n, msgLen uint32) (Delivery, bool) {
+		h := wire.Header{PSN: psn, AckBase: 7, MsgID: 42, Offset: off, MsgLen: msgLen}
+		psn++
+		return e.Step(t0, from, craft(h, make([]byte, n)))
+	}
+	if d, ok := step(0, 100, 200); !ok || d.MsgDone {
+		t.Fatal("first fragment")
+	}
+	// The second fragment of the crash: a larger MsgLen and an
+	// Offset past the first fragment.
+	if _, ok := step(150, 100, 400); ok {
+		t.Fatal("fragment with another MsgLen delivered")
+	}
+	if _, ok := step(50, 100, 200); ok {
+		t.Fatal("overlapping fragment delivered")
+	}
+	if got := e.Stats().Contradicting; got != 2 {
+		t.Fatalf("Contradicting %d, want 2", got)
+	}
+	// Refused packets are acknowledged all the same.
+	if a, _ := lastAck(t, e, t0, from); a.Cum != psn {
+		t.Fatalf("Cum %d, want %d", a.Cum, psn)
+	}
+	d, ok := step(100, 100, 200)
+	if !ok || !d.MsgDone {
+		t.Fatalf("last fragment: ok %v done %v", ok, d.MsgDone)
+	}
+	// Out of order: 9 fragments of 10 bytes, arriving odd offsets first.
+	done := 0
+	for _, i := range []uint32{1, 3, 5, 7, 0, 2, 4, 6, 8} {
+		h := wire.Header{PSN: psn, AckBase: psn, MsgID: 43, Offset: 10 * i, MsgLen: 90}
+		psn++
+		d, ok := e.Step(t0, from, craft(h, make([]byte, 10)))
+		if !ok {
+			t.Fatalf("fragment %d refused", i)
+		}
+		if d.MsgDone {
+			done++
+			if i != 8 {
+				t.Fatalf("MsgDone on fragment %d", i)
+			}
+		}
+	}
+	if done != 1 {
+		t.Fatalf("MsgDone %d times", done)
+	}
+}
+
+// TestFloodOfStrangers: 100,000 data packets, each from a fresh address,
+// group, member and mode, do not lock a new client out of a server whose
+// peer table they used to fill for good, and the server's state stays
+// within MaxPeers plus the strangers' budget (1024 by default).
+func TestFloodOfStrangers(t *testing.T) {
+	const maxPeers = 64
+	srv, _ := New(Config{Seed: 4, MaxPeers: maxPeers, GroupModes: true})
+	cli, _ := New(Config{Seed: 5})
+	srvAddr := netip.MustParseAddrPort("10.0.0.1:1")
+	cliAddr := netip.MustParseAddrPort("10.0.0.2:2")
+	now := t0
+	var out []netio.Datagram
+	// pump runs the client and the server until nothing is in flight;
+	// the server answers each request with a 100-byte response.
+	pump := func() int {
+		got := 0
+		for range 1000 {
+			now = now.Add(10 * time.Microsecond)
+			var next time.Time
+			out, _, next = cli.Poll(now, out[:0])
+			for _, d := range out {
+				if d.Addr != srvAddr {
+					continue
+				}
+				if del, ok := srv.Step(now, cliAddr, d.Buf); ok && del.MsgDone && del.Header.Flags&wire.FlagResp == 0 {
+					h := wire.Header{Op: wire.OpWrite, Flags: wire.FlagResp, MsgID: del.Header.MsgID}
+					if _, err := srv.Send(del.Peer, &h, make([]byte, 100), 0); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			n := len(out)
+			out, _, _ = srv.Poll(now, out[:0])
+			for _, d := range out {
+				if d.Addr != cliAddr {
+					continue
+				}
+				if del, ok := cli.Step(now, srvAddr, d.Buf); ok && del.MsgDone {
+					got++
+				}
+			}
+			if n == 0 && len(out) == 0 && cli.Pending() == 0 && (next.IsZero() || next.After(now)) {
+				break
+			}
+		}
+		return got
+	}
+	h := wire.Header{Op: wire.OpWrite}
+	if _, err := cli.Send(PeerID{Addr: srvAddr}, &h, make([]byte, 3000), 1); err != nil {
+		t.Fatal(err)
+	}
+	if pump() != 1 {
+		t.Fatal("exchange before the flood failed")
+	}
+	var x uint32
+	for i := range 100000 {
+		x = x*1664525 + 1013904223
+		from := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 66, byte(i >> 8), byte(i)}), uint16(x>>16))
+		fh := wire.Header{PSN: x, AckBase: x, MsgID: uint64(i), Group: x >> 30, Src: uint16(x >> 8), Mode: wire.Mode(x>>28) & 3}
+		srv.Step(now, from, craft(fh, make([]byte, 8)))
+		if i%1000 == 0 {
+			// The established client keeps working during the flood.
+			if _, err := cli.Send(PeerID{Addr: srvAddr}, &h, make([]byte, 3000), 2); err != nil {
+				t.Fatal(err)
+			}
+			if pump() != 1 {
+				t.Fatalf("exchange %d during the flood failed (server %+v)", i, srv.Stats())
+			}
+		}
+		if srv.Peers() > maxPeers+1024 {
+			t.Fatalf("server holds %d peers", srv.Peers())
+		}
+	}
+	// A client the server has never seen is served after the flood.
+	cli2, _ := New(Config{Seed: 6})
+	cli = cli2
+	cliAddr = netip.MustParseAddrPort("10.0.0.3:3")
+	if _, err := cli.Send(PeerID{Addr: srvAddr}, &h, make([]byte, 3000), 3); err != nil {
+		t.Fatal(err)
+	}
+	if pump() != 1 {
+		t.Fatalf("new client locked out after the flood (server %+v)", srv.Stats())
+	}
+}
+
+// TestAmplification: a one-packet request from an address that never
+// acknowledges anything (a forged source) gets at most three times its
+// bytes back, retransmissions included, and the response fails after
+// DeadTimeout; the same request from a real client gets its 1 MiB
+// response, held back only until the client acknowledges the first
+// packet.
+func TestAmplification(t *testing.T) {
+	srv, _ := New(Config{Seed: 7, MTU: 9000})
+	victim := netip.MustParseAddrPort("10.0.0.66:6")
+	req := craft(wire.Header{Op: wire.OpRead, PSN: 5, AckBase: 5, MsgID: 9, Flags: wire.FlagSyn}, nil)
+	d, ok := srv.Step(t0, victim, req)
+	if !ok {
+		t.Fatal("request not delivered")
+	}
+	rh := wire.Header{Op: wire.OpRead, Flags: wire.FlagResp, MsgID: 9}
+	if _, err := srv.Send(d.Peer, &rh, make([]byte, 1<<20), 1); err != nil {
+		t.Fatal(err)
+	}
+	sent := 0
+	var failed error
+	now := t0
+	for i := 0; i < 100000 && failed == nil; i++ {
+		out, comps, next := srv.Poll(now, nil)
+		for _, o := range out {
+			sent += len(o.Buf)
+		}
+		for _, c := range comps {
+			failed = c.Err
+		}
+		if next.IsZero() {
+			break
+		}
+		now = next
+	}
+	if sent > 3*len(req) {
+		t.Fatalf("sent %d bytes to an unverified address for a %d-byte request", sent, len(req))
+	}
+	if !errors.Is(failed, ErrPeerDead) {
+		t.Fatalf("response to a silent stranger: %v", failed)
+	}
+
+	// A real client: READ 1 MiB, then WRITE 1 MiB as its first message
+	// to a fresh server.
+	for _, read := range []bool{true, false} {
+		srv, _ := New(Config{Seed: 8, MTU: 9000})
+		cli, _ := New(Config{Seed: 9, MTU: 9000})
+		sa, ca := netip.MustParseAddrPort("10.0.0.1:1"), netip.MustParseAddrPort("10.0.0.2:2")
+		req, resp := 0, 1<<20
+		if !read {
+			req, resp = resp, 0
+		}
+		h := wire.Header{Op: wire.OpRead}
+		if _, err := cli.Send(PeerID{Addr: sa}, &h, make([]byte, req), 1); err != nil {
+			t.Fatal(err)
+		}
+		got, done := 0, false
+		now := t0
+		for i := 0; i < 10000 && !done; i++ {
+			now = now.Add(100 * time.Microsecond)
+			out, _, _ := cli.Poll(now, nil)
+			for _, o := range out {
+				if d, ok := srv.Step(now, ca, o.Buf); ok && d.MsgDone && d.Header.Flags&wire.FlagResp == 0 {
+					rh := wire.Header{Op: wire.OpRead, Flags: wire.FlagResp, MsgID: d.Header.MsgID}
+					if _, err := srv.Send(d.Peer, &rh, make([]byte, resp), 2); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			out, _, _ = srv.Poll(now, nil)
+			for _, o := range out {
+				if d, ok := cli.Step(now, sa, o.Buf); ok {
+					got += len(d.Payload)
+					done = d.MsgDone
+				}
+			}
+		}
+		if !done || got != resp {
+			t.Fatalf("read %v: response done %v, %d of %d bytes", read, done, got, resp)
+		}
+		// The client's ACK of the response.
+		out, _, _ := cli.Poll(now.Add(time.Millisecond), nil)
+		for _, o := range out {
+			srv.Step(now, ca, o.Buf)
+		}
+		if !srv.Validated(ca) {
+			t.Fatalf("read %v: client address not validated after it acknowledged data", read)
+		}
+		if read && srv.Stats().AmplificationLimited == 0 {
+			t.Fatal("first response to an unvalidated client not limited")
+		}
+	}
+}
+
+// TestPeerQueueCap: one peer that never acknowledges cannot take all of
+// MaxMessages; a stranger gets a much smaller share.
+func TestPeerQueueCap(t *testing.T) {
+	e, _ := New(Config{Seed: 10})
+	h := wire.Header{Op: wire.OpWrite}
+	a := PeerID{Addr: netip.MustParseAddrPort("10.0.0.1:1")}
+	for i := range DefaultMaxPeerMessages {
+		if _, err := e.Send(a, &h, []byte("x"), uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.Send(a, &h, []byte("x"), 0); !errors.Is(err, ErrQueueFull) || !errors.Is(err, ErrPeerQueueFull) {
+		t.Fatalf("beyond the per-peer cap: %v", err)
+	}
+	b := PeerID{Addr: netip.MustParseAddrPort("10.0.0.2:2")}
+	if _, err := e.Send(b, &h, []byte("x"), 0); err != nil {
+		t.Fatalf("another peer refused: %v", err)
+	}
+	// A stranger (state created by its data, address unvalidated).
+	s := netip.MustParseAddrPort("10.0.0.3:3")
+	d, ok := e.Step(t0, s, craft(wire.Header{PSN: 1, AckBase: 1, MsgID: 1}, nil))
+	if !ok || e.Strangers() != 1 || e.Validated(s) {
+		t.Fatalf("stranger: ok %v strangers %d validated %v", ok, e.Strangers(), e.Validated(s))
+	}
+	for i := range DefaultMaxStrangerMessages {
+		if _, err := e.Send(d.Peer, &h, []byte("x"), uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.Send(d.Peer, &h, []byte("x"), 0); !errors.Is(err, ErrPeerQueueFull) {
+		t.Fatalf("beyond the stranger cap: %v", err)
+	}
+}
+
+// TestStrangerEviction: strangers beyond MaxStrangers evict the least
+// recently active one, never an established peer.
+func TestStrangerEviction(t *testing.T) {
+	e, _ := New(Config{Seed: 11, MaxStrangers: 4, MaxPeers: 2})
+	h := wire.Header{Op: wire.OpWrite}
+	est := PeerID{Addr: netip.MustParseAddrPort("10.0.0.1:1")}
+	if _, err := e.Send(est, &h, []byte("x"), 0); err != nil {
+		t.Fatal(err)
+	}
+	var first PeerID
+	for i := range 10 {
+		from := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, 0, byte(i)}), 1)
+		d, _ := e.Step(t0, from, craft(wire.Header{PSN: 1, AckBase: 1, MsgID: 1}, nil))
+		if i == 0 {
+			first = d.Peer
+			if _, err := e.Send(first, &h, []byte("reply"), 7); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if e.Peers() != 5 || e.Strangers() != 4 || e.Stats().StrangersEvicted != 6 {
+		t.Fatalf("peers %d strangers %d evicted %d", e.Peers(), e.Strangers(), e.Stats().StrangersEvicted)
+	}
+	_, comps, _ := e.Poll(t0, nil)
+	if len(comps) != 1 || comps[0].Token != 7 || !errors.Is(comps[0].Err, ErrEvicted) || comps[0].Peer != first {
+		t.Fatalf("completions %+v", comps)
+	}
+	if e.lookup(est) == nil {
+		t.Fatal("established peer evicted")
+	}
+	// Established peers are bounded by MaxPeers.
+	if _, err := e.Send(PeerID{Addr: netip.MustParseAddrPort("10.0.0.2:1")}, &h, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Send(PeerID{Addr: netip.MustParseAddrPort("10.0.0.3:1")}, &h, nil, 0); !errors.Is(err, ErrTooManyPeers) {
+		t.Fatalf("third established peer: %v", err)
+	}
+}
+
+// TestIdleSweep: a receiver's state for a sender that went quiet is swept
+// after IdleTimeout (default 30 s), and the sender, which kept its own
+// state, resumes without a SYN: the fresh receiver starts at its AckBase,
+// even when the first packet after the pause is lost.
+func TestIdleSweep(t *testing.T) {
+	cfg := Config{Seed: 12, MTU: 1500}
+	srv, _ := New(cfg)
+	cfg.Seed++
+	cli, _ := New(cfg)
+	sa, ca := netip.MustParseAddrPort("10.0.0.1:1"), netip.MustParseAddrPort("10.0.0.2:2")
+	now := t0
+	exchange := func(dropFirst bool) int {
+		done := 0
+		for range 1000 {
+			now = now.Add(time.Millisecond)
+			out, _, _ := cli.Poll(now, nil)
+			for _, o := range out {
+				if dropFirst {
+					dropFirst = false
+					continue
+				}
+				if d, ok := srv.Step(now, ca, o.Buf); ok && d.MsgDone {
+					done++
+				}
+			}
+			out, _, _ = srv.Poll(now, nil)
+			for _, o := range out {
+				cli.Step(now, sa, o.Buf)
+			}
+			if cli.Pending() == 0 && done > 0 {
+				break
+			}
+		}
+		return done
+	}
+	h := wire.Header{Op: wire.OpWrite}
+	if _, err := cli.Send(PeerID{Addr: sa}, &h, make([]byte, 5000), 1); err != nil {
+		t.Fatal(err)
+	}
+	if exchange(false) != 1 || srv.Peers() != 1 {
+		t.Fatalf("first message: server peers %d", srv.Peers())
+	}
+	// The server alone sees time pass.
+	_, _, next := srv.Poll(now, nil)
+	if next.IsZero() || next.Sub(now) > DefaultIdleTimeout {
+		t.Fatalf("idle engine with a peer asks for Poll at %v (now %v)", next, now)
+	}
+	now = now.Add(DefaultIdleTimeout)
+	srv.Poll(now, nil)
+	if srv.Peers() != 0 || srv.Stats().PeersSwept != 1 {
+		t.Fatalf("after idling: %d peers, %d swept", srv.Peers(), srv.Stats().PeersSwept)
+	}
+	if _, _, next := srv.Poll(now, nil); !next.IsZero() {
+		t.Fatalf("empty engine asks for Poll at %v", next)
+	}
+	if _, err := cli.Send(PeerID{Addr: sa}, &h, make([]byte, 5000), 2); err != nil {
+		t.Fatal(err)
+	}
+	if n := exchange(true); n != 1 {
+		t.Fatalf("after the sweep: %d messages delivered", n)
+	}
+}
+
+// TestAckProofNeeded: ACKs that acknowledge nothing really sent (a blind
+// guess from a forged source) neither validate a stranger's address nor
+// are applied to it; the echo of the challenge in the engine's ACK does.
+func TestAckProofNeeded(t *testing.T) {
+	e, _ := New(Config{Seed: 14})
+	s := netip.MustParseAddrPort("10.0.0.5:5")
+	d, _ := e.Step(t0, s, craft(wire.Header{PSN: 1, AckBase: 1, MsgID: 1}, make([]byte, 200)))
+	rh := wire.Header{Op: wire.OpWrite, Flags: wire.FlagResp, MsgID: 1}
+	if _, err := e.Send(d.Peer, &rh, make([]byte, 64), 0); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ := e.Poll(t0, nil)
+	challenge, found := uint32(0), false
+	for _, o := range out {
+		var h wire.Header
+		p, _, err := wire.Parse(o.Buf, &h)
+		if err != nil || h.Op != wire.OpAck {
+			continue
+		}
+		var a wire.Ack
+		if a.Decode(p) != nil || h.Flags&wire.FlagSyn == 0 || a.Cum != 1 || a.NBlocks != 0 {
+			t.Fatalf("ACK to a stranger is not a challenge: %+v %+v", h, a)
+		}
+		challenge, found = h.PSN, true
+	}
+	if !found {
+		t.Fatal("no challenge sent")
+	}
+	var x uint32 = 1
+	for range 1000 {
+		x = x*1664525 + 1013904223
+		if x-challenge < 1<<16 || challenge-x < 1<<16 {
+			continue
+		}
+		a := wire.Ack{Cum: x, Window: 64, NBlocks: 1}
+		a.Blocks[0] = wire.SackBlock{Start: x + 1, End: x + 1<<31}
+		e.Step(t0, s, craftAck(&a))
+	}
+	if e.Validated(s) || e.Strangers() != 1 {
+		t.Fatalf("blind ACKs validated the address (strangers %d)", e.Strangers())
+	}
+	a := wire.Ack{Cum: challenge, Window: 64}
+	e.Step(t0, s, craftAck(&a))
+	if !e.Validated(s) || e.Strangers() != 0 {
+		t.Fatal("the echo of the challenge did not validate the address")
+	}
+	// Now validated, the data is acknowledged for real.
+	if a, _ := lastAck(t, e, t0, s); a.Cum != 2 {
+		t.Fatalf("Cum %d after validation, want 2", a.Cum)
+	}
+}
