@@ -261,26 +261,42 @@ func TestContradictingFragmentResponse(t *testing.T) {
 	}
 }
 
-// TestBrokenMessageFailsReceive: a message that lost a refused fragment
-// and that the transport nevertheless calls complete fails its receive
-// with ErrBadFragment instead of leaving it waiting forever.
-func TestBrokenMessageFailsReceive(t *testing.T) {
-	c := newTestCore(t, Config{})
-	now := simnet.Epoch()
-	f := newForger()
-	op := &Op{Kind: KindRecvMsg, Peer: hostileAddr, Comm: 1, Tag: 1, Buf: make([]byte, 200)}
-	if err := c.Post(now, op); err != nil {
-		t.Fatal(err)
+// TestReassemblyRefuses checks the endpoint's reassembly on its own: it
+// refuses a fragment that contradicts its message or would land past its
+// buffer, and reports a message the transport calls done while bytes are
+// missing as broken (its receive then fails with ErrBadFragment). Through
+// a Core the transport refuses such fragments first (the tests above count
+// a refusal at either layer); this is the second line of defence.
+func TestReassemblyRefuses(t *testing.T) {
+	var r reassembly
+	r.start(100, make([]byte, 100))
+	frag := func(msgLen, off uint32, n int) (bool, error) {
+		h := wire.Header{MsgLen: msgLen, Offset: off}
+		return r.place(&h, fill(n, 1))
 	}
-	// The first 50 bytes of a 100-byte message, then a liar that says
-	// the message has 60 bytes and brings them: the transport counts 110
-	// bytes of a 60-byte message and calls it done.
-	h := wire.Header{Op: wire.OpSend, MsgID: 5, Key: 1, Operand1: 1, Operand2: 1, MsgLen: 100}
-	step(t, c, now, hostileAddr, f.packet(h, fill(50, 5)))
-	h.MsgLen = 60
-	step(t, c, now, hostileAddr, f.packet(h, fill(60, 5)))
-	if done := pollDone(c, now); len(done) != 1 || !errors.Is(op.Err, ErrBadFragment) {
-		t.Fatalf("done %d, err %v", len(done), op.Err)
+	if done, err := frag(100, 0, 50); done || err != nil {
+		t.Fatalf("first half: done %v, err %v", done, err)
+	}
+	for _, c := range []struct {
+		name        string
+		msgLen, off uint32
+		n           int
+	}{{"longer message", 10000, 5000, 50}, {"shorter message", 60, 0, 60}, {"past the end", 100, 80, 50}} {
+		if done, err := frag(c.msgLen, c.off, c.n); done || !errors.Is(err, ErrBadFragment) {
+			t.Fatalf("%s: done %v, err %v; want ErrBadFragment", c.name, done, err)
+		}
+	}
+	if !r.broken(true) || r.broken(false) {
+		t.Fatal("a message called done with half its bytes is not broken")
+	}
+	if done, err := frag(100, 50, 50); !done || err != nil || !r.complete() {
+		t.Fatalf("second half: done %v, err %v", done, err)
+	}
+	var small reassembly
+	small.start(100, make([]byte, 40)) // a buffer shorter than the message
+	h := wire.Header{MsgLen: 100, Offset: 20}
+	if _, err := small.place(&h, fill(30, 2)); !errors.Is(err, ErrBadFragment) {
+		t.Fatalf("fragment past the buffer: %v", err)
 	}
 }
 

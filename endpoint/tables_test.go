@@ -21,7 +21,10 @@ func bufferedUnexpected(c *Core) int {
 }
 
 // refusedFrags is the fragments refused for contradicting their message.
-func refusedFrags(c *Core) uint64 { return c.Stats().FragmentsRefused }
+func refusedFrags(c *Core) uint64 {
+	st := c.Stats()
+	return st.FragmentsRefused + st.Transport.Contradicting
+}
 
 // anyInBytes is the bytes held by anycast requests being received.
 func anyInBytes(c *Core) int {
