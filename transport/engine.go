@@ -174,6 +174,7 @@ type Engine struct {
 	admitD     Delivery // passed to StepAdmit's admit function
 	stats      Stats
 	rings      [][]pktRec        // free send rings
+	smallRings [][]pktRec        // free strangers' send rings
 	locals     map[uint32]uint16 // member id per group (SetLocal)
 
 	// Peer lifetimes. Every peer is on one of two lists, least recently
@@ -186,7 +187,13 @@ type Engine struct {
 	// with one is validated (Validated). At most MaxPeers entries; an
 	// entry goes with its address's last established peer.
 	addrRefs map[netip.AddrPort]int32
-	now      time.Time // latest time seen by Step or Poll
+	// strangerRefs counts the strangers per address (at most
+	// MaxStrangers entries): a Send to a new stream at an address known
+	// only through strangers makes a stranger too, so that answering a
+	// forged source on another stream neither escapes the amplification
+	// limit nor validates the address.
+	strangerRefs map[netip.AddrPort]int32
+	now          time.Time // latest time seen by Step or Poll
 }
 
 // peerList is an intrusive doubly linked list of peers, oldest first.
@@ -260,12 +267,13 @@ func New(cfg Config) (*Engine, error) {
 	}
 	rng := mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	return &Engine{
-		cfg:      cfg,
-		seg:      cfg.segSize(),
-		rng:      rng,
-		msgSeq:   rng.Uint64() >> 1,
-		groups:   make(map[uint32]*groupCtx),
-		addrRefs: make(map[netip.AddrPort]int32),
+		cfg:          cfg,
+		seg:          cfg.segSize(),
+		rng:          rng,
+		msgSeq:       rng.Uint64() >> 1,
+		groups:       make(map[uint32]*groupCtx),
+		addrRefs:     make(map[netip.AddrPort]int32),
+		strangerRefs: make(map[netip.AddrPort]int32),
 	}, nil
 }
 
@@ -318,9 +326,12 @@ func (e *Engine) create(id PeerID, trusted bool) (*peer, error) {
 	if trusted && !established {
 		return nil, ErrTooManyPeers
 	}
-	stranger := !established || (!trusted && e.addrRefs[id.Addr] == 0)
-	if stranger && e.nstrangers >= e.cfg.MaxStrangers {
+	stranger := !established || (e.addrRefs[id.Addr] == 0 && (!trusted || e.strangerRefs[id.Addr] > 0))
+	for stranger && e.nstrangers >= e.cfg.MaxStrangers {
 		old := e.strangers.head
+		if e.addrRefs[old.id.Addr] > 0 && e.promote(old) {
+			continue // its address was validated through another peer
+		}
 		e.stats.StrangersEvicted++
 		old.failAll(ErrEvicted)
 		e.removePeer(old)
@@ -338,6 +349,7 @@ func (e *Engine) create(id PeerID, trusted bool) (*peer, error) {
 		p.stranger = true
 		e.nstrangers++
 		e.strangers.pushBack(p)
+		e.strangerRefs[id.Addr]++
 	} else {
 		e.established.pushBack(p)
 		e.addrRefs[id.Addr]++
@@ -345,24 +357,39 @@ func (e *Engine) create(id PeerID, trusted bool) (*peer, error) {
 	return p, nil
 }
 
-// promote makes a stranger established once it has shown that it
-// receives at its address, if MaxPeers allows (otherwise it stays a
-// stranger, though no longer amplification-limited).
-func (e *Engine) promote(p *peer) {
-	if !p.stranger || e.npeers-e.nstrangers >= e.cfg.MaxPeers {
-		return
+// promote makes a stranger established once it (or another peer at its
+// address) has shown that it receives at its address, if MaxPeers allows
+// (otherwise it stays a stranger, though no longer
+// amplification-limited). It reports whether p is established now.
+func (e *Engine) promote(p *peer) bool {
+	if !p.stranger {
+		return true
+	}
+	if e.npeers-e.nstrangers >= e.cfg.MaxPeers {
+		return false
 	}
 	e.strangers.remove(p)
 	e.nstrangers--
+	e.unrefStranger(p.id.Addr)
 	p.stranger = false
 	e.established.pushBack(p)
 	e.addrRefs[p.id.Addr]++
+	return true
+}
+
+func (e *Engine) unrefStranger(a netip.AddrPort) {
+	if e.strangerRefs[a]--; e.strangerRefs[a] <= 0 {
+		delete(e.strangerRefs, a)
+	}
 }
 
 // touch records activity on a peer (any datagram from it, or a Send to
 // it): it moves to the back of its list, away from the idle sweep.
 func (e *Engine) touch(p *peer, now time.Time) {
 	p.lastActive = nanos(now)
+	if p.stranger && e.addrRefs[p.id.Addr] > 0 {
+		e.promote(p) // another peer at its address validated it
+	}
 	if p.stranger {
 		e.strangers.moveBack(p)
 	} else {
@@ -662,19 +689,30 @@ func (e *Engine) complete(m *outMsg, p *peer, err error) {
 	m.payload = nil
 }
 
-func (e *Engine) getRing() []pktRec {
-	if n := len(e.rings); n > 0 {
-		r := e.rings[n-1]
-		e.rings = e.rings[:n-1]
+// getRing returns a send ring: SendWindow records, or a stranger's
+// (strangerRing) if small.
+func (e *Engine) getRing(small bool) []pktRec {
+	pool, size := &e.rings, e.cfg.SendWindow
+	if small && strangerRing < size {
+		pool, size = &e.smallRings, strangerRing
+	}
+	if n := len(*pool); n > 0 {
+		r := (*pool)[n-1]
+		*pool = (*pool)[:n-1]
 		return r
 	}
-	return make([]pktRec, e.cfg.SendWindow)
+	return make([]pktRec, size)
 }
 
+// putRing keeps a ring for reuse, up to 64 of each size.
 func (e *Engine) putRing(r []pktRec) {
-	if len(e.rings) < 64 {
+	pool := &e.rings
+	if len(r) < e.cfg.SendWindow {
+		pool = &e.smallRings
+	}
+	if len(*pool) < 64 {
 		clear(r)
-		e.rings = append(e.rings, r)
+		*pool = append(*pool, r)
 	}
 }
 
@@ -782,6 +820,7 @@ func (e *Engine) removePeer(p *peer) {
 	if p.stranger {
 		e.strangers.remove(p)
 		e.nstrangers--
+		e.unrefStranger(p.id.Addr)
 	} else {
 		e.established.remove(p)
 		if e.addrRefs[p.id.Addr]--; e.addrRefs[p.id.Addr] <= 0 {

@@ -583,3 +583,83 @@ func TestAckProofNeeded(t *testing.T) {
 		t.Fatalf("Cum %d after validation, want 2", a.Cum)
 	}
 }
+
+// TestAnswerOnAnotherStream: a forged datagram on one stream (a group
+// stream) that the layer above answers on another stream to the same
+// address (an event to the member's unicast stream, as a forwarding node
+// sends) must neither escape the amplification limit nor validate the
+// address, and the answer's peer costs a stranger's memory (a small send
+// ring). Once the address proves it receives, through any of its
+// streams, the held answer goes out within a retransmission timeout.
+func TestAnswerOnAnotherStream(t *testing.T) {
+	srv, _ := New(Config{Seed: 7, MTU: 9000, GroupModes: true})
+	victim := netip.MustParseAddrPort("10.0.0.66:6")
+	fake := craft(wire.Header{Op: wire.OpData, Mode: wire.ModeMulticast, Group: 5, Src: 3, Dst: wire.MemberAll, PSN: 5, AckBase: 5, MsgID: 9, Flags: wire.FlagSyn}, make([]byte, 8))
+	if _, ok := srv.Step(t0, victim, fake); !ok {
+		t.Fatal("group data not delivered")
+	}
+	answer := PeerID{Addr: victim, Group: 5, Member: 3}
+	h := wire.Header{Op: wire.OpEvent}
+	if _, err := srv.Send(answer, &h, make([]byte, 4096), 1); err != nil {
+		t.Fatal(err)
+	}
+	if srv.Validated(victim) || srv.Strangers() != 2 {
+		t.Fatalf("after the answer: validated %v, %d strangers; want false, 2", srv.Validated(victim), srv.Strangers())
+	}
+	sent, now := 0, t0
+	for range 50 {
+		out, _, next := srv.Poll(now, nil)
+		for _, o := range out {
+			sent += len(o.Buf)
+		}
+		if next.IsZero() {
+			break
+		}
+		now = next
+	}
+	if sent > 3*len(fake) {
+		t.Fatalf("sent %d bytes to an unverified address for a %d-byte datagram", sent, len(fake))
+	}
+	for _, p := range srv.groups[5].peers {
+		if p.ring != nil && len(p.ring) > strangerRing {
+			t.Fatalf("a stranger holds a send ring of %d records", len(p.ring))
+		}
+	}
+
+	// The same with a client that answers: its unicast stream to the
+	// server validates the address, and the held answer is delivered.
+	srv, _ = New(Config{Seed: 7, MTU: 9000, GroupModes: true})
+	cli, _ := New(Config{Seed: 8, MTU: 9000, GroupModes: true})
+	sa, ca := netip.MustParseAddrPort("10.0.0.1:1"), netip.MustParseAddrPort("10.0.0.2:2")
+	cli.SetLocal(5, 3)
+	srv.SetLocal(5, wire.MemberAll) // as a forwarding node is in its groups
+	if _, err := cli.Send(PeerID{Addr: sa, Group: 5, Member: wire.MemberAll, Mode: wire.ModeMulticast}, &wire.Header{Op: wire.OpData}, make([]byte, 8), 1); err != nil {
+		t.Fatal(err)
+	}
+	delivered, now := false, t0
+	held := false
+	for i := 0; i < 10000 && !delivered; i++ {
+		out, _, _ := cli.Poll(now, nil)
+		for _, o := range out {
+			if d, ok := srv.Step(now, ca, o.Buf); ok && d.Header.Mode == wire.ModeMulticast && !held {
+				held = true
+				if _, err := srv.Send(PeerID{Addr: ca, Group: 5, Member: 3}, &wire.Header{Op: wire.OpEvent}, make([]byte, 4096), 2); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		out, _, _ = srv.Poll(now, nil)
+		for _, o := range out {
+			if d, ok := cli.Step(now, sa, o.Buf); ok && d.Header.Op == wire.OpEvent && d.MsgDone {
+				delivered = true
+			}
+		}
+		now = now.Add(100 * time.Microsecond)
+	}
+	if !delivered || !srv.Validated(ca) {
+		t.Fatalf("answer delivered %v, address validated %v", delivered, srv.Validated(ca))
+	}
+	if d := now.Sub(t0); d > 2*DefaultInitialRTO {
+		t.Fatalf("the held answer took %v", d)
+	}
+}

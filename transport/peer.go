@@ -195,7 +195,43 @@ func (p *peer) cwndPkts() int {
 
 func (p *peer) canSendNew() bool {
 	w := p.sndNxt - p.sndUna
-	return p.inflight < p.cwndPkts() && int(w) < p.e.cfg.SendWindow && w < p.rwnd
+	return p.inflight < p.cwndPkts() && int(w) < p.ringCap() && w < p.rwnd
+}
+
+// strangerRing is the send ring of an amplification-limited peer, in
+// packets: a stranger cannot have more in flight than its budget allows
+// anyway, and a full ring each (SendWindow records, 48 KiB at the
+// default) would make MaxStrangers strangers cost 48 MiB.
+const strangerRing = 32
+
+// strangerPartial bounds the partial messages a stranger may have: its
+// first messages, not MaxPartial of them (256 entries of 120 bytes each
+// for every one of MaxStrangers strangers would be 30 MiB).
+const strangerPartial = 8
+
+// ringCap is how many packets may be in flight to the peer: its ring's
+// size, or the size the ring it gets will have.
+func (p *peer) ringCap() int {
+	switch {
+	case p.ring != nil:
+		return len(p.ring)
+	case p.limited():
+		return min(strangerRing, p.e.cfg.SendWindow)
+	}
+	return p.e.cfg.SendWindow
+}
+
+// growRing gives a peer that is no longer amplification-limited a full
+// send ring in place of its stranger's ring, keeping the packets in
+// flight (at most strangerRing records are moved).
+func (p *peer) growRing() {
+	old, oldMask := p.ring, p.mask()
+	p.ring = p.e.getRing(false)
+	m := p.mask()
+	for psn := p.sndUna; psn != p.sndNxt; psn++ {
+		p.ring[psn&m] = old[psn&oldMask]
+	}
+	p.e.putRing(old)
 }
 
 func (p *peer) lostPending() bool { return p.lostHead < len(p.lost) }
@@ -246,6 +282,18 @@ func (p *peer) hasWork() bool {
 
 // deadline is the next time the peer needs Poll without new input.
 func (p *peer) deadline(now time.Time) time.Time {
+	dl := p.sendDeadline()
+	if p.qhead != nil && p.limited() {
+		// Held by the amplification budget: another peer at the address
+		// may validate it, so look again after a timeout's time.
+		if r := now.Add(p.rto); dl.IsZero() || r.Before(dl) {
+			dl = r
+		}
+	}
+	return dl
+}
+
+func (p *peer) sendDeadline() time.Time {
 	if p.sndUna == p.sndNxt {
 		if p.waiting {
 			// Queued messages that cannot go out (a zero window, the
@@ -344,7 +392,9 @@ func (p *peer) poll(now time.Time, out []netio.Datagram, used, budget int) ([]ne
 			seg = uint32(room) &^ 7
 		}
 		if p.ring == nil {
-			p.ring = p.e.getRing()
+			p.ring = p.e.getRing(p.limited())
+		} else if len(p.ring) < p.e.cfg.SendWindow && !p.limited() {
+			p.growRing()
 		}
 		if p.sndUna == p.sndNxt {
 			p.lastProgress = now // idle time does not count towards DeadTimeout
@@ -810,7 +860,11 @@ func (p *peer) checkData(now time.Time, h *wire.Header) (ok bool, pm *partialMsg
 		p.markReceived(psn)
 		return false, nil
 	}
-	if (pm == nil && len(p.partial) >= cfg.MaxPartial && !p.evictStale(now)) || !room {
+	maxPartial := cfg.MaxPartial
+	if p.stranger {
+		maxPartial = min(maxPartial, strangerPartial)
+	}
+	if (pm == nil && len(p.partial) >= maxPartial && !p.evictStale(now)) || !room {
 		p.e.stats.PartialOverflow++
 		return false, nil
 	}
