@@ -2,6 +2,7 @@ package endpoint
 
 import (
 	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -238,8 +239,11 @@ type Stats struct {
 	// of messages whose receive had already ended (failed or canceled),
 	// and events or group traffic for groups this core is not in.
 	FragmentsRefused, FragmentsDropped uint64
-	OpsByKind                          [8]uint64
-	Pool                               PoolStats
+	// ForeignGroup counts datagrams of a group that came from another
+	// address than the group's forwarding node (SetGroupSwitch).
+	ForeignGroup uint64
+	OpsByKind    [8]uint64
+	Pool         PoolStats
 }
 
 type inKey struct {
@@ -264,7 +268,8 @@ type Core struct {
 
 	// Group state (core_group.go).
 	gops        map[gopKey]*Op
-	joined      map[uint32]uint16 // groups this core is a member of (SetMember)
+	joined      map[uint32]uint16         // groups this core is a member of (SetMember)
+	groupSw     map[uint32]netip.AddrPort // the forwarding node of a group (SetGroupSwitch)
 	unexp       map[unexpKey]*unexpected
 	unexpUse    [2]unexpUse // buffered unexpected messages: [0] all, [1] from strangers
 	unexpSweep  time.Time   // earliest next sweep of idle partial unexpected messages
@@ -529,6 +534,12 @@ func (c *Core) Step(now time.Time, from netip.AddrPort, pkt []byte) {
 	}
 	if len(pkt) >= wire.HeaderLen && wire.Mode(pkt[2]) == wire.ModePool && c.stepPool(now, from, pkt) {
 		return
+	}
+	if len(pkt) >= wire.HeaderLen {
+		if sw, ok := c.groupSw[binary.BigEndian.Uint32(pkt[4:8])]; ok && from != sw {
+			c.stats.ForeignGroup++
+			return
+		}
 	}
 	d, ok := c.eng.StepAdmit(now, from, pkt, c.admitFn)
 	if !ok {

@@ -205,12 +205,25 @@ func (c *Core) SetMember(group uint32, member uint16) {
 	c.joined[group] = member
 }
 
+// SetGroupSwitch names the forwarding node of a group set with
+// SetMember: from then on the group's datagrams (multicasts, results,
+// anycast requests, events) are taken only from that address, before
+// they cost any state; others are dropped and counted in
+// Stats.ForeignGroup. Without it they are taken from any address.
+func (c *Core) SetGroupSwitch(group uint32, sw netip.AddrPort) {
+	if c.groupSw == nil {
+		c.groupSw = make(map[uint32]netip.AddrPort)
+	}
+	c.groupSw[group] = sw
+}
+
 // LeaveGroup forgets group once this endpoint has left it (or closed its
 // service), after the group's operations completed: its sequence numbers,
 // the members it was told died, and the multicasts buffered for it that
 // no receive took. Later traffic for the group is refused.
 func (c *Core) LeaveGroup(group uint32) {
 	delete(c.joined, group)
+	delete(c.groupSw, group)
 	c.eng.ClearLocal(group)
 	delete(c.mcSeq, group)
 	delete(c.aggSeq, group)

@@ -116,6 +116,7 @@ func (ep *Endpoint) JoinJob(ctx context.Context, sw string, job string, size, ra
 	}
 	ep.mu.Lock()
 	ep.core.SetMember(resp.Group, resp.Member)
+	ep.core.SetGroupSwitch(resp.Group, ap)
 	ep.mu.Unlock()
 	g := &Group{ep: ep, sw: ap, id: resp.Group, rank: resp.Member, members: append([]fabric.MemberInfo(nil), resp.Members...),
 		opts: opts, stop: make(chan struct{}), hbDone: make(chan struct{})}
@@ -327,6 +328,7 @@ func (ep *Endpoint) RegisterService(ctx context.Context, sw string, sc ServiceCo
 	}
 	ep.mu.Lock()
 	ep.core.SetMember(resp.Group, resp.Member)
+	ep.core.SetGroupSwitch(resp.Group, ap)
 	ep.mu.Unlock()
 	s := &Service{ep: ep, sw: ap, id: resp.Group, rank: resp.Member, opts: opts, handler: h,
 		stop: make(chan struct{}), hbDone: make(chan struct{})}

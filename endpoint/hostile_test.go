@@ -317,3 +317,29 @@ func TestUnexpectedBoundedByCharge(t *testing.T) {
 		t.Fatalf("%d bytes buffered for unexpected messages, bound 4096 and a 1000-byte message", n)
 	}
 }
+
+// TestGroupOnlyFromItsSwitch: once a group's forwarding node is known,
+// the group's datagrams from any other address — here a forged anycast
+// request that would hold a buffer of its claimed length, and a forged
+// multicast — are dropped before they cost any state.
+func TestGroupOnlyFromItsSwitch(t *testing.T) {
+	c := newTestCore(t, Config{})
+	c.EnableGroups()
+	c.SetMember(7, 2)
+	c.SetGroupSwitch(7, swAddr)
+	now := simnet.Epoch()
+	f := newForger()
+	req := wire.Header{Op: wire.OpData, Mode: wire.ModeAnycast, Group: 7, Src: wire.MemberAll, Dst: 2, MsgID: 1, MsgLen: 32 << 20}
+	step(t, c, now, hostileAddr, f.packet(req, fill(1000, 1)))
+	mc := wire.Header{Op: wire.OpData, Mode: wire.ModeMulticast, Group: 7, Src: wire.MemberAll, Dst: 2, MsgID: 1, MsgLen: 100}
+	step(t, c, now, hostileAddr, f.packet(mc, fill(100, 2)))
+	if st := c.Stats(); st.ForeignGroup != 2 || len(c.anyIn) != 0 || len(c.unexp) != 0 || c.eng.Peers() != 0 {
+		t.Fatalf("forged group datagrams: %d dropped, %d requests, %d unexpected, %d peers; want 2, 0, 0, 0",
+			st.ForeignGroup, len(c.anyIn), len(c.unexp), c.eng.Peers())
+	}
+	// The same request from the switch is taken.
+	step(t, c, now, swAddr, f.packet(req, fill(1000, 1)))
+	if len(c.anyIn) != 1 {
+		t.Fatalf("the switch's request: %d requests in progress, want 1", len(c.anyIn))
+	}
+}
