@@ -316,29 +316,30 @@ func (c *Core) MTU() int {
 	return c.cfg.Transport.MTU
 }
 
+// WithDefaults returns c with every zero field set to its documented
+// default, as NewCore applies them (the transport configuration keeps its
+// own zero fields: see transport.Config.WithDefaults).
+func (c Config) WithDefaults() Config {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	if c.OpTimeout == 0 {
+		c.OpTimeout = 10 * time.Second
+	}
+	def(&c.MaxOps, 4096)
+	def(&c.MaxUnexpected, 64<<20)
+	def(&c.MaxResponse, 64<<20)
+	def(&c.MaxIncoming, 1024)
+	def(&c.MaxUnexpectedMsgs, 16384)
+	def(&c.MaxIncomingBytes, 64<<20)
+	return c
+}
+
 // NewCore returns a core.
 func NewCore(cfg Config) (*Core, error) {
-	if cfg.OpTimeout == 0 {
-		cfg.OpTimeout = 10 * time.Second
-	}
-	if cfg.MaxOps == 0 {
-		cfg.MaxOps = 4096
-	}
-	if cfg.MaxUnexpected == 0 {
-		cfg.MaxUnexpected = 64 << 20
-	}
-	if cfg.MaxResponse == 0 {
-		cfg.MaxResponse = 64 << 20
-	}
-	if cfg.MaxIncoming == 0 {
-		cfg.MaxIncoming = 1024
-	}
-	if cfg.MaxUnexpectedMsgs == 0 {
-		cfg.MaxUnexpectedMsgs = 16384
-	}
-	if cfg.MaxIncomingBytes == 0 {
-		cfg.MaxIncomingBytes = 64 << 20
-	}
+	cfg = cfg.WithDefaults()
 	if cfg.OpTimeout < 0 || cfg.MaxOps < 0 || cfg.MaxUnexpected < 0 || cfg.MaxResponse < 0 || cfg.MaxIncoming < 0 ||
 		cfg.MaxUnexpectedMsgs < 0 || cfg.MaxIncomingBytes < 0 {
 		return nil, fmt.Errorf("endpoint: OpTimeout, MaxOps and the Max* bounds must not be negative")

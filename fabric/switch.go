@@ -76,6 +76,15 @@ func (f FaultConfig) active() bool { return f.Drop > 0 || f.Dup > 0 || f.Reorder
 // ErrConfig wraps configuration errors.
 var ErrConfig = errors.New("fabric: invalid config")
 
+// WithDefaults returns c with every zero field set to its documented
+// default, as New applies them (the embedded transport configuration
+// keeps its own zero fields: see transport.Config.WithDefaults).
+func (c Config) WithDefaults() Config {
+	c.setDefaults()
+	c.Pool = c.Pool.withDefaults()
+	return c
+}
+
 func (c *Config) setDefaults() {
 	if c.HeartbeatTimeout == 0 {
 		c.HeartbeatTimeout = time.Second

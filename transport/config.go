@@ -121,6 +121,13 @@ const (
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("transport: invalid config")
 
+// WithDefaults returns c with every zero field set to its documented
+// default, as New applies them.
+func (c Config) WithDefaults() Config {
+	c.setDefaults()
+	return c
+}
+
 func (c *Config) setDefaults() {
 	if c.MTU == 0 {
 		c.MTU = DefaultMTU
