@@ -46,6 +46,9 @@ bench:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./wire
 	$(GO) test -run '^$$' -fuzz FuzzAck -fuzztime 30s ./wire
+	$(GO) test -run '^$$' -fuzz FuzzPoolPayload -fuzztime 30s ./wire
+	$(GO) test -run '^$$' -fuzz FuzzEngineStep -fuzztime 30s ./transport
+	$(GO) test -run '^$$' -fuzz FuzzCoreStep -fuzztime 30s ./endpoint
 	$(GO) test -run '^$$' -fuzz FuzzExec -fuzztime 30s ./memnode
 	$(GO) test -run '^$$' -fuzz FuzzCtrl -fuzztime 30s ./fabric
 	$(GO) test -run '^$$' -fuzz FuzzSwitchStep -fuzztime 30s ./fabric
