@@ -122,6 +122,13 @@ type Stats struct {
 	// not validated had data or an ACK held back, or a packet shortened,
 	// by the anti-amplification budget.
 	AmplificationLimited uint64
+	// ResetChallenges counts data packets that asked to restart a live
+	// receive window (a SYN or an AckBase a window ahead), answered with
+	// a challenge; Resets counts restarts done on the sender's echo.
+	ResetChallenges, Resets uint64
+	// Peers and Strangers are the peers with state now, and how many of
+	// them are strangers (gauges, not counters).
+	Peers, Strangers int
 }
 
 // packet record states in the send ring.
@@ -305,7 +312,11 @@ func (e *Engine) SetGroupModes(on bool) { e.cfg.GroupModes = on }
 func (e *Engine) SegmentSize() int { return e.seg }
 
 // Stats returns the counters.
-func (e *Engine) Stats() Stats { return e.stats }
+func (e *Engine) Stats() Stats {
+	s := e.stats
+	s.Peers, s.Strangers = e.npeers, e.nstrangers
+	return s
+}
 
 // lookup returns the peer's state, or nil.
 func (e *Engine) lookup(id PeerID) *peer {
@@ -326,10 +337,13 @@ func (e *Engine) create(id PeerID, trusted bool) (*peer, error) {
 	if trusted && !established {
 		return nil, ErrTooManyPeers
 	}
-	stranger := !established || (e.addrRefs[id.Addr] == 0 && (!trusted || e.strangerRefs[id.Addr] > 0))
+	refs := e.addrRefs[id.Addr]
+	stranger := !established ||
+		(!trusted && (refs == 0 || refs >= maxAddrStreams)) ||
+		(trusted && refs == 0 && e.strangerRefs[id.Addr] > 0)
 	for stranger && e.nstrangers >= e.cfg.MaxStrangers {
 		old := e.strangers.head
-		if e.addrRefs[old.id.Addr] > 0 && e.promote(old) {
+		if r := e.addrRefs[old.id.Addr]; r > 0 && r < maxAddrStreams && e.promote(old) {
 			continue // its address was validated through another peer
 		}
 		e.stats.StrangersEvicted++
@@ -356,6 +370,15 @@ func (e *Engine) create(id PeerID, trusted bool) (*peer, error) {
 	}
 	return p, nil
 }
+
+// maxAddrStreams bounds the streams that incoming data can make
+// established at one validated address: a datagram with the address of a
+// validated peer (possibly forged) on a new stream gets an established
+// peer only while the address has fewer; beyond, it is a stranger (not
+// amplification-limited: the address is validated), until that peer
+// itself acknowledges data sent to it. A host has a few streams per group
+// it is in (control, multicast, aggregation, anycast, unicast).
+const maxAddrStreams = 64
 
 // promote makes a stranger established once it (or another peer at its
 // address) has shown that it receives at its address, if MaxPeers allows
@@ -387,7 +410,7 @@ func (e *Engine) unrefStranger(a netip.AddrPort) {
 // it): it moves to the back of its list, away from the idle sweep.
 func (e *Engine) touch(p *peer, now time.Time) {
 	p.lastActive = nanos(now)
-	if p.stranger && e.addrRefs[p.id.Addr] > 0 {
+	if r := e.addrRefs[p.id.Addr]; p.stranger && r > 0 && r < maxAddrStreams {
 		e.promote(p) // another peer at its address validated it
 	}
 	if p.stranger {
@@ -532,6 +555,11 @@ func (e *Engine) StepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit
 			return d, false
 		}
 		p.received(len(pkt))
+		if h.Flags&wire.FlagSyn == 0 && p.onResetEcho(&e.ack) {
+			e.stats.AcksReceived++
+			e.touch(p, now)
+			return d, false
+		}
 		if !p.onAck(now, &e.ack, h.Op == wire.OpNack, h.TS, h.Src != wire.MemberAll) {
 			e.stats.Unexpected++
 			return d, false

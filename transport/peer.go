@@ -159,6 +159,14 @@ type peer struct {
 	peerBase    uint32
 	challenge   uint32
 	echoPending bool
+	// A restart of the sender's stream (a SYN or an AckBase a window or
+	// more ahead) on a receiver that has state is applied only once the
+	// sender echoes a challenge (resetNonce): a forged datagram cannot
+	// move or reset a live stream's window. resetChallenge asks poll to
+	// send the challenge, at most once per RTO.
+	resetPending, resetChallenge bool
+	resetBase, resetNonce        uint32
+	lastChallenge                time.Time
 }
 
 func newPeer(e *Engine, id PeerID) *peer {
@@ -259,7 +267,7 @@ func (p *peer) afford(n uint32) bool { return p.credit >= int64(wire.HeaderLen)+
 func (p *peer) idle() bool { return p.sndUna == p.sndNxt && p.qhead == nil && !p.ackPending }
 
 func (p *peer) hasWork() bool {
-	if p.ackPending || p.echoPending {
+	if p.ackPending || p.echoPending || p.resetChallenge {
 		return true
 	}
 	if p.inflight >= p.cwndPkts() {
@@ -330,6 +338,14 @@ func (p *peer) poll(now time.Time, out []netio.Datagram, used, budget int) ([]ne
 			out = append(out, d, d)
 			n++
 		}
+	}
+	if p.resetChallenge && (!limited || p.afford(wire.AckFixedLen)) {
+		d := p.buildResetChallenge(now, p.e.buf(used+n))
+		if limited {
+			p.credit -= int64(len(d.Buf))
+		}
+		out = append(out, d)
+		n++
 	}
 	if p.ackPending {
 		if d, ok := p.buildAck(now, p.e.buf(used+n), limited); ok {
@@ -810,8 +826,13 @@ func (p *peer) failAll(err error) {
 // message's partial state, if any.
 func (p *peer) checkData(now time.Time, h *wire.Header) (ok bool, pm *partialMsg) {
 	cfg := &p.e.cfg
-	if !p.rcvInit || (h.Flags&wire.FlagSyn != 0 && !p.nearWindow(h.AckBase)) {
+	if !p.rcvInit {
 		p.resetReceiver(h.AckBase)
+	} else if d := h.AckBase - p.rcvNxt; (h.Flags&wire.FlagSyn != 0 && !p.nearWindow(h.AckBase)) || (d >= uint32(cfg.RecvWindow) && d < 1<<31) {
+		// A new incarnation of the sender's stream, or a jump past the
+		// window: only on the sender's echo of a challenge.
+		p.requestReset(now, h.AckBase)
+		return false, nil
 	}
 	// The sender never resends PSNs below its AckBase: skip them.
 	if d := h.AckBase - p.rcvNxt; d != 0 && d < 1<<31 {
@@ -968,6 +989,64 @@ func (p *peer) nearWindow(psn uint32) bool {
 	w := uint32(p.e.cfg.RecvWindow)
 	d := psn - p.rcvNxt
 	return d < w || -d <= w
+}
+
+// requestReset answers a datagram that would restart the receive window
+// at base with a challenge (RFC 5961's challenge ACK, in this protocol's
+// form: an ACK with FlagSyn whose header PSN is a fresh nonce and whose
+// cumulative point is base); the sender echoes the nonce (buildEcho) and
+// only then is the window restarted (onResetEcho). At most one challenge
+// goes out per RTO, so a flood of forged restarts gets no more answers
+// than the real sender needs; under such a flood a sender that really
+// restarted gets through once its resend is the first request after a
+// timeout.
+func (p *peer) requestReset(now time.Time, base uint32) {
+	p.e.stats.ResetChallenges++
+	if p.resetPending && now.Sub(p.lastChallenge) < p.rto {
+		// One challenge in flight: the base it asks about stands until
+		// it is echoed or a timeout has passed (the real sender resends).
+		return
+	}
+	p.resetPending, p.resetBase = true, base
+	p.resetNonce = p.e.rng.Uint32() | 1
+	p.resetChallenge, p.lastChallenge = true, now
+	p.e.activate(p)
+}
+
+// onResetEcho takes an ACK that may echo the reset challenge: if it does,
+// the window restarts at the requested base. It reports whether it did.
+func (p *peer) onResetEcho(a *wire.Ack) bool {
+	if !p.resetPending || a.Cum != p.resetNonce || a.NBlocks != 0 {
+		return false
+	}
+	p.resetPending = false
+	p.resetReceiver(p.resetBase)
+	p.e.stats.Resets++
+	return true
+}
+
+// buildResetChallenge encodes the challenge requestReset asked for.
+func (p *peer) buildResetChallenge(now time.Time, buf []byte) netio.Datagram {
+	p.resetChallenge = false
+	a := wire.Ack{Cum: p.resetBase, Window: uint32(p.e.cfg.RecvWindow)}
+	h := wire.Header{
+		Version: wire.Version,
+		Op:      wire.OpAck,
+		Flags:   wire.FlagSyn,
+		Mode:    p.id.Mode,
+		Group:   p.id.Group,
+		Src:     p.e.local(p.id.Group),
+		Dst:     p.id.Member,
+		PSN:     p.resetNonce,
+		TS:      uint64(now.UnixNano()),
+		Len:     wire.AckFixedLen,
+	}
+	b := buf[:wire.HeaderLen+wire.AckFixedLen]
+	h.Encode(b)
+	a.Encode(b[wire.HeaderLen:])
+	wire.Seal(b)
+	p.e.stats.AcksSent++
+	return netio.Datagram{Addr: p.id.Addr, Buf: b}
 }
 
 func (p *peer) resetReceiver(base uint32) {
