@@ -35,8 +35,14 @@ type mstream struct {
 	mwin   []uint32 // per member: its advertised window
 	dirty  bool     // merged state changed since the last merged ACK
 	nack   bool
+	// The timestamp the merged ACK echoes, the receiver's ACK delay for
+	// it, and when the switch got it: the switch adds the time it held
+	// it to the delay, so that the sender's RTT sample is a round trip,
+	// not the wait for the slowest receiver (or for a dead one to be
+	// dropped).
 	echoTS uint64
 	delay  uint32
+	echoAt time.Time
 }
 
 func newMstream(k streamKey, g *group, sender *member, w int) *mstream {
@@ -221,7 +227,10 @@ func (s *Switch) replicate(now time.Time, g *group, src *member, h *wire.Header,
 	}
 	psn := h.PSN
 	if wire.SeqLess(psn, ms.cum) {
-		// Everyone has it (the sender missed our ACK): tell it again.
+		// Everyone has it (the sender missed our ACK): tell it again,
+		// echoing this copy's timestamp as a receiver does for a
+		// duplicate.
+		ms.echo(h.TS, 0, now)
 		s.markDirty(ms)
 		return
 	}
@@ -249,8 +258,33 @@ func (s *Switch) replicate(now time.Time, g *group, src *member, h *wire.Header,
 	}
 	if !sent {
 		// Every live member already has it: re-acknowledge.
+		ms.echo(h.TS, 0, now)
 		s.markDirty(ms)
 	}
+}
+
+// maxEchoHold is the longest the switch holds an echoed timestamp: a
+// merged ACK sent later echoes none (no RTT sample), as a receiver never
+// reports an ACK delay of a second or more.
+const maxEchoHold = time.Second
+
+// echo records the timestamp the next merged ACK echoes: ts with the
+// receiver's ACK delay, received (or, for a duplicate, sent) at now.
+func (ms *mstream) echo(ts uint64, delay uint32, now time.Time) {
+	ms.echoTS, ms.delay, ms.echoAt = ts, delay, now
+}
+
+// echoed returns the timestamp and ACK delay for a merged ACK sent at now:
+// the delay includes the time the switch held the timestamp.
+func (ms *mstream) echoed(now time.Time) (ts uint64, delay uint32) {
+	if ms.echoTS == 0 {
+		return 0, 0
+	}
+	d := time.Duration(ms.delay) + now.Sub(ms.echoAt)
+	if d < 0 || d >= maxEchoHold {
+		return 0, 0
+	}
+	return ms.echoTS, uint32(d)
 }
 
 // mergeAck folds one member's ACK for a sender's stream into the merged
@@ -316,7 +350,7 @@ func (s *Switch) mergeAck(now time.Time, g *group, m *member, h *wire.Header, pa
 	if full || ms.cum != oldCum || ms.nack {
 		// Only news goes to the sender — at most one merged ACK per
 		// stream per Poll — so it sees one ACK stream, not one per member.
-		ms.echoTS, ms.delay = a.EchoTS, a.AckDelay
+		ms.echo(a.EchoTS, a.AckDelay, now)
 		s.markDirty(ms)
 	}
 }
@@ -383,7 +417,8 @@ func (s *Switch) sendMerged(ms *mstream, g *group) {
 	}
 	need := uint16(s.mcastReceivers(g, ms.sender))
 	a := &s.ack
-	*a = wire.Ack{Cum: ms.cum, Window: ms.w, EchoTS: ms.echoTS, AckDelay: ms.delay}
+	*a = wire.Ack{Cum: ms.cum, Window: ms.w}
+	a.EchoTS, a.AckDelay = ms.echoed(s.now)
 	for i, m := range g.members {
 		if m != nil && m.alive && m != ms.sender && ms.macked[i] && ms.mwin[i] < a.Window {
 			a.Window = ms.mwin[i]

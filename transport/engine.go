@@ -119,8 +119,8 @@ type Stats struct {
 	// PeersSwept counts idle peers removed after IdleTimeout.
 	StrangersEvicted, PeersSwept uint64
 	// AmplificationLimited counts Polls in which a peer whose address is
-	// not validated had data or an ACK held back, or a packet shortened,
-	// by the anti-amplification budget.
+	// not validated had data or an ACK held back by the
+	// anti-amplification budget.
 	AmplificationLimited uint64
 	// ResetChallenges counts data packets that asked to restart a live
 	// receive window (a SYN or an AckBase a window ahead), answered with

@@ -405,8 +405,7 @@ func TestFloodOfStrangers(t *testing.T) {
 // acknowledges anything (a forged source) gets at most three times its
 // bytes back, retransmissions included, and the response fails after
 // DeadTimeout; the same request from a real client gets its 1 MiB
-// response, held back only until the client acknowledges the first
-// packet.
+// response, held back only until the client echoes the challenge.
 func TestAmplification(t *testing.T) {
 	srv, _ := New(Config{Seed: 7, MTU: 9000})
 	victim := netip.MustParseAddrPort("10.0.0.66:6")
@@ -491,6 +490,61 @@ func TestAmplification(t *testing.T) {
 		if read && srv.Stats().AmplificationLimited == 0 {
 			t.Fatal("first response to an unvalidated client not limited")
 		}
+	}
+}
+
+// TestAmplificationKeepsPackets: a response that does not fit the
+// budget of an unvalidated requester waits whole for the echo of the
+// challenge instead of going out cut to fit: a one-packet response stays
+// one packet (two would each be exposed to loss, and a join reply whose
+// second half was lost again and again kept a member from heartbeating
+// until it was declared dead), and it arrives one round trip later than
+// to a validated address.
+func TestAmplificationKeepsPackets(t *testing.T) {
+	srv, _ := New(Config{Seed: 21, MTU: 9000})
+	cli, _ := New(Config{Seed: 22, MTU: 9000})
+	sa, ca := netip.MustParseAddrPort("10.0.0.1:1"), netip.MustParseAddrPort("10.0.0.2:2")
+	const reqLen, respLen = 64, 300 // the response: more than 3x the request less two challenges
+	h := wire.Header{Op: wire.OpRead}
+	if _, err := cli.Send(PeerID{Addr: sa}, &h, make([]byte, reqLen), 1); err != nil {
+		t.Fatal(err)
+	}
+	const rtt = 100 * time.Microsecond
+	now := t0
+	got, done, sentAt, doneAt := 0, false, time.Time{}, time.Time{}
+	for i := 0; i < 100 && !done; i++ {
+		out, _, _ := cli.Poll(now, nil)
+		now = now.Add(rtt / 2)
+		for _, o := range out {
+			if d, ok := srv.Step(now, ca, o.Buf); ok && d.MsgDone && d.Header.Flags&wire.FlagResp == 0 {
+				rh := wire.Header{Op: wire.OpRead, Flags: wire.FlagResp, MsgID: d.Header.MsgID}
+				if _, err := srv.Send(d.Peer, &rh, make([]byte, respLen), 2); err != nil {
+					t.Fatal(err)
+				}
+				sentAt = now
+			}
+		}
+		out, _, _ = srv.Poll(now, nil)
+		now = now.Add(rtt / 2)
+		for _, o := range out {
+			var ph wire.Header
+			if _, _, err := wire.Parse(o.Buf, &ph); err == nil && ph.Op == wire.OpRead && ph.Len != respLen {
+				t.Fatalf("response sent in a packet of %d of its %d bytes", ph.Len, respLen)
+			}
+			if d, ok := cli.Step(now, sa, o.Buf); ok {
+				got += len(d.Payload)
+				done, doneAt = d.MsgDone, now
+			}
+		}
+	}
+	if !done || got != respLen {
+		t.Fatalf("response done %v, %d of %d bytes", done, got, respLen)
+	}
+	if srv.Stats().AmplificationLimited == 0 {
+		t.Fatal("the response was not held back by the budget")
+	}
+	if took := doneAt.Sub(sentAt); took > 2*rtt {
+		t.Fatalf("response took %v from Send to arrival, want at most one extra round trip (%v)", took, 2*rtt)
 	}
 }
 

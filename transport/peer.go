@@ -283,7 +283,7 @@ func (p *peer) hasWork() bool {
 		return rec.state != recLost || p.afford(rec.n)
 	}
 	if p.qhead != nil && p.canSendNew() {
-		return p.afford(min(uint32(len(p.qhead.payload))-p.qhead.next, 8))
+		return p.afford(min(uint32(len(p.qhead.payload))-p.qhead.next, uint32(p.e.seg)))
 	}
 	return false
 }
@@ -397,15 +397,12 @@ func (p *peer) poll(now time.Time, out []netio.Datagram, used, budget int) ([]ne
 			seg = uint32(p.e.seg)
 		}
 		if limited && !p.afford(seg) {
-			// A shorter packet, in whole 8-byte units, so that an
-			// unvalidated peer can still get the start of a response
-			// (and acknowledge it) within the budget.
-			room := p.credit - wire.HeaderLen
-			if room < 8 {
-				blocked = true
-				break
-			}
-			seg = uint32(room) &^ 7
+			// The packet waits whole for the address to be validated
+			// (the echo of the challenge): cutting it to fit the budget
+			// would turn a one-packet message into two, each exposed to
+			// loss, for no gain in time.
+			blocked = true
+			break
 		}
 		if p.ring == nil {
 			p.ring = p.e.getRing(p.limited())
