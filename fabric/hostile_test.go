@@ -11,6 +11,7 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -85,7 +86,8 @@ func replicas(out []netio.Datagram, sender netip.AddrPort) int {
 // whose AckBase is 2^31-1 ahead (the sender "abandoned" two billion
 // packets) and members' ACKs whose cumulative points and SACK blocks lie
 // far from anything forwarded. The switch must handle each in bounded work
-// (a jump of a window or more resets the window), and the forged ACKs must
+// (a jump of a window or more resets the window, once the stream has
+// stood still for the dead timeout: before, it is refused), and the forged ACKs must
 // not corrupt the merged state: afterwards the real members' ACKs still
 // move the merged ACK exactly as far as every member has got.
 func TestSwitchMulticastFarSequence(t *testing.T) {
@@ -108,6 +110,14 @@ func TestSwitchMulticastFarSequence(t *testing.T) {
 	promptly(t, "a data packet with AckBase 2^31-1 ahead", func() {
 		sw.Step(now, sender, mcastData(t, g, 0, far, far, 0))
 	})
+	// The stream is live: the jump (whose source may be forged) is
+	// refused. Once the stream has stood still for the transport's dead
+	// timeout, the sender's restart is taken.
+	if n := replicas(poll(), sender); n != 0 || sw.Stats().MulticastRestartsRefused != 1 {
+		t.Fatalf("jump on a live stream: %d replicas, %d refused; want 0, 1", n, sw.Stats().MulticastRestartsRefused)
+	}
+	now = now.Add(transport.DefaultDeadTimeout)
+	sw.Step(now, sender, mcastData(t, g, 0, far, far, 0))
 	if n := replicas(poll(), sender); n != 2 {
 		t.Fatalf("packet after the jump: %d replicas, want 2", n)
 	}
@@ -156,10 +166,16 @@ func TestSwitchMulticastFarSequence(t *testing.T) {
 		t.Fatalf("MulticastAcksIgnored = %d, want at least 2", st.MulticastAcksIgnored)
 	}
 
-	// A SYN far behind restarts the stream, in bounded work too.
+	// A SYN far behind restarts the stream, in bounded work too, once the
+	// stream has stood still for the dead timeout.
 	promptly(t, "a SYN with AckBase 2^31 behind", func() {
 		sw.Step(now, sender, mcastData(t, g, 0, base, base, wire.FlagSyn))
 	})
+	if n := replicas(poll(), sender); n != 0 {
+		t.Fatalf("SYN on a live stream: %d replicas, want 0", n)
+	}
+	now = now.Add(transport.DefaultDeadTimeout)
+	sw.Step(now, sender, mcastData(t, g, 0, base, base, wire.FlagSyn))
 	if n := replicas(poll(), sender); n != 2 {
 		t.Fatalf("after the SYN: %d replicas, want 2", n)
 	}

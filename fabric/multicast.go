@@ -43,6 +43,13 @@ type mstream struct {
 	echoTS uint64
 	delay  uint32
 	echoAt time.Time
+	// moved is when a packet last landed in the window: a stream that
+	// moved within the transport's dead timeout is live, and a packet
+	// that would restart it (a jump of a window or more, a SYN far
+	// behind) is dropped, since its source may be forged; the real
+	// sender's stream restarts once the old one has been still that long
+	// (its messages failed by then).
+	moved time.Time
 }
 
 func newMstream(k streamKey, g *group, sender *member, w int) *mstream {
@@ -206,24 +213,24 @@ func (s *Switch) replicate(now time.Time, g *group, src *member, h *wire.Header,
 		s.mcast[k] = ms
 	}
 	ahead := h.AckBase - ms.cum
+	restart := ms.init && ((ahead < 1<<31 && ahead >= ms.w) || (h.Flags&wire.FlagSyn != 0 && ahead >= 1<<31 && -ahead >= ms.w))
+	if restart && now.Sub(ms.moved) < s.deadTimeout {
+		s.stats.MulticastRestartsRefused++
+		return
+	}
 	switch {
-	case !ms.init:
+	case !ms.init, restart:
+		// A new stream, or one the sender restarted (far ahead: it
+		// abandoned the whole window; far behind: a new incarnation):
+		// start afresh, in O(W), whatever the distance.
+		if ms.init {
+			s.stats.MulticastResets++
+		}
 		ms.reset(h.AckBase)
 	case ahead == 0:
 	case ahead < 1<<31:
 		// The sender abandoned everything below AckBase.
-		if ahead >= ms.w {
-			// Nothing in the window survives the jump: start afresh, in
-			// O(W), whatever the distance.
-			s.stats.MulticastResets++
-			ms.reset(h.AckBase)
-		} else {
-			s.advance(ms, h.AckBase)
-		}
-	case h.Flags&wire.FlagSyn != 0 && -ahead >= ms.w:
-		// A new stream from the sender, far behind the old one.
-		s.stats.MulticastResets++
-		ms.reset(h.AckBase)
+		s.advance(ms, h.AckBase)
 	}
 	psn := h.PSN
 	if wire.SeqLess(psn, ms.cum) {
@@ -237,6 +244,7 @@ func (s *Switch) replicate(now time.Time, g *group, src *member, h *wire.Header,
 	if psn-ms.cum >= ms.w {
 		return // beyond the merge window: the sender resends later
 	}
+	ms.moved = now
 	if wire.SeqLess(ms.high, psn+1) {
 		ms.high = psn + 1
 	}

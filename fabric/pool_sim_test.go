@@ -51,8 +51,8 @@ func (n *simPoolNode) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagra
 	if len(done) > 0 {
 		n.busy = false
 	}
-	if next.IsZero() || n.nextHB.Before(next) {
-		next = n.nextHB
+	if !n.busy && (next.IsZero() || n.nextHB.Before(next)) {
+		next = n.nextHB // (while a heartbeat is out, its completion wakes the node)
 	}
 	return out, next
 }

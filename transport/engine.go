@@ -566,8 +566,12 @@ func (e *Engine) StepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit
 		}
 		e.stats.AcksReceived++
 		e.touch(p, now)
-		if h.Flags&wire.FlagSyn != 0 {
-			// A challenge: the peer has not validated this address yet.
+		if h.Flags&wire.FlagSyn != 0 && p.nearSent(e.ack.Cum) {
+			// A challenge: the peer has not validated this address yet,
+			// or asks whether this side restarted its stream at the
+			// cumulative point. Echoed only if that point is near where
+			// this side's stream is: a challenge caused by a datagram
+			// forged in this side's name names another point.
 			p.echoPending, p.challenge = true, h.PSN
 			e.activate(p)
 		}

@@ -242,6 +242,7 @@ func TestHostileSack(t *testing.T) {
 	if _, _, err := wire.Parse(out[0].Buf, &first); err != nil {
 		t.Fatal(err)
 	}
+	psn0 := first.PSN
 	a := wire.Ack{Cum: first.PSN - 1<<31 + 64, Window: 1024, NBlocks: wire.MaxSackBlocks}
 	for i := range a.Blocks {
 		a.Blocks[i] = wire.SackBlock{Start: a.Cum + 1 + uint32(i), End: a.Cum + 1<<31 - uint32(i)}
@@ -252,7 +253,13 @@ func TestHostileSack(t *testing.T) {
 		t.Fatal("crafted ACK does not decode")
 	}
 	within(t, time.Second, "Step with 32 huge SACK blocks", func() { e.Step(t0, to, pkt) })
-	// The blocks cover the 10 packets in flight: the message completed.
+	// The blocks cover the 10 packets in flight, but the ACK does not fit
+	// what was sent (its cumulative point is 2^31 away): a blind forgery,
+	// ignored. The receiver's real ACK completes the message.
+	if _, comps, _ := e.Poll(t0, nil); len(comps) != 0 {
+		t.Fatalf("a forged ACK completed %+v", comps)
+	}
+	e.Step(t0, to, craftAck(&wire.Ack{Cum: psn0 + 10, Window: 1024}))
 	_, comps, _ := e.Poll(t0, nil)
 	if len(comps) != 1 || comps[0].Err != nil || comps[0].Token != 5 {
 		t.Fatalf("completions %+v", comps)
@@ -773,7 +780,7 @@ func TestAnswerOnAnotherStream(t *testing.T) {
 		t.Fatalf("sent %d bytes to an unverified address for a %d-byte datagram", sent, len(fake))
 	}
 	for _, p := range srv.groups[5].peers {
-		if p.ring != nil && len(p.ring) > strangerRing {
+		if len(p.ring) > strangerRing {
 			t.Fatalf("a stranger holds a send ring of %d records", len(p.ring))
 		}
 	}

@@ -620,24 +620,59 @@ func (p *peer) ackRec(rec *pktRec) {
 	}
 }
 
+// consistent reports whether ACK a fits what was sent: its cumulative
+// point in [sndUna, sndNxt] and its blocks below sndNxt.
+func (p *peer) consistent(a *wire.Ack) bool {
+	ok := !wire.SeqLess(a.Cum, p.sndUna) && !wire.SeqLess(p.sndNxt, a.Cum)
+	for i := 0; i < int(a.NBlocks) && ok; i++ {
+		ok = !wire.SeqLess(p.sndNxt, a.Blocks[i].End)
+	}
+	return ok
+}
+
+// plausible reports whether an ACK that is not consistent may still be a
+// late one from the peer: its cumulative point within a send window below
+// sndUna, its blocks below sndNxt. A blind forgery is plausible with a
+// chance of 2^-20 at the default window.
+func (p *peer) plausible(a *wire.Ack) bool {
+	if !p.nearSent(a.Cum) {
+		return false
+	}
+	for i := 0; i < int(a.NBlocks); i++ {
+		if wire.SeqLess(p.sndNxt, a.Blocks[i].End) {
+			return false
+		}
+	}
+	return true
+}
+
+// nearSent reports whether psn lies within a send window below what is in
+// flight, or in it: [sndUna-SendWindow, sndNxt]. A challenge names the
+// AckBase of a packet the peer got, which this side may have moved past
+// since; a forged one lands there with a chance of 2^-20 at the default.
+func (p *peer) nearSent(psn uint32) bool {
+	lo := p.sndUna - uint32(p.e.cfg.SendWindow)
+	return psn-lo <= p.sndNxt-lo
+}
+
 // onAck applies an ACK. ackTS is the ACK's header timestamp: the
 // receiver's clock when it sent the ACK if single (an ACK from the one
 // receiver of the stream), the forwarding node's for an ACK it merged.
-//
-// The work is bounded by what is in flight (at most SendWindow), whatever
-// the ACK names: SACK blocks are clipped to [sndUna, sndNxt) and merged
-// before they are walked, and a cumulative point beyond sndNxt is
-// ignored. An ACK consistent with what was sent (cumulative point in
-// [sndUna, sndNxt], blocks below sndNxt) proves that the peer receives at
-// its address: the initial sequence number is random, so a blind guess
-// hits with a chance of the packets in flight in 2^32. A stranger's inconsistent ACKs are ignored
-// altogether; onAck reports whether the ACK was applied.
+// The work is bounded by what is in
+// flight (at most SendWindow), whatever the ACK names: SACK blocks are
+// clipped to [sndUna, sndNxt) and merged before they are walked. An ACK
+// is applied only if it is consistent with what was sent (cumulative
+// point in [sndUna, sndNxt], blocks below sndNxt) or, from a peer that is
+// not a stranger, plausibly a late one (cumulative point at most a send
+// window below sndUna): the initial sequence number is random, so a blind
+// guess hits with a chance of about 2^-20, and a forged ACK (blocks over
+// the whole sequence space, say) can neither acknowledge data the peer
+// never got nor shrink the window. A consistent ACK also proves that the
+// peer receives at its address. onAck reports whether the ACK was
+// applied.
 func (p *peer) onAck(now time.Time, a *wire.Ack, nack bool, ackTS uint64, single bool) bool {
-	consistent := !wire.SeqLess(a.Cum, p.sndUna) && !wire.SeqLess(p.sndNxt, a.Cum)
-	for i := 0; i < int(a.NBlocks) && consistent; i++ {
-		consistent = !wire.SeqLess(p.sndNxt, a.Blocks[i].End)
-	}
-	if p.stranger && !consistent {
+	consistent := p.consistent(a)
+	if !consistent && (p.stranger || !p.plausible(a)) {
 		return false
 	}
 	p.synAcked = true
