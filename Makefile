@@ -25,11 +25,11 @@ race:
 
 # NORACE_TESTS are the tests that skip or shrink under -race: the race
 # detector makes allocation counts meaningless and the simulator ~30x
-# slower, so the figure tests, the 256-rank scale test, the tuner test and
-# the full collective matrix run here, without it, with every allocation
-# test. internal/citest fails if a test that reads raceEnabled or counts
+# slower, so the figure tests, the 256-rank scale test, the tuner test,
+# the full collective matrix and the hostile-fabric test's full size and
+# 1 ms Step bound run here, without it, with every allocation test. internal/citest fails if a test that reads raceEnabled or counts
 # allocations is left out of them.
-NORACE_TESTS = ^(TestSimFigures|TestSimScale256|TestSimTuner|TestSimMatrix|TestSimLarge|Test[A-Za-z]*Allocs)$$
+NORACE_TESTS = ^(TestSimHostileFabric|TestSimFigures|TestSimScale256|TestSimTuner|TestSimMatrix|TestSimLarge|Test[A-Za-z]*Allocs)$$
 NORACE_PKGS = ./coll ./fabric ./netio ./transport ./memnode ./wire
 
 ## norace: NORACE_TESTS without the race detector.

@@ -138,7 +138,7 @@ func (c *Core) placeFrag(op *Op, d *transport.Delivery) bool {
 // roomUnexpected reports whether a new unexpected message of n bytes fits
 // the bounds (Config.MaxUnexpected, MaxUnexpectedMsgs; a quarter of each
 // for strangers). When it does not, partial messages idle for the dead
-// timeout are forgotten first (at most once per quarter of it).
+// timeout are forgotten first (a batch at a time, see sweepDue).
 func (c *Core) roomUnexpected(n int, stranger bool) bool {
 	if c.fitsUnexpected(n, stranger) {
 		return true
@@ -146,15 +146,22 @@ func (c *Core) roomUnexpected(n int, stranger bool) bool {
 	if !c.sweepDue(c.now, &c.unexpSweep) {
 		return false
 	}
-	idle := c.deadTimeout()
+	idle, n := c.deadTimeout(), 0
 	stale := func(u *unexpected) bool { return !u.asm.complete() && !u.broken && c.now.Sub(u.last) > idle }
 	for k, u := range c.unexp {
+		if n++; n > sweepBatch/2 {
+			break
+		}
 		if stale(u) {
 			delete(c.unexp, k)
 			c.release(u)
 		}
 	}
+	n = 0
 	for k, u := range c.unexpMsg {
+		if n++; n > sweepBatch/2 {
+			break
+		}
 		if stale(u) {
 			delete(c.unexpMsg, k)
 			c.release(u)
@@ -530,7 +537,7 @@ func (c *Core) onAnycastRequest(d *transport.Delivery) {
 // admitAnycast decides on a new anycast request (first fragment h): it
 // must name a group this core is a member of and fit MaxResponse,
 // MaxIncoming and MaxIncomingBytes (after forgetting partial requests
-// idle for the dead timeout, at most once per quarter of it).
+// idle for the dead timeout, a batch at a time: see sweepDue).
 func (c *Core) admitAnycast(h *wire.Header) wire.Status {
 	if _, ok := c.joined[h.Group]; !ok {
 		return wire.StatusNotMember
@@ -542,8 +549,11 @@ func (c *Core) admitAnycast(h *wire.Header) wire.Status {
 		return len(c.anyIn)+c.serving >= c.cfg.MaxIncoming || c.anyInBytes+int(h.MsgLen) > c.cfg.MaxIncomingBytes
 	}
 	if full() && c.sweepDue(c.now, &c.anySweep) {
-		idle := c.deadTimeout()
+		idle, n := c.deadTimeout(), 0
 		for k, r := range c.anyIn {
+			if n++; n > sweepBatch {
+				break
+			}
 			if c.now.Sub(r.last) > idle {
 				delete(c.anyIn, k)
 				c.anyInBytes -= len(r.Data)

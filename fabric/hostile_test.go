@@ -11,7 +11,6 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/netio"
-	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -86,8 +85,8 @@ func replicas(out []netio.Datagram, sender netip.AddrPort) int {
 // whose AckBase is 2^31-1 ahead (the sender "abandoned" two billion
 // packets) and members' ACKs whose cumulative points and SACK blocks lie
 // far from anything forwarded. The switch must handle each in bounded work
-// (a jump of a window or more resets the window, once the stream has
-// stood still for the dead timeout: before, it is refused), and the forged ACKs must
+// (a jump of a window or more resets the window, once the sender echoes
+// the switch's challenge: the jump may be forged), and the forged ACKs must
 // not corrupt the merged state: afterwards the real members' ACKs still
 // move the merged ACK exactly as far as every member has got.
 func TestSwitchMulticastFarSequence(t *testing.T) {
@@ -101,8 +100,9 @@ func TestSwitchMulticastFarSequence(t *testing.T) {
 	}
 	const base = 1000
 	sw.Step(now, sender, mcastData(t, g, 0, base, base, 0))
-	if n := replicas(poll(), sender); n != 2 {
-		t.Fatalf("first packet: %d replicas, want 2", n)
+	sw.Step(now, sender, mcastData(t, g, 0, base+1, base, 0))
+	if n := replicas(poll(), sender); n != 4 {
+		t.Fatalf("first packets: %d replicas, want 4", n)
 	}
 
 	// AckBase far ahead, and the packet at it.
@@ -110,14 +110,32 @@ func TestSwitchMulticastFarSequence(t *testing.T) {
 	promptly(t, "a data packet with AckBase 2^31-1 ahead", func() {
 		sw.Step(now, sender, mcastData(t, g, 0, far, far, 0))
 	})
-	// The stream is live: the jump (whose source may be forged) is
-	// refused. Once the stream has stood still for the transport's dead
-	// timeout, the sender's restart is taken.
+	// The jump (whose source may be forged) is not taken at once: the
+	// switch challenges the sender, and a wrong echo does nothing; the
+	// sender's echo restarts the stream, and the packet, resent, goes out.
 	if n := replicas(poll(), sender); n != 0 || sw.Stats().MulticastRestartsRefused != 1 {
-		t.Fatalf("jump on a live stream: %d replicas, %d refused; want 0, 1", n, sw.Stats().MulticastRestartsRefused)
+		t.Fatalf("jump: %d replicas, %d challenged; want 0, 1", n, sw.Stats().MulticastRestartsRefused)
 	}
-	now = now.Add(transport.DefaultDeadTimeout)
+	echoChallenge := func(ok bool, resend []byte) {
+		t.Helper()
+		nonce, found := senderChallenge(t, out, sender)
+		if !found {
+			t.Fatal("no challenge to the sender")
+		}
+		if !ok {
+			nonce++
+		}
+		sw.Step(now, sender, mcastAck(t, g, 0, wire.MemberAll, &wire.Ack{Cum: nonce, Window: 1024}))
+		sw.Step(now, sender, resend)
+	}
+	echoChallenge(false, mcastData(t, g, 0, far, far, 0))
+	if n := replicas(poll(), sender); n != 0 {
+		t.Fatalf("after a wrong echo: %d replicas, want 0", n)
+	}
+	now = now.Add(20 * time.Millisecond) // past the gap between two challenges
 	sw.Step(now, sender, mcastData(t, g, 0, far, far, 0))
+	poll()
+	echoChallenge(true, mcastData(t, g, 0, far, far, 0))
 	if n := replicas(poll(), sender); n != 2 {
 		t.Fatalf("packet after the jump: %d replicas, want 2", n)
 	}
@@ -167,18 +185,30 @@ func TestSwitchMulticastFarSequence(t *testing.T) {
 	}
 
 	// A SYN far behind restarts the stream, in bounded work too, once the
-	// stream has stood still for the dead timeout.
+	// sender echoes the challenge.
 	promptly(t, "a SYN with AckBase 2^31 behind", func() {
 		sw.Step(now, sender, mcastData(t, g, 0, base, base, wire.FlagSyn))
 	})
 	if n := replicas(poll(), sender); n != 0 {
 		t.Fatalf("SYN on a live stream: %d replicas, want 0", n)
 	}
-	now = now.Add(transport.DefaultDeadTimeout)
-	sw.Step(now, sender, mcastData(t, g, 0, base, base, wire.FlagSyn))
+	echoChallenge(true, mcastData(t, g, 0, base, base, wire.FlagSyn))
 	if n := replicas(poll(), sender); n != 2 {
 		t.Fatalf("after the SYN: %d replicas, want 2", n)
 	}
+}
+
+// senderChallenge finds the switch's challenge to a multicast sender (an
+// ACK with FlagSyn to it) among out and returns its nonce.
+func senderChallenge(t testing.TB, out []netio.Datagram, sender netip.AddrPort) (uint32, bool) {
+	t.Helper()
+	for _, d := range out {
+		var h wire.Header
+		if _, _, err := wire.Parse(d.Buf, &h); err == nil && d.Addr == sender && h.Op == wire.OpAck && h.Flags&wire.FlagSyn != 0 {
+			return h.PSN, true
+		}
+	}
+	return 0, false
 }
 
 // drive runs the in-memory fabric until cond holds, as run does, but when

@@ -43,13 +43,14 @@ type mstream struct {
 	echoTS uint64
 	delay  uint32
 	echoAt time.Time
-	// moved is when a packet last landed in the window: a stream that
-	// moved within the transport's dead timeout is live, and a packet
-	// that would restart it (a jump of a window or more, a SYN far
-	// behind) is dropped, since its source may be forged; the real
-	// sender's stream restarts once the old one has been still that long
-	// (its messages failed by then).
-	moved time.Time
+	// A restart of the sender's stream (a jump of a window or more, a
+	// SYN far behind) may be forged: it is taken only when the sender
+	// echoes a challenge (chNonce) naming the restart point (chBase);
+	// at most one challenge per challengeGap.
+	chPending bool
+	chBase    uint32
+	chNonce   uint32
+	chAt      time.Time
 }
 
 func newMstream(k streamKey, g *group, sender *member, w int) *mstream {
@@ -214,18 +215,15 @@ func (s *Switch) replicate(now time.Time, g *group, src *member, h *wire.Header,
 	}
 	ahead := h.AckBase - ms.cum
 	restart := ms.init && ((ahead < 1<<31 && ahead >= ms.w) || (h.Flags&wire.FlagSyn != 0 && ahead >= 1<<31 && -ahead >= ms.w))
-	if restart && now.Sub(ms.moved) < s.deadTimeout {
+	if restart {
+		// Far ahead (the sender abandoned the whole window) or far
+		// behind (a new incarnation), or forged: ask the sender.
 		s.stats.MulticastRestartsRefused++
+		s.challengeSender(g, ms, h.AckBase, now)
 		return
 	}
 	switch {
-	case !ms.init, restart:
-		// A new stream, or one the sender restarted (far ahead: it
-		// abandoned the whole window; far behind: a new incarnation):
-		// start afresh, in O(W), whatever the distance.
-		if ms.init {
-			s.stats.MulticastResets++
-		}
+	case !ms.init:
 		ms.reset(h.AckBase)
 	case ahead == 0:
 	case ahead < 1<<31:
@@ -244,7 +242,6 @@ func (s *Switch) replicate(now time.Time, g *group, src *member, h *wire.Header,
 	if psn-ms.cum >= ms.w {
 		return // beyond the merge window: the sender resends later
 	}
-	ms.moved = now
 	if wire.SeqLess(ms.high, psn+1) {
 		ms.high = psn + 1
 	}
@@ -298,6 +295,10 @@ func (ms *mstream) echoed(now time.Time) (ts uint64, delay uint32) {
 // mergeAck folds one member's ACK for a sender's stream into the merged
 // state; the merged ACK goes out at the next Poll if anything changed.
 func (s *Switch) mergeAck(now time.Time, g *group, m *member, h *wire.Header, payload []byte) {
+	if h.Dst == wire.MemberAll {
+		s.onSenderEcho(g, m, payload)
+		return
+	}
 	ms := s.mcast[streamKey{g.id, h.Dst}]
 	if ms == nil || !ms.init {
 		return
@@ -308,6 +309,10 @@ func (s *Switch) mergeAck(now time.Time, g *group, m *member, h *wire.Header, pa
 		return
 	}
 	if m == ms.sender {
+		return
+	}
+	if h.Flags&wire.FlagSyn != 0 {
+		s.echoRestart(g, m, ms, h, &a)
 		return
 	}
 	i := int(m.id)
@@ -464,6 +469,69 @@ func (s *Switch) sendMerged(ms *mstream, g *group) {
 	wire.Seal(b)
 	s.fwd = append(s.fwd, netio.Datagram{Addr: ms.sender.addr, Buf: b})
 	s.stats.MergedAcksOut++
+}
+
+// challengeGap is the least time between two challenges to one sender.
+const challengeGap = 10 * time.Millisecond
+
+// challengeSender asks the sender of ms whether it restarted its stream at
+// base: an ACK with FlagSyn whose header PSN is a fresh nonce and whose
+// cumulative point is base. Its engine echoes the nonce only if base is
+// where its stream is (onSenderEcho then restarts the window); a restart
+// forged in its name names another point and gets no echo.
+func (s *Switch) challengeSender(g *group, ms *mstream, base uint32, now time.Time) {
+	if ms.chPending && now.Sub(ms.chAt) < challengeGap {
+		return
+	}
+	ms.chPending, ms.chBase, ms.chNonce, ms.chAt = true, base, s.rng.Uint32()|1, now
+	a := wire.Ack{Cum: base, Window: ms.w}
+	hdr := wire.Header{Version: wire.Version, Op: wire.OpAck, Mode: wire.ModeMulticast, Flags: wire.FlagSyn, Group: g.id,
+		Src: wire.MemberAll, Dst: ms.sender.id, PSN: ms.chNonce, TS: uint64(now.UnixNano()), Len: wire.AckFixedLen}
+	b := s.fwdBuf(wire.HeaderLen + wire.AckFixedLen)
+	if b == nil {
+		return
+	}
+	hdr.Encode(b)
+	a.Encode(b[wire.HeaderLen:])
+	wire.Seal(b)
+	s.fwd = append(s.fwd, netio.Datagram{Addr: ms.sender.addr, Buf: b})
+}
+
+// onSenderEcho takes an ACK from a member about its own stream (Dst
+// MemberAll): if it echoes the pending challenge, the window restarts at
+// the point the challenge named.
+func (s *Switch) onSenderEcho(g *group, m *member, payload []byte) {
+	ms := s.mcast[streamKey{g.id, m.id}]
+	var a wire.Ack
+	if ms == nil || ms.sender != m || !ms.chPending || a.Decode(payload) != nil || a.Cum != ms.chNonce || a.NBlocks != 0 {
+		return
+	}
+	ms.chPending = false
+	s.stats.MulticastResets++
+	ms.reset(ms.chBase)
+}
+
+// echoRestart answers a receiver's challenge about the sender's stream
+// (its engine asks before it restarts a window: a restart it sees may be
+// forged in the switch's name). The switch holds that stream: it echoes
+// the challenge's nonce, in the sender's name, only if the restart point
+// the challenge names is where the stream is now, [cum-W, high].
+func (s *Switch) echoRestart(g *group, m *member, ms *mstream, h *wire.Header, a *wire.Ack) {
+	if a.Cum-(ms.cum-ms.w) > ms.high-(ms.cum-ms.w) {
+		s.stats.MulticastAcksIgnored++
+		return
+	}
+	echo := wire.Ack{Cum: h.PSN, Window: ms.w}
+	hdr := wire.Header{Version: wire.Version, Op: wire.OpAck, Mode: wire.ModeMulticast, Group: g.id,
+		Src: ms.sender.id, Dst: m.id, TS: uint64(s.now.UnixNano()), Len: wire.AckFixedLen}
+	b := s.fwdBuf(wire.HeaderLen + wire.AckFixedLen)
+	if b == nil {
+		return
+	}
+	hdr.Encode(b)
+	echo.Encode(b[wire.HeaderLen:])
+	wire.Seal(b)
+	s.fwd = append(s.fwd, netio.Datagram{Addr: m.addr, Buf: b})
 }
 
 // dropMember removes a dead or departed member from every multicast

@@ -194,6 +194,7 @@ func (f *simFabric) join(job string, ms []*simMember) uint32 {
 				f.t.Fatalf("seed %d: join: %v", f.seed, err)
 			}
 			m.core.SetMember(r.Group, r.Member)
+			m.core.SetGroupSwitch(r.Group, f.swAddr) // as Endpoint.JoinJob does
 			m.groups = append(m.groups, r.Group)
 			m.member[r.Group] = r.Member
 			gid = r.Group

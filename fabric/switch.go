@@ -161,7 +161,9 @@ type Stats struct {
 	// window or more; members' ACKs ignored as more than a window away.
 	MulticastResets, MulticastAcksIgnored uint64
 	// MulticastRestartsRefused counts multicast packets dropped because
-	// they would restart a sender's stream that is still live.
+	// they would restart a sender's stream: each is answered with a
+	// challenge (at most one per 10 ms), and the stream restarts when the
+	// sender echoes it (MulticastResets).
 	MulticastRestartsRefused uint64
 	// Aggregation slots freed by AggTimeout; contributions refused
 	// because their aggregation had expired.
@@ -219,17 +221,14 @@ func (g *group) member(id uint16) *member {
 // Poll for what to send and when to call again. Not safe for concurrent
 // use.
 type Switch struct {
-	cfg Config
-	eng *transport.Engine
-	// deadTimeout is the transport's: how long a sender's stream may
-	// stand still before the switch takes a restart of it.
-	deadTimeout time.Duration
-	pool        *AggPool
-	mmu         *MMU
-	groups      map[uint32]*group
-	names       map[string]uint32 // job or service name → group
-	jobs        map[string]*rendezvous
-	nextID      uint32
+	cfg    Config
+	eng    *transport.Engine
+	pool   *AggPool
+	mmu    *MMU
+	groups map[uint32]*group
+	names  map[string]uint32 // job or service name → group
+	jobs   map[string]*rendezvous
+	nextID uint32
 
 	mcast map[streamKey]*mstream
 	dirty []*mstream // streams with a merged ACK to send at the next Poll
@@ -308,8 +307,6 @@ func New(cfg Config) (*Switch, error) {
 		grants:   make(map[grantKey]*poolCreate),
 		rebuilds: make(map[grantKey]*rebuild),
 		rng:      rand.New(rand.NewPCG(cfg.Fault.Seed, cfg.Fault.Seed^0x5bd1e995)),
-
-		deadTimeout: cfg.Transport.WithDefaults().DeadTimeout,
 	}
 	sw.admitFn = sw.admit
 	return sw, nil

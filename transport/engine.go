@@ -338,8 +338,8 @@ func (e *Engine) create(id PeerID, trusted bool) (*peer, error) {
 		return nil, ErrTooManyPeers
 	}
 	refs := e.addrRefs[id.Addr]
-	stranger := !established ||
-		(!trusted && (refs == 0 || refs >= maxAddrStreams)) ||
+	stranger := !established || refs >= maxAddrStreams ||
+		(!trusted && refs == 0) ||
 		(trusted && refs == 0 && e.strangerRefs[id.Addr] > 0)
 	for stranger && e.nstrangers >= e.cfg.MaxStrangers {
 		old := e.strangers.head
@@ -371,13 +371,14 @@ func (e *Engine) create(id PeerID, trusted bool) (*peer, error) {
 	return p, nil
 }
 
-// maxAddrStreams bounds the streams that incoming data can make
-// established at one validated address: a datagram with the address of a
-// validated peer (possibly forged) on a new stream gets an established
-// peer only while the address has fewer; beyond, it is a stranger (not
-// amplification-limited: the address is validated), until that peer
-// itself acknowledges data sent to it. A host has a few streams per group
-// it is in (control, multicast, aggregation, anycast, unicast).
+// maxAddrStreams bounds the established peers of one address: a datagram
+// with the address of a validated peer (possibly forged) on a new stream,
+// or an answer sent to such a stream, gets an established peer only while
+// the address has fewer; beyond, it is a stranger (not
+// amplification-limited: the address is validated), evicted before any
+// established peer, until it itself acknowledges data sent to it. A host
+// has a few streams per group it is in (control, multicast, aggregation,
+// anycast, unicast).
 const maxAddrStreams = 64
 
 // promote makes a stranger established once it (or another peer at its

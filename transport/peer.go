@@ -862,7 +862,8 @@ func (p *peer) checkData(now time.Time, h *wire.Header) (ok bool, pm *partialMsg
 		p.resetReceiver(h.AckBase)
 	} else if d := h.AckBase - p.rcvNxt; (h.Flags&wire.FlagSyn != 0 && !p.nearWindow(h.AckBase)) || (d >= uint32(cfg.RecvWindow) && d < 1<<31) {
 		// A new incarnation of the sender's stream, or a jump past the
-		// window: only on the sender's echo of a challenge.
+		// window: only on the sender's echo of a challenge (on a member's
+		// multicast stream, the forwarding node that relays it echoes).
 		p.requestReset(now, h.AckBase)
 		return false, nil
 	}
