@@ -373,3 +373,49 @@ func TestSwitchAggregationSlotsExpire(t *testing.T) {
 		}
 	}
 }
+
+// TestSwitchAggregationSlotsReclaimed: eight abandoned allreduces hold an
+// eight-slot pool. While no one needs a slot they stay (a slow rank may
+// still come: AggTimeout is long); once a new allreduce finds the pool
+// full, slots open longer than AggReclaimAfter are freed, and it
+// completes with the right sum.
+func TestSwitchAggregationSlotsReclaimed(t *testing.T) {
+	const reclaim = 2 * time.Second
+	f := newBenchFabricConfig(t, 3, fabric.Config{Pool: fabric.PoolConfig{Slots: 8}, AggTimeout: time.Hour, AggReclaimAfter: reclaim})
+	start := f.now
+	var early []*endpoint.Op
+	for id := range 8 {
+		for i := range 3 {
+			op := aggOp(f, []int64{int64(100*id + i), 1}, 500*time.Millisecond)
+			if err := f.cores[i].Post(f.now, op); err != nil {
+				t.Fatal(err)
+			}
+			if i == 2 {
+				f.cores[i].Cancel(op) // the third member gives up before it sends
+			}
+			early = append(early, op)
+		}
+	}
+	f.drive(t, allDone(early), time.Second, nil)
+	f.drive(t, func() bool { return f.now.Sub(start) > 2*reclaim }, 4*reclaim, nil)
+	if st := f.sw.Stats(); st.Pool.InUse != 8 || st.AggExpired != 0 {
+		t.Fatalf("with no one short of slots: %d in use, %d expired; want 8 and 0", st.Pool.InUse, st.AggExpired)
+	}
+	var next []*endpoint.Op
+	for i := range 3 {
+		op := aggOp(f, []int64{int64(1000 * (i + 1)), int64(i)}, time.Minute)
+		if err := f.cores[i].Post(f.now, op); err != nil {
+			t.Fatal(err)
+		}
+		next = append(next, op)
+	}
+	f.drive(t, allDone(next), time.Minute, nil)
+	for i, op := range next {
+		if op.Err != nil || !bytes.Equal(op.Recv, i64le([]int64{6000, 3})) {
+			t.Fatalf("member %d: allreduce after the reclaim: err %v, result %v", i, op.Err, op.Recv)
+		}
+	}
+	if st := f.sw.Stats(); st.AggExpired == 0 {
+		t.Fatal("no slot reclaimed")
+	}
+}

@@ -42,8 +42,15 @@ type Config struct {
 	// told (EVENT, StatusBusy, Operand2 = the aggregation id), and later
 	// contributions to that aggregation or an older one of the group that
 	// would open a slot are refused the same way. Members of a collective
-	// that reach it further apart than this fail it. Zero means 30s.
+	// that reach it further apart than this fail it, so it is long (a
+	// rank may be minutes late; PyTorch's collective timeout is 30
+	// minutes). Zero means 10 minutes.
 	AggTimeout time.Duration
+	// AggReclaimAfter frees incomplete slots early when the pool is short:
+	// once a contribution finds no free slot, slots open at least this
+	// long are freed as if AggTimeout had passed (abandoned aggregations
+	// do not hold the pool for AggTimeout). Zero means 30s.
+	AggReclaimAfter time.Duration
 	// AnycastTimeout bounds how long the switch keeps the forwarding state
 	// of an anycast request whose member has not replied: the request then
 	// fails to the client (StatusBusy, Operand1 = the member) and no
@@ -221,14 +228,16 @@ func (g *group) member(id uint16) *member {
 // Poll for what to send and when to call again. Not safe for concurrent
 // use.
 type Switch struct {
-	cfg    Config
-	eng    *transport.Engine
-	pool   *AggPool
-	mmu    *MMU
-	groups map[uint32]*group
-	names  map[string]uint32 // job or service name → group
-	jobs   map[string]*rendezvous
-	nextID uint32
+	cfg Config
+	eng *transport.Engine
+	// aggStarved: a contribution found no free slot since the last Poll.
+	aggStarved bool
+	pool       *AggPool
+	mmu        *MMU
+	groups     map[uint32]*group
+	names      map[string]uint32 // job or service name → group
+	jobs       map[string]*rendezvous
+	nextID     uint32
 
 	mcast map[streamKey]*mstream
 	dirty []*mstream // streams with a merged ACK to send at the next Poll

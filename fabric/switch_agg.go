@@ -66,6 +66,7 @@ func (s *Switch) admit(d *transport.Delivery) bool {
 	st, res := s.pool.Contribute(&c)
 	switch st {
 	case ContribNoSlot:
+		s.aggStarved = true
 		return false
 	case ContribMismatch:
 		s.event(d.Peer, h.Group, wire.StatusBadOperand, 0, h.MsgID)
@@ -131,11 +132,17 @@ func (s *Switch) event(to transport.PeerID, g uint32, st wire.Status, operand ui
 }
 
 // expireAggs frees the aggregation slots that have been open for
-// AggTimeout: their partial contributions are dropped, the members that
-// contributed are told (EVENT, StatusBusy), and the group's floor rises so
-// that no slot opens for that aggregation again. O(1) per slot freed.
+// AggTimeout, or for AggReclaimAfter if a contribution found no free slot
+// since the last Poll: their partial contributions are dropped, the
+// members that contributed are told (EVENT, StatusBusy), and the group's
+// floor rises so that no slot opens for that aggregation again. O(1) per
+// slot freed.
 func (s *Switch) expireAggs(now time.Time) {
 	cutoff := now.Add(-s.cfg.AggTimeout)
+	if s.aggStarved {
+		s.aggStarved = false
+		cutoff = later(cutoff, now.Add(-s.cfg.AggReclaimAfter))
+	}
 	for {
 		k, opened, ok := s.pool.Oldest()
 		if !ok || opened.After(cutoff) {
@@ -155,7 +162,16 @@ func (s *Switch) expireAggs(now time.Time) {
 	}
 }
 
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // nextAggExpiry is when the oldest open slot expires (zero: none open).
+// (A slot that may be reclaimed earlier is, when a held-back sender's
+// resend finds no free slot.)
 func (s *Switch) nextAggExpiry() time.Time {
 	if _, opened, ok := s.pool.Oldest(); ok {
 		return opened.Add(s.cfg.AggTimeout)

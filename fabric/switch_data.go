@@ -7,7 +7,8 @@ import "time"
 
 // Defaults of the Config fields bounding the data paths.
 const (
-	DefaultAggTimeout          = 30 * time.Second
+	DefaultAggTimeout          = 10 * time.Minute
+	DefaultAggReclaimAfter     = 30 * time.Second
 	DefaultAnycastTimeout      = 30 * time.Second
 	DefaultMaxAnycast          = 1 << 16
 	DefaultMaxAnycastPerClient = 1024
@@ -16,6 +17,9 @@ const (
 func (c *Config) setDataDefaults() {
 	if c.AggTimeout == 0 {
 		c.AggTimeout = DefaultAggTimeout
+	}
+	if c.AggReclaimAfter == 0 {
+		c.AggReclaimAfter = DefaultAggReclaimAfter
 	}
 	if c.AnycastTimeout == 0 {
 		c.AnycastTimeout = DefaultAnycastTimeout
@@ -30,7 +34,7 @@ func (c *Config) setDataDefaults() {
 
 // negativeData reports whether a data-path bound is negative.
 func (c *Config) negativeData() bool {
-	return c.AggTimeout < 0 || c.AnycastTimeout < 0 || c.MaxAnycast < 0 || c.MaxAnycastPerClient < 0
+	return c.AggTimeout < 0 || c.AggReclaimAfter < 0 || c.AnycastTimeout < 0 || c.MaxAnycast < 0 || c.MaxAnycastPerClient < 0
 }
 
 // expireData frees the data-path state whose lifetime is over.

@@ -84,7 +84,7 @@ func TestArchitectureTables(t *testing.T) {
 	for i := range lim.NumField() {
 		want = append(want, "fabric.Config.Limits."+lim.Field(i).Name)
 	}
-	want = append(want, "transport.Config.IdleTimeout", "fabric.Config.AggTimeout", "fabric.Config.AnycastTimeout", "fabric.Config.Pool.Slots")
+	want = append(want, "transport.Config.IdleTimeout", "fabric.Config.AggTimeout", "fabric.Config.AggReclaimAfter", "fabric.Config.AnycastTimeout", "fabric.Config.Pool.Slots")
 	for _, ref := range want {
 		if !notTables[ref] && !named[ref] {
 			t.Errorf("%s bounds a table but docs/ARCHITECTURE.md's table of tables does not name it", ref)
