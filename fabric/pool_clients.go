@@ -24,7 +24,8 @@ import (
 // without an answer (counted in Stats.PoolUnproven): a client resends an
 // unanswered request, by when the acknowledgement that proves it has
 // arrived. A client that stayed silent for PoolClientTTL (no pool request,
-// no control exchange) must open its region again before reading.
+// no control exchange) must open its region again before reading, which
+// package pool's client does on its own after pool.ReproveAfter.
 
 // poolClients is the set of proven addresses, least recently used last;
 // bounded by ControlLimits.MaxPoolClients (the least recently used is

@@ -18,6 +18,8 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"sync/atomic"
+	"time"
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
@@ -44,6 +46,31 @@ type Client struct {
 	sw   string
 	addr netip.AddrPort
 	opts Options
+	// proved is when (Unix ns) the switch last got an acknowledged control
+	// response from this client: what proves to it that the client
+	// receives at its address, without which it does not forward a READ
+	// or chain whose answer would be more than three times the request.
+	proved atomic.Int64
+}
+
+// ReproveAfter is how long after its last control exchange with the
+// switch a client makes another (it opens the region again) before a
+// read or chain: the switch forgets a proven address unused for
+// fabric.ControlLimits.PoolClientTTL (one hour by default), which must be
+// longer.
+const ReproveAfter = 30 * time.Minute
+
+// keepProven opens r again if the client's proof at the switch may have
+// lapsed (see ReproveAfter).
+func (r *Region) keepProven(ctx context.Context) error {
+	if time.Since(time.Unix(0, r.c.proved.Load())) < ReproveAfter {
+		return nil
+	}
+	if _, err := r.c.ep.PoolOpen(ctx, r.c.sw, r.spec.Region, r.key, r.c.opts.Fabric); err != nil {
+		return fmt.Errorf("pool: region %d: %w", r.spec.Region, err)
+	}
+	r.c.proved.Store(time.Now().UnixNano())
+	return nil
 }
 
 // New returns a client of the pool behind the switch at sw ("host:port"),
@@ -114,6 +141,7 @@ func (c *Client) Open(ctx context.Context, id uint32, key uint64) (*Region, erro
 }
 
 func (c *Client) region(spec fabric.PoolSpec, key uint64) (*Region, error) {
+	c.proved.Store(time.Now().UnixNano())
 	l, err := fabric.NewLayout(spec.Size, spec.Stripe, spec.Columns, spec.Replicas)
 	if err != nil {
 		return nil, fmt.Errorf("pool: region %d: %w", spec.Region, err)
@@ -242,6 +270,11 @@ func (r *Region) transferOp(ctx context.Context, tmpl *endpoint.Op, p []byte, of
 	if len(p) == 0 {
 		return nil
 	}
+	if tmpl.Kind == endpoint.KindRead {
+		if err := r.keepProven(ctx); err != nil {
+			return err
+		}
+	}
 	exts, err := r.layout.Extents(off, uint64(len(p)), 0, nil)
 	if err != nil {
 		return fmt.Errorf("pool: region %d: %w", r.spec.Region, err)
@@ -364,6 +397,9 @@ func (r *Region) Chain(ctx context.Context, hops []wire.ChainHop, n int, dt wire
 			return fmt.Errorf("pool: chain hop %d at %d: %w", i, h.Addr, wire.StatusOutOfBounds)
 		}
 		addrs[i] = h.Addr
+	}
+	if err := r.keepProven(ctx); err != nil {
+		return err
 	}
 	align := max(dt.Size(), 1)
 	chunks, err := ChainChunks(r.layout, addrs, n, r.c.ep.PoolSegment()-len(hops)*wire.ChainHopLen, align)

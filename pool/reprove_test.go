@@ -1,0 +1,85 @@
+package pool_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/pool"
+)
+
+// TestReprove: a client whose last control exchange with the switch is
+// older than ReproveAfter opens its region again before a read, so that
+// the switch (which forgets proven addresses after PoolClientTTL) keeps
+// forwarding its reads; a fresh client makes no such exchange.
+func TestReprove(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := fabric.New(fabric.Config{Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := fabric.NewServer(conn, sw, nil)
+	defer srv.Close()
+	opts := endpoint.FabricOptions{Token: token}
+	st, err := memnode.NewStore(memnode.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := st.Alloc(1<<20, memnode.PermAll, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Store: st,
+		PoolNode: &endpoint.PoolServe{Switch: srv.Addr(), Key: key, Token: token}}, endpoint.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	if _, err := node.PoolLend(ctx, srv.Addr().String(), key, 1<<20, opts); err != nil {
+		t.Fatal(err)
+	}
+	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	c, err := pool.New(ep, srv.Addr().String(), pool.Options{Fabric: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Alloc(ctx, 64<<10, pool.AllocOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte{7}, 32<<10)
+	if _, err := r.WriteAtContext(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	controls := func() uint64 { return srv.Stats().ControlIn }
+	back := make([]byte, len(data))
+	before := controls()
+	if _, err := r.ReadAtContext(ctx, back, 0); err != nil || !bytes.Equal(back, data) {
+		t.Fatalf("read: %v", err)
+	}
+	if n := controls() - before; n != 0 {
+		t.Fatalf("a freshly proven client made %d control exchanges to read", n)
+	}
+	pool.AgeProof(c)
+	clear(back)
+	if _, err := r.ReadAtContext(ctx, back, 0); err != nil || !bytes.Equal(back, data) {
+		t.Fatalf("read after the proof aged: %v", err)
+	}
+	if n := controls() - before; n != 1 {
+		t.Fatalf("%d control exchanges before a read with an aged proof, want 1", n)
+	}
+}
