@@ -157,7 +157,9 @@ type outMsg struct {
 	unacked int    // packets sent but not acknowledged
 	allSent bool
 	done    bool
-	next_   *outMsg // queue link
+	// stranger: sent to a stranger, counted in Engine.strangerMsgs.
+	stranger bool
+	next_    *outMsg // queue link
 }
 
 // Engine is the sans-I/O reliable transport of one endpoint. It is not
@@ -173,6 +175,9 @@ type Engine struct {
 	npeers int
 	active []*peer // peers with something to send
 	nmsgs  int
+	// strangerMsgs counts the messages queued to strangers when sent (at
+	// most MaxMessages/4).
+	strangerMsgs int
 
 	comps      []Completion // accumulated since the last Poll
 	compsSpare []Completion // returned by the last Poll; reused by the next
@@ -488,7 +493,16 @@ func (e *Engine) send(to PeerID, h *wire.Header, payload []byte, token uint64, b
 	if int(p.nmsgs) >= limit {
 		return 0, ErrPeerQueueFull
 	}
-	m := &outMsg{hdr: *h, payload: payload, token: token, base: base}
+	// Strangers together hold at most a quarter of MaxMessages, so that
+	// answers to a flood of them cannot leave established peers without
+	// room.
+	if p.stranger && e.strangerMsgs >= e.cfg.MaxMessages/4 {
+		return 0, ErrPeerQueueFull
+	}
+	m := &outMsg{hdr: *h, payload: payload, token: token, base: base, stranger: p.stranger}
+	if p.stranger {
+		e.strangerMsgs++
+	}
 	m.hdr.Version = wire.Version
 	m.hdr.Src = e.local(to.Group)
 	m.hdr.Group = to.Group
@@ -712,6 +726,9 @@ func (e *Engine) buf(i int) []byte {
 func (e *Engine) complete(m *outMsg, p *peer, err error) {
 	e.nmsgs--
 	p.nmsgs--
+	if m.stranger {
+		e.strangerMsgs--
+	}
 	if err != nil {
 		e.stats.MessagesFailed++
 	} else {

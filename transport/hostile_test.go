@@ -822,3 +822,34 @@ func TestAnswerOnAnotherStream(t *testing.T) {
 		t.Fatalf("the held answer took %v", d)
 	}
 }
+
+// TestStrangersShareOfMessages: answers to strangers take at most a
+// quarter of MaxMessages, so a flood of strangers whose answers never go
+// out (their budget is spent, their addresses may be forged) leaves room
+// for established peers.
+func TestStrangersShareOfMessages(t *testing.T) {
+	e, _ := New(Config{Seed: 11, MaxMessages: 64})
+	refused := 0
+	for i := range 100 {
+		from := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 9, byte(i >> 8), byte(i)}), 1000)
+		d, ok := e.Step(t0, from, craft(wire.Header{PSN: 7, AckBase: 7, MsgID: 1, Flags: wire.FlagSyn}, make([]byte, 8)))
+		if !ok {
+			t.Fatalf("stranger %d: request not delivered", i)
+		}
+		if _, err := e.Send(d.Peer, &wire.Header{Op: wire.OpWrite, Flags: wire.FlagResp, MsgID: 1}, make([]byte, 64), 0); err != nil {
+			if !errors.Is(err, ErrQueueFull) {
+				t.Fatalf("stranger %d: %v", i, err)
+			}
+			refused++
+		}
+	}
+	if refused != 100-64/4 {
+		t.Fatalf("%d answers to strangers refused, want %d", refused, 100-64/4)
+	}
+	friend := netip.MustParseAddrPort("10.0.0.5:5")
+	for i := range 32 {
+		if _, err := e.Send(PeerID{Addr: friend}, &wire.Header{Op: wire.OpWrite}, make([]byte, 8), 0); err != nil {
+			t.Fatalf("message %d to an established peer: %v", i, err)
+		}
+	}
+}
