@@ -2,6 +2,7 @@ package fabric
 
 import (
 	"math/bits"
+	"net/netip"
 	"time"
 
 	"github.com/ndma/ndma/netio"
@@ -459,16 +460,9 @@ func (s *Switch) sendMerged(ms *mstream, g *group) {
 	ms.nack = false
 	hdr := wire.Header{Version: wire.Version, Op: op, Mode: wire.ModeMulticast, Group: g.id,
 		Src: wire.MemberAll, Dst: ms.sender.id, TS: uint64(s.now.UnixNano())}
-	hdr.Len = uint16(a.EncodedLen())
-	b := s.fwdBuf(wire.HeaderLen + int(hdr.Len))
-	if b == nil {
-		return
+	if s.sendAck(ms.sender.addr, &hdr, a) {
+		s.stats.MergedAcksOut++
 	}
-	hdr.Encode(b)
-	a.Encode(b[wire.HeaderLen:])
-	wire.Seal(b)
-	s.fwd = append(s.fwd, netio.Datagram{Addr: ms.sender.addr, Buf: b})
-	s.stats.MergedAcksOut++
 }
 
 // challengeGap is the least time between two challenges to one sender.
@@ -486,15 +480,19 @@ func (s *Switch) challengeSender(g *group, ms *mstream, base uint32, now time.Ti
 	ms.chPending, ms.chBase, ms.chNonce, ms.chAt = true, base, s.rng.Uint32()|1, now
 	a := wire.Ack{Cum: base, Window: ms.w}
 	hdr := wire.Header{Version: wire.Version, Op: wire.OpAck, Mode: wire.ModeMulticast, Flags: wire.FlagSyn, Group: g.id,
-		Src: wire.MemberAll, Dst: ms.sender.id, PSN: ms.chNonce, TS: uint64(now.UnixNano()), Len: wire.AckFixedLen}
-	b := s.fwdBuf(wire.HeaderLen + wire.AckFixedLen)
+		Src: wire.MemberAll, Dst: ms.sender.id, PSN: ms.chNonce, TS: uint64(now.UnixNano())}
+	s.sendAck(ms.sender.addr, &hdr, &a)
+}
+
+// sendAck queues an ACK packet (header h, frame a) to addr; it reports
+// false if the forwarding budget is spent.
+func (s *Switch) sendAck(addr netip.AddrPort, h *wire.Header, a *wire.Ack) bool {
+	b := s.fwdBuf(a.AckPacketLen())
 	if b == nil {
-		return
+		return false
 	}
-	hdr.Encode(b)
-	a.Encode(b[wire.HeaderLen:])
-	wire.Seal(b)
-	s.fwd = append(s.fwd, netio.Datagram{Addr: ms.sender.addr, Buf: b})
+	s.fwd = append(s.fwd, netio.Datagram{Addr: addr, Buf: wire.PutAckPacket(b, h, a)})
+	return true
 }
 
 // onSenderEcho takes an ACK from a member about its own stream (Dst
@@ -523,15 +521,8 @@ func (s *Switch) echoRestart(g *group, m *member, ms *mstream, h *wire.Header, a
 	}
 	echo := wire.Ack{Cum: h.PSN, Window: ms.w}
 	hdr := wire.Header{Version: wire.Version, Op: wire.OpAck, Mode: wire.ModeMulticast, Group: g.id,
-		Src: ms.sender.id, Dst: m.id, TS: uint64(s.now.UnixNano()), Len: wire.AckFixedLen}
-	b := s.fwdBuf(wire.HeaderLen + wire.AckFixedLen)
-	if b == nil {
-		return
-	}
-	hdr.Encode(b)
-	echo.Encode(b[wire.HeaderLen:])
-	wire.Seal(b)
-	s.fwd = append(s.fwd, netio.Datagram{Addr: m.addr, Buf: b})
+		Src: ms.sender.id, Dst: m.id, TS: uint64(s.now.UnixNano())}
+	s.sendAck(m.addr, &hdr, &echo)
 }
 
 // dropMember removes a dead or departed member from every multicast

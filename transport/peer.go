@@ -1072,14 +1072,9 @@ func (p *peer) buildResetChallenge(now time.Time, buf []byte) netio.Datagram {
 		Dst:     p.id.Member,
 		PSN:     p.resetNonce,
 		TS:      uint64(now.UnixNano()),
-		Len:     wire.AckFixedLen,
 	}
-	b := buf[:wire.HeaderLen+wire.AckFixedLen]
-	h.Encode(b)
-	a.Encode(b[wire.HeaderLen:])
-	wire.Seal(b)
 	p.e.stats.AcksSent++
-	return netio.Datagram{Addr: p.id.Addr, Buf: b}
+	return netio.Datagram{Addr: p.id.Addr, Buf: wire.PutAckPacket(buf, &h, &a)}
 }
 
 func (p *peer) resetReceiver(base uint32) {
@@ -1184,11 +1179,7 @@ func (p *peer) buildAck(now time.Time, buf []byte, limited bool) (d netio.Datagr
 	if limited {
 		h.Flags, h.PSN = wire.FlagSyn, p.sndUna
 	}
-	h.Len = uint16(a.EncodedLen())
-	b := buf[:wire.HeaderLen+int(h.Len)]
-	h.Encode(b)
-	a.Encode(b[wire.HeaderLen:])
-	wire.Seal(b)
+	b := wire.PutAckPacket(buf, &h, a)
 	p.e.stats.AcksSent++
 	if limited {
 		p.credit -= int64(len(b))
@@ -1219,12 +1210,8 @@ func (p *peer) buildEcho(now time.Time, buf []byte, limited bool) (d netio.Datag
 		Src:     p.e.local(p.id.Group),
 		Dst:     p.id.Member,
 		TS:      uint64(now.UnixNano()),
-		Len:     wire.AckFixedLen,
 	}
-	b := buf[:wire.HeaderLen+wire.AckFixedLen]
-	h.Encode(b)
-	a.Encode(b[wire.HeaderLen:])
-	wire.Seal(b)
+	b := wire.PutAckPacket(buf, &h, &a)
 	p.e.stats.AcksSent++
 	if limited {
 		p.credit -= int64(len(b))

@@ -77,3 +77,18 @@ func (a *Ack) Decode(b []byte) error {
 // SeqLess reports whether sequence number a precedes b (serial number
 // arithmetic, RFC 1982, on 32 bits).
 func SeqLess(a, b uint32) bool { return int32(a-b) < 0 }
+
+// AckPacketLen is the datagram length of an ACK packet carrying a.
+func (a *Ack) AckPacketLen() int { return HeaderLen + a.EncodedLen() }
+
+// PutAckPacket writes an ACK packet — header h (its Len set from a) and
+// frame a — into b, which must hold a.AckPacketLen() bytes, seals its
+// checksum and returns it.
+func PutAckPacket(b []byte, h *Header, a *Ack) []byte {
+	h.Len = uint16(a.EncodedLen())
+	b = b[:HeaderLen+int(h.Len)]
+	h.Encode(b)
+	a.Encode(b[HeaderLen:])
+	Seal(b)
+	return b
+}
