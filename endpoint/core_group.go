@@ -384,13 +384,8 @@ func (c *Core) onGroup(d *transport.Delivery) {
 			c.stats.UnmatchedResponses++
 			return
 		}
-		if !op.asm.open {
-			if int(h.MsgLen) != len(op.Recv) {
-				op.fail(fmt.Errorf("%w: aggregation result of %d bytes for a %d-byte buffer", ErrShortRead, h.MsgLen, len(op.Recv)))
-				c.finish(op)
-				return
-			}
-			op.asm.start(len(op.Recv), op.Recv)
+		if !c.startInto(op, op.Recv, h, "aggregation result") {
+			return
 		}
 		if c.placeFrag(op, d) {
 			c.eng.Delivered(transport.PeerID{Addr: op.sw, Group: op.Group, Member: wire.MemberAll, Mode: wire.ModeAggregate}, op.msgID)
@@ -405,19 +400,27 @@ func (c *Core) onGroup(d *transport.Delivery) {
 	}
 }
 
+// startInto opens op's reassembly into buf at the first fragment (header
+// h) of the message op receives: the message must be exactly len(buf)
+// bytes, or op fails with ErrShortRead and startInto reports false.
+func (c *Core) startInto(op *Op, buf []byte, h *wire.Header, what string) bool {
+	if op.asm.open {
+		return true
+	}
+	if int(h.MsgLen) != len(buf) {
+		op.fail(fmt.Errorf("%w: %s of %d bytes for a %d-byte buffer", ErrShortRead, what, h.MsgLen, len(buf)))
+		c.finish(op)
+		return false
+	}
+	op.asm.start(len(buf), buf)
+	return true
+}
+
 func (c *Core) onMulticast(d *transport.Delivery) {
 	h := &d.Header
 	k := gopKey{h.Group, KindRecv, h.Src, h.MsgID}
 	if op := c.gops[k]; op != nil && op.sw == d.Peer.Addr {
-		if !op.asm.open {
-			if int(h.MsgLen) != len(op.Buf) {
-				op.fail(fmt.Errorf("%w: multicast of %d bytes into a %d-byte buffer", ErrShortRead, h.MsgLen, len(op.Buf)))
-				c.finish(op)
-				return
-			}
-			op.asm.start(len(op.Buf), op.Buf)
-		}
-		if c.placeFrag(op, d) {
+		if c.startInto(op, op.Buf, h, "multicast") && c.placeFrag(op, d) {
 			c.finish(op)
 		}
 		return
