@@ -15,7 +15,28 @@ import (
 // benchCmd groups the benchmarks.
 var benchCmd = &cobra.Command{
 	Use:   "bench",
-	Short: "Benchmarks: NDMA against UDP and TCP baselines",
+	Short: "Benchmarks: one-sided operations, collectives and the memory pool, each against a baseline",
+	Long: `bench measures NDMA, each figure beside a baseline measured in the same run:
+
+  rw     one-sided READ/WRITE/CAS/FetchAdd latency and READ/WRITE bandwidth
+         against a memory node (in-process, or ndma memd via --server),
+         against UDP ping-pong and a kernel TCP stream; --sim for virtual
+         time on a simulated lossy network
+  coll   collective latency per algorithm, in-network (through a switch)
+         and host-based, ranks in one process, one per process under a
+         launcher (mpirun, ndma testbed run), or on the simulated network
+  pool   memory pool latency (ReadAt against a direct READ) and striped
+         against one-node bandwidth, in-process, as processes, or against a
+         running switch (--switch, with --token or --token-file)
+  suite  collectives on a testbed of namespaces and real processes (Linux,
+         root), with CPU use, a Markdown report and plots; optionally
+         against Open MPI
+
+Results print as a table, or as JSON Lines with --json.`,
+	Example: `  ndma bench rw --tests latency --sizes 8:4K
+  ndma bench coll --op allreduce --algo all --ranks 8
+  ndma bench pool --nodes 4 --tests bandwidth
+  sudo ndma bench suite --hosts 8 --rate 1gbit --out bench-suite`,
 }
 
 // rwFlags are the flags of ndma bench rw.
@@ -53,7 +74,7 @@ runs lossless and with loss P, and the lossy row shows its ratio:
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchRW(cmd, &f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.server, "server", "", "UDP address of an external memory node (default: start one in-process on loopback)")
+	fl.StringVar(&f.server, "server", "", "UDP `address` (host:port) of an external memory node (default: start one in-process on loopback)")
 	fl.StringVar(&f.key, "key", "", "region key at --server, in hex")
 	fl.StringVar(&f.regionSize, "region-size", "64M", "region size: allocated in-process, or the size of --key's region at --server")
 	fl.StringVar(&f.sizes, "sizes", "", "sizes: list and ranges of powers of two, e.g. 8:64K or 4K,1M (default 8:64K for latency, 4K:16M for bandwidth)")
@@ -156,6 +177,9 @@ func runBenchRW(cmd *cobra.Command, f *rwFlags) error {
 		return fmt.Errorf("--key needs --server")
 	case f.key != "":
 		if key, err = bench.ParseKey(f.key); err != nil {
+			return err
+		}
+		if f.server, err = resolvePeer("--server", f.server); err != nil {
 			return err
 		}
 	}

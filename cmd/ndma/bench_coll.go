@@ -145,7 +145,11 @@ func runBenchColl(cmd *cobra.Command, f *collFlags) error {
 		if l.MTU > 0 && !cmd.Flags().Changed("mtu") {
 			f.mtu = l.MTU // the network's datagram size (ndma testbed run sets NDMA_MTU)
 		}
-		ep, err := endpoint.Listen(f.listen, endpoint.Config{Transport: transport.Config{MTU: f.mtu}}, endpoint.Options{})
+		listen, err := resolveListen("--listen", f.listen)
+		if err != nil {
+			return err
+		}
+		ep, err := endpoint.Listen(listen, endpoint.Config{Transport: transport.Config{MTU: f.mtu}}, endpoint.Options{})
 		if err != nil {
 			return fmt.Errorf("--listen: %w", err)
 		}

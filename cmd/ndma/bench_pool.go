@@ -14,10 +14,11 @@ import (
 
 func newBenchPoolCmd() *cobra.Command {
 	var (
-		sw, tokenFile, tests, size, transfer, stripe, nodeSize string
-		node, nodeKey                                          string
-		nodes, iters, mtu                                      int
-		jsonOut, processes                                     bool
+		sw, tests, size, transfer, stripe, nodeSize string
+		token                                       tokenFlags
+		node, nodeKey                               string
+		nodes, iters, mtu                           int
+		jsonOut, processes                          bool
 	)
 	cmd := &cobra.Command{
 		Use:   "pool",
@@ -33,7 +34,7 @@ By default a switch and --nodes memory nodes run in-process on loopback;
 with --processes each is its own process (ndma switch, ndma memd), as
 deployed: in one process, goroutine hand-offs between the roles add to
 every hop's latency.
-With --switch (and --token-file) the pool of a running switch is measured
+With --switch (and --token, --token-file or $NDMA_TOKEN) the pool of a running switch is measured
 instead, e.g. inside the testbed (the latency test then has no direct
 baseline unless --node and --node-key name a memory node of the pool):
 
@@ -89,12 +90,19 @@ baseline unless --node and --node-key name a memory node of the pool):
 				}
 				*s.dst = int(n)
 			}
-			if tokenFile != "" {
-				if cfg.Token, err = readToken(tokenFile); err != nil {
-					return fmt.Errorf("--token-file: %w", err)
+			if sw != "" {
+				if cfg.Switch, err = resolvePeer("--switch", sw); err != nil {
+					return err
 				}
-			} else if t := os.Getenv("NDMA_TOKEN"); t != "" && sw != "" {
-				cfg.Token = []byte(t)
+			}
+			// Without --switch the in-process pool uses the token too.
+			if cfg.Token, err = token.resolve(os.Getenv); err != nil {
+				return err
+			}
+			if node != "" {
+				if cfg.Node, err = resolvePeer("--node", node); err != nil {
+					return err
+				}
 			}
 			out := cmd.OutOrStdout()
 			emit := bench.NewTableWriter(out, "").Write
@@ -105,10 +113,10 @@ baseline unless --node and --node-key name a memory node of the pool):
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&sw, "switch", "", "forwarding node of a running pool (default: start one in-process on loopback)")
+	fl.StringVar(&sw, "switch", "", "forwarding node `address` (host:port) of a running pool (default: start one in-process on loopback)")
 	fl.StringVar(&node, "node", "", "with --switch: a memory node (host:port) to measure a direct READ against, the latency baseline")
 	fl.StringVar(&nodeKey, "node-key", "", "the key of --node's region")
-	fl.StringVar(&tokenFile, "token-file", "", "`file` whose first line is the fabric token (with --switch; default $NDMA_TOKEN)")
+	token.register(fl)
 	fl.StringVar(&tests, "tests", "all", "tests to run: latency, bandwidth or all")
 	fl.IntVar(&nodes, "nodes", 4, "in-process memory nodes")
 	fl.StringVar(&nodeSize, "node-size", "", "memory each in-process node lends (default: room for one transfer)")

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -23,7 +24,7 @@ type memdFlags struct {
 	log     logFlags
 	prof    profileFlag
 	sw      string
-	tokFile string
+	token   tokenFlags
 }
 
 // memdFlagNames maps memd.Config fields to the flags that set them, so
@@ -66,7 +67,7 @@ SIGINT or SIGTERM shuts the node down gracefully.`,
 	fl.StringVar(&f.metrics, "metrics", "", "TCP `address` to serve Prometheus metrics on at /metrics (default: none)")
 	fl.IntVar(&f.mtu, "mtu", transport.DefaultMTU, fmt.Sprintf("largest datagram to send, in bytes, header included (%d to %d)", memd.MinMTU, memd.MaxMTU))
 	fl.StringVar(&f.sw, "switch", "", "forwarding node `address` (host:port) whose memory pool this node lends its (first) region to")
-	fl.StringVar(&f.tokFile, "token-file", "", "`file` whose first line is the fabric token, for --switch")
+	f.token.register(fl)
 	f.log.register(fl)
 	f.prof.register(fl)
 	cmd.MarkFlagsMutuallyExclusive("key-file", "size")
@@ -100,20 +101,24 @@ func (f *memdFlags) config(logw io.Writer) (memd.Config, error) {
 		return memd.Config{}, err
 	}
 	cfg := memd.Config{
-		Listen:      f.listen,
 		KeyFile:     f.keyFile,
 		MetricsAddr: f.metrics,
 		MTU:         f.mtu,
-		Switch:      f.sw,
 		Logger:      logger,
 	}
-	if f.tokFile != "" {
-		if f.sw == "" {
-			return memd.Config{}, errors.New("--token-file: only with --switch")
+	if cfg.Listen, err = resolveListen("--listen", f.listen); err != nil {
+		return memd.Config{}, err
+	}
+	switch {
+	case f.sw != "":
+		if cfg.Switch, err = resolvePeer("--switch", f.sw); err != nil {
+			return memd.Config{}, err
 		}
-		if cfg.Token, err = readToken(f.tokFile); err != nil {
-			return memd.Config{}, fmt.Errorf("--token-file: %w", err)
+		if cfg.Token, err = f.token.resolve(os.Getenv); err != nil {
+			return memd.Config{}, err
 		}
+	case f.token.given():
+		return memd.Config{}, errors.New("--token, --token-file: only with --switch (the token authenticates this node to the forwarding node)")
 	}
 	if f.keyFile == "" {
 		size, err := memnode.ParseSize(f.size)

@@ -21,15 +21,16 @@ import (
 
 // poolFlags are the flags every pool subcommand shares.
 type poolFlags struct {
-	sw, tokenFile string
-	timeout       time.Duration
-	json          bool
+	sw      string
+	token   tokenFlags
+	timeout time.Duration
+	json    bool
 }
 
 func (p *poolFlags) register(cmd *cobra.Command) {
 	fl := cmd.PersistentFlags()
 	fl.StringVar(&p.sw, "switch", os.Getenv("NDMA_SWITCH"), "forwarding node `address` (host:port) holding the pool (default $NDMA_SWITCH)")
-	fl.StringVar(&p.tokenFile, "token-file", "", "`file` whose first line is the fabric token (default $NDMA_TOKEN)")
+	p.token.register(fl)
 	fl.DurationVar(&p.timeout, "timeout", 5*time.Second, "give up on the switch after this long")
 	fl.BoolVar(&p.json, "json", false, "print JSON")
 }
@@ -41,14 +42,13 @@ func (p *poolFlags) client(cmd *cobra.Command) (*endpoint.Endpoint, endpoint.Fab
 	if p.sw == "" {
 		return nil, opts, nil, nil, errors.New("--switch: no forwarding node given (nor $NDMA_SWITCH)")
 	}
-	if p.tokenFile != "" {
-		tok, err := readToken(p.tokenFile)
-		if err != nil {
-			return nil, opts, nil, nil, fmt.Errorf("--token-file: %w", err)
-		}
-		opts.Token = tok
-	} else if t := os.Getenv("NDMA_TOKEN"); t != "" {
-		opts.Token = []byte(t)
+	sw, err := resolvePeer("--switch", p.sw)
+	if err != nil {
+		return nil, opts, nil, nil, err
+	}
+	p.sw = sw
+	if opts.Token, err = p.token.resolve(os.Getenv); err != nil {
+		return nil, opts, nil, nil, err
 	}
 	if p.timeout <= 0 {
 		return nil, opts, nil, nil, fmt.Errorf("--timeout %v: want a positive duration", p.timeout)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -17,8 +16,7 @@ import (
 // switchFlags are the flags of `ndma switch`.
 type switchFlags struct {
 	listen           string
-	token            string
-	tokenFile        string
+	token            tokenFlags
 	heartbeatTimeout time.Duration
 	poolSlots        int
 	mtu              int
@@ -55,9 +53,9 @@ then replicates each member's multicast to the group and merges the ACKs,
 reduces aggregation contributions in a pool of slots and sends only the
 result, and relays anycast requests to one member of a service.
 
-The token comes from --token or, better (it stays out of the process list),
-from the first line of --token-file; without either, control messages are
-not authenticated. --drop, --dup, --reorder and --corrupt inject faults into
+The token comes from --token, or better (it stays out of the process list)
+from the first line of --token-file, or else from $NDMA_TOKEN (the token
+itself); without any of them, control messages are not authenticated. --drop, --dup, --reorder and --corrupt inject faults into
 everything the switch sends, reproducibly from --seed, to test endpoints
 against a lossy fabric.
 
@@ -70,8 +68,7 @@ SIGTERM shuts the switch down gracefully.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", switchd.DefaultListen, "UDP `address` to serve on (host:port)")
-	fl.StringVar(&f.token, "token", "", "fabric token that authenticates control messages (default: none)")
-	fl.StringVar(&f.tokenFile, "token-file", "", "`file` whose first line is the fabric token, instead of --token")
+	f.token.register(fl)
 	fl.DurationVar(&f.heartbeatTimeout, "heartbeat-timeout", switchd.DefaultHeartbeatTimeout,
 		fmt.Sprintf("how long a member may go without a heartbeat before it is declared dead (at least %v)", switchd.MinHeartbeatTimeout))
 	fl.IntVar(&f.poolSlots, "pool-slots", switchd.DefaultPoolSlots, fmt.Sprintf("aggregation slots, each one chunk of a reduction in flight (1 to %d)", switchd.MaxPoolSlots))
@@ -84,7 +81,6 @@ SIGTERM shuts the switch down gracefully.`,
 	fl.StringVar(&f.metrics, "metrics", "", "TCP `address` to serve Prometheus metrics on at /metrics (default: none)")
 	f.log.register(fl)
 	f.prof.register(fl)
-	cmd.MarkFlagsMutuallyExclusive("token", "token-file")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -129,18 +125,16 @@ func (f *switchFlags) config(cmd *cobra.Command) (switchd.Config, error) {
 	if f.seed == 0 {
 		return switchd.Config{}, errors.New("--seed: 0: want at least 1")
 	}
-	if cmd.Flags().Changed("token") && f.token == "" {
-		return switchd.Config{}, errors.New("--token: empty: omit it to run without authentication")
+	token, err := f.token.resolve(os.Getenv)
+	if err != nil {
+		return switchd.Config{}, err
 	}
-	token := []byte(f.token)
-	if f.tokenFile != "" {
-		var err error
-		if token, err = readToken(f.tokenFile); err != nil {
-			return switchd.Config{}, fmt.Errorf("--token-file: %w", err)
-		}
+	listen, err := resolveListen("--listen", f.listen)
+	if err != nil {
+		return switchd.Config{}, err
 	}
 	return switchd.Config{
-		Listen:           f.listen,
+		Listen:           listen,
 		Token:            token,
 		HeartbeatTimeout: f.heartbeatTimeout,
 		PoolSlots:        f.poolSlots,
@@ -149,23 +143,6 @@ func (f *switchFlags) config(cmd *cobra.Command) (switchd.Config, error) {
 		MetricsAddr:      f.metrics,
 		Logger:           logger,
 	}, nil
-}
-
-// readToken reads a fabric token: the file's first line, without its line
-// ending. The line must not be empty.
-func readToken(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	if i := bytes.IndexByte(b, '\n'); i >= 0 {
-		b = b[:i]
-	}
-	b = bytes.TrimSuffix(b, []byte{'\r'})
-	if len(b) == 0 {
-		return nil, fmt.Errorf("%s: the first line (the token) is empty", path)
-	}
-	return b, nil
 }
 
 // printSwitch writes what endpoints and operators need: the switch's

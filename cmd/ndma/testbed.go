@@ -63,7 +63,12 @@ memd, each joined to the switch namespace by a veth pair that is a port of
 a bridge there, so ordinary IP traffic between hosts crosses the switch
 namespace as well. Both directions of every link are limited by tbf to
 --rate. "run" starts a command once per host with the bootstrap environment
-(NDMA_RANK, NDMA_SIZE, NDMA_SWITCH, NDMA_JOB, NDMA_TOKEN).
+(NDMA_RANK, NDMA_SIZE, NDMA_SWITCH, NDMA_JOB, NDMA_TOKEN, and NDMA_MTU: the
+largest datagram one frame carries, the interfaces' MTU minus 28).
+
+The testbed's addresses (--subnet, the switch at its first address) exist
+only inside its namespaces: run clients such as ndma pool or ndma stat
+there, with "run" or "ip netns exec <prefix>-h0 ndma ...".
 
 It needs root and iproute2 (ip, tc). Everything it creates is named with
 --prefix, and "down" removes all of it, even after a crash or without the
