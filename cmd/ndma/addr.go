@@ -7,6 +7,9 @@ import (
 	"net/netip"
 )
 
+// resolveUDPAddr looks up a UDP address; tests replace it.
+var resolveUDPAddr = net.ResolveUDPAddr
+
 // resolveUDP turns a UDP address given in flag ("host:port", the host a
 // name or an IP literal) into the numeric "ip:port" the libraries parse.
 // A listening address may leave the host out (":7471", every interface);
@@ -22,7 +25,7 @@ func resolveUDP(flag, addr string, listen bool) (string, error) {
 		}
 		return "", fmt.Errorf("%s %q: no host: want host:port, e.g. 127.0.0.1:%s or localhost:%s", flag, addr, port, port)
 	}
-	ua, err := net.ResolveUDPAddr("udp", addr)
+	ua, err := resolveUDPAddr("udp", addr)
 	if err != nil {
 		if _, ok := errors.AsType[*net.DNSError](err); ok {
 			return "", fmt.Errorf("%s %q: host %q does not resolve: %w", flag, addr, host, err)
