@@ -86,8 +86,10 @@ across stripes and memory nodes in parallel.`,
 	create := &cobra.Command{
 		Use:   "create",
 		Short: "Create a pool region and print its id and key",
-		Example: `  ndma pool create --switch 10.77.0.1:7471 --token-file /run/ndma-testbed/ndmatb/token --size 1GiB --replicas 2
-  NDMA_SWITCH=10.77.0.1:7471 NDMA_TOKEN=t ndma pool create --size 64MiB --stripe 4KiB --json`,
+		Example: `  ndma pool create --switch localhost:7471 --token-file fabric.key --size 1GiB --replicas 2
+  NDMA_SWITCH=localhost:7471 NDMA_TOKEN=t ndma pool create --size 64MiB --stripe 4KiB --json
+  # in a testbed (ndma testbed up --hosts 1 --memnodes 2), in its host namespace:
+  sudo ndma testbed run -- ndma pool create --size 32MiB --replicas 2`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sz, err := memnode.ParseSize(size)

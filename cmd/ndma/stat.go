@@ -56,8 +56,10 @@ to it, with the totals: stripe balance (the most used live node over the
 mean, 1.00 is even), load balance (the busiest node's requests over the
 mean), and requests the switch refused per second (bad keys, bounds,
 permissions, dead nodes). --interval 0 takes one sample: no rates.`,
-		Example: `  ndma stat --switch 10.77.0.1:7471 --token-file /run/ndma-testbed/ndmatb/token
-  ndma stat --interval 5s --json`,
+		Example: `  ndma stat --switch localhost:7471 --token-file fabric.key
+  NDMA_SWITCH=localhost:7471 NDMA_TOKEN=t ndma stat --interval 5s --json
+  # in a testbed, in its host namespace (the switch's 10.77.0.1 exists only there):
+  sudo ip netns exec ndmatb-h0 ndma stat --switch 10.77.0.1:7471 --token-file /run/ndma-testbed/ndmatb/token`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if interval < 0 {
