@@ -125,27 +125,23 @@ func executeCanceled(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	rootCmd.SetContext(ctx)
 	c, _, err := rootCmd.Find(args)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// cobra keeps a context on the command it ran: set it here, and put
+	// back one that never ends for the tests that follow.
+	c.SetContext(ctx)
 	defer func() {
-		// cobra keeps the context on the commands: clear it for the tests
-		// that follow.
-		rootCmd.SetContext(nil)
-		c.SetContext(nil)
+		rootCmd.SetContext(context.Background())
+		c.SetContext(context.Background())
 	}()
-	var reset func(c *cobra.Command)
-	reset = func(c *cobra.Command) {
-		c.Flags().VisitAll(func(f *pflag.Flag) {
-			if err := f.Value.Set(f.DefValue); err != nil {
-				t.Fatalf("reset --%s: %v", f.Name, err)
-			}
-			f.Changed = false
-		})
-	}
-	reset(c)
+	c.Flags().VisitAll(func(f *pflag.Flag) {
+		if err := f.Value.Set(f.DefValue); err != nil {
+			t.Fatalf("reset --%s: %v", f.Name, err)
+		}
+		f.Changed = false
+	})
 	var out strings.Builder
 	rootCmd.SetOut(&out)
 	rootCmd.SetErr(&out)

@@ -188,9 +188,9 @@ func TestProtocolDocConstants(t *testing.T) {
 
 	row := func(valueFirst bool) *regexp.Regexp {
 		if valueFirst {
-			return regexp.MustCompile("(?m)^\\| (0x[0-9a-f]+|[0-9]+) \\| ([A-Za-z_]+) \\|")
+			return regexp.MustCompile("(?m)^[|] (0x[0-9a-f]+|[0-9]+) [|] ([A-Za-z_]+) [|]")
 		}
-		return regexp.MustCompile("(?m)^\\| ([A-Z_]+) \\| ([0-9]+) \\|")
+		return regexp.MustCompile("(?m)^[|] ([A-Z_]+) [|] ([0-9]+) [|]")
 	}
 	compareConsts(t, "opcodes", docPairs(t, "Opcodes", docSection(t, doc, "### Opcodes"), row(true), 1, 2), wire["Opcode"], "INVALID")
 	compareConsts(t, "modes", docPairs(t, "Delivery modes", docSection(t, doc, "### Delivery modes"), row(true), 1, 2), wire["Mode"])
@@ -199,7 +199,7 @@ func TestProtocolDocConstants(t *testing.T) {
 
 	// Flags: "bit N `NAME`" in the Flags row of the header's field table.
 	header := docSection(t, doc, "## Fixed header (96 bytes)")
-	flagsRow := regexp.MustCompile("(?m)^\\| Flags \\| .*$").FindString(header)
+	flagsRow := regexp.MustCompile("(?m)^[|] Flags [|] .*$").FindString(header)
 	flags := docPairs(t, "header Flags", flagsRow, regexp.MustCompile("bit ([0-7]) `([A-Z]+)`"), 1, 2)
 	for name, bit := range flags {
 		flags[name] = 1 << bit
@@ -208,8 +208,8 @@ func TestProtocolDocConstants(t *testing.T) {
 
 	// Dtype and Alu: "Dtype: `1` f32, ... Alu: `1` ADD, ..." after the opcodes.
 	ops := docSection(t, doc, "### Opcodes")
-	dt := regexp.MustCompile("(?s)Dtype: (.*?)\\. Alu:").FindStringSubmatch(ops)
-	alu := regexp.MustCompile("(?s)Alu: (.*?)\\.").FindStringSubmatch(ops)
+	dt := regexp.MustCompile("(?s)Dtype: (.*?)[.] Alu:").FindStringSubmatch(ops)
+	alu := regexp.MustCompile("(?s)Alu: (.*?)[.]").FindStringSubmatch(ops)
 	if dt == nil || alu == nil {
 		t.Fatal("PROTOCOL.md: no Dtype or Alu list after the opcodes")
 	}
@@ -219,9 +219,9 @@ func TestProtocolDocConstants(t *testing.T) {
 
 	// Control types: the Fields by type table, and any type the Type row
 	// of the control message layout names.
-	ctrlDoc := docPairs(t, "Fields by type", docSection(t, doc, "### Fields by type"), regexp.MustCompile("(?m)^\\| ([0-9]+) ([A-Z]+) \\|"), 1, 2)
+	ctrlDoc := docPairs(t, "Fields by type", docSection(t, doc, "### Fields by type"), regexp.MustCompile("(?m)^[|] ([0-9]+) ([A-Z]+) [|]"), 1, 2)
 	compareConsts(t, "control types", ctrlDoc, fabric["CtrlType"])
-	typeRow := regexp.MustCompile("(?m)^\\| Type \\| .*$").FindString(docSection(t, doc, "## Control messages (forwarding node)"))
+	typeRow := regexp.MustCompile("(?m)^[|] Type [|] .*$").FindString(docSection(t, doc, "## Control messages (forwarding node)"))
 	// It says which values are valid: it must reach the highest type.
 	var named []uint64
 	for _, g := range regexp.MustCompile("`([0-9]+)` ([A-Z]+)").FindAllStringSubmatch(typeRow, -1) {
