@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"io"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -14,6 +16,15 @@ import (
 // on standard output.
 func execute(t *testing.T, args ...string) (string, error) {
 	t.Helper()
+	var out bytes.Buffer
+	err := executeContext(t, context.Background(), &out, args...)
+	return out.String(), err
+}
+
+// executeContext is execute with the command's context ctx (canceling it
+// is what Ctrl-C does) and standard output going to out.
+func executeContext(t *testing.T, ctx context.Context, out io.Writer, args ...string) error {
+	t.Helper()
 	var reset func(c *cobra.Command)
 	reset = func(c *cobra.Command) {
 		for _, fs := range []*pflag.FlagSet{c.Flags(), c.PersistentFlags()} {
@@ -24,18 +35,17 @@ func execute(t *testing.T, args ...string) (string, error) {
 				f.Changed = false
 			})
 		}
+		c.SetContext(ctx) // cobra keeps a subcommand's context from one Execute to the next
 		for _, sub := range c.Commands() {
 			reset(sub)
 		}
 	}
 	reset(rootCmd)
-	var out bytes.Buffer
-	rootCmd.SetOut(&out)
+	rootCmd.SetOut(out)
 	rootCmd.SetArgs(args)
 	defer func() {
 		rootCmd.SetOut(nil)
 		rootCmd.SetArgs(nil)
 	}()
-	err := rootCmd.Execute()
-	return out.String(), err
+	return rootCmd.ExecuteContext(ctx)
 }

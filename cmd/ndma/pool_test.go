@@ -20,35 +20,7 @@ import (
 // against an in-process switch with two memory nodes (memd) lending 1 MiB
 // each.
 func TestPoolCommands(t *testing.T) {
-	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sw, err := fabric.New(fabric.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := fabric.NewServer(conn, sw, nil)
-	defer srv.Close()
-	addr := srv.Addr().String()
-	var nodes []*memd.Server
-	for range 2 {
-		node, err := memd.Start(memd.Config{Listen: "127.0.0.1:0", Size: 1 << 20, Perm: memnode.PermAll, Switch: addr})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer node.Close()
-		nodes = append(nodes, node)
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if out, err := execute(t, "pool", "stat", "--switch", addr, "--json"); err == nil && strings.Count(out, `"Alive":true`) == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("memory nodes did not join the pool")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	addr, _, nodes := startPool(t, 2, 1<<20)
 	out, err := execute(t, "pool", "create", "--switch", addr, "--size", "256KiB", "--stripe", "4KiB", "--replicas", "2", "--json")
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +77,16 @@ func TestPoolCommands(t *testing.T) {
 		Key    string `json:"key"`
 		Bytes  int    `json:"bytes"`
 	}
-	if err != nil || json.Unmarshal([]byte(out), &put) != nil || put.Region == 0 || put.Key == "" || put.Bytes != len(data) {
+	// With --json, put prints the new region's line (as create does)
+	// before it moves data, then the transfer's.
+	var announced struct {
+		Region uint32 `json:"region"`
+		Key    string `json:"key"`
+		Size   uint64 `json:"size"`
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if err != nil || len(lines) != 2 || json.Unmarshal([]byte(lines[0]), &announced) != nil || json.Unmarshal([]byte(lines[1]), &put) != nil ||
+		put.Region == 0 || put.Key == "" || put.Bytes != len(data) || announced.Region != put.Region || announced.Key != put.Key || announced.Size != uint64(len(data)) {
 		t.Fatalf("put into a new region: %v %q", err, out)
 	}
 	if _, err := execute(t, "pool", "get", strconv.Itoa(int(put.Region)), "--switch", addr, "--key", put.Key, "-o", back); err != nil {
@@ -157,15 +138,7 @@ func TestPoolCommands(t *testing.T) {
 	// A memory node stops: a put into the replicated region still
 	// succeeds (degraded, with a warning on stderr).
 	nodes[1].Close()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if out, err := execute(t, "pool", "stat", "--switch", addr, "--json"); err == nil && strings.Count(out, `"Alive":true`) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the stopped memory node was not declared dead")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitAlive(t, addr, 1)
 	if out, err := execute(t, "pool", "put", in, "--switch", addr, "--region", "1", "--key", created.Key); err != nil || !strings.Contains(out, "Mbit/s") {
 		t.Fatalf("degraded put: %v %q", err, out)
 	}
@@ -193,5 +166,48 @@ func TestPoolCommands(t *testing.T) {
 		} else if time.Since(start) > 3*time.Second {
 			t.Errorf("%v: took %v", bad, time.Since(start))
 		}
+	}
+}
+
+// startPool starts an in-process switch and n memory nodes (memd) lending
+// size bytes each, waits until they have joined the pool, and returns the
+// switch's address, its server and the nodes; the test's end closes them.
+func startPool(t *testing.T, n int, size int64) (string, *fabric.Server, []*memd.Server) {
+	t.Helper()
+	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := fabric.New(fabric.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := fabric.NewServer(conn, sw, nil)
+	t.Cleanup(func() { srv.Close() })
+	addr := srv.Addr().String()
+	var nodes []*memd.Server
+	for range n {
+		node, err := memd.Start(memd.Config{Listen: "127.0.0.1:0", Size: size, Perm: memnode.PermAll, Switch: addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { node.Close() })
+		nodes = append(nodes, node)
+	}
+	waitAlive(t, addr, n)
+	return addr, srv, nodes
+}
+
+// waitAlive waits until the pool at addr counts n memory nodes alive.
+func waitAlive(t *testing.T, addr string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if out, err := execute(t, "pool", "stat", "--switch", addr, "--json"); err == nil && strings.Count(out, `"Alive":true`) == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool did not come to %d memory nodes alive", n)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
