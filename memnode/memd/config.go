@@ -83,9 +83,11 @@ type Config struct {
 
 	// Switch, if not empty, is the forwarding node ("host:port") whose
 	// pool this node lends its first region to (POOLNODE), offering it
-	// again four times per second as its heartbeat; a switch not up yet
-	// is retried every second. Empty means the node serves its regions
-	// only directly.
+	// again four times per second as its heartbeat. Start waits up to a
+	// second for the switch's answer to the first offer: a refusal (a
+	// wrong Token) fails Start; no answer (a switch not up yet) is
+	// logged and the offer repeated every second in the background.
+	// Empty means the node serves its regions only directly.
 	Switch string
 
 	// Token is the fabric token for Switch's control messages.
