@@ -148,7 +148,7 @@ func (c *Config) validate() error {
 		}
 	}
 	if c.Size < 0 || c.Size > memnode.MaxRegionSize || c.Size > math.MaxInt {
-		return invalid("Size", "%d bytes (want 1 to %d)", c.Size, int64(min(memnode.MaxRegionSize, math.MaxInt)))
+		return invalid("Size", "%s (want 1 byte to %s)", formatBytes(c.Size), formatBytes(int64(min(memnode.MaxRegionSize, math.MaxInt))))
 	}
 	if c.Size == 0 && c.KeyFile == "" {
 		c.Size = DefaultSize

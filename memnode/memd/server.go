@@ -217,6 +217,9 @@ func newStore(cfg *Config) (*memnode.Store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("memd: %w", err)
 		}
+		if err := fitsMemory(cfg.Size); err != nil {
+			return nil, &FieldError{Field: "Size", Err: err}
+		}
 		// Key 0 draws a random key from crypto/rand. make gives lazily
 		// mapped zero pages, so a large region costs no memory up front.
 		if _, err := st.Alloc(int(cfg.Size), cfg.Perm, 0); err != nil {
@@ -243,6 +246,13 @@ func newStore(cfg *Config) (*memnode.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("memd: %w", err)
 	}
+	var total int64
+	for _, sp := range specs {
+		total += min(sp.Size, math.MaxInt64-total) // saturates
+	}
+	if err := fitsMemory(total); err != nil {
+		return nil, keyErr(err)
+	}
 	for _, sp := range specs {
 		if sp.Size > math.MaxInt {
 			return nil, keyErr(fmt.Errorf("key %s: %w: %d bytes exceed this platform's int", FormatKey(sp.Key), memnode.ErrBadSize, sp.Size))
@@ -252,6 +262,40 @@ func newStore(cfg *Config) (*memnode.Store, error) {
 		}
 	}
 	return st, nil
+}
+
+// ErrExceedsMemory is wrapped by the error Start returns (inside a
+// *FieldError for Size or KeyFile) when the regions together are larger
+// than the machine's RAM: the runtime could not allocate them, or the
+// node would swap.
+var ErrExceedsMemory = errors.New("regions larger than this machine's memory")
+
+// physMem is physicalMemory, replaced by tests.
+var physMem = physicalMemory
+
+// fitsMemory checks that regions of total bytes fit the machine's RAM,
+// where the system reports it (Linux); elsewhere it accepts any total.
+func fitsMemory(total int64) error {
+	ram, ok := physMem()
+	if !ok || total <= ram {
+		return nil
+	}
+	return fmt.Errorf("%w: %s of regions requested, this machine has %s of memory: ask for less",
+		ErrExceedsMemory, formatBytes(total), formatBytes(ram))
+}
+
+// formatBytes writes n bytes with a binary unit, to one decimal.
+func formatBytes(n int64) string {
+	units := []string{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+	if n < 1<<10 {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	v, i := float64(n)/(1<<10), 0
+	for v >= 1<<10 && i < len(units)-1 {
+		v /= 1 << 10
+		i++
+	}
+	return fmt.Sprintf("%.1f %s", v, units[i])
 }
 
 // FormatKey writes a region key the way memd prints it: "0x" and 16
