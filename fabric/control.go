@@ -199,6 +199,7 @@ func (s *Switch) join(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 		g.byAddr[mem.addr] = mem
 		s.addMember(mem)
 	}
+	s.logEvent(Event{Kind: EventJobJoined, Job: g.name, Group: g.id, Size: r.size})
 	t := g.table()
 	for i, j := range r.joiners {
 		s.respondTo(j.peer, j.msgID, &CtrlMsg{Type: CtrlJoin, Resp: true, Group: g.id, Member: uint16(i), Members: t, Epoch: g.epoch})

@@ -35,6 +35,7 @@ func (s *Switch) poolControl(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 	case CtrlPoolNode:
 		prev := s.mmu.NodeAt(d.Peer.Addr)
 		restarted := prev != nil && prev.Incarnation != m.Epoch
+		wasDead := prev != nil && !prev.Alive
 		s.mmu.SetNodeLimit(s.cfg.Limits.MaxPoolNodes)
 		n, err := s.mmu.AddNode(d.Peer.Addr, m.Key, m.Capacity, m.Epoch)
 		if err != nil {
@@ -42,6 +43,18 @@ func (s *Switch) poolControl(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 			return
 		}
 		n.lastSeen = now
+		ev := Event{Node: n.ID, Addr: n.Addr, Capacity: n.Capacity}
+		switch {
+		case prev == nil:
+			ev.Kind = EventPoolNodeJoined
+		case restarted:
+			ev.Kind = EventPoolNodeRestarted
+		case wasDead:
+			ev.Kind = EventPoolNodeBack
+		}
+		if ev.Kind != 0 {
+			s.logEvent(ev)
+		}
 		if restarted {
 			s.startRebuilds(now, n)
 		}
@@ -82,6 +95,7 @@ func (s *Switch) checkPoolNodes(now time.Time) {
 	for _, n := range s.mmu.Nodes() {
 		if n.Alive && now.Sub(n.lastSeen) > s.cfg.HeartbeatTimeout {
 			s.mmu.SetAlive(n, false)
+			s.logEvent(Event{Kind: EventPoolNodeDied, Node: n.ID, Addr: n.Addr})
 			s.nodeDied(now, n)
 		}
 		if !n.Alive && n.Used() == 0 && now.Sub(n.lastSeen) > s.cfg.Limits.PoolNodeTTL {

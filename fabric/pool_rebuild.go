@@ -193,6 +193,7 @@ func (s *Switch) rebuilt(from netip.AddrPort, d *transport.Delivery, m *CtrlMsg)
 	} else {
 		r.Lost[c], r.Rebuilding[c] = false, false
 		s.stats.PoolRebuilt++
+		s.logEvent(Event{Kind: EventCopyRebuilt, Region: r.ID, Copy: c, Node: r.Homes[c].Node.ID, Addr: from})
 	}
 	s.respond(d, &CtrlMsg{Type: CtrlPoolRebuilt, Resp: true})
 }

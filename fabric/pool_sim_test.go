@@ -755,6 +755,21 @@ func poolNodeRestart(t *testing.T, seed int64, link simnet.LinkConfig) {
 	if d := writes(10); d != 0 {
 		t.Errorf("seed %d: %d writes degraded after the rebuild", seed, d)
 	}
+	// The driver's log hears of the nodes, the restart and the rebuild.
+	var joined, restarted, rebuilt int
+	for _, e := range f.sw.Events(nil) {
+		switch {
+		case e.Kind == fabric.EventPoolNodeJoined:
+			joined++
+		case e.Kind == fabric.EventPoolNodeRestarted && e.Addr == ns[1].addr:
+			restarted++
+		case e.Kind == fabric.EventCopyRebuilt && e.Addr == ns[1].addr && e.Region == rep.spec.Region:
+			rebuilt++
+		}
+	}
+	if joined != len(ns) || restarted != 1 || rebuilt == 0 {
+		t.Errorf("seed %d: events: %d nodes joined, %d restarted, %d copies rebuilt; want %d, 1, at least 1", seed, joined, restarted, rebuilt, len(ns))
+	}
 	if l, rb := health(); l != 0 || rb != 0 {
 		t.Errorf("seed %d: after the rebuild %d lost, %d rebuilding columns reported", seed, l, rb)
 	}

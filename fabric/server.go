@@ -20,6 +20,7 @@ type Server struct {
 	mu      sync.Mutex
 	sw      *Switch
 	out     []netio.Datagram
+	events  []Event
 	timer   *time.Timer
 	timerAt time.Time
 	closed  bool
@@ -126,6 +127,7 @@ func (s *Server) pumpLocked(now time.Time) {
 		}
 		now = time.Now()
 	}
+	s.logEventsLocked()
 	if next.IsZero() {
 		return
 	}
@@ -133,6 +135,34 @@ func (s *Server) pumpLocked(now time.Time) {
 		s.timerAt = next
 		s.timer.Reset(max(time.Until(next), 0))
 	}
+}
+
+// logEventsLocked logs the switch's events at info level. Caller holds mu.
+func (s *Server) logEventsLocked() {
+	s.events = s.sw.Events(s.events[:0])
+	for _, e := range s.events {
+		switch e.Kind {
+		case EventJobJoined:
+			s.log.Info("switch: job joined", "job", e.Job, "group", e.Group, "size", e.Size)
+		case EventMemberDead:
+			msg := "switch: member dead (stopped heartbeating)"
+			if e.Left {
+				msg = "switch: member left"
+			}
+			s.log.Info(msg, "job", e.Job, "group", e.Group, "rank", e.Member, "addr", e.Addr)
+		case EventPoolNodeJoined:
+			s.log.Info("switch: memory node joined the pool", "node", e.Node, "addr", e.Addr, "bytes", e.Capacity)
+		case EventPoolNodeDied:
+			s.log.Info("switch: memory node dead (stopped heartbeating)", "node", e.Node, "addr", e.Addr)
+		case EventPoolNodeBack:
+			s.log.Info("switch: memory node back", "node", e.Node, "addr", e.Addr, "bytes", e.Capacity)
+		case EventPoolNodeRestarted:
+			s.log.Info("switch: memory node restarted; its copies are lost and rebuilt where another copy exists", "node", e.Node, "addr", e.Addr, "bytes", e.Capacity)
+		case EventCopyRebuilt:
+			s.log.Info("switch: lost copy rebuilt", "region", e.Region, "copy", e.Copy, "node", e.Node, "addr", e.Addr)
+		}
+	}
+	clear(s.events)
 }
 
 // Close stops the server and closes the socket. It is idempotent.

@@ -159,6 +159,7 @@ type Stats struct {
 	AuthFailures                                        uint64
 	ForwardDropped                                      uint64
 	MembersDead                                         uint64
+	EventsDropped                                       uint64 // events not queued: MaxEvents were waiting for Events
 	RendezvousExpired, PoolNodesForgotten               uint64 // control-plane entries expired (limits.go)
 	ControlPartialRefused, PoolUnproven                 uint64 // partial control requests refused; pool requests refused to unproven sources
 	FaultDrops, FaultDups, FaultReorders, FaultCorrupts uint64
@@ -237,6 +238,7 @@ type Switch struct {
 	groups     map[uint32]*group
 	names      map[string]uint32 // job or service name → group
 	jobs       map[string]*rendezvous
+	events     []Event // for Events; at most MaxEvents
 	nextID     uint32
 
 	mcast map[streamKey]*mstream

@@ -98,6 +98,7 @@ func (s *Switch) memberDead(g *group, m *member, left bool) {
 	g.dead.add(m.id, s.now)
 	g.epoch++
 	s.stats.MembersDead++
+	s.logEvent(Event{Kind: EventMemberDead, Job: g.name, Group: g.id, Member: m.id, Addr: m.addr, Left: left})
 	s.dropMemberStreams(g, m)
 	// Stop the switch's own streams to it.
 	for _, mode := range []wire.Mode{wire.ModeUnicast, wire.ModeAggregate, wire.ModeAnycast} {

@@ -117,16 +117,18 @@ var sizeUnits = []struct {
 	mult   int64
 }{
 	// Longest suffixes first, so "KiB" is not read as "...B".
-	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30},
-	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9},
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
 	{"B", 1},
 }
 
 // ParseSize parses a byte count: a non-negative decimal integer, optionally
-// followed (without a space) by a unit — B (bytes), the binary KiB, MiB and
-// GiB (powers of 1024) or the decimal KB, MB and GB (powers of 1000, as in
-// SI). Units are matched without regard to case. Examples: "4096",
-// "64KiB" (65536), "1MiB", "1GB" (10^9). Errors wrap ErrBadSize.
+// followed (without a space) by a unit — B (bytes), the binary KiB, MiB,
+// GiB and TiB (powers of 1024) or the decimal KB, MB, GB and TB (powers of
+// 1000, as in SI). Units are matched without regard to case. Examples:
+// "4096", "64KiB" (65536), "1MiB", "1GB" (10^9), "1TiB" (2^40). A count
+// beyond 2^63-1 bytes (8 EiB, more than any address space holds) is
+// refused. Errors wrap ErrBadSize.
 func ParseSize(s string) (int64, error) {
 	num, mult := s, int64(1)
 	for _, u := range sizeUnits {
@@ -137,14 +139,14 @@ func ParseSize(s string) (int64, error) {
 	}
 	if num == "" || num[0] < '0' || num[0] > '9' {
 		// Also refuses signs, which ParseInt would take.
-		return 0, fmt.Errorf("%w: %q: want a number of bytes like 4096, 64KiB or 1GiB", ErrBadSize, s)
+		return 0, fmt.Errorf("%w: %q: want a number of bytes like 4096, 64KiB, 1GiB or 1TiB", ErrBadSize, s)
 	}
 	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %q: %w", ErrBadSize, s, err)
+	if errors.Is(err, strconv.ErrRange) || err == nil && n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("%w: %q is more than 2^63-1 bytes (8 EiB), beyond any address space", ErrBadSize, s)
 	}
-	if n > math.MaxInt64/mult {
-		return 0, fmt.Errorf("%w: %q overflows int64", ErrBadSize, s)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %q: want a number of bytes like 4096, 64KiB, 1GiB or 1TiB", ErrBadSize, s)
 	}
 	return n * mult, nil
 }

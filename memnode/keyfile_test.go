@@ -27,6 +27,10 @@ func TestParseSize(t *testing.T) {
 		{"1GB", 1_000_000_000},
 		{"8589934591GiB", 8589934591 << 30},
 		{"9223372036854775807", 9223372036854775807},
+		{"1TiB", 1 << 40},
+		{"2tib", 2 << 40},
+		{"1TB", 1_000_000_000_000},
+		{"8388607TiB", 8388607 << 40},
 	} {
 		got, err := ParseSize(tc.in)
 		if err != nil || got != tc.want {
@@ -34,8 +38,9 @@ func TestParseSize(t *testing.T) {
 		}
 	}
 	for _, in := range []string{
-		"", "B", "KiB", "-1", "+1", "1.5MiB", "1 MiB", " 1", "1TiB", "1KiBB",
+		"", "B", "KiB", "-1", "+1", "1.5MiB", "1 MiB", " 1", "1PiB", "1KiBB",
 		"1iB", "0x10", "1_000", "12abc", "8589934592GiB", "9223372036854775808",
+		"8388608TiB", "9223372036854775808TB", "99999999999999999999",
 	} {
 		if got, err := ParseSize(in); !errors.Is(err, ErrBadSize) {
 			t.Errorf("ParseSize(%q) = %d, %v; want ErrBadSize", in, got, err)

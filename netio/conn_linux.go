@@ -60,7 +60,8 @@ type UDPConn struct {
 	wspan []sendSpan
 	// gsoMaxSeg is the largest datagram, in bytes, that WriteBatch
 	// coalesces; lowered when a path's MTU rejects a segment size.
-	gsoMaxSeg int
+	gsoMaxSeg  int
+	unroutable unroutableLog
 	// sendmsgs performs one sendmmsg; tests substitute it to inject
 	// errors and partial writes.
 	sendmsgs func(ms []ipv4.Message) (int, error)
@@ -488,12 +489,20 @@ func (c *UDPConn) sendPacked(nmsg int) (int, error) {
 				return sp.first, nil
 			}
 		}
-		if !isDropErrno(errno) {
+		switch {
+		case errno == unix.EINVAL:
+			// The kernel will not route from the socket's address to
+			// this destination (a loopback source, another host): the
+			// datagram is undeliverable, the rest of the batch is not.
+			c.stats.sendDrops.Add(uint64(sp.n))
+			c.unroutable.drop(c.log, c.local, c.waddr[start].AddrPort(), sp.n, err)
+		case isDropErrno(errno):
+			c.stats.sendDrops.Add(uint64(sp.n))
+			c.log.Debug("netio: datagram dropped on send", "local", c.local,
+				"dest", c.wmsgs[start].Addr, "datagrams", sp.n, "err", err)
+		default:
 			return 0, c.ioErr("sendmmsg", err)
 		}
-		c.stats.sendDrops.Add(uint64(sp.n))
-		c.log.Debug("netio: datagram dropped on send", "local", c.local,
-			"dest", c.wmsgs[start].Addr, "datagrams", sp.n, "err", err)
 		start++
 	}
 	last := c.wspan[nmsg-1]

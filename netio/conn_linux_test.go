@@ -3,12 +3,15 @@
 package netio
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -528,5 +531,60 @@ func TestRawZones(t *testing.T) {
 	r.wname = make([]unix.RawSockaddrInet6, 1)
 	if _, ok := r.putSockaddr(0, &net.UDPAddr{IP: net.ParseIP("fe80::1"), Port: 9, Zone: "lo"}); !ok || r.wname[0].Scope_id != uint32(lo.Index) {
 		t.Errorf("fe80::1%%lo encoded with scope %d, want %d", r.wname[0].Scope_id, lo.Index)
+	}
+}
+
+// TestUnroutableLoggedOnce: datagrams the kernel refuses with EINVAL (a
+// socket bound to 127.0.0.1 sending to another host) are dropped and
+// counted without failing the rest of the batch or the batches after, and
+// logged once, not once per batch.
+func TestUnroutableLoggedOnce(t *testing.T) {
+	var logs bytes.Buffer
+	src := listen(t, "127.0.0.1:0", UDPConfig{DisableGSO: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	dst := listen(t, "127.0.0.1:0", UDPConfig{})
+	out, stop := startReader(t, dst, 64)
+	defer stop()
+	remote := netip.MustParseAddrPort("192.0.2.1:7471") // TEST-NET-1
+	sendFault(src, func(ms []ipv4.Message, send func([]ipv4.Message) (int, error)) (int, error) {
+		for i := range ms {
+			if ms[i].Addr.(*net.UDPAddr).AddrPort() == remote {
+				n := 0
+				if i > 0 {
+					var err error
+					if n, err = send(ms[:i]); err != nil || n < i {
+						return n, err
+					}
+				}
+				return n, errnoErr(unix.EINVAL) // what Linux answers
+			}
+		}
+		return send(ms)
+	})
+	const batches = 40
+	for b := range batches {
+		batch := []Datagram{
+			{Addr: remote, Buf: make([]byte, 10)},
+			{Addr: dst.LocalAddr(), Buf: make([]byte, 10)},
+		}
+		fill(batch[1].Buf, uint32(b))
+		if err := src.WriteBatch(batch); err != nil {
+			t.Fatalf("batch %d: WriteBatch: %v", b, err)
+		}
+	}
+	for b := range batches {
+		select {
+		case d := <-out:
+			if s, err := check(d.buf); err != nil || s != uint32(b) {
+				t.Fatalf("got seq %d (%v), want %d", s, err, b)
+			}
+		case <-time.After(waitTimeout):
+			t.Fatalf("seq %d missing", b)
+		}
+	}
+	if s := src.Stats(); s.SendDrops != batches || s.DatagramsSent != batches {
+		t.Errorf("drops %d, sent %d; want %d each", s.SendDrops, s.DatagramsSent, batches)
+	}
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "0.0.0.0") {
+		t.Errorf("%d warnings, want 1 saying to listen on a routable address:\n%s", n, logs.String())
 	}
 }

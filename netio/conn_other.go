@@ -25,6 +25,8 @@ type UDPConn struct {
 	log      *slog.Logger
 	closed   atomic.Bool
 	stats    udpCounters
+
+	unroutable unroutableLog // writer-owned
 }
 
 // ListenUDP opens a UDP socket bound to addr ("127.0.0.1:0", "[::1]:0",
@@ -140,6 +142,11 @@ func (c *UDPConn) WriteBatch(ds []Datagram) error {
 		case err == nil:
 			sent++
 			bytes += uint64(len(ds[i].Buf))
+		case errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.EADDRNOTAVAIL):
+			// Not routable from the socket's address (a loopback
+			// source, another host).
+			drops++
+			c.unroutable.drop(c.log, c.local, ds[i].Addr, 1, err)
 		case isDropErr(err):
 			drops++
 			c.log.Debug("netio: datagram dropped on send", "local", c.local, "dest", ds[i].Addr, "err", err)

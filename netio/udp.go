@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"sync/atomic"
+	"time"
 )
 
 // Defaults applied by ListenUDP to zero-valued UDPConfig fields.
@@ -131,7 +132,10 @@ type UDPStats struct {
 	GROReceives uint64
 	// SendDrops counts datagrams WriteBatch dropped because the kernel
 	// refused that datagram (unreachable route, EMSGSIZE, ENOBUFS, a
-	// firewall's EPERM, ...), which WriteBatch treats as network loss.
+	// firewall's EPERM, a destination not routable from the socket's
+	// address such as another host from a loopback-bound socket, ...),
+	// which WriteBatch treats as network loss. Unroutable destinations
+	// are also logged, at most once a minute.
 	SendDrops uint64
 	// ReceiveDrops counts datagrams discarded on receive because they did
 	// not fit the receive buffer (over MaxDatagram, possible over IPv6).
@@ -195,4 +199,35 @@ func checkDests(ds []Datagram, ipv4Only bool) error {
 // reported as plain IPv4.
 func localAddrPort(a netip.AddrPort) netip.AddrPort {
 	return netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+}
+
+// unroutableLogEvery is how often at most a UDPConn warns about
+// datagrams the kernel would not route from the socket's address.
+const unroutableLogEvery = time.Minute
+
+// unroutableLog rate-limits the warning for datagrams the kernel refuses
+// to send from the socket's address to their destination (EINVAL: a
+// socket bound to a loopback address cannot reach another host). Every
+// such datagram is dropped and counted in SendDrops; the warning goes out
+// for the first, then at most once per unroutableLogEvery with the number
+// dropped since. Owned by the writer.
+type unroutableLog struct {
+	next    time.Time
+	dropped uint64
+}
+
+func (u *unroutableLog) drop(log *slog.Logger, local, dest netip.AddrPort, n int, err error) {
+	u.dropped += uint64(n)
+	now := time.Now()
+	if now.Before(u.next) {
+		return
+	}
+	u.next = now.Add(unroutableLogEvery)
+	attrs := []any{"local", local, "dest", dest, "dropped", u.dropped, "err", err}
+	if local.Addr().IsLoopback() && !dest.Addr().IsLoopback() {
+		log.Warn("netio: a socket bound to a loopback address cannot send to another host; datagrams dropped (listen on a routable address or 0.0.0.0)", attrs...)
+	} else {
+		log.Warn("netio: the kernel refuses to send from this address to that destination; datagrams dropped", attrs...)
+	}
+	u.dropped = 0
 }

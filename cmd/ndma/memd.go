@@ -61,7 +61,7 @@ SIGINT or SIGTERM shuts the node down gracefully.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", memd.DefaultListen, "UDP `address` to serve on (host:port)")
-	fl.StringVar(&f.size, "size", "64MiB", "size of the region without --key-file: bytes, or with a unit KiB, MiB, GiB, KB, MB, GB")
+	fl.StringVar(&f.size, "size", "64MiB", "size of the region without --key-file (at most the machine's memory and 1TiB): bytes, or with a unit KiB, MiB, GiB, TiB, KB, MB, GB, TB")
 	fl.StringVar(&f.perm, "perm", "rwav", "permissions of the region without --key-file: r(ead) w(rite) a(tomic) v(ector)")
 	fl.StringVar(&f.keyFile, "key-file", "", "`file` listing the regions to expose (\"<hex key> <size> <perm>\" per line) instead of --size and --perm")
 	fl.StringVar(&f.metrics, "metrics", "", "TCP `address` to serve Prometheus metrics on at /metrics (default: none)")
@@ -158,7 +158,7 @@ func formatSize(n int64) string {
 	for _, u := range []struct {
 		suffix string
 		mult   int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
 		if n >= u.mult && n%u.mult == 0 {
 			return fmt.Sprintf("%d%s", n/u.mult, u.suffix)
 		}

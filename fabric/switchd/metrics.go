@@ -91,6 +91,8 @@ var metrics = []metric{
 		nil, func(st *Stats) uint64 { return st.Switch.ForwardDropped }),
 	counter("members_dead_total", "Members declared dead (missed heartbeats) or gone (left).",
 		nil, func(st *Stats) uint64 { return st.Switch.MembersDead }),
+	counter("events_dropped_total", "Job and pool events not logged because fabric.MaxEvents were already waiting.",
+		nil, func(st *Stats) uint64 { return st.Switch.EventsDropped }),
 
 	faultCounter("drop", func(st *Stats) uint64 { return st.Switch.FaultDrops }),
 	faultCounter("dup", func(st *Stats) uint64 { return st.Switch.FaultDups }),

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/ndma/ndma/memnode"
@@ -49,7 +50,8 @@ const (
 // Config configures a memory node. Every field's zero value selects the
 // documented default; Start validates the result.
 type Config struct {
-	// Listen is the UDP address to serve on, "host:port". Empty means
+	// Listen is the UDP address to serve on, "host:port"; with Switch on
+	// another host it must not be a loopback address. Empty means
 	// DefaultListen (":7470", every interface). Port 0 picks a free port;
 	// Server.Addr reports it.
 	Listen string
@@ -83,9 +85,11 @@ type Config struct {
 
 	// Switch, if not empty, is the forwarding node ("host:port") whose
 	// pool this node lends its first region to (POOLNODE), offering it
-	// again four times per second as its heartbeat; a switch not up yet
-	// is retried every second. Empty means the node serves its regions
-	// only directly.
+	// again four times per second as its heartbeat. Start waits up to a
+	// second for the switch's answer to the first offer: a refusal (a
+	// wrong Token) fails Start; no answer (a switch not up yet) is
+	// logged and the offer repeated every second in the background.
+	// Empty means the node serves its regions only directly.
 	Switch string
 
 	// Token is the fabric token for Switch's control messages.
@@ -119,6 +123,16 @@ func invalid(field, format string, a ...any) error {
 	return &FieldError{Field: field, Err: fmt.Errorf("%w: "+format, append([]any{ErrConfig}, a...)...)}
 }
 
+// loopbackHost reports whether host, from a listen address, is a loopback
+// address or "localhost".
+func loopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
+}
+
 // validate checks c and fills in defaults.
 func (c *Config) validate() error {
 	if c.Listen == "" {
@@ -133,8 +147,13 @@ func (c *Config) validate() error {
 		}
 	}
 	if c.Switch != "" {
-		if _, err := netip.ParseAddrPort(c.Switch); err != nil {
+		sw, err := netip.ParseAddrPort(c.Switch)
+		if err != nil {
 			return invalid("Switch", "%q: want an IP address and port: %v", c.Switch, err)
+		}
+		if host, _, _ := net.SplitHostPort(c.Listen); loopbackHost(host) && !sw.Addr().Unmap().IsLoopback() {
+			return invalid("Listen", "%s is a loopback address, from which the switch at %s (another host) cannot be reached: listen on a routable address or 0.0.0.0",
+				c.Listen, c.Switch)
 		}
 	}
 	if c.KeyFile != "" {
@@ -146,7 +165,7 @@ func (c *Config) validate() error {
 		}
 	}
 	if c.Size < 0 || c.Size > memnode.MaxRegionSize || c.Size > math.MaxInt {
-		return invalid("Size", "%d bytes (want 1 to %d)", c.Size, int64(min(memnode.MaxRegionSize, math.MaxInt)))
+		return invalid("Size", "%s (want 1 byte to %s)", formatBytes(c.Size), formatBytes(int64(min(memnode.MaxRegionSize, math.MaxInt))))
 	}
 	if c.Size == 0 && c.KeyFile == "" {
 		c.Size = DefaultSize

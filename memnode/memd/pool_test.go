@@ -2,12 +2,18 @@ package memd
 
 import (
 	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/wire"
 )
 
 // TestLendToPool: a memory node started with Switch lends its region to
@@ -62,4 +68,75 @@ func TestLendToPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait("the stopped node is dead", func(n []fabric.PoolNodeInfo) bool { return len(n) == 1 && !n[0].Alive })
+}
+
+// startSwitch serves a fabric switch with token on a loopback port.
+func startSwitch(t *testing.T, token []byte) string {
+	t.Helper()
+	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := fabric.New(fabric.Config{Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsrv := fabric.NewServer(conn, sw, nil)
+	t.Cleanup(func() { fsrv.Close() })
+	return fsrv.Addr().String()
+}
+
+// TestLendWrongTokenFailsStart: a switch that refuses the node's first
+// pool offer for its fabric token fails Start with an error naming the
+// cause, instead of a node that retries in the background forever.
+func TestLendWrongTokenFailsStart(t *testing.T) {
+	addr := startSwitch(t, []byte("right"))
+	srv, err := Start(Config{Listen: "127.0.0.1:0", Size: 1 << 20, Switch: addr, Token: []byte("wrong")})
+	if err == nil {
+		srv.Close()
+		t.Fatal("Start with a wrong token succeeded")
+	}
+	fe, ok := errors.AsType[*FieldError](err)
+	if !ok || fe.Field != "Switch" || !errors.Is(err, ErrLendRefused) || !errors.Is(err, wire.StatusAuth) {
+		t.Fatalf("Start: %v; want a *FieldError for Switch wrapping ErrLendRefused and wire.StatusAuth", err)
+	}
+	if !strings.Contains(err.Error(), "token") || !strings.Contains(err.Error(), addr) {
+		t.Errorf("error %q does not name the token and the switch", err)
+	}
+}
+
+// TestLendNoAnswerRetries: a switch address where nothing answers yet does
+// not fail Start (the switch may come up later); the node says so once.
+func TestLendNoAnswerRetries(t *testing.T) {
+	quiet, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{}) // bound, never read
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer quiet.Close()
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(&lockedWriter{mu: &mu, w: &logs}, nil))
+	srv, err := Start(Config{Listen: "127.0.0.1:0", Size: 1 << 20, Switch: quiet.LocalAddr().String(), Logger: log})
+	if err != nil {
+		t.Fatalf("Start with a silent switch: %v", err)
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(logs.String(), "no switch answers yet"); n != 1 {
+		t.Errorf("%d log lines say no switch answers, want 1:\n%s", n, logs.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
 )
 
 // ShutdownTimeout bounds how long Close waits for metrics scrapes in
@@ -121,22 +122,74 @@ func Start(cfg Config) (*Server, error) {
 	s.lendDone = make(chan struct{})
 	if cfg.Switch == "" {
 		close(s.lendDone)
-	} else {
-		ctx, cancel := context.WithCancel(context.Background())
-		s.stopLend = cancel
-		go s.lend(ctx, cfg.Switch, cfg.Token, regions[0])
+	} else if err := s.startLending(cfg.Switch, cfg.Token, regions[0]); err != nil {
+		close(s.lendDone)
+		s.abort()
+		return nil, err
 	}
 	return s, nil
 }
 
-// lend offers region r to the switch's pool until the switch accepts it
-// (retrying every second), then lets the endpoint repeat the offer as the
-// node's heartbeat until ctx ends.
+// startLending makes the first offer of region r to the switch sw. A
+// switch that refuses it (a wrong fabric token, a pool that cannot take
+// the node) fails the start with a *FieldError for Switch: retrying would
+// not change the answer. A switch that does not answer yet (not started,
+// restarting) is offered the region again every second in the background
+// until it accepts; the endpoint then repeats the offer as the node's
+// heartbeat.
+func (s *Server) startLending(sw string, token []byte, r memnode.RegionInfo) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopLend = cancel
+	node, err := s.ep.PoolLend(ctx, sw, r.Key, uint64(r.Size), endpoint.FabricOptions{Token: token})
+	if err == nil {
+		s.log.Info("memd: lending to the pool", "switch", sw, "node", node, "key", FormatKey(r.Key), "bytes", r.Size)
+		close(s.lendDone)
+		return nil
+	}
+	if refusal(err) {
+		cancel()
+		return &FieldError{Field: "Switch", Err: explainLendRefusal(sw, err)}
+	}
+	s.log.Warn("memd: no switch answers yet; offering the region again every second", "switch", sw, "err", err)
+	go s.lend(ctx, sw, token, r)
+	return nil
+}
+
+// ErrLendRefused is wrapped by the error Start returns (inside a
+// *FieldError for Switch) when the switch answers the node's first pool
+// offer with a refusal; errors.Is also matches the switch's wire.Status
+// (wire.StatusAuth for a fabric token the switch does not accept).
+var ErrLendRefused = errors.New("the switch refused this node's pool offer")
+
+// refusal reports whether err is the switch's answer (a status) rather
+// than the lack of one.
+func refusal(err error) bool {
+	_, ok := errors.AsType[wire.Status](err)
+	return ok
+}
+
+func explainLendRefusal(sw string, err error) error {
+	if errors.Is(err, wire.StatusAuth) {
+		return fmt.Errorf("%w: %s: %w: this node's fabric token is not the switch's; start memd with the switch's token", ErrLendRefused, sw, err)
+	}
+	return fmt.Errorf("%w: %s: %w", ErrLendRefused, sw, err)
+}
+
+// lend offers region r to the switch's pool every second until the switch
+// accepts it, then lets the endpoint repeat the offer as the node's
+// heartbeat until ctx ends. It logs when the answer changes (no answer,
+// a refusal), not every try.
 func (s *Server) lend(ctx context.Context, sw string, token []byte, r memnode.RegionInfo) {
 	defer close(s.lendDone)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	refused := false // the last answer was a refusal
 	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 		node, err := s.ep.PoolLend(ctx, sw, r.Key, uint64(r.Size), endpoint.FabricOptions{Token: token})
 		if err == nil {
 			s.log.Info("memd: lending to the pool", "switch", sw, "node", node, "key", FormatKey(r.Key), "bytes", r.Size)
@@ -145,11 +198,13 @@ func (s *Server) lend(ctx context.Context, sw string, token []byte, r memnode.Re
 		if ctx.Err() != nil || errors.Is(err, endpoint.ErrClosed) {
 			return
 		}
-		s.log.Warn("memd: pool offer refused or unanswered; retrying", "switch", sw, "err", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+		if now := refusal(err); now != refused {
+			refused = now
+			if now {
+				s.log.Error("memd: the switch refuses the pool offer; retrying every second", "switch", sw, "err", explainLendRefusal(sw, err))
+			} else {
+				s.log.Warn("memd: the switch stopped answering; retrying every second", "switch", sw, "err", err)
+			}
 		}
 	}
 }
@@ -161,6 +216,9 @@ func newStore(cfg *Config) (*memnode.Store, error) {
 		st, err := memnode.NewStore(memnode.Config{MaxRegions: 1})
 		if err != nil {
 			return nil, fmt.Errorf("memd: %w", err)
+		}
+		if err := fitsMemory(cfg.Size); err != nil {
+			return nil, &FieldError{Field: "Size", Err: err}
 		}
 		// Key 0 draws a random key from crypto/rand. make gives lazily
 		// mapped zero pages, so a large region costs no memory up front.
@@ -188,6 +246,13 @@ func newStore(cfg *Config) (*memnode.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("memd: %w", err)
 	}
+	var total int64
+	for _, sp := range specs {
+		total += min(sp.Size, math.MaxInt64-total) // saturates
+	}
+	if err := fitsMemory(total); err != nil {
+		return nil, keyErr(err)
+	}
 	for _, sp := range specs {
 		if sp.Size > math.MaxInt {
 			return nil, keyErr(fmt.Errorf("key %s: %w: %d bytes exceed this platform's int", FormatKey(sp.Key), memnode.ErrBadSize, sp.Size))
@@ -197,6 +262,40 @@ func newStore(cfg *Config) (*memnode.Store, error) {
 		}
 	}
 	return st, nil
+}
+
+// ErrExceedsMemory is wrapped by the error Start returns (inside a
+// *FieldError for Size or KeyFile) when the regions together are larger
+// than the machine's RAM: the runtime could not allocate them, or the
+// node would swap.
+var ErrExceedsMemory = errors.New("regions larger than this machine's memory")
+
+// physMem is physicalMemory, replaced by tests.
+var physMem = physicalMemory
+
+// fitsMemory checks that regions of total bytes fit the machine's RAM,
+// where the system reports it (Linux); elsewhere it accepts any total.
+func fitsMemory(total int64) error {
+	ram, ok := physMem()
+	if !ok || total <= ram {
+		return nil
+	}
+	return fmt.Errorf("%w: %s of regions requested, this machine has %s of memory: ask for less",
+		ErrExceedsMemory, formatBytes(total), formatBytes(ram))
+}
+
+// formatBytes writes n bytes with a binary unit, to one decimal.
+func formatBytes(n int64) string {
+	units := []string{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+	if n < 1<<10 {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	v, i := float64(n)/(1<<10), 0
+	for v >= 1<<10 && i < len(units)-1 {
+		v /= 1 << 10
+		i++
+	}
+	return fmt.Sprintf("%.1f %s", v, units[i])
 }
 
 // FormatKey writes a region key the way memd prints it: "0x" and 16
@@ -266,6 +365,17 @@ func (s *Server) Run(ctx context.Context) error {
 	case err = <-failed:
 	}
 	return errors.Join(err, s.Close())
+}
+
+// abort releases what a failed Start opened: the metrics listener, the
+// endpoint and its socket.
+func (s *Server) abort() {
+	if s.metrics != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
+		_ = s.metrics.Shutdown(ctx)
+		cancel()
+	}
+	_ = s.ep.Close()
 }
 
 // Close shuts the node down: it stops the metrics server gracefully

@@ -85,6 +85,8 @@ func TestStartErrors(t *testing.T) {
 		{"listen in use", Config{Listen: busy.LocalAddr().String()}, "Listen", nil, 0},
 		{"metrics without port", Config{MetricsAddr: "localhost"}, "MetricsAddr", ErrConfig, 0},
 		{"metrics in use", Config{MetricsAddr: busyTCP.Addr().String()}, "MetricsAddr", nil, 0},
+		{"loopback listen, remote switch", Config{Listen: "127.0.0.1:0", Switch: "192.0.2.1:7471"}, "Listen", ErrConfig, 0},
+		{"localhost listen, remote switch", Config{Listen: "localhost:0", Switch: "[2001:db8::1]:7471"}, "Listen", ErrConfig, 0},
 		{"negative size", Config{Size: -1}, "Size", ErrConfig, 0},
 		{"huge size", Config{Size: memnode.MaxRegionSize + 1}, "Size", ErrConfig, 0},
 		{"unknown perm bits", Config{Perm: 0x80}, "Perm", ErrConfig, 0},
