@@ -158,6 +158,9 @@ func (g *Group) heartbeats() {
 			return
 		case op := <-done:
 			inflight--
+			if errors.Is(op.Err, wire.StatusMemberDead) {
+				g.countedDead()
+			}
 			if op.Err != nil && !errors.Is(op.Err, ErrClosed) {
 				g.ep.log.Debug("endpoint: heartbeat", "group", g.id, "err", op.Err)
 			}
@@ -176,6 +179,21 @@ func (g *Group) heartbeats() {
 		}
 		inflight++
 	}
+}
+
+// countedDead handles the switch's answer that it counted this member
+// dead (its heartbeats stopped arriving in time): the other members have
+// failed the operations that needed it and moved on, so every operation
+// of this member in the group fails too, with a *MemberError naming this
+// member, instead of waiting for members that no longer wait for it.
+func (g *Group) countedDead() {
+	g.ep.mu.Lock()
+	defer g.ep.mu.Unlock()
+	if g.ep.closed || g.ep.core.DeadMember(g.id, g.rank) != nil {
+		return
+	}
+	g.ep.core.memberDead(&MemberError{Group: g.id, Member: g.rank})
+	g.ep.pumpLocked(time.Now())
 }
 
 func (g *Group) stopHeartbeats() {
