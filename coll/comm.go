@@ -150,7 +150,13 @@ func New(ctx context.Context, cfg Config) (*Communicator, error) {
 		if job == "" {
 			job = "ndma"
 		}
-		g, err := cfg.Endpoint.JoinJob(ctx, cfg.Switch, job, cfg.Size, cfg.Rank, endpoint.FabricOptions{Token: cfg.Token})
+		jt := cfg.JoinTimeout
+		if jt <= 0 {
+			jt = DefaultJoinTimeout
+		}
+		jctx, cancel := context.WithTimeout(ctx, jt)
+		g, err := cfg.Endpoint.JoinJob(jctx, cfg.Switch, job, cfg.Size, cfg.Rank, endpoint.FabricOptions{Token: cfg.Token})
+		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("coll: rendezvous: %w", err)
 		}

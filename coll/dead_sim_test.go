@@ -4,11 +4,17 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"net/netip"
+	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/netio/simnet"
+	"github.com/ndma/ndma/transport"
 )
 
 // deadCase is one collective the ranks repeat until a rank dies.
@@ -130,4 +136,53 @@ func TestSimDeadRankFailsEveryRank(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestSimDuplicateRankRefused: a second process joining with a rank
+// another already holds is refused at once, naming the holder, instead
+// of waiting for the rendezvous to time out.
+func TestSimDuplicateRankRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net := simnet.New(3)
+		ctx, cancel := context.WithCancel(context.Background())
+		served := make(chan error, 1)
+		go func() { served <- net.Serve(ctx) }()
+		swAddr := netip.MustParseAddrPort("10.0.0.1:7471")
+		s, err := fabric.New(fabric.Config{Transport: transport.Config{MTU: 9000, Seed: 3}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := fabric.NewServer(net.ListenConn(swAddr, simnet.LinkConfig{}, simnet.LinkConfig{}), s, nil)
+		var eps []*endpoint.Endpoint
+		for i := range 2 {
+			addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, 0, byte(i)}), 9000)
+			ep, err := endpoint.New(net.ListenConn(addr, figLink(), figLink()), endpoint.Config{Transport: transport.Config{MTU: 9000, Seed: uint64(i) + 1}}, endpoint.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			eps = append(eps, ep)
+		}
+		first := make(chan error, 1)
+		go func() {
+			_, err := New(ctx, Config{Endpoint: eps[0], Rank: 1, Size: 3, Switch: swAddr.String(), Job: "dup"})
+			first <- err
+		}()
+		time.Sleep(10 * time.Millisecond) // the first JOIN is at the switch
+		start := time.Now()
+		_, err = New(context.Background(), Config{Endpoint: eps[1], Rank: 1, Size: 3, Switch: swAddr.String(), Job: "dup"})
+		if !errors.Is(err, endpoint.ErrRankTaken) || !strings.Contains(err.Error(), "rank 1 of job \"dup\" is already taken by 10.1.0.0:9000") {
+			t.Fatalf("second rank 1: %v, want it refused naming 10.1.0.0:9000", err)
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("refused after %v", took)
+		}
+		t.Log(err)
+		for _, ep := range eps {
+			ep.Close()
+		}
+		<-first
+		srv.Close()
+		cancel()
+		<-served
+	})
 }

@@ -33,6 +33,10 @@ func (o *FabricOptions) heartbeat() time.Duration {
 // with something unexpected.
 var ErrControl = errors.New("endpoint: control exchange failed")
 
+// ErrRankTaken is JoinJob's error when another process (another address)
+// already joined the job with the rank asked for.
+var ErrRankTaken = errors.New("endpoint: rank taken")
+
 // control sends one control request to the switch and returns its
 // response.
 //
@@ -113,6 +117,14 @@ func (ep *Endpoint) JoinJob(ctx context.Context, sw string, job string, size, ra
 	resp, err := ep.control(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlJoin, Job: job, Size: size, Rank: rank}, opts.Token)
 	if err != nil {
 		return nil, fmt.Errorf("endpoint: join %q: %w", job, err)
+	}
+	if resp.Group == 0 {
+		// The switch's refusal of a rank another process holds.
+		var holder netip.AddrPort
+		if len(resp.Members) == 1 {
+			holder = resp.Members[0].Addr
+		}
+		return nil, fmt.Errorf("%w: rank %d of job %q is already taken by %v", ErrRankTaken, resp.Member, job, holder)
 	}
 	ep.mu.Lock()
 	ep.core.SetMember(resp.Group, resp.Member)
