@@ -254,12 +254,12 @@ func (bt *msgBatch) postSwitch(op *endpoint.Op) {
 // send posts a message of data to rank to. data must not change until
 // wait returns.
 func (bt *msgBatch) send(to int, t uint64, data []byte) {
-	bt.post(&endpoint.Op{Kind: endpoint.KindSendMsg, Peer: bt.c.peers[to], Comm: bt.c.id, Tag: t, Buf: data})
+	bt.post(bt.c.sendOp(to, t, data))
 }
 
 // recv posts a receive of exactly len(buf) bytes from rank from.
 func (bt *msgBatch) recv(from int, t uint64, buf []byte) {
-	bt.post(&endpoint.Op{Kind: endpoint.KindRecvMsg, Peer: bt.c.peers[from], Comm: bt.c.id, Tag: t, Buf: buf})
+	bt.post(bt.c.recvOp(from, t, buf))
 }
 
 // wait waits for every op posted since the last wait and returns the
@@ -280,11 +280,7 @@ func (bt *msgBatch) wait(ctx context.Context) error {
 			}
 			return ctx.Err()
 		}
-		err := op.Err
-		if err == nil && op.Kind == endpoint.KindRecvMsg && op.N != len(op.Buf) {
-			err = fmt.Errorf("%w: %v sent %d bytes, expected %d", ErrArg, op.Peer, op.N, len(op.Buf))
-		}
-		if err != nil && first == nil {
+		if err := bt.c.opErr(op); err != nil && first == nil {
 			first = err
 		}
 	}

@@ -241,7 +241,7 @@ func (c *Communicator) execute(ctx context.Context, p callPlan) error {
 	case p.err != nil:
 		return p.err
 	case p.gop != nil:
-		return c.ep.Do(ctx, p.gop)
+		return c.rankErr(c.ep.Do(ctx, p.gop), p.gop)
 	case p.host != nil:
 		return p.host(ctx)
 	}
@@ -294,7 +294,7 @@ func ctxTimeout(ctx context.Context) time.Duration {
 func (c *Communicator) awaitOp(ctx context.Context, op *endpoint.Op) error {
 	select {
 	case <-op.Done():
-		return op.Err
+		return c.rankErr(op.Err, op)
 	case <-ctx.Done():
 		c.ep.Cancel(op)
 		<-op.Done()
@@ -319,7 +319,8 @@ func (w *sendWindow) send(ctx context.Context, to int, t uint64, data []byte) er
 		}
 		w.ops = w.ops[1:]
 	}
-	op := &endpoint.Op{Kind: endpoint.KindSendMsg, Peer: w.c.peers[to], Comm: w.c.id, Tag: t, Buf: data, Timeout: ctxTimeout(ctx)}
+	op := w.c.sendOp(to, t, data)
+	op.Timeout = ctxTimeout(ctx)
 	if err := w.c.ep.Start(op, nil); err != nil {
 		return err
 	}

@@ -149,8 +149,8 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 		if r == c.rank {
 			continue
 		}
-		op, err := c.ep.StartSendMsg(c.peers[r], c.id, t, mine, nil)
-		if err != nil {
+		op := c.sendOp(r, t, mine)
+		if err := c.ep.Start(op, nil); err != nil {
 			return nil, err
 		}
 		sends = append(sends, op)
@@ -166,13 +166,8 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 		all[r] = [2]int{int(int64(binary.LittleEndian.Uint64(buf))), int(int64(binary.LittleEndian.Uint64(buf[8:])))}
 	}
 	for _, op := range sends {
-		select {
-		case <-op.Done():
-			if op.Err != nil {
-				return nil, op.Err
-			}
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		if err := c.awaitOp(ctx, op); err != nil {
+			return nil, fmt.Errorf("coll: split: %w", err)
 		}
 	}
 	if color < 0 {

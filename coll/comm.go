@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/transport"
 )
 
 // Errors.
@@ -47,7 +49,51 @@ type Config struct {
 	// Logger receives debug logs (the algorithm chosen per call); nil
 	// discards.
 	Logger *slog.Logger
+	// Liveness bounds how long a host algorithm's receive waits for a
+	// rank that sends nothing, on a communicator without a switch: after
+	// Liveness with no byte of the expected message, the collective fails
+	// with a *RankError naming the rank. A rank computing for longer than
+	// Liveness before entering a collective makes the others fail, so
+	// keep it above the longest such gap. Zero means DefaultLiveness;
+	// negative, no bound. With a switch, a rank that dies is reported by
+	// the switch after its heartbeat timeout and every pending operation
+	// with it fails then, whatever Liveness says.
+	Liveness time.Duration
+	// JoinTimeout bounds the rendezvous at the switch: New fails after it
+	// (or when ctx ends, if sooner) saying how many ranks joined and which
+	// are missing. Zero means DefaultJoinTimeout.
+	JoinTimeout time.Duration
 }
+
+// Defaults of Config.
+const (
+	DefaultLiveness    = time.Minute
+	DefaultJoinTimeout = time.Minute
+)
+
+// RankError reports a collective that failed because of one rank: the
+// switch reported it dead (or gone), or, without a switch, it sent
+// nothing for Config.Liveness. Unwrap gives the cause: an
+// *endpoint.MemberError, endpoint.ErrPeerSilent or a *transport.PeerError.
+type RankError struct {
+	Rank int
+	Err  error
+}
+
+func (e *RankError) Error() string {
+	var me *endpoint.MemberError
+	switch {
+	case errors.As(e.Err, &me) && me.Left:
+		return fmt.Sprintf("coll: rank %d left the communicator (%v)", e.Rank, e.Err)
+	case errors.As(e.Err, &me):
+		return fmt.Sprintf("coll: rank %d died: the switch stopped hearing from it (%v)", e.Rank, e.Err)
+	case errors.Is(e.Err, endpoint.ErrPeerSilent):
+		return fmt.Sprintf("coll: rank %d is silent, taken for dead (%v; see Config.Liveness)", e.Rank, e.Err)
+	}
+	return fmt.Sprintf("coll: rank %d is unreachable (%v)", e.Rank, e.Err)
+}
+
+func (e *RankError) Unwrap() error { return e.Err }
 
 // Communicator is a group of ranks that run collectives together, MPI
 // style. Every rank must call the same collectives in the same order with
@@ -65,6 +111,7 @@ type Communicator struct {
 	id    uint32 // context id: messages of different communicators never match
 	log   *slog.Logger
 	tuner Tuner
+	idle  time.Duration // two-sided receives' Idle bound (no switch)
 
 	mu     sync.Mutex
 	seq    uint64 // collective calls so far (tags keep overlapping calls apart)
@@ -87,6 +134,12 @@ func New(ctx context.Context, cfg Config) (*Communicator, error) {
 	}
 	c := &Communicator{ep: cfg.Endpoint, rank: cfg.Rank, size: cfg.Size, sw: cfg.Switch, token: cfg.Token, log: log, tuner: DefaultTuner{}}
 	switch {
+	case cfg.Liveness == 0:
+		c.idle = DefaultLiveness
+	case cfg.Liveness > 0:
+		c.idle = cfg.Liveness
+	}
+	switch {
 	case cfg.Switch != "":
 		ap, err := netip.ParseAddrPort(cfg.Switch)
 		if err != nil {
@@ -97,7 +150,13 @@ func New(ctx context.Context, cfg Config) (*Communicator, error) {
 		if job == "" {
 			job = "ndma"
 		}
-		g, err := cfg.Endpoint.JoinJob(ctx, cfg.Switch, job, cfg.Size, cfg.Rank, endpoint.FabricOptions{Token: cfg.Token})
+		jt := cfg.JoinTimeout
+		if jt <= 0 {
+			jt = DefaultJoinTimeout
+		}
+		jctx, cancel := context.WithTimeout(ctx, jt)
+		g, err := cfg.Endpoint.JoinJob(jctx, cfg.Switch, job, cfg.Size, cfg.Rank, endpoint.FabricOptions{Token: cfg.Token})
+		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("coll: rendezvous: %w", err)
 		}
@@ -163,34 +222,92 @@ func (c *Communicator) call() (uint64, error) {
 // within the algorithm.
 func tag(seq uint64, step int) uint64 { return seq<<20 | uint64(step)&(1<<20-1) }
 
-func (c *Communicator) send(ctx context.Context, to int, t uint64, data []byte) error {
-	return c.ep.SendMsg(ctx, c.peers[to], c.id, t, data)
+// sendOp is a two-sided send of data to rank to. With a switch it is
+// bound to the rank's group membership, so it fails as soon as the
+// switch reports the rank dead. Token holds the rank (for opErr).
+func (c *Communicator) sendOp(to int, t uint64, data []byte) *endpoint.Op {
+	op := &endpoint.Op{Kind: endpoint.KindSendMsg, Peer: c.peers[to], Comm: c.id, Tag: t, Buf: data, Token: uint64(to)}
+	if c.group != nil {
+		op.Group, op.From = c.group.ID(), uint16(to)
+	}
+	return op
 }
 
-func (c *Communicator) recv(ctx context.Context, from int, t uint64, buf []byte) error {
-	n, err := c.ep.RecvMsg(ctx, c.peers[from], c.id, t, buf)
-	if err == nil && n != len(buf) {
-		return fmt.Errorf("%w: rank %d sent %d bytes, expected %d", ErrArg, from, n, len(buf))
+// recvOp is a two-sided receive from rank from into buf: bound to the
+// rank's group membership with a switch, bounded by Config.Liveness
+// without one.
+func (c *Communicator) recvOp(from int, t uint64, buf []byte) *endpoint.Op {
+	op := &endpoint.Op{Kind: endpoint.KindRecvMsg, Peer: c.peers[from], Comm: c.id, Tag: t, Buf: buf, Token: uint64(from)}
+	if c.group != nil {
+		op.Group, op.From = c.group.ID(), uint16(from)
+	} else {
+		op.Idle = c.idle
+	}
+	return op
+}
+
+// opErr is the error of a completed op: a failure caused by one rank (it
+// died, left, went silent or became unreachable) as a *RankError naming
+// it; a message shorter than its buffer (every collective's message sizes
+// follow from its arguments) as ErrArg.
+func (c *Communicator) opErr(op *endpoint.Op) error {
+	err := op.Err
+	if err == nil {
+		if op.Kind == endpoint.KindRecvMsg && op.N != len(op.Buf) {
+			return fmt.Errorf("%w: rank %d sent %d bytes, expected %d", ErrArg, op.Token, op.N, len(op.Buf))
+		}
+		return nil
+	}
+	return c.rankErr(err, op)
+}
+
+// rankErr names the rank behind err when one is: the member a
+// *endpoint.MemberError names (a group's member ids are its ranks), or
+// the peer of a two-sided op that went silent or unreachable.
+func (c *Communicator) rankErr(err error, op *endpoint.Op) error {
+	var re *RankError
+	if err == nil || errors.As(err, &re) {
+		return err
+	}
+	var me *endpoint.MemberError
+	if errors.As(err, &me) && c.group != nil && me.Group == c.group.ID() {
+		return &RankError{Rank: int(me.Member), Err: err}
+	}
+	var pe *transport.PeerError
+	if op != nil && (op.Kind == endpoint.KindSendMsg || op.Kind == endpoint.KindRecvMsg) &&
+		(errors.Is(err, endpoint.ErrPeerSilent) || errors.As(err, &pe)) {
+		return &RankError{Rank: int(op.Token), Err: err}
 	}
 	return err
 }
 
+func (c *Communicator) send(ctx context.Context, to int, t uint64, data []byte) error {
+	op := c.sendOp(to, t, data)
+	if err := c.ep.Do(ctx, op); err != nil {
+		return c.rankErr(err, op)
+	}
+	return nil
+}
+
+func (c *Communicator) recv(ctx context.Context, from int, t uint64, buf []byte) error {
+	op := c.recvOp(from, t, buf)
+	if err := c.ep.Do(ctx, op); err != nil {
+		return c.rankErr(err, op)
+	}
+	return c.opErr(op)
+}
+
 // sendrecv sends to one rank while receiving from another.
 func (c *Communicator) sendrecv(ctx context.Context, to int, sbuf []byte, from int, rbuf []byte, t uint64) error {
-	sop, err := c.ep.StartSendMsg(c.peers[to], c.id, t, sbuf, nil)
-	if err != nil {
+	sop := c.sendOp(to, t, sbuf)
+	if err := c.ep.Start(sop, nil); err != nil {
 		return err
 	}
 	rerr := c.recv(ctx, from, t, rbuf)
-	select {
-	case <-sop.Done():
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := c.awaitOp(ctx, sop); err != nil && rerr == nil {
+		rerr = err
 	}
-	if rerr != nil {
-		return rerr
-	}
-	return sop.Err
+	return rerr
 }
 
 // Members returns the member table (rank → endpoint address).

@@ -64,12 +64,15 @@ func (k Kind) opcode() wire.Opcode {
 // Errors of the endpoint layer. Remote refusals are wire.Status values
 // (errors.Is(err, wire.StatusBadKey)); see OpError.
 var (
-	ErrTimeout   = errors.New("endpoint: operation timed out")
-	ErrCanceled  = errors.New("endpoint: operation canceled")
-	ErrClosed    = errors.New("endpoint: closed")
-	ErrBadOp     = errors.New("endpoint: invalid operation")
-	ErrShortRead = errors.New("endpoint: response longer than the read buffer")
-	ErrTruncated = errors.New("endpoint: message longer than the receive buffer")
+	ErrTimeout = errors.New("endpoint: operation timed out")
+	// ErrPeerSilent (wrapping ErrTimeout) fails a RecvMsg whose peer sent
+	// nothing of its message for the op's Idle time.
+	ErrPeerSilent = fmt.Errorf("%w: the peer went silent", ErrTimeout)
+	ErrCanceled   = errors.New("endpoint: operation canceled")
+	ErrClosed     = errors.New("endpoint: closed")
+	ErrBadOp      = errors.New("endpoint: invalid operation")
+	ErrShortRead  = errors.New("endpoint: response longer than the read buffer")
+	ErrTruncated  = errors.New("endpoint: message longer than the receive buffer")
 )
 
 // OpError describes a failed operation: what it was, against which peer,
@@ -118,8 +121,13 @@ type Op struct {
 	// Group operations.
 	Group uint32 // group id (from Group/Service handles)
 	From  uint16 // Recv: the sending member
-	Recv  []byte // Aggregate: result buffer (root or every member); nil for a non-root Reduce
-	Root  int    // Aggregate: -1 = allreduce, else the member that gets the result
+	// A two-sided send or receive (SendMsg, RecvMsg) that sets Group is
+	// with member From of that group (Peer is its address): when the
+	// switch reports the member dead or gone, or this endpoint itself
+	// counted dead, the op fails with a *MemberError, at once if the
+	// switch said so before it was posted.
+	Recv []byte // Aggregate: result buffer (root or every member); nil for a non-root Reduce
+	Root int    // Aggregate: -1 = allreduce, else the member that gets the result
 	// Deterministic asks the switch to reduce in member order (bitwise
 	// reproducible floats).
 	Deterministic bool
@@ -154,6 +162,11 @@ type Op struct {
 	// Two-sided messages.
 	Comm uint32 // communicator (context) id: messages match only within one
 	Tag  uint64 // tag: messages match only with the same tag
+	// Idle, for a RecvMsg, fails the receive with ErrPeerSilent when no
+	// fragment of its message arrives for that long (from the post, then
+	// from the last fragment): a liveness bound for peers no switch
+	// watches. Zero: none.
+	Idle time.Duration
 
 	// Results.
 	N    int    // RecvMsg: length of the message received
@@ -166,13 +179,15 @@ type Op struct {
 	mkey   msgMatch       // RecvMsg: the message it matches
 	gkey   gopKey
 
-	msgID    uint64
-	deadline time.Time
-	asm      reassembly // the message it receives: a response, a multicast, a two-sided message
-	posted   bool
-	finished bool
-	done     chan struct{} // closed on completion by Endpoint
-	cq       chan<- *Op
+	msgID     uint64
+	deadline  time.Time  // the earlier of timeoutAt and idleAt that is set
+	timeoutAt time.Time  // from Timeout
+	idleAt    time.Time  // from Idle (RecvMsg)
+	asm       reassembly // the message it receives: a response, a multicast, a two-sided message
+	posted    bool
+	finished  bool
+	done      chan struct{} // closed on completion by Endpoint
+	cq        chan<- *Op
 }
 
 // Config configures a Core or Endpoint. Zero values select defaults.
@@ -282,7 +297,11 @@ type Core struct {
 	aggSeq      map[uint32]uint64 // per group: last aggregation id
 	rxSeq       map[gopKey]uint64 // per (group, sender): last multicast id received
 	deadMembers map[gopKey]*MemberError
-	admitFn     func(*transport.Delivery) bool
+	// brokenGroups: per group, the first member crash the switch reported
+	// (one entry per joined group, freed by LeaveGroup): two-sided
+	// messages bound to the group fail with it (memberDead).
+	brokenGroups map[uint32]*MemberError
+	admitFn      func(*transport.Delivery) bool
 
 	// Two-sided messages (core_msg.go).
 	sendSeq  map[msgStream]uint64
@@ -437,6 +456,14 @@ func (c *Core) Post(now time.Time, op *Op) error {
 		to = transport.PeerID{Addr: op.Peer, Group: op.Group, Member: wire.MemberAll, Mode: wire.ModeAnycast}
 		payload = op.Buf
 	case KindSendMsg:
+		if me := c.msgPeerGone(op); me != nil {
+			// The switch reported the member gone: fail now rather than
+			// resend to it until the transport gives up.
+			c.start(now, op)
+			op.fail(me)
+			c.complete(op)
+			return nil
+		}
 		h = c.msgHeader(op)
 		payload = op.Buf
 	default:
@@ -471,12 +498,25 @@ func (c *Core) start(now time.Time, op *Op) {
 	if t <= 0 && !op.Kind.longRunning() {
 		t = c.cfg.OpTimeout
 	}
-	op.deadline = time.Time{}
+	op.deadline, op.timeoutAt, op.idleAt = time.Time{}, time.Time{}, time.Time{}
 	if t > 0 {
-		op.deadline = now.Add(t)
-		if c.nextDL.IsZero() || op.deadline.Before(c.nextDL) {
-			c.nextDL = op.deadline
-		}
+		op.timeoutAt = now.Add(t)
+	}
+	if op.Kind == KindRecvMsg && op.Idle > 0 {
+		op.idleAt = now.Add(op.Idle)
+	}
+	c.armDeadline(op)
+}
+
+// armDeadline sets op's deadline to the earlier of its timeout and its
+// idle bound and makes sure Poll looks at it by then.
+func (c *Core) armDeadline(op *Op) {
+	op.deadline = op.timeoutAt
+	if !op.idleAt.IsZero() && (op.deadline.IsZero() || op.idleAt.Before(op.deadline)) {
+		op.deadline = op.idleAt
+	}
+	if !op.deadline.IsZero() && (c.nextDL.IsZero() || op.deadline.Before(c.nextDL)) {
+		c.nextDL = op.deadline
 	}
 	c.stats.OpsPosted++
 	c.stats.OpsByKind[op.Kind&7]++
@@ -731,7 +771,11 @@ func (c *Core) expire(now time.Time, op *Op) {
 		return // no deadline of its own
 	}
 	if !now.Before(op.deadline) {
-		op.fail(ErrTimeout)
+		if !op.idleAt.IsZero() && !now.Before(op.idleAt) {
+			op.fail(fmt.Errorf("%w: nothing from %v for %v", ErrPeerSilent, op.Peer, op.Idle))
+		} else {
+			op.fail(ErrTimeout)
+		}
 		c.finish(op)
 	} else if c.nextDL.IsZero() || op.deadline.Before(c.nextDL) {
 		c.nextDL = op.deadline

@@ -2,7 +2,9 @@ package endpoint
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/ndma/ndma/transport"
@@ -201,6 +203,7 @@ func (c *Core) initGroups() {
 	c.aggSeq = make(map[uint32]uint64)
 	c.rxSeq = make(map[gopKey]uint64)
 	c.deadMembers = make(map[gopKey]*MemberError)
+	c.brokenGroups = make(map[uint32]*MemberError)
 	c.admitFn = c.admit
 }
 
@@ -244,6 +247,7 @@ func (c *Core) LeaveGroup(group uint32) {
 			delete(c.deadMembers, k)
 		}
 	}
+	delete(c.brokenGroups, group)
 	for k, u := range c.unexp {
 		if k.k.group == group {
 			delete(c.unexp, k)
@@ -468,15 +472,30 @@ func (c *Core) onEvent(h *wire.Header) {
 // memberDead fails the group ops that need the member: receives from it
 // and, when it crashed (rather than left), aggregations and multicasts
 // that did not ask to continue.
+//
+// Two-sided messages bound to the group (Op.Group set on a SendMsg or
+// RecvMsg) are a collective's steps: when a member crashes, every rank's
+// collective fails, and a rank waiting on another survivor would wait for
+// a message that survivor no longer sends. So a crash breaks the group
+// for them: every such op in flight fails with the crash's *MemberError,
+// and so does every later one (until LeaveGroup). A member that left only
+// fails the ops with it.
 func (c *Core) memberDead(me *MemberError) {
 	c.deadMembers[gopKey{group: me.Group, member: me.Member}] = me
+	if !me.Left && c.brokenGroups[me.Group] == nil {
+		c.brokenGroups[me.Group] = me
+	}
 	for _, op := range c.gops {
 		if op.Group != me.Group {
 			continue
 		}
 		switch op.Kind {
 		case KindRecv:
-			if op.From != me.Member {
+			if op.From != me.Member && !c.isSelf(me) {
+				continue
+			}
+		case KindRecvMsg:
+			if op.From != me.Member && me.Left {
 				continue
 			}
 		case KindMulticast, KindAggregate:
@@ -492,6 +511,23 @@ func (c *Core) memberDead(me *MemberError) {
 		op.fail(me)
 		c.finish(op)
 	}
+	// Two-sided sends to the member (those bound to the group).
+	for _, id := range slices.Sorted(maps.Keys(c.ops)) {
+		op := c.ops[id]
+		if op.Kind == KindSendMsg && op.Group == me.Group && (op.From == me.Member || !me.Left) {
+			op.fail(me)
+			c.finish(op)
+		}
+	}
+}
+
+// isSelf reports whether me names this endpoint's own membership: the
+// switch counted it dead (its heartbeats did not arrive in time), so the
+// other members gave up on it and none of its group's operations can
+// complete.
+func (c *Core) isSelf(me *MemberError) bool {
+	self, ok := c.joined[me.Group]
+	return ok && self == me.Member
 }
 
 // DeadMember reports whether the switch told us member m of group g died.

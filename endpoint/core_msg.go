@@ -66,16 +66,34 @@ func (c *Core) postRecvMsg(now time.Time, op *Op) {
 	c.start(now, op)
 	c.gops[op.gkey] = op
 	c.recvs[k] = op
-	u := c.unexpMsg[k]
-	if u == nil {
-		return
+	if u := c.unexpMsg[k]; u != nil {
+		delete(c.unexpMsg, k)
+		c.release(u)
+		if !c.beginRecvMsg(op, u.asm.total) {
+			return
+		}
+		c.takeUnexpected(op, u, op.Buf)
 	}
-	delete(c.unexpMsg, k)
-	c.release(u)
-	if !c.beginRecvMsg(op, u.asm.total) {
-		return
+	if me := c.msgPeerGone(op); me != nil && !op.finished {
+		// What the member sent before it died was taken above; nothing
+		// more of it will come.
+		op.fail(me)
+		c.finish(op)
 	}
-	c.takeUnexpected(op, u, op.Buf)
+}
+
+// msgPeerGone returns why a two-sided op bound to a group member
+// (op.Group set) cannot complete: the switch reported the member gone, or
+// a member of the group (this endpoint included) crashed, which breaks
+// the group for two-sided traffic (see memberDead). Nil otherwise.
+func (c *Core) msgPeerGone(op *Op) *MemberError {
+	if op.Group == 0 {
+		return nil
+	}
+	if me := c.brokenGroups[op.Group]; me != nil {
+		return me
+	}
+	return c.deadMembers[gopKey{group: op.Group, member: op.From}]
 }
 
 // beginRecvMsg starts receiving a message of n bytes into op.Buf, taking
@@ -116,6 +134,9 @@ func (c *Core) onMsg(d *transport.Delivery) {
 		}
 		if c.placeFrag(op, d) {
 			c.finish(op)
+		} else if !op.finished && op.Idle > 0 {
+			op.idleAt = c.now.Add(op.Idle) // the peer is sending: progress
+			c.armDeadline(op)
 		}
 		return
 	}

@@ -33,6 +33,10 @@ func (o *FabricOptions) heartbeat() time.Duration {
 // with something unexpected.
 var ErrControl = errors.New("endpoint: control exchange failed")
 
+// ErrRankTaken is JoinJob's error when another process (another address)
+// already joined the job with the rank asked for.
+var ErrRankTaken = errors.New("endpoint: rank taken")
+
 // control sends one control request to the switch and returns its
 // response.
 //
@@ -114,6 +118,14 @@ func (ep *Endpoint) JoinJob(ctx context.Context, sw string, job string, size, ra
 	if err != nil {
 		return nil, fmt.Errorf("endpoint: join %q: %w", job, err)
 	}
+	if resp.Group == 0 {
+		// The switch's refusal of a rank another process holds.
+		var holder netip.AddrPort
+		if len(resp.Members) == 1 {
+			holder = resp.Members[0].Addr
+		}
+		return nil, fmt.Errorf("%w: rank %d of job %q is already taken by %v", ErrRankTaken, resp.Member, job, holder)
+	}
 	ep.mu.Lock()
 	ep.core.SetMember(resp.Group, resp.Member)
 	ep.core.SetGroupSwitch(resp.Group, ap)
@@ -158,6 +170,9 @@ func (g *Group) heartbeats() {
 			return
 		case op := <-done:
 			inflight--
+			if errors.Is(op.Err, wire.StatusMemberDead) {
+				g.countedDead()
+			}
 			if op.Err != nil && !errors.Is(op.Err, ErrClosed) {
 				g.ep.log.Debug("endpoint: heartbeat", "group", g.id, "err", op.Err)
 			}
@@ -176,6 +191,21 @@ func (g *Group) heartbeats() {
 		}
 		inflight++
 	}
+}
+
+// countedDead handles the switch's answer that it counted this member
+// dead (its heartbeats stopped arriving in time): the other members have
+// failed the operations that needed it and moved on, so every operation
+// of this member in the group fails too, with a *MemberError naming this
+// member, instead of waiting for members that no longer wait for it.
+func (g *Group) countedDead() {
+	g.ep.mu.Lock()
+	defer g.ep.mu.Unlock()
+	if g.ep.closed || g.ep.core.DeadMember(g.id, g.rank) != nil {
+		return
+	}
+	g.ep.core.memberDead(&MemberError{Group: g.id, Member: g.rank})
+	g.ep.pumpLocked(time.Now())
 }
 
 func (g *Group) stopHeartbeats() {

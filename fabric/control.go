@@ -145,6 +145,11 @@ func (s *Switch) join(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 				s.respond(d, &CtrlMsg{Type: CtrlJoin, Resp: true, Group: g.id, Member: mem.id, Members: g.table(), Epoch: g.epoch})
 				return
 			}
+			if m.Rank >= 0 && m.Rank < len(g.members) && g.members[m.Rank] != nil && g.members[m.Rank].alive {
+				s.stats.ControlRefused++
+				s.respond(d, &CtrlMsg{Type: CtrlJoin, Resp: true, Member: uint16(m.Rank), Members: []MemberInfo{{ID: uint16(m.Rank), Addr: g.members[m.Rank].addr}}})
+				return
+			}
 		}
 		s.reply(d.Peer, &d.Header, wire.StatusBusy, 0) // name in use
 		return
@@ -180,8 +185,15 @@ func (s *Switch) join(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 			}
 		}
 	}
-	if rank < 0 || rank >= r.size || (r.joiners[rank] != nil && r.joiners[rank].peer.Addr != d.Peer.Addr) {
+	if rank < 0 || rank >= r.size {
 		s.reply(d.Peer, &d.Header, wire.StatusBusy, 0)
+		return
+	}
+	if j := r.joiners[rank]; j != nil && j.peer.Addr != d.Peer.Addr {
+		// Two processes with one rank: tell the second who holds it (a
+		// JOIN response of group 0 whose one member is the holder).
+		s.stats.ControlRefused++
+		s.respond(d, &CtrlMsg{Type: CtrlJoin, Resp: true, Member: uint16(rank), Members: []MemberInfo{{ID: uint16(rank), Addr: j.peer.Addr}}})
 		return
 	}
 	if r.joiners[rank] == nil {
