@@ -2,6 +2,7 @@ package endpoint
 
 import (
 	"bytes"
+	"errors"
 	"net/netip"
 	"testing"
 
@@ -176,5 +177,33 @@ func TestPartialRequestsBounded(t *testing.T) {
 	step(t, c, now, hostileAddr, f.packet(h, fill(10, 1)))
 	if c.Stats().RequestsServed != served+1 {
 		t.Fatal("the request under way was not served")
+	}
+}
+
+// TestMemberLeftFailsNoMessage: a member that left finished its part, and
+// a message to or from it may still be in flight when the switch's notice
+// arrives: its leaving fails no two-sided op bound to it. Its crash fails
+// them all, naming it.
+func TestMemberLeftFailsNoMessage(t *testing.T) {
+	c := groupCore(t, Config{})
+	now := simnet.Epoch()
+	peer := netip.MustParseAddrPort("10.0.0.9:9")
+	send := &Op{Kind: KindSendMsg, Peer: peer, Comm: 1, Tag: 1, Buf: make([]byte, 8), Group: 7, From: 3}
+	recv := &Op{Kind: KindRecvMsg, Peer: peer, Comm: 1, Tag: 2, Buf: make([]byte, 8), Group: 7, From: 3}
+	for _, op := range []*Op{send, recv} {
+		if err := c.Post(now, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := newForger()
+	step(t, c, now, swAddr, f.packet(wire.Header{Op: wire.OpEvent, Group: 7, Status: wire.StatusMemberDead, Operand1: 3, Operand2: 1, MsgID: 1, Dst: wire.MemberAll}, nil))
+	if done := pollDone(c, now); len(done) != 0 {
+		t.Fatalf("member 3 left: %d ops failed (%v), want none", len(done), done[0].Err)
+	}
+	step(t, c, now, swAddr, f.packet(wire.Header{Op: wire.OpEvent, Group: 7, Status: wire.StatusMemberDead, Operand1: 3, MsgID: 2, Dst: wire.MemberAll}, nil))
+	done := pollDone(c, now)
+	var me *MemberError
+	if len(done) != 2 || !errors.As(done[0].Err, &me) || me.Member != 3 || me.Left {
+		t.Fatalf("member 3 crashed: %d ops done, err %v", len(done), done)
 	}
 }

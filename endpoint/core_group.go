@@ -478,8 +478,10 @@ func (c *Core) onEvent(h *wire.Header) {
 // collective fails, and a rank waiting on another survivor would wait for
 // a message that survivor no longer sends. So a crash breaks the group
 // for them: every such op in flight fails with the crash's *MemberError,
-// and so does every later one (until LeaveGroup). A member that left only
-// fails the ops with it.
+// and so does every later one (until LeaveGroup). A member that left
+// fails no two-sided op: it finished its part, and a message to or from
+// it may still be in flight when the switch's notice arrives (the
+// transport's dead timeout ends a send it never acknowledges).
 func (c *Core) memberDead(me *MemberError) {
 	c.deadMembers[gopKey{group: me.Group, member: me.Member}] = me
 	if !me.Left && c.brokenGroups[me.Group] == nil {
@@ -495,7 +497,10 @@ func (c *Core) memberDead(me *MemberError) {
 				continue
 			}
 		case KindRecvMsg:
-			if op.From != me.Member && me.Left {
+			// A member that left finished its part: what it sent may
+			// still be on its way (its messages and the switch's notice
+			// travel apart), so its leaving fails no receive.
+			if me.Left {
 				continue
 			}
 		case KindMulticast, KindAggregate:
@@ -514,7 +519,7 @@ func (c *Core) memberDead(me *MemberError) {
 	// Two-sided sends to the member (those bound to the group).
 	for _, id := range slices.Sorted(maps.Keys(c.ops)) {
 		op := c.ops[id]
-		if op.Kind == KindSendMsg && op.Group == me.Group && (op.From == me.Member || !me.Left) {
+		if op.Kind == KindSendMsg && op.Group == me.Group && !me.Left {
 			op.fail(me)
 			c.finish(op)
 		}

@@ -83,7 +83,8 @@ func (c *Core) postRecvMsg(now time.Time, op *Op) {
 }
 
 // msgPeerGone returns why a two-sided op bound to a group member
-// (op.Group set) cannot complete: the switch reported the member gone, or
+// (op.Group set) cannot complete: the switch reported the member crashed
+// (one that left fails nothing: see memberDead), or
 // a member of the group (this endpoint included) crashed, which breaks
 // the group for two-sided traffic (see memberDead). Nil otherwise.
 func (c *Core) msgPeerGone(op *Op) *MemberError {
@@ -93,7 +94,10 @@ func (c *Core) msgPeerGone(op *Op) *MemberError {
 	if me := c.brokenGroups[op.Group]; me != nil {
 		return me
 	}
-	return c.deadMembers[gopKey{group: op.Group, member: op.From}]
+	if me := c.deadMembers[gopKey{group: op.Group, member: op.From}]; me != nil && !me.Left {
+		return me
+	}
+	return nil
 }
 
 // beginRecvMsg starts receiving a message of n bytes into op.Buf, taking
