@@ -87,8 +87,14 @@ type OpError struct {
 	Err  error
 }
 
+// Error names the operation, its peer and, for a memory access, the
+// address; never the key, which is a capability.
 func (e *OpError) Error() string {
-	return fmt.Sprintf("%v %v key=%#x addr=%#x: %v", e.Kind, e.Peer, e.Key, e.Addr, e.Err)
+	switch e.Kind {
+	case KindRead, KindWrite, KindCAS, KindFetchAdd, KindVector, KindChain, KindOptim:
+		return fmt.Sprintf("%v %v at %#x: %v", e.Kind, e.Peer, e.Addr, e.Err)
+	}
+	return fmt.Sprintf("%v %v: %v", e.Kind, e.Peer, e.Err)
 }
 
 // Unwrap returns the cause.

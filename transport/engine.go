@@ -54,11 +54,18 @@ type PeerID struct {
 	Mode   wire.Mode
 }
 
+// String names the peer for people: its address, and for a group
+// stream the group, the member (or "switch" for a forwarding node's
+// stream) and the mode.
 func (p PeerID) String() string {
-	if p.Mode != wire.ModeUnicast {
-		return fmt.Sprintf("%v/g%d/m%d/%v", p.Addr, p.Group, p.Member, p.Mode)
+	if p.Group == 0 && p.Member == 0 && p.Mode == wire.ModeUnicast {
+		return p.Addr.String()
 	}
-	return fmt.Sprintf("%v/g%d/m%d", p.Addr, p.Group, p.Member)
+	who := fmt.Sprintf("member %d", p.Member)
+	if p.Member == wire.MemberAll {
+		who = "switch"
+	}
+	return fmt.Sprintf("%v (group %d, %s, %v)", p.Addr, p.Group, who, p.Mode)
 }
 
 // PeerError reports that a peer stopped acknowledging for DeadTimeout.

@@ -217,3 +217,21 @@ func TestMalformedCounted(t *testing.T) {
 		t.Fatalf("malformed %d", e.Stats().Malformed)
 	}
 }
+
+// TestPeerIDString: a point-to-point peer is its address; a group stream
+// says group, member (or switch) and mode in words.
+func TestPeerIDString(t *testing.T) {
+	a := netip.MustParseAddrPort("10.0.0.1:7471")
+	for _, c := range []struct {
+		id   PeerID
+		want string
+	}{
+		{PeerID{Addr: a}, "10.0.0.1:7471"},
+		{PeerID{Addr: a, Group: 3, Member: wire.MemberAll, Mode: wire.ModeMulticast}, "10.0.0.1:7471 (group 3, switch, multicast)"},
+		{PeerID{Addr: a, Group: 3, Member: 2}, "10.0.0.1:7471 (group 3, member 2, unicast)"},
+	} {
+		if got := c.id.String(); got != c.want {
+			t.Errorf("%q, want %q", got, c.want)
+		}
+	}
+}
