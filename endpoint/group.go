@@ -66,8 +66,19 @@ func (ep *Endpoint) control(ctx context.Context, sw netip.AddrPort, req *fabric.
 }
 
 // explainRefusal adds what the switch said in Operand1 (operand) to a
-// refused Join, Register or Lookup.
+// refused Join, Register, Lookup or PoolCreate.
 func explainRefusal(req *fabric.CtrlMsg, err error, operand uint64) error {
+	if req.Type == fabric.CtrlPoolCreate && errors.Is(err, wire.StatusBusy) {
+		switch operand >> 56 {
+		case 1:
+			return fmt.Errorf("%w: the region needs %d memory nodes (a column each, and one per copy) and %d are alive",
+				err, operand>>16&0xFFFF, operand&0xFFFF)
+		case 2:
+			return fmt.Errorf("%w: pool full: %s requested, %s free on the memory nodes it would use",
+				err, humanBytes(req.Pool.Size*uint64(max(req.Pool.Replicas, 1))), humanBytes(operand&(1<<56-1)))
+		}
+		return err
+	}
 	if !req.Type.CarriesMTU() {
 		return err
 	}
@@ -478,4 +489,18 @@ func (ep *Endpoint) lookup(ctx context.Context, sw netip.AddrPort, service strin
 	ep.svcIDs[service] = resp.Group
 	ep.mu.Unlock()
 	return resp.Group, nil
+}
+
+// humanBytes writes n bytes with a binary unit (KiB, MiB, GiB, TiB).
+func humanBytes(n uint64) string {
+	units := []string{"bytes", "KiB", "MiB", "GiB", "TiB"}
+	v, u := float64(n), 0
+	for v >= 1024 && u < len(units)-1 {
+		v /= 1024
+		u++
+	}
+	if u == 0 {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	return fmt.Sprintf("%.1f %s", v, units[u])
 }

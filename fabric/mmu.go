@@ -273,6 +273,33 @@ func (m *MMU) Nodes() []*PoolNode { return m.nodes }
 // SetAlive marks a memory node alive or dead (heartbeats).
 func (m *MMU) SetAlive(n *PoolNode, alive bool) { n.Alive = alive }
 
+// ShortError is a refused Create that the pool could not hold: ErrNoNodes
+// (Need memory nodes, Have alive) or ErrNoSpace (Need bytes, Have free on
+// the nodes it would use). errors.Is(err, ErrNoNodes/ErrNoSpace) is true.
+type ShortError struct {
+	Err        error
+	Need, Have uint64
+}
+
+func (e *ShortError) Error() string {
+	if e.Err == ErrNoNodes {
+		return fmt.Sprintf("%v: need %d, %d alive", e.Err, e.Need, e.Have)
+	}
+	return fmt.Sprintf("%v: need %d bytes, %d free", e.Err, e.Need, e.Have)
+}
+
+// Unwrap returns ErrNoNodes or ErrNoSpace.
+func (e *ShortError) Unwrap() error { return e.Err }
+
+// Operand encodes the refusal for a POOLCREATE answer's Operand1: the
+// kind in the top byte (1 nodes, 2 bytes), Need and Have below it.
+func (e *ShortError) Operand() uint64 {
+	if e.Err == ErrNoNodes {
+		return 1<<56 | min(e.Need, 1<<16-1)<<16 | min(e.Have, 1<<16-1)
+	}
+	return 2<<56 | min(e.Have, 1<<56-1) // the request's size the client knows
+}
+
 // Create makes a region of size bytes striped by stripe over columns live
 // memory nodes (0: all of them, the default spreading, but no more than
 // the region has stripes), with replicas copies of every stripe and
@@ -301,8 +328,8 @@ func (m *MMU) Create(size, stripe uint64, columns, replicas int, perm memnode.Pe
 			columns = min(columns, max(int(min((size+stripe-1)/stripe, MaxColumns)), replicas))
 		}
 	}
-	if columns > len(live) || len(live) == 0 {
-		return nil, fmt.Errorf("%w: want %d, have %d", ErrNoNodes, max(columns, 1), len(live))
+	if want := max(columns, replicas, 1); want > len(live) {
+		return nil, &ShortError{Err: ErrNoNodes, Need: uint64(want), Have: uint64(len(live))}
 	}
 	l, err := NewLayout(size, stripe, columns, replicas)
 	if err != nil {
@@ -320,7 +347,11 @@ func (m *MMU) Create(size, stripe uint64, columns, replicas int, perm memnode.Pe
 			for k := range c {
 				r.Homes[k].Node.release(r.Homes[k].Base, l.ColumnBytes(k))
 			}
-			return nil, fmt.Errorf("%w: %d bytes on node %v (%d free)", ErrNoSpace, l.ColumnBytes(c), n.Addr, n.Capacity-n.used)
+			var free uint64
+			for _, n := range live {
+				free += n.Capacity - n.used
+			}
+			return nil, &ShortError{Err: ErrNoSpace, Need: l.ColumnBytes(c) * uint64(columns), Have: free}
 		}
 		r.Homes[c] = Home{Node: n, Base: off}
 	}

@@ -59,8 +59,15 @@ func (s *Switch) createPool(d *transport.Delivery, m *CtrlMsg) {
 	r, err := s.mmu.Create(p.Size, p.Stripe, p.Columns, p.Replicas, memnode.Perm(p.Perm))
 	switch {
 	case errors.Is(err, ErrNoSpace), errors.Is(err, ErrNoNodes):
+		// Operand1 says what is short (ShortError.Operand), so that the
+		// client can tell its user.
+		var short *ShortError
+		operand := uint64(0)
+		if errors.As(err, &short) {
+			operand = short.Operand()
+		}
 		s.stats.ControlRefused++
-		s.reply(d.Peer, &d.Header, wire.StatusBusy, 0)
+		s.reply(d.Peer, &d.Header, wire.StatusBusy, operand)
 		return
 	case err != nil:
 		s.stats.ControlRefused++
