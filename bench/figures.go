@@ -8,7 +8,7 @@ import (
 	"github.com/ndma/ndma/coll"
 )
 
-// Figure is one of the testbed issue's targets computed from suite rows:
+// Figure is one of the testbed's targets computed from suite rows:
 // what was measured against what was asked, so that a suite run on any
 // machine says at once which targets it reaches.
 type Figure struct {
@@ -22,7 +22,7 @@ type Figure struct {
 	Detail   string  `json:"detail"` // the rows the value comes from
 }
 
-// Targets of the testbed issue (8 hosts, 100 Mbit/s, MTU 9000).
+// The testbed's targets (8 hosts, 100 Mbit/s, MTU 9000).
 const (
 	figBcastBound     = 1.15 // in-network Bcast of 16 MiB within this times S/B
 	figAllreduceBound = 1.2  // in-network Allreduce of 16 MiB within this times S/B
@@ -32,7 +32,7 @@ const (
 	figLarge          = 16 << 20
 )
 
-// SuiteFigures computes the testbed issue's figures from rows, for each
+// SuiteFigures computes the testbed targets from rows, for each
 // (ranks, link rate) the rows hold, in the order those first appear. A
 // figure whose rows are missing (an operation, size or algorithm the
 // suite did not run) is left out.
@@ -172,7 +172,7 @@ func opTitle(op coll.Operation) string {
 func writeFigures(w *bufio.Writer, figs []Figure) {
 	for i, f := range figs {
 		if i == 0 || f.Ranks != figs[i-1].Ranks || f.RateBits != figs[i-1].RateBits || f.PeakBits != figs[i-1].PeakBits {
-			fmt.Fprintf(w, "\n### The testbed issue's figures, %d ranks, %s\n\n", f.Ranks, LinksText(f.RateBits, f.PeakBits))
+			fmt.Fprintf(w, "\n### Testbed targets, %d ranks, %s\n\n", f.Ranks, LinksText(f.RateBits, f.PeakBits))
 			fmt.Fprintln(w, "| Figure | Target | Measured | | From |")
 			fmt.Fprintln(w, "|---|---|--:|---|---|")
 		}

@@ -61,8 +61,8 @@ func TestSuiteFigures(t *testing.T) {
 
 	md := figuresMarkdown(figs)
 	for _, s := range []string{
-		"### The testbed issue's figures, 8 ranks, 100mbit links",
-		"### The testbed issue's figures, 4 ranks, 100mbit links",
+		"### Testbed targets, 8 ranks, 100mbit links",
+		"### Testbed targets, 4 ranks, 100mbit links",
 		"| in-network Bcast 16M, over S/B | ≤ 1.15× | 1.100× | met |",
 		"| in-network Allreduce 16M, over S/B | ≤ 1.20× | 1.300× | missed |",
 	} {
@@ -80,7 +80,7 @@ func TestSuiteFigures(t *testing.T) {
 	if len(pf) != 2 || pf[0].PeakBits != 0 || pf[1].PeakBits != 2*rate {
 		t.Errorf("rows without and with a peak rate: %+v; want a figure for each", pf)
 	}
-	if md := figuresMarkdown(pf); !strings.Contains(md, "### The testbed issue's figures, 8 ranks, 100mbit links, peak 200mbit") {
+	if md := figuresMarkdown(pf); !strings.Contains(md, "### Testbed targets, 8 ranks, 100mbit links, peak 200mbit") {
 		t.Errorf("figures Markdown lacks the peak rate's setup:\n%s", md)
 	}
 

@@ -465,7 +465,7 @@ func ReadSuiteJSON(r io.Reader) ([]SuiteRow, error) {
 
 // WriteSuiteMarkdown writes rows as Markdown: a table per operation, in
 // the order the operations first appear, with each row's latency against
-// the S/B bound and its CPU time, then the testbed issue's figures that
+// the S/B bound and its CPU time, then the testbed targets that
 // the rows allow (SuiteFigures), each marked met or missed.
 func WriteSuiteMarkdown(w io.Writer, rows []SuiteRow) error {
 	bw := bufio.NewWriter(w)

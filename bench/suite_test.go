@@ -103,7 +103,7 @@ func TestWriteSuiteMarkdown(t *testing.T) {
 		}
 	}
 	// The figures the rows allow follow the tables: the small-Bcast one.
-	tables, figs, ok := strings.Cut(md, "### The testbed issue's figures, 4 ranks, 100mbit links")
+	tables, figs, ok := strings.Cut(md, "### Testbed targets, 4 ranks, 100mbit links")
 	if !ok || !strings.Contains(figs, "| in-network Bcast ≤ 64K, best host algorithm / in-network (2 sizes) | ≥ 1× at every size |") {
 		t.Errorf("Markdown lacks the figures section:\n%s", md)
 	}

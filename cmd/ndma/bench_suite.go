@@ -46,8 +46,8 @@ included; "CPU per call" divides it by warm-up + iterations calls.
 Into --out it writes suite.jsonl (JSON Lines: bench coll's row plus
 warmup, rate_bits, bound_us, cpu_ranks_s, cpu_switch_s, cpu_s,
 cpu_per_call_us), suite.md (a Markdown table per operation, with the
-latency over the S/B bound, size*8/rate, then the testbed issue's
-figures the rows allow, each marked met or missed) and, per operation,
+latency over the S/B bound, size*8/rate, then the testbed targets
+the rows allow, each marked met or missed) and, per operation,
 <op>-latency.png (log-log, with the bound) and <op>-cpu.png. Standard
 output gets the Markdown, or with --json the JSON Lines.
 
