@@ -355,23 +355,7 @@ func TestSwitchAggregationSlotsExpire(t *testing.T) {
 		t.Fatalf("switch transport after the refusals: %+v; want every event acknowledged", tr)
 	}
 	// The next allreduce of all three succeeds with the right sum.
-	var next []*endpoint.Op
-	for i := range 3 {
-		op := aggOp(f, []int64{int64(1000 * (i + 1)), int64(i)}, time.Minute)
-		if err := f.cores[i].Post(f.now, op); err != nil {
-			t.Fatal(err)
-		}
-		next = append(next, op)
-	}
-	f.drive(t, allDone(next), time.Second, nil)
-	for i, op := range next {
-		if op.Err != nil {
-			t.Fatalf("member %d: allreduce after the expiry: %v", i, op.Err)
-		}
-		if got, want := op.Recv, i64le([]int64{6000, 3}); !bytes.Equal(got, want) {
-			t.Fatalf("member %d: allreduce result %v, want %v", i, got, want)
-		}
-	}
+	allreduceOfThree(t, f, time.Second, "after the expiry")
 }
 
 // TestSwitchAggregationSlotsReclaimed: eight abandoned allreduces hold an
@@ -401,21 +385,28 @@ func TestSwitchAggregationSlotsReclaimed(t *testing.T) {
 	if st := f.sw.Stats(); st.Pool.InUse != 8 || st.AggExpired != 0 {
 		t.Fatalf("with no one short of slots: %d in use, %d expired; want 8 and 0", st.Pool.InUse, st.AggExpired)
 	}
-	var next []*endpoint.Op
+	allreduceOfThree(t, f, time.Minute, "after the reclaim")
+	if st := f.sw.Stats(); st.AggExpired == 0 {
+		t.Fatal("no slot reclaimed")
+	}
+}
+
+// allreduceOfThree runs an allreduce of the three members, driving the
+// fabric for at most limit, and checks every member got the right sum.
+func allreduceOfThree(t *testing.T, f *benchFabric, limit time.Duration, when string) {
+	t.Helper()
+	var ops []*endpoint.Op
 	for i := range 3 {
 		op := aggOp(f, []int64{int64(1000 * (i + 1)), int64(i)}, time.Minute)
 		if err := f.cores[i].Post(f.now, op); err != nil {
 			t.Fatal(err)
 		}
-		next = append(next, op)
+		ops = append(ops, op)
 	}
-	f.drive(t, allDone(next), time.Minute, nil)
-	for i, op := range next {
+	f.drive(t, allDone(ops), limit, nil)
+	for i, op := range ops {
 		if op.Err != nil || !bytes.Equal(op.Recv, i64le([]int64{6000, 3})) {
-			t.Fatalf("member %d: allreduce after the reclaim: err %v, result %v", i, op.Err, op.Recv)
+			t.Fatalf("member %d: allreduce %s: err %v, result %v", i, when, op.Err, op.Recv)
 		}
-	}
-	if st := f.sw.Stats(); st.AggExpired == 0 {
-		t.Fatal("no slot reclaimed")
 	}
 }
