@@ -55,6 +55,10 @@ type PoolStats struct {
 	// those that were retransmissions, answers matched, and answers that
 	// matched nothing (late, or a second answer from the same node).
 	Requests, Retransmits, Responses, LateResponses uint64
+	// Proofs counts the control requests sent again to prove this
+	// endpoint's address to a switch that stopped forwarding its pool
+	// requests (SetPoolProof).
+	Proofs uint64
 	// Memory node side: requests (and chain hops) executed with status OK
 	// or refused, duplicates answered from the reply cache, pool
 	// datagrams dropped (not from the switch, malformed reply-to, or the
@@ -131,6 +135,8 @@ type poolCore struct {
 	seg   int // payload bytes per request
 	next  time.Time
 
+	proofs map[netip.AddrPort]*poolProof // by switch (SetPoolProof)
+
 	// Server side.
 	serve   *PoolServe
 	node    *memnode.PoolNode
@@ -140,6 +146,7 @@ type poolCore struct {
 	chainBuf, fwd []byte    // scratch of chain hops
 	rebuilds      map[uint32]*rebuildTask
 	now           time.Time // of the current Step or Poll, for internal ops
+	reportedTo    uint64    // the switch incarnation the node last reported its grants to
 
 	raw   []netio.Datagram // datagrams to send at the next Poll
 	bufs  [][]byte         // free buffers
@@ -314,6 +321,9 @@ func (c *Core) sendSeg(now time.Time, po *poolOp, i int) {
 	op := po.op
 	if s.id != 0 {
 		p.stats.Retransmits++
+		if s.tries >= 2 {
+			c.prove(now, op.Peer)
+		}
 	} else {
 		po.lane.inflight++
 		s.rto = po.lane.rto()
@@ -355,6 +365,62 @@ func (c *Core) sendSeg(now time.Time, po *poolOp, i int) {
 	h.MsgLen = uint32(len(payload))
 	c.queueRaw(op.Peer, &h, payload)
 	p.stats.Requests++
+}
+
+// poolProof is a control request that proves this endpoint's address to
+// a switch: the switch forwards the pool requests of an address only once
+// it acknowledged a control response (or while the answer is small), and
+// forgets addresses that stay silent, or all of them when it restarts.
+type poolProof struct {
+	msg  []byte
+	last time.Time
+	busy bool
+}
+
+// maxPoolProofs bounds the switches SetPoolProof remembers.
+const maxPoolProofs = 16
+
+// SetPoolProof gives the control request (encoded, with the fabric
+// token; a CtrlPoolOpen of a region this endpoint uses) that the core
+// sends the switch sw again, at most once a second, while pool requests
+// to sw go unanswered: its answer proves this endpoint's address again
+// (after a switch restart, or a silence longer than the switch's
+// PoolClientTTL), and the requests resent after it are forwarded.
+func (c *Core) SetPoolProof(sw netip.AddrPort, msg []byte) {
+	p := &c.pool
+	if p.proofs == nil {
+		p.proofs = make(map[netip.AddrPort]*poolProof)
+	}
+	if pr := p.proofs[sw]; pr != nil {
+		pr.msg = append(pr.msg[:0], msg...)
+		return
+	}
+	if len(p.proofs) >= maxPoolProofs {
+		for a, pr := range p.proofs {
+			if !pr.busy {
+				delete(p.proofs, a)
+				break
+			}
+		}
+	}
+	p.proofs[sw] = &poolProof{msg: append([]byte(nil), msg...)}
+}
+
+// prove sends sw the proof SetPoolProof gave, unless one is out or was
+// sent less than a second ago.
+func (c *Core) prove(now time.Time, sw netip.AddrPort) {
+	pr := c.pool.proofs[sw]
+	if pr == nil || pr.busy || !pr.last.IsZero() && now.Sub(pr.last) < time.Second {
+		return
+	}
+	pr.busy, pr.last = true, now
+	op := &Op{Kind: KindControl, Peer: sw, Buf: pr.msg, Timeout: 5 * time.Second}
+	op.onDone = func(*Op) { pr.busy = false }
+	if c.Post(now, op) != nil {
+		pr.busy = false
+		return
+	}
+	c.pool.stats.Proofs++
 }
 
 // rto is the lane's retransmission timeout: RFC 6298's srtt + 4 rttvar,
@@ -660,6 +726,11 @@ func (c *Core) servePool(now time.Time, from netip.AddrPort, h *wire.Header, pay
 		if mut {
 			p.replies.Add(now, client, h.MsgID, 0, res)
 		}
+		if mut && res.Status == wire.StatusOK && h.Copies&wire.CopiesDegraded != 0 {
+			// The region's other copy missed this write: a restarted
+			// switch must take this copy for the current one.
+			p.node.MarkDegraded(h.Group)
+		}
 	}
 	if res.Status == wire.StatusOK {
 		p.stats.Served++
@@ -691,18 +762,28 @@ func (c *Core) servePoolControl(d *transport.Delivery) bool {
 	st := wire.StatusOK
 	switch m.Type {
 	case fabric.CtrlPoolGrant:
-		err := p.node.Grant(memnode.Grant{Region: m.Region, Key: m.Key, Perm: memnode.Perm(m.Pool.Perm), Base: m.Base, Len: m.Length})
+		err := p.node.Grant(grantOf(&m))
 		if err != nil {
 			st = wire.StatusOutOfBounds
 		} else {
 			p.stats.Grants++
 		}
 	case fabric.CtrlPoolRevoke:
-		p.node.Revoke(m.Region, m.Key)
+		// Key 0: the switch drops a grant it does not know the key of
+		// (one of a region freed while this node was away).
+		if m.Key == 0 {
+			p.node.RevokeAny(m.Region)
+		} else {
+			p.node.Revoke(m.Region, m.Key)
+		}
 		delete(p.rebuilds, m.Region)
 		p.stats.Revokes++
+	case fabric.CtrlPoolEpoch:
+		if !p.node.SetEpoch(m.Region, m.Key, m.Epoch) {
+			st = wire.StatusBadKey
+		}
 	case fabric.CtrlPoolRebuild:
-		err := p.node.GrantRebuild(memnode.Grant{Region: m.Region, Key: m.Key, Perm: memnode.Perm(m.Pool.Perm), Base: m.Base, Len: m.Length})
+		err := p.node.GrantRebuild(grantOf(&m))
 		if err != nil {
 			st = wire.StatusOutOfBounds
 		} else {
@@ -732,6 +813,73 @@ func (c *Core) servePoolControl(d *transport.Delivery) bool {
 	}
 	return true
 }
+
+// grantOf is the grant a CtrlPoolGrant or CtrlPoolRebuild gives.
+func grantOf(m *fabric.CtrlMsg) memnode.Grant {
+	g := memnode.Grant{Region: m.Region, Key: m.Key, Perm: memnode.Perm(m.Pool.Perm), Base: m.Base, Len: m.Length,
+		Column: int(m.Node), Epoch: m.Epoch,
+		Layout: memnode.GrantLayout{Size: m.Pool.Size, Stripe: m.Pool.Stripe, Columns: m.Pool.Columns, Replicas: m.Pool.Replicas},
+		Homes:  make([]memnode.GrantHome, len(m.Homes))}
+	for i, h := range m.Homes {
+		g.Homes[i] = memnode.GrantHome{Addr: h.Addr, Base: h.Base}
+	}
+	return g
+}
+
+// poolReportBytes bounds one CtrlPoolReport message (it is sent in
+// several packets; the switch takes control messages of up to 256 KiB).
+const poolReportBytes = 32 << 10
+
+// PoolReports returns the CtrlPoolReport messages (encoded, with the
+// fabric token) that tell the switch incarnation switchInc (from its
+// CtrlPoolNode answer) which grants this memory node holds, the last
+// one Final; nil if the node reported to that incarnation already (or
+// serves no pool). The caller sends them in order, each after the last
+// was answered, and calls PoolReported once all were.
+func (c *Core) PoolReports(switchInc uint64) ([][]byte, error) {
+	p := &c.pool
+	if p.node == nil || switchInc == p.reportedTo {
+		return nil, nil
+	}
+	var msgs [][]byte
+	m := &fabric.CtrlMsg{Type: fabric.CtrlPoolReport}
+	size := 0
+	flush := func(final bool) error {
+		m.Final = final
+		b, err := fabric.AppendCtrl(nil, m, p.serve.Token)
+		if err != nil {
+			return err
+		}
+		msgs = append(msgs, b)
+		m.Reports, size = m.Reports[:0], 0
+		return nil
+	}
+	for _, g := range p.node.State() {
+		e := fabric.PoolReport{Region: g.Region, Column: uint16(g.Column),
+			Pool: fabric.PoolSpec{Size: g.Layout.Size, Stripe: g.Layout.Stripe, Columns: g.Layout.Columns, Replicas: g.Layout.Replicas, Perm: uint8(g.Perm)},
+			Base: g.Base, Length: g.Len, Epoch: g.Epoch, Digest: fabric.PoolKeyDigest(g.Region, g.Key),
+			Rebuilding: g.Rebuilding, Degraded: g.Degraded, Homes: make([]fabric.PoolHome, len(g.Homes))}
+		for i, h := range g.Homes {
+			e.Homes[i] = fabric.PoolHome{Addr: h.Addr, Base: h.Base}
+		}
+		n := 80 + 30*len(e.Homes)
+		if size > 0 && size+n > poolReportBytes {
+			if err := flush(false); err != nil {
+				return nil, err
+			}
+		}
+		m.Reports = append(m.Reports, e)
+		size += n
+	}
+	if err := flush(true); err != nil {
+		return nil, err
+	}
+	return msgs, nil
+}
+
+// PoolReported records that switch incarnation switchInc has the node's
+// report (every message PoolReports returned was answered).
+func (c *Core) PoolReported(switchInc uint64) { c.pool.reportedTo = switchInc }
 
 // serveChain executes the current hop of a chain and passes the packet to
 // the switch for the next hop, or answers the client after the last.

@@ -65,9 +65,46 @@ func (ep *Endpoint) control(ctx context.Context, sw netip.AddrPort, req *fabric.
 	return resp, nil
 }
 
+// RecoveringError is a pool request the switch refused because it is
+// rebuilding its map of the pool from the memory nodes (it restarted):
+// it asks again after Wait. The pool calls wait it out themselves, within
+// their context.
+type RecoveringError struct {
+	Err  error // wire.StatusBusy
+	Wait time.Duration
+}
+
+func (e *RecoveringError) Error() string {
+	return fmt.Sprintf("%v: the switch is rebuilding its pool map from the memory nodes (it restarted); try again in %v", e.Err, e.Wait)
+}
+
+func (e *RecoveringError) Unwrap() error { return e.Err }
+
+// controlPool is control for pool requests: while the switch recovers its
+// pool map, it waits as told and asks again, until ctx ends.
+func (ep *Endpoint) controlPool(ctx context.Context, sw netip.AddrPort, req *fabric.CtrlMsg, token []byte) (*fabric.CtrlMsg, error) {
+	for {
+		resp, err := ep.control(ctx, sw, req, token)
+		var re *RecoveringError
+		if !errors.As(err, &re) {
+			return resp, err
+		}
+		t := time.NewTimer(min(max(re.Wait, 10*time.Millisecond), time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+	}
+}
+
 // explainRefusal adds what the switch said in Operand1 (operand) to a
 // refused Join, Register, Lookup or PoolCreate.
 func explainRefusal(req *fabric.CtrlMsg, err error, operand uint64) error {
+	if errors.Is(err, wire.StatusBusy) && operand>>56 == fabric.PoolRecovering {
+		return &RecoveringError{Err: err, Wait: time.Duration(operand&(1<<56-1)) * time.Millisecond}
+	}
 	if req.Type == fabric.CtrlPoolCreate && errors.Is(err, wire.StatusBusy) {
 		switch operand >> 56 {
 		case 1:

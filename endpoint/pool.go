@@ -32,12 +32,13 @@ func (ep *Endpoint) PoolCreate(ctx context.Context, sw string, spec fabric.PoolS
 	if err != nil {
 		return fabric.PoolSpec{}, 0, err
 	}
-	resp, err := ep.control(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlPoolCreate, Pool: spec}, opts.Token)
+	resp, err := ep.controlPool(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlPoolCreate, Pool: spec}, opts.Token)
 	if err != nil {
 		return fabric.PoolSpec{}, 0, fmt.Errorf("endpoint: pool create: %w", err)
 	}
 	p := resp.Pool
 	p.Region = resp.Region
+	ep.setPoolProof(ap, p.Region, resp.Key, opts.Token)
 	return p, resp.Key, nil
 }
 
@@ -47,12 +48,13 @@ func (ep *Endpoint) PoolOpen(ctx context.Context, sw string, region uint32, key 
 	if err != nil {
 		return fabric.PoolSpec{}, err
 	}
-	resp, err := ep.control(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlPoolOpen, Region: region, Key: key}, opts.Token)
+	resp, err := ep.controlPool(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlPoolOpen, Region: region, Key: key}, opts.Token)
 	if err != nil {
 		return fabric.PoolSpec{}, fmt.Errorf("endpoint: pool open %d: %w", region, err)
 	}
 	p := resp.Pool
 	p.Region = region
+	ep.setPoolProof(ap, region, key, opts.Token)
 	return p, nil
 }
 
@@ -62,7 +64,7 @@ func (ep *Endpoint) PoolFree(ctx context.Context, sw string, region uint32, key 
 	if err != nil {
 		return err
 	}
-	if _, err := ep.control(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlPoolFree, Region: region, Key: key}, opts.Token); err != nil {
+	if _, err := ep.controlPool(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlPoolFree, Region: region, Key: key}, opts.Token); err != nil {
 		return fmt.Errorf("endpoint: pool free %d: %w", region, err)
 	}
 	return nil
@@ -94,6 +96,9 @@ func (ep *Endpoint) PoolStat(ctx context.Context, sw string, opts FabricOptions)
 // the node's heartbeat) every opts' heartbeat interval until ctx ends or
 // the endpoint closes. It returns the node id once the first offer is
 // accepted, or its error (the first offer waits at most four intervals).
+// Whenever the switch answers as an incarnation the node has not reported
+// to (it started, or restarted), the node reports the grants it holds
+// (CtrlPoolReport), so that the switch rebuilds its map of the pool.
 func (ep *Endpoint) PoolLend(ctx context.Context, sw string, key, capacity uint64, opts FabricOptions) (uint16, error) {
 	ap, err := parseSwitch(sw)
 	if err != nil {
@@ -107,6 +112,9 @@ func (ep *Endpoint) PoolLend(ctx context.Context, sw string, key, capacity uint6
 	if err != nil {
 		return 0, fmt.Errorf("endpoint: pool lend: %w", err)
 	}
+	if err := ep.poolReport(ctx, ap, resp.Epoch, 2*iv, opts.Token); err != nil {
+		ep.log.Debug("endpoint: pool report", "switch", ap, "err", err)
+	}
 	go func() {
 		t := time.NewTicker(iv)
 		defer t.Stop()
@@ -117,10 +125,13 @@ func (ep *Endpoint) PoolLend(ctx context.Context, sw string, key, capacity uint6
 			case <-t.C:
 			}
 			cctx, cancel := context.WithTimeout(ctx, 2*iv)
-			_, err := ep.control(cctx, ap, req, opts.Token)
+			resp, err := ep.control(cctx, ap, req, opts.Token)
 			cancel()
 			if errors.Is(err, ErrClosed) {
 				return
+			}
+			if err == nil {
+				err = ep.poolReport(ctx, ap, resp.Epoch, 2*iv, opts.Token)
 			}
 			if err != nil && ctx.Err() == nil {
 				ep.log.Debug("endpoint: pool lend", "switch", ap, "err", err)
@@ -128,4 +139,43 @@ func (ep *Endpoint) PoolLend(ctx context.Context, sw string, key, capacity uint6
 		}
 	}()
 	return resp.Node, nil
+}
+
+// poolReport sends the switch incarnation switchInc the node's report of
+// its grants, if it has not had it, each message waiting at most wait for
+// its answer; the next heartbeat tries again after a failure.
+func (ep *Endpoint) poolReport(ctx context.Context, sw netip.AddrPort, switchInc uint64, wait time.Duration, token []byte) error {
+	ep.mu.Lock()
+	msgs, err := ep.core.PoolReports(switchInc)
+	ep.mu.Unlock()
+	if err != nil || len(msgs) == 0 {
+		return err
+	}
+	for _, b := range msgs {
+		cctx, cancel := context.WithTimeout(ctx, wait)
+		op := &Op{Kind: KindControl, Peer: sw, Buf: b}
+		err := ep.Do(cctx, op)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	ep.mu.Lock()
+	ep.core.PoolReported(switchInc)
+	ep.mu.Unlock()
+	ep.log.Info("endpoint: reported this memory node's pool regions to the switch", "switch", sw, "messages", len(msgs))
+	return nil
+}
+
+// setPoolProof gives the core a PoolOpen of region to send the switch
+// again when it stops forwarding this endpoint's pool requests
+// (Core.SetPoolProof).
+func (ep *Endpoint) setPoolProof(sw netip.AddrPort, region uint32, key uint64, token []byte) {
+	msg, err := fabric.AppendCtrl(nil, &fabric.CtrlMsg{Type: fabric.CtrlPoolOpen, Region: region, Key: key}, token)
+	if err != nil {
+		return
+	}
+	ep.mu.Lock()
+	ep.core.SetPoolProof(sw, msg)
+	ep.mu.Unlock()
 }

@@ -95,7 +95,7 @@ func (s *Switch) control(now time.Time, d *transport.Delivery) {
 			return
 		}
 		s.respond(d, &CtrlMsg{Type: CtrlLookup, Resp: true, Group: g.id, Members: g.table()})
-	case CtrlPoolNode, CtrlPoolCreate, CtrlPoolOpen, CtrlPoolFree, CtrlPoolStat, CtrlPoolRebuilt:
+	case CtrlPoolNode, CtrlPoolCreate, CtrlPoolOpen, CtrlPoolFree, CtrlPoolStat, CtrlPoolRebuilt, CtrlPoolReport:
 		s.poolControl(now, d, m)
 	default:
 		s.stats.ControlRefused++

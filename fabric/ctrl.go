@@ -131,7 +131,9 @@ const (
 	// Capacity bytes of its region Key to the pool (sent again as its
 	// heartbeat), with the Epoch of its incarnation: a node that comes
 	// back with another one restarted and lost its memory. The response
-	// carries its Node id.
+	// carries its Node id and the switch's own incarnation in Epoch: a node
+	// that has not yet reported its grants to that incarnation sends
+	// CtrlPoolReport.
 	CtrlPoolNode CtrlType = 7
 	// CtrlPoolCreate creates a pool region as Pool asks. The response
 	// carries its Region id, its Key and the Pool as created.
@@ -145,19 +147,22 @@ const (
 	// CtrlPoolStat asks for the pool's memory nodes and regions (without
 	// their keys). The response carries PoolNodes and PoolRegions.
 	CtrlPoolStat CtrlType = 11
-	// CtrlPoolGrant, from the switch to a memory node, gives pool region
-	// Region (accesses carry Key and may do Pool.Perm) the Length bytes at
-	// Base of the node's lent region. The node zeroes them first. The
-	// response has no fields.
+	// CtrlPoolGrant, from the switch to a memory node, gives column Node
+	// of pool region Region (accesses carry Key and may do Pool.Perm) the
+	// Length bytes at Base of the node's lent region. The node zeroes them
+	// first. Pool (the region's shape), Homes (where every column lives)
+	// and Epoch (the region's) are the switch's map record, which the node
+	// keeps and reports back (CtrlPoolReport). The response has no fields.
 	CtrlPoolGrant CtrlType = 12
 	// CtrlPoolRevoke, from the switch to a memory node, takes region
 	// Region's grant (Key) back. The response has no fields.
 	CtrlPoolRevoke CtrlType = 13
 	// CtrlPoolRebuild, from the switch to a restarted memory node, grants
 	// it again the Length bytes at Base for column Node of region Region
-	// (Key, Pool: its shape and permissions), to be rebuilt from the other
-	// copies: the node zeroes them and remembers which bytes clients write
-	// from now on. The response has no fields.
+	// (Key, Pool: its shape and permissions; Homes and Epoch as in
+	// CtrlPoolGrant), to be rebuilt from the other copies: the node zeroes
+	// them and remembers which bytes clients write from now on. The
+	// response has no fields.
 	CtrlPoolRebuild CtrlType = 14
 	// CtrlPoolRebuildGo, from the switch, tells the node to copy column
 	// Node of region Region (Key) from the other copies, reading the
@@ -168,7 +173,18 @@ const (
 	// rebuild of column Node of region Region (Key) done, or failed with
 	// Failed set. The response has no fields.
 	CtrlPoolRebuilt CtrlType = 16
-	ctrlLastType             = CtrlPoolRebuilt
+	// CtrlPoolReport, from a memory node to the switch, lists the grants
+	// the node holds (Reports), so that a switch that restarted rebuilds
+	// its map of the pool from the nodes. A node sends it when the
+	// switch's incarnation (CtrlPoolNode's response) is one it has not
+	// reported to, in as many messages as its grants need, the last one
+	// with Final set. The response has no fields.
+	CtrlPoolReport CtrlType = 18
+	// CtrlPoolEpoch, from the switch to a memory node, sets the Epoch of
+	// region Region's grant (Key): the region's other copy missed writes
+	// and this one is the current one. The response has no fields.
+	CtrlPoolEpoch CtrlType = 19
+	ctrlLastType           = CtrlPoolEpoch
 )
 
 var ctrlTypeNames = [...]string{
@@ -178,6 +194,7 @@ var ctrlTypeNames = [...]string{
 	CtrlPoolFree: "poolfree", CtrlPoolStat: "poolstat",
 	CtrlPoolGrant: "poolgrant", CtrlPoolRevoke: "poolrevoke",
 	CtrlPoolRebuild: "poolrebuild", CtrlPoolRebuildGo: "poolrebuildgo", CtrlPoolRebuilt: "poolrebuilt",
+	CtrlPoolReport: "poolreport", CtrlPoolEpoch: "poolepoch",
 }
 
 // CarriesMTU reports whether requests of type t carry the sender's MTU
@@ -189,7 +206,7 @@ func (t CtrlType) CarriesMTU() bool {
 // String is the short lower-case name of the type, or "ctrl(N)" for a
 // number this version does not define.
 func (t CtrlType) String() string {
-	if t != 0 && int(t) < len(ctrlTypeNames) {
+	if t != 0 && int(t) < len(ctrlTypeNames) && ctrlTypeNames[t] != "" {
 		return ctrlTypeNames[t]
 	}
 	return fmt.Sprintf("ctrl(%d)", uint8(t))
@@ -206,6 +223,7 @@ const (
 	CtrlMaxReplicas    = 8              // most Replicas of one CtrlRange
 	CtrlMaxPoolNodes   = MaxPoolNodes   // most entries in PoolNodes
 	CtrlMaxPoolRegions = MaxPoolRegions // most entries in PoolRegions
+	CtrlMaxReports     = MaxPoolRegions // most entries in Reports
 	CtrlRankAny        = -1             // Rank: let the switch choose
 	// CtrlMinMTU and CtrlMaxMTU bound MTU in Join, Register and Lookup
 	// requests, in bytes: what a transport accepts as its MTU.
@@ -255,9 +273,90 @@ type PoolSpec struct {
 	Replicas int    // copies of every byte, 1 or 2
 	Perm     uint8  // memnode.Perm bits the region allows, not 0
 	// PoolStat's regions only: columns whose copy is lost (stale, or on a
-	// restarted node) and, of those, the ones being rebuilt.
+	// restarted node) and, of those, the ones being rebuilt; columns on
+	// memory nodes the switch counts dead (not lost: the node may come
+	// back with its copy); and the region's health from those.
 	Lost, Rebuilding int
+	Down             int
+	Health           PoolHealth
 }
+
+// PoolHealth is what a pool region's readers can expect.
+type PoolHealth uint8
+
+// Pool region health, from best to worst.
+const (
+	// HealthOK: every copy of every byte is in place.
+	HealthOK PoolHealth = 0
+	// HealthDegraded: every byte is readable, but some copy is lost, on a
+	// dead node or being rebuilt (a second failure may lose data).
+	HealthDegraded PoolHealth = 1
+	// HealthUnavailable: some bytes have no copy on a live node, but not
+	// every copy of them is lost: they come back with their node.
+	HealthUnavailable PoolHealth = 2
+	// HealthLost: every copy of some bytes is lost (their nodes restarted
+	// or never reported them): those bytes are gone.
+	HealthLost PoolHealth = 3
+)
+
+func (h PoolHealth) String() string {
+	switch h {
+	case HealthOK:
+		return "ok"
+	case HealthDegraded:
+		return "degraded"
+	case HealthUnavailable:
+		return "unavailable"
+	case HealthLost:
+		return "lost"
+	}
+	return fmt.Sprintf("health(%d)", uint8(h))
+}
+
+// PoolHome is where one column of a pool region lives: the memory node's
+// address and the extent's offset in the node's lent region.
+type PoolHome struct {
+	Addr netip.AddrPort // IPv4 or IPv6, no zone
+	Base uint64
+}
+
+// PoolReport is one grant a memory node holds, as CtrlPoolReport carries
+// it: column Column of region Region, shaped Pool (Region unused), the
+// Length bytes at Base of the node's lent region, the region's Epoch as
+// the switch last set it, the digest of the region's key (PoolKeyDigest:
+// the key itself never leaves the node), where every column lives, and
+// whether the copy is being rebuilt (incomplete) or took writes its other
+// copy missed since Epoch was set (Degraded).
+type PoolReport struct {
+	Region     uint32
+	Column     uint16
+	Pool       PoolSpec
+	Base       uint64
+	Length     uint64
+	Epoch      uint64
+	Digest     [PoolDigestLen]byte
+	Rebuilding bool
+	Degraded   bool
+	Homes      []PoolHome // by column: Pool.Columns entries
+}
+
+// PoolDigestLen is the length of a region key's digest, in bytes.
+const PoolDigestLen = 16
+
+// PoolKeyDigest is the digest of region's key that memory nodes report:
+// SHA-256 over a label, the region id and the key, cut to PoolDigestLen
+// bytes. A switch that knows only the digest learns the key from the
+// first request that carries it.
+func PoolKeyDigest(region uint32, key uint64) [PoolDigestLen]byte {
+	var b [len(poolDigestLabel) + 12]byte
+	copy(b[:], poolDigestLabel)
+	binary.BigEndian.PutUint32(b[len(poolDigestLabel):], region)
+	binary.BigEndian.PutUint64(b[len(poolDigestLabel)+4:], key)
+	sum := sha256.Sum256(b[:])
+	return [PoolDigestLen]byte(sum[:PoolDigestLen])
+}
+
+const poolDigestLabel = "ndma pool region key\x00"
 
 // PoolNodeInfo is one memory node of the pool, as CtrlPoolStat reports it.
 type PoolNodeInfo struct {
@@ -282,7 +381,7 @@ type CtrlMsg struct {
 	Rank    int          // Join and Register requests: CtrlRankAny or 0..Size-1
 	Group   uint32       // group id
 	Member  uint16       // member id within Group
-	Epoch   uint64       // Join and Heartbeat responses: group membership epoch; PoolNode request: the node's incarnation
+	Epoch   uint64       // Join and Heartbeat responses: group membership epoch; PoolNode request: the node's incarnation; PoolNode response: the switch's; PoolGrant, PoolRebuild, PoolEpoch requests: the region's epoch
 	Policy  uint8        // Register request: anycast selection policy, interpreted by the switch
 	Ranges  []CtrlRange  // Register request: at most CtrlMaxRanges
 	Members []MemberInfo // Join and Lookup responses: at most CtrlMaxMembers
@@ -294,10 +393,10 @@ type CtrlMsg struct {
 	// messages would be cut into fragments that do not line up).
 	MTU int
 
-	Region      uint32         // PoolOpen, PoolFree, PoolGrant and PoolRevoke requests, PoolCreate response
+	Region      uint32         // PoolOpen, PoolFree, PoolGrant, PoolRevoke, PoolEpoch requests, PoolCreate response
 	Key         uint64         // PoolNode request (the node's region), PoolOpen and PoolFree requests, PoolCreate response (the new region's key)
 	Capacity    uint64         // PoolNode request
-	Node        uint16         // PoolNode response; PoolRebuild, PoolRebuildGo, PoolRebuilt: the column
+	Node        uint16         // PoolNode response; PoolGrant, PoolRebuild, PoolRebuildGo, PoolRebuilt: the column
 	Pool        PoolSpec       // PoolCreate request and response, PoolOpen response
 	PoolNodes   []PoolNodeInfo // PoolStat response: at most CtrlMaxPoolNodes
 	PoolRegions []PoolSpec     // PoolStat response: at most CtrlMaxPoolRegions
@@ -305,6 +404,9 @@ type CtrlMsg struct {
 	Failed      bool           // PoolRebuilt request: the rebuild failed
 	Base        uint64         // PoolGrant request: offset of the extent in the node's lent region
 	Length      uint64         // PoolGrant request: bytes of the extent, not 0
+	Homes       []PoolHome     // PoolGrant and PoolRebuild requests: Pool.Columns entries
+	Reports     []PoolReport   // PoolReport request: at most CtrlMaxReports
+	Final       bool           // PoolReport request: the last of the node's report
 }
 
 // AppendCtrl encodes m, appends HMAC-SHA256(token, encoded)[:CtrlTagLen]
@@ -429,22 +531,38 @@ func (m *CtrlMsg) validate() error {
 			return validatePool(&m.Pool, false)
 		}
 	case CtrlPoolFree, CtrlPoolRevoke, CtrlPoolRebuildGo, CtrlPoolRebuilt:
-	case CtrlPoolRebuild:
+	case CtrlPoolRebuild, CtrlPoolGrant:
 		if m.Resp {
 			return nil
 		}
 		if m.Region == 0 || m.Key == 0 || m.Length == 0 {
-			return ctrlErrorf("pool rebuild: region %d, key %#x, length %d: want all non-zero", m.Region, m.Key, m.Length)
+			return ctrlErrorf("%v: region %d, key %#x, length %d: want all non-zero", m.Type, m.Region, m.Key, m.Length)
 		}
 		if err := validatePool(&m.Pool, false); err != nil {
 			return err
 		}
-		if int(m.Node) >= m.Pool.Columns {
-			return ctrlErrorf("pool rebuild: column %d of %d", m.Node, m.Pool.Columns)
+		if m.Pool.Perm&^uint8(memnode.PermAll) != 0 {
+			return ctrlErrorf("%v: perm %#x", m.Type, m.Pool.Perm)
 		}
-	case CtrlPoolGrant:
-		if !m.Resp && (m.Region == 0 || m.Key == 0 || m.Length == 0 || m.Pool.Perm == 0 || m.Pool.Perm&^uint8(memnode.PermAll) != 0) {
-			return ctrlErrorf("pool grant: region %d, key %#x, length %d, perm %#x: want all non-zero and known perm bits", m.Region, m.Key, m.Length, m.Pool.Perm)
+		if int(m.Node) >= m.Pool.Columns {
+			return ctrlErrorf("%v: column %d of %d", m.Type, m.Node, m.Pool.Columns)
+		}
+		return validateHomes(m.Homes, m.Pool.Columns)
+	case CtrlPoolEpoch:
+		if !m.Resp && (m.Region == 0 || m.Key == 0) {
+			return ctrlErrorf("pool epoch: region %d, key %#x: want both non-zero", m.Region, m.Key)
+		}
+	case CtrlPoolReport:
+		if m.Resp {
+			return nil
+		}
+		if len(m.Reports) > CtrlMaxReports {
+			return ctrlErrorf("%d reports > %d", len(m.Reports), CtrlMaxReports)
+		}
+		for i := range m.Reports {
+			if err := m.Reports[i].validate(); err != nil {
+				return err
+			}
 		}
 	case CtrlPoolStat:
 		if !m.Resp {
@@ -471,6 +589,34 @@ func (m *CtrlMsg) validate() error {
 		return ctrlErrorf("unknown type %d", uint8(m.Type))
 	}
 	return nil
+}
+
+// validateHomes checks a region's homes: one per column, valid unzoned
+// addresses.
+func validateHomes(hs []PoolHome, columns int) error {
+	if len(hs) != columns {
+		return ctrlErrorf("%d homes for %d columns", len(hs), columns)
+	}
+	for i := range hs {
+		if a := hs[i].Addr.Addr(); !a.IsValid() || a.Zone() != "" {
+			return ctrlErrorf("home %d: address %v is invalid or has a zone", i, hs[i].Addr)
+		}
+	}
+	return nil
+}
+
+// validate checks a report entry's fields.
+func (p *PoolReport) validate() error {
+	if p.Region == 0 || p.Length == 0 {
+		return ctrlErrorf("pool report: region %d, length %d: want both non-zero", p.Region, p.Length)
+	}
+	if err := validatePool(&p.Pool, false); err != nil {
+		return err
+	}
+	if int(p.Column) >= p.Pool.Columns {
+		return ctrlErrorf("pool report: region %d: column %d of %d", p.Region, p.Column, p.Pool.Columns)
+	}
+	return validateHomes(p.Homes, p.Pool.Columns)
 }
 
 // validatePool checks a pool shape's ranges; request allows Columns 0.
@@ -577,6 +723,7 @@ func (m *CtrlMsg) appendFields(b []byte) []byte {
 		b = be.AppendUint64(b, m.Epoch)
 	case m.Type == CtrlPoolNode:
 		b = be.AppendUint16(b, m.Node)
+		b = be.AppendUint64(b, m.Epoch)
 	case m.Type == CtrlPoolCreate && !m.Resp:
 		b = appendPool(b, &m.Pool)
 	case m.Type == CtrlPoolCreate:
@@ -597,19 +744,35 @@ func (m *CtrlMsg) appendFields(b []byte) []byte {
 			}
 			b = append(b, failed)
 		}
-	case m.Type == CtrlPoolRebuild && !m.Resp:
+	case (m.Type == CtrlPoolRebuild || m.Type == CtrlPoolGrant) && !m.Resp:
 		b = be.AppendUint32(b, m.Region)
 		b = be.AppendUint64(b, m.Key)
 		b = appendPool(b, &m.Pool)
 		b = be.AppendUint64(b, m.Base)
 		b = be.AppendUint64(b, m.Length)
 		b = be.AppendUint16(b, m.Node)
-	case m.Type == CtrlPoolGrant && !m.Resp:
+		b = be.AppendUint64(b, m.Epoch)
+		b = appendHomes(b, m.Homes)
+	case m.Type == CtrlPoolEpoch && !m.Resp:
 		b = be.AppendUint32(b, m.Region)
 		b = be.AppendUint64(b, m.Key)
-		b = append(b, m.Pool.Perm)
-		b = be.AppendUint64(b, m.Base)
-		b = be.AppendUint64(b, m.Length)
+		b = be.AppendUint64(b, m.Epoch)
+	case m.Type == CtrlPoolReport && !m.Resp:
+		b = appendBool(b, m.Final)
+		b = be.AppendUint16(b, uint16(len(m.Reports)))
+		for i := range m.Reports {
+			p := &m.Reports[i]
+			b = be.AppendUint32(b, p.Region)
+			b = be.AppendUint16(b, p.Column)
+			b = appendPool(b, &p.Pool)
+			b = be.AppendUint64(b, p.Base)
+			b = be.AppendUint64(b, p.Length)
+			b = be.AppendUint64(b, p.Epoch)
+			b = append(b, p.Digest[:]...)
+			b = appendBool(b, p.Rebuilding)
+			b = appendBool(b, p.Degraded)
+			b = appendHomes(b, p.Homes)
+		}
 	case m.Type == CtrlPoolOpen:
 		b = appendPool(b, &m.Pool)
 	case m.Type == CtrlPoolStat && m.Resp:
@@ -633,6 +796,8 @@ func (m *CtrlMsg) appendFields(b []byte) []byte {
 			b = appendPool(b, &m.PoolRegions[i])
 			b = be.AppendUint16(b, uint16(m.PoolRegions[i].Lost))
 			b = be.AppendUint16(b, uint16(m.PoolRegions[i].Rebuilding))
+			b = be.AppendUint16(b, uint16(m.PoolRegions[i].Down))
+			b = append(b, byte(m.PoolRegions[i].Health))
 		}
 		b = be.AppendUint64(b, m.PoolRefused)
 	}
@@ -645,6 +810,24 @@ func appendPool(b []byte, p *PoolSpec) []byte {
 	b = be.AppendUint64(b, p.Stripe)
 	b = be.AppendUint16(b, uint16(p.Columns))
 	return append(b, byte(p.Replicas), p.Perm)
+}
+
+func appendBool(b []byte, v bool) []byte {
+	if v {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
+
+// appendHomes appends a region's homes (their count is the region's
+// columns, which the message carries): address as in a member entry
+// (with the column as its id), then the base.
+func appendHomes(b []byte, hs []PoolHome) []byte {
+	for i := range hs {
+		b = appendMember(b, uint16(i), hs[i].Addr)
+		b = binary.BigEndian.AppendUint64(b, hs[i].Base)
+	}
+	return b
 }
 
 func appendName(b []byte, s string) []byte {
@@ -851,8 +1034,42 @@ func (r *ctrlReader) pool(p *PoolSpec, request bool) {
 // node (IPv4) and of a pool region entry.
 const (
 	ctrlMinPoolNode   = ctrlMinMember + 8 + 8 + 1 + 8 + 8
-	ctrlMinPoolRegion = 4 + 8 + 8 + 2 + 1 + 1 + 2 + 2
+	ctrlMinPoolRegion = 4 + 8 + 8 + 2 + 1 + 1 + 2 + 2 + 2 + 1
+	// ctrlMinHome is an IPv4 home, ctrlMinReport a report entry with one.
+	ctrlMinHome   = ctrlMinMember + 8
+	ctrlMinReport = 4 + 2 + 20 + 8 + 8 + 8 + PoolDigestLen + 1 + 1 + ctrlMinHome
 )
+
+// bool reads a 0 or 1 byte.
+func (r *ctrlReader) bool(what string) bool {
+	v := r.u8(what)
+	if r.err == nil && v > 1 {
+		r.err = ctrlErrorf("%s: %d is not a boolean", what, v)
+	}
+	return v == 1
+}
+
+// homes reads columns homes (checked by the caller's validate); the
+// count must fit in what is left of the message.
+func (r *ctrlReader) homes(dst []PoolHome, columns int) []PoolHome {
+	if r.err != nil {
+		return dst
+	}
+	if columns*ctrlMinHome > len(r.b) {
+		r.err = ctrlErrorf("truncated in homes")
+		return dst
+	}
+	dst = slices.Grow(dst[:0], columns)
+	for range columns {
+		_, ap := r.member()
+		base := r.u64("home")
+		if r.err != nil {
+			return dst
+		}
+		dst = append(dst, PoolHome{Addr: ap, Base: base})
+	}
+	return dst
+}
 
 // ctrlMinRange is the encoded size of a range without replicas.
 const ctrlMinRange = 8 + 8 + 4 + 1
@@ -897,7 +1114,7 @@ func (m *CtrlMsg) decode(b []byte) error {
 		return ctrlErrorf("%d bytes before the tag, need at least 2", len(b))
 	}
 	typ, flags := CtrlType(b[0]), b[1]
-	if typ < CtrlJoin || typ > ctrlLastType {
+	if typ < CtrlJoin || typ > ctrlLastType || ctrlTypeNames[typ] == "" {
 		return ctrlErrorf("unknown type %d", uint8(typ))
 	}
 	if flags&^ctrlFlagResp != 0 {
@@ -969,6 +1186,7 @@ func (m *CtrlMsg) decode(b []byte) error {
 		}
 	case typ == CtrlPoolNode:
 		m.Node = r.u16("node")
+		m.Epoch = r.u64("incarnation")
 	case typ == CtrlPoolCreate && !m.Resp:
 		r.pool(&m.Pool, true)
 	case typ == CtrlPoolCreate:
@@ -992,25 +1210,52 @@ func (m *CtrlMsg) decode(b []byte) error {
 				}
 			}
 		}
-	case typ == CtrlPoolRebuild && !m.Resp:
+	case (typ == CtrlPoolRebuild || typ == CtrlPoolGrant) && !m.Resp:
 		m.Region = r.u32("region")
 		m.Key = r.u64("key")
 		r.pool(&m.Pool, false)
 		m.Base = r.u64("base")
 		m.Length = r.u64("length")
 		m.Node = r.u16("column")
+		m.Epoch = r.u64("epoch")
+		m.Homes = r.homes(nil, m.Pool.Columns)
 		if r.err == nil {
 			r.err = m.validate()
 		}
-	case typ == CtrlPoolGrant && !m.Resp:
+	case typ == CtrlPoolEpoch && !m.Resp:
 		m.Region = r.u32("region")
 		m.Key = r.u64("key")
-		m.Pool.Perm = r.u8("perm")
-		m.Base = r.u64("base")
-		m.Length = r.u64("length")
+		m.Epoch = r.u64("epoch")
 		if r.err == nil {
 			r.err = m.validate()
 		}
+	case typ == CtrlPoolReport && !m.Resp:
+		m.Final = r.bool("final")
+		n := r.count("reports", CtrlMaxReports, ctrlMinReport)
+		reps := make([]PoolReport, 0, n)
+		for range n {
+			var p PoolReport
+			p.Region = r.u32("report")
+			p.Column = r.u16("report")
+			r.pool(&p.Pool, false)
+			p.Base = r.u64("report")
+			p.Length = r.u64("report")
+			p.Epoch = r.u64("report")
+			if s, ok := r.take(PoolDigestLen, "report"); ok {
+				p.Digest = [PoolDigestLen]byte(s)
+			}
+			p.Rebuilding = r.bool("report")
+			p.Degraded = r.bool("report")
+			p.Homes = r.homes(nil, p.Pool.Columns)
+			if r.err == nil {
+				r.err = p.validate()
+			}
+			if r.err != nil {
+				break
+			}
+			reps = append(reps, p)
+		}
+		m.Reports = reps
 	case typ == CtrlPoolOpen:
 		r.pool(&m.Pool, false)
 	case typ == CtrlPoolStat && m.Resp:
@@ -1041,8 +1286,9 @@ func (m *CtrlMsg) decode(b []byte) error {
 			p.Region = r.u32("pool region")
 			r.pool(&p, false)
 			p.Lost, p.Rebuilding = int(r.u16("pool region")), int(r.u16("pool region"))
-			if r.err == nil && (p.Lost > p.Columns || p.Rebuilding > p.Lost) {
-				r.err = ctrlErrorf("pool region %d: %d lost, %d rebuilding of %d columns", p.Region, p.Lost, p.Rebuilding, p.Columns)
+			p.Down, p.Health = int(r.u16("pool region")), PoolHealth(r.u8("pool region"))
+			if r.err == nil && (p.Lost > p.Columns || p.Rebuilding > p.Lost || p.Down > p.Columns || p.Health > HealthLost) {
+				r.err = ctrlErrorf("pool region %d: %d lost, %d rebuilding, %d down of %d columns, health %d", p.Region, p.Lost, p.Rebuilding, p.Down, p.Columns, p.Health)
 			}
 			if r.err != nil {
 				break

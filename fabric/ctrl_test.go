@@ -63,7 +63,7 @@ func ctrlSamples() []ctrlSample {
 		{"lookup-req", CtrlMsg{Type: CtrlLookup, MTU: 9000, Service: "kv"}},
 		{"lookup-resp", CtrlMsg{Type: CtrlLookup, Resp: true, Group: 0x10000, Members: ctrlTestMembers()[:2]}},
 		{"poolnode-req", CtrlMsg{Type: CtrlPoolNode, Key: 0x1234_5678_9abc_def0, Capacity: 64 << 20}},
-		{"poolnode-resp", CtrlMsg{Type: CtrlPoolNode, Resp: true, Node: 3}},
+		{"poolnode-resp", CtrlMsg{Type: CtrlPoolNode, Resp: true, Node: 3, Epoch: 0xfeed}},
 		{"poolcreate-req", CtrlMsg{Type: CtrlPoolCreate, Pool: PoolSpec{Size: 1 << 30, Stripe: 64 << 10, Columns: 0, Replicas: 2, Perm: 0x0f}}},
 		{"poolcreate-req-max", CtrlMsg{Type: CtrlPoolCreate, Pool: PoolSpec{Size: MaxRegionSize, Stripe: MaxStripe, Columns: MaxColumns, Replicas: 1, Perm: 1}}},
 		{"poolcreate-resp", CtrlMsg{Type: CtrlPoolCreate, Resp: true, Region: 9, Key: ^uint64(0),
@@ -72,12 +72,25 @@ func ctrlSamples() []ctrlSample {
 		{"poolopen-resp", CtrlMsg{Type: CtrlPoolOpen, Resp: true, Pool: PoolSpec{Size: 4096, Stripe: 4096, Columns: 2, Replicas: 2, Perm: 1}}},
 		{"poolfree-req", CtrlMsg{Type: CtrlPoolFree, Region: 9, Key: 77}},
 		{"poolfree-resp", CtrlMsg{Type: CtrlPoolFree, Resp: true}},
-		{"poolgrant-req", CtrlMsg{Type: CtrlPoolGrant, Region: 9, Key: 77, Pool: PoolSpec{Perm: 0x0f}, Base: 1 << 40, Length: 64 << 10}},
+		{"poolgrant-req", CtrlMsg{Type: CtrlPoolGrant, Region: 9, Key: 77, Node: 1, Epoch: 3, Base: 1 << 40, Length: 64 << 10,
+			Pool:  PoolSpec{Size: 1 << 20, Stripe: 64 << 10, Columns: 2, Replicas: 2, Perm: 0x03},
+			Homes: []PoolHome{{Addr: netip.MustParseAddrPort("10.0.0.2:4791"), Base: 4096}, {Addr: netip.MustParseAddrPort("[2001:db8::7]:4791"), Base: 1 << 40}}}},
+		{"poolepoch-req", CtrlMsg{Type: CtrlPoolEpoch, Region: 9, Key: 77, Epoch: 4}},
+		{"poolepoch-resp", CtrlMsg{Type: CtrlPoolEpoch, Resp: true}},
+		{"poolreport-req", CtrlMsg{Type: CtrlPoolReport, Final: true, Reports: []PoolReport{
+			{Region: 9, Column: 1, Pool: PoolSpec{Size: 1 << 20, Stripe: 64 << 10, Columns: 2, Replicas: 2, Perm: 0x03},
+				Base: 1 << 40, Length: 1 << 20, Epoch: 3, Digest: PoolKeyDigest(9, 77), Degraded: true,
+				Homes: []PoolHome{{Addr: netip.MustParseAddrPort("10.0.0.2:4791"), Base: 4096}, {Addr: netip.MustParseAddrPort("[2001:db8::7]:4791"), Base: 1 << 40}}},
+			{Region: 12, Column: 0, Pool: PoolSpec{Size: 4096, Stripe: 4096, Columns: 1, Replicas: 1, Perm: 0x0f},
+				Base: 0, Length: 4096, Epoch: 1, Rebuilding: true, Homes: []PoolHome{{Addr: netip.MustParseAddrPort("10.0.0.3:4791")}}},
+		}}},
+		{"poolreport-resp", CtrlMsg{Type: CtrlPoolReport, Resp: true}},
 		{"poolgrant-resp", CtrlMsg{Type: CtrlPoolGrant, Resp: true}},
 		{"poolrevoke-req", CtrlMsg{Type: CtrlPoolRevoke, Region: 9, Key: 77}},
 		{"poolrevoke-resp", CtrlMsg{Type: CtrlPoolRevoke, Resp: true}},
-		{"poolrebuild-req", CtrlMsg{Type: CtrlPoolRebuild, Region: 9, Key: 77, Node: 2, Base: 4096, Length: 1 << 20,
-			Pool: PoolSpec{Size: 3 << 20, Stripe: 64 << 10, Columns: 3, Replicas: 2, Perm: 3}}},
+		{"poolrebuild-req", CtrlMsg{Type: CtrlPoolRebuild, Region: 9, Key: 77, Node: 2, Base: 4096, Length: 1 << 20, Epoch: 2,
+			Pool:  PoolSpec{Size: 3 << 20, Stripe: 64 << 10, Columns: 3, Replicas: 2, Perm: 3},
+			Homes: []PoolHome{{Addr: netip.MustParseAddrPort("10.0.0.2:4791")}, {Addr: netip.MustParseAddrPort("10.0.0.3:4791"), Base: 64}, {Addr: netip.MustParseAddrPort("10.0.0.4:4791"), Base: 4096}}}},
 		{"poolrebuild-resp", CtrlMsg{Type: CtrlPoolRebuild, Resp: true}},
 		{"poolrebuildgo-req", CtrlMsg{Type: CtrlPoolRebuildGo, Region: 9, Key: 77, Node: 2}},
 		{"poolrebuilt-req", CtrlMsg{Type: CtrlPoolRebuilt, Region: 9, Key: 77, Node: 2}},
@@ -89,7 +102,7 @@ func ctrlSamples() []ctrlSample {
 				{ID: 0, Addr: netip.MustParseAddrPort("10.0.0.9:4791"), Capacity: 1 << 30, Used: 4096, Alive: true, Requests: 1 << 40, Bytes: ^uint64(0)},
 				{ID: 1, Addr: netip.MustParseAddrPort("[2001:db8::9]:4791"), Capacity: 1, Used: 0},
 			},
-			PoolRegions: []PoolSpec{{Region: 1, Size: 100, Stripe: 64, Columns: 2, Replicas: 2, Perm: 0x0f, Lost: 1, Rebuilding: 1}}, PoolRefused: 77}},
+			PoolRegions: []PoolSpec{{Region: 1, Size: 100, Stripe: 64, Columns: 2, Replicas: 2, Perm: 0x0f, Lost: 1, Rebuilding: 1, Down: 1, Health: HealthUnavailable}}, PoolRefused: 77}},
 		{"poolstat-resp-empty", CtrlMsg{Type: CtrlPoolStat, Resp: true}},
 	}
 }
@@ -105,6 +118,9 @@ func ctrlNormalize(m CtrlMsg) CtrlMsg {
 	}
 	if len(m.PoolNodes) == 0 {
 		m.PoolNodes = nil
+	}
+	if len(m.Reports) == 0 {
+		m.Reports = nil
 	}
 	if len(m.PoolRegions) == 0 {
 		m.PoolRegions = nil

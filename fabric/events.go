@@ -29,6 +29,19 @@ const (
 	// EventCopyRebuilt: copy Copy of pool region Region, on memory node
 	// Node at Addr, was rebuilt from another copy and serves again.
 	EventCopyRebuilt
+	// EventPoolNodeReported: memory node Node at Addr reported the grants
+	// it holds to this switch (after a switch restart, every node does).
+	EventPoolNodeReported
+	// EventCopyLost: copy Copy of pool region Region, on memory node Node
+	// at Addr, is lost: the node did not report it, reported it
+	// incomplete, or reported one that contradicts the switch's map.
+	EventCopyLost
+	// EventRegionLost: every copy of some bytes of pool region Region is
+	// lost.
+	EventRegionLost
+	// EventPoolRecovered: the switch rebuilt its pool map from the
+	// memory nodes' reports: Count regions, Node nodes registered.
+	EventPoolRecovered
 )
 
 var eventKindNames = [...]string{
@@ -39,6 +52,10 @@ var eventKindNames = [...]string{
 	EventPoolNodeBack:      "memory node back",
 	EventPoolNodeRestarted: "memory node restarted",
 	EventCopyRebuilt:       "copy rebuilt",
+	EventPoolNodeReported:  "memory node reported",
+	EventCopyLost:          "copy lost",
+	EventRegionLost:        "region lost",
+	EventPoolRecovered:     "pool map recovered",
 }
 
 func (k EventKind) String() string {
@@ -63,6 +80,7 @@ type Event struct {
 	Capacity uint64         // bytes the memory node lends
 	Region   uint32         // pool region id
 	Copy     int            // copy (column) of the region
+	Count    int            // regions
 }
 
 // MaxEvents bounds the events the Switch queues between two calls of

@@ -223,6 +223,12 @@ func TestPoolNodeTableLifetime(t *testing.T) {
 		c := h.client(addrN(i), 9000)
 		id := h.send(c, &CtrlMsg{Type: CtrlPoolNode, Key: 0x1000 + uint64(i), Capacity: 1 << 20, Epoch: 1})
 		h.pump(2 * time.Millisecond)
+		if st := c.resps[id].Status; st != wire.StatusOK {
+			return st
+		}
+		// It reports holding nothing: the switch uses it from now on.
+		id = h.send(c, &CtrlMsg{Type: CtrlPoolReport, Final: true})
+		h.pump(2 * time.Millisecond)
 		return c.resps[id].Status
 	}
 	if reg(1) != wire.StatusOK || reg(2) != wire.StatusOK {

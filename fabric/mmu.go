@@ -50,8 +50,47 @@ type PoolNode struct {
 	// bytes) the switch forwarded to the node.
 	Requests, Bytes uint64
 	// Incarnation is the node's, from its registration: another one means
-	// it restarted.
+	// it restarted. Zero for a node known only from other nodes' reports
+	// (a restarted switch's map names it; it has not registered yet).
 	Incarnation uint64
+	// reported: the node has reported the grants it holds to this switch
+	// (its final CtrlPoolReport). Until then it is not used (not Alive).
+	reported bool
+}
+
+// placeholder reports whether the node is known only from the reports of
+// other nodes: it has not registered with this switch.
+func (n *PoolNode) placeholder() bool { return n.Key == 0 }
+
+// reserve takes the extent [off, off+size) (rounded up to poolAlign) out
+// of the node's free memory; a placeholder's memory grows to hold it. It
+// reports false, taking nothing, if any of it is not free.
+func (n *PoolNode) reserve(off, size uint64) bool {
+	size = roundPool(size)
+	if off%poolAlign != 0 || off+size < off {
+		return false
+	}
+	if n.placeholder() && off+size > n.Capacity&^(poolAlign-1) {
+		n.grow(off + size)
+	}
+	i, _ := slices.BinarySearchFunc(n.free, off+1, func(s span, off uint64) int { return cmp.Compare(s.off, off) })
+	if i == 0 {
+		return false
+	}
+	s := n.free[i-1] // the span starting at or before off
+	if off+size > s.off+s.len {
+		return false
+	}
+	var parts []span
+	if off > s.off {
+		parts = append(parts, span{s.off, off - s.off})
+	}
+	if end := off + size; end < s.off+s.len {
+		parts = append(parts, span{end, s.off + s.len - end})
+	}
+	n.free = slices.Replace(n.free, i-1, i, parts...)
+	n.used += size
+	return true
 }
 
 // Used is the bytes of the node given to regions.
@@ -129,6 +168,21 @@ type PoolRegion struct {
 	// to it too, reads do not.
 	Lost, Rebuilding []bool
 	rebuildRetry     []time.Time // per column: no new rebuild before (nil: none failed)
+
+	// Epoch orders the region's copies: the switch raises it whenever a
+	// copy misses writes or is rebuilt, and tells the intact copies'
+	// nodes, so that a restarted switch rebuilding its map from the
+	// nodes' reports tells a current copy from a stale one.
+	Epoch uint64
+	// digest is PoolKeyDigest of the key; a region rebuilt from reports
+	// has Key 0 until a request carrying a key that matches it.
+	digest [PoolDigestLen]byte
+	// Of a region rebuilt from reports: unconfirmed[c] while column c's
+	// node has not reported it (nil when every column is settled), and
+	// the best (epoch, degraded) a column reported.
+	unconfirmed  []bool
+	best         reportRank
+	reportedLost bool // EventRegionLost was logged
 }
 
 // Home is where one column of a region lives.
@@ -160,8 +214,12 @@ type MMU struct {
 	byAddr   map[netip.AddrPort]*PoolNode
 	regions  map[uint32]*PoolRegion
 	nextID   uint32
-	newKey   func() uint64
-	ext      []Extent // scratch for Translate
+	// firstCreated is the first region id Create gave out (0: none yet):
+	// a region from a report with an id at or above it, which the MMU
+	// does not have, was freed since.
+	firstCreated uint32
+	newKey       func() uint64
+	ext          []Extent // scratch for Translate
 }
 
 // NewMMU returns an empty MMU; newKey draws region keys (random and
@@ -209,7 +267,16 @@ func (m *MMU) AddNode(addr netip.AddrPort, key, capacity, inc uint64) (*PoolNode
 	if !addr.IsValid() || capacity == 0 || key == 0 {
 		return nil, fmt.Errorf("%w: address %v, key %#x, capacity %d", ErrPoolNode, addr, key, capacity)
 	}
-	if n := m.byAddr[addr]; n != nil {
+	if n := m.byAddr[addr]; n != nil && n.placeholder() {
+		// Named by other nodes' reports: the extents reserved on it must
+		// fit what it lends.
+		if capacity&^(poolAlign-1) < n.Capacity&^(poolAlign-1) {
+			return nil, fmt.Errorf("%w: %v lends %d bytes, less than the %d its regions' extents reach", ErrPoolNode, addr, capacity, n.Capacity)
+		}
+		n.Key, n.Incarnation, n.Alive = key, inc, true
+		n.grow(capacity)
+		return n, nil
+	} else if n != nil {
 		restarted := n.Incarnation != inc
 		switch {
 		case n.used > 0 && !restarted && (n.Key != key || n.Capacity != capacity):
@@ -262,6 +329,33 @@ func (m *MMU) nodeRestarted(n *PoolNode) {
 			}
 		}
 	}
+}
+
+// nodeFor returns the node at addr, adding a placeholder (dead, no
+// memory yet) for an address no node registered from.
+func (m *MMU) nodeFor(addr netip.AddrPort) (*PoolNode, error) {
+	if n := m.byAddr[addr]; n != nil {
+		return n, nil
+	}
+	if !addr.IsValid() {
+		return nil, fmt.Errorf("%w: address %v", ErrPoolNode, addr)
+	}
+	if len(m.nodes) >= m.maxNodes {
+		if old := m.evictable(); old == nil || !m.Forget(old) {
+			return nil, fmt.Errorf("%w: %d memory nodes, none of them dead and empty", ErrPoolNode, len(m.nodes))
+		}
+	}
+	id := len(m.nodes)
+	for i, x := range m.nodes {
+		if x.ID != i {
+			id = i
+			break
+		}
+	}
+	n := &PoolNode{ID: id, Addr: addr}
+	m.nodes = slices.Insert(m.nodes, id, n)
+	m.byAddr[addr] = n
+	return n, nil
 }
 
 // NodeAt returns the node registered from addr, or nil.
@@ -362,9 +456,13 @@ func (m *MMU) Create(size, stripe uint64, columns, replicas int, perm memnode.Pe
 		}
 	}
 	r.ID = m.nextID
+	if m.firstCreated == 0 {
+		m.firstCreated = r.ID
+	}
 	for r.Key == 0 {
 		r.Key = m.newKey()
 	}
+	r.Epoch, r.digest = 1, PoolKeyDigest(r.ID, r.Key)
 	m.regions[r.ID] = r
 	return r, nil
 }
@@ -372,7 +470,17 @@ func (m *MMU) Create(size, stripe uint64, columns, replicas int, perm memnode.Pe
 // Region returns region id if key opens it.
 func (m *MMU) Region(id uint32, key uint64) (*PoolRegion, error) {
 	r := m.regions[id]
-	if r == nil || r.Key != key {
+	switch {
+	case r == nil:
+		return nil, fmt.Errorf("%w: pool region %d", wire.StatusBadKey, id)
+	case r.Key == 0:
+		// Rebuilt from reports: the first key that matches the
+		// digest is the key.
+		if key == 0 || PoolKeyDigest(id, key) != r.digest {
+			return nil, fmt.Errorf("%w: pool region %d", wire.StatusBadKey, id)
+		}
+		r.Key = key
+	case r.Key != key:
 		return nil, fmt.Errorf("%w: pool region %d", wire.StatusBadKey, id)
 	}
 	return r, nil

@@ -34,8 +34,9 @@ func (s *Switch) poolControl(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 	switch m.Type {
 	case CtrlPoolNode:
 		prev := s.mmu.NodeAt(d.Peer.Addr)
-		restarted := prev != nil && prev.Incarnation != m.Epoch
-		wasDead := prev != nil && !prev.Alive
+		first := prev == nil || prev.placeholder() // its first registration with this switch
+		restarted := !first && prev.Incarnation != m.Epoch
+		wasDead := !first && !prev.Alive && prev.reported
 		s.mmu.SetNodeLimit(s.cfg.Limits.MaxPoolNodes)
 		n, err := s.mmu.AddNode(d.Peer.Addr, m.Key, m.Capacity, m.Epoch)
 		if err != nil {
@@ -43,9 +44,22 @@ func (s *Switch) poolControl(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 			return
 		}
 		n.lastSeen = now
+		if first {
+			// Not used until it reports what it holds.
+			s.nodesSeen++
+			s.pendingNodes++
+			n.reported = false
+		}
+		if restarted && !n.reported {
+			// Its memory is new: it holds nothing to report.
+			s.nodeReported(now, n)
+		}
+		if !n.reported {
+			n.Alive = false
+		}
 		ev := Event{Node: n.ID, Addr: n.Addr, Capacity: n.Capacity}
 		switch {
-		case prev == nil:
+		case first:
 			ev.Kind = EventPoolNodeJoined
 		case restarted:
 			ev.Kind = EventPoolNodeRestarted
@@ -58,17 +72,34 @@ func (s *Switch) poolControl(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 		if restarted {
 			s.startRebuilds(now, n)
 		}
-		s.respond(d, &CtrlMsg{Type: CtrlPoolNode, Resp: true, Node: uint16(n.ID)})
+		s.respond(d, &CtrlMsg{Type: CtrlPoolNode, Resp: true, Node: uint16(n.ID), Epoch: s.incarnation})
+	case CtrlPoolReport:
+		s.poolReport(now, d, m)
 	case CtrlPoolCreate:
+		if s.recovering(now) {
+			s.stats.ControlRefused++
+			s.reply(d.Peer, &d.Header, wire.StatusBusy, s.recoverLeft(now))
+			return
+		}
 		s.createPool(d, m)
 	case CtrlPoolOpen:
 		r, err := s.mmu.Region(m.Region, m.Key)
 		if err != nil || !r.Ready {
+			if s.recovering(now) {
+				s.stats.ControlRefused++
+				s.reply(d.Peer, &d.Header, wire.StatusBusy, s.recoverLeft(now))
+				return
+			}
 			refuse(wire.StatusBadKey)
 			return
 		}
 		s.respond(d, &CtrlMsg{Type: CtrlPoolOpen, Resp: true, Pool: r.spec()})
 	case CtrlPoolFree:
+		if s.recovering(now) {
+			s.stats.ControlRefused++
+			s.reply(d.Peer, &d.Header, wire.StatusBusy, s.recoverLeft(now))
+			return
+		}
 		if err := s.freePool(m.Region, m.Key); err != nil {
 			refuse(wire.StatusBadKey)
 			return
@@ -103,8 +134,12 @@ func (s *Switch) checkPoolNodes(now time.Time) {
 		}
 	}
 	for _, n := range forget {
+		pending := !n.reported && !n.placeholder()
 		if s.mmu.Forget(n) {
 			s.stats.PoolNodesForgotten++
+			if pending {
+				s.pendingNodes--
+			}
 		}
 	}
 	s.retryRebuilds(now)

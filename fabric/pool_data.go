@@ -75,9 +75,10 @@ func (s *Switch) createPool(d *transport.Delivery, m *CtrlMsg) {
 		return
 	}
 	pc := &poolCreate{region: r, client: d.Peer, msgID: d.Header.MsgID}
+	homes := r.homes()
 	for c, h := range r.Homes {
-		g := &CtrlMsg{Type: CtrlPoolGrant, Region: r.ID, Key: r.Key, Pool: PoolSpec{Perm: uint8(r.Perm)},
-			Base: h.Base, Length: r.Layout.ColumnBytes(c)}
+		g := &CtrlMsg{Type: CtrlPoolGrant, Region: r.ID, Key: r.Key, Pool: r.spec(), Node: uint16(c),
+			Base: h.Base, Length: r.Layout.ColumnBytes(c), Epoch: r.Epoch, Homes: homes}
 		id, ok := s.sendPoolCtrl(h.Node.Addr, g)
 		if !ok {
 			pc.failed = true
@@ -151,6 +152,11 @@ func (s *Switch) freePool(id uint32, key uint64) error {
 		return wire.StatusBadKey
 	}
 	s.revokeAll(r)
+	for c := range r.Homes {
+		if r.isUnconfirmed(c) {
+			s.settleColumn(r, c)
+		}
+	}
 	return s.mmu.Free(id, key)
 }
 
@@ -173,6 +179,11 @@ func poolAccess(h *wire.Header, payload []byte) (memnode.Perm, uint64, bool) {
 // node(s), or answers it with the reason it is refused.
 func (s *Switch) poolForward(from netip.AddrPort, h *wire.Header, payload []byte) {
 	s.stats.PoolIn++
+	if s.recovering(s.now) {
+		// The map is not complete: the client resends.
+		s.stats.PoolDeferred++
+		return
+	}
 	if h.Flags&(wire.FlagResp|wire.FlagReplyTo) == 0 && s.poolAmplifies(from, h, payload) {
 		return
 	}
@@ -253,9 +264,15 @@ func (s *Switch) poolForward(from netip.AddrPort, h *wire.Header, payload []byte
 	if (dead+lost > 0 || rebuilding) && h.Op != wire.OpRead {
 		cp |= wire.CopiesDegraded
 		// A copy on a dead node misses this write: it is stale from now
-		// on, to be rebuilt if its node comes back, never read as is.
+		// on, to be rebuilt if its node comes back, never read as is;
+		// the region's epoch says so to the copies that take it.
+		stale := false
 		for _, c := range deadCols[:min(dead, len(deadCols))] {
+			stale = stale || !r.Lost[c]
 			r.Lost[c], r.Rebuilding[c] = true, false
+		}
+		if stale {
+			s.raiseEpoch(r)
 		}
 	}
 	for _, t := range s.tgts[:sent] {
@@ -508,14 +525,18 @@ func (s *Switch) PoolRegions() []PoolSpec {
 	var out []PoolSpec
 	for _, r := range s.mmu.Regions() {
 		sp := r.spec()
-		for c := range r.Homes {
-			if r.Lost[c] {
+		for c, h := range r.Homes {
+			switch {
+			case r.Lost[c]:
 				sp.Lost++
+			case !h.Node.Alive:
+				sp.Down++
 			}
 			if r.Rebuilding[c] {
 				sp.Rebuilding++
 			}
 		}
+		sp.Health = r.health()
 		out = append(out, sp)
 	}
 	return out

@@ -58,7 +58,9 @@ func (s *Switch) rebuildLost(now time.Time, which func(Home) bool) {
 	}
 	var todo []cand
 	for _, r := range s.mmu.regions {
-		if r.Layout.Replicas < 2 || !r.Ready {
+		if r.Layout.Replicas < 2 || !r.Ready || r.Key == 0 {
+			// (A region rebuilt from reports has no key until a
+			// client uses it.)
 			continue
 		}
 		for c, h := range r.Homes {
@@ -74,7 +76,7 @@ func (s *Switch) rebuildLost(now time.Time, which func(Home) bool) {
 			continue
 		}
 		msg := &CtrlMsg{Type: CtrlPoolRebuild, Region: r.ID, Key: r.Key, Pool: r.spec(),
-			Base: h.Base, Length: r.Layout.ColumnBytes(c), Node: uint16(c)}
+			Base: h.Base, Length: r.Layout.ColumnBytes(c), Node: uint16(c), Epoch: r.Epoch, Homes: r.homes()}
 		id, ok := s.sendPoolCtrl(h.Node.Addr, msg)
 		if !ok {
 			continue
@@ -193,6 +195,8 @@ func (s *Switch) rebuilt(from netip.AddrPort, d *transport.Delivery, m *CtrlMsg)
 	} else {
 		r.Lost[c], r.Rebuilding[c] = false, false
 		s.stats.PoolRebuilt++
+		// Every copy is current again, the rebuilt one too.
+		s.raiseEpoch(r)
 		s.logEvent(Event{Kind: EventCopyRebuilt, Region: r.ID, Copy: c, Node: r.Homes[c].Node.ID, Addr: from})
 	}
 	s.respond(d, &CtrlMsg{Type: CtrlPoolRebuilt, Resp: true})

@@ -32,6 +32,11 @@ type simPoolNode struct {
 	inc    uint64 // incarnation
 	nextHB time.Time
 	busy   bool
+	// The report of its grants to a switch incarnation: messages left
+	// to send (the first one out while busy) and the incarnation.
+	reports  [][]byte
+	reportTo uint64
+	last     *endpoint.Op // the control op out
 }
 
 func (n *simPoolNode) Receive(now time.Time, d netio.Datagram) { n.core.Step(now, d.Addr, d.Buf) }
@@ -43,18 +48,65 @@ func (n *simPoolNode) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagra
 		if err != nil {
 			n.f.t.Fatal(err)
 		}
-		if err := n.core.Post(now, &endpoint.Op{Kind: endpoint.KindControl, Peer: n.f.swAddr, Buf: buf, Timeout: 2 * n.f.hb}); err == nil {
-			n.busy = true
-		}
+		n.send(now, buf)
 	}
 	out, done, next := n.core.Poll(now, out)
-	if len(done) > 0 {
-		n.busy = false
+	for _, op := range done {
+		if op != n.last {
+			continue
+		}
+		n.busy, n.last = false, nil
+		n.answered(now, op)
 	}
 	if !n.busy && (next.IsZero() || n.nextHB.Before(next)) {
 		next = n.nextHB // (while a heartbeat is out, its completion wakes the node)
 	}
 	return out, next
+}
+
+// send posts a control request to the switch.
+func (n *simPoolNode) send(now time.Time, buf []byte) {
+	op := &endpoint.Op{Kind: endpoint.KindControl, Peer: n.f.swAddr, Buf: buf, Timeout: 2 * n.f.hb}
+	if err := n.core.Post(now, op); err == nil {
+		n.busy, n.last = true, op
+	}
+}
+
+// answered goes on after the switch answered op: a registration answered
+// by a switch incarnation the node has not reported to starts the
+// report; a report message answered sends the next one, or ends it.
+func (n *simPoolNode) answered(now time.Time, op *endpoint.Op) {
+	if op.Err != nil {
+		n.reports = nil // started again by the next heartbeat
+		return
+	}
+	var m fabric.CtrlMsg
+	if err := fabric.ParseCtrl(op.Resp, &m, n.f.token); err != nil {
+		n.f.t.Fatalf("memory node %v: answer: %v", n.addr, err)
+	}
+	switch m.Type {
+	case fabric.CtrlPoolNode:
+		msgs, err := n.core.PoolReports(m.Epoch)
+		if err != nil {
+			n.f.t.Fatal(err)
+		}
+		if len(msgs) == 0 {
+			return
+		}
+		n.reports, n.reportTo = msgs, m.Epoch
+	case fabric.CtrlPoolReport:
+		if len(n.reports) == 0 {
+			return
+		}
+		n.reports = n.reports[1:]
+		if len(n.reports) == 0 {
+			n.core.PoolReported(n.reportTo)
+			return
+		}
+	default:
+		return
+	}
+	n.send(now, n.reports[0])
 }
 
 func (f *simFabric) addPoolNodes(k, size int) []*simPoolNode {
@@ -89,7 +141,7 @@ func (n *simPoolNode) boot(seed uint64) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	n.core, n.key, n.busy, n.nextHB = core, key, false, time.Time{}
+	n.core, n.key, n.busy, n.nextHB, n.last, n.reports = core, key, false, time.Time{}, nil, nil
 }
 
 // restart starts the node again in a new incarnation: its memory is gone.
@@ -123,6 +175,13 @@ func (f *simFabric) createPool(cli *simMember, spec fabric.PoolSpec) *simPool {
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	// As Endpoint.PoolCreate does: the open that proves the client's
+	// address again to a switch that forgot it.
+	proof, err := fabric.AppendCtrl(nil, &fabric.CtrlMsg{Type: fabric.CtrlPoolOpen, Region: p.Region, Key: got.Key}, f.token)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	cli.core.SetPoolProof(f.swAddr, proof)
 	return &simPool{f: f, cli: cli, spec: p, key: got.Key, lay: lay}
 }
 
@@ -176,6 +235,7 @@ func poolSimSetupSize(t *testing.T, seed int64, link simnet.LinkConfig, nodes, s
 	ns := f.addPoolNodes(nodes, size)
 	cli := f.addMembers(1)[0]
 	f.net.RunFor(500 * time.Millisecond) // the nodes lend their memory
+	f.run(func() bool { return !f.sw.PoolRecovering(f.net.Now()) }, 5*time.Second, "the nodes' reports")
 	return f, ns, cli
 }
 
@@ -705,7 +765,8 @@ func poolNodeRestart(t *testing.T, seed int64, link simnet.LinkConfig) {
 		t.Fatal(err)
 	}
 	ns[1].restart()
-	f.net.RunFor(10 * time.Millisecond) // its first offer, in the new incarnation
+	// Its first offer in the new incarnation (resent if lost).
+	f.run(func() bool { return lostColumns(f.sw, rep.spec.Region) > 0 }, 5*time.Second, "the switch hears of the restart")
 	writes := func(k int) (degraded int) {
 		for range k {
 			off := uint64(rng.IntN(int(rep.spec.Size) - 40<<10))
@@ -895,4 +956,14 @@ func TestSimPoolPartitionHeal(t *testing.T) {
 			t.Fatalf("seed %d: stripe %d from node 1's rebuilt copy: err %v, equal %v", seed, s, err, bytes.Equal(b, want))
 		}
 	}
+}
+
+// lostColumns is the lost columns of region id as the switch lists it.
+func lostColumns(sw *fabric.Switch, id uint32) int {
+	for _, sp := range sw.PoolRegions() {
+		if sp.Region == id {
+			return sp.Lost
+		}
+	}
+	return -1
 }

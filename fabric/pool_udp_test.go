@@ -1,6 +1,7 @@
 package fabric_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/netip"
@@ -10,6 +11,8 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -128,4 +131,82 @@ func startPoolNode(t testing.TB, sw netip.AddrPort, token []byte, size int) (*en
 	}
 	t.Cleanup(func() { ep.Close() })
 	return ep, key
+}
+
+// TestPoolSwitchRestartUDP restarts a running switch (a new process on
+// the same address, as an operator would) under a pool client over
+// loopback: the memory nodes report their regions, the client's region
+// reads back as written, with the same id and key, and takes writes.
+func TestPoolSwitchRestartUDP(t *testing.T) {
+	token := []byte("pool-restart")
+	cfg := fabric.Config{Token: token, HeartbeatTimeout: 200 * time.Millisecond, PoolRecoverWindow: time.Second}
+	srv := startSwitch(t, cfg)
+	addr := srv.Addr()
+	sw := addr.String()
+	opts := endpoint.FabricOptions{Token: token, Heartbeat: 50 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 2 {
+		ep, nodeKey := startPoolNode(t, addr, token, 1<<20)
+		lctx, stop := context.WithCancel(ctx)
+		t.Cleanup(stop)
+		if _, err := ep.PoolLend(lctx, sw, nodeKey, 1<<20, opts); err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+	}
+	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{OpTimeout: 20 * time.Second}, endpoint.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	cli, err := pool.New(ep, sw, pool.Options{Fabric: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := cli.Alloc(ctx, 256<<10, pool.AllocOptions{Stripe: 16 << 10, Replicas: 2, Perm: memnode.PermRead | memnode.PermWrite})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, r.Size())
+	for i := range want {
+		want[i] = byte(i*7 + i>>9)
+	}
+	if _, err := r.WriteAtContext(ctx, want, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	// Stop the switch and start another on the same address.
+	srv.Close()
+	conn, err := netio.ListenUDP(sw, netio.UDPConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw2, err := fabric.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv2 := fabric.NewServer(conn, sw2, nil)
+	t.Cleanup(func() { srv2.Close() })
+
+	got := make([]byte, len(want))
+	if _, err := r.ReadAtContext(ctx, got, 0); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read after the switch restart: %v, bytes equal %v", err, bytes.Equal(got, want))
+	}
+	copy(want[1000:], "written after the restart")
+	if _, err := r.WriteAtContext(ctx, want[1000:1100], 1000); err != nil {
+		t.Fatalf("write after the switch restart: %v", err)
+	}
+	if _, err := r.ReadAtContext(ctx, got, 0); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read back after the restart: %v, bytes equal %v", err, bytes.Equal(got, want))
+	}
+	ps, err := ep.PoolStat(ctx, sw, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps.Regions) != 1 || ps.Regions[0].Region != r.ID() || ps.Regions[0].Health != fabric.HealthOK {
+		t.Fatalf("regions after the restart: %+v, want region %d, ok", ps.Regions, r.ID())
+	}
+	if err := cli.Free(ctx, r); err != nil {
+		t.Fatalf("free after the restart: %v", err)
+	}
 }

@@ -160,6 +160,14 @@ func (s *Server) logEventsLocked() {
 			s.log.Info("switch: memory node restarted; its copies are lost and rebuilt where another copy exists", "node", e.Node, "addr", e.Addr, "bytes", e.Capacity)
 		case EventCopyRebuilt:
 			s.log.Info("switch: lost copy rebuilt", "region", e.Region, "copy", e.Copy, "node", e.Node, "addr", e.Addr)
+		case EventPoolNodeReported:
+			s.log.Info("switch: memory node reported its regions", "node", e.Node, "addr", e.Addr)
+		case EventCopyLost:
+			s.log.Warn("switch: pool region copy lost (its memory node does not hold it)", "region", e.Region, "copy", e.Copy, "node", e.Node, "addr", e.Addr)
+		case EventRegionLost:
+			s.log.Warn("switch: pool region lost: every copy of some of its bytes is gone", "region", e.Region)
+		case EventPoolRecovered:
+			s.log.Info("switch: pool map rebuilt from the memory nodes", "regions", e.Count, "nodes", e.Node)
 		}
 	}
 	clear(s.events)

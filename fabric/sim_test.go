@@ -136,6 +136,8 @@ type simFabric struct {
 	hb      time.Duration
 	link    simnet.LinkConfig
 	members []*simMember
+	cfg     fabric.Config
+	swLink  simnet.LinkConfig
 }
 
 func newSimFabric(t *testing.T, seed int64, link simnet.LinkConfig, cfg fabric.Config) *simFabric {
@@ -151,15 +153,32 @@ func newSimFabric(t *testing.T, seed int64, link simnet.LinkConfig, cfg fabric.C
 		t.Fatal(err)
 	}
 	f := &simFabric{t: t, seed: seed, net: simnet.New(seed), sw: sw, token: cfg.Token,
-		swAddr: netip.MustParseAddrPort("10.0.0.1:7471"), hb: 250 * time.Millisecond, link: link}
+		swAddr: netip.MustParseAddrPort("10.0.0.1:7471"), hb: 250 * time.Millisecond, link: link, cfg: cfg}
 	// simnet is a star of access links around a crossbar; the switch sits
 	// on the crossbar with a port per member, so its own attachment is
 	// infinitely fast with no latency (each member's access link is the
 	// port) — but keeps the link's faults.
 	swLink := link
 	swLink.Rate, swLink.Latency = 0, 0
+	f.swLink = swLink
 	f.net.Attach(f.swAddr, &simSwitch{sw}, swLink, swLink)
 	return f
+}
+
+// restartSwitch stops the switch, leaves it down for down, and starts a
+// new one (same address and configuration, a new transport seed): every
+// table it held is gone.
+func (f *simFabric) restartSwitch(down time.Duration) {
+	f.t.Helper()
+	f.net.Detach(f.swAddr)
+	f.net.RunFor(down)
+	f.cfg.Transport.Seed += 1000
+	sw, err := fabric.New(f.cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.sw = sw
+	f.net.Attach(f.swAddr, &simSwitch{sw}, f.swLink, f.swLink)
 }
 
 // addMembers attaches n endpoint cores.

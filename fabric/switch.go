@@ -68,6 +68,12 @@ type Config struct {
 	PoolKeys func() uint64
 	// Limits bounds the control plane's tables (limits.go).
 	Limits ControlLimits
+	// PoolRecoverWindow is how long after its start the switch waits for
+	// the memory nodes to report the regions they hold before it creates
+	// new ones and serves pool requests (less once every node that
+	// registered has reported and every region is complete). Zero means
+	// DefaultPoolRecoverWindow.
+	PoolRecoverWindow time.Duration
 }
 
 // FaultConfig injects faults into the switch's output (this kernel has no
@@ -95,6 +101,9 @@ func (c Config) WithDefaults() Config {
 func (c *Config) setDefaults() {
 	if c.HeartbeatTimeout == 0 {
 		c.HeartbeatTimeout = time.Second
+	}
+	if c.PoolRecoverWindow == 0 {
+		c.PoolRecoverWindow = DefaultPoolRecoverWindow
 	}
 	if c.MaxGroups == 0 {
 		c.MaxGroups = 4096
@@ -125,7 +134,7 @@ func (c *Config) setDefaults() {
 func (c *Config) validate() error {
 	w := c.MulticastWindow
 	switch {
-	case c.HeartbeatTimeout < 0 || c.MaxGroups < 0 || c.MaxForward < 0 || c.negativeData():
+	case c.HeartbeatTimeout < 0 || c.PoolRecoverWindow < 0 || c.MaxGroups < 0 || c.MaxForward < 0 || c.negativeData():
 		return fmt.Errorf("%w: negative value", ErrConfig)
 	case w <= 0 || w&(w-1) != 0 || w > 1<<15:
 		return fmt.Errorf("%w: MulticastWindow %d must be a power of two ≤ 32768", ErrConfig, w)
@@ -148,22 +157,27 @@ type Stats struct {
 
 	Received, Malformed, Spoofed, NoGroup uint64
 	// Per mode: packets in and datagrams out.
-	UnicastIn, UnicastOut                               uint64
-	MulticastIn, MulticastOut                           uint64
-	MulticastAcksIn, MergedAcksOut                      uint64
-	AggregateIn, AggregateOut                           uint64
-	AnycastIn, AnycastOut                               uint64
-	PoolIn, PoolOut, PoolRefused                        uint64
-	PoolRebuilt, PoolRebuildsFailed                     uint64 // lost copies rebuilt; rebuilds that failed (tried again)
-	ControlIn, ControlRefused                           uint64
-	AuthFailures                                        uint64
-	ForwardDropped                                      uint64
-	MembersDead                                         uint64
-	EventsDropped                                       uint64 // events not queued: MaxEvents were waiting for Events
-	RendezvousExpired, PoolNodesForgotten               uint64 // control-plane entries expired (limits.go)
-	ControlPartialRefused, PoolUnproven                 uint64 // partial control requests refused; pool requests refused to unproven sources
-	FaultDrops, FaultDups, FaultReorders, FaultCorrupts uint64
-	Groups, Members                                     int
+	UnicastIn, UnicastOut           uint64
+	MulticastIn, MulticastOut       uint64
+	MulticastAcksIn, MergedAcksOut  uint64
+	AggregateIn, AggregateOut       uint64
+	AnycastIn, AnycastOut           uint64
+	PoolIn, PoolOut, PoolRefused    uint64
+	PoolRebuilt, PoolRebuildsFailed uint64 // lost copies rebuilt; rebuilds that failed (tried again)
+	// The pool map rebuilt from the memory nodes' reports: regions
+	// rebuilt, copies confirmed, report entries refused (stale or
+	// contradicting the map); pool requests dropped while the switch
+	// waited for the reports (clients resend them).
+	PoolRegionsRecovered, PoolCopiesReported, PoolReportsRefused, PoolDeferred uint64
+	ControlIn, ControlRefused                                                  uint64
+	AuthFailures                                                               uint64
+	ForwardDropped                                                             uint64
+	MembersDead                                                                uint64
+	EventsDropped                                                              uint64 // events not queued: MaxEvents were waiting for Events
+	RendezvousExpired, PoolNodesForgotten                                      uint64 // control-plane entries expired (limits.go)
+	ControlPartialRefused, PoolUnproven                                        uint64 // partial control requests refused; pool requests refused to unproven sources
+	FaultDrops, FaultDups, FaultReorders, FaultCorrupts                        uint64
+	Groups, Members                                                            int
 
 	// Data-path bounds: multicast windows reset by a jump of AckBase of a
 	// window or more; members' ACKs ignored as more than a window away.
@@ -263,6 +277,17 @@ type Switch struct {
 	tgt         []Target
 	tgts        []Target
 
+	// The pool map's recovery (pool_recover.go): this switch's
+	// incarnation, which memory nodes report to; until when it waits for
+	// them; nodes registered, and of those the ones whose report is not
+	// complete; region columns no report has settled.
+	incarnation     uint64
+	recoverUntil    time.Time
+	recovered       bool
+	nodesSeen       int
+	pendingNodes    int
+	unconfirmedCols int
+
 	fwd      []netio.Datagram // datagrams queued by Step for the next Poll
 	fwdBufs  [][]byte
 	nfwd     int
@@ -320,6 +345,9 @@ func New(cfg Config) (*Switch, error) {
 		rng:      rand.New(rand.NewPCG(cfg.Fault.Seed, cfg.Fault.Seed^0x5bd1e995)),
 	}
 	sw.admitFn = sw.admit
+	for sw.incarnation == 0 {
+		sw.incarnation = sw.mmu.newKey()
+	}
 	return sw, nil
 }
 

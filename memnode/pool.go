@@ -1,10 +1,12 @@
 package memnode
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/ndma/ndma/wire"
@@ -20,12 +22,47 @@ import (
 
 // Grant gives pool region Region (whose accesses carry Key and may do
 // Perm) the Len bytes at Base of the node's lent region.
+//
+// The rest is the switch's map record for the grant, which the node keeps
+// and reports back to a restarted switch (so that the switch can rebuild
+// its map from the nodes): the column of the region the extent holds, the
+// region's shape, where every column lives, and the region's epoch as the
+// switch last told it. The node does not interpret them.
 type Grant struct {
 	Region uint32
 	Key    uint64
 	Perm   Perm
 	Base   uint64
 	Len    uint64
+
+	Column int
+	Layout GrantLayout
+	Homes  []GrantHome // by column
+	Epoch  uint64
+}
+
+// GrantLayout is a pool region's shape, as the switch's layout has it.
+type GrantLayout struct {
+	Size, Stripe      uint64
+	Columns, Replicas int
+}
+
+// GrantHome is where one column of a pool region lives: a memory node's
+// address (as the switch sees it) and the extent's offset in its lent
+// region.
+type GrantHome struct {
+	Addr netip.AddrPort
+	Base uint64
+}
+
+// GrantState is a grant as the node reports it: the grant, whether a
+// rebuild of it is under way (its bytes are not a full copy yet), and
+// whether it took a write that reached fewer copies than the region has
+// since the switch last set its epoch (the other copies missed it).
+type GrantState struct {
+	Grant
+	Rebuilding bool
+	Degraded   bool
 }
 
 // ErrGrant is returned (wrapped) for a grant that does not fit the lent
@@ -41,6 +78,9 @@ type PoolNode struct {
 	key    uint64 // the lent region
 	size   uint64
 	grants map[uint32]Grant
+	// degraded marks grants that took a degraded write since their epoch
+	// was last set.
+	degraded map[uint32]bool
 	// written marks, per byte of a grant being rebuilt, what clients
 	// wrote since the rebuild began (Fill leaves those bytes alone).
 	written map[uint32][]uint64
@@ -52,7 +92,7 @@ func NewPoolNode(s *Store, key uint64) (*PoolNode, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: no region %#x to lend", ErrGrant, key)
 	}
-	return &PoolNode{store: s, key: key, size: uint64(len(r.mem)), grants: make(map[uint32]Grant), written: make(map[uint32][]uint64)}, nil
+	return &PoolNode{store: s, key: key, size: uint64(len(r.mem)), grants: make(map[uint32]Grant), degraded: make(map[uint32]bool), written: make(map[uint32][]uint64)}, nil
 }
 
 // Key is the lent region's key.
@@ -64,19 +104,19 @@ func (p *PoolNode) Key() uint64 { return p.key }
 // grant.
 func (p *PoolNode) Grant(g Grant) error {
 	if g.Region == 0 || g.Key == 0 || g.Len == 0 || g.Perm&^PermAll != 0 ||
-		g.Base > p.size || g.Len > p.size-g.Base {
-		return fmt.Errorf("%w: region %d, [%d, +%d) of %d bytes", ErrGrant, g.Region, g.Base, g.Len, p.size)
+		g.Base > p.size || g.Len > p.size-g.Base || len(g.Homes) > MaxGrantHomes {
+		return fmt.Errorf("%w: region %d, [%d, +%d) of %d bytes, %d homes", ErrGrant, g.Region, g.Base, g.Len, p.size, len(g.Homes))
 	}
 	if _, ok := p.grants[g.Region]; !ok && len(p.grants) >= MaxGrants {
 		return fmt.Errorf("%w: %d grants already", ErrGrant, MaxGrants)
 	}
 	for id, o := range p.grants {
 		if id == g.Region || (o.Base < g.Base+g.Len && g.Base < o.Base+o.Len) {
-			delete(p.grants, id)
-			delete(p.written, id)
+			p.forget(id)
 		}
 	}
 	clear(p.store.regions[p.key].mem[g.Base : g.Base+g.Len])
+	g.Homes = slices.Clone(g.Homes)
 	p.grants[g.Region] = g
 	return nil
 }
@@ -85,11 +125,60 @@ func (p *PoolNode) Grant(g Grant) error {
 // was one.
 func (p *PoolNode) Revoke(region uint32, key uint64) bool {
 	if g, ok := p.grants[region]; ok && g.Key == key {
-		delete(p.grants, region)
-		delete(p.written, region)
+		p.forget(region)
 		return true
 	}
 	return false
+}
+
+// RevokeAny forgets region's grant whatever its key (the switch's order
+// for a grant whose key it does not know).
+func (p *PoolNode) RevokeAny(region uint32) { p.forget(region) }
+
+// forget drops region's grant and what the node knows about it.
+func (p *PoolNode) forget(region uint32) {
+	delete(p.grants, region)
+	delete(p.written, region)
+	delete(p.degraded, region)
+}
+
+// MaxGrantHomes bounds a grant's Homes (the switch's MaxColumns).
+const MaxGrantHomes = 256
+
+// SetEpoch records the region's epoch the switch sets (key must open
+// the grant; 0: the switch does not know it) and forgets earlier
+// degraded writes: the switch knows of them. An epoch lower than the
+// grant's is ignored. It reports whether the grant is there.
+func (p *PoolNode) SetEpoch(region uint32, key, epoch uint64) bool {
+	g, ok := p.grants[region]
+	if !ok || key != 0 && g.Key != key {
+		return false
+	}
+	if epoch >= g.Epoch {
+		g.Epoch = epoch
+		p.grants[region] = g
+		delete(p.degraded, region)
+	}
+	return true
+}
+
+// MarkDegraded records that region's grant took a write the region's
+// other copies missed.
+func (p *PoolNode) MarkDegraded(region uint32) {
+	if _, ok := p.grants[region]; ok {
+		p.degraded[region] = true
+	}
+}
+
+// State returns every grant the node holds, by region id, for a switch
+// that rebuilds its map.
+func (p *PoolNode) State() []GrantState {
+	out := make([]GrantState, 0, len(p.grants))
+	for id, g := range p.grants {
+		out = append(out, GrantState{Grant: g, Rebuilding: p.written[id] != nil, Degraded: p.degraded[id]})
+	}
+	slices.SortFunc(out, func(a, b GrantState) int { return cmp.Compare(a.Region, b.Region) })
+	return out
 }
 
 // GrantRebuild installs g as Grant does, for a copy to be rebuilt: from

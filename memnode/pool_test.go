@@ -243,3 +243,49 @@ func TestRepliesExpire(t *testing.T) {
 		t.Fatalf("expired entries counted as evicted: %d", c.Evicted())
 	}
 }
+
+// TestPoolNodeState: the node reports every grant with the switch's
+// record as given, whether it is being rebuilt, and whether it took a
+// degraded write since the switch last set its epoch; an older epoch
+// does not replace a newer one; RevokeAny drops a grant whatever its key.
+func TestPoolNodeState(t *testing.T) {
+	p, _ := newPoolNode(t, 8192)
+	homes := []GrantHome{{Addr: netip.MustParseAddrPort("10.0.0.2:4791"), Base: 0}, {Addr: netip.MustParseAddrPort("10.0.0.3:4791"), Base: 4096}}
+	g := Grant{Region: 4, Key: 44, Perm: PermRead | PermWrite, Base: 4096, Len: 1024, Column: 1,
+		Layout: GrantLayout{Size: 2048, Stripe: 1024, Columns: 2, Replicas: 2}, Homes: homes, Epoch: 3}
+	if err := p.Grant(g); err != nil {
+		t.Fatal(err)
+	}
+	homes[0].Base = 999 // the node keeps its own copy
+	if err := p.GrantRebuild(Grant{Region: 2, Key: 22, Perm: PermRead, Base: 0, Len: 64, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	st := p.State()
+	if len(st) != 2 || st[0].Region != 2 || st[1].Region != 4 {
+		t.Fatalf("state %+v, want regions 2 and 4 in order", st)
+	}
+	if !st[0].Rebuilding || st[1].Rebuilding || st[1].Degraded {
+		t.Fatalf("state flags %+v", st)
+	}
+	if r := st[1]; r.Column != 1 || r.Layout != g.Layout || r.Epoch != 3 || len(r.Homes) != 2 || r.Homes[0].Base != 0 || r.Homes[1] != g.Homes[1] {
+		t.Fatalf("reported grant %+v, want %+v", r.Grant, g)
+	}
+	p.MarkDegraded(4)
+	p.MarkDegraded(9) // no such grant: nothing
+	if st := p.State(); !st[1].Degraded || len(st) != 2 {
+		t.Fatalf("after a degraded write: %+v", st)
+	}
+	if p.SetEpoch(4, 45, 5) {
+		t.Fatal("SetEpoch with a wrong key accepted")
+	}
+	if !p.SetEpoch(4, 44, 5) || !p.SetEpoch(4, 0, 4) {
+		t.Fatal("SetEpoch refused")
+	}
+	if r := p.State()[1]; r.Epoch != 5 || r.Degraded {
+		t.Fatalf("after SetEpoch 5 then 4: epoch %d, degraded %v; want 5, false", r.Epoch, r.Degraded)
+	}
+	p.RevokeAny(4)
+	if p.HasGrant(4) || len(p.State()) != 1 {
+		t.Fatal("RevokeAny left the grant")
+	}
+}

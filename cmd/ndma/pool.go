@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -247,24 +248,32 @@ func poolShape(p fabric.PoolSpec) string {
 		sizeString(p.Size), sizeString(p.Stripe), p.Columns, p.Replicas, map[bool]string{true: "y", false: "ies"}[p.Replicas == 1], memnode.Perm(p.Perm))
 }
 
-// poolHealth says whether every copy of a region is there: "ok",
-// "degraded" (a copy lost, the other serves), "rebuilding", or "lost"
-// (single-copy ranges gone with a restarted node).
+// poolHealth says what a region's readers can expect, as the switch
+// judges it (fabric.PoolHealth), with the columns behind it: "ok",
+// "degraded" (every byte readable, some copy lost, rebuilding or on a
+// dead node), "unavailable" (some bytes only on dead nodes: back with
+// them) or "lost" (every copy of some bytes gone).
 func poolHealth(p fabric.PoolSpec) string {
-	switch {
-	case p.Lost == 0:
-		return "ok"
-	case p.Replicas == 1:
-		return fmt.Sprintf("lost (%d of %d nodes' stripes)", p.Lost, p.Columns)
-	case p.Rebuilding == p.Lost:
-		return fmt.Sprintf("rebuilding (%d of %d nodes' copies)", p.Rebuilding, p.Columns)
+	var why []string
+	if n := p.Lost - p.Rebuilding; n > 0 {
+		why = append(why, fmt.Sprintf("%d lost", n))
 	}
-	return fmt.Sprintf("degraded (%d of %d nodes' copies lost, %d rebuilding)", p.Lost, p.Columns, p.Rebuilding)
+	if p.Rebuilding > 0 {
+		why = append(why, fmt.Sprintf("%d rebuilding", p.Rebuilding))
+	}
+	if p.Down > 0 {
+		why = append(why, fmt.Sprintf("%d on dead nodes", p.Down))
+	}
+	if len(why) == 0 {
+		return p.Health.String()
+	}
+	return fmt.Sprintf("%v (%s of %d columns)", p.Health, strings.Join(why, ", "), p.Columns)
 }
 
 func poolRegionJSON(p fabric.PoolSpec, key string) map[string]any {
 	m := map[string]any{"region": p.Region, "size": p.Size, "stripe": p.Stripe, "nodes": p.Columns,
-		"replicas": p.Replicas, "perm": memnode.Perm(p.Perm).String(), "lost": p.Lost, "rebuilding": p.Rebuilding}
+		"replicas": p.Replicas, "perm": memnode.Perm(p.Perm).String(), "lost": p.Lost, "rebuilding": p.Rebuilding,
+		"down": p.Down, "health": p.Health.String()}
 	if key != "" {
 		m["key"] = key
 	}

@@ -51,9 +51,10 @@ func TestPoolHealth(t *testing.T) {
 		want string
 	}{
 		{fabric.PoolSpec{Columns: 3, Replicas: 2}, "ok"},
-		{fabric.PoolSpec{Columns: 3, Replicas: 2, Lost: 1}, "degraded (1 of 3 nodes' copies lost, 0 rebuilding)"},
-		{fabric.PoolSpec{Columns: 3, Replicas: 2, Lost: 1, Rebuilding: 1}, "rebuilding (1 of 3 nodes' copies)"},
-		{fabric.PoolSpec{Columns: 4, Replicas: 1, Lost: 1}, "lost (1 of 4 nodes' stripes)"},
+		{fabric.PoolSpec{Columns: 3, Replicas: 2, Lost: 1, Health: fabric.HealthDegraded}, "degraded (1 lost of 3 columns)"},
+		{fabric.PoolSpec{Columns: 3, Replicas: 2, Lost: 1, Rebuilding: 1, Health: fabric.HealthDegraded}, "degraded (1 rebuilding of 3 columns)"},
+		{fabric.PoolSpec{Columns: 3, Replicas: 2, Down: 2, Health: fabric.HealthUnavailable}, "unavailable (2 on dead nodes of 3 columns)"},
+		{fabric.PoolSpec{Columns: 4, Replicas: 1, Lost: 1, Down: 1, Health: fabric.HealthLost}, "lost (1 lost, 1 on dead nodes of 4 columns)"},
 	} {
 		if got := poolHealth(c.p); got != c.want {
 			t.Errorf("%+v: %q, want %q", c.p, got, c.want)

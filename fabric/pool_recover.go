@@ -1,0 +1,312 @@
+package fabric
+
+import (
+	"cmp"
+	"time"
+
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
+)
+
+// Rebuilding the pool's map after a switch restart.
+//
+// The switch keeps its map of the pool (which regions exist, their shape,
+// where each column lives) only in memory. The memory nodes keep, with
+// every grant, the switch's record of it: the region's shape, the homes of
+// all its columns, the region's epoch and whether the copy is complete;
+// and the key itself, of which they report only a digest. A switch that
+// starts answers each node's registration with its own incarnation; a node
+// that has not reported to that incarnation sends CtrlPoolReport, and is
+// not used until its report is complete. From the reports the switch
+// rebuilds every region under its old id (new ids start above them), with
+// a column whose node does not report it, or reports it stale (a lower
+// epoch, or incomplete), marked lost, and learns each region's key from the
+// first request that carries one matching the digest.
+//
+// While it recovers (PoolRecoverWindow after the start, less once every
+// registered node has reported and every region it knows of is complete)
+// the switch refuses new regions (StatusBusy with the time left, which the
+// endpoint waits out), and drops pool requests (clients resend them), so
+// that nothing is allocated over, or read from, a copy not yet reported.
+// Nodes that come back later report the same way.
+
+// DefaultPoolRecoverWindow is Config.PoolRecoverWindow's default.
+const DefaultPoolRecoverWindow = 2 * time.Second
+
+// PoolRecovering is, in the top byte of a BUSY answer's Operand1, a switch
+// rebuilding its pool map; the rest is the milliseconds left.
+const PoolRecovering = 3
+
+// reportRank orders reported copies: a higher epoch, then a copy that
+// took writes the others missed, is more current.
+type reportRank struct {
+	epoch    uint64
+	degraded bool
+}
+
+func (a reportRank) compare(b reportRank) int {
+	if c := cmp.Compare(a.epoch, b.epoch); c != 0 {
+		return c
+	}
+	switch {
+	case a.degraded == b.degraded:
+		return 0
+	case a.degraded:
+		return 1
+	}
+	return -1
+}
+
+// recovering reports whether the switch is still rebuilding its pool map
+// (and latches the end).
+func (s *Switch) recovering(now time.Time) bool {
+	if s.recovered {
+		return false
+	}
+	if s.recoverUntil.IsZero() {
+		s.recoverUntil = now.Add(s.cfg.PoolRecoverWindow)
+	}
+	if !now.Before(s.recoverUntil) || s.nodesSeen > 0 && s.pendingNodes == 0 && s.unconfirmedCols == 0 {
+		s.recovered = true
+		s.logEvent(Event{Kind: EventPoolRecovered, Node: s.nodesSeen, Count: len(s.mmu.regions)})
+		return false
+	}
+	return true
+}
+
+// PoolRecovering reports whether the switch is, at now, still waiting for
+// the memory nodes' reports (it refuses new regions and drops pool
+// requests until then).
+func (s *Switch) PoolRecovering(now time.Time) bool { return s.recovering(now) }
+
+// recoverLeft is the time left of the recovery window, for BUSY answers.
+func (s *Switch) recoverLeft(now time.Time) uint64 {
+	ms := max(1, s.recoverUntil.Sub(now).Milliseconds())
+	return PoolRecovering<<56 | uint64(ms)
+}
+
+// poolReport handles a memory node's CtrlPoolReport.
+func (s *Switch) poolReport(now time.Time, d *transport.Delivery, m *CtrlMsg) {
+	n := s.mmu.NodeAt(d.Peer.Addr)
+	if n == nil || n.placeholder() {
+		s.stats.ControlRefused++
+		s.reply(d.Peer, &d.Header, wire.StatusBadOperand, 0)
+		return
+	}
+	for i := range m.Reports {
+		s.adoptReport(n, &m.Reports[i])
+	}
+	if m.Final && !n.reported {
+		s.nodeReported(now, n)
+	}
+	s.respond(d, &CtrlMsg{Type: CtrlPoolReport, Resp: true})
+}
+
+// adoptReport takes one grant a node reports into the map: it rebuilds
+// the region on the first report of it, or confirms (or, if stale, marks
+// lost) the column of a region the switch has.
+func (s *Switch) adoptReport(n *PoolNode, e *PoolReport) {
+	c := int(e.Column)
+	l, err := NewLayout(e.Pool.Size, e.Pool.Stripe, e.Pool.Columns, e.Pool.Replicas)
+	if err != nil || e.Homes[c].Addr != n.Addr || e.Homes[c].Base != e.Base || e.Length != l.ColumnBytes(c) ||
+		e.Base > n.Capacity || e.Length > n.Capacity-e.Base {
+		s.stats.PoolReportsRefused++
+		return
+	}
+	rank := reportRank{e.Epoch, e.Degraded}
+	r := s.mmu.regions[e.Region]
+	if r == nil {
+		if f := s.mmu.firstCreated; f != 0 && e.Region >= f {
+			// Created and freed by this switch: the node missed the
+			// revoke.
+			s.stats.PoolReportsRefused++
+			s.sendPoolCtrl(n.Addr, &CtrlMsg{Type: CtrlPoolRevoke, Region: e.Region})
+			return
+		}
+		if r = s.rebuildRegion(n, e, l); r == nil {
+			s.stats.PoolReportsRefused++
+			s.logEvent(Event{Kind: EventCopyLost, Region: e.Region, Copy: c, Node: n.ID, Addr: n.Addr})
+			return
+		}
+	} else if !r.matches(e, l) {
+		s.stats.PoolReportsRefused++
+		s.logEvent(Event{Kind: EventCopyLost, Region: e.Region, Copy: c, Node: n.ID, Addr: n.Addr})
+		return
+	}
+	if r.unconfirmed == nil || !r.unconfirmed[c] {
+		return // settled already (a report sent again)
+	}
+	s.settleColumn(r, c)
+	switch {
+	case e.Rebuilding:
+		// An incomplete copy: rebuilt again once the key is known.
+		r.Lost[c] = true
+	case rank.compare(r.best) < 0:
+		r.Lost[c] = true
+	default:
+		if rank.compare(r.best) > 0 {
+			// More current than every copy settled so far: those
+			// are stale.
+			for k := range r.Homes {
+				if k != c && !r.Lost[k] && !r.isUnconfirmed(k) {
+					r.Lost[k] = true
+				}
+			}
+			r.best, r.Epoch = rank, e.Epoch
+		}
+		r.Lost[c] = false
+	}
+	s.stats.PoolCopiesReported++
+}
+
+// rebuildRegion makes region e.Region from its first report (by node n),
+// reserving every column's extent on its node (a node not registered yet
+// gets a placeholder). It returns nil if an extent is not free.
+func (s *Switch) rebuildRegion(n *PoolNode, e *PoolReport, l Layout) *PoolRegion {
+	if len(s.mmu.regions) >= MaxPoolRegions {
+		return nil
+	}
+	k := l.Columns
+	r := &PoolRegion{ID: e.Region, Perm: memnode.Perm(e.Pool.Perm), Layout: l, Homes: make([]Home, k),
+		Lost: make([]bool, k), Rebuilding: make([]bool, k), Ready: true,
+		digest: e.Digest, unconfirmed: make([]bool, k)}
+	for c, h := range e.Homes {
+		node, err := s.mmu.nodeFor(h.Addr)
+		if err == nil && !node.reserve(h.Base, l.ColumnBytes(c)) {
+			err = ErrNoSpace
+		}
+		if err != nil {
+			for j := range c {
+				r.Homes[j].Node.release(r.Homes[j].Base, l.ColumnBytes(j))
+			}
+			return nil
+		}
+		r.Homes[c] = Home{Node: node, Base: h.Base}
+	}
+	for c, h := range r.Homes {
+		if h.Node.reported && h.Node != n {
+			// It reported everything it holds, and not this.
+			r.Lost[c] = true
+			continue
+		}
+		r.unconfirmed[c] = true
+		s.unconfirmedCols++
+	}
+	s.mmu.regions[r.ID] = r
+	s.mmu.nextID = max(s.mmu.nextID, r.ID)
+	s.stats.PoolRegionsRecovered++
+	return r
+}
+
+// matches reports whether report e describes r (another region of the
+// same id otherwise).
+func (r *PoolRegion) matches(e *PoolReport, l Layout) bool {
+	if r.Layout != l || r.Perm != memnode.Perm(e.Pool.Perm) || r.digest != e.Digest {
+		return false
+	}
+	for c, h := range r.Homes {
+		if h.Node.Addr != e.Homes[c].Addr || h.Base != e.Homes[c].Base {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *PoolRegion) isUnconfirmed(c int) bool { return r.unconfirmed != nil && r.unconfirmed[c] }
+
+// settleColumn marks column c of r reported (or given up).
+func (s *Switch) settleColumn(r *PoolRegion, c int) {
+	r.unconfirmed[c] = false
+	s.unconfirmedCols--
+	for _, u := range r.unconfirmed {
+		if u {
+			return
+		}
+	}
+	r.unconfirmed = nil
+}
+
+// nodeReported ends node n's report: the columns homed on it that it did
+// not report are lost, and it serves from now on.
+func (s *Switch) nodeReported(now time.Time, n *PoolNode) {
+	n.reported = true
+	s.pendingNodes--
+	n.Alive = true
+	for _, r := range s.mmu.regions {
+		if r.unconfirmed == nil {
+			continue
+		}
+		for c, h := range r.Homes {
+			if h.Node == n && r.unconfirmed[c] {
+				s.settleColumn(r, c)
+				r.Lost[c] = true
+				s.logEvent(Event{Kind: EventCopyLost, Region: r.ID, Copy: c, Node: n.ID, Addr: n.Addr})
+			}
+		}
+	}
+	for _, r := range s.mmu.regions {
+		if r.health() == HealthLost && !r.reportedLost {
+			r.reportedLost = true
+			s.logEvent(Event{Kind: EventRegionLost, Region: r.ID})
+		}
+	}
+	s.logEvent(Event{Kind: EventPoolNodeReported, Node: n.ID, Addr: n.Addr, Capacity: n.Capacity})
+	s.rebuildLost(now, func(Home) bool { return true })
+}
+
+// raiseEpoch gives r a new epoch and tells the nodes of its intact copies
+// (live, not lost), so that a restarted switch takes them for current.
+func (s *Switch) raiseEpoch(r *PoolRegion) {
+	r.Epoch++
+	r.best = reportRank{epoch: r.Epoch}
+	for c, h := range r.Homes {
+		if !r.Lost[c] && h.Node.Alive {
+			s.sendPoolCtrl(h.Node.Addr, &CtrlMsg{Type: CtrlPoolEpoch, Region: r.ID, Key: r.Key, Epoch: r.Epoch})
+		}
+	}
+}
+
+// homes is r's homes as grants carry them.
+func (r *PoolRegion) homes() []PoolHome {
+	hs := make([]PoolHome, len(r.Homes))
+	for c, h := range r.Homes {
+		hs[c] = PoolHome{Addr: h.Node.Addr, Base: h.Base}
+	}
+	return hs
+}
+
+// health is what r's readers can expect: lost if every copy of some
+// stripe is lost, unavailable if some stripe has no copy on a live node,
+// degraded if some copy is lost, rebuilding or on a dead node.
+func (r *PoolRegion) health() PoolHealth {
+	k := r.Layout.Columns
+	down := func(c int) bool { return r.Lost[c] || !r.Homes[c].Node.Alive }
+	worst := HealthOK
+	for c := range k {
+		if r.Layout.primaries(c) == 0 {
+			continue
+		}
+		h := HealthOK
+		if r.Layout.Replicas == 1 {
+			switch {
+			case r.Lost[c]:
+				h = HealthLost
+			case down(c):
+				h = HealthUnavailable
+			}
+		} else {
+			d := (c + 1) % k // the second copy of c's stripes
+			switch {
+			case r.Lost[c] && r.Lost[d]:
+				h = HealthLost
+			case down(c) && down(d):
+				h = HealthUnavailable
+			case down(c) || down(d):
+				h = HealthDegraded
+			}
+		}
+		worst = max(worst, h)
+	}
+	return worst
+}

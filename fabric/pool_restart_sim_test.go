@@ -1,0 +1,251 @@
+package fabric_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/netio/simnet"
+	"github.com/ndma/ndma/wire"
+)
+
+// randomBytes is n bytes from rng.
+func randomBytes(rng *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+// regionSpecs is the switch's list of regions, by id.
+func regionSpecs(sw *fabric.Switch) map[uint32]fabric.PoolSpec {
+	out := map[uint32]fabric.PoolSpec{}
+	for _, sp := range sw.PoolRegions() {
+		out[sp.Region] = sp
+	}
+	return out
+}
+
+// TestSimPoolSwitchRestart restarts the switch while a client reads and
+// writes a single-copy and a replicated region: the memory nodes report
+// what they hold, the new switch rebuilds both regions under their ids
+// (new ones get higher ids), every access in flight completes, and every
+// byte reads back as written.
+func TestSimPoolSwitchRestart(t *testing.T) {
+	for _, seed := range []int64{41, 42, 43, 44, 45, 46} {
+		link := simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond}
+		if seed%2 == 0 {
+			link.Loss, link.Dup, link.Reorder, link.ReorderDelay = 0.02, 0.02, 0.05, 200*time.Microsecond
+		}
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { poolSwitchRestart(t, seed, link) })
+	}
+}
+
+func poolSwitchRestart(t *testing.T, seed int64, link simnet.LinkConfig) {
+	f, _, cli := poolSimSetup(t, seed, link, 3)
+	rw := uint8(memnode.PermRead | memnode.PermWrite)
+	rep := f.createPool(cli, fabric.PoolSpec{Size: 768 << 10, Stripe: 16 << 10, Replicas: 2, Perm: rw})
+	one := f.createPool(cli, fabric.PoolSpec{Size: 192 << 10, Stripe: 16 << 10, Replicas: 1, Perm: rw})
+	rng := rand.New(rand.NewPCG(uint64(seed), 9))
+	refRep, refOne := randomBytes(rng, int(rep.spec.Size)), randomBytes(rng, int(one.spec.Size))
+	for _, x := range []struct {
+		p   *simPool
+		ref []byte
+	}{{rep, refRep}, {one, refOne}} {
+		if err, _ := x.p.access(endpoint.KindWrite, x.ref, 0, time.Minute); err != nil {
+			t.Fatalf("seed %d: write: %v", seed, err)
+		}
+	}
+	before := regionSpecs(f.sw)
+
+	// Accesses in flight across the restart: writes of fresh bytes to
+	// the first half of each region, reads of the second half.
+	pending := 0
+	var failed []error
+	inflight := func(p *simPool, ref []byte) {
+		half := uint64(len(ref) / 2)
+		exts, err := p.lay.Extents(0, uint64(len(ref)), 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range exts {
+			op := &endpoint.Op{Peer: f.swAddr, Pool: p.spec.Region, Key: p.key, Addr: e.Off, Lane: uint16(e.Column)}
+			want := ref[e.Off : e.Off+e.Len]
+			if e.Off < half {
+				op.Kind, op.Buf = endpoint.KindWrite, randomBytes(rng, int(e.Len))
+				copy(want, op.Buf)
+			} else {
+				op.Kind, op.Buf = endpoint.KindRead, make([]byte, e.Len)
+			}
+			pending++
+			p.cli.post(op, func(op *endpoint.Op) {
+				pending--
+				switch {
+				case op.Err != nil:
+					failed = append(failed, fmt.Errorf("%v at %d: %w", op.Kind, op.Addr, op.Err))
+				case op.Kind == endpoint.KindRead && !bytes.Equal(op.Buf, want):
+					failed = append(failed, fmt.Errorf("read at %d: wrong bytes", op.Addr))
+				}
+			})
+		}
+	}
+	inflight(rep, refRep)
+	inflight(one, refOne)
+	f.net.RunFor(20 * time.Microsecond) // some of them reach the switch
+	f.restartSwitch(300 * time.Millisecond)
+	f.run(func() bool { return pending == 0 }, time.Minute, "accesses across the switch restart")
+	if len(failed) > 0 {
+		t.Fatalf("seed %d: %d accesses failed across the restart, first: %v", seed, len(failed), failed[0])
+	}
+
+	// The same regions, under the same ids, complete.
+	after := regionSpecs(f.sw)
+	if len(after) != len(before) {
+		t.Fatalf("seed %d: %d regions after the restart, want %d", seed, len(after), len(before))
+	}
+	for id, sp := range before {
+		got, ok := after[id]
+		if !ok || got.Size != sp.Size || got.Stripe != sp.Stripe || got.Columns != sp.Columns || got.Replicas != sp.Replicas || got.Perm != sp.Perm {
+			t.Fatalf("seed %d: region %d after the restart: %+v, want %+v", seed, id, got, sp)
+		}
+		if got.Health != fabric.HealthOK || got.Lost != 0 || got.Down != 0 {
+			t.Errorf("seed %d: region %d after the restart: health %v, %d lost, %d down", seed, id, got.Health, got.Lost, got.Down)
+		}
+	}
+	for _, x := range []struct {
+		p   *simPool
+		ref []byte
+	}{{rep, refRep}, {one, refOne}} {
+		got := make([]byte, len(x.ref))
+		if err, _ := x.p.access(endpoint.KindRead, got, 0, time.Minute); err != nil || !bytes.Equal(got, x.ref) {
+			t.Fatalf("seed %d: region %d after the restart: err %v, bytes equal %v", seed, x.p.spec.Region, err, bytes.Equal(got, x.ref))
+		}
+	}
+	st := f.sw.Stats()
+	if st.PoolRegionsRecovered != 2 || st.PoolDeferred == 0 && st.PoolIn == 0 {
+		t.Errorf("seed %d: switch stats after the restart: %d regions recovered (want 2), %d requests in, %d deferred", seed, st.PoolRegionsRecovered, st.PoolIn, st.PoolDeferred)
+	}
+
+	// New regions get new ids; a recovered region frees with its key.
+	nu := f.createPool(cli, fabric.PoolSpec{Size: 64 << 10, Stripe: 16 << 10, Replicas: 1, Perm: rw})
+	if nu.spec.Region <= max(rep.spec.Region, one.spec.Region) {
+		t.Errorf("seed %d: new region got id %d, not above the recovered %d and %d", seed, nu.spec.Region, rep.spec.Region, one.spec.Region)
+	}
+	var ferr error
+	done := false
+	cli.control(&fabric.CtrlMsg{Type: fabric.CtrlPoolFree, Region: one.spec.Region, Key: one.key}, func(_ *fabric.CtrlMsg, err error) { ferr, done = err, true })
+	f.run(func() bool { return done }, time.Minute, "free")
+	if ferr != nil {
+		t.Fatalf("seed %d: free of a recovered region: %v", seed, ferr)
+	}
+	if op := one.one(&endpoint.Op{Kind: endpoint.KindRead, Buf: make([]byte, 64)}); !errors.Is(op.Err, wire.StatusBadKey) {
+		t.Errorf("seed %d: read of the freed region: %v, want bad key", seed, op.Err)
+	}
+	// A wrong key never opens a recovered region.
+	if op := rep.oneKey(&endpoint.Op{Kind: endpoint.KindRead, Buf: make([]byte, 64)}, rep.key^1); !errors.Is(op.Err, wire.StatusBadKey) {
+		t.Errorf("seed %d: read with a wrong key: %v, want bad key", seed, op.Err)
+	}
+}
+
+// regionHealth is region id's health as the switch lists it.
+func regionHealth(sw *fabric.Switch, id uint32) fabric.PoolSpec {
+	return regionSpecs(sw)[id]
+}
+
+// TestSimPoolSwitchRestartStaleCopy: a memory node is away while a
+// replicated region is rewritten, so its copy is stale; the switch
+// restarts as the node comes back. The reports' epochs tell the stale
+// copy from the current one: reads return the new bytes, the stale copy
+// is rebuilt, and it then serves reads that match.
+func TestSimPoolSwitchRestartStaleCopy(t *testing.T) {
+	for _, seed := range []int64{51, 52, 53} {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			link := simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond}
+			if seed != 51 {
+				link.Loss, link.Dup, link.Reorder, link.ReorderDelay = 0.01, 0.01, 0.05, 200*time.Microsecond
+			}
+			f, ns, cli := poolSimSetup(t, seed, link, 3)
+			rep := f.createPool(cli, fabric.PoolSpec{Size: 384 << 10, Stripe: 16 << 10, Replicas: 2, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
+			rng := rand.New(rand.NewPCG(uint64(seed), 3))
+			old := randomBytes(rng, int(rep.spec.Size))
+			if err, _ := rep.access(endpoint.KindWrite, old, 0, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			// Node 1 goes away; the region is rewritten without it.
+			f.net.Detach(ns[1].addr)
+			f.run(func() bool { return regionHealth(f.sw, rep.spec.Region).Down > 0 }, 10*time.Second, "node 1 counted dead")
+			cur := randomBytes(rng, int(rep.spec.Size))
+			if err, deg := rep.access(endpoint.KindWrite, cur, 0, time.Minute); err != nil || !deg {
+				t.Fatalf("seed %d: write without node 1: err %v, degraded %v", seed, err, deg)
+			}
+			// Node 1 comes back (same process, stale copy) as the
+			// switch restarts.
+			f.net.Attach(ns[1].addr, ns[1], f.link, f.link)
+			f.restartSwitch(200 * time.Millisecond)
+			got := make([]byte, len(cur))
+			if err, _ := rep.access(endpoint.KindRead, got, 0, time.Minute); err != nil || !bytes.Equal(got, cur) {
+				t.Fatalf("seed %d: read after the restart: err %v, current bytes %v, stale bytes %v", seed, err, bytes.Equal(got, cur), bytes.Equal(got, old))
+			}
+			if h := regionHealth(f.sw, rep.spec.Region); h.Lost == 0 && f.sw.Stats().PoolRebuilt == 0 {
+				t.Fatalf("seed %d: node 1's stale copy taken for current: %+v", seed, h)
+			}
+			f.run(func() bool { return regionHealth(f.sw, rep.spec.Region).Health == fabric.HealthOK }, time.Minute, "the stale copy rebuilt")
+			// Without node 0, the stripes whose other copy is on node 1
+			// are read from the rebuilt copy.
+			f.net.Detach(ns[0].addr)
+			f.run(func() bool { return regionHealth(f.sw, rep.spec.Region).Down > 0 }, 10*time.Second, "node 0 counted dead")
+			clear(got)
+			if err, _ := rep.access(endpoint.KindRead, got, 0, time.Minute); err != nil || !bytes.Equal(got, cur) {
+				t.Fatalf("seed %d: read from the rebuilt copy: err %v, equal %v", seed, err, bytes.Equal(got, cur))
+			}
+		})
+	}
+}
+
+// TestSimPoolSwitchRestartLostRegion: a single-copy region's memory node
+// is away when the switch restarts: the region is listed unavailable
+// (its node named by the other nodes' reports); the node then comes back
+// restarted, its memory gone, and the region is listed lost and reported
+// lost by name, never silently forgotten. The other columns still serve.
+func TestSimPoolSwitchRestartLostRegion(t *testing.T) {
+	const seed = 61
+	f, ns, cli := poolSimSetup(t, seed, simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond}, 3)
+	one := f.createPool(cli, fabric.PoolSpec{Size: 192 << 10, Stripe: 16 << 10, Replicas: 1, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
+	rng := rand.New(rand.NewPCG(seed, 3))
+	ref := randomBytes(rng, int(one.spec.Size))
+	if err, _ := one.access(endpoint.KindWrite, ref, 0, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	f.net.Detach(ns[2].addr)
+	f.restartSwitch(100 * time.Millisecond)
+	f.net.RunFor(3 * time.Second) // past the recovery window
+	h := regionHealth(f.sw, one.spec.Region)
+	if h.Region != one.spec.Region || h.Health != fabric.HealthUnavailable || h.Down != 1 {
+		t.Fatalf("seed %d: region with its node away after the restart: %+v, want unavailable with 1 column down", seed, h)
+	}
+	// Column 0 is on node 0: still served.
+	got := make([]byte, 16<<10)
+	if op := one.one(&endpoint.Op{Kind: endpoint.KindRead, Addr: 0, Buf: got}); op.Err != nil || !bytes.Equal(got, ref[:16<<10]) {
+		t.Fatalf("seed %d: read of a column whose node reported: %v", seed, op.Err)
+	}
+	ns[2].restart()
+	f.net.Attach(ns[2].addr, ns[2], f.link, f.link)
+	f.run(func() bool { return regionHealth(f.sw, one.spec.Region).Health == fabric.HealthLost }, 10*time.Second, "the region listed lost")
+	lost := false
+	for _, e := range f.sw.Events(nil) {
+		lost = lost || e.Kind == fabric.EventRegionLost && e.Region == one.spec.Region
+	}
+	if !lost {
+		t.Errorf("seed %d: no region-lost event for region %d", seed, one.spec.Region)
+	}
+	if op := one.one(&endpoint.Op{Kind: endpoint.KindRead, Addr: 2 * 16 << 10, Buf: got}); !errors.Is(op.Err, wire.StatusLost) {
+		t.Errorf("seed %d: read of the lost column: %v, want lost", seed, op.Err)
+	}
+}
