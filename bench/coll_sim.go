@@ -29,7 +29,7 @@ type CollSimLink struct {
 }
 
 // DefaultCollSimRate is CollSimLink's default link rate: the rate of the
-// issue's figures and of the testbed.
+// target figures and of the testbed.
 const DefaultCollSimRate = 100e6
 
 // collSimLimit bounds one simulated run in virtual time, so a stalled

@@ -10,7 +10,7 @@ import (
 	"github.com/ndma/ndma/wire"
 )
 
-// The figures on simnet: 8 ranks, 100 Mbit/s links, 5 µs latency,
+// The collectives' target figures on simnet: 8 ranks, 100 Mbit/s links, 5 µs latency,
 // MTU 9000, virtual time (synctest). Asserted: in-network Bcast versus the
 // host algorithms and S/B, in-network Allreduce versus ring and S/B. Not
 // yet covered: the tuner's 10% figure and the 256-rank run.

@@ -11,7 +11,7 @@ import (
 	"github.com/ndma/ndma/wire"
 )
 
-// The figures, on simnet (deterministic, so they are tests):
+// The forwarding node's target figures, on simnet (deterministic, so they are tests):
 // 8 members, 100 Mbit/s links, 5 µs latency, MTU 9000.
 
 const (
@@ -75,7 +75,7 @@ func timeAllreduce(t *testing.T, loss float64, size int) time.Duration {
 	return end - start
 }
 
-// TestFigures checks the figures and logs them for
+// TestFigures checks the target figures and logs them for
 // docs/BENCHMARKS.md.
 func TestFigures(t *testing.T) {
 	if testing.Short() {

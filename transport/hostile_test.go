@@ -283,7 +283,7 @@ func TestContradictingFragments(t *testing.T) {
 	if d, ok := step(0, 100, 200); !ok || d.MsgDone {
 		t.Fatal("first fragment")
 	}
-	// The second fragment of the crash: a larger MsgLen and an
+	// The second fragment of the crash: a larger MsgLen and an
 	// Offset past the first fragment.
 	if _, ok := step(150, 100, 400); ok {
 		t.Fatal("fragment with another MsgLen delivered")
