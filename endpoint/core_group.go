@@ -540,6 +540,13 @@ func (c *Core) DeadMember(g uint32, m uint16) *MemberError {
 	return c.deadMembers[gopKey{group: g, member: m}]
 }
 
+// eagerRequest is the largest anycast request whose buffer is allocated
+// on its first fragment; a larger one keeps copies of its fragments until
+// it is complete, so that a first fragment declaring megabytes costs what
+// its own bytes cost, not the allocation of (and the page faults for) the
+// length it declares.
+const eagerRequest = 64 << 10
+
 // onAnycastRequest collects an anycast request addressed to this endpoint
 // as a member of a service group.
 func (c *Core) onAnycastRequest(d *transport.Delivery) {
@@ -553,10 +560,13 @@ func (c *Core) onAnycastRequest(d *transport.Delivery) {
 			_, _ = c.eng.Send(d.Peer, &rh, nil, 0)
 			return
 		}
-		r = &Request{Group: h.Group, Key: h.Addr, Data: make([]byte, h.MsgLen), msgID: h.MsgID, peer: d.Peer}
-		r.asm.start(len(r.Data), r.Data)
+		r = &Request{Group: h.Group, Key: h.Addr, msgID: h.MsgID, peer: d.Peer}
+		if h.MsgLen <= eagerRequest {
+			r.Data = make([]byte, h.MsgLen)
+		}
+		r.asm.start(int(h.MsgLen), r.Data)
 		c.anyIn[k] = r
-		c.anyInBytes += len(r.Data)
+		c.anyInBytes += r.asm.total
 	}
 	r.last = c.now
 	done, err := r.asm.place(h, d.Payload)
@@ -566,12 +576,16 @@ func (c *Core) onAnycastRequest(d *transport.Delivery) {
 	switch {
 	case done:
 		delete(c.anyIn, k)
-		c.anyInBytes -= len(r.Data)
+		c.anyInBytes -= r.asm.total
+		if r.Data == nil {
+			r.Data = make([]byte, r.asm.total)
+			r.asm.moveTo(r.Data)
+		}
 		c.requests = append(c.requests, r)
 		c.serving++
 	case r.asm.broken(d.MsgDone):
 		delete(c.anyIn, k)
-		c.anyInBytes -= len(r.Data)
+		c.anyInBytes -= r.asm.total
 		c.stats.RequestsRefused++
 		rh := wire.Header{Op: wire.OpData, Flags: wire.FlagResp, MsgID: h.MsgID, Status: wire.StatusBadOperand}
 		_, _ = c.eng.Send(d.Peer, &rh, nil, 0)
@@ -600,7 +614,7 @@ func (c *Core) admitAnycast(h *wire.Header) wire.Status {
 			}
 			if c.now.Sub(r.last) > idle {
 				delete(c.anyIn, k)
-				c.anyInBytes -= len(r.Data)
+				c.anyInBytes -= r.asm.total
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
@@ -341,5 +342,39 @@ func TestGroupOnlyFromItsSwitch(t *testing.T) {
 	step(t, c, now, swAddr, f.packet(req, fill(1000, 1)))
 	if len(c.anyIn) != 1 {
 		t.Fatalf("the switch's request: %d requests in progress, want 1", len(c.anyIn))
+	}
+}
+
+// TestAnycastDeclaredLength: the first fragment of an anycast request
+// declaring 16 MiB used to allocate (and fault in) all of it at once —
+// tens of milliseconds of one Step for 64 bytes received, from a sender
+// that need not send the rest. A large request now costs the bytes that
+// arrived until it is complete, and is still delivered whole.
+func TestAnycastDeclaredLength(t *testing.T) {
+	c := groupCore(t, Config{})
+	now := simnet.Epoch()
+	f := newForger()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	step(t, c, now, swAddr, f.packet(wire.Header{Op: wire.OpData, Mode: wire.ModeAnycast, Group: 7, Src: wire.MemberAll, Dst: 1,
+		MsgID: 1, MsgLen: 16 << 20}, make([]byte, 64)))
+	runtime.ReadMemStats(&after)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
+		t.Fatalf("a 64-byte first fragment declaring 16 MiB allocated %d KiB", grew>>10)
+	}
+	// A request of 100 KiB in 13 fragments, out of order.
+	data := fill(100<<10, 5)
+	const frag = 8000
+	var offs []int
+	for off := 0; off < len(data); off += frag {
+		offs = append([]int{off}, offs...)
+	}
+	for _, off := range offs {
+		end := min(off+frag, len(data))
+		step(t, c, now, swAddr, f.packet(wire.Header{Op: wire.OpData, Mode: wire.ModeAnycast, Group: 7, Src: wire.MemberAll, Dst: 1,
+			MsgID: 2, Addr: 9, Offset: uint32(off), MsgLen: uint32(len(data))}, data[off:end]))
+	}
+	if rs := c.Requests(); len(rs) != 1 || rs[0].Key != 9 || !bytes.Equal(rs[0].Data, data) {
+		t.Fatalf("%d requests, want the 100 KiB one whole", len(rs))
 	}
 }

@@ -2,6 +2,7 @@ package fabric_test
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"runtime"
@@ -28,9 +29,15 @@ import (
 // while the job multicasts and allreduces and a client reads and writes
 // the pool. The legitimate work must finish with verified data, every
 // table must stay within its bound, and a Step of a hostile datagram may
-// take no more than hostileStepCPU of CPU time.
+// take no more than hostileStepCPU of CPU time. Each of hostileSeeds is a
+// different attack (which datagrams, at whom, from which forged source).
 func TestSimHostileFabric(t *testing.T) {
-	const seed = 77
+	for seed := int64(77); seed < 77+hostileSeeds; seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { hostileFabric(t, seed) })
+	}
+}
+
+func hostileFabric(t *testing.T, seed int64) {
 	f, nodes, cli := poolSimSetup(t, seed, impaired(0.01), 2)
 	ms := f.addMembers(3)
 	gid := f.join("hostile", ms)
@@ -40,8 +47,8 @@ func TestSimHostileFabric(t *testing.T) {
 	for _, m := range ms {
 		forged = append(forged, m.addr)
 	}
-	gen := hostile.New(hostile.Config{Seed: seed, Groups: []uint32{gid, p.spec.Region}, Members: []uint16{0, 1, 2, wire.MemberAll}})
-	rng := rand.New(rand.NewPCG(seed, 1))
+	gen := hostile.New(hostile.Config{Seed: uint64(seed), Groups: []uint32{gid, p.spec.Region}, Members: []uint16{0, 1, 2, wire.MemberAll}})
+	rng := rand.New(rand.NewPCG(uint64(seed), 1))
 	type target struct {
 		name string
 		addr netip.AddrPort
@@ -110,7 +117,7 @@ func TestSimHostileFabric(t *testing.T) {
 	var heap0 runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&heap0)
-	r := rand.New(rand.NewPCG(seed, 2))
+	r := rand.New(rand.NewPCG(uint64(seed), 2))
 	want := make([]byte, p.spec.Size)
 	for round := range hostileRounds {
 		attack(2000)

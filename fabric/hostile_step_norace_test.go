@@ -7,6 +7,9 @@ import "time"
 // hostileStepCPU bounds the CPU time of one Step of a hostile datagram.
 const hostileStepCPU = time.Millisecond
 
-// hostileRounds is the rounds of TestSimHostileFabric (6000 hostile
-// datagrams each).
-const hostileRounds = 20
+// hostileSeeds is the attacks TestSimHostileFabric runs (seeds 77 on),
+// hostileRounds the rounds of each (6000 hostile datagrams a round).
+const (
+	hostileSeeds  = 8
+	hostileRounds = 12
+)

@@ -198,6 +198,57 @@ func TestSwitchMulticastFarSequence(t *testing.T) {
 	}
 }
 
+// TestSwitchMulticastStaleStart: a datagram forged in a member's name
+// starts its multicast stream at the switch 2^20 PSNs ahead of where the
+// member's real stream is; the real packets, which carry no SYN (their
+// sender had its stream acknowledged before, say, the switch lost its
+// state), arrive behind the forged point.
+// The switch used to take them for packets every member had and answer
+// with merged ACKs at the forged point, which the sender ignores, forever.
+// An AckBase further behind than transport.StaleSpan is now challenged,
+// the sender's echo restarts the stream, and its packets are forwarded; a
+// packet less far behind (a late one) is re-acknowledged as before.
+func TestSwitchMulticastStaleStart(t *testing.T) {
+	f := newBenchFabric(t, 3)
+	sw, now, g := f.sw, f.now, f.group
+	sender := f.addrs[0]
+	var out []netio.Datagram
+	poll := func() []netio.Datagram {
+		out, _ = sw.Poll(now, out[:0])
+		return out
+	}
+	const real = 5000
+	forged := uint32(real + 1<<20)
+	sw.Step(now, sender, mcastData(t, g, 0, forged, forged, wire.FlagSyn))
+	if n := replicas(poll(), sender); n != 2 {
+		t.Fatalf("forged first packet: %d replicas, want 2", n)
+	}
+	// A late packet a few windows behind: re-acknowledged, not challenged.
+	sw.Step(now, sender, mcastData(t, g, 0, forged-4096, forged-4096, 0))
+	if _, found := senderChallenge(t, poll(), sender); found || sw.Stats().MulticastRestartsRefused != 0 {
+		t.Fatalf("a packet 4096 behind was challenged (%d)", sw.Stats().MulticastRestartsRefused)
+	}
+	sw.Step(now, sender, mcastData(t, g, 0, real, real, 0))
+	if n := replicas(poll(), sender); n != 0 || sw.Stats().MulticastRestartsRefused != 1 {
+		t.Fatalf("real packet 2^20 behind: %d replicas, %d challenged; want 0, 1", n, sw.Stats().MulticastRestartsRefused)
+	}
+	nonce, found := senderChallenge(t, out, sender)
+	if !found {
+		t.Fatal("no challenge to the sender")
+	}
+	sw.Step(now, sender, mcastAck(t, g, 0, wire.MemberAll, &wire.Ack{Cum: nonce, Window: 1024}))
+	sw.Step(now, sender, mcastData(t, g, 0, real, real, 0))
+	if n := replicas(poll(), sender); n != 2 || sw.Stats().MulticastResets != 1 {
+		t.Fatalf("after the echo: %d replicas, %d restarts; want 2, 1", n, sw.Stats().MulticastResets)
+	}
+	for _, m := range []uint16{1, 2} {
+		sw.Step(now, f.addrs[m], mcastAck(t, g, m, 0, &wire.Ack{Cum: real + 1, Window: 1024}))
+	}
+	if acks := mergedAcks(t, poll(), sender); len(acks) != 1 || acks[0].Cum != real+1 {
+		t.Fatalf("merged ACKs %+v, want one with Cum %d", acks, real+1)
+	}
+}
+
 // senderChallenge finds the switch's challenge to a multicast sender (an
 // ACK with FlagSyn to it) among out and returns its nonce.
 func senderChallenge(t testing.TB, out []netio.Datagram, sender netip.AddrPort) (uint32, bool) {

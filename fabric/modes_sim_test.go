@@ -56,7 +56,10 @@ func multicastRound(f *simFabric, gid uint32, ms []*simMember, sender int, data 
 	pending++
 	ms[sender].post(&endpoint.Op{Kind: endpoint.KindMulticast, Peer: f.swAddr, Group: gid, Buf: data}, func(op *endpoint.Op) {
 		if op.Err != nil {
-			f.t.Fatalf("seed %d: multicast: %v", f.seed, op.Err)
+			for i, m := range ms {
+				f.t.Logf("member %d: %+v", i, m.core.Stats().Transport)
+			}
+			f.t.Fatalf("seed %d: multicast: %v\nswitch %+v", f.seed, op.Err, f.sw.Stats())
 		}
 		pending--
 	})

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -45,9 +46,10 @@ type mstream struct {
 	delay  uint32
 	echoAt time.Time
 	// A restart of the sender's stream (a jump of a window or more, a
-	// SYN far behind) may be forged: it is taken only when the sender
-	// echoes a challenge (chNonce) naming the restart point (chBase);
-	// at most one challenge per challengeGap.
+	// SYN far behind, an AckBase more than transport.StaleSpan behind)
+	// may be forged: it is taken only when the sender echoes a
+	// challenge (chNonce) naming the restart point (chBase); at most
+	// one challenge per challengeGap.
 	chPending bool
 	chBase    uint32
 	chNonce   uint32
@@ -215,10 +217,16 @@ func (s *Switch) replicate(now time.Time, g *group, src *member, h *wire.Header,
 		s.mcast[k] = ms
 	}
 	ahead := h.AckBase - ms.cum
-	restart := ms.init && ((ahead < 1<<31 && ahead >= ms.w) || (h.Flags&wire.FlagSyn != 0 && ahead >= 1<<31 && -ahead >= ms.w))
+	behind := -ahead
+	restart := ms.init && ((ahead < 1<<31 && ahead >= ms.w) ||
+		(ahead >= 1<<31 && (h.Flags&wire.FlagSyn != 0 && behind >= ms.w || behind > transport.StaleSpan)))
 	if restart {
-		// Far ahead (the sender abandoned the whole window) or far
-		// behind (a new incarnation), or forged: ask the sender.
+		// Far ahead (the sender abandoned the whole window), far behind
+		// with SYN (a new incarnation), or further behind than the
+		// sender's stream can be (a datagram forged in its name started
+		// the window, e.g. after the switch lost its state, and the real
+		// stream, no longer flagged SYN, would be re-acknowledged at the
+		// forged point forever), or forged: ask the sender.
 		s.stats.MulticastRestartsRefused++
 		s.challengeSender(g, ms, h.AckBase, now)
 		return

@@ -93,6 +93,21 @@ const (
 	MaxMTU = 65507
 )
 
+// MaxWindow is the largest SendWindow and RecvWindow a Config may set.
+const MaxWindow = 1 << 16
+
+// StaleSpan is how far behind a receiver's cumulative point a data
+// packet's AckBase may lie and still belong to the stream the receiver
+// tracks: the sender's AckBase trails what the receiver acknowledged by at
+// most the sender's send window (MaxWindow), and a sender answers a
+// challenge only for a point at most a send window below its own. A
+// packet further behind is either one the network held for a long time
+// (its sender does not answer the challenge, as the point is more than a
+// window below anything it would echo) or the sender's real stream,
+// behind a receive window that a forged datagram started: the challenge
+// lets that stream restart the window.
+const StaleSpan = 2 * MaxWindow
+
 // Defaults for Config fields.
 const (
 	DefaultMTU         = 9000
@@ -196,10 +211,10 @@ func (c *Config) validate() error {
 	switch {
 	case c.MTU < MinMTU || c.MTU > MaxMTU:
 		return bad("MTU %d outside [%d, %d]", c.MTU, MinMTU, MaxMTU)
-	case !pow2(c.SendWindow) || c.SendWindow > 1<<16:
-		return bad("SendWindow %d must be a power of two ≤ 65536", c.SendWindow)
-	case !pow2(c.RecvWindow) || c.RecvWindow > 1<<16:
-		return bad("RecvWindow %d must be a power of two ≤ 65536", c.RecvWindow)
+	case !pow2(c.SendWindow) || c.SendWindow > MaxWindow:
+		return bad("SendWindow %d must be a power of two ≤ %d", c.SendWindow, MaxWindow)
+	case !pow2(c.RecvWindow) || c.RecvWindow > MaxWindow:
+		return bad("RecvWindow %d must be a power of two ≤ %d", c.RecvWindow, MaxWindow)
 	case c.MaxMessages < 1, c.MaxPartial < 1, c.MaxPeers < 1, c.MaxBurst < 1,
 		c.MaxStrangers < 1, c.MaxPeerMessages < 1, c.MaxStrangerMessages < 1:
 		return bad("MaxMessages, MaxPartial, MaxPeers, MaxStrangers, MaxPeerMessages, MaxStrangerMessages and MaxBurst must be positive")

@@ -582,7 +582,7 @@ func (e *Engine) StepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit
 			e.touch(p, now)
 			return d, false
 		}
-		if !p.onAck(now, &e.ack, h.Op == wire.OpNack, h.TS, h.Src != wire.MemberAll) {
+		if !p.onAck(now, &e.ack, h.Op == wire.OpNack, h.TS, h.Src != wire.MemberAll, h.Flags&wire.FlagSyn != 0) {
 			e.stats.Unexpected++
 			return d, false
 		}

@@ -224,6 +224,89 @@ func TestForgedRestart(t *testing.T) {
 	}
 }
 
+// TestForgedStartBehind: a datagram forged in the sender's name reaches
+// the receiver before the sender's first packet and starts the receive
+// window 2^20 PSNs ahead of the real stream. The real first packet (SYN)
+// is challenged; the sender's echoes are lost. The sender used to take the
+// challenge for an acknowledgment and drop SYN from its resends, which the
+// receiver, seeing an AckBase behind its window, took for duplicates and
+// acknowledged at the forged point, forever: the message never completed.
+// Now the resends keep SYN until a real ACK ("syn"), and an AckBase more
+// than StaleSpan behind the window is challenged as well ("no syn": the
+// resends of a sender whose stream was acknowledged before carry none);
+// either way the next challenge is echoed and the message is delivered.
+func TestForgedStartBehind(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		dropSyn bool // strip SYN from the resends (a sender whose stream was acknowledged before)
+	}{{"syn", false}, {"no syn", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			srv, _ := New(Config{Seed: 3})
+			cli, _ := New(Config{Seed: 4})
+			sa, ca := netip.MustParseAddrPort("10.0.0.1:1"), netip.MustParseAddrPort("10.0.0.2:2")
+			trust(t, srv, ca) // as a member trusts its switch
+			if _, err := cli.Send(PeerID{Addr: sa}, &wire.Header{Op: wire.OpWrite}, make([]byte, 100), 1); err != nil {
+				t.Fatal(err)
+			}
+			now := t0
+			forged, delivered := false, 0
+			var nonce uint32 // the receiver's first challenge
+			echoed := false
+			var done []Completion
+			for range 5000 {
+				out, comp, _ := cli.Poll(now, nil)
+				done = append(done, comp...)
+				for _, o := range out {
+					var h wire.Header
+					payload, _, err := wire.Parse(o.Buf, &h)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var a wire.Ack
+					if h.Op == wire.OpAck && a.Decode(payload) == nil && nonce != 0 && a.Cum == nonce {
+						echoed = true
+						continue // the echoes of the first challenge are lost
+					}
+					if h.Op == wire.OpWrite && !forged {
+						forged = true
+						at := h.AckBase + 1<<20
+						srv.Step(now, ca, craft(wire.Header{PSN: at, AckBase: at, MsgID: 1 << 40, Flags: wire.FlagSyn}, make([]byte, 8)))
+					}
+					if h.Op == wire.OpWrite && !c.dropSyn && h.Flags&wire.FlagSyn == 0 && delivered == 0 {
+						t.Fatal("a resend lost its SYN before the receiver acknowledged anything")
+					}
+					if h.Op == wire.OpWrite && c.dropSyn && h.Flags&wire.FlagSyn != 0 && echoed {
+						h.Flags &^= wire.FlagSyn
+						o.Buf = craft(h, payload)
+					}
+					if d, ok := srv.Step(now, ca, o.Buf); ok && d.Header.MsgID != 1<<40 {
+						delivered++
+					}
+				}
+				out, _, _ = srv.Poll(now, nil)
+				for _, o := range out {
+					var h wire.Header
+					if _, _, err := wire.Parse(o.Buf, &h); err == nil && h.Op == wire.OpAck && h.Flags&wire.FlagSyn != 0 && nonce == 0 {
+						nonce = h.PSN
+					}
+					cli.Step(now, sa, o.Buf)
+				}
+				if len(done) > 0 {
+					break
+				}
+				now = now.Add(time.Millisecond)
+			}
+			if delivered != 1 || len(done) != 1 || done[0].Err != nil {
+				t.Fatalf("%d delivered, completions %+v; want the message delivered and acknowledged (virtual %v, receiver %+v)",
+					delivered, done, now.Sub(t0), srv.Stats())
+			}
+			if st := srv.Stats(); st.Resets != 1 {
+				t.Fatalf("%d window restarts, want 1", st.Resets)
+			}
+		})
+	}
+}
+
 // TestHostileSack: an ACK whose 32 SACK blocks each span about 2^31 PSNs
 // starting far below what was sent used to be walked one PSN at a time
 // (minutes); blocks are now clipped to the packets in flight.

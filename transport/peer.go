@@ -120,7 +120,7 @@ type peer struct {
 	inflight       int      // records in state recInflight
 	lost           []uint32 // PSNs awaiting retransmission, FIFO; may hold stale entries
 	lostHead       int
-	synAcked       bool // an ACK has been received from this peer
+	synAcked       bool // an ACK (not a challenge) has been received from this peer
 	rwnd           uint32
 	cwnd           float64
 	srtt, rttvar   time.Duration
@@ -668,14 +668,20 @@ func (p *peer) nearSent(psn uint32) bool {
 // guess hits with a chance of about 2^-20, and a forged ACK (blocks over
 // the whole sequence space, say) can neither acknowledge data the peer
 // never got nor shrink the window. A consistent ACK also proves that the
-// peer receives at its address. onAck reports whether the ACK was
+// peer receives at its address. A challenge (an ACK with FlagSyn) is
+// applied too, but it says only that the peer got a packet, not that it
+// took this side's stream: the packets keep their SYN until a real ACK
+// comes, so that a receiver whose window a forged datagram started sees
+// the start and challenges it. onAck reports whether the ACK was
 // applied.
-func (p *peer) onAck(now time.Time, a *wire.Ack, nack bool, ackTS uint64, single bool) bool {
+func (p *peer) onAck(now time.Time, a *wire.Ack, nack bool, ackTS uint64, single, challenge bool) bool {
 	consistent := p.consistent(a)
 	if !consistent && (p.stranger || !p.plausible(a)) {
 		return false
 	}
-	p.synAcked = true
+	if !challenge {
+		p.synAcked = true
+	}
 	p.rwnd = min(a.Window, uint32(p.e.cfg.SendWindow))
 	// The RTT sample is taken after the ACK is applied, so that it can
 	// tell whether the echoed packet was a full one (see onRTT).
@@ -860,9 +866,14 @@ func (p *peer) checkData(now time.Time, h *wire.Header) (ok bool, pm *partialMsg
 	cfg := &p.e.cfg
 	if !p.rcvInit {
 		p.resetReceiver(h.AckBase)
-	} else if d := h.AckBase - p.rcvNxt; (h.Flags&wire.FlagSyn != 0 && !p.nearWindow(h.AckBase)) || (d >= uint32(cfg.RecvWindow) && d < 1<<31) {
-		// A new incarnation of the sender's stream, or a jump past the
-		// window: only on the sender's echo of a challenge (on a member's
+	} else if d := h.AckBase - p.rcvNxt; (h.Flags&wire.FlagSyn != 0 && !p.nearWindow(h.AckBase)) ||
+		(d >= uint32(cfg.RecvWindow) && d < 1<<31) || (d >= 1<<31 && -d > StaleSpan) {
+		// A new incarnation of the sender's stream, a jump past the
+		// window, or an AckBase further behind it than the sender's
+		// stream can be (the window was started by a datagram forged in
+		// the sender's name, and the real stream, whose SYN is
+		// acknowledged, would otherwise be taken for duplicates forever):
+		// only on the sender's echo of a challenge (on a member's
 		// multicast stream, the forwarding node that relays it echoes).
 		p.requestReset(now, h.AckBase)
 		return false, nil

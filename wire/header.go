@@ -115,7 +115,7 @@ const (
 	FlagResp Flags = 1 << 0 // packet is a response to a request with the same MsgID
 	FlagAuth Flags = 1 << 1 // a TagLen-byte authentication tag follows the payload (SA in SAID)
 	FlagRetx Flags = 1 << 2 // packet is a retransmission (informational)
-	FlagSyn  Flags = 1 << 3 // sender has had no ACK from this peer yet: AckBase may start a new incarnation
+	FlagSyn  Flags = 1 << 3 // sender has had no ACK (a challenge does not count) from this peer yet: AckBase may start a new incarnation
 	// FlagReplyTo: the payload ends with a ReplyToLen-byte address the
 	// response goes to (a pool request forwarded by the switch carries its
 	// client's). Only with ModePool.
