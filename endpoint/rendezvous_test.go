@@ -31,6 +31,19 @@ func rdvNet(t *testing.T, n int, withSwitch bool, f func(t *testing.T, srv *fabr
 		go func() { served <- net.Serve(ctx) }()
 		link := simnet.LinkConfig{Rate: 10e9, Latency: 10 * time.Microsecond}
 		var srv *fabric.Server
+		eps := make([]*endpoint.Endpoint, n)
+		defer func() { // also after a t.Fatal: the bubble must end with no goroutine left
+			for _, ep := range eps {
+				if ep != nil {
+					ep.Close()
+				}
+			}
+			if srv != nil {
+				srv.Close()
+			}
+			cancel()
+			<-served
+		}()
 		if withSwitch {
 			s, err := fabric.New(fabric.Config{Token: []byte("t"), Transport: transport.Config{MTU: 9000, Seed: 1}})
 			if err != nil {
@@ -38,7 +51,6 @@ func rdvNet(t *testing.T, n int, withSwitch bool, f func(t *testing.T, srv *fabr
 			}
 			srv = fabric.NewServer(net.ListenConn(rdvSwitch, link, link), s, nil)
 		}
-		eps := make([]*endpoint.Endpoint, n)
 		for i := range eps {
 			addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, 0, byte(i)}), 9000)
 			ep, err := endpoint.New(net.ListenConn(addr, link, link), endpoint.Config{Transport: transport.Config{MTU: 9000, Seed: uint64(i) + 2}}, endpoint.Options{})
@@ -48,14 +60,6 @@ func rdvNet(t *testing.T, n int, withSwitch bool, f func(t *testing.T, srv *fabr
 			eps[i] = ep
 		}
 		f(t, srv, eps)
-		for _, ep := range eps {
-			ep.Close()
-		}
-		if srv != nil {
-			srv.Close()
-		}
-		cancel()
-		<-served
 	})
 }
 
