@@ -95,6 +95,15 @@ func ctxErr(ctx context.Context) error {
 	return nil
 }
 
+// waitedSince is how long an exchange begun at start waited: up to ctx's
+// deadline if that has passed, else until now.
+func waitedSince(ctx context.Context, start time.Time) time.Duration {
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return dl.Sub(start)
+	}
+	return time.Since(start)
+}
+
 // control sends one control request to the switch and returns its
 // response. A request that gets no answer in time (see Config.OpTimeout)
 // fails with a *NoAnswerError.
@@ -113,7 +122,7 @@ func (ep *Endpoint) control(ctx context.Context, sw netip.AddrPort, req *fabric.
 	op := &Op{Kind: KindControl, Peer: sw, Buf: buf}
 	start := time.Now()
 	if err := ep.Do(ctx, op); err != nil {
-		if na := unanswered(ctx, op, err, time.Since(start)); na != nil {
+		if na := unanswered(ctx, op, err, waitedSince(ctx, start)); na != nil {
 			return nil, na
 		}
 		return nil, explainRefusal(req, err, op.Old)
@@ -213,9 +222,10 @@ func (ep *Endpoint) JoinJob(ctx context.Context, sw string, job string, size, ra
 	resp, err := ep.control(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlJoin, Job: job, Size: size, Rank: rank}, opts.Token)
 	if err != nil {
 		var na *NoAnswerError
-		if errors.As(err, &na) && na.Acked || errors.Is(err, ErrCanceled) && ctx.Err() != nil {
-			// The switch has the join and waits for the other ranks.
-			return nil, ep.rendezvousError(ctx, ap, job, time.Since(start), err, opts)
+		if errors.As(err, &na) && na.Acked || !errors.As(err, &na) && errors.Is(err, ErrCanceled) && ctx.Err() != nil {
+			// The switch has the join and waits for the other ranks
+			// (or, canceled, the join may not have reached it yet).
+			return nil, ep.rendezvousError(ctx, ap, job, waitedSince(ctx, start), err, opts)
 		}
 		return nil, fmt.Errorf("endpoint: join %q: %w", job, err)
 	}
