@@ -224,6 +224,7 @@ type msgBatch struct {
 	timeout time.Duration // zero: the endpoint's OpTimeout
 	ops     []*endpoint.Op
 	err     error
+	done    chan *endpoint.Op // completions of ops, in completion order
 }
 
 func newMsgBatch(ctx context.Context, c *Communicator) *msgBatch {
@@ -236,8 +237,13 @@ func (bt *msgBatch) post(op *endpoint.Op) {
 	if bt.err != nil {
 		return
 	}
+	if bt.done == nil {
+		// Room for a typical batch; the endpoint holds any more
+		// completions until wait takes them.
+		bt.done = make(chan *endpoint.Op, 64)
+	}
 	op.Timeout = bt.timeout
-	if err := bt.c.ep.Start(op, nil); err != nil {
+	if err := bt.c.ep.Start(op, bt.done); err != nil {
 		bt.err = err
 		return
 	}
@@ -265,23 +271,40 @@ func (bt *msgBatch) recv(from int, t uint64, buf []byte) {
 // wait waits for every op posted since the last wait and returns the
 // first error (a posting error first). A received message shorter than
 // its buffer is an error: every collective's message sizes follow from
-// its arguments. If ctx ends first, the ops still in flight are canceled,
-// so once wait returns the endpoint no longer touches their buffers.
+// its arguments. It takes completions in the order they come, and once
+// one op fails (or ctx ends) it cancels the others rather than wait for
+// them: after a rank dies, an op that needed another rank's part may
+// never complete. Once wait returns the endpoint no longer touches the
+// ops' buffers.
 func (bt *msgBatch) wait(ctx context.Context) error {
 	ops, first := bt.ops, bt.err
 	defer func() { bt.ops, bt.err = ops[:0], nil }()
-	for i, op := range ops {
-		select {
-		case <-op.Done():
-		case <-ctx.Done():
-			for _, o := range ops[i:] {
-				bt.c.ep.Cancel(o)
-				<-o.Done()
+	pending := len(ops)
+	canceled := false
+	for pending > 0 {
+		if first != nil && !canceled {
+			canceled = true
+			for _, o := range ops {
+				bt.c.ep.Cancel(o) // no-op for those done
 			}
-			return ctx.Err()
 		}
-		if err := bt.c.opErr(op); err != nil && first == nil {
-			first = err
+		select {
+		case op := <-bt.done:
+			pending--
+			if err := bt.c.opErr(op); err != nil && first == nil {
+				first = err
+			}
+		case <-ctx.Done():
+			if first == nil {
+				first = ctx.Err()
+			}
+			for _, o := range ops {
+				bt.c.ep.Cancel(o)
+			}
+			canceled = true
+			for ; pending > 0; pending-- {
+				<-bt.done
+			}
 		}
 	}
 	return first

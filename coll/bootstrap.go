@@ -9,6 +9,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"time"
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/transport"
@@ -24,13 +25,20 @@ type Launch struct {
 	// MTU is the largest datagram the network carries unfragmented, in
 	// bytes (NDMA_MTU; 0 when unset): what a rank's transport MTU should
 	// be. ndma testbed run sets it to the testbed's datagram size.
-	MTU    int
-	Source string // which variables it came from, for messages
+	MTU int
+	// JoinTimeout (NDMA_JOIN_TIMEOUT) and Liveness (NDMA_LIVENESS) become
+	// Config.JoinTimeout and Config.Liveness: 0 when unset (the
+	// defaults); Liveness is negative for NDMA_LIVENESS=off (no bound).
+	JoinTimeout, Liveness time.Duration
+	Source                string // which variables it came from, for messages
 }
 
 // ParseEnv reads the launch from environment variables (getenv is
 // os.LookupEnv in production): NDMA_RANK, NDMA_SIZE, NDMA_SWITCH,
-// NDMA_JOB, NDMA_TOKEN, NDMA_MTU (optional, see EnvMTU); when
+// NDMA_JOB, NDMA_TOKEN, NDMA_MTU (optional, see EnvMTU), and the optional
+// NDMA_JOIN_TIMEOUT (how long the rendezvous waits for every rank) and
+// NDMA_LIVENESS (how long a host algorithm waits for a silent rank
+// without a switch; "off": no bound), Go durations such as "90s"; when
 // NDMA_RANK/NDMA_SIZE are absent, the first of OMPI_COMM_WORLD_RANK/_SIZE
 // (Open MPI's mpirun), PMI_RANK/PMI_SIZE (MPICH, Intel MPI),
 // SLURM_PROCID/SLURM_NTASKS (srun). The job name
@@ -76,6 +84,12 @@ func ParseEnv(getenv func(string) (string, bool)) (Launch, error) {
 	if l.MTU, err = EnvMTU(getenv); err != nil {
 		return l, err
 	}
+	if l.JoinTimeout, err = envDuration(getenv, "NDMA_JOIN_TIMEOUT", false); err != nil {
+		return l, err
+	}
+	if l.Liveness, err = envDuration(getenv, "NDMA_LIVENESS", true); err != nil {
+		return l, err
+	}
 	var ok bool
 	if l.Job, ok = getenv("NDMA_JOB"); !ok || l.Job == "" {
 		if j, ok := getenv("SLURM_JOB_ID"); ok && j != "" {
@@ -105,9 +119,32 @@ func EnvMTU(getenv func(string) (string, bool)) (int, error) {
 	return mtu, nil
 }
 
+// envDuration reads variable name as a positive Go duration ("90s",
+// "2m"): 0 when unset or empty; with off, "off" is -1 (no bound). Other
+// values are an error wrapping ErrArg that names the variable.
+func envDuration(getenv func(string) (string, bool), name string, off bool) (time.Duration, error) {
+	v, ok := getenv(name)
+	if !ok || v == "" {
+		return 0, nil
+	}
+	if off && v == "off" {
+		return -1, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		want := "a positive duration such as 90s or 2m"
+		if off {
+			want += `, or "off"`
+		}
+		return 0, fmt.Errorf("%w: %s=%q: want %s", ErrArg, name, v, want)
+	}
+	return d, nil
+}
+
 // FromEnv creates the world communicator of a job started by a launcher
-// (see ParseEnv), rendezvousing at NDMA_SWITCH, which must be set. With
-// NDMA_MTU set, ep's MTU must not be above it.
+// (see ParseEnv), rendezvousing at NDMA_SWITCH, which must be set, for
+// at most NDMA_JOIN_TIMEOUT (Config.JoinTimeout), with Config.Liveness
+// from NDMA_LIVENESS. With NDMA_MTU set, ep's MTU must not be above it.
 func FromEnv(ctx context.Context, ep *endpoint.Endpoint) (*Communicator, error) {
 	l, err := ParseEnv(os.LookupEnv)
 	if err != nil {
@@ -119,7 +156,8 @@ func FromEnv(ctx context.Context, ep *endpoint.Endpoint) (*Communicator, error) 
 	if l.MTU > 0 && ep.MTU() > l.MTU {
 		return nil, fmt.Errorf("%w: the endpoint's MTU is %d bytes, above NDMA_MTU=%d (the network's largest datagram): give the endpoint an MTU of at most %d", ErrArg, ep.MTU(), l.MTU, l.MTU)
 	}
-	return New(ctx, Config{Endpoint: ep, Rank: l.Rank, Size: l.Size, Switch: l.Switch, Job: l.Job, Token: []byte(l.Token)})
+	return New(ctx, Config{Endpoint: ep, Rank: l.Rank, Size: l.Size, Switch: l.Switch, Job: l.Job, Token: []byte(l.Token),
+		JoinTimeout: l.JoinTimeout, Liveness: l.Liveness})
 }
 
 // Split partitions the communicator MPI_Comm_split style: ranks passing
@@ -196,9 +234,10 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 	}
 	if c.group != nil {
 		job := fmt.Sprintf("%d/split%d/color%d", c.id, nsplit, color)
-		return New(ctx, Config{Endpoint: c.ep, Rank: newRank, Size: len(members), Switch: c.sw, Job: job, Token: c.token, Logger: c.log})
+		return New(ctx, Config{Endpoint: c.ep, Rank: newRank, Size: len(members), Switch: c.sw, Job: job, Token: c.token, Logger: c.log,
+			Liveness: c.liveness, JoinTimeout: c.joinTimeout})
 	}
-	sub, err := New(ctx, Config{Endpoint: c.ep, Rank: newRank, Size: len(members), Peers: peers, Logger: c.log})
+	sub, err := New(ctx, Config{Endpoint: c.ep, Rank: newRank, Size: len(members), Peers: peers, Logger: c.log, Liveness: c.liveness})
 	if err != nil {
 		return nil, err
 	}

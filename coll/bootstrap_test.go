@@ -4,10 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/netio/simnet"
+	"github.com/ndma/ndma/transport"
 )
 
 func envOf(m map[string]string) func(string) (string, bool) {
@@ -51,6 +58,117 @@ func TestParseEnv(t *testing.T) {
 			t.Errorf("case %d: got %+v %v", i, l, err)
 		}
 	}
+}
+
+// TestParseEnvDurations: NDMA_JOIN_TIMEOUT and NDMA_LIVENESS are Go
+// durations (NDMA_LIVENESS also "off"); a bad value is an error naming
+// the variable.
+func TestParseEnvDurations(t *testing.T) {
+	base := func(kv ...string) map[string]string {
+		m := map[string]string{"NDMA_RANK": "0", "NDMA_SIZE": "2"}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	for _, c := range []struct {
+		env               map[string]string
+		join, live        time.Duration
+		wantErrNamingThis string
+	}{
+		{env: base()},
+		{env: base("NDMA_JOIN_TIMEOUT", "", "NDMA_LIVENESS", "")},
+		{env: base("NDMA_JOIN_TIMEOUT", "90s", "NDMA_LIVENESS", "2m30s"), join: 90 * time.Second, live: 150 * time.Second},
+		{env: base("NDMA_LIVENESS", "off"), live: -1},
+		{env: base("NDMA_JOIN_TIMEOUT", "90"), wantErrNamingThis: "NDMA_JOIN_TIMEOUT"},
+		{env: base("NDMA_JOIN_TIMEOUT", "0s"), wantErrNamingThis: "NDMA_JOIN_TIMEOUT"},
+		{env: base("NDMA_JOIN_TIMEOUT", "off"), wantErrNamingThis: "NDMA_JOIN_TIMEOUT"},
+		{env: base("NDMA_LIVENESS", "-5s"), wantErrNamingThis: "NDMA_LIVENESS"},
+		{env: base("NDMA_LIVENESS", "forever"), wantErrNamingThis: "NDMA_LIVENESS"},
+	} {
+		l, err := ParseEnv(envOf(c.env))
+		if c.wantErrNamingThis != "" {
+			if !errors.Is(err, ErrArg) || !strings.Contains(fmt.Sprint(err), c.wantErrNamingThis) {
+				t.Errorf("%v: %v, want an ErrArg naming %s", c.env, err, c.wantErrNamingThis)
+			}
+			continue
+		}
+		if err != nil || l.JoinTimeout != c.join || l.Liveness != c.live {
+			t.Errorf("%v: join timeout %v, liveness %v, %v; want %v and %v", c.env, l.JoinTimeout, l.Liveness, err, c.join, c.live)
+		}
+	}
+}
+
+// TestFromEnvJoinTimeout: FromEnv's rendezvous waits NDMA_JOIN_TIMEOUT,
+// then says which ranks are missing.
+func TestFromEnvJoinTimeout(t *testing.T) {
+	t.Setenv("NDMA_RANK", "0")
+	t.Setenv("NDMA_SIZE", "3")
+	t.Setenv("NDMA_SWITCH", "10.0.0.1:7471")
+	t.Setenv("NDMA_JOB", "env")
+	t.Setenv("NDMA_JOIN_TIMEOUT", "7s")
+	synctest.Test(t, func(t *testing.T) {
+		net := simnet.New(1)
+		ctx, cancel := context.WithCancel(context.Background())
+		served := make(chan error, 1)
+		go func() { served <- net.Serve(ctx) }()
+		defer func() { cancel(); <-served }()
+		s, err := fabric.New(fabric.Config{Transport: transport.Config{MTU: 9000, Seed: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := fabric.NewServer(net.ListenConn(netip.MustParseAddrPort("10.0.0.1:7471"), figLink(), figLink()), s, nil)
+		defer srv.Close()
+		ep, err := endpoint.New(net.ListenConn(netip.MustParseAddrPort("10.1.0.0:9000"), figLink(), figLink()),
+			endpoint.Config{Transport: transport.Config{MTU: 9000, Seed: 2}}, endpoint.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ep.Close()
+		start := time.Now()
+		_, err = FromEnv(context.Background(), ep)
+		var re *endpoint.RendezvousError
+		if !errors.As(err, &re) || !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 8*time.Second ||
+			!strings.HasSuffix(err.Error(), `join "env": rendezvous timed out after 7s: 1 of 3 ranks joined; missing ranks 1, 2`) {
+			t.Fatalf("FromEnv: %v after %v; want the rendezvous to time out after NDMA_JOIN_TIMEOUT=7s naming ranks 1 and 2", err, time.Since(start))
+		}
+	})
+}
+
+// TestSimLivenessWithSwitch: with a switch, a positive Config.Liveness
+// bounds a host algorithm's wait for a rank that is alive (it heartbeats)
+// but never enters the collective; the survivors' error names it.
+func TestSimLivenessWithSwitch(t *testing.T) {
+	const n, live = 3, 5 * time.Second
+	simWorldConfig(t, n, true, figLink(), 7, func(c *Config) { c.Liveness = live }, func(t *testing.T, _ *simnet.Network, comms []*Communicator) {
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		start := time.Now()
+		// The context only ends a run in which Liveness does not.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for r := range n - 1 { // rank n-1 stays out
+			wg.Go(func() { errs[r] = comms[r].Barrier(ctx, WithAlgo(AlgoRecursiveDoubling)) })
+		}
+		wg.Wait()
+		if took := time.Since(start); took > (n-1)*live+time.Second {
+			t.Errorf("the barrier failed after %v, want at most %v", took, (n-1)*live+time.Second)
+		}
+		named := 0
+		for r, err := range errs[:n-1] {
+			var re *RankError
+			if !errors.As(err, &re) {
+				t.Fatalf("rank %d: %v, want a RankError", r, err)
+			}
+			if re.Rank == n-1 {
+				named++
+			}
+			t.Logf("rank %d: %v", r, err)
+		}
+		if named == 0 {
+			t.Errorf("no survivor names the silent rank %d", n-1)
+		}
+	})
 }
 
 // TestSplit: even and odd ranks form two communicators ordered by key;

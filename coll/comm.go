@@ -50,14 +50,16 @@ type Config struct {
 	// discards.
 	Logger *slog.Logger
 	// Liveness bounds how long a host algorithm's receive waits for a
-	// rank that sends nothing, on a communicator without a switch: after
-	// Liveness with no byte of the expected message, the collective fails
-	// with a *RankError naming the rank. A rank computing for longer than
-	// Liveness before entering a collective makes the others fail, so
-	// keep it above the longest such gap. Zero means DefaultLiveness;
-	// negative, no bound. With a switch, a rank that dies is reported by
-	// the switch after its heartbeat timeout and every pending operation
-	// with it fails then, whatever Liveness says.
+	// rank that sends nothing: after Liveness with no byte of the
+	// expected message, the collective fails with a *RankError naming
+	// the rank. A rank computing for longer than Liveness before
+	// entering a collective makes the others fail, so keep it above the
+	// longest such gap. Zero means DefaultLiveness without a switch and
+	// no bound with one; negative, no bound. With a switch, a rank that
+	// dies is reported by the switch after its heartbeat timeout and
+	// every pending operation with it fails then, whatever Liveness
+	// says; a positive Liveness also bounds the wait for a rank that is
+	// alive but silent (or for every rank, if the switch goes away).
 	Liveness time.Duration
 	// JoinTimeout bounds the rendezvous at the switch: New fails after it
 	// (or when ctx ends, if sooner) saying how many ranks joined and which
@@ -111,7 +113,9 @@ type Communicator struct {
 	id    uint32 // context id: messages of different communicators never match
 	log   *slog.Logger
 	tuner Tuner
-	idle  time.Duration // two-sided receives' Idle bound (no switch)
+	idle  time.Duration // two-sided receives' Idle bound (Config.Liveness; 0: none)
+	// Config.Liveness and Config.JoinTimeout as given, for Split.
+	liveness, joinTimeout time.Duration
 
 	mu     sync.Mutex
 	seq    uint64 // collective calls so far (tags keep overlapping calls apart)
@@ -132,9 +136,10 @@ func New(ctx context.Context, cfg Config) (*Communicator, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Communicator{ep: cfg.Endpoint, rank: cfg.Rank, size: cfg.Size, sw: cfg.Switch, token: cfg.Token, log: log, tuner: DefaultTuner{}}
+	c := &Communicator{ep: cfg.Endpoint, rank: cfg.Rank, size: cfg.Size, sw: cfg.Switch, token: cfg.Token, log: log, tuner: DefaultTuner{},
+		liveness: cfg.Liveness, joinTimeout: cfg.JoinTimeout}
 	switch {
-	case cfg.Liveness == 0:
+	case cfg.Liveness == 0 && cfg.Switch == "":
 		c.idle = DefaultLiveness
 	case cfg.Liveness > 0:
 		c.idle = cfg.Liveness
@@ -234,14 +239,11 @@ func (c *Communicator) sendOp(to int, t uint64, data []byte) *endpoint.Op {
 }
 
 // recvOp is a two-sided receive from rank from into buf: bound to the
-// rank's group membership with a switch, bounded by Config.Liveness
-// without one.
+// rank's group membership with a switch, and by Config.Liveness.
 func (c *Communicator) recvOp(from int, t uint64, buf []byte) *endpoint.Op {
-	op := &endpoint.Op{Kind: endpoint.KindRecvMsg, Peer: c.peers[from], Comm: c.id, Tag: t, Buf: buf, Token: uint64(from)}
+	op := &endpoint.Op{Kind: endpoint.KindRecvMsg, Peer: c.peers[from], Comm: c.id, Tag: t, Buf: buf, Token: uint64(from), Idle: c.idle}
 	if c.group != nil {
 		op.Group, op.From = c.group.ID(), uint16(from)
-	} else {
-		op.Idle = c.idle
 	}
 	return op
 }

@@ -3,6 +3,8 @@ package coll
 import (
 	"context"
 	"errors"
+	"flag"
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"strings"
@@ -15,75 +17,98 @@ import (
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
 )
+
+// deadSeed is the base of TestSimDeadRankFailsEveryRank's seeds: each
+// case's seed (printed) derives from it and picks the rank that dies and
+// when.
+var deadSeed = flag.Int64("coll.deadseed", 1, "base seed of TestSimDeadRankFailsEveryRank (which rank dies, and when)")
 
 // deadCase is one collective the ranks repeat until a rank dies.
 type deadCase struct {
-	name string
-	run  func(ctx context.Context, c *Communicator) error
+	op   Operation
+	algo Algo
 }
 
+// deadCases is every operation with every algorithm it implements and
+// with AlgoAuto; with innet false, those that need no switch.
 func deadCases(innet bool) []deadCase {
-	buf := func() []float32 { return make([]float32, 20000) }
-	cs := []deadCase{
-		{"allreduce/ring", func(ctx context.Context, c *Communicator) error {
-			b := buf()
-			return Allreduce(ctx, c, nil, b, Sum, WithAlgo(AlgoRing))
-		}},
-		{"allreduce/recursive_doubling", func(ctx context.Context, c *Communicator) error {
-			b := buf()
-			return Allreduce(ctx, c, nil, b, Sum, WithAlgo(AlgoRecursiveDoubling))
-		}},
-		{"bcast/binomial", func(ctx context.Context, c *Communicator) error {
-			return c.Bcast(ctx, make([]byte, 80000), 0, WithAlgo(AlgoBinomial))
-		}},
-		{"barrier/dissemination", func(ctx context.Context, c *Communicator) error {
-			return c.Barrier(ctx, WithAlgo(AlgoRecursiveDoubling))
-		}},
-	}
-	if innet {
-		cs = append(cs,
-			deadCase{"allreduce/innet", func(ctx context.Context, c *Communicator) error {
-				b := buf()
-				return Allreduce(ctx, c, nil, b, Sum, WithAlgo(AlgoInNet))
-			}},
-			deadCase{"barrier/innet", func(ctx context.Context, c *Communicator) error {
-				return c.Barrier(ctx, WithAlgo(AlgoInNet))
-			}})
+	var cs []deadCase
+	for _, op := range []Operation{OpBarrier, OpBcast, OpReduce, OpAllreduce, OpAllgather, OpReduceScatter, OpGather, OpScatter, OpAlltoall} {
+		for _, a := range append([]Algo{AlgoAuto}, Algorithms[op]...) {
+			if a != AlgoInNet || innet {
+				cs = append(cs, deadCase{op, a})
+			}
+		}
 	}
 	return cs
 }
 
-// TestSimDeadRankFailsEveryRank: a rank crashes (its endpoint closes, no
-// Leave) at a random point of a loop of collectives; every surviving
-// rank's collective must fail within a bound, with a *RankError — naming
-// the dead rank on every survivor when a switch reports it (the crash
-// breaks the group for every host algorithm's messages), naming the rank
-// it waited on without one (Config.Liveness: a survivor that gave up
-// goes silent too). The collectives have no context deadline: only the
-// fabric's liveness ends them.
+// run runs the case's collective once on c: call numbers the calls, and
+// a rooted operation's root moves from call to call, so every rank gets
+// to wait for the others' data (a rank that only sends learns of a
+// death from the switch, or, without one, when a root it waits on falls
+// silent).
+func (dc deadCase) run(ctx context.Context, c *Communicator, call int) error {
+	const block = 4096 // bytes per rank
+	n, w, root := c.Size(), WithAlgo(dc.algo), call%c.Size()
+	switch dc.op {
+	case OpBarrier:
+		return c.Barrier(ctx, w)
+	case OpBcast:
+		return c.Bcast(ctx, make([]byte, 16*block), root, w)
+	case OpReduce:
+		return c.ReduceBytes(ctx, make([]byte, 16*block), make([]byte, 16*block), wire.DtypeF32, Sum, root, w)
+	case OpAllreduce:
+		return c.AllreduceBytes(ctx, nil, make([]byte, 16*block), wire.DtypeF32, Sum, w)
+	case OpAllgather:
+		return c.Allgather(ctx, make([]byte, block), make([]byte, n*block), w)
+	case OpReduceScatter:
+		return c.ReduceScatterBytes(ctx, make([]byte, n*block), make([]byte, block), wire.DtypeF32, Sum, w)
+	case OpGather:
+		return c.Gather(ctx, make([]byte, block), make([]byte, n*block), root, w)
+	case OpScatter:
+		return c.Scatter(ctx, make([]byte, n*block), make([]byte, block), root, w)
+	case OpAlltoall:
+		return c.Alltoall(ctx, make([]byte, n*block), make([]byte, n*block), w)
+	}
+	return fmt.Errorf("no such operation %q", dc.op)
+}
+
+// TestSimDeadRankFailsEveryRank: for every operation and algorithm
+// (AlgoAuto too), with a switch and without, a rank chosen from the
+// case's seed crashes (its endpoint closes, no Leave) at a point drawn
+// from the seed within a loop of collectives; every surviving rank's
+// collective must fail within a bound, with a *RankError — naming the
+// dead rank on every survivor when a switch reports it (the crash breaks
+// the group for every host algorithm's messages), naming the rank it
+// waited on without one (Config.Liveness: a survivor that gave up goes
+// silent too). The collectives have no context deadline: only the
+// fabric's liveness ends them. -coll.deadseed draws other crashes.
 func TestSimDeadRankFailsEveryRank(t *testing.T) {
 	const n = 5
+	t.Logf("base seed %d (-coll.deadseed)", *deadSeed)
 	for _, innet := range []bool{true, false} {
 		for i, dc := range deadCases(innet) {
-			name := dc.name + "/host"
+			name := fmt.Sprintf("%s/%s/host", dc.op, dc.algo)
 			// With a switch: its heartbeat timeout (1 s) and the endpoint's
 			// heartbeat interval; without: one Liveness per survivor a
 			// failure can travel through.
 			bound := 3 * time.Second
 			if innet {
-				name = dc.name + "/switch"
+				name = fmt.Sprintf("%s/%s/switch", dc.op, dc.algo)
 			} else {
 				bound = (n - 1) * DefaultLiveness
 			}
 			t.Run(name, func(t *testing.T) {
-				seed := int64(100 + i)
+				seed := *deadSeed*1000 + int64(i)
 				if innet {
-					seed += 50
+					seed += 500
 				}
 				rng := rand.New(rand.NewPCG(uint64(seed), 0))
-				victim := 1 + rng.IntN(n-1)
-				killAfter := time.Duration(rng.Int64N(int64(20 * time.Millisecond)))
+				victim := rng.IntN(n)
+				killAfter := time.Duration(rng.Int64N(int64(30 * time.Millisecond)))
 				simWorld(t, n, innet, figLink(), seed, func(t *testing.T, _ *simnet.Network, comms []*Communicator) {
 					t.Logf("rank %d dies %v in", victim, killAfter)
 					var killed time.Time
@@ -92,18 +117,16 @@ func TestSimDeadRankFailsEveryRank(t *testing.T) {
 					calls := make([]int, n)
 					var wg sync.WaitGroup
 					for r, c := range comms {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
+						wg.Go(func() {
 							for {
-								calls[r]++
-								if err := dc.run(context.Background(), c); err != nil {
+								if err := dc.run(context.Background(), c, calls[r]); err != nil {
 									errs[r] = err
 									took[r] = time.Since(killed)
 									return
 								}
+								calls[r]++
 							}
-						}()
+						})
 					}
 					time.Sleep(killAfter)
 					killed = time.Now()

@@ -22,6 +22,13 @@ import (
 // freely, so runs are reproducible in outcome, not packet for packet.
 func simWorld(t *testing.T, n int, innet bool, link simnet.LinkConfig, seed int64, f func(t *testing.T, net *simnet.Network, comms []*Communicator)) {
 	t.Helper()
+	simWorldConfig(t, n, innet, link, seed, nil, f)
+}
+
+// simWorldConfig is simWorld with every rank's Config passed through
+// configure (if not nil) before New.
+func simWorldConfig(t *testing.T, n int, innet bool, link simnet.LinkConfig, seed int64, configure func(*Config), f func(t *testing.T, net *simnet.Network, comms []*Communicator)) {
+	t.Helper()
 	synctest.Test(t, func(t *testing.T) {
 		t.Logf("seed %d", seed)
 		net := simnet.New(seed)
@@ -66,6 +73,9 @@ func simWorld(t *testing.T, n int, innet bool, link simnet.LinkConfig, seed int6
 					cfg.Switch, cfg.Job = sw, "sim"
 				} else {
 					cfg.Peers = peers
+				}
+				if configure != nil {
+					configure(&cfg)
 				}
 				comms[i], errs[i] = New(jctx, cfg)
 			}()

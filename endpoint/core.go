@@ -191,6 +191,7 @@ type Op struct {
 	idleAt    time.Time  // from Idle (RecvMsg)
 	asm       reassembly // the message it receives: a response, a multicast, a two-sided message
 	posted    bool
+	acked     bool // Control: the peer acknowledged the whole request
 	finished  bool
 	done      chan struct{} // closed on completion by Endpoint
 	cq        chan<- *Op
@@ -498,7 +499,7 @@ func (k Kind) longRunning() bool {
 
 // start resets op's results and arms its deadline.
 func (c *Core) start(now time.Time, op *Op) {
-	op.posted, op.finished = true, false
+	op.posted, op.finished, op.acked = true, false, false
 	op.Err, op.Old, op.asm, op.Resp, op.Degraded = nil, 0, reassembly{}, nil, false
 	t := op.Timeout
 	if t <= 0 && !op.Kind.longRunning() {
@@ -799,15 +800,24 @@ func (c *Core) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, []*O
 	out, comps, next := c.eng.Poll(now, out)
 	for i := range comps {
 		cp := &comps[i]
-		if c.onSendCompletion(cp) || cp.Err == nil {
+		if c.onSendCompletion(cp) {
+			continue
+		}
+		op := c.ops[cp.MsgID]
+		if op == nil || op.Peer != cp.Peer.Addr {
+			continue
+		}
+		if cp.Err == nil {
+			// Delivered: a control request waits for its answer now
+			// (Endpoint.control tells a switch that took the request
+			// but did not answer from one that is not there).
+			op.acked = op.acked || op.Kind == KindControl
 			continue
 		}
 		// A request that could not be delivered fails its op; responses
 		// (no op) that fail are dropped: their requester times out.
-		if op := c.ops[cp.MsgID]; op != nil && op.Peer == cp.Peer.Addr {
-			op.fail(cp.Err)
-			c.finish(op)
-		}
+		op.fail(cp.Err)
+		c.finish(op)
 	}
 	if !c.nextDL.IsZero() && !now.Before(c.nextDL) {
 		c.nextDL = time.Time{}

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -37,8 +39,74 @@ var ErrControl = errors.New("endpoint: control exchange failed")
 // already joined the job with the rank asked for.
 var ErrRankTaken = errors.New("endpoint: rank taken")
 
+// ErrNoSwitch is matched (errors.Is) by a control exchange's error when
+// nothing came back from the switch's address: no acknowledgement of the
+// request, no answer. See NoAnswerError.
+var ErrNoSwitch = errors.New("endpoint: no switch answers")
+
+// NoAnswerError is a control exchange's error when the switch sent no
+// answer in time: the context's deadline passed, the op's timeout
+// (Config.OpTimeout) ran out, or the transport gave up on the request.
+// It matches ErrNoSwitch when the switch did not even acknowledge the
+// request, and whatever its cause matches (ErrTimeout, a
+// *transport.PeerError, context.DeadlineExceeded).
+type NoAnswerError struct {
+	Switch netip.AddrPort
+	Wait   time.Duration // from the request to giving up
+	// Acked: the switch acknowledged the request (its transport has it)
+	// but sent no answer.
+	Acked bool
+	Err   error // the cause
+}
+
+func (e *NoAnswerError) Error() string {
+	if e.Acked {
+		return fmt.Sprintf("the switch at %v took the request but sent no answer in %v", e.Switch, roundWait(e.Wait))
+	}
+	return fmt.Sprintf("no switch answers at %v after %v", e.Switch, roundWait(e.Wait))
+}
+
+// Is makes errors.Is(err, ErrNoSwitch) true for a request nothing
+// acknowledged.
+func (e *NoAnswerError) Is(target error) bool { return target == ErrNoSwitch && !e.Acked }
+
+// Unwrap returns the cause.
+func (e *NoAnswerError) Unwrap() error { return e.Err }
+
+// roundWait rounds a wait for a message: to 10ms below a second, to
+// 100ms above.
+func roundWait(d time.Duration) time.Duration {
+	if d < time.Second {
+		return d.Round(10 * time.Millisecond)
+	}
+	return d.Round(100 * time.Millisecond)
+}
+
+// ctxErr is ctx's error, or context.DeadlineExceeded once its deadline
+// has passed although ctx has not noticed yet (the op's own timer, set
+// from the deadline, may fire first).
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// waitedSince is how long an exchange begun at start waited: up to ctx's
+// deadline if that has passed, else until now.
+func waitedSince(ctx context.Context, start time.Time) time.Duration {
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return dl.Sub(start)
+	}
+	return time.Since(start)
+}
+
 // control sends one control request to the switch and returns its
-// response.
+// response. A request that gets no answer in time (see Config.OpTimeout)
+// fails with a *NoAnswerError.
 //
 // Join, Register and Lookup requests carry this endpoint's MTU; their
 // refusals for it (an MTU above the switch's, a job whose members joined
@@ -52,7 +120,11 @@ func (ep *Endpoint) control(ctx context.Context, sw netip.AddrPort, req *fabric.
 		return nil, err
 	}
 	op := &Op{Kind: KindControl, Peer: sw, Buf: buf}
+	start := time.Now()
 	if err := ep.Do(ctx, op); err != nil {
+		if na := unanswered(ctx, op, err, waitedSince(ctx, start)); na != nil {
+			return nil, na
+		}
 		return nil, explainRefusal(req, err, op.Old)
 	}
 	resp := &fabric.CtrlMsg{}
@@ -97,6 +169,23 @@ func (ep *Endpoint) controlPool(ctx context.Context, sw netip.AddrPort, req *fab
 		case <-t.C:
 		}
 	}
+}
+
+// unanswered returns a *NoAnswerError for a control op that failed with
+// err because no answer came in time, nil for any other failure (a
+// refusal, a cancellation, a closed endpoint).
+func unanswered(ctx context.Context, op *Op, err error, wait time.Duration) error {
+	cerr := ctxErr(ctx)
+	if !errors.Is(err, ErrTimeout) && !errors.Is(err, transport.ErrPeerDead) && cerr != context.DeadlineExceeded {
+		return nil
+	}
+	if errors.Is(err, ErrClosed) {
+		return nil
+	}
+	if cerr != nil && !errors.Is(err, cerr) {
+		err = errors.Join(err, cerr)
+	}
+	return &NoAnswerError{Switch: op.Peer, Wait: wait, Acked: op.acked, Err: err}
 }
 
 // explainRefusal adds what the switch said in Operand1 (operand) to a
@@ -155,15 +244,26 @@ type Group struct {
 
 // JoinJob joins job (a name agreed by all members) of size members at the
 // switch sw, as member rank (-1: let the switch choose). It returns when
-// all size members have joined, or with ctx's error.
+// all size members have joined, or fails when ctx ends (or, if ctx has no
+// deadline, after Config.OpTimeout): then the endpoint asks the switch
+// who joined, for at most JoinStatusTimeout, and the error is a
+// *RendezvousError saying which ranks are missing. A switch that never
+// acknowledged the join fails it with a *NoAnswerError (ErrNoSwitch).
 func (ep *Endpoint) JoinJob(ctx context.Context, sw string, job string, size, rank int, opts FabricOptions) (*Group, error) {
 	ap, err := parseSwitch(sw)
 	if err != nil {
 		return nil, err
 	}
 	ep.enableGroups()
+	start := time.Now()
 	resp, err := ep.control(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlJoin, Job: job, Size: size, Rank: rank}, opts.Token)
 	if err != nil {
+		var na *NoAnswerError
+		if errors.As(err, &na) && na.Acked || !errors.As(err, &na) && errors.Is(err, ErrCanceled) && ctx.Err() != nil {
+			// The switch has the join and waits for the other ranks
+			// (or, canceled, the join may not have reached it yet).
+			return nil, ep.rendezvousError(ctx, ap, job, waitedSince(ctx, start), err, opts)
+		}
 		return nil, fmt.Errorf("endpoint: join %q: %w", job, err)
 	}
 	if resp.Group == 0 {
@@ -183,6 +283,102 @@ func (ep *Endpoint) JoinJob(ctx context.Context, sw string, job string, size, ra
 	ep.addCloser(g.stopHeartbeats)
 	go g.heartbeats()
 	return g, nil
+}
+
+// JoinStatusTimeout bounds how long JoinJob, whose wait ended, waits for
+// the switch to say who joined.
+const JoinStatusTimeout = time.Second
+
+// RendezvousError is JoinJob's error when the wait for the job's other
+// ranks ended (its context ended, or the op's timeout) before the group
+// formed. It matches what ended the wait (errors.Is: context.
+// DeadlineExceeded, context.Canceled, ErrTimeout) and, when the switch did
+// not answer the question who joined, ErrNoSwitch.
+type RendezvousError struct {
+	Job    string
+	Switch netip.AddrPort
+	Wait   time.Duration // how long this endpoint waited
+	// Size is the job's size as the switch's rendezvous has it, 0 when
+	// the switch holds no rendezvous for the job or did not say.
+	Size int
+	// Joined and Missing are the ranks that joined and those that did
+	// not (this endpoint's own rank counts as joined), in increasing
+	// order.
+	Joined, Missing []int
+	// Err is what ended the wait: ctx's error and the join's own.
+	Err error
+	// StatusErr is why the switch did not say who joined (a
+	// *NoAnswerError when it did not answer); nil when it said.
+	StatusErr error
+}
+
+// maxMissingShown bounds the missing ranks RendezvousError.Error lists.
+const maxMissingShown = 16
+
+func (e *RendezvousError) Error() string {
+	var b strings.Builder
+	what := "timed out"
+	if errors.Is(e.Err, context.Canceled) {
+		what = "canceled"
+	}
+	fmt.Fprintf(&b, "endpoint: join %q: rendezvous %s after %v", e.Job, what, roundWait(e.Wait))
+	switch {
+	case errors.Is(e.StatusErr, ErrNoSwitch):
+		fmt.Fprintf(&b, "; no switch answers at %v", e.Switch)
+	case e.StatusErr != nil:
+		fmt.Fprintf(&b, "; the switch at %v did not say who joined (%v)", e.Switch, e.StatusErr)
+	case e.Size == 0:
+		fmt.Fprintf(&b, ": the switch at %v holds no rendezvous for the job (it restarted, or the rendezvous expired)", e.Switch)
+	default:
+		fmt.Fprintf(&b, ": %d of %d ranks joined; missing rank", len(e.Joined), e.Size)
+		if len(e.Missing) > 1 {
+			b.WriteByte('s')
+		}
+		for i, r := range e.Missing[:min(len(e.Missing), maxMissingShown)] {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, " %d", r)
+		}
+		if n := len(e.Missing) - maxMissingShown; n > 0 {
+			fmt.Fprintf(&b, " and %d more", n)
+		}
+	}
+	return b.String()
+}
+
+// Unwrap returns what ended the wait and, if the switch did not say who
+// joined, why.
+func (e *RendezvousError) Unwrap() []error {
+	if e.StatusErr != nil {
+		return []error{e.Err, e.StatusErr}
+	}
+	return []error{e.Err}
+}
+
+// rendezvousError asks the switch who joined job after this endpoint's
+// join ended with joinErr, waiting wait, and explains it.
+func (ep *Endpoint) rendezvousError(ctx context.Context, sw netip.AddrPort, job string, wait time.Duration, joinErr error, opts FabricOptions) error {
+	e := &RendezvousError{Job: job, Switch: sw, Wait: wait, Err: joinErr}
+	if cerr := ctxErr(ctx); cerr != nil && !errors.Is(joinErr, cerr) {
+		e.Err = errors.Join(joinErr, cerr)
+	}
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), JoinStatusTimeout)
+	st, err := ep.control(qctx, sw, &fabric.CtrlMsg{Type: fabric.CtrlJoinStatus, Job: job}, opts.Token)
+	cancel()
+	if err != nil {
+		e.StatusErr = err
+		return e
+	}
+	e.Size, e.Joined = st.Size, st.JoinedRanks()
+	for r, i := 0, 0; r < st.Size; r++ {
+		if i < len(e.Joined) && e.Joined[i] == r {
+			i++
+			continue
+		}
+		e.Missing = append(e.Missing, r)
+	}
+	return e
 }
 
 // ID is the group id at the switch.

@@ -17,6 +17,7 @@ type rendezvous struct {
 	size    int
 	mtu     int       // every member's MTU: fragments of an aggregation line up
 	joiners []*joiner // by rank
+	joined  []byte    // the ranks in joiners, as CtrlMsg.Joined
 	count   int
 	last    time.Time // of the last JOIN
 }
@@ -95,6 +96,16 @@ func (s *Switch) control(now time.Time, d *transport.Delivery) {
 			return
 		}
 		s.respond(d, &CtrlMsg{Type: CtrlLookup, Resp: true, Group: g.id, Members: g.table()})
+	case CtrlJoinStatus:
+		// Any token holder may ask, as for LOOKUP. The answer is at most
+		// 2+512 bytes of fields, and the transport sends an address that
+		// has not shown it receives there at most three times what came
+		// from it until it acknowledges.
+		resp := &CtrlMsg{Type: CtrlJoinStatus, Resp: true}
+		if r := s.jobs[m.Job]; r != nil {
+			resp.Size, resp.Joined = r.size, r.joined
+		}
+		s.respond(d, resp)
 	case CtrlPoolNode, CtrlPoolCreate, CtrlPoolOpen, CtrlPoolFree, CtrlPoolStat, CtrlPoolRebuilt, CtrlPoolReport:
 		s.poolControl(now, d, m)
 	default:
@@ -161,7 +172,7 @@ func (s *Switch) join(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 			s.reply(d.Peer, &d.Header, wire.StatusBusy, 0)
 			return
 		}
-		r = &rendezvous{job: m.Job, size: m.Size, mtu: m.MTU, joiners: make([]*joiner, m.Size)}
+		r = &rendezvous{job: m.Job, size: m.Size, mtu: m.MTU, joiners: make([]*joiner, m.Size), joined: make([]byte, (m.Size+7)/8)}
 		s.jobs[m.Job] = r
 	}
 	r.last = now
@@ -198,6 +209,7 @@ func (s *Switch) join(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 	}
 	if r.joiners[rank] == nil {
 		r.count++
+		r.joined[rank/8] |= 1 << (rank % 8)
 	}
 	r.joiners[rank] = &joiner{peer: d.Peer, msgID: d.Header.MsgID}
 	if r.count < r.size {

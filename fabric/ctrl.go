@@ -24,7 +24,9 @@ package fabric
 // +---------------------------------------------------------------+
 //
 // Type: 1 JOIN, 2 LEAVE, 3 DESTROY, 4 HEARTBEAT, 5 REGISTER, 6 LOOKUP,
-// 7 POOLNODE, 8 POOLCREATE, 9 POOLOPEN, 10 POOLFREE, 11 POOLSTAT.
+// 7 POOLNODE, 8 POOLCREATE, 9 POOLOPEN, 10 POOLFREE, 11 POOLSTAT,
+// 12 POOLGRANT, 13 POOLREVOKE, 14 POOLREBUILD, 15 POOLREBUILDGO,
+// 16 POOLREBUILT, 17 JOINSTATUS.
 // Flags: bit 0 RESP (a response); bits 1–7 must be zero.
 //
 // Field encodings:
@@ -46,6 +48,9 @@ package fabric
 //	poolnode           u16 id, address as in member, u64 capacity,
 //	                   u64 used, u8 alive (0 or 1)
 //	poolregion         u32 region, pool
+//	ranks              u16 size (0..4096), then (size+7)/8 bytes: bit
+//	                   r%8 (least significant first) of byte r/8 is rank
+//	                   r; the bits past size are zero
 //
 // Fields by type (request → response):
 //
@@ -78,6 +83,8 @@ package fabric
 //	           fields)
 //	POOLREBUILT region u32, key u64, column u16, failed u8 (0 or 1)
 //	           (node → switch) → (no fields)
+//	JOINSTATUS job name → ranks (the job's size and the ranks that
+//	           joined its rendezvous; size 0: no rendezvous for the job)
 //
 // A receiver first checks that the message is at least 16 bytes long, then
 // verifies the tag in constant time (a bad tag is answered with status
@@ -93,6 +100,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"math/bits"
 	"net/netip"
 	"slices"
 	"sync"
@@ -173,6 +181,12 @@ const (
 	// rebuild of column Node of region Region (Key) done, or failed with
 	// Failed set. The response has no fields.
 	CtrlPoolRebuilt CtrlType = 16
+	// CtrlJoinStatus asks what the rendezvous of job Job holds: a joiner
+	// whose wait ended says who is missing. The response carries the
+	// job's Size and the ranks that Joined, or Size 0 when the switch
+	// holds no rendezvous for the job (none was started, it expired, or
+	// the group formed).
+	CtrlJoinStatus CtrlType = 17
 	// CtrlPoolReport, from a memory node to the switch, lists the grants
 	// the node holds (Reports), so that a switch that restarted rebuilds
 	// its map of the pool from the nodes. A node sends it when the
@@ -194,7 +208,7 @@ var ctrlTypeNames = [...]string{
 	CtrlPoolFree: "poolfree", CtrlPoolStat: "poolstat",
 	CtrlPoolGrant: "poolgrant", CtrlPoolRevoke: "poolrevoke",
 	CtrlPoolRebuild: "poolrebuild", CtrlPoolRebuildGo: "poolrebuildgo", CtrlPoolRebuilt: "poolrebuilt",
-	CtrlPoolReport: "poolreport", CtrlPoolEpoch: "poolepoch",
+	CtrlJoinStatus: "joinstatus", CtrlPoolReport: "poolreport", CtrlPoolEpoch: "poolepoch",
 }
 
 // CarriesMTU reports whether requests of type t carry the sender's MTU
@@ -375,9 +389,9 @@ type PoolNodeInfo struct {
 type CtrlMsg struct {
 	Type    CtrlType
 	Resp    bool         // a response (flags bit 0)
-	Job     string       // Join request: job name, 1..CtrlMaxName bytes
+	Job     string       // Join and JoinStatus requests: job name, 1..CtrlMaxName bytes
 	Service string       // Register and Lookup requests: service name, 1..CtrlMaxName bytes
-	Size    int          // Join and Register requests: number of members, 1..CtrlMaxSize
+	Size    int          // Join and Register requests: number of members, 1..CtrlMaxSize; JoinStatus response: the job's, 0..CtrlMaxSize (0: no rendezvous)
 	Rank    int          // Join and Register requests: CtrlRankAny or 0..Size-1
 	Group   uint32       // group id
 	Member  uint16       // member id within Group
@@ -386,6 +400,10 @@ type CtrlMsg struct {
 	Ranges  []CtrlRange  // Register request: at most CtrlMaxRanges
 	Members []MemberInfo // Join and Lookup responses: at most CtrlMaxMembers
 	Dead    []uint16     // Heartbeat response: ids of dead members, at most CtrlMaxMembers
+	// JoinStatus response: the ranks that joined, as a bit set of
+	// (Size+7)/8 bytes: bit r%8 (least significant first) of byte r/8 is
+	// rank r; the bits past Size are zero. JoinedRanks lists them.
+	Joined []byte
 	// Join, Register and Lookup requests: the largest datagram the sender
 	// sends, in bytes (its transport MTU), CtrlMinMTU..CtrlMaxMTU. The
 	// switch refuses a sender whose datagrams it could not send back,
@@ -564,6 +582,11 @@ func (m *CtrlMsg) validate() error {
 				return err
 			}
 		}
+	case CtrlJoinStatus:
+		if !m.Resp {
+			return validateName("job", m.Job)
+		}
+		return validateRanks(m.Size, m.Joined)
 	case CtrlPoolStat:
 		if !m.Resp {
 			return nil
@@ -638,6 +661,33 @@ func validatePool(p *PoolSpec, request bool) error {
 		return ctrlErrorf("pool permissions %#x: want a non-zero set of the 4 bits", p.Perm)
 	}
 	return nil
+}
+
+// validateRanks checks a ranks field: size in 0..CtrlMaxSize, a bit set
+// of (size+7)/8 bytes with no bit past size.
+func validateRanks(size int, set []byte) error {
+	if size < 0 || size > CtrlMaxSize {
+		return ctrlErrorf("job size %d not in 0..%d", size, CtrlMaxSize)
+	}
+	if len(set) != (size+7)/8 {
+		return ctrlErrorf("%d bytes of ranks for size %d, want %d", len(set), size, (size+7)/8)
+	}
+	if size%8 != 0 && set[len(set)-1]>>(size%8) != 0 {
+		return ctrlErrorf("ranks set past size %d", size)
+	}
+	return nil
+}
+
+// JoinedRanks lists the ranks of a JoinStatus response's Joined set, in
+// increasing order.
+func (m *CtrlMsg) JoinedRanks() []int {
+	var ranks []int
+	for i, b := range m.Joined {
+		for ; b != 0; b &= b - 1 {
+			ranks = append(ranks, 8*i+bits.TrailingZeros8(b))
+		}
+	}
+	return ranks
 }
 
 func validateName(what, s string) error {
@@ -775,6 +825,11 @@ func (m *CtrlMsg) appendFields(b []byte) []byte {
 		}
 	case m.Type == CtrlPoolOpen:
 		b = appendPool(b, &m.Pool)
+	case m.Type == CtrlJoinStatus && !m.Resp:
+		b = appendName(b, m.Job)
+	case m.Type == CtrlJoinStatus:
+		b = be.AppendUint16(b, uint16(m.Size))
+		b = append(b, m.Joined...)
 	case m.Type == CtrlPoolStat && m.Resp:
 		b = be.AppendUint16(b, uint16(len(m.PoolNodes)))
 		for i := range m.PoolNodes {
@@ -1127,6 +1182,7 @@ func (m *CtrlMsg) decode(b []byte) error {
 		Ranges:      m.Ranges[:0],
 		Members:     m.Members[:0],
 		Dead:        m.Dead[:0],
+		Joined:      m.Joined[:0],
 		PoolNodes:   m.PoolNodes[:0],
 		PoolRegions: m.PoolRegions[:0],
 	}
@@ -1258,6 +1314,17 @@ func (m *CtrlMsg) decode(b []byte) error {
 		m.Reports = reps
 	case typ == CtrlPoolOpen:
 		r.pool(&m.Pool, false)
+	case typ == CtrlJoinStatus && !m.Resp:
+		m.Job = r.name("job", job)
+	case typ == CtrlJoinStatus:
+		m.Size = int(r.u16("size"))
+		if r.err == nil && m.Size > CtrlMaxSize {
+			r.err = ctrlErrorf("job size %d not in 0..%d", m.Size, CtrlMaxSize)
+		}
+		if set, ok := r.take((m.Size+7)/8, "joined ranks"); ok {
+			m.Joined = append(m.Joined, set...)
+			r.err = validateRanks(m.Size, m.Joined)
+		}
 	case typ == CtrlPoolStat && m.Resp:
 		n := r.count("pool nodes", CtrlMaxPoolNodes, ctrlMinPoolNode)
 		nodes := slices.Grow(m.PoolNodes, n)

@@ -104,6 +104,10 @@ func ctrlSamples() []ctrlSample {
 			},
 			PoolRegions: []PoolSpec{{Region: 1, Size: 100, Stripe: 64, Columns: 2, Replicas: 2, Perm: 0x0f, Lost: 1, Rebuilding: 1, Down: 1, Health: HealthUnavailable}}, PoolRefused: 77}},
 		{"poolstat-resp-empty", CtrlMsg{Type: CtrlPoolStat, Resp: true}},
+		{"joinstatus-req", CtrlMsg{Type: CtrlJoinStatus, Job: "train-42"}},
+		{"joinstatus-resp", CtrlMsg{Type: CtrlJoinStatus, Resp: true, Size: 11, Joined: []byte{0b1011_0101, 0b101}}},
+		{"joinstatus-resp-max", CtrlMsg{Type: CtrlJoinStatus, Resp: true, Size: CtrlMaxSize, Joined: bytes.Repeat([]byte{0xFF}, CtrlMaxSize/8)}},
+		{"joinstatus-resp-none", CtrlMsg{Type: CtrlJoinStatus, Resp: true}},
 	}
 }
 
@@ -115,6 +119,9 @@ func ctrlNormalize(m CtrlMsg) CtrlMsg {
 	}
 	if len(m.Dead) == 0 {
 		m.Dead = nil
+	}
+	if len(m.Joined) == 0 {
+		m.Joined = nil
 	}
 	if len(m.PoolNodes) == 0 {
 		m.PoolNodes = nil
@@ -244,6 +251,10 @@ func TestCtrlGolden(t *testing.T) {
 			[]byte{5, 1, 1, 2, 3, 4, 5, 6}},
 		{CtrlMsg{Type: CtrlLeave, Resp: true}, []byte{2, 1}},
 		{CtrlMsg{Type: CtrlLookup, MTU: 9000, Service: "kv"}, []byte{6, 0, 2, 'k', 'v', 0x23, 0x28}},
+		{CtrlMsg{Type: CtrlJoinStatus, Job: "ab"}, []byte{17, 0, 2, 'a', 'b'}},
+		// Size 10, ranks 0, 3 and 9 joined.
+		{CtrlMsg{Type: CtrlJoinStatus, Resp: true, Size: 10, Joined: []byte{0b1001, 0b10}}, []byte{17, 1, 0, 10, 0b1001, 0b10}},
+		{CtrlMsg{Type: CtrlJoinStatus, Resp: true}, []byte{17, 1, 0, 0}},
 	}
 	for _, c := range cases {
 		b, err := AppendCtrl(nil, &c.m, ctrlTestToken)
@@ -253,6 +264,16 @@ func TestCtrlGolden(t *testing.T) {
 		if want := ctrlSign(c.body, ctrlTestToken); !bytes.Equal(b, want) {
 			t.Errorf("%v resp=%v:\n got % x\nwant % x", c.m.Type, c.m.Resp, b, want)
 		}
+	}
+}
+
+func TestCtrlJoinedRanks(t *testing.T) {
+	m := CtrlMsg{Type: CtrlJoinStatus, Resp: true, Size: 17, Joined: []byte{0b1000_0001, 0, 0b1}}
+	if got, want := m.JoinedRanks(), []int{0, 7, 16}; !reflect.DeepEqual(got, want) {
+		t.Errorf("JoinedRanks = %v, want %v", got, want)
+	}
+	if got := (&CtrlMsg{Type: CtrlJoinStatus, Resp: true, Size: 3, Joined: []byte{0}}).JoinedRanks(); got != nil {
+		t.Errorf("JoinedRanks of none = %v", got)
 	}
 }
 
@@ -396,6 +417,13 @@ func TestCtrlEncodeBounds(t *testing.T) {
 		{"ranges 4097", CtrlMsg{Type: CtrlRegister, MTU: 9000, Service: "s", Size: 1, Ranges: make([]CtrlRange, CtrlMaxRanges+1)}},
 		{"replicas 9", CtrlMsg{Type: CtrlRegister, MTU: 9000, Service: "s", Size: 1, Ranges: []CtrlRange{
 			{}, {Replicas: make([]int32, CtrlMaxReplicas+1)}}}},
+		{"joinstatus job empty", CtrlMsg{Type: CtrlJoinStatus}},
+		{"joinstatus job too long", CtrlMsg{Type: CtrlJoinStatus, Job: long}},
+		{"joinstatus size 4097", CtrlMsg{Type: CtrlJoinStatus, Resp: true, Size: CtrlMaxSize + 1, Joined: make([]byte, (CtrlMaxSize+8)/8)}},
+		{"joinstatus size negative", CtrlMsg{Type: CtrlJoinStatus, Resp: true, Size: -1}},
+		{"joinstatus set too short", CtrlMsg{Type: CtrlJoinStatus, Resp: true, Size: 9, Joined: []byte{1}}},
+		{"joinstatus set too long", CtrlMsg{Type: CtrlJoinStatus, Resp: true, Size: 8, Joined: []byte{1, 0}}},
+		{"joinstatus rank past size", CtrlMsg{Type: CtrlJoinStatus, Resp: true, Size: 3, Joined: []byte{0b1000}}},
 	}
 	for _, c := range cases {
 		dst := []byte("keep")
@@ -480,6 +508,11 @@ func TestCtrlDecodeBounds(t *testing.T) {
 		{"poolstat nodes past end", ctrlBody(byte(CtrlPoolStat), resp, uint16(3), member4, uint64(1), uint64(0), byte(1), uint16(0))},
 		{"poolstat region columns 0", ctrlBody(byte(CtrlPoolStat), resp, uint16(0), uint16(1), uint32(1), uint64(1), uint64(64), uint16(0), byte(1), byte(1))},
 		{"type 255", ctrlBody(byte(255), resp)},
+		{"joinstatus job empty", ctrlBody(byte(CtrlJoinStatus), req, byte(0))},
+		{"joinstatus size 4097", ctrlBody(byte(CtrlJoinStatus), resp, uint16(4097), string(make([]byte, 513)))},
+		{"joinstatus set truncated", ctrlBody(byte(CtrlJoinStatus), resp, uint16(9), byte(1))},
+		{"joinstatus set too long", ctrlBody(byte(CtrlJoinStatus), resp, uint16(8), byte(1), byte(0))},
+		{"joinstatus rank past size", ctrlBody(byte(CtrlJoinStatus), resp, uint16(3), byte(0b1000))},
 		{"flag bit 1", ctrlBody(byte(CtrlLeave), byte(2), uint32(1), uint16(1))},
 		{"flag bit 7", ctrlBody(byte(CtrlLeave), byte(0x81))},
 		{"job 65 bytes", ctrlBody(byte(CtrlJoin), req, byte(65), name65, uint16(1), uint16(0))},
@@ -610,7 +643,7 @@ func TestCtrlTypeString(t *testing.T) {
 	want := map[CtrlType]string{
 		0: "ctrl(0)", CtrlJoin: "join", CtrlLeave: "leave", CtrlDestroy: "destroy",
 		CtrlHeartbeat: "heartbeat", CtrlRegister: "register", CtrlLookup: "lookup", CtrlPoolNode: "poolnode",
-		CtrlPoolStat: "poolstat", CtrlPoolGrant: "poolgrant", CtrlPoolRevoke: "poolrevoke", CtrlPoolRebuilt: "poolrebuilt", 17: "ctrl(17)", 255: "ctrl(255)",
+		CtrlPoolStat: "poolstat", CtrlPoolGrant: "poolgrant", CtrlPoolRevoke: "poolrevoke", CtrlPoolRebuilt: "poolrebuilt", CtrlJoinStatus: "joinstatus", 255: "ctrl(255)",
 	}
 	for typ, s := range want {
 		if got := typ.String(); got != s {

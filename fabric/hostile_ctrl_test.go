@@ -2,6 +2,7 @@ package fabric
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -394,5 +395,71 @@ func TestControlPartialFlood(t *testing.T) {
 	h.advance(10 * time.Second)
 	if n := h.sw.asm.len(); n != 0 {
 		t.Fatalf("%d partial requests left after the reassembly timeout", n)
+	}
+}
+
+// TestJoinStatus: JOINSTATUS tells any token holder the size of a job's
+// rendezvous and which ranks joined it, and answers size 0 for a job
+// without one (unknown, or formed). The answer to an address that has
+// not shown it receives stays within the transport's amplification
+// budget, even for the largest job.
+func TestJoinStatus(t *testing.T) {
+	h := newCtlHarness(t, Config{HeartbeatTimeout: time.Hour})
+	a, b, asker := h.client(addrN(1), 1500), h.client(addrN(2), 1500), h.client(addrN(3), 1500)
+	h.send(a, &CtrlMsg{Type: CtrlJoin, Job: "job", Size: 11, Rank: 0, MTU: 1500})
+	h.send(b, &CtrlMsg{Type: CtrlJoin, Job: "job", Size: 11, Rank: 9, MTU: 1500})
+	h.pump(5 * time.Millisecond)
+	status := func(job string) *CtrlMsg {
+		t.Helper()
+		id := h.send(asker, &CtrlMsg{Type: CtrlJoinStatus, Job: job})
+		h.pump(5 * time.Millisecond)
+		if st := asker.resps[id].Status; st != wire.StatusOK {
+			t.Fatalf("join status of %q: status %v", job, st)
+		}
+		var m CtrlMsg
+		if err := ParseCtrl(asker.body[id], &m, h.token); err != nil || m.Type != CtrlJoinStatus || !m.Resp {
+			t.Fatalf("join status of %q: %+v, %v", job, m, err)
+		}
+		return &m
+	}
+	if m := status("job"); m.Size != 11 || !slices.Equal(m.JoinedRanks(), []int{0, 9}) {
+		t.Errorf("job: size %d, joined %v; want 11, [0 9]", m.Size, m.JoinedRanks())
+	}
+	if m := status("other"); m.Size != 0 || len(m.Joined) != 0 {
+		t.Errorf("unknown job: size %d, joined %v; want an empty answer", m.Size, m.JoinedRanks())
+	}
+	h.send(a, &CtrlMsg{Type: CtrlJoin, Job: "pair", Size: 2, Rank: 0, MTU: 1500})
+	h.send(b, &CtrlMsg{Type: CtrlJoin, Job: "pair", Size: 2, Rank: 1, MTU: 1500})
+	h.pump(5 * time.Millisecond)
+	if m := status("pair"); m.Size != 0 {
+		t.Errorf("formed job: size %d, joined %v; want an empty answer", m.Size, m.JoinedRanks())
+	}
+
+	// A request from a forged source: the answer for a job of CtrlMaxSize
+	// ranks is larger than the request, but the victim gets at most three
+	// times the request's bytes.
+	h.send(a, &CtrlMsg{Type: CtrlJoin, Job: "big", Size: CtrlMaxSize, Rank: CtrlRankAny, MTU: 1500})
+	h.pump(5 * time.Millisecond)
+	forger, err := transport.New(transport.Config{MTU: 1500, Seed: 99})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, err := AppendCtrl(nil, &CtrlMsg{Type: CtrlJoinStatus, Job: "big"}, h.token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := forger.Send(transport.PeerID{Addr: h.swAddr}, &wire.Header{Op: wire.OpControl}, buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ := forger.Poll(h.now, nil)
+	victim, sent := addrN(4), 0
+	for _, dg := range out {
+		h.step(victim, dg.Buf)
+		sent += len(dg.Buf)
+	}
+	h.advance(10 * time.Second)
+	t.Logf("forged request %d bytes, victim got %d", sent, h.toBytes[victim])
+	if got := h.toBytes[victim]; got == 0 || got > 3*sent {
+		t.Errorf("forged join status of %d bytes drew %d bytes to the victim, want 1..%d", sent, got, 3*sent)
 	}
 }

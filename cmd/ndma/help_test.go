@@ -24,13 +24,13 @@ func TestBenchHelp(t *testing.T) {
 }
 
 // TestTestbedHelp checks that ndma testbed --help lists every variable
-// testbed run exports.
+// testbed run exports, and the ones it passes on that the ranks read.
 func TestTestbedHelp(t *testing.T) {
 	out, err := execute(t, "testbed", "--help")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, v := range []string{"NDMA_RANK", "NDMA_SIZE", "NDMA_SWITCH", "NDMA_JOB", "NDMA_TOKEN", "NDMA_MTU"} {
+	for _, v := range []string{"NDMA_RANK", "NDMA_SIZE", "NDMA_SWITCH", "NDMA_JOB", "NDMA_TOKEN", "NDMA_MTU", "NDMA_JOIN_TIMEOUT", "NDMA_LIVENESS"} {
 		if !strings.Contains(out, v) {
 			t.Errorf("ndma testbed --help does not mention %s", v)
 		}

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"math"
+	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -59,5 +63,25 @@ func TestPoolHealth(t *testing.T) {
 		if got := poolHealth(c.p); got != c.want {
 			t.Errorf("%+v: %q, want %q", c.p, got, c.want)
 		}
+	}
+}
+
+// TestStatNoSwitch: ndma stat against an address where nothing answers
+// fails after --timeout with a message naming the address and the wait.
+func TestStatNoSwitch(t *testing.T) {
+	// A socket that takes datagrams and never answers: no switch there.
+	silent, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	addr := silent.LocalAddr().String()
+	_, err = execute(t, "stat", "--switch", addr, "--token", "t", "--timeout", "1s", "--interval", "0")
+	want := fmt.Sprintf("endpoint: pool stat: no switch answers at %s after 1s", addr)
+	if err == nil || err.Error() != want {
+		t.Fatalf("ndma stat:\n got %v\nwant %s", err, want)
+	}
+	if !errors.Is(err, endpoint.ErrNoSwitch) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("%v does not match endpoint.ErrNoSwitch and context.DeadlineExceeded", err)
 	}
 }

@@ -64,7 +64,9 @@ a bridge there, so ordinary IP traffic between hosts crosses the switch
 namespace as well. Both directions of every link are limited by tbf to
 --rate. "run" starts a command once per host with the bootstrap environment
 (NDMA_RANK, NDMA_SIZE, NDMA_SWITCH, NDMA_JOB, NDMA_TOKEN, and NDMA_MTU: the
-largest datagram one frame carries, the interfaces' MTU minus 28).
+largest datagram one frame carries, the interfaces' MTU minus 28); the
+ranks also read NDMA_JOIN_TIMEOUT and NDMA_LIVENESS from the environment
+"run" passes on (see ndma testbed run --help).
 
 The testbed's addresses (--subnet, the switch at its first address) exist
 only inside its namespaces: run clients such as ndma pool or ndma stat
@@ -121,11 +123,15 @@ NDMA_RANK, NDMA_SIZE, NDMA_SWITCH, NDMA_TOKEN, NDMA_MTU (the largest
 datagram one frame carries: MTU minus 28, what the daemons use; ndma bench
 coll and ndma bench pool take it as their default --mtu) and a fresh
 NDMA_JOB added to the environment, and prints each rank's output prefixed
-"[rank i] ". It
+"[rank i] ". The rest of the environment passes through, such as
+NDMA_JOIN_TIMEOUT (how long the ranks' rendezvous waits for all of them,
+1m by default) and NDMA_LIVENESS (how long a host algorithm waits for a
+silent rank, e.g. 90s; "off": no bound). It
 waits for every rank and fails, naming them, if any exits non-zero. SIGINT
 or SIGTERM stops every rank.`,
 		Example: `  sudo ndma testbed run -- sh -c 'echo $NDMA_RANK of $NDMA_SIZE via $NDMA_SWITCH'
-  sudo ndma testbed run -- ndma bench coll --op bcast`,
+  sudo ndma testbed run -- ndma bench coll --op bcast
+  sudo NDMA_JOIN_TIMEOUT=2m ndma testbed run -- ndma bench coll --op allreduce`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return errors.New("run needs a command: ndma testbed run [--prefix P] -- CMD [ARG...]")
