@@ -146,11 +146,11 @@ func New(ctx context.Context, cfg Config) (*Communicator, error) {
 	}
 	switch {
 	case cfg.Switch != "":
-		ap, err := netip.ParseAddrPort(cfg.Switch)
+		ap, err := endpoint.ResolveAddr(cfg.Switch)
 		if err != nil {
-			return nil, fmt.Errorf("%w: switch address %q: %v", ErrArg, cfg.Switch, err)
+			return nil, fmt.Errorf("%w: switch address %v", ErrArg, err)
 		}
-		c.swAP = ap
+		c.swAP, c.sw = ap, ap.String() // looked up once
 		job := cfg.Job
 		if job == "" {
 			job = "ndma"
@@ -160,7 +160,7 @@ func New(ctx context.Context, cfg Config) (*Communicator, error) {
 			jt = DefaultJoinTimeout
 		}
 		jctx, cancel := context.WithTimeout(ctx, jt)
-		g, err := cfg.Endpoint.JoinJob(jctx, cfg.Switch, job, cfg.Size, cfg.Rank, endpoint.FabricOptions{Token: cfg.Token})
+		g, err := cfg.Endpoint.JoinJob(jctx, c.sw, job, cfg.Size, cfg.Rank, endpoint.FabricOptions{Token: cfg.Token})
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("coll: rendezvous: %w", err)

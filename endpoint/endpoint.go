@@ -375,9 +375,9 @@ type Remote struct {
 // Dial resolves addr ("host:port") and checks that a peer answers there
 // with a no-op request, so a wrong address fails here, within ctx.
 func (ep *Endpoint) Dial(ctx context.Context, addr string) (*Remote, error) {
-	ap, err := netip.ParseAddrPort(addr)
+	ap, err := ResolveAddr(addr)
 	if err != nil {
-		return nil, fmt.Errorf("endpoint: dial %q: %w", addr, err)
+		return nil, fmt.Errorf("endpoint: dial: %w", err)
 	}
 	r := &Remote{ep: ep, addr: ap}
 	if err := ep.Do(ctx, &Op{Kind: KindNop, Peer: ap}); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"time"
 
@@ -16,11 +17,34 @@ import (
 
 // parseSwitch parses a forwarding node's address ("host:port").
 func parseSwitch(sw string) (netip.AddrPort, error) {
-	ap, err := netip.ParseAddrPort(sw)
+	ap, err := ResolveAddr(sw)
 	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("endpoint: switch address %q: %w", sw, err)
+		return netip.AddrPort{}, fmt.Errorf("endpoint: switch address: %w", err)
 	}
 	return ap, nil
+}
+
+// ResolveAddr returns the UDP address "host:port" names: an IP literal
+// as it is, a host name looked up (its first address; an IPv4 address as
+// such, not mapped into IPv6). A missing host or port, or a name that
+// does not resolve, is an error naming the address.
+func ResolveAddr(s string) (netip.AddrPort, error) {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap, nil
+	}
+	host, _, err := net.SplitHostPort(s)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("%q: want host:port: %w", s, err)
+	}
+	if host == "" {
+		return netip.AddrPort{}, fmt.Errorf("%q: no host: want host:port", s)
+	}
+	ua, err := net.ResolveUDPAddr("udp", s)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("%q: %w", s, err)
+	}
+	ap := ua.AddrPort()
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
 }
 
 // PoolCreate asks the switch sw for a pool region shaped like spec

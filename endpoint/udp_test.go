@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -167,5 +168,30 @@ func TestDialDeadPeer(t *testing.T) {
 	<-op.Done()
 	if !errors.Is(op.Err, ErrClosed) {
 		t.Fatalf("after close: %v", op.Err)
+	}
+}
+
+// TestResolveAddr: an address may name its host (localhost resolves
+// without a network) or give an IP literal; a missing host or port is an
+// error naming the address.
+func TestResolveAddr(t *testing.T) {
+	for _, c := range []struct {
+		in, want string
+	}{
+		{"127.0.0.1:7471", "127.0.0.1:7471"},
+		{"[::1]:7471", "[::1]:7471"},
+	} {
+		got, err := ResolveAddr(c.in)
+		if err != nil || got.String() != c.want {
+			t.Errorf("ResolveAddr(%q) = %v, %v; want %s", c.in, got, err, c.want)
+		}
+	}
+	if got, err := ResolveAddr("localhost:7471"); err != nil || !got.Addr().IsLoopback() || got.Port() != 7471 || got.Addr().Is4In6() {
+		t.Errorf("ResolveAddr(localhost:7471) = %v, %v; want a loopback address, port 7471, not 4-in-6", got, err)
+	}
+	for _, bad := range []string{"7471", ":7471", "localhost"} {
+		if _, err := ResolveAddr(bad); err == nil || !strings.Contains(err.Error(), bad) {
+			t.Errorf("ResolveAddr(%q): %v, want an error naming it", bad, err)
+		}
 	}
 }

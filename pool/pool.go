@@ -76,10 +76,11 @@ func (r *Region) keepProven(ctx context.Context) error {
 // New returns a client of the pool behind the switch at sw ("host:port"),
 // using ep (which it does not close).
 func New(ep *endpoint.Endpoint, sw string, opts Options) (*Client, error) {
-	ap, err := netip.ParseAddrPort(sw)
+	ap, err := endpoint.ResolveAddr(sw)
 	if err != nil {
-		return nil, fmt.Errorf("pool: switch address %q: %w", sw, err)
+		return nil, fmt.Errorf("pool: switch address: %w", err)
 	}
+	sw = ap.String() // looked up once
 	if opts.Window < 0 {
 		return nil, fmt.Errorf("pool: negative window %d", opts.Window)
 	}
