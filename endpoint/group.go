@@ -212,6 +212,17 @@ func explainRefusal(req *fabric.CtrlMsg, err error, operand uint64) error {
 	case errors.Is(err, wire.StatusTooLarge) && operand != 0:
 		return fmt.Errorf("%w: this endpoint's MTU is %d bytes but the switch takes datagrams of at most %d: set the endpoint's transport MTU (--mtu) to %d or less",
 			err, req.MTU, operand, operand)
+	case errors.Is(err, wire.StatusBusy) && req.Type == fabric.CtrlJoin && operand != 0:
+		why := map[uint64]string{
+			fabric.JoinBusyFormed:  "a job of that name is running already with all its ranks (or an anycast service has the name): choose another job name",
+			fabric.JoinBusyFull:    "the switch holds as many groups and rendezvous as it may: try again when jobs end",
+			fabric.JoinBusyNoRank:  "every rank of the job is taken",
+			fabric.JoinBusyExpired: "no rank joined for the switch's rendezvous timeout, so it dropped the rendezvous: start every rank within it",
+		}[operand]
+		if why == "" {
+			return err
+		}
+		return fmt.Errorf("%w: job %q: %s", err, req.Job, why)
 	case errors.Is(err, wire.StatusBadOperand) && req.Type == fabric.CtrlJoin && operand != 0:
 		size, mtu := fabric.SplitJoinRefusal(operand)
 		return fmt.Errorf("%w: the job's members joined with size %d and MTU %d; this endpoint asked for size %d with MTU %d (every member needs the same size and MTU)",

@@ -162,14 +162,14 @@ func (s *Switch) join(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 				return
 			}
 		}
-		s.reply(d.Peer, &d.Header, wire.StatusBusy, 0) // name in use
+		s.reply(d.Peer, &d.Header, wire.StatusBusy, JoinBusyFormed) // name in use
 		return
 	}
 	r := s.jobs[m.Job]
 	if r == nil {
 		if len(s.groups)+len(s.jobs) >= s.cfg.MaxGroups || len(s.jobs) >= s.cfg.Limits.MaxRendezvous {
 			s.stats.ControlRefused++
-			s.reply(d.Peer, &d.Header, wire.StatusBusy, 0)
+			s.reply(d.Peer, &d.Header, wire.StatusBusy, JoinBusyFull)
 			return
 		}
 		r = &rendezvous{job: m.Job, size: m.Size, mtu: m.MTU, joiners: make([]*joiner, m.Size), joined: make([]byte, (m.Size+7)/8)}
@@ -197,7 +197,7 @@ func (s *Switch) join(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 		}
 	}
 	if rank < 0 || rank >= r.size {
-		s.reply(d.Peer, &d.Header, wire.StatusBusy, 0)
+		s.reply(d.Peer, &d.Header, wire.StatusBusy, JoinBusyNoRank)
 		return
 	}
 	if j := r.joiners[rank]; j != nil && j.peer.Addr != d.Peer.Addr {
@@ -230,6 +230,21 @@ func (s *Switch) join(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 	}
 }
 
+// Operand1 of a JOIN refused with StatusBusy: why.
+const (
+	// JoinBusyFormed: the job's group formed already (with every rank),
+	// or the name is an anycast service's.
+	JoinBusyFormed = 1
+	// JoinBusyFull: the switch holds Config.MaxGroups groups or
+	// ControlLimits.MaxRendezvous rendezvous.
+	JoinBusyFull = 2
+	// JoinBusyNoRank: a JOIN for any rank found every rank taken.
+	JoinBusyNoRank = 3
+	// JoinBusyExpired: no rank joined for ControlLimits.RendezvousTimeout
+	// and the switch dropped the rendezvous.
+	JoinBusyExpired = 4
+)
+
 // dropRendezvous forgets a job whose ranks did not all join in time and
 // answers the ranks still waiting with StatusBusy (they may try again).
 func (s *Switch) dropRendezvous(name string, r *rendezvous) {
@@ -237,7 +252,7 @@ func (s *Switch) dropRendezvous(name string, r *rendezvous) {
 	for _, j := range r.joiners {
 		if j != nil {
 			h := wire.Header{Op: wire.OpControl, MsgID: j.msgID}
-			s.reply(j.peer, &h, wire.StatusBusy, 0)
+			s.reply(j.peer, &h, wire.StatusBusy, JoinBusyExpired)
 		}
 	}
 	s.stats.RendezvousExpired++

@@ -136,13 +136,17 @@ func TestRendezvousBoundedAndExpiring(t *testing.T) {
 	}
 	busy := 0
 	for i, id := range ids {
-		if h.clients[addrN(i+1)].resps[id].Status == wire.StatusBusy {
+		if r := h.clients[addrN(i+1)].resps[id]; r.Status == wire.StatusBusy {
 			busy++
+			if r.Operand1 != JoinBusyFull {
+				t.Fatalf("JOIN refused for a full switch with Operand1 %d, want %d", r.Operand1, JoinBusyFull)
+			}
 		}
 	}
 	if busy != 1000-len(h.sw.jobs) {
 		t.Fatalf("%d JOINs refused BUSY, want %d", busy, 1000-len(h.sw.jobs))
 	}
+	waiting := len(h.sw.jobs)
 	h.advance(2 * time.Minute)
 	if n := len(h.sw.jobs); n != 0 {
 		t.Fatalf("%d rendezvous left two minutes after their last JOIN", n)
@@ -151,14 +155,17 @@ func TestRendezvousBoundedAndExpiring(t *testing.T) {
 		t.Fatalf("completed job gone: %+v", h.sw.Groups())
 	}
 	h.pump(5 * time.Millisecond)
-	expired := 0
+	expired, full := 0, 0
 	for i, id := range ids {
-		if h.clients[addrN(i+1)].resps[id].Status == wire.StatusBusy {
+		switch r := h.clients[addrN(i+1)].resps[id]; {
+		case r.Status == wire.StatusBusy && r.Operand1 == JoinBusyExpired:
 			expired++
+		case r.Status == wire.StatusBusy && r.Operand1 == JoinBusyFull:
+			full++
 		}
 	}
-	if expired != 1000 {
-		t.Fatalf("%d of 1000 stuck joiners answered BUSY after expiry", expired)
+	if expired != waiting || full != 1000-waiting {
+		t.Fatalf("after expiry: %d stuck joiners told their rendezvous expired, %d the switch was full; want %d and %d", expired, full, waiting, 1000-waiting)
 	}
 	a, b := h.client(addrN(2000), 1500), h.client(addrN(2001), 1500)
 	ia := h.send(a, &CtrlMsg{Type: CtrlJoin, Job: "late", Size: 2, Rank: 0, MTU: 1500})
