@@ -52,3 +52,4 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzExec -fuzztime 30s ./memnode
 	$(GO) test -run '^$$' -fuzz FuzzCtrl -fuzztime 30s ./fabric
 	$(GO) test -run '^$$' -fuzz FuzzSwitchStep -fuzztime 30s ./fabric
+	$(GO) test -run '^$$' -fuzz FuzzOpen -fuzztime 30s ./secure

@@ -221,13 +221,16 @@ type Header struct {
 	// the number of memory nodes the request went to (a write to a
 	// replicated region goes to every live replica), with CopiesDegraded
 	// set if a replica was dead and left out. Must be 0 otherwise.
-	Copies    uint16
-	Addr      uint64 // 48: remote address (byte offset in the region)
-	Key       uint64 // 56: region key
-	Operand1  uint64 // 64: compare value (CAS), addend (FetchAdd), length (Read); old value in responses
-	Operand2  uint64 // 72: swap value (CAS)
-	TS        uint64 // 80: sender timestamp in ns (echoed in ACKs for RTT)
-	Reserved2 uint32 // 88: must be 0
+	Copies   uint16
+	Addr     uint64 // 48: remote address (byte offset in the region)
+	Key      uint64 // 56: region key
+	Operand1 uint64 // 64: compare value (CAS), addend (FetchAdd), length (Read); old value in responses
+	Operand2 uint64 // 72: swap value (CAS)
+	TS       uint64 // 80: sender timestamp in ns (echoed in ACKs for RTT)
+	// SASeq (88): with FlagAuth, the low 32 bits of the sender's 64-bit
+	// sequence number in the security association SAID (package secure);
+	// 0 otherwise.
+	SASeq uint32
 	// 92: CRC32C of the header (with this field zero) and payload.
 }
 
@@ -278,7 +281,7 @@ func (h *Header) Encode(b []byte) {
 	be.PutUint64(b[64:], h.Operand1)
 	be.PutUint64(b[72:], h.Operand2)
 	be.PutUint64(b[80:], h.TS)
-	be.PutUint32(b[88:], h.Reserved2)
+	be.PutUint32(b[88:], h.SASeq)
 	be.PutUint32(b[crcOff:], 0)
 }
 
@@ -309,7 +312,7 @@ func (h *Header) decode(b []byte) {
 	h.Operand1 = be.Uint64(b[64:])
 	h.Operand2 = be.Uint64(b[72:])
 	h.TS = be.Uint64(b[80:])
-	h.Reserved2 = be.Uint32(b[88:])
+	h.SASeq = be.Uint32(b[88:])
 }
 
 // PacketLen is the datagram length of a packet with h's payload length.
@@ -408,7 +411,7 @@ func (h *Header) validate() error {
 	if h.Flags&FlagReplyTo != 0 && (h.Mode != ModePool || h.Len < ReplyToLen) {
 		return ErrFlags
 	}
-	if h.Reserved2 != 0 || (h.Copies != 0 && h.Mode != ModePool) || (h.Hop != 0 && h.Op != OpChain) {
+	if (h.SASeq != 0 || h.SAID != 0) && h.Flags&FlagAuth == 0 || (h.Copies != 0 && h.Mode != ModePool) || (h.Hop != 0 && h.Op != OpChain) {
 		return ErrReserved
 	}
 	if (h.Op == OpChain || h.Op == OpOptim) && h.Mode != ModePool {

@@ -70,7 +70,7 @@ func TestParseRejects(t *testing.T) {
 		{"bad opcode", reseal(func(h *Header) { h.Op = 0x7f }), ErrOpcode},
 		{"bad mode", reseal(func(h *Header) { h.Mode = 9 }), ErrMode},
 		{"bad flags", reseal(func(h *Header) { h.Flags = 0x80 }), ErrFlags},
-		{"reserved", reseal(func(h *Header) { h.Reserved2 = 1 }), ErrReserved},
+		{"reserved", reseal(func(h *Header) { h.SASeq = 1 }), ErrReserved},
 		{"hop", reseal(func(h *Header) { h.Hop = 1 }), ErrReserved},
 		{"offset beyond message", reseal(func(h *Header) { h.Offset = 9000 }), ErrLength},
 		{"auth without tag", reseal(func(h *Header) { h.Flags |= FlagAuth }), ErrShort},

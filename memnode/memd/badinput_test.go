@@ -80,7 +80,7 @@ func hostileDatagrams(rng *rand.Rand) (bad, odd, valid [][]byte) {
 		bad = append(bad, sealed(h, payload, nil))
 
 		h = base()
-		h.Hop, h.Copies, h.Reserved2 = 1, uint16(rng.Uint32()), rng.Uint32()
+		h.Hop, h.Copies, h.SASeq = 1, uint16(rng.Uint32()), rng.Uint32()
 		bad = append(bad, sealed(h, payload, nil))
 
 		// An ACK whose frame does not decode.
