@@ -15,6 +15,10 @@ type Node struct {
 	EP   *endpoint.Endpoint
 	Key  uint64 // the region's key
 	Size int    // the region's size in bytes
+	// Direct is a region of the node outside the pool, for a direct
+	// READ baseline (the region a node lends to the pool is reachable
+	// only through the pool); 0 if none.
+	Direct uint64
 }
 
 // StartNode starts a memory node on 127.0.0.1 (an ephemeral port) with a

@@ -201,12 +201,16 @@ func startPoolNode(sw netip.AddrPort, cfg *PoolConfig) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: memory node region: %w", err)
 	}
+	direct, err := st.Alloc(max(cfg.Size, 64), memnode.PermRead, 0)
+	if err != nil {
+		return nil, fmt.Errorf("bench: memory node region: %w", err)
+	}
 	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Store: st, Transport: transport.Config{MTU: cfg.MTU},
 		PoolNode: &endpoint.PoolServe{Switch: sw, Key: key, Token: cfg.Token}}, endpoint.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("bench: memory node: %w", err)
 	}
-	return &Node{EP: ep, Key: key, Size: cfg.NodeSize}, nil
+	return &Node{EP: ep, Key: key, Size: cfg.NodeSize, Direct: direct}, nil
 }
 
 func poolLatency(ctx context.Context, cfg *PoolConfig, ep *endpoint.Endpoint, c *pool.Client, nodes []*Node, emit func(Result) error) error {
@@ -233,10 +237,9 @@ func poolLatency(ctx context.Context, cfg *PoolConfig, ep *endpoint.Endpoint, c 
 	var key, addr uint64
 	switch {
 	case len(nodes) > 0:
-		// Direct READ to a memory node, at an offset no pool region uses
-		// (the node's last bytes: regions are allocated first fit).
+		// Direct READ to a memory node, of a region outside the pool.
 		remote = ep.Remote(nodes[0].Addr())
-		key, addr = nodes[0].Key, uint64(nodes[0].Size-cfg.Size)
+		key, addr = nodes[0].Direct, 0
 	case cfg.Node != "":
 		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		var err error

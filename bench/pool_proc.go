@@ -20,7 +20,8 @@ import (
 // startPoolProcs starts `ndma switch` and cfg.Nodes `ndma memd --switch`
 // from cfg.Binary on loopback, each its own process, as deployed, and
 // waits until the switch has every node. It returns the switch's address,
-// the first node's address and region key (the direct READ baseline), and
+// the first node's address and the key of its region outside the pool
+// (the direct READ baseline), and
 // a function that stops the processes.
 func startPoolProcs(ctx context.Context, cfg *PoolConfig) (stop func(), sw, node string, key uint64, err error) {
 	dir, err := os.MkdirTemp("", "ndma-bench-pool")
@@ -78,7 +79,8 @@ func startPoolProcs(ctx context.Context, cfg *PoolConfig) (stop func(), sw, node
 	if err := start("switch", "switch", "--listen", sw, "--token-file", tokenFile, "--mtu", mtu); err != nil {
 		return fail(err)
 	}
-	key = 0x6e646d61706f6f6c // "ndmapool"
+	// memd lends its region with the lowest key.
+	const lentKey, directKey = 0x6e646d61706f6f6c, 0x6e646d6178000000
 	for i := range cfg.Nodes {
 		port, err := freeUDPPort()
 		if err != nil {
@@ -86,7 +88,9 @@ func startPoolProcs(ctx context.Context, cfg *PoolConfig) (stop func(), sw, node
 		}
 		addr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port).String()
 		keys := filepath.Join(dir, fmt.Sprintf("m%d.keys", i))
-		if err := os.WriteFile(keys, fmt.Appendf(nil, "%#x %d rwav\n", key+uint64(i), cfg.NodeSize), 0o600); err != nil {
+		// The first region is lent to the pool; the second, outside it,
+		// takes the direct READs.
+		if err := os.WriteFile(keys, fmt.Appendf(nil, "%#x %d rwav\n%#x %d r\n", lentKey+uint64(i), cfg.NodeSize, directKey+uint64(i), max(cfg.Size, 64)), 0o600); err != nil {
 			return fail(err)
 		}
 		if err := start(fmt.Sprintf("memd%d", i), "memd", "--listen", addr, "--key-file", keys, "--mtu", mtu,
@@ -115,7 +119,7 @@ func startPoolProcs(ctx context.Context, cfg *PoolConfig) (stop func(), sw, node
 			}
 		}
 		if err == nil && alive == cfg.Nodes {
-			return stop, sw, node, key, nil
+			return stop, sw, node, directKey, nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fail(errors.Join(fmt.Errorf("bench: %d of %d memory node processes joined the pool (logs in %s)", alive, cfg.Nodes, dir), err, ctx.Err()))

@@ -255,7 +255,11 @@ type Stats struct {
 	OpsPosted, OpsOK, OpsFailed     uint64
 	RequestsServed, RequestsRefused uint64
 	ResponsesDropped                uint64 // responder could not queue a response
-	UnmatchedResponses              uint64 // response for no outstanding op (late or forged)
+	// LentRefused counts one-sided requests refused because they named
+	// the region a memory node lends to the pool (reachable only
+	// through the pool path).
+	LentRefused        uint64
+	UnmatchedResponses uint64 // response for no outstanding op (late or forged)
 	// FragmentsRefused counts fragments that contradicted the message
 	// they join (ErrBadFragment) and were dropped; FragmentsDropped those
 	// of messages whose receive had already ended (failed or canceled),
@@ -681,6 +685,12 @@ func (c *Core) serve(now time.Time, d *transport.Delivery) {
 		res.Status = wire.StatusBadOperand
 	case h.Op == wire.OpNop:
 		res.Status = wire.StatusOK
+	case c.pool.node != nil && h.Key == c.pool.node.Key():
+		// The memory lent to the pool is reachable only through the
+		// pool path (the switch checks each region's own key), never
+		// with the lent region's key.
+		c.stats.LentRefused++
+		res.Status = wire.StatusBadKey
 	default:
 		res = c.store.Exec(h, d.Payload)
 	}

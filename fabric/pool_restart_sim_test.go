@@ -249,3 +249,34 @@ func TestSimPoolSwitchRestartLostRegion(t *testing.T) {
 		t.Errorf("seed %d: read of the lost column: %v, want lost", seed, op.Err)
 	}
 }
+
+// TestSimLentRegionOnlyThroughPool: the region a memory node lends to the
+// pool is reachable only through the switch's pool path, region by region
+// with each region's key: a one-sided request straight to the node with
+// the lent region's key (which its registration carries) is refused and
+// changes nothing.
+func TestSimLentRegionOnlyThroughPool(t *testing.T) {
+	const seed = 71
+	f, ns, cli := poolSimSetup(t, seed, simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond}, 1)
+	p := f.createPool(cli, fabric.PoolSpec{Size: 4096, Stripe: 4096, Replicas: 1, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
+	ref := bytes.Repeat([]byte{0x5a}, 4096)
+	if err, _ := p.access(endpoint.KindWrite, ref, 0, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []endpoint.Kind{endpoint.KindRead, endpoint.KindWrite} {
+		op := &endpoint.Op{Kind: k, Peer: ns[0].addr, Key: ns[0].key, Addr: 0, Buf: make([]byte, 4096)}
+		done := false
+		cli.post(op, func(*endpoint.Op) { done = true })
+		f.run(func() bool { return done }, time.Minute, "direct access to the lent region")
+		if !errors.Is(op.Err, wire.StatusBadKey) {
+			t.Fatalf("seed %d: direct %v of the lent region: %v, want bad key", seed, k, op.Err)
+		}
+	}
+	if n := ns[0].core.Stats().LentRefused; n != 2 {
+		t.Errorf("seed %d: %d direct requests counted refused, want 2", seed, n)
+	}
+	got := make([]byte, 4096)
+	if err, _ := p.access(endpoint.KindRead, got, 0, time.Minute); err != nil || !bytes.Equal(got, ref) {
+		t.Fatalf("seed %d: the region after the refused direct write: err %v, unchanged %v", seed, err, bytes.Equal(got, ref))
+	}
+}

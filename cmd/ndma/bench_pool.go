@@ -115,7 +115,7 @@ baseline unless --node and --node-key name a memory node of the pool):
 	fl := cmd.Flags()
 	fl.StringVar(&sw, "switch", "", "forwarding node `address` (host:port) of a running pool (default: start one in-process on loopback)")
 	fl.StringVar(&node, "node", "", "with --switch: a memory node (host:port) to measure a direct READ against, the latency baseline")
-	fl.StringVar(&nodeKey, "node-key", "", "the key of --node's region")
+	fl.StringVar(&nodeKey, "node-key", "", "the key of a region of --node outside the pool (e.g. a memd's second region: the region a node lends is reachable only through the pool)")
 	token.register(fl)
 	fl.StringVar(&tests, "tests", "all", "tests to run: latency, bandwidth or all")
 	fl.IntVar(&nodes, "nodes", 4, "in-process memory nodes")

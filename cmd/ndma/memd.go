@@ -51,8 +51,10 @@ Without --key-file it creates one region of --size bytes with permissions
 --perm under a random key; with --key-file it creates the regions the file
 lists (lines of "<hex key> <size> <perm>"). The listening address and each
 region's key, size and permissions are printed on stdout; logs go to stderr.
-With --switch it also lends its (first) region to that forwarding node's
-memory pool, repeating the offer as its heartbeat.
+With --switch it also lends its region with the lowest key to that
+forwarding node's memory pool, repeating the offer as its heartbeat; that
+region is then reachable only through the pool (the others stay
+reachable with their keys).
 SIGINT or SIGTERM shuts the node down gracefully.`,
 		Example: `  ndma memd --listen 127.0.0.1:7470 --size 1GiB
   ndma memd --key-file keys.txt --metrics 127.0.0.1:9470 --json-logs`,
@@ -66,7 +68,7 @@ SIGINT or SIGTERM shuts the node down gracefully.`,
 	fl.StringVar(&f.keyFile, "key-file", "", "`file` listing the regions to expose (\"<hex key> <size> <perm>\" per line) instead of --size and --perm")
 	fl.StringVar(&f.metrics, "metrics", "", "TCP `address` to serve Prometheus metrics on at /metrics (default: none)")
 	fl.IntVar(&f.mtu, "mtu", transport.DefaultMTU, fmt.Sprintf("largest datagram to send, in bytes, header included (%d to %d)", memd.MinMTU, memd.MaxMTU))
-	fl.StringVar(&f.sw, "switch", "", "forwarding node `address` (host:port) whose memory pool this node lends its (first) region to")
+	fl.StringVar(&f.sw, "switch", "", "forwarding node `address` (host:port) whose memory pool this node lends its region with the lowest key to")
 	f.token.register(fl)
 	f.log.register(fl)
 	f.prof.register(fl)
