@@ -1,0 +1,133 @@
+package dissect
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/wire"
+)
+
+// Packets made by hand for what the small workload does not send: a
+// control message of every type in both directions, a chain, an
+// optimizer step and an event.
+
+// everyCtrl is one control message of every type, request and response,
+// with every field its type carries set.
+func everyCtrl() []fabric.CtrlMsg {
+	v4 := netip.MustParseAddrPort("10.4.0.1:7470")
+	v6 := netip.MustParseAddrPort("[fd00::7]:40000")
+	members := []fabric.MemberInfo{{ID: 0, Addr: v4}, {ID: 1, Addr: v6}}
+	shape := fabric.PoolSpec{Size: 1 << 20, Stripe: 4096, Columns: 2, Replicas: 1, Perm: 0x0f}
+	homes := []fabric.PoolHome{{Addr: v4, Base: 0}, {Addr: v6, Base: 1 << 16}}
+	var ms []fabric.CtrlMsg
+	for t := fabric.CtrlJoin; t <= fabric.CtrlPoolEpoch; t++ {
+		req := fabric.CtrlMsg{Type: t}
+		resp := fabric.CtrlMsg{Type: t, Resp: true}
+		switch t {
+		case fabric.CtrlJoin:
+			req.Job, req.Size, req.Rank, req.MTU = "train", 4, fabric.CtrlRankAny, 9000
+			resp.Group, resp.Member, resp.Epoch, resp.Members = 7, 1, 3, members
+		case fabric.CtrlLeave:
+			req.Group, req.Member = 7, 1
+		case fabric.CtrlHeartbeat:
+			req.Group, req.Member = 7, 1
+			resp.Epoch, resp.Dead = 3, []uint16{2, 3}
+		case fabric.CtrlDestroy:
+			req.Group = 7
+		case fabric.CtrlRegister:
+			req.Service, req.Policy, req.Size, req.Rank, req.MTU = "kv", 2, 2, 1, 1500
+			req.Ranges = []fabric.CtrlRange{{Start: 0, End: 100, Owner: 0, Replicas: []int32{1}}, {Start: 100, End: 200, Owner: 1}}
+			resp.Group, resp.Member = 8, 1
+		case fabric.CtrlLookup:
+			req.Service, req.MTU = "kv", 1500
+			resp.Group, resp.Members = 8, members
+		case fabric.CtrlPoolNode:
+			req.Key, req.Capacity, req.Epoch = 0xfeedface, 1<<30, 42
+			resp.Node, resp.Epoch = 3, 43
+		case fabric.CtrlPoolCreate:
+			req.Pool = shape
+			req.Pool.Columns = 0
+			resp.Region, resp.Key, resp.Pool = 5, 0xabcdef0123, shape
+		case fabric.CtrlPoolOpen, fabric.CtrlPoolFree, fabric.CtrlPoolRevoke:
+			req.Region, req.Key = 5, 0xabcdef0123
+			if t == fabric.CtrlPoolOpen {
+				resp.Pool = shape
+			}
+		case fabric.CtrlPoolStat:
+			resp.PoolNodes = []fabric.PoolNodeInfo{{ID: 0, Addr: v4, Capacity: 1 << 30, Used: 1 << 19, Alive: true, Requests: 10, Bytes: 1000},
+				{ID: 1, Addr: v6, Capacity: 1 << 30}}
+			r := shape
+			r.Region, r.Lost, r.Down, r.Health = 5, 1, 1, fabric.HealthUnavailable
+			resp.PoolRegions, resp.PoolRefused = []fabric.PoolSpec{r}, 99
+		case fabric.CtrlPoolGrant, fabric.CtrlPoolRebuild:
+			req.Region, req.Key, req.Pool, req.Base, req.Length, req.Node, req.Epoch, req.Homes = 5, 0xabcdef0123, shape, 1<<16, 1<<19, 1, 4, homes
+		case fabric.CtrlPoolRebuildGo, fabric.CtrlPoolRebuilt:
+			req.Region, req.Key, req.Node, req.Failed = 5, 0xabcdef0123, 1, t == fabric.CtrlPoolRebuilt
+		case fabric.CtrlJoinStatus:
+			req.Job = "train"
+			resp.Size, resp.Joined = 10, []byte{0b101, 0b10} // ranks 0, 2, 9
+		case fabric.CtrlPoolReport:
+			req.Final = true
+			req.Reports = []fabric.PoolReport{{Region: 5, Column: 1, Pool: shape, Base: 1 << 16, Length: 1 << 19, Epoch: 4,
+				Digest: fabric.PoolKeyDigest(5, 0xabcdef0123), Degraded: true, Homes: homes}}
+		case fabric.CtrlPoolEpoch:
+			req.Region, req.Key, req.Epoch = 5, 0xabcdef0123, 9
+		}
+		ms = append(ms, req, resp)
+	}
+	return ms
+}
+
+// handmade appends the hand-made packets to f's log: control messages
+// between a client and the switch, then a chain, an optimizer step and
+// an event.
+func handmade(t *testing.T, f *simFabric) {
+	t.Helper()
+	at := f.net.Now()
+	cli := netip.MustParseAddrPort("10.9.0.1:40200")
+	for i, m := range everyCtrl() {
+		payload, err := fabric.AppendCtrl(nil, &m, f.token)
+		if err != nil {
+			t.Fatalf("%v resp=%v: %v", m.Type, m.Resp, err)
+		}
+		h := wire.Header{Version: wire.Version, Op: wire.OpControl, PSN: uint32(100 + i), AckBase: 100, MsgID: uint64(1000 + i/2), MsgLen: uint32(len(payload))}
+		src, dst := cli, f.swAddr
+		if m.Resp {
+			h.Flags = wire.FlagResp
+			src, dst = dst, src
+		}
+		pkt, err := wire.AppendPacket(nil, &h, payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.log = append(f.log, sent{at: at, src: src, dst: dst, buf: pkt})
+	}
+	// A chain of two hops, a load then a store, as the client sends it.
+	hops := []wire.ChainHop{{Addr: 0x100, Op: wire.ChainLoad}, {Addr: 0x2000, Op: wire.ChainStore}}
+	ch := wire.Header{Version: wire.Version, Op: wire.OpChain, Mode: wire.ModePool, Group: 5, Key: 0xabcdef0123, MsgID: 50,
+		Operand1: 64, Operand2: uint64(len(hops))}
+	payload := wire.AppendChain(nil, hops)
+	ch.MsgLen = uint32(len(payload))
+	pkt, err := wire.AppendPacket(nil, &ch, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.log = append(f.log, sent{at: at, src: cli, dst: f.swAddr, buf: pkt})
+	// An Adam step on four parameters.
+	payload = wire.AppendOptim(nil, &wire.OptimParams{Algo: wire.OptimAdam, Step: 3, LR: 0.001, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
+	payload = append(payload, make([]byte, 16)...)
+	oh := wire.Header{Version: wire.Version, Op: wire.OpOptim, Mode: wire.ModePool, Group: 5, Key: 0xabcdef0123, MsgID: 51,
+		Dtype: wire.DtypeF32, Addr: 0x400, Operand1: 1 << 16, MsgLen: uint32(len(payload))}
+	if pkt, err = wire.AppendPacket(nil, &oh, payload); err != nil {
+		t.Fatal(err)
+	}
+	f.log = append(f.log, sent{at: at, src: cli, dst: f.swAddr, buf: pkt})
+	// The switch tells a member that member 2 of group 7 left.
+	eh := wire.Header{Version: wire.Version, Op: wire.OpEvent, Group: 7, Src: wire.MemberAll, Dst: 1, PSN: 9, AckBase: 9, MsgID: 52,
+		Status: wire.StatusMemberDead, Operand1: 2, Operand2: 1}
+	if pkt, err = wire.AppendPacket(nil, &eh, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.log = append(f.log, sent{at: at, src: f.swAddr, dst: cli, buf: pkt})
+}
