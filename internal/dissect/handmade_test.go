@@ -2,6 +2,7 @@ package dissect
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/ndma/ndma/fabric"
@@ -21,7 +22,9 @@ func everyCtrl() []fabric.CtrlMsg {
 	shape := fabric.PoolSpec{Size: 1 << 20, Stripe: 4096, Columns: 2, Replicas: 1, Perm: 0x0f}
 	homes := []fabric.PoolHome{{Addr: v4, Base: 0}, {Addr: v6, Base: 1 << 16}}
 	var ms []fabric.CtrlMsg
-	for t := fabric.CtrlJoin; t <= fabric.CtrlPoolEpoch; t++ {
+	// Every type the fabric package names: a new one fails AppendCtrl
+	// below until it is given its fields here (and in the dissector).
+	for t := fabric.CtrlJoin; !strings.HasPrefix(t.String(), "ctrl("); t++ {
 		req := fabric.CtrlMsg{Type: t}
 		resp := fabric.CtrlMsg{Type: t, Resp: true}
 		switch t {
@@ -130,4 +133,31 @@ func handmade(t *testing.T, f *simFabric) {
 		t.Fatal(err)
 	}
 	f.log = append(f.log, sent{at: at, src: f.swAddr, dst: cli, buf: pkt})
+	// A NACK.
+	nack := wire.Ack{Cum: 70, Window: 256, NBlocks: 1}
+	nack.Blocks[0] = wire.SackBlock{Start: 72, End: 80}
+	nh := wire.Header{Version: wire.Version, Op: wire.OpNack, Src: 1, Dst: wire.MemberAll, Group: 7}
+	f.log = append(f.log, sent{at: at, src: cli, dst: f.swAddr, buf: wire.PutAckPacket(make([]byte, nack.AckPacketLen()), &nh, &nack)})
+	// A header of every other opcode the wire package names, and a
+	// response with every status it defines.
+	for op := wire.Opcode(1); op < 0xff; op++ {
+		if strings.HasPrefix(op.String(), "op(") || op == wire.OpAck || op == wire.OpNack {
+			continue
+		}
+		h := wire.Header{Version: wire.Version, Op: op, PSN: 3, AckBase: 3, MsgID: 60 + uint64(op)}
+		if op == wire.OpChain || op == wire.OpOptim {
+			h.Mode = wire.ModePool
+		}
+		if pkt, err = wire.AppendPacket(nil, &h, nil); err != nil {
+			t.Fatal(err)
+		}
+		f.log = append(f.log, sent{at: at, src: cli, dst: f.swAddr, buf: pkt})
+	}
+	for st := wire.StatusOK; st.Known(); st++ {
+		h := wire.Header{Version: wire.Version, Op: wire.OpRead, Mode: wire.ModePool, Flags: wire.FlagResp, Group: 5, MsgID: 70, Status: st}
+		if pkt, err = wire.AppendPacket(nil, &h, nil); err != nil {
+			t.Fatal(err)
+		}
+		f.log = append(f.log, sent{at: at, src: f.swAddr, dst: cli, buf: pkt})
+	}
 }
