@@ -1,6 +1,8 @@
 package dissect
 
 import (
+	"encoding/binary"
+	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"testing"
@@ -152,6 +154,26 @@ func handmade(t *testing.T, f *simFabric) {
 			t.Fatal(err)
 		}
 		f.log = append(f.log, sent{at: at, src: cli, dst: f.swAddr, buf: pkt})
+	}
+	// A NOP over IPv6, between ports no dissector claims.
+	h6 := wire.Header{Version: wire.Version, Op: wire.OpNop, PSN: 4, AckBase: 4, MsgID: 80}
+	if pkt, err = wire.AppendPacket(nil, &h6, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.log = append(f.log, sent{at: at, src: netip.MustParseAddrPort("[fd00::1]:40300"), dst: netip.MustParseAddrPort("[fd00::2]:40301"), buf: pkt})
+	// Garbage to the switch's port: version 1, random bytes after it.
+	rng := rand.New(rand.NewPCG(uint64(f.seed), 19))
+	for range 20 {
+		junk := make([]byte, wire.HeaderLen+rng.IntN(200))
+		for i := range junk {
+			junk[i] = byte(rng.Uint32())
+		}
+		junk[0] = wire.Version
+		if rng.IntN(2) == 0 {
+			junk[1] = byte(wire.OpControl) // a control message of random bytes
+			binary.BigEndian.PutUint16(junk[40:], uint16(len(junk)-wire.HeaderLen))
+		}
+		f.log = append(f.log, sent{at: at, src: cli, dst: f.swAddr, buf: junk})
 	}
 	for st := wire.StatusOK; st.Known(); st++ {
 		h := wire.Header{Version: wire.Version, Op: wire.OpRead, Mode: wire.ModePool, Flags: wire.FlagResp, Group: 5, MsgID: 70, Status: st}

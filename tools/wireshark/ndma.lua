@@ -824,6 +824,8 @@ local function dissect(tvb, pinfo, root)
     local mt = tree:add(f.mode, tvb(2, 1))
     if mode > 4 then
         mt:add_proto_expert_info(e_malformed, string.format("unknown mode %d", mode))
+    elseif (op == OP_CHAIN or op == OP_OPTIM) and mode ~= MODE_POOL then
+        mt:add_proto_expert_info(e_malformed, opname .. " outside pool mode")
     end
     local fnames = {}
     if resp then fnames[#fnames + 1] = "RESP" end
