@@ -1,0 +1,781 @@
+package dissect
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/xml"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/wire"
+)
+
+// The names the dissector shows, as docs/PROTOCOL.md spells them.
+var (
+	opNames = map[wire.Opcode]string{
+		wire.OpWrite: "WRITE", wire.OpRead: "READ", wire.OpCAS: "CAS", wire.OpFetchAdd: "FETCHADD",
+		wire.OpVector: "VECTOR", wire.OpSend: "SEND", wire.OpNop: "NOP", wire.OpControl: "CONTROL",
+		wire.OpEvent: "EVENT", wire.OpData: "DATA", wire.OpChain: "CHAIN", wire.OpOptim: "OPTIM",
+		wire.OpAck: "ACK", wire.OpNack: "NACK",
+	}
+	statusNames = []string{"OK", "BAD_KEY", "OUT_OF_BOUNDS", "MISALIGNED", "UNKNOWN_OP", "PERMISSION",
+		"BAD_OPERAND", "TOO_LARGE", "BUSY", "MEMBER_DEAD", "NOT_MEMBER", "AUTH", "LOST"}
+)
+
+const luaScript = "../../tools/wireshark/ndma.lua"
+
+// TestDissector captures the traffic of a small fabric on simnet — one-
+// sided WRITE and READ with their ACKs, JOIN, heartbeats, a multicast, an
+// aggregation, pool registration, creation, grants and reports, pool
+// accesses forwarded with their reply-to trailer, a refusal — plus
+// packets made by hand (an AUTH packet, an ACK with SACK blocks,
+// malformed ones and a datagram that is not NDMA), writes it as a pcap,
+// runs tshark with tools/wireshark/ndma.lua over it and checks every
+// packet's decoded fields against the bytes sent.
+func TestDissector(t *testing.T) {
+	tshark, err := exec.LookPath("tshark")
+	if err != nil {
+		t.Skip("tshark is not installed (apt-get install tshark): the dissector test needs it")
+	}
+	script, err := filepath.Abs(luaScript)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Reading the script makes it part of the test's cache key.
+	if b, err := os.ReadFile(script); err != nil || len(b) == 0 {
+		t.Fatalf("the dissector %s: %v", script, err)
+	}
+	f := newSimFabric(t, 1)
+	w := runWorkload(t, f)
+	handmade(t, f)
+
+	dir := t.TempDir()
+	capture := filepath.Join(dir, "ndma.pcap")
+	var pcap bytes.Buffer
+	pw, err := NewWriter(&pcap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range f.log {
+		if err := pw.WriteUDP(s.at, s.src, s.dst, s.buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(capture, pcap.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if keep := os.Getenv("NDMA_DISSECT_PCAP"); keep != "" {
+		// The capture, to look at with Wireshark.
+		if err := os.WriteFile(keep, pcap.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d datagrams captured", len(f.log))
+
+	cmd := exec.Command(tshark, "-n", "-r", capture, "-X", "lua_script:"+script, "-T", "pdml")
+	// A private configuration folder: no user preference or disabled
+	// protocol changes what is decoded.
+	cmd.Env = append(os.Environ(), "WIRESHARK_CONFIG_DIR="+dir, "HOME="+dir)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("tshark: %v\n%s", err, stderr.String())
+	}
+	if bytes.Contains(out, []byte("Lua Error")) || strings.Contains(stderr.String(), "Lua") {
+		t.Fatalf("the dissector failed:\n%s\n%s", stderr.String(), grepLines(out, "Lua"))
+	}
+	pkts, err := parsePDML(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pkts) != len(f.log) {
+		t.Fatalf("tshark shows %d packets, the capture has %d", len(pkts), len(f.log))
+	}
+	c := &checker{t: t, f: f, seen: map[string]int{}}
+	for i, s := range f.log {
+		c.packet(i, s, pkts[i], w)
+	}
+	for _, want := range []string{
+		"WRITE unicast req", "WRITE unicast resp", "READ unicast req", "READ unicast resp", "ACK",
+		"ctrl JOIN req", "ctrl JOIN resp", "ctrl HEARTBEAT req", "ctrl HEARTBEAT resp",
+		"DATA multicast req", "DATA aggregate req", "DATA aggregate result",
+		"ctrl POOLNODE req", "ctrl POOLNODE resp", "ctrl POOLREPORT req", "ctrl POOLCREATE req", "ctrl POOLCREATE resp",
+		"ctrl POOLGRANT req", "ctrl POOLOPEN req",
+		"WRITE pool req", "WRITE pool req replyto", "READ pool req", "READ pool req replyto", "READ pool resp",
+		"status BAD_KEY", "auth", "sack", "bad crc", "truncated", "ctrl malformed", "not ndma",
+		"CHAIN pool req", "OPTIM pool req", "EVENT unicast req", "NACK", "invalid", "op NOP",
+	} {
+		if c.seen[want] == 0 {
+			t.Errorf("the capture has no %q packet checked", want)
+		}
+	}
+	for typ := fabric.CtrlJoin; !strings.HasPrefix(typ.String(), "ctrl("); typ++ {
+		for _, dir := range []string{"req", "resp"} {
+			if want := "ctrl " + strings.ToUpper(typ.String()) + " " + dir; c.seen[want] == 0 {
+				t.Errorf("the capture has no %q packet checked", want)
+			}
+		}
+	}
+	for op := wire.Opcode(1); op < 0xff; op++ {
+		if !strings.HasPrefix(op.String(), "op(") && c.seen["op "+opNames[op]] == 0 {
+			t.Errorf("no %v packet checked", op)
+		}
+	}
+	for st := wire.StatusOK; st.Known(); st++ {
+		if st != wire.StatusOK && c.seen["status "+statusNames[st]] == 0 {
+			t.Errorf("no packet with status %v checked", st)
+		}
+	}
+	t.Logf("checked: %v", c.seen)
+}
+
+// workload is what runWorkload sent and learnt, for the checks.
+type workload struct {
+	memKey   uint64 // the standalone memory node's region key
+	data     []byte // written to it and read back
+	group    uint32
+	members  []netip.AddrPort
+	poolKeys map[netip.AddrPort]uint64 // pool node -> lent region key
+	region   uint32
+	client   netip.AddrPort // the pool client
+	said     uint32         // SA id of the AUTH packet
+}
+
+func runWorkload(t *testing.T, f *simFabric) *workload {
+	w := &workload{poolKeys: map[netip.AddrPort]uint64{}, said: 0x5a1d0001}
+	// Memory nodes on memd's port, endpoints on ports no dissector claims
+	// (found by the heuristic).
+	pn := make([]*host, 2)
+	for i := range pn {
+		a := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 2, 0, byte(i + 1)}), 7470)
+		var key uint64
+		pn[i], key = f.newPoolNode(a, 1<<20, uint64(i+1))
+		w.poolKeys[a] = key
+	}
+	mem, memKey := f.newMemNode(netip.MustParseAddrPort("10.3.0.1:40100"), 64<<10)
+	w.memKey = memKey
+	ms := make([]*host, 3)
+	for i := range ms {
+		ms[i] = f.newMember(netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, 0, byte(i + 1)}), uint16(40001+i)))
+		w.members = append(w.members, ms[i].addr)
+	}
+	f.net.RunFor(300 * time.Millisecond) // the pool nodes register and report
+	f.run(func() bool { return !f.sw.PoolRecovering(f.net.Now()) }, 5*time.Second, "pool recovery")
+
+	// One-sided WRITE and READ to a memory node, no switch on the way.
+	w.data = []byte("one-sided write through NDMA, read back by the dissector test")
+	if op := f.wait(ms[0], &endpoint.Op{Kind: endpoint.KindWrite, Peer: mem.addr, Key: memKey, Addr: 128, Buf: w.data}, "write"); op.Err != nil {
+		t.Fatal(op.Err)
+	}
+	got := make([]byte, len(w.data))
+	if op := f.wait(ms[0], &endpoint.Op{Kind: endpoint.KindRead, Peer: mem.addr, Key: memKey, Addr: 128, Buf: got}, "read"); op.Err != nil || !bytes.Equal(got, w.data) {
+		t.Fatalf("read: %v, %q", op.Err, got)
+	}
+
+	// A job of three, a multicast and an allreduce.
+	w.group, _ = f.join("dissect", ms)
+	mc := []byte("multicast to the group")
+	pending := 0
+	for _, m := range ms[1:] {
+		pending++
+		buf := make([]byte, len(mc))
+		m.post(&endpoint.Op{Kind: endpoint.KindRecv, Peer: f.swAddr, Group: w.group, From: 0, Buf: buf}, func(op *endpoint.Op) {
+			if op.Err != nil || !bytes.Equal(buf, mc) {
+				t.Errorf("multicast receive: %v, %q", op.Err, buf)
+			}
+			pending--
+		})
+	}
+	pending++
+	ms[0].post(&endpoint.Op{Kind: endpoint.KindMulticast, Peer: f.swAddr, Group: w.group, Buf: mc}, func(op *endpoint.Op) {
+		if op.Err != nil {
+			t.Errorf("multicast: %v", op.Err)
+		}
+		pending--
+	})
+	f.run(func() bool { return pending == 0 }, time.Minute, "multicast")
+	sums := make([][]byte, len(ms))
+	for i, m := range ms {
+		in := binary.LittleEndian.AppendUint64(nil, uint64(i+1))
+		sums[i] = make([]byte, 8)
+		pending++
+		m.post(&endpoint.Op{Kind: endpoint.KindAggregate, Peer: f.swAddr, Group: w.group, Buf: in, Recv: sums[i], Root: -1,
+			Dtype: wire.DtypeI64, Alu: wire.AluAdd}, func(op *endpoint.Op) {
+			if op.Err != nil {
+				t.Errorf("allreduce: %v", op.Err)
+			}
+			pending--
+		})
+	}
+	f.run(func() bool { return pending == 0 }, time.Minute, "allreduce")
+	for i, s := range sums {
+		if v := binary.LittleEndian.Uint64(s); v != 6 {
+			t.Fatalf("member %d: allreduce of 1+2+3 = %d", i, v)
+		}
+	}
+
+	// A pool region over both pool nodes, written and read through the
+	// switch, and a read with a wrong key.
+	cli := ms[2]
+	w.client = cli.addr
+	var created *fabric.CtrlMsg
+	cli.control(&fabric.CtrlMsg{Type: fabric.CtrlPoolCreate, Pool: fabric.PoolSpec{Size: 64 << 10, Stripe: 4096, Replicas: 1, Perm: uint8(memnode.PermAll)}},
+		func(m *fabric.CtrlMsg, err error) {
+			if err != nil {
+				t.Fatalf("pool create: %v", err)
+			}
+			created = m
+		})
+	f.run(func() bool { return created != nil }, time.Minute, "pool create")
+	w.region = created.Region
+	var opened *fabric.CtrlMsg
+	cli.control(&fabric.CtrlMsg{Type: fabric.CtrlPoolOpen, Region: created.Region, Key: created.Key}, func(m *fabric.CtrlMsg, err error) {
+		if err != nil {
+			t.Fatalf("pool open: %v", err)
+		}
+		opened = m
+	})
+	f.run(func() bool { return opened != nil }, time.Minute, "pool open")
+	pdata := []byte("pool data, one stripe")
+	if op := f.wait(cli, &endpoint.Op{Kind: endpoint.KindWrite, Peer: f.swAddr, Pool: created.Region, Key: created.Key, Addr: 4096, Lane: 1, Buf: pdata}, "pool write"); op.Err != nil {
+		t.Fatal(op.Err)
+	}
+	pgot := make([]byte, len(pdata))
+	if op := f.wait(cli, &endpoint.Op{Kind: endpoint.KindRead, Peer: f.swAddr, Pool: created.Region, Key: created.Key, Addr: 4096, Lane: 1, Buf: pgot}, "pool read"); op.Err != nil || !bytes.Equal(pgot, pdata) {
+		t.Fatalf("pool read: %v, %q", op.Err, pgot)
+	}
+	if op := f.wait(cli, &endpoint.Op{Kind: endpoint.KindRead, Peer: f.swAddr, Pool: created.Region, Key: created.Key ^ 1, Addr: 0, Buf: make([]byte, 8), Timeout: time.Second}, "pool read, wrong key"); op.Err == nil {
+		t.Fatal("a pool read with a wrong key succeeded")
+	}
+	f.net.RunFor(300 * time.Millisecond) // heartbeats
+
+	// Packets made by hand.
+	at := f.net.Now()
+	a, b := w.members[0], mem.addr
+	// An AUTH packet: SA id, encrypted payload, 16-byte tag.
+	h := wire.Header{Version: wire.Version, Op: wire.OpWrite, Flags: wire.FlagAuth, SAID: w.said, PSN: 1000, AckBase: 1000,
+		MsgID: 77, MsgLen: 48, Key: memKey}
+	pkt, err := wire.AppendPacket(nil, &h, bytes.Repeat([]byte{0xc3}, 48))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkt = append(pkt, bytes.Repeat([]byte{0x7a}, wire.TagLen)...)
+	f.log = append(f.log, sent{at: at, src: a, dst: b, buf: pkt})
+	// An ACK with two SACK blocks.
+	ack := wire.Ack{Cum: 500, Window: 1024, EchoTS: 12345, AckDelay: 678, NBlocks: 2}
+	ack.Blocks[0], ack.Blocks[1] = wire.SackBlock{Start: 502, End: 505}, wire.SackBlock{Start: 510, End: 511}
+	ah := wire.Header{Version: wire.Version, Op: wire.OpAck, TS: 999}
+	f.log = append(f.log, sent{at: at, src: b, dst: a, buf: wire.PutAckPacket(make([]byte, ack.AckPacketLen()), &ah, &ack)})
+	// A WRITE with a corrupted payload byte, to the switch's port (the
+	// heuristic rejects a bad CRC).
+	wh := wire.Header{Version: wire.Version, Op: wire.OpWrite, PSN: 5, AckBase: 5, MsgID: 9, MsgLen: 16}
+	bad, err := wire.AppendPacket(nil, &wh, make([]byte, 16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad[wire.HeaderLen+3] ^= 0x10
+	f.log = append(f.log, sent{at: at, src: a, dst: f.swAddr, buf: bad})
+	// A truncated header.
+	f.log = append(f.log, sent{at: at, src: a, dst: f.swAddr, buf: bad[:50]})
+	// A control request whose fields end early (a POOLCREATE without its
+	// pool shape).
+	ch := wire.Header{Version: wire.Version, Op: wire.OpControl, PSN: 6, AckBase: 6, MsgID: 10, MsgLen: 2 + 5 + fabric.CtrlTagLen}
+	short, err := wire.AppendPacket(nil, &ch, append([]byte{byte(fabric.CtrlPoolCreate), 0, 1, 2, 3, 4, 5}, make([]byte, fabric.CtrlTagLen)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.log = append(f.log, sent{at: at, src: a, dst: f.swAddr, buf: short})
+	// Not NDMA: version byte 1 but no consistent length or CRC.
+	junk := bytes.Repeat([]byte{1, 2, 3, 4}, 40)
+	f.log = append(f.log, sent{at: at, src: a, dst: b, buf: junk})
+	return w
+}
+
+// checker compares tshark's decoding of each packet with the packet.
+type checker struct {
+	t    *testing.T
+	f    *simFabric
+	seen map[string]int
+}
+
+func (c *checker) packet(i int, s sent, p *packet, w *workload) {
+	t := c.t
+	t.Helper()
+	where := fmt.Sprintf("frame %d (%v -> %v, %d bytes)", i+1, s.src, s.dst, len(s.buf))
+	if p.proto["ndma"] == nil {
+		if bytes.HasPrefix(s.buf, []byte{1, 2, 3, 4}) {
+			c.seen["not ndma"]++
+			return
+		}
+		t.Errorf("%s: not decoded as NDMA (protocols %v)", where, p.order)
+		return
+	}
+	d := p.proto["ndma"]
+	if bytes.HasPrefix(s.buf, []byte{1, 2, 3, 4}) {
+		t.Errorf("%s: a datagram that is not NDMA was decoded as NDMA", where)
+		return
+	}
+	if len(s.buf) < wire.HeaderLen {
+		if !d.has("ndma.malformed") {
+			t.Errorf("%s: a truncated packet shows no malformed expert info", where)
+		}
+		c.seen["truncated"]++
+		return
+	}
+	var h wire.Header
+	payload, tag, err := wire.Parse(s.buf, &h)
+	if err == wire.ErrChecksum {
+		if !d.has("ndma.crc.bad") || d.show("ndma.crc.status") != "bad" {
+			t.Errorf("%s: a bad CRC is not shown as such", where)
+		}
+		c.seen["bad crc"]++
+		return
+	}
+	if err != nil {
+		if !d.has("ndma.malformed") && !d.has("ndma.crc.bad") {
+			t.Errorf("%s: an invalid packet (%v) shows no expert info", where, err)
+		}
+		c.seen["invalid"]++
+		return
+	}
+	if d.show("ndma.crc.status") != "good" {
+		t.Errorf("%s: CRC status %q, want good", where, d.show("ndma.crc.status"))
+	}
+	// Every header field, and the names of opcode, mode and status.
+	for _, fv := range []struct {
+		name string
+		want uint64
+	}{
+		{"ndma.version", uint64(h.Version)}, {"ndma.op", uint64(h.Op)}, {"ndma.mode", uint64(h.Mode)},
+		{"ndma.flags", uint64(h.Flags)}, {"ndma.group", uint64(h.Group)}, {"ndma.src", uint64(h.Src)},
+		{"ndma.dst", uint64(h.Dst)}, {"ndma.said", uint64(h.SAID)}, {"ndma.psn", uint64(h.PSN)},
+		{"ndma.ackbase", uint64(h.AckBase)}, {"ndma.msgid", h.MsgID}, {"ndma.offset", uint64(h.Offset)},
+		{"ndma.msglen", uint64(h.MsgLen)}, {"ndma.len", uint64(h.Len)}, {"ndma.status", uint64(h.Status)},
+		{"ndma.dtype", uint64(h.Dtype)}, {"ndma.alu", uint64(h.Alu)}, {"ndma.hop", uint64(h.Hop)},
+		{"ndma.copies", uint64(h.Copies)}, {"ndma.addr", h.Addr}, {"ndma.key", h.Key},
+		{"ndma.operand1", h.Operand1}, {"ndma.operand2", h.Operand2}, {"ndma.ts", h.TS},
+		{"ndma.crc", uint64(binary.BigEndian.Uint32(s.buf[92:]))},
+	} {
+		c.num(where, d, fv.name, fv.want)
+	}
+	if opNames[h.Op] == "" || int(h.Status) >= len(statusNames) {
+		t.Fatalf("%s: the test knows no name for opcode %v or status %v: add it from docs/PROTOCOL.md, here and in the dissector", where, h.Op, h.Status)
+	}
+	c.contains(where, d, "ndma.op", opNames[h.Op])
+	c.contains(where, d, "ndma.mode", h.Mode.String())
+	c.contains(where, d, "ndma.status", statusNames[h.Status])
+	c.seen["op "+opNames[h.Op]]++
+	c.flag(where, d, "ndma.flags.resp", h.Flags&wire.FlagResp != 0)
+	c.flag(where, d, "ndma.flags.auth", h.Flags&wire.FlagAuth != 0)
+	c.flag(where, d, "ndma.flags.syn", h.Flags&wire.FlagSyn != 0)
+	c.flag(where, d, "ndma.flags.replyto", h.Flags&wire.FlagReplyTo != 0)
+	if h.Status != wire.StatusOK {
+		c.seen["status "+statusNames[h.Status]]++
+		if !d.has("ndma.status.error") {
+			t.Errorf("%s: status %v without expert info", where, h.Status)
+		}
+	}
+	dir := "req"
+	if h.Flags&wire.FlagResp != 0 {
+		dir = "resp"
+	}
+
+	if h.Flags&wire.FlagAuth != 0 {
+		if d.value("ndma.encrypted") != hex.EncodeToString(payload) || d.value("ndma.tag") != hex.EncodeToString(tag) ||
+			d.has("ndma.payload") || !d.has("ndma.encrypted.note") || !strings.Contains(p.info, "encrypted") ||
+			!strings.Contains(p.info, fmt.Sprintf("SA=0x%08x", w.said)) {
+			t.Errorf("%s: AUTH packet: encrypted %q tag %q, info %q", where, d.value("ndma.encrypted"), d.value("ndma.tag"), p.info)
+		}
+		c.seen["auth"]++
+		return
+	}
+
+	body := payload
+	if h.Flags&wire.FlagReplyTo != 0 {
+		var to netip.AddrPort
+		body, to, err = wire.SplitReplyTo(payload)
+		if err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		if got := d.show("ndma.replyto"); got != to.String() {
+			t.Errorf("%s: reply-to %q, want %v", where, got, to)
+		}
+		if to != w.client {
+			t.Errorf("%s: reply-to %v is not the pool client %v", where, to, w.client)
+		}
+		c.num(where, d, "ndma.replyto.port", uint64(to.Port()))
+		c.seen[opNames[h.Op]+" pool req replyto"]++
+	}
+
+	switch h.Op {
+	case wire.OpAck, wire.OpNack:
+		var a wire.Ack
+		if err := a.Decode(payload); err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		c.num(where, d, "ndma.ack.cum", uint64(a.Cum))
+		c.num(where, d, "ndma.ack.window", uint64(a.Window))
+		c.num(where, d, "ndma.ack.echots", a.EchoTS)
+		c.num(where, d, "ndma.ack.delay", uint64(a.AckDelay))
+		c.num(where, d, "ndma.ack.nblocks", uint64(a.NBlocks))
+		var want, got []string
+		for _, b := range a.Blocks[:a.NBlocks] {
+			want = append(want, fmt.Sprint(b.Start, b.End))
+		}
+		starts, ends := d.all("ndma.sack.start"), d.all("ndma.sack.end")
+		for j := range starts {
+			if j < len(ends) {
+				got = append(got, starts[j].Show+" "+ends[j].Show)
+			}
+		}
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("%s: SACK blocks %v, want %v", where, got, want)
+		}
+		if a.NBlocks > 0 {
+			c.seen["sack"]++
+		}
+		c.seen[opNames[h.Op]]++
+		return
+	case wire.OpControl:
+		if h.Offset != 0 || uint32(h.Len) != h.MsgLen {
+			c.seen["ctrl fragment"]++
+			return
+		}
+		if len(payload) == 0 {
+			c.seen["ctrl refusal"]++
+			return
+		}
+		var m fabric.CtrlMsg
+		if err := fabric.ParseCtrl(payload, &m, c.f.token); err != nil {
+			if !d.has("ndma.ctrl.malformed") {
+				t.Errorf("%s: a malformed control message (%v) shows no expert info", where, err)
+			}
+			c.seen["ctrl malformed"]++
+			return
+		}
+		c.ctrl(where, d, &m, payload, w, s)
+		c.seen["ctrl "+strings.ToUpper(m.Type.String())+" "+dir]++
+		return
+	}
+	switch {
+	case h.Op == wire.OpChain && len(body) > 0:
+		hops, data, err := wire.SplitChain(&h, body)
+		if err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		addrs, ops := d.all("ndma.chain.addr"), d.all("ndma.chain.op")
+		if len(addrs) != len(hops)/wire.ChainHopLen || len(ops) != len(addrs) || (data != nil) != d.has("ndma.chain.data") {
+			t.Errorf("%s: %d hops shown, want %d", where, len(addrs), len(hops)/wire.ChainHopLen)
+			break
+		}
+		for j := range addrs {
+			hop := wire.ChainHopAt(hops, j)
+			if v, _ := strconv.ParseUint(addrs[j].Show, 0, 64); v != hop.Addr || !strings.Contains(ops[j].Showname, strings.ToUpper(hop.Op.String())) {
+				t.Errorf("%s: hop %d shown as %s %s, want %v at %#x", where, j, ops[j].Showname, addrs[j].Show, hop.Op, hop.Addr)
+			}
+		}
+	case h.Op == wire.OpOptim && dir == "req" && len(body) > 0:
+		p, err := wire.ParseOptim(body)
+		if err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		c.num(where, d, "ndma.optim.algo", uint64(p.Algo))
+		c.num(where, d, "ndma.optim.step", uint64(p.Step))
+		if v, err := strconv.ParseFloat(d.show("ndma.optim.beta2"), 32); err != nil || float32(v) != p.Beta2 {
+			t.Errorf("%s: beta2 %q, want %v", where, d.show("ndma.optim.beta2"), p.Beta2)
+		}
+	case h.Op == wire.OpEvent && h.Status == wire.StatusMemberDead:
+		if !strings.Contains(p.info, "MEMBER_DEAD") || !strings.Contains(p.info, "member 2") {
+			t.Errorf("%s: event summary %q", where, p.info)
+		}
+	case len(body) > 0:
+		if got := d.value("ndma.payload"); got != hex.EncodeToString(body) {
+			t.Errorf("%s: payload %q, want %x", where, got, body)
+		}
+	}
+	if h.Op == wire.OpRead && h.Flags&wire.FlagResp != 0 && h.Mode == wire.ModeUnicast && bytes.Equal(body, w.data) {
+		c.seen["READ unicast resp"]++
+		return
+	}
+	if h.Op == wire.OpRead && h.Flags&wire.FlagResp != 0 && h.Mode == wire.ModeUnicast {
+		return // (a reply of the memory node's own)
+	}
+	if h.Op == wire.OpWrite && h.Mode == wire.ModeUnicast && dir == "req" && h.Group == 0 {
+		if !bytes.Equal(body, w.data) || h.Key != w.memKey {
+			return
+		}
+	}
+	if h.Op == wire.OpData && h.Mode == wire.ModeAggregate && h.Src == wire.MemberAll {
+		dir = "result"
+	}
+	c.seen[opNames[h.Op]+" "+h.Mode.String()+" "+dir]++
+}
+
+// ctrl checks the decoded fields of control message m.
+func (c *checker) ctrl(where string, d *fields, m *fabric.CtrlMsg, payload []byte, w *workload, s sent) {
+	t := c.t
+	t.Helper()
+	c.num(where, d, "ndma.ctrl.type", uint64(m.Type))
+	c.contains(where, d, "ndma.ctrl.type", strings.ToUpper(m.Type.String()))
+	c.flag(where, d, "ndma.ctrl.resp", m.Resp)
+	if got := d.value("ndma.ctrl.tag"); got != hex.EncodeToString(payload[len(payload)-fabric.CtrlTagLen:]) {
+		t.Errorf("%s: control tag %q", where, got)
+	}
+	if d.has("ndma.ctrl.malformed") {
+		t.Errorf("%s: a valid %v message shows as malformed", where, m.Type)
+	}
+	switch {
+	case m.Type == fabric.CtrlJoin && !m.Resp:
+		if d.show("ndma.ctrl.job") != m.Job {
+			t.Errorf("%s: job %q, want %q", where, d.show("ndma.ctrl.job"), m.Job)
+		}
+		c.num(where, d, "ndma.ctrl.size", uint64(m.Size))
+		c.num(where, d, "ndma.ctrl.rank", uint64(uint16(m.Rank))) // CtrlRankAny is 0xFFFF
+		c.num(where, d, "ndma.ctrl.mtu", uint64(m.MTU))
+	case m.Type == fabric.CtrlJoin:
+		c.num(where, d, "ndma.ctrl.group", uint64(m.Group))
+		c.num(where, d, "ndma.ctrl.member", uint64(m.Member))
+		c.num(where, d, "ndma.ctrl.epoch", m.Epoch)
+		var got, want []string
+		for _, e := range d.all("ndma.ctrl.entry") {
+			got = append(got, e.Show)
+		}
+		for _, mi := range m.Members {
+			want = append(want, mi.Addr.String())
+		}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("%s: JOIN response members %v, want %v", where, got, want)
+		}
+		if s.src == c.f.swAddr && strings.HasPrefix(s.dst.String(), "10.1.") && (m.Group != w.group || strings.Join(got, " ") != addrs(w.members)) {
+			t.Errorf("%s: JOIN response of group %d members %v, the job is group %d of %v", where, m.Group, got, w.group, addrs(w.members))
+		}
+	case m.Type == fabric.CtrlHeartbeat && !m.Resp:
+		c.num(where, d, "ndma.ctrl.group", uint64(m.Group))
+		c.num(where, d, "ndma.ctrl.member", uint64(m.Member))
+	case m.Type == fabric.CtrlHeartbeat:
+		c.num(where, d, "ndma.ctrl.epoch", m.Epoch)
+		c.num(where, d, "ndma.ctrl.count", uint64(len(m.Dead)))
+	case m.Type == fabric.CtrlPoolNode && !m.Resp:
+		c.num(where, d, "ndma.ctrl.key", m.Key)
+		c.num(where, d, "ndma.ctrl.capacity", m.Capacity)
+		c.num(where, d, "ndma.ctrl.epoch", m.Epoch)
+		if k, ok := w.poolKeys[s.src]; ok && m.Key != k {
+			t.Errorf("%s: POOLNODE key %#x, the node lends %#x", where, m.Key, w.poolKeys[s.src])
+		}
+	case m.Type == fabric.CtrlPoolNode:
+		c.num(where, d, "ndma.ctrl.node", uint64(m.Node))
+		c.num(where, d, "ndma.ctrl.epoch", m.Epoch)
+	case m.Type == fabric.CtrlPoolCreate && !m.Resp:
+		c.pool(where, d, &m.Pool)
+	case m.Type == fabric.CtrlPoolCreate:
+		c.num(where, d, "ndma.ctrl.region", uint64(m.Region))
+		c.num(where, d, "ndma.ctrl.key", m.Key)
+		c.pool(where, d, &m.Pool)
+	case m.Type == fabric.CtrlPoolOpen && !m.Resp:
+		c.num(where, d, "ndma.ctrl.region", uint64(m.Region))
+		c.num(where, d, "ndma.ctrl.key", m.Key)
+	case m.Type == fabric.CtrlPoolOpen:
+		c.pool(where, d, &m.Pool)
+	case m.Type == fabric.CtrlPoolGrant && !m.Resp:
+		c.num(where, d, "ndma.ctrl.region", uint64(m.Region))
+		c.num(where, d, "ndma.ctrl.key", m.Key)
+		c.pool(where, d, &m.Pool)
+		c.num(where, d, "ndma.ctrl.base", m.Base)
+		c.num(where, d, "ndma.ctrl.length", m.Length)
+		c.num(where, d, "ndma.ctrl.column", uint64(m.Node))
+		c.num(where, d, "ndma.ctrl.epoch", m.Epoch)
+		var got, want []string
+		for _, e := range d.all("ndma.ctrl.entry") {
+			got = append(got, e.Show)
+		}
+		for _, h := range m.Homes {
+			want = append(want, h.Addr.String())
+		}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("%s: POOLGRANT homes %v, want %v", where, got, want)
+		}
+	case m.Type == fabric.CtrlPoolReport && !m.Resp:
+		c.flag(where, d, "ndma.ctrl.final", m.Final)
+		c.num(where, d, "ndma.ctrl.count", uint64(len(m.Reports)))
+		if len(m.Reports) > 0 {
+			r := &m.Reports[0]
+			c.num(where, d, "ndma.ctrl.region", uint64(r.Region))
+			c.num(where, d, "ndma.ctrl.column", uint64(r.Column))
+			c.num(where, d, "ndma.ctrl.epoch", r.Epoch)
+			c.flag(where, d, "ndma.ctrl.degraded", r.Degraded)
+			if got := d.value("ndma.ctrl.digest"); got != hex.EncodeToString(r.Digest[:]) {
+				t.Errorf("%s: key digest %q, want %x", where, got, r.Digest)
+			}
+		}
+	case m.Type == fabric.CtrlRegister && !m.Resp:
+		if d.show("ndma.ctrl.service") != m.Service {
+			t.Errorf("%s: service %q, want %q", where, d.show("ndma.ctrl.service"), m.Service)
+		}
+		c.num(where, d, "ndma.ctrl.policy", uint64(m.Policy))
+		c.num(where, d, "ndma.ctrl.rank", uint64(uint16(m.Rank))) // CtrlRankAny is 0xFFFF
+		c.num(where, d, "ndma.ctrl.mtu", uint64(m.MTU))
+		if n := len(d.all("ndma.ctrl.range")); n != len(m.Ranges) {
+			t.Errorf("%s: %d ranges shown, want %d", where, n, len(m.Ranges))
+		}
+	case m.Type == fabric.CtrlLookup && m.Resp:
+		if n := len(d.all("ndma.ctrl.entry")); n != len(m.Members) {
+			t.Errorf("%s: %d members shown, want %d", where, n, len(m.Members))
+		}
+	case m.Type == fabric.CtrlPoolStat && m.Resp:
+		c.num(where, d, "ndma.ctrl.refused", m.PoolRefused)
+		c.num(where, d, "ndma.ctrl.health", uint64(m.PoolRegions[0].Health))
+		c.contains(where, d, "ndma.ctrl.health", m.PoolRegions[0].Health.String())
+	case m.Type == fabric.CtrlJoinStatus && m.Resp:
+		c.num(where, d, "ndma.ctrl.size", uint64(m.Size))
+		var want []string
+		for _, r := range m.JoinedRanks() {
+			want = append(want, strconv.Itoa(r))
+		}
+		if got := d.show("ndma.ctrl.joined.list"); got != strings.Join(want, ",") {
+			t.Errorf("%s: joined ranks %q, want %v", where, got, want)
+		}
+	case m.Type == fabric.CtrlPoolRebuilt && !m.Resp:
+		c.flag(where, d, "ndma.ctrl.failed", m.Failed)
+	case m.Type == fabric.CtrlPoolEpoch && !m.Resp:
+		c.num(where, d, "ndma.ctrl.epoch", m.Epoch)
+	}
+}
+
+func (c *checker) pool(where string, d *fields, p *fabric.PoolSpec) {
+	c.num(where, d, "ndma.ctrl.pool.size", p.Size)
+	c.num(where, d, "ndma.ctrl.pool.stripe", p.Stripe)
+	c.num(where, d, "ndma.ctrl.pool.columns", uint64(p.Columns))
+	c.num(where, d, "ndma.ctrl.pool.replicas", uint64(p.Replicas))
+	c.num(where, d, "ndma.ctrl.pool.perm", uint64(p.Perm))
+}
+
+func addrs(as []netip.AddrPort) string {
+	s := make([]string, len(as))
+	for i, a := range as {
+		s[i] = a.String()
+	}
+	return strings.Join(s, " ")
+}
+
+// num checks that the first field called name shows the number want.
+func (c *checker) num(where string, d *fields, name string, want uint64) {
+	c.t.Helper()
+	got := d.show(name)
+	v, err := strconv.ParseUint(got, 0, 64)
+	if err != nil || v != want {
+		c.t.Errorf("%s: %s = %q, want %d (%#x)", where, name, got, want, want)
+	}
+}
+
+func (c *checker) flag(where string, d *fields, name string, want bool) {
+	c.t.Helper()
+	got := d.show(name)
+	on := got == "1" || strings.EqualFold(got, "true")
+	if !on && got != "0" && !strings.EqualFold(got, "false") || on != want {
+		c.t.Errorf("%s: %s = %q, want %v", where, name, got, want)
+	}
+}
+
+// contains checks that the first field called name is displayed with
+// text.
+func (c *checker) contains(where string, d *fields, name, text string) {
+	c.t.Helper()
+	if got := d.showname(name); !strings.Contains(got, text) {
+		c.t.Errorf("%s: %s displayed as %q, want it to name %q", where, name, got, text)
+	}
+}
+
+func grepLines(b []byte, s string) string {
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// PDML, tshark's XML output: packets of protocols of nested fields.
+
+type pdmlField struct {
+	Name     string      `xml:"name,attr"`
+	Show     string      `xml:"show,attr"`
+	Showname string      `xml:"showname,attr"`
+	Value    string      `xml:"value,attr"`
+	Fields   []pdmlField `xml:"field"`
+}
+
+type pdmlProto struct {
+	Name     string      `xml:"name,attr"`
+	Showname string      `xml:"showname,attr"`
+	Fields   []pdmlField `xml:"field"`
+}
+
+type pdmlDoc struct {
+	Packets []struct {
+		Protos []pdmlProto `xml:"proto"`
+	} `xml:"packet"`
+}
+
+// fields are one protocol's fields by name, in tree order (nested fields
+// flattened).
+type fields struct{ by map[string][]pdmlField }
+
+func (f *fields) add(fs []pdmlField) {
+	for _, x := range fs {
+		f.by[x.Name] = append(f.by[x.Name], x)
+		f.add(x.Fields)
+	}
+}
+
+func (f *fields) has(name string) bool        { return len(f.by[name]) > 0 }
+func (f *fields) all(name string) []pdmlField { return f.by[name] }
+func (f *fields) first(name string) *pdmlField {
+	if fs := f.by[name]; len(fs) > 0 {
+		return &fs[0]
+	}
+	return &pdmlField{}
+}
+func (f *fields) show(name string) string     { return f.first(name).Show }
+func (f *fields) showname(name string) string { return f.first(name).Showname }
+func (f *fields) value(name string) string    { return f.first(name).Value }
+
+type packet struct {
+	order []string
+	proto map[string]*fields
+	info  string
+}
+
+func parsePDML(b []byte) ([]*packet, error) {
+	var doc pdmlDoc
+	if err := xml.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("tshark's PDML: %w", err)
+	}
+	var pkts []*packet
+	for _, p := range doc.Packets {
+		pk := &packet{proto: map[string]*fields{}}
+		for _, pr := range p.Protos {
+			pk.order = append(pk.order, pr.Name)
+			fs := &fields{by: map[string][]pdmlField{}}
+			fs.add(pr.Fields)
+			pk.proto[pr.Name] = fs
+			if pr.Name == "ndma" {
+				pk.info = pr.Showname // the summary, as the Info column shows it
+			}
+		}
+		pkts = append(pkts, pk)
+	}
+	return pkts, nil
+}

@@ -1,0 +1,289 @@
+package dissect
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/netio/simnet"
+	"github.com/ndma/ndma/transport"
+)
+
+// A small fabric on simnet whose every datagram is recorded: a switch,
+// memory nodes lending to its pool, endpoints and a standalone memory
+// node, all sans-I/O cores in virtual time, deterministic from the seed.
+
+// sent is one recorded datagram.
+type sent struct {
+	at       time.Time
+	src, dst netip.AddrPort
+	buf      []byte
+}
+
+// tap records what a node sends and passes everything else through.
+type tap struct {
+	addr netip.AddrPort
+	node simnet.Node
+	log  *[]sent
+}
+
+func (t *tap) Receive(now time.Time, d netio.Datagram) { t.node.Receive(now, d) }
+
+func (t *tap) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
+	n := len(out)
+	out, next := t.node.Poll(now, out)
+	for _, d := range out[n:] {
+		*t.log = append(*t.log, sent{at: now, src: t.addr, dst: d.Addr, buf: append([]byte(nil), d.Buf...)})
+	}
+	return out, next
+}
+
+type simSwitch struct{ sw *fabric.Switch }
+
+func (s *simSwitch) Receive(now time.Time, d netio.Datagram) { s.sw.Step(now, d.Addr, d.Buf) }
+func (s *simSwitch) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
+	return s.sw.Poll(now, out)
+}
+
+// host is an endpoint Core with completion callbacks and an optional
+// periodic action (heartbeats).
+type host struct {
+	f        *simFabric
+	addr     netip.AddrPort
+	core     *endpoint.Core
+	cbs      map[*endpoint.Op]func(*endpoint.Op)
+	every    time.Duration
+	next     time.Time
+	periodic func(now time.Time)
+}
+
+func (h *host) Receive(now time.Time, d netio.Datagram) { h.core.Step(now, d.Addr, d.Buf) }
+
+func (h *host) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
+	if h.periodic != nil && !now.Before(h.next) {
+		h.next = now.Add(h.every)
+		h.periodic(now)
+	}
+	out, done, next := h.core.Poll(now, out)
+	for _, op := range done {
+		if cb := h.cbs[op]; cb != nil {
+			delete(h.cbs, op)
+			cb(op)
+		}
+	}
+	if h.periodic != nil && (next.IsZero() || h.next.Before(next)) {
+		next = h.next
+	}
+	if len(done) > 0 {
+		next = now // callbacks may have posted more
+	}
+	return out, next
+}
+
+func (h *host) post(op *endpoint.Op, cb func(*endpoint.Op)) {
+	h.f.t.Helper()
+	if err := h.core.Post(h.f.net.Now(), op); err != nil {
+		h.f.t.Fatalf("seed %d: post %v: %v", h.f.seed, op.Kind, err)
+	}
+	if cb != nil {
+		h.cbs[op] = cb
+	}
+	h.f.net.Wake(h.addr)
+}
+
+// control sends a control request to the switch; cb gets the parsed
+// response or the error.
+func (h *host) control(req *fabric.CtrlMsg, cb func(*fabric.CtrlMsg, error)) {
+	h.f.t.Helper()
+	if req.Type.CarriesMTU() && req.MTU == 0 {
+		req.MTU = h.core.MTU()
+	}
+	buf, err := fabric.AppendCtrl(nil, req, h.f.token)
+	if err != nil {
+		h.f.t.Fatal(err)
+	}
+	h.post(&endpoint.Op{Kind: endpoint.KindControl, Peer: h.f.swAddr, Buf: buf, Timeout: time.Minute}, func(op *endpoint.Op) {
+		if op.Err != nil {
+			cb(nil, op.Err)
+			return
+		}
+		var m fabric.CtrlMsg
+		if err := fabric.ParseCtrl(op.Resp, &m, h.f.token); err != nil {
+			cb(nil, err)
+			return
+		}
+		cb(&m, nil)
+	})
+}
+
+type simFabric struct {
+	t      *testing.T
+	seed   int64
+	net    *simnet.Network
+	sw     *fabric.Switch
+	swAddr netip.AddrPort
+	token  []byte
+	link   simnet.LinkConfig
+	log    []sent
+}
+
+func newSimFabric(t *testing.T, seed int64) *simFabric {
+	t.Helper()
+	t.Logf("seed %d", seed)
+	f := &simFabric{t: t, seed: seed, net: simnet.New(seed), token: []byte("dissect-token"),
+		swAddr: netip.MustParseAddrPort("10.0.0.1:7471"),
+		link:   simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond}}
+	sw, err := fabric.New(fabric.Config{Token: f.token, HeartbeatTimeout: time.Second,
+		Transport: transport.Config{MTU: 9000, Seed: uint64(seed)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.sw = sw
+	f.attach(f.swAddr, &simSwitch{sw})
+	return f
+}
+
+func (f *simFabric) attach(addr netip.AddrPort, n simnet.Node) {
+	f.net.Attach(addr, &tap{addr: addr, node: n, log: &f.log}, f.link, f.link)
+}
+
+func (f *simFabric) newHost(addr netip.AddrPort, cfg endpoint.Config) *host {
+	f.t.Helper()
+	cfg.Transport = transport.Config{MTU: 9000, Seed: uint64(f.seed)*1000 + uint64(addr.Addr().As4()[3]) + uint64(addr.Port())}
+	if cfg.OpTimeout == 0 {
+		cfg.OpTimeout = time.Minute
+	}
+	core, err := endpoint.NewCore(cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	h := &host{f: f, addr: addr, core: core, cbs: map[*endpoint.Op]func(*endpoint.Op){}}
+	f.attach(addr, h)
+	return h
+}
+
+// newMemNode is a memory node serving one region of size bytes to
+// one-sided operations; it returns the node and the region's key.
+func (f *simFabric) newMemNode(addr netip.AddrPort, size int) (*host, uint64) {
+	f.t.Helper()
+	st, err := memnode.NewStore(memnode.Config{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	key, err := st.Alloc(size, memnode.PermAll, 0)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return f.newHost(addr, endpoint.Config{Store: st}), key
+}
+
+// newPoolNode is a memory node that lends a region of size bytes to the
+// switch's pool: it offers it (CtrlPoolNode) every 250 ms and reports its
+// grants to every switch incarnation it has not reported to.
+func (f *simFabric) newPoolNode(addr netip.AddrPort, size int, inc uint64) (*host, uint64) {
+	f.t.Helper()
+	st, err := memnode.NewStore(memnode.Config{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	key, err := st.Alloc(size, memnode.PermAll, 0)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	h := f.newHost(addr, endpoint.Config{Store: st,
+		PoolNode: &endpoint.PoolServe{Switch: f.swAddr, Key: key, Token: f.token}})
+	busy := false
+	var report func(msgs [][]byte, to uint64)
+	report = func(msgs [][]byte, to uint64) {
+		h.post(&endpoint.Op{Kind: endpoint.KindControl, Peer: f.swAddr, Buf: msgs[0], Timeout: time.Second}, func(op *endpoint.Op) {
+			if op.Err != nil || len(msgs) == 1 {
+				if op.Err == nil {
+					h.core.PoolReported(to)
+				}
+				busy = false
+				return
+			}
+			report(msgs[1:], to)
+		})
+	}
+	h.every = 250 * time.Millisecond
+	h.periodic = func(time.Time) {
+		if busy {
+			return
+		}
+		busy = true
+		h.control(&fabric.CtrlMsg{Type: fabric.CtrlPoolNode, Key: key, Capacity: uint64(size), Epoch: inc}, func(m *fabric.CtrlMsg, err error) {
+			if err != nil {
+				busy = false
+				return
+			}
+			msgs, err := h.core.PoolReports(m.Epoch)
+			if err != nil {
+				f.t.Fatal(err)
+			}
+			if len(msgs) == 0 {
+				busy = false
+				return
+			}
+			report(msgs, m.Epoch)
+		})
+	}
+	return h, key
+}
+
+// member is an endpoint that takes part in groups and heartbeats them.
+func (f *simFabric) newMember(addr netip.AddrPort) *host {
+	h := f.newHost(addr, endpoint.Config{})
+	h.core.EnableGroups()
+	return h
+}
+
+// join makes hs a job group (rank = index), starts their heartbeats and
+// returns the group id and the responses.
+func (f *simFabric) join(job string, hs []*host) (uint32, []*fabric.CtrlMsg) {
+	f.t.Helper()
+	resps := make([]*fabric.CtrlMsg, len(hs))
+	joined := 0
+	for i, h := range hs {
+		h.control(&fabric.CtrlMsg{Type: fabric.CtrlJoin, Job: job, Size: len(hs), Rank: i}, func(r *fabric.CtrlMsg, err error) {
+			if err != nil {
+				f.t.Fatalf("seed %d: join: %v", f.seed, err)
+			}
+			h.core.SetMember(r.Group, r.Member)
+			h.core.SetGroupSwitch(r.Group, f.swAddr)
+			resps[i] = r
+			joined++
+			hbBusy := false
+			h.every = 250 * time.Millisecond
+			h.periodic = func(time.Time) {
+				if hbBusy {
+					return
+				}
+				hbBusy = true
+				h.control(&fabric.CtrlMsg{Type: fabric.CtrlHeartbeat, Group: r.Group, Member: r.Member}, func(*fabric.CtrlMsg, error) { hbBusy = false })
+			}
+		})
+	}
+	f.run(func() bool { return joined == len(hs) }, time.Minute, "join "+job)
+	return resps[0].Group, resps
+}
+
+func (f *simFabric) run(cond func() bool, limit time.Duration, what string) {
+	f.t.Helper()
+	if err := f.net.RunUntil(cond, limit); err != nil {
+		f.t.Fatalf("seed %d: %s: %v", f.seed, what, err)
+	}
+}
+
+// wait posts op on h and runs the network until it completes.
+func (f *simFabric) wait(h *host, op *endpoint.Op, what string) *endpoint.Op {
+	f.t.Helper()
+	done := false
+	h.post(op, func(*endpoint.Op) { done = true })
+	f.run(func() bool { return done }, time.Minute, what)
+	return op
+}
