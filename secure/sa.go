@@ -195,6 +195,10 @@ func (s *SendSA) Seal(pkt []byte) ([]byte, error) {
 	if s.seq >= maxSeq {
 		return pkt, ErrExhausted
 	}
+	if cap(pkt)-len(pkt) < wire.TagLen {
+		// The AEAD writes in place: give it room for the tag.
+		pkt = append(make([]byte, 0, len(pkt)+wire.TagLen), pkt...)
+	}
 	s.seq++
 	seq := s.seq
 	pkt[3] |= byte(wire.FlagAuth)

@@ -18,6 +18,7 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -264,14 +265,24 @@ func runWorkload(t *testing.T, f *simFabric) *workload {
 	// Packets made by hand.
 	at := f.net.Now()
 	a, b := w.members[0], mem.addr
-	// An AUTH packet: SA id, encrypted payload, 16-byte tag.
-	h := wire.Header{Version: wire.Version, Op: wire.OpWrite, Flags: wire.FlagAuth, SAID: w.said, PSN: 1000, AckBase: 1000,
-		MsgID: 77, MsgLen: 48, Key: memKey}
+	// An AUTH packet, sealed by a security association: SA id and
+	// sequence, encrypted payload, 16-byte tag.
+	h := wire.Header{Version: wire.Version, Op: wire.OpWrite, PSN: 1000, AckBase: 1000, MsgID: 77, MsgLen: 48, Key: memKey}
 	pkt, err := wire.AppendPacket(nil, &h, bytes.Repeat([]byte{0xc3}, 48))
 	if err != nil {
 		t.Fatal(err)
 	}
-	pkt = append(pkt, bytes.Repeat([]byte{0x7a}, wire.TagLen)...)
+	keys, err := secure.DeriveKeys([]byte("a shared secret for the capture"), nil, "dissector test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, err := secure.NewSendSA(w.said, secure.AESGCM, keys, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pkt, err = sa.Seal(pkt); err != nil {
+		t.Fatal(err)
+	}
 	f.log = append(f.log, sent{at: at, src: a, dst: b, buf: pkt})
 	// An ACK with two SACK blocks.
 	ack := wire.Ack{Cum: 500, Window: 1024, EchoTS: 12345, AckDelay: 678, NBlocks: 2}
@@ -365,7 +376,7 @@ func (c *checker) packet(i int, s sent, p *packet, w *workload) {
 		{"ndma.msglen", uint64(h.MsgLen)}, {"ndma.len", uint64(h.Len)}, {"ndma.status", uint64(h.Status)},
 		{"ndma.dtype", uint64(h.Dtype)}, {"ndma.alu", uint64(h.Alu)}, {"ndma.hop", uint64(h.Hop)},
 		{"ndma.copies", uint64(h.Copies)}, {"ndma.addr", h.Addr}, {"ndma.key", h.Key},
-		{"ndma.operand1", h.Operand1}, {"ndma.operand2", h.Operand2}, {"ndma.ts", h.TS},
+		{"ndma.operand1", h.Operand1}, {"ndma.operand2", h.Operand2}, {"ndma.ts", h.TS}, {"ndma.saseq", uint64(h.SASeq)},
 		{"ndma.crc", uint64(binary.BigEndian.Uint32(s.buf[92:]))},
 	} {
 		c.num(where, d, fv.name, fv.want)

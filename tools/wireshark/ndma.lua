@@ -120,7 +120,7 @@ f.key = add(ProtoField.uint64("ndma.key", "Region key", base.HEX))
 f.operand1 = add(ProtoField.uint64("ndma.operand1", "Operand 1", base.DEC))
 f.operand2 = add(ProtoField.uint64("ndma.operand2", "Operand 2", base.DEC))
 f.ts = add(ProtoField.uint64("ndma.ts", "Timestamp (ns)", base.DEC))
-f.reserved = add(ProtoField.uint32("ndma.reserved", "Reserved", base.HEX))
+f.saseq = add(ProtoField.uint32("ndma.saseq", "SA sequence (low 32 bits)", base.DEC))
 f.crc = add(ProtoField.uint32("ndma.crc", "CRC32C", base.HEX))
 f.crc_status = add(ProtoField.string("ndma.crc.status", "CRC32C status"))
 f.payload = add(ProtoField.bytes("ndma.payload", "Payload"))
@@ -776,7 +776,7 @@ local function looks_like_ndma(tvb)
     if not op_names[op] or mode > 4 or band(flags, 0xe0) ~= 0 then
         return false
     end
-    if tvb(88, 4):uint() ~= 0 then
+    if band(flags, FLAG_AUTH) == 0 and (tvb(88, 4):uint() ~= 0 or tvb(12, 4):uint() ~= 0) then
         return false
     end
     local plen = tvb(40, 2):uint()
@@ -888,9 +888,9 @@ local function dissect(tvb, pinfo, root)
     tree:add(f.operand1, tvb(64, 8))
     tree:add(f.operand2, tvb(72, 8))
     tree:add(f.ts, tvb(80, 8))
-    local rt = tree:add(f.reserved, tvb(88, 4))
-    if tvb(88, 4):uint() ~= 0 then
-        rt:add_proto_expert_info(e_malformed, "reserved field not zero")
+    local rt = tree:add(f.saseq, tvb(88, 4))
+    if not auth and (tvb(88, 4):uint() ~= 0 or tvb(12, 4):uint() ~= 0) then
+        rt:add_proto_expert_info(e_malformed, "SA id or sequence not zero without AUTH")
     end
 
     -- Lengths
