@@ -42,13 +42,16 @@ const (
 	OpOptim    Opcode = 0x0c // optimizer step on parameters in memory (pool mode only): see OptimParams
 	OpAck      Opcode = 0x10 // ACK/SACK frame in the payload
 	OpNack     Opcode = 0x11 // ACK frame that also requests immediate retransmission of the gaps
+	// OpHandshake carries a message of the handshake that opens security
+	// associations (package secure) in its payload; group 0, unicast.
+	OpHandshake Opcode = 0x12
 )
 
 var opNames = [...]string{
 	OpInvalid: "invalid", OpWrite: "write", OpRead: "read", OpCAS: "cas",
 	OpFetchAdd: "fadd", OpVector: "vector", OpSend: "send", OpNop: "nop",
 	OpControl: "control", OpEvent: "event", OpData: "data", OpChain: "chain", OpOptim: "optim",
-	OpAck: "ack", OpNack: "nack",
+	OpAck: "ack", OpNack: "nack", OpHandshake: "handshake",
 }
 
 func (o Opcode) String() string {
@@ -399,6 +402,10 @@ func Parse(pkt []byte, h *Header) (payload, tag []byte, err error) {
 func (h *Header) validate() error {
 	switch {
 	case h.Op.IsData(), h.Op == OpAck, h.Op == OpNack:
+	case h.Op == OpHandshake:
+		if h.Group != 0 || h.Mode != ModeUnicast || h.Flags != 0 {
+			return ErrMode
+		}
 	default:
 		return ErrOpcode
 	}

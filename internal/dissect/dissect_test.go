@@ -28,7 +28,7 @@ var (
 		wire.OpWrite: "WRITE", wire.OpRead: "READ", wire.OpCAS: "CAS", wire.OpFetchAdd: "FETCHADD",
 		wire.OpVector: "VECTOR", wire.OpSend: "SEND", wire.OpNop: "NOP", wire.OpControl: "CONTROL",
 		wire.OpEvent: "EVENT", wire.OpData: "DATA", wire.OpChain: "CHAIN", wire.OpOptim: "OPTIM",
-		wire.OpAck: "ACK", wire.OpNack: "NACK",
+		wire.OpAck: "ACK", wire.OpNack: "NACK", wire.OpHandshake: "HANDSHAKE",
 	}
 	statusNames = []string{"OK", "BAD_KEY", "OUT_OF_BOUNDS", "MISALIGNED", "UNKNOWN_OP", "PERMISSION",
 		"BAD_OPERAND", "TOO_LARGE", "BUSY", "MEMBER_DEAD", "NOT_MEMBER", "AUTH", "LOST"}

@@ -43,7 +43,7 @@ local op_names = {
     [0x01] = "WRITE", [0x02] = "READ", [0x03] = "CAS", [0x04] = "FETCHADD",
     [0x05] = "VECTOR", [0x06] = "SEND", [0x07] = "NOP", [0x08] = "CONTROL",
     [0x09] = "EVENT", [0x0a] = "DATA", [0x0b] = "CHAIN", [0x0c] = "OPTIM",
-    [0x10] = "ACK", [0x11] = "NACK",
+    [0x10] = "ACK", [0x11] = "NACK", [0x12] = "HANDSHAKE",
 }
 
 local mode_names = {

@@ -1,0 +1,445 @@
+package secure
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"time"
+
+	"github.com/ndma/ndma/wire"
+)
+
+// Layer protects every datagram one process sends and receives: it sits
+// between the process's protocol core (a transport engine, an endpoint
+// Core, a switch) and its socket. Outbound, it seals each datagram in the
+// session with its destination, opening one with a handshake (HANDSHAKE
+// packets) and holding the datagrams meanwhile; inbound, it opens sealed
+// datagrams and hands their plain form to the core, answers handshakes,
+// and drops everything else, counted. A datagram is thus accepted only
+// from the address whose session sealed it, never twice, and each
+// address's peer identity (its certificate) is known. Like the cores it
+// is sans-I/O: no clock, no sockets; not safe for concurrent use.
+type Layer struct {
+	id   *Identity
+	opts Options
+	rand io.Reader
+	res  *Responder
+
+	peers    map[netip.AddrPort]*layerPeer
+	bySAID   map[uint32]*layerPeer // by the SAID this side receives on
+	nextSAID uint32
+	out      []Datagram
+	stats    LayerStats
+
+	unknownSec  int64 // the second unknownSent counts in
+	unknownSent int
+
+	// MaxPeers bounds the addresses with a session or a handshake;
+	// MaxQueued the datagrams held per address while its handshake
+	// runs. HandshakeRetry is how long an initiator waits before it
+	// sends its HELLO again, HandshakeGiveUp when it stops (the held
+	// datagrams are dropped); SessionIdle how long an unused session is
+	// kept.
+	MaxPeers        int
+	MaxQueued       int
+	HandshakeRetry  time.Duration
+	HandshakeGiveUp time.Duration
+	SessionIdle     time.Duration
+}
+
+// Datagram is a datagram to send: its destination and bytes.
+type Datagram struct {
+	Addr netip.AddrPort
+	Buf  []byte
+}
+
+// LayerStats counts what a Layer did.
+type LayerStats struct {
+	Sealed, Opened           uint64
+	Handshakes               uint64 // sessions established
+	HandshakesFailed         uint64 // refused or given up
+	DroppedPlain             uint64 // unsealed datagrams (not HANDSHAKE) received
+	DroppedNoSA, DroppedAuth uint64 // sealed for no SA of ours (or from another address); failing authentication
+	DroppedReplay            uint64 // replayed or too old
+	DroppedQueue             uint64 // outbound datagrams dropped: queue full, handshake failed, table full
+	SessionsReset            uint64 // sessions the peer no longer knew (it restarted), opened again
+	Peers                    int
+}
+
+// Defaults of Layer.
+const (
+	DefaultLayerPeers      = 65536
+	DefaultLayerQueued     = 256
+	DefaultHandshakeRetry  = 250 * time.Millisecond
+	DefaultHandshakeGiveUp = 10 * time.Second
+	DefaultSessionIdle     = 10 * time.Minute
+)
+
+type layerPeer struct {
+	addr     netip.AddrPort
+	saids    []uint32 // the SAIDs bySAID maps to this peer (at most 2)
+	sess     *Session
+	ini      *Initiator
+	hello    []byte // the HELLO to send again
+	retryAt  time.Time
+	giveUpAt time.Time
+	queue    [][]byte
+	last     time.Time
+}
+
+// NewLayer returns the layer of identity id; rand is crypto/rand.Reader
+// in production.
+func NewLayer(id *Identity, opts Options, rand io.Reader) (*Layer, error) {
+	l := &Layer{id: id, opts: opts, rand: rand, peers: make(map[netip.AddrPort]*layerPeer), bySAID: make(map[uint32]*layerPeer),
+		MaxPeers: DefaultLayerPeers, MaxQueued: DefaultLayerQueued, HandshakeRetry: DefaultHandshakeRetry,
+		HandshakeGiveUp: DefaultHandshakeGiveUp, SessionIdle: DefaultSessionIdle}
+	var b [4]byte
+	if _, err := io.ReadFull(rand, b[:]); err != nil {
+		return nil, err
+	}
+	l.nextSAID = binary.BigEndian.Uint32(b[:])
+	res, err := NewResponder(id, opts, rand, l.newSAID)
+	if err != nil {
+		return nil, err
+	}
+	l.res = res
+	return l, nil
+}
+
+// newSAID draws a receive SAID no session of this layer uses.
+func (l *Layer) newSAID() uint32 {
+	for {
+		l.nextSAID++
+		if l.nextSAID != 0 && l.bySAID[l.nextSAID] == nil {
+			return l.nextSAID
+		}
+	}
+}
+
+// Stats returns the counters.
+func (l *Layer) Stats() LayerStats {
+	s := l.stats
+	s.Peers = len(l.peers)
+	return s
+}
+
+// Peer returns the certificate of the process at addr, once a session
+// with it is established.
+func (l *Layer) Peer(addr netip.AddrPort) (Cert, bool) {
+	if p := l.peers[addr]; p != nil && p.sess != nil {
+		return p.sess.Peer, true
+	}
+	return Cert{}, false
+}
+
+// ErrLayerFull: no room for another address's session.
+var ErrLayerFull = errors.New("secure: too many peers")
+
+// Send takes a plain datagram pkt (an encoded wire packet) for to at now:
+// sealed at once if a session exists, else held (at most MaxQueued) while
+// a handshake opens one. Its output is in the next Take. pkt is copied.
+func (l *Layer) Send(now time.Time, to netip.AddrPort, pkt []byte) error {
+	p := l.peers[to]
+	if p == nil {
+		var err error
+		if p, err = l.initiate(now, to); err != nil {
+			l.stats.DroppedQueue++
+			return err
+		}
+	}
+	p.last = now
+	if p.sess == nil {
+		if len(p.queue) >= l.MaxQueued {
+			l.stats.DroppedQueue++
+			return fmt.Errorf("secure: %d datagrams held for %v's handshake", len(p.queue), to)
+		}
+		p.queue = append(p.queue, append(make([]byte, 0, len(pkt)+wire.TagLen), pkt...))
+		return nil
+	}
+	return l.seal(p, append(make([]byte, 0, len(pkt)+wire.TagLen), pkt...))
+}
+
+func (l *Layer) seal(p *layerPeer, pkt []byte) error {
+	sealed, err := p.sess.Send.Seal(pkt)
+	if err != nil {
+		return err
+	}
+	l.stats.Sealed++
+	l.out = append(l.out, Datagram{Addr: p.addr, Buf: sealed})
+	return nil
+}
+
+// initiate starts a handshake with to.
+func (l *Layer) initiate(now time.Time, to netip.AddrPort) (*layerPeer, error) {
+	if len(l.peers) >= l.MaxPeers {
+		l.sweep(now)
+		if len(l.peers) >= l.MaxPeers {
+			return nil, ErrLayerFull
+		}
+	}
+	said := l.newSAID()
+	ini, err := NewInitiator(l.id, said, l.opts, l.rand)
+	if err != nil {
+		return nil, err
+	}
+	p := l.peers[to]
+	if p == nil {
+		p = &layerPeer{addr: to}
+		l.peers[to] = p
+	}
+	p.ini, p.giveUpAt, p.last = ini, now.Add(l.HandshakeGiveUp), now
+	l.mapSAID(p, said)
+	l.sendHandshake(now, p, ini.Hello())
+	return p, nil
+}
+
+// mapSAID makes id name p.
+func (l *Layer) mapSAID(p *layerPeer, id uint32) {
+	l.bySAID[id] = p
+	p.saids = append(p.saids, id)
+}
+
+// unmapSAIDs forgets p's SAIDs but keep.
+func (l *Layer) unmapSAIDs(p *layerPeer, keep uint32) {
+	kept := p.saids[:0]
+	for _, id := range p.saids {
+		if id == keep {
+			kept = append(kept, id)
+		} else if l.bySAID[id] == p {
+			delete(l.bySAID, id)
+		}
+	}
+	p.saids = kept
+}
+
+// sendHandshake sends msg to p in a HANDSHAKE packet; a HELLO is sent
+// again every HandshakeRetry until answered.
+func (l *Layer) sendHandshake(now time.Time, p *layerPeer, msg []byte) {
+	h := wire.Header{Version: wire.Version, Op: wire.OpHandshake, MsgLen: uint32(len(msg))}
+	b, err := wire.AppendPacket(nil, &h, msg)
+	if err != nil {
+		return
+	}
+	if len(msg) > 0 && msg[0] == hsHello {
+		p.hello, p.retryAt = b, now.Add(l.HandshakeRetry)
+	}
+	l.out = append(l.out, Datagram{Addr: p.addr, Buf: b})
+}
+
+// Receive takes a datagram from from at now. It returns the plain packet
+// to hand to the core (a sub-slice of pkt, or nil when there is none: a
+// handshake message, or a datagram dropped and counted).
+func (l *Layer) Receive(now time.Time, from netip.AddrPort, pkt []byte) []byte {
+	var h wire.Header
+	payload, _, err := wire.Parse(pkt, &h)
+	if err != nil {
+		return nil // malformed: the core would drop it too
+	}
+	if h.Op == wire.OpHandshake {
+		l.handshake(now, from, payload)
+		return nil
+	}
+	if h.Flags&wire.FlagAuth == 0 {
+		l.stats.DroppedPlain++
+		return nil
+	}
+	p := l.bySAID[h.SAID]
+	if p == nil || p.sess == nil || p.addr != from {
+		l.stats.DroppedNoSA++
+		l.unknownSA(now, from, h.SAID)
+		return nil
+	}
+	plain, err := p.sess.Recv.Open(&h, pkt)
+	switch {
+	case errors.Is(err, ErrReplay):
+		l.stats.DroppedReplay++
+		return nil
+	case err != nil:
+		l.stats.DroppedAuth++
+		return nil
+	}
+	l.stats.Opened++
+	p.last = now
+	// The plain packet: the header without the protection fields, the
+	// payload decrypted in place, no tag, a fresh CRC.
+	n := wire.HeaderLen + len(plain)
+	out := pkt[:n]
+	out[3] &^= byte(wire.FlagAuth)
+	binary.BigEndian.PutUint32(out[12:], 0)
+	binary.BigEndian.PutUint32(out[88:], 0)
+	wire.Seal(out)
+	return out
+}
+
+// handshake handles a HANDSHAKE message from from.
+func (l *Layer) handshake(now time.Time, from netip.AddrPort, msg []byte) {
+	if len(msg) == 0 {
+		return
+	}
+	if msg[0] == hsUnknown {
+		l.onUnknown(now, from, msg)
+		return
+	}
+	if msg[0] == hsHello {
+		if p := l.peers[from]; p != nil && p.ini != nil && len(msg) >= 1+ephLen {
+			// Both sides opened at once: the HELLO with the lower
+			// ephemeral key goes on, the other side answers it.
+			if string(p.ini.eph.PublicKey().Bytes()) < string(msg[1:1+ephLen]) {
+				return
+			}
+			l.unmapSAIDs(p, 0)
+			p.ini, p.hello = nil, nil
+		}
+	}
+	if msg[0] == hsHello || msg[0] == hsFinish {
+		if msg[0] == hsHello && l.peers[from] == nil && len(l.peers) >= l.MaxPeers {
+			l.sweep(now)
+			if len(l.peers) >= l.MaxPeers {
+				l.stats.HandshakesFailed++
+				return
+			}
+		}
+		out, s, err := l.res.Handle(now, from, msg)
+		if err != nil {
+			l.stats.HandshakesFailed++
+			return
+		}
+		if out != nil {
+			l.sendHandshake(now, &layerPeer{addr: from}, out)
+		}
+		if s != nil {
+			l.established(now, from, s)
+		}
+		return
+	}
+	p := l.peers[from]
+	if p == nil || p.ini == nil {
+		l.stats.HandshakesFailed++
+		return
+	}
+	out, s, err := p.ini.Handle(msg)
+	if err != nil {
+		l.stats.HandshakesFailed++
+		return
+	}
+	if out != nil {
+		l.sendHandshake(now, p, out)
+	}
+	if s != nil {
+		p.ini, p.hello = nil, nil
+		l.established(now, from, s)
+	}
+}
+
+// established installs session s with the process at addr (replacing an
+// older one, whose held datagrams it sends).
+func (l *Layer) established(now time.Time, addr netip.AddrPort, s *Session) {
+	l.stats.Handshakes++
+	p := l.peers[addr]
+	if p == nil {
+		p = &layerPeer{addr: addr}
+		l.peers[addr] = p
+	}
+	l.unmapSAIDs(p, s.Recv.ID())
+	if l.bySAID[s.Recv.ID()] != p {
+		l.mapSAID(p, s.Recv.ID())
+	}
+	p.sess, p.ini, p.hello, p.last = s, nil, nil, now
+	for _, pkt := range p.queue {
+		if err := l.seal(p, pkt); err != nil {
+			l.stats.DroppedQueue++
+		}
+	}
+	p.queue = nil
+}
+
+// hsUnknown is the HANDSHAKE message that tells a sender its SA is not
+// known here (this side restarted, or forgot an idle session): type 5,
+// the SAID (4). It is smaller than the datagram it answers, sent at most
+// unknownRate times a second, and makes the sender open a new session.
+const (
+	hsUnknown   = 5
+	unknownRate = 100
+)
+
+// unknownSA tells from that SAID id names no session here.
+func (l *Layer) unknownSA(now time.Time, from netip.AddrPort, id uint32) {
+	if sec := now.Unix(); sec != l.unknownSec {
+		l.unknownSec, l.unknownSent = sec, 0
+	}
+	if l.unknownSent >= unknownRate {
+		return
+	}
+	l.unknownSent++
+	h := wire.Header{Version: wire.Version, Op: wire.OpHandshake, MsgLen: 5}
+	b, err := wire.AppendPacket(nil, &h, binary.BigEndian.AppendUint32([]byte{hsUnknown}, id))
+	if err == nil {
+		l.out = append(l.out, Datagram{Addr: from, Buf: b})
+	}
+}
+
+// onUnknown handles a peer's word that the SA this side sends to it is
+// unknown there: the session is dropped and a new one opened.
+func (l *Layer) onUnknown(now time.Time, from netip.AddrPort, msg []byte) {
+	p := l.peers[from]
+	if len(msg) != 5 || p == nil || p.sess == nil || p.sess.Send.ID() != binary.BigEndian.Uint32(msg[1:]) {
+		return
+	}
+	l.stats.SessionsReset++
+	l.unmapSAIDs(p, 0)
+	p.sess = nil
+	if _, err := l.initiate(now, from); err != nil {
+		delete(l.peers, from)
+	}
+}
+
+// Take appends the datagrams to send to dst and returns it; the layer
+// does not keep them.
+func (l *Layer) Take(dst []Datagram) []Datagram {
+	dst = append(dst, l.out...)
+	clear(l.out)
+	l.out = l.out[:0]
+	return dst
+}
+
+// Tick resends HELLOs that got no answer, gives up handshakes that took
+// too long and forgets idle sessions; it returns when it has work next
+// (zero: none).
+func (l *Layer) Tick(now time.Time) time.Time {
+	l.sweep(now)
+	var next time.Time
+	for _, p := range l.peers {
+		if p.ini == nil {
+			continue
+		}
+		if !now.Before(p.retryAt) && p.hello != nil {
+			l.out = append(l.out, Datagram{Addr: p.addr, Buf: p.hello})
+			p.retryAt = now.Add(l.HandshakeRetry)
+		}
+		for _, t := range []time.Time{p.retryAt, p.giveUpAt} {
+			if next.IsZero() || t.Before(next) {
+				next = t
+			}
+		}
+	}
+	return next
+}
+
+// sweep drops handshakes past their give-up time (and their held
+// datagrams) and sessions idle for SessionIdle.
+func (l *Layer) sweep(now time.Time) {
+	for addr, p := range l.peers {
+		switch {
+		case p.sess == nil && p.ini != nil && !now.Before(p.giveUpAt):
+			l.stats.HandshakesFailed++
+			l.stats.DroppedQueue += uint64(len(p.queue))
+		case p.sess != nil && now.Sub(p.last) > l.SessionIdle:
+		default:
+			continue
+		}
+		l.unmapSAIDs(p, 0)
+		delete(l.peers, addr)
+	}
+}

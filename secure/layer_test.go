@@ -1,0 +1,276 @@
+package secure
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/wire"
+)
+
+// net2 connects two layers (and what a third party injects) with a
+// virtual clock; drop decides which datagrams are lost.
+type net2 struct {
+	t        *testing.T
+	now      time.Time
+	l        map[netip.AddrPort]*Layer
+	got      map[netip.AddrPort][][]byte // plain packets handed up, by receiver
+	from     map[netip.AddrPort][]netip.AddrPort
+	drop     func(from, to netip.AddrPort, b []byte) bool
+	captured []Datagram // every datagram sent, with its sender in Addr
+}
+
+var (
+	addrA = netip.MustParseAddrPort("10.0.0.1:7471")
+	addrB = netip.MustParseAddrPort("10.0.0.2:7470")
+)
+
+func newNet2(t *testing.T) (*net2, *Layer, *Layer) {
+	a := authority(t, "fabric secret for the layer tests")
+	n := &net2{t: t, now: t0, l: map[netip.AddrPort]*Layer{}, got: map[netip.AddrPort][][]byte{}, from: map[netip.AddrPort][]netip.AddrPort{}}
+	n.l[addrA] = n.layer(issue(t, a, RoleSwitch, "sw0", 1), 11)
+	n.l[addrB] = n.layer(issue(t, a, RoleMemoryNode, "mem0", 2), 12)
+	return n, n.l[addrA], n.l[addrB]
+}
+
+func (n *net2) layer(id *Identity, seed byte) *Layer {
+	l, err := NewLayer(id, Options{Encrypt: true}, newRng(seed))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return l
+}
+
+// pump delivers datagrams until none is left.
+func (n *net2) pump() {
+	for range 100 {
+		moved := false
+		for src, l := range n.l {
+			for _, d := range l.Take(nil) {
+				moved = true
+				n.captured = append(n.captured, Datagram{Addr: src, Buf: bytes.Clone(d.Buf)})
+				if n.drop != nil && n.drop(src, d.Addr, d.Buf) {
+					continue
+				}
+				n.deliver(src, d.Addr, d.Buf)
+			}
+		}
+		if !moved {
+			return
+		}
+	}
+	n.t.Fatal("datagrams still moving after 100 rounds")
+}
+
+func (n *net2) deliver(src, dst netip.AddrPort, b []byte) {
+	if l := n.l[dst]; l != nil {
+		if plain := l.Receive(n.now, src, bytes.Clone(b)); plain != nil {
+			n.got[dst] = append(n.got[dst], bytes.Clone(plain))
+			n.from[dst] = append(n.from[dst], src)
+		}
+	}
+}
+
+// tick advances the clock by d and runs both layers' timers.
+func (n *net2) tick(d time.Duration) {
+	n.now = n.now.Add(d)
+	for _, l := range n.l {
+		l.Tick(n.now)
+	}
+	n.pump()
+}
+
+func plainPacket(t testing.TB, id uint64, text string) []byte {
+	h := wire.Header{Version: wire.Version, Op: wire.OpWrite, MsgID: id, MsgLen: uint32(len(text))}
+	b, err := wire.AppendPacket(nil, &h, []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestLayerSession: datagrams sent before any session are held while a
+// handshake opens one, then arrive sealed and are handed up exactly as
+// sent, in order; each side knows the other's certified identity; the
+// payload never crosses in clear.
+func TestLayerSession(t *testing.T) {
+	n, a, b := newNet2(t)
+	var sent [][]byte
+	for i := range 3 {
+		p := plainPacket(t, uint64(i+1), fmt.Sprintf("region bytes %d", i))
+		sent = append(sent, p)
+		if err := a.Send(n.now, addrB, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.pump()
+	if len(n.got[addrB]) != 3 {
+		t.Fatalf("%d datagrams arrived, want 3 (stats A %+v, B %+v)", len(n.got[addrB]), a.Stats(), b.Stats())
+	}
+	for i, p := range n.got[addrB] {
+		if !bytes.Equal(p, sent[i]) {
+			t.Fatalf("datagram %d arrived changed", i)
+		}
+	}
+	for _, d := range n.captured {
+		if bytes.Contains(d.Buf, []byte("region bytes")) {
+			t.Fatal("a payload crossed in clear")
+		}
+	}
+	if c, ok := b.Peer(addrA); !ok || c.Role != RoleSwitch || c.Name != "sw0" {
+		t.Fatalf("B sees A as %+v, %v", c, ok)
+	}
+	if c, ok := a.Peer(addrB); !ok || c.Role != RoleMemoryNode || c.Name != "mem0" {
+		t.Fatalf("A sees B as %+v, %v", c, ok)
+	}
+	// The answer goes back in the same session: no new handshake.
+	if err := b.Send(n.now, addrA, plainPacket(t, 9, "answer")); err != nil {
+		t.Fatal(err)
+	}
+	n.pump()
+	if len(n.got[addrA]) != 1 || a.Stats().Handshakes != 1 || b.Stats().Handshakes != 1 {
+		t.Fatalf("answer: %d arrived; handshakes A %d, B %d", len(n.got[addrA]), a.Stats().Handshakes, b.Stats().Handshakes)
+	}
+}
+
+// TestLayerRefuses: a party that sees every packet but holds no
+// credential of the session gets nothing accepted: unsealed datagrams, a
+// replay of each captured datagram (from the same or another address),
+// and tampered ones are dropped and counted, and none reaches the core.
+func TestLayerRefuses(t *testing.T) {
+	n, a, b := newNet2(t)
+	for i := range 5 {
+		if err := a.Send(n.now, addrB, plainPacket(t, uint64(i+1), "fetch-add once")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.pump()
+	if len(n.got[addrB]) != 5 {
+		t.Fatalf("%d arrived", len(n.got[addrB]))
+	}
+	before := len(n.got[addrB])
+	captured := n.captured
+	evil := netip.MustParseAddrPort("10.6.6.6:4791")
+	for _, d := range captured {
+		if d.Addr != addrA {
+			continue
+		}
+		n.deliver(addrA, addrB, d.Buf) // replayed as A
+		n.deliver(evil, addrB, d.Buf)  // replayed from elsewhere
+		bad := bytes.Clone(d.Buf)
+		bad[len(bad)-1] ^= 1
+		n.deliver(addrA, addrB, bad)
+	}
+	n.deliver(addrA, addrB, plainPacket(t, 99, "unsealed"))
+	if len(n.got[addrB]) != before {
+		t.Fatalf("%d replayed, forged or unsealed datagrams handed up", len(n.got[addrB])-before)
+	}
+	st := b.Stats()
+	if st.DroppedReplay == 0 || st.DroppedNoSA == 0 || st.DroppedPlain == 0 || st.DroppedAuth+st.DroppedReplay+st.HandshakesFailed == 0 {
+		t.Fatalf("refusals not counted: %+v", st)
+	}
+	if _, ok := b.Peer(evil); ok || b.Stats().Peers != 1 {
+		t.Fatalf("B keeps state for the replaying address: %d peers", b.Stats().Peers)
+	}
+}
+
+// TestLayerLossAndRestart: a lost HELLO is sent again; a peer that
+// restarted (its sessions gone) tells the sender, which opens a new
+// session: what it sends from then on arrives.
+func TestLayerLossAndRestart(t *testing.T) {
+	n, a, _ := newNet2(t)
+	lost := 0
+	n.drop = func(from, to netip.AddrPort, buf []byte) bool {
+		if lost < 2 && buf[1] == byte(wire.OpHandshake) {
+			lost++
+			return true
+		}
+		return false
+	}
+	if err := a.Send(n.now, addrB, plainPacket(t, 1, "first")); err != nil {
+		t.Fatal(err)
+	}
+	n.pump()
+	for range 10 {
+		n.tick(DefaultHandshakeRetry)
+	}
+	if len(n.got[addrB]) != 1 {
+		t.Fatalf("after two lost handshake messages: %d arrived (A %+v)", len(n.got[addrB]), a.Stats())
+	}
+	// B restarts.
+	n.l[addrB] = n.layer(issue(t, authority(t, "fabric secret for the layer tests"), RoleMemoryNode, "mem0", 3), 13)
+	if err := a.Send(n.now, addrB, plainPacket(t, 2, "lost: sealed for the old session")); err != nil {
+		t.Fatal(err)
+	}
+	n.pump()
+	if err := a.Send(n.now, addrB, plainPacket(t, 3, "after the restart")); err != nil {
+		t.Fatal(err)
+	}
+	n.pump()
+	got := n.got[addrB]
+	if a.Stats().SessionsReset != 1 || len(got) != 2 || !bytes.Contains(got[1], []byte("after the restart")) {
+		t.Fatalf("after B's restart: %d sessions reset, %d arrived", a.Stats().SessionsReset, len(got))
+	}
+}
+
+// TestLayerSimultaneousOpen: both sides send first; one handshake wins
+// and data flows both ways.
+func TestLayerSimultaneousOpen(t *testing.T) {
+	n, a, b := newNet2(t)
+	if err := a.Send(n.now, addrB, plainPacket(t, 1, "a to b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Send(n.now, addrA, plainPacket(t, 1, "b to a")); err != nil {
+		t.Fatal(err)
+	}
+	n.pump()
+	n.tick(DefaultHandshakeRetry)
+	if len(n.got[addrA]) != 1 || len(n.got[addrB]) != 1 {
+		t.Fatalf("simultaneous open: %d and %d arrived (A %+v, B %+v)", len(n.got[addrA]), len(n.got[addrB]), a.Stats(), b.Stats())
+	}
+}
+
+// TestLayerBounds: HELLOs without a cookie leave no state; datagrams held
+// for a handshake are bounded and dropped when it gives up; the peer
+// table is bounded.
+func TestLayerBounds(t *testing.T) {
+	n, a, b := newNet2(t)
+	ini := issue(t, authority(t, "fabric secret for the layer tests"), RoleClient, "c", 9)
+	for i := range 1000 {
+		in, _ := NewInitiator(ini, uint32(i+1), Options{Encrypt: true}, newRng(byte(i)))
+		h := wire.Header{Version: wire.Version, Op: wire.OpHandshake, MsgLen: uint32(len(in.Hello()))}
+		pkt, _ := wire.AppendPacket(nil, &h, in.Hello())
+		b.Receive(n.now, netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 9, byte(i >> 8), byte(i)}), 1), pkt)
+	}
+	if b.Stats().Peers != 0 || b.res.Pending() != 0 {
+		t.Fatalf("1000 HELLOs without cookies left %d peers, %d pending", b.Stats().Peers, b.res.Pending())
+	}
+	b.Take(nil)
+	// Nobody answers at C: the held datagrams are bounded and dropped
+	// at the give-up time.
+	c := netip.MustParseAddrPort("10.0.0.3:1")
+	a.MaxQueued = 4
+	errs := 0
+	for i := range 6 {
+		if a.Send(n.now, c, plainPacket(t, uint64(i), "x")) != nil {
+			errs++
+		}
+	}
+	if errs != 2 {
+		t.Fatalf("%d of 6 sends refused with 4 allowed", errs)
+	}
+	a.Take(nil)
+	a.Tick(n.now.Add(DefaultHandshakeGiveUp + time.Second))
+	if a.Stats().Peers != 0 || a.Stats().DroppedQueue != 6 {
+		t.Fatalf("after the give-up: %+v", a.Stats())
+	}
+	a.MaxPeers = 2
+	for i := range 3 {
+		err := a.Send(n.now, netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 8, 0, byte(i)}), 1), plainPacket(t, 1, "x"))
+		if i < 2 && err != nil || i == 2 && err == nil {
+			t.Fatalf("peer %d with 2 allowed: %v", i, err)
+		}
+	}
+}
