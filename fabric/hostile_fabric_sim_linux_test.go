@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"sort"
 	"testing"
 	"time"
 
@@ -176,14 +177,18 @@ func hostileFabric(t *testing.T, seed int64) {
 	p999 := steps[len(steps)*999/1000]
 	t.Logf("%d hostile datagrams; Step CPU: median %v, 99.9th percentile %v, slowest %v (%s); heap in use %d -> %d KiB",
 		sent, steps[len(steps)/2], p999, worst, worstWhat, heap0.HeapInuse>>10, heap1.HeapInuse>>10)
-	// The thread's CPU clock also counts interrupts and cache misses that
-	// other processes cause, a fraction of a millisecond now and then on a
-	// shared machine: the bound holds for all but one Step in a thousand,
-	// and none may take twenty times it (a walk of a whole table or of a
-	// sequence range would).
-	if p999 > hostileStepCPU || worst > 20*hostileStepCPU {
-		t.Errorf("Step CPU of hostile datagrams: 99.9th percentile %v, slowest %v (at the %s); limits %v and %v",
-			p999, worst, worstWhat, hostileStepCPU, 20*hostileStepCPU)
+	// The thread's CPU clock also counts interrupts, cache misses and
+	// page reclaim that other processes cause, a fraction of a
+	// millisecond now and then on a shared machine, and on a loaded one
+	// a few tens of milliseconds once in a run: the bound holds for all
+	// but one Step in a thousand, and at most 3 of the ~67,000 may take
+	// more than twenty times it. A datagram that walks a whole table or a
+	// sequence range would do so every time the generator sends its kind,
+	// thousands of times a run.
+	slow := len(steps) - sort.Search(len(steps), func(i int) bool { return steps[i] > 20*hostileStepCPU })
+	if p999 > hostileStepCPU || slow > 3 {
+		t.Errorf("Step CPU of hostile datagrams: 99.9th percentile %v, %d Steps over %v, slowest %v (at the %s); limits %v and 3",
+			p999, slow, 20*hostileStepCPU, worst, worstWhat, hostileStepCPU)
 	}
 	// The documented bounds (docs/ARCHITECTURE.md, "Tables and their
 	// bounds") allow most here to anycast requests being received at the
