@@ -428,8 +428,10 @@ type CtrlMsg struct {
 }
 
 // AppendCtrl encodes m, appends HMAC-SHA256(token, encoded)[:CtrlTagLen]
-// and returns the extended slice. A nil or empty token is allowed (the tag
-// is then computed with an empty key); deployments set one. As with any
+// and returns the extended slice. A nil or empty token is allowed here (the
+// tag is then computed with an empty key): the configurations above it
+// (Config, the endpoint's FabricOptions) refuse one unless Insecure is
+// set (CheckToken). As with any
 // HMAC key, a token shorter than 64 bytes is padded with zero bytes, so
 // tokens that differ only in trailing zero bytes are the same key.
 //
