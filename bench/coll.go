@@ -97,8 +97,10 @@ func newCollWorld(ctx context.Context, n, mtu int, swConn netio.Conn, seed uint6
 	}
 	w := &CollWorld{}
 	var sw string
+	// The in-process switch and ranks share a fabric token of their own.
+	token := fabric.NewToken()
 	if swConn != nil {
-		s, err := fabric.New(fabric.Config{Transport: transport.Config{MTU: mtu, Seed: seed}})
+		s, err := fabric.New(fabric.Config{Token: token, Transport: transport.Config{MTU: mtu, Seed: seed}})
 		if err != nil {
 			swConn.Close()
 			return nil, err
@@ -133,7 +135,7 @@ func newCollWorld(ctx context.Context, n, mtu int, swConn netio.Conn, seed uint6
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cfg := coll.Config{Endpoint: w.eps[i], Rank: i, Size: n, Switch: sw, Job: "bench"}
+			cfg := coll.Config{Endpoint: w.eps[i], Rank: i, Size: n, Switch: sw, Job: "bench", Token: token}
 			if sw == "" {
 				cfg.Peers = peers
 			}

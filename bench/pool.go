@@ -24,10 +24,13 @@ const (
 // PoolConfig configures RunPool. Zero values select the defaults.
 type PoolConfig struct {
 	// Switch is the forwarding node of an external pool ("host:port",
-	// e.g. in the testbed); Token its fabric token. Empty starts a switch
-	// and Nodes memory nodes in-process on loopback.
-	Switch string
-	Token  []byte
+	// e.g. in the testbed); Token its fabric token, which must not be
+	// empty unless Insecure is set (a switch that runs without one).
+	// Empty Switch starts a switch and Nodes memory nodes in-process on
+	// loopback, under Token or, when it is empty, a random one.
+	Switch   string
+	Token    []byte
+	Insecure bool
 	// Node and NodeKey name a memory node and its region for the direct
 	// READ baseline of the latency test with an external pool (reads
 	// only, at offset 0). Empty: no baseline with Switch.
@@ -80,6 +83,9 @@ func (c *PoolConfig) setDefaults() {
 	if c.MTU == 0 {
 		c.MTU = 9000
 	}
+	if c.Switch == "" && len(c.Token) == 0 && !c.Insecure {
+		c.Token = fabric.NewToken()
+	}
 	if c.NodeSize == 0 {
 		// The one-node region holds the whole transfer (the regions of
 		// the test exist one at a time).
@@ -88,6 +94,12 @@ func (c *PoolConfig) setDefaults() {
 }
 
 func (c *PoolConfig) validate() error {
+	if err := fabric.CheckToken(c.Token, c.Insecure); err != nil {
+		return fmt.Errorf("%w: Token: %w", ErrBadValue, err)
+	}
+	if c.Insecure && c.Switch == "" {
+		return fmt.Errorf("%w: Insecure without Switch: the pool this benchmark starts always has a token", ErrBadValue)
+	}
 	switch {
 	case c.Nodes < 1 || c.Nodes > 64:
 		return fmt.Errorf("%w: %d memory nodes (want 1 to 64)", ErrBadValue, c.Nodes)
@@ -99,6 +111,11 @@ func (c *PoolConfig) validate() error {
 		return fmt.Errorf("%w: stripe %d (want a multiple of 8, at least %d)", ErrBadValue, c.Stripe, fabric.MinStripe)
 	}
 	return nil
+}
+
+// fabric is the options of the benchmark's control calls.
+func (c *PoolConfig) fabric() endpoint.FabricOptions {
+	return endpoint.FabricOptions{Token: c.Token, Insecure: c.Insecure}
 }
 
 // RunPool measures the memory pool and hands each row to emit: with
@@ -139,7 +156,7 @@ func RunPool(ctx context.Context, cfg PoolConfig, emit func(Result) error) error
 		return fmt.Errorf("bench: endpoint: %w", err)
 	}
 	defer ep.Close()
-	c, err := pool.New(ep, sw, pool.Options{Fabric: endpoint.FabricOptions{Token: cfg.Token}})
+	c, err := pool.New(ep, sw, pool.Options{Fabric: cfg.fabric()})
 	if err != nil {
 		return err
 	}
@@ -163,7 +180,7 @@ func startPool(ctx context.Context, cfg *PoolConfig) (stop func(), sw string, no
 	if err != nil {
 		return nil, "", nil, err
 	}
-	s, err := fabric.New(fabric.Config{Token: cfg.Token, Transport: transport.Config{MTU: cfg.MTU}})
+	s, err := fabric.New(fabric.Config{Token: cfg.Token, Insecure: cfg.Insecure, Transport: transport.Config{MTU: cfg.MTU}})
 	if err != nil {
 		conn.Close()
 		return nil, "", nil, err
@@ -184,7 +201,7 @@ func startPool(ctx context.Context, cfg *PoolConfig) (stop func(), sw string, no
 			return nil, "", nil, err
 		}
 		nodes = append(nodes, n)
-		if _, err := n.EP.PoolLend(lctx, srv.Addr().String(), n.Key, uint64(n.Size), endpoint.FabricOptions{Token: cfg.Token}); err != nil {
+		if _, err := n.EP.PoolLend(lctx, srv.Addr().String(), n.Key, uint64(n.Size), cfg.fabric()); err != nil {
 			stop()
 			return nil, "", nil, fmt.Errorf("bench: memory node joining the pool: %w", err)
 		}
@@ -206,7 +223,7 @@ func startPoolNode(sw netip.AddrPort, cfg *PoolConfig) (*Node, error) {
 		return nil, fmt.Errorf("bench: memory node region: %w", err)
 	}
 	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Store: st, Transport: transport.Config{MTU: cfg.MTU},
-		PoolNode: &endpoint.PoolServe{Switch: sw, Key: key, Token: cfg.Token}}, endpoint.Options{})
+		PoolNode: &endpoint.PoolServe{Switch: sw, Key: key, Token: cfg.Token, Insecure: cfg.Insecure}}, endpoint.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("bench: memory node: %w", err)
 	}

@@ -49,9 +49,6 @@ func startPoolProcs(ctx context.Context, cfg *PoolConfig) (stop func(), sw, node
 		stop()
 		return nil, "", "", 0, err
 	}
-	if len(cfg.Token) == 0 {
-		cfg.Token = []byte("ndma-bench-pool")
-	}
 	tokenFile := filepath.Join(dir, "token")
 	if err := os.WriteFile(tokenFile, append(cfg.Token, '\n'), 0o600); err != nil {
 		return fail(err)
@@ -110,7 +107,7 @@ func startPoolProcs(ctx context.Context, cfg *PoolConfig) (stop func(), sw, node
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		st, err := ep.PoolStat(sctx, sw, endpoint.FabricOptions{Token: cfg.Token})
+		st, err := ep.PoolStat(sctx, sw, cfg.fabric())
 		cancel()
 		alive := 0
 		for _, n := range st.Nodes {

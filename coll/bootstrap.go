@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/transport"
 )
 
@@ -21,7 +22,10 @@ type Launch struct {
 	Rank, Size int
 	Switch     string // forwarding node address
 	Job        string // job name shared by all ranks
-	Token      string // fabric token
+	Token      string // fabric token (NDMA_TOKEN)
+	// Insecure (NDMA_INSECURE=1) rendezvouses without a fabric token, at
+	// a switch started with --insecure.
+	Insecure bool
 	// MTU is the largest datagram the network carries unfragmented, in
 	// bytes (NDMA_MTU; 0 when unset): what a rank's transport MTU should
 	// be. ndma testbed run sets it to the testbed's datagram size.
@@ -35,7 +39,8 @@ type Launch struct {
 
 // ParseEnv reads the launch from environment variables (getenv is
 // os.LookupEnv in production): NDMA_RANK, NDMA_SIZE, NDMA_SWITCH,
-// NDMA_JOB, NDMA_TOKEN, NDMA_MTU (optional, see EnvMTU), and the optional
+// NDMA_JOB, NDMA_TOKEN (or NDMA_INSECURE=1 for a switch that runs without
+// a token), NDMA_MTU (optional, see EnvMTU), and the optional
 // NDMA_JOIN_TIMEOUT (how long the rendezvous waits for every rank) and
 // NDMA_LIVENESS (how long a host algorithm waits for a silent rank
 // without a switch; "off": no bound), Go durations such as "90s"; when
@@ -81,6 +86,14 @@ func ParseEnv(getenv func(string) (string, bool)) (Launch, error) {
 	l.Switch, _ = getenv("NDMA_SWITCH")
 	l.Token, _ = getenv("NDMA_TOKEN")
 	var err error
+	if v, ok := getenv("NDMA_INSECURE"); ok && v != "" {
+		if l.Insecure, err = strconv.ParseBool(v); err != nil {
+			return l, fmt.Errorf("%w: NDMA_INSECURE=%q: want 1 or 0", ErrArg, v)
+		}
+	}
+	if l.Token != "" && l.Insecure {
+		return l, fmt.Errorf("%w: NDMA_TOKEN and NDMA_INSECURE=1: give one of them (a token turns authentication on)", ErrArg)
+	}
 	if l.MTU, err = EnvMTU(getenv); err != nil {
 		return l, err
 	}
@@ -156,8 +169,11 @@ func FromEnv(ctx context.Context, ep *endpoint.Endpoint) (*Communicator, error) 
 	if l.MTU > 0 && ep.MTU() > l.MTU {
 		return nil, fmt.Errorf("%w: the endpoint's MTU is %d bytes, above NDMA_MTU=%d (the network's largest datagram): give the endpoint an MTU of at most %d", ErrArg, ep.MTU(), l.MTU, l.MTU)
 	}
+	if l.Token == "" && !l.Insecure {
+		return nil, fmt.Errorf("%w: NDMA_TOKEN is not set: give the switch's fabric token, or NDMA_INSECURE=1 for a switch started with --insecure: %w", ErrArg, fabric.ErrNoToken)
+	}
 	return New(ctx, Config{Endpoint: ep, Rank: l.Rank, Size: l.Size, Switch: l.Switch, Job: l.Job, Token: []byte(l.Token),
-		JoinTimeout: l.JoinTimeout, Liveness: l.Liveness})
+		Insecure: l.Insecure, JoinTimeout: l.JoinTimeout, Liveness: l.Liveness})
 }
 
 // Split partitions the communicator MPI_Comm_split style: ranks passing
@@ -234,7 +250,7 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 	}
 	if c.group != nil {
 		job := fmt.Sprintf("%d/split%d/color%d", c.id, nsplit, color)
-		return New(ctx, Config{Endpoint: c.ep, Rank: newRank, Size: len(members), Switch: c.sw, Job: job, Token: c.token, Logger: c.log,
+		return New(ctx, Config{Endpoint: c.ep, Rank: newRank, Size: len(members), Switch: c.sw, Job: job, Token: c.token, Insecure: c.insecure, Logger: c.log,
 			Liveness: c.liveness, JoinTimeout: c.joinTimeout})
 	}
 	sub, err := New(ctx, Config{Endpoint: c.ep, Rank: newRank, Size: len(members), Peers: peers, Logger: c.log, Liveness: c.liveness})

@@ -60,6 +60,57 @@ func TestParseEnv(t *testing.T) {
 	}
 }
 
+// TestParseEnvToken: NDMA_TOKEN is the token; NDMA_INSECURE=1 asks for
+// none; both, or a bad NDMA_INSECURE, are errors naming the variables.
+func TestParseEnvToken(t *testing.T) {
+	for _, c := range []struct {
+		env      map[string]string
+		token    string
+		insecure bool
+		wantErr  string
+	}{
+		{env: map[string]string{"NDMA_TOKEN": "s3cr3t"}, token: "s3cr3t"},
+		{env: map[string]string{"NDMA_INSECURE": "1"}, insecure: true},
+		{env: map[string]string{"NDMA_INSECURE": "true"}, insecure: true},
+		{env: map[string]string{"NDMA_INSECURE": "0", "NDMA_TOKEN": "s3cr3t"}, token: "s3cr3t"},
+		{env: map[string]string{"NDMA_INSECURE": ""}},
+		{env: map[string]string{"NDMA_INSECURE": "yes please"}, wantErr: "NDMA_INSECURE"},
+		{env: map[string]string{"NDMA_INSECURE": "1", "NDMA_TOKEN": "s3cr3t"}, wantErr: "NDMA_TOKEN and NDMA_INSECURE"},
+	} {
+		c.env["NDMA_RANK"], c.env["NDMA_SIZE"] = "0", "2"
+		l, err := ParseEnv(envOf(c.env))
+		if c.wantErr != "" {
+			if !errors.Is(err, ErrArg) || !strings.Contains(fmt.Sprint(err), c.wantErr) || strings.Contains(fmt.Sprint(err), "s3cr3t") {
+				t.Errorf("%v: %v, want an ErrArg naming %s (and not the token)", c.env, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil || l.Token != c.token || l.Insecure != c.insecure {
+			t.Errorf("%v: token %q, insecure %v, %v; want %q and %v", c.env, l.Token, l.Insecure, err, c.token, c.insecure)
+		}
+	}
+}
+
+// TestFromEnvNeedsToken: FromEnv without NDMA_TOKEN (and without
+// NDMA_INSECURE=1) fails before sending anything, saying what to set.
+func TestFromEnvNeedsToken(t *testing.T) {
+	t.Setenv("NDMA_RANK", "0")
+	t.Setenv("NDMA_SIZE", "2")
+	t.Setenv("NDMA_SWITCH", "127.0.0.1:7471")
+	t.Setenv("NDMA_TOKEN", "")
+	t.Setenv("NDMA_INSECURE", "")
+	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	_, err = FromEnv(context.Background(), ep)
+	if !errors.Is(err, ErrArg) || !errors.Is(err, fabric.ErrNoToken) || !strings.Contains(err.Error(), "NDMA_TOKEN is not set") ||
+		!strings.Contains(err.Error(), "NDMA_INSECURE=1") {
+		t.Fatalf("FromEnv without a token: %v; want ErrArg and fabric.ErrNoToken, naming NDMA_TOKEN and NDMA_INSECURE", err)
+	}
+}
+
 // TestParseEnvDurations: NDMA_JOIN_TIMEOUT and NDMA_LIVENESS are Go
 // durations (NDMA_LIVENESS also "off"); a bad value is an error naming
 // the variable.
@@ -107,13 +158,14 @@ func TestFromEnvJoinTimeout(t *testing.T) {
 	t.Setenv("NDMA_SWITCH", "10.0.0.1:7471")
 	t.Setenv("NDMA_JOB", "env")
 	t.Setenv("NDMA_JOIN_TIMEOUT", "7s")
+	t.Setenv("NDMA_TOKEN", string(testToken))
 	synctest.Test(t, func(t *testing.T) {
 		net := simnet.New(1)
 		ctx, cancel := context.WithCancel(context.Background())
 		served := make(chan error, 1)
 		go func() { served <- net.Serve(ctx) }()
 		defer func() { cancel(); <-served }()
-		s, err := fabric.New(fabric.Config{Transport: transport.Config{MTU: 9000, Seed: 1}})
+		s, err := fabric.New(fabric.Config{Token: testToken, Transport: transport.Config{MTU: 9000, Seed: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -41,8 +41,12 @@ type Config struct {
 	// run.
 	Switch string
 	Job    string
-	// Token authenticates control messages to the switch.
+	// Token authenticates control messages to the switch. With Switch it
+	// must not be empty unless Insecure is set.
 	Token []byte
+	// Insecure rendezvouses at a switch that runs without a fabric token
+	// (see endpoint.FabricOptions.Insecure).
+	Insecure bool
 	// Peers lists every rank's endpoint address (index = rank), used when
 	// there is no Switch.
 	Peers []netip.AddrPort
@@ -110,10 +114,12 @@ type Communicator struct {
 	sw    string
 	swAP  netip.AddrPort // sw, parsed
 	token []byte
-	id    uint32 // context id: messages of different communicators never match
-	log   *slog.Logger
-	tuner Tuner
-	idle  time.Duration // two-sided receives' Idle bound (Config.Liveness; 0: none)
+	// insecure is Config.Insecure, for Split.
+	insecure bool
+	id       uint32 // context id: messages of different communicators never match
+	log      *slog.Logger
+	tuner    Tuner
+	idle     time.Duration // two-sided receives' Idle bound (Config.Liveness; 0: none)
 	// Config.Liveness and Config.JoinTimeout as given, for Split.
 	liveness, joinTimeout time.Duration
 
@@ -136,7 +142,7 @@ func New(ctx context.Context, cfg Config) (*Communicator, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Communicator{ep: cfg.Endpoint, rank: cfg.Rank, size: cfg.Size, sw: cfg.Switch, token: cfg.Token, log: log, tuner: DefaultTuner{},
+	c := &Communicator{ep: cfg.Endpoint, rank: cfg.Rank, size: cfg.Size, sw: cfg.Switch, token: cfg.Token, insecure: cfg.Insecure, log: log, tuner: DefaultTuner{},
 		liveness: cfg.Liveness, joinTimeout: cfg.JoinTimeout}
 	switch {
 	case cfg.Liveness == 0 && cfg.Switch == "":
@@ -160,7 +166,7 @@ func New(ctx context.Context, cfg Config) (*Communicator, error) {
 			jt = DefaultJoinTimeout
 		}
 		jctx, cancel := context.WithTimeout(ctx, jt)
-		g, err := cfg.Endpoint.JoinJob(jctx, c.sw, job, cfg.Size, cfg.Rank, endpoint.FabricOptions{Token: cfg.Token})
+		g, err := cfg.Endpoint.JoinJob(jctx, c.sw, job, cfg.Size, cfg.Rank, endpoint.FabricOptions{Token: cfg.Token, Insecure: cfg.Insecure})
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("coll: rendezvous: %w", err)

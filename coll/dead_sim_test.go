@@ -171,7 +171,7 @@ func TestSimDuplicateRankRefused(t *testing.T) {
 		served := make(chan error, 1)
 		go func() { served <- net.Serve(ctx) }()
 		swAddr := netip.MustParseAddrPort("10.0.0.1:7471")
-		s, err := fabric.New(fabric.Config{Transport: transport.Config{MTU: 9000, Seed: 3}})
+		s, err := fabric.New(fabric.Config{Token: testToken, Transport: transport.Config{MTU: 9000, Seed: 3}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,12 +187,12 @@ func TestSimDuplicateRankRefused(t *testing.T) {
 		}
 		first := make(chan error, 1)
 		go func() {
-			_, err := New(ctx, Config{Endpoint: eps[0], Rank: 1, Size: 3, Switch: swAddr.String(), Job: "dup"})
+			_, err := New(ctx, Config{Endpoint: eps[0], Rank: 1, Size: 3, Switch: swAddr.String(), Job: "dup", Token: testToken})
 			first <- err
 		}()
 		time.Sleep(10 * time.Millisecond) // the first JOIN is at the switch
 		start := time.Now()
-		_, err = New(context.Background(), Config{Endpoint: eps[1], Rank: 1, Size: 3, Switch: swAddr.String(), Job: "dup"})
+		_, err = New(context.Background(), Config{Endpoint: eps[1], Rank: 1, Size: 3, Switch: swAddr.String(), Job: "dup", Token: testToken})
 		if !errors.Is(err, endpoint.ErrRankTaken) || !strings.Contains(err.Error(), "rank 1 of job \"dup\" is already taken by 10.1.0.0:9000") {
 			t.Fatalf("second rank 1: %v, want it refused naming 10.1.0.0:9000", err)
 		}

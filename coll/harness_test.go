@@ -24,7 +24,7 @@ func udpComms(t testing.TB, n int, innet bool) []*Communicator {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := fabric.New(fabric.Config{})
+		s, err := fabric.New(fabric.Config{Token: testToken})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,7 +52,7 @@ func udpComms(t testing.TB, n int, innet bool) []*Communicator {
 			defer wg.Done()
 			cfg := Config{Endpoint: eps[i], Rank: i, Size: n}
 			if innet {
-				cfg.Switch, cfg.Job = sw, t.Name()
+				cfg.Switch, cfg.Job, cfg.Token = sw, t.Name(), testToken
 			} else {
 				cfg.Peers = peers
 			}
@@ -90,3 +90,6 @@ func runAll(t testing.TB, comms []*Communicator, f func(ctx context.Context, c *
 		}
 	}
 }
+
+// testToken is the fabric token of the tests' switches and ranks.
+var testToken = []byte("coll test token")

@@ -41,7 +41,7 @@ func simWorldConfig(t *testing.T, n int, innet bool, link simnet.LinkConfig, see
 			swAddr := netip.MustParseAddrPort("10.0.0.1:7471")
 			swLink := link
 			swLink.Rate, swLink.Latency = 0, 0 // the switch is the crossbar: a port per member
-			s, err := fabric.New(fabric.Config{Transport: transport.Config{MTU: 9000, Seed: uint64(seed)}})
+			s, err := fabric.New(fabric.Config{Token: testToken, Transport: transport.Config{MTU: 9000, Seed: uint64(seed)}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -70,7 +70,7 @@ func simWorldConfig(t *testing.T, n int, innet bool, link simnet.LinkConfig, see
 				defer wg.Done()
 				cfg := Config{Endpoint: eps[i], Rank: i, Size: n}
 				if innet {
-					cfg.Switch, cfg.Job = sw, "sim"
+					cfg.Switch, cfg.Job, cfg.Token = sw, "sim", testToken
 				} else {
 					cfg.Peers = peers
 				}

@@ -40,8 +40,14 @@ type PoolServe struct {
 	Switch netip.AddrPort
 	// Key is the Store region lent to the pool.
 	Key uint64
-	// Token authenticates the switch's grants (the fabric token).
+	// Token authenticates the switch's grants (the fabric token). It must
+	// not be empty unless Insecure is set.
 	Token []byte
+	// Insecure serves the pool without a fabric token: grants are
+	// accepted from anyone who can forge the switch's address. The
+	// endpoint refuses an empty Token without it (an error wrapping
+	// fabric.ErrNoToken).
+	Insecure bool
 	// Replies bounds the reply cache (entries); zero means 65536.
 	Replies int
 	// ReplyTTL is how long a mutating request's reply is remembered; zero
@@ -174,6 +180,9 @@ func (c *Core) initPool() error {
 		}
 		if !ps.Switch.IsValid() {
 			return fmt.Errorf("endpoint: PoolNode.Switch is not set")
+		}
+		if err := fabric.CheckToken(ps.Token, ps.Insecure); err != nil {
+			return fmt.Errorf("endpoint: PoolNode.Token: %w", err)
 		}
 		n, ttl := ps.Replies, ps.ReplyTTL
 		if n == 0 {

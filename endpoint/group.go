@@ -16,8 +16,13 @@ import (
 
 // FabricOptions configure how an endpoint talks to a forwarding node.
 type FabricOptions struct {
-	// Token authenticates control messages; it must match the switch's.
+	// Token authenticates control messages; it must match the switch's,
+	// and must not be empty unless Insecure is set.
 	Token []byte
+	// Insecure talks to a switch that runs without a fabric token: an
+	// empty Token is refused without it (every control call fails with
+	// an error wrapping fabric.ErrNoToken), and a Token with it.
+	Insecure bool
 	// Heartbeat is the interval between heartbeats to the switch. Zero
 	// means 250ms (the switch's default timeout is 1s: keep it at a
 	// quarter of the switch's --heartbeat-timeout).
@@ -111,7 +116,14 @@ func waitedSince(ctx context.Context, start time.Time) time.Duration {
 // Join, Register and Lookup requests carry this endpoint's MTU; their
 // refusals for it (an MTU above the switch's, a job whose members joined
 // with another size or MTU) are explained in the error.
-func (ep *Endpoint) control(ctx context.Context, sw netip.AddrPort, req *fabric.CtrlMsg, token []byte) (*fabric.CtrlMsg, error) {
+//
+// An opts without a Token and without Insecure fails before anything is
+// sent, with an error wrapping fabric.ErrNoToken.
+func (ep *Endpoint) control(ctx context.Context, sw netip.AddrPort, req *fabric.CtrlMsg, opts *FabricOptions) (*fabric.CtrlMsg, error) {
+	if err := fabric.CheckToken(opts.Token, opts.Insecure); err != nil {
+		return nil, fmt.Errorf("endpoint: %v to %v: FabricOptions.Token: %w", req.Type, sw, err)
+	}
+	token := opts.Token
 	if req.Type.CarriesMTU() {
 		req.MTU = ep.MTU()
 	}
@@ -154,9 +166,9 @@ func (e *RecoveringError) Unwrap() error { return e.Err }
 
 // controlPool is control for pool requests: while the switch recovers its
 // pool map, it waits as told and asks again, until ctx ends.
-func (ep *Endpoint) controlPool(ctx context.Context, sw netip.AddrPort, req *fabric.CtrlMsg, token []byte) (*fabric.CtrlMsg, error) {
+func (ep *Endpoint) controlPool(ctx context.Context, sw netip.AddrPort, req *fabric.CtrlMsg, opts *FabricOptions) (*fabric.CtrlMsg, error) {
 	for {
-		resp, err := ep.control(ctx, sw, req, token)
+		resp, err := ep.control(ctx, sw, req, opts)
 		var re *RecoveringError
 		if !errors.As(err, &re) {
 			return resp, err
@@ -267,7 +279,7 @@ func (ep *Endpoint) JoinJob(ctx context.Context, sw string, job string, size, ra
 	}
 	ep.enableGroups()
 	start := time.Now()
-	resp, err := ep.control(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlJoin, Job: job, Size: size, Rank: rank}, opts.Token)
+	resp, err := ep.control(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlJoin, Job: job, Size: size, Rank: rank}, &opts)
 	if err != nil {
 		var na *NoAnswerError
 		if errors.As(err, &na) && na.Acked || !errors.As(err, &na) && errors.Is(err, ErrCanceled) && ctx.Err() != nil {
@@ -375,7 +387,7 @@ func (ep *Endpoint) rendezvousError(ctx context.Context, sw netip.AddrPort, job 
 		e.Err = errors.Join(joinErr, cerr)
 	}
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), JoinStatusTimeout)
-	st, err := ep.control(qctx, sw, &fabric.CtrlMsg{Type: fabric.CtrlJoinStatus, Job: job}, opts.Token)
+	st, err := ep.control(qctx, sw, &fabric.CtrlMsg{Type: fabric.CtrlJoinStatus, Job: job}, &opts)
 	cancel()
 	if err != nil {
 		e.StatusErr = err
@@ -476,7 +488,7 @@ func (g *Group) stopHeartbeats() {
 // the group's operations completed.
 func (g *Group) Leave(ctx context.Context) error {
 	g.stopHeartbeats()
-	_, err := g.ep.control(ctx, g.sw, &fabric.CtrlMsg{Type: fabric.CtrlLeave, Group: g.id, Member: g.rank}, g.opts.Token)
+	_, err := g.ep.control(ctx, g.sw, &fabric.CtrlMsg{Type: fabric.CtrlLeave, Group: g.id, Member: g.rank}, &g.opts)
 	g.ep.mu.Lock()
 	g.ep.core.LeaveGroup(g.id)
 	g.ep.mu.Unlock()
@@ -607,7 +619,7 @@ func (ep *Endpoint) RegisterService(ctx context.Context, sw string, sc ServiceCo
 		}
 		req.Ranges = append(req.Ranges, cr)
 	}
-	resp, err := ep.control(ctx, ap, req, opts.Token)
+	resp, err := ep.control(ctx, ap, req, &opts)
 	if err != nil {
 		return nil, fmt.Errorf("endpoint: register %q: %w", sc.Name, err)
 	}
@@ -725,7 +737,7 @@ func (ep *Endpoint) lookup(ctx context.Context, sw netip.AddrPort, service strin
 	if ok {
 		return id, nil
 	}
-	resp, err := ep.control(ctx, sw, &fabric.CtrlMsg{Type: fabric.CtrlLookup, Service: service}, opts.Token)
+	resp, err := ep.control(ctx, sw, &fabric.CtrlMsg{Type: fabric.CtrlLookup, Service: service}, &opts)
 	if err != nil {
 		return 0, fmt.Errorf("endpoint: lookup %q: %w", service, err)
 	}

@@ -56,7 +56,7 @@ func (ep *Endpoint) PoolCreate(ctx context.Context, sw string, spec fabric.PoolS
 	if err != nil {
 		return fabric.PoolSpec{}, 0, err
 	}
-	resp, err := ep.controlPool(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlPoolCreate, Pool: spec}, opts.Token)
+	resp, err := ep.controlPool(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlPoolCreate, Pool: spec}, &opts)
 	if err != nil {
 		return fabric.PoolSpec{}, 0, fmt.Errorf("endpoint: pool create: %w", err)
 	}
@@ -72,7 +72,7 @@ func (ep *Endpoint) PoolOpen(ctx context.Context, sw string, region uint32, key 
 	if err != nil {
 		return fabric.PoolSpec{}, err
 	}
-	resp, err := ep.controlPool(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlPoolOpen, Region: region, Key: key}, opts.Token)
+	resp, err := ep.controlPool(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlPoolOpen, Region: region, Key: key}, &opts)
 	if err != nil {
 		return fabric.PoolSpec{}, fmt.Errorf("endpoint: pool open %d: %w", region, err)
 	}
@@ -88,7 +88,7 @@ func (ep *Endpoint) PoolFree(ctx context.Context, sw string, region uint32, key 
 	if err != nil {
 		return err
 	}
-	if _, err := ep.controlPool(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlPoolFree, Region: region, Key: key}, opts.Token); err != nil {
+	if _, err := ep.controlPool(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlPoolFree, Region: region, Key: key}, &opts); err != nil {
 		return fmt.Errorf("endpoint: pool free %d: %w", region, err)
 	}
 	return nil
@@ -108,7 +108,7 @@ func (ep *Endpoint) PoolStat(ctx context.Context, sw string, opts FabricOptions)
 	if err != nil {
 		return PoolState{}, err
 	}
-	resp, err := ep.control(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlPoolStat}, opts.Token)
+	resp, err := ep.control(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlPoolStat}, &opts)
 	if err != nil {
 		return PoolState{}, fmt.Errorf("endpoint: pool stat: %w", err)
 	}
@@ -131,7 +131,7 @@ func (ep *Endpoint) PoolLend(ctx context.Context, sw string, key, capacity uint6
 	req := &fabric.CtrlMsg{Type: fabric.CtrlPoolNode, Key: key, Capacity: capacity, Epoch: ep.incarnation}
 	iv := opts.heartbeat()
 	cctx, cancel := context.WithTimeout(ctx, 4*iv) // one heartbeat timeout
-	resp, err := ep.control(cctx, ap, req, opts.Token)
+	resp, err := ep.control(cctx, ap, req, &opts)
 	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("endpoint: pool lend: %w", err)
@@ -149,7 +149,7 @@ func (ep *Endpoint) PoolLend(ctx context.Context, sw string, key, capacity uint6
 			case <-t.C:
 			}
 			cctx, cancel := context.WithTimeout(ctx, 2*iv)
-			resp, err := ep.control(cctx, ap, req, opts.Token)
+			resp, err := ep.control(cctx, ap, req, &opts)
 			cancel()
 			if errors.Is(err, ErrClosed) {
 				return

@@ -146,7 +146,7 @@ func TestJoinTimeoutSwitchGone(t *testing.T) {
 func TestControlNoSwitch(t *testing.T) {
 	rdvNet(t, 1, false, func(t *testing.T, _ *fabric.Server, eps []*endpoint.Endpoint) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err := eps[0].PoolStat(ctx, rdvSwitch.String(), endpoint.FabricOptions{})
+		_, err := eps[0].PoolStat(ctx, rdvSwitch.String(), endpoint.FabricOptions{Token: []byte("t")})
 		cancel()
 		if want := "endpoint: pool stat: no switch answers at 10.0.0.1:7471 after 2s"; err == nil || err.Error() != want {
 			t.Errorf("pool stat within 2s:\n got %v\nwant %s", err, want)
@@ -160,14 +160,14 @@ func TestControlNoSwitch(t *testing.T) {
 		}
 
 		// Without a deadline the transport gives up after its DeadTimeout.
-		_, err = eps[0].PoolStat(context.Background(), rdvSwitch.String(), endpoint.FabricOptions{})
+		_, err = eps[0].PoolStat(context.Background(), rdvSwitch.String(), endpoint.FabricOptions{Token: []byte("t")})
 		want := fmt.Sprintf("endpoint: pool stat: no switch answers at 10.0.0.1:7471 after %v", transport.DefaultDeadTimeout)
 		if err == nil || err.Error() != want || !errors.Is(err, endpoint.ErrNoSwitch) || !errors.Is(err, transport.ErrPeerDead) {
 			t.Errorf("pool stat:\n got %v\nwant %s, matching ErrNoSwitch and transport.ErrPeerDead", err, want)
 		}
 
 		ctx, cancel = context.WithTimeout(context.Background(), 3*time.Second)
-		_, err = eps[0].JoinJob(ctx, rdvSwitch.String(), "job", 2, 0, endpoint.FabricOptions{})
+		_, err = eps[0].JoinJob(ctx, rdvSwitch.String(), "job", 2, 0, endpoint.FabricOptions{Token: []byte("t")})
 		cancel()
 		if want := `endpoint: join "job": no switch answers at 10.0.0.1:7471 after 3s`; err == nil || err.Error() != want ||
 			!errors.Is(err, endpoint.ErrNoSwitch) || !errors.Is(err, context.DeadlineExceeded) {

@@ -428,8 +428,10 @@ type CtrlMsg struct {
 }
 
 // AppendCtrl encodes m, appends HMAC-SHA256(token, encoded)[:CtrlTagLen]
-// and returns the extended slice. A nil or empty token is allowed (the tag
-// is then computed with an empty key); deployments set one. As with any
+// and returns the extended slice. A nil or empty token is allowed here (the
+// tag is then computed with an empty key): the configurations above it
+// (Config, the endpoint's FabricOptions) refuse one unless Insecure is
+// set (CheckToken). As with any
 // HMAC key, a token shorter than 64 bytes is padded with zero bytes, so
 // tokens that differ only in trailing zero bytes are the same key.
 //
@@ -480,6 +482,15 @@ func validateMTU(mtu int) error {
 		return ctrlErrorf("mtu %d not in %d..%d", mtu, CtrlMinMTU, CtrlMaxMTU)
 	}
 	return nil
+}
+
+// keyState describes a region key in an error without showing it (a key
+// is a capability): whether it is zero.
+func keyState(key uint64) string {
+	if key == 0 {
+		return "key zero"
+	}
+	return "key set"
 }
 
 func ctrlErrorf(format string, args ...any) error {
@@ -540,7 +551,7 @@ func (m *CtrlMsg) validate() error {
 		return validateMTU(m.MTU)
 	case CtrlPoolNode:
 		if !m.Resp && (m.Key == 0 || m.Capacity == 0) {
-			return ctrlErrorf("pool node: key %#x, capacity %d: want both non-zero", m.Key, m.Capacity)
+			return ctrlErrorf("pool node: %s, capacity %d: want both non-zero", keyState(m.Key), m.Capacity)
 		}
 	case CtrlPoolCreate:
 		return validatePool(&m.Pool, !m.Resp)
@@ -554,7 +565,7 @@ func (m *CtrlMsg) validate() error {
 			return nil
 		}
 		if m.Region == 0 || m.Key == 0 || m.Length == 0 {
-			return ctrlErrorf("%v: region %d, key %#x, length %d: want all non-zero", m.Type, m.Region, m.Key, m.Length)
+			return ctrlErrorf("%v: region %d, %s, length %d: want all non-zero", m.Type, m.Region, keyState(m.Key), m.Length)
 		}
 		if err := validatePool(&m.Pool, false); err != nil {
 			return err
@@ -568,7 +579,7 @@ func (m *CtrlMsg) validate() error {
 		return validateHomes(m.Homes, m.Pool.Columns)
 	case CtrlPoolEpoch:
 		if !m.Resp && (m.Region == 0 || m.Key == 0) {
-			return ctrlErrorf("pool epoch: region %d, key %#x: want both non-zero", m.Region, m.Key)
+			return ctrlErrorf("pool epoch: region %d, %s: want both non-zero", m.Region, keyState(m.Key))
 		}
 	case CtrlPoolReport:
 		if m.Resp {
@@ -1238,7 +1249,7 @@ func (m *CtrlMsg) decode(b []byte) error {
 		m.Capacity = r.u64("capacity")
 		m.Epoch = r.u64("incarnation")
 		if r.err == nil && (m.Key == 0 || m.Capacity == 0) {
-			r.err = ctrlErrorf("pool node: key %#x, capacity %d: want both non-zero", m.Key, m.Capacity)
+			r.err = ctrlErrorf("pool node: %s, capacity %d: want both non-zero", keyState(m.Key), m.Capacity)
 		}
 	case typ == CtrlPoolNode:
 		m.Node = r.u16("node")

@@ -5,7 +5,7 @@ import "testing"
 // TestEventsBounded: the event queue holds at most MaxEvents between two
 // calls of Events; more are dropped and counted, and Events empties it.
 func TestEventsBounded(t *testing.T) {
-	s, err := New(Config{})
+	s, err := New(Config{Insecure: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -265,7 +265,7 @@ func (m *MMU) evictable() *PoolNode {
 // and more memory, but not less than its regions' extents reach.
 func (m *MMU) AddNode(addr netip.AddrPort, key, capacity, inc uint64) (*PoolNode, error) {
 	if !addr.IsValid() || capacity == 0 || key == 0 {
-		return nil, fmt.Errorf("%w: address %v, key %#x, capacity %d", ErrPoolNode, addr, key, capacity)
+		return nil, fmt.Errorf("%w: address %v, %s, capacity %d", ErrPoolNode, addr, keyState(key), capacity)
 	}
 	if n := m.byAddr[addr]; n != nil && n.placeholder() {
 		// Named by other nodes' reports: the extents reserved on it must

@@ -15,8 +15,15 @@ import (
 // Config configures a Switch. Zero values select the documented defaults.
 type Config struct {
 	// Token authenticates control messages (HMAC-SHA256). Every endpoint
-	// of the fabric must use the same token. Empty means no secret.
+	// of the fabric must use the same token. It must not be empty unless
+	// Insecure is set.
 	Token []byte
+	// Insecure runs the switch without a fabric token: control messages
+	// are tagged under an empty key, so anyone who can send to the switch
+	// may join, register, create and free pool regions, and lend memory.
+	// New refuses an empty Token without it, and Insecure together with
+	// a Token.
+	Insecure bool
 	// HeartbeatTimeout is how long a member may go without a heartbeat
 	// before it is declared dead. Zero means 1s. Endpoints send heartbeats
 	// four times per timeout.
@@ -132,6 +139,9 @@ func (c *Config) setDefaults() {
 }
 
 func (c *Config) validate() error {
+	if err := CheckToken(c.Token, c.Insecure); err != nil {
+		return fmt.Errorf("%w: Token: %w", ErrConfig, err)
+	}
 	w := c.MulticastWindow
 	switch {
 	case c.HeartbeatTimeout < 0 || c.PoolRecoverWindow < 0 || c.MaxGroups < 0 || c.MaxForward < 0 || c.negativeData():

@@ -68,7 +68,7 @@ func LoadKeyFile(r io.Reader) ([]KeySpec, error) {
 		spec, err := parseKeyLine(f)
 		if err == nil {
 			if prev, dup := seen[spec.Key]; dup {
-				err = fmt.Errorf("%w: %#x already on line %d", ErrKeyInUse, spec.Key, prev)
+				err = fmt.Errorf("%w: the key of line %d again", ErrKeyInUse, prev)
 			}
 		}
 		if err != nil {

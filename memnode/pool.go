@@ -90,7 +90,7 @@ type PoolNode struct {
 func NewPoolNode(s *Store, key uint64) (*PoolNode, error) {
 	r, ok := s.regions[key]
 	if !ok {
-		return nil, fmt.Errorf("%w: no region %#x to lend", ErrGrant, key)
+		return nil, fmt.Errorf("%w: no region under the key to lend", ErrGrant)
 	}
 	return &PoolNode{store: s, key: key, size: uint64(len(r.mem)), grants: make(map[uint32]Grant), degraded: make(map[uint32]bool), written: make(map[uint32][]uint64)}, nil
 }

@@ -205,7 +205,7 @@ func (s *Store) admit(size int, perm Perm, key uint64) error {
 	}
 	if key != 0 {
 		if _, ok := s.regions[key]; ok {
-			return fmt.Errorf("%w: %#x", ErrKeyInUse, key)
+			return ErrKeyInUse // never the key: it is a capability
 		}
 	}
 	if len(s.regions) >= s.cfg.MaxRegions {
@@ -240,7 +240,7 @@ func (s *Store) insert(buf []byte, perm Perm, key uint64) (uint64, error) {
 func (s *Store) Deregister(key uint64) error {
 	r, ok := s.regions[key]
 	if !ok {
-		return fmt.Errorf("memnode: deregister %#x: %w", key, wire.StatusBadKey)
+		return fmt.Errorf("memnode: deregister: no region under that key: %w", wire.StatusBadKey)
 	}
 	delete(s.regions, key)
 	s.bytes -= int64(len(r.mem))

@@ -566,6 +566,11 @@ func (e *Engine) StepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit
 	}
 	id := PeerID{Addr: from, Group: h.Group, Member: h.Src, Mode: h.Mode}
 	switch h.Op {
+	case wire.OpHandshake:
+		// The security layer's, in front of the engine: one that
+		// reaches the engine finds no layer to answer it.
+		e.stats.Unexpected++
+		return d, false
 	case wire.OpAck, wire.OpNack:
 		if err := e.ack.Decode(payload); err != nil {
 			e.stats.Malformed++

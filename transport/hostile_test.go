@@ -936,3 +936,23 @@ func TestStrangersShareOfMessages(t *testing.T) {
 		}
 	}
 }
+
+// TestHandshakeNotData: a HANDSHAKE packet (the security layer's) that
+// reaches an engine is counted unexpected and creates no peer.
+func TestHandshakeNotData(t *testing.T) {
+	e, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := wire.Header{Version: wire.Version, Op: wire.OpHandshake, PSN: 7, AckBase: 7, MsgLen: 40}
+	pkt, err := wire.AppendPacket(nil, &h, make([]byte, 40))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.Step(time.Unix(1, 0), netip.MustParseAddrPort("10.0.0.9:1"), pkt); ok {
+		t.Fatal("a HANDSHAKE packet was delivered as data")
+	}
+	if st := e.Stats(); st.Unexpected != 1 || st.Peers != 0 {
+		t.Fatalf("after a HANDSHAKE packet: %d unexpected, %d peers; want 1, 0", st.Unexpected, st.Peers)
+	}
+}

@@ -63,7 +63,7 @@ func TestHostNames(t *testing.T) {
 	if _, err := execute(t, "pool", "ls", "--switch", "no-such-host.invalid:7471", "--token", token); err == nil || !strings.Contains(err.Error(), `host "no-such-host.invalid" does not resolve`) {
 		t.Errorf("pool ls --switch no-such-host.invalid:7471: %v, want an error naming the host", err)
 	}
-	out, err := executeCanceled(t, "switch", "--listen", "localhost:0")
+	out, err := executeCanceled(t, "switch", "--listen", "localhost:0", "--token", token)
 	if err != nil || !strings.Contains(out, "listen   127.0.0.1:") {
 		t.Errorf("switch --listen localhost:0: %v, output %q", err, out)
 	}

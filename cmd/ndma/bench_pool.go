@@ -95,8 +95,18 @@ baseline unless --node and --node-key name a memory node of the pool):
 					return err
 				}
 			}
-			// Without --switch the in-process pool uses the token too.
-			if cfg.Token, err = token.resolve(os.Getenv); err != nil {
+			// Without --switch the in-process pool uses the token given, or
+			// draws one of its own.
+			cfg.Token, cfg.Insecure, err = token.resolve(os.Getenv)
+			switch {
+			case sw == "" && errors.Is(err, errNoToken):
+				err = nil
+			case sw == "" && cfg.Insecure:
+				return errors.New("--insecure: only with --switch (the pool this benchmark starts has a token of its own)")
+			case err == nil && cfg.Insecure:
+				warnInsecure(cmd.ErrOrStderr(), cfg.Switch)
+			}
+			if err != nil {
 				return err
 			}
 			if node != "" {

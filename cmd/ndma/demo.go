@@ -186,7 +186,7 @@ func writeDemo(w io.Writer, d *demo, jsonOut bool, node *bench.Node) error {
 		}
 		return nil
 	}
-	fmt.Fprintf(w, "NDMA demo: memory node on %v, region %#016x of %s\n", node.Addr(), node.Key, bench.FormatSize(node.Size))
+	fmt.Fprintf(w, "NDMA demo: memory node on %v, a region of %s\n", node.Addr(), bench.FormatSize(node.Size))
 	if d.sw != "" {
 		fmt.Fprintf(w, "           switch on %s with a fabric token, %d endpoints in job %q (host-only: one-sided WRITEs)\n", d.sw, demoMembers, demoJob)
 	}

@@ -35,9 +35,6 @@ const (
 	demoRequests = 100
 )
 
-// demoToken is the fabric token of the demo's switch and endpoints.
-var demoToken = []byte("ndma-demo-fabric-token")
-
 // fabricDemo holds the switch and the job's members.
 type fabricDemo struct {
 	ctx     context.Context
@@ -86,7 +83,10 @@ func startFabric(ctx context.Context) (*fabricDemo, func(), error) {
 	if err != nil {
 		return nil, closeAll, err
 	}
-	sw, err := fabric.New(fabric.Config{Token: demoToken})
+	// The demo's switch and endpoints share a fabric token of their own,
+	// drawn for this run.
+	token := fabric.NewToken()
+	sw, err := fabric.New(fabric.Config{Token: token})
 	if err != nil {
 		conn.Close()
 		return nil, closeAll, err
@@ -94,7 +94,7 @@ func startFabric(ctx context.Context) (*fabricDemo, func(), error) {
 	srv := fabric.NewServer(conn, sw, nil)
 	closers = append(closers, func() { srv.Close() })
 	f := &fabricDemo{ctx: ctx, sw: srv.Addr().String(), swAddr: srv.Addr(), lendCtx: lendCtx, closers: &closers,
-		opts: endpoint.FabricOptions{Token: demoToken}}
+		opts: endpoint.FabricOptions{Token: token}}
 	for i := range demoMembers {
 		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{})
 		if err != nil {

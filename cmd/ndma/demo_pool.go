@@ -42,7 +42,7 @@ func (f *fabricDemo) pool() []demoRow {
 			return fail("pool setup", err)
 		}
 		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Store: st,
-			PoolNode: &endpoint.PoolServe{Switch: f.swAddr, Key: key, Token: demoToken}}, endpoint.Options{})
+			PoolNode: &endpoint.PoolServe{Switch: f.swAddr, Key: key, Token: f.opts.Token}}, endpoint.Options{})
 		if err != nil {
 			return fail("pool setup", err)
 		}

@@ -4,11 +4,22 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"os"
 	"testing"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
+
+// testToken is the fabric token of the tests' switches and memory nodes,
+// and $NDMA_TOKEN for every command the tests run that is given no other
+// (tests of the token's sources set their own).
+var testToken = []byte("cmd/ndma test token")
+
+func TestMain(m *testing.M) {
+	os.Setenv(tokenEnv, string(testToken))
+	os.Exit(m.Run())
+}
 
 // execute runs the ndma command line args with every flag of every
 // command back at its default first (cobra keeps flag values and their

@@ -49,15 +49,19 @@ READ, WRITE, compare-and-swap, fetch-and-add and vector operations over UDP.
 
 Without --key-file it creates one region of --size bytes with permissions
 --perm under a random key; with --key-file it creates the regions the file
-lists (lines of "<hex key> <size> <perm>"). The listening address and each
-region's key, size and permissions are printed on stdout; logs go to stderr.
+lists (lines of "<hex key> <size> <perm>"; only its owner may read it). The
+listening address and each region's size and permissions are printed on
+stdout, with the key when memd drew it (without --key-file and --switch);
+logs go to stderr and never show a key.
 With --switch it also lends its region with the lowest key to that
-forwarding node's memory pool, repeating the offer as its heartbeat; that
-region is then reachable only through the pool (the others stay
-reachable with their keys).
+forwarding node's memory pool, repeating the offer as its heartbeat; it
+then needs the fabric token (--token-file, --token or $NDMA_TOKEN) or
+--insecure. The lent region is then reachable only through the pool (the
+others stay reachable with their keys), and its key is not printed.
 SIGINT or SIGTERM shuts the node down gracefully.`,
 		Example: `  ndma memd --listen 127.0.0.1:7470 --size 1GiB
-  ndma memd --key-file keys.txt --metrics 127.0.0.1:9470 --json-logs`,
+  ndma memd --key-file keys.txt --metrics 127.0.0.1:9470 --json-logs
+  ndma memd --listen 127.0.0.1:7470 --switch 127.0.0.1:7471 --token-file fabric.key`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runMemd(cmd, &f) },
 	}
@@ -91,7 +95,7 @@ func runMemd(cmd *cobra.Command, f *memdFlags) error {
 		}
 		return err
 	}
-	printMemd(cmd.OutOrStdout(), srv)
+	printMemd(cmd.OutOrStdout(), srv, keyShown(cfg))
 
 	return f.prof.profiled(func() error { return runUntilSignal(cmd, srv.Run) })
 }
@@ -116,11 +120,11 @@ func (f *memdFlags) config(logw io.Writer) (memd.Config, error) {
 		if cfg.Switch, err = resolvePeer("--switch", f.sw); err != nil {
 			return memd.Config{}, err
 		}
-		if cfg.Token, err = f.token.resolve(os.Getenv); err != nil {
+		if cfg.Token, cfg.Insecure, err = f.token.resolve(os.Getenv); err != nil {
 			return memd.Config{}, err
 		}
 	case f.token.given():
-		return memd.Config{}, errors.New("--token, --token-file: only with --switch (the token authenticates this node to the forwarding node)")
+		return memd.Config{}, errors.New("--token, --token-file, --insecure: only with --switch (the token authenticates this node to the forwarding node)")
 	}
 	if f.keyFile == "" {
 		size, err := memnode.ParseSize(f.size)
@@ -142,15 +146,35 @@ func (f *memdFlags) config(logw io.Writer) (memd.Config, error) {
 	return cfg, nil
 }
 
+// keyShown says where memd's output shows a region's key instead of the
+// key: only a key memd drew itself for a region clients reach directly is
+// printed (the operator has a key file's keys; a lent region's key opens
+// every pool region on the node and no client needs it). "" means the
+// key.
+func keyShown(cfg memd.Config) string {
+	switch {
+	case cfg.KeyFile != "":
+		return "(in " + cfg.KeyFile + ")"
+	case cfg.Switch != "":
+		return "(lent to the pool)"
+	}
+	return ""
+}
+
 // printMemd writes what a client needs to reach the node: its address and
-// each region's key, size and permissions.
-func printMemd(w io.Writer, srv *memd.Server) {
+// each region's size, permissions and key, or instead of the key where it
+// is (keyShown).
+func printMemd(w io.Writer, srv *memd.Server, shown string) {
 	fmt.Fprintf(w, "listen   %v (UDP, MTU %d bytes)\n", srv.Addr(), srv.MTU())
 	if a := srv.MetricsAddr(); a != "" {
 		fmt.Fprintf(w, "metrics  http://%s/metrics\n", a)
 	}
 	for _, r := range srv.Regions() {
-		fmt.Fprintf(w, "region   key %s  size %s (%d bytes)  perm %v\n", memd.FormatKey(r.Key), formatSize(int64(r.Size)), r.Size, r.Perm)
+		key := shown
+		if key == "" {
+			key = memd.FormatKey(r.Key)
+		}
+		fmt.Fprintf(w, "region   key %s  size %s (%d bytes)  perm %v\n", key, formatSize(int64(r.Size)), r.Size, r.Perm)
 	}
 }
 

@@ -48,8 +48,11 @@ func (p *poolFlags) client(cmd *cobra.Command) (*endpoint.Endpoint, endpoint.Fab
 		return nil, opts, nil, nil, err
 	}
 	p.sw = sw
-	if opts.Token, err = p.token.resolve(os.Getenv); err != nil {
+	if opts.Token, opts.Insecure, err = p.token.resolve(os.Getenv); err != nil {
 		return nil, opts, nil, nil, err
+	}
+	if opts.Insecure {
+		warnInsecure(cmd.ErrOrStderr(), p.sw)
 	}
 	if p.timeout <= 0 {
 		return nil, opts, nil, nil, fmt.Errorf("--timeout %v: want a positive duration", p.timeout)

@@ -178,7 +178,7 @@ func startPool(t *testing.T, n int, size int64) (string, *fabric.Server, []*memd
 	if err != nil {
 		t.Fatal(err)
 	}
-	sw, err := fabric.New(fabric.Config{})
+	sw, err := fabric.New(fabric.Config{Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func startPool(t *testing.T, n int, size int64) (string, *fabric.Server, []*memd
 	addr := srv.Addr().String()
 	var nodes []*memd.Server
 	for range n {
-		node, err := memd.Start(memd.Config{Listen: "127.0.0.1:0", Size: size, Perm: memnode.PermAll, Switch: addr})
+		node, err := memd.Start(memd.Config{Listen: "127.0.0.1:0", Size: size, Perm: memnode.PermAll, Switch: addr, Token: testToken})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -54,15 +54,20 @@ reduces aggregation contributions in a pool of slots and sends only the
 result, and relays anycast requests to one member of a service.
 
 The token comes from --token, or better (it stays out of the process list)
-from the first line of --token-file, or else from $NDMA_TOKEN (the token
-itself); without any of them, control messages are not authenticated. --drop, --dup, --reorder and --corrupt inject faults into
+from the first line of --token-file (make one with ndma keygen; only its
+owner may read it), or else from $NDMA_TOKEN (the token itself); without
+any of them the switch refuses to start, unless --insecure asks it to run
+without authentication (it logs a warning saying so).
+
+--drop, --dup, --reorder and --corrupt inject faults into
 everything the switch sends, reproducibly from --seed, to test endpoints
 against a lossy fabric.
 
 The listening address is printed on stdout; logs go to stderr. SIGINT or
 SIGTERM shuts the switch down gracefully.`,
-		Example: `  ndma switch --listen 127.0.0.1:7471 --token-file fabric.key --metrics 127.0.0.1:9471
-  ndma switch --drop 0.01 --reorder 0.01 --seed 7 --json-logs`,
+		Example: `  ndma keygen -o fabric.key
+  ndma switch --listen 127.0.0.1:7471 --token-file fabric.key --metrics 127.0.0.1:9471
+  ndma switch --token-file fabric.key --drop 0.01 --reorder 0.01 --seed 7 --json-logs`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSwitch(cmd, &f) },
 	}
@@ -125,7 +130,7 @@ func (f *switchFlags) config(cmd *cobra.Command) (switchd.Config, error) {
 	if f.seed == 0 {
 		return switchd.Config{}, errors.New("--seed: 0: want at least 1")
 	}
-	token, err := f.token.resolve(os.Getenv)
+	token, insecure, err := f.token.resolve(os.Getenv)
 	if err != nil {
 		return switchd.Config{}, err
 	}
@@ -136,6 +141,7 @@ func (f *switchFlags) config(cmd *cobra.Command) (switchd.Config, error) {
 	return switchd.Config{
 		Listen:           listen,
 		Token:            token,
+		Insecure:         insecure,
 		HeartbeatTimeout: f.heartbeatTimeout,
 		PoolSlots:        f.poolSlots,
 		MTU:              f.mtu,

@@ -32,14 +32,14 @@ func findCmd(t *testing.T, path ...string) *cobra.Command {
 }
 
 // TestTokenFlagsOnEveryCommand checks that every command that talks to a
-// switch has --token and --token-file, with the same help, which says
-// that $NDMA_TOKEN holds the token itself.
+// switch has --token, --token-file and --insecure, with the same help,
+// which says that $NDMA_TOKEN holds the token itself.
 func TestTokenFlagsOnEveryCommand(t *testing.T) {
 	var ref tokenFlags
 	ref.register(pflag.NewFlagSet("ref", pflag.ContinueOnError))
 	for _, path := range switchTalkers {
 		c := findCmd(t, path...)
-		for _, name := range []string{"token", "token-file"} {
+		for _, name := range []string{"token", "token-file", "insecure"} {
 			f := c.Flags().Lookup(name)
 			if f == nil {
 				f = c.PersistentFlags().Lookup(name)
@@ -76,6 +76,13 @@ func TestTokenResolve(t *testing.T) {
 	if err := os.WriteFile(empty, []byte("\nx\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	exposed := filepath.Join(dir, "exposed")
+	if err := os.WriteFile(exposed, []byte("from-exposed\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(exposed, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	env := func(v string) func(string) string {
 		return func(k string) string {
 			if k == "NDMA_TOKEN" {
@@ -85,17 +92,24 @@ func TestTokenResolve(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		args    []string
-		env     string
-		want    string
-		wantErr string
+		args     []string
+		env      string
+		want     string
+		insecure bool
+		wantErr  string
 	}{
-		{args: nil, env: "", want: ""},
+		{args: nil, env: "", wantErr: "no fabric token: give --token-file FILE (make one with: ndma keygen -o FILE), --token or $NDMA_TOKEN"},
 		{args: nil, env: "from-env", want: "from-env"},
 		{args: []string{"--token", "from-flag"}, env: "from-env", want: "from-flag"},
 		{args: []string{"--token-file", file}, env: "from-env", want: "from-file"},
+		{args: []string{"--insecure"}, insecure: true},
+		{args: []string{"--insecure=false"}, env: "", wantErr: "no fabric token"},
 		{args: []string{"--token", "a", "--token-file", file}, wantErr: "--token and --token-file: give one of them, not both"},
+		{args: []string{"--token", "a", "--insecure"}, wantErr: "--insecure and --token: give one of them"},
+		{args: []string{"--token-file", file, "--insecure"}, wantErr: "--insecure and --token-file: give one of them"},
+		{args: []string{"--insecure"}, env: "from-env", wantErr: "--insecure, but $NDMA_TOKEN holds a token"},
 		{args: []string{"--token-file", empty}, wantErr: "is empty"},
+		{args: []string{"--token-file", exposed}, wantErr: "--token-file: token file " + exposed + " is readable by others (mode 0644): chmod 600 " + exposed},
 		{args: []string{"--token-file", filepath.Join(dir, "missing")}, wantErr: "--token-file: "},
 		{args: []string{"--token", ""}, env: "from-env", wantErr: "--token: empty"},
 	} {
@@ -105,15 +119,18 @@ func TestTokenResolve(t *testing.T) {
 		if err := fs.Parse(tc.args); err != nil {
 			t.Fatal(err)
 		}
-		got, err := f.resolve(env(tc.env))
+		got, insecure, err := f.resolve(env(tc.env))
 		if tc.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("%q env %q: error %v, want one containing %q", tc.args, tc.env, err, tc.wantErr)
 			}
+			if err != nil && (strings.Contains(err.Error(), "from-") || got != nil || insecure) {
+				t.Errorf("%q env %q: %q, insecure %v, error %v shows a token", tc.args, tc.env, got, insecure, err)
+			}
 			continue
 		}
-		if err != nil || string(got) != tc.want {
-			t.Errorf("%q env %q: %q, %v; want %q", tc.args, tc.env, got, err, tc.want)
+		if err != nil || string(got) != tc.want || insecure != tc.insecure {
+			t.Errorf("%q env %q: %q, insecure %v, %v; want %q, insecure %v", tc.args, tc.env, got, insecure, err, tc.want, tc.insecure)
 		}
 	}
 }

@@ -59,9 +59,16 @@ type Config struct {
 
 	// Token authenticates control messages (HMAC-SHA256): every endpoint
 	// of the fabric must use the same token, and a control request under
-	// another one is refused with wire.StatusAuth. Empty means no secret
-	// (anyone who can reach the switch may join, register and destroy).
+	// another one is refused with wire.StatusAuth. It must not be empty
+	// unless Insecure is set.
 	Token []byte
+
+	// Insecure runs the switch without a fabric token: anyone who can
+	// reach it may join, register, create and free pool regions and lend
+	// memory. Start refuses an empty Token without it (a *FieldError for
+	// Token wrapping fabric.ErrNoToken), and Insecure with a Token; with
+	// it, Start logs a warning saying so.
+	Insecure bool
 
 	// HeartbeatTimeout is how long a member may go without a heartbeat
 	// before it is declared dead, at least MinHeartbeatTimeout. Zero
@@ -126,6 +133,9 @@ func (c *Config) validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		return invalid("Listen", "%q: %v", c.Listen, err)
+	}
+	if err := fabric.CheckToken(c.Token, c.Insecure); err != nil {
+		return &FieldError{Field: "Token", Err: fmt.Errorf("%w: %w", ErrConfig, err)}
 	}
 	if c.MetricsAddr != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {

@@ -1,9 +1,12 @@
 package switchd
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
 	"math"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,10 +47,15 @@ func TestStartErrors(t *testing.T) {
 		{"dup above one", Config{Fault: fabric.FaultConfig{Dup: 1.5}}, "Fault.Dup", true},
 		{"NaN reorder", Config{Fault: fabric.FaultConfig{Reorder: math.NaN()}}, "Fault.Reorder", true},
 		{"infinite corrupt", Config{Fault: fabric.FaultConfig{Corrupt: math.Inf(1)}}, "Fault.Corrupt", true},
+		{"no token", Config{Token: []byte{}}, "Token", true},
+		{"token and insecure", Config{Token: testToken, Insecure: true}, "Token", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.cfg.Listen == "" {
 				tc.cfg.Listen = "127.0.0.1:0"
+			}
+			if tc.cfg.Token == nil {
+				tc.cfg.Token = testToken
 			}
 			srv, err := Start(tc.cfg)
 			if err == nil {
@@ -65,13 +73,16 @@ func TestStartErrors(t *testing.T) {
 			if errors.Is(err, ErrConfig) != tc.config {
 				t.Errorf("errors.Is(err, ErrConfig) = %v, want %v", !tc.config, tc.config)
 			}
+			if noToken := len(tc.cfg.Token) == 0 && !tc.cfg.Insecure; errors.Is(err, fabric.ErrNoToken) != noToken {
+				t.Errorf("errors.Is(err, fabric.ErrNoToken) = %v, want %v", !noToken, noToken)
+			}
 		})
 	}
 }
 
 // TestDefaults checks the values zero fields select.
 func TestDefaults(t *testing.T) {
-	var c Config
+	c := Config{Token: testToken}
 	if err := c.validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +90,7 @@ func TestDefaults(t *testing.T) {
 		c.PoolSlots != DefaultPoolSlots || c.MTU != DefaultMTU || c.Logger == nil {
 		t.Errorf("defaults: %+v", c)
 	}
-	srv := start(t, Config{MTU: MinMTU, PoolSlots: 1, HeartbeatTimeout: MinHeartbeatTimeout})
+	srv := start(t, Config{Token: testToken, MTU: MinMTU, PoolSlots: 1, HeartbeatTimeout: MinHeartbeatTimeout})
 	if srv.MTU() != MinMTU {
 		t.Errorf("MTU() = %d, want %d", srv.MTU(), MinMTU)
 	}
@@ -88,5 +99,35 @@ func TestDefaults(t *testing.T) {
 	}
 	if st := srv.Stats(); st.Switch.Pool.Slots != 1 {
 		t.Errorf("pool of %d slots, want 1", st.Switch.Pool.Slots)
+	}
+}
+
+// TestInsecureWarns checks that a switch started without a token (asked
+// for with Insecure) says so in a warning naming its address, and that one
+// started with a token warns of nothing and never logs the token.
+func TestInsecureWarns(t *testing.T) {
+	for _, insecure := range []bool{true, false} {
+		var logs bytes.Buffer
+		cfg := Config{Listen: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+		if insecure {
+			cfg.Insecure = true
+		} else {
+			cfg.Token = testToken
+		}
+		srv, err := Start(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := srv.Addr().String()
+		if err := srv.Close(); err != nil {
+			t.Fatal(err)
+		}
+		warned := strings.Contains(logs.String(), "level=WARN msg=\"switchd: running without authentication: anyone who can send to "+addr+" can join jobs")
+		if warned != insecure {
+			t.Errorf("insecure %v: warned %v; logs:\n%s", insecure, warned, logs.String())
+		}
+		if strings.Contains(logs.String(), string(testToken)) {
+			t.Errorf("the token is in the logs:\n%s", logs.String())
+		}
 	}
 }

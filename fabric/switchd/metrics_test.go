@@ -156,7 +156,7 @@ func TestMetrics(t *testing.T) {
 
 // TestNoMetrics checks that without MetricsAddr there is no listener.
 func TestNoMetrics(t *testing.T) {
-	srv := start(t, Config{})
+	srv := start(t, Config{Token: testToken})
 	if a := srv.MetricsAddr(); a != "" {
 		t.Errorf("MetricsAddr() = %q without a metrics listener", a)
 	}
@@ -165,7 +165,7 @@ func TestNoMetrics(t *testing.T) {
 // TestRun checks that Run returns nil and releases everything when its
 // context is cancelled.
 func TestRun(t *testing.T) {
-	srv, err := Start(Config{Listen: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0"})
+	srv, err := Start(Config{Listen: "127.0.0.1:0", Token: testToken, MetricsAddr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,6 +52,7 @@ func Start(cfg Config) (*Server, error) {
 	}
 	sw, err := fabric.New(fabric.Config{
 		Token:            cfg.Token,
+		Insecure:         cfg.Insecure,
 		HeartbeatTimeout: cfg.HeartbeatTimeout,
 		Transport:        transport.Config{MTU: cfg.MTU},
 		Pool:             fabric.PoolConfig{Slots: cfg.PoolSlots},
@@ -83,8 +84,9 @@ func Start(cfg Config) (*Server, error) {
 		attrs = append(attrs, "metrics", "http://"+s.metrics.Addr().String()+"/metrics")
 	}
 	s.log.Info("switchd: serving", attrs...)
-	if len(cfg.Token) == 0 {
-		s.log.Warn("switchd: no token: control messages are not authenticated")
+	if cfg.Insecure {
+		s.log.Warn("switchd: running without authentication: anyone who can send to " + s.Addr().String() +
+			" can join jobs, register services, create, open and free pool regions and lend memory to the pool")
 	}
 	if f := cfg.Fault; faultActive(f) {
 		s.log.Warn("switchd: injecting faults into everything sent",

@@ -62,7 +62,7 @@ func hostileDatagrams(rng *rand.Rand) (bad, odd, valid [][]byte) {
 	for range 200 {
 		h := base()
 		h.Op = wire.Opcode(int(wire.OpData) + 1 + rng.IntN(0xff-int(wire.OpData))) // past the last data opcode
-		if h.Op == wire.OpAck || h.Op == wire.OpNack {
+		if h.Op == wire.OpAck || h.Op == wire.OpNack || h.Op == wire.OpHandshake {
 			h.Op = 0xff
 		}
 		bad = append(bad, sealed(h, payload, nil))

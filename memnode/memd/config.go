@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/wire"
@@ -92,8 +93,16 @@ type Config struct {
 	// Empty means the node serves its regions only directly.
 	Switch string
 
-	// Token is the fabric token for Switch's control messages.
+	// Token is the fabric token for Switch's control messages. With
+	// Switch set it must not be empty unless Insecure is set; without
+	// Switch it must be empty.
 	Token []byte
+
+	// Insecure lends to Switch without a fabric token: the node then
+	// accepts pool grants from anyone who can forge the switch's
+	// address, and Start logs a warning saying so. Only with Switch, and
+	// not together with Token.
+	Insecure bool
 
 	// Logger receives the startup and shutdown lines and warnings. Nil
 	// discards.
@@ -155,6 +164,11 @@ func (c *Config) validate() error {
 			return invalid("Listen", "%s is a loopback address, from which the switch at %s (another host) cannot be reached: listen on a routable address or 0.0.0.0",
 				c.Listen, c.Switch)
 		}
+		if err := fabric.CheckToken(c.Token, c.Insecure); err != nil {
+			return &FieldError{Field: "Token", Err: fmt.Errorf("%w: %w", ErrConfig, err)}
+		}
+	} else if len(c.Token) > 0 || c.Insecure {
+		return invalid("Token", "a fabric token or Insecure without Switch (they concern the switch this node lends to)")
 	}
 	if c.KeyFile != "" {
 		if c.Size != 0 {

@@ -3,6 +3,7 @@ package memd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -116,7 +117,7 @@ func TestLendNoAnswerRetries(t *testing.T) {
 	var logs strings.Builder
 	var mu sync.Mutex
 	log := slog.New(slog.NewTextHandler(&lockedWriter{mu: &mu, w: &logs}, nil))
-	srv, err := Start(Config{Listen: "127.0.0.1:0", Size: 1 << 20, Switch: quiet.LocalAddr().String(), Logger: log})
+	srv, err := Start(Config{Listen: "127.0.0.1:0", Size: 1 << 20, Switch: quiet.LocalAddr().String(), Token: []byte("t"), Logger: log})
 	if err != nil {
 		t.Fatalf("Start with a silent switch: %v", err)
 	}
@@ -139,4 +140,57 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// TestLogsHoldNoSecrets: a memory node lending a key file's region to a
+// switch logs its start, its region and its lending without the region's
+// key (the node's key opens every pool region on it) or the fabric token;
+// one lending without a token (Insecure) warns that it does.
+func TestLogsHoldNoSecrets(t *testing.T) {
+	const key = 0x5eed00c0ffee4242
+	for _, insecure := range []bool{false, true} {
+		token := []byte("memd-logs-token")
+		conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fcfg := fabric.Config{Token: token}
+		if insecure {
+			fcfg = fabric.Config{Insecure: true}
+		}
+		sw, err := fabric.New(fcfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fsrv := fabric.NewServer(conn, sw, nil)
+		var logs strings.Builder
+		var mu sync.Mutex
+		log := slog.New(slog.NewTextHandler(&lockedWriter{mu: &mu, w: &logs}, nil))
+		cfg := Config{Listen: "127.0.0.1:0", KeyFile: writeKeyFile(t, FormatKey(key)+" 1MiB rwav\n"),
+			Switch: fsrv.Addr().String(), Token: fcfg.Token, Insecure: insecure, Logger: log}
+		srv, err := Start(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := srv.Addr().String()
+		if err := srv.Close(); err != nil {
+			t.Fatal(err)
+		}
+		fsrv.Close()
+		mu.Lock()
+		out := logs.String()
+		mu.Unlock()
+		if !strings.Contains(out, "memd: lending to the pool") || !strings.Contains(out, "memd: region") {
+			t.Fatalf("insecure %v: the logs do not show the region and the lending:\n%s", insecure, out)
+		}
+		for _, secret := range []string{FormatKey(key), fmt.Sprintf("%x", uint64(key)), fmt.Sprint(uint64(key)), string(token)} {
+			if strings.Contains(out, secret) {
+				t.Errorf("insecure %v: %q in the logs:\n%s", insecure, secret, out)
+			}
+		}
+		warned := strings.Contains(out, "level=WARN msg=\"memd: running without authentication: anyone who can send to "+addr)
+		if warned != insecure {
+			t.Errorf("insecure %v: warned %v:\n%s", insecure, warned, out)
+		}
+	}
 }

@@ -7,12 +7,12 @@ import (
 	"log/slog"
 	"math"
 	"net/netip"
-	"os"
 	"sync"
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/internal/metricsrv"
+	"github.com/ndma/ndma/internal/secretfile"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/transport"
@@ -90,7 +90,7 @@ func Start(cfg Config) (*Server, error) {
 		// Serve the pool requests and grants of the switch the first
 		// region is lent to (validate checked the address).
 		ecfg.PoolNode = &endpoint.PoolServe{Switch: netip.MustParseAddrPort(cfg.Switch), Key: regions[0].Key, Token: cfg.Token,
-			Replies: ReplyCacheEntries, ReplyTTL: ReplyCacheTTL}
+			Insecure: cfg.Insecure, Replies: ReplyCacheEntries, ReplyTTL: ReplyCacheTTL}
 	}
 	ep, err := endpoint.New(conn, ecfg, endpoint.Options{Logger: cfg.Logger})
 	if err != nil {
@@ -116,13 +116,19 @@ func Start(cfg Config) (*Server, error) {
 		attrs = append(attrs, "metrics", "http://"+s.metrics.Addr().String()+"/metrics")
 	}
 	s.log.Info("memd: serving", attrs...)
-	for _, r := range regions {
-		s.log.Info("memd: region", "key", FormatKey(r.Key), "size", r.Size, "perm", r.Perm.String())
+	// Never the keys: they are capabilities (the operator has them, in
+	// the key file or on stdout).
+	for i, r := range regions {
+		s.log.Info("memd: region", "index", i, "size", r.Size, "perm", r.Perm.String())
+	}
+	if cfg.Switch != "" && cfg.Insecure {
+		s.log.Warn("memd: running without authentication: anyone who can send to " + s.Addr().String() +
+			" with the address of the switch " + cfg.Switch + " can grant, rebuild and free pool regions on this node, and anyone who can send to the switch can pose as it")
 	}
 	s.lendDone = make(chan struct{})
 	if cfg.Switch == "" {
 		close(s.lendDone)
-	} else if err := s.startLending(cfg.Switch, cfg.Token, regions[0]); err != nil {
+	} else if err := s.startLending(cfg.Switch, endpoint.FabricOptions{Token: cfg.Token, Insecure: cfg.Insecure}, regions[0]); err != nil {
 		close(s.lendDone)
 		s.abort()
 		return nil, err
@@ -137,12 +143,12 @@ func Start(cfg Config) (*Server, error) {
 // restarting) is offered the region again every second in the background
 // until it accepts; the endpoint then repeats the offer as the node's
 // heartbeat.
-func (s *Server) startLending(sw string, token []byte, r memnode.RegionInfo) error {
+func (s *Server) startLending(sw string, opts endpoint.FabricOptions, r memnode.RegionInfo) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopLend = cancel
-	node, err := s.ep.PoolLend(ctx, sw, r.Key, uint64(r.Size), endpoint.FabricOptions{Token: token})
+	node, err := s.ep.PoolLend(ctx, sw, r.Key, uint64(r.Size), opts)
 	if err == nil {
-		s.log.Info("memd: lending to the pool", "switch", sw, "node", node, "key", FormatKey(r.Key), "bytes", r.Size)
+		s.log.Info("memd: lending to the pool", "switch", sw, "node", node, "bytes", r.Size)
 		close(s.lendDone)
 		return nil
 	}
@@ -151,7 +157,7 @@ func (s *Server) startLending(sw string, token []byte, r memnode.RegionInfo) err
 		return &FieldError{Field: "Switch", Err: explainLendRefusal(sw, err)}
 	}
 	s.log.Warn("memd: no switch answers yet; offering the region again every second", "switch", sw, "err", err)
-	go s.lend(ctx, sw, token, r)
+	go s.lend(ctx, sw, opts, r)
 	return nil
 }
 
@@ -179,7 +185,7 @@ func explainLendRefusal(sw string, err error) error {
 // accepts it, then lets the endpoint repeat the offer as the node's
 // heartbeat until ctx ends. It logs when the answer changes (no answer,
 // a refusal), not every try.
-func (s *Server) lend(ctx context.Context, sw string, token []byte, r memnode.RegionInfo) {
+func (s *Server) lend(ctx context.Context, sw string, opts endpoint.FabricOptions, r memnode.RegionInfo) {
 	defer close(s.lendDone)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -190,9 +196,9 @@ func (s *Server) lend(ctx context.Context, sw string, token []byte, r memnode.Re
 			return
 		case <-t.C:
 		}
-		node, err := s.ep.PoolLend(ctx, sw, r.Key, uint64(r.Size), endpoint.FabricOptions{Token: token})
+		node, err := s.ep.PoolLend(ctx, sw, r.Key, uint64(r.Size), opts)
 		if err == nil {
-			s.log.Info("memd: lending to the pool", "switch", sw, "node", node, "key", FormatKey(r.Key), "bytes", r.Size)
+			s.log.Info("memd: lending to the pool", "switch", sw, "node", node, "bytes", r.Size)
 			return
 		}
 		if ctx.Err() != nil || errors.Is(err, endpoint.ErrClosed) {
@@ -230,7 +236,9 @@ func newStore(cfg *Config) (*memnode.Store, error) {
 	keyErr := func(err error) error {
 		return &FieldError{Field: "KeyFile", Err: fmt.Errorf("%s: %w", cfg.KeyFile, err)}
 	}
-	f, err := os.Open(cfg.KeyFile)
+	// The keys are capabilities: a key file others can read or write is
+	// refused, as a fabric token file is.
+	f, err := secretfile.Open(cfg.KeyFile, "key file")
 	if err != nil {
 		return nil, &FieldError{Field: "KeyFile", Err: err}
 	}
@@ -253,12 +261,13 @@ func newStore(cfg *Config) (*memnode.Store, error) {
 	if err := fitsMemory(total); err != nil {
 		return nil, keyErr(err)
 	}
-	for _, sp := range specs {
+	// Errors name a region by its place in the file, never by its key.
+	for i, sp := range specs {
 		if sp.Size > math.MaxInt {
-			return nil, keyErr(fmt.Errorf("key %s: %w: %d bytes exceed this platform's int", FormatKey(sp.Key), memnode.ErrBadSize, sp.Size))
+			return nil, keyErr(fmt.Errorf("region %d: %w: %d bytes exceed this platform's int", i+1, memnode.ErrBadSize, sp.Size))
 		}
 		if _, err := st.Alloc(int(sp.Size), sp.Perm, sp.Key); err != nil {
-			return nil, keyErr(fmt.Errorf("key %s: %w", FormatKey(sp.Key), err))
+			return nil, keyErr(fmt.Errorf("region %d: %w", i+1, err))
 		}
 	}
 	return st, nil

@@ -7,11 +7,23 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/internal/secretfile"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/wire"
 )
+
+// chmod sets the mode of the file at p and returns p.
+func chmod(t *testing.T, p string, mode os.FileMode) string {
+	t.Helper()
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
 
 func writeKeyFile(t *testing.T, text string) string {
 	t.Helper()
@@ -101,6 +113,12 @@ func TestStartErrors(t *testing.T) {
 		{"duplicate key in key file", Config{KeyFile: writeKeyFile(t, "ab 4096 r\n\n0xAB 8 w\n")}, "KeyFile", memnode.ErrKeyInUse, 3},
 		{"bad size in key file", Config{KeyFile: writeKeyFile(t, "ab 0 r\n")}, "KeyFile", memnode.ErrBadSize, 1},
 		{"short line in key file", Config{KeyFile: writeKeyFile(t, "ab 4096\n")}, "KeyFile", nil, 1},
+		{"key file readable by others", Config{KeyFile: chmod(t, writeKeyFile(t, "ab 4096 r\n"), 0o644)}, "KeyFile", secretfile.ErrExposed, 0},
+		{"key file writable by others", Config{KeyFile: chmod(t, writeKeyFile(t, "ab 4096 r\n"), 0o620)}, "KeyFile", secretfile.ErrExposed, 0},
+		{"switch without token", Config{Listen: "127.0.0.1:0", Switch: "127.0.0.1:7471"}, "Token", fabric.ErrNoToken, 0},
+		{"switch with token and insecure", Config{Listen: "127.0.0.1:0", Switch: "127.0.0.1:7471", Token: []byte("t"), Insecure: true}, "Token", ErrConfig, 0},
+		{"token without switch", Config{Token: []byte("t")}, "Token", ErrConfig, 0},
+		{"insecure without switch", Config{Insecure: true}, "Token", ErrConfig, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.cfg.Listen == "" {
@@ -121,6 +139,10 @@ func TestStartErrors(t *testing.T) {
 			}
 			if tc.cause != nil && !errors.Is(err, tc.cause) {
 				t.Errorf("error does not wrap %v", tc.cause)
+			}
+			// The key files' key 0xab is a capability: never in an error.
+			if msg := strings.ToLower(err.Error()); strings.Contains(msg, "0xab") || strings.Contains(msg, "00ab") || strings.Contains(msg, " ab ") {
+				t.Errorf("error %q shows a region key", err)
 			}
 			if tc.line != 0 {
 				kfe, ok := errors.AsType[*memnode.KeyFileError](err)

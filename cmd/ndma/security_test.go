@@ -1,0 +1,269 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/memnode/memd"
+	"github.com/ndma/ndma/netio"
+)
+
+// executeBoth runs the ndma command line args as execute does and
+// returns what it wrote on standard output and on standard error.
+func executeBoth(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	rootCmd.SetErr(&errb)
+	defer rootCmd.SetErr(nil)
+	err = executeContext(t, context.Background(), &out, args...)
+	return out.String(), errb.String(), err
+}
+
+// TestKeygen: keygen writes a random token of fabric.TokenBytes bytes in
+// hex to a new file of mode 0600 (whatever the umask), keeps an existing
+// file unless --force, writes to standard output with -o -, and the file
+// it writes is one the switch accepts as --token-file.
+func TestKeygen(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "fabric.key")
+	if _, err := execute(t, "keygen"); err == nil || !strings.Contains(err.Error(), "-o: give the file") {
+		t.Errorf("keygen without -o: %v", err)
+	}
+	_, stderr, err := executeBoth(t, "keygen", "-o", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkToken := func(what string, b []byte) {
+		t.Helper()
+		line := strings.TrimSuffix(string(b), "\n")
+		if raw, err := hex.DecodeString(line); err != nil || len(raw) != fabric.TokenBytes || !strings.HasSuffix(string(b), "\n") || strings.Count(string(b), "\n") != 1 {
+			t.Errorf("%s: %q, want %d bytes in hex and a newline", what, b, fabric.TokenBytes)
+		}
+	}
+	checkToken("file", first)
+	checkMode := func() {
+		t.Helper()
+		if fi, err := os.Stat(file); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("mode %v, %v; want 0600", fi.Mode(), err)
+		}
+	}
+	checkMode()
+	if strings.Contains(stderr, strings.TrimSpace(string(first))) || !strings.Contains(stderr, "--token-file "+file) {
+		t.Errorf("keygen's message %q shows the token or does not say how to use it", stderr)
+	}
+
+	if _, err := execute(t, "keygen", "-o", file); err == nil || !strings.Contains(err.Error(), "exists: keeping it (--force replaces it)") {
+		t.Errorf("keygen over an existing file: %v", err)
+	}
+	if b, _ := os.ReadFile(file); !bytes.Equal(b, first) {
+		t.Error("keygen without --force changed the existing file")
+	}
+	// --force replaces it, and a file that had lost its privacy gets 0600.
+	if err := os.Chmod(file, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := executeBoth(t, "keygen", "-o", file, "--force"); err != nil {
+		t.Fatal(err)
+	}
+	second, _ := os.ReadFile(file)
+	checkToken("forced file", second)
+	checkMode()
+	if bytes.Equal(first, second) {
+		t.Error("keygen --force wrote the same token again")
+	}
+	out, err := execute(t, "keygen", "-o", "-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkToken("stdout", []byte(out))
+
+	// The switch takes it.
+	t.Setenv(tokenEnv, "")
+	if out, err := executeCanceled(t, "switch", "--listen", "127.0.0.1:0", "--token-file", file); err != nil || strings.Contains(out, strings.TrimSpace(string(second))) {
+		t.Errorf("switch --token-file from keygen: %v, output %q", err, out)
+	}
+}
+
+// insecureSwitch starts an in-process switch without a token and returns
+// its address.
+func insecureSwitch(t *testing.T) string {
+	t.Helper()
+	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := fabric.New(fabric.Config{Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := fabric.NewServer(conn, sw, nil)
+	t.Cleanup(func() { srv.Close() })
+	return srv.Addr().String()
+}
+
+// TestSecureByDefault: with no token from any source the daemons and the
+// clients of a switch refuse to run, saying how to make and give one;
+// --insecure runs them, with a warning naming the address anyone could
+// send to; a token file others may read is refused.
+func TestSecureByDefault(t *testing.T) {
+	t.Setenv(tokenEnv, "")
+	addr := insecureSwitch(t)
+	const noToken = "no fabric token: give --token-file FILE (make one with: ndma keygen -o FILE)"
+	for _, args := range [][]string{
+		{"switch", "--listen", "127.0.0.1:0"},
+		{"memd", "--listen", "127.0.0.1:0", "--size", "64KiB", "--switch", addr},
+	} {
+		if _, err := executeCanceled(t, args...); err == nil || !strings.Contains(err.Error(), noToken) {
+			t.Errorf("%q without a token: %v, want %q", args, err, noToken)
+		}
+	}
+	for _, args := range [][]string{
+		{"stat", "--switch", addr, "--interval", "0"},
+		{"pool", "ls", "--switch", addr},
+		{"pool", "create", "--switch", addr, "--size", "4KiB"},
+		{"bench", "pool", "--switch", addr},
+	} {
+		if _, err := execute(t, args...); err == nil || !strings.Contains(err.Error(), noToken) {
+			t.Errorf("%q without a token: %v, want %q", args, err, noToken)
+		}
+	}
+
+	out, err := executeCanceled(t, "switch", "--listen", "127.0.0.1:0", "--insecure")
+	if err != nil || !strings.Contains(out, "switchd: running without authentication: anyone who can send to 127.0.0.1:") {
+		t.Errorf("switch --insecure: %v, output %q; want a warning", err, out)
+	}
+	out, err = executeCanceled(t, "memd", "--listen", "127.0.0.1:0", "--size", "64KiB", "--switch", addr, "--insecure")
+	if err != nil || !strings.Contains(out, "memd: running without authentication: anyone who can send to 127.0.0.1:") {
+		t.Errorf("memd --insecure: %v, output %q; want a warning", err, out)
+	}
+	if _, err := executeCanceled(t, "memd", "--listen", "127.0.0.1:0", "--size", "64KiB", "--insecure"); err == nil || !strings.Contains(err.Error(), "only with --switch") {
+		t.Errorf("memd --insecure without --switch: %v", err)
+	}
+	stdout, stderr, err := executeBoth(t, "pool", "ls", "--switch", addr, "--insecure", "--json")
+	if err != nil || !strings.Contains(stderr, "ndma: warning: running without authentication (--insecure): anyone who can send to "+addr) {
+		t.Errorf("pool ls --insecure: %v, stdout %q, stderr %q; want a warning", err, stdout, stderr)
+	}
+	if _, err := execute(t, "bench", "pool", "--insecure"); err == nil || !strings.Contains(err.Error(), "--insecure: only with --switch") {
+		t.Errorf("bench pool --insecure without --switch: %v", err)
+	}
+
+	// A token file others can read is refused by every reader.
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, append(testToken, '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(file, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("token file %s is readable by others (mode 0644): chmod 600 %s", file, file)
+	if _, err := executeCanceled(t, "switch", "--listen", "127.0.0.1:0", "--token-file", file); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("switch with a 0644 token file: %v, want %q", err, want)
+	}
+	if _, err := execute(t, "pool", "ls", "--switch", addr, "--token-file", file); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("pool ls with a 0644 token file: %v, want %q", err, want)
+	}
+}
+
+// TestNoSecretsInOutput: the daemons, run with a token file and a key
+// file, and the pool commands write neither the fabric token nor a memory
+// node's region key anywhere (stdout, logs, errors), and a region's key
+// only where the user asked for it (pool create); no --help shows the
+// token, even with $NDMA_TOKEN set.
+func TestNoSecretsInOutput(t *testing.T) {
+	const token = "n0-l0gs-t0ken-7f3a"
+	const nodeKey = 0x6b3e9a17c2d45f08
+	t.Setenv(tokenEnv, "")
+	addr := tokenSwitch(t, token)
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	keyFile := filepath.Join(dir, "keys")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, []byte(memd.FormatKey(nodeKey)+" 1MiB rwav\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	secrets := []string{token, fmt.Sprintf("%x", uint64(nodeKey)), fmt.Sprint(uint64(nodeKey))}
+	check := func(what, out string, extra ...string) {
+		t.Helper()
+		for _, s := range append(secrets, extra...) {
+			if strings.Contains(strings.ToLower(out), s) {
+				t.Errorf("%s: %q in the output:\n%s", what, s, out)
+			}
+		}
+	}
+	out, err := executeCanceled(t, "switch", "--listen", "127.0.0.1:0", "--token-file", tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("switch", out)
+	for _, logs := range []string{"--json-logs", "--log-level=debug"} {
+		out, err = executeCanceled(t, "memd", "--listen", "127.0.0.1:0", "--key-file", keyFile, "--switch", addr, "--token-file", tokenFile, logs)
+		if err != nil || !strings.Contains(out, "lending to the pool") || !strings.Contains(out, "region   key (in "+keyFile+")") {
+			t.Fatalf("memd %s: %v, output:\n%s", logs, err, out)
+		}
+		check("memd "+logs, out)
+	}
+	// A node that keeps lending the same region (the memd commands above
+	// stopped at once): pool commands, with the node's region.
+	node, err := memd.Start(memd.Config{Listen: "127.0.0.1:0", KeyFile: keyFile, Switch: addr, Token: []byte(token)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	waitAliveToken(t, addr, token, 1)
+	stdout, stderr, err := executeBoth(t, "pool", "create", "--switch", addr, "--token-file", tokenFile, "--size", "64KiB", "--json")
+	if err != nil || !strings.Contains(stdout, `"key"`) {
+		t.Fatalf("pool create: %v, stdout %q", err, stdout)
+	}
+	check("pool create", stdout+stderr)
+	var region struct {
+		Region uint32 `json:"region"`
+		Key    string `json:"key"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &region); err != nil || region.Key == "" {
+		t.Fatalf("pool create: %v: %q", err, stdout)
+	}
+	regionKey := strings.TrimPrefix(region.Key, "0x")
+	for _, args := range [][]string{
+		{"pool", "ls", "--json"},
+		{"pool", "stat"},
+		{"stat", "--interval", "0"},
+		{"pool", "rm", fmt.Sprint(region.Region), "--key", memd.FormatKey(nodeKey)}, // a wrong key: refused
+		{"pool", "rm", fmt.Sprint(region.Region), "--key", region.Key},
+	} {
+		stdout, stderr, err := executeBoth(t, append(args, "--switch", addr, "--token-file", tokenFile)...)
+		check(strings.Join(args[:2], " "), fmt.Sprint(stdout, stderr, err), regionKey)
+	}
+
+	// No help shows the token, even as $NDMA_TOKEN's value.
+	t.Setenv(tokenEnv, token)
+	for _, path := range append(switchTalkers, []string{"keygen"}) {
+		out, err := execute(t, append(path, "--help")...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(strings.Join(path, " ")+" --help", out)
+	}
+}
+
+// waitAliveToken waits until the pool at addr, which requires token,
+// counts n memory nodes alive.
+func waitAliveToken(t *testing.T, addr, token string, n int) {
+	t.Helper()
+	t.Setenv(tokenEnv, token)
+	defer t.Setenv(tokenEnv, "")
+	waitAlive(t, addr, n)
+}

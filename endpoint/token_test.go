@@ -1,0 +1,119 @@
+package endpoint_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/netio/simnet"
+)
+
+// TestControlNeedsToken: every control call made without a fabric token
+// and without Insecure fails at once with an error wrapping
+// fabric.ErrNoToken, and sends nothing to the switch; a token together
+// with Insecure is refused too; a token the switch holds works.
+func TestControlNeedsToken(t *testing.T) {
+	rdvNet(t, 1, true, func(t *testing.T, srv *fabric.Server, eps []*endpoint.Endpoint) {
+		ep, sw := eps[0], rdvSwitch.String()
+		ctx := context.Background()
+		calls := map[string]func(endpoint.FabricOptions) error{
+			"join": func(o endpoint.FabricOptions) error {
+				_, err := ep.JoinJob(ctx, sw, "job", 1, 0, o)
+				return err
+			},
+			"register": func(o endpoint.FabricOptions) error {
+				_, err := ep.RegisterService(ctx, sw, endpoint.ServiceConfig{Name: "svc", Size: 1, Policy: fabric.PolicyRoundRobin}, 0,
+					func(uint64, []byte) ([]byte, error) { return nil, nil }, o)
+				return err
+			},
+			"anycast": func(o endpoint.FabricOptions) error {
+				_, err := ep.Anycast(ctx, sw, "svc", 1, []byte("x"), o)
+				return err
+			},
+			"pool create": func(o endpoint.FabricOptions) error {
+				_, _, err := ep.PoolCreate(ctx, sw, fabric.PoolSpec{Size: 1 << 20}, o)
+				return err
+			},
+			"pool open": func(o endpoint.FabricOptions) error {
+				_, err := ep.PoolOpen(ctx, sw, 1, 2, o)
+				return err
+			},
+			"pool free": func(o endpoint.FabricOptions) error { return ep.PoolFree(ctx, sw, 1, 2, o) },
+			"pool stat": func(o endpoint.FabricOptions) error {
+				_, err := ep.PoolStat(ctx, sw, o)
+				return err
+			},
+			"pool lend": func(o endpoint.FabricOptions) error {
+				_, err := ep.PoolLend(ctx, sw, 1, 1<<20, o)
+				return err
+			},
+		}
+		for name, call := range calls {
+			if err := call(endpoint.FabricOptions{}); !errors.Is(err, fabric.ErrNoToken) {
+				t.Errorf("%s without a token: %v, want fabric.ErrNoToken", name, err)
+			}
+			err := call(endpoint.FabricOptions{Token: []byte("t"), Insecure: true})
+			if err == nil || errors.Is(err, fabric.ErrNoToken) || errors.Is(err, endpoint.ErrNoSwitch) {
+				t.Errorf("%s with a token and Insecure: %v, want a refusal before sending", name, err)
+			}
+		}
+		if st := srv.Stats(); st.ControlIn != 0 {
+			t.Errorf("the switch got %d control messages, want none", st.ControlIn)
+		}
+		if _, err := ep.PoolStat(ctx, sw, endpoint.FabricOptions{Token: []byte("t")}); err != nil {
+			t.Fatalf("pool stat with the switch's token: %v", err)
+		}
+	})
+}
+
+// TestPoolServeNeedsToken: an endpoint that would serve a pool without a
+// fabric token (accepting anyone's grants) is refused unless Insecure says
+// so.
+func TestPoolServeNeedsToken(t *testing.T) {
+	net := simnet.New(1)
+	link := simnet.LinkConfig{Rate: 10e9}
+	for i, tc := range []struct {
+		serve endpoint.PoolServe
+		ok    bool
+	}{
+		{endpoint.PoolServe{}, false},
+		{endpoint.PoolServe{Token: []byte("t"), Insecure: true}, false},
+		{endpoint.PoolServe{Token: []byte("t")}, true},
+		{endpoint.PoolServe{Insecure: true}, true},
+	} {
+		st, err := memnode.NewStore(memnode.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, err := st.Alloc(1<<16, memnode.PermAll, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc.serve.Switch, tc.serve.Key = rdvSwitch, key
+		addr := rdvSwitch.Addr().Next()
+		for range i {
+			addr = addr.Next()
+		}
+		conn := net.ListenConn(netip.AddrPortFrom(addr, 9000), link, link)
+		ep, err := endpoint.New(conn, endpoint.Config{Store: st, PoolNode: &tc.serve}, endpoint.Options{})
+		if tc.ok {
+			if err != nil {
+				t.Errorf("%+v: %v", tc.serve, err)
+				continue
+			}
+			ep.Close()
+			continue
+		}
+		conn.Close()
+		if err == nil {
+			ep.Close()
+			t.Errorf("token %q, insecure %v: endpoint.New succeeded", tc.serve.Token, tc.serve.Insecure)
+		} else if (len(tc.serve.Token) == 0) != errors.Is(err, fabric.ErrNoToken) {
+			t.Errorf("token %q, insecure %v: %v", tc.serve.Token, tc.serve.Insecure, err)
+		}
+	}
+}
