@@ -2,16 +2,18 @@ package endpoint
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
+	mrand "math/rand/v2"
 	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
@@ -30,6 +32,11 @@ type Endpoint struct {
 	timer   *time.Timer
 	timerAt time.Time
 	closed  bool
+
+	// sec, when not nil, seals every datagram written and opens every
+	// datagram read (Options.Security); wireOut holds its output.
+	sec     *secure.Layer
+	wireOut []netio.Datagram
 
 	// incarnation tells this endpoint's lifetime from a later one at the
 	// same address (a restarted memory node: PoolLend).
@@ -56,6 +63,14 @@ type Options struct {
 	Logger *slog.Logger
 	// UDP configures the socket made by Listen.
 	UDP netio.UDPConfig
+	// Security, when set, protects every datagram with a secure.Layer
+	// of this identity: the endpoint talks only to processes that
+	// prove an identity of the same fabric, in sessions sealed with
+	// SecurityOptions, and drops (and counts) everything else. The
+	// transport's MTU then leaves room for the tag, so that a sealed
+	// datagram is no larger than Config.Transport.MTU.
+	Security        *secure.Identity
+	SecurityOptions secure.Options
 }
 
 // Listen opens a UDP socket on addr (e.g. "127.0.0.1:0") and returns an
@@ -76,6 +91,17 @@ func Listen(addr string, cfg Config, opts Options) (*Endpoint, error) {
 // New returns an endpoint driving conn, which it owns from now on (Close
 // closes it).
 func New(conn netio.Conn, cfg Config, opts Options) (*Endpoint, error) {
+	var sec *secure.Layer
+	if opts.Security != nil {
+		if cfg.Transport.MTU == 0 {
+			cfg.Transport.MTU = transport.DefaultMTU
+		}
+		cfg.Transport.MTU -= wire.TagLen
+		var err error
+		if sec, err = secure.NewLayer(opts.Security, opts.SecurityOptions, rand.Reader); err != nil {
+			return nil, fmt.Errorf("endpoint: security: %w", err)
+		}
+	}
 	core, err := NewCore(cfg)
 	if err != nil {
 		return nil, err
@@ -85,7 +111,7 @@ func New(conn netio.Conn, cfg Config, opts Options) (*Endpoint, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ep := &Endpoint{conn: conn, log: log, core: core, readerDone: make(chan struct{}), closing: make(chan struct{}),
-		services: make(map[uint32]*Service), svcIDs: make(map[string]uint32), incarnation: rand.Uint64()}
+		services: make(map[uint32]*Service), svcIDs: make(map[string]uint32), incarnation: mrand.Uint64(), sec: sec}
 	ep.timer = time.AfterFunc(time.Hour, ep.onTimer)
 	ep.timer.Stop()
 	go ep.reader()
@@ -120,7 +146,13 @@ func (ep *Endpoint) reader() {
 		ep.mu.Lock()
 		now := time.Now()
 		for i := 0; i < k; i++ {
-			ep.core.Step(now, ds[i].Addr, ds[i].Buf)
+			pkt := ds[i].Buf
+			if ep.sec != nil {
+				pkt = ep.sec.Receive(now, ds[i].Addr, pkt)
+			}
+			if pkt != nil {
+				ep.core.Step(now, ds[i].Addr, pkt)
+			}
 			ds[i].Buf = ds[i].Buf[:cap(ds[i].Buf)]
 		}
 		ep.pumpLocked(now)
@@ -152,10 +184,10 @@ func (ep *Endpoint) pumpLocked(now time.Time) {
 			ep.signalLocked(op)
 		}
 		ep.dispatchLocked()
-		if len(out) > 0 {
-			if err := ep.conn.WriteBatch(out); err != nil && !ep.closed {
-				ep.log.Warn("endpoint: write", "err", err)
-			}
+		if ep.sec != nil {
+			next = ep.sealLocked(now, out, next)
+		} else if len(out) > 0 {
+			ep.writeLocked(out)
 		}
 		clear(out)
 		ep.out = out[:0]
@@ -171,6 +203,39 @@ func (ep *Endpoint) pumpLocked(now time.Time) {
 		ep.timerAt = next
 		ep.timer.Reset(max(time.Until(next), 0))
 	}
+}
+
+// writeLocked writes ds to the socket. Caller holds mu.
+func (ep *Endpoint) writeLocked(ds []netio.Datagram) {
+	if err := ep.conn.WriteBatch(ds); err != nil && !ep.closed {
+		ep.log.Warn("endpoint: write", "err", err)
+	}
+}
+
+// sealLocked hands the core's datagrams out to the security layer, runs
+// its timers when due, writes what it gives to send (sealed datagrams,
+// handshake messages) and returns next moved to the layer's deadline.
+// Caller holds mu.
+func (ep *Endpoint) sealLocked(now time.Time, out []netio.Datagram, next time.Time) time.Time {
+	for _, d := range out {
+		// A datagram the layer refuses (too many held for a handshake,
+		// too many peers) is counted there and lost, as on the wire:
+		// the transport resends it or its op times out.
+		_ = ep.sec.Send(now, d.Addr, d.Buf)
+	}
+	if dl := ep.sec.Deadline(); !dl.IsZero() && !now.Before(dl) {
+		ep.sec.Tick(now)
+	}
+	ep.wireOut = ep.sec.Take(ep.wireOut[:0])
+	if len(ep.wireOut) > 0 {
+		ep.writeLocked(ep.wireOut)
+		ep.sec.Recycle(ep.wireOut)
+		clear(ep.wireOut)
+	}
+	if dl := ep.sec.Deadline(); !dl.IsZero() && (next.IsZero() || dl.Before(next)) {
+		next = dl
+	}
+	return next
 }
 
 // signalLocked reports op's completion: Done is closed, and op is sent on
@@ -327,6 +392,29 @@ func (ep *Endpoint) Stats() Stats {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	return ep.core.Stats()
+}
+
+// SecurityStats returns the security layer's counters (zero without
+// Options.Security).
+func (ep *Endpoint) SecurityStats() secure.LayerStats {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.sec == nil {
+		return secure.LayerStats{}
+	}
+	return ep.sec.Stats()
+}
+
+// PeerIdentity returns the certified identity of the process at addr,
+// once a secure session with it is established (never without
+// Options.Security).
+func (ep *Endpoint) PeerIdentity(addr netip.AddrPort) (secure.Cert, bool) {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.sec == nil {
+		return secure.Cert{}, false
+	}
+	return ep.sec.Peer(addr)
 }
 
 // Close fails outstanding operations with ErrClosed, closes the socket and

@@ -1,13 +1,16 @@
 package fabric
 
 import (
+	"crypto/rand"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/secure"
 )
 
 // Server drives a Switch over a netio.Conn: one goroutine reads datagram
@@ -25,16 +28,57 @@ type Server struct {
 	timerAt time.Time
 	closed  bool
 
+	// sec, when not nil, seals every datagram written and opens every
+	// datagram read (ServerOptions.Security); wireOut holds its output.
+	sec     *secure.Layer
+	wireOut []netio.Datagram
+
 	readerDone chan struct{}
 }
 
-// NewServer starts serving sw on conn; the server owns both from now on.
-// logger nil discards logs.
+// ServerOptions configure NewServerWith.
+type ServerOptions struct {
+	// Logger receives the switch's events and socket errors; nil
+	// discards.
+	Logger *slog.Logger
+	// Security, when set, protects every datagram with a secure.Layer
+	// of this identity (of role secure.RoleSwitch): the switch talks
+	// only to processes that prove an identity of the same fabric, in
+	// sessions sealed with SecurityOptions, and drops (and counts)
+	// everything else.
+	Security        *secure.Identity
+	SecurityOptions secure.Options
+}
+
+// NewServer starts serving sw on conn without a security layer; the
+// server owns both from now on. logger nil discards logs.
 func NewServer(conn netio.Conn, sw *Switch, logger *slog.Logger) *Server {
+	return newServer(conn, sw, logger, nil)
+}
+
+// NewServerWith starts serving sw on conn as opts say; the server owns
+// both from now on (also when it fails: conn is closed then).
+func NewServerWith(conn netio.Conn, sw *Switch, opts ServerOptions) (*Server, error) {
+	var sec *secure.Layer
+	if opts.Security != nil {
+		if opts.Security.Cert.Role != secure.RoleSwitch {
+			conn.Close()
+			return nil, fmt.Errorf("fabric: security: the switch's identity is of role %v", opts.Security.Cert.Role)
+		}
+		var err error
+		if sec, err = secure.NewLayer(opts.Security, opts.SecurityOptions, rand.Reader); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("fabric: security: %w", err)
+		}
+	}
+	return newServer(conn, sw, opts.Logger, sec), nil
+}
+
+func newServer(conn netio.Conn, sw *Switch, logger *slog.Logger, sec *secure.Layer) *Server {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{conn: conn, log: logger, sw: sw, readerDone: make(chan struct{})}
+	s := &Server{conn: conn, log: logger, sw: sw, sec: sec, readerDone: make(chan struct{})}
 	s.timer = time.AfterFunc(time.Hour, s.onTimer)
 	s.timer.Stop()
 	s.mu.Lock()
@@ -52,6 +96,29 @@ func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.sw.Stats()
+}
+
+// SecurityStats returns the security layer's counters (zero without
+// ServerOptions.Security).
+func (s *Server) SecurityStats() secure.LayerStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sec == nil {
+		return secure.LayerStats{}
+	}
+	return s.sec.Stats()
+}
+
+// PeerIdentity returns the certified identity of the process at addr,
+// once a secure session with it is established (never without
+// ServerOptions.Security).
+func (s *Server) PeerIdentity(addr netip.AddrPort) (secure.Cert, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sec == nil {
+		return secure.Cert{}, false
+	}
+	return s.sec.Peer(addr)
 }
 
 // Groups lists the switch's groups.
@@ -92,7 +159,13 @@ func (s *Server) reader() {
 		s.mu.Lock()
 		now := time.Now()
 		for i := 0; i < k; i++ {
-			s.sw.Step(now, ds[i].Addr, ds[i].Buf)
+			pkt := ds[i].Buf
+			if s.sec != nil {
+				pkt = s.sec.Receive(now, ds[i].Addr, pkt)
+			}
+			if pkt != nil {
+				s.sw.Step(now, ds[i].Addr, pkt)
+			}
 			ds[i].Buf = ds[i].Buf[:cap(ds[i].Buf)]
 		}
 		s.pumpLocked(now)
@@ -115,10 +188,10 @@ func (s *Server) pumpLocked(now time.Time) {
 	for range 64 {
 		var out []netio.Datagram
 		out, next = s.sw.Poll(now, s.out[:0])
-		if len(out) > 0 {
-			if err := s.conn.WriteBatch(out); err != nil && !s.closed {
-				s.log.Warn("fabric: write", "err", err)
-			}
+		if s.sec != nil {
+			next = s.sealLocked(now, out, next)
+		} else if len(out) > 0 {
+			s.writeLocked(out)
 		}
 		clear(out)
 		s.out = out[:0]
@@ -135,6 +208,38 @@ func (s *Server) pumpLocked(now time.Time) {
 		s.timerAt = next
 		s.timer.Reset(max(time.Until(next), 0))
 	}
+}
+
+// writeLocked writes ds to the socket. Caller holds mu.
+func (s *Server) writeLocked(ds []netio.Datagram) {
+	if err := s.conn.WriteBatch(ds); err != nil && !s.closed {
+		s.log.Warn("fabric: write", "err", err)
+	}
+}
+
+// sealLocked hands the switch's datagrams to the security layer, runs its
+// timers when due, writes what it gives to send (sealed datagrams,
+// handshake messages) and returns next moved to the layer's deadline.
+// Caller holds mu.
+func (s *Server) sealLocked(now time.Time, out []netio.Datagram, next time.Time) time.Time {
+	for _, d := range out {
+		// A datagram the layer refuses is counted there and lost, as
+		// on the wire.
+		_ = s.sec.Send(now, d.Addr, d.Buf)
+	}
+	if dl := s.sec.Deadline(); !dl.IsZero() && !now.Before(dl) {
+		s.sec.Tick(now)
+	}
+	s.wireOut = s.sec.Take(s.wireOut[:0])
+	if len(s.wireOut) > 0 {
+		s.writeLocked(s.wireOut)
+		s.sec.Recycle(s.wireOut)
+		clear(s.wireOut)
+	}
+	if dl := s.sec.Deadline(); !dl.IsZero() && (next.IsZero() || dl.Before(next)) {
+		next = dl
+	}
+	return next
 }
 
 // logEventsLocked logs the switch's events at info level. Caller holds mu.

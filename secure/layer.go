@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -32,6 +33,8 @@ type Layer struct {
 	nextSAID uint32
 	out      []Datagram
 	stats    LayerStats
+	free     [len(bufClasses)][][]byte // buffers given back by Recycle, by class
+	deadline time.Time                 // when Tick has work next (zero: none)
 
 	unknownSec  int64 // the second unknownSent counts in
 	unknownSent int
@@ -50,9 +53,55 @@ type Layer struct {
 }
 
 // Datagram is a datagram to send: its destination and bytes.
-type Datagram struct {
-	Addr netip.AddrPort
-	Buf  []byte
+type Datagram = netio.Datagram
+
+// The capacities of the buffers the layer seals into (a datagram of up
+// to 2 KiB, a jumbo frame, any UDP datagram), and how many of each it
+// keeps for reuse once Recycle gives them back.
+var (
+	bufClasses = [...]int{2 << 10, 16 << 10, 64 << 10}
+	bufKeep    = [len(bufClasses)]int{1024, 256, 64}
+)
+
+// getBuf returns an empty buffer of capacity at least n: a recycled one,
+// or a new one of n's class.
+func (l *Layer) getBuf(n int) []byte {
+	for c, size := range bufClasses {
+		if n > size {
+			continue
+		}
+		if k := len(l.free[c]); k > 0 {
+			b := l.free[c][k-1]
+			l.free[c][k-1] = nil
+			l.free[c] = l.free[c][:k-1]
+			return b
+		}
+		return make([]byte, 0, size)
+	}
+	return make([]byte, 0, n)
+}
+
+// putBuf keeps b for reuse if it is of a class and that class has room.
+func (l *Layer) putBuf(b []byte) {
+	for c, size := range bufClasses {
+		if cap(b) == size {
+			if len(l.free[c]) < bufKeep[c] {
+				l.free[c] = append(l.free[c], b[:0])
+			}
+			return
+		}
+	}
+}
+
+// Recycle gives the layer back the buffers of datagrams that Take
+// returned, once they are written, so that later datagrams are sealed
+// into them rather than into new ones: with it, a steady flow of
+// datagrams allocates nothing. The caller must not touch the buffers
+// afterwards, nor recycle one twice. Calling it is optional.
+func (l *Layer) Recycle(ds []Datagram) {
+	for _, d := range ds {
+		l.putBuf(d.Buf)
+	}
 }
 
 // LayerStats counts what a Layer did.
@@ -139,7 +188,8 @@ var ErrLayerFull = errors.New("secure: too many peers")
 
 // Send takes a plain datagram pkt (an encoded wire packet) for to at now:
 // sealed at once if a session exists, else held (at most MaxQueued) while
-// a handshake opens one. Its output is in the next Take. pkt is copied.
+// a handshake opens one. Its output is in the next Take. pkt is copied
+// (into a buffer with room for the tag, which Recycle gives back).
 func (l *Layer) Send(now time.Time, to netip.AddrPort, pkt []byte) error {
 	p := l.peers[to]
 	if p == nil {
@@ -155,15 +205,16 @@ func (l *Layer) Send(now time.Time, to netip.AddrPort, pkt []byte) error {
 			l.stats.DroppedQueue++
 			return fmt.Errorf("secure: %d datagrams held for %v's handshake", len(p.queue), to)
 		}
-		p.queue = append(p.queue, append(make([]byte, 0, len(pkt)+wire.TagLen), pkt...))
+		p.queue = append(p.queue, append(l.getBuf(len(pkt)+wire.TagLen), pkt...))
 		return nil
 	}
-	return l.seal(p, append(make([]byte, 0, len(pkt)+wire.TagLen), pkt...))
+	return l.seal(p, append(l.getBuf(len(pkt)+wire.TagLen), pkt...))
 }
 
 func (l *Layer) seal(p *layerPeer, pkt []byte) error {
 	sealed, err := p.sess.Send.Seal(pkt)
 	if err != nil {
+		l.putBuf(pkt)
 		return err
 	}
 	l.stats.Sealed++
@@ -218,12 +269,16 @@ func (l *Layer) unmapSAIDs(p *layerPeer, keep uint32) {
 // again every HandshakeRetry until answered.
 func (l *Layer) sendHandshake(now time.Time, p *layerPeer, msg []byte) {
 	h := wire.Header{Version: wire.Version, Op: wire.OpHandshake, MsgLen: uint32(len(msg))}
-	b, err := wire.AppendPacket(nil, &h, msg)
+	b, err := wire.AppendPacket(l.getBuf(wire.HeaderLen+len(msg)), &h, msg)
 	if err != nil {
+		l.putBuf(b)
 		return
 	}
 	if len(msg) > 0 && msg[0] == hsHello {
-		p.hello, p.retryAt = b, now.Add(l.HandshakeRetry)
+		// A copy of its own: the datagram's buffer goes back to the
+		// pool once written.
+		p.hello, p.retryAt = append(p.hello[:0], b...), now.Add(l.HandshakeRetry)
+		l.wake(p.retryAt)
 	}
 	l.out = append(l.out, Datagram{Addr: p.addr, Buf: b})
 }
@@ -353,6 +408,7 @@ func (l *Layer) established(now time.Time, addr netip.AddrPort, s *Session) {
 		}
 	}
 	p.queue = nil
+	l.wake(now.Add(l.sweepEvery()))
 }
 
 // hsUnknown is the HANDSHAKE message that tells a sender its SA is not
@@ -374,7 +430,10 @@ func (l *Layer) unknownSA(now time.Time, from netip.AddrPort, id uint32) {
 	}
 	l.unknownSent++
 	h := wire.Header{Version: wire.Version, Op: wire.OpHandshake, MsgLen: 5}
-	b, err := wire.AppendPacket(nil, &h, binary.BigEndian.AppendUint32([]byte{hsUnknown}, id))
+	var msg [5]byte
+	msg[0] = hsUnknown
+	binary.BigEndian.PutUint32(msg[1:], id)
+	b, err := wire.AppendPacket(l.getBuf(wire.HeaderLen+len(msg)), &h, msg[:])
 	if err == nil {
 		l.out = append(l.out, Datagram{Addr: from, Buf: b})
 	}
@@ -396,7 +455,7 @@ func (l *Layer) onUnknown(now time.Time, from netip.AddrPort, msg []byte) {
 }
 
 // Take appends the datagrams to send to dst and returns it; the layer
-// does not keep them.
+// does not keep them (until Recycle gives their buffers back).
 func (l *Layer) Take(dst []Datagram) []Datagram {
 	dst = append(dst, l.out...)
 	clear(l.out)
@@ -406,16 +465,19 @@ func (l *Layer) Take(dst []Datagram) []Datagram {
 
 // Tick resends HELLOs that got no answer, gives up handshakes that took
 // too long and forgets idle sessions; it returns when it has work next
-// (zero: none).
+// (zero: none), as Deadline does from then on. It looks at every peer:
+// call it when Deadline is due, not for every datagram.
 func (l *Layer) Tick(now time.Time) time.Time {
 	l.sweep(now)
 	var next time.Time
+	sessions := false
 	for _, p := range l.peers {
 		if p.ini == nil {
+			sessions = sessions || p.sess != nil
 			continue
 		}
 		if !now.Before(p.retryAt) && p.hello != nil {
-			l.out = append(l.out, Datagram{Addr: p.addr, Buf: p.hello})
+			l.out = append(l.out, Datagram{Addr: p.addr, Buf: append(l.getBuf(len(p.hello)), p.hello...)})
 			p.retryAt = now.Add(l.HandshakeRetry)
 		}
 		for _, t := range []time.Time{p.retryAt, p.giveUpAt} {
@@ -424,7 +486,30 @@ func (l *Layer) Tick(now time.Time) time.Time {
 			}
 		}
 	}
+	if sessions {
+		if t := now.Add(l.sweepEvery()); next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	l.deadline = next
 	return next
+}
+
+// Deadline is when Tick has work next (zero: none): a HELLO to send
+// again, a handshake to give up, idle sessions to look for. Send and
+// Receive may move it earlier; it costs nothing to ask.
+func (l *Layer) Deadline() time.Time { return l.deadline }
+
+// wake makes Tick due at t at the latest.
+func (l *Layer) wake(t time.Time) {
+	if l.deadline.IsZero() || t.Before(l.deadline) {
+		l.deadline = t
+	}
+}
+
+// sweepEvery is how often Tick looks for idle sessions.
+func (l *Layer) sweepEvery() time.Duration {
+	return max(min(l.SessionIdle/4, time.Minute), time.Millisecond)
 }
 
 // sweep drops handshakes past their give-up time (and their held
@@ -435,6 +520,9 @@ func (l *Layer) sweep(now time.Time) {
 		case p.sess == nil && p.ini != nil && !now.Before(p.giveUpAt):
 			l.stats.HandshakesFailed++
 			l.stats.DroppedQueue += uint64(len(p.queue))
+			for _, b := range p.queue {
+				l.putBuf(b)
+			}
 		case p.sess != nil && now.Sub(p.last) > l.SessionIdle:
 		default:
 			continue

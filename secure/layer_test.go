@@ -274,3 +274,104 @@ func TestLayerBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestLayerRecycle: datagrams are sealed into buffers that Recycle gives
+// back, so a steady flow allocates nothing; a HELLO whose datagram was
+// recycled (and its buffer reused) is still sent again intact.
+func TestLayerRecycle(t *testing.T) {
+	n, a, b := newNet2(t)
+	if err := a.Send(n.now, addrB, plainPacket(t, 1, "held")); err != nil {
+		t.Fatal(err)
+	}
+	// The first HELLO is lost; its buffer goes back and is reused.
+	hello := a.Take(nil)
+	if len(hello) != 1 {
+		t.Fatalf("%d datagrams to send, want the HELLO", len(hello))
+	}
+	first := bytes.Clone(hello[0].Buf)
+	a.Recycle(hello)
+	if err := a.Send(n.now, netip.MustParseAddrPort("10.0.0.9:1"), plainPacket(t, 2, "to a stranger: overwrites a recycled buffer")); err != nil {
+		t.Fatal(err)
+	}
+	a.Recycle(a.Take(nil))
+	if d := a.Deadline(); d.IsZero() || d.After(n.now.Add(DefaultHandshakeRetry)) {
+		t.Fatalf("deadline %v with a HELLO to resend at %v", d, n.now.Add(DefaultHandshakeRetry))
+	}
+	n.now = n.now.Add(DefaultHandshakeRetry)
+	a.Tick(n.now)
+	for _, d := range a.Take(nil) {
+		if d.Addr == addrB && !bytes.Equal(d.Buf, first) {
+			t.Fatal("the HELLO sent again is not the HELLO")
+		}
+		n.deliver(addrA, addrB, d.Buf)
+	}
+	n.pump()
+	if len(n.got[addrB]) != 1 || !bytes.Contains(n.got[addrB][0], []byte("held")) {
+		t.Fatalf("after the HELLO was sent again: %d arrived (A %+v, B %+v)", len(n.got[addrB]), a.Stats(), b.Stats())
+	}
+
+	pkt := plainPacket(t, 3, string(make([]byte, 8000)))
+	var out []Datagram
+	roundTrip := func() {
+		if err := a.Send(n.now, addrB, pkt); err != nil {
+			t.Fatal(err)
+		}
+		out = a.Take(out[:0])
+		for _, d := range out {
+			if b.Receive(n.now, addrA, d.Buf) == nil {
+				t.Fatalf("datagram not opened: %+v", b.Stats())
+			}
+		}
+		a.Recycle(out)
+	}
+	roundTrip()
+	if allocs := testing.AllocsPerRun(100, roundTrip); allocs != 0 {
+		t.Fatalf("%.1f allocations per datagram sealed, sent, opened and recycled", allocs)
+	}
+}
+
+// TestLayerDeadline: Deadline says when Tick has work; ticking only then
+// still forgets an idle session.
+func TestLayerDeadline(t *testing.T) {
+	n, a, b := newNet2(t)
+	if !a.Deadline().IsZero() {
+		t.Fatalf("deadline %v with nothing to do", a.Deadline())
+	}
+	a.SessionIdle, b.SessionIdle = time.Minute, time.Minute
+	if err := a.Send(n.now, addrB, plainPacket(t, 1, "x")); err != nil {
+		t.Fatal(err)
+	}
+	n.pump()
+	if a.Stats().Peers != 1 || a.Deadline().IsZero() {
+		t.Fatalf("after a session opened: %d peers, deadline %v", a.Stats().Peers, a.Deadline())
+	}
+	for i := 0; i < 20 && a.Stats().Peers > 0; i++ {
+		n.now = a.Deadline()
+		a.Tick(n.now)
+	}
+	if a.Stats().Peers != 0 || n.now.Sub(t0) > 2*time.Minute {
+		t.Fatalf("idle session kept: %d peers at %v", a.Stats().Peers, n.now.Sub(t0))
+	}
+}
+
+// BenchmarkLayerSeal: one 8 KiB datagram sealed, taken, opened and its
+// buffer recycled.
+func BenchmarkLayerSeal(b *testing.B) {
+	n, x, y := newNet2(&testing.T{})
+	if err := x.Send(n.now, addrB, plainPacket(b, 1, "open")); err != nil {
+		b.Fatal(err)
+	}
+	n.pump()
+	pkt := plainPacket(b, 2, string(make([]byte, 8192)))
+	var out []Datagram
+	b.SetBytes(int64(len(pkt)))
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = x.Send(n.now, addrB, pkt)
+		out = x.Take(out[:0])
+		for _, d := range out {
+			y.Receive(n.now, addrA, d.Buf)
+		}
+		x.Recycle(out)
+	}
+}

@@ -1,0 +1,141 @@
+package fabric_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/secure"
+	"github.com/ndma/ndma/wire"
+)
+
+func secureIdentity(t *testing.T, a *secure.Authority, role secure.Role, name string) *secure.Identity {
+	t.Helper()
+	id, err := a.Issue(role, name, rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// TestUDPSecureJob: a switch and the members of a job, each with its own
+// identity of one fabric, join and run an Allreduce over loopback UDP
+// with every datagram sealed; the switch knows each member's certified
+// identity, and an endpoint without one cannot join.
+func TestUDPSecureJob(t *testing.T) {
+	a, err := secure.NewAuthority([]byte("fabric secret of the secure job test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := []byte("secret")
+	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := fabric.New(fabric.Config{Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sopts := secure.Options{Encrypt: true}
+	if _, err := fabric.NewServerWith(conn, sw, fabric.ServerOptions{Security: secureIdentity(t, a, secure.RoleClient, "not a switch")}); err == nil {
+		t.Fatal("a switch runs under a client's identity")
+	}
+	conn, err = netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := fabric.NewServerWith(conn, sw, fabric.ServerOptions{Security: secureIdentity(t, a, secure.RoleSwitch, "sw0"), SecurityOptions: sopts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	const n = 3
+	eps := make([]*endpoint.Endpoint, n)
+	gs := make([]*endpoint.Group, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{
+			Security: secureIdentity(t, a, secure.RoleMember, fmt.Sprintf("rank%d", i)), SecurityOptions: sopts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ep.Close() })
+		eps[i] = ep
+		wg.Go(func() {
+			gs[i], errs[i] = ep.JoinJob(ctx, srv.Addr().String(), "sealed", n, i, endpoint.FabricOptions{Token: token})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("member %d join: %v", i, err)
+		}
+	}
+	const elems = 10000
+	for i := range n {
+		wg.Go(func() {
+			send := make([]byte, 4*elems)
+			for j := range elems {
+				binary.LittleEndian.PutUint32(send[4*j:], math.Float32bits(float32(i+j%5)))
+			}
+			recv := make([]byte, 4*elems)
+			if errs[i] = gs[i].Allreduce(ctx, send, recv, wire.DtypeF32, wire.AluAdd, endpoint.ReduceOptions{Deterministic: true}); errs[i] != nil {
+				return
+			}
+			for j := range elems {
+				if got, want := math.Float32frombits(binary.LittleEndian.Uint32(recv[4*j:])), float32(3*(j%5)+0+1+2); got != want {
+					errs[i] = fmt.Errorf("element %d: %v, want %v", j, got, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("member %d allreduce: %v", i, err)
+		}
+	}
+	for i, ep := range eps {
+		c, ok := srv.PeerIdentity(ep.LocalAddr())
+		if !ok || c.Role != secure.RoleMember || c.Name != fmt.Sprintf("rank%d", i) {
+			t.Fatalf("the switch sees member %d as %+v, %v", i, c, ok)
+		}
+		if c, ok := ep.PeerIdentity(srv.Addr()); !ok || c.Role != secure.RoleSwitch || c.Name != "sw0" {
+			t.Fatalf("member %d sees the switch as %+v, %v", i, c, ok)
+		}
+	}
+	if st := srv.SecurityStats(); st.Sealed == 0 || st.Opened == 0 || st.Handshakes != n || st.DroppedAuth+st.DroppedReplay != 0 {
+		t.Fatalf("switch's security counters: %+v", st)
+	}
+
+	// Without an identity, no join: the switch drops what it sends.
+	plain, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { plain.Close() })
+	pctx, pcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer pcancel()
+	if _, err := plain.JoinJob(pctx, srv.Addr().String(), "other", 1, 0, endpoint.FabricOptions{Token: token}); err == nil {
+		t.Fatal("an endpoint without an identity joined")
+	}
+	if st := srv.SecurityStats(); st.DroppedPlain == 0 {
+		t.Fatalf("switch's security counters after a plain JOIN: %+v", st)
+	}
+	if _, ok := srv.PeerIdentity(plain.LocalAddr()); ok {
+		t.Fatal("the plain endpoint has an identity")
+	}
+}
