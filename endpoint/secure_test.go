@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"net/netip"
 	"sync"
@@ -118,9 +119,13 @@ func TestSecureOneSided(t *testing.T) {
 		if len(w) == 0 {
 			t.Fatal("nothing written")
 		}
+		keyBytes := binary.BigEndian.AppendUint64(nil, key)
 		for _, d := range w {
 			if bytes.Contains(d, secret[:12]) {
 				t.Fatal("region bytes crossed the wire in clear")
+			}
+			if bytes.Contains(d, keyBytes) {
+				t.Fatal("the region key crossed the wire in clear")
 			}
 		}
 	}

@@ -144,13 +144,34 @@ func newSA(id uint32, suite Suite, k Keys, encrypt bool) (sa, error) {
 	return sa{id: id, aead: a, salt: k.Salt, encrypt: encrypt}, nil
 }
 
+// The header's crypt region: Addr, Key, Operand1 and Operand2, which an
+// encrypting SA encrypts with the payload (the region key is a
+// capability: it never crosses in clear).
+const (
+	cryptOff = 48
+	cryptEnd = 80
+	cryptLen = cryptEnd - cryptOff
+)
+
+// grow returns the scratch buffer with at least n bytes.
+func (s *sa) grow(n int) []byte {
+	if cap(s.scratch) < n {
+		s.scratch = make([]byte, n)
+	}
+	return s.scratch[:n]
+}
+
 // prepare fills the nonce and the associated data for seq from the
-// header bytes hdr (whose CRC field is taken as zero).
+// header bytes hdr (whose CRC field, and for an encrypting SA whose
+// crypt region, are taken as zero).
 func (s *sa) prepare(hdr []byte, seq uint64) {
 	copy(s.nonce[:SaltLen], s.salt[:])
 	binary.BigEndian.PutUint64(s.nonce[SaltLen:], seq)
 	copy(s.aad[:wire.HeaderLen], hdr[:wire.HeaderLen])
 	clear(s.aad[crcOff : crcOff+4])
+	if s.encrypt {
+		clear(s.aad[cryptOff:cryptEnd])
+	}
 	binary.BigEndian.PutUint32(s.aad[wire.HeaderLen:], uint32(seq>>32))
 }
 
@@ -208,7 +229,16 @@ func (s *SendSA) Seal(pkt []byte) ([]byte, error) {
 	payload := pkt[wire.HeaderLen:]
 	var out []byte
 	if s.encrypt {
-		out = s.aead.Seal(payload[:0], s.nonce[:], payload, s.aad[:])
+		// The header's crypt region (address, region key, operands)
+		// and the payload are encrypted together; the ciphertext's
+		// first bytes go back into the header.
+		n := len(payload)
+		buf := s.grow(cryptLen + n + wire.TagLen)
+		copy(buf, pkt[cryptOff:cryptEnd])
+		copy(buf[cryptLen:], payload)
+		ct := s.aead.Seal(buf[:0], s.nonce[:], buf[:cryptLen+n], s.aad[:])
+		copy(pkt[cryptOff:cryptEnd], ct)
+		out = append(payload[:0], ct[cryptLen:]...)
 	} else {
 		// Authenticated only: the tag goes after the payload.
 		out = s.aead.Seal(payload, s.nonce[:], nil, s.aadWith(payload))
@@ -256,10 +286,15 @@ func (r *RecvSA) Open(h *wire.Header, pkt []byte) ([]byte, error) {
 	body := pkt[wire.HeaderLen:]
 	var plain []byte
 	if r.encrypt {
-		var err error
-		if plain, err = r.aead.Open(body[:0], r.nonce[:], body, r.aad[:]); err != nil {
+		buf := r.grow(cryptLen + len(body))
+		copy(buf, pkt[cryptOff:cryptEnd])
+		copy(buf[cryptLen:], body)
+		pt, err := r.aead.Open(buf[:0], r.nonce[:], buf[:cryptLen+len(body)], r.aad[:])
+		if err != nil {
 			return nil, ErrAuth
 		}
+		copy(pkt[cryptOff:cryptEnd], pt)
+		plain = append(body[:0], pt[cryptLen:]...)
 	} else {
 		payload, tag := body[:len(body)-wire.TagLen], body[len(body)-wire.TagLen:]
 		if _, err := r.aead.Open(nil, r.nonce[:], tag, r.aadWith(payload)); err != nil {

@@ -2,6 +2,7 @@ package secure
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -19,10 +20,13 @@ func testKeys(t testing.TB, info string) Keys {
 	return k
 }
 
+// testKey is the region key in test packets.
+const testKey = 0x1122334455667788
+
 // packet is an encoded WRITE with payload, room for the tag.
 func packet(t testing.TB, payload []byte) []byte {
 	t.Helper()
-	h := wire.Header{Version: wire.Version, Op: wire.OpWrite, MsgID: 7, Key: 0xfeed, Addr: 4096, MsgLen: uint32(len(payload))}
+	h := wire.Header{Version: wire.Version, Op: wire.OpWrite, MsgID: 7, Key: testKey, Addr: 4096, Operand1: 0xabcdef0123, MsgLen: uint32(len(payload))}
 	b, err := wire.AppendPacket(make([]byte, 0, wire.HeaderLen+len(payload)+wire.TagLen), &h, payload)
 	if err != nil {
 		t.Fatal(err)
@@ -82,9 +86,18 @@ func TestSealOpen(t *testing.T) {
 					if clear := bytes.Contains(pkt, []byte("secret region")); clear == encrypt {
 						t.Fatalf("payload in clear: %v, want %v", clear, !encrypt)
 					}
+					keyBytes := binary.BigEndian.AppendUint64(nil, testKey)
+					if clear := bytes.Contains(pkt, keyBytes); clear == encrypt || h.Key == testKey == encrypt {
+						t.Fatalf("region key in clear: %v, want %v", clear, !encrypt)
+					}
 					got, err := r.Open(&h, pkt)
 					if err != nil || !bytes.Equal(got, payload) {
 						t.Fatalf("open: %v, payload equal %v", err, bytes.Equal(got, payload))
+					}
+					// The header's encrypted fields are back in place.
+					be := binary.BigEndian
+					if k, a, o := be.Uint64(pkt[56:]), be.Uint64(pkt[48:]), be.Uint64(pkt[64:]); k != testKey || a != 4096 || o != 0xabcdef0123 {
+						t.Fatalf("opened header: key %#x, addr %d, operand1 %#x", k, a, o)
 					}
 				}
 			})
