@@ -12,6 +12,7 @@ import (
 
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
@@ -281,6 +282,9 @@ type inKey struct {
 // table of outstanding operations, and the server side that executes
 // peers' requests against the local Store. Not safe for concurrent use.
 type Core struct {
+	// idents, when set (SetIdentities), gives each peer address's
+	// certified identity.
+	idents    func(netip.AddrPort) (secure.Cert, bool)
 	cfg       Config
 	eng       *transport.Engine
 	store     *memnode.Store

@@ -10,6 +10,7 @@ import (
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
@@ -690,7 +691,7 @@ func (c *Core) flushPool(out []netio.Datagram) []netio.Datagram {
 // the client it names.
 func (c *Core) servePool(now time.Time, from netip.AddrPort, h *wire.Header, payload []byte) {
 	p := &c.pool
-	if p.node == nil || from != p.serve.Switch || h.Flags&wire.FlagReplyTo == 0 || h.Flags&wire.FlagAuth != 0 {
+	if p.node == nil || from != p.serve.Switch || h.Flags&wire.FlagReplyTo == 0 || h.Flags&wire.FlagAuth != 0 || !c.fromSwitchRole(from) {
 		p.stats.Dropped++
 		return
 	}
@@ -760,7 +761,7 @@ func (c *Core) servePool(now time.Time, from netip.AddrPort, h *wire.Header, pay
 // whether the request was one (and so is answered).
 func (c *Core) servePoolControl(d *transport.Delivery) bool {
 	p := &c.pool
-	if p.node == nil || d.Peer.Addr != p.serve.Switch || !d.MsgDone || d.Header.Offset != 0 {
+	if p.node == nil || d.Peer.Addr != p.serve.Switch || !d.MsgDone || d.Header.Offset != 0 || !c.fromSwitchRole(d.Peer.Addr) {
 		return false
 	}
 	var m fabric.CtrlMsg
@@ -821,6 +822,22 @@ func (c *Core) servePoolControl(d *transport.Delivery) bool {
 		c.stats.ResponsesDropped++
 	}
 	return true
+}
+
+// SetIdentities gives the core the certified identity of each peer
+// address (a security layer's Layer.Peer): from then on a memory node
+// takes pool requests and grants only from a switch whose certificate
+// says it is one.
+func (c *Core) SetIdentities(peer func(netip.AddrPort) (secure.Cert, bool)) { c.idents = peer }
+
+// fromSwitchRole reports whether addr may act as the switch: always
+// without identities, else only with a switch's certificate.
+func (c *Core) fromSwitchRole(addr netip.AddrPort) bool {
+	if c.idents == nil {
+		return true
+	}
+	cert, ok := c.idents(addr)
+	return ok && cert.Role == secure.RoleSwitch
 }
 
 // grantOf is the grant a CtrlPoolGrant or CtrlPoolRebuild gives.

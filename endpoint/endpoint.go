@@ -112,6 +112,9 @@ func New(conn netio.Conn, cfg Config, opts Options) (*Endpoint, error) {
 	}
 	ep := &Endpoint{conn: conn, log: log, core: core, readerDone: make(chan struct{}), closing: make(chan struct{}),
 		services: make(map[uint32]*Service), svcIDs: make(map[string]uint32), incarnation: mrand.Uint64(), sec: sec}
+	if sec != nil {
+		core.SetIdentities(sec.Peer) // under ep.mu, as every core call
+	}
 	ep.timer = time.AfterFunc(time.Hour, ep.onTimer)
 	ep.timer.Stop()
 	go ep.reader()

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
@@ -48,6 +49,15 @@ func (s *Switch) control(now time.Time, d *transport.Delivery) {
 		s.stats.ControlRefused++
 		s.reply(d.Peer, &d.Header, st, 0)
 		return
+	}
+	if s.idents != nil {
+		if c, ok := s.idents(d.Peer.Addr); !ok || !RoleMay(c.Role, m.Type) {
+			// The sender's certified role may not ask this.
+			s.stats.ControlRefused++
+			s.stats.RoleRefused++
+			s.reply(d.Peer, &d.Header, wire.StatusAuth, 0)
+			return
+		}
 	}
 	if m.Type.CarriesMTU() && m.MTU > s.cfg.Transport.MTU {
 		// The switch could not send this member's datagrams back (an
@@ -112,6 +122,23 @@ func (s *Switch) control(now time.Time, d *transport.Delivery) {
 		s.stats.ControlRefused++
 		s.reply(d.Peer, &d.Header, wire.StatusUnknownOp, 0)
 	}
+}
+
+// RoleMay reports whether a process of role r may send control requests
+// of type t to a switch that knows its peers' identities: memory nodes
+// lend memory and report it; job members join, beat and run services;
+// clients and members use the pool and look services up. A switch sends
+// the rest (grants, rebuilds) and asks nothing of itself.
+func RoleMay(r secure.Role, t CtrlType) bool {
+	switch t {
+	case CtrlPoolNode, CtrlPoolReport, CtrlPoolRebuilt:
+		return r == secure.RoleMemoryNode
+	case CtrlJoin, CtrlLeave, CtrlDestroy, CtrlHeartbeat, CtrlRegister, CtrlJoinStatus:
+		return r == secure.RoleMember
+	case CtrlLookup, CtrlPoolCreate, CtrlPoolOpen, CtrlPoolFree, CtrlPoolStat:
+		return r == secure.RoleMember || r == secure.RoleClient
+	}
+	return false
 }
 
 // respond sends a control response to the request in d.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio/simnet"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -278,5 +280,31 @@ func TestSimLentRegionOnlyThroughPool(t *testing.T) {
 	got := make([]byte, 4096)
 	if err, _ := p.access(endpoint.KindRead, got, 0, time.Minute); err != nil || !bytes.Equal(got, ref) {
 		t.Fatalf("seed %d: the region after the refused direct write: err %v, unchanged %v", seed, err, bytes.Equal(got, ref))
+	}
+}
+
+// TestSimPoolGrantsOnlyFromSwitchRole: a memory node that knows its
+// peers' certified identities takes grants only from a peer certified as
+// a switch: while the switch's address is certified as something else,
+// no region can be created on the node.
+func TestSimPoolGrantsOnlyFromSwitchRole(t *testing.T) {
+	const seed = 81
+	f, ns, cli := poolSimSetup(t, seed, simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond}, 1)
+	role := secure.RoleClient
+	ns[0].core.SetIdentities(func(a netip.AddrPort) (secure.Cert, bool) {
+		return secure.Cert{Role: role, Name: "at the switch's address"}, a == f.swAddr
+	})
+	var gerr error
+	done := false
+	cli.control(&fabric.CtrlMsg{Type: fabric.CtrlPoolCreate, Pool: fabric.PoolSpec{Size: 4096, Stripe: 4096, Replicas: 1, Perm: 3}}, func(_ *fabric.CtrlMsg, err error) { gerr, done = err, true })
+	f.run(func() bool { return done }, time.Minute, "create with grants refused")
+	if gerr == nil {
+		t.Fatalf("seed %d: a region was created although the node refused the grant", seed)
+	}
+	role = secure.RoleSwitch
+	p := f.createPool(cli, fabric.PoolSpec{Size: 4096, Stripe: 4096, Replicas: 1, Perm: 3})
+	buf := bytes.Repeat([]byte{7}, 4096)
+	if err, _ := p.access(endpoint.KindWrite, buf, 0, time.Minute); err != nil {
+		t.Fatalf("seed %d: write once the switch is certified as one: %v", seed, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -137,5 +138,69 @@ func TestUDPSecureJob(t *testing.T) {
 	}
 	if _, ok := srv.PeerIdentity(plain.LocalAddr()); ok {
 		t.Fatal("the plain endpoint has an identity")
+	}
+}
+
+// TestUDPSecureRoles: behind a switch that knows its peers' identities,
+// each role may send only its own control requests: a client cannot join
+// a job or lend memory as a memory node, a member cannot lend memory, a
+// memory node cannot join; the refusals are counted. A memory node takes
+// pool requests and grants only from a peer certified as a switch.
+func TestUDPSecureRoles(t *testing.T) {
+	a, err := secure.NewAuthority([]byte("fabric secret of the secure roles test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := []byte("secret")
+	sopts := secure.Options{Encrypt: true}
+	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := fabric.New(fabric.Config{Token: token, HeartbeatTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := fabric.NewServerWith(conn, sw, fabric.ServerOptions{Security: secureIdentity(t, a, secure.RoleSwitch, "sw0"), SecurityOptions: sopts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	addr := srv.Addr().String()
+	opts := endpoint.FabricOptions{Token: token, Heartbeat: 50 * time.Millisecond}
+	listen := func(role secure.Role, name string) *endpoint.Endpoint {
+		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{OpTimeout: 2 * time.Second}, endpoint.Options{Security: secureIdentity(t, a, role, name), SecurityOptions: sopts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ep.Close() })
+		return ep
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+
+	cli := listen(secure.RoleClient, "alice")
+	if _, err := cli.JoinJob(ctx, addr, "job", 1, 0, opts); !errors.Is(err, wire.StatusAuth) {
+		t.Errorf("a client joined a job: %v", err)
+	}
+	if _, err := cli.PoolLend(ctx, addr, 1, 1<<20, opts); !errors.Is(err, wire.StatusAuth) {
+		t.Errorf("a client lent memory: %v", err)
+	}
+	if _, err := cli.PoolStat(ctx, addr, opts); err != nil {
+		t.Errorf("a client's pool stat: %v", err)
+	}
+	mem := listen(secure.RoleMemoryNode, "mem0")
+	if _, err := mem.JoinJob(ctx, addr, "job", 1, 0, opts); !errors.Is(err, wire.StatusAuth) {
+		t.Errorf("a memory node joined a job: %v", err)
+	}
+	member := listen(secure.RoleMember, "rank0")
+	if _, err := member.PoolLend(ctx, addr, 1, 1<<20, opts); !errors.Is(err, wire.StatusAuth) {
+		t.Errorf("a member lent memory: %v", err)
+	}
+	if _, err := member.JoinJob(ctx, addr, "job", 1, 0, opts); err != nil {
+		t.Errorf("a member's join: %v", err)
+	}
+	if n := srv.Stats().RoleRefused; n != 4 {
+		t.Errorf("%d requests refused for their role, want 4", n)
 	}
 }

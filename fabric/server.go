@@ -71,6 +71,9 @@ func NewServerWith(conn netio.Conn, sw *Switch, opts ServerOptions) (*Server, er
 			return nil, fmt.Errorf("fabric: security: %w", err)
 		}
 	}
+	if sec != nil {
+		sw.SetIdentities(sec.Peer)
+	}
 	return newServer(conn, sw, opts.Logger, sec), nil
 }
 

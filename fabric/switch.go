@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
@@ -180,6 +181,7 @@ type Stats struct {
 	// waited for the reports (clients resend them).
 	PoolRegionsRecovered, PoolCopiesReported, PoolReportsRefused, PoolDeferred uint64
 	ControlIn, ControlRefused                                                  uint64
+	RoleRefused                                                                uint64 // control requests refused for the sender's certified role (SetIdentities)
 	AuthFailures                                                               uint64
 	ForwardDropped                                                             uint64
 	MembersDead                                                                uint64
@@ -312,6 +314,10 @@ type Switch struct {
 
 	admitFn   func(*transport.Delivery) bool
 	nextCheck time.Time
+	// idents, when set (SetIdentities), gives each address's certified
+	// identity: control requests are refused to roles that may not send
+	// them.
+	idents func(netip.AddrPort) (secure.Cert, bool)
 
 	stats Stats
 	now   time.Time
@@ -360,6 +366,12 @@ func New(cfg Config) (*Switch, error) {
 	}
 	return sw, nil
 }
+
+// SetIdentities gives the switch the certified identity of each peer
+// address (a security layer's Layer.Peer, which has authenticated every
+// datagram): from then on a control request from an address without one,
+// or whose role may not send it (RoleMay), is refused with StatusAuth.
+func (s *Switch) SetIdentities(peer func(netip.AddrPort) (secure.Cert, bool)) { s.idents = peer }
 
 // Stats returns the counters.
 func (s *Switch) Stats() Stats {
