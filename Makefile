@@ -30,7 +30,7 @@ race:
 # 1 ms Step bound run here, without it, with every allocation test. internal/citest fails if a test that reads raceEnabled or counts
 # allocations is left out of them.
 NORACE_TESTS = ^(TestSimHostileFabric|TestSimFigures|TestSimScale256|TestSimTuner|TestSimMatrix|TestSimLarge|Test[A-Za-z]*Allocs)$$
-NORACE_PKGS = ./coll ./fabric ./netio ./transport ./memnode ./wire
+NORACE_PKGS = ./coll ./fabric ./netio ./transport ./memnode ./wire ./secure
 
 ## norace: NORACE_TESTS without the race detector.
 norace:

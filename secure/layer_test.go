@@ -275,10 +275,10 @@ func TestLayerBounds(t *testing.T) {
 	}
 }
 
-// TestLayerRecycle: datagrams are sealed into buffers that Recycle gives
+// TestLayerRecycleAllocs: datagrams are sealed into buffers that Recycle gives
 // back, so a steady flow allocates nothing; a HELLO whose datagram was
 // recycled (and its buffer reused) is still sent again intact.
-func TestLayerRecycle(t *testing.T) {
+func TestLayerRecycleAllocs(t *testing.T) {
 	n, a, b := newNet2(t)
 	if err := a.Send(n.now, addrB, plainPacket(t, 1, "held")); err != nil {
 		t.Fatal(err)
