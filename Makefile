@@ -53,3 +53,4 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzCtrl -fuzztime 30s ./fabric
 	$(GO) test -run '^$$' -fuzz FuzzSwitchStep -fuzztime 30s ./fabric
 	$(GO) test -run '^$$' -fuzz FuzzOpen -fuzztime 30s ./secure
+	$(GO) test -run '^$$' -fuzz FuzzParseIdentity -fuzztime 30s ./secure

@@ -12,6 +12,7 @@ import (
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/pool"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 )
 
@@ -31,6 +32,12 @@ type PoolConfig struct {
 	Switch   string
 	Token    []byte
 	Insecure bool
+	// Security, with Switch, is the benchmark's credential (of role
+	// client) for a pool whose switch and memory nodes run with
+	// credentials: every datagram is then sealed with SecurityOptions.
+	// Nil: datagrams travel unsealed. Without Switch it must be nil.
+	Security        *secure.Identity
+	SecurityOptions secure.Options
 	// Node and NodeKey name a memory node and its region for the direct
 	// READ baseline of the latency test with an external pool (reads
 	// only, at offset 0). Empty: no baseline with Switch.
@@ -151,7 +158,11 @@ func RunPool(ctx context.Context, cfg PoolConfig, emit func(Result) error) error
 	if cfg.Switch != "" {
 		local = ":0"
 	}
-	ep, err := endpoint.Listen(local, endpoint.Config{Transport: transport.Config{MTU: cfg.MTU}}, endpoint.Options{})
+	if cfg.Security != nil && cfg.Switch == "" {
+		return errors.New("bench: a credential (Security) only with an external pool (Switch): the in-process pool runs without")
+	}
+	ep, err := endpoint.Listen(local, endpoint.Config{Transport: transport.Config{MTU: cfg.MTU}},
+		endpoint.Options{Security: cfg.Security, SecurityOptions: cfg.SecurityOptions})
 	if err != nil {
 		return fmt.Errorf("bench: endpoint: %w", err)
 	}

@@ -10,12 +10,14 @@ import (
 	"github.com/ndma/ndma/bench"
 	"github.com/ndma/ndma/coll"
 	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/secure"
 )
 
 func newBenchPoolCmd() *cobra.Command {
 	var (
 		sw, tests, size, transfer, stripe, nodeSize string
 		token                                       tokenFlags
+		cred                                        credentialFlag
 		node, nodeKey                               string
 		nodes, iters, mtu                           int
 		jsonOut, processes                          bool
@@ -109,6 +111,15 @@ baseline unless --node and --node-key name a memory node of the pool):
 			if err != nil {
 				return err
 			}
+			switch {
+			case sw == "" && cmd.Flags().Changed("credential"):
+				return errors.New("--credential: only with --switch (the pool this benchmark starts runs without credentials)")
+			case sw != "":
+				if cfg.Security, err = cred.load(os.Getenv, secure.RoleClient); err != nil {
+					return err
+				}
+				cfg.SecurityOptions = sealOptions
+			}
 			if node != "" {
 				if cfg.Node, err = resolvePeer("--node", node); err != nil {
 					return err
@@ -127,6 +138,7 @@ baseline unless --node and --node-key name a memory node of the pool):
 	fl.StringVar(&node, "node", "", "with --switch: a memory node (host:port) to measure a direct READ against, the latency baseline")
 	fl.StringVar(&nodeKey, "node-key", "", "the key of a region of --node outside the pool (e.g. a memd's second region: the region a node lends is reachable only through the pool)")
 	token.register(fl)
+	cred.register(fl, "of role client, with --switch")
 	fl.StringVar(&tests, "tests", "all", "tests to run: latency, bandwidth or all")
 	fl.IntVar(&nodes, "nodes", 4, "in-process memory nodes")
 	fl.StringVar(&nodeSize, "node-size", "", "memory each in-process node lends (default: room for one transfer)")

@@ -17,6 +17,10 @@ import (
 var testToken = []byte("cmd/ndma test token")
 
 func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		main() // ndma, for a test that runs it as a process (startDaemon)
+		os.Exit(0)
+	}
 	os.Setenv(tokenEnv, string(testToken))
 	os.Exit(m.Run())
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/memnode/memd"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 )
 
@@ -25,6 +26,7 @@ type memdFlags struct {
 	prof    profileFlag
 	sw      string
 	token   tokenFlags
+	cred    credentialFlag
 }
 
 // memdFlagNames maps memd.Config fields to the flags that set them, so
@@ -37,6 +39,7 @@ var memdFlagNames = map[string]string{
 	"MetricsAddr": "--metrics",
 	"MTU":         "--mtu",
 	"Switch":      "--switch",
+	"Security":    "--credential",
 }
 
 func init() {
@@ -58,10 +61,17 @@ forwarding node's memory pool, repeating the offer as its heartbeat; it
 then needs the fabric token (--token-file, --token or $NDMA_TOKEN) or
 --insecure. The lent region is then reachable only through the pool (the
 others stay reachable with their keys), and its key is not printed.
+With --credential (or $NDMA_CREDENTIAL), a credential of role memory-node
+made with ndma credential issue, the node seals every datagram it sends
+and receives (encrypted and authenticated, after a handshake that proves
+each peer's credential): it then talks only to processes with a
+credential of the same fabric, its switch and its clients alike, and
+drops everything else. With --switch the fabric token is still needed.
 SIGINT or SIGTERM shuts the node down gracefully.`,
 		Example: `  ndma memd --listen 127.0.0.1:7470 --size 1GiB
   ndma memd --key-file keys.txt --metrics 127.0.0.1:9470 --json-logs
-  ndma memd --listen 127.0.0.1:7470 --switch 127.0.0.1:7471 --token-file fabric.key`,
+  ndma memd --listen 127.0.0.1:7470 --switch 127.0.0.1:7471 --token-file fabric.key
+  ndma memd --switch 127.0.0.1:7471 --token-file fabric.key --credential mem0.cred`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runMemd(cmd, &f) },
 	}
@@ -74,6 +84,7 @@ SIGINT or SIGTERM shuts the node down gracefully.`,
 	fl.IntVar(&f.mtu, "mtu", transport.DefaultMTU, fmt.Sprintf("largest datagram to send, in bytes, header included (%d to %d)", memd.MinMTU, memd.MaxMTU))
 	fl.StringVar(&f.sw, "switch", "", "forwarding node `address` (host:port) whose memory pool this node lends its region with the lowest key to")
 	f.token.register(fl)
+	f.cred.register(fl, "of role memory-node")
 	f.log.register(fl)
 	f.prof.register(fl)
 	cmd.MarkFlagsMutuallyExclusive("key-file", "size")
@@ -114,6 +125,12 @@ func (f *memdFlags) config(logw io.Writer) (memd.Config, error) {
 	}
 	if cfg.Listen, err = resolveListen("--listen", f.listen); err != nil {
 		return memd.Config{}, err
+	}
+	if cfg.Security, err = f.cred.load(os.Getenv, secure.RoleMemoryNode); err != nil {
+		return memd.Config{}, err
+	}
+	if cfg.Security != nil {
+		cfg.SecurityOptions = sealOptions
 	}
 	switch {
 	case f.sw != "":

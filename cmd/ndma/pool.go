@@ -18,20 +18,26 @@ import (
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/memnode/memd"
+	"github.com/ndma/ndma/secure"
 )
 
 // poolFlags are the flags every pool subcommand shares.
 type poolFlags struct {
 	sw      string
 	token   tokenFlags
+	cred    credentialFlag
 	timeout time.Duration
 	json    bool
+
+	// id is the credential client loaded (nil: none), for credentialHint.
+	id *secure.Identity
 }
 
 func (p *poolFlags) register(cmd *cobra.Command) {
 	fl := cmd.PersistentFlags()
 	fl.StringVar(&p.sw, "switch", os.Getenv("NDMA_SWITCH"), "forwarding node `address` (host:port) holding the pool (default $NDMA_SWITCH)")
 	p.token.register(fl)
+	p.cred.register(fl, "of role client")
 	fl.DurationVar(&p.timeout, "timeout", 5*time.Second, "give up on the switch after this long")
 	fl.BoolVar(&p.json, "json", false, "print JSON")
 }
@@ -40,6 +46,7 @@ func (p *poolFlags) register(cmd *cobra.Command) {
 // fabric options and a context bounded by --timeout.
 func (p *poolFlags) client(cmd *cobra.Command) (*endpoint.Endpoint, endpoint.FabricOptions, context.Context, context.CancelFunc, error) {
 	var opts endpoint.FabricOptions
+	p.id = nil
 	if p.sw == "" {
 		return nil, opts, nil, nil, errors.New("--switch: no forwarding node given (nor $NDMA_SWITCH)")
 	}
@@ -57,7 +64,10 @@ func (p *poolFlags) client(cmd *cobra.Command) (*endpoint.Endpoint, endpoint.Fab
 	if p.timeout <= 0 {
 		return nil, opts, nil, nil, fmt.Errorf("--timeout %v: want a positive duration", p.timeout)
 	}
-	ep, err := endpoint.Listen(":0", endpoint.Config{}, endpoint.Options{})
+	if p.id, err = p.cred.load(os.Getenv, secure.RoleClient); err != nil {
+		return nil, opts, nil, nil, err
+	}
+	ep, err := endpoint.Listen(":0", endpoint.Config{}, endpointOptions(p.id))
 	if err != nil {
 		return nil, opts, nil, nil, err
 	}
@@ -67,6 +77,18 @@ func (p *poolFlags) client(cmd *cobra.Command) (*endpoint.Endpoint, endpoint.Fab
 	}
 	ctx, cancel := context.WithTimeout(parent, p.timeout)
 	return ep, opts, ctx, cancel, nil
+}
+
+// hintCredential makes the errors of cmds say, when no switch answered,
+// that the switch may want a credential (credentialHint).
+func (p *poolFlags) hintCredential(cmds ...*cobra.Command) {
+	for _, c := range cmds {
+		run := c.RunE
+		if run == nil {
+			continue
+		}
+		c.RunE = func(cmd *cobra.Command, args []string) error { return credentialHint(run(cmd, args), p.id) }
+	}
 }
 
 func newPoolCmd() *cobra.Command {
@@ -79,7 +101,13 @@ started with ndma memd --switch. A region is striped over the memory nodes
 (--stripe bytes at a time, every live node by default) with one or two
 copies of every byte; its key, printed by create, is the capability every
 access and rm needs. put and get move files in and out of regions, split
-across stripes and memory nodes in parallel.`,
+across stripes and memory nodes in parallel.
+
+On a fabric whose switch and memory nodes run with --credential, give
+every pool command a credential of role client (--credential or
+$NDMA_CREDENTIAL; ndma credential issue --role client makes one): its
+datagrams are then sealed, region keys included, and a command without
+one gets no answer.`,
 	}
 	pf.register(cmd)
 
@@ -230,6 +258,7 @@ across stripes and memory nodes in parallel.`,
 	_ = rm.MarkFlagRequired("key")
 
 	cmd.AddCommand(create, ls, stat, rm, newPoolPutCmd(&pf), newPoolGetCmd(&pf))
+	pf.hintCredential(cmd.Commands()...)
 	return cmd
 }
 

@@ -11,12 +11,14 @@ import (
 
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/fabric/switchd"
+	"github.com/ndma/ndma/secure"
 )
 
 // switchFlags are the flags of `ndma switch`.
 type switchFlags struct {
 	listen           string
 	token            tokenFlags
+	cred             credentialFlag
 	heartbeatTimeout time.Duration
 	poolSlots        int
 	mtu              int
@@ -40,6 +42,7 @@ var switchFlagNames = map[string]string{
 	"Fault.Reorder":    "--reorder",
 	"Fault.Corrupt":    "--corrupt",
 	"MetricsAddr":      "--metrics",
+	"Security":         "--credential",
 }
 
 func init() {
@@ -59,6 +62,14 @@ owner may read it), or else from $NDMA_TOKEN (the token itself); without
 any of them the switch refuses to start, unless --insecure asks it to run
 without authentication (it logs a warning saying so).
 
+With --credential (or $NDMA_CREDENTIAL), a credential of role switch made
+with ndma credential issue, the switch seals every datagram it sends and
+receives (encrypted and authenticated, after a handshake that proves each
+peer's credential): it then talks only to processes with a credential of
+the same fabric (memd and the pool commands given --credential), and
+drops everything else. The fabric token is still needed: it
+authenticates control messages.
+
 --drop, --dup, --reorder and --corrupt inject faults into
 everything the switch sends, reproducibly from --seed, to test endpoints
 against a lossy fabric.
@@ -67,6 +78,8 @@ The listening address is printed on stdout; logs go to stderr. SIGINT or
 SIGTERM shuts the switch down gracefully.`,
 		Example: `  ndma keygen -o fabric.key
   ndma switch --listen 127.0.0.1:7471 --token-file fabric.key --metrics 127.0.0.1:9471
+  ndma credential issue --secret-file fabric.key --role switch --name sw0 -o sw0.cred
+  ndma switch --token-file fabric.key --credential sw0.cred
   ndma switch --token-file fabric.key --drop 0.01 --reorder 0.01 --seed 7 --json-logs`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSwitch(cmd, &f) },
@@ -74,6 +87,7 @@ SIGTERM shuts the switch down gracefully.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", switchd.DefaultListen, "UDP `address` to serve on (host:port)")
 	f.token.register(fl)
+	f.cred.register(fl, "of role switch")
 	fl.DurationVar(&f.heartbeatTimeout, "heartbeat-timeout", switchd.DefaultHeartbeatTimeout,
 		fmt.Sprintf("how long a member may go without a heartbeat before it is declared dead (at least %v)", switchd.MinHeartbeatTimeout))
 	fl.IntVar(&f.poolSlots, "pool-slots", switchd.DefaultPoolSlots, fmt.Sprintf("aggregation slots, each one chunk of a reduction in flight (1 to %d)", switchd.MaxPoolSlots))
@@ -134,6 +148,10 @@ func (f *switchFlags) config(cmd *cobra.Command) (switchd.Config, error) {
 	if err != nil {
 		return switchd.Config{}, err
 	}
+	id, err := f.cred.load(os.Getenv, secure.RoleSwitch)
+	if err != nil {
+		return switchd.Config{}, err
+	}
 	listen, err := resolveListen("--listen", f.listen)
 	if err != nil {
 		return switchd.Config{}, err
@@ -142,6 +160,8 @@ func (f *switchFlags) config(cmd *cobra.Command) (switchd.Config, error) {
 		Listen:           listen,
 		Token:            token,
 		Insecure:         insecure,
+		Security:         id,
+		SecurityOptions:  sealOptions,
 		HeartbeatTimeout: f.heartbeatTimeout,
 		PoolSlots:        f.poolSlots,
 		MTU:              f.mtu,

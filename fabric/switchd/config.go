@@ -10,6 +10,7 @@ import (
 
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
@@ -69,6 +70,18 @@ type Config struct {
 	// Token wrapping fabric.ErrNoToken), and Insecure with a Token; with
 	// it, Start logs a warning saying so.
 	Insecure bool
+
+	// Security, when set, is the switch's credential (of role
+	// secure.RoleSwitch): every datagram the switch sends and receives
+	// is then sealed by a secure.Layer (fabric.NewServerWith) under
+	// SecurityOptions, and the switch talks only to processes that prove
+	// a credential of the same fabric; everything else is dropped and
+	// counted. The fabric token (Token) still authenticates control
+	// messages. The switch's own streams then send datagrams of at most
+	// MTU bytes with the tag, which MTU must leave room for. Nil means
+	// datagrams travel unsealed.
+	Security        *secure.Identity
+	SecurityOptions secure.Options
 
 	// HeartbeatTimeout is how long a member may go without a heartbeat
 	// before it is declared dead, at least MinHeartbeatTimeout. Zero
@@ -142,6 +155,14 @@ func (c *Config) validate() error {
 			return invalid("MetricsAddr", "%q: %v", c.MetricsAddr, err)
 		}
 	}
+	if c.Security != nil {
+		if c.Security.Cert.Role != secure.RoleSwitch {
+			return invalid("Security", "a credential of role %v (%q): the switch needs one of role %v", c.Security.Cert.Role, c.Security.Cert.Name, secure.RoleSwitch)
+		}
+		if err := c.Security.Cert.Verify(c.Security.Authority); err != nil {
+			return &FieldError{Field: "Security", Err: fmt.Errorf("%w: %w", ErrConfig, err)}
+		}
+	}
 	if c.HeartbeatTimeout == 0 {
 		c.HeartbeatTimeout = DefaultHeartbeatTimeout
 	}
@@ -159,6 +180,9 @@ func (c *Config) validate() error {
 	}
 	if c.MTU < MinMTU || c.MTU > MaxMTU {
 		return invalid("MTU", "%d bytes (want %d to %d)", c.MTU, MinMTU, MaxMTU)
+	}
+	if c.Security != nil && c.MTU < MinMTU+wire.TagLen {
+		return invalid("MTU", "%d bytes: with Security, want at least %d (the tag takes %d)", c.MTU, MinMTU+wire.TagLen, wire.TagLen)
 	}
 	for _, r := range []struct {
 		field string

@@ -2,6 +2,7 @@ package switchd
 
 import (
 	"bytes"
+	"crypto/rand"
 	"errors"
 	"log/slog"
 	"math"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/secure"
 )
 
 // TestStartErrors checks that bad configurations fail Start with a
@@ -129,5 +131,49 @@ func TestInsecureWarns(t *testing.T) {
 		if strings.Contains(logs.String(), string(testToken)) {
 			t.Errorf("the token is in the logs:\n%s", logs.String())
 		}
+	}
+}
+
+// TestSecurityConfig: Start refuses a credential of another role than
+// switch and an MTU without room for the tag, naming the field; with a
+// switch credential it logs that it seals every datagram.
+func TestSecurityConfig(t *testing.T) {
+	a, err := secure.NewAuthority([]byte("switchd security config test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(role secure.Role, name string) *secure.Identity {
+		id, err := a.Issue(role, name, rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	for _, c := range []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{Security: issue(secure.RoleMemoryNode, "m")}, "Security"},
+		{Config{Security: issue(secure.RoleSwitch, "sw"), MTU: MinMTU}, "MTU"},
+	} {
+		c.cfg.Listen, c.cfg.Token = "127.0.0.1:0", testToken
+		srv, err := Start(c.cfg)
+		if err == nil {
+			srv.Close()
+			t.Fatalf("%+v: Start succeeded", c.cfg)
+		}
+		if fe, ok := errors.AsType[*FieldError](err); !ok || fe.Field != c.field || !errors.Is(err, ErrConfig) {
+			t.Errorf("Start: %v, want a *FieldError for %s", err, c.field)
+		}
+	}
+	var logs bytes.Buffer
+	srv, err := Start(Config{Listen: "127.0.0.1:0", Token: testToken, Security: issue(secure.RoleSwitch, "sw0"),
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Close()
+	if !strings.Contains(logs.String(), `sealing every datagram (role switch, name \"sw0\")`) {
+		t.Errorf("no sealing line in the logs:\n%s", logs.String())
 	}
 }

@@ -12,7 +12,9 @@ import (
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/internal/metricsrv"
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
 )
 
 // ShutdownTimeout bounds how long Close waits for metrics scrapes in
@@ -40,6 +42,9 @@ type Stats struct {
 	Switch fabric.Stats
 	// UDP holds the socket's datagram counters.
 	UDP netio.UDPStats
+	// Security holds the security layer's counters (zero without
+	// Config.Security).
+	Security secure.LayerStats
 }
 
 // Start opens the switch's UDP socket and, if cfg.MetricsAddr is set, its
@@ -50,11 +55,15 @@ func Start(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	mtu := cfg.MTU
+	if cfg.Security != nil {
+		mtu -= wire.TagLen // sealed datagrams carry the tag after it
+	}
 	sw, err := fabric.New(fabric.Config{
 		Token:            cfg.Token,
 		Insecure:         cfg.Insecure,
 		HeartbeatTimeout: cfg.HeartbeatTimeout,
-		Transport:        transport.Config{MTU: cfg.MTU},
+		Transport:        transport.Config{MTU: mtu},
 		Pool:             fabric.PoolConfig{Slots: cfg.PoolSlots},
 		Fault:            cfg.Fault,
 	})
@@ -65,11 +74,15 @@ func Start(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, &FieldError{Field: "Listen", Err: err}
 	}
+	fsrv, err := fabric.NewServerWith(conn, sw, fabric.ServerOptions{Logger: cfg.Logger, Security: cfg.Security, SecurityOptions: cfg.SecurityOptions})
+	if err != nil {
+		return nil, &FieldError{Field: "Security", Err: err} // conn is closed
+	}
 	s := &Server{
 		log:  cfg.Logger,
 		cfg:  cfg,
 		conn: conn,
-		srv:  fabric.NewServer(conn, sw, cfg.Logger),
+		srv:  fsrv,
 	}
 	if cfg.MetricsAddr != "" {
 		if err := s.startMetrics(cfg.MetricsAddr); err != nil {
@@ -79,11 +92,15 @@ func Start(cfg Config) (*Server, error) {
 	}
 	attrs := []any{"addr", s.Addr().String(), "mtu", cfg.MTU,
 		"heartbeat_timeout", cfg.HeartbeatTimeout, "pool_slots", cfg.PoolSlots,
-		"authenticated", len(cfg.Token) > 0}
+		"authenticated", len(cfg.Token) > 0, "sealed", cfg.Security != nil}
 	if s.metrics != nil {
 		attrs = append(attrs, "metrics", "http://"+s.metrics.Addr().String()+"/metrics")
 	}
 	s.log.Info("switchd: serving", attrs...)
+	if id := cfg.Security; id != nil {
+		s.log.Info(fmt.Sprintf("switchd: sealing every datagram (role %v, name %q): only processes with a credential of this fabric are answered", id.Cert.Role, id.Cert.Name),
+			"key", secure.Fingerprint(id.Cert.Key), "authority", secure.Fingerprint(id.Authority), "encrypt", cfg.SecurityOptions.Encrypt)
+	}
 	if cfg.Insecure {
 		s.log.Warn("switchd: running without authentication: anyone who can send to " + s.Addr().String() +
 			" can join jobs, register services, create, open and free pool regions and lend memory to the pool")
@@ -129,7 +146,7 @@ func (s *Server) MTU() int { return s.cfg.MTU }
 // Stats returns the switch's counters. It may be called after Close, for
 // the final values.
 func (s *Server) Stats() Stats {
-	return Stats{Switch: s.srv.Stats(), UDP: s.conn.Stats()}
+	return Stats{Switch: s.srv.Stats(), UDP: s.conn.Stats(), Security: s.srv.SecurityStats()}
 }
 
 // Groups lists the switch's job and service groups, by id, with their

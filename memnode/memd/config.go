@@ -13,6 +13,7 @@ import (
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -104,6 +105,18 @@ type Config struct {
 	// not together with Token.
 	Insecure bool
 
+	// Security, when set, is the node's credential (of role
+	// secure.RoleMemoryNode): every datagram the node sends and receives
+	// is then sealed by a secure.Layer (endpoint.Options.Security) under
+	// SecurityOptions, and the node talks only to processes that prove a
+	// credential of the same fabric — its switch and clients alike;
+	// everything else is dropped and counted. The fabric token (Token)
+	// still authenticates the pool's control messages. Datagrams then
+	// carry the tag within MTU, which must leave room for it. Nil means
+	// datagrams travel unsealed.
+	Security        *secure.Identity
+	SecurityOptions secure.Options
+
 	// Logger receives the startup and shutdown lines and warnings. Nil
 	// discards.
 	Logger *slog.Logger
@@ -192,6 +205,17 @@ func (c *Config) validate() error {
 	}
 	if c.MTU != 0 && (c.MTU < MinMTU || c.MTU > MaxMTU) {
 		return invalid("MTU", "%d bytes (want %d to %d)", c.MTU, MinMTU, MaxMTU)
+	}
+	if c.Security != nil {
+		if c.Security.Cert.Role != secure.RoleMemoryNode {
+			return invalid("Security", "a credential of role %v (%q): a memory node needs one of role %v", c.Security.Cert.Role, c.Security.Cert.Name, secure.RoleMemoryNode)
+		}
+		if err := c.Security.Cert.Verify(c.Security.Authority); err != nil {
+			return &FieldError{Field: "Security", Err: fmt.Errorf("%w: %w", ErrConfig, err)}
+		}
+		if c.MTU != 0 && c.MTU < MinMTU+wire.TagLen {
+			return invalid("MTU", "%d bytes: with Security, want at least %d (the tag takes %d)", c.MTU, MinMTU+wire.TagLen, wire.TagLen)
+		}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -15,6 +15,7 @@ import (
 	"github.com/ndma/ndma/internal/secretfile"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
@@ -52,6 +53,9 @@ type Stats struct {
 	Endpoint endpoint.Stats
 	// UDP holds the socket's datagram counters.
 	UDP netio.UDPStats
+	// Security holds the security layer's counters (zero without
+	// Config.Security).
+	Security secure.LayerStats
 }
 
 // Start creates the node's regions, opens its UDP socket and, if
@@ -92,7 +96,7 @@ func Start(cfg Config) (*Server, error) {
 		ecfg.PoolNode = &endpoint.PoolServe{Switch: netip.MustParseAddrPort(cfg.Switch), Key: regions[0].Key, Token: cfg.Token,
 			Insecure: cfg.Insecure, Replies: ReplyCacheEntries, ReplyTTL: ReplyCacheTTL}
 	}
-	ep, err := endpoint.New(conn, ecfg, endpoint.Options{Logger: cfg.Logger})
+	ep, err := endpoint.New(conn, ecfg, endpoint.Options{Logger: cfg.Logger, Security: cfg.Security, SecurityOptions: cfg.SecurityOptions})
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("memd: %w", err)
@@ -120,6 +124,10 @@ func Start(cfg Config) (*Server, error) {
 	// the key file or on stdout).
 	for i, r := range regions {
 		s.log.Info("memd: region", "index", i, "size", r.Size, "perm", r.Perm.String())
+	}
+	if id := cfg.Security; id != nil {
+		s.log.Info(fmt.Sprintf("memd: sealing every datagram (role %v, name %q): only processes with a credential of this fabric are answered", id.Cert.Role, id.Cert.Name),
+			"key", secure.Fingerprint(id.Cert.Key), "authority", secure.Fingerprint(id.Authority), "encrypt", cfg.SecurityOptions.Encrypt)
 	}
 	if cfg.Switch != "" && cfg.Insecure {
 		s.log.Warn("memd: running without authentication: anyone who can send to " + s.Addr().String() +
@@ -357,7 +365,7 @@ func (s *Server) RegionBytes() int64 { return s.bytes }
 // Stats returns the node's counters. It may be called after Close, for
 // the final values.
 func (s *Server) Stats() Stats {
-	return Stats{Endpoint: s.ep.Stats(), UDP: s.conn.Stats()}
+	return Stats{Endpoint: s.ep.Stats(), UDP: s.conn.Stats(), Security: s.ep.SecurityStats()}
 }
 
 // Run blocks until ctx is done, or until the metrics server fails, and

@@ -1,0 +1,284 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/internal/secretfile"
+	"github.com/ndma/ndma/secure"
+)
+
+// credentialEnv names the environment variable that holds the path of a
+// process's credential file, the default of --credential.
+const credentialEnv = "NDMA_CREDENTIAL"
+
+// credentialHelp is what every --credential flag says about the
+// credential's effect.
+const credentialHelp = "every datagram is then sealed (encrypted and authenticated): the process talks only to processes with a credential of the same fabric"
+
+// credentialFlag is --credential, the same on every command that can
+// seal its datagrams.
+type credentialFlag struct {
+	path string
+	fs   *pflag.FlagSet
+}
+
+// register adds --credential to fs; role says which credential the
+// command needs ("a switch credential").
+func (c *credentialFlag) register(fs *pflag.FlagSet, role string) {
+	c.fs = fs
+	fs.StringVar(&c.path, "credential", "", "`file` holding this process's credential, "+role+" (make one with ndma credential issue; only its owner may read it; default $"+credentialEnv+"): "+credentialHelp)
+}
+
+// load returns the identity in --credential, else in the file $NDMA_CREDENTIAL
+// names as getenv reports it, or nil when neither is given. The
+// credential's role must be one of roles.
+func (c *credentialFlag) load(getenv func(string) string, roles ...secure.Role) (*secure.Identity, error) {
+	path, flag := c.path, "--credential"
+	if c.fs == nil || !c.fs.Changed("credential") {
+		path, flag = getenv(credentialEnv), "$"+credentialEnv
+		if path == "" {
+			return nil, nil
+		}
+	} else if path == "" {
+		return nil, errors.New("--credential: empty path: give the credential file, or omit the flag")
+	}
+	id, err := readCredential(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	if !slices.Contains(roles, id.Cert.Role) {
+		var want []string
+		for _, r := range roles {
+			want = append(want, secure.RoleName(r))
+		}
+		return nil, fmt.Errorf("%s: %s is the credential of a %v (%q), this command needs one of role %s",
+			flag, path, id.Cert.Role, id.Cert.Name, strings.Join(want, " or "))
+	}
+	return id, nil
+}
+
+// readCredential reads and checks the credential file at path, which must
+// be private to its owner (see secretfile.Open).
+func readCredential(path string) (*secure.Identity, error) {
+	b, err := secretfile.ReadFile(path, "credential file")
+	if err != nil {
+		return nil, err
+	}
+	id, err := secure.ParseIdentity(b)
+	clear(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return id, nil
+}
+
+// sealOptions are the security options of every process the commands
+// start with a credential: payloads and the header's region keys and
+// operands encrypted, not only authenticated.
+var sealOptions = secure.Options{Encrypt: true}
+
+// endpointOptions returns endpoint options that seal every datagram under
+// id (none when id is nil).
+func endpointOptions(id *secure.Identity) endpoint.Options {
+	if id == nil {
+		return endpoint.Options{}
+	}
+	return endpoint.Options{Security: id, SecurityOptions: sealOptions}
+}
+
+// credentialHint adds to err, when it says that no switch answered, that
+// a switch may be answering only processes with a credential of its
+// fabric (a sealed switch drops everything else without a word).
+func credentialHint(err error, id *secure.Identity) error {
+	if !errors.Is(err, endpoint.ErrNoSwitch) {
+		return err
+	}
+	if id == nil {
+		return fmt.Errorf("%w (a switch run with --credential answers only processes with a credential of its fabric: give --credential or $%s)", err, credentialEnv)
+	}
+	return fmt.Errorf("%w (with --credential: a switch without one, or with a credential of another fabric, does not answer)", err)
+}
+
+// credentialJSON is what credential show --json and credential issue
+// --json print.
+type credentialJSON struct {
+	Role       string `json:"role"`
+	Name       string `json:"name"`
+	Key        string `json:"key_fingerprint"`
+	Authority  string `json:"authority_fingerprint"`
+	File       string `json:"file,omitempty"`
+	SameFabric *bool  `json:"same_fabric,omitempty"`
+}
+
+func describeCredential(id *secure.Identity, file string) credentialJSON {
+	return credentialJSON{Role: secure.RoleName(id.Cert.Role), Name: id.Cert.Name, Key: secure.Fingerprint(id.Cert.Key),
+		Authority: secure.Fingerprint(id.Authority), File: file}
+}
+
+func printCredential(w io.Writer, c credentialJSON, asJSON bool) error {
+	if asJSON {
+		return json.NewEncoder(w).Encode(c)
+	}
+	if c.File != "" {
+		fmt.Fprintf(w, "file       %s\n", c.File)
+	}
+	fmt.Fprintf(w, "role       %s\nname       %q\nkey        %s\nauthority  %s\n", c.Role, c.Name, c.Key, c.Authority)
+	if c.SameFabric != nil {
+		fmt.Fprintf(w, "fabric     %s\n", map[bool]string{true: "issued under the fabric secret given", false: "NOT issued under the fabric secret given"}[*c.SameFabric])
+	}
+	return nil
+}
+
+// authorityOf derives the fabric's authority from the secret file at
+// path (the file ndma keygen makes: its first line is the secret).
+func authorityOf(path string) (*secure.Authority, error) {
+	secret, err := readToken(path)
+	if err != nil {
+		return nil, err
+	}
+	a, err := secure.NewAuthority(secret)
+	clear(secret)
+	return a, err
+}
+
+func newCredentialCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "credential",
+		Short: "Issue and inspect credentials: each process's own identity (role, name, key) under the fabric secret",
+		Long: `A credential is one process's identity on a secured fabric: its role
+(switch, memory-node, member or client), a name, an Ed25519 key pair and a
+certificate of them signed by the fabric's authority, a key derived from
+the fabric secret. A process given a credential (--credential on ndma
+switch, ndma memd and the pool commands) proves it with a handshake to
+every peer and seals every datagram it sends (encrypted and
+authenticated): it talks only to processes with a credential of the same
+fabric. A credential of one role gives nothing of another's: a client's
+cannot pose as a memory node or as the switch.
+
+Only whoever holds the fabric secret can issue credentials; the processes
+need only their own credential (and the fabric token, which still
+authenticates control messages).`,
+		Example: `  ndma keygen -o fabric.key
+  ndma credential issue --secret-file fabric.key --role switch --name sw0 -o sw0.cred
+  ndma credential issue --secret-file fabric.key --role memory-node --name mem0 -o mem0.cred
+  ndma credential issue --secret-file fabric.key --role client --name alice -o alice.cred
+  ndma credential show alice.cred`,
+	}
+
+	var role, name, secretFile, out string
+	var force, asJSON bool
+	issue := &cobra.Command{
+		Use:   "issue --role ROLE --name NAME --secret-file FILE -o FILE",
+		Short: "Issue a credential under the fabric secret and write it to a new private file",
+		Long: `issue draws a new Ed25519 key pair, has the fabric's authority (derived
+from the fabric secret in --secret-file, the file ndma keygen makes) sign
+its certificate (--role, --name), and writes the credential to a new file
+that only its owner may read and write (mode 0600): the file holds the
+private key. An existing file is kept unless --force replaces it.
+
+Issue one credential per process, of the role it plays: switch for ndma
+switch, memory-node for ndma memd, client for the pool commands, member
+for a job's ranks.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			r, err := secure.ParseRole(role)
+			if err != nil {
+				return fmt.Errorf("--role %q: want switch, memory-node, member or client", role)
+			}
+			if name == "" || len(name) > secure.MaxNameLen {
+				return fmt.Errorf("--name: %d bytes: want 1 to %d", len(name), secure.MaxNameLen)
+			}
+			if secretFile == "" {
+				return errors.New("--secret-file: give the fabric secret's file (make one with ndma keygen -o FILE)")
+			}
+			if out == "" {
+				return errors.New("-o: give the file to write the credential to")
+			}
+			a, err := authorityOf(secretFile)
+			if err != nil {
+				return fmt.Errorf("--secret-file: %w", err)
+			}
+			id, err := a.Issue(r, name, rand.Reader)
+			if err != nil {
+				return err
+			}
+			b, err := id.Encode()
+			if err != nil {
+				return err
+			}
+			err = writeSecret(out, b, force)
+			clear(b)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printCredential(cmd.OutOrStdout(), describeCredential(id, out), true)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "%s credential %q written to %s (mode 0600): give the process --credential %s\n", r, name, out, out)
+			return printCredential(cmd.OutOrStdout(), describeCredential(id, out), false)
+		},
+	}
+	fl := issue.Flags()
+	fl.StringVar(&role, "role", "", "the process's `role`: switch, memory-node, member or client (required)")
+	fl.StringVar(&name, "name", "", fmt.Sprintf("the process's `name`, 1 to %d bytes (required)", secure.MaxNameLen))
+	fl.StringVar(&secretFile, "secret-file", "", "`file` whose first line is the fabric secret (the one ndma keygen makes; only its owner may read it) (required)")
+	fl.StringVarP(&out, "output", "o", "", "`file` to create with the credential (required)")
+	fl.BoolVar(&force, "force", false, "replace the file if it exists")
+	fl.BoolVar(&asJSON, "json", false, "print what was issued as JSON")
+	for _, f := range []string{"role", "name", "secret-file", "output"} {
+		_ = issue.MarkFlagRequired(f)
+	}
+
+	var showSecret string
+	var showJSON bool
+	show := &cobra.Command{
+		Use:   "show FILE",
+		Short: "Print a credential's role, name and key fingerprints (never its private key)",
+		Long: `show checks the credential in FILE (its certificate against the authority
+it names) and prints its role, its name, the fingerprint of its public key
+and that of the fabric authority's: credentials of one fabric show the
+same authority. With --secret-file it also says whether the credential
+was issued under that fabric secret. The private key is never printed.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := readCredential(args[0])
+			if err != nil {
+				return err
+			}
+			c := describeCredential(id, args[0])
+			if showSecret != "" {
+				a, err := authorityOf(showSecret)
+				if err != nil {
+					return fmt.Errorf("--secret-file: %w", err)
+				}
+				same := a.Public().Equal(id.Authority)
+				c.SameFabric = &same
+				if err := printCredential(cmd.OutOrStdout(), c, showJSON); err != nil {
+					return err
+				}
+				if !same {
+					return fmt.Errorf("%s was not issued under the fabric secret in %s", args[0], showSecret)
+				}
+				return nil
+			}
+			return printCredential(cmd.OutOrStdout(), c, showJSON)
+		},
+	}
+	show.Flags().StringVar(&showSecret, "secret-file", "", "`file` holding the fabric secret to check the credential against")
+	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
+
+	cmd.AddCommand(issue, show)
+	return cmd
+}
+
+func init() { rootCmd.AddCommand(newCredentialCmd()) }
