@@ -13,6 +13,8 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/internal/secretfile"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 )
 
@@ -26,6 +28,11 @@ type Launch struct {
 	// Insecure (NDMA_INSECURE=1) rendezvouses without a fabric token, at
 	// a switch started with --insecure.
 	Insecure bool
+	// Credential (NDMA_CREDENTIAL) is the path of the rank's credential
+	// file, of role member: with it the rank's endpoint seals every
+	// datagram (EndpointOptions), as a switch started with --credential
+	// requires. Empty when unset.
+	Credential string
 	// MTU is the largest datagram the network carries unfragmented, in
 	// bytes (NDMA_MTU; 0 when unset): what a rank's transport MTU should
 	// be. ndma testbed run sets it to the testbed's datagram size.
@@ -37,10 +44,15 @@ type Launch struct {
 	Source                string // which variables it came from, for messages
 }
 
+// CredentialEnv names the environment variable that holds the path of a
+// rank's credential file (Launch.Credential).
+const CredentialEnv = "NDMA_CREDENTIAL"
+
 // ParseEnv reads the launch from environment variables (getenv is
 // os.LookupEnv in production): NDMA_RANK, NDMA_SIZE, NDMA_SWITCH,
 // NDMA_JOB, NDMA_TOKEN (or NDMA_INSECURE=1 for a switch that runs without
-// a token), NDMA_MTU (optional, see EnvMTU), and the optional
+// a token), NDMA_MTU (optional, see EnvMTU), NDMA_CREDENTIAL (optional,
+// the rank's credential file: see Launch.EndpointOptions), and the optional
 // NDMA_JOIN_TIMEOUT (how long the rendezvous waits for every rank) and
 // NDMA_LIVENESS (how long a host algorithm waits for a silent rank
 // without a switch; "off": no bound), Go durations such as "90s"; when
@@ -85,6 +97,7 @@ func ParseEnv(getenv func(string) (string, bool)) (Launch, error) {
 	}
 	l.Switch, _ = getenv("NDMA_SWITCH")
 	l.Token, _ = getenv("NDMA_TOKEN")
+	l.Credential, _ = getenv(CredentialEnv)
 	var err error
 	if v, ok := getenv("NDMA_INSECURE"); ok && v != "" {
 		if l.Insecure, err = strconv.ParseBool(v); err != nil {
@@ -154,14 +167,45 @@ func envDuration(getenv func(string) (string, bool), name string, off bool) (tim
 	return d, nil
 }
 
+// EndpointOptions returns the options of the rank's endpoint: with
+// NDMA_CREDENTIAL (l.Credential) set, the credential in that file, which
+// must be of role member and readable by its owner alone, with every
+// datagram sealed (encrypted and authenticated); none otherwise. Its
+// errors wrap ErrArg and name NDMA_CREDENTIAL.
+func (l Launch) EndpointOptions() (endpoint.Options, error) {
+	if l.Credential == "" {
+		return endpoint.Options{}, nil
+	}
+	b, err := secretfile.ReadFile(l.Credential, "credential file")
+	if err != nil {
+		return endpoint.Options{}, fmt.Errorf("%w: %s=%s: %w", ErrArg, CredentialEnv, l.Credential, err)
+	}
+	id, err := secure.ParseIdentity(b)
+	clear(b)
+	if err != nil {
+		return endpoint.Options{}, fmt.Errorf("%w: %s=%s: %w", ErrArg, CredentialEnv, l.Credential, err)
+	}
+	if id.Cert.Role != secure.RoleMember {
+		return endpoint.Options{}, fmt.Errorf("%w: %s=%s: the credential of a %v (%q); a rank needs one of role member",
+			ErrArg, CredentialEnv, l.Credential, id.Cert.Role, id.Cert.Name)
+	}
+	return endpoint.Options{Security: id, SecurityOptions: secure.Options{Encrypt: true}}, nil
+}
+
 // FromEnv creates the world communicator of a job started by a launcher
 // (see ParseEnv), rendezvousing at NDMA_SWITCH, which must be set, for
 // at most NDMA_JOIN_TIMEOUT (Config.JoinTimeout), with Config.Liveness
 // from NDMA_LIVENESS. With NDMA_MTU set, ep's MTU must not be above it.
+// With NDMA_CREDENTIAL set, ep must run the security layer: create it
+// with the options of ParseEnv's Launch.EndpointOptions.
 func FromEnv(ctx context.Context, ep *endpoint.Endpoint) (*Communicator, error) {
 	l, err := ParseEnv(os.LookupEnv)
 	if err != nil {
 		return nil, err
+	}
+	if l.Credential != "" && ep.Identity() == nil {
+		return nil, fmt.Errorf("%w: %s=%s is set, but the endpoint runs without a security layer (a switch with credentials would not answer it): create it with the options of Launch.EndpointOptions",
+			ErrArg, CredentialEnv, l.Credential)
 	}
 	if l.Switch == "" {
 		return nil, fmt.Errorf("%w: NDMA_SWITCH is not set (ranks meet at the forwarding node)", ErrArg)

@@ -2,9 +2,13 @@ package coll
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +18,7 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/netio/simnet"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 )
 
@@ -280,5 +285,119 @@ func TestFromEnvMTU(t *testing.T) {
 	_, err = FromEnv(context.Background(), ep)
 	if !errors.Is(err, ErrArg) || !strings.Contains(err.Error(), "9000") || !strings.Contains(err.Error(), "NDMA_MTU=1472") {
 		t.Fatalf("FromEnv with MTU 9000 under NDMA_MTU=1472: %v, want ErrArg naming both", err)
+	}
+}
+
+// writeCredential issues a credential of role under a fresh fabric secret
+// and writes it, private, to a file in dir.
+func writeCredential(t *testing.T, dir string, role secure.Role) string {
+	t.Helper()
+	a, err := secure.NewAuthority([]byte("a fabric secret of the test, 32 bytes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := a.Issue(role, "rank0", rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := id.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, secure.RoleName(role)+".cred")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestEndpointOptionsCredential: NDMA_CREDENTIAL names the rank's
+// credential file; a good one (role member) gives endpoint options that
+// seal every datagram under it, a missing, exposed or malformed file or
+// one of another role is an error that names the variable, and none gives
+// no security layer.
+func TestEndpointOptionsCredential(t *testing.T) {
+	dir := t.TempDir()
+	member := writeCredential(t, dir, secure.RoleMember)
+	client := writeCredential(t, dir, secure.RoleClient)
+	exposed := filepath.Join(dir, "exposed.cred")
+	b, err := os.ReadFile(member)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exposed, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	garbage := filepath.Join(dir, "garbage.cred")
+	if err := os.WriteFile(garbage, []byte("not a credential\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := map[string]string{"NDMA_RANK": "0", "NDMA_SIZE": "2"}
+	launch := func(cred string) Launch {
+		env := maps.Clone(base)
+		if cred != "" {
+			env[CredentialEnv] = cred
+		}
+		l, err := ParseEnv(envOf(env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+
+	opts, err := launch("").EndpointOptions()
+	if err != nil || opts.Security != nil {
+		t.Fatalf("without NDMA_CREDENTIAL: %+v, %v; want no security layer", opts, err)
+	}
+	l := launch(member)
+	if l.Credential != member {
+		t.Fatalf("Launch.Credential %q, want %q", l.Credential, member)
+	}
+	opts, err = l.EndpointOptions()
+	if err != nil || opts.Security == nil || opts.Security.Cert.Role != secure.RoleMember || !opts.SecurityOptions.Encrypt {
+		t.Fatalf("NDMA_CREDENTIAL=%s: %+v, %v; want the member's identity, encrypting", member, opts, err)
+	}
+	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	if id := ep.Identity(); id == nil || id.Cert.Name != "rank0" {
+		t.Fatalf("endpoint identity %v, want the credential's", id)
+	}
+
+	for _, c := range []struct{ path, says string }{
+		{filepath.Join(dir, "missing.cred"), "missing.cred"},
+		{exposed, "exposed.cred"},
+		{garbage, "not an NDMA credential"},
+		{client, "role member"},
+	} {
+		_, err := launch(c.path).EndpointOptions()
+		if !errors.Is(err, ErrArg) || !strings.Contains(err.Error(), "NDMA_CREDENTIAL="+c.path) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("NDMA_CREDENTIAL=%s: %v; want ErrArg naming the variable and saying %q", c.path, err, c.says)
+		}
+	}
+}
+
+// TestFromEnvCredentialNeedsLayer: with NDMA_CREDENTIAL set, FromEnv
+// refuses an endpoint without a security layer (a sealed switch would
+// never answer it) before sending anything, naming the variable.
+func TestFromEnvCredentialNeedsLayer(t *testing.T) {
+	t.Setenv("NDMA_RANK", "0")
+	t.Setenv("NDMA_SIZE", "2")
+	t.Setenv("NDMA_SWITCH", "127.0.0.1:7471")
+	t.Setenv("NDMA_TOKEN", "a token")
+	t.Setenv(CredentialEnv, writeCredential(t, t.TempDir(), secure.RoleMember))
+	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	_, err = FromEnv(context.Background(), ep)
+	if !errors.Is(err, ErrArg) || !strings.Contains(err.Error(), "NDMA_CREDENTIAL=") || !strings.Contains(err.Error(), "without a security layer") {
+		t.Fatalf("FromEnv with NDMA_CREDENTIAL and a plain endpoint: %v; want ErrArg naming NDMA_CREDENTIAL", err)
+	}
+	if st := ep.Stats(); st.Transport.PacketsSent != 0 {
+		t.Fatalf("sent %d packets before refusing", st.Transport.PacketsSent)
 	}
 }

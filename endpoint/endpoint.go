@@ -36,6 +36,7 @@ type Endpoint struct {
 	// sec, when not nil, seals every datagram written and opens every
 	// datagram read (Options.Security); wireOut holds its output.
 	sec     *secure.Layer
+	id      *secure.Identity // Options.Security
 	wireOut []netio.Datagram
 
 	// incarnation tells this endpoint's lifetime from a later one at the
@@ -111,7 +112,7 @@ func New(conn netio.Conn, cfg Config, opts Options) (*Endpoint, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ep := &Endpoint{conn: conn, log: log, core: core, readerDone: make(chan struct{}), closing: make(chan struct{}),
-		services: make(map[uint32]*Service), svcIDs: make(map[string]uint32), incarnation: mrand.Uint64(), sec: sec}
+		services: make(map[uint32]*Service), svcIDs: make(map[string]uint32), incarnation: mrand.Uint64(), sec: sec, id: opts.Security}
 	if sec != nil {
 		core.SetIdentities(sec.Peer) // under ep.mu, as every core call
 	}
@@ -407,6 +408,10 @@ func (ep *Endpoint) SecurityStats() secure.LayerStats {
 	}
 	return ep.sec.Stats()
 }
+
+// Identity returns the identity the endpoint seals its datagrams under
+// (Options.Security), or nil when it runs without a security layer.
+func (ep *Endpoint) Identity() *secure.Identity { return ep.id }
 
 // PeerIdentity returns the certified identity of the process at addr,
 // once a secure session with it is established (never without

@@ -154,6 +154,13 @@ type Config struct {
 	// on a 2-CPU machine (docs/BENCHMARKS.md). -1 means never set it.
 	GoMaxProcs int
 
+	// NoCredentials runs the testbed without the security layer: Up
+	// then issues no credentials, the daemons start without
+	// --credential, and Run sets no NDMA_CREDENTIAL (the fabric token
+	// still authenticates control messages). For comparing figures with
+	// the layer off; by default every datagram is sealed.
+	NoCredentials bool
+
 	hostRateBits uint64 // HostRate in bits per second, set by validate
 	hostBurst    int
 	// Peak rates of the links and of the host links (HostRate), in bits

@@ -117,7 +117,11 @@ func integrationRank(ctx context.Context) (err error) {
 	fopts := endpoint.FabricOptions{Token: []byte(launch.Token)}
 	// The largest datagram one 9000-byte frame carries, as the testbed
 	// gives its daemons.
-	ep, err := endpoint.Listen(":0", endpoint.Config{Transport: transport.Config{MTU: integrationMTU - udpIPHeaders}}, endpoint.Options{})
+	opts, err := launch.EndpointOptions() // the member credential of NDMA_CREDENTIAL
+	if err != nil {
+		return err
+	}
+	ep, err := endpoint.Listen(":0", endpoint.Config{Transport: transport.Config{MTU: integrationMTU - udpIPHeaders}}, opts)
 	if err != nil {
 		return err
 	}

@@ -22,7 +22,9 @@ const runWaitDelay = 5 * time.Second
 // with the bootstrap environment of coll.FromEnv added to the calling
 // process's: NDMA_RANK, NDMA_SIZE (len(st.Hosts)), NDMA_SWITCH
 // (st.SwitchAddr), NDMA_TOKEN (st.Token), NDMA_MTU (st.DatagramMTU: the
-// largest datagram one frame carries) and NDMA_JOB, a job name fresh
+// largest datagram one frame carries), NDMA_CREDENTIAL (the host's
+// member credential, st.Hosts[i].Credential, unless the testbed runs
+// without credentials) and NDMA_JOB, a job name fresh
 // for each Run ("<prefix>-<random>"), so that a run never meets the
 // remains of an earlier one at the switch; and GOMAXPROCS=st.GoMaxProcs
 // when that is set and the calling environment has no GOMAXPROCS. Each
@@ -57,6 +59,9 @@ func Run(ctx context.Context, st *State, cmd []string, out io.Writer) error {
 			"NDMA_TOKEN="+st.Token,
 			"NDMA_MTU="+strconv.Itoa(st.DatagramMTU),
 		)
+		if h.Credential != "" {
+			c.Env = append(c.Env, "NDMA_CREDENTIAL="+h.Credential)
+		}
 		if _, set := os.LookupEnv("GOMAXPROCS"); !set && st.GoMaxProcs > 0 {
 			c.Env = append(c.Env, "GOMAXPROCS="+strconv.Itoa(st.GoMaxProcs))
 		}

@@ -72,6 +72,16 @@ type State struct {
 	// Token is the fabric token the switch was started with, the
 	// NDMA_TOKEN of every rank.
 	Token string `json:"token"`
+	// Secret is the file holding the fabric secret the testbed's
+	// credentials are issued under (the "secret" file of the state
+	// directory, mode 0600; ndma credential issue --secret-file issues
+	// more); empty when Config.NoCredentials ran the testbed without
+	// credentials. The ranks never get it.
+	Secret string `json:"secret,omitempty"`
+	// ClientCredential is the file of a credential of role client, for
+	// tools run in a host namespace outside Run (ip netns exec ...
+	// ndma pool --credential FILE); empty without credentials.
+	ClientCredential string `json:"client_credential,omitempty"`
 
 	// Daemons are the processes Up started.
 	Daemons []Daemon `json:"daemons"`
@@ -99,6 +109,12 @@ type Node struct {
 	// Key is a memory node's region key in hex ("0x…"), for clients'
 	// --key.
 	Key string `json:"key,omitempty"`
+	// Credential is the file of the node's credential (mode 0600, in the
+	// state directory): the switch's (role switch) and each memory
+	// node's (role memory-node), given to their daemons with
+	// --credential, and each host's (role member), Run's NDMA_CREDENTIAL
+	// for the rank in that host; empty without credentials.
+	Credential string `json:"credential,omitempty"`
 	// Present is whether the namespace exists; Status fills it in.
 	Present bool `json:"present"`
 }
@@ -137,7 +153,7 @@ const stateFileName = "state.json"
 func stateDir(root, prefix string) string { return filepath.Join(root, prefix) }
 
 // save writes the state file atomically, readable by root only (it holds
-// the token).
+// the token; the secret and the credentials are in files of their own).
 func (s *State) save() error {
 	b, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ndma/ndma/secure"
 )
 
 // Timeouts of the testbed's own steps.
@@ -285,6 +287,18 @@ func startDaemons(ctx context.Context, cfg *Config, st *State) error {
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		return fmt.Errorf("testbed: token file: %w", err)
 	}
+	if !cfg.NoCredentials {
+		if err := issueCredentials(st); err != nil {
+			return err
+		}
+	}
+	// credential is the --credential flag of a daemon of node n.
+	credential := func(n *Node) []string {
+		if n.Credential == "" {
+			return nil
+		}
+		return []string{"--credential", n.Credential}
+	}
 	mtu := strconv.Itoa(st.DatagramMTU)
 	type started struct {
 		exited <-chan error
@@ -305,7 +319,7 @@ func startDaemons(ctx context.Context, cfg *Config, st *State) error {
 		return nil
 	}
 	if err := start("switch", st.Switch.NS, "switch.log", SwitchPort,
-		"switch", "--listen", st.SwitchAddr, "--token-file", tokenFile, "--mtu", mtu); err != nil {
+		append([]string{"switch", "--listen", st.SwitchAddr, "--token-file", tokenFile, "--mtu", mtu}, credential(&st.Switch)...)...); err != nil {
 		return err
 	}
 	for i := range st.MemNodes {
@@ -318,8 +332,8 @@ func startDaemons(ctx context.Context, cfg *Config, st *State) error {
 			return fmt.Errorf("testbed: key file: %w", err)
 		}
 		if err := start("memd", m.NS, m.Name+".log", MemdPort,
-			"memd", "--listen", m.Service, "--key-file", keyFile, "--mtu", mtu,
-			"--switch", st.SwitchAddr, "--token-file", tokenFile); err != nil {
+			append([]string{"memd", "--listen", m.Service, "--key-file", keyFile, "--mtu", mtu,
+				"--switch", st.SwitchAddr, "--token-file", tokenFile}, credential(m)...)...); err != nil {
 			return err
 		}
 	}
@@ -329,6 +343,57 @@ func startDaemons(ctx context.Context, cfg *Config, st *State) error {
 		}
 	}
 	return st.save()
+}
+
+// issueCredentials draws the testbed's fabric secret, writes it to the
+// state directory's "secret" file, and issues under it a credential for
+// every node, each in a file of its own named after the node ("sw.cred",
+// "h0.cred", "m0.cred"): role switch for the switch, memory-node for each
+// memory node, member for each host (its rank's), and one of role client
+// ("client.cred") for tools run outside Run. Every file is readable by
+// its owner alone (mode 0600).
+func issueCredentials(st *State) error {
+	secret := randomHex(32)
+	st.Secret = filepath.Join(st.Dir, "secret")
+	if err := os.WriteFile(st.Secret, []byte(secret+"\n"), 0o600); err != nil {
+		return fmt.Errorf("testbed: secret file: %w", err)
+	}
+	a, err := secure.NewAuthority([]byte(secret))
+	if err != nil {
+		return fmt.Errorf("testbed: fabric secret: %w", err)
+	}
+	issue := func(role secure.Role, name string) (string, error) {
+		id, err := a.Issue(role, name, rand.Reader)
+		if err != nil {
+			return "", fmt.Errorf("testbed: credential of %s: %w", name, err)
+		}
+		b, err := id.Encode()
+		if err != nil {
+			return "", fmt.Errorf("testbed: credential of %s: %w", name, err)
+		}
+		path := filepath.Join(st.Dir, name+".cred")
+		err = os.WriteFile(path, b, 0o600)
+		clear(b)
+		if err != nil {
+			return "", fmt.Errorf("testbed: credential file: %w", err)
+		}
+		return path, nil
+	}
+	if st.Switch.Credential, err = issue(secure.RoleSwitch, st.Switch.Name); err != nil {
+		return err
+	}
+	for i := range st.MemNodes {
+		if st.MemNodes[i].Credential, err = issue(secure.RoleMemoryNode, st.MemNodes[i].Name); err != nil {
+			return err
+		}
+	}
+	for i := range st.Hosts {
+		if st.Hosts[i].Credential, err = issue(secure.RoleMember, st.Hosts[i].Name); err != nil {
+			return err
+		}
+	}
+	st.ClientCredential, err = issue(secure.RoleClient, "client")
+	return err
 }
 
 // startDaemon starts binary with args in namespace ns, in a process group

@@ -282,6 +282,39 @@ func TestUpRunDown(t *testing.T) {
 		}
 	})
 
+	t.Run("sealed", func(t *testing.T) {
+		// Each rank gets its host's member credential; the daemons run
+		// with theirs and say so in their logs.
+		var out lockedBuilder
+		if err := Run(ctx, st, []string{"sh", "-c", `echo "cred=$NDMA_CREDENTIAL"`}, &out); err != nil {
+			t.Fatalf("%v\n%s", err, out.String())
+		}
+		for i, h := range st.Hosts {
+			if want := fmt.Sprintf("[rank %d] cred=%s\n", i, h.Credential); h.Credential == "" || !strings.Contains(out.String(), want) {
+				t.Errorf("missing %q in:\n%s", want, out.String())
+			}
+		}
+		files := []string{st.Secret, st.ClientCredential, st.Switch.Credential}
+		for _, n := range append(slices.Clone(st.Hosts), st.MemNodes...) {
+			files = append(files, n.Credential)
+		}
+		for _, f := range files {
+			fi, err := os.Stat(f)
+			if err != nil || fi.Mode().Perm() != 0o600 || filepath.Dir(f) != st.Dir {
+				t.Errorf("%q: %v, %v; want a file of mode 0600 in %s", f, fi, err, st.Dir)
+			}
+		}
+		for _, d := range st.Daemons {
+			log, err := os.ReadFile(d.Log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(log), "sealing every datagram") || !slices.Contains(d.Args, "--credential") {
+				t.Errorf("%s (%v): log does not say it seals every datagram:\n%s", d.Role, d.Args, log)
+			}
+		}
+	})
+
 	t.Run("fail", func(t *testing.T) {
 		var out lockedBuilder
 		err := Run(ctx, st, []string{"sh", "-c", `echo out; test "$NDMA_RANK" != 1`}, &out)

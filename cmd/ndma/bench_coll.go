@@ -149,7 +149,13 @@ func runBenchColl(cmd *cobra.Command, f *collFlags) error {
 		if err != nil {
 			return err
 		}
-		ep, err := endpoint.Listen(listen, endpoint.Config{Transport: transport.Config{MTU: f.mtu}}, endpoint.Options{})
+		// With NDMA_CREDENTIAL (ndma testbed run sets it) the rank seals
+		// every datagram under its member credential.
+		opts, err := l.EndpointOptions()
+		if err != nil {
+			return err
+		}
+		ep, err := endpoint.Listen(listen, endpoint.Config{Transport: transport.Config{MTU: f.mtu}}, opts)
 		if err != nil {
 			return fmt.Errorf("--listen: %w", err)
 		}

@@ -115,7 +115,7 @@ baseline unless --node and --node-key name a memory node of the pool):
 			case sw == "" && cmd.Flags().Changed("credential"):
 				return errors.New("--credential: only with --switch (the pool this benchmark starts runs without credentials)")
 			case sw != "":
-				if cfg.Security, err = cred.load(os.Getenv, secure.RoleClient); err != nil {
+				if cfg.Security, err = cred.load(os.Getenv, secure.RoleClient, secure.RoleMember); err != nil {
 					return err
 				}
 				cfg.SecurityOptions = sealOptions
@@ -138,7 +138,7 @@ baseline unless --node and --node-key name a memory node of the pool):
 	fl.StringVar(&node, "node", "", "with --switch: a memory node (host:port) to measure a direct READ against, the latency baseline")
 	fl.StringVar(&nodeKey, "node-key", "", "the key of a region of --node outside the pool (e.g. a memd's second region: the region a node lends is reachable only through the pool)")
 	token.register(fl)
-	cred.register(fl, "of role client, with --switch")
+	cred.register(fl, "of role client or member, with --switch")
 	fl.StringVar(&tests, "tests", "all", "tests to run: latency, bandwidth or all")
 	fl.IntVar(&nodes, "nodes", 4, "in-process memory nodes")
 	fl.StringVar(&nodeSize, "node-size", "", "memory each in-process node lends (default: room for one transfer)")

@@ -19,6 +19,8 @@ import (
 
 	"github.com/ndma/ndma/bench"
 	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
@@ -49,6 +51,11 @@ them, a chained reduce of one vector per node summed node to node with no
 host in between, and an Adam step applied by the nodes to parameters in the
 pool.
 
+Every process runs sealed: the demo draws a fabric secret for the run and
+issues each process its own credential (client, member, memory-node,
+switch), so every datagram is encrypted and authenticated; the last row
+counts the datagrams sealed and opened, and fails if any was refused.
+
 Each result is verified; the exit status is non-zero if anything fails.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -78,6 +85,11 @@ type demoRow struct {
 	Speedup       float64 `json:"speedup,omitempty"`
 	SentBytes     int64   `json:"sent_bytes,omitempty"`
 	HostSentBytes int64   `json:"host_sent_bytes,omitempty"`
+	// The security row: datagrams the demo's processes sealed, opened,
+	// and refused (none when every one verified).
+	Sealed  uint64 `json:"sealed,omitempty"`
+	Opened  uint64 `json:"opened,omitempty"`
+	Refused uint64 `json:"refused,omitempty"`
 
 	bytesBy string // who sent SentBytes, for the table: "sender", "root"
 }
@@ -109,6 +121,7 @@ var errDemoFailed = errors.New("demo: some operations failed to verify")
 // demo runs the demo's steps against one memory node, then against a
 // forwarding node.
 type demo struct {
+	sec  *demoSecurity
 	r    *endpoint.Remote
 	key  uint64
 	rows []demoRow
@@ -138,23 +151,32 @@ func runDemo(ctx context.Context, w io.Writer, jsonOut bool) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	node, err := bench.StartNode(demoRegionSize, bench.DefaultMTU)
+	sec, err := newDemoSecurity()
+	if err != nil {
+		return err
+	}
+	node, err := startDemoNode(sec)
 	if err != nil {
 		return err
 	}
 	defer node.Close()
-	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Transport: transport.Config{MTU: bench.DefaultMTU}}, endpoint.Options{})
+	opts, err := sec.endpoint(secure.RoleClient, "demo-client")
+	if err != nil {
+		return err
+	}
+	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Transport: transport.Config{MTU: bench.DefaultMTU}}, opts)
 	if err != nil {
 		return err
 	}
 	defer ep.Close()
+	sec.watch(ep.SecurityStats)
 	ctx, cancel := context.WithTimeout(ctx, demoTimeout)
 	defer cancel()
 	r, err := ep.Dial(ctx, node.Addr().String())
 	if err != nil {
 		return err
 	}
-	d := &demo{r: r, key: node.Key, ctx: ctx}
+	d := &demo{sec: sec, r: r, key: node.Key, ctx: ctx}
 	d.readWrite()
 	d.cas()
 	d.fetchAdd()
@@ -163,6 +185,7 @@ func runDemo(ctx context.Context, w io.Writer, jsonOut bool) error {
 	sw, closeFabric := d.fabric()
 	defer closeFabric()
 	d.sw = sw
+	d.rows = append(d.rows, sec.row())
 
 	if err := writeDemo(w, d, jsonOut, node); err != nil {
 		return err
@@ -173,6 +196,30 @@ func runDemo(ctx context.Context, w io.Writer, jsonOut bool) error {
 		}
 	}
 	return nil
+}
+
+// startDemoNode starts the demo's memory node: an endpoint on loopback
+// with a region of demoRegionSize bytes that allows every operation,
+// sealing every datagram under a memory node's identity.
+func startDemoNode(sec *demoSecurity) (*bench.Node, error) {
+	st, err := memnode.NewStore(memnode.Config{})
+	if err != nil {
+		return nil, err
+	}
+	key, err := st.Alloc(demoRegionSize, memnode.PermAll, 0)
+	if err != nil {
+		return nil, fmt.Errorf("memory node region: %w", err)
+	}
+	opts, err := sec.endpoint(secure.RoleMemoryNode, "demo-mem")
+	if err != nil {
+		return nil, err
+	}
+	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Store: st, Transport: transport.Config{MTU: bench.DefaultMTU}}, opts)
+	if err != nil {
+		return nil, fmt.Errorf("memory node: %w", err)
+	}
+	sec.watch(ep.SecurityStats)
+	return &bench.Node{EP: ep, Key: key, Size: demoRegionSize}, nil
 }
 
 func writeDemo(w io.Writer, d *demo, jsonOut bool, node *bench.Node) error {
@@ -190,6 +237,7 @@ func writeDemo(w io.Writer, d *demo, jsonOut bool, node *bench.Node) error {
 	if d.sw != "" {
 		fmt.Fprintf(w, "           switch on %s with a fabric token, %d endpoints in job %q (host-only: one-sided WRITEs)\n", d.sw, demoMembers, demoJob)
 	}
+	fmt.Fprintf(w, "           every process with its own credential under a fabric secret drawn for this run: every datagram sealed\n")
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "OPERATION\tSIZE\tRESULT\tPERFORMANCE")
@@ -203,7 +251,11 @@ func writeDemo(w io.Writer, d *demo, jsonOut bool, node *bench.Node) error {
 		if r.Detail != "" {
 			res += ": " + r.Detail
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Op, bench.FormatSize(r.Size), res, r.perf())
+		size := "-"
+		if r.Size > 0 {
+			size = bench.FormatSize(r.Size)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Op, size, res, r.perf())
 	}
 	if err := tw.Flush(); err != nil {
 		return err

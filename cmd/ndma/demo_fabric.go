@@ -18,6 +18,7 @@ import (
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -43,6 +44,7 @@ type fabricDemo struct {
 	lendCtx context.Context
 	closers *[]func()
 	opts    endpoint.FabricOptions
+	sec     *demoSecurity
 	eps     []*endpoint.Endpoint
 	gs      []*endpoint.Group
 
@@ -57,7 +59,7 @@ type fabricDemo struct {
 // the switch's address ("" if it could not start) and a function that
 // closes the endpoints and the switch.
 func (d *demo) fabric() (string, func()) {
-	f, closeAll, err := startFabric(d.ctx)
+	f, closeAll, err := startFabric(d.ctx, d.sec)
 	if err != nil {
 		d.rows = append(d.rows, demoRow{Op: "fabric setup", Detail: err.Error()})
 		return "", closeAll
@@ -70,7 +72,7 @@ func (d *demo) fabric() (string, func()) {
 // startFabric starts the switch and the members, joins them to the job and
 // registers their regions. The returned function closes whatever was
 // started, also on error.
-func startFabric(ctx context.Context) (*fabricDemo, func(), error) {
+func startFabric(ctx context.Context, sec *demoSecurity) (*fabricDemo, func(), error) {
 	var closers []func()
 	lendCtx, stopLending := context.WithCancel(context.Background())
 	closers = append(closers, stopLending)
@@ -91,16 +93,30 @@ func startFabric(ctx context.Context) (*fabricDemo, func(), error) {
 		conn.Close()
 		return nil, closeAll, err
 	}
-	srv := fabric.NewServer(conn, sw, nil)
+	swID, err := sec.issue(secure.RoleSwitch, "demo-switch")
+	if err != nil {
+		conn.Close()
+		return nil, closeAll, err
+	}
+	srv, err := fabric.NewServerWith(conn, sw, fabric.ServerOptions{Security: swID, SecurityOptions: sealOptions})
+	if err != nil {
+		return nil, closeAll, err
+	}
 	closers = append(closers, func() { srv.Close() })
+	sec.watch(srv.SecurityStats)
 	f := &fabricDemo{ctx: ctx, sw: srv.Addr().String(), swAddr: srv.Addr(), lendCtx: lendCtx, closers: &closers,
-		opts: endpoint.FabricOptions{Token: token}}
+		opts: endpoint.FabricOptions{Token: token}, sec: sec}
 	for i := range demoMembers {
-		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{})
+		opts, err := sec.endpoint(secure.RoleMember, fmt.Sprintf("demo-rank%d", i))
+		if err != nil {
+			return nil, closeAll, err
+		}
+		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, opts)
 		if err != nil {
 			return nil, closeAll, err
 		}
 		closers = append(closers, func() { ep.Close() })
+		sec.watch(ep.SecurityStats)
 		f.eps = append(f.eps, ep)
 		size := demoGroupSize
 		if i == 0 {

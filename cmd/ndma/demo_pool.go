@@ -11,6 +11,7 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/pool"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -32,7 +33,7 @@ func (f *fabricDemo) pool() []demoRow {
 	fail := func(op string, err error) []demoRow {
 		return append(rows, demoRow{Op: op, Detail: err.Error()})
 	}
-	for range demoPoolNodes {
+	for i := range demoPoolNodes {
 		st, err := memnode.NewStore(memnode.Config{})
 		if err != nil {
 			return fail("pool setup", err)
@@ -41,12 +42,17 @@ func (f *fabricDemo) pool() []demoRow {
 		if err != nil {
 			return fail("pool setup", err)
 		}
+		opts, err := f.sec.endpoint(secure.RoleMemoryNode, fmt.Sprintf("demo-pool%d", i))
+		if err != nil {
+			return fail("pool setup", err)
+		}
 		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Store: st,
-			PoolNode: &endpoint.PoolServe{Switch: f.swAddr, Key: key, Token: f.opts.Token}}, endpoint.Options{})
+			PoolNode: &endpoint.PoolServe{Switch: f.swAddr, Key: key, Token: f.opts.Token}}, opts)
 		if err != nil {
 			return fail("pool setup", err)
 		}
 		*f.closers = append(*f.closers, func() { ep.Close() })
+		f.sec.watch(ep.SecurityStats)
 		if _, err := ep.PoolLend(f.lendCtx, f.sw, key, demoPoolNodeSize, f.opts); err != nil {
 			return fail("pool setup", err)
 		}

@@ -21,7 +21,7 @@ func TestDemo(t *testing.T) {
 	for _, s := range []string{"OPERATION", "vector max i64", "read, bad key", "checks passed",
 		"switch on 127.0.0.1:", "multicast vs unicasts", "allreduce f32 sum vs gather",
 		"anycast round-robin", "served 50/50", "anycast key-affinity", "100% on the owner",
-		"sender bytes ", "root bytes "} {
+		"sender bytes ", "root bytes ", "every datagram sealed", " 0 refused; 10 processes"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("demo output lacks %q:\n%s", s, out)
 		}
@@ -41,12 +41,17 @@ func TestDemoJSON(t *testing.T) {
 	}
 	ops := make(map[string]bool)
 	compared := make(map[string]demoRow)
+	var sec []demoRow
 	for line := range strings.Lines(buf.String()) {
 		var row demoRow
 		dec := json.NewDecoder(strings.NewReader(line))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&row); err != nil {
 			t.Fatalf("line %q: %v", line, err)
+		}
+		if row.Op == "security" {
+			sec = append(sec, row)
+			continue
 		}
 		if !row.OK || row.Size <= 0 || row.Op == "" {
 			t.Errorf("row %+v", row)
@@ -60,6 +65,19 @@ func TestDemoJSON(t *testing.T) {
 		if !ops[op] {
 			t.Errorf("no %q row in %v", op, ops)
 		}
+	}
+	// Every process of the demo seals every datagram: the security row
+	// counts what the layers sealed and opened (every operation above
+	// went through them), and refused nothing.
+	switch {
+	case len(sec) != 1:
+		t.Errorf("%d security rows, want 1: %+v", len(sec), sec)
+	case !sec[0].OK || sec[0].Refused != 0:
+		t.Errorf("security row %+v: want ok, nothing refused", sec[0])
+	case sec[0].Sealed < 1000 || sec[0].Opened < 1000:
+		// The 1 MiB writes, reads and group operations alone are
+		// thousands of datagrams.
+		t.Errorf("security row %+v: want thousands of datagrams sealed and opened", sec[0])
 	}
 	// The group operations against their host-only counterparts: the
 	// sender (or root) puts the payload on the wire once instead of once

@@ -37,7 +37,7 @@ func (p *poolFlags) register(cmd *cobra.Command) {
 	fl := cmd.PersistentFlags()
 	fl.StringVar(&p.sw, "switch", os.Getenv("NDMA_SWITCH"), "forwarding node `address` (host:port) holding the pool (default $NDMA_SWITCH)")
 	p.token.register(fl)
-	p.cred.register(fl, "of role client")
+	p.cred.register(fl, "of role client (or member: a job's rank, as ndma testbed run gives)")
 	fl.DurationVar(&p.timeout, "timeout", 5*time.Second, "give up on the switch after this long")
 	fl.BoolVar(&p.json, "json", false, "print JSON")
 }
@@ -64,7 +64,7 @@ func (p *poolFlags) client(cmd *cobra.Command) (*endpoint.Endpoint, endpoint.Fab
 	if p.timeout <= 0 {
 		return nil, opts, nil, nil, fmt.Errorf("--timeout %v: want a positive duration", p.timeout)
 	}
-	if p.id, err = p.cred.load(os.Getenv, secure.RoleClient); err != nil {
+	if p.id, err = p.cred.load(os.Getenv, secure.RoleClient, secure.RoleMember); err != nil {
 		return nil, opts, nil, nil, err
 	}
 	ep, err := endpoint.Listen(":0", endpoint.Config{}, endpointOptions(p.id))
@@ -105,9 +105,9 @@ across stripes and memory nodes in parallel.
 
 On a fabric whose switch and memory nodes run with --credential, give
 every pool command a credential of role client (--credential or
-$NDMA_CREDENTIAL; ndma credential issue --role client makes one): its
-datagrams are then sealed, region keys included, and a command without
-one gets no answer.`,
+$NDMA_CREDENTIAL; ndma credential issue --role client makes one), or a
+job's rank its member credential: its datagrams are then sealed, region
+keys included, and a command without one gets no answer.`,
 	}
 	pf.register(cmd)
 

@@ -56,8 +56,8 @@ to it, with the totals: stripe balance (the most used live node over the
 mean, 1.00 is even), load balance (the busiest node's requests over the
 mean), and requests the switch refused per second (bad keys, bounds,
 permissions, dead nodes). --interval 0 takes one sample: no rates.
-On a fabric run with credentials, give a client credential (--credential
-or $NDMA_CREDENTIAL), as to the pool commands.`,
+On a fabric run with credentials, give a client (or member) credential
+(--credential or $NDMA_CREDENTIAL), as to the pool commands.`,
 		Example: `  ndma stat --switch localhost:7471 --token-file fabric.key
   NDMA_SWITCH=localhost:7471 NDMA_TOKEN=t ndma stat --interval 5s --json
   # in a testbed, in its host namespace (the switch's 10.77.0.1 exists only there):

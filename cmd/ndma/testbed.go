@@ -47,6 +47,7 @@ type testbedFlags struct {
 	peakRate                        string
 	latency                         time.Duration
 	binary                          string
+	noCredentials                   bool
 
 	json bool
 }
@@ -94,7 +95,15 @@ lends its region to the switch's memory pool), with
 --mtu minus 28 as their datagram size, so one datagram fits one frame. It
 refuses when a testbed with the prefix exists. The switch address, the
 token, the memory nodes' keys and the daemons' logs are in the state
-directory; "status" shows them.`,
+directory; "status" shows them.
+
+Every datagram of the testbed is sealed: up draws a fabric secret (the
+state directory's "secret" file) and issues under it a credential per
+node, each in a file of the state directory readable by root alone:
+sw.cred (role switch) and m<j>.cred (memory-node), given to the daemons
+with --credential; h<i>.cred (member), the NDMA_CREDENTIAL of rank i under
+"run"; and client.cred (client), for tools run in a host namespace
+outside "run". --no-credentials runs without them.`,
 		Example: `  sudo ndma testbed up --hosts 8 --rate 100mbit --mtu 9000
   sudo ndma testbed up --hosts 4 --memnodes 2 --rate 1gbit --prefix tb2 --subnet 10.78.0.0/16`,
 		Args: cobra.NoArgs,
@@ -113,6 +122,7 @@ directory; "status" shows them.`,
 	fl.StringVar(&f.subnet, "subnet", testbed.DefaultSubnet, "private IPv4 subnet for the testbed's addresses; it exists only inside its namespaces")
 	fl.StringVar(&f.memSize, "mem-size", "64MiB", "size of each memory node's region: bytes, or with a unit KiB, MiB, GiB, KB, MB, GB")
 	fl.StringVar(&f.binary, "binary", "", "`path` of the ndma binary that runs the daemons (default: this one)")
+	fl.BoolVar(&f.noCredentials, "no-credentials", false, "issue no credentials: the switch, the memory nodes and the ranks run without the security layer (datagrams not sealed; the token still authenticates control messages), to compare figures")
 	cmd.AddCommand(up)
 
 	cmd.AddCommand(&cobra.Command{
@@ -121,8 +131,10 @@ directory; "status" shows them.`,
 		Long: `run starts CMD once in each host namespace, rank i in <prefix>-h<i>, with
 NDMA_RANK, NDMA_SIZE, NDMA_SWITCH, NDMA_TOKEN, NDMA_MTU (the largest
 datagram one frame carries: MTU minus 28, what the daemons use; ndma bench
-coll and ndma bench pool take it as their default --mtu) and a fresh
-NDMA_JOB added to the environment, and prints each rank's output prefixed
+coll and ndma bench pool take it as their default --mtu), NDMA_CREDENTIAL
+(the file of host i's member credential, which bench coll's ranks, the
+pool commands, stat and bench pool seal their datagrams under; none with
+up --no-credentials) and a fresh NDMA_JOB added to the environment, and prints each rank's output prefixed
 "[rank i] ". The rest of the environment passes through, such as
 NDMA_JOIN_TIMEOUT (how long the ranks' rendezvous waits for all of them,
 1m by default) and NDMA_LIVENESS (how long a host algorithm waits for a
@@ -217,6 +229,8 @@ func (f *testbedFlags) config() (testbed.Config, error) {
 		StateDir:   f.stateDir,
 		Binary:     f.binary,
 		GoMaxProcs: f.gomaxprocs,
+
+		NoCredentials: f.noCredentials,
 	}, nil
 }
 
@@ -310,7 +324,13 @@ func printTestbed(w io.Writer, st *testbed.State) {
 	if st.GoMaxProcs > 0 {
 		fmt.Fprintf(w, "procs    GOMAXPROCS=%d for the daemons and the ranks of testbed run\n", st.GoMaxProcs)
 	}
-	fmt.Fprintf(w, "switch   %s  (NDMA_SWITCH)\n\n", st.SwitchAddr)
+	fmt.Fprintf(w, "switch   %s  (NDMA_SWITCH)\n", st.SwitchAddr)
+	if st.Secret != "" {
+		fmt.Fprintf(w, "sealed   every datagram: credentials <node>.cred under the secret %s (ranks: NDMA_CREDENTIAL; other tools: --credential %s)\n", st.Secret, st.ClientCredential)
+	} else {
+		fmt.Fprintf(w, "sealed   no: the testbed runs without credentials (up --no-credentials)\n")
+	}
+	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tNAMESPACE\tADDRESS\tIFACE\tSERVICE\tKEY\tPRESENT")
