@@ -203,6 +203,9 @@ func unanswered(ctx context.Context, op *Op, err error, wait time.Duration) erro
 // explainRefusal adds what the switch said in Operand1 (operand) to a
 // refused Join, Register, Lookup or PoolCreate.
 func explainRefusal(req *fabric.CtrlMsg, err error, operand uint64) error {
+	if errors.Is(err, wire.StatusAuth) && operand == fabric.AuthRoleRefused {
+		return fmt.Errorf("%w: the switch does not take %v from this process's credential (its role may not send it, or its name binds another job or rank)", err, req.Type)
+	}
 	if errors.Is(err, wire.StatusBusy) && operand>>56 == fabric.PoolRecovering {
 		return &RecoveringError{Err: err, Wait: time.Duration(operand&(1<<56-1)) * time.Millisecond}
 	}

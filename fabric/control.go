@@ -3,6 +3,8 @@ package fabric
 import (
 	"errors"
 	"net/netip"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ndma/ndma/secure"
@@ -55,7 +57,7 @@ func (s *Switch) control(now time.Time, d *transport.Delivery) {
 			// The sender's certified role may not ask this.
 			s.stats.ControlRefused++
 			s.stats.RoleRefused++
-			s.reply(d.Peer, &d.Header, wire.StatusAuth, 0)
+			s.reply(d.Peer, &d.Header, wire.StatusAuth, AuthRoleRefused)
 			return
 		}
 	}
@@ -141,6 +143,27 @@ func RoleMay(r secure.Role, t CtrlType) bool {
 	return false
 }
 
+// AuthRoleRefused is Operand1 of an AUTH answer to a request that
+// authenticated but that the sender's credential may not make (RoleMay,
+// RankMay); 0 is a control message that failed authentication.
+const AuthRoleRefused = 1
+
+// RankMay reports whether a member whose credential is named name may
+// join job as rank (CtrlRankAny: any). A name of the form JOB/RANK (RANK
+// a decimal number) binds its holder to that job and rank; other names
+// bind nothing.
+func RankMay(name, job string, rank int) bool {
+	j, r, ok := strings.Cut(name, "/")
+	if !ok {
+		return true
+	}
+	n, err := strconv.Atoi(r)
+	if err != nil || n < 0 || strconv.Itoa(n) != r {
+		return true // not a rank
+	}
+	return j == job && n == rank
+}
+
 // respond sends a control response to the request in d.
 func (s *Switch) respond(d *transport.Delivery, m *CtrlMsg) {
 	s.respondTo(d.Peer, d.Header.MsgID, m)
@@ -175,6 +198,16 @@ func (g *group) table() []MemberInfo {
 // join registers one member of a job; when the last one arrives the group
 // is created and every joiner gets the member table.
 func (s *Switch) join(now time.Time, d *transport.Delivery, m *CtrlMsg) {
+	if s.idents != nil {
+		// A member credential named JOB/RANK joins that job as that
+		// rank only.
+		if c, _ := s.idents(d.Peer.Addr); !RankMay(c.Name, m.Job, m.Rank) {
+			s.stats.ControlRefused++
+			s.stats.RoleRefused++
+			s.reply(d.Peer, &d.Header, wire.StatusAuth, AuthRoleRefused)
+			return
+		}
+	}
 	// A join repeated after the group exists (the member restarted its
 	// request) gets the table again.
 	if id, ok := s.names[m.Job]; ok {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -202,5 +203,55 @@ func TestUDPSecureRoles(t *testing.T) {
 	}
 	if n := srv.Stats().RoleRefused; n != 4 {
 		t.Errorf("%d requests refused for their role, want 4", n)
+	}
+}
+
+// TestUDPSecureRankBound: a member credential named JOB/RANK joins that
+// job as that rank only, and the refusal says why.
+func TestUDPSecureRankBound(t *testing.T) {
+	a, err := secure.NewAuthority([]byte("fabric secret of the rank binding test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := []byte("secret")
+	sopts := secure.Options{Encrypt: true}
+	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := fabric.New(fabric.Config{Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := fabric.NewServerWith(conn, sw, fabric.ServerOptions{Security: secureIdentity(t, a, secure.RoleSwitch, "sw0"), SecurityOptions: sopts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{OpTimeout: 2 * time.Second}, endpoint.Options{Security: secureIdentity(t, a, secure.RoleMember, "train/1"), SecurityOptions: sopts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ep.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	opts := endpoint.FabricOptions{Token: token}
+	for _, c := range []struct {
+		job  string
+		rank int
+	}{{"train", 0}, {"other", 1}, {"train", fabric.CtrlRankAny}} {
+		_, err := ep.JoinJob(ctx, srv.Addr().String(), c.job, 2, c.rank, opts)
+		if !errors.Is(err, wire.StatusAuth) || !strings.Contains(err.Error(), "binds another job or rank") {
+			t.Errorf("train/1 joining %s as rank %d: %v", c.job, c.rank, err)
+		}
+	}
+	for _, c := range []struct {
+		name, job string
+		rank      int
+		want      bool
+	}{{"train/1", "train", 1, true}, {"h3", "train", 0, true}, {"a/b", "x", 0, true}, {"train/01", "train", 1, true}, {"train/1", "train", 2, false}} {
+		if got := fabric.RankMay(c.name, c.job, c.rank); got != c.want {
+			t.Errorf("RankMay(%q, %q, %d) = %v, want %v", c.name, c.job, c.rank, got, c.want)
+		}
 	}
 }
