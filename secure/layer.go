@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/ndma/ndma/netio"
@@ -50,6 +51,13 @@ type Layer struct {
 	HandshakeRetry  time.Duration
 	HandshakeGiveUp time.Duration
 	SessionIdle     time.Duration
+	// A session is replaced by a new one (a new handshake, while the old
+	// session goes on carrying traffic) once it has sealed RekeyPackets
+	// datagrams or is RekeyAge old; the old one still opens what arrives
+	// for Drain after the new one is established.
+	RekeyPackets uint64
+	RekeyAge     time.Duration
+	Drain        time.Duration
 }
 
 // Datagram is a datagram to send: its destination and bytes.
@@ -114,6 +122,7 @@ type LayerStats struct {
 	DroppedReplay            uint64 // replayed or too old
 	DroppedQueue             uint64 // outbound datagrams dropped: queue full, handshake failed, table full
 	SessionsReset            uint64 // sessions the peer no longer knew (it restarted), opened again
+	Rekeys                   uint64 // sessions replaced for their age or packets sealed
 	Peers                    int
 }
 
@@ -124,12 +133,17 @@ const (
 	DefaultHandshakeRetry  = 250 * time.Millisecond
 	DefaultHandshakeGiveUp = 10 * time.Second
 	DefaultSessionIdle     = 10 * time.Minute
+	DefaultRekeyAge        = time.Hour
+	DefaultDrain           = 30 * time.Second
 )
 
 type layerPeer struct {
 	addr     netip.AddrPort
 	saids    []uint32 // the SAIDs bySAID maps to this peer (at most 2)
 	sess     *Session
+	since    time.Time // when sess was established
+	old      *Session  // the session sess replaced, opening what still arrives for it
+	oldUntil time.Time
 	ini      *Initiator
 	hello    []byte // the HELLO to send again
 	retryAt  time.Time
@@ -143,7 +157,8 @@ type layerPeer struct {
 func NewLayer(id *Identity, opts Options, rand io.Reader) (*Layer, error) {
 	l := &Layer{id: id, opts: opts, rand: rand, peers: make(map[netip.AddrPort]*layerPeer), bySAID: make(map[uint32]*layerPeer),
 		MaxPeers: DefaultLayerPeers, MaxQueued: DefaultLayerQueued, HandshakeRetry: DefaultHandshakeRetry,
-		HandshakeGiveUp: DefaultHandshakeGiveUp, SessionIdle: DefaultSessionIdle}
+		HandshakeGiveUp: DefaultHandshakeGiveUp, SessionIdle: DefaultSessionIdle,
+		RekeyPackets: RekeyAfter, RekeyAge: DefaultRekeyAge, Drain: DefaultDrain}
 	var b [4]byte
 	if _, err := io.ReadFull(rand, b[:]); err != nil {
 		return nil, err
@@ -208,7 +223,15 @@ func (l *Layer) Send(now time.Time, to netip.AddrPort, pkt []byte) error {
 		p.queue = append(p.queue, append(l.getBuf(len(pkt)+wire.TagLen), pkt...))
 		return nil
 	}
-	return l.seal(p, append(l.getBuf(len(pkt)+wire.TagLen), pkt...))
+	err := l.seal(p, append(l.getBuf(len(pkt)+wire.TagLen), pkt...))
+	if p.ini == nil && (p.sess.Send.Seq() >= l.RekeyPackets || now.Sub(p.since) >= l.RekeyAge) {
+		// Time for new keys: a new handshake, while this session goes
+		// on sealing until it completes.
+		if _, ierr := l.initiate(now, to); ierr == nil {
+			l.stats.Rekeys++
+		}
+	}
+	return err
 }
 
 func (l *Layer) seal(p *layerPeer, pkt []byte) error {
@@ -246,17 +269,25 @@ func (l *Layer) initiate(now time.Time, to netip.AddrPort) (*layerPeer, error) {
 	return p, nil
 }
 
+// pendingSAID is the SAID of p's handshake under way (0: none).
+func (p *layerPeer) pendingSAID() uint32 {
+	if p.ini == nil {
+		return 0
+	}
+	return p.ini.said
+}
+
 // mapSAID makes id name p.
 func (l *Layer) mapSAID(p *layerPeer, id uint32) {
 	l.bySAID[id] = p
 	p.saids = append(p.saids, id)
 }
 
-// unmapSAIDs forgets p's SAIDs but keep.
-func (l *Layer) unmapSAIDs(p *layerPeer, keep uint32) {
+// unmapSAIDs forgets p's SAIDs but those in keep.
+func (l *Layer) unmapSAIDs(p *layerPeer, keep ...uint32) {
 	kept := p.saids[:0]
 	for _, id := range p.saids {
-		if id == keep {
+		if slices.Contains(keep, id) && id != 0 {
 			kept = append(kept, id)
 		} else if l.bySAID[id] == p {
 			delete(l.bySAID, id)
@@ -306,7 +337,15 @@ func (l *Layer) Receive(now time.Time, from netip.AddrPort, pkt []byte) []byte {
 		l.unknownSA(now, from, h.SAID)
 		return nil
 	}
-	plain, err := p.sess.Recv.Open(&h, pkt)
+	rs := p.sess.Recv
+	if rs.ID() != h.SAID {
+		if p.old == nil || p.old.Recv.ID() != h.SAID {
+			l.stats.DroppedNoSA++ // the SAID of a handshake under way
+			return nil
+		}
+		rs = p.old.Recv // sealed before a rekey
+	}
+	plain, err := rs.Open(&h, pkt)
 	switch {
 	case errors.Is(err, ErrReplay):
 		l.stats.DroppedReplay++
@@ -344,7 +383,14 @@ func (l *Layer) handshake(now time.Time, from netip.AddrPort, msg []byte) {
 			if string(p.ini.eph.PublicKey().Bytes()) < string(msg[1:1+ephLen]) {
 				return
 			}
-			l.unmapSAIDs(p, 0)
+			var keep []uint32 // the sessions' SAIDs, not the handshake's
+			if p.sess != nil {
+				keep = append(keep, p.sess.Recv.ID())
+			}
+			if p.old != nil {
+				keep = append(keep, p.old.Recv.ID())
+			}
+			l.unmapSAIDs(p, keep...)
 			p.ini, p.hello = nil, nil
 		}
 	}
@@ -397,11 +443,18 @@ func (l *Layer) established(now time.Time, addr netip.AddrPort, s *Session) {
 		p = &layerPeer{addr: addr}
 		l.peers[addr] = p
 	}
-	l.unmapSAIDs(p, s.Recv.ID())
+	if p.sess != nil {
+		// A rekey: the old session opens what it sealed that is still
+		// on its way, for Drain.
+		p.old, p.oldUntil = p.sess, now.Add(l.Drain)
+		l.unmapSAIDs(p, s.Recv.ID(), p.old.Recv.ID())
+	} else {
+		l.unmapSAIDs(p, s.Recv.ID())
+	}
 	if l.bySAID[s.Recv.ID()] != p {
 		l.mapSAID(p, s.Recv.ID())
 	}
-	p.sess, p.ini, p.hello, p.last = s, nil, nil, now
+	p.sess, p.since, p.ini, p.hello, p.last = s, now, nil, nil, now
 	for _, pkt := range p.queue {
 		if err := l.seal(p, pkt); err != nil {
 			l.stats.DroppedQueue++
@@ -443,12 +496,15 @@ func (l *Layer) unknownSA(now time.Time, from netip.AddrPort, id uint32) {
 // unknown there: the session is dropped and a new one opened.
 func (l *Layer) onUnknown(now time.Time, from netip.AddrPort, msg []byte) {
 	p := l.peers[from]
-	if len(msg) != 5 || p == nil || p.sess == nil || p.sess.Send.ID() != binary.BigEndian.Uint32(msg[1:]) {
+	if len(msg) != 5 || p == nil || p.sess == nil || p.sess.Send.ID() != binary.BigEndian.Uint32(msg[1:]) ||
+		now.Sub(p.since) < l.HandshakeRetry {
+		// (A session just established: the peer may have seen its
+		// first datagrams before the handshake's last message.)
 		return
 	}
 	l.stats.SessionsReset++
-	l.unmapSAIDs(p, 0)
-	p.sess = nil
+	l.unmapSAIDs(p)
+	p.sess, p.old = nil, nil
 	if _, err := l.initiate(now, from); err != nil {
 		delete(l.peers, from)
 	}
@@ -516,6 +572,14 @@ func (l *Layer) sweepEvery() time.Duration {
 // datagrams) and sessions idle for SessionIdle.
 func (l *Layer) sweep(now time.Time) {
 	for addr, p := range l.peers {
+		if p.old != nil && now.After(p.oldUntil) {
+			var cur uint32
+			if p.sess != nil {
+				cur = p.sess.Recv.ID()
+			}
+			l.unmapSAIDs(p, cur, p.pendingSAID())
+			p.old = nil
+		}
 		switch {
 		case p.sess == nil && p.ini != nil && !now.Before(p.giveUpAt):
 			l.stats.HandshakesFailed++
@@ -527,7 +591,7 @@ func (l *Layer) sweep(now time.Time) {
 		default:
 			continue
 		}
-		l.unmapSAIDs(p, 0)
+		l.unmapSAIDs(p)
 		delete(l.peers, addr)
 	}
 }
