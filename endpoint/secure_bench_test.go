@@ -139,3 +139,51 @@ func BenchmarkSecureCost(b *testing.B) {
 	b.ReportMetric(p50[1], "read-on-p50-ns")
 	b.ReportMetric(p50[1]/p50[0], "read-on/off")
 }
+
+// BenchmarkSecureFirstOp: from two endpoints' start (sockets opened,
+// identities loaded) to the first completed 64 B WRITE between them —
+// Dial's NOP and the WRITE, the handshake included when sealed — with the
+// layer off and on.
+func BenchmarkSecureFirstOp(b *testing.B) {
+	for _, m := range securityModes() {
+		b.Run(m.name, func(b *testing.B) {
+			var srvID, cliID *secure.Identity
+			if m.sealed {
+				a := testAuthority(b)
+				srvID, cliID = testIdentity(b, a, secure.RoleMemoryNode, "mem0"), testIdentity(b, a, secure.RoleClient, "bench")
+			}
+			data := make([]byte, 64)
+			for b.Loop() {
+				opts := func(id *secure.Identity) Options {
+					if id == nil {
+						return Options{}
+					}
+					return Options{Security: id, SecurityOptions: secure.Options{Encrypt: true}}
+				}
+				srv, err := Listen("127.0.0.1:0", Config{}, opts(srvID))
+				if err != nil {
+					b.Fatal(err)
+				}
+				cli, err := Listen("127.0.0.1:0", Config{}, opts(cliID))
+				if err != nil {
+					b.Fatal(err)
+				}
+				key, err := srv.Register(make([]byte, 4096), memnode.PermAll, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				r, err := cli.Dial(ctx, srv.LocalAddr().String())
+				if err == nil {
+					err = r.Write(ctx, key, 0, data)
+				}
+				cancel()
+				if err != nil {
+					b.Fatal(err)
+				}
+				cli.Close()
+				srv.Close()
+			}
+		})
+	}
+}
