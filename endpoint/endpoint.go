@@ -221,22 +221,9 @@ func (ep *Endpoint) writeLocked(ds []netio.Datagram) {
 // handshake messages) and returns next moved to the layer's deadline.
 // Caller holds mu.
 func (ep *Endpoint) sealLocked(now time.Time, out []netio.Datagram, next time.Time) time.Time {
-	for _, d := range out {
-		// A datagram the layer refuses (too many held for a handshake,
-		// too many peers) is counted there and lost, as on the wire:
-		// the transport resends it or its op times out.
-		_ = ep.sec.Send(now, d.Addr, d.Buf)
-	}
-	if dl := ep.sec.Deadline(); !dl.IsZero() && !now.Before(dl) {
-		ep.sec.Tick(now)
-	}
-	ep.wireOut = ep.sec.Take(ep.wireOut[:0])
-	if len(ep.wireOut) > 0 {
-		ep.writeLocked(ep.wireOut)
-		ep.sec.Recycle(ep.wireOut)
-		clear(ep.wireOut)
-	}
-	if dl := ep.sec.Deadline(); !dl.IsZero() && (next.IsZero() || dl.Before(next)) {
+	var dl time.Time
+	ep.wireOut, dl = ep.sec.Flush(now, out, ep.wireOut, ep.writeLocked)
+	if !dl.IsZero() && (next.IsZero() || dl.Before(next)) {
 		next = dl
 	}
 	return next

@@ -225,21 +225,9 @@ func (s *Server) writeLocked(ds []netio.Datagram) {
 // handshake messages) and returns next moved to the layer's deadline.
 // Caller holds mu.
 func (s *Server) sealLocked(now time.Time, out []netio.Datagram, next time.Time) time.Time {
-	for _, d := range out {
-		// A datagram the layer refuses is counted there and lost, as
-		// on the wire.
-		_ = s.sec.Send(now, d.Addr, d.Buf)
-	}
-	if dl := s.sec.Deadline(); !dl.IsZero() && !now.Before(dl) {
-		s.sec.Tick(now)
-	}
-	s.wireOut = s.sec.Take(s.wireOut[:0])
-	if len(s.wireOut) > 0 {
-		s.writeLocked(s.wireOut)
-		s.sec.Recycle(s.wireOut)
-		clear(s.wireOut)
-	}
-	if dl := s.sec.Deadline(); !dl.IsZero() && (next.IsZero() || dl.Before(next)) {
+	var dl time.Time
+	s.wireOut, dl = s.sec.Flush(now, out, s.wireOut, s.writeLocked)
+	if !dl.IsZero() && (next.IsZero() || dl.Before(next)) {
 		next = dl
 	}
 	return next

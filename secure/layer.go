@@ -510,6 +510,28 @@ func (l *Layer) onUnknown(now time.Time, from netip.AddrPort, msg []byte) {
 	}
 }
 
+// Flush passes a core's outbound datagrams out through the layer, as a
+// driver does after each Step or Poll: it takes each one (a datagram the
+// layer refuses is counted and lost, as on the wire: the transport
+// resends it or its op times out), runs the timers when due, hands what
+// there is to send to write, and recycles it. It returns scratch, for the
+// next call, and the layer's deadline (zero: none).
+func (l *Layer) Flush(now time.Time, out, scratch []Datagram, write func([]Datagram)) ([]Datagram, time.Time) {
+	for _, d := range out {
+		_ = l.Send(now, d.Addr, d.Buf)
+	}
+	if dl := l.Deadline(); !dl.IsZero() && !now.Before(dl) {
+		l.Tick(now)
+	}
+	scratch = l.Take(scratch[:0])
+	if len(scratch) > 0 {
+		write(scratch)
+		l.Recycle(scratch)
+		clear(scratch)
+	}
+	return scratch, l.Deadline()
+}
+
 // Take appends the datagrams to send to dst and returns it; the layer
 // does not keep them (until Recycle gives their buffers back).
 func (l *Layer) Take(dst []Datagram) []Datagram {
