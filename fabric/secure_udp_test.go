@@ -148,25 +148,7 @@ func TestUDPSecureJob(t *testing.T) {
 // memory node cannot join; the refusals are counted. A memory node takes
 // pool requests and grants only from a peer certified as a switch.
 func TestUDPSecureRoles(t *testing.T) {
-	a, err := secure.NewAuthority([]byte("fabric secret of the secure roles test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	token := []byte("secret")
-	sopts := secure.Options{Encrypt: true}
-	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sw, err := fabric.New(fabric.Config{Token: token, HeartbeatTimeout: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := fabric.NewServerWith(conn, sw, fabric.ServerOptions{Security: secureIdentity(t, a, secure.RoleSwitch, "sw0"), SecurityOptions: sopts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
+	a, srv, token, sopts := startSecureSwitch(t, "fabric secret of the secure roles test")
 	addr := srv.Addr().String()
 	opts := endpoint.FabricOptions{Token: token, Heartbeat: 50 * time.Millisecond}
 	listen := func(role secure.Role, name string) *endpoint.Endpoint {
@@ -209,25 +191,7 @@ func TestUDPSecureRoles(t *testing.T) {
 // TestUDPSecureRankBound: a member credential named JOB/RANK joins that
 // job as that rank only, and the refusal says why.
 func TestUDPSecureRankBound(t *testing.T) {
-	a, err := secure.NewAuthority([]byte("fabric secret of the rank binding test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	token := []byte("secret")
-	sopts := secure.Options{Encrypt: true}
-	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sw, err := fabric.New(fabric.Config{Token: token})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := fabric.NewServerWith(conn, sw, fabric.ServerOptions{Security: secureIdentity(t, a, secure.RoleSwitch, "sw0"), SecurityOptions: sopts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
+	a, srv, token, sopts := startSecureSwitch(t, "fabric secret of the rank binding test")
 	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{OpTimeout: 2 * time.Second}, endpoint.Options{Security: secureIdentity(t, a, secure.RoleMember, "train/1"), SecurityOptions: sopts})
 	if err != nil {
 		t.Fatal(err)
@@ -254,4 +218,31 @@ func TestUDPSecureRankBound(t *testing.T) {
 			t.Errorf("RankMay(%q, %q, %d) = %v, want %v", c.name, c.job, c.rank, got, c.want)
 		}
 	}
+}
+
+// startSecureSwitch starts a switch on loopback with a switch identity of
+// a fabric whose authority comes from secret; it returns the authority,
+// the server, the fabric token and the SA options.
+func startSecureSwitch(t *testing.T, secret string) (*secure.Authority, *fabric.Server, []byte, secure.Options) {
+	t.Helper()
+	a, err := secure.NewAuthority([]byte(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := []byte("secret")
+	sopts := secure.Options{Encrypt: true}
+	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := fabric.New(fabric.Config{Token: token, HeartbeatTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := fabric.NewServerWith(conn, sw, fabric.ServerOptions{Security: secureIdentity(t, a, secure.RoleSwitch, "sw0"), SecurityOptions: sopts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return a, srv, token, sopts
 }
