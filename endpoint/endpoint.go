@@ -98,6 +98,7 @@ func New(conn netio.Conn, cfg Config, opts Options) (*Endpoint, error) {
 			cfg.Transport.MTU = transport.DefaultMTU
 		}
 		cfg.Transport.MTU -= wire.TagLen
+		cfg.Transport.Verified = true // the layer opened every datagram the core sees
 		var err error
 		if sec, err = secure.NewLayer(opts.Security, opts.SecurityOptions, rand.Reader); err != nil {
 			return nil, fmt.Errorf("endpoint: security: %w", err)

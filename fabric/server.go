@@ -73,6 +73,7 @@ func NewServerWith(conn netio.Conn, sw *Switch, opts ServerOptions) (*Server, er
 	}
 	if sec != nil {
 		sw.SetIdentities(sec.Peer)
+		sw.SetVerified()
 	}
 	return newServer(conn, sw, opts.Logger, sec), nil
 }

@@ -373,6 +373,15 @@ func New(cfg Config) (*Switch, error) {
 // or whose role may not send it (RoleMay), is refused with StatusAuth.
 func (s *Switch) SetIdentities(peer func(netip.AddrPort) (secure.Cert, bool)) { s.idents = peer }
 
+// SetVerified tells the switch that a security layer below it has
+// authenticated every datagram it will see (transport.Config.Verified):
+// it no longer checks their CRC32C, nor computes that of the datagrams
+// its transport sends (the layer checksums them once sealed).
+func (s *Switch) SetVerified() {
+	s.cfg.Transport.Verified = true
+	s.eng.SetVerified(true)
+}
+
 // Stats returns the counters.
 func (s *Switch) Stats() Stats {
 	st := s.stats
@@ -421,7 +430,13 @@ func (s *Switch) Step(now time.Time, from netip.AddrPort, pkt []byte) {
 	s.now = now
 	s.stats.Received++
 	var h wire.Header
-	payload, _, err := wire.Parse(pkt, &h)
+	var payload []byte
+	var err error
+	if s.cfg.Transport.Verified {
+		payload, _, err = wire.ParseVerified(pkt, &h)
+	} else {
+		payload, _, err = wire.Parse(pkt, &h)
+	}
 	if err != nil {
 		s.stats.Malformed++
 		return

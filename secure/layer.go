@@ -316,7 +316,9 @@ func (l *Layer) sendHandshake(now time.Time, p *layerPeer, msg []byte) {
 
 // Receive takes a datagram from from at now. It returns the plain packet
 // to hand to the core (a sub-slice of pkt, or nil when there is none: a
-// handshake message, or a datagram dropped and counted).
+// handshake message, or a datagram dropped and counted). The plain packet
+// carries no valid CRC32C: parse it with wire.ParseVerified (a core with
+// transport.Config.Verified set does).
 func (l *Layer) Receive(now time.Time, from netip.AddrPort, pkt []byte) []byte {
 	var h wire.Header
 	payload, _, err := wire.Parse(pkt, &h)
@@ -357,13 +359,14 @@ func (l *Layer) Receive(now time.Time, from netip.AddrPort, pkt []byte) []byte {
 	l.stats.Opened++
 	p.last = now
 	// The plain packet: the header without the protection fields, the
-	// payload decrypted in place, no tag, a fresh CRC.
+	// payload decrypted in place, no tag. Its CRC32C is left as it was
+	// (the header's only): the tag authenticated every byte, and the core
+	// parses it with wire.ParseVerified.
 	n := wire.HeaderLen + len(plain)
 	out := pkt[:n]
 	out[3] &^= byte(wire.FlagAuth)
 	binary.BigEndian.PutUint32(out[12:], 0)
 	binary.BigEndian.PutUint32(out[88:], 0)
-	wire.Seal(out)
 	return out
 }
 
@@ -517,19 +520,35 @@ func (l *Layer) onUnknown(now time.Time, from netip.AddrPort, msg []byte) {
 // there is to send to write, and recycles it. It returns scratch, for the
 // next call, and the layer's deadline (zero: none).
 func (l *Layer) Flush(now time.Time, out, scratch []Datagram, write func([]Datagram)) ([]Datagram, time.Time) {
-	for _, d := range out {
-		_ = l.Send(now, d.Addr, d.Buf)
+	for len(out) > 0 {
+		// In chunks: the first datagrams are on the wire, and the
+		// receiver opening them, while the next ones are sealed.
+		n := min(len(out), FlushChunk)
+		for _, d := range out[:n] {
+			_ = l.Send(now, d.Addr, d.Buf)
+		}
+		out = out[n:]
+		scratch = l.flushOut(scratch, write)
 	}
 	if dl := l.Deadline(); !dl.IsZero() && !now.Before(dl) {
 		l.Tick(now)
 	}
+	scratch = l.flushOut(scratch, write)
+	return scratch, l.Deadline()
+}
+
+// FlushChunk is how many datagrams Flush seals before it writes them.
+const FlushChunk = 16
+
+// flushOut writes what the layer has to send and recycles it.
+func (l *Layer) flushOut(scratch []Datagram, write func([]Datagram)) []Datagram {
 	scratch = l.Take(scratch[:0])
 	if len(scratch) > 0 {
 		write(scratch)
 		l.Recycle(scratch)
 		clear(scratch)
 	}
-	return scratch, l.Deadline()
+	return scratch
 }
 
 // Take appends the datagrams to send to dst and returns it; the layer

@@ -153,12 +153,25 @@ const (
 	cryptLen = cryptEnd - cryptOff
 )
 
-// grow returns the scratch buffer with at least n bytes.
-func (s *sa) grow(n int) []byte {
-	if cap(s.scratch) < n {
-		s.scratch = make([]byte, n)
-	}
-	return s.scratch[:n]
+// movedOff is where the crypt region sits while it is encrypted or
+// decrypted: just before the payload, so that the AEAD works on one
+// contiguous slice in place (no copy of the payload).
+const movedOff = wire.HeaderLen - cryptLen
+
+// toFront moves pkt's crypt region next to its payload and returns the
+// header bytes it covers there (from cryptEnd on), which toHeader puts
+// back.
+func (s *sa) toFront(pkt []byte) (tail [wire.HeaderLen - cryptEnd]byte) {
+	copy(tail[:], pkt[cryptEnd:wire.HeaderLen])
+	copy(pkt[movedOff:wire.HeaderLen], pkt[cryptOff:cryptEnd])
+	return tail
+}
+
+// toHeader moves the crypt region back into the header and restores the
+// header bytes toFront saved.
+func (s *sa) toHeader(pkt []byte, tail [wire.HeaderLen - cryptEnd]byte) {
+	copy(pkt[cryptOff:cryptEnd], pkt[movedOff:wire.HeaderLen])
+	copy(pkt[cryptEnd:wire.HeaderLen], tail[:])
 }
 
 // prepare fills the nonce and the associated data for seq from the
@@ -230,15 +243,13 @@ func (s *SendSA) Seal(pkt []byte) ([]byte, error) {
 	var out []byte
 	if s.encrypt {
 		// The header's crypt region (address, region key, operands)
-		// and the payload are encrypted together; the ciphertext's
-		// first bytes go back into the header.
-		n := len(payload)
-		buf := s.grow(cryptLen + n + wire.TagLen)
-		copy(buf, pkt[cryptOff:cryptEnd])
-		copy(buf[cryptLen:], payload)
-		ct := s.aead.Seal(buf[:0], s.nonce[:], buf[:cryptLen+n], s.aad[:])
-		copy(pkt[cryptOff:cryptEnd], ct)
-		out = append(payload[:0], ct[cryptLen:]...)
+		// and the payload are encrypted together, in place: the region
+		// is moved next to the payload for the AEAD, and its ciphertext
+		// moved back into the header.
+		tail := s.toFront(pkt)
+		ct := s.aead.Seal(pkt[movedOff:movedOff], s.nonce[:], pkt[movedOff:], s.aad[:])
+		s.toHeader(pkt, tail)
+		out = payload[:len(ct)-cryptLen]
 	} else {
 		// Authenticated only: the tag goes after the payload.
 		out = s.aead.Seal(payload, s.nonce[:], nil, s.aadWith(payload))
@@ -286,15 +297,13 @@ func (r *RecvSA) Open(h *wire.Header, pkt []byte) ([]byte, error) {
 	body := pkt[wire.HeaderLen:]
 	var plain []byte
 	if r.encrypt {
-		buf := r.grow(cryptLen + len(body))
-		copy(buf, pkt[cryptOff:cryptEnd])
-		copy(buf[cryptLen:], body)
-		pt, err := r.aead.Open(buf[:0], r.nonce[:], buf[:cryptLen+len(body)], r.aad[:])
+		tail := r.toFront(pkt)
+		pt, err := r.aead.Open(pkt[movedOff:movedOff], r.nonce[:], pkt[movedOff:], r.aad[:])
 		if err != nil {
 			return nil, ErrAuth
 		}
-		copy(pkt[cryptOff:cryptEnd], pt)
-		plain = append(body[:0], pt[cryptLen:]...)
+		r.toHeader(pkt, tail)
+		plain = body[:len(pt)-cryptLen]
 	} else {
 		payload, tag := body[:len(body)-wire.TagLen], body[len(body)-wire.TagLen:]
 		if _, err := r.aead.Open(nil, r.nonce[:], tag, r.aadWith(payload)); err != nil {

@@ -81,6 +81,12 @@ type Config struct {
 	// a forwarding node). Zero means unicast only: other modes are dropped
 	// and counted as unexpected, as a memory node wants.
 	GroupModes bool
+	// Verified says a security layer below the engine authenticates every
+	// datagram (package secure: an AEAD tag covers header and payload), so
+	// the engine neither checksums what it sends (the layer checksums the
+	// sealed datagram) nor checks the CRC32C of what it receives. Set it
+	// only when every datagram Step sees came out of such a layer.
+	Verified bool
 	// Seed seeds initial sequence numbers and message ids. Zero draws a
 	// random seed; tests set it for determinism.
 	Seed uint64

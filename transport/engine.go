@@ -323,6 +323,11 @@ func (e *Engine) SetGroupModes(on bool) { e.cfg.GroupModes = on }
 // SegmentSize is the payload bytes carried per packet.
 func (e *Engine) SegmentSize() int { return e.seg }
 
+// SetVerified sets Config.Verified, for a driver that puts a security
+// layer below an engine it did not configure; call it before Step sees a
+// datagram.
+func (e *Engine) SetVerified(v bool) { e.cfg.Verified = v }
+
 // Stats returns the counters.
 func (e *Engine) Stats() Stats {
 	s := e.stats
@@ -550,7 +555,13 @@ func (e *Engine) Step(now time.Time, from netip.AddrPort, pkt []byte) (d Deliver
 // to hold senders back when its aggregation slots are full.
 func (e *Engine) StepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit func(*Delivery) bool) (d Delivery, ok bool) {
 	e.setNow(now)
-	payload, _, err := wire.Parse(pkt, &d.Header)
+	var payload []byte
+	var err error
+	if e.cfg.Verified {
+		payload, _, err = wire.ParseVerified(pkt, &d.Header)
+	} else {
+		payload, _, err = wire.Parse(pkt, &d.Header)
+	}
 	if err != nil {
 		e.stats.Malformed++
 		return d, false

@@ -235,3 +235,33 @@ func TestPeerIDString(t *testing.T) {
 		}
 	}
 }
+
+// TestVerified: an engine behind a security layer (Config.Verified)
+// sends datagrams without a checksum and takes them so; an engine without
+// it counts such a datagram malformed.
+func TestVerified(t *testing.T) {
+	aAddr := netip.MustParseAddrPort("10.0.0.1:1")
+	cAddr := netip.MustParseAddrPort("10.0.0.2:1")
+	now := time.Unix(1, 0)
+	a, _ := New(Config{Seed: 1, Verified: true})
+	c, _ := New(Config{Seed: 2, Verified: true})
+	plain, _ := New(Config{Seed: 3})
+	h := wire.Header{Op: wire.OpWrite}
+	if _, err := a.Send(PeerID{Addr: cAddr}, &h, []byte("verified by the layer below"), 0); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ := a.Poll(now, nil)
+	if len(out) != 1 {
+		t.Fatalf("%d datagrams, want 1", len(out))
+	}
+	if crc := out[0].Buf[92:96]; !bytes.Equal(crc, make([]byte, 4)) {
+		t.Fatalf("checksum %x computed, want none", crc)
+	}
+	if _, ok := plain.Step(now, aAddr, bytes.Clone(out[0].Buf)); ok || plain.Stats().Malformed != 1 {
+		t.Fatalf("an engine checking checksums took it (malformed %d)", plain.Stats().Malformed)
+	}
+	d, ok := c.Step(now, aAddr, out[0].Buf)
+	if !ok || string(d.Payload) != "verified by the layer below" {
+		t.Fatalf("delivered %v %q", ok, d.Payload)
+	}
+}

@@ -455,7 +455,12 @@ func (p *peer) emit(now time.Time, out []netio.Datagram, bufIdx int, psn uint32,
 	if !p.synAcked {
 		h.Flags |= wire.FlagSyn
 	}
-	pkt, _ := wire.AppendPacket(p.e.buf(bufIdx)[:0], &h, m.payload[rec.off:rec.off+rec.n])
+	var pkt []byte
+	if p.e.cfg.Verified {
+		pkt, _ = wire.AppendPacketUnchecked(p.e.buf(bufIdx)[:0], &h, m.payload[rec.off:rec.off+rec.n])
+	} else {
+		pkt, _ = wire.AppendPacket(p.e.buf(bufIdx)[:0], &h, m.payload[rec.off:rec.off+rec.n])
+	}
 	out = append(out, netio.Datagram{Addr: p.id.Addr, Buf: pkt})
 	if limited {
 		p.credit -= int64(len(pkt))

@@ -234,7 +234,8 @@ type Header struct {
 	// sequence number in the security association SAID (package secure);
 	// 0 otherwise.
 	SASeq uint32
-	// 92: CRC32C of the header (with this field zero) and payload.
+	// 92: CRC32C of the header (with this field zero) and payload; with
+	// FlagAuth of the header only (the AEAD tag covers the payload).
 }
 
 // Decoding errors. All are comparable with errors.Is.
@@ -328,8 +329,9 @@ func (h *Header) PacketLen() int {
 }
 
 // Seal computes the CRC32C of pkt (header followed by payload, without any
-// authentication tag) and stores it in the header's checksum field. pkt must
-// start with an encoded header.
+// authentication tag; of the header alone if FlagAuth is set, since the
+// tag authenticates the payload) and stores it in the header's checksum
+// field. pkt must start with an encoded header.
 func Seal(pkt []byte) {
 	binary.BigEndian.PutUint32(pkt[crcOff:], checksum(pkt))
 }
@@ -341,6 +343,9 @@ var zeroCRC [4]byte
 func checksum(pkt []byte) uint32 {
 	c := crc32.Update(0, castagnoli, pkt[:crcOff])
 	c = crc32.Update(c, castagnoli, zeroCRC[:])
+	if Flags(pkt[3])&FlagAuth != 0 {
+		return c
+	}
 	return crc32.Update(c, castagnoli, pkt[HeaderLen:])
 }
 
@@ -348,6 +353,10 @@ func checksum(pkt []byte) uint32 {
 // it if needed), sets h.Len, seals the checksum and returns the packet. It
 // allocates only if cap(buf) is too small.
 func AppendPacket(buf []byte, h *Header, payload []byte) ([]byte, error) {
+	return appendPacket(buf, h, payload, true)
+}
+
+func appendPacket(buf []byte, h *Header, payload []byte, crc bool) ([]byte, error) {
 	if len(payload) > MaxPayload {
 		return buf, ErrTooLarge
 	}
@@ -359,8 +368,17 @@ func AppendPacket(buf []byte, h *Header, payload []byte) ([]byte, error) {
 	buf = buf[:n]
 	h.Encode(buf)
 	copy(buf[HeaderLen:], payload)
-	Seal(buf)
+	if crc {
+		Seal(buf)
+	}
 	return buf, nil
+}
+
+// AppendPacketUnchecked is AppendPacket without the checksum (the field is
+// left zero), for a packet a security layer will seal: it checksums the
+// sealed packet itself.
+func AppendPacketUnchecked(buf []byte, h *Header, payload []byte) ([]byte, error) {
+	return appendPacket(buf, h, payload, false)
 }
 
 // Parse validates the datagram pkt and decodes its header into h. It returns
@@ -369,6 +387,19 @@ func AppendPacket(buf []byte, h *Header, payload []byte) ([]byte, error) {
 // corrupted packet reports ErrChecksum. Parse never panics and never
 // allocates.
 func Parse(pkt []byte, h *Header) (payload, tag []byte, err error) {
+	return parse(pkt, h, true)
+}
+
+// ParseVerified is Parse without the checksum, for a packet whose every
+// byte a layer below has already authenticated (package secure's Layer
+// opened it: the AEAD tag covered header and payload), so checking the
+// CRC32C again would only cost time. Never call it on a datagram as it
+// came from the network.
+func ParseVerified(pkt []byte, h *Header) (payload, tag []byte, err error) {
+	return parse(pkt, h, false)
+}
+
+func parse(pkt []byte, h *Header, crc bool) (payload, tag []byte, err error) {
 	if len(pkt) < HeaderLen {
 		return nil, nil, ErrShort
 	}
@@ -387,7 +418,7 @@ func Parse(pkt []byte, h *Header) (payload, tag []byte, err error) {
 	if len(pkt) > total {
 		return nil, nil, ErrLength
 	}
-	if binary.BigEndian.Uint32(pkt[crcOff:]) != checksum(pkt[:end]) {
+	if crc && binary.BigEndian.Uint32(pkt[crcOff:]) != checksum(pkt[:end]) {
 		return nil, nil, ErrChecksum
 	}
 	if err := h.validate(); err != nil {

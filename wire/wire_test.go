@@ -105,6 +105,54 @@ func TestAuthTagCarried(t *testing.T) {
 	}
 }
 
+// A sealed packet's CRC32C covers its header only (the tag covers the
+// payload): a changed header byte fails the checksum, a changed payload
+// byte is left to the tag.
+func TestAuthChecksumCoversHeader(t *testing.T) {
+	h := sampleHeader()
+	h.Flags |= FlagAuth
+	h.SAID = 42
+	pkt, _ := AppendPacket(nil, &h, []byte("hello"))
+	pkt = append(pkt, make([]byte, TagLen)...)
+	var g Header
+	b := bytes.Clone(pkt)
+	b[HeaderLen] ^= 1
+	if _, _, err := Parse(b, &g); err != nil {
+		t.Fatalf("payload byte changed: %v, want the packet to parse", err)
+	}
+	b = bytes.Clone(pkt)
+	b[50] ^= 1
+	if _, _, err := Parse(b, &g); !errors.Is(err, ErrChecksum) {
+		t.Fatalf("header byte changed: %v, want %v", err, ErrChecksum)
+	}
+}
+
+// AppendPacketUnchecked leaves the checksum out: Parse refuses the packet,
+// ParseVerified (for what a security layer opened) takes it and still
+// checks everything else.
+func TestParseVerified(t *testing.T) {
+	h := sampleHeader()
+	pkt, err := AppendPacketUnchecked(nil, &h, []byte("hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g Header
+	if _, _, err := Parse(pkt, &g); !errors.Is(err, ErrChecksum) {
+		t.Fatalf("Parse: %v, want %v", err, ErrChecksum)
+	}
+	p, _, err := ParseVerified(pkt, &g)
+	if err != nil || string(p) != "hello" || g != h {
+		t.Fatalf("ParseVerified: %q, %v", p, err)
+	}
+	pkt[1] = 0xee // unknown opcode
+	if _, _, err := ParseVerified(pkt, &g); !errors.Is(err, ErrOpcode) {
+		t.Fatalf("ParseVerified of a bad opcode: %v, want %v", err, ErrOpcode)
+	}
+	if _, _, err := ParseVerified(pkt[:HeaderLen+2], &g); !errors.Is(err, ErrShort) {
+		t.Fatalf("ParseVerified of a cut packet: %v, want %v", err, ErrShort)
+	}
+}
+
 func TestAckRoundTrip(t *testing.T) {
 	a := Ack{Cum: 0xfffffffe, Window: 1024, EchoTS: 99, AckDelay: 5, NBlocks: 3}
 	a.Blocks[0] = SackBlock{0xffffffff, 2}

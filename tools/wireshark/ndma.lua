@@ -261,12 +261,13 @@ local function crc_update(crc, s)
 end
 
 -- crc32c of the packet as wire.Seal computes it: the header with the CRC
--- field taken as zero, then the payload (not the tag).
-local function packet_crc(tvb, end_off)
+-- field taken as zero, then the payload (not the tag); of a sealed packet
+-- (AUTH) the header alone, the tag covering the payload.
+local function packet_crc(tvb, end_off, sealed)
     local crc = 0xffffffff
     crc = crc_update(crc, tvb:raw(0, 92))
     crc = crc_update(crc, "\0\0\0\0")
-    if end_off > HEADER_LEN then
+    if not sealed and end_off > HEADER_LEN then
         crc = crc_update(crc, tvb:raw(HEADER_LEN, end_off - HEADER_LEN))
     end
     return bxor(crc, 0xffffffff) % 4294967296
@@ -787,10 +788,7 @@ local function looks_like_ndma(tvb)
     if n ~= total then
         return false
     end
-    if band(flags, FLAG_AUTH) ~= 0 then
-        return true
-    end
-    return packet_crc(tvb, HEADER_LEN + plen) == tvb(92, 4):uint()
+    return packet_crc(tvb, HEADER_LEN + plen, band(flags, FLAG_AUTH) ~= 0) == tvb(92, 4):uint()
 end
 
 local function dissect(tvb, pinfo, root)
@@ -930,7 +928,7 @@ local function dissect(tvb, pinfo, root)
     -- CRC
     local crct = tree:add(f.crc, tvb(92, 4))
     if ok_len then
-        local want = packet_crc(tvb, payload_end)
+        local want = packet_crc(tvb, payload_end, band(flags, FLAG_AUTH) ~= 0)
         if want == tvb(92, 4):uint() then
             crct:add(f.crc_status, tvb(92, 4), "good")
             crct:append_text(" [correct]")
