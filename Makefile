@@ -1,10 +1,19 @@
 # NDMA build and test entry points. `make test` is the command CI runs.
 GO ?= go
 
-.PHONY: test lint unit race norace bench fuzz build
+.PHONY: test lint unit race norace bench fuzz build libndma
 
 build:
 	$(GO) build ./...
+
+## libndma: the C library (build/libndma.so, build/libndma.a) and its
+## header (build/include/ndma.h), for C programs and the Python package.
+libndma:
+	mkdir -p build/include
+	$(GO) build -buildmode=c-shared -o build/libndma.so ./libndma
+	$(GO) build -buildmode=c-archive -o build/libndma.a ./libndma
+	rm -f build/libndma.h
+	cp libndma/ndma.h build/include/ndma.h
 
 ## test: everything CI checks — formatting, vet, staticcheck, module tidiness,
 ## every test under the race detector, then the tests that skip under it.
@@ -27,10 +36,12 @@ race:
 # detector makes allocation counts meaningless and the simulator ~30x
 # slower, so the figure tests, the 256-rank scale test, the tuner test,
 # the full collective matrix and the hostile-fabric test's full size and
-# 1 ms Step bound run here, without it, with every allocation test. internal/citest fails if a test that reads raceEnabled or counts
+# 1 ms Step bound run here, without it, with every allocation test, and
+# the C library's test (it builds the library and runs C programs).
+# internal/citest fails if a test that reads raceEnabled or counts
 # allocations is left out of them.
-NORACE_TESTS = ^(TestSimHostileFabric|TestSimFigures|TestSimScale256|TestSimTuner|TestSimMatrix|TestSimLarge|Test[A-Za-z]*Allocs)$$
-NORACE_PKGS = ./coll ./fabric ./netio ./transport ./memnode ./wire ./secure
+NORACE_TESTS = ^(TestSimHostileFabric|TestSimFigures|TestSimScale256|TestSimTuner|TestSimMatrix|TestSimLarge|Test[A-Za-z]*Allocs|TestCABI)$$
+NORACE_PKGS = ./coll ./fabric ./netio ./transport ./memnode ./wire ./secure ./libndma
 
 ## norace: NORACE_TESTS without the race detector.
 norace:

@@ -58,8 +58,9 @@ const CredentialEnv = "NDMA_CREDENTIAL"
 // without a switch; "off": no bound), Go durations such as "90s"; when
 // NDMA_RANK/NDMA_SIZE are absent, the first of OMPI_COMM_WORLD_RANK/_SIZE
 // (Open MPI's mpirun), PMI_RANK/PMI_SIZE (MPICH, Intel MPI),
-// SLURM_PROCID/SLURM_NTASKS (srun). The job name
-// defaults to SLURM_JOB_ID or OMPI_MCA_orte_ess_jobid, else "ndma".
+// SLURM_PROCID/SLURM_NTASKS (srun), RANK/WORLD_SIZE (torchrun). The job
+// name defaults to SLURM_JOB_ID, OMPI_MCA_orte_ess_jobid or
+// TORCHELASTIC_RUN_ID, else "ndma".
 func ParseEnv(getenv func(string) (string, bool)) (Launch, error) {
 	var l Launch
 	pairs := [][3]string{
@@ -67,6 +68,7 @@ func ParseEnv(getenv func(string) (string, bool)) (Launch, error) {
 		{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI"},
 		{"PMI_RANK", "PMI_SIZE", "PMI"},
 		{"SLURM_PROCID", "SLURM_NTASKS", "Slurm"},
+		{"RANK", "WORLD_SIZE", "torchrun"},
 	}
 	found := false
 	for _, p := range pairs {
@@ -93,7 +95,7 @@ func ParseEnv(getenv func(string) (string, bool)) (Launch, error) {
 		break
 	}
 	if !found {
-		return l, fmt.Errorf("%w: %w: no rank in the environment (NDMA_RANK/NDMA_SIZE, OMPI_COMM_WORLD_*, PMI_*, SLURM_*)", ErrArg, ErrNoLaunch)
+		return l, fmt.Errorf("%w: %w: no rank in the environment (NDMA_RANK/NDMA_SIZE, OMPI_COMM_WORLD_*, PMI_*, SLURM_*, torchrun's RANK/WORLD_SIZE)", ErrArg, ErrNoLaunch)
 	}
 	l.Switch, _ = getenv("NDMA_SWITCH")
 	l.Token, _ = getenv("NDMA_TOKEN")
@@ -122,6 +124,8 @@ func ParseEnv(getenv func(string) (string, bool)) (Launch, error) {
 			l.Job = "slurm-" + j
 		} else if j, ok := getenv("OMPI_MCA_orte_ess_jobid"); ok && j != "" {
 			l.Job = "ompi-" + j
+		} else if j, ok := getenv("TORCHELASTIC_RUN_ID"); ok && j != "" {
+			l.Job = "torch-" + j
 		} else {
 			l.Job = "ndma"
 		}
@@ -203,6 +207,13 @@ func FromEnv(ctx context.Context, ep *endpoint.Endpoint) (*Communicator, error) 
 	if err != nil {
 		return nil, err
 	}
+	return l.Communicator(ctx, ep)
+}
+
+// Communicator creates the world communicator of the launch l on ep, as
+// FromEnv does with the launch it reads: l.Switch must be set, and a
+// token or Insecure given.
+func (l Launch) Communicator(ctx context.Context, ep *endpoint.Endpoint) (*Communicator, error) {
 	if l.Credential != "" && ep.Identity() == nil {
 		return nil, fmt.Errorf("%w: %s=%s is set, but the endpoint runs without a security layer (a switch with credentials would not answer it): create it with the options of Launch.EndpointOptions",
 			ErrArg, CredentialEnv, l.Credential)

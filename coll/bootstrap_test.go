@@ -43,6 +43,10 @@ func TestParseEnv(t *testing.T) {
 		{env: map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_MCA_orte_ess_jobid": "77"}, rank: 0, size: 8, source: "Open MPI", job: "ompi-77"},
 		{env: map[string]string{"PMI_RANK": "3", "PMI_SIZE": "5"}, rank: 3, size: 5, source: "PMI", job: "ndma"},
 		{env: map[string]string{"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "123"}, rank: 1, size: 2, source: "Slurm", job: "slurm-123"},
+		{env: map[string]string{"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "TORCHELASTIC_RUN_ID": "abc"}, rank: 2, size: 4, source: "torchrun", job: "torch-abc"},
+		{env: map[string]string{"RANK": "2"}, wantErr: true},
+		// Slurm's variables win over torchrun's generic names.
+		{env: map[string]string{"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "RANK": "0", "WORLD_SIZE": "8"}, rank: 1, size: 2, source: "Slurm", job: "ndma"},
 		// NDMA_* wins over a launcher's variables.
 		{env: map[string]string{"NDMA_RANK": "1", "NDMA_SIZE": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "9"}, rank: 1, size: 2, source: "NDMA", job: "ndma"},
 		{env: map[string]string{}, wantErr: true},

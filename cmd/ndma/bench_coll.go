@@ -43,7 +43,7 @@ func newBenchCollCmd() *cobra.Command {
 		Long: `Runs --ranks ranks in this process on loopback, each with its own endpoint,
 plus an in-process forwarding node for the in-network algorithm — or, when
 started by a launcher (NDMA_RANK/NDMA_SIZE/NDMA_SWITCH, OMPI_COMM_WORLD_*,
-PMI_*, SLURM_*), one rank per process meeting at NDMA_SWITCH, rank 0
+PMI_*, SLURM_*, torchrun's RANK/WORLD_SIZE), one rank per process meeting at NDMA_SWITCH, rank 0
 printing — and
 measures one collective per algorithm over --sizes (bytes per rank):
 warm-up, then --iters iterations with a barrier between, each rank timing

@@ -1,0 +1,188 @@
+/*
+ * ndma.h: the C interface of NDMA's collectives (libndma).
+ *
+ * A communicator is a group of ranks that run collectives together, MPI
+ * style: every rank calls the same collectives in the same order with
+ * matching arguments. With a forwarding node (switch) the collectives run
+ * in the network (one multicast or one aggregation through the switch);
+ * the library picks the algorithm per call unless NDMA_ALGO_<OP> says
+ * (NDMA_ALGO_ALLREDUCE=ring, NDMA_ALGO_BCAST=innet...).
+ *
+ * Build: `make libndma` writes build/libndma.so (and build/libndma.a) and
+ * copies this header to build/include/ndma.h. Link with -lndma (and
+ * -lpthread). Programs in C, C++ or anything with a C FFI (Python's
+ * ctypes: see python/ndma) use it.
+ *
+ * Conventions:
+ *   - Every function returns an ndma error code: NDMA_OK (0) or one of
+ *     NDMA_ERR_*; ndma_strerror names a code and ndma_last_error gives
+ *     the message of the calling thread's last failure (which says what
+ *     went wrong: the rank that died, the variable that is missing...).
+ *   - Communicators and requests are integer handles, never pointers;
+ *     0 is no handle. A handle freed, or never made, is refused with
+ *     NDMA_ERR_ARG, never a crash.
+ *   - Buffers are the caller's memory, used in place: a blocking call
+ *     uses them until it returns; a non-blocking call until the request
+ *     completes (ndma_wait returns, or ndma_test sets *done). The library
+ *     keeps no pointer to them afterwards.
+ *   - Counts are in elements of the call's data type; byte sizes (bcast,
+ *     allgather) in bytes. Data is in the machine's byte order
+ *     (little-endian, as NDMA memory is).
+ *   - Thread safety: every function may be called from any thread. A
+ *     communicator's collectives must still be issued in the same order
+ *     on every rank: when several threads of a rank issue them, the
+ *     program orders them (as MPI requires).
+ *   - Errors in Go never cross into C: an internal failure is returned
+ *     as NDMA_ERR_INTERNAL with its message, not a crash.
+ */
+#ifndef NDMA_H
+#define NDMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* NDMA_ABI_VERSION changes when a declaration in this header changes in
+ * a way that breaks programs built against an earlier one. */
+#define NDMA_ABI_VERSION 1
+
+/* Error codes. */
+enum {
+    NDMA_OK = 0,
+    NDMA_ERR_ARG = 1,         /* invalid argument or handle */
+    NDMA_ERR_ENV = 2,         /* no or invalid launch environment */
+    NDMA_ERR_NO_SWITCH = 3,   /* no switch answers at the address given */
+    NDMA_ERR_RENDEZVOUS = 4,  /* the ranks did not all join in time, or the
+                                 rank is taken by another process */
+    NDMA_ERR_AUTH = 5,        /* refused: wrong fabric token or credential */
+    NDMA_ERR_RANK = 6,        /* a rank died, left or went silent */
+    NDMA_ERR_TIMEOUT = 7,     /* the call's time limit passed */
+    NDMA_ERR_CLOSED = 8,      /* the communicator was freed */
+    NDMA_ERR_INTERNAL = 9,    /* anything else (the message says what) */
+    NDMA_ERR_COUNT = 10       /* number of codes; not a code */
+};
+
+/* Element types. */
+typedef enum {
+    NDMA_FLOAT32 = 1,
+    NDMA_FLOAT64 = 2,
+    NDMA_INT32 = 3,
+    NDMA_INT64 = 4
+} ndma_dtype;
+
+/* Element-wise reductions (integer sums and products wrap). */
+typedef enum {
+    NDMA_SUM = 1,
+    NDMA_PROD = 2,
+    NDMA_MIN = 3,
+    NDMA_MAX = 4
+} ndma_op;
+
+/* Handles. 0 is none. */
+typedef uint64_t ndma_comm_t;
+typedef uint64_t ndma_request_t;
+
+/* An explicit launch (ndma_comm_create). Initialize with ndma_config_init,
+ * then set the fields: fields added in later versions keep their
+ * defaults in programs built against this header. */
+typedef struct ndma_config {
+    size_t struct_size;      /* sizeof(ndma_config), set by ndma_config_init */
+    int rank;                /* this process's rank, 0 <= rank < size */
+    int size;                /* number of ranks */
+    const char *switch_addr; /* the switch, "host:port" (required) */
+    const char *job;         /* job name every rank gives; NULL: "ndma" */
+    const char *token;       /* fabric token; NULL only with insecure */
+    int insecure;            /* 1: a switch started with --insecure */
+    const char *credential;  /* credential file (role member) to seal every
+                                datagram with, as a switch started with
+                                --credential requires; NULL: none */
+    const char *listen;      /* local UDP address; NULL: ":0" */
+    int mtu;                 /* largest datagram in bytes; 0: default */
+    int join_timeout_ms;     /* rendezvous bound; 0: 60 s */
+    int timeout_ms;          /* bound of each collective; 0: none (a dead
+                                rank is still reported by the switch) */
+    int deterministic;       /* 1: in-network reductions combine in rank
+                                order, so results are bitwise reproducible */
+} ndma_config;
+
+/* ndma_config_init fills cfg with the defaults (rank and size -1: unset). */
+void ndma_config_init(ndma_config *cfg);
+
+/* ndma_comm_from_env creates the world communicator of a process started
+ * by a launcher: the rank and size from NDMA_RANK/NDMA_SIZE, Open MPI's
+ * mpirun (OMPI_COMM_WORLD_RANK/SIZE), PMI (MPICH), Slurm's srun or
+ * torchrun (RANK/WORLD_SIZE); the switch from NDMA_SWITCH, the token from
+ * NDMA_TOKEN (or NDMA_INSECURE=1), and NDMA_JOB, NDMA_CREDENTIAL,
+ * NDMA_MTU, NDMA_JOIN_TIMEOUT, NDMA_LIVENESS, NDMA_LISTEN,
+ * NDMA_TIMEOUT (a Go duration such as "30s": each collective's bound) and
+ * NDMA_DETERMINISTIC=1 if set. It blocks until every rank has joined. */
+int ndma_comm_from_env(ndma_comm_t *comm);
+
+/* ndma_comm_create is ndma_comm_from_env with the launch given in cfg. */
+int ndma_comm_create(const ndma_config *cfg, ndma_comm_t *comm);
+
+/* ndma_comm_free leaves the group and frees the communicator. Requests
+ * still in flight on it fail with NDMA_ERR_CLOSED (wait for or test them
+ * to free them); it returns once none uses its buffers any longer. */
+int ndma_comm_free(ndma_comm_t comm);
+
+int ndma_comm_rank(ndma_comm_t comm, int *rank);
+int ndma_comm_size(ndma_comm_t comm, int *size);
+
+/* Blocking collectives. send == recv means in place where noted. */
+
+/* recv[i] = op over ranks of send[i]; send may equal recv. */
+int ndma_allreduce(ndma_comm_t comm, const void *send, void *recv, size_t count,
+                   ndma_dtype dtype, ndma_op op);
+/* root's buf (bytes) to every rank's buf. */
+int ndma_bcast(ndma_comm_t comm, void *buf, size_t bytes, int root);
+/* as allreduce, result at root only (recv may be NULL elsewhere); at the
+ * root send may equal recv. */
+int ndma_reduce(ndma_comm_t comm, const void *send, void *recv, size_t count,
+                ndma_dtype dtype, ndma_op op, int root);
+/* recv holds size blocks of bytes bytes, block i from rank i; send NULL
+ * means in place (this rank's block is already in recv). */
+int ndma_allgather(ndma_comm_t comm, const void *send, void *recv, size_t bytes);
+/* send holds size blocks of count elements; block i of the reduction lands
+ * in rank i's recv (count elements). */
+int ndma_reduce_scatter(ndma_comm_t comm, const void *send, void *recv, size_t count,
+                        ndma_dtype dtype, ndma_op op);
+int ndma_barrier(ndma_comm_t comm);
+
+/* Non-blocking forms: the same arguments, and *req to wait on. */
+int ndma_iallreduce(ndma_comm_t comm, const void *send, void *recv, size_t count,
+                    ndma_dtype dtype, ndma_op op, ndma_request_t *req);
+int ndma_ibcast(ndma_comm_t comm, void *buf, size_t bytes, int root, ndma_request_t *req);
+int ndma_ireduce(ndma_comm_t comm, const void *send, void *recv, size_t count,
+                 ndma_dtype dtype, ndma_op op, int root, ndma_request_t *req);
+int ndma_iallgather(ndma_comm_t comm, const void *send, void *recv, size_t bytes,
+                    ndma_request_t *req);
+int ndma_ireduce_scatter(ndma_comm_t comm, const void *send, void *recv, size_t count,
+                         ndma_dtype dtype, ndma_op op, ndma_request_t *req);
+int ndma_ibarrier(ndma_comm_t comm, ndma_request_t *req);
+
+/* ndma_wait blocks until req completes, frees it and returns the
+ * collective's result. */
+int ndma_wait(ndma_request_t req);
+/* ndma_test sets *done to 1 if req has completed (then frees it and
+ * returns the collective's result) or 0 (and returns NDMA_OK). */
+int ndma_test(ndma_request_t req, int *done);
+
+/* ndma_strerror names an error code (a static string). */
+const char *ndma_strerror(int code);
+/* ndma_last_error is the message of the last call that failed on the
+ * calling thread ("" if none), valid until that thread's next failing
+ * call. */
+const char *ndma_last_error(void);
+/* ndma_abi_version returns the NDMA_ABI_VERSION the library was built
+ * with: compare it with the header's. */
+int ndma_abi_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NDMA_H */
