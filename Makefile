@@ -40,7 +40,7 @@ race:
 # the C library's test (it builds the library and runs C programs).
 # internal/citest fails if a test that reads raceEnabled or counts
 # allocations is left out of them.
-NORACE_TESTS = ^(TestSimHostileFabric|TestSimFigures|TestSimScale256|TestSimTuner|TestSimMatrix|TestSimLarge|Test[A-Za-z]*Allocs|TestCABI)$$
+NORACE_TESTS = ^(TestSimHostileFabric|TestSimFigures|TestSimScale256|TestSimTuner|TestSimMatrix|TestSimLarge|Test[A-Za-z]*Allocs|TestCABI|TestPython)$$
 NORACE_PKGS = ./coll ./fabric ./netio ./transport ./memnode ./wire ./secure ./libndma
 
 ## norace: NORACE_TESTS without the race detector.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,34 +18,87 @@ import (
 	"github.com/ndma/ndma/secure"
 )
 
+// lib is the library and C test program the tests build once, in a
+// directory TestMain removes.
+var lib struct {
+	once            sync.Once
+	dir, prog, skip string
+	err             error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if lib.dir != "" {
+		os.RemoveAll(lib.dir)
+	}
+	os.Exit(code)
+}
+
 // buildLibrary builds libndma.so and the C test program
-// testdata/collectives.c against ndma.h into a temporary directory and
-// returns the program's path.
+// testdata/collectives.c against ndma.h (once) and returns the
+// directory holding both.
 func buildLibrary(t *testing.T) string {
 	t.Helper()
 	if raceEnabled {
 		t.Skip("builds the library and runs C programs: run without -race (make norace)")
 	}
-	cc, err := exec.LookPath("cc")
+	lib.once.Do(func() {
+		cc, err := exec.LookPath("cc")
+		if err != nil {
+			lib.skip = "no C compiler (cc) on PATH"
+			return
+		}
+		gobin, err := exec.LookPath("go")
+		if err != nil {
+			lib.skip = "no go command on PATH to build the library with"
+			return
+		}
+		if lib.dir, lib.err = os.MkdirTemp("", "libndma-test-"); lib.err != nil {
+			return
+		}
+		build := exec.Command(gobin, "build", "-buildmode=c-shared", "-o", filepath.Join(lib.dir, "libndma.so"), ".")
+		if out, err := build.CombinedOutput(); err != nil {
+			lib.err = fmt.Errorf("go build -buildmode=c-shared: %v\n%s", err, out)
+			return
+		}
+		lib.prog = filepath.Join(lib.dir, "collectives")
+		ccmd := exec.Command(cc, "-Wall", "-Wextra", "-Werror", "-std=c11", "-D_DEFAULT_SOURCE", "-O1", "-I.", "-o", lib.prog,
+			"testdata/collectives.c", "-L"+lib.dir, "-lndma", "-lpthread", "-Wl,-rpath,"+lib.dir)
+		if out, err := ccmd.CombinedOutput(); err != nil {
+			lib.err = fmt.Errorf("cc: %v\n%s", err, out)
+		}
+	})
+	if lib.skip != "" {
+		t.Skip(lib.skip)
+	}
+	if lib.err != nil {
+		t.Fatal(lib.err)
+	}
+	return lib.dir
+}
+
+// startSwitch serves a switch with token on loopback (sealing every
+// datagram under id, if not nil).
+func startSwitch(t *testing.T, token []byte, id *secure.Identity) string {
+	t.Helper()
+	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
 	if err != nil {
-		t.Skip("no C compiler (cc) on PATH")
+		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	gobin, err := exec.LookPath("go")
+	sw, err := fabric.New(fabric.Config{Token: token})
 	if err != nil {
-		t.Skip("no go command on PATH to build the library with")
+		t.Fatal(err)
 	}
-	build := exec.Command(gobin, "build", "-buildmode=c-shared", "-o", filepath.Join(dir, "libndma.so"), ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build -buildmode=c-shared: %v\n%s", err, out)
+	opts := fabric.ServerOptions{}
+	if id != nil {
+		opts = fabric.ServerOptions{Security: id, SecurityOptions: secure.Options{Encrypt: true}}
 	}
-	prog := filepath.Join(dir, "collectives")
-	ccmd := exec.Command(cc, "-Wall", "-Wextra", "-Werror", "-std=c11", "-D_DEFAULT_SOURCE", "-O1", "-I.", "-o", prog,
-		"testdata/collectives.c", "-L"+dir, "-lndma", "-lpthread", "-Wl,-rpath,"+dir)
-	if out, err := ccmd.CombinedOutput(); err != nil {
-		t.Fatalf("cc: %v\n%s", err, out)
+	srv, err := fabric.NewServerWith(conn, sw, opts)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return prog
+	t.Cleanup(func() { srv.Close() })
+	return srv.Addr().String()
 }
 
 // TestCABI runs the C test program as 4 ranks on loopback, meeting at a
@@ -53,7 +107,8 @@ func buildLibrary(t *testing.T) string {
 // non-blocking, every data type and reduction, checked in C, then the
 // errors a caller can make.
 func TestCABI(t *testing.T) {
-	prog := buildLibrary(t)
+	buildLibrary(t)
+	prog := lib.prog
 	a, err := secure.NewAuthority([]byte("libndma test fabric secret"))
 	if err != nil {
 		t.Fatal(err)
@@ -62,20 +117,8 @@ func TestCABI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	token := []byte("libndma test token")
-	sw, err := fabric.New(fabric.Config{Token: token})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := fabric.NewServerWith(conn, sw, fabric.ServerOptions{Security: swID, SecurityOptions: secure.Options{Encrypt: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	swAddr := startSwitch(t, token, swID)
 	member, err := a.Issue(secure.RoleMember, "ctest", rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +141,7 @@ func TestCABI(t *testing.T) {
 	for r := range size {
 		cmd := exec.CommandContext(ctx, prog)
 		cmd.Env = append(os.Environ(), "NDMA_RANK="+strconv.Itoa(r), "NDMA_SIZE="+strconv.Itoa(size),
-			"NDMA_SWITCH="+srv.Addr().String(), "NDMA_TOKEN="+string(token), "NDMA_JOB=ctest",
+			"NDMA_SWITCH="+swAddr, "NDMA_TOKEN="+string(token), "NDMA_JOB=ctest",
 			"NDMA_CREDENTIAL="+credPath, "NDMA_TIMEOUT=60s")
 		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
 		wg.Add(1)
@@ -112,5 +155,37 @@ func TestCABI(t *testing.T) {
 		if errs[r] != nil || !bytes.Contains(outs[r].Bytes(), []byte("ok\n")) {
 			t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r].String())
 		}
+	}
+}
+
+// python is the interpreter the Python package is tested with: Debian's,
+// whose python3-numpy, python3-pytest and python3-torch .ci/run installs.
+const python = "/usr/bin/python3"
+
+// TestPython runs the Python package's tests (python/tests) against the
+// library built here and a switch on loopback. Without numpy and pytest
+// it skips, unless NDMA_REQUIRE_PYTHON=1 (as CI sets) makes that a
+// failure.
+func TestPython(t *testing.T) {
+	dir := buildLibrary(t)
+	if err := exec.Command(python, "-c", "import numpy, pytest").Run(); err != nil {
+		if os.Getenv("NDMA_REQUIRE_PYTHON") == "1" {
+			t.Fatalf("%s cannot import numpy and pytest (apt install python3-numpy python3-pytest): %v", python, err)
+		}
+		t.Skipf("%s cannot import numpy and pytest: %v", python, err)
+	}
+	token := "libndma python test token"
+	swAddr := startSwitch(t, []byte(token), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "../python/tests")
+	cmd.Env = append(os.Environ(), "NDMA_LIB="+filepath.Join(dir, "libndma.so"), "NDMA_TEST_SWITCH="+swAddr, "NDMA_TEST_TOKEN="+token)
+	out, err := cmd.CombinedOutput()
+	t.Logf("pytest:\n%s", out)
+	if err != nil {
+		t.Fatalf("pytest: %v", err)
+	}
+	if bytes.Contains(out, []byte("skipped")) && os.Getenv("NDMA_REQUIRE_PYTHON") == "1" {
+		t.Fatalf("pytest skipped tests, and NDMA_REQUIRE_PYTHON=1")
 	}
 }

@@ -1,0 +1,385 @@
+"""NDMA's collectives for Python: numpy arrays and CPU torch tensors.
+
+    import ndma, numpy as np
+    with ndma.Communicator() as comm:          # rank, size, switch from the launcher
+        x = np.full(1024, comm.rank, dtype=np.float32)
+        comm.allreduce(x)                       # in place: x = sum over ranks
+        req = comm.iallreduce(x, op="max")      # non-blocking
+        req.wait()
+
+Buffers are used in place: a numpy array or a contiguous CPU torch tensor
+of float32, float64, int32 or int64 (any dtype for bcast and allgather,
+which move bytes). A non-blocking call keeps its buffers alive, and they
+must not be touched, until its request completes (wait, or test returns
+True). Every failure raises NDMAError (or a subclass naming the kind)
+with the library's message.
+
+The library is libndma (make libndma in the NDMA checkout writes
+build/libndma.so, which this package finds; elsewhere set NDMA_LIB).
+"""
+
+import ctypes
+import os
+import threading
+
+from . import _lib
+
+__all__ = [
+    "Communicator",
+    "Request",
+    "NDMAError",
+    "InvalidArgument",
+    "LaunchError",
+    "NoSwitch",
+    "RendezvousError",
+    "AuthError",
+    "RankError",
+    "Timeout",
+    "Closed",
+]
+
+_L = None
+_L_lock = threading.Lock()
+
+
+def _lib_handle():
+    global _L
+    with _L_lock:
+        if _L is None:
+            _L = _lib.load()
+        return _L
+
+
+class NDMAError(RuntimeError):
+    """A failed NDMA call: code is ndma.h's error code, message says why."""
+
+    def __init__(self, code, message):
+        self.code, self.message = code, message
+        super().__init__(message)
+
+
+class InvalidArgument(NDMAError, ValueError):
+    """A bad argument: a buffer of the wrong kind, a root out of range..."""
+
+
+class LaunchError(NDMAError):
+    """No launcher's environment (rank, size), or an invalid one."""
+
+
+class NoSwitch(NDMAError):
+    """No switch answers at the address given."""
+
+
+class RendezvousError(NDMAError):
+    """The ranks did not all join in time, or the rank is taken."""
+
+
+class AuthError(NDMAError):
+    """The switch refused the token or the credential."""
+
+
+class RankError(NDMAError):
+    """A rank died, left or went silent."""
+
+
+class Timeout(NDMAError, TimeoutError):
+    """The call's time limit passed."""
+
+
+class Closed(NDMAError):
+    """The communicator was closed."""
+
+
+_ERRORS = {
+    _lib.ERR_ARG: InvalidArgument,
+    _lib.ERR_ENV: LaunchError,
+    _lib.ERR_NO_SWITCH: NoSwitch,
+    _lib.ERR_RENDEZVOUS: RendezvousError,
+    _lib.ERR_AUTH: AuthError,
+    _lib.ERR_RANK: RankError,
+    _lib.ERR_TIMEOUT: Timeout,
+    _lib.ERR_CLOSED: Closed,
+}
+
+
+def _check(rc):
+    if rc != _lib.OK:
+        L = _lib_handle()
+        msg = L.ndma_last_error().decode(errors="replace") or L.ndma_strerror(rc).decode()
+        raise _ERRORS.get(rc, NDMAError)(rc, msg)
+
+
+_OPS = {"sum": _lib.SUM, "prod": _lib.PROD, "min": _lib.MIN, "max": _lib.MAX}
+
+
+def _op(op):
+    try:
+        return _OPS[op.lower()]
+    except (KeyError, AttributeError):
+        raise InvalidArgument(_lib.ERR_ARG, f"reduction {op!r}: want one of {', '.join(_OPS)}") from None
+
+
+class _Buf:
+    """A buffer's address, byte size, element count and ndma dtype (None
+    for a dtype the reductions do not take)."""
+
+    __slots__ = ("obj", "ptr", "nbytes", "count", "dtype", "name")
+
+    def __init__(self, obj, what):
+        self.obj = obj
+        mod = type(obj).__module__
+        if mod.startswith("torch"):
+            self._torch(obj, what)
+        elif mod.startswith("numpy"):
+            self._numpy(obj, what)
+        else:
+            raise InvalidArgument(_lib.ERR_ARG, f"{what}: a {type(obj).__name__}; want a numpy array or a CPU torch tensor")
+
+    def _numpy(self, a, what):
+        if not a.flags.c_contiguous:
+            raise InvalidArgument(_lib.ERR_ARG, f"{what}: the numpy array is not contiguous (use numpy.ascontiguousarray)")
+        if not a.flags.writeable:
+            raise InvalidArgument(_lib.ERR_ARG, f"{what}: the numpy array is read-only")
+        self.ptr, self.nbytes, self.count = a.ctypes.data, a.nbytes, a.size
+        self.name = str(a.dtype)
+        self.dtype = {"float32": _lib.FLOAT32, "float64": _lib.FLOAT64, "int32": _lib.INT32, "int64": _lib.INT64}.get(self.name)
+
+    def _torch(self, t, what):
+        import torch
+
+        if t.device.type != "cpu":
+            raise InvalidArgument(_lib.ERR_ARG, f"{what}: the tensor is on {t.device}; NDMA takes CPU tensors")
+        if not t.is_contiguous():
+            raise InvalidArgument(_lib.ERR_ARG, f"{what}: the tensor is not contiguous (use .contiguous())")
+        self.ptr, self.nbytes, self.count = t.data_ptr(), t.numel() * t.element_size(), t.numel()
+        self.name = str(t.dtype)
+        self.dtype = {torch.float32: _lib.FLOAT32, torch.float64: _lib.FLOAT64, torch.int32: _lib.INT32, torch.int64: _lib.INT64}.get(t.dtype)
+
+    def reducible(self, what):
+        if self.dtype is None:
+            raise InvalidArgument(_lib.ERR_ARG, f"{what}: dtype {self.name}; reductions take float32, float64, int32 or int64")
+        return self
+
+
+class Request:
+    """A non-blocking collective in progress. It holds the call's buffers
+    until it completes."""
+
+    def __init__(self, comm, handle, bufs, result):
+        self._comm, self._h, self._bufs, self._result = comm, handle, bufs, result
+        self._done = False
+        self._lock = threading.Lock()
+
+    def wait(self):
+        """Blocks until the collective completes; returns its result (the
+        output buffer) or raises its error."""
+        with self._lock:
+            if not self._done:
+                self._done = True
+                try:
+                    _check(self._comm._L.ndma_wait(self._h))
+                finally:
+                    self._comm._forget(self)
+                    self._bufs = None
+        return self._result
+
+    def test(self):
+        """True once the collective has completed (then raises its error if
+        it failed), False while it runs."""
+        with self._lock:
+            if self._done:
+                return True
+            done = ctypes.c_int(0)
+            rc = self._comm._L.ndma_test(self._h, ctypes.byref(done))
+            if done.value:
+                self._done = True
+                self._comm._forget(self)
+                self._bufs = None
+            _check(rc)
+            return bool(done.value)
+
+    @property
+    def done(self):
+        return self._done
+
+
+class Communicator:
+    """A group of ranks that run collectives together, MPI style: every
+    rank calls the same collectives in the same order with matching
+    arguments.
+
+    With no arguments the launch comes from the environment (NDMA_RANK/
+    NDMA_SIZE, mpirun, Slurm or torchrun's RANK/WORLD_SIZE; NDMA_SWITCH,
+    NDMA_TOKEN or NDMA_INSECURE=1, NDMA_CREDENTIAL...). Otherwise give rank,
+    size and switch ("host:port"), and a token unless insecure. timeout
+    (seconds) bounds each collective; join_timeout the rendezvous;
+    deterministic makes in-network reductions bitwise reproducible.
+    """
+
+    def __init__(self, rank=None, size=None, switch=None, *, token=None, job=None, insecure=False, credential=None,
+                 listen=None, mtu=0, timeout=None, join_timeout=None, deterministic=False):
+        self._L = _lib_handle()
+        self._h = 0
+        self._pending = set()
+        self._lock = threading.Lock()
+        h = ctypes.c_uint64(0)
+        if rank is None and size is None and switch is None:
+            if timeout is not None:
+                os.environ.setdefault("NDMA_TIMEOUT", f"{float(timeout)}s")
+            if deterministic:
+                os.environ.setdefault("NDMA_DETERMINISTIC", "1")
+            _check(self._L.ndma_comm_from_env(ctypes.byref(h)))
+        else:
+            if rank is None or size is None or switch is None:
+                raise InvalidArgument(_lib.ERR_ARG, "give rank, size and switch together (or none: the launcher's environment)")
+            cfg = _lib.Config()
+            self._L.ndma_config_init(ctypes.byref(cfg))
+            enc = lambda s: None if s is None else str(s).encode()  # noqa: E731
+            cfg.rank, cfg.size = int(rank), int(size)
+            cfg.switch_addr, cfg.job, cfg.token = enc(switch), enc(job), enc(token)
+            cfg.insecure, cfg.credential, cfg.listen = int(bool(insecure)), enc(credential), enc(listen)
+            cfg.mtu = int(mtu)
+            cfg.timeout_ms = 0 if timeout is None else max(1, int(timeout * 1000))
+            cfg.join_timeout_ms = 0 if join_timeout is None else max(1, int(join_timeout * 1000))
+            cfg.deterministic = int(bool(deterministic))
+            self._cfg_refs = cfg  # the strings live as long as the call
+            _check(self._L.ndma_comm_create(ctypes.byref(cfg), ctypes.byref(h)))
+        self._h = h.value
+        r, s = ctypes.c_int(), ctypes.c_int()
+        _check(self._L.ndma_comm_rank(self._h, ctypes.byref(r)))
+        _check(self._L.ndma_comm_size(self._h, ctypes.byref(s)))
+        self.rank, self.size = r.value, s.value
+
+    # Lifetime.
+
+    def close(self):
+        """Leaves the group. Requests in flight fail with Closed; using
+        the communicator afterwards raises Closed. Closing twice is fine."""
+        with self._lock:
+            h, self._h = self._h, 0
+        if h:
+            _check(self._L.ndma_comm_free(h))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def closed(self):
+        return self._h == 0
+
+    def _handle(self):
+        h = self._h
+        if not h:
+            raise Closed(_lib.ERR_CLOSED, "ndma: the communicator is closed")
+        return h
+
+    def _forget(self, req):
+        with self._lock:
+            self._pending.discard(req)
+
+    def _start(self, fn, args, bufs, result, blocking):
+        h = self._handle()
+        if blocking:
+            _check(fn(h, *args))
+            return result
+        rh = ctypes.c_uint64(0)
+        _check(fn(h, *args, ctypes.byref(rh)))
+        req = Request(self, rh.value, bufs, result)
+        with self._lock:
+            self._pending.add(req)
+        return req
+
+    # Collectives. Each has a non-blocking form, i<name>, returning a Request.
+
+    def allreduce(self, buf, op="sum", out=None):
+        """Reduces buf element-wise over all ranks, into out (default: buf,
+        in place). Returns the output."""
+        return self._allreduce(buf, op, out, True)
+
+    def iallreduce(self, buf, op="sum", out=None):
+        return self._allreduce(buf, op, out, False)
+
+    def _allreduce(self, buf, op, out, blocking):
+        s = _Buf(buf, "allreduce buffer").reducible("allreduce")
+        o = s if out is None else _Buf(out, "allreduce output").reducible("allreduce")
+        if out is not None and (o.dtype != s.dtype or o.count != s.count):
+            raise InvalidArgument(_lib.ERR_ARG, f"allreduce: output of {o.count} {o.name}, input of {s.count} {s.name}")
+        fn = self._L.ndma_allreduce if blocking else self._L.ndma_iallreduce
+        return self._start(fn, (s.ptr, o.ptr, s.count, s.dtype, _op(op)), (s, o), o.obj, blocking)
+
+    def reduce(self, buf, root=0, op="sum", out=None):
+        """Reduces buf over all ranks into out (default: buf) at root."""
+        return self._reduce(buf, root, op, out, True)
+
+    def ireduce(self, buf, root=0, op="sum", out=None):
+        return self._reduce(buf, root, op, out, False)
+
+    def _reduce(self, buf, root, op, out, blocking):
+        s = _Buf(buf, "reduce buffer").reducible("reduce")
+        o = s if out is None else _Buf(out, "reduce output").reducible("reduce")
+        if out is not None and (o.dtype != s.dtype or o.count != s.count):
+            raise InvalidArgument(_lib.ERR_ARG, f"reduce: output of {o.count} {o.name}, input of {s.count} {s.name}")
+        fn = self._L.ndma_reduce if blocking else self._L.ndma_ireduce
+        return self._start(fn, (s.ptr, o.ptr, s.count, s.dtype, _op(op), int(root)), (s, o), o.obj, blocking)
+
+    def reduce_scatter(self, buf, out, op="sum"):
+        """buf holds size blocks of len(out) elements; block i of the
+        reduction lands in rank i's out."""
+        return self._reduce_scatter(buf, out, op, True)
+
+    def ireduce_scatter(self, buf, out, op="sum"):
+        return self._reduce_scatter(buf, out, op, False)
+
+    def _reduce_scatter(self, buf, out, op, blocking):
+        s = _Buf(buf, "reduce_scatter input").reducible("reduce_scatter")
+        o = _Buf(out, "reduce_scatter output").reducible("reduce_scatter")
+        if o.dtype != s.dtype or s.count != o.count * self.size:
+            raise InvalidArgument(_lib.ERR_ARG,
+                                  f"reduce_scatter: input of {s.count} {s.name}, output of {o.count} {o.name}: "
+                                  f"want the input {self.size} times the output, same dtype")
+        fn = self._L.ndma_reduce_scatter if blocking else self._L.ndma_ireduce_scatter
+        return self._start(fn, (s.ptr, o.ptr, o.count, s.dtype, _op(op)), (s, o), o.obj, blocking)
+
+    def bcast(self, buf, root=0):
+        """Copies root's buf into every rank's buf (any dtype)."""
+        return self._bcast(buf, root, True)
+
+    def ibcast(self, buf, root=0):
+        return self._bcast(buf, root, False)
+
+    def _bcast(self, buf, root, blocking):
+        b = _Buf(buf, "bcast buffer")
+        fn = self._L.ndma_bcast if blocking else self._L.ndma_ibcast
+        return self._start(fn, (b.ptr, b.nbytes, int(root)), (b,), b.obj, blocking)
+
+    def allgather(self, buf, out):
+        """Gathers every rank's buf into out (size blocks, block i from rank
+        i) on every rank; buf None means in place (this rank's block is
+        already in out)."""
+        return self._allgather(buf, out, True)
+
+    def iallgather(self, buf, out):
+        return self._allgather(buf, out, False)
+
+    def _allgather(self, buf, out, blocking):
+        o = _Buf(out, "allgather output")
+        if o.nbytes % self.size:
+            raise InvalidArgument(_lib.ERR_ARG, f"allgather: output of {o.nbytes} bytes is not {self.size} equal blocks")
+        n = o.nbytes // self.size
+        s = None
+        if buf is not None:
+            s = _Buf(buf, "allgather input")
+            if s.nbytes != n:
+                raise InvalidArgument(_lib.ERR_ARG, f"allgather: input of {s.nbytes} bytes, output of {self.size} blocks of {n}")
+        fn = self._L.ndma_allgather if blocking else self._L.ndma_iallgather
+        return self._start(fn, (None if s is None else s.ptr, o.ptr, n), (s, o), o.obj, blocking)
+
+    def barrier(self):
+        """Returns once every rank has entered the barrier."""
+        return self._start(self._L.ndma_barrier, (), (), None, True)
+
+    def ibarrier(self):
+        return self._start(self._L.ndma_ibarrier, (), (), None, False)

@@ -1,0 +1,142 @@
+"""Tests of the ndma Python package. They need a switch: the Go test
+TestPython (libndma) starts one and runs them with NDMA_TEST_SWITCH and
+NDMA_TEST_TOKEN set, and NDMA_LIB naming the library it built."""
+
+import itertools
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import ndma  # noqa: E402
+
+SWITCH = os.environ.get("NDMA_TEST_SWITCH")
+TOKEN = os.environ.get("NDMA_TEST_TOKEN")
+pytestmark = pytest.mark.skipif(not SWITCH, reason="no switch: run through the Go test TestPython (libndma)")
+
+_jobs = itertools.count()
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def job():
+    return f"py-{os.getpid()}-{next(_jobs)}"
+
+
+def run_ranks(scenario, size, timeout=180, env=None):
+    """Runs ranks.py SCENARIO as size processes; returns their outputs."""
+    j = job()
+    procs = []
+    for r in range(size):
+        e = dict(os.environ, NDMA_RANK=str(r), NDMA_SIZE=str(size), NDMA_SWITCH=SWITCH, NDMA_TOKEN=TOKEN, NDMA_JOB=j)
+        e.update(env or {})
+        procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "ranks.py"), scenario], env=e,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        outs.append((p.returncode, out))
+    return outs
+
+
+def solo(**kw):
+    """A communicator of one rank (enough for argument checks)."""
+    return ndma.Communicator(0, 1, SWITCH, token=TOKEN, job=job(), **kw)
+
+
+def test_collectives_numpy():
+    for r, (rc, out) in enumerate(run_ranks("numpy", 4)):
+        assert rc == 0 and out.endswith("ok\n"), f"rank {r}: {out}"
+
+
+def test_collectives_torch():
+    pytest.importorskip("torch")
+    for r, (rc, out) in enumerate(run_ranks("torch", 3)):
+        assert rc == 0 and out.endswith("ok\n"), f"rank {r}: {out}"
+
+
+def test_dead_rank_raises():
+    outs = run_ranks("dead", 2, env={"NDMA_TIMEOUT": "10s"})
+    rc, out = outs[0]
+    assert rc == 0 and out.endswith("ok\n"), out
+    assert "raised" in out
+
+
+def test_bad_buffers():
+    with solo() as c:
+        a = np.zeros((4, 4), np.float32)
+        with pytest.raises(ndma.InvalidArgument, match="not contiguous"):
+            c.allreduce(a[:, 1])
+        with pytest.raises(ndma.InvalidArgument, match="dtype int16"):
+            c.allreduce(np.zeros(4, np.int16))
+        with pytest.raises(ndma.InvalidArgument, match="numpy array or a CPU torch tensor"):
+            c.allreduce([1.0, 2.0])
+        with pytest.raises(ndma.InvalidArgument, match="reduction"):
+            c.allreduce(np.zeros(4, np.float32), op="mean")
+        with pytest.raises(ndma.InvalidArgument, match="root"):
+            c.bcast(np.zeros(4, np.float32), root=1)
+        with pytest.raises(ndma.InvalidArgument, match="output of 3"):
+            c.allreduce(np.zeros(4, np.float32), out=np.zeros(3, np.float32))
+        with pytest.raises(ndma.InvalidArgument, match="read-only"):
+            ro = np.zeros(4, np.float32)
+            ro.flags.writeable = False
+            c.allreduce(ro)
+        # Still usable after every refusal.
+        x = np.full(8, 3, np.int64)
+        c.allreduce(x)
+        assert np.array_equal(x, np.full(8, 3, np.int64))
+
+
+def test_bad_tensors():
+    torch = pytest.importorskip("torch")
+    with solo() as c:
+        with pytest.raises(ndma.InvalidArgument, match="on meta"):
+            c.allreduce(torch.empty(4, device="meta"))
+        with pytest.raises(ndma.InvalidArgument, match="not contiguous"):
+            c.allreduce(torch.zeros(4, 4).t())
+        with pytest.raises(ndma.InvalidArgument, match="dtype torch.float16"):
+            c.allreduce(torch.zeros(4, dtype=torch.float16))
+
+
+def test_closed():
+    c = solo()
+    assert not c.closed
+    c.close()
+    c.close()  # twice is fine
+    with pytest.raises(ndma.Closed):
+        c.allreduce(np.zeros(4, np.float32))
+    with pytest.raises(ndma.Closed):
+        c.barrier()
+
+
+def test_launch_errors():
+    with pytest.raises(ndma.InvalidArgument, match="rank, size and switch together"):
+        ndma.Communicator(rank=0)
+    with pytest.raises(ndma.InvalidArgument, match="rank 3 of size 2"):
+        ndma.Communicator(3, 2, SWITCH, token=TOKEN)
+    with pytest.raises(ndma.AuthError):
+        ndma.Communicator(0, 1, SWITCH, token="wrong token", job=job(), join_timeout=5)
+    with pytest.raises(ndma.NoSwitch, match="no switch answers"):
+        ndma.Communicator(0, 1, "127.0.0.1:9", token=TOKEN, job=job(), join_timeout=1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NDMA_RANK", "NDMA_SIZE", "OMPI_", "PMI_", "SLURM_"))}
+    env.pop("RANK", None)
+    env.pop("WORLD_SIZE", None)
+    out = subprocess.run([sys.executable, "-c", "import ndma\ntry:\n ndma.Communicator()\nexcept ndma.LaunchError as e: print('LaunchError', e)"],
+                         env=dict(env, PYTHONPATH=os.path.join(HERE, "..")), capture_output=True, text=True, timeout=60)
+    assert "LaunchError" in out.stdout and "no rank in the environment" in out.stdout, out
+
+
+def test_request_keeps_buffers():
+    with solo() as c:
+        req = c.iallreduce(np.full(1000, 2.0, np.float64))
+        out = req.wait()  # the array lived on through the request
+        assert np.array_equal(out, np.full(1000, 2.0))
+        assert req.test() and req.wait() is out  # completed: idempotent
