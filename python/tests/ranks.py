@@ -3,6 +3,7 @@ the launch in the environment (NDMA_RANK, NDMA_SIZE, NDMA_SWITCH,
 NDMA_TOKEN, NDMA_JOB). Prints "ok" when every check passed; raises
 otherwise."""
 
+import faulthandler
 import os
 import sys
 import time
@@ -113,11 +114,111 @@ def dead_scenario(comm):
     raise AssertionError("an allreduce with a dead rank returned")
 
 
-SCENARIOS = {"numpy": numpy_scenario, "torch": torch_scenario, "dead": dead_scenario}
+def ddp_scenario(comm):
+    # The same training, DDP's own Gloo allreduce against the NDMA hook:
+    # with 2 ranks both sum two numbers and halve them, so the parameters
+    # must come out bitwise equal.
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import ndma.torch
+
+    dist.init_process_group("gloo", init_method="file://" + os.environ["NDMA_TEST_STORE"], rank=comm.rank, world_size=comm.size)
+
+    def train(hook):
+        torch.manual_seed(0)
+        # 5 MB of parameters in 1 MB buckets: several per step.
+        net = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(5)], torch.nn.Linear(512, 10))
+        model = DDP(net, bucket_cap_mb=1)
+        state = None
+        if hook:
+            state = ndma.torch.HookState(comm)
+            model.register_comm_hook(state, ndma.torch.comm_hook)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(100 + comm.rank)
+        for _ in range(6):
+            x, y = torch.randn(16, 512, generator=g), torch.randint(0, 10, (16,), generator=g)
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+        if state:
+            assert state.calls >= 18, f"{state.calls} buckets through NDMA in 6 steps"
+            state.close()
+        return [p.detach().clone() for p in model.parameters()]
+
+    gloo, hooked = train(False), train(True)
+    for a, b in zip(gloo, hooked):
+        assert torch.equal(a, b), f"parameters differ by up to {(a - b).abs().max()}"
+    dist.destroy_process_group()
+
+
+def backend_scenario(comm):
+    # torch.distributed with the ndma backend: each call checked, then
+    # DDP over it against DDP over Gloo, bitwise (2 ranks).
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import ndma.torch  # noqa: F401  (registers the backend)
+
+    r, s = comm.rank, comm.size
+    dist.init_process_group("ndma", init_method="file://" + os.environ["NDMA_TEST_STORE"], rank=r, world_size=s)
+    assert dist.get_backend() == "ndma"
+    t = torch.full((1000,), float(r + 1))
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((1000,), float(s * (s + 1) // 2)))
+    t = torch.full((10,), r, dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    assert torch.equal(t, torch.full((10,), s - 1, dtype=torch.int64))
+    b = torch.arange(100, dtype=torch.float64) if r == 1 else torch.zeros(100, dtype=torch.float64)
+    dist.broadcast(b, src=1)
+    assert torch.equal(b, torch.arange(100, dtype=torch.float64))
+    outs = [torch.zeros(2, 3) for _ in range(s)]
+    dist.all_gather(outs, torch.full((2, 3), float(r)))
+    for i, o in enumerate(outs):
+        assert torch.equal(o, torch.full((2, 3), float(i))), ("all_gather", i, o)
+    out = torch.zeros(4)
+    dist.reduce_scatter(out, [torch.full((4,), float(r * 10 + i)) for i in range(s)])
+    assert torch.equal(out, torch.full((4,), float(sum(q * 10 + r for q in range(s))))), ("reduce_scatter", out)
+    w = dist.all_reduce(torch.ones(5), async_op=True)
+    w.wait()
+    dist.barrier()
+    try:
+        dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND)
+        raise AssertionError("BAND went through")
+    except ndma.InvalidArgument:
+        pass
+
+    gloo = dist.new_group(backend="gloo")
+
+    def train(group):
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(3)], torch.nn.Linear(512, 10))
+        model = DDP(net, bucket_cap_mb=1, process_group=group)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(100 + r)
+        for _ in range(4):
+            x, y = torch.randn(16, 512, generator=g), torch.randint(0, 10, (16,), generator=g)
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+        return [p.detach().clone() for p in model.parameters()]
+
+    if s == 2:
+        for a, b in zip(train(gloo), train(None)):
+            assert torch.equal(a, b), f"DDP over ndma differs from DDP over gloo by {(a - b).abs().max()}"
+    dist.destroy_process_group()
+
+
+SCENARIOS = {"backend": backend_scenario, "numpy": numpy_scenario, "torch": torch_scenario, "dead": dead_scenario, "ddp": ddp_scenario}
 
 
 def main():
     name = sys.argv[1]
+    # A rank stuck past the harness's patience prints every thread's
+    # stack and exits, so that a hang shows where it is.
+    faulthandler.dump_traceback_later(float(os.environ.get("NDMA_TEST_STACKS_AFTER", "150")), exit=True)
     with ndma.Communicator() as comm:
         assert comm.rank == int(os.environ["NDMA_RANK"]) and comm.size == int(os.environ["NDMA_SIZE"])
         SCENARIOS[name](comm)

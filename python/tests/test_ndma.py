@@ -26,12 +26,13 @@ def job():
     return f"py-{os.getpid()}-{next(_jobs)}"
 
 
-def run_ranks(scenario, size, timeout=180, env=None):
+def run_ranks(scenario, size, timeout=120, env=None):
     """Runs ranks.py SCENARIO as size processes; returns their outputs."""
     j = job()
     procs = []
     for r in range(size):
-        e = dict(os.environ, NDMA_RANK=str(r), NDMA_SIZE=str(size), NDMA_SWITCH=SWITCH, NDMA_TOKEN=TOKEN, NDMA_JOB=j)
+        e = dict(os.environ, NDMA_RANK=str(r), NDMA_SIZE=str(size), NDMA_SWITCH=SWITCH, NDMA_TOKEN=TOKEN, NDMA_JOB=j,
+                 NDMA_TEST_STACKS_AFTER=str(timeout - 20))
         e.update(env or {})
         procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "ranks.py"), scenario], env=e,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
@@ -42,7 +43,9 @@ def run_ranks(scenario, size, timeout=180, env=None):
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
-            raise
+            rest = [q.communicate()[0] for q in procs]
+            pytest.fail(f"{scenario}: ranks still running after {timeout}s:\n" + "\n".join(
+                f"--- rank {r}:\n{o}" for r, o in enumerate(rest)))
         outs.append((p.returncode, out))
     return outs
 
@@ -61,6 +64,21 @@ def test_collectives_torch():
     pytest.importorskip("torch")
     for r, (rc, out) in enumerate(run_ranks("torch", 3)):
         assert rc == 0 and out.endswith("ok\n"), f"rank {r}: {out}"
+
+
+def test_ddp_comm_hook(tmp_path):
+    pytest.importorskip("torch")
+    outs = run_ranks("ddp", 2, env={"NDMA_TEST_STORE": str(tmp_path / "store")})
+    for r, (rc, out) in enumerate(outs):
+        assert rc == 0 and out.endswith("ok\n"), f"rank {r}: {out}"
+
+
+def test_torch_distributed_backend(tmp_path):
+    pytest.importorskip("torch")
+    for size in (2, 3):
+        outs = run_ranks("backend", size, env={"NDMA_TEST_STORE": str(tmp_path / f"store{size}")})
+        assert all(rc == 0 and out.endswith("ok\n") for rc, out in outs), f"{size} ranks:\n" + "\n".join(
+            f"--- rank {r}, exit {rc}:\n{out}" for r, (rc, out) in enumerate(outs))
 
 
 def test_dead_rank_raises():

@@ -1,0 +1,211 @@
+"""PyTorch integration: a DistributedDataParallel communication hook that
+averages gradient buckets with NDMA's allreduce.
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    import ndma, ndma.torch
+
+    dist.init_process_group("gloo", ...)        # DDP's own setup traffic
+    comm = ndma.Communicator()                   # the gradients' path
+    model = DDP(net)
+    state = ndma.torch.HookState(comm)
+    model.register_comm_hook(state, ndma.torch.comm_hook)
+    ...
+    state.close()                                # before comm.close()
+
+Or NDMA as a torch.distributed backend, for code that calls
+torch.distributed itself (allreduce, broadcast, allgather, reduce_scatter
+and barrier; importing ndma.torch registers it):
+
+    import ndma.torch
+    dist.init_process_group("ndma", init_method=..., rank=r, world_size=n)
+    dist.all_reduce(t)                           # through the switch
+
+The backend meets at NDMA_SWITCH with NDMA_TOKEN (or NDMA_INSECURE=1) and
+NDMA_CREDENTIAL, as a Communicator from the environment does; the job
+name comes from the process group's store.
+
+Each bucket's allreduce starts as soon as DDP hands the bucket over (while
+backward goes on computing the next ones); one worker thread completes
+them in order, divides by the number of ranks and resolves the future DDP
+waits on. Buckets are matched across ranks by the order of the calls
+(NDMA numbers a communicator's collectives), not by GradBucket.index(),
+which changes after the first iteration when DDP rebuilds its buckets.
+"""
+
+import os
+import queue
+import threading
+import uuid
+
+import torch
+import torch.distributed as dist
+
+from . import Communicator, InvalidArgument, _lib
+
+__all__ = ["HookState", "comm_hook", "ProcessGroupNDMA"]
+
+
+class _Completer:
+    """A worker thread that waits for NDMA requests in the order they were
+    started and resolves a torch future for each batch."""
+
+    def __init__(self, name):
+        self._q = queue.Queue()
+        self._t = threading.Thread(target=self._run, name=name, daemon=True)
+        self._t.start()
+
+    def _run(self):
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            reqs, fut, result, after = item
+            try:
+                for r in reqs:
+                    r.wait()
+                if after is not None:
+                    after()
+                fut.set_result(result)
+            except Exception as e:
+                fut.set_exception(e)
+
+    def add(self, reqs, result, after=None):
+        fut = torch.futures.Future()
+        self._q.put((reqs, fut, result, after))
+        return fut
+
+    def close(self):
+        self._q.put(None)
+        self._t.join()
+
+
+class HookState:
+    """The state comm_hook needs: the communicator, and the worker thread
+    that completes the allreduces in order. close() stops the thread; a
+    state is used by one DDP model."""
+
+    def __init__(self, comm):
+        self.comm = comm
+        self.calls = 0  # buckets handed to NDMA so far
+        self._done = _Completer("ndma-ddp-hook")
+        self._closed = False
+
+    def submit(self, grad):
+        """Starts the allreduce of grad (in place) and returns the future
+        that resolves to the average."""
+        if self._closed:
+            raise RuntimeError("ndma.torch.HookState is closed")
+        if grad.dtype not in (torch.float32, torch.float64):
+            raise InvalidArgument(_lib.ERR_ARG,
+                                  f"gradient bucket of {grad.dtype}: NDMA reduces float32 and float64 (train in float32)")
+        req = self.comm.iallreduce(grad)
+        self.calls += 1
+        return self._done.add([req], grad, lambda: grad.div_(self.comm.size))
+
+    def close(self):
+        """Waits for the allreduces in flight and stops the worker."""
+        if not self._closed:
+            self._closed = True
+            self._done.close()
+
+
+def comm_hook(state, bucket):
+    """DistributedDataParallel communication hook: the bucket's gradients
+    summed over the ranks by NDMA, divided by their number."""
+    return state.submit(bucket.buffer())
+
+
+def _Work(fut):
+    """A collective of the backend in progress, as torch's C++ side waits
+    on it: a Work that completes with fut (which resolves to the output
+    tensors, or to the collective's error)."""
+    return torch._C._distributed_c10d._create_work_from_future(fut)
+
+
+def _reduce_op(opts):
+    op = dist.ReduceOp.SUM if opts is None else opts.reduceOp
+    for name, want in (("sum", dist.ReduceOp.SUM), ("prod", dist.ReduceOp.PRODUCT), ("min", dist.ReduceOp.MIN),
+                       ("max", dist.ReduceOp.MAX)):
+        if op == want:
+            return name
+    raise InvalidArgument(_lib.ERR_ARG, f"reduction {op}: the ndma backend does SUM, PRODUCT, MIN and MAX")
+
+
+class ProcessGroupNDMA(dist.ProcessGroup):
+    """torch.distributed's process group over an ndma.Communicator:
+    allreduce, broadcast, allgather, reduce_scatter and barrier. Each call
+    starts its NDMA collectives at once (so DDP's buckets overlap backward)
+    and returns a Work whose future one worker thread resolves, in order."""
+
+    def __init__(self, comm):
+        super().__init__(comm.rank, comm.size)
+        self.comm = comm
+        self._done = _Completer("ndma-process-group")
+
+    def getBackendName(self):
+        return "ndma"
+
+    def allreduce(self, tensors, opts=None):
+        op = _reduce_op(opts)
+        reqs = [self.comm.iallreduce(t, op) for t in tensors]
+        return _Work(self._done.add(reqs, tensors))
+
+    def broadcast(self, tensors, opts=None):
+        root = 0 if opts is None else opts.rootRank
+        reqs = [self.comm.ibcast(t, root) for t in tensors]
+        return _Work(self._done.add(reqs, tensors))
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        reqs, copies = [], []
+        for outs, inp in zip(output_tensors, input_tensors):
+            if len(outs) != self.comm.size:
+                raise InvalidArgument(_lib.ERR_ARG, f"allgather: {len(outs)} output tensors for {self.comm.size} ranks")
+            flat = torch.empty((self.comm.size,) + tuple(inp.shape), dtype=inp.dtype)
+            reqs.append(self.comm.iallgather(inp.contiguous(), flat))
+            copies.append((flat, outs))
+
+        def scatter():
+            for flat, outs in copies:
+                for i, o in enumerate(outs):
+                    o.copy_(flat[i])
+
+        return _Work(self._done.add(reqs, output_tensors, scatter))
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        op = _reduce_op(opts)
+        reqs = []
+        for out, ins in zip(output_tensors, input_tensors):
+            if len(ins) != self.comm.size:
+                raise InvalidArgument(_lib.ERR_ARG, f"reduce_scatter: {len(ins)} input tensors for {self.comm.size} ranks")
+            flat = torch.stack([t.reshape(out.shape) for t in ins])
+            reqs.append(self.comm.ireduce_scatter(flat, out, op))
+        return _Work(self._done.add(reqs, output_tensors))
+
+    def barrier(self, opts=None):
+        return _Work(self._done.add([self.comm.ibarrier()], None))
+
+    def shutdown(self):
+        """Stops the worker and closes the communicator."""
+        self._done.close()
+        self.comm.close()
+
+
+def _create(store, rank, size, timeout):
+    # Every rank must name the same job: rank 0 draws one, the store
+    # carries it to the others.
+    key = "ndma/job"
+    if rank == 0:
+        store.set(key, "torch-" + uuid.uuid4().hex[:12])
+    job = store.get(key).decode()
+    sw = os.environ.get("NDMA_SWITCH")
+    if not sw:
+        raise InvalidArgument(_lib.ERR_ARG, "the ndma backend: NDMA_SWITCH is not set (the ranks meet at the switch)")
+    insecure = os.environ.get("NDMA_INSECURE", "") in ("1", "true")
+    comm = Communicator(rank, size, sw, token=os.environ.get("NDMA_TOKEN"), job=job, insecure=insecure,
+                        credential=os.environ.get("NDMA_CREDENTIAL"), timeout=timeout.total_seconds())
+    return ProcessGroupNDMA(comm)
+
+
+if not hasattr(dist.Backend, "NDMA"):
+    dist.Backend.register_backend("ndma", _create)
