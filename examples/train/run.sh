@@ -1,0 +1,40 @@
+#!/bin/sh
+# Trains the MNIST MLP of train.py on the testbed once per backend (Gloo,
+# NDMA in the network, NDMA's ring), one rank per host, and reports.
+#
+#   sudo examples/train/run.sh [OUT_DIR]
+#
+# Environment: HOSTS (8), RATE (100mbit), EPOCHS (2), BATCH (128 per rank),
+# HIDDEN (2048,1024), LR (0.05), BACKENDS ("gloo ndma ndma-ring"), EXTRA
+# (more train.py flags, e.g. --deterministic). Needs root, iproute2, Go,
+# a C compiler and Debian's python3-torch and python3-numpy.
+set -eu
+cd "$(dirname "$0")/../.."
+OUT=$(mkdir -p "${1:-train-out}" && cd "${1:-train-out}" && pwd)
+HOSTS=${HOSTS:-8}
+RATE=${RATE:-100mbit}
+EPOCHS=${EPOCHS:-2}
+BATCH=${BATCH:-128}
+HIDDEN=${HIDDEN:-2048,1024}
+LR=${LR:-0.05}
+BACKENDS=${BACKENDS:-gloo ndma ndma-ring}
+EXTRA=${EXTRA:-}
+
+go build -o "$OUT/ndma" ./cmd/ndma
+make libndma >/dev/null
+go run ./examples/train/export --out "$OUT/mnist"
+"$OUT/ndma" testbed up --hosts "$HOSTS" --rate "$RATE" --mtu 9000
+trap '"$OUT/ndma" testbed down' EXIT INT TERM
+files=""
+for b in $BACKENDS; do
+	echo "== $b"
+	rm -f "$OUT/store-$b"
+	# shellcheck disable=SC2086 # EXTRA is a list of flags
+	"$OUT/ndma" testbed run -- /usr/bin/python3 examples/train/train.py --backend "$b" \
+		--data "$OUT/mnist" --store "$OUT/store-$b" --out "$OUT/$b.jsonl" \
+		--epochs "$EPOCHS" --batch "$BATCH" --hidden "$HIDDEN" --lr "$LR" $EXTRA
+	files="$files $OUT/$b.jsonl"
+done
+# shellcheck disable=SC2086 # one argument per file
+go run ./examples/train/report --plots "$OUT" $files | tee "$OUT/report.md"
+echo "plots: $OUT/loss.png $OUT/accuracy.png; JSON Lines:$files"

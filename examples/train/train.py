@@ -1,0 +1,211 @@
+#!/usr/bin/python3
+"""Data-parallel training of an MLP on MNIST with PyTorch's
+DistributedDataParallel, the gradients averaged by one of:
+
+  gloo        PyTorch's own Gloo backend (its ring allreduce over TCP)
+  ndma        NDMA in the network (NDMA_ALGO_ALLREDUCE=innet: one
+              aggregation through the switch), through ndma.torch's hook
+  ndma-ring   NDMA's host ring allreduce, through the same hook
+
+One process per rank, the launch in the environment (NDMA_RANK/NDMA_SIZE
+as `ndma testbed run` sets them, or torchrun's RANK/WORLD_SIZE), every
+rank meeting in a torch.distributed FileStore at --store (a shared file
+system: the testbed's hosts share the machine's). Rank 0 writes JSON
+Lines to --out: one record per step (loss, step time), per epoch (test
+accuracy, samples/s, a hash of the parameters on every rank) and a
+summary. Data: the MNIST export of examples/train/export (--data).
+
+    python3 examples/train/train.py --backend ndma --data /tmp/mnist --store /tmp/s --out ndma.jsonl
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+
+BACKENDS = ("gloo", "ndma", "ndma-ring")
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backend", choices=BACKENDS, required=True)
+    p.add_argument("--data", required=True, help="directory of the MNIST export")
+    p.add_argument("--store", required=True, help="file for the ranks' rendezvous (torch FileStore; must not exist yet)")
+    p.add_argument("--out", required=True, help="JSON Lines file rank 0 writes")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch", type=int, default=128, help="samples per rank per step")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--hidden", default="1536,512", help="hidden layer widths")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--steps", type=int, default=0, help="stop each epoch after this many steps (0: the whole epoch)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="NDMA reduces in rank order (bitwise reproducible), and torch uses deterministic kernels")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    p.add_argument("--bucket-mb", type=float, default=4.0, help="DDP bucket size")
+    return p.parse_args()
+
+
+def launch():
+    for r, s in (("NDMA_RANK", "NDMA_SIZE"), ("RANK", "WORLD_SIZE")):
+        if r in os.environ and s in os.environ:
+            return int(os.environ[r]), int(os.environ[s])
+    sys.exit("train.py: no rank in the environment (NDMA_RANK/NDMA_SIZE or RANK/WORLD_SIZE)")
+
+
+def load(data, split):
+    meta = json.load(open(os.path.join(data, "meta.json")))
+    n = meta[split]
+    x = np.fromfile(os.path.join(data, f"{split}-images.u8"), dtype=np.uint8).reshape(n, meta["rows"] * meta["cols"])
+    y = np.fromfile(os.path.join(data, f"{split}-labels.u8"), dtype=np.uint8)
+    # Normalized as usual for MNIST (mean 0.1307, std 0.3081).
+    x = (torch.from_numpy(x).float() / 255.0 - 0.1307) / 0.3081
+    return x, torch.from_numpy(y.astype(np.int64))
+
+
+def model(widths, seed):
+    torch.manual_seed(seed)
+    layers, prev = [], 784
+    for w in widths:
+        layers += [torch.nn.Linear(prev, w), torch.nn.ReLU()]
+        prev = w
+    layers.append(torch.nn.Linear(prev, 10))
+    return torch.nn.Sequential(*layers)
+
+
+def param_hash(net):
+    h = hashlib.sha256()
+    for p in net.parameters():
+        h.update(p.detach().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def gloo_iface():
+    # In a testbed host (a network namespace) the one interface that is
+    # not loopback is the host's link: Gloo must use it.
+    if "GLOO_SOCKET_IFNAME" not in os.environ:
+        try:
+            ifs = [i for i in os.listdir("/sys/class/net") if i != "lo"]
+            if len(ifs) == 1:
+                os.environ["GLOO_SOCKET_IFNAME"] = ifs[0]
+        except OSError:
+            pass
+
+
+def main():
+    a = parse_args()
+    rank, size = launch()
+    torch.set_num_threads(a.threads)
+    if a.deterministic:
+        torch.use_deterministic_algorithms(True)
+        os.environ["NDMA_DETERMINISTIC"] = "1"
+    gloo_iface()
+    # DDP's setup (the initial parameter broadcast) and, for gloo, the
+    # gradients go through this process group.
+    dist.init_process_group("gloo", init_method="file://" + a.store, rank=rank, world_size=size)
+
+    state, comm = None, None
+    if a.backend != "gloo":
+        os.environ["NDMA_ALGO_ALLREDUCE"] = "innet" if a.backend == "ndma" else "ring"
+        import ndma
+        import ndma.torch
+
+        comm = ndma.Communicator()
+        assert comm.rank == rank and comm.size == size
+
+    xs, ys = load(a.data, "train")
+    xt, yt = load(a.data, "test")
+    widths = [int(w) for w in a.hidden.split(",") if w]
+    net = model(widths, a.seed)
+    nparams = sum(p.numel() for p in net.parameters())
+    ddp = DDP(net, bucket_cap_mb=a.bucket_mb)
+    if comm is not None:
+        state = ndma.torch.HookState(comm)
+        ddp.register_comm_hook(state, ndma.torch.comm_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=0.9)
+    lossf = torch.nn.CrossEntropyLoss()
+
+    out = open(a.out, "w") if rank == 0 else None
+
+    def emit(rec):
+        if out:
+            rec.update(backend=a.backend, ranks=size)
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+
+    # Compute alone: forward and backward without the gradient exchange
+    # (DDP's no_sync), timed on a few batches, so that a step's time
+    # splits into compute and what the exchange adds.
+    calib = []
+    with ddp.no_sync():
+        for i in range(4):
+            x = xs[i * a.batch:(i + 1) * a.batch]
+            t0 = time.perf_counter()
+            lossf(ddp(x), ys[i * a.batch:(i + 1) * a.batch]).backward()
+            calib.append(time.perf_counter() - t0)
+    opt.zero_grad()
+    compute_s = float(np.median(calib[1:]))
+
+    emit({"kind": "start", "params": nparams, "batch_per_rank": a.batch, "lr": a.lr, "epochs": a.epochs,
+          "hidden": widths, "deterministic": a.deterministic, "compute_s": compute_s,
+          "torch": torch.__version__, "threads": a.threads})
+    dist.barrier()
+    t_start = time.perf_counter()
+    step_global = 0
+    steps_per_epoch = len(xs) // (a.batch * size)
+    if a.steps:
+        steps_per_epoch = min(steps_per_epoch, a.steps)
+    train_s = 0.0
+    for epoch in range(a.epochs):
+        g = torch.Generator().manual_seed(a.seed * 1000 + epoch)
+        perm = torch.randperm(len(xs), generator=g)
+        mine = perm[rank::size]  # this rank's shard, the same split on every rank
+        te0 = time.perf_counter()
+        step_times = []
+        for s in range(steps_per_epoch):
+            idx = mine[s * a.batch:(s + 1) * a.batch]
+            t0 = time.perf_counter()
+            opt.zero_grad()
+            loss = lossf(ddp(xs[idx]), ys[idx])
+            loss.backward()
+            opt.step()
+            dt = time.perf_counter() - t0
+            step_times.append(dt)
+            step_global += 1
+            # Rank 0's batch loss (averaging it over the ranks would add a
+            # collective per step to what is measured).
+            emit({"kind": "step", "epoch": epoch, "step": step_global, "t": time.perf_counter() - t_start,
+                  "loss": loss.item(), "step_s": dt})
+        epoch_s = time.perf_counter() - te0
+        train_s += epoch_s
+        # Test accuracy (every rank holds the same parameters: rank 0's
+        # evaluation is the model's); the hashes say whether they are.
+        with torch.no_grad():
+            acc = (net(xt).argmax(1) == yt).float().mean().item()
+        hashes = [None] * size
+        dist.all_gather_object(hashes, param_hash(net))
+        st = float(np.median(step_times))
+        emit({"kind": "epoch", "epoch": epoch, "t": time.perf_counter() - t_start, "test_acc": acc,
+              "samples_per_s": steps_per_epoch * a.batch * size / epoch_s, "step_s_median": st,
+              "compute_s": compute_s, "comm_s": max(st - compute_s, 0.0),
+              "param_hash": hashes[0], "ranks_agree": len(set(hashes)) == 1})
+    emit({"kind": "summary", "train_s": train_s, "steps": step_global,
+          "samples_per_s": step_global * a.batch * size / train_s})
+    if state is not None:
+        state.close()
+    if comm is not None:
+        comm.close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
