@@ -5,7 +5,8 @@
 #   sudo examples/train/run.sh [OUT_DIR]
 #
 # Environment: HOSTS (8), RATE (100mbit), EPOCHS (2), BATCH (128 per rank),
-# HIDDEN (2048,1024), LR (0.05), BACKENDS ("gloo ndma ndma-ring"), EXTRA
+# STEPS (0: whole epochs; else steps per epoch), HIDDEN (2048,1024), LR
+# (0.05), BACKENDS ("gloo ndma ndma-ring"), EXTRA
 # (more train.py flags, e.g. --deterministic). Needs root, iproute2, Go,
 # a C compiler and Debian's python3-torch and python3-numpy.
 set -eu
@@ -17,6 +18,7 @@ EPOCHS=${EPOCHS:-2}
 BATCH=${BATCH:-128}
 HIDDEN=${HIDDEN:-2048,1024}
 LR=${LR:-0.05}
+STEPS=${STEPS:-0}
 BACKENDS=${BACKENDS:-gloo ndma ndma-ring}
 EXTRA=${EXTRA:-}
 
@@ -32,7 +34,7 @@ for b in $BACKENDS; do
 	# shellcheck disable=SC2086 # EXTRA is a list of flags
 	"$OUT/ndma" testbed run -- /usr/bin/python3 examples/train/train.py --backend "$b" \
 		--data "$OUT/mnist" --store "$OUT/store-$b" --out "$OUT/$b.jsonl" \
-		--epochs "$EPOCHS" --batch "$BATCH" --hidden "$HIDDEN" --lr "$LR" $EXTRA
+		--epochs "$EPOCHS" --steps "$STEPS" --batch "$BATCH" --hidden "$HIDDEN" --lr "$LR" $EXTRA
 	files="$files $OUT/$b.jsonl"
 done
 # shellcheck disable=SC2086 # one argument per file
