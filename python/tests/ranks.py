@@ -4,6 +4,7 @@ NDMA_TOKEN, NDMA_JOB). Prints "ok" when every check passed; raises
 otherwise."""
 
 import faulthandler
+import hashlib
 import os
 import sys
 import time
@@ -211,7 +212,53 @@ def backend_scenario(comm):
     dist.destroy_process_group()
 
 
-SCENARIOS = {"backend": backend_scenario, "numpy": numpy_scenario, "torch": torch_scenario, "dead": dead_scenario, "ddp": ddp_scenario}
+def deterministic_scenario(comm):
+    # NDMA_DETERMINISTIC=1 (set by the test): the switch reduces in rank
+    # order, so the same training run twice gives the same parameters and
+    # losses bit for bit, on every rank. Also reports (without asserting)
+    # what Gloo and NDMA's default arrival-order reduction give.
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import ndma.torch
+
+    dist.init_process_group("gloo", init_method="file://" + os.environ["NDMA_TEST_STORE"], rank=comm.rank, world_size=comm.size)
+
+    def train(hook):
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+        model = DDP(net, bucket_cap_mb=0.05)
+        state = None
+        if hook:
+            state = ndma.torch.HookState(comm)
+            model.register_comm_hook(state, ndma.torch.comm_hook)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        g = torch.Generator().manual_seed(7 + comm.rank)
+        losses = []
+        for _ in range(8):
+            x, y = torch.randn(32, 64, generator=g), torch.randint(0, 10, (32,), generator=g)
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        if state:
+            state.close()
+        h = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
+        return h, losses
+
+    (h1, l1), (h2, l2) = train(True), train(True)
+    assert h1 == h2 and l1 == l2, f"two runs in deterministic mode differ: {h1} {h2}"
+    hashes = [None] * comm.size
+    dist.all_gather_object(hashes, h1)
+    assert len(set(hashes)) == 1, f"ranks differ: {hashes}"
+    g1, g2 = train(False)[0], train(False)[0]
+    print(f"gloo twice: {'equal' if g1 == g2 else 'different'}", file=sys.stderr)
+    dist.destroy_process_group()
+
+
+SCENARIOS = {"deterministic": deterministic_scenario, "backend": backend_scenario, "numpy": numpy_scenario, "torch": torch_scenario, "dead": dead_scenario, "ddp": ddp_scenario}
 
 
 def main():

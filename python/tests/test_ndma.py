@@ -81,6 +81,14 @@ def test_torch_distributed_backend(tmp_path):
             f"--- rank {r}, exit {rc}:\n{out}" for r, (rc, out) in enumerate(outs))
 
 
+def test_deterministic_training(tmp_path):
+    pytest.importorskip("torch")
+    outs = run_ranks("deterministic", 3, env={"NDMA_TEST_STORE": str(tmp_path / "store"), "NDMA_DETERMINISTIC": "1",
+                                              "NDMA_ALGO_ALLREDUCE": "innet"})
+    assert all(rc == 0 and out.endswith("ok\n") for rc, out in outs), "\n".join(
+        f"--- rank {r}, exit {rc}:\n{out}" for r, (rc, out) in enumerate(outs))
+
+
 def test_dead_rank_raises():
     outs = run_ranks("dead", 2, env={"NDMA_TIMEOUT": "10s"})
     rc, out = outs[0]
