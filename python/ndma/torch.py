@@ -99,9 +99,13 @@ class HookState:
         if grad.dtype not in (torch.float32, torch.float64):
             raise InvalidArgument(_lib.ERR_ARG,
                                   f"gradient bucket of {grad.dtype}: NDMA reduces float32 and float64 (train in float32)")
-        req = self.comm.iallreduce(grad)
+        # Out of place: an in-place in-network allreduce would copy the
+        # bucket inside the library on every call (the switch reads the
+        # contribution while the result fills the buffer).
+        out = torch.empty_like(grad)
+        req = self.comm.iallreduce(grad, out=out)
         self.calls += 1
-        return self._done.add([req], grad, lambda: grad.div_(self.comm.size))
+        return self._done.add([req], out, lambda: out.div_(self.comm.size))
 
     def close(self):
         """Waits for the allreduces in flight and stops the worker."""
@@ -148,8 +152,15 @@ class ProcessGroupNDMA(dist.ProcessGroup):
 
     def allreduce(self, tensors, opts=None):
         op = _reduce_op(opts)
-        reqs = [self.comm.iallreduce(t, op) for t in tensors]
-        return _Work(self._done.add(reqs, tensors))
+        # Out of place, then copied back (see HookState.submit).
+        outs = [torch.empty_like(t) for t in tensors]
+        reqs = [self.comm.iallreduce(t, op, out=o) for t, o in zip(tensors, outs)]
+
+        def back():
+            for t, o in zip(tensors, outs):
+                t.copy_(o)
+
+        return _Work(self._done.add(reqs, tensors, back))
 
     def broadcast(self, tensors, opts=None):
         root = 0 if opts is None else opts.rootRank
