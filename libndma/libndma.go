@@ -39,14 +39,30 @@ func main() {}
 
 // comm is a communicator handed out as a handle.
 type comm struct {
-	c       *coll.Communicator
-	ep      *endpoint.Endpoint
-	timeout time.Duration // each collective's bound; 0: none
-	opts    []coll.CallOption
+	c  *coll.Communicator
+	ep *endpoint.Endpoint
 
-	mu       sync.Mutex
-	closed   bool
-	inflight map[*request]struct{} // started and not finished
+	mu            sync.Mutex
+	timeout       time.Duration // each collective's bound; 0: none
+	deterministic bool
+	algos         map[coll.Operation]coll.Algo // ndma_comm_set_algo
+	closed        bool
+	inflight      map[*request]struct{} // started and not finished
+}
+
+// callOpts are the options of a call of op under the communicator's
+// settings, and its timeout.
+func (cm *comm) callOpts(op coll.Operation) ([]coll.CallOption, time.Duration) {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	var opts []coll.CallOption
+	if cm.deterministic {
+		opts = append(opts, coll.WithDeterministic(true))
+	}
+	if a, ok := cm.algos[op]; ok {
+		opts = append(opts, coll.WithAlgo(a))
+	}
+	return opts, cm.timeout
 }
 
 // request is a non-blocking collective handed out as a handle.
@@ -273,10 +289,8 @@ func create(l coll.Launch, listen string, timeout time.Duration, det bool, out *
 		ep.Close()
 		return fail(err)
 	}
-	cm := &comm{c: c, ep: ep, timeout: timeout, inflight: make(map[*request]struct{})}
-	if det {
-		cm.opts = append(cm.opts, coll.WithDeterministic(true))
-	}
+	cm := &comm{c: c, ep: ep, timeout: timeout, deterministic: det, algos: make(map[coll.Operation]coll.Algo),
+		inflight: make(map[*request]struct{})}
 	handles.Lock()
 	h := newHandle()
 	handles.comms[h] = cm
@@ -320,6 +334,65 @@ func ndmago_comm_free(h C.ndma_comm_t) (rc C.int) {
 	return C.NDMA_OK
 }
 
+//export ndmago_comm_set_algo
+func ndmago_comm_set_algo(h C.ndma_comm_t, op, algo *C.char) (rc C.int) {
+	defer guard(&rc)
+	cm, err := lookupComm(h)
+	if err != nil {
+		return fail(err)
+	}
+	o := coll.Operation(cString(op))
+	if _, ok := coll.Algorithms[o]; !ok {
+		return argErr("operation %q: want allreduce, bcast, reduce, allgather, reducescatter or barrier", o)
+	}
+	a := coll.Algo(cString(algo))
+	if a == "" || a == coll.AlgoAuto {
+		cm.mu.Lock()
+		delete(cm.algos, o)
+		cm.mu.Unlock()
+		return C.NDMA_OK
+	}
+	if _, err := coll.ParseAlgo(string(a)); err != nil {
+		return fail(err)
+	}
+	if !coll.Supported(o, a) {
+		return argErr("%s has no %s algorithm (it has %v)", o, a, coll.Algorithms[o])
+	}
+	cm.mu.Lock()
+	cm.algos[o] = a
+	cm.mu.Unlock()
+	return C.NDMA_OK
+}
+
+//export ndmago_comm_set_deterministic
+func ndmago_comm_set_deterministic(h C.ndma_comm_t, on C.int) (rc C.int) {
+	defer guard(&rc)
+	cm, err := lookupComm(h)
+	if err != nil {
+		return fail(err)
+	}
+	cm.mu.Lock()
+	cm.deterministic = on != 0
+	cm.mu.Unlock()
+	return C.NDMA_OK
+}
+
+//export ndmago_comm_set_timeout
+func ndmago_comm_set_timeout(h C.ndma_comm_t, ms C.int) (rc C.int) {
+	defer guard(&rc)
+	cm, err := lookupComm(h)
+	if err != nil {
+		return fail(err)
+	}
+	if ms < 0 {
+		return argErr("negative timeout %d ms", int(ms))
+	}
+	cm.mu.Lock()
+	cm.timeout = time.Duration(ms) * time.Millisecond
+	cm.mu.Unlock()
+	return C.NDMA_OK
+}
+
 //export ndmago_comm_rank
 func ndmago_comm_rank(h C.ndma_comm_t, rank *C.int) (rc C.int) {
 	defer guard(&rc)
@@ -350,14 +423,39 @@ func ndmago_comm_size(h C.ndma_comm_t, size *C.int) (rc C.int) {
 
 // run runs a collective: blocking when req is nil (under the
 // communicator's timeout), else started with its handle stored in *req.
-func (cm *comm) run(req *C.ndma_request_t, f func(ctx context.Context) *coll.Request) C.int {
-	ctx, cancel := context.Background(), context.CancelFunc(func() {})
-	if cm.timeout > 0 {
-		ctx, cancel = context.WithTimeout(ctx, cm.timeout)
+func (cm *comm) run(req *C.ndma_request_t, op coll.Operation, f func(ctx context.Context, opts []coll.CallOption) *coll.Request) C.int {
+	opts, timeout := cm.callOpts(op)
+	// Cancelable always: ndma_comm_free cancels what is in flight.
+	ctx, cancel := context.WithCancel(context.Background())
+	if timeout > 0 {
+		var cancelTimeout context.CancelFunc
+		ctx, cancelTimeout = context.WithTimeout(ctx, timeout)
+		cancelAll := cancel
+		cancel = func() { cancelTimeout(); cancelAll() }
 	}
 	if req == nil {
-		defer cancel()
-		if err := f(ctx).Wait(context.Background()); err != nil {
+		// Blocking: tracked like a request, so that ndma_comm_free from
+		// another thread waits until this call no longer uses its buffers.
+		b := &request{cancel: cancel, c: cm}
+		cm.mu.Lock()
+		if cm.closed {
+			cm.mu.Unlock()
+			cancel()
+			return fail(coll.ErrClosed)
+		}
+		b.r = f(ctx, opts)
+		cm.inflight[b] = struct{}{}
+		cm.mu.Unlock()
+		err := b.r.Wait(context.Background())
+		cm.mu.Lock()
+		delete(cm.inflight, b)
+		closed := cm.closed
+		cm.mu.Unlock()
+		cancel()
+		if err != nil {
+			if closed && errors.Is(err, context.Canceled) {
+				err = fmt.Errorf("%w: freed by another thread during the call: %w", coll.ErrClosed, err)
+			}
 			return fail(err)
 		}
 		return C.NDMA_OK
@@ -369,15 +467,14 @@ func (cm *comm) run(req *C.ndma_request_t, f func(ctx context.Context) *coll.Req
 		cancel()
 		return argErr("%d requests not yet waited for or tested complete", maxRequests)
 	}
-	ctx, cancelAll := context.WithCancel(ctx)
-	r := &request{cancel: func() { cancelAll(); cancel() }, c: cm}
+	r := &request{cancel: cancel, c: cm}
 	cm.mu.Lock()
 	if cm.closed {
 		cm.mu.Unlock()
 		r.cancel()
 		return fail(coll.ErrClosed)
 	}
-	r.r = f(ctx)
+	r.r = f(ctx, opts)
 	cm.inflight[r] = struct{}{}
 	cm.mu.Unlock()
 	go func() {
@@ -471,8 +568,8 @@ func ndmago_reduce(h C.ndma_comm_t, kind C.int, send, recv unsafe.Pointer, count
 		if send == recv {
 			s = nil // in place
 		}
-		return cm.run(req, func(ctx context.Context) *coll.Request {
-			return cm.c.IallreduceBytes(ctx, s, r, dt, alu, cm.opts...)
+		return cm.run(req, coll.OpAllreduce, func(ctx context.Context, opts []coll.CallOption) *coll.Request {
+			return cm.c.IallreduceBytes(ctx, s, r, dt, alu, opts...)
 		})
 	case kindReduce:
 		if root < 0 || int(root) >= cm.c.Size() {
@@ -489,8 +586,8 @@ func ndmago_reduce(h C.ndma_comm_t, kind C.int, send, recv unsafe.Pointer, count
 				s = nil
 			}
 		}
-		return cm.run(req, func(ctx context.Context) *coll.Request {
-			return cm.c.IreduceBytes(ctx, s, r, dt, alu, int(root), cm.opts...)
+		return cm.run(req, coll.OpReduce, func(ctx context.Context, opts []coll.CallOption) *coll.Request {
+			return cm.c.IreduceBytes(ctx, s, r, dt, alu, int(root), opts...)
 		})
 	case kindReduceScatter:
 		if n > 0 && (send == nil || recv == nil) {
@@ -500,8 +597,8 @@ func ndmago_reduce(h C.ndma_comm_t, kind C.int, send, recv unsafe.Pointer, count
 			return argErr("count %d too large", uint64(count))
 		}
 		s, r := cbytes(send, n*size), cbytes(recv, n)
-		return cm.run(req, func(ctx context.Context) *coll.Request {
-			return cm.c.IreduceScatterBytes(ctx, s, r, dt, alu, cm.opts...)
+		return cm.run(req, coll.OpReduceScatter, func(ctx context.Context, opts []coll.CallOption) *coll.Request {
+			return cm.c.IreduceScatterBytes(ctx, s, r, dt, alu, opts...)
 		})
 	}
 	return argErr("unknown reduction kind %d", int(kind))
@@ -521,8 +618,8 @@ func ndmago_bcast(h C.ndma_comm_t, buf unsafe.Pointer, n C.size_t, root C.int, r
 		return argErr("bcast: buf is NULL or too large")
 	}
 	b := cbytes(buf, uintptr(n))
-	return cm.run(req, func(ctx context.Context) *coll.Request {
-		return cm.c.Ibcast(ctx, b, int(root), cm.opts...)
+	return cm.run(req, coll.OpBcast, func(ctx context.Context, opts []coll.CallOption) *coll.Request {
+		return cm.c.Ibcast(ctx, b, int(root), opts...)
 	})
 }
 
@@ -548,8 +645,8 @@ func ndmago_allgather(h C.ndma_comm_t, send, recv unsafe.Pointer, n C.size_t, re
 		}
 	}
 	r := cbytes(recv, uintptr(n)*size)
-	return cm.run(req, func(ctx context.Context) *coll.Request {
-		return cm.c.Iallgather(ctx, s, r, cm.opts...)
+	return cm.run(req, coll.OpAllgather, func(ctx context.Context, opts []coll.CallOption) *coll.Request {
+		return cm.c.Iallgather(ctx, s, r, opts...)
 	})
 }
 
@@ -560,8 +657,8 @@ func ndmago_barrier(h C.ndma_comm_t, req *C.ndma_request_t) (rc C.int) {
 	if err != nil {
 		return fail(err)
 	}
-	return cm.run(req, func(ctx context.Context) *coll.Request {
-		return cm.c.Ibarrier(ctx, cm.opts...)
+	return cm.run(req, coll.OpBarrier, func(ctx context.Context, opts []coll.CallOption) *coll.Request {
+		return cm.c.Ibarrier(ctx, opts...)
 	})
 }
 

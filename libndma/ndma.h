@@ -125,9 +125,24 @@ int ndma_comm_from_env(ndma_comm_t *comm);
 int ndma_comm_create(const ndma_config *cfg, ndma_comm_t *comm);
 
 /* ndma_comm_free leaves the group and frees the communicator. Requests
- * still in flight on it fail with NDMA_ERR_CLOSED (wait for or test them
- * to free them); it returns once none uses its buffers any longer. */
+ * still in flight on it, and blocking calls other threads are making on
+ * it, fail with NDMA_ERR_CLOSED (wait for or test such requests to free
+ * them); it returns once none of them uses its buffers any longer. */
 int ndma_comm_free(ndma_comm_t comm);
+
+/* Settings of a communicator, from the next call on (every rank should
+ * make the same ones): ndma_comm_set_algo fixes the algorithm of one
+ * operation ("allreduce", "bcast", "reduce", "allgather",
+ * "reducescatter", "barrier") by name ("innet", "ring",
+ * "recursive_doubling", "rabenseifner", "binomial", "chain",
+ * "scatter_allgather", "direct"; "auto" or NULL: the tuner's choice,
+ * or NDMA_ALGO_<OP> from the environment the process started with);
+ * ndma_comm_set_deterministic makes in-network reductions combine in rank
+ * order (bitwise reproducible); ndma_comm_set_timeout bounds each later
+ * collective (0: no bound). */
+int ndma_comm_set_algo(ndma_comm_t comm, const char *op, const char *algo);
+int ndma_comm_set_deterministic(ndma_comm_t comm, int on);
+int ndma_comm_set_timeout(ndma_comm_t comm, int timeout_ms);
 
 int ndma_comm_rank(ndma_comm_t comm, int *rank);
 int ndma_comm_size(ndma_comm_t comm, int *size);

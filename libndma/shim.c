@@ -25,6 +25,14 @@ int ndma_comm_create(const ndma_config *cfg, ndma_comm_t *comm) {
 
 int ndma_comm_free(ndma_comm_t comm) { return ndmago_comm_free(comm); }
 
+int ndma_comm_set_algo(ndma_comm_t comm, const char *op, const char *algo) {
+    return ndmago_comm_set_algo(comm, (char *)op, (char *)algo);
+}
+
+int ndma_comm_set_deterministic(ndma_comm_t comm, int on) { return ndmago_comm_set_deterministic(comm, on); }
+
+int ndma_comm_set_timeout(ndma_comm_t comm, int timeout_ms) { return ndmago_comm_set_timeout(comm, timeout_ms); }
+
 int ndma_comm_rank(ndma_comm_t comm, int *rank) { return ndmago_comm_rank(comm, rank); }
 
 int ndma_comm_size(ndma_comm_t comm, int *size) { return ndmago_comm_size(comm, size); }

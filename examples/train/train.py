@@ -3,7 +3,7 @@
 DistributedDataParallel, the gradients averaged by one of:
 
   gloo        PyTorch's own Gloo backend (its ring allreduce over TCP)
-  ndma        NDMA in the network (NDMA_ALGO_ALLREDUCE=innet: one
+  ndma        NDMA in the network (allreduce algorithm innet: one
               aggregation through the switch), through ndma.torch's hook
   ndma-ring   NDMA's host ring allreduce, through the same hook
 
@@ -107,7 +107,6 @@ def main():
     torch.set_num_threads(a.threads)
     if a.deterministic:
         torch.use_deterministic_algorithms(True)
-        os.environ["NDMA_DETERMINISTIC"] = "1"
     gloo_iface()
     # DDP's setup (the initial parameter broadcast) and, for gloo, the
     # gradients go through this process group.
@@ -115,11 +114,11 @@ def main():
 
     state, comm = None, None
     if a.backend != "gloo":
-        os.environ["NDMA_ALGO_ALLREDUCE"] = "innet" if a.backend == "ndma" else "ring"
         import ndma
         import ndma.torch
 
-        comm = ndma.Communicator()
+        comm = ndma.Communicator(deterministic=a.deterministic,
+                                 algorithms={"allreduce": "innet" if a.backend == "ndma" else "ring"})
         assert comm.rank == rank and comm.size == size
 
     xs, ys = load(a.data, "train")

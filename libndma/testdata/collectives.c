@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ndma.h"
 
@@ -229,6 +230,11 @@ static void test_errors(ndma_comm_t comm) {
     EXPECT(ndma_comm_create(&cfg, &other) == NDMA_ERR_ARG, "uninitialized config");
     ndma_config_init(&cfg);
     EXPECT(ndma_comm_create(&cfg, &other) == NDMA_ERR_ARG, "config without rank");
+    EXPECT(ndma_comm_set_algo(comm, "bcast", "ring") == NDMA_ERR_ARG, "bcast ring");
+    EXPECT(strstr(ndma_last_error(), "no ring algorithm") != NULL, "bcast ring message: %s", ndma_last_error());
+    EXPECT(ndma_comm_set_algo(comm, "sort", "ring") == NDMA_ERR_ARG, "unknown operation");
+    EXPECT(ndma_comm_set_algo(comm, "allreduce", "fastest") == NDMA_ERR_ARG, "unknown algorithm");
+    EXPECT(ndma_comm_set_timeout(comm, -1) == NDMA_ERR_ARG, "negative timeout");
     EXPECT(strcmp(ndma_strerror(NDMA_ERR_RANK), "a rank failed") == 0, "strerror");
     EXPECT(strcmp(ndma_strerror(-5), "unknown error code") == 0, "strerror of a bad code");
     // Still usable.
@@ -260,6 +266,13 @@ static void *poker(void *arg) {
     return (void *)calls;
 }
 
+static ndma_comm_t blocked_comm;
+
+static void *block_in_barrier(void *arg) {
+    (void)arg;
+    return (void *)(long)ndma_barrier(blocked_comm);
+}
+
 int main(void) {
     EXPECT(ndma_abi_version() == NDMA_ABI_VERSION, "ABI %d, header %d", ndma_abi_version(), NDMA_ABI_VERSION);
     ndma_comm_t comm;
@@ -273,6 +286,21 @@ int main(void) {
     pthread_create(&th, NULL, poker, NULL);
     test_reductions(comm);
     test_moves(comm);
+    // The host algorithms, chosen through the API.
+    CHECK(ndma_comm_set_algo(comm, "allreduce", "ring"));
+    CHECK(ndma_comm_set_algo(comm, "reduce", "binomial"));
+    CHECK(ndma_comm_set_algo(comm, "reducescatter", "direct"));
+    CHECK(ndma_comm_set_algo(comm, "bcast", "chain"));
+    CHECK(ndma_comm_set_algo(comm, "allgather", "recursive_doubling"));
+    CHECK(ndma_comm_set_algo(comm, "barrier", "recursive_doubling"));
+    test_reductions(comm);
+    test_moves(comm);
+    for (size_t i = 0; i < 6; i++) {
+        static const char *const all[] = {"allreduce", "reduce", "reducescatter", "bcast", "allgather", "barrier"};
+        CHECK(ndma_comm_set_algo(comm, all[i], i % 2 ? NULL : "auto"));
+    }
+    CHECK(ndma_comm_set_deterministic(comm, 1));
+    CHECK(ndma_comm_set_timeout(comm, 60000));
     test_nonblocking(comm);
     test_errors(comm);
     stop = 1;
@@ -300,6 +328,37 @@ int main(void) {
     CHECK(ndma_allreduce(second, &v, &sum, 1, NDMA_INT64, NDMA_SUM));
     EXPECT(sum == (int64_t)size * (size - 1) / 2, "second communicator sum %lld", (long long)sum);
     CHECK(ndma_comm_free(second));
+
+    // Freeing a communicator while another thread is blocked in a call
+    // on it: the call returns NDMA_ERR_CLOSED, and the free returns once
+    // the call no longer runs. Rank 0 blocks in a barrier the others
+    // never enter; they free their communicators later.
+    ndma_config_init(&cfg);
+    cfg.rank = rank;
+    cfg.size = size;
+    cfg.switch_addr = getenv("NDMA_SWITCH");
+    cfg.token = getenv("NDMA_TOKEN");
+    cfg.insecure = cfg.token == NULL;
+    cfg.credential = getenv("NDMA_CREDENTIAL");
+    cfg.job = "freed";
+    ndma_comm_t third;
+    CHECK(ndma_comm_create(&cfg, &third));
+    if (rank == 0) {
+        pthread_t blocked;
+        blocked_comm = third;
+        pthread_create(&blocked, NULL, block_in_barrier, NULL);
+        struct timespec ts = {0, 300 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        CHECK(ndma_comm_free(third));
+        void *rc;
+        pthread_join(blocked, &rc);
+        EXPECT((long)rc == NDMA_ERR_CLOSED, "a barrier blocked during ndma_comm_free returned %ld (%s)", (long)rc,
+               ndma_strerror((int)(long)rc));
+    } else {
+        struct timespec ts = {1, 500 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        ndma_comm_free(third); // rank 0 left without the barrier: any result
+    }
 
     CHECK(ndma_barrier(comm));
     CHECK(ndma_comm_free(comm));

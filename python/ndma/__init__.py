@@ -19,7 +19,6 @@ build/libndma.so, which this package finds; elsewhere set NDMA_LIB).
 """
 
 import ctypes
-import os
 import threading
 
 from . import _lib
@@ -213,21 +212,20 @@ class Communicator:
     NDMA_TOKEN or NDMA_INSECURE=1, NDMA_CREDENTIAL...). Otherwise give rank,
     size and switch ("host:port"), and a token unless insecure. timeout
     (seconds) bounds each collective; join_timeout the rendezvous;
-    deterministic makes in-network reductions bitwise reproducible.
+    deterministic makes in-network reductions bitwise reproducible;
+    algorithms fixes operations' algorithms ({"allreduce": "ring"}, see
+    set_algo). Settings go through the library, not the environment: the
+    library sees only the environment the process started with.
     """
 
     def __init__(self, rank=None, size=None, switch=None, *, token=None, job=None, insecure=False, credential=None,
-                 listen=None, mtu=0, timeout=None, join_timeout=None, deterministic=False):
+                 listen=None, mtu=0, timeout=None, join_timeout=None, deterministic=False, algorithms=None):
         self._L = _lib_handle()
         self._h = 0
         self._pending = set()
         self._lock = threading.Lock()
         h = ctypes.c_uint64(0)
         if rank is None and size is None and switch is None:
-            if timeout is not None:
-                os.environ.setdefault("NDMA_TIMEOUT", f"{float(timeout)}s")
-            if deterministic:
-                os.environ.setdefault("NDMA_DETERMINISTIC", "1")
             _check(self._L.ndma_comm_from_env(ctypes.byref(h)))
         else:
             if rank is None or size is None or switch is None:
@@ -245,10 +243,28 @@ class Communicator:
             self._cfg_refs = cfg  # the strings live as long as the call
             _check(self._L.ndma_comm_create(ctypes.byref(cfg), ctypes.byref(h)))
         self._h = h.value
+        try:
+            if timeout is not None:
+                _check(self._L.ndma_comm_set_timeout(self._h, max(1, int(timeout * 1000))))
+            if deterministic:
+                _check(self._L.ndma_comm_set_deterministic(self._h, 1))
+            for op, algo in (algorithms or {}).items():
+                self.set_algo(op, algo)
+        except NDMAError:
+            self.close()
+            raise
         r, s = ctypes.c_int(), ctypes.c_int()
         _check(self._L.ndma_comm_rank(self._h, ctypes.byref(r)))
         _check(self._L.ndma_comm_size(self._h, ctypes.byref(s)))
         self.rank, self.size = r.value, s.value
+
+    def set_algo(self, op, algo):
+        """Fixes op's algorithm ("allreduce", "bcast", "reduce",
+        "allgather", "reducescatter", "barrier") from the next call on:
+        "innet", "ring", "recursive_doubling", "rabenseifner", "binomial",
+        "chain", "scatter_allgather", "direct", or "auto" (the tuner).
+        Every rank should make the same choice."""
+        _check(self._L.ndma_comm_set_algo(self._handle(), str(op).encode(), None if algo is None else str(algo).encode()))
 
     # Lifetime.
 

@@ -132,6 +132,18 @@ def test_bad_tensors():
             c.allreduce(torch.zeros(4, dtype=torch.float16))
 
 
+def test_settings():
+    with solo(timeout=30, deterministic=True, algorithms={"allreduce": "ring", "bcast": "chain"}) as c:
+        c.set_algo("allreduce", "auto")
+        c.set_algo("allgather", None)
+        with pytest.raises(ndma.InvalidArgument, match="bcast has no ring algorithm"):
+            c.set_algo("bcast", "ring")
+        with pytest.raises(ndma.InvalidArgument, match="operation"):
+            c.set_algo("sort", "ring")
+    with pytest.raises(ndma.InvalidArgument, match="unknown algorithm"):
+        solo(algorithms={"allreduce": "fastest"})
+
+
 def test_closed():
     c = solo()
     assert not c.closed
