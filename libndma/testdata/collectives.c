@@ -266,6 +266,19 @@ static void *poker(void *arg) {
     return (void *)calls;
 }
 
+// env_config fills cfg for rank r of job at the switch of the
+// environment, as ndma_comm_from_env would find it.
+static void env_config(ndma_config *cfg, int r, const char *job) {
+    ndma_config_init(cfg);
+    cfg->rank = r;
+    cfg->size = size;
+    cfg->switch_addr = getenv("NDMA_SWITCH");
+    cfg->token = getenv("NDMA_TOKEN");
+    cfg->insecure = cfg->token == NULL;
+    cfg->credential = getenv("NDMA_CREDENTIAL");
+    cfg->job = job;
+}
+
 static ndma_comm_t blocked_comm;
 
 static void *block_in_barrier(void *arg) {
@@ -310,14 +323,7 @@ int main(void) {
 
     // A second communicator, from an explicit config, beside the first.
     ndma_config cfg;
-    ndma_config_init(&cfg);
-    cfg.rank = (rank + 1) % size; // ranks renumbered
-    cfg.size = size;
-    cfg.switch_addr = getenv("NDMA_SWITCH");
-    cfg.token = getenv("NDMA_TOKEN");
-    cfg.insecure = cfg.token == NULL;
-    cfg.credential = getenv("NDMA_CREDENTIAL");
-    cfg.job = "explicit";
+    env_config(&cfg, (rank + 1) % size, "explicit"); // ranks renumbered
     cfg.timeout_ms = 30000;
     ndma_comm_t second;
     CHECK(ndma_comm_create(&cfg, &second));
@@ -333,14 +339,7 @@ int main(void) {
     // on it: the call returns NDMA_ERR_CLOSED, and the free returns once
     // the call no longer runs. Rank 0 blocks in a barrier the others
     // never enter; they free their communicators later.
-    ndma_config_init(&cfg);
-    cfg.rank = rank;
-    cfg.size = size;
-    cfg.switch_addr = getenv("NDMA_SWITCH");
-    cfg.token = getenv("NDMA_TOKEN");
-    cfg.insecure = cfg.token == NULL;
-    cfg.credential = getenv("NDMA_CREDENTIAL");
-    cfg.job = "freed";
+    env_config(&cfg, rank, "freed");
     ndma_comm_t third;
     CHECK(ndma_comm_create(&cfg, &third));
     if (rank == 0) {
