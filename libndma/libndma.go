@@ -424,64 +424,44 @@ func ndmago_comm_size(h C.ndma_comm_t, size *C.int) (rc C.int) {
 // run runs a collective: blocking when req is nil (under the
 // communicator's timeout), else started with its handle stored in *req.
 func (cm *comm) run(req *C.ndma_request_t, op coll.Operation, f func(ctx context.Context, opts []coll.CallOption) *coll.Request) C.int {
+	if req != nil {
+		handles.Lock()
+		full := len(handles.reqs) >= maxRequests
+		handles.Unlock()
+		if full {
+			return argErr("%d requests not yet waited for or tested complete", maxRequests)
+		}
+	}
 	opts, timeout := cm.callOpts(op)
 	// Cancelable always: ndma_comm_free cancels what is in flight.
-	ctx, cancel := context.WithCancel(context.Background())
+	var ctx context.Context
+	var cancel context.CancelFunc
 	if timeout > 0 {
-		var cancelTimeout context.CancelFunc
-		ctx, cancelTimeout = context.WithTimeout(ctx, timeout)
-		cancelAll := cancel
-		cancel = func() { cancelTimeout(); cancelAll() }
+		ctx, cancel = context.WithTimeout(context.Background(), timeout)
+	} else {
+		ctx, cancel = context.WithCancel(context.Background())
 	}
-	if req == nil {
-		// Blocking: tracked like a request, so that ndma_comm_free from
-		// another thread waits until this call no longer uses its buffers.
-		b := &request{cancel: cancel, c: cm}
-		cm.mu.Lock()
-		if cm.closed {
-			cm.mu.Unlock()
-			cancel()
-			return fail(coll.ErrClosed)
-		}
-		b.r = f(ctx, opts)
-		cm.inflight[b] = struct{}{}
-		cm.mu.Unlock()
-		err := b.r.Wait(context.Background())
-		cm.mu.Lock()
-		delete(cm.inflight, b)
-		closed := cm.closed
-		cm.mu.Unlock()
-		cancel()
-		if err != nil {
-			if closed && errors.Is(err, context.Canceled) {
-				err = fmt.Errorf("%w: freed by another thread during the call: %w", coll.ErrClosed, err)
-			}
-			return fail(err)
-		}
-		return C.NDMA_OK
-	}
-	handles.Lock()
-	full := len(handles.reqs) >= maxRequests
-	handles.Unlock()
-	if full {
-		cancel()
-		return argErr("%d requests not yet waited for or tested complete", maxRequests)
-	}
+	// Blocking calls are tracked like requests too, so that
+	// ndma_comm_free from another thread waits until they no longer use
+	// their buffers.
 	r := &request{cancel: cancel, c: cm}
 	cm.mu.Lock()
 	if cm.closed {
 		cm.mu.Unlock()
-		r.cancel()
+		cancel()
 		return fail(coll.ErrClosed)
 	}
 	r.r = f(ctx, opts)
 	cm.inflight[r] = struct{}{}
 	cm.mu.Unlock()
+	if req == nil {
+		<-r.r.Done()
+		cm.forget(r)
+		return r.result()
+	}
 	go func() {
 		<-r.r.Done()
-		cm.mu.Lock()
-		delete(cm.inflight, r)
-		cm.mu.Unlock()
+		cm.forget(r)
 	}()
 	handles.Lock()
 	h := newHandle()
@@ -489,6 +469,30 @@ func (cm *comm) run(req *C.ndma_request_t, op coll.Operation, f func(ctx context
 	handles.Unlock()
 	*req = C.ndma_request_t(h)
 	return C.NDMA_OK
+}
+
+// forget takes r, done, off the calls in flight.
+func (cm *comm) forget(r *request) {
+	cm.mu.Lock()
+	delete(cm.inflight, r)
+	cm.mu.Unlock()
+}
+
+// result releases the completed request r's context and returns its
+// code; a call ndma_comm_free cancelled is NDMA_ERR_CLOSED.
+func (r *request) result() C.int {
+	r.cancel()
+	_, err := r.r.Test()
+	if err == nil {
+		return C.NDMA_OK
+	}
+	r.c.mu.Lock()
+	closed := r.c.closed
+	r.c.mu.Unlock()
+	if closed && errors.Is(err, context.Canceled) {
+		err = fmt.Errorf("%w: freed while the call was in flight: %w", coll.ErrClosed, err)
+	}
+	return fail(err)
 }
 
 // cbytes is n bytes of C memory at p (nil for n == 0).
@@ -678,18 +682,7 @@ func finish(h C.ndma_request_t, r *request) C.int {
 	handles.Lock()
 	delete(handles.reqs, uint64(h))
 	handles.Unlock()
-	r.cancel()
-	_, err := r.r.Test()
-	if err != nil {
-		r.c.mu.Lock()
-		closed := r.c.closed
-		r.c.mu.Unlock()
-		if closed && errors.Is(err, context.Canceled) {
-			err = fmt.Errorf("%w: freed while the request was in flight: %w", coll.ErrClosed, err)
-		}
-		return fail(err)
-	}
-	return C.NDMA_OK
+	return r.result()
 }
 
 //export ndmago_wait
