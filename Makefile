@@ -7,13 +7,26 @@ build:
 	$(GO) build ./...
 
 ## libndma: the C library (build/libndma.so, build/libndma.a) and its
-## header (build/include/ndma.h), for C programs and the Python package.
+## header (build/include/ndma.h), for C programs and the Python package;
+## and, where Open MPI's or MPICH's compiler wrapper is installed, the MPI
+## interposition library for each (build/libndma_mpi.so for Open MPI,
+## build/libndma_mpi_mpich.so for MPICH).
+MPICC_OPENMPI ?= $(shell command -v mpicc.openmpi || command -v mpicc)
+MPICC_MPICH ?= $(shell command -v mpicc.mpich)
+MPI_CFLAGS = -O2 -Wall -Wextra -shared -fPIC -Ibuild/include libndma/mpi/ndma_mpi.c -Lbuild -lndma -lpthread -Wl,-rpath,'$$ORIGIN'
+
 libndma:
 	mkdir -p build/include
 	$(GO) build -buildmode=c-shared -o build/libndma.so ./libndma
 	$(GO) build -buildmode=c-archive -o build/libndma.a ./libndma
 	rm -f build/libndma.h
 	cp libndma/ndma.h build/include/ndma.h
+	@if [ -n "$(MPICC_OPENMPI)" ]; then echo "$(MPICC_OPENMPI) ... -o build/libndma_mpi.so"; \
+	  $(MPICC_OPENMPI) $(MPI_CFLAGS) -o build/libndma_mpi.so; \
+	  else echo "no Open MPI (mpicc): build/libndma_mpi.so not built"; fi
+	@if [ -n "$(MPICC_MPICH)" ]; then echo "$(MPICC_MPICH) ... -o build/libndma_mpi_mpich.so"; \
+	  $(MPICC_MPICH) $(MPI_CFLAGS) -o build/libndma_mpi_mpich.so; \
+	  else echo "no MPICH (mpicc.mpich): build/libndma_mpi_mpich.so not built"; fi
 
 ## test: everything CI checks — formatting, vet, staticcheck, module tidiness,
 ## every test under the race detector, then the tests that skip under it.
@@ -37,10 +50,11 @@ race:
 # slower, so the figure tests, the 256-rank scale test, the tuner test,
 # the full collective matrix and the hostile-fabric test's full size and
 # 1 ms Step bound run here, without it, with every allocation test, and
-# the C library's test (it builds the library and runs C programs).
+# the C library's tests (they build the library and run C, Python and MPI
+# programs).
 # internal/citest fails if a test that reads raceEnabled or counts
 # allocations is left out of them.
-NORACE_TESTS = ^(TestSimHostileFabric|TestSimFigures|TestSimScale256|TestSimTuner|TestSimMatrix|TestSimLarge|Test[A-Za-z]*Allocs|TestCABI|TestPython)$$
+NORACE_TESTS = ^(TestSimHostileFabric|TestSimFigures|TestSimScale256|TestSimTuner|TestSimMatrix|TestSimLarge|Test[A-Za-z]*Allocs|TestCABI|TestPython|TestMPI)$$
 NORACE_PKGS = ./coll ./fabric ./netio ./transport ./memnode ./wire ./secure ./libndma
 
 ## norace: NORACE_TESTS without the race detector.

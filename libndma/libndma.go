@@ -187,10 +187,11 @@ func guard(rc *C.int) {
 	}
 }
 
-// launchFromEnv is the launch in the environment, with libndma's own
-// variables (NDMA_LISTEN, NDMA_TIMEOUT, NDMA_DETERMINISTIC).
-func launchFromEnv() (l coll.Launch, listen string, timeout time.Duration, det bool, err error) {
-	if l, err = coll.ParseEnv(os.LookupEnv); err != nil {
+// launchFromEnv is the launch in the environment (read through getenv,
+// os.LookupEnv in production), with libndma's own variables (NDMA_LISTEN,
+// NDMA_TIMEOUT, NDMA_DETERMINISTIC).
+func launchFromEnv(getenv func(string) (string, bool)) (l coll.Launch, listen string, timeout time.Duration, det bool, err error) {
+	if l, err = coll.ParseEnv(getenv); err != nil {
 		return
 	}
 	listen = ":0"
@@ -218,7 +219,33 @@ func ndmago_comm_from_env(out *C.ndma_comm_t) (rc C.int) {
 	if out == nil {
 		return argErr("comm is NULL")
 	}
-	l, listen, timeout, det, err := launchFromEnv()
+	l, listen, timeout, det, err := launchFromEnv(os.LookupEnv)
+	if err != nil {
+		return fail(err)
+	}
+	return create(l, listen, timeout, det, out)
+}
+
+//export ndmago_comm_from_env_as
+func ndmago_comm_from_env_as(job *C.char, rank, size C.int, out *C.ndma_comm_t) (rc C.int) {
+	defer guard(&rc)
+	if out == nil || job == nil {
+		return argErr("job or comm is NULL")
+	}
+	if size < 1 || rank < 0 || rank >= size {
+		return argErr("rank %d of size %d: want 0 <= rank < size", int(rank), int(size))
+	}
+	name := C.GoString(job)
+	if name == "" {
+		return argErr("empty job name")
+	}
+	given := map[string]string{"NDMA_RANK": strconv.Itoa(int(rank)), "NDMA_SIZE": strconv.Itoa(int(size)), "NDMA_JOB": name}
+	l, listen, timeout, det, err := launchFromEnv(func(k string) (string, bool) {
+		if v, ok := given[k]; ok {
+			return v, true
+		}
+		return os.LookupEnv(k)
+	})
 	if err != nil {
 		return fail(err)
 	}

@@ -121,6 +121,14 @@ void ndma_config_init(ndma_config *cfg);
  * NDMA_DETERMINISTIC=1 if set. It blocks until every rank has joined. */
 int ndma_comm_from_env(ndma_comm_t *comm);
 
+/* ndma_comm_from_env_as is ndma_comm_from_env for a group the program
+ * forms itself (a sub-communicator, as MPI_Comm_split makes): the
+ * environment gives the switch, token, credential and the other settings,
+ * the arguments the job name (1 to 64 bytes, the same on every rank of
+ * the group and unique among the groups at the switch), this process's
+ * rank and the group's size. */
+int ndma_comm_from_env_as(const char *job, int rank, int size, ndma_comm_t *comm);
+
 /* ndma_comm_create is ndma_comm_from_env with the launch given in cfg. */
 int ndma_comm_create(const ndma_config *cfg, ndma_comm_t *comm);
 

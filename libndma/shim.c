@@ -19,6 +19,10 @@ void ndma_config_init(ndma_config *cfg) {
 
 int ndma_comm_from_env(ndma_comm_t *comm) { return ndmago_comm_from_env(comm); }
 
+int ndma_comm_from_env_as(const char *job, int rank, int size, ndma_comm_t *comm) {
+    return ndmago_comm_from_env_as((char *)job, rank, size, comm);
+}
+
 int ndma_comm_create(const ndma_config *cfg, ndma_comm_t *comm) {
     return ndmago_comm_create((ndma_config *)cfg, comm);
 }

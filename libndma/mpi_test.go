@@ -1,0 +1,199 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/secure"
+)
+
+// mpiFlavor is one MPI implementation the interposition library is built
+// for: its compiler wrapper, its launcher and the library's name.
+type mpiFlavor struct {
+	name           string
+	mpicc, mpirun  []string // candidates, first found wins
+	lib            string
+	launchArgs     func(np int, env map[string]string, prog string, args ...string) []string
+	requireInCI    bool
+	fullMatrixRuns bool     // every run; otherwise the library's runs only
+	args           []string // for the test program
+}
+
+var mpiFlavors = []mpiFlavor{
+	{
+		name: "openmpi", mpicc: []string{"mpicc.openmpi", "mpicc"}, mpirun: []string{"mpirun.openmpi", "mpirun"},
+		lib: "libndma_mpi.so", requireInCI: true, fullMatrixRuns: true,
+		launchArgs: func(np int, env map[string]string, prog string, args ...string) []string {
+			a := []string{"-np", strconv.Itoa(np), "--oversubscribe", "--bind-to", "none",
+				// the ranks share two cores: waiting ranks yield
+				"--mca", "mpi_yield_when_idle", "1", "--mca", "btl", "self,tcp"}
+			for k, v := range env {
+				a = append(a, "-x", k+"="+v)
+			}
+			return append(append(a, prog), args...)
+		},
+	},
+	{
+		name: "mpich", mpicc: []string{"mpicc.mpich"}, mpirun: []string{"mpirun.mpich"},
+		// MPICH's ranks spin while they wait, slow on two shared cores:
+		// the test program's quick matrix.
+		lib: "libndma_mpi_mpich.so", requireInCI: true, args: []string{"quick"},
+		launchArgs: func(np int, env map[string]string, prog string, args ...string) []string {
+			a := []string{"-np", strconv.Itoa(np)}
+			for k, v := range env {
+				a = append(a, "-genv", k, v)
+			}
+			return append(append(a, prog), args...)
+		},
+	},
+}
+
+func lookFirst(names []string) string {
+	for _, n := range names {
+		if p, err := exec.LookPath(n); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// TestMPI builds the MPI interposition library (libndma/mpi) for Open MPI
+// and for MPICH and runs an unmodified MPI test program
+// (testdata/mpi_collectives.c) as 4 ranks on loopback: without the
+// library, with it through a switch that seals every datagram (every
+// intercepted call checked against the MPI library's own), in
+// deterministic mode (float sums exact in rank order), with no switch
+// answering (one warning, results from MPI's own) and, strict, with no
+// switch (the job fails). An MPI that is not installed skips, unless
+// NDMA_REQUIRE_MPI=1 (as CI sets) makes that a failure.
+func TestMPI(t *testing.T) {
+	dir := buildLibrary(t)
+	a, err := secure.NewAuthority([]byte("libndma mpi test fabric secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	swID, err := a.Issue(secure.RoleSwitch, "sw0", rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := "libndma mpi test token"
+	swAddr := startSwitch(t, []byte(token), swID)
+	member, err := a.Issue(secure.RoleMember, "mpitest", rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred, err := member.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	credPath := filepath.Join(t.TempDir(), "member.cred")
+	if err := os.WriteFile(credPath, cred, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, f := range mpiFlavors {
+		t.Run(f.name, func(t *testing.T) {
+			mpicc, mpirun := lookFirst(f.mpicc), lookFirst(f.mpirun)
+			if mpicc == "" || mpirun == "" {
+				if f.requireInCI && os.Getenv("NDMA_REQUIRE_MPI") == "1" {
+					t.Fatalf("%s: no %v and %v on PATH, and NDMA_REQUIRE_MPI=1", f.name, f.mpicc, f.mpirun)
+				}
+				t.Skipf("%s is not installed (%v, %v)", f.name, f.mpicc, f.mpirun)
+			}
+			libPath := filepath.Join(dir, f.lib)
+			prog := filepath.Join(dir, "mpi_collectives-"+f.name)
+			for _, c := range [][]string{
+				{mpicc, "-Wall", "-Wextra", "-Werror", "-O2", "-shared", "-fPIC", "-I.", "-o", libPath, "mpi/ndma_mpi.c",
+					"-L" + dir, "-lndma", "-lpthread", "-Wl,-rpath," + dir},
+				{mpicc, "-Wall", "-Wextra", "-Werror", "-O1", "-o", prog, "testdata/mpi_collectives.c", "-ldl", "-lm"},
+			} {
+				if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+					t.Fatalf("%v: %v\n%s", c, err, out)
+				}
+			}
+			run := func(t *testing.T, env map[string]string, args ...string) (string, error) {
+				args = append(args, f.args...)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+				defer cancel()
+				cmd := exec.CommandContext(ctx, mpirun, f.launchArgs(4, env, prog, args...)...)
+				cmd.Env = append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+				cmd.WaitDelay = 10 * time.Second
+				var out bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &out, &out
+				start := time.Now()
+				err := cmd.Run()
+				t.Logf("%s %v: %v in %v\n%s", f.name, args, err, time.Since(start).Round(time.Millisecond), out.String())
+				return out.String(), err
+			}
+			oks := func(t *testing.T, out string, err error) {
+				t.Helper()
+				for r := range 4 {
+					if err != nil || !strings.Contains(out, fmt.Sprintf("ok rank %d\n", r)) {
+						t.Errorf("no ok from rank %d (err %v)", r, err)
+					}
+				}
+			}
+			sealed := map[string]string{"LD_PRELOAD": libPath, "NDMA_SWITCH": swAddr, "NDMA_TOKEN": token,
+				"NDMA_CREDENTIAL": credPath, "NDMA_TIMEOUT": "60s", "NDMA_MPI_VERBOSE": "1"}
+
+			if f.fullMatrixRuns {
+				t.Run("without", func(t *testing.T) {
+					out, err := run(t, nil)
+					oks(t, out, err)
+				})
+			}
+			t.Run("ndma", func(t *testing.T) {
+				out, err := run(t, sealed, "ndma")
+				oks(t, out, err)
+				if !strings.Contains(out, "4 ranks joined group") {
+					t.Errorf("the library did not report the ranks joined")
+				}
+			})
+			if f.fullMatrixRuns {
+				t.Run("deterministic", func(t *testing.T) {
+					env := map[string]string{"NDMA_DETERMINISTIC": "1"}
+					for k, v := range sealed {
+						env[k] = v
+					}
+					out, err := run(t, env, "ndma", "deterministic")
+					oks(t, out, err)
+				})
+			}
+			// A port nothing answers on: NDMA declines with one warning
+			// and every call runs on MPI's own.
+			dead := map[string]string{"LD_PRELOAD": libPath, "NDMA_SWITCH": "127.0.0.1:1", "NDMA_INSECURE": "1",
+				"NDMA_JOIN_TIMEOUT": "2s"}
+			t.Run("noswitch", func(t *testing.T) {
+				out, err := run(t, dead)
+				oks(t, out, err)
+				if n := strings.Count(out, "NDMA declined"); n != 1 {
+					t.Errorf("%d warnings that NDMA declined, want 1", n)
+				}
+			})
+			if f.fullMatrixRuns {
+				t.Run("strict", func(t *testing.T) {
+					env := map[string]string{"NDMA_MPI_STRICT": "1"}
+					for k, v := range dead {
+						env[k] = v
+					}
+					out, err := run(t, env)
+					if err == nil || strings.Contains(out, "ok rank") {
+						t.Errorf("strict mode with no switch: the job ran (err %v)", err)
+					}
+					if !strings.Contains(out, "NDMA_MPI_STRICT=1") {
+						t.Errorf("strict mode did not say why it aborted")
+					}
+				})
+			}
+		})
+	}
+}
