@@ -155,7 +155,7 @@ func setupFigures(rows []SuiteRow) []Figure {
 // (not in-network, not the tuner's choice, not Open MPI).
 func isHostAlgo(algo string) bool {
 	a := coll.Algo(algo)
-	return a != coll.AlgoInNet && a != coll.AlgoAuto && a != AlgoMPI
+	return a != coll.AlgoInNet && a != coll.AlgoAuto && !IsMPI(a)
 }
 
 func opTitle(op coll.Operation) string {

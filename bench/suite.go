@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,6 +60,19 @@ type SuiteConfig struct {
 	// with Open MPI's own algorithm choice. It needs mpicc and mpirun
 	// (Debian: openmpi-bin, libopenmpi-dev).
 	MPI bool
+	// MPINDMA is the path of the MPI interposition library
+	// (build/libndma_mpi.so, for Open MPI): with it every operation is
+	// also measured by the same Open MPI program with the library
+	// preloaded, its collectives through the testbed's switch (rows
+	// AlgoMPINDMA) and declined by it (AlgoMPIDeclined). Empty: none.
+	MPINDMA string
+	// MPITuned also measures every operation with each algorithm Open
+	// MPI's tuned component can be forced to (rows "mpi-tuned-<name>",
+	// from ompi_info).
+	MPITuned bool
+	// Algos, if not empty, keeps only the rows of these algorithms
+	// (NDMA's, AlgoMPI and the others above).
+	Algos []coll.Algo
 	// Repeat runs every job this many times (zero: once), in rounds —
 	// all jobs, then all again — so that a slow minute of a shared
 	// machine falls on one sample of each job rather than on every sample
@@ -115,7 +129,7 @@ type suiteJob struct {
 	size int
 }
 
-func (c *SuiteConfig) plan() ([]suiteJob, error) {
+func (c *SuiteConfig) plan(tuned map[coll.Operation][]coll.Algo) ([]suiteJob, error) {
 	ops := c.Ops
 	if len(ops) == 0 {
 		ops = DefaultSuiteOps
@@ -141,7 +155,14 @@ func (c *SuiteConfig) plan() ([]suiteJob, error) {
 		if c.MPI {
 			algos = append(algos[:len(algos):len(algos)], AlgoMPI)
 		}
+		if c.MPINDMA != "" {
+			algos = append(algos[:len(algos):len(algos)], AlgoMPINDMA, AlgoMPIDeclined)
+		}
+		algos = append(algos[:len(algos):len(algos)], tuned[op]...)
 		for _, a := range algos {
+			if len(c.Algos) > 0 && !slices.Contains(c.Algos, a) {
+				continue
+			}
 			if op == coll.OpBarrier {
 				jobs = append(jobs, suiteJob{op, a, 0})
 				continue
@@ -160,19 +181,44 @@ func (c *SuiteConfig) plan() ([]suiteJob, error) {
 // job fails or ctx ends. On error the rows measured so far are returned
 // with it.
 func RunSuite(ctx context.Context, cfg SuiteConfig) (rows []SuiteRow, err error) {
-	jobs, err := cfg.plan()
+	var tuned map[coll.Operation][]coll.Algo
+	var tunedValues map[tunedKey]int
+	if cfg.MPITuned {
+		ops := cfg.Ops
+		if len(ops) == 0 {
+			ops = DefaultSuiteOps
+		}
+		if tuned, tunedValues, err = MPITunedAlgorithms(ctx, ops); err != nil {
+			return nil, err
+		}
+	}
+	jobs, err := cfg.plan(tuned)
 	if err != nil {
 		return nil, err
+	}
+	if len(jobs) == 0 {
+		return nil, fmt.Errorf("bench: suite: no jobs: none of the algorithms %v is measured for %v", cfg.Algos, cfg.Ops)
 	}
 	if cfg.Testbed.StateDir == "" {
 		cfg.Testbed.StateDir = testbed.DefaultStateDir()
 	}
 	var mpi *mpiRunner
-	if cfg.MPI {
+	if cfg.MPI || cfg.MPINDMA != "" || cfg.MPITuned {
+		if cfg.MPINDMA != "" {
+			if _, err := os.Stat(cfg.MPINDMA); err != nil {
+				return nil, fmt.Errorf("bench: suite: the MPI interposition library: %w (make libndma builds it)", err)
+			}
+		}
 		if mpi, err = newMPIRunner(ctx); err != nil {
 			return nil, err
 		}
 		defer mpi.close()
+		mpi.ndmaLib, mpi.tuned = cfg.MPINDMA, tunedValues
+		if mpi.ndmaLib != "" {
+			if mpi.ndmaLib, err = filepath.Abs(mpi.ndmaLib); err != nil {
+				return nil, err
+			}
+		}
 	}
 	st, err := testbed.Up(ctx, cfg.Testbed)
 	if err != nil {
@@ -207,7 +253,7 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rows []SuiteRow, err error)
 			return testbed.Run(ctx, st, collArgs(bin, st, j, cfg.Iters), out)
 		}
 		prefix := "[rank 0] "
-		if j.algo == AlgoMPI {
+		if IsMPI(j.algo) {
 			run = func(ctx context.Context, out io.Writer) error {
 				return mpi.run(ctx, st, j, cfg.Iters, out)
 			}
@@ -236,10 +282,10 @@ func runJobs(ctx context.Context, jobs []suiteJob, cfg *SuiteConfig, runOne func
 				cfg.Progress(r*len(jobs)+i, total)
 			}
 			row, err := runOne(j)
-			for try := 1; err != nil && j.algo == AlgoMPI && try < MPITries && ctx.Err() == nil; try++ {
+			for try := 1; err != nil && IsMPI(j.algo) && try < MPITries && ctx.Err() == nil; try++ {
 				row, err = runOne(j)
 			}
-			if err != nil && j.algo == AlgoMPI && ctx.Err() == nil {
+			if err != nil && IsMPI(j.algo) && ctx.Err() == nil {
 				if cfg.Skipped != nil {
 					cfg.Skipped(fmt.Sprintf("%s/%s size %d", j.op, j.algo, j.size), err)
 				}
@@ -500,11 +546,13 @@ func WriteSuiteMarkdown(w io.Writer, rows []SuiteRow) error {
 		fmt.Fprintln(bw, "CPU is user+system time of one `ndma bench coll` job per row: all ranks summed, and the switch daemon; "+
 			"it includes process start, joining, warm-up and the barrier before each call. CPU per call divides by warm-up + iterations.")
 		for _, r := range rows {
-			if r.Algo == string(AlgoMPI) {
+			if IsMPI(coll.Algo(r.Algo)) {
 				fmt.Fprintln(bw)
 				fmt.Fprintln(bw, "Rows `mpi` are Open MPI on the same hosts and links: bench/mpi/osu_coll.c (the same measurement as bench coll) "+
 					"started by mpirun, one rank per host, TCP BTL, mpi_yield_when_idle (the ranks share the cores), Open MPI's own choice of algorithm; "+
-					"their CPU includes mpirun and orted.")
+					"their CPU includes mpirun and orted. `mpi-tuned-NAME`: the same with Open MPI's tuned algorithm NAME forced; "+
+					"`mpi-ndma`: the same program with the MPI interposition library preloaded (collectives through the switch); "+
+					"`mpi-ndma-declined`: preloaded but declining every call (Open MPI's own, after the library's checks).")
 				break
 			}
 		}

@@ -22,6 +22,100 @@ import (
 // runs it, with its own choice of algorithm.
 const AlgoMPI coll.Algo = "mpi"
 
+// The rows of SuiteConfig.MPINDMA: the same Open MPI program with the
+// MPI interposition library (libndma/mpi) preloaded, its collectives
+// through the switch (AlgoMPINDMA), or declined by the library (every
+// call too small for NDMA_MPI_MIN_BYTES, Barrier turned off, so each
+// call goes through the library's checks to Open MPI's own:
+// AlgoMPIDeclined, the library's overhead when it declines).
+const (
+	AlgoMPINDMA     coll.Algo = "mpi-ndma"
+	AlgoMPIDeclined coll.Algo = "mpi-ndma-declined"
+)
+
+// mpiTunedPrefix starts the names of the rows SuiteConfig.MPITuned adds:
+// "mpi-tuned-ring" is Open MPI with its tuned component's ring forced.
+const mpiTunedPrefix = "mpi-tuned-"
+
+// IsMPI reports whether algo names rows Open MPI measured (AlgoMPI,
+// AlgoMPINDMA, AlgoMPIDeclined or a forced tuned algorithm).
+func IsMPI(algo coll.Algo) bool {
+	return algo == AlgoMPI || strings.HasPrefix(string(algo), "mpi-")
+}
+
+// mpiOpVar is the name Open MPI's tuned component gives an operation in
+// its coll_tuned_<name>_algorithm parameter.
+var mpiOpVar = map[coll.Operation]string{
+	coll.OpBcast: "bcast", coll.OpReduce: "reduce", coll.OpAllreduce: "allreduce", coll.OpAllgather: "allgather",
+	coll.OpBarrier: "barrier", coll.OpReduceScatter: "reduce_scatter_block", coll.OpGather: "gather",
+	coll.OpScatter: "scatter", coll.OpAlltoall: "alltoall",
+}
+
+// tunedKey names a tuned algorithm of one operation (the same name has
+// a different parameter value for each operation).
+type tunedKey struct {
+	op   coll.Operation
+	algo coll.Algo
+}
+
+// parseTuned reads `ompi_info --param coll tuned --level 9`: for each
+// operation of ops, the algorithms its coll_tuned_<op>_algorithm
+// parameter accepts (all but 0, "ignore"), as row names
+// (mpiTunedPrefix+name) mapped to the parameter's value.
+func parseTuned(out string, ops []coll.Operation) (map[coll.Operation][]coll.Algo, map[tunedKey]int) {
+	algos := make(map[coll.Operation][]coll.Algo)
+	values := make(map[tunedKey]int)
+	lines := strings.Split(out, "\n")
+	for _, op := range ops {
+		v, ok := mpiOpVar[op]
+		if !ok {
+			continue
+		}
+		param := `parameter "coll_tuned_` + v + `_algorithm"`
+		for i, l := range lines {
+			if !strings.Contains(l, param) {
+				continue
+			}
+			for _, m := range lines[i+1 : min(i+4, len(lines))] {
+				_, list, ok := strings.Cut(m, "Valid values:")
+				if !ok {
+					continue
+				}
+				for _, item := range strings.Split(list, ",") {
+					num, name, ok := strings.Cut(strings.TrimSpace(item), ":")
+					n, err := strconv.Atoi(num)
+					name = strings.Trim(name, `"`)
+					if !ok || err != nil || n == 0 || name == "" {
+						continue
+					}
+					a := coll.Algo(mpiTunedPrefix + strings.ReplaceAll(name, "_", "-"))
+					algos[op] = append(algos[op], a)
+					values[tunedKey{op, a}] = n
+				}
+				break
+			}
+			break
+		}
+	}
+	return algos, values
+}
+
+// MPITunedAlgorithms lists, per operation of ops, the algorithms Open
+// MPI's tuned component can be forced to (the rows SuiteConfig.MPITuned
+// adds), from ompi_info.
+func MPITunedAlgorithms(ctx context.Context, ops []coll.Operation) (map[coll.Operation][]coll.Algo, map[tunedKey]int, error) {
+	info, err := exec.LookPath("ompi_info")
+	if err != nil {
+		return nil, nil, ErrNoMPI
+	}
+	out, err := exec.CommandContext(ctx, info, "--param", "coll", "tuned", "--level", "9").Output()
+	if err != nil {
+		return nil, nil, fmt.Errorf("ompi_info: %w", err)
+	}
+	algos, values := parseTuned(string(out), ops)
+	return algos, values, nil
+}
+
 //go:embed mpi/osu_coll.c
 var osuCollSource []byte
 
@@ -34,10 +128,12 @@ var ErrNoMPI = errors.New("bench: suite: --mpi needs Open MPI's mpicc and mpirun
 // reaching the other hosts through a launch agent that enters their
 // namespaces (plm_rsh_agent).
 type mpiRunner struct {
-	dir    string // temporary: osu_coll, the agent
-	prog   string
-	mpirun string
-	agent  string // written on first use, for the testbed it is given
+	dir     string // temporary: osu_coll, the agent
+	prog    string
+	mpirun  string
+	agent   string           // written on first use, for the testbed it is given
+	ndmaLib string           // the interposition library (SuiteConfig.MPINDMA)
+	tuned   map[tunedKey]int // tuned algorithms' parameter values
 }
 
 func newMPIRunner(ctx context.Context) (*mpiRunner, error) {
@@ -87,11 +183,14 @@ func (r *mpiRunner) close() { os.RemoveAll(r.dir) }
 // "agent HOST COMMAND..." and it runs COMMAND with sh in HOST's namespace.
 func (r *mpiRunner) writeAgent(st *testbed.State) error {
 	var b strings.Builder
-	b.WriteString("#!/bin/sh\n# ndma bench suite: mpirun's launch agent for testbed " + st.Prefix + "\nhost=$1; shift\ncase \"$host\" in\n")
+	// Each host's member credential reaches orted, and through it the
+	// ranks, as NDMA_CREDENTIAL (for the interposition library's rows).
+	b.WriteString("#!/bin/sh\n# ndma bench suite: mpirun's launch agent for testbed " + st.Prefix + "\nhost=$1; shift\ncred=\ncase \"$host\" in\n")
 	for _, h := range st.Hosts {
-		fmt.Fprintf(&b, "%s) ns=%s ;;\n", h.Addr, h.NS)
+		fmt.Fprintf(&b, "%s) ns=%s; cred=%s ;;\n", h.Addr, h.NS, h.Credential)
 	}
-	b.WriteString("*) echo \"ndma mpi agent: unknown host $host\" >&2; exit 1 ;;\nesac\nexec ip netns exec \"$ns\" sh -c \"$*\"\n")
+	b.WriteString("*) echo \"ndma mpi agent: unknown host $host\" >&2; exit 1 ;;\nesac\n" +
+		"[ -n \"$cred\" ] && export NDMA_CREDENTIAL=\"$cred\"\nexec ip netns exec \"$ns\" sh -c \"$*\"\n")
 	agent := filepath.Join(r.dir, "agent-"+st.Prefix)
 	if err := os.WriteFile(agent, []byte(b.String()), 0o755); err != nil {
 		return err
@@ -124,10 +223,36 @@ func (r *mpiRunner) run(ctx context.Context, st *testbed.State, j suiteJob, iter
 		// collective spin and starve the others (an 8 B Bcast took 17 ms).
 		"--mca", "mpi_yield_when_idle", "1",
 		"--mca", "plm_rsh_agent", r.agent,
-		"--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", iface, "--mca", "oob_tcp_if_include", iface,
-		r.prog, string(j.op), strconv.Itoa(j.size), strconv.Itoa(it), strconv.Itoa(warmup)}
+		"--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", iface, "--mca", "oob_tcp_if_include", iface}
+	env := append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+	switch {
+	case j.algo == AlgoMPINDMA || j.algo == AlgoMPIDeclined:
+		if r.ndmaLib == "" {
+			return fmt.Errorf("bench: suite: %s rows need the interposition library (SuiteConfig.MPINDMA)", j.algo)
+		}
+		args = append(args, "-x", "LD_PRELOAD="+r.ndmaLib, "-x", "NDMA_SWITCH="+st.SwitchAddr,
+			"-x", "NDMA_MTU="+strconv.Itoa(st.DatagramMTU), "-x", "NDMA_TOKEN")
+		env = append(env, "NDMA_TOKEN="+st.Token)
+		if st.Hosts[0].Credential != "" {
+			env = append(env, "NDMA_CREDENTIAL="+st.Hosts[0].Credential) // mpirun's own host; the agent sets the others'
+		}
+		if _, set := os.LookupEnv("GOMAXPROCS"); !set && st.GoMaxProcs > 0 {
+			args = append(args, "-x", "GOMAXPROCS="+strconv.Itoa(st.GoMaxProcs))
+		}
+		if j.algo == AlgoMPIDeclined {
+			args = append(args, "-x", "NDMA_MPI_MIN_BYTES=1099511627776", "-x", "NDMA_MPI_BARRIER=0")
+		}
+	case strings.HasPrefix(string(j.algo), mpiTunedPrefix):
+		v, ok := r.tuned[tunedKey{j.op, j.algo}]
+		if !ok {
+			return fmt.Errorf("bench: suite: Open MPI has no tuned algorithm %q for %s", j.algo, j.op)
+		}
+		args = append(args, "--mca", "coll_tuned_use_dynamic_rules", "1",
+			"--mca", "coll_tuned_"+mpiOpVar[j.op]+"_algorithm", strconv.Itoa(v))
+	}
+	args = append(args, r.prog, string(j.op), strconv.Itoa(j.size), strconv.Itoa(it), strconv.Itoa(warmup), string(j.algo))
 	cmd := exec.CommandContext(ctx, "ip", args...)
-	cmd.Env = append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+	cmd.Env = env
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 10 * time.Second
 	cmd.Stdout, cmd.Stderr = out, out

@@ -168,9 +168,37 @@ func TestParseRank0(t *testing.T) {
 	}
 }
 
+// TestParseTuned reads the algorithms of Open MPI's tuned component from
+// ompi_info's listing.
+func TestParseTuned(t *testing.T) {
+	out := `          MCA coll tuned: parameter "coll_tuned_allreduce_algorithm" (current value: "ignore", data source: default, level: 5 tuner/detail, type: int)
+                          Which allreduce algorithm is used.
+                          Valid values: 0:"ignore", 1:"basic_linear", 2:"nonoverlapping", 3:"recursive_doubling", 4:"ring", 5:"segmented_ring", 6:"rabenseifner"
+          MCA coll tuned: parameter "coll_tuned_bcast_algorithm" (current value: "ignore", data source: default, level: 5 tuner/detail, type: int)
+                          Valid values: 0:"ignore", 1:"basic_linear", 2:"chain"
+          MCA coll tuned: parameter "coll_tuned_reduce_scatter_block_algorithm" (current value: "ignore")
+                          Valid values: 0:"ignore", 1:"basic_linear", 4:"butterfly"
+`
+	algos, values := parseTuned(out, []coll.Operation{coll.OpAllreduce, coll.OpBcast, coll.OpReduceScatter, coll.OpReduce})
+	if got := algos[coll.OpAllreduce]; len(got) != 6 || got[3] != "mpi-tuned-ring" || values[tunedKey{coll.OpAllreduce, "mpi-tuned-ring"}] != 4 ||
+		got[2] != "mpi-tuned-recursive-doubling" || values[tunedKey{coll.OpAllreduce, "mpi-tuned-rabenseifner"}] != 6 {
+		t.Errorf("allreduce: %v %v", got, values)
+	}
+	if got := algos[coll.OpBcast]; !slices.Equal(got, []coll.Algo{"mpi-tuned-basic-linear", "mpi-tuned-chain"}) || values[tunedKey{coll.OpBcast, "mpi-tuned-chain"}] != 2 ||
+		values[tunedKey{coll.OpBcast, "mpi-tuned-basic-linear"}] != 1 {
+		t.Errorf("bcast: %v", got)
+	}
+	if got := algos[coll.OpReduceScatter]; len(got) != 2 || got[1] != "mpi-tuned-butterfly" {
+		t.Errorf("reducescatter: %v", got)
+	}
+	if len(algos[coll.OpReduce]) != 0 {
+		t.Errorf("reduce is not in the listing: %v", algos[coll.OpReduce])
+	}
+}
+
 func TestSuitePlan(t *testing.T) {
 	c := SuiteConfig{Ops: []coll.Operation{coll.OpBcast, coll.OpBarrier}, Sizes: []int{8, 1024}}
-	jobs, err := c.plan()
+	jobs, err := c.plan(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +206,7 @@ func TestSuitePlan(t *testing.T) {
 		t.Errorf("%d jobs, want %d", len(jobs), want)
 	}
 	c.MPI = true
-	withMPI, err := c.plan()
+	withMPI, err := c.plan(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,12 +216,38 @@ func TestSuitePlan(t *testing.T) {
 	if slices.Contains(coll.Algorithms[coll.OpBcast], AlgoMPI) {
 		t.Error("planning with MPI changed coll.Algorithms")
 	}
+	// Every Open MPI variant, kept to the ones asked for.
+	c.MPINDMA = "libndma_mpi.so"
+	tuned := map[coll.Operation][]coll.Algo{coll.OpBcast: {"mpi-tuned-binomial", "mpi-tuned-pipeline"}}
+	c.Algos = []coll.Algo{AlgoMPI, AlgoMPINDMA, "mpi-tuned-pipeline", coll.AlgoInNet}
+	some, err := c.plan(tuned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []suiteJob{
+		{coll.OpBcast, coll.AlgoInNet, 8}, {coll.OpBcast, coll.AlgoInNet, 1024},
+		{coll.OpBcast, AlgoMPI, 8}, {coll.OpBcast, AlgoMPI, 1024},
+		{coll.OpBcast, AlgoMPINDMA, 8}, {coll.OpBcast, AlgoMPINDMA, 1024},
+		{coll.OpBcast, "mpi-tuned-pipeline", 8}, {coll.OpBcast, "mpi-tuned-pipeline", 1024},
+		{coll.OpBarrier, coll.AlgoInNet, 0}, {coll.OpBarrier, AlgoMPI, 0}, {coll.OpBarrier, AlgoMPINDMA, 0},
+	}
+	if !slices.Equal(some, want) {
+		t.Errorf("with Algos: %v, want %v", some, want)
+	}
+	for _, a := range []coll.Algo{AlgoMPI, AlgoMPINDMA, AlgoMPIDeclined, "mpi-tuned-ring"} {
+		if !IsMPI(a) {
+			t.Errorf("IsMPI(%q) = false", a)
+		}
+	}
+	if IsMPI(coll.AlgoRing) || IsMPI(coll.AlgoInNet) {
+		t.Error("IsMPI of an NDMA algorithm")
+	}
 	for _, bad := range []SuiteConfig{
 		{Ops: []coll.Operation{"nosuch"}},
 		{Sizes: []int{0}},
 		{Iters: -1},
 	} {
-		if _, err := bad.plan(); err == nil {
+		if _, err := bad.plan(nil); err == nil {
 			t.Errorf("%+v: no error", bad)
 		}
 	}

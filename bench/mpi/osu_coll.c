@@ -7,10 +7,12 @@
  * averages (the keys of `ndma bench coll --json`, algo "mpi"). The last
  * call's result is checked for bcast, reduce, allreduce and allgather.
  *
- * Usage: osu_coll OP SIZE ITERS WARMUP
+ * Usage: osu_coll OP SIZE ITERS WARMUP [LABEL]
  *   OP: barrier bcast reduce allreduce allgather reducescatter gather
  *       scatter alltoall. SIZE: bytes per rank (reductions use float32
- *       sum over SIZE/4 elements, as ndma bench coll does).
+ *       sum over SIZE/4 elements, as ndma bench coll does). LABEL: the
+ *       row's algo (default "mpi"), naming how the job was run (an
+ *       algorithm forced by MCA parameters, a preloaded library).
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -45,12 +47,12 @@ int main(int argc, char **argv) {
 	int rank, n;
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &n);
-	if (argc != 5) {
+	if (argc != 5 && argc != 6) {
 		if (rank == 0)
-			fprintf(stderr, "usage: osu_coll OP SIZE ITERS WARMUP\n");
+			fprintf(stderr, "usage: osu_coll OP SIZE ITERS WARMUP [LABEL]\n");
 		MPI_Abort(MPI_COMM_WORLD, 2);
 	}
-	const char *op = argv[1];
+	const char *op = argv[1], *label = argc == 6 ? argv[5] : "mpi";
 	long size = atol(argv[2]), iters = atol(argv[3]), warmup = atol(argv[4]);
 	if (size < 0 || size > (1L << 30) / n || iters < 1 || warmup < 0) {
 		if (rank == 0)
@@ -110,8 +112,8 @@ int main(int argc, char **argv) {
 	if (rank == 0) {
 		if (!strcmp(op, "barrier"))
 			size = 0;
-		printf("{\"op\":\"%s\",\"algo\":\"mpi\",\"ranks\":%d,\"size\":%ld,\"avg_us\":%.3f,\"min_us\":%.3f,\"max_us\":%.3f,\"iters\":%ld}\n",
-		       op, n, size, sum / n, lo, hi, iters);
+		printf("{\"op\":\"%s\",\"algo\":\"%s\",\"ranks\":%d,\"size\":%ld,\"avg_us\":%.3f,\"min_us\":%.3f,\"max_us\":%.3f,\"iters\":%ld}\n",
+		       op, label, n, size, sum / n, lo, hi, iters);
 		fflush(stdout);
 	}
 	free(send);

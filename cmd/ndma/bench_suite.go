@@ -27,6 +27,8 @@ type suiteFlags struct {
 	rate, ops, sizes, out, pf string
 	keep, json, mpi           bool
 	from, peakRate            string
+	mpiNDMA, algos            string
+	mpiTuned                  bool
 }
 
 func newBenchSuiteCmd() *cobra.Command {
@@ -54,7 +56,13 @@ output gets the Markdown, or with --json the JSON Lines.
 With --mpi every operation is also measured with Open MPI (rows "mpi"):
 a small OSU-style C program shipped in the binary, built with mpicc and
 started by mpirun in the first host's namespace, one rank per host over
-the TCP BTL, Open MPI choosing its algorithms.
+the TCP BTL, Open MPI choosing its algorithms. --mpi-tuned adds a row per
+algorithm Open MPI's tuned component can be forced to ("mpi-tuned-ring"...,
+from ompi_info); --mpi-ndma LIB runs the same program with the MPI
+interposition library LIB (make libndma: build/libndma_mpi.so) preloaded,
+its collectives through the switch (rows "mpi-ndma") and declining every
+call (rows "mpi-ndma-declined": the library's overhead on Open MPI's own
+path). --algos keeps the rows of the algorithms named.
 
 With --from it measures nothing: it merges suite.jsonl files of earlier
 runs and writes suite.md and the plots again into --out.
@@ -63,7 +71,8 @@ It refuses when a testbed with --prefix exists, and takes its testbed down
 at the end, also on error or Ctrl-C, unless --keep.`,
 		Example: `  sudo ndma bench suite --out results
   sudo ndma bench suite --hosts 4 --ops bcast,allreduce --sizes 8,64K,1M,16M --iters 3 --out /tmp/suite
-  sudo ndma bench suite --mpi --ops allreduce --out /tmp/vs-mpi`,
+  sudo ndma bench suite --mpi --ops allreduce --out /tmp/vs-mpi
+  sudo ndma bench suite --mpi --mpi-ndma build/libndma_mpi.so --algos mpi,mpi-ndma --ops bcast --out /tmp/mpi-ndma`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchSuite(cmd, &f) },
 	}
@@ -83,6 +92,9 @@ at the end, also on error or Ctrl-C, unless --keep.`,
 	fl.BoolVar(&f.json, "json", false, "print JSON Lines instead of Markdown on standard output, and no progress bar")
 	fl.StringVar(&f.from, "from", "", "render suite.md and the plots into --out from these comma-separated suite.jsonl `files` (merged in order; a later row replaces an earlier one of the same op, algo and size; all of one setup: ranks and link rate), without a testbed")
 	fl.BoolVar(&f.mpi, "mpi", false, "also measure each operation with Open MPI (algo \"mpi\"; needs mpicc and mpirun)")
+	fl.BoolVar(&f.mpiTuned, "mpi-tuned", false, "also measure each operation with every algorithm Open MPI's tuned component can be forced to (algos \"mpi-tuned-NAME\")")
+	fl.StringVar(&f.mpiNDMA, "mpi-ndma", "", "also measure each operation with Open MPI and this MPI interposition `library` preloaded (build/libndma_mpi.so; algos \"mpi-ndma\", \"mpi-ndma-declined\")")
+	fl.StringVar(&f.algos, "algos", "", "keep only these algorithms' rows, comma-separated (NDMA's, mpi, mpi-ndma, mpi-ndma-declined, mpi-tuned-NAME); default: all")
 	return cmd
 }
 
@@ -116,6 +128,18 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 	if err != nil {
 		return fmt.Errorf("--sizes: %w", err)
 	}
+	var algos []coll.Algo
+	if f.algos != "" {
+		for _, s := range strings.Split(f.algos, ",") {
+			a := coll.Algo(strings.ToLower(strings.TrimSpace(s)))
+			if !bench.IsMPI(a) {
+				if _, err := coll.ParseAlgo(string(a)); err != nil {
+					return fmt.Errorf("--algos: %w", err)
+				}
+			}
+			algos = append(algos, a)
+		}
+	}
 	if f.out == "" {
 		return errors.New("--out: empty")
 	}
@@ -134,10 +158,13 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 		Iters:    f.iters,
 		Repeat:   f.repeat,
 		MPI:      f.mpi,
+		MPINDMA:  f.mpiNDMA,
+		MPITuned: f.mpiTuned,
+		Algos:    algos,
 		Keep:     f.keep,
 		Progress: prog.callback(),
 	}
-	if f.mpi {
+	if f.mpi || f.mpiTuned || f.mpiNDMA != "" {
 		v, err := bench.MPIVersion(ctx)
 		if err != nil {
 			return err
@@ -212,7 +239,7 @@ func firstLine(s string) string {
 
 // renderSuite is --from: merge earlier runs' rows and write the files.
 func renderSuite(cmd *cobra.Command, f *suiteFlags) error {
-	for _, name := range []string{"hosts", "rate", "peak-rate", "mtu", "ops", "sizes", "iters", "keep", "prefix", "mpi", "repeat", "gomaxprocs"} {
+	for _, name := range []string{"hosts", "rate", "peak-rate", "mtu", "ops", "sizes", "iters", "keep", "prefix", "mpi", "mpi-tuned", "mpi-ndma", "algos", "repeat", "gomaxprocs"} {
 		if cmd.Flags().Changed(name) {
 			return fmt.Errorf("--%s cannot be used with --from (it renders rows already measured)", name)
 		}
