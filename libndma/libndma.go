@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"sync"
@@ -248,6 +249,11 @@ func ndmago_comm_from_env_as(job *C.char, rank, size C.int, out *C.ndma_comm_t) 
 	})
 	if err != nil {
 		return fail(err)
+	}
+	// A process may be in many groups, each its own endpoint: NDMA_LISTEN
+	// chooses their address, not one port for all.
+	if host, port, err := net.SplitHostPort(listen); err == nil && port != "0" {
+		listen = net.JoinHostPort(host, "0")
 	}
 	return create(l, listen, timeout, det, out)
 }

@@ -126,7 +126,8 @@ int ndma_comm_from_env(ndma_comm_t *comm);
  * environment gives the switch, token, credential and the other settings,
  * the arguments the job name (1 to 64 bytes, the same on every rank of
  * the group and unique among the groups at the switch), this process's
- * rank and the group's size. */
+ * rank and the group's size. Each group is an endpoint of its own: the
+ * host of NDMA_LISTEN is kept, its port is not (the system picks one). */
 int ndma_comm_from_env_as(const char *job, int rank, int size, ndma_comm_t *comm);
 
 /* ndma_comm_create is ndma_comm_from_env with the launch given in cfg. */
