@@ -189,3 +189,42 @@ func TestPython(t *testing.T) {
 		t.Fatalf("pytest skipped tests, and NDMA_REQUIRE_PYTHON=1")
 	}
 }
+
+// TestExampleC builds examples/c/allreduce.c against the library and runs
+// it as 2 ranks, so that the example the benchmarks cite keeps working.
+func TestExampleC(t *testing.T) {
+	dir := buildLibrary(t)
+	prog := filepath.Join(dir, "example-allreduce")
+	cc := exec.Command("cc", "-Wall", "-Wextra", "-Werror", "-O2", "-I.", "-o", prog, "../examples/c/allreduce.c",
+		"-L"+dir, "-lndma", "-lpthread", "-Wl,-rpath,"+dir)
+	if out, err := cc.CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v\n%s", err, out)
+	}
+	token := "libndma example token"
+	swAddr := startSwitch(t, []byte(token), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	outs := make([]bytes.Buffer, 2)
+	errs := make([]error, 2)
+	for r := range 2 {
+		cmd := exec.CommandContext(ctx, prog, "100003", "3")
+		cmd.Env = append(os.Environ(), "NDMA_RANK="+strconv.Itoa(r), "NDMA_SIZE=2", "NDMA_SWITCH="+swAddr,
+			"NDMA_TOKEN="+token, "NDMA_JOB=example")
+		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = cmd.Run()
+		}()
+	}
+	wg.Wait()
+	for r := range 2 {
+		if errs[r] != nil {
+			t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r].String())
+		}
+	}
+	if !bytes.Contains(outs[0].Bytes(), []byte("allreduce 100000 bytes, 2 ranks:")) {
+		t.Errorf("rank 0 printed no result:\n%s", outs[0].String())
+	}
+}
