@@ -21,6 +21,8 @@ import (
 type mpiFlavor struct {
 	name           string
 	mpicc, mpirun  []string // candidates, first found wins
+	mpifort        []string
+	fortranNDMA    bool // its Fortran bindings call the MPI_ functions (the library sees them)
 	lib            string
 	launchArgs     func(np int, env map[string]string, prog string, args ...string) []string
 	requireInCI    bool
@@ -31,7 +33,8 @@ type mpiFlavor struct {
 var mpiFlavors = []mpiFlavor{
 	{
 		name: "openmpi", mpicc: []string{"mpicc.openmpi", "mpicc"}, mpirun: []string{"mpirun.openmpi", "mpirun"},
-		lib: "libndma_mpi.so", requireInCI: true, fullMatrixRuns: true,
+		mpifort: []string{"mpifort.openmpi", "mpifort"},
+		lib:     "libndma_mpi.so", requireInCI: true, fullMatrixRuns: true,
 		launchArgs: func(np int, env map[string]string, prog string, args ...string) []string {
 			a := []string{"-np", strconv.Itoa(np), "--oversubscribe", "--bind-to", "none",
 				// the ranks share two cores: waiting ranks yield
@@ -44,6 +47,7 @@ var mpiFlavors = []mpiFlavor{
 	},
 	{
 		name: "mpich", mpicc: []string{"mpicc.mpich"}, mpirun: []string{"mpirun.mpich"},
+		mpifort: []string{"mpifort.mpich"}, fortranNDMA: true,
 		// MPICH's ranks spin while they wait, slow on two shared cores:
 		// the test program's quick matrix.
 		lib: "libndma_mpi_mpich.so", requireInCI: true, args: []string{"quick"},
@@ -109,6 +113,7 @@ func TestMPI(t *testing.T) {
 				}
 				t.Skipf("%s is not installed (%v, %v)", f.name, f.mpicc, f.mpirun)
 			}
+			var runProg func(t *testing.T, prog string, args []string, env map[string]string) (string, error)
 			libPath := filepath.Join(dir, f.lib)
 			prog := filepath.Join(dir, "mpi_collectives-"+f.name)
 			for _, c := range [][]string{
@@ -121,7 +126,9 @@ func TestMPI(t *testing.T) {
 				}
 			}
 			run := func(t *testing.T, env map[string]string, args ...string) (string, error) {
-				args = append(args, f.args...)
+				return runProg(t, prog, append(args, f.args...), env)
+			}
+			runProg = func(t *testing.T, prog string, args []string, env map[string]string) (string, error) {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 				defer cancel()
 				cmd := exec.CommandContext(ctx, mpirun, f.launchArgs(4, env, prog, args...)...)
@@ -168,6 +175,31 @@ func TestMPI(t *testing.T) {
 					oks(t, out, err)
 				})
 			}
+			// A Fortran program: through NDMA where the MPI's Fortran
+			// bindings call the MPI_ functions, else on MPI's own; right
+			// either way.
+			t.Run("fortran", func(t *testing.T) {
+				mpifort := lookFirst(f.mpifort)
+				if mpifort == "" {
+					if os.Getenv("NDMA_REQUIRE_MPI") == "1" {
+						t.Fatalf("no %v on PATH (gfortran), and NDMA_REQUIRE_MPI=1", f.mpifort)
+					}
+					t.Skipf("no %v on PATH", f.mpifort)
+				}
+				fprog := filepath.Join(dir, "mpi_fortran-"+f.name)
+				if out, err := exec.Command(mpifort, "-O1", "-o", fprog, "testdata/mpi_fortran.f90").CombinedOutput(); err != nil {
+					t.Fatalf("%s: %v\n%s", mpifort, err, out)
+				}
+				out, err := runProg(t, fprog, nil, sealed)
+				oks(t, out, err)
+				through := strings.Count(out, "calls through NDMA / MPI:")
+				if f.fortranNDMA && (through != 4 || strings.Contains(out, "Allreduce 0/")) {
+					t.Errorf("%s's Fortran calls did not all go through NDMA (%d ranks reported)", f.name, through)
+				}
+				if !f.fortranNDMA && through != 0 {
+					t.Errorf("%s's Fortran bindings reached the library (%d ranks reported): update the docs", f.name, through)
+				}
+			})
 			// A port nothing answers on: NDMA declines with one warning
 			// and every call runs on MPI's own.
 			dead := map[string]string{"LD_PRELOAD": libPath, "NDMA_SWITCH": "127.0.0.1:1", "NDMA_INSECURE": "1",

@@ -15,8 +15,8 @@
  *
  *   - datatypes: predefined (MPI_COMBINER_NAMED) without gaps (size ==
  *     extent, lower bound 0); reductions also need a type NDMA reduces:
- *     float, double, 32- and 64-bit signed integers, and unsigned ones
- *     for MPI_SUM and MPI_PROD (which wrap alike);
+ *     float, double, 32- and 64-bit signed integers (C's or Fortran's),
+ *     and unsigned ones for MPI_SUM and MPI_PROD (which wrap alike);
  *   - ops: MPI_SUM, MPI_PROD, MPI_MIN, MPI_MAX;
  *   - intracommunicators of 2 or more ranks; a communicator is joined at
  *     the switch as its own group the first time a call on it goes
@@ -28,9 +28,12 @@
  *
  * MPI_IN_PLACE works for Allreduce, Reduce (at the root), Allgather and
  * Reduce_scatter_block. Non-blocking collectives (MPI_Ibcast...) and all
- * others go to MPI. Fortran: Open MPI's and MPICH's Fortran bindings call
- * the PMPI_ functions directly, so Fortran programs' collectives run on
- * MPI's own (nothing breaks, nothing is faster).
+ * others go to MPI. Fortran: MPICH's Fortran bindings call the MPI_
+ * functions, so a Fortran program under MPICH goes through NDMA as a C
+ * one does (MPI_REAL, MPI_DOUBLE_PRECISION, MPI_INTEGER... are
+ * reduced); Open MPI's call the PMPI_ ones, MPI_Init included, so under
+ * Open MPI a Fortran program runs on MPI's own collectives (nothing
+ * breaks, nothing is faster).
  *
  * Environment (world rank 0's values hold for every rank):
  *   NDMA_SWITCH, NDMA_TOKEN or NDMA_INSECURE=1, NDMA_CREDENTIAL,
@@ -249,28 +252,24 @@ static int reducible(MPI_Datatype dt, MPI_Op op, ndma_dtype *t, ndma_op *o, int 
     if (!contiguous(dt, &sz))
         return 0;
     *esize = sz;
-    if (dt == MPI_FLOAT) {
+    /* C types, and the Fortran ones (MPICH's Fortran bindings call these
+     * functions): the size, not the name, says 32 or 64 bits. */
+    int isfloat = dt == MPI_FLOAT || dt == MPI_DOUBLE || dt == MPI_REAL || dt == MPI_DOUBLE_PRECISION ||
+                  dt == MPI_REAL4 || dt == MPI_REAL8;
+    int isint = dt == MPI_INT || dt == MPI_INT32_T || dt == MPI_LONG || dt == MPI_LONG_LONG || dt == MPI_INT64_T ||
+                dt == MPI_INTEGER || dt == MPI_INTEGER4 || dt == MPI_INTEGER8;
+    int isuint = dt == MPI_UNSIGNED || dt == MPI_UINT32_T || dt == MPI_UNSIGNED_LONG || dt == MPI_UNSIGNED_LONG_LONG ||
+                 dt == MPI_UINT64_T;
+    if (isfloat && sz == 4)
         *t = NDMA_FLOAT32;
-    } else if (dt == MPI_DOUBLE) {
+    else if (isfloat && sz == 8)
         *t = NDMA_FLOAT64;
-    } else if (dt == MPI_INT || dt == MPI_INT32_T || dt == MPI_LONG || dt == MPI_LONG_LONG || dt == MPI_INT64_T) {
-        if (sz == 4)
-            *t = NDMA_INT32;
-        else if (sz == 8)
-            *t = NDMA_INT64;
-        else
-            return 0;
-    } else if (wraps && (dt == MPI_UNSIGNED || dt == MPI_UINT32_T || dt == MPI_UNSIGNED_LONG ||
-                         dt == MPI_UNSIGNED_LONG_LONG || dt == MPI_UINT64_T)) {
-        if (sz == 4)
-            *t = NDMA_INT32;
-        else if (sz == 8)
-            *t = NDMA_INT64;
-        else
-            return 0;
-    } else {
+    else if ((isint || (wraps && isuint)) && sz == 4)
+        *t = NDMA_INT32;
+    else if ((isint || (wraps && isuint)) && sz == 8)
+        *t = NDMA_INT64;
+    else
         return 0;
-    }
     return 1;
 }
 
