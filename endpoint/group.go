@@ -61,14 +61,27 @@ type NoAnswerError struct {
 	// Acked: the switch acknowledged the request (its transport has it)
 	// but sent no answer.
 	Acked bool
-	Err   error // the cause
+	// Unsealed: this endpoint runs without a security layer, which a
+	// switch that seals every datagram drops unanswered (the message
+	// says so).
+	Unsealed bool
+	Err      error // the cause
 }
+
+// UnsealedHint ends a NoAnswerError's message when the endpoint seals
+// nothing: a switch that requires sealed datagrams drops its requests
+// without a word.
+const UnsealedHint = " (or it requires sealed datagrams and this process has no credential: NDMA_CREDENTIAL)"
 
 func (e *NoAnswerError) Error() string {
 	if e.Acked {
 		return fmt.Sprintf("the switch at %v took the request but sent no answer in %v", e.Switch, roundWait(e.Wait))
 	}
-	return fmt.Sprintf("no switch answers at %v after %v", e.Switch, roundWait(e.Wait))
+	msg := fmt.Sprintf("no switch answers at %v after %v", e.Switch, roundWait(e.Wait))
+	if e.Unsealed {
+		msg += UnsealedHint
+	}
+	return msg
 }
 
 // Is makes errors.Is(err, ErrNoSwitch) true for a request nothing
@@ -135,6 +148,7 @@ func (ep *Endpoint) control(ctx context.Context, sw netip.AddrPort, req *fabric.
 	start := time.Now()
 	if err := ep.Do(ctx, op); err != nil {
 		if na := unanswered(ctx, op, err, waitedSince(ctx, start)); na != nil {
+			na.Unsealed = ep.sec == nil
 			return nil, na
 		}
 		return nil, explainRefusal(req, err, op.Old)
@@ -186,7 +200,7 @@ func (ep *Endpoint) controlPool(ctx context.Context, sw netip.AddrPort, req *fab
 // unanswered returns a *NoAnswerError for a control op that failed with
 // err because no answer came in time, nil for any other failure (a
 // refusal, a cancellation, a closed endpoint).
-func unanswered(ctx context.Context, op *Op, err error, wait time.Duration) error {
+func unanswered(ctx context.Context, op *Op, err error, wait time.Duration) *NoAnswerError {
 	cerr := ctxErr(ctx)
 	if !errors.Is(err, ErrTimeout) && !errors.Is(err, transport.ErrPeerDead) && cerr != context.DeadlineExceeded {
 		return nil

@@ -148,20 +148,22 @@ func TestControlNoSwitch(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_, err := eps[0].PoolStat(ctx, rdvSwitch.String(), endpoint.FabricOptions{Token: []byte("t")})
 		cancel()
-		if want := "endpoint: pool stat: no switch answers at 10.0.0.1:7471 after 2s"; err == nil || err.Error() != want {
+		// The endpoint seals nothing: the message says a sealing switch
+		// would drop its requests too.
+		if want := "endpoint: pool stat: no switch answers at 10.0.0.1:7471 after 2s" + endpoint.UnsealedHint; err == nil || err.Error() != want {
 			t.Errorf("pool stat within 2s:\n got %v\nwant %s", err, want)
 		}
 		if !errors.Is(err, endpoint.ErrNoSwitch) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("pool stat within 2s: %v does not match ErrNoSwitch and DeadlineExceeded", err)
 		}
 		var na *endpoint.NoAnswerError
-		if !errors.As(err, &na) || na.Switch != rdvSwitch || na.Acked {
+		if !errors.As(err, &na) || na.Switch != rdvSwitch || na.Acked || !na.Unsealed {
 			t.Errorf("pool stat within 2s: %#v, want a NoAnswerError for %v, not acknowledged", na, rdvSwitch)
 		}
 
 		// Without a deadline the transport gives up after its DeadTimeout.
 		_, err = eps[0].PoolStat(context.Background(), rdvSwitch.String(), endpoint.FabricOptions{Token: []byte("t")})
-		want := fmt.Sprintf("endpoint: pool stat: no switch answers at 10.0.0.1:7471 after %v", transport.DefaultDeadTimeout)
+		want := fmt.Sprintf("endpoint: pool stat: no switch answers at 10.0.0.1:7471 after %v", transport.DefaultDeadTimeout) + endpoint.UnsealedHint
 		if err == nil || err.Error() != want || !errors.Is(err, endpoint.ErrNoSwitch) || !errors.Is(err, transport.ErrPeerDead) {
 			t.Errorf("pool stat:\n got %v\nwant %s, matching ErrNoSwitch and transport.ErrPeerDead", err, want)
 		}
@@ -169,7 +171,7 @@ func TestControlNoSwitch(t *testing.T) {
 		ctx, cancel = context.WithTimeout(context.Background(), 3*time.Second)
 		_, err = eps[0].JoinJob(ctx, rdvSwitch.String(), "job", 2, 0, endpoint.FabricOptions{Token: []byte("t")})
 		cancel()
-		if want := `endpoint: join "job": no switch answers at 10.0.0.1:7471 after 3s`; err == nil || err.Error() != want ||
+		if want := `endpoint: join "job": no switch answers at 10.0.0.1:7471 after 3s` + endpoint.UnsealedHint; err == nil || err.Error() != want ||
 			!errors.Is(err, endpoint.ErrNoSwitch) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("join:\n got %v\nwant %s, matching ErrNoSwitch and DeadlineExceeded", err, want)
 		}

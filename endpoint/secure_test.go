@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -219,5 +220,25 @@ func TestSecureCloseStopsAll(t *testing.T) {
 	}
 	if err := r.Write(ctx, key, 0, []byte{1}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("write after Close: %v", err)
+	}
+}
+
+// TestNoAnswerUnsealedHint: an endpoint that seals nothing and gets no
+// answer from the switch says that a sealing switch drops such requests;
+// a sealed one does not.
+func TestNoAnswerUnsealedHint(t *testing.T) {
+	a := testAuthority(t)
+	for _, id := range []*secure.Identity{nil, testIdentity(t, a, secure.RoleClient, "c")} {
+		ep, _ := listenTapped(t, Config{}, id)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		_, err := ep.PoolStat(ctx, "127.0.0.1:1", FabricOptions{Token: []byte("t")})
+		cancel()
+		var na *NoAnswerError
+		if !errors.As(err, &na) {
+			t.Fatalf("sealed %v: %v, want a NoAnswerError", id != nil, err)
+		}
+		if na.Unsealed != (id == nil) || strings.HasSuffix(err.Error(), UnsealedHint) != (id == nil) {
+			t.Errorf("sealed %v: Unsealed %v, message %q", id != nil, na.Unsealed, err)
+		}
 	}
 }

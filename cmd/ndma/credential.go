@@ -96,15 +96,16 @@ func endpointOptions(id *secure.Identity) endpoint.Options {
 	return endpoint.Options{Security: id, SecurityOptions: sealOptions}
 }
 
-// credentialHint adds to err, when it says that no switch answered, that
-// a switch may be answering only processes with a credential of its
-// fabric (a sealed switch drops everything else without a word).
+// credentialHint adds to err, when it says that no switch answered and
+// the process sealed with a credential, that a switch without one or of
+// another fabric does not answer (a sealed switch drops everything else
+// without a word; without a credential, endpoint.NoAnswerError says so).
 func credentialHint(err error, id *secure.Identity) error {
 	if !errors.Is(err, endpoint.ErrNoSwitch) {
 		return err
 	}
 	if id == nil {
-		return fmt.Errorf("%w (a switch run with --credential answers only processes with a credential of its fabric: give --credential or $%s)", err, credentialEnv)
+		return err // the endpoint's message says a sealing switch needs a credential
 	}
 	return fmt.Errorf("%w (with --credential: a switch without one, or with a credential of another fabric, does not answer)", err)
 }
