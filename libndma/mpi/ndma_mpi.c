@@ -5,7 +5,8 @@
  * Loaded before the MPI library (mpirun -x LD_PRELOAD=.../libndma_mpi.so,
  * or linked before -lmpi), it defines MPI_Init, MPI_Init_thread,
  * MPI_Finalize and the blocking MPI_Bcast, MPI_Allreduce, MPI_Reduce,
- * MPI_Allgather, MPI_Reduce_scatter_block and MPI_Barrier. A call goes
+ * MPI_Allgather, MPI_Reduce_scatter_block, MPI_Reduce_scatter (when every
+ * rank's count is the same: the block form) and MPI_Barrier. A call goes
  * through NDMA (libndma: one multicast or one aggregation through the
  * switch) when NDMA can give exactly what MPI promises; otherwise it calls
  * the MPI library's own PMPI_ function. What decides is only what every
@@ -377,6 +378,24 @@ int MPI_Reduce_scatter_block(const void *send, void *recv, int count, MPI_Dataty
     }
     tally(&n_mpi[OP_REDUCE_SCATTER]);
     return PMPI_Reduce_scatter_block(send, recv, count, dt, op, comm);
+}
+
+/* MPI_Reduce_scatter with every rank's count equal is
+ * MPI_Reduce_scatter_block (recvcounts is the same array on every rank,
+ * so the ranks decide alike). */
+int MPI_Reduce_scatter(const void *send, void *recv, const int recvcounts[], MPI_Datatype dt, MPI_Op op,
+                       MPI_Comm comm) {
+    int n = 0, inter = 0;
+    if (g.on[OP_REDUCE_SCATTER] && recvcounts != NULL && PMPI_Comm_test_inter(comm, &inter) == MPI_SUCCESS && !inter &&
+        PMPI_Comm_size(comm, &n) == MPI_SUCCESS && n > 0) {
+        int equal = 1;
+        for (int i = 1; i < n && equal; i++)
+            equal = recvcounts[i] == recvcounts[0];
+        if (equal)
+            return MPI_Reduce_scatter_block(send, recv, recvcounts[0], dt, op, comm);
+    }
+    tally(&n_mpi[OP_REDUCE_SCATTER]);
+    return PMPI_Reduce_scatter(send, recv, recvcounts, dt, op, comm);
 }
 
 int MPI_Barrier(MPI_Comm comm) {

@@ -170,6 +170,15 @@ static void reductions(MPI_Comm comm, const char *cname) {
                 MPI_Reduce_scatter_block(MPI_IN_PLACE, out, count, d->t, ops[oi], comm);
                 CHECK(!memcmp(out, ref, bytes), "%s: MPI_Reduce_scatter_block in place %s %s count %d differs", cname,
                       d->name, opnames[oi], count);
+                /* Reduce_scatter with equal counts (the block form). */
+                int *rcounts = xmalloc(sizeof(int) * n);
+                for (int r = 0; r < n; r++)
+                    rcounts[r] = count;
+                memset(out, 0x5a, bytes);
+                MPI_Reduce_scatter(in, out, rcounts, d->t, ops[oi], comm);
+                CHECK(!memcmp(out, ref, bytes), "%s: MPI_Reduce_scatter %s %s count %d differs", cname, d->name,
+                      opnames[oi], count);
+                free(rcounts);
                 free(in);
                 free(out);
                 free(ref);
@@ -354,6 +363,21 @@ static void fallbacks(MPI_Comm comm) {
         in[i] = 0xff0 | (1 << (rank % 4));
     MPI_Allreduce(in, out, 33, MPI_INT, MPI_BAND, comm);
     CHECK(out[0] == (n == 1 ? in[0] : 0xff0), "MPI_BAND MPI_Allreduce: %#x", out[0]);
+    /* Reduce_scatter with unequal counts: rank r gets r+1 elements. */
+    int total = n * (n + 1) / 2, *rc = xmalloc(sizeof(int) * n);
+    long *lin = xmalloc(sizeof(long) * total), *lout = xmalloc(sizeof(long) * (rank + 1));
+    for (int r = 0; r < n; r++)
+        rc[r] = r + 1;
+    for (int i = 0; i < total; i++)
+        lin[i] = rank + i;
+    MPI_Reduce_scatter(lin, lout, rc, MPI_LONG, MPI_SUM, comm);
+    int first = rank * (rank + 1) / 2;
+    for (int i = 0; i <= rank; i++)
+        CHECK(lout[i] == (long)n * (n - 1) / 2 + (long)n * (first + i), "unequal MPI_Reduce_scatter: [%d] = %ld", i,
+              lout[i]);
+    free(rc);
+    free(lin);
+    free(lout);
     MPI_Type_free(&vec);
     MPI_Type_free(&pair);
 }
@@ -444,6 +468,7 @@ int main(int argc, char **argv) {
               mp[0] - mp0[0], nd[0] - nd0[0]);
         CHECK(mp[1] - mp0[1] == 2 && nd[1] == nd0[1], "user-op and MPI_BAND MPI_Allreduces: %llu of 2 to MPI",
               mp[1] - mp0[1]);
+        CHECK(mp[4] - mp0[4] == 1 && nd[4] == nd0[4], "unequal MPI_Reduce_scatter: %llu of 1 to MPI", mp[4] - mp0[4]);
     }
     MPI_Comm_free(&split);
     MPI_Comm_free(&dup);
