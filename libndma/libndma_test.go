@@ -109,7 +109,27 @@ func startSwitch(t *testing.T, token []byte, id *secure.Identity) string {
 func TestCABI(t *testing.T) {
 	buildLibrary(t)
 	prog := lib.prog
-	a, err := secure.NewAuthority([]byte("libndma test fabric secret"))
+	fab := startSealedFabric(t, "ctest")
+	outs, errs := runRanks(t, 4, 4*time.Minute, []string{prog}, "NDMA_SWITCH="+fab.swAddr, "NDMA_TOKEN="+fab.token,
+		"NDMA_JOB=ctest", "NDMA_CREDENTIAL="+fab.credPath, "NDMA_TIMEOUT=60s")
+	for r := range outs {
+		if errs[r] != nil || !bytes.Contains(outs[r].Bytes(), []byte("ok\n")) {
+			t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r].String())
+		}
+	}
+}
+
+// sealedFabric is a switch on loopback that seals every datagram, its
+// token, and a member credential file for the ranks.
+type sealedFabric struct {
+	swAddr, token, credPath string
+}
+
+// startSealedFabric starts a sealedFabric whose member credential is
+// named name.
+func startSealedFabric(t *testing.T, name string) sealedFabric {
+	t.Helper()
+	a, err := secure.NewAuthority([]byte("libndma test fabric secret " + name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,9 +137,9 @@ func TestCABI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	token := []byte("libndma test token")
-	swAddr := startSwitch(t, token, swID)
-	member, err := a.Issue(secure.RoleMember, "ctest", rand.Reader)
+	f := sealedFabric{token: "libndma test token " + name}
+	f.swAddr = startSwitch(t, []byte(f.token), swID)
+	member, err := a.Issue(secure.RoleMember, name, rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,35 +147,35 @@ func TestCABI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	credPath := filepath.Join(t.TempDir(), "member.cred")
-	if err := os.WriteFile(credPath, cred, 0o600); err != nil {
+	f.credPath = filepath.Join(t.TempDir(), "member.cred")
+	if err := os.WriteFile(f.credPath, cred, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return f
+}
 
-	const size = 4
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+// runRanks runs cmd as ranks 0..n-1 (NDMA_RANK, NDMA_SIZE and env added
+// to this process's environment), all at once, within limit, and returns
+// each rank's output and exit error.
+func runRanks(t *testing.T, n int, limit time.Duration, cmd []string, env ...string) ([]bytes.Buffer, []error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	var wg sync.WaitGroup
-	outs := make([]bytes.Buffer, size)
-	errs := make([]error, size)
-	for r := range size {
-		cmd := exec.CommandContext(ctx, prog)
-		cmd.Env = append(os.Environ(), "NDMA_RANK="+strconv.Itoa(r), "NDMA_SIZE="+strconv.Itoa(size),
-			"NDMA_SWITCH="+swAddr, "NDMA_TOKEN="+string(token), "NDMA_JOB=ctest",
-			"NDMA_CREDENTIAL="+credPath, "NDMA_TIMEOUT=60s")
-		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
+	outs := make([]bytes.Buffer, n)
+	errs := make([]error, n)
+	for r := range n {
+		c := exec.CommandContext(ctx, cmd[0], cmd[1:]...)
+		c.Env = append(append(os.Environ(), "NDMA_RANK="+strconv.Itoa(r), "NDMA_SIZE="+strconv.Itoa(n)), env...)
+		c.Stdout, c.Stderr = &outs[r], &outs[r]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[r] = cmd.Run()
+			errs[r] = c.Run()
 		}()
 	}
 	wg.Wait()
-	for r := range size {
-		if errs[r] != nil || !bytes.Contains(outs[r].Bytes(), []byte("ok\n")) {
-			t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r].String())
-		}
-	}
+	return outs, errs
 }
 
 // python is the interpreter the Python package is tested with: Debian's,
@@ -202,24 +222,9 @@ func TestExampleC(t *testing.T) {
 	}
 	token := "libndma example token"
 	swAddr := startSwitch(t, []byte(token), nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var wg sync.WaitGroup
-	outs := make([]bytes.Buffer, 2)
-	errs := make([]error, 2)
-	for r := range 2 {
-		cmd := exec.CommandContext(ctx, prog, "100003", "3")
-		cmd.Env = append(os.Environ(), "NDMA_RANK="+strconv.Itoa(r), "NDMA_SIZE=2", "NDMA_SWITCH="+swAddr,
-			"NDMA_TOKEN="+token, "NDMA_JOB=example")
-		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = cmd.Run()
-		}()
-	}
-	wg.Wait()
-	for r := range 2 {
+	outs, errs := runRanks(t, 2, 2*time.Minute, []string{prog, "100003", "3"}, "NDMA_SWITCH="+swAddr,
+		"NDMA_TOKEN="+token, "NDMA_JOB=example")
+	for r := range outs {
 		if errs[r] != nil {
 			t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r].String())
 		}

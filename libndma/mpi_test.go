@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,8 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/ndma/ndma/secure"
 )
 
 // mpiFlavor is one MPI implementation the interposition library is built
@@ -81,28 +78,7 @@ func lookFirst(names []string) string {
 // NDMA_REQUIRE_MPI=1 (as CI sets) makes that a failure.
 func TestMPI(t *testing.T) {
 	dir := buildLibrary(t)
-	a, err := secure.NewAuthority([]byte("libndma mpi test fabric secret"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	swID, err := a.Issue(secure.RoleSwitch, "sw0", rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	token := "libndma mpi test token"
-	swAddr := startSwitch(t, []byte(token), swID)
-	member, err := a.Issue(secure.RoleMember, "mpitest", rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cred, err := member.Encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	credPath := filepath.Join(t.TempDir(), "member.cred")
-	if err := os.WriteFile(credPath, cred, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	fab := startSealedFabric(t, "mpitest")
 
 	for _, f := range mpiFlavors {
 		t.Run(f.name, func(t *testing.T) {
@@ -149,8 +125,8 @@ func TestMPI(t *testing.T) {
 					}
 				}
 			}
-			sealed := map[string]string{"LD_PRELOAD": libPath, "NDMA_SWITCH": swAddr, "NDMA_TOKEN": token,
-				"NDMA_CREDENTIAL": credPath, "NDMA_TIMEOUT": "60s", "NDMA_MPI_VERBOSE": "1"}
+			sealed := map[string]string{"LD_PRELOAD": libPath, "NDMA_SWITCH": fab.swAddr, "NDMA_TOKEN": fab.token,
+				"NDMA_CREDENTIAL": fab.credPath, "NDMA_TIMEOUT": "60s", "NDMA_MPI_VERBOSE": "1"}
 
 			if f.fullMatrixRuns {
 				t.Run("without", func(t *testing.T) {
