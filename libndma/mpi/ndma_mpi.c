@@ -287,14 +287,15 @@ static int done(MPI_Comm comm, int op, int rc) {
     return MPI_ERR_OTHER;
 }
 
-/* eligible is the first test of every call: the operation is on and the
- * call is large enough. */
-static inline int eligible(int op, long long bytes) { return g.on[op] && bytes > 0 && bytes >= g.min_bytes; }
+/* large reports whether a call of bytes per rank is large enough for NDMA
+ * (NDMA_MPI_MIN_BYTES); callers test first that the operation is on and
+ * the count positive. */
+static inline int large(long long bytes) { return bytes >= g.min_bytes; }
 
 int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm) {
     int sz = 0;
     ndma_comm_t h;
-    if (g.on[OP_BCAST] && count > 0 && contiguous(dt, &sz) && eligible(OP_BCAST, (long long)count * sz) &&
+    if (g.on[OP_BCAST] && count > 0 && contiguous(dt, &sz) && large((long long)count * sz) &&
         (h = group_of(comm)) != 0) {
         tally(&n_ndma[OP_BCAST]);
         return done(comm, OP_BCAST, ndma_bcast(h, buf, (size_t)count * sz, root));
@@ -309,7 +310,7 @@ int MPI_Allreduce(const void *send, void *recv, int count, MPI_Datatype dt, MPI_
     int sz = 0;
     ndma_comm_t h;
     if (g.on[OP_ALLREDUCE] && count > 0 && reducible(dt, op, &t, &o, &sz) &&
-        eligible(OP_ALLREDUCE, (long long)count * sz) && (h = group_of(comm)) != 0) {
+        large((long long)count * sz) && (h = group_of(comm)) != 0) {
         tally(&n_ndma[OP_ALLREDUCE]);
         if (send == MPI_IN_PLACE)
             send = recv;
@@ -324,7 +325,7 @@ int MPI_Reduce(const void *send, void *recv, int count, MPI_Datatype dt, MPI_Op 
     ndma_op o;
     int sz = 0;
     ndma_comm_t h;
-    if (g.on[OP_REDUCE] && count > 0 && reducible(dt, op, &t, &o, &sz) && eligible(OP_REDUCE, (long long)count * sz) &&
+    if (g.on[OP_REDUCE] && count > 0 && reducible(dt, op, &t, &o, &sz) && large((long long)count * sz) &&
         (h = group_of(comm)) != 0) {
         tally(&n_ndma[OP_REDUCE]);
         if (send == MPI_IN_PLACE) /* at the root only */
@@ -342,7 +343,7 @@ int MPI_Allgather(const void *send, int scount, MPI_Datatype stype, void *recv, 
     /* MPI_IN_PLACE is given on every rank or on none. */
     if (g.on[OP_ALLGATHER] && rcount > 0 && contiguous(rtype, &rsz) &&
         (send == MPI_IN_PLACE || (contiguous(stype, &ssz) && (long long)scount * ssz == (long long)rcount * rsz)) &&
-        eligible(OP_ALLGATHER, (long long)rcount * rsz) && (h = group_of(comm)) != 0) {
+        large((long long)rcount * rsz) && (h = group_of(comm)) != 0) {
         tally(&n_ndma[OP_ALLGATHER]);
         return done(comm, OP_ALLGATHER,
                     ndma_allgather(h, send == MPI_IN_PLACE ? NULL : send, recv, (size_t)rcount * rsz));
@@ -357,7 +358,7 @@ int MPI_Reduce_scatter_block(const void *send, void *recv, int count, MPI_Dataty
     int sz = 0;
     ndma_comm_t h;
     if (g.on[OP_REDUCE_SCATTER] && count > 0 && reducible(dt, op, &t, &o, &sz) &&
-        eligible(OP_REDUCE_SCATTER, (long long)count * sz) && (h = group_of(comm)) != 0) {
+        large((long long)count * sz) && (h = group_of(comm)) != 0) {
         tally(&n_ndma[OP_REDUCE_SCATTER]);
         int n = 0;
         PMPI_Comm_size(comm, &n);
