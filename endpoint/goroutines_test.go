@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"net/netip"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/ndma/ndma/internal/bubble"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/transport"
@@ -20,7 +20,9 @@ import (
 // most MaxIncoming handler goroutines (the rest are refused with
 // StatusBusy), and completions whose notify channel is full are handed
 // over by one goroutine, not one each. Goroutines are counted inside a
-// synctest bubble, where synctest.Wait makes the counts exact.
+// synctest bubble, where synctest.Wait makes the counts exact (the
+// bubble's own, not the process's: other tests' goroutines and the
+// runtime's finalizer goroutine are not counted).
 func TestEndpointGoroutinesBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := simnet.New(1)
@@ -55,7 +57,7 @@ func TestEndpointGoroutinesBounded(t *testing.T) {
 		}}
 		ep.mu.Unlock()
 		synctest.Wait()
-		base := runtime.NumGoroutine()
+		base := bubble.Goroutines()
 
 		f := newForger()
 		var ds []netio.Datagram
@@ -68,7 +70,7 @@ func TestEndpointGoroutinesBounded(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond) // virtual: the datagrams cross the link
 		synctest.Wait()
-		if got, extra := entered.Load(), runtime.NumGoroutine()-base; got != 4 || extra > 4 {
+		if got, extra := entered.Load(), bubble.Goroutines()-base; got != 4 || extra > 4 {
 			t.Fatalf("40 requests: %d handlers entered, %d goroutines more; want 4 and at most 4", got, extra)
 		}
 		if st := ep.Stats(); st.RequestsRefused != 36 {
@@ -79,7 +81,7 @@ func TestEndpointGoroutinesBounded(t *testing.T) {
 		synctest.Wait()
 
 		// 50 completions for an unbuffered channel nobody reads yet.
-		base = runtime.NumGoroutine()
+		base = bubble.Goroutines()
 		notify := make(chan *Op)
 		ops := make([]*Op, 50)
 		for i := range ops {
@@ -91,7 +93,7 @@ func TestEndpointGoroutinesBounded(t *testing.T) {
 			ep.Cancel(op)
 		}
 		synctest.Wait()
-		if extra := runtime.NumGoroutine() - base; extra > 1 {
+		if extra := bubble.Goroutines() - base; extra > 1 {
 			t.Fatalf("50 pending completions: %d goroutines more, want at most 1", extra)
 		}
 		for i := range ops {
@@ -100,15 +102,7 @@ func TestEndpointGoroutinesBounded(t *testing.T) {
 			}
 		}
 		synctest.Wait()
-		// runtime.NumGoroutine counts the process's goroutines, and the
-		// runtime's finalizer goroutine counts as one while it runs a
-		// finalizer (of an earlier test's socket, say): give it time.
-		extra := runtime.NumGoroutine() - base
-		for i := 0; i < 1000 && extra > 0; i++ {
-			runtime.Gosched()
-			extra = runtime.NumGoroutine() - base
-		}
-		if extra != 0 {
+		if extra := bubble.Goroutines() - base; extra != 0 {
 			t.Fatalf("%d goroutines left after the completions were taken", extra)
 		}
 	})

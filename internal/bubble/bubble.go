@@ -24,6 +24,8 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -149,4 +151,52 @@ func (deps) ResetCoverage()                          {}
 func (deps) SnapshotCoverage()                       {}
 func (deps) InitRuntimeCoverage() (string, func(string, string) (string, error), func() float64) {
 	return "", nil, nil
+}
+
+// Goroutines returns the number of goroutines in the calling goroutine's
+// synctest bubble (the caller and the testing package's own included),
+// or 0 when the caller is in no bubble. Unlike runtime.NumGoroutine it does not count the process's
+// other goroutines (an earlier test's, the runtime's finalizer
+// goroutine), so a test can compare counts exactly. It reads the
+// goroutine headers of a full traceback (", synctest bubble N"), which
+// costs a stop of the world: for tests, not for hot paths.
+func Goroutines() int {
+	self := bubbleTag(stack(false))
+	if self == "" {
+		return 0
+	}
+	n := 0
+	for _, line := range strings.Split(stack(true), "\n") {
+		if strings.HasPrefix(line, "goroutine ") && bubbleTag(line) == self {
+			n++
+		}
+	}
+	return n
+}
+
+// bubbleTag returns the ", synctest bubble N" part of a traceback's first
+// goroutine header, or "".
+func bubbleTag(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	i := strings.Index(line, ", synctest bubble ")
+	if i < 0 {
+		return ""
+	}
+	tag := line[i:]
+	if j := strings.IndexAny(tag[len(", synctest bubble "):], ",]"); j >= 0 {
+		tag = tag[:len(", synctest bubble ")+j]
+	}
+	return tag
+}
+
+// stack returns the traceback of the calling goroutine, or of all.
+func stack(all bool) string {
+	buf := make([]byte, 64<<10)
+	for {
+		n := runtime.Stack(buf, all)
+		if n < len(buf) {
+			return string(buf[:n])
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }

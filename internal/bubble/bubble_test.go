@@ -3,6 +3,7 @@ package bubble
 import (
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -35,4 +36,36 @@ func TestRunVirtualTime(t *testing.T) {
 			t.Errorf("round %d: took %v of real time", round, d)
 		}
 	}
+}
+
+// TestGoroutines: the count is the bubble's own, whatever runs outside it.
+func TestGoroutines(t *testing.T) {
+	if n := Goroutines(); n != 0 {
+		t.Fatalf("outside a bubble: %d, want 0", n)
+	}
+	outside := make(chan struct{})
+	defer close(outside)
+	for range 3 {
+		go func() { <-outside }()
+	}
+	synctest.Test(t, func(t *testing.T) {
+		base := Goroutines()
+		if base < 1 {
+			t.Fatalf("in a bubble: %d", base)
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 5 {
+			wg.Go(func() { <-stop })
+		}
+		synctest.Wait()
+		if n := Goroutines(); n != base+5 {
+			t.Errorf("with 5 started: %d, want %d", n, base+5)
+		}
+		close(stop)
+		wg.Wait()
+		if n := Goroutines(); n != base {
+			t.Errorf("after they returned: %d, want %d", n, base)
+		}
+	})
 }
