@@ -66,6 +66,7 @@ func udpPingPong(ctx context.Context, size, iters, warmup int) (Result, error) {
 		}
 	}
 	samples := make([]time.Duration, iters)
+	cpu0 := rusageCPU()
 	for i := range samples {
 		if err := ctx.Err(); err != nil {
 			return Result{}, err
@@ -76,8 +77,9 @@ func udpPingPong(ctx context.Context, size, iters, warmup int) (Result, error) {
 		}
 		samples[i] = time.Since(t0)
 	}
+	cpu := (rusageCPU() - cpu0) / time.Duration(iters)
 	p50, p99 := percentiles(samples)
-	return Result{Kind: Latency, Op: OpUDPPingPong, Size: size, Iters: iters, P50: p50, P99: p99}, nil
+	return Result{Kind: Latency, Op: OpUDPPingPong, Size: size, Iters: iters, P50: p50, P99: p99, CPU: cpu}, nil
 }
 
 // tcpStream measures the goodput of one kernel TCP connection over

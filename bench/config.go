@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/wire"
@@ -93,6 +94,10 @@ type Config struct {
 	// MTU is the transport MTU in bytes, header included, of the
 	// benchmark's endpoint and the in-process node. Zero means 65000.
 	MTU int
+	// BusyPoll is how long the benchmark's endpoint and the in-process
+	// node poll their sockets before sleeping (netio.UDPConfig.BusyPoll);
+	// zero sleeps at once.
+	BusyPoll time.Duration
 	// Progress, if not nil, is called after each measurement with the
 	// number done and the total.
 	Progress func(done, total int)

@@ -54,6 +54,7 @@ func (r *runner) latency(ctx context.Context, op string, size int) (Result, erro
 		}
 	}
 	samples := make([]time.Duration, iters)
+	cpu0 := rusageCPU()
 	for i := range samples {
 		t0 := time.Now()
 		if err := f(); err != nil {
@@ -61,8 +62,9 @@ func (r *runner) latency(ctx context.Context, op string, size int) (Result, erro
 		}
 		samples[i] = time.Since(t0)
 	}
+	cpu := (rusageCPU() - cpu0) / time.Duration(iters)
 	p50, p99 := percentiles(samples)
-	return Result{Kind: Latency, Op: op, Size: size, Iters: iters, P50: p50, P99: p99}, nil
+	return Result{Kind: Latency, Op: op, Size: size, Iters: iters, P50: p50, P99: p99, CPU: cpu}, nil
 }
 
 // bandwidth measures op at size bytes with Window operations in flight

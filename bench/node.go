@@ -6,6 +6,7 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/transport"
 )
 
@@ -25,6 +26,11 @@ type Node struct {
 // zeroed region of size bytes and a random key. mtu is the transport MTU
 // in bytes (zero means the transport's default). Close it when done.
 func StartNode(size, mtu int) (*Node, error) {
+	return StartNodeWith(size, mtu, netio.UDPConfig{})
+}
+
+// StartNodeWith is StartNode with the node's socket configured by udp.
+func StartNodeWith(size, mtu int, udp netio.UDPConfig) (*Node, error) {
 	st, err := memnode.NewStore(memnode.Config{})
 	if err != nil {
 		return nil, err
@@ -33,7 +39,7 @@ func StartNode(size, mtu int) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: memory node region: %w", err)
 	}
-	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Store: st, Transport: transport.Config{MTU: mtu}}, endpoint.Options{})
+	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Store: st, Transport: transport.Config{MTU: mtu}}, endpoint.Options{UDP: udp})
 	if err != nil {
 		return nil, fmt.Errorf("bench: memory node: %w", err)
 	}

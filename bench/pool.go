@@ -250,6 +250,7 @@ func poolLatency(ctx context.Context, cfg *PoolConfig, ep *endpoint.Endpoint, c 
 			}
 		}
 		samples := make([]time.Duration, cfg.Iters)
+		cpu0 := rusageCPU()
 		for i := range samples {
 			t0 := time.Now()
 			if err := f(); err != nil {
@@ -257,8 +258,9 @@ func poolLatency(ctx context.Context, cfg *PoolConfig, ep *endpoint.Endpoint, c 
 			}
 			samples[i] = time.Since(t0)
 		}
+		cpu := (rusageCPU() - cpu0) / time.Duration(cfg.Iters)
 		p50, p99 := percentiles(samples)
-		return Result{Kind: Latency, Op: op, Size: cfg.Size, Iters: cfg.Iters, P50: p50, P99: p99}, nil
+		return Result{Kind: Latency, Op: op, Size: cfg.Size, Iters: cfg.Iters, P50: p50, P99: p99, CPU: cpu}, nil
 	}
 	var direct Result
 	var remote *endpoint.Remote
@@ -299,6 +301,9 @@ func poolLatency(ctx context.Context, cfg *PoolConfig, ep *endpoint.Endpoint, c 
 	}
 	if direct.P50 > 0 {
 		res.Baseline, res.BaselineValue, res.Ratio = OpRead, us(direct.P50), float64(res.P50)/float64(direct.P50)
+		if direct.P99 > 0 {
+			res.P99Ratio = float64(res.P99) / float64(direct.P99)
+		}
 	}
 	return emit(res)
 }

@@ -5,7 +5,6 @@ package bench
 import (
 	"os"
 	"os/exec"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -23,16 +22,6 @@ func init() {
 		spin(spinCPU)
 		os.Exit(0)
 	}
-}
-
-// rusageCPU is this process's CPU time, user and system, as getrusage
-// reports it (microseconds).
-func rusageCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		panic(err) // RUSAGE_SELF with a valid pointer cannot fail
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // spinSink keeps spin's arithmetic from being optimised away.

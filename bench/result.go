@@ -37,6 +37,14 @@ type Result struct {
 
 	// Latency rows.
 	P50, P99 time.Duration
+	// CPU is the process's CPU time (user and system, every thread) per
+	// measured operation of a latency row: the client's, plus the
+	// in-process memory node's or echo's when the row runs one. Zero
+	// where it was not measured.
+	CPU time.Duration
+	// P99Ratio is P99 over the baseline's P99 (latency rows with a
+	// baseline).
+	P99Ratio float64
 
 	// Bandwidth rows: goodput in Gbit/s (payload bits per second, 10^9).
 	Gbps float64
@@ -82,7 +90,9 @@ type latencyJSON struct {
 	Iters    int     `json:"iters"`
 	P50      float64 `json:"p50_us"`
 	P99      float64 `json:"p99_us"`
+	CPU      float64 `json:"cpu_us,omitempty"`
 	Ratio    float64 `json:"ratio,omitempty"`
+	P99Ratio float64 `json:"p99_ratio,omitempty"`
 	Baseline string  `json:"baseline,omitempty"`
 }
 
@@ -99,14 +109,15 @@ type bandwidthJSON struct {
 }
 
 // MarshalJSON writes the row with the keys op, size and iters, then
-// p50_us and p99_us (latency) or gbps (bandwidth), then ratio and baseline
+// p50_us, p99_us and cpu_us (latency) or gbps (bandwidth), then ratio
+// (and p99_ratio) and baseline
 // when there is a baseline, and sim and loss for simulated rows.
 func (r Result) MarshalJSON() ([]byte, error) {
 	if r.Kind == Latency {
 		return json.Marshal(latencyJSON{
 			Op: r.Op, Size: r.Size, Iters: r.Iters,
-			P50: round(us(r.P50), 5), P99: round(us(r.P99), 5),
-			Ratio: round(r.Ratio, 4), Baseline: r.Baseline,
+			P50: round(us(r.P50), 5), P99: round(us(r.P99), 5), CPU: round(us(r.CPU), 4),
+			Ratio: round(r.Ratio, 4), P99Ratio: round(r.P99Ratio, 4), Baseline: r.Baseline,
 		})
 	}
 	j := bandwidthJSON{
@@ -204,14 +215,20 @@ func (t *TableWriter) Write(r Result) error {
 		t.printf("# %s%s\n", title(r), ctx)
 		switch {
 		case r.Kind == Latency:
-			t.printf("# %-10s %8s %12s %12s %14s %8s\n", "Size", "Iters", "p50 (us)", "p99 (us)", "base p50 (us)", "ratio")
+			t.printf("# %-10s %8s %12s %12s %12s %14s %8s %10s\n", "Size", "Iters", "p50 (us)", "p99 (us)", "CPU/op (us)", "base p50 (us)", "ratio", "p99 ratio")
 		case r.Sim:
 			t.printf("# %-10s %8s %12s %14s %14s %8s\n", "Size", "Iters", "Gbit/s", "virtual time", "base Gbit/s", "ratio")
 		default:
 			t.printf("# %-10s %8s %12s %14s %8s\n", "Size", "Iters", "Gbit/s", "base Gbit/s", "ratio")
 		}
 	}
-	base, ratio := "-", "-"
+	base, ratio, p99ratio, cpu := "-", "-", "-", "-"
+	if r.CPU > 0 {
+		cpu = fmt.Sprintf("%.2f", us(r.CPU))
+	}
+	if r.P99Ratio > 0 {
+		p99ratio = fmt.Sprintf("%.2fx", r.P99Ratio)
+	}
 	if r.Baseline != "" {
 		base = fmt.Sprintf("%.3f", r.BaselineValue)
 		if r.Kind == Latency {
@@ -221,7 +238,7 @@ func (t *TableWriter) Write(r Result) error {
 	}
 	switch {
 	case r.Kind == Latency:
-		t.printf("  %-10s %8d %12.2f %12.2f %14s %8s\n", FormatSize(r.Size), r.Iters, us(r.P50), us(r.P99), base, ratio)
+		t.printf("  %-10s %8d %12.2f %12.2f %12s %14s %8s %10s\n", FormatSize(r.Size), r.Iters, us(r.P50), us(r.P99), cpu, base, ratio, p99ratio)
 	case r.Sim:
 		t.printf("  %-10s %8d %12.3f %14v %14s %8s\n", FormatSize(r.Size), r.Iters, r.Gbps, r.Virtual.Round(time.Microsecond), base, ratio)
 	default:

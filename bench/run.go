@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/transport"
 )
 
@@ -36,7 +37,7 @@ func Run(ctx context.Context, cfg Config, emit func(Result) error) error {
 	r := &runner{cfg: cfg, key: cfg.Key}
 	server := cfg.Server
 	if server == "" {
-		node, err := StartNode(cfg.RegionSize, cfg.MTU)
+		node, err := StartNodeWith(cfg.RegionSize, cfg.MTU, netio.UDPConfig{BusyPoll: cfg.BusyPoll})
 		if err != nil {
 			return err
 		}
@@ -47,7 +48,7 @@ func Run(ctx context.Context, cfg Config, emit func(Result) error) error {
 	if cfg.Server != "" {
 		local = ":0" // an external node may be on another host
 	}
-	ep, err := endpoint.Listen(local, endpoint.Config{Transport: transport.Config{MTU: cfg.MTU}}, endpoint.Options{})
+	ep, err := endpoint.Listen(local, endpoint.Config{Transport: transport.Config{MTU: cfg.MTU}}, endpoint.Options{UDP: netio.UDPConfig{BusyPoll: cfg.BusyPoll}})
 	if err != nil {
 		return fmt.Errorf("bench: endpoint: %w", err)
 	}
@@ -88,6 +89,9 @@ func Run(ctx context.Context, cfg Config, emit func(Result) error) error {
 			if b, ok := udp[min(res.Size, maxUDPPayload)]; ok && err == nil && b.P50 > 0 {
 				res.Baseline, res.BaselineValue = OpUDPPingPong, us(b.P50)
 				res.Ratio = float64(res.P50) / float64(b.P50)
+				if b.P99 > 0 {
+					res.P99Ratio = float64(res.P99) / float64(b.P99)
+				}
 			}
 			return res, err
 		}

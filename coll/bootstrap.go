@@ -14,6 +14,7 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/internal/secretfile"
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 )
@@ -41,7 +42,11 @@ type Launch struct {
 	// Config.JoinTimeout and Config.Liveness: 0 when unset (the
 	// defaults); Liveness is negative for NDMA_LIVENESS=off (no bound).
 	JoinTimeout, Liveness time.Duration
-	Source                string // which variables it came from, for messages
+	// BusyPoll (NDMA_BUSY_POLL, a Go duration such as "50us") is how
+	// long the rank's endpoint polls its socket before sleeping
+	// (netio.UDPConfig.BusyPoll, set by EndpointOptions): 0 when unset.
+	BusyPoll time.Duration
+	Source   string // which variables it came from, for messages
 }
 
 // CredentialEnv names the environment variable that holds the path of a
@@ -55,7 +60,8 @@ const CredentialEnv = "NDMA_CREDENTIAL"
 // the rank's credential file: see Launch.EndpointOptions), and the optional
 // NDMA_JOIN_TIMEOUT (how long the rendezvous waits for every rank) and
 // NDMA_LIVENESS (how long a host algorithm waits for a silent rank
-// without a switch; "off": no bound), Go durations such as "90s"; when
+// without a switch; "off": no bound), Go durations such as "90s", and
+// NDMA_BUSY_POLL (see Launch.BusyPoll); when
 // NDMA_RANK/NDMA_SIZE are absent, the first of OMPI_COMM_WORLD_RANK/_SIZE
 // (Open MPI's mpirun), PMI_RANK/PMI_SIZE (MPICH, Intel MPI),
 // SLURM_PROCID/SLURM_NTASKS (srun), RANK/WORLD_SIZE (torchrun). The job
@@ -118,6 +124,13 @@ func ParseEnv(getenv func(string) (string, bool)) (Launch, error) {
 	if l.Liveness, err = envDuration(getenv, "NDMA_LIVENESS", true); err != nil {
 		return l, err
 	}
+	if v, ok := getenv("NDMA_BUSY_POLL"); ok && v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > netio.MaxBusyPoll {
+			return l, fmt.Errorf("%w: NDMA_BUSY_POLL=%q: want a duration from 0 to %v, such as 50us", ErrArg, v, netio.MaxBusyPoll)
+		}
+		l.BusyPoll = d
+	}
 	var ok bool
 	if l.Job, ok = getenv("NDMA_JOB"); !ok || l.Job == "" {
 		if j, ok := getenv("SLURM_JOB_ID"); ok && j != "" {
@@ -171,14 +184,16 @@ func envDuration(getenv func(string) (string, bool), name string, off bool) (tim
 	return d, nil
 }
 
-// EndpointOptions returns the options of the rank's endpoint: with
-// NDMA_CREDENTIAL (l.Credential) set, the credential in that file, which
-// must be of role member and readable by its owner alone, with every
-// datagram sealed (encrypted and authenticated); none otherwise. Its
-// errors wrap ErrArg and name NDMA_CREDENTIAL.
+// EndpointOptions returns the options of the rank's endpoint: its
+// socket's busy poll (l.BusyPoll) and, with NDMA_CREDENTIAL
+// (l.Credential) set, the credential in that file, which must be of role
+// member and readable by its owner alone, with every datagram sealed
+// (encrypted and authenticated). Its errors wrap ErrArg and name
+// NDMA_CREDENTIAL.
 func (l Launch) EndpointOptions() (endpoint.Options, error) {
+	udp := netio.UDPConfig{BusyPoll: l.BusyPoll}
 	if l.Credential == "" {
-		return endpoint.Options{}, nil
+		return endpoint.Options{UDP: udp}, nil
 	}
 	b, err := secretfile.ReadFile(l.Credential, "credential file")
 	if err != nil {
@@ -193,7 +208,7 @@ func (l Launch) EndpointOptions() (endpoint.Options, error) {
 		return endpoint.Options{}, fmt.Errorf("%w: %s=%s: the credential of a %v (%q); a rank needs one of role member",
 			ErrArg, CredentialEnv, l.Credential, id.Cert.Role, id.Cert.Name)
 	}
-	return endpoint.Options{Security: id, SecurityOptions: secure.Options{Encrypt: true}}, nil
+	return endpoint.Options{UDP: udp, Security: id, SecurityOptions: secure.Options{Encrypt: true}}, nil
 }
 
 // FromEnv creates the world communicator of a job started by a launcher

@@ -120,9 +120,10 @@ func TestFromEnvNeedsToken(t *testing.T) {
 	}
 }
 
-// TestParseEnvDurations: NDMA_JOIN_TIMEOUT and NDMA_LIVENESS are Go
-// durations (NDMA_LIVENESS also "off"); a bad value is an error naming
-// the variable.
+// TestParseEnvDurations: NDMA_JOIN_TIMEOUT, NDMA_LIVENESS and
+// NDMA_BUSY_POLL are Go durations (NDMA_LIVENESS also "off"); a bad value
+// is an error naming the variable; the busy poll reaches the endpoint's
+// options.
 func TestParseEnvDurations(t *testing.T) {
 	base := func(kv ...string) map[string]string {
 		m := map[string]string{"NDMA_RANK": "0", "NDMA_SIZE": "2"}
@@ -133,7 +134,7 @@ func TestParseEnvDurations(t *testing.T) {
 	}
 	for _, c := range []struct {
 		env               map[string]string
-		join, live        time.Duration
+		join, live, busy  time.Duration
 		wantErrNamingThis string
 	}{
 		{env: base()},
@@ -145,6 +146,11 @@ func TestParseEnvDurations(t *testing.T) {
 		{env: base("NDMA_JOIN_TIMEOUT", "off"), wantErrNamingThis: "NDMA_JOIN_TIMEOUT"},
 		{env: base("NDMA_LIVENESS", "-5s"), wantErrNamingThis: "NDMA_LIVENESS"},
 		{env: base("NDMA_LIVENESS", "forever"), wantErrNamingThis: "NDMA_LIVENESS"},
+		{env: base("NDMA_BUSY_POLL", "50us"), busy: 50 * time.Microsecond},
+		{env: base("NDMA_BUSY_POLL", "0")},
+		{env: base("NDMA_BUSY_POLL", "-1us"), wantErrNamingThis: "NDMA_BUSY_POLL"},
+		{env: base("NDMA_BUSY_POLL", "1s"), wantErrNamingThis: "NDMA_BUSY_POLL"},
+		{env: base("NDMA_BUSY_POLL", "spin"), wantErrNamingThis: "NDMA_BUSY_POLL"},
 	} {
 		l, err := ParseEnv(envOf(c.env))
 		if c.wantErrNamingThis != "" {
@@ -153,8 +159,11 @@ func TestParseEnvDurations(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || l.JoinTimeout != c.join || l.Liveness != c.live {
-			t.Errorf("%v: join timeout %v, liveness %v, %v; want %v and %v", c.env, l.JoinTimeout, l.Liveness, err, c.join, c.live)
+		if err != nil || l.JoinTimeout != c.join || l.Liveness != c.live || l.BusyPoll != c.busy {
+			t.Errorf("%v: join timeout %v, liveness %v, busy poll %v, %v; want %v, %v and %v", c.env, l.JoinTimeout, l.Liveness, l.BusyPoll, err, c.join, c.live, c.busy)
+		}
+		if opts, err := l.EndpointOptions(); err != nil || opts.UDP.BusyPoll != c.busy {
+			t.Errorf("%v: endpoint options busy poll %v, %v; want %v", c.env, opts.UDP.BusyPoll, err, c.busy)
 		}
 	}
 }

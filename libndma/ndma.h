@@ -116,7 +116,7 @@ void ndma_config_init(ndma_config *cfg);
  * mpirun (OMPI_COMM_WORLD_RANK/SIZE), PMI (MPICH), Slurm's srun or
  * torchrun (RANK/WORLD_SIZE); the switch from NDMA_SWITCH, the token from
  * NDMA_TOKEN (or NDMA_INSECURE=1), and NDMA_JOB, NDMA_CREDENTIAL,
- * NDMA_MTU, NDMA_JOIN_TIMEOUT, NDMA_LIVENESS, NDMA_LISTEN,
+ * NDMA_MTU, NDMA_JOIN_TIMEOUT, NDMA_LIVENESS, NDMA_LISTEN, NDMA_BUSY_POLL,
  * NDMA_TIMEOUT (a Go duration such as "30s": each collective's bound) and
  * NDMA_DETERMINISTIC=1 if set. It blocks until every rank has joined. */
 int ndma_comm_from_env(ndma_comm_t *comm);

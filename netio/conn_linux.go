@@ -123,13 +123,14 @@ func ListenUDP(addr string, cfg UDPConfig) (*UDPConn, error) {
 		pc.Close()
 		return nil, fmt.Errorf("netio: listen %s: %w", addr, err)
 	}
+	rb.rcall.spin, rb.rcall.polls = cfg.BusyPoll, &c.stats
 	c.bc = rb
 	c.gro = gr
 	c.gso.Store(gso)
 	c.gsoMaxSeg = MaxDatagram
 	c.initBuffers()
 	c.sendmsgs = c.sendmmsg
-	c.log.Debug("netio: UDP socket open", "local", c.local, "batch", c.batch, "gso", gso, "gro", gr)
+	c.log.Debug("netio: UDP socket open", "local", c.local, "batch", c.batch, "gso", gso, "gro", gr, "busy_poll", cfg.BusyPoll)
 	return c, nil
 }
 

@@ -5,8 +5,10 @@ package netio
 import (
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/net/ipv4"
@@ -76,6 +78,24 @@ type mmsgCall struct {
 	flags int
 	n     int
 	errno syscall.Errno
+	// spin is how long a receive keeps trying (yielding the thread to
+	// other goroutines between tries) before it waits in the poller
+	// (UDPConfig.BusyPoll); until is when the current call's spin ends,
+	// set at its first EAGAIN.
+	spin  time.Duration
+	until time.Time
+	// polls, when not nil, counts receives found by polling and
+	// receives that waited in the poller (UDPStats).
+	polls *udpCounters
+	slept bool // the current call waited in the poller
+}
+
+// sleeping records that the current receive waits in the poller.
+func (c *mmsgCall) sleeping() {
+	if c.polls != nil && !c.slept {
+		c.polls.readSleeps.Add(1)
+	}
+	c.slept = true
 }
 
 // try runs the system call on fd, again on EINTR; it returns false, to
@@ -88,7 +108,23 @@ func (c *mmsgCall) try(fd uintptr) bool {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
-			return false
+			if c.spin <= 0 {
+				c.sleeping()
+				return false
+			}
+			now := time.Now()
+			if c.until.IsZero() {
+				c.until = now.Add(c.spin)
+			}
+			if now.After(c.until) || oversubscribed() {
+				c.sleeping()
+				return false
+			}
+			runtime.Gosched()
+			continue
+		}
+		if c.polls != nil && e == 0 && !c.until.IsZero() && !c.slept {
+			c.polls.busyPollHits.Add(1) // found by polling, no sleep
 		}
 		c.n, c.errno = int(v), e
 		if e != 0 {
@@ -102,6 +138,7 @@ func (c *mmsgCall) try(fd uintptr) bool {
 // returns the messages done.
 func (c *mmsgCall) run(rc syscall.RawConn, write bool, hdr []unix.Mmsghdr, flags int) (int, error) {
 	c.hdr, c.flags = hdr, flags
+	c.until, c.slept = time.Time{}, false
 	var err error
 	if write {
 		err = rc.Write(c.fn)

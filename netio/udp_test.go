@@ -393,6 +393,8 @@ func TestConfigValidate(t *testing.T) {
 		{BatchSize: MaxBatchSize + 1},
 		{SocketBuffer: -1},
 		{SocketBuffer: 1 << 40},
+		{BusyPoll: -time.Microsecond},
+		{BusyPoll: MaxBusyPoll + 1},
 	} {
 		c, err := ListenUDP("127.0.0.1:0", cfg)
 		if !errors.Is(err, ErrInvalidConfig) {

@@ -48,6 +48,7 @@ type rwFlags struct {
 	linkRate                              string
 	linkLatency                           time.Duration
 	loss                                  float64
+	busyPoll                              time.Duration
 	seed                                  int64
 }
 
@@ -83,6 +84,7 @@ runs lossless and with loss P, and the lossy row shows its ratio:
 	fl.IntVar(&f.warmup, "warmup", 0, "unmeasured operations before each latency measurement (default: a tenth of --iters, at least 10)")
 	fl.IntVar(&f.window, "window", bench.DefaultWindow, "operations in flight in the bandwidth test")
 	fl.IntVar(&f.mtu, "mtu", 0, fmt.Sprintf("transport MTU in bytes (default %d on loopback, %d with --sim)", bench.DefaultMTU, bench.DefaultSimMTU))
+	fl.DurationVar(&f.busyPoll, "busy-poll", 0, "poll the sockets this long before sleeping, e.g. 50us (Linux; not with --sim)")
 	fl.BoolVar(&f.json, "json", false, "print JSON Lines, one object per measurement")
 	fl.BoolVar(&f.sim, "sim", false, "measure WRITE goodput on the simulated network (virtual time)")
 	fl.StringVar(&f.linkRate, "link-rate", "10gbit", "with --sim: link rate, e.g. 100mbit, 10gbit")
@@ -131,7 +133,7 @@ func runBenchRW(cmd *cobra.Command, f *rwFlags) error {
 	defer prog.finish()
 
 	if f.sim {
-		if err := checkExclusive(cmd, "with --sim", "server", "key", "region-size", "tests", "warmup"); err != nil {
+		if err := checkExclusive(cmd, "with --sim", "server", "key", "region-size", "tests", "warmup", "busy-poll"); err != nil {
 			return err
 		}
 		rate, err := bench.ParseRate(f.linkRate)
@@ -185,7 +187,7 @@ func runBenchRW(cmd *cobra.Command, f *rwFlags) error {
 	}
 	cfg := bench.Config{
 		Server: f.server, Key: key, RegionSize: region, Tests: tests, Sizes: sizes,
-		Iters: f.iters, Warmup: f.warmup, Window: f.window, MTU: f.mtu, Progress: prog.callback(),
+		Iters: f.iters, Warmup: f.warmup, Window: f.window, MTU: f.mtu, BusyPoll: f.busyPoll, Progress: prog.callback(),
 	}
 	if emit == nil {
 		where := "in-process memory node on loopback"

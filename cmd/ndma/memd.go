@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/memnode/memd"
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 )
@@ -22,6 +24,7 @@ type memdFlags struct {
 	keyFile string
 	metrics string
 	mtu     int
+	busy    time.Duration
 	log     logFlags
 	prof    profileFlag
 	sw      string
@@ -38,6 +41,7 @@ var memdFlagNames = map[string]string{
 	"KeyFile":     "--key-file",
 	"MetricsAddr": "--metrics",
 	"MTU":         "--mtu",
+	"BusyPoll":    "--busy-poll",
 	"Switch":      "--switch",
 	"Security":    "--credential",
 }
@@ -81,6 +85,7 @@ SIGINT or SIGTERM shuts the node down gracefully.`,
 	fl.StringVar(&f.perm, "perm", "rwav", "permissions of the region without --key-file: r(ead) w(rite) a(tomic) v(ector)")
 	fl.StringVar(&f.keyFile, "key-file", "", "`file` listing the regions to expose (\"<hex key> <size> <perm>\" per line) instead of --size and --perm")
 	fl.StringVar(&f.metrics, "metrics", "", "TCP `address` to serve Prometheus metrics on at /metrics (default: none)")
+	fl.DurationVar(&f.busy, "busy-poll", 0, fmt.Sprintf("poll the socket this long before sleeping, e.g. 50us (Linux, at most %v): less latency per request for a core's time; 0 sleeps at once", netio.MaxBusyPoll))
 	fl.IntVar(&f.mtu, "mtu", transport.DefaultMTU, fmt.Sprintf("largest datagram to send, in bytes, header included (%d to %d)", memd.MinMTU, memd.MaxMTU))
 	fl.StringVar(&f.sw, "switch", "", "forwarding node `address` (host:port) whose memory pool this node lends its region with the lowest key to")
 	f.token.register(fl)
@@ -121,6 +126,7 @@ func (f *memdFlags) config(logw io.Writer) (memd.Config, error) {
 		KeyFile:     f.keyFile,
 		MetricsAddr: f.metrics,
 		MTU:         f.mtu,
+		BusyPoll:    f.busy,
 		Logger:      logger,
 	}
 	if cfg.Listen, err = resolveListen("--listen", f.listen); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/fabric/switchd"
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 )
 
@@ -26,6 +27,7 @@ type switchFlags struct {
 	reorder, corrupt float64
 	seed             uint64
 	metrics          string
+	busyPoll         time.Duration
 	log              logFlags
 	prof             profileFlag
 }
@@ -42,6 +44,7 @@ var switchFlagNames = map[string]string{
 	"Fault.Reorder":    "--reorder",
 	"Fault.Corrupt":    "--corrupt",
 	"MetricsAddr":      "--metrics",
+	"BusyPoll":         "--busy-poll",
 	"Security":         "--credential",
 }
 
@@ -98,6 +101,7 @@ SIGTERM shuts the switch down gracefully.`,
 	fl.Float64Var(&f.corrupt, "corrupt", 0, "fault injection: probability of flipping one bit of a datagram, in [0, 1]")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the fault injection generator (with --drop, --dup, --reorder or --corrupt; at least 1)")
 	fl.StringVar(&f.metrics, "metrics", "", "TCP `address` to serve Prometheus metrics on at /metrics (default: none)")
+	fl.DurationVar(&f.busyPoll, "busy-poll", 0, fmt.Sprintf("poll the socket this long before sleeping, e.g. 50us (Linux, at most %v): less latency per request for a core's time; 0 sleeps at once", netio.MaxBusyPoll))
 	f.log.register(fl)
 	f.prof.register(fl)
 	rootCmd.AddCommand(cmd)
@@ -167,6 +171,7 @@ func (f *switchFlags) config(cmd *cobra.Command) (switchd.Config, error) {
 		MTU:              f.mtu,
 		Fault:            fabric.FaultConfig{Drop: f.drop, Dup: f.dup, Reorder: f.reorder, Corrupt: f.corrupt, Seed: f.seed},
 		MetricsAddr:      f.metrics,
+		BusyPoll:         f.busyPoll,
 		Logger:           logger,
 	}, nil
 }

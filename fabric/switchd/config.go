@@ -106,6 +106,12 @@ type Config struct {
 	// means 1). The zero value injects nothing.
 	Fault fabric.FaultConfig
 
+	// BusyPoll is how long the receive loop polls its socket before it
+	// sleeps until a datagram arrives (netio.UDPConfig.BusyPoll: Linux,
+	// at most netio.MaxBusyPoll); zero, the default, sleeps at once. It
+	// trades a core's time for the wake-up taken off each request.
+	BusyPoll time.Duration
+
 	// MetricsAddr, if not empty, is a TCP address ("127.0.0.1:9471") on
 	// which Prometheus metrics are served over HTTP at /metrics. Empty
 	// means no metrics listener. Port 0 picks a free port;
@@ -180,6 +186,9 @@ func (c *Config) validate() error {
 	}
 	if c.MTU < MinMTU || c.MTU > MaxMTU {
 		return invalid("MTU", "%d bytes (want %d to %d)", c.MTU, MinMTU, MaxMTU)
+	}
+	if c.BusyPoll < 0 || c.BusyPoll > netio.MaxBusyPoll {
+		return invalid("BusyPoll", "%v (want 0 to %v)", c.BusyPoll, netio.MaxBusyPoll)
 	}
 	if c.Security != nil && c.MTU < MinMTU+wire.TagLen {
 		return invalid("MTU", "%d bytes: with Security, want at least %d (the tag takes %d)", c.MTU, MinMTU+wire.TagLen, wire.TagLen)

@@ -70,7 +70,7 @@ func Start(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("switchd: %w", err)
 	}
-	conn, err := netio.ListenUDP(cfg.Listen, netio.UDPConfig{Logger: cfg.Logger})
+	conn, err := netio.ListenUDP(cfg.Listen, netio.UDPConfig{Logger: cfg.Logger, BusyPoll: cfg.BusyPoll})
 	if err != nil {
 		return nil, &FieldError{Field: "Listen", Err: err}
 	}

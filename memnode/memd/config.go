@@ -80,6 +80,12 @@ type Config struct {
 	// Server.MetricsAddr reports it.
 	MetricsAddr string
 
+	// BusyPoll is how long the receive loop polls its socket before it
+	// sleeps until a datagram arrives (netio.UDPConfig.BusyPoll: Linux,
+	// at most netio.MaxBusyPoll); zero, the default, sleeps at once. It
+	// trades a core's time for the wake-up taken off each request.
+	BusyPoll time.Duration
+
 	// MTU is the largest datagram the node sends, in bytes, header
 	// included, MinMTU to MaxMTU. Zero means the transport's default
 	// (transport.DefaultMTU, 9000).
@@ -162,6 +168,9 @@ func (c *Config) validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		return invalid("Listen", "%q: %v", c.Listen, err)
+	}
+	if c.BusyPoll < 0 || c.BusyPoll > netio.MaxBusyPoll {
+		return invalid("BusyPoll", "%v (want 0 to %v)", c.BusyPoll, netio.MaxBusyPoll)
 	}
 	if c.MetricsAddr != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/internal/secretfile"
@@ -104,6 +105,8 @@ func TestStartErrors(t *testing.T) {
 		{"unknown perm bits", Config{Perm: 0x80}, "Perm", ErrConfig, 0},
 		{"small MTU", Config{MTU: 100}, "MTU", ErrConfig, 0},
 		{"huge MTU", Config{MTU: 70000}, "MTU", ErrConfig, 0},
+		{"negative busy poll", Config{BusyPoll: -1}, "BusyPoll", ErrConfig, 0},
+		{"long busy poll", Config{BusyPoll: time.Second}, "BusyPoll", ErrConfig, 0},
 		{"size with key file", Config{Size: 4096, KeyFile: "keys"}, "Size", ErrConfig, 0},
 		{"perm with key file", Config{Perm: memnode.PermRead, KeyFile: "keys"}, "Perm", ErrConfig, 0},
 		{"missing key file", Config{KeyFile: filepath.Join(t.TempDir(), "none")}, "KeyFile", fs.ErrNotExist, 0},

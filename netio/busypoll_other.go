@@ -1,0 +1,5 @@
+//go:build !linux
+
+package netio
+
+const busyPollSupported = false
