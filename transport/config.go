@@ -87,6 +87,15 @@ type Config struct {
 	// sealed datagram) nor checks the CRC32C of what it receives. Set it
 	// only when every datagram Step sees came out of such a layer.
 	Verified bool
+	// ImmediateAcks sends every ACK at once. By default the ACK of a
+	// lone one-packet response on the point-to-point group (a READ's
+	// data, say) waits up to MaxAckDelay for the next request to ride on
+	// (wire.FlagAck), as an ACK due when data goes out to the same peer
+	// always does: a request and its response then cost two datagrams,
+	// not four. Every sender adds MaxAckDelay to its retransmission
+	// timeout on that group, so a peer that sets ImmediateAcks still
+	// interoperates.
+	ImmediateAcks bool
 	// Seed seeds initial sequence numbers and message ids. Zero draws a
 	// random seed; tests set it for determinism.
 	Seed uint64
@@ -138,6 +147,12 @@ const (
 	DefaultTargetDelay = 500 * time.Microsecond
 	DefaultInitialCwnd = 16
 )
+
+// MaxAckDelay is the longest a receiver holds the ACK of a lone
+// response for data to ride on (see Config.ImmediateAcks); senders on
+// the point-to-point group add it to their retransmission timeout, and
+// an RTT sample leaves out the delay the ACK reports (its AckDelay).
+const MaxAckDelay = time.Millisecond
 
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("transport: invalid config")

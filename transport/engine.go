@@ -115,10 +115,13 @@ type Stats struct {
 	PacketsSent, PacketsRetransmitted, PacketsReceived uint64
 	BytesSent, BytesReceived                           uint64 // payload bytes of data packets
 	AcksSent, AcksReceived, NacksSent                  uint64
-	Duplicates, OutOfWindow, PartialOverflow           uint64
-	Malformed, Unexpected, Refused                     uint64
-	FastRetransmits, Timeouts, PeersDead               uint64
-	MessagesCompleted, MessagesFailed                  uint64
+	// AcksPiggybacked counts the ACKs (of AcksSent) that rode on a data
+	// packet (wire.FlagAck) instead of a datagram of their own.
+	AcksPiggybacked                          uint64
+	Duplicates, OutOfWindow, PartialOverflow uint64
+	Malformed, Unexpected, Refused           uint64
+	FastRetransmits, Timeouts, PeersDead     uint64
+	MessagesCompleted, MessagesFailed        uint64
 	// Contradicting counts data packets refused because their fragment
 	// disagrees with the message it joins (see Delivery.MsgDone).
 	Contradicting uint64
@@ -615,6 +618,17 @@ func (e *Engine) StepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit
 		}
 		return d, false
 	}
+	piggy := h.Flags&wire.FlagAck != 0
+	if piggy {
+		// An ACK of this side's stream rides on the data: taken off here,
+		// applied below as an OpAck would be.
+		if payload, err = wire.SplitAck(payload, &e.ack); err != nil {
+			e.stats.Malformed++
+			return d, false
+		}
+		h.Flags &^= wire.FlagAck
+		h.Len -= wire.AckFixedLen
+	}
 	p := e.lookup(id)
 	if p == nil {
 		// Incoming data never fails to find room: a stranger evicts an
@@ -623,7 +637,15 @@ func (e *Engine) StepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit
 	}
 	p.received(len(pkt))
 	e.touch(p, now)
+	if piggy {
+		if p.onAck(now, &e.ack, false, h.TS, true, false) {
+			e.stats.AcksReceived++
+		} else {
+			e.stats.Unexpected++
+		}
+	}
 	e.stats.PacketsReceived++
+	wasPending := p.ackPending
 	ok, pm := p.checkData(now, h)
 	if !ok {
 		return d, false
@@ -637,6 +659,12 @@ func (e *Engine) StepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit
 		}
 	}
 	d.MsgDone = p.commitData(now, h, pm)
+	if !wasPending && d.MsgDone && !e.cfg.ImmediateAcks && h.Flags&wire.FlagResp != 0 &&
+		h.Offset == 0 && uint32(h.Len) == h.MsgLen && p.piggybacks(false) && !p.limited() {
+		// A lone one-packet response: its ACK may wait for the next
+		// request to ride on.
+		p.ackAt = nanos(now) + int64(MaxAckDelay)
+	}
 	d.Payload = payload
 	d.Peer = id
 	e.stats.BytesReceived += uint64(len(payload))
@@ -679,7 +707,7 @@ func (e *Engine) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, []
 			continue
 		}
 		var dl time.Time
-		if p.hasWork() {
+		if p.hasWork(now) {
 			dl = now
 		} else {
 			dl = p.deadline(now)

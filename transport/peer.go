@@ -86,7 +86,7 @@ func (pm *partialMsg) complete() bool {
 // peer is the per-peer sequence state inside a group context. Sender and
 // receiver halves are independent: each direction has its own PSN space.
 //
-// Size: the struct itself is 520 bytes on 64-bit platforms, plus the
+// Size: the struct itself is 560 bytes on 64-bit platforms, plus the
 // receive bitmap (RecvWindow/8+8 bytes: 136 B at the default) once the
 // peer has sent data, the partial-message map while multi-packet messages
 // arrive (at most MaxPartial entries of 120 bytes), and — only while
@@ -141,12 +141,16 @@ type peer struct {
 	rackTime     time.Time // send time of the latest-sent packet known delivered
 
 	// Receiver half.
-	rcvInit     bool
-	rcvNxt      uint32 // every PSN before it has been received
-	rcvHigh     uint32 // one past the highest PSN received
-	bitmap      []uint64
-	partial     map[msgKey]*partialMsg
-	ackPending  bool
+	rcvInit    bool
+	rcvNxt     uint32 // every PSN before it has been received
+	rcvHigh    uint32 // one past the highest PSN received
+	bitmap     []uint64
+	partial    map[msgKey]*partialMsg
+	ackPending bool
+	// ackAt, while an ACK is pending, is when (Unix ns) it must go out
+	// at the latest if no data to the peer takes it along first (a
+	// delayed ACK of a lone response); zero: at once.
+	ackAt       int64
 	nackCum     uint32 // Cum value a NACK was last sent for
 	nackSent    bool
 	echoTS      uint64
@@ -266,8 +270,8 @@ func (p *peer) afford(n uint32) bool { return p.credit >= int64(wire.HeaderLen)+
 // acknowledge.
 func (p *peer) idle() bool { return p.sndUna == p.sndNxt && p.qhead == nil && !p.ackPending }
 
-func (p *peer) hasWork() bool {
-	if p.ackPending || p.echoPending || p.resetChallenge {
+func (p *peer) hasWork(now time.Time) bool {
+	if (p.ackPending && !p.ackWaits(now)) || p.echoPending || p.resetChallenge {
 		return true
 	}
 	if p.inflight >= p.cwndPkts() {
@@ -288,9 +292,30 @@ func (p *peer) hasWork() bool {
 	return false
 }
 
+// ackWaits reports whether the pending ACK is a delayed one that may
+// still wait for data to ride on.
+func (p *peer) ackWaits(now time.Time) bool { return p.ackAt != 0 && nanos(now) < p.ackAt }
+
+// piggybacks reports whether a pending ACK can ride on a data packet to
+// the peer: on the point-to-point group, whose both ends are engines,
+// with nothing to SACK, to a peer whose address is validated.
+func (p *peer) piggybacks(limited bool) bool {
+	return !limited && p.id.Group == 0 && p.id.Mode == wire.ModeUnicast && p.rcvHigh == p.rcvNxt
+}
+
+// dataReady reports whether poll is about to send data to the peer.
+func (p *peer) dataReady() bool {
+	return p.inflight < p.cwndPkts() && (p.lostPending() || (p.qhead != nil && p.canSendNew()))
+}
+
 // deadline is the next time the peer needs Poll without new input.
 func (p *peer) deadline(now time.Time) time.Time {
 	dl := p.sendDeadline()
+	if p.ackPending && p.ackWaits(now) {
+		if at := time.Unix(0, p.ackAt); dl.IsZero() || at.Before(dl) {
+			dl = at
+		}
+	}
 	if p.qhead != nil && p.limited() {
 		// Held by the amplification budget: another peer at the address
 		// may validate it, so look again after a timeout's time.
@@ -347,13 +372,12 @@ func (p *peer) poll(now time.Time, out []netio.Datagram, used, budget int) ([]ne
 		out = append(out, d)
 		n++
 	}
-	if p.ackPending {
-		if d, ok := p.buildAck(now, p.e.buf(used+n), limited); ok {
-			out = append(out, d)
-			if limited && p.credit >= int64(len(d.Buf)) {
-				p.credit -= int64(len(d.Buf))
-				out = append(out, d)
-			}
+	// A pending ACK goes first, on its own, unless data about to go
+	// out takes it along (emit), or it is a delayed one that may still
+	// wait for data.
+	if p.ackPending && !p.ackWaits(now) && !(p.piggybacks(limited) && p.dataReady()) {
+		var ok bool
+		if out, ok = p.pollAck(now, out, used+n, limited); ok {
 			n++
 		}
 	}
@@ -432,6 +456,13 @@ func (p *peer) poll(now time.Time, out []netio.Datagram, used, budget int) ([]ne
 	if blocked {
 		p.e.stats.AmplificationLimited++
 	}
+	if p.ackPending && !p.ackWaits(now) {
+		// The data it was to ride on did not go out (or did not fit).
+		var ok bool
+		if out, ok = p.pollAck(now, out, used+n, limited); ok {
+			n++
+		}
+	}
 	if p.sndUna == p.sndNxt && p.qhead != nil {
 		if !p.waiting {
 			p.waiting, p.lastProgress = true, now
@@ -440,6 +471,22 @@ func (p *peer) poll(now time.Time, out []netio.Datagram, used, budget int) ([]ne
 		p.waiting = false
 	}
 	return out, n
+}
+
+// pollAck appends the pending ACK, built in buffer bufIdx, to out (twice
+// to a peer whose address is not validated, budget permitting); ok
+// reports whether it used the buffer.
+func (p *peer) pollAck(now time.Time, out []netio.Datagram, bufIdx int, limited bool) (_ []netio.Datagram, ok bool) {
+	d, ok := p.buildAck(now, p.e.buf(bufIdx), limited)
+	if !ok {
+		return out, false
+	}
+	out = append(out, d)
+	if limited && p.credit >= int64(len(d.Buf)) {
+		p.credit -= int64(len(d.Buf))
+		out = append(out, d)
+	}
+	return out, true
 }
 
 func (p *peer) emit(now time.Time, out []netio.Datagram, bufIdx int, psn uint32, rec *pktRec, retx, limited bool) []netio.Datagram {
@@ -456,10 +503,19 @@ func (p *peer) emit(now time.Time, out []netio.Datagram, bufIdx int, psn uint32,
 		h.Flags |= wire.FlagSyn
 	}
 	var pkt []byte
-	if p.e.cfg.Verified {
-		pkt, _ = wire.AppendPacketUnchecked(p.e.buf(bufIdx)[:0], &h, m.payload[rec.off:rec.off+rec.n])
-	} else {
-		pkt, _ = wire.AppendPacket(p.e.buf(bufIdx)[:0], &h, m.payload[rec.off:rec.off+rec.n])
+	payload := m.payload[rec.off : rec.off+rec.n]
+	switch {
+	case p.ackPending && p.piggybacks(limited) && wire.HeaderLen+int(rec.n)+wire.AckFixedLen <= p.e.cfg.MTU:
+		a := &p.e.ack
+		p.fillAck(now, a)
+		p.ackPending, p.ackAt = false, 0
+		p.e.stats.AcksSent++
+		p.e.stats.AcksPiggybacked++
+		pkt, _ = wire.AppendPacketAck(p.e.buf(bufIdx)[:0], &h, payload, a, !p.e.cfg.Verified)
+	case p.e.cfg.Verified:
+		pkt, _ = wire.AppendPacketUnchecked(p.e.buf(bufIdx)[:0], &h, payload)
+	default:
+		pkt, _ = wire.AppendPacket(p.e.buf(bufIdx)[:0], &h, payload)
 	}
 	out = append(out, netio.Datagram{Addr: p.id.Addr, Buf: pkt})
 	if limited {
@@ -554,7 +610,7 @@ func (p *peer) onRTT(now time.Time, r time.Duration, full bool, owd int64, haveO
 		p.srtt = (7*p.srtt + r) / 8
 	}
 	old := p.rto
-	p.rto = min(max(p.srtt+4*p.rttvar, cfg.MinRTO), cfg.MaxRTO)
+	p.rto = min(max(p.srtt+4*p.rttvar+p.peerAckDelay(), cfg.MinRTO), cfg.MaxRTO)
 	if p.rto < old/2 {
 		// The timeout came down from a backoff: timers armed with the old
 		// value would fire far too late, so rescan at the next Poll.
@@ -599,6 +655,16 @@ func (p *peer) onRTT(now time.Time, r time.Duration, full bool, owd int64, haveO
 		f := 1 - ccBeta*float64(queued-allowed)/float64(p.minRTT+queued)
 		p.decrease(now, max(f, 1-ccMaxMDF))
 	}
+}
+
+// peerAckDelay is how long the peer may hold an ACK of this side's data
+// (MaxAckDelay on the point-to-point group, where it delays the ACK of
+// a lone response).
+func (p *peer) peerAckDelay() time.Duration {
+	if p.id.Group == 0 && p.id.Mode == wire.ModeUnicast {
+		return MaxAckDelay
+	}
+	return 0
 }
 
 // ackRec marks a packet delivered and completes its message if it was the
@@ -799,7 +865,7 @@ func (p *peer) validated() {
 	p.proven = true
 	p.e.promote(p)
 	if p.rcvInit {
-		p.ackPending = true
+		p.ackPending, p.ackAt = true, 0
 	}
 }
 
@@ -887,7 +953,7 @@ func (p *peer) checkData(now time.Time, h *wire.Header) (ok bool, pm *partialMsg
 	if d := h.AckBase - p.rcvNxt; d != 0 && d < 1<<31 {
 		p.skipTo(h.AckBase)
 	}
-	p.ackPending = true
+	p.ackPending, p.ackAt = true, 0
 	p.peerBase = h.AckBase
 	p.echoTS = h.TS
 	p.lastArrival = now
@@ -1131,7 +1197,7 @@ func (p *peer) clearBit(psn uint32) { w, b := p.bitIdx(psn); p.bitmap[w] &^= b }
 // until an echo arrives: validation survives loss without the peer
 // knowing about it.
 func (p *peer) buildAck(now time.Time, buf []byte, limited bool) (d netio.Datagram, ok bool) {
-	p.ackPending = false
+	p.ackPending, p.ackAt = false, 0
 	maxBlocks := wire.MaxSackBlocks
 	if limited {
 		if p.credit < wire.HeaderLen+wire.AckFixedLen {
@@ -1201,6 +1267,19 @@ func (p *peer) buildAck(now time.Time, buf []byte, limited bool) (d netio.Datagr
 		p.credit -= int64(len(b))
 	}
 	return netio.Datagram{Addr: p.id.Addr, Buf: b}, true
+}
+
+// fillAck sets a to the cumulative ACK of the peer's stream, without
+// SACK blocks (what rides on data: see piggybacks).
+func (p *peer) fillAck(now time.Time, a *wire.Ack) {
+	win := uint32(p.e.cfg.RecvWindow)
+	if p.advWindow != 0 {
+		win = p.advWindow
+	}
+	*a = wire.Ack{Cum: p.rcvNxt, Window: win, EchoTS: p.echoTS}
+	if d := now.Sub(p.lastArrival); d > 0 && d < time.Second {
+		a.AckDelay = uint32(d)
+	}
 }
 
 // buildEcho encodes the answer to a peer's challenge (see buildAck): an

@@ -74,6 +74,47 @@ func (a *Ack) Decode(b []byte) error {
 	return nil
 }
 
+// AppendPacketAck is AppendPacket for a data packet that carries the ACK
+// frame a (which must have no SACK blocks) after its payload: it sets
+// FlagAck, and Len to the payload's length plus AckFixedLen. Without crc
+// the checksum is left zero, as AppendPacketUnchecked leaves it.
+func AppendPacketAck(buf []byte, h *Header, payload []byte, a *Ack, crc bool) ([]byte, error) {
+	if a.NBlocks != 0 {
+		return buf, ErrAckFrame
+	}
+	if len(payload)+AckFixedLen > MaxPayload {
+		return buf, ErrTooLarge
+	}
+	h.Flags |= FlagAck
+	h.Len = uint16(len(payload) + AckFixedLen)
+	n := HeaderLen + int(h.Len)
+	if cap(buf) < n {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	h.Encode(buf)
+	copy(buf[HeaderLen:], payload)
+	a.Encode(buf[HeaderLen+len(payload):])
+	if crc {
+		Seal(buf)
+	}
+	return buf, nil
+}
+
+// SplitAck splits the payload of a FlagAck packet into the data and the
+// ACK frame it carries, decoded into a. A frame that does not decode, or
+// has SACK blocks, is ErrAckFrame.
+func SplitAck(payload []byte, a *Ack) ([]byte, error) {
+	if len(payload) < AckFixedLen {
+		return nil, ErrAckFrame
+	}
+	n := len(payload) - AckFixedLen
+	if err := a.Decode(payload[n:]); err != nil || a.NBlocks != 0 {
+		return nil, ErrAckFrame
+	}
+	return payload[:n], nil
+}
+
 // SeqLess reports whether sequence number a precedes b (serial number
 // arithmetic, RFC 1982, on 32 bits).
 func SeqLess(a, b uint32) bool { return int32(a-b) < 0 }

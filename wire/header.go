@@ -123,7 +123,13 @@ const (
 	// response goes to (a pool request forwarded by the switch carries its
 	// client's). Only with ModePool.
 	FlagReplyTo Flags = 1 << 4
-	flagsKnown        = FlagResp | FlagAuth | FlagRetx | FlagSyn | FlagReplyTo
+	// FlagAck: the payload ends with an AckFixedLen-byte ACK frame
+	// without SACK blocks, acknowledging the receiver's own stream to
+	// the sender: an ACK riding on data (AppendPacketAck, SplitAck).
+	// Only on data packets of the point-to-point group (Group 0,
+	// ModeUnicast), whose both ends are transport engines.
+	FlagAck    Flags = 1 << 5
+	flagsKnown       = FlagResp | FlagAuth | FlagRetx | FlagSyn | FlagReplyTo | FlagAck
 )
 
 // Dtype is the element type of a vector operation.
@@ -449,6 +455,9 @@ func (h *Header) validate() error {
 	if h.Flags&FlagReplyTo != 0 && (h.Mode != ModePool || h.Len < ReplyToLen) {
 		return ErrFlags
 	}
+	if h.Flags&FlagAck != 0 && (h.Mode != ModeUnicast || h.Group != 0 || !h.Op.IsData() || h.Len < AckFixedLen) {
+		return ErrFlags
+	}
 	if (h.SASeq != 0 || h.SAID != 0) && h.Flags&FlagAuth == 0 || (h.Copies != 0 && h.Mode != ModePool) || (h.Hop != 0 && h.Op != OpChain) {
 		return ErrReserved
 	}
@@ -456,7 +465,11 @@ func (h *Header) validate() error {
 		return ErrMode
 	}
 	if h.Op.IsData() {
-		if uint64(h.Offset)+uint64(h.Len) > uint64(h.MsgLen) {
+		n := uint64(h.Len)
+		if h.Flags&FlagAck != 0 {
+			n -= AckFixedLen
+		}
+		if uint64(h.Offset)+n > uint64(h.MsgLen) {
 			return ErrLength
 		}
 	}

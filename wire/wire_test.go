@@ -75,6 +75,18 @@ func TestParseRejects(t *testing.T) {
 		{"offset beyond message", reseal(func(h *Header) { h.Offset = 9000 }), ErrLength},
 		{"auth without tag", reseal(func(h *Header) { h.Flags |= FlagAuth }), ErrShort},
 		{"reply-to outside pool mode", reseal(func(h *Header) { h.Flags |= FlagReplyTo }), ErrFlags},
+		{"ack riding on a group's data", reseal(func(h *Header) { h.Flags |= FlagAck; h.Group = 3 }), ErrFlags},
+		{"ack riding on multicast", reseal(func(h *Header) { h.Flags |= FlagAck; h.Group, h.Mode = 0, ModeMulticast }), ErrFlags},
+		{"ack riding on an ACK", func() []byte {
+			h2 := Header{Version: Version, Op: OpAck, Flags: FlagAck}
+			b, _ := AppendPacket(nil, &h2, make([]byte, AckFixedLen))
+			return b
+		}(), ErrFlags},
+		{"ack riding, too short", func() []byte {
+			h2 := Header{Version: Version, Op: OpWrite, Flags: FlagAck, MsgLen: 8}
+			b, _ := AppendPacket(nil, &h2, make([]byte, AckFixedLen-1))
+			return b
+		}(), ErrFlags},
 		{"reply-to too short", func() []byte {
 			h2 := sampleHeader()
 			h2.Mode, h2.Flags, h2.Offset, h2.MsgLen = ModePool, FlagReplyTo, 0, ReplyToLen-1
@@ -352,5 +364,48 @@ func TestOptimParams(t *testing.T) {
 	b[30] = 1
 	if _, err := ParseOptim(b); !errors.Is(err, ErrOptim) {
 		t.Error("padding: no error")
+	}
+}
+
+// TestAckRiding: a data packet carries an ACK frame after its payload;
+// the frame's length does not count against the message (Offset+data
+// within MsgLen); SplitAck gives both back; frames with SACK blocks
+// neither go in nor come out.
+func TestAckRiding(t *testing.T) {
+	a := Ack{Cum: 77, Window: 1024, EchoTS: 123456789, AckDelay: 4000}
+	h := Header{Version: Version, Op: OpRead, Flags: FlagResp, MsgID: 5, Offset: 0, MsgLen: 10, TS: 9}
+	pkt, err := AppendPacketAck(nil, &h, []byte("0123456789"), &a, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g Header
+	payload, _, err := Parse(pkt, &g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Flags != FlagResp|FlagAck || int(g.Len) != 10+AckFixedLen {
+		t.Fatalf("header flags %v, Len %d", g.Flags, g.Len)
+	}
+	var b Ack
+	data, err := SplitAck(payload, &b)
+	if err != nil || string(data) != "0123456789" || b.Cum != a.Cum || b.Window != a.Window || b.EchoTS != a.EchoTS || b.AckDelay != a.AckDelay || b.NBlocks != 0 {
+		t.Fatalf("SplitAck: %q, %+v, %v", data, b, err)
+	}
+	// Unchecked: no CRC, for a security layer to seal.
+	u, _ := AppendPacketAck(nil, &h, []byte("0123456789"), &a, false)
+	if _, _, err := ParseVerified(u, &g); err != nil {
+		t.Fatalf("unchecked: %v", err)
+	}
+	a.NBlocks, a.Blocks[0] = 1, SackBlock{Start: 80, End: 81}
+	if _, err := AppendPacketAck(nil, &h, nil, &a, true); !errors.Is(err, ErrAckFrame) {
+		t.Fatalf("a frame with SACK blocks went in: %v", err)
+	}
+	frame := make([]byte, a.EncodedLen())
+	a.Encode(frame)
+	if _, err := SplitAck(append([]byte("xy"), frame...), &b); !errors.Is(err, ErrAckFrame) {
+		t.Fatalf("a trailer with SACK blocks came out: %v", err)
+	}
+	if _, err := SplitAck(make([]byte, AckFixedLen-1), &b); !errors.Is(err, ErrAckFrame) {
+		t.Fatalf("a short trailer came out: %v", err)
 	}
 }

@@ -115,7 +115,7 @@ func TestDissector(t *testing.T) {
 		"ctrl POOLNODE req", "ctrl POOLNODE resp", "ctrl POOLREPORT req", "ctrl POOLCREATE req", "ctrl POOLCREATE resp",
 		"ctrl POOLGRANT req", "ctrl POOLOPEN req",
 		"WRITE pool req", "WRITE pool req replyto", "READ pool req", "READ pool req replyto", "READ pool resp",
-		"status BAD_KEY", "auth", "sack", "bad crc", "truncated", "ctrl malformed", "not ndma",
+		"status BAD_KEY", "auth", "sack", "ack riding", "bad crc", "truncated", "ctrl malformed", "not ndma",
 		"CHAIN pool req", "OPTIM pool req", "EVENT unicast req", "NACK", "invalid", "op NOP",
 	} {
 		if c.seen[want] == 0 {
@@ -392,6 +392,7 @@ func (c *checker) packet(i int, s sent, p *packet, w *workload) {
 	c.flag(where, d, "ndma.flags.auth", h.Flags&wire.FlagAuth != 0)
 	c.flag(where, d, "ndma.flags.syn", h.Flags&wire.FlagSyn != 0)
 	c.flag(where, d, "ndma.flags.replyto", h.Flags&wire.FlagReplyTo != 0)
+	c.flag(where, d, "ndma.flags.ack", h.Flags&wire.FlagAck != 0)
 	if h.Status != wire.StatusOK {
 		c.seen["status "+statusNames[h.Status]]++
 		if !d.has("ndma.status.error") {
@@ -413,6 +414,23 @@ func (c *checker) packet(i int, s sent, p *packet, w *workload) {
 		return
 	}
 
+	if h.Flags&wire.FlagAck != 0 {
+		// An ACK rides after the payload: shown as an ACK frame; the
+		// rest of the packet reads as if it were not there.
+		var a wire.Ack
+		if payload, err = wire.SplitAck(payload, &a); err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		h.Len -= wire.AckFixedLen
+		c.num(where, d, "ndma.ack.cum", uint64(a.Cum))
+		c.num(where, d, "ndma.ack.window", uint64(a.Window))
+		c.num(where, d, "ndma.ack.echots", a.EchoTS)
+		c.num(where, d, "ndma.ack.delay", uint64(a.AckDelay))
+		if !strings.Contains(p.info, fmt.Sprintf("ack cum=%d", a.Cum)) {
+			t.Errorf("%s: summary %q does not show the riding ACK", where, p.info)
+		}
+		c.seen["ack riding"]++
+	}
 	body := payload
 	if h.Flags&wire.FlagReplyTo != 0 {
 		var to netip.AddrPort

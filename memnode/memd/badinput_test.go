@@ -72,7 +72,7 @@ func hostileDatagrams(rng *rand.Rand) (bad, odd, valid [][]byte) {
 		bad = append(bad, sealed(h, payload, nil))
 
 		h = base()
-		h.Flags = wire.Flags(1 << (5 + rng.IntN(3)))
+		h.Flags = wire.Flags(1 << (6 + rng.IntN(2))) // undefined flags
 		bad = append(bad, sealed(h, payload, nil))
 
 		h = base()

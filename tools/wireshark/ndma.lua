@@ -70,11 +70,11 @@ local ctrl_names = {
     [17] = "JOINSTATUS", [18] = "POOLREPORT", [19] = "POOLEPOCH",
 }
 
-local FLAG_RESP, FLAG_AUTH, FLAG_RETX, FLAG_SYN, FLAG_REPLYTO = 0x01, 0x02, 0x04, 0x08, 0x10
+local FLAG_RESP, FLAG_AUTH, FLAG_RETX, FLAG_SYN, FLAG_REPLYTO, FLAG_ACK = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
 local FLAGS_KNOWN = 0x1f
 local OP_CONTROL, OP_EVENT, OP_DATA, OP_CHAIN, OP_OPTIM = 0x08, 0x09, 0x0a, 0x0b, 0x0c
 local OP_ACK, OP_NACK = 0x10, 0x11
-local MODE_AGGREGATE, MODE_POOL = 2, 4
+local MODE_UNICAST, MODE_AGGREGATE, MODE_POOL = 0, 2, 4
 
 local function name_of(t, v, what)
     return t[v] or string.format("%s(%d)", what, v)
@@ -97,7 +97,8 @@ f.flag_auth = add(ProtoField.bool("ndma.flags.auth", "AUTH (authentication tag f
 f.flag_retx = add(ProtoField.bool("ndma.flags.retx", "RETX (retransmission)", 8, nil, FLAG_RETX))
 f.flag_syn = add(ProtoField.bool("ndma.flags.syn", "SYN (no ACK from this peer yet)", 8, nil, FLAG_SYN))
 f.flag_replyto = add(ProtoField.bool("ndma.flags.replyto", "REPLYTO (reply-to trailer)", 8, nil, FLAG_REPLYTO))
-f.flag_rsvd = add(ProtoField.uint8("ndma.flags.reserved", "Reserved flags", base.HEX, nil, 0xe0))
+f.flag_ack = add(ProtoField.bool("ndma.flags.ack", "ACK (an ACK frame rides after the payload)", 8, nil, FLAG_ACK))
+f.flag_rsvd = add(ProtoField.uint8("ndma.flags.reserved", "Reserved flags", base.HEX, nil, 0xc0))
 f.group = add(ProtoField.uint32("ndma.group", "Group", base.DEC))
 f.src = add(ProtoField.uint16("ndma.src", "Src member", base.DEC))
 f.dst = add(ProtoField.uint16("ndma.dst", "Dst member", base.DEC))
@@ -774,7 +775,7 @@ local function looks_like_ndma(tvb)
     local op = tvb(1, 1):uint()
     local mode = tvb(2, 1):uint()
     local flags = tvb(3, 1):uint()
-    if not op_names[op] or mode > 4 or band(flags, 0xe0) ~= 0 then
+    if not op_names[op] or mode > 4 or band(flags, 0xc0) ~= 0 then
         return false
     end
     if band(flags, FLAG_AUTH) == 0 and (tvb(88, 4):uint() ~= 0 or tvb(12, 4):uint() ~= 0) then
@@ -831,6 +832,7 @@ local function dissect(tvb, pinfo, root)
     if band(flags, FLAG_RETX) ~= 0 then fnames[#fnames + 1] = "RETX" end
     if band(flags, FLAG_SYN) ~= 0 then fnames[#fnames + 1] = "SYN" end
     if band(flags, FLAG_REPLYTO) ~= 0 then fnames[#fnames + 1] = "REPLYTO" end
+    if band(flags, FLAG_ACK) ~= 0 then fnames[#fnames + 1] = "ACK" end
     local ft = tree:add(f.flags, tvb(3, 1))
     ft:append_text(" (" .. (#fnames > 0 and table.concat(fnames, ", ") or "none") .. ")")
     ft:add(f.flag_resp, tvb(3, 1))
@@ -838,9 +840,10 @@ local function dissect(tvb, pinfo, root)
     ft:add(f.flag_retx, tvb(3, 1))
     ft:add(f.flag_syn, tvb(3, 1))
     ft:add(f.flag_replyto, tvb(3, 1))
+    ft:add(f.flag_ack, tvb(3, 1))
     ft:add(f.flag_rsvd, tvb(3, 1))
-    if band(flags, 0xe0) ~= 0 then
-        ft:add_proto_expert_info(e_malformed, string.format("unknown flags 0x%02x", band(flags, 0xe0)))
+    if band(flags, 0xc0) ~= 0 then
+        ft:add_proto_expert_info(e_malformed, string.format("unknown flags 0x%02x", band(flags, 0xc0)))
     end
     if band(flags, FLAG_RETX) ~= 0 then
         ft:add_proto_expert_info(e_retx)
@@ -969,7 +972,15 @@ local function dissect(tvb, pinfo, root)
         end
     elseif avail > 0 then
         local poff, pl = HEADER_LEN, avail
-        local replyto
+        local replyto, riding
+        if band(flags, FLAG_ACK) ~= 0 then
+            if mode ~= MODE_UNICAST or tvb(4, 4):uint() ~= 0 or op == OP_ACK or op == OP_NACK or avail < ACK_FIXED_LEN then
+                tree:add_proto_expert_info(e_malformed, "ACK flag outside the point-to-point group's data, or without room for the frame")
+            else
+                pl = avail - ACK_FIXED_LEN
+                riding = HEADER_LEN + pl
+            end
+        end
         if band(flags, FLAG_REPLYTO) ~= 0 then
             if mode ~= MODE_POOL or avail < REPLYTO_LEN then
                 tree:add_proto_expert_info(e_malformed, "REPLYTO flag outside pool mode or without room for the trailer")
@@ -983,7 +994,7 @@ local function dissect(tvb, pinfo, root)
                 local s = dissect_ack(tvb, tree, poff, pl)
                 if s ~= "" then detail[#detail + 1] = s end
             elseif op == OP_CONTROL then
-                if offset == 0 and plen == msglen then
+                if offset == 0 and pl == msglen then
                     detail[#detail + 1] = dissect_ctrl(tvb, pinfo, tree, poff, pl)
                 else
                     tree:add(f.ctrl_fragment, tvb(poff, pl)):append_text(string.format(" (bytes %d..%d of %d)", offset, offset + pl, msglen))
@@ -999,6 +1010,9 @@ local function dissect(tvb, pinfo, root)
         end
         if replyto then
             info[#info + 1] = "reply-to=" .. dissect_replyto(tvb, tree, replyto)
+        end
+        if riding then
+            info[#info + 1] = "ack " .. dissect_ack(tvb, tree, riding, ACK_FIXED_LEN)
         end
     elseif (op == OP_ACK or op == OP_NACK) then
         tree:add_proto_expert_info(e_malformed, "ACK packet without an ACK frame")
