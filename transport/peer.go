@@ -303,10 +303,28 @@ func (p *peer) piggybacks(limited bool) bool {
 	return !limited && p.id.Group == 0 && p.id.Mode == wire.ModeUnicast && p.rcvHigh == p.rcvNxt
 }
 
-// dataReady reports whether poll is about to send data to the peer.
-func (p *peer) dataReady() bool {
-	return p.inflight < p.cwndPkts() && (p.lostPending() || (p.qhead != nil && p.canSendNew()))
+// ackRides reports whether the first data packet poll is about to send
+// to the peer has room for the pending ACK (see piggybacks): a full-size
+// packet has none, and then the ACK goes alone, before the data.
+func (p *peer) ackRides() bool {
+	if p.inflight >= p.cwndPkts() {
+		return false
+	}
+	var n uint32
+	switch {
+	case p.lostPending():
+		n = p.ring[p.lost[p.lostHead]&p.mask()].n
+	case p.qhead != nil && p.canSendNew():
+		n = min(uint32(len(p.qhead.payload))-p.qhead.next, uint32(p.e.seg))
+	default:
+		return false
+	}
+	return p.fits(n)
 }
+
+// fits reports whether a data packet of n payload bytes has room for an
+// ACK frame within the MTU.
+func (p *peer) fits(n uint32) bool { return wire.HeaderLen+int(n)+wire.AckFixedLen <= p.e.cfg.MTU }
 
 // deadline is the next time the peer needs Poll without new input.
 func (p *peer) deadline(now time.Time) time.Time {
@@ -375,7 +393,7 @@ func (p *peer) poll(now time.Time, out []netio.Datagram, used, budget int) ([]ne
 	// A pending ACK goes first, on its own, unless data about to go
 	// out takes it along (emit), or it is a delayed one that may still
 	// wait for data.
-	if p.ackPending && !p.ackWaits(now) && !(p.piggybacks(limited) && p.dataReady()) {
+	if p.ackPending && !p.ackWaits(now) && !(p.piggybacks(limited) && p.ackRides()) {
 		var ok bool
 		if out, ok = p.pollAck(now, out, used+n, limited); ok {
 			n++
@@ -505,7 +523,7 @@ func (p *peer) emit(now time.Time, out []netio.Datagram, bufIdx int, psn uint32,
 	var pkt []byte
 	payload := m.payload[rec.off : rec.off+rec.n]
 	switch {
-	case p.ackPending && p.piggybacks(limited) && wire.HeaderLen+int(rec.n)+wire.AckFixedLen <= p.e.cfg.MTU:
+	case p.ackPending && p.piggybacks(limited) && p.fits(rec.n):
 		a := &p.e.ack
 		p.fillAck(now, a)
 		p.ackPending, p.ackAt = false, 0

@@ -20,6 +20,7 @@ type pair struct {
 	cliOut, srvOut       int
 	cliAcks, srvAcks     int // ACK packets of their own
 	cliRiding, srvRiding int
+	srvFirst             wire.Opcode // opcode of the first datagram of the server's last Poll
 }
 
 func newPair(t *testing.T, cliCfg, srvCfg Config) *pair {
@@ -83,6 +84,9 @@ func (p *pair) serve(respLen int) (got [][]byte) {
 		}
 	}
 	out, _, _ = p.srv.Poll(p.now, nil)
+	if len(out) > 0 {
+		p.srvFirst = wire.Opcode(out[0].Buf[1])
+	}
 	for _, d := range out {
 		count(p.t, d, &p.srvOut, &p.srvAcks, &p.srvRiding)
 		if dl, ok := p.cli.Step(p.now, p.sa, d.Buf); ok {
@@ -169,6 +173,11 @@ func TestPiggybackedAcks(t *testing.T) {
 		p.request(64)
 		if got := p.serve(3000); len(got) != 4 {
 			t.Fatalf("%d fragments, want 4", len(got))
+		}
+		// Full-size packets have no room for the server's ACK of the
+		// request: it goes alone (and first), not after the data.
+		if p.srvAcks != 1 || p.srvRiding != 0 || p.srvFirst != wire.OpAck {
+			t.Fatalf("server: %d ACKs alone, %d riding, first sent %v; want 1, 0 and the ACK", p.srvAcks, p.srvRiding, p.srvFirst)
 		}
 		// Nothing is held: the ACK of a stream of packets goes at once.
 		if p.cliAcks != 1 {
