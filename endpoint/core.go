@@ -776,6 +776,14 @@ func (c *Core) admitRequest(d *transport.Delivery) bool {
 }
 
 // FailAll completes every outstanding operation with err.
+// FlushAcks makes every ACK the transport holds back due at the next
+// Poll (transport.Engine.FlushAcks).
+func (c *Core) FlushAcks() { c.eng.FlushAcks() }
+
+// Owed reports whether the transport owes a peer an ACK
+// (transport.Engine.Owed).
+func (c *Core) Owed() bool { return c.eng.Owed() }
+
 func (c *Core) FailAll(err error) {
 	for _, op := range c.ops {
 		op.fail(err)

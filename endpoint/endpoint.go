@@ -413,16 +413,41 @@ func (ep *Endpoint) PeerIdentity(addr netip.AddrPort) (secure.Cert, bool) {
 	return ep.sec.Peer(addr)
 }
 
+// CloseLinger bounds how long Close keeps reading while the endpoint owes
+// a peer the acknowledgment of data it received (see Close): two of the
+// transport's largest retransmission timeouts.
+const CloseLinger = 2 * transport.DefaultMaxRTO
+
 // Close fails outstanding operations with ErrClosed, closes the socket and
-// waits for the reader goroutine. It is idempotent.
+// waits for the reader goroutine. It is idempotent. First it sends the
+// ACKs it holds back, and while it owes a peer the acknowledgment of
+// data received (a peer at an address not validated yet is acknowledged
+// in full only once it echoes a challenge) it keeps reading, for at most
+// CloseLinger.
 func (ep *Endpoint) Close() error {
 	ep.mu.Lock()
 	if ep.closed {
 		ep.mu.Unlock()
 		return nil
 	}
-	ep.closed = true
+	ep.closed = true // Start fails from now on
 	ep.timer.Stop()
+	// ACKs held back to ride on later data go out now, and the endpoint
+	// lingers (reading, for at most CloseLinger) while it owes a peer the
+	// ACK of data it received: a stranger's data is acknowledged only
+	// once the stranger echoes a challenge, and a peer whose last message
+	// is never acknowledged resends it until it gives this endpoint up
+	// for dead (a rank that sent its part of a Gather to a root that
+	// returned and closed).
+	ep.core.FlushAcks()
+	ep.pumpLocked(time.Now())
+	for end := time.Now().Add(CloseLinger); ep.core.Owed() && time.Now().Before(end); {
+		ep.mu.Unlock()
+		time.Sleep(time.Millisecond)
+		ep.mu.Lock()
+		ep.core.FlushAcks()
+		ep.pumpLocked(time.Now())
+	}
 	ep.core.FailAll(ErrClosed)
 	_, done, _ := ep.core.Poll(time.Now(), ep.out[:0])
 	for _, op := range done {

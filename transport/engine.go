@@ -886,6 +886,38 @@ func (e *Engine) Abandon(to PeerID, msgID uint64) {
 	p.advanceAcked()
 }
 
+// FlushAcks makes every ACK held back (the delayed ACK of a lone
+// response, see Config.ImmediateAcks) due now, so that the next Poll
+// sends it: what a process does before it stops, since a peer whose
+// response is never acknowledged resends it until DeadTimeout.
+func (e *Engine) FlushAcks() {
+	for _, l := range [2]*peerList{&e.strangers, &e.established} {
+		for p := l.head; p != nil; p = p.next {
+			if p.ackPending && p.ackAt != 0 {
+				p.ackAt = 0
+				e.activate(p)
+			}
+		}
+	}
+}
+
+// Owed reports whether some peer's data was received but not yet
+// acknowledged in full: data from an address not validated yet (only a
+// challenge went back, and the real ACK waits for its echo), or an ACK
+// pending. A process that stops while it owes an ACK leaves the sender
+// resending until DeadTimeout: a closing endpoint lingers until it owes
+// none (or a bound passes).
+func (e *Engine) Owed() bool {
+	for _, l := range [2]*peerList{&e.strangers, &e.established} {
+		for p := l.head; p != nil; p = p.next {
+			if p.rcvInit && (p.ackPending || (p.limited() && p.rcvNxt != p.peerBase)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Pending returns the number of outgoing messages queued or in flight.
 func (e *Engine) Pending() int { return e.nmsgs }
 

@@ -112,7 +112,8 @@ func (p *pair) request(n int) {
 // one-packet response cost two datagrams: the server's ACK of the
 // request rides on the response, and the client's ACK of the response,
 // held up to MaxAckDelay, rides on the next request. A response nobody
-// follows is acknowledged on its own once MaxAckDelay has passed; with
+// follows is acknowledged on its own by MaxAckDelay (or at once after
+// FlushAcks); with
 // ImmediateAcks at once; a response of several packets at once.
 func TestPiggybackedAcks(t *testing.T) {
 	t.Run("request-response", func(t *testing.T) {
@@ -146,13 +147,31 @@ func TestPiggybackedAcks(t *testing.T) {
 		if want := p.now.Add(MaxAckDelay - 20*time.Microsecond); next.IsZero() || next.After(want) {
 			t.Fatalf("client asks for Poll at %v, want by %v", next.Sub(t0), want.Sub(t0))
 		}
-		p.now = next
+		// FlushAcks (what a closing endpoint does) sends it now.
+		p.cli.FlushAcks()
 		p.serve(0)
 		if p.cliAcks != 1 {
-			t.Fatalf("%d ACKs alone after MaxAckDelay, want 1", p.cliAcks)
+			t.Fatalf("%d ACKs alone after FlushAcks, want 1", p.cliAcks)
 		}
 		if pr := p.srv.lookup(PeerID{Addr: p.ca}); pr == nil || pr.sndUna != pr.sndNxt {
 			t.Fatal("the server's responses are not all acknowledged")
+		}
+	})
+	t.Run("held until due", func(t *testing.T) {
+		p := newPair(t, Config{}, Config{})
+		p.request(64)
+		p.serve(100)
+		if p.cliAcks != 0 {
+			t.Fatalf("%d ACKs alone at once, want the ACK held", p.cliAcks)
+		}
+		_, _, next := p.cli.Poll(p.now, nil)
+		if next != p.now.Add(MaxAckDelay) {
+			t.Fatalf("client asks for Poll in %v, want %v", next.Sub(p.now), MaxAckDelay)
+		}
+		p.now = next
+		p.serve(0)
+		if p.cliAcks != 1 {
+			t.Fatalf("%d ACKs alone at the deadline, want 1", p.cliAcks)
 		}
 	})
 	t.Run("immediate", func(t *testing.T) {
