@@ -91,7 +91,9 @@ func (c *Communicator) allgatherPost(ctx context.Context, algo Algo, send, recv 
 	// Each rank multicasts its own block (one transmission, replicated by
 	// the switch) and receives the others' blocks, posted in rank order.
 	bt := newMsgBatch(ctx, c)
-	bt.postSwitch(&endpoint.Op{Kind: endpoint.KindMulticast, Buf: recv[c.rank*b : (c.rank+1)*b]})
+	// A small block's multicast completes as soon as the transport has
+	// it (eager): the rank waits for the others' blocks anyway.
+	bt.postSwitch(&endpoint.Op{Kind: endpoint.KindMulticast, Buf: recv[c.rank*b : (c.rank+1)*b], Eager: true})
 	for i := range c.size {
 		if i != c.rank {
 			bt.postSwitch(&endpoint.Op{Kind: endpoint.KindRecv, From: uint16(i), Buf: recv[i*b : (i+1)*b]})

@@ -49,7 +49,11 @@ func (c *Communicator) bcastWith(seq uint64, algo Algo, o callOpts, buf []byte, 
 	switch algo {
 	case AlgoInNet:
 		if c.rank == root {
-			return c.switchPlan(&endpoint.Op{Kind: endpoint.KindMulticast, Buf: buf})
+			// A small message completes at the root as soon as the
+			// transport holds its copy (endpoint.MulticastOptions.Eager),
+			// as an MPI root returns from an eager send: the other ranks
+			// receive it in the background.
+			return c.switchPlan(&endpoint.Op{Kind: endpoint.KindMulticast, Buf: buf, Eager: true})
 		}
 		return c.switchPlan(&endpoint.Op{Kind: endpoint.KindRecv, From: uint16(root), Buf: buf})
 	case AlgoBinomial:

@@ -141,6 +141,9 @@ type Op struct {
 	// Continue lets a multicast complete although a member died (the
 	// switch stops waiting for it); otherwise the op fails naming it.
 	Continue bool
+	// Eager completes a multicast of at most EagerMulticastMax bytes as
+	// soon as the transport has its own copy (see MulticastOptions.Eager).
+	Eager bool
 
 	// Pool accesses (core_pool.go): a non-zero Pool sends a Read, Write,
 	// CAS, FetchAdd or Vector to pool region Pool through the switch Peer;
@@ -309,6 +312,7 @@ type Core struct {
 	serving     int       // requests handed out by Requests and not yet answered
 	requests    []*Request
 	mcSeq       map[uint32]uint64 // per group: last multicast id sent
+	eagerOut    int               // eager multicasts not yet acknowledged by every member
 	aggSeq      map[uint32]uint64 // per group: last aggregation id
 	rxSeq       map[gopKey]uint64 // per (group, sender): last multicast id received
 	deadMembers map[gopKey]*MemberError
@@ -781,8 +785,9 @@ func (c *Core) admitRequest(d *transport.Delivery) bool {
 func (c *Core) FlushAcks() { c.eng.FlushAcks() }
 
 // Owed reports whether the transport owes a peer an ACK
-// (transport.Engine.Owed).
-func (c *Core) Owed() bool { return c.eng.Owed() }
+// (transport.Engine.Owed), or an eager multicast that completed for its
+// caller is not yet acknowledged by every member.
+func (c *Core) Owed() bool { return c.eagerOut > 0 || c.eng.Owed() }
 
 func (c *Core) FailAll(err error) {
 	for _, op := range c.ops {

@@ -1,6 +1,7 @@
 package endpoint
 
 import (
+	"bytes"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -272,11 +273,24 @@ func (c *Core) postGroup(now time.Time, op *Op) error {
 		h := wire.Header{Op: wire.OpData}
 		h.MsgID = id
 		to := transport.PeerID{Addr: op.sw, Group: op.Group, Member: wire.MemberAll, Mode: wire.ModeMulticast}
-		if _, err := c.eng.Send(to, &h, op.Buf, 0); err != nil {
+		eager := op.Eager && len(op.Buf) <= EagerMulticastMax && c.eng.PeerMessages(to) < eagerBacklog
+		payload, token := op.Buf, uint64(0)
+		if eager {
+			payload, token = bytes.Clone(op.Buf), eagerToken
+		}
+		if _, err := c.eng.Send(to, &h, payload, token); err != nil {
 			c.mcSeq[op.Group]--
 			return err
 		}
 		op.msgID = id
+		if eager {
+			// The transport delivers its copy; the caller's buffer is
+			// free, and the op is done.
+			c.eagerOut++
+			c.start(now, op)
+			c.complete(op)
+			return nil
+		}
 		op.gkey = gopKey{op.Group, KindMulticast, 0, id}
 	case KindRecv:
 		k := rxKey(op.Group, op.From)
@@ -647,6 +661,13 @@ func (c *Core) Reply(r *Request, data []byte, st wire.Status) error {
 // onSendCompletion completes a multicast send when every member has the
 // message (the switch's merged ACK), or a non-root Reduce contribution.
 func (c *Core) onSendCompletion(cp *transport.Completion) bool {
+	if cp.Token == eagerToken && cp.Peer.Mode == wire.ModeMulticast {
+		// An eager multicast, completed for its caller when it was sent.
+		// A member's crash reaches the group through the switch's event
+		// (memberDead), which fails the operations after it.
+		c.eagerOut--
+		return true
+	}
 	if cp.Peer.Mode == wire.ModeUnicast && cp.Peer.Group == 0 {
 		// A two-sided send completes when the peer has the whole message.
 		if op := c.ops[cp.MsgID]; op != nil && op.Kind == KindSendMsg && op.Peer == cp.Peer.Addr {

@@ -517,19 +517,41 @@ type MulticastOptions struct {
 	// Continue completes the multicast although a member dies (the switch
 	// stops waiting for it) instead of failing with a *MemberError.
 	Continue bool
+	// Eager completes a multicast of at most EagerMulticastMax bytes as
+	// soon as the transport holds its own copy, as MPI's eager protocol
+	// lets a small send return: the caller's buffer is free at once, and
+	// delivery goes on in the background (the transport resends until
+	// every member has it). A member's crash is then reported by the
+	// group's next operation instead of this one, and Close lingers (up
+	// to CloseLinger) until every eager multicast is acknowledged. While
+	// eagerBacklog messages to the switch are unacknowledged, a multicast
+	// waits as without Eager.
+	Eager bool
 }
+
+// EagerMulticastMax is the largest multicast that MulticastOptions.Eager
+// completes at once; larger ones wait for every member.
+const EagerMulticastMax = 16 << 10
+
+// eagerBacklog bounds the messages queued or in flight to the switch
+// under which a multicast may complete eagerly; eagerToken marks the
+// transport messages of eager multicasts.
+const (
+	eagerBacklog = 64
+	eagerToken   = 1<<64 - 1
+)
 
 // StartMulticast sends data to every other member asynchronously: one
 // transmission to the switch, which replicates it. data must not change
 // until the op completes; completion means every live member has it.
 func (g *Group) StartMulticast(data []byte, opts MulticastOptions) (*Op, error) {
-	op := &Op{Kind: KindMulticast, Peer: g.sw, Group: g.id, Buf: data, Continue: opts.Continue}
+	op := &Op{Kind: KindMulticast, Peer: g.sw, Group: g.id, Buf: data, Continue: opts.Continue, Eager: opts.Eager}
 	return op, g.ep.Start(op, nil)
 }
 
 // Multicast sends data to every other member and waits until all have it.
 func (g *Group) Multicast(ctx context.Context, data []byte, opts MulticastOptions) error {
-	return g.ep.Do(ctx, &Op{Kind: KindMulticast, Peer: g.sw, Group: g.id, Buf: data, Continue: opts.Continue})
+	return g.ep.Do(ctx, &Op{Kind: KindMulticast, Peer: g.sw, Group: g.id, Buf: data, Continue: opts.Continue, Eager: opts.Eager})
 }
 
 // StartRecv posts a receive for the next multicast from member from into

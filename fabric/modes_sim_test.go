@@ -368,3 +368,50 @@ func TestSimAggregateResultTooLarge(t *testing.T) {
 		t.Errorf("ForwardDropped 0, want the refused results counted")
 	}
 }
+
+// TestSimEagerMulticast: an eager multicast completes at its sender the
+// moment it is posted, before any member has it, and with loss on every
+// link each member still receives it (the sender's transport resends
+// its copy); a larger one completes only after every member has it.
+func TestSimEagerMulticast(t *testing.T) {
+	for _, loss := range []float64{0, 0.1} {
+		f := newSimFabric(t, 7, simnet.LinkConfig{Rate: 100e6, Latency: 5 * time.Microsecond, Loss: loss}, fabric.Config{})
+		ms := f.addMembers(4)
+		gid := f.join("eager", ms)
+		for _, size := range []int{8, endpoint.EagerMulticastMax, endpoint.EagerMulticastMax + 8} {
+			data := randBytes(rand.New(rand.NewPCG(uint64(size), 7)), size)
+			var sentAt, doneAt, lastRecv time.Time
+			pending := 0
+			for i := 1; i < len(ms); i++ {
+				buf := make([]byte, size)
+				pending++
+				ms[i].post(&endpoint.Op{Kind: endpoint.KindRecv, Peer: f.swAddr, Group: gid, From: 0, Buf: buf}, func(op *endpoint.Op) {
+					if op.Err != nil || !bytes.Equal(buf, data) {
+						t.Fatalf("seed 7, loss %v, %d B: member %d: %v", loss, size, i, op.Err)
+					}
+					lastRecv = f.net.Now()
+					pending--
+				})
+			}
+			pending++
+			sentAt = f.net.Now()
+			ms[0].post(&endpoint.Op{Kind: endpoint.KindMulticast, Peer: f.swAddr, Group: gid, Buf: bytes.Clone(data), Eager: true}, func(op *endpoint.Op) {
+				if op.Err != nil {
+					t.Fatalf("seed 7, loss %v, %d B: multicast: %v", loss, size, op.Err)
+				}
+				doneAt = f.net.Now()
+				pending--
+			})
+			f.run(func() bool { return pending == 0 }, time.Minute, "eager multicast")
+			eager := size <= endpoint.EagerMulticastMax
+			if eager && (doneAt != sentAt || !doneAt.Before(lastRecv)) {
+				t.Errorf("loss %v, %d B: eager multicast done %v after posting, members by %v", loss, size, doneAt.Sub(sentAt), lastRecv.Sub(sentAt))
+			}
+			if !eager && doneAt.Before(lastRecv) {
+				t.Errorf("loss %v, %d B: a multicast above EagerMulticastMax completed at %v, before the last member had it at %v", loss, size, doneAt.Sub(sentAt), lastRecv.Sub(sentAt))
+			}
+			// Let the eager multicast's ACKs come back before the next size.
+			f.net.RunFor(100 * time.Millisecond)
+		}
+	}
+}

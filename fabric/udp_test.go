@@ -262,3 +262,40 @@ func TestUDPJoinMTU(t *testing.T) {
 		t.Fatalf("ControlRefused %d, want at least 3", st.ControlRefused)
 	}
 }
+
+// TestUDPEagerMulticast: a small eager multicast returns with the
+// caller's buffer free at once (the transport sends its own copy), every
+// member receives it, and a sender that closes right after its last one
+// still delivers it (Close lingers until the switch acknowledges it).
+func TestUDPEagerMulticast(t *testing.T) {
+	srv := startSwitch(t, fabric.Config{Insecure: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 3
+	eps, gs := joinAll(t, ctx, srv.Addr().String(), "eager", n, endpoint.FabricOptions{Insecure: true})
+	recvAll := func(want []byte) {
+		t.Helper()
+		for i := 1; i < n; i++ {
+			buf := make([]byte, len(want))
+			if err := gs[i].Recv(ctx, 0, buf); err != nil || !bytes.Equal(buf, want) {
+				t.Fatalf("member %d got %q, %v; want %q", i, buf, err, want)
+			}
+		}
+	}
+	for k := range 20 {
+		data := fmt.Appendf(nil, "small and eager %d", k)
+		want := bytes.Clone(data)
+		if err := gs[0].Multicast(ctx, data, endpoint.MulticastOptions{Eager: true}); err != nil {
+			t.Fatal(err)
+		}
+		clear(data) // the caller's buffer is free once Multicast returns
+		recvAll(want)
+	}
+	if err := gs[0].Multicast(ctx, []byte("last words"), endpoint.MulticastOptions{Eager: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := eps[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	recvAll([]byte("last words"))
+}

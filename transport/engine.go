@@ -918,6 +918,15 @@ func (e *Engine) Owed() bool {
 	return false
 }
 
+// PeerMessages returns the number of outgoing messages queued or in
+// flight to the peer id (zero if it has no state).
+func (e *Engine) PeerMessages(id PeerID) int {
+	if p := e.lookup(id); p != nil {
+		return int(p.nmsgs)
+	}
+	return 0
+}
+
 // Pending returns the number of outgoing messages queued or in flight.
 func (e *Engine) Pending() int { return e.nmsgs }
 
