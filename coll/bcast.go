@@ -16,6 +16,12 @@ import (
 // pipeline root → root+1 → … in segments of WithSegment bytes, each rank
 // forwarding a segment as soon as it has it) and AlgoScatterAllgather
 // (van de Geijn: a binomial scatter of N blocks, then a ring allgather).
+//
+// As with MPI, Bcast at the root returns once buf may be reused, not
+// once every rank has it: with AlgoInNet a message of at most
+// endpoint.EagerMulticastMax bytes is copied and returns at once (its
+// delivery goes on in the background, and a rank's crash is reported by
+// the next call); other ranks return when they have the data.
 func (c *Communicator) Bcast(ctx context.Context, buf []byte, root int, opts ...CallOption) error {
 	return c.execute(ctx, c.bcastPlan(buf, root, opts))
 }

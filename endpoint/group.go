@@ -504,6 +504,17 @@ func (g *Group) stopHeartbeats() {
 // The endpoint then forgets the group (Core.LeaveGroup): call Leave after
 // the group's operations completed.
 func (g *Group) Leave(ctx context.Context) error {
+	// Eager multicasts complete for their callers before every member
+	// has them: let them finish (for at most CloseLinger) before the
+	// switch forgets this member.
+	for end := time.Now().Add(CloseLinger); time.Now().Before(end) && ctx.Err() == nil; time.Sleep(time.Millisecond) {
+		g.ep.mu.Lock()
+		n := g.ep.core.eagerOut
+		g.ep.mu.Unlock()
+		if n == 0 {
+			break
+		}
+	}
 	g.stopHeartbeats()
 	_, err := g.ep.control(ctx, g.sw, &fabric.CtrlMsg{Type: fabric.CtrlLeave, Group: g.id, Member: g.rank}, &g.opts)
 	g.ep.mu.Lock()

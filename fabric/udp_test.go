@@ -266,7 +266,8 @@ func TestUDPJoinMTU(t *testing.T) {
 // TestUDPEagerMulticast: a small eager multicast returns with the
 // caller's buffer free at once (the transport sends its own copy), every
 // member receives it, and a sender that closes right after its last one
-// still delivers it (Close lingers until the switch acknowledges it).
+// still delivers it (Close lingers until the switch acknowledges it), as
+// does one that leaves the group right after.
 func TestUDPEagerMulticast(t *testing.T) {
 	srv := startSwitch(t, fabric.Config{Insecure: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -291,11 +292,28 @@ func TestUDPEagerMulticast(t *testing.T) {
 		clear(data) // the caller's buffer is free once Multicast returns
 		recvAll(want)
 	}
+	// One that leaves the group right after its multicast: Leave waits
+	// for it to be delivered before the switch forgets the member.
+	if err := gs[1].Multicast(ctx, []byte("leaving"), endpoint.MulticastOptions{Eager: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := gs[1].Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 2} {
+		buf := make([]byte, len("leaving"))
+		if err := gs[i].Recv(ctx, 1, buf); err != nil || string(buf) != "leaving" {
+			t.Fatalf("member %d got %q, %v", i, buf, err)
+		}
+	}
 	if err := gs[0].Multicast(ctx, []byte("last words"), endpoint.MulticastOptions{Eager: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := eps[0].Close(); err != nil {
 		t.Fatal(err)
 	}
-	recvAll([]byte("last words"))
+	buf := make([]byte, len("last words"))
+	if err := gs[2].Recv(ctx, 0, buf); err != nil || string(buf) != "last words" {
+		t.Fatalf("member 2 got %q, %v", buf, err)
+	}
 }

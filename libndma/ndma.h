@@ -161,7 +161,9 @@ int ndma_comm_size(ndma_comm_t comm, int *size);
 /* recv[i] = op over ranks of send[i]; send may equal recv. */
 int ndma_allreduce(ndma_comm_t comm, const void *send, void *recv, size_t count,
                    ndma_dtype dtype, ndma_op op);
-/* root's buf (bytes) to every rank's buf. */
+/* root's buf (bytes) to every rank's buf. As with MPI, the root may
+ * return once buf can be reused (in-network, a message of at most 16 KiB
+ * is copied and sent in the background), the others once they have it. */
 int ndma_bcast(ndma_comm_t comm, void *buf, size_t bytes, int root);
 /* as allreduce, result at root only (recv may be NULL elsewhere); at the
  * root send may equal recv. */
