@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/wire"
 )
 
 // Allgather gathers every rank's send (all the same length) into recv on
@@ -14,7 +15,9 @@ import (
 // offset (MPI_IN_PLACE) and len(recv) must be a multiple of Size.
 //
 // Algorithms: AlgoInNet (each rank multicasts its block once through the
-// switch and receives the others'), AlgoRing (N−1 steps of one block),
+// switch and receives the others'; when the whole result is at most
+// AllgatherConcatMax bytes, one aggregation through the switch builds
+// it instead), AlgoRing (N−1 steps of one block),
 // AlgoRecursiveDoubling (⌈log2 N⌉ steps; Bruck's variant when N is not a
 // power of two) and AlgoDirect (every rank sends its block to every
 // other at once).
@@ -60,6 +63,12 @@ func (c *Communicator) Iallgather(ctx context.Context, send, recv []byte, opts .
 	return start(ctx, func(ctx context.Context) error { return c.allgather(ctx, seq, algo, recv, b, ops) })
 }
 
+// AllgatherConcatMax is the largest result (Size × block bytes) that the
+// in-network Allgather builds with one aggregation rather than one
+// multicast per rank: below it a round trip's latency matters more than
+// the Size-fold bytes each rank then sends up.
+const AllgatherConcatMax = 4096
+
 // allgatherArgs checks Allgather's buffers and returns the block size in
 // bytes.
 func (c *Communicator) allgatherArgs(send, recv []byte) (int, error) {
@@ -88,9 +97,26 @@ func (c *Communicator) allgatherPost(ctx context.Context, algo Algo, send, recv 
 	if algo != AlgoInNet || b == 0 || c.size == 1 {
 		return nil, nil
 	}
+	bt := newMsgBatch(ctx, c)
+	if n := c.size * b; n <= AllgatherConcatMax {
+		// Small blocks: one aggregation instead of Size multicast
+		// streams. Each rank contributes the whole result's length, its
+		// block in place and zeros elsewhere, summed as 64-bit integers:
+		// the blocks' bits are disjoint, so the sum carries nothing and
+		// is their concatenation, exact for any bytes. One round trip
+		// through the switch, whatever the number of ranks.
+		l := (n + 7) &^ 7
+		contrib, result := make([]byte, l), make([]byte, l)
+		copy(contrib[c.rank*b:(c.rank+1)*b], recv[c.rank*b:(c.rank+1)*b])
+		bt.postSwitch(&endpoint.Op{Kind: endpoint.KindAggregate, Buf: contrib, Recv: result, Root: -1, Dtype: wire.DtypeI64, Alu: wire.AluAdd})
+		bt.after = func() { copy(recv, result[:n]) }
+		if bt.err != nil {
+			return nil, bt.err
+		}
+		return bt, nil
+	}
 	// Each rank multicasts its own block (one transmission, replicated by
 	// the switch) and receives the others' blocks, posted in rank order.
-	bt := newMsgBatch(ctx, c)
 	// A small block's multicast completes as soon as the transport has
 	// it (eager): the rank waits for the others' blocks anyway.
 	bt.postSwitch(&endpoint.Op{Kind: endpoint.KindMulticast, Buf: recv[c.rank*b : (c.rank+1)*b], Eager: true})
@@ -227,6 +253,7 @@ type msgBatch struct {
 	ops     []*endpoint.Op
 	err     error
 	done    chan *endpoint.Op // completions of ops, in completion order
+	after   func()            // if not nil, run by wait once every op succeeded
 }
 
 func newMsgBatch(ctx context.Context, c *Communicator) *msgBatch {
@@ -308,6 +335,9 @@ func (bt *msgBatch) wait(ctx context.Context) error {
 				<-bt.done
 			}
 		}
+	}
+	if first == nil && bt.after != nil {
+		bt.after()
 	}
 	return first
 }
