@@ -16,6 +16,20 @@ import (
 	"github.com/ndma/ndma/wire"
 )
 
+// serveNet runs n in the background; stop ends it and checks that it
+// ended for that reason.
+func serveNet(t *testing.T, n *simnet.Network) (stop func()) {
+	ctx, cancel := context.WithCancel(t.Context())
+	served := make(chan error, 1)
+	go func() { served <- n.Serve(ctx) }()
+	return func() {
+		cancel()
+		if err := <-served; !errors.Is(err, context.Canceled) {
+			t.Errorf("Serve = %v", err)
+		}
+	}
+}
+
 // ackCounter counts the ACK packets written through a Conn.
 type ackCounter struct {
 	netio.Conn
@@ -58,15 +72,10 @@ func TestCloseFlushesAcks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(t.Context())
-		served := make(chan error, 1)
-		go func() { served <- n.Serve(ctx) }()
+		stop := serveNet(t, n)
 		defer func() {
 			node.Close()
-			cancel()
-			if err := <-served; !errors.Is(err, context.Canceled) {
-				t.Errorf("Serve = %v", err)
-			}
+			stop()
 		}()
 		r := cli.Remote(nodeAddr)
 		buf := make([]byte, 64)
@@ -113,15 +122,10 @@ func TestCloseLingersForStranger(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(t.Context())
-		served := make(chan error, 1)
-		go func() { served <- n.Serve(ctx) }()
+		stop := serveNet(t, n)
 		defer func() {
 			rank.Close()
-			cancel()
-			if err := <-served; !errors.Is(err, context.Canceled) {
-				t.Errorf("Serve = %v", err)
-			}
+			stop()
 		}()
 		send, err := rank.StartSendMsg(rootAddr, 1, 7, []byte("my part of the gather"), nil)
 		if err != nil {

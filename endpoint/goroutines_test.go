@@ -1,7 +1,6 @@
 package endpoint
 
 import (
-	"context"
 	"errors"
 	"net/netip"
 	"sync/atomic"
@@ -33,16 +32,11 @@ func TestEndpointGoroutinesBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		sw := n.ListenConn(swAddr, l, l)
-		ctx, cancel := context.WithCancel(t.Context())
-		served := make(chan error, 1)
-		go func() { served <- n.Serve(ctx) }()
+		stop := serveNet(t, n)
 		defer func() {
 			ep.Close()
 			sw.Close()
-			cancel()
-			if err := <-served; !errors.Is(err, context.Canceled) {
-				t.Errorf("Serve = %v", err)
-			}
+			stop()
 		}()
 
 		release := make(chan struct{})
