@@ -470,8 +470,11 @@ func (c *Core) onEvent(h *wire.Header) {
 		// member is named in Operand1.
 		if op := c.gops[gopKey{h.Group, KindAggregate, 0, h.Operand2}]; op != nil {
 			var err error = h.Status
-			if h.Status == wire.StatusMemberDead {
+			switch h.Status {
+			case wire.StatusMemberDead:
 				err = &MemberError{Group: h.Group, Member: uint16(h.Operand1)}
+			case wire.StatusBadOperand:
+				err = fmt.Errorf("%w: the switch refused the aggregation: the members' contributions differ (length, dtype, op or member count)", h.Status)
 			}
 			op.fail(err)
 			c.finish(op)

@@ -415,3 +415,52 @@ func TestSimEagerMulticast(t *testing.T) {
 		}
 	}
 }
+
+// TestSimAggregateMismatchFailsAll: when one member's allreduce differs
+// from the others' (another length), every member's operation fails at
+// once with StatusBadOperand, whether the odd one contributes first or
+// last, instead of the others waiting for the slot to expire; the next
+// allreduce, agreed on, works.
+func TestSimAggregateMismatchFailsAll(t *testing.T) {
+	for _, oddFirst := range []bool{true, false} {
+		f := newSimFabric(t, 11, simnet.LinkConfig{Rate: 1e9, Latency: 5 * time.Microsecond}, fabric.Config{})
+		ms := f.addMembers(4)
+		gid := f.join("mismatch", ms)
+		order := []int{0, 1, 2, 3}
+		if oddFirst {
+			order = []int{3, 0, 1, 2}
+		}
+		start := f.net.Now()
+		failed := 0
+		for _, i := range order {
+			n := 64
+			if i == 3 {
+				n = 32
+			}
+			ms[i].post(&endpoint.Op{Kind: endpoint.KindAggregate, Peer: f.swAddr, Group: gid, Root: -1,
+				Buf: make([]byte, n), Recv: make([]byte, n), Dtype: wire.DtypeF32, Alu: wire.AluAdd}, func(op *endpoint.Op) {
+				if !errors.Is(op.Err, wire.StatusBadOperand) {
+					t.Errorf("odd first %v: member %d: %v, want BAD_OPERAND", oddFirst, i, op.Err)
+				}
+				failed++
+			})
+			f.net.RunFor(50 * time.Microsecond) // contributions arrive in this order
+		}
+		f.run(func() bool { return failed == len(ms) }, time.Second, "mismatched allreduce")
+		if d := f.net.Now().Sub(start); d > 10*time.Millisecond {
+			t.Errorf("odd first %v: the members learned after %v", oddFirst, d)
+		}
+		if st := f.sw.Stats(); st.AggRefused != 1 || st.Pool.InUse != 0 {
+			t.Errorf("odd first %v: %d aggregations refused, %d slots in use; want 1 and 0", oddFirst, st.AggRefused, st.Pool.InUse)
+		}
+		inputs := make([][]byte, len(ms))
+		for i := range inputs {
+			inputs[i] = f32bytes([]float32{float32(i), 1})
+		}
+		for i, got := range allreduceRound(f, gid, ms, inputs, wire.DtypeF32, wire.AluAdd, false) {
+			if !bytes.Equal(got, f32bytes([]float32{6, 4})) {
+				t.Errorf("odd first %v: the next allreduce at member %d: %v", oddFirst, i, got)
+			}
+		}
+	}
+}

@@ -200,8 +200,10 @@ type Stats struct {
 	// sender echoes it (MulticastResets).
 	MulticastRestartsRefused uint64
 	// Aggregation slots freed by AggTimeout; contributions refused
-	// because their aggregation had expired.
-	AggExpired, AggStale uint64
+	// because their aggregation had expired (or been refused);
+	// aggregations refused because their members' contributions
+	// disagreed.
+	AggExpired, AggStale, AggRefused uint64
 	// Anycast requests failed by AnycastTimeout; refused by MaxAnycast or
 	// MaxAnycastPerClient; in flight now.
 	AnycastExpired, AnycastRefused uint64
@@ -230,8 +232,10 @@ type group struct {
 	created time.Time
 
 	// aggFloor is the newest aggregation id of the group whose slot
-	// expired: no slot opens for it or an older one again.
-	aggFloor uint64
+	// expired or was refused: no slot opens for it or an older one
+	// again. aggBad is the newest one refused because its members
+	// disagreed (refuseAggregation).
+	aggFloor, aggBad uint64
 }
 
 func (g *group) alive() int {

@@ -39,9 +39,14 @@ func (s *Switch) admit(d *transport.Delivery) bool {
 	if h.MsgID <= g.aggFloor && !s.pool.Exists(key) {
 		// An aggregation that expired here (or an older one): a slot
 		// opened now would hold only late contributions, and would
-		// complete with them if the others were late too.
+		// complete with them if the others were late too. One refused
+		// because its members disagreed is refused as such.
 		s.stats.AggStale++
-		s.event(d.Peer, h.Group, wire.StatusBusy, 0, h.MsgID)
+		st := wire.StatusBusy
+		if h.MsgID == g.aggBad {
+			st = wire.StatusBadOperand
+		}
+		s.event(d.Peer, h.Group, st, 0, h.MsgID)
 		return true
 	}
 	// A member that is gone (crashed or left) can complete this chunk only
@@ -70,6 +75,9 @@ func (s *Switch) admit(d *transport.Delivery) bool {
 		return false
 	case ContribMismatch:
 		s.event(d.Peer, h.Group, wire.StatusBadOperand, 0, h.MsgID)
+		if s.pool.Exists(key) {
+			s.refuseAggregation(g, key)
+		}
 	case ContribComplete:
 		s.sendResult(g, h, res)
 	}
@@ -119,6 +127,26 @@ func (s *Switch) sendResult(g *group, h *wire.Header, res []byte) {
 		return
 	}
 	s.aggTok[tok] = r
+}
+
+// refuseAggregation ends an aggregation whose members disagree (a
+// contribution's length, dtype, op or member count differ from the
+// slot's): every member that contributed to the slot is told
+// (EVENT, StatusBadOperand), the slot is freed, and the group's floor
+// rises so that every later contribution to it, from the members that
+// had not contributed yet, is refused the same way. Each member's
+// operation thus fails at once, instead of waiting for an AggTimeout
+// that only the mismatching member would have escaped. O(members).
+func (s *Switch) refuseAggregation(g *group, key AggKey) {
+	for _, m := range g.members {
+		if m != nil && m.alive && s.pool.Has(key, int(m.id)) {
+			s.event(transport.PeerID{Addr: m.addr, Group: g.id, Member: m.id}, g.id, wire.StatusBadOperand, 0, key.Op)
+		}
+	}
+	s.pool.Release(key)
+	g.aggFloor = max(g.aggFloor, key.Op)
+	g.aggBad = key.Op
+	s.stats.AggRefused++
 }
 
 // event sends a notification (OpEvent) to a peer over the switch's
