@@ -157,6 +157,10 @@ func code(err error) C.int {
 		return C.NDMA_ERR_RENDEZVOUS
 	case errors.Is(err, endpoint.ErrNoSwitch):
 		return C.NDMA_ERR_NO_SWITCH
+	case errors.Is(err, wire.StatusBadOperand):
+		// The switch refused an aggregation whose ranks' buffers differ:
+		// the caller's arguments, on some rank.
+		return C.NDMA_ERR_ARG
 	case errors.As(err, &rank):
 		return C.NDMA_ERR_RANK
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, endpoint.ErrTimeout):

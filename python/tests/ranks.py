@@ -115,6 +115,23 @@ def dead_scenario(comm):
     raise AssertionError("an allreduce with a dead rank returned")
 
 
+def mismatch_scenario(comm):
+    # Rank 1's array is longer than the others': every rank's in-network
+    # allreduce raises at once, naming the problem, none hangs.
+    comm.set_algo("allreduce", "innet")
+    x = np.ones(1000 + (8 if comm.rank == 1 else 0), np.float32)
+    t0 = time.monotonic()
+    try:
+        comm.allreduce(x)
+    except ndma.InvalidArgument as e:
+        took = time.monotonic() - t0
+        assert took < 5, f"raised after {took:.1f}s"
+        assert "differ" in str(e), str(e)
+        print(f"raised {type(e).__name__} after {took:.2f}s: {e}", file=sys.stderr)
+        return
+    raise AssertionError("an allreduce of mismatched arrays returned")
+
+
 def ddp_scenario(comm):
     # The same training, DDP's own Gloo allreduce against the NDMA hook:
     # with 2 ranks both sum two numbers and halve them, so the parameters
@@ -258,7 +275,7 @@ def deterministic_scenario(comm):
     dist.destroy_process_group()
 
 
-SCENARIOS = {"deterministic": deterministic_scenario, "backend": backend_scenario, "numpy": numpy_scenario, "torch": torch_scenario, "dead": dead_scenario, "ddp": ddp_scenario}
+SCENARIOS = {"deterministic": deterministic_scenario, "backend": backend_scenario, "numpy": numpy_scenario, "torch": torch_scenario, "dead": dead_scenario, "ddp": ddp_scenario, "mismatch": mismatch_scenario}
 
 
 def main():

@@ -96,6 +96,12 @@ def test_dead_rank_raises():
     assert "raised" in out
 
 
+def test_mismatched_sizes_raise_everywhere():
+    outs = run_ranks("mismatch", 3, env={"NDMA_TIMEOUT": "60s"})
+    for r, (rc, out) in enumerate(outs):
+        assert rc == 0 and out.endswith("ok\n") and "raised InvalidArgument" in out, f"rank {r}: {out}"
+
+
 def test_bad_buffers():
     with solo() as c:
         a = np.zeros((4, 4), np.float32)
