@@ -77,7 +77,7 @@ func udpPingPong(ctx context.Context, size, iters, warmup int) (Result, error) {
 		}
 		samples[i] = time.Since(t0)
 	}
-	cpu := (rusageCPU() - cpu0) / time.Duration(iters)
+	cpu := cpuPerOp(cpu0, iters)
 	p50, p99 := percentiles(samples)
 	return Result{Kind: Latency, Op: OpUDPPingPong, Size: size, Iters: iters, P50: p50, P99: p99, CPU: cpu}, nil
 }

@@ -62,7 +62,7 @@ func (r *runner) latency(ctx context.Context, op string, size int) (Result, erro
 		}
 		samples[i] = time.Since(t0)
 	}
-	cpu := (rusageCPU() - cpu0) / time.Duration(iters)
+	cpu := cpuPerOp(cpu0, iters)
 	p50, p99 := percentiles(samples)
 	return Result{Kind: Latency, Op: op, Size: size, Iters: iters, P50: p50, P99: p99, CPU: cpu}, nil
 }

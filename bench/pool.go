@@ -258,7 +258,7 @@ func poolLatency(ctx context.Context, cfg *PoolConfig, ep *endpoint.Endpoint, c 
 			}
 			samples[i] = time.Since(t0)
 		}
-		cpu := (rusageCPU() - cpu0) / time.Duration(cfg.Iters)
+		cpu := cpuPerOp(cpu0, cfg.Iters)
 		p50, p99 := percentiles(samples)
 		return Result{Kind: Latency, Op: op, Size: cfg.Size, Iters: cfg.Iters, P50: p50, P99: p99, CPU: cpu}, nil
 	}

@@ -147,6 +147,12 @@ func Run(ctx context.Context, cfg Config, emit func(Result) error) error {
 	return nil
 }
 
+// cpuPerOp is this process's CPU time since cpu0 (a rusageCPU reading)
+// divided over n operations.
+func cpuPerOp(cpu0 time.Duration, n int) time.Duration {
+	return (rusageCPU() - cpu0) / time.Duration(n)
+}
+
 // percentiles sorts samples and returns the 50th and 99th percentiles
 // (nearest rank).
 func percentiles(samples []time.Duration) (p50, p99 time.Duration) {

@@ -439,15 +439,11 @@ func (ep *Endpoint) Close() error {
 	// is never acknowledged resends it until it gives this endpoint up
 	// for dead (a rank that sent its part of a Gather to a root that
 	// returned and closed).
-	ep.core.FlushAcks()
-	ep.pumpLocked(time.Now())
-	for end := time.Now().Add(CloseLinger); ep.core.Owed() && time.Now().Before(end); {
-		ep.mu.Unlock()
-		time.Sleep(time.Millisecond)
-		ep.mu.Lock()
+	ep.lingerLocked(func() bool {
 		ep.core.FlushAcks()
 		ep.pumpLocked(time.Now())
-	}
+		return !ep.core.Owed()
+	})
 	ep.core.FailAll(ErrClosed)
 	_, done, _ := ep.core.Poll(time.Now(), ep.out[:0])
 	for _, op := range done {
@@ -465,6 +461,17 @@ func (ep *Endpoint) Close() error {
 	ep.handlers.Wait()
 	ep.notifier.Wait()
 	return err
+}
+
+// lingerLocked calls done, and then every millisecond, until it reports
+// true or CloseLinger has passed, letting the reader goroutine run in
+// between. Caller holds mu; so does done.
+func (ep *Endpoint) lingerLocked(done func() bool) {
+	for end := time.Now().Add(CloseLinger); !done() && time.Now().Before(end); {
+		ep.mu.Unlock()
+		time.Sleep(time.Millisecond)
+		ep.mu.Lock()
+	}
 }
 
 // addCloser registers f to run at Close (after outstanding ops failed).

@@ -507,14 +507,9 @@ func (g *Group) Leave(ctx context.Context) error {
 	// Eager multicasts complete for their callers before every member
 	// has them: let them finish (for at most CloseLinger) before the
 	// switch forgets this member.
-	for end := time.Now().Add(CloseLinger); time.Now().Before(end) && ctx.Err() == nil; time.Sleep(time.Millisecond) {
-		g.ep.mu.Lock()
-		n := g.ep.core.eagerOut
-		g.ep.mu.Unlock()
-		if n == 0 {
-			break
-		}
-	}
+	g.ep.mu.Lock()
+	g.ep.lingerLocked(func() bool { return g.ep.core.eagerOut == 0 || ctx.Err() != nil })
+	g.ep.mu.Unlock()
 	g.stopHeartbeats()
 	_, err := g.ep.control(ctx, g.sw, &fabric.CtrlMsg{Type: fabric.CtrlLeave, Group: g.id, Member: g.rank}, &g.opts)
 	g.ep.mu.Lock()

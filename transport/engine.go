@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 	mrand "math/rand/v2"
 	"net/netip"
 	"time"
@@ -891,12 +892,10 @@ func (e *Engine) Abandon(to PeerID, msgID uint64) {
 // sends it: what a process does before it stops, since a peer whose
 // response is never acknowledged resends it until DeadTimeout.
 func (e *Engine) FlushAcks() {
-	for _, l := range [2]*peerList{&e.strangers, &e.established} {
-		for p := l.head; p != nil; p = p.next {
-			if p.ackPending && p.ackAt != 0 {
-				p.ackAt = 0
-				e.activate(p)
-			}
+	for p := range e.allPeers() {
+		if p.ackPending && p.ackAt != 0 {
+			p.ackAt = 0
+			e.activate(p)
 		}
 	}
 }
@@ -908,14 +907,25 @@ func (e *Engine) FlushAcks() {
 // resending until DeadTimeout: a closing endpoint lingers until it owes
 // none (or a bound passes).
 func (e *Engine) Owed() bool {
-	for _, l := range [2]*peerList{&e.strangers, &e.established} {
-		for p := l.head; p != nil; p = p.next {
-			if p.rcvInit && (p.ackPending || (p.limited() && p.rcvNxt != p.peerBase)) {
-				return true
-			}
+	for p := range e.allPeers() {
+		if p.rcvInit && (p.ackPending || (p.limited() && p.rcvNxt != p.peerBase)) {
+			return true
 		}
 	}
 	return false
+}
+
+// allPeers yields every peer with state, strangers first.
+func (e *Engine) allPeers() iter.Seq[*peer] {
+	return func(yield func(*peer) bool) {
+		for _, l := range [2]*peerList{&e.strangers, &e.established} {
+			for p := l.head; p != nil; p = p.next {
+				if !yield(p) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // PeerMessages returns the number of outgoing messages queued or in

@@ -300,8 +300,12 @@ func (p *peer) ackWaits(now time.Time) bool { return p.ackAt != 0 && nanos(now) 
 // the peer: on the point-to-point group, whose both ends are engines,
 // with nothing to SACK, to a peer whose address is validated.
 func (p *peer) piggybacks(limited bool) bool {
-	return !limited && p.id.Group == 0 && p.id.Mode == wire.ModeUnicast && p.rcvHigh == p.rcvNxt
+	return !limited && p.pointToPoint() && p.rcvHigh == p.rcvNxt
 }
+
+// pointToPoint reports whether the peer is on the point-to-point group
+// (group 0, unicast), where ACKs ride on data and may be delayed.
+func (p *peer) pointToPoint() bool { return p.id.Group == 0 && p.id.Mode == wire.ModeUnicast }
 
 // ackRides reports whether the first data packet poll is about to send
 // to the peer has room for the pending ACK (see piggybacks): a full-size
@@ -679,7 +683,7 @@ func (p *peer) onRTT(now time.Time, r time.Duration, full bool, owd int64, haveO
 // (MaxAckDelay on the point-to-point group, where it delays the ACK of
 // a lone response).
 func (p *peer) peerAckDelay() time.Duration {
-	if p.id.Group == 0 && p.id.Mode == wire.ModeUnicast {
+	if p.pointToPoint() {
 		return MaxAckDelay
 	}
 	return 0
@@ -1225,21 +1229,10 @@ func (p *peer) buildAck(now time.Time, buf []byte, limited bool) (d netio.Datagr
 		maxBlocks = 0
 	}
 	a := &p.e.ack
-	win := uint32(p.e.cfg.RecvWindow)
-	if p.advWindow != 0 {
-		win = p.advWindow
-	}
-	*a = wire.Ack{
-		Cum:    p.rcvNxt,
-		Window: win,
-		EchoTS: p.echoTS,
-	}
+	p.fillAck(now, a)
 	if limited {
 		// No RTT sample either: nothing is acknowledged.
 		a.Cum, a.EchoTS = p.peerBase, 0
-	}
-	if d := now.Sub(p.lastArrival); d > 0 && d < time.Second {
-		a.AckDelay = uint32(d)
 	}
 	// SACK blocks above the cumulative point (rcvHigh - rcvNxt is at
 	// most RecvWindow).
@@ -1287,14 +1280,18 @@ func (p *peer) buildAck(now time.Time, buf []byte, limited bool) (d netio.Datagr
 	return netio.Datagram{Addr: p.id.Addr, Buf: b}, true
 }
 
-// fillAck sets a to the cumulative ACK of the peer's stream, without
-// SACK blocks (what rides on data: see piggybacks).
-func (p *peer) fillAck(now time.Time, a *wire.Ack) {
-	win := uint32(p.e.cfg.RecvWindow)
+// window is the receive window advertised to the peer, in packets.
+func (p *peer) window() uint32 {
 	if p.advWindow != 0 {
-		win = p.advWindow
+		return p.advWindow
 	}
-	*a = wire.Ack{Cum: p.rcvNxt, Window: win, EchoTS: p.echoTS}
+	return uint32(p.e.cfg.RecvWindow)
+}
+
+// fillAck sets a to the cumulative ACK of the peer's stream, without
+// SACK blocks (what rides on data: see piggybacks; buildAck adds them).
+func (p *peer) fillAck(now time.Time, a *wire.Ack) {
+	*a = wire.Ack{Cum: p.rcvNxt, Window: p.window(), EchoTS: p.echoTS}
 	if d := now.Sub(p.lastArrival); d > 0 && d < time.Second {
 		a.AckDelay = uint32(d)
 	}
@@ -1310,11 +1307,7 @@ func (p *peer) buildEcho(now time.Time, buf []byte, limited bool) (d netio.Datag
 		p.e.stats.AmplificationLimited++
 		return d, false
 	}
-	win := uint32(p.e.cfg.RecvWindow)
-	if p.advWindow != 0 {
-		win = p.advWindow
-	}
-	a := wire.Ack{Cum: p.challenge, Window: win}
+	a := wire.Ack{Cum: p.challenge, Window: p.window()}
 	h := wire.Header{
 		Version: wire.Version,
 		Op:      wire.OpAck,

@@ -82,23 +82,7 @@ func AppendPacketAck(buf []byte, h *Header, payload []byte, a *Ack, crc bool) ([
 	if a.NBlocks != 0 {
 		return buf, ErrAckFrame
 	}
-	if len(payload)+AckFixedLen > MaxPayload {
-		return buf, ErrTooLarge
-	}
-	h.Flags |= FlagAck
-	h.Len = uint16(len(payload) + AckFixedLen)
-	n := HeaderLen + int(h.Len)
-	if cap(buf) < n {
-		buf = make([]byte, n)
-	}
-	buf = buf[:n]
-	h.Encode(buf)
-	copy(buf[HeaderLen:], payload)
-	a.Encode(buf[HeaderLen+len(payload):])
-	if crc {
-		Seal(buf)
-	}
-	return buf, nil
+	return appendPacket(buf, h, payload, a, crc)
 }
 
 // SplitAck splits the payload of a FlagAck packet into the data and the

@@ -359,21 +359,31 @@ func checksum(pkt []byte) uint32 {
 // it if needed), sets h.Len, seals the checksum and returns the packet. It
 // allocates only if cap(buf) is too small.
 func AppendPacket(buf []byte, h *Header, payload []byte) ([]byte, error) {
-	return appendPacket(buf, h, payload, true)
+	return appendPacket(buf, h, payload, nil, true)
 }
 
-func appendPacket(buf []byte, h *Header, payload []byte, crc bool) ([]byte, error) {
-	if len(payload) > MaxPayload {
+// appendPacket encodes h, payload and, if a is not nil, the ACK frame a
+// riding after the payload (FlagAck set), and seals the checksum if crc.
+func appendPacket(buf []byte, h *Header, payload []byte, a *Ack, crc bool) ([]byte, error) {
+	n := len(payload)
+	if a != nil {
+		h.Flags |= FlagAck
+		n += AckFixedLen
+	}
+	if n > MaxPayload {
 		return buf, ErrTooLarge
 	}
-	h.Len = uint16(len(payload))
-	n := HeaderLen + len(payload)
+	h.Len = uint16(n)
+	n += HeaderLen
 	if cap(buf) < n {
 		buf = make([]byte, n)
 	}
 	buf = buf[:n]
 	h.Encode(buf)
 	copy(buf[HeaderLen:], payload)
+	if a != nil {
+		a.Encode(buf[HeaderLen+len(payload):])
+	}
 	if crc {
 		Seal(buf)
 	}
@@ -384,7 +394,7 @@ func appendPacket(buf []byte, h *Header, payload []byte, crc bool) ([]byte, erro
 // left zero), for a packet a security layer will seal: it checksums the
 // sealed packet itself.
 func AppendPacketUnchecked(buf []byte, h *Header, payload []byte) ([]byte, error) {
-	return appendPacket(buf, h, payload, false)
+	return appendPacket(buf, h, payload, nil, false)
 }
 
 // Parse validates the datagram pkt and decodes its header into h. It returns
