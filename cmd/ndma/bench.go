@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ndma/ndma/bench"
+	"github.com/ndma/ndma/netio"
 )
 
 // benchCmd groups the benchmarks.
@@ -162,6 +163,9 @@ func runBenchRW(cmd *cobra.Command, f *rwFlags) error {
 
 	if err := checkExclusive(cmd, "without --sim", "link-rate", "link-latency", "loss", "seed"); err != nil {
 		return err
+	}
+	if f.busyPoll < 0 || f.busyPoll > netio.MaxBusyPoll {
+		return fmt.Errorf("--busy-poll: %v: want 0 to %v", f.busyPoll, netio.MaxBusyPoll)
 	}
 	tests, err := bench.ParseTests(f.tests)
 	if err != nil {
