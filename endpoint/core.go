@@ -144,6 +144,9 @@ type Op struct {
 	// Eager completes a multicast of at most EagerMulticastMax bytes as
 	// soon as the transport has its own copy (see MulticastOptions.Eager).
 	Eager bool
+	// AtMost lets a multicast receive (KindRecv) take a message of at
+	// most len(Buf) bytes instead of exactly len(Buf); its length is N.
+	AtMost bool
 
 	// Pool accesses (core_pool.go): a non-zero Pool sends a Read, Write,
 	// CAS, FetchAdd or Vector to pool region Pool through the switch Peer;
@@ -179,7 +182,7 @@ type Op struct {
 	Idle time.Duration
 
 	// Results.
-	N    int    // RecvMsg: length of the message received
+	N    int    // RecvMsg, and Recv with AtMost: length of the message received
 	Old  uint64 // CAS, FetchAdd: value before the op
 	Resp []byte // Control, Anycast: the reply payload
 	Err  error  // nil, or an *OpError

@@ -306,12 +306,13 @@ func (c *Core) postGroup(now time.Time, op *Op) error {
 			// take what is there; later fragments land in op.Buf directly.
 			delete(c.unexp, uk)
 			c.release(u)
-			if u.size != len(op.Buf) {
+			buf, ok := op.recvBuf(u.size)
+			if !ok {
 				op.fail(fmt.Errorf("%w: multicast of %d bytes into a %d-byte buffer", ErrShortRead, u.size, len(op.Buf)))
 				c.finish(op)
 				return nil
 			}
-			c.takeUnexpected(op, u, op.Buf)
+			c.takeUnexpected(op, u, buf)
 		}
 		return nil
 	case KindAggregate:
@@ -438,7 +439,11 @@ func (c *Core) onMulticast(d *transport.Delivery) {
 	h := &d.Header
 	k := gopKey{h.Group, KindRecv, h.Src, h.MsgID}
 	if op := c.gops[k]; op != nil && op.sw == d.Peer.Addr {
-		if c.startInto(op, op.Buf, h, "multicast") && c.placeFrag(op, d) {
+		buf := op.Buf
+		if b, ok := op.recvBuf(int(h.MsgLen)); ok && !op.asm.open {
+			buf = b
+		}
+		if c.startInto(op, buf, h, "multicast") && c.placeFrag(op, d) {
 			c.finish(op)
 		}
 		return
@@ -457,6 +462,20 @@ func (c *Core) onMulticast(d *transport.Delivery) {
 		c.unexp[uk] = u
 	}
 	c.placeUnexpected(u, d)
+}
+
+// recvBuf is the part of a multicast receive's buffer that a message of n
+// bytes fills, and whether it fits: all of Buf, or with AtMost its first
+// n bytes (N is then set to n).
+func (op *Op) recvBuf(n int) ([]byte, bool) {
+	if !op.AtMost {
+		return op.Buf, n == len(op.Buf)
+	}
+	if n < 0 || n > len(op.Buf) {
+		return op.Buf, false
+	}
+	op.N = n
+	return op.Buf[:n], true
 }
 
 // onEvent handles a switch notification.

@@ -572,6 +572,16 @@ func (g *Group) Recv(ctx context.Context, from int, buf []byte) error {
 	return g.ep.Do(ctx, &Op{Kind: KindRecv, Peer: g.sw, Group: g.id, From: uint16(from), Buf: buf})
 }
 
+// RecvAtMost receives the next multicast from member from into buf,
+// which may be longer than the message, and returns the message's length.
+func (g *Group) RecvAtMost(ctx context.Context, from int, buf []byte) (int, error) {
+	op := &Op{Kind: KindRecv, Peer: g.sw, Group: g.id, From: uint16(from), Buf: buf, AtMost: true}
+	if err := g.ep.Do(ctx, op); err != nil {
+		return 0, err
+	}
+	return op.N, nil
+}
+
 // ReduceOptions tune one aggregation.
 type ReduceOptions struct {
 	// Deterministic reduces in member order at the switch, so float
@@ -790,6 +800,25 @@ func (ep *Endpoint) lookup(ctx context.Context, sw netip.AddrPort, service strin
 	ep.svcIDs[service] = resp.Group
 	ep.mu.Unlock()
 	return resp.Group, nil
+}
+
+// ServiceMembers asks the switch for service group service's live
+// members (id and address), fresh each call: the switch's soft state of
+// who serves it.
+func (ep *Endpoint) ServiceMembers(ctx context.Context, sw string, service string, opts FabricOptions) ([]fabric.MemberInfo, error) {
+	ap, err := parseSwitch(sw)
+	if err != nil {
+		return nil, err
+	}
+	ep.enableGroups()
+	resp, err := ep.control(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlLookup, Service: service}, &opts)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint: lookup %q: %w", service, err)
+	}
+	ep.mu.Lock()
+	ep.svcIDs[service] = resp.Group
+	ep.mu.Unlock()
+	return resp.Members, nil
 }
 
 // humanBytes writes n bytes with a binary unit (KiB, MiB, GiB, TiB).

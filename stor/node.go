@@ -1,0 +1,967 @@
+package stor
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/wire"
+)
+
+// DefaultService is the name of the storage service at the switch.
+const DefaultService = "stor"
+
+// NodeConfig configures a storage node.
+type NodeConfig struct {
+	// Dir holds the node's volumes (created if missing).
+	Dir string
+	// ID is the node's id, 0..MaxNodes-1; -1 takes the one Dir holds (0
+	// for a new Dir). A Dir made by another id is refused.
+	ID int
+	// Capacity bounds the bytes of extents the node takes; 0: no bound
+	// but the disk's.
+	Capacity uint64
+	// Switch is the forwarding node ("host:port"); Fabric its options.
+	Switch string
+	Fabric endpoint.FabricOptions
+	// Service names the storage service (DefaultService when empty).
+	Service string
+	// Check is how often the node checks that the switch still lists it
+	// (registering again after a switch restart) and retries a pending
+	// resync. Zero means one second.
+	Check time.Duration
+	// Logger receives the node's logs (none when nil).
+	Logger *slog.Logger
+}
+
+// Node is a storage node: it keeps extents of volumes in Dir and serves
+// them through the switch — reads as an anycast member of each replica
+// set it belongs to, writes as a member of the writer's multicast groups.
+type Node struct {
+	ep    *endpoint.Endpoint
+	st    *store
+	cfg   NodeConfig
+	log   *slog.Logger
+	ctx   context.Context
+	stop  context.CancelFunc
+	wg    sync.WaitGroup
+	reqs  sync.WaitGroup
+	mu    sync.Mutex
+	svcs  map[string]*endpoint.Service // by service name
+	stats NodeStats
+}
+
+// NodeStats are a node's counters.
+type NodeStats struct {
+	Reads, ReadBytes   uint64
+	Writes, WriteBytes uint64
+	Flushes            uint64
+	Refused            uint64 // requests answered with a code other than OK
+	Resynced           uint64 // extents copied from other replicas
+}
+
+// NewNode opens the node's directory and returns a node serving through ep
+// once Start is called. The node does not close ep.
+func NewNode(ep *endpoint.Endpoint, cfg NodeConfig) (*Node, error) {
+	if cfg.Service == "" {
+		cfg.Service = DefaultService
+	}
+	if cfg.Check <= 0 {
+		cfg.Check = time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	st, err := openStore(cfg.Dir, cfg.ID, cfg.Capacity)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Node{ep: ep, st: st, cfg: cfg, log: cfg.Logger, ctx: ctx, stop: cancel, svcs: map[string]*endpoint.Service{}}, nil
+}
+
+// ID is the node's id.
+func (n *Node) ID() int { return int(n.st.id) }
+
+// Stats returns the node's counters.
+func (n *Node) Stats() NodeStats {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.stats
+}
+
+// Start brings the node's volumes up to date with the other replicas
+// (those a live writer is writing wait for it to take this node back into
+// its groups), registers the node with the switch and serves until Close.
+func (n *Node) Start(ctx context.Context) error {
+	for _, v := range n.st.list() {
+		v.mu.Lock()
+		v.ready = false
+		v.mu.Unlock()
+	}
+	if err := n.register(ctx); err != nil {
+		return err
+	}
+	for _, v := range n.st.list() {
+		n.maybeResync(v)
+	}
+	n.wg.Add(1)
+	go n.supervise()
+	return nil
+}
+
+// Close stops serving: services and write groups end, the files close.
+func (n *Node) Close() {
+	n.stop()
+	n.wg.Wait()
+	n.mu.Lock()
+	svcs := n.svcs
+	n.svcs = map[string]*endpoint.Service{}
+	n.mu.Unlock()
+	for _, s := range svcs {
+		s.Close()
+	}
+	for _, v := range n.st.list() {
+		v.mu.Lock()
+		gs := v.groups()
+		v.mu.Unlock()
+		for _, g := range gs {
+			g.stop()
+		}
+	}
+	n.reqs.Wait()
+	n.st.close()
+}
+
+// register makes the node a member of the service (rank = id), of its own
+// service and of every replica set its volumes put it in.
+func (n *Node) register(ctx context.Context) error {
+	want := map[string][2]int{ // name → size, rank
+		n.cfg.Service:                    {MaxNodes, int(n.st.id)},
+		nodeName(n.cfg.Service, n.st.id): {1, 0},
+	}
+	for _, v := range n.st.list() {
+		for _, s := range v.meta.Desc.Sets() {
+			if i := slices.Index(s, n.st.id); i >= 0 {
+				want[setName(n.cfg.Service, s)] = [2]int{len(s), i}
+			}
+		}
+	}
+	for name, sr := range want {
+		if err := n.registerOne(ctx, name, sr[0], sr[1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (n *Node) registerOne(ctx context.Context, name string, size, rank int) error {
+	n.mu.Lock()
+	old := n.svcs[name]
+	delete(n.svcs, name)
+	n.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	s, err := n.ep.RegisterService(ctx, n.cfg.Switch, endpoint.ServiceConfig{Name: name, Size: size, Policy: fabric.PolicyLeastOutstanding}, rank, n.handle, n.cfg.Fabric)
+	if err != nil {
+		return fmt.Errorf("stor: node %d: %w", n.st.id, err)
+	}
+	n.mu.Lock()
+	n.svcs[name] = s
+	n.mu.Unlock()
+	return nil
+}
+
+// supervise registers the node again when the switch no longer lists it
+// (the switch restarted, or counted it dead), and starts the resyncs that
+// wait for a writer that is gone.
+func (n *Node) supervise() {
+	defer n.wg.Done()
+	t := time.NewTicker(n.cfg.Check)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.Check)
+		ms, err := n.ep.ServiceMembers(ctx, n.cfg.Switch, n.cfg.Service, n.cfg.Fabric)
+		listed := err == nil && slices.ContainsFunc(ms, func(m fabric.MemberInfo) bool {
+			return m.ID == n.st.id && m.Addr == n.ep.LocalAddr()
+		})
+		if !listed && n.ctx.Err() == nil {
+			n.log.Info("stor: registering again", "node", n.st.id, "err", err)
+			if err := n.register(ctx); err != nil {
+				n.log.Warn("stor: register", "node", n.st.id, "err", err)
+			}
+		}
+		cancel()
+		for _, v := range n.st.list() {
+			n.maybeResync(v)
+		}
+	}
+}
+
+// handle serves one anycast request.
+func (n *Node) handle(_ uint64, req []byte) ([]byte, error) {
+	n.reqs.Add(1)
+	defer n.reqs.Done()
+	if len(req) == 0 {
+		return n.refuse(CodeBadRequest, "empty request"), nil
+	}
+	var resp []byte
+	switch req[0] {
+	case opInfo:
+		resp = n.info()
+	case opCreate:
+		resp = n.create(req[1:])
+	case opRemove:
+		resp = n.remove(req[1:])
+	case opList:
+		resp = n.listVols()
+	case opStat:
+		resp = n.stat(req[1:])
+	case opLease:
+		resp = n.lease(req[1:])
+	case opJoin:
+		resp = n.join(req[1:])
+	case opRead:
+		resp = n.read(req)
+	case opVersions:
+		resp = n.versions(req[1:])
+	case opMissing:
+		resp = n.missing(req[1:])
+	default:
+		resp = n.refuse(CodeBadRequest, fmt.Sprintf("unknown request %d", req[0]))
+	}
+	return resp, nil
+}
+
+func (n *Node) refuse(c Code, msg string) []byte {
+	n.mu.Lock()
+	n.stats.Refused++
+	n.mu.Unlock()
+	return refusal(c, msg)
+}
+
+func (n *Node) refuseErr(err error) []byte { return n.refuse(codeOf(err), err.Error()) }
+
+func okJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return append([]byte{byte(CodeOK)}, b...)
+}
+
+// NodeInfo is what a node says about itself.
+type NodeInfo struct {
+	ID       int    `json:"id"`
+	Addr     string `json:"addr"`
+	Capacity uint64 `json:"capacity"`
+	Used     uint64 `json:"used"`
+	Volumes  int    `json:"volumes"`
+}
+
+func (n *Node) info() []byte {
+	n.st.mu.Lock()
+	ni := NodeInfo{ID: int(n.st.id), Addr: n.ep.LocalAddr().String(), Capacity: n.st.capacity, Used: n.st.used, Volumes: len(n.st.vols)}
+	n.st.mu.Unlock()
+	return okJSON(ni)
+}
+
+func (n *Node) create(b []byte) []byte {
+	var d Descriptor
+	if err := json.Unmarshal(b, &d); err != nil {
+		return n.refuse(CodeBadRequest, "descriptor: "+err.Error())
+	}
+	if !slices.Contains(d.Nodes, n.st.id) {
+		return n.refuse(CodeBadRequest, fmt.Sprintf("volume %s is not placed on node %d", d.Name, n.st.id))
+	}
+	v, fresh, err := n.st.create(d)
+	if err != nil {
+		return n.refuseErr(err)
+	}
+	if fresh {
+		n.log.Info("stor: volume created", "name", d.Name, "size", d.Size, "replicas", d.Replicas)
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
+	defer cancel()
+	for _, s := range v.meta.Desc.Sets() {
+		name := setName(n.cfg.Service, s)
+		n.mu.Lock()
+		have := n.svcs[name] != nil
+		n.mu.Unlock()
+		if i := slices.Index(s, n.st.id); i >= 0 && !have {
+			if err := n.registerOne(ctx, name, len(s), i); err != nil {
+				return n.refuse(CodeIO, err.Error())
+			}
+		}
+	}
+	return []byte{byte(CodeOK)}
+}
+
+func (n *Node) remove(b []byte) []byte {
+	d := dec{b: b}
+	name, force := d.str(), d.u8()
+	if d.bad {
+		return n.refuse(CodeBadRequest, "remove: short request")
+	}
+	v := n.st.get(name)
+	if v == nil {
+		return n.refuse(CodeNoVolume, name)
+	}
+	v.mu.Lock()
+	held := v.holder != 0 && time.Now().Before(v.expires)
+	v.mu.Unlock()
+	if held && force == 0 {
+		return n.refuse(CodeLeaseHeld, "volume "+name+" is open for writing")
+	}
+	if err := n.st.remove(name); err != nil {
+		return n.refuseErr(err)
+	}
+	n.log.Info("stor: volume removed", "name", name)
+	return []byte{byte(CodeOK)}
+}
+
+func (n *Node) listVols() []byte {
+	var ds []Descriptor
+	for _, v := range n.st.list() {
+		v.mu.Lock()
+		ds = append(ds, v.meta.Desc)
+		v.mu.Unlock()
+	}
+	return okJSON(ds)
+}
+
+// NodeVolume is one node's state of one volume.
+type NodeVolume struct {
+	Node     int               `json:"node"`
+	Desc     Descriptor        `json:"desc"`
+	Epoch    uint64            `json:"epoch"`
+	Ready    bool              `json:"ready"`              // serves reads
+	Stale    int               `json:"stale"`              // extents awaiting a copy
+	Leased   bool              `json:"leased"`             // a writer holds the lease
+	LeaseMs  int64             `json:"lease_ms,omitempty"` // its time left
+	Missing  map[uint16]uint64 `json:"missing,omitempty"`  // replicas that missed writes (id → first version missed)
+	Held     uint64            `json:"held"`               // bytes of the volume on this node
+	MaxVer   uint64            `json:"max_version"`
+	Writers  int               `json:"write_groups"` // write groups this node is in
+	Writes   uint64            `json:"writes"`       // writes applied since the node started
+	Syncing  bool              `json:"syncing"`
+	HolderID uint64            `json:"-"`
+}
+
+func (n *Node) stat(b []byte) []byte {
+	d := dec{b: b}
+	name := d.str()
+	v := n.st.get(name)
+	if v == nil {
+		return n.refuse(CodeNoVolume, name)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	nv := NodeVolume{Node: int(n.st.id), Desc: v.meta.Desc, Epoch: v.meta.Epoch, Ready: v.ready, Stale: len(v.stale),
+		Missing: v.meta.Missing, Held: v.meta.Desc.HeldBytes(n.st.id), MaxVer: slices.Max(v.versions), Writers: len(v.wgroups),
+		Writes: v.appliedW, Syncing: v.syncing}
+	if left := time.Until(v.expires); v.holder != 0 && left > 0 {
+		nv.Leased, nv.LeaseMs = true, left.Milliseconds()
+	}
+	return okJSON(nv)
+}
+
+// leaseReq asks for (or renews, or with Release gives back) a volume's
+// write lease for TTL; Epoch, when above the node's, becomes its epoch.
+type leaseReq struct {
+	Name    string `json:"name"`
+	Holder  uint64 `json:"holder"`
+	TTLMs   int64  `json:"ttl_ms"`
+	Epoch   uint64 `json:"epoch"`
+	Release bool   `json:"release,omitempty"`
+}
+
+// leaseResp is the node's answer: its epoch, and who holds the lease.
+type leaseResp struct {
+	Epoch   uint64 `json:"epoch"`
+	Holder  uint64 `json:"holder"`
+	LeaseMs int64  `json:"lease_ms"`
+}
+
+// MaxLease bounds a lease's TTL.
+const MaxLease = 10 * time.Minute
+
+func (n *Node) lease(b []byte) []byte {
+	var r leaseReq
+	if err := json.Unmarshal(b, &r); err != nil || r.Holder == 0 || r.TTLMs <= 0 || time.Duration(r.TTLMs)*time.Millisecond > MaxLease {
+		return n.refuse(CodeBadRequest, "lease: want a holder and a TTL up to "+MaxLease.String())
+	}
+	v := n.st.get(r.Name)
+	if v == nil {
+		return n.refuse(CodeNoVolume, r.Name)
+	}
+	now := time.Now()
+	v.mu.Lock()
+	live := v.holder != 0 && now.Before(v.expires)
+	if live && v.holder != r.Holder {
+		resp := leaseResp{Epoch: v.meta.Epoch, Holder: v.holder, LeaseMs: v.expires.Sub(now).Milliseconds()}
+		v.mu.Unlock()
+		out := okJSON(resp)
+		out[0] = byte(CodeLeaseHeld)
+		return out
+	}
+	var stop []*writeGroup
+	if r.Release {
+		if v.holder == r.Holder {
+			v.holder, v.expires = 0, time.Time{}
+			stop = v.takeGroups()
+		}
+	} else {
+		if v.holder != r.Holder {
+			// A new writer: the old one's groups end, so its writes no
+			// longer reach this node.
+			stop = v.takeGroups()
+			v.holder = r.Holder
+		}
+		v.expires = now.Add(time.Duration(r.TTLMs) * time.Millisecond)
+		if r.Epoch > v.meta.Epoch {
+			v.meta.Epoch = r.Epoch
+			if err := v.saveMeta(); err != nil {
+				v.mu.Unlock()
+				return n.refuseErr(ioErr(err))
+			}
+		}
+	}
+	resp := leaseResp{Epoch: v.meta.Epoch, Holder: v.holder}
+	v.mu.Unlock()
+	for _, g := range stop {
+		g.stop()
+	}
+	return okJSON(resp)
+}
+
+// joinReq asks the node to join the writer's multicast group for one
+// replica set of a volume.
+type joinReq struct {
+	Name   string `json:"name"`
+	Holder uint64 `json:"holder"`
+	Epoch  uint64 `json:"epoch"`
+	Set    string `json:"set"` // the set's service name
+	Job    string `json:"job"`
+	Size   int    `json:"size"`
+	Rank   int    `json:"rank"`
+}
+
+func (n *Node) join(b []byte) []byte {
+	var r joinReq
+	if err := json.Unmarshal(b, &r); err != nil || r.Size < 2 || r.Rank < 1 || r.Rank >= r.Size || r.Job == "" {
+		return n.refuse(CodeBadRequest, "join: want a job, a size of 2 or more and a rank from 1")
+	}
+	v := n.st.get(r.Name)
+	if v == nil {
+		return n.refuse(CodeNoVolume, r.Name)
+	}
+	v.mu.Lock()
+	if v.holder != r.Holder || !time.Now().Before(v.expires) {
+		v.mu.Unlock()
+		return n.refuse(CodeLeaseHeld, "join: the requester does not hold the lease")
+	}
+	if r.Epoch < v.meta.Epoch {
+		v.mu.Unlock()
+		return n.refuse(CodeStaleEpoch, fmt.Sprintf("join: epoch %d, the node's is %d", r.Epoch, v.meta.Epoch))
+	}
+	if r.Epoch > v.meta.Epoch {
+		v.meta.Epoch = r.Epoch
+		if err := v.saveMeta(); err != nil {
+			v.mu.Unlock()
+			return n.refuseErr(ioErr(err))
+		}
+	}
+	if v.wgroups == nil {
+		v.wgroups = map[string]*writeGroup{}
+	}
+	old := v.wgroups[r.Set]
+	ctx, cancel := context.WithCancel(n.ctx)
+	g := &writeGroup{cancel: cancel, done: make(chan struct{}), joined: make(chan struct{})}
+	v.wgroups[r.Set] = g
+	v.mu.Unlock()
+	if old != nil {
+		old.stop()
+	}
+	go n.serveGroup(ctx, v, r, g)
+	return []byte{byte(CodeOK)}
+}
+
+// writeGroup is the node's membership in a writer's multicast group.
+type writeGroup struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	joined chan struct{} // closed once the group formed (or failed to)
+}
+
+func (g *writeGroup) stop() {
+	g.cancel()
+	<-g.done
+}
+
+// groups returns v's write groups. Caller holds v.mu.
+func (v *vol) groups() []*writeGroup {
+	out := make([]*writeGroup, 0, len(v.wgroups))
+	for _, g := range v.wgroups {
+		out = append(out, g)
+	}
+	return out
+}
+
+// takeGroups forgets v's write groups and returns them (to stop outside
+// v.mu). Caller holds v.mu.
+func (v *vol) takeGroups() []*writeGroup {
+	out := v.groups()
+	v.wgroups = nil
+	return out
+}
+
+// serveGroup joins the writer's group and applies its writes and flushes
+// in order until the writer leaves, the lease passes to another writer or
+// the node closes.
+func (n *Node) serveGroup(ctx context.Context, v *vol, r joinReq, g *writeGroup) {
+	defer close(g.done)
+	jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	grp, err := n.ep.JoinJob(jctx, n.cfg.Switch, r.Job, r.Size, r.Rank, n.cfg.Fabric)
+	cancel()
+	close(g.joined)
+	if err != nil {
+		n.log.Warn("stor: join write group", "volume", r.Name, "job", r.Job, "err", err)
+		v.mu.Lock()
+		if v.wgroups[r.Set] == g {
+			delete(v.wgroups, r.Set)
+		}
+		v.mu.Unlock()
+		return
+	}
+	defer func() {
+		lctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = grp.Leave(lctx)
+		cancel()
+	}()
+	n.maybeResync(v)
+	buf := make([]byte, writeHdr+MaxIO)
+	var sum [8 * flushSlots]byte
+	for {
+		m, err := grp.RecvAtMost(ctx, 0, buf)
+		if err != nil {
+			if ctx.Err() == nil {
+				n.log.Debug("stor: write group ended", "volume", r.Name, "job", r.Job, "err", err)
+			}
+			v.mu.Lock()
+			if v.wgroups[r.Set] == g {
+				delete(v.wgroups, r.Set)
+			}
+			v.mu.Unlock()
+			return
+		}
+		msg := buf[:m]
+		switch msg[0] {
+		case opWrite:
+			if m < writeHdr {
+				continue
+			}
+			ver, off := binary.BigEndian.Uint64(msg[1:]), binary.BigEndian.Uint64(msg[9:])
+			data := msg[writeHdr:]
+			v.mu.Lock()
+			e, err := v.check(n.st.id, off, len(data))
+			if err == nil && !v.removed {
+				err = v.apply(e, ver, off, data)
+			}
+			if err != nil && v.werr == CodeOK {
+				v.werr = codeOf(err)
+				n.log.Warn("stor: write", "volume", r.Name, "off", off, "len", len(data), "err", err)
+			}
+			v.mu.Unlock()
+			n.mu.Lock()
+			n.stats.Writes++
+			n.stats.WriteBytes += uint64(len(data))
+			n.mu.Unlock()
+		case opFlush:
+			v.mu.Lock()
+			code := v.werr
+			v.werr = CodeOK
+			if !v.removed {
+				if err := v.sync(); err != nil && code == CodeOK {
+					code = codeOf(err)
+				}
+			}
+			v.mu.Unlock()
+			n.mu.Lock()
+			n.stats.Flushes++
+			n.mu.Unlock()
+			// Slot 0 counts the replicas, slot code those that failed so.
+			clear(sum[:])
+			binary.LittleEndian.PutUint64(sum[:], 1)
+			if code != CodeOK && int(code) < flushSlots {
+				binary.LittleEndian.PutUint64(sum[8*int(code):], 1)
+			}
+			var res [8 * flushSlots]byte
+			if err := grp.Allreduce(ctx, sum[:], res[:], wire.DtypeI64, wire.AluAdd, endpoint.ReduceOptions{}); err != nil {
+				n.log.Debug("stor: flush", "volume", r.Name, "err", err)
+			}
+		}
+	}
+}
+
+func (n *Node) read(b []byte) []byte {
+	r, ok := parseRead(b)
+	if !ok {
+		return n.refuse(CodeBadRequest, "read: malformed")
+	}
+	v := n.st.get(r.Name)
+	if v == nil {
+		return n.refuse(CodeNoVolume, r.Name)
+	}
+	resync := r.MinVer&resyncRead != 0
+	minVer := r.MinVer &^ resyncRead
+	// A write the writer saw complete may still be on its way from this
+	// node's transport to the disk: wait for it a little.
+	for wait := time.Duration(0); ; wait += time.Millisecond {
+		v.mu.Lock()
+		e, err := v.check(n.st.id, r.Off, int(r.Len))
+		if err != nil {
+			v.mu.Unlock()
+			return n.refuseErr(err)
+		}
+		switch {
+		case v.removed:
+			v.mu.Unlock()
+			return n.refuse(CodeNoVolume, r.Name)
+		case v.stale[e] || !v.ready && !resync:
+			v.mu.Unlock()
+			return n.refuse(CodeNotReady, fmt.Sprintf("volume %s: node %d is resyncing", r.Name, n.st.id))
+		case v.versions[e] < minVer:
+			v.mu.Unlock()
+			if wait >= readWait {
+				return n.refuse(CodeNotReady, fmt.Sprintf("extent %d: node %d has version %#x, want %#x", e, n.st.id, v.versions[e], minVer))
+			}
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		out := make([]byte, 9+int(r.Len))
+		out[0] = byte(CodeOK)
+		binary.BigEndian.PutUint64(out[1:], v.versions[e])
+		_, err = v.data.ReadAt(out[9:], int64(r.Off))
+		v.mu.Unlock()
+		if err != nil {
+			return n.refuseErr(ioErr(err))
+		}
+		n.mu.Lock()
+		n.stats.Reads++
+		n.stats.ReadBytes += uint64(r.Len)
+		n.mu.Unlock()
+		return out
+	}
+}
+
+// readWait bounds how long a read waits for a write it asks for.
+const readWait = 200 * time.Millisecond
+
+// resyncRead marks a read another replica makes to copy an extent: it may
+// read a node that is itself resyncing, from extents that are not stale.
+const resyncRead = 1 << 63
+
+func (n *Node) versions(b []byte) []byte {
+	d := dec{b: b}
+	name := d.str()
+	v := n.st.get(name)
+	if v == nil {
+		return n.refuse(CodeNoVolume, name)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := make([]byte, 1, 1+8*len(v.versions))
+	for e, ver := range v.versions {
+		if v.stale[e] {
+			ver = 0
+		}
+		out = binary.BigEndian.AppendUint64(out, ver)
+	}
+	return out
+}
+
+// missingReq records that Node missed writes to a volume from version
+// Since on (Since 0: it caught up).
+type missingReq struct {
+	Name  string `json:"name"`
+	Node  uint16 `json:"node"`
+	Since uint64 `json:"since"`
+}
+
+func (n *Node) missing(b []byte) []byte {
+	var r missingReq
+	if err := json.Unmarshal(b, &r); err != nil {
+		return n.refuse(CodeBadRequest, "missing: "+err.Error())
+	}
+	v := n.st.get(r.Name)
+	if v == nil {
+		return n.refuse(CodeNoVolume, r.Name)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	_, had := v.meta.Missing[r.Node]
+	switch {
+	case r.Since == 0 && had:
+		delete(v.meta.Missing, r.Node)
+		if len(v.meta.Missing) == 0 {
+			v.meta.Missing = nil
+		}
+	case r.Since != 0 && !had:
+		if v.meta.Missing == nil {
+			v.meta.Missing = map[uint16]uint64{}
+		}
+		v.meta.Missing[r.Node] = r.Since
+	default:
+		return []byte{byte(CodeOK)}
+	}
+	if err := v.saveMeta(); err != nil {
+		return n.refuseErr(ioErr(err))
+	}
+	return []byte{byte(CodeOK)}
+}
+
+// call sends req to node id's own service and returns the reply's body,
+// or the node's refusal as a *NodeError.
+func (n *Node) call(ctx context.Context, id uint16, what string, req []byte) ([]byte, error) {
+	return callNode(ctx, n.ep, n.cfg.Switch, n.cfg.Service, n.cfg.Fabric, id, what, req)
+}
+
+func callNode(ctx context.Context, ep *endpoint.Endpoint, sw, service string, opts endpoint.FabricOptions, id uint16, what string, req []byte) ([]byte, error) {
+	resp, err := ep.Anycast(ctx, sw, nodeName(service, id), 0, req, opts)
+	if err != nil {
+		return nil, fmt.Errorf("stor: node %d: %s: %w", id, what, err)
+	}
+	return replyBody(int(id), what, resp)
+}
+
+// replyBody splits a reply into its code and body.
+func replyBody(node int, what string, resp []byte) ([]byte, error) {
+	if len(resp) == 0 {
+		return nil, &NodeError{Node: node, Op: what, Code: CodeBadRequest, Msg: "empty reply"}
+	}
+	if c := Code(resp[0]); c != CodeOK {
+		msg := string(resp[1:])
+		if c == CodeLeaseHeld && len(msg) > 0 && msg[0] == '{' {
+			msg = "" // a lease answer: the caller decodes it
+		}
+		return resp[1:], &NodeError{Node: node, Op: what, Code: c, Msg: msg}
+	}
+	return resp[1:], nil
+}
+
+// maybeResync starts a resync of v unless one runs, v is ready, or a live
+// writer that has not taken this node into its groups yet holds the lease
+// (then its writes would pass this node by during the copy).
+func (n *Node) maybeResync(v *vol) {
+	v.mu.Lock()
+	if v.ready || v.syncing || v.removed {
+		v.mu.Unlock()
+		return
+	}
+	grouped := len(v.wgroups) > 0
+	v.syncing = true
+	v.mu.Unlock()
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		err := n.resync(v, grouped)
+		v.mu.Lock()
+		v.syncing = false
+		v.mu.Unlock()
+		if err != nil && n.ctx.Err() == nil {
+			n.log.Info("stor: resync pending", "volume", v.meta.Desc.Name, "node", n.st.id, "why", err)
+		}
+	}()
+}
+
+// errWriterActive: the resync waits for the writer to take this node into
+// its groups.
+var errWriterActive = errors.New("a writer holds the lease and has not taken this node back yet")
+
+// resync copies from the other replicas every extent of v they hold in a
+// newer version, then marks v ready.
+func (n *Node) resync(v *vol, grouped bool) error {
+	ctx, cancel := context.WithTimeout(n.ctx, time.Minute)
+	defer cancel()
+	v.mu.Lock()
+	d := v.meta.Desc
+	v.mu.Unlock()
+	peers := map[uint16][]uint64{}
+	leased := false
+	for _, p := range d.Nodes {
+		if p == n.st.id {
+			continue
+		}
+		var e enc
+		e.u8(opStat)
+		e.str(d.Name)
+		body, err := n.call(ctx, p, "stat", e.b)
+		if err != nil {
+			continue // dead or without the volume: nothing to copy from it
+		}
+		var nv NodeVolume
+		if json.Unmarshal(body, &nv) != nil || nv.Desc.Created != d.Created {
+			continue
+		}
+		if nv.Leased && !grouped {
+			leased = true
+		}
+		var ve enc
+		ve.u8(opVersions)
+		ve.str(d.Name)
+		vb, err := n.call(ctx, p, "versions", ve.b)
+		if err != nil || len(vb) != 8*d.Extents() {
+			continue
+		}
+		vs := make([]uint64, d.Extents())
+		for i := range vs {
+			vs[i] = binary.BigEndian.Uint64(vb[8*i:])
+		}
+		peers[p] = vs
+	}
+	if leased {
+		return errWriterActive
+	}
+	// What to copy, and from whom.
+	type job struct {
+		e    int
+		from []uint16 // replicas with a newer copy, newest first
+	}
+	var jobs []job
+	var todo []int
+	v.mu.Lock()
+	for e := range d.Extents() {
+		if !d.Holds(n.st.id, e) {
+			continue
+		}
+		var from []uint16
+		for p, vs := range peers {
+			if d.Holds(p, e) && (vs[e] > v.versions[e] || v.stale[e] && vs[e] > 0) {
+				from = append(from, p)
+			}
+		}
+		if len(from) == 0 && v.stale[e] {
+			// Nobody has a newer copy: what this node holds is the newest.
+			from = nil
+		}
+		slices.SortFunc(from, func(a, b uint16) int { return -cmpU64(peers[a][e], peers[b][e]) })
+		if len(from) > 0 {
+			jobs = append(jobs, job{e, from})
+			todo = append(todo, e)
+		}
+	}
+	err := v.markStale(todo)
+	v.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		var cerr error
+		for _, p := range j.from {
+			if cerr = n.copyExtent(ctx, v, j.e, p, grouped); cerr == nil {
+				break
+			}
+		}
+		if cerr != nil {
+			return fmt.Errorf("extent %d: %w", j.e, cerr)
+		}
+	}
+	v.mu.Lock()
+	for e := range v.stale {
+		// Stale extents no peer has a newer copy of.
+		if err := v.copied(e, 0); err != nil {
+			v.mu.Unlock()
+			return err
+		}
+	}
+	v.ready = true
+	v.mu.Unlock()
+	n.log.Info("stor: volume ready", "volume", d.Name, "node", n.st.id, "copied", len(jobs))
+	// Tell the other replicas this one caught up.
+	for p := range peers {
+		b, _ := json.Marshal(missingReq{Name: d.Name, Node: n.st.id})
+		_, _ = n.call(ctx, p, "missing", append([]byte{opMissing}, b...))
+	}
+	v.mu.Lock()
+	delete(v.meta.Missing, n.st.id)
+	v.mu.Unlock()
+	return nil
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// copyExtent copies extent e from replica p, a piece at a time, asking p
+// for at least the version this node has applied. A piece is written only
+// if no write was applied here while it was on its way (else it is read
+// again), so the copy never overwrites a newer write. grouped: this node
+// is in the writer's groups and applies its writes in order, so its
+// version stays the one of the writes it applied; otherwise it takes the
+// copy's.
+func (n *Node) copyExtent(ctx context.Context, v *vol, e int, p uint16, grouped bool) error {
+	d := &v.meta.Desc
+	base := uint64(e) * d.Extent
+	got := ^uint64(0)
+	for off := uint64(0); off < d.Extent; off += MaxIO {
+		l := min(uint64(MaxIO), d.Extent-off)
+		for try := 0; ; try++ {
+			if try == maxCopyTries {
+				return fmt.Errorf("%w: extent %d changed on every try", ErrNotReady, e)
+			}
+			v.mu.Lock()
+			v0 := v.versions[e]
+			v.mu.Unlock()
+			req := (&readReq{Name: d.Name, Off: base + off, Len: uint32(l), MinVer: v0 | resyncRead}).append(nil)
+			body, err := n.call(ctx, p, "read", req)
+			if err == nil && len(body) != 8+int(l) {
+				err = fmt.Errorf("%w: short copy", ErrIO)
+			}
+			if err != nil {
+				return err
+			}
+			v.mu.Lock()
+			if v.versions[e] != v0 || v.removed {
+				v.mu.Unlock()
+				continue
+			}
+			_, err = v.data.WriteAt(body[8:], int64(base+off))
+			v.mu.Unlock()
+			if err != nil {
+				return ioErr(err)
+			}
+			got = min(got, binary.BigEndian.Uint64(body))
+			break
+		}
+	}
+	if grouped {
+		got = 0
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	n.mu.Lock()
+	n.stats.Resynced++
+	n.mu.Unlock()
+	return v.copied(e, got)
+}
+
+// maxCopyTries bounds the reads of one piece of an extent being copied.
+const maxCopyTries = 100

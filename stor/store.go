@@ -1,0 +1,415 @@
+package stor
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A node's directory:
+//
+//	node.json              {"id": N}: the node id, fixed at the first start
+//	vols/NAME/desc.json    the volume's Descriptor and lease epoch
+//	vols/NAME/data         the volume's bytes (sparse: only held extents are written)
+//	vols/NAME/versions     one big-endian u64 per extent: the version of its last write applied
+//	vols/NAME/resync       extents being copied from other replicas (u32 each); present only during a resync
+
+// volMeta is desc.json.
+type volMeta struct {
+	Desc  Descriptor `json:"desc"`
+	Epoch uint64     `json:"epoch"` // highest lease epoch granted
+	// Missing: replicas that missed writes (node id → first version
+	// missed), as the writer reported them; cleared when they caught up.
+	Missing map[uint16]uint64 `json:"missing,omitempty"`
+}
+
+// vol is one volume a node holds.
+type vol struct {
+	dir string
+
+	mu       sync.Mutex
+	meta     volMeta
+	data     *os.File
+	vfile    *os.File
+	versions []uint64
+	stale    map[int]bool // extents awaiting a copy (resync): reads of them are refused
+	ready    bool         // serves reads: not resyncing, not waiting for the writer
+	holder   uint64       // lease holder (0: none)
+	expires  time.Time    // lease expiry
+	werr     Code         // first write error since the last flush
+	removed  bool
+	syncing  bool                   // a resync runs
+	wgroups  map[string]*writeGroup // the writer's groups this node is in, by replica set
+	appliedW uint64                 // writes applied, for stats
+}
+
+// store is a node's volumes on disk.
+type store struct {
+	dir      string
+	id       uint16
+	capacity uint64
+
+	mu   sync.Mutex
+	vols map[string]*vol
+	used uint64 // bytes of extents held, over all volumes
+}
+
+// nodeFile is node.json.
+type nodeFile struct {
+	ID int `json:"id"`
+}
+
+// openStore opens (creating it if need be) the node directory dir. id is
+// the node id asked for (-1: the one dir holds, or 0 for a new dir); a dir
+// made for another id is refused.
+func openStore(dir string, id int, capacity uint64) (*store, error) {
+	if err := os.MkdirAll(filepath.Join(dir, "vols"), 0o700); err != nil {
+		return nil, err
+	}
+	nf := filepath.Join(dir, "node.json")
+	b, err := os.ReadFile(nf)
+	switch {
+	case err == nil:
+		var f nodeFile
+		if err := json.Unmarshal(b, &f); err != nil || f.ID < 0 || f.ID >= MaxNodes {
+			return nil, fmt.Errorf("stor: %s: not a node file (%v)", nf, err)
+		}
+		if id >= 0 && id != f.ID {
+			return nil, fmt.Errorf("stor: %s belongs to node %d, not %d", dir, f.ID, id)
+		}
+		id = f.ID
+	case errors.Is(err, fs.ErrNotExist):
+		if id < 0 {
+			id = 0
+		}
+		if id >= MaxNodes {
+			return nil, fmt.Errorf("stor: node id %d: want 0 to %d", id, MaxNodes-1)
+		}
+		b, _ := json.Marshal(nodeFile{ID: id})
+		if err := writeFileSync(nf, b); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, err
+	}
+	s := &store{dir: dir, id: uint16(id), capacity: capacity, vols: map[string]*vol{}}
+	ents, err := os.ReadDir(filepath.Join(dir, "vols"))
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		if !e.IsDir() || checkName(e.Name()) != nil {
+			continue
+		}
+		v, err := s.load(e.Name())
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		s.vols[v.meta.Desc.Name] = v
+		s.used += v.meta.Desc.HeldBytes(s.id)
+	}
+	return s, nil
+}
+
+// writeFileSync writes name atomically and durably (temp file, fsync,
+// rename, fsync of the directory).
+func writeFileSync(name string, b []byte) error {
+	tmp := name + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, name); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(name))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+func (s *store) load(name string) (*vol, error) {
+	dir := filepath.Join(s.dir, "vols", name)
+	b, err := os.ReadFile(filepath.Join(dir, "desc.json"))
+	if err != nil {
+		return nil, fmt.Errorf("stor: volume %s: %w", name, err)
+	}
+	v := &vol{dir: dir}
+	if err := json.Unmarshal(b, &v.meta); err != nil {
+		return nil, fmt.Errorf("stor: volume %s: desc.json: %w", name, err)
+	}
+	if err := v.meta.Desc.Check(); err != nil || v.meta.Desc.Name != name {
+		return nil, fmt.Errorf("stor: volume %s: desc.json: %v", name, err)
+	}
+	if err := v.open(); err != nil {
+		return nil, err
+	}
+	// Extents whose copy was interrupted are stale until copied again.
+	if b, err := os.ReadFile(filepath.Join(dir, "resync")); err == nil {
+		v.stale = map[int]bool{}
+		for i := 0; i+4 <= len(b); i += 4 {
+			if e := int(binary.BigEndian.Uint32(b[i:])); e < len(v.versions) {
+				v.stale[e] = true
+				v.versions[e] = 0
+			}
+		}
+	}
+	return v, nil
+}
+
+// open opens the volume's files and reads its versions.
+func (v *vol) open() error {
+	var err error
+	if v.data, err = os.OpenFile(filepath.Join(v.dir, "data"), os.O_RDWR|os.O_CREATE, 0o600); err != nil {
+		return err
+	}
+	if v.vfile, err = os.OpenFile(filepath.Join(v.dir, "versions"), os.O_RDWR|os.O_CREATE, 0o600); err != nil {
+		v.data.Close()
+		return err
+	}
+	n := v.meta.Desc.Extents()
+	b := make([]byte, 8*n)
+	if _, err := v.vfile.ReadAt(b, 0); err != nil && !errors.Is(err, io.EOF) {
+		v.close()
+		return err
+	}
+	v.versions = make([]uint64, n)
+	for i := range v.versions {
+		v.versions[i] = binary.BigEndian.Uint64(b[8*i:])
+	}
+	return nil
+}
+
+func (v *vol) close() {
+	if v.data != nil {
+		v.data.Close()
+	}
+	if v.vfile != nil {
+		v.vfile.Close()
+	}
+}
+
+func (s *store) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, v := range s.vols {
+		v.mu.Lock()
+		v.close()
+		v.mu.Unlock()
+	}
+}
+
+// get returns volume name, or nil.
+func (s *store) get(name string) *vol {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.vols[name]
+}
+
+// list returns the volumes held.
+func (s *store) list() []*vol {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*vol, 0, len(s.vols))
+	for _, v := range s.vols {
+		out = append(out, v)
+	}
+	return out
+}
+
+// create makes volume d on this node; creating the same volume again is
+// not an error (a client retrying a create), a different one of the same
+// name is ErrExists.
+func (s *store) create(d Descriptor) (*vol, bool, error) {
+	if err := d.Check(); err != nil {
+		return nil, false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v := s.vols[d.Name]; v != nil {
+		if v.meta.Desc.Created == d.Created && v.meta.Desc.Size == d.Size {
+			return v, false, nil
+		}
+		return nil, false, fmt.Errorf("%w: %s (created %s)", ErrExists, d.Name, time.Unix(0, v.meta.Desc.Created).UTC().Format(time.RFC3339))
+	}
+	held := d.HeldBytes(s.id)
+	if s.capacity > 0 && s.used+held > s.capacity {
+		return nil, false, fmt.Errorf("%w: %d bytes asked, %d of %d free", ErrNoSpace, held, s.capacity-s.used, s.capacity)
+	}
+	dir := filepath.Join(s.dir, "vols", d.Name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, false, err
+	}
+	v := &vol{dir: dir, meta: volMeta{Desc: d}, ready: true}
+	b, _ := json.Marshal(v.meta)
+	if err := writeFileSync(filepath.Join(dir, "desc.json"), b); err != nil {
+		os.RemoveAll(dir)
+		return nil, false, err
+	}
+	if err := v.open(); err != nil {
+		os.RemoveAll(dir)
+		return nil, false, err
+	}
+	if err := v.data.Truncate(int64(d.Size)); err != nil {
+		v.close()
+		os.RemoveAll(dir)
+		return nil, false, err
+	}
+	s.vols[d.Name] = v
+	s.used += held
+	return v, true, nil
+}
+
+// remove deletes volume name.
+func (s *store) remove(name string) error {
+	s.mu.Lock()
+	v := s.vols[name]
+	if v == nil {
+		s.mu.Unlock()
+		return ErrNoVolume
+	}
+	delete(s.vols, name)
+	s.used -= v.meta.Desc.HeldBytes(s.id)
+	s.mu.Unlock()
+	v.mu.Lock()
+	v.removed = true
+	v.close()
+	gs := v.takeGroups()
+	v.mu.Unlock()
+	for _, g := range gs {
+		g.stop()
+	}
+	return os.RemoveAll(v.dir)
+}
+
+// saveMeta writes desc.json. Caller holds v.mu.
+func (v *vol) saveMeta() error {
+	b, _ := json.Marshal(v.meta)
+	return writeFileSync(filepath.Join(v.dir, "desc.json"), b)
+}
+
+// check reports whether [off, off+n) lies in one extent of the volume that
+// node holds, and returns the extent.
+func (v *vol) check(node uint16, off uint64, n int) (int, error) {
+	d := &v.meta.Desc
+	if n < 0 || n > MaxIO {
+		return 0, fmt.Errorf("%w: %d bytes (at most %d)", ErrTooLarge, n, MaxIO)
+	}
+	if off >= d.Size || uint64(n) > d.Size-off {
+		return 0, fmt.Errorf("%w: %d bytes at %d of a %d-byte volume", ErrOutOfRange, n, off, d.Size)
+	}
+	e := int(off / d.Extent)
+	if n > 0 && (off+uint64(n)-1)/d.Extent != uint64(e) {
+		return 0, fmt.Errorf("%w: %d bytes at %d cross an extent boundary", ErrOutOfRange, n, off)
+	}
+	if !d.Holds(node, e) {
+		return 0, fmt.Errorf("%w: extent %d is not on node %d", ErrOutOfRange, e, node)
+	}
+	return e, nil
+}
+
+// apply writes data at off and records ver as extent e's version (the
+// later of the two, as multicast delivers writes in order). Caller holds
+// v.mu.
+func (v *vol) apply(e int, ver, off uint64, data []byte) error {
+	if _, err := v.data.WriteAt(data, int64(off)); err != nil {
+		return ioErr(err)
+	}
+	v.appliedW++
+	if ver <= v.versions[e] {
+		return nil
+	}
+	v.versions[e] = ver
+	if v.stale[e] {
+		// Its copy is still to come: the version on disk stays 0 until
+		// then, so a crash before it copies the extent again.
+		return nil
+	}
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], ver)
+	if _, err := v.vfile.WriteAt(b[:], int64(8*e)); err != nil {
+		return ioErr(err)
+	}
+	return nil
+}
+
+// sync makes every write so far durable.
+func (v *vol) sync() error {
+	if err := unix.Fdatasync(int(v.data.Fd())); err != nil {
+		return ioErr(err)
+	}
+	if err := unix.Fdatasync(int(v.vfile.Fd())); err != nil {
+		return ioErr(err)
+	}
+	return nil
+}
+
+// ioErr maps a backing-store error: a full disk is ErrNoSpace, the rest
+// ErrIO.
+func ioErr(err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return fmt.Errorf("%w: %v", ErrNoSpace, err)
+	}
+	return fmt.Errorf("%w: %v", ErrIO, err)
+}
+
+// markStale records extents es as awaiting a copy, durably, before the
+// copy starts: a crash during the resync copies them again at the next
+// start. Caller holds v.mu.
+func (v *vol) markStale(es []int) error {
+	if v.stale == nil {
+		v.stale = map[int]bool{}
+	}
+	b := make([]byte, 0, 4*(len(es)+len(v.stale)))
+	for _, e := range es {
+		v.stale[e] = true
+	}
+	for e := range v.stale {
+		b = binary.BigEndian.AppendUint32(b, uint32(e))
+	}
+	return writeFileSync(filepath.Join(v.dir, "resync"), b)
+}
+
+// copied records extent e as copied at version ver. Caller holds v.mu.
+func (v *vol) copied(e int, ver uint64) error {
+	delete(v.stale, e)
+	v.versions[e] = max(v.versions[e], ver)
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], v.versions[e])
+	if _, err := v.vfile.WriteAt(b[:], int64(8*e)); err != nil {
+		return ioErr(err)
+	}
+	if len(v.stale) == 0 {
+		if err := v.sync(); err != nil {
+			return err
+		}
+		if err := os.Remove(filepath.Join(v.dir, "resync")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
