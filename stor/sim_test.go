@@ -278,4 +278,3 @@ func TestSimReplicatedWriteRead(t *testing.T) {
 		}
 	})
 }
-
