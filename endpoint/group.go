@@ -707,11 +707,17 @@ func (s *Service) stopHeartbeats() {
 
 // Close stops serving: heartbeats stop, so the switch fails the service
 // over to other members after its heartbeat timeout.
+//
+// A switch that restarted may have given this service's group id to
+// another service this endpoint registered since: Close then leaves that
+// one alone.
 func (s *Service) Close() {
 	s.stopHeartbeats()
 	s.ep.mu.Lock()
-	delete(s.ep.services, s.id)
-	s.ep.core.LeaveGroup(s.id)
+	if s.ep.services[s.id] == s {
+		delete(s.ep.services, s.id)
+		s.ep.core.LeaveGroup(s.id)
+	}
 	s.ep.mu.Unlock()
 }
 

@@ -787,7 +787,14 @@ func (v *Volume) readPiece(ctx context.Context, e int, off uint64, buf []byte) e
 	minVer := v.lastVer[e]
 	v.verMu.Unlock()
 	req := (&readReq{Name: v.d.Name, Off: off, Len: uint32(len(buf)), MinVer: minVer}).append(nil)
-	resp, err := v.c.ep.Anycast(ctx, v.c.sw, setName(v.c.opts.Service, v.d.SetOf(e)), 0, req, v.c.opts.Fabric)
+	set := setName(v.c.opts.Service, v.d.SetOf(e))
+	resp, err := v.c.ep.Anycast(ctx, v.c.sw, set, 0, req, v.c.opts.Fabric)
+	if errors.Is(err, wire.StatusNotMember) {
+		// The switch restarted: look the set up again.
+		if _, lerr := v.c.ep.ServiceMembers(ctx, v.c.sw, set, v.c.opts.Fabric); lerr == nil {
+			resp, err = v.c.ep.Anycast(ctx, v.c.sw, set, 0, req, v.c.opts.Fabric)
+		}
+	}
 	if err == nil {
 		var body []byte
 		if body, err = replyBody(-1, "read", resp); err == nil {

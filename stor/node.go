@@ -155,6 +155,15 @@ func (n *Node) register(ctx context.Context) error {
 			}
 		}
 	}
+	// Leave the old registrations first: after a switch restart their
+	// group ids may be the new ones of other services.
+	n.mu.Lock()
+	old := n.svcs
+	n.svcs = map[string]*endpoint.Service{}
+	n.mu.Unlock()
+	for _, s := range old {
+		s.Close()
+	}
 	for name, sr := range want {
 		if err := n.registerOne(ctx, name, sr[0], sr[1]); err != nil {
 			return err
@@ -212,12 +221,18 @@ func (n *Node) supervise() {
 	}
 }
 
-// handle serves one anycast request.
-func (n *Node) handle(_ uint64, req []byte) ([]byte, error) {
+// handle serves one anycast request. A request meant for one node carries
+// its id+1 as the key: a switch that restarted may have given the
+// service's group id to another service, and a client that still has the
+// old one reaches the wrong node, which says so.
+func (n *Node) handle(key uint64, req []byte) ([]byte, error) {
 	n.reqs.Add(1)
 	defer n.reqs.Done()
 	if len(req) == 0 {
 		return n.refuse(CodeBadRequest, "empty request"), nil
+	}
+	if key != 0 && key != uint64(n.st.id)+1 {
+		return n.refuse(CodeWrongNode, fmt.Sprintf("this is node %d, not %d", n.st.id, key-1)), nil
 	}
 	var resp []byte
 	switch req[0] {
@@ -739,11 +754,30 @@ func (n *Node) call(ctx context.Context, id uint16, what string, req []byte) ([]
 }
 
 func callNode(ctx context.Context, ep *endpoint.Endpoint, sw, service string, opts endpoint.FabricOptions, id uint16, what string, req []byte) ([]byte, error) {
-	resp, err := ep.Anycast(ctx, sw, nodeName(service, id), 0, req, opts)
-	if err != nil {
-		return nil, fmt.Errorf("stor: node %d: %s: %w", id, what, err)
+	name := nodeName(service, id)
+	for try := 0; ; try++ {
+		resp, err := ep.Anycast(ctx, sw, name, uint64(id)+1, req, opts)
+		var body []byte
+		if err == nil {
+			body, err = replyBody(int(id), what, resp)
+		} else {
+			err = fmt.Errorf("stor: node %d: %s: %w", id, what, err)
+		}
+		if try == 0 && staleService(err) {
+			// The switch restarted: look the service up again.
+			if _, lerr := ep.ServiceMembers(ctx, sw, name, opts); lerr == nil {
+				continue
+			}
+		}
+		return body, err
 	}
-	return replyBody(int(id), what, resp)
+}
+
+// staleService reports whether err says that a cached service group id no
+// longer names the service (the switch restarted and forgot it, or gave
+// its id to another).
+func staleService(err error) bool {
+	return errors.Is(err, wire.StatusNotMember) || errors.Is(err, ErrWrongNode)
 }
 
 // replyBody splits a reply into its code and body.

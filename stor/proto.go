@@ -40,6 +40,7 @@ const (
 	CodeBadRequest Code = 8  // a request that does not parse or names nothing valid
 	CodeNotReady   Code = 9  // the volume is being resynced on this node, or its copy is older than asked for
 	CodeTooLarge   Code = 10 // more bytes than one request carries (MaxIO)
+	CodeWrongNode  Code = 11 // a request for another node (a stale service id after a switch restart)
 )
 
 // Errors the client returns for the codes (errors.Is matches them; the
@@ -55,6 +56,7 @@ var (
 	ErrBadRequest = errors.New("stor: bad request")
 	ErrNotReady   = errors.New("stor: replica not ready")
 	ErrTooLarge   = errors.New("stor: request too large")
+	ErrWrongNode  = errors.New("stor: request reached the wrong node")
 	// ErrNoReplica: no live replica could serve a read or take a write.
 	ErrNoReplica = errors.New("stor: no live replica")
 	// ErrReadOnly: a write on a volume opened without a lease.
@@ -65,6 +67,7 @@ var codeErrs = [...]error{
 	CodeNoVolume: ErrNoVolume, CodeExists: ErrExists, CodeOutOfRange: ErrOutOfRange,
 	CodeStaleEpoch: ErrStaleEpoch, CodeLeaseHeld: ErrLeaseHeld, CodeNoSpace: ErrNoSpace,
 	CodeIO: ErrIO, CodeBadRequest: ErrBadRequest, CodeNotReady: ErrNotReady, CodeTooLarge: ErrTooLarge,
+	CodeWrongNode: ErrWrongNode,
 }
 
 // Err is the error for c (nil for CodeOK).

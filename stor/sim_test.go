@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -39,7 +40,7 @@ type simStor struct {
 }
 
 // simStorage runs f with n storage nodes (ids 0..n-1) up.
-func simStorage(t *testing.T, n int, seed int64, f func(s *simStor)) {
+func simStorage(t *testing.T, n int, seed int64, f func(t *testing.T, s *simStor)) {
 	t.Helper()
 	dirs := make([]string, n)
 	for i := range dirs {
@@ -60,18 +61,20 @@ func simStorage(t *testing.T, n int, seed int64, f func(s *simStor)) {
 		for i := range n {
 			s.startNode(i)
 		}
-		f(s)
-		for _, ep := range s.ceps {
-			ep.Close()
-		}
-		for i := range s.nodes {
-			s.stopNode(i)
-		}
-		s.srv.Close()
-		cancel()
-		if err := <-served; !errors.Is(err, context.Canceled) {
-			t.Errorf("seed %d: simnet: %v", seed, err)
-		}
+		defer func() {
+			for _, ep := range s.ceps {
+				ep.Close()
+			}
+			for i := range s.nodes {
+				s.stopNode(i)
+			}
+			s.srv.Close()
+			cancel()
+			if err := <-served; !errors.Is(err, context.Canceled) {
+				t.Errorf("seed %d: simnet: %v", seed, err)
+			}
+		}()
+		f(t, s)
 	})
 }
 
@@ -100,7 +103,11 @@ func (s *simStor) endpoint() *endpoint.Endpoint {
 
 func (s *simStor) startNode(i int) {
 	ep := s.endpoint()
-	n, err := NewNode(ep, NodeConfig{Dir: s.dirs[i], ID: i, Switch: s.swA.String(), Fabric: s.fab})
+	cfg := NodeConfig{Dir: s.dirs[i], ID: i, Switch: s.swA.String(), Fabric: s.fab}
+	if os.Getenv("STOR_DEBUG") != "" {
+		cfg.Logger = slog.New(slog.NewTextHandler(s.t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	n, err := NewNode(ep, cfg)
 	if err != nil {
 		s.t.Fatalf("seed %d: node %d: %v", s.seed, i, err)
 	}
@@ -201,7 +208,7 @@ func (s *simStor) checkFiles(d Descriptor, m *model) {
 }
 
 func TestSimReplicatedWriteRead(t *testing.T) {
-	simStorage(t, 4, 1, func(s *simStor) {
+	simStorage(t, 4, 1, func(t *testing.T, s *simStor) {
 		c := s.client()
 		ctx := s.ctx()
 		d, err := c.Create(ctx, VolumeSpec{Name: "v1", Size: 16 * MinExtent, Extent: MinExtent, Replicas: 3})
@@ -276,5 +283,211 @@ func TestSimReplicatedWriteRead(t *testing.T) {
 		if vs, err := c.List(ctx); err != nil || len(vs) != 0 {
 			t.Fatalf("list after remove: %+v, %v", vs, err)
 		}
+	})
+}
+
+func TestSimLease(t *testing.T) {
+	simStorage(t, 3, 2, func(t *testing.T, s *simStor) {
+		a, b := s.client(), s.client()
+		ctx := s.ctx()
+		if _, err := a.Create(ctx, VolumeSpec{Name: "l", Size: 4 * MinExtent, Extent: MinExtent}); err != nil {
+			t.Fatal(err)
+		}
+		va, err := a.Open(ctx, "l", OpenOptions{Write: true, Lease: 3 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Open(ctx, "l", OpenOptions{Write: true}); !errors.Is(err, ErrLeaseHeld) {
+			t.Fatalf("second writer: %v, want ErrLeaseHeld", err)
+		}
+		// The lease is renewed while the writer lives.
+		time.Sleep(10 * time.Second)
+		if _, err := b.Open(ctx, "l", OpenOptions{Write: true}); !errors.Is(err, ErrLeaseHeld) {
+			t.Fatalf("second writer after 10 s: %v, want ErrLeaseHeld", err)
+		}
+		if err := b.Remove(ctx, "l", false); !errors.Is(err, ErrLeaseHeld) {
+			t.Fatalf("remove of an open volume: %v, want ErrLeaseHeld", err)
+		}
+		rng := rand.New(rand.NewPCG(uint64(s.seed), 1))
+		m := &model{b: make([]byte, 4*MinExtent)}
+		m.write(t, va, rng, 0, len(m.b))
+		if err := va.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		// The writer dies: its endpoint goes silent, nothing is given back.
+		close(va.stop)
+		<-va.done
+		s.ceps[0].Close()
+		start := time.Now()
+		var vb *Volume
+		for {
+			vb, err = b.Open(ctx, "l", OpenOptions{Write: true})
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, ErrLeaseHeld) || time.Since(start) > 10*time.Second {
+				t.Fatalf("after the writer died: %v", err)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		if w := time.Since(start); w > 4*time.Second {
+			t.Errorf("lease taken over after %v, want within the 3 s lease", w)
+		}
+		if vb.epoch <= va.epoch {
+			t.Errorf("new writer's epoch %d, not above the old one's %d", vb.epoch, va.epoch)
+		}
+		m.verify(t, vb)
+		m.write(t, vb, rng, 100, 5000)
+		if err := vb.Close(); err != nil {
+			t.Fatal(err)
+		}
+		r, err := b.Open(ctx, "l", OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.verify(t, r)
+	})
+}
+
+func TestSimReplicaDiesMidWrite(t *testing.T) {
+	for _, seed := range []int64{3, 4} {
+		simStorage(t, 3, seed, func(t *testing.T, s *simStor) {
+			c := s.client()
+			ctx := s.ctx()
+			d, err := c.Create(ctx, VolumeSpec{Name: "d", Size: 8 * MinExtent, Extent: MinExtent, Replicas: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := c.Open(ctx, "d", OpenOptions{Write: true, Lease: 3 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(uint64(seed), 1))
+			m := &model{b: make([]byte, d.Size)}
+			m.write(t, v, rng, 0, int(d.Size))
+			if err := v.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			// Node 2 dies while writes are in flight.
+			dead := 2
+			errc := make(chan error, 1)
+			after := time.Duration(rng.IntN(500)) * time.Microsecond
+			go func() {
+				time.Sleep(after)
+				s.crashNode(dead)
+				errc <- nil
+			}()
+			for range 50 {
+				n := 1 + rng.IntN(2*MinExtent)
+				m.write(t, v, rng, rng.IntN(int(d.Size)-n), n)
+			}
+			<-errc
+			if err := v.Flush(); err != nil {
+				t.Fatalf("flush with a replica dead: %v", err)
+			}
+			if got := v.Degraded(); len(got) != 1 || got[0] != uint16(dead) {
+				t.Fatalf("degraded nodes %v, want [%d]", got, dead)
+			}
+			st, err := c.Stat(ctx, "d")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !st.Degraded || len(st.Down) != 1 || st.Down[0] != uint16(dead) {
+				t.Fatalf("stat: degraded %v, down %v", st.Degraded, st.Down)
+			}
+			for _, nv := range st.Nodes {
+				if _, ok := nv.Missing[uint16(dead)]; !ok {
+					t.Errorf("node %d does not record node %d as missing writes: %v", nv.Node, dead, nv.Missing)
+				}
+			}
+			m.verify(t, v)
+			// More writes while it is away, then it comes back: it is taken
+			// into the groups, copies what it missed, and serves again.
+			for range 30 {
+				n := 1 + rng.IntN(MinExtent)
+				m.write(t, v, rng, rng.IntN(int(d.Size)-n), n)
+			}
+			s.startNode(dead)
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				st, err = c.Stat(ctx, "d")
+				if err == nil && !st.Degraded {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("still degraded 30 s after the node returned: %+v %v", st, err)
+				}
+				// Writes go on meanwhile.
+				n := 1 + rng.IntN(MinExtent)
+				m.write(t, v, rng, rng.IntN(int(d.Size)-n), n)
+				time.Sleep(200 * time.Millisecond)
+			}
+			if s.nodes[dead].Stats().Resynced == 0 {
+				t.Errorf("the returned node copied no extent")
+			}
+			if err := v.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if got := v.Degraded(); len(got) != 0 {
+				t.Errorf("still degraded after the return: %v", got)
+			}
+			m.verify(t, v)
+			s.checkFiles(d, m)
+			if err := v.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestSimSwitchRestart(t *testing.T) {
+	simStorage(t, 3, 5, func(t *testing.T, s *simStor) {
+		c := s.client()
+		ctx := s.ctx()
+		d, err := c.Create(ctx, VolumeSpec{Name: "r", Size: 6 * MinExtent, Extent: MinExtent, Replicas: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := c.Open(ctx, "r", OpenOptions{Write: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(uint64(s.seed), 1))
+		m := &model{b: make([]byte, d.Size)}
+		m.write(t, v, rng, 0, int(d.Size))
+		if err := v.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// The switch restarts with no memory of the nodes.
+		s.srv.Close()
+		time.Sleep(100 * time.Millisecond)
+		s.startSwitch()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			lctx, lcancel := context.WithTimeout(ctx, time.Second)
+			vs, err := c.List(lctx)
+			lcancel()
+			if err == nil && len(vs) == 1 && vs[0].Live == 3 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("volumes 10 s after the switch restarted: %+v, %v", vs, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		r, err := c.Open(ctx, "r", OpenOptions{Write: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.verify(t, r)
+		m.write(t, r, rng, 1000, 3*MinExtent)
+		if err := r.Close(); err != nil {
+			t.Fatal(err)
+		}
+		r, err = c.Open(ctx, "r", OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.verify(t, r)
 	})
 }
