@@ -206,7 +206,9 @@ func (n *Node) supervise() {
 		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.Check)
 		ms, err := n.ep.ServiceMembers(ctx, n.cfg.Switch, n.cfg.Service, n.cfg.Fabric)
 		listed := err == nil && slices.ContainsFunc(ms, func(m fabric.MemberInfo) bool {
-			return m.ID == n.st.id && m.Addr == n.ep.LocalAddr()
+			// The switch sees the address the datagrams come from,
+			// which for a wildcard listener is not LocalAddr's.
+			return m.ID == n.st.id && m.Addr.Port() == n.ep.LocalAddr().Port()
 		})
 		if !listed && n.ctx.Err() == nil {
 			n.log.Info("stor: registering again", "node", n.st.id, "err", err)

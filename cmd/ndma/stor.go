@@ -1,0 +1,439 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/secure"
+	"github.com/ndma/ndma/stor"
+	"github.com/ndma/ndma/stor/volfs"
+)
+
+// stordFlags are the flags of `ndma stord`.
+type stordFlags struct {
+	listen   string
+	dir      string
+	id       int
+	capacity string
+	sw       string
+	service  string
+	token    tokenFlags
+	cred     credentialFlag
+	log      logFlags
+}
+
+func init() {
+	var f stordFlags
+	cmd := &cobra.Command{
+		Use:   "stord",
+		Short: "Run a storage node: keep extents of replicated volumes on disk, serve them through the switch",
+		Long: `stord runs an NDMA storage node. It keeps the extents of replicated volumes
+(ndma vol) in files under --dir, each extent with the version of its last
+write, and registers with the forwarding node (--switch) as a member of
+the storage service: clients' writes reach it as multicasts to the
+replica group of an extent, reads as anycasts to the extent's replica set
+(the switch picks the replica with the fewest requests in flight), and
+it answers the client directly.
+
+Every node of a volume keeps the volume's descriptor: the nodes hold the
+volume map, and a switch that restarts learns who serves what again from
+them (each node checks every second that the switch lists it, and
+registers again if not). A node that was down copies the extents it
+missed from the other replicas before it serves reads again. Writes are
+durable once the writer flushes (each replica fdatasyncs).
+
+The node's id (--id) is kept in --dir at the first start; give each node
+of a fabric its own. --capacity bounds the bytes of extents it takes (a
+volume that would not fit is refused). The fabric token (--token-file,
+--token or $NDMA_TOKEN) or --insecure is needed; with --credential (role
+member) every datagram is sealed.
+SIGINT or SIGTERM shuts the node down.`,
+		Example: `  ndma stord --dir /var/lib/ndma/stor0 --id 0 --switch 127.0.0.1:7471 --token-file fabric.key
+  ndma stord --dir ./s1 --id 1 --capacity 64GiB --switch 10.0.0.1:7471 --token-file fabric.key`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runStord(cmd, &f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.listen, "listen", ":0", "UDP `address` to serve on (host:port; port 0 picks one)")
+	fl.StringVar(&f.dir, "dir", "", "`directory` holding the node's volumes (created if missing; required)")
+	fl.IntVar(&f.id, "id", -1, fmt.Sprintf("node id, 0 to %d (default: the one --dir holds, 0 for a new one)", stor.MaxNodes-1))
+	fl.StringVar(&f.capacity, "capacity", "0", "most bytes of extents to take (0: as much as the disk holds)")
+	fl.StringVar(&f.sw, "switch", os.Getenv("NDMA_SWITCH"), "forwarding node `address` (host:port; default $NDMA_SWITCH)")
+	fl.StringVar(&f.service, "service", stor.DefaultService, "storage service name at the switch (one per storage cluster)")
+	f.token.register(fl)
+	f.cred.register(fl, "of role member")
+	f.log.register(fl)
+	_ = cmd.MarkFlagRequired("dir")
+	rootCmd.AddCommand(cmd)
+}
+
+func runStord(cmd *cobra.Command, f *stordFlags) error {
+	logger, err := f.log.logger(cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	if f.dir == "" {
+		return errors.New("--dir: give the node's directory")
+	}
+	if f.id < -1 || f.id >= stor.MaxNodes {
+		return fmt.Errorf("--id %d: want 0 to %d", f.id, stor.MaxNodes-1)
+	}
+	capacity, err := memnode.ParseSize(f.capacity)
+	if err != nil || capacity < 0 {
+		return fmt.Errorf("--capacity %q: want a size, 0 for no bound (%v)", f.capacity, err)
+	}
+	if f.sw == "" {
+		return errors.New("--switch: no forwarding node given (nor $NDMA_SWITCH)")
+	}
+	sw, err := resolvePeer("--switch", f.sw)
+	if err != nil {
+		return err
+	}
+	listen, err := resolveListen("--listen", f.listen)
+	if err != nil {
+		return err
+	}
+	var fab endpoint.FabricOptions
+	if fab.Token, fab.Insecure, err = f.token.resolve(os.Getenv); err != nil {
+		return err
+	}
+	if fab.Insecure {
+		warnInsecure(cmd.ErrOrStderr(), sw)
+	}
+	id, err := f.cred.load(os.Getenv, secure.RoleMember)
+	if err != nil {
+		return err
+	}
+	ep, err := endpoint.Listen(listen, endpoint.Config{}, endpointOptions(id))
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	defer ep.Close()
+	n, err := stor.NewNode(ep, stor.NodeConfig{Dir: f.dir, ID: f.id, Capacity: uint64(capacity), Switch: sw, Fabric: fab, Service: f.service, Logger: logger})
+	if err != nil {
+		return err
+	}
+	return runUntilSignal(cmd, func(ctx context.Context) error {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := n.Start(sctx)
+		cancel()
+		if err != nil {
+			n.Close()
+			return credentialHint(err, id)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "storage node %d listening on %v, dir %s, switch %s\n", n.ID(), ep.LocalAddr(), f.dir, sw)
+		<-ctx.Done()
+		n.Close()
+		return nil
+	})
+}
+
+// volFlags are the flags every vol subcommand shares.
+type volFlags struct {
+	poolFlags
+	service string
+}
+
+// client opens an endpoint and a storage client for one vol command.
+func (v *volFlags) client(cmd *cobra.Command) (*stor.Client, *endpoint.Endpoint, context.Context, context.CancelFunc, error) {
+	ep, opts, ctx, cancel, err := v.poolFlags.client(cmd)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	return stor.NewClient(ep, v.sw, stor.ClientOptions{Fabric: opts, Service: v.service}), ep, ctx, cancel, nil
+}
+
+func newVolCmd() *cobra.Command {
+	var vf volFlags
+	cmd := &cobra.Command{
+		Use:   "vol",
+		Short: "Replicated volumes on the storage nodes: create, list, inspect, remove, mount",
+		Long: `vol manages the volumes kept by the storage nodes (ndma stord) behind a
+forwarding node (--switch). A volume is a block device of --size bytes cut
+into extents; each extent lives on --replicas storage nodes (never two
+copies on one node), consecutive extents on consecutive nodes. Writes go
+as one multicast to an extent's replicas, reads as one anycast to one of
+them. One client at a time writes a volume (it holds the volume's lease).
+
+On a fabric whose daemons run with --credential, give vol commands a
+credential of role member (--credential or $NDMA_CREDENTIAL).`,
+	}
+	vf.register(cmd)
+	cmd.PersistentFlags().StringVar(&vf.service, "service", stor.DefaultService, "storage service name at the switch")
+
+	var (
+		size, extent    string
+		replicas, nodes int
+	)
+	create := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a volume",
+		Example: `  ndma vol create data --size 16GiB --replicas 3 --extent 4MiB --switch 127.0.0.1:7471 --token-file fabric.key
+  NDMA_SWITCH=127.0.0.1:7471 NDMA_TOKEN=t ndma vol create scratch --size 1GiB --replicas 1 --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sz, err := memnode.ParseSize(size)
+			if err != nil || sz <= 0 {
+				return fmt.Errorf("--size %q: want a positive size (%v)", size, err)
+			}
+			ex, err := memnode.ParseSize(extent)
+			if err != nil || ex < stor.MinExtent || ex > stor.MaxExtent || ex&(ex-1) != 0 {
+				return fmt.Errorf("--extent %q: want a power of two from 64KiB to 1GiB", extent)
+			}
+			if sz%ex != 0 {
+				return fmt.Errorf("--size %s: want a multiple of --extent %s", size, extent)
+			}
+			if replicas < 1 || replicas > stor.MaxReplicas {
+				return fmt.Errorf("--replicas %d: want 1 to %d", replicas, stor.MaxReplicas)
+			}
+			if nodes < 0 {
+				return fmt.Errorf("--nodes %d: want 0 (every live node) or more", nodes)
+			}
+			c, ep, ctx, cancel, err := vf.client(cmd)
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			defer ep.Close()
+			d, err := c.Create(ctx, stor.VolumeSpec{Name: args[0], Size: uint64(sz), Extent: uint64(ex), Replicas: replicas, Nodes: nodes})
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if vf.json {
+				return json.NewEncoder(out).Encode(volJSON(d, len(d.Nodes)))
+			}
+			fmt.Fprintf(out, "volume %s: %s in %d extents of %s, %d replicas over nodes %v\n", d.Name, sizeString(d.Size), d.Extents(), sizeString(d.Extent), d.Replicas, d.Nodes)
+			return nil
+		},
+	}
+	fl := create.Flags()
+	fl.StringVar(&size, "size", "", "volume size: bytes, or with a unit KiB, MiB, GiB, TiB (required; a multiple of --extent)")
+	fl.StringVar(&extent, "extent", "4MiB", "extent size: a power of two, 64KiB to 1GiB")
+	fl.IntVar(&replicas, "replicas", 3, fmt.Sprintf("copies of every extent, each on its own storage node (1 to %d)", stor.MaxReplicas))
+	fl.IntVar(&nodes, "nodes", 0, "storage nodes to spread over (0: every live one)")
+	_ = create.MarkFlagRequired("size")
+
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List the volumes the live storage nodes hold",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, ep, ctx, cancel, err := vf.client(cmd)
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			defer ep.Close()
+			vs, err := c.List(ctx)
+			if err != nil && len(vs) == 0 {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if vf.json {
+				rows := make([]map[string]any, 0, len(vs))
+				for _, v := range vs {
+					rows = append(rows, volJSON(v.Descriptor, v.Live))
+				}
+				if err := json.NewEncoder(out).Encode(rows); err != nil {
+					return err
+				}
+				return err
+			}
+			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSIZE\tEXTENT\tREPLICAS\tNODES\tANSWERED")
+			for _, v := range vs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d of %d\n", v.Name, sizeString(v.Size), sizeString(v.Extent), v.Replicas, idList(v.Nodes), v.Live, len(v.Nodes))
+			}
+			if ferr := tw.Flush(); ferr != nil {
+				return ferr
+			}
+			return err // some nodes did not answer: say so after what the others said
+		},
+	}
+
+	stat := &cobra.Command{
+		Use:   "stat NAME",
+		Short: "Show a volume on each of its storage nodes: up, ready, lease, replicas missing writes",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ep, ctx, cancel, err := vf.client(cmd)
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			defer ep.Close()
+			st, err := c.Stat(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if vf.json {
+				return json.NewEncoder(out).Encode(st)
+			}
+			d := st.Desc
+			health := "healthy"
+			if st.Degraded {
+				health = "degraded"
+			}
+			fmt.Fprintf(out, "volume %s: %s in %d extents of %s, %d replicas over nodes %s; %s", d.Name, sizeString(d.Size), d.Extents(), sizeString(d.Extent), d.Replicas, idList(d.Nodes), health)
+			if st.Leased {
+				fmt.Fprint(out, ", open for writing")
+			}
+			fmt.Fprintln(out)
+			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "NODE\tSTATE\tHELD\tEPOCH\tLEASE\tMISSING WRITES\tWRITES APPLIED")
+			for _, nv := range st.Nodes {
+				state := "ready"
+				switch {
+				case nv.Syncing || nv.Stale > 0:
+					state = fmt.Sprintf("resyncing (%d extents)", nv.Stale)
+				case !nv.Ready:
+					state = "waiting for the writer"
+				}
+				lease := "-"
+				if nv.Leased {
+					lease = (time.Duration(nv.LeaseMs) * time.Millisecond).String() + " left"
+				}
+				var miss []string
+				for id := range nv.Missing {
+					miss = append(miss, fmt.Sprint(id))
+				}
+				slices.Sort(miss)
+				m := "-"
+				if len(miss) > 0 {
+					m = "nodes " + strings.Join(miss, ",")
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%d\n", nv.Node, state, sizeString(nv.Held), nv.Epoch, lease, m, nv.Writes)
+			}
+			for _, id := range st.Down {
+				fmt.Fprintf(tw, "%d\tdown\t-\t-\t-\t-\t-\n", id)
+			}
+			return tw.Flush()
+		},
+	}
+
+	var force bool
+	rm := &cobra.Command{
+		Use:   "rm NAME",
+		Short: "Remove a volume from its storage nodes",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ep, ctx, cancel, err := vf.client(cmd)
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			defer ep.Close()
+			return c.Remove(ctx, args[0], force)
+		},
+	}
+	rm.Flags().BoolVar(&force, "force", false, "remove although the volume is open for writing or a node of it is down")
+
+	var (
+		readOnly, allowOther bool
+		lease                time.Duration
+	)
+	mount := &cobra.Command{
+		Use:   "mount NAME DIR",
+		Short: "Present a volume as the file DIR/NAME through FUSE (for losetup, mkfs and mount)",
+		Long: `mount opens volume NAME (for writing, holding its lease, unless
+--read-only: a volume another client writes is refused) and presents it at
+DIR as one file, DIR/NAME, of the volume's size, until SIGINT or SIGTERM;
+then it unmounts, flushes the volume and gives the lease back. fsync(2) on
+the file flushes the volume: every live replica makes the writes durable.
+
+The kernel here has no NBD or ublk, so a block device on a volume is a
+loop device on that file:
+
+  ndma vol mount data /mnt/ndma &
+  dev=$(losetup --find --show /mnt/ndma/data)
+  mkfs.ext4 $dev && mount $dev /mnt/data
+  ...
+  umount /mnt/data && losetup -d $dev && kill %1
+
+Needs /dev/fuse and root (or fusermount3 from Debian's fuse3).`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if lease <= 0 || lease > stor.MaxLease {
+				return fmt.Errorf("--lease %v: want a positive duration up to %v", lease, stor.MaxLease)
+			}
+			c, ep, ctx, cancel, err := vf.client(cmd)
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			defer ep.Close()
+			v, err := c.Open(ctx, args[0], stor.OpenOptions{Write: !readOnly, Lease: lease})
+			if err != nil {
+				return err
+			}
+			srv, err := volfs.Mount(args[1], v, volfs.Options{ReadOnly: readOnly, AllowOther: allowOther})
+			if err != nil {
+				v.Close()
+				return fmt.Errorf("mount %s: %w", args[1], err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "volume %s at %s (%s, %s); Ctrl-C or SIGTERM unmounts\n",
+				args[0], filepath.Join(args[1], args[0]), sizeString(uint64(v.Size())), map[bool]string{true: "read-only", false: "read-write"}[readOnly])
+			return runUntilSignal(cmd, func(ctx context.Context) error {
+				done := make(chan struct{})
+				go func() { srv.Wait(); close(done) }()
+				select {
+				case <-ctx.Done():
+				case <-done: // unmounted from outside (umount DIR)
+				}
+				var uerr error
+				select {
+				case <-done:
+				default:
+					for try := 0; try < 50; try++ {
+						if uerr = srv.Unmount(); uerr == nil {
+							break
+						}
+						time.Sleep(100 * time.Millisecond)
+					}
+				}
+				cerr := v.Close()
+				if uerr != nil {
+					return fmt.Errorf("unmount %s (still in use? detach its loop device first): %w", args[1], uerr)
+				}
+				return cerr
+			})
+		},
+	}
+	mfl := mount.Flags()
+	mfl.BoolVar(&readOnly, "read-only", false, "present the volume read-only (takes no lease)")
+	mfl.BoolVar(&allowOther, "allow-other", false, "let users other than the mounting one reach the file")
+	mfl.DurationVar(&lease, "lease", stor.DefaultLease, "write lease lifetime: another client may write the volume this long after this process dies")
+
+	cmd.AddCommand(create, ls, stat, rm, mount)
+	vf.hintCredential(create, ls, stat, rm, mount)
+	return cmd
+}
+
+func init() { rootCmd.AddCommand(newVolCmd()) }
+
+func volJSON(d stor.Descriptor, live int) map[string]any {
+	return map[string]any{"name": d.Name, "size": d.Size, "extent": d.Extent, "extents": d.Extents(),
+		"replicas": d.Replicas, "nodes": d.Nodes, "answered": live, "created": time.Unix(0, d.Created).UTC().Format(time.RFC3339Nano)}
+}
+
+func idList(ids []uint16) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = fmt.Sprint(id)
+	}
+	return strings.Join(s, ",")
+}
