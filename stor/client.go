@@ -296,6 +296,10 @@ type OpenOptions struct {
 	// volume is open. Zero means 10 s. A writer that dies loses the lease
 	// this long after its last renewal.
 	Lease time.Duration
+	// Controller, when set, sends every read, write and flush to the
+	// gateway of that service name (see Gateway) instead of straight to
+	// the replicas: the controller-forwarding design, for comparison.
+	Controller string
 }
 
 // DefaultLease is a write lease's lifetime unless asked otherwise.
@@ -311,6 +315,7 @@ type Volume struct {
 	d     Descriptor
 	write bool
 	ttl   time.Duration
+	ctrl  string // the gateway's service, in controller-forwarding mode
 
 	holder uint64
 	epoch  uint64
@@ -347,7 +352,7 @@ func (c *Client) Open(ctx context.Context, name string, o OpenOptions) (*Volume,
 	if o.Lease <= 0 {
 		o.Lease = DefaultLease
 	}
-	v := &Volume{c: c, d: d, write: o.Write, ttl: o.Lease, groups: map[string]*wgroup{}, missing: map[uint16]bool{},
+	v := &Volume{c: c, d: d, write: o.Write, ttl: o.Lease, ctrl: o.Controller, groups: map[string]*wgroup{}, missing: map[uint16]bool{},
 		lastVer: make([]uint64, d.Extents()), stop: make(chan struct{}), done: make(chan struct{})}
 	if !o.Write {
 		close(v.done)
@@ -358,6 +363,10 @@ func (c *Client) Open(ctx context.Context, name string, o OpenOptions) (*Volume,
 	}
 	if err := v.acquire(ctx); err != nil {
 		return nil, err
+	}
+	if v.ctrl != "" {
+		go v.renew()
+		return v, nil
 	}
 	v.mu.Lock()
 	err = v.formLocked(ctx)
@@ -462,6 +471,10 @@ func (v *Volume) renew() {
 				v.verMu.Unlock()
 			}
 			back := false
+			if v.ctrl != "" {
+				cancel()
+				continue
+			}
 			v.mu.RLock()
 			for _, id := range ids {
 				if !v.inGroups(id) {
@@ -626,8 +639,12 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 	)
 	wait := func(pc piece) {
 		<-pc.op.Done()
-		if pc.op.Err != nil {
-			firstErr = cmpErr(firstErr, fmt.Errorf("stor: volume %s: write: %w", v.d.Name, pc.op.Err))
+		err := pc.op.Err
+		if err == nil && v.ctrl != "" {
+			_, err = replyBody(-1, "write", pc.op.Resp)
+		}
+		if err != nil {
+			firstErr = cmpErr(firstErr, fmt.Errorf("stor: volume %s: write: %w", v.d.Name, err))
 			return
 		}
 		v.verMu.Lock()
@@ -636,6 +653,24 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 	}
 	v.pieces(off, len(p), func(e int, o uint64, lo, hi int) {
 		if firstErr != nil {
+			return
+		}
+		if v.ctrl != "" {
+			v.verMu.Lock()
+			v.ctr++
+			ver := v.epoch<<32 | v.ctr
+			v.verMu.Unlock()
+			req := (&oneReq{Name: v.d.Name, Holder: v.holder, Ver: ver, Off: o, Data: p[lo:hi]}).append(nil, opGwWrite)
+			op, err := v.c.ep.StartAnycast(context.Background(), v.c.sw, v.ctrl, 0, req, v.c.opts.Fabric, nil)
+			if err != nil {
+				firstErr = err
+				return
+			}
+			inflight = append(inflight, piece{op, e, ver})
+			if len(inflight) >= v.c.opts.Window {
+				wait(inflight[0])
+				inflight = inflight[1:]
+			}
 			return
 		}
 		g := v.groups[setName(v.c.opts.Service, v.d.SetOf(e))]
@@ -689,6 +724,13 @@ func (v *Volume) Flush() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	if v.ctrl != "" {
+		resp, err := v.c.ep.Anycast(ctx, v.c.sw, v.ctrl, 0, (&oneReq{Name: v.d.Name, Holder: v.holder}).append(nil, opGwFlush), v.c.opts.Fabric)
+		if err == nil {
+			_, err = replyBody(-1, "flush", resp)
+		}
+		return err
+	}
 	for try := 0; ; try++ {
 		err := v.flushOnce(ctx)
 		var me *endpoint.MemberError
@@ -787,32 +829,51 @@ func (v *Volume) readPiece(ctx context.Context, e int, off uint64, buf []byte) e
 	minVer := v.lastVer[e]
 	v.verMu.Unlock()
 	req := (&readReq{Name: v.d.Name, Off: off, Len: uint32(len(buf)), MinVer: minVer}).append(nil)
-	set := setName(v.c.opts.Service, v.d.SetOf(e))
-	resp, err := v.c.ep.Anycast(ctx, v.c.sw, set, 0, req, v.c.opts.Fabric)
+	var resp []byte
+	var err error
+	if v.ctrl != "" {
+		resp, err = v.c.ep.Anycast(ctx, v.c.sw, v.ctrl, 0, req, v.c.opts.Fabric)
+	} else {
+		resp, err = readExtent(ctx, v.c, v.d, e, req)
+	}
+	if err != nil {
+		return err
+	}
+	body, err := replyBody(-1, "read", resp)
+	if err != nil {
+		return err
+	}
+	return copyRead(buf, body)
+}
+
+// readExtent sends read request req for extent e of volume d to one of its
+// replicas, as the switch picks (anycast to the replica set); if that one
+// cannot serve it (being resynced, or behind the writer), to each replica
+// in turn. It returns the reply, code first.
+func readExtent(ctx context.Context, c *Client, d Descriptor, e int, req []byte) ([]byte, error) {
+	set := setName(c.opts.Service, d.SetOf(e))
+	resp, err := c.ep.Anycast(ctx, c.sw, set, 0, req, c.opts.Fabric)
 	if errors.Is(err, wire.StatusNotMember) {
 		// The switch restarted: look the set up again.
-		if _, lerr := v.c.ep.ServiceMembers(ctx, v.c.sw, set, v.c.opts.Fabric); lerr == nil {
-			resp, err = v.c.ep.Anycast(ctx, v.c.sw, set, 0, req, v.c.opts.Fabric)
+		if _, lerr := c.ep.ServiceMembers(ctx, c.sw, set, c.opts.Fabric); lerr == nil {
+			resp, err = c.ep.Anycast(ctx, c.sw, set, 0, req, c.opts.Fabric)
 		}
 	}
 	if err == nil {
-		var body []byte
-		if body, err = replyBody(-1, "read", resp); err == nil {
-			return copyRead(buf, body)
-		}
-		if !errors.Is(err, ErrNotReady) && !errors.Is(err, ErrNoVolume) {
-			return err
+		_, err = replyBody(-1, "read", resp)
+		if err == nil || !errors.Is(err, ErrNotReady) && !errors.Is(err, ErrNoVolume) {
+			return resp, nil
 		}
 	}
 	// The replica the switch chose could not serve it: ask each in turn.
-	for _, id := range v.d.Replica(e) {
-		body, rerr := v.c.call(ctx, id, "read", req)
+	for _, id := range d.Replica(e) {
+		body, rerr := c.call(ctx, id, "read", req)
 		if rerr == nil {
-			return copyRead(buf, body)
+			return append([]byte{byte(CodeOK)}, body...), nil
 		}
 		err = rerr
 	}
-	return fmt.Errorf("%w: volume %s extent %d: %v", ErrNoReplica, v.d.Name, e, err)
+	return nil, fmt.Errorf("%w: volume %s extent %d: %v", ErrNoReplica, d.Name, e, err)
 }
 
 func copyRead(buf, body []byte) error {

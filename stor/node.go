@@ -258,6 +258,8 @@ func (n *Node) handle(key uint64, req []byte) ([]byte, error) {
 		resp = n.versions(req[1:])
 	case opMissing:
 		resp = n.missing(req[1:])
+	case opWriteOne, opFlushOne:
+		resp = n.one(req)
 	default:
 		resp = n.refuse(CodeBadRequest, fmt.Sprintf("unknown request %d", req[0]))
 	}
@@ -707,6 +709,46 @@ func (n *Node) versions(b []byte) []byte {
 		out = binary.BigEndian.AppendUint64(out, ver)
 	}
 	return out
+}
+
+// one serves the controller-forwarding mode's write of one replica's copy,
+// or its flush: the writer (Holder) must hold the lease.
+func (n *Node) one(b []byte) []byte {
+	r, ok := parseOne(b)
+	if !ok {
+		return n.refuse(CodeBadRequest, "malformed")
+	}
+	v := n.st.get(r.Name)
+	if v == nil {
+		return n.refuse(CodeNoVolume, r.Name)
+	}
+	v.mu.Lock()
+	if v.holder != r.Holder || !time.Now().Before(v.expires) {
+		v.mu.Unlock()
+		return n.refuse(CodeLeaseHeld, "the writer does not hold the lease")
+	}
+	var err error
+	if b[0] == opWriteOne {
+		var e int
+		if e, err = v.check(n.st.id, r.Off, len(r.Data)); err == nil && !v.removed {
+			err = v.apply(e, r.Ver, r.Off, r.Data)
+		}
+	} else if !v.removed {
+		err = v.sync()
+	}
+	v.mu.Unlock()
+	if err != nil {
+		return n.refuseErr(err)
+	}
+	n.mu.Lock()
+	if b[0] == opWriteOne {
+		n.stats.Writes++
+		n.stats.WriteBytes += uint64(len(r.Data))
+	} else {
+		n.stats.Flushes++
+	}
+	n.mu.Unlock()
+	return []byte{byte(CodeOK)}
 }
 
 // missingReq records that Node missed writes to a volume from version

@@ -19,6 +19,12 @@ const (
 	opRead     = 8  // name, off u64, len u32, minVer u64 → ver u64, data
 	opVersions = 9  // name → u64 per extent
 	opMissing  = 10 // JSON missingReq: a replica missed writes, or caught up
+	// Controller-forwarding mode: a client sends these to a Gateway, which
+	// sends opWriteOne/opFlushOne to each replica and opRead to one.
+	opWriteOne = 11 // name, holder u64, ver u64, off u64, data: one replica's copy of a write
+	opFlushOne = 12 // name, holder u64: make the volume's writes durable on this node
+	opGwWrite  = 13 // to a gateway: as opWriteOne, for every replica
+	opGwFlush  = 14 // to a gateway: as opFlushOne, for every node of the volume
 	opWrite    = 20 // multicast: ver u64, off u64, data
 	opFlush    = 21 // multicast: make every write so far durable, then contribute to an aggregation
 )
@@ -201,4 +207,38 @@ func appendWrite(b []byte, ver, off uint64, data []byte) []byte {
 	e.u64(ver)
 	e.u64(off)
 	return append(e.b, data...)
+}
+
+// oneReq is an opWriteOne/opGwWrite (with data) or opFlushOne/opGwFlush
+// request.
+type oneReq struct {
+	Name     string
+	Holder   uint64
+	Ver, Off uint64
+	Data     []byte
+}
+
+func (r *oneReq) append(b []byte, op uint8) []byte {
+	e := enc{b}
+	e.u8(op)
+	e.str(r.Name)
+	e.u64(r.Holder)
+	if op == opWriteOne || op == opGwWrite {
+		e.u64(r.Ver)
+		e.u64(r.Off)
+		e.b = append(e.b, r.Data...)
+	}
+	return e.b
+}
+
+func parseOne(b []byte) (oneReq, bool) {
+	op := b[0]
+	d := dec{b: b[1:]}
+	r := oneReq{Name: d.str(), Holder: d.u64()}
+	if op == opWriteOne || op == opGwWrite {
+		r.Ver, r.Off = d.u64(), d.u64()
+		r.Data = d.b
+		d.b = nil
+	}
+	return r, !d.bad && len(d.b) == 0
 }

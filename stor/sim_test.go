@@ -491,3 +491,54 @@ func TestSimSwitchRestart(t *testing.T) {
 		m.verify(t, r)
 	})
 }
+
+func TestSimControllerMode(t *testing.T) {
+	simStorage(t, 3, 6, func(t *testing.T, s *simStor) {
+		gwEP := s.endpoint()
+		s.ceps = append(s.ceps, gwEP)
+		gw := NewGateway(gwEP, GatewayConfig{Switch: s.swA.String(), Fabric: s.fab})
+		ctx := s.ctx()
+		if err := gw.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer gw.Close()
+		c := s.client()
+		d, err := c.Create(ctx, VolumeSpec{Name: "g", Size: 8 * MinExtent, Extent: MinExtent, Replicas: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := c.Open(ctx, "g", OpenOptions{Write: true, Controller: GatewayName(DefaultService)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(uint64(s.seed), 1))
+		m := &model{b: make([]byte, d.Size)}
+		m.write(t, v, rng, 0, int(d.Size))
+		for range 100 {
+			n := 1 + rng.IntN(2*MinExtent)
+			m.write(t, v, rng, rng.IntN(int(d.Size)-n), n)
+		}
+		if err := v.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		m.verify(t, v)
+		s.checkFiles(d, m)
+		st := gw.Stats()
+		if st.Writes == 0 || st.Copies != 3*(st.Writes+st.Flushes) || st.Reads == 0 || st.Flushes != 1 || st.Failed != 0 {
+			t.Errorf("gateway: %+v: want 3 copies per write and flush, reads and one flush through it", st)
+		}
+		// Another client's write goes nowhere while this one holds the lease.
+		w2 := (&oneReq{Name: "g", Holder: 12345, Ver: 1, Off: 0, Data: []byte("x")}).append(nil, opGwWrite)
+		resp, err := s.ceps[len(s.ceps)-1].Anycast(ctx, s.swA.String(), GatewayName(DefaultService), 0, w2, s.fab)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := replyBody(-1, "write", resp); !errors.Is(err, ErrLeaseHeld) {
+			t.Errorf("write without the lease through the gateway: %v, want ErrLeaseHeld", err)
+		}
+		if err := v.Close(); err != nil {
+			t.Fatal(err)
+		}
+		m.verify(t, v)
+	})
+}

@@ -1,0 +1,262 @@
+package stor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
+)
+
+// GatewayConfig configures a Gateway.
+type GatewayConfig struct {
+	// Switch is the forwarding node; Fabric its options.
+	Switch string
+	Fabric endpoint.FabricOptions
+	// Service names the storage service (DefaultService when empty).
+	Service string
+	// Name is the gateway's own service (Service+".gw" when empty).
+	Name string
+	// Logger receives the gateway's logs (none when nil).
+	Logger *slog.Logger
+}
+
+// Gateway is the controller of the controller-forwarding mode, the
+// design that multicast writes and anycast reads improve on: a storage
+// target on its own host that every I/O goes to. It forwards a read to
+// one replica of its extent and relays the answer, and a write to every
+// replica, one copy each, answering when all have it.
+type Gateway struct {
+	ep  *endpoint.Endpoint
+	cfg GatewayConfig
+	c   *Client
+	log *slog.Logger
+	svc *endpoint.Service
+
+	mu     sync.Mutex
+	descs  map[string]Descriptor
+	live   []uint16
+	liveAt time.Time
+	stats  GatewayStats
+}
+
+// GatewayStats are a gateway's counters.
+type GatewayStats struct {
+	Reads, Writes, Flushes uint64
+	Copies                 uint64 // write copies sent to replicas
+	Failed                 uint64 // requests answered with a code other than OK
+}
+
+// NewGateway returns a gateway using ep (which it does not close).
+func NewGateway(ep *endpoint.Endpoint, cfg GatewayConfig) *Gateway {
+	if cfg.Service == "" {
+		cfg.Service = DefaultService
+	}
+	if cfg.Name == "" {
+		cfg.Name = GatewayName(cfg.Service)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Gateway{ep: ep, cfg: cfg, log: cfg.Logger, descs: map[string]Descriptor{},
+		c: NewClient(ep, cfg.Switch, ClientOptions{Fabric: cfg.Fabric, Service: cfg.Service})}
+}
+
+// GatewayName is the default service name of the gateway of storage
+// service service.
+func GatewayName(service string) string { return service + ".gw" }
+
+// Start registers the gateway with the switch.
+func (g *Gateway) Start(ctx context.Context) error {
+	s, err := g.ep.RegisterService(ctx, g.cfg.Switch, endpoint.ServiceConfig{Name: g.cfg.Name, Size: 1, Policy: fabric.PolicyLeastOutstanding}, 0, g.handle, g.cfg.Fabric)
+	if err != nil {
+		return fmt.Errorf("stor: gateway: %w", err)
+	}
+	g.svc = s
+	return nil
+}
+
+// Close stops serving.
+func (g *Gateway) Close() {
+	if g.svc != nil {
+		g.svc.Close()
+	}
+}
+
+// Stats returns the gateway's counters.
+func (g *Gateway) Stats() GatewayStats {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.stats
+}
+
+// desc returns volume name's descriptor (cached).
+func (g *Gateway) desc(ctx context.Context, name string) (Descriptor, error) {
+	g.mu.Lock()
+	d, ok := g.descs[name]
+	g.mu.Unlock()
+	if ok {
+		return d, nil
+	}
+	d, err := g.c.find(ctx, name)
+	if err != nil {
+		return Descriptor{}, err
+	}
+	g.mu.Lock()
+	if len(g.descs) >= maxGatewayVolumes {
+		clear(g.descs)
+	}
+	g.descs[name] = d
+	g.mu.Unlock()
+	return d, nil
+}
+
+// maxGatewayVolumes bounds the descriptors a gateway caches.
+const maxGatewayVolumes = 4096
+
+// liveNodes returns the nodes the switch lists, refreshed at most every
+// liveEvery (or at once with fresh).
+func (g *Gateway) liveNodes(ctx context.Context, fresh bool) ([]uint16, error) {
+	g.mu.Lock()
+	if !fresh && time.Since(g.liveAt) < liveEvery {
+		l := g.live
+		g.mu.Unlock()
+		return l, nil
+	}
+	g.mu.Unlock()
+	l, err := g.c.live(ctx)
+	if err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	g.live, g.liveAt = l, time.Now()
+	g.mu.Unlock()
+	return l, nil
+}
+
+// liveEvery is how long a gateway trusts its list of live nodes.
+const liveEvery = 500 * time.Millisecond
+
+func (g *Gateway) handle(_ uint64, req []byte) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp := g.serve(ctx, req)
+	g.mu.Lock()
+	if len(resp) == 0 || resp[0] != byte(CodeOK) {
+		g.stats.Failed++
+	}
+	g.mu.Unlock()
+	return resp, nil
+}
+
+func (g *Gateway) serve(ctx context.Context, req []byte) []byte {
+	if len(req) == 0 {
+		return refusal(CodeBadRequest, "empty request")
+	}
+	switch req[0] {
+	case opRead:
+		r, ok := parseRead(req)
+		if !ok {
+			return refusal(CodeBadRequest, "read: malformed")
+		}
+		d, err := g.desc(ctx, r.Name)
+		if err != nil {
+			return refusal(codeOf(err), err.Error())
+		}
+		if r.Off >= d.Size {
+			return refusal(CodeOutOfRange, "read past the end")
+		}
+		g.mu.Lock()
+		g.stats.Reads++
+		g.mu.Unlock()
+		resp, err := readExtent(ctx, g.c, d, int(r.Off/d.Extent), req)
+		if err != nil {
+			return refusal(codeOf(err), err.Error())
+		}
+		return resp
+	case opGwWrite, opGwFlush:
+		r, ok := parseOne(req)
+		if !ok {
+			return refusal(CodeBadRequest, "malformed")
+		}
+		d, err := g.desc(ctx, r.Name)
+		if err != nil {
+			return refusal(codeOf(err), err.Error())
+		}
+		var to []uint16
+		op := uint8(opFlushOne)
+		if req[0] == opGwWrite {
+			if r.Off >= d.Size {
+				return refusal(CodeOutOfRange, "write past the end")
+			}
+			to, op = d.Replica(int(r.Off/d.Extent)), opWriteOne
+		} else {
+			to = d.Nodes
+		}
+		if err := g.forward(ctx, to, r.append(nil, op)); err != nil {
+			return refusal(codeOf(err), err.Error())
+		}
+		g.mu.Lock()
+		if op == opWriteOne {
+			g.stats.Writes++
+		} else {
+			g.stats.Flushes++
+		}
+		g.mu.Unlock()
+		return []byte{byte(CodeOK)}
+	}
+	return refusal(CodeBadRequest, fmt.Sprintf("unknown request %d", req[0]))
+}
+
+// forward sends req to every live node of to, a copy each, and waits for
+// all: a node the switch no longer lists is skipped (degraded); none
+// left is ErrNoReplica.
+func (g *Gateway) forward(ctx context.Context, to []uint16, req []byte) error {
+	live, err := g.liveNodes(ctx, false)
+	if err != nil {
+		return err
+	}
+	to = slices.DeleteFunc(slices.Clone(to), func(id uint16) bool { return !slices.Contains(live, id) })
+	if len(to) == 0 {
+		return ErrNoReplica
+	}
+	errs := make([]error, len(to))
+	forEach(len(to), func(i int) { _, errs[i] = g.c.call(ctx, to[i], "write", req) })
+	g.mu.Lock()
+	g.stats.Copies += uint64(len(to))
+	g.mu.Unlock()
+	var first error
+	for _, err := range errs {
+		var ne *NodeError
+		if errors.As(err, &ne) {
+			return err // the node refused it: the writer must know
+		}
+		first = cmpErr(first, err)
+	}
+	if first == nil {
+		return nil
+	}
+	// A node did not answer: if the switch no longer lists it, the write
+	// went to the others (degraded).
+	live, err = g.liveNodes(ctx, true)
+	if err != nil {
+		return first
+	}
+	ok := 0
+	for i, err := range errs {
+		if err == nil {
+			ok++
+		} else if slices.Contains(live, to[i]) {
+			return err
+		}
+	}
+	if ok == 0 {
+		return ErrNoReplica
+	}
+	return nil
+}
