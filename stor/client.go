@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/wire"
 )
@@ -26,13 +28,19 @@ type ClientOptions struct {
 	// Window bounds the pieces of one ReadAt or WriteAt in flight at
 	// once. Zero means 32.
 	Window int
+	// MaxInflight bounds the bytes of reads (and of writes through a
+	// gateway) in flight at once over the client's volumes, as a block
+	// layer bounds its queue: beyond it an I/O waits, instead of
+	// overrunning the switch's relay queues. Zero means 8 MiB.
+	MaxInflight int
 }
 
 // Client manages volumes and opens them, through the switch at sw.
 type Client struct {
-	ep   *endpoint.Endpoint
-	sw   string
-	opts ClientOptions
+	ep       *endpoint.Endpoint
+	sw       string
+	opts     ClientOptions
+	inflight *semaphore.Weighted
 }
 
 // NewClient returns a client using ep (which it does not close).
@@ -43,7 +51,10 @@ func NewClient(ep *endpoint.Endpoint, sw string, opts ClientOptions) *Client {
 	if opts.Window <= 0 {
 		opts.Window = 32
 	}
-	return &Client{ep: ep, sw: sw, opts: opts}
+	if opts.MaxInflight <= 0 {
+		opts.MaxInflight = 8 << 20
+	}
+	return &Client{ep: ep, sw: sw, opts: opts, inflight: semaphore.NewWeighted(int64(max(opts.MaxInflight, MaxIO)))}
 }
 
 func (c *Client) call(ctx context.Context, id uint16, what string, req []byte) ([]byte, error) {
@@ -632,6 +643,8 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 		op  *endpoint.Op
 		e   int
 		ver uint64
+		req []byte // controller mode: the request, to send again
+		n   int    // controller mode: its data bytes, held in Client.inflight
 	}
 	var (
 		inflight []piece
@@ -640,8 +653,18 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 	wait := func(pc piece) {
 		<-pc.op.Done()
 		err := pc.op.Err
-		if err == nil && v.ctrl != "" {
-			_, err = replyBody(-1, "write", pc.op.Resp)
+		if errors.Is(err, wire.StatusBusy) && v.ctrl != "" {
+			// The gateway or the switch is out of room: again, with
+			// backoff.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			pc.op.Resp, err = retryBusy(ctx, func() ([]byte, error) { return v.c.ep.Anycast(ctx, v.c.sw, v.ctrl, 0, pc.req, v.c.opts.Fabric) })
+			cancel()
+		}
+		if v.ctrl != "" {
+			v.c.inflight.Release(int64(pc.n))
+			if err == nil {
+				_, err = replyBody(-1, "write", pc.op.Resp)
+			}
 		}
 		if err != nil {
 			firstErr = cmpErr(firstErr, fmt.Errorf("stor: volume %s: write: %w", v.d.Name, err))
@@ -661,12 +684,17 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 			ver := v.epoch<<32 | v.ctr
 			v.verMu.Unlock()
 			req := (&oneReq{Name: v.d.Name, Holder: v.holder, Ver: ver, Off: o, Data: p[lo:hi]}).append(nil, opGwWrite)
-			op, err := v.c.ep.StartAnycast(context.Background(), v.c.sw, v.ctrl, 0, req, v.c.opts.Fabric, nil)
-			if err != nil {
+			if err := v.c.inflight.Acquire(context.Background(), int64(hi-lo)); err != nil {
 				firstErr = err
 				return
 			}
-			inflight = append(inflight, piece{op, e, ver})
+			op, err := v.c.ep.StartAnycast(context.Background(), v.c.sw, v.ctrl, 0, req, v.c.opts.Fabric, nil)
+			if err != nil {
+				v.c.inflight.Release(int64(hi - lo))
+				firstErr = err
+				return
+			}
+			inflight = append(inflight, piece{op, e, ver, req, hi - lo})
 			if len(inflight) >= v.c.opts.Window {
 				wait(inflight[0])
 				inflight = inflight[1:]
@@ -688,7 +716,7 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 			firstErr = err
 			return
 		}
-		inflight = append(inflight, piece{op, e, ver})
+		inflight = append(inflight, piece{op, e, ver, nil, 0})
 		if len(inflight) >= v.c.opts.Window {
 			wait(inflight[0])
 			inflight = inflight[1:]
@@ -725,7 +753,8 @@ func (v *Volume) Flush() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if v.ctrl != "" {
-		resp, err := v.c.ep.Anycast(ctx, v.c.sw, v.ctrl, 0, (&oneReq{Name: v.d.Name, Holder: v.holder}).append(nil, opGwFlush), v.c.opts.Fabric)
+		req := (&oneReq{Name: v.d.Name, Holder: v.holder}).append(nil, opGwFlush)
+		resp, err := retryBusy(ctx, func() ([]byte, error) { return v.c.ep.Anycast(ctx, v.c.sw, v.ctrl, 0, req, v.c.opts.Fabric) })
 		if err == nil {
 			_, err = replyBody(-1, "flush", resp)
 		}
@@ -825,6 +854,10 @@ func (v *Volume) ReadAt(p []byte, off int64) (int, error) {
 }
 
 func (v *Volume) readPiece(ctx context.Context, e int, off uint64, buf []byte) error {
+	if err := v.c.inflight.Acquire(ctx, int64(len(buf))); err != nil {
+		return err
+	}
+	defer v.c.inflight.Release(int64(len(buf)))
 	v.verMu.Lock()
 	minVer := v.lastVer[e]
 	v.verMu.Unlock()
@@ -832,7 +865,7 @@ func (v *Volume) readPiece(ctx context.Context, e int, off uint64, buf []byte) e
 	var resp []byte
 	var err error
 	if v.ctrl != "" {
-		resp, err = v.c.ep.Anycast(ctx, v.c.sw, v.ctrl, 0, req, v.c.opts.Fabric)
+		resp, err = retryBusy(ctx, func() ([]byte, error) { return v.c.ep.Anycast(ctx, v.c.sw, v.ctrl, 0, req, v.c.opts.Fabric) })
 	} else {
 		resp, err = readExtent(ctx, v.c, v.d, e, req)
 	}
@@ -852,11 +885,12 @@ func (v *Volume) readPiece(ctx context.Context, e int, off uint64, buf []byte) e
 // in turn. It returns the reply, code first.
 func readExtent(ctx context.Context, c *Client, d Descriptor, e int, req []byte) ([]byte, error) {
 	set := setName(c.opts.Service, d.SetOf(e))
-	resp, err := c.ep.Anycast(ctx, c.sw, set, 0, req, c.opts.Fabric)
+	anycast := func() ([]byte, error) { return c.ep.Anycast(ctx, c.sw, set, 0, req, c.opts.Fabric) }
+	resp, err := retryBusy(ctx, anycast)
 	if errors.Is(err, wire.StatusNotMember) {
 		// The switch restarted: look the set up again.
 		if _, lerr := c.ep.ServiceMembers(ctx, c.sw, set, c.opts.Fabric); lerr == nil {
-			resp, err = c.ep.Anycast(ctx, c.sw, set, 0, req, c.opts.Fabric)
+			resp, err = retryBusy(ctx, anycast)
 		}
 	}
 	if err == nil {

@@ -1,9 +1,13 @@
 package stor
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
+
+	"github.com/ndma/ndma/wire"
 )
 
 // Requests a storage node serves (first byte of an anycast request or of a
@@ -241,4 +245,33 @@ func parseOne(b []byte) (oneReq, bool) {
 		d.b = nil
 	}
 	return r, !d.bad && len(d.b) == 0
+}
+
+// busyTries bounds the attempts of a request the switch or a responder
+// answers StatusBusy (out of room: retry later), with a backoff from
+// busyBackoff doubling to busyBackoffMax between them.
+const (
+	busyTries      = 40
+	busyBackoff    = time.Millisecond
+	busyBackoffMax = 100 * time.Millisecond
+)
+
+// retryBusy calls f until it does not fail with wire.StatusBusy, ctx
+// ends, or busyTries attempts.
+func retryBusy(ctx context.Context, f func() ([]byte, error)) ([]byte, error) {
+	wait := busyBackoff
+	for try := 1; ; try++ {
+		b, err := f()
+		if err == nil || !errors.Is(err, wire.StatusBusy) || try == busyTries {
+			return b, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return b, err
+		case <-t.C:
+		}
+		wait = min(2*wait, busyBackoffMax)
+	}
 }

@@ -140,6 +140,87 @@ func runStord(cmd *cobra.Command, f *stordFlags) error {
 	})
 }
 
+func init() {
+	var (
+		listen, sw, service, name string
+		token                     tokenFlags
+		cred                      credentialFlag
+		logf                      logFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "storgw",
+		Short: "Run a storage gateway: the controller every I/O goes through, for comparison with multicast and anycast",
+		Long: `storgw runs the controller of the controller-forwarding design, which
+NDMA's multicast writes and anycast reads improve on: a storage target on
+its own host that clients send every read, write and flush to. It
+forwards a read to one replica of its extent (as the switch picks) and
+relays the answer, and a write to every replica, a copy each, answering
+when all have it. Clients use it with ndma bench vol --mode controller
+(or stor.OpenOptions.Controller); the volumes, leases and storage nodes
+are the same as without it.
+SIGINT or SIGTERM shuts it down.`,
+		Example: `  ndma storgw --switch 127.0.0.1:7471 --token-file fabric.key`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger, err := logf.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if sw == "" {
+				return errors.New("--switch: no forwarding node given (nor $NDMA_SWITCH)")
+			}
+			if sw, err = resolvePeer("--switch", sw); err != nil {
+				return err
+			}
+			l, err := resolveListen("--listen", listen)
+			if err != nil {
+				return err
+			}
+			var fab endpoint.FabricOptions
+			if fab.Token, fab.Insecure, err = token.resolve(os.Getenv); err != nil {
+				return err
+			}
+			if fab.Insecure {
+				warnInsecure(cmd.ErrOrStderr(), sw)
+			}
+			id, err := cred.load(os.Getenv, secure.RoleMember)
+			if err != nil {
+				return err
+			}
+			ep, err := endpoint.Listen(l, endpoint.Config{}, endpointOptions(id))
+			if err != nil {
+				return fmt.Errorf("--listen: %w", err)
+			}
+			defer ep.Close()
+			gw := stor.NewGateway(ep, stor.GatewayConfig{Switch: sw, Fabric: fab, Service: service, Name: name, Logger: logger})
+			return runUntilSignal(cmd, func(ctx context.Context) error {
+				sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				err := gw.Start(sctx)
+				cancel()
+				if err != nil {
+					return credentialHint(err, id)
+				}
+				if name == "" {
+					name = stor.GatewayName(service)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "storage gateway %q listening on %v, switch %s\n", name, ep.LocalAddr(), sw)
+				<-ctx.Done()
+				gw.Close()
+				return nil
+			})
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&listen, "listen", ":0", "UDP `address` to serve on (host:port; port 0 picks one)")
+	fl.StringVar(&sw, "switch", os.Getenv("NDMA_SWITCH"), "forwarding node `address` (host:port; default $NDMA_SWITCH)")
+	fl.StringVar(&service, "service", stor.DefaultService, "storage service name at the switch")
+	fl.StringVar(&name, "name", "", "the gateway's own service name (default SERVICE.gw)")
+	token.register(fl)
+	cred.register(fl, "of role member")
+	logf.register(fl)
+	rootCmd.AddCommand(cmd)
+}
+
 // volFlags are the flags every vol subcommand shares.
 type volFlags struct {
 	poolFlags

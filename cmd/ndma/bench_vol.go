@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ndma/ndma/bench"
+	"github.com/ndma/ndma/coll"
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/stor"
+	"github.com/ndma/ndma/transport"
+)
+
+func newBenchVolCmd() *cobra.Command {
+	var (
+		sw, modes, patterns, qds, bs, seqBS, volSize, extent, service, gateway string
+		token                                                                  tokenFlags
+		nodes, clients, replicas                                               int
+		dur                                                                    time.Duration
+		jsonOut, launched, quiet                                               bool
+	)
+	cmd := &cobra.Command{
+		Use:   "vol",
+		Short: "Replicated volume I/O: multicast writes and anycast reads against a controller that forwards every I/O",
+		Long: `Measures block I/O on replicated volumes (ndma vol): random reads, random
+writes, a 70/30 random mix and sequential reads and writes, at each queue
+depth, in two modes on the same storage nodes and volumes:
+
+  multicast   a write is one multicast to the extent's replica group (the
+              switch replicates it), a read one anycast to one replica
+  controller  every I/O goes to a gateway (ndma storgw), which forwards a
+              read to one replica and a write to each, a copy each
+
+Each row gives IOPS, MB/s and p50/p99 latency over every client; a
+controller row also gives its p50 over the multicast row's and the
+multicast row's IOPS over its own. Each client writes and reads a volume
+of its own (--vol-size, --replicas); volumes are made at the start and
+removed at the end.
+
+By default a switch, --nodes storage nodes and a gateway run in this
+process on loopback. On a testbed, one client per host, all at once:
+
+  ndma testbed up --hosts 8 --stornodes 3 --gateway --rate 1gbit
+  ndma testbed run -- ndma bench vol --launched
+
+(rank 0 prints the rows; the ranks start each point together).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg := bench.VolConfig{Service: service, Gateway: gateway, Nodes: nodes, Clients: clients, Replicas: replicas, Duration: dur}
+			cfg.Modes = splitList(modes)
+			cfg.Patterns = splitList(patterns)
+			for _, q := range splitList(qds) {
+				n, err := strconv.Atoi(q)
+				if err != nil {
+					return fmt.Errorf("--qd %q: want numbers, comma-separated", qds)
+				}
+				cfg.QDs = append(cfg.QDs, n)
+			}
+			for _, f := range []struct {
+				name, v string
+				dst     *int
+			}{{"--bs", bs, &cfg.BS}, {"--seq-bs", seqBS, &cfg.SeqBS}} {
+				n, err := memnode.ParseSize(f.v)
+				if err != nil || n <= 0 || n > stor.MaxIO {
+					return fmt.Errorf("%s %q: want a size up to %d bytes (%v)", f.name, f.v, stor.MaxIO, err)
+				}
+				*f.dst = int(n)
+			}
+			for _, f := range []struct {
+				name, v string
+				dst     *uint64
+			}{{"--vol-size", volSize, &cfg.VolSize}, {"--extent", extent, &cfg.Extent}} {
+				n, err := memnode.ParseSize(f.v)
+				if err != nil || n <= 0 {
+					return fmt.Errorf("%s %q: want a positive size (%v)", f.name, f.v, err)
+				}
+				*f.dst = uint64(n)
+			}
+			if dur <= 0 {
+				return fmt.Errorf("--duration %v: want a positive duration", dur)
+			}
+			ctx := cmdContext(cmd)
+			var gather func(context.Context, bench.VolResult) ([]bench.VolResult, error)
+			switch {
+			case launched:
+				if sw != "" {
+					return errors.New("--launched takes the switch from the launch's environment (NDMA_SWITCH): it does not go with --switch")
+				}
+				l, err := coll.ParseEnv(os.LookupEnv)
+				if err != nil {
+					return fmt.Errorf("--launched: %w", err)
+				}
+				if cfg.EndpointOptions, err = l.EndpointOptions(); err != nil {
+					return err
+				}
+				if l.MTU > 0 {
+					cfg.MTU = l.MTU
+				}
+				ep, err := endpoint.Listen(":0", endpoint.Config{Transport: transport.Config{MTU: cfg.MTU}}, cfg.EndpointOptions)
+				if err != nil {
+					return err
+				}
+				defer ep.Close()
+				comm, err := l.Communicator(ctx, ep)
+				if err != nil {
+					return err
+				}
+				defer comm.Close(context.Background())
+				cfg.Switch, cfg.Rank, cfg.Ranks = l.Switch, l.Rank, l.Size
+				cfg.Fabric = endpoint.FabricOptions{Token: []byte(l.Token), Insecure: l.Insecure}
+				cfg.Sync = func(ctx context.Context) error { return comm.Barrier(ctx) }
+				gather = func(ctx context.Context, r bench.VolResult) ([]bench.VolResult, error) {
+					return gatherVol(ctx, comm, r)
+				}
+			case sw != "":
+				var err error
+				if cfg.Switch, err = resolvePeer("--switch", sw); err != nil {
+					return err
+				}
+				if cfg.Fabric.Token, cfg.Fabric.Insecure, err = token.resolve(os.Getenv); err != nil {
+					return err
+				}
+			}
+			out := cmd.OutOrStdout()
+			var emit func(bench.VolResult) error
+			var table *bench.VolTable
+			if jsonOut {
+				emit = bench.VolJSON(out)
+			} else {
+				table = bench.NewVolTable(out)
+				emit = table.Write
+			}
+			p := newProgress(cmd.ErrOrStderr(), quiet || jsonOut || cfg.Rank != 0)
+			cfg.Progress = p.callback()
+			err := bench.RunVol(ctx, cfg, gather, emit)
+			p.finish()
+			if table != nil {
+				if ferr := table.Flush(); err == nil {
+					err = ferr
+				}
+			}
+			return err
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&sw, "switch", "", "forwarding node `address` of a running fabric with storage nodes and a gateway (default: start them in-process on loopback)")
+	token.register(fl)
+	fl.BoolVar(&launched, "launched", false, "one client per process of a launch (ndma testbed run): the switch and token from its environment, rank 0 prints")
+	fl.StringVar(&modes, "mode", "multicast,controller", "I/O modes: multicast, controller, comma-separated")
+	fl.StringVar(&patterns, "pattern", "randread,randwrite,randrw,seqread,seqwrite", "I/O patterns, comma-separated (randrw: 70% reads)")
+	fl.StringVar(&qds, "qd", "1,32", "queue depths (I/Os in flight per client), comma-separated")
+	fl.StringVar(&bs, "bs", "4KiB", "block size of the random patterns")
+	fl.StringVar(&seqBS, "seq-bs", "1MiB", "block size of the sequential patterns")
+	fl.IntVar(&clients, "clients", 1, "clients in this process, each with its own endpoint and volume")
+	fl.IntVar(&nodes, "nodes", 3, "in-process storage nodes (without --switch and --launched)")
+	fl.IntVar(&replicas, "replicas", 3, "copies of each extent")
+	fl.StringVar(&volSize, "vol-size", "256MiB", "each client's volume size")
+	fl.StringVar(&extent, "extent", "4MiB", "extent size of the volumes")
+	fl.StringVar(&service, "service", stor.DefaultService, "storage service name at the switch")
+	fl.StringVar(&gateway, "gateway", "", "the gateway's service name (default SERVICE.gw)")
+	fl.DurationVar(&dur, "duration", 3*time.Second, "measured time per point (after a tenth of it as warm-up)")
+	fl.BoolVar(&jsonOut, "json", false, "print JSON Lines, one object per row")
+	fl.BoolVar(&quiet, "quiet", false, "no progress bar")
+	return cmd
+}
+
+func init() { benchCmd.AddCommand(newBenchVolCmd()) }
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// volWire is a VolResult with its samples, as ranks send it to rank 0.
+type volWire struct {
+	R bench.VolResult `json:"r"`
+	S []int64         `json:"s"`
+}
+
+// gatherVol collects every rank's result at rank 0 (nil elsewhere).
+func gatherVol(ctx context.Context, comm *coll.Communicator, r bench.VolResult) ([]bench.VolResult, error) {
+	w := volWire{R: r}
+	for _, d := range r.Samples {
+		w.S = append(w.S, int64(d))
+	}
+	b, err := json.Marshal(w)
+	if err != nil {
+		return nil, err
+	}
+	n := []int64{int64(len(b))}
+	maxN := []int64{0}
+	if err := coll.Allreduce(ctx, comm, n, maxN, coll.Max); err != nil {
+		return nil, err
+	}
+	block := 8 + int(maxN[0])
+	send := make([]byte, block)
+	binary.LittleEndian.PutUint64(send, uint64(len(b)))
+	copy(send[8:], b)
+	var recv []byte
+	if comm.Rank() == 0 {
+		recv = make([]byte, block*comm.Size())
+	}
+	if err := comm.Gather(ctx, send, recv, 0); err != nil {
+		return nil, err
+	}
+	if comm.Rank() != 0 {
+		return nil, nil
+	}
+	out := make([]bench.VolResult, comm.Size())
+	for i := range out {
+		blk := recv[i*block : (i+1)*block]
+		l := binary.LittleEndian.Uint64(blk)
+		if l > uint64(block-8) {
+			return nil, fmt.Errorf("bench vol: rank %d sent a %d-byte result in a %d-byte block", i, l, block)
+		}
+		var w volWire
+		if err := json.Unmarshal(blk[8:8+l], &w); err != nil {
+			return nil, fmt.Errorf("bench vol: rank %d: %w", i, err)
+		}
+		w.R.Samples = make([]time.Duration, len(w.S))
+		for j, s := range w.S {
+			w.R.Samples[j] = time.Duration(s)
+		}
+		out[i] = w.R
+	}
+	return out, nil
+}
