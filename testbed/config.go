@@ -45,7 +45,8 @@ const (
 	MaxPeakRate = 10e9
 	// MaxPrefixLen is the longest prefix, in bytes.
 	MaxPrefixLen = 24
-	// MaxNodes bounds Hosts+MemNodes: the ports of one bridge.
+	// MaxNodes bounds Hosts+MemNodes+StorNodes (and a gateway): the ports
+	// of one bridge.
 	MaxNodes = 1000
 	// MinMTU and MaxMTU bound Config.MTU, in bytes: the smallest MTU an
 	// IPv4 host must accept and the largest a veth takes.
@@ -56,6 +57,8 @@ const (
 const (
 	SwitchPort = 7471 // `ndma switch`, UDP
 	MemdPort   = 7470 // `ndma memd`, UDP
+	StordPort  = 7472 // `ndma stord`, UDP
+	StorgwPort = 7473 // `ndma storgw`, UDP
 )
 
 // udpIPHeaders is what IPv4 and UDP add to a datagram, in bytes: a link of
@@ -82,6 +85,16 @@ type Config struct {
 	// MemNodes is the number of memory-node namespaces, each running
 	// `ndma memd`. Zero means none.
 	MemNodes int
+
+	// StorNodes is the number of storage-node namespaces, each running
+	// `ndma stord` (node id i in namespace s<i>) with its directory in the
+	// state directory. Zero means none.
+	StorNodes int
+
+	// Gateway adds a namespace ("g0") running `ndma storgw`, the
+	// controller of the storage's controller-forwarding mode, on a host of
+	// its own. It needs StorNodes.
+	Gateway bool
 
 	// Rate is the rate of every link in each direction, in tc's syntax: a
 	// number and a unit, bit, kbit, mbit, gbit or tbit (bits per second,
@@ -242,8 +255,11 @@ func (c *Config) validate() (netip.Prefix, uint64, error) {
 	if c.Hosts == 0 {
 		c.Hosts = DefaultHosts
 	}
-	if c.Hosts < 0 || c.MemNodes < 0 || c.Hosts+c.MemNodes > MaxNodes {
-		return netip.Prefix{}, 0, invalid("Hosts", "%d hosts and %d memory nodes (want 1 to %d in all)", c.Hosts, c.MemNodes, MaxNodes)
+	if c.Hosts < 0 || c.MemNodes < 0 || c.StorNodes < 0 || c.Hosts+c.MemNodes+c.StorNodes+c.gateways() > MaxNodes {
+		return netip.Prefix{}, 0, invalid("Hosts", "%d hosts, %d memory nodes, %d storage nodes and %d gateways (want 1 to %d in all)", c.Hosts, c.MemNodes, c.StorNodes, c.gateways(), MaxNodes)
+	}
+	if c.Gateway && c.StorNodes == 0 {
+		return netip.Prefix{}, 0, invalid("Gateway", "a storage gateway without storage nodes (give StorNodes)")
 	}
 	if c.MTU == 0 {
 		c.MTU = DefaultMTU
@@ -300,8 +316,8 @@ func (c *Config) validate() (netip.Prefix, uint64, error) {
 	}
 	// The network address, the switch, the nodes, and the broadcast
 	// address must fit.
-	if need := 2 + c.Hosts + c.MemNodes; subnet.Bits() > 30 || 1<<(32-subnet.Bits()) < need+1 {
-		return netip.Prefix{}, 0, invalid("Subnet", "%v is too small for the switch, %d hosts and %d memory nodes", subnet, c.Hosts, c.MemNodes)
+	if need := 2 + c.Hosts + c.MemNodes + c.StorNodes + c.gateways(); subnet.Bits() > 30 || 1<<(32-subnet.Bits()) < need+1 {
+		return netip.Prefix{}, 0, invalid("Subnet", "%v is too small for the switch, %d hosts, %d memory nodes, %d storage nodes and %d gateways", subnet, c.Hosts, c.MemNodes, c.StorNodes, c.gateways())
 	}
 	if c.MemSize == 0 {
 		c.MemSize = DefaultMemSize
@@ -313,7 +329,7 @@ func (c *Config) validate() (netip.Prefix, uint64, error) {
 	case c.GoMaxProcs < -1:
 		return netip.Prefix{}, 0, invalid("GoMaxProcs", "%d (want -1: Go's default, 0: automatic, or a count of at least 1)", c.GoMaxProcs)
 	case c.GoMaxProcs == 0:
-		c.GoMaxProcs = autoGoMaxProcs(1+c.Hosts+c.MemNodes, runtime.NumCPU())
+		c.GoMaxProcs = autoGoMaxProcs(1+c.Hosts+c.MemNodes+c.StorNodes+c.gateways(), runtime.NumCPU())
 	case c.GoMaxProcs == -1:
 		c.GoMaxProcs = 0
 	}
@@ -435,4 +451,12 @@ func FormatRate(bits uint64) string {
 		}
 	}
 	return fmt.Sprintf("%dbit", bits)
+}
+
+// gateways is the number of storage gateways (0 or 1).
+func (c *Config) gateways() int {
+	if c.Gateway {
+		return 1
+	}
+	return 0
 }

@@ -65,6 +65,10 @@ type State struct {
 	Hosts []Node `json:"hosts"`
 	// MemNodes are the memory-node namespaces.
 	MemNodes []Node `json:"memnodes,omitempty"`
+	// StorNodes are the storage-node namespaces (`ndma stord`), Gateways
+	// the storage gateway's (`ndma storgw`), if any.
+	StorNodes []Node `json:"stornodes,omitempty"`
+	Gateways  []Node `json:"gateways,omitempty"`
 
 	// SwitchAddr is where `ndma switch` listens ("10.77.0.1:7471"), the
 	// NDMA_SWITCH of every rank.
@@ -143,6 +147,12 @@ func (s *State) Namespaces() []string {
 	for _, n := range s.MemNodes {
 		ns = append(ns, n.NS)
 	}
+	for _, n := range s.StorNodes {
+		ns = append(ns, n.NS)
+	}
+	for _, n := range s.Gateways {
+		ns = append(ns, n.NS)
+	}
 	return ns
 }
 
@@ -184,8 +194,9 @@ func loadState(root, prefix string) (*State, error) {
 	return &s, nil
 }
 
-// Namespace names: "<prefix>-sw", "<prefix>-h<i>", "<prefix>-m<j>", and
-// "<prefix>-probe<pid>" for Check's probe.
+// Namespace names: "<prefix>-sw", "<prefix>-h<i>", "<prefix>-m<j>",
+// "<prefix>-s<k>" (storage nodes), "<prefix>-g0" (the storage gateway),
+// and "<prefix>-probe<pid>" for Check's probe.
 func nsName(prefix, node string) string { return prefix + "-" + node }
 
 // ownedNS reports whether the namespace name belongs to a testbed with
@@ -198,7 +209,7 @@ func ownedNS(prefix, name string) bool {
 	if rest == "sw" {
 		return true
 	}
-	for _, kind := range []string{"h", "m", "probe"} {
+	for _, kind := range []string{"h", "m", "s", "g", "probe"} {
 		if num, ok := strings.CutPrefix(rest, kind); ok && num != "" && strings.Trim(num, "0123456789") == "" {
 			return true
 		}

@@ -187,6 +187,21 @@ func build(ctx context.Context, cfg *Config, subnet netip.Prefix, rate uint64) (
 		})
 		n++
 	}
+	for j := range cfg.StorNodes {
+		name := "s" + strconv.Itoa(j)
+		st.StorNodes = append(st.StorNodes, Node{
+			Name: name, NS: nsName(p, name), Addr: nodeAddr(subnet, n), Iface: nodeIface, Port: name,
+			Service: netip.AddrPortFrom(nodeAddr(subnet, n), StordPort).String(),
+		})
+		n++
+	}
+	if cfg.Gateway {
+		st.Gateways = append(st.Gateways, Node{
+			Name: "g0", NS: nsName(p, "g0"), Addr: nodeAddr(subnet, n), Iface: nodeIface, Port: "g0",
+			Service: netip.AddrPortFrom(nodeAddr(subnet, n), StorgwPort).String(),
+		})
+		n++
+	}
 	if cfg.HostRate != "" {
 		st.HostRate, st.HostRateBits, st.HostBurst = cfg.HostRate, cfg.hostRateBits, cfg.hostBurst
 		st.HostPeakRateBits = cfg.hostPeakBits
@@ -200,6 +215,8 @@ func build(ctx context.Context, cfg *Config, subnet netip.Prefix, rate uint64) (
 		return nil, fmt.Errorf("testbed: state file: %w", err)
 	}
 	nodes := append(slices.Clone(st.Hosts), st.MemNodes...)
+	nodes = append(nodes, st.StorNodes...)
+	nodes = append(nodes, st.Gateways...)
 	if err := buildNetwork(ctx, st, nodes, subnet.Bits()); err != nil {
 		return nil, err
 	}
@@ -215,6 +232,12 @@ func build(ctx context.Context, cfg *Config, subnet netip.Prefix, rate uint64) (
 	}
 	for i := range st.MemNodes {
 		st.MemNodes[i].Present = true
+	}
+	for i := range st.StorNodes {
+		st.StorNodes[i].Present = true
+	}
+	for i := range st.Gateways {
+		st.Gateways[i].Present = true
 	}
 	return st, nil
 }
@@ -337,6 +360,21 @@ func startDaemons(ctx context.Context, cfg *Config, st *State) error {
 			return err
 		}
 	}
+	for i := range st.StorNodes {
+		sn := &st.StorNodes[i]
+		if err := start("stord", sn.NS, sn.Name+".log", StordPort,
+			append([]string{"stord", "--listen", sn.Service, "--dir", filepath.Join(st.Dir, sn.Name+".d"), "--id", strconv.Itoa(i), "--mtu", mtu,
+				"--switch", st.SwitchAddr, "--token-file", tokenFile}, credential(sn)...)...); err != nil {
+			return err
+		}
+	}
+	for i := range st.Gateways {
+		g := &st.Gateways[i]
+		if err := start("storgw", g.NS, g.Name+".log", StorgwPort,
+			append([]string{"storgw", "--listen", g.Service, "--mtu", mtu, "--switch", st.SwitchAddr, "--token-file", tokenFile}, credential(g)...)...); err != nil {
+			return err
+		}
+	}
 	for i, w := range waits {
 		if err := waitReady(ctx, st.Daemons[i], w.exited, w.port); err != nil {
 			return err
@@ -390,6 +428,15 @@ func issueCredentials(st *State) error {
 	for i := range st.Hosts {
 		if st.Hosts[i].Credential, err = issue(secure.RoleMember, st.Hosts[i].Name); err != nil {
 			return err
+		}
+	}
+	// Storage nodes and the gateway register services and join writers'
+	// groups: role member.
+	for _, ns := range [][]Node{st.StorNodes, st.Gateways} {
+		for i := range ns {
+			if ns[i].Credential, err = issue(secure.RoleMember, ns[i].Name); err != nil {
+				return err
+			}
 		}
 	}
 	st.ClientCredential, err = issue(secure.RoleClient, "client")
@@ -606,6 +653,12 @@ func StatusAt(root, prefix string) (*State, error) {
 	}
 	for i := range st.MemNodes {
 		mark(&st.MemNodes[i])
+	}
+	for i := range st.StorNodes {
+		mark(&st.StorNodes[i])
+	}
+	for i := range st.Gateways {
+		mark(&st.Gateways[i])
 	}
 	st.Stray = nil
 	for _, n := range names {

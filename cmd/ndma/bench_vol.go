@@ -144,7 +144,7 @@ process on loopback. On a testbed, one client per host, all at once:
 			cfg.Progress = p.callback()
 			err := bench.RunVol(ctx, cfg, gather, emit)
 			p.finish()
-			if table != nil {
+			if table != nil && cfg.Rank == 0 {
 				if ferr := table.Flush(); err == nil {
 					err = ferr
 				}

@@ -19,6 +19,7 @@ import (
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/stor"
 	"github.com/ndma/ndma/stor/volfs"
+	"github.com/ndma/ndma/transport"
 )
 
 // stordFlags are the flags of `ndma stord`.
@@ -29,6 +30,7 @@ type stordFlags struct {
 	capacity string
 	sw       string
 	service  string
+	mtu      int
 	token    tokenFlags
 	cred     credentialFlag
 	log      logFlags
@@ -72,6 +74,7 @@ SIGINT or SIGTERM shuts the node down.`,
 	fl.StringVar(&f.capacity, "capacity", "0", "most bytes of extents to take (0: as much as the disk holds)")
 	fl.StringVar(&f.sw, "switch", os.Getenv("NDMA_SWITCH"), "forwarding node `address` (host:port; default $NDMA_SWITCH)")
 	fl.StringVar(&f.service, "service", stor.DefaultService, "storage service name at the switch (one per storage cluster)")
+	fl.IntVar(&f.mtu, "mtu", transport.DefaultMTU, "largest datagram to send, in bytes, header included (at most the switch's)")
 	f.token.register(fl)
 	f.cred.register(fl, "of role member")
 	f.log.register(fl)
@@ -116,9 +119,9 @@ func runStord(cmd *cobra.Command, f *stordFlags) error {
 	if err != nil {
 		return err
 	}
-	ep, err := endpoint.Listen(listen, endpoint.Config{}, endpointOptions(id))
+	ep, err := endpoint.Listen(listen, endpoint.Config{Transport: transport.Config{MTU: f.mtu}}, endpointOptions(id))
 	if err != nil {
-		return fmt.Errorf("--listen: %w", err)
+		return fmt.Errorf("--listen/--mtu: %w", err)
 	}
 	defer ep.Close()
 	n, err := stor.NewNode(ep, stor.NodeConfig{Dir: f.dir, ID: f.id, Capacity: uint64(capacity), Switch: sw, Fabric: fab, Service: f.service, Logger: logger})
@@ -143,6 +146,7 @@ func runStord(cmd *cobra.Command, f *stordFlags) error {
 func init() {
 	var (
 		listen, sw, service, name string
+		mtu                       int
 		token                     tokenFlags
 		cred                      credentialFlag
 		logf                      logFlags
@@ -187,9 +191,9 @@ SIGINT or SIGTERM shuts it down.`,
 			if err != nil {
 				return err
 			}
-			ep, err := endpoint.Listen(l, endpoint.Config{}, endpointOptions(id))
+			ep, err := endpoint.Listen(l, endpoint.Config{Transport: transport.Config{MTU: mtu}}, endpointOptions(id))
 			if err != nil {
-				return fmt.Errorf("--listen: %w", err)
+				return fmt.Errorf("--listen/--mtu: %w", err)
 			}
 			defer ep.Close()
 			gw := stor.NewGateway(ep, stor.GatewayConfig{Switch: sw, Fabric: fab, Service: service, Name: name, Logger: logger})
@@ -215,6 +219,7 @@ SIGINT or SIGTERM shuts it down.`,
 	fl.StringVar(&sw, "switch", os.Getenv("NDMA_SWITCH"), "forwarding node `address` (host:port; default $NDMA_SWITCH)")
 	fl.StringVar(&service, "service", stor.DefaultService, "storage service name at the switch")
 	fl.StringVar(&name, "name", "", "the gateway's own service name (default SERVICE.gw)")
+	fl.IntVar(&mtu, "mtu", transport.DefaultMTU, "largest datagram to send, in bytes, header included (at most the switch's)")
 	token.register(fl)
 	cred.register(fl, "of role member")
 	logf.register(fl)

@@ -24,6 +24,8 @@ var testbedFlagNames = map[string]string{
 	"Prefix":     "--prefix",
 	"Hosts":      "--hosts",
 	"MemNodes":   "--memnodes",
+	"StorNodes":  "--stornodes",
+	"Gateway":    "--gateway",
 	"Rate":       "--rate",
 	"HostRate":   "--host-rate",
 	"Burst":      "--burst",
@@ -42,6 +44,8 @@ type testbedFlags struct {
 	prefix, stateDir string
 
 	hosts, memnodes, burst, mtu     int
+	stornodes                       int
+	gateway                         bool
 	gomaxprocs                      int
 	rate, hostRate, subnet, memSize string
 	peakRate                        string
@@ -112,6 +116,8 @@ outside "run". --no-credentials runs without them.`,
 	fl := up.Flags()
 	fl.IntVar(&f.hosts, "hosts", testbed.DefaultHosts, fmt.Sprintf("host namespaces, one rank each (1 to %d with --memnodes)", testbed.MaxNodes))
 	fl.IntVar(&f.memnodes, "memnodes", 0, "memory-node namespaces, each running ndma memd")
+	fl.IntVar(&f.stornodes, "stornodes", 0, "storage-node namespaces (s0, s1, ...), each running ndma stord with its directory in the state directory")
+	fl.BoolVar(&f.gateway, "gateway", false, "a namespace (g0) running ndma storgw, the controller of ndma bench vol --mode controller (needs --stornodes)")
 	fl.StringVar(&f.rate, "rate", testbed.DefaultRate, "rate of every link, each direction, in tc's syntax: 100mbit, 1gbit, 12mbps (bytes/s)")
 	fl.StringVar(&f.hostRate, "host-rate", "", "rate of the host namespaces' links instead of --rate (e.g. a client faster than each memory node)")
 	fl.IntVar(&f.gomaxprocs, "gomaxprocs", 0, "GOMAXPROCS of the testbed's daemons and ranks: 0 = automatic (1 when the switch, hosts and memory nodes outnumber this machine's CPUs), -1 = Go's default (ranks of testbed run get it unless GOMAXPROCS is set)")
@@ -192,6 +198,9 @@ func (f *testbedFlags) config() (testbed.Config, error) {
 	if f.hosts <= 0 {
 		return testbed.Config{}, fmt.Errorf("--hosts: %d: want 1 to %d", f.hosts, testbed.MaxNodes)
 	}
+	if f.stornodes < 0 {
+		return testbed.Config{}, fmt.Errorf("--stornodes: %d: want 0 or more", f.stornodes)
+	}
 	if f.memnodes < 0 {
 		return testbed.Config{}, fmt.Errorf("--memnodes: %d: want 0 or more", f.memnodes)
 	}
@@ -218,6 +227,8 @@ func (f *testbedFlags) config() (testbed.Config, error) {
 		Prefix:     f.prefix,
 		Hosts:      f.hosts,
 		MemNodes:   f.memnodes,
+		StorNodes:  f.stornodes,
+		Gateway:    f.gateway,
 		Rate:       f.rate,
 		HostRate:   f.hostRate,
 		Burst:      f.burst,
@@ -342,6 +353,12 @@ func printTestbed(w io.Writer, st *testbed.State) {
 		row(n)
 	}
 	for _, n := range st.MemNodes {
+		row(n)
+	}
+	for _, n := range st.StorNodes {
+		row(n)
+	}
+	for _, n := range st.Gateways {
 		row(n)
 	}
 	fmt.Fprintln(tw)
