@@ -195,7 +195,7 @@ func RunVol(ctx context.Context, cfg VolConfig, gather func(ctx context.Context,
 	clients := make([]*stor.Client, cfg.Clients)
 	names := make([]string, cfg.Clients)
 	for i := range clients {
-		ep, err := endpoint.Listen(":0", endpoint.Config{Transport: transport.Config{MTU: cfg.MTU}}, cfg.EndpointOptions)
+		ep, err := endpoint.Listen(":0", endpoint.Config{Transport: transport.Config{MTU: cfg.MTU}, OpTimeout: stor.IOTimeout}, cfg.EndpointOptions)
 		if err != nil {
 			return err
 		}
@@ -391,10 +391,9 @@ func volPoint(ctx context.Context, cfg *VolConfig, clients []*stor.Client, names
 		}
 	}
 	wg.Wait()
+	// The I/Os counted started in the window; the last ones end after
+	// it.
 	elapsed := time.Since(measureFrom)
-	if end.Before(time.Now()) {
-		elapsed = end.Sub(measureFrom)
-	}
 	if cfg.Sync != nil {
 		if err := cfg.Sync(ctx); err != nil {
 			return VolResult{}, err
@@ -462,7 +461,7 @@ func startVolFabric(ctx context.Context, cfg *VolConfig) (stop func(), sw string
 		}
 		stops = append(stops, n.Close)
 	}
-	gep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Transport: transport.Config{MTU: cfg.MTU}}, endpoint.Options{})
+	gep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Transport: transport.Config{MTU: cfg.MTU}, OpTimeout: stor.IOTimeout}, endpoint.Options{})
 	if err != nil {
 		return nil, "", fab, err
 	}

@@ -43,7 +43,14 @@ type Client struct {
 	inflight *semaphore.Weighted
 }
 
-// NewClient returns a client using ep (which it does not close).
+// IOTimeout is a good endpoint.Config.OpTimeout for an endpoint that
+// carries volume I/O: a read or write waits behind the others in flight
+// (a gateway's link carries every client's), longer under overload than
+// the endpoint's default 10 s.
+const IOTimeout = time.Minute
+
+// NewClient returns a client using ep (which it does not close). Each
+// request is bounded by ep's Config.OpTimeout (see IOTimeout).
 func NewClient(ep *endpoint.Endpoint, sw string, opts ClientOptions) *Client {
 	if opts.Service == "" {
 		opts.Service = DefaultService

@@ -108,7 +108,7 @@ func (g *Gateway) desc(ctx context.Context, name string) (Descriptor, error) {
 		return Descriptor{}, err
 	}
 	g.mu.Lock()
-	if len(g.descs) >= maxGatewayVolumes {
+	if len(g.descs) >= MaxGatewayVolumes {
 		clear(g.descs)
 	}
 	g.descs[name] = d
@@ -116,8 +116,9 @@ func (g *Gateway) desc(ctx context.Context, name string) (Descriptor, error) {
 	return d, nil
 }
 
-// maxGatewayVolumes bounds the descriptors a gateway caches.
-const maxGatewayVolumes = 4096
+// MaxGatewayVolumes bounds the descriptors a gateway caches; a full cache
+// is emptied (they are fetched again from the nodes).
+const MaxGatewayVolumes = 4096
 
 // liveNodes returns the nodes the switch lists, refreshed at most every
 // liveEvery (or at once with fresh).

@@ -256,6 +256,9 @@ func (s *store) create(d Descriptor) (*vol, bool, error) {
 		}
 		return nil, false, fmt.Errorf("%w: %s (created %s)", ErrExists, d.Name, time.Unix(0, v.meta.Desc.Created).UTC().Format(time.RFC3339))
 	}
+	if len(s.vols) >= MaxVolumes {
+		return nil, false, fmt.Errorf("%w: the node holds %d volumes, the most it takes", ErrNoSpace, len(s.vols))
+	}
 	held := d.HeldBytes(s.id)
 	if s.capacity > 0 && s.used+held > s.capacity {
 		return nil, false, fmt.Errorf("%w: %d bytes asked, %d of %d free", ErrNoSpace, held, s.capacity-s.used, s.capacity)

@@ -24,6 +24,8 @@ const (
 	MaxNodes = 1024
 	// MaxName is the longest volume name.
 	MaxName = 48
+	// MaxVolumes bounds the volumes one storage node holds.
+	MaxVolumes = 4096
 )
 
 // Descriptor is a volume's shape and placement, kept by every node that

@@ -31,6 +31,8 @@ type poolFlags struct {
 
 	// id is the credential client loaded (nil: none), for credentialHint.
 	id *secure.Identity
+	// opTimeout, if not zero, is the endpoint's Config.OpTimeout.
+	opTimeout time.Duration
 }
 
 func (p *poolFlags) register(cmd *cobra.Command) {
@@ -67,7 +69,7 @@ func (p *poolFlags) client(cmd *cobra.Command) (*endpoint.Endpoint, endpoint.Fab
 	if p.id, err = p.cred.load(os.Getenv, secure.RoleClient, secure.RoleMember); err != nil {
 		return nil, opts, nil, nil, err
 	}
-	ep, err := endpoint.Listen(":0", endpoint.Config{}, endpointOptions(p.id))
+	ep, err := endpoint.Listen(":0", endpoint.Config{OpTimeout: p.opTimeout}, endpointOptions(p.id))
 	if err != nil {
 		return nil, opts, nil, nil, err
 	}

@@ -191,7 +191,7 @@ SIGINT or SIGTERM shuts it down.`,
 			if err != nil {
 				return err
 			}
-			ep, err := endpoint.Listen(l, endpoint.Config{Transport: transport.Config{MTU: mtu}}, endpointOptions(id))
+			ep, err := endpoint.Listen(l, endpoint.Config{Transport: transport.Config{MTU: mtu}, OpTimeout: stor.IOTimeout}, endpointOptions(id))
 			if err != nil {
 				return fmt.Errorf("--listen/--mtu: %w", err)
 			}
@@ -234,6 +234,7 @@ type volFlags struct {
 
 // client opens an endpoint and a storage client for one vol command.
 func (v *volFlags) client(cmd *cobra.Command) (*stor.Client, *endpoint.Endpoint, context.Context, context.CancelFunc, error) {
+	v.opTimeout = stor.IOTimeout
 	ep, opts, ctx, cancel, err := v.poolFlags.client(cmd)
 	if err != nil {
 		return nil, nil, nil, nil, err

@@ -13,11 +13,12 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/memnode/memd"
+	"github.com/ndma/ndma/stor"
 	"github.com/ndma/ndma/transport"
 )
 
 // boundRef is a default named in the table: `pkg.Config.Field` = value.
-var boundRef = regexp.MustCompile("`((?:transport|endpoint|fabric)\\.Config\\.[A-Za-z.]+|memd\\.[A-Za-z]+)` = ([0-9]+)(?: (KiB|MiB|GiB|ms|s|min|h)\\b)?")
+var boundRef = regexp.MustCompile("`((?:transport|endpoint|fabric)\\.Config\\.[A-Za-z.]+|(?:memd|stor)\\.[A-Za-z]+)` = ([0-9]+)(?: (KiB|MiB|GiB|ms|s|min|h)\\b)?")
 
 // TestArchitectureTables checks docs/ARCHITECTURE.md's table of tables
 // against the code: every default it names is the one the code applies,
@@ -43,6 +44,9 @@ func TestArchitectureTables(t *testing.T) {
 	consts := map[string]any{
 		"memd.ReplyCacheEntries": memd.ReplyCacheEntries,
 		"memd.ReplyCacheTTL":     memd.ReplyCacheTTL,
+		"stor.MaxVolumes":        stor.MaxVolumes,
+		"stor.MaxGatewayVolumes": stor.MaxGatewayVolumes,
+		"stor.MaxLease":          stor.MaxLease,
 	}
 	named := map[string]bool{}
 	for _, m := range boundRef.FindAllStringSubmatch(section, -1) {
