@@ -660,7 +660,7 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 	wait := func(pc piece) {
 		<-pc.op.Done()
 		err := pc.op.Err
-		if errors.Is(err, wire.StatusBusy) && v.ctrl != "" {
+		if (errors.Is(err, wire.StatusBusy) || errors.Is(err, wire.StatusMemberDead)) && v.ctrl != "" {
 			// The gateway or the switch is out of room: again, with
 			// backoff.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -36,7 +36,9 @@ type Gateway struct {
 	cfg GatewayConfig
 	c   *Client
 	log *slog.Logger
-	svc *endpoint.Service
+	svc *endpoint.Service // under mu
+
+	stop, done chan struct{}
 
 	mu     sync.Mutex
 	descs  map[string]Descriptor
@@ -71,20 +73,72 @@ func NewGateway(ep *endpoint.Endpoint, cfg GatewayConfig) *Gateway {
 // service service.
 func GatewayName(service string) string { return service + ".gw" }
 
-// Start registers the gateway with the switch.
+// Start registers the gateway with the switch, and keeps it registered:
+// every second it checks that the switch lists it (a restarted switch, or
+// one that counted it dead, does not) and registers again if not.
 func (g *Gateway) Start(ctx context.Context) error {
+	if err := g.register(ctx); err != nil {
+		return err
+	}
+	g.stop = make(chan struct{})
+	g.done = make(chan struct{})
+	go g.supervise()
+	return nil
+}
+
+func (g *Gateway) register(ctx context.Context) error {
+	g.mu.Lock()
+	old := g.svc
+	g.svc = nil
+	g.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
 	s, err := g.ep.RegisterService(ctx, g.cfg.Switch, endpoint.ServiceConfig{Name: g.cfg.Name, Size: 1, Policy: fabric.PolicyLeastOutstanding}, 0, g.handle, g.cfg.Fabric)
 	if err != nil {
 		return fmt.Errorf("stor: gateway: %w", err)
 	}
+	g.mu.Lock()
 	g.svc = s
+	g.mu.Unlock()
 	return nil
+}
+
+func (g *Gateway) supervise() {
+	defer close(g.done)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ms, err := g.ep.ServiceMembers(ctx, g.cfg.Switch, g.cfg.Name, g.cfg.Fabric)
+		if err != nil || len(ms) == 0 {
+			g.log.Info("stor: gateway registering again", "err", err)
+			if err := g.register(ctx); err != nil {
+				g.log.Warn("stor: gateway register", "err", err)
+			}
+		}
+		cancel()
+	}
 }
 
 // Close stops serving.
 func (g *Gateway) Close() {
-	if g.svc != nil {
-		g.svc.Close()
+	if g.stop != nil {
+		close(g.stop)
+		<-g.done
+		g.stop = nil
+	}
+	g.mu.Lock()
+	s := g.svc
+	g.svc = nil
+	g.mu.Unlock()
+	if s != nil {
+		s.Close()
 	}
 }
 

@@ -180,9 +180,23 @@ func (n *Node) registerOne(ctx context.Context, name string, size, rank int) err
 	if old != nil {
 		old.Close()
 	}
-	s, err := n.ep.RegisterService(ctx, n.cfg.Switch, endpoint.ServiceConfig{Name: name, Size: size, Policy: fabric.PolicyLeastOutstanding}, rank, n.handle, n.cfg.Fabric)
-	if err != nil {
-		return fmt.Errorf("stor: node %d: %w", n.st.id, err)
+	var s *endpoint.Service
+	for {
+		var err error
+		s, err = n.ep.RegisterService(ctx, n.cfg.Switch, endpoint.ServiceConfig{Name: name, Size: size, Policy: fabric.PolicyLeastOutstanding}, rank, n.handle, n.cfg.Fabric)
+		if err == nil {
+			break
+		}
+		// BUSY: the switch still counts this node's previous incarnation
+		// alive (it restarted within the switch's heartbeat timeout).
+		if !errors.Is(err, wire.StatusBusy) || ctx.Err() != nil {
+			return fmt.Errorf("stor: node %d: %w", n.st.id, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("stor: node %d: %w", n.st.id, err)
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 	n.mu.Lock()
 	n.svcs[name] = s

@@ -247,22 +247,24 @@ func parseOne(b []byte) (oneReq, bool) {
 	return r, !d.bad && len(d.b) == 0
 }
 
-// busyTries bounds the attempts of a request the switch or a responder
-// answers StatusBusy (out of room: retry later), with a backoff from
-// busyBackoff doubling to busyBackoffMax between them.
+// busyTries bounds the attempts of a request the switch answers BUSY (a
+// relay queue is full: retry later) or MEMBER_DEAD (the service's member
+// was counted dead, as a node or gateway whose heartbeats waited behind
+// its data can be, and registers again within a second or two), with a
+// backoff from busyBackoff doubling to busyBackoffMax between them.
 const (
-	busyTries      = 40
+	busyTries      = 60
 	busyBackoff    = time.Millisecond
 	busyBackoffMax = 100 * time.Millisecond
 )
 
-// retryBusy calls f until it does not fail with wire.StatusBusy, ctx
-// ends, or busyTries attempts.
+// retryBusy calls f until it does not fail with wire.StatusBusy or
+// wire.StatusMemberDead, ctx ends, or busyTries attempts.
 func retryBusy(ctx context.Context, f func() ([]byte, error)) ([]byte, error) {
 	wait := busyBackoff
 	for try := 1; ; try++ {
 		b, err := f()
-		if err == nil || !errors.Is(err, wire.StatusBusy) || try == busyTries {
+		if err == nil || !errors.Is(err, wire.StatusBusy) && !errors.Is(err, wire.StatusMemberDead) || try == busyTries {
 			return b, err
 		}
 		t := time.NewTimer(wait)

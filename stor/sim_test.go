@@ -101,9 +101,12 @@ func (s *simStor) endpoint() *endpoint.Endpoint {
 	return ep
 }
 
-func (s *simStor) startNode(i int) {
+func (s *simStor) startNode(i int) { s.startNodeWith(i, 0) }
+
+// startNodeWith starts node i with a capacity (0: none).
+func (s *simStor) startNodeWith(i int, capacity uint64) {
 	ep := s.endpoint()
-	cfg := NodeConfig{Dir: s.dirs[i], ID: i, Switch: s.swA.String(), Fabric: s.fab}
+	cfg := NodeConfig{Dir: s.dirs[i], ID: i, Switch: s.swA.String(), Fabric: s.fab, Capacity: capacity}
 	if os.Getenv("STOR_DEBUG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(s.t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}

@@ -374,7 +374,7 @@ func (v *vol) sync() error {
 // ioErr maps a backing-store error: a full disk is ErrNoSpace, the rest
 // ErrIO.
 func ioErr(err error) error {
-	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EFBIG) {
 		return fmt.Errorf("%w: %v", ErrNoSpace, err)
 	}
 	return fmt.Errorf("%w: %v", ErrIO, err)
