@@ -200,7 +200,6 @@ func build(ctx context.Context, cfg *Config, subnet netip.Prefix, rate uint64) (
 			Name: "g0", NS: nsName(p, "g0"), Addr: nodeAddr(subnet, n), Iface: nodeIface, Port: "g0",
 			Service: netip.AddrPortFrom(nodeAddr(subnet, n), StorgwPort).String(),
 		})
-		n++
 	}
 	if cfg.HostRate != "" {
 		st.HostRate, st.HostRateBits, st.HostBurst = cfg.HostRate, cfg.hostRateBits, cfg.hostBurst
