@@ -664,7 +664,7 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 			// The gateway or the switch is out of room: again, with
 			// backoff.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			pc.op.Resp, err = retryBusy(ctx, func() ([]byte, error) { return v.c.ep.Anycast(ctx, v.c.sw, v.ctrl, 0, pc.req, v.c.opts.Fabric) })
+			pc.op.Resp, err = retryBusy(ctx, true, func() ([]byte, error) { return v.c.ep.Anycast(ctx, v.c.sw, v.ctrl, 0, pc.req, v.c.opts.Fabric) })
 			cancel()
 		}
 		if v.ctrl != "" {
@@ -761,7 +761,7 @@ func (v *Volume) Flush() error {
 	defer cancel()
 	if v.ctrl != "" {
 		req := (&oneReq{Name: v.d.Name, Holder: v.holder}).append(nil, opGwFlush)
-		resp, err := retryBusy(ctx, func() ([]byte, error) { return v.c.ep.Anycast(ctx, v.c.sw, v.ctrl, 0, req, v.c.opts.Fabric) })
+		resp, err := retryBusy(ctx, true, func() ([]byte, error) { return v.c.ep.Anycast(ctx, v.c.sw, v.ctrl, 0, req, v.c.opts.Fabric) })
 		if err == nil {
 			_, err = replyBody(-1, "flush", resp)
 		}
@@ -872,7 +872,7 @@ func (v *Volume) readPiece(ctx context.Context, e int, off uint64, buf []byte) e
 	var resp []byte
 	var err error
 	if v.ctrl != "" {
-		resp, err = retryBusy(ctx, func() ([]byte, error) { return v.c.ep.Anycast(ctx, v.c.sw, v.ctrl, 0, req, v.c.opts.Fabric) })
+		resp, err = retryBusy(ctx, true, func() ([]byte, error) { return v.c.ep.Anycast(ctx, v.c.sw, v.ctrl, 0, req, v.c.opts.Fabric) })
 	} else {
 		resp, err = readExtent(ctx, v.c, v.d, e, req)
 	}
@@ -893,11 +893,11 @@ func (v *Volume) readPiece(ctx context.Context, e int, off uint64, buf []byte) e
 func readExtent(ctx context.Context, c *Client, d Descriptor, e int, req []byte) ([]byte, error) {
 	set := setName(c.opts.Service, d.SetOf(e))
 	anycast := func() ([]byte, error) { return c.ep.Anycast(ctx, c.sw, set, 0, req, c.opts.Fabric) }
-	resp, err := retryBusy(ctx, anycast)
+	resp, err := retryBusy(ctx, true, anycast)
 	if errors.Is(err, wire.StatusNotMember) {
 		// The switch restarted: look the set up again.
 		if _, lerr := c.ep.ServiceMembers(ctx, c.sw, set, c.opts.Fabric); lerr == nil {
-			resp, err = retryBusy(ctx, anycast)
+			resp, err = retryBusy(ctx, true, anycast)
 		}
 	}
 	if err == nil {

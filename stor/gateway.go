@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 )
@@ -22,6 +24,12 @@ type GatewayConfig struct {
 	Service string
 	// Name is the gateway's own service (Service+".gw" when empty).
 	Name string
+	// MaxInflight bounds the bytes of reads and writes the gateway has
+	// forwarded to storage nodes and not yet seen answered, as a storage
+	// target bounds its queue to its disks: beyond it a request waits at
+	// the gateway instead of overrunning the switch's relay queues. Zero
+	// means 8 MiB.
+	MaxInflight int
 	// Logger receives the gateway's logs (none when nil).
 	Logger *slog.Logger
 }
@@ -39,6 +47,8 @@ type Gateway struct {
 	svc *endpoint.Service // under mu
 
 	stop, done chan struct{}
+
+	inflight *semaphore.Weighted
 
 	mu     sync.Mutex
 	descs  map[string]Descriptor
@@ -65,8 +75,12 @@ func NewGateway(ep *endpoint.Endpoint, cfg GatewayConfig) *Gateway {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.MaxInflight <= 0 {
+		cfg.MaxInflight = 8 << 20
+	}
 	return &Gateway{ep: ep, cfg: cfg, log: cfg.Logger, descs: map[string]Descriptor{},
-		c: NewClient(ep, cfg.Switch, ClientOptions{Fabric: cfg.Fabric, Service: cfg.Service})}
+		c:        NewClient(ep, cfg.Switch, ClientOptions{Fabric: cfg.Fabric, Service: cfg.Service}),
+		inflight: semaphore.NewWeighted(int64(max(cfg.MaxInflight, MaxIO)))}
 }
 
 // GatewayName is the default service name of the gateway of storage
@@ -229,7 +243,11 @@ func (g *Gateway) serve(ctx context.Context, req []byte) []byte {
 		g.mu.Lock()
 		g.stats.Reads++
 		g.mu.Unlock()
+		if err := g.inflight.Acquire(ctx, int64(r.Len)); err != nil {
+			return refusal(CodeNotReady, "gateway queue: "+err.Error())
+		}
 		resp, err := readExtent(ctx, g.c, d, int(r.Off/d.Extent), req)
+		g.inflight.Release(int64(r.Len))
 		if err != nil {
 			return refusal(codeOf(err), err.Error())
 		}
@@ -253,7 +271,13 @@ func (g *Gateway) serve(ctx context.Context, req []byte) []byte {
 		} else {
 			to = d.Nodes
 		}
-		if err := g.forward(ctx, to, r.append(nil, op)); err != nil {
+		n := int64(len(r.Data) * len(to))
+		if err := g.inflight.Acquire(ctx, min(n, int64(g.cfg.MaxInflight))); err != nil {
+			return refusal(CodeNotReady, "gateway queue: "+err.Error())
+		}
+		err = g.forward(ctx, to, r.append(nil, op))
+		g.inflight.Release(min(n, int64(g.cfg.MaxInflight)))
+		if err != nil {
 			return refusal(codeOf(err), err.Error())
 		}
 		g.mu.Lock()

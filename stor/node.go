@@ -814,7 +814,7 @@ func (n *Node) call(ctx context.Context, id uint16, what string, req []byte) ([]
 func callNode(ctx context.Context, ep *endpoint.Endpoint, sw, service string, opts endpoint.FabricOptions, id uint16, what string, req []byte) ([]byte, error) {
 	name := nodeName(service, id)
 	for try := 0; ; try++ {
-		resp, err := retryBusy(ctx, func() ([]byte, error) { return ep.Anycast(ctx, sw, name, uint64(id)+1, req, opts) })
+		resp, err := retryBusy(ctx, false, func() ([]byte, error) { return ep.Anycast(ctx, sw, name, uint64(id)+1, req, opts) })
 		var body []byte
 		if err == nil {
 			body, err = replyBody(int(id), what, resp)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/ndma/ndma/wire"
@@ -247,27 +248,40 @@ func parseOne(b []byte) (oneReq, bool) {
 	return r, !d.bad && len(d.b) == 0
 }
 
-// busyTries bounds the attempts of a request the switch answers BUSY (a
-// relay queue is full: retry later) or MEMBER_DEAD (the service's member
-// was counted dead, as a node or gateway whose heartbeats waited behind
-// its data can be, and registers again within a second or two), with a
-// backoff from busyBackoff doubling to busyBackoffMax between them.
+// A request the switch answers BUSY (a relay queue is full: retry later)
+// or MEMBER_DEAD (the service's member was counted dead, as a node or
+// gateway whose heartbeats waited behind its data can be, and registers
+// again within a second or two) is sent again after a backoff from
+// busyBackoff doubling to busyBackoffMax, until its context ends.
 const (
-	busyTries      = 60
 	busyBackoff    = time.Millisecond
-	busyBackoffMax = 100 * time.Millisecond
+	busyBackoffMax = 200 * time.Millisecond
+	// deadRetry bounds the resending of MEMBER_DEAD: longer than a
+	// member takes to register again.
+	deadRetry = 3 * time.Second
 )
 
-// retryBusy calls f until it does not fail with wire.StatusBusy or
-// wire.StatusMemberDead, ctx ends, or busyTries attempts.
-func retryBusy(ctx context.Context, f func() ([]byte, error)) ([]byte, error) {
+// retryBusy calls f until it does not fail with wire.StatusBusy (nor,
+// with dead, wire.StatusMemberDead: for a service that has other members
+// or registers again, not for one node's own service), or ctx ends.
+func retryBusy(ctx context.Context, dead bool, f func() ([]byte, error)) ([]byte, error) {
 	wait := busyBackoff
-	for try := 1; ; try++ {
+	var deadSince time.Time
+	for {
 		b, err := f()
-		if err == nil || !errors.Is(err, wire.StatusBusy) && !errors.Is(err, wire.StatusMemberDead) || try == busyTries {
+		if err == nil || !errors.Is(err, wire.StatusBusy) && !(dead && errors.Is(err, wire.StatusMemberDead)) {
 			return b, err
 		}
-		t := time.NewTimer(wait)
+		if errors.Is(err, wire.StatusMemberDead) {
+			if deadSince.IsZero() {
+				deadSince = time.Now()
+			} else if time.Since(deadSince) > deadRetry {
+				return b, err // no member came back
+			}
+		}
+		// Up to twice the backoff, at random, so that clients refused
+		// together do not come back together.
+		t := time.NewTimer(wait + rand.N(wait))
 		select {
 		case <-ctx.Done():
 			t.Stop()
