@@ -17,6 +17,7 @@ import (
 	"github.com/ndma/ndma/coll"
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/stor"
 	"github.com/ndma/ndma/transport"
 )
@@ -25,7 +26,8 @@ func newBenchVolCmd() *cobra.Command {
 	var (
 		sw, modes, patterns, qds, bs, seqBS, volSize, extent, service, gateway string
 		token                                                                  tokenFlags
-		nodes, clients, replicas                                               int
+		cred                                                                   credentialFlag
+		nodes, clients, replicas, mtu                                          int
 		dur                                                                    time.Duration
 		jsonOut, launched, quiet                                               bool
 	)
@@ -130,6 +132,21 @@ process on loopback. On a testbed, one client per host, all at once:
 				if cfg.Fabric.Token, cfg.Fabric.Insecure, err = token.resolve(os.Getenv); err != nil {
 					return err
 				}
+				id, err := cred.load(os.Getenv, secure.RoleMember)
+				if err != nil {
+					return err
+				}
+				cfg.EndpointOptions = endpointOptions(id)
+				if !cmd.Flags().Changed("mtu") {
+					if m, err := coll.EnvMTU(os.LookupEnv); err != nil {
+						return err
+					} else if m > 0 {
+						cfg.MTU = m
+					}
+				}
+			}
+			if cmd.Flags().Changed("mtu") {
+				cfg.MTU = mtu
 			}
 			out := cmd.OutOrStdout()
 			var emit func(bench.VolResult) error
@@ -155,6 +172,8 @@ process on loopback. On a testbed, one client per host, all at once:
 	fl := cmd.Flags()
 	fl.StringVar(&sw, "switch", "", "forwarding node `address` of a running fabric with storage nodes and a gateway (default: start them in-process on loopback)")
 	token.register(fl)
+	cred.register(fl, "of role member, with --switch")
+	fl.IntVar(&mtu, "mtu", 9000, "transport MTU in bytes (default: $NDMA_MTU when set)")
 	fl.BoolVar(&launched, "launched", false, "one client per process of a launch (ndma testbed run): the switch and token from its environment, rank 0 prints")
 	fl.StringVar(&modes, "mode", "multicast,controller", "I/O modes: multicast, controller, comma-separated")
 	fl.StringVar(&patterns, "pattern", "randread,randwrite,randrw,seqread,seqwrite", "I/O patterns, comma-separated (randrw: 70% reads)")

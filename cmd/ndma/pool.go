@@ -19,6 +19,7 @@ import (
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/memnode/memd"
 	"github.com/ndma/ndma/secure"
+	"github.com/ndma/ndma/transport"
 )
 
 // poolFlags are the flags every pool subcommand shares.
@@ -33,6 +34,8 @@ type poolFlags struct {
 	id *secure.Identity
 	// opTimeout, if not zero, is the endpoint's Config.OpTimeout.
 	opTimeout time.Duration
+	// mtu, if not zero, is the endpoint's transport MTU.
+	mtu int
 }
 
 func (p *poolFlags) register(cmd *cobra.Command) {
@@ -69,7 +72,7 @@ func (p *poolFlags) client(cmd *cobra.Command) (*endpoint.Endpoint, endpoint.Fab
 	if p.id, err = p.cred.load(os.Getenv, secure.RoleClient, secure.RoleMember); err != nil {
 		return nil, opts, nil, nil, err
 	}
-	ep, err := endpoint.Listen(":0", endpoint.Config{OpTimeout: p.opTimeout}, endpointOptions(p.id))
+	ep, err := endpoint.Listen(":0", endpoint.Config{OpTimeout: p.opTimeout, Transport: transport.Config{MTU: p.mtu}}, endpointOptions(p.id))
 	if err != nil {
 		return nil, opts, nil, nil, err
 	}

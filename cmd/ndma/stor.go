@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ndma/ndma/coll"
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/secure"
@@ -235,6 +236,19 @@ type volFlags struct {
 // client opens an endpoint and a storage client for one vol command.
 func (v *volFlags) client(cmd *cobra.Command) (*stor.Client, *endpoint.Endpoint, context.Context, context.CancelFunc, error) {
 	v.opTimeout = stor.IOTimeout
+	if !cmd.Flags().Changed("mtu") {
+		// The network's datagram size (ndma testbed run sets it).
+		envMTU, err := coll.EnvMTU(os.LookupEnv)
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
+		if envMTU > 0 {
+			v.mtu = envMTU
+		}
+	}
+	if v.mtu < transport.MinMTU || v.mtu > transport.MaxMTU {
+		return nil, nil, nil, nil, fmt.Errorf("--mtu %d: want %d to %d", v.mtu, transport.MinMTU, transport.MaxMTU)
+	}
 	ep, opts, ctx, cancel, err := v.poolFlags.client(cmd)
 	if err != nil {
 		return nil, nil, nil, nil, err
@@ -259,6 +273,7 @@ credential of role member (--credential or $NDMA_CREDENTIAL).`,
 	}
 	vf.register(cmd)
 	cmd.PersistentFlags().StringVar(&vf.service, "service", stor.DefaultService, "storage service name at the switch")
+	cmd.PersistentFlags().IntVar(&vf.mtu, "mtu", transport.DefaultMTU, "largest datagram to send, in bytes, header included (default: $NDMA_MTU when set)")
 
 	var (
 		size, extent    string

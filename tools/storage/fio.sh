@@ -16,7 +16,7 @@
 # 256M), VOLSIZE (1GiB), OUT (directory for fio's JSON, a temporary one),
 # JOBS (the patterns, "randread randwrite randrw"), QDS ("1 32"),
 # KILL (0 skips the verify run with a node killed), KILLAFTER (seconds into
-# the verify run's writes, 8).
+# the verify run's writes, 8), LOCAL (0 skips the local runs).
 set -euo pipefail
 
 PREFIX=${PREFIX:-ndmatb}
@@ -36,6 +36,7 @@ for t in fio mkfs.ext4 losetup jq pkill; do
 done
 [ -f "$STATE/state.json" ] || { echo "fio.sh: no testbed $PREFIX (ndma testbed up --hosts 1 --stornodes 3)" >&2; exit 2; }
 SWITCH=$(jq -r .switch_addr "$STATE/state.json")
+MTU=$(jq -r .datagram_mtu "$STATE/state.json")
 H0=$(jq -r '.hosts[0].ns' "$STATE/state.json")
 CRED=$(jq -r '.hosts[0].credential // empty' "$STATE/state.json")
 S0DIR=$STATE/s0.d
@@ -58,7 +59,7 @@ job() {
 }
 
 # The local limit: fio on storage node 0's own directory (the same disk).
-for rw in $JOBS; do
+[ "${LOCAL:-1}" = 0 ] || for rw in $JOBS; do
   for qd in $QDS; do
     job local "$S0DIR/fio.local" "$rw" "$qd"
   done
@@ -67,10 +68,10 @@ rm -f "$S0DIR/fio.local"
 
 # The volume, mounted in the host namespace h0. Everything below runs in
 # one shell there (its mounts live in that shell's mount namespace).
-export SWITCH CRED NDMA OUT RUNTIME FILESIZE VOLSIZE JOBS QDS KILL KILLAFTER STATE
+export SWITCH MTU CRED NDMA OUT RUNTIME FILESIZE VOLSIZE JOBS QDS KILL KILLAFTER STATE
 export -f job
 ip netns exec "$H0" bash -euo pipefail -c '
-  export NDMA_SWITCH=$SWITCH NDMA_TOKEN=$(cat "$STATE/token")
+  export NDMA_SWITCH=$SWITCH NDMA_TOKEN=$(cat "$STATE/token") NDMA_MTU=$MTU
   [ -n "$CRED" ] && export NDMA_CREDENTIAL=$CRED
   fuse=$(mktemp -d /tmp/ndma-fuse.XXXXXX); fs=$(mktemp -d /tmp/ndma-ext4.XXXXXX)
   "$NDMA" vol rm fio --force >/dev/null 2>&1 || true
