@@ -32,6 +32,9 @@ var benchCmd = &cobra.Command{
   suite  collectives on a testbed of namespaces and real processes (Linux,
          root), with CPU use, a Markdown report and plots; optionally
          against Open MPI
+  vol    replicated volume I/O (random and sequential, at each queue depth)
+         with multicast writes and anycast reads against a gateway that
+         forwards every I/O, in-process or one client per testbed host
 
 Results print as a table, or as JSON Lines with --json.`,
 	Example: `  ndma bench rw --tests latency --sizes 8:4K
