@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -72,6 +73,10 @@ type VolConfig struct {
 	MTU int
 	// EndpointOptions are the clients' (a credential, in a sealed fabric).
 	EndpointOptions endpoint.Options
+	// NodePIDs and GatewayPIDs, when set, are the storage nodes' and the
+	// gateway's processes on this machine: each row then gives their CPU
+	// time per I/O (ndma testbed run passes them).
+	NodePIDs, GatewayPIDs []int
 	// Progress, if not nil, is called after each point.
 	Progress func(done, total int)
 }
@@ -168,6 +173,14 @@ type VolResult struct {
 	Errors  int           `json:"errors"`
 	// FirstError is the first failed I/O's error (empty without errors).
 	FirstError string `json:"first_error,omitempty"`
+	// NodeCPU and GatewayCPU are the storage nodes' and the gateway's CPU
+	// time (user and system) during the point, in seconds, and
+	// NodeCPUPerIO and GatewayCPUPerIO the same per I/O (where their pids
+	// were given).
+	NodeCPU         float64       `json:"node_cpu_s,omitempty"`
+	GatewayCPU      float64       `json:"gateway_cpu_s,omitempty"`
+	NodeCPUPerIO    time.Duration `json:"node_cpu_per_io_ns,omitempty"`
+	GatewayCPUPerIO time.Duration `json:"gateway_cpu_per_io_ns,omitempty"`
 	// Against the multicast mode's same point, on controller rows: P50
 	// over multicast's, and multicast's IOPS over this one's.
 	P50Ratio  float64 `json:"p50_ratio,omitempty"`
@@ -243,6 +256,10 @@ func RunVol(ctx context.Context, cfg VolConfig, gather func(ctx context.Context,
 			}
 			r = mergeVol(rs)
 		}
+		if r.IOs > 0 {
+			r.NodeCPUPerIO = time.Duration(r.NodeCPU / float64(r.IOs) * 1e9)
+			r.GatewayCPUPerIO = time.Duration(r.GatewayCPU / float64(r.IOs) * 1e9)
+		}
 		key := fmt.Sprintf("%s/%d", pt.pattern, pt.qd)
 		if pt.mode == VolMulticast {
 			base[key] = r
@@ -272,6 +289,8 @@ func mergeVol(rs []VolResult) VolResult {
 		m.MBps += r.MBps
 		m.Errors += r.Errors
 		m.Clients += r.Clients
+		m.NodeCPU = max(m.NodeCPU, r.NodeCPU) // only the processes given the pids measure
+		m.GatewayCPU = max(m.GatewayCPU, r.GatewayCPU)
 		if m.FirstError == "" {
 			m.FirstError = r.FirstError
 		}
@@ -320,6 +339,7 @@ func volPoint(ctx context.Context, cfg *VolConfig, clients []*stor.Client, names
 			return VolResult{}, err
 		}
 	}
+	node0, gw0 := pidsCPU(cfg.NodePIDs), pidsCPU(cfg.GatewayPIDs)
 	warm := cfg.Duration / 10
 	start := time.Now()
 	measureFrom, end := start.Add(warm), start.Add(warm+cfg.Duration)
@@ -394,6 +414,7 @@ func volPoint(ctx context.Context, cfg *VolConfig, clients []*stor.Client, names
 	// The I/Os counted started in the window; the last ones end after
 	// it.
 	elapsed := time.Since(measureFrom)
+	nodeCPU, gwCPU := pidsCPU(cfg.NodePIDs)-node0, pidsCPU(cfg.GatewayPIDs)-gw0
 	if cfg.Sync != nil {
 		if err := cfg.Sync(ctx); err != nil {
 			return VolResult{}, err
@@ -402,7 +423,8 @@ func volPoint(ctx context.Context, cfg *VolConfig, clients []*stor.Client, names
 	if ios == 0 && first != nil {
 		return VolResult{}, fmt.Errorf("bench: %s %s qd %d: every I/O failed: %w", mode, pattern, qd, first)
 	}
-	r := VolResult{Mode: mode, Pattern: pattern, BS: bs, QD: qd, Clients: len(vols), IOs: ios, Errors: errs, Samples: samples}
+	r := VolResult{Mode: mode, Pattern: pattern, BS: bs, QD: qd, Clients: len(vols), IOs: ios, Errors: errs, Samples: samples,
+		NodeCPU: nodeCPU, GatewayCPU: gwCPU}
 	if first != nil {
 		r.FirstError = first.Error()
 	}
@@ -492,14 +514,21 @@ func (t *VolTable) Write(r VolResult) error {
 // Flush prints the rows.
 func (t *VolTable) Flush() error {
 	tw := tabwriter.NewWriter(t.w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "pattern\tbs\tqd\tclients\tmode\tIOPS\tMB/s\tp50\tp99\tp50 vs multicast\tmulticast IOPS gain\terrors\t")
+	fmt.Fprintln(tw, "pattern\tbs\tqd\tclients\tmode\tIOPS\tMB/s\tp50\tp99\tp50 vs multicast\tmulticast IOPS gain\tnode CPU/IO\tgateway CPU/IO\terrors\t")
 	for _, r := range t.rows {
 		ratio, gain := "", ""
 		if r.P50Ratio > 0 {
 			ratio, gain = fmt.Sprintf("%.2fx", r.P50Ratio), fmt.Sprintf("%.2fx", r.IOPSRatio)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t%d\t\n", r.Pattern, FormatSize(r.BS), r.QD, r.Clients, r.Mode,
-			r.IOPS, r.MBps, fmtDur(r.P50), fmtDur(r.P99), ratio, gain, r.Errors)
+		ncpu, gcpu := "", ""
+		if r.NodeCPUPerIO > 0 {
+			ncpu = fmtDur(r.NodeCPUPerIO)
+		}
+		if r.GatewayCPUPerIO > 0 {
+			gcpu = fmtDur(r.GatewayCPUPerIO)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", r.Pattern, FormatSize(r.BS), r.QD, r.Clients, r.Mode,
+			r.IOPS, r.MBps, fmtDur(r.P50), fmtDur(r.P99), ratio, gain, ncpu, gcpu, r.Errors)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -523,4 +552,16 @@ func fmtDur(d time.Duration) string {
 func VolJSON(w io.Writer) func(VolResult) error {
 	enc := json.NewEncoder(w)
 	return func(r VolResult) error { return enc.Encode(r) }
+}
+
+// pidsCPU is the CPU time (user and system) of the processes pids, in
+// seconds; processes it cannot read count 0.
+func pidsCPU(pids []int) float64 {
+	var t float64
+	for _, p := range pids {
+		if self, _, err := procCPU(strconv.Itoa(p)); err == nil {
+			t += self
+		}
+	}
+	return t
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -24,7 +25,8 @@ const runWaitDelay = 5 * time.Second
 // (st.SwitchAddr), NDMA_TOKEN (st.Token), NDMA_MTU (st.DatagramMTU: the
 // largest datagram one frame carries), NDMA_CREDENTIAL (the host's
 // member credential, st.Hosts[i].Credential, unless the testbed runs
-// without credentials) and NDMA_JOB, a job name fresh
+// without credentials), NDMA_STORD_PIDS and NDMA_STORGW_PIDS (the storage
+// daemons' pids, where there are any) and NDMA_JOB, a job name fresh
 // for each Run ("<prefix>-<random>"), so that a run never meets the
 // remains of an earlier one at the switch; and GOMAXPROCS=st.GoMaxProcs
 // when that is set and the calling environment has no GOMAXPROCS. Each
@@ -62,6 +64,7 @@ func Run(ctx context.Context, st *State, cmd []string, out io.Writer) error {
 		if h.Credential != "" {
 			c.Env = append(c.Env, "NDMA_CREDENTIAL="+h.Credential)
 		}
+		c.Env = append(c.Env, daemonPIDs(st)...)
 		if _, set := os.LookupEnv("GOMAXPROCS"); !set && st.GoMaxProcs > 0 {
 			c.Env = append(c.Env, "GOMAXPROCS="+strconv.Itoa(st.GoMaxProcs))
 		}
@@ -151,4 +154,23 @@ func (w *prefixWriter) emit(rest []byte) {
 	w.mu.Lock()
 	_, _ = w.out.Write(w.line)
 	w.mu.Unlock()
+}
+
+// daemonPIDs are the NDMA_STORD_PIDS and NDMA_STORGW_PIDS variables (the
+// storage daemons' pids, comma-separated) of a testbed that has storage
+// nodes, so that a benchmark rank can read their CPU time.
+func daemonPIDs(st *State) []string {
+	pids := map[string][]string{}
+	for _, d := range st.Daemons {
+		if d.Role == "stord" || d.Role == "storgw" {
+			pids[d.Role] = append(pids[d.Role], strconv.Itoa(d.PID))
+		}
+	}
+	var env []string
+	for role, v := range map[string]string{"stord": "NDMA_STORD_PIDS", "storgw": "NDMA_STORGW_PIDS"} {
+		if len(pids[role]) > 0 {
+			env = append(env, v+"="+strings.Join(pids[role], ","))
+		}
+	}
+	return env
 }

@@ -119,6 +119,16 @@ process on loopback. On a testbed, one client per host, all at once:
 				}
 				defer comm.Close(context.Background())
 				cfg.Switch, cfg.Rank, cfg.Ranks = l.Switch, l.Rank, l.Size
+				if l.Rank == 0 {
+					// The storage daemons' CPU, where ndma testbed run
+					// names them.
+					if cfg.NodePIDs, err = pidList("NDMA_STORD_PIDS"); err != nil {
+						return err
+					}
+					if cfg.GatewayPIDs, err = pidList("NDMA_STORGW_PIDS"); err != nil {
+						return err
+					}
+				}
 				cfg.Fabric = endpoint.FabricOptions{Token: []byte(l.Token), Insecure: l.Insecure}
 				cfg.Sync = func(ctx context.Context) error { return comm.Barrier(ctx) }
 				gather = func(ctx context.Context, r bench.VolResult) ([]bench.VolResult, error) {
@@ -256,6 +266,20 @@ func gatherVol(ctx context.Context, comm *coll.Communicator, r bench.VolResult) 
 			w.R.Samples[j] = time.Duration(s)
 		}
 		out[i] = w.R
+	}
+	return out, nil
+}
+
+// pidList reads a comma-separated list of pids from environment variable
+// name (none when unset).
+func pidList(name string) ([]int, error) {
+	var out []int
+	for _, f := range splitList(os.Getenv(name)) {
+		p, err := strconv.Atoi(f)
+		if err != nil || p <= 0 {
+			return nil, fmt.Errorf("$%s: %q is not a pid", name, f)
+		}
+		out = append(out, p)
 	}
 	return out, nil
 }
