@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -77,6 +78,9 @@ type VolConfig struct {
 	// gateway's processes on this machine: each row then gives their CPU
 	// time per I/O (ndma testbed run passes them).
 	NodePIDs, GatewayPIDs []int
+	// SwitchNS, when set, is the testbed's switch namespace: each row then
+	// gives the bytes every link carried (its ports' counters).
+	SwitchNS string
 	// Progress, if not nil, is called after each point.
 	Progress func(done, total int)
 }
@@ -177,10 +181,15 @@ type VolResult struct {
 	// time (user and system) during the point, in seconds, and
 	// NodeCPUPerIO and GatewayCPUPerIO the same per I/O (where their pids
 	// were given).
-	NodeCPU         float64       `json:"node_cpu_s,omitempty"`
-	GatewayCPU      float64       `json:"gateway_cpu_s,omitempty"`
-	NodeCPUPerIO    time.Duration `json:"node_cpu_per_io_ns,omitempty"`
-	GatewayCPUPerIO time.Duration `json:"gateway_cpu_per_io_ns,omitempty"`
+	// Links are the bytes each testbed link carried during the point, by
+	// node (h0, s0, g0...), where SwitchNS was given; Seconds is the
+	// point's measured time.
+	Links           map[string]LinkBytes `json:"links,omitempty"`
+	Seconds         float64              `json:"seconds"`
+	NodeCPU         float64              `json:"node_cpu_s,omitempty"`
+	GatewayCPU      float64              `json:"gateway_cpu_s,omitempty"`
+	NodeCPUPerIO    time.Duration        `json:"node_cpu_per_io_ns,omitempty"`
+	GatewayCPUPerIO time.Duration        `json:"gateway_cpu_per_io_ns,omitempty"`
 	// Against the multicast mode's same point, on controller rows: P50
 	// over multicast's, and multicast's IOPS over this one's.
 	P50Ratio  float64 `json:"p50_ratio,omitempty"`
@@ -289,6 +298,10 @@ func mergeVol(rs []VolResult) VolResult {
 		m.MBps += r.MBps
 		m.Errors += r.Errors
 		m.Clients += r.Clients
+		m.Seconds = max(m.Seconds, r.Seconds)
+		if m.Links == nil {
+			m.Links = r.Links // rank 0's: only the process given the namespace measures
+		}
 		m.NodeCPU = max(m.NodeCPU, r.NodeCPU) // only the processes given the pids measure
 		m.GatewayCPU = max(m.GatewayCPU, r.GatewayCPU)
 		if m.FirstError == "" {
@@ -340,6 +353,7 @@ func volPoint(ctx context.Context, cfg *VolConfig, clients []*stor.Client, names
 		}
 	}
 	node0, gw0 := pidsCPU(cfg.NodePIDs), pidsCPU(cfg.GatewayPIDs)
+	links0 := linkCounters(ctx, cfg.SwitchNS)
 	warm := cfg.Duration / 10
 	start := time.Now()
 	measureFrom, end := start.Add(warm), start.Add(warm+cfg.Duration)
@@ -415,6 +429,11 @@ func volPoint(ctx context.Context, cfg *VolConfig, clients []*stor.Client, names
 	// it.
 	elapsed := time.Since(measureFrom)
 	nodeCPU, gwCPU := pidsCPU(cfg.NodePIDs)-node0, pidsCPU(cfg.GatewayPIDs)-gw0
+	links := linkCounters(ctx, cfg.SwitchNS)
+	for name, b := range links {
+		a := links0[name]
+		links[name] = LinkBytes{ToNode: b.ToNode - a.ToNode, FromNode: b.FromNode - a.FromNode}
+	}
 	if cfg.Sync != nil {
 		if err := cfg.Sync(ctx); err != nil {
 			return VolResult{}, err
@@ -424,7 +443,7 @@ func volPoint(ctx context.Context, cfg *VolConfig, clients []*stor.Client, names
 		return VolResult{}, fmt.Errorf("bench: %s %s qd %d: every I/O failed: %w", mode, pattern, qd, first)
 	}
 	r := VolResult{Mode: mode, Pattern: pattern, BS: bs, QD: qd, Clients: len(vols), IOs: ios, Errors: errs, Samples: samples,
-		NodeCPU: nodeCPU, GatewayCPU: gwCPU}
+		NodeCPU: nodeCPU, GatewayCPU: gwCPU, Links: links, Seconds: elapsed.Seconds()}
 	if first != nil {
 		r.FirstError = first.Error()
 	}
@@ -514,7 +533,7 @@ func (t *VolTable) Write(r VolResult) error {
 // Flush prints the rows.
 func (t *VolTable) Flush() error {
 	tw := tabwriter.NewWriter(t.w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "pattern\tbs\tqd\tclients\tmode\tIOPS\tMB/s\tp50\tp99\tp50 vs multicast\tmulticast IOPS gain\tnode CPU/IO\tgateway CPU/IO\terrors\t")
+	fmt.Fprintln(tw, "pattern\tbs\tqd\tclients\tmode\tIOPS\tMB/s\tp50\tp99\tp50 vs multicast\tmulticast IOPS gain\tnode CPU/IO\tgateway CPU/IO\tbusiest link\terrors\t")
 	for _, r := range t.rows {
 		ratio, gain := "", ""
 		if r.P50Ratio > 0 {
@@ -527,8 +546,8 @@ func (t *VolTable) Flush() error {
 		if r.GatewayCPUPerIO > 0 {
 			gcpu = fmtDur(r.GatewayCPUPerIO)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", r.Pattern, FormatSize(r.BS), r.QD, r.Clients, r.Mode,
-			r.IOPS, r.MBps, fmtDur(r.P50), fmtDur(r.P99), ratio, gain, ncpu, gcpu, r.Errors)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", r.Pattern, FormatSize(r.BS), r.QD, r.Clients, r.Mode,
+			r.IOPS, r.MBps, fmtDur(r.P50), fmtDur(r.P99), ratio, gain, ncpu, gcpu, busiest(r), r.Errors)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -564,4 +583,60 @@ func pidsCPU(pids []int) float64 {
 		}
 	}
 	return t
+}
+
+// LinkBytes are the bytes one link carried: toward the node and from it.
+type LinkBytes struct {
+	ToNode   uint64 `json:"to_node"`
+	FromNode uint64 `json:"from_node"`
+}
+
+// linkCounters reads the byte counters of the switch namespace's ports
+// (named after the nodes): a port's tx is its node's downlink, its rx the
+// node's uplink. Nil without a namespace or when ip fails.
+func linkCounters(ctx context.Context, ns string) map[string]LinkBytes {
+	if ns == "" {
+		return nil
+	}
+	out, err := exec.CommandContext(ctx, "ip", "-n", ns, "-s", "-j", "link", "show").Output()
+	if err != nil {
+		return nil
+	}
+	var ifs []struct {
+		Name  string `json:"ifname"`
+		Stats struct {
+			RX struct{ Bytes uint64 } `json:"rx"`
+			TX struct{ Bytes uint64 } `json:"tx"`
+		} `json:"stats64"`
+	}
+	if json.Unmarshal(out, &ifs) != nil {
+		return nil
+	}
+	m := map[string]LinkBytes{}
+	for _, i := range ifs {
+		if i.Name == "lo" || strings.HasPrefix(i.Name, "br") {
+			continue
+		}
+		m[i.Name] = LinkBytes{ToNode: i.Stats.TX.Bytes, FromNode: i.Stats.RX.Bytes}
+	}
+	return m
+}
+
+// busiest names the link direction that carried the most bytes, with its
+// rate ("s1 to node 12.3 MB/s"); empty without link counters.
+func busiest(r VolResult) string {
+	var name, dir string
+	var top uint64
+	for n, b := range r.Links {
+		if b.ToNode > top {
+			name, dir, top = n, "down", b.ToNode
+		}
+		if b.FromNode > top {
+			name, dir, top = n, "up", b.FromNode
+		}
+	}
+	if top == 0 || r.Seconds <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s %s %.1f MB/s", name, dir, float64(top)/r.Seconds/1e6)
 }

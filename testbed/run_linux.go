@@ -26,7 +26,9 @@ const runWaitDelay = 5 * time.Second
 // largest datagram one frame carries), NDMA_CREDENTIAL (the host's
 // member credential, st.Hosts[i].Credential, unless the testbed runs
 // without credentials), NDMA_STORD_PIDS and NDMA_STORGW_PIDS (the storage
-// daemons' pids, where there are any) and NDMA_JOB, a job name fresh
+// daemons' pids, where there are any), NDMA_TESTBED_SWITCH_NS (the switch
+// namespace, whose ports count every link's bytes) and NDMA_JOB, a job
+// name fresh
 // for each Run ("<prefix>-<random>"), so that a run never meets the
 // remains of an earlier one at the switch; and GOMAXPROCS=st.GoMaxProcs
 // when that is set and the calling environment has no GOMAXPROCS. Each
@@ -65,6 +67,7 @@ func Run(ctx context.Context, st *State, cmd []string, out io.Writer) error {
 			c.Env = append(c.Env, "NDMA_CREDENTIAL="+h.Credential)
 		}
 		c.Env = append(c.Env, daemonPIDs(st)...)
+		c.Env = append(c.Env, "NDMA_TESTBED_SWITCH_NS="+st.Switch.NS)
 		if _, set := os.LookupEnv("GOMAXPROCS"); !set && st.GoMaxProcs > 0 {
 			c.Env = append(c.Env, "GOMAXPROCS="+strconv.Itoa(st.GoMaxProcs))
 		}

@@ -128,6 +128,7 @@ process on loopback. On a testbed, one client per host, all at once:
 					if cfg.GatewayPIDs, err = pidList("NDMA_STORGW_PIDS"); err != nil {
 						return err
 					}
+					cfg.SwitchNS = os.Getenv("NDMA_TESTBED_SWITCH_NS")
 				}
 				cfg.Fabric = endpoint.FabricOptions{Token: []byte(l.Token), Insecure: l.Insecure}
 				cfg.Sync = func(ctx context.Context) error { return comm.Barrier(ctx) }
