@@ -289,6 +289,14 @@ func (n *Node) refuse(c Code, msg string) []byte {
 
 func (n *Node) refuseErr(err error) []byte { return n.refuse(codeOf(err), err.Error()) }
 
+// volume returns volume name, or nil and the NO_VOLUME refusal.
+func (n *Node) volume(name string) (*vol, []byte) {
+	if v := n.st.get(name); v != nil {
+		return v, nil
+	}
+	return nil, n.refuse(CodeNoVolume, name)
+}
+
 func okJSON(v any) []byte {
 	b, _ := json.Marshal(v)
 	return append([]byte{byte(CodeOK)}, b...)
@@ -347,9 +355,9 @@ func (n *Node) remove(b []byte) []byte {
 	if d.bad {
 		return n.refuse(CodeBadRequest, "remove: short request")
 	}
-	v := n.st.get(name)
+	v, refused := n.volume(name)
 	if v == nil {
-		return n.refuse(CodeNoVolume, name)
+		return refused
 	}
 	v.mu.Lock()
 	held := v.holder != 0 && time.Now().Before(v.expires)
@@ -395,9 +403,9 @@ type NodeVolume struct {
 func (n *Node) stat(b []byte) []byte {
 	d := dec{b: b}
 	name := d.str()
-	v := n.st.get(name)
+	v, refused := n.volume(name)
 	if v == nil {
-		return n.refuse(CodeNoVolume, name)
+		return refused
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -435,9 +443,9 @@ func (n *Node) lease(b []byte) []byte {
 	if err := json.Unmarshal(b, &r); err != nil || r.Holder == 0 || r.TTLMs <= 0 || time.Duration(r.TTLMs)*time.Millisecond > MaxLease {
 		return n.refuse(CodeBadRequest, "lease: want a holder and a TTL up to "+MaxLease.String())
 	}
-	v := n.st.get(r.Name)
+	v, refused := n.volume(r.Name)
 	if v == nil {
-		return n.refuse(CodeNoVolume, r.Name)
+		return refused
 	}
 	now := time.Now()
 	v.mu.Lock()
@@ -496,12 +504,12 @@ func (n *Node) join(b []byte) []byte {
 	if err := json.Unmarshal(b, &r); err != nil || r.Size < 2 || r.Rank < 1 || r.Rank >= r.Size || r.Job == "" {
 		return n.refuse(CodeBadRequest, "join: want a job, a size of 2 or more and a rank from 1")
 	}
-	v := n.st.get(r.Name)
+	v, refused := n.volume(r.Name)
 	if v == nil {
-		return n.refuse(CodeNoVolume, r.Name)
+		return refused
 	}
 	v.mu.Lock()
-	if v.holder != r.Holder || !time.Now().Before(v.expires) {
+	if !v.leasedTo(r.Holder) {
 		v.mu.Unlock()
 		return n.refuse(CodeLeaseHeld, "join: the requester does not hold the lease")
 	}
@@ -653,9 +661,9 @@ func (n *Node) read(b []byte) []byte {
 	if !ok {
 		return n.refuse(CodeBadRequest, "read: malformed")
 	}
-	v := n.st.get(r.Name)
+	v, refused := n.volume(r.Name)
 	if v == nil {
-		return n.refuse(CodeNoVolume, r.Name)
+		return refused
 	}
 	resync := r.MinVer&resyncRead != 0
 	minVer := r.MinVer &^ resyncRead
@@ -709,9 +717,9 @@ const resyncRead = 1 << 63
 func (n *Node) versions(b []byte) []byte {
 	d := dec{b: b}
 	name := d.str()
-	v := n.st.get(name)
+	v, refused := n.volume(name)
 	if v == nil {
-		return n.refuse(CodeNoVolume, name)
+		return refused
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -732,12 +740,12 @@ func (n *Node) one(b []byte) []byte {
 	if !ok {
 		return n.refuse(CodeBadRequest, "malformed")
 	}
-	v := n.st.get(r.Name)
+	v, refused := n.volume(r.Name)
 	if v == nil {
-		return n.refuse(CodeNoVolume, r.Name)
+		return refused
 	}
 	v.mu.Lock()
-	if v.holder != r.Holder || !time.Now().Before(v.expires) {
+	if !v.leasedTo(r.Holder) {
 		v.mu.Unlock()
 		return n.refuse(CodeLeaseHeld, "the writer does not hold the lease")
 	}
@@ -778,9 +786,9 @@ func (n *Node) missing(b []byte) []byte {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return n.refuse(CodeBadRequest, "missing: "+err.Error())
 	}
-	v := n.st.get(r.Name)
+	v, refused := n.volume(r.Name)
 	if v == nil {
-		return n.refuse(CodeNoVolume, r.Name)
+		return refused
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()

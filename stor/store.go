@@ -309,6 +309,12 @@ func (s *store) remove(name string) error {
 	return os.RemoveAll(v.dir)
 }
 
+// leasedTo reports whether holder holds v's write lease now. Caller holds
+// v.mu.
+func (v *vol) leasedTo(holder uint64) bool {
+	return v.holder == holder && holder != 0 && time.Now().Before(v.expires)
+}
+
 // saveMeta writes desc.json. Caller holds v.mu.
 func (v *vol) saveMeta() error {
 	b, _ := json.Marshal(v.meta)

@@ -233,6 +233,16 @@ type volFlags struct {
 	service string
 }
 
+// open is client for a command that does not need the endpoint itself:
+// done closes what open opened.
+func (v *volFlags) open(cmd *cobra.Command) (*stor.Client, context.Context, func(), error) {
+	c, ep, ctx, cancel, err := v.client(cmd)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return c, ctx, func() { cancel(); ep.Close() }, nil
+}
+
 // client opens an endpoint and a storage client for one vol command.
 func (v *volFlags) client(cmd *cobra.Command) (*stor.Client, *endpoint.Endpoint, context.Context, context.CancelFunc, error) {
 	v.opTimeout = stor.IOTimeout
@@ -303,12 +313,11 @@ credential of role member (--credential or $NDMA_CREDENTIAL).`,
 			if nodes < 0 {
 				return fmt.Errorf("--nodes %d: want 0 (every live node) or more", nodes)
 			}
-			c, ep, ctx, cancel, err := vf.client(cmd)
+			c, ctx, done, err := vf.open(cmd)
 			if err != nil {
 				return err
 			}
-			defer cancel()
-			defer ep.Close()
+			defer done()
 			d, err := c.Create(ctx, stor.VolumeSpec{Name: args[0], Size: uint64(sz), Extent: uint64(ex), Replicas: replicas, Nodes: nodes})
 			if err != nil {
 				return err
@@ -333,12 +342,11 @@ credential of role member (--credential or $NDMA_CREDENTIAL).`,
 		Short: "List the volumes the live storage nodes hold",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, ep, ctx, cancel, err := vf.client(cmd)
+			c, ctx, done, err := vf.open(cmd)
 			if err != nil {
 				return err
 			}
-			defer cancel()
-			defer ep.Close()
+			defer done()
 			vs, err := c.List(ctx)
 			if err != nil && len(vs) == 0 {
 				return err
@@ -371,12 +379,11 @@ credential of role member (--credential or $NDMA_CREDENTIAL).`,
 		Short: "Show a volume on each of its storage nodes: up, ready, lease, replicas missing writes",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ep, ctx, cancel, err := vf.client(cmd)
+			c, ctx, done, err := vf.open(cmd)
 			if err != nil {
 				return err
 			}
-			defer cancel()
-			defer ep.Close()
+			defer done()
 			st, err := c.Stat(ctx, args[0])
 			if err != nil {
 				return err
@@ -433,12 +440,11 @@ credential of role member (--credential or $NDMA_CREDENTIAL).`,
 		Short: "Remove a volume from its storage nodes",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ep, ctx, cancel, err := vf.client(cmd)
+			c, ctx, done, err := vf.open(cmd)
 			if err != nil {
 				return err
 			}
-			defer cancel()
-			defer ep.Close()
+			defer done()
 			return c.Remove(ctx, args[0], force)
 		},
 	}
@@ -472,12 +478,11 @@ Needs /dev/fuse and root (or fusermount3 from Debian's fuse3).`,
 			if lease <= 0 || lease > stor.MaxLease {
 				return fmt.Errorf("--lease %v: want a positive duration up to %v", lease, stor.MaxLease)
 			}
-			c, ep, ctx, cancel, err := vf.client(cmd)
+			c, ctx, done, err := vf.open(cmd)
 			if err != nil {
 				return err
 			}
-			defer cancel()
-			defer ep.Close()
+			defer done()
 			v, err := c.Open(ctx, args[0], stor.OpenOptions{Write: !readOnly, Lease: lease})
 			if err != nil {
 				return err
