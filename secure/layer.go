@@ -117,6 +117,7 @@ type LayerStats struct {
 	Sealed, Opened           uint64
 	Handshakes               uint64 // sessions established
 	HandshakesFailed         uint64 // refused or given up
+	HandshakeDuplicates      uint64 // answers to a handshake already completed (a resent HELLO's), ignored
 	DroppedPlain             uint64 // unsealed datagrams (not HANDSHAKE) received
 	DroppedNoSA, DroppedAuth uint64 // sealed for no SA of ours (or from another address); failing authentication
 	DroppedReplay            uint64 // replayed or too old
@@ -419,6 +420,13 @@ func (l *Layer) handshake(now time.Time, from netip.AddrPort, msg []byte) {
 		return
 	}
 	p := l.peers[from]
+	if p != nil && p.ini == nil && p.sess != nil {
+		// The late twin of an answer this side already took (its HELLO
+		// was resent while the first answer was on its way): the session
+		// stands, and the message is nothing to refuse.
+		l.stats.HandshakeDuplicates++
+		return
+	}
 	if p == nil || p.ini == nil {
 		l.stats.HandshakesFailed++
 		return

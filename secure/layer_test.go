@@ -429,3 +429,42 @@ func TestLayerRekey(t *testing.T) {
 		t.Fatal("a datagram sealed under the old keys opened after the drain")
 	}
 }
+
+// TestLayerLateHandshakeTwin: an answer to a handshake that already
+// completed (the twin of one taken, as a resent HELLO brings) is ignored
+// and counted a duplicate, not a failed handshake: the session stands.
+func TestLayerLateHandshakeTwin(t *testing.T) {
+	n, a, _ := newNet2(t)
+	if err := a.Send(n.now, addrB, plainPacket(t, 1, "first")); err != nil {
+		t.Fatal(err)
+	}
+	n.pump()
+	if len(n.got[addrB]) != 1 {
+		t.Fatalf("%d arrived", len(n.got[addrB]))
+	}
+	var answers [][]byte
+	for _, d := range n.captured {
+		if d.Addr == addrB && d.Buf[1] == byte(wire.OpHandshake) {
+			answers = append(answers, d.Buf)
+		}
+	}
+	if len(answers) == 0 {
+		t.Fatal("no handshake answer captured")
+	}
+	before := a.Stats()
+	for _, b := range answers {
+		n.deliver(addrB, addrA, b)
+	}
+	st := a.Stats()
+	if st.HandshakesFailed != before.HandshakesFailed || st.HandshakeDuplicates != before.HandshakeDuplicates+uint64(len(answers)) {
+		t.Fatalf("late twins of %d answers: failed %d -> %d, duplicates %d -> %d", len(answers),
+			before.HandshakesFailed, st.HandshakesFailed, before.HandshakeDuplicates, st.HandshakeDuplicates)
+	}
+	if err := a.Send(n.now, addrB, plainPacket(t, 2, "second")); err != nil {
+		t.Fatal(err)
+	}
+	n.pump()
+	if len(n.got[addrB]) != 2 {
+		t.Fatalf("after the twins: %d arrived", len(n.got[addrB]))
+	}
+}

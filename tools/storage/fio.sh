@@ -14,7 +14,8 @@
 # Environment: PREFIX (testbed prefix, ndmatb), NDMA (the ndma binary,
 # ndma on PATH), RUNTIME (seconds per job, 10), FILESIZE (the fio file,
 # 256M), VOLSIZE (1GiB), OUT (directory for fio's JSON, a temporary one),
-# JOBS (the patterns, "randread randwrite randrw"), QDS ("1 32"),
+# JOBS (fio patterns: random ones in 4 KiB blocks, sequential ones (read,
+# write) in 1 MiB blocks; "randread randwrite randrw"), QDS ("1 32"),
 # KILL (0 skips the verify run with a node killed), KILLAFTER (seconds into
 # the verify run's writes, 8), LOCAL (0 skips the local runs).
 set -euo pipefail
@@ -46,12 +47,14 @@ job() {
   local where=$1 file=$2 rw=$3 qd=$4
   shift 4
   local out="$OUT/$where-$rw-qd$qd.json"
+  local bs=4k
+  case $rw in rand*) ;; *) bs=1M ;; esac # fio's sequential patterns (read, write): 1 MiB blocks
   local timed=(--runtime="$RUNTIME" --time_based)
   [ "${UNTIMED:-0}" = 1 ] && timed=()
-  fio --name="$where-$rw" --filename="$file" --size="$FILESIZE" --rw="$rw" --rwmixread=70 --bs=4k \
+  fio --name="$where-$rw" --filename="$file" --size="$FILESIZE" --rw="$rw" --rwmixread=70 --bs="$bs" \
     --iodepth="$qd" --ioengine=libaio --direct=1 "${timed[@]}" --group_reporting \
     --output-format=json "$@" > "$out"
-  jq -c --arg where "$where" --arg rw "$rw" --argjson qd "$qd" '.jobs[0] as $j | {where: $where, pattern: $rw, bs: 4096, qd: $qd,
+  jq -c --arg where "$where" --arg rw "$rw" --argjson qd "$qd" --arg bs "$bs" '.jobs[0] as $j | {where: $where, pattern: $rw, bs: $bs, qd: $qd,
     read_iops: $j.read.iops, write_iops: $j.write.iops,
     read_p50_us: (($j.read.clat_ns.percentile["50.000000"] // 0) / 1000), write_p50_us: (($j.write.clat_ns.percentile["50.000000"] // 0) / 1000),
     read_p99_us: (($j.read.clat_ns.percentile["99.000000"] // 0) / 1000), write_p99_us: (($j.write.clat_ns.percentile["99.000000"] // 0) / 1000),
