@@ -71,8 +71,11 @@ func (c *Client) call(ctx context.Context, id uint16, what string, req []byte) (
 // live returns the ids of the storage nodes the switch lists as alive.
 func (c *Client) live(ctx context.Context) ([]uint16, error) {
 	ms, err := c.ep.ServiceMembers(ctx, c.sw, c.opts.Service, c.opts.Fabric)
+	if errors.Is(err, wire.StatusNotMember) {
+		return nil, fmt.Errorf("%w: no storage node is registered with the switch %s as service %q (start them with ndma stord --switch)", ErrNoReplica, c.sw, c.opts.Service)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("stor: no storage nodes listed by the switch: %w", err)
+		return nil, fmt.Errorf("stor: asking the switch for the storage nodes: %w", err)
 	}
 	ids := make([]uint16, 0, len(ms))
 	for _, m := range ms {
