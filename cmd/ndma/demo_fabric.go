@@ -66,6 +66,7 @@ func (d *demo) fabric() (string, func()) {
 	}
 	d.rows = append(d.rows, f.multicast(), f.allreduce(), f.anycastRoundRobin(), f.anycastAffinity())
 	d.rows = append(d.rows, f.pool()...)
+	d.rows = append(d.rows, f.storage())
 	return f.sw, closeAll
 }
 
