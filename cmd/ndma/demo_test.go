@@ -21,7 +21,7 @@ func TestDemo(t *testing.T) {
 	for _, s := range []string{"OPERATION", "vector max i64", "read, bad key", "checks passed",
 		"switch on 127.0.0.1:", "multicast vs unicasts", "allreduce f32 sum vs gather",
 		"anycast round-robin", "served 50/50", "anycast key-affinity", "100% on the owner",
-		"sender bytes ", "root bytes ", "every datagram sealed", " 0 refused; 10 processes"} {
+		"sender bytes ", "root bytes ", "volume write+read", "for the 3 copies", "every datagram sealed", " 0 refused; 13 processes"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("demo output lacks %q:\n%s", s, out)
 		}
