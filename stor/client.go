@@ -688,45 +688,21 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 		if firstErr != nil {
 			return
 		}
-		if v.ctrl != "" {
-			v.verMu.Lock()
-			v.ctr++
-			ver := v.epoch<<32 | v.ctr
-			v.verMu.Unlock()
-			req := (&oneReq{Name: v.d.Name, Holder: v.holder, Ver: ver, Off: o, Data: p[lo:hi]}).append(nil, opGwWrite)
-			if err := v.c.inflight.Acquire(context.Background(), int64(hi-lo)); err != nil {
-				firstErr = err
-				return
-			}
-			op, err := v.c.ep.StartAnycast(context.Background(), v.c.sw, v.ctrl, 0, req, v.c.opts.Fabric, nil)
-			if err != nil {
-				v.c.inflight.Release(int64(hi - lo))
-				firstErr = err
-				return
-			}
-			inflight = append(inflight, piece{op, e, ver, req, hi - lo})
-			if len(inflight) >= v.c.opts.Window {
-				wait(inflight[0])
-				inflight = inflight[1:]
-			}
-			return
-		}
-		g := v.groups[setName(v.c.opts.Service, v.d.SetOf(e))]
-		if g == nil {
-			firstErr = fmt.Errorf("%w: every replica of extent %d (nodes %v) is down", ErrNoReplica, e, v.d.Replica(e))
-			return
-		}
 		v.verMu.Lock()
 		v.ctr++
-		ver := v.epoch<<32 | v.ctr
+		pc := piece{e: e, ver: v.epoch<<32 | v.ctr}
 		v.verMu.Unlock()
-		msg := appendWrite(make([]byte, 0, writeHdr+hi-lo), ver, o, p[lo:hi])
-		op, err := g.g.StartMulticast(msg, endpoint.MulticastOptions{Continue: true})
+		var err error
+		if v.ctrl != "" {
+			pc.op, pc.req, pc.n, err = v.startGateway(pc.ver, o, p[lo:hi])
+		} else {
+			pc.op, err = v.startMulticast(e, pc.ver, o, p[lo:hi])
+		}
 		if err != nil {
 			firstErr = err
 			return
 		}
-		inflight = append(inflight, piece{op, e, ver, nil, 0})
+		inflight = append(inflight, pc)
 		if len(inflight) >= v.c.opts.Window {
 			wait(inflight[0])
 			inflight = inflight[1:]
@@ -739,6 +715,34 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 		return 0, firstErr
 	}
 	return len(p), nil
+}
+
+// startMulticast sends one write piece (version ver, at off) as one
+// multicast to extent e's replica group. Caller holds v.mu shared.
+func (v *Volume) startMulticast(e int, ver, off uint64, data []byte) (*endpoint.Op, error) {
+	g := v.groups[setName(v.c.opts.Service, v.d.SetOf(e))]
+	if g == nil {
+		return nil, fmt.Errorf("%w: every replica of extent %d (nodes %v) is down", ErrNoReplica, e, v.d.Replica(e))
+	}
+	msg := appendWrite(make([]byte, 0, writeHdr+len(data)), ver, off, data)
+	return g.g.StartMulticast(msg, endpoint.MulticastOptions{Continue: true})
+}
+
+// startGateway sends one write piece to the gateway (controller mode),
+// holding its bytes in Client.inflight; it returns the request, to send
+// again, and the bytes held.
+func (v *Volume) startGateway(ver, off uint64, data []byte) (*endpoint.Op, []byte, int, error) {
+	req := (&oneReq{Name: v.d.Name, Holder: v.holder, Ver: ver, Off: off, Data: data}).append(nil, opGwWrite)
+	n := len(data)
+	if err := v.c.inflight.Acquire(context.Background(), int64(n)); err != nil {
+		return nil, nil, 0, err
+	}
+	op, err := v.c.ep.StartAnycast(context.Background(), v.c.sw, v.ctrl, 0, req, v.c.opts.Fabric, nil)
+	if err != nil {
+		v.c.inflight.Release(int64(n))
+		return nil, nil, 0, err
+	}
+	return op, req, n, nil
 }
 
 func cmpErr(first, err error) error {

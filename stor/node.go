@@ -289,6 +289,21 @@ func (n *Node) refuse(c Code, msg string) []byte {
 
 func (n *Node) refuseErr(err error) []byte { return n.refuse(codeOf(err), err.Error()) }
 
+// leasedVolume returns volume name locked (v.mu) if holder holds its
+// write lease, or nil and the refusal.
+func (n *Node) leasedVolume(name string, holder uint64) (*vol, []byte) {
+	v, refused := n.volume(name)
+	if v == nil {
+		return nil, refused
+	}
+	v.mu.Lock()
+	if !v.leasedTo(holder) {
+		v.mu.Unlock()
+		return nil, n.refuse(CodeLeaseHeld, "the requester does not hold the volume's write lease")
+	}
+	return v, nil
+}
+
 // volume returns volume name, or nil and the NO_VOLUME refusal.
 func (n *Node) volume(name string) (*vol, []byte) {
 	if v := n.st.get(name); v != nil {
@@ -504,14 +519,9 @@ func (n *Node) join(b []byte) []byte {
 	if err := json.Unmarshal(b, &r); err != nil || r.Size < 2 || r.Rank < 1 || r.Rank >= r.Size || r.Job == "" {
 		return n.refuse(CodeBadRequest, "join: want a job, a size of 2 or more and a rank from 1")
 	}
-	v, refused := n.volume(r.Name)
+	v, refused := n.leasedVolume(r.Name, r.Holder)
 	if v == nil {
 		return refused
-	}
-	v.mu.Lock()
-	if !v.leasedTo(r.Holder) {
-		v.mu.Unlock()
-		return n.refuse(CodeLeaseHeld, "join: the requester does not hold the lease")
 	}
 	if r.Epoch < v.meta.Epoch {
 		v.mu.Unlock()
@@ -740,14 +750,9 @@ func (n *Node) one(b []byte) []byte {
 	if !ok {
 		return n.refuse(CodeBadRequest, "malformed")
 	}
-	v, refused := n.volume(r.Name)
+	v, refused := n.leasedVolume(r.Name, r.Holder)
 	if v == nil {
 		return refused
-	}
-	v.mu.Lock()
-	if !v.leasedTo(r.Holder) {
-		v.mu.Unlock()
-		return n.refuse(CodeLeaseHeld, "the writer does not hold the lease")
 	}
 	var err error
 	if b[0] == opWriteOne {

@@ -106,10 +106,11 @@ func (d *Descriptor) Holds(node uint16, e int) bool {
 // node id), in order of first use.
 func (d *Descriptor) Sets() [][]uint16 {
 	var out [][]uint16
+	seen := map[string]bool{}
 	for e := range min(d.Extents(), len(d.Nodes)) {
-		s := d.Replica(e)
-		slices.Sort(s)
-		if !slices.ContainsFunc(out, func(x []uint16) bool { return slices.Equal(x, s) }) {
+		s := d.SetOf(e)
+		if k := setName("", s); !seen[k] {
+			seen[k] = true
 			out = append(out, s)
 		}
 	}
