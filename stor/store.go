@@ -59,9 +59,10 @@ type store struct {
 	id       uint16
 	capacity uint64
 
-	mu   sync.Mutex
-	vols map[string]*vol
-	used uint64 // bytes of extents held, over all volumes
+	mu      sync.Mutex
+	vols    map[string]*vol
+	used    uint64 // bytes of extents held, over all volumes
+	extents int    // extents of all volumes: each costs a version in memory
 }
 
 // nodeFile is node.json.
@@ -118,6 +119,7 @@ func openStore(dir string, id int, capacity uint64) (*store, error) {
 		}
 		s.vols[v.meta.Desc.Name] = v
 		s.used += v.meta.Desc.HeldBytes(s.id)
+		s.extents += v.meta.Desc.Extents()
 	}
 	return s, nil
 }
@@ -259,6 +261,9 @@ func (s *store) create(d Descriptor) (*vol, bool, error) {
 	if len(s.vols) >= MaxVolumes {
 		return nil, false, fmt.Errorf("%w: the node holds %d volumes, the most it takes", ErrNoSpace, len(s.vols))
 	}
+	if s.extents+d.Extents() > MaxNodeExtents {
+		return nil, false, fmt.Errorf("%w: %d extents asked, the node keeps versions for %d of %d", ErrNoSpace, d.Extents(), MaxNodeExtents-s.extents, MaxNodeExtents)
+	}
 	held := d.HeldBytes(s.id)
 	if s.capacity > 0 && s.used+held > s.capacity {
 		return nil, false, fmt.Errorf("%w: %d bytes asked, %d of %d free", ErrNoSpace, held, s.capacity-s.used, s.capacity)
@@ -284,6 +289,7 @@ func (s *store) create(d Descriptor) (*vol, bool, error) {
 	}
 	s.vols[d.Name] = v
 	s.used += held
+	s.extents += d.Extents()
 	return v, true, nil
 }
 
@@ -297,6 +303,7 @@ func (s *store) remove(name string) error {
 	}
 	delete(s.vols, name)
 	s.used -= v.meta.Desc.HeldBytes(s.id)
+	s.extents -= v.meta.Desc.Extents()
 	s.mu.Unlock()
 	v.mu.Lock()
 	v.removed = true

@@ -26,6 +26,10 @@ const (
 	MaxName = 48
 	// MaxVolumes bounds the volumes one storage node holds.
 	MaxVolumes = 4096
+	// MaxNodeExtents bounds the extents of all the volumes one storage
+	// node holds: it keeps a version of each in memory (8 bytes), 32 MiB
+	// at most.
+	MaxNodeExtents = 4 << 20
 )
 
 // Descriptor is a volume's shape and placement, kept by every node that

@@ -45,6 +45,7 @@ func TestArchitectureTables(t *testing.T) {
 		"memd.ReplyCacheEntries": memd.ReplyCacheEntries,
 		"memd.ReplyCacheTTL":     memd.ReplyCacheTTL,
 		"stor.MaxVolumes":        stor.MaxVolumes,
+		"stor.MaxNodeExtents":    stor.MaxNodeExtents,
 		"stor.MaxGatewayVolumes": stor.MaxGatewayVolumes,
 		"stor.MaxLease":          stor.MaxLease,
 	}
