@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/ndma/ndma/coll"
 	"github.com/ndma/ndma/endpoint"
@@ -23,18 +25,77 @@ import (
 	"github.com/ndma/ndma/transport"
 )
 
+// storDaemonFlags are the flags ndma stord and ndma storgw share.
+type storDaemonFlags struct {
+	listen  string
+	sw      string
+	service string
+	mtu     int
+	token   tokenFlags
+	cred    credentialFlag
+	log     logFlags
+}
+
+func (f *storDaemonFlags) register(fl *pflag.FlagSet) {
+	fl.StringVar(&f.listen, "listen", ":0", "UDP `address` to serve on (host:port; port 0 picks one)")
+	fl.StringVar(&f.sw, "switch", os.Getenv("NDMA_SWITCH"), "forwarding node `address` (host:port; default $NDMA_SWITCH)")
+	fl.StringVar(&f.service, "service", stor.DefaultService, "storage service name at the switch (one per storage cluster)")
+	fl.IntVar(&f.mtu, "mtu", transport.DefaultMTU, "largest datagram to send, in bytes, header included (at most the switch's)")
+	f.token.register(fl)
+	f.cred.register(fl, "of role member")
+	f.log.register(fl)
+}
+
+// storDaemon is what a storage daemon runs with: its endpoint (which the
+// caller closes), the switch, the fabric options, its credential and
+// logger.
+type storDaemon struct {
+	ep     *endpoint.Endpoint
+	sw     string
+	fab    endpoint.FabricOptions
+	id     *secure.Identity
+	logger *slog.Logger
+}
+
+// open checks the flags and opens the daemon's endpoint, whose operations
+// wait up to opTimeout (0: the default).
+func (f *storDaemonFlags) open(cmd *cobra.Command, opTimeout time.Duration) (*storDaemon, error) {
+	d := &storDaemon{}
+	var err error
+	if d.logger, err = f.log.logger(cmd.ErrOrStderr()); err != nil {
+		return nil, err
+	}
+	if f.sw == "" {
+		return nil, errors.New("--switch: no forwarding node given (nor $NDMA_SWITCH)")
+	}
+	if d.sw, err = resolvePeer("--switch", f.sw); err != nil {
+		return nil, err
+	}
+	listen, err := resolveListen("--listen", f.listen)
+	if err != nil {
+		return nil, err
+	}
+	if d.fab.Token, d.fab.Insecure, err = f.token.resolve(os.Getenv); err != nil {
+		return nil, err
+	}
+	if d.fab.Insecure {
+		warnInsecure(cmd.ErrOrStderr(), d.sw)
+	}
+	if d.id, err = f.cred.load(os.Getenv, secure.RoleMember); err != nil {
+		return nil, err
+	}
+	if d.ep, err = endpoint.Listen(listen, endpoint.Config{Transport: transport.Config{MTU: f.mtu}, OpTimeout: opTimeout}, endpointOptions(d.id)); err != nil {
+		return nil, fmt.Errorf("--listen/--mtu: %w", err)
+	}
+	return d, nil
+}
+
 // stordFlags are the flags of `ndma stord`.
 type stordFlags struct {
-	listen   string
+	storDaemonFlags
 	dir      string
 	id       int
 	capacity string
-	sw       string
-	service  string
-	mtu      int
-	token    tokenFlags
-	cred     credentialFlag
-	log      logFlags
 }
 
 func init() {
@@ -69,25 +130,15 @@ SIGINT or SIGTERM shuts the node down.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runStord(cmd, &f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.listen, "listen", ":0", "UDP `address` to serve on (host:port; port 0 picks one)")
 	fl.StringVar(&f.dir, "dir", "", "`directory` holding the node's volumes (created if missing; required)")
 	fl.IntVar(&f.id, "id", -1, fmt.Sprintf("node id, 0 to %d (default: the one --dir holds, 0 for a new one)", stor.MaxNodes-1))
 	fl.StringVar(&f.capacity, "capacity", "0", "most bytes of extents to take (0: as much as the disk holds)")
-	fl.StringVar(&f.sw, "switch", os.Getenv("NDMA_SWITCH"), "forwarding node `address` (host:port; default $NDMA_SWITCH)")
-	fl.StringVar(&f.service, "service", stor.DefaultService, "storage service name at the switch (one per storage cluster)")
-	fl.IntVar(&f.mtu, "mtu", transport.DefaultMTU, "largest datagram to send, in bytes, header included (at most the switch's)")
-	f.token.register(fl)
-	f.cred.register(fl, "of role member")
-	f.log.register(fl)
+	f.storDaemonFlags.register(fl)
 	_ = cmd.MarkFlagRequired("dir")
 	rootCmd.AddCommand(cmd)
 }
 
 func runStord(cmd *cobra.Command, f *stordFlags) error {
-	logger, err := f.log.logger(cmd.ErrOrStderr())
-	if err != nil {
-		return err
-	}
 	if f.dir == "" {
 		return errors.New("--dir: give the node's directory")
 	}
@@ -98,34 +149,13 @@ func runStord(cmd *cobra.Command, f *stordFlags) error {
 	if err != nil || capacity < 0 {
 		return fmt.Errorf("--capacity %q: want a size, 0 for no bound (%v)", f.capacity, err)
 	}
-	if f.sw == "" {
-		return errors.New("--switch: no forwarding node given (nor $NDMA_SWITCH)")
-	}
-	sw, err := resolvePeer("--switch", f.sw)
+	d, err := f.open(cmd, 0)
 	if err != nil {
 		return err
 	}
-	listen, err := resolveListen("--listen", f.listen)
-	if err != nil {
-		return err
-	}
-	var fab endpoint.FabricOptions
-	if fab.Token, fab.Insecure, err = f.token.resolve(os.Getenv); err != nil {
-		return err
-	}
-	if fab.Insecure {
-		warnInsecure(cmd.ErrOrStderr(), sw)
-	}
-	id, err := f.cred.load(os.Getenv, secure.RoleMember)
-	if err != nil {
-		return err
-	}
-	ep, err := endpoint.Listen(listen, endpoint.Config{Transport: transport.Config{MTU: f.mtu}}, endpointOptions(id))
-	if err != nil {
-		return fmt.Errorf("--listen/--mtu: %w", err)
-	}
+	ep, sw, id := d.ep, d.sw, d.id
 	defer ep.Close()
-	n, err := stor.NewNode(ep, stor.NodeConfig{Dir: f.dir, ID: f.id, Capacity: uint64(capacity), Switch: sw, Fabric: fab, Service: f.service, Logger: logger})
+	n, err := stor.NewNode(ep, stor.NodeConfig{Dir: f.dir, ID: f.id, Capacity: uint64(capacity), Switch: sw, Fabric: d.fab, Service: f.service, Logger: d.logger})
 	if err != nil {
 		return err
 	}
@@ -146,11 +176,8 @@ func runStord(cmd *cobra.Command, f *stordFlags) error {
 
 func init() {
 	var (
-		listen, sw, service, name string
-		mtu                       int
-		token                     tokenFlags
-		cred                      credentialFlag
-		logf                      logFlags
+		f    storDaemonFlags
+		name string
 	)
 	cmd := &cobra.Command{
 		Use:   "storgw",
@@ -167,37 +194,13 @@ SIGINT or SIGTERM shuts it down.`,
 		Example: `  ndma storgw --switch 127.0.0.1:7471 --token-file fabric.key`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			logger, err := logf.logger(cmd.ErrOrStderr())
+			d, err := f.open(cmd, stor.IOTimeout)
 			if err != nil {
 				return err
 			}
-			if sw == "" {
-				return errors.New("--switch: no forwarding node given (nor $NDMA_SWITCH)")
-			}
-			if sw, err = resolvePeer("--switch", sw); err != nil {
-				return err
-			}
-			l, err := resolveListen("--listen", listen)
-			if err != nil {
-				return err
-			}
-			var fab endpoint.FabricOptions
-			if fab.Token, fab.Insecure, err = token.resolve(os.Getenv); err != nil {
-				return err
-			}
-			if fab.Insecure {
-				warnInsecure(cmd.ErrOrStderr(), sw)
-			}
-			id, err := cred.load(os.Getenv, secure.RoleMember)
-			if err != nil {
-				return err
-			}
-			ep, err := endpoint.Listen(l, endpoint.Config{Transport: transport.Config{MTU: mtu}, OpTimeout: stor.IOTimeout}, endpointOptions(id))
-			if err != nil {
-				return fmt.Errorf("--listen/--mtu: %w", err)
-			}
+			ep, sw, id := d.ep, d.sw, d.id
 			defer ep.Close()
-			gw := stor.NewGateway(ep, stor.GatewayConfig{Switch: sw, Fabric: fab, Service: service, Name: name, Logger: logger})
+			gw := stor.NewGateway(ep, stor.GatewayConfig{Switch: sw, Fabric: d.fab, Service: f.service, Name: name, Logger: d.logger})
 			return runUntilSignal(cmd, func(ctx context.Context) error {
 				sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				err := gw.Start(sctx)
@@ -206,7 +209,7 @@ SIGINT or SIGTERM shuts it down.`,
 					return credentialHint(err, id)
 				}
 				if name == "" {
-					name = stor.GatewayName(service)
+					name = stor.GatewayName(f.service)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "storage gateway %q listening on %v, switch %s\n", name, ep.LocalAddr(), sw)
 				<-ctx.Done()
@@ -216,14 +219,8 @@ SIGINT or SIGTERM shuts it down.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&listen, "listen", ":0", "UDP `address` to serve on (host:port; port 0 picks one)")
-	fl.StringVar(&sw, "switch", os.Getenv("NDMA_SWITCH"), "forwarding node `address` (host:port; default $NDMA_SWITCH)")
-	fl.StringVar(&service, "service", stor.DefaultService, "storage service name at the switch")
+	f.register(fl)
 	fl.StringVar(&name, "name", "", "the gateway's own service name (default SERVICE.gw)")
-	fl.IntVar(&mtu, "mtu", transport.DefaultMTU, "largest datagram to send, in bytes, header included (at most the switch's)")
-	token.register(fl)
-	cred.register(fl, "of role member")
-	logf.register(fl)
 	rootCmd.AddCommand(cmd)
 }
 
