@@ -445,3 +445,49 @@ func TestSimAnycastLossy(t *testing.T) {
 	t.Logf("per member %v, %d multi-packet both ways, virtual %v, network dropped %d, switch anycast in/out %d/%d",
 		served, multi, f.net.Elapsed(), net.Dropped(), f.sw.Stats().AnycastIn, f.sw.Stats().AnycastOut)
 }
+
+// TestSimAnycastAcksRide: on anycast streams, whose both ends are
+// engines (the client's to the switch, the switch's to the member), the
+// ACKs ride on data: a client issuing one request at a time sends one
+// datagram per request (its ACK of the last reply rides on the next
+// request) and the members' ACKs of requests ride on their replies;
+// nothing is retransmitted, and a request costs a few tens of
+// microseconds of virtual time, not a retransmission timeout.
+func TestSimAnycastAcksRide(t *testing.T) {
+	seed := int64(71)
+	f := newSimFabric(t, seed, impaired(0), fabric.Config{})
+	srv := f.addMembers(2)
+	clients := f.addMembers(1)
+	for i, m := range srv {
+		m.serve = func(r *endpoint.Request) ([]byte, error) { return anyEcho(i, r.Data), nil }
+	}
+	gid := f.anyRegister("acks", srv, fabric.PolicyRoundRobin, nil)
+	const total = 400
+	before := []endpoint.Stats{clients[0].core.Stats(), srv[0].core.Stats(), srv[1].core.Stats()}
+	start := f.net.Elapsed()
+	anyDrive(f, clients, gid, total, 1, anySeqReq, func(_ int, op *endpoint.Op) { anyCheckEcho(f, op, -1) })
+	per := (f.net.Elapsed() - start) / total
+	for i, c := range []*simMember{clients[0], srv[0], srv[1]} {
+		a, b := before[i].Transport, c.core.Stats().Transport
+		alone := (b.AcksSent - b.AcksPiggybacked) - (a.AcksSent - a.AcksPiggybacked)
+		riding := b.AcksPiggybacked - a.AcksPiggybacked
+		retx := b.PacketsRetransmitted - a.PacketsRetransmitted
+		t.Logf("endpoint %d: %d ACKs riding, %d alone, %d retransmitted", i, riding, alone, retx)
+		if retx != 0 {
+			t.Errorf("seed %d: endpoint %d retransmitted %d packets", seed, i, retx)
+		}
+		// Each member serves total/2 requests; a few ACKs (the last one,
+		// one due when no data goes out) may still travel alone.
+		want := uint64(total / 2)
+		if i == 0 {
+			want = total
+		}
+		if riding < want*9/10 || alone > want/10 {
+			t.Errorf("seed %d: endpoint %d: %d ACKs rode on data and %d went alone over %d requests", seed, i, riding, alone, want)
+		}
+	}
+	if per > 200*time.Microsecond {
+		t.Errorf("seed %d: %v of virtual time per request", seed, per)
+	}
+	t.Logf("%v of virtual time per request", per)
+}

@@ -303,9 +303,10 @@ func (p *peer) piggybacks(limited bool) bool {
 	return !limited && p.pointToPoint() && p.rcvHigh == p.rcvNxt
 }
 
-// pointToPoint reports whether the peer is on the point-to-point group
-// (group 0, unicast), where ACKs ride on data and may be delayed.
-func (p *peer) pointToPoint() bool { return p.id.Group == 0 && p.id.Mode == wire.ModeUnicast }
+// pointToPoint reports whether the peer's stream has an engine at each
+// end (wire.EngineToEngine: the point-to-point group and anycast), where
+// ACKs ride on data and may be delayed.
+func (p *peer) pointToPoint() bool { return wire.EngineToEngine(p.id.Mode, p.id.Group) }
 
 // ackRides reports whether the first data packet poll is about to send
 // to the peer has room for the pending ACK (see piggybacks): a full-size

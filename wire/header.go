@@ -126,11 +126,21 @@ const (
 	// FlagAck: the payload ends with an AckFixedLen-byte ACK frame
 	// without SACK blocks, acknowledging the receiver's own stream to
 	// the sender: an ACK riding on data (AppendPacketAck, SplitAck).
-	// Only on data packets of the point-to-point group (Group 0,
-	// ModeUnicast), whose both ends are transport engines.
+	// Only on data packets of streams whose both ends are transport
+	// engines (EngineToEngine).
 	FlagAck    Flags = 1 << 5
 	flagsKnown       = FlagResp | FlagAuth | FlagRetx | FlagSyn | FlagReplyTo | FlagAck
 )
+
+// EngineToEngine reports whether a stream of mode m in group g has a
+// transport engine at each end and nothing between them that merges or
+// forwards its ACKs: the point-to-point group (group 0, ModeUnicast) and
+// anycast (a client's stream to the forwarding node and the node's to a
+// member, each ended by the forwarding node's own engine). Only there may
+// an ACK ride on data (FlagAck) or be delayed.
+func EngineToEngine(m Mode, g uint32) bool {
+	return m == ModeAnycast || m == ModeUnicast && g == 0
+}
 
 // Dtype is the element type of a vector operation.
 type Dtype uint8
@@ -465,7 +475,7 @@ func (h *Header) validate() error {
 	if h.Flags&FlagReplyTo != 0 && (h.Mode != ModePool || h.Len < ReplyToLen) {
 		return ErrFlags
 	}
-	if h.Flags&FlagAck != 0 && (h.Mode != ModeUnicast || h.Group != 0 || !h.Op.IsData() || h.Len < AckFixedLen) {
+	if h.Flags&FlagAck != 0 && (!EngineToEngine(h.Mode, h.Group) || !h.Op.IsData() || h.Len < AckFixedLen) {
 		return ErrFlags
 	}
 	if (h.SASeq != 0 || h.SAID != 0) && h.Flags&FlagAuth == 0 || (h.Copies != 0 && h.Mode != ModePool) || (h.Hop != 0 && h.Op != OpChain) {

@@ -77,6 +77,7 @@ func TestParseRejects(t *testing.T) {
 		{"reply-to outside pool mode", reseal(func(h *Header) { h.Flags |= FlagReplyTo }), ErrFlags},
 		{"ack riding on a group's data", reseal(func(h *Header) { h.Flags |= FlagAck; h.Group = 3 }), ErrFlags},
 		{"ack riding on multicast", reseal(func(h *Header) { h.Flags |= FlagAck; h.Group, h.Mode = 0, ModeMulticast }), ErrFlags},
+		{"ack riding on aggregation", reseal(func(h *Header) { h.Flags |= FlagAck; h.Group, h.Mode = 3, ModeAggregate }), ErrFlags},
 		{"ack riding on an ACK", func() []byte {
 			h2 := Header{Version: Version, Op: OpAck, Flags: FlagAck}
 			b, _ := AppendPacket(nil, &h2, make([]byte, AckFixedLen))
@@ -390,6 +391,26 @@ func TestAckRiding(t *testing.T) {
 	data, err := SplitAck(payload, &b)
 	if err != nil || string(data) != "0123456789" || b.Cum != a.Cum || b.Window != a.Window || b.EchoTS != a.EchoTS || b.AckDelay != a.AckDelay || b.NBlocks != 0 {
 		t.Fatalf("SplitAck: %q, %+v, %v", data, b, err)
+	}
+	// Anycast streams (engine to engine through the switch) carry them
+	// too, in any group; EngineToEngine says which streams do.
+	ah := h
+	ah.Group, ah.Mode = 9, ModeAnycast
+	apkt, err := AppendPacketAck(nil, &ah, []byte("0123456789"), &a, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Parse(apkt, &g); err != nil || g.Flags&FlagAck == 0 {
+		t.Fatalf("anycast packet with a riding ACK: %v, flags %v", err, g.Flags)
+	}
+	for _, c := range []struct {
+		m    Mode
+		g    uint32
+		want bool
+	}{{ModeUnicast, 0, true}, {ModeAnycast, 0, true}, {ModeAnycast, 7, true}, {ModeUnicast, 7, false}, {ModeMulticast, 7, false}, {ModeAggregate, 7, false}, {ModePool, 0, false}} {
+		if got := EngineToEngine(c.m, c.g); got != c.want {
+			t.Errorf("EngineToEngine(%v, %d) = %v, want %v", c.m, c.g, got, c.want)
+		}
 	}
 	// Unchecked: no CRC, for a security layer to seal.
 	u, _ := AppendPacketAck(nil, &h, []byte("0123456789"), &a, false)

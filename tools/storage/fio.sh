@@ -96,7 +96,7 @@ ip netns exec "$H0" bash -euo pipefail -c '
     # node 2 is killed KILLAFTER seconds into the writes.
     ( sleep "${KILLAFTER:-8}"; pkill -KILL -f "ndma stord .*--id 2( |$)" && echo "fio.sh: killed storage node 2" >&2 || true ) &
     killer=$!
-    UNTIMED=1 job volume-verify-kill "$fs/v" randwrite 16 --verify=crc32c --do_verify=1 --verify_fatal=1
+    UNTIMED=1 job volume-verify-kill "$fs/v" randwrite 16 --verify=crc32c --do_verify=1 --verify_fatal=1 --verify_state_save=0
     wait $killer
   fi
 '
