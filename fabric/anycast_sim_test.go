@@ -450,9 +450,10 @@ func TestSimAnycastLossy(t *testing.T) {
 // engines (the client's to the switch, the switch's to the member), the
 // ACKs ride on data: a client issuing one request at a time sends one
 // datagram per request (its ACK of the last reply rides on the next
-// request) and the members' ACKs of requests ride on their replies;
-// nothing is retransmitted, and a request costs a few tens of
-// microseconds of virtual time, not a retransmission timeout.
+// request), the members' and the switch's ACKs of requests ride on the
+// replies, the switch's of replies on the next requests; nothing is
+// retransmitted, and a request costs a few tens of microseconds of
+// virtual time, not a retransmission timeout.
 func TestSimAnycastAcksRide(t *testing.T) {
 	seed := int64(71)
 	f := newSimFabric(t, seed, impaired(0), fabric.Config{})
@@ -464,6 +465,7 @@ func TestSimAnycastAcksRide(t *testing.T) {
 	gid := f.anyRegister("acks", srv, fabric.PolicyRoundRobin, nil)
 	const total = 400
 	before := []endpoint.Stats{clients[0].core.Stats(), srv[0].core.Stats(), srv[1].core.Stats()}
+	swBefore := f.sw.Stats().Transport
 	start := f.net.Elapsed()
 	anyDrive(f, clients, gid, total, 1, anySeqReq, func(_ int, op *endpoint.Op) { anyCheckEcho(f, op, -1) })
 	per := (f.net.Elapsed() - start) / total
@@ -486,8 +488,41 @@ func TestSimAnycastAcksRide(t *testing.T) {
 			t.Errorf("seed %d: endpoint %d: %d ACKs rode on data and %d went alone over %d requests", seed, i, riding, alone, want)
 		}
 	}
+	// The switch holds its ACK of a request for the reply it relays, and
+	// its ACK of a member's reply for the next request to that member.
+	a, b := swBefore, f.sw.Stats().Transport
+	if alone, riding := (b.AcksSent-b.AcksPiggybacked)-(a.AcksSent-a.AcksPiggybacked), b.AcksPiggybacked-a.AcksPiggybacked; riding < 2*total*9/10 || alone > 2*total/10 {
+		t.Errorf("seed %d: switch: %d ACKs rode on data and %d went alone over %d requests", seed, riding, alone, total)
+	} else {
+		t.Logf("switch: %d ACKs riding, %d alone", riding, alone)
+	}
 	if per > 200*time.Microsecond {
 		t.Errorf("seed %d: %v of virtual time per request", seed, per)
 	}
 	t.Logf("%v of virtual time per request", per)
+}
+
+// TestSimAnycastSlowReplyAck: a member that takes 5 ms to answer: the
+// switch's and the member's ACKs of the request, held for a reply to
+// ride on, go alone after transport.MaxAckDelay, within the client's and
+// the switch's retransmission timeouts (which allow for that delay):
+// nothing is resent.
+func TestSimAnycastSlowReplyAck(t *testing.T) {
+	seed := int64(72)
+	f := newSimFabric(t, seed, impaired(0), fabric.Config{})
+	srv := f.addMembers(1)
+	clients := f.addMembers(1)
+	anyServers(f, srv, func(int, *endpoint.Request) time.Duration { return 5 * time.Millisecond })
+	gid := f.anyRegister("slow", srv, fabric.PolicyRoundRobin, nil)
+	const total = 50
+	cb, sb, swb := clients[0].core.Stats().Transport, srv[0].core.Stats().Transport, f.sw.Stats().Transport
+	anyDrive(f, clients, gid, total, 1, anySeqReq, func(_ int, op *endpoint.Op) { anyCheckEcho(f, op, 0) })
+	ca, sa, swa := clients[0].core.Stats().Transport, srv[0].core.Stats().Transport, f.sw.Stats().Transport
+	if n := ca.PacketsRetransmitted - cb.PacketsRetransmitted + swa.PacketsRetransmitted - swb.PacketsRetransmitted + sa.PacketsRetransmitted - sb.PacketsRetransmitted; n != 0 {
+		t.Errorf("seed %d: %d packets resent (client %d, switch %d, member %d)", seed, n,
+			ca.PacketsRetransmitted-cb.PacketsRetransmitted, swa.PacketsRetransmitted-swb.PacketsRetransmitted, sa.PacketsRetransmitted-sb.PacketsRetransmitted)
+	}
+	if alone := (swa.AcksSent - swa.AcksPiggybacked) - (swb.AcksSent - swb.AcksPiggybacked); alone < total {
+		t.Errorf("seed %d: the switch sent %d ACKs of their own over %d slow requests; want one per request at least", seed, alone, total)
+	}
 }

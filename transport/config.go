@@ -88,11 +88,12 @@ type Config struct {
 	// only when every datagram Step sees came out of such a layer.
 	Verified bool
 	// ImmediateAcks sends every ACK at once. By default the ACK of a
-	// lone one-packet response on the point-to-point group (a READ's
-	// data, say) waits up to MaxAckDelay for the next request to ride on
-	// (wire.FlagAck), as an ACK due when data goes out to the same peer
-	// always does: a request and its response then cost two datagrams,
-	// not four. Every sender adds MaxAckDelay to its retransmission
+	// lone one-packet response on the point-to-point group or an anycast
+	// stream (a READ's data, say) waits up to MaxAckDelay for the next
+	// request to ride on (wire.FlagAck), as an ACK due when data goes out
+	// to the same peer always does, and on an anycast stream so does the
+	// ACK of a lone one-packet request, for its reply: a request and its
+	// response then cost two datagrams, not four. Every sender adds MaxAckDelay to its retransmission
 	// timeout on that group, so a peer that sets ImmediateAcks still
 	// interoperates.
 	ImmediateAcks bool

@@ -660,10 +660,12 @@ func (e *Engine) StepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit
 		}
 	}
 	d.MsgDone = p.commitData(now, h, pm)
-	if !wasPending && d.MsgDone && !e.cfg.ImmediateAcks && h.Flags&wire.FlagResp != 0 &&
+	if !wasPending && d.MsgDone && !e.cfg.ImmediateAcks && (h.Flags&wire.FlagResp != 0 || h.Mode == wire.ModeAnycast) &&
 		h.Offset == 0 && uint32(h.Len) == h.MsgLen && p.piggybacks(false) && !p.limited() {
 		// A lone one-packet response: its ACK may wait for the next
-		// request to ride on.
+		// request to ride on. A lone one-packet anycast request: for its
+		// reply (the switch relays the member's; a member answers), which
+		// goes back on the same stream.
 		p.ackAt = nanos(now) + int64(MaxAckDelay)
 	}
 	d.Payload = payload
