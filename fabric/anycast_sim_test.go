@@ -526,3 +526,52 @@ func TestSimAnycastSlowReplyAck(t *testing.T) {
 		t.Errorf("seed %d: the switch sent %d ACKs of their own over %d slow requests; want one per request at least", seed, alone, total)
 	}
 }
+
+// TestSimAnycastRelayBackpressure: four clients on 1 Gbit/s links each
+// keep eight 1 MiB requests in flight to one member behind a 100 Mbit/s
+// link — eight times what its link takes. The switch holds the clients
+// back (it leaves their fragments unacknowledged while its queue toward
+// the member is long, so that they are resent later) instead of failing
+// the requests whose fragments find the queue full: every request is
+// answered, none refused.
+func TestSimAnycastRelayBackpressure(t *testing.T) {
+	seed := int64(73)
+	f := newSimFabric(t, seed, impaired(0), fabric.Config{})
+	srv := f.addMembers(1)
+	clients := f.addMembers(4)
+	slow := f.link
+	slow.Rate = 1e8
+	f.net.Detach(srv[0].addr)
+	f.net.Attach(srv[0].addr, srv[0], slow, slow)
+	srv[0].serve = func(r *endpoint.Request) ([]byte, error) { return anyEcho(0, r.Data[:8]), nil }
+	gid := f.anyRegister("big", srv, fabric.PolicyLeastOutstanding, nil)
+	const total = 64
+	r := rand.New(rand.NewPCG(uint64(seed), 0))
+	failed := 0
+	anyDrive(f, clients, gid, total, 8, func(i int) (uint64, []byte) {
+		b := randBytes(r, 1<<20)
+		binary.BigEndian.PutUint64(b, uint64(i))
+		return 0, b
+	}, func(i int, op *endpoint.Op) {
+		if op.Err != nil {
+			failed++
+			t.Logf("request %d: %v", i, op.Err)
+			return
+		}
+		if len(op.Resp) != 10 || !bytes.Equal(op.Resp[2:], op.Buf[:8]) {
+			t.Errorf("seed %d: request %d: reply %x", seed, i, op.Resp)
+		}
+	})
+	st := f.sw.Stats()
+	t.Logf("virtual %v, switch: anycast refused %d, forward dropped %d, held back %d", f.net.Elapsed(), st.AnycastRefused, st.ForwardDropped, st.AnycastHeld)
+	if failed > 0 {
+		t.Errorf("seed %d: %d of %d requests failed", seed, failed, total)
+	}
+	if st.AnycastHeld == 0 || st.ForwardDropped != 0 || st.AnycastPending != 0 {
+		t.Errorf("seed %d: switch held back %d fragments, dropped %d relaying, %d requests pending; want some held, none dropped or pending", seed, st.AnycastHeld, st.ForwardDropped, st.AnycastPending)
+	}
+	// The member's link (64 MiB at 100 Mbit/s: 5.4 s) stays busy.
+	if limit := 7 * time.Second; f.net.Elapsed() > limit {
+		t.Errorf("seed %d: %v of virtual time for what the member's link takes in 5.4 s", seed, f.net.Elapsed())
+	}
+}

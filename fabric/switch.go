@@ -205,9 +205,11 @@ type Stats struct {
 	// disagreed.
 	AggExpired, AggStale, AggRefused uint64
 	// Anycast requests failed by AnycastTimeout; refused by MaxAnycast or
-	// MaxAnycastPerClient; in flight now.
-	AnycastExpired, AnycastRefused uint64
-	AnycastPending                 int
+	// MaxAnycastPerClient; in flight now. AnycastHeld counts fragments
+	// left unacknowledged (to be resent) while the switch's queue toward
+	// the relay's other end was long.
+	AnycastExpired, AnycastRefused, AnycastHeld uint64
+	AnycastPending                              int
 }
 
 // member is one member of a group.
@@ -285,6 +287,14 @@ type Switch struct {
 	anyFwd map[uint64]*anyReq
 	anyIn  map[anyKey]uint64
 	anyQ   anyQueue // lifetimes and per-client counts of anyFwd's entries
+	// anyPick is the member admitAnycast picked for the first fragment
+	// of a new request, which anycast then relays it to.
+	anyPick struct {
+		valid  bool
+		in     anyKey
+		group  uint32
+		member int
+	}
 
 	// pool: regions waiting for their grants, by grant message; scratch
 	grants      map[grantKey]*poolCreate

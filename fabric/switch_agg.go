@@ -21,6 +21,9 @@ type aggResult struct {
 // holds the sender back (the packet is not acknowledged and is resent).
 func (s *Switch) admit(d *transport.Delivery) bool {
 	h := &d.Header
+	if h.Mode == wire.ModeAnycast {
+		return s.admitAnycast(d)
+	}
 	if h.Mode != wire.ModeAggregate || h.Op != wire.OpData || h.Flags&wire.FlagResp != 0 {
 		return true
 	}

@@ -89,10 +89,77 @@ func (q *anyQueue) nextExpiry() time.Time {
 	return q.oldest.deadline
 }
 
+// anyBacklog is the share of a peer's queue (transport MaxPeerMessages)
+// beyond which the switch holds back the other end of the relays that
+// feed it: 1/anyBacklog.
+const anyBacklog = 4
+
+// congested reports whether the switch's queue toward to is long enough
+// to hold back what would add to it.
+func (s *Switch) congested(to transport.PeerID) bool {
+	n, limit := s.eng.Queued(to)
+	return n >= max(limit/anyBacklog, 1)
+}
+
+// anyMember is the switch's anycast stream to member m of group g.
+func anyMember(g *group, m *member) transport.PeerID {
+	return transport.PeerID{Addr: m.addr, Group: g.id, Member: m.id, Mode: wire.ModeAnycast}
+}
+
+// admitAnycast is called by the engine before an anycast fragment counts
+// as received. While the switch's queue toward the relay's other end
+// (the member a request goes to, the client a reply goes to) is long,
+// the fragment is refused: not acknowledged, so that its sender resends
+// it later and its congestion control slows it down, as a full port
+// buffer would — instead of relaying it into a queue that overflows and
+// fails the request. The first fragment of a new request picks its
+// member here (anyPick), so that it waits for the member it will go to.
+// O(1) per fragment.
+func (s *Switch) admitAnycast(d *transport.Delivery) bool {
+	h := &d.Header
+	g := s.groups[h.Group]
+	if g == nil || !g.service || g.sel == nil {
+		return true // anycast answers it
+	}
+	if h.Flags&wire.FlagResp != 0 {
+		if r := s.anyFwd[h.MsgID]; r != nil && s.congested(r.client) {
+			s.stats.AnycastHeld++
+			return false
+		}
+		return true
+	}
+	k := anyKey{d.Peer, h.MsgID}
+	if id, ok := s.anyIn[k]; ok {
+		if r := s.anyFwd[id]; r != nil {
+			if m := g.member(uint16(r.member)); m != nil && s.congested(anyMember(g, m)) {
+				s.stats.AnycastHeld++
+				return false
+			}
+		}
+		return true
+	}
+	if len(s.anyFwd) >= s.cfg.MaxAnycast || s.anyQ.perClient[d.Peer.Addr] >= s.cfg.MaxAnycastPerClient {
+		return true // anycast refuses it
+	}
+	mem, err := g.sel.Pick(h.Addr)
+	if err != nil {
+		return true // anycast answers it
+	}
+	if m := g.member(uint16(mem)); m != nil && s.congested(anyMember(g, m)) {
+		g.sel.Done(mem)
+		s.stats.AnycastHeld++
+		return false
+	}
+	s.anyPick.valid, s.anyPick.in, s.anyPick.group, s.anyPick.member = true, k, g.id, mem
+	return true
+}
+
 // anycast forwards a request fragment to its pinned member, or a member's
 // reply fragment back to the client.
 func (s *Switch) anycast(now time.Time, d *transport.Delivery) {
 	h := &d.Header
+	pick := s.anyPick
+	s.anyPick.valid = false
 	s.stats.AnycastIn++
 	g := s.groups[h.Group]
 	if g == nil || !g.service || g.sel == nil {
@@ -129,13 +196,28 @@ func (s *Switch) anycast(now time.Time, d *transport.Delivery) {
 	if ok {
 		r = s.anyFwd[id]
 	}
+	picked := pick.valid && pick.in == k && pick.group == g.id && r == nil
+	mem := pick.member
+	if pick.valid && !picked {
+		// Picked for a fragment that turned out not to start a request:
+		// given back.
+		if pg := s.groups[pick.group]; pg != nil && pg.sel != nil {
+			pg.sel.Done(pick.member)
+		}
+	}
 	if r == nil {
 		if len(s.anyFwd) >= s.cfg.MaxAnycast || s.anyQ.perClient[d.Peer.Addr] >= s.cfg.MaxAnycastPerClient {
+			if picked {
+				g.sel.Done(mem)
+			}
 			s.stats.AnycastRefused++
 			s.reply(d.Peer, h, wire.StatusBusy, 0)
 			return
 		}
-		mem, err := g.sel.Pick(h.Addr)
+		var err error
+		if !picked {
+			mem, err = g.sel.Pick(h.Addr)
+		}
 		if err != nil {
 			st := wire.StatusBusy
 			if errors.Is(err, ErrNoOwner) || errors.Is(err, ErrNoMember) {
@@ -160,8 +242,7 @@ func (s *Switch) anycast(now time.Time, d *transport.Delivery) {
 	out := *h
 	out.MsgID = id
 	buf := append([]byte(nil), d.Payload...)
-	to := transport.PeerID{Addr: m.addr, Group: g.id, Member: m.id, Mode: wire.ModeAnycast}
-	if _, err := s.eng.SendFragment(to, &out, buf, 0); err != nil {
+	if _, err := s.eng.SendFragment(anyMember(g, m), &out, buf, 0); err != nil {
 		s.stats.ForwardDropped++
 		s.failAnycast(id, r, sendStatus(err))
 		return

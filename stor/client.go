@@ -31,7 +31,10 @@ type ClientOptions struct {
 	// MaxInflight bounds the bytes of reads (and of writes through a
 	// gateway) in flight at once over the client's volumes, as a block
 	// layer bounds its queue: beyond it an I/O waits, instead of
-	// overrunning the switch's relay queues. Zero means 8 MiB.
+	// overrunning the switch's relay queues. A write through a gateway
+	// counts once per replica (the gateway's link carries a copy for
+	// each), so that the gateway's queue drains within the I/O timeouts.
+	// Zero means 8 MiB.
 	MaxInflight int
 }
 
@@ -41,6 +44,8 @@ type Client struct {
 	sw       string
 	opts     ClientOptions
 	inflight *semaphore.Weighted
+	// inflightLimit is inflight's size.
+	inflightLimit int64
 }
 
 // IOTimeout is a good endpoint.Config.OpTimeout for an endpoint that
@@ -61,7 +66,8 @@ func NewClient(ep *endpoint.Endpoint, sw string, opts ClientOptions) *Client {
 	if opts.MaxInflight <= 0 {
 		opts.MaxInflight = 8 << 20
 	}
-	return &Client{ep: ep, sw: sw, opts: opts, inflight: semaphore.NewWeighted(int64(max(opts.MaxInflight, MaxIO)))}
+	limit := int64(max(opts.MaxInflight, MaxIO))
+	return &Client{ep: ep, sw: sw, opts: opts, inflight: semaphore.NewWeighted(limit), inflightLimit: limit}
 }
 
 func (c *Client) call(ctx context.Context, id uint16, what string, req []byte) ([]byte, error) {
@@ -729,11 +735,12 @@ func (v *Volume) startMulticast(e int, ver, off uint64, data []byte) (*endpoint.
 }
 
 // startGateway sends one write piece to the gateway (controller mode),
-// holding its bytes in Client.inflight; it returns the request, to send
-// again, and the bytes held.
+// holding its bytes in Client.inflight once per replica (what the
+// gateway's link carries for it); it returns the request, to send again,
+// and the bytes held.
 func (v *Volume) startGateway(ver, off uint64, data []byte) (*endpoint.Op, []byte, int, error) {
 	req := (&oneReq{Name: v.d.Name, Holder: v.holder, Ver: ver, Off: off, Data: data}).append(nil, opGwWrite)
-	n := len(data)
+	n := int(min(int64(len(data))*int64(max(v.d.Replicas, 1)), v.c.inflightLimit))
 	if err := v.c.inflight.Acquire(context.Background(), int64(n)); err != nil {
 		return nil, nil, 0, err
 	}

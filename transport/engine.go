@@ -674,6 +674,22 @@ func (e *Engine) StepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit
 	return d, true
 }
 
+// Queued is the number of messages queued or in flight to one peer (a
+// forwarding node relaying fragments counts each as a message), and the
+// most it may hold (MaxPeerMessages, or MaxStrangerMessages for an
+// amplification-limited stranger).
+func (e *Engine) Queued(id PeerID) (n, limit int) {
+	limit = e.cfg.MaxPeerMessages
+	p := e.lookup(id)
+	if p == nil {
+		return 0, limit
+	}
+	if p.limited() {
+		limit = e.cfg.MaxStrangerMessages
+	}
+	return int(p.nmsgs), limit
+}
+
 // SetWindow sets the receive window advertised to one peer, in packets
 // (zero restores Config.RecvWindow; larger values are capped to it). A
 // forwarding node shrinks it to the aggregation slots a sender may use.
