@@ -704,7 +704,7 @@ func (n *Node) read(b []byte) []byte {
 		out := make([]byte, 9+int(r.Len))
 		out[0] = byte(CodeOK)
 		binary.BigEndian.PutUint64(out[1:], v.versions[e])
-		_, err = v.data.ReadAt(out[9:], int64(r.Off))
+		_, err = readAt(v.data, out[9:], int64(r.Off))
 		v.mu.Unlock()
 		if err != nil {
 			return n.refuseErr(ioErr(err))
