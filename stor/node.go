@@ -102,11 +102,7 @@ func (n *Node) Stats() NodeStats {
 // (those a live writer is writing wait for it to take this node back into
 // its groups), registers the node with the switch and serves until Close.
 func (n *Node) Start(ctx context.Context) error {
-	for _, v := range n.st.list() {
-		v.mu.Lock()
-		v.ready = false
-		v.mu.Unlock()
-	}
+	n.unready()
 	if err := n.register(ctx); err != nil {
 		return err
 	}
@@ -116,6 +112,16 @@ func (n *Node) Start(ctx context.Context) error {
 	n.wg.Add(1)
 	go n.supervise()
 	return nil
+}
+
+// unready stops serving reads of every volume until a resync has
+// compared its extents with the other replicas' (maybeResync).
+func (n *Node) unready() {
+	for _, v := range n.st.list() {
+		v.mu.Lock()
+		v.ready = false
+		v.mu.Unlock()
+	}
 }
 
 // Close stops serving: services and write groups end, the files close.
@@ -224,6 +230,13 @@ func (n *Node) supervise() {
 			// which for a wildcard listener is not LocalAddr's.
 			return m.ID == n.st.id && m.Addr.Port() == n.ep.LocalAddr().Port()
 		})
+		if err == nil && !listed && n.ctx.Err() == nil {
+			// The switch counted this node dead (or restarted): writes
+			// may have passed it by meanwhile, so it serves reads again
+			// only once it has checked its extents against the other
+			// replicas, as after a restart.
+			n.unready()
+		}
 		if !listed && n.ctx.Err() == nil {
 			n.log.Info("stor: registering again", "node", n.st.id, "err", err)
 			if err := n.register(ctx); err != nil {

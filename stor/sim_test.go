@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -543,5 +544,93 @@ func TestSimControllerMode(t *testing.T) {
 			t.Fatal(err)
 		}
 		m.verify(t, v)
+	})
+}
+
+// TestSimPartitionedNode: a storage node cut off the network while its
+// process lives on (the switch counts it dead): the writer goes on
+// without it; when the network heals the node registers again, but it
+// serves no read until it has copied what it missed, so that another
+// client reading meanwhile never sees a stale block.
+func TestSimPartitionedNode(t *testing.T) {
+	simStorage(t, 3, 8, func(t *testing.T, s *simStor) {
+		c := s.client()
+		ctx := s.ctx()
+		d, err := c.Create(ctx, VolumeSpec{Name: "p", Size: 4 * MinExtent, Extent: MinExtent, Replicas: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := c.Open(ctx, "p", OpenOptions{Write: true, Lease: 3 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(uint64(s.seed), 1))
+		m := &model{b: make([]byte, d.Size)}
+		m.write(t, v, rng, 0, int(d.Size))
+		if err := v.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		// Node 2's link drops everything, both ways; its process runs on.
+		const cut = 2
+		addr := s.neps[cut].LocalAddr()
+		dead := s.link
+		dead.Loss = 1
+		s.net.Locked(func() { s.net.SetLink(addr, dead, dead) })
+		deadline := time.Now().Add(30 * time.Second)
+		for !slices.Contains(v.Degraded(), uint16(cut)) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the writer still counts node %d in 30 s after its link went dead", cut)
+			}
+			n := 1 + rng.IntN(MinExtent)
+			m.write(t, v, rng, rng.IntN(int(d.Size)-n), n)
+			if err := v.Flush(); err != nil {
+				t.Fatalf("flush with node %d cut off: %v", cut, err)
+			}
+		}
+		// Every extent changes while it is away.
+		for e := range d.Extents() {
+			m.write(t, v, rng, e*int(d.Extent), 4096)
+		}
+		if err := v.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		// The network heals. Another client reads everything, over and
+		// over, until node 2 serves the volume again.
+		s.net.Locked(func() { s.net.SetLink(addr, s.link, s.link) })
+		rc := s.client()
+		rv, err := rc.Open(ctx, "p", OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, d.Size)
+		deadline = time.Now().Add(30 * time.Second)
+		for reads := 0; ; reads++ {
+			if _, err := rv.ReadAt(got, 0); err != nil {
+				t.Fatalf("read %d: %v", reads, err)
+			}
+			if i := firstDiff(got, m.b); i >= 0 {
+				t.Fatalf("read %d after the heal: byte %d (extent %d) is stale", reads, i, i/int(d.Extent))
+			}
+			st, err := c.Stat(ctx, "p")
+			if err == nil && !st.Degraded && s.nodes[cut].Stats().Resynced > 0 {
+				t.Logf("node %d back after %d reads", cut, reads)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d not back 30 s after the heal: %+v %v", cut, st, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err := rv.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := v.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		m.verify(t, v)
+		s.checkFiles(d, m)
+		if err := v.Close(); err != nil {
+			t.Fatal(err)
+		}
 	})
 }
