@@ -233,6 +233,12 @@ func (c *Core) SetGroupSwitch(group uint32, sw netip.AddrPort) {
 // the members it was told died, and the multicasts buffered for it that
 // no receive took. Later traffic for the group is refused.
 func (c *Core) LeaveGroup(group uint32) {
+	if sw, ok := c.groupSw[group]; ok {
+		// The switch forgets its side of the group's streams with this
+		// member when it leaves (or dies): so does the member, or a
+		// later member of the same group id would find the old ones.
+		c.eng.ForgetGroup(sw, group, nil)
+	}
 	delete(c.joined, group)
 	delete(c.groupSw, group)
 	c.eng.ClearLocal(group)

@@ -97,8 +97,7 @@ const anyBacklog = 4
 // congested reports whether the switch's queue toward to is long enough
 // to hold back what would add to it.
 func (s *Switch) congested(to transport.PeerID) bool {
-	n, limit := s.eng.Queued(to)
-	return n >= max(limit/anyBacklog, 1)
+	return s.eng.PeerMessages(to) >= max(s.eng.MaxPeerMessages()/anyBacklog, 1)
 }
 
 // anyMember is the switch's anycast stream to member m of group g.

@@ -466,6 +466,7 @@ func TestSimSwitchRestart(t *testing.T) {
 		s.srv.Close()
 		time.Sleep(100 * time.Millisecond)
 		s.startSwitch()
+		restarted := time.Now()
 		deadline := time.Now().Add(20 * time.Second)
 		for {
 			lctx, lcancel := context.WithTimeout(ctx, time.Second)
@@ -484,6 +485,11 @@ func TestSimSwitchRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		m.verify(t, r)
+		// Every node left and joined its groups again: no stream either
+		// side forgot and the other kept holds a request up.
+		if took := time.Since(restarted); took > 5*time.Second {
+			t.Errorf("the volume was read back %v after the switch restarted; want within 5 s", took)
+		}
 		m.write(t, r, rng, 1000, 3*MinExtent)
 		if err := r.Close(); err != nil {
 			t.Fatal(err)

@@ -674,22 +674,6 @@ func (e *Engine) StepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit
 	return d, true
 }
 
-// Queued is the number of messages queued or in flight to one peer (a
-// forwarding node relaying fragments counts each as a message), and the
-// most it may hold (MaxPeerMessages, or MaxStrangerMessages for an
-// amplification-limited stranger).
-func (e *Engine) Queued(id PeerID) (n, limit int) {
-	limit = e.cfg.MaxPeerMessages
-	p := e.lookup(id)
-	if p == nil {
-		return 0, limit
-	}
-	if p.limited() {
-		limit = e.cfg.MaxStrangerMessages
-	}
-	return int(p.nmsgs), limit
-}
-
 // SetWindow sets the receive window advertised to one peer, in packets
 // (zero restores Config.RecvWindow; larger values are capped to it). A
 // forwarding node shrinks it to the aggregation slots a sender may use.
@@ -965,6 +949,33 @@ func (e *Engine) Peers() int { return e.npeers }
 // Strangers returns the number of stranger peers with state (at most
 // MaxStrangers).
 func (e *Engine) Strangers() int { return e.nstrangers }
+
+// MaxPeerMessages is Config.MaxPeerMessages (its default applied): the
+// most messages PeerMessages may reach for an established peer.
+func (e *Engine) MaxPeerMessages() int { return e.cfg.MaxPeerMessages }
+
+// ForgetGroup drops the state of every stream of group with the peer at
+// addr (any member, any mode), failing their outstanding messages with
+// err (nil means ErrPeerDead): what a member does when it leaves a group,
+// since the forwarding node forgets its side of the same streams, and a
+// stream one side forgot and the other did not would not carry anything
+// again (a member that joins the same group id again would find it).
+// O(streams of the group).
+func (e *Engine) ForgetGroup(addr netip.AddrPort, group uint32, err error) {
+	g := e.groups[group]
+	if g == nil {
+		return
+	}
+	var ids []PeerID
+	for _, p := range g.peers {
+		if p.id.Addr == addr {
+			ids = append(ids, p.id)
+		}
+	}
+	for _, id := range ids {
+		e.ForgetPeer(id, err)
+	}
+}
 
 // ForgetPeer drops all state for a peer, failing its outstanding messages
 // with err (nil means ErrPeerDead).

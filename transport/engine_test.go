@@ -265,3 +265,50 @@ func TestVerified(t *testing.T) {
 		t.Fatalf("delivered %v %q", ok, d.Payload)
 	}
 }
+
+// TestForgetGroup: ForgetGroup drops the streams of one group with one
+// address, whatever their member and mode, failing what they had
+// outstanding, and leaves the group's streams with other addresses and
+// other groups' streams alone.
+func TestForgetGroup(t *testing.T) {
+	e, err := New(Config{GroupModes: true, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw := netip.MustParseAddrPort("10.0.0.1:7471")
+	other := netip.MustParseAddrPort("10.0.0.2:7471")
+	ids := []PeerID{
+		{Addr: sw, Group: 5, Member: wire.MemberAll, Mode: wire.ModeAnycast},
+		{Addr: sw, Group: 5, Member: 3, Mode: wire.ModeUnicast},
+		{Addr: sw, Group: 5, Member: wire.MemberAll, Mode: wire.ModeAggregate},
+		{Addr: other, Group: 5, Member: wire.MemberAll, Mode: wire.ModeAnycast},
+		{Addr: sw, Group: 6, Member: wire.MemberAll, Mode: wire.ModeAnycast},
+	}
+	for i, id := range ids {
+		h := wire.Header{Op: wire.OpData}
+		if _, err := e.Send(id, &h, []byte("x"), uint64(i+1)); err != nil {
+			t.Fatalf("send to %+v: %v", id, err)
+		}
+	}
+	e.ForgetGroup(sw, 5, nil)
+	for i, id := range ids {
+		want := 1
+		if i < 3 {
+			want = 0
+		}
+		if got := e.PeerMessages(id); got != want {
+			t.Errorf("%+v: %d messages outstanding after ForgetGroup, want %d", id, got, want)
+		}
+	}
+	_, done, _ := e.Poll(t0, nil)
+	failed := map[uint64]bool{}
+	for _, c := range done {
+		if c.Err != nil {
+			failed[c.Token] = true
+		}
+	}
+	if len(failed) != 3 || !failed[1] || !failed[2] || !failed[3] {
+		t.Errorf("failed completions %v, want tokens 1, 2 and 3", failed)
+	}
+	e.ForgetGroup(sw, 99, nil) // no such group: nothing happens
+}
