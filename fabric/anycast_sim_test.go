@@ -575,3 +575,69 @@ func TestSimAnycastRelayBackpressure(t *testing.T) {
 		t.Errorf("seed %d: %v of virtual time for what the member's link takes in 5.4 s", seed, f.net.Elapsed())
 	}
 }
+
+// TestSimAnycastHeldMemberCrashes: the switch is holding clients back
+// behind a slow member's long queue when that member crashes. Nothing
+// waits for ever: the switch counts the member dead, forgets its queue,
+// fails the requests it held for it (MEMBER_DEAD), and the fragments it
+// held back go to the other member. Every request completes, answered by
+// the live member or failed with MEMBER_DEAD, well within the anycast
+// timeout. (Fragments of a request that already failed may still arrive
+// and open a relay of their own, which never completes: the anycast
+// timeout ends it, and nothing else is left behind.)
+func TestSimAnycastHeldMemberCrashes(t *testing.T) {
+	seed := int64(74)
+	f := newSimFabric(t, seed, impaired(0), fabric.Config{})
+	srv := f.addMembers(2)
+	clients := f.addMembers(4)
+	slow := f.link
+	slow.Rate = 1e8
+	for _, m := range srv {
+		f.net.Detach(m.addr)
+		f.net.Attach(m.addr, m, slow, slow)
+	}
+	for i, m := range srv {
+		m.serve = func(r *endpoint.Request) ([]byte, error) { return anyEcho(i, r.Data[:8]), nil }
+	}
+	gid := f.anyRegister("crash", srv, fabric.PolicyLeastOutstanding, nil)
+	const total = 64
+	r := rand.New(rand.NewPCG(uint64(seed), 0))
+	crashed := false
+	answered, dead := 0, 0
+	anyDrive(f, clients, gid, total, 8, func(i int) (uint64, []byte) {
+		if i == total/4 && !crashed {
+			crashed = true
+			f.crash(srv[1])
+		}
+		b := randBytes(r, 1<<20)
+		binary.BigEndian.PutUint64(b, uint64(i))
+		return 0, b
+	}, func(i int, op *endpoint.Op) {
+		switch {
+		case op.Err == nil:
+			if len(op.Resp) != 10 || !bytes.Equal(op.Resp[2:], op.Buf[:8]) {
+				t.Errorf("seed %d: request %d: reply %x", seed, i, op.Resp)
+			}
+			answered++
+		case errStatus(op.Err) == wire.StatusMemberDead:
+			dead++
+		default:
+			t.Errorf("seed %d: request %d: %v", seed, i, op.Err)
+		}
+	})
+	st := f.sw.Stats()
+	t.Logf("virtual %v: %d answered, %d failed MEMBER_DEAD; switch held back %d fragments, %d expired, %d pending", f.net.Elapsed(), answered, dead, st.AnycastHeld, st.AnycastExpired, st.AnycastPending)
+	if st.AnycastHeld == 0 || st.AnycastExpired != 0 {
+		t.Errorf("seed %d: held %d, expired %d: want some held, none expired", seed, st.AnycastHeld, st.AnycastExpired)
+	}
+	if answered < total/2 {
+		t.Errorf("seed %d: only %d of %d requests answered by the live member", seed, answered, total)
+	}
+	if f.net.Elapsed() > 20*time.Second {
+		t.Errorf("seed %d: %v of virtual time", seed, f.net.Elapsed())
+	}
+	f.net.RunFor(fabric.DefaultAnycastTimeout + time.Second)
+	if st := f.sw.Stats(); st.AnycastPending != 0 {
+		t.Errorf("seed %d: %d anycast relays still open after the anycast timeout", seed, st.AnycastPending)
+	}
+}
