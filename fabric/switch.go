@@ -207,9 +207,11 @@ type Stats struct {
 	// Anycast requests failed by AnycastTimeout; refused by MaxAnycast or
 	// MaxAnycastPerClient; in flight now. AnycastHeld counts fragments
 	// left unacknowledged (to be resent) while the switch's queue toward
-	// the relay's other end was long.
-	AnycastExpired, AnycastRefused, AnycastHeld uint64
-	AnycastPending                              int
+	// the relay's other end was long; AnycastStale, fragments of requests
+	// whose relay had already ended (failed, or refused early by the
+	// member), dropped.
+	AnycastExpired, AnycastRefused, AnycastHeld, AnycastStale uint64
+	AnycastPending                                            int
 }
 
 // member is one member of a group.
@@ -284,9 +286,10 @@ type Switch struct {
 	nextTok uint64
 
 	// anycast: forwarded request id → origin; pinned segments
-	anyFwd map[uint64]*anyReq
-	anyIn  map[anyKey]uint64
-	anyQ   anyQueue // lifetimes and per-client counts of anyFwd's entries
+	anyFwd  map[uint64]*anyReq
+	anyIn   map[anyKey]uint64
+	anyQ    anyQueue // lifetimes and per-client counts of anyFwd's entries
+	anyGone anyGone  // requests whose relay ended before they had all come in
 	// anyPick is the member admitAnycast picked for the first fragment
 	// of a new request, which anycast then relays it to.
 	anyPick struct {

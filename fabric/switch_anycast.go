@@ -32,8 +32,52 @@ type anyReq struct {
 	in        anyKey
 	deadline  time.Time
 	queued    bool
+	// relayed counts the request's bytes sent on to the member, of msgLen.
+	relayed, msgLen uint32
 	// the queue of requests in flight, oldest first
 	older, newer *anyReq
+}
+
+// anyGone remembers, for anyGoneLife, the requests whose relay ended
+// before the whole request had come in (the member refused it early, or
+// the request failed): the fragments still on their way, which the
+// client's transport delivers all the same, are dropped instead of
+// opening a relay of their own that would never complete. At most
+// anyGoneMax entries, the oldest forgotten first; O(1) per operation.
+type anyGone struct {
+	at   map[anyKey]time.Time
+	ring []anyKey // anyGoneMax, made on first use
+	head int      // oldest entry
+	n    int
+}
+
+const (
+	anyGoneMax  = 4096
+	anyGoneLife = 10 * time.Second // beyond any client's transport DeadTimeout
+)
+
+func (g *anyGone) add(k anyKey, now time.Time) {
+	if g.at == nil {
+		g.at = make(map[anyKey]time.Time)
+		g.ring = make([]anyKey, anyGoneMax)
+	}
+	for g.n > 0 && (g.n == anyGoneMax || now.Sub(g.at[g.ring[g.head]]) > anyGoneLife) {
+		delete(g.at, g.ring[g.head])
+		g.head = (g.head + 1) % anyGoneMax
+		g.n--
+	}
+	if _, ok := g.at[k]; ok {
+		return
+	}
+	g.at[k] = now
+	g.ring[(g.head+g.n)%anyGoneMax] = k
+	g.n++
+}
+
+// has reports whether k's relay ended less than anyGoneLife ago.
+func (g *anyGone) has(k anyKey, now time.Time) bool {
+	at, ok := g.at[k]
+	return ok && now.Sub(at) <= anyGoneLife
 }
 
 // anyQueue orders the requests in flight by deadline (they all live
@@ -137,6 +181,9 @@ func (s *Switch) admitAnycast(d *transport.Delivery) bool {
 		}
 		return true
 	}
+	if s.anyGone.has(k, s.now) {
+		return true // anycast drops it
+	}
 	if len(s.anyFwd) >= s.cfg.MaxAnycast || s.anyQ.perClient[d.Peer.Addr] >= s.cfg.MaxAnycastPerClient {
 		return true // anycast refuses it
 	}
@@ -204,6 +251,14 @@ func (s *Switch) anycast(now time.Time, d *transport.Delivery) {
 			pg.sel.Done(pick.member)
 		}
 	}
+	if r == nil && s.anyGone.has(k, now) {
+		// The rest of a request whose relay already ended.
+		if picked {
+			g.sel.Done(mem)
+		}
+		s.stats.AnycastStale++
+		return
+	}
 	if r == nil {
 		if len(s.anyFwd) >= s.cfg.MaxAnycast || s.anyQ.perClient[d.Peer.Addr] >= s.cfg.MaxAnycastPerClient {
 			if picked {
@@ -228,7 +283,7 @@ func (s *Switch) anycast(now time.Time, d *transport.Delivery) {
 		s.nextTok++
 		id = s.nextTok
 		r = &anyReq{id: id, client: d.Peer, clientMsg: h.MsgID, group: g, member: mem, in: k,
-			deadline: now.Add(s.cfg.AnycastTimeout)}
+			deadline: now.Add(s.cfg.AnycastTimeout), msgLen: h.MsgLen}
 		s.anyFwd[id] = r
 		s.anyIn[k] = id
 		s.anyQ.push(r)
@@ -246,6 +301,7 @@ func (s *Switch) anycast(now time.Time, d *transport.Delivery) {
 		s.failAnycast(id, r, sendStatus(err))
 		return
 	}
+	r.relayed += uint32(len(buf))
 	s.stats.AnycastOut++
 }
 
@@ -274,6 +330,9 @@ func (s *Switch) dropAnycast(r *anyReq) {
 		r.group.sel.Done(r.member)
 		delete(s.anyFwd, r.id)
 		delete(s.anyIn, r.in)
+		if r.relayed < r.msgLen {
+			s.anyGone.add(r.in, s.now)
+		}
 	}
 	s.anyQ.remove(r)
 }
