@@ -84,6 +84,11 @@ func TestMetrics(t *testing.T) {
 		"ndma_switch_no_group_total",
 		"ndma_switch_forward_drops_total",
 		"ndma_switch_members_dead_total",
+		"ndma_switch_anycast_refused_total",
+		"ndma_switch_anycast_expired_total",
+		"ndma_switch_anycast_held_total",
+		"ndma_switch_anycast_stale_total",
+		"ndma_switch_anycast_pending",
 		"ndma_switch_pool_slots_in_use",
 		"ndma_switch_pool_completions_total",
 		"ndma_switch_pool_no_slot_total",
@@ -100,6 +105,9 @@ func TestMetrics(t *testing.T) {
 	}
 	if got := m0["ndma_switch_pool_slots"]; got != 64 {
 		t.Errorf("ndma_switch_pool_slots = %v, want 64", got)
+	}
+	if got := m0["ndma_switch_anycast_pending"]; got != 0 {
+		t.Errorf("ndma_switch_anycast_pending = %v before any request", got)
 	}
 	if got := m0["ndma_switch_groups"]; got != 0 {
 		t.Errorf("ndma_switch_groups = %v before any join", got)
