@@ -527,6 +527,26 @@ func TestSimAnycastSlowReplyAck(t *testing.T) {
 	}
 }
 
+// slowLinks gives ms access links of rate bits/s (the fabric's link
+// otherwise); it must be called before they send anything.
+func (f *simFabric) slowLinks(ms []*simMember, rate float64) {
+	l := f.link
+	l.Rate = rate
+	for _, m := range ms {
+		f.net.Detach(m.addr)
+		f.net.Attach(m.addr, m, l, l)
+	}
+}
+
+// anyMiB makes request i: 1 MiB of random bytes starting with i.
+func anyMiB(r *rand.Rand) func(i int) (uint64, []byte) {
+	return func(i int) (uint64, []byte) {
+		b := randBytes(r, 1<<20)
+		binary.BigEndian.PutUint64(b, uint64(i))
+		return 0, b
+	}
+}
+
 // TestSimAnycastRelayBackpressure: four clients on 1 Gbit/s links each
 // keep eight 1 MiB requests in flight to one member behind a 100 Mbit/s
 // link — eight times what its link takes. The switch holds the clients
@@ -539,20 +559,13 @@ func TestSimAnycastRelayBackpressure(t *testing.T) {
 	f := newSimFabric(t, seed, impaired(0), fabric.Config{})
 	srv := f.addMembers(1)
 	clients := f.addMembers(4)
-	slow := f.link
-	slow.Rate = 1e8
-	f.net.Detach(srv[0].addr)
-	f.net.Attach(srv[0].addr, srv[0], slow, slow)
+	f.slowLinks(srv, 1e8)
 	srv[0].serve = func(r *endpoint.Request) ([]byte, error) { return anyEcho(0, r.Data[:8]), nil }
 	gid := f.anyRegister("big", srv, fabric.PolicyLeastOutstanding, nil)
 	const total = 64
 	r := rand.New(rand.NewPCG(uint64(seed), 0))
 	failed := 0
-	anyDrive(f, clients, gid, total, 8, func(i int) (uint64, []byte) {
-		b := randBytes(r, 1<<20)
-		binary.BigEndian.PutUint64(b, uint64(i))
-		return 0, b
-	}, func(i int, op *endpoint.Op) {
+	anyDrive(f, clients, gid, total, 8, anyMiB(r), func(i int, op *endpoint.Op) {
 		if op.Err != nil {
 			failed++
 			t.Logf("request %d: %v", i, op.Err)
@@ -589,18 +602,14 @@ func TestSimAnycastHeldMemberCrashes(t *testing.T) {
 	f := newSimFabric(t, seed, impaired(0), fabric.Config{})
 	srv := f.addMembers(2)
 	clients := f.addMembers(4)
-	slow := f.link
-	slow.Rate = 1e8
-	for _, m := range srv {
-		f.net.Detach(m.addr)
-		f.net.Attach(m.addr, m, slow, slow)
-	}
+	f.slowLinks(srv, 1e8)
 	for i, m := range srv {
 		m.serve = func(r *endpoint.Request) ([]byte, error) { return anyEcho(i, r.Data[:8]), nil }
 	}
 	gid := f.anyRegister("crash", srv, fabric.PolicyLeastOutstanding, nil)
 	const total = 64
 	r := rand.New(rand.NewPCG(uint64(seed), 0))
+	mk := anyMiB(r)
 	crashed := false
 	answered, dead := 0, 0
 	anyDrive(f, clients, gid, total, 8, func(i int) (uint64, []byte) {
@@ -608,9 +617,7 @@ func TestSimAnycastHeldMemberCrashes(t *testing.T) {
 			crashed = true
 			f.crash(srv[1])
 		}
-		b := randBytes(r, 1<<20)
-		binary.BigEndian.PutUint64(b, uint64(i))
-		return 0, b
+		return mk(i)
 	}, func(i int, op *endpoint.Op) {
 		switch {
 		case op.Err == nil:
