@@ -15,7 +15,8 @@ import (
 //   - Float Add and Prod use IEEE 754 arithmetic in the element's own
 //     precision (f32 in float32, not widened). A NaN operand gives a NaN;
 //     when both operands are NaN, which one's payload the result carries
-//     is unspecified (but the same on every call of one build).
+//     is unspecified (but the same on every call with the same arguments
+//     on one machine).
 //   - Min and Max replace the dst element only when the src element
 //     compares strictly less (Min) or greater (Max) with Go's < and >, and
 //     then store src's bits unchanged. So a NaN in src never replaces dst,
@@ -26,6 +27,9 @@ import (
 // number of elements and leaves any remainder of dst untouched. It does
 // nothing for an unknown dtype or alu. It never allocates and never panics.
 func Reduce(dst, src []byte, dt wire.Dtype, alu wire.Alu) {
+	if n := reduceVec(dst, src, dt, alu); n > 0 {
+		dst, src = dst[n:], src[n:]
+	}
 	switch dt {
 	case wire.DtypeF32:
 		switch alu {
@@ -87,6 +91,11 @@ func reduceAluValid(alu wire.Alu) bool {
 // loads, one arithmetic instruction and a store. Unrolling doubles the
 // throughput of a j-stepped inner loop (f32 add, 8 KiB: about 1.2 µs vs
 // 2.4 µs). A short loop handles the tail of fewer than reduceBlk bytes.
+//
+// Where the CPU has them, vector kernels (reduceVec, AVX2 on amd64) first
+// process the leading whole 32-byte vectors, and these kernels only the
+// remaining tail; the results are the same bit for bit, except which NaN
+// a float Add or Prod of two NaNs returns.
 
 var reduceLE = binary.LittleEndian
 
