@@ -15,7 +15,8 @@ import (
 // requests and replies.
 
 func (s *Switch) stepEngine(now time.Time, from netip.AddrPort, pkt []byte, h *wire.Header) {
-	d, ok := s.eng.StepAdmit(now, from, pkt, s.admitFn)
+	// Step has parsed pkt and verified its checksum.
+	d, ok := s.eng.StepAdmitChecked(now, from, pkt, s.admitFn)
 	if !ok {
 		return
 	}

@@ -558,10 +558,21 @@ func (e *Engine) Step(now time.Time, from netip.AddrPort, pkt []byte) (d Deliver
 // Stats.Refused) and the sender will resend it. A forwarding node uses it
 // to hold senders back when its aggregation slots are full.
 func (e *Engine) StepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit func(*Delivery) bool) (d Delivery, ok bool) {
+	return e.stepAdmit(now, from, pkt, admit, e.cfg.Verified)
+}
+
+// StepAdmitChecked is StepAdmit for a packet whose checksum the caller
+// has just verified (wire.Parse succeeded on these very bytes): the
+// engine does not compute it again.
+func (e *Engine) StepAdmitChecked(now time.Time, from netip.AddrPort, pkt []byte, admit func(*Delivery) bool) (d Delivery, ok bool) {
+	return e.stepAdmit(now, from, pkt, admit, true)
+}
+
+func (e *Engine) stepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit func(*Delivery) bool, verified bool) (d Delivery, ok bool) {
 	e.setNow(now)
 	var payload []byte
 	var err error
-	if e.cfg.Verified {
+	if verified {
 		payload, _, err = wire.ParseVerified(pkt, &d.Header)
 	} else {
 		payload, _, err = wire.Parse(pkt, &d.Header)
