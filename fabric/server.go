@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -192,6 +193,7 @@ func (s *Server) pumpLocked(now time.Time) {
 	for range 64 {
 		var out []netio.Datagram
 		out, next = s.sw.Poll(now, s.out[:0])
+		groupByAddr(out)
 		if s.sec != nil {
 			next = s.sealLocked(now, out, next)
 		} else if len(out) > 0 {
@@ -212,6 +214,18 @@ func (s *Server) pumpLocked(now time.Time) {
 		s.timerAt = next
 		s.timer.Reset(max(time.Until(next), 0))
 	}
+}
+
+// groupByAddr orders ds by destination, keeping the order of the
+// datagrams to each one: the socket's segmentation offload sends a run of
+// datagrams to one address in one go, and the switch's output interleaves
+// destinations (a multicast packet's replicas, a reduced chunk's results
+// to every member). Across destinations, order carries no meaning.
+func groupByAddr(ds []netio.Datagram) {
+	if len(ds) < 3 {
+		return
+	}
+	slices.SortStableFunc(ds, func(a, b netio.Datagram) int { return a.Addr.Compare(b.Addr) })
 }
 
 // writeLocked writes ds to the socket. Caller holds mu.
