@@ -5,15 +5,59 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if ndmaDir != "" {
+		os.RemoveAll(ndmaDir)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+var (
+	ndmaOnce sync.Once
+	ndmaDir  string // holds the binary ndmaBinary built; removed by TestMain
+	ndmaBin  string
+	ndmaErr  error
+)
+
+// ndmaBinary builds the ndma command once for the package's tests and
+// returns its path.
+func ndmaBinary(t *testing.T) string {
+	t.Helper()
+	ndmaOnce.Do(func() {
+		if ndmaDir, ndmaErr = os.MkdirTemp("", "ndma-bench-test"); ndmaErr != nil {
+			return
+		}
+		ndmaBin = filepath.Join(ndmaDir, "ndma")
+		out, err := exec.Command("go", "build", "-o", ndmaBin, "github.com/ndma/ndma/cmd/ndma").CombinedOutput()
+		if err != nil {
+			ndmaErr = fmt.Errorf("building ndma: %v\n%s", err, out)
+		}
+	})
+	if ndmaErr != nil {
+		t.Fatal(ndmaErr)
+	}
+	return ndmaBin
+}
 
 func TestParseSizes(t *testing.T) {
 	for _, c := range []struct {

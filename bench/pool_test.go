@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -55,10 +54,7 @@ func TestRunPoolProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: builds ndma and starts its daemons")
 	}
-	bin := filepath.Join(t.TempDir(), "ndma")
-	if out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "github.com/ndma/ndma/cmd/ndma").CombinedOutput(); err != nil {
-		t.Fatalf("building ndma: %v\n%s", err, out)
-	}
+	bin := ndmaBinary(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	var rows []Result

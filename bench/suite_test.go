@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -266,11 +265,7 @@ func TestSuiteTestbed(t *testing.T) {
 		t.Skipf("no testbed here: %v", err)
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "ndma")
-	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "github.com/ndma/ndma/cmd/ndma")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building ndma: %v\n%s", err, out)
-	}
+	bin := ndmaBinary(t)
 	stateDir := filepath.Join(dir, "state")
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -344,11 +339,7 @@ func TestSuiteMPI(t *testing.T) {
 		t.Skipf("no Open MPI here: %v", err)
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "ndma")
-	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "github.com/ndma/ndma/cmd/ndma")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building ndma: %v\n%s", err, out)
-	}
+	bin := ndmaBinary(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	rows, err := RunSuite(ctx, SuiteConfig{
