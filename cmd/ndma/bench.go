@@ -35,6 +35,8 @@ var benchCmd = &cobra.Command{
   vol    replicated volume I/O (random and sequential, at each queue depth)
          with multicast writes and anycast reads against a gateway that
          forwards every I/O, in-process or one client per testbed host
+  switch the switch alone: reduced and replicated bytes per second per
+         core of one switch process, against a raw UDP loop and memcpy
 
 Results print as a table, or as JSON Lines with --json.`,
 	Example: `  ndma bench rw --tests latency --sizes 8:4K
