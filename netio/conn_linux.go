@@ -3,6 +3,7 @@
 package netio
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"sync/atomic"
+	"syscall"
 
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
@@ -86,7 +88,7 @@ func ListenUDP(addr string, cfg UDPConfig) (*UDPConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	pc, err := listenUDP(addr)
+	pc, err := listenUDP(addr, cfg.ReusePort)
 	if err != nil {
 		return nil, err
 	}
@@ -134,8 +136,23 @@ func ListenUDP(addr string, cfg UDPConfig) (*UDPConn, error) {
 	return c, nil
 }
 
-func listenUDP(addr string) (*net.UDPConn, error) {
-	pc, err := net.ListenPacket("udp", addr)
+func listenUDP(addr string, reusePort bool) (*net.UDPConn, error) {
+	var lc net.ListenConfig
+	if reusePort {
+		lc.Control = func(_, _ string, rc syscall.RawConn) error {
+			var soErr error
+			if err := rc.Control(func(fd uintptr) {
+				soErr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+			}); err != nil {
+				return err
+			}
+			if soErr != nil {
+				return fmt.Errorf("SO_REUSEPORT: %w", soErr)
+			}
+			return nil
+		}
+	}
+	pc, err := lc.ListenPacket(context.Background(), "udp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("netio: %w", err)
 	}

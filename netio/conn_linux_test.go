@@ -12,6 +12,8 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -586,5 +588,65 @@ func TestUnroutableLoggedOnce(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "0.0.0.0") {
 		t.Errorf("%d warnings, want 1 saying to listen on a routable address:\n%s", n, logs.String())
+	}
+}
+
+// TestReusePort: sockets with ReusePort bind one address and share its
+// traffic; without it a second socket cannot bind the address.
+func TestReusePort(t *testing.T) {
+	a, err := ListenUDP("127.0.0.1:0", UDPConfig{ReusePort: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := ListenUDP(a.LocalAddr().String(), UDPConfig{ReusePort: true})
+	if err != nil {
+		t.Fatalf("second socket with ReusePort: %v", err)
+	}
+	defer b.Close()
+	if b.LocalAddr() != a.LocalAddr() {
+		t.Fatalf("bound %v and %v", a.LocalAddr(), b.LocalAddr())
+	}
+	if c, err := ListenUDP(a.LocalAddr().String(), UDPConfig{}); err == nil {
+		c.Close()
+		t.Fatal("a socket without ReusePort bound the address too")
+	}
+	// Datagrams from 32 source ports, spread by the kernel over the two
+	// sockets, each arrive exactly once.
+	var got atomic.Int64
+	var wg sync.WaitGroup
+	for _, c := range []*UDPConn{a, b} {
+		wg.Go(func() {
+			ds := []Datagram{{Buf: make([]byte, MaxDatagram)}}
+			for {
+				k, err := c.ReadBatch(ds)
+				if err != nil {
+					return
+				}
+				got.Add(int64(k))
+				ds[0].Buf = ds[0].Buf[:cap(ds[0].Buf)]
+			}
+		})
+	}
+	const senders = 32
+	for range senders {
+		s, err := ListenUDP("127.0.0.1:0", UDPConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.WriteBatch([]Datagram{{Addr: a.LocalAddr(), Buf: []byte("x")}}); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for got.Load() < senders && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	a.Close()
+	b.Close()
+	wg.Wait()
+	if n := got.Load(); n != senders {
+		t.Fatalf("%d datagrams received, want %d", n, senders)
 	}
 }

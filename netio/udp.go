@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/netip"
 	"os"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -81,6 +82,13 @@ type UDPConfig struct {
 	// runnable threads than CPUs (sampled from /proc/loadavg every 10
 	// ms), where its spinning would delay a process with work.
 	BusyPoll time.Duration
+	// ReusePort sets SO_REUSEPORT before binding (Linux only): several
+	// sockets of one process bound to the same address then share its
+	// traffic, the kernel spreading it by flow (source and destination
+	// address and port), so that each can have a reader of its own.
+	// Every socket bound to the address must set it; the kernel admits
+	// only sockets of the same user to the group.
+	ReusePort bool
 	// Logger receives diagnostics (offload probing and fallbacks, dropped
 	// datagrams at debug level). Nil means discard.
 	Logger *slog.Logger
@@ -103,6 +111,8 @@ func (c *UDPConfig) validate() error {
 		return fmt.Errorf("%w: BusyPoll %v exceeds %v", ErrInvalidConfig, c.BusyPoll, MaxBusyPoll)
 	case c.BusyPoll > 0 && !busyPollSupported:
 		return fmt.Errorf("%w: BusyPoll is supported on Linux only", ErrInvalidConfig)
+	case c.ReusePort && runtime.GOOS != "linux":
+		return fmt.Errorf("%w: ReusePort is supported on Linux only", ErrInvalidConfig)
 	}
 	return nil
 }
