@@ -8,33 +8,43 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 )
 
-// Server drives a Switch over a netio.Conn: one goroutine reads datagram
-// batches, a timer serves deadlines, and a mutex makes whoever holds it
-// the Switch's owner.
+// Server drives a Switch over netio.Conns: a goroutine per socket reads
+// datagram batches, a timer serves deadlines, and a mutex makes whoever
+// holds it the Switch's owner. The datagrams a Poll gives are written
+// after that mutex is released, under a second one held until the next
+// Poll may reuse their buffers, so that with several sockets (and cores)
+// one goroutine steps the packets it read while another writes.
 type Server struct {
-	conn netio.Conn
-	log  *slog.Logger
+	conn  netio.Conn   // datagrams go out through it
+	conns []netio.Conn // the sockets read from: conn, then ServerOptions.Conns
+	log   *slog.Logger
 
-	mu      sync.Mutex
+	mu      sync.Mutex // owns sw, events, timer, timerAt, sec, wireOut
 	sw      *Switch
-	out     []netio.Datagram
 	events  []Event
 	timer   *time.Timer
 	timerAt time.Time
-	closed  bool
+	closed  atomic.Bool
+
+	// wmu is held from a Poll until its datagrams are written (they
+	// point into buffers of the switch that its next Poll reuses); its
+	// holder owns out. Lock order: mu, then wmu.
+	wmu sync.Mutex
+	out []netio.Datagram
 
 	// sec, when not nil, seals every datagram written and opens every
 	// datagram read (ServerOptions.Security); wireOut holds its output.
 	sec     *secure.Layer
 	wireOut []netio.Datagram
 
-	readerDone chan struct{}
+	readers sync.WaitGroup
 }
 
 // ServerOptions configure NewServerWith.
@@ -49,26 +59,31 @@ type ServerOptions struct {
 	// everything else.
 	Security        *secure.Identity
 	SecurityOptions secure.Options
+	// Conns are more sockets bound to the address of the switch's conn
+	// (netio.UDPConfig.ReusePort), each read by a goroutine of its own;
+	// the server owns them. Datagrams go out through conn.
+	Conns []netio.Conn
 }
 
 // NewServer starts serving sw on conn without a security layer; the
 // server owns both from now on. logger nil discards logs.
 func NewServer(conn netio.Conn, sw *Switch, logger *slog.Logger) *Server {
-	return newServer(conn, sw, logger, nil)
+	return newServer(conn, nil, sw, logger, nil)
 }
 
 // NewServerWith starts serving sw on conn as opts say; the server owns
-// both from now on (also when it fails: conn is closed then).
+// both from now on (also when it fails: conn and opts.Conns are closed
+// then).
 func NewServerWith(conn netio.Conn, sw *Switch, opts ServerOptions) (*Server, error) {
 	var sec *secure.Layer
 	if opts.Security != nil {
 		if opts.Security.Cert.Role != secure.RoleSwitch {
-			conn.Close()
+			closeConns(conn, opts.Conns)
 			return nil, fmt.Errorf("fabric: security: the switch's identity is of role %v", opts.Security.Cert.Role)
 		}
 		var err error
 		if sec, err = secure.NewLayer(opts.Security, opts.SecurityOptions, rand.Reader); err != nil {
-			conn.Close()
+			closeConns(conn, opts.Conns)
 			return nil, fmt.Errorf("fabric: security: %w", err)
 		}
 	}
@@ -76,20 +91,28 @@ func NewServerWith(conn netio.Conn, sw *Switch, opts ServerOptions) (*Server, er
 		sw.SetIdentities(sec.Peer)
 		sw.SetVerified()
 	}
-	return newServer(conn, sw, opts.Logger, sec), nil
+	return newServer(conn, opts.Conns, sw, opts.Logger, sec), nil
 }
 
-func newServer(conn netio.Conn, sw *Switch, logger *slog.Logger, sec *secure.Layer) *Server {
+func closeConns(conn netio.Conn, more []netio.Conn) {
+	conn.Close()
+	for _, c := range more {
+		c.Close()
+	}
+}
+
+func newServer(conn netio.Conn, more []netio.Conn, sw *Switch, logger *slog.Logger, sec *secure.Layer) *Server {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{conn: conn, log: logger, sw: sw, sec: sec, readerDone: make(chan struct{})}
+	s := &Server{conn: conn, conns: append([]netio.Conn{conn}, more...), log: logger, sw: sw, sec: sec}
 	s.timer = time.AfterFunc(time.Hour, s.onTimer)
 	s.timer.Stop()
 	s.mu.Lock()
-	s.pumpLocked(time.Now())
-	s.mu.Unlock()
-	go s.reader()
+	s.pumpUnlock(time.Now())
+	for _, c := range s.conns {
+		s.readers.Go(func() { s.reader(c) })
+	}
 	return s
 }
 
@@ -140,22 +163,15 @@ func (s *Server) Pool() ([]PoolNodeInfo, []PoolSpec) {
 	return s.sw.PoolNodes(), s.sw.PoolRegions()
 }
 
-func (s *Server) reader() {
-	defer close(s.readerDone)
-	ds := make([]netio.Datagram, s.conn.BatchSize())
+func (s *Server) reader(conn netio.Conn) {
+	ds := make([]netio.Datagram, conn.BatchSize())
 	for i := range ds {
 		ds[i].Buf = make([]byte, netio.MaxDatagram)
 	}
 	for {
-		k, err := s.conn.ReadBatch(ds)
+		k, err := conn.ReadBatch(ds)
 		if err != nil {
-			if errors.Is(err, netio.ErrClosed) {
-				return
-			}
-			s.mu.Lock()
-			closed := s.closed
-			s.mu.Unlock()
-			if closed {
+			if errors.Is(err, netio.ErrClosed) || s.closed.Load() {
 				return
 			}
 			s.log.Warn("fabric: read", "err", err)
@@ -173,40 +189,53 @@ func (s *Server) reader() {
 			}
 			ds[i].Buf = ds[i].Buf[:cap(ds[i].Buf)]
 		}
-		s.pumpLocked(now)
-		s.mu.Unlock()
+		s.pumpUnlock(now)
 	}
 }
 
 func (s *Server) onTimer() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.timerAt = time.Time{}
-	if !s.closed {
-		s.pumpLocked(time.Now())
+	if s.closed.Load() {
+		s.mu.Unlock()
+		return
 	}
+	s.pumpUnlock(time.Now())
 }
 
-// pumpLocked polls the switch, sends, and arms the timer. Caller holds mu.
-func (s *Server) pumpLocked(now time.Time) {
-	var next time.Time
-	for range 64 {
-		var out []netio.Datagram
-		out, next = s.sw.Poll(now, s.out[:0])
+// pumpUnlock polls the switch, arms the timer and sends. The caller holds
+// mu; pumpUnlock releases it, before the last write when datagrams go out
+// unsealed, so that packets another reader got are stepped meanwhile.
+func (s *Server) pumpUnlock(now time.Time) {
+	for i := 0; ; i++ {
+		s.wmu.Lock()
+		out, next := s.sw.Poll(now, s.out[:0])
 		groupByAddr(out)
 		if s.sec != nil {
 			next = s.sealLocked(now, out, next)
-		} else if len(out) > 0 {
-			s.writeLocked(out)
+		}
+		last := next.IsZero() || next.After(now) || i == 63
+		if last {
+			s.logEventsLocked()
+			s.armLocked(next)
+			s.mu.Unlock()
+		}
+		if s.sec == nil && len(out) > 0 {
+			s.write(out)
 		}
 		clear(out)
 		s.out = out[:0]
-		if next.IsZero() || next.After(now) {
-			break
+		s.wmu.Unlock()
+		if last {
+			return
 		}
 		now = time.Now()
 	}
-	s.logEventsLocked()
+}
+
+// armLocked sets the timer to fire at next, unless it fires earlier.
+// Caller holds mu.
+func (s *Server) armLocked(next time.Time) {
 	if next.IsZero() {
 		return
 	}
@@ -228,9 +257,9 @@ func groupByAddr(ds []netio.Datagram) {
 	slices.SortStableFunc(ds, func(a, b netio.Datagram) int { return a.Addr.Compare(b.Addr) })
 }
 
-// writeLocked writes ds to the socket. Caller holds mu.
-func (s *Server) writeLocked(ds []netio.Datagram) {
-	if err := s.conn.WriteBatch(ds); err != nil && !s.closed {
+// write writes ds to the socket. Caller holds wmu.
+func (s *Server) write(ds []netio.Datagram) {
+	if err := s.conn.WriteBatch(ds); err != nil && !s.closed.Load() {
 		s.log.Warn("fabric: write", "err", err)
 	}
 }
@@ -238,10 +267,10 @@ func (s *Server) writeLocked(ds []netio.Datagram) {
 // sealLocked hands the switch's datagrams to the security layer, runs its
 // timers when due, writes what it gives to send (sealed datagrams,
 // handshake messages) and returns next moved to the layer's deadline.
-// Caller holds mu.
+// Caller holds mu and wmu.
 func (s *Server) sealLocked(now time.Time, out []netio.Datagram, next time.Time) time.Time {
 	var dl time.Time
-	s.wireOut, dl = s.sec.Flush(now, out, s.wireOut, s.writeLocked)
+	s.wireOut, dl = s.sec.Flush(now, out, s.wireOut, s.write)
 	if !dl.IsZero() && (next.IsZero() || dl.Before(next)) {
 		next = dl
 	}
@@ -284,17 +313,19 @@ func (s *Server) logEventsLocked() {
 	clear(s.events)
 }
 
-// Close stops the server and closes the socket. It is idempotent.
+// Close stops the server and closes its sockets. It is idempotent.
 func (s *Server) Close() error {
 	s.mu.Lock()
-	if s.closed {
+	if s.closed.Swap(true) {
 		s.mu.Unlock()
 		return nil
 	}
-	s.closed = true
 	s.timer.Stop()
 	s.mu.Unlock()
-	err := s.conn.Close()
-	<-s.readerDone
-	return err
+	var errs []error
+	for _, c := range s.conns {
+		errs = append(errs, c.Close())
+	}
+	s.readers.Wait()
+	return errors.Join(errs...)
 }

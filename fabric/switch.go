@@ -317,12 +317,16 @@ type Switch struct {
 	pendingNodes    int
 	unconfirmedCols int
 
-	fwd      []netio.Datagram // datagrams queued by Step for the next Poll
-	fwdBufs  [][]byte
-	nfwd     int
-	returned bool             // the last Poll handed fwdBufs[:nfwd] to the caller
-	held     []netio.Datagram // reordered by fault injection, sent next Poll
-	rng      *rand.Rand
+	fwd []netio.Datagram // datagrams queued by Step for the next Poll
+	// Two arenas of forwarding buffers: Step and Poll fill fwdBufs[cur];
+	// Poll hands it out with its datagrams and turns to the other, whose
+	// buffers the Poll before handed out. So a Poll's datagrams stay valid
+	// while the caller sends them and Steps the next packets meanwhile.
+	fwdBufs [2][][]byte
+	nfwd    [2]int
+	cur     int
+	held    []netio.Datagram // reordered by fault injection, sent next Poll
+	rng     *rand.Rand
 
 	ctrl     CtrlMsg
 	asm      ctrlAssembler // multi-packet control requests (ctrlasm.go)
@@ -443,7 +447,6 @@ func (s *Switch) Groups() []GroupInfo {
 
 // Step handles one received datagram.
 func (s *Switch) Step(now time.Time, from netip.AddrPort, pkt []byte) {
-	s.recycle()
 	s.now = now
 	s.stats.Received++
 	var h wire.Header
@@ -522,19 +525,22 @@ func (s *Switch) forward(pkt []byte, addr netip.AddrPort) []byte {
 	return b
 }
 
-// fwdBuf returns a switch-owned buffer of n bytes valid until the next
-// Poll, or nil (counted) if the forwarding budget is spent.
+// fwdBuf returns a switch-owned buffer of n bytes, handed out by the next
+// Poll and valid until the Poll after it, or nil (counted) if the
+// forwarding budget is spent.
 func (s *Switch) fwdBuf(n int) []byte {
-	if s.nfwd >= s.cfg.MaxForward || len(s.fwd) >= s.cfg.MaxForward {
+	i := s.nfwd[s.cur]
+	if i >= s.cfg.MaxForward || len(s.fwd) >= s.cfg.MaxForward {
 		s.stats.ForwardDropped++
 		return nil
 	}
-	for len(s.fwdBufs) <= s.nfwd {
-		s.fwdBufs = append(s.fwdBufs, make([]byte, 0, netio.MaxDatagram))
+	bufs := &s.fwdBufs[s.cur]
+	for len(*bufs) <= i {
+		*bufs = append(*bufs, make([]byte, 0, netio.MaxDatagram))
 	}
-	b := s.fwdBufs[s.nfwd][:n]
-	s.fwdBufs[s.nfwd] = b
-	s.nfwd++
+	b := (*bufs)[i][:n]
+	(*bufs)[i] = b
+	s.nfwd[s.cur] = i + 1
 	return b
 }
 
@@ -551,9 +557,10 @@ func (s *Switch) forwardShared(buf []byte, addr netip.AddrPort) bool {
 
 // Poll returns the datagrams to send and the next time Poll must be called
 // (zero: none; not after now: at once). The datagrams are valid until the
-// next Step or Poll.
+// next Poll: Steps in between leave them alone, so a caller may send them
+// while it steps the packets that arrive meanwhile (but not poll again
+// before they are sent).
 func (s *Switch) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
-	s.recycle()
 	s.now = now
 	s.checkLiveness(now)
 	s.expireData(now)
@@ -571,7 +578,10 @@ func (s *Switch) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, ti
 	s.flushMerged()
 	out = append(out, s.fwd...)
 	s.fwd = s.fwd[:0]
-	s.returned = true
+	// Hand the arena out with out; the other one's datagrams, handed out
+	// by the last Poll, have been sent.
+	s.cur ^= 1
+	s.nfwd[s.cur] = 0
 	// Datagrams held back by fault injection go out after this Poll's
 	// own, so that those overtake them.
 	out = append(out, s.held...)
@@ -594,16 +604,6 @@ func (s *Switch) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, ti
 		next = dl
 	}
 	return out, next
-}
-
-// recycle makes the forwarding buffers handed out by the last Poll
-// reusable: the caller has sent them by the time it calls Step or Poll
-// again.
-func (s *Switch) recycle() {
-	if s.returned {
-		s.nfwd = 0
-		s.returned = false
-	}
 }
 
 // inject applies fault injection to out in place.

@@ -21,15 +21,34 @@ import (
 
 func startSwitch(t *testing.T, cfg fabric.Config) *fabric.Server {
 	t.Helper()
-	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
+	return startSwitchReaders(t, cfg, 1)
+}
+
+// startSwitchReaders starts a switch that reads from n sockets bound to
+// one address (SO_REUSEPORT), each with its own reader.
+func startSwitchReaders(t *testing.T, cfg fabric.Config, n int) *fabric.Server {
+	t.Helper()
+	ucfg := netio.UDPConfig{ReusePort: n > 1}
+	conn, err := netio.ListenUDP("127.0.0.1:0", ucfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	var more []netio.Conn
+	for range n - 1 {
+		c, err := netio.ListenUDP(conn.LocalAddr().String(), ucfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		more = append(more, c)
 	}
 	sw, err := fabric.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := fabric.NewServer(conn, sw, nil)
+	srv, err := fabric.NewServerWith(conn, sw, fabric.ServerOptions{Conns: more})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { srv.Close() })
 	return srv
 }
@@ -73,8 +92,16 @@ func f32s(v []float32) []byte {
 // TestUDPModes: multicast, allreduce and anycast end to end through a
 // switch over loopback UDP.
 func TestUDPModes(t *testing.T) {
+	// With several sockets, members' packets reach the switch through
+	// different readers, which step and write concurrently.
+	for _, readers := range []int{1, 3} {
+		t.Run(fmt.Sprintf("readers=%d", readers), func(t *testing.T) { testUDPModes(t, readers) })
+	}
+}
+
+func testUDPModes(t *testing.T, readers int) {
 	token := []byte("secret")
-	srv := startSwitch(t, fabric.Config{Token: token})
+	srv := startSwitchReaders(t, fabric.Config{Token: token}, readers)
 	sw := srv.Addr().String()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
