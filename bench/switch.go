@@ -64,7 +64,7 @@ type SwitchConfig struct {
 	// Duration is the measured time of each point (zero: 2s).
 	Duration time.Duration
 	// Cores lists the GOMAXPROCS the switch runs with, one point each
-	// (empty: 1).
+	// (empty: 1); it reads from as many sockets (--readers, at most 16).
 	Cores []int
 	// Tests selects SwitchReduce and SwitchReplicate (empty: both).
 	Tests []string
@@ -331,7 +331,7 @@ func switchPoint(ctx context.Context, cfg *SwitchConfig, test string, cores int)
 	}
 	sw := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port).String()
 	c, err := startChild(dir, cfg.Binary, "switch", cores, "switch", "--listen", sw, "--token-file", tokenFile,
-		"--mtu", strconv.Itoa(cfg.MTU))
+		"--mtu", strconv.Itoa(cfg.MTU), "--readers", strconv.Itoa(min(cores, 16)))
 	if err != nil {
 		return r, err
 	}

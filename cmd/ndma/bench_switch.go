@@ -29,8 +29,8 @@ func newBenchSwitchCmd() *cobra.Command {
 		Use:   "switch",
 		Short: "The switch alone: reduced and replicated bytes per second per core, against a raw UDP loop and memcpy",
 		Long: `Measures one switch process (this binary's switch, started with
-GOMAXPROCS set to each of --cores) fed over loopback by --members group
-members in this process:
+GOMAXPROCS and --readers set to each of --cores) fed over loopback by
+--members group members in this process:
 
   reduce     every member Allreduces --size bytes of float32 (sum), --window
              in flight; the bytes are the contributions the switch reduced
@@ -97,7 +97,7 @@ with one core.
 	fl.StringVar(&size, "size", "1MiB", "bytes per Allreduce contribution and per multicast message")
 	fl.IntVar(&window, "window", 4, "operations each member keeps in flight")
 	fl.DurationVar(&duration, "duration", 2*time.Second, "measured time of each point")
-	fl.StringVar(&cores, "cores", "1", "comma-separated GOMAXPROCS values to run the switch with, one point each")
+	fl.StringVar(&cores, "cores", "1", "comma-separated GOMAXPROCS values (and reader sockets) to run the switch with, one point each")
 	fl.StringVar(&tests, "tests", "all", "reduce, replicate, or all")
 	fl.IntVar(&mtu, "mtu", 9000, "datagram size of the switch, the members and the UDP loop")
 	fl.BoolVar(&jsonOut, "json", false, "print JSON Lines, one object per row")

@@ -28,6 +28,7 @@ type switchFlags struct {
 	seed             uint64
 	metrics          string
 	busyPoll         time.Duration
+	readers          int
 	log              logFlags
 	prof             profileFlag
 }
@@ -45,6 +46,7 @@ var switchFlagNames = map[string]string{
 	"Fault.Corrupt":    "--corrupt",
 	"MetricsAddr":      "--metrics",
 	"BusyPoll":         "--busy-poll",
+	"Readers":          "--readers",
 	"Security":         "--credential",
 }
 
@@ -102,6 +104,7 @@ SIGTERM shuts the switch down gracefully.`,
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the fault injection generator (with --drop, --dup, --reorder or --corrupt; at least 1)")
 	fl.StringVar(&f.metrics, "metrics", "", "TCP `address` to serve Prometheus metrics on at /metrics (default: none)")
 	fl.DurationVar(&f.busyPoll, "busy-poll", 0, fmt.Sprintf("poll the socket this long before sleeping, e.g. 50us (Linux, at most %v): less latency per request for a core's time; 0 sleeps at once", netio.MaxBusyPoll))
+	fl.IntVar(&f.readers, "readers", 1, fmt.Sprintf("sockets bound to --listen (SO_REUSEPORT, Linux), each with a reader, so that a switch with cores of its own uses several (at most %d)", switchd.MaxReaders))
 	f.log.register(fl)
 	f.prof.register(fl)
 	rootCmd.AddCommand(cmd)
@@ -172,6 +175,7 @@ func (f *switchFlags) config(cmd *cobra.Command) (switchd.Config, error) {
 		Fault:            fabric.FaultConfig{Drop: f.drop, Dup: f.dup, Reorder: f.reorder, Corrupt: f.corrupt, Seed: f.seed},
 		MetricsAddr:      f.metrics,
 		BusyPoll:         f.busyPoll,
+		Readers:          f.readers,
 		Logger:           logger,
 	}, nil
 }

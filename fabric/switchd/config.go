@@ -44,6 +44,8 @@ const (
 	MaxMTU = netio.MaxDatagram
 	// MaxPoolSlots bounds Config.PoolSlots (fabric.PoolConfig.Slots).
 	MaxPoolSlots = 1 << 20
+	// MaxReaders bounds Config.Readers.
+	MaxReaders = 16
 	// MinHeartbeatTimeout bounds Config.HeartbeatTimeout from below:
 	// endpoints send four heartbeats per timeout, and a shorter one would
 	// declare members dead on scheduling noise.
@@ -111,6 +113,17 @@ type Config struct {
 	// at most netio.MaxBusyPoll); zero, the default, sleeps at once. It
 	// trades a core's time for the wake-up taken off each request.
 	BusyPoll time.Duration
+
+	// Readers is how many sockets the switch reads from, each bound to
+	// Listen (SO_REUSEPORT, Linux) and read by a goroutine of its own:
+	// the kernel spreads the traffic over them by flow, and one reader
+	// steps the packets it got while another writes what the switch
+	// sends, so that the switch can use more than one core. Zero means 1:
+	// one socket, bound without SO_REUSEPORT (on a machine whose cores
+	// are shared with the members, more readers cost more CPU per packet
+	// than they gain). Other processes of the same user may bind the
+	// address too while the switch runs with more than one.
+	Readers int
 
 	// MetricsAddr, if not empty, is a TCP address ("127.0.0.1:9471") on
 	// which Prometheus metrics are served over HTTP at /metrics. Empty
@@ -186,6 +199,9 @@ func (c *Config) validate() error {
 	}
 	if c.MTU < MinMTU || c.MTU > MaxMTU {
 		return invalid("MTU", "%d bytes (want %d to %d)", c.MTU, MinMTU, MaxMTU)
+	}
+	if c.Readers < 0 || c.Readers > MaxReaders {
+		return invalid("Readers", "%d (want 1 to %d)", c.Readers, MaxReaders)
 	}
 	if c.BusyPoll < 0 || c.BusyPoll > netio.MaxBusyPoll {
 		return invalid("BusyPoll", "%v (want 0 to %v)", c.BusyPoll, netio.MaxBusyPoll)

@@ -47,6 +47,8 @@ func TestStartErrors(t *testing.T) {
 		{"huge MTU", Config{MTU: 70000}, "MTU", true},
 		{"negative busy poll", Config{BusyPoll: -1}, "BusyPoll", true},
 		{"long busy poll", Config{BusyPoll: time.Second}, "BusyPoll", true},
+		{"negative readers", Config{Readers: -1}, "Readers", true},
+		{"too many readers", Config{Readers: MaxReaders + 1}, "Readers", true},
 		{"negative drop", Config{Fault: fabric.FaultConfig{Drop: -0.1}}, "Fault.Drop", true},
 		{"dup above one", Config{Fault: fabric.FaultConfig{Dup: 1.5}}, "Fault.Dup", true},
 		{"NaN reorder", Config{Fault: fabric.FaultConfig{Reorder: math.NaN()}}, "Fault.Reorder", true},

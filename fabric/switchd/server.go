@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
+	"strconv"
 	"sync"
 	"time"
 
@@ -70,11 +72,35 @@ func Start(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("switchd: %w", err)
 	}
-	conn, err := netio.ListenUDP(cfg.Listen, netio.UDPConfig{Logger: cfg.Logger, BusyPoll: cfg.BusyPoll})
+	readers := max(cfg.Readers, 1)
+	ucfg := netio.UDPConfig{Logger: cfg.Logger, BusyPoll: cfg.BusyPoll, ReusePort: readers > 1}
+	conn, err := netio.ListenUDP(cfg.Listen, ucfg)
 	if err != nil {
 		return nil, &FieldError{Field: "Listen", Err: err}
 	}
-	fsrv, err := fabric.NewServerWith(conn, sw, fabric.ServerOptions{Logger: cfg.Logger, Security: cfg.Security, SecurityOptions: cfg.SecurityOptions})
+	// The other sockets bind the first one's port (Listen may ask for
+	// any).
+	var more []netio.Conn
+	if readers > 1 {
+		host, _, err := net.SplitHostPort(cfg.Listen)
+		if err != nil {
+			conn.Close()
+			return nil, &FieldError{Field: "Listen", Err: err}
+		}
+		addr := net.JoinHostPort(host, strconv.Itoa(int(conn.LocalAddr().Port())))
+		for range readers - 1 {
+			c, err := netio.ListenUDP(addr, ucfg)
+			if err != nil {
+				conn.Close()
+				for _, c := range more {
+					c.Close()
+				}
+				return nil, &FieldError{Field: "Readers", Err: err}
+			}
+			more = append(more, c)
+		}
+	}
+	fsrv, err := fabric.NewServerWith(conn, sw, fabric.ServerOptions{Logger: cfg.Logger, Security: cfg.Security, SecurityOptions: cfg.SecurityOptions, Conns: more})
 	if err != nil {
 		return nil, &FieldError{Field: "Security", Err: err} // conn is closed
 	}
@@ -92,7 +118,7 @@ func Start(cfg Config) (*Server, error) {
 	}
 	attrs := []any{"addr", s.Addr().String(), "mtu", cfg.MTU,
 		"heartbeat_timeout", cfg.HeartbeatTimeout, "pool_slots", cfg.PoolSlots,
-		"authenticated", len(cfg.Token) > 0, "sealed", cfg.Security != nil}
+		"authenticated", len(cfg.Token) > 0, "sealed", cfg.Security != nil, "readers", readers}
 	if s.metrics != nil {
 		attrs = append(attrs, "metrics", "http://"+s.metrics.Addr().String()+"/metrics")
 	}

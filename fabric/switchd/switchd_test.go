@@ -90,8 +90,10 @@ func joinAll(t *testing.T, ctx context.Context, srv *Server, job string, n int) 
 // drops, duplicates, reorders and corrupts what it sends: a job of 4
 // members multicasts 256 KiB, allreduces i32 vectors (the sums must be
 // exact), and a client sends 50 anycast requests to a 2-member service.
+// The switch reads from two sockets: the members' packets are stepped by
+// two readers, one while the other writes.
 func TestModesWithFaults(t *testing.T) {
-	srv := start(t, Config{Token: testToken, Fault: faults})
+	srv := start(t, Config{Token: testToken, Fault: faults, Readers: 2})
 	ctx := testCtx(t)
 	const n = 4
 	gs := joinAll(t, ctx, srv, "job", n)
