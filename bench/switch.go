@@ -713,13 +713,26 @@ func UDPLoop(conn netio.Conn, to []netip.AddrPort, all bool) error {
 		return errors.New("bench: UDP loop: no address to send to")
 	}
 	ds := make([]netio.Datagram, conn.BatchSize())
-	for i := range ds {
-		ds[i].Buf = make([]byte, netio.MaxDatagram)
+	bufs := make([][]byte, len(ds))
+	for i := range bufs {
+		bufs[i] = make([]byte, netio.MaxDatagram)
 	}
 	out := make([]netio.Datagram, 0, len(ds)*len(to))
 	next := 0 // the address the next datagram goes to, without all
+	// Like the switch, the loop sends datagrams on from the socket's own
+	// receive buffers where it can.
+	view, _ := conn.(netio.ViewReader)
 	for {
-		k, err := conn.ReadBatch(ds)
+		for i := range ds {
+			ds[i].Buf = bufs[i]
+		}
+		var k int
+		var err error
+		if view != nil {
+			k, err = view.ReadBatchView(ds)
+		} else {
+			k, err = conn.ReadBatch(ds)
+		}
 		if err != nil {
 			if errors.Is(err, netio.ErrClosed) {
 				return nil
@@ -737,9 +750,6 @@ func UDPLoop(conn netio.Conn, to []netip.AddrPort, all bool) error {
 		next = (next + k) % len(to)
 		if err := conn.WriteBatch(out); err != nil {
 			return err
-		}
-		for i := range k {
-			ds[i].Buf = ds[i].Buf[:cap(ds[i].Buf)]
 		}
 	}
 }

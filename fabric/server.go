@@ -165,11 +165,24 @@ func (s *Server) Pool() ([]PoolNodeInfo, []PoolSpec) {
 
 func (s *Server) reader(conn netio.Conn) {
 	ds := make([]netio.Datagram, conn.BatchSize())
-	for i := range ds {
-		ds[i].Buf = make([]byte, netio.MaxDatagram)
+	bufs := make([][]byte, len(ds))
+	for i := range bufs {
+		bufs[i] = make([]byte, netio.MaxDatagram)
 	}
+	// The switch copies what it keeps of a packet: it can step packets
+	// still in the socket's receive buffers.
+	view, _ := conn.(netio.ViewReader)
 	for {
-		k, err := conn.ReadBatch(ds)
+		for i := range ds {
+			ds[i].Buf = bufs[i]
+		}
+		var k int
+		var err error
+		if view != nil {
+			k, err = view.ReadBatchView(ds)
+		} else {
+			k, err = conn.ReadBatch(ds)
+		}
 		if err != nil {
 			if errors.Is(err, netio.ErrClosed) || s.closed.Load() {
 				return
@@ -187,7 +200,6 @@ func (s *Server) reader(conn netio.Conn) {
 			if pkt != nil {
 				s.sw.Step(now, ds[i].Addr, pkt)
 			}
-			ds[i].Buf = ds[i].Buf[:cap(ds[i].Buf)]
 		}
 		s.pumpUnlock(now)
 	}

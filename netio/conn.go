@@ -46,3 +46,15 @@ type Conn interface {
 	// Close unblocks a pending ReadBatch and releases the socket.
 	Close() error
 }
+
+// ViewReader is a Conn that can hand out received datagrams without
+// copying them out of its own buffers.
+type ViewReader interface {
+	// ReadBatchView is ReadBatch, except that it may set ds[i].Buf to a
+	// slice of the connection's own receive buffers (capacity trimmed to
+	// the datagram) instead of copying into the caller's: such a Buf is
+	// valid until the next ReadBatch or ReadBatchView, and the caller may
+	// modify it in place. ds[i].Buf must still have capacity MaxDatagram
+	// on entry, for datagrams it reads directly.
+	ReadBatchView(ds []Datagram) (n int, err error)
+}

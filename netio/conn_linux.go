@@ -238,6 +238,18 @@ func (c *UDPConn) ioErr(op string, err error) error {
 // again. Datagrams that arrived truncated are dropped and counted in
 // UDPStats.ReceiveDrops. It returns ErrClosed after Close.
 func (c *UDPConn) ReadBatch(ds []Datagram) (int, error) {
+	return c.readBatch(ds, false)
+}
+
+// ReadBatchView is ReadBatch (netio.ViewReader): with GRO, the datagrams
+// a coalesced kernel buffer holds are handed out as slices of it, not
+// copied into ds's buffers; they are valid until the next ReadBatch or
+// ReadBatchView.
+func (c *UDPConn) ReadBatchView(ds []Datagram) (int, error) {
+	return c.readBatch(ds, true)
+}
+
+func (c *UDPConn) readBatch(ds []Datagram, view bool) (int, error) {
 	if c.closed.Load() {
 		return 0, ErrClosed
 	}
@@ -253,7 +265,7 @@ func (c *UDPConn) ReadBatch(ds []Datagram) (int, error) {
 			err error
 		)
 		if c.gro {
-			n, err = c.readGRO(ds)
+			n, err = c.readGRO(ds, view)
 		} else {
 			n, err = c.readDirect(ds)
 		}
@@ -306,7 +318,7 @@ func (c *UDPConn) readDirect(ds []Datagram) (int, error) {
 
 // readGRO delivers datagrams held from the previous receive, or receives
 // into the internal buffers and splits coalesced ones into ds.
-func (c *UDPConn) readGRO(ds []Datagram) (int, error) {
+func (c *UDPConn) readGRO(ds []Datagram, view bool) (int, error) {
 	if c.ri >= c.rn {
 		ms := c.rmsgs[:min(len(ds), len(c.rmsgs))]
 		n, err := c.bc.ReadBatch(ms, 0)
@@ -355,7 +367,11 @@ func (c *UDPConn) readGRO(ds []Datagram) (int, error) {
 			// MaxDatagram): as if truncated.
 			drops++
 		} else {
-			ds[k].Buf = append(ds[k].Buf[:0], p...)
+			if view {
+				ds[k].Buf = p[:len(p):len(p)]
+			} else {
+				ds[k].Buf = append(ds[k].Buf[:0], p...)
+			}
 			ds[k].Addr = c.raddr[c.ri]
 			bytes += len(p)
 			k++

@@ -650,3 +650,51 @@ func TestReusePort(t *testing.T) {
 		t.Fatalf("%d datagrams received, want %d", n, senders)
 	}
 }
+
+// TestReadBatchView: datagrams a GRO buffer coalesced come out as views
+// of it, with the right contents and senders; the next read reuses the
+// caller's buffers as before. Without GRO it reads into them.
+func TestReadBatchView(t *testing.T) {
+	for _, gro := range []bool{true, false} {
+		r := listen(t, "127.0.0.1:0", UDPConfig{DisableGRO: !gro})
+		s := listen(t, "127.0.0.1:0", UDPConfig{})
+		const n, size = 16, 1000
+		ds := make([]Datagram, n)
+		for i := range ds {
+			b := make([]byte, size)
+			for j := range b {
+				b[j] = byte(i + j)
+			}
+			ds[i] = Datagram{Addr: r.LocalAddr(), Buf: b}
+		}
+		if err := s.WriteBatch(ds); err != nil {
+			t.Fatal(err)
+		}
+		bufs := make([][]byte, n)
+		got := make([]Datagram, n)
+		for i := range bufs {
+			bufs[i] = make([]byte, MaxDatagram)
+		}
+		seen := 0
+		for seen < n {
+			for i := range got {
+				got[i].Buf = bufs[i]
+			}
+			k, err := r.ReadBatchView(got[:n-seen])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range k {
+				d := got[i]
+				if d.Addr != s.LocalAddr() || len(d.Buf) != size || d.Buf[0] != byte(seen) || d.Buf[size-1] != byte(seen+size-1) {
+					t.Fatalf("gro=%v: datagram %d: from %v, %d bytes, %d...%d", gro, seen, d.Addr, len(d.Buf), d.Buf[0], d.Buf[len(d.Buf)-1])
+				}
+				inCaller := &d.Buf[0] == &bufs[i][0]
+				if gro && r.gro && inCaller || !r.gro && !inCaller {
+					t.Fatalf("gro=%v: datagram %d in the caller's buffer: %v", gro, seen, inCaller)
+				}
+				seen++
+			}
+		}
+	}
+}
