@@ -819,14 +819,19 @@ func (e *Engine) getRing(small bool) []pktRec {
 	return make([]pktRec, size)
 }
 
-// putRing keeps a ring for reuse, up to 64 of each size.
-func (e *Engine) putRing(r []pktRec) {
+// putRing keeps a ring for reuse, up to 64 of each size. A ring
+// returned zeroed (an idle peer's: records are zeroed as sndUna passes
+// them) is not cleared again: a full ring is SendWindow records, and a
+// stream that goes idle after every message returns it each time.
+func (e *Engine) putRing(r []pktRec, zeroed bool) {
 	pool := &e.rings
 	if len(r) < e.cfg.SendWindow {
 		pool = &e.smallRings
 	}
 	if len(*pool) < 64 {
-		clear(r)
+		if !zeroed {
+			clear(r)
+		}
 		*pool = append(*pool, r)
 	}
 }
@@ -1021,7 +1026,7 @@ func (e *Engine) removePeer(p *peer) {
 	}
 	p.removed = true
 	if p.ring != nil {
-		e.putRing(p.ring)
+		e.putRing(p.ring, false)
 		p.ring = nil
 	}
 }

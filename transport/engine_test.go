@@ -136,6 +136,23 @@ func TestTransferUnderImpairments(t *testing.T) {
 					t.Fatalf("seed %d: message %d from %v corrupted or missing (ok=%v)", seed, k.id, k.from, ok)
 				}
 			}
+			// Rings kept for reuse are zeroed: an idle peer's is returned
+			// without clearing, so every record must have been zeroed as
+			// the stream passed it.
+			pooled := 0
+			for _, n := range []*node{a, b} {
+				for _, r := range append(append([][]pktRec{}, n.e.rings...), n.e.smallRings...) {
+					pooled++
+					for i, rec := range r {
+						if rec != (pktRec{}) {
+							t.Fatalf("seed %d: a pooled ring's record %d is %+v", seed, i, rec)
+						}
+					}
+				}
+			}
+			if pooled == 0 {
+				t.Fatalf("seed %d: no ring was returned to the pool", seed)
+			}
 			t.Logf("virtual %v, a: %+v", net.Elapsed(), a.e.Stats())
 		})
 	}

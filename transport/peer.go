@@ -243,7 +243,7 @@ func (p *peer) growRing() {
 	for psn := p.sndUna; psn != p.sndNxt; psn++ {
 		p.ring[psn&m] = old[psn&oldMask]
 	}
-	p.e.putRing(old)
+	p.e.putRing(old, false)
 }
 
 func (p *peer) lostPending() bool { return p.lostHead < len(p.lost) }
@@ -367,7 +367,7 @@ func (p *peer) sendDeadline() time.Time {
 
 func (p *peer) releaseRingIfIdle() {
 	if p.ring != nil && p.sndUna == p.sndNxt {
-		p.e.putRing(p.ring)
+		p.e.putRing(p.ring, true)
 		p.ring = nil
 		p.lost = p.lost[:0]
 		p.lostHead = 0
