@@ -25,7 +25,19 @@ func TestGroupByAddr(t *testing.T) {
 			t.Fatalf("datagram %d: %v %v, want %v %v", i, in[i].Addr, in[i].Buf, w.addr, w.b)
 		}
 	}
-	if n := testing.AllocsPerRun(100, func() { groupByAddr(in) }); n != 0 {
+}
+
+// TestGroupByAddrAllocs: grouping allocates nothing.
+func TestGroupByAddrAllocs(t *testing.T) {
+	a, b := netip.MustParseAddrPort("10.0.0.2:1"), netip.MustParseAddrPort("10.0.0.1:1")
+	ds := make([]netio.Datagram, 64)
+	for i := range ds {
+		ds[i].Addr = a
+		if i%3 == 0 {
+			ds[i].Addr = b
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { groupByAddr(ds) }); n != 0 {
 		t.Errorf("%v allocations", n)
 	}
 }
