@@ -282,7 +282,7 @@ type Switch struct {
 	byAddr map[netip.AddrPort][]*member
 
 	// aggregation results in flight: token → slot
-	aggTok  map[uint64]*aggResult
+	aggTok  map[uint64]aggResult
 	nextTok uint64
 
 	// anycast: forwarded request id → origin; pinned segments
@@ -374,7 +374,7 @@ func New(cfg Config) (*Switch, error) {
 		nextID:   1,
 		mcast:    make(map[streamKey]*mstream),
 		byAddr:   make(map[netip.AddrPort][]*member),
-		aggTok:   make(map[uint64]*aggResult),
+		aggTok:   make(map[uint64]aggResult),
 		anyFwd:   make(map[uint64]*anyReq),
 		anyIn:    make(map[anyKey]uint64),
 		grants:   make(map[grantKey]*poolCreate),

@@ -93,7 +93,7 @@ func (s *Switch) admit(d *transport.Delivery) bool {
 // acknowledged it.
 func (s *Switch) sendResult(g *group, h *wire.Header, res []byte) {
 	key := AggKey{Group: g.id, Op: h.MsgID, Offset: h.Offset}
-	r := &aggResult{key: key}
+	r := aggResult{key: key} // kept by value: no allocation per result
 	s.nextTok++
 	tok := s.nextTok
 	out := wire.Header{Op: wire.OpData, MsgID: h.MsgID, Offset: h.Offset, MsgLen: h.MsgLen,

@@ -40,14 +40,15 @@ func (s *Switch) onCompletion(c *transport.Completion) {
 	if s.onProved(c) || s.poolCtrlFailed(c) {
 		return
 	}
-	r := s.aggTok[c.Token]
-	if r == nil {
+	r, ok := s.aggTok[c.Token]
+	if !ok {
 		return
 	}
-	r.pending--
-	if r.pending == 0 {
+	if r.pending--; r.pending == 0 {
 		s.pool.Release(r.key)
 		delete(s.aggTok, c.Token)
+	} else {
+		s.aggTok[c.Token] = r
 	}
 }
 

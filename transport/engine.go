@@ -171,6 +171,38 @@ type outMsg struct {
 	// stranger: sent to a stranger, counted in Engine.strangerMsgs.
 	stranger bool
 	next_    *outMsg // queue link
+	// recs counts the send-ring records that point to the message; once
+	// it is done, fully segmented and no record points to it, it goes
+	// back to the engine's free list (freeMsg).
+	recs int32
+}
+
+// maxFreeMsgs bounds the engine's free list of messages.
+const maxFreeMsgs = 1024
+
+// newMsg returns a zeroed message, from the free list when it has one:
+// sending allocates nothing per message in steady state.
+func (e *Engine) newMsg() *outMsg {
+	if n := len(e.freeMsgs); n > 0 {
+		m := e.freeMsgs[n-1]
+		e.freeMsgs[n-1] = nil
+		e.freeMsgs = e.freeMsgs[:n-1]
+		return m
+	}
+	return new(outMsg)
+}
+
+// releaseRec zeroes a send-ring record and frees its message when it was
+// the last record pointing to a finished message.
+func (e *Engine) releaseRec(rec *pktRec) {
+	if m := rec.msg; m != nil {
+		m.recs--
+		if m.recs == 0 && m.done && m.allSent && len(e.freeMsgs) < maxFreeMsgs {
+			*m = outMsg{}
+			e.freeMsgs = append(e.freeMsgs, m)
+		}
+	}
+	*rec = pktRec{}
 }
 
 // Engine is the sans-I/O reliable transport of one endpoint. It is not
@@ -198,6 +230,7 @@ type Engine struct {
 	stats      Stats
 	rings      [][]pktRec        // free send rings
 	smallRings [][]pktRec        // free strangers' send rings
+	freeMsgs   []*outMsg         // finished messages for reuse (newMsg, releaseRec)
 	locals     map[uint32]uint16 // member id per group (SetLocal)
 
 	// Peer lifetimes. Every peer is on one of two lists, least recently
@@ -515,7 +548,8 @@ func (e *Engine) send(to PeerID, h *wire.Header, payload []byte, token uint64, b
 	if p.stranger && e.strangerMsgs >= e.cfg.MaxMessages/4 {
 		return 0, ErrPeerQueueFull
 	}
-	m := &outMsg{hdr: *h, payload: payload, token: token, base: base, stranger: p.stranger}
+	m := e.newMsg()
+	*m = outMsg{hdr: *h, payload: payload, token: token, base: base, stranger: p.stranger}
 	if p.stranger {
 		e.strangerMsgs++
 	}

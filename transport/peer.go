@@ -463,6 +463,7 @@ func (p *peer) poll(now time.Time, out []netio.Datagram, used, budget int) ([]ne
 		p.sndNxt++
 		rec := &p.ring[psn&p.mask()]
 		*rec = pktRec{msg: m, off: m.next, n: seg}
+		m.recs++
 		m.next += seg
 		m.unacked++
 		if m.next == uint32(len(m.payload)) {
@@ -816,7 +817,7 @@ func (p *peer) onAck(now time.Time, a *wire.Ack, nack bool, ackTS uint64, single
 			rec := &p.ring[p.sndUna&m]
 			full(rec)
 			p.ackRec(rec)
-			*rec = pktRec{}
+			p.e.releaseRec(rec)
 			p.sndUna++
 			progress = true
 		}
@@ -921,7 +922,7 @@ func (p *peer) advanceAcked() {
 	}
 	m := p.mask()
 	for p.sndUna != p.sndNxt && p.ring[p.sndUna&m].state == recAcked {
-		p.ring[p.sndUna&m] = pktRec{}
+		p.e.releaseRec(&p.ring[p.sndUna&m])
 		p.sndUna++
 	}
 }
@@ -936,7 +937,7 @@ func (p *peer) failAll(err error) {
 			if rec.msg != nil && !rec.msg.done {
 				p.e.complete(rec.msg, p, err)
 			}
-			*rec = pktRec{}
+			p.e.releaseRec(rec)
 		}
 	}
 	for q := p.qhead; q != nil; q = q.next_ {
