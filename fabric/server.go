@@ -106,6 +106,10 @@ func newServer(conn netio.Conn, more []netio.Conn, sw *Switch, logger *slog.Logg
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{conn: conn, conns: append([]netio.Conn{conn}, more...), log: logger, sw: sw, sec: sec}
+	// The server writes a poll's datagrams before the next Poll, Tails
+	// included (the results of an aggregation, not copied per member),
+	// unless the security layer or fault injection rewrite them.
+	sw.eng.SetGather(sec == nil && !sw.cfg.Fault.active())
 	s.timer = time.AfterFunc(time.Hour, s.onTimer)
 	s.timer.Stop()
 	s.mu.Lock()

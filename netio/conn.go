@@ -23,10 +23,26 @@ var ErrClosed = errors.New("netio: connection closed")
 // For ReadBatch the caller supplies Buf with capacity (not length) of at
 // least MaxDatagram; the implementation reslices it to the received length
 // and fills Addr with the sender. For WriteBatch, Buf is the payload and
-// Addr the destination.
+// Addr the destination; a non-empty Tail is sent after Buf in the same
+// datagram (gathered by the kernel where it can: a header beside a
+// payload shared by several datagrams needs no copy). ReadBatch never sets
+// Tail.
 type Datagram struct {
 	Addr netip.AddrPort
 	Buf  []byte
+	Tail []byte
+}
+
+// Len is the length of the datagram d sends: Buf and Tail.
+func (d *Datagram) Len() int { return len(d.Buf) + len(d.Tail) }
+
+// Joined returns the datagram's bytes in one slice: Buf itself when Tail
+// is empty, else a copy of both appended to scratch[:0].
+func (d *Datagram) Joined(scratch []byte) []byte {
+	if len(d.Tail) == 0 {
+		return d.Buf
+	}
+	return append(append(scratch[:0], d.Buf...), d.Tail...)
 }
 
 // Conn is a batch-first datagram socket, modelled on wireguard-go's
@@ -36,8 +52,9 @@ type Conn interface {
 	// ReadBatch blocks until at least one datagram is available, fills
 	// ds[0:n] and returns n. It returns ErrClosed after Close.
 	ReadBatch(ds []Datagram) (n int, err error)
-	// WriteBatch sends every datagram in ds, in order. Datagrams that the
-	// network drops are not errors; an error means the socket failed.
+	// WriteBatch sends every datagram in ds (Buf, then Tail), in order.
+	// Datagrams that the network drops are not errors; an error means
+	// the socket failed.
 	WriteBatch(ds []Datagram) error
 	// LocalAddr is the bound address.
 	LocalAddr() netip.AddrPort

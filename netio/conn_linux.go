@@ -183,7 +183,8 @@ func (c *UDPConn) initBuffers() {
 
 	c.wmsgs = make([]ipv4.Message, n)
 	// Room for a full GSO message even when BatchSize is small.
-	c.wiov = make([][]byte, max(n, maxGSOSegments))
+	// Two iovecs per datagram: Buf and Tail.
+	c.wiov = make([][]byte, 2*max(n, maxGSOSegments))
 	c.woob = make([]byte, n*gsoOOBSpace)
 	c.waddr = make([]net.UDPAddr, n)
 	c.wip = make([][16]byte, n)
@@ -434,29 +435,37 @@ func (c *UDPConn) WriteBatch(ds []Datagram) error {
 func (c *UDPConn) pack(ds []Datagram) (nmsg int) {
 	gso := c.gso.Load()
 	j, iov := 0, 0
-	for j < len(ds) && nmsg < len(c.wmsgs) && iov < len(c.wiov) {
+	for j < len(ds) && nmsg < len(c.wmsgs) && iov+2 <= len(c.wiov) {
 		d := &ds[j]
-		seg := len(d.Buf)
-		k, total := 1, seg
+		seg := d.Len()
+		k, total, niov := 1, seg, iovs(d)
 		if gso && seg > 0 && seg <= c.gsoMaxSeg {
-			for j+k < len(ds) && k < maxGSOSegments && iov+k < len(c.wiov) {
+			for j+k < len(ds) && k < maxGSOSegments {
 				next := &ds[j+k]
-				l := len(next.Buf)
-				if l == 0 || l > seg || total+l > maxGSOBytes || next.Addr != d.Addr {
+				l := next.Len()
+				if l == 0 || l > seg || total+l > maxGSOBytes || next.Addr != d.Addr || iov+niov+iovs(next) > len(c.wiov) {
 					break
 				}
 				k++
 				total += l
+				niov += iovs(next)
 				if l < seg {
 					break // a shorter datagram ends the run
 				}
 			}
 		}
+		n := iov
 		for i := range k {
-			c.wiov[iov+i] = ds[j+i].Buf
+			dd := &ds[j+i]
+			c.wiov[n] = dd.Buf
+			n++
+			if len(dd.Tail) > 0 {
+				c.wiov[n] = dd.Tail
+				n++
+			}
 		}
 		m := &c.wmsgs[nmsg]
-		m.Buffers = c.wiov[iov : iov+k : iov+k]
+		m.Buffers = c.wiov[iov:n:n]
 		if k > 1 {
 			m.OOB = putGSOSize(c.woob[nmsg*gsoOOBSpace:], seg)
 		} else {
@@ -466,9 +475,17 @@ func (c *UDPConn) pack(ds []Datagram) (nmsg int) {
 		c.wspan[nmsg] = sendSpan{first: j, n: k, seg: seg, bytes: total}
 		nmsg++
 		j += k
-		iov += k
+		iov = n
 	}
 	return nmsg
+}
+
+// iovs is the number of iovecs datagram d takes.
+func iovs(d *Datagram) int {
+	if len(d.Tail) > 0 {
+		return 2
+	}
+	return 1
 }
 
 // setDest points wmsgs[i].Addr (which is &waddr[i]) at a.

@@ -27,6 +27,7 @@ type UDPConn struct {
 	stats    udpCounters
 
 	unroutable unroutableLog // writer-owned
+	joined     []byte        // writer-owned: a datagram with a Tail, in one piece
 }
 
 // ListenUDP opens a UDP socket bound to addr ("127.0.0.1:0", "[::1]:0",
@@ -137,11 +138,15 @@ func (c *UDPConn) WriteBatch(ds []Datagram) error {
 		c.stats.sendDrops.Add(drops)
 	}()
 	for i := range ds {
-		_, err := c.pc.WriteToUDPAddrPort(ds[i].Buf, ds[i].Addr)
+		b := ds[i].Joined(c.joined)
+		if len(ds[i].Tail) > 0 {
+			c.joined = b
+		}
+		_, err := c.pc.WriteToUDPAddrPort(b, ds[i].Addr)
 		switch {
 		case err == nil:
 			sent++
-			bytes += uint64(len(ds[i].Buf))
+			bytes += uint64(len(b))
 		case errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.EADDRNOTAVAIL):
 			// Not routable from the socket's address (a loopback
 			// source, another host).

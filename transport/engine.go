@@ -171,6 +171,9 @@ type outMsg struct {
 	// stranger: sent to a stranger, counted in Engine.strangerMsgs.
 	stranger bool
 	next_    *outMsg // queue link
+	// shared: the payload stays unchanged until the message completes
+	// (SendFragmentShared), so that Poll may send it without a copy.
+	shared bool
 	// recs counts the send-ring records that point to the message; once
 	// it is done, fully segmented and no record points to it, it goes
 	// back to the engine's free list (freeMsg).
@@ -231,6 +234,7 @@ type Engine struct {
 	rings      [][]pktRec        // free send rings
 	smallRings [][]pktRec        // free strangers' send rings
 	freeMsgs   []*outMsg         // finished messages for reuse (newMsg, releaseRec)
+	gather     bool              // SetGather
 	locals     map[uint32]uint16 // member id per group (SetLocal)
 
 	// Peer lifetimes. Every peer is on one of two lists, least recently
@@ -508,7 +512,7 @@ func (e *Engine) Send(to PeerID, h *wire.Header, payload []byte, token uint64) (
 	if uint64(len(payload)) > MaxMessage {
 		return 0, ErrTooLarge
 	}
-	return e.send(to, h, payload, token, 0, uint32(len(payload)))
+	return e.send(to, h, payload, token, 0, uint32(len(payload)), false)
 }
 
 // SendFragment queues one piece of a larger message: payload is bytes
@@ -518,13 +522,32 @@ func (e *Engine) Send(to PeerID, h *wire.Header, payload []byte, token uint64) (
 // (SegmentSize). A forwarding node uses it to send each reduced chunk as
 // soon as it is ready.
 func (e *Engine) SendFragment(to PeerID, h *wire.Header, payload []byte, token uint64) (uint64, error) {
+	return e.sendFragment(to, h, payload, token, false)
+}
+
+func (e *Engine) sendFragment(to PeerID, h *wire.Header, payload []byte, token uint64, shared bool) (uint64, error) {
 	if len(payload) > e.seg || h.MsgID == 0 || uint64(h.Offset)+uint64(len(payload)) > uint64(h.MsgLen) {
 		return 0, ErrFragment
 	}
-	return e.send(to, h, payload, token, h.Offset, h.MsgLen)
+	return e.send(to, h, payload, token, h.Offset, h.MsgLen, shared)
 }
 
-func (e *Engine) send(to PeerID, h *wire.Header, payload []byte, token uint64, base, msgLen uint32) (uint64, error) {
+// SendFragmentShared is SendFragment for a payload the caller leaves
+// unchanged until the message completes and the Poll after that: with
+// SetGather on, the engine then sends it without copying it into each
+// packet (a datagram's Tail), so that one payload sent to many peers (a
+// forwarding node's reduced chunk) is not copied once per peer.
+func (e *Engine) SendFragmentShared(to PeerID, h *wire.Header, payload []byte, token uint64) (uint64, error) {
+	return e.sendFragment(to, h, payload, token, true)
+}
+
+// SetGather lets Poll send the payloads of SendFragmentShared messages as
+// datagrams' Tails, after a header of their own, instead of copying them:
+// only for a caller whose Conn sends Tails, and that leaves Poll's
+// datagrams alone until it has written them.
+func (e *Engine) SetGather(on bool) { e.gather = on }
+
+func (e *Engine) send(to PeerID, h *wire.Header, payload []byte, token uint64, base, msgLen uint32, shared bool) (uint64, error) {
 	if e.nmsgs >= e.cfg.MaxMessages {
 		return 0, ErrQueueFull
 	}
@@ -549,7 +572,7 @@ func (e *Engine) send(to PeerID, h *wire.Header, payload []byte, token uint64, b
 		return 0, ErrPeerQueueFull
 	}
 	m := e.newMsg()
-	*m = outMsg{hdr: *h, payload: payload, token: token, base: base, stranger: p.stranger}
+	*m = outMsg{hdr: *h, payload: payload, token: token, base: base, stranger: p.stranger, shared: shared}
 	if p.stranger {
 		e.strangerMsgs++
 	}

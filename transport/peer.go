@@ -526,9 +526,14 @@ func (p *peer) emit(now time.Time, out []netio.Datagram, bufIdx int, psn uint32,
 	if !p.synAcked {
 		h.Flags |= wire.FlagSyn
 	}
-	var pkt []byte
+	var pkt, tail []byte
 	payload := m.payload[rec.off : rec.off+rec.n]
 	switch {
+	case m.shared && p.e.gather && !p.e.cfg.Verified && !(p.ackPending && p.piggybacks(limited) && p.fits(rec.n)):
+		// The header alone in the engine's buffer, the payload as the
+		// datagram's Tail: not copied.
+		pkt, _ = wire.AppendHeader(p.e.buf(bufIdx)[:0], &h, payload)
+		tail = payload
 	case p.ackPending && p.piggybacks(limited) && p.fits(rec.n):
 		a := &p.e.ack
 		p.fillAck(now, a)
@@ -541,9 +546,9 @@ func (p *peer) emit(now time.Time, out []netio.Datagram, bufIdx int, psn uint32,
 	default:
 		pkt, _ = wire.AppendPacket(p.e.buf(bufIdx)[:0], &h, payload)
 	}
-	out = append(out, netio.Datagram{Addr: p.id.Addr, Buf: pkt})
+	out = append(out, netio.Datagram{Addr: p.id.Addr, Buf: pkt, Tail: tail})
 	if limited {
-		p.credit -= int64(len(pkt))
+		p.credit -= int64(len(pkt) + len(tail))
 	}
 	rec.sentAt = now
 	rec.state = recInflight

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"net/netip"
 	"testing"
 	"time"
@@ -255,5 +256,57 @@ func TestPiggybackedAckHostile(t *testing.T) {
 	}
 	if _, comps, _ := e.Poll(t0, nil); len(comps) != 1 || comps[0].Token != 7 || comps[0].Err != nil {
 		t.Fatalf("completions %+v", comps)
+	}
+}
+
+// TestGatherShared: with SetGather, a SendFragmentShared payload goes out
+// as the datagram's Tail — the same bytes, not a copy — after a header of
+// its own; joined, it is the packet the receiver takes. Plain Sends and
+// the engine without SetGather still send whole packets.
+func TestGatherShared(t *testing.T) {
+	a, _ := New(Config{MTU: 1500, Seed: 1})
+	c, _ := New(Config{MTU: 1500, Seed: 2})
+	aAddr := netip.MustParseAddrPort("10.0.0.1:1")
+	cAddr := netip.MustParseAddrPort("10.0.0.2:1")
+	payload := make([]byte, 1000)
+	for i := range payload {
+		payload[i] = byte(i)
+	}
+	now := time.Unix(1, 0)
+	for _, gather := range []bool{true, false} {
+		a.SetGather(gather)
+		id := uint64(7)
+		if gather {
+			id = 8
+		}
+		h := wire.Header{Op: wire.OpWrite, MsgID: id, MsgLen: 1000}
+		if _, err := a.SendFragmentShared(PeerID{Addr: cAddr}, &h, payload, 0); err != nil {
+			t.Fatal(err)
+		}
+		out, _, _ := a.Poll(now, nil)
+		if len(out) != 1 {
+			t.Fatalf("gather=%v: %d datagrams", gather, len(out))
+		}
+		d := out[0]
+		if gather != (len(d.Tail) > 0) || gather && (len(d.Buf) != wire.HeaderLen || &d.Tail[0] != &payload[0]) {
+			t.Fatalf("gather=%v: Buf %d bytes, Tail %d bytes", gather, len(d.Buf), len(d.Tail))
+		}
+		del, ok := c.Step(now, aAddr, d.Joined(nil))
+		if !ok || !bytes.Equal(del.Payload, payload) || del.Header.MsgID != id {
+			t.Fatalf("gather=%v: delivered %v, %d bytes", gather, ok, len(del.Payload))
+		}
+		now = now.Add(time.Millisecond)
+	}
+	// A plain Send is copied even with SetGather.
+	a.SetGather(true)
+	h := wire.Header{Op: wire.OpWrite}
+	if _, err := a.Send(PeerID{Addr: cAddr}, &h, payload, 0); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ := a.Poll(now, nil)
+	for _, d := range out {
+		if len(d.Tail) > 0 {
+			t.Fatalf("a plain Send went out with a Tail")
+		}
 	}
 }

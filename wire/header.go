@@ -365,6 +365,30 @@ func checksum(pkt []byte) uint32 {
 	return crc32.Update(c, castagnoli, pkt[HeaderLen:])
 }
 
+// AppendHeader encodes h for payload into buf[:0]'s backing array
+// (growing it if needed), sets h.Len and seals the checksum over the
+// header and payload, without copying the payload: the packet is the
+// returned header followed by payload (netio.Datagram's Buf and Tail).
+// It allocates only if cap(buf) < HeaderLen.
+func AppendHeader(buf []byte, h *Header, payload []byte) ([]byte, error) {
+	if len(payload) > MaxPayload {
+		return buf, ErrTooLarge
+	}
+	h.Len = uint16(len(payload))
+	if cap(buf) < HeaderLen {
+		buf = make([]byte, HeaderLen)
+	}
+	buf = buf[:HeaderLen]
+	h.Encode(buf)
+	c := crc32.Update(0, castagnoli, buf[:crcOff])
+	c = crc32.Update(c, castagnoli, zeroCRC[:])
+	if h.Flags&FlagAuth == 0 {
+		c = crc32.Update(c, castagnoli, payload)
+	}
+	binary.BigEndian.PutUint32(buf[crcOff:], c)
+	return buf, nil
+}
+
 // AppendPacket encodes h with payload into buf[:0]'s backing array (growing
 // it if needed), sets h.Len, seals the checksum and returns the packet. It
 // allocates only if cap(buf) is too small.

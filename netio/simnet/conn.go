@@ -158,9 +158,9 @@ func (c *simConn) WriteBatch(ds []netio.Datagram) error {
 			c.mu.Unlock()
 			return netio.ErrClosed
 		}
-		for len(ds) > 0 && (c.outBytes == 0 || c.outBytes+len(ds[0].Buf) <= ConnSendBuffer) {
-			b := c.getBufLocked(len(ds[0].Buf))
-			copy(b, ds[0].Buf)
+		for len(ds) > 0 && (c.outBytes == 0 || c.outBytes+ds[0].Len() <= ConnSendBuffer) {
+			b := c.getBufLocked(ds[0].Len())
+			copy(b[copy(b, ds[0].Buf):], ds[0].Tail)
 			c.outbox = append(c.outbox, netio.Datagram{Addr: ds[0].Addr, Buf: b})
 			c.outBytes += len(b)
 			ds = ds[1:]
