@@ -187,3 +187,24 @@ func TestServeTwice(t *testing.T) {
 		stop()
 	})
 }
+
+// TestConnTail: a datagram's Tail arrives after its Buf, as one datagram.
+func TestConnTail(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := New(1)
+		a := n.ListenConn(ap(1), mbit100, mbit100)
+		b := n.ListenConn(ap(2), mbit100, mbit100)
+		defer a.Close()
+		defer b.Close()
+		stop := serve(t, n)
+		defer stop()
+		if err := a.WriteBatch([]netio.Datagram{{Addr: ap(2), Buf: []byte("head:"), Tail: []byte("tail")}}); err != nil {
+			t.Fatal(err)
+		}
+		rb := readBufs(1)
+		k, err := b.ReadBatch(rb)
+		if err != nil || k != 1 || string(rb[0].Buf) != "head:tail" {
+			t.Fatalf("read %d (%v): %q", k, err, rb[0].Buf)
+		}
+	})
+}
