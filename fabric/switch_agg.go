@@ -98,11 +98,12 @@ func (s *Switch) sendResult(g *group, h *wire.Header, res []byte) {
 	tok := s.nextTok
 	out := wire.Header{Op: wire.OpData, MsgID: h.MsgID, Offset: h.Offset, MsgLen: h.MsgLen,
 		Dtype: h.Dtype, Alu: h.Alu, Operand1: h.Operand1, Operand2: h.Operand2}
+	resCRC := wire.PayloadCRC(res) // once, for every member's packet
 	send := func(m *member) {
 		to := transport.PeerID{Addr: m.addr, Group: g.id, Member: m.id, Mode: wire.ModeAggregate}
 		// res stays in the slot until every member has acknowledged it:
 		// the engine may send it to each without copying it.
-		if _, err := s.eng.SendFragmentShared(to, &out, res, tok); err != nil {
+		if _, err := s.eng.SendFragmentShared(to, &out, res, resCRC, tok); err != nil {
 			// Refuse the member's aggregation rather than leave it waiting
 			// for a result that will not come: a chunk larger than the
 			// switch sends (a member that joined with a smaller MTU than

@@ -172,8 +172,10 @@ type outMsg struct {
 	stranger bool
 	next_    *outMsg // queue link
 	// shared: the payload stays unchanged until the message completes
-	// (SendFragmentShared), so that Poll may send it without a copy.
-	shared bool
+	// (SendFragmentShared), so that Poll may send it without a copy;
+	// payloadCRC is its wire.PayloadCRC.
+	shared     bool
+	payloadCRC uint32
 	// recs counts the send-ring records that point to the message; once
 	// it is done, fully segmented and no record points to it, it goes
 	// back to the engine's free list (freeMsg).
@@ -512,7 +514,7 @@ func (e *Engine) Send(to PeerID, h *wire.Header, payload []byte, token uint64) (
 	if uint64(len(payload)) > MaxMessage {
 		return 0, ErrTooLarge
 	}
-	return e.send(to, h, payload, token, 0, uint32(len(payload)), false)
+	return e.send(to, h, payload, token, 0, uint32(len(payload)), false, 0)
 }
 
 // SendFragment queues one piece of a larger message: payload is bytes
@@ -522,23 +524,25 @@ func (e *Engine) Send(to PeerID, h *wire.Header, payload []byte, token uint64) (
 // (SegmentSize). A forwarding node uses it to send each reduced chunk as
 // soon as it is ready.
 func (e *Engine) SendFragment(to PeerID, h *wire.Header, payload []byte, token uint64) (uint64, error) {
-	return e.sendFragment(to, h, payload, token, false)
+	return e.sendFragment(to, h, payload, token, false, 0)
 }
 
-func (e *Engine) sendFragment(to PeerID, h *wire.Header, payload []byte, token uint64, shared bool) (uint64, error) {
+func (e *Engine) sendFragment(to PeerID, h *wire.Header, payload []byte, token uint64, shared bool, payloadCRC uint32) (uint64, error) {
 	if len(payload) > e.seg || h.MsgID == 0 || uint64(h.Offset)+uint64(len(payload)) > uint64(h.MsgLen) {
 		return 0, ErrFragment
 	}
-	return e.send(to, h, payload, token, h.Offset, h.MsgLen, shared)
+	return e.send(to, h, payload, token, h.Offset, h.MsgLen, shared, payloadCRC)
 }
 
 // SendFragmentShared is SendFragment for a payload the caller leaves
-// unchanged until the message completes and the Poll after that: with
-// SetGather on, the engine then sends it without copying it into each
-// packet (a datagram's Tail), so that one payload sent to many peers (a
-// forwarding node's reduced chunk) is not copied once per peer.
-func (e *Engine) SendFragmentShared(to PeerID, h *wire.Header, payload []byte, token uint64) (uint64, error) {
-	return e.sendFragment(to, h, payload, token, true)
+// unchanged until the message completes and the Poll after that, with its
+// wire.PayloadCRC: with SetGather on, the engine then sends it without
+// copying it into each packet (a datagram's Tail) and checksums each
+// packet over its header only (wire.AppendHeaderShared), so that one
+// payload sent to many peers (a forwarding node's reduced chunk) is
+// neither copied nor checksummed once per peer.
+func (e *Engine) SendFragmentShared(to PeerID, h *wire.Header, payload []byte, payloadCRC uint32, token uint64) (uint64, error) {
+	return e.sendFragment(to, h, payload, token, true, payloadCRC)
 }
 
 // SetGather lets Poll send the payloads of SendFragmentShared messages as
@@ -547,7 +551,7 @@ func (e *Engine) SendFragmentShared(to PeerID, h *wire.Header, payload []byte, t
 // datagrams alone until it has written them.
 func (e *Engine) SetGather(on bool) { e.gather = on }
 
-func (e *Engine) send(to PeerID, h *wire.Header, payload []byte, token uint64, base, msgLen uint32, shared bool) (uint64, error) {
+func (e *Engine) send(to PeerID, h *wire.Header, payload []byte, token uint64, base, msgLen uint32, shared bool, payloadCRC uint32) (uint64, error) {
 	if e.nmsgs >= e.cfg.MaxMessages {
 		return 0, ErrQueueFull
 	}
@@ -572,7 +576,7 @@ func (e *Engine) send(to PeerID, h *wire.Header, payload []byte, token uint64, b
 		return 0, ErrPeerQueueFull
 	}
 	m := e.newMsg()
-	*m = outMsg{hdr: *h, payload: payload, token: token, base: base, stranger: p.stranger, shared: shared}
+	*m = outMsg{hdr: *h, payload: payload, token: token, base: base, stranger: p.stranger, shared: shared, payloadCRC: payloadCRC}
 	if p.stranger {
 		e.strangerMsgs++
 	}

@@ -532,7 +532,11 @@ func (p *peer) emit(now time.Time, out []netio.Datagram, bufIdx int, psn uint32,
 	case m.shared && p.e.gather && !p.e.cfg.Verified && !(p.ackPending && p.piggybacks(limited) && p.fits(rec.n)):
 		// The header alone in the engine's buffer, the payload as the
 		// datagram's Tail: not copied.
-		pkt, _ = wire.AppendHeader(p.e.buf(bufIdx)[:0], &h, payload)
+		if rec.off == 0 && int(rec.n) == len(m.payload) {
+			pkt, _ = wire.AppendHeaderShared(p.e.buf(bufIdx)[:0], &h, payload, m.payloadCRC)
+		} else {
+			pkt, _ = wire.AppendHeader(p.e.buf(bufIdx)[:0], &h, payload)
+		}
 		tail = payload
 	case p.ackPending && p.piggybacks(limited) && p.fits(rec.n):
 		a := &p.e.ack

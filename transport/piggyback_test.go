@@ -268,7 +268,8 @@ func TestGatherShared(t *testing.T) {
 	c, _ := New(Config{MTU: 1500, Seed: 2})
 	aAddr := netip.MustParseAddrPort("10.0.0.1:1")
 	cAddr := netip.MustParseAddrPort("10.0.0.2:1")
-	payload := make([]byte, 1000)
+	// Above wire's minimum length for header-only checksums.
+	payload := make([]byte, 1200)
 	for i := range payload {
 		payload[i] = byte(i)
 	}
@@ -279,8 +280,8 @@ func TestGatherShared(t *testing.T) {
 		if gather {
 			id = 8
 		}
-		h := wire.Header{Op: wire.OpWrite, MsgID: id, MsgLen: 1000}
-		if _, err := a.SendFragmentShared(PeerID{Addr: cAddr}, &h, payload, 0); err != nil {
+		h := wire.Header{Op: wire.OpWrite, MsgID: id, MsgLen: 1200}
+		if _, err := a.SendFragmentShared(PeerID{Addr: cAddr}, &h, payload, wire.PayloadCRC(payload), 0); err != nil {
 			t.Fatal(err)
 		}
 		out, _, _ := a.Poll(now, nil)
