@@ -182,8 +182,8 @@ type outMsg struct {
 	recs int32
 }
 
-// maxFreeMsgs bounds the engine's free list of messages.
-const maxFreeMsgs = 1024
+// MaxFreeMsgs bounds the engine's free list of finished messages.
+const MaxFreeMsgs = 1024
 
 // newMsg returns a zeroed message, from the free list when it has one:
 // sending allocates nothing per message in steady state.
@@ -202,7 +202,7 @@ func (e *Engine) newMsg() *outMsg {
 func (e *Engine) releaseRec(rec *pktRec) {
 	if m := rec.msg; m != nil {
 		m.recs--
-		if m.recs == 0 && m.done && m.allSent && len(e.freeMsgs) < maxFreeMsgs {
+		if m.recs == 0 && m.done && m.allSent && len(e.freeMsgs) < MaxFreeMsgs {
 			*m = outMsg{}
 			e.freeMsgs = append(e.freeMsgs, m)
 		}

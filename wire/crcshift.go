@@ -27,7 +27,7 @@ func PayloadCRC(payload []byte) uint32 {
 // AppendHeaderShared is AppendHeader for a payload whose PayloadCRC the
 // caller has computed: the checksum costs a CRC over the header alone
 // (once the tables for len(payload) exist; they are made on first use,
-// for up to maxShifts lengths of at least minShiftLen bytes, and other
+// for up to MaxCRCShifts lengths of at least minShiftLen bytes, and other
 // lengths are checksummed in full).
 func AppendHeaderShared(buf []byte, h *Header, payload []byte, payloadCRC uint32) ([]byte, error) {
 	t := (*crcShift)(nil)
@@ -55,8 +55,9 @@ func AppendHeaderShared(buf []byte, h *Header, payload []byte, payloadCRC uint32
 const (
 	// minShiftLen: below it a full CRC costs no more than the tables.
 	minShiftLen = 1024
-	// maxShifts bounds the payload lengths with tables (4 KiB each).
-	maxShifts = 32
+	// MaxCRCShifts bounds the payload lengths AppendHeaderShared keeps
+	// tables for (4 KiB each, for the process's lifetime).
+	MaxCRCShifts = 32
 )
 
 // crcShift carries a raw CRC32C register over a fixed number of zero
@@ -88,7 +89,7 @@ func shiftFor(n int) *crcShift {
 		if t := (*old)[n]; t != nil {
 			return t
 		}
-		if len(*old) >= maxShifts {
+		if len(*old) >= MaxCRCShifts {
 			return nil
 		}
 		next = make(map[int]*crcShift, len(*old)+1)

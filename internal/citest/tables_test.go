@@ -15,10 +15,12 @@ import (
 	"github.com/ndma/ndma/memnode/memd"
 	"github.com/ndma/ndma/stor"
 	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
 )
 
-// boundRef is a default named in the table: `pkg.Config.Field` = value.
-var boundRef = regexp.MustCompile("`((?:transport|endpoint|fabric)\\.Config\\.[A-Za-z.]+|(?:memd|stor)\\.[A-Za-z]+)` = ([0-9]+)(?: (KiB|MiB|GiB|ms|s|min|h)\\b)?")
+// boundRef is a default named in the table: `pkg.Config.Field` = value,
+// or a package's constant: `pkg.Name` = value.
+var boundRef = regexp.MustCompile("`((?:transport|endpoint|fabric)\\.Config\\.[A-Za-z.]+|(?:memd|stor|wire|transport)\\.[A-Za-z]+)` = ([0-9]+)(?: (KiB|MiB|GiB|ms|s|min|h)\\b)?")
 
 // TestArchitectureTables checks docs/ARCHITECTURE.md's table of tables
 // against the code: every default it names is the one the code applies,
@@ -48,6 +50,8 @@ func TestArchitectureTables(t *testing.T) {
 		"stor.MaxNodeExtents":    stor.MaxNodeExtents,
 		"stor.MaxGatewayVolumes": stor.MaxGatewayVolumes,
 		"stor.MaxLease":          stor.MaxLease,
+		"wire.MaxCRCShifts":      wire.MaxCRCShifts,
+		"transport.MaxFreeMsgs":  transport.MaxFreeMsgs,
 	}
 	named := map[string]bool{}
 	for _, m := range boundRef.FindAllStringSubmatch(section, -1) {
