@@ -719,20 +719,10 @@ func UDPLoop(conn netio.Conn, to []netip.AddrPort, all bool) error {
 	}
 	out := make([]netio.Datagram, 0, len(ds)*len(to))
 	next := 0 // the address the next datagram goes to, without all
-	// Like the switch, the loop sends datagrams on from the socket's own
-	// receive buffers where it can.
-	view, _ := conn.(netio.ViewReader)
 	for {
-		for i := range ds {
-			ds[i].Buf = bufs[i]
-		}
-		var k int
-		var err error
-		if view != nil {
-			k, err = view.ReadBatchView(ds)
-		} else {
-			k, err = conn.ReadBatch(ds)
-		}
+		// Like the switch, the loop sends datagrams on from the socket's
+		// own receive buffers where it can.
+		k, err := netio.ReadViews(conn, ds, bufs)
 		if err != nil {
 			if errors.Is(err, netio.ErrClosed) {
 				return nil

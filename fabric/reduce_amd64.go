@@ -36,63 +36,20 @@ func reduceVec(dst, src []byte, dt wire.Dtype, alu wire.Alu) int {
 	if dp, sp := uintptr(unsafe.Pointer(d)), uintptr(unsafe.Pointer(s)); sp < dp && dp-sp < uintptr(n) {
 		return 0
 	}
-	switch dt {
-	case wire.DtypeF32:
-		switch alu {
-		case wire.AluAdd:
-			reduceAddF32AVX2(d, s, n)
-		case wire.AluMin:
-			reduceMinF32AVX2(d, s, n)
-		case wire.AluMax:
-			reduceMaxF32AVX2(d, s, n)
-		case wire.AluProd:
-			reduceProdF32AVX2(d, s, n)
-		default:
-			return 0
-		}
-	case wire.DtypeF64:
-		switch alu {
-		case wire.AluAdd:
-			reduceAddF64AVX2(d, s, n)
-		case wire.AluMin:
-			reduceMinF64AVX2(d, s, n)
-		case wire.AluMax:
-			reduceMaxF64AVX2(d, s, n)
-		case wire.AluProd:
-			reduceProdF64AVX2(d, s, n)
-		default:
-			return 0
-		}
-	case wire.DtypeI32:
-		switch alu {
-		case wire.AluAdd:
-			reduceAddI32AVX2(d, s, n)
-		case wire.AluMin:
-			reduceMinI32AVX2(d, s, n)
-		case wire.AluMax:
-			reduceMaxI32AVX2(d, s, n)
-		case wire.AluProd:
-			reduceProdI32AVX2(d, s, n)
-		default:
-			return 0
-		}
-	case wire.DtypeI64:
-		switch alu {
-		case wire.AluAdd:
-			reduceAddI64AVX2(d, s, n)
-		case wire.AluMin:
-			reduceMinI64AVX2(d, s, n)
-		case wire.AluMax:
-			reduceMaxI64AVX2(d, s, n)
-		case wire.AluProd:
-			reduceProdI64AVX2(d, s, n)
-		default:
-			return 0
-		}
-	default:
+	if int(dt) >= len(avx2Kernels) || int(alu) >= len(avx2Kernels[0]) || avx2Kernels[dt][alu] == nil {
 		return 0
 	}
+	avx2Kernels[dt][alu](d, s, n)
 	return n
+}
+
+// avx2Kernels[dt][alu] is the kernel for dt and alu; nil for an unknown
+// pair (wire's dtypes and ALU ops number from 1).
+var avx2Kernels = [5][5]func(d, s *byte, n int){
+	wire.DtypeF32: {wire.AluAdd: reduceAddF32AVX2, wire.AluMin: reduceMinF32AVX2, wire.AluMax: reduceMaxF32AVX2, wire.AluProd: reduceProdF32AVX2},
+	wire.DtypeF64: {wire.AluAdd: reduceAddF64AVX2, wire.AluMin: reduceMinF64AVX2, wire.AluMax: reduceMaxF64AVX2, wire.AluProd: reduceProdF64AVX2},
+	wire.DtypeI32: {wire.AluAdd: reduceAddI32AVX2, wire.AluMin: reduceMinI32AVX2, wire.AluMax: reduceMaxI32AVX2, wire.AluProd: reduceProdI32AVX2},
+	wire.DtypeI64: {wire.AluAdd: reduceAddI64AVX2, wire.AluMin: reduceMinI64AVX2, wire.AluMax: reduceMaxI64AVX2, wire.AluProd: reduceProdI64AVX2},
 }
 
 // The AVX2 kernels, in reduce_amd64.s. Each applies its operation to the

@@ -173,20 +173,10 @@ func (s *Server) reader(conn netio.Conn) {
 	for i := range bufs {
 		bufs[i] = make([]byte, netio.MaxDatagram)
 	}
-	// The switch copies what it keeps of a packet: it can step packets
-	// still in the socket's receive buffers.
-	view, _ := conn.(netio.ViewReader)
 	for {
-		for i := range ds {
-			ds[i].Buf = bufs[i]
-		}
-		var k int
-		var err error
-		if view != nil {
-			k, err = view.ReadBatchView(ds)
-		} else {
-			k, err = conn.ReadBatch(ds)
-		}
+		// The switch copies what it keeps of a packet: it can step
+		// packets still in the socket's receive buffers.
+		k, err := netio.ReadViews(conn, ds, bufs)
 		if err != nil {
 			if errors.Is(err, netio.ErrClosed) || s.closed.Load() {
 				return

@@ -75,3 +75,17 @@ type ViewReader interface {
 	// on entry, for datagrams it reads directly.
 	ReadBatchView(ds []Datagram) (n int, err error)
 }
+
+// ReadViews points ds[i].Buf at bufs[i] (each of capacity MaxDatagram)
+// and reads a batch: with c's ReadBatchView where it has one, so that
+// ds[i].Buf may instead be a view valid until the next read, else with
+// ReadBatch.
+func ReadViews(c Conn, ds []Datagram, bufs [][]byte) (int, error) {
+	for i := range ds {
+		ds[i].Buf = bufs[i]
+	}
+	if v, ok := c.(ViewReader); ok {
+		return v.ReadBatchView(ds)
+	}
+	return c.ReadBatch(ds)
+}

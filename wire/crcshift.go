@@ -31,23 +31,16 @@ func PayloadCRC(payload []byte) uint32 {
 // lengths are checksummed in full).
 func AppendHeaderShared(buf []byte, h *Header, payload []byte, payloadCRC uint32) ([]byte, error) {
 	t := (*crcShift)(nil)
-	if h.Flags&FlagAuth == 0 && len(payload) >= minShiftLen {
+	if h.Flags&FlagAuth == 0 && len(payload) >= minShiftLen && len(payload) <= MaxPayload {
 		t = shiftFor(len(payload))
 	}
 	if t == nil {
 		return AppendHeader(buf, h, payload)
 	}
-	if len(payload) > MaxPayload {
-		return buf, ErrTooLarge
+	buf, c, err := headerCRC(buf, h, len(payload))
+	if err != nil {
+		return buf, err
 	}
-	h.Len = uint16(len(payload))
-	if cap(buf) < HeaderLen {
-		buf = make([]byte, HeaderLen)
-	}
-	buf = buf[:HeaderLen]
-	h.Encode(buf)
-	c := crc32.Update(0, castagnoli, buf[:crcOff])
-	c = crc32.Update(c, castagnoli, zeroCRC[:])
 	binary.BigEndian.PutUint32(buf[crcOff:], ^(t.apply(^c) ^ payloadCRC))
 	return buf, nil
 }

@@ -371,22 +371,32 @@ func checksum(pkt []byte) uint32 {
 // returned header followed by payload (netio.Datagram's Buf and Tail).
 // It allocates only if cap(buf) < HeaderLen.
 func AppendHeader(buf []byte, h *Header, payload []byte) ([]byte, error) {
-	if len(payload) > MaxPayload {
-		return buf, ErrTooLarge
+	buf, c, err := headerCRC(buf, h, len(payload))
+	if err != nil {
+		return buf, err
 	}
-	h.Len = uint16(len(payload))
+	if h.Flags&FlagAuth == 0 {
+		c = crc32.Update(c, castagnoli, payload)
+	}
+	binary.BigEndian.PutUint32(buf[crcOff:], c)
+	return buf, nil
+}
+
+// headerCRC encodes h for a payload of n bytes into buf[:0]'s backing
+// array (growing it if cap(buf) < HeaderLen), sets h.Len, and returns the
+// header and the CRC32C over it with the checksum field zero.
+func headerCRC(buf []byte, h *Header, n int) ([]byte, uint32, error) {
+	if n > MaxPayload {
+		return buf, 0, ErrTooLarge
+	}
+	h.Len = uint16(n)
 	if cap(buf) < HeaderLen {
 		buf = make([]byte, HeaderLen)
 	}
 	buf = buf[:HeaderLen]
 	h.Encode(buf)
 	c := crc32.Update(0, castagnoli, buf[:crcOff])
-	c = crc32.Update(c, castagnoli, zeroCRC[:])
-	if h.Flags&FlagAuth == 0 {
-		c = crc32.Update(c, castagnoli, payload)
-	}
-	binary.BigEndian.PutUint32(buf[crcOff:], c)
-	return buf, nil
+	return buf, crc32.Update(c, castagnoli, zeroCRC[:]), nil
 }
 
 // AppendPacket encodes h with payload into buf[:0]'s backing array (growing
