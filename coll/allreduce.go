@@ -111,12 +111,12 @@ func (c *Communicator) allreduceWith(seq uint64, algo Algo, o callOpts, send, re
 	default:
 		return callPlan{err: fmt.Errorf("%w: allreduce has no %s algorithm", ErrArg, algo)}
 	}
-	return callPlan{host: func(ctx context.Context) error {
+	return callPlan{host: c.guarded(seq, func(ctx context.Context) error {
 		if send != nil {
 			copy(recv, send)
 		}
 		return run(ctx, seq, recv, dt, op)
-	}}
+	})}
 }
 
 // allreduceRing reduces buf in place around the ring rank → rank+1. Block

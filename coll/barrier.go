@@ -46,7 +46,7 @@ func (c *Communicator) barrierWith(seq uint64, algo Algo, _ callOpts) callPlan {
 		return c.switchPlan(&endpoint.Op{Kind: endpoint.KindAggregate, Buf: make([]byte, 4), Recv: make([]byte, 4),
 			Root: -1, Dtype: wire.DtypeI32, Alu: wire.AluAdd})
 	case AlgoRecursiveDoubling:
-		return callPlan{host: func(ctx context.Context) error { return c.barrierDissemination(ctx, seq) }}
+		return callPlan{host: c.guarded(seq, func(ctx context.Context) error { return c.barrierDissemination(ctx, seq) })}
 	}
 	return callPlan{err: fmt.Errorf("%w: barrier has no %s algorithm", ErrArg, algo)}
 }

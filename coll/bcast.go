@@ -63,11 +63,11 @@ func (c *Communicator) bcastWith(seq uint64, algo Algo, o callOpts, buf []byte, 
 		}
 		return c.switchPlan(&endpoint.Op{Kind: endpoint.KindRecv, From: uint16(root), Buf: buf})
 	case AlgoBinomial:
-		return callPlan{host: func(ctx context.Context) error { return c.bcastBinomial(ctx, seq, buf, root) }}
+		return callPlan{host: c.guarded(seq, func(ctx context.Context) error { return c.bcastBinomial(ctx, seq, buf, root) })}
 	case AlgoChain:
-		return callPlan{host: func(ctx context.Context) error { return c.bcastChain(ctx, seq, buf, root, o.segment) }}
+		return callPlan{host: c.guarded(seq, func(ctx context.Context) error { return c.bcastChain(ctx, seq, buf, root, o.segment) })}
 	case AlgoScatterAllgather:
-		return callPlan{host: func(ctx context.Context) error { return c.bcastScatterAllgather(ctx, seq, buf, root) }}
+		return callPlan{host: c.guarded(seq, func(ctx context.Context) error { return c.bcastScatterAllgather(ctx, seq, buf, root) })}
 	}
 	return callPlan{err: fmt.Errorf("%w: bcast has no %s algorithm", ErrArg, algo)}
 }

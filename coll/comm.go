@@ -127,6 +127,12 @@ type Communicator struct {
 	seq    uint64 // collective calls so far (tags keep overlapping calls apart)
 	splits uint64
 	closed bool
+
+	// Aborted calls and the receives for other ranks' abort messages
+	// (abort.go).
+	abortMu sync.Mutex
+	aborts  abortState
+	abortWG sync.WaitGroup
 }
 
 // New creates a communicator. With a switch it blocks until every rank has
@@ -183,6 +189,7 @@ func New(ctx context.Context, cfg Config) (*Communicator, error) {
 	default:
 		return nil, fmt.Errorf("%w: need a Switch, or Peers for all %d ranks", ErrArg, cfg.Size)
 	}
+	c.startAborts()
 	return c, nil
 }
 
@@ -211,6 +218,7 @@ func (c *Communicator) Close(ctx context.Context) error {
 	}
 	c.closed = true
 	c.mu.Unlock()
+	c.stopAborts()
 	if c.group != nil {
 		return c.group.Leave(ctx)
 	}

@@ -90,7 +90,7 @@ func (c *Communicator) reduceWith(seq uint64, algo Algo, o callOpts, send, recv 
 		return c.switchPlan(&endpoint.Op{Kind: endpoint.KindAggregate, Buf: send, Recv: recv, Root: root,
 			Dtype: dt, Alu: op, Deterministic: o.deterministic})
 	case AlgoBinomial:
-		return callPlan{host: func(ctx context.Context) error { return c.reduceBinomial(ctx, seq, send, recv, dt, op, root) }}
+		return callPlan{host: c.guarded(seq, func(ctx context.Context) error { return c.reduceBinomial(ctx, seq, send, recv, dt, op, root) })}
 	}
 	return callPlan{err: fmt.Errorf("%w: reduce has no %s algorithm", ErrArg, algo)}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndma/ndma/coll"
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/memnode/memd"
@@ -20,7 +21,7 @@ import (
 
 // boundRef is a default named in the table: `pkg.Config.Field` = value,
 // or a package's constant: `pkg.Name` = value.
-var boundRef = regexp.MustCompile("`((?:transport|endpoint|fabric)\\.Config\\.[A-Za-z.]+|(?:memd|stor|wire|transport)\\.[A-Za-z]+)` = ([0-9]+)(?: (KiB|MiB|GiB|ms|s|min|h)\\b)?")
+var boundRef = regexp.MustCompile("`((?:transport|endpoint|fabric)\\.Config\\.[A-Za-z.]+|(?:memd|stor|wire|transport|coll)\\.[A-Za-z]+)` = ([0-9]+)(?: (KiB|MiB|GiB|ms|s|min|h)\\b)?")
 
 // TestArchitectureTables checks docs/ARCHITECTURE.md's table of tables
 // against the code: every default it names is the one the code applies,
@@ -52,6 +53,7 @@ func TestArchitectureTables(t *testing.T) {
 		"stor.MaxLease":          stor.MaxLease,
 		"wire.MaxCRCShifts":      wire.MaxCRCShifts,
 		"transport.MaxFreeMsgs":  transport.MaxFreeMsgs,
+		"coll.MaxAborts":         coll.MaxAborts,
 	}
 	named := map[string]bool{}
 	for _, m := range boundRef.FindAllStringSubmatch(section, -1) {

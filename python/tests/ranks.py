@@ -132,6 +132,23 @@ def mismatch_scenario(comm):
     raise AssertionError("an allreduce of mismatched arrays returned")
 
 
+def mismatch_ring_scenario(comm):
+    # The same with the host ring: the ranks that do not exchange a
+    # message with rank 1 learn of the mismatch from its neighbours'
+    # abort messages, and raise at once too.
+    comm.set_algo("allreduce", "ring")
+    x = np.ones(1000 + (8 if comm.rank == 1 else 0), np.float32)
+    t0 = time.monotonic()
+    try:
+        comm.allreduce(x)
+    except ndma.InvalidArgument as e:
+        took = time.monotonic() - t0
+        assert took < 5, f"raised after {took:.1f}s"
+        print(f"raised {type(e).__name__} after {took:.2f}s: {e}", file=sys.stderr)
+        return
+    raise AssertionError("a ring allreduce of mismatched arrays returned")
+
+
 def ddp_scenario(comm):
     # The same training, DDP's own Gloo allreduce against the NDMA hook:
     # with 2 ranks both sum two numbers and halve them, so the parameters
@@ -275,7 +292,7 @@ def deterministic_scenario(comm):
     dist.destroy_process_group()
 
 
-SCENARIOS = {"deterministic": deterministic_scenario, "backend": backend_scenario, "numpy": numpy_scenario, "torch": torch_scenario, "dead": dead_scenario, "ddp": ddp_scenario, "mismatch": mismatch_scenario}
+SCENARIOS = {"deterministic": deterministic_scenario, "backend": backend_scenario, "numpy": numpy_scenario, "torch": torch_scenario, "dead": dead_scenario, "ddp": ddp_scenario, "mismatch": mismatch_scenario, "mismatch_ring": mismatch_ring_scenario}
 
 
 def main():

@@ -102,6 +102,12 @@ def test_mismatched_sizes_raise_everywhere():
         assert rc == 0 and out.endswith("ok\n") and "raised InvalidArgument" in out, f"rank {r}: {out}"
 
 
+def test_mismatched_sizes_ring_raise_everywhere():
+    outs = run_ranks("mismatch_ring", 4, env={"NDMA_TIMEOUT": "60s"})
+    for r, (rc, out) in enumerate(outs):
+        assert rc == 0 and out.endswith("ok\n") and "raised InvalidArgument" in out, f"rank {r}: {out}"
+
+
 def test_bad_buffers():
     with solo() as c:
         a = np.zeros((4, 4), np.float32)
