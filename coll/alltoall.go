@@ -24,7 +24,7 @@ func (c *Communicator) Alltoall(ctx context.Context, send, recv []byte, opts ...
 	if err != nil {
 		return err
 	}
-	return c.alltoall(ctx, seq, algo, send, recv, b)
+	return c.guard(ctx, seq, func(ctx context.Context) error { return c.alltoall(ctx, seq, algo, send, recv, b) })
 }
 
 // Ialltoall is Alltoall's non-blocking form. send and recv must not be
@@ -42,7 +42,7 @@ func (c *Communicator) Ialltoall(ctx context.Context, send, recv []byte, opts ..
 	if err != nil {
 		return failed(err)
 	}
-	return start(ctx, func(ctx context.Context) error { return c.alltoall(ctx, seq, algo, send, recv, b) })
+	return start(ctx, c.guarded(seq, func(ctx context.Context) error { return c.alltoall(ctx, seq, algo, send, recv, b) }))
 }
 
 // alltoallArgs checks Alltoall's buffers and returns the block size in

@@ -27,7 +27,7 @@ func (c *Communicator) Gather(ctx context.Context, send, recv []byte, root int, 
 	if err != nil {
 		return err
 	}
-	return c.gather(ctx, seq, algo, send, recv, root, b)
+	return c.guard(ctx, seq, func(ctx context.Context) error { return c.gather(ctx, seq, algo, send, recv, root, b) })
 }
 
 // Igather is Gather's non-blocking form. send and recv must not be
@@ -45,7 +45,7 @@ func (c *Communicator) Igather(ctx context.Context, send, recv []byte, root int,
 	if err != nil {
 		return failed(err)
 	}
-	return start(ctx, func(ctx context.Context) error { return c.gather(ctx, seq, algo, send, recv, root, b) })
+	return start(ctx, c.guarded(seq, func(ctx context.Context) error { return c.gather(ctx, seq, algo, send, recv, root, b) }))
 }
 
 // Scatter distributes root's send (Size blocks of len(recv) bytes) so
@@ -68,7 +68,7 @@ func (c *Communicator) Scatter(ctx context.Context, send, recv []byte, root int,
 	if err != nil {
 		return err
 	}
-	return c.scatter(ctx, seq, algo, send, recv, root, b)
+	return c.guard(ctx, seq, func(ctx context.Context) error { return c.scatter(ctx, seq, algo, send, recv, root, b) })
 }
 
 // Iscatter is Scatter's non-blocking form. send and recv must not be
@@ -86,7 +86,7 @@ func (c *Communicator) Iscatter(ctx context.Context, send, recv []byte, root int
 	if err != nil {
 		return failed(err)
 	}
-	return start(ctx, func(ctx context.Context) error { return c.scatter(ctx, seq, algo, send, recv, root, b) })
+	return start(ctx, c.guarded(seq, func(ctx context.Context) error { return c.scatter(ctx, seq, algo, send, recv, root, b) }))
 }
 
 // gatherArgs checks Gather's arguments and returns the block size in

@@ -34,7 +34,7 @@ func (c *Communicator) ReduceScatterBytes(ctx context.Context, send, recv []byte
 	if err != nil {
 		return err
 	}
-	return c.reduceScatter(ctx, seq, algo, rs)
+	return c.guard(ctx, seq, func(ctx context.Context) error { return c.reduceScatter(ctx, seq, algo, rs) })
 }
 
 // IreduceScatterBytes is ReduceScatterBytes's non-blocking form. send and
@@ -55,7 +55,7 @@ func (c *Communicator) IreduceScatterBytes(ctx context.Context, send, recv []byt
 	if err != nil {
 		return failed(err)
 	}
-	return start(ctx, func(ctx context.Context) error { return c.reduceScatter(ctx, seq, algo, rs) })
+	return start(ctx, c.guarded(seq, func(ctx context.Context) error { return c.reduceScatter(ctx, seq, algo, rs) }))
 }
 
 // reduceScatterCall is one reduce-scatter's arguments, and for the
