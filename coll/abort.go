@@ -92,10 +92,17 @@ func (c *Communicator) takeAborts(outstanding int) {
 			continue
 		}
 		from := int(op.Token)
+		c.mu.Lock()
+		cur := c.seq
+		c.mu.Unlock()
 		c.abortMu.Lock()
+		// Only calls near this rank's own (a rank runs ahead by at most
+		// the calls it has in flight): a peer cannot fill the record with
+		// far future calls.
 		if p := op.Buf[:op.N]; len(p) >= 8 {
-			seq := binary.BigEndian.Uint64(p)
-			c.abortLocked(seq, fmt.Errorf("%w: rank %d: %q", ErrArg, from, p[8:]))
+			if seq := binary.BigEndian.Uint64(p); seq+MaxAborts > cur && seq <= cur+MaxAborts {
+				c.abortLocked(seq, fmt.Errorf("%w: rank %d: %q", ErrArg, from, p[8:]))
+			}
 		}
 		if c.postAbortRecvLocked(from) {
 			outstanding++
