@@ -226,11 +226,11 @@ func explainRefusal(req *fabric.CtrlMsg, err error, operand uint64) error {
 	if req.Type == fabric.CtrlPoolCreate && errors.Is(err, wire.StatusBusy) {
 		switch operand >> 56 {
 		case 1:
-			return fmt.Errorf("%w: the region needs %d memory nodes (a column each, and one per copy) and %d are alive",
-				err, operand>>16&0xFFFF, operand&0xFFFF)
+			return fmt.Errorf("%w (%w): the region needs %d memory nodes (a column each, and one per copy) and %d are alive",
+				err, fabric.ErrNoNodes, operand>>16&0xFFFF, operand&0xFFFF)
 		case 2:
-			return fmt.Errorf("%w: pool full: %s requested, %s free on the memory nodes it would use",
-				err, humanBytes(req.Pool.Size*uint64(max(req.Pool.Replicas, 1))), humanBytes(operand&(1<<56-1)))
+			return fmt.Errorf("%w (%w): pool full: %s requested, %s free on the memory nodes it would use",
+				err, fabric.ErrNoSpace, humanBytes(req.Pool.Size*uint64(max(req.Pool.Replicas, 1))), humanBytes(operand&(1<<56-1)))
 		}
 		return err
 	}

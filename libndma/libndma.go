@@ -32,6 +32,8 @@ import (
 
 	"github.com/ndma/ndma/coll"
 	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
@@ -40,15 +42,18 @@ func main() {}
 
 // comm is a communicator handed out as a handle.
 type comm struct {
-	c  *coll.Communicator
-	ep *endpoint.Endpoint
+	c      *coll.Communicator
+	ep     *endpoint.Endpoint
+	launch coll.Launch // where the switch is, and the token
 
 	mu            sync.Mutex
 	timeout       time.Duration // each collective's bound; 0: none
 	deterministic bool
 	algos         map[coll.Operation]coll.Algo // ndma_comm_set_algo
 	closed        bool
-	inflight      map[*request]struct{} // started and not finished
+	inflight      map[*request]struct{}  // started and not finished
+	pool          *pool.Client           // made by the first region call
+	poolCalls     map[*poolCall]struct{} // region calls in flight
 }
 
 // callOpts are the options of a call of op under the communicator's
@@ -76,10 +81,11 @@ type request struct {
 // handles maps the integers C holds to what they name.
 var handles = struct {
 	sync.Mutex
-	next  uint64
-	comms map[uint64]*comm
-	reqs  map[uint64]*request
-}{comms: make(map[uint64]*comm), reqs: make(map[uint64]*request)}
+	next    uint64
+	comms   map[uint64]*comm
+	reqs    map[uint64]*request
+	regions map[uint64]*region
+}{comms: make(map[uint64]*comm), reqs: make(map[uint64]*request), regions: make(map[uint64]*region)}
 
 // maxRequests bounds the requests not yet waited for or tested complete,
 // so that a program that never waits runs out of requests, not memory.
@@ -157,6 +163,11 @@ func code(err error) C.int {
 		return C.NDMA_ERR_RENDEZVOUS
 	case errors.Is(err, endpoint.ErrNoSwitch):
 		return C.NDMA_ERR_NO_SWITCH
+	case errors.Is(err, fabric.ErrNoSpace), errors.Is(err, fabric.ErrNoNodes), errors.Is(err, wire.StatusLost):
+		return C.NDMA_ERR_POOL
+	case errors.Is(err, wire.StatusBadKey), errors.Is(err, wire.StatusOutOfBounds), errors.Is(err, wire.StatusMisaligned),
+		errors.Is(err, wire.StatusPermission), errors.Is(err, wire.StatusTooLarge):
+		return C.NDMA_ERR_ARG
 	case errors.Is(err, wire.StatusBadOperand):
 		// The switch refused an aggregation whose ranks' buffers differ:
 		// the caller's arguments, on some rank.
@@ -326,8 +337,8 @@ func create(l coll.Launch, listen string, timeout time.Duration, det bool, out *
 		ep.Close()
 		return fail(err)
 	}
-	cm := &comm{c: c, ep: ep, timeout: timeout, deterministic: det, algos: make(map[coll.Operation]coll.Algo),
-		inflight: make(map[*request]struct{})}
+	cm := &comm{c: c, ep: ep, launch: l, timeout: timeout, deterministic: det, algos: make(map[coll.Operation]coll.Algo),
+		inflight: make(map[*request]struct{}), poolCalls: make(map[*poolCall]struct{})}
 	handles.Lock()
 	h := newHandle()
 	handles.comms[h] = cm
@@ -359,6 +370,7 @@ func ndmago_comm_free(h C.ndma_comm_t) (rc C.int) {
 		r.cancel()
 		<-r.r.Done()
 	}
+	cm.endPoolCalls()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := cm.c.Close(ctx)

@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 )
@@ -99,6 +101,37 @@ func startSwitch(t *testing.T, token []byte, id *secure.Identity) string {
 	}
 	t.Cleanup(func() { srv.Close() })
 	return srv.Addr().String()
+}
+
+// lendMemory starts n memory nodes on loopback, each lending size bytes
+// to the pool of the switch at swAddr (which takes token).
+func lendMemory(t *testing.T, swAddr, token string, n, size int) {
+	t.Helper()
+	sw, err := endpoint.ResolveAddr(swAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	for range n {
+		st, err := memnode.NewStore(memnode.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, err := st.Alloc(size, memnode.PermAll, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Store: st,
+			PoolNode: &endpoint.PoolServe{Switch: sw, Key: key, Token: []byte(token)}}, endpoint.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ep.Close() })
+		if _, err := ep.PoolLend(ctx, swAddr, key, uint64(size), endpoint.FabricOptions{Token: []byte(token)}); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // TestCABI runs the C test program as 4 ranks on loopback, meeting at a
@@ -196,6 +229,9 @@ func TestPython(t *testing.T) {
 	}
 	token := "libndma python test token"
 	swAddr := startSwitch(t, []byte(token), nil)
+	// Two memory nodes of 16 MiB for the pool tests (regions, optimizer
+	// offload).
+	lendMemory(t, swAddr, token, 2, 16<<20)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "../python/tests")

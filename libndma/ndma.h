@@ -62,7 +62,10 @@ enum {
     NDMA_ERR_TIMEOUT = 7,     /* the call's time limit passed */
     NDMA_ERR_CLOSED = 8,      /* the communicator was freed */
     NDMA_ERR_INTERNAL = 9,    /* anything else (the message says what) */
-    NDMA_ERR_COUNT = 10       /* number of codes; not a code */
+    NDMA_ERR_POOL = 10,       /* the memory pool has no room, not enough live
+                                 memory nodes, or lost the data (a memory
+                                 node that held the only copy restarted) */
+    NDMA_ERR_COUNT = 11       /* number of codes; not a code */
 };
 
 /* Element types. */
@@ -196,6 +199,79 @@ int ndma_wait(ndma_request_t req);
 /* ndma_test sets *done to 1 if req has completed (then frees it and
  * returns the collective's result) or 0 (and returns NDMA_OK). */
 int ndma_test(ndma_request_t req, int *done);
+
+/* Memory pool regions.
+ *
+ * A region is memory lent to the switch's pool by memory nodes (ndma
+ * memd), striped over them and shared by the ranks of a communicator:
+ * any rank reads and writes any byte, and the memory nodes apply
+ * optimizer steps to it in place (the parameters and their optimizer
+ * state live in the pool, not in the ranks). Every access goes through
+ * the switch with the region's key, a capability the library keeps to
+ * itself (it never appears in messages). Offsets and sizes are in bytes;
+ * data in the machine's byte order. A fresh region reads as zeros.
+ *
+ * Region calls are blocking and may be made from any thread,
+ * concurrently with each other and with collectives (they are not
+ * collectives: each rank makes its own, except alloc and free). A
+ * region lives until ndma_region_free or until its communicator is
+ * freed; the rank that created it (rank 0) gives its memory back then. */
+typedef uint64_t ndma_region_t;
+
+/* ndma_region_alloc creates a region of bytes bytes (collective: every
+ * rank of comm calls it with the same arguments; rank 0 creates the
+ * region, the others open it). stripe is the interleave unit over the
+ * memory nodes, a multiple of 8 bytes (0: 64 KiB). Fails with
+ * NDMA_ERR_POOL on every rank when the pool has no room. */
+int ndma_region_alloc(ndma_comm_t comm, uint64_t bytes, uint64_t stripe, ndma_region_t *region);
+/* ndma_region_free frees the region (collective: the ranks meet in a
+ * barrier, then rank 0 gives the memory back, scrubbed before reuse).
+ * The handle is invalid on every rank afterwards, even when it fails. */
+int ndma_region_free(ndma_region_t region);
+int ndma_region_size(ndma_region_t region, uint64_t *bytes);
+/* Copy bytes bytes between buf and the region at offset. */
+int ndma_region_write(ndma_region_t region, uint64_t offset, const void *buf, size_t bytes);
+int ndma_region_read(ndma_region_t region, uint64_t offset, void *buf, size_t bytes);
+
+/* Optimizer steps applied by the memory nodes (MemoryX-style offload).
+ * With g the gradient plus weight_decay * p, per float32 element:
+ *   NDMA_OPTIM_SGD:  m = beta1*m + g;  p = p - lr*m   (PyTorch's SGD with
+ *                    momentum beta1, no dampening)
+ *   NDMA_OPTIM_ADAM: m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g*g;
+ *                    p = p - lr * (m / (1-beta1^step)) / (sqrt(v / (1-beta2^step)) + eps)
+ * The parameters are float32 at offset; the first moment m lives at
+ * offset + stride and Adam's second moment v at offset + 2*stride, in
+ * the same region (a fresh region's zeros are the right initial state).
+ * stride must be a multiple of ndma_region_state_stride's answer (which
+ * keeps a parameter and its state on one memory node). */
+enum {
+    NDMA_OPTIM_SGD = 1,
+    NDMA_OPTIM_ADAM = 2
+};
+
+typedef struct ndma_optim {
+    size_t struct_size; /* sizeof(ndma_optim), set by ndma_optim_init */
+    int algo;           /* NDMA_OPTIM_SGD or NDMA_OPTIM_ADAM */
+    uint32_t step;      /* Adam: the step number, from 1 */
+    float lr;           /* learning rate, >= 0 */
+    float beta1;        /* SGD: momentum; Adam: first-moment decay, in [0, 1) */
+    float beta2;        /* Adam: second-moment decay, in [0, 1) */
+    float eps;          /* Adam: > 0 */
+    float weight_decay;
+} ndma_optim;
+
+/* ndma_optim_init fills o with Adam's usual defaults (lr 1e-3, betas 0.9
+ * and 0.999, eps 1e-8, step 1, no weight decay). */
+void ndma_optim_init(ndma_optim *o);
+/* ndma_region_state_stride sets *stride to the smallest optimizer state
+ * stride for bytes bytes of parameters in region. */
+int ndma_region_state_stride(ndma_region_t region, uint64_t bytes, uint64_t *stride);
+/* ndma_region_optim_step sends count float32 gradients for the
+ * parameters at offset (a multiple of 4); the memory nodes update the
+ * parameters and their state in place. Each piece is applied once even
+ * when the network makes the library send it again. */
+int ndma_region_optim_step(ndma_region_t region, uint64_t offset, uint64_t stride, const ndma_optim *o,
+                           const float *grads, size_t count);
 
 /* ndma_strerror names an error code (a static string). */
 const char *ndma_strerror(int code);

@@ -92,6 +92,45 @@ int ndma_barrier(ndma_comm_t comm) { return ndmago_barrier(comm, NULL); }
 
 int ndma_ibarrier(ndma_comm_t comm, ndma_request_t *req) { return ndmago_barrier(comm, req); }
 
+int ndma_region_alloc(ndma_comm_t comm, uint64_t bytes, uint64_t stripe, ndma_region_t *region) {
+    return ndmago_region_alloc(comm, bytes, stripe, region);
+}
+
+int ndma_region_free(ndma_region_t region) { return ndmago_region_free(region); }
+
+int ndma_region_size(ndma_region_t region, uint64_t *bytes) { return ndmago_region_size(region, bytes); }
+
+int ndma_region_write(ndma_region_t region, uint64_t offset, const void *buf, size_t bytes) {
+    return ndmago_region_io(region, 1, offset, (void *)buf, bytes);
+}
+
+int ndma_region_read(ndma_region_t region, uint64_t offset, void *buf, size_t bytes) {
+    return ndmago_region_io(region, 0, offset, buf, bytes);
+}
+
+void ndma_optim_init(ndma_optim *o) {
+    if (o == NULL) {
+        return;
+    }
+    memset(o, 0, sizeof *o);
+    o->struct_size = sizeof *o;
+    o->algo = NDMA_OPTIM_ADAM;
+    o->step = 1;
+    o->lr = 1e-3f;
+    o->beta1 = 0.9f;
+    o->beta2 = 0.999f;
+    o->eps = 1e-8f;
+}
+
+int ndma_region_state_stride(ndma_region_t region, uint64_t bytes, uint64_t *stride) {
+    return ndmago_region_state_stride(region, bytes, stride);
+}
+
+int ndma_region_optim_step(ndma_region_t region, uint64_t offset, uint64_t stride, const ndma_optim *o,
+                           const float *grads, size_t count) {
+    return ndmago_region_optim_step(region, offset, stride, (ndma_optim *)o, (float *)grads, count);
+}
+
 int ndma_wait(ndma_request_t req) { return ndmago_wait(req); }
 
 int ndma_test(ndma_request_t req, int *done) { return ndmago_test(req, done); }
@@ -108,6 +147,7 @@ const char *ndma_strerror(int code) {
         [NDMA_ERR_TIMEOUT] = "timed out",
         [NDMA_ERR_CLOSED] = "communicator freed",
         [NDMA_ERR_INTERNAL] = "internal error",
+        [NDMA_ERR_POOL] = "memory pool has no room or lost the data",
     };
     if (code < 0 || code >= NDMA_ERR_COUNT) {
         return "unknown error code";

@@ -237,6 +237,17 @@ static void test_errors(ndma_comm_t comm) {
     EXPECT(ndma_comm_set_timeout(comm, -1) == NDMA_ERR_ARG, "negative timeout");
     EXPECT(strcmp(ndma_strerror(NDMA_ERR_RANK), "a rank failed") == 0, "strerror");
     EXPECT(strcmp(ndma_strerror(-5), "unknown error code") == 0, "strerror of a bad code");
+    // This switch has no memory nodes: a region fails on every rank.
+    ndma_region_t reg = 0;
+    EXPECT(ndma_region_alloc(comm, 4096, 0, &reg) == NDMA_ERR_POOL, "region without memory nodes");
+    EXPECT(strstr(ndma_last_error(), "memory nodes") != NULL, "region message: %s", ndma_last_error());
+    EXPECT(ndma_region_alloc(comm, 4096, 3, &reg) == NDMA_ERR_ARG, "stripe not a multiple of 8");
+    EXPECT(ndma_region_read(reg, 0, x, sizeof x) == NDMA_ERR_ARG, "read of no region");
+    ndma_optim o;
+    ndma_optim_init(&o);
+    EXPECT(o.algo == NDMA_OPTIM_ADAM && o.step == 1 && o.struct_size == sizeof o, "ndma_optim_init");
+    EXPECT(ndma_region_optim_step(reg, 0, 4096, &o, x, 4) == NDMA_ERR_ARG, "optimizer step on no region");
+    EXPECT(strcmp(ndma_strerror(NDMA_ERR_POOL), "memory pool has no room or lost the data") == 0, "strerror pool");
     // Still usable.
     x[0] = 1;
     CHECK(ndma_allreduce(comm, x, x, 1, NDMA_FLOAT32, NDMA_SUM));

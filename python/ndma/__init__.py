@@ -14,6 +14,11 @@ must not be touched, until its request completes (wait, or test returns
 True). Every failure raises NDMAError (or a subclass naming the kind)
 with the library's message.
 
+Memory in the switch's pool (memory nodes running ndma memd) is a Region,
+shared by a communicator's ranks; its memory nodes also apply optimizer
+steps in place (ndma.torch.OffloadOptimizer trains with the optimizer
+there).
+
 The library is libndma (make libndma in the NDMA checkout writes
 build/libndma.so, which this package finds; elsewhere set NDMA_LIB).
 """
@@ -35,6 +40,8 @@ __all__ = [
     "RankError",
     "Timeout",
     "Closed",
+    "PoolError",
+    "Region",
 ]
 
 _L = None
@@ -89,6 +96,11 @@ class Closed(NDMAError):
     """The communicator was closed."""
 
 
+class PoolError(NDMAError):
+    """The memory pool has no room, too few live memory nodes, or lost the
+    data."""
+
+
 _ERRORS = {
     _lib.ERR_ARG: InvalidArgument,
     _lib.ERR_ENV: LaunchError,
@@ -98,6 +110,7 @@ _ERRORS = {
     _lib.ERR_RANK: RankError,
     _lib.ERR_TIMEOUT: Timeout,
     _lib.ERR_CLOSED: Closed,
+    _lib.ERR_POOL: PoolError,
 }
 
 
@@ -393,9 +406,99 @@ class Communicator:
         fn = self._L.ndma_allgather if blocking else self._L.ndma_iallgather
         return self._start(fn, (None if s is None else s.ptr, o.ptr, n), (s, o), o.obj, blocking)
 
+    def region(self, nbytes, stripe=0):
+        """A Region of nbytes in the pool (collective: see Region)."""
+        return Region(self, nbytes, stripe)
+
     def barrier(self):
         """Returns once every rank has entered the barrier."""
         return self._start(self._L.ndma_barrier, (), (), None, True)
 
     def ibarrier(self):
         return self._start(self._L.ndma_ibarrier, (), (), None, False)
+
+
+_OPTIMS = {"sgd": _lib.OPTIM_SGD, "adam": _lib.OPTIM_ADAM}
+
+
+class Region:
+    """Memory in the switch's pool, lent by memory nodes (ndma memd),
+    striped over them and shared by the ranks of comm: any rank reads and
+    writes any byte. Creating one is collective (every rank, same
+    arguments; rank 0 creates it, the others open it), and so is free().
+    Reads, writes and optimizer steps are each rank's own and may run from
+    several threads at once. A fresh region reads as zeros. The region's
+    key stays inside the library.
+
+    stripe is the interleave unit over the memory nodes in bytes (a
+    multiple of 8; 0: 64 KiB). The region is freed with its communicator
+    if not before."""
+
+    def __init__(self, comm, nbytes, stripe=0):
+        self._comm, self._L = comm, comm._L
+        h = ctypes.c_uint64(0)
+        _check(self._L.ndma_region_alloc(comm._handle(), int(nbytes), int(stripe), ctypes.byref(h)))
+        self._h = h.value
+        n = ctypes.c_uint64(0)
+        _check(self._L.ndma_region_size(self._h, ctypes.byref(n)))
+        self.size = n.value
+
+    def _handle(self):
+        if self._comm.closed:
+            self._h = 0
+        if not self._h:
+            raise Closed(_lib.ERR_CLOSED, "ndma: the region is freed, or its communicator closed")
+        return self._h
+
+    def free(self):
+        """Frees the region (collective). Freeing twice is fine."""
+        if self._comm.closed:
+            self._h = 0
+        h, self._h = self._h, 0
+        if h:
+            _check(self._L.ndma_region_free(h))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+
+    def write(self, offset, data):
+        """Writes the buffer data (numpy array or CPU tensor, any dtype) at
+        byte offset."""
+        b = _Buf(data, "region write buffer")
+        _check(self._L.ndma_region_write(self._handle(), int(offset), b.ptr, b.nbytes))
+
+    def read(self, offset, out):
+        """Reads len(out) bytes' worth at byte offset into out; returns out."""
+        b = _Buf(out, "region read buffer")
+        _check(self._L.ndma_region_read(self._handle(), int(offset), b.ptr, b.nbytes))
+        return out
+
+    def state_stride(self, nbytes):
+        """The smallest optimizer state stride for nbytes of parameters: a
+        parameter at offset o has its first moment at o + stride and Adam's
+        second moment at o + 2*stride."""
+        s = ctypes.c_uint64(0)
+        _check(self._L.ndma_region_state_stride(self._handle(), int(nbytes), ctypes.byref(s)))
+        return s.value
+
+    def optim_step(self, offset, stride, grads, *, algo="adam", step=1, lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+                   momentum=0.9, weight_decay=0.0):
+        """Sends float32 gradients for the parameters at byte offset; the
+        memory nodes update the parameters and their state in place:
+        algo "adam" (step counts from 1, for bias correction) or "sgd" with
+        momentum (PyTorch's rule, no dampening)."""
+        g = _Buf(grads, "gradients")
+        if g.dtype != _lib.FLOAT32:
+            raise InvalidArgument(_lib.ERR_ARG, f"gradients: dtype {g.name}; optimizer steps take float32")
+        try:
+            a = _OPTIMS[algo]
+        except KeyError:
+            raise InvalidArgument(_lib.ERR_ARG, f"optimizer {algo!r}: want one of {', '.join(_OPTIMS)}") from None
+        o = _lib.Optim()
+        self._L.ndma_optim_init(ctypes.byref(o))
+        o.algo, o.step, o.lr, o.eps, o.weight_decay = a, int(step), float(lr), float(eps), float(weight_decay)
+        o.beta1, o.beta2 = (float(momentum), 0.0) if a == _lib.OPTIM_SGD else (float(betas[0]), float(betas[1]))
+        _check(self._L.ndma_region_optim_step(self._handle(), int(offset), int(stride), ctypes.byref(o), g.ptr, g.count))

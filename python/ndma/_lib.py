@@ -15,6 +15,10 @@ ERR_RANK = 6
 ERR_TIMEOUT = 7
 ERR_CLOSED = 8
 ERR_INTERNAL = 9
+ERR_POOL = 10
+
+# Optimizer rules of ndma.h.
+OPTIM_SGD, OPTIM_ADAM = 1, 2
 
 # Data types and reductions of ndma.h.
 FLOAT32, FLOAT64, INT32, INT64 = 1, 2, 3, 4
@@ -40,6 +44,21 @@ class Config(ctypes.Structure):
         ("join_timeout_ms", ctypes.c_int),
         ("timeout_ms", ctypes.c_int),
         ("deterministic", ctypes.c_int),
+    ]
+
+
+class Optim(ctypes.Structure):
+    """struct ndma_optim."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("algo", ctypes.c_int),
+        ("step", ctypes.c_uint32),
+        ("lr", ctypes.c_float),
+        ("beta1", ctypes.c_float),
+        ("beta2", ctypes.c_float),
+        ("eps", ctypes.c_float),
+        ("weight_decay", ctypes.c_float),
     ]
 
 
@@ -96,6 +115,14 @@ def load():
         "ndma_ibarrier": (i, [u64, p64]),
         "ndma_wait": (i, [u64]),
         "ndma_test": (i, [u64, pi]),
+        "ndma_region_alloc": (i, [u64, u64, u64, p64]),
+        "ndma_region_free": (i, [u64]),
+        "ndma_region_size": (i, [u64, p64]),
+        "ndma_region_write": (i, [u64, u64, vp, sz]),
+        "ndma_region_read": (i, [u64, u64, vp, sz]),
+        "ndma_region_state_stride": (i, [u64, u64, p64]),
+        "ndma_optim_init": (None, [ctypes.POINTER(Optim)]),
+        "ndma_region_optim_step": (i, [u64, u64, u64, ctypes.POINTER(Optim), vp, sz]),
         "ndma_strerror": (ctypes.c_char_p, [i]),
         "ndma_last_error": (ctypes.c_char_p, []),
         "ndma_abi_version": (i, []),

@@ -25,6 +25,15 @@ The backend meets at NDMA_SWITCH with NDMA_TOKEN (or NDMA_INSECURE=1) and
 NDMA_CREDENTIAL, as a Communicator from the environment does; the job
 name comes from the process group's store.
 
+Or data-parallel training with the optimizer in the memory pool
+(MemoryX-style offload): the parameters and the optimizer's state live in
+a pool Region, the memory nodes apply each step, and the ranks keep no
+optimizer state (no DDP wrapper either):
+
+    opt = ndma.torch.OffloadOptimizer(net.parameters(), comm, algo="adam", lr=1e-3)
+    loss.backward(); opt.step(); opt.zero_grad()
+    opt.close()                                  # before comm.close()
+
 Each bucket's allreduce starts as soon as DDP hands the bucket over (while
 backward goes on computing the next ones); one worker thread completes
 them in order, divides by the number of ranks and resolves the future DDP
@@ -43,7 +52,7 @@ import torch.distributed as dist
 
 from . import Communicator, InvalidArgument, _lib
 
-__all__ = ["HookState", "comm_hook", "ProcessGroupNDMA"]
+__all__ = ["HookState", "comm_hook", "ProcessGroupNDMA", "OffloadOptimizer"]
 
 
 class _Completer:
@@ -220,3 +229,157 @@ def _create(store, rank, size, timeout):
 
 if not hasattr(dist.Backend, "NDMA"):
     dist.Backend.register_backend("ndma", _create)
+
+
+class OffloadOptimizer:
+    """Data-parallel training with the optimizer in the memory pool.
+
+    The parameters (float32 CPU tensors, the same on every rank at the
+    start: rank 0's are broadcast) and the optimizer's state (SGD's
+    momentum, Adam's two moments) live in one pool Region; the ranks hold
+    the parameters' current values and their gradients only. step():
+
+      1. every rank's gradients are reduce-scattered (summed) through the
+         switch: rank r receives its share of each chunk of the flattened
+         gradient, divided by the number of ranks (the average, as DDP);
+      2. rank r sends its shares to the memory nodes as optimizer steps,
+         which update the parameters and the state in place, and reads
+         back its shares of the new parameters;
+      3. the shares are allgathered (multicast through the switch) into
+         every rank's parameters.
+
+    The gradient is cut into chunks of chunk_elems elements per rank, so
+    that one chunk's optimizer step and read overlap the next chunks'
+    reduce-scatter and the previous chunks' allgather. Every rank holds
+    the same parameters after each step (every rank copies the same
+    bytes); with the communicator's deterministic mode the results are
+    also reproducible run to run.
+
+    The parameters are re-pointed at one flat tensor (each parameter's
+    .data becomes a view of it). algo "adam" (lr, betas, eps) or "sgd"
+    (lr, momentum: PyTorch's SGD without dampening); weight_decay as
+    PyTorch's (added to the gradient). stripe: the region's interleave
+    unit (0: 64 KiB)."""
+
+    def __init__(self, params, comm, *, algo="adam", lr=1e-3, betas=(0.9, 0.999), eps=1e-8, momentum=0.9,
+                 weight_decay=0.0, chunk_elems=1 << 20, stripe=0):
+        import ndma
+
+        self.params = [p for p in params if p.requires_grad]
+        if not self.params:
+            raise InvalidArgument(_lib.ERR_ARG, "OffloadOptimizer: no parameters that require gradients")
+        for p in self.params:
+            if p.dtype != torch.float32 or p.device.type != "cpu":
+                raise InvalidArgument(_lib.ERR_ARG, f"OffloadOptimizer: a parameter of {p.dtype} on {p.device}; "
+                                      "the memory nodes update float32 CPU parameters")
+        if algo not in ("adam", "sgd"):
+            raise InvalidArgument(_lib.ERR_ARG, f"OffloadOptimizer: algo {algo!r}: want adam or sgd")
+        if chunk_elems < 1:
+            raise InvalidArgument(_lib.ERR_ARG, f"OffloadOptimizer: chunk_elems {chunk_elems}: want 1 or more")
+        self.comm, self.algo = comm, algo
+        self.hyper = dict(lr=lr, betas=betas, eps=eps, momentum=momentum, weight_decay=weight_decay)
+        self.t = 0
+        n = sum(p.numel() for p in self.params)
+        size = comm.size
+        per = -(-n // size)  # elements per rank in all
+        self.k = min(int(chunk_elems), per)  # elements per rank per chunk
+        self.chunks = -(-per // self.k)
+        padded = self.chunks * size * self.k
+        self.n, self.padded = n, padded
+        self.flat = torch.zeros(padded, dtype=torch.float32)
+        self.grad = torch.zeros(padded, dtype=torch.float32)
+        self.share = torch.zeros(self.chunks, self.k, dtype=torch.float32)
+        off = 0
+        with torch.no_grad():
+            for p in self.params:
+                m = p.numel()
+                self.flat[off:off + m].copy_(p.data.reshape(-1))
+                p.data = self.flat[off:off + m].view_as(p)
+                off += m
+        # Every rank starts from rank 0's parameters.
+        comm.bcast(self.flat, root=0)
+        # One region holds the parameters and, at stride and 2*stride,
+        # their state. The stride depends on how many memory nodes the
+        # region spreads over, known once it exists: allocate again if the
+        # first guess was short.
+        need = 3 if algo == "adam" else 2
+        nbytes = padded * 4
+        guess = nbytes
+        for _ in range(4):
+            self.region = ndma.Region(comm, need * guess, stripe)
+            self.stride = self.region.state_stride(nbytes)
+            if need * self.stride <= self.region.size:
+                break
+            guess = self.stride
+            self.region.free()
+        else:
+            raise ndma.PoolError(_lib.ERR_POOL, "OffloadOptimizer: the pool's memory nodes changed while allocating")
+        # Each rank writes its own shares of the initial parameters (the
+        # moments start at the fresh region's zeros).
+        for c in range(self.chunks):
+            self.region.write(self._offset(c), self._mine(c))
+        comm.barrier()
+
+    def _offset(self, c):
+        """Byte offset of this rank's share of chunk c."""
+        return (c * self.comm.size + self.comm.rank) * self.k * 4
+
+    def _mine(self, c):
+        """This rank's share of chunk c of the parameters (a view)."""
+        i = (c * self.comm.size + self.comm.rank) * self.k
+        return self.flat[i:i + self.k]
+
+    def _chunk(self, t, c):
+        w = self.comm.size * self.k
+        return t[c * w:(c + 1) * w]
+
+    @property
+    def pool_bytes(self):
+        """Bytes of the pool region (parameters and optimizer state)."""
+        return self.region.size
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.params:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+
+    @torch.no_grad()
+    def step(self):
+        """Averages the gradients over the ranks, has the memory nodes
+        apply the optimizer, and brings every rank the new parameters."""
+        self.t += 1
+        off = 0
+        for p in self.params:
+            m = p.numel()
+            if p.grad is None:
+                self.grad[off:off + m].zero_()
+            else:
+                self.grad[off:off + m].copy_(p.grad.reshape(-1))
+            off += m
+        comm, size = self.comm, self.comm.size
+        rs = [comm.ireduce_scatter(self._chunk(self.grad, c), self.share[c]) for c in range(self.chunks)]
+        ag, ok = [], False
+        try:
+            for c in range(self.chunks):
+                rs[c].wait()
+                g = self.share[c]
+                g.div_(size)
+                self.region.optim_step(self._offset(c), self.stride, g, algo=self.algo, step=self.t, **self.hyper)
+                self.region.read(self._offset(c), self._mine(c))
+                ag.append(comm.iallgather(None, self._chunk(self.flat, c)))
+            for r in ag:
+                r.wait()
+            ok = True
+        finally:
+            if not ok:  # the buffers stay in use until every request ends
+                for r in rs + ag:
+                    try:
+                        r.wait()
+                    except Exception:  # the first error is the one raised
+                        pass
+
+    def close(self):
+        """Frees the pool region (collective)."""
+        self.region.free()

@@ -287,7 +287,131 @@ def deterministic_scenario(comm):
     dist.destroy_process_group()
 
 
-SCENARIOS = {"deterministic": deterministic_scenario, "backend": backend_scenario, "numpy": numpy_scenario, "torch": torch_scenario, "dead": dead_scenario, "ddp": ddp_scenario, "mismatch": mismatch_scenario, "mismatch_ring": mismatch_ring_scenario}
+def expect_raises(cls, f, *what):
+    try:
+        f()
+    except cls as e:
+        for w in what:
+            assert w in str(e), f"{cls.__name__} {e!r} does not say {w!r}"
+        return e
+    raise AssertionError(f"no {cls.__name__} raised ({what})")
+
+
+def adam_ref(p, m, v, g, t, lr, b1, b2, eps):
+    # ndma.h's Adam rule, in float64.
+    m[:] = b1 * m + (1 - b1) * g
+    v[:] = b2 * v + (1 - b2) * g * g
+    p[:] = p - lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps)
+
+
+def region_scenario(comm):
+    r, s = comm.rank, comm.size
+    # Shared memory: every rank writes its slice, every rank reads all.
+    n = 50000  # uint32 values per rank, over stripes and both memory nodes
+    with comm.region(4 * n * s, stripe=4096) as reg:
+        assert reg.size == 4 * n * s
+        reg.write(4 * n * r, np.arange(n, dtype=np.uint32) + r * 1000003)
+        comm.barrier()
+        got = reg.read(0, np.zeros(n * s, np.uint32))
+        want = np.concatenate([np.arange(n, dtype=np.uint32) + q * 1000003 for q in range(s)])
+        assert np.array_equal(got, want)
+        expect_raises(ndma.InvalidArgument, lambda: reg.read(reg.size - 4, np.zeros(2, np.uint32)), "outside the region")
+        expect_raises(ndma.InvalidArgument, lambda: reg.write(0, [1, 2]), "numpy array")
+        comm.barrier()
+
+    # Optimizer steps applied by the memory nodes, each rank on its own
+    # part of one region, against the rule in float64.
+    k = 3001
+    reg = comm.region(4 * k * s * 3 + (1 << 20), stripe=4096)
+    stride = reg.state_stride(4 * k * s)
+    assert stride % 4096 == 0 and stride >= 4 * k * s and 3 * stride <= reg.size
+    rng = np.random.default_rng(r)
+    p = rng.standard_normal(k).astype(np.float32)
+    reg.write(4 * k * r, p)
+    ref_p, ref_m, ref_v = p.astype(np.float64), np.zeros(k), np.zeros(k)
+    for t in range(1, 4):
+        g = rng.standard_normal(k).astype(np.float32)
+        reg.optim_step(4 * k * r, stride, g, algo="adam", step=t, lr=0.01, betas=(0.9, 0.999), eps=1e-8)
+        adam_ref(ref_p, ref_m, ref_v, g.astype(np.float64), t, 0.01, 0.9, 0.999, 1e-8)
+    got = reg.read(4 * k * r, np.zeros(k, np.float32))
+    assert np.allclose(got, ref_p, rtol=1e-5, atol=1e-6), f"adam in the pool differs from the rule by {np.max(np.abs(got - ref_p))}"
+    m = reg.read(4 * k * r + stride, np.zeros(k, np.float32))
+    assert np.allclose(m, ref_m, rtol=1e-5, atol=1e-6), "first moment"
+    g32 = np.ones(k, np.float32)
+    expect_raises(ndma.InvalidArgument, lambda: reg.optim_step(0, stride, g32.astype(np.float64)), "float32")
+    expect_raises(ndma.InvalidArgument, lambda: reg.optim_step(0, stride, g32, algo="lamb"), "lamb")
+    expect_raises(ndma.InvalidArgument, lambda: reg.optim_step(0, stride + 4, g32), "stride")
+    expect_raises(ndma.InvalidArgument, lambda: reg.optim_step(2, stride, g32), "offset")
+    expect_raises(ndma.InvalidArgument, lambda: reg.optim_step(0, stride, g32, lr=float("nan")), "optimizer")
+    expect_raises(ndma.InvalidArgument, lambda: reg.optim_step(0, stride, g32, step=0), "step")
+    expect_raises(ndma.InvalidArgument, lambda: reg.optim_step(reg.size - 4 * k, stride, g32), "outside the region")
+    reg.free()
+    reg.free()  # twice is fine
+    expect_raises(ndma.Closed, lambda: reg.read(0, np.zeros(1, np.uint32)), "freed")
+
+    # A region larger than the pool fails on every rank, with what is short.
+    expect_raises(ndma.PoolError, lambda: comm.region(1 << 40), "pool")
+    # The communicator still works, and frees what is left at close.
+    left = comm.region(1 << 20)
+    left.write(0, np.ones(4, np.float32))
+    comm.barrier()
+
+
+def offload_scenario(comm):
+    # OffloadOptimizer against PyTorch's own optimizers applied to the
+    # average of every rank's gradients, in one process.
+    import torch
+
+    import ndma.torch
+
+    def net(seed):
+        torch.manual_seed(seed)
+        return torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+
+    def batch(rank, step):
+        g = torch.Generator().manual_seed(1000 * step + rank)
+        return torch.randn(8, 20, generator=g), torch.randint(0, 10, (8,), generator=g)
+
+    lossf = torch.nn.CrossEntropyLoss()
+    for algo in ("adam", "sgd"):
+        kw = dict(lr=0.01, betas=(0.9, 0.999), eps=1e-8) if algo == "adam" else dict(lr=0.05, momentum=0.9)
+        model = net(comm.rank)  # rank 0's parameters win
+        # 2 kB chunks per rank: several chunks, and padding at the end.
+        opt = ndma.torch.OffloadOptimizer(model.parameters(), comm, algo=algo, chunk_elems=500, **kw)
+        assert opt.chunks > 1, opt.chunks
+        ref = net(0)
+        if algo == "adam":
+            ropt = torch.optim.Adam(ref.parameters(), lr=kw["lr"], betas=kw["betas"], eps=kw["eps"])
+        else:
+            ropt = torch.optim.SGD(ref.parameters(), lr=kw["lr"], momentum=kw["momentum"])
+        for step in range(5):
+            x, y = batch(comm.rank, step)
+            opt.zero_grad()
+            lossf(model(x), y).backward()
+            opt.step()
+            ropt.zero_grad()
+            grads = None
+            for q in range(comm.size):
+                ref.zero_grad()
+                x, y = batch(q, step)
+                lossf(ref(x), y).backward()
+                gq = [p.grad.clone() for p in ref.parameters()]
+                grads = gq if grads is None else [a + b for a, b in zip(grads, gq)]
+            for p, gsum in zip(ref.parameters(), grads):
+                p.grad = gsum / comm.size
+            ropt.step()
+        for a, b in zip(model.parameters(), ref.parameters()):
+            assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), f"{algo}: off by {(a - b).abs().max()}"
+        h = np.frombuffer(hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).digest(), np.uint8)
+        all_h = np.zeros(32 * comm.size, np.uint8)
+        comm.allgather(h.copy(), all_h)
+        assert all(np.array_equal(all_h[32 * q:32 * q + 32], h) for q in range(comm.size)), "ranks' parameters differ"
+        opt.close()
+    bad = torch.nn.Linear(4, 4).double()
+    expect_raises(ndma.InvalidArgument, lambda: ndma.torch.OffloadOptimizer(bad.parameters(), comm), "float32")
+
+
+SCENARIOS = {"region": region_scenario, "offload": offload_scenario, "deterministic": deterministic_scenario, "backend": backend_scenario, "numpy": numpy_scenario, "torch": torch_scenario, "dead": dead_scenario, "ddp": ddp_scenario, "mismatch": mismatch_scenario, "mismatch_ring": mismatch_ring_scenario}
 
 
 def main():

@@ -190,3 +190,14 @@ def test_request_keeps_buffers():
         out = req.wait()  # the array lived on through the request
         assert np.array_equal(out, np.full(1000, 2.0))
         assert req.test() and req.wait() is out  # completed: idempotent
+
+
+def test_region():
+    for r, (rc, out) in enumerate(run_ranks("region", 3)):
+        assert rc == 0 and out.endswith("ok\n"), f"rank {r}: {out}"
+
+
+def test_offload_optimizer():
+    pytest.importorskip("torch")
+    for r, (rc, out) in enumerate(run_ranks("offload", 3)):
+        assert rc == 0 and out.endswith("ok\n"), f"rank {r}: {out}"
