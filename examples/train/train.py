@@ -1,11 +1,24 @@
 #!/usr/bin/python3
-"""Data-parallel training of an MLP on MNIST with PyTorch's
-DistributedDataParallel, the gradients averaged by one of:
+"""Data-parallel training of an MLP on MNIST, the gradients averaged by
+one of:
 
-  gloo        PyTorch's own Gloo backend (its ring allreduce over TCP)
-  ndma        NDMA in the network (allreduce algorithm innet: one
-              aggregation through the switch), through ndma.torch's hook
-  ndma-ring   NDMA's host ring allreduce, through the same hook
+  gloo          PyTorch's DistributedDataParallel (DDP) with its own Gloo
+                backend (ring allreduce over TCP)
+  ndma          DDP, the gradients through NDMA in the network (allreduce
+                algorithm innet: one aggregation through the switch), with
+                ndma.torch's comm hook
+  ndma-ring     DDP with NDMA's host ring allreduce, through the same hook
+  ndma-offload  no DDP: the optimizer lives in the memory pool
+                (ndma.torch.OffloadOptimizer). The gradients are
+                reduce-scattered through the switch, the memory nodes
+                apply the step to the parameters and the optimizer state
+                they hold, and the new parameters are allgathered; the
+                ranks keep no optimizer state. Needs memory nodes
+                (`ndma testbed up --memnodes N`).
+
+--optimizer picks SGD with momentum 0.9 (PyTorch's rule) or Adam, the
+same rule for every backend (the memory nodes apply the same update as
+torch.optim's, in float32).
 
 One process per rank, the launch in the environment (NDMA_RANK/NDMA_SIZE
 as `ndma testbed run` sets them, or torchrun's RANK/WORLD_SIZE), every
@@ -22,6 +35,7 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import sys
 import time
 
@@ -33,7 +47,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
-BACKENDS = ("gloo", "ndma", "ndma-ring")
+BACKENDS = ("gloo", "ndma", "ndma-ring", "ndma-offload")
 
 
 def parse_args():
@@ -44,7 +58,8 @@ def parse_args():
     p.add_argument("--out", required=True, help="JSON Lines file rank 0 writes")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch", type=int, default=128, help="samples per rank per step")
-    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default: 0.05 for sgd, 0.001 for adam)")
     p.add_argument("--hidden", default="1536,512", help="hidden layer widths")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--steps", type=int, default=0, help="stop each epoch after this many steps (0: the whole epoch)")
@@ -52,7 +67,10 @@ def parse_args():
                    help="NDMA reduces in rank order (bitwise reproducible), and torch uses deterministic kernels")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     p.add_argument("--bucket-mb", type=float, default=4.0, help="DDP bucket size")
-    return p.parse_args()
+    a = p.parse_args()
+    if a.lr is None:
+        a.lr = 0.05 if a.optimizer == "sgd" else 1e-3
+    return a
 
 
 def launch():
@@ -117,8 +135,10 @@ def main():
         import ndma
         import ndma.torch
 
-        comm = ndma.Communicator(deterministic=a.deterministic,
-                                 algorithms={"allreduce": "innet" if a.backend == "ndma" else "ring"})
+        algos = {"allreduce": "ring" if a.backend == "ndma-ring" else "innet"}
+        if a.backend == "ndma-offload":
+            algos = {"reducescatter": "innet", "allgather": "innet"}
+        comm = ndma.Communicator(deterministic=a.deterministic, algorithms=algos)
         assert comm.rank == rank and comm.size == size
 
     xs, ys = load(a.data, "train")
@@ -126,11 +146,19 @@ def main():
     widths = [int(w) for w in a.hidden.split(",") if w]
     net = model(widths, a.seed)
     nparams = sum(p.numel() for p in net.parameters())
-    ddp = DDP(net, bucket_cap_mb=a.bucket_mb)
-    if comm is not None:
-        state = ndma.torch.HookState(comm)
-        ddp.register_comm_hook(state, ndma.torch.comm_hook)
-    opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=0.9)
+    if a.backend == "ndma-offload":
+        ddp = net  # the optimizer averages the gradients itself
+        hyper = dict(lr=a.lr, momentum=0.9) if a.optimizer == "sgd" else dict(lr=a.lr)
+        opt = ndma.torch.OffloadOptimizer(net.parameters(), comm, algo=a.optimizer, **hyper)
+    else:
+        ddp = DDP(net, bucket_cap_mb=a.bucket_mb)
+        if comm is not None:
+            state = ndma.torch.HookState(comm)
+            ddp.register_comm_hook(state, ndma.torch.comm_hook)
+        if a.optimizer == "sgd":
+            opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=0.9)
+        else:
+            opt = torch.optim.Adam(ddp.parameters(), lr=a.lr)
     lossf = torch.nn.CrossEntropyLoss()
 
     out = open(a.out, "w") if rank == 0 else None
@@ -145,7 +173,7 @@ def main():
     # (DDP's no_sync), timed on a few batches, so that a step's time
     # splits into compute and what the exchange adds.
     calib = []
-    with ddp.no_sync():
+    with ddp.no_sync() if ddp is not net else torch.enable_grad():
         for i in range(4):
             x = xs[i * a.batch:(i + 1) * a.batch]
             t0 = time.perf_counter()
@@ -154,7 +182,7 @@ def main():
     opt.zero_grad()
     compute_s = float(np.median(calib[1:]))
 
-    emit({"kind": "start", "params": nparams, "batch_per_rank": a.batch, "lr": a.lr, "epochs": a.epochs,
+    emit({"kind": "start", "params": nparams, "batch_per_rank": a.batch, "optimizer": a.optimizer, "lr": a.lr, "epochs": a.epochs,
           "hidden": widths, "deterministic": a.deterministic, "compute_s": compute_s,
           "torch": torch.__version__, "threads": a.threads})
     dist.barrier()
@@ -203,8 +231,21 @@ def main():
               "samples_per_s": steps_per_epoch * a.batch * size / epoch_s, "step_s_median": st,
               "compute_s": compute_s, "comm_s": max(st - compute_s, 0.0),
               "param_hash": hashes[0], "ranks_agree": len(set(hashes)) == 1})
+    # Memory: the optimizer state this rank holds (in the pool instead
+    # with ndma-offload) and the process's peak resident set, the largest
+    # over the ranks.
+    if a.backend == "ndma-offload":
+        opt_bytes, pool_bytes = 0, opt.pool_bytes
+    else:
+        opt_bytes = sum(t.numel() * t.element_size() for st in opt.state.values() for t in st.values() if torch.is_tensor(t))
+        pool_bytes = 0
+    rss = [None] * size
+    dist.all_gather_object(rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     emit({"kind": "summary", "train_s": train_s, "steps": step_global,
-          "samples_per_s": step_global * a.batch * size / train_s})
+          "samples_per_s": step_global * a.batch * size / train_s,
+          "optimizer_state_bytes": opt_bytes, "pool_bytes": pool_bytes, "max_rss_bytes": max(rss)})
+    if a.backend == "ndma-offload":
+        opt.close()
     if state is not None:
         state.close()
     if comm is not None:

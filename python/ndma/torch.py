@@ -42,6 +42,7 @@ waits on. Buckets are matched across ranks by the order of the calls
 which changes after the first iteration when DDP rebuilds its buckets.
 """
 
+import concurrent.futures
 import os
 import queue
 import threading
@@ -262,7 +263,7 @@ class OffloadOptimizer:
     unit (0: 64 KiB)."""
 
     def __init__(self, params, comm, *, algo="adam", lr=1e-3, betas=(0.9, 0.999), eps=1e-8, momentum=0.9,
-                 weight_decay=0.0, chunk_elems=1 << 20, stripe=0):
+                 weight_decay=0.0, chunk_elems=1 << 16, stripe=0):
         import ndma
 
         self.params = [p for p in params if p.requires_grad]
@@ -319,6 +320,9 @@ class OffloadOptimizer:
         for c in range(self.chunks):
             self.region.write(self._offset(c), self._mine(c))
         comm.barrier()
+        self.window = 2  # reduce-scatters in flight
+        self._steps = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ndma-offload-step")
+        self._reads = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ndma-offload-read")
 
     def _offset(self, c):
         """Byte offset of this rank's share of chunk c."""
@@ -359,27 +363,63 @@ class OffloadOptimizer:
                 self.grad[off:off + m].copy_(p.grad.reshape(-1))
             off += m
         comm, size = self.comm, self.comm.size
-        rs = [comm.ireduce_scatter(self._chunk(self.grad, c), self.share[c]) for c in range(self.chunks)]
-        ag, ok = [], False
+        # Three stages overlap: this thread takes each chunk's share as its
+        # reduce-scatter completes and hands it to the step worker; the
+        # read worker reads the chunk's new parameters once its step is
+        # done; this thread then starts the chunk's allgather. A few
+        # reduce-scatters run at once (not all: the first chunks' must end
+        # early for the stages to overlap). Every collective starts from
+        # this thread in an order that depends only on the number of
+        # chunks, the same on every rank.
+        rs, steps, reads, ag = [], [], [], []
+
+        def step(c):
+            g = self.share[c]
+            g.div_(size)
+            self.region.optim_step(self._offset(c), self.stride, g, algo=self.algo, step=self.t, **self.hyper)
+
+        def read(c):
+            steps[c].result()
+            self.region.read(self._offset(c), self._mine(c))
+
+        def start_rs(c):
+            if c < self.chunks:
+                rs.append(comm.ireduce_scatter(self._chunk(self.grad, c), self.share[c]))
+
+        def start_ag(c):
+            reads[c].result()
+            ag.append(comm.iallgather(None, self._chunk(self.flat, c)))
+
+        ok = False
         try:
+            for c in range(self.window):
+                start_rs(c)
             for c in range(self.chunks):
                 rs[c].wait()
-                g = self.share[c]
-                g.div_(size)
-                self.region.optim_step(self._offset(c), self.stride, g, algo=self.algo, step=self.t, **self.hyper)
-                self.region.read(self._offset(c), self._mine(c))
-                ag.append(comm.iallgather(None, self._chunk(self.flat, c)))
+                steps.append(self._steps.submit(step, c))
+                reads.append(self._reads.submit(read, c))
+                start_rs(c + self.window)
+                if c >= 1:
+                    start_ag(c - 1)
+            start_ag(self.chunks - 1)
             for r in ag:
                 r.wait()
             ok = True
         finally:
             if not ok:  # the buffers stay in use until every request ends
+                for f in steps + reads:
+                    try:
+                        f.result()
+                    except Exception:  # the first error is the one raised
+                        pass
                 for r in rs + ag:
                     try:
                         r.wait()
-                    except Exception:  # the first error is the one raised
+                    except Exception:
                         pass
 
     def close(self):
-        """Frees the pool region (collective)."""
+        """Frees the pool region (collective) and stops the workers."""
+        self._steps.shutdown()
+        self._reads.shutdown()
         self.region.free()

@@ -47,6 +47,10 @@ type record struct {
 	RanksAgree   bool    `json:"ranks_agree"`
 	TrainS       float64 `json:"train_s"`
 	BatchPerRank int     `json:"batch_per_rank"`
+	Optimizer    string  `json:"optimizer"`
+	OptStateB    int64   `json:"optimizer_state_bytes"`
+	PoolB        int64   `json:"pool_bytes"`
+	MaxRSSB      int64   `json:"max_rss_bytes"`
 }
 
 // run is one backend's training.
@@ -63,6 +67,10 @@ type run struct {
 	RanksAgree  []bool    `json:"ranks_agree"`
 	Hashes      []string  `json:"param_hashes"`
 	TimeToAcc   float64   `json:"time_to_acc_s,omitempty"` // first epoch end at or above --target (0: never)
+	Optimizer   string    `json:"optimizer,omitempty"`
+	OptStateB   int64     `json:"optimizer_state_bytes"` // optimizer state each rank holds
+	PoolB       int64     `json:"pool_bytes"`            // parameters and optimizer state in the memory pool
+	MaxRSSB     int64     `json:"max_rss_bytes"`         // peak resident set, largest rank
 	lossT       plotter.XYs
 }
 
@@ -121,7 +129,7 @@ func read(path string, target float64) (*run, error) {
 		r.Backend, r.Ranks = rec.Backend, rec.Ranks
 		switch rec.Kind {
 		case "start":
-			r.Params = rec.Params
+			r.Params, r.Optimizer = rec.Params, rec.Optimizer
 		case "step":
 			r.lossT = append(r.lossT, plotter.XY{X: rec.T, Y: rec.Loss})
 		case "epoch":
@@ -135,6 +143,7 @@ func read(path string, target float64) (*run, error) {
 			}
 		case "summary":
 			r.SamplesPerS, summary = rec.SamplesPerS, true
+			r.OptStateB, r.PoolB, r.MaxRSSB = rec.OptStateB, rec.PoolB, rec.MaxRSSB
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -151,9 +160,9 @@ func read(path string, target float64) (*run, error) {
 
 func table(w io.Writer, runs []*run, target float64) {
 	base := runs[0]
-	fmt.Fprintf(w, "| backend | ranks | params | samples/s | vs %s | step (s) | compute (s) | communication (s) | test accuracy per epoch | time to %.0f%% (s) | ranks agree |\n",
+	fmt.Fprintf(w, "| backend | optimizer | ranks | params | samples/s | vs %s | step (s) | compute (s) | communication (s) | test accuracy per epoch | time to %.0f%% (s) | ranks agree | optimizer state per rank (MiB) | in the pool (MiB) | peak RSS (MiB) |\n",
 		base.Backend, target*100)
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	for _, r := range runs {
 		accs := make([]string, len(r.TestAcc))
 		for i, a := range r.TestAcc {
@@ -169,8 +178,13 @@ func table(w io.Writer, runs []*run, target float64) {
 				agree = "no"
 			}
 		}
-		fmt.Fprintf(w, "| %s | %d | %d | %.0f | %.2f× | %.3f | %.3f | %.3f | %s | %s | %s |\n", r.Backend, r.Ranks, r.Params,
-			r.SamplesPerS, r.SamplesPerS/base.SamplesPerS, r.StepS, r.ComputeS, r.CommS, strings.Join(accs, ", "), tta, agree)
+		opt := r.Optimizer
+		if opt == "" {
+			opt = "sgd"
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %.0f | %.2f× | %.3f | %.3f | %.3f | %s | %s | %s | %s | %s | %s |\n", r.Backend, opt, r.Ranks, r.Params,
+			r.SamplesPerS, r.SamplesPerS/base.SamplesPerS, r.StepS, r.ComputeS, r.CommS, strings.Join(accs, ", "), tta, agree,
+			mib(r.OptStateB), mib(r.PoolB), mib(r.MaxRSSB))
 	}
 }
 
@@ -213,4 +227,12 @@ func draw(dir string, runs []*run, target float64) error {
 		}
 	}
 	return nil
+}
+
+// mib prints n bytes in MiB, or "-" for none recorded.
+func mib(n int64) string {
+	if n == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", float64(n)/(1<<20))
 }

@@ -8,12 +8,12 @@ import (
 	"testing"
 )
 
-const sample = `{"kind": "start", "params": 1000, "backend": "gloo", "ranks": 2}
+const sample = `{"kind": "start", "params": 1000, "optimizer": "adam", "backend": "gloo", "ranks": 2}
 {"kind": "step", "epoch": 0, "step": 1, "t": 1.0, "loss": 2.0, "step_s": 1.0, "backend": "gloo", "ranks": 2}
 {"kind": "step", "epoch": 0, "step": 2, "t": 2.0, "loss": 1.0, "step_s": 1.0, "backend": "gloo", "ranks": 2}
 {"kind": "epoch", "epoch": 0, "t": 2.0, "test_acc": 0.9, "step_s_median": 1.0, "compute_s": 0.25, "comm_s": 0.75, "param_hash": "ab", "ranks_agree": true, "backend": "gloo", "ranks": 2}
 {"kind": "epoch", "epoch": 1, "t": 4.0, "test_acc": 0.975, "step_s_median": 1.0, "compute_s": 0.25, "comm_s": 0.75, "param_hash": "cd", "ranks_agree": true, "backend": "gloo", "ranks": 2}
-{"kind": "summary", "train_s": 4.0, "steps": 4, "samples_per_s": 100, "backend": "gloo", "ranks": 2}
+{"kind": "summary", "train_s": 4.0, "steps": 4, "samples_per_s": 100, "optimizer_state_bytes": 8388608, "pool_bytes": 0, "max_rss_bytes": 209715200, "backend": "gloo", "ranks": 2}
 `
 
 // TestReport reads a trainer's JSON Lines, tabulates them against
@@ -33,7 +33,7 @@ func TestReport(t *testing.T) {
 	}
 	var b bytes.Buffer
 	table(&b, []*run{r}, 0.97)
-	for _, want := range []string{"| gloo | 2 | 1000 | 100 | 1.00× |", "90.00%, 97.50%", "| 4.0 | yes |"} {
+	for _, want := range []string{"| gloo | adam | 2 | 1000 | 100 | 1.00× |", "90.00%, 97.50%", "| 4.0 | yes | 8.0 | - | 200.0 |"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}
