@@ -102,12 +102,11 @@ type DefaultTuner struct{}
 func (DefaultTuner) Choose(op Operation, bytes, ranks int, innet bool) Algo {
 	switch {
 	case op == OpReduceScatter && innet && (bytes < 4<<10 || bytes >= 128<<10):
-		// The in-network reduce-scatter is an allreduce that brings every
-		// block down to every rank: it wins while latency dominates, and
-		// again from 128 KiB blocks, where direct's incast (every rank
-		// sending to one at once) costs as much as the extra blocks
-		// (simnet, 8 ranks: within 1% of direct at 1 MiB, 5% ahead at
-		// 256-512 KiB; ndma bench coll --sim --op reducescatter).
+		// The in-network reduce-scatter wins while latency dominates (one
+		// aggregation), and again from 128 KiB, where direct's incast
+		// (every rank sending to one at once) costs more than the
+		// switch's per-block aggregations (simnet, 8 ranks; ndma bench
+		// coll --sim --op reducescatter).
 		return AlgoInNet
 	case op == OpReduceScatter && ranks <= 16:
 		return AlgoDirect

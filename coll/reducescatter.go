@@ -14,7 +14,8 @@ import (
 // leaves block i of the result in recv at rank i. send is not modified.
 // ReduceScatter is the typed form.
 //
-// Algorithms: AlgoInNet (the switch reduces the whole buffer; see
+// Algorithms: AlgoInNet (one aggregation per block, its result sent to
+// the block's owner only; one allreduce for small buffers; see
 // reduceScatterPost), AlgoRing (N−1 steps of one block) and AlgoDirect
 // (every rank sends each block to its owner at once; the owner reduces
 // in rank order).
@@ -64,9 +65,16 @@ type reduceScatterCall struct {
 	send, recv []byte
 	dt         wire.Dtype
 	op         ReduceOp
-	agg        *msgBatch // innet: the aggregation in flight
-	all        []byte    // innet: the whole reduced buffer
+	agg        *msgBatch // innet: the aggregations in flight
+	all        []byte    // innet, small buffers: the whole reduced buffer
 }
+
+// rsOneAggregation is the largest buffer (all blocks) the in-network
+// reduce-scatter reduces as one allreduce: below it latency dominates,
+// and one aggregation's round trip beats one per block; above it the
+// blocks go to their owners only, so each rank's link carries its own
+// block down rather than all of them.
+const rsOneAggregation = 4 << 10
 
 // reduceScatterArgs checks ReduceScatterBytes's arguments.
 func (c *Communicator) reduceScatterArgs(send, recv []byte, dt wire.Dtype, op ReduceOp) error {
@@ -102,13 +110,26 @@ func (c *Communicator) reduceScatterPost(ctx context.Context, algo Algo, o callO
 	if algo != AlgoInNet || len(recv) == 0 || c.size == 1 {
 		return rs, nil
 	}
-	// The switch reduces the whole buffer and sends all of it back to
-	// every rank, which keeps its own block: N× the data a rank needs
-	// comes down its link. Simple, and still one transmission each way;
-	// a switch-side scatter of the result would remove the excess.
-	rs.all = make([]byte, len(send))
+	b := len(recv)
 	rs.agg = newMsgBatch(ctx, c)
-	rs.agg.postSwitch(&endpoint.Op{Kind: endpoint.KindAggregate, Buf: send, Recv: rs.all, Root: -1, Dtype: dt, Alu: op, Deterministic: o.deterministic})
+	if len(send) <= rsOneAggregation {
+		// One allreduce; each rank keeps its block.
+		rs.all = make([]byte, len(send))
+		rs.agg.postSwitch(&endpoint.Op{Kind: endpoint.KindAggregate, Buf: send, Recv: rs.all, Root: -1, Dtype: dt, Alu: op, Deterministic: o.deterministic})
+	} else {
+		// One rooted aggregation per block, posted in block order on
+		// every rank: the switch reduces block i and sends the result
+		// to rank i alone, so a rank sends the whole buffer once and
+		// receives only its own block.
+		for i := range c.size {
+			var out []byte
+			if i == c.rank {
+				out = recv
+			}
+			rs.agg.postSwitch(&endpoint.Op{Kind: endpoint.KindAggregate, Buf: send[i*b : (i+1)*b], Recv: out, Root: i,
+				Dtype: dt, Alu: op, Deterministic: o.deterministic})
+		}
+	}
 	if rs.agg.err != nil {
 		return nil, rs.agg.err
 	}
@@ -130,7 +151,9 @@ func (c *Communicator) reduceScatter(ctx context.Context, seq uint64, algo Algo,
 		if err := rs.agg.wait(ctx); err != nil {
 			return err
 		}
-		copy(rs.recv, rs.all[c.rank*b:(c.rank+1)*b])
+		if rs.all != nil {
+			copy(rs.recv, rs.all[c.rank*b:(c.rank+1)*b])
+		}
 		return nil
 	case AlgoRing:
 		return c.reduceScatterRing(ctx, seq, rs)
