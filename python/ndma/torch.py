@@ -260,7 +260,9 @@ class OffloadOptimizer:
     .data becomes a view of it). algo "adam" (lr, betas, eps) or "sgd"
     (lr, momentum: PyTorch's SGD without dampening); weight_decay as
     PyTorch's (added to the gradient). stripe: the region's interleave
-    unit (0: 64 KiB)."""
+    unit (0: 64 KiB). Each parameter's .grad is a view of one flat
+    gradient tensor, which backward accumulates into and zero_grad()
+    zeroes: no copy per step."""
 
     def __init__(self, params, comm, *, algo="adam", lr=1e-3, betas=(0.9, 0.999), eps=1e-8, momentum=0.9,
                  weight_decay=0.0, chunk_elems=1 << 16, stripe=0):
@@ -320,6 +322,7 @@ class OffloadOptimizer:
         for c in range(self.chunks):
             self.region.write(self._offset(c), self._mine(c))
         comm.barrier()
+        self._point_grads()
         self.window = 2  # reduce-scatters in flight
         self._steps = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ndma-offload-step")
         self._reads = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ndma-offload-read")
@@ -342,12 +345,27 @@ class OffloadOptimizer:
         """Bytes of the pool region (parameters and optimizer state)."""
         return self.region.size
 
-    def zero_grad(self, set_to_none=True):
-        for p in self.params:
-            if set_to_none:
+    def zero_grad(self, set_to_none=False):
+        """Zeroes the gradients, which are views of one flat tensor that
+        backward accumulates into in place (set_to_none lets backward
+        allocate fresh ones instead; step() copies those in)."""
+        if set_to_none:
+            for p in self.params:
                 p.grad = None
-            elif p.grad is not None:
-                p.grad.zero_()
+        else:
+            self.grad.zero_()
+            self._point_grads()
+
+    def _point_grads(self):
+        off = 0
+        for p in self.params:
+            m = p.numel()
+            view = self.grad[off:off + m].view_as(p)
+            if p.grad is None or p.grad.data_ptr() != view.data_ptr():
+                if p.grad is not None:
+                    view.copy_(p.grad)
+                p.grad = view
+            off += m
 
     @torch.no_grad()
     def step(self):
@@ -357,10 +375,11 @@ class OffloadOptimizer:
         off = 0
         for p in self.params:
             m = p.numel()
+            view = self.grad[off:off + m].view_as(p)
             if p.grad is None:
-                self.grad[off:off + m].zero_()
-            else:
-                self.grad[off:off + m].copy_(p.grad.reshape(-1))
+                view.zero_()
+            elif p.grad.data_ptr() != view.data_ptr():
+                view.copy_(p.grad)  # backward made a tensor of its own
             off += m
         comm, size = self.comm, self.comm.size
         # Three stages overlap: this thread takes each chunk's share as its
