@@ -147,8 +147,11 @@ func TestSecureOneSided(t *testing.T) {
 }
 
 // TestSecureRefusesStrangers: an endpoint without an identity, or with
-// one of another fabric, gets nothing from a secured endpoint: its
-// requests time out, and the secured side counts what it dropped.
+// one of another fabric, gets nothing from a secured endpoint: the plain
+// one is told at once that only sealed datagrams are taken (its WRITE
+// fails with transport.ErrSealRequired, well before its deadline), the
+// foreign one's requests time out, and the secured side counts what it
+// dropped.
 func TestSecureRefusesStrangers(t *testing.T) {
 	srv, _ := listenTapped(t, Config{}, testIdentity(t, testAuthority(t), secure.RoleMemoryNode, "mem0"))
 	mem := make([]byte, 4096)
@@ -162,12 +165,16 @@ func TestSecureRefusesStrangers(t *testing.T) {
 	}
 	plain, _ := listenTapped(t, Config{}, nil)
 	foreign, _ := listenTapped(t, Config{}, testIdentity(t, other, secure.RoleClient, "mallory"))
-	for _, ep := range []*Endpoint{plain, foreign} {
-		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	for i, ep := range []*Endpoint{plain, foreign} {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		t0 := time.Now()
 		err := ep.Remote(srv.LocalAddr()).Write(ctx, key, 0, []byte("overwrite"))
 		cancel()
 		if err == nil {
 			t.Fatal("a WRITE from a stranger succeeded")
+		}
+		if i == 0 && (!errors.Is(err, transport.ErrSealRequired) || time.Since(t0) > time.Second) {
+			t.Fatalf("plain endpoint's WRITE after %v: %v; want transport.ErrSealRequired at once", time.Since(t0), err)
 		}
 		if _, ok := srv.PeerIdentity(ep.LocalAddr()); ok {
 			t.Fatal("the stranger has an identity")
@@ -176,7 +183,7 @@ func TestSecureRefusesStrangers(t *testing.T) {
 	// The plain endpoint's requests are dropped; the foreign one never
 	// gets past the handshake (the server's certificate does not verify
 	// under its authority, so it sends no FINISH).
-	if st := srv.SecurityStats(); st.DroppedPlain == 0 || st.Opened != 0 || st.Handshakes != 0 || st.Peers != 0 {
+	if st := srv.SecurityStats(); st.DroppedPlain == 0 || st.SealRequiredSent == 0 || st.Opened != 0 || st.Handshakes != 0 || st.Peers != 0 {
 		t.Fatalf("secured side: %+v", st)
 	}
 	if st := foreign.SecurityStats(); st.HandshakesFailed == 0 || st.Handshakes != 0 {

@@ -16,6 +16,7 @@ import (
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
+	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -123,16 +124,19 @@ func TestUDPSecureJob(t *testing.T) {
 		t.Fatalf("switch's security counters: %+v", st)
 	}
 
-	// Without an identity, no join: the switch drops what it sends.
+	// Without an identity, no join: the switch drops what it sends, and
+	// says that it takes sealed datagrams only, so the join fails at once
+	// with a reason rather than at its deadline.
 	plain, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { plain.Close() })
-	pctx, pcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
 	defer pcancel()
-	if _, err := plain.JoinJob(pctx, srv.Addr().String(), "other", 1, 0, endpoint.FabricOptions{Token: token}); err == nil {
-		t.Fatal("an endpoint without an identity joined")
+	t0 := time.Now()
+	if _, err := plain.JoinJob(pctx, srv.Addr().String(), "other", 1, 0, endpoint.FabricOptions{Token: token}); !errors.Is(err, transport.ErrSealRequired) || time.Since(t0) > 2*time.Second {
+		t.Fatalf("a join without an identity: %v after %v; want transport.ErrSealRequired at once", err, time.Since(t0))
 	}
 	if st := srv.SecurityStats(); st.DroppedPlain == 0 {
 		t.Fatalf("switch's security counters after a plain JOIN: %+v", st)

@@ -157,7 +157,7 @@ func code(err error) C.int {
 		return C.NDMA_ERR_CLOSED
 	case errors.Is(err, coll.ErrNoLaunch):
 		return C.NDMA_ERR_ENV
-	case errors.Is(err, wire.StatusAuth):
+	case errors.Is(err, wire.StatusAuth), errors.Is(err, transport.ErrSealRequired):
 		return C.NDMA_ERR_AUTH
 	case errors.As(err, &rv), errors.Is(err, endpoint.ErrRankTaken):
 		return C.NDMA_ERR_RENDEZVOUS

@@ -57,7 +57,8 @@ enum {
     NDMA_ERR_NO_SWITCH = 3,   /* no switch answers at the address given */
     NDMA_ERR_RENDEZVOUS = 4,  /* the ranks did not all join in time, or the
                                  rank is taken by another process */
-    NDMA_ERR_AUTH = 5,        /* refused: wrong fabric token or credential */
+    NDMA_ERR_AUTH = 5,        /* refused: wrong fabric token or credential,
+                                 or none where the switch requires one */
     NDMA_ERR_RANK = 6,        /* a rank died, left or went silent */
     NDMA_ERR_TIMEOUT = 7,     /* the call's time limit passed */
     NDMA_ERR_CLOSED = 8,      /* the communicator was freed */

@@ -119,6 +119,7 @@ type LayerStats struct {
 	HandshakesFailed         uint64 // refused or given up
 	HandshakeDuplicates      uint64 // answers to a handshake already completed (a resent HELLO's), ignored
 	DroppedPlain             uint64 // unsealed datagrams (not HANDSHAKE) received
+	SealRequiredSent         uint64 // of those, carrying a payload: answered "seal required" (rate permitting)
 	DroppedNoSA, DroppedAuth uint64 // sealed for no SA of ours (or from another address); failing authentication
 	DroppedReplay            uint64 // replayed or too old
 	DroppedQueue             uint64 // outbound datagrams dropped: queue full, handshake failed, table full
@@ -332,6 +333,9 @@ func (l *Layer) Receive(now time.Time, from netip.AddrPort, pkt []byte) []byte {
 	}
 	if h.Flags&wire.FlagAuth == 0 {
 		l.stats.DroppedPlain++
+		if len(pkt) > wire.HeaderLen {
+			l.sealRequired(now, from)
+		}
 		return nil
 	}
 	p := l.bySAID[h.SAID]
@@ -477,8 +481,9 @@ func (l *Layer) established(now time.Time, addr netip.AddrPort, s *Session) {
 
 // hsUnknown is the HANDSHAKE message that tells a sender its SA is not
 // known here (this side restarted, or forgot an idle session): type 5,
-// the SAID (4). It is smaller than the datagram it answers, sent at most
-// unknownRate times a second, and makes the sender open a new session.
+// the SAID (4). It is smaller than the datagram it answers and makes the
+// sender open a new session. unknownRate bounds these answers and the
+// seal-required ones (wire.HandshakeSealRequired) together, a second.
 const (
 	hsUnknown   = 5
 	unknownRate = 100
@@ -486,6 +491,22 @@ const (
 
 // unknownSA tells from that SAID id names no session here.
 func (l *Layer) unknownSA(now time.Time, from netip.AddrPort, id uint32) {
+	var msg [5]byte
+	msg[0] = hsUnknown
+	binary.BigEndian.PutUint32(msg[1:], id)
+	l.answer(now, from, msg[:])
+}
+
+// sealRequired tells from, which sent an unsealed datagram, that this
+// side takes sealed ones only (wire.HandshakeSealRequired).
+func (l *Layer) sealRequired(now time.Time, from netip.AddrPort) {
+	l.stats.SealRequiredSent++
+	l.answer(now, from, []byte{wire.HandshakeSealRequired})
+}
+
+// answer sends a HANDSHAKE message msg to from that answers a datagram
+// no session vouches for: at most unknownRate of them a second in all.
+func (l *Layer) answer(now time.Time, from netip.AddrPort, msg []byte) {
 	if sec := now.Unix(); sec != l.unknownSec {
 		l.unknownSec, l.unknownSent = sec, 0
 	}
@@ -493,11 +514,8 @@ func (l *Layer) unknownSA(now time.Time, from netip.AddrPort, id uint32) {
 		return
 	}
 	l.unknownSent++
-	h := wire.Header{Version: wire.Version, Op: wire.OpHandshake, MsgLen: 5}
-	var msg [5]byte
-	msg[0] = hsUnknown
-	binary.BigEndian.PutUint32(msg[1:], id)
-	b, err := wire.AppendPacket(l.getBuf(wire.HeaderLen+len(msg)), &h, msg[:])
+	h := wire.Header{Version: wire.Version, Op: wire.OpHandshake, MsgLen: uint32(len(msg))}
+	b, err := wire.AppendPacket(l.getBuf(wire.HeaderLen+len(msg)), &h, msg)
 	if err == nil {
 		l.out = append(l.out, Datagram{Addr: from, Buf: b})
 	}

@@ -468,3 +468,37 @@ func TestLayerLateHandshakeTwin(t *testing.T) {
 		t.Fatalf("after the twins: %d arrived", len(n.got[addrB]))
 	}
 }
+
+// TestLayerSealRequired: an unsealed datagram with a payload is answered
+// with a one-byte HANDSHAKE that says only sealed datagrams are taken,
+// never larger than what it answers; a header-only one is not answered;
+// the answers (with the unknown-SA ones) are bounded per second.
+func TestLayerSealRequired(t *testing.T) {
+	n, _, b := newNet2(t)
+	stranger := netip.MustParseAddrPort("10.9.9.9:1")
+	pkt := plainPacket(t, 1, "x")
+	b.Receive(n.now, stranger, bytes.Clone(pkt))
+	out := b.Take(nil)
+	if len(out) != 1 || out[0].Addr != stranger || len(out[0].Buf) > len(pkt) {
+		t.Fatalf("answer to an unsealed datagram: %d datagrams", len(out))
+	}
+	var h wire.Header
+	payload, _, err := wire.Parse(out[0].Buf, &h)
+	if err != nil || h.Op != wire.OpHandshake || len(payload) != 1 || payload[0] != wire.HandshakeSealRequired {
+		t.Fatalf("answer %v %v %x", err, h.Op, payload)
+	}
+	b.Recycle(out)
+	b.Receive(n.now, stranger, plainPacket(t, 2, ""))
+	if out := b.Take(nil); len(out) != 0 {
+		t.Fatalf("a header-only unsealed datagram was answered (%d datagrams)", len(out))
+	}
+	for i := range 10 * unknownRate {
+		b.Receive(n.now, stranger, plainPacket(t, uint64(3+i), "flood"))
+	}
+	if out := b.Take(nil); len(out) != unknownRate-1 {
+		t.Fatalf("%d answers to a flood in one second, want %d", len(out), unknownRate-1)
+	}
+	if st := b.Stats(); st.DroppedPlain != 2+10*unknownRate || st.Peers != 0 {
+		t.Fatalf("after the flood: %+v", st)
+	}
+}

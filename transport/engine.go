@@ -37,6 +37,9 @@ var (
 	ErrFragment = errors.New("transport: bad fragment")
 	// ErrPeerDead is wrapped by *PeerError.
 	ErrPeerDead = errors.New("transport: peer not responding")
+	// ErrSealRequired fails the messages to a peer that answered that it
+	// takes sealed datagrams only (wire.HandshakeSealRequired).
+	ErrSealRequired = errors.New("transport: the peer takes only sealed datagrams: this process needs a credential (--credential, NDMA_CREDENTIAL)")
 )
 
 // MaxMessage is the largest message in bytes (MsgLen is 32 bits).
@@ -126,6 +129,9 @@ type Stats struct {
 	// Contradicting counts data packets refused because their fragment
 	// disagrees with the message it joins (see Delivery.MsgDone).
 	Contradicting uint64
+	// SealRequired counts unicast streams failed because their peer
+	// answered that it takes sealed datagrams only (ErrSealRequired).
+	SealRequired uint64
 	// StrangersEvicted counts stranger peers evicted for a newer one;
 	// PeersSwept counts idle peers removed after IdleTimeout.
 	StrangersEvicted, PeersSwept uint64
@@ -655,7 +661,19 @@ func (e *Engine) stepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit
 	switch h.Op {
 	case wire.OpHandshake:
 		// The security layer's, in front of the engine: one that
-		// reaches the engine finds no layer to answer it.
+		// reaches the engine finds no layer to answer it. One kind is
+		// for an engine without a layer: the peer takes only sealed
+		// datagrams. It fails the messages of our unicast stream to
+		// that address if nothing of the stream was ever acknowledged
+		// (a stream that works shows the claim false, so a forged one
+		// cannot cut it).
+		if len(payload) == 1 && payload[0] == wire.HandshakeSealRequired {
+			if p := e.lookup(PeerID{Addr: from}); p != nil && !p.synAcked {
+				e.stats.SealRequired++
+				e.ForgetPeer(p.id, ErrSealRequired)
+				return d, false
+			}
+		}
 		e.stats.Unexpected++
 		return d, false
 	case wire.OpAck, wire.OpNack:

@@ -970,3 +970,48 @@ func TestHandshakeNotData(t *testing.T) {
 		t.Fatalf("after a HANDSHAKE packet: %d unexpected, %d peers; want 1, 0", st.Unexpected, st.Peers)
 	}
 }
+
+// TestSealRequired: a peer's word that it takes sealed datagrams only
+// fails the messages of a unicast stream that was never acknowledged
+// (at once, with ErrSealRequired), and is ignored for a stream that
+// works (a forged one cannot cut it) and for an address with no stream.
+func TestSealRequired(t *testing.T) {
+	word, err := wire.AppendPacket(nil, &wire.Header{Version: wire.Version, Op: wire.OpHandshake, MsgLen: 1},
+		[]byte{wire.HandshakeSealRequired})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1, 0)
+	sealed := netip.MustParseAddrPort("10.0.0.9:1")
+	if _, err := e.Send(PeerID{Addr: sealed}, &wire.Header{Op: wire.OpWrite}, make([]byte, 64), 7); err != nil {
+		t.Fatal(err)
+	}
+	e.Poll(now, nil)
+	e.Step(now, netip.MustParseAddrPort("10.0.0.8:1"), word) // no stream there
+	if st := e.Stats(); st.SealRequired != 0 || st.Unexpected != 1 {
+		t.Fatalf("seal-required from an address without a stream: %+v", st)
+	}
+	e.Step(now, sealed, word)
+	_, done, _ := e.Poll(now, nil)
+	if len(done) != 1 || done[0].Token != 7 || !errors.Is(done[0].Err, ErrSealRequired) {
+		t.Fatalf("completions after seal-required: %+v", done)
+	}
+	if st := e.Stats(); st.SealRequired != 1 || st.Peers != 0 {
+		t.Fatalf("after seal-required: %+v", st)
+	}
+
+	// A stream that has been acknowledged keeps going.
+	p := newPair(t, Config{}, Config{})
+	p.request(8)
+	p.cli.Step(p.now, p.sa, word)
+	if got := p.serve(8); len(got) != 1 {
+		t.Fatalf("after a forged seal-required the working stream delivered %d responses, want 1", len(got))
+	}
+	if st := p.cli.Stats(); st.SealRequired != 0 {
+		t.Fatalf("a working stream was failed: %+v", st)
+	}
+}

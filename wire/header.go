@@ -47,6 +47,16 @@ const (
 	OpHandshake Opcode = 0x12
 )
 
+// HandshakeSealRequired is the type (first byte) of the one-byte
+// HANDSHAKE message a process that seals every datagram sends in answer
+// to an unsealed datagram carrying a payload (at most a hundred a second,
+// never larger than what it answers): the sender has no credential, or
+// does not use it. A process without a security layer fails its
+// operations on a stream to that address that has not yet been
+// acknowledged (transport.ErrSealRequired), instead of waiting for their
+// timeout.
+const HandshakeSealRequired = 6
+
 var opNames = [...]string{
 	OpInvalid: "invalid", OpWrite: "write", OpRead: "read", OpCAS: "cas",
 	OpFetchAdd: "fadd", OpVector: "vector", OpSend: "send", OpNop: "nop",

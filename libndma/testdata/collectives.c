@@ -230,6 +230,17 @@ static void test_errors(ndma_comm_t comm) {
     EXPECT(ndma_comm_create(&cfg, &other) == NDMA_ERR_ARG, "uninitialized config");
     ndma_config_init(&cfg);
     EXPECT(ndma_comm_create(&cfg, &other) == NDMA_ERR_ARG, "config without rank");
+    // This switch seals every datagram: a process without a credential
+    // is told so at once.
+    char job[32];
+    snprintf(job, sizeof job, "plain-%d", rank);
+    cfg.rank = 0;
+    cfg.size = 1;
+    cfg.switch_addr = getenv("NDMA_SWITCH");
+    cfg.token = getenv("NDMA_TOKEN");
+    cfg.job = job;
+    EXPECT(ndma_comm_create(&cfg, &other) == NDMA_ERR_AUTH, "no credential at a sealing switch");
+    EXPECT(strstr(ndma_last_error(), "credential") != NULL, "no credential message: %s", ndma_last_error());
     EXPECT(ndma_comm_set_algo(comm, "bcast", "ring") == NDMA_ERR_ARG, "bcast ring");
     EXPECT(strstr(ndma_last_error(), "no ring algorithm") != NULL, "bcast ring message: %s", ndma_last_error());
     EXPECT(ndma_comm_set_algo(comm, "sort", "ring") == NDMA_ERR_ARG, "unknown operation");
