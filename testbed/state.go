@@ -110,9 +110,6 @@ type Node struct {
 	// Service is the address of the daemon in the namespace, if any:
 	// `ndma switch` in the switch namespace, `ndma memd` in a memory node.
 	Service string `json:"service,omitempty"`
-	// Key is a memory node's region key in hex ("0x…"), for clients'
-	// --key.
-	Key string `json:"key,omitempty"`
 	// Credential is the file of the node's credential (mode 0600, in the
 	// state directory): the switch's (role switch) and each memory
 	// node's (role memory-node), given to their daemons with

@@ -275,9 +275,10 @@ func startDaemon(t *testing.T, args ...string) *daemon {
 // TestSecuredFabric runs a secured fabric as deployed: ndma switch and
 // ndma memd as processes, each with its credential, and the pool commands
 // with a client credential create a region, put a file into it and get
-// it back; a pool command without a credential, or with one of another
-// fabric, gets no answer and an error that says why that may be; nothing
-// prints a private key.
+// it back; a pool command without a credential is told that the switch
+// takes sealed datagrams only, one with a credential of another fabric
+// gets no answer and an error that says why that may be; nothing prints
+// a private key.
 func TestSecuredFabric(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
@@ -335,15 +336,19 @@ func TestSecuredFabric(t *testing.T) {
 		t.Fatalf("bench pool: %v %q", err, out)
 	}
 
-	// Without a credential, and with one of another fabric: no answer.
+	// Without a credential the switch says it takes sealed datagrams
+	// only; with one of another fabric: no answer.
 	otherCred := issueCredential(t, fabricSecret(t), "client", "stranger")
-	for _, args := range [][]string{
-		{"pool", "ls", "--switch", sw.addr, "--timeout", "500ms"},
-		{"pool", "ls", "--switch", sw.addr, "--timeout", "500ms", "--credential", otherCred},
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"pool", "ls", "--switch", sw.addr, "--timeout", "500ms"}, "takes only sealed datagrams"},
+		{[]string{"pool", "ls", "--switch", sw.addr, "--timeout", "500ms", "--credential", otherCred}, "no switch answers"},
 	} {
-		_, err := execute(t, args...)
-		if err == nil || !strings.Contains(err.Error(), "no switch answers") || !strings.Contains(err.Error(), "credential") {
-			t.Errorf("%q against a sealed switch: %v, want no answer and a word on credentials", args, err)
+		_, err := execute(t, c.args...)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "credential") {
+			t.Errorf("%q against a sealed switch: %v, want %q and a word on credentials", c.args, err, c.want)
 		}
 	}
 

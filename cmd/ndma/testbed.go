@@ -344,9 +344,9 @@ func printTestbed(w io.Writer, st *testbed.State) {
 	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tNAMESPACE\tADDRESS\tIFACE\tSERVICE\tKEY\tPRESENT")
+	fmt.Fprintln(tw, "NODE\tNAMESPACE\tADDRESS\tIFACE\tSERVICE\tPRESENT")
 	row := func(n testbed.Node) {
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\t%s\n", n.Name, n.NS, n.Addr, n.Iface, dash(n.Service), dash(n.Key), yesNo(n.Present))
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\n", n.Name, n.NS, n.Addr, n.Iface, dash(n.Service), yesNo(n.Present))
 	}
 	row(st.Switch)
 	for _, n := range st.Hosts {

@@ -13,6 +13,7 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric/switchd"
 	"github.com/ndma/ndma/secure"
+	"github.com/ndma/ndma/transport"
 )
 
 func issueID(t *testing.T, a *secure.Authority, role secure.Role, name string) *secure.Identity {
@@ -53,7 +54,8 @@ func TestSecurityConfig(t *testing.T) {
 // TestLendSealed: a memory node and a switch, each with its credential,
 // seal every datagram: the node lends its region to the switch's pool
 // (a client with a credential sees it alive), the node logs that it
-// seals, and a client without a credential gets no answer.
+// seals, and a client without a credential is told that the switch
+// takes sealed datagrams only.
 func TestLendSealed(t *testing.T) {
 	a, err := secure.NewAuthority([]byte("memd sealed lending test"))
 	if err != nil {
@@ -106,7 +108,7 @@ func TestLendSealed(t *testing.T) {
 	defer plain.Close()
 	pctx, pcancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer pcancel()
-	if _, err := plain.PoolStat(pctx, sw.Addr().String(), endpoint.FabricOptions{Token: token}); !errors.Is(err, endpoint.ErrNoSwitch) {
-		t.Errorf("a client without a credential: %v, want no answer", err)
+	if _, err := plain.PoolStat(pctx, sw.Addr().String(), endpoint.FabricOptions{Token: token}); !errors.Is(err, transport.ErrSealRequired) {
+		t.Errorf("a client without a credential: %v, want transport.ErrSealRequired", err)
 	}
 }
