@@ -293,12 +293,13 @@ class OffloadOptimizer:
         self.flat = torch.zeros(padded, dtype=torch.float32)
         self.grad = torch.zeros(padded, dtype=torch.float32)
         self.share = torch.zeros(self.chunks, self.k, dtype=torch.float32)
-        off = 0
+        off, self._gviews = 0, []
         with torch.no_grad():
             for p in self.params:
                 m = p.numel()
                 self.flat[off:off + m].copy_(p.data.reshape(-1))
                 p.data = self.flat[off:off + m].view_as(p)
+                self._gviews.append(self.grad[off:off + m].view_as(p))
                 off += m
         # Every rank starts from rank 0's parameters.
         comm.bcast(self.flat, root=0)
@@ -358,30 +359,22 @@ class OffloadOptimizer:
             self._point_grads()
 
     def _point_grads(self):
-        off = 0
-        for p in self.params:
-            m = p.numel()
-            view = self.grad[off:off + m].view_as(p)
-            if p.grad is None or p.grad.data_ptr() != view.data_ptr():
-                if p.grad is not None:
-                    view.copy_(p.grad)
+        """Makes every parameter's .grad its view of the flat gradient:
+        one backward made itself is copied in, a missing one is zero."""
+        for p, view in zip(self.params, self._gviews):
+            if p.grad is None:
+                view.zero_()
                 p.grad = view
-            off += m
+            elif p.grad.data_ptr() != view.data_ptr():
+                view.copy_(p.grad)
+                p.grad = view
 
     @torch.no_grad()
     def step(self):
         """Averages the gradients over the ranks, has the memory nodes
         apply the optimizer, and brings every rank the new parameters."""
         self.t += 1
-        off = 0
-        for p in self.params:
-            m = p.numel()
-            view = self.grad[off:off + m].view_as(p)
-            if p.grad is None:
-                view.zero_()
-            elif p.grad.data_ptr() != view.data_ptr():
-                view.copy_(p.grad)  # backward made a tensor of its own
-            off += m
+        self._point_grads()
         comm, size = self.comm, self.comm.size
         # Three stages overlap: this thread takes each chunk's share as its
         # reduce-scatter completes and hands it to the step worker; the
