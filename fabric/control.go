@@ -150,18 +150,33 @@ const AuthRoleRefused = 1
 
 // RankMay reports whether a member whose credential is named name may
 // join job as rank (CtrlRankAny: any). A name of the form JOB/RANK (RANK
-// a decimal number) binds its holder to that job and rank; other names
-// bind nothing.
+// a decimal number) binds its holder to job JOB as rank RANK, and to the
+// groups of that job's own (jobs named JOB.SUFFIX: sub-communicators,
+// write groups), where it may take any rank; every other job is refused.
+// Other names bind nothing.
 func RankMay(name, job string, rank int) bool {
+	j, n, ok := BoundRank(name)
+	switch {
+	case !ok:
+		return true
+	case job == j:
+		return n == rank
+	}
+	return len(job) > len(j)+1 && strings.HasPrefix(job, j) && job[len(j)] == '.'
+}
+
+// BoundRank is the job and rank a member credential named name binds its
+// holder to (RankMay), and whether it binds one.
+func BoundRank(name string) (job string, rank int, ok bool) {
 	j, r, ok := strings.Cut(name, "/")
 	if !ok {
-		return true
+		return "", 0, false
 	}
 	n, err := strconv.Atoi(r)
 	if err != nil || n < 0 || strconv.Itoa(n) != r {
-		return true // not a rank
+		return "", 0, false // not a rank
 	}
-	return j == job && n == rank
+	return j, n, true
 }
 
 // respond sends a control response to the request in d.

@@ -193,7 +193,8 @@ func TestUDPSecureRoles(t *testing.T) {
 }
 
 // TestUDPSecureRankBound: a member credential named JOB/RANK joins that
-// job as that rank only, and the refusal says why.
+// job as that rank only, and the job's own groups (JOB.SUFFIX) as any
+// rank, and the refusal of every other join says why.
 func TestUDPSecureRankBound(t *testing.T) {
 	a, srv, token, sopts := startSecureSwitch(t, "fabric secret of the rank binding test")
 	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{OpTimeout: 2 * time.Second}, endpoint.Options{Security: secureIdentity(t, a, secure.RoleMember, "train/1"), SecurityOptions: sopts})
@@ -207,17 +208,25 @@ func TestUDPSecureRankBound(t *testing.T) {
 	for _, c := range []struct {
 		job  string
 		rank int
-	}{{"train", 0}, {"other", 1}, {"train", fabric.CtrlRankAny}} {
+	}{{"train", 0}, {"other", 1}, {"train", fabric.CtrlRankAny}, {"trainer", 1}, {"train.", 0}, {"other.train", 1}} {
 		_, err := ep.JoinJob(ctx, srv.Addr().String(), c.job, 2, c.rank, opts)
 		if !errors.Is(err, wire.StatusAuth) || !strings.Contains(err.Error(), "binds another job or rank") {
 			t.Errorf("train/1 joining %s as rank %d: %v", c.job, c.rank, err)
 		}
 	}
+	// A group of the job's own, as another rank than the credential's.
+	g, err := ep.JoinJob(ctx, srv.Addr().String(), "train.0.1", 1, 0, opts)
+	if err != nil {
+		t.Fatalf("train/1 joining its job's group train.0.1 as rank 0: %v", err)
+	}
+	g.Leave(ctx)
 	for _, c := range []struct {
 		name, job string
 		rank      int
 		want      bool
-	}{{"train/1", "train", 1, true}, {"h3", "train", 0, true}, {"a/b", "x", 0, true}, {"train/01", "train", 1, true}, {"train/1", "train", 2, false}} {
+	}{{"train/1", "train", 1, true}, {"h3", "train", 0, true}, {"a/b", "x", 0, true}, {"train/01", "train", 1, true}, {"train/1", "train", 2, false},
+		{"train/1", "train.3.7", 0, true}, {"train/1", "train.x", fabric.CtrlRankAny, true}, {"train/1", "trainx", 1, false},
+		{"train/1", "train.", 1, false}, {"train/1", "x.train", 1, false}} {
 		if got := fabric.RankMay(c.name, c.job, c.rank); got != c.want {
 			t.Errorf("RankMay(%q, %q, %d) = %v, want %v", c.name, c.job, c.rank, got, c.want)
 		}

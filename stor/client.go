@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -596,6 +597,13 @@ func (v *Volume) formOnce(ctx context.Context, live []uint16) error {
 		h := fnv.New64a()
 		fmt.Fprintf(h, "%s/%d/%d/%s/%d", v.d.Name, v.d.Created, v.holder, name, v.gen)
 		job := fmt.Sprintf("%s.w%016x", v.c.opts.Service, h.Sum64())
+		if id := v.c.ep.Identity(); id != nil {
+			if bound, _, ok := fabric.BoundRank(id.Cert.Name); ok {
+				// A credential bound to a job's rank joins only that
+				// job's own groups.
+				job = bound + "." + job
+			}
+		}
 		errs := make([]error, len(members))
 		forEach(len(members), func(i int) {
 			b, _ := json.Marshal(joinReq{Name: v.d.Name, Holder: v.holder, Epoch: v.epoch, Set: name, Job: job, Size: len(members) + 1, Rank: i + 1})

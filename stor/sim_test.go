@@ -3,7 +3,9 @@ package stor
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
@@ -17,6 +19,7 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/netio/simnet"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 )
 
@@ -38,10 +41,21 @@ type simStor struct {
 	ceps  []*endpoint.Endpoint
 	fab   endpoint.FabricOptions
 	port  int
+	// auth, when set, is the fabric's authority: the switch, the nodes
+	// and the clients each hold a credential under it and seal every
+	// datagram.
+	auth *secure.Authority
 }
 
 // simStorage runs f with n storage nodes (ids 0..n-1) up.
 func simStorage(t *testing.T, n int, seed int64, f func(t *testing.T, s *simStor)) {
+	t.Helper()
+	simStorageWith(t, n, seed, nil, f)
+}
+
+// simStorageWith is simStorage on a fabric of authority auth (nil: no
+// security layer).
+func simStorageWith(t *testing.T, n int, seed int64, auth *secure.Authority, f func(t *testing.T, s *simStor)) {
 	t.Helper()
 	dirs := make([]string, n)
 	for i := range dirs {
@@ -52,7 +66,7 @@ func simStorage(t *testing.T, n int, seed int64, f func(t *testing.T, s *simStor
 		s := &simStor{t: t, seed: seed, net: simnet.New(seed), dirs: dirs,
 			link: simnet.LinkConfig{Rate: 10e9, Latency: 5 * time.Microsecond},
 			swA:  netip.MustParseAddrPort("10.0.0.1:7471"),
-			fab:  endpoint.FabricOptions{Token: testToken}, port: 9000}
+			fab:  endpoint.FabricOptions{Token: testToken}, port: 9000, auth: auth}
 		ctx, cancel := context.WithCancel(context.Background())
 		served := make(chan error, 1)
 		go func() { served <- s.net.Serve(ctx) }()
@@ -86,16 +100,38 @@ func (s *simStor) startSwitch() {
 	}
 	l := s.link
 	l.Rate, l.Latency = 0, 0
-	s.srv = fabric.NewServer(s.net.ListenConn(s.swA, l, l), sw, nil)
+	if s.auth == nil {
+		s.srv = fabric.NewServer(s.net.ListenConn(s.swA, l, l), sw, nil)
+		return
+	}
+	s.srv, err = fabric.NewServerWith(s.net.ListenConn(s.swA, l, l), sw, fabric.ServerOptions{
+		Security: s.identity(secure.RoleSwitch, "sw"), SecurityOptions: secure.Options{Encrypt: true}})
+	if err != nil {
+		s.t.Fatal(err)
+	}
 }
 
-// endpoint makes an endpoint at a fresh address.
-func (s *simStor) endpoint() *endpoint.Endpoint {
+// identity issues a credential of role and name under s.auth.
+func (s *simStor) identity(role secure.Role, name string) *secure.Identity {
+	id, err := s.auth.Issue(role, name, crand.Reader)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return id
+}
+
+// endpoint makes an endpoint at a fresh address; with s.auth, it holds
+// a member credential named name.
+func (s *simStor) endpoint(name string) *endpoint.Endpoint {
 	s.port++
 	addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, 0, 1}), uint16(s.port))
+	var opts endpoint.Options
+	if s.auth != nil {
+		opts = endpoint.Options{Security: s.identity(secure.RoleMember, name), SecurityOptions: secure.Options{Encrypt: true}}
+	}
 	ep, err := endpoint.New(s.net.ListenConn(addr, s.link, s.link), endpoint.Config{
 		Transport: transport.Config{MTU: 9000, Seed: uint64(s.seed)*1000 + uint64(s.port)},
-	}, endpoint.Options{})
+	}, opts)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -106,7 +142,7 @@ func (s *simStor) startNode(i int) { s.startNodeWith(i, 0) }
 
 // startNodeWith starts node i with a capacity (0: none).
 func (s *simStor) startNodeWith(i int, capacity uint64) {
-	ep := s.endpoint()
+	ep := s.endpoint(fmt.Sprintf("s%d", i))
 	cfg := NodeConfig{Dir: s.dirs[i], ID: i, Switch: s.swA.String(), Fabric: s.fab, Capacity: capacity}
 	if os.Getenv("STOR_DEBUG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(s.t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -140,8 +176,11 @@ func (s *simStor) stopNode(i int) {
 	s.nodes[i], s.neps[i] = nil, nil
 }
 
-func (s *simStor) client() *Client {
-	ep := s.endpoint()
+func (s *simStor) client() *Client { return s.clientAs("client") }
+
+// clientAs is a client whose credential (with s.auth) is named name.
+func (s *simStor) clientAs(name string) *Client {
+	ep := s.endpoint(name)
 	s.ceps = append(s.ceps, ep)
 	return NewClient(ep, s.swA.String(), ClientOptions{Fabric: s.fab})
 }
@@ -286,6 +325,42 @@ func TestSimReplicatedWriteRead(t *testing.T) {
 		}
 		if vs, err := c.List(ctx); err != nil || len(vs) != 0 {
 			t.Fatalf("list after remove: %+v, %v", vs, err)
+		}
+	})
+}
+
+// TestSimSealedRankBound: on a fabric where every process holds a
+// credential and seals every datagram, a client whose credential binds
+// it to rank 3 of job "train" (as ndma testbed run gives its ranks)
+// writes and reads a replicated volume: its write groups are the job's
+// own (train.SUFFIX), which the switch lets such a credential join (any
+// other job's join it refuses, and the writes would fail).
+func TestSimSealedRankBound(t *testing.T) {
+	a, err := secure.NewAuthority([]byte("stor sealed test secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	simStorageWith(t, 3, 11, a, func(t *testing.T, s *simStor) {
+		c := s.clientAs("train/3")
+		ctx := s.ctx()
+		d, err := c.Create(ctx, VolumeSpec{Name: "v", Size: 4 * MinExtent, Extent: MinExtent, Replicas: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := c.Open(ctx, "v", OpenOptions{Write: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(uint64(s.seed), 1))
+		m := &model{b: make([]byte, d.Size)}
+		m.write(t, v, rng, 0, int(d.Size))
+		if err := v.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		m.verify(t, v)
+		s.checkFiles(d, m)
+		if err := v.Close(); err != nil {
+			t.Fatal(err)
 		}
 	})
 }
@@ -504,7 +579,7 @@ func TestSimSwitchRestart(t *testing.T) {
 
 func TestSimControllerMode(t *testing.T) {
 	simStorage(t, 3, 6, func(t *testing.T, s *simStor) {
-		gwEP := s.endpoint()
+		gwEP := s.endpoint("gateway")
 		s.ceps = append(s.ceps, gwEP)
 		gw := NewGateway(gwEP, GatewayConfig{Switch: s.swA.String(), Fabric: s.fab})
 		ctx := s.ctx()

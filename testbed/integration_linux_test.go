@@ -154,6 +154,10 @@ func integrationRank(ctx context.Context) (err error) {
 		}
 		summary = append(summary, fmt.Sprintf("allreduce %s %v", algo, d.Round(time.Millisecond)))
 	}
+	if err := checkRankBound(ctx, c, ep, launch, fopts); err != nil {
+		return err
+	}
+	summary = append(summary, "rank bound")
 	s, err := anycastStorm(ctx, c, ep, launch, fopts)
 	if err != nil {
 		return err
@@ -165,6 +169,28 @@ func integrationRank(ctx context.Context) (err error) {
 	summary = append(summary, s)
 	fmt.Printf("integration ok: rank %d of %d, %s\n", c.Rank(), c.Size(), strings.Join(summary, ", "))
 	return nil
+}
+
+// checkRankBound checks that the rank's credential binds it to its rank
+// of the run's job: a join of the job as the next rank is refused
+// (AUTH), and a group of the job's own (JOB.SUFFIX) may be joined as any
+// rank; here every rank joins one of size 1 as rank 0.
+func checkRankBound(ctx context.Context, c *coll.Communicator, ep *endpoint.Endpoint, launch coll.Launch, fopts endpoint.FabricOptions) error {
+	other := (c.Rank() + 1) % c.Size()
+	jctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if g, err := ep.JoinJob(jctx, launch.Switch, launch.Job, c.Size(), other, fopts); !errors.Is(err, wire.StatusAuth) {
+		if g != nil {
+			g.Leave(jctx)
+		}
+		return fmt.Errorf("rank %d joining job %s as rank %d: %v, want it refused (AUTH)", c.Rank(), launch.Job, other, err)
+	}
+	sub := fmt.Sprintf("%s.bound.%d", launch.Job, c.Rank())
+	g, err := ep.JoinJob(jctx, launch.Switch, sub, 1, 0, fopts)
+	if err != nil {
+		return fmt.Errorf("rank %d joining its job's group %s as rank 0: %w", c.Rank(), sub, err)
+	}
+	return g.Leave(jctx)
 }
 
 // bcastPattern is byte i of the Bcast with algo.

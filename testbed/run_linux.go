@@ -23,9 +23,11 @@ const runWaitDelay = 5 * time.Second
 // with the bootstrap environment of coll.FromEnv added to the calling
 // process's: NDMA_RANK, NDMA_SIZE (len(st.Hosts)), NDMA_SWITCH
 // (st.SwitchAddr), NDMA_TOKEN (st.Token), NDMA_MTU (st.DatagramMTU: the
-// largest datagram one frame carries), NDMA_CREDENTIAL (the host's
-// member credential, st.Hosts[i].Credential, unless the testbed runs
-// without credentials), NDMA_STORD_PIDS and NDMA_STORGW_PIDS (the storage
+// largest datagram one frame carries), NDMA_CREDENTIAL (unless the
+// testbed runs without credentials: a member credential issued for this
+// run, named JOB/RANK, which joins the run's job only as its own rank and
+// the job's own groups as any rank, see fabric.RankMay; its file is
+// removed when the run ends), NDMA_STORD_PIDS and NDMA_STORGW_PIDS (the storage
 // daemons' pids, where there are any), NDMA_TESTBED_SWITCH_NS (the switch
 // namespace, whose ports count every link's bytes) and NDMA_JOB, a job
 // name fresh
@@ -49,6 +51,15 @@ func Run(ctx context.Context, st *State, cmd []string, out io.Writer) error {
 	}
 	job := st.Prefix + "-" + randomHex(4)
 	size := len(st.Hosts)
+	var creds []string
+	if st.Secret != "" {
+		var remove func()
+		var err error
+		if creds, remove, err = rankCredentials(st, job); err != nil {
+			return err
+		}
+		defer remove()
+	}
 	var mu sync.Mutex // serialises writes to out
 	errs := make([]error, size)
 	var wg sync.WaitGroup
@@ -63,8 +74,8 @@ func Run(ctx context.Context, st *State, cmd []string, out io.Writer) error {
 			"NDMA_TOKEN="+st.Token,
 			"NDMA_MTU="+strconv.Itoa(st.DatagramMTU),
 		)
-		if h.Credential != "" {
-			c.Env = append(c.Env, "NDMA_CREDENTIAL="+h.Credential)
+		if creds != nil {
+			c.Env = append(c.Env, "NDMA_CREDENTIAL="+creds[i])
 		}
 		c.Env = append(c.Env, daemonPIDs(st)...)
 		c.Env = append(c.Env, "NDMA_TESTBED_SWITCH_NS="+st.Switch.NS)

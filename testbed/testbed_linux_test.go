@@ -3,6 +3,7 @@ package testbed
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +22,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/ndma/ndma/secure"
 )
 
 // helperArg, as the test binary's first argument, makes it a rank program
@@ -283,15 +286,36 @@ func TestUpRunDown(t *testing.T) {
 	})
 
 	t.Run("sealed", func(t *testing.T) {
-		// Each rank gets its host's member credential; the daemons run
-		// with theirs and say so in their logs.
+		// Each rank gets a member credential of its own, issued for the
+		// run and bound to the run's job and the rank (JOB/RANK), in a
+		// file of mode 0600 that is gone once the run ends; the daemons
+		// run with theirs and say so in their logs.
 		var out lockedBuilder
-		if err := Run(ctx, st, []string{"sh", "-c", `echo "cred=$NDMA_CREDENTIAL"`}, &out); err != nil {
+		err := Run(ctx, st, []string{"sh", "-c", `printf 'cred=%s mode=%s job=%s id=%s\n' "$NDMA_CREDENTIAL" "$(stat -c %a "$NDMA_CREDENTIAL")" "$NDMA_JOB" "$(base64 -w0 < "$NDMA_CREDENTIAL")"`}, &out)
+		if err != nil {
 			t.Fatalf("%v\n%s", err, out.String())
 		}
-		for i, h := range st.Hosts {
-			if want := fmt.Sprintf("[rank %d] cred=%s\n", i, h.Credential); h.Credential == "" || !strings.Contains(out.String(), want) {
-				t.Errorf("missing %q in:\n%s", want, out.String())
+		for i := range st.Hosts {
+			var path, mode, job, enc string
+			prefix := fmt.Sprintf("[rank %d] ", i)
+			for _, line := range strings.Split(out.String(), "\n") {
+				if rest, ok := strings.CutPrefix(line, prefix); ok {
+					fmt.Sscanf(rest, "cred=%s mode=%s job=%s id=%s", &path, &mode, &job, &enc)
+				}
+			}
+			b, err := base64.StdEncoding.DecodeString(enc)
+			if err != nil {
+				t.Fatalf("rank %d: %v in:\n%s", i, err, out.String())
+			}
+			id, err := secure.ParseIdentity(b)
+			if err != nil {
+				t.Fatalf("rank %d: credential: %v", i, err)
+			}
+			if want := job + "/" + strconv.Itoa(i); id.Cert.Name != want || id.Cert.Role != secure.RoleMember || mode != "600" || filepath.Dir(path) != st.Dir {
+				t.Errorf("rank %d: credential %s (mode %s) of %v %q, want a file of mode 600 in %s of a member named %q", i, path, mode, id.Cert.Role, id.Cert.Name, st.Dir, want)
+			}
+			if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("rank %d: credential %s after the run: %v, want it removed", i, path, err)
 			}
 		}
 		files := []string{st.Secret, st.ClientCredential, st.Switch.Credential}

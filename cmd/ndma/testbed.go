@@ -337,7 +337,7 @@ func printTestbed(w io.Writer, st *testbed.State) {
 	}
 	fmt.Fprintf(w, "switch   %s  (NDMA_SWITCH)\n", st.SwitchAddr)
 	if st.Secret != "" {
-		fmt.Fprintf(w, "sealed   every datagram: credentials <node>.cred under the secret %s (ranks: NDMA_CREDENTIAL; other tools: --credential %s)\n", st.Secret, st.ClientCredential)
+		fmt.Fprintf(w, "sealed   every datagram: credentials <node>.cred under the secret %s (each rank of testbed run: one of its own, JOB/RANK, as NDMA_CREDENTIAL; other tools: --credential %s)\n", st.Secret, st.ClientCredential)
 	} else {
 		fmt.Fprintf(w, "sealed   no: the testbed runs without credentials (up --no-credentials)\n")
 	}

@@ -214,10 +214,16 @@ class ProcessGroupNDMA(dist.ProcessGroup):
 
 def _create(store, rank, size, timeout):
     # Every rank must name the same job: rank 0 draws one, the store
-    # carries it to the others.
+    # carries it to the others. Under a launcher that names the job
+    # (NDMA_JOB), it is a group of that job's own (JOB.torch-...), which
+    # a rank whose credential binds it to that job (JOB/RANK, as ndma
+    # testbed run gives) may join.
     key = "ndma/job"
     if rank == 0:
-        store.set(key, "torch-" + uuid.uuid4().hex[:12])
+        name = "torch-" + uuid.uuid4().hex[:12]
+        if os.environ.get("NDMA_JOB"):
+            name = os.environ["NDMA_JOB"] + "." + name
+        store.set(key, name)
     job = store.get(key).decode()
     sw = os.environ.get("NDMA_SWITCH")
     if not sw:
