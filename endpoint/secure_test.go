@@ -249,3 +249,57 @@ func TestNoAnswerUnsealedHint(t *testing.T) {
 		}
 	}
 }
+
+// TestSecureRekeyUnderTraffic: sessions replaced every 64 datagrams
+// (secure.Options.RekeyPackets) while WRITEs and READs run without a
+// pause: every operation completes, every byte read back is the one
+// written, and the datagrams sealed under a session being replaced are
+// still opened (nothing is refused for its SA or its tag).
+func TestSecureRekeyUnderTraffic(t *testing.T) {
+	a := testAuthority(t)
+	sopts := secure.Options{Encrypt: true, RekeyPackets: 64}
+	listen := func(role secure.Role, name string) *Endpoint {
+		ep, err := Listen("127.0.0.1:0", Config{}, Options{Security: testIdentity(t, a, role, name), SecurityOptions: sopts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ep.Close() })
+		return ep
+	}
+	srv, cli := listen(secure.RoleMemoryNode, "mem0"), listen(secure.RoleClient, "alice")
+	mem := make([]byte, 1<<20)
+	key, err := srv.Register(mem, memnode.PermAll, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	r, err := cli.Dial(ctx, srv.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, got := make([]byte, 48<<10), make([]byte, 48<<10)
+	for i := range 60 {
+		rand.Read(data)
+		off := uint64(i%16) * 4096
+		if err := r.Write(ctx, key, off, data); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		if err := r.Read(ctx, key, off, got); err != nil {
+			t.Fatalf("read %d: %v", i, err)
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatalf("read %d: the bytes read back differ from those written", i)
+		}
+	}
+	cs, ss := cli.SecurityStats(), srv.SecurityStats()
+	t.Logf("rekeys: client %d, server %d; datagrams sealed %d and %d", cs.Rekeys, ss.Rekeys, cs.Sealed, ss.Sealed)
+	if cs.Rekeys+ss.Rekeys < 10 {
+		t.Errorf("%d and %d rekeys, want sessions replaced many times", cs.Rekeys, ss.Rekeys)
+	}
+	for _, st := range []secure.LayerStats{cs, ss} {
+		if st.DroppedNoSA+st.DroppedAuth+st.DroppedReplay+st.HandshakesFailed != 0 {
+			t.Errorf("security counters %+v: datagrams refused while sessions were replaced", st)
+		}
+	}
+}

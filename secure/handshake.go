@@ -60,6 +60,11 @@ var (
 type Options struct {
 	Suite   Suite // the SAs' AEAD (zero: AESGCM)
 	Encrypt bool  // encrypt payloads (else authenticate only)
+	// RekeyAge and RekeyPackets set when a Layer replaces a session by a
+	// new one (Layer.RekeyAge, Layer.RekeyPackets; zero: DefaultRekeyAge
+	// and RekeyAfter).
+	RekeyAge     time.Duration
+	RekeyPackets uint64
 }
 
 func (o Options) suite() Suite {

@@ -161,6 +161,12 @@ func NewLayer(id *Identity, opts Options, rand io.Reader) (*Layer, error) {
 		MaxPeers: DefaultLayerPeers, MaxQueued: DefaultLayerQueued, HandshakeRetry: DefaultHandshakeRetry,
 		HandshakeGiveUp: DefaultHandshakeGiveUp, SessionIdle: DefaultSessionIdle,
 		RekeyPackets: RekeyAfter, RekeyAge: DefaultRekeyAge, Drain: DefaultDrain}
+	if opts.RekeyAge > 0 {
+		l.RekeyAge = opts.RekeyAge
+	}
+	if opts.RekeyPackets > 0 {
+		l.RekeyPackets = min(opts.RekeyPackets, RekeyAfter)
+	}
 	var b [4]byte
 	if _, err := io.ReadFull(rand, b[:]); err != nil {
 		return nil, err

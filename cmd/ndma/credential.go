@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -28,8 +29,31 @@ const credentialHelp = "every datagram is then sealed (encrypted and authenticat
 // credentialFlag is --credential, the same on every command that can
 // seal its datagrams.
 type credentialFlag struct {
-	path string
-	fs   *pflag.FlagSet
+	path  string
+	rekey time.Duration // --rekey-after (daemons): 0, the layer's default
+	fs    *pflag.FlagSet
+}
+
+// minRekey is the shortest --rekey-after: each rekey is a handshake
+// (about a millisecond of CPU on each side) per peer.
+const minRekey = time.Second
+
+// registerRekey adds --rekey-after to fs, for a daemon's sessions.
+func (c *credentialFlag) registerRekey(fs *pflag.FlagSet) {
+	fs.DurationVar(&c.rekey, "rekey-after", secure.DefaultRekeyAge, "with a credential, replace each session's keys by new ones this often (a new handshake while the old session carries traffic; the old one still opens what arrives for "+secure.DefaultDrain.String()+"), at least "+minRekey.String())
+}
+
+// options are the security options of the process: sealOptions, with
+// --rekey-after.
+func (c *credentialFlag) options() (secure.Options, error) {
+	o := sealOptions
+	if c.fs != nil && c.fs.Changed("rekey-after") {
+		if c.rekey < minRekey {
+			return o, fmt.Errorf("--rekey-after %v: at least %v", c.rekey, minRekey)
+		}
+		o.RekeyAge = c.rekey
+	}
+	return o, nil
 }
 
 // register adds --credential to fs; role says which credential the

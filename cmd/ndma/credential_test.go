@@ -155,6 +155,22 @@ func TestCredentialFlagOnEveryCommand(t *testing.T) {
 	}
 }
 
+// TestRekeyAfter: a daemon refuses a --rekey-after shorter than a second
+// (each rekey is a handshake per peer), naming the flag.
+func TestRekeyAfter(t *testing.T) {
+	secret := fabricSecret(t)
+	sw := issueCredential(t, secret, "switch", "sw0")
+	mem := issueCredential(t, secret, "memory-node", "m0")
+	for _, args := range [][]string{
+		{"switch", "--listen", "127.0.0.1:0", "--token", "t", "--credential", sw, "--rekey-after", "10ms"},
+		{"memd", "--listen", "127.0.0.1:0", "--size", "64KiB", "--credential", mem, "--rekey-after", "0s"},
+	} {
+		if _, err := executeCanceled(t, args...); err == nil || !strings.Contains(err.Error(), "--rekey-after") || !strings.Contains(err.Error(), "at least 1s") {
+			t.Errorf("%q: %v, want --rekey-after refused", args, err)
+		}
+	}
+}
+
 // TestCredentialRoles: each daemon and client refuses a credential of
 // another role, a tampered one and one others may read, naming the flag
 // or $NDMA_CREDENTIAL.

@@ -90,6 +90,7 @@ SIGINT or SIGTERM shuts the node down gracefully.`,
 	fl.StringVar(&f.sw, "switch", "", "forwarding node `address` (host:port) whose memory pool this node lends its region with the lowest key to")
 	f.token.register(fl)
 	f.cred.register(fl, "of role memory-node")
+	f.cred.registerRekey(fl)
 	f.log.register(fl)
 	f.prof.register(fl)
 	cmd.MarkFlagsMutuallyExclusive("key-file", "size")
@@ -136,7 +137,9 @@ func (f *memdFlags) config(logw io.Writer) (memd.Config, error) {
 		return memd.Config{}, err
 	}
 	if cfg.Security != nil {
-		cfg.SecurityOptions = sealOptions
+		if cfg.SecurityOptions, err = f.cred.options(); err != nil {
+			return memd.Config{}, err
+		}
 	}
 	switch {
 	case f.sw != "":

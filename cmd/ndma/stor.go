@@ -43,6 +43,7 @@ func (f *storDaemonFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&f.mtu, "mtu", transport.DefaultMTU, "largest datagram to send, in bytes, header included (at most the switch's)")
 	f.token.register(fl)
 	f.cred.register(fl, "of role member")
+	f.cred.registerRekey(fl)
 	f.log.register(fl)
 }
 
@@ -84,7 +85,13 @@ func (f *storDaemonFlags) open(cmd *cobra.Command, opTimeout time.Duration) (*st
 	if d.id, err = f.cred.load(os.Getenv, secure.RoleMember); err != nil {
 		return nil, err
 	}
-	if d.ep, err = endpoint.Listen(listen, endpoint.Config{Transport: transport.Config{MTU: f.mtu}, OpTimeout: opTimeout}, endpointOptions(d.id)); err != nil {
+	eopts := endpointOptions(d.id)
+	if d.id != nil {
+		if eopts.SecurityOptions, err = f.cred.options(); err != nil {
+			return nil, err
+		}
+	}
+	if d.ep, err = endpoint.Listen(listen, endpoint.Config{Transport: transport.Config{MTU: f.mtu}, OpTimeout: opTimeout}, eopts); err != nil {
 		return nil, fmt.Errorf("--listen/--mtu: %w", err)
 	}
 	return d, nil

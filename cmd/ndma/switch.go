@@ -93,6 +93,7 @@ SIGTERM shuts the switch down gracefully.`,
 	fl.StringVar(&f.listen, "listen", switchd.DefaultListen, "UDP `address` to serve on (host:port)")
 	f.token.register(fl)
 	f.cred.register(fl, "of role switch")
+	f.cred.registerRekey(fl)
 	fl.DurationVar(&f.heartbeatTimeout, "heartbeat-timeout", switchd.DefaultHeartbeatTimeout,
 		fmt.Sprintf("how long a member may go without a heartbeat before it is declared dead (at least %v)", switchd.MinHeartbeatTimeout))
 	fl.IntVar(&f.poolSlots, "pool-slots", switchd.DefaultPoolSlots, fmt.Sprintf("aggregation slots, each one chunk of a reduction in flight (1 to %d)", switchd.MaxPoolSlots))
@@ -159,6 +160,10 @@ func (f *switchFlags) config(cmd *cobra.Command) (switchd.Config, error) {
 	if err != nil {
 		return switchd.Config{}, err
 	}
+	sopts, err := f.cred.options()
+	if err != nil {
+		return switchd.Config{}, err
+	}
 	listen, err := resolveListen("--listen", f.listen)
 	if err != nil {
 		return switchd.Config{}, err
@@ -168,7 +173,7 @@ func (f *switchFlags) config(cmd *cobra.Command) (switchd.Config, error) {
 		Token:            token,
 		Insecure:         insecure,
 		Security:         id,
-		SecurityOptions:  sealOptions,
+		SecurityOptions:  sopts,
 		HeartbeatTimeout: f.heartbeatTimeout,
 		PoolSlots:        f.poolSlots,
 		MTU:              f.mtu,
