@@ -33,7 +33,8 @@ type PoolConfig struct {
 	// Slots is the number of slots, 1..2^20; zero means 1024.
 	Slots int
 	// SlotBytes is the largest chunk a slot holds, in bytes, at most
-	// wire.MaxPayload; zero means 9000.
+	// wire.MaxPayload; zero means 9000 (a Switch makes it the payload of
+	// its largest datagram, the most a member sends in one).
 	SlotBytes int
 	// MaxBytes bounds the memory, in bytes, of the buffers deterministic
 	// slots use to hold contributions that arrive ahead of their turn
@@ -82,6 +83,7 @@ const (
 	ContribNoSlot                         // no free slot, group at its fair share, or MaxBytes full: nothing recorded; hold the sender back
 	ContribMismatch                       // invalid contribution, or its parameters differ from the slot's: nothing recorded
 	ContribDone                           // slot already complete (late duplicate): nothing recorded; the result may be re-sent
+	ContribTooLarge                       // chunk longer than SlotBytes: nothing recorded
 )
 
 var contribStatusNames = [...]string{
@@ -91,6 +93,7 @@ var contribStatusNames = [...]string{
 	ContribNoSlot:    "no-slot",
 	ContribMismatch:  "mismatch",
 	ContribDone:      "done",
+	ContribTooLarge:  "too-large",
 }
 
 func (s ContribStatus) String() string {
@@ -123,7 +126,7 @@ type PoolStats struct {
 	Completions   uint64 // slots completed (ContribComplete)
 	Duplicates    uint64 // ContribDuplicate and ContribDone outcomes
 	NoSlot        uint64 // ContribNoSlot outcomes
-	Mismatches    uint64 // ContribMismatch outcomes
+	Mismatches    uint64 // ContribMismatch and ContribTooLarge outcomes
 }
 
 // Slot states.
@@ -243,7 +246,8 @@ func NewAggPool(cfg PoolConfig) (*AggPool, error) {
 //
 // The checks, in order: an invalid c (unknown dtype or alu, Members outside
 // 1..AggMaxMembers, Member outside 0..Members-1, length not a multiple of
-// the element size or over SlotBytes) is ContribMismatch; a contribution
+// the element size) is ContribMismatch, one over SlotBytes
+// ContribTooLarge; a contribution
 // to a complete slot is ContribDone; one whose Members, Dtype, Alu,
 // Deterministic or length differ from the slot's first contribution is
 // ContribMismatch; a member's second contribution is ContribDuplicate. A
@@ -253,6 +257,10 @@ func NewAggPool(cfg PoolConfig) (*AggPool, error) {
 // does not fit in what is left of MaxBytes. A contribution to an existing
 // slot is never refused for lack of memory.
 func (p *AggPool) Contribute(c *Contribution) (st ContribStatus, result []byte) {
+	if c != nil && len(c.Data) > p.cfg.SlotBytes {
+		p.stats.Mismatches++
+		return ContribTooLarge, nil
+	}
 	if c == nil || !p.valid(c) {
 		p.stats.Mismatches++
 		return ContribMismatch, nil

@@ -368,7 +368,6 @@ func TestAggMismatch(t *testing.T) {
 		{"bad alu", true, func(c *Contribution) { c.Alu = wire.AluNone }},
 		{"unknown alu", true, func(c *Contribution) { c.Alu = 5 }},
 		{"partial element", true, func(c *Contribution) { c.Data = make([]byte, 33) }},
-		{"over SlotBytes", true, func(c *Contribution) { c.Data = make([]byte, 72) }},
 		{"member negative", true, func(c *Contribution) { c.Member = -1 }},
 		{"member >= members", true, func(c *Contribution) { c.Member = 4 }},
 		{"zero members", true, func(c *Contribution) { c.Members = 0; c.Member = 0 }},
@@ -395,10 +394,20 @@ func TestAggMismatch(t *testing.T) {
 	if st, _ := p.Contribute(nil); st != ContribMismatch {
 		t.Errorf("nil: %v", st)
 	}
+	// A chunk over SlotBytes is told apart (its sender's MTU is above the
+	// switch's), on the slot and on a new key, and opens nothing either.
+	over := base
+	over.Member, over.Data = 1, make([]byte, 72)
+	for _, op := range []uint64{key.Op, 99} {
+		over.Key.Op = op
+		if st, res := p.Contribute(&over); st != ContribTooLarge || res != nil {
+			t.Errorf("over SlotBytes, op %d: %v", op, st)
+		}
+	}
 	if got := p.Missing(key, nil); !slices.Equal(got, []int{1, 2, 3}) {
 		t.Fatalf("mismatches were recorded: missing %v", got)
 	}
-	if st := p.Stats(); st.Mismatches != uint64(len(cases)+invalid+1) || st.Contributions != 1 || st.InUse != 1 {
+	if st := p.Stats(); st.Mismatches != uint64(len(cases)+invalid+1+2) || st.Contributions != 1 || st.InUse != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 	checkPoolInvariants(t, p)

@@ -187,7 +187,7 @@ func (f *simFabric) addMembers(n int) []*simMember {
 	for range n {
 		i := len(f.members)
 		core, err := endpoint.NewCore(endpoint.Config{
-			Transport: transport.Config{MTU: 9000, Seed: uint64(f.seed)*1000 + uint64(i) + 1},
+			Transport: transport.Config{MTU: max(9000, f.cfg.Transport.MTU), Seed: uint64(f.seed)*1000 + uint64(i) + 1},
 			OpTimeout: time.Hour,
 		})
 		if err != nil {

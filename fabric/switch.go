@@ -132,6 +132,11 @@ func (c *Config) setDefaults() {
 	if c.Transport.MTU == 0 {
 		c.Transport.MTU = transport.DefaultMTU
 	}
+	if c.Pool.SlotBytes == 0 {
+		// A member's MTU is at most the switch's (refused at join
+		// otherwise), so each of its aggregation chunks fits a slot.
+		c.Pool.SlotBytes = max(c.Transport.MTU-wire.HeaderLen, 1)
+	}
 	// In group 0 (control) the switch is a plain peer (member 0); in every
 	// group it creates it is wire.MemberAll (newGroup sets that).
 	c.Transport.Local = 0

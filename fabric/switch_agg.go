@@ -76,6 +76,11 @@ func (s *Switch) admit(d *transport.Delivery) bool {
 	case ContribNoSlot:
 		s.aggStarved = true
 		return false
+	case ContribTooLarge:
+		// Only a member with a larger MTU than the switch's sends such a
+		// chunk, and every member of a job has the same: each is told
+		// at its own contribution. Operand: the largest chunk taken.
+		s.event(d.Peer, h.Group, wire.StatusTooLarge, uint64(s.cfg.Pool.SlotBytes), h.MsgID)
 	case ContribMismatch:
 		s.event(d.Peer, h.Group, wire.StatusBadOperand, 0, h.MsgID)
 		if s.pool.Exists(key) {
