@@ -14,6 +14,7 @@ package main
 /*
 #include <stdlib.h>
 #include "ndma.h"
+void ndma_call_notify(void *fn, void *arg);
 */
 import "C"
 
@@ -73,9 +74,10 @@ func (cm *comm) callOpts(op coll.Operation) ([]coll.CallOption, time.Duration) {
 
 // request is a non-blocking collective handed out as a handle.
 type request struct {
-	r      *coll.Request
-	cancel context.CancelFunc
-	c      *comm
+	r        *coll.Request
+	cancel   context.CancelFunc
+	c        *comm
+	notified bool // ndma_request_notify was called (under handles)
 }
 
 // handles maps the integers C holds to what they name.
@@ -743,6 +745,31 @@ func ndmago_wait(h C.ndma_request_t) (rc C.int) {
 	}
 	<-r.r.Done()
 	return finish(h, r)
+}
+
+//export ndmago_request_notify
+func ndmago_request_notify(h C.ndma_request_t, fn, arg unsafe.Pointer) (rc C.int) {
+	defer guard(&rc)
+	if fn == nil {
+		return argErr("notify: fn is NULL")
+	}
+	r, err := lookupRequest(h)
+	if err != nil {
+		return fail(err)
+	}
+	handles.Lock()
+	twice := r.notified
+	r.notified = true
+	handles.Unlock()
+	if twice {
+		return argErr("request %d already has a notification", uint64(h))
+	}
+	// fn and arg are C pointers, kept only until the call.
+	go func() {
+		<-r.r.Done()
+		C.ndma_call_notify(fn, arg)
+	}()
+	return C.NDMA_OK
 }
 
 //export ndmago_test

@@ -201,6 +201,18 @@ int ndma_wait(ndma_request_t req);
  * returns the collective's result) or 0 (and returns NDMA_OK). */
 int ndma_test(ndma_request_t req, int *done);
 
+/* ndma_request_notify has fn(arg) called once req has completed: on a
+ * thread of the library, soon after the completion (at once if req has
+ * already completed), so that an event loop or a framework's future
+ * learns of it without a thread of its own blocked in ndma_wait. req
+ * stays valid: ndma_wait or ndma_test, from fn or later, returns its
+ * result at once and frees it. fn should return quickly (the library's
+ * thread runs it); it may call any function of this header but
+ * ndma_comm_free of req's communicator. One notification per request:
+ * a second one is NDMA_ERR_ARG. */
+typedef void (*ndma_notify_fn)(void *arg);
+int ndma_request_notify(ndma_request_t req, ndma_notify_fn fn, void *arg);
+
 /* Memory pool regions.
  *
  * A region is memory lent to the switch's pool by memory nodes (ndma

@@ -135,6 +135,14 @@ int ndma_wait(ndma_request_t req) { return ndmago_wait(req); }
 
 int ndma_test(ndma_request_t req, int *done) { return ndmago_test(req, done); }
 
+int ndma_request_notify(ndma_request_t req, ndma_notify_fn fn, void *arg) {
+    return ndmago_request_notify(req, (void *)fn, arg);
+}
+
+/* ndma_call_notify runs a notification for the Go side, which cannot
+ * call a C function pointer itself. */
+__attribute__((visibility("hidden"))) void ndma_call_notify(void *fn, void *arg) { ((ndma_notify_fn)fn)(arg); }
+
 const char *ndma_strerror(int code) {
     static const char *const names[NDMA_ERR_COUNT] = {
         [NDMA_OK] = "success",

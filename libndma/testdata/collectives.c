@@ -210,6 +210,66 @@ static void test_nonblocking(ndma_comm_t comm) {
     EXPECT(ndma_wait(r1) == NDMA_ERR_ARG, "wait on a freed request");
 }
 
+// A notification's record: the callback completes the request itself
+// (ndma_wait returns at once there) and signals the waiting thread.
+struct note {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    ndma_request_t req;
+    int calls, rc;
+    pthread_t thread;
+};
+
+static void on_note(void *arg) {
+    struct note *n = arg;
+    int rc = ndma_wait(n->req);
+    pthread_mutex_lock(&n->mu);
+    n->rc = rc;
+    n->calls++;
+    n->thread = pthread_self();
+    pthread_cond_signal(&n->cv);
+    pthread_mutex_unlock(&n->mu);
+}
+
+// test_notify: ndma_request_notify calls back once a request completes,
+// on a thread of the library, for a request in flight and for one that
+// has already completed; a second notification, a NULL function and an
+// unknown request are refused.
+static void test_notify(ndma_comm_t comm) {
+    enum { N = 50001 };
+    static float x[N], y[N];
+    for (size_t i = 0; i < N; i++)
+        x[i] = (float)value(rank, i);
+    struct note n1 = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, -1, 0};
+    struct note n2 = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, -1, 0};
+    CHECK(ndma_iallreduce(comm, x, y, N, NDMA_FLOAT32, NDMA_SUM, &n1.req));
+    CHECK(ndma_request_notify(n1.req, on_note, &n1));
+    EXPECT(ndma_request_notify(n1.req, on_note, &n1) == NDMA_ERR_ARG, "a second notification of a request");
+    EXPECT(ndma_request_notify(n1.req, NULL, NULL) == NDMA_ERR_ARG, "NULL notify function");
+    pthread_mutex_lock(&n1.mu);
+    while (n1.calls == 0)
+        pthread_cond_wait(&n1.cv, &n1.mu);
+    pthread_mutex_unlock(&n1.mu);
+    EXPECT(n1.rc == NDMA_OK, "notified allreduce: %s", ndma_strerror(n1.rc));
+    EXPECT(!pthread_equal(n1.thread, pthread_self()), "the notification ran on the caller's thread");
+    for (size_t i = 0; i < N; i++)
+        EXPECT((int64_t)y[i] == expected(NDMA_SUM, i), "notified allreduce [%zu]", i);
+    // Completed before the notification is asked for: called at once.
+    CHECK(ndma_ibarrier(comm, &n2.req));
+    struct timespec pause = {0, 50000000}; // the barrier is done by then
+    nanosleep(&pause, NULL);
+    CHECK(ndma_request_notify(n2.req, on_note, &n2));
+    pthread_mutex_lock(&n2.mu);
+    while (n2.calls == 0)
+        pthread_cond_wait(&n2.cv, &n2.mu);
+    pthread_mutex_unlock(&n2.mu);
+    EXPECT(n2.rc == NDMA_OK, "notified barrier: %s", ndma_strerror(n2.rc));
+    EXPECT(ndma_request_notify(n2.req, on_note, &n2) == NDMA_ERR_ARG, "notification of a freed request");
+    EXPECT(strstr(ndma_last_error(), "no request") != NULL, "freed request message: %s", ndma_last_error());
+    // Each callback ran once.
+    EXPECT(n1.calls == 1 && n2.calls == 1, "notifications ran %d and %d times", n1.calls, n2.calls);
+}
+
 // test_errors: every mistake is a code and a message, never a crash, and
 // leaves the communicator usable.
 static void test_errors(ndma_comm_t comm) {
@@ -337,6 +397,7 @@ int main(void) {
     CHECK(ndma_comm_set_deterministic(comm, 1));
     CHECK(ndma_comm_set_timeout(comm, 60000));
     test_nonblocking(comm);
+    test_notify(comm);
     test_errors(comm);
     stop = 1;
     void *calls;

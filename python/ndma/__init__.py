@@ -210,9 +210,52 @@ class Request:
             _check(rc)
             return bool(done.value)
 
+    def on_done(self, fn):
+        """Has fn() called once the collective has completed, on a thread
+        of the library (at once if it already has), so that no thread of
+        the caller's waits for it; fn typically calls wait(), which then
+        returns at once. fn should return quickly; an exception it raises
+        is printed and dropped. Once per request."""
+        key = _notify_key(fn)
+        try:
+            _check(self._comm._L.ndma_request_notify(self._h, _NOTIFY, key))
+        except BaseException:
+            _notify_drop(key)
+            raise
+
     @property
     def done(self):
         return self._done
+
+
+# Notifications (Request.on_done) go through one trampoline that lives as
+# long as the module, so that no ctypes callback object is freed while
+# the library may still call it; arg is a key into _notifies.
+_notifies = {}
+_notify_lock = threading.Lock()
+_notify_next = 0
+
+
+def _notify_key(fn):
+    global _notify_next
+    with _notify_lock:
+        _notify_next += 1
+        _notifies[_notify_next] = fn
+        return _notify_next
+
+
+def _notify_drop(key):
+    with _notify_lock:
+        return _notifies.pop(key, None)
+
+
+def _dispatch(arg):
+    fn = _notify_drop(arg)
+    if fn is not None:
+        fn()
+
+
+_NOTIFY = _lib.NOTIFY_FN(_dispatch)
 
 
 class Communicator:

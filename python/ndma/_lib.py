@@ -26,6 +26,9 @@ SUM, PROD, MIN, MAX = 1, 2, 3, 4
 
 ABI_VERSION = 1
 
+# ndma_notify_fn: void (*)(void *arg).
+NOTIFY_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
 
 class Config(ctypes.Structure):
     """struct ndma_config."""
@@ -115,6 +118,7 @@ def load():
         "ndma_ibarrier": (i, [u64, p64]),
         "ndma_wait": (i, [u64]),
         "ndma_test": (i, [u64, pi]),
+        "ndma_request_notify": (i, [u64, NOTIFY_FN, vp]),
         "ndma_region_alloc": (i, [u64, u64, u64, p64]),
         "ndma_region_free": (i, [u64]),
         "ndma_region_size": (i, [u64, p64]),

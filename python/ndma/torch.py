@@ -35,9 +35,10 @@ optimizer state (no DDP wrapper either):
     opt.close()                                  # before comm.close()
 
 Each bucket's allreduce starts as soon as DDP hands the bucket over (while
-backward goes on computing the next ones); one worker thread completes
-them in order, divides by the number of ranks and resolves the future DDP
-waits on. Buckets are matched across ranks by the order of the calls
+backward goes on computing the next ones); when it completes, the
+library's own thread divides the sum by the number of ranks and resolves
+the future DDP waits on (Request.on_done), so no thread of the hook's
+waits in between. Buckets are matched across ranks by the order of the calls
 (NDMA numbers a communicator's collectives), not by GradBucket.index(),
 which changes after the first iteration when DDP rebuilds its buckets.
 """
@@ -91,19 +92,19 @@ class _Completer:
 
 
 class HookState:
-    """The state comm_hook needs: the communicator, and the worker thread
-    that completes the allreduces in order. close() stops the thread; a
-    state is used by one DDP model."""
+    """The state comm_hook needs: the communicator, and the allreduces in
+    flight. close() waits for them; a state is used by one DDP model."""
 
     def __init__(self, comm):
         self.comm = comm
         self.calls = 0  # buckets handed to NDMA so far
-        self._done = _Completer("ndma-ddp-hook")
         self._closed = False
+        self._inflight = 0
+        self._cv = threading.Condition()
 
     def submit(self, grad):
-        """Starts the allreduce of grad (in place) and returns the future
-        that resolves to the average."""
+        """Starts the allreduce of grad and returns the future that
+        resolves to the average (a new tensor)."""
         if self._closed:
             raise RuntimeError("ndma.torch.HookState is closed")
         if grad.dtype not in (torch.float32, torch.float64):
@@ -115,13 +116,41 @@ class HookState:
         out = torch.empty_like(grad)
         req = self.comm.iallreduce(grad, out=out)
         self.calls += 1
-        return self._done.add([req], out, lambda: out.div_(self.comm.size))
+        fut = torch.futures.Future()
+        n = self.comm.size
+
+        def done():
+            # On the library's thread, as soon as the allreduce completes:
+            # no thread of ours sits in a wait, one wake-up fewer per bucket.
+            try:
+                req.wait()
+                out.div_(n)
+                fut.set_result(out)
+            except Exception as e:
+                fut.set_exception(e)
+            finally:
+                with self._cv:
+                    self._inflight -= 1
+                    self._cv.notify_all()
+
+        with self._cv:
+            self._inflight += 1
+        try:
+            req.on_done(done)
+        except BaseException:
+            with self._cv:
+                self._inflight -= 1
+            req.wait()
+            raise
+        return fut
 
     def close(self):
-        """Waits for the allreduces in flight and stops the worker."""
+        """Waits for the allreduces in flight."""
         if not self._closed:
             self._closed = True
-            self._done.close()
+            with self._cv:
+                while self._inflight:
+                    self._cv.wait()
 
 
 def comm_hook(state, bucket):

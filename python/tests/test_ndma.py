@@ -6,6 +6,7 @@ import itertools
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -190,6 +191,37 @@ def test_request_keeps_buffers():
         out = req.wait()  # the array lived on through the request
         assert np.array_equal(out, np.full(1000, 2.0))
         assert req.test() and req.wait() is out  # completed: idempotent
+
+
+def test_request_on_done():
+    import threading
+
+    with solo() as c:
+        done = threading.Event()
+        seen = []
+
+        def note():
+            seen.append((threading.get_ident(), req.wait()))
+            done.set()
+
+        req = c.iallreduce(np.full(50001, 3.0, np.float32), out=np.zeros(50001, np.float32))
+        req.on_done(note)
+        assert done.wait(30), "no notification"
+        (thread, out), = seen
+        assert thread != threading.get_ident(), "the notification ran on the caller's thread"
+        assert np.array_equal(out, np.full(50001, 3.0, np.float32)) and req.done
+        with pytest.raises(ndma.InvalidArgument, match="no request"):
+            req.on_done(note)  # completed and freed by its wait
+        # A request notified twice, and one completed before on_done.
+        req = c.ibarrier()
+        req.on_done(lambda: None)
+        with pytest.raises(ndma.InvalidArgument, match="already has a notification"):
+            req.on_done(lambda: None)
+        req.wait()
+        req, late = c.ibarrier(), threading.Event()
+        time.sleep(0.05)
+        req.on_done(lambda: (req.wait(), late.set()))
+        assert late.wait(30), "no notification of a request completed before on_done"
 
 
 def test_region():
