@@ -45,7 +45,6 @@ which changes after the first iteration when DDP rebuilds its buckets.
 
 import concurrent.futures
 import os
-import queue
 import threading
 import uuid
 
@@ -58,37 +57,66 @@ __all__ = ["HookState", "comm_hook", "ProcessGroupNDMA", "OffloadOptimizer"]
 
 
 class _Completer:
-    """A worker thread that waits for NDMA requests in the order they were
-    started and resolves a torch future for each batch."""
+    """Resolves a torch future once every NDMA request of a batch has
+    completed: the library's thread runs the completion as the last one
+    completes (Request.on_done), so no thread of ours waits in between.
+    close() waits for the batches in flight."""
 
-    def __init__(self, name):
-        self._q = queue.Queue()
-        self._t = threading.Thread(target=self._run, name=name, daemon=True)
-        self._t.start()
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._inflight = 0
 
-    def _run(self):
-        while True:
-            item = self._q.get()
-            if item is None:
-                return
-            reqs, fut, result, after = item
+    def add(self, reqs, result, after=None):
+        """The future of result, resolved once reqs have completed and
+        after() has run; it carries the first error instead, if any."""
+        fut = torch.futures.Future()
+        left = [len(reqs)]
+        count = threading.Lock()
+
+        def one():
+            with count:
+                left[0] -= 1
+                if left[0] > 0:
+                    return
             try:
                 for r in reqs:
-                    r.wait()
+                    r.wait()  # completed: returns at once, or raises its error
                 if after is not None:
                     after()
                 fut.set_result(result)
             except Exception as e:
                 fut.set_exception(e)
+            finally:
+                with self._cv:
+                    self._inflight -= 1
+                    self._cv.notify_all()
 
-    def add(self, reqs, result, after=None):
-        fut = torch.futures.Future()
-        self._q.put((reqs, fut, result, after))
+        with self._cv:
+            self._inflight += 1
+        if not reqs:
+            left[0] = 1
+            one()
+            return fut
+        for i, r in enumerate(reqs):
+            try:
+                r.on_done(one)
+            except BaseException:
+                # Not notified: these requests are waited for here, and
+                # the batch completes once the notified ones have.
+                for q in reqs[i:]:
+                    try:
+                        q.wait()
+                    except Exception:
+                        pass
+                    one()
+                raise
         return fut
 
     def close(self):
-        self._q.put(None)
-        self._t.join()
+        """Waits for the batches in flight."""
+        with self._cv:
+            while self._inflight:
+                self._cv.wait()
 
 
 class HookState:
@@ -98,9 +126,8 @@ class HookState:
     def __init__(self, comm):
         self.comm = comm
         self.calls = 0  # buckets handed to NDMA so far
+        self._done = _Completer()
         self._closed = False
-        self._inflight = 0
-        self._cv = threading.Condition()
 
     def submit(self, grad):
         """Starts the allreduce of grad and returns the future that
@@ -116,41 +143,14 @@ class HookState:
         out = torch.empty_like(grad)
         req = self.comm.iallreduce(grad, out=out)
         self.calls += 1
-        fut = torch.futures.Future()
         n = self.comm.size
-
-        def done():
-            # On the library's thread, as soon as the allreduce completes:
-            # no thread of ours sits in a wait, one wake-up fewer per bucket.
-            try:
-                req.wait()
-                out.div_(n)
-                fut.set_result(out)
-            except Exception as e:
-                fut.set_exception(e)
-            finally:
-                with self._cv:
-                    self._inflight -= 1
-                    self._cv.notify_all()
-
-        with self._cv:
-            self._inflight += 1
-        try:
-            req.on_done(done)
-        except BaseException:
-            with self._cv:
-                self._inflight -= 1
-            req.wait()
-            raise
-        return fut
+        return self._done.add([req], out, lambda: out.div_(n))
 
     def close(self):
         """Waits for the allreduces in flight."""
         if not self._closed:
             self._closed = True
-            with self._cv:
-                while self._inflight:
-                    self._cv.wait()
+            self._done.close()
 
 
 def comm_hook(state, bucket):
@@ -179,12 +179,13 @@ class ProcessGroupNDMA(dist.ProcessGroup):
     """torch.distributed's process group over an ndma.Communicator:
     allreduce, broadcast, allgather, reduce_scatter and barrier. Each call
     starts its NDMA collectives at once (so DDP's buckets overlap backward)
-    and returns a Work whose future one worker thread resolves, in order."""
+    and returns a Work whose future the library's thread resolves as the
+    call's collectives complete."""
 
     def __init__(self, comm):
         super().__init__(comm.rank, comm.size)
         self.comm = comm
-        self._done = _Completer("ndma-process-group")
+        self._done = _Completer()
 
     def getBackendName(self):
         return "ndma"
@@ -236,7 +237,7 @@ class ProcessGroupNDMA(dist.ProcessGroup):
         return _Work(self._done.add([self.comm.ibarrier()], None))
 
     def shutdown(self):
-        """Stops the worker and closes the communicator."""
+        """Waits for the calls in flight and closes the communicator."""
         self._done.close()
         self.comm.close()
 
