@@ -3,7 +3,6 @@ package stor
 import (
 	"encoding/json"
 	"errors"
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -20,17 +19,7 @@ func TestSimHostileRequests(t *testing.T) {
 	simStorage(t, 3, 7, func(t *testing.T, s *simStor) {
 		c := s.client()
 		ctx := s.ctx()
-		d, err := c.Create(ctx, VolumeSpec{Name: "h", Size: 4 * MinExtent, Extent: MinExtent, Replicas: 3})
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := c.Open(ctx, "h", OpenOptions{Write: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rng := rand.New(rand.NewPCG(uint64(s.seed), 1))
-		m := &model{b: make([]byte, d.Size)}
-		m.write(t, v, rng, 0, int(d.Size))
+		d, v, m, rng := s.writtenVolume(c, VolumeSpec{Name: "h", Size: 4 * MinExtent, Extent: MinExtent, Replicas: 3})
 
 		evil := s.client()
 		ask := func(node uint16, key uint64, req []byte) (Code, []byte) {
@@ -107,14 +96,7 @@ func TestSimHostileRequests(t *testing.T) {
 		}
 		// The writer and readers are unaffected.
 		m.write(t, v, rng, 123, 3*MinExtent)
-		if err := v.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		m.verify(t, v)
-		s.checkFiles(d, m)
-		if err := v.Close(); err != nil {
-			t.Fatal(err)
-		}
+		s.flushAndClose(v, d, m)
 		if st := s.nodes[0].Stats(); st.Refused < 300 {
 			t.Errorf("node 0 counted %d refusals", st.Refused)
 		}

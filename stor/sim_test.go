@@ -191,6 +191,40 @@ func (s *simStor) ctx() context.Context {
 	return ctx
 }
 
+// writtenVolume creates the volume spec names through c, opens it for
+// writing and fills it with bytes drawn from the seed: its descriptor,
+// the volume, what it holds, and the generator for later writes.
+func (s *simStor) writtenVolume(c *Client, spec VolumeSpec) (Descriptor, *Volume, *model, *rand.Rand) {
+	s.t.Helper()
+	ctx := s.ctx()
+	d, err := c.Create(ctx, spec)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	v, err := c.Open(ctx, spec.Name, OpenOptions{Write: true})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(uint64(s.seed), 1))
+	m := &model{b: make([]byte, d.Size)}
+	m.write(s.t, v, rng, 0, int(d.Size))
+	return d, v, m, rng
+}
+
+// flushAndClose flushes v, checks that it reads back as m and that every
+// node's backing file holds m's bytes, and closes v.
+func (s *simStor) flushAndClose(v *Volume, d Descriptor, m *model) {
+	s.t.Helper()
+	if err := v.Flush(); err != nil {
+		s.t.Fatal(err)
+	}
+	m.verify(s.t, v)
+	s.checkFiles(d, m)
+	if err := v.Close(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
 // model is what a volume must hold.
 type model struct{ b []byte }
 
@@ -341,27 +375,8 @@ func TestSimSealedRankBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	simStorageWith(t, 3, 11, a, func(t *testing.T, s *simStor) {
-		c := s.clientAs("train/3")
-		ctx := s.ctx()
-		d, err := c.Create(ctx, VolumeSpec{Name: "v", Size: 4 * MinExtent, Extent: MinExtent, Replicas: 3})
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := c.Open(ctx, "v", OpenOptions{Write: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rng := rand.New(rand.NewPCG(uint64(s.seed), 1))
-		m := &model{b: make([]byte, d.Size)}
-		m.write(t, v, rng, 0, int(d.Size))
-		if err := v.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		m.verify(t, v)
-		s.checkFiles(d, m)
-		if err := v.Close(); err != nil {
-			t.Fatal(err)
-		}
+		d, v, m, _ := s.writtenVolume(s.clientAs("train/3"), VolumeSpec{Name: "v", Size: 4 * MinExtent, Extent: MinExtent, Replicas: 3})
+		s.flushAndClose(v, d, m)
 	})
 }
 
@@ -523,17 +538,7 @@ func TestSimSwitchRestart(t *testing.T) {
 	simStorage(t, 3, 5, func(t *testing.T, s *simStor) {
 		c := s.client()
 		ctx := s.ctx()
-		d, err := c.Create(ctx, VolumeSpec{Name: "r", Size: 6 * MinExtent, Extent: MinExtent, Replicas: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := c.Open(ctx, "r", OpenOptions{Write: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rng := rand.New(rand.NewPCG(uint64(s.seed), 1))
-		m := &model{b: make([]byte, d.Size)}
-		m.write(t, v, rng, 0, int(d.Size))
+		_, v, m, rng := s.writtenVolume(c, VolumeSpec{Name: "r", Size: 6 * MinExtent, Extent: MinExtent, Replicas: 2})
 		if err := v.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -705,13 +710,6 @@ func TestSimPartitionedNode(t *testing.T) {
 		if err := rv.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if err := v.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		m.verify(t, v)
-		s.checkFiles(d, m)
-		if err := v.Close(); err != nil {
-			t.Fatal(err)
-		}
+		s.flushAndClose(v, d, m)
 	})
 }
