@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -183,13 +184,16 @@ func (r *mpiRunner) close() { os.RemoveAll(r.dir) }
 // "agent HOST COMMAND..." and it runs COMMAND with sh in HOST's namespace.
 func (r *mpiRunner) writeAgent(st *testbed.State) error {
 	var b strings.Builder
-	// Each host's member credential reaches orted, and through it the
-	// ranks, as NDMA_CREDENTIAL (for the interposition library's rows).
+	// A credential reaches orted, and through it the ranks, as
+	// NDMA_CREDENTIAL (for the interposition library's rows): host i's
+	// rank's own (field i+1 of NDMA_RANK_CREDENTIALS, which run sets
+	// for such rows: one rank per host, in host order), else the host's.
 	b.WriteString("#!/bin/sh\n# ndma bench suite: mpirun's launch agent for testbed " + st.Prefix + "\nhost=$1; shift\ncred=\ncase \"$host\" in\n")
-	for _, h := range st.Hosts {
-		fmt.Fprintf(&b, "%s) ns=%s; cred=%s ;;\n", h.Addr, h.NS, h.Credential)
+	for i, h := range st.Hosts {
+		fmt.Fprintf(&b, "%s) ns=%s; i=%d; cred=%s ;;\n", h.Addr, h.NS, i+1, h.Credential)
 	}
 	b.WriteString("*) echo \"ndma mpi agent: unknown host $host\" >&2; exit 1 ;;\nesac\n" +
+		"[ -n \"$NDMA_RANK_CREDENTIALS\" ] && cred=$(echo \"$NDMA_RANK_CREDENTIALS\" | cut -d' ' -f$i)\n" +
 		"[ -n \"$cred\" ] && export NDMA_CREDENTIAL=\"$cred\"\nexec ip netns exec \"$ns\" sh -c \"$*\"\n")
 	agent := filepath.Join(r.dir, "agent-"+st.Prefix)
 	if err := os.WriteFile(agent, []byte(b.String()), 0o755); err != nil {
@@ -230,11 +234,21 @@ func (r *mpiRunner) run(ctx context.Context, st *testbed.State, j suiteJob, iter
 		if r.ndmaLib == "" {
 			return fmt.Errorf("bench: suite: %s rows need the interposition library (SuiteConfig.MPINDMA)", j.algo)
 		}
+		// Each rank gets a credential of its own for the run's job
+		// (JOB/RANK: rank i runs on host i), as testbed run gives.
+		job := fmt.Sprintf("%s-mpi-%08x", st.Prefix, mrand.Uint32())
+		creds, remove, err := testbed.RankCredentials(st, job)
+		if err != nil {
+			return err
+		}
+		defer remove()
 		args = append(args, "-x", "LD_PRELOAD="+r.ndmaLib, "-x", "NDMA_SWITCH="+st.SwitchAddr,
-			"-x", "NDMA_MTU="+strconv.Itoa(st.DatagramMTU), "-x", "NDMA_TOKEN")
+			"-x", "NDMA_MTU="+strconv.Itoa(st.DatagramMTU), "-x", "NDMA_TOKEN", "-x", "NDMA_JOB="+job)
 		env = append(env, "NDMA_TOKEN="+st.Token)
-		if st.Hosts[0].Credential != "" {
-			env = append(env, "NDMA_CREDENTIAL="+st.Hosts[0].Credential) // mpirun's own host; the agent sets the others'
+		if len(creds) > 0 {
+			// Rank 0 runs beside mpirun (host 0); the agent gives the
+			// others theirs.
+			env = append(env, "NDMA_CREDENTIAL="+creds[0], "NDMA_RANK_CREDENTIALS="+strings.Join(creds, " "))
 		}
 		if _, set := os.LookupEnv("GOMAXPROCS"); !set && st.GoMaxProcs > 0 {
 			args = append(args, "-x", "GOMAXPROCS="+strconv.Itoa(st.GoMaxProcs))

@@ -51,15 +51,11 @@ func Run(ctx context.Context, st *State, cmd []string, out io.Writer) error {
 	}
 	job := st.Prefix + "-" + randomHex(4)
 	size := len(st.Hosts)
-	var creds []string
-	if st.Secret != "" {
-		var remove func()
-		var err error
-		if creds, remove, err = rankCredentials(st, job); err != nil {
-			return err
-		}
-		defer remove()
+	creds, remove, err := RankCredentials(st, job)
+	if err != nil {
+		return err
 	}
+	defer remove()
 	var mu sync.Mutex // serialises writes to out
 	errs := make([]error, size)
 	var wg sync.WaitGroup

@@ -430,56 +430,6 @@ func issueCredentials(st *State) error {
 	return err
 }
 
-// writeCredential issues a credential of role and name under a and
-// writes it to a new file at path, readable by its owner alone.
-func writeCredential(a *secure.Authority, role secure.Role, name, path string) error {
-	id, err := a.Issue(role, name, rand.Reader)
-	if err != nil {
-		return fmt.Errorf("testbed: credential of %s: %w", name, err)
-	}
-	b, err := id.Encode()
-	if err != nil {
-		return fmt.Errorf("testbed: credential of %s: %w", name, err)
-	}
-	err = os.WriteFile(path, b, 0o600)
-	clear(b)
-	if err != nil {
-		return fmt.Errorf("testbed: credential file: %w", err)
-	}
-	return nil
-}
-
-// rankCredentials issues, under the testbed's fabric secret, a member
-// credential named JOB/RANK for each rank of a run of job (fabric.RankMay:
-// it joins job only as that rank, and the job's own groups), each in a
-// file of its own in the state directory; remove deletes them.
-func rankCredentials(st *State, job string) (paths []string, remove func(), err error) {
-	remove = func() {
-		for _, p := range paths {
-			os.Remove(p)
-		}
-	}
-	secret, err := os.ReadFile(st.Secret)
-	if err != nil {
-		return nil, remove, fmt.Errorf("testbed: run: fabric secret: %w", err)
-	}
-	line, _, _ := strings.Cut(string(secret), "\n")
-	clear(secret)
-	a, err := secure.NewAuthority([]byte(strings.TrimSpace(line)))
-	if err != nil {
-		return nil, remove, fmt.Errorf("testbed: run: fabric secret: %w", err)
-	}
-	for i := range st.Hosts {
-		p := filepath.Join(st.Dir, job+"-r"+strconv.Itoa(i)+".cred")
-		if err := writeCredential(a, secure.RoleMember, job+"/"+strconv.Itoa(i), p); err != nil {
-			remove()
-			return nil, func() {}, err
-		}
-		paths = append(paths, p)
-	}
-	return paths, remove, nil
-}
-
 // startDaemon starts binary with args in namespace ns, in a process group
 // of its own (so that the terminal's Ctrl-C does not reach it), with stdout
 // and stderr going to logPath and GOMAXPROCS=gomaxprocs when that is not 0.

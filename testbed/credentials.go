@@ -1,0 +1,66 @@
+package testbed
+
+import (
+	"crypto/rand"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/ndma/ndma/secure"
+)
+
+// writeCredential issues a credential of role and name under a and
+// writes it to a new file at path, readable by its owner alone.
+func writeCredential(a *secure.Authority, role secure.Role, name, path string) error {
+	id, err := a.Issue(role, name, rand.Reader)
+	if err != nil {
+		return fmt.Errorf("testbed: credential of %s: %w", name, err)
+	}
+	b, err := id.Encode()
+	if err != nil {
+		return fmt.Errorf("testbed: credential of %s: %w", name, err)
+	}
+	err = os.WriteFile(path, b, 0o600)
+	clear(b)
+	if err != nil {
+		return fmt.Errorf("testbed: credential file: %w", err)
+	}
+	return nil
+}
+
+// RankCredentials issues, under the testbed's fabric secret, a member
+// credential named JOB/RANK for each rank of a run of job (fabric.RankMay:
+// it joins job only as that rank, and the job's own groups), each in a
+// file of its own in the state directory; remove deletes them. A testbed
+// without credentials (Config.NoCredentials) gets none: nil paths.
+func RankCredentials(st *State, job string) (paths []string, remove func(), err error) {
+	remove = func() {
+		for _, p := range paths {
+			os.Remove(p)
+		}
+	}
+	if st.Secret == "" {
+		return nil, remove, nil
+	}
+	secret, err := os.ReadFile(st.Secret)
+	if err != nil {
+		return nil, remove, fmt.Errorf("testbed: run: fabric secret: %w", err)
+	}
+	line, _, _ := strings.Cut(string(secret), "\n")
+	clear(secret)
+	a, err := secure.NewAuthority([]byte(strings.TrimSpace(line)))
+	if err != nil {
+		return nil, remove, fmt.Errorf("testbed: run: fabric secret: %w", err)
+	}
+	for i := range st.Hosts {
+		p := filepath.Join(st.Dir, job+"-r"+strconv.Itoa(i)+".cred")
+		if err := writeCredential(a, secure.RoleMember, job+"/"+strconv.Itoa(i), p); err != nil {
+			remove()
+			return nil, func() {}, err
+		}
+		paths = append(paths, p)
+	}
+	return paths, remove, nil
+}
