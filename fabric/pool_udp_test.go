@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/internal/memtest"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/pool"
@@ -31,7 +31,7 @@ func TestPoolControlUDP(t *testing.T) {
 
 	var lends []context.CancelFunc
 	for i := range 3 {
-		ep, nodeKey := startPoolNode(t, srv.Addr(), token, 1<<20)
+		ep, nodeKey := memtest.Node(t, srv.Addr(), token, 1<<20)
 		lctx, stop := context.WithCancel(ctx)
 		t.Cleanup(stop)
 		lends = append(lends, stop)
@@ -112,27 +112,6 @@ func TestPoolControlUDP(t *testing.T) {
 	}
 }
 
-// startPoolNode starts an endpoint that serves size bytes of memory to the
-// pool of the switch at sw (it does not lend them: call PoolLend).
-func startPoolNode(t testing.TB, sw netip.AddrPort, token []byte, size int) (*endpoint.Endpoint, uint64) {
-	t.Helper()
-	st, err := memnode.NewStore(memnode.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := st.Alloc(size, memnode.PermAll, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Store: st,
-		PoolNode: &endpoint.PoolServe{Switch: sw, Key: key, Token: token}}, endpoint.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ep.Close() })
-	return ep, key
-}
-
 // TestPoolSwitchRestartUDP restarts a running switch (a new process on
 // the same address, as an operator would) under a pool client over
 // loopback: the memory nodes report their regions, the client's region
@@ -147,7 +126,7 @@ func TestPoolSwitchRestartUDP(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for i := range 2 {
-		ep, nodeKey := startPoolNode(t, addr, token, 1<<20)
+		ep, nodeKey := memtest.Node(t, addr, token, 1<<20)
 		lctx, stop := context.WithCancel(ctx)
 		t.Cleanup(stop)
 		if _, err := ep.PoolLend(lctx, sw, nodeKey, 1<<20, opts); err != nil {

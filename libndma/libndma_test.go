@@ -15,7 +15,7 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/internal/memtest"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 )
@@ -111,27 +111,7 @@ func lendMemory(t *testing.T, swAddr, token string, n, size int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	for range n {
-		st, err := memnode.NewStore(memnode.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		key, err := st.Alloc(size, memnode.PermAll, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Store: st,
-			PoolNode: &endpoint.PoolServe{Switch: sw, Key: key, Token: []byte(token)}}, endpoint.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ep.Close() })
-		if _, err := ep.PoolLend(ctx, swAddr, key, uint64(size), endpoint.FabricOptions{Token: []byte(token)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	memtest.Lend(t, sw, []byte(token), n, size)
 }
 
 // TestCABI runs the C test program as 4 ranks on loopback, meeting at a

@@ -12,7 +12,7 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/internal/memtest"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/wire"
@@ -34,36 +34,13 @@ func testPool(t *testing.T, n, size int) (*pool.Client, []*endpoint.Endpoint) {
 	}
 	srv := fabric.NewServer(conn, sw, nil)
 	t.Cleanup(func() { srv.Close() })
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	opts := endpoint.FabricOptions{Token: token}
-	var nodes []*endpoint.Endpoint
-	for range n {
-		st, err := memnode.NewStore(memnode.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		key, err := st.Alloc(size, memnode.PermAll, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Store: st,
-			PoolNode: &endpoint.PoolServe{Switch: srv.Addr(), Key: key, Token: token}}, endpoint.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ep.Close() })
-		if _, err := ep.PoolLend(ctx, srv.Addr().String(), key, uint64(size), opts); err != nil {
-			t.Fatal(err)
-		}
-		nodes = append(nodes, ep)
-	}
+	nodes := memtest.Lend(t, srv.Addr(), token, n, size)
 	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ep.Close() })
-	c, err := pool.New(ep, srv.Addr().String(), pool.Options{Fabric: opts})
+	c, err := pool.New(ep, srv.Addr().String(), pool.Options{Fabric: endpoint.FabricOptions{Token: token}})
 	if err != nil {
 		t.Fatal(err)
 	}
