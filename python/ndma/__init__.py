@@ -215,7 +215,9 @@ class Request:
         of the library (at once if it already has), so that no thread of
         the caller's waits for it; fn typically calls wait(), which then
         returns at once. fn should return quickly; an exception it raises
-        is printed and dropped. Once per request."""
+        is printed and dropped. Once per request, and before wait() or a
+        test() that returned True (which free the request: InvalidArgument
+        then)."""
         key = _notify_key(fn)
         try:
             _check(self._comm._L.ndma_request_notify(self._h, _NOTIFY, key))
