@@ -9,6 +9,7 @@ package netio
 import (
 	"errors"
 	"net/netip"
+	"time"
 )
 
 // MaxDatagram is the largest UDP payload NDMA sends or receives, in bytes.
@@ -61,6 +62,40 @@ type Conn interface {
 	// BatchSize is the preferred number of datagrams per call.
 	BatchSize() int
 	// Close unblocks a pending ReadBatch and releases the socket.
+	Close() error
+}
+
+// DirectConn is a Conn whose socket a goroutine waiting for a reply can
+// read itself, on its own thread, beside the Conn's reader (Linux's
+// UDPConn): the kernel then wakes the waiting thread for the datagram,
+// instead of waking the reader's, which would then have to wake the
+// waiter. That is one thread switch less per round trip where the
+// waiter is a C thread (a goroutine locked to its thread, which no other
+// thread can run).
+type DirectConn interface {
+	Conn
+	// NewDirectReader returns a reader of its own over the conn's
+	// socket. Close it before or after the conn; it fails with ErrClosed
+	// once the conn is closed.
+	NewDirectReader() (DirectReader, error)
+}
+
+// DirectReader reads a DirectConn's socket without Go's poller: one
+// goroutine at a time calls TryReadBatch and Wait; Wake may be called from
+// any goroutine, and Close once the reading goroutine is done with it.
+type DirectReader interface {
+	// TryReadBatch is ReadBatch, except that it returns 0, nil at once
+	// when nothing has arrived.
+	TryReadBatch(ds []Datagram) (int, error)
+	// Wait blocks the calling thread until a datagram may be there, Wake
+	// is called, or d passes, and returns ErrClosed once the reader or
+	// its conn is closed. The thread keeps its Go scheduler slot (P)
+	// meanwhile, so other goroutines of a process with GOMAXPROCS=1 wait
+	// too: keep d short (the runtime preempts a wait of over ~10 ms).
+	Wait(d time.Duration) error
+	// Wake makes a Wait in progress, or the next one, return at once.
+	Wake()
+	// Close releases the reader's descriptors.
 	Close() error
 }
 

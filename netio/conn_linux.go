@@ -39,9 +39,9 @@ type UDPConn struct {
 	batch    int
 	log      *slog.Logger
 	closed   atomic.Bool
-	gro      bool        // fixed at ListenUDP
-	gso      atomic.Bool // cleared by the writer if the kernel rejects GSO
-	stats    udpCounters
+	gro      bool         // fixed at ListenUDP
+	gso      atomic.Bool  // cleared by the writer if the kernel rejects GSO
+	stats    *udpCounters // shared with the conn's DirectReaders
 
 	// Reader-owned state.
 	rmsgs []ipv4.Message
@@ -97,6 +97,7 @@ func ListenUDP(addr string, cfg UDPConfig) (*UDPConn, error) {
 		local: localAddrPort(pc.LocalAddr().(*net.UDPAddr).AddrPort()),
 		batch: cfg.BatchSize,
 		log:   cfg.Logger,
+		stats: new(udpCounters),
 	}
 	rc, err := pc.SyscallConn()
 	if err != nil {
@@ -125,7 +126,7 @@ func ListenUDP(addr string, cfg UDPConfig) (*UDPConn, error) {
 		pc.Close()
 		return nil, fmt.Errorf("netio: listen %s: %w", addr, err)
 	}
-	rb.rcall.spin, rb.rcall.polls = cfg.BusyPoll, &c.stats
+	rb.rcall.spin, rb.rcall.polls = cfg.BusyPoll, c.stats
 	c.bc = rb
 	c.gro = gr
 	c.gso.Store(gso)

@@ -35,7 +35,8 @@ import (
 // the next ReadBatch; an IPv6 sender's scope id is reported as its
 // interface's name, as net does.
 type rawBatch struct {
-	rc syscall.RawConn
+	rc syscall.RawConn // nil: a DirectReader's, reading fd itself
+	fd int
 	v6 bool // AF_INET6 socket: sockaddr_in6 names
 
 	// Reader-owned.
@@ -155,6 +156,23 @@ func (c *mmsgCall) run(rc syscall.RawConn, write bool, hdr []unix.Mmsghdr, flags
 	return c.n, nil
 }
 
+// runNow makes the call on hdr on fd at once, without the poller, and
+// returns errWouldBlock where it would have waited (a DirectReader's
+// receive).
+func (c *mmsgCall) runNow(fd int, hdr []unix.Mmsghdr, flags int) (int, error) {
+	c.hdr, c.flags = hdr, flags
+	c.until, c.slept = time.Time{}, false
+	ok := c.try(uintptr(fd))
+	c.hdr = nil
+	if !ok {
+		return 0, errWouldBlock
+	}
+	if c.errno != 0 {
+		return 0, os.NewSyscallError(c.name, c.errno)
+	}
+	return c.n, nil
+}
+
 // growHdrs makes room for n messages of up to niov iovecs in total.
 func growHdrs(hdr []unix.Mmsghdr, iov []unix.Iovec, name []unix.RawSockaddrInet6, n, niov int) ([]unix.Mmsghdr, []unix.Iovec, []unix.RawSockaddrInet6) {
 	if len(hdr) < n {
@@ -225,7 +243,15 @@ func (r *rawBatch) ReadBatch(ms []ipv4.Message, flags int) (int, error) {
 		hdr[i].Hdr.Name = (*byte)(unsafe.Pointer(&r.rname[i]))
 		hdr[i].Hdr.Namelen = unix.SizeofSockaddrInet6
 	}
-	n, err := r.rcall.run(r.rc, false, hdr, flags)
+	var (
+		n   int
+		err error
+	)
+	if r.rc == nil {
+		n, err = r.rcall.runNow(r.fd, hdr, flags)
+	} else {
+		n, err = r.rcall.run(r.rc, false, hdr, flags)
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -176,6 +176,10 @@ type UDPStats struct {
 	// BusyPollHits counts those that found one by polling it
 	// (UDPConfig.BusyPoll) instead. Linux only.
 	ReadSleeps, BusyPollHits uint64
+	// DirectReceives counts the datagrams of DatagramsReceived that a
+	// DirectReader read (a caller's goroutine, not the conn's reader);
+	// DirectWaits the times a DirectReader's Wait slept. Linux only.
+	DirectReceives, DirectWaits uint64
 	// GSOEnabled reports whether sends currently use UDP GSO. It turns
 	// false for good if the kernel or device rejects a GSO send.
 	GSOEnabled bool
@@ -191,6 +195,7 @@ type udpCounters struct {
 	gsoSends, groReceives            atomic.Uint64
 	sendDrops, receiveDrops          atomic.Uint64
 	readSleeps, busyPollHits         atomic.Uint64
+	directReceives, directWaits      atomic.Uint64
 }
 
 func (c *udpCounters) snapshot() UDPStats {
@@ -205,6 +210,8 @@ func (c *udpCounters) snapshot() UDPStats {
 		ReceiveDrops:      c.receiveDrops.Load(),
 		ReadSleeps:        c.readSleeps.Load(),
 		BusyPollHits:      c.busyPollHits.Load(),
+		DirectReceives:    c.directReceives.Load(),
+		DirectWaits:       c.directWaits.Load(),
 	}
 }
 
