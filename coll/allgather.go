@@ -305,6 +305,10 @@ func (bt *msgBatch) recv(from int, t uint64, buf []byte) {
 // them: after a rank dies, an op that needed another rank's part may
 // never complete. Once wait returns the endpoint no longer touches the
 // ops' buffers.
+// ready reports whether a completion waits in bt.done (only wait takes
+// them).
+func (bt *msgBatch) ready() bool { return len(bt.done) > 0 }
+
 func (bt *msgBatch) wait(ctx context.Context) error {
 	ops, first := bt.ops, bt.err
 	defer func() { bt.ops, bt.err = ops[:0], nil }()
@@ -317,6 +321,7 @@ func (bt *msgBatch) wait(ctx context.Context) error {
 				bt.c.ep.Cancel(o) // no-op for those done
 			}
 		}
+		bt.c.ep.Drive(ctx, bt.ready)
 		select {
 		case op := <-bt.done:
 			pending--

@@ -302,6 +302,7 @@ func ctxTimeout(ctx context.Context) time.Duration {
 // canceled, so once awaitOp returns the endpoint no longer touches its
 // buffers.
 func (c *Communicator) awaitOp(ctx context.Context, op *endpoint.Op) error {
+	c.ep.Drive(ctx, func() bool { return closed(op.Done()) })
 	select {
 	case <-op.Done():
 		return c.rankErr(op.Err, op)

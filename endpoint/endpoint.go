@@ -56,6 +56,7 @@ type Endpoint struct {
 	closing  chan struct{} // closed by Close: the notifier stops waiting
 
 	readerDone chan struct{}
+	drv        driving // callers reading the socket themselves (Driving)
 }
 
 // Options for Listen and New beyond the Core's Config.
@@ -149,20 +150,26 @@ func (ep *Endpoint) reader() {
 			continue
 		}
 		ep.mu.Lock()
-		now := time.Now()
-		for i := 0; i < k; i++ {
-			pkt := ds[i].Buf
-			if ep.sec != nil {
-				pkt = ep.sec.Receive(now, ds[i].Addr, pkt)
-			}
-			if pkt != nil {
-				ep.core.Step(now, ds[i].Addr, pkt)
-			}
-			ds[i].Buf = ds[i].Buf[:cap(ds[i].Buf)]
-		}
-		ep.pumpLocked(now)
+		ep.stepLocked(ds[:k])
 		ep.mu.Unlock()
 	}
+}
+
+// stepLocked hands received datagrams to the core (through the security
+// layer) and pumps. Caller holds mu.
+func (ep *Endpoint) stepLocked(ds []netio.Datagram) {
+	now := time.Now()
+	for i := range ds {
+		pkt := ds[i].Buf
+		if ep.sec != nil {
+			pkt = ep.sec.Receive(now, ds[i].Addr, pkt)
+		}
+		if pkt != nil {
+			ep.core.Step(now, ds[i].Addr, pkt)
+		}
+		ds[i].Buf = ds[i].Buf[:cap(ds[i].Buf)]
+	}
+	ep.pumpLocked(now)
 }
 
 func (ep *Endpoint) onTimer() {
@@ -238,11 +245,13 @@ func (ep *Endpoint) signalLocked(op *Op) {
 		close(op.done)
 	}
 	if op.cq == nil {
+		ep.wakeDriver()
 		return
 	}
 	if len(ep.notes) == 0 {
 		select {
 		case op.cq <- op:
+			ep.wakeDriver()
 			return
 		default:
 		}
@@ -279,6 +288,7 @@ func (ep *Endpoint) notify() {
 			default:
 			}
 		}
+		ep.wakeDriver()
 	}
 }
 
@@ -323,6 +333,16 @@ func (ep *Endpoint) Cancel(op *Op) {
 // Done is closed when an op started with Start completes.
 func (op *Op) Done() <-chan struct{} { return op.done }
 
+// finishedChan reports whether op.Done() is closed.
+func (op *Op) finishedChan() bool {
+	select {
+	case <-op.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Do runs op and waits for it, or for ctx: a context deadline earlier than
 // the op's timeout becomes its timeout, and cancellation abandons the op.
 func (ep *Endpoint) Do(ctx context.Context, op *Op) error {
@@ -337,6 +357,7 @@ func (ep *Endpoint) Do(ctx context.Context, op *Op) error {
 	if err := ep.Start(op, nil); err != nil {
 		return err
 	}
+	ep.Drive(ctx, op.finishedChan)
 	select {
 	case <-op.done:
 		return op.Err
@@ -457,6 +478,7 @@ func (ep *Endpoint) Close() error {
 		f()
 	}
 	err := ep.conn.Close()
+	ep.closeDriver()
 	<-ep.readerDone
 	ep.handlers.Wait()
 	ep.notifier.Wait()

@@ -77,7 +77,8 @@ type request struct {
 	r        *coll.Request
 	cancel   context.CancelFunc
 	c        *comm
-	notified bool // ndma_request_notify was called (under handles)
+	done     chan struct{} // closed once r is done and off c.inflight
+	notified bool          // ndma_request_notify was called (under handles)
 }
 
 // handles maps the integers C holds to what they name.
@@ -370,7 +371,7 @@ func ndmago_comm_free(h C.ndma_comm_t) (rc C.int) {
 	cm.mu.Unlock()
 	for _, r := range reqs {
 		r.cancel()
-		<-r.r.Done()
+		<-r.done
 	}
 	cm.endPoolCalls()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -494,22 +495,25 @@ func (cm *comm) run(req *C.ndma_request_t, op coll.Operation, f func(ctx context
 	}
 	// Blocking calls are tracked like requests too, so that
 	// ndma_comm_free from another thread waits until they no longer use
-	// their buffers.
-	r := &request{cancel: cancel, c: cm}
+	// their buffers. A blocking call runs on the caller's goroutine
+	// (coll.Inline), outside cm.mu: no other thread takes part in
+	// starting it or in reporting its end.
+	r := &request{cancel: cancel, c: cm, done: make(chan struct{})}
 	cm.mu.Lock()
 	if cm.closed {
 		cm.mu.Unlock()
 		cancel()
 		return fail(coll.ErrClosed)
 	}
-	r.r = f(ctx, opts)
 	cm.inflight[r] = struct{}{}
-	cm.mu.Unlock()
 	if req == nil {
-		<-r.r.Done()
+		cm.mu.Unlock()
+		r.r = f(endpoint.Driving(coll.Inline(ctx)), opts)
 		cm.forget(r)
 		return r.result()
 	}
+	r.r = f(ctx, opts)
+	cm.mu.Unlock()
 	go func() {
 		<-r.r.Done()
 		cm.forget(r)
@@ -527,6 +531,7 @@ func (cm *comm) forget(r *request) {
 	cm.mu.Lock()
 	delete(cm.inflight, r)
 	cm.mu.Unlock()
+	close(r.done)
 }
 
 // result releases the completed request r's context and returns its
