@@ -495,3 +495,83 @@ func TestSimAggregateMismatchFailsAll(t *testing.T) {
 		}
 	}
 }
+
+// TestSimAggregateAcksRide: back-to-back one-packet Allreduces: the
+// switch's ACK of each contribution rides on the result, and each
+// member's ACK of a result on its next contribution, so that an
+// Allreduce costs one datagram up and one down per member, and nothing
+// is resent (the senders' timeouts allow for the held ACKs). A rooted
+// Reduce's other members get no result, so their contributions are
+// acknowledged at once: their calls do not wait for the held-ACK delay.
+func TestSimAggregateAcksRide(t *testing.T) {
+	seed := int64(73)
+	f := newSimFabric(t, seed, impaired(0), fabric.Config{})
+	ms := f.addMembers(4)
+	gid := f.join("acks", ms)
+	const rounds = 200
+	in := make([][]byte, len(ms))
+	for i := range in {
+		in[i] = f32bytes([]float32{float32(i), 1})
+	}
+	before := make([]transport.Stats, len(ms))
+	for i, m := range ms {
+		before[i] = m.core.Stats().Transport
+	}
+	swBefore := f.sw.Stats().Transport
+	start := f.net.Elapsed()
+	for range rounds {
+		for i, got := range allreduceRound(f, gid, ms, in, wire.DtypeF32, wire.AluAdd, false) {
+			if !bytes.Equal(got, f32bytes([]float32{6, 4})) {
+				t.Fatalf("seed %d: member %d: wrong sum", seed, i)
+			}
+		}
+	}
+	t.Logf("%v of virtual time per Allreduce", (f.net.Elapsed()-start)/rounds)
+	for i, m := range ms {
+		a, b := before[i], m.core.Stats().Transport
+		alone := (b.AcksSent - b.AcksPiggybacked) - (a.AcksSent - a.AcksPiggybacked)
+		riding := b.AcksPiggybacked - a.AcksPiggybacked
+		if retx := b.PacketsRetransmitted - a.PacketsRetransmitted; retx != 0 {
+			t.Errorf("seed %d: member %d retransmitted %d packets", seed, i, retx)
+		}
+		if riding < rounds*9/10 || alone > rounds/10 {
+			t.Errorf("seed %d: member %d: %d ACKs rode on contributions and %d went alone over %d results", seed, i, riding, alone, rounds)
+		}
+	}
+	a, b := swBefore, f.sw.Stats().Transport
+	alone := (b.AcksSent - b.AcksPiggybacked) - (a.AcksSent - a.AcksPiggybacked)
+	riding := b.AcksPiggybacked - a.AcksPiggybacked
+	if want := uint64(rounds * len(ms)); riding < want*9/10 || alone > want/10 {
+		t.Errorf("seed %d: switch: %d ACKs rode on results and %d went alone over %d contributions", seed, riding, alone, want)
+	}
+	if retx := b.PacketsRetransmitted - a.PacketsRetransmitted; retx != 0 {
+		t.Errorf("seed %d: switch retransmitted %d packets", seed, retx)
+	}
+
+	// Reduce to rank 0: the others' calls end once the switch has their
+	// contribution, long before transport.MaxAckDelay.
+	done := make([]time.Duration, len(ms))
+	pending := len(ms)
+	start = f.net.Elapsed()
+	for i, m := range ms {
+		var recv []byte
+		if i == 0 {
+			recv = make([]byte, len(in[i]))
+		}
+		m.post(&endpoint.Op{Kind: endpoint.KindAggregate, Peer: f.swAddr, Group: gid, Buf: in[i], Recv: recv, Root: 0,
+			Dtype: wire.DtypeF32, Alu: wire.AluAdd}, func(op *endpoint.Op) {
+			if op.Err != nil {
+				t.Errorf("seed %d: member %d reduce: %v", seed, i, op.Err)
+			}
+			done[i] = f.net.Elapsed() - start
+			pending--
+		})
+	}
+	f.run(func() bool { return pending == 0 }, time.Second, "reduce")
+	for i, d := range done {
+		if d >= transport.MaxAckDelay {
+			t.Errorf("seed %d: member %d's reduce took %v (its contribution's ACK was held)", seed, i, d)
+		}
+	}
+	t.Logf("reduce: members done after %v", done)
+}

@@ -750,18 +750,34 @@ func (e *Engine) stepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit
 		}
 	}
 	d.MsgDone = p.commitData(now, h, pm)
-	if !wasPending && d.MsgDone && !e.cfg.ImmediateAcks && (h.Flags&wire.FlagResp != 0 || h.Mode == wire.ModeAnycast) &&
+	if !wasPending && d.MsgDone && !e.cfg.ImmediateAcks && (h.Flags&wire.FlagResp != 0 || h.Mode == wire.ModeAnycast || answered(h)) &&
 		h.Offset == 0 && uint32(h.Len) == h.MsgLen && p.piggybacks(false) && !p.limited() {
 		// A lone one-packet response: its ACK may wait for the next
 		// request to ride on. A lone one-packet anycast request: for its
 		// reply (the switch relays the member's; a member answers), which
-		// goes back on the same stream.
+		// goes back on the same stream. Aggregation likewise: a lone
+		// contribution's ACK waits for the result, a result's for the
+		// member's next contribution.
 		p.ackAt = nanos(now) + int64(MaxAckDelay)
 	}
 	d.Payload = payload
 	d.Peer = id
 	e.stats.BytesReceived += uint64(len(payload))
 	return d, true
+}
+
+// answered reports whether h is aggregation data whose ACK a packet back
+// on the same stream can carry soon: a result (from the forwarding node,
+// MemberAll), answered by the member's next contribution, or a
+// contribution whose sender gets the result: every member's of an
+// Allreduce (Operand1 0), the root's only of a rooted one (Operand1 is
+// the root's member id + 1). Another member's contribution to a rooted
+// aggregation gets nothing back, so its ACK must not wait.
+func answered(h *wire.Header) bool {
+	if h.Mode != wire.ModeAggregate {
+		return false
+	}
+	return h.Src == wire.MemberAll || h.Operand1 == 0 || h.Operand1 == uint64(h.Src)+1
 }
 
 // SetWindow sets the receive window advertised to one peer, in packets

@@ -144,12 +144,14 @@ const (
 
 // EngineToEngine reports whether a stream of mode m in group g has a
 // transport engine at each end and nothing between them that merges or
-// forwards its ACKs: the point-to-point group (group 0, ModeUnicast) and
+// forwards its ACKs: the point-to-point group (group 0, ModeUnicast),
 // anycast (a client's stream to the forwarding node and the node's to a
-// member, each ended by the forwarding node's own engine). Only there may
-// an ACK ride on data (FlagAck) or be delayed.
+// member, each ended by the forwarding node's own engine) and aggregation
+// (a member's contributions, ended by the forwarding node's engine, and
+// the results it sends back on the same stream). Only there may an ACK
+// ride on data (FlagAck) or be delayed.
 func EngineToEngine(m Mode, g uint32) bool {
-	return m == ModeAnycast || m == ModeUnicast && g == 0
+	return m == ModeAnycast || m == ModeAggregate || m == ModeUnicast && g == 0
 }
 
 // Dtype is the element type of a vector operation.

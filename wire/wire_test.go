@@ -77,7 +77,7 @@ func TestParseRejects(t *testing.T) {
 		{"reply-to outside pool mode", reseal(func(h *Header) { h.Flags |= FlagReplyTo }), ErrFlags},
 		{"ack riding on a group's data", reseal(func(h *Header) { h.Flags |= FlagAck; h.Group = 3 }), ErrFlags},
 		{"ack riding on multicast", reseal(func(h *Header) { h.Flags |= FlagAck; h.Group, h.Mode = 0, ModeMulticast }), ErrFlags},
-		{"ack riding on aggregation", reseal(func(h *Header) { h.Flags |= FlagAck; h.Group, h.Mode = 3, ModeAggregate }), ErrFlags},
+		{"ack riding on a pool message", reseal(func(h *Header) { h.Flags |= FlagAck; h.Group, h.Mode = 0, ModePool }), ErrFlags},
 		{"ack riding on an ACK", func() []byte {
 			h2 := Header{Version: Version, Op: OpAck, Flags: FlagAck}
 			b, _ := AppendPacket(nil, &h2, make([]byte, AckFixedLen))
@@ -407,7 +407,7 @@ func TestAckRiding(t *testing.T) {
 		m    Mode
 		g    uint32
 		want bool
-	}{{ModeUnicast, 0, true}, {ModeAnycast, 0, true}, {ModeAnycast, 7, true}, {ModeUnicast, 7, false}, {ModeMulticast, 7, false}, {ModeAggregate, 7, false}, {ModePool, 0, false}} {
+	}{{ModeUnicast, 0, true}, {ModeAnycast, 0, true}, {ModeAnycast, 7, true}, {ModeUnicast, 7, false}, {ModeMulticast, 7, false}, {ModeAggregate, 7, true}, {ModePool, 0, false}} {
 		if got := EngineToEngine(c.m, c.g); got != c.want {
 			t.Errorf("EngineToEngine(%v, %d) = %v, want %v", c.m, c.g, got, c.want)
 		}

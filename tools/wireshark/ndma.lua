@@ -74,7 +74,7 @@ local FLAG_RESP, FLAG_AUTH, FLAG_RETX, FLAG_SYN, FLAG_REPLYTO, FLAG_ACK = 0x01, 
 local FLAGS_KNOWN = 0x1f
 local OP_CONTROL, OP_EVENT, OP_DATA, OP_CHAIN, OP_OPTIM = 0x08, 0x09, 0x0a, 0x0b, 0x0c
 local OP_ACK, OP_NACK = 0x10, 0x11
-local MODE_UNICAST, MODE_AGGREGATE, MODE_POOL = 0, 2, 4
+local MODE_UNICAST, MODE_AGGREGATE, MODE_ANYCAST, MODE_POOL = 0, 2, 3, 4
 
 local function name_of(t, v, what)
     return t[v] or string.format("%s(%d)", what, v)
@@ -974,8 +974,11 @@ local function dissect(tvb, pinfo, root)
         local poff, pl = HEADER_LEN, avail
         local replyto, riding
         if band(flags, FLAG_ACK) ~= 0 then
-            if mode ~= MODE_UNICAST or tvb(4, 4):uint() ~= 0 or op == OP_ACK or op == OP_NACK or avail < ACK_FIXED_LEN then
-                tree:add_proto_expert_info(e_malformed, "ACK flag outside the point-to-point group's data, or without room for the frame")
+            -- Streams with an engine at each end: the point-to-point
+            -- group, anycast and aggregation.
+            local e2e = mode == MODE_ANYCAST or mode == MODE_AGGREGATE or (mode == MODE_UNICAST and tvb(4, 4):uint() == 0)
+            if not e2e or op == OP_ACK or op == OP_NACK or avail < ACK_FIXED_LEN then
+                tree:add_proto_expert_info(e_malformed, "ACK flag outside the point-to-point group's, anycast or aggregation data, or without room for the frame")
             else
                 pl = avail - ACK_FIXED_LEN
                 riding = HEADER_LEN + pl
