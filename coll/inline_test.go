@@ -1,0 +1,78 @@
+package coll
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/netio/simnet"
+	"github.com/ndma/ndma/wire"
+)
+
+// TestInline: under Inline the non-blocking forms run the call before
+// they return: the request is complete, with the blocking form's result,
+// for in-network and host algorithms alike, and an argument error is
+// reported the same way.
+func TestInline(t *testing.T) {
+	for _, innet := range []bool{true, false} {
+		simWorld(t, 4, innet, simnet.LinkConfig{Rate: 10e9, Latency: 5 * time.Microsecond}, 91, func(t *testing.T, _ *simnet.Network, comms []*Communicator) {
+			simRun(t, comms, func(ctx context.Context, c *Communicator) error {
+				ictx := Inline(ctx)
+				buf := make([]byte, 1000)
+				if c.Rank() == 1 {
+					for i := range buf {
+						buf[i] = byte(i)
+					}
+				}
+				reqs := []*Request{
+					c.Ibcast(ictx, buf, 1),
+					c.Ibarrier(ictx),
+				}
+				send := f32bytes([]float32{float32(c.Rank()), 1})
+				recv := make([]byte, len(send))
+				reqs = append(reqs, c.IallreduceBytes(ictx, send, recv, wire.DtypeF32, Sum))
+				all := make([]byte, 4*len(comms))
+				reqs = append(reqs, c.Iallgather(ictx, []byte{byte(c.Rank()), 0, 0, 7}, all))
+				for _, r := range reqs {
+					done, err := r.Test()
+					if !done {
+						return errors.New("an inline call returned before it completed")
+					}
+					if err != nil {
+						return err
+					}
+				}
+				for i := range buf {
+					if buf[i] != byte(i) {
+						return errors.New("bcast: wrong data")
+					}
+				}
+				if !bytes.Equal(recv, f32bytes([]float32{6, 4})) {
+					return errors.New("allreduce: wrong sum")
+				}
+				for r := range comms {
+					if all[4*r] != byte(r) || all[4*r+3] != 7 {
+						return errors.New("allgather: wrong blocks")
+					}
+				}
+				bad := c.Ibcast(ictx, buf, len(comms))
+				if done, err := bad.Test(); !done || !errors.Is(err, ErrArg) {
+					return errors.New("a bad root was not refused at once")
+				}
+				return nil
+			})
+		})
+	}
+}
+
+func f32bytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
+}
