@@ -2,6 +2,7 @@ package coll
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -275,7 +276,19 @@ func (c *Communicator) launch(ctx context.Context, p callPlan) *Request {
 			return failed(err)
 		}
 		op := p.gop
-		return start(ctx, func(ctx context.Context) error { return c.awaitOp(ctx, op) })
+		if ctx.Value(inlineKey{}) != nil {
+			return &Request{done: closedChan, err: c.awaitOp(ctx, op)}
+		}
+		// No goroutine: the op's completion completes the request, and
+		// the context's end cancels the op.
+		stop := context.AfterFunc(ctx, func() { c.ep.Cancel(op) })
+		return &Request{done: op.Done(), op: true, result: func() error {
+			stop()
+			if op.Err != nil && ctx.Err() != nil && errors.Is(op.Err, endpoint.ErrCanceled) {
+				return ctx.Err()
+			}
+			return c.rankErr(op.Err, op)
+		}}
 	case p.host != nil:
 		return start(ctx, p.host)
 	}

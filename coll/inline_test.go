@@ -76,3 +76,51 @@ func f32bytes(v []float32) []byte {
 	}
 	return b
 }
+
+// TestRequestEndpoint: a non-blocking in-network call is one endpoint
+// operation (Request.Endpoint), completed with no goroutine of its own:
+// it gives the right result, and when its context ends first it fails
+// with the context's error once the switch operation is cancelled. A
+// host algorithm's request runs in a goroutine and says so.
+func TestRequestEndpoint(t *testing.T) {
+	simWorld(t, 3, true, simnet.LinkConfig{Rate: 10e9, Latency: 5 * time.Microsecond}, 92, func(t *testing.T, _ *simnet.Network, comms []*Communicator) {
+		simRun(t, comms, func(ctx context.Context, c *Communicator) error {
+			send := f32bytes([]float32{float32(c.Rank()), 1})
+			recv := make([]byte, len(send))
+			r := c.IallreduceBytes(ctx, send, recv, wire.DtypeF32, Sum, WithAlgo(AlgoInNet))
+			if !r.Endpoint() {
+				return errors.New("an in-network allreduce is not an endpoint request")
+			}
+			if err := r.Wait(ctx); err != nil {
+				return err
+			}
+			if !bytes.Equal(recv, f32bytes([]float32{3, 3})) {
+				return errors.New("allreduce: wrong sum")
+			}
+			h := c.IallreduceBytes(ctx, send, recv, wire.DtypeF32, Sum, WithAlgo(AlgoRing))
+			if h.Endpoint() {
+				return errors.New("a ring allreduce claims to be one endpoint operation")
+			}
+			return h.Wait(ctx)
+		})
+		// Rank 0 alone: its aggregation waits for the others until its
+		// context ends.
+		cctx, cancel := context.WithCancel(context.Background())
+		send := f32bytes([]float32{1})
+		r := comms[0].IallreduceBytes(cctx, send, make([]byte, 4), wire.DtypeF32, Sum, WithAlgo(AlgoInNet))
+		if done, _ := r.Test(); done {
+			t.Fatal("an allreduce completed with one rank of three")
+		}
+		cancel()
+		wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer wcancel()
+		select {
+		case <-r.Done():
+		case <-wctx.Done():
+			t.Fatal("the cancelled allreduce did not complete")
+		}
+		if _, err := r.Test(); !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled allreduce: %v, want context.Canceled", err)
+		}
+	})
+}

@@ -2,12 +2,18 @@ package coll
 
 import (
 	"context"
+	"sync"
 )
 
 // Request is a non-blocking collective in progress.
 type Request struct {
-	done chan struct{}
+	done <-chan struct{}
 	err  error
+	// result, when set, gives err once done is closed (a request that is
+	// one switch operation: op, no goroutine of its own).
+	result func() error
+	once   sync.Once
+	op     bool
 }
 
 // Wait blocks until the collective completes or ctx ends (the collective
@@ -15,7 +21,7 @@ type Request struct {
 func (r *Request) Wait(ctx context.Context) error {
 	select {
 	case <-r.done:
-		return r.err
+		return r.finish()
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -25,14 +31,29 @@ func (r *Request) Wait(ctx context.Context) error {
 func (r *Request) Test() (bool, error) {
 	select {
 	case <-r.done:
-		return true, r.err
+		return true, r.finish()
 	default:
 		return false, nil
 	}
 }
 
+// finish returns the completed request's error.
+func (r *Request) finish() error {
+	if r.result != nil {
+		r.once.Do(func() { r.err = r.result() })
+	}
+	return r.err
+}
+
 // Done is closed when the collective completes.
 func (r *Request) Done() <-chan struct{} { return r.done }
+
+// Endpoint reports whether the request is one operation of the
+// communicator's endpoint, which completes it as the endpoint steps the
+// reply, with no goroutine of its own: a waiter may then drive the
+// endpoint itself until Done is closed (endpoint.Endpoint.Drive). Other
+// requests run in a goroutine that must get the thread.
+func (r *Request) Endpoint() bool { return r.op }
 
 // inlineKey marks a context made by Inline.
 type inlineKey struct{}
@@ -53,14 +74,15 @@ func Inline(ctx context.Context) context.Context {
 // reserved by the caller before start, so every rank numbers its
 // collectives identically whatever the goroutines' timing.
 func start(ctx context.Context, f func(ctx context.Context) error) *Request {
-	r := &Request{done: make(chan struct{})}
+	done := make(chan struct{})
+	r := &Request{done: done}
 	if ctx.Value(inlineKey{}) != nil {
 		r.err = f(context.WithValue(ctx, inlineKey{}, nil))
-		close(r.done)
+		close(done)
 		return r
 	}
 	go func() {
-		defer close(r.done)
+		defer close(done)
 		r.err = f(ctx)
 	}()
 	return r
@@ -68,9 +90,9 @@ func start(ctx context.Context, f func(ctx context.Context) error) *Request {
 
 // failed returns a completed request carrying err.
 func failed(err error) *Request {
-	r := &Request{done: make(chan struct{}), err: err}
-	close(r.done)
-	return r
+	done := make(chan struct{})
+	close(done)
+	return &Request{done: done, err: err}
 }
 
 // closed reports whether ch is closed (a Done channel).
@@ -82,3 +104,10 @@ func closed(ch <-chan struct{}) bool {
 		return false
 	}
 }
+
+// closedChan is a closed channel, the Done of requests complete at once.
+var closedChan = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()

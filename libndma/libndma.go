@@ -77,7 +77,7 @@ type request struct {
 	r        *coll.Request
 	cancel   context.CancelFunc
 	c        *comm
-	done     chan struct{} // closed once r is done and off c.inflight
+	done     chan struct{} // blocking calls: closed once r is done and off c.inflight
 	notified bool          // ndma_request_notify was called (under handles)
 }
 
@@ -371,7 +371,7 @@ func ndmago_comm_free(h C.ndma_comm_t) (rc C.int) {
 	cm.mu.Unlock()
 	for _, r := range reqs {
 		r.cancel()
-		<-r.done
+		r.wait()
 	}
 	cm.endPoolCalls()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -498,7 +498,7 @@ func (cm *comm) run(req *C.ndma_request_t, op coll.Operation, f func(ctx context
 	// their buffers. A blocking call runs on the caller's goroutine
 	// (coll.Inline), outside cm.mu: no other thread takes part in
 	// starting it or in reporting its end.
-	r := &request{cancel: cancel, c: cm, done: make(chan struct{})}
+	r := &request{cancel: cancel, c: cm}
 	cm.mu.Lock()
 	if cm.closed {
 		cm.mu.Unlock()
@@ -507,17 +507,16 @@ func (cm *comm) run(req *C.ndma_request_t, op coll.Operation, f func(ctx context
 	}
 	cm.inflight[r] = struct{}{}
 	if req == nil {
+		r.done = make(chan struct{})
 		cm.mu.Unlock()
 		r.r = f(endpoint.Driving(coll.Inline(ctx)), opts)
 		cm.forget(r)
 		return r.result()
 	}
+	// A request stays in flight until ndma_wait or ndma_test finds it
+	// complete (or the communicator is freed).
 	r.r = f(ctx, opts)
 	cm.mu.Unlock()
-	go func() {
-		<-r.r.Done()
-		cm.forget(r)
-	}()
 	handles.Lock()
 	h := newHandle()
 	handles.reqs[h] = r
@@ -531,14 +530,25 @@ func (cm *comm) forget(r *request) {
 	cm.mu.Lock()
 	delete(cm.inflight, r)
 	cm.mu.Unlock()
-	close(r.done)
+	if r.done != nil {
+		close(r.done)
+	}
+}
+
+// wait waits until r no longer uses its buffers.
+func (r *request) wait() {
+	if r.done != nil {
+		<-r.done // a blocking call, on another thread
+	} else {
+		<-r.r.Done()
+	}
 }
 
 // result releases the completed request r's context and returns its
 // code; a call ndma_comm_free cancelled is NDMA_ERR_CLOSED.
 func (r *request) result() C.int {
+	_, err := r.r.Test() // first: the request's end stops its context's watch
 	r.cancel()
-	_, err := r.r.Test()
 	if err == nil {
 		return C.NDMA_OK
 	}
@@ -738,6 +748,7 @@ func finish(h C.ndma_request_t, r *request) C.int {
 	handles.Lock()
 	delete(handles.reqs, uint64(h))
 	handles.Unlock()
+	r.c.forget(r)
 	return r.result()
 }
 
@@ -747,6 +758,19 @@ func ndmago_wait(h C.ndma_request_t) (rc C.int) {
 	r, err := lookupRequest(h)
 	if err != nil {
 		return fail(err)
+	}
+	if r.r.Endpoint() {
+		// A switch operation, completed as the endpoint steps its reply:
+		// this thread reads the socket itself until then, as a blocking
+		// call does.
+		r.c.ep.Drive(endpoint.Driving(context.Background()), func() bool {
+			select {
+			case <-r.r.Done():
+				return true
+			default:
+				return false
+			}
+		})
 	}
 	<-r.r.Done()
 	return finish(h, r)
