@@ -19,8 +19,10 @@ import (
 var errWouldBlock = errors.New("netio: nothing to read")
 
 // directBatch bounds a DirectReader's datagrams per receive (its own
-// buffers: with GRO, 64 KiB each).
-const directBatch = 16
+// buffers: with GRO, 64 KiB each). As many as the conn's reader takes:
+// with 16, a C caller driving a 16 MiB in-network Allreduce took 2%
+// longer than one that let the reader do the receiving; with 64, 1%.
+const directBatch = DefaultBatchSize
 
 // directReader reads a UDPConn's socket through a duplicate of its
 // descriptor that Go's poller does not know, so that the kernel wakes
