@@ -202,6 +202,7 @@ type Op struct {
 	finished  bool
 	done      chan struct{} // closed on completion by Endpoint
 	cq        chan<- *Op
+	waiter    bool // a goroutine sleeps in Endpoint.Do for it (under Endpoint.mu)
 }
 
 // Config configures a Core or Endpoint. Zero values select defaults.

@@ -10,10 +10,10 @@ import (
 	"github.com/ndma/ndma/netio"
 )
 
-// driveSlice bounds one wait of a driving caller in the socket: after a
-// slice in which nothing arrived it lets the process's other goroutines
-// run (it holds its thread's scheduler slot while it waits) before it
-// waits again.
+// driveSlice bounds one wait of a driving caller in the socket, in which
+// it holds its thread's scheduler slot (P); once nothing has arrived for
+// a slice it waits giving the P back, so that the process's other
+// goroutines run.
 const driveSlice = time.Millisecond
 
 // drivingKey marks a context made by Driving.
@@ -38,6 +38,12 @@ type driving struct {
 	r       netio.DirectReader // nil: the conn cannot be driven
 	ds      []netio.Datagram
 	waiting atomic.Bool // the driver sleeps in r.Wait: wake it on completions
+	// Under Endpoint.mu: a driver is at work; an op it completed has a
+	// goroutine waiting for it (in Do, or on a notify channel); and how
+	// often the driver let such goroutines have its thread.
+	active bool
+	woke   bool
+	yields atomic.Uint64
 }
 
 // directReader makes the direct reader on first use.
@@ -79,14 +85,32 @@ func (ep *Endpoint) Drive(ctx context.Context, ready func() bool) {
 		return
 	}
 	defer d.mu.Unlock()
+	ep.mu.Lock()
+	d.active, d.woke = true, false
+	ep.mu.Unlock()
+	defer func() {
+		ep.mu.Lock()
+		d.active = false
+		ep.mu.Unlock()
+	}()
+	var idle time.Duration // waited since the last datagram read
 	for !ready() && ctx.Err() == nil {
 		k, err := r.TryReadBatch(d.ds)
 		if err != nil {
 			return
 		}
 		if k > 0 {
-			if !ep.receive(d.ds[:k]) {
+			idle = 0
+			open, woke := ep.receive(d.ds[:k])
+			if !open {
 				return
+			}
+			if woke && !ready() {
+				// Another goroutine's op completed: it cannot run while
+				// this one holds the thread's P in a wait (GOMAXPROCS=1),
+				// so give it the P now rather than after a slice.
+				d.yields.Add(1)
+				runtime.Gosched()
 			}
 			continue
 		}
@@ -105,17 +129,20 @@ func (ep *Endpoint) Drive(ctx context.Context, ready func() bool) {
 			d.waiting.Store(false)
 			return
 		}
-		err = r.Wait(max(wait, 0))
+		if idle < driveSlice {
+			err = r.Wait(max(wait, 0))
+		} else {
+			// Nothing for a slice: a long wait, where a thread switch
+			// more on return costs little. Give the P back meanwhile,
+			// so that the process's other goroutines, timers and network
+			// poller (other endpoints' readers) run.
+			err = r.Sleep(max(wait, 0))
+		}
 		d.waiting.Store(false)
 		if err != nil {
 			return
 		}
-		if wait == driveSlice {
-			// Let the process's other goroutines (timers, notifiers)
-			// have the thread's slot before waiting again; a reply
-			// that comes now is read next.
-			runtime.Gosched()
-		}
+		idle += max(wait, 0)
 	}
 }
 
@@ -128,15 +155,17 @@ func (ep *Endpoint) wakeDriver() {
 }
 
 // receive steps ds[:k] through the core, as the reader goroutine does,
-// and reports whether the endpoint is still open.
-func (ep *Endpoint) receive(ds []netio.Datagram) bool {
+// and reports whether the endpoint is still open and whether an op with
+// another goroutine waiting for it completed.
+func (ep *Endpoint) receive(ds []netio.Datagram) (open, woke bool) {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	if ep.closed {
-		return false
+		return false, false
 	}
 	ep.stepLocked(ds)
-	return true
+	woke, ep.drv.woke = ep.drv.woke, false
+	return true, woke
 }
 
 // serveTimer runs the endpoint's timer work if it is due (the timer's

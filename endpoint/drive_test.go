@@ -127,3 +127,75 @@ func TestUDPDriving(t *testing.T) {
 		t.Fatal("a driving read outlived Close")
 	}
 }
+
+// TestUDPDrivingLetsOthersRun: with one scheduler slot (GOMAXPROCS=1), a
+// driver waiting for a reply that does not come leaves the process's
+// other goroutines room to run: another goroutine's reads, from a memory
+// node in the same process, complete at their usual pace (the driver
+// hands over the thread when it completes their ops, and gives its
+// slot back while it waits long).
+func TestUDPDrivingLetsOthersRun(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	srv := listen(t)
+	mem := make([]byte, 4096)
+	key, err := srv.Register(mem, memnode.PermAll, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := New(conn, Config{}, Options{})
+	if err != nil {
+		conn.Close()
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	dead, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dead.Close()
+
+	// The driver: a read from a silent peer, until the reads are done.
+	stop, cancelDriver := context.WithCancel(context.Background())
+	drove := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		drove <- cli.Remote(dead.LocalAddr()).Read(Driving(stop), 1, 0, make([]byte, 8))
+	}()
+	for cli.drv.yields.Load() == 0 && !driverActive(cli) {
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r := cli.Remote(srv.LocalAddr())
+	buf := make([]byte, 64)
+	const reads = 200
+	start := time.Now()
+	for i := range reads {
+		if err := r.Read(ctx, key, 0, buf); err != nil {
+			t.Fatalf("read %d beside a driver: %v", i, err)
+		}
+	}
+	cancelDriver()
+	if err := <-drove; !errors.Is(err, context.Canceled) {
+		t.Errorf("driver: %v, want its context's end", err)
+	}
+	// Starved, each read would wait for the runtime's 10 ms preemption
+	// of the driver (its network poller runs only then).
+	per := time.Since(start) / reads
+	t.Logf("%d reads beside a driver, %v each; it yielded its thread %d times", reads, per, cli.drv.yields.Load())
+	if per > 5*time.Millisecond {
+		t.Errorf("reads beside a driver took %v each: the driver starves the process", per)
+	}
+}
+
+// driverActive reports whether a goroutine drives ep.
+func driverActive(ep *Endpoint) bool {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.drv.active
+}

@@ -244,6 +244,9 @@ func (ep *Endpoint) signalLocked(op *Op) {
 	if op.done != nil {
 		close(op.done)
 	}
+	if ep.drv.active && (op.waiter || op.cq != nil) {
+		ep.drv.woke = true // a goroutine waits to run: the driver lets it
+	}
 	if op.cq == nil {
 		ep.wakeDriver()
 		return
@@ -310,6 +313,7 @@ func (ep *Endpoint) Start(op *Op, notify chan<- *Op) error {
 	}
 	op.done = make(chan struct{})
 	op.cq = notify
+	op.waiter = false
 	now := time.Now()
 	if err := ep.core.Post(now, op); err != nil {
 		return err
@@ -358,6 +362,9 @@ func (ep *Endpoint) Do(ctx context.Context, op *Op) error {
 		return err
 	}
 	ep.Drive(ctx, op.finishedChan)
+	ep.mu.Lock()
+	op.waiter = !op.finished
+	ep.mu.Unlock()
 	select {
 	case <-op.done:
 		return op.Err

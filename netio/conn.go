@@ -93,6 +93,11 @@ type DirectReader interface {
 	// meanwhile, so other goroutines of a process with GOMAXPROCS=1 wait
 	// too: keep d short (the runtime preempts a wait of over ~10 ms).
 	Wait(d time.Duration) error
+	// Sleep is Wait with the thread's P given back to the runtime for
+	// the wait (a blocking system call), so that the process's other
+	// goroutines and its network poller run meanwhile; returning may then
+	// take a thread switch.
+	Sleep(d time.Duration) error
 	// Wake makes a Wait in progress, or the next one, return at once.
 	Wake()
 	// Close releases the reader's descriptors.

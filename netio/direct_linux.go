@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -88,7 +89,11 @@ func (d *directReader) TryReadBatch(ds []Datagram) (int, error) {
 	return n, nil
 }
 
-func (d *directReader) Wait(timeout time.Duration) error {
+func (d *directReader) Wait(timeout time.Duration) error { return d.wait(timeout, false) }
+
+func (d *directReader) Sleep(timeout time.Duration) error { return d.wait(timeout, true) }
+
+func (d *directReader) wait(timeout time.Duration, release bool) error {
 	if d.closed.Load() || d.conn.closed.Load() {
 		return ErrClosed
 	}
@@ -98,12 +103,24 @@ func (d *directReader) Wait(timeout time.Duration) error {
 	d.r.stats.directWaits.Add(1)
 	ts := unix.NsecToTimespec(max(int64(timeout), 0))
 	d.pfd[0].Revents, d.pfd[1].Revents = 0, 0
-	// A raw system call: the thread keeps its P, so that returning from
-	// the wait needs no other thread (Syscall's entersyscall would let
-	// the runtime hand the P to another thread, which the waiter must
-	// then wait for). EINTR (the runtime's preemption signal) returns.
-	_, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&d.pfd[0])), 2,
-		uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	var e syscall.Errno
+	if release {
+		_, err := unix.Ppoll(d.pfd[:], &ts, nil)
+		if err != nil {
+			e, _ = err.(syscall.Errno)
+			if e == 0 {
+				return fmt.Errorf("netio: ppoll on %v: %w", d.conn.local, err)
+			}
+		}
+	} else {
+		// A raw system call: the thread keeps its P, so that returning
+		// from the wait needs no other thread (Syscall's entersyscall
+		// lets the runtime hand the P to another thread, which the
+		// waiter must then wait for). EINTR (the runtime's preemption
+		// signal) returns.
+		_, _, e = unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&d.pfd[0])), 2,
+			uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	}
 	if e != 0 && e != unix.EINTR {
 		return fmt.Errorf("netio: ppoll on %v: %w", d.conn.local, e)
 	}
