@@ -64,6 +64,8 @@ func TestGoroutines(t *testing.T) {
 		}
 		close(stop)
 		wg.Wait()
+		// Done runs before a goroutine exits: wait until they have.
+		synctest.Wait()
 		if n := Goroutines(); n != base {
 			t.Errorf("after they returned: %d, want %d", n, base)
 		}
