@@ -90,7 +90,7 @@ func (s *Switch) control(now time.Time, d *transport.Delivery) {
 				s.reply(d.Peer, &d.Header, wire.StatusMemberDead, uint64(mem.id))
 				return
 			}
-			mem.lastSeen = now
+			mem.lastSeen = s.heard
 			s.respond(d, &CtrlMsg{Type: CtrlHeartbeat, Resp: true, Group: g.id, Member: mem.id, Epoch: g.epoch, Dead: g.deadIDs()})
 		case CtrlLeave:
 			s.respond(d, &CtrlMsg{Type: CtrlLeave, Resp: true, Group: g.id, Member: mem.id})
@@ -293,7 +293,7 @@ func (s *Switch) join(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 	delete(s.jobs, m.Job)
 	g := s.newGroup(m.Job, false, r.size, now)
 	for i, j := range r.joiners {
-		mem := &member{id: uint16(i), addr: j.peer.Addr, alive: true, lastSeen: now}
+		mem := &member{id: uint16(i), addr: j.peer.Addr, alive: true, lastSeen: s.heard}
 		g.members[i] = mem
 		g.byAddr[mem.addr] = mem
 		s.addMember(mem)
@@ -396,7 +396,7 @@ func (s *Switch) register(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 			s.removeMember(old)
 		}
 	}
-	mem := &member{id: uint16(rank), addr: d.Peer.Addr, alive: true, lastSeen: now}
+	mem := &member{id: uint16(rank), addr: d.Peer.Addr, alive: true, lastSeen: s.heard}
 	g.members[rank] = mem
 	g.byAddr[mem.addr] = mem
 	s.addMember(mem)

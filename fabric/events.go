@@ -1,6 +1,9 @@
 package fabric
 
-import "net/netip"
+import (
+	"net/netip"
+	"time"
+)
 
 // EventKind says what an Event reports.
 type EventKind uint8
@@ -75,6 +78,7 @@ type Event struct {
 	Size     int            // ranks in the job
 	Member   uint16         // rank
 	Left     bool           // the member left on its own
+	Silent   time.Duration  // how long the switch had heard nothing from a member counted dead
 	Addr     netip.AddrPort // member's or memory node's address
 	Node     int            // memory node id
 	Capacity uint64         // bytes the memory node lends

@@ -43,7 +43,7 @@ func (s *Switch) poolControl(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 			refuse(wire.StatusBadOperand)
 			return
 		}
-		n.lastSeen = now
+		n.lastSeen = s.heard
 		if first {
 			// Not used until it reports what it holds.
 			s.nodesSeen++
@@ -124,12 +124,12 @@ func (r *PoolRegion) spec() PoolSpec {
 func (s *Switch) checkPoolNodes(now time.Time) {
 	var forget []*PoolNode
 	for _, n := range s.mmu.Nodes() {
-		if n.Alive && now.Sub(n.lastSeen) > s.cfg.HeartbeatTimeout {
+		if n.Alive && s.heard.Sub(n.lastSeen) > s.cfg.HeartbeatTimeout {
 			s.mmu.SetAlive(n, false)
 			s.logEvent(Event{Kind: EventPoolNodeDied, Node: n.ID, Addr: n.Addr})
 			s.nodeDied(now, n)
 		}
-		if !n.Alive && n.Used() == 0 && now.Sub(n.lastSeen) > s.cfg.Limits.PoolNodeTTL {
+		if !n.Alive && n.Used() == 0 && s.heard.Sub(n.lastSeen) > s.cfg.Limits.PoolNodeTTL {
 			forget = append(forget, n)
 		}
 	}

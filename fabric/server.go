@@ -291,11 +291,12 @@ func (s *Server) logEventsLocked() {
 		case EventJobJoined:
 			s.log.Info("switch: job joined", "job", e.Job, "group", e.Group, "size", e.Size)
 		case EventMemberDead:
-			msg := "switch: member dead (stopped heartbeating)"
 			if e.Left {
-				msg = "switch: member left"
+				s.log.Info("switch: member left", "job", e.Job, "group", e.Group, "rank", e.Member, "addr", e.Addr)
+			} else {
+				s.log.Info("switch: member dead (stopped heartbeating)", "job", e.Job, "group", e.Group, "rank", e.Member, "addr", e.Addr,
+					"silent", e.Silent.Round(time.Millisecond))
 			}
-			s.log.Info(msg, "job", e.Job, "group", e.Group, "rank", e.Member, "addr", e.Addr)
 		case EventPoolNodeJoined:
 			s.log.Info("switch: memory node joined the pool", "node", e.Node, "addr", e.Addr, "bytes", e.Capacity)
 		case EventPoolNodeDied:

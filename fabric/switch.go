@@ -190,6 +190,7 @@ type Stats struct {
 	AuthFailures                                                               uint64
 	ForwardDropped                                                             uint64
 	MembersDead                                                                uint64
+	Stalls                                                                     uint64 // the switch's own stalls, left out of members' silence (noteActivity)
 	EventsDropped                                                              uint64 // events not queued: MaxEvents were waiting for Events
 	RendezvousExpired, PoolNodesForgotten                                      uint64 // control-plane entries expired (limits.go)
 	ControlPartialRefused, PoolUnproven                                        uint64 // partial control requests refused; pool requests refused to unproven sources
@@ -285,6 +286,14 @@ type Switch struct {
 	ack   wire.Ack
 	// byAddr lists the live members (of any group) at an address.
 	byAddr map[netip.AddrPort][]*member
+
+	// Liveness runs on a clock that stops while the switch itself stalls
+	// (noteActivity): lastActive is the last Step or Poll, stalled the
+	// stalls left out so far, heard = now - stalled, on which members' and
+	// memory nodes' lastSeen are kept.
+	lastActive time.Time
+	stalled    time.Duration
+	heard      time.Time
 
 	// aggregation results in flight: token → slot
 	aggTok  map[uint64]aggResult
@@ -453,6 +462,7 @@ func (s *Switch) Groups() []GroupInfo {
 // Step handles one received datagram.
 func (s *Switch) Step(now time.Time, from netip.AddrPort, pkt []byte) {
 	s.now = now
+	s.noteActivity(now)
 	s.stats.Received++
 	var h wire.Header
 	var payload []byte
@@ -470,7 +480,7 @@ func (s *Switch) Step(now time.Time, from netip.AddrPort, pkt []byte) {
 	// busy sending or acknowledging is never declared dead because its
 	// heartbeats queue behind data on a lossy link.
 	for _, m := range s.byAddr[from] {
-		m.lastSeen = now
+		m.lastSeen = s.heard
 	}
 	if h.Mode == wire.ModePool {
 		s.poolForward(from, &h, payload)
@@ -567,6 +577,7 @@ func (s *Switch) forwardShared(buf []byte, addr netip.AddrPort) bool {
 // before they are sent).
 func (s *Switch) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
 	s.now = now
+	s.noteActivity(now)
 	s.checkLiveness(now)
 	s.expireData(now)
 	s.sendRebuildGos(now)

@@ -58,12 +58,36 @@ func (s *Switch) reply(to transport.PeerID, req *wire.Header, st wire.Status, op
 	_, _ = s.eng.Send(to, &h, nil, 0)
 }
 
+// noteActivity runs at every Step and Poll. A gap since the last one of
+// more than a quarter of the heartbeat timeout, while liveness checks are
+// due every eighth of it, is a stall of the switch itself (its process
+// descheduled or stopped, its loop blocked): what members sent meanwhile
+// may still be waiting in the socket, so the stall (less the check
+// interval) is left out of their silence. Without groups or memory nodes
+// no check is due and a gap is only idleness.
+func (s *Switch) noteActivity(now time.Time) {
+	if gap := now.Sub(s.lastActive); !s.lastActive.IsZero() && gap > s.cfg.HeartbeatTimeout/4 && s.watching() {
+		s.stalled += gap - s.checkInterval()
+		s.stats.Stalls++
+	}
+	s.lastActive = now
+	s.heard = now.Add(-s.stalled)
+}
+
+// watching reports whether liveness checks are due (see nextLiveness).
+func (s *Switch) watching() bool {
+	return len(s.groups) > 0 || len(s.mmu.Nodes()) > 0 || s.controlPending()
+}
+
+// checkInterval is how often checkLiveness runs while watching.
+func (s *Switch) checkInterval() time.Duration { return min(s.cfg.HeartbeatTimeout/8, time.Second) }
+
 // checkLiveness declares members dead whose heartbeats stopped.
 func (s *Switch) checkLiveness(now time.Time) {
-	if (len(s.groups) == 0 && len(s.mmu.Nodes()) == 0 && !s.controlPending()) || now.Before(s.nextCheck) {
+	if !s.watching() || now.Before(s.nextCheck) {
 		return
 	}
-	s.nextCheck = now.Add(min(s.cfg.HeartbeatTimeout/8, time.Second))
+	s.nextCheck = now.Add(s.checkInterval())
 	s.sweepControl(now)
 	s.checkPoolNodes(now)
 	ids := make([]uint32, 0, len(s.groups))
@@ -74,7 +98,7 @@ func (s *Switch) checkLiveness(now time.Time) {
 	for _, id := range ids {
 		g := s.groups[id]
 		for _, m := range g.members {
-			if m != nil && m.alive && now.Sub(m.lastSeen) > s.cfg.HeartbeatTimeout {
+			if m != nil && m.alive && s.heard.Sub(m.lastSeen) > s.cfg.HeartbeatTimeout {
 				s.memberDead(g, m, false)
 			}
 		}
@@ -82,7 +106,7 @@ func (s *Switch) checkLiveness(now time.Time) {
 }
 
 func (s *Switch) nextLiveness() time.Time {
-	if len(s.groups) == 0 && len(s.mmu.Nodes()) == 0 && !s.controlPending() {
+	if !s.watching() {
 		return time.Time{}
 	}
 	return s.nextCheck
@@ -100,7 +124,11 @@ func (s *Switch) memberDead(g *group, m *member, left bool) {
 	g.dead.add(m.id, s.now)
 	g.epoch++
 	s.stats.MembersDead++
-	s.logEvent(Event{Kind: EventMemberDead, Job: g.name, Group: g.id, Member: m.id, Addr: m.addr, Left: left})
+	e := Event{Kind: EventMemberDead, Job: g.name, Group: g.id, Member: m.id, Addr: m.addr, Left: left}
+	if !left {
+		e.Silent = s.heard.Sub(m.lastSeen)
+	}
+	s.logEvent(e)
 	s.dropMemberStreams(g, m)
 	// Stop the switch's own streams to it.
 	for _, mode := range []wire.Mode{wire.ModeUnicast, wire.ModeAggregate, wire.ModeAnycast} {

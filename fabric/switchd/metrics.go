@@ -101,6 +101,8 @@ var metrics = []metric{
 		func(_ *Server, st *Stats) float64 { return float64(st.Switch.AnycastPending) }),
 	counter("members_dead_total", "Members declared dead (missed heartbeats) or gone (left).",
 		nil, func(st *Stats) uint64 { return st.Switch.MembersDead }),
+	counter("stalls_total", "The switch's own stalls (its loop not run for a quarter of the heartbeat timeout), left out of members' silence.",
+		nil, func(st *Stats) uint64 { return st.Switch.Stalls }),
 	counter("events_dropped_total", "Job and pool events not logged because fabric.MaxEvents were already waiting.",
 		nil, func(st *Stats) uint64 { return st.Switch.EventsDropped }),
 
