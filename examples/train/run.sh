@@ -28,10 +28,10 @@ case " $BACKENDS " in
 *" ndma-offload "*) MEMNODES=${MEMNODES:-2} ;;
 *) MEMNODES=${MEMNODES:-0} ;;
 esac
+EXTRA=${EXTRA:-}
 if [ -n "$LR" ]; then
 	EXTRA="--lr $LR $EXTRA"
 fi
-EXTRA=${EXTRA:-}
 
 go build -o "$OUT/ndma" ./cmd/ndma
 make libndma >/dev/null
