@@ -106,6 +106,22 @@ func (h *ctlHarness) run(d, dt time.Duration) {
 	}
 }
 
+// register makes c rank rank of the 2-member round-robin service "svc"
+// and returns the service's group id.
+func (h *ctlHarness) register(c *ctlClient, rank int) uint32 {
+	h.t.Helper()
+	id := h.send(c, &CtrlMsg{Type: CtrlRegister, Service: "svc", Policy: uint8(PolicyRoundRobin), Size: 2, Rank: rank, MTU: 9000})
+	h.pump(2 * time.Millisecond)
+	var m CtrlMsg
+	if st := c.resps[id].Status; st != wire.StatusOK {
+		h.t.Fatalf("register rank %d: %v", rank, st)
+	}
+	if err := ParseCtrl(c.body[id], &m, h.token); err != nil {
+		h.t.Fatal(err)
+	}
+	return m.Group
+}
+
 func addrN(i int) netip.AddrPort {
 	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 9, byte(i >> 8), byte(i)}), 5000)
 }
@@ -183,18 +199,7 @@ func TestRendezvousBoundedAndExpiring(t *testing.T) {
 func TestDeadListBounded(t *testing.T) {
 	h := newCtlHarness(t, Config{HeartbeatTimeout: time.Hour})
 	a, b := h.client(addrN(1), 9000), h.client(addrN(2), 9000)
-	reg := func(c *ctlClient, rank int) uint32 {
-		id := h.send(c, &CtrlMsg{Type: CtrlRegister, Service: "svc", Policy: uint8(PolicyRoundRobin), Size: 2, Rank: rank, MTU: 9000})
-		h.pump(2 * time.Millisecond)
-		var m CtrlMsg
-		if st := c.resps[id].Status; st != wire.StatusOK {
-			t.Fatalf("register rank %d: %v", rank, st)
-		}
-		if err := ParseCtrl(c.body[id], &m, h.token); err != nil {
-			t.Fatal(err)
-		}
-		return m.Group
-	}
+	reg := h.register
 	g := reg(a, 0)
 	for range 5000 {
 		reg(b, 1)

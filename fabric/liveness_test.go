@@ -3,8 +3,6 @@ package fabric
 import (
 	"testing"
 	"time"
-
-	"github.com/ndma/ndma/wire"
 )
 
 // TestStallIsNotSilence: a switch that itself stops running for three
@@ -17,19 +15,8 @@ func TestStallIsNotSilence(t *testing.T) {
 	const timeout = time.Second
 	h := newCtlHarness(t, Config{HeartbeatTimeout: timeout})
 	a, b := h.client(addrN(1), 9000), h.client(addrN(2), 9000)
-	var group uint32
-	for rank, c := range []*ctlClient{a, b} {
-		id := h.send(c, &CtrlMsg{Type: CtrlRegister, Service: "svc", Policy: uint8(PolicyRoundRobin), Size: 2, Rank: rank, MTU: 9000})
-		h.pump(2 * time.Millisecond)
-		var m CtrlMsg
-		if st := c.resps[id].Status; st != wire.StatusOK {
-			t.Fatalf("register rank %d: %v", rank, st)
-		}
-		if err := ParseCtrl(c.body[id], &m, h.token); err != nil {
-			t.Fatal(err)
-		}
-		group = m.Group
-	}
+	h.register(a, 0)
+	group := h.register(b, 1)
 	heartbeat := func(cs ...*ctlClient) {
 		for i, c := range cs {
 			h.send(c, &CtrlMsg{Type: CtrlHeartbeat, Group: group, Member: uint16(i)})
