@@ -24,9 +24,10 @@ One process per rank, the launch in the environment (NDMA_RANK/NDMA_SIZE
 as `ndma testbed run` sets them, or torchrun's RANK/WORLD_SIZE), every
 rank meeting in a torch.distributed FileStore at --store (a shared file
 system: the testbed's hosts share the machine's). Rank 0 writes JSON
-Lines to --out: one record per step (loss, step time), per epoch (test
-accuracy, samples/s, a hash of the parameters on every rank) and a
-summary. Data: the MNIST export of examples/train/export (--data).
+Lines to --out: one record per step (loss, step time, and the compute
+in it: forward and backward until the last gradient is computed), per
+epoch (test accuracy, samples/s, median step and compute, a hash of the
+parameters on every rank) and a summary. Data: the MNIST export of examples/train/export (--data).
 
     python3 examples/train/train.py --backend ndma --data /tmp/mnist --store /tmp/s --out ndma.jsonl
 """
@@ -170,8 +171,15 @@ def main():
             out.flush()
 
     # Compute alone: forward and backward without the gradient exchange
-    # (DDP's no_sync), timed on a few batches, so that a step's time
-    # splits into compute and what the exchange adds.
+    # (DDP's no_sync), timed on a few batches before training. Under
+    # load (ranks sharing CPUs with each other and with the network
+    # work) a step's compute takes longer, so each step also marks when
+    # the first layer's gradient is computed, the last one backward
+    # computes: the step's compute is the time to that mark, and the
+    # rest of the step waits for the gradient exchange (and runs the
+    # optimizer).
+    grad_ready = [0.0]
+    net[0].weight.register_hook(lambda g: grad_ready.__setitem__(0, time.perf_counter()))
     calib = []
     with ddp.no_sync() if ddp is not net else torch.enable_grad():
         for i in range(4):
@@ -183,7 +191,7 @@ def main():
     compute_s = float(np.median(calib[1:]))
 
     emit({"kind": "start", "params": nparams, "batch_per_rank": a.batch, "optimizer": a.optimizer, "lr": a.lr, "epochs": a.epochs,
-          "hidden": widths, "deterministic": a.deterministic, "compute_s": compute_s,
+          "hidden": widths, "deterministic": a.deterministic, "compute_alone_s": compute_s,
           "torch": torch.__version__, "threads": a.threads})
     dist.barrier()
     t_start = time.perf_counter()
@@ -197,7 +205,7 @@ def main():
         perm = torch.randperm(len(xs), generator=g)
         mine = perm[rank::size]  # this rank's shard, the same split on every rank
         te0 = time.perf_counter()
-        step_times = []
+        step_times, compute_times = [], []
         for s in range(steps_per_epoch):
             idx = mine[s * a.batch:(s + 1) * a.batch]
             t0 = time.perf_counter()
@@ -207,11 +215,12 @@ def main():
             opt.step()
             dt = time.perf_counter() - t0
             step_times.append(dt)
+            compute_times.append(grad_ready[0] - t0)
             step_global += 1
             # Rank 0's batch loss (averaging it over the ranks would add a
             # collective per step to what is measured).
             emit({"kind": "step", "epoch": epoch, "step": step_global, "t": time.perf_counter() - t_start,
-                  "loss": loss.item(), "step_s": dt})
+                  "loss": loss.item(), "step_s": dt, "compute_s": compute_times[-1]})
         epoch_s = time.perf_counter() - te0
         train_s += epoch_s
         t_epoch = time.perf_counter() - t_start
@@ -226,10 +235,10 @@ def main():
         hashes = [None] * size
         dist.all_gather_object(hashes, param_hash(net))
         t_start += time.perf_counter() - te
-        st = float(np.median(step_times))
+        st, ct = float(np.median(step_times)), float(np.median(compute_times))
         emit({"kind": "epoch", "epoch": epoch, "t": t_epoch, "test_acc": acc,
               "samples_per_s": steps_per_epoch * a.batch * size / epoch_s, "step_s_median": st,
-              "compute_s": compute_s, "comm_s": max(st - compute_s, 0.0),
+              "compute_s": ct, "comm_s": max(st - ct, 0.0), "compute_alone_s": compute_s,
               "param_hash": hashes[0], "ranks_agree": len(set(hashes)) == 1})
     # Memory: the optimizer state this rank holds (in the pool instead
     # with ndma-offload) and the process's peak resident set, the largest

@@ -60,8 +60,8 @@ type run struct {
 	Params      int       `json:"params"`
 	SamplesPerS float64   `json:"samples_per_s"`
 	StepS       float64   `json:"step_s"`    // median step, last epoch
-	ComputeS    float64   `json:"compute_s"` // forward + backward alone
-	CommS       float64   `json:"comm_s"`    // what the gradient exchange adds to a step
+	ComputeS    float64   `json:"compute_s"` // forward + backward in a step, until the last gradient is computed
+	CommS       float64   `json:"comm_s"`    // the rest of the step: waiting for the gradient exchange, the optimizer
 	TestAcc     []float64 `json:"test_acc"`  // per epoch
 	EpochT      []float64 `json:"epoch_t"`   // seconds from the start at each epoch's end
 	RanksAgree  []bool    `json:"ranks_agree"`
