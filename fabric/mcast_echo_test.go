@@ -116,3 +116,30 @@ func TestSwitchMergedAckEchoesNoStaleTimestamp(t *testing.T) {
 			rtt, released[0].EchoTS, released[0].AckDelay)
 	}
 }
+
+// TestSwitchMergedAckCarriesQueueDelay: the merged ACK carries the
+// forward queueing (QDelay) that the receiver whose ACK moved it
+// measured, beside that ACK's echoed timestamp: the slowest receiver's
+// path, which the sender's delay signal is then built on.
+func TestSwitchMergedAckCarriesQueueDelay(t *testing.T) {
+	f := newBenchFabric(t, 3)
+	sw, g := f.sw, f.group
+	sender := f.addrs[0]
+	var out []netio.Datagram
+	const base = 1000
+	t0 := f.now
+	sw.Step(t0, sender, mcastDataAt(t, g, base, base, wire.FlagSyn, t0))
+	out, _ = sw.Poll(f.now, out[:0])
+	f.now = f.now.Add(10 * time.Microsecond)
+	sw.Step(f.now, f.addrs[1], mcastAck(t, g, 1, 0, &wire.Ack{Cum: base + 1, Window: 1024, EchoTS: uint64(t0.UnixNano()), QDelay: 1 + 40}))
+	f.now = f.now.Add(3 * time.Millisecond)
+	sw.Step(f.now, f.addrs[2], mcastAck(t, g, 2, 0, &wire.Ack{Cum: base + 1, Window: 1024, EchoTS: uint64(t0.UnixNano()), QDelay: 1 + 2900}))
+	out, _ = sw.Poll(f.now, out[:0])
+	acks := mergedAcks(t, out, sender)
+	if len(acks) != 1 || acks[0].Cum != base+1 {
+		t.Fatalf("merged ACKs %+v, want one with Cum %d", acks, base+1)
+	}
+	if acks[0].QDelay != 1+2900 {
+		t.Fatalf("merged ACK reports QDelay %d, want the slowest receiver's %d", acks[0].QDelay, 1+2900)
+	}
+}

@@ -44,6 +44,7 @@ type mstream struct {
 	// dropped).
 	echoTS uint64
 	delay  uint32
+	qdelay uint32 // the echoed ACK's QDelay: its receiver's forward queueing
 	echoAt time.Time
 	// A restart of the sender's stream (a jump of a window or more, a
 	// SYN far behind, an AckBase more than transport.StaleSpan behind)
@@ -244,7 +245,7 @@ func (s *Switch) replicate(now time.Time, g *group, src *member, h *wire.Header,
 		// Everyone has it (the sender missed our ACK): tell it again,
 		// echoing this copy's timestamp as a receiver does for a
 		// duplicate.
-		ms.echo(h.TS, 0, now)
+		ms.echo(h.TS, 0, 0, now)
 		s.markDirty(ms)
 		return
 	}
@@ -272,7 +273,7 @@ func (s *Switch) replicate(now time.Time, g *group, src *member, h *wire.Header,
 	}
 	if !sent {
 		// Every live member already has it: re-acknowledge.
-		ms.echo(h.TS, 0, now)
+		ms.echo(h.TS, 0, 0, now)
 		s.markDirty(ms)
 	}
 }
@@ -283,22 +284,24 @@ func (s *Switch) replicate(now time.Time, g *group, src *member, h *wire.Header,
 const maxEchoHold = time.Second
 
 // echo records the timestamp the next merged ACK echoes: ts with the
-// receiver's ACK delay, received (or, for a duplicate, sent) at now.
-func (ms *mstream) echo(ts uint64, delay uint32, now time.Time) {
-	ms.echoTS, ms.delay, ms.echoAt = ts, delay, now
+// receiver's ACK delay and queueing (q: Ack.QDelay), received (or, for a
+// duplicate, sent) at now.
+func (ms *mstream) echo(ts uint64, delay, q uint32, now time.Time) {
+	ms.echoTS, ms.delay, ms.qdelay, ms.echoAt = ts, delay, q, now
 }
 
-// echoed returns the timestamp and ACK delay for a merged ACK sent at now:
-// the delay includes the time the switch held the timestamp.
-func (ms *mstream) echoed(now time.Time) (ts uint64, delay uint32) {
+// echoed returns the timestamp, ACK delay and queueing for a merged ACK
+// sent at now: the delay includes the time the switch held the
+// timestamp.
+func (ms *mstream) echoed(now time.Time) (ts uint64, delay, q uint32) {
 	if ms.echoTS == 0 {
-		return 0, 0
+		return 0, 0, 0
 	}
 	d := time.Duration(ms.delay) + now.Sub(ms.echoAt)
 	if d < 0 || d >= maxEchoHold {
-		return 0, 0
+		return 0, 0, 0
 	}
-	return ms.echoTS, uint32(d)
+	return ms.echoTS, uint32(d), ms.qdelay
 }
 
 // mergeAck folds one member's ACK for a sender's stream into the merged
@@ -372,7 +375,7 @@ func (s *Switch) mergeAck(now time.Time, g *group, m *member, h *wire.Header, pa
 	if full || ms.cum != oldCum || ms.nack {
 		// Only news goes to the sender — at most one merged ACK per
 		// stream per Poll — so it sees one ACK stream, not one per member.
-		ms.echo(a.EchoTS, a.AckDelay, now)
+		ms.echo(a.EchoTS, a.AckDelay, a.QDelay, now)
 		s.markDirty(ms)
 	}
 }
@@ -440,7 +443,7 @@ func (s *Switch) sendMerged(ms *mstream, g *group) {
 	need := uint16(s.mcastReceivers(g, ms.sender))
 	a := &s.ack
 	*a = wire.Ack{Cum: ms.cum, Window: ms.w}
-	a.EchoTS, a.AckDelay = ms.echoed(s.now)
+	a.EchoTS, a.AckDelay, a.QDelay = ms.echoed(s.now)
 	for i, m := range g.members {
 		if m != nil && m.alive && m != ms.sender && ms.macked[i] && ms.mwin[i] < a.Window {
 			a.Window = ms.mwin[i]

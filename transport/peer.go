@@ -155,7 +155,15 @@ type peer struct {
 	nackSent    bool
 	echoTS      uint64
 	lastArrival time.Time
-	advWindow   uint32 // receive window advertised; zero = Config.RecvWindow
+	// The receiver's measure of the forward queueing (Ack.QDelay): the
+	// echoed packet's one-way delay (its arrival here less its send
+	// time there, with the clocks' offset) above the lowest of a
+	// full-size packet on this stream, over the two buckets owdRotate
+	// turns for the sender's base too; echoQ is what the next ACK
+	// reports (µs + 1; 0 while there is no base).
+	rOwdBase  [2]int64
+	echoQ     uint32
+	advWindow uint32 // receive window advertised; zero = Config.RecvWindow
 	// Address validation (see buildAck): peerBase is the latest AckBase
 	// received, acknowledged instead of the data while the peer is
 	// amplification-limited; challenge is a PSN to echo in an ACK
@@ -621,16 +629,18 @@ func (p *peer) decrease(now time.Time, factor float64) {
 const owdBucket = 30 * time.Second
 
 // onRTT takes one RTT sample r (and, if haveOWD, the forward one-way delay
-// with the clocks' offset, owd) for the timeout and the delay signal.
+// with the clocks' offset, owd; if q >= 0, the forward queueing the
+// receiver measured) for the timeout and the delay signal.
 //
 // The delay signal is the queueing on the way to the receiver: the
 // forward one-way delay above its base, where the ACK says when the
-// packet arrived; otherwise (merged ACKs, whose timestamps come from
-// different clocks) the RTT above the lowest RTT. Forward delay leaves
+// packet arrived; on a merged ACK, whose timestamps come from different
+// clocks, the queueing the receiver measured itself (Ack.QDelay);
+// otherwise the RTT above the lowest RTT. Forward delay leaves
 // out the ACK's own queueing, behind the receiver's outgoing data on a
 // shared link, which is not congestion on this stream's path (ring and
 // in-network collectives send and receive at once on every link).
-func (p *peer) onRTT(now time.Time, r time.Duration, full bool, owd int64, haveOWD bool) {
+func (p *peer) onRTT(now time.Time, r time.Duration, full bool, owd int64, haveOWD bool, q time.Duration) {
 	cfg := &p.e.cfg
 	if !p.hasRTT {
 		p.srtt, p.rttvar, p.hasRTT = r, r/2, true
@@ -662,9 +672,7 @@ func (p *peer) onRTT(now time.Time, r time.Duration, full bool, owd int64, haveO
 	queued := r - p.minRTT
 	if haveOWD {
 		if full {
-			if now.Sub(p.owdRotate) >= owdBucket {
-				p.owdBase[1], p.owdBase[0], p.owdRotate = p.owdBase[0], 0, now
-			}
+			p.rotateOWD(now)
 			if p.owdBase[0] == 0 || owd < p.owdBase[0] {
 				p.owdBase[0] = owd
 			}
@@ -676,6 +684,9 @@ func (p *peer) onRTT(now time.Time, r time.Duration, full bool, owd int64, haveO
 		if base != 0 {
 			queued = time.Duration(owd - base)
 		}
+	}
+	if q >= 0 {
+		queued = q
 	}
 	if queued <= allowed {
 		p.delayOK = true
@@ -800,8 +811,14 @@ func (p *peer) onAck(now time.Time, a *wire.Ack, nack bool, ackTS uint64, single
 			if haveOWD {
 				owd = int64(ackTS) - int64(a.AckDelay) - int64(a.EchoTS)
 			}
+			// A merged ACK's timestamps come from several clocks: it
+			// carries the forward queueing its receiver measured.
+			q := time.Duration(-1)
+			if !single && a.QDelay != 0 {
+				q = time.Duration(a.QDelay-1) * time.Microsecond
+			}
 			if r > 0 && r < maxRTTValid {
-				p.onRTT(now, r, echoFull, owd, haveOWD)
+				p.onRTT(now, r, echoFull, owd, haveOWD, q)
 			}
 		}
 	}()
@@ -990,6 +1007,7 @@ func (p *peer) checkData(now time.Time, h *wire.Header) (ok bool, pm *partialMsg
 	p.peerBase = h.AckBase
 	p.echoTS = h.TS
 	p.lastArrival = now
+	p.echoQ = p.forwardQueue(now, h)
 	p.e.activate(p)
 	psn := h.PSN
 	if wire.SeqLess(psn, p.rcvNxt) || p.hasBit(psn) {
@@ -1291,6 +1309,43 @@ func (p *peer) buildAck(now time.Time, buf []byte, limited bool) (d netio.Datagr
 	return netio.Datagram{Addr: p.id.Addr, Buf: b}, true
 }
 
+// rotateOWD starts a new bucket of the one-way delay bases, the
+// sender's and the receiver's, every owdBucket.
+func (p *peer) rotateOWD(now time.Time) {
+	if now.Sub(p.owdRotate) >= owdBucket {
+		p.owdBase[1], p.owdBase[0] = p.owdBase[0], 0
+		p.rOwdBase[1], p.rOwdBase[0] = p.rOwdBase[0], 0
+		p.owdRotate = now
+	}
+}
+
+// forwardQueue returns what an ACK of the data packet h, arrived at now,
+// reports as its queueing on the way (Ack.QDelay): its one-way delay less
+// the stream's lowest for a full-size packet. The clocks' offset cancels,
+// and so does serialization, as long as the base is a full packet's; a
+// small packet's delay below that base reports no queueing.
+func (p *peer) forwardQueue(now time.Time, h *wire.Header) uint32 {
+	if h.TS == 0 {
+		return 0
+	}
+	owd := nanos(now) - int64(h.TS)
+	if int(h.Len) >= p.e.seg/2 {
+		p.rotateOWD(now)
+		if p.rOwdBase[0] == 0 || owd < p.rOwdBase[0] {
+			p.rOwdBase[0] = owd
+		}
+	}
+	base := p.rOwdBase[0]
+	if p.rOwdBase[1] != 0 && (base == 0 || p.rOwdBase[1] < base) {
+		base = p.rOwdBase[1]
+	}
+	if base == 0 {
+		return 0
+	}
+	q := max(owd-base, 0) / 1000
+	return uint32(min(q+1, wire.MaxQDelay))
+}
+
 // window is the receive window advertised to the peer, in packets.
 func (p *peer) window() uint32 {
 	if p.advWindow != 0 {
@@ -1302,7 +1357,7 @@ func (p *peer) window() uint32 {
 // fillAck sets a to the cumulative ACK of the peer's stream, without
 // SACK blocks (what rides on data: see piggybacks; buildAck adds them).
 func (p *peer) fillAck(now time.Time, a *wire.Ack) {
-	*a = wire.Ack{Cum: p.rcvNxt, Window: p.window(), EchoTS: p.echoTS}
+	*a = wire.Ack{Cum: p.rcvNxt, Window: p.window(), EchoTS: p.echoTS, QDelay: p.echoQ}
 	if d := now.Sub(p.lastArrival); d > 0 && d < time.Second {
 		a.AckDelay = uint32(d)
 	}

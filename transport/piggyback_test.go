@@ -242,9 +242,10 @@ func TestPiggybackedAckHostile(t *testing.T) {
 	if _, comps, _ := e.Poll(t0, nil); len(comps) != 0 {
 		t.Fatalf("a forged ACK riding on data completed %+v", comps)
 	}
-	// A frame with reserved bytes set: the packet is malformed.
+	// A frame that says it has a SACK block and holds none: the packet
+	// is malformed.
 	bad := ride(wire.Ack{Cum: psn + 1, Window: 1024}, []byte("more"))
-	bad[len(bad)-2] = 1 // a reserved byte of the frame
+	bad[len(bad)-4] = 1 // the frame's NBlocks
 	wire.Seal(bad)
 	before := e.Stats().Malformed
 	if _, ok := e.Step(t0, to, bad); ok || e.Stats().Malformed != before+1 {

@@ -22,7 +22,8 @@ type Ack struct {
 	Window   uint32                   // 4: receive window: PSNs at or beyond Cum+Window are dropped
 	EchoTS   uint64                   // 8: TS of the data packet that triggered this ACK
 	AckDelay uint32                   // 16: ns between that packet's arrival and this ACK
-	NBlocks  uint8                    // 20: number of SACK blocks (1 byte) + 3 reserved zero bytes
+	NBlocks  uint8                    // 20: number of SACK blocks
+	QDelay   uint32                   // 21 (3 bytes): the echoed packet's queueing on its way, µs + 1; 0: not measured
 	Blocks   [MaxSackBlocks]SackBlock // 24: NBlocks × (Start u32, End u32)
 }
 
@@ -39,7 +40,8 @@ func (a *Ack) Encode(b []byte) int {
 	be.PutUint32(b[4:], a.Window)
 	be.PutUint64(b[8:], a.EchoTS)
 	be.PutUint32(b[16:], a.AckDelay)
-	b[20], b[21], b[22], b[23] = a.NBlocks, 0, 0, 0
+	q := min(a.QDelay, MaxQDelay)
+	b[20], b[21], b[22], b[23] = a.NBlocks, byte(q>>16), byte(q>>8), byte(q)
 	for i := 0; i < int(a.NBlocks); i++ {
 		be.PutUint32(b[AckFixedLen+8*i:], a.Blocks[i].Start)
 		be.PutUint32(b[AckFixedLen+8*i+4:], a.Blocks[i].End)
@@ -47,7 +49,11 @@ func (a *Ack) Encode(b []byte) int {
 	return n
 }
 
-// Decode parses an ACK frame. It checks the length, the reserved bytes and
+// MaxQDelay is the largest Ack.QDelay a frame carries (24 bits); Encode
+// writes a larger one as MaxQDelay.
+const MaxQDelay = 1<<24 - 1
+
+// Decode parses an ACK frame. It checks the length and
 // that every block is non-empty and lies above Cum in sequence space
 // (modulo 2^32, within 2^31).
 func (a *Ack) Decode(b []byte) error {
@@ -60,7 +66,8 @@ func (a *Ack) Decode(b []byte) error {
 	a.EchoTS = be.Uint64(b[8:])
 	a.AckDelay = be.Uint32(b[16:])
 	a.NBlocks = b[20]
-	if b[21]|b[22]|b[23] != 0 || a.NBlocks > MaxSackBlocks || len(b) != a.EncodedLen() {
+	a.QDelay = uint32(b[21])<<16 | uint32(b[22])<<8 | uint32(b[23])
+	if a.NBlocks > MaxSackBlocks || len(b) != a.EncodedLen() {
 		return ErrAckFrame
 	}
 	for i := 0; i < int(a.NBlocks); i++ {

@@ -136,7 +136,7 @@ f.ack_window = add(ProtoField.uint32("ndma.ack.window", "Receive window", base.D
 f.ack_echots = add(ProtoField.uint64("ndma.ack.echots", "Echoed timestamp (ns)", base.DEC))
 f.ack_delay = add(ProtoField.uint32("ndma.ack.delay", "ACK delay (ns)", base.DEC))
 f.ack_nblocks = add(ProtoField.uint8("ndma.ack.nblocks", "SACK blocks", base.DEC))
-f.ack_rsvd = add(ProtoField.bytes("ndma.ack.reserved", "Reserved"))
+f.ack_qdelay = add(ProtoField.uint24("ndma.ack.qdelay", "Queueing delay (us + 1; 0: not measured)", base.DEC))
 f.sack = add(ProtoField.string("ndma.sack", "SACK block"))
 f.sack_start = add(ProtoField.uint32("ndma.sack.start", "Start PSN", base.DEC))
 f.sack_end = add(ProtoField.uint32("ndma.sack.end", "End PSN (exclusive)", base.DEC))
@@ -659,10 +659,7 @@ local function dissect_ack(tvb, tree, off, len)
     t:add(f.ack_delay, tvb(off + 16, 4))
     local nb = tvb(off + 20, 1):uint()
     t:add(f.ack_nblocks, tvb(off + 20, 1))
-    local rt = t:add(f.ack_rsvd, tvb(off + 21, 3))
-    if tvb(off + 21, 3):uint() ~= 0 then
-        rt:add_proto_expert_info(e_malformed, "reserved bytes not zero")
-    end
+    t:add(f.ack_qdelay, tvb(off + 21, 3))
     if nb > MAX_SACK then
         t:add_proto_expert_info(e_malformed, string.format("%d SACK blocks > %d", nb, MAX_SACK))
     end

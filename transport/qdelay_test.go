@@ -1,0 +1,75 @@
+package transport
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/wire"
+)
+
+// TestAckQueueDelay: a receiver reports in each ACK how long the echoed
+// packet queued on its way (Ack.QDelay, µs + 1): its one-way delay less
+// the lowest of a full-size packet on the stream, whatever the clocks'
+// offset; a small packet's shorter delay reports no queueing.
+func TestAckQueueDelay(t *testing.T) {
+	a, err := New(Config{Seed: 1, InitialCwnd: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{Seed: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aAddr := netip.MustParseAddrPort("10.0.0.1:1")
+	bAddr := netip.MustParseAddrPort("10.0.0.2:1")
+	seg := a.SegmentSize()
+	msg := make([]byte, 4*seg+100) // four full packets, then a small one
+	if _, err := a.Send(PeerID{Addr: bAddr}, &wire.Header{Op: wire.OpWrite}, msg, 0); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ := a.Poll(t0, nil)
+	if len(out) != 5 {
+		t.Fatalf("sender sent %d datagrams, want 5", len(out))
+	}
+	// The receiver's clock runs 3 s ahead of the sender's; the packets
+	// arrive 1 ms (the base), 3.5 ms, 1.2 ms, 1 ms and, small, 0.2 ms after
+	// they left.
+	offset := 3 * time.Second
+	arrive := []time.Duration{time.Millisecond, 3500 * time.Microsecond, 1200 * time.Microsecond, time.Millisecond, 200 * time.Microsecond}
+	want := []uint32{1, 2501, 201, 1, 1}
+	for i, d := range out {
+		now := t0.Add(offset + arrive[i])
+		b.Step(now, aAddr, d.Buf)
+		acks, _, _ := b.Poll(now, nil)
+		a := ackIn(t, acks)
+		if a.QDelay != want[i] {
+			t.Errorf("packet %d, %v on its way: ACK reports QDelay %d, want %d", i, arrive[i], a.QDelay, want[i])
+		}
+	}
+}
+
+// ackIn decodes the last ACK among ds.
+func ackIn(t *testing.T, ds []netio.Datagram) wire.Ack {
+	t.Helper()
+	var ack wire.Ack
+	found := false
+	for _, d := range ds {
+		var h wire.Header
+		payload, _, err := wire.Parse(d.Buf, &h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Op == wire.OpAck {
+			if err := ack.Decode(payload); err != nil {
+				t.Fatal(err)
+			}
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("the receiver sent no ACK")
+	}
+	return ack
+}
