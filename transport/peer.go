@@ -671,16 +671,7 @@ func (p *peer) onRTT(now time.Time, r time.Duration, full bool, owd int64, haveO
 	allowed := max(cfg.TargetDelay, p.minRTT)
 	queued := r - p.minRTT
 	if haveOWD {
-		if full {
-			p.rotateOWD(now)
-			if p.owdBase[0] == 0 || owd < p.owdBase[0] {
-				p.owdBase[0] = owd
-			}
-		}
-		base := p.owdBase[0]
-		if p.owdBase[1] != 0 && (base == 0 || p.owdBase[1] < base) {
-			base = p.owdBase[1]
-		}
+		base := p.owdSample(now, &p.owdBase, owd, full)
 		if base != 0 {
 			queued = time.Duration(owd - base)
 		}
@@ -1319,6 +1310,23 @@ func (p *peer) rotateOWD(now time.Time) {
 	}
 }
 
+// owdSample takes one one-way delay into bases (a full-size packet's
+// lowers the current bucket's minimum) and returns the base: the lower
+// of the two buckets' minima, 0 while there is none.
+func (p *peer) owdSample(now time.Time, bases *[2]int64, owd int64, full bool) int64 {
+	if full {
+		p.rotateOWD(now)
+		if bases[0] == 0 || owd < bases[0] {
+			bases[0] = owd
+		}
+	}
+	base := bases[0]
+	if bases[1] != 0 && (base == 0 || bases[1] < base) {
+		base = bases[1]
+	}
+	return base
+}
+
 // forwardQueue returns what an ACK of the data packet h, arrived at now,
 // reports as its queueing on the way (Ack.QDelay): its one-way delay less
 // the stream's lowest for a full-size packet. The clocks' offset cancels,
@@ -1329,16 +1337,7 @@ func (p *peer) forwardQueue(now time.Time, h *wire.Header) uint32 {
 		return 0
 	}
 	owd := nanos(now) - int64(h.TS)
-	if int(h.Len) >= p.e.seg/2 {
-		p.rotateOWD(now)
-		if p.rOwdBase[0] == 0 || owd < p.rOwdBase[0] {
-			p.rOwdBase[0] = owd
-		}
-	}
-	base := p.rOwdBase[0]
-	if p.rOwdBase[1] != 0 && (base == 0 || p.rOwdBase[1] < base) {
-		base = p.rOwdBase[1]
-	}
+	base := p.owdSample(now, &p.rOwdBase, owd, int(h.Len) >= p.e.seg/2)
 	if base == 0 {
 		return 0
 	}
