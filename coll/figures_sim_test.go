@@ -95,35 +95,80 @@ func TestSimFigures(t *testing.T) {
 				}
 			}
 		}
-		// Allgather of 1 MiB blocks, after the Bcasts above (every
-		// stream's base delay is then learnt uncongested): each rank's
-		// link carries the other seven blocks down, 7 × S/B of a block.
-		const block = 1 << 20
-		row := fmt.Sprintf("allgather %8d:", block)
-		bound := (n - 1) * sOverB(block)
-		var innet, best time.Duration
-		for _, a := range Algorithms[OpAllgather] {
-			d := measure(t, comms, func(ctx context.Context, c *Communicator) error {
-				return c.Allgather(ctx, bufs[c.Rank()][:block], recv[c.Rank()][:n*block], WithAlgo(a))
+		// Allgather of 1 MiB blocks, after the Bcasts above (rank 0's
+		// multicast stream has then learnt its base delay uncongested,
+		// the other ranks' streams learn theirs in the Allgather): each
+		// rank's link carries the other seven blocks down, 7 × S/B of a
+		// block. Figure: no slower than the best host algorithm; its
+		// bound is not reached (1.12-1.13×: TestSimAllgatherControlFirst
+		// says why), and 1.14× guards what the merged ACKs' queueing
+		// (Ack.QDelay) brought (1.149× before).
+		allgatherFigure(t, comms, bufs, recv, 1<<20, "", 1.14)
+	})
+}
+
+// allgatherFigure measures the Allgather of block-byte blocks with every
+// algorithm and checks the figure: in-network no slower than the best
+// host algorithm, and within maxRatio of its bound (each rank's link
+// carries the other blocks down, (n-1) × S/B of a block).
+func allgatherFigure(t *testing.T, comms []*Communicator, bufs, recv [][]byte, block int, label string, maxRatio float64) {
+	t.Helper()
+	n := len(comms)
+	row := fmt.Sprintf("allgather %8d%s:", block, label)
+	bound := time.Duration(n-1) * sOverB(block)
+	var innet, best time.Duration
+	for _, a := range Algorithms[OpAllgather] {
+		d := measure(t, comms, func(ctx context.Context, c *Communicator) error {
+			return c.Allgather(ctx, bufs[c.Rank()][:block], recv[c.Rank()][:n*block], WithAlgo(a))
+		})
+		row += fmt.Sprintf(" %s=%v", a, d)
+		if a == AlgoInNet {
+			innet = d
+		} else if best == 0 || d < best {
+			best = d
+		}
+	}
+	t.Logf("%s  innet/best-host=%.3f  innet/bound=%.3f", row, float64(innet)/float64(best), float64(innet)/float64(bound))
+	if innet > best {
+		t.Errorf("allgather %d: innet %v slower than the best host algorithm %v", block, innet, best)
+	}
+	if float64(innet) > maxRatio*float64(bound) {
+		t.Errorf("allgather %d: innet %.3f x its bound, want <= %.2f", block, float64(innet)/float64(bound), maxRatio)
+	}
+}
+
+// TestSimAllgatherControlFirst: where the ports send control datagrams
+// (ACKs) ahead of queued data (LinkConfig.ControlFirst) and every rank's
+// multicast stream has learnt its base delay uncongested (a 1 MiB Bcast
+// from each rank first), the in-network Allgather of 1 MiB blocks comes
+// within 3% of its bound (1.014×), no slower than every host algorithm.
+// On FIFO ports, in the same state, it takes 1.04-1.06×: a merged ACK
+// waits behind the data the other streams queued on its sender's
+// downlink, and the links idle while the next datagram crosses the
+// uplink. With streams whose bases were learnt in different conditions
+// (a fresh world, or after rank 0's Bcast only, as in TestSimFigures),
+// priority does not help (1.09-1.15× either way): the streams share the
+// links unfairly and the last one finishes alone.
+func TestSimAllgatherControlFirst(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("moves 8 MiB per rank through the simulator")
+	}
+	const n, block = 8, 1 << 20
+	link := figLink()
+	link.ControlFirst = true
+	simWorld(t, n, true, link, 1, func(t *testing.T, _ *simnet.Network, comms []*Communicator) {
+		bufs := make([][]byte, n)
+		recv := make([][]byte, n)
+		for i := range bufs {
+			bufs[i] = make([]byte, block)
+			recv[i] = make([]byte, n*block)
+		}
+		for root := range n {
+			simRun(t, comms, func(ctx context.Context, c *Communicator) error {
+				return c.Bcast(ctx, bufs[c.Rank()], root, WithAlgo(AlgoInNet))
 			})
-			row += fmt.Sprintf(" %s=%v", a, d)
-			if a == AlgoInNet {
-				innet = d
-			} else if best == 0 || d < best {
-				best = d
-			}
 		}
-		t.Logf("%s  innet/best-host=%.2f  innet/bound=%.3f", row, float64(innet)/float64(best), float64(innet)/float64(bound))
-		// Figure: in-network Allgather no slower than the best host
-		// algorithm. Its bound is not reached on simnet either (1.13×):
-		// seven streams converge on every link; 1.14× guards what the
-		// merged ACKs' queueing (Ack.QDelay) brought (1.149× before).
-		if innet > best {
-			t.Errorf("allgather 1 MiB: innet %v slower than the best host algorithm %v", innet, best)
-		}
-		if float64(innet) > 1.14*float64(bound) {
-			t.Errorf("allgather 1 MiB: innet %.3f x its bound, want <= 1.14", float64(innet)/float64(bound))
-		}
+		allgatherFigure(t, comms, bufs, recv, block, ", control first", 1.03)
 	})
 }
 

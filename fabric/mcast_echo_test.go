@@ -120,7 +120,8 @@ func TestSwitchMergedAckEchoesNoStaleTimestamp(t *testing.T) {
 // TestSwitchMergedAckCarriesQueueDelay: the merged ACK carries the
 // forward queueing (QDelay) that the receiver whose ACK moved it
 // measured, beside that ACK's echoed timestamp: the slowest receiver's
-// path, which the sender's delay signal is then built on.
+// path, which the sender's delay signal is then built on. The merged ACK
+// is marked Control, the data's replicas are not.
 func TestSwitchMergedAckCarriesQueueDelay(t *testing.T) {
 	f := newBenchFabric(t, 3)
 	sw, g := f.sw, f.group
@@ -130,16 +131,41 @@ func TestSwitchMergedAckCarriesQueueDelay(t *testing.T) {
 	t0 := f.now
 	sw.Step(t0, sender, mcastDataAt(t, g, base, base, wire.FlagSyn, t0))
 	out, _ = sw.Poll(f.now, out[:0])
+	for _, d := range out {
+		if d.Control {
+			t.Errorf("replica to %v marked Control", d.Addr)
+		}
+	}
 	f.now = f.now.Add(10 * time.Microsecond)
 	sw.Step(f.now, f.addrs[1], mcastAck(t, g, 1, 0, &wire.Ack{Cum: base + 1, Window: 1024, EchoTS: uint64(t0.UnixNano()), QDelay: 1 + 40}))
 	f.now = f.now.Add(3 * time.Millisecond)
 	sw.Step(f.now, f.addrs[2], mcastAck(t, g, 2, 0, &wire.Ack{Cum: base + 1, Window: 1024, EchoTS: uint64(t0.UnixNano()), QDelay: 1 + 2900}))
 	out, _ = sw.Poll(f.now, out[:0])
+	for _, d := range out {
+		if d.Addr == sender && !d.Control {
+			t.Errorf("merged ACK datagram not marked Control")
+		}
+	}
 	acks := mergedAcks(t, out, sender)
 	if len(acks) != 1 || acks[0].Cum != base+1 {
 		t.Fatalf("merged ACKs %+v, want one with Cum %d", acks, base+1)
 	}
 	if acks[0].QDelay != 1+2900 {
 		t.Fatalf("merged ACK reports QDelay %d, want the slowest receiver's %d", acks[0].QDelay, 1+2900)
+	}
+}
+
+// TestSwitchForwardedAckIsControl: a member's unicast ACK to another
+// member leaves the switch marked Control; its data does not.
+func TestSwitchForwardedAckIsControl(t *testing.T) {
+	f := newBenchFabric(t, 3)
+	sw, g := f.sw, f.group
+	frame := make([]byte, (&wire.Ack{}).EncodedLen())
+	(&wire.Ack{Cum: 7, Window: 1024}).Encode(frame)
+	sw.Step(f.now, f.addrs[0], packet(t, wire.Header{Op: wire.OpAck, Mode: wire.ModeUnicast, Group: g, Src: 0, Dst: 1}, frame))
+	sw.Step(f.now, f.addrs[0], packet(t, wire.Header{Op: wire.OpWrite, Mode: wire.ModeUnicast, Group: g, Src: 0, Dst: 1, MsgLen: 4}, []byte("data")))
+	out, _ := sw.Poll(f.now, nil)
+	if len(out) != 2 || out[0].Addr != f.addrs[1] || !out[0].Control || out[1].Control {
+		t.Fatalf("forwarded %d datagrams (%+v); want the ACK to member 1 marked Control, then the data unmarked", len(out), out)
 	}
 }

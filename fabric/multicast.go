@@ -502,7 +502,7 @@ func (s *Switch) sendAck(addr netip.AddrPort, h *wire.Header, a *wire.Ack) bool 
 	if b == nil {
 		return false
 	}
-	s.fwd = append(s.fwd, netio.Datagram{Addr: addr, Buf: wire.PutAckPacket(b, h, a)})
+	s.fwd = append(s.fwd, netio.Datagram{Addr: addr, Buf: wire.PutAckPacket(b, h, a), Control: true})
 	return true
 }
 

@@ -515,7 +515,9 @@ func (s *Switch) Step(now time.Time, from netip.AddrPort, pkt []byte) {
 			s.stats.NoGroup++
 			return
 		}
-		s.forward(pkt, dst.addr)
+		if s.forward(pkt, dst.addr) != nil && (h.Op == wire.OpAck || h.Op == wire.OpNack) {
+			s.fwd[len(s.fwd)-1].Control = true
+		}
 		s.stats.UnicastOut++
 	case wire.ModeMulticast:
 		if h.Op == wire.OpAck || h.Op == wire.OpNack {

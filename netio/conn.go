@@ -27,11 +27,17 @@ var ErrClosed = errors.New("netio: connection closed")
 // Addr the destination; a non-empty Tail is sent after Buf in the same
 // datagram (gathered by the kernel where it can: a header beside a
 // payload shared by several datagrams needs no copy). ReadBatch never sets
-// Tail.
+// Tail or Control.
 type Datagram struct {
 	Addr netip.AddrPort
 	Buf  []byte
 	Tail []byte
+	// Control marks a datagram that carries no data, only transport
+	// control (an acknowledgment, a challenge or its echo), which a
+	// network with priority queues may send ahead of queued data
+	// (simnet's LinkConfig.ControlFirst). Senders set it; the UDP socket
+	// does not carry it (every datagram shares a port's queue there).
+	Control bool
 }
 
 // Len is the length of the datagram d sends: Buf and Tail.

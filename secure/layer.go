@@ -214,6 +214,12 @@ var ErrLayerFull = errors.New("secure: too many peers")
 // a handshake opens one. Its output is in the next Take. pkt is copied
 // (into a buffer with room for the tag, which Recycle gives back).
 func (l *Layer) Send(now time.Time, to netip.AddrPort, pkt []byte) error {
+	return l.send(now, to, pkt, false)
+}
+
+// send is Send, with the sealed datagram marked Control if control (and
+// sealed at once: one held for a handshake goes out unmarked).
+func (l *Layer) send(now time.Time, to netip.AddrPort, pkt []byte, control bool) error {
 	p := l.peers[to]
 	if p == nil {
 		var err error
@@ -231,7 +237,7 @@ func (l *Layer) Send(now time.Time, to netip.AddrPort, pkt []byte) error {
 		p.queue = append(p.queue, append(l.getBuf(len(pkt)+wire.TagLen), pkt...))
 		return nil
 	}
-	err := l.seal(p, append(l.getBuf(len(pkt)+wire.TagLen), pkt...))
+	err := l.seal(p, append(l.getBuf(len(pkt)+wire.TagLen), pkt...), control)
 	if p.ini == nil && (p.sess.Send.Seq() >= l.RekeyPackets || now.Sub(p.since) >= l.RekeyAge) {
 		// Time for new keys: a new handshake, while this session goes
 		// on sealing until it completes.
@@ -242,14 +248,14 @@ func (l *Layer) Send(now time.Time, to netip.AddrPort, pkt []byte) error {
 	return err
 }
 
-func (l *Layer) seal(p *layerPeer, pkt []byte) error {
+func (l *Layer) seal(p *layerPeer, pkt []byte, control bool) error {
 	sealed, err := p.sess.Send.Seal(pkt)
 	if err != nil {
 		l.putBuf(pkt)
 		return err
 	}
 	l.stats.Sealed++
-	l.out = append(l.out, Datagram{Addr: p.addr, Buf: sealed})
+	l.out = append(l.out, Datagram{Addr: p.addr, Buf: sealed, Control: control})
 	return nil
 }
 
@@ -477,7 +483,7 @@ func (l *Layer) established(now time.Time, addr netip.AddrPort, s *Session) {
 	}
 	p.sess, p.since, p.ini, p.hello, p.last = s, now, nil, nil, now
 	for _, pkt := range p.queue {
-		if err := l.seal(p, pkt); err != nil {
+		if err := l.seal(p, pkt, false); err != nil {
 			l.stats.DroppedQueue++
 		}
 	}
@@ -557,7 +563,7 @@ func (l *Layer) Flush(now time.Time, out, scratch []Datagram, write func([]Datag
 		// receiver opening them, while the next ones are sealed.
 		n := min(len(out), FlushChunk)
 		for _, d := range out[:n] {
-			_ = l.Send(now, d.Addr, d.Buf)
+			_ = l.send(now, d.Addr, d.Buf, d.Control)
 		}
 		out = out[n:]
 		scratch = l.flushOut(scratch, write)

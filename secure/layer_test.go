@@ -502,3 +502,28 @@ func TestLayerSealRequired(t *testing.T) {
 		t.Fatalf("after the flood: %+v", st)
 	}
 }
+
+// TestLayerFlushKeepsControl: a datagram Flush seals keeps its Control
+// mark (an ACK stays one for a network that queues control first).
+func TestLayerFlushKeepsControl(t *testing.T) {
+	n, a, _ := newNet2(t)
+	if err := a.Send(n.now, addrB, plainPacket(t, 1, "open")); err != nil {
+		t.Fatal(err)
+	}
+	n.pump() // the handshake: a session to B from here on
+	out := []Datagram{
+		{Addr: addrB, Buf: plainPacket(t, 2, "data")},
+		{Addr: addrB, Buf: plainPacket(t, 3, "ack"), Control: true},
+	}
+	var written []Datagram
+	a.Flush(n.now, out, nil, func(ds []Datagram) { written = append(written, ds...) })
+	if len(written) != 2 || written[0].Control || !written[1].Control {
+		t.Fatalf("Flush wrote %d datagrams, Control %v; want 2, [false true]", len(written), func() []bool {
+			var c []bool
+			for _, d := range written {
+				c = append(c, d.Control)
+			}
+			return c
+		}())
+	}
+}

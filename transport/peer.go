@@ -1198,7 +1198,7 @@ func (p *peer) buildResetChallenge(now time.Time, buf []byte) netio.Datagram {
 		TS:      uint64(now.UnixNano()),
 	}
 	p.e.stats.AcksSent++
-	return netio.Datagram{Addr: p.id.Addr, Buf: wire.PutAckPacket(buf, &h, &a)}
+	return netio.Datagram{Addr: p.id.Addr, Buf: wire.PutAckPacket(buf, &h, &a), Control: true}
 }
 
 func (p *peer) resetReceiver(base uint32) {
@@ -1297,7 +1297,7 @@ func (p *peer) buildAck(now time.Time, buf []byte, limited bool) (d netio.Datagr
 	if limited {
 		p.credit -= int64(len(b))
 	}
-	return netio.Datagram{Addr: p.id.Addr, Buf: b}, true
+	return netio.Datagram{Addr: p.id.Addr, Buf: b, Control: true}, true
 }
 
 // rotateOWD starts a new bucket of the one-way delay bases, the
@@ -1387,5 +1387,5 @@ func (p *peer) buildEcho(now time.Time, buf []byte, limited bool) (d netio.Datag
 	if limited {
 		p.credit -= int64(len(b))
 	}
-	return netio.Datagram{Addr: p.id.Addr, Buf: b}, true
+	return netio.Datagram{Addr: p.id.Addr, Buf: b, Control: true}, true
 }

@@ -12,7 +12,8 @@ import (
 // TestAckQueueDelay: a receiver reports in each ACK how long the echoed
 // packet queued on its way (Ack.QDelay, µs + 1): its one-way delay less
 // the lowest of a full-size packet on the stream, whatever the clocks'
-// offset; a small packet's shorter delay reports no queueing.
+// offset; a small packet's shorter delay reports no queueing. ACK
+// datagrams are marked Control, data packets are not.
 func TestAckQueueDelay(t *testing.T) {
 	a, err := New(Config{Seed: 1, InitialCwnd: 64})
 	if err != nil {
@@ -33,6 +34,11 @@ func TestAckQueueDelay(t *testing.T) {
 	if len(out) != 5 {
 		t.Fatalf("sender sent %d datagrams, want 5", len(out))
 	}
+	for i, d := range out {
+		if d.Control {
+			t.Errorf("data packet %d marked Control", i)
+		}
+	}
 	// The receiver's clock runs 3 s ahead of the sender's; the packets
 	// arrive 1 ms (the base), 3.5 ms, 1.2 ms, 1 ms and, small, 0.2 ms after
 	// they left.
@@ -43,6 +49,11 @@ func TestAckQueueDelay(t *testing.T) {
 		now := t0.Add(offset + arrive[i])
 		b.Step(now, aAddr, d.Buf)
 		acks, _, _ := b.Poll(now, nil)
+		for _, d := range acks {
+			if !d.Control {
+				t.Errorf("packet %d: the receiver's ACK datagram is not marked Control", i)
+			}
+		}
 		a := ackIn(t, acks)
 		if a.QDelay != want[i] {
 			t.Errorf("packet %d, %v on its way: ACK reports QDelay %d, want %d", i, arrive[i], a.QDelay, want[i])

@@ -161,7 +161,7 @@ func (c *simConn) WriteBatch(ds []netio.Datagram) error {
 		for len(ds) > 0 && (c.outBytes == 0 || c.outBytes+ds[0].Len() <= ConnSendBuffer) {
 			b := c.getBufLocked(ds[0].Len())
 			copy(b[copy(b, ds[0].Buf):], ds[0].Tail)
-			c.outbox = append(c.outbox, netio.Datagram{Addr: ds[0].Addr, Buf: b})
+			c.outbox = append(c.outbox, netio.Datagram{Addr: ds[0].Addr, Buf: b, Control: ds[0].Control})
 			c.outBytes += len(b)
 			ds = ds[1:]
 		}

@@ -15,7 +15,9 @@
 // Each link direction is a store-and-forward FIFO with its own rate,
 // propagation latency, MTU, tail-drop queue and random impairments
 // ([LinkConfig]), so contention at a shared receiver (incast) queues on the
-// receiver's down link exactly as at a switch egress port.
+// receiver's down link exactly as at a switch egress port. A link with
+// ControlFirst sends datagrams marked Control (acknowledgments) ahead of
+// queued data, as a port with a priority queue for control traffic.
 //
 // A Network is not safe for concurrent use; a test drives it from one
 // goroutine with [Network.Step], [Network.RunFor] or [Network.RunUntil].

@@ -22,6 +22,7 @@ type event struct {
 	seq  uint64 // insertion order, breaks ties in at
 	idx  int
 	kind evKind
+	ctl  bool  // evFabric, evDeliver: a Control datagram
 	host *host // evPoll, evTimer, evDeliver: the node concerned
 	src  netip.AddrPort
 	dst  netip.AddrPort

@@ -70,6 +70,16 @@ type LinkConfig struct {
 	// Corrupt is the probability, in [0, 1], that exactly one uniformly
 	// chosen bit of a non-empty datagram is flipped.
 	Corrupt float64
+	// ControlFirst gives datagrams marked Control (netio.Datagram: ACKs
+	// and the like) strict priority over data at the link's sending
+	// side, as a switch port with a priority queue for control traffic:
+	// one waits only for the datagram on the wire and the control
+	// datagrams ahead of it, and data that enters the link later waits
+	// for it. Data already queued keeps its schedule (the control
+	// datagram's few microseconds are not taken from it). Control
+	// datagrams are dropped when they would wait longer than the queue's
+	// QueueBytes take to send. False: one FIFO for all.
+	ControlFirst bool
 }
 
 // Validate reports whether every field of c is in range. Attach and
@@ -152,6 +162,7 @@ func (d Dir) String() string {
 type link struct {
 	cfg       LinkConfig
 	busyUntil int64 // virtual ns
+	ctlBusy   int64 // when the last control datagram (ControlFirst) finishes
 	queued    int   // sum of backlog charges, bytes
 	backlog   []backlogEntry
 	head      int // backlog[head:] is live
@@ -160,6 +171,18 @@ type link struct {
 type backlogEntry struct {
 	end    int64
 	charge int
+}
+
+// onWire returns when the datagram serializing at now finishes, or now if
+// none is. drain(now) must have run.
+func (l *link) onWire(now int64) int64 {
+	if l.head < len(l.backlog) {
+		e := l.backlog[l.head]
+		if e.end-txTime(e.charge, l.cfg.Rate) <= now {
+			return e.end
+		}
+	}
+	return now
 }
 
 // drain forgets datagrams whose serialization finished at or before now.

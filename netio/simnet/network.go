@@ -238,7 +238,7 @@ func (n *Network) Step() bool {
 			n.poll(h)
 		}
 	case evFabric:
-		n.fabric(e.src, e.dst, e.buf)
+		n.fabric(e.src, e.dst, e.buf, e.ctl)
 		e.buf = nil // ownership passed on
 	case evDeliver:
 		n.deliver(h, e.src, e.buf)
@@ -399,7 +399,7 @@ func (n *Network) poll(h *host) {
 		}
 		buf := n.bufs.get(len(d.Buf))
 		copy(buf, d.Buf)
-		n.transmit(&h.up, Up, nil, h.addr, d.Addr, buf)
+		n.transmit(&h.up, Up, nil, h.addr, d.Addr, buf, d.Control)
 	}
 	clear(out)
 	n.out = out[:0]
@@ -410,7 +410,7 @@ func (n *Network) poll(h *host) {
 
 // fabric switches a datagram arriving at the crossbar onto the
 // destination's down link.
-func (n *Network) fabric(src, dst netip.AddrPort, buf []byte) {
+func (n *Network) fabric(src, dst netip.AddrPort, buf []byte, ctl bool) {
 	h := n.hosts[dst]
 	if h == nil {
 		n.stats.DroppedNoRoute++
@@ -418,7 +418,7 @@ func (n *Network) fabric(src, dst netip.AddrPort, buf []byte) {
 		n.bufs.put(buf)
 		return
 	}
-	n.transmit(&h.down, Down, h, src, dst, buf)
+	n.transmit(&h.down, Down, h, src, dst, buf, ctl)
 }
 
 // deliver hands a datagram that crossed h's down link to h's node.
@@ -442,7 +442,7 @@ func (n *Network) deliver(h *host, src netip.AddrPort, buf []byte) {
 // link it goes to dstHost. Timing: a datagram of L payload bytes on a link
 // with rate R starts when the link is free, occupies it for
 // (L+Overhead)*8/R seconds, and arrives Latency after it finished.
-func (n *Network) transmit(l *link, dir Dir, dstHost *host, src, dst netip.AddrPort, buf []byte) {
+func (n *Network) transmit(l *link, dir Dir, dstHost *host, src, dst netip.AddrPort, buf []byte, ctl bool) {
 	cfg := &l.cfg
 	size := len(buf)
 	if size > cfg.mtu() {
@@ -452,7 +452,27 @@ func (n *Network) transmit(l *link, dir Dir, dstHost *host, src, dst netip.AddrP
 		return
 	}
 	end := n.now
-	if cfg.Rate > 0 {
+	switch {
+	case cfg.Rate > 0 && ctl && cfg.ControlFirst:
+		// Strict priority: after the datagram on the wire and the
+		// control datagrams ahead; later data waits for it.
+		l.drain(n.now)
+		tx := txTime(size+cfg.Overhead, cfg.Rate)
+		start := max(l.onWire(n.now), l.ctlBusy)
+		if start-n.now > txTime(cfg.queueBytes(), cfg.Rate) {
+			n.stats.DroppedQueue++
+			n.trace(TraceDropQueue, src, dst, size, dir)
+			n.bufs.put(buf)
+			return
+		}
+		end = start + tx
+		l.ctlBusy = end
+		if l.busyUntil > start {
+			l.busyUntil += tx
+		} else {
+			l.busyUntil = end
+		}
+	case cfg.Rate > 0:
 		wire := size + cfg.Overhead
 		charge := max(wire, 1) // so the backlog's length is bounded too
 		l.drain(n.now)
@@ -489,11 +509,11 @@ func (n *Network) transmit(l *link, dir Dir, dstHost *host, src, dst netip.AddrP
 	if dir == Down {
 		kind = evDeliver
 	}
-	n.schedule(kind, arrive, dstHost, src, dst, buf)
+	n.schedule(kind, arrive, dstHost, src, dst, buf).ctl = ctl
 	if cfg.Dup > 0 && n.rng.Float64() < cfg.Dup {
 		dup := n.bufs.get(size)
 		copy(dup, buf)
-		n.schedule(kind, arrive, dstHost, src, dst, dup)
+		n.schedule(kind, arrive, dstHost, src, dst, dup).ctl = ctl
 		n.stats.Duplicated++
 		n.trace(TraceDup, src, dst, size, dir)
 	}

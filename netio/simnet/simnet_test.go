@@ -653,3 +653,57 @@ func TestTraceString(t *testing.T) {
 		t.Errorf("trace:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestControlFirst: on a ControlFirst link a Control datagram waits only
+// for the datagram on the wire, data that enters later waits for it, and
+// a flood of them is bounded by QueueBytes; on a FIFO link it waits its
+// turn.
+func TestControlFirst(t *testing.T) {
+	for _, first := range []bool{false, true} {
+		n := New(1)
+		a, b := &testNode{}, &testNode{}
+		n.Attach(ap(1), a, LinkConfig{Rate: 100e6, Latency: us(5), ControlFirst: first}, LinkConfig{})
+		n.Attach(ap(2), b, LinkConfig{}, LinkConfig{})
+		a.send(ap(2), 10, 1000) // 80 µs each at 100 Mbit/s
+		a.outbox = append(a.outbox, netio.Datagram{Addr: ap(2), Buf: []byte("ack"), Control: true})
+		n.RunFor(us(100))
+		a.send(ap(2), 1, 1000)
+		n.Wake(ap(1))
+		drain(t, n)
+		if len(b.got) != 12 {
+			t.Fatalf("first=%v: got %d datagrams, want 12", first, len(b.got))
+		}
+		ctl, want := -1, 10
+		for i, r := range b.got {
+			if string(r.data) == "ack" {
+				ctl = i
+			}
+		}
+		// 3 bytes take 0.24 µs; the datagram sent at 100 µs leaves
+		// after all the rest either way.
+		wantAt, lastAt := us(805)+240, us(885)+240
+		if first {
+			// After the datagram on the wire (0-80 µs) only.
+			want, wantAt = 1, us(85)+240
+		}
+		if ctl != want || b.got[ctl].at != wantAt || b.got[11].at != lastAt {
+			t.Errorf("first=%v: control datagram %dth at %v, last data at %v; want %dth at %v, last at %v",
+				first, ctl, b.got[ctl].at, b.got[11].at, want, wantAt, lastAt)
+		}
+		checkConservation(t, n)
+	}
+	// A flood of control datagrams: those that would wait longer than
+	// QueueBytes take to send (800 µs) are dropped.
+	n := New(1)
+	a, b := &testNode{}, &testNode{}
+	n.Attach(ap(1), a, LinkConfig{Rate: 100e6, QueueBytes: 10000, ControlFirst: true}, LinkConfig{})
+	n.Attach(ap(2), b, LinkConfig{}, LinkConfig{})
+	for range 100 {
+		a.outbox = append(a.outbox, netio.Datagram{Addr: ap(2), Buf: make([]byte, 1000), Control: true})
+	}
+	drain(t, n)
+	if s := n.Stats(); len(b.got) != 11 || s.DroppedQueue != 89 {
+		t.Fatalf("flood: delivered %d, queue drops %d; want 11 and 89", len(b.got), s.DroppedQueue)
+	}
+	checkConservation(t, n)
+}
