@@ -35,8 +35,9 @@ type Datagram struct {
 	// Control marks a datagram that carries no data, only transport
 	// control (an acknowledgment, a challenge or its echo), which a
 	// network with priority queues may send ahead of queued data
-	// (simnet's LinkConfig.ControlFirst). Senders set it; the UDP socket
-	// does not carry it (every datagram shares a port's queue there).
+	// (simnet's LinkConfig.ControlFirst; on a UDP socket the IP TOS byte
+	// UDPConfig.ControlTOS, which a priority qdisc on the path can act
+	// on). Senders set it.
 	Control bool
 }
 

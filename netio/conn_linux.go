@@ -39,9 +39,12 @@ type UDPConn struct {
 	batch    int
 	log      *slog.Logger
 	closed   atomic.Bool
-	gro      bool         // fixed at ListenUDP
-	gso      atomic.Bool  // cleared by the writer if the kernel rejects GSO
-	stats    *udpCounters // shared with the conn's DirectReaders
+	gro      bool        // fixed at ListenUDP
+	gso      atomic.Bool // cleared by the writer if the kernel rejects GSO
+	// tos is the TOS byte of Control datagrams, or -1 when they go
+	// unmarked (configured so, or the kernel rejected the cmsg).
+	tos   int
+	stats *udpCounters // shared with the conn's DirectReaders
 
 	// Reader-owned state.
 	rmsgs []ipv4.Message
@@ -56,7 +59,7 @@ type UDPConn struct {
 	// Writer-owned state.
 	wmsgs []ipv4.Message
 	wiov  [][]byte      // iovecs for all wmsgs, sliced per message
-	woob  []byte        // gsoOOBSpace bytes per message
+	woob  []byte        // wOOBSpace bytes per message
 	waddr []net.UDPAddr // wmsgs[i].Addr points at waddr[i]
 	wip   [][16]byte    // waddr[i].IP points into wip[i]
 	wspan []sendSpan
@@ -71,9 +74,10 @@ type UDPConn struct {
 
 // sendSpan records which datagrams one send message carries.
 type sendSpan struct {
-	first, n int // index into the WriteBatch argument, datagram count
-	seg      int // segment size in bytes (the first datagram's length)
-	bytes    int // payload bytes in total
+	first, n int  // index into the WriteBatch argument, datagram count
+	seg      int  // segment size in bytes (the first datagram's length)
+	bytes    int  // payload bytes in total
+	tos      bool // carries the Control TOS cmsg
 }
 
 // ListenUDP opens a UDP socket bound to addr ("127.0.0.1:0", "[::1]:0",
@@ -131,6 +135,7 @@ func ListenUDP(addr string, cfg UDPConfig) (*UDPConn, error) {
 	c.gro = gr
 	c.gso.Store(gso)
 	c.gsoMaxSeg = MaxDatagram
+	c.tos = max(cfg.ControlTOS, -1)
 	c.initBuffers()
 	c.sendmsgs = c.sendmmsg
 	c.log.Debug("netio: UDP socket open", "local", c.local, "batch", c.batch, "gso", gso, "gro", gr, "busy_poll", cfg.BusyPoll)
@@ -186,7 +191,7 @@ func (c *UDPConn) initBuffers() {
 	// Room for a full GSO message even when BatchSize is small.
 	// Two iovecs per datagram: Buf and Tail.
 	c.wiov = make([][]byte, 2*max(n, maxGSOSegments))
-	c.woob = make([]byte, n*gsoOOBSpace)
+	c.woob = make([]byte, n*wOOBSpace)
 	c.waddr = make([]net.UDPAddr, n)
 	c.wip = make([][16]byte, n)
 	c.wspan = make([]sendSpan, n)
@@ -444,7 +449,7 @@ func (c *UDPConn) pack(ds []Datagram) (nmsg int) {
 			for j+k < len(ds) && k < maxGSOSegments {
 				next := &ds[j+k]
 				l := next.Len()
-				if l == 0 || l > seg || total+l > maxGSOBytes || next.Addr != d.Addr || iov+niov+iovs(next) > len(c.wiov) {
+				if l == 0 || l > seg || total+l > maxGSOBytes || next.Addr != d.Addr || next.Control != d.Control || iov+niov+iovs(next) > len(c.wiov) {
 					break
 				}
 				k++
@@ -467,13 +472,20 @@ func (c *UDPConn) pack(ds []Datagram) (nmsg int) {
 		}
 		m := &c.wmsgs[nmsg]
 		m.Buffers = c.wiov[iov:n:n]
+		oob, no := c.woob[nmsg*wOOBSpace:(nmsg+1)*wOOBSpace], 0
 		if k > 1 {
-			m.OOB = putGSOSize(c.woob[nmsg*gsoOOBSpace:], seg)
-		} else {
-			m.OOB = nil
+			no += len(putGSOSize(oob, seg))
+		}
+		tos := d.Control && c.tos >= 0
+		if tos {
+			no += len(putTOS(oob[no:], c.tos, is6(d.Addr)))
+		}
+		m.OOB = nil
+		if no > 0 {
+			m.OOB = oob[:no]
 		}
 		c.setDest(nmsg, d.Addr)
-		c.wspan[nmsg] = sendSpan{first: j, n: k, seg: seg, bytes: total}
+		c.wspan[nmsg] = sendSpan{first: j, n: k, seg: seg, bytes: total, tos: tos}
 		nmsg++
 		j += k
 		iov = n
@@ -528,6 +540,11 @@ func (c *UDPConn) sendPacked(nmsg int) (int, error) {
 		}
 		sp := c.wspan[start]
 		errno := sendErrno(err)
+		if sp.tos && errno == unix.EINVAL {
+			c.tos = -1
+			c.log.Warn("netio: kernel refuses a TOS control message, sending Control datagrams unmarked", "local", c.local, "err", err)
+			return sp.first, nil
+		}
 		if sp.n > 1 {
 			switch {
 			case isGSODisableErrno(errno):

@@ -100,10 +100,11 @@ func TestPackCoalescing(t *testing.T) {
 		return s
 	}
 	for _, tc := range []struct {
-		name   string
-		maxSeg int
-		in     []dg
-		want   []sendSpan
+		name    string
+		maxSeg  int
+		in      []dg
+		control []int // indices of datagrams marked Control
+		want    []sendSpan
 	}{
 		{
 			name:   "runs",
@@ -117,27 +118,38 @@ func TestPackCoalescing(t *testing.T) {
 				{b, 300}, // longer than the run's segments: a new run
 			},
 			want: []sendSpan{
-				{0, 3, 100, 250}, {3, 1, 100, 100}, {4, 2, 100, 200},
-				{6, 1, 0, 0}, {7, 3, 200, 500}, {10, 1, 300, 300},
+				{0, 3, 100, 250, false}, {3, 1, 100, 100, false}, {4, 2, 100, 200, false},
+				{6, 1, 0, 0, false}, {7, 3, 200, 500, false}, {10, 1, 300, 300, false},
 			},
 		},
 		{
 			name:   "segment-limit",
 			maxSeg: MaxDatagram,
 			in:     rep(70, dg{a, 10}),
-			want:   []sendSpan{{0, 64, 10, 640}, {64, 6, 10, 60}},
+			want:   []sendSpan{{0, 64, 10, 640, false}, {64, 6, 10, 60, false}},
 		},
 		{
 			name:   "byte-limit",
 			maxSeg: MaxDatagram,
 			in:     rep(5, dg{a, 30000}),
-			want:   []sendSpan{{0, 2, 30000, 60000}, {2, 2, 30000, 60000}, {4, 1, 30000, 30000}},
+			want:   []sendSpan{{0, 2, 30000, 60000, false}, {2, 2, 30000, 60000, false}, {4, 1, 30000, 30000, false}},
+		},
+		{
+			// Control datagrams carry a TOS cmsg, so a run does not mix
+			// them with data.
+			name:    "control",
+			maxSeg:  MaxDatagram,
+			in:      []dg{{a, 100}, {a, 100}, {a, 100}, {a, 100}, {a, 100}, {b, 100}},
+			control: []int{2, 3, 5},
+			want: []sendSpan{
+				{0, 2, 100, 200, false}, {2, 2, 100, 200, true}, {4, 1, 100, 100, false}, {5, 1, 100, 100, true},
+			},
 		},
 		{
 			name:   "segment-cap",
 			maxSeg: 99,
 			in:     []dg{{a, 100}, {a, 100}, {a, 99}, {a, 99}},
-			want:   []sendSpan{{0, 1, 100, 100}, {1, 1, 100, 100}, {2, 2, 99, 198}},
+			want:   []sendSpan{{0, 1, 100, 100, false}, {1, 1, 100, 100, false}, {2, 2, 99, 198, false}},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -145,6 +157,9 @@ func TestPackCoalescing(t *testing.T) {
 			ds := make([]Datagram, len(tc.in))
 			for i, d := range tc.in {
 				ds[i] = Datagram{Addr: d.to, Buf: make([]byte, d.size)}
+			}
+			for _, i := range tc.control {
+				ds[i].Control = true
 			}
 			// pack consumes at most BatchSize datagrams; repack the rest
 			// as WriteBatch does.
@@ -156,12 +171,29 @@ func TestPackCoalescing(t *testing.T) {
 					if len(m.Buffers) != sp.n {
 						t.Errorf("span %+v: %d iovecs", sp, len(m.Buffers))
 					}
-					if (len(m.OOB) > 0) != (sp.n > 1) {
-						t.Errorf("span %+v: OOB %x", sp, m.OOB)
-					}
+					want := 0
 					if sp.n > 1 {
-						if seg := binary.NativeEndian.Uint16(m.OOB[unix.CmsgLen(0):]); int(seg) != sp.seg {
+						want += gsoOOBSpace
+					}
+					if sp.tos {
+						want += tosOOBSpace
+					}
+					if len(m.OOB) != want {
+						t.Errorf("span %+v: OOB %x, want %d bytes", sp, m.OOB, want)
+						continue
+					}
+					oob := m.OOB
+					if sp.n > 1 {
+						if seg := binary.NativeEndian.Uint16(oob[unix.CmsgLen(0):]); int(seg) != sp.seg {
 							t.Errorf("span %+v: UDP_SEGMENT %d", sp, seg)
+						}
+						oob = oob[gsoOOBSpace:]
+					}
+					if sp.tos {
+						h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+						v := binary.NativeEndian.Uint32(oob[unix.CmsgLen(0):])
+						if h.Level != unix.IPPROTO_IP || h.Type != unix.IP_TOS || v != DefaultControlTOS {
+							t.Errorf("span %+v: TOS cmsg level %d type %d value %#x", sp, h.Level, h.Type, v)
 						}
 					}
 					sp.first += off

@@ -5,6 +5,7 @@ package netio
 import (
 	"encoding/binary"
 	"errors"
+	"net/netip"
 	"syscall"
 	"unsafe"
 
@@ -34,7 +35,35 @@ var (
 	// groOOBSpace is the control-message space reserved per received
 	// message: room for the UDP_GRO cmsg (an int) with slack for others.
 	groOOBSpace = 2 * unix.CmsgSpace(4)
+	// tosOOBSpace is the control-message space for one IP_TOS or
+	// IPV6_TCLASS cmsg (an int).
+	tosOOBSpace = unix.CmsgSpace(4)
+	// wOOBSpace is the control-message space per send message: a
+	// segment size and a TOS byte.
+	wOOBSpace = gsoOOBSpace + tosOOBSpace
 )
+
+// putTOS writes an IP_TOS control message (IPV6_TCLASS for an IPv6
+// destination, v6) carrying tos at the start of oob, which must hold
+// tosOOBSpace bytes and be aligned for unix.Cmsghdr, and returns the
+// written prefix.
+func putTOS(oob []byte, tos int, v6 bool) []byte {
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+	h.Level, h.Type = unix.IPPROTO_IP, unix.IP_TOS
+	if v6 {
+		h.Level, h.Type = unix.IPPROTO_IPV6, unix.IPV6_TCLASS
+	}
+	h.SetLen(unix.CmsgLen(4))
+	binary.NativeEndian.PutUint32(oob[unix.CmsgLen(0):], uint32(tos))
+	return oob[:tosOOBSpace]
+}
+
+// is6 reports whether a is a native IPv6 address (not IPv4-mapped), which
+// takes IPV6_TCLASS rather than IP_TOS.
+func is6(a netip.AddrPort) bool {
+	ip := a.Addr()
+	return ip.Is6() && !ip.Is4In6()
+}
 
 // putGSOSize writes a UDP_SEGMENT control message for segment size seg
 // (in bytes) at the start of oob, which must hold gsoOOBSpace bytes and be

@@ -26,6 +26,12 @@ const (
 	DefaultSocketBuffer = 8 << 20
 	// MaxBusyPoll is the largest UDPConfig.BusyPoll accepted.
 	MaxBusyPoll = 10 * time.Millisecond
+	// DefaultControlTOS is the IP type-of-service byte (IPv6 traffic
+	// class) of datagrams marked Control when UDPConfig.ControlTOS is
+	// zero: IPTOS_LOWDELAY, which Linux maps to priority
+	// TC_PRIO_INTERACTIVE, the first band of the pfifo_fast and prio
+	// qdiscs' default priority map.
+	DefaultControlTOS = 0x10
 )
 
 // EnvDisableGSO names the environment variable that, when set to a true
@@ -89,6 +95,13 @@ type UDPConfig struct {
 	// Every socket bound to the address must set it; the kernel admits
 	// only sockets of the same user to the group.
 	ReusePort bool
+	// ControlTOS is the IP type-of-service byte (the IPv6 traffic class)
+	// WriteBatch sets on datagrams marked Control (Linux; a per-message
+	// IP_TOS or IPV6_TCLASS control message), so that a priority queue on
+	// the path can send acknowledgments ahead of queued data. Zero means
+	// DefaultControlTOS; negative sends Control datagrams unmarked, like
+	// the rest; at most 255. Other datagrams keep the socket's TOS (0).
+	ControlTOS int
 	// Logger receives diagnostics (offload probing and fallbacks, dropped
 	// datagrams at debug level). Nil means discard.
 	Logger *slog.Logger
@@ -111,6 +124,8 @@ func (c *UDPConfig) validate() error {
 		return fmt.Errorf("%w: BusyPoll %v exceeds %v", ErrInvalidConfig, c.BusyPoll, MaxBusyPoll)
 	case c.BusyPoll > 0 && !busyPollSupported:
 		return fmt.Errorf("%w: BusyPoll is supported on Linux only", ErrInvalidConfig)
+	case c.ControlTOS > 255:
+		return fmt.Errorf("%w: ControlTOS %#x exceeds 0xff", ErrInvalidConfig, c.ControlTOS)
 	case c.ReusePort && runtime.GOOS != "linux":
 		return fmt.Errorf("%w: ReusePort is supported on Linux only", ErrInvalidConfig)
 	}
@@ -125,6 +140,9 @@ func (c UDPConfig) withDefaults() (UDPConfig, error) {
 	}
 	if c.SocketBuffer == 0 {
 		c.SocketBuffer = DefaultSocketBuffer
+	}
+	if c.ControlTOS == 0 {
+		c.ControlTOS = DefaultControlTOS
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

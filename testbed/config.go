@@ -133,6 +133,17 @@ type Config struct {
 	// DefaultLatency (20 ms).
 	Latency time.Duration
 
+	// PriorityQueues gives each link's queue three strict-priority bands
+	// (a pfifo_fast qdisc under the tbf): datagrams whose IP TOS byte is
+	// IPTOS_LOWDELAY, the ACKs and other control datagrams NDMA marks
+	// (netio.DefaultControlTOS), leave ahead of queued data, as on a
+	// switch port with a priority queue for control traffic. The queue
+	// then holds up to the same number of packets per band as a tbf
+	// queue holds full frames (Rate x Latency + Burst over MTU+14, the
+	// interfaces' txqueuelen) instead of a byte count. False means one
+	// first-in first-out queue per link.
+	PriorityQueues bool
+
 	// MTU is the MTU of every veth and the bridge, in bytes, MinMTU to
 	// MaxMTU. Zero means DefaultMTU (9000). The daemons are started with
 	// --mtu MTU-28, the largest datagram one frame carries.
@@ -411,6 +422,15 @@ func (c *Config) validatePeak(rate uint64) error {
 func peakBucket(mtu int) int {
 	f := mtu + 14
 	return f + f/8
+}
+
+// queuePackets is the length, in packets, of each priority band of a link
+// of rate bits per second, bucket burst bytes and queue bound latency
+// (Config.PriorityQueues): as many full frames of mtu as the tbf's byte
+// limit, rate x latency + burst, holds, and at least 2.
+func queuePackets(rate uint64, burst int, latency time.Duration, mtu int) int {
+	limit := float64(rate)/8*latency.Seconds() + float64(burst)
+	return max(2, int(math.Ceil(limit/float64(mtu+14))))
 }
 
 // ParseRate parses a link rate in tc's syntax and returns it in bits per

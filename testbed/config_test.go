@@ -169,6 +169,25 @@ func TestConfigPeakRate(t *testing.T) {
 	}
 }
 
+func TestQueuePackets(t *testing.T) {
+	for _, tc := range []struct {
+		rate    uint64
+		burst   int
+		latency time.Duration
+		mtu     int
+		want    int
+	}{
+		{100e6, 18028, 20 * time.Millisecond, 9000, 30}, // 268,028 B of 9,014-byte frames
+		{1e9, 125000, 20 * time.Millisecond, 9000, 292}, // 2,625,000 B
+		{100e6, 12500, 20 * time.Millisecond, 1500, 174}, // 262,500 B of 1,514-byte frames
+		{8000, 1000, time.Millisecond, 1500, 2}, // less than one frame: two
+	} {
+		if got := queuePackets(tc.rate, tc.burst, tc.latency, tc.mtu); got != tc.want {
+			t.Errorf("queuePackets(%d, %d, %v, %d) = %d, want %d", tc.rate, tc.burst, tc.latency, tc.mtu, got, tc.want)
+		}
+	}
+}
+
 func TestConfigErrors(t *testing.T) {
 	for _, tc := range []struct {
 		field string

@@ -11,7 +11,9 @@
 // algorithms and in-network ones cross the same links. Both directions of
 // every link are shaped by a tbf qdisc to Config.Rate (frames leaving back
 // to back at most at Config.PeakRate, twice the rate by default), and
-// every interface has Config.MTU. The bridge itself carries the switch namespace's address,
+// every interface has Config.MTU. Each link's queue is one FIFO, or with
+// Config.PriorityQueues three strict-priority bands that send the
+// datagrams NDMA marks as control (its ACKs) ahead of queued data. The bridge itself carries the switch namespace's address,
 // where `ndma switch` listens; `ndma memd` runs in each memory-node
 // namespace, lending its region to the switch's memory pool. Addresses come from a private subnet that exists only inside
 // these namespaces; nothing is created in the machine's own namespace.

@@ -208,6 +208,12 @@ func build(ctx context.Context, cfg *Config, subnet netip.Prefix, rate uint64) (
 	if cfg.peakBits > 0 || cfg.hostPeakBits > 0 {
 		st.PeakBucket = peakBucket(cfg.MTU)
 	}
+	if cfg.PriorityQueues {
+		st.QueuePackets = queuePackets(rate, cfg.Burst, cfg.Latency, cfg.MTU)
+		if st.HostRate != "" {
+			st.QueuePackets = max(st.QueuePackets, queuePackets(st.HostRateBits, st.HostBurst, cfg.Latency, cfg.MTU))
+		}
+	}
 	st.SwitchAddr = netip.AddrPortFrom(st.Switch.Addr, SwitchPort).String()
 	st.Switch.Service = st.SwitchAddr
 	if err := st.save(); err != nil {
@@ -287,12 +293,34 @@ func buildNetwork(ctx context.Context, st *State, nodes []Node, bits int) error 
 		if st.HostRateBits > 0 && slices.ContainsFunc(st.Hosts, func(h Node) bool { return h.NS == n.NS }) {
 			rate, burst, peak = st.HostRateBits, st.HostBurst, st.HostPeakRateBits
 		}
-		tbf := fmt.Sprintf("root tbf rate %dbit burst %d latency %dus", rate, burst, st.Latency.Microseconds())
+		tbf := fmt.Sprintf("root handle 1: tbf rate %dbit burst %d latency %dus", rate, burst, st.Latency.Microseconds())
 		if peak > 0 {
 			tbf += fmt.Sprintf(" peakrate %dbit mtu %d", peak, st.PeakBucket)
 		}
-		swq = append(swq, fmt.Sprintf("qdisc replace dev %s %s", n.Port, tbf))
-		if err := batch(ctx, "tc", n.NS, []string{fmt.Sprintf("qdisc replace dev %s %s", nodeIface, tbf)}); err != nil {
+		// With priority queues, a pfifo_fast replaces the tbf's byte
+		// fifo: it sorts by skb priority, which the kernel derives from
+		// the TOS a sender sets (IPTOS_LOWDELAY: band 0), and holds
+		// txqueuelen packets per band, set before it is created.
+		queue := func(dev string) []string {
+			q := []string{fmt.Sprintf("qdisc replace dev %s %s", dev, tbf)}
+			if st.QueuePackets > 0 {
+				q = append(q, fmt.Sprintf("qdisc add dev %s parent 1:1 handle 10: pfifo_fast", dev))
+			}
+			return q
+		}
+		if st.QueuePackets > 0 {
+			txq := func(dev string) []string {
+				return []string{fmt.Sprintf("link set dev %s txqueuelen %d", dev, st.QueuePackets)}
+			}
+			if err := batch(ctx, "ip", st.Switch.NS, txq(n.Port)); err != nil {
+				return err
+			}
+			if err := batch(ctx, "ip", n.NS, txq(nodeIface)); err != nil {
+				return err
+			}
+		}
+		swq = append(swq, queue(n.Port)...)
+		if err := batch(ctx, "tc", n.NS, queue(nodeIface)); err != nil {
 			return err
 		}
 	}

@@ -598,6 +598,9 @@ const (
 // "tput": rank 1 sends tputBytes over TCP to rank 0, which prints
 // "bits_per_sec R", the rate from its first byte to the end.
 //
+// "prio": rank 0 sends rank 1 a burst of data datagrams and then one
+// marked Control (helperPrio); rank 1 prints where the Control one arrived.
+//
 // "integration": TestIntegration's rank program (integrationRank), given
 // rankDeadline.
 func helperMain(args []string) int {
@@ -624,6 +627,8 @@ func helperMain(args []string) int {
 		err = helperTput(ctx, rank, hosts)
 	case "integration":
 		err = integrationRank(ctx)
+	case "prio":
+		err = helperPrio(ctx, rank, hosts)
 	default:
 		err = fmt.Errorf("unknown mode %q", mode)
 	}

@@ -52,6 +52,7 @@ type testbedFlags struct {
 	latency                         time.Duration
 	binary                          string
 	noCredentials                   bool
+	priorityQueues                  bool
 
 	json bool
 }
@@ -128,6 +129,7 @@ outside "run". --no-credentials runs without them.`,
 	fl.StringVar(&f.subnet, "subnet", testbed.DefaultSubnet, "private IPv4 subnet for the testbed's addresses; it exists only inside its namespaces")
 	fl.StringVar(&f.memSize, "mem-size", "64MiB", "size of each memory node's region: bytes, or with a unit KiB, MiB, GiB, KB, MB, GB")
 	fl.StringVar(&f.binary, "binary", "", "`path` of the ndma binary that runs the daemons (default: this one)")
+	fl.BoolVar(&f.priorityQueues, "priority-queues", false, "three strict-priority bands per link queue (pfifo_fast under the tbf): the ACKs and other control datagrams NDMA marks (IP TOS low-delay) leave ahead of queued data; the queue then counts packets, as many per band as the tbf queue holds full frames")
 	fl.BoolVar(&f.noCredentials, "no-credentials", false, "issue no credentials: the switch, the memory nodes and the ranks run without the security layer (datagrams not sealed; the token still authenticates control messages), to compare figures")
 	cmd.AddCommand(up)
 
@@ -241,7 +243,8 @@ func (f *testbedFlags) config() (testbed.Config, error) {
 		Binary:     f.binary,
 		GoMaxProcs: f.gomaxprocs,
 
-		NoCredentials: f.noCredentials,
+		NoCredentials:  f.noCredentials,
+		PriorityQueues: f.priorityQueues,
 	}, nil
 }
 
@@ -329,6 +332,9 @@ func printTestbed(w io.Writer, st *testbed.State) {
 	fmt.Fprintf(w, "testbed %s  (state %s, created %s)\n", st.Prefix, st.Dir, st.Created.Format(time.RFC3339))
 	fmt.Fprintf(w, "links    %s each way (tbf burst %d B, %s, latency %v), MTU %d (datagrams up to %d B), subnet %s\n",
 		st.Rate, st.Burst, peakText(st.PeakRateBits), st.Latency, st.MTU, st.DatagramMTU, st.Subnet)
+	if st.QueuePackets > 0 {
+		fmt.Fprintf(w, "queues   three priority bands of %d packets per link (pfifo_fast): IP TOS low-delay (NDMA's ACKs) first\n", st.QueuePackets)
+	}
 	if st.HostRate != "" {
 		fmt.Fprintf(w, "hosts    %s each way (tbf burst %d B, %s)\n", st.HostRate, st.HostBurst, peakText(st.HostPeakRateBits))
 	}
