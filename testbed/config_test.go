@@ -177,10 +177,10 @@ func TestQueuePackets(t *testing.T) {
 		mtu     int
 		want    int
 	}{
-		{100e6, 18028, 20 * time.Millisecond, 9000, 30}, // 268,028 B of 9,014-byte frames
-		{1e9, 125000, 20 * time.Millisecond, 9000, 292}, // 2,625,000 B
+		{100e6, 18028, 20 * time.Millisecond, 9000, 30},  // 268,028 B of 9,014-byte frames
+		{1e9, 125000, 20 * time.Millisecond, 9000, 292},  // 2,625,000 B
 		{100e6, 12500, 20 * time.Millisecond, 1500, 174}, // 262,500 B of 1,514-byte frames
-		{8000, 1000, time.Millisecond, 1500, 2}, // less than one frame: two
+		{8000, 1000, time.Millisecond, 1500, 2},          // less than one frame: two
 	} {
 		if got := queuePackets(tc.rate, tc.burst, tc.latency, tc.mtu); got != tc.want {
 			t.Errorf("queuePackets(%d, %d, %v, %d) = %d, want %d", tc.rate, tc.burst, tc.latency, tc.mtu, got, tc.want)
