@@ -15,6 +15,7 @@ type Figure struct {
 	Ranks    int     `json:"ranks"`
 	RateBits uint64  `json:"rate_bits"`
 	PeakBits uint64  `json:"peak_rate_bits,omitempty"`
+	Prio     bool    `json:"priority_queues,omitempty"`
 	Name     string  `json:"name"`
 	Target   string  `json:"target"`
 	Value    float64 `json:"value"` // the measured ratio the target bounds
@@ -30,6 +31,10 @@ const (
 	figBcastCPU       = 2    // rank CPU of a 16 MiB chain Bcast over an in-network one
 	figSmallMax       = 64 << 10
 	figLarge          = 16 << 20
+	// In-network Allgather at least as fast as the best host algorithm
+	// from figAllgatherMin to figAllgatherMax blocks.
+	figAllgatherMin = 1 << 20
+	figAllgatherMax = 4 << 20
 )
 
 // SuiteFigures computes the testbed targets from rows, for each
@@ -40,10 +45,11 @@ func SuiteFigures(rows []SuiteRow) []Figure {
 	type setup struct {
 		ranks      int
 		rate, peak uint64
+		prio       bool
 	}
 	var setups []setup
 	for _, r := range rows {
-		if s := (setup{r.Ranks, r.RateBits, r.PeakRateBits}); !slices.Contains(setups, s) {
+		if s := (setup{r.Ranks, r.RateBits, r.PeakRateBits, r.PriorityQueues}); !slices.Contains(setups, s) {
 			setups = append(setups, s)
 		}
 	}
@@ -51,12 +57,12 @@ func SuiteFigures(rows []SuiteRow) []Figure {
 	for _, s := range setups {
 		var mine []SuiteRow
 		for _, r := range rows {
-			if r.Ranks == s.ranks && r.RateBits == s.rate && r.PeakRateBits == s.peak {
+			if r.Ranks == s.ranks && r.RateBits == s.rate && r.PeakRateBits == s.peak && r.PriorityQueues == s.prio {
 				mine = append(mine, r)
 			}
 		}
 		for _, f := range setupFigures(mine) {
-			f.Ranks, f.RateBits, f.PeakBits = s.ranks, s.rate, s.peak
+			f.Ranks, f.RateBits, f.PeakBits, f.Prio = s.ranks, s.rate, s.peak, s.prio
 			figs = append(figs, f)
 		}
 	}
@@ -138,6 +144,29 @@ func setupFigures(rows []SuiteRow) []Figure {
 		worst.Met = worst.Value >= 1
 		figs = append(figs, *worst)
 	}
+	// Allgather of 1-4 MiB blocks: the worst size decides.
+	worst, sizes = nil, 0
+	for i := range rows {
+		in := &rows[i]
+		if in.Op != string(coll.OpAllgather) || in.Algo != string(coll.AlgoInNet) || in.Size < figAllgatherMin || in.Size > figAllgatherMax || in.AvgUS <= 0 {
+			continue
+		}
+		host := bestHost(coll.OpAllgather, in.Size)
+		if host == nil {
+			continue
+		}
+		sizes++
+		v := host.AvgUS / in.AvgUS
+		if worst == nil || v < worst.Value {
+			worst = &Figure{Value: v, Detail: fmt.Sprintf("worst at %s: %s %.0f µs, in-network %.0f µs", FormatSize(in.Size), host.Algo, host.AvgUS, in.AvgUS)}
+		}
+	}
+	if worst != nil {
+		worst.Name = fmt.Sprintf("in-network Allgather %s–%s, best host algorithm / in-network (%d sizes)", FormatSize(figAllgatherMin), FormatSize(figAllgatherMax), sizes)
+		worst.Target = "≥ 1× at every size"
+		worst.Met = worst.Value >= 1
+		figs = append(figs, *worst)
+	}
 	in, chain := find(coll.OpBcast, coll.AlgoInNet, figLarge), find(coll.OpBcast, coll.AlgoChain, figLarge)
 	if in != nil && chain != nil && in.CPURanksS > 0 {
 		perCall := func(r *SuiteRow) float64 { return r.CPURanksS / float64(r.Warmup+r.Iters) }
@@ -171,8 +200,8 @@ func opTitle(op coll.Operation) string {
 // writeFigures writes figs as a Markdown section, a table per setup.
 func writeFigures(w *bufio.Writer, figs []Figure) {
 	for i, f := range figs {
-		if i == 0 || f.Ranks != figs[i-1].Ranks || f.RateBits != figs[i-1].RateBits || f.PeakBits != figs[i-1].PeakBits {
-			fmt.Fprintf(w, "\n### Testbed targets, %d ranks, %s\n\n", f.Ranks, LinksText(f.RateBits, f.PeakBits))
+		if i == 0 || f.Ranks != figs[i-1].Ranks || f.RateBits != figs[i-1].RateBits || f.PeakBits != figs[i-1].PeakBits || f.Prio != figs[i-1].Prio {
+			fmt.Fprintf(w, "\n### Testbed targets, %d ranks, %s\n\n", f.Ranks, LinksText(f.RateBits, f.PeakBits, f.Prio))
 			fmt.Fprintln(w, "| Figure | Target | Measured | | From |")
 			fmt.Fprintln(w, "|---|---|--:|---|---|")
 		}

@@ -28,6 +28,12 @@ func TestSuiteFigures(t *testing.T) {
 		row(8, "allreduce", "ring", m4, 1.6*bound(m4), 1),
 		row(8, "allreduce", "innet", m16, 1.3*bound(m16), 1),
 		row(8, "allreduce", "ring", m16, 2.0*bound(m16), 1),
+		row(8, "allgather", "innet", 1<<20, 600e3, 1),
+		row(8, "allgather", "ring", 1<<20, 612e3, 1),
+		row(8, "allgather", "innet", 2<<20, 1240e3, 1), // slower than recursive doubling: the worst size
+		row(8, "allgather", "recursive_doubling", 2<<20, 1230e3, 1),
+		row(8, "allgather", "innet", 8<<20, 5000e3, 1), // outside 1-4 MiB
+		row(8, "allgather", "ring", 8<<20, 4000e3, 1),
 		row(4, "allreduce", "innet", m16, 1.05*bound(m16), 1), // another setup: only its bound figure
 	}
 	figs := SuiteFigures(rows)
@@ -43,6 +49,7 @@ func TestSuiteFigures(t *testing.T) {
 		{8, "in-network Allreduce 4M, best host", 1.5 / 1.1, false},
 		{8, "in-network Allreduce 16M, best host", 2.0 / 1.3, true},
 		{8, "in-network Bcast ≤ 64K", 400.0 / 500, false},
+		{8, "in-network Allgather 1M–4M", 1230.0 / 1240, false},
 		{8, "rank CPU per 16M Bcast", 2.5, true},
 		{4, "in-network Allreduce 16M, over S/B", 1.05, true},
 	}
@@ -57,6 +64,9 @@ func TestSuiteFigures(t *testing.T) {
 	}
 	if d := figs[4].Detail; !strings.Contains(d, "worst at 8: binomial 400 µs") || !strings.Contains(figs[4].Name, "(2 sizes)") {
 		t.Errorf("small-Bcast figure %q / %q: want the worst size, binomial, over 2 sizes", figs[4].Name, d)
+	}
+	if d := figs[5].Detail; !strings.Contains(d, "worst at 2M: recursive_doubling 1230000 µs") || !strings.Contains(figs[5].Name, "(2 sizes)") {
+		t.Errorf("Allgather figure %q / %q: want the worst size, recursive doubling, over 2 sizes", figs[5].Name, d)
 	}
 
 	md := figuresMarkdown(figs)
@@ -82,6 +92,19 @@ func TestSuiteFigures(t *testing.T) {
 	}
 	if md := figuresMarkdown(pf); !strings.Contains(md, "### Testbed targets, 8 ranks, 100mbit links, peak 200mbit") {
 		t.Errorf("figures Markdown lacks the peak rate's setup:\n%s", md)
+	}
+
+	// ... and so are they on links with priority queues.
+	prio := append([]SuiteRow(nil), peaked...)
+	for i := range prio {
+		prio[i].PriorityQueues = true
+	}
+	qf := SuiteFigures(append(append([]SuiteRow(nil), peaked...), prio...))
+	if len(qf) != 2 || qf[0].Prio || !qf[1].Prio {
+		t.Errorf("rows without and with priority queues: %+v; want a figure for each", qf)
+	}
+	if md := figuresMarkdown(qf); !strings.Contains(md, "### Testbed targets, 8 ranks, 100mbit links, peak 200mbit, priority queues") {
+		t.Errorf("figures Markdown lacks the priority queues' setup:\n%s", md)
 	}
 
 	// No rows for a figure: it is left out, not reported as missed.

@@ -109,6 +109,9 @@ type SuiteRow struct {
 	// PeakRateBits is the links' tbf peak rate (testbed.Config.PeakRate),
 	// bits per second; zero: none, or rows from before it was recorded.
 	PeakRateBits uint64 `json:"peak_rate_bits,omitempty"`
+	// PriorityQueues: the links' queues sent control datagrams first
+	// (testbed.Config.PriorityQueues).
+	PriorityQueues bool `json:"priority_queues,omitempty"`
 	// BoundUS is the time to push Size bytes through one link, Size*8 over
 	// the rate: the S/B bound, in microseconds.
 	BoundUS      float64 `json:"bound_us"`
@@ -390,6 +393,7 @@ func runSuiteJob(ctx context.Context, st *testbed.State, swPID int, j suiteJob, 
 	}
 	row := newSuiteRow(res, warmup, st.RateBits, ch1-ch0, sw1-sw0)
 	row.PeakRateBits = st.PeakRateBits
+	row.PriorityQueues = st.QueuePackets > 0
 	return row, nil
 }
 
@@ -528,7 +532,7 @@ func WriteSuiteMarkdown(w io.Writer, rows []SuiteRow) error {
 			fmt.Fprintln(bw)
 		}
 		first := byOp[op][0]
-		fmt.Fprintf(bw, "### %s, %d ranks, %s\n\n", op, first.Ranks, LinksText(first.RateBits, first.PeakRateBits))
+		fmt.Fprintf(bw, "### %s, %d ranks, %s\n\n", op, first.Ranks, LinksText(first.RateBits, first.PeakRateBits, first.PriorityQueues))
 		fmt.Fprintln(bw, "| Algorithm | Size | Avg (µs) | Min (µs) | Max (µs) | S/B bound (µs) | Avg / bound | Iters | CPU ranks (s) | CPU switch (s) | CPU per call (µs) |")
 		fmt.Fprintln(bw, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 		for _, r := range byOp[op] {
@@ -562,10 +566,15 @@ func WriteSuiteMarkdown(w io.Writer, rows []SuiteRow) error {
 }
 
 // LinksText describes a setup's links: "100mbit links", with the peak rate
-// if there was one ("100mbit links, peak 200mbit").
-func LinksText(rate, peak uint64) string {
-	if peak == 0 {
-		return testbed.FormatRate(rate) + " links"
+// when there is one ("100mbit links, peak 200mbit") and ", priority
+// queues" when the links send control datagrams first.
+func LinksText(rate, peak uint64, prio bool) string {
+	t := testbed.FormatRate(rate) + " links"
+	if peak != 0 {
+		t += ", peak " + testbed.FormatRate(peak)
 	}
-	return testbed.FormatRate(rate) + " links, peak " + testbed.FormatRate(peak)
+	if prio {
+		t += ", priority queues"
+	}
+	return t
 }

@@ -27,6 +27,7 @@ type suiteFlags struct {
 	rate, ops, sizes, out, pf string
 	keep, json, mpi           bool
 	from, peakRate            string
+	prio                      bool
 	mpiNDMA, algos            string
 	mpiTuned                  bool
 }
@@ -79,6 +80,7 @@ at the end, also on error or Ctrl-C, unless --keep.`,
 	fl := cmd.Flags()
 	fl.IntVar(&f.hosts, "hosts", 8, "host namespaces, one rank each")
 	fl.StringVar(&f.rate, "rate", testbed.DefaultRate, "rate of every link, each direction, in tc's syntax: 100mbit, 1gbit")
+	fl.BoolVar(&f.prio, "priority-queues", false, "give every link's queue priority bands that send NDMA's ACKs ahead of queued data (see ndma testbed up)")
 	fl.StringVar(&f.peakRate, "peak-rate", "", "fastest rate at which frames leave a link back to back, above --rate, or none (default: twice --rate; see ndma testbed up)")
 	fl.IntVar(&f.mtu, "mtu", testbed.DefaultMTU, "MTU of every interface, in bytes; the ranks and switch use datagrams of MTU-28")
 	fl.StringVar(&f.ops, "ops", "bcast,reduce,allreduce,allgather,barrier", "collectives, comma-separated")
@@ -152,7 +154,7 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 	stdout := cmd.OutOrStdout()
 	prog := newProgress(cmd.ErrOrStderr(), f.json)
 	cfg := bench.SuiteConfig{
-		Testbed:  testbed.Config{Prefix: f.pf, Hosts: f.hosts, Rate: f.rate, PeakRate: f.peakRate, MTU: f.mtu, GoMaxProcs: f.gmp},
+		Testbed:  testbed.Config{Prefix: f.pf, Hosts: f.hosts, Rate: f.rate, PeakRate: f.peakRate, MTU: f.mtu, GoMaxProcs: f.gmp, PriorityQueues: f.prio},
 		Ops:      ops,
 		Sizes:    sizes,
 		Iters:    f.iters,
@@ -264,9 +266,9 @@ func renderSuite(cmd *cobra.Command, f *suiteFlags) error {
 			// One setup per rendering: the tables, plots and figures are
 			// per operation, and a 4-rank row must not replace (or sit
 			// in one table with) an 8-rank one.
-			if len(rows) > 0 && (r.Ranks != rows[0].Ranks || r.RateBits != rows[0].RateBits || r.PeakRateBits != rows[0].PeakRateBits) {
+			if len(rows) > 0 && (r.Ranks != rows[0].Ranks || r.RateBits != rows[0].RateBits || r.PeakRateBits != rows[0].PeakRateBits || r.PriorityQueues != rows[0].PriorityQueues) {
 				return fmt.Errorf("--from %s: rows of %d ranks on %s and of %d ranks on %s: render one setup (ranks, links) at a time",
-					path, rows[0].Ranks, bench.LinksText(rows[0].RateBits, rows[0].PeakRateBits), r.Ranks, bench.LinksText(r.RateBits, r.PeakRateBits))
+					path, rows[0].Ranks, bench.LinksText(rows[0].RateBits, rows[0].PeakRateBits, rows[0].PriorityQueues), r.Ranks, bench.LinksText(r.RateBits, r.PeakRateBits, r.PriorityQueues))
 			}
 			k := key{r.Op, r.Algo, r.Size}
 			if i, ok := at[k]; ok {
