@@ -128,6 +128,7 @@ func expectTOS(t *testing.T, r *tosReceiver, n, tos int, marked ...int) {
 // in their IP header (traffic class for IPv6), the others with 0, whether
 // or not GSO coalesces their neighbours.
 func TestControlTOS(t *testing.T) {
+	t.Setenv(EnvControlTOS, "") // the test, not the environment, chooses
 	for _, tc := range []struct {
 		name, src, dst string
 		cfg            UDPConfig
@@ -157,10 +158,43 @@ func TestControlTOS(t *testing.T) {
 	}
 }
 
+// TestControlTOSEnv: NDMA_CONTROL_TOS replaces the configured TOS, or
+// turns the marking off, and a malformed value is refused.
+func TestControlTOSEnv(t *testing.T) {
+	for _, tc := range []struct {
+		env string
+		tos int // 0: unmarked
+	}{
+		{"0xb8", 0xb8},
+		{"32", 32},
+		{"0", 0},
+		{"off", 0},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			t.Setenv(EnvControlTOS, tc.env)
+			src := listen(t, "127.0.0.1:0", UDPConfig{ControlTOS: 0x28})
+			r := newTOSReceiver(t, "127.0.0.1:0")
+			sendTagged(t, src, r.addr(), 2, 1)
+			if tc.tos == 0 {
+				expectTOS(t, r, 2, 0)
+			} else {
+				expectTOS(t, r, 2, tc.tos, 1)
+			}
+		})
+	}
+	for _, bad := range []string{"256", "-1", "lowdelay", "0x1ff"} {
+		t.Setenv(EnvControlTOS, bad)
+		if _, err := ListenUDP("127.0.0.1:0", UDPConfig{}); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s=%q: %v, want ErrInvalidConfig", EnvControlTOS, bad, err)
+		}
+	}
+}
+
 // TestControlTOSRefused: a kernel that rejects the TOS control message
 // (EINVAL) must not lose the Control datagrams: they go unmarked from then
 // on, and the rest of the batch arrives.
 func TestControlTOSRefused(t *testing.T) {
+	t.Setenv(EnvControlTOS, "")
 	src := listen(t, "127.0.0.1:0", UDPConfig{})
 	r := newTOSReceiver(t, "127.0.0.1:0")
 	refused := 0

@@ -40,6 +40,14 @@ const (
 // It exists to rule offloads in or out when diagnosing a host.
 const EnvDisableGSO = "NDMA_DISABLE_GSO"
 
+// EnvControlTOS names the environment variable that, when set, replaces
+// UDPConfig.ControlTOS for every UDPConn opened afterwards: a TOS byte
+// from 0 to 255, decimal or 0x-prefixed hexadecimal ("0xb8"), 0 or "off"
+// to send Control datagrams unmarked. It suits a network whose priority
+// queues act on another code point than IPTOS_LOWDELAY, and reaches
+// every NDMA process at once (switch, memory nodes, ranks).
+const EnvControlTOS = "NDMA_CONTROL_TOS"
+
 var (
 	// ErrInvalidConfig is wrapped by the error ListenUDP returns for a
 	// UDPConfig that fails validation, and by the error for a malformed
@@ -101,6 +109,7 @@ type UDPConfig struct {
 	// the path can send acknowledgments ahead of queued data. Zero means
 	// DefaultControlTOS; negative sends Control datagrams unmarked, like
 	// the rest; at most 255. Other datagrams keep the socket's TOS (0).
+	// EnvControlTOS, when set, replaces it.
 	ControlTOS int
 	// Logger receives diagnostics (offload probing and fallbacks, dropped
 	// datagrams at debug level). Nil means discard.
@@ -155,6 +164,19 @@ func (c UDPConfig) withDefaults() (UDPConfig, error) {
 		if off {
 			c.DisableGSO = true
 			c.DisableGRO = true
+		}
+	}
+	if v, ok := os.LookupEnv(EnvControlTOS); ok && v != "" {
+		tos, err := strconv.ParseInt(v, 0, 0)
+		switch {
+		case v == "off":
+			c.ControlTOS = -1
+		case err != nil || tos < 0 || tos > 255:
+			return c, fmt.Errorf("%w: %s=%q: want a TOS byte from 0 to 255 (such as 0x10) or off", ErrInvalidConfig, EnvControlTOS, v)
+		case tos == 0:
+			c.ControlTOS = -1
+		default:
+			c.ControlTOS = int(tos)
 		}
 	}
 	return c, nil
