@@ -521,7 +521,9 @@ func (c *UDPConn) setDest(i int, a netip.AddrPort) {
 // dropped). It returns fewer than were packed when a GSO send failed:
 // the caller repacks the rest with GSO off (EIO, EINVAL) or with a segment
 // size cap below the failed one (EMSGSIZE: the path MTU cannot carry
-// that segment size).
+// that segment size), or, when the kernel refused a TOS control message
+// (EINVAL, where the same message without it went through), with Control
+// datagrams unmarked.
 func (c *UDPConn) sendPacked(nmsg int) (int, error) {
 	start := 0
 	for start < nmsg {
@@ -541,9 +543,27 @@ func (c *UDPConn) sendPacked(nmsg int) (int, error) {
 		sp := c.wspan[start]
 		errno := sendErrno(err)
 		if sp.tos && errno == unix.EINVAL {
-			c.tos = -1
-			c.log.Warn("netio: kernel refuses a TOS control message, sending Control datagrams unmarked", "local", c.local, "err", err)
-			return sp.first, nil
+			// The TOS control message or the route (a loopback source,
+			// another host): the same message without the TOS tells.
+			m := &c.wmsgs[start]
+			if m.OOB = m.OOB[:len(m.OOB)-tosOOBSpace]; len(m.OOB) == 0 {
+				m.OOB = nil
+			}
+			c.wspan[start].tos, sp.tos = false, false
+			n, err = c.sendmsgs(c.wmsgs[start : start+1])
+			if err == nil && n == 1 {
+				c.tos = -1
+				c.log.Warn("netio: kernel refuses a TOS control message, sending Control datagrams unmarked", "local", c.local)
+				c.accountSent(start, start+1)
+				return sp.first + sp.n, nil // repack the rest unmarked
+			}
+			if err == nil {
+				return 0, c.ioErr("sendmmsg", io.ErrNoProgress)
+			}
+			if c.closed.Load() || errors.Is(err, net.ErrClosed) {
+				return 0, c.ioErr("sendmmsg", err)
+			}
+			errno = sendErrno(err)
 		}
 		if sp.n > 1 {
 			switch {

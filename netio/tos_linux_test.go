@@ -226,6 +226,50 @@ func TestControlTOSRefused(t *testing.T) {
 	}
 }
 
+// TestControlTOSUnroutable: EINVAL for a Control datagram the kernel
+// cannot route (not for its TOS) drops that datagram only; the marking
+// stays on for the rest.
+func TestControlTOSUnroutable(t *testing.T) {
+	t.Setenv(EnvControlTOS, "")
+	src := listen(t, "127.0.0.1:0", UDPConfig{})
+	r := newTOSReceiver(t, "127.0.0.1:0")
+	bad := netip.MustParseAddrPort("127.0.0.1:9")
+	sendFault(src, func(ms []ipv4.Message, send func([]ipv4.Message) (int, error)) (int, error) {
+		for i := range ms {
+			if ms[i].Addr.(*net.UDPAddr).AddrPort() == bad {
+				n := 0
+				if i > 0 {
+					var err error
+					if n, err = send(ms[:i]); err != nil || n < i {
+						return n, err
+					}
+				}
+				return n, errnoErr(unix.EINVAL)
+			}
+		}
+		return send(ms)
+	})
+	ds := []Datagram{
+		{Addr: r.addr(), Buf: []byte{0}, Control: true},
+		{Addr: bad, Buf: []byte{1}, Control: true},
+		{Addr: r.addr(), Buf: []byte{2}, Control: true},
+	}
+	if err := src.WriteBatch(ds); err != nil {
+		t.Fatalf("WriteBatch: %v", err)
+	}
+	for range 2 {
+		if tag, tos := r.next(); tos != DefaultControlTOS || tag == 1 {
+			t.Errorf("datagram %d: TOS %#x, want %#x", tag, tos, DefaultControlTOS)
+		}
+	}
+	if s := src.Stats(); s.SendDrops != 1 {
+		t.Errorf("%d datagrams dropped, want 1 (the unroutable one)", s.SendDrops)
+	}
+	if src.tos != DefaultControlTOS {
+		t.Errorf("marking %d after an unroutable destination, want it on (%#x)", src.tos, DefaultControlTOS)
+	}
+}
+
 // hasTOS reports whether oob holds an IP_TOS or IPV6_TCLASS cmsg.
 func hasTOS(oob []byte) bool {
 	for len(oob) >= unix.SizeofCmsghdr {
