@@ -139,8 +139,9 @@ type Config struct {
 	// (netio.DefaultControlTOS), leave ahead of queued data, as on a
 	// switch port with a priority queue for control traffic. The queue
 	// then holds up to the same number of packets per band as a tbf
-	// queue holds full frames (Rate x Latency + Burst over MTU+14, the
-	// interfaces' txqueuelen) instead of a byte count. False means one
+	// queue holds full frames (rate x Latency + Burst over MTU+14, with
+	// each link's rate: the interfaces' txqueuelen) instead of a byte
+	// count. False means one
 	// first-in first-out queue per link.
 	PriorityQueues bool
 

@@ -17,7 +17,7 @@ import (
 const (
 	prioPort = 7602
 	// prioBurst data datagrams of prioSize bytes go ahead of the Control
-	// one: 77 ms at 10 Mbit/s.
+	// one: 38 ms at 20 Mbit/s.
 	prioBurst = 12
 	prioSize  = 8000
 )
@@ -27,15 +27,16 @@ const (
 // overtakes data queued ahead of it on the way from one host to another
 // (through two shaped links and the bridge).
 func TestPriorityQueues(t *testing.T) {
-	st := upTestbed(t, Config{Hosts: 2, Rate: "10mbit", Latency: 200 * time.Millisecond, PriorityQueues: true})
+	st := upTestbed(t, Config{Hosts: 2, MemNodes: 1, Rate: "10mbit", HostRate: "20mbit", Latency: 200 * time.Millisecond, PriorityQueues: true})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 
-	// 10 Mbit/s for 200 ms plus a two-frame bucket, in 9014-byte frames.
-	if want := 30; st.QueuePackets != want {
-		t.Errorf("QueuePackets %d, want %d", st.QueuePackets, want)
+	// 10 Mbit/s for 200 ms plus a two-frame bucket, in 9014-byte frames
+	// (memory node); 20 Mbit/s for the hosts.
+	if st.QueuePackets != 30 || st.HostQueuePackets != 58 {
+		t.Errorf("QueuePackets %d, HostQueuePackets %d; want 30, 58", st.QueuePackets, st.HostQueuePackets)
 	}
-	check := func(ns, dev string) {
+	check := func(ns, dev string, qlen int) {
 		t.Helper()
 		var q []struct {
 			Kind   string `json:"kind"`
@@ -58,13 +59,17 @@ func TestPriorityQueues(t *testing.T) {
 		if err == nil {
 			err = json.Unmarshal([]byte(out), &l)
 		}
-		if err != nil || len(l) != 1 || l[0].TxQLen != st.QueuePackets {
-			t.Errorf("%s %s: link %+v (%v), want txqueuelen %d", ns, dev, l, err, st.QueuePackets)
+		if err != nil || len(l) != 1 || l[0].TxQLen != qlen {
+			t.Errorf("%s %s: link %+v (%v), want txqueuelen %d", ns, dev, l, err, qlen)
 		}
 	}
 	for _, n := range st.Hosts {
-		check(n.NS, nodeIface)
-		check(st.Switch.NS, n.Port)
+		check(n.NS, nodeIface, st.HostQueuePackets)
+		check(st.Switch.NS, n.Port, st.HostQueuePackets)
+	}
+	for _, n := range st.MemNodes {
+		check(n.NS, nodeIface, st.QueuePackets)
+		check(st.Switch.NS, n.Port, st.QueuePackets)
 	}
 
 	var out lockedBuilder

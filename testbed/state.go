@@ -55,10 +55,12 @@ type State struct {
 	Latency          time.Duration `json:"latency"` // tbf queue bound, in nanoseconds
 	// QueuePackets is each priority band's length, in packets, when
 	// Config.PriorityQueues set them up (the interfaces' txqueuelen);
-	// zero for one first-in first-out queue per link.
-	QueuePackets int `json:"queue_packets,omitempty"`
-	MTU          int `json:"mtu"` // every interface, in bytes
-	DatagramMTU  int `json:"datagram_mtu"`
+	// zero for one first-in first-out queue per link. HostQueuePackets
+	// is the host links' when HostRate gives them a rate of their own.
+	QueuePackets     int `json:"queue_packets,omitempty"`
+	HostQueuePackets int `json:"host_queue_packets,omitempty"`
+	MTU              int `json:"mtu"` // every interface, in bytes
+	DatagramMTU      int `json:"datagram_mtu"`
 	// GoMaxProcs is the GOMAXPROCS the daemons run with and Run gives
 	// the ranks (0: not set, Go's default); see Config.GoMaxProcs.
 	GoMaxProcs int `json:"gomaxprocs,omitempty"`

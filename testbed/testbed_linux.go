@@ -211,7 +211,7 @@ func build(ctx context.Context, cfg *Config, subnet netip.Prefix, rate uint64) (
 	if cfg.PriorityQueues {
 		st.QueuePackets = queuePackets(rate, cfg.Burst, cfg.Latency, cfg.MTU)
 		if st.HostRate != "" {
-			st.QueuePackets = max(st.QueuePackets, queuePackets(st.HostRateBits, st.HostBurst, cfg.Latency, cfg.MTU))
+			st.HostQueuePackets = queuePackets(st.HostRateBits, st.HostBurst, cfg.Latency, cfg.MTU)
 		}
 	}
 	st.SwitchAddr = netip.AddrPortFrom(st.Switch.Addr, SwitchPort).String()
@@ -289,9 +289,9 @@ func buildNetwork(ctx context.Context, st *State, nodes []Node, bits int) error 
 	// switch).
 	var swq []string
 	for _, n := range nodes {
-		rate, burst, peak := st.RateBits, st.Burst, st.PeakRateBits
+		rate, burst, peak, qlen := st.RateBits, st.Burst, st.PeakRateBits, st.QueuePackets
 		if st.HostRateBits > 0 && slices.ContainsFunc(st.Hosts, func(h Node) bool { return h.NS == n.NS }) {
-			rate, burst, peak = st.HostRateBits, st.HostBurst, st.HostPeakRateBits
+			rate, burst, peak, qlen = st.HostRateBits, st.HostBurst, st.HostPeakRateBits, st.HostQueuePackets
 		}
 		tbf := fmt.Sprintf("root handle 1: tbf rate %dbit burst %d latency %dus", rate, burst, st.Latency.Microseconds())
 		if peak > 0 {
@@ -303,14 +303,14 @@ func buildNetwork(ctx context.Context, st *State, nodes []Node, bits int) error 
 		// txqueuelen packets per band, set before it is created.
 		queue := func(dev string) []string {
 			q := []string{fmt.Sprintf("qdisc replace dev %s %s", dev, tbf)}
-			if st.QueuePackets > 0 {
+			if qlen > 0 {
 				q = append(q, fmt.Sprintf("qdisc add dev %s parent 1:1 handle 10: pfifo_fast", dev))
 			}
 			return q
 		}
-		if st.QueuePackets > 0 {
+		if qlen > 0 {
 			txq := func(dev string) []string {
-				return []string{fmt.Sprintf("link set dev %s txqueuelen %d", dev, st.QueuePackets)}
+				return []string{fmt.Sprintf("link set dev %s txqueuelen %d", dev, qlen)}
 			}
 			if err := batch(ctx, "ip", st.Switch.NS, txq(n.Port)); err != nil {
 				return err

@@ -334,6 +334,9 @@ func printTestbed(w io.Writer, st *testbed.State) {
 		st.Rate, st.Burst, peakText(st.PeakRateBits), st.Latency, st.MTU, st.DatagramMTU, st.Subnet)
 	if st.QueuePackets > 0 {
 		fmt.Fprintf(w, "queues   three priority bands of %d packets per link (pfifo_fast): IP TOS low-delay (NDMA's ACKs) first\n", st.QueuePackets)
+		if st.HostQueuePackets > 0 {
+			fmt.Fprintf(w, "         host links: %d packets per band\n", st.HostQueuePackets)
+		}
 	}
 	if st.HostRate != "" {
 		fmt.Fprintf(w, "hosts    %s each way (tbf burst %d B, %s)\n", st.HostRate, st.HostBurst, peakText(st.HostPeakRateBits))
