@@ -120,53 +120,37 @@ func setupFigures(rows []SuiteRow) []Figure {
 			Detail: fmt.Sprintf("%s %.0f µs, in-network %.0f µs", host.Algo, host.AvgUS, in.AvgUS),
 		})
 	}
-	// Small Bcasts: the worst size decides.
-	var worst *Figure
-	sizes := 0
-	for i := range rows {
-		in := &rows[i]
-		if in.Op != string(coll.OpBcast) || in.Algo != string(coll.AlgoInNet) || in.Size > figSmallMax || in.AvgUS <= 0 {
-			continue
+	// worstSpeedup adds the figure of op's in-network rows of minSize to
+	// maxSize bytes against the best host algorithm at each size: the
+	// worst size decides.
+	worstSpeedup := func(op coll.Operation, minSize, maxSize int, name string) {
+		var worst *Figure
+		sizes := 0
+		for i := range rows {
+			in := &rows[i]
+			if in.Op != string(op) || in.Algo != string(coll.AlgoInNet) || in.Size < minSize || in.Size > maxSize || in.AvgUS <= 0 {
+				continue
+			}
+			host := bestHost(op, in.Size)
+			if host == nil {
+				continue
+			}
+			sizes++
+			v := host.AvgUS / in.AvgUS
+			if worst == nil || v < worst.Value {
+				worst = &Figure{Value: v, Detail: fmt.Sprintf("worst at %s: %s %.0f µs, in-network %.0f µs", FormatSize(in.Size), host.Algo, host.AvgUS, in.AvgUS)}
+			}
 		}
-		host := bestHost(coll.OpBcast, in.Size)
-		if host == nil {
-			continue
-		}
-		sizes++
-		v := host.AvgUS / in.AvgUS
-		if worst == nil || v < worst.Value {
-			worst = &Figure{Value: v, Detail: fmt.Sprintf("worst at %s: %s %.0f µs, in-network %.0f µs", FormatSize(in.Size), host.Algo, host.AvgUS, in.AvgUS)}
-		}
-	}
-	if worst != nil {
-		worst.Name = fmt.Sprintf("in-network Bcast ≤ %s, best host algorithm / in-network (%d sizes)", FormatSize(figSmallMax), sizes)
-		worst.Target = "≥ 1× at every size"
-		worst.Met = worst.Value >= 1
-		figs = append(figs, *worst)
-	}
-	// Allgather of 1-4 MiB blocks: the worst size decides.
-	worst, sizes = nil, 0
-	for i := range rows {
-		in := &rows[i]
-		if in.Op != string(coll.OpAllgather) || in.Algo != string(coll.AlgoInNet) || in.Size < figAllgatherMin || in.Size > figAllgatherMax || in.AvgUS <= 0 {
-			continue
-		}
-		host := bestHost(coll.OpAllgather, in.Size)
-		if host == nil {
-			continue
-		}
-		sizes++
-		v := host.AvgUS / in.AvgUS
-		if worst == nil || v < worst.Value {
-			worst = &Figure{Value: v, Detail: fmt.Sprintf("worst at %s: %s %.0f µs, in-network %.0f µs", FormatSize(in.Size), host.Algo, host.AvgUS, in.AvgUS)}
+		if worst != nil {
+			worst.Name = fmt.Sprintf("%s, best host algorithm / in-network (%d sizes)", name, sizes)
+			worst.Target = "≥ 1× at every size"
+			worst.Met = worst.Value >= 1
+			figs = append(figs, *worst)
 		}
 	}
-	if worst != nil {
-		worst.Name = fmt.Sprintf("in-network Allgather %s–%s, best host algorithm / in-network (%d sizes)", FormatSize(figAllgatherMin), FormatSize(figAllgatherMax), sizes)
-		worst.Target = "≥ 1× at every size"
-		worst.Met = worst.Value >= 1
-		figs = append(figs, *worst)
-	}
+	worstSpeedup(coll.OpBcast, 0, figSmallMax, "in-network Bcast ≤ "+FormatSize(figSmallMax))
+	worstSpeedup(coll.OpAllgather, figAllgatherMin, figAllgatherMax,
+		fmt.Sprintf("in-network Allgather %s–%s", FormatSize(figAllgatherMin), FormatSize(figAllgatherMax)))
 	in, chain := find(coll.OpBcast, coll.AlgoInNet, figLarge), find(coll.OpBcast, coll.AlgoChain, figLarge)
 	if in != nil && chain != nil && in.CPURanksS > 0 {
 		perCall := func(r *SuiteRow) float64 { return r.CPURanksS / float64(r.Warmup+r.Iters) }

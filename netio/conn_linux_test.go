@@ -275,9 +275,15 @@ func errnoErr(e unix.Errno) error {
 // failFirstGSO sends the messages before the first GSO message, then fails
 // with e as the kernel would; when is consulted for each GSO message.
 func failFirstGSO(e unix.Errno, when func(m *ipv4.Message) bool) func([]ipv4.Message, func([]ipv4.Message) (int, error)) (int, error) {
+	return failFirst(e, func(m *ipv4.Message) bool { return len(m.OOB) > 0 && when(m) })
+}
+
+// failFirst sends the messages before the first one fail selects, then
+// fails with e as the kernel would.
+func failFirst(e unix.Errno, fail func(m *ipv4.Message) bool) func([]ipv4.Message, func([]ipv4.Message) (int, error)) (int, error) {
 	return func(ms []ipv4.Message, send func([]ipv4.Message) (int, error)) (int, error) {
 		for i := range ms {
-			if len(ms[i].OOB) > 0 && when(&ms[i]) {
+			if fail(&ms[i]) {
 				n := 0
 				if i > 0 {
 					var err error

@@ -198,22 +198,13 @@ func TestControlTOSRefused(t *testing.T) {
 	src := listen(t, "127.0.0.1:0", UDPConfig{})
 	r := newTOSReceiver(t, "127.0.0.1:0")
 	refused := 0
-	sendFault(src, func(ms []ipv4.Message, send func([]ipv4.Message) (int, error)) (int, error) {
-		for i := range ms {
-			if hasTOS(ms[i].OOB) {
-				refused++
-				n := 0
-				if i > 0 {
-					var err error
-					if n, err = send(ms[:i]); err != nil || n < i {
-						return n, err
-					}
-				}
-				return n, errnoErr(unix.EINVAL)
-			}
+	sendFault(src, failFirst(unix.EINVAL, func(m *ipv4.Message) bool {
+		if hasTOS(m.OOB) {
+			refused++
+			return true
 		}
-		return send(ms)
-	})
+		return false
+	}))
 	sendTagged(t, src, r.addr(), 4, 1, 3)
 	expectTOS(t, r, 4, 0)
 	sendTagged(t, src, r.addr(), 2, 0, 1)
@@ -234,21 +225,9 @@ func TestControlTOSUnroutable(t *testing.T) {
 	src := listen(t, "127.0.0.1:0", UDPConfig{})
 	r := newTOSReceiver(t, "127.0.0.1:0")
 	bad := netip.MustParseAddrPort("127.0.0.1:9")
-	sendFault(src, func(ms []ipv4.Message, send func([]ipv4.Message) (int, error)) (int, error) {
-		for i := range ms {
-			if ms[i].Addr.(*net.UDPAddr).AddrPort() == bad {
-				n := 0
-				if i > 0 {
-					var err error
-					if n, err = send(ms[:i]); err != nil || n < i {
-						return n, err
-					}
-				}
-				return n, errnoErr(unix.EINVAL)
-			}
-		}
-		return send(ms)
-	})
+	sendFault(src, failFirst(unix.EINVAL, func(m *ipv4.Message) bool {
+		return m.Addr.(*net.UDPAddr).AddrPort() == bad
+	}))
 	ds := []Datagram{
 		{Addr: r.addr(), Buf: []byte{0}, Control: true},
 		{Addr: bad, Buf: []byte{1}, Control: true},
