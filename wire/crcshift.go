@@ -21,7 +21,7 @@ import (
 // PayloadCRC is the payload's part of every checksum that covers it, for
 // AppendHeaderShared.
 func PayloadCRC(payload []byte) uint32 {
-	return ^crc32.Update(0xFFFFFFFF, castagnoli, payload)
+	return ^crcUpdate(0xFFFFFFFF, payload)
 }
 
 // AppendHeaderShared is AppendHeader for a payload whose PayloadCRC the

@@ -374,7 +374,7 @@ func checksum(pkt []byte) uint32 {
 	if Flags(pkt[3])&FlagAuth != 0 {
 		return c
 	}
-	return crc32.Update(c, castagnoli, pkt[HeaderLen:])
+	return crcUpdate(c, pkt[HeaderLen:])
 }
 
 // AppendHeader encodes h for payload into buf[:0]'s backing array
@@ -388,7 +388,7 @@ func AppendHeader(buf []byte, h *Header, payload []byte) ([]byte, error) {
 		return buf, err
 	}
 	if h.Flags&FlagAuth == 0 {
-		c = crc32.Update(c, castagnoli, payload)
+		c = crcUpdate(c, payload)
 	}
 	binary.BigEndian.PutUint32(buf[crcOff:], c)
 	return buf, nil
