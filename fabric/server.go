@@ -36,8 +36,9 @@ type Server struct {
 	// wmu is held from a Poll until its datagrams are written (they
 	// point into buffers of the switch that its next Poll reuses); its
 	// holder owns out. Lock order: mu, then wmu.
-	wmu sync.Mutex
-	out []netio.Datagram
+	wmu     sync.Mutex
+	out     []netio.Datagram
+	grouper grouper
 
 	// sec, when not nil, seals every datagram written and opens every
 	// datagram read (ServerOptions.Security); wireOut holds its output.
@@ -216,7 +217,7 @@ func (s *Server) pumpUnlock(now time.Time) {
 	for i := 0; ; i++ {
 		s.wmu.Lock()
 		out, next := s.sw.Poll(now, s.out[:0])
-		groupByAddr(out)
+		s.grouper.group(out)
 		if s.sec != nil {
 			next = s.sealLocked(now, out, next)
 		}
@@ -251,16 +252,66 @@ func (s *Server) armLocked(next time.Time) {
 	}
 }
 
-// groupByAddr orders ds by destination, keeping the order of the
-// datagrams to each one: the socket's segmentation offload sends a run of
-// datagrams to one address in one go, and the switch's output interleaves
-// destinations (a multicast packet's replicas, a reduced chunk's results
-// to every member). Across destinations, order carries no meaning.
-func groupByAddr(ds []netio.Datagram) {
+// maxGroupAddrs bounds the destinations a grouper sorts by counting; a
+// batch with more is sorted by comparison.
+const maxGroupAddrs = 64
+
+// grouper orders ds by destination, keeping the order of the datagrams to
+// each one: the socket's segmentation offload sends a run of datagrams to
+// one address in one go, and the switch's output interleaves destinations
+// (a multicast packet's replicas, a reduced chunk's results to every
+// member). Across destinations, order carries no meaning: they come out
+// in the order of their first datagram (by address beyond maxGroupAddrs
+// destinations). A counting sort over the few destinations of a batch,
+// with scratch space kept between calls.
+type grouper struct {
+	addrs []netip.AddrPort // distinct destinations, in order of first appearance
+	idx   []uint8          // idx[i]: ds[i]'s destination in addrs
+	next  []int            // per destination, where its next datagram goes
+	tmp   []netio.Datagram
+}
+
+func (g *grouper) group(ds []netio.Datagram) {
 	if len(ds) < 3 {
 		return
 	}
-	slices.SortStableFunc(ds, func(a, b netio.Datagram) int { return a.Addr.Compare(b.Addr) })
+	g.addrs = g.addrs[:0]
+	g.idx = slices.Grow(g.idx[:0], len(ds))[:len(ds)]
+	cur, runs := -1, 0
+	for i := range ds {
+		a := ds[i].Addr
+		if cur < 0 || g.addrs[cur] != a {
+			runs++
+			if cur = slices.Index(g.addrs, a); cur < 0 {
+				if len(g.addrs) == maxGroupAddrs {
+					slices.SortStableFunc(ds, func(a, b netio.Datagram) int { return a.Addr.Compare(b.Addr) })
+					return
+				}
+				g.addrs = append(g.addrs, a)
+				cur = len(g.addrs) - 1
+			}
+		}
+		g.idx[i] = uint8(cur)
+	}
+	if runs == len(g.addrs) {
+		return // already grouped
+	}
+	g.next = slices.Grow(g.next[:0], len(g.addrs))[:len(g.addrs)]
+	clear(g.next)
+	for _, k := range g.idx {
+		g.next[k]++
+	}
+	at := 0
+	for k, n := range g.next {
+		g.next[k] = at
+		at += n
+	}
+	g.tmp = append(g.tmp[:0], ds...)
+	for i, k := range g.idx {
+		ds[g.next[k]] = g.tmp[i]
+		g.next[k]++
+	}
+	clear(g.tmp) // no references kept to the switch's buffers
 }
 
 // write writes ds to the socket. Caller holds wmu.

@@ -477,8 +477,10 @@ func (e *Engine) unrefStranger(a netip.AddrPort) {
 // it): it moves to the back of its list, away from the idle sweep.
 func (e *Engine) touch(p *peer, now time.Time) {
 	p.lastActive = nanos(now)
-	if r := e.addrRefs[p.id.Addr]; p.stranger && r > 0 && r < maxAddrStreams {
-		e.promote(p) // another peer at its address validated it
+	if p.stranger {
+		if r := e.addrRefs[p.id.Addr]; r > 0 && r < maxAddrStreams {
+			e.promote(p) // another peer at its address validated it
+		}
 	}
 	if p.stranger {
 		e.strangers.moveBack(p)
