@@ -243,9 +243,12 @@ func tag(seq uint64, step int) uint64 { return seq<<20 | uint64(step)&(1<<20-1) 
 
 // sendOp is a two-sided send of data to rank to. With a switch it is
 // bound to the rank's group membership, so it fails as soon as the
-// switch reports the rank dead. Token holds the rank (for opErr).
+// switch reports the rank dead. Token holds the rank (for opErr). A send
+// of at most endpoint.EagerSendMax bytes completes once the transport has
+// its copy (endpoint.Op.Eager), so an algorithm's step does not wait for
+// the peer's ACK, only for what it receives.
 func (c *Communicator) sendOp(to int, t uint64, data []byte) *endpoint.Op {
-	op := &endpoint.Op{Kind: endpoint.KindSendMsg, Peer: c.peers[to], Comm: c.id, Tag: t, Buf: data, Token: uint64(to)}
+	op := &endpoint.Op{Kind: endpoint.KindSendMsg, Peer: c.peers[to], Comm: c.id, Tag: t, Buf: data, Token: uint64(to), Eager: true}
 	if c.group != nil {
 		op.Group, op.From = c.group.ID(), uint16(to)
 	}

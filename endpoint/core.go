@@ -141,8 +141,14 @@ type Op struct {
 	// Continue lets a multicast complete although a member died (the
 	// switch stops waiting for it); otherwise the op fails naming it.
 	Continue bool
-	// Eager completes a multicast of at most EagerMulticastMax bytes as
-	// soon as the transport has its own copy (see MulticastOptions.Eager).
+	// Eager completes a multicast of at most EagerMulticastMax bytes, or
+	// a two-sided send (KindSendMsg) of at most EagerSendMax, as soon as
+	// the transport has its own copy (see MulticastOptions.Eager): Buf is
+	// free at once and the transport goes on delivering. A send that is
+	// then not delivered fails the receives from its peer that wait and
+	// every two-sided operation with the peer after it, until ForgetPeer.
+	// While many eager messages are unacknowledged (64 to one peer, 512
+	// in all), an eager op waits as one without Eager.
 	Eager bool
 	// AtMost lets a multicast receive (KindRecv) take a message of at
 	// most len(Buf) bytes instead of exactly len(Buf); its length is N.
@@ -316,7 +322,7 @@ type Core struct {
 	serving     int       // requests handed out by Requests and not yet answered
 	requests    []*Request
 	mcSeq       map[uint32]uint64 // per group: last multicast id sent
-	eagerOut    int               // eager multicasts not yet acknowledged by every member
+	eagerOut    int               // eager multicasts and sends not yet acknowledged
 	aggSeq      map[uint32]uint64 // per group: last aggregation id
 	rxSeq       map[gopKey]uint64 // per (group, sender): last multicast id received
 	deadMembers map[gopKey]*MemberError
@@ -333,6 +339,10 @@ type Core struct {
 	recvs    map[msgMatch]*Op
 	unexpMsg map[msgMatch]*unexpected
 	recvID   uint64
+	// eagerFailed: per peer, why an eager send to it was not delivered
+	// (at most maxEagerFailed peers, until ForgetPeer): later two-sided
+	// operations with that peer fail with it.
+	eagerFailed map[netip.AddrPort]error
 
 	pool  poolCore
 	stats Stats
@@ -487,13 +497,25 @@ func (c *Core) Post(now time.Time, op *Op) error {
 			c.complete(op)
 			return nil
 		}
+		if err := c.eagerFailed[op.Peer]; err != nil {
+			c.start(now, op)
+			op.fail(err)
+			c.complete(op)
+			return nil
+		}
 		h = c.msgHeader(op)
 		payload = op.Buf
+		if op.Eager && len(payload) <= EagerSendMax && c.eagerOut < eagerMaxOut && c.eng.PeerMessages(to) < eagerBacklog {
+			return c.postEagerSend(now, op, &h)
+		}
 	default:
 		return fmt.Errorf("%w: kind %v", ErrBadOp, op.Kind)
 	}
 	id, err := c.eng.Send(to, &h, payload, 0)
 	if err != nil {
+		if op.Kind == KindSendMsg {
+			c.unsendSeq(op)
+		}
 		return err
 	}
 	op.msgID = id

@@ -689,11 +689,16 @@ func (c *Core) Reply(r *Request, data []byte, st wire.Status) error {
 // onSendCompletion completes a multicast send when every member has the
 // message (the switch's merged ACK), or a non-root Reduce contribution.
 func (c *Core) onSendCompletion(cp *transport.Completion) bool {
-	if cp.Token == eagerToken && cp.Peer.Mode == wire.ModeMulticast {
-		// An eager multicast, completed for its caller when it was sent.
-		// A member's crash reaches the group through the switch's event
-		// (memberDead), which fails the operations after it.
+	if cp.Token == eagerToken {
+		// An eager multicast or send, completed for its caller when it
+		// was sent. A member's crash reaches the group through the
+		// switch's event (memberDead), which fails the operations after
+		// it; a send that was not delivered fails the next operations
+		// with its peer.
 		c.eagerOut--
+		if cp.Err != nil && cp.Peer.Mode == wire.ModeUnicast && cp.Peer.Group == 0 {
+			c.onEagerFailed(cp.Peer.Addr, cp.Err)
+		}
 		return true
 	}
 	if cp.Peer.Mode == wire.ModeUnicast && cp.Peer.Group == 0 {

@@ -1,8 +1,12 @@
 package endpoint
 
 import (
+	"bytes"
+	"cmp"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/ndma/ndma/transport"
@@ -35,6 +39,7 @@ func (c *Core) initMsgs() {
 	c.msgPeers = make(map[netip.AddrPort]int)
 	c.recvs = make(map[msgMatch]*Op)
 	c.unexpMsg = make(map[msgMatch]*unexpected)
+	c.eagerFailed = make(map[netip.AddrPort]error)
 }
 
 // nextSeq advances a stream's sequence number in seqs (sendSeq or
@@ -54,9 +59,73 @@ func (c *Core) msgHeader(op *Op) wire.Header {
 	return wire.Header{Op: wire.OpSend, Key: uint64(op.Comm), Operand1: op.Tag, Operand2: seq}
 }
 
+// unsendSeq gives back the sequence number msgHeader took for op, whose
+// message the transport refused: the next message of the stream takes
+// it, so the receiver's order has no gap.
+func (c *Core) unsendSeq(op *Op) {
+	c.sendSeq[msgStream{op.Peer, op.Comm, op.Tag}]--
+}
+
+// EagerSendMax is the largest two-sided send that may complete eagerly
+// (Op.Eager); larger ones complete when the peer has them.
+const EagerSendMax = 16 << 10
+
+// eagerMaxOut bounds the eager multicasts and sends not yet acknowledged,
+// over all peers (at most eagerMaxOut × 16 KiB of copies); beyond it an
+// eager op waits as one without Eager. maxEagerFailed bounds
+// Core.eagerFailed.
+const (
+	eagerMaxOut    = 512
+	maxEagerFailed = 1024
+)
+
+// postEagerSend sends a copy of op's message and completes op at once:
+// the transport delivers the copy (the caller's buffer is free now). If
+// it cannot, the failure is kept for the peer (onEagerFailed).
+func (c *Core) postEagerSend(now time.Time, op *Op, h *wire.Header) error {
+	id, err := c.eng.Send(transport.PeerID{Addr: op.Peer}, h, bytes.Clone(op.Buf), eagerToken)
+	if err != nil {
+		c.unsendSeq(op)
+		return err
+	}
+	op.msgID = id
+	c.eagerOut++
+	c.start(now, op)
+	c.complete(op)
+	return nil
+}
+
+// onEagerFailed records that an eager send to peer was not delivered
+// (err, from the transport): the receives from peer still waiting fail
+// with it, as do the two-sided operations with peer posted later, until
+// ForgetPeer.
+func (c *Core) onEagerFailed(peer netip.AddrPort, err error) {
+	err = fmt.Errorf("endpoint: an eager send to %v was not delivered: %w", peer, err)
+	if _, ok := c.eagerFailed[peer]; !ok && len(c.eagerFailed) < maxEagerFailed {
+		c.eagerFailed[peer] = err
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(c.recvs), cmpMsgMatch) {
+		if op := c.recvs[k]; k.peer == peer && !op.finished {
+			op.fail(err)
+			c.finish(op)
+		}
+	}
+}
+
+// cmpMsgMatch orders receives for a deterministic failure order.
+func cmpMsgMatch(a, b msgMatch) int {
+	return cmp.Or(a.peer.Compare(b.peer), cmp.Compare(a.comm, b.comm), cmp.Compare(a.tag, b.tag), cmp.Compare(a.seq, b.seq))
+}
+
 // postRecvMsg posts a receive for the next message from op.Peer with
 // op.Comm and op.Tag.
 func (c *Core) postRecvMsg(now time.Time, op *Op) {
+	if err := c.eagerFailed[op.Peer]; err != nil {
+		c.start(now, op)
+		op.fail(err)
+		c.complete(op)
+		return
+	}
 	seq := c.nextSeq(c.recvSeq, msgStream{op.Peer, op.Comm, op.Tag})
 	k := msgMatch{op.Peer, op.Comm, op.Tag, seq}
 	c.recvID++
@@ -182,6 +251,7 @@ func (c *Core) ForgetComm(comm uint32) {
 // completed.
 func (c *Core) ForgetPeer(peer netip.AddrPort) {
 	c.forgetStreams(func(s msgStream) bool { return s.peer == peer })
+	delete(c.eagerFailed, peer)
 }
 
 func (c *Core) forgetStreams(match func(msgStream) bool) {

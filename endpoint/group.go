@@ -540,8 +540,9 @@ type MulticastOptions struct {
 const EagerMulticastMax = 16 << 10
 
 // eagerBacklog bounds the messages queued or in flight to the switch
-// under which a multicast may complete eagerly; eagerToken marks the
-// transport messages of eager multicasts.
+// (or the peer of a send) under which a multicast (a send) may complete
+// eagerly; eagerToken marks the transport messages of eager multicasts
+// and sends.
 const (
 	eagerBacklog = 64
 	eagerToken   = 1<<64 - 1
