@@ -237,6 +237,12 @@ func (c *Communicator) call() (uint64, error) {
 	return c.seq, nil
 }
 
+// eagerSend is the largest two-sided send of an algorithm that completes
+// eagerly: the small messages whose latency a step waits on. Pipelined
+// algorithms' segments (16 KiB by default) keep completing on delivery,
+// which their windows count on.
+const eagerSend = 4 << 10
+
 // tag builds a message tag from the call's sequence number and a step
 // within the algorithm.
 func tag(seq uint64, step int) uint64 { return seq<<20 | uint64(step)&(1<<20-1) }
@@ -244,11 +250,11 @@ func tag(seq uint64, step int) uint64 { return seq<<20 | uint64(step)&(1<<20-1) 
 // sendOp is a two-sided send of data to rank to. With a switch it is
 // bound to the rank's group membership, so it fails as soon as the
 // switch reports the rank dead. Token holds the rank (for opErr). A send
-// of at most endpoint.EagerSendMax bytes completes once the transport has
-// its copy (endpoint.Op.Eager), so an algorithm's step does not wait for
-// the peer's ACK, only for what it receives.
+// of at most eagerSend bytes completes once the transport has its copy
+// (endpoint.Op.Eager), so an algorithm's step does not wait for the
+// peer's ACK, only for what it receives.
 func (c *Communicator) sendOp(to int, t uint64, data []byte) *endpoint.Op {
-	op := &endpoint.Op{Kind: endpoint.KindSendMsg, Peer: c.peers[to], Comm: c.id, Tag: t, Buf: data, Token: uint64(to), Eager: true}
+	op := &endpoint.Op{Kind: endpoint.KindSendMsg, Peer: c.peers[to], Comm: c.id, Tag: t, Buf: data, Token: uint64(to), Eager: len(data) <= eagerSend}
 	if c.group != nil {
 		op.Group, op.From = c.group.ID(), uint16(to)
 	}
