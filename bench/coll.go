@@ -28,6 +28,24 @@ type CollConfig struct {
 	// Switch: start an in-process forwarding node (needed by innet).
 	Switch bool
 	MTU    int // zero: 9000
+	// Sync is the algorithm of the barrier in front of every call (not
+	// timed), where OSU's programs call MPI_Barrier. Empty means
+	// recursive doubling (DefaultSync), the same host barrier for every
+	// algorithm, with or without a switch; coll.AlgoAuto is the
+	// communicator's own choice (in-network with a switch).
+	Sync coll.Algo
+}
+
+// DefaultSync is the barrier in front of every call unless
+// CollConfig.Sync says otherwise.
+const DefaultSync = coll.AlgoRecursiveDoubling
+
+// syncAlgo is the barrier algorithm in front of every call.
+func (c *CollConfig) syncAlgo() coll.Algo {
+	if c.Sync == "" {
+		return DefaultSync
+	}
+	return c.Sync
 }
 
 // CollResult is one row: OSU's columns, averaged over ranks as OSU does.
@@ -42,6 +60,9 @@ type CollResult struct {
 	Iters int     `json:"iters"`
 	// Chosen is the algorithm the tuner picked for an auto row.
 	Chosen string `json:"chosen,omitempty"`
+	// Sync is the algorithm of the barrier in front of every call
+	// (CollConfig.Sync, auto resolved).
+	Sync string `json:"sync,omitempty"`
 }
 
 func (c *CollConfig) iters(size int) (iters, warmup int) {
@@ -229,7 +250,7 @@ func RunCollRank(ctx context.Context, c *coll.Communicator, cfg CollConfig) ([][
 			iters, warmup := cfg.iters(size)
 			var total time.Duration
 			for i := 0; i < warmup+iters; i++ {
-				if err := c.Barrier(ctx, coll.WithAlgo(coll.AlgoRecursiveDoubling)); err != nil {
+				if err := c.Barrier(ctx, coll.WithAlgo(cfg.syncAlgo())); err != nil {
 					return nil, err
 				}
 				t0 := time.Now()
@@ -265,6 +286,11 @@ func Summarize(cfg CollConfig, ranks int, per [][][]time.Duration, c *coll.Commu
 			if a == coll.AlgoAuto && c != nil {
 				if chosen, err := c.Algorithm(cfg.Op, tunerBytes(cfg.Op, size)); err == nil {
 					res.Chosen = string(chosen)
+				}
+			}
+			if c != nil {
+				if sync, err := c.Algorithm(coll.OpBarrier, 0, coll.WithAlgo(cfg.syncAlgo())); err == nil {
+					res.Sync = string(sync)
 				}
 			}
 			var sum float64

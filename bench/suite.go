@@ -73,6 +73,9 @@ type SuiteConfig struct {
 	// Algos, if not empty, keeps only the rows of these algorithms
 	// (NDMA's, AlgoMPI and the others above).
 	Algos []coll.Algo
+	// Sync is the barrier in front of every NDMA call (CollConfig.Sync;
+	// empty: DefaultSync). The MPI rows call MPI_Barrier.
+	Sync coll.Algo
 	// Repeat runs every job this many times (zero: once), in rounds —
 	// all jobs, then all again — so that a slow minute of a shared
 	// machine falls on one sample of each job rather than on every sample
@@ -253,7 +256,7 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rows []SuiteRow, err error)
 	}
 	return runJobs(ctx, jobs, &cfg, func(j suiteJob) (SuiteRow, error) {
 		run := func(ctx context.Context, out io.Writer) error {
-			return testbed.Run(ctx, st, collArgs(bin, st, j, cfg.Iters), out)
+			return testbed.Run(ctx, st, collArgs(bin, st, j, cfg.Iters, cfg.Sync), out)
 		}
 		prefix := "[rank 0] "
 		if IsMPI(j.algo) {
@@ -342,9 +345,12 @@ func medianRows(runs [][]SuiteRow) []SuiteRow {
 }
 
 // collArgs is the command line of one bench coll job.
-func collArgs(bin string, st *testbed.State, j suiteJob, iters int) []string {
+func collArgs(bin string, st *testbed.State, j suiteJob, iters int, sync coll.Algo) []string {
 	args := []string{bin, "bench", "coll", "--json", "--op", string(j.op), "--algo", string(j.algo),
 		"--mtu", strconv.Itoa(st.DatagramMTU)}
+	if sync != "" {
+		args = append(args, "--sync-algo", string(sync))
+	}
 	if j.size > 0 {
 		args = append(args, "--sizes", strconv.Itoa(j.size))
 	}

@@ -474,3 +474,17 @@ func TestReadSuiteJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestCollArgsSync: the suite passes its barrier algorithm to every job
+// (bench coll --sync-algo), and leaves bench coll's default otherwise.
+func TestCollArgsSync(t *testing.T) {
+	st := &testbed.State{DatagramMTU: 1472}
+	j := suiteJob{op: coll.OpBcast, algo: coll.AlgoInNet, size: 8}
+	if args := collArgs("ndma", st, j, 10, ""); slices.Contains(args, "--sync-algo") {
+		t.Fatalf("no Sync, but %v", args)
+	}
+	args := collArgs("ndma", st, j, 10, coll.AlgoInNet)
+	if i := slices.Index(args, "--sync-algo"); i < 0 || i+1 >= len(args) || args[i+1] != "innet" {
+		t.Fatalf("Sync innet: %v", args)
+	}
+}

@@ -21,6 +21,7 @@ import (
 
 type collFlags struct {
 	op, algo, sizes string
+	sync            string
 	ranks           int
 	iters, warmup   int
 	mtu             int
@@ -46,8 +47,9 @@ started by a launcher (NDMA_RANK/NDMA_SIZE/NDMA_SWITCH, OMPI_COMM_WORLD_*,
 PMI_*, SLURM_*, torchrun's RANK/WORLD_SIZE), one rank per process meeting at NDMA_SWITCH, rank 0
 printing — and
 measures one collective per algorithm over --sizes (bytes per rank):
-warm-up, then --iters iterations with a barrier between, each rank timing
-its own calls; Avg/Min/Max are over ranks' averages, as OSU reports them.
+warm-up, then --iters iterations with a barrier (--sync-algo, untimed)
+before each, each rank timing its own calls; Avg/Min/Max are over ranks'
+averages, as OSU reports them.
 
 Algorithms: innet, binomial, chain, scatter_allgather, ring,
 recursive_doubling, rabenseifner, direct, auto (the tuner), or all.
@@ -70,6 +72,7 @@ interleaving of events at one virtual instant).
 	fl := cmd.Flags()
 	fl.StringVar(&f.op, "op", "allreduce", "collective: barrier, bcast, reduce, allreduce, allgather, reducescatter, gather, scatter, alltoall")
 	fl.StringVar(&f.algo, "algo", "all", "algorithm(s), comma-separated, or all")
+	fl.StringVar(&f.sync, "sync-algo", string(bench.DefaultSync), "algorithm of the untimed barrier before every call: recursive_doubling, innet, or auto (the communicator's choice: innet with a switch)")
 	fl.IntVar(&f.ranks, "ranks", 8, "ranks, all in this process on loopback")
 	fl.StringVar(&f.sizes, "sizes", "8:1M", "message sizes per rank: list and ranges of powers of two, e.g. 8:16M or 4K,1M")
 	fl.IntVar(&f.iters, "iters", 0, "measured iterations per size (default: by size)")
@@ -108,6 +111,13 @@ func runBenchColl(cmd *cobra.Command, f *collFlags) error {
 			algos = append(algos, a)
 		}
 	}
+	sync, err := coll.ParseAlgo(f.sync)
+	if err != nil {
+		return fmt.Errorf("--sync-algo: %w", err)
+	}
+	if sync != coll.AlgoAuto && !coll.Supported(coll.OpBarrier, sync) {
+		return fmt.Errorf("--sync-algo: barrier has no %s algorithm (it has %v)", sync, coll.Algorithms[coll.OpBarrier])
+	}
 	if f.ranks < 1 || f.ranks > 256 {
 		return fmt.Errorf("--ranks: %d not in 1..256", f.ranks)
 	}
@@ -123,7 +133,7 @@ func runBenchColl(cmd *cobra.Command, f *collFlags) error {
 		ctx = context.Background()
 	}
 	if f.sim {
-		return runBenchCollSim(cmd, f, op, algos, sizes)
+		return runBenchCollSim(cmd, f, op, algos, sizes, sync)
 	}
 	if err := checkExclusive(cmd, "without --sim", "link-rate", "link-latency", "loss", "seed"); err != nil {
 		return err
@@ -176,7 +186,7 @@ func runBenchColl(cmd *cobra.Command, f *collFlags) error {
 		}
 		defer w.Close()
 	}
-	cfg := bench.CollConfig{Op: op, Algos: algos, Ranks: f.ranks, Sizes: sizes, Iters: f.iters, Warmup: f.warmup, MTU: f.mtu}
+	cfg := bench.CollConfig{Op: op, Algos: algos, Ranks: f.ranks, Sizes: sizes, Iters: f.iters, Warmup: f.warmup, MTU: f.mtu, Sync: sync}
 	where := "in one process, loopback"
 	if launched != nil {
 		where = "one process per rank"
@@ -193,7 +203,7 @@ func runBenchColl(cmd *cobra.Command, f *collFlags) error {
 }
 
 // runBenchCollSim is ndma bench coll --sim.
-func runBenchCollSim(cmd *cobra.Command, f *collFlags, op coll.Operation, algos []coll.Algo, sizes []int) error {
+func runBenchCollSim(cmd *cobra.Command, f *collFlags, op coll.Operation, algos []coll.Algo, sizes []int, sync coll.Algo) error {
 	if err := checkExclusive(cmd, "with --sim", "listen"); err != nil {
 		return err
 	}
@@ -216,7 +226,7 @@ func runBenchCollSim(cmd *cobra.Command, f *collFlags, op coll.Operation, algos 
 	link := bench.CollSimLink{Rate: rate, Latency: f.linkLatency, Loss: f.loss, Seed: f.seed}
 	where := fmt.Sprintf("simnet: %s links, %v latency, MTU %d, loss %g, seed %d; virtual time", bench.FormatRate(rate), f.linkLatency, f.mtu, f.loss, f.seed)
 	emit, flush := collEmitter(cmd.OutOrStdout(), f.json, where)
-	cfg := bench.CollConfig{Op: op, Algos: algos, Ranks: f.ranks, Sizes: sizes, Iters: f.iters, Warmup: f.warmup, MTU: f.mtu}
+	cfg := bench.CollConfig{Op: op, Algos: algos, Ranks: f.ranks, Sizes: sizes, Iters: f.iters, Warmup: f.warmup, MTU: f.mtu, Sync: sync}
 	err = bench.RunCollSim(cfg, link, emit)
 	flush()
 	return err
@@ -239,7 +249,11 @@ func collEmitter(out io.Writer, asJSON bool, where string) (emit func(bench.Coll
 				fmt.Fprintln(out)
 			}
 			last = r.Algo
-			fmt.Fprintf(out, "# NDMA %s, algorithm %s, %d ranks (%s)\n", strings.ToUpper(r.Op[:1])+r.Op[1:], r.Algo, r.Ranks, where)
+			fmt.Fprintf(out, "# NDMA %s, algorithm %s, %d ranks (%s)", strings.ToUpper(r.Op[:1])+r.Op[1:], r.Algo, r.Ranks, where)
+			if r.Sync != "" {
+				fmt.Fprintf(out, ", %s barrier before each call", r.Sync)
+			}
+			fmt.Fprintln(out)
 			tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 			head := "# Size\tAvg Latency(us)\tMin Latency(us)\tMax Latency(us)\tIterations\t"
 			if r.Algo == string(coll.AlgoAuto) {

@@ -166,3 +166,35 @@ func TestBenchSuiteFrom(t *testing.T) {
 		t.Errorf("--repeat 0: %v, want an error naming --repeat", err)
 	}
 }
+
+// TestBenchCollSync: --sync-algo picks the barrier before every call and
+// every row names it (recursive doubling by default; auto resolves to
+// the communicator's choice, in-network with the in-process switch);
+// an algorithm Barrier lacks, or an unknown one, is refused.
+func TestBenchCollSync(t *testing.T) {
+	for _, c := range []struct{ flag, want string }{
+		{"", "recursive_doubling"},
+		{"innet", "innet"},
+		{"auto", "innet"},
+	} {
+		args := []string{"bench", "coll", "--op", "bcast", "--algo", "innet", "--ranks", "3", "--sizes", "8", "--iters", "3", "--json"}
+		if c.flag != "" {
+			args = append(args, "--sync-algo", c.flag)
+		}
+		out, err := execute(t, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct {
+			Sync string `json:"sync"`
+		}
+		if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &r); err != nil || r.Sync != c.want {
+			t.Fatalf("--sync-algo %q: row %s (err %v), want sync %q", c.flag, out, err, c.want)
+		}
+	}
+	for _, bad := range []string{"ring", "bogus"} {
+		if _, err := execute(t, "bench", "coll", "--op", "bcast", "--ranks", "2", "--sizes", "8", "--iters", "1", "--sync-algo", bad); err == nil || !strings.Contains(err.Error(), "--sync-algo") {
+			t.Fatalf("--sync-algo %s: %v", bad, err)
+		}
+	}
+}

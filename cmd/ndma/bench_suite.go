@@ -30,6 +30,7 @@ type suiteFlags struct {
 	prio                      bool
 	mpiNDMA, algos            string
 	mpiTuned                  bool
+	sync                      string
 }
 
 func newBenchSuiteCmd() *cobra.Command {
@@ -96,6 +97,7 @@ at the end, also on error or Ctrl-C, unless --keep.`,
 	fl.BoolVar(&f.mpi, "mpi", false, "also measure each operation with Open MPI (algo \"mpi\"; needs mpicc and mpirun)")
 	fl.BoolVar(&f.mpiTuned, "mpi-tuned", false, "also measure each operation with every algorithm Open MPI's tuned component can be forced to (algos \"mpi-tuned-NAME\")")
 	fl.StringVar(&f.mpiNDMA, "mpi-ndma", "", "also measure each operation with Open MPI and this MPI interposition `library` preloaded (build/libndma_mpi.so; algos \"mpi-ndma\", \"mpi-ndma-declined\")")
+	fl.StringVar(&f.sync, "sync-algo", string(bench.DefaultSync), "algorithm of the untimed barrier before every NDMA call: recursive_doubling, innet, or auto (as bench coll --sync-algo)")
 	fl.StringVar(&f.algos, "algos", "", "keep only these algorithms' rows, comma-separated (NDMA's, mpi, mpi-ndma, mpi-ndma-declined, mpi-tuned-NAME); default: all")
 	return cmd
 }
@@ -142,6 +144,13 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 			algos = append(algos, a)
 		}
 	}
+	sync, err := coll.ParseAlgo(f.sync)
+	if err != nil {
+		return fmt.Errorf("--sync-algo: %w", err)
+	}
+	if sync != coll.AlgoAuto && !coll.Supported(coll.OpBarrier, sync) {
+		return fmt.Errorf("--sync-algo: barrier has no %s algorithm (it has %v)", sync, coll.Algorithms[coll.OpBarrier])
+	}
 	if f.out == "" {
 		return errors.New("--out: empty")
 	}
@@ -163,6 +172,7 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 		MPINDMA:  f.mpiNDMA,
 		MPITuned: f.mpiTuned,
 		Algos:    algos,
+		Sync:     sync,
 		Keep:     f.keep,
 		Progress: prog.callback(),
 	}
