@@ -25,6 +25,12 @@ type batchConn interface {
 	WriteBatch(ms []ipv4.Message, flags int) (int, error)
 }
 
+// fixedReader is a batchConn that can skip rebuilding its receive headers
+// for a caller whose messages never change (rawBatch.ReadBatchFixed).
+type fixedReader interface {
+	ReadBatchFixed(ms []ipv4.Message, flags int) (int, error)
+}
+
 // UDPConn is a Conn over a kernel UDP socket. On Linux it moves whole
 // batches per system call with recvmmsg/sendmmsg, coalesces runs of
 // same-destination datagrams with UDP GSO on send and splits UDP GRO
@@ -328,7 +334,15 @@ func (c *UDPConn) readDirect(ds []Datagram) (int, error) {
 func (c *UDPConn) readGRO(ds []Datagram, view bool) (int, error) {
 	if c.ri >= c.rn {
 		ms := c.rmsgs[:min(len(ds), len(c.rmsgs))]
-		n, err := c.bc.ReadBatch(ms, 0)
+		var (
+			n   int
+			err error
+		)
+		if fr, ok := c.bc.(fixedReader); ok {
+			n, err = fr.ReadBatchFixed(ms, 0) // rmsgs keep their GRO buffers
+		} else {
+			n, err = c.bc.ReadBatch(ms, 0)
+		}
 		if err != nil {
 			return 0, c.ioErr("recvmmsg", err)
 		}

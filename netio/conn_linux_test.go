@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -781,6 +782,92 @@ func TestWriteBatchTail(t *testing.T) {
 		}
 		if st := s.Stats(); st.DatagramsSent != uint64(len(ds)) || gso && s.gso.Load() && st.GSOSends == 0 {
 			t.Errorf("gso=%v: stats %+v", gso, st)
+		}
+	}
+}
+
+// TestReadBatchFixed: over rounds of different datagrams (sizes, senders,
+// one truncated), ReadBatchFixed, which resets only what the kernel
+// wrote on its previous call, reports each message as a fresh
+// ReadBatch does: length, sender, flags (MSG_TRUNC on the truncated one
+// only) and control data (IP_PKTINFO on every message); and before each
+// call its headers are exactly those a fresh fill gives.
+func TestReadBatchFixed(t *testing.T) {
+	pc, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	rc, err := pc.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_PKTINFO, 1) }); err != nil || serr != nil {
+		t.Fatal(err, serr)
+	}
+	rb, err := newRawBatch(pc, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const slots, bufSize = 4, 256
+	ms := make([]ipv4.Message, slots)
+	for i := range ms {
+		ms[i].Buffers = [][]byte{make([]byte, bufSize)}
+		ms[i].OOB = make([]byte, 128)
+	}
+	senders := []*net.UDPConn{}
+	for range 2 {
+		s, err := net.DialUDP("udp4", nil, pc.LocalAddr().(*net.UDPAddr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		senders = append(senders, s)
+	}
+	rounds := [][]struct{ from, size int }{
+		{{0, 10}, {1, 200}, {0, 30}},
+		{{1, 300}}, // truncated
+		{{0, 5}, {0, 6}, {1, 7}, {1, 8}},
+		{{1, 1}},
+	}
+	for r, round := range rounds {
+		for _, d := range round {
+			if _, err := senders[d.from].Write(make([]byte, d.size)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := 0
+		deadline := time.Now().Add(waitTimeout)
+		for got < len(round) && time.Now().Before(deadline) {
+			n, err := rb.ReadBatchFixed(ms, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range n {
+				want := round[got+i]
+				m := &ms[i]
+				trunc := m.Flags&unix.MSG_TRUNC != 0
+				wantN := min(want.size, bufSize)
+				if m.N != wantN || trunc != (want.size > bufSize) || m.NN == 0 || m.Flags&unix.MSG_CTRUNC != 0 ||
+					m.Addr.String() != senders[want.from].LocalAddr().String() {
+					t.Fatalf("round %d message %d: %d bytes from %v, flags %#x, %d control bytes; want %d bytes from %v",
+						r, got+i, m.N, m.Addr, m.Flags, m.NN, wantN, senders[want.from].LocalAddr())
+				}
+			}
+			got += n
+		}
+		if got != len(round) {
+			t.Fatalf("round %d: %d of %d datagrams", r, got, len(round))
+		}
+		// What the next call would pass the kernel, against a fresh fill
+		// (equal, so the fixed state stays as it is).
+		reset := slices.Clone(rb.prepareFixed(ms))
+		rb.fillRead(ms)
+		for i := range reset {
+			if reset[i] != rb.rhdr[i] {
+				t.Fatalf("after round %d, header %d: %+v, a fresh fill gives %+v", r, i, reset[i], rb.rhdr[i])
+			}
 		}
 	}
 }

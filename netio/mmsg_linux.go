@@ -41,12 +41,17 @@ type rawBatch struct {
 
 	// Reader-owned.
 	rcall mmsgCall
-	rhdr  []unix.Mmsghdr
-	riov  []unix.Iovec
-	rname []unix.RawSockaddrInet6 // large enough for either family
-	raddr []net.UDPAddr
-	rip   [][16]byte
-	zones map[uint32]string // IPv6 scope id → interface name
+	// ReadBatchFixed's headers: filled for fixed (its ms[0]) and fixedN
+	// messages; the kernel wrote the first fixedDirty on the last call.
+	fixed      *ipv4.Message
+	fixedN     int
+	fixedDirty int
+	rhdr       []unix.Mmsghdr
+	riov       []unix.Iovec
+	rname      []unix.RawSockaddrInet6 // large enough for either family
+	raddr      []net.UDPAddr
+	rip        [][16]byte
+	zones      map[uint32]string // IPv6 scope id → interface name
 
 	// Writer-owned.
 	wcall  mmsgCall
@@ -232,6 +237,52 @@ func (r *rawBatch) ReadBatch(ms []ipv4.Message, flags int) (int, error) {
 	if len(ms) == 0 {
 		return 0, nil
 	}
+	r.fillRead(ms)
+	r.fixed = nil
+	return r.recv(ms, r.rhdr[:len(ms)], flags)
+}
+
+// ReadBatchFixed is ReadBatch for a caller that passes the same messages
+// every time (a prefix of one slice), with Buffers and OOB it never
+// changes: the headers pointing at them are filled once, and each call
+// resets only the fields the kernel wrote on the one before (a message's
+// length, its name's and control data's lengths, its flags), where
+// ReadBatch rebuilds every header, most of them for messages that never
+// come.
+func (r *rawBatch) ReadBatchFixed(ms []ipv4.Message, flags int) (int, error) {
+	if len(ms) == 0 {
+		return 0, nil
+	}
+	hdr := r.prepareFixed(ms)
+	n, err := r.recv(ms, hdr, flags)
+	// The kernel writes back the headers of the messages it fills; one
+	// more is reset in case a failing call wrote part of the next.
+	r.fixedDirty = min(n+1, len(ms))
+	return n, err
+}
+
+// prepareFixed readies r.rhdr[:len(ms)] for ReadBatchFixed: filled for
+// new messages, else reset where the kernel wrote (the lengths it set
+// are the space the next call offers: a message without control data
+// would leave the next one no room for its own).
+func (r *rawBatch) prepareFixed(ms []ipv4.Message) []unix.Mmsghdr {
+	if r.fixed != &ms[0] || len(ms) > r.fixedN {
+		r.fillRead(ms)
+		r.fixed, r.fixedN, r.fixedDirty = &ms[0], len(ms), 0
+	}
+	hdr := r.rhdr[:len(ms)]
+	for i := range min(r.fixedDirty, len(ms)) {
+		h := &hdr[i]
+		h.Len = 0
+		h.Hdr.Namelen = unix.SizeofSockaddrInet6
+		h.Hdr.SetControllen(len(ms[i].OOB))
+		h.Hdr.Flags = 0
+	}
+	return hdr
+}
+
+// fillRead points r.rhdr[:len(ms)] at ms's buffers and r's names.
+func (r *rawBatch) fillRead(ms []ipv4.Message) {
 	r.rhdr, r.riov, r.rname = growHdrs(r.rhdr, r.riov, r.rname, len(ms), countIovs(ms))
 	if len(r.raddr) < len(ms) {
 		r.raddr = make([]net.UDPAddr, len(ms))
@@ -243,6 +294,11 @@ func (r *rawBatch) ReadBatch(ms []ipv4.Message, flags int) (int, error) {
 		hdr[i].Hdr.Name = (*byte)(unsafe.Pointer(&r.rname[i]))
 		hdr[i].Hdr.Namelen = unix.SizeofSockaddrInet6
 	}
+}
+
+// recv makes the recvmmsg call on hdr (filled for ms) and copies the
+// results into ms.
+func (r *rawBatch) recv(ms []ipv4.Message, hdr []unix.Mmsghdr, flags int) (int, error) {
 	var (
 		n   int
 		err error
