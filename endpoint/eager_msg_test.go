@@ -235,3 +235,31 @@ func TestSimRefusedSendKeepsOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestEagerSendBound: eager copies are bounded over all peers: with
+// eagerMaxOut unacknowledged (peers that never answer), the next eager
+// send waits as a plain one, and each peer's own backlog bound holds.
+func TestEagerSendBound(t *testing.T) {
+	c, err := NewCore(Config{Transport: transport.Config{Seed: 1, MaxPeerMessages: 1024}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	eager := 0
+	peers := eagerMaxOut/eagerBacklog + 2
+	for p := range peers {
+		peer := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 1, byte(p + 1)}), 1)
+		for range eagerBacklog + 1 {
+			op := &Op{Kind: KindSendMsg, Peer: peer, Tag: 1, Buf: []byte("x"), Eager: true}
+			if err := c.Post(now, op); err != nil {
+				t.Fatal(err)
+			}
+			if op.finished {
+				eager++
+			}
+		}
+	}
+	if eager != eagerMaxOut || c.eagerOut != eagerMaxOut {
+		t.Fatalf("%d sends completed eagerly (%d owed) to %d silent peers, want %d", eager, c.eagerOut, peers, eagerMaxOut)
+	}
+}
