@@ -165,7 +165,7 @@ func (ep *Endpoint) stepLocked(ds []netio.Datagram) {
 			pkt = ep.sec.Receive(now, ds[i].Addr, pkt)
 		}
 		if pkt != nil {
-			ep.core.Step(now, ds[i].Addr, pkt)
+			ep.core.StepAt(now, ds[i].RxTime, ds[i].Addr, pkt)
 		}
 		ds[i].Buf = ds[i].Buf[:cap(ds[i].Buf)]
 	}

@@ -39,6 +39,10 @@ type Datagram struct {
 	// UDPConfig.ControlTOS, which a priority qdisc on the path can act
 	// on). Senders set it.
 	Control bool
+	// RxTime, on a received datagram, is when the kernel received it
+	// (Unix ns; SO_TIMESTAMPNS on Linux UDP sockets with GRO), before the
+	// process read it; zero where the conn cannot tell.
+	RxTime int64
 }
 
 // Len is the length of the datagram d sends: Buf and Tail.

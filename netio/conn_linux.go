@@ -57,6 +57,7 @@ type UDPConn struct {
 	riov  [][]byte         // riov[i] backs rmsgs[i].Buffers
 	rbufs [][]byte         // GRO only: internal receive buffers, groBufSize each
 	rseg  []int            // GRO only: segment size of rmsgs[i], 0 if single
+	rrx   []int64          // GRO only: kernel receive time of rmsgs[i] (Unix ns), 0 if unknown
 	raddr []netip.AddrPort // GRO only: sender of rmsgs[i]
 	// GRO only: rmsgs[ri:rn] still hold datagrams not yet delivered; the
 	// next one of rmsgs[ri] starts at byte roff.
@@ -190,6 +191,7 @@ func (c *UDPConn) initBuffers() {
 			c.rmsgs[i].OOB = oob[i*groOOBSpace : (i+1)*groOOBSpace : (i+1)*groOOBSpace]
 		}
 		c.rseg = make([]int, n)
+		c.rrx = make([]int64, n)
 		c.raddr = make([]netip.AddrPort, n)
 	}
 
@@ -318,6 +320,7 @@ func (c *UDPConn) readDirect(ds []Datagram) (int, error) {
 			ds[k].Buf = append(ds[k].Buf[:0], c.riov[i][:m.N]...)
 		}
 		ds[k].Addr = addr
+		ds[k].RxTime = 0
 		bytes += m.N
 		k++
 	}
@@ -349,7 +352,8 @@ func (c *UDPConn) readGRO(ds []Datagram, view bool) (int, error) {
 		coalesced, drops := 0, 0
 		for i := range n {
 			m := &ms[i]
-			seg := groSegmentSize(m.OOB[:m.NN])
+			seg, rx := parseRecvCmsgs(m.OOB[:m.NN])
+			c.rrx[i] = rx
 			if m.Flags&unix.MSG_TRUNC != 0 {
 				// Payload beyond groBufSize is lost; drop the message.
 				m.N = 0
@@ -394,6 +398,7 @@ func (c *UDPConn) readGRO(ds []Datagram, view bool) (int, error) {
 				ds[k].Buf = append(ds[k].Buf[:0], p...)
 			}
 			ds[k].Addr = c.raddr[c.ri]
+			ds[k].RxTime = c.rrx[c.ri]
 			bytes += len(p)
 			k++
 		}

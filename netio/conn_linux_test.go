@@ -871,3 +871,41 @@ func TestReadBatchFixed(t *testing.T) {
 		}
 	}
 }
+
+// TestRxTime: with GRO, a received datagram carries the kernel's receive
+// time, after it was sent and before the read returned; without GRO, and
+// after a datagram without one, it is zero.
+func TestRxTime(t *testing.T) {
+	_, gro := kernelOffloads(t)
+	if !gro {
+		t.Skip("no UDP GRO on this kernel")
+	}
+	src := listen(t, "127.0.0.1:0", UDPConfig{})
+	dst := listen(t, "127.0.0.1:0", UDPConfig{})
+	plain := listen(t, "127.0.0.1:0", UDPConfig{DisableGRO: true})
+	for _, c := range []struct {
+		conn *UDPConn
+		want bool
+	}{{dst, true}, {plain, false}, {dst, true}} {
+		t0 := time.Now()
+		if err := src.WriteBatch([]Datagram{{Addr: c.conn.LocalAddr(), Buf: []byte("tick")}}); err != nil {
+			t.Fatal(err)
+		}
+		ds := []Datagram{{Buf: make([]byte, MaxDatagram), RxTime: 42}}
+		n, err := c.conn.ReadBatch(ds)
+		t1 := time.Now()
+		if err != nil || n != 1 {
+			t.Fatalf("ReadBatch: %d, %v", n, err)
+		}
+		rx := ds[0].RxTime
+		if !c.want {
+			if rx != 0 {
+				t.Fatalf("without GRO: RxTime %d, want 0", rx)
+			}
+			continue
+		}
+		if rx < t0.UnixNano() || rx > t1.UnixNano() {
+			t.Fatalf("RxTime %v not between the send (%v) and the read's return (%v)", time.Unix(0, rx), t0, t1)
+		}
+	}
+}

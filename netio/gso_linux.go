@@ -33,8 +33,9 @@ var (
 	// (a uint16 segment size).
 	gsoOOBSpace = unix.CmsgSpace(2)
 	// groOOBSpace is the control-message space reserved per received
-	// message: room for the UDP_GRO cmsg (an int) with slack for others.
-	groOOBSpace = 2 * unix.CmsgSpace(4)
+	// message: room for the UDP_GRO cmsg (an int) and the receive time
+	// (SO_TIMESTAMPNS: a struct timespec), with slack for others.
+	groOOBSpace = 2*unix.CmsgSpace(4) + unix.CmsgSpace(16)
 	// tosOOBSpace is the control-message space for one IP_TOS or
 	// IPV6_TCLASS cmsg (an int).
 	tosOOBSpace = unix.CmsgSpace(4)
@@ -82,23 +83,37 @@ func putGSOSize(oob []byte, seg int) []byte {
 // holds one datagram (or the control data is malformed: then the buffer
 // is delivered whole, the safe reading).
 func groSegmentSize(oob []byte) int {
+	seg, _ := parseRecvCmsgs(oob)
+	return seg
+}
+
+// parseRecvCmsgs parses received control messages: the UDP_GRO segment
+// size (as groSegmentSize) and the kernel's receive time
+// (SCM_TIMESTAMPNS, Unix ns; 0 if absent or malformed).
+func parseRecvCmsgs(oob []byte) (seg int, rx int64) {
 	for len(oob) >= unix.SizeofCmsghdr {
 		h, data, rest, err := unix.ParseOneSocketControlMessage(oob)
 		if err != nil {
-			return 0
+			return 0, 0
 		}
-		if h.Level == unix.SOL_UDP && h.Type == unix.UDP_GRO {
+		switch {
+		case h.Level == unix.SOL_UDP && h.Type == unix.UDP_GRO:
 			switch {
 			case len(data) >= 4: // the kernel writes an int
-				return int(int32(binary.NativeEndian.Uint32(data)))
+				seg = int(int32(binary.NativeEndian.Uint32(data)))
 			case len(data) >= 2:
-				return int(binary.NativeEndian.Uint16(data))
+				seg = int(binary.NativeEndian.Uint16(data))
 			}
-			return 0
+		case h.Level == unix.SOL_SOCKET && h.Type == unix.SCM_TIMESTAMPNS && len(data) >= 16:
+			sec := int64(binary.NativeEndian.Uint64(data))
+			nsec := int64(binary.NativeEndian.Uint64(data[8:]))
+			if sec > 0 && nsec >= 0 && nsec < 1e9 {
+				rx = sec*1e9 + nsec
+			}
 		}
 		oob = rest
 	}
-	return 0
+	return seg, rx
 }
 
 // socketOpts applies socket buffer sizes and probes/enables offloads on
@@ -129,6 +144,13 @@ func (c *UDPConn) socketOpts(fd int, cfg UDPConfig) (gso, gro bool) {
 		gro = err == nil
 		if err != nil {
 			c.log.Info("netio: UDP GRO unsupported", "err", err)
+		}
+	}
+	if gro {
+		// The kernel's receive time of each GRO buffer, for
+		// Datagram.RxTime (room for it is in groOOBSpace).
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
+			c.log.Info("netio: no receive timestamps", "err", err)
 		}
 	}
 	return gso, gro

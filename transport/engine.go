@@ -221,14 +221,19 @@ func (e *Engine) releaseRec(rec *pktRec) {
 // to Step, calls Poll for datagrams to send, completions and the next
 // deadline, and never lets the engine see a socket or a clock.
 type Engine struct {
-	cfg    Config
-	seg    int
-	rng    *mrand.Rand
-	msgSeq uint64
-	groups map[uint32]*groupCtx
-	npeers int
-	active []*peer // peers with something to send
-	nmsgs  int
+	cfg Config
+	// rxAt is SetArrival's kernel receive time for the next Step (Unix
+	// ns, 0: none); arrival is the current Step's: that time, or the
+	// Step's now.
+	rxAt    int64
+	arrival time.Time
+	seg     int
+	rng     *mrand.Rand
+	msgSeq  uint64
+	groups  map[uint32]*groupCtx
+	npeers  int
+	active  []*peer // peers with something to send
+	nmsgs   int
 	// strangerMsgs counts the messages queued to strangers when sent (at
 	// most MaxMessages/4).
 	strangerMsgs int
@@ -503,6 +508,20 @@ func (e *Engine) setNow(now time.Time) {
 	}
 }
 
+// SetArrival gives the next Step the time the kernel received its
+// datagram (Unix ns; netio.Datagram.RxTime), before this process got to
+// it. The forward queueing a receiver reports to the sender (its delay
+// signal) is measured to that time, so that a wait of the receiving
+// process for a CPU does not read as queueing in the network; the ACK's
+// own delay is still counted from when the process took the datagram,
+// so the sender's timeout covers that wait. Zero, or a time not within
+// maxHostDelay before the Step's now, means the Step's now.
+func (e *Engine) SetArrival(unixNano int64) { e.rxAt = unixNano }
+
+// maxHostDelay bounds the wait between the kernel's receive time and the
+// Step that SetArrival accepts: an older one is taken for a clock step.
+const maxHostDelay = time.Second
+
 // Validated reports whether addr has shown that it receives at that
 // address (a peer there acknowledged data this engine sent it: proof,
 // since initial sequence numbers are random), or the local side initiated
@@ -639,6 +658,13 @@ func (e *Engine) StepAdmitChecked(now time.Time, from netip.AddrPort, pkt []byte
 
 func (e *Engine) stepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit func(*Delivery) bool, verified bool) (d Delivery, ok bool) {
 	e.setNow(now)
+	e.arrival = now
+	if e.rxAt != 0 {
+		if t := time.Unix(0, e.rxAt); t.Before(now) && now.Sub(t) < maxHostDelay {
+			e.arrival = t
+		}
+		e.rxAt = 0
+	}
 	var payload []byte
 	var err error
 	if verified {

@@ -998,7 +998,11 @@ func (p *peer) checkData(now time.Time, h *wire.Header) (ok bool, pm *partialMsg
 	p.peerBase = h.AckBase
 	p.echoTS = h.TS
 	p.lastArrival = now
-	p.echoQ = p.forwardQueue(now, h)
+	arrival := now
+	if a := p.e.arrival; !a.IsZero() && a.Before(now) {
+		arrival = a // the kernel's receive time (SetArrival)
+	}
+	p.echoQ = p.forwardQueue(arrival, h)
 	p.e.activate(p)
 	psn := h.PSN
 	if wire.SeqLess(psn, p.rcvNxt) || p.hasBit(psn) {

@@ -61,6 +61,55 @@ func TestAckQueueDelay(t *testing.T) {
 	}
 }
 
+// TestAckQueueDelayKernelArrival: a packet that the kernel received on
+// time but the receiving process stepped 4 ms later (it waited for a CPU)
+// reports no queueing when the Step is given the kernel's receive time
+// (SetArrival), and the ACK's own delay still counts the 4 ms, so the
+// sender's timeout covers the wait; without it, the wait reads as 4 ms
+// of queueing in the network.
+func TestAckQueueDelayKernelArrival(t *testing.T) {
+	for _, kernel := range []bool{true, false} {
+		a, _ := New(Config{Seed: 1, InitialCwnd: 64})
+		b, _ := New(Config{Seed: 2})
+		aAddr := netip.MustParseAddrPort("10.0.0.1:1")
+		bAddr := netip.MustParseAddrPort("10.0.0.2:1")
+		seg := a.SegmentSize()
+		if _, err := a.Send(PeerID{Addr: bAddr}, &wire.Header{Op: wire.OpWrite}, make([]byte, 2*seg), 0); err != nil {
+			t.Fatal(err)
+		}
+		out, _, _ := a.Poll(t0, nil)
+		if len(out) != 2 {
+			t.Fatalf("sender sent %d datagrams, want 2", len(out))
+		}
+		// Both arrive 1 ms after they left; the second is stepped 4 ms
+		// after it arrived.
+		arrive := t0.Add(time.Millisecond)
+		b.SetArrival(arrive.UnixNano())
+		b.Step(arrive, aAddr, out[0].Buf)
+		b.Poll(arrive, nil)
+		late := arrive.Add(4 * time.Millisecond)
+		if kernel {
+			b.SetArrival(arrive.UnixNano())
+		}
+		b.Step(late, aAddr, out[1].Buf)
+		acks, _, _ := b.Poll(late, nil)
+		ack := ackIn(t, acks)
+		wantQ := uint32(1) // no queueing
+		if !kernel {
+			wantQ = 4001
+		}
+		if ack.QDelay != wantQ {
+			t.Errorf("kernel arrival %v: QDelay %d, want %d", kernel, ack.QDelay, wantQ)
+		}
+		if kernel && ack.AckDelay != 0 {
+			// The ACK goes out at the Step's time, as the packet was taken
+			// then: its delay is counted from there, not from the kernel's
+			// receive time (the sender sees the wait as part of the RTT).
+			t.Errorf("AckDelay %v, want 0 (counted from the Step)", time.Duration(ack.AckDelay))
+		}
+	}
+}
+
 // ackIn decodes the last ACK among ds.
 func ackIn(t *testing.T, ds []netio.Datagram) wire.Ack {
 	t.Helper()
