@@ -193,7 +193,7 @@ func (s *Server) reader(conn netio.Conn) {
 				pkt = s.sec.Receive(now, ds[i].Addr, pkt)
 			}
 			if pkt != nil {
-				s.sw.Step(now, ds[i].Addr, pkt)
+				s.sw.StepAt(now, ds[i].RxTime, ds[i].Addr, pkt)
 			}
 		}
 		s.pumpUnlock(now)

@@ -271,6 +271,9 @@ func (g *group) member(id uint16) *member {
 type Switch struct {
 	cfg Config
 	eng *transport.Engine
+	// rxAt: StepAt's kernel receive time for the Step it calls; stepRx:
+	// the current Step's (Unix ns, 0: unknown), for the engine.
+	rxAt, stepRx int64
 	// aggStarved: a contribution found no free slot since the last Poll.
 	aggStarved bool
 	pool       *AggPool
@@ -459,8 +462,17 @@ func (s *Switch) Groups() []GroupInfo {
 	return out
 }
 
+// StepAt is Step for a datagram the kernel received at rx (Unix ns,
+// netio.Datagram.RxTime; 0: unknown): the streams the switch terminates
+// measure the queueing they report to it (transport.Engine.SetArrival).
+func (s *Switch) StepAt(now time.Time, rx int64, from netip.AddrPort, pkt []byte) {
+	s.rxAt = rx
+	s.Step(now, from, pkt)
+}
+
 // Step handles one received datagram.
 func (s *Switch) Step(now time.Time, from netip.AddrPort, pkt []byte) {
+	s.stepRx, s.rxAt = s.rxAt, 0
 	s.now = now
 	s.noteActivity(now)
 	s.stats.Received++

@@ -16,6 +16,7 @@ import (
 
 func (s *Switch) stepEngine(now time.Time, from netip.AddrPort, pkt []byte, h *wire.Header) {
 	// Step has parsed pkt and verified its checksum.
+	s.eng.SetArrival(s.stepRx)
 	d, ok := s.eng.StepAdmitChecked(now, from, pkt, s.admitFn)
 	if !ok {
 		return
