@@ -72,7 +72,19 @@ func TestSimMulticast(t *testing.T) {
 		for _, loss := range []float64{0, 0.05, 0.2} {
 			t.Run(fmt.Sprintf("members=%d/loss=%v", n, loss), func(t *testing.T) {
 				seed := int64(n*100 + int(loss*100))
-				f := newSimFabric(t, seed, impaired(loss), fabric.Config{})
+				cfg := fabric.Config{}
+				var dead time.Duration
+				if loss >= 0.2 {
+					// 20% on the switch's port and on each member's link:
+					// 36% each way. With the sender backed off to its
+					// longest timeout, the default 5 s (and the switch's
+					// 1 s heartbeat timeout) can pass with every try lost,
+					// which is not what this test is about.
+					cfg.HeartbeatTimeout, dead = 10*time.Second, 30*time.Second
+					cfg.Transport.DeadTimeout = dead
+				}
+				f := newSimFabric(t, seed, impaired(loss), cfg)
+				f.deadTimeout = dead
 				a := f.addMembers(n)
 				b := f.addMembers(3)
 				ga := f.join("a", a)

@@ -138,6 +138,8 @@ type simFabric struct {
 	members []*simMember
 	cfg     fabric.Config
 	swLink  simnet.LinkConfig
+	// deadTimeout, if not zero, is the members' transport DeadTimeout.
+	deadTimeout time.Duration
 }
 
 func newSimFabric(t *testing.T, seed int64, link simnet.LinkConfig, cfg fabric.Config) *simFabric {
@@ -187,7 +189,7 @@ func (f *simFabric) addMembers(n int) []*simMember {
 	for range n {
 		i := len(f.members)
 		core, err := endpoint.NewCore(endpoint.Config{
-			Transport: transport.Config{MTU: max(9000, f.cfg.Transport.MTU), Seed: uint64(f.seed)*1000 + uint64(i) + 1},
+			Transport: transport.Config{MTU: max(9000, f.cfg.Transport.MTU), Seed: uint64(f.seed)*1000 + uint64(i) + 1, DeadTimeout: f.deadTimeout},
 			OpTimeout: time.Hour,
 		})
 		if err != nil {
