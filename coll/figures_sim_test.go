@@ -178,8 +178,9 @@ func TestSimAllgatherControlFirst(t *testing.T) {
 // depends on how goroutines happened to be scheduled rather than on the
 // protocol. An Allgather, eight senders at once, is not exact: which of
 // the ranks' goroutines steps first at one virtual instant decides the
-// order in which the switch sees their packets (680-682 ms for 1 MiB
-// blocks); it must stay within 1%.
+// order in which the switch sees their packets (663-682 ms for 1 MiB
+// blocks: two runs differed by up to 1.07% in 40 pairs, and by more than
+// 1% in about one pair of twenty); it must stay within 2%.
 func TestSimDeterministic(t *testing.T) {
 	if raceEnabled || testing.Short() {
 		t.Skip("moves 1 MiB per rank through the simulator, twice")
@@ -213,7 +214,7 @@ func TestSimDeterministic(t *testing.T) {
 	if fmt.Sprint(a[:3]) != fmt.Sprint(b[:3]) {
 		t.Errorf("the same calls with the same seed took %v, then %v", a[:3], b[:3])
 	}
-	if d := a[3] - b[3]; d > a[3]/100 || -d > a[3]/100 {
+	if d := a[3] - b[3]; d > a[3]/50 || -d > a[3]/50 {
 		t.Errorf("the same allgather with the same seed took %v, then %v", a[3], b[3])
 	}
 }
