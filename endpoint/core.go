@@ -493,15 +493,11 @@ func (c *Core) Post(now time.Time, op *Op) error {
 		if me := c.msgPeerGone(op); me != nil {
 			// The switch reported the member gone: fail now rather than
 			// resend to it until the transport gives up.
-			c.start(now, op)
-			op.fail(me)
-			c.complete(op)
+			c.failPosted(now, op, me)
 			return nil
 		}
-		if err := c.eagerFailed[op.Peer]; err != nil {
-			c.start(now, op)
-			op.fail(err)
-			c.complete(op)
+		if err := c.eagerFailure(op.Peer); err != nil {
+			c.failPosted(now, op, err)
 			return nil
 		}
 		h = c.msgHeader(op)

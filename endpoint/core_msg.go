@@ -112,6 +112,22 @@ func (c *Core) onEagerFailed(peer netip.AddrPort, err error) {
 	}
 }
 
+// eagerFailure is why an eager send to peer was not delivered, or nil
+// (no map lookup while no eager send has failed).
+func (c *Core) eagerFailure(peer netip.AddrPort) error {
+	if len(c.eagerFailed) == 0 {
+		return nil
+	}
+	return c.eagerFailed[peer]
+}
+
+// failPosted fails a two-sided op at once, as it is posted.
+func (c *Core) failPosted(now time.Time, op *Op, err error) {
+	c.start(now, op)
+	op.fail(err)
+	c.complete(op)
+}
+
 // cmpMsgMatch orders receives for a deterministic failure order.
 func cmpMsgMatch(a, b msgMatch) int {
 	return cmp.Or(a.peer.Compare(b.peer), cmp.Compare(a.comm, b.comm), cmp.Compare(a.tag, b.tag), cmp.Compare(a.seq, b.seq))
@@ -120,10 +136,8 @@ func cmpMsgMatch(a, b msgMatch) int {
 // postRecvMsg posts a receive for the next message from op.Peer with
 // op.Comm and op.Tag.
 func (c *Core) postRecvMsg(now time.Time, op *Op) {
-	if err := c.eagerFailed[op.Peer]; err != nil {
-		c.start(now, op)
-		op.fail(err)
-		c.complete(op)
+	if err := c.eagerFailure(op.Peer); err != nil {
+		c.failPosted(now, op, err)
 		return
 	}
 	seq := c.nextSeq(c.recvSeq, msgStream{op.Peer, op.Comm, op.Tag})

@@ -111,12 +111,9 @@ func runBenchColl(cmd *cobra.Command, f *collFlags) error {
 			algos = append(algos, a)
 		}
 	}
-	sync, err := coll.ParseAlgo(f.sync)
+	sync, err := parseSyncAlgo(f.sync)
 	if err != nil {
-		return fmt.Errorf("--sync-algo: %w", err)
-	}
-	if sync != coll.AlgoAuto && !coll.Supported(coll.OpBarrier, sync) {
-		return fmt.Errorf("--sync-algo: barrier has no %s algorithm (it has %v)", sync, coll.Algorithms[coll.OpBarrier])
+		return err
 	}
 	if f.ranks < 1 || f.ranks > 256 {
 		return fmt.Errorf("--ranks: %d not in 1..256", f.ranks)
@@ -200,6 +197,18 @@ func runBenchColl(cmd *cobra.Command, f *collFlags) error {
 	}
 	flush()
 	return err
+}
+
+// parseSyncAlgo checks --sync-algo: a Barrier algorithm, or auto.
+func parseSyncAlgo(s string) (coll.Algo, error) {
+	a, err := coll.ParseAlgo(s)
+	if err != nil {
+		return "", fmt.Errorf("--sync-algo: %w", err)
+	}
+	if a != coll.AlgoAuto && !coll.Supported(coll.OpBarrier, a) {
+		return "", fmt.Errorf("--sync-algo: barrier has no %s algorithm (it has %v)", a, coll.Algorithms[coll.OpBarrier])
+	}
+	return a, nil
 }
 
 // runBenchCollSim is ndma bench coll --sim.

@@ -196,5 +196,9 @@ func TestBenchCollSync(t *testing.T) {
 		if _, err := execute(t, "bench", "coll", "--op", "bcast", "--ranks", "2", "--sizes", "8", "--iters", "1", "--sync-algo", bad); err == nil || !strings.Contains(err.Error(), "--sync-algo") {
 			t.Fatalf("--sync-algo %s: %v", bad, err)
 		}
+		// bench suite refuses it before building a testbed.
+		if _, err := execute(t, "bench", "suite", "--sync-algo", bad, "--out", t.TempDir()); err == nil || !strings.Contains(err.Error(), "--sync-algo") {
+			t.Fatalf("bench suite --sync-algo %s: %v", bad, err)
+		}
 	}
 }

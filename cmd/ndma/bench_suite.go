@@ -144,12 +144,9 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 			algos = append(algos, a)
 		}
 	}
-	sync, err := coll.ParseAlgo(f.sync)
+	sync, err := parseSyncAlgo(f.sync)
 	if err != nil {
-		return fmt.Errorf("--sync-algo: %w", err)
-	}
-	if sync != coll.AlgoAuto && !coll.Supported(coll.OpBarrier, sync) {
-		return fmt.Errorf("--sync-algo: barrier has no %s algorithm (it has %v)", sync, coll.Algorithms[coll.OpBarrier])
+		return err
 	}
 	if f.out == "" {
 		return errors.New("--out: empty")
