@@ -126,6 +126,14 @@ type SuiteRow struct {
 	// repeated it (SuiteConfig.Repeat), in run order; the row is the
 	// median one. Empty for a single run.
 	RunsAvgUS []float64 `json:"runs_avg_us,omitempty"`
+	// StealS is the CPU time the hypervisor gave other tenants of the
+	// host while this job ran: /proc/stat's steal, all of the machine's
+	// CPUs summed, in seconds. On a shared virtual machine a slow round
+	// often coincides with a large value. Nil where the machine does
+	// not report it. RunsStealS lists it for every run of a repeated
+	// job, in run order (absent if any run lacks it).
+	StealS     *float64  `json:"steal_s,omitempty"`
+	RunsStealS []float64 `json:"runs_steal_s,omitempty"`
 }
 
 // suiteJob is one `bench coll` invocation.
@@ -332,13 +340,20 @@ func medianRows(runs [][]SuiteRow) []SuiteRow {
 			continue
 		}
 		avgs := make([]float64, len(rs))
+		steals := make([]float64, len(rs))
 		for k, r := range rs {
 			avgs[k] = r.AvgUS
+			if steals != nil && r.StealS != nil {
+				steals[k] = *r.StealS
+			} else {
+				steals = nil
+			}
 		}
 		sorted := slices.Clone(rs)
 		slices.SortStableFunc(sorted, func(a, b SuiteRow) int { return cmp.Compare(a.AvgUS, b.AvgUS) })
 		row := sorted[(len(sorted)-1)/2]
 		row.RunsAvgUS = avgs
+		row.RunsStealS = steals
 		rows = append(rows, row)
 	}
 	return rows
@@ -373,8 +388,10 @@ func runSuiteJob(ctx context.Context, st *testbed.State, swPID int, j suiteJob, 
 	if err != nil {
 		return SuiteRow{}, fmt.Errorf("bench: suite: the switch daemon: %w", err)
 	}
+	steal0, stealOK := stealTicks()
 	var out bytes.Buffer
 	runErr := run(ctx, &out)
+	steal1, stealOK1 := stealTicks()
 	_, ch1, err := procCPU("self")
 	if err != nil {
 		return SuiteRow{}, err
@@ -400,7 +417,38 @@ func runSuiteJob(ctx context.Context, st *testbed.State, swPID int, j suiteJob, 
 	row := newSuiteRow(res, warmup, st.RateBits, ch1-ch0, sw1-sw0)
 	row.PeakRateBits = st.PeakRateBits
 	row.PriorityQueues = st.QueuePackets > 0
+	if stealOK && stealOK1 {
+		d := float64(max(steal1, steal0)-steal0) / clockTicks
+		row.StealS = &d
+	}
 	return row, nil
+}
+
+// stealTicks returns the CPU time stolen from this machine's virtual
+// CPUs so far (the steal field of /proc/stat's "cpu" line, all CPUs
+// summed), in USER_HZ ticks; ok is false where the file or the field is
+// missing.
+func stealTicks() (ticks uint64, ok bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, false
+	}
+	return parseSteal(b)
+}
+
+// parseSteal reads the steal time, in USER_HZ ticks, from the contents
+// of /proc/stat: "cpu  user nice system idle iowait irq softirq steal ...".
+func parseSteal(b []byte) (uint64, bool) {
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(f[8], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return v, true
 }
 
 // newSuiteRow completes a row from bench coll's result, the warm-up count,
@@ -539,22 +587,28 @@ func WriteSuiteMarkdown(w io.Writer, rows []SuiteRow) error {
 		}
 		first := byOp[op][0]
 		fmt.Fprintf(bw, "### %s, %d ranks, %s\n\n", op, first.Ranks, LinksText(first.RateBits, first.PeakRateBits, first.PriorityQueues))
-		fmt.Fprintln(bw, "| Algorithm | Size | Avg (µs) | Min (µs) | Max (µs) | S/B bound (µs) | Avg / bound | Iters | CPU ranks (s) | CPU switch (s) | CPU per call (µs) |")
-		fmt.Fprintln(bw, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+		fmt.Fprintln(bw, "| Algorithm | Size | Avg (µs) | Min (µs) | Max (µs) | S/B bound (µs) | Avg / bound | Iters | CPU ranks (s) | CPU switch (s) | CPU per call (µs) | Steal (s) |")
+		fmt.Fprintln(bw, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 		for _, r := range byOp[op] {
 			bound, ratio := "–", "–"
 			if r.BoundUS > 0 {
 				bound = fmt.Sprintf("%.1f", r.BoundUS)
 				ratio = fmt.Sprintf("%.2f", r.AvgUS/r.BoundUS)
 			}
-			fmt.Fprintf(bw, "| %s | %s | %.1f | %.1f | %.1f | %s | %s | %d | %.2f | %.2f | %.0f |\n",
-				r.Algo, FormatSize(r.Size), r.AvgUS, r.MinUS, r.MaxUS, bound, ratio, r.Iters, r.CPURanksS, r.CPUSwitchS, r.CPUPerCallUS)
+			steal := "–"
+			if r.StealS != nil {
+				steal = fmt.Sprintf("%.2f", *r.StealS)
+			}
+			fmt.Fprintf(bw, "| %s | %s | %.1f | %.1f | %.1f | %s | %s | %d | %.2f | %.2f | %.0f | %s |\n",
+				r.Algo, FormatSize(r.Size), r.AvgUS, r.MinUS, r.MaxUS, bound, ratio, r.Iters, r.CPURanksS, r.CPUSwitchS, r.CPUPerCallUS, steal)
 		}
 	}
 	if len(rows) > 0 {
 		fmt.Fprintln(bw)
 		fmt.Fprintln(bw, "CPU is user+system time of one `ndma bench coll` job per row: all ranks summed, and the switch daemon; "+
-			"it includes process start, joining, warm-up and the barrier before each call. CPU per call divides by warm-up + iterations.")
+			"it includes process start, joining, warm-up and the barrier before each call. CPU per call divides by warm-up + iterations. "+
+			"Steal is the CPU time the hypervisor gave other tenants of the host during the job, all CPUs together (/proc/stat; – where not reported): "+
+			"on a shared virtual machine it marks rows slowed by neighbours.")
 		for _, r := range rows {
 			if IsMPI(coll.Algo(r.Algo)) {
 				fmt.Fprintln(bw)

@@ -31,6 +31,11 @@ func suiteRows() []SuiteRow {
 				row := newSuiteRow(r, 2, 1e8, 0.5*float64(ai+1), 0.25)
 				if size == 8 && ai == 0 {
 					row.RunsAvgUS = []float64{row.AvgUS + 3, row.AvgUS, row.AvgUS - 1} // a repeated job
+					row.RunsStealS = []float64{0.5, 0, 0.25}
+				}
+				if size == 1<<20 {
+					steal := 0.125 * float64(ai)
+					row.StealS = &steal
 				}
 				rows = append(rows, row)
 			}
@@ -94,8 +99,9 @@ func TestWriteSuiteMarkdown(t *testing.T) {
 		"### allreduce, 4 ranks, 100mbit links",
 		"### barrier, 4 ranks, 100mbit links",
 		// 1 MiB at 100 Mbit/s: 83886.1 µs bound; ring is 100+2*bound.
-		"| ring | 1M | 167872.2 | 90.0 | 167892.2 | 83886.1 | 2.00 | 10 | 1.00 | 0.25 | 104167 |",
-		"| innet | 0 | 50.0 | 40.0 | 60.0 | – | – | 10 | 0.10 | 0.00 | 8333 |",
+		"| ring | 1M | 167872.2 | 90.0 | 167892.2 | 83886.1 | 2.00 | 10 | 1.00 | 0.25 | 104167 | 0.12 |",
+		"| innet | 1M | 83986.1 | 90.0 | 167892.2 | 83886.1 | 1.00 | 10 | 0.50 | 0.25 | 62500 | 0.00 |",
+		"| innet | 0 | 50.0 | 40.0 | 60.0 | – | – | 10 | 0.10 | 0.00 | 8333 | – |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("Markdown lacks %q:\n%s", want, md)
@@ -108,8 +114,8 @@ func TestWriteSuiteMarkdown(t *testing.T) {
 	}
 	// Every table row has the header's column count.
 	for _, l := range strings.Split(tables, "\n") {
-		if strings.HasPrefix(l, "|") && strings.Count(l, "|") != 12 {
-			t.Errorf("row with %d bars, want 12: %s", strings.Count(l, "|"), l)
+		if strings.HasPrefix(l, "|") && strings.Count(l, "|") != 13 {
+			t.Errorf("row with %d bars, want 13: %s", strings.Count(l, "|"), l)
 		}
 	}
 	buf.Reset()
@@ -436,7 +442,12 @@ func TestRunJobsRepeat(t *testing.T) {
 		}
 		a := avgs[j][0] // mpi: 5 for the first run, 7 for the third
 		avgs[j] = avgs[j][1:]
-		return SuiteRow{CollResult: CollResult{Op: string(j.op), Algo: string(j.algo), Size: j.size, AvgUS: a}}, nil
+		row := SuiteRow{CollResult: CollResult{Op: string(j.op), Algo: string(j.algo), Size: j.size, AvgUS: a}}
+		if j.algo != AlgoMPI || a != 7 { // the mpi job's third run does not report steal
+			steal := a / 10
+			row.StealS = &steal
+		}
+		return row, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -447,11 +458,44 @@ func TestRunJobsRepeat(t *testing.T) {
 	if len(rows) != 2 || rows[0].AvgUS != 20 || !slices.Equal(rows[0].RunsAvgUS, []float64{30, 10, 20}) {
 		t.Errorf("innet row %+v, want the median 20 of 30, 10, 20", rows[0])
 	}
+	if len(rows) == 2 && (!slices.Equal(rows[0].RunsStealS, []float64{3, 1, 2}) || rows[0].StealS == nil || *rows[0].StealS != 2) {
+		t.Errorf("innet row's steal %v, runs %v; want the median run's 2 and 3, 1, 2", rows[0].StealS, rows[0].RunsStealS)
+	}
+	if len(rows) == 2 && rows[1].RunsStealS != nil {
+		t.Errorf("mpi row's runs' steal %v, want none: one run did not report it", rows[1].RunsStealS)
+	}
 	if rows[1].AvgUS != 5 || !slices.Equal(rows[1].RunsAvgUS, []float64{5, 7}) || mpiRuns != 2 || len(skipped) != 1 {
 		t.Errorf("mpi row %+v (runs %d, skipped %v), want the lower middle of two runs", rows[1], mpiRuns, skipped)
 	}
 	if len(emitted) != 2 || progress[len(progress)-1] != "6/6" {
 		t.Errorf("emitted %d rows, progress %v", len(emitted), progress)
+	}
+}
+
+// TestParseSteal: the steal field of /proc/stat's first line, in
+// ticks; nothing from a line without it.
+func TestParseSteal(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want uint64
+		ok   bool
+	}{
+		{"cpu  951924 0 267093 2954705 2369 0 57742 19856 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n", 19856, true},
+		{"cpu  1 2 3 4 5 6 7 250\n", 250, true},
+		{"cpu  1 2 3 4 5 6 7\n", 0, false},        // an old kernel: no steal field
+		{"cpu0 1 2 3 4 5 6 7 8 9 10\n", 0, false}, // not the machine's line
+		{"cpu  1 2 3 4 5 6 7 -8\n", 0, false},
+		{"", 0, false},
+	} {
+		got, ok := parseSteal([]byte(c.in))
+		if got != c.want || ok != c.ok {
+			t.Errorf("parseSteal(%q) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+	if _, err := os.Stat("/proc/stat"); err == nil {
+		if _, ok := stealTicks(); !ok {
+			t.Error("stealTicks: no steal field in this machine's /proc/stat")
+		}
 	}
 }
 
