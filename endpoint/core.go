@@ -140,6 +140,11 @@ type Op struct {
 	Deterministic bool
 	// Continue lets a multicast complete although a member died (the
 	// switch stops waiting for it); otherwise the op fails naming it.
+	// Without Continue, a multicast in flight when the switch's notice of
+	// a crash arrives fails, also if the crash came before the op was
+	// posted: the notice can arrive late, and the data did not reach
+	// the dead member. Once the notice is in (DeadMember), later
+	// multicasts go to the live members.
 	Continue bool
 	// Eager completes a multicast of at most EagerMulticastMax bytes, or
 	// a two-sided send (KindSendMsg) of at most EagerSendMax, as soon as

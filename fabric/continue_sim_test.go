@@ -78,8 +78,19 @@ func contRun(t *testing.T, seed int64, loss float64) {
 	}
 
 	// The group goes on without member 3: a plain multicast (no Continue)
-	// from another member reaches the live ones.
+	// from another member reaches the live ones. A plain multicast in
+	// flight when its sender learns of a crash fails (the data may not
+	// have reached the dead member), so the live members first hear of
+	// it: the switch's notice to each can take retransmissions.
 	live := []*simMember{ms[0], ms[1], ms[2], ms[4]}
+	f.run(func() bool {
+		for _, m := range live {
+			if m.core.DeadMember(gid, 3) == nil {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, "the live members told that member 3 died")
 	contMulticastAmong(f, gid, live, 4, randBytes(r, 100000))
 }
 
