@@ -88,7 +88,13 @@ func (c *simConn) Receive(_ time.Time, d netio.Datagram) {
 	}
 	b := c.getBufLocked(len(d.Buf))
 	copy(b, d.Buf)
-	c.inbox = append(c.inbox, netio.Datagram{Addr: d.Addr, Buf: b})
+	// The arrival time on the clock of the goroutines using the conn
+	// (Serve's mapping of virtual time); unknown when not serving.
+	var rx int64
+	if n := c.n; n.serving && d.RxTime != 0 {
+		rx = n.clockStart.UnixNano() + (d.RxTime - epoch.UnixNano() - n.virtStart)
+	}
+	c.inbox = append(c.inbox, netio.Datagram{Addr: d.Addr, Buf: b, RxTime: rx})
 	c.inBytes += len(b)
 	select {
 	case c.ready <- struct{}{}:
@@ -127,7 +133,7 @@ func (c *simConn) ReadBatch(ds []netio.Datagram) (int, error) {
 		k := 0
 		for k < len(ds) && c.inHead < len(c.inbox) {
 			src := &c.inbox[c.inHead]
-			ds[k].Addr = src.Addr
+			ds[k].Addr, ds[k].RxTime = src.Addr, src.RxTime
 			ds[k].Buf = ds[k].Buf[:copy(ds[k].Buf[:cap(ds[k].Buf)], src.Buf)]
 			c.inBytes -= len(src.Buf)
 			c.putBufLocked(src.Buf)

@@ -12,6 +12,7 @@ const (
 	evTimer                 // host's deadline: call Poll on host
 	evFabric                // datagram reaches the crossbar from src's up link
 	evDeliver               // datagram reaches host from its down link
+	evResume                // host's stall ends: hand it what arrived meanwhile
 )
 
 // event is one entry of the event queue. Events are recycled through the

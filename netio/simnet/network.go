@@ -17,7 +17,9 @@ import (
 // at a time; a Node must not call Step, RunFor or RunUntil.
 type Node interface {
 	// Receive delivers one datagram at virtual time now. d.Addr is the
-	// sender. d.Buf is only valid during the call.
+	// sender, d.RxTime when it arrived (Unix ns of the virtual clock: now,
+	// or earlier for a datagram held while the node was stalled). d.Buf is
+	// only valid during the call.
 	Receive(now time.Time, d netio.Datagram)
 	// Poll appends the datagrams the node wants to send now to out and
 	// returns them, plus the next time the node wants Poll called (the
@@ -78,6 +80,12 @@ type host struct {
 	pollEv   *event // pending evPoll at the current instant, or nil
 	timerEv  *event // pending evTimer, or nil
 	detached bool
+	// A stalled host (Network.Stall) runs nothing until stallUntil
+	// (virtual ns); what arrives meanwhile waits in held, in order, for
+	// resumeEv.
+	stallUntil int64
+	held       []heldDatagram
+	resumeEv   *event
 }
 
 // Network is a simulated network with a virtual clock. It is not safe for
@@ -194,6 +202,16 @@ func (n *Network) Detach(addr netip.AddrPort) {
 	}
 	delete(n.hosts, addr)
 	h.detached = true
+	for _, d := range h.held {
+		n.stats.DroppedDetached++
+		n.trace(TraceDropDetached, d.src, h.addr, len(d.buf), Down)
+		n.bufs.put(d.buf)
+	}
+	h.held = nil
+	if h.resumeEv != nil {
+		n.remove(h.resumeEv)
+		h.resumeEv = nil
+	}
 	if h.pollEv != nil {
 		n.remove(h.pollEv)
 		h.pollEv = nil
@@ -201,6 +219,59 @@ func (n *Network) Detach(addr netip.AddrPort) {
 	if h.timerEv != nil {
 		n.remove(h.timerEv)
 		h.timerEv = nil
+	}
+}
+
+// heldDatagram is a datagram that reached a stalled host.
+type heldDatagram struct {
+	src netip.AddrPort
+	buf []byte // owned, from the buffer pool
+	at  int64  // arrival, virtual ns since Epoch
+}
+
+// Stall stops the node at addr for d of virtual time, as a process that
+// its machine's scheduler (or a hypervisor) does not run: its Poll is not
+// called, its timer waits, and datagrams that cross its down link
+// meanwhile wait in arrival order, as in a socket's receive buffer, and
+// reach it when it resumes, each with its arrival time as RxTime. On
+// resuming it is polled. Stalling a stalled node extends the stall to the
+// later end. It is a no-op if addr is not attached or d is not positive.
+func (n *Network) Stall(addr netip.AddrPort, d time.Duration) {
+	h := n.hosts[addr]
+	if h == nil || d <= 0 {
+		return
+	}
+	until := satAdd(n.now, int64(d))
+	if until <= h.stallUntil {
+		return
+	}
+	h.stallUntil = until
+	if h.resumeEv != nil {
+		n.remove(h.resumeEv)
+	}
+	h.resumeEv = n.schedule(evResume, until, h, netip.AddrPort{}, netip.AddrPort{}, nil)
+}
+
+// stalled reports whether h is stalled now.
+func (n *Network) stalled(h *host) bool { return n.now < h.stallUntil }
+
+// resume ends h's stall: it hands the node what arrived meanwhile and
+// polls it.
+func (n *Network) resume(h *host) {
+	held := h.held
+	h.held = nil
+	for i, d := range held {
+		if h.detached {
+			for _, r := range held[i:] {
+				n.stats.DroppedDetached++
+				n.bufs.put(r.buf)
+			}
+			break
+		}
+		n.receive(h, d.src, d.buf, d.at)
+	}
+	if !h.detached {
+		n.schedulePoll(h)
 	}
 }
 
@@ -231,12 +302,17 @@ func (n *Network) Step() bool {
 	switch e.kind {
 	case evPoll:
 		h.pollEv = nil
-		n.poll(h)
-	case evTimer:
-		h.timerEv = nil
-		if h.pollEv == nil { // else the pending poll serves
+		if !n.stalled(h) { // else the poll on resuming serves
 			n.poll(h)
 		}
+	case evTimer:
+		h.timerEv = nil
+		if h.pollEv == nil && !n.stalled(h) { // else the pending poll serves
+			n.poll(h)
+		}
+	case evResume:
+		h.resumeEv = nil
+		n.resume(h)
 	case evFabric:
 		n.fabric(e.src, e.dst, e.buf, e.ctl)
 		e.buf = nil // ownership passed on
@@ -429,12 +505,22 @@ func (n *Network) deliver(h *host, src netip.AddrPort, buf []byte) {
 		n.bufs.put(buf)
 		return
 	}
+	if n.stalled(h) {
+		h.held = append(h.held, heldDatagram{src: src, buf: buf, at: n.now})
+		return
+	}
+	n.receive(h, src, buf, n.now)
+	n.schedulePoll(h)
+}
+
+// receive hands buf (owned), which arrived at virtual time at, to h's
+// node.
+func (n *Network) receive(h *host, src netip.AddrPort, buf []byte, at int64) {
 	n.stats.Delivered++
 	n.stats.DeliveredBytes += uint64(len(buf))
 	n.trace(TraceDeliver, src, h.addr, len(buf), Down)
-	h.node.Receive(n.Now(), netio.Datagram{Addr: src, Buf: buf})
+	h.node.Receive(n.Now(), netio.Datagram{Addr: src, Buf: buf, RxTime: epoch.UnixNano() + at})
 	n.bufs.put(buf)
-	n.schedulePoll(h)
 }
 
 // transmit puts buf (owned) onto link l at the current time. For the up

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math/bits"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ func ap(i int) netip.AddrPort {
 
 type recv struct {
 	at   time.Duration // since Epoch
+	rx   time.Duration // RxTime, since Epoch
 	from netip.AddrPort
 	data []byte
 }
@@ -36,7 +38,7 @@ type testNode struct {
 }
 
 func (t *testNode) Receive(now time.Time, d netio.Datagram) {
-	t.got = append(t.got, recv{at: now.Sub(Epoch()), from: d.Addr, data: bytes.Clone(d.Buf)})
+	t.got = append(t.got, recv{at: now.Sub(Epoch()), rx: time.Unix(0, d.RxTime).Sub(Epoch()), from: d.Addr, data: bytes.Clone(d.Buf)})
 	if t.onReceive != nil {
 		t.onReceive(now, d)
 	}
@@ -476,6 +478,66 @@ func TestDetachDropsInFlight(t *testing.T) {
 		t.Errorf("DroppedNoRoute = %d, want 2", s.DroppedNoRoute)
 	}
 	checkConservation(t, n)
+}
+
+// TestStall: a stalled node is neither polled nor woken by its timer;
+// what reaches it meanwhile waits, in order, and is handed over when the
+// stall ends, each datagram with its arrival time, before one Poll. A
+// second Stall extends the first; Detach drops what is held.
+func TestStall(t *testing.T) {
+	n := New(1)
+	a, b := &testNode{}, &testNode{}
+	n.Attach(ap(1), a, LinkConfig{}, LinkConfig{})
+	n.Attach(ap(2), b, LinkConfig{}, mbit100)
+	n.RunFor(time.Millisecond)
+	b.polls = nil
+	b.onPoll = func(now time.Time) time.Time { // a timer inside the stall
+		if at := Epoch().Add(2 * time.Millisecond); now.Before(at) {
+			return at
+		}
+		return time.Time{}
+	}
+	n.Wake(ap(2))
+	n.Step() // the Poll that sets the deadline
+	n.Stall(ap(2), 2*time.Millisecond)
+	n.Stall(ap(2), time.Millisecond) // ends earlier: no change
+	a.send(ap(2), 3, 1000)           // arrive at +1.085, +1.165, +1.245 ms
+	n.Wake(ap(1))
+	n.RunFor(1500 * time.Microsecond)
+	n.Stall(ap(2), 2*time.Millisecond) // from +2.5 ms to +4.5 ms
+	n.RunFor(10 * time.Millisecond)
+	if len(b.got) != 3 {
+		t.Fatalf("got %d datagrams, want 3", len(b.got))
+	}
+	for i, r := range b.got {
+		wantRx := time.Millisecond + us(85+80*i)
+		if r.at != 4500*time.Microsecond || r.rx != wantRx || binary.BigEndian.Uint32(r.data) != uint32(i) {
+			t.Errorf("datagram %d (#%d) handed over at +%v, arrived +%v; want +4.5ms, +%v",
+				i, binary.BigEndian.Uint32(r.data), r.at, r.rx, wantRx)
+		}
+	}
+	if want := []time.Duration{time.Millisecond, 4500 * time.Microsecond}; !slices.Equal(b.polls, want) {
+		t.Errorf("stalled node polled at %v, want %v (once on resuming, after its datagrams)", b.polls, want)
+	}
+	// A datagram to a node that is not stalled carries its arrival time.
+	a.send(ap(2), 1, 1000)
+	n.Wake(ap(1))
+	drain(t, n)
+	if r := b.got[3]; r.rx != r.at {
+		t.Errorf("RxTime +%v, handed over +%v: want the same", r.rx, r.at)
+	}
+	// Detach drops what a stalled node holds.
+	n.Stall(ap(2), time.Second)
+	a.send(ap(2), 2, 1000)
+	n.Wake(ap(1))
+	n.RunFor(10 * time.Millisecond)
+	n.Detach(ap(2))
+	drain(t, n)
+	if s := n.Stats(); len(b.got) != 4 || s.DroppedDetached != 2 {
+		t.Errorf("got %d, DroppedDetached %d; want 4 and 2", len(b.got), s.DroppedDetached)
+	}
+	checkConservation(t, n)
+	n.Stall(ap(9), time.Second) // not attached: nothing
 }
 
 func TestPartition(t *testing.T) {
