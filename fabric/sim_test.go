@@ -38,7 +38,9 @@ type simMember struct {
 	crashed bool
 }
 
-func (m *simMember) Receive(now time.Time, d netio.Datagram) { m.core.Step(now, d.Addr, d.Buf) }
+func (m *simMember) Receive(now time.Time, d netio.Datagram) {
+	m.core.StepAt(now, d.RxTime, d.Addr, d.Buf)
+}
 
 func (m *simMember) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
 	if len(m.groups) > 0 && !now.Before(m.nextHB) {

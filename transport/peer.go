@@ -213,9 +213,80 @@ func (p *peer) cwndPkts() int {
 	return c
 }
 
+// A receiver that is not scheduled for a few milliseconds (a busy
+// machine, a hypervisor that stops its virtual CPU) keeps receiving into
+// its kernel buffer but acknowledges nothing, and a window sized to the
+// path's bandwidth-delay product then idles the sender for the whole
+// stall. On a stream whose ACKs the switch merges over a group
+// (multicast, aggregation) that happens for every member's stall, since
+// the merged ACK waits for the slowest. So once such a stream in flight has
+// heard of no progress for its base RTT (at least stallQuiet), the
+// sender keeps its ACK clock running: a window's worth of packets more
+// in flight per base RTT of silence, up to as many again as the window
+// (BBR keeps twice the bandwidth-delay product in flight for ACKs that
+// come late for the same reason). The allowance ends with
+// the next progress; a silence that lasts is a loss or an outage, which
+// the retransmission timeout handles as before. The base is the lowest
+// RTT, not the smoothed one, which the stalls themselves inflate.
+const stallQuiet = time.Millisecond
+
+// sendLimit is how many packets may be in flight now: the congestion
+// window, plus the stall allowance while ACKs have stopped.
+func (p *peer) sendLimit() int {
+	c := p.cwndPkts()
+	base := p.stallBase()
+	if base <= 0 || p.sndUna == p.sndNxt || !p.stallPaced() {
+		return c
+	}
+	silent := p.e.now.Sub(p.lastProgress) - max(base, stallQuiet)
+	if silent <= 0 {
+		return c
+	}
+	extra := min(int(float64(c)*float64(silent)/float64(base)), c)
+	return c + extra
+}
+
+// stallPaced reports whether the stream gets the stall allowance: one
+// whose ACKs the switch merges over the group's members.
+func (p *peer) stallPaced() bool {
+	return p.id.Mode == wire.ModeMulticast || p.id.Mode == wire.ModeAggregate
+}
+
+// stallBase is the RTT the stall allowance clocks packets out at: the
+// lowest of a full-size packet, else of any packet (zero: none yet).
+func (p *peer) stallBase() time.Duration {
+	if p.minRTT > 0 {
+		return p.minRTT
+	}
+	return p.minAnyRTT
+}
+
+// stallDeadline is when sendLimit next grows for a peer held by it with
+// data to send (zero: it does not).
+func (p *peer) stallDeadline() time.Time {
+	base := p.stallBase()
+	if p.qhead == nil || base <= 0 || p.sndUna == p.sndNxt || !p.stallPaced() || p.inflight < p.sendLimit() {
+		return time.Time{}
+	}
+	c := p.cwndPkts()
+	k := p.inflight - c + 1 // the allowance that lets one more go
+	if k < 1 {
+		k = 1
+	}
+	if k > c {
+		return time.Time{}
+	}
+	start := p.lastProgress.Add(max(base, stallQuiet))
+	at := start.Add(time.Duration(float64(k) * float64(base) / float64(c)))
+	if !at.After(p.e.now) {
+		at = p.e.now.Add(time.Microsecond)
+	}
+	return at
+}
+
 func (p *peer) canSendNew() bool {
 	w := p.sndNxt - p.sndUna
-	return p.inflight < p.cwndPkts() && int(w) < p.ringCap() && w < p.rwnd
+	return p.inflight < p.sendLimit() && int(w) < p.ringCap() && w < p.rwnd
 }
 
 // strangerRing is the send ring of an amplification-limited peer, in
@@ -282,7 +353,7 @@ func (p *peer) hasWork(now time.Time) bool {
 	if (p.ackPending && !p.ackWaits(now)) || p.echoPending || p.resetChallenge {
 		return true
 	}
-	if p.inflight >= p.cwndPkts() {
+	if p.inflight >= p.sendLimit() {
 		return false
 	}
 	if !p.limited() {
@@ -320,7 +391,7 @@ func (p *peer) pointToPoint() bool { return wire.EngineToEngine(p.id.Mode, p.id.
 // to the peer has room for the pending ACK (see piggybacks): a full-size
 // packet has none, and then the ACK goes alone, before the data.
 func (p *peer) ackRides() bool {
-	if p.inflight >= p.cwndPkts() {
+	if p.inflight >= p.sendLimit() {
 		return false
 	}
 	var n uint32
@@ -342,6 +413,9 @@ func (p *peer) fits(n uint32) bool { return wire.HeaderLen+int(n)+wire.AckFixedL
 // deadline is the next time the peer needs Poll without new input.
 func (p *peer) deadline(now time.Time) time.Time {
 	dl := p.sendDeadline()
+	if at := p.stallDeadline(); !at.IsZero() && (dl.IsZero() || at.Before(dl)) {
+		dl = at
+	}
 	if p.ackPending && p.ackWaits(now) {
 		if at := time.Unix(0, p.ackAt); dl.IsZero() || at.Before(dl) {
 			dl = at
@@ -424,7 +498,7 @@ func (p *peer) poll(now time.Time, out []netio.Datagram, used, budget int) ([]ne
 		}
 	}
 	blocked := false // by the amplification budget
-	for n < budget && p.lostPending() && p.inflight < p.cwndPkts() {
+	for n < budget && p.lostPending() && p.inflight < p.sendLimit() {
 		psn := p.lost[p.lostHead]
 		rec := &p.ring[psn&p.mask()]
 		if rec.state != recLost {

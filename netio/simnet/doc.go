@@ -15,7 +15,9 @@
 // Each link direction is a store-and-forward FIFO with its own rate,
 // propagation latency, MTU, tail-drop queue and random impairments
 // ([LinkConfig]), so contention at a shared receiver (incast) queues on the
-// receiver's down link exactly as at a switch egress port. A link with
+// receiver's down link exactly as at a switch egress port. [Network.Stall]
+// freezes a node for a while, as a process its machine does not schedule:
+// what reaches it waits, as in a socket buffer, until it resumes. A link with
 // ControlFirst sends datagrams marked Control (acknowledgments) ahead of
 // queued data, as a port with a priority queue for control traffic.
 //
