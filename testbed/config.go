@@ -481,3 +481,32 @@ func (c *Config) gateways() int {
 	}
 	return 0
 }
+
+// ErrInvalidRunOptions is returned by RunWith for options that do not
+// validate.
+var ErrInvalidRunOptions = errors.New("testbed: run: invalid options")
+
+// RunOptions are RunWith's options.
+type RunOptions struct {
+	// Stall, when positive, freezes one rank drawn at random for Stall
+	// once every StallEvery while the ranks run (SIGSTOP to its process
+	// group, SIGCONT after), as a machine that does not schedule a
+	// process for a while: a busy or oversubscribed host, a hypervisor
+	// taking a virtual CPU. StallEvery must exceed Stall.
+	Stall, StallEvery time.Duration
+	// Seed draws the ranks to stall; 0 draws a seed.
+	Seed uint64
+	// OnStall, if not nil, is called with the rank after each stall.
+	OnStall func(rank int)
+}
+
+// Validate checks the options.
+func (o *RunOptions) Validate() error {
+	switch {
+	case o.Stall < 0:
+		return fmt.Errorf("%w: stall %v is negative", ErrInvalidRunOptions, o.Stall)
+	case o.Stall > 0 && o.StallEvery <= o.Stall:
+		return fmt.Errorf("%w: a stall of %v every %v: the period must be longer than the stall", ErrInvalidRunOptions, o.Stall, o.StallEvery)
+	}
+	return nil
+}

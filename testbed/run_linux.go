@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"os"
 	"os/exec"
 	"strconv"
@@ -40,6 +41,14 @@ const runWaitDelay = 5 * time.Second
 // every rank's process group gets SIGTERM, and SIGKILL runWaitDelay later;
 // the error then wraps ctx.Err().
 func Run(ctx context.Context, st *State, cmd []string, out io.Writer) error {
+	return RunWith(ctx, st, cmd, out, RunOptions{})
+}
+
+// RunWith is Run with opts.
+func RunWith(ctx context.Context, st *State, cmd []string, out io.Writer, opts RunOptions) error {
+	if err := opts.Validate(); err != nil {
+		return err
+	}
 	if len(cmd) == 0 {
 		return errors.New("testbed: run: no command")
 	}
@@ -58,6 +67,7 @@ func Run(ctx context.Context, st *State, cmd []string, out io.Writer) error {
 	defer remove()
 	var mu sync.Mutex // serialises writes to out
 	errs := make([]error, size)
+	pgids := make([]int, size) // 0: not started
 	var wg sync.WaitGroup
 	for i, h := range st.Hosts {
 		w := &prefixWriter{mu: &mu, out: out, prefix: []byte("[rank " + strconv.Itoa(i) + "] ")}
@@ -88,6 +98,7 @@ func Run(ctx context.Context, st *State, cmd []string, out io.Writer) error {
 			errs[i] = err
 			continue
 		}
+		pgids[i] = c.Process.Pid
 		wg.Go(func() {
 			err := c.Wait()
 			if ctx.Err() != nil {
@@ -98,7 +109,14 @@ func Run(ctx context.Context, st *State, cmd []string, out io.Writer) error {
 			errs[i] = err
 		})
 	}
+	stop := make(chan struct{})
+	var sg sync.WaitGroup
+	if opts.Stall > 0 {
+		sg.Go(func() { stallRanks(stop, pgids, opts) })
+	}
 	wg.Wait()
+	close(stop)
+	sg.Wait()
 	var re RunError
 	for i, err := range errs {
 		if err != nil {
@@ -115,6 +133,41 @@ func Run(ctx context.Context, st *State, cmd []string, out io.Writer) error {
 		return &re
 	}
 	return nil
+}
+
+// stallRanks freezes, once every opts.StallEvery until stop is closed, the
+// process group of one started rank (pgids[i] != 0) drawn at random for
+// opts.Stall. A group that has exited is skipped; a frozen one is always
+// resumed before it returns.
+func stallRanks(stop <-chan struct{}, pgids []int, opts RunOptions) {
+	seed := opts.Seed
+	if seed == 0 {
+		seed = mrand.Uint64()
+	}
+	r := mrand.New(mrand.NewPCG(seed, 0x5da11))
+	tick := time.NewTicker(opts.StallEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		i := r.IntN(len(pgids))
+		if pgids[i] == 0 || syscall.Kill(-pgids[i], syscall.SIGSTOP) != nil {
+			continue
+		}
+		t := time.NewTimer(opts.Stall)
+		select {
+		case <-t.C:
+		case <-stop:
+			t.Stop()
+		}
+		_ = syscall.Kill(-pgids[i], syscall.SIGCONT)
+		if opts.OnStall != nil {
+			opts.OnStall(i)
+		}
+	}
 }
 
 // prefixWriter writes whole lines to out, each prefixed, holding *mu for

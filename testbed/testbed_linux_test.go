@@ -370,6 +370,39 @@ func TestUpRunDown(t *testing.T) {
 		}
 	})
 
+	t.Run("stall", func(t *testing.T) {
+		// Each rank ticks every millisecond for 1.2 s and prints its
+		// longest gap; ranks frozen for 80 ms every 150 ms see one of
+		// about that length, and every rank ends (none left stopped).
+		var out lockedBuilder
+		var mu sync.Mutex
+		stalled := map[int]int{}
+		opts := RunOptions{Stall: 80 * time.Millisecond, StallEvery: 150 * time.Millisecond, Seed: 3,
+			OnStall: func(r int) { mu.Lock(); stalled[r]++; mu.Unlock() }}
+		if err := RunWith(ctx, st, helperCmd(t, "ticks", st), &out, opts); err != nil {
+			t.Fatalf("%v\n%s", err, out.String())
+		}
+		n := 0
+		for r, k := range stalled {
+			n += k
+			var gap time.Duration
+			for _, l := range strings.Split(out.String(), "\n") {
+				if rest, ok := strings.CutPrefix(l, fmt.Sprintf("[rank %d] maxgap ", r)); ok {
+					gap, _ = time.ParseDuration(rest)
+				}
+			}
+			if gap < 70*time.Millisecond {
+				t.Errorf("rank %d frozen %d times, its longest gap %v, want about 80ms\n%s", r, k, gap, out.String())
+			}
+		}
+		if n < 4 {
+			t.Errorf("%d stalls in 1.2 s at one per 150 ms", n)
+		}
+		if err := RunWith(ctx, st, []string{"true"}, nil, RunOptions{Stall: time.Second, StallEvery: time.Second}); !errors.Is(err, ErrInvalidRunOptions) {
+			t.Errorf("stall as long as its period: %v, want ErrInvalidRunOptions", err)
+		}
+	})
+
 	t.Run("rate", func(t *testing.T) {
 		// TCP from host 1 to host 0 crosses two shaped links.
 		var out lockedBuilder
@@ -598,6 +631,8 @@ const (
 // "tput": rank 1 sends tputBytes over TCP to rank 0, which prints
 // "bits_per_sec R", the rate from its first byte to the end.
 //
+// "ticks": helperTicks.
+//
 // "prio": rank 0 sends rank 1 a burst of data datagrams and then one
 // marked Control (helperPrio); rank 1 prints where the Control one arrived.
 //
@@ -629,6 +664,8 @@ func helperMain(args []string) int {
 		err = integrationRank(ctx)
 	case "prio":
 		err = helperPrio(ctx, rank, hosts)
+	case "ticks":
+		err = helperTicks(ctx)
 	default:
 		err = fmt.Errorf("unknown mode %q", mode)
 	}
@@ -637,6 +674,22 @@ func helperMain(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// helperTicks sleeps a millisecond at a time for 1.2 s and prints the
+// longest gap between two ticks ("maxgap 81.2ms").
+func helperTicks(ctx context.Context) error {
+	var gap time.Duration
+	start := time.Now()
+	last := start
+	for time.Since(start) < 1200*time.Millisecond && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+		now := time.Now()
+		gap = max(gap, now.Sub(last))
+		last = now
+	}
+	fmt.Printf("maxgap %v\n", gap)
+	return ctx.Err()
 }
 
 // dialRetry connects to addr, retrying while it refuses (its listener may

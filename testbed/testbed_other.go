@@ -33,5 +33,10 @@ func StatusAt(root, prefix string) (*State, error) { return nil, errOS }
 // Run reports that a testbed needs Linux (ErrUnsupported).
 func Run(ctx context.Context, st *State, cmd []string, out io.Writer) error { return errOS }
 
+// RunWith reports that a testbed needs Linux (ErrUnsupported).
+func RunWith(ctx context.Context, st *State, cmd []string, out io.Writer, opts RunOptions) error {
+	return errOS
+}
+
 // SchedulingApart reports false outside Linux, where no testbed runs.
 func (st *State) SchedulingApart() (string, bool) { return "", false }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -42,6 +43,9 @@ var testbedFlagNames = map[string]string{
 // testbedFlags are the flags of `ndma testbed` and its subcommands.
 type testbedFlags struct {
 	prefix, stateDir string
+
+	stall, stallEvery time.Duration // run
+	stallSeed         uint64
 
 	hosts, memnodes, burst, mtu     int
 	stornodes                       int
@@ -133,7 +137,7 @@ outside "run". --no-credentials runs without them.`,
 	fl.BoolVar(&f.noCredentials, "no-credentials", false, "issue no credentials: the switch, the memory nodes and the ranks run without the security layer (datagrams not sealed; the token still authenticates control messages), to compare figures")
 	cmd.AddCommand(up)
 
-	cmd.AddCommand(&cobra.Command{
+	run := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARG...]",
 		Short: "Run a command once per host namespace, with the rank environment, output prefixed by rank",
 		Long: `run starts CMD once in each host namespace, rank i in <prefix>-h<i>, with
@@ -148,10 +152,17 @@ NDMA_JOIN_TIMEOUT (how long the ranks' rendezvous waits for all of them,
 1m by default) and NDMA_LIVENESS (how long a host algorithm waits for a
 silent rank, e.g. 90s; "off": no bound). It
 waits for every rank and fails, naming them, if any exits non-zero. SIGINT
-or SIGTERM stops every rank.`,
+or SIGTERM stops every rank.
+
+--stall D --stall-every P freezes one rank drawn at random for D once
+every P (SIGSTOP and SIGCONT to its process group), as a host that does
+not schedule a process for a while: a busy machine, or a hypervisor
+taking a virtual CPU. It makes that disturbance reproducible for
+comparing builds.`,
 		Example: `  sudo ndma testbed run -- sh -c 'echo $NDMA_RANK of $NDMA_SIZE via $NDMA_SWITCH'
   sudo ndma testbed run -- ndma bench coll --op bcast
-  sudo NDMA_JOIN_TIMEOUT=2m ndma testbed run -- ndma bench coll --op allreduce`,
+  sudo NDMA_JOIN_TIMEOUT=2m ndma testbed run -- ndma bench coll --op allreduce
+  sudo ndma testbed run --stall 4ms --stall-every 30ms -- ndma bench coll --op bcast --algo innet --sizes 16M`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return errors.New("run needs a command: ndma testbed run [--prefix P] -- CMD [ARG...]")
@@ -159,7 +170,11 @@ or SIGTERM stops every rank.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error { return runTestbedRun(cmd, &f, args) },
-	})
+	}
+	run.Flags().DurationVar(&f.stall, "stall", 0, "freeze one rank drawn at random for this long once every --stall-every (e.g. 4ms); 0: never")
+	run.Flags().DurationVar(&f.stallEvery, "stall-every", 0, "period of --stall, longer than the stall (e.g. 30ms)")
+	run.Flags().Uint64Var(&f.stallSeed, "stall-seed", 0, "seed of the ranks --stall draws (0: a random one)")
+	cmd.AddCommand(run)
 
 	cmd.AddCommand(&cobra.Command{
 		Use:   "down",
@@ -287,9 +302,24 @@ func runTestbedRun(cmd *cobra.Command, f *testbedFlags, args []string) error {
 			"and the switch wakes for every packet (a third more CPU, slower in-network collectives); for comparable figures run `testbed up` and "+
 			"`testbed run` from one shell (sudo -s), or use `ndma bench suite`\n", why)
 	}
+	opts := testbed.RunOptions{Stall: f.stall, StallEvery: f.stallEvery, Seed: f.stallSeed}
+	if f.stallEvery != 0 && f.stall == 0 {
+		return flagError(errors.New("--stall-every needs --stall"))
+	}
+	if err := opts.Validate(); err != nil {
+		return flagError(err)
+	}
+	var stalls atomic.Int64
+	if f.stall > 0 {
+		opts.OnStall = func(int) { stalls.Add(1) }
+	}
 	ctx, stop := signalContext(cmd)
 	defer stop()
-	return testbed.Run(ctx, st, args, cmd.OutOrStdout())
+	err = testbed.RunWith(ctx, st, args, cmd.OutOrStdout(), opts)
+	if f.stall > 0 {
+		fmt.Fprintf(cmd.ErrOrStderr(), "ndma testbed run: froze a rank %d times for %v\n", stalls.Load(), f.stall)
+	}
+	return err
 }
 
 func runTestbedDown(cmd *cobra.Command, f *testbedFlags) error {
