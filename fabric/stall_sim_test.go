@@ -56,7 +56,7 @@ func TestSimMulticastStalls(t *testing.T) {
 	}{
 		{0, 30 * time.Millisecond, 1.02},
 		// A receiver out for 4 ms in every 30: 1.078x without the
-		// allowance, 1.031x with it.
+		// allowance, 1.033x with it.
 		{4 * time.Millisecond, 30 * time.Millisecond, 1.05},
 		// 2 ms in every 10: 1.018x without, 1.013x with.
 		{2 * time.Millisecond, 10 * time.Millisecond, 1.02},

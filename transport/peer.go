@@ -222,13 +222,16 @@ func (p *peer) cwndPkts() int {
 // the merged ACK waits for the slowest. So once such a stream in flight has
 // heard of no progress for its base RTT (at least stallQuiet), the
 // sender keeps its ACK clock running: a window's worth of packets more
-// in flight per base RTT of silence, up to as many again as the window
-// (BBR keeps twice the bandwidth-delay product in flight for ACKs that
-// come late for the same reason). The allowance ends with
+// in flight per base RTT of silence, for up to stallWindows base RTTs
+// (BBR keeps more than the bandwidth-delay product in flight for ACKs
+// that come late for the same reason). The allowance ends with
 // the next progress; a silence that lasts is a loss or an outage, which
 // the retransmission timeout handles as before. The base is the lowest
 // RTT, not the smoothed one, which the stalls themselves inflate.
-const stallQuiet = time.Millisecond
+const (
+	stallQuiet   = time.Millisecond
+	stallWindows = 3
+)
 
 // sendLimit is how many packets may be in flight now: the congestion
 // window, plus the stall allowance while ACKs have stopped.
@@ -242,7 +245,7 @@ func (p *peer) sendLimit() int {
 	if silent <= 0 {
 		return c
 	}
-	extra := min(int(float64(c)*float64(silent)/float64(base)), c)
+	extra := min(int(float64(c)*float64(silent)/float64(base)), stallWindows*c)
 	return c + extra
 }
 
@@ -273,7 +276,7 @@ func (p *peer) stallDeadline() time.Time {
 	if k < 1 {
 		k = 1
 	}
-	if k > c {
+	if k > stallWindows*c {
 		return time.Time{}
 	}
 	start := p.lastProgress.Add(max(base, stallQuiet))

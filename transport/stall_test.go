@@ -12,7 +12,7 @@ import (
 // TestStallAllowance: on a stream whose ACKs a switch merges, once no
 // progress has come for the base RTT (at least stallQuiet) the sender may
 // have a window's worth more in flight per base RTT of silence, at most
-// twice its window, and stallDeadline says when the next packet may go;
+// stallWindows windows more, and stallDeadline says when the next packet may go;
 // progress ends the allowance. Unicast streams get none.
 func TestStallAllowance(t *testing.T) {
 	e, err := New(Config{})
@@ -35,8 +35,10 @@ func TestStallAllowance(t *testing.T) {
 		{2 * time.Millisecond, 4, 2500 * time.Microsecond}, // quiet for the base RTT: no allowance yet
 		{2500 * time.Microsecond, 5, 3 * time.Millisecond}, // a quarter base RTT: a quarter window
 		{3999 * time.Microsecond, 7, 4 * time.Millisecond}, // 1.999 ms: 3.998 packets, rounded down
-		{4 * time.Millisecond, 8, 0},                       // a base RTT of silence: the window again
-		{time.Second, 8, 0},                                // and no more
+		{4 * time.Millisecond, 8, 4500 * time.Microsecond}, // a base RTT of silence: a window more
+		{7999 * time.Microsecond, 15, 8 * time.Millisecond},
+		{8 * time.Millisecond, 16, 0}, // stallWindows base RTTs: three windows more
+		{time.Second, 16, 0},          // and no more
 	} {
 		e.now = t0.Add(c.after)
 		if got := p.sendLimit(); got != c.limit {
