@@ -65,8 +65,8 @@ func TestConnTiming(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, d := range rb[:k] {
-				if want := us(170 + 80*i); time.Since(start) != want {
-					t.Errorf("datagram %d read at +%v, want +%v", i, time.Since(start), want)
+				if want := us(170 + 80*i); time.Since(start) != want || d.RxTime != start.Add(want).UnixNano() {
+					t.Errorf("datagram %d read at +%v, arrived +%v; want +%v", i, time.Since(start), time.Unix(0, d.RxTime).Sub(start), want)
 				}
 				if len(d.Buf) != 1000 || binary.BigEndian.Uint32(d.Buf) != uint32(i) || d.Addr != ap(1) {
 					t.Errorf("datagram %d: len %d from %v", i, len(d.Buf), d.Addr)
@@ -84,6 +84,39 @@ func TestConnTiming(t *testing.T) {
 
 // TestConnWithNode: a goroutine with a Conn talks to a sans-I/O Node
 // through one network, round trip exact.
+// TestConnStall: datagrams that reach a stalled conn are read when the
+// stall ends, each with its arrival time on the reader's clock.
+func TestConnStall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := New(1)
+		a := n.ListenConn(ap(1), mbit100, mbit100)
+		b := n.ListenConn(ap(2), mbit100, mbit100)
+		defer a.Close()
+		defer b.Close()
+		stop := serve(t, n)
+		defer stop()
+		start := time.Now()
+		n.Locked(func() { n.Stall(ap(2), time.Millisecond) })
+		ds := []netio.Datagram{{Addr: ap(2), Buf: make([]byte, 1000)}, {Addr: ap(2), Buf: make([]byte, 1000)}}
+		if err := a.WriteBatch(ds); err != nil {
+			t.Fatal(err)
+		}
+		rb := readBufs(b.BatchSize())
+		for i := 0; i < 2; {
+			k, err := b.ReadBatch(rb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range rb[:k] {
+				if got, arr, want := time.Since(start), time.Unix(0, d.RxTime).Sub(start), us(170+80*i); got != time.Millisecond || arr != want {
+					t.Errorf("datagram %d read at +%v, arrived +%v; want +1ms and +%v", i, got, arr, want)
+				}
+				i++
+			}
+		}
+	})
+}
+
 func TestConnWithNode(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := New(1)
