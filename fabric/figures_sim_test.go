@@ -32,7 +32,14 @@ func bound(size int) time.Duration {
 // timeMulticast returns the virtual time from posting a multicast of size
 // bytes to the sender's completion (every member has it).
 func timeMulticast(t *testing.T, loss float64, size int) time.Duration {
-	f := newSimFabric(t, 31, figLink(loss), fabric.Config{})
+	return multicastRun(t, 31, loss, size, 0, nil)
+}
+
+// multicastRun is timeMulticast on a fabric of the given seed; with
+// every > 0 the run advances every at a time and calls between(members)
+// before each step.
+func multicastRun(t *testing.T, seed int64, loss float64, size int, every time.Duration, between func([]*simMember)) time.Duration {
+	f := newSimFabric(t, seed, figLink(loss), fabric.Config{})
 	ms := f.addMembers(figMembers)
 	gid := f.join("fig", ms)
 	data := randBytes(rand.New(rand.NewPCG(1, 1)), size)
@@ -47,7 +54,16 @@ func timeMulticast(t *testing.T, loss float64, size int) time.Duration {
 		}
 		end = f.net.Elapsed()
 	})
-	f.run(func() bool { return end != 0 }, 10*time.Minute, "multicast")
+	if every <= 0 {
+		f.run(func() bool { return end != 0 }, 10*time.Minute, "multicast")
+	}
+	for every > 0 && end == 0 {
+		if f.net.Elapsed()-start > 10*time.Minute {
+			t.Fatalf("seed %d: multicast not done after 10 minutes", seed)
+		}
+		between(ms)
+		f.net.RunFor(every)
+	}
 	st := ms[0].core.Stats().Transport
 	t.Logf("sender: sent %d, retransmitted %d (fast %d, timeouts %d)", st.PacketsSent, st.PacketsRetransmitted, st.FastRetransmits, st.Timeouts)
 	return end - start

@@ -4,9 +4,6 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
-
-	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/fabric"
 )
 
 // timeMulticastStalled is timeMulticast with receivers that are not
@@ -14,34 +11,12 @@ import (
 // stalls for stall (simnet.Network.Stall), as a process on a busy or
 // oversubscribed machine does.
 func timeMulticastStalled(t *testing.T, size int, stall, period time.Duration, seed uint64) time.Duration {
-	f := newSimFabric(t, 33, figLink(0), fabric.Config{})
-	ms := f.addMembers(figMembers)
-	gid := f.join("fig", ms)
-	data := randBytes(rand.New(rand.NewPCG(1, 1)), size)
-	for i := 1; i < figMembers; i++ {
-		ms[i].post(&endpoint.Op{Kind: endpoint.KindRecv, Peer: f.swAddr, Group: gid, From: 0, Buf: make([]byte, size)}, nil)
-	}
 	r := rand.New(rand.NewPCG(seed, 7))
-	start := f.net.Elapsed()
-	var end time.Duration
-	ms[0].post(&endpoint.Op{Kind: endpoint.KindMulticast, Peer: f.swAddr, Group: gid, Buf: data}, func(op *endpoint.Op) {
-		if op.Err != nil {
-			t.Fatalf("multicast: %v", op.Err)
-		}
-		end = f.net.Elapsed()
-	})
-	for end == 0 {
-		if f.net.Elapsed()-start > time.Minute {
-			t.Fatalf("multicast not done after a minute")
-		}
+	return multicastRun(t, 33, 0, size, period, func(ms []*simMember) {
 		if stall > 0 {
-			f.net.Stall(ms[1+r.IntN(figMembers-1)].addr, stall)
+			ms[0].f.net.Stall(ms[1+r.IntN(figMembers-1)].addr, stall)
 		}
-		f.net.RunFor(period)
-	}
-	st := ms[0].core.Stats().Transport
-	t.Logf("sender: sent %d, retransmitted %d (fast %d, timeouts %d)", st.PacketsSent, st.PacketsRetransmitted, st.FastRetransmits, st.Timeouts)
-	return end - start
+	})
 }
 
 // TestSimMulticastStalls: a 16 MiB multicast whose receivers now and
