@@ -237,11 +237,11 @@ const (
 // window, plus the stall allowance while ACKs have stopped.
 func (p *peer) sendLimit() int {
 	c := p.cwndPkts()
-	base := p.stallBase()
-	if base <= 0 || p.sndUna == p.sndNxt || !p.stallPaced() {
+	start, base, ok := p.stallStart()
+	if !ok {
 		return c
 	}
-	silent := p.e.now.Sub(p.lastProgress) - max(base, stallQuiet)
+	silent := p.e.now.Sub(start)
 	if silent <= 0 {
 		return c
 	}
@@ -249,37 +249,38 @@ func (p *peer) sendLimit() int {
 	return c + extra
 }
 
-// stallPaced reports whether the stream gets the stall allowance: one
-// whose ACKs the switch merges over the group's members.
-func (p *peer) stallPaced() bool {
-	return p.id.Mode == wire.ModeMulticast || p.id.Mode == wire.ModeAggregate
-}
-
-// stallBase is the RTT the stall allowance clocks packets out at: the
-// lowest of a full-size packet, else of any packet (zero: none yet).
-func (p *peer) stallBase() time.Duration {
-	if p.minRTT > 0 {
-		return p.minRTT
+// stallStart is when the stall allowance of a stream in flight whose
+// ACKs the switch merges over a group (multicast, aggregation) begins to
+// grow if no progress comes: its base RTT, at least stallQuiet, after the
+// last progress. base is the RTT it clocks packets out at: the lowest of
+// a full-size packet, else of any packet. ok is false for other streams,
+// for one with nothing in flight, or before any RTT sample.
+func (p *peer) stallStart() (start time.Time, base time.Duration, ok bool) {
+	if (p.id.Mode != wire.ModeMulticast && p.id.Mode != wire.ModeAggregate) || p.sndUna == p.sndNxt {
+		return time.Time{}, 0, false
 	}
-	return p.minAnyRTT
+	base = p.minRTT
+	if base == 0 {
+		base = p.minAnyRTT
+	}
+	if base <= 0 {
+		return time.Time{}, 0, false
+	}
+	return p.lastProgress.Add(max(base, stallQuiet)), base, true
 }
 
 // stallDeadline is when sendLimit next grows for a peer held by it with
 // data to send (zero: it does not).
 func (p *peer) stallDeadline() time.Time {
-	base := p.stallBase()
-	if p.qhead == nil || base <= 0 || p.sndUna == p.sndNxt || !p.stallPaced() || p.inflight < p.sendLimit() {
+	start, base, ok := p.stallStart()
+	if !ok || p.qhead == nil || p.inflight < p.sendLimit() {
 		return time.Time{}
 	}
 	c := p.cwndPkts()
-	k := p.inflight - c + 1 // the allowance that lets one more go
-	if k < 1 {
-		k = 1
-	}
+	k := max(p.inflight-c+1, 1) // the allowance that lets one more go
 	if k > stallWindows*c {
 		return time.Time{}
 	}
-	start := p.lastProgress.Add(max(base, stallQuiet))
 	at := start.Add(time.Duration(float64(k) * float64(base) / float64(c)))
 	if !at.After(p.e.now) {
 		at = p.e.now.Add(time.Microsecond)
