@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -328,6 +329,11 @@ type OpenOptions struct {
 	// gateway of that service name (see Gateway) instead of straight to
 	// the replicas: the controller-forwarding design, for comparison.
 	Controller string
+	// Logger receives what happens to an open volume that its user does
+	// not see in the result of a call: a replica dropped from the write
+	// groups or taken back, the groups formed again after a switch
+	// restart, a lease lost. Nil: none.
+	Logger *slog.Logger
 }
 
 // DefaultLease is a write lease's lifetime unless asked otherwise.
@@ -344,6 +350,7 @@ type Volume struct {
 	write bool
 	ttl   time.Duration
 	ctrl  string // the gateway's service, in controller-forwarding mode
+	log   *slog.Logger
 
 	holder uint64
 	epoch  uint64
@@ -380,7 +387,10 @@ func (c *Client) Open(ctx context.Context, name string, o OpenOptions) (*Volume,
 	if o.Lease <= 0 {
 		o.Lease = DefaultLease
 	}
-	v := &Volume{c: c, d: d, write: o.Write, ttl: o.Lease, ctrl: o.Controller, groups: map[string]*wgroup{}, missing: map[uint16]bool{},
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	v := &Volume{c: c, d: d, write: o.Write, ttl: o.Lease, ctrl: o.Controller, log: o.Logger, groups: map[string]*wgroup{}, missing: map[uint16]bool{},
 		lastVer: make([]uint64, d.Extents()), stop: make(chan struct{}), done: make(chan struct{})}
 	if !o.Write {
 		close(v.done)
