@@ -454,7 +454,10 @@ func (g *Group) heartbeats() {
 			return
 		case op := <-done:
 			inflight--
-			if errors.Is(op.Err, wire.StatusMemberDead) {
+			if errors.Is(op.Err, wire.StatusMemberDead) || errors.Is(op.Err, wire.StatusNotMember) {
+				// Counted dead, or the switch no longer knows the
+				// group (it restarted): either way the group is over
+				// for this member.
 				g.countedDead()
 			}
 			if op.Err != nil && !errors.Is(op.Err, ErrClosed) {
@@ -490,6 +493,19 @@ func (g *Group) countedDead() {
 	}
 	g.ep.core.memberDead(&MemberError{Group: g.id, Member: g.rank})
 	g.ep.pumpLocked(time.Now())
+}
+
+// Err is nil while the switch counts this member alive in the group, and
+// a *MemberError naming this member once it answered a heartbeat that it
+// counted the member dead or no longer knows the group (it restarted):
+// the group is then over for this member, which must join a new one.
+func (g *Group) Err() error {
+	g.ep.mu.Lock()
+	defer g.ep.mu.Unlock()
+	if me := g.ep.core.DeadMember(g.id, g.rank); me != nil {
+		return me
+	}
+	return nil
 }
 
 func (g *Group) stopHeartbeats() {

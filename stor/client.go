@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -252,6 +254,15 @@ type VolumeStat struct {
 	Down     []uint16     `json:"down"`  // the volume's nodes that did not
 	Degraded bool         `json:"degraded"`
 	Leased   bool         `json:"leased"`
+	// Health sums it up: "healthy" (every copy current and serving),
+	// "degraded" (some copy down or not current, but every extent has a
+	// current copy serving), "unavailable" (some extents have no current
+	// copy up: they cannot be read or written until one returns or an
+	// operator forces one), or "split" (two copies each hold writes the
+	// other lacks: an operator forced both; one must be chosen).
+	Health string `json:"health"`
+	// Unavailable lists the replica sets with no current copy serving.
+	Unavailable [][]uint16 `json:"unavailable,omitempty"`
 }
 
 // Stat reports volume name on each of its nodes.
@@ -272,6 +283,7 @@ func (c *Client) Stat(ctx context.Context, name string) (*VolumeStat, error) {
 			nvs[i] = &nv
 		}
 	})
+	ready := map[uint16]bool{}
 	for i, nv := range nvs {
 		if nv == nil {
 			st.Down = append(st.Down, d.Nodes[i])
@@ -280,12 +292,78 @@ func (c *Client) Stat(ctx context.Context, name string) (*VolumeStat, error) {
 		}
 		st.Nodes = append(st.Nodes, *nv)
 		st.Leased = st.Leased || nv.Leased
-		if len(nv.Missing) > 0 || !nv.Ready || nv.Stale > 0 {
+		if len(nv.Missing) > 0 || !nv.Ready || nv.Stale > 0 || nv.Outdated {
 			st.Degraded = true
 		}
+		if nv.Ready && !nv.Outdated {
+			ready[uint16(nv.Node)] = true
+		}
+	}
+	for _, s := range d.Sets() {
+		if !slices.ContainsFunc(s, func(id uint16) bool { return ready[id] }) {
+			st.Unavailable = append(st.Unavailable, s)
+		}
+	}
+	st.Health = "healthy"
+	switch {
+	case split(st.Nodes):
+		st.Health = "split"
+	case len(st.Unavailable) > 0:
+		st.Health = "unavailable"
+	case st.Degraded:
+		st.Health = "degraded"
 	}
 	return st, nil
 }
+
+// split reports whether two copies, neither known outdated, each hold a
+// generation that leaves the other out (each may hold writes the other
+// lacks).
+func split(nvs []NodeVolume) bool {
+	for i, a := range nvs {
+		for _, b := range nvs[i+1:] {
+			if !a.Outdated && !b.Outdated && a.Gen != b.Gen &&
+				!slices.Contains(a.Members, uint16(b.Node)) && !slices.Contains(b.Members, uint16(a.Node)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ForceCurrent declares node's copy of volume name current, whatever
+// writes it missed: it takes a generation above every one the answering
+// nodes hold (by a wide margin, above those of nodes that are down too),
+// so that every other copy, when it answers, counts as outdated and is
+// replaced by this one's. Writes acknowledged while node was left out are
+// lost. Refused while the volume is open for writing.
+func (c *Client) ForceCurrent(ctx context.Context, name string, node uint16) (*VolumeStat, error) {
+	st, err := c.Stat(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Contains(st.Desc.Nodes, node) {
+		return nil, fmt.Errorf("%w: node %d holds none of volume %s (nodes %v)", ErrBadRequest, node, name, st.Desc.Nodes)
+	}
+	var top uint64
+	found := false
+	for _, nv := range st.Nodes {
+		top = max(top, nv.Gen)
+		found = found || nv.Node == int(node)
+	}
+	if !found {
+		return nil, fmt.Errorf("%w: node %d does not answer", ErrNoReplica, node)
+	}
+	b, _ := json.Marshal(forceReq{Name: name, Gen: top + forceStep})
+	if _, err := c.call(ctx, node, "force", append([]byte{opForce}, b...)); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// forceStep is how far a forced generation jumps: past any generation a
+// node that is down could have reached since.
+const forceStep = 1 << 32
 
 // Remove deletes volume name from its nodes. A volume open for writing,
 // or with a node down (which would keep its copy), is refused unless
@@ -355,14 +433,25 @@ type Volume struct {
 	holder uint64
 	epoch  uint64
 
-	mu      sync.RWMutex // writes and flushes hold it shared, reform exclusively
+	// form serializes the forming of the groups and of the data
+	// generation (a channel: who waits for it waits durably), held across
+	// the network calls that takes; mu guards groups and missing, held
+	// only to read or swap them, never across a network wait.
+	form    chan struct{}
+	mu      sync.Mutex
 	groups  map[string]*wgroup
-	gen     uint64
+	jobSeq  uint64 // write groups formed, for their job names
+	// gen is the data generation this writer writes in (0 before the
+	// first), genMembers its nodes, cur those of them that held a current
+	// copy when it started.
+	gen        uint64
+	genMembers []uint16
+	cur        map[uint16]bool
 	ctr     uint64 // last version counter used (under verMu)
 	verMu   sync.Mutex
 	lastVer []uint64 // per extent: the version of the last write completed (under verMu)
 	missing map[uint16]bool
-	reform  bool  // the groups must be formed again (under mu or verMu... see needReform)
+	reform  bool  // the groups must be formed again (under form)
 	lost    error // the lease was lost
 
 	stop chan struct{}
@@ -391,7 +480,7 @@ func (c *Client) Open(ctx context.Context, name string, o OpenOptions) (*Volume,
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	v := &Volume{c: c, d: d, write: o.Write, ttl: o.Lease, ctrl: o.Controller, log: o.Logger, groups: map[string]*wgroup{}, missing: map[uint16]bool{},
-		lastVer: make([]uint64, d.Extents()), stop: make(chan struct{}), done: make(chan struct{})}
+		lastVer: make([]uint64, d.Extents()), stop: make(chan struct{}), done: make(chan struct{}), form: make(chan struct{}, 1)}
 	if !o.Write {
 		close(v.done)
 		return v, nil
@@ -406,9 +495,9 @@ func (c *Client) Open(ctx context.Context, name string, o OpenOptions) (*Volume,
 		go v.renew()
 		return v, nil
 	}
-	v.mu.Lock()
+	v.lockForm()
 	err = v.formLocked(ctx)
-	v.mu.Unlock()
+	v.unlockForm()
 	if err != nil {
 		v.release()
 		return nil, err
@@ -433,8 +522,8 @@ func (v *Volume) liveNodes(ctx context.Context) ([]uint16, error) {
 }
 
 // leaseAll asks every node in ids for the lease with epoch; it returns the
-// highest epoch granted, or the refusal.
-func (v *Volume) leaseAll(ctx context.Context, ids []uint16, epoch uint64, release bool) (uint64, error) {
+// highest epoch granted and each answering node's answer, or the refusal.
+func (v *Volume) leaseAll(ctx context.Context, ids []uint16, epoch uint64, release bool) (uint64, map[uint16]leaseResp, error) {
 	b, _ := json.Marshal(leaseReq{Name: v.d.Name, Holder: v.holder, TTLMs: v.ttl.Milliseconds(), Epoch: epoch, Release: release})
 	req := append([]byte{opLease}, b...)
 	resps := make([]leaseResp, len(ids))
@@ -447,36 +536,102 @@ func (v *Volume) leaseAll(ctx context.Context, ids []uint16, epoch uint64, relea
 		errs[i] = err
 	})
 	var top uint64
+	got := map[uint16]leaseResp{}
 	for i, err := range errs {
 		if errors.Is(err, ErrLeaseHeld) {
-			return 0, fmt.Errorf("%w: volume %s is open for writing by another client (node %d: %v left)", ErrLeaseHeld, v.d.Name, ids[i], time.Duration(resps[i].LeaseMs)*time.Millisecond)
+			return 0, nil, fmt.Errorf("%w: volume %s is open for writing by another client (node %d: %v left)", ErrLeaseHeld, v.d.Name, ids[i], time.Duration(resps[i].LeaseMs)*time.Millisecond)
+		}
+		if err == nil {
+			got[ids[i]] = resps[i]
 		}
 		top = max(top, resps[i].Epoch)
 	}
-	return top, errors.Join(errs...)
+	return top, got, errors.Join(errs...)
 }
 
+// ErrNotCurrent: no node that answers holds a current copy of some
+// extents (those that do are down, or the copies that answer missed
+// writes): the volume is not opened for writing, and reads of those
+// extents fail, until a current node returns or an operator declares a
+// copy current (Client.ForceCurrent).
+var ErrNotCurrent = errors.New("stor: no current replica")
+
 // acquire takes the lease on every live node of the volume, then sets an
-// epoch above every one they had.
+// epoch above every one they had. It waits (up to openWait) for every
+// replica set to have a current copy among the live nodes.
 func (v *Volume) acquire(ctx context.Context) error {
-	ids, err := v.liveNodes(ctx)
-	if err != nil {
-		return err
+	deadline := time.Now().Add(openWait)
+	for {
+		ids, err := v.liveNodes(ctx)
+		if err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			return fmt.Errorf("%w: no node of volume %s is up", ErrNoReplica, v.d.Name)
+		}
+		top, _, err := v.leaseAll(ctx, ids, 0, false)
+		if err != nil {
+			v.release()
+			return err
+		}
+		v.epoch = top + 1
+		_, states, err := v.leaseAll(ctx, ids, v.epoch, false)
+		if err != nil {
+			v.release()
+			return err
+		}
+		lacking := v.lacking(states)
+		if len(lacking) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			v.release()
+			return fmt.Errorf("%w: volume %s: no node up holds a current copy of the extents on nodes %v (see ndma vol stat %s)",
+				ErrNotCurrent, v.d.Name, lacking, v.d.Name)
+		}
+		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+			v.release()
+			return err
+		}
 	}
-	if len(ids) == 0 {
-		return fmt.Errorf("%w: no node of volume %s is up", ErrNoReplica, v.d.Name)
+}
+
+// openWait bounds how long Open waits for nodes that are checking their
+// copies (after a restart) to find them current.
+const openWait = 10 * time.Second
+
+// lacking returns the replica sets (joined) of which no node in states
+// is current. Caller holds mu or owns v.
+func (v *Volume) lacking(states map[uint16]leaseResp) [][]uint16 {
+	var out [][]uint16
+	for _, s := range v.d.Sets() {
+		if !slices.ContainsFunc(s, func(id uint16) bool { st, ok := states[id]; return ok && v.current(id, st) }) {
+			out = append(out, s)
+		}
 	}
-	top, err := v.leaseAll(ctx, ids, 0, false)
-	if err != nil {
-		v.release()
-		return err
+	return out
+}
+
+// current reports whether node id, answering st, holds every write this
+// volume's writers completed: it serves reads (it checked its copy with
+// the other replicas), or it is in this writer's generation and did not
+// miss a write of it.
+func (v *Volume) current(id uint16, st leaseResp) bool {
+	if st.Outdated {
+		return false
 	}
-	v.epoch = top + 1
-	if _, err := v.leaseAll(ctx, ids, v.epoch, false); err != nil {
-		v.release()
-		return err
+	return st.Ready || v.gen != 0 && st.Gen == v.gen && v.cur[id]
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
-	return nil
 }
 
 // release gives the lease back (best effort).
@@ -484,11 +639,13 @@ func (v *Volume) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if ids, err := v.liveNodes(ctx); err == nil {
-		_, _ = v.leaseAll(ctx, ids, 0, true)
+		_, _, _ = v.leaseAll(ctx, ids, 0, true)
 	}
 }
 
-// renew keeps the lease and takes nodes that came back into the groups.
+// renew keeps the lease, and forms the groups again when a node came back,
+// a node is not in the groups it should be in (it restarted), or the
+// switch forgot a group (it restarted).
 func (v *Volume) renew() {
 	defer close(v.done)
 	t := time.NewTicker(v.ttl / 3)
@@ -502,78 +659,168 @@ func (v *Volume) renew() {
 		ctx, cancel := context.WithTimeout(context.Background(), v.ttl/3)
 		ids, err := v.liveNodes(ctx)
 		if err == nil {
-			_, err = v.leaseAll(ctx, ids, v.epoch, false)
+			var states map[uint16]leaseResp
+			_, states, err = v.leaseAll(ctx, ids, v.epoch, false)
 			if errors.Is(err, ErrLeaseHeld) {
 				v.verMu.Lock()
 				v.lost = err
 				v.verMu.Unlock()
+				v.log.Error("stor: write lease lost to another writer", "volume", v.d.Name, "err", err)
 			}
-			back := false
 			if v.ctrl != "" {
 				cancel()
 				continue
 			}
-			v.mu.RLock()
-			for _, id := range ids {
-				if !v.inGroups(id) {
-					back = true
+			v.lockForm()
+			if why := v.needReform(ids, states); why != "" {
+				v.log.Info("stor: forming the write groups again", "volume", v.d.Name, "why", why)
+				v.reform = true
+				if err := v.formLocked(ctx); err != nil {
+					v.log.Warn("stor: forming the write groups", "volume", v.d.Name, "err", err) // again at the next tick
 				}
 			}
-			v.mu.RUnlock()
-			if back {
-				v.mu.Lock()
-				_ = v.formLocked(ctx) // on failure, again at the next tick
-				v.mu.Unlock()
-			}
+			v.unlockForm()
 		}
 		cancel()
 	}
 }
 
-// inGroups reports whether node id is a member of the groups of the sets
-// that include it. Caller holds mu.
-func (v *Volume) inGroups(id uint16) bool {
-	for _, s := range v.d.Sets() {
-		if !slices.Contains(s, id) {
-			continue
-		}
-		g := v.groups[setName(v.c.opts.Service, s)]
-		if g == nil || !slices.Contains(g.members, id) {
-			return false
-		}
+// lockForm takes v.form; unlockForm gives it back.
+func (v *Volume) lockForm()   { v.form <- struct{}{} }
+func (v *Volume) unlockForm() { <-v.form }
+
+// groupList returns the write groups.
+func (v *Volume) groupList() []*wgroup {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := make([]*wgroup, 0, len(v.groups))
+	for _, g := range v.groups {
+		out = append(out, g)
 	}
-	return true
+	return out
 }
 
-// formLocked forms the groups again for the nodes alive now: a set whose
-// members changed gets a new group (the old one is left). Caller holds mu
-// exclusively.
+// needReform says why the groups must be formed again, or "". Caller
+// holds form.
+func (v *Volume) needReform(live []uint16, states map[uint16]leaseResp) string {
+	if !slices.Equal(live, v.genMembers) {
+		return fmt.Sprintf("nodes up %v, writing to %v", live, v.genMembers)
+	}
+	for _, id := range live {
+		if st, ok := states[id]; ok && !st.Grouped {
+			return fmt.Sprintf("node %d is not in its write groups", id)
+		}
+	}
+	for _, g := range v.groupList() {
+		if err := g.g.Err(); err != nil {
+			return fmt.Sprintf("write group of nodes %v: %v", g.members, err)
+		}
+	}
+	if len(v.lacking(states)) > 0 {
+		return "a replica set has no current copy"
+	}
+	return ""
+}
+
+// formLocked starts a new data generation for the nodes alive now and
+// forms the groups again: a set whose members changed gets a new group
+// (the old one is left). Caller holds form.
 func (v *Volume) formLocked(ctx context.Context) error {
 	var lastErr error
 	for try := 0; try < 3; try++ {
 		if try > 0 {
-			time.Sleep(time.Second) // a node that died while joining drops off the switch's list
+			// A node that died while joining drops off the switch's list.
+			if err := sleepCtx(ctx, time.Second); err != nil {
+				return cmpErr(lastErr, err)
+			}
 		}
 		live, err := v.liveNodes(ctx)
 		if err != nil {
 			lastErr = err
 			continue
 		}
-		if lastErr = v.formOnce(ctx, live); lastErr == nil {
+		_, states, err := v.leaseAll(ctx, live, v.epoch, false)
+		if errors.Is(err, ErrLeaseHeld) {
+			return err
+		}
+		// Nodes that did not answer are not written to.
+		live = slices.DeleteFunc(live, func(id uint16) bool { _, ok := states[id]; return !ok })
+		if lastErr = v.genLocked(ctx, live, states); lastErr != nil {
+			continue
+		}
+		if lastErr = v.formOnce(ctx, v.genMembers); lastErr == nil {
+			v.mu.Lock()
+			missing := maps.Clone(v.missing)
+			v.mu.Unlock()
 			for _, id := range v.d.Nodes {
-				if !slices.Contains(live, id) && !v.missing[id] {
-					v.missing[id] = true
-					v.note(ctx, live, id)
+				if !slices.Contains(v.genMembers, id) && !missing[id] {
+					missing[id] = true
+					v.note(ctx, v.genMembers, id)
+					v.log.Warn("stor: replica dropped: writing without it", "volume", v.d.Name, "node", id, "generation", v.gen)
 				}
-				if slices.Contains(live, id) {
-					delete(v.missing, id)
+				if slices.Contains(v.genMembers, id) && missing[id] {
+					delete(missing, id)
+					v.log.Info("stor: replica back in the write groups", "volume", v.d.Name, "node", id, "generation", v.gen)
 				}
 			}
+			v.mu.Lock()
+			v.missing = missing
+			v.mu.Unlock()
 			v.reform = false
 			return nil
 		}
 	}
 	return lastErr
+}
+
+// genLocked starts a new data generation if the nodes written to change
+// (or the groups are formed again): it records it, with its members and
+// which of them are not current, on every member before any write of it,
+// so that a node left out can tell it missed writes. A node that does not
+// take it is left out. Caller holds form.
+func (v *Volume) genLocked(ctx context.Context, live []uint16, states map[uint16]leaseResp) error {
+	cur := map[uint16]bool{}
+	for _, id := range live {
+		if v.current(id, states[id]) {
+			cur[id] = true
+		}
+	}
+	if v.gen != 0 && !v.reform && slices.Equal(live, v.genMembers) && maps.Equal(cur, v.cur) {
+		return nil
+	}
+	for len(live) > 0 {
+		gen := v.gen
+		for _, st := range states {
+			gen = max(gen, st.Gen)
+		}
+		gen++
+		errs := make([]error, len(live))
+		forEach(len(live), func(i int) {
+			b, _ := json.Marshal(genReq{Name: v.d.Name, Holder: v.holder, Gen: gen, Members: live, Outdated: !cur[live[i]]})
+			_, errs[i] = v.c.call(ctx, live[i], "generation", append([]byte{opGen}, b...))
+		})
+		var failed []uint16
+		for i, err := range errs {
+			if errors.Is(err, ErrLeaseHeld) {
+				return err
+			}
+			if err != nil {
+				failed = append(failed, live[i])
+			}
+		}
+		// A generation some member did not take is not used: the next
+		// one, without it, is above it.
+		v.gen = gen
+		if len(failed) == 0 {
+			v.genMembers, v.cur = live, cur
+			return nil
+		}
+		live = slices.DeleteFunc(slices.Clone(live), func(id uint16) bool { return slices.Contains(failed, id) })
+		for _, id := range failed {
+			delete(cur, id)
+		}
+	}
+	return fmt.Errorf("%w: no node of volume %s took the write generation", ErrNoReplica, v.d.Name)
 }
 
 // note tells the live nodes that node id misses the writes from now on.
@@ -590,22 +837,30 @@ func (v *Volume) formOnce(ctx context.Context, live []uint16) error {
 	for _, s := range v.d.Sets() {
 		name := setName(v.c.opts.Service, s)
 		members := slices.DeleteFunc(slices.Clone(s), func(id uint16) bool { return !slices.Contains(live, id) })
+		if !slices.ContainsFunc(members, func(id uint16) bool { return v.cur[id] }) {
+			// No current copy of the set's extents is up: its writes
+			// fail until one is.
+			members = nil
+		}
+		v.mu.Lock()
 		old := v.groups[name]
 		if old != nil && slices.Equal(old.members, members) && !v.reform {
+			v.mu.Unlock()
 			continue
 		}
+		delete(v.groups, name)
+		v.mu.Unlock()
 		if old != nil {
 			lctx, cancel := context.WithTimeout(ctx, time.Second)
 			_ = old.g.Leave(lctx)
 			cancel()
-			delete(v.groups, name)
 		}
 		if len(members) == 0 {
 			continue // every replica of the set is down: its writes fail
 		}
-		v.gen++
+		v.jobSeq++
 		h := fnv.New64a()
-		fmt.Fprintf(h, "%s/%d/%d/%s/%d", v.d.Name, v.d.Created, v.holder, name, v.gen)
+		fmt.Fprintf(h, "%s/%d/%d/%s/%d", v.d.Name, v.d.Created, v.holder, name, v.jobSeq)
 		job := fmt.Sprintf("%s.w%016x", v.c.opts.Service, h.Sum64())
 		if id := v.c.ep.Identity(); id != nil {
 			if bound, _, ok := fabric.BoundRank(id.Cert.Name); ok {
@@ -628,7 +883,9 @@ func (v *Volume) formOnce(ctx context.Context, live []uint16) error {
 		if err != nil {
 			return fmt.Errorf("stor: volume %s: write group for nodes %v: %w", v.d.Name, members, err)
 		}
+		v.mu.Lock()
 		v.groups[name] = &wgroup{set: s, members: members, g: g}
+		v.mu.Unlock()
 	}
 	return nil
 }
@@ -657,7 +914,10 @@ func (v *Volume) checkRange(off int64, n int) error {
 }
 
 // WriteAt writes p at off: each piece (within one extent, at most MaxIO)
-// is one multicast to the extent's replica group.
+// is one multicast to the extent's replica group. A write that fails
+// because the groups changed under it (a replica died, the switch
+// restarted) is sent again, after the groups are formed anew, for up to
+// RetryFor.
 func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 	if !v.write {
 		return 0, ErrReadOnly
@@ -665,14 +925,63 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 	if err := v.checkRange(off, len(p)); err != nil {
 		return 0, err
 	}
+	return retryIO(v, "write", func() (int, error) { return v.writeOnce(p, off) })
+}
+
+// RetryFor bounds how long a read, write or flush is retried while the
+// fabric recovers from a failure (a storage node or the switch
+// restarting), as a disk's driver retries a command before it fails it.
+const RetryFor = 30 * time.Second
+
+// retryable reports whether err may pass once the groups are formed again
+// or a replica returns: a group member (or this writer) counted dead, a
+// group or service the switch forgot, no current replica up, a timeout.
+func retryable(err error) bool {
+	var me *endpoint.MemberError
+	return errors.As(err, &me) || errors.Is(err, wire.StatusNotMember) || errors.Is(err, wire.StatusMemberDead) ||
+		errors.Is(err, ErrNoReplica) || errors.Is(err, ErrNotCurrent) || errors.Is(err, ErrNotReady) ||
+		errors.Is(err, endpoint.ErrTimeout) || errors.Is(err, errReform) || errors.Is(err, ErrWrongNode) ||
+		errors.Is(err, transport.ErrPeerDead)
+}
+
+// retryIO runs f until it succeeds, fails for good, or RetryFor passes;
+// between tries of a writer, the groups are formed again.
+func retryIO(v *Volume, what string, f func() (int, error)) (int, error) {
+	deadline := time.Now().Add(RetryFor)
+	wait := 50 * time.Millisecond
+	for try := 0; ; try++ {
+		n, err := f()
+		if err == nil || !retryable(err) || time.Now().After(deadline) {
+			if err != nil && try > 0 {
+				v.log.Warn("stor: I/O failed", "volume", v.d.Name, "op", what, "tries", try+1, "err", err)
+			}
+			return n, err
+		}
+		if try == 0 {
+			v.log.Info("stor: I/O failed, retrying", "volume", v.d.Name, "op", what, "err", err)
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, time.Second)
+		if v.write && v.ctrl == "" {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			v.lockForm()
+			v.reform = true
+			if ferr := v.formLocked(ctx); ferr != nil {
+				v.log.Debug("stor: forming the write groups", "volume", v.d.Name, "err", ferr)
+			}
+			v.unlockForm()
+			cancel()
+		}
+	}
+}
+
+func (v *Volume) writeOnce(p []byte, off int64) (int, error) {
 	v.verMu.Lock()
 	lost := v.lost
 	v.verMu.Unlock()
 	if lost != nil {
 		return 0, lost
 	}
-	v.mu.RLock()
-	defer v.mu.RUnlock()
 	type piece struct {
 		op  *endpoint.Op
 		e   int
@@ -742,9 +1051,11 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 }
 
 // startMulticast sends one write piece (version ver, at off) as one
-// multicast to extent e's replica group. Caller holds v.mu shared.
+// multicast to extent e's replica group.
 func (v *Volume) startMulticast(e int, ver, off uint64, data []byte) (*endpoint.Op, error) {
+	v.mu.Lock()
 	g := v.groups[setName(v.c.opts.Service, v.d.SetOf(e))]
+	v.mu.Unlock()
 	if g == nil {
 		return nil, fmt.Errorf("%w: every replica of extent %d (nodes %v) is down", ErrNoReplica, e, v.d.Replica(e))
 	}
@@ -784,7 +1095,9 @@ const flushSlots = 16
 // Flush makes every completed write durable on every live replica (each
 // fdatasyncs), and reports a write a replica could not apply (a full
 // disk, an I/O error). A replica found dead is dropped from the groups
-// (the volume is degraded) and the flush is retried on the others.
+// (the volume is degraded) and the flush is retried on the others; so is
+// a flush whose groups the switch forgot (it restarted), for up to
+// RetryFor.
 func (v *Volume) Flush() error {
 	if !v.write {
 		return nil
@@ -799,31 +1112,14 @@ func (v *Volume) Flush() error {
 		}
 		return err
 	}
-	for try := 0; ; try++ {
-		err := v.flushOnce(ctx)
-		var me *endpoint.MemberError
-		if err == nil || !errors.As(err, &me) && !errors.Is(err, errReform) || try == 3 {
-			return err
-		}
-		v.mu.Lock()
-		v.reform = true
-		ferr := v.formLocked(ctx)
-		v.mu.Unlock()
-		if ferr != nil {
-			return ferr
-		}
-	}
+	_, err := retryIO(v, "flush", func() (int, error) { return 0, v.flushOnce(ctx) })
+	return err
 }
 
 var errReform = errors.New("stor: write groups changed")
 
 func (v *Volume) flushOnce(ctx context.Context) error {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	gs := make([]*wgroup, 0, len(v.groups))
-	for _, g := range v.groups {
-		gs = append(gs, g)
-	}
+	gs := v.groupList()
 	if len(gs) < len(v.d.Sets()) {
 		return fmt.Errorf("%w: some extents of volume %s have every replica down", ErrNoReplica, v.d.Name)
 	}
@@ -892,7 +1188,15 @@ func (v *Volume) ReadAt(p []byte, off int64) (int, error) {
 	return len(p), nil
 }
 
+// readPiece reads one piece, retrying for up to RetryFor while no replica
+// can serve it (every one down, resyncing or behind, the switch
+// restarting).
 func (v *Volume) readPiece(ctx context.Context, e int, off uint64, buf []byte) error {
+	_, err := retryIO(v, "read", func() (int, error) { return 0, v.readPieceOnce(ctx, e, off, buf) })
+	return err
+}
+
+func (v *Volume) readPieceOnce(ctx context.Context, e int, off uint64, buf []byte) error {
 	if err := v.c.inflight.Acquire(ctx, int64(len(buf))); err != nil {
 		return err
 	}
@@ -960,8 +1264,8 @@ func copyRead(buf, body []byte) error {
 // Degraded lists the volume's nodes this writer found down and writes
 // without.
 func (v *Volume) Degraded() []uint16 {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
+	v.mu.Lock()
+	defer v.mu.Unlock()
 	var out []uint16
 	for id := range v.missing {
 		out = append(out, id)
@@ -981,14 +1285,17 @@ func (v *Volume) Close() error {
 		err = v.Flush()
 		close(v.stop)
 		<-v.done
+		v.lockForm()
 		v.mu.Lock()
+		gs := v.groups
+		v.groups = map[string]*wgroup{}
+		v.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		for name, g := range v.groups {
+		for _, g := range gs {
 			_ = g.g.Leave(ctx)
-			delete(v.groups, name)
 		}
 		cancel()
-		v.mu.Unlock()
+		v.unlockForm()
 		v.release()
 	})
 	return err

@@ -120,6 +120,7 @@ func (n *Node) unready() {
 	for _, v := range n.st.list() {
 		v.mu.Lock()
 		v.ready = false
+		v.setState(stateVerifying, nil)
 		v.mu.Unlock()
 	}
 }
@@ -287,6 +288,10 @@ func (n *Node) handle(key uint64, req []byte) ([]byte, error) {
 		resp = n.missing(req[1:])
 	case opWriteOne, opFlushOne:
 		resp = n.one(req)
+	case opGen:
+		resp = n.setGen(req[1:])
+	case opForce:
+		resp = n.force(req[1:])
 	default:
 		resp = n.refuse(CodeBadRequest, fmt.Sprintf("unknown request %d", req[0]))
 	}
@@ -426,6 +431,19 @@ type NodeVolume struct {
 	Writes   uint64            `json:"writes"`       // writes applied since the node started
 	Syncing  bool              `json:"syncing"`
 	HolderID uint64            `json:"-"`
+	// Gen and Members: the data generation the copy was last written in
+	// and that generation's nodes; Outdated: the copy is known to have
+	// missed writes. State says why a copy that is not Ready serves no
+	// reads (ready, verifying, resyncing, waiting, writer, outdated), and
+	// WaitFor which nodes it waits to hear from.
+	Gen      uint64   `json:"gen"`
+	Members  []uint16 `json:"members"`
+	Outdated bool     `json:"outdated,omitempty"`
+	State    string   `json:"state"`
+	WaitFor  []uint16 `json:"wait_for,omitempty"`
+	// Grouped: the node is in a write group of the lease holder for every
+	// replica set it belongs to.
+	Grouped bool `json:"grouped,omitempty"`
 }
 
 func (n *Node) stat(b []byte) []byte {
@@ -439,7 +457,8 @@ func (n *Node) stat(b []byte) []byte {
 	defer v.mu.Unlock()
 	nv := NodeVolume{Node: int(n.st.id), Desc: v.meta.Desc, Epoch: v.meta.Epoch, Ready: v.ready, Stale: len(v.stale),
 		Missing: v.meta.Missing, Held: v.meta.Desc.HeldBytes(n.st.id), MaxVer: slices.Max(v.versions), Writers: len(v.wgroups),
-		Writes: v.appliedW, Syncing: v.syncing}
+		Writes: v.appliedW, Syncing: v.syncing, Gen: v.meta.Gen, Members: v.meta.members(), Outdated: v.meta.Outdated,
+		State: v.state, WaitFor: v.waitFor, Grouped: v.grouped(n.cfg.Service, n.st.id)}
 	if left := time.Until(v.expires); v.holder != 0 && left > 0 {
 		nv.Leased, nv.LeaseMs = true, left.Milliseconds()
 	}
@@ -456,11 +475,16 @@ type leaseReq struct {
 	Release bool   `json:"release,omitempty"`
 }
 
-// leaseResp is the node's answer: its epoch, and who holds the lease.
+// leaseResp is the node's answer: its epoch, who holds the lease, and
+// the state of its copy (see NodeVolume).
 type leaseResp struct {
-	Epoch   uint64 `json:"epoch"`
-	Holder  uint64 `json:"holder"`
-	LeaseMs int64  `json:"lease_ms"`
+	Epoch    uint64 `json:"epoch"`
+	Holder   uint64 `json:"holder"`
+	LeaseMs  int64  `json:"lease_ms"`
+	Gen      uint64 `json:"gen"`
+	Ready    bool   `json:"ready"`
+	Outdated bool   `json:"outdated,omitempty"`
+	Grouped  bool   `json:"grouped,omitempty"`
 }
 
 // MaxLease bounds a lease's TTL.
@@ -507,7 +531,8 @@ func (n *Node) lease(b []byte) []byte {
 			}
 		}
 	}
-	resp := leaseResp{Epoch: v.meta.Epoch, Holder: v.holder}
+	resp := leaseResp{Epoch: v.meta.Epoch, Holder: v.holder, Gen: v.meta.Gen, Ready: v.ready, Outdated: v.meta.Outdated,
+		Grouped: len(stop) == 0 && v.grouped(n.cfg.Service, n.st.id)}
 	v.mu.Unlock()
 	for _, g := range stop {
 		g.stop()
@@ -559,6 +584,115 @@ func (n *Node) join(b []byte) []byte {
 		old.stop()
 	}
 	go n.serveGroup(ctx, v, r, g)
+	return []byte{byte(CodeOK)}
+}
+
+// grouped reports whether node is in a live write group for every replica
+// set of v it belongs to. Caller holds v.mu.
+func (v *vol) grouped(service string, node uint16) bool {
+	if v.holder == 0 || !time.Now().Before(v.expires) {
+		return false
+	}
+	for _, s := range v.meta.Desc.Sets() {
+		if slices.Contains(s, node) && v.wgroups[setName(service, s)] == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// genReq records the lease holder's new data generation: Members are the
+// nodes it writes to from now on; Outdated tells this node that its copy
+// is not current (it copies what it lacks from a current replica before
+// it serves reads).
+type genReq struct {
+	Name     string   `json:"name"`
+	Holder   uint64   `json:"holder"`
+	Gen      uint64   `json:"gen"`
+	Members  []uint16 `json:"members"`
+	Outdated bool     `json:"outdated,omitempty"`
+}
+
+func (n *Node) setGen(b []byte) []byte {
+	var r genReq
+	if err := json.Unmarshal(b, &r); err != nil || r.Gen == 0 || !slices.IsSorted(r.Members) || !slices.Contains(r.Members, n.st.id) {
+		return n.refuse(CodeBadRequest, "generation: want a generation above 0 and sorted members that include this node")
+	}
+	v, refused := n.leasedVolume(r.Name, r.Holder)
+	if v == nil {
+		return refused
+	}
+	defer v.mu.Unlock()
+	if r.Gen < v.meta.Gen {
+		return n.refuse(CodeStaleEpoch, fmt.Sprintf("generation %d, the node's is %d", r.Gen, v.meta.Gen))
+	}
+	for _, m := range r.Members {
+		if !slices.Contains(v.meta.Desc.Nodes, m) {
+			return n.refuse(CodeBadRequest, fmt.Sprintf("generation: node %d holds none of volume %s", m, r.Name))
+		}
+	}
+	if r.Gen == v.meta.Gen && slices.Equal(r.Members, v.meta.Members) && (v.meta.Outdated || !r.Outdated) {
+		return []byte{byte(CodeOK)}
+	}
+	if r.Outdated && !v.meta.Outdated {
+		n.log.Warn("stor: copy outdated: the writer found it behind", "volume", r.Name, "node", n.st.id, "generation", v.meta.Gen)
+	}
+	v.meta.Gen, v.meta.Members = r.Gen, slices.Clone(r.Members)
+	v.meta.Outdated = v.meta.Outdated || r.Outdated
+	if v.meta.Outdated && v.ready {
+		v.ready = false
+		v.setState(stateOutdated, nil)
+	}
+	if err := v.saveMeta(); err != nil {
+		return n.refuseErr(ioErr(err))
+	}
+	return []byte{byte(CodeOK)}
+}
+
+// forceReq declares this node's copy of a volume current, whatever it
+// missed: it takes generation Gen (above every one the operator's client
+// saw) with itself as the only member, so that every other copy is
+// outdated against it.
+type forceReq struct {
+	Name string `json:"name"`
+	Gen  uint64 `json:"gen"`
+}
+
+func (n *Node) force(b []byte) []byte {
+	var r forceReq
+	if err := json.Unmarshal(b, &r); err != nil || r.Gen == 0 {
+		return n.refuse(CodeBadRequest, "force: want a volume and a generation")
+	}
+	v, refused := n.volume(r.Name)
+	if v == nil {
+		return refused
+	}
+	v.mu.Lock()
+	if v.holder != 0 && time.Now().Before(v.expires) {
+		v.mu.Unlock()
+		return n.refuse(CodeLeaseHeld, "volume "+r.Name+" is open for writing")
+	}
+	if r.Gen <= v.meta.Gen {
+		v.mu.Unlock()
+		return n.refuse(CodeStaleEpoch, fmt.Sprintf("force: generation %d, the node's is %d", r.Gen, v.meta.Gen))
+	}
+	n.log.Warn("stor: copy declared current by an operator", "volume", r.Name, "node", n.st.id,
+		"generation", v.meta.Gen, "new_generation", r.Gen, "was_outdated", v.meta.Outdated)
+	v.meta.Gen, v.meta.Members, v.meta.Outdated, v.meta.Missing = r.Gen, []uint16{n.st.id}, false, nil
+	if err := v.saveMeta(); err != nil {
+		v.mu.Unlock()
+		return n.refuseErr(ioErr(err))
+	}
+	for e := range v.stale {
+		// An interrupted copy: what the node holds of it is what it has.
+		if err := v.copied(e, 0, false); err != nil {
+			v.mu.Unlock()
+			return n.refuseErr(err)
+		}
+	}
+	v.ready = true
+	v.setState(stateReady, nil)
+	v.mu.Unlock()
 	return []byte{byte(CodeOK)}
 }
 
@@ -703,7 +837,7 @@ func (n *Node) read(b []byte) []byte {
 		case v.removed:
 			v.mu.Unlock()
 			return n.refuse(CodeNoVolume, r.Name)
-		case v.stale[e] || !v.ready && !resync:
+		case v.stale[e] || !v.ready && (!resync || v.meta.Outdated):
 			v.mu.Unlock()
 			return n.refuse(CodeNotReady, fmt.Sprintf("volume %s: node %d is resyncing", r.Name, n.st.id))
 		case v.versions[e] < minVer:
@@ -879,9 +1013,7 @@ func replyBody(node int, what string, resp []byte) ([]byte, error) {
 	return resp[1:], nil
 }
 
-// maybeResync starts a resync of v unless one runs, v is ready, or a live
-// writer that has not taken this node into its groups yet holds the lease
-// (then its writes would pass this node by during the copy).
+// maybeResync starts a resync of v unless one runs, v is ready or removed.
 func (n *Node) maybeResync(v *vol) {
 	v.mu.Lock()
 	if v.ready || v.syncing || v.removed {
@@ -908,16 +1040,44 @@ func (n *Node) maybeResync(v *vol) {
 // its groups.
 var errWriterActive = errors.New("a writer holds the lease and has not taken this node back yet")
 
-// resync copies from the other replicas every extent of v they hold in a
-// newer version, then marks v ready.
+// setState records why v does not serve reads. Caller holds v.mu.
+func (v *vol) setState(state string, waitFor []uint16) {
+	v.state, v.waitFor = state, waitFor
+}
+
+// resync decides whether this node's copy of v is current, and makes it
+// so, before it serves reads again (after a start, or after the switch
+// stopped listing it):
+//
+//   - It asks every other node of the volume for its state. A node holding
+//     a later generation without this one proves that this copy missed
+//     writes: it is outdated (durably) and copies, from replicas that are
+//     current (ready), every extent whose version differs from theirs.
+//   - A copy not known to be outdated is current once every other node of
+//     its generation has answered (a writer that went on without this
+//     node recorded a later generation on each node it kept): then it
+//     copies the extents that one of them holds in a newer version (a
+//     write that reached some replicas and not others when the writer or a
+//     node stopped). Until they have answered it waits, serving nothing.
+//   - While a writer holds the lease and has not taken this node into its
+//     groups, its writes would pass the node by: it waits for the writer.
 func (n *Node) resync(v *vol, grouped bool) error {
 	ctx, cancel := context.WithTimeout(n.ctx, time.Minute)
 	defer cancel()
 	v.mu.Lock()
 	d := v.meta.Desc
+	gen, members, outdated := v.meta.Gen, slices.Clone(v.meta.members()), v.meta.Outdated
+	if !outdated {
+		v.setState(stateVerifying, nil)
+	}
 	v.mu.Unlock()
-	peers := map[uint16][]uint64{}
+	type peer struct {
+		nv NodeVolume
+		vs []uint64
+	}
+	peers := map[uint16]*peer{}
 	leased := false
+	var newer *NodeVolume // a node of a later generation without this one
 	for _, p := range d.Nodes {
 		if p == n.st.id {
 			continue
@@ -927,7 +1087,7 @@ func (n *Node) resync(v *vol, grouped bool) error {
 		e.str(d.Name)
 		body, err := n.call(ctx, p, "stat", e.b)
 		if err != nil {
-			continue // dead or without the volume: nothing to copy from it
+			continue // dead or without the volume: unknown
 		}
 		var nv NodeVolume
 		if json.Unmarshal(body, &nv) != nil || nv.Desc.Created != d.Created {
@@ -935,6 +1095,9 @@ func (n *Node) resync(v *vol, grouped bool) error {
 		}
 		if nv.Leased && !grouped {
 			leased = true
+		}
+		if nv.Gen > gen && !slices.Contains(nv.Members, n.st.id) && (newer == nil || nv.Gen > newer.Gen) {
+			newer = &nv
 		}
 		var ve enc
 		ve.u8(opVersions)
@@ -947,38 +1110,100 @@ func (n *Node) resync(v *vol, grouped bool) error {
 		for i := range vs {
 			vs[i] = binary.BigEndian.Uint64(vb[8*i:])
 		}
-		peers[p] = vs
+		peers[p] = &peer{nv: nv, vs: vs}
+	}
+	if newer != nil && !outdated {
+		outdated = true
+		n.log.Warn("stor: copy outdated: another node holds a later generation without this one", "volume", d.Name, "node", n.st.id,
+			"generation", gen, "peer", newer.Node, "peer_generation", newer.Gen)
+		v.mu.Lock()
+		v.meta.Outdated = true
+		err := v.saveMeta()
+		v.mu.Unlock()
+		if err != nil {
+			return ioErr(err)
+		}
 	}
 	if leased {
+		v.mu.Lock()
+		v.setState(stateWriter, nil)
+		v.mu.Unlock()
 		return errWriterActive
 	}
-	// What to copy, and from whom.
+	// Whom to copy from: an outdated copy from current replicas only, a
+	// current one from any node of its generation that is not outdated.
+	var from []uint16
+	if outdated {
+		for p, pr := range peers {
+			if pr.nv.Ready && !pr.nv.Outdated {
+				from = append(from, p)
+			}
+		}
+	} else {
+		var missing []uint16
+		for _, p := range members {
+			if p != n.st.id && peers[p] == nil {
+				missing = append(missing, p)
+			}
+		}
+		if len(missing) > 0 {
+			v.mu.Lock()
+			v.setState(stateWaiting, missing)
+			v.mu.Unlock()
+			return fmt.Errorf("nodes %v of generation %d are down: this copy may have missed writes they took", missing, gen)
+		}
+		for p, pr := range peers {
+			if !pr.nv.Outdated {
+				from = append(from, p)
+			}
+		}
+	}
+	slices.Sort(from)
 	type job struct {
 		e    int
-		from []uint16 // replicas with a newer copy, newest first
+		from []uint16 // replicas to copy from, the newest first
 	}
 	var jobs []job
 	var todo []int
+	var lacking []int
 	v.mu.Lock()
 	for e := range d.Extents() {
 		if !d.Holds(n.st.id, e) {
 			continue
 		}
-		var from []uint16
-		for p, vs := range peers {
-			if d.Holds(p, e) && (vs[e] > v.versions[e] || v.stale[e] && vs[e] > 0) {
-				from = append(from, p)
+		var src []uint16
+		held := false
+		for _, p := range from {
+			if !d.Holds(p, e) {
+				continue
+			}
+			held = true
+			pv, mine := peers[p].vs[e], v.versions[e]
+			if outdated && (pv != mine || v.stale[e]) || !outdated && (pv > mine || v.stale[e] && pv > 0) {
+				src = append(src, p)
 			}
 		}
-		if len(from) == 0 && v.stale[e] {
-			// Nobody has a newer copy: what this node holds is the newest.
-			from = nil
+		if outdated && !held {
+			lacking = append(lacking, e)
+			continue
 		}
-		slices.SortFunc(from, func(a, b uint16) int { return -cmpU64(peers[a][e], peers[b][e]) })
-		if len(from) > 0 {
-			jobs = append(jobs, job{e, from})
+		if !outdated && len(src) > 0 && !v.stale[e] {
+			n.log.Warn("stor: replicas differ: taking the newer copy (a write interrupted by a failure)", "volume", d.Name, "node", n.st.id,
+				"extent", e, "version", v.versions[e], "from", src)
+		}
+		slices.SortStableFunc(src, func(a, b uint16) int { return -cmpU64(peers[a].vs[e], peers[b].vs[e]) })
+		if len(src) > 0 {
+			jobs = append(jobs, job{e, src})
 			todo = append(todo, e)
 		}
+	}
+	if len(lacking) > 0 {
+		v.setState(stateOutdated, nil)
+		v.mu.Unlock()
+		return fmt.Errorf("outdated, and no current replica of extents %v answers to copy from", lacking)
+	}
+	if len(jobs) > 0 {
+		v.setState(stateResyncing, nil)
 	}
 	err := v.markStale(todo)
 	v.mu.Unlock()
@@ -988,7 +1213,7 @@ func (n *Node) resync(v *vol, grouped bool) error {
 	for _, j := range jobs {
 		var cerr error
 		for _, p := range j.from {
-			if cerr = n.copyExtent(ctx, v, j.e, p, grouped); cerr == nil {
+			if cerr = n.copyExtent(ctx, v, j.e, p, outdated); cerr == nil {
 				break
 			}
 		}
@@ -999,14 +1224,35 @@ func (n *Node) resync(v *vol, grouped bool) error {
 	v.mu.Lock()
 	for e := range v.stale {
 		// Stale extents no peer has a newer copy of.
-		if err := v.copied(e, 0); err != nil {
+		if err := v.copied(e, 0, false); err != nil {
 			v.mu.Unlock()
 			return err
 		}
 	}
+	if outdated {
+		// Current now: of the generation of the newest replica it copied
+		// from, unless a writer has given it a later one since.
+		top := &peers[from[0]].nv
+		for _, p := range from {
+			if peers[p].nv.Gen > top.Gen {
+				top = &peers[p].nv
+			}
+		}
+		if top.Gen > v.meta.Gen {
+			v.meta.Gen = top.Gen
+			v.meta.Members = addNode(top.Members, n.st.id)
+		}
+		v.meta.Outdated = false
+		v.meta.Missing = nil // what this copy knew of the others is past
+		if err := v.saveMeta(); err != nil {
+			v.mu.Unlock()
+			return ioErr(err)
+		}
+	}
 	v.ready = true
+	v.setState(stateReady, nil)
 	v.mu.Unlock()
-	n.log.Info("stor: volume ready", "volume", d.Name, "node", n.st.id, "copied", len(jobs))
+	n.log.Info("stor: volume ready", "volume", d.Name, "node", n.st.id, "copied", len(jobs), "was_outdated", outdated)
 	// Tell the other replicas this one caught up.
 	for p := range peers {
 		b, _ := json.Marshal(missingReq{Name: d.Name, Node: n.st.id})
@@ -1016,6 +1262,15 @@ func (n *Node) resync(v *vol, grouped bool) error {
 	delete(v.meta.Missing, n.st.id)
 	v.mu.Unlock()
 	return nil
+}
+
+// addNode returns ids with id added, in order.
+func addNode(ids []uint16, id uint16) []uint16 {
+	out := slices.Clone(ids)
+	if i, ok := slices.BinarySearch(out, id); !ok {
+		out = slices.Insert(out, i, id)
+	}
+	return out
 }
 
 func cmpU64(a, b uint64) int {
@@ -1028,17 +1283,21 @@ func cmpU64(a, b uint64) int {
 	return 0
 }
 
-// copyExtent copies extent e from replica p, a piece at a time, asking p
-// for at least the version this node has applied. A piece is written only
-// if no write was applied here while it was on its way (else it is read
-// again), so the copy never overwrites a newer write. grouped: this node
-// is in the writer's groups and applies its writes in order, so its
-// version stays the one of the writes it applied; otherwise it takes the
-// copy's.
-func (n *Node) copyExtent(ctx context.Context, v *vol, e int, p uint16, grouped bool) error {
+// copyExtent copies extent e from replica p, a piece at a time. A piece
+// is written only if no write was applied here while it was on its way
+// (else it is read again), so the copy never overwrites a newer write.
+// exact (an outdated copy): take p's bytes and version whatever this
+// node's version, which may be of a write p never got; else ask p for at
+// least the version this node has. The extent's version becomes the
+// copy's (the lowest of its pieces'), or the later of the two if writes
+// were applied here during the copy.
+func (n *Node) copyExtent(ctx context.Context, v *vol, e int, p uint16, exact bool) error {
 	d := &v.meta.Desc
 	base := uint64(e) * d.Extent
 	got := ^uint64(0)
+	v.mu.Lock()
+	start := v.versions[e]
+	v.mu.Unlock()
 	for off := uint64(0); off < d.Extent; off += MaxIO {
 		l := min(uint64(MaxIO), d.Extent-off)
 		for try := 0; ; try++ {
@@ -1048,7 +1307,11 @@ func (n *Node) copyExtent(ctx context.Context, v *vol, e int, p uint16, grouped 
 			v.mu.Lock()
 			v0 := v.versions[e]
 			v.mu.Unlock()
-			req := (&readReq{Name: d.Name, Off: base + off, Len: uint32(l), MinVer: v0 | resyncRead}).append(nil)
+			minVer := v0
+			if exact {
+				minVer = 0
+			}
+			req := (&readReq{Name: d.Name, Off: base + off, Len: uint32(l), MinVer: minVer | resyncRead}).append(nil)
 			body, err := n.call(ctx, p, "read", req)
 			if err == nil && len(body) != 8+int(l) {
 				err = fmt.Errorf("%w: short copy", ErrIO)
@@ -1070,15 +1333,12 @@ func (n *Node) copyExtent(ctx context.Context, v *vol, e int, p uint16, grouped 
 			break
 		}
 	}
-	if grouped {
-		got = 0
-	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	n.mu.Lock()
 	n.stats.Resynced++
 	n.mu.Unlock()
-	return v.copied(e, got)
+	return v.copied(e, got, v.versions[e] == start)
 }
 
 // maxCopyTries bounds the reads of one piece of an extent being copied.

@@ -30,6 +30,8 @@ const (
 	opFlushOne = 12 // name, holder u64: make the volume's writes durable on this node
 	opGwWrite  = 13 // to a gateway: as opWriteOne, for every replica
 	opGwFlush  = 14 // to a gateway: as opFlushOne, for every node of the volume
+	opGen      = 15 // JSON genReq: the writer's new data generation
+	opForce    = 16 // JSON forceReq: an operator declares this node's copy current
 	opWrite    = 20 // multicast: ver u64, off u64, data
 	opFlush    = 21 // multicast: make every write so far durable, then contribute to an aggregation
 )

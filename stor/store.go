@@ -31,6 +31,28 @@ type volMeta struct {
 	// Missing: replicas that missed writes (node id → first version
 	// missed), as the writer reported them; cleared when they caught up.
 	Missing map[uint16]uint64 `json:"missing,omitempty"`
+	// Gen is the volume's data generation this copy was last written in:
+	// a writer starts a new one, recorded on every node it writes to,
+	// whenever the nodes it writes to change (it opens the volume, drops a
+	// node it found dead, takes one back). Members are the nodes of
+	// generation Gen (nil before the first: every node of the volume).
+	// A copy whose generation some other node has passed without it has
+	// missed writes.
+	Gen     uint64   `json:"gen,omitempty"`
+	Members []uint16 `json:"members,omitempty"`
+	// Outdated: this copy is known to have missed writes (a node holds a
+	// later generation without it, a writer said so, or it has not
+	// finished copying from a current replica). It serves no read and
+	// counts as no replica until a resync from a current replica ends.
+	Outdated bool `json:"outdated,omitempty"`
+}
+
+// members returns the nodes of the copy's generation. Caller holds v.mu.
+func (m *volMeta) members() []uint16 {
+	if m.Members == nil {
+		return m.Desc.Nodes
+	}
+	return m.Members
 }
 
 // vol is one volume a node holds.
@@ -51,7 +73,21 @@ type vol struct {
 	syncing  bool                   // a resync runs
 	wgroups  map[string]*writeGroup // the writer's groups this node is in, by replica set
 	appliedW uint64                 // writes applied, for stats
+	// state says why the copy does not serve reads (stateReady when it
+	// does), waitFor the nodes a resync waits to hear from.
+	state   string
+	waitFor []uint16
 }
+
+// A copy's states, as `vol stat` shows them.
+const (
+	stateReady     = "ready"     // current: serves reads
+	stateVerifying = "verifying" // comparing with the other replicas after a start or a cut
+	stateResyncing = "resyncing" // copying extents from another replica
+	stateWaiting   = "waiting"   // nodes of its generation are down: it cannot tell whether it is current
+	stateWriter    = "writer"    // a writer holds the lease and has not taken this node into its groups yet
+	stateOutdated  = "outdated"  // missed writes; waits for a current replica to copy from
+)
 
 // store is a node's volumes on disk.
 type store struct {
@@ -272,7 +308,7 @@ func (s *store) create(d Descriptor) (*vol, bool, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, false, err
 	}
-	v := &vol{dir: dir, meta: volMeta{Desc: d}, ready: true}
+	v := &vol{dir: dir, meta: volMeta{Desc: d}, ready: true, state: stateReady}
 	b, _ := json.Marshal(v.meta)
 	if err := writeFileSync(filepath.Join(dir, "desc.json"), b); err != nil {
 		os.RemoveAll(dir)
@@ -410,10 +446,15 @@ func (v *vol) markStale(es []int) error {
 	return writeFileSync(filepath.Join(v.dir, "resync"), b)
 }
 
-// copied records extent e as copied at version ver. Caller holds v.mu.
-func (v *vol) copied(e int, ver uint64) error {
+// copied records extent e as copied at version ver: exactly ver if
+// exact, else the later of ver and the extent's. Caller holds v.mu.
+func (v *vol) copied(e int, ver uint64, exact bool) error {
 	delete(v.stale, e)
-	v.versions[e] = max(v.versions[e], ver)
+	if exact {
+		v.versions[e] = ver
+	} else {
+		v.versions[e] = max(v.versions[e], ver)
+	}
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], v.versions[e])
 	if _, err := v.vfile.WriteAt(b[:], int64(8*e)); err != nil {

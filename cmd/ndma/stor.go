@@ -397,9 +397,13 @@ credential of role member (--credential or $NDMA_CREDENTIAL).`,
 				return json.NewEncoder(out).Encode(st)
 			}
 			d := st.Desc
-			health := "healthy"
-			if st.Degraded {
-				health = "degraded"
+			health := st.Health
+			if len(st.Unavailable) > 0 {
+				var sets []string
+				for _, s := range st.Unavailable {
+					sets = append(sets, idList(s))
+				}
+				health += " (no current copy up of the extents on nodes " + strings.Join(sets, "; ") + ")"
 			}
 			fmt.Fprintf(out, "volume %s: %s in %d extents of %s, %d replicas over nodes %s; %s", d.Name, sizeString(d.Size), d.Extents(), sizeString(d.Extent), d.Replicas, idList(d.Nodes), health)
 			if st.Leased {
@@ -407,15 +411,9 @@ credential of role member (--credential or $NDMA_CREDENTIAL).`,
 			}
 			fmt.Fprintln(out)
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "NODE\tSTATE\tHELD\tEPOCH\tLEASE\tMISSING WRITES\tWRITES APPLIED")
+			fmt.Fprintln(tw, "NODE\tSTATE\tGEN\tHELD\tEPOCH\tLEASE\tMISSING WRITES\tWRITES APPLIED")
 			for _, nv := range st.Nodes {
-				state := "ready"
-				switch {
-				case nv.Syncing || nv.Stale > 0:
-					state = fmt.Sprintf("resyncing (%d extents)", nv.Stale)
-				case !nv.Ready:
-					state = "waiting for the writer"
-				}
+				state := nodeState(nv)
 				lease := "-"
 				if nv.Leased {
 					lease = (time.Duration(nv.LeaseMs) * time.Millisecond).String() + " left"
@@ -429,10 +427,10 @@ credential of role member (--credential or $NDMA_CREDENTIAL).`,
 				if len(miss) > 0 {
 					m = "nodes " + strings.Join(miss, ",")
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%d\n", nv.Node, state, sizeString(nv.Held), nv.Epoch, lease, m, nv.Writes)
+				fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d\t%s\t%s\t%d\n", nv.Node, state, nv.Gen, sizeString(nv.Held), nv.Epoch, lease, m, nv.Writes)
 			}
 			for _, id := range st.Down {
-				fmt.Fprintf(tw, "%d\tdown\t-\t-\t-\t-\t-\n", id)
+				fmt.Fprintf(tw, "%d\tdown\t-\t-\t-\t-\t-\t-\n", id)
 			}
 			return tw.Flush()
 		},
@@ -535,6 +533,29 @@ Needs /dev/fuse and root (or fusermount3 from Debian's fuse3).`,
 }
 
 func init() { rootCmd.AddCommand(newVolCmd()) }
+
+// nodeState says what a node's copy of a volume is doing, for vol stat.
+func nodeState(nv stor.NodeVolume) string {
+	switch nv.State {
+	case "ready", "":
+		if nv.Ready {
+			return "ready"
+		}
+		return "verifying"
+	case "resyncing":
+		return fmt.Sprintf("resyncing (%d extents)", nv.Stale)
+	case "waiting":
+		return "stale? waiting for nodes " + idList(nv.WaitFor) + " of its generation"
+	case "writer":
+		return "waiting for the writer"
+	case "outdated":
+		return "outdated (missed writes; no current copy up to copy from)"
+	}
+	if nv.Outdated {
+		return "outdated, " + nv.State
+	}
+	return nv.State
+}
 
 func volJSON(d stor.Descriptor, live int) map[string]any {
 	return map[string]any{"name": d.Name, "size": d.Size, "extent": d.Extent, "extents": d.Extents(),

@@ -1,0 +1,233 @@
+package stor
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// waitHealth waits (up to a minute of virtual time) until volume name's
+// health is want.
+func (s *simStor) waitHealth(c *Client, name, want string) *VolumeStat {
+	s.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err := c.Stat(ctx, name)
+		cancel()
+		if err == nil && st.Health == want {
+			return st
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("seed %d: volume %s not %s after a minute: %+v, %v", s.seed, name, want, st, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// fill writes one byte pattern over the whole volume, flushes and closes.
+func (s *simStor) fill(c *Client, name string, size int, b byte) []byte {
+	s.t.Helper()
+	v, err := c.Open(s.ctx(), name, OpenOptions{Write: true})
+	if err != nil {
+		s.t.Fatalf("seed %d: open %s: %v", s.seed, name, err)
+	}
+	p := bytes.Repeat([]byte{b}, size)
+	if _, err := v.WriteAt(p, 0); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := v.Close(); err != nil {
+		s.t.Fatal(err)
+	}
+	return p
+}
+
+// TestSimOutdatedNodeAlone: a node that missed writes while it was down,
+// and comes back while every node that took them is down, serves nothing
+// and takes no writer, instead of serving its old copy; when the others
+// return it copies what it missed from them, and every replica ends equal
+// with the acknowledged writes.
+func TestSimOutdatedNodeAlone(t *testing.T) {
+	simStorage(t, 3, 21, func(t *testing.T, s *simStor) {
+		c := s.client()
+		ctx := s.ctx()
+		d, err := c.Create(ctx, VolumeSpec{Name: "t", Size: 4 * MinExtent, Extent: MinExtent, Replicas: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.fill(c, "t", int(d.Size), 'A')
+		s.crashNode(2)
+		b := s.fill(c, "t", int(d.Size), 'B') // acknowledged: flushed on nodes 0 and 1
+		s.crashNode(0)
+		s.crashNode(1)
+		s.startNode(2)
+		for {
+			st := s.waitHealth(c, "t", "unavailable")
+			if len(st.Nodes) != 1 || st.Nodes[0].Ready {
+				t.Fatalf("node 2 alone: %+v, want it not ready", st.Nodes)
+			}
+			if st.Nodes[0].State == stateWaiting {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		r, err := c.Open(ctx, "t", OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, d.Size)
+		if _, err := r.ReadAt(got, 0); err == nil || !errors.Is(err, ErrNoReplica) {
+			t.Fatalf("read from the node that missed writes: %v (first byte %q), want ErrNoReplica", err, got[0])
+		}
+		if _, err := c.Open(ctx, "t", OpenOptions{Write: true}); !errors.Is(err, ErrNotCurrent) {
+			t.Fatalf("writer on the node that missed writes: %v, want ErrNotCurrent", err)
+		}
+		s.startNode(0)
+		s.startNode(1)
+		s.waitHealth(c, "t", "healthy")
+		if _, err := r.ReadAt(got, 0); err != nil {
+			t.Fatal(err)
+		}
+		if i := firstDiff(got, b); i >= 0 {
+			t.Fatalf("byte %d reads %q, want the acknowledged %q", i, got[i], b[i])
+		}
+		s.checkFiles(d, &model{b: b})
+	})
+}
+
+// TestSimForceCurrent: an operator declares the one copy that is up
+// current, accepting the loss of the writes it missed: it serves again,
+// and the nodes that return take its copy instead of their newer one, so
+// that the replicas agree.
+func TestSimForceCurrent(t *testing.T) {
+	simStorage(t, 3, 22, func(t *testing.T, s *simStor) {
+		c := s.client()
+		ctx := s.ctx()
+		d, err := c.Create(ctx, VolumeSpec{Name: "f", Size: 2 * MinExtent, Extent: MinExtent, Replicas: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := s.fill(c, "f", int(d.Size), 'A')
+		s.crashNode(2)
+		s.fill(c, "f", int(d.Size), 'B')
+		s.crashNode(0)
+		s.crashNode(1)
+		s.startNode(2)
+		s.waitHealth(c, "f", "unavailable")
+		if _, err := c.ForceCurrent(ctx, "f", 2); err != nil {
+			t.Fatal(err)
+		}
+		s.waitHealth(c, "f", "degraded")
+		r, err := c.Open(ctx, "f", OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, d.Size)
+		if _, err := r.ReadAt(got, 0); err != nil || !bytes.Equal(got, a) {
+			t.Fatalf("read after forcing node 2: %v, first byte %q, want %q", err, got[0], 'A')
+		}
+		s.startNode(0)
+		s.startNode(1)
+		s.waitHealth(c, "f", "healthy")
+		s.checkFiles(d, &model{b: a})
+	})
+}
+
+// TestSimLastReplica: a three-copy volume stays readable, and writable,
+// through the writer that has it open, with two of its nodes down, also
+// after one of them was resynced.
+func TestSimLastReplica(t *testing.T) {
+	simStorage(t, 3, 23, func(t *testing.T, s *simStor) {
+		c := s.client()
+		d, v, m, rng := s.writtenVolume(c, VolumeSpec{Name: "l", Size: 8 * MinExtent, Extent: MinExtent, Replicas: 3})
+		if err := v.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		s.crashNode(1)
+		for range 20 {
+			n := 1 + rng.IntN(MinExtent)
+			m.write(t, v, rng, rng.IntN(int(d.Size)-n), n)
+		}
+		if err := v.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		s.startNode(1)
+		s.waitHealth(c, "l", "healthy")
+		s.crashNode(0)
+		s.crashNode(2)
+		m.verify(t, v)
+		for range 10 {
+			n := 1 + rng.IntN(MinExtent)
+			m.write(t, v, rng, rng.IntN(int(d.Size)-n), n)
+		}
+		if err := v.Flush(); err != nil {
+			t.Fatalf("flush on the last replica: %v", err)
+		}
+		m.verify(t, v)
+		r, err := s.client().Open(s.ctx(), "l", OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.verify(t, r)
+		if err := v.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s.startNode(0)
+		s.startNode(2)
+		s.waitHealth(c, "l", "healthy")
+		s.checkFiles(d, m)
+	})
+}
+
+// TestSimSwitchRestartWhileOpen: the switch restarts while a writer has
+// the volume open and writes: the writer forms its groups again with the
+// new switch and goes on; every write it acknowledged is read back, from
+// every replica.
+func TestSimSwitchRestartWhileOpen(t *testing.T) {
+	for _, seed := range []int64{24, 25} {
+		simStorage(t, 3, seed, func(t *testing.T, s *simStor) {
+			c := s.client()
+			d, v, m, rng := s.writtenVolume(c, VolumeSpec{Name: "w", Size: 6 * MinExtent, Extent: MinExtent, Replicas: 2})
+			if err := v.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			restarted := make(chan struct{})
+			go func() {
+				defer close(restarted)
+				time.Sleep(time.Duration(rand.N(5000)) * time.Microsecond)
+				s.srv.Close()
+				time.Sleep(2 * time.Second)
+				s.startSwitch()
+			}()
+			for i := 0; ; i++ {
+				n := 1 + rng.IntN(2*MinExtent)
+				m.write(t, v, rng, rng.IntN(int(d.Size)-n), n)
+				if i%5 == 4 {
+					if err := v.Flush(); err != nil {
+						t.Fatalf("flush %d: %v", i, err)
+					}
+				}
+				if i > 40 {
+					select {
+					case <-restarted:
+					default:
+						continue
+					}
+					break
+				}
+			}
+			if err := v.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			m.verify(t, v)
+			s.waitHealth(c, "w", "healthy")
+			s.checkFiles(d, m)
+			if err := v.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
