@@ -437,22 +437,22 @@ type Volume struct {
 	// generation (a channel: who waits for it waits durably), held across
 	// the network calls that takes; mu guards groups and missing, held
 	// only to read or swap them, never across a network wait.
-	form    chan struct{}
-	mu      sync.Mutex
-	groups  map[string]*wgroup
-	jobSeq  uint64 // write groups formed, for their job names
+	form   chan struct{}
+	mu     sync.Mutex
+	groups map[string]*wgroup
+	jobSeq uint64 // write groups formed, for their job names
 	// gen is the data generation this writer writes in (0 before the
 	// first), genMembers its nodes, cur those of them that held a current
 	// copy when it started.
 	gen        uint64
 	genMembers []uint16
 	cur        map[uint16]bool
-	ctr     uint64 // last version counter used (under verMu)
-	verMu   sync.Mutex
-	lastVer []uint64 // per extent: the version of the last write completed (under verMu)
-	missing map[uint16]bool
-	reform  bool  // the groups must be formed again (under form)
-	lost    error // the lease was lost
+	ctr        uint64 // last version counter used (under verMu)
+	verMu      sync.Mutex
+	lastVer    []uint64 // per extent: the version of the last write completed (under verMu)
+	missing    map[uint16]bool
+	reform     bool  // the groups must be formed again (under form)
+	lost       error // the lease was lost
 
 	stop chan struct{}
 	done chan struct{}
