@@ -48,12 +48,13 @@ The kernel here has no NBD or ublk, so a block device on a volume is a
 loop device on that file:
 
   rm -f /run/ndma-data.ready
-  ndma vol mount data /mnt/ndma --ready-file /run/ndma-data.ready &
-  while [ ! -e /run/ndma-data.ready ]; do kill -0 $! || exit 1; sleep 0.1; done
+  ndma vol mount data /mnt/ndma --ready-file /run/ndma-data.ready & mnt=$!
+  while [ ! -e /run/ndma-data.ready ]; do kill -0 $mnt || exit 1; sleep 0.1; done
   dev=$(losetup --find --show /mnt/ndma/data)
   mkfs.ext4 $dev && mount $dev /mnt/data
   ...
-  umount /mnt/data && losetup -d $dev && kill %1
+  umount /mnt/data && losetup -d $dev
+  kill $mnt && wait $mnt
 
 Readiness: once the file is reachable, --ready-file PATH is written
 (atomically, holding the file's path and a newline), and with

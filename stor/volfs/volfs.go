@@ -2,7 +2,7 @@
 // FUSE filesystem, so that any program can use it — through a loop device
 // (losetup), as a block device with a real filesystem on it:
 //
-//	ndma vol mount data /mnt/ndma --ready-file /run/ndma-data.ready &
+//	ndma vol mount data /mnt/ndma &        # /mnt/ndma/data, once ready (--ready-file)
 //	losetup --find --show /mnt/ndma/data   # → /dev/loopN
 //	mkfs.ext4 /dev/loopN && mount /dev/loopN /mnt/data
 //
@@ -16,8 +16,8 @@
 // Mount cleans a dead mount a crashed server left at its directory first,
 // and returns once the file is reachable. Unmount always ends the mount
 // within its bound: a file still held open (a loop device still attached)
-// is detached lazily instead of keeping the mount, and with it the
-// volume's write lease, alive.
+// is detached lazily instead of keeping the mount, and its caller with
+// the volume's write lease, waiting.
 package volfs
 
 import (
