@@ -266,7 +266,6 @@ func errno(err error) syscall.Errno {
 // Mounted is a volume presented at a directory, from Mount until
 // Unmount (or an umount of the directory from outside).
 type Mounted struct {
-	srv  *fuse.Server
 	dir  string
 	path string
 	file *file
@@ -324,7 +323,7 @@ func mount(dir string, v volume, fsName string, created int64, o Options) (*Moun
 	if err != nil {
 		return nil, fmt.Errorf("volfs: mount %s: %w", dir, err)
 	}
-	m := &Mounted{srv: srv, dir: dir, path: filepath.Join(dir, o.Name), file: f, log: lg, done: make(chan struct{})}
+	m := &Mounted{dir: dir, path: filepath.Join(dir, o.Name), file: f, log: lg, done: make(chan struct{})}
 	go func() {
 		srv.Wait()
 		close(m.done)
