@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -21,7 +20,6 @@ import (
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/stor"
-	"github.com/ndma/ndma/stor/volfs"
 	"github.com/ndma/ndma/transport"
 )
 
@@ -452,80 +450,7 @@ credential of role member (--credential or $NDMA_CREDENTIAL).`,
 	}
 	rm.Flags().BoolVar(&force, "force", false, "remove although the volume is open for writing or a node of it is down")
 
-	var (
-		readOnly, allowOther bool
-		lease                time.Duration
-	)
-	mount := &cobra.Command{
-		Use:   "mount NAME DIR",
-		Short: "Present a volume as the file DIR/NAME through FUSE (for losetup, mkfs and mount)",
-		Long: `mount opens volume NAME (for writing, holding its lease, unless
---read-only: a volume another client writes is refused) and presents it at
-DIR as one file, DIR/NAME, of the volume's size, until SIGINT or SIGTERM;
-then it unmounts, flushes the volume and gives the lease back. fsync(2) on
-the file flushes the volume: every live replica makes the writes durable.
-
-The kernel here has no NBD or ublk, so a block device on a volume is a
-loop device on that file:
-
-  ndma vol mount data /mnt/ndma &
-  dev=$(losetup --find --show /mnt/ndma/data)
-  mkfs.ext4 $dev && mount $dev /mnt/data
-  ...
-  umount /mnt/data && losetup -d $dev && kill %1
-
-Needs /dev/fuse and root (or fusermount3 from Debian's fuse3).`,
-		Args: cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if lease <= 0 || lease > stor.MaxLease {
-				return fmt.Errorf("--lease %v: want a positive duration up to %v", lease, stor.MaxLease)
-			}
-			c, ctx, done, err := vf.open(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			v, err := c.Open(ctx, args[0], stor.OpenOptions{Write: !readOnly, Lease: lease})
-			if err != nil {
-				return err
-			}
-			srv, err := volfs.Mount(args[1], v, volfs.Options{ReadOnly: readOnly, AllowOther: allowOther})
-			if err != nil {
-				v.Close()
-				return fmt.Errorf("mount %s: %w", args[1], err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "volume %s at %s (%s, %s); Ctrl-C or SIGTERM unmounts\n",
-				args[0], filepath.Join(args[1], args[0]), sizeString(uint64(v.Size())), map[bool]string{true: "read-only", false: "read-write"}[readOnly])
-			return runUntilSignal(cmd, func(ctx context.Context) error {
-				done := make(chan struct{})
-				go func() { srv.Wait(); close(done) }()
-				select {
-				case <-ctx.Done():
-				case <-done: // unmounted from outside (umount DIR)
-				}
-				var uerr error
-				select {
-				case <-done:
-				default:
-					for try := 0; try < 50; try++ {
-						if uerr = srv.Unmount(); uerr == nil {
-							break
-						}
-						time.Sleep(100 * time.Millisecond)
-					}
-				}
-				cerr := v.Close()
-				if uerr != nil {
-					return fmt.Errorf("unmount %s (still in use? detach its loop device first): %w", args[1], uerr)
-				}
-				return cerr
-			})
-		},
-	}
-	mfl := mount.Flags()
-	mfl.BoolVar(&readOnly, "read-only", false, "present the volume read-only (takes no lease)")
-	mfl.BoolVar(&allowOther, "allow-other", false, "let users other than the mounting one reach the file")
-	mfl.DurationVar(&lease, "lease", stor.DefaultLease, "write lease lifetime: another client may write the volume this long after this process dies")
+	mount := newVolMountCmd(&vf)
 
 	cmd.AddCommand(create, ls, stat, rm, mount)
 	vf.hintCredential(create, ls, stat, rm, mount)

@@ -105,12 +105,15 @@ func TestExt4OnVolume(t *testing.T) {
 	}
 	defer v.Close()
 	fuseDir, mnt := t.TempDir(), t.TempDir()
-	srv, err := Mount(fuseDir, v, Options{})
+	m, err := Mount(fuseDir, v, Options{})
 	if err != nil {
 		t.Skipf("FUSE mount refused here: %v", err)
 	}
-	defer srv.Unmount()
-	img := filepath.Join(fuseDir, "fs")
+	defer m.Unmount(5 * time.Second)
+	img := m.Path()
+	if img != filepath.Join(fuseDir, "fs") {
+		t.Fatalf("Path %q, want %q", img, filepath.Join(fuseDir, "fs"))
+	}
 	if st, err := os.Stat(img); err != nil || st.Size() != 32<<20 {
 		t.Fatalf("volume file: %v, %v", st, err)
 	}
