@@ -142,6 +142,14 @@ func (s *simStor) startNode(i int) { s.startNodeWith(i, 0) }
 
 // startNodeWith starts node i with a capacity (0: none).
 func (s *simStor) startNodeWith(i int, capacity uint64) {
+	if err := s.tryStartNode(i, capacity); err != nil {
+		s.t.Fatalf("seed %d: %v", s.seed, err)
+	}
+}
+
+// tryStartNode starts node i with a capacity (0: none); on failure it
+// leaves node i down and releases what it took.
+func (s *simStor) tryStartNode(i int, capacity uint64) error {
 	ep := s.endpoint(fmt.Sprintf("s%d", i))
 	cfg := NodeConfig{Dir: s.dirs[i], ID: i, Switch: s.swA.String(), Fabric: s.fab, Capacity: capacity}
 	if os.Getenv("STOR_DEBUG") != "" {
@@ -149,14 +157,18 @@ func (s *simStor) startNodeWith(i int, capacity uint64) {
 	}
 	n, err := NewNode(ep, cfg)
 	if err != nil {
-		s.t.Fatalf("seed %d: node %d: %v", s.seed, i, err)
+		ep.Close()
+		return fmt.Errorf("node %d: %w", i, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := n.Start(ctx); err != nil {
-		s.t.Fatalf("seed %d: node %d start: %v", s.seed, i, err)
+		n.Close()
+		ep.Close()
+		return fmt.Errorf("node %d start: %w", i, err)
 	}
 	s.nodes[i], s.neps[i] = n, ep
+	return nil
 }
 
 // crashNode cuts node i off the network at once (its datagrams stop, as

@@ -1,0 +1,530 @@
+package stor
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/internal/jepsen"
+)
+
+// The shape of the Jepsen run on a replicated volume.
+const (
+	jBlock      = 4096                     // a key: one block of the volume
+	jExtents    = 3                        // extents of MinExtent
+	jHot        = 4                        // blocks per extent the clients use
+	jWriters    = 1                        // goroutines of the one writer client (see jRenew)
+	jReaders    = 2                        // reader clients...
+	jReaderGors = 2                        // ...of this many goroutines each
+	jFaults     = 30 * time.Second         // the nemesis's schedule
+	jQuiet      = 3 * time.Second          // operations go on after the heal
+	jPause      = 20 * time.Millisecond    // most time between two operations of a goroutine
+	jRecover    = 60 * time.Second         // the volume is whole again this soon after the heal
+	jReplicaSet = "node"                   // replica names in the final comparison
+	jVolume     = "jepsen"                 // the volume's name
+	jLossy      = 0.2                      // loss probability of a lossy link
+	jRestart    = 60 * time.Second         // a crashed node is started again within this
+	jZeroDesc   = "zeros"                  // the value of a block never written
+	jTornDesc   = "never written (id %#x)" // a block's bytes no write wrote
+)
+
+// TestSimJepsenVolume runs one writer (several goroutines on one Volume,
+// holding the lease) and two reader clients against a 3-replica volume of
+// three storage nodes while a nemesis crashes and restarts nodes and the
+// switch and makes nodes' links lossy or cuts them, several at once. Each
+// block is a register: a write puts a unique write id in the block's
+// first 8 bytes and bytes derived from it in the rest, and counts as done
+// once a Flush after it returned; a read returns the digest of the
+// block's bytes. The history must be linearizable block by block; after
+// the heal the volume must be whole again (Stat not degraded), the writer
+// able to write, a fresh reader must read what the history allows, and
+// the three replicas' backing files must hold the same bytes.
+func TestSimJepsenVolume(t *testing.T) {
+	if os.Getenv("STOR_JEPSEN") == "" {
+		t.Skip("finds known stor bugs until their fixes land: set STOR_JEPSEN=1 to run")
+	}
+	for _, seed := range []int64{101, 102, 103} {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { jepsenVolume(t, seed) })
+	}
+}
+
+// jValues names the values of the run: each write's digest by write id.
+type jValues struct {
+	mu    sync.Mutex
+	ids   map[uint64]uint64 // digest → write id
+	other map[uint64]uint64 // digest of bytes no write wrote → their id field
+}
+
+// block returns the bytes of write id, and records their digest.
+func (v *jValues) block(id uint64) ([]byte, uint64) {
+	b := make([]byte, jBlock)
+	binary.LittleEndian.PutUint64(b, id)
+	r := rand.New(rand.NewPCG(id, id))
+	for i := 8; i < len(b); i += 8 {
+		binary.LittleEndian.PutUint64(b[i:], r.Uint64())
+	}
+	d := jepsen.Digest(b)
+	v.mu.Lock()
+	v.ids[d] = id
+	v.mu.Unlock()
+	return b, d
+}
+
+// read returns the digest of a block read, remembering bytes no write
+// wrote by their id field.
+func (v *jValues) read(b []byte) uint64 {
+	d := jepsen.Digest(b)
+	v.mu.Lock()
+	if _, ok := v.ids[d]; !ok && d != jepsen.Digest(make([]byte, jBlock)) {
+		v.other[d] = binary.LittleEndian.Uint64(b)
+	}
+	v.mu.Unlock()
+	return d
+}
+
+func (v *jValues) describe(d uint64) string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if id, ok := v.ids[d]; ok {
+		return fmt.Sprintf("w%d", id)
+	}
+	if d == jepsen.Digest(make([]byte, jBlock)) {
+		return jZeroDesc
+	}
+	if id, ok := v.other[d]; ok {
+		return fmt.Sprintf(jTornDesc, id)
+	}
+	return fmt.Sprintf("%#x", d)
+}
+
+// jErrors tallies the errors of operations by what they are.
+type jErrors struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (e *jErrors) add(op string, err error) {
+	class := "other"
+	for _, c := range []struct {
+		name string
+		err  error
+	}{{"no replica", ErrNoReplica}, {"not ready", ErrNotReady}, {"lease held", ErrLeaseHeld},
+		{"stale epoch", ErrStaleEpoch}, {"I/O", ErrIO}, {"deadline", context.DeadlineExceeded}} {
+		if errors.Is(err, c.err) {
+			class = c.name
+			break
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.n[op+" "+class]++
+	if class == "other" && e.n[op+" "+class] == 1 {
+		e.n[op+" other: "+err.Error()] = 1
+	}
+}
+
+func (e *jErrors) String() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	keys := make([]string, 0, len(e.n))
+	for k := range e.n {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "\n  %s: %d", k, e.n[k])
+	}
+	return b.String()
+}
+
+// jStall is how long the watchdog lets virtual time stand still.
+const jStall = time.Minute
+
+// jWatchdog panics, with every goroutine's stack, when virtual time in
+// the bubble stops moving for jStall of real time: some goroutine of the
+// bubble is blocked on a mutex (or outside the bubble) while the others
+// wait for time to pass. tick, called from inside the bubble, keeps it
+// fed until done is closed; stop ends the watchdog.
+func jWatchdog(seed int64) (tick func(done <-chan struct{}), stop func()) {
+	var moved atomic.Int64
+	quit := make(chan struct{})
+	go func() {
+		last, since := moved.Load(), time.Now()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-time.After(time.Second):
+			}
+			if m := moved.Load(); m != last {
+				last, since = m, time.Now()
+			} else if time.Since(since) > jStall {
+				debug.SetTraceback("all")
+				panic(fmt.Sprintf("seed %d: virtual time stood still for %v at %v: a goroutine of the bubble is blocked on a mutex while the others wait for time to pass (stacks follow)", seed, jStall, time.Duration(last)))
+			}
+		}
+	}()
+	tick = func(done <-chan struct{}) {
+		start := time.Now()
+		go func() {
+			for {
+				select {
+				case <-done:
+					return
+				case <-time.After(100 * time.Millisecond):
+					moved.Store(int64(time.Since(start)))
+				}
+			}
+		}()
+	}
+	return tick, func() { close(quit) }
+}
+
+// jRenew does for writer w what Volume.renew does (keep the lease, take
+// nodes that came back into the write groups) every third of
+// DefaultLease until stop is closed, holding gate, which the writer's
+// operations hold too; w was opened with a lease long enough that its
+// own renew never runs during the test.
+//
+// Volume.renew takes Volume.mu exclusively while a write or a flush may
+// hold it shared across a wait on the network; in a synctest bubble a
+// goroutine blocked on a mutex stops virtual time, so the bubble stalls
+// (jWatchdog reports it). The gate, a channel, blocks durably instead.
+func jRenew(w *Volume, gate chan struct{}, stop <-chan struct{}, lost *atomic.Int64) {
+	t := time.NewTicker(DefaultLease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		gate <- struct{}{}
+		ctx, cancel := context.WithTimeout(context.Background(), DefaultLease/3)
+		ids, err := w.liveNodes(ctx)
+		if err == nil {
+			if _, err := w.leaseAll(ctx, ids, w.epoch, false); errors.Is(err, ErrLeaseHeld) {
+				lost.Add(1)
+			}
+			back := false
+			w.mu.RLock()
+			for _, id := range ids {
+				back = back || !w.inGroups(id)
+			}
+			w.mu.RUnlock()
+			if back {
+				w.mu.Lock()
+				_ = w.formLocked(ctx) // on failure, again at the next tick
+				w.mu.Unlock()
+			}
+		}
+		cancel()
+		<-gate
+	}
+}
+
+func jKey(block int) string { return fmt.Sprintf("block%03d", block) }
+
+// jFaultsOf are the faults the nemesis draws from on s.
+func jFaultsOf(s *simStor) []jepsen.Fault {
+	var fs []jepsen.Fault
+	linkFault := func(name, kind string, i int, loss float64) jepsen.Fault {
+		var addr = s.swA
+		return jepsen.Fault{Name: name, Kind: kind, Target: fmt.Sprint("node ", i),
+			Start: func() error {
+				if s.neps[i] == nil {
+					return fmt.Errorf("node %d is down", i)
+				}
+				addr = s.neps[i].LocalAddr()
+				l := s.link
+				l.Loss = loss
+				s.net.Locked(func() { s.net.SetLink(addr, l, l) })
+				return nil
+			},
+			Stop: func() error {
+				s.net.Locked(func() { s.net.SetLink(addr, s.link, s.link) })
+				return nil
+			}}
+	}
+	for i := range s.nodes {
+		fs = append(fs,
+			jepsen.Fault{Name: fmt.Sprint("crash node ", i), Kind: "crash node", Target: fmt.Sprint("node ", i),
+				Start: func() error {
+					if s.nodes[i] == nil {
+						return fmt.Errorf("node %d is down", i)
+					}
+					s.crashNode(i)
+					return nil
+				},
+				Stop: func() error {
+					// As a supervisor would, start it again until it
+					// comes up (it cannot while the switch is down).
+					deadline := time.Now().Add(jRestart)
+					for {
+						err := s.tryStartNode(i, 0)
+						if err == nil || time.Now().After(deadline) {
+							return err
+						}
+						time.Sleep(time.Second)
+					}
+				}},
+			linkFault(fmt.Sprint("loss node ", i), "lossy link", i, jLossy),
+			linkFault(fmt.Sprint("partition node ", i), "cut link", i, 1))
+	}
+	fs = append(fs, jepsen.Fault{Name: "crash switch", Kind: "crash switch", Target: "switch",
+		Start: func() error { s.srv.Close(); return nil },
+		Stop:  func() error { s.startSwitch(); return nil }})
+	return fs
+}
+
+func jepsenVolume(t *testing.T, seed int64) {
+	var h *jepsen.History
+	vals := &jValues{ids: map[uint64]uint64{}, other: map[uint64]uint64{}}
+	errs := &jErrors{n: map[string]int{}}
+	var divergent []jepsen.Divergence
+	writers := jWriters
+	tick, stopWatchdog := jWatchdog(seed)
+	defer stopWatchdog()
+	// The history is checked also when the run failed on the way (the
+	// bubble's failure ends this goroutine too, running its defers).
+	defer func() {
+		if h == nil {
+			return
+		}
+		rep := jepsen.Check(h, jepsen.CheckOptions{Init: jepsen.Digest(make([]byte, jBlock)), Describe: vals.describe})
+		rep.Divergent = divergent
+		t.Logf("seed %d:\n%v", seed, rep)
+		if !rep.OK() {
+			path, err := rep.WriteVisualization(os.Getenv("STOR_JEPSEN_DIR"))
+			if err != nil {
+				t.Errorf("seed %d: visualization: %v", seed, err)
+			}
+			t.Errorf("seed %d: the history is not linearizable or replicas differ (visualization: %s)", seed, path)
+		}
+	}()
+	simStorage(t, 3, seed, func(t *testing.T, s *simStor) {
+		done := make(chan struct{})
+		defer close(done)
+		tick(done)
+		h = jepsen.NewHistory(nil) // on the bubble's clock
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		c := s.client()
+		d, err := c.Create(ctx, VolumeSpec{Name: jVolume, Size: jExtents * MinExtent, Extent: MinExtent, Replicas: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := c.Open(ctx, jVolume, OpenOptions{Write: true, Lease: 10 * time.Minute}) // see jRenew
+		if err != nil {
+			t.Fatal(err)
+		}
+		var readers []*Volume
+		for range jReaders {
+			r, err := s.client().Open(ctx, jVolume, OpenOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			readers = append(readers, r)
+		}
+		perExtent := MinExtent / jBlock
+		var hot []int
+		for e := range jExtents {
+			for b := range jHot {
+				hot = append(hot, e*perExtent+b*perExtent/jHot)
+			}
+		}
+
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		var (
+			okMu      sync.Mutex
+			lastWrite time.Time // the return of the latest write that was OK
+			leaseLost atomic.Int64
+			gate      = make(chan struct{}, 1) // the writer's operations and jRenew
+		)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			jRenew(w, gate, stop, &leaseLost)
+		}()
+		worker := func(client int, f func(rng *rand.Rand)) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(uint64(seed), uint64(client)))
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					f(rng)
+					time.Sleep(time.Duration(rng.Int64N(int64(jPause))))
+				}
+			}()
+		}
+		var nextID uint64
+		var idMu sync.Mutex
+		for g := range writers {
+			client := g
+			worker(client, func(rng *rand.Rand) {
+				idMu.Lock()
+				nextID++
+				id := nextID
+				idMu.Unlock()
+				blk := hot[rng.IntN(len(hot))]
+				p, dig := vals.block(id)
+				gate <- struct{}{}
+				defer func() { <-gate }()
+				call := h.Invoke(client, jepsen.Write, jKey(blk), dig)
+				_, err := w.WriteAt(p, int64(blk*jBlock))
+				switch {
+				case errors.Is(err, ErrNoReplica):
+					// Refused before anything was sent: every replica
+					// of the extent is out of the write groups.
+					call.Fail(err)
+				case errors.Is(err, ErrLeaseHeld):
+					// The writer lost its lease (refused before
+					// sending): no other writer exists, so it never
+					// should.
+					call.Fail(err)
+					leaseLost.Add(1)
+				case err != nil:
+					call.Unknown(err)
+				}
+				if err != nil {
+					errs.add("write", err)
+					return
+				}
+				if err := w.Flush(); err != nil {
+					errs.add("flush", err)
+					call.Unknown(err)
+					return
+				}
+				call.OK(0)
+				okMu.Lock()
+				lastWrite = time.Now()
+				okMu.Unlock()
+			})
+		}
+		for i, r := range readers {
+			for g := range jReaderGors {
+				client := writers + i*jReaderGors + g
+				worker(client, func(rng *rand.Rand) {
+					blk := hot[rng.IntN(len(hot))]
+					buf := make([]byte, jBlock)
+					call := h.Invoke(client, jepsen.Read, jKey(blk), 0)
+					if _, err := r.ReadAt(buf, int64(blk*jBlock)); err != nil {
+						// A read that failed returned nothing: no
+						// evidence either way.
+						errs.add("read", err)
+						call.Fail(err)
+						return
+					}
+					call.OK(vals.read(buf))
+				})
+			}
+		}
+		halted := false
+		halt := func() {
+			if !halted {
+				halted = true
+				close(stop)
+				wg.Wait()
+			}
+		}
+		defer halt()
+
+		nem, err := jepsen.NewNemesis(rand.New(rand.NewPCG(uint64(seed), 0xfa)), jepsen.NemesisConfig{
+			Faults: jFaultsOf(s), Total: jFaults, MinGap: 500 * time.Millisecond, MaxGap: 4 * time.Second,
+			MinDuration: time.Second, MaxDuration: 8 * time.Second, MaxActive: 3}, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("seed %d: nemesis plan %v", seed, nem.Plan())
+		if err := nem.Run(ctx); err != nil {
+			t.Errorf("seed %d: nemesis: %v", seed, err)
+		}
+		healed := time.Now()
+		time.Sleep(jQuiet)
+
+		// The volume is whole again, and the writer writes.
+		deadline := healed.Add(jRecover)
+		for {
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			st, err := c.Stat(sctx, jVolume)
+			cancel()
+			okMu.Lock()
+			wrote := lastWrite.After(healed)
+			okMu.Unlock()
+			if err == nil && !st.Degraded && wrote {
+				t.Logf("seed %d: whole again %v after the heal", seed, time.Since(healed))
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("seed %d: %v after the heal: no write done %v, stat %+v, %v", seed, jRecover, !wrote, st, err)
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		halt()
+		if n := leaseLost.Load(); n > 0 {
+			t.Errorf("seed %d: the only writer lost its lease (%d times)", seed, n)
+		}
+		cerr := w.Close()
+		if cerr != nil {
+			t.Errorf("seed %d: closing the writer after the heal: %v", seed, cerr)
+		}
+
+		// A fresh reader reads every block, as part of the history.
+		fresh, err := s.client().Open(ctx, jVolume, OpenOptions{})
+		if err != nil {
+			t.Fatalf("seed %d: opening a reader after the heal: %v", seed, err)
+		}
+		client := writers + jReaders*jReaderGors
+		for blk := range int(d.Size) / jBlock {
+			buf := make([]byte, jBlock)
+			call := h.Invoke(client, jepsen.Read, jKey(blk), 0)
+			if _, err := fresh.ReadAt(buf, int64(blk*jBlock)); err != nil {
+				call.Fail(err)
+				t.Errorf("seed %d: reading block %d after the heal: %v", seed, blk, err)
+				continue
+			}
+			call.OK(vals.read(buf))
+		}
+
+		// No two replicas differ (the writer is closed: all is flushed).
+		var snaps []jepsen.Snapshot
+		for i, dir := range s.dirs {
+			if s.nodes[i] == nil {
+				t.Errorf("seed %d: node %d could not be started again: its copy is left out of the comparison", seed, i)
+				continue
+			}
+			data, err := os.ReadFile(filepath.Join(dir, "vols", jVolume, "data"))
+			if err != nil {
+				t.Fatalf("seed %d: node %d: %v", seed, i, err)
+			}
+			snap := jepsen.Snapshot{Replica: fmt.Sprint(jReplicaSet, i), Keys: map[string][]byte{}}
+			for blk := range int(d.Size) / jBlock {
+				if d.Holds(uint16(i), blk*jBlock/int(d.Extent)) {
+					snap.Keys[jKey(blk)] = data[blk*jBlock : (blk+1)*jBlock]
+				}
+			}
+			snaps = append(snaps, snap)
+		}
+		divergent = jepsen.CompareReplicas(snaps)
+		t.Logf("seed %d: errors by kind:%v", seed, errs)
+	})
+}
