@@ -280,6 +280,8 @@ type Group struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 	hbDone   chan struct{}
+	// service: the heartbeats of a Service's membership, not of a group.
+	service bool
 }
 
 // JoinJob joins job (a name agreed by all members) of size members at the
@@ -454,10 +456,11 @@ func (g *Group) heartbeats() {
 			return
 		case op := <-done:
 			inflight--
-			if errors.Is(op.Err, wire.StatusMemberDead) || errors.Is(op.Err, wire.StatusNotMember) {
+			if errors.Is(op.Err, wire.StatusMemberDead) || errors.Is(op.Err, wire.StatusNotMember) && !g.service {
 				// Counted dead, or the switch no longer knows the
 				// group (it restarted): either way the group is over
-				// for this member.
+				// for this member. (A service's member registers
+				// again instead.)
 				g.countedDead()
 			}
 			if op.Err != nil && !errors.Is(op.Err, ErrClosed) {
@@ -713,7 +716,7 @@ func (ep *Endpoint) RegisterService(ctx context.Context, sw string, sc ServiceCo
 func (s *Service) Rank() int { return int(s.rank) }
 
 func (s *Service) heartbeats() {
-	g := &Group{ep: s.ep, sw: s.sw, id: s.id, rank: s.rank, opts: s.opts, stop: s.stop, hbDone: s.hbDone}
+	g := &Group{ep: s.ep, sw: s.sw, id: s.id, rank: s.rank, opts: s.opts, stop: s.stop, hbDone: s.hbDone, service: true}
 	g.heartbeats()
 }
 

@@ -447,6 +447,7 @@ type Volume struct {
 	gen        uint64
 	genMembers []uint16
 	cur        map[uint16]bool
+	curGen     uint64 // the generation genMembers and cur were recorded in
 	ctr        uint64 // last version counter used (under verMu)
 	verMu      sync.Mutex
 	lastVer    []uint64 // per extent: the version of the last write completed (under verMu)
@@ -524,7 +525,8 @@ func (v *Volume) liveNodes(ctx context.Context) ([]uint16, error) {
 // leaseAll asks every node in ids for the lease with epoch; it returns the
 // highest epoch granted and each answering node's answer, or the refusal.
 func (v *Volume) leaseAll(ctx context.Context, ids []uint16, epoch uint64, release bool) (uint64, map[uint16]leaseResp, error) {
-	b, _ := json.Marshal(leaseReq{Name: v.d.Name, Holder: v.holder, TTLMs: v.ttl.Milliseconds(), Epoch: epoch, Release: release})
+	b, _ := json.Marshal(leaseReq{Name: v.d.Name, Holder: v.holder, TTLMs: v.ttl.Milliseconds(), Epoch: epoch, Release: release,
+		Gen: v.curGen, Members: v.genMembers})
 	req := append([]byte{opLease}, b...)
 	resps := make([]leaseResp, len(ids))
 	errs := make([]error, len(ids))
@@ -620,7 +622,9 @@ func (v *Volume) current(id uint16, st leaseResp) bool {
 	if st.Outdated {
 		return false
 	}
-	return st.Ready || v.gen != 0 && st.Gen == v.gen && v.cur[id]
+	// A generation some member failed to take saw no writes: a node that
+	// missed it missed nothing.
+	return st.Ready || v.curGen != 0 && st.Gen >= v.curGen && v.cur[id]
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -743,10 +747,23 @@ func (v *Volume) formLocked(ctx context.Context) error {
 		if errors.Is(err, ErrLeaseHeld) {
 			return err
 		}
-		// Nodes that did not answer are not written to.
-		live = slices.DeleteFunc(live, func(id uint16) bool { _, ok := states[id]; return !ok })
+		// A node the switch lists that does not answer may still serve
+		// reads: it cannot be left out of a generation without being
+		// told. Wait until it answers or the switch counts it dead.
+		if silent := slices.DeleteFunc(slices.Clone(live), func(id uint16) bool { _, ok := states[id]; return ok }); len(silent) > 0 {
+			lastErr = fmt.Errorf("%w: volume %s: nodes %v are up but do not answer: %v", ErrNoReplica, v.d.Name, silent, err)
+			continue
+		}
 		if lastErr = v.genLocked(ctx, live, states); lastErr != nil {
 			continue
+		}
+		if listed, err := v.liveNodes(ctx); err == nil {
+			// Nodes up but left out learn it now from the generation
+			// the lease renewal carries, and stop serving reads.
+			out := slices.DeleteFunc(listed, func(id uint16) bool { return slices.Contains(v.genMembers, id) })
+			if len(out) > 0 {
+				_, _, _ = v.leaseAll(ctx, out, v.epoch, false)
+			}
 		}
 		if lastErr = v.formOnce(ctx, v.genMembers); lastErr == nil {
 			v.mu.Lock()
@@ -788,6 +805,11 @@ func (v *Volume) genLocked(ctx context.Context, live []uint16, states map[uint16
 	if v.gen != 0 && !v.reform && slices.Equal(live, v.genMembers) && maps.Equal(cur, v.cur) {
 		return nil
 	}
+	if len(cur) == 0 {
+		// Recording a generation in which no copy is current would
+		// outdate every copy for good.
+		return fmt.Errorf("%w: volume %s: none of the nodes up (%v) holds a current copy", ErrNotCurrent, v.d.Name, live)
+	}
 	for len(live) > 0 {
 		gen := v.gen
 		for _, st := range states {
@@ -812,8 +834,20 @@ func (v *Volume) genLocked(ctx context.Context, live []uint16, states map[uint16
 		// one, without it, is above it.
 		v.gen = gen
 		if len(failed) == 0 {
-			v.genMembers, v.cur = live, cur
+			v.genMembers, v.cur, v.curGen = live, cur, gen
 			return nil
+		}
+		// A node that failed to take it is left out only once the switch
+		// no longer lists it (it died meanwhile): one still up would
+		// serve reads of what it then misses.
+		listed, err := v.liveNodes(ctx)
+		if err != nil {
+			return err
+		}
+		for _, id := range failed {
+			if slices.Contains(listed, id) {
+				return fmt.Errorf("%w: volume %s: node %d did not take generation %d: %v", ErrNoReplica, v.d.Name, id, gen, errors.Join(errs...))
+			}
 		}
 		live = slices.DeleteFunc(slices.Clone(live), func(id uint16) bool { return slices.Contains(failed, id) })
 		for _, id := range failed {
@@ -1060,7 +1094,13 @@ func (v *Volume) startMulticast(e int, ver, off uint64, data []byte) (*endpoint.
 		return nil, fmt.Errorf("%w: every replica of extent %d (nodes %v) is down", ErrNoReplica, e, v.d.Replica(e))
 	}
 	msg := appendWrite(make([]byte, 0, writeHdr+len(data)), ver, off, data)
-	return g.g.StartMulticast(msg, endpoint.MulticastOptions{Continue: true})
+	// Not MulticastOptions.Continue: a write that a member of the group
+	// died before taking fails, and is sent again once the groups are
+	// formed anew (in a generation that counts that member out), so that
+	// every member a generation counts current holds every write that
+	// completed. (One that completed without a member that came back
+	// unnoticed would be missing on a copy counted current.)
+	return g.g.StartMulticast(msg, endpoint.MulticastOptions{})
 }
 
 // startGateway sends one write piece to the gateway (controller mode),

@@ -231,11 +231,12 @@ func (n *Node) supervise() {
 			// which for a wildcard listener is not LocalAddr's.
 			return m.ID == n.st.id && m.Addr.Port() == n.ep.LocalAddr().Port()
 		})
-		if err == nil && !listed && n.ctx.Err() == nil {
-			// The switch counted this node dead (or restarted): writes
-			// may have passed it by meanwhile, so it serves reads again
-			// only once it has checked its extents against the other
-			// replicas, as after a restart.
+		if !listed && n.ctx.Err() == nil {
+			// The switch counted this node dead (or restarted), or does
+			// not answer (the node may be cut off, and counted dead):
+			// writes may have passed it by meanwhile, so it serves reads
+			// again only once it has checked its extents against the
+			// other replicas, as after a restart.
 			n.unready()
 		}
 		if !listed && n.ctx.Err() == nil {
@@ -473,6 +474,10 @@ type leaseReq struct {
 	TTLMs   int64  `json:"ttl_ms"`
 	Epoch   uint64 `json:"epoch"`
 	Release bool   `json:"release,omitempty"`
+	// Gen and Members: the writer's data generation and its nodes. A node
+	// left out of a later generation than its own has missed writes.
+	Gen     uint64   `json:"gen,omitempty"`
+	Members []uint16 `json:"members,omitempty"`
 }
 
 // leaseResp is the node's answer: its epoch, who holds the lease, and
@@ -523,6 +528,17 @@ func (n *Node) lease(b []byte) []byte {
 			v.holder = r.Holder
 		}
 		v.expires = now.Add(time.Duration(r.TTLMs) * time.Millisecond)
+		if r.Gen > v.meta.Gen && !slices.Contains(r.Members, n.st.id) && !v.meta.Outdated {
+			// The writer went on without this node.
+			n.log.Warn("stor: copy outdated: the writer writes without this node", "volume", r.Name, "node", n.st.id,
+				"generation", v.meta.Gen, "writer_generation", r.Gen)
+			v.meta.Outdated, v.ready = true, false
+			v.setState(stateOutdated, nil)
+			if err := v.saveMeta(); err != nil {
+				v.mu.Unlock()
+				return n.refuseErr(ioErr(err))
+			}
+		}
 		if r.Epoch > v.meta.Epoch {
 			v.meta.Epoch = r.Epoch
 			if err := v.saveMeta(); err != nil {
@@ -639,6 +655,14 @@ func (n *Node) setGen(b []byte) []byte {
 	}
 	v.meta.Gen, v.meta.Members = r.Gen, slices.Clone(r.Members)
 	v.meta.Outdated = v.meta.Outdated || r.Outdated
+	for _, m := range r.Members {
+		// In the writer's groups again (a copy that is behind says so
+		// itself, as outdated).
+		delete(v.meta.Missing, m)
+	}
+	if len(v.meta.Missing) == 0 {
+		v.meta.Missing = nil
+	}
 	if v.meta.Outdated && v.ready {
 		v.ready = false
 		v.setState(stateOutdated, nil)
@@ -965,9 +989,16 @@ func (n *Node) missing(b []byte) []byte {
 	return []byte{byte(CodeOK)}
 }
 
+// nodeCallTimeout bounds one request of a node to another.
+const nodeCallTimeout = 10 * time.Second
+
 // call sends req to node id's own service and returns the reply's body,
 // or the node's refusal as a *NodeError.
 func (n *Node) call(ctx context.Context, id uint16, what string, req []byte) ([]byte, error) {
+	// One peer that does not answer (or a switch that keeps answering
+	// BUSY) holds a resync up for at most this long.
+	ctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
+	defer cancel()
 	return callNode(ctx, n.ep, n.cfg.Switch, n.cfg.Service, n.cfg.Fabric, id, what, req)
 }
 
@@ -1051,8 +1082,8 @@ func (v *vol) setState(state string, waitFor []uint16) {
 //
 //   - It asks every other node of the volume for its state. A node holding
 //     a later generation without this one proves that this copy missed
-//     writes: it is outdated (durably) and copies, from replicas that are
-//     current (ready), every extent whose version differs from theirs.
+//     writes: it is outdated (durably) and copies every extent it holds
+//     from replicas that are current (ready).
 //   - A copy not known to be outdated is current once every other node of
 //     its generation has answered (a writer that went on without this
 //     node recorded a later generation on each node it kept): then it
@@ -1077,6 +1108,7 @@ func (n *Node) resync(v *vol, grouped bool) error {
 	}
 	peers := map[uint16]*peer{}
 	leased := false
+	var maxGen uint64          // the latest generation of a node the writer leases
 	var newer *NodeVolume // a node of a later generation without this one
 	for _, p := range d.Nodes {
 		if p == n.st.id {
@@ -1093,8 +1125,9 @@ func (n *Node) resync(v *vol, grouped bool) error {
 		if json.Unmarshal(body, &nv) != nil || nv.Desc.Created != d.Created {
 			continue
 		}
-		if nv.Leased && !grouped {
+		if nv.Leased {
 			leased = true
+			maxGen = max(maxGen, nv.Gen)
 		}
 		if nv.Gen > gen && !slices.Contains(nv.Members, n.st.id) && (newer == nil || nv.Gen > newer.Gen) {
 			newer = &nv
@@ -1124,7 +1157,9 @@ func (n *Node) resync(v *vol, grouped bool) error {
 			return ioErr(err)
 		}
 	}
-	if leased {
+	if leased && (!grouped || maxGen > gen) {
+		// A writer writes: unless this node is in its latest generation
+		// and groups, the writes pass it by.
 		v.mu.Lock()
 		v.setState(stateWriter, nil)
 		v.mu.Unlock()
@@ -1179,7 +1214,11 @@ func (n *Node) resync(v *vol, grouped bool) error {
 			}
 			held = true
 			pv, mine := peers[p].vs[e], v.versions[e]
-			if outdated && (pv != mine || v.stale[e]) || !outdated && (pv > mine || v.stale[e] && pv > 0) {
+			// An outdated copy takes every extent: one it missed writes
+			// of may carry the version of a later write it took since
+			// (a version says which write came last, not that every
+			// earlier one is there).
+			if outdated || pv > mine || v.stale[e] && pv > 0 {
 				src = append(src, p)
 			}
 		}
@@ -1248,6 +1287,12 @@ func (n *Node) resync(v *vol, grouped bool) error {
 			v.mu.Unlock()
 			return ioErr(err)
 		}
+	}
+	if v.holder != 0 && time.Now().Before(v.expires) && (!v.grouped(n.cfg.Service, n.st.id) || v.meta.Outdated) {
+		// A writer took the lease, or left this node out, meanwhile.
+		v.setState(stateWriter, nil)
+		v.mu.Unlock()
+		return errWriterActive
 	}
 	v.ready = true
 	v.setState(stateReady, nil)

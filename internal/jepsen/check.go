@@ -26,6 +26,15 @@ type CheckOptions struct {
 	// Describe names a value in the report and the visualization (say,
 	// the write that wrote it). Nil: hexadecimal.
 	Describe func(v uint64) string
+	// Regular checks each key as a regular register (Lamport) instead of
+	// an atomic (linearizable) one: a read returns the value of the last
+	// write that completed before it began, or of a write concurrent with
+	// it, so two reads concurrent with one write may see its value and
+	// then the older one. It is what a disk promises for reads that
+	// overlap a write in flight; a stale read (older than a write
+	// completed before the read began), a lost acknowledged write and a
+	// value never written all still fail.
+	Regular bool
 }
 
 // Counts are operations by outcome; a pending operation counts as
@@ -69,6 +78,7 @@ type Report struct {
 	lastSeq  int64
 	timeout  time.Duration
 	describe func(uint64) string
+	regular  bool
 }
 
 // OK reports whether nothing is wrong: every key linearizable and no
@@ -120,7 +130,11 @@ func Check(h *History, opts CheckOptions) *Report {
 		opts.Describe = func(v uint64) string { return fmt.Sprintf("%#x", v) }
 	}
 	ops, faults, last := h.snapshot()
-	r := &Report{Faults: map[string]int{}, FaultEvents: faults, model: registerModel(opts.Init, opts.Describe),
+	model := registerModel(opts.Init, opts.Describe)
+	if opts.Regular {
+		model = regularModel(opts.Init, opts.Describe)
+	}
+	r := &Report{Faults: map[string]int{}, FaultEvents: faults, model: model, regular: opts.Regular,
 		start: h.start, lastSeq: last, timeout: opts.Timeout, describe: opts.Describe}
 	for _, f := range faults {
 		r.Faults[f.Kind]++
@@ -140,9 +154,7 @@ func Check(h *History, opts CheckOptions) *Report {
 			c.Unknown++
 		}
 		byKey[op.Key] = append(byKey[op.Key], op)
-		if p, ok := r.operation(op); ok {
-			r.ops = append(r.ops, p)
-		}
+		r.ops = append(r.ops, r.operation(op)...)
 	}
 	keys := make([]string, 0, len(byKey))
 	for k := range byKey {
@@ -173,7 +185,11 @@ func Check(h *History, opts CheckOptions) *Report {
 		switch results[i] {
 		case porcupine.Illegal:
 			r.Illegal = append(r.Illegal, key)
-			for _, what := range explain(byKey[key], opts.Init, r.describeOp) {
+			ex := explain
+			if opts.Regular {
+				ex = explainRegular
+			}
+			for _, what := range ex(byKey[key], opts.Init, r.describeOp) {
 				r.Anomalies = append(r.Anomalies, Anomaly{Key: key, What: what})
 			}
 		case porcupine.Unknown:
@@ -183,23 +199,49 @@ func Check(h *History, opts CheckOptions) *Report {
 	return r
 }
 
-// operation is op as porcupine checks it, if it is checked at all.
-func (r *Report) operation(op Op) (porcupine.Operation, bool) {
-	p := porcupine.Operation{ClientId: op.Client, Input: regInput{kind: op.Kind, key: op.Key, value: op.Value},
-		Call: op.invokeSeq, Output: op.Value, Return: op.returnSeq}
+// Times in the operations porcupine checks are the history's sequence
+// numbers times seqScale, which leaves room between two events for the
+// two halves of a write in a regular register.
+const seqScale = 8
+
+// operation is op as porcupine checks it: nothing if it is not checked at
+// all, two operations (its start and its end) for a write to a regular
+// register.
+func (r *Report) operation(op Op) []porcupine.Operation {
+	in := regInput{kind: op.Kind, key: op.Key, value: op.Value}
+	p := porcupine.Operation{ClientId: op.Client, Input: in, Call: seqScale * op.invokeSeq, Output: op.Value, Return: seqScale * op.returnSeq}
+	if op.Kind == Write {
+		p.Output = uint64(0)
+	}
 	switch {
+	case op.Outcome == OK && op.Kind == Write && r.regular:
+		// It begins (its value may be read from then on) at its
+		// invocation, takes effect (becomes the value) at some point
+		// of its interval, and ends (only a value that took effect
+		// since may be read) at its return.
+		begin, effect, end := p, p, p
+		begin.Input = regInput{kind: op.Kind, key: op.Key, value: op.Value, phase: phaseBegin}
+		begin.Return = begin.Call + 1
+		effect.Input = regInput{kind: op.Kind, key: op.Key, value: op.Value, phase: phaseWhole}
+		effect.Call, effect.Return = p.Call+2, p.Return-2
+		end.Input = regInput{kind: op.Kind, key: op.Key, value: op.Value, phase: phaseEnd}
+		end.Call = end.Return - 1
+		return []porcupine.Operation{begin, effect, end}
 	case op.Outcome == OK:
-		if op.Kind == Write {
-			p.Output = uint64(0)
-		}
-		return p, true
+		return []porcupine.Operation{p}
 	case op.Kind == Write && op.Outcome != Failed:
 		// It may take effect at any time after its invocation: it
-		// returns after every other event.
-		p.Output, p.Return = uint64(0), r.lastSeq+1
-		return p, true
+		// returns after every other event (in a regular register, it
+		// starts and never ends: readable from then on, or not).
+		if r.regular {
+			p.Input = regInput{kind: op.Kind, key: op.Key, value: op.Value, phase: phaseBegin}
+			p.Return = p.Call + 1
+			return []porcupine.Operation{p}
+		}
+		p.Return = seqScale * (r.lastSeq + 1)
+		return []porcupine.Operation{p}
 	}
-	return porcupine.Operation{}, false
+	return nil
 }
 
 // describeOp is op in an anomaly's words.
@@ -224,6 +266,63 @@ const maxExplained = 3
 // never written (or whose write failed), or a value that a later write
 // had replaced before the read began, the later write seen to take effect
 // by its completion or by an earlier read returning its value.
+// explainRegular finds the reads of one key that a regular register
+// forbids: a read of a value no write (begun before the read ended, not
+// failed) wrote, or of a value that a write completed after it, and
+// before the read began, had replaced.
+func explainRegular(ops []Op, init uint64, desc func(*Op) string) []string {
+	var out []string
+	for i := range ops {
+		r := &ops[i]
+		if r.Kind != Read || r.Outcome != OK {
+			continue
+		}
+		// The writes completed before r began, and the last of them to
+		// begin after every other one ended: what r must see at least.
+		var done []*Op
+		for j := range ops {
+			w := &ops[j]
+			if w.Kind == Write && w.Outcome == OK && w.returnSeq < r.invokeSeq {
+				done = append(done, w)
+			}
+		}
+		legal := len(done) == 0 && r.Value == init
+		var src *Op
+		for j := range ops {
+			w := &ops[j]
+			if w.Kind != Write || w.Outcome == Failed || w.Value != r.Value || w.invokeSeq > r.returnSeq {
+				continue
+			}
+			src = w
+			superseded := slices.ContainsFunc(done, func(d *Op) bool { return d != w && d.invokeSeq > w.returnSeq && w.Outcome == OK })
+			if !superseded {
+				legal = true
+			}
+		}
+		switch {
+		case legal:
+		case src == nil && r.Value != init:
+			out = append(out, fmt.Sprintf("%s returned a value never written", desc(r)))
+		default:
+			var by *Op
+			for _, d := range done {
+				if src == nil || d.invokeSeq > src.returnSeq {
+					by = d
+				}
+			}
+			if by != nil {
+				out = append(out, fmt.Sprintf("stale read: %s, but %s had replaced that value and completed before the read began", desc(r), desc(by)))
+			} else {
+				out = append(out, fmt.Sprintf("stale read: %s", desc(r)))
+			}
+		}
+		if len(out) >= 3 {
+			break
+		}
+	}
+	return out
+}
+
 func explain(ops []Op, init uint64, desc func(*Op) string) []string {
 	const never = int64(1) << 62
 	end := func(op *Op) int64 {
@@ -342,7 +441,7 @@ func (r *Report) WriteVisualization(dir string) (string, error) {
 		if !f.stopped {
 			stop = r.lastSeq
 		}
-		notes = append(notes, porcupine.Annotation{Tag: "nemesis", Start: f.startSeq, End: stop, Description: f.Name,
+		notes = append(notes, porcupine.Annotation{Tag: "nemesis", Start: seqScale * f.startSeq, End: seqScale * stop, Description: f.Name,
 			Details: fmt.Sprintf("%s from %v to %v", f.Name, f.Start.Sub(r.start), f.Stop.Sub(r.start))})
 	}
 	info.AddAnnotations(notes)

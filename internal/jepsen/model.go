@@ -24,6 +24,97 @@ type regInput struct {
 	kind  Kind
 	key   string
 	value uint64 // written
+	phase uint8  // of a write to a regular register: phaseBegin or phaseEnd
+}
+
+// The halves of a write to a regular register.
+const (
+	phaseWhole uint8 = iota
+	phaseBegin       // from now on the value may be read
+	phaseEnd         // the write completed: its value is read only if it is the register's
+)
+
+// regularState is a regular register's state: the value of the last
+// write that took effect, and the values of the writes begun and not ended (sorted,
+// as a string, so that states compare with ==).
+type regularState struct {
+	last    uint64
+	pending string
+}
+
+func (s regularState) values() []uint64 {
+	var out []uint64
+	for i := 0; i+16 <= len(s.pending); i += 16 {
+		var v uint64
+		fmt.Sscanf(s.pending[i:i+16], "%016x", &v)
+		out = append(out, v)
+	}
+	return out
+}
+
+func pendingString(vs []uint64) string {
+	slices.Sort(vs)
+	var b []byte
+	for _, v := range vs {
+		b = fmt.Appendf(b, "%016x", v)
+	}
+	return string(b)
+}
+
+// regularModel is a regular register per key: a write begins, takes
+// effect (phaseWhole) within its interval and ends; a read returns the
+// value of the last write that took effect, or of one that began and has
+// not ended.
+func regularModel(init uint64, describe func(uint64) string) porcupine.Model {
+	if describe == nil {
+		describe = func(v uint64) string { return fmt.Sprintf("%#x", v) }
+	}
+	return porcupine.Model{
+		Partition: partitionByKey,
+		Init:      func() any { return regularState{last: init} },
+		Step: func(state, input, output any) (bool, any) {
+			st, in := state.(regularState), input.(regInput)
+			switch {
+			case in.kind == Write && in.phase == phaseBegin:
+				return true, regularState{last: st.last, pending: pendingString(append(st.values(), in.value))}
+			case in.kind == Write && in.phase == phaseWhole:
+				return true, regularState{last: in.value, pending: st.pending}
+			case in.kind == Write:
+				vs := st.values()
+				i := slices.Index(vs, in.value)
+				if i < 0 {
+					return false, st // an end without its beginning
+				}
+				return true, regularState{last: st.last, pending: pendingString(slices.Delete(vs, i, i+1))}
+			}
+			v := output.(uint64)
+			return v == st.last || slices.Contains(st.values(), v), st
+		},
+		Hash: func(state any) uint64 {
+			st := state.(regularState)
+			return st.last ^ Digest([]byte(st.pending))
+		},
+		DescribeOperation: func(input, output any) string {
+			in := input.(regInput)
+			switch {
+			case in.kind == Write && in.phase == phaseBegin:
+				return fmt.Sprintf("write begins(%s, %s)", in.key, describe(in.value))
+			case in.kind == Write && in.phase == phaseWhole:
+				return fmt.Sprintf("write(%s, %s)", in.key, describe(in.value))
+			case in.kind == Write:
+				return fmt.Sprintf("write ends(%s, %s)", in.key, describe(in.value))
+			}
+			return fmt.Sprintf("read(%s) -> %s", in.key, describe(output.(uint64)))
+		},
+		DescribeState: func(state any) string {
+			st := state.(regularState)
+			s := describe(st.last)
+			for _, v := range st.values() {
+				s += " | " + describe(v)
+			}
+			return s
+		},
+	}
 }
 
 // registerModel is a register per key: a read returns the value of the

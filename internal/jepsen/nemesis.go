@@ -170,6 +170,11 @@ func boolInt(b bool) int {
 	return 0
 }
 
+// ErrSkip, wrapped by the error of a Fault's Start, says that the fault
+// does not apply now (its target is down already, say): it is recorded
+// with the error, and Run does not count it as a failure.
+var ErrSkip = errors.New("jepsen: fault skipped")
+
 // Plan is the schedule, in order.
 func (n *Nemesis) Plan() []Step { return slices.Clone(n.plan) }
 
@@ -177,7 +182,7 @@ func (n *Nemesis) Plan() []Step { return slices.Clone(n.plan) }
 // timers (virtual inside a synctest bubble), and returns when every fault
 // it started is healed: at the end of the schedule, or when ctx is done,
 // after stopping what is active (the latest started first). It returns
-// the errors of the faults' Start and Stop.
+// the errors of the faults' Start (but ErrSkip) and Stop.
 func (n *Nemesis) Run(ctx context.Context) error {
 	start := time.Now()
 	type active struct {
@@ -227,7 +232,9 @@ func (n *Nemesis) Run(ctx context.Context) error {
 		}
 		on = append(on, active{f, ev})
 		if err := f.Start(); err != nil {
-			errs = append(errs, fmt.Errorf("jepsen: injecting %s: %w", f.Name, err))
+			if !errors.Is(err, ErrSkip) {
+				errs = append(errs, fmt.Errorf("jepsen: injecting %s: %w", f.Name, err))
+			}
 			if n.h != nil {
 				n.h.faultErr(ev, err)
 			}
