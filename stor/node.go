@@ -1108,7 +1108,7 @@ func (n *Node) resync(v *vol, grouped bool) error {
 	}
 	peers := map[uint16]*peer{}
 	leased := false
-	var maxGen uint64          // the latest generation of a node the writer leases
+	var maxGen uint64     // the latest generation of a node the writer leases
 	var newer *NodeVolume // a node of a later generation without this one
 	for _, p := range d.Nodes {
 		if p == n.st.id {
