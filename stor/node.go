@@ -655,6 +655,9 @@ func (n *Node) setGen(b []byte) []byte {
 	}
 	v.meta.Gen, v.meta.Members = r.Gen, slices.Clone(r.Members)
 	v.meta.Outdated = v.meta.Outdated || r.Outdated
+	if v.meta.Outdated {
+		v.startTrack() // before the writer's first write to it
+	}
 	for _, m := range r.Members {
 		// In the writer's groups again (a copy that is behind says so
 		// itself, as outdated).
@@ -716,6 +719,7 @@ func (n *Node) force(b []byte) []byte {
 	}
 	v.ready = true
 	v.setState(stateReady, nil)
+	v.stopTrack()
 	v.mu.Unlock()
 	return []byte{byte(CodeOK)}
 }
@@ -1101,6 +1105,7 @@ func (n *Node) resync(v *vol, grouped bool) error {
 	if !outdated {
 		v.setState(stateVerifying, nil)
 	}
+	v.startTrack()
 	v.mu.Unlock()
 	type peer struct {
 		nv NodeVolume
@@ -1296,6 +1301,7 @@ func (n *Node) resync(v *vol, grouped bool) error {
 	}
 	v.ready = true
 	v.setState(stateReady, nil)
+	v.stopTrack()
 	v.mu.Unlock()
 	n.log.Info("stor: volume ready", "volume", d.Name, "node", n.st.id, "copied", len(jobs), "was_outdated", outdated)
 	// Tell the other replicas this one caught up.
@@ -1328,14 +1334,15 @@ func cmpU64(a, b uint64) int {
 	return 0
 }
 
-// copyExtent copies extent e from replica p, a piece at a time. A piece
-// is written only if no write was applied here while it was on its way
-// (else it is read again), so the copy never overwrites a newer write.
-// exact (an outdated copy): take p's bytes and version whatever this
-// node's version, which may be of a write p never got; else ask p for at
-// least the version this node has. The extent's version becomes the
-// copy's (the lowest of its pieces'), or the later of the two if writes
-// were applied here during the copy.
+// copyExtent copies extent e from replica p, a piece at a time. The
+// bytes of the writes applied here since the resync began (or the writer
+// took this outdated copy into its groups) are kept (they are at least
+// as new as the copy's), the rest of the piece written, so the copy never overwrites a newer write and completes
+// however busy the writer is. exact (an outdated copy): take p's bytes
+// and version whatever this node's version, which may be of a write p
+// never got; else ask p for at least the version this node has. The
+// extent's version becomes the copy's (the lowest of its pieces'), or
+// the later of the two if writes were applied here during the copy.
 func (n *Node) copyExtent(ctx context.Context, v *vol, e int, p uint16, exact bool) error {
 	d := &v.meta.Desc
 	base := uint64(e) * d.Extent
@@ -1345,38 +1352,27 @@ func (n *Node) copyExtent(ctx context.Context, v *vol, e int, p uint16, exact bo
 	v.mu.Unlock()
 	for off := uint64(0); off < d.Extent; off += MaxIO {
 		l := min(uint64(MaxIO), d.Extent-off)
-		for try := 0; ; try++ {
-			if try == maxCopyTries {
-				return fmt.Errorf("%w: extent %d changed on every try", ErrNotReady, e)
-			}
-			v.mu.Lock()
-			v0 := v.versions[e]
-			v.mu.Unlock()
-			minVer := v0
-			if exact {
-				minVer = 0
-			}
-			req := (&readReq{Name: d.Name, Off: base + off, Len: uint32(l), MinVer: minVer | resyncRead}).append(nil)
-			body, err := n.call(ctx, p, "read", req)
-			if err == nil && len(body) != 8+int(l) {
-				err = fmt.Errorf("%w: short copy", ErrIO)
-			}
-			if err != nil {
-				return err
-			}
-			v.mu.Lock()
-			if v.versions[e] != v0 || v.removed {
-				v.mu.Unlock()
-				continue
-			}
-			_, err = v.data.WriteAt(body[8:], int64(base+off))
-			v.mu.Unlock()
-			if err != nil {
-				return ioErr(err)
-			}
-			got = min(got, binary.BigEndian.Uint64(body))
-			break
+		v.mu.Lock()
+		v0 := v.versions[e]
+		v.mu.Unlock()
+		minVer := v0
+		if exact {
+			minVer = 0
 		}
+		req := (&readReq{Name: d.Name, Off: base + off, Len: uint32(l), MinVer: minVer | resyncRead}).append(nil)
+		body, err := n.call(ctx, p, "read", req)
+		if err == nil && len(body) != 8+int(l) {
+			err = fmt.Errorf("%w: short copy", ErrIO)
+		}
+		v.mu.Lock()
+		if err == nil && !v.removed {
+			err = v.writeExcept(body[8:], base+off, v.dirty[e])
+		}
+		v.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		got = min(got, binary.BigEndian.Uint64(body))
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -1386,5 +1382,3 @@ func (n *Node) copyExtent(ctx context.Context, v *vol, e int, p uint16, exact bo
 	return v.copied(e, got, v.versions[e] == start)
 }
 
-// maxCopyTries bounds the reads of one piece of an extent being copied.
-const maxCopyTries = 100

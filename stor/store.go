@@ -77,6 +77,39 @@ type vol struct {
 	// does), waitFor the nodes a resync waits to hear from.
 	state   string
 	waitFor []uint16
+	// track: from the moment the copy may be behind (a resync starts,
+	// or a writer takes it into its groups as outdated) until it is
+	// ready, dirty records per extent the byte ranges [from, to) of the
+	// writes applied, merged: a resync keeps those bytes, newer than any
+	// copy's, and copies the rest.
+	track bool
+	dirty map[int][][2]uint64
+}
+
+// startTrack starts recording the writes applied. Caller holds v.mu.
+func (v *vol) startTrack() {
+	if !v.track {
+		v.track, v.dirty = true, map[int][][2]uint64{}
+	}
+}
+
+// stopTrack forgets them. Caller holds v.mu.
+func (v *vol) stopTrack() { v.track, v.dirty = false, nil }
+
+// addDirty records that [lo, hi) of extent e was written, merging
+// ranges that overlap or touch (at most one range per written block, as
+// many as the extent has). Caller holds v.mu.
+func (v *vol) addDirty(e int, lo, hi uint64) {
+	rs := v.dirty[e]
+	out := rs[:0:0]
+	for _, r := range rs {
+		if r[1] < lo || r[0] > hi {
+			out = append(out, r)
+			continue
+		}
+		lo, hi = min(lo, r[0]), max(hi, r[1])
+	}
+	v.dirty[e] = append(out, [2]uint64{lo, hi})
 }
 
 // A copy's states, as `vol stat` shows them.
@@ -392,6 +425,9 @@ func (v *vol) apply(e int, ver, off uint64, data []byte) error {
 		return ioErr(err)
 	}
 	v.appliedW++
+	if v.track {
+		v.addDirty(e, off, off+uint64(len(data)))
+	}
 	if ver <= v.versions[e] {
 		return nil
 	}
@@ -405,6 +441,33 @@ func (v *vol) apply(e int, ver, off uint64, data []byte) error {
 	binary.BigEndian.PutUint64(b[:], ver)
 	if _, err := v.vfile.WriteAt(b[:], int64(8*e)); err != nil {
 		return ioErr(err)
+	}
+	return nil
+}
+
+// writeExcept writes b at off but for the ranges in skip. Caller holds
+// v.mu.
+func (v *vol) writeExcept(b []byte, off uint64, skip [][2]uint64) error {
+	keep := make([]bool, len(b))
+	for _, r := range skip {
+		lo, hi := max(r[0], off), min(r[1], off+uint64(len(b)))
+		for i := lo; i < hi; i++ {
+			keep[i-off] = true
+		}
+	}
+	for i := 0; i < len(b); {
+		if keep[i] {
+			i++
+			continue
+		}
+		j := i
+		for j < len(b) && !keep[j] {
+			j++
+		}
+		if _, err := v.data.WriteAt(b[i:j], int64(off)+int64(i)); err != nil {
+			return ioErr(err)
+		}
+		i = j
 	}
 	return nil
 }
