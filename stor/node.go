@@ -1381,4 +1381,3 @@ func (n *Node) copyExtent(ctx context.Context, v *vol, e int, p uint16, exact bo
 	n.mu.Unlock()
 	return v.copied(e, got, v.versions[e] == start)
 }
-
