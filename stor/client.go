@@ -437,10 +437,11 @@ type Volume struct {
 	// generation (a channel: who waits for it waits durably), held across
 	// the network calls that takes; mu guards groups and missing, held
 	// only to read or swap them, never across a network wait.
-	form   chan struct{}
-	mu     sync.Mutex
-	groups map[string]*wgroup
-	jobSeq uint64 // write groups formed, for their job names
+	form     chan struct{}
+	flushing chan struct{} // held by the flush in progress
+	mu       sync.Mutex
+	groups   map[string]*wgroup
+	jobSeq   uint64 // write groups formed, for their job names
 	// gen is the data generation this writer writes in (0 before the
 	// first), genMembers its nodes, cur those of them that held a current
 	// copy when it started.
@@ -481,7 +482,7 @@ func (c *Client) Open(ctx context.Context, name string, o OpenOptions) (*Volume,
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	v := &Volume{c: c, d: d, write: o.Write, ttl: o.Lease, ctrl: o.Controller, log: o.Logger, groups: map[string]*wgroup{}, missing: map[uint16]bool{},
-		lastVer: make([]uint64, d.Extents()), stop: make(chan struct{}), done: make(chan struct{}), form: make(chan struct{}, 1)}
+		lastVer: make([]uint64, d.Extents()), stop: make(chan struct{}), done: make(chan struct{}), form: make(chan struct{}, 1), flushing: make(chan struct{}, 1)}
 	if !o.Write {
 		close(v.done)
 		return v, nil
@@ -835,6 +836,9 @@ func (v *Volume) genLocked(ctx context.Context, live []uint16, states map[uint16
 		v.gen = gen
 		if len(failed) == 0 {
 			v.genMembers, v.cur, v.curGen = live, cur, gen
+			// The nodes stopped their groups on taking it: form every
+			// one anew.
+			v.reform = true
 			return nil
 		}
 		// A node that failed to take it is left out only once the switch
@@ -1159,6 +1163,16 @@ func (v *Volume) Flush() error {
 var errReform = errors.New("stor: write groups changed")
 
 func (v *Volume) flushOnce(ctx context.Context) error {
+	// One flush at a time: a node answers each flush message with its
+	// part of one aggregation, and the switch pairs the aggregations in
+	// order, so two flushes at once could each take the other's answer,
+	// given before the node applied the writes it was meant to cover.
+	select {
+	case v.flushing <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-v.flushing }()
 	gs := v.groupList()
 	if len(gs) < len(v.d.Sets()) {
 		return fmt.Errorf("%w: some extents of volume %s have every replica down", ErrNoReplica, v.d.Name)
@@ -1275,6 +1289,9 @@ func readExtent(ctx context.Context, c *Client, d Descriptor, e int, req []byte)
 		if _, lerr := c.ep.ServiceMembers(ctx, c.sw, set, c.opts.Fabric); lerr == nil {
 			resp, err = retryBusy(ctx, true, anycast)
 		}
+	}
+	if silentService(err) {
+		relookup(c.ep, c.sw, set, c.opts.Fabric)
 	}
 	if err == nil {
 		_, err = replyBody(-1, "read", resp)

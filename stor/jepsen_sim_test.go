@@ -229,13 +229,6 @@ func (l *jLock) Lock() {
 
 func (l *jLock) Unlock() { <-l.c }
 
-// up reports whether node i runs.
-func (n *jNodes) up(i int) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.s.nodes[i] != nil
-}
-
 // restart starts node i again in the background, as a supervisor would,
 // until it comes up (it cannot while the switch is down, and the
 // switch's own restart must not wait for it) or jRestart passes.

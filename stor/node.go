@@ -13,6 +13,7 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -534,6 +535,8 @@ func (n *Node) lease(b []byte) []byte {
 				"generation", v.meta.Gen, "writer_generation", r.Gen)
 			v.meta.Outdated, v.ready = true, false
 			v.setState(stateOutdated, nil)
+			v.startTrack(true)
+			stop = append(stop, v.takeGroups()...)
 			if err := v.saveMeta(); err != nil {
 				v.mu.Unlock()
 				return n.refuseErr(ioErr(err))
@@ -638,7 +641,13 @@ func (n *Node) setGen(b []byte) []byte {
 	if v == nil {
 		return refused
 	}
-	defer v.mu.Unlock()
+	var stop []*writeGroup
+	defer func() {
+		v.mu.Unlock()
+		for _, g := range stop {
+			g.stop()
+		}
+	}()
 	if r.Gen < v.meta.Gen {
 		return n.refuse(CodeStaleEpoch, fmt.Sprintf("generation %d, the node's is %d", r.Gen, v.meta.Gen))
 	}
@@ -653,10 +662,15 @@ func (n *Node) setGen(b []byte) []byte {
 	if r.Outdated && !v.meta.Outdated {
 		n.log.Warn("stor: copy outdated: the writer found it behind", "volume", r.Name, "node", n.st.id, "generation", v.meta.Gen)
 	}
+	if r.Gen > v.meta.Gen {
+		// The writer forms every group anew for a new generation: the
+		// old ones' late deliveries are not applied.
+		stop = v.takeGroups()
+	}
 	v.meta.Gen, v.meta.Members = r.Gen, slices.Clone(r.Members)
 	v.meta.Outdated = v.meta.Outdated || r.Outdated
-	if v.meta.Outdated {
-		v.startTrack() // before the writer's first write to it
+	if !v.ready || v.meta.Outdated {
+		v.startTrack(true) // before the new generation's first write to it
 	}
 	for _, m := range r.Members {
 		// In the writer's groups again (a copy that is behind says so
@@ -801,6 +815,12 @@ func (n *Node) serveGroup(ctx context.Context, v *vol, r joinReq, g *writeGroup)
 			ver, off := binary.BigEndian.Uint64(msg[1:]), binary.BigEndian.Uint64(msg[9:])
 			data := msg[writeHdr:]
 			v.mu.Lock()
+			if v.wgroups[r.Set] != g {
+				// A group the writer formed anew since: what it still
+				// delivers may be older than what the new one did.
+				v.mu.Unlock()
+				continue
+			}
 			e, err := v.check(n.st.id, off, len(data))
 			if err == nil && !v.removed {
 				err = v.apply(e, ver, off, data)
@@ -1022,8 +1042,26 @@ func callNode(ctx context.Context, ep *endpoint.Endpoint, sw, service string, op
 				continue
 			}
 		}
+		if silentService(err) {
+			relookup(ep, sw, name, opts)
+		}
 		return body, err
 	}
+}
+
+// silentService reports whether err says that nobody answered a request
+// to a service: after a switch restart, a cached group id may name a
+// group that is no service any more, whose requests go unanswered.
+func silentService(err error) bool {
+	return errors.Is(err, endpoint.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, transport.ErrPeerDead)
+}
+
+// relookup looks service name up again, so that the next request uses the
+// group id the switch has now.
+func relookup(ep *endpoint.Endpoint, sw, name string, opts endpoint.FabricOptions) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, _ = ep.ServiceMembers(ctx, sw, name, opts)
 }
 
 // staleService reports whether err says that a cached service group id no
@@ -1105,7 +1143,7 @@ func (n *Node) resync(v *vol, grouped bool) error {
 	if !outdated {
 		v.setState(stateVerifying, nil)
 	}
-	v.startTrack()
+	v.startTrack(!grouped)
 	v.mu.Unlock()
 	type peer struct {
 		nv NodeVolume
@@ -1156,8 +1194,14 @@ func (n *Node) resync(v *vol, grouped bool) error {
 			"generation", gen, "peer", newer.Node, "peer_generation", newer.Gen)
 		v.mu.Lock()
 		v.meta.Outdated = true
+		v.startTrack(true)
+		stale := v.takeGroups() // of a generation the writer left
 		err := v.saveMeta()
 		v.mu.Unlock()
+		for _, g := range stale {
+			g.stop()
+		}
+		grouped = false
 		if err != nil {
 			return ioErr(err)
 		}

@@ -86,9 +86,13 @@ type vol struct {
 	dirty map[int][][2]uint64
 }
 
-// startTrack starts recording the writes applied. Caller holds v.mu.
-func (v *vol) startTrack() {
-	if !v.track {
+// startTrack starts recording the writes applied; with reset, it
+// forgets those recorded so far. Only writes of the writer's latest
+// generation, which this node is in, may be kept over a copy's bytes: an
+// earlier one may have been overwritten since in a generation without
+// this node. Caller holds v.mu.
+func (v *vol) startTrack(reset bool) {
+	if !v.track || reset {
 		v.track, v.dirty = true, map[int][][2]uint64{}
 	}
 }
