@@ -17,10 +17,16 @@
 // A Client creates, lists, stats and removes volumes and opens them. A
 // Volume opened for writing holds the volume's lease on every live node
 // (one writer at a time) and forms one multicast group per replica set
-// with the nodes that are up; a node found dead is dropped from the
-// groups (the volume is degraded, which Stat reports) and taken back when
-// it returns, after it copied the extents it missed from the other
-// replicas (resync). Flush makes every completed write durable on every
-// live replica: each replica fdatasyncs and the switch sums their answers
-// in one aggregation.
+// with the nodes that are up. Whenever those nodes change it starts a new
+// data generation, recorded on each of them before any write of it, so
+// that every copy can tell whether it is current: a node that returns
+// after the writer went on without it is outdated and copies every extent
+// from a current replica before it serves reads; one that cannot reach
+// the nodes of its last generation waits, serving nothing (Stat reports
+// each copy's state; Client.ForceCurrent is the operator's way out when
+// the current copies are lost). A write, flush or read that fails because
+// a replica died or the switch restarted is retried, after the groups are
+// formed anew, for up to RetryFor. Flush makes every completed write
+// durable on every replica written to: each fdatasyncs and the switch
+// sums their answers in one aggregation.
 package stor

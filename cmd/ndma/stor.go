@@ -378,7 +378,7 @@ credential of role member (--credential or $NDMA_CREDENTIAL).`,
 
 	stat := &cobra.Command{
 		Use:   "stat NAME",
-		Short: "Show a volume on each of its storage nodes: up, ready, lease, replicas missing writes",
+		Short: "Show a volume on each of its storage nodes: current, outdated or waiting, generation, lease, replicas missing writes",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, ctx, done, err := vf.open(cmd)
@@ -452,8 +452,50 @@ credential of role member (--credential or $NDMA_CREDENTIAL).`,
 
 	mount := newVolMountCmd(&vf)
 
-	cmd.AddCommand(create, ls, stat, rm, mount)
-	vf.hintCredential(create, ls, stat, rm, mount)
+	var forceNode int
+	forceCmd := &cobra.Command{
+		Use:   "force NAME --node ID",
+		Short: "Declare one node's copy of a volume current, losing the writes it missed",
+		Long: `force makes node ID's copy of volume NAME the current one, whatever
+writes it missed: use it when the nodes that hold the newest copy are lost
+for good and the volume must serve again from what is left. Every other
+copy, when its node answers, counts as outdated and takes this one's.
+Writes acknowledged while node ID was left out are lost. Refused while a
+client has the volume open for writing. ndma vol stat shows which copies
+are current, outdated or waiting for which nodes.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if forceNode < 0 || forceNode >= stor.MaxNodes {
+				return fmt.Errorf("--node %d: want a storage node id from 0 to %d", forceNode, stor.MaxNodes-1)
+			}
+			c, ctx, done, err := vf.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			st, err := c.ForceCurrent(ctx, args[0], uint16(forceNode))
+			if err != nil {
+				return err
+			}
+			var others []string
+			for _, nv := range st.Nodes {
+				if nv.Node != forceNode {
+					others = append(others, fmt.Sprintf("%d (generation %d)", nv.Node, nv.Gen))
+				}
+			}
+			for _, id := range st.Down {
+				others = append(others, fmt.Sprintf("%d (down)", id))
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "volume %s: node %d's copy is current; the copies on nodes %s take it when they answer, and writes only they held are lost\n",
+				args[0], forceNode, strings.Join(others, ", "))
+			return nil
+		},
+	}
+	forceCmd.Flags().IntVar(&forceNode, "node", -1, "the storage node whose copy becomes current (required)")
+	_ = forceCmd.MarkFlagRequired("node")
+
+	cmd.AddCommand(create, ls, stat, rm, mount, forceCmd)
+	vf.hintCredential(create, ls, stat, rm, mount, forceCmd)
 	return cmd
 }
 
