@@ -225,7 +225,7 @@ func RunVol(ctx context.Context, cfg VolConfig, gather func(ctx context.Context,
 		clients[i] = stor.NewClient(ep, cfg.Switch, stor.ClientOptions{Fabric: cfg.Fabric, Service: cfg.Service, Window: 64})
 		names[i] = fmt.Sprintf("bench-%d-%d", cfg.Rank, i)
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_ = clients[i].Remove(cctx, names[i], true) // a previous run's
+		_, _ = clients[i].Remove(cctx, names[i], true) // a previous run's
 		_, err = clients[i].Create(cctx, stor.VolumeSpec{Name: names[i], Size: cfg.VolSize, Extent: cfg.Extent, Replicas: cfg.Replicas})
 		cancel()
 		if err != nil {
@@ -233,7 +233,7 @@ func RunVol(ctx context.Context, cfg VolConfig, gather func(ctx context.Context,
 		}
 		defer func() {
 			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_ = clients[i].Remove(cctx, names[i], true)
+			_, _ = clients[i].Remove(cctx, names[i], true)
 			cancel()
 		}()
 	}

@@ -163,8 +163,12 @@ func (c *Client) Create(ctx context.Context, spec VolumeSpec) (Descriptor, error
 	if err := d.Check(); err != nil {
 		return Descriptor{}, err
 	}
-	if _, err := c.find(ctx, spec.Name); err == nil {
-		return Descriptor{}, fmt.Errorf("%w: %s", ErrExists, spec.Name)
+	if vi, err := c.find(ctx, spec.Name); err == nil {
+		what := "on nodes " + fmt.Sprint(vi.Nodes)
+		if vi.Live == 0 {
+			what += ", all down"
+		}
+		return Descriptor{}, fmt.Errorf("%w: %s (created %s, %s)", ErrExists, spec.Name, time.Unix(0, vi.Created).UTC().Format(time.RFC3339), what)
 	} else if !errors.Is(err, ErrNoVolume) {
 		return Descriptor{}, err
 	}
@@ -185,66 +189,128 @@ func (c *Client) Create(ctx context.Context, spec VolumeSpec) (Descriptor, error
 		})
 		return Descriptor{}, fmt.Errorf("stor: create %s: %w", d.Name, err)
 	}
+	// Every live node records the name, so that it stays taken (and
+	// listed) while the volume's own nodes are down.
+	c.catalogAll(ctx, CatalogEntry{Desc: d})
 	return d, nil
+}
+
+// catalogAll records e in the catalog of every live storage node (best
+// effort: a node that misses it learns nothing of the volume, as one that
+// was down).
+func (c *Client) catalogAll(ctx context.Context, e CatalogEntry) {
+	ids, err := c.live(ctx)
+	if err != nil {
+		return
+	}
+	b, _ := json.Marshal(e)
+	req := append([]byte{opCatalog}, b...)
+	forEach(len(ids), func(i int) { _, _ = c.call(ctx, ids[i], "catalog", req) })
 }
 
 // VolumeInfo is a volume as the live nodes report it.
 type VolumeInfo struct {
 	Descriptor
 	Live int `json:"live"` // nodes of the volume that answered
+	// Unavailable: every node holding the volume is down (another node's
+	// catalog knows of it).
+	Unavailable bool `json:"unavailable,omitempty"`
+	// Conflict lists other incarnations of the name (their creation
+	// times, Unix ns) that answering nodes still hold: created while
+	// this one's nodes were down, or removed while theirs were.
+	Conflict []int64 `json:"conflict,omitempty"`
 }
 
-// List returns every volume a live node holds, by name.
+// List returns every volume a live node holds or knows of, by name.
 func (c *Client) List(ctx context.Context) ([]VolumeInfo, error) {
 	ids, err := c.live(ctx)
 	if err != nil {
 		return nil, err
 	}
 	lists := make([][]Descriptor, len(ids))
+	cats := make([][]CatalogEntry, len(ids))
 	errs := make([]error, len(ids))
 	forEach(len(ids), func(i int) {
 		body, err := c.call(ctx, ids[i], "list", []byte{opList})
 		if err == nil {
 			err = json.Unmarshal(body, &lists[i])
 		}
+		if err == nil {
+			if body, cerr := c.call(ctx, ids[i], "catalog", []byte{opCatList}); cerr == nil {
+				_ = json.Unmarshal(body, &cats[i])
+			}
+		}
 		errs[i] = err
 	})
+	// The latest incarnation of each name that some node holds or knows
+	// of, unless a node knows it removed.
+	type key struct {
+		name    string
+		created int64
+	}
+	removed := map[key]bool{}
+	known := map[key]Descriptor{}
+	held := map[key]int{}
+	for i := range ids {
+		for _, e := range cats[i] {
+			k := key{e.Desc.Name, e.Desc.Created}
+			if e.Removed != 0 {
+				removed[k] = true
+			} else {
+				known[k] = e.Desc
+			}
+		}
+		for _, d := range lists[i] {
+			k := key{d.Name, d.Created}
+			known[k] = d
+			held[k]++
+		}
+	}
 	by := map[string]*VolumeInfo{}
-	for _, l := range lists {
-		for _, d := range l {
-			v := by[d.Name]
-			if v == nil || v.Created < d.Created {
-				v = &VolumeInfo{Descriptor: d}
-				by[d.Name] = v
+	for k, d := range known {
+		if removed[k] {
+			continue
+		}
+		v := by[k.name]
+		if v == nil || v.Created < d.Created {
+			if v != nil {
+				v.Conflict = append(v.Conflict, v.Created)
 			}
-			if v.Created == d.Created {
-				v.Live++
+			conflict := []int64(nil)
+			if v != nil {
+				conflict = v.Conflict
 			}
+			v = &VolumeInfo{Descriptor: d, Live: held[k], Conflict: conflict}
+			by[k.name] = v
+		} else {
+			v.Conflict = append(v.Conflict, d.Created)
 		}
 	}
 	out := make([]VolumeInfo, 0, len(by))
 	for _, v := range by {
+		v.Unavailable = v.Live == 0
+		slices.Sort(v.Conflict)
 		out = append(out, *v)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, errors.Join(errs...)
 }
 
-// find returns volume name's descriptor from the live nodes.
-func (c *Client) find(ctx context.Context, name string) (Descriptor, error) {
+// find returns volume name as the live nodes report it.
+func (c *Client) find(ctx context.Context, name string) (VolumeInfo, error) {
 	if err := checkName(name); err != nil {
-		return Descriptor{}, err
+		return VolumeInfo{}, err
 	}
 	vs, err := c.List(ctx)
 	for _, v := range vs {
 		if v.Name == name {
-			return v.Descriptor, nil
+			return v, nil
 		}
 	}
 	if err != nil {
-		return Descriptor{}, err
+		return VolumeInfo{}, err
 	}
-	return Descriptor{}, fmt.Errorf("%w: %s", ErrNoVolume, name)
+	return VolumeInfo{}, fmt.Errorf("%w: %s", ErrNoVolume, name)
 }
 
 // VolumeStat is a volume's state over its nodes.
@@ -267,10 +333,11 @@ type VolumeStat struct {
 
 // Stat reports volume name on each of its nodes.
 func (c *Client) Stat(ctx context.Context, name string) (*VolumeStat, error) {
-	d, err := c.find(ctx, name)
+	vi, err := c.find(ctx, name)
 	if err != nil {
 		return nil, err
 	}
+	d := vi.Descriptor
 	st := &VolumeStat{Desc: d}
 	nvs := make([]*NodeVolume, len(d.Nodes))
 	var e enc
@@ -365,16 +432,24 @@ func (c *Client) ForceCurrent(ctx context.Context, name string, node uint16) (*V
 // node that is down could have reached since.
 const forceStep = 1 << 32
 
-// Remove deletes volume name from its nodes. A volume open for writing,
-// or with a node down (which would keep its copy), is refused unless
-// force.
-func (c *Client) Remove(ctx context.Context, name string, force bool) error {
+// Removed says what Remove removed.
+type Removed struct {
+	Desc Descriptor `json:"desc"`
+	From []uint16   `json:"from"` // the nodes that deleted their copy
+	Down []uint16   `json:"down"` // the volume's nodes that were down: they delete their copies when they return
+}
+
+// Remove deletes volume name from its nodes and records its removal in
+// every live node's catalog. A volume open for writing, or with a node
+// down (which keeps its copy until it learns of the removal), is refused
+// unless force.
+func (c *Client) Remove(ctx context.Context, name string, force bool) (*Removed, error) {
 	st, err := c.Stat(ctx, name)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(st.Down) > 0 && !force {
-		return fmt.Errorf("stor: remove %s: nodes %v are down and would keep their copies (force to remove anyway)", name, st.Down)
+		return nil, fmt.Errorf("stor: remove %s: nodes %v are down and would keep their copies (force to remove anyway)", name, st.Down)
 	}
 	var e enc
 	e.u8(opRemove)
@@ -384,7 +459,17 @@ func (c *Client) Remove(ctx context.Context, name string, force bool) error {
 	forEach(len(st.Nodes), func(i int) {
 		_, errs[i] = c.call(ctx, uint16(st.Nodes[i].Node), "remove", e.b)
 	})
-	return errors.Join(errs...)
+	r := &Removed{Desc: st.Desc, Down: st.Down}
+	for i, err := range errs {
+		if err == nil {
+			r.From = append(r.From, uint16(st.Nodes[i].Node))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return r, err
+	}
+	c.catalogAll(ctx, CatalogEntry{Desc: st.Desc, Removed: time.Now().UnixNano()})
+	return r, nil
 }
 
 func boolByte(b bool) uint8 {
@@ -471,10 +556,14 @@ type wgroup struct {
 
 // Open opens volume name; with Write it takes the write lease.
 func (c *Client) Open(ctx context.Context, name string, o OpenOptions) (*Volume, error) {
-	d, err := c.find(ctx, name)
+	vi, err := c.find(ctx, name)
 	if err != nil {
 		return nil, err
 	}
+	if vi.Unavailable {
+		return nil, fmt.Errorf("%w: every node of volume %s (%v) is down", ErrNoReplica, name, vi.Nodes)
+	}
+	d := vi.Descriptor
 	if o.Lease <= 0 {
 		o.Lease = DefaultLease
 	}

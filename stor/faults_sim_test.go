@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -230,4 +231,86 @@ func TestSimSwitchRestartWhileOpen(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSimNamesWhileDown: a volume whose only node is down stays listed
+// (unavailable) and its name taken; a volume removed while one of its
+// nodes was down does not come back with it.
+func TestSimNamesWhileDown(t *testing.T) {
+	simStorage(t, 3, 26, func(t *testing.T, s *simStor) {
+		c := s.client()
+		ctx := s.ctx()
+		solo, err := c.Create(ctx, VolumeSpec{Name: "solo", Size: MinExtent, Extent: MinExtent, Replicas: 1, Nodes: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(solo.Nodes, []uint16{0}) {
+			t.Fatalf("solo on nodes %v, want [0]", solo.Nodes)
+		}
+		s.fill(c, "solo", MinExtent, 'S')
+		s.crashNode(0)
+		var vs []VolumeInfo
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			vs, err = c.List(ctx)
+			if err == nil && len(vs) == 1 && vs[0].Unavailable {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("list with node 0 down: %+v, %v: want solo, unavailable", vs, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if vs[0].Name != "solo" || vs[0].Created != solo.Created {
+			t.Fatalf("list: %+v", vs)
+		}
+		if _, err := c.Create(ctx, VolumeSpec{Name: "solo", Size: MinExtent, Extent: MinExtent, Replicas: 2}); !errors.Is(err, ErrExists) {
+			t.Fatalf("create of a name whose node is down: %v, want ErrExists", err)
+		}
+		if _, err := c.Open(ctx, "solo", OpenOptions{}); !errors.Is(err, ErrNoReplica) {
+			t.Fatalf("open of a volume whose nodes are all down: %v, want ErrNoReplica", err)
+		}
+		s.startNode(0)
+		r, err := c.Open(ctx, "solo", OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, MinExtent)
+		if _, err := r.ReadAt(got, 0); err != nil || got[0] != 'S' {
+			t.Fatalf("solo after its node returned: %v, %q", err, got[0])
+		}
+
+		// Removed while node 2 is down: it does not come back with node 2.
+		if _, err := c.Create(ctx, VolumeSpec{Name: "gone", Size: 3 * MinExtent, Extent: MinExtent, Replicas: 2}); err != nil {
+			t.Fatal(err)
+		}
+		s.crashNode(2)
+		if _, err := c.Remove(ctx, "gone", false); err == nil {
+			t.Fatal("remove with a node down succeeded without force")
+		}
+		rm, err := c.Remove(ctx, "gone", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(rm.From, []uint16{0, 1}) || !slices.Equal(rm.Down, []uint16{2}) {
+			t.Fatalf("removed from %v, down %v: want [0 1], [2]", rm.From, rm.Down)
+		}
+		s.startNode(2)
+		vs, err = c.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vs {
+			if v.Name == "gone" {
+				t.Fatalf("a removed volume came back with a node that was down: %+v", v)
+			}
+		}
+		if s.nodes[2].st.get("gone") != nil {
+			t.Fatal("the node that was down keeps the removed volume's copy")
+		}
+		// The name is free again.
+		if _, err := c.Create(ctx, VolumeSpec{Name: "gone", Size: 3 * MinExtent, Extent: MinExtent, Replicas: 3}); err != nil {
+			t.Fatalf("create of a removed name: %v", err)
+		}
+	})
 }

@@ -171,10 +171,11 @@ func (g *Gateway) desc(ctx context.Context, name string) (Descriptor, error) {
 	if ok {
 		return d, nil
 	}
-	d, err := g.c.find(ctx, name)
+	vi, err := g.c.find(ctx, name)
 	if err != nil {
 		return Descriptor{}, err
 	}
+	d = vi.Descriptor
 	g.mu.Lock()
 	if len(g.descs) >= MaxGatewayVolumes {
 		clear(g.descs)

@@ -58,6 +58,8 @@ type Node struct {
 	mu    sync.Mutex
 	svcs  map[string]*endpoint.Service // by service name
 	stats NodeStats
+	// registered: the last register registered every service (under mu).
+	registered bool
 }
 
 // NodeStats are a node's counters.
@@ -107,6 +109,7 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.register(ctx); err != nil {
 		return err
 	}
+	n.syncCatalog(ctx)
 	for _, v := range n.st.list() {
 		n.maybeResync(v)
 	}
@@ -172,11 +175,17 @@ func (n *Node) register(ctx context.Context) error {
 	for _, s := range old {
 		s.Close()
 	}
+	n.mu.Lock()
+	n.registered = false
+	n.mu.Unlock()
 	for name, sr := range want {
 		if err := n.registerOne(ctx, name, sr[0], sr[1]); err != nil {
 			return err
 		}
 	}
+	n.mu.Lock()
+	n.registered = true
+	n.mu.Unlock()
 	return nil
 }
 
@@ -240,10 +249,24 @@ func (n *Node) supervise() {
 			// other replicas, as after a restart.
 			n.unready()
 		}
+		n.mu.Lock()
+		partial := !n.registered
+		n.mu.Unlock()
+		if partial && listed && n.ctx.Err() == nil {
+			// Listed in the storage service, but some of its own or
+			// replica set services failed to register last time: a
+			// client asking for this node would reach another.
+			n.log.Info("stor: registering the rest", "node", n.st.id)
+			if err := n.register(ctx); err != nil {
+				n.log.Warn("stor: register", "node", n.st.id, "err", err)
+			}
+		}
 		if !listed && n.ctx.Err() == nil {
 			n.log.Info("stor: registering again", "node", n.st.id, "err", err)
 			if err := n.register(ctx); err != nil {
 				n.log.Warn("stor: register", "node", n.st.id, "err", err)
+			} else {
+				n.syncCatalog(ctx)
 			}
 		}
 		cancel()
@@ -294,6 +317,12 @@ func (n *Node) handle(key uint64, req []byte) ([]byte, error) {
 		resp = n.setGen(req[1:])
 	case opForce:
 		resp = n.force(req[1:])
+	case opCatalog:
+		resp = n.catalogAdd(req[1:])
+	case opCatList:
+		n.st.mu.Lock()
+		resp = okJSON(n.st.cat.list())
+		n.st.mu.Unlock()
 	default:
 		resp = n.refuse(CodeBadRequest, fmt.Sprintf("unknown request %d", req[0]))
 	}
@@ -404,6 +433,65 @@ func (n *Node) remove(b []byte) []byte {
 		return n.refuseErr(err)
 	}
 	n.log.Info("stor: volume removed", "name", name)
+	return []byte{byte(CodeOK)}
+}
+
+// syncCatalog merges the catalogs of the live nodes into this node's,
+// after a start or a cut: it learns of the volumes created meanwhile, and
+// deletes its copy of a volume removed meanwhile.
+func (n *Node) syncCatalog(ctx context.Context) {
+	ms, err := n.ep.ServiceMembers(ctx, n.cfg.Switch, n.cfg.Service, n.cfg.Fabric)
+	if err != nil {
+		return
+	}
+	for _, m := range ms {
+		if m.ID == n.st.id {
+			continue
+		}
+		body, err := n.call(ctx, m.ID, "catalog", []byte{opCatList})
+		var es []CatalogEntry
+		if err != nil || json.Unmarshal(body, &es) != nil {
+			continue
+		}
+		for _, e := range es {
+			if e.Desc.Check() != nil {
+				continue
+			}
+			n.st.mu.Lock()
+			v := n.st.vols[e.Desc.Name]
+			held := v != nil && v.meta.Desc.Created == e.Desc.Created
+			if v != nil && !held && e.Removed == 0 {
+				n.st.mu.Unlock()
+				continue // another incarnation of the name: this node's stays
+			}
+			_, _ = n.st.cat.add(e, time.Now())
+			n.st.mu.Unlock()
+			if held && e.Removed != 0 {
+				if err := n.st.remove(e.Desc.Name); err == nil {
+					n.log.Info("stor: volume removed while this node was away: copy deleted", "volume", e.Desc.Name, "node", n.st.id)
+				}
+			}
+		}
+	}
+}
+
+// catalogAdd records a volume, or its removal, in the node's catalog.
+func (n *Node) catalogAdd(b []byte) []byte {
+	var e CatalogEntry
+	if err := json.Unmarshal(b, &e); err != nil {
+		return n.refuse(CodeBadRequest, "catalog: "+err.Error())
+	}
+	if err := e.Desc.Check(); err != nil {
+		return n.refuseErr(err)
+	}
+	n.st.mu.Lock()
+	defer n.st.mu.Unlock()
+	if v := n.st.vols[e.Desc.Name]; v != nil && e.Removed == 0 && v.meta.Desc.Created != e.Desc.Created {
+		return n.refuse(CodeExists, fmt.Sprintf("%s: this node holds another volume of that name", e.Desc.Name))
+	}
+	if _, err := n.st.cat.add(e, time.Now()); err != nil {
+		return n.refuseErr(err)
+	}
 	return []byte{byte(CodeOK)}
 }
 

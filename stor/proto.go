@@ -32,6 +32,8 @@ const (
 	opGwFlush  = 14 // to a gateway: as opFlushOne, for every node of the volume
 	opGen      = 15 // JSON genReq: the writer's new data generation
 	opForce    = 16 // JSON forceReq: an operator declares this node's copy current
+	opCatalog  = 17 // JSON CatalogEntry: record a volume (or its removal) in the node's catalog
+	opCatList  = 18 // → JSON []CatalogEntry: the node's catalog
 	opWrite    = 20 // multicast: ver u64, off u64, data
 	opFlush    = 21 // multicast: make every write so far durable, then contribute to an aggregation
 )

@@ -138,6 +138,15 @@ func (s *simStor) endpoint(name string) *endpoint.Endpoint {
 	return ep
 }
 
+// logger is nil, or with STOR_DEBUG set one that writes to the test's
+// output.
+func (s *simStor) logger() *slog.Logger {
+	if os.Getenv("STOR_DEBUG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(s.t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
 func (s *simStor) startNode(i int) { s.startNodeWith(i, 0) }
 
 // startNodeWith starts node i with a capacity (0: none).
@@ -152,9 +161,7 @@ func (s *simStor) startNodeWith(i int, capacity uint64) {
 func (s *simStor) tryStartNode(i int, capacity uint64) error {
 	ep := s.endpoint(fmt.Sprintf("s%d", i))
 	cfg := NodeConfig{Dir: s.dirs[i], ID: i, Switch: s.swA.String(), Fabric: s.fab, Capacity: capacity}
-	if os.Getenv("STOR_DEBUG") != "" {
-		cfg.Logger = slog.New(slog.NewTextHandler(s.t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
+	cfg.Logger = s.logger()
 	n, err := NewNode(ep, cfg)
 	if err != nil {
 		ep.Close()
@@ -213,7 +220,7 @@ func (s *simStor) writtenVolume(c *Client, spec VolumeSpec) (Descriptor, *Volume
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	v, err := c.Open(ctx, spec.Name, OpenOptions{Write: true})
+	v, err := c.Open(ctx, spec.Name, OpenOptions{Write: true, Logger: s.logger()})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -366,7 +373,7 @@ func TestSimReplicatedWriteRead(t *testing.T) {
 		if err != nil || len(vs) != 1 || vs[0].Name != "v1" || vs[0].Live != 4 {
 			t.Fatalf("list: %+v, %v", vs, err)
 		}
-		if err := c.Remove(ctx, "v1", false); err != nil {
+		if _, err := c.Remove(ctx, "v1", false); err != nil {
 			t.Fatal(err)
 		}
 		if vs, err := c.List(ctx); err != nil || len(vs) != 0 {
@@ -411,7 +418,7 @@ func TestSimLease(t *testing.T) {
 		if _, err := b.Open(ctx, "l", OpenOptions{Write: true}); !errors.Is(err, ErrLeaseHeld) {
 			t.Fatalf("second writer after 10 s: %v, want ErrLeaseHeld", err)
 		}
-		if err := b.Remove(ctx, "l", false); !errors.Is(err, ErrLeaseHeld) {
+		if _, err := b.Remove(ctx, "l", false); !errors.Is(err, ErrLeaseHeld) {
 			t.Fatalf("remove of an open volume: %v, want ErrLeaseHeld", err)
 		}
 		rng := rand.New(rand.NewPCG(uint64(s.seed), 1))

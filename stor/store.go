@@ -134,8 +134,9 @@ type store struct {
 
 	mu      sync.Mutex
 	vols    map[string]*vol
-	used    uint64 // bytes of extents held, over all volumes
-	extents int    // extents of all volumes: each costs a version in memory
+	cat     *catalog // every volume the node knows of (under mu)
+	used    uint64   // bytes of extents held, over all volumes
+	extents int      // extents of all volumes: each costs a version in memory
 }
 
 // nodeFile is node.json.
@@ -176,7 +177,11 @@ func openStore(dir string, id int, capacity uint64) (*store, error) {
 	default:
 		return nil, err
 	}
-	s := &store{dir: dir, id: uint16(id), capacity: capacity, vols: map[string]*vol{}}
+	cat, err := loadCatalog(dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &store{dir: dir, id: uint16(id), capacity: capacity, vols: map[string]*vol{}, cat: cat}
 	ents, err := os.ReadDir(filepath.Join(dir, "vols"))
 	if err != nil {
 		return nil, err
@@ -193,6 +198,12 @@ func openStore(dir string, id int, capacity uint64) (*store, error) {
 		s.vols[v.meta.Desc.Name] = v
 		s.used += v.meta.Desc.HeldBytes(s.id)
 		s.extents += v.meta.Desc.Extents()
+		// The catalog knows every volume the node holds (a directory
+		// made before it kept one).
+		if _, err := s.cat.add(CatalogEntry{Desc: v.meta.Desc}, time.Now()); err != nil {
+			s.close()
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -331,6 +342,9 @@ func (s *store) create(d Descriptor) (*vol, bool, error) {
 		}
 		return nil, false, fmt.Errorf("%w: %s (created %s)", ErrExists, d.Name, time.Unix(0, v.meta.Desc.Created).UTC().Format(time.RFC3339))
 	}
+	if e, ok := s.cat.entries[d.Name]; ok && e.Removed == 0 && e.Desc.Created != d.Created {
+		return nil, false, fmt.Errorf("%w: %s (created %s, on nodes %v)", ErrExists, d.Name, time.Unix(0, e.Desc.Created).UTC().Format(time.RFC3339), e.Desc.Nodes)
+	}
 	if len(s.vols) >= MaxVolumes {
 		return nil, false, fmt.Errorf("%w: the node holds %d volumes, the most it takes", ErrNoSpace, len(s.vols))
 	}
@@ -360,6 +374,11 @@ func (s *store) create(d Descriptor) (*vol, bool, error) {
 		os.RemoveAll(dir)
 		return nil, false, err
 	}
+	if _, err := s.cat.add(CatalogEntry{Desc: d}, time.Now()); err != nil {
+		v.close()
+		os.RemoveAll(dir)
+		return nil, false, err
+	}
 	s.vols[d.Name] = v
 	s.used += held
 	s.extents += d.Extents()
@@ -377,7 +396,11 @@ func (s *store) remove(name string) error {
 	delete(s.vols, name)
 	s.used -= v.meta.Desc.HeldBytes(s.id)
 	s.extents -= v.meta.Desc.Extents()
+	_, cerr := s.cat.add(CatalogEntry{Desc: v.meta.Desc, Removed: time.Now().UnixNano()}, time.Now())
 	s.mu.Unlock()
+	if cerr != nil {
+		return cerr
+	}
 	v.mu.Lock()
 	v.removed = true
 	v.close()

@@ -92,7 +92,7 @@ func (f *fabricDemo) storage() demoRow {
 	if i := firstDiff(got, data); i >= 0 {
 		return fail(fmt.Errorf("byte %d read back differs", i))
 	}
-	if err := c.Remove(f.ctx, d.Name, false); err != nil {
+	if _, err := c.Remove(f.ctx, d.Name, false); err != nil {
 		return fail(err)
 	}
 	row.OK = true

@@ -357,7 +357,12 @@ credential of role member (--credential or $NDMA_CREDENTIAL).`,
 			if vf.json {
 				rows := make([]map[string]any, 0, len(vs))
 				for _, v := range vs {
-					rows = append(rows, volJSON(v.Descriptor, v.Live))
+					row := volJSON(v.Descriptor, v.Live)
+					row["unavailable"] = v.Unavailable
+					if len(v.Conflict) > 0 {
+						row["conflict"] = len(v.Conflict)
+					}
+					rows = append(rows, row)
 				}
 				if err := json.NewEncoder(out).Encode(rows); err != nil {
 					return err
@@ -365,9 +370,16 @@ credential of role member (--credential or $NDMA_CREDENTIAL).`,
 				return err
 			}
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSIZE\tEXTENT\tREPLICAS\tNODES\tANSWERED")
+			fmt.Fprintln(tw, "NAME\tSIZE\tEXTENT\tREPLICAS\tNODES\tANSWERED\tNOTE")
 			for _, v := range vs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d of %d\n", v.Name, sizeString(v.Size), sizeString(v.Extent), v.Replicas, idList(v.Nodes), v.Live, len(v.Nodes))
+				note := "-"
+				switch {
+				case v.Unavailable:
+					note = "unavailable: every node of it is down"
+				case len(v.Conflict) > 0:
+					note = fmt.Sprintf("%d other volumes of this name on nodes that were down", len(v.Conflict))
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d of %d\t%s\n", v.Name, sizeString(v.Size), sizeString(v.Extent), v.Replicas, idList(v.Nodes), v.Live, len(v.Nodes), note)
 			}
 			if ferr := tw.Flush(); ferr != nil {
 				return ferr
@@ -445,7 +457,22 @@ credential of role member (--credential or $NDMA_CREDENTIAL).`,
 				return err
 			}
 			defer done()
-			return c.Remove(ctx, args[0], force)
+			r, err := c.Remove(ctx, args[0], force)
+			if r != nil {
+				if vf.json {
+					if jerr := json.NewEncoder(cmd.OutOrStdout()).Encode(r); jerr != nil {
+						return jerr
+					}
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "removed volume %s (created %s, %s) from nodes %s",
+						r.Desc.Name, time.Unix(0, r.Desc.Created).UTC().Format(time.RFC3339), sizeString(r.Desc.Size), idList(r.From))
+					if len(r.Down) > 0 {
+						fmt.Fprintf(cmd.OutOrStdout(), "; nodes %s are down and delete their copies when they return", idList(r.Down))
+					}
+					fmt.Fprintln(cmd.OutOrStdout())
+				}
+			}
+			return err
 		},
 	}
 	rm.Flags().BoolVar(&force, "force", false, "remove although the volume is open for writing or a node of it is down")
