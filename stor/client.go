@@ -524,6 +524,7 @@ type Volume struct {
 	// only to read or swap them, never across a network wait.
 	form     chan struct{}
 	flushing chan struct{} // held by the flush in progress
+	io       gate          // writes and flushes in flight; closed while the groups change
 	mu       sync.Mutex
 	groups   map[string]*wgroup
 	jobSeq   uint64 // write groups formed, for their job names
@@ -705,16 +706,22 @@ func (v *Volume) lacking(states map[uint16]leaseResp) [][]uint16 {
 }
 
 // current reports whether node id, answering st, holds every write this
-// volume's writers completed: it serves reads (it checked its copy with
-// the other replicas), or it is in this writer's generation and did not
-// miss a write of it.
+// volume's writers completed.
 func (v *Volume) current(id uint16, st leaseResp) bool {
 	if st.Outdated {
 		return false
 	}
-	// A generation some member failed to take saw no writes: a node that
-	// missed it missed nothing.
-	return st.Ready || v.curGen != 0 && st.Gen >= v.curGen && v.cur[id]
+	if v.curGen == 0 {
+		// This writer has written nothing yet: the nodes' own word.
+		return st.Ready
+	}
+	// A node that did not take this writer's generation missed its
+	// writes, whatever it thinks (it may not have learned yet that it
+	// was left out). One that took it was in the groups of every write
+	// of it: current if it was when the generation started, or has
+	// caught up since. (A generation some member failed to take saw no
+	// writes: a node that missed it missed nothing.)
+	return st.Gen >= v.curGen && (v.cur[id] || st.Ready)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -820,6 +827,13 @@ func (v *Volume) needReform(live []uint16, states map[uint16]leaseResp) string {
 // forms the groups again: a set whose members changed gets a new group
 // (the old one is left). Caller holds form.
 func (v *Volume) formLocked(ctx context.Context) error {
+	// No write or flush is in flight while the groups change: a node
+	// leaves the groups of an older generation when it takes a new one,
+	// and the switch completes a multicast without a member that left,
+	// so a write still on its way in an old group could complete on some
+	// copies only.
+	v.io.close()
+	defer v.io.open()
 	var lastErr error
 	for try := 0; try < 3; try++ {
 		if try > 0 {
@@ -1109,6 +1123,8 @@ func (v *Volume) writeOnce(p []byte, off int64) (int, error) {
 	if lost != nil {
 		return 0, lost
 	}
+	v.io.enter()
+	defer v.io.leave()
 	type piece struct {
 		op  *endpoint.Op
 		e   int
@@ -1262,6 +1278,8 @@ func (v *Volume) flushOnce(ctx context.Context) error {
 		return ctx.Err()
 	}
 	defer func() { <-v.flushing }()
+	v.io.enter()
+	defer v.io.leave()
 	gs := v.groupList()
 	if len(gs) < len(v.d.Sets()) {
 		return fmt.Errorf("%w: some extents of volume %s have every replica down", ErrNoReplica, v.d.Name)

@@ -335,6 +335,7 @@ func jepsenVolume(t *testing.T, seed int64) {
 		defer close(done)
 		tick(done)
 		h = jepsen.NewHistory(nil) // on the bubble's clock
+		t.Logf("seed %d: the history's times count from %s", seed, time.Now().UTC().Format(time.RFC3339Nano))
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
 		c := s.client()
@@ -342,7 +343,7 @@ func jepsenVolume(t *testing.T, seed int64) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, err := c.Open(ctx, jVolume, OpenOptions{Write: true})
+		w, err := c.Open(ctx, jVolume, OpenOptions{Write: true, Logger: s.logger()})
 		if err != nil {
 			t.Fatal(err)
 		}

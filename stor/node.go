@@ -60,7 +60,14 @@ type Node struct {
 	stats NodeStats
 	// registered: the last register registered every service (under mu).
 	registered bool
+	// trace: the logger takes LevelTrace (every read served and write
+	// applied, for following a fault test's history).
+	trace bool
 }
+
+// LevelTrace is the level of a node's per-request logs: below Debug, for
+// tests that follow every read and write.
+const LevelTrace = slog.LevelDebug - 4
 
 // NodeStats are a node's counters.
 type NodeStats struct {
@@ -88,7 +95,8 @@ func NewNode(ep *endpoint.Endpoint, cfg NodeConfig) (*Node, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Node{ep: ep, st: st, cfg: cfg, log: cfg.Logger, ctx: ctx, stop: cancel, svcs: map[string]*endpoint.Service{}}, nil
+	return &Node{ep: ep, st: st, cfg: cfg, log: cfg.Logger, ctx: ctx, stop: cancel, svcs: map[string]*endpoint.Service{},
+		trace: cfg.Logger.Enabled(context.Background(), LevelTrace)}, nil
 }
 
 // ID is the node's id.
@@ -532,8 +540,10 @@ type NodeVolume struct {
 	State    string   `json:"state"`
 	WaitFor  []uint16 `json:"wait_for,omitempty"`
 	// Grouped: the node is in a write group of the lease holder for every
-	// replica set it belongs to.
-	Grouped bool `json:"grouped,omitempty"`
+	// replica set it belongs to. WriterGen: the generation the lease
+	// holder writes in (0: it has not started writing).
+	Grouped   bool   `json:"grouped,omitempty"`
+	WriterGen uint64 `json:"writer_gen,omitempty"`
 }
 
 func (n *Node) stat(b []byte) []byte {
@@ -550,7 +560,7 @@ func (n *Node) stat(b []byte) []byte {
 		Writes: v.appliedW, Syncing: v.syncing, Gen: v.meta.Gen, Members: v.meta.members(), Outdated: v.meta.Outdated,
 		State: v.state, WaitFor: v.waitFor, Grouped: v.grouped(n.cfg.Service, n.st.id)}
 	if left := time.Until(v.expires); v.holder != 0 && left > 0 {
-		nv.Leased, nv.LeaseMs = true, left.Milliseconds()
+		nv.Leased, nv.LeaseMs, nv.WriterGen = true, left.Milliseconds(), v.holderGen
 	}
 	return okJSON(nv)
 }
@@ -614,9 +624,10 @@ func (n *Node) lease(b []byte) []byte {
 			// A new writer: the old one's groups end, so its writes no
 			// longer reach this node.
 			stop = v.takeGroups()
-			v.holder = r.Holder
+			v.holder, v.holderGen = r.Holder, 0
 		}
 		v.expires = now.Add(time.Duration(r.TTLMs) * time.Millisecond)
+		v.holderGen = r.Gen
 		if r.Gen > v.meta.Gen && !slices.Contains(r.Members, n.st.id) && !v.meta.Outdated {
 			// The writer went on without this node.
 			n.log.Warn("stor: copy outdated: the writer writes without this node", "volume", r.Name, "node", n.st.id,
@@ -757,6 +768,7 @@ func (n *Node) setGen(b []byte) []byte {
 	}
 	v.meta.Gen, v.meta.Members = r.Gen, slices.Clone(r.Members)
 	v.meta.Outdated = v.meta.Outdated || r.Outdated
+	v.holderGen = r.Gen
 	if !v.ready || v.meta.Outdated {
 		v.startTrack(true) // before the new generation's first write to it
 	}
@@ -913,6 +925,10 @@ func (n *Node) serveGroup(ctx context.Context, v *vol, r joinReq, g *writeGroup)
 			if err == nil && !v.removed {
 				err = v.apply(e, ver, off, data)
 			}
+			if n.trace {
+				n.log.Log(n.ctx, LevelTrace, "stor: write", "node", n.st.id, "off", off, "len", len(data), "version", ver,
+					"generation", v.meta.Gen, "state", v.state, "set", r.Set, "job", r.Job)
+			}
 			if err != nil && v.werr == CodeOK {
 				v.werr = codeOf(err)
 				n.log.Warn("stor: write", "volume", r.Name, "off", off, "len", len(data), "err", err)
@@ -983,6 +999,10 @@ func (n *Node) read(b []byte) []byte {
 			}
 			time.Sleep(time.Millisecond)
 			continue
+		}
+		if n.trace {
+			n.log.Log(n.ctx, LevelTrace, "stor: read", "node", n.st.id, "off", r.Off, "len", r.Len, "version", v.versions[e],
+				"generation", v.meta.Gen, "state", v.state, "resync", resync)
 		}
 		out := make([]byte, 9+int(r.Len))
 		out[0] = byte(CodeOK)
@@ -1101,15 +1121,23 @@ func (n *Node) missing(b []byte) []byte {
 	return []byte{byte(CodeOK)}
 }
 
-// nodeCallTimeout bounds one request of a node to another.
-const nodeCallTimeout = 10 * time.Second
+// nodeCallTimeout bounds one request of a node to another, and
+// nodeCopyTimeout one read of a piece of an extent (up to MaxIO bytes).
+const (
+	nodeCallTimeout = 3 * time.Second
+	nodeCopyTimeout = 10 * time.Second
+)
 
 // call sends req to node id's own service and returns the reply's body,
 // or the node's refusal as a *NodeError.
 func (n *Node) call(ctx context.Context, id uint16, what string, req []byte) ([]byte, error) {
 	// One peer that does not answer (or a switch that keeps answering
 	// BUSY) holds a resync up for at most this long.
-	ctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
+	limit := nodeCallTimeout
+	if req[0] == opRead {
+		limit = nodeCopyTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	return callNode(ctx, n.ep, n.cfg.Switch, n.cfg.Service, n.cfg.Fabric, id, what, req)
 }
@@ -1256,7 +1284,9 @@ func (n *Node) resync(v *vol, grouped bool) error {
 		if json.Unmarshal(body, &nv) != nil || nv.Desc.Created != d.Created {
 			continue
 		}
-		if nv.Leased {
+		if nv.Leased && nv.WriterGen > 0 {
+			// A writer writes (one that holds the lease but has not
+			// started a generation waits for copies to be current).
 			leased = true
 			maxGen = max(maxGen, nv.Gen)
 		}
@@ -1425,7 +1455,7 @@ func (n *Node) resync(v *vol, grouped bool) error {
 			return ioErr(err)
 		}
 	}
-	if v.holder != 0 && time.Now().Before(v.expires) && (!v.grouped(n.cfg.Service, n.st.id) || v.meta.Outdated) {
+	if v.holder != 0 && v.holderGen > 0 && time.Now().Before(v.expires) && (!v.grouped(n.cfg.Service, n.st.id) || v.meta.Outdated) {
 		// A writer took the lease, or left this node out, meanwhile.
 		v.setState(stateWriter, nil)
 		v.mu.Unlock()

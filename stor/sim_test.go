@@ -138,13 +138,17 @@ func (s *simStor) endpoint(name string) *endpoint.Endpoint {
 	return ep
 }
 
-// logger is nil, or with STOR_DEBUG set one that writes to the test's
-// output.
+// logger is nil, or with STOR_DEBUG (STOR_TRACE: every read and write
+// too) set one that writes to the test's output.
 func (s *simStor) logger() *slog.Logger {
-	if os.Getenv("STOR_DEBUG") == "" {
+	level := slog.LevelDebug
+	switch {
+	case os.Getenv("STOR_TRACE") != "":
+		level = LevelTrace // every read and write too
+	case os.Getenv("STOR_DEBUG") == "":
 		return nil
 	}
-	return slog.New(slog.NewTextHandler(s.t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return slog.New(slog.NewTextHandler(s.t.Output(), &slog.HandlerOptions{Level: level}))
 }
 
 func (s *simStor) startNode(i int) { s.startNodeWith(i, 0) }

@@ -59,20 +59,21 @@ func (m *volMeta) members() []uint16 {
 type vol struct {
 	dir string
 
-	mu       sync.Mutex
-	meta     volMeta
-	data     *os.File
-	vfile    *os.File
-	versions []uint64
-	stale    map[int]bool // extents awaiting a copy (resync): reads of them are refused
-	ready    bool         // serves reads: not resyncing, not waiting for the writer
-	holder   uint64       // lease holder (0: none)
-	expires  time.Time    // lease expiry
-	werr     Code         // first write error since the last flush
-	removed  bool
-	syncing  bool                   // a resync runs
-	wgroups  map[string]*writeGroup // the writer's groups this node is in, by replica set
-	appliedW uint64                 // writes applied, for stats
+	mu        sync.Mutex
+	meta      volMeta
+	data      *os.File
+	vfile     *os.File
+	versions  []uint64
+	stale     map[int]bool // extents awaiting a copy (resync): reads of them are refused
+	ready     bool         // serves reads: not resyncing, not waiting for the writer
+	holder    uint64       // lease holder (0: none)
+	holderGen uint64       // the generation the holder writes in, as its last renewal said (0: none yet)
+	expires   time.Time    // lease expiry
+	werr      Code         // first write error since the last flush
+	removed   bool
+	syncing   bool                   // a resync runs
+	wgroups   map[string]*writeGroup // the writer's groups this node is in, by replica set
+	appliedW  uint64                 // writes applied, for stats
 	// state says why the copy does not serve reads (stateReady when it
 	// does), waitFor the nodes a resync waits to hear from.
 	state   string
