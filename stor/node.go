@@ -1259,7 +1259,11 @@ func (n *Node) resync(v *vol, grouped bool) error {
 	if !outdated {
 		v.setState(stateVerifying, nil)
 	}
-	v.startTrack(!grouped)
+	// Writes applied here since this node joined the writer's groups are
+	// kept over the copies; with no group (now, not when this resync was
+	// decided on: it may have joined since), none is of the writer's
+	// latest generation.
+	v.startTrack(len(v.wgroups) == 0)
 	v.mu.Unlock()
 	type peer struct {
 		nv NodeVolume
