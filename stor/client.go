@@ -1389,16 +1389,20 @@ func (v *Volume) readPieceOnce(ctx context.Context, e int, off uint64, buf []byt
 // in turn. It returns the reply, code first.
 func readExtent(ctx context.Context, c *Client, d Descriptor, e int, req []byte) ([]byte, error) {
 	set := setName(c.opts.Service, d.SetOf(e))
-	anycast := func() ([]byte, error) { return c.ep.Anycast(ctx, c.sw, set, 0, req, c.opts.Fabric) }
-	resp, err := retryBusy(ctx, true, anycast)
-	if errors.Is(err, wire.StatusNotMember) {
+	anycast := func() ([]byte, error) {
+		// A try is bounded, so that a request a restarted switch drops
+		// (a cached group id that names no service now) is looked up
+		// again in time.
+		actx, cancel := context.WithTimeout(ctx, nodeCopyTimeout)
+		defer cancel()
+		return retryBusy(actx, true, func() ([]byte, error) { return c.ep.Anycast(actx, c.sw, set, 0, req, c.opts.Fabric) })
+	}
+	resp, err := anycast()
+	if (errors.Is(err, wire.StatusNotMember) || silentService(err)) && ctx.Err() == nil {
 		// The switch restarted: look the set up again.
 		if _, lerr := c.ep.ServiceMembers(ctx, c.sw, set, c.opts.Fabric); lerr == nil {
-			resp, err = retryBusy(ctx, true, anycast)
+			resp, err = anycast()
 		}
-	}
-	if silentService(err) {
-		relookup(c.ep, c.sw, set, c.opts.Fabric)
 	}
 	if err == nil {
 		_, err = replyBody(-1, "read", resp)

@@ -1121,8 +1121,8 @@ func (n *Node) missing(b []byte) []byte {
 	return []byte{byte(CodeOK)}
 }
 
-// nodeCallTimeout bounds one request of a node to another, and
-// nodeCopyTimeout one read of a piece of an extent (up to MaxIO bytes).
+// nodeCallTimeout bounds one try of a request to one node, and
+// nodeCopyTimeout one read (up to MaxIO bytes).
 const (
 	nodeCallTimeout = 3 * time.Second
 	nodeCopyTimeout = 10 * time.Second
@@ -1131,35 +1131,34 @@ const (
 // call sends req to node id's own service and returns the reply's body,
 // or the node's refusal as a *NodeError.
 func (n *Node) call(ctx context.Context, id uint16, what string, req []byte) ([]byte, error) {
-	// One peer that does not answer (or a switch that keeps answering
-	// BUSY) holds a resync up for at most this long.
-	limit := nodeCallTimeout
-	if req[0] == opRead {
-		limit = nodeCopyTimeout
-	}
-	ctx, cancel := context.WithTimeout(ctx, limit)
-	defer cancel()
 	return callNode(ctx, n.ep, n.cfg.Switch, n.cfg.Service, n.cfg.Fabric, id, what, req)
 }
 
 func callNode(ctx context.Context, ep *endpoint.Endpoint, sw, service string, opts endpoint.FabricOptions, id uint16, what string, req []byte) ([]byte, error) {
 	name := nodeName(service, id)
+	// One node that does not answer (or a switch that keeps answering
+	// BUSY) holds its caller up for at most this long a try.
+	limit := nodeCallTimeout
+	if req[0] == opRead {
+		limit = nodeCopyTimeout
+	}
 	for try := 0; ; try++ {
-		resp, err := retryBusy(ctx, false, func() ([]byte, error) { return ep.Anycast(ctx, sw, name, uint64(id)+1, req, opts) })
+		actx, cancel := context.WithTimeout(ctx, limit)
+		resp, err := retryBusy(actx, false, func() ([]byte, error) { return ep.Anycast(actx, sw, name, uint64(id)+1, req, opts) })
+		cancel()
 		var body []byte
 		if err == nil {
 			body, err = replyBody(int(id), what, resp)
 		} else {
 			err = fmt.Errorf("stor: node %d: %s: %w", id, what, err)
 		}
-		if try == 0 && staleService(err) {
-			// The switch restarted: look the service up again.
+		if try == 0 && ctx.Err() == nil && (staleService(err) || silentService(err)) {
+			// The switch restarted: the cached group id may name no
+			// service (its requests go unanswered), or another node's.
+			// Look the service up again.
 			if _, lerr := ep.ServiceMembers(ctx, sw, name, opts); lerr == nil {
 				continue
 			}
-		}
-		if silentService(err) {
-			relookup(ep, sw, name, opts)
 		}
 		return body, err
 	}
@@ -1170,14 +1169,6 @@ func callNode(ctx context.Context, ep *endpoint.Endpoint, sw, service string, op
 // group that is no service any more, whose requests go unanswered.
 func silentService(err error) bool {
 	return errors.Is(err, endpoint.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, transport.ErrPeerDead)
-}
-
-// relookup looks service name up again, so that the next request uses the
-// group id the switch has now.
-func relookup(ep *endpoint.Endpoint, sw, name string, opts endpoint.FabricOptions) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_, _ = ep.ServiceMembers(ctx, sw, name, opts)
 }
 
 // staleService reports whether err says that a cached service group id no
