@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/stor"
 )
 
@@ -22,39 +20,8 @@ var testToken = []byte("volfs test token")
 // fabricUp starts a switch and n storage nodes on loopback UDP.
 func fabricUp(t *testing.T, n int) (sw string, fab endpoint.FabricOptions) {
 	t.Helper()
-	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := fabric.New(fabric.Config{Token: testToken})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := fabric.NewServer(conn, s, nil)
-	t.Cleanup(func() { srv.Close() })
-	sw = conn.LocalAddr().String()
-	fab = endpoint.FabricOptions{Token: testToken}
-	for i := range n {
-		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		node, err := stor.NewNode(ep, stor.NodeConfig{Dir: t.TempDir(), ID: i, Switch: sw, Fabric: fab})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err = node.Start(ctx)
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			node.Close()
-			ep.Close()
-		})
-	}
-	return sw, fab
+	f := newLiveFabric(t, n)
+	return f.sw, f.fab
 }
 
 // need skips the test unless it runs as root with /dev/fuse and the
