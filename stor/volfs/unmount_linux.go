@@ -1,29 +1,14 @@
 package volfs
 
 import (
-	"errors"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// unmount unmounts dir; lazy detaches it although it is busy (MNT_DETACH:
-// the directory is free at once, the file system goes when its last user
-// lets go). Without the privilege for umount2(2) it runs fusermount.
-func unmount(dir string, lazy bool) error {
-	flags := 0
-	if lazy {
-		flags = unix.MNT_DETACH
-	}
-	err := unix.Unmount(dir, flags)
-	if errors.Is(err, unix.EPERM) {
-		return fusermountU(dir, lazy)
-	}
-	return err
-}
-
-// deadMount reports whether err, from a stat of a directory, says that a
-// FUSE mount is there whose server is gone.
-func deadMount(err error) bool {
-	return errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED)
-}
+// lazyFlag detaches a busy mount; deadErrno is the other errno a stat of
+// a mount whose FUSE server is gone returns (besides ENOTCONN).
+const (
+	lazyFlag  = unix.MNT_DETACH
+	deadErrno = syscall.ECONNABORTED
+)

@@ -3,29 +3,15 @@
 package volfs
 
 import (
-	"errors"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// unmount unmounts dir; lazy forces it although it is busy (MNT_FORCE,
-// the nearest these systems have to Linux's MNT_DETACH). Without the
-// privilege for unmount(2) it runs fusermount.
-func unmount(dir string, lazy bool) error {
-	flags := 0
-	if lazy {
-		flags = unix.MNT_FORCE
-	}
-	err := unix.Unmount(dir, flags)
-	if errors.Is(err, unix.EPERM) {
-		return fusermountU(dir, lazy)
-	}
-	return err
-}
-
-// deadMount reports whether err, from a stat of a directory, says that a
-// FUSE mount is there whose server is gone.
-func deadMount(err error) bool {
-	return errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ENXIO)
-}
+// lazyFlag is the nearest these systems have to Linux's MNT_DETACH;
+// deadErrno is the other errno a stat of a mount whose FUSE server is
+// gone returns (besides ENOTCONN).
+const (
+	lazyFlag  = unix.MNT_FORCE
+	deadErrno = syscall.ENXIO
+)
