@@ -113,6 +113,9 @@ func New(conn netio.Conn, cfg Config, opts Options) (*Endpoint, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if sec != nil {
+		sec.Log = log
+	}
 	ep := &Endpoint{conn: conn, log: log, core: core, readerDone: make(chan struct{}), closing: make(chan struct{}),
 		services: make(map[uint32]*Service), svcIDs: make(map[string]uint32), incarnation: mrand.Uint64(), sec: sec, id: opts.Security}
 	if sec != nil {

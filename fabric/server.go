@@ -91,6 +91,7 @@ func NewServerWith(conn netio.Conn, sw *Switch, opts ServerOptions) (*Server, er
 	if sec != nil {
 		sw.SetIdentities(sec.Peer)
 		sw.SetVerified()
+		sec.Log = opts.Logger
 	}
 	return newServer(conn, opts.Conns, sw, opts.Logger, sec), nil
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"time"
 )
 
@@ -23,6 +24,10 @@ import (
 //	RETRY    R → I  type 2, cookie (cookieLen)            (no cookie, or a stale one)
 //	RESPONSE R → I  type 3, eph_r (32), SAID_r (4), AEAD(cert_r, sig_r)
 //	FINISH   I → R  type 4, SAID_r (4), AEAD(cert_i, sig_i)
+//
+// The cookie is an HMAC of the initiator's address, eph_i and SAID_i under
+// a key of the responder's, per 30 s bucket: one cookie admits one
+// handshake, and only from the address it was sent to.
 //
 // th1 = SHA-256(label, type, eph_i, SAID_i); th2 = SHA-256(th1, eph_r,
 // SAID_r); sig_r = Sign(R, "responder" + th2); th3 = SHA-256(th2, cert_r,
@@ -279,14 +284,18 @@ type Responder struct {
 	opts      Options
 	rand      io.Reader
 	cookieKey [32]byte
-	pending   map[uint32]*pendingHS // by the SAID this side chose
-	byInit    map[initKey]uint32    // the same, by the initiator's address and SAID
-	order     []uint32              // pending's SAIDs, oldest first (their deadlines in order)
+	pending   map[uint32]*pendingHS   // by the SAID this side chose
+	byInit    map[initKey]uint32      // the same, by the initiator's address and SAID
+	order     []uint32                // pending's SAIDs, oldest first (their deadlines in order)
+	byAddr    map[netip.Addr][]uint32 // the same, by the initiator's IP address, oldest first
 	newSAID   func() uint32
-	// MaxPending bounds the half-open handshakes; HandshakeTimeout is
-	// how long one waits for its FINISH.
-	MaxPending       int
-	HandshakeTimeout time.Duration
+	// MaxPending bounds the half-open handshakes; MaxPendingPerAddr
+	// those from one IP address (a new one beyond it replaces that
+	// address's oldest, so that one host cannot fill the table);
+	// HandshakeTimeout is how long one waits for its FINISH.
+	MaxPending        int
+	MaxPendingPerAddr int
+	HandshakeTimeout  time.Duration
 }
 
 type pendingHS struct {
@@ -307,6 +316,7 @@ type initKey struct {
 // Defaults of Responder.
 const (
 	DefaultMaxPending       = 1024
+	DefaultPendingPerAddr   = 16
 	DefaultHandshakeTimeout = 5 * time.Second
 	cookieBucket            = 30 * time.Second
 )
@@ -314,8 +324,9 @@ const (
 // NewResponder returns a responder for identity id. newSAID draws the
 // SAIDs this side receives on (non-zero, unique among its SAs).
 func NewResponder(id *Identity, opts Options, rand io.Reader, newSAID func() uint32) (*Responder, error) {
-	r := &Responder{id: id, opts: opts, rand: rand, pending: make(map[uint32]*pendingHS), byInit: make(map[initKey]uint32), newSAID: newSAID,
-		MaxPending: DefaultMaxPending, HandshakeTimeout: DefaultHandshakeTimeout}
+	r := &Responder{id: id, opts: opts, rand: rand, pending: make(map[uint32]*pendingHS), byInit: make(map[initKey]uint32),
+		byAddr: make(map[netip.Addr][]uint32), newSAID: newSAID,
+		MaxPending: DefaultMaxPending, MaxPendingPerAddr: DefaultPendingPerAddr, HandshakeTimeout: DefaultHandshakeTimeout}
 	if _, err := io.ReadFull(rand, r.cookieKey[:]); err != nil {
 		return nil, err
 	}
@@ -327,17 +338,38 @@ func (r *Responder) Pending() int { return len(r.pending) }
 
 // cookie is the responder's proof that from received a message it sent:
 // an HMAC, under a key only the responder knows, of the time bucket, the
-// address and the initiator's ephemeral key.
-func (r *Responder) cookie(bucket int64, from netip.AddrPort, eph []byte) []byte {
+// address and the HELLO's core (the initiator's ephemeral key and SAID),
+// so that one cookie admits one handshake.
+func (r *Responder) cookie(bucket int64, from netip.AddrPort, core []byte) []byte {
 	m := hmac.New(sha256.New, r.cookieKey[:])
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], uint64(bucket))
 	m.Write(b[:])
 	a, _ := from.MarshalBinary()
 	m.Write(a)
-	m.Write(eph)
+	m.Write(core[1:])
 	return m.Sum(nil)[:cookieLen]
 }
+
+// cookieOK reports whether the HELLO msg carries a cookie this responder
+// gave from at now (in this time bucket or the one before).
+func (r *Responder) cookieOK(now time.Time, from netip.AddrPort, msg []byte) bool {
+	if len(msg) != helloLen+cookieLen || int(msg[helloLen-1]) != cookieLen {
+		return false
+	}
+	core, cookie := msg[:helloLen-1], msg[helloLen:]
+	bucket := now.UnixNano() / int64(cookieBucket)
+	return hmac.Equal(cookie, r.cookie(bucket, from, core)) || hmac.Equal(cookie, r.cookie(bucket-1, from, core))
+}
+
+// proven reports whether HELLO msg shows that its sender receives at
+// from: it carries a valid cookie.
+func (r *Responder) proven(now time.Time, from netip.AddrPort, msg []byte) bool {
+	return r.cookieOK(now, from, msg)
+}
+
+// pendingSAID reports whether id is the SAID of a half-open handshake.
+func (r *Responder) pendingSAID(id uint32) bool { return r != nil && r.pending[id] != nil }
 
 // Handle takes an initiator's message from address from at now: a HELLO
 // without a valid cookie gets a RETRY; with one, a RESPONSE; a FINISH
@@ -359,12 +391,11 @@ func (r *Responder) hello(now time.Time, from netip.AddrPort, msg []byte) ([]byt
 	if len(msg) < helloLen || len(msg) != helloLen+int(msg[helloLen-1]) {
 		return nil, nil, fmt.Errorf("%w: HELLO of %d bytes", ErrHandshake, len(msg))
 	}
-	core, cookie := msg[:helloLen-1], msg[helloLen:]
+	core := msg[:helloLen-1]
 	eph, saidI := core[1:1+ephLen], binary.BigEndian.Uint32(core[1+ephLen:])
-	bucket := now.UnixNano() / int64(cookieBucket)
-	if len(cookie) != cookieLen || !hmac.Equal(cookie, r.cookie(bucket, from, eph)) && !hmac.Equal(cookie, r.cookie(bucket-1, from, eph)) {
+	if !r.cookieOK(now, from, msg) {
 		// Stateless: the RETRY is smaller than the HELLO.
-		return append([]byte{hsRetry}, r.cookie(bucket, from, eph)...), nil, nil
+		return append([]byte{hsRetry}, r.cookie(now.UnixNano()/int64(cookieBucket), from, core)...), nil, nil
 	}
 	if saidI == 0 {
 		return nil, nil, fmt.Errorf("%w: SAID 0", ErrHandshake)
@@ -375,6 +406,9 @@ func (r *Responder) hello(now time.Time, from netip.AddrPort, msg []byte) ([]byt
 			return p.response, nil, nil // the same HELLO again
 		}
 		r.drop(id) // the initiator started over
+	}
+	if ids := r.byAddr[from.Addr()]; r.MaxPendingPerAddr > 0 && len(ids) >= r.MaxPendingPerAddr {
+		r.drop(ids[0]) // this host's oldest: one host cannot fill the table
 	}
 	if len(r.pending) >= r.MaxPending {
 		return nil, nil, ErrBusy
@@ -411,6 +445,7 @@ func (r *Responder) hello(now time.Time, from netip.AddrPort, msg []byte) ([]byt
 	copy(p.ephI[:], eph)
 	r.pending[saidR] = p
 	r.byInit[initKey{from, saidI}] = saidR
+	r.byAddr[from.Addr()] = append(r.byAddr[from.Addr()], saidR)
 	r.order = append(r.order, saidR)
 	if len(r.order) > 2*r.MaxPending {
 		// Handshakes that ended early leave their ids behind a live
@@ -468,6 +503,16 @@ func (r *Responder) drop(id uint32) {
 	if p := r.pending[id]; p != nil {
 		delete(r.byInit, initKey{p.from, p.saidI})
 		delete(r.pending, id)
+		a := p.from.Addr()
+		ids := r.byAddr[a]
+		if i := slices.Index(ids, id); i >= 0 {
+			ids = slices.Delete(ids, i, i+1)
+		}
+		if len(ids) == 0 {
+			delete(r.byAddr, a)
+		} else {
+			r.byAddr[a] = ids
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"time"
@@ -31,14 +32,19 @@ type Layer struct {
 
 	peers    map[netip.AddrPort]*layerPeer
 	bySAID   map[uint32]*layerPeer // by the SAID this side receives on
-	nextSAID uint32
+	nextSAID uint32                // only if rand fails
 	out      []Datagram
 	stats    LayerStats
 	free     [len(bufClasses)][][]byte // buffers given back by Recycle, by class
 	deadline time.Time                 // when Tick has work next (zero: none)
 
-	unknownSec  int64 // the second unknownSent counts in
-	unknownSent int
+	answers answerLimit // answers to datagrams no session vouches for
+	bound   sessionBound
+
+	// Log receives the layer's events worth an operator's attention (a
+	// session lost, a peer evicted) at WARN, and routine ones at DEBUG;
+	// nil discards them.
+	Log *slog.Logger
 
 	// MaxPeers bounds the addresses with a session or a handshake;
 	// MaxQueued the datagrams held per address while its handshake
@@ -51,6 +57,13 @@ type Layer struct {
 	HandshakeRetry  time.Duration
 	HandshakeGiveUp time.Duration
 	SessionIdle     time.Duration
+	// MaxSessionsPerName bounds the sessions one credential (role and
+	// name) holds at once, MaxSessionsPerAddr those from one IP address:
+	// a new one beyond either bound evicts the least recently active
+	// session of that credential or address, so that one credential or
+	// host cannot take the table from everyone else.
+	MaxSessionsPerName int
+	MaxSessionsPerAddr int
 	// A session is replaced by a new one (a new handshake, while the old
 	// session goes on carrying traffic) once it has sealed RekeyPackets
 	// datagrams or is RekeyAge old; the old one still opens what arrives
@@ -123,8 +136,11 @@ type LayerStats struct {
 	DroppedNoSA, DroppedAuth uint64 // sealed for no SA of ours (or from another address); failing authentication
 	DroppedReplay            uint64 // replayed or too old
 	DroppedQueue             uint64 // outbound datagrams dropped: queue full, handshake failed, table full
-	SessionsReset            uint64 // sessions the peer no longer knew (it restarted), opened again
+	SessionsReset            uint64 // sessions the peer said it no longer knew (it restarted): a new handshake started
+	SessionsLost             uint64 // sessions dropped because the peer did not answer a new handshake
+	SessionsEvicted          uint64 // sessions dropped for MaxSessionsPerName or MaxSessionsPerAddr
 	Rekeys                   uint64 // sessions replaced for their age or packets sealed
+	HandshakeRestarts        uint64 // handshakes started again by Tick for datagrams held with none under way
 	Peers                    int
 }
 
@@ -135,8 +151,13 @@ const (
 	DefaultHandshakeRetry  = 250 * time.Millisecond
 	DefaultHandshakeGiveUp = 10 * time.Second
 	DefaultSessionIdle     = 10 * time.Minute
-	DefaultRekeyAge        = time.Hour
-	DefaultDrain           = 30 * time.Second
+	DefaultSessionsPerName = 1024
+	DefaultSessionsPerAddr = 4096
+	// MaxHandshakeRetry is the longest an initiator waits between two
+	// HELLOs: the wait starts at HandshakeRetry and doubles.
+	MaxHandshakeRetry = 2 * time.Second
+	DefaultRekeyAge   = time.Hour
+	DefaultDrain      = 30 * time.Second
 )
 
 type layerPeer struct {
@@ -149,9 +170,19 @@ type layerPeer struct {
 	ini      *Initiator
 	hello    []byte // the HELLO to send again
 	retryAt  time.Time
+	backoff  time.Duration // the wait before the next HELLO
 	giveUpAt time.Time
 	queue    [][]byte
 	last     time.Time
+	// hold: the peer said it does not know sess (an unknown-SA notice,
+	// which anyone can forge): sess is kept, but datagrams wait for the
+	// handshake under way, which only the real peer can complete.
+	hold     bool
+	noticeAt time.Time // when a notice last started a handshake
+	// restartAt: this side gave way to the peer's handshake (both
+	// opened at once); if no session exists by then, Tick starts one.
+	restartAt time.Time
+	bound     []string // the sessionBound keys this peer's session counts under
 }
 
 // NewLayer returns the layer of identity id; rand is crypto/rand.Reader
@@ -160,18 +191,14 @@ func NewLayer(id *Identity, opts Options, rand io.Reader) (*Layer, error) {
 	l := &Layer{id: id, opts: opts, rand: rand, peers: make(map[netip.AddrPort]*layerPeer), bySAID: make(map[uint32]*layerPeer),
 		MaxPeers: DefaultLayerPeers, MaxQueued: DefaultLayerQueued, HandshakeRetry: DefaultHandshakeRetry,
 		HandshakeGiveUp: DefaultHandshakeGiveUp, SessionIdle: DefaultSessionIdle,
-		RekeyPackets: RekeyAfter, RekeyAge: DefaultRekeyAge, Drain: DefaultDrain}
+		RekeyPackets: RekeyAfter, RekeyAge: DefaultRekeyAge, Drain: DefaultDrain,
+		MaxSessionsPerName: DefaultSessionsPerName, MaxSessionsPerAddr: DefaultSessionsPerAddr}
 	if opts.RekeyAge > 0 {
 		l.RekeyAge = opts.RekeyAge
 	}
 	if opts.RekeyPackets > 0 {
 		l.RekeyPackets = min(opts.RekeyPackets, RekeyAfter)
 	}
-	var b [4]byte
-	if _, err := io.ReadFull(rand, b[:]); err != nil {
-		return nil, err
-	}
-	l.nextSAID = binary.BigEndian.Uint32(b[:])
 	res, err := NewResponder(id, opts, rand, l.newSAID)
 	if err != nil {
 		return nil, err
@@ -180,12 +207,20 @@ func NewLayer(id *Identity, opts Options, rand io.Reader) (*Layer, error) {
 	return l, nil
 }
 
-// newSAID draws a receive SAID no session of this layer uses.
+// newSAID draws a receive SAID no session of this layer uses, at random:
+// one SAID seen tells nothing of the next (a counter would let whoever
+// saw one name the others in forged notices).
 func (l *Layer) newSAID() uint32 {
+	var b [4]byte
 	for {
-		l.nextSAID++
-		if l.nextSAID != 0 && l.bySAID[l.nextSAID] == nil {
-			return l.nextSAID
+		if _, err := io.ReadFull(l.rand, b[:]); err != nil {
+			// crypto/rand does not fail; a test's reader that ran
+			// dry falls back to a counter.
+			l.nextSAID++
+			binary.BigEndian.PutUint32(b[:], l.nextSAID)
+		}
+		if id := binary.BigEndian.Uint32(b[:]); id != 0 && l.bySAID[id] == nil && !l.res.pendingSAID(id) {
+			return id
 		}
 	}
 }
@@ -229,7 +264,7 @@ func (l *Layer) send(now time.Time, to netip.AddrPort, pkt []byte, control bool)
 		}
 	}
 	p.last = now
-	if p.sess == nil {
+	if p.sess == nil || p.hold {
 		if len(p.queue) >= l.MaxQueued {
 			l.stats.DroppedQueue++
 			return fmt.Errorf("secure: %d datagrams held for %v's handshake", len(p.queue), to)
@@ -277,7 +312,11 @@ func (l *Layer) initiate(now time.Time, to netip.AddrPort) (*layerPeer, error) {
 		p = &layerPeer{addr: to}
 		l.peers[to] = p
 	}
-	p.ini, p.giveUpAt, p.last = ini, now.Add(l.HandshakeGiveUp), now
+	if p.ini != nil {
+		l.unmapSAIDs(p, p.sessionSAIDs()...)
+	}
+	p.ini, p.giveUpAt, p.last, p.backoff, p.restartAt = ini, now.Add(l.HandshakeGiveUp), now, l.HandshakeRetry, time.Time{}
+	l.wake(p.giveUpAt)
 	l.mapSAID(p, said)
 	l.sendHandshake(now, p, ini.Hello())
 	return p, nil
@@ -289,6 +328,18 @@ func (p *layerPeer) pendingSAID() uint32 {
 		return 0
 	}
 	return p.ini.said
+}
+
+// sessionSAIDs are the SAIDs p's sessions receive on (not a handshake's).
+func (p *layerPeer) sessionSAIDs() []uint32 {
+	var keep []uint32
+	if p.sess != nil {
+		keep = append(keep, p.sess.Recv.ID())
+	}
+	if p.old != nil {
+		keep = append(keep, p.old.Recv.ID())
+	}
+	return keep
 }
 
 // mapSAID makes id name p.
@@ -322,7 +373,7 @@ func (l *Layer) sendHandshake(now time.Time, p *layerPeer, msg []byte) {
 	if len(msg) > 0 && msg[0] == hsHello {
 		// A copy of its own: the datagram's buffer goes back to the
 		// pool once written.
-		p.hello, p.retryAt = append(p.hello[:0], b...), now.Add(l.HandshakeRetry)
+		p.hello, p.retryAt = append(p.hello[:0], b...), now.Add(max(p.backoff, l.HandshakeRetry))
 		l.wake(p.retryAt)
 	}
 	l.out = append(l.out, Datagram{Addr: p.addr, Buf: b})
@@ -345,9 +396,7 @@ func (l *Layer) Receive(now time.Time, from netip.AddrPort, pkt []byte) []byte {
 	}
 	if h.Flags&wire.FlagAuth == 0 {
 		l.stats.DroppedPlain++
-		if len(pkt) > wire.HeaderLen {
-			l.sealRequired(now, from)
-		}
+		l.sealRequired(now, from)
 		return nil
 	}
 	p := l.bySAID[h.SAID]
@@ -397,21 +446,22 @@ func (l *Layer) handshake(now time.Time, from netip.AddrPort, msg []byte) {
 		return
 	}
 	if msg[0] == hsHello {
-		if p := l.peers[from]; p != nil && p.ini != nil && len(msg) >= 1+ephLen {
-			// Both sides opened at once: the HELLO with the lower
-			// ephemeral key goes on, the other side answers it.
-			if string(p.ini.eph.PublicKey().Bytes()) < string(msg[1:1+ephLen]) {
+		if p := l.peers[from]; p != nil && p.ini != nil && l.res.proven(now, from, msg) {
+			// Both sides opened at once (the HELLO's cookie shows it
+			// comes from the peer's address, not from a forger who
+			// cannot receive there): the HELLO with the lower
+			// ephemeral key goes on, the other side answers it. A key
+			// that is no valid X25519 share never wins.
+			theirs := msg[1 : 1+ephLen]
+			if string(p.ini.eph.PublicKey().Bytes()) < string(theirs) || !validShare(p.ini, theirs) {
 				return
 			}
-			var keep []uint32 // the sessions' SAIDs, not the handshake's
-			if p.sess != nil {
-				keep = append(keep, p.sess.Recv.ID())
-			}
-			if p.old != nil {
-				keep = append(keep, p.old.Recv.ID())
-			}
-			l.unmapSAIDs(p, keep...)
+			l.unmapSAIDs(p, p.sessionSAIDs()...)
 			p.ini, p.hello = nil, nil
+			// Should the peer's handshake not complete, this side
+			// starts its own again (Tick).
+			p.restartAt = now.Add(l.HandshakeGiveUp / 4)
+			l.wake(p.restartAt)
 		}
 	}
 	if msg[0] == hsHello || msg[0] == hsFinish {
@@ -482,6 +532,8 @@ func (l *Layer) established(now time.Time, addr netip.AddrPort, s *Session) {
 		l.mapSAID(p, s.Recv.ID())
 	}
 	p.sess, p.since, p.ini, p.hello, p.last = s, now, nil, nil, now
+	p.hold, p.restartAt = false, time.Time{}
+	l.bindSession(now, p)
 	for _, pkt := range p.queue {
 		if err := l.seal(p, pkt, false); err != nil {
 			l.stats.DroppedQueue++
@@ -517,15 +569,11 @@ func (l *Layer) sealRequired(now time.Time, from netip.AddrPort) {
 }
 
 // answer sends a HANDSHAKE message msg to from that answers a datagram
-// no session vouches for: at most unknownRate of them a second in all.
+// no session vouches for, as the answer limit allows.
 func (l *Layer) answer(now time.Time, from netip.AddrPort, msg []byte) {
-	if sec := now.Unix(); sec != l.unknownSec {
-		l.unknownSec, l.unknownSent = sec, 0
-	}
-	if l.unknownSent >= unknownRate {
+	if !l.answers.allow(now, from.Addr(), msg[0]) {
 		return
 	}
-	l.unknownSent++
 	h := wire.Header{Version: wire.Version, Op: wire.OpHandshake, MsgLen: uint32(len(msg))}
 	b, err := wire.AppendPacket(l.getBuf(wire.HeaderLen+len(msg)), &h, msg)
 	if err == nil {
@@ -533,8 +581,16 @@ func (l *Layer) answer(now time.Time, from netip.AddrPort, msg []byte) {
 	}
 }
 
+// noticeEvery is how often at most an unknown-SA notice starts a new
+// handshake with one peer.
+const noticeEvery = time.Second
+
 // onUnknown handles a peer's word that the SA this side sends to it is
-// unknown there: the session is dropped and a new one opened.
+// unknown there. Anyone who saw the SAID can forge the notice, so it
+// ends nothing: the session stays, datagrams to the peer wait, and a new
+// handshake starts, which only the real peer can complete (it then
+// replaces the session; a forged notice costs one handshake a second at
+// most).
 func (l *Layer) onUnknown(now time.Time, from netip.AddrPort, msg []byte) {
 	p := l.peers[from]
 	if len(msg) != 5 || p == nil || p.sess == nil || p.sess.Send.ID() != binary.BigEndian.Uint32(msg[1:]) ||
@@ -543,13 +599,26 @@ func (l *Layer) onUnknown(now time.Time, from netip.AddrPort, msg []byte) {
 		// first datagrams before the handshake's last message.)
 		return
 	}
+	if p.ini != nil || (!p.noticeAt.IsZero() && now.Sub(p.noticeAt) < noticeEvery) {
+		return // a handshake under way answers it
+	}
 	l.stats.SessionsReset++
-	l.unmapSAIDs(p)
-	p.sess, p.old = nil, nil
+	p.noticeAt, p.hold = now, true
+	l.logger().Debug("secure: the peer does not know the session: a new handshake", "peer", from)
 	if _, err := l.initiate(now, from); err != nil {
-		delete(l.peers, from)
+		p.hold = false
 	}
 }
+
+// logger is Log, or a logger that discards.
+func (l *Layer) logger() *slog.Logger {
+	if l.Log == nil {
+		return discard
+	}
+	return l.Log
+}
+
+var discard = slog.New(slog.DiscardHandler)
 
 // Flush passes a core's outbound datagrams out through the layer, as a
 // driver does after each Step or Poll: it takes each one (a datagram the
@@ -607,13 +676,24 @@ func (l *Layer) Tick(now time.Time) time.Time {
 	var next time.Time
 	sessions := false
 	for _, p := range l.peers {
+		if p.ini == nil && (p.sess == nil || p.hold) && !p.restartAt.IsZero() && !now.Before(p.restartAt) {
+			// This side gave way to the peer's handshake, which did not
+			// complete: its own starts again.
+			if _, err := l.initiate(now, p.addr); err == nil {
+				l.stats.HandshakeRestarts++
+			}
+		}
 		if p.ini == nil {
 			sessions = sessions || p.sess != nil
+			if !p.restartAt.IsZero() && (next.IsZero() || p.restartAt.Before(next)) {
+				next = p.restartAt
+			}
 			continue
 		}
 		if !now.Before(p.retryAt) && p.hello != nil {
 			l.out = append(l.out, Datagram{Addr: p.addr, Buf: append(l.getBuf(len(p.hello)), p.hello...)})
-			p.retryAt = now.Add(l.HandshakeRetry)
+			p.backoff = min(2*max(p.backoff, l.HandshakeRetry), max(MaxHandshakeRetry, l.HandshakeRetry))
+			p.retryAt = now.Add(p.backoff)
 		}
 		for _, t := range []time.Time{p.retryAt, p.giveUpAt} {
 			if next.IsZero() || t.Before(next) {
@@ -660,17 +740,41 @@ func (l *Layer) sweep(now time.Time) {
 			p.old = nil
 		}
 		switch {
-		case p.sess == nil && p.ini != nil && !now.Before(p.giveUpAt):
+		case p.ini != nil && !now.Before(p.giveUpAt) && p.sess != nil && !p.hold:
+			// A rekey nobody answered: the session goes on, and the
+			// next datagram sealed tries again.
+			l.stats.HandshakesFailed++
+			l.unmapSAIDs(p, p.sessionSAIDs()...)
+			p.ini, p.hello = nil, nil
+			continue
+		case p.ini != nil && !now.Before(p.giveUpAt):
 			l.stats.HandshakesFailed++
 			l.stats.DroppedQueue += uint64(len(p.queue))
 			for _, b := range p.queue {
 				l.putBuf(b)
 			}
+			if p.sess != nil {
+				l.stats.SessionsLost++
+				l.logger().Warn("secure: session lost: the peer said it no longer knows it and did not answer a new handshake",
+					"peer", addr, "role", RoleName(p.sess.Peer.Role), "name", p.sess.Peer.Name, "waited", l.HandshakeGiveUp, "dropped", len(p.queue))
+			} else if len(p.queue) > 0 {
+				l.logger().Warn("secure: no session: the peer did not answer the handshake", "peer", addr, "waited", l.HandshakeGiveUp, "dropped", len(p.queue))
+			}
+		case p.ini == nil && p.sess == nil && p.restartAt.IsZero():
+			// (Nothing under way and nothing to restart.)
 		case p.sess != nil && now.Sub(p.last) > l.SessionIdle:
+			l.logger().Debug("secure: idle session closed", "peer", addr, "name", p.sess.Peer.Name)
 		default:
 			continue
 		}
-		l.unmapSAIDs(p)
-		delete(l.peers, addr)
+		l.forget(p)
 	}
+}
+
+// forget drops p: its SAIDs, its session's place in the bounds, its
+// entry.
+func (l *Layer) forget(p *layerPeer) {
+	l.unmapSAIDs(p)
+	l.bound.remove(p)
+	delete(l.peers, p.addr)
 }

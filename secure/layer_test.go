@@ -469,10 +469,10 @@ func TestLayerLateHandshakeTwin(t *testing.T) {
 	}
 }
 
-// TestLayerSealRequired: an unsealed datagram with a payload is answered
-// with a one-byte HANDSHAKE that says only sealed datagrams are taken,
-// never larger than what it answers; a header-only one is not answered;
-// the answers (with the unknown-SA ones) are bounded per second.
+// TestLayerSealRequired: an unsealed datagram is answered with a one-byte
+// HANDSHAKE that says only sealed datagrams are taken, never more than a
+// byte larger than what it answers; the answers are bounded per source
+// and per second.
 func TestLayerSealRequired(t *testing.T) {
 	n, _, b := newNet2(t)
 	stranger := netip.MustParseAddrPort("10.9.9.9:1")
@@ -488,18 +488,33 @@ func TestLayerSealRequired(t *testing.T) {
 		t.Fatalf("answer %v %v %x", err, h.Op, payload)
 	}
 	b.Recycle(out)
-	b.Receive(n.now, stranger, plainPacket(t, 2, ""))
-	if out := b.Take(nil); len(out) != 0 {
-		t.Fatalf("a header-only unsealed datagram was answered (%d datagrams)", len(out))
+	// A header-only one (a NOP) is answered too: the answer is one byte
+	// longer, and bounded per source and per second.
+	nop := plainPacket(t, 2, "")
+	b.Receive(n.now, stranger, bytes.Clone(nop))
+	if out := b.Take(nil); len(out) != 1 || len(out[0].Buf) != len(nop)+1 {
+		t.Fatalf("a header-only unsealed datagram: %d answers", len(out))
 	}
-	for i := range 10 * unknownRate {
+	for i := range 10 * answerRate {
 		b.Receive(n.now, stranger, plainPacket(t, uint64(3+i), "flood"))
 	}
-	if out := b.Take(nil); len(out) != unknownRate-1 {
-		t.Fatalf("%d answers to a flood in one second, want %d", len(out), unknownRate-1)
+	if out := b.Take(nil); len(out) != answerPerSource-2 {
+		t.Fatalf("%d answers to one source's flood in one second, want %d", len(out), answerPerSource-2)
 	}
-	if st := b.Stats(); st.DroppedPlain != 2+10*unknownRate || st.Peers != 0 {
+	for i := range 10 * answerRate {
+		src := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 7, byte(i >> 8), byte(i)}), 9)
+		b.Receive(n.now, src, plainPacket(t, uint64(3+i), "flood"))
+	}
+	if out := b.Take(nil); len(out) != answerRate-answerPerSource {
+		t.Fatalf("%d answers to a flood from many sources in one second, want %d", len(out), answerRate-answerPerSource)
+	}
+	if st := b.Stats(); st.DroppedPlain != 2+20*answerRate || st.Peers != 0 {
 		t.Fatalf("after the flood: %+v", st)
+	}
+	// The next second, the source is answered again.
+	b.Receive(n.now.Add(time.Second), stranger, bytes.Clone(nop))
+	if out := b.Take(nil); len(out) != 1 {
+		t.Fatalf("the next second: %d answers", len(out))
 	}
 }
 

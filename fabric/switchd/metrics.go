@@ -2,12 +2,14 @@ package switchd
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/internal/metricsrv"
+	"github.com/ndma/ndma/secure"
 )
 
 // metricPrefix starts the name of every switch metric.
@@ -264,7 +266,7 @@ func groupKind(g fabric.GroupInfo) string {
 // collectors, on a private registry.
 func (s *Server) metricsHandler() (http.Handler, error) {
 	return metricsrv.Handler(s.log, &metricsrv.Table[snap]{
-		Metrics: metrics,
+		Metrics: append(slices.Clip(metrics), metricsrv.Security(metricPrefix, func(x *snap) *secure.LayerStats { return &x.st.Security })...),
 		Snapshot: func() snap {
 			nodes, regions := s.Pool()
 			return snap{s: s, st: s.Stats(), groups: s.Groups(), nodes: nodes, regions: regions}

@@ -2,10 +2,12 @@ package memd
 
 import (
 	"net/http"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ndma/ndma/internal/metricsrv"
+	"github.com/ndma/ndma/secure"
 )
 
 // metricPrefix starts the name of every memd metric.
@@ -144,7 +146,7 @@ var metrics = []metric{
 // collectors, on a private registry.
 func (s *Server) metricsHandler() (http.Handler, error) {
 	return metricsrv.Handler(s.log, &metricsrv.Table[snap]{
-		Metrics:  metrics,
+		Metrics:  append(slices.Clip(metrics), metricsrv.Security(metricPrefix, func(x *snap) *secure.LayerStats { return &x.st.Security })...),
 		Snapshot: func() snap { return snap{s: s, st: s.Stats()} },
 	})
 }

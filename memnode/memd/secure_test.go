@@ -70,7 +70,8 @@ func TestLendSealed(t *testing.T) {
 	defer sw.Close()
 	var logs bytes.Buffer
 	srv, err := Start(Config{Listen: "127.0.0.1:0", Size: 1 << 20, Switch: sw.Addr().String(), Token: token,
-		Security: issueID(t, a, secure.RoleMemoryNode, "mem0"), SecurityOptions: opts, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		Security: issueID(t, a, secure.RoleMemoryNode, "mem0"), SecurityOptions: opts, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		MetricsAddr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,6 +98,15 @@ func TestLendSealed(t *testing.T) {
 	}
 	if st := sw.Stats().Security; st.Handshakes < 2 {
 		t.Errorf("the switch's security layer: %+v", st)
+	}
+	m := scrape(t, srv)
+	if m[`ndma_memd_security_handshakes_total{result="established"}`] == 0 || m["ndma_memd_security_sealed_total"] == 0 ||
+		m["ndma_memd_security_peers"] == 0 {
+		t.Errorf("the security layer's series: handshakes %v, sealed %v, peers %v", m[`ndma_memd_security_handshakes_total{result="established"}`],
+			m["ndma_memd_security_sealed_total"], m["ndma_memd_security_peers"])
+	}
+	if _, ok := m[`ndma_memd_security_sessions_ended_total{cause="lost"}`]; !ok {
+		t.Error("no series of sessions lost")
 	}
 	if !strings.Contains(logs.String(), `sealing every datagram (role memory node, name \"mem0\")`) {
 		t.Errorf("no sealing line in the logs:\n%s", logs.String())

@@ -275,6 +275,19 @@ func (n *Network) resume(h *host) {
 	}
 }
 
+// Inject puts a copy of buf onto dst's down link as if src had sent it:
+// a forged datagram from an attacker who spoofs src (the crossbar checks
+// no source, as an IP network does not). It counts as sent. While Serve
+// runs, call it inside Locked.
+func (n *Network) Inject(src, dst netip.AddrPort, buf []byte) {
+	n.stats.Sent++
+	n.stats.SentBytes += uint64(len(buf))
+	n.trace(TraceSend, src, dst, len(buf), Down)
+	b := n.bufs.get(len(buf))
+	copy(b, buf)
+	n.fabric(src, dst, b, false)
+}
+
 // Wake schedules a Poll of the node at addr at the current virtual time,
 // for example after the test handed it new work. Several Wakes at one
 // instant cause one Poll. It is a no-op if addr is not attached.
