@@ -233,7 +233,7 @@ type validityFlag time.Duration
 
 func (v *validityFlag) String() string {
 	d := time.Duration(*v)
-	if d%(24*time.Hour) == 0 {
+	if d > 0 && d%(24*time.Hour) == 0 {
 		return fmt.Sprintf("%dd", d/(24*time.Hour))
 	}
 	return d.String()

@@ -86,11 +86,19 @@ func printRevocations(w io.Writer, j revocationsJSON, asJSON bool) error {
 	if j.File != "" {
 		fmt.Fprintf(w, "file       %s\n", j.File)
 	}
-	fmt.Fprintf(w, "number     %d\nissued     %s\nauthority  %s\nrevoked    %d keys\n", j.Number, j.Issued.Format(time.RFC3339), j.Authority, len(j.Revoked))
+	fmt.Fprintf(w, "number     %d\nissued     %s\nauthority  %s\nrevoked    %s\n", j.Number, j.Issued.Format(time.RFC3339), j.Authority, keysCount(len(j.Revoked)))
 	for _, k := range j.Revoked {
 		fmt.Fprintf(w, "  %s\n", k)
 	}
 	return nil
+}
+
+// keysCount says n keys in words.
+func keysCount(n int) string {
+	if n == 1 {
+		return "1 key"
+	}
+	return fmt.Sprintf("%d keys", n)
 }
 
 func newRevokeCmd() *cobra.Command {
@@ -168,7 +176,7 @@ an old list cannot be played back to it.`,
 					fmt.Fprintf(cmd.OutOrStdout(), "revoked key %s\n", k.hash)
 				}
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "revocation list %s: number %d, %d keys revoked (%d new)\n", list, rl.Number, rl.Len(), rl.Len()-before)
+			fmt.Fprintf(cmd.ErrOrStderr(), "revocation list %s: number %d, %s revoked (%d new)\n", list, rl.Number, keysCount(rl.Len()), rl.Len()-before)
 			return nil
 		},
 	}
