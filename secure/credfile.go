@@ -11,13 +11,16 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // A credential file holds one Identity as text, one field per line:
 //
-//	NDMA CREDENTIAL v1
+//	NDMA CREDENTIAL v2
 //	role: memory-node
 //	name: "mem0"
+//	not-before: 2026-12-06T10:00:00Z
+//	not-after: 2027-03-06T10:00:00Z
 //	key: <base64 of the 32-byte Ed25519 public key the certificate names>
 //	signature: <base64 of the authority's 64-byte signature of the certificate>
 //	authority: <base64 of the authority's 32-byte Ed25519 public key>
@@ -25,28 +28,42 @@ import (
 //
 // The first line is the format's name and version; the fields follow in
 // any order, each exactly once; lines that start with '#' and empty lines
-// are ignored. The name is a Go-quoted string (any 1 to MaxNameLen bytes),
-// base64 is standard with padding (RFC 4648). The file holds a private key:
-// it must be readable by its owner alone.
+// are ignored. The name is a Go-quoted string (any 1 to MaxNameLen bytes);
+// not-before and not-after, the certificate's period of validity, are
+// RFC 3339 times in whole seconds; base64 is standard with padding
+// (RFC 4648). The file holds a private key: it must be readable by its
+// owner alone. A file of version 1 (certificates without a period of
+// validity) is refused with ErrCredentialVersion.
 
-// credHeader is a credential file's first line.
-const credHeader = "NDMA CREDENTIAL v1"
+// credHeader is a credential file's first line; credHeaderV1 that of the
+// format before it.
+const (
+	credHeader   = "NDMA CREDENTIAL v2"
+	credHeaderV1 = "NDMA CREDENTIAL v1"
+)
 
 // ErrCredentialFile wraps every reason ParseIdentity refuses a credential
 // file. One whose certificate does not verify matches ErrIdentity as well.
 var ErrCredentialFile = errors.New("secure: bad credential file")
 
+// ErrCredentialVersion is ParseIdentity's error for a credential file of
+// an earlier format, which the fabric no longer takes: its holder needs a
+// new credential. It matches ErrCredentialFile.
+var ErrCredentialVersion = fmt.Errorf("%w: a credential of an earlier format (version 1, without a period of validity): issue a new one (ndma credential issue)", ErrCredentialFile)
+
 // credential file field names.
 const (
 	fieldRole      = "role"
 	fieldName      = "name"
+	fieldNotBefore = "not-before"
+	fieldNotAfter  = "not-after"
 	fieldKey       = "key"
 	fieldSig       = "signature"
 	fieldAuthority = "authority"
 	fieldPrivate   = "private-key"
 )
 
-var credFields = [...]string{fieldRole, fieldName, fieldKey, fieldSig, fieldAuthority, fieldPrivate}
+var credFields = [...]string{fieldRole, fieldName, fieldNotBefore, fieldNotAfter, fieldKey, fieldSig, fieldAuthority, fieldPrivate}
 
 // RoleName is r's name in credential files and on command lines:
 // "client", "member", "memory-node" or "switch".
@@ -97,6 +114,8 @@ func (id *Identity) Encode() ([]byte, error) {
 	fmt.Fprintf(&b, "# %v %q of an NDMA fabric: keep this file private (mode 0600)\n", id.Cert.Role, id.Cert.Name)
 	fmt.Fprintf(&b, "%s: %s\n", fieldRole, RoleName(id.Cert.Role))
 	fmt.Fprintf(&b, "%s: %s\n", fieldName, strconv.Quote(id.Cert.Name))
+	fmt.Fprintf(&b, "%s: %s\n", fieldNotBefore, id.Cert.NotBefore.UTC().Format(time.RFC3339))
+	fmt.Fprintf(&b, "%s: %s\n", fieldNotAfter, id.Cert.NotAfter.UTC().Format(time.RFC3339))
 	fmt.Fprintf(&b, "%s: %s\n", fieldKey, b64(id.Cert.Key))
 	fmt.Fprintf(&b, "%s: %s\n", fieldSig, b64(id.Cert.Sig))
 	fmt.Fprintf(&b, "%s: %s\n", fieldAuthority, b64(id.Authority))
@@ -121,10 +140,14 @@ func (id *Identity) check() error {
 
 // ParseIdentity reads a credential file written by Encode. It refuses
 // (an error wrapping ErrCredentialFile, naming the line and field) a file
-// of another format, an unknown, repeated or missing field, a malformed
-// value, a certificate the authority in the file did not sign (wrapping
-// ErrIdentity too), or a private key that is not the certificate's. Its
-// errors never show the private key.
+// of another format or of an earlier version (ErrCredentialVersion), an
+// unknown, repeated or missing field, a malformed value, a certificate the
+// authority in the file did not sign (wrapping ErrIdentity too), or a
+// private key that is not the certificate's. Its errors never show a
+// field's value: no key material, whatever line of the file it is on.
+//
+// It does not look at the time: a credential outside its period of
+// validity is read (Cert.ValidAt tells).
 //
 // A credential proves its holder to every process that trusts the same
 // authority; the caller compares id.Authority with the fabric's own when
@@ -141,6 +164,9 @@ func ParseIdentity(b []byte) (*Identity, error) {
 			continue
 		}
 		if !header {
+			if line == credHeaderV1 {
+				return nil, ErrCredentialVersion
+			}
 			if line != credHeader {
 				return nil, fmt.Errorf("%w: line %d: not an NDMA credential (want %q first)", ErrCredentialFile, n, credHeader)
 			}
@@ -154,7 +180,9 @@ func ParseIdentity(b []byte) (*Identity, error) {
 		f := slices.Index(credFields[:], name)
 		switch {
 		case f < 0:
-			return nil, fmt.Errorf("%w: line %d: unknown field %q", ErrCredentialFile, n, truncate(name, 32))
+			// The text before the colon may be anything, key material
+			// of a mangled line too: it is not shown.
+			return nil, fmt.Errorf("%w: line %d: unknown field (want one of %s)", ErrCredentialFile, n, strings.Join(credFields[:], ", "))
 		case seen[f] != 0:
 			return nil, fmt.Errorf("%w: line %d: %s given again (first on line %d)", ErrCredentialFile, n, name, seen[f])
 		}
@@ -178,12 +206,21 @@ func ParseIdentity(b []byte) (*Identity, error) {
 	v, n := field(fieldRole)
 	role, err := ParseRole(v)
 	if err != nil {
-		return nil, fmt.Errorf("%w: line %d: role: %q is not a role (want client, member, memory-node or switch)", ErrCredentialFile, n, truncate(v, 32))
+		return nil, fmt.Errorf("%w: line %d: role: not a role (want client, member, memory-node or switch)", ErrCredentialFile, n)
 	}
 	id.Cert.Role = role
 	v, n = field(fieldName)
 	if id.Cert.Name, err = strconv.Unquote(v); err != nil || !strings.HasPrefix(v, `"`) {
 		return nil, fmt.Errorf("%w: line %d: name: want a double-quoted string", ErrCredentialFile, n)
+	}
+	for _, t := range []struct {
+		name string
+		to   *time.Time
+	}{{fieldNotBefore, &id.Cert.NotBefore}, {fieldNotAfter, &id.Cert.NotAfter}} {
+		v, n := field(t.name)
+		if *t.to, err = parseCertTime(v); err != nil {
+			return nil, fmt.Errorf("%w: line %d: %s: %w", ErrCredentialFile, n, t.name, err)
+		}
 	}
 	decode := func(name string, size int) ([]byte, error) {
 		v, n := field(name)
@@ -220,10 +257,15 @@ func ParseIdentity(b []byte) (*Identity, error) {
 	return &id, nil
 }
 
-// truncate shortens s to at most n bytes for an error message.
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "..."
+// errCertTime is parseCertTime's error: it does not show the text.
+var errCertTime = errors.New("want an RFC 3339 time in whole seconds, such as 2026-01-02T15:04:05Z")
+
+// parseCertTime reads a time of a certificate's period of validity as
+// Encode writes it.
+func parseCertTime(v string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil || t.Nanosecond() != 0 {
+		return time.Time{}, errCertTime
 	}
-	return s
+	return t.UTC(), nil
 }

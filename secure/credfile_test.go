@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/base64"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestCredentialFileRoundTrip: every role, and a name with spaces,
@@ -105,9 +107,13 @@ func TestCredentialFileRefusals(t *testing.T) {
 		{"short key", replaceField(t, good, fieldKey, b64(id.Cert.Key[:31])), "key: 31 bytes, want 32", false},
 		{"empty", nil, "not an NDMA credential", false},
 		{"other format", []byte("-----BEGIN PRIVATE KEY-----\n"), "not an NDMA credential", false},
-		{"unknown role", replaceField(t, good, fieldRole, "admin"), `"admin" is not a role`, false},
+		{"unknown role", replaceField(t, good, fieldRole, "admin"), "role: not a role", false},
 		{"unquoted name", replaceField(t, good, fieldName, "mem0"), "double-quoted", false},
-		{"unknown field", append(bytes.Clone(good), "expires: never\n"...), `unknown field "expires"`, false},
+		{"unknown field", append(bytes.Clone(good), "expires: never\n"...), "unknown field (want one of role, name", false},
+		{"validity changed", replaceField(t, good, fieldNotAfter, "2030-01-01T00:00:00Z"), "not signed by this fabric's authority", true},
+		{"validity not a time", replaceField(t, good, fieldNotBefore, "yesterday"), "not-before: want an RFC 3339 time", false},
+		{"validity in fractions", replaceField(t, good, fieldNotAfter, "2030-01-02T03:04:05.5Z"), "not-after: want an RFC 3339 time in whole seconds", false},
+		{"no validity", bytes.ReplaceAll(good, []byte("not-after: "), []byte("# ")), "no not-after field", false},
 		{"repeated field", append(bytes.Clone(good), "name: \"mem0\"\n"...), "name given again", false},
 		{"no colon", append(bytes.Clone(good), "garbage\n"...), `want "field: value"`, false},
 	}
@@ -179,4 +185,112 @@ func FuzzParseIdentity(f *testing.F) {
 			t.Fatalf("round trip: %v", err)
 		}
 	})
+}
+
+// TestCredentialFileValidity: the period of validity comes back from the
+// file as issued, and a file of the version before it is refused with
+// ErrCredentialVersion, which tells its holder to have a new one issued.
+func TestCredentialFileValidity(t *testing.T) {
+	a := authority(t, "credential file test secret")
+	nb, na := time.Unix(1_800_000_000, 0), time.Unix(1_800_000_000+90*86400, 0)
+	id, err := a.IssueBetween(RoleClient, "alice", nb, na, newRng(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := id.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte("\nnot-before: 2027-01-15T08:00:00Z\nnot-after: 2027-04-15T08:00:00Z\n")) {
+		t.Fatalf("the file does not show the period of validity:\n%s", b)
+	}
+	got, err := ParseIdentity(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Cert.NotBefore.Equal(nb) || !got.Cert.NotAfter.Equal(na) {
+		t.Fatalf("parsed %v to %v, issued %v to %v", got.Cert.NotBefore, got.Cert.NotAfter, nb, na)
+	}
+	v1 := bytes.Replace(b, []byte(credHeader), []byte("NDMA CREDENTIAL v1"), 1)
+	_, err = ParseIdentity(v1)
+	if !errors.Is(err, ErrCredentialVersion) || !errors.Is(err, ErrCredentialFile) || !strings.Contains(err.Error(), "issue a new one") {
+		t.Fatalf("a version 1 file: %v", err)
+	}
+}
+
+// TestCredentialFileErrorsShowNoKey: whatever is done to a credential
+// file — lines swapped, values moved to other fields or before the colon,
+// lines joined, cut or stripped of their field name — no error shows 8 or
+// more characters in a row of any key field's value (the private key's,
+// the public key's, the signature's or the authority's).
+func TestCredentialFileErrorsShowNoKey(t *testing.T) {
+	a := authority(t, "credential file test secret")
+	id := issue(t, a, RoleMemoryNode, "mem0", 4)
+	good, err := id.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b64 := base64.StdEncoding.EncodeToString
+	secrets := []string{b64(id.Key.Seed()), b64(id.Cert.Key), b64(id.Cert.Sig), b64(a.Public())}
+	lines := strings.Split(strings.TrimSuffix(string(good), "\n"), "\n")
+	var mangled [][]byte
+	add := func(ls []string) { mangled = append(mangled, []byte(strings.Join(ls, "\n")+"\n")) }
+	for i := range lines {
+		for j := range lines {
+			if i == j {
+				continue
+			}
+			ls := slices.Clone(lines)
+			ls[i], ls[j] = ls[j], ls[i]
+			add(ls) // two lines swapped
+			ls = slices.Clone(lines)
+			ls[i] = ls[i] + ls[j]
+			add(ls) // two lines joined
+			fi, _, _ := strings.Cut(lines[i], ": ")
+			_, vj, _ := strings.Cut(lines[j], ": ")
+			ls = slices.Clone(lines)
+			ls[i] = fi + ": " + vj
+			add(ls) // a value under another field
+			ls = slices.Clone(lines)
+			ls[i] = vj + ": " + fi
+			add(ls) // the value before the colon
+			ls = slices.Clone(lines)
+			ls[i] = vj + ":"
+			add(ls)
+			ls = slices.Clone(lines)
+			ls[i] = `"` + vj + `"`
+			add(ls)
+		}
+		ls := slices.Clone(lines)
+		ls[i] = strings.Replace(ls[i], ": ", "", 1)
+		add(ls) // the colon lost
+		ls = slices.Clone(lines)
+		ls[i] = ls[i][:len(ls[i])*2/3]
+		add(ls) // a line cut short
+		ls = slices.Clone(lines)
+		ls[i] = strings.ToLower(ls[i])
+		add(ls)
+		ls = slices.Clone(lines)
+		ls[i] = strings.Replace(ls[i], ": ", ": x", 1)
+		add(ls)
+	}
+	refused := 0
+	for _, b := range mangled {
+		_, err := ParseIdentity(b)
+		if err == nil {
+			continue // a swap of two lines in any order is the same file
+		}
+		refused++
+		msg := err.Error()
+		for _, sec := range secrets {
+			for k := 0; k+8 <= len(sec); k++ {
+				if strings.Contains(msg, sec[k:k+8]) {
+					t.Fatalf("the error shows %q of a key:\n%v\nfile:\n%s", sec[k:k+8], err, b)
+				}
+			}
+		}
+	}
+	if refused < len(mangled)/2 {
+		t.Fatalf("only %d of %d mangled files refused", refused, len(mangled))
+	}
 }

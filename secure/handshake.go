@@ -133,15 +133,18 @@ func signedPart(id *Identity, label string, th [32]byte) []byte {
 	return append(b, ed25519.Sign(id.Key, append([]byte(label), th[:]...))...)
 }
 
-// checkSigned parses and checks a certificate and its signature of
-// label+th; it returns the certificate and the bytes covered.
-func checkSigned(authority ed25519.PublicKey, body []byte, label string, th [32]byte) (Cert, error) {
+// checkSigned parses and checks a certificate, valid at now, and its
+// signature of label+th; it returns the certificate and the bytes covered.
+func checkSigned(authority ed25519.PublicKey, body []byte, label string, th [32]byte, now time.Time) (Cert, error) {
 	c, rest, err := parseCert(body)
 	if err != nil {
 		return Cert{}, fmt.Errorf("%w: %w", ErrHandshake, err)
 	}
 	if err := c.Verify(authority); err != nil {
 		return Cert{}, fmt.Errorf("%w: %w", ErrHandshake, err)
+	}
+	if err := c.ValidAt(now); err != nil {
+		return Cert{}, fmt.Errorf("%w: the %s's certificate: %w", ErrHandshake, label, err)
 	}
 	if len(rest) != ed25519.SignatureSize || !ed25519.Verify(c.Key, append([]byte(label), th[:]...), rest) {
 		return Cert{}, fmt.Errorf("%w: %v %q: transcript signature does not verify", ErrHandshake, c.Role, c.Name)
@@ -195,10 +198,10 @@ func (i *Initiator) helloCore() []byte {
 	return binary.BigEndian.AppendUint32(b, i.said)
 }
 
-// Handle takes the responder's message: a RETRY gives the HELLO to send
-// again; a RESPONSE, checked, gives the FINISH to send and the
-// established session.
-func (i *Initiator) Handle(msg []byte) (out []byte, s *Session, err error) {
+// Handle takes the responder's message at now: a RETRY gives the HELLO to
+// send again; a RESPONSE, checked (the responder's certificate valid at
+// now), gives the FINISH to send and the established session.
+func (i *Initiator) Handle(now time.Time, msg []byte) (out []byte, s *Session, err error) {
 	if i.done || len(msg) == 0 {
 		return nil, nil, fmt.Errorf("%w: unexpected message", ErrHandshake)
 	}
@@ -236,7 +239,7 @@ func (i *Initiator) Handle(msg []byte) (out []byte, s *Session, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	peer, err := checkSigned(i.id.Authority, body, "responder", th2)
+	peer, err := checkSigned(i.id.Authority, body, "responder", th2, now)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -480,7 +483,7 @@ func (r *Responder) finish(now time.Time, from netip.AddrPort, msg []byte) ([]by
 		return nil, nil, err
 	}
 	th3 := p.th3
-	peer, err := checkSigned(r.id.Authority, body, "initiator", th3)
+	peer, err := checkSigned(r.id.Authority, body, "initiator", th3, now)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -55,7 +55,7 @@ func handshake(t *testing.T, ini *Identity, res *Responder, opts Options) (*Sess
 	if err != nil || s != nil || retry[0] != hsRetry || len(retry) > len(hello) || res.Pending() != 0 {
 		t.Fatalf("first HELLO: %v, reply %d bytes (HELLO %d), %d pending", err, len(retry), len(hello), res.Pending())
 	}
-	hello2, s, err := in.Handle(retry)
+	hello2, s, err := in.Handle(t0, retry)
 	if err != nil || s != nil {
 		t.Fatalf("RETRY: %v", err)
 	}
@@ -63,7 +63,7 @@ func handshake(t *testing.T, ini *Identity, res *Responder, opts Options) (*Sess
 	if err != nil || s != nil || resp[0] != hsResponse {
 		t.Fatalf("HELLO with cookie: %v", err)
 	}
-	fin, si, err := in.Handle(resp)
+	fin, si, err := in.Handle(t0, resp)
 	if err != nil || si == nil {
 		t.Fatalf("RESPONSE: %v", err)
 	}
@@ -130,9 +130,9 @@ func TestHandshakeRefuses(t *testing.T) {
 	res := newRes()
 	in, _ := NewInitiator(other, 9, Options{}, newRng(5))
 	retry, _, _ := res.Handle(t0, addrI, in.Hello())
-	h2, _, _ := in.Handle(retry)
+	h2, _, _ := in.Handle(t0, retry)
 	resp, _, _ := res.Handle(t0, addrI, h2)
-	if _, _, err := in.Handle(resp); !errors.Is(err, ErrHandshake) {
+	if _, _, err := in.Handle(t0, resp); !errors.Is(err, ErrHandshake) {
 		t.Errorf("initiator of another fabric accepted the switch: %v", err)
 	}
 
@@ -141,7 +141,7 @@ func TestHandshakeRefuses(t *testing.T) {
 		res := newRes()
 		in, _ := NewInitiator(mem, 9, Options{}, newRng(5))
 		retry, _, _ := res.Handle(t0, addrI, in.Hello())
-		h2, _, _ := in.Handle(retry)
+		h2, _, _ := in.Handle(t0, retry)
 		resp, _, err := res.Handle(t0, addrI, h2)
 		if err != nil {
 			t.Fatal(err)
@@ -152,12 +152,12 @@ func TestHandshakeRefuses(t *testing.T) {
 		in, resp, _ := run()
 		resp = bytes.Clone(resp)
 		resp[pos%len(resp)] ^= 1
-		if _, s, err := in.Handle(resp); err == nil || s != nil {
+		if _, s, err := in.Handle(t0, resp); err == nil || s != nil {
 			t.Errorf("RESPONSE byte %d changed: accepted", pos)
 		}
 	}
 	in, resp, res = run()
-	fin, _, err := in.Handle(resp)
+	fin, _, err := in.Handle(t0, resp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestHandshakeRefuses(t *testing.T) {
 	res = newRes()
 	in, _ = NewInitiator(mem, 9, Options{}, newRng(5))
 	retry, _, _ = res.Handle(t0, addrI, in.Hello())
-	h2, _, _ = in.Handle(retry)
+	h2, _, _ = in.Handle(t0, retry)
 	if out, _, _ := res.Handle(t0.Add(2*cookieBucket), addrI, h2); len(out) == 0 || out[0] != hsRetry || res.Pending() != 0 {
 		t.Errorf("stale cookie: answered type %v, %d pending", out, res.Pending())
 	}
@@ -188,7 +188,7 @@ func TestHandshakeRefuses(t *testing.T) {
 		from := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 1, byte(i)}), 4791)
 		in, _ := NewInitiator(mem, uint32(i+1), Options{}, newRng(byte(i)))
 		retry, _, _ := res.Handle(t0, from, in.Hello())
-		h2, _, _ := in.Handle(retry)
+		h2, _, _ := in.Handle(t0, retry)
 		_, _, err := res.Handle(t0, from, h2)
 		if i < 3 && err != nil || i >= 3 && !errors.Is(err, ErrBusy) {
 			t.Fatalf("HELLO %d with 3 allowed: %v", i, err)
@@ -198,7 +198,7 @@ func TestHandshakeRefuses(t *testing.T) {
 	in, _ = NewInitiator(mem, 77, Options{}, newRng(9))
 	later := t0.Add(DefaultHandshakeTimeout + time.Second)
 	retry, _, _ = res.Handle(later, from, in.Hello())
-	h2, _, _ = in.Handle(retry)
+	h2, _, _ = in.Handle(t0, retry)
 	if _, _, err := res.Handle(later, from, h2); err != nil || res.Pending() != 1 {
 		t.Fatalf("HELLO after the others expired: %v, %d pending", err, res.Pending())
 	}
@@ -251,9 +251,9 @@ func BenchmarkHandshake(b *testing.B) {
 	for b.Loop() {
 		in, _ := NewInitiator(cli, 5, Options{Encrypt: true}, newRng(4))
 		retry, _, _ := res.Handle(t0, addrI, in.Hello())
-		h2, _, _ := in.Handle(retry)
+		h2, _, _ := in.Handle(t0, retry)
 		resp, _, _ := res.Handle(t0, addrI, h2)
-		fin, _, err := in.Handle(resp)
+		fin, _, err := in.Handle(t0, resp)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -497,7 +497,7 @@ func (l *Layer) handshake(now time.Time, from netip.AddrPort, msg []byte) {
 		l.stats.HandshakesFailed++
 		return
 	}
-	out, s, err := p.ini.Handle(msg)
+	out, s, err := p.ini.Handle(now, msg)
 	if err != nil {
 		l.stats.HandshakesFailed++
 		return

@@ -30,12 +30,12 @@ func issueCredential(t *testing.T, secretFile, role, name string) string {
 	return file
 }
 
-// fabricSecret makes a fabric secret with ndma keygen in a new directory
-// and returns its path.
+// fabricSecret makes an authority secret with ndma keygen --authority in
+// a new directory and returns its path.
 func fabricSecret(t *testing.T) string {
 	t.Helper()
-	file := filepath.Join(t.TempDir(), "fabric.key")
-	if _, err := execute(t, "keygen", "-o", file); err != nil {
+	file := filepath.Join(t.TempDir(), "authority.key")
+	if _, err := execute(t, "keygen", "--authority", "-o", file); err != nil {
 		t.Fatal(err)
 	}
 	return file

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ndma/ndma/internal/secretfile"
+	"github.com/ndma/ndma/secure"
 )
 
 // tokenEnv names the environment variable that holds the fabric token
@@ -93,8 +94,8 @@ func warnInsecure(w io.Writer, addr string) {
 }
 
 // readToken reads a fabric token: the file's first line, without its line
-// ending. The line must not be empty, and the file must be private to its
-// owner (see secretfile.Open).
+// ending. The line must not be empty nor an authority secret's, and the
+// file must be private to its owner (see secretfile.Open).
 func readToken(path string) ([]byte, error) {
 	b, err := secretfile.ReadFile(path, "token file")
 	if err != nil {
@@ -106,6 +107,10 @@ func readToken(path string) ([]byte, error) {
 	b = bytes.TrimSuffix(b, []byte{'\r'})
 	if len(b) == 0 {
 		return nil, fmt.Errorf("%s: the first line (the token) is empty", path)
+	}
+	if secure.IsAuthoritySecret(b) {
+		clear(b)
+		return nil, fmt.Errorf("%s holds the authority secret credentials are issued under (ndma keygen --authority), not the fabric token: give the token's file (ndma keygen), and keep the authority secret from the processes", path)
 	}
 	return b, nil
 }
