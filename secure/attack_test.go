@@ -217,7 +217,7 @@ func TestResponderBounds(t *testing.T) {
 		if err != nil || retry[0] != hsRetry {
 			t.Fatalf("first HELLO: %v", err)
 		}
-		hello, _, err := in.Handle(retry)
+		hello, _, err := in.Handle(t0, retry)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,7 +231,7 @@ func TestResponderBounds(t *testing.T) {
 	in, _ := NewInitiator(ini, 1, Options{}, newRng(9))
 	from := netip.AddrPortFrom(host, 1)
 	retry, _, _ := r.Handle(t0, from, in.Hello())
-	hello, _, _ := in.Handle(retry)
+	hello, _, _ := in.Handle(t0, retry)
 	forged := bytes.Clone(hello)
 	binary.BigEndian.PutUint32(forged[1+ephLen:], 2)
 	if out, _, err := r.Handle(t0, from, forged); err != nil || out[0] != hsRetry || r.Pending() != 0 {
@@ -279,5 +279,67 @@ func TestLayerSessionBound(t *testing.T) {
 	n.exchange(a, b, 2, time.Second)
 	if st := b.Stats(); st.Handshakes != 7 {
 		t.Fatalf("the switch's session was touched: %+v", st)
+	}
+}
+
+// TestLayerPolicy: a session whose peer's credential is revoked, or
+// expires, while it runs is closed at the next sweep (within a minute),
+// and no new session is established with that credential; another
+// peer's session goes on.
+func TestLayerPolicy(t *testing.T) {
+	auth := authority(t, "fabric secret for the layer tests")
+	for _, how := range []string{"revoked", "expired"} {
+		t.Run(how, func(t *testing.T) {
+			n, a, b := newNet2(t)
+			pol := NewPolicy(auth.Public())
+			a.Policy, a.SessionIdle, b.SessionIdle = pol, 24*time.Hour, 24*time.Hour
+			mortal, err := auth.IssueBetween(RoleClient, "mortal", t0.Add(-time.Hour), t0.Add(time.Hour), newRng(70))
+			if err != nil {
+				t.Fatal(err)
+			}
+			addrC := netip.MustParseAddrPort("10.0.0.3:1")
+			c := n.layer(mortal, 71)
+			n.l[addrC] = c
+			n.exchange(a, b, 1, time.Second)
+			if err := c.Send(n.now, addrA, plainPacket(t, 1, "from c")); err != nil {
+				t.Fatal(err)
+			}
+			n.pump()
+			if len(n.got[addrA]) != 2 {
+				t.Fatalf("%d arrived at A", len(n.got[addrA]))
+			}
+			switch how {
+			case "revoked":
+				rl, err := auth.Revoke(nil, n.now, HashKey(mortal.Cert.Key))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := pol.Load(rl); err != nil {
+					t.Fatal(err)
+				}
+			case "expired":
+				n.tick(time.Hour + ClockSkew - time.Minute)
+			}
+			for range 61 {
+				n.tick(time.Second)
+			}
+			if st := a.Stats(); st.SessionsRevoked != 1 {
+				t.Fatalf("A after the %s credential: %+v", how, st)
+			}
+			if _, ok := a.Peer(addrC); ok {
+				t.Fatal("the session with the revoked peer is still there")
+			}
+			got := len(n.got[addrA])
+			if err := c.Send(n.now, addrA, plainPacket(t, 2, "after")); err != nil {
+				t.Fatal(err)
+			}
+			for range 30 {
+				n.tick(time.Second)
+			}
+			if len(n.got[addrA]) != got {
+				t.Fatal("a datagram of the revoked peer reached the core")
+			}
+			n.exchange(a, b, 2, time.Second)
+		})
 	}
 }

@@ -199,10 +199,14 @@ func parseCert(b []byte) (Cert, []byte, error) {
 
 // Identity is one process's credential: its certificate, the private key
 // the certificate names, and the authority's public key to check peers'.
+// Policy, if set, is what a Layer of this identity asks about every peer
+// (Layer.Policy): the fabric's revocation list, kept current by its
+// owner.
 type Identity struct {
 	Cert      Cert
 	Key       ed25519.PrivateKey
 	Authority ed25519.PublicKey
+	Policy    *Policy
 }
 
 // Issue makes an identity of role and name without a time limit: its

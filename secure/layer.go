@@ -41,6 +41,13 @@ type Layer struct {
 	answers answerLimit // answers to datagrams no session vouches for
 	bound   sessionBound
 
+	// Policy, if set, is asked about every peer's certificate when its
+	// session is established and again at every sweep (at most a minute
+	// apart): a session whose peer's credential has expired or been
+	// revoked since is closed, and no new one is established with it.
+	// Without it, certificates are checked for their validity window in
+	// the handshake only. NewLayer sets it to the identity's Policy.
+	Policy *Policy
 	// Log receives the layer's events worth an operator's attention (a
 	// session lost, a peer evicted) at WARN, and routine ones at DEBUG;
 	// nil discards them.
@@ -139,6 +146,7 @@ type LayerStats struct {
 	SessionsReset            uint64 // sessions the peer said it no longer knew (it restarted): a new handshake started
 	SessionsLost             uint64 // sessions dropped because the peer did not answer a new handshake
 	SessionsEvicted          uint64 // sessions dropped for MaxSessionsPerName or MaxSessionsPerAddr
+	SessionsRevoked          uint64 // sessions closed because the peer's credential expired or was revoked (Policy)
 	Rekeys                   uint64 // sessions replaced for their age or packets sealed
 	HandshakeRestarts        uint64 // handshakes started again by Tick for datagrams held with none under way
 	Peers                    int
@@ -192,7 +200,7 @@ func NewLayer(id *Identity, opts Options, rand io.Reader) (*Layer, error) {
 		MaxPeers: DefaultLayerPeers, MaxQueued: DefaultLayerQueued, HandshakeRetry: DefaultHandshakeRetry,
 		HandshakeGiveUp: DefaultHandshakeGiveUp, SessionIdle: DefaultSessionIdle,
 		RekeyPackets: RekeyAfter, RekeyAge: DefaultRekeyAge, Drain: DefaultDrain,
-		MaxSessionsPerName: DefaultSessionsPerName, MaxSessionsPerAddr: DefaultSessionsPerAddr}
+		MaxSessionsPerName: DefaultSessionsPerName, MaxSessionsPerAddr: DefaultSessionsPerAddr, Policy: id.Policy}
 	if opts.RekeyAge > 0 {
 		l.RekeyAge = opts.RekeyAge
 	}
@@ -514,6 +522,13 @@ func (l *Layer) handshake(now time.Time, from netip.AddrPort, msg []byte) {
 // established installs session s with the process at addr (replacing an
 // older one, whose held datagrams it sends).
 func (l *Layer) established(now time.Time, addr netip.AddrPort, s *Session) {
+	if l.Policy != nil {
+		if err := l.Policy.Check(now, &s.Peer); err != nil {
+			l.stats.HandshakesFailed++
+			l.logger().Warn("secure: handshake refused", "peer", addr, "err", err)
+			return
+		}
+	}
 	l.stats.Handshakes++
 	p := l.peers[addr]
 	if p == nil {
@@ -762,6 +777,9 @@ func (l *Layer) sweep(now time.Time) {
 			}
 		case p.ini == nil && p.sess == nil && p.restartAt.IsZero():
 			// (Nothing under way and nothing to restart.)
+		case p.sess != nil && l.Policy != nil && l.Policy.Check(now, &p.sess.Peer) != nil:
+			l.stats.SessionsRevoked++
+			l.logger().Warn("secure: session closed", "peer", addr, "err", l.Policy.Check(now, &p.sess.Peer))
 		case p.sess != nil && now.Sub(p.last) > l.SessionIdle:
 			l.logger().Debug("secure: idle session closed", "peer", addr, "name", p.sess.Peer.Name)
 		default:

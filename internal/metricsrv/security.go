@@ -14,7 +14,7 @@ func Security[T any](prefix string, get func(*T) *secure.LayerStats) []Metric[T]
 		return Counter(prefix+"security_"+name, help, labels, func(x *T) uint64 { return val(get(x)) })
 	}
 	const dropped = "Datagrams the security layer dropped, by reason: plain (not sealed), no_sa (sealed for no session of ours, or from another address), auth (failing authentication), replay (replayed or too old), queue (outbound: held too long, handshake failed, table full)."
-	const sessions = "Sessions ended or restarted, by cause: reset (the peer said it no longer knew the session: a new handshake), lost (the peer did not answer that handshake), evicted (too many sessions for one credential or address)."
+	const sessions = "Sessions ended or restarted, by cause: reset (the peer said it no longer knew the session: a new handshake), lost (the peer did not answer that handshake), evicted (too many sessions for one credential or address), revoked (the peer's credential expired or was revoked)."
 	const handshakes = "Handshakes, by result: established, failed (refused or given up), duplicate (an answer to one already completed), restarted (started again by the timer after giving way to the peer's)."
 	return []Metric[T]{
 		c("sealed_total", "Datagrams sealed.", nil, func(s *secure.LayerStats) uint64 { return s.Sealed }),
@@ -32,6 +32,7 @@ func Security[T any](prefix string, get func(*T) *secure.LayerStats) []Metric[T]
 		c("sessions_ended_total", sessions, prometheus.Labels{"cause": "reset"}, func(s *secure.LayerStats) uint64 { return s.SessionsReset }),
 		c("sessions_ended_total", sessions, prometheus.Labels{"cause": "lost"}, func(s *secure.LayerStats) uint64 { return s.SessionsLost }),
 		c("sessions_ended_total", sessions, prometheus.Labels{"cause": "evicted"}, func(s *secure.LayerStats) uint64 { return s.SessionsEvicted }),
+		c("sessions_ended_total", sessions, prometheus.Labels{"cause": "revoked"}, func(s *secure.LayerStats) uint64 { return s.SessionsRevoked }),
 		c("rekeys_total", "Sessions replaced by new keys for their age or the datagrams sealed.", nil, func(s *secure.LayerStats) uint64 { return s.Rekeys }),
 		Gauge(prefix+"security_peers", "Addresses with a session or a handshake under way.", nil, func(x *T) float64 { return float64(get(x).Peers) }),
 	}
