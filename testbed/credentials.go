@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	"github.com/ndma/ndma/secure"
 )
@@ -48,9 +47,8 @@ func RankCredentials(st *State, job string) (paths []string, remove func(), err 
 	if err != nil {
 		return nil, remove, fmt.Errorf("testbed: run: fabric secret: %w", err)
 	}
-	line, _, _ := strings.Cut(string(secret), "\n")
+	a, err := secure.ParseAuthoritySecret(secret)
 	clear(secret)
-	a, err := secure.NewAuthority([]byte(strings.TrimSpace(line)))
 	if err != nil {
 		return nil, remove, fmt.Errorf("testbed: run: fabric secret: %w", err)
 	}

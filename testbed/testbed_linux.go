@@ -419,13 +419,18 @@ func startDaemons(ctx context.Context, cfg *Config, st *State) error {
 // ("client.cred") for tools run outside Run. Every file is readable by
 // its owner alone (mode 0600).
 func issueCredentials(st *State) error {
-	secret := randomHex(32)
+	secret, err := secure.NewAuthoritySecret(rand.Reader)
+	if err != nil {
+		return fmt.Errorf("testbed: fabric secret: %w", err)
+	}
 	st.Secret = filepath.Join(st.Dir, "secret")
-	if err := os.WriteFile(st.Secret, []byte(secret+"\n"), 0o600); err != nil {
+	err = os.WriteFile(st.Secret, secret, 0o600)
+	a, aerr := secure.ParseAuthoritySecret(secret)
+	clear(secret)
+	if err != nil {
 		return fmt.Errorf("testbed: secret file: %w", err)
 	}
-	a, err := secure.NewAuthority([]byte(secret))
-	if err != nil {
+	if err = aerr; err != nil {
 		return fmt.Errorf("testbed: fabric secret: %w", err)
 	}
 	issue := func(role secure.Role, name string) (string, error) {
