@@ -3,6 +3,7 @@ package secure
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"net/netip"
 	"testing"
 	"time"
@@ -341,5 +342,56 @@ func TestLayerPolicy(t *testing.T) {
 			}
 			n.exchange(a, b, 2, time.Second)
 		})
+	}
+}
+
+// TestResponderRatePerAddr: past the cookie, one IP address starts at
+// most BurstPerAddr handshakes at once and RatePerAddr a second after
+// that (each costs a key exchange and a signature); another address is
+// not held back.
+func TestResponderRatePerAddr(t *testing.T) {
+	a := authority(t, "fabric secret for the layer tests")
+	r, err := NewResponder(issue(t, a, RoleSwitch, "sw0", 1), Options{}, newRng(3), counterSAID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.MaxPendingPerAddr = 1000
+	ini := issue(t, a, RoleClient, "c", 2)
+	open := func(now time.Time, from netip.AddrPort, said uint32) error {
+		in, err := NewInitiator(ini, said, Options{}, newRng(byte(said)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		retry, _, _ := r.Handle(now, from, in.Hello())
+		hello, _, err := in.Handle(now, retry)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = r.Handle(now, from, hello)
+		return err
+	}
+	busy := 0
+	for i := range 100 {
+		if err := open(t0, netip.AddrPortFrom(netip.MustParseAddr("10.5.0.1"), uint16(i+1)), uint32(i+1)); errors.Is(err, ErrBusy) {
+			busy++
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if busy != 100-DefaultBurstPerAddr {
+		t.Fatalf("%d of 100 refused at once, want %d", busy, 100-DefaultBurstPerAddr)
+	}
+	if err := open(t0, netip.MustParseAddrPort("10.5.0.2:1"), 500); err != nil {
+		t.Fatalf("another address: %v", err)
+	}
+	later := t0.Add(500 * time.Millisecond)
+	ok := 0
+	for i := range 100 {
+		if open(later, netip.AddrPortFrom(netip.MustParseAddr("10.5.0.1"), uint16(200+i)), uint32(200+i)) == nil {
+			ok++
+		}
+	}
+	if ok != DefaultRatePerAddr/2 {
+		t.Fatalf("%d admitted half a second later, want %d", ok, DefaultRatePerAddr/2)
 	}
 }

@@ -299,6 +299,56 @@ type Responder struct {
 	MaxPending        int
 	MaxPendingPerAddr int
 	HandshakeTimeout  time.Duration
+	// RatePerAddr is how many handshakes a second one IP address may
+	// start here past the cookie (each costs a key exchange and a
+	// signature), in a burst of up to BurstPerAddr; beyond, its HELLOs
+	// are not answered (ErrBusy), so that one host cannot take the
+	// responder's CPU from the others.
+	RatePerAddr  float64
+	BurstPerAddr float64
+	rates        map[netip.Addr]*addrRate
+}
+
+// addrRate is a token bucket: tokens at last.
+type addrRate struct {
+	tokens float64
+	last   time.Time
+}
+
+// maxRates bounds the addresses a Responder keeps a token bucket for; a
+// bucket that has filled up again carries nothing and goes first.
+const maxRates = 4096
+
+// allowAddr takes a token from a's bucket at now, if there is one.
+func (r *Responder) allowAddr(now time.Time, a netip.Addr) bool {
+	if r.RatePerAddr <= 0 {
+		return true
+	}
+	if r.rates == nil {
+		r.rates = make(map[netip.Addr]*addrRate)
+	}
+	b := r.rates[a]
+	if b == nil {
+		if len(r.rates) >= maxRates {
+			for k, v := range r.rates {
+				if v.tokens+now.Sub(v.last).Seconds()*r.RatePerAddr >= r.BurstPerAddr {
+					delete(r.rates, k)
+				}
+			}
+			if len(r.rates) >= maxRates {
+				return false
+			}
+		}
+		b = &addrRate{tokens: r.BurstPerAddr, last: now}
+		r.rates[a] = b
+	}
+	b.tokens = min(r.BurstPerAddr, b.tokens+now.Sub(b.last).Seconds()*r.RatePerAddr)
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
 }
 
 type pendingHS struct {
@@ -320,6 +370,8 @@ type initKey struct {
 const (
 	DefaultMaxPending       = 1024
 	DefaultPendingPerAddr   = 16
+	DefaultRatePerAddr      = 64 // handshakes a second
+	DefaultBurstPerAddr     = 64
 	DefaultHandshakeTimeout = 5 * time.Second
 	cookieBucket            = 30 * time.Second
 )
@@ -329,7 +381,8 @@ const (
 func NewResponder(id *Identity, opts Options, rand io.Reader, newSAID func() uint32) (*Responder, error) {
 	r := &Responder{id: id, opts: opts, rand: rand, pending: make(map[uint32]*pendingHS), byInit: make(map[initKey]uint32),
 		byAddr: make(map[netip.Addr][]uint32), newSAID: newSAID,
-		MaxPending: DefaultMaxPending, MaxPendingPerAddr: DefaultPendingPerAddr, HandshakeTimeout: DefaultHandshakeTimeout}
+		MaxPending: DefaultMaxPending, MaxPendingPerAddr: DefaultPendingPerAddr, HandshakeTimeout: DefaultHandshakeTimeout,
+		RatePerAddr: DefaultRatePerAddr, BurstPerAddr: DefaultBurstPerAddr}
 	if _, err := io.ReadFull(rand, r.cookieKey[:]); err != nil {
 		return nil, err
 	}
@@ -409,6 +462,9 @@ func (r *Responder) hello(now time.Time, from netip.AddrPort, msg []byte) ([]byt
 			return p.response, nil, nil // the same HELLO again
 		}
 		r.drop(id) // the initiator started over
+	}
+	if !r.allowAddr(now, from.Addr()) {
+		return nil, nil, ErrBusy
 	}
 	if ids := r.byAddr[from.Addr()]; r.MaxPendingPerAddr > 0 && len(ids) >= r.MaxPendingPerAddr {
 		r.drop(ids[0]) // this host's oldest: one host cannot fill the table
