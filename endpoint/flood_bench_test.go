@@ -83,7 +83,8 @@ func cookieFlood(b *testing.B, target netip.AddrPort, rate int, stop <-chan stru
 	rand.Read(eph)
 	eph[31] &= 0x7f
 	pending := make(chan uint32, 1<<16) // the SAIDs of HELLOs sent, in order
-	go func() {                         // answer each RETRY with its cookie; count RESPONSEs
+	// Answer each RETRY with its cookie; count RESPONSEs.
+	go func() {
 		buf := make([]byte, 2048)
 		for {
 			n, err := c.Read(buf)
