@@ -579,21 +579,25 @@ func (l *Layer) unknownSA(now time.Time, from netip.AddrPort, id uint32) {
 // sealRequired tells from, which sent an unsealed datagram, that this
 // side takes sealed ones only (wire.HandshakeSealRequired).
 func (l *Layer) sealRequired(now time.Time, from netip.AddrPort) {
-	l.stats.SealRequiredSent++
-	l.answer(now, from, []byte{wire.HandshakeSealRequired})
+	if l.answer(now, from, []byte{wire.HandshakeSealRequired}) {
+		l.stats.SealRequiredSent++
+	}
 }
 
 // answer sends a HANDSHAKE message msg to from that answers a datagram
-// no session vouches for, as the answer limit allows.
-func (l *Layer) answer(now time.Time, from netip.AddrPort, msg []byte) {
+// no session vouches for, as the answer limit allows; it reports whether
+// it did.
+func (l *Layer) answer(now time.Time, from netip.AddrPort, msg []byte) bool {
 	if !l.answers.allow(now, from.Addr(), msg[0]) {
-		return
+		return false
 	}
 	h := wire.Header{Version: wire.Version, Op: wire.OpHandshake, MsgLen: uint32(len(msg))}
 	b, err := wire.AppendPacket(l.getBuf(wire.HeaderLen+len(msg)), &h, msg)
-	if err == nil {
-		l.out = append(l.out, Datagram{Addr: from, Buf: b})
+	if err != nil {
+		return false
 	}
+	l.out = append(l.out, Datagram{Addr: from, Buf: b})
+	return true
 }
 
 // noticeEvery is how often at most an unknown-SA notice starts a new
