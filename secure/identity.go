@@ -136,7 +136,9 @@ type Identity struct {
 }
 
 // Issue makes an identity of role and name: a new Ed25519 key pair from
-// rand (crypto/rand.Reader in production) and its certificate.
+// rand (crypto/rand.Reader in production) and its certificate. name must
+// be one of role's credential names (CheckName): the switch binds its
+// holder by it.
 func (a *Authority) Issue(role Role, name string, rand io.Reader) (*Identity, error) {
 	pub, priv, err := ed25519.GenerateKey(rand)
 	if err != nil {
@@ -145,6 +147,9 @@ func (a *Authority) Issue(role Role, name string, rand io.Reader) (*Identity, er
 	c := Cert{Role: role, Name: name, Key: pub}
 	if role < RoleClient || role > RoleSwitch || len(name) == 0 || len(name) > MaxNameLen {
 		return nil, fmt.Errorf("%w: role %d, name of %d bytes (want 1 to %d)", ErrIdentity, uint8(role), len(name), MaxNameLen)
+	}
+	if err := CheckName(role, name); err != nil {
+		return nil, err
 	}
 	c.Sig = ed25519.Sign(a.priv, c.certSigned())
 	return &Identity{Cert: c, Key: priv, Authority: a.Public()}, nil
