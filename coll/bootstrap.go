@@ -319,7 +319,12 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 		}
 	}
 	if c.group != nil {
-		job := fmt.Sprintf("%d/split%d/color%d", c.id, nsplit, color)
+		// A group of the job's own (JOB.SUFFIX), which a sealed switch
+		// lets the job's ranks join as any rank (fabric.RankMay); the
+		// parent's group id keeps it apart from every other split, and
+		// the name short (the switch takes names of at most 64 bytes).
+		owner, _ := secure.NameScopes(c.job)
+		job := fmt.Sprintf("%s.%x/s%d/c%d", owner, c.id, nsplit, color)
 		return New(ctx, Config{Endpoint: c.ep, Rank: newRank, Size: len(members), Switch: c.sw, Job: job, Token: c.token, Insecure: c.insecure, Logger: c.log,
 			Liveness: c.liveness, JoinTimeout: c.joinTimeout})
 	}

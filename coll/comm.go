@@ -113,6 +113,7 @@ type Communicator struct {
 	group *endpoint.Group // nil without a switch
 	sw    string
 	swAP  netip.AddrPort // sw, parsed
+	job   string         // the job's name at the switch, for Split
 	token []byte
 	// insecure is Config.Insecure, for Split.
 	insecure bool
@@ -177,7 +178,7 @@ func New(ctx context.Context, cfg Config) (*Communicator, error) {
 		if err != nil {
 			return nil, fmt.Errorf("coll: rendezvous: %w", err)
 		}
-		c.group = g
+		c.group, c.job = g, job
 		c.id = g.ID()
 		c.peers = make([]netip.AddrPort, cfg.Size)
 		for _, m := range g.Members() {

@@ -218,7 +218,19 @@ func unanswered(ctx context.Context, op *Op, err error, wait time.Duration) *NoA
 // refused Join, Register, Lookup or PoolCreate.
 func explainRefusal(req *fabric.CtrlMsg, err error, operand uint64) error {
 	if errors.Is(err, wire.StatusAuth) && operand == fabric.AuthRoleRefused {
-		return fmt.Errorf("%w: the switch does not take %v from this process's credential (its role may not send it, or its name binds another job or rank)", err, req.Type)
+		return fmt.Errorf("%w: the switch does not take %v from this process's credential: its role may not send it", err, req.Type)
+	}
+	if errors.Is(err, wire.StatusAuth) && operand == fabric.AuthNameRefused {
+		switch req.Type {
+		case fabric.CtrlRegister:
+			return fmt.Errorf("%w: this process's credential does not name service %q: a service S or S.SUFFIX is served by the credentials S, S/INSTANCE and S/RANK only", err, req.Service)
+		case fabric.CtrlJoin:
+			rank := "any rank"
+			if req.Rank != fabric.CtrlRankAny {
+				rank = fmt.Sprintf("rank %d", req.Rank)
+			}
+			return fmt.Errorf("%w: this process's credential does not bind job %q as %s: a credential JOB/RANK joins job JOB as rank RANK only, and every credential of scope S joins S's groups S.SUFFIX", err, req.Job, rank)
+		}
 	}
 	if errors.Is(err, wire.StatusBusy) && operand>>56 == fabric.PoolRecovering {
 		return &RecoveringError{Err: err, Wait: time.Duration(operand&(1<<56-1)) * time.Millisecond}

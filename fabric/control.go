@@ -3,8 +3,6 @@ package fabric
 import (
 	"errors"
 	"net/netip"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ndma/ndma/secure"
@@ -143,40 +141,73 @@ func RoleMay(r secure.Role, t CtrlType) bool {
 	return false
 }
 
-// AuthRoleRefused is Operand1 of an AUTH answer to a request that
-// authenticated but that the sender's credential may not make (RoleMay,
-// RankMay); 0 is a control message that failed authentication.
-const AuthRoleRefused = 1
+// Operand1 of an AUTH answer to a request that authenticated but that the
+// sender's credential may not make; 0 is a control message that failed
+// authentication.
+const (
+	// AuthRoleRefused: the credential's role may not send the request
+	// (RoleMay).
+	AuthRoleRefused = 1
+	// AuthNameRefused: the credential's name does not bind the job, rank
+	// or service the request names (RankMay, ServiceMay).
+	AuthNameRefused = 2
+)
 
 // RankMay reports whether a member whose credential is named name may
-// join job as rank (CtrlRankAny: any). A name of the form JOB/RANK (RANK
-// a decimal number) binds its holder to job JOB as rank RANK, and to the
-// groups of that job's own (jobs named JOB.SUFFIX: sub-communicators,
-// write groups), where it may take any rank; every other job is refused.
-// Other names bind nothing.
+// join job as rank (CtrlRankAny: any), by the name grammar of package
+// secure (secure.ParseName, secure.NameScopes):
+//
+//   - the job named JOB is joined by a credential JOB/RANK as rank RANK
+//     only, and by the servers of scope JOB (JOB, JOB/INST) as any rank;
+//   - a group of JOB's own (JOB.SUFFIX: a sub-communicator, a write
+//     group) is joined by every credential of scope JOB as any rank,
+//     and, when its name ends in @GUEST, by those of scope GUEST too;
+//   - every other job, and every name outside the grammar, is refused.
+//
+// No job or credential name holds a '.', so the groups of JOB are never
+// another job's: a credential of job "train" reaches no rank of a job
+// "train-2", and no credential binds a rank of "train.v2".
 func RankMay(name, job string, rank int) bool {
-	j, n, ok := BoundRank(name)
-	switch {
-	case !ok:
-		return true
-	case job == j:
-		return n == rank
+	n, err := secure.ParseName(secure.RoleMember, name)
+	if err != nil {
+		return false
 	}
-	return len(job) > len(j)+1 && strings.HasPrefix(job, j) && job[len(j)] == '.'
+	if job == n.Scope {
+		return n.Rank < 0 || n.Rank == rank
+	}
+	owner, guest := secure.NameScopes(job)
+	return owner == n.Scope || guest == n.Scope
 }
 
-// BoundRank is the job and rank a member credential named name binds its
-// holder to (RankMay), and whether it binds one.
-func BoundRank(name string) (job string, rank int, ok bool) {
-	j, r, ok := strings.Cut(name, "/")
-	if !ok {
-		return "", 0, false
+// ServiceMay reports whether a member whose credential is named name may
+// register (serve) service: a service named S or S.SUFFIX is registered
+// by the credentials of scope S alone (S, S/INST, S/RANK: see
+// secure.ParseName), so a credential of another scope cannot take over
+// the anycasts of a service it was not issued for.
+func ServiceMay(name, service string) bool {
+	n, err := secure.ParseName(secure.RoleMember, name)
+	if err != nil {
+		return false
 	}
-	n, err := strconv.Atoi(r)
-	if err != nil || n < 0 || strconv.Itoa(n) != r {
-		return "", 0, false // not a rank
+	owner, _ := secure.NameScopes(service)
+	return owner == n.Scope
+}
+
+// SubGroupName is the name of a group of the scope of the member
+// credential named name (secure.ParseName) that a member holding it may
+// join: scope.suffix, with "@guest" added when guest is not empty, which
+// lets the credentials of scope guest join it too (RankMay). Without a
+// credential (name ""), or with a name outside the grammar, it is suffix
+// alone (suffix@guest).
+func SubGroupName(name, suffix, guest string) string {
+	if guest != "" {
+		suffix += "@" + guest
 	}
-	return j, n, true
+	n, err := secure.ParseName(secure.RoleMember, name)
+	if err != nil {
+		return suffix
+	}
+	return n.Scope + "." + suffix
 }
 
 // respond sends a control response to the request in d.
@@ -215,11 +246,11 @@ func (g *group) table() []MemberInfo {
 func (s *Switch) join(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 	if s.idents != nil {
 		// A member credential named JOB/RANK joins that job as that
-		// rank only.
+		// rank only, and every credential the jobs of its scope only.
 		if c, _ := s.idents(d.Peer.Addr); !RankMay(c.Name, m.Job, m.Rank) {
 			s.stats.ControlRefused++
-			s.stats.RoleRefused++
-			s.reply(d.Peer, &d.Header, wire.StatusAuth, AuthRoleRefused)
+			s.stats.NameRefused++
+			s.reply(d.Peer, &d.Header, wire.StatusAuth, AuthNameRefused)
 			return
 		}
 	}
@@ -347,6 +378,16 @@ func (s *Switch) newGroup(name string, service bool, size int, now time.Time) *g
 // register adds a server to an anycast service group, creating the group
 // (with its policy, size and ownership table) on first registration.
 func (s *Switch) register(now time.Time, d *transport.Delivery, m *CtrlMsg) {
+	if s.idents != nil {
+		// Only the credentials of a service's scope serve it: another
+		// would answer its clients' requests.
+		if c, _ := s.idents(d.Peer.Addr); !ServiceMay(c.Name, m.Service) {
+			s.stats.ControlRefused++
+			s.stats.NameRefused++
+			s.reply(d.Peer, &d.Header, wire.StatusAuth, AuthNameRefused)
+			return
+		}
+	}
 	var g *group
 	if id, ok := s.names[m.Service]; ok {
 		g = s.groups[id]

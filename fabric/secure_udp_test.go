@@ -48,7 +48,7 @@ func TestUDPSecureJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	sopts := secure.Options{Encrypt: true}
-	if _, err := fabric.NewServerWith(conn, sw, fabric.ServerOptions{Security: secureIdentity(t, a, secure.RoleClient, "not a switch")}); err == nil {
+	if _, err := fabric.NewServerWith(conn, sw, fabric.ServerOptions{Security: secureIdentity(t, a, secure.RoleClient, "not-a-switch")}); err == nil {
 		t.Fatal("a switch runs under a client's identity")
 	}
 	conn, err = netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
@@ -70,7 +70,7 @@ func TestUDPSecureJob(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{
-			Security: secureIdentity(t, a, secure.RoleMember, fmt.Sprintf("rank%d", i)), SecurityOptions: sopts})
+			Security: secureIdentity(t, a, secure.RoleMember, fmt.Sprintf("sealed/%d", i)), SecurityOptions: sopts})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,7 +113,7 @@ func TestUDPSecureJob(t *testing.T) {
 	}
 	for i, ep := range eps {
 		c, ok := srv.PeerIdentity(ep.LocalAddr())
-		if !ok || c.Role != secure.RoleMember || c.Name != fmt.Sprintf("rank%d", i) {
+		if !ok || c.Role != secure.RoleMember || c.Name != fmt.Sprintf("sealed/%d", i) {
 			t.Fatalf("the switch sees member %d as %+v, %v", i, c, ok)
 		}
 		if c, ok := ep.PeerIdentity(srv.Addr()); !ok || c.Role != secure.RoleSwitch || c.Name != "sw0" {
@@ -180,7 +180,7 @@ func TestUDPSecureRoles(t *testing.T) {
 	if _, err := mem.JoinJob(ctx, addr, "job", 1, 0, opts); !errors.Is(err, wire.StatusAuth) {
 		t.Errorf("a memory node joined a job: %v", err)
 	}
-	member := listen(secure.RoleMember, "rank0")
+	member := listen(secure.RoleMember, "job/0")
 	if _, err := member.PoolLend(ctx, addr, 1, 1<<20, opts); !errors.Is(err, wire.StatusAuth) {
 		t.Errorf("a member lent memory: %v", err)
 	}
@@ -208,9 +208,9 @@ func TestUDPSecureRankBound(t *testing.T) {
 	for _, c := range []struct {
 		job  string
 		rank int
-	}{{"train", 0}, {"other", 1}, {"train", fabric.CtrlRankAny}, {"trainer", 1}, {"train.", 0}, {"other.train", 1}} {
+	}{{"train", 0}, {"other", 1}, {"train", fabric.CtrlRankAny}, {"trainer", 1}, {"train-2", 1}, {"other.train", 1}, {"other.x@trainer", 0}} {
 		_, err := ep.JoinJob(ctx, srv.Addr().String(), c.job, 2, c.rank, opts)
-		if !errors.Is(err, wire.StatusAuth) || !strings.Contains(err.Error(), "binds another job or rank") {
+		if !errors.Is(err, wire.StatusAuth) || !strings.Contains(err.Error(), "credential does not bind job") {
 			t.Errorf("train/1 joining %s as rank %d: %v", c.job, c.rank, err)
 		}
 	}
@@ -220,15 +220,71 @@ func TestUDPSecureRankBound(t *testing.T) {
 		t.Fatalf("train/1 joining its job's group train.0.1 as rank 0: %v", err)
 	}
 	g.Leave(ctx)
+	if n := srv.Stats().NameRefused; n != 7 {
+		t.Errorf("%d joins refused for the credential's name, want 7", n)
+	}
+}
+
+// TestRankMay: which credential names may join which job as which rank.
+func TestRankMay(t *testing.T) {
 	for _, c := range []struct {
 		name, job string
 		rank      int
 		want      bool
-	}{{"train/1", "train", 1, true}, {"h3", "train", 0, true}, {"a/b", "x", 0, true}, {"train/01", "train", 1, true}, {"train/1", "train", 2, false},
-		{"train/1", "train.3.7", 0, true}, {"train/1", "train.x", fabric.CtrlRankAny, true}, {"train/1", "trainx", 1, false},
-		{"train/1", "train.", 1, false}, {"train/1", "x.train", 1, false}} {
+	}{
+		{"train/1", "train", 1, true},
+		{"train/1", "train", 2, false},
+		{"train/1", "train", fabric.CtrlRankAny, false},
+		{"train/01", "train", 1, false},      // outside the grammar
+		{"train/1/x", "train", 1, false},     // outside the grammar
+		{"train.v2/1", "train.v2", 1, false}, // outside the grammar
+		{"train/1", "train.3.7", 0, true},
+		{"train/1", "train.x", fabric.CtrlRankAny, true},
+		{"train/1", "train.", 1, true},
+		{"train/1", "trainx", 1, false},
+		{"train-42/0", "train-42-v2", 1, false},
+		{"train/1", "x.train", 1, false},
+		{"train/1", "x.y@train", 1, true},
+		{"train/1", "x@train.y", 1, false},
+		{"train/1", "train@", 1, true},
+		{"h3", "h3", 5, true},
+		{"h3", "h3.x", 0, true},
+		{"h3", "train", 0, false},
+		{"h3", "train.x", 0, false},
+		{"stor/s0", "train.stor.w0@stor", 2, true},
+		{"stor/s0", "train.stor.w0", 2, false},
+		{"stor/s0", "stor", 2, true},
+		{"evil/0", "train.stor.w0@stor", 2, false},
+		{"a/b", "x", 0, false},
+	} {
 		if got := fabric.RankMay(c.name, c.job, c.rank); got != c.want {
 			t.Errorf("RankMay(%q, %q, %d) = %v, want %v", c.name, c.job, c.rank, got, c.want)
+		}
+	}
+}
+
+// TestServiceMay: which credential names may serve which service.
+func TestServiceMay(t *testing.T) {
+	for _, c := range []struct {
+		name, service string
+		want          bool
+	}{
+		{"kv", "kv", true},
+		{"kv/a", "kv", true},
+		{"kv/3", "kv.shard1", true},
+		{"kv/a", "kv.shard1@evil", true},
+		{"evil/0", "kv", false},
+		{"evil/0", "kv.evil", false},
+		{"evil/0", "evil.kv", true},
+		{"kv/a", "kv-2", false},
+		{"kv/a", "kvx", false},
+		{"kv/01", "kv", false}, // outside the grammar
+		{"kv.x/a", "kv.x", false},
+		{"stor/s0", "stor.s0-1-2", true},
+		{"stor/g0", "stor.gw", true},
+	} {
+		if got := fabric.ServiceMay(c.name, c.service); got != c.want {
+			t.Errorf("ServiceMay(%q, %q) = %v, want %v", c.name, c.service, got, c.want)
 		}
 	}
 }

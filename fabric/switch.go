@@ -187,6 +187,7 @@ type Stats struct {
 	PoolRegionsRecovered, PoolCopiesReported, PoolReportsRefused, PoolDeferred uint64
 	ControlIn, ControlRefused                                                  uint64
 	RoleRefused                                                                uint64 // control requests refused for the sender's certified role (SetIdentities)
+	NameRefused                                                                uint64 // joins and registrations refused for the sender's certified name (RankMay, ServiceMay)
 	AuthFailures                                                               uint64
 	ForwardDropped                                                             uint64
 	MembersDead                                                                uint64
@@ -408,7 +409,9 @@ func New(cfg Config) (*Switch, error) {
 // SetIdentities gives the switch the certified identity of each peer
 // address (a security layer's Layer.Peer, which has authenticated every
 // datagram): from then on a control request from an address without one,
-// or whose role may not send it (RoleMay), is refused with StatusAuth.
+// or whose role may not send it (RoleMay), and a join or a registration
+// whose job, rank or service its name does not bind (RankMay,
+// ServiceMay), is refused with StatusAuth.
 func (s *Switch) SetIdentities(peer func(netip.AddrPort) (secure.Cert, bool)) { s.idents = peer }
 
 // SetVerified tells the switch that a security layer below it has

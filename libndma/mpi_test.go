@@ -126,7 +126,7 @@ func TestMPI(t *testing.T) {
 				}
 			}
 			sealed := map[string]string{"LD_PRELOAD": libPath, "NDMA_SWITCH": fab.swAddr, "NDMA_TOKEN": fab.token,
-				"NDMA_CREDENTIAL": fab.credPath, "NDMA_TIMEOUT": "60s", "NDMA_MPI_VERBOSE": "1"}
+				"NDMA_CREDENTIAL": fab.credPath, "NDMA_JOB": "mpitest", "NDMA_TIMEOUT": "60s", "NDMA_MPI_VERBOSE": "1"}
 
 			if f.fullMatrixRuns {
 				t.Run("without", func(t *testing.T) {

@@ -21,8 +21,8 @@ func TestCredentialFileRoundTrip(t *testing.T) {
 		name string
 	}{
 		{RoleClient, "alice"},
-		{RoleMember, "rank 3 of \"job\""},
-		{RoleMemoryNode, "mem\xff\x00node"},
+		{RoleMember, "train/3"},
+		{RoleMemoryNode, "mem-node_0"},
 		{RoleSwitch, strings.Repeat("s", MaxNameLen)},
 	} {
 		id := issue(t, a, c.role, c.name, byte(i+1))

@@ -213,7 +213,8 @@ type Identity struct {
 // certificate is valid from the Unix epoch to MaxCertTime. It suits
 // credentials that live no longer than the processes holding them (tests,
 // an in-process demo); credentials handed out are issued by IssueBetween
-// with a period of validity.
+// with a period of validity. name must be one of role's credential names
+// (CheckName): the switch binds its holder by it.
 func (a *Authority) Issue(role Role, name string, rand io.Reader) (*Identity, error) {
 	return a.IssueBetween(role, name, time.Unix(0, 0).UTC(), MaxCertTime, rand)
 }
@@ -225,6 +226,9 @@ func (a *Authority) Issue(role Role, name string, rand io.Reader) (*Identity, er
 func (a *Authority) IssueBetween(role Role, name string, notBefore, notAfter time.Time, rand io.Reader) (*Identity, error) {
 	if role < RoleClient || role > RoleSwitch || len(name) == 0 || len(name) > MaxNameLen {
 		return nil, fmt.Errorf("%w: role %d, name of %d bytes (want 1 to %d)", ErrIdentity, uint8(role), len(name), MaxNameLen)
+	}
+	if err := CheckName(role, name); err != nil {
+		return nil, err
 	}
 	if err := checkPeriod(notBefore, notAfter); err != nil {
 		return nil, err

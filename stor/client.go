@@ -19,6 +19,7 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
@@ -1004,11 +1005,12 @@ func (v *Volume) formOnce(ctx context.Context, live []uint16) error {
 		fmt.Fprintf(h, "%s/%d/%d/%s/%d", v.d.Name, v.d.Created, v.holder, name, v.jobSeq)
 		job := fmt.Sprintf("%s.w%016x", v.c.opts.Service, h.Sum64())
 		if id := v.c.ep.Identity(); id != nil {
-			if bound, _, ok := fabric.BoundRank(id.Cert.Name); ok {
-				// A credential bound to a job's rank joins only that
-				// job's own groups.
-				job = bound + "." + job
-			}
+			// On a sealed switch a member joins only the groups of its
+			// credential's scope, and of those the groups that name the
+			// scope as their guest: the group is the writer's, and the
+			// storage service's scope is its guest (fabric.RankMay).
+			owner, _ := secure.NameScopes(v.c.opts.Service)
+			job = fabric.SubGroupName(id.Cert.Name, job, owner)
 		}
 		errs := make([]error, len(members))
 		forEach(len(members), func(i int) {

@@ -163,7 +163,7 @@ func (s *simStor) startNodeWith(i int, capacity uint64) {
 // tryStartNode starts node i with a capacity (0: none); on failure it
 // leaves node i down and releases what it took.
 func (s *simStor) tryStartNode(i int, capacity uint64) error {
-	ep := s.endpoint(fmt.Sprintf("s%d", i))
+	ep := s.endpoint(fmt.Sprintf("stor/s%d", i))
 	cfg := NodeConfig{Dir: s.dirs[i], ID: i, Switch: s.swA.String(), Fabric: s.fab, Capacity: capacity}
 	cfg.Logger = s.logger()
 	n, err := NewNode(ep, cfg)
@@ -390,8 +390,10 @@ func TestSimReplicatedWriteRead(t *testing.T) {
 // credential and seals every datagram, a client whose credential binds
 // it to rank 3 of job "train" (as ndma testbed run gives its ranks)
 // writes and reads a replicated volume: its write groups are the job's
-// own (train.SUFFIX), which the switch lets such a credential join (any
-// other job's join it refuses, and the writes would fail).
+// own with the storage service's scope as their guest
+// (train.SUFFIX@stor), which the switch lets such a credential and the
+// storage nodes (stor/s0...) join (any other job's join it refuses, and
+// the writes would fail).
 func TestSimSealedRankBound(t *testing.T) {
 	a, err := secure.NewAuthority([]byte("stor sealed test secret"))
 	if err != nil {
@@ -611,7 +613,7 @@ func TestSimSwitchRestart(t *testing.T) {
 
 func TestSimControllerMode(t *testing.T) {
 	simStorage(t, 3, 6, func(t *testing.T, s *simStor) {
-		gwEP := s.endpoint("gateway")
+		gwEP := s.endpoint("stor/gateway")
 		s.ceps = append(s.ceps, gwEP)
 		gw := NewGateway(gwEP, GatewayConfig{Switch: s.swA.String(), Fabric: s.fab})
 		ctx := s.ctx()

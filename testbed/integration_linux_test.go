@@ -276,7 +276,9 @@ func stormReply(s int, req []byte) []byte {
 // the rank's part of the summary; servers print how many they served,
 // clients how many replies came from each server.
 func anycastStorm(ctx context.Context, c *coll.Communicator, ep *endpoint.Endpoint, launch coll.Launch, fopts endpoint.FabricOptions) (string, error) {
-	name := "storm-" + launch.Job
+	// A service of the job's own: a sealed switch lets a rank's
+	// credential (JOB/RANK) serve only services JOB and JOB.SUFFIX.
+	name := launch.Job + ".storm"
 	rank := c.Rank()
 	var served atomic.Int64
 	if rank < stormServers {

@@ -415,7 +415,8 @@ func startDaemons(ctx context.Context, cfg *Config, st *State) error {
 // state directory's "secret" file, and issues under it a credential for
 // every node, each in a file of its own named after the node ("sw.cred",
 // "h0.cred", "m0.cred"): role switch for the switch, memory-node for each
-// memory node, member for each host (its rank's), and one of role client
+// memory node, member for each host, a member credential of the storage
+// service's scope for each storage node and gateway, and one of role client
 // ("client.cred") for tools run outside Run. Every file is readable by
 // its owner alone (mode 0600).
 func issueCredentials(st *State) error {
@@ -437,6 +438,14 @@ func issueCredentials(st *State) error {
 		path := filepath.Join(st.Dir, name+".cred")
 		return path, writeCredential(a, role, name, path)
 	}
+	// A storage node's or gateway's credential is a server's of the
+	// storage service's scope (stor/s0, stor/g0; the daemons serve the
+	// default service "stor"): the switch lets only those serve the
+	// service and its sets (fabric.ServiceMay).
+	issueServer := func(n *Node) (string, error) {
+		path := filepath.Join(st.Dir, n.Name+".cred")
+		return path, writeCredential(a, secure.RoleMember, "stor/"+n.Name, path)
+	}
 	if st.Switch.Credential, err = issue(secure.RoleSwitch, st.Switch.Name); err != nil {
 		return err
 	}
@@ -454,7 +463,7 @@ func issueCredentials(st *State) error {
 	// groups: role member.
 	for _, ns := range [][]Node{st.StorNodes, st.Gateways} {
 		for i := range ns {
-			if ns[i].Credential, err = issue(secure.RoleMember, ns[i].Name); err != nil {
+			if ns[i].Credential, err = issueServer(&ns[i]); err != nil {
 				return err
 			}
 		}

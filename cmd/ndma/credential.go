@@ -267,10 +267,14 @@ func checkValidity(d time.Duration) error {
 }
 
 // checkCredentialName checks a name credential issue is to certify for
-// role: 1 to secure.MaxNameLen bytes.
-func checkCredentialName(_ secure.Role, name string) error {
+// role: 1 to secure.MaxNameLen bytes, of the grammar the switch binds it
+// by (secure.CheckName).
+func checkCredentialName(role secure.Role, name string) error {
 	if name == "" || len(name) > secure.MaxNameLen {
 		return fmt.Errorf("--name: %d bytes: want 1 to %d", len(name), secure.MaxNameLen)
+	}
+	if err := secure.CheckName(role, name); err != nil {
+		return fmt.Errorf("--name: %w", err)
 	}
 	return nil
 }

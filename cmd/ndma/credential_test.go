@@ -108,6 +108,14 @@ func TestCredentialIssueShow(t *testing.T) {
 	if _, err := execute(t, "credential", "issue", "--secret-file", secret, "--role", "admin", "--name", "x", "-o", file+"2"); err == nil || !strings.Contains(err.Error(), `--role "admin"`) {
 		t.Errorf("issue --role admin: %v", err)
 	}
+	for _, name := range []string{"train-42/01", "train-42/0/x", "train-42.v2/1"} {
+		if _, err := execute(t, "credential", "issue", "--secret-file", secret, "--role", "member", "--name", name, "-o", file+"3"); err == nil || !strings.Contains(err.Error(), "--name") {
+			t.Errorf("issue --name %s: %v", name, err)
+		}
+		if _, err := os.Stat(file + "3"); err == nil {
+			t.Errorf("issue --name %s wrote a file", name)
+		}
+	}
 
 	out, err := execute(t, "credential", "show", file)
 	check("show", out)

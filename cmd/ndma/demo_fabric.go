@@ -108,7 +108,7 @@ func startFabric(ctx context.Context, sec *demoSecurity) (*fabricDemo, func(), e
 	f := &fabricDemo{ctx: ctx, sw: srv.Addr().String(), swAddr: srv.Addr(), lendCtx: lendCtx, closers: &closers,
 		opts: endpoint.FabricOptions{Token: token}, sec: sec}
 	for i := range demoMembers {
-		opts, err := sec.endpoint(secure.RoleMember, fmt.Sprintf("demo-rank%d", i))
+		opts, err := sec.endpoint(secure.RoleMember, fmt.Sprintf("%s/%d", demoJob, i))
 		if err != nil {
 			return nil, closeAll, err
 		}
@@ -387,12 +387,12 @@ func (f *fabricDemo) anycastRoundRobin() demoRow {
 	var served, replied [2]int
 	var el time.Duration
 	err := func() error {
-		if err := f.serve(endpoint.ServiceConfig{Name: "demo-rr", Size: 2, Policy: fabric.PolicyRoundRobin}, &served, &mu); err != nil {
+		if err := f.serve(endpoint.ServiceConfig{Name: demoJob + ".rr", Size: 2, Policy: fabric.PolicyRoundRobin}, &served, &mu); err != nil {
 			return err
 		}
 		t0 := time.Now()
 		for i := range demoRequests {
-			m, err := f.request("demo-rr", uint64(i), i)
+			m, err := f.request(demoJob+".rr", uint64(i), i)
 			if err != nil {
 				return err
 			}
@@ -427,7 +427,7 @@ func (f *fabricDemo) anycastAffinity() demoRow {
 	onOwner := 0
 	var el time.Duration
 	err := func() error {
-		if err := f.serve(endpoint.ServiceConfig{Name: "demo-kv", Size: 2, Policy: fabric.PolicyKeyAffinity, Ranges: ranges}, &served, &mu); err != nil {
+		if err := f.serve(endpoint.ServiceConfig{Name: demoJob + ".kv", Size: 2, Policy: fabric.PolicyKeyAffinity, Ranges: ranges}, &served, &mu); err != nil {
 			return err
 		}
 		t0 := time.Now()
@@ -437,7 +437,7 @@ func (f *fabricDemo) anycastAffinity() demoRow {
 			if owner == 1 {
 				key += half
 			}
-			m, err := f.request("demo-kv", key, i)
+			m, err := f.request(demoJob+".kv", key, i)
 			if err != nil {
 				return err
 			}

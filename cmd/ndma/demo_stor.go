@@ -34,7 +34,7 @@ func (f *fabricDemo) storage() demoRow {
 	}
 	*f.closers = append(*f.closers, func() { os.RemoveAll(dir) })
 	for i := range demoVolNodes {
-		opts, err := f.sec.endpoint(secure.RoleMember, fmt.Sprintf("demo-stor%d", i))
+		opts, err := f.sec.endpoint(secure.RoleMember, fmt.Sprintf("%s/node%d", stor.DefaultService, i))
 		if err != nil {
 			return fail(err)
 		}

@@ -82,6 +82,10 @@ var metrics = []metric{
 		nil, func(st *Stats) uint64 { return st.Switch.ControlRefused }),
 	counter("auth_failures_total", "Control requests whose tag did not verify under the fabric token.",
 		nil, func(st *Stats) uint64 { return st.Switch.AuthFailures }),
+	counter("role_refusals_total", "Control requests refused because the sender's credential is of a role that may not send them.",
+		nil, func(st *Stats) uint64 { return st.Switch.RoleRefused }),
+	counter("name_refusals_total", "Joins and registrations refused because the sender's credential name does not bind the job, rank or service.",
+		nil, func(st *Stats) uint64 { return st.Switch.NameRefused }),
 
 	counter("spoofed_total", "Packets dropped because their source member id does not match the address they came from.",
 		nil, func(st *Stats) uint64 { return st.Switch.Spoofed }),

@@ -79,6 +79,8 @@ func TestMetrics(t *testing.T) {
 		"ndma_switch_control_requests_total",
 		"ndma_switch_control_refusals_total",
 		"ndma_switch_auth_failures_total",
+		"ndma_switch_role_refusals_total",
+		"ndma_switch_name_refusals_total",
 		"ndma_switch_spoofed_total",
 		"ndma_switch_malformed_total",
 		"ndma_switch_no_group_total",

@@ -40,7 +40,9 @@
  *   NDMA_SWITCH, NDMA_TOKEN or NDMA_INSECURE=1, NDMA_CREDENTIAL,
  *   NDMA_TIMEOUT, NDMA_DETERMINISTIC...: as for ndma_comm_from_env.
  *   NDMA_JOB          the job's group name prefix (default: a random one
- *                     rank 0 picks and broadcasts).
+ *                     rank 0 picks and broadcasts). With NDMA_CREDENTIAL
+ *                     it must be the job (or scope) the credential names:
+ *                     a sealed switch lets a credential join those only.
  *   NDMA_MPI=0        everything to MPI, silently.
  *   NDMA_MPI_STRICT=1 abort the job instead of falling back to MPI when
  *                     NDMA cannot be set up.
