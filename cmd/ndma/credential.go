@@ -30,17 +30,20 @@ const credentialHelp = "every datagram is then sealed (encrypted and authenticat
 // credentialFlag is --credential, the same on every command that can
 // seal its datagrams.
 type credentialFlag struct {
-	path  string
-	rekey time.Duration // --rekey-after (daemons): 0, the layer's default
-	fs    *pflag.FlagSet
+	path        string
+	rekey       time.Duration // --rekey-after (daemons): 0, the layer's default
+	revocations string        // --revocations (daemons)
+	fs          *pflag.FlagSet
 }
 
 // minRekey is the shortest --rekey-after: each rekey is a handshake
 // (about a millisecond of CPU on each side) per peer.
 const minRekey = time.Second
 
-// registerRekey adds --rekey-after to fs, for a daemon's sessions.
+// registerRekey adds --rekey-after and --revocations to fs, for a
+// daemon's sessions.
 func (c *credentialFlag) registerRekey(fs *pflag.FlagSet) {
+	fs.StringVar(&c.revocations, "revocations", "", "with a credential, the fabric's revocation list `file` (ndma credential revoke writes it; default $"+revocationsEnv+"): sessions with a revoked credential are refused and closed; the file is read again when it changes")
 	fs.DurationVar(&c.rekey, "rekey-after", secure.DefaultRekeyAge, "with a credential, replace each session's keys by new ones this often (a new handshake while the old session carries traffic; the old one still opens what arrives for "+secure.DefaultDrain.String()+"), at least "+minRekey.String())
 }
 

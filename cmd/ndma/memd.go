@@ -100,6 +100,9 @@ SIGINT or SIGTERM shuts the node down gracefully.`,
 
 func runMemd(cmd *cobra.Command, f *memdFlags) error {
 	cfg, err := f.config(cmd.ErrOrStderr())
+	if err == nil {
+		err = f.cred.watch(cmd, os.Getenv, cfg.Security, cfg.Logger)
+	}
 	if err != nil {
 		return err
 	}

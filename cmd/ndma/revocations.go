@@ -8,6 +8,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/ndma/ndma/secure"
 )
 
@@ -19,7 +21,7 @@ const revocationsEnv = "NDMA_REVOCATIONS"
 // list file changed. With the security layer's sweep (at most a minute
 // apart), a credential revoked in the file loses its sessions within
 // revocationsReload plus a minute.
-const revocationsReload = 10 * time.Second
+var revocationsReload = 10 * time.Second
 
 // watchRevocations gives id a Policy holding the revocation list at path
 // (which must exist and verify against id's authority) and keeps it
@@ -68,5 +70,26 @@ func watchRevocations(ctx context.Context, id *secure.Identity, path string, log
 			log.Info("revocation list loaded", "file", path, "number", rl.Number, "revoked", rl.Len())
 		}
 	}()
+	return nil
+}
+
+// watch loads the revocation list of --revocations, else of the file
+// $NDMA_REVOCATIONS names as getenv reports it, into id's Policy and keeps
+// it current until cmd's context ends (watchRevocations). Without either,
+// or without id, it does nothing.
+func (c *credentialFlag) watch(cmd *cobra.Command, getenv func(string) string, id *secure.Identity, log *slog.Logger) error {
+	path, flag := c.revocations, "--revocations"
+	if c.fs == nil || !c.fs.Changed("revocations") {
+		path, flag = getenv(revocationsEnv), "$"+revocationsEnv
+	}
+	if path == "" {
+		return nil
+	}
+	if id == nil {
+		return fmt.Errorf("%s: a revocation list needs a credential (--credential)", flag)
+	}
+	if err := watchRevocations(cmdContext(cmd), id, path, log); err != nil {
+		return fmt.Errorf("%s: %w", flag, err)
+	}
 	return nil
 }

@@ -83,6 +83,9 @@ func (f *storDaemonFlags) open(cmd *cobra.Command, opTimeout time.Duration) (*st
 	if d.id, err = f.cred.load(os.Getenv, secure.RoleMember); err != nil {
 		return nil, err
 	}
+	if err = f.cred.watch(cmd, os.Getenv, d.id, d.logger); err != nil {
+		return nil, err
+	}
 	eopts := endpointOptions(d.id)
 	if d.id != nil {
 		if eopts.SecurityOptions, err = f.cred.options(); err != nil {

@@ -160,6 +160,9 @@ func (f *switchFlags) config(cmd *cobra.Command) (switchd.Config, error) {
 	if err != nil {
 		return switchd.Config{}, err
 	}
+	if err := f.cred.watch(cmd, os.Getenv, id, logger); err != nil {
+		return switchd.Config{}, err
+	}
 	sopts, err := f.cred.options()
 	if err != nil {
 		return switchd.Config{}, err
