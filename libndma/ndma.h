@@ -99,10 +99,12 @@ typedef struct ndma_config {
     const char *switch_addr; /* the switch, "host:port" (required) */
     const char *job;         /* job name every rank gives; NULL: "ndma" */
     const char *token;       /* fabric token; NULL only with insecure */
-    int insecure;            /* 1: a switch started with --insecure */
-    const char *credential;  /* credential file (role member) to seal every
-                                datagram with, as a switch started with
-                                --credential requires; NULL: none */
+    int insecure;            /* 1: seal nothing, at a fabric started with
+                                --insecure (the token then optional) */
+    const char *credential;  /* credential (role member) to seal every
+                                datagram with: its file, or the directory
+                                ndma fabric init wrote (JOB/RANK.cred in
+                                it); NULL only with insecure */
     const char *listen;      /* local UDP address; NULL: ":0" */
     int mtu;                 /* largest datagram in bytes; 0: default */
     int join_timeout_ms;     /* rendezvous bound; 0: 60 s */

@@ -133,24 +133,19 @@ func (f *memdFlags) config(logw io.Writer) (memd.Config, error) {
 	if cfg.Listen, err = resolveListen("--listen", f.listen); err != nil {
 		return memd.Config{}, err
 	}
-	if cfg.Security, err = f.cred.load(os.Getenv, secure.RoleMemoryNode); err != nil {
+	if f.sw == "" && f.token.givenToken() {
+		return memd.Config{}, errors.New("--token, --token-file: only with --switch (the token authenticates this node to the forwarding node)")
+	}
+	sec, err := resolveSecurity(&f.token, &f.cred, os.Getenv, f.sw != "", logWarn(logger, "memd"), "memory-0.cred", secure.RoleMemoryNode)
+	if err != nil {
 		return memd.Config{}, err
 	}
-	if cfg.Security != nil {
-		if cfg.SecurityOptions, err = f.cred.options(); err != nil {
-			return memd.Config{}, err
-		}
-	}
-	switch {
-	case f.sw != "":
+	cfg.Security, cfg.SecurityOptions = sec.id, sec.opts
+	if f.sw != "" {
 		if cfg.Switch, err = resolvePeer("--switch", f.sw); err != nil {
 			return memd.Config{}, err
 		}
-		if cfg.Token, cfg.Insecure, err = f.token.resolve(os.Getenv); err != nil {
-			return memd.Config{}, err
-		}
-	case f.token.given():
-		return memd.Config{}, errors.New("--token, --token-file, --insecure: only with --switch (the token authenticates this node to the forwarding node)")
+		cfg.Token, cfg.Insecure = sec.token, len(sec.token) == 0
 	}
 	if f.keyFile == "" {
 		size, err := memnode.ParseSize(f.size)

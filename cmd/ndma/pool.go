@@ -60,19 +60,15 @@ func (p *poolFlags) client(cmd *cobra.Command) (*endpoint.Endpoint, endpoint.Fab
 		return nil, opts, nil, nil, err
 	}
 	p.sw = sw
-	if opts.Token, opts.Insecure, err = p.token.resolve(os.Getenv); err != nil {
-		return nil, opts, nil, nil, err
-	}
-	if opts.Insecure {
-		warnInsecure(cmd.ErrOrStderr(), p.sw)
-	}
 	if p.timeout <= 0 {
 		return nil, opts, nil, nil, fmt.Errorf("--timeout %v: want a positive duration", p.timeout)
 	}
-	if p.id, err = p.cred.load(os.Getenv, secure.RoleClient, secure.RoleMember); err != nil {
+	sec, err := resolveSecurity(&p.token, &p.cred, os.Getenv, true, printWarn(cmd.ErrOrStderr()), "client-0.cred", secure.RoleClient, secure.RoleMember)
+	if err != nil {
 		return nil, opts, nil, nil, err
 	}
-	ep, err := endpoint.Listen(":0", endpoint.Config{OpTimeout: p.opTimeout, Transport: transport.Config{MTU: p.mtu}}, endpointOptions(p.id))
+	p.id, opts = sec.id, sec.fabric()
+	ep, err := endpoint.Listen(":0", endpoint.Config{OpTimeout: p.opTimeout, Transport: transport.Config{MTU: p.mtu}}, sec.endpoint())
 	if err != nil {
 		return nil, opts, nil, nil, err
 	}

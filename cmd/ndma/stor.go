@@ -74,21 +74,16 @@ func (f *storDaemonFlags) open(cmd *cobra.Command, opTimeout time.Duration) (*st
 	if err != nil {
 		return nil, err
 	}
-	if d.fab.Token, d.fab.Insecure, err = f.token.resolve(os.Getenv); err != nil {
+	file := "storage-0.cred" // ndma fabric init issues none for a gateway
+	if cmd.Name() != "stord" {
+		file = ""
+	}
+	sec, err := resolveSecurity(&f.token, &f.cred, os.Getenv, true, logWarn(d.logger, cmd.Name()), file, secure.RoleMember)
+	if err != nil {
 		return nil, err
 	}
-	if d.fab.Insecure {
-		warnInsecure(cmd.ErrOrStderr(), d.sw)
-	}
-	if d.id, err = f.cred.load(os.Getenv, secure.RoleMember); err != nil {
-		return nil, err
-	}
-	eopts := endpointOptions(d.id)
-	if d.id != nil {
-		if eopts.SecurityOptions, err = f.cred.options(); err != nil {
-			return nil, err
-		}
-	}
+	d.id, d.fab = sec.id, sec.fabric()
+	eopts := sec.endpoint()
 	if d.ep, err = endpoint.Listen(listen, endpoint.Config{Transport: transport.Config{MTU: f.mtu}, OpTimeout: opTimeout}, eopts); err != nil {
 		return nil, fmt.Errorf("--listen/--mtu: %w", err)
 	}

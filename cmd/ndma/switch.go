@@ -152,15 +152,7 @@ func (f *switchFlags) config(cmd *cobra.Command) (switchd.Config, error) {
 	if f.seed == 0 {
 		return switchd.Config{}, errors.New("--seed: 0: want at least 1")
 	}
-	token, insecure, err := f.token.resolve(os.Getenv)
-	if err != nil {
-		return switchd.Config{}, err
-	}
-	id, err := f.cred.load(os.Getenv, secure.RoleSwitch)
-	if err != nil {
-		return switchd.Config{}, err
-	}
-	sopts, err := f.cred.options()
+	sec, err := resolveSecurity(&f.token, &f.cred, os.Getenv, true, logWarn(logger, "switchd"), "switch.cred", secure.RoleSwitch)
 	if err != nil {
 		return switchd.Config{}, err
 	}
@@ -170,10 +162,10 @@ func (f *switchFlags) config(cmd *cobra.Command) (switchd.Config, error) {
 	}
 	return switchd.Config{
 		Listen:           listen,
-		Token:            token,
-		Insecure:         insecure,
-		Security:         id,
-		SecurityOptions:  sopts,
+		Token:            sec.token,
+		Insecure:         len(sec.token) == 0,
+		Security:         sec.id,
+		SecurityOptions:  sec.opts,
 		HeartbeatTimeout: f.heartbeatTimeout,
 		PoolSlots:        f.poolSlots,
 		MTU:              f.mtu,
