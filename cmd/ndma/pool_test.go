@@ -211,6 +211,31 @@ func startPool(t *testing.T, n int, size int64) (string, *fabric.Server, []*memd
 	return addr, srv, nodes
 }
 
+// startPlainPool starts an in-process fabric that does not seal, a
+// switch under testToken and one memory node lending 1 MiB, and returns
+// the switch's address once the node has joined.
+func startPlainPool(t *testing.T) (string, *fabric.Server, *memd.Server) {
+	t.Helper()
+	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := fabric.New(fabric.Config{Token: testToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := fabric.NewServer(conn, sw, nil)
+	t.Cleanup(func() { srv.Close() })
+	addr := srv.Addr().String()
+	node, err := memd.Start(memd.Config{Listen: "127.0.0.1:0", Size: 1 << 20, Perm: memnode.PermAll, Switch: addr, Token: testToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { node.Close() })
+	waitAlive(t, addr, 1, "--insecure", "--token", string(testToken))
+	return addr, srv, node
+}
+
 // testAuthority returns a new fabric authority and the file (mode 0600)
 // of a credential of role it issued, for the commands a test runs.
 func testAuthority(t *testing.T, role secure.Role) (*secure.Authority, string) {
