@@ -81,7 +81,7 @@ func (f *fabricInit) validate() error {
 		return fmt.Errorf("--ranks %d: want 1 to %d ranks of job %q", f.ranks, maxInitProcesses, f.job)
 	case f.job != "":
 		if f.job == "." || f.job == ".." || strings.ContainsAny(f.job, "/\\ \t\n") {
-			return fmt.Errorf("--job %q: a job name has no slash or space and is not . or ..", f.job)
+			return fmt.Errorf("--job %q: a job name has no slash or space, and is not \".\" or \"..\"", f.job)
 		}
 		if n := len(f.job) + 1 + len(strconv.Itoa(f.ranks-1)); n > secure.MaxNameLen {
 			return fmt.Errorf("--job %q: its ranks' names (JOB/RANK) would be %d bytes, above %d", f.job, n, secure.MaxNameLen)

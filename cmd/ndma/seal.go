@@ -29,10 +29,6 @@ type security struct {
 	token []byte
 }
 
-// insecure reports whether the process runs with --insecure: nothing it
-// sends is sealed.
-func (s security) insecure() bool { return s.id == nil }
-
 // fabric returns the options of the process's control messages: under
 // the token, or, with --insecure and no token, unauthenticated.
 func (s security) fabric() endpoint.FabricOptions {
