@@ -28,9 +28,9 @@ An existing file is kept unless --force replaces it (a running fabric
 keeps the old token until its processes restart with the new one).
 -o - writes the token to standard output instead.`, fabric.TokenBytes, 2*fabric.TokenBytes),
 		Example: `  ndma keygen -o fabric.key
-  ndma switch --token-file fabric.key
-  ndma memd --switch 127.0.0.1:7471 --token-file fabric.key
-  ndma pool ls --switch 127.0.0.1:7471 --token-file fabric.key`,
+  ndma switch --token-file fabric.key --credential switch.cred
+  ndma memd --switch 127.0.0.1:7471 --token-file fabric.key --credential memory-0.cred
+  ndma pool ls --switch 127.0.0.1:7471 --token-file fabric.key --credential client-0.cred`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
