@@ -18,6 +18,7 @@ import (
 )
 
 // startPoolProcs starts `ndma switch` and cfg.Nodes `ndma memd --switch`
+// (unsealed, --insecure under cfg.Token, as the in-process pool runs)
 // from cfg.Binary on loopback, each its own process, as deployed, and
 // waits until the switch has every node. It returns the switch's address,
 // the first node's address and the key of its region outside the pool
@@ -73,7 +74,7 @@ func startPoolProcs(ctx context.Context, cfg *PoolConfig) (stop func(), sw, node
 	}
 	sw = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), swPort).String()
 	mtu := strconv.Itoa(cfg.MTU)
-	if err := start("switch", "switch", "--listen", sw, "--token-file", tokenFile, "--mtu", mtu); err != nil {
+	if err := start("switch", "switch", "--listen", sw, "--insecure", "--token-file", tokenFile, "--mtu", mtu); err != nil {
 		return fail(err)
 	}
 	// memd lends its region with the lowest key.
@@ -91,7 +92,7 @@ func startPoolProcs(ctx context.Context, cfg *PoolConfig) (stop func(), sw, node
 			return fail(err)
 		}
 		if err := start(fmt.Sprintf("memd%d", i), "memd", "--listen", addr, "--key-file", keys, "--mtu", mtu,
-			"--switch", sw, "--token-file", tokenFile); err != nil {
+			"--switch", sw, "--insecure", "--token-file", tokenFile); err != nil {
 			return fail(err)
 		}
 		if i == 0 {

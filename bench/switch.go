@@ -330,7 +330,7 @@ func switchPoint(ctx context.Context, cfg *SwitchConfig, test string, cores int)
 		return r, err
 	}
 	sw := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port).String()
-	c, err := startChild(dir, cfg.Binary, "switch", cores, "switch", "--listen", sw, "--token-file", tokenFile,
+	c, err := startChild(dir, cfg.Binary, "switch", cores, "switch", "--listen", sw, "--insecure", "--token-file", tokenFile,
 		"--mtu", strconv.Itoa(cfg.MTU), "--readers", strconv.Itoa(min(cores, 16)))
 	if err != nil {
 		return r, err

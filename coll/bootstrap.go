@@ -3,12 +3,15 @@ package coll
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
@@ -25,14 +28,20 @@ type Launch struct {
 	Rank, Size int
 	Switch     string // forwarding node address
 	Job        string // job name shared by all ranks
-	Token      string // fabric token (NDMA_TOKEN)
-	// Insecure (NDMA_INSECURE=1) rendezvouses without a fabric token, at
-	// a switch started with --insecure.
+	// Token (NDMA_TOKEN) is the fabric token, which authenticates the
+	// rank's control messages: required with a credential, optional with
+	// Insecure.
+	Token string
+	// Insecure (NDMA_INSECURE=1) runs the rank without a credential, its
+	// datagrams not sealed, at a fabric started with --insecure; without
+	// a Token its control messages are not authenticated either.
 	Insecure bool
-	// Credential (NDMA_CREDENTIAL) is the path of the rank's credential
-	// file, of role member: with it the rank's endpoint seals every
-	// datagram (EndpointOptions), as a switch started with --credential
-	// requires. Empty when unset.
+	// Credential (NDMA_CREDENTIAL) is the rank's credential, of role
+	// member: with it the rank's endpoint seals every datagram
+	// (EndpointOptions). It is the path of the credential file, or of a
+	// directory (the one ndma fabric init writes) holding every rank's
+	// in JOB/RANK.cred (CredentialPath). Empty when unset, which is
+	// refused unless Insecure.
 	Credential string
 	// MTU is the largest datagram the network carries unfragmented, in
 	// bytes (NDMA_MTU; 0 when unset): what a rank's transport MTU should
@@ -50,14 +59,24 @@ type Launch struct {
 }
 
 // CredentialEnv names the environment variable that holds the path of a
-// rank's credential file (Launch.Credential).
+// rank's credential file, or of a directory of ranks' credentials
+// (Launch.Credential).
 const CredentialEnv = "NDMA_CREDENTIAL"
+
+// InsecureEnv names the environment variable that runs a rank unsealed
+// (Launch.Insecure): "1" (or "true").
+const InsecureEnv = "NDMA_INSECURE"
+
+// ErrNoCredential (wrapped with ErrArg) is the error of a launch with
+// neither a credential nor Insecure: every rank seals its datagrams
+// unless told not to.
+var ErrNoCredential = errors.New("coll: no credential (NDMA_CREDENTIAL) and not insecure (NDMA_INSECURE=1)")
 
 // ParseEnv reads the launch from environment variables (getenv is
 // os.LookupEnv in production): NDMA_RANK, NDMA_SIZE, NDMA_SWITCH,
-// NDMA_JOB, NDMA_TOKEN (or NDMA_INSECURE=1 for a switch that runs without
-// a token), NDMA_MTU (optional, see EnvMTU), NDMA_CREDENTIAL (optional,
-// the rank's credential file: see Launch.EndpointOptions), and the optional
+// NDMA_JOB, NDMA_CREDENTIAL and NDMA_TOKEN (or NDMA_INSECURE=1, with or
+// without NDMA_TOKEN, for a fabric that does not seal: see Launch),
+// NDMA_MTU (optional, see EnvMTU), and the optional
 // NDMA_JOIN_TIMEOUT (how long the rendezvous waits for every rank) and
 // NDMA_LIVENESS (how long a host algorithm waits for a silent rank
 // without a switch; "off": no bound), Go durations such as "90s", and
@@ -107,13 +126,10 @@ func ParseEnv(getenv func(string) (string, bool)) (Launch, error) {
 	l.Token, _ = getenv("NDMA_TOKEN")
 	l.Credential, _ = getenv(CredentialEnv)
 	var err error
-	if v, ok := getenv("NDMA_INSECURE"); ok && v != "" {
+	if v, ok := getenv(InsecureEnv); ok && v != "" {
 		if l.Insecure, err = strconv.ParseBool(v); err != nil {
-			return l, fmt.Errorf("%w: NDMA_INSECURE=%q: want 1 or 0", ErrArg, v)
+			return l, fmt.Errorf("%w: %s=%q: want 1 or 0", ErrArg, InsecureEnv, v)
 		}
-	}
-	if l.Token != "" && l.Insecure {
-		return l, fmt.Errorf("%w: NDMA_TOKEN and NDMA_INSECURE=1: give one of them (a token turns authentication on)", ErrArg)
 	}
 	if l.MTU, err = EnvMTU(getenv); err != nil {
 		return l, err
@@ -184,39 +200,105 @@ func envDuration(getenv func(string) (string, bool), name string, off bool) (tim
 	return d, nil
 }
 
+// checkSecurity applies the rule every rank starts under: a credential,
+// or Insecure, not both.
+func (l Launch) checkSecurity() error {
+	switch {
+	case l.Insecure && l.Credential != "":
+		return fmt.Errorf("%w: %s=1 and %s=%s: %s turns sealing off; give one of them", ErrArg, InsecureEnv, CredentialEnv, l.Credential, InsecureEnv)
+	case !l.Insecure && l.Credential == "":
+		return fmt.Errorf("%w: %w: every rank seals its datagrams: set %s to the rank's member credential, or to the directory ndma fabric init DIR --job %s --ranks %d wrote; "+
+			"or %s=1 to run unsealed, where anyone on the network reads and forges the job's traffic", ErrArg, ErrNoCredential, CredentialEnv, l.Job, l.Size, InsecureEnv)
+	}
+	return nil
+}
+
+// CredentialPath returns the file of the rank's credential: Credential
+// itself, or, when Credential names a directory (the one ndma fabric init
+// --job JOB --ranks N writes, for a launcher that gives every rank the
+// same environment), the file JOB/RANK.cred in it, the credential named
+// JOB/RANK that binds its holder to this rank of this job. Empty without
+// a credential.
+func (l Launch) CredentialPath() (string, error) {
+	if l.Credential == "" {
+		return "", nil
+	}
+	fi, err := os.Stat(l.Credential)
+	if err != nil || !fi.IsDir() {
+		return l.Credential, nil // the file's own errors come from reading it
+	}
+	if l.Job == "" || l.Job == "." || l.Job == ".." || strings.ContainsAny(l.Job, `/\`) {
+		return "", fmt.Errorf("%w: %s=%s is a directory, but the job name %q names no file in it: set NDMA_JOB to the job of its credentials", ErrArg, CredentialEnv, l.Credential, l.Job)
+	}
+	p := filepath.Join(l.Credential, l.Job, strconv.Itoa(l.Rank)+".cred")
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("%w: %s=%s is a directory without a credential for rank %d of job %q (%s): write them with ndma fabric init --job %s --ranks %d, or set NDMA_JOB to the job they were written for",
+			ErrArg, CredentialEnv, l.Credential, l.Rank, l.Job, p, l.Job, l.Size)
+	}
+	return p, nil
+}
+
 // EndpointOptions returns the options of the rank's endpoint: its
-// socket's busy poll (l.BusyPoll) and, with NDMA_CREDENTIAL
-// (l.Credential) set, the credential in that file, which must be of role
-// member and readable by its owner alone, with every datagram sealed
-// (encrypted and authenticated). Its errors wrap ErrArg and name
-// NDMA_CREDENTIAL.
+// socket's busy poll (l.BusyPoll) and the credential of CredentialPath,
+// which must be of role member and readable by its owner alone, with
+// every datagram sealed (encrypted and authenticated); with Insecure, no
+// security layer. A launch with neither a credential nor Insecure is
+// ErrNoCredential. Its errors wrap ErrArg and name NDMA_CREDENTIAL.
 func (l Launch) EndpointOptions() (endpoint.Options, error) {
 	udp := netio.UDPConfig{BusyPoll: l.BusyPoll}
-	if l.Credential == "" {
+	if err := l.checkSecurity(); err != nil {
+		return endpoint.Options{}, err
+	}
+	if l.Insecure {
 		return endpoint.Options{UDP: udp}, nil
 	}
-	b, err := secretfile.ReadFile(l.Credential, "credential file")
+	path, err := l.CredentialPath()
+	if err != nil {
+		return endpoint.Options{}, err
+	}
+	b, err := secretfile.ReadFile(path, "credential file")
 	if err != nil {
 		return endpoint.Options{}, fmt.Errorf("%w: %s=%s: %w", ErrArg, CredentialEnv, l.Credential, err)
 	}
 	id, err := secure.ParseIdentity(b)
 	clear(b)
 	if err != nil {
-		return endpoint.Options{}, fmt.Errorf("%w: %s=%s: %w", ErrArg, CredentialEnv, l.Credential, err)
+		return endpoint.Options{}, fmt.Errorf("%w: %s=%s: %w", ErrArg, CredentialEnv, path, err)
 	}
 	if id.Cert.Role != secure.RoleMember {
 		return endpoint.Options{}, fmt.Errorf("%w: %s=%s: the credential of a %v (%q); a rank needs one of role member",
-			ErrArg, CredentialEnv, l.Credential, id.Cert.Role, id.Cert.Name)
+			ErrArg, CredentialEnv, path, id.Cert.Role, id.Cert.Name)
 	}
 	return endpoint.Options{UDP: udp, Security: id, SecurityOptions: secure.Options{Encrypt: true}}, nil
+}
+
+// FabricOptions returns the options of the rank's control messages to
+// the switch: under Token, or, with Insecure and no token,
+// unauthenticated.
+func (l Launch) FabricOptions() endpoint.FabricOptions {
+	return endpoint.FabricOptions{Token: []byte(l.Token), Insecure: l.Token == ""}
+}
+
+// Warning returns what a rank started with Insecure should warn its user
+// of (what anyone on its network can do to the job), or "" for a rank
+// that seals.
+func (l Launch) Warning() string {
+	if !l.Insecure {
+		return ""
+	}
+	w := InsecureEnv + "=1: the job's datagrams are not sealed: anyone who can capture its traffic reads its data and pool region keys, and replays joins and requests"
+	if l.Token == "" {
+		w += "; without NDMA_TOKEN nothing is authenticated: anyone who can send to the switch can pose as a rank or as the switch"
+	}
+	return w + ". Seal with member credentials: ndma fabric init DIR --job JOB --ranks N, NDMA_CREDENTIAL=DIR"
 }
 
 // FromEnv creates the world communicator of a job started by a launcher
 // (see ParseEnv), rendezvousing at NDMA_SWITCH, which must be set, for
 // at most NDMA_JOIN_TIMEOUT (Config.JoinTimeout), with Config.Liveness
 // from NDMA_LIVENESS. With NDMA_MTU set, ep's MTU must not be above it.
-// With NDMA_CREDENTIAL set, ep must run the security layer: create it
-// with the options of ParseEnv's Launch.EndpointOptions.
+// Unless NDMA_INSECURE=1, ep must run the security layer: create it with
+// the options of ParseEnv's Launch.EndpointOptions.
 func FromEnv(ctx context.Context, ep *endpoint.Endpoint) (*Communicator, error) {
 	l, err := ParseEnv(os.LookupEnv)
 	if err != nil {
@@ -226,8 +308,8 @@ func FromEnv(ctx context.Context, ep *endpoint.Endpoint) (*Communicator, error) 
 }
 
 // Communicator creates the world communicator of the launch l on ep, as
-// FromEnv does with the launch it reads: l.Switch must be set, and a
-// token or Insecure given.
+// FromEnv does with the launch it reads: l.Switch must be set; ep must
+// seal (a credential, and a token) unless l.Insecure.
 func (l Launch) Communicator(ctx context.Context, ep *endpoint.Endpoint) (*Communicator, error) {
 	if l.Credential != "" && ep.Identity() == nil {
 		return nil, fmt.Errorf("%w: %s=%s is set, but the endpoint runs without a security layer (a switch with credentials would not answer it): create it with the options of Launch.EndpointOptions",
@@ -239,11 +321,18 @@ func (l Launch) Communicator(ctx context.Context, ep *endpoint.Endpoint) (*Commu
 	if l.MTU > 0 && ep.MTU() > l.MTU {
 		return nil, fmt.Errorf("%w: the endpoint's MTU is %d bytes, above NDMA_MTU=%d (the network's largest datagram): give the endpoint an MTU of at most %d", ErrArg, ep.MTU(), l.MTU, l.MTU)
 	}
-	if l.Token == "" && !l.Insecure {
-		return nil, fmt.Errorf("%w: NDMA_TOKEN is not set: give the switch's fabric token, or NDMA_INSECURE=1 for a switch started with --insecure: %w", ErrArg, fabric.ErrNoToken)
+	if l.Insecure && l.Credential != "" {
+		return nil, l.checkSecurity()
 	}
-	return New(ctx, Config{Endpoint: ep, Rank: l.Rank, Size: l.Size, Switch: l.Switch, Job: l.Job, Token: []byte(l.Token),
-		Insecure: l.Insecure, JoinTimeout: l.JoinTimeout, Liveness: l.Liveness})
+	if !l.Insecure && ep.Identity() == nil {
+		return nil, l.checkSecurity()
+	}
+	if l.Token == "" && !l.Insecure {
+		return nil, fmt.Errorf("%w: NDMA_TOKEN is not set: give the switch's fabric token (ndma fabric init writes it: DIR/token): %w", ErrArg, fabric.ErrNoToken)
+	}
+	fo := l.FabricOptions()
+	return New(ctx, Config{Endpoint: ep, Rank: l.Rank, Size: l.Size, Switch: l.Switch, Job: l.Job, Token: fo.Token,
+		Insecure: fo.Insecure, JoinTimeout: l.JoinTimeout, Liveness: l.Liveness})
 }
 
 // Split partitions the communicator MPI_Comm_split style: ranks passing

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -69,8 +70,9 @@ func TestParseEnv(t *testing.T) {
 	}
 }
 
-// TestParseEnvToken: NDMA_TOKEN is the token; NDMA_INSECURE=1 asks for
-// none; both, or a bad NDMA_INSECURE, are errors naming the variables.
+// TestParseEnvToken: NDMA_TOKEN is the token; NDMA_INSECURE=1 runs
+// unsealed, with the token or without; a bad NDMA_INSECURE is an error
+// naming the variable.
 func TestParseEnvToken(t *testing.T) {
 	for _, c := range []struct {
 		env      map[string]string
@@ -84,7 +86,7 @@ func TestParseEnvToken(t *testing.T) {
 		{env: map[string]string{"NDMA_INSECURE": "0", "NDMA_TOKEN": "s3cr3t"}, token: "s3cr3t"},
 		{env: map[string]string{"NDMA_INSECURE": ""}},
 		{env: map[string]string{"NDMA_INSECURE": "yes please"}, wantErr: "NDMA_INSECURE"},
-		{env: map[string]string{"NDMA_INSECURE": "1", "NDMA_TOKEN": "s3cr3t"}, wantErr: "NDMA_TOKEN and NDMA_INSECURE"},
+		{env: map[string]string{"NDMA_INSECURE": "1", "NDMA_TOKEN": "s3cr3t"}, token: "s3cr3t", insecure: true},
 	} {
 		c.env["NDMA_RANK"], c.env["NDMA_SIZE"] = "0", "2"
 		l, err := ParseEnv(envOf(c.env))
@@ -100,23 +102,85 @@ func TestParseEnvToken(t *testing.T) {
 	}
 }
 
-// TestFromEnvNeedsToken: FromEnv without NDMA_TOKEN (and without
-// NDMA_INSECURE=1) fails before sending anything, saying what to set.
+// TestFromEnvNeedsToken: a sealing rank (NDMA_CREDENTIAL) without
+// NDMA_TOKEN fails before sending anything, saying what to set.
 func TestFromEnvNeedsToken(t *testing.T) {
 	t.Setenv("NDMA_RANK", "0")
 	t.Setenv("NDMA_SIZE", "2")
 	t.Setenv("NDMA_SWITCH", "127.0.0.1:7471")
 	t.Setenv("NDMA_TOKEN", "")
 	t.Setenv("NDMA_INSECURE", "")
-	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{})
+	t.Setenv(CredentialEnv, writeCredential(t, t.TempDir(), secure.RoleMember))
+	l, err := ParseEnv(os.LookupEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := l.EndpointOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ep.Close()
 	_, err = FromEnv(context.Background(), ep)
-	if !errors.Is(err, ErrArg) || !errors.Is(err, fabric.ErrNoToken) || !strings.Contains(err.Error(), "NDMA_TOKEN is not set") ||
-		!strings.Contains(err.Error(), "NDMA_INSECURE=1") {
-		t.Fatalf("FromEnv without a token: %v; want ErrArg and fabric.ErrNoToken, naming NDMA_TOKEN and NDMA_INSECURE", err)
+	if !errors.Is(err, ErrArg) || !errors.Is(err, fabric.ErrNoToken) || !strings.Contains(err.Error(), "NDMA_TOKEN is not set") {
+		t.Fatalf("FromEnv without a token: %v; want ErrArg and fabric.ErrNoToken, naming NDMA_TOKEN", err)
+	}
+	if st := ep.Stats(); st.Transport.PacketsSent != 0 {
+		t.Fatalf("sent %d packets before refusing", st.Transport.PacketsSent)
+	}
+}
+
+// TestLaunchSealsByDefault: a launch with neither NDMA_CREDENTIAL nor
+// NDMA_INSECURE=1 is refused (ErrNoCredential) by EndpointOptions and
+// by Communicator, before anything is sent, saying how to make
+// credentials and naming NDMA_INSECURE; both at once are refused too.
+// NDMA_INSECURE=1 runs unsealed, with a warning that says whether the
+// token still authenticates control messages.
+func TestLaunchSealsByDefault(t *testing.T) {
+	l := Launch{Rank: 1, Size: 4, Switch: "127.0.0.1:9", Job: "train", Token: "t"}
+	if _, err := l.EndpointOptions(); !errors.Is(err, ErrArg) || !errors.Is(err, ErrNoCredential) ||
+		!strings.Contains(err.Error(), "ndma fabric init DIR --job train --ranks 4") || !strings.Contains(err.Error(), "NDMA_INSECURE=1") {
+		t.Fatalf("EndpointOptions without a credential: %v", err)
+	}
+	if l.Warning() != "" {
+		t.Fatalf("a sealing launch warns: %q", l.Warning())
+	}
+	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	if _, err := l.Communicator(context.Background(), ep); !errors.Is(err, ErrNoCredential) {
+		t.Fatalf("Communicator on a plain endpoint without NDMA_INSECURE: %v, want ErrNoCredential", err)
+	}
+	if st := ep.Stats(); st.Transport.PacketsSent != 0 {
+		t.Fatalf("sent %d packets before refusing", st.Transport.PacketsSent)
+	}
+	both := l
+	both.Insecure, both.Credential = true, writeCredential(t, t.TempDir(), secure.RoleMember)
+	if _, err := both.EndpointOptions(); !errors.Is(err, ErrArg) || !strings.Contains(err.Error(), "NDMA_INSECURE=1 and NDMA_CREDENTIAL") {
+		t.Fatalf("EndpointOptions with NDMA_INSECURE=1 and a credential: %v", err)
+	}
+	insecure := l
+	insecure.Insecure = true
+	if opts, err := insecure.EndpointOptions(); err != nil || opts.Security != nil {
+		t.Fatalf("NDMA_INSECURE=1: %+v, %v; want no security layer", opts, err)
+	}
+	if w := insecure.Warning(); !strings.Contains(w, "not sealed") || strings.Contains(w, "nothing is authenticated") {
+		t.Fatalf("NDMA_INSECURE=1 with a token: warning %q", w)
+	}
+	if fo := insecure.FabricOptions(); string(fo.Token) != "t" || fo.Insecure {
+		t.Fatalf("NDMA_INSECURE=1 with a token: fabric options %+v, want the token", fo)
+	}
+	insecure.Token = ""
+	if w := insecure.Warning(); !strings.Contains(w, "nothing is authenticated") {
+		t.Fatalf("NDMA_INSECURE=1 without a token: warning %q", w)
+	}
+	if fo := insecure.FabricOptions(); !fo.Insecure {
+		t.Fatalf("NDMA_INSECURE=1 without a token: fabric options %+v, want unauthenticated", fo)
 	}
 }
 
@@ -126,7 +190,7 @@ func TestFromEnvNeedsToken(t *testing.T) {
 // options.
 func TestParseEnvDurations(t *testing.T) {
 	base := func(kv ...string) map[string]string {
-		m := map[string]string{"NDMA_RANK": "0", "NDMA_SIZE": "2"}
+		m := map[string]string{"NDMA_RANK": "0", "NDMA_SIZE": "2", "NDMA_INSECURE": "1"}
 		for i := 0; i < len(kv); i += 2 {
 			m[kv[i]] = kv[i+1]
 		}
@@ -175,6 +239,7 @@ func TestFromEnvJoinTimeout(t *testing.T) {
 	t.Setenv("NDMA_SIZE", "3")
 	t.Setenv("NDMA_SWITCH", "10.0.0.1:7471")
 	t.Setenv("NDMA_JOB", "env")
+	t.Setenv("NDMA_INSECURE", "1")
 	t.Setenv("NDMA_JOIN_TIMEOUT", "7s")
 	t.Setenv("NDMA_TOKEN", string(testToken))
 	synctest.Test(t, func(t *testing.T) {
@@ -358,15 +423,14 @@ func TestEndpointOptionsCredential(t *testing.T) {
 		return l
 	}
 
-	opts, err := launch("").EndpointOptions()
-	if err != nil || opts.Security != nil {
-		t.Fatalf("without NDMA_CREDENTIAL: %+v, %v; want no security layer", opts, err)
+	if _, err := launch("").EndpointOptions(); !errors.Is(err, ErrNoCredential) {
+		t.Fatalf("without NDMA_CREDENTIAL: %v; want ErrNoCredential", err)
 	}
 	l := launch(member)
+	opts, err := l.EndpointOptions()
 	if l.Credential != member {
 		t.Fatalf("Launch.Credential %q, want %q", l.Credential, member)
 	}
-	opts, err = l.EndpointOptions()
 	if err != nil || opts.Security == nil || opts.Security.Cert.Role != secure.RoleMember || !opts.SecurityOptions.Encrypt {
 		t.Fatalf("NDMA_CREDENTIAL=%s: %+v, %v; want the member's identity, encrypting", member, opts, err)
 	}
@@ -412,5 +476,55 @@ func TestFromEnvCredentialNeedsLayer(t *testing.T) {
 	}
 	if st := ep.Stats(); st.Transport.PacketsSent != 0 {
 		t.Fatalf("sent %d packets before refusing", st.Transport.PacketsSent)
+	}
+}
+
+// TestCredentialDirectory: NDMA_CREDENTIAL naming a directory (the one
+// ndma fabric init --job JOB --ranks N writes) gives each rank its own
+// credential, JOB/RANK.cred in it; a rank without one there, or a job
+// name that names no file, is an error saying what to do.
+func TestCredentialDirectory(t *testing.T) {
+	dir := t.TempDir()
+	a, err := secure.NewAuthority([]byte("a fabric secret of the test, 32 bytes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "train"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for r := range 2 {
+		id, err := a.Issue(secure.RoleMember, "train/"+strconv.Itoa(r), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := id.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "train", strconv.Itoa(r)+".cred"), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for r := range 2 {
+		l, err := ParseEnv(envOf(map[string]string{"NDMA_RANK": strconv.Itoa(r), "NDMA_SIZE": "2", "NDMA_JOB": "train", CredentialEnv: dir}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts, err := l.EndpointOptions()
+		if err != nil || opts.Security == nil || opts.Security.Cert.Name != "train/"+strconv.Itoa(r) {
+			t.Fatalf("rank %d with NDMA_CREDENTIAL=%s: %+v, %v; want the credential train/%d", r, dir, opts.Security, err, r)
+		}
+	}
+	for _, c := range []struct {
+		l    Launch
+		want string
+	}{
+		{Launch{Rank: 2, Size: 3, Job: "train", Credential: dir}, "ndma fabric init --job train --ranks 3"},
+		{Launch{Rank: 0, Size: 2, Job: "other", Credential: dir}, "without a credential for rank 0 of job \"other\""},
+		{Launch{Rank: 0, Size: 2, Job: "../train", Credential: dir}, "names no file in it"},
+	} {
+		if _, err := c.l.EndpointOptions(); !errors.Is(err, ErrArg) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v; want ErrArg saying %q", c.l, err, c.want)
+		}
 	}
 }

@@ -575,8 +575,18 @@ func (c *Core) Cancel(op *Op) {
 	if !op.posted || op.finished {
 		return
 	}
-	op.fail(ErrCanceled)
+	op.fail(c.sealHint(op, ErrCanceled))
 	c.finish(op)
+}
+
+// sealHint returns err, or err with transport.ErrSealRequired when op's
+// peer said it takes sealed datagrams only (transport.Engine.SealRequired):
+// what explains an operation that got no answer.
+func (c *Core) sealHint(op *Op, err error) error {
+	if op.Peer.IsValid() && c.eng.SealRequired(op.Peer) {
+		return fmt.Errorf("%w: %w", err, transport.ErrSealRequired)
+	}
+	return err
 }
 
 func (c *Core) finish(op *Op) {
@@ -846,7 +856,7 @@ func (c *Core) expire(now time.Time, op *Op) {
 		if !op.idleAt.IsZero() && !now.Before(op.idleAt) {
 			op.fail(fmt.Errorf("%w: nothing from %v for %v", ErrPeerSilent, op.Peer, op.Idle))
 		} else {
-			op.fail(ErrTimeout)
+			op.fail(c.sealHint(op, ErrTimeout))
 		}
 		c.finish(op)
 	} else if c.nextDL.IsZero() || op.deadline.Before(c.nextDL) {

@@ -78,7 +78,10 @@ func (e *NoAnswerError) Error() string {
 		return fmt.Sprintf("the switch at %v took the request but sent no answer in %v", e.Switch, roundWait(e.Wait))
 	}
 	msg := fmt.Sprintf("no switch answers at %v after %v", e.Switch, roundWait(e.Wait))
-	if e.Unsealed {
+	switch {
+	case errors.Is(e.Err, transport.ErrSealRequired):
+		msg += ": " + strings.TrimPrefix(transport.ErrSealRequired.Error(), "transport: ")
+	case e.Unsealed:
 		msg += UnsealedHint
 	}
 	return msg

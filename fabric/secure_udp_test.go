@@ -125,18 +125,18 @@ func TestUDPSecureJob(t *testing.T) {
 	}
 
 	// Without an identity, no join: the switch drops what it sends, and
-	// says that it takes sealed datagrams only, so the join fails at once
-	// with a reason rather than at its deadline.
+	// says that it takes sealed datagrams only, which the join's failure
+	// at its deadline reports (the notice is not authenticated: it
+	// explains, it does not fail anything).
 	plain, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { plain.Close() })
-	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+	pctx, pcancel := context.WithTimeout(ctx, time.Second)
 	defer pcancel()
-	t0 := time.Now()
-	if _, err := plain.JoinJob(pctx, srv.Addr().String(), "other", 1, 0, endpoint.FabricOptions{Token: token}); !errors.Is(err, transport.ErrSealRequired) || time.Since(t0) > 2*time.Second {
-		t.Fatalf("a join without an identity: %v after %v; want transport.ErrSealRequired at once", err, time.Since(t0))
+	if _, err := plain.JoinJob(pctx, srv.Addr().String(), "other", 1, 0, endpoint.FabricOptions{Token: token}); !errors.Is(err, transport.ErrSealRequired) || !strings.Contains(err.Error(), "takes only sealed datagrams") {
+		t.Fatalf("a join without an identity: %v; want no answer, explained by transport.ErrSealRequired", err)
 	}
 	if st := srv.SecurityStats(); st.DroppedPlain == 0 {
 		t.Fatalf("switch's security counters after a plain JOIN: %+v", st)

@@ -325,6 +325,10 @@ func ndmago_comm_create(cfg *C.ndma_config, out *C.ndma_comm_t) (rc C.int) {
 	return create(l, listen, time.Duration(cfg.timeout_ms)*time.Millisecond, det, out)
 }
 
+// warnInsecure gives the warning of a job run with NDMA_INSECURE=1 once
+// per process, on rank 0's standard error.
+var warnInsecure sync.Once
+
 // create makes the endpoint and the communicator of launch l.
 func create(l coll.Launch, listen string, timeout time.Duration, det bool, out *C.ndma_comm_t) C.int {
 	opts, err := l.EndpointOptions()
@@ -339,6 +343,9 @@ func create(l coll.Launch, listen string, timeout time.Duration, det bool, out *
 	if err != nil {
 		ep.Close()
 		return fail(err)
+	}
+	if w := l.Warning(); w != "" && l.Rank == 0 {
+		warnInsecure.Do(func() { fmt.Fprintf(os.Stderr, "ndma: warning: %s\n", w) })
 	}
 	cm := &comm{c: c, ep: ep, launch: l, timeout: timeout, deterministic: det, algos: make(map[coll.Operation]coll.Algo),
 		inflight: make(map[*request]struct{}), poolCalls: make(map[*poolCall]struct{})}

@@ -99,10 +99,12 @@ typedef struct ndma_config {
     const char *switch_addr; /* the switch, "host:port" (required) */
     const char *job;         /* job name every rank gives; NULL: "ndma" */
     const char *token;       /* fabric token; NULL only with insecure */
-    int insecure;            /* 1: a switch started with --insecure */
-    const char *credential;  /* credential file (role member) to seal every
-                                datagram with, as a switch started with
-                                --credential requires; NULL: none */
+    int insecure;            /* 1: seal nothing, at a fabric started with
+                                --insecure (the token then optional) */
+    const char *credential;  /* credential (role member) to seal every
+                                datagram with: its file, or the directory
+                                ndma fabric init wrote (JOB/RANK.cred in
+                                it); NULL only with insecure */
     const char *listen;      /* local UDP address; NULL: ":0" */
     int mtu;                 /* largest datagram in bytes; 0: default */
     int join_timeout_ms;     /* rendezvous bound; 0: 60 s */
@@ -118,8 +120,10 @@ void ndma_config_init(ndma_config *cfg);
 /* ndma_comm_from_env creates the world communicator of a process started
  * by a launcher: the rank and size from NDMA_RANK/NDMA_SIZE, Open MPI's
  * mpirun (OMPI_COMM_WORLD_RANK/SIZE), PMI (MPICH), Slurm's srun or
- * torchrun (RANK/WORLD_SIZE); the switch from NDMA_SWITCH, the token from
- * NDMA_TOKEN (or NDMA_INSECURE=1), and NDMA_JOB, NDMA_CREDENTIAL,
+ * torchrun (RANK/WORLD_SIZE); the switch from NDMA_SWITCH, the rank's
+ * credential from NDMA_CREDENTIAL (its file, or the directory ndma fabric
+ * init wrote: JOB/RANK.cred in it) and the token from NDMA_TOKEN, or
+ * NDMA_INSECURE=1 to seal nothing (neither is NDMA_ERR_ARG), and NDMA_JOB,
  * NDMA_MTU, NDMA_JOIN_TIMEOUT, NDMA_LIVENESS, NDMA_LISTEN, NDMA_BUSY_POLL,
  * NDMA_TIMEOUT (a Go duration such as "30s": each collective's bound) and
  * NDMA_DETERMINISTIC=1 if set. It blocks until every rank has joined. */

@@ -14,7 +14,6 @@ import (
 	"unsafe"
 
 	"github.com/ndma/ndma/coll"
-	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/wire"
@@ -43,8 +42,7 @@ func (cm *comm) poolClient() (*pool.Client, error) {
 		return nil, coll.ErrClosed
 	}
 	if cm.pool == nil {
-		p, err := pool.New(cm.ep, cm.launch.Switch, pool.Options{Fabric: endpoint.FabricOptions{
-			Token: []byte(cm.launch.Token), Insecure: cm.launch.Insecure}})
+		p, err := pool.New(cm.ep, cm.launch.Switch, pool.Options{Fabric: cm.launch.FabricOptions()})
 		if err != nil {
 			return nil, err
 		}

@@ -180,10 +180,11 @@ type Config struct {
 	GoMaxProcs int
 
 	// NoCredentials runs the testbed without the security layer: Up
-	// then issues no credentials, the daemons start without
-	// --credential, and Run sets no NDMA_CREDENTIAL (the fabric token
-	// still authenticates control messages). For comparing figures with
-	// the layer off; by default every datagram is sealed.
+	// then issues no credentials, the daemons start with --insecure
+	// instead of --credential, and Run sets NDMA_INSECURE=1 instead of
+	// NDMA_CREDENTIAL (the fabric token still authenticates control
+	// messages). For comparing figures with the layer off; by default
+	// every datagram is sealed.
 	NoCredentials bool
 
 	hostRateBits uint64 // HostRate in bits per second, set by validate

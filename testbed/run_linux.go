@@ -82,6 +82,8 @@ func RunWith(ctx context.Context, st *State, cmd []string, out io.Writer, opts R
 		)
 		if creds != nil {
 			c.Env = append(c.Env, "NDMA_CREDENTIAL="+creds[i])
+		} else {
+			c.Env = append(c.Env, "NDMA_CREDENTIAL=", "NDMA_INSECURE=1") // a testbed without credentials
 		}
 		c.Env = append(c.Env, daemonPIDs(st)...)
 		c.Env = append(c.Env, "NDMA_TESTBED_SWITCH_NS="+st.Switch.NS)

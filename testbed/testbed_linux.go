@@ -342,10 +342,11 @@ func startDaemons(ctx context.Context, cfg *Config, st *State) error {
 			return err
 		}
 	}
-	// credential is the --credential flag of a daemon of node n.
+	// credential is the --credential flag of a daemon of node n, or
+	// --insecure in a testbed without credentials.
 	credential := func(n *Node) []string {
 		if n.Credential == "" {
-			return nil
+			return []string{"--insecure"}
 		}
 		return []string{"--credential", n.Credential}
 	}

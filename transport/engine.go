@@ -37,10 +37,16 @@ var (
 	ErrFragment = errors.New("transport: bad fragment")
 	// ErrPeerDead is wrapped by *PeerError.
 	ErrPeerDead = errors.New("transport: peer not responding")
-	// ErrSealRequired fails the messages to a peer that answered that it
-	// takes sealed datagrams only (wire.HandshakeSealRequired).
-	ErrSealRequired = errors.New("transport: the peer takes only sealed datagrams: this process needs a credential (--credential, NDMA_CREDENTIAL)")
+	// ErrSealRequired is matched by the failure of messages to a peer
+	// that answered that it takes sealed datagrams only
+	// (wire.HandshakeSealRequired) and acknowledged nothing: the notice
+	// is not authenticated, so it explains a failure (a *PeerError's, an
+	// endpoint's timeout) and never causes one.
+	ErrSealRequired = errors.New("transport: " + sealRequiredText)
 )
+
+// sealRequiredText is what ErrSealRequired says.
+const sealRequiredText = "the peer takes only sealed datagrams: this process needs a credential (--credential, NDMA_CREDENTIAL)"
 
 // MaxMessage is the largest message in bytes (MsgLen is 32 bits).
 const MaxMessage = 1<<32 - 1
@@ -76,14 +82,27 @@ func (p PeerID) String() string {
 type PeerError struct {
 	Peer  PeerID
 	Since time.Duration // time without progress
+	// SealRequired: the peer's address answered that it takes sealed
+	// datagrams only, and acknowledged nothing (Engine.SealRequired).
+	SealRequired bool
 }
 
 func (e *PeerError) Error() string {
-	return fmt.Sprintf("transport: peer %v not responding for %v", e.Peer, e.Since)
+	msg := fmt.Sprintf("transport: peer %v not responding for %v", e.Peer, e.Since)
+	if e.SealRequired {
+		msg += ": " + sealRequiredText
+	}
+	return msg
 }
 
-// Unwrap makes errors.Is(err, ErrPeerDead) true.
-func (e *PeerError) Unwrap() error { return ErrPeerDead }
+// Unwrap makes errors.Is(err, ErrPeerDead) true, and errors.Is(err,
+// ErrSealRequired) when SealRequired.
+func (e *PeerError) Unwrap() []error {
+	if e.SealRequired {
+		return []error{ErrPeerDead, ErrSealRequired}
+	}
+	return []error{ErrPeerDead}
+}
 
 // Completion reports that an outgoing message was fully acknowledged
 // (Err nil) or abandoned (Err non-nil, e.g. a *PeerError).
@@ -129,8 +148,10 @@ type Stats struct {
 	// Contradicting counts data packets refused because their fragment
 	// disagrees with the message it joins (see Delivery.MsgDone).
 	Contradicting uint64
-	// SealRequired counts unicast streams failed because their peer
-	// answered that it takes sealed datagrams only (ErrSealRequired).
+	// SealRequired counts notices that a unicast stream's peer takes
+	// sealed datagrams only (wire.HandshakeSealRequired) received while
+	// the stream had no ACK: the stream carries on, the notice kept to
+	// explain its failure (ErrSealRequired).
 	SealRequired uint64
 	// StrangersEvicted counts stranger peers evicted for a newer one;
 	// PeersSwept counts idle peers removed after IdleTimeout.
@@ -691,14 +712,14 @@ func (e *Engine) stepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit
 		// The security layer's, in front of the engine: one that
 		// reaches the engine finds no layer to answer it. One kind is
 		// for an engine without a layer: the peer takes only sealed
-		// datagrams. It fails the messages of our unicast stream to
-		// that address if nothing of the stream was ever acknowledged
-		// (a stream that works shows the claim false, so a forged one
-		// cannot cut it).
+		// datagrams. Anyone can forge it, so it fails nothing: it is
+		// kept on our unicast stream to that address while nothing of
+		// the stream was acknowledged, to explain the stream's failure
+		// if it comes (SealRequired, PeerError.SealRequired).
 		if len(payload) == 1 && payload[0] == wire.HandshakeSealRequired {
 			if p := e.lookup(PeerID{Addr: from}); p != nil && !p.synAcked {
 				e.stats.SealRequired++
-				e.ForgetPeer(p.id, ErrSealRequired)
+				p.sealHint = true
 				return d, false
 			}
 		}
@@ -1114,6 +1135,15 @@ func (e *Engine) ForgetGroup(addr netip.AddrPort, group uint32, err error) {
 	for _, id := range ids {
 		e.ForgetPeer(id, err)
 	}
+}
+
+// SealRequired reports whether the unicast stream to addr was told that
+// its peer takes sealed datagrams only (wire.HandshakeSealRequired) and
+// has had no ACK: the likely reason it gets no answer. The notice is not
+// authenticated: use it to explain a failure, never to cause one.
+func (e *Engine) SealRequired(addr netip.AddrPort) bool {
+	p := e.lookup(PeerID{Addr: addr})
+	return p != nil && p.sealHint && !p.synAcked
 }
 
 // ForgetPeer drops all state for a peer, failing its outstanding messages

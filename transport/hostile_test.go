@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -971,10 +972,13 @@ func TestHandshakeNotData(t *testing.T) {
 	}
 }
 
-// TestSealRequired: a peer's word that it takes sealed datagrams only
-// fails the messages of a unicast stream that was never acknowledged
-// (at once, with ErrSealRequired), and is ignored for a stream that
-// works (a forged one cannot cut it) and for an address with no stream.
+// TestSealRequired: a peer's word that it takes sealed datagrams only is
+// not authenticated, so it fails nothing: a forged one sent before a
+// plain client's first request is answered leaves the request to
+// complete, and is forgotten once the stream is acknowledged. On a
+// stream that never gets an ACK it is kept (Engine.SealRequired) and
+// explains the failure at DeadTimeout (a *PeerError matching
+// ErrSealRequired). An address with no stream ignores it.
 func TestSealRequired(t *testing.T) {
 	word, err := wire.AppendPacket(nil, &wire.Header{Version: wire.Version, Op: wire.OpHandshake, MsgLen: 1},
 		[]byte{wire.HandshakeSealRequired})
@@ -996,22 +1000,58 @@ func TestSealRequired(t *testing.T) {
 		t.Fatalf("seal-required from an address without a stream: %+v", st)
 	}
 	e.Step(now, sealed, word)
-	_, done, _ := e.Poll(now, nil)
-	if len(done) != 1 || done[0].Token != 7 || !errors.Is(done[0].Err, ErrSealRequired) {
-		t.Fatalf("completions after seal-required: %+v", done)
+	if _, done, _ := e.Poll(now, nil); len(done) != 0 {
+		t.Fatalf("completions at once after seal-required: %+v", done)
 	}
-	if st := e.Stats(); st.SealRequired != 1 || st.Peers != 0 {
-		t.Fatalf("after seal-required: %+v", st)
+	if st := e.Stats(); st.SealRequired != 1 || st.Peers != 1 || !e.SealRequired(sealed) {
+		t.Fatalf("after seal-required: %+v, SealRequired %v", st, e.SealRequired(sealed))
+	}
+	var done []Completion
+	for at := now; len(done) == 0 && at.Before(now.Add(2*DefaultDeadTimeout)); at = at.Add(100 * time.Millisecond) {
+		_, done, _ = e.Poll(at, nil)
+	}
+	var pe *PeerError
+	if len(done) != 1 || done[0].Token != 7 || !errors.As(done[0].Err, &pe) || !pe.SealRequired ||
+		!errors.Is(done[0].Err, ErrSealRequired) || !errors.Is(done[0].Err, ErrPeerDead) {
+		t.Fatalf("completions of a stream told seal-required and never answered: %+v", done)
+	}
+	if msg := done[0].Err.Error(); !strings.Contains(msg, "takes only sealed datagrams") {
+		t.Fatalf("error %q does not say the peer takes only sealed datagrams", msg)
 	}
 
-	// A stream that has been acknowledged keeps going.
-	p := newPair(t, Config{}, Config{})
+	// A plain client's first request, a forged notice before the answer:
+	// the request completes, and the notice is forgotten.
+	cli, err := New(Config{Seed: 41})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Config{Seed: 42})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pair{t: t, cli: cli, srv: srv, ca: netip.MustParseAddrPort("10.0.0.2:2"), sa: netip.MustParseAddrPort("10.0.0.1:1"), now: t0}
+	p.request(8)
+	p.cli.Step(p.now, p.sa, word)
+	var got [][]byte
+	for range 3 {
+		got = append(got, p.serve(8)...)
+		p.now = p.now.Add(MaxAckDelay)
+	}
+	if len(got) != 1 {
+		t.Fatalf("after a forged seal-required the first request got %d responses, want 1", len(got))
+	}
+	if st := p.cli.Stats(); st.SealRequired != 1 || st.MessagesFailed != 0 || p.cli.SealRequired(p.sa) {
+		t.Fatalf("a first request was failed, or the notice outlived the ACK: %+v, SealRequired %v", st, p.cli.SealRequired(p.sa))
+	}
+
+	// A stream that has been acknowledged ignores the word.
+	p = newPair(t, Config{}, Config{})
 	p.request(8)
 	p.cli.Step(p.now, p.sa, word)
 	if got := p.serve(8); len(got) != 1 {
 		t.Fatalf("after a forged seal-required the working stream delivered %d responses, want 1", len(got))
 	}
 	if st := p.cli.Stats(); st.SealRequired != 0 {
-		t.Fatalf("a working stream was failed: %+v", st)
+		t.Fatalf("a working stream counted the notice: %+v", st)
 	}
 }

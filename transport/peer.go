@@ -121,6 +121,7 @@ type peer struct {
 	lost           []uint32 // PSNs awaiting retransmission, FIFO; may hold stale entries
 	lostHead       int
 	synAcked       bool // an ACK (not a challenge) has been received from this peer
+	sealHint       bool // the peer's address said it takes sealed datagrams only (wire.HandshakeSealRequired), before any ACK
 	rwnd           uint32
 	cwnd           float64
 	srtt, rttvar   time.Duration
@@ -493,7 +494,7 @@ func (p *peer) poll(now time.Time, out []netio.Datagram, used, budget int) ([]ne
 	if p.sndUna != p.sndNxt || p.waiting {
 		if since := now.Sub(p.lastProgress); since >= p.e.cfg.DeadTimeout {
 			p.e.stats.PeersDead++
-			p.failAll(&PeerError{Peer: p.id, Since: since})
+			p.failAll(&PeerError{Peer: p.id, Since: since, SealRequired: p.sealHint && !p.synAcked})
 			p.e.removePeer(p)
 			return out, n
 		}

@@ -51,10 +51,10 @@ const (
 // HANDSHAKE message a process that seals every datagram sends in answer
 // to an unsealed datagram carrying a payload (at most a hundred a second,
 // never larger than what it answers): the sender has no credential, or
-// does not use it. A process without a security layer fails its
-// operations on a stream to that address that has not yet been
-// acknowledged (transport.ErrSealRequired), instead of waiting for their
-// timeout.
+// does not use it. Anyone can forge it, so a process without a security
+// layer fails nothing on it: it keeps it on its stream to that address
+// while nothing of the stream has been acknowledged, and its operations
+// that then time out say why (transport.ErrSealRequired).
 const HandshakeSealRequired = 6
 
 var opNames = [...]string{

@@ -57,17 +57,17 @@ func TestHostNames(t *testing.T) {
 	addr := tokenSwitch(t, token)
 	_, port, _ := net.SplitHostPort(addr)
 	byName := net.JoinHostPort("localhost", port)
-	if out, err := execute(t, "stat", "--switch", byName, "--token", token, "--interval", "0", "--json"); err != nil || !strings.Contains(out, `"nodes"`) {
+	if out, err := execute(t, "stat", "--switch", byName, "--insecure", "--token", token, "--interval", "0", "--json"); err != nil || !strings.Contains(out, `"nodes"`) {
 		t.Errorf("stat --switch %s: %v, output %q", byName, err, out)
 	}
-	if _, err := execute(t, "pool", "ls", "--switch", "no-such-host.invalid:7471", "--token", token); err == nil || !strings.Contains(err.Error(), `host "no-such-host.invalid" does not resolve`) {
+	if _, err := execute(t, "pool", "ls", "--switch", "no-such-host.invalid:7471", "--insecure", "--token", token); err == nil || !strings.Contains(err.Error(), `host "no-such-host.invalid" does not resolve`) {
 		t.Errorf("pool ls --switch no-such-host.invalid:7471: %v, want an error naming the host", err)
 	}
-	out, err := executeCanceled(t, "switch", "--listen", "localhost:0", "--token", token)
+	out, err := executeCanceled(t, "switch", "--listen", "localhost:0", "--insecure", "--token", token)
 	if err != nil || !strings.Contains(out, "listen   127.0.0.1:") {
 		t.Errorf("switch --listen localhost:0: %v, output %q", err, out)
 	}
-	out, err = executeCanceled(t, "memd", "--listen", "localhost:0", "--size", "64KiB", "--switch", byName, "--token", token)
+	out, err = executeCanceled(t, "memd", "--listen", "localhost:0", "--size", "64KiB", "--switch", byName, "--insecure", "--token", token)
 	if err != nil || !strings.Contains(out, "listen   127.0.0.1:") {
 		t.Errorf("memd --listen localhost:0 --switch %s: %v, output %q", byName, err, out)
 	}

@@ -156,8 +156,9 @@ func runBenchColl(cmd *cobra.Command, f *collFlags) error {
 		if err != nil {
 			return err
 		}
-		// With NDMA_CREDENTIAL (ndma testbed run sets it) the rank seals
-		// every datagram under its member credential.
+		// The rank seals every datagram under its member credential
+		// (NDMA_CREDENTIAL, which ndma testbed run sets), unless
+		// NDMA_INSECURE=1.
 		opts, err := l.EndpointOptions()
 		if err != nil {
 			return err
@@ -169,6 +170,9 @@ func runBenchColl(cmd *cobra.Command, f *collFlags) error {
 		defer ep.Close()
 		if launched, err = coll.FromEnv(ctx, ep); err != nil {
 			return err
+		}
+		if w := l.Warning(); w != "" && l.Rank == 0 {
+			printWarn(cmd.ErrOrStderr())(w)
 		}
 		defer launched.Close(context.Background())
 	} else {

@@ -36,7 +36,7 @@ By default a switch and --nodes memory nodes run in-process on loopback;
 with --processes each is its own process (ndma switch, ndma memd), as
 deployed: in one process, goroutine hand-offs between the roles add to
 every hop's latency.
-With --switch (and --token, --token-file or $NDMA_TOKEN) the pool of a running switch is measured
+With --switch (and a client credential and the fabric token, or --insecure) the pool of a running switch is measured
 instead, e.g. inside the testbed (the latency test then has no direct
 baseline unless --node and --node-key name a memory node of the pool):
 
@@ -97,28 +97,25 @@ baseline unless --node and --node-key name a memory node of the pool):
 					return err
 				}
 			}
-			// Without --switch the in-process pool uses the token given, or
-			// draws one of its own.
-			cfg.Token, cfg.Insecure, err = token.resolve(os.Getenv)
-			switch {
-			case sw == "" && errors.Is(err, errNoToken):
-				err = nil
-			case sw == "" && cfg.Insecure:
-				return errors.New("--insecure: only with --switch (the pool this benchmark starts has a token of its own)")
-			case err == nil && cfg.Insecure:
-				warnInsecure(cmd.ErrOrStderr(), cfg.Switch)
-			}
-			if err != nil {
-				return err
-			}
-			switch {
-			case sw == "" && cmd.Flags().Changed("credential"):
-				return errors.New("--credential: only with --switch (the pool this benchmark starts runs without credentials)")
-			case sw != "":
-				if cfg.Security, err = cred.load(os.Getenv, secure.RoleClient, secure.RoleMember); err != nil {
+			if sw == "" {
+				// The in-process pool runs unsealed (its own processes, on
+				// loopback) under the token given, or one it draws.
+				switch {
+				case token.insecure:
+					return errors.New("--insecure: only with --switch (the pool this benchmark starts runs on loopback, unsealed)")
+				case cmd.Flags().Changed("credential"):
+					return errors.New("--credential: only with --switch (the pool this benchmark starts runs on loopback, unsealed)")
+				}
+				if cfg.Token, err = token.resolve(os.Getenv); err != nil {
 					return err
 				}
-				cfg.SecurityOptions = sealOptions
+			} else {
+				sec, err := resolveSecurity(&token, &cred, os.Getenv, true, printWarn(cmd.ErrOrStderr()), "client-0.cred", secure.RoleClient, secure.RoleMember)
+				if err != nil {
+					return err
+				}
+				fo := sec.fabric()
+				cfg.Token, cfg.Insecure, cfg.Security, cfg.SecurityOptions = fo.Token, fo.Insecure, sec.id, sec.opts
 			}
 			if node != "" {
 				if cfg.Node, err = resolvePeer("--node", node); err != nil {

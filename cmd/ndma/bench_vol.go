@@ -117,6 +117,9 @@ process on loopback. On a testbed, one client per host, all at once:
 				if err != nil {
 					return err
 				}
+				if w := l.Warning(); w != "" && l.Rank == 0 {
+					printWarn(cmd.ErrOrStderr())(w)
+				}
 				defer comm.Close(context.Background())
 				cfg.Switch, cfg.Rank, cfg.Ranks = l.Switch, l.Rank, l.Size
 				if l.Rank == 0 {
@@ -130,7 +133,7 @@ process on loopback. On a testbed, one client per host, all at once:
 					}
 					cfg.SwitchNS = os.Getenv("NDMA_TESTBED_SWITCH_NS")
 				}
-				cfg.Fabric = endpoint.FabricOptions{Token: []byte(l.Token), Insecure: l.Insecure}
+				cfg.Fabric = l.FabricOptions()
 				cfg.Sync = func(ctx context.Context) error { return comm.Barrier(ctx) }
 				gather = func(ctx context.Context, r bench.VolResult) ([]bench.VolResult, error) {
 					return gatherVol(ctx, comm, r)
@@ -140,14 +143,11 @@ process on loopback. On a testbed, one client per host, all at once:
 				if cfg.Switch, err = resolvePeer("--switch", sw); err != nil {
 					return err
 				}
-				if cfg.Fabric.Token, cfg.Fabric.Insecure, err = token.resolve(os.Getenv); err != nil {
-					return err
-				}
-				id, err := cred.load(os.Getenv, secure.RoleMember)
+				sec, err := resolveSecurity(&token, &cred, os.Getenv, true, printWarn(cmd.ErrOrStderr()), "", secure.RoleMember)
 				if err != nil {
 					return err
 				}
-				cfg.EndpointOptions = endpointOptions(id)
+				cfg.Fabric, cfg.EndpointOptions = sec.fabric(), sec.endpoint()
 				if !cmd.Flags().Changed("mtu") {
 					if m, err := coll.EnvMTU(os.LookupEnv); err != nil {
 						return err

@@ -37,9 +37,9 @@ An existing file is kept unless --force replaces it (a running fabric
 keeps the old token until its processes restart with the new one).
 -o - writes to standard output instead.`, fabric.TokenBytes, 2*fabric.TokenBytes, secure.AuthoritySecretPrefix),
 		Example: `  ndma keygen -o fabric.token
-  ndma switch --token-file fabric.token
-  ndma memd --switch 127.0.0.1:7471 --token-file fabric.token
-  ndma pool ls --switch 127.0.0.1:7471 --token-file fabric.token
+  ndma switch --token-file fabric.token --credential switch.cred
+  ndma memd --switch 127.0.0.1:7471 --token-file fabric.token --credential memory-0.cred
+  ndma pool ls --switch 127.0.0.1:7471 --token-file fabric.token --credential client-0.cred
 
   ndma keygen --authority -o authority.key
   ndma credential issue --secret-file authority.key --role client --name alice -o alice.cred`,

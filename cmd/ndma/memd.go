@@ -62,20 +62,24 @@ stdout, with the key when memd drew it (without --key-file and --switch);
 logs go to stderr and never show a key.
 With --switch it also lends its region with the lowest key to that
 forwarding node's memory pool, repeating the offer as its heartbeat; it
-then needs the fabric token (--token-file, --token or $NDMA_TOKEN) or
---insecure. The lent region is then reachable only through the pool (the
-others stay reachable with their keys), and its key is not printed.
-With --credential (or $NDMA_CREDENTIAL), a credential of role memory-node
-made with ndma credential issue, the node seals every datagram it sends
-and receives (encrypted and authenticated, after a handshake that proves
-each peer's credential): it then talks only to processes with a
-credential of the same fabric, its switch and its clients alike, and
-drops everything else. With --switch the fabric token is still needed.
+then needs the fabric token (--token-file, --token or $NDMA_TOKEN). The
+lent region is then reachable only through the pool (the others stay
+reachable with their keys), and its key is not printed.
+The node seals every datagram it sends and receives (encrypted and
+authenticated, after a handshake that proves each peer's credential)
+under its credential, --credential (or $NDMA_CREDENTIAL), of role
+memory-node (ndma fabric init writes a fabric's): it talks only to
+processes with a credential of the same fabric, its switch and its
+clients alike, and drops everything else. Without a credential it
+refuses to start, unless --insecure asks it to run unsealed (the token
+then optional; it logs a warning saying what anyone on the network can
+do).
 SIGINT or SIGTERM shuts the node down gracefully.`,
-		Example: `  ndma memd --listen 127.0.0.1:7470 --size 1GiB
-  ndma memd --key-file keys.txt --metrics 127.0.0.1:9470 --json-logs
-  ndma memd --listen 127.0.0.1:7470 --switch 127.0.0.1:7471 --token-file fabric.key
-  ndma memd --switch 127.0.0.1:7471 --token-file fabric.key --credential mem0.cred`,
+		Example: `  ndma fabric init fab
+  ndma memd --listen 127.0.0.1:0 --size 64MiB --switch 127.0.0.1:7471 --token-file fab/token --credential fab/memory-0.cred
+  ndma memd --listen 127.0.0.1:7470 --size 1GiB --credential fab/memory-0.cred
+  ndma memd --key-file keys.txt --metrics 127.0.0.1:9470 --json-logs --credential fab/memory-0.cred
+  ndma memd --listen 127.0.0.1:7470 --size 1GiB --insecure   # unsealed: it warns what anyone on the network can do`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runMemd(cmd, &f) },
 	}
@@ -136,24 +140,19 @@ func (f *memdFlags) config(logw io.Writer) (memd.Config, error) {
 	if cfg.Listen, err = resolveListen("--listen", f.listen); err != nil {
 		return memd.Config{}, err
 	}
-	if cfg.Security, err = f.cred.load(os.Getenv, secure.RoleMemoryNode); err != nil {
+	if f.sw == "" && f.token.givenToken() {
+		return memd.Config{}, errors.New("--token, --token-file: only with --switch (the token authenticates this node to the forwarding node)")
+	}
+	sec, err := resolveSecurity(&f.token, &f.cred, os.Getenv, f.sw != "", logWarn(logger, "memd"), "memory-0.cred", secure.RoleMemoryNode)
+	if err != nil {
 		return memd.Config{}, err
 	}
-	if cfg.Security != nil {
-		if cfg.SecurityOptions, err = f.cred.options(); err != nil {
-			return memd.Config{}, err
-		}
-	}
-	switch {
-	case f.sw != "":
+	cfg.Security, cfg.SecurityOptions = sec.id, sec.opts
+	if f.sw != "" {
 		if cfg.Switch, err = resolvePeer("--switch", f.sw); err != nil {
 			return memd.Config{}, err
 		}
-		if cfg.Token, cfg.Insecure, err = f.token.resolve(os.Getenv); err != nil {
-			return memd.Config{}, err
-		}
-	case f.token.given():
-		return memd.Config{}, errors.New("--token, --token-file, --insecure: only with --switch (the token authenticates this node to the forwarding node)")
+		cfg.Token, cfg.Insecure = sec.token, len(sec.token) == 0
 	}
 	if f.keyFile == "" {
 		size, err := memnode.ParseSize(f.size)

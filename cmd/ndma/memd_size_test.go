@@ -18,7 +18,7 @@ func TestMemdSizeErrors(t *testing.T) {
 		{"9000000TiB", []string{"--size", "8 EiB"}},
 		{"12XB", []string{"--size", "1TiB"}},
 	} {
-		_, err := execute(t, "memd", "--listen", "127.0.0.1:0", "--size", tc.size)
+		_, err := execute(t, "memd", "--listen", "127.0.0.1:0", "--insecure", "--size", tc.size)
 		if err == nil {
 			t.Fatalf("memd --size %s: no error", tc.size)
 		}

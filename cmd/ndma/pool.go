@@ -60,19 +60,15 @@ func (p *poolFlags) client(cmd *cobra.Command) (*endpoint.Endpoint, endpoint.Fab
 		return nil, opts, nil, nil, err
 	}
 	p.sw = sw
-	if opts.Token, opts.Insecure, err = p.token.resolve(os.Getenv); err != nil {
-		return nil, opts, nil, nil, err
-	}
-	if opts.Insecure {
-		warnInsecure(cmd.ErrOrStderr(), p.sw)
-	}
 	if p.timeout <= 0 {
 		return nil, opts, nil, nil, fmt.Errorf("--timeout %v: want a positive duration", p.timeout)
 	}
-	if p.id, err = p.cred.load(os.Getenv, secure.RoleClient, secure.RoleMember); err != nil {
+	sec, err := resolveSecurity(&p.token, &p.cred, os.Getenv, true, printWarn(cmd.ErrOrStderr()), "client-0.cred", secure.RoleClient, secure.RoleMember)
+	if err != nil {
 		return nil, opts, nil, nil, err
 	}
-	ep, err := endpoint.Listen(":0", endpoint.Config{OpTimeout: p.opTimeout, Transport: transport.Config{MTU: p.mtu}}, endpointOptions(p.id))
+	p.id, opts = sec.id, sec.fabric()
+	ep, err := endpoint.Listen(":0", endpoint.Config{OpTimeout: p.opTimeout, Transport: transport.Config{MTU: p.mtu}}, sec.endpoint())
 	if err != nil {
 		return nil, opts, nil, nil, err
 	}
@@ -108,11 +104,11 @@ copies of every byte; its key, printed by create, is the capability every
 access and rm needs. put and get move files in and out of regions, split
 across stripes and memory nodes in parallel.
 
-On a fabric whose switch and memory nodes run with --credential, give
-every pool command a credential of role client (--credential or
-$NDMA_CREDENTIAL; ndma credential issue --role client makes one), or a
-job's rank its member credential: its datagrams are then sealed, region
-keys included, and a command without one gets no answer.`,
+Give every pool command a credential of role client (--credential or
+$NDMA_CREDENTIAL; ndma fabric init writes one), or a job's rank its
+member credential: its datagrams are sealed, region keys included. A
+command without one refuses to run, unless --insecure (on a fabric that
+does not seal).`,
 	}
 	pf.register(cmd)
 
@@ -123,8 +119,8 @@ keys included, and a command without one gets no answer.`,
 	create := &cobra.Command{
 		Use:   "create",
 		Short: "Create a pool region and print its id and key",
-		Example: `  ndma pool create --switch localhost:7471 --token-file fabric.key --size 1GiB --replicas 2
-  NDMA_SWITCH=localhost:7471 NDMA_TOKEN=t ndma pool create --size 64MiB --stripe 4KiB --json
+		Example: `  ndma pool create --switch localhost:7471 --token-file fab/token --credential fab/client-0.cred --size 1GiB --replicas 2
+  NDMA_SWITCH=localhost:7471 NDMA_TOKEN=$(cat fab/token) NDMA_CREDENTIAL=fab/client-0.cred ndma pool create --size 64MiB --stripe 4KiB --json
   # in a testbed (ndma testbed up --hosts 1 --memnodes 2), in its host namespace:
   sudo ndma testbed run -- ndma pool create --size 32MiB --replicas 2`,
 		Args: cobra.NoArgs,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -14,6 +15,9 @@ import (
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/memnode/memd"
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/secure"
+	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
 )
 
 // TestPoolCommands runs ndma pool create, ls, stat, put, get and rm
@@ -169,10 +173,48 @@ func TestPoolCommands(t *testing.T) {
 	}
 }
 
-// startPool starts an in-process switch and n memory nodes (memd) lending
-// size bytes each, waits until they have joined the pool, and returns the
-// switch's address, its server and the nodes; the test's end closes them.
+// startPool starts an in-process sealed fabric, a switch and n memory
+// nodes (memd) lending size bytes each, each with its credential, waits
+// until the nodes have joined the pool, and returns the switch's address,
+// its server and the nodes; the test's end closes them. The commands the
+// test runs get a client credential of the same fabric in
+// $NDMA_CREDENTIAL.
 func startPool(t *testing.T, n int, size int64) (string, *fabric.Server, []*memd.Server) {
+	t.Helper()
+	a, cred := testAuthority(t, secure.RoleClient)
+	t.Setenv(credentialEnv, cred)
+	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := fabric.New(fabric.Config{Token: testToken, Transport: transport.Config{MTU: transport.DefaultMTU - wire.TagLen}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := fabric.NewServerWith(conn, sw, fabric.ServerOptions{Security: issueIdentity(t, a, secure.RoleSwitch, "switch"), SecurityOptions: sealOptions})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	addr := srv.Addr().String()
+	var nodes []*memd.Server
+	for i := range n {
+		node, err := memd.Start(memd.Config{Listen: "127.0.0.1:0", Size: size, Perm: memnode.PermAll, Switch: addr, Token: testToken,
+			Security: issueIdentity(t, a, secure.RoleMemoryNode, "memory-"+strconv.Itoa(i)), SecurityOptions: sealOptions})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { node.Close() })
+		nodes = append(nodes, node)
+	}
+	waitAlive(t, addr, n)
+	return addr, srv, nodes
+}
+
+// startPlainPool starts an in-process fabric that does not seal, a
+// switch under testToken and one memory node lending 1 MiB, and returns
+// the switch's address once the node has joined.
+func startPlainPool(t *testing.T) (string, *fabric.Server, *memd.Server) {
 	t.Helper()
 	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
 	if err != nil {
@@ -185,24 +227,50 @@ func startPool(t *testing.T, n int, size int64) (string, *fabric.Server, []*memd
 	srv := fabric.NewServer(conn, sw, nil)
 	t.Cleanup(func() { srv.Close() })
 	addr := srv.Addr().String()
-	var nodes []*memd.Server
-	for range n {
-		node, err := memd.Start(memd.Config{Listen: "127.0.0.1:0", Size: size, Perm: memnode.PermAll, Switch: addr, Token: testToken})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { node.Close() })
-		nodes = append(nodes, node)
+	node, err := memd.Start(memd.Config{Listen: "127.0.0.1:0", Size: 1 << 20, Perm: memnode.PermAll, Switch: addr, Token: testToken})
+	if err != nil {
+		t.Fatal(err)
 	}
-	waitAlive(t, addr, n)
-	return addr, srv, nodes
+	t.Cleanup(func() { node.Close() })
+	waitAlive(t, addr, 1, "--insecure", "--token", string(testToken))
+	return addr, srv, node
+}
+
+// testAuthority returns a new fabric authority and the file (mode 0600)
+// of a credential of role it issued, for the commands a test runs.
+func testAuthority(t *testing.T, role secure.Role) (*secure.Authority, string) {
+	t.Helper()
+	a, err := secure.NewAuthority(fabric.NewToken())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := issueIdentity(t, a, role, "client-0")
+	b, err := id.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "client.cred")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return a, path
+}
+
+// issueIdentity issues a credential of role and name under a.
+func issueIdentity(t *testing.T, a *secure.Authority, role secure.Role, name string) *secure.Identity {
+	t.Helper()
+	id, err := a.Issue(role, name, rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }
 
 // waitAlive waits until the pool at addr counts n memory nodes alive.
-func waitAlive(t *testing.T, addr string, n int) {
+func waitAlive(t *testing.T, addr string, n int, args ...string) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		if out, err := execute(t, "pool", "stat", "--switch", addr, "--json"); err == nil && strings.Count(out, `"Alive":true`) == n {
+		if out, err := execute(t, append([]string{"pool", "stat", "--switch", addr, "--json"}, args...)...); err == nil && strings.Count(out, `"Alive":true`) == n {
 			return
 		}
 		if time.Now().After(deadline) {

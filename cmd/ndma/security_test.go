@@ -5,15 +5,16 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/memnode/memd"
-	"github.com/ndma/ndma/netio"
 )
 
 // executeBoth runs the ndma command line args as execute does and
@@ -91,72 +92,100 @@ func TestKeygen(t *testing.T) {
 
 	// The switch takes it.
 	t.Setenv(tokenEnv, "")
-	if out, err := executeCanceled(t, "switch", "--listen", "127.0.0.1:0", "--token-file", file); err != nil || strings.Contains(out, strings.TrimSpace(string(second))) {
+	if out, err := executeCanceled(t, "switch", "--listen", "127.0.0.1:0", "--insecure", "--token-file", file); err != nil || strings.Contains(out, strings.TrimSpace(string(second))) {
 		t.Errorf("switch --token-file from keygen: %v, output %q", err, out)
 	}
 }
 
-// insecureSwitch starts an in-process switch without a token and returns
-// its address.
-func insecureSwitch(t *testing.T) string {
-	t.Helper()
-	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sw, err := fabric.New(fabric.Config{Insecure: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := fabric.NewServer(conn, sw, nil)
-	t.Cleanup(func() { srv.Close() })
-	return srv.Addr().String()
-}
-
-// TestSecureByDefault: with no token from any source the daemons and the
-// clients of a switch refuse to run, saying how to make and give one;
-// --insecure runs them, with a warning naming the address anyone could
-// send to; a token file others may read is refused.
+// TestSecureByDefault: without a credential and without --insecure every
+// daemon and client refuses to start, saying how to make credentials
+// (ndma fabric init) and naming --insecure; a credential needs the token
+// too; --insecure with a credential is an error; --insecure runs them,
+// with a warning saying what anyone on the network can do (and that
+// nothing is authenticated without a token); --token on the command line
+// is warned of; a token file others may read is refused.
 func TestSecureByDefault(t *testing.T) {
-	t.Setenv(tokenEnv, "")
-	addr := insecureSwitch(t)
-	const noToken = "no fabric token: give --token-file FILE (make one with: ndma keygen -o FILE)"
-	for _, args := range [][]string{
+	t.Setenv(tokenEnv, string(testToken))
+	t.Setenv(credentialEnv, "")
+	addr := tokenSwitch(t, string(testToken))
+	dir := t.TempDir()
+	daemons := [][]string{
 		{"switch", "--listen", "127.0.0.1:0"},
 		{"memd", "--listen", "127.0.0.1:0", "--size", "64KiB", "--switch", addr},
-	} {
-		if _, err := executeCanceled(t, args...); err == nil || !strings.Contains(err.Error(), noToken) {
-			t.Errorf("%q without a token: %v, want %q", args, err, noToken)
-		}
+		{"memd", "--listen", "127.0.0.1:0", "--size", "64KiB"},
+		{"stord", "--listen", "127.0.0.1:0", "--dir", filepath.Join(dir, "s0"), "--switch", addr},
+		{"storgw", "--listen", "127.0.0.1:0", "--switch", addr},
 	}
-	for _, args := range [][]string{
+	clients := [][]string{
 		{"stat", "--switch", addr, "--interval", "0"},
 		{"pool", "ls", "--switch", addr},
 		{"pool", "create", "--switch", addr, "--size", "4KiB"},
+		{"vol", "ls", "--switch", addr},
+		{"vol", "create", "v", "--size", "4MiB", "--switch", addr},
 		{"bench", "pool", "--switch", addr},
-	} {
-		if _, err := execute(t, args...); err == nil || !strings.Contains(err.Error(), noToken) {
-			t.Errorf("%q without a token: %v, want %q", args, err, noToken)
+		{"bench", "vol", "--switch", addr},
+	}
+	for _, args := range append(slices.Clone(daemons), clients...) {
+		_, err := executeCanceled(t, args...)
+		if !errors.Is(err, errNoCredential) || !strings.Contains(err.Error(), "ndma fabric init DIR") || !strings.Contains(err.Error(), "--insecure") {
+			t.Errorf("%q without a credential: %v, want errNoCredential saying how to make one and naming --insecure", args, err)
 		}
 	}
 
+	// A credential, but no token.
+	secret := fabricSecret(t)
+	swCred := issueCredential(t, secret, "switch", "sw0")
+	t.Setenv(tokenEnv, "")
+	if _, err := executeCanceled(t, "switch", "--listen", "127.0.0.1:0", "--credential", swCred); !errors.Is(err, errNoToken) {
+		t.Errorf("switch with a credential and no token: %v, want errNoToken", err)
+	}
+	// --insecure and a credential.
+	if _, err := executeCanceled(t, "switch", "--listen", "127.0.0.1:0", "--insecure", "--credential", swCred); err == nil || !strings.Contains(err.Error(), "--insecure and --credential") {
+		t.Errorf("switch --insecure --credential: %v, want an error", err)
+	}
+	t.Setenv(credentialEnv, swCred)
+	if _, err := executeCanceled(t, "switch", "--listen", "127.0.0.1:0", "--insecure"); err == nil || !strings.Contains(err.Error(), "$"+credentialEnv) {
+		t.Errorf("switch --insecure with $%s: %v, want an error", credentialEnv, err)
+	}
+	t.Setenv(credentialEnv, "")
+
+	// --insecure: a loud warning, which says whether control messages are
+	// still authenticated.
+	const unsealed = "insecure (--insecure): datagrams are not sealed: anyone who can capture this fabric's traffic reads region keys and data"
 	out, err := executeCanceled(t, "switch", "--listen", "127.0.0.1:0", "--insecure")
-	if err != nil || !strings.Contains(out, "switchd: running without authentication: anyone who can send to 127.0.0.1:") {
-		t.Errorf("switch --insecure: %v, output %q; want a warning", err, out)
+	if err != nil || !strings.Contains(out, "level=WARN msg=\"switchd: "+unsealed) || !strings.Contains(out, "nothing is authenticated") ||
+		!strings.Contains(out, "switchd: running without authentication: anyone who can send to 127.0.0.1:") {
+		t.Errorf("switch --insecure: %v, output %q; want the warnings", err, out)
 	}
+	out, err = executeCanceled(t, "memd", "--listen", "127.0.0.1:0", "--size", "64KiB", "--insecure")
+	if err != nil || !strings.Contains(out, "level=WARN msg=\"memd: "+unsealed) {
+		t.Errorf("memd --insecure without --switch: %v, output %q; want it to run, with the warning", err, out)
+	}
+	t.Setenv(tokenEnv, string(testToken))
 	out, err = executeCanceled(t, "memd", "--listen", "127.0.0.1:0", "--size", "64KiB", "--switch", addr, "--insecure")
-	if err != nil || !strings.Contains(out, "memd: running without authentication: anyone who can send to 127.0.0.1:") {
-		t.Errorf("memd --insecure: %v, output %q; want a warning", err, out)
-	}
-	if _, err := executeCanceled(t, "memd", "--listen", "127.0.0.1:0", "--size", "64KiB", "--insecure"); err == nil || !strings.Contains(err.Error(), "only with --switch") {
-		t.Errorf("memd --insecure without --switch: %v", err)
+	if err != nil || !strings.Contains(out, "memd: "+unsealed) || !strings.Contains(out, "still authenticated with the fabric token") || strings.Contains(out, "nothing is authenticated") {
+		t.Errorf("memd --insecure with a token: %v, output %q; want the warning, control messages authenticated", err, out)
 	}
 	stdout, stderr, err := executeBoth(t, "pool", "ls", "--switch", addr, "--insecure", "--json")
-	if err != nil || !strings.Contains(stderr, "ndma: warning: running without authentication (--insecure): anyone who can send to "+addr) {
+	if err != nil || !strings.Contains(stderr, "ndma: warning: "+unsealed) {
 		t.Errorf("pool ls --insecure: %v, stdout %q, stderr %q; want a warning", err, stdout, stderr)
 	}
 	if _, err := execute(t, "bench", "pool", "--insecure"); err == nil || !strings.Contains(err.Error(), "--insecure: only with --switch") {
 		t.Errorf("bench pool --insecure without --switch: %v", err)
+	}
+	if _, err := executeCanceled(t, "memd", "--listen", "127.0.0.1:0", "--size", "64KiB", "--insecure", "--token", "x"); err == nil || !strings.Contains(err.Error(), "only with --switch") {
+		t.Errorf("memd --token without --switch: %v", err)
+	}
+
+	// A token on the command line is visible in the process list.
+	t.Setenv(tokenEnv, "")
+	_, stderr, err = executeBoth(t, "pool", "ls", "--switch", addr, "--insecure", "--token", string(testToken), "--json")
+	if err != nil || !strings.Contains(stderr, "ndma: warning: --token: the fabric token is on the command line") || !strings.Contains(stderr, "--token-file") || strings.Contains(stderr, string(testToken)) {
+		t.Errorf("pool ls --token: %v, stderr %q; want a warning naming --token-file, without the token", err, stderr)
+	}
+	out, err = executeCanceled(t, "switch", "--listen", "127.0.0.1:0", "--insecure", "--token", string(testToken))
+	if err != nil || !strings.Contains(out, "process list") {
+		t.Errorf("switch --token: %v, output %q; want a warning", err, out)
 	}
 
 	// A token file others can read is refused by every reader.
@@ -168,10 +197,10 @@ func TestSecureByDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := fmt.Sprintf("token file %s is readable by others (mode 0644): chmod 600 %s", file, file)
-	if _, err := executeCanceled(t, "switch", "--listen", "127.0.0.1:0", "--token-file", file); err == nil || !strings.Contains(err.Error(), want) {
+	if _, err := executeCanceled(t, "switch", "--listen", "127.0.0.1:0", "--credential", swCred, "--token-file", file); err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("switch with a 0644 token file: %v, want %q", err, want)
 	}
-	if _, err := execute(t, "pool", "ls", "--switch", addr, "--token-file", file); err == nil || !strings.Contains(err.Error(), want) {
+	if _, err := execute(t, "pool", "ls", "--switch", addr, "--insecure", "--token-file", file); err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("pool ls with a 0644 token file: %v, want %q", err, want)
 	}
 }
@@ -204,13 +233,13 @@ func TestNoSecretsInOutput(t *testing.T) {
 			}
 		}
 	}
-	out, err := executeCanceled(t, "switch", "--listen", "127.0.0.1:0", "--token-file", tokenFile)
+	out, err := executeCanceled(t, "switch", "--listen", "127.0.0.1:0", "--insecure", "--token-file", tokenFile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	check("switch", out)
 	for _, logs := range []string{"--json-logs", "--log-level=debug"} {
-		out, err = executeCanceled(t, "memd", "--listen", "127.0.0.1:0", "--key-file", keyFile, "--switch", addr, "--token-file", tokenFile, logs)
+		out, err = executeCanceled(t, "memd", "--listen", "127.0.0.1:0", "--key-file", keyFile, "--switch", addr, "--insecure", "--token-file", tokenFile, logs)
 		if err != nil || !strings.Contains(out, "lending to the pool") || !strings.Contains(out, "region   key (in "+keyFile+")") {
 			t.Fatalf("memd %s: %v, output:\n%s", logs, err, out)
 		}
@@ -224,7 +253,7 @@ func TestNoSecretsInOutput(t *testing.T) {
 	}
 	defer node.Close()
 	waitAliveToken(t, addr, token, 1)
-	stdout, stderr, err := executeBoth(t, "pool", "create", "--switch", addr, "--token-file", tokenFile, "--size", "64KiB", "--json")
+	stdout, stderr, err := executeBoth(t, "pool", "create", "--switch", addr, "--insecure", "--token-file", tokenFile, "--size", "64KiB", "--json")
 	if err != nil || !strings.Contains(stdout, `"key"`) {
 		t.Fatalf("pool create: %v, stdout %q", err, stdout)
 	}
@@ -244,7 +273,7 @@ func TestNoSecretsInOutput(t *testing.T) {
 		{"pool", "rm", fmt.Sprint(region.Region), "--key", memd.FormatKey(nodeKey)}, // a wrong key: refused
 		{"pool", "rm", fmt.Sprint(region.Region), "--key", region.Key},
 	} {
-		stdout, stderr, err := executeBoth(t, append(args, "--switch", addr, "--token-file", tokenFile)...)
+		stdout, stderr, err := executeBoth(t, append(args, "--switch", addr, "--insecure", "--token-file", tokenFile)...)
 		check(strings.Join(args[:2], " "), fmt.Sprint(stdout, stderr, err), regionKey)
 	}
 
@@ -259,11 +288,11 @@ func TestNoSecretsInOutput(t *testing.T) {
 	}
 }
 
-// waitAliveToken waits until the pool at addr, which requires token,
-// counts n memory nodes alive.
+// waitAliveToken waits until the pool at addr, which requires token and
+// does not seal, counts n memory nodes alive.
 func waitAliveToken(t *testing.T, addr, token string, n int) {
 	t.Helper()
 	t.Setenv(tokenEnv, token)
 	defer t.Setenv(tokenEnv, "")
-	waitAlive(t, addr, n)
+	waitAlive(t, addr, n, "--insecure")
 }

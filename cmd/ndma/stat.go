@@ -56,12 +56,13 @@ to it, with the totals: stripe balance (the most used live node over the
 mean, 1.00 is even), load balance (the busiest node's requests over the
 mean), and requests the switch refused per second (bad keys, bounds,
 permissions, dead nodes). --interval 0 takes one sample: no rates.
-On a fabric run with credentials, give a client (or member) credential
-(--credential or $NDMA_CREDENTIAL), as to the pool commands.`,
-		Example: `  ndma stat --switch localhost:7471 --token-file fabric.key
-  NDMA_SWITCH=localhost:7471 NDMA_TOKEN=t ndma stat --interval 5s --json
+Give it a client (or member) credential (--credential or
+$NDMA_CREDENTIAL), as to the pool commands, or --insecure.`,
+		Example: `  ndma stat --switch localhost:7471 --token-file fab/token --credential fab/client-0.cred
+  NDMA_SWITCH=localhost:7471 NDMA_TOKEN=$(cat fab/token) NDMA_CREDENTIAL=fab/client-0.cred ndma stat --interval 5s --json
   # in a testbed, in its host namespace (the switch's 10.77.0.1 exists only there):
-  sudo ip netns exec ndmatb-h0 ndma stat --switch 10.77.0.1:7471 --token-file /run/ndma-testbed/ndmatb/token`,
+  sudo ip netns exec ndmatb-h0 ndma stat --switch 10.77.0.1:7471 --token-file /run/ndma-testbed/ndmatb/token \
+    --credential /run/ndma-testbed/ndmatb/client.cred`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if interval < 0 {

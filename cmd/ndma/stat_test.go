@@ -77,7 +77,7 @@ func TestStatNoSwitch(t *testing.T) {
 	}
 	defer silent.Close()
 	addr := silent.LocalAddr().String()
-	_, err = execute(t, "stat", "--switch", addr, "--token", "t", "--timeout", "1s", "--interval", "0")
+	_, err = execute(t, "stat", "--switch", addr, "--insecure", "--token", "t", "--timeout", "1s", "--interval", "0")
 	want := fmt.Sprintf("endpoint: pool stat: no switch answers at %s after 1s", addr)
 	if err == nil || err.Error() != want+endpoint.UnsealedHint {
 		t.Fatalf("ndma stat:\n got %v\nwant %s", err, want)

@@ -74,24 +74,19 @@ func (f *storDaemonFlags) open(cmd *cobra.Command, opTimeout time.Duration) (*st
 	if err != nil {
 		return nil, err
 	}
-	if d.fab.Token, d.fab.Insecure, err = f.token.resolve(os.Getenv); err != nil {
+	file := "storage-0.cred" // ndma fabric init issues none for a gateway
+	if cmd.Name() != "stord" {
+		file = ""
+	}
+	sec, err := resolveSecurity(&f.token, &f.cred, os.Getenv, true, logWarn(d.logger, cmd.Name()), file, secure.RoleMember)
+	if err != nil {
 		return nil, err
 	}
-	if d.fab.Insecure {
-		warnInsecure(cmd.ErrOrStderr(), d.sw)
-	}
-	if d.id, err = f.cred.load(os.Getenv, secure.RoleMember); err != nil {
-		return nil, err
-	}
+	d.id, d.fab = sec.id, sec.fabric()
 	if err = f.cred.watch(cmd, os.Getenv, d.id, d.logger); err != nil {
 		return nil, err
 	}
-	eopts := endpointOptions(d.id)
-	if d.id != nil {
-		if eopts.SecurityOptions, err = f.cred.options(); err != nil {
-			return nil, err
-		}
-	}
+	eopts := sec.endpoint()
 	if d.ep, err = endpoint.Listen(listen, endpoint.Config{Transport: transport.Config{MTU: f.mtu}, OpTimeout: opTimeout}, eopts); err != nil {
 		return nil, fmt.Errorf("--listen/--mtu: %w", err)
 	}
@@ -128,12 +123,14 @@ durable once the writer flushes (each replica fdatasyncs).
 
 The node's id (--id) is kept in --dir at the first start; give each node
 of a fabric its own. --capacity bounds the bytes of extents it takes (a
-volume that would not fit is refused). The fabric token (--token-file,
---token or $NDMA_TOKEN) or --insecure is needed; with --credential (role
-member) every datagram is sealed.
+volume that would not fit is refused). Every datagram is sealed under
+the node's credential (--credential, role member) and the fabric token
+(--token-file, --token or $NDMA_TOKEN) authenticates its control
+messages; without a credential it refuses to start, unless --insecure.
 SIGINT or SIGTERM shuts the node down.`,
-		Example: `  ndma stord --dir /var/lib/ndma/stor0 --id 0 --switch 127.0.0.1:7471 --token-file fabric.key
-  ndma stord --dir ./s1 --id 1 --capacity 64GiB --switch 10.0.0.1:7471 --token-file fabric.key`,
+		Example: `  ndma fabric init fab --storage-nodes 2
+  ndma stord --dir /var/lib/ndma/stor0 --id 0 --switch 127.0.0.1:7471 --token-file fab/token --credential fab/storage-0.cred
+  ndma stord --dir ./s1 --id 1 --capacity 64GiB --switch 10.0.0.1:7471 --token-file fab/token --credential fab/storage-1.cred`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runStord(cmd, &f) },
 	}
@@ -199,7 +196,7 @@ when all have it. Clients use it with ndma bench vol --mode controller
 (or stor.OpenOptions.Controller); the volumes, leases and storage nodes
 are the same as without it.
 SIGINT or SIGTERM shuts it down.`,
-		Example: `  ndma storgw --switch 127.0.0.1:7471 --token-file fabric.key`,
+		Example: `  ndma storgw --switch 127.0.0.1:7471 --token-file fab/token --credential gw.cred   # a member credential (ndma credential issue --role member)`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			d, err := f.open(cmd, stor.IOTimeout)
@@ -283,8 +280,9 @@ copies on one node), consecutive extents on consecutive nodes. Writes go
 as one multicast to an extent's replicas, reads as one anycast to one of
 them. One client at a time writes a volume (it holds the volume's lease).
 
-On a fabric whose daemons run with --credential, give vol commands a
-credential of role member (--credential or $NDMA_CREDENTIAL).`,
+Give vol commands a credential of role member (--credential or
+$NDMA_CREDENTIAL; ndma fabric init --storage-nodes N writes its clients'
+so), or --insecure on a fabric that does not seal.`,
 	}
 	vf.register(cmd)
 	cmd.PersistentFlags().StringVar(&vf.service, "service", stor.DefaultService, "storage service name at the switch")
@@ -297,8 +295,8 @@ credential of role member (--credential or $NDMA_CREDENTIAL).`,
 	create := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a volume",
-		Example: `  ndma vol create data --size 16GiB --replicas 3 --extent 4MiB --switch 127.0.0.1:7471 --token-file fabric.key
-  NDMA_SWITCH=127.0.0.1:7471 NDMA_TOKEN=t ndma vol create scratch --size 1GiB --replicas 1 --json`,
+		Example: `  ndma vol create data --size 16GiB --replicas 3 --extent 4MiB --switch 127.0.0.1:7471 --token-file fab/token --credential fab/client-0.cred
+  NDMA_SWITCH=127.0.0.1:7471 NDMA_TOKEN=$(cat fab/token) NDMA_CREDENTIAL=fab/client-0.cred ndma vol create scratch --size 1GiB --replicas 1 --json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sz, err := memnode.ParseSize(size)

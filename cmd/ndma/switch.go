@@ -61,19 +61,18 @@ then replicates each member's multicast to the group and merges the ACKs,
 reduces aggregation contributions in a pool of slots and sends only the
 result, and relays anycast requests to one member of a service.
 
-The token comes from --token, or better (it stays out of the process list)
-from the first line of --token-file (make one with ndma keygen; only its
-owner may read it), or else from $NDMA_TOKEN (the token itself); without
-any of them the switch refuses to start, unless --insecure asks it to run
-without authentication (it logs a warning saying so).
-
-With --credential (or $NDMA_CREDENTIAL), a credential of role switch made
-with ndma credential issue, the switch seals every datagram it sends and
-receives (encrypted and authenticated, after a handshake that proves each
-peer's credential): it then talks only to processes with a credential of
-the same fabric (memd and the pool commands given --credential), and
-drops everything else. The fabric token is still needed: it
-authenticates control messages.
+The switch seals every datagram it sends and receives (encrypted and
+authenticated, after a handshake that proves each peer's credential)
+under its credential, --credential (or $NDMA_CREDENTIAL), of role switch
+(ndma fabric init writes a fabric's): it talks only to processes with a
+credential of the same fabric, and drops everything else. It also needs
+the fabric token, which authenticates control messages: from
+--token-file (its first line; only its owner may read it), --token (seen
+in the process list: it warns) or $NDMA_TOKEN (the token itself).
+Without a credential it refuses to start, unless --insecure asks it to
+run unsealed: the token is then optional (without one nothing is
+authenticated), and it logs a warning saying what anyone on the network
+can do.
 
 --drop, --dup, --reorder and --corrupt inject faults into
 everything the switch sends, reproducibly from --seed, to test endpoints
@@ -81,11 +80,10 @@ against a lossy fabric.
 
 The listening address is printed on stdout; logs go to stderr. SIGINT or
 SIGTERM shuts the switch down gracefully.`,
-		Example: `  ndma keygen -o fabric.key
-  ndma switch --listen 127.0.0.1:7471 --token-file fabric.key --metrics 127.0.0.1:9471
-  ndma credential issue --secret-file fabric.key --role switch --name sw0 -o sw0.cred
-  ndma switch --token-file fabric.key --credential sw0.cred
-  ndma switch --token-file fabric.key --drop 0.01 --reorder 0.01 --seed 7 --json-logs`,
+		Example: `  ndma fabric init fab
+  ndma switch --listen 127.0.0.1:7471 --token-file fab/token --credential fab/switch.cred --metrics 127.0.0.1:9471
+  ndma switch --token-file fab/token --credential fab/switch.cred --drop 0.01 --reorder 0.01 --seed 7 --json-logs
+  ndma switch --listen 127.0.0.1:7471 --insecure --token-file fab/token   # unsealed: it warns what anyone on the network can do`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSwitch(cmd, &f) },
 	}
@@ -152,18 +150,10 @@ func (f *switchFlags) config(cmd *cobra.Command) (switchd.Config, error) {
 	if f.seed == 0 {
 		return switchd.Config{}, errors.New("--seed: 0: want at least 1")
 	}
-	token, insecure, err := f.token.resolve(os.Getenv)
-	if err != nil {
-		return switchd.Config{}, err
+	sec, err := resolveSecurity(&f.token, &f.cred, os.Getenv, true, logWarn(logger, "switchd"), "switch.cred", secure.RoleSwitch)
+	if err == nil {
+		err = f.cred.watch(cmd, os.Getenv, sec.id, logger)
 	}
-	id, err := f.cred.load(os.Getenv, secure.RoleSwitch)
-	if err != nil {
-		return switchd.Config{}, err
-	}
-	if err := f.cred.watch(cmd, os.Getenv, id, logger); err != nil {
-		return switchd.Config{}, err
-	}
-	sopts, err := f.cred.options()
 	if err != nil {
 		return switchd.Config{}, err
 	}
@@ -173,10 +163,10 @@ func (f *switchFlags) config(cmd *cobra.Command) (switchd.Config, error) {
 	}
 	return switchd.Config{
 		Listen:           listen,
-		Token:            token,
-		Insecure:         insecure,
-		Security:         id,
-		SecurityOptions:  sopts,
+		Token:            sec.token,
+		Insecure:         len(sec.token) == 0,
+		Security:         sec.id,
+		SecurityOptions:  sec.opts,
 		HeartbeatTimeout: f.heartbeatTimeout,
 		PoolSlots:        f.poolSlots,
 		MTU:              f.mtu,

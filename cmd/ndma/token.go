@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/spf13/pflag"
 
@@ -17,81 +16,73 @@ import (
 const tokenEnv = "NDMA_TOKEN"
 
 // tokenFlags are --token, --token-file and --insecure, the same on every
-// command that talks to a forwarding node.
+// command that talks on the fabric (resolveSecurity combines them with
+// --credential).
 type tokenFlags struct {
 	token, file string
 	insecure    bool
 	fs          *pflag.FlagSet
 }
 
+// insecureHelp is what every --insecure says.
+const insecureHelp = "do not seal datagrams, and run without a credential: anyone who can capture the traffic reads region keys and data, and replays what it captured; " +
+	"with a fabric token control messages are still authenticated, without one nothing is"
+
 // register adds --token, --token-file and --insecure to fs.
 func (t *tokenFlags) register(fs *pflag.FlagSet) {
 	t.fs = fs
-	fs.StringVar(&t.token, "token", "", "fabric `token` that authenticates control messages (default $"+tokenEnv+", the token itself)")
-	fs.StringVar(&t.file, "token-file", "", "`file` whose first line is the fabric token, instead of --token (it stays out of the process list; make one with ndma keygen; only its owner may read it)")
-	fs.BoolVar(&t.insecure, "insecure", false, "run without a fabric token: anyone who can reach the switch may join, lend memory and create, open and free pool regions")
+	fs.StringVar(&t.token, "token", "", "fabric `token` that authenticates control messages (default $"+tokenEnv+", the token itself; on the command line every user of the machine sees it in the process list: prefer --token-file)")
+	fs.StringVar(&t.file, "token-file", "", "`file` whose first line is the fabric token, instead of --token (it stays out of the process list; ndma fabric init writes one; only its owner may read it)")
+	fs.BoolVar(&t.insecure, "insecure", false, insecureHelp)
 }
 
-// given reports whether --token, --token-file or --insecure is on the
-// command line.
-func (t *tokenFlags) given() bool {
-	return t.changed("token") || t.changed("token-file") || t.changed("insecure")
+// givenToken reports whether --token or --token-file is on the command
+// line.
+func (t *tokenFlags) givenToken() bool {
+	return t.changed("token") || t.changed("token-file")
 }
 
 // changed reports whether the flag name was set on the command line.
 func (t *tokenFlags) changed(name string) bool { return t.fs != nil && t.fs.Changed(name) }
 
-// errNoToken is resolve's error when no token is given and --insecure is
-// not either.
-var errNoToken = errors.New("no fabric token: give --token-file FILE (make one with: ndma keygen -o FILE), --token or $" + tokenEnv +
-	", the forwarding node's token; or --insecure to run without authentication")
+// errNoToken is resolveSecurity's error when a sealing process that
+// talks to a switch is given no token.
+var errNoToken = errors.New("no fabric token: give --token-file FILE (ndma fabric init writes one, DIR/token), --token or $" + tokenEnv +
+	", the forwarding node's token")
 
 // resolve returns the fabric token: --token, else the first line of
-// --token-file, else $NDMA_TOKEN as getenv reports it; or insecure, for
-// --insecure. None of them is errNoToken. Two of them, an empty --token
-// or an empty or exposed --token-file are errors too.
-func (t *tokenFlags) resolve(getenv func(string) string) (token []byte, insecure bool, err error) {
+// --token-file, else $NDMA_TOKEN as getenv reports it; nil when none of
+// them is given. Two of them, an empty --token or an empty or exposed
+// --token-file are errors.
+func (t *tokenFlags) resolve(getenv func(string) string) ([]byte, error) {
 	tok, file := t.changed("token"), t.changed("token-file")
-	if t.insecure {
-		switch {
-		case tok:
-			return nil, false, errors.New("--insecure and --token: give one of them (a token turns authentication on)")
-		case file:
-			return nil, false, errors.New("--insecure and --token-file: give one of them (a token turns authentication on)")
-		case getenv(tokenEnv) != "":
-			return nil, false, errors.New("--insecure, but $" + tokenEnv + " holds a token: unset it, or drop --insecure to use it")
-		}
-		return nil, true, nil
-	}
 	switch {
 	case tok && file:
-		return nil, false, errors.New("--token and --token-file: give one of them, not both")
+		return nil, errors.New("--token and --token-file: give one of them, not both")
 	case tok:
 		if t.token == "" {
-			return nil, false, errors.New("--token: empty: give the fabric token, or omit the flag")
+			return nil, errors.New("--token: empty: give the fabric token, or omit the flag")
 		}
-		return []byte(t.token), false, nil
+		return []byte(t.token), nil
 	case file:
 		if t.file == "" {
-			return nil, false, errors.New("--token-file: empty path: give the file holding the fabric token")
+			return nil, errors.New("--token-file: empty path: give the file holding the fabric token")
 		}
 		b, err := readToken(t.file)
 		if err != nil {
-			return nil, false, fmt.Errorf("--token-file: %w", err)
+			return nil, fmt.Errorf("--token-file: %w", err)
 		}
-		return b, false, nil
+		return b, nil
 	}
 	if v := getenv(tokenEnv); v != "" {
-		return []byte(v), false, nil
+		return []byte(v), nil
 	}
-	return nil, false, errNoToken
+	return nil, nil
 }
 
-// warnInsecure tells the user of a client command run with --insecure
-// that its control messages to the switch at addr are not authenticated.
-func warnInsecure(w io.Writer, addr string) {
-	fmt.Fprintf(w, "ndma: warning: running without authentication (--insecure): anyone who can send to %s can pose as it or as this client\n", addr)
-}
+// tokenVisibleWarning is the warning of a command given --token: the
+// token is on its command line.
+const tokenVisibleWarning = "--token: the fabric token is on the command line, where every user of this machine sees it in the process list (ps): give --token-file FILE instead"
 
 // readToken reads a fabric token: the file's first line, without its line
 // ending. The line must not be empty nor an authority secret's, and the

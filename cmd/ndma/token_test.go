@@ -65,7 +65,7 @@ func TestTokenFlagsOnEveryCommand(t *testing.T) {
 }
 
 // TestTokenResolve checks the sources of the token in order (--token,
-// --token-file, $NDMA_TOKEN, none) and the errors.
+// --token-file, $NDMA_TOKEN, none: nil) and the errors.
 func TestTokenResolve(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "token")
@@ -92,22 +92,17 @@ func TestTokenResolve(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		args     []string
-		env      string
-		want     string
-		insecure bool
-		wantErr  string
+		args    []string
+		env     string
+		want    string
+		wantErr string
 	}{
-		{args: nil, env: "", wantErr: "no fabric token: give --token-file FILE (make one with: ndma keygen -o FILE), --token or $NDMA_TOKEN"},
+		{args: nil, env: ""},
 		{args: nil, env: "from-env", want: "from-env"},
 		{args: []string{"--token", "from-flag"}, env: "from-env", want: "from-flag"},
 		{args: []string{"--token-file", file}, env: "from-env", want: "from-file"},
-		{args: []string{"--insecure"}, insecure: true},
-		{args: []string{"--insecure=false"}, env: "", wantErr: "no fabric token"},
+		{args: []string{"--insecure"}, env: "from-env", want: "from-env"},
 		{args: []string{"--token", "a", "--token-file", file}, wantErr: "--token and --token-file: give one of them, not both"},
-		{args: []string{"--token", "a", "--insecure"}, wantErr: "--insecure and --token: give one of them"},
-		{args: []string{"--token-file", file, "--insecure"}, wantErr: "--insecure and --token-file: give one of them"},
-		{args: []string{"--insecure"}, env: "from-env", wantErr: "--insecure, but $NDMA_TOKEN holds a token"},
 		{args: []string{"--token-file", empty}, wantErr: "is empty"},
 		{args: []string{"--token-file", exposed}, wantErr: "--token-file: token file " + exposed + " is readable by others (mode 0644): chmod 600 " + exposed},
 		{args: []string{"--token-file", filepath.Join(dir, "missing")}, wantErr: "--token-file: "},
@@ -119,18 +114,18 @@ func TestTokenResolve(t *testing.T) {
 		if err := fs.Parse(tc.args); err != nil {
 			t.Fatal(err)
 		}
-		got, insecure, err := f.resolve(env(tc.env))
+		got, err := f.resolve(env(tc.env))
 		if tc.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("%q env %q: error %v, want one containing %q", tc.args, tc.env, err, tc.wantErr)
 			}
-			if err != nil && (strings.Contains(err.Error(), "from-") || got != nil || insecure) {
-				t.Errorf("%q env %q: %q, insecure %v, error %v shows a token", tc.args, tc.env, got, insecure, err)
+			if err != nil && (strings.Contains(err.Error(), "from-") || got != nil) {
+				t.Errorf("%q env %q: %q, error %v shows a token", tc.args, tc.env, got, err)
 			}
 			continue
 		}
-		if err != nil || string(got) != tc.want || insecure != tc.insecure {
-			t.Errorf("%q env %q: %q, insecure %v, %v; want %q, insecure %v", tc.args, tc.env, got, insecure, err, tc.want, tc.insecure)
+		if err != nil || string(got) != tc.want {
+			t.Errorf("%q env %q: %q, %v; want %q", tc.args, tc.env, got, err, tc.want)
 		}
 	}
 }
@@ -200,7 +195,7 @@ func TestTokenCommands(t *testing.T) {
 	if err := os.WriteFile(file, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	stat := []string{"stat", "--switch", addr, "--interval", "0", "--json"}
+	stat := []string{"stat", "--switch", addr, "--insecure", "--interval", "0", "--json"}
 	for _, extra := range [][]string{{"--token", token}, {"--token-file", file}} {
 		if out, err := execute(t, append(stat, extra...)...); err != nil || !strings.Contains(out, `"nodes"`) {
 			t.Errorf("stat %q: %v, output %q", extra, err, out)
@@ -209,34 +204,34 @@ func TestTokenCommands(t *testing.T) {
 	if _, err := execute(t, append(stat, "--token", token, "--token-file", file)...); err == nil || !strings.Contains(err.Error(), "not both") {
 		t.Errorf("stat with --token and --token-file: %v, want an error saying not both", err)
 	}
-	if _, err := execute(t, "stat", "--switch", addr, "--interval", "0", "--timeout", "300ms", "--token", "wrong"); err == nil {
+	if _, err := execute(t, "stat", "--switch", addr, "--insecure", "--interval", "0", "--timeout", "300ms", "--token", "wrong"); err == nil {
 		t.Error("stat with a wrong token succeeded")
 	}
 	t.Setenv("NDMA_TOKEN", token)
 	if out, err := execute(t, stat...); err != nil || !strings.Contains(out, `"nodes"`) {
 		t.Errorf("stat with $NDMA_TOKEN: %v, output %q", err, out)
 	}
-	if out, err := execute(t, "pool", "ls", "--switch", addr, "--json"); err != nil {
+	if out, err := execute(t, "pool", "ls", "--switch", addr, "--insecure", "--json"); err != nil {
 		t.Errorf("pool ls with $NDMA_TOKEN: %v, output %q", err, out)
 	}
 	t.Setenv("NDMA_TOKEN", "")
 
 	// The daemons: switch and memd start with --token (and stop at once).
-	out, err := executeCanceled(t, "switch", "--listen", "127.0.0.1:0", "--token", token)
+	out, err := executeCanceled(t, "switch", "--listen", "127.0.0.1:0", "--insecure", "--token", token)
 	if err != nil || !strings.Contains(out, "listen   127.0.0.1:") {
 		t.Errorf("switch --token: %v, output %q", err, out)
 	}
-	if _, err := executeCanceled(t, "switch", "--listen", "127.0.0.1:0", "--token", "a", "--token-file", file); err == nil || !strings.Contains(err.Error(), "not both") {
+	if _, err := executeCanceled(t, "switch", "--listen", "127.0.0.1:0", "--insecure", "--token", "a", "--token-file", file); err == nil || !strings.Contains(err.Error(), "not both") {
 		t.Errorf("switch with both token flags: %v, want an error saying not both", err)
 	}
-	out, err = executeCanceled(t, "memd", "--listen", "127.0.0.1:0", "--size", "64KiB", "--switch", addr, "--token", token)
+	out, err = executeCanceled(t, "memd", "--listen", "127.0.0.1:0", "--size", "64KiB", "--switch", addr, "--insecure", "--token", token)
 	if err != nil || !strings.Contains(out, "listen   127.0.0.1:") {
 		t.Errorf("memd --token: %v, output %q", err, out)
 	}
-	if _, err := executeCanceled(t, "memd", "--listen", "127.0.0.1:0", "--size", "64KiB", "--token", token); err == nil || !strings.Contains(err.Error(), "only with --switch") {
+	if _, err := executeCanceled(t, "memd", "--listen", "127.0.0.1:0", "--size", "64KiB", "--insecure", "--token", token); err == nil || !strings.Contains(err.Error(), "only with --switch") {
 		t.Errorf("memd --token without --switch: %v, want an error", err)
 	}
-	if _, err := execute(t, "bench", "pool", "--switch", addr, "--token", "a", "--token-file", file); err == nil || !strings.Contains(err.Error(), "not both") {
+	if _, err := execute(t, "bench", "pool", "--switch", addr, "--insecure", "--token", "a", "--token-file", file); err == nil || !strings.Contains(err.Error(), "not both") {
 		t.Errorf("bench pool with both token flags: %v, want an error saying not both", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,7 +16,10 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/stor"
+	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
 )
 
 // needFUSE skips the test unless it runs as root with /dev/fuse.
@@ -29,27 +33,34 @@ func needFUSE(t *testing.T) {
 	}
 }
 
-// startStor starts an in-process switch and n storage nodes, creates a
-// volume of 8 MiB in 1 MiB extents named name on them, and returns the
-// switch's address and a client of it; the test's end closes them.
+// startStor starts an in-process sealed fabric, a switch and n storage
+// nodes, each with its credential, creates a volume of 8 MiB in 1 MiB
+// extents named name on them, and returns the switch's address and a
+// client of it; the test's end closes them. The commands the test runs
+// get a member credential of the same fabric in $NDMA_CREDENTIAL.
 func startStor(t *testing.T, n int, name string) (string, *stor.Client) {
 	t.Helper()
+	a, cred := testAuthority(t, secure.RoleMember)
+	t.Setenv(credentialEnv, cred)
 	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sw, err := fabric.New(fabric.Config{Token: testToken})
+	sw, err := fabric.New(fabric.Config{Token: testToken, Transport: transport.Config{MTU: transport.DefaultMTU - wire.TagLen}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := fabric.NewServer(conn, sw, nil)
+	srv, err := fabric.NewServerWith(conn, sw, fabric.ServerOptions{Security: issueIdentity(t, a, secure.RoleSwitch, "switch"), SecurityOptions: sealOptions})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { srv.Close() })
 	addr := srv.Addr().String()
 	fab := endpoint.FabricOptions{Token: testToken}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for i := range n {
-		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{})
+		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpointOptions(issueIdentity(t, a, secure.RoleMember, "storage-"+strconv.Itoa(i))))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,7 +74,7 @@ func startStor(t *testing.T, n int, name string) (string, *stor.Client) {
 		}
 		t.Cleanup(func() { node.Close() })
 	}
-	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{})
+	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpointOptions(issueIdentity(t, a, secure.RoleMember, "writer")))
 	if err != nil {
 		t.Fatal(err)
 	}

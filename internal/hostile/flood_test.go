@@ -69,9 +69,9 @@ func TestFloodDaemons(t *testing.T) {
 	write(t, keys, fmt.Sprintf("0x7007 4MiB rwav\n%#x 16MiB rwav\n", key))
 
 	swAddr := freePort(t)
-	sw := startDaemon(ctx, t, bin, "switch", "--listen", swAddr, "--token-file", token)
+	sw := startDaemon(ctx, t, bin, "switch", "--listen", swAddr, "--insecure", "--token-file", token)
 	mdAddr := freePort(t)
-	md := startDaemon(ctx, t, bin, "memd", "--listen", mdAddr, "--key-file", keys, "--switch", swAddr, "--token-file", token)
+	md := startDaemon(ctx, t, bin, "memd", "--listen", mdAddr, "--key-file", keys, "--switch", swAddr, "--insecure", "--token-file", token)
 
 	ep := listen(t)
 	mem, err := ep.Dial(ctx, mdAddr)

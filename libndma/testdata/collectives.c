@@ -290,8 +290,7 @@ static void test_errors(ndma_comm_t comm) {
     EXPECT(ndma_comm_create(&cfg, &other) == NDMA_ERR_ARG, "uninitialized config");
     ndma_config_init(&cfg);
     EXPECT(ndma_comm_create(&cfg, &other) == NDMA_ERR_ARG, "config without rank");
-    // This switch seals every datagram: a process without a credential
-    // is told so at once.
+    // Neither a credential nor insecure: refused before anything is sent.
     char job[32];
     snprintf(job, sizeof job, "plain-%d", rank);
     cfg.rank = 0;
@@ -299,8 +298,16 @@ static void test_errors(ndma_comm_t comm) {
     cfg.switch_addr = getenv("NDMA_SWITCH");
     cfg.token = getenv("NDMA_TOKEN");
     cfg.job = job;
-    EXPECT(ndma_comm_create(&cfg, &other) == NDMA_ERR_AUTH, "no credential at a sealing switch");
-    EXPECT(strstr(ndma_last_error(), "credential") != NULL, "no credential message: %s", ndma_last_error());
+    EXPECT(ndma_comm_create(&cfg, &other) == NDMA_ERR_ARG, "neither a credential nor insecure");
+    EXPECT(strstr(ndma_last_error(), "NDMA_CREDENTIAL") != NULL, "no credential message: %s", ndma_last_error());
+    // This switch seals every datagram: an insecure process gets no
+    // answer, and is told why.
+    cfg.insecure = 1;
+    cfg.join_timeout_ms = 1500;
+    EXPECT(ndma_comm_create(&cfg, &other) == NDMA_ERR_AUTH, "insecure at a sealing switch");
+    EXPECT(strstr(ndma_last_error(), "takes only sealed datagrams") != NULL, "insecure at a sealing switch message: %s", ndma_last_error());
+    cfg.insecure = 0;
+    cfg.join_timeout_ms = 0;
     EXPECT(ndma_comm_set_algo(comm, "bcast", "ring") == NDMA_ERR_ARG, "bcast ring");
     EXPECT(strstr(ndma_last_error(), "no ring algorithm") != NULL, "bcast ring message: %s", ndma_last_error());
     EXPECT(ndma_comm_set_algo(comm, "sort", "ring") == NDMA_ERR_ARG, "unknown operation");

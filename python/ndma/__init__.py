@@ -267,8 +267,11 @@ class Communicator:
 
     With no arguments the launch comes from the environment (NDMA_RANK/
     NDMA_SIZE, mpirun, Slurm or torchrun's RANK/WORLD_SIZE; NDMA_SWITCH,
-    NDMA_TOKEN or NDMA_INSECURE=1, NDMA_CREDENTIAL...). Otherwise give rank,
-    size and switch ("host:port"), and a token unless insecure. timeout
+    NDMA_TOKEN, NDMA_CREDENTIAL or NDMA_INSECURE=1...). Otherwise give rank,
+    size and switch ("host:port"), and a credential (the rank's member
+    credential file, or the directory ndma fabric init wrote, with job)
+    and a token, or insecure=True to seal nothing (the token then
+    optional). timeout
     (seconds) bounds each collective; join_timeout the rendezvous;
     deterministic makes in-network reductions bitwise reproducible;
     algorithms fixes operations' algorithms ({"allreduce": "ring"}, see

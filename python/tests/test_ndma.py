@@ -1,6 +1,7 @@
 """Tests of the ndma Python package. They need a switch: the Go test
-TestPython (libndma) starts one and runs them with NDMA_TEST_SWITCH and
-NDMA_TEST_TOKEN set, and NDMA_LIB naming the library it built."""
+TestPython (libndma) starts one (unsealed) and runs them with
+NDMA_TEST_SWITCH, NDMA_TEST_TOKEN and NDMA_INSECURE=1 set, and NDMA_LIB
+naming the library it built."""
 
 import itertools
 import os
@@ -17,6 +18,7 @@ import ndma  # noqa: E402
 
 SWITCH = os.environ.get("NDMA_TEST_SWITCH")
 TOKEN = os.environ.get("NDMA_TEST_TOKEN")
+INSECURE = os.environ.get("NDMA_INSECURE") == "1"  # the test switch does not seal
 pytestmark = pytest.mark.skipif(not SWITCH, reason="no switch: run through the Go test TestPython (libndma)")
 
 _jobs = itertools.count()
@@ -53,7 +55,7 @@ def run_ranks(scenario, size, timeout=120, env=None):
 
 def solo(**kw):
     """A communicator of one rank (enough for argument checks)."""
-    return ndma.Communicator(0, 1, SWITCH, token=TOKEN, job=job(), **kw)
+    return ndma.Communicator(0, 1, SWITCH, token=TOKEN, job=job(), insecure=INSECURE, **kw)
 
 
 def test_collectives_numpy():
@@ -174,9 +176,11 @@ def test_launch_errors():
     with pytest.raises(ndma.InvalidArgument, match="rank 3 of size 2"):
         ndma.Communicator(3, 2, SWITCH, token=TOKEN)
     with pytest.raises(ndma.AuthError):
-        ndma.Communicator(0, 1, SWITCH, token="wrong token", job=job(), join_timeout=5)
+        ndma.Communicator(0, 1, SWITCH, token="wrong token", job=job(), insecure=INSECURE, join_timeout=5)
     with pytest.raises(ndma.NoSwitch, match="no switch answers"):
-        ndma.Communicator(0, 1, "127.0.0.1:9", token=TOKEN, job=job(), join_timeout=1)
+        ndma.Communicator(0, 1, "127.0.0.1:9", token=TOKEN, job=job(), insecure=INSECURE, join_timeout=1)
+    with pytest.raises(ndma.InvalidArgument, match="NDMA_INSECURE=1"):
+        ndma.Communicator(0, 1, SWITCH, token=TOKEN, job=job())  # neither a credential nor insecure
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NDMA_RANK", "NDMA_SIZE", "OMPI_", "PMI_", "SLURM_"))}
     env.pop("RANK", None)
     env.pop("WORLD_SIZE", None)
