@@ -60,7 +60,7 @@ func startStor(t *testing.T, n int, name string) (string, *stor.Client) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for i := range n {
-		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpointOptions(issueIdentity(t, a, secure.RoleMember, "storage-"+strconv.Itoa(i))))
+		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpointOptions(issueIdentity(t, a, secure.RoleMember, "stor/storage-"+strconv.Itoa(i))))
 		if err != nil {
 			t.Fatal(err)
 		}
