@@ -119,6 +119,9 @@ func resolveSecurity(t *tokenFlags, c *credentialFlag, getenv func(string) strin
 		if toSwitch && len(s.token) == 0 {
 			return security{}, errNoToken
 		}
+		if tokenIsAuthority(s.token, s.id) {
+			return security{}, errors.New("the credential was issued under the fabric token as authority secret: every process holding the token could issue any credential, a switch's too; issue credentials under an authority secret of their own (ndma fabric init, or ndma keygen --authority)")
+		}
 	}
 	if t.changed("token") {
 		warn(tokenVisibleWarning)
@@ -136,4 +139,14 @@ func logWarn(log *slog.Logger, who string) func(string) {
 // warning as a line on w, for a client command.
 func printWarn(w io.Writer) func(string) {
 	return func(msg string) { fmt.Fprintf(w, "ndma: warning: %s\n", msg) }
+}
+
+// tokenIsAuthority reports whether id's authority is the one the fabric
+// token would derive as authority secret.
+func tokenIsAuthority(token []byte, id *secure.Identity) bool {
+	if len(token) == 0 || id == nil {
+		return false
+	}
+	a, err := secure.NewAuthority(token)
+	return err == nil && a.Public().Equal(id.Authority)
 }

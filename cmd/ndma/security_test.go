@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/memnode/memd"
+	"github.com/ndma/ndma/secure"
 )
 
 // executeBoth runs the ndma command line args as execute does and
@@ -139,6 +141,29 @@ func TestSecureByDefault(t *testing.T) {
 	if _, err := executeCanceled(t, "switch", "--listen", "127.0.0.1:0", "--credential", swCred); !errors.Is(err, errNoToken) {
 		t.Errorf("switch with a credential and no token: %v, want errNoToken", err)
 	}
+	// A credential issued under the token as authority secret (which
+	// every process holding the token could then do).
+	tokenAuth, err := secure.NewAuthority(testToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, err := tokenAuth.Issue(secure.RoleSwitch, "sw0", rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb, err := forged.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	forgedCred := filepath.Join(dir, "under-token.cred")
+	if err := os.WriteFile(forgedCred, fb, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(tokenEnv, string(testToken))
+	if _, err := executeCanceled(t, "switch", "--listen", "127.0.0.1:0", "--credential", forgedCred); err == nil || !strings.Contains(err.Error(), "issued under the fabric token") {
+		t.Errorf("switch with a credential issued under the token: %v, want it refused", err)
+	}
+	t.Setenv(tokenEnv, "")
 	// --insecure and a credential.
 	if _, err := executeCanceled(t, "switch", "--listen", "127.0.0.1:0", "--insecure", "--credential", swCred); err == nil || !strings.Contains(err.Error(), "--insecure and --credential") {
 		t.Errorf("switch --insecure --credential: %v, want an error", err)
