@@ -79,3 +79,6 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzSwitchStep -fuzztime 30s ./fabric
 	$(GO) test -run '^$$' -fuzz FuzzOpen -fuzztime 30s ./secure
 	$(GO) test -run '^$$' -fuzz FuzzParseIdentity -fuzztime 30s ./secure
+	$(GO) test -run '^$$' -fuzz FuzzParseRevocations -fuzztime 30s ./secure
+	$(GO) test -run '^$$' -fuzz FuzzLayerReceive -fuzztime 30s ./secure
+	$(GO) test -run '^$$' -fuzz FuzzResponder -fuzztime 30s ./secure
