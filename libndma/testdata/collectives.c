@@ -413,7 +413,11 @@ int main(void) {
 
     // A second communicator, from an explicit config, beside the first.
     ndma_config cfg;
-    env_config(&cfg, (rank + 1) % size, "explicit"); // ranks renumbered
+    // Its job is one of the first job's own groups (JOB.SUFFIX), which a
+    // credential of the first job's scope may join.
+    char job[128];
+    snprintf(job, sizeof job, "%s.explicit", getenv("NDMA_JOB"));
+    env_config(&cfg, (rank + 1) % size, job); // ranks renumbered
     cfg.timeout_ms = 30000;
     ndma_comm_t second;
     CHECK(ndma_comm_create(&cfg, &second));
@@ -429,7 +433,8 @@ int main(void) {
     // on it: the call returns NDMA_ERR_CLOSED, and the free returns once
     // the call no longer runs. Rank 0 blocks in a barrier the others
     // never enter; they free their communicators later.
-    env_config(&cfg, rank, "freed");
+    snprintf(job, sizeof job, "%s.freed", getenv("NDMA_JOB"));
+    env_config(&cfg, rank, job);
     ndma_comm_t third;
     CHECK(ndma_comm_create(&cfg, &third));
     if (rank == 0) {
