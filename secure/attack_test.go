@@ -370,24 +370,24 @@ func TestResponderRatePerAddr(t *testing.T) {
 		_, _, err = r.Handle(now, from, hello)
 		return err
 	}
-	busy := 0
-	for i := range 100 {
+	busy, n := 0, DefaultBurstPerAddr+36
+	for i := range n {
 		if err := open(t0, netip.AddrPortFrom(netip.MustParseAddr("10.5.0.1"), uint16(i+1)), uint32(i+1)); errors.Is(err, ErrBusy) {
 			busy++
 		} else if err != nil {
 			t.Fatal(err)
 		}
 	}
-	if busy != 100-DefaultBurstPerAddr {
-		t.Fatalf("%d of 100 refused at once, want %d", busy, 100-DefaultBurstPerAddr)
+	if busy != n-DefaultBurstPerAddr {
+		t.Fatalf("%d of %d refused at once, want %d", busy, n, n-DefaultBurstPerAddr)
 	}
 	if err := open(t0, netip.MustParseAddrPort("10.5.0.2:1"), 500); err != nil {
 		t.Fatalf("another address: %v", err)
 	}
 	later := t0.Add(500 * time.Millisecond)
 	ok := 0
-	for i := range 100 {
-		if open(later, netip.AddrPortFrom(netip.MustParseAddr("10.5.0.1"), uint16(200+i)), uint32(200+i)) == nil {
+	for i := range DefaultRatePerAddr {
+		if open(later, netip.AddrPortFrom(netip.MustParseAddr("10.5.0.1"), uint16(2000+i)), uint32(2000+i)) == nil {
 			ok++
 		}
 	}

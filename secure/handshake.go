@@ -370,8 +370,8 @@ type initKey struct {
 const (
 	DefaultMaxPending       = 1024
 	DefaultPendingPerAddr   = 16
-	DefaultRatePerAddr      = 64 // handshakes a second
-	DefaultBurstPerAddr     = 64
+	DefaultRatePerAddr      = 256 // handshakes a second
+	DefaultBurstPerAddr     = 256
 	DefaultHandshakeTimeout = 5 * time.Second
 	cookieBucket            = 30 * time.Second
 )
