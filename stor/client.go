@@ -961,6 +961,13 @@ func (v *Volume) genLocked(ctx context.Context, live []uint16, states map[uint16
 		for _, id := range failed {
 			delete(cur, id)
 		}
+		if len(cur) == 0 {
+			// Every current copy died while taking it: the next
+			// generation, of the copies left, would have none, and
+			// would outdate the copies that died, which hold every
+			// write, for good.
+			return fmt.Errorf("%w: volume %s: the nodes holding a current copy (%v) died while taking generation %d", ErrNotCurrent, v.d.Name, failed, gen)
+		}
 	}
 	return fmt.Errorf("%w: no node of volume %s took the write generation", ErrNoReplica, v.d.Name)
 }

@@ -314,3 +314,112 @@ func TestSimNamesWhileDown(t *testing.T) {
 		}
 	})
 }
+
+// waitNode waits (up to a minute of virtual time) until node id's state
+// of volume name satisfies ok.
+func (s *simStor) waitNode(c *Client, name string, id int, what string, ok func(NodeVolume) bool) {
+	s.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err := c.Stat(ctx, name)
+		cancel()
+		if err == nil {
+			for _, nv := range st.Nodes {
+				if nv.Node == id && ok(nv) {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("seed %d: node %d of volume %s not %s after a minute: %+v, %v", s.seed, id, name, what, st, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitListed waits until the switch lists exactly the nodes want of v.
+func (s *simStor) waitListed(v *Volume, want ...uint16) {
+	s.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ids, err := v.liveNodes(s.ctx())
+		if err == nil && slices.Equal(ids, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("seed %d: the switch lists nodes %v (%v), want %v", s.seed, ids, err, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestSimCurrentCopiesDieTakingGeneration: the nodes holding the only
+// current copies die while the writer records a new generation on them
+// and on a node that missed writes. The writer must not go on with the
+// outdated copy alone: a generation of it alone would outdate the copies
+// that died, which hold every acknowledged write, for good (no copy
+// current, the volume unavailable even once they return). When they
+// return, the volume is whole again with the acknowledged writes.
+func TestSimCurrentCopiesDieTakingGeneration(t *testing.T) {
+	simStorage(t, 3, 27, func(t *testing.T, s *simStor) {
+		c := s.client()
+		ctx := s.ctx()
+		d, err := c.Create(ctx, VolumeSpec{Name: "g", Size: 2 * MinExtent, Extent: MinExtent, Replicas: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.fill(c, "g", int(d.Size), 'A')
+		s.crashNode(2)
+		// A lease renewed every 30 s: the writer takes node 2 back only
+		// when the test lets it.
+		v, err := c.Open(ctx, "g", OpenOptions{Write: true, Lease: 90 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := bytes.Repeat([]byte{'B'}, int(d.Size))
+		if _, err := v.WriteAt(b, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := v.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		s.startNode(2)
+		s.waitNode(c, "g", 2, "outdated", func(nv NodeVolume) bool { return nv.Outdated })
+
+		// The writer asks the nodes up for their state, then nodes 0 and 1
+		// die before it records the new generation.
+		v.lockForm()
+		live, err := v.liveNodes(ctx)
+		if err != nil || !slices.Equal(live, []uint16{0, 1, 2}) {
+			t.Fatalf("nodes up %v, %v", live, err)
+		}
+		_, states, err := v.leaseAll(ctx, live, v.epoch, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.crashNode(0)
+		s.crashNode(1)
+		s.waitListed(v, 2)
+		err = v.genLocked(ctx, live, states)
+		v.unlockForm()
+		if !errors.Is(err, ErrNotCurrent) {
+			t.Fatalf("generation with every current copy dead: %v (members %v), want ErrNotCurrent", err, v.genMembers)
+		}
+
+		s.startNode(0)
+		s.startNode(1)
+		s.waitHealth(c, "g", "healthy")
+		got := make([]byte, d.Size)
+		if _, err := v.ReadAt(got, 0); err != nil {
+			t.Fatal(err)
+		}
+		if i := firstDiff(got, b); i >= 0 {
+			t.Fatalf("byte %d reads %q, want the acknowledged %q", i, got[i], b[i])
+		}
+		if err := v.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s.checkFiles(d, &model{b: b})
+	})
+}
