@@ -484,6 +484,15 @@ func (op *Op) recvBuf(n int) ([]byte, bool) {
 	return op.Buf[:n], true
 }
 
+// arrived reports whether the next multicast from member from of group
+// (through the switch at sw) is here whole, so that a receive posted now
+// completes at once. Caller holds the endpoint's lock.
+func (c *Core) arrived(sw netip.AddrPort, group uint32, from uint16) bool {
+	id := c.rxSeq[rxKey(group, from)] + 1
+	u := c.unexp[unexpKey{sw, gopKey{group, KindRecv, from, id}}]
+	return u != nil && (u.broken || u.asm.complete())
+}
+
 // onEvent handles a switch notification.
 func (c *Core) onEvent(h *wire.Header) {
 	if _, ok := c.joined[h.Group]; !ok {

@@ -617,6 +617,37 @@ func (g *Group) RecvAtMost(ctx context.Context, from int, buf []byte) (int, erro
 	return op.N, nil
 }
 
+// TryRecvAtMost receives the next multicast from member from into buf
+// (which may be longer than the message) only if it has already arrived
+// whole: then it returns the message's length and true. It never waits:
+// a message not here yet is left to the next receive. A member that stops
+// consuming a group uses it to take what was delivered to it (and
+// acknowledged to the sender) before it leaves.
+func (g *Group) TryRecvAtMost(from int, buf []byte) (int, bool, error) {
+	ep := g.ep
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.closed {
+		return 0, false, ErrClosed
+	}
+	if !ep.core.arrived(g.sw, g.id, uint16(from)) {
+		return 0, false, nil
+	}
+	op := &Op{Kind: KindRecv, Peer: g.sw, Group: g.id, From: uint16(from), Buf: buf, AtMost: true, done: make(chan struct{})}
+	now := time.Now()
+	if err := ep.core.Post(now, op); err != nil {
+		return 0, false, err
+	}
+	ep.pumpLocked(now)
+	if !op.finished {
+		// Not reachable: the message was here whole.
+		ep.core.Cancel(op)
+		ep.pumpLocked(now)
+		return 0, false, nil
+	}
+	return op.N, true, op.Err
+}
+
 // ReduceOptions tune one aggregation.
 type ReduceOptions struct {
 	// Deterministic reduces in member order at the switch, so float

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/ndma/ndma/endpoint"
 )
 
 // waitHealth waits (up to a minute of virtual time) until volume name's
@@ -421,5 +423,71 @@ func TestSimCurrentCopiesDieTakingGeneration(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.checkFiles(d, &model{b: b})
+	})
+}
+
+// TestSimWritesWaitingAtNewGeneration: writes that reached every replica
+// (complete at the writer) but still wait in the write groups to be
+// applied when the writer starts a new generation are applied before
+// the replicas take it, not dropped with the old groups: each replica
+// is a current copy of the new generation and serves reads. The nodes
+// are held up in a flush's aggregation the writer has not joined, as
+// when a node's part of a flush's result is lost and sent again.
+func TestSimWritesWaitingAtNewGeneration(t *testing.T) {
+	simStorage(t, 3, 28, func(t *testing.T, s *simStor) {
+		c := s.client()
+		ctx := s.ctx()
+		d, err := c.Create(ctx, VolumeSpec{Name: "n", Size: 3 * MinExtent, Extent: MinExtent, Replicas: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &model{b: s.fill(c, "n", int(d.Size), 'A')}
+		v, err := c.Open(ctx, "n", OpenOptions{Write: true, Lease: 90 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range v.groupList() {
+			if err := g.g.Multicast(ctx, []byte{opFlush}, endpoint.MulticastOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for e := range d.Extents() {
+			off := e*int(d.Extent) + 4096
+			p := bytes.Repeat([]byte{'B' + byte(e)}, 4096)
+			if _, err := v.WriteAt(p, int64(off)); err != nil {
+				t.Fatal(err)
+			}
+			copy(m.b[off:], p)
+		}
+		// A new generation (as when a node returns): the groups are
+		// formed anew.
+		v.lockForm()
+		v.reform = true
+		err = v.formLocked(ctx)
+		v.unlockForm()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := s.client().Open(ctx, "n", OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Each read goes to one replica: read every block a few times.
+		got := make([]byte, 4096)
+		for range 4 {
+			for e := range d.Extents() {
+				off := e*int(d.Extent) + 4096
+				if _, err := r.ReadAt(got, int64(off)); err != nil {
+					t.Fatal(err)
+				}
+				if i := firstDiff(got, m.b[off:off+4096]); i >= 0 {
+					t.Fatalf("byte %d reads %q, want the acknowledged %q", off+i, got[i], m.b[off+i])
+				}
+			}
+		}
+		if err := v.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s.checkFiles(d, m)
 	})
 }

@@ -603,15 +603,24 @@ func (n *Node) lease(b []byte) []byte {
 	if v == nil {
 		return refused
 	}
-	now := time.Now()
 	v.mu.Lock()
-	live := v.holder != 0 && now.Before(v.expires)
-	if live && v.holder != r.Holder {
-		resp := leaseResp{Epoch: v.meta.Epoch, Holder: v.holder, LeaseMs: v.expires.Sub(now).Milliseconds()}
-		v.mu.Unlock()
-		out := okJSON(resp)
-		out[0] = byte(CodeLeaseHeld)
-		return out
+	now := time.Now()
+	for {
+		live := v.holder != 0 && now.Before(v.expires)
+		if live && v.holder != r.Holder {
+			resp := leaseResp{Epoch: v.meta.Epoch, Holder: v.holder, LeaseMs: v.expires.Sub(now).Milliseconds()}
+			v.mu.Unlock()
+			out := okJSON(resp)
+			out[0] = byte(CodeLeaseHeld)
+			return out
+		}
+		if r.Release || v.holder == r.Holder || len(v.wgroups) == 0 {
+			break
+		}
+		// A new writer: the writes of the old one that reached this
+		// node are applied before its groups end.
+		v.drainLocked()
+		now = time.Now()
 	}
 	var stop []*writeGroup
 	if r.Release {
@@ -694,6 +703,9 @@ func (n *Node) join(b []byte) []byte {
 		v.wgroups = map[string]*writeGroup{}
 	}
 	old := v.wgroups[r.Set]
+	if old != nil {
+		old.draining = true // applies what reached it before the new group starts
+	}
 	ctx, cancel := context.WithCancel(n.ctx)
 	g := &writeGroup{cancel: cancel, done: make(chan struct{}), joined: make(chan struct{})}
 	v.wgroups[r.Set] = g
@@ -740,6 +752,18 @@ func (n *Node) setGen(b []byte) []byte {
 	if v == nil {
 		return refused
 	}
+	if r.Gen > v.meta.Gen {
+		// The writer forms every group anew for a new generation, once
+		// every write of the old one ended: those it saw complete are
+		// applied here before this node takes the generation (as one
+		// of its current copies, it must hold them); the old groups'
+		// late deliveries, of writes that failed, are not.
+		v.drainLocked()
+		if !v.leasedTo(r.Holder) {
+			v.mu.Unlock()
+			return n.refuse(CodeLeaseHeld, "the requester does not hold the volume's write lease")
+		}
+	}
 	var stop []*writeGroup
 	defer func() {
 		v.mu.Unlock()
@@ -762,9 +786,7 @@ func (n *Node) setGen(b []byte) []byte {
 		n.log.Warn("stor: copy outdated: the writer found it behind", "volume", r.Name, "node", n.st.id, "generation", v.meta.Gen)
 	}
 	if r.Gen > v.meta.Gen {
-		// The writer forms every group anew for a new generation: the
-		// old ones' late deliveries are not applied.
-		stop = v.takeGroups()
+		stop = v.takeGroups() // joined while the old ones drained
 	}
 	v.meta.Gen, v.meta.Members = r.Gen, slices.Clone(r.Members)
 	v.meta.Outdated = v.meta.Outdated || r.Outdated
@@ -843,6 +865,10 @@ type writeGroup struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	joined chan struct{} // closed once the group formed (or failed to)
+	// draining (under v.mu): the group was taken for a new generation,
+	// group or writer; before it stops it applies the writes that
+	// reached this node (see drainGroup).
+	draining bool
 }
 
 func (g *writeGroup) stop() {
@@ -865,6 +891,26 @@ func (v *vol) takeGroups() []*writeGroup {
 	out := v.groups()
 	v.wgroups = nil
 	return out
+}
+
+// drainLocked takes v's write groups, lets each apply the writes that
+// reached this node before it stops, and waits for them: a write the
+// writer saw complete had reached every member, but may still wait in
+// the group to be applied. Caller holds v.mu, which is released while
+// the groups drain and held again on return.
+func (v *vol) drainLocked() {
+	gs := v.takeGroups()
+	if len(gs) == 0 {
+		return
+	}
+	for _, g := range gs {
+		g.draining = true
+	}
+	v.mu.Unlock()
+	for _, g := range gs {
+		g.stop()
+	}
+	v.mu.Lock()
 }
 
 // serveGroup joins the writer's group and applies its writes and flushes
@@ -903,41 +949,17 @@ func (n *Node) serveGroup(ctx context.Context, v *vol, r joinReq, g *writeGroup)
 			if v.wgroups[r.Set] == g {
 				delete(v.wgroups, r.Set)
 			}
+			drain := g.draining
 			v.mu.Unlock()
+			if drain {
+				n.drainGroup(v, r, g, grp, buf)
+			}
 			return
 		}
 		msg := buf[:m]
 		switch msg[0] {
 		case opWrite:
-			if m < writeHdr {
-				continue
-			}
-			ver, off := binary.BigEndian.Uint64(msg[1:]), binary.BigEndian.Uint64(msg[9:])
-			data := msg[writeHdr:]
-			v.mu.Lock()
-			if v.wgroups[r.Set] != g {
-				// A group the writer formed anew since: what it still
-				// delivers may be older than what the new one did.
-				v.mu.Unlock()
-				continue
-			}
-			e, err := v.check(n.st.id, off, len(data))
-			if err == nil && !v.removed {
-				err = v.apply(e, ver, off, data)
-			}
-			if n.trace {
-				n.log.Log(n.ctx, LevelTrace, "stor: write", "node", n.st.id, "off", off, "len", len(data), "version", ver,
-					"generation", v.meta.Gen, "state", v.state, "set", r.Set, "job", r.Job)
-			}
-			if err != nil && v.werr == CodeOK {
-				v.werr = codeOf(err)
-				n.log.Warn("stor: write", "volume", r.Name, "off", off, "len", len(data), "err", err)
-			}
-			v.mu.Unlock()
-			n.mu.Lock()
-			n.stats.Writes++
-			n.stats.WriteBytes += uint64(len(data))
-			n.mu.Unlock()
+			n.applyWrite(v, r, g, msg)
 		case opFlush:
 			v.mu.Lock()
 			code := v.werr
@@ -961,6 +983,61 @@ func (n *Node) serveGroup(ctx context.Context, v *vol, r joinReq, g *writeGroup)
 			if err := grp.Allreduce(ctx, sum[:], res[:], wire.DtypeI64, wire.AluAdd, endpoint.ReduceOptions{}); err != nil {
 				n.log.Debug("stor: flush", "volume", r.Name, "err", err)
 			}
+		}
+	}
+}
+
+// applyWrite applies one write message of the writer's group g.
+func (n *Node) applyWrite(v *vol, r joinReq, g *writeGroup, msg []byte) {
+	if len(msg) < writeHdr {
+		return
+	}
+	ver, off := binary.BigEndian.Uint64(msg[1:]), binary.BigEndian.Uint64(msg[9:])
+	data := msg[writeHdr:]
+	v.mu.Lock()
+	if v.wgroups[r.Set] != g && !g.draining {
+		// A group the writer formed anew since, or of a writer that
+		// left this node out: what it still delivers may be older than
+		// what the new one did.
+		v.mu.Unlock()
+		return
+	}
+	e, err := v.check(n.st.id, off, len(data))
+	if err == nil && !v.removed {
+		err = v.apply(e, ver, off, data)
+	}
+	if n.trace {
+		n.log.Log(n.ctx, LevelTrace, "stor: write", "node", n.st.id, "off", off, "len", len(data), "version", ver,
+			"generation", v.meta.Gen, "state", v.state, "set", r.Set, "job", r.Job, "draining", g.draining)
+	}
+	if err != nil && v.werr == CodeOK {
+		v.werr = codeOf(err)
+		n.log.Warn("stor: write", "volume", r.Name, "off", off, "len", len(data), "err", err)
+	}
+	v.mu.Unlock()
+	n.mu.Lock()
+	n.stats.Writes++
+	n.stats.WriteBytes += uint64(len(data))
+	n.mu.Unlock()
+}
+
+// drainGroup applies the writes that reached this node in group grp and
+// still wait there, once the group was taken for a new generation, group
+// or writer (drainLocked). A write multicast completes at the writer when
+// every member's endpoint has it, not when the member applied it; the
+// writer starts the next generation only after its writes ended, and
+// counts the members current in it: they must hold every write it saw
+// complete. A write not here whole did not complete: it is not waited
+// for. Flushes are skipped: one that completed had this node's answer,
+// one that did not is sent again.
+func (n *Node) drainGroup(v *vol, r joinReq, g *writeGroup, grp *endpoint.Group, buf []byte) {
+	for {
+		m, ok, err := grp.TryRecvAtMost(0, buf)
+		if err != nil || !ok {
+			return
+		}
+		if m > 0 && buf[0] == opWrite {
+			n.applyWrite(v, r, g, buf[:m])
 		}
 	}
 }
