@@ -491,3 +491,61 @@ func TestSimWritesWaitingAtNewGeneration(t *testing.T) {
 		s.checkFiles(d, m)
 	})
 }
+
+// TestSimCaughtUpCopiesJoinGeneration: nodes 0 and 1 copy what they
+// missed from node 2, the only member of its generation; a writer then
+// writes on them without node 2. Node 2, returning while they are down,
+// must not count itself current because no other member of its own
+// generation is listed (the copies that caught up from it joined that
+// generation on record there): it waits, serving nothing, and once they
+// return it copies the writes it missed.
+func TestSimCaughtUpCopiesJoinGeneration(t *testing.T) {
+	simStorage(t, 3, 29, func(t *testing.T, s *simStor) {
+		c := s.client()
+		ctx := s.ctx()
+		d, err := c.Create(ctx, VolumeSpec{Name: "c", Size: 2 * MinExtent, Extent: MinExtent, Replicas: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.fill(c, "c", int(d.Size), 'A')
+		s.crashNode(0)
+		s.crashNode(1)
+		b := s.fill(c, "c", int(d.Size), 'B') // node 2 alone
+		s.startNode(0)
+		s.startNode(1)
+		s.waitHealth(c, "c", "healthy") // 0 and 1 copied from node 2
+		s.crashNode(2)
+		cc := s.fill(c, "c", int(d.Size), 'C') // nodes 0 and 1, without node 2
+		s.crashNode(0)
+		s.crashNode(1)
+		s.startNode(2)
+		for {
+			st := s.waitHealth(c, "c", "unavailable")
+			if len(st.Nodes) != 1 || st.Nodes[0].Ready {
+				t.Fatalf("node 2 alone: %+v, want it not ready (it holds %q, %q was acknowledged since)", st.Nodes, b[0], cc[0])
+			}
+			if st.Nodes[0].State == stateWaiting {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		r, err := c.Open(ctx, "c", OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, d.Size)
+		if _, err := r.ReadAt(got, 0); !errors.Is(err, ErrNoReplica) {
+			t.Fatalf("read from node 2 alone: %v (first byte %q), want ErrNoReplica", err, got[0])
+		}
+		s.startNode(0)
+		s.startNode(1)
+		s.waitHealth(c, "c", "healthy")
+		if _, err := r.ReadAt(got, 0); err != nil {
+			t.Fatal(err)
+		}
+		if i := firstDiff(got, cc); i >= 0 {
+			t.Fatalf("byte %d reads %q, want the acknowledged %q", i, got[i], cc[i])
+		}
+		s.checkFiles(d, &model{b: cc})
+	})
+}

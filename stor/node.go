@@ -325,6 +325,8 @@ func (n *Node) handle(key uint64, req []byte) ([]byte, error) {
 		resp = n.setGen(req[1:])
 	case opForce:
 		resp = n.force(req[1:])
+	case opEnroll:
+		resp = n.enroll(req[1:])
 	case opCatalog:
 		resp = n.catalogAdd(req[1:])
 	case opCatList:
@@ -860,6 +862,47 @@ func (n *Node) force(b []byte) []byte {
 	return []byte{byte(CodeOK)}
 }
 
+// enrollReq: node Node copied what its copy lacked from this node's copy
+// of generation Gen, and counts itself a member of that generation from
+// now on (a writer may go on with it, without the other members).
+type enrollReq struct {
+	Name string `json:"name"`
+	Gen  uint64 `json:"gen"`
+	Node uint16 `json:"node"`
+}
+
+// enroll lists a copy that caught up from this one among the members of
+// this copy's generation, durably, and answers the members: a member
+// that later checks whether it is current (resync) hears from every node
+// the members' lists name, so it cannot miss a generation a writer
+// started with the new member and without it. Refused (STALE_EPOCH)
+// unless this copy is current in generation Gen.
+func (n *Node) enroll(b []byte) []byte {
+	var r enrollReq
+	if err := json.Unmarshal(b, &r); err != nil || r.Gen == 0 {
+		return n.refuse(CodeBadRequest, "enroll: want a volume, a generation and a node")
+	}
+	v, refused := n.volume(r.Name)
+	if v == nil {
+		return refused
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !slices.Contains(v.meta.Desc.Nodes, r.Node) {
+		return n.refuse(CodeBadRequest, fmt.Sprintf("enroll: node %d holds none of volume %s", r.Node, r.Name))
+	}
+	if v.meta.Outdated || v.meta.Gen != r.Gen {
+		return n.refuse(CodeStaleEpoch, fmt.Sprintf("enroll: generation %d, this copy's is %d (outdated %v)", r.Gen, v.meta.Gen, v.meta.Outdated))
+	}
+	if ms := v.meta.members(); !slices.Contains(ms, r.Node) {
+		v.meta.Members = addNode(ms, r.Node)
+		if err := v.saveMeta(); err != nil {
+			return n.refuseErr(ioErr(err))
+		}
+	}
+	return okJSON(v.meta.members())
+}
+
 // writeGroup is the node's membership in a writer's multicast group.
 type writeGroup struct {
 	cancel context.CancelFunc
@@ -1309,13 +1352,17 @@ func (v *vol) setState(state string, waitFor []uint16) {
 //   - It asks every other node of the volume for its state. A node holding
 //     a later generation without this one proves that this copy missed
 //     writes: it is outdated (durably) and copies every extent it holds
-//     from replicas that are current (ready).
+//     from replicas that are current (ready). Before it counts itself a
+//     member of their generation it joins it on record at the source
+//     (ENROLL), which lists it among the generation's members.
 //   - A copy not known to be outdated is current once every other node of
-//     its generation has answered (a writer that went on without this
-//     node recorded a later generation on each node it kept): then it
-//     copies the extents that one of them holds in a newer version (a
-//     write that reached some replicas and not others when the writer or a
-//     node stopped). Until they have answered it waits, serving nothing.
+//     its generation, and every node the lists of the members that
+//     answered name, has answered (a writer that went on without this
+//     node recorded a later generation on each node it kept, which may be
+//     copies that caught up after this generation began): then it copies
+//     the extents that one of them holds in a newer version (a write that
+//     reached some replicas and not others when the writer or a node
+//     stopped). Until they have answered it waits, serving nothing.
 //   - While a writer holds the lease and has not taken this node into its
 //     groups, its writes would pass the node by: it waits for the writer.
 func (n *Node) resync(v *vol, grouped bool) error {
@@ -1414,8 +1461,19 @@ func (n *Node) resync(v *vol, grouped bool) error {
 			}
 		}
 	} else {
+		// Every member of the generation, and every node a member
+		// that answered lists (copies that caught up from a member
+		// joined it there, and a writer may have gone on with them).
+		need := slices.Clone(members)
+		for _, pr := range peers {
+			if pr.nv.Gen >= gen {
+				for _, m := range pr.nv.Members {
+					need = addNode(need, m)
+				}
+			}
+		}
 		var missing []uint16
-		for _, p := range members {
+		for _, p := range need {
 			if p != n.st.id && peers[p] == nil {
 				missing = append(missing, p)
 			}
@@ -1499,6 +1557,31 @@ func (n *Node) resync(v *vol, grouped bool) error {
 			return fmt.Errorf("extent %d: %w", j.e, cerr)
 		}
 	}
+	var top *NodeVolume // an outdated copy's source of the latest generation
+	if outdated {
+		top = &peers[from[0]].nv
+		for _, p := range from {
+			if peers[p].nv.Gen > top.Gen {
+				top = &peers[p].nv
+			}
+		}
+		v.mu.Lock()
+		adopt := top.Gen > v.meta.Gen
+		v.mu.Unlock()
+		if adopt {
+			// Current now, in top's generation: joined there first.
+			b, _ := json.Marshal(enrollReq{Name: d.Name, Gen: top.Gen, Node: n.st.id})
+			body, err := n.call(ctx, uint16(top.Node), "enroll", append([]byte{opEnroll}, b...))
+			var ms []uint16
+			if err == nil {
+				err = json.Unmarshal(body, &ms)
+			}
+			if err != nil {
+				return fmt.Errorf("joining generation %d at node %d: %w", top.Gen, top.Node, err)
+			}
+			top.Members = ms
+		}
+	}
 	v.mu.Lock()
 	for e := range v.stale {
 		// Stale extents no peer has a newer copy of.
@@ -1510,12 +1593,6 @@ func (n *Node) resync(v *vol, grouped bool) error {
 	if outdated {
 		// Current now: of the generation of the newest replica it copied
 		// from, unless a writer has given it a later one since.
-		top := &peers[from[0]].nv
-		for _, p := range from {
-			if peers[p].nv.Gen > top.Gen {
-				top = &peers[p].nv
-			}
-		}
 		if top.Gen > v.meta.Gen {
 			v.meta.Gen = top.Gen
 			v.meta.Members = addNode(top.Members, n.st.id)

@@ -34,6 +34,7 @@ const (
 	opForce    = 16 // JSON forceReq: an operator declares this node's copy current
 	opCatalog  = 17 // JSON CatalogEntry: record a volume (or its removal) in the node's catalog
 	opCatList  = 18 // → JSON []CatalogEntry: the node's catalog
+	opEnroll   = 19 // JSON enrollReq: a copy that caught up from this node's joins its generation → JSON members
 	opWrite    = 20 // multicast: ver u64, off u64, data
 	opFlush    = 21 // multicast: make every write so far durable, then contribute to an aggregation
 )
