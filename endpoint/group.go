@@ -526,6 +526,20 @@ func (g *Group) Err() error {
 	return nil
 }
 
+// Gone returns a *MemberError once the switch told this endpoint that
+// member rank died or left the group, else nil. The switch no longer
+// waits for such a member: a multicast posted after the notice completes
+// with the others (one in flight when it arrived fails, unless it asked
+// to continue and the member crashed).
+func (g *Group) Gone(rank int) error {
+	g.ep.mu.Lock()
+	defer g.ep.mu.Unlock()
+	if me := g.ep.core.DeadMember(g.id, uint16(rank)); me != nil {
+		return me
+	}
+	return nil
+}
+
 func (g *Group) stopHeartbeats() {
 	g.stopOnce.Do(func() { close(g.stop) })
 	<-g.hbDone

@@ -556,6 +556,20 @@ type wgroup struct {
 	g       *endpoint.Group
 }
 
+// gone returns the *endpoint.MemberError of the first member the switch
+// said died or left the group, or nil. The switch completes a multicast
+// posted after that without the member, which would then miss a write
+// the writer counts complete while it still counts the member current:
+// the group is not written to again.
+func (g *wgroup) gone() error {
+	for i := range g.members {
+		if err := g.g.Gone(i + 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Open opens volume name; with Write it takes the write lease.
 func (c *Client) Open(ctx context.Context, name string, o OpenOptions) (*Volume, error) {
 	vi, err := c.find(ctx, name)
@@ -1211,6 +1225,9 @@ func (v *Volume) startMulticast(e int, ver, off uint64, data []byte) (*endpoint.
 	if g == nil {
 		return nil, fmt.Errorf("%w: every replica of extent %d (nodes %v) is down", ErrNoReplica, e, v.d.Replica(e))
 	}
+	if err := g.gone(); err != nil {
+		return nil, fmt.Errorf("stor: volume %s: write: %w", v.d.Name, err)
+	}
 	msg := appendWrite(make([]byte, 0, writeHdr+len(data)), ver, off, data)
 	// Not MulticastOptions.Continue: a write that a member of the group
 	// died before taking fails, and is sent again once the groups are
@@ -1296,6 +1313,10 @@ func (v *Volume) flushOnce(ctx context.Context) error {
 	errs := make([]error, len(gs))
 	forEach(len(gs), func(i int) {
 		g := gs[i]
+		if err := g.gone(); err != nil {
+			errs[i] = err
+			return
+		}
 		if err := g.g.Multicast(ctx, []byte{opFlush}, endpoint.MulticastOptions{}); err != nil {
 			errs[i] = err
 			return

@@ -549,3 +549,56 @@ func TestSimCaughtUpCopiesJoinGeneration(t *testing.T) {
 		s.checkFiles(d, &model{b: cc})
 	})
 }
+
+// TestSimNoWriteWithoutCrashedMember: once the writer has heard that a
+// node of a write group crashed, it writes to that group no more. The
+// switch would complete the write with the other members, and the
+// crashed node, which the writer still counted current in its
+// generation, would come back current without it. The write fails and
+// is sent again in a generation without the node, which returns as an
+// outdated copy and copies what it missed.
+func TestSimNoWriteWithoutCrashedMember(t *testing.T) {
+	simStorage(t, 3, 30, func(t *testing.T, s *simStor) {
+		c := s.client()
+		ctx := s.ctx()
+		d, err := c.Create(ctx, VolumeSpec{Name: "x", Size: 2 * MinExtent, Extent: MinExtent, Replicas: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &model{b: s.fill(c, "x", int(d.Size), 'A')}
+		v, err := c.Open(ctx, "x", OpenOptions{Write: true, Lease: 90 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs := v.groupList()
+		if len(gs) != 1 {
+			t.Fatalf("%d write groups, want 1", len(gs))
+		}
+		rank := slices.Index(gs[0].members, 2) + 1
+		s.crashNode(2)
+		deadline := time.Now().Add(time.Minute)
+		for gs[0].g.Gone(rank) == nil {
+			if time.Now().After(deadline) {
+				t.Fatal("the writer never heard that node 2 crashed")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		p := bytes.Repeat([]byte{'B'}, 4096)
+		if _, err := v.writeOnce(p, 0); err == nil {
+			t.Fatal("a write to a group whose member crashed completed")
+		}
+		if _, err := v.WriteAt(p, 0); err != nil {
+			t.Fatal(err)
+		}
+		copy(m.b, p)
+		if err := v.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		s.startNode(2)
+		s.waitHealth(c, "x", "healthy")
+		if err := v.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s.checkFiles(d, m)
+	})
+}

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -482,6 +483,11 @@ func jepsenVolume(t *testing.T, seed int64) {
 			}
 			if time.Now().After(deadline) {
 				t.Errorf("seed %d: %v after the heal: no write done %v, stat %+v, %v", seed, jRecover, !wrote, st, err)
+				if os.Getenv("STOR_DEBUG") != "" || os.Getenv("STOR_TRACE") != "" {
+					// Where the nodes and the writer wait.
+					buf := make([]byte, 8<<20)
+					t.Logf("seed %d: goroutines:\n%s", seed, buf[:runtime.Stack(buf, true)])
+				}
 				break
 			}
 			time.Sleep(500 * time.Millisecond)
