@@ -256,6 +256,14 @@ func explainRefusal(req *fabric.CtrlMsg, err error, operand uint64) error {
 	case errors.Is(err, wire.StatusTooLarge) && operand != 0:
 		return fmt.Errorf("%w: this endpoint's MTU is %d bytes but the switch takes datagrams of at most %d: set the endpoint's transport MTU (--mtu) to %d or less",
 			err, req.MTU, operand, operand)
+	case errors.Is(err, wire.StatusBusy) && req.Type == fabric.CtrlJoin && operand>>56 == fabric.JoinBusyConflict:
+		rank, size, mtu := fabric.SplitJoinConflict(operand)
+		who := fmt.Sprintf("rank %d", rank)
+		if rank < 0 {
+			who = "a rank"
+		}
+		return fmt.Errorf("%w: job %q: %s asked for the job with size %d and MTU %d, this endpoint with size %d and MTU %d: every rank needs the same size and MTU (check the launcher's NDMA_SIZE and NDMA_MTU); the rendezvous was dropped, launch again",
+			err, req.Job, who, size, mtu, req.Size, req.MTU)
 	case errors.Is(err, wire.StatusBusy) && req.Type == fabric.CtrlJoin && operand != 0:
 		why := map[uint64]string{
 			fabric.JoinBusyFormed:  "a job of that name is running already with all its ranks (or an anycast service has the name): choose another job name",
