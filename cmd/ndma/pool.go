@@ -236,9 +236,9 @@ does not seal).`,
 			if err != nil || id == 0 {
 				return fmt.Errorf("region %q: want a region id (a positive number)", args[0])
 			}
-			k, err := bench.ParseKey(key)
+			k, err := parseKeyFlag(key)
 			if err != nil {
-				return fmt.Errorf("--key: %w", err)
+				return err
 			}
 			ep, opts, ctx, cancel, err := pf.client(cmd)
 			if err != nil {
