@@ -220,6 +220,9 @@ func unanswered(ctx context.Context, op *Op, err error, wait time.Duration) *NoA
 // explainRefusal adds what the switch said in Operand1 (operand) to a
 // refused Join, Register, Lookup or PoolCreate.
 func explainRefusal(req *fabric.CtrlMsg, err error, operand uint64) error {
+	if errors.Is(err, wire.StatusAuth) && operand == 0 {
+		return fmt.Errorf("%w: the switch did not take this request's fabric token: this process's token (--token-file, --token or $NDMA_TOKEN; NDMA_TOKEN for a launched rank) is not the switch's", err)
+	}
 	if errors.Is(err, wire.StatusAuth) && operand == fabric.AuthRoleRefused {
 		return fmt.Errorf("%w: the switch does not take %v from this process's credential: its role may not send it", err, req.Type)
 	}

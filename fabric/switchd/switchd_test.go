@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -203,14 +204,14 @@ func TestModesWithFaults(t *testing.T) {
 }
 
 // TestBadToken checks that a join under the wrong token is refused with
-// wire.StatusAuth and counted.
+// wire.StatusAuth, saying the token is not the switch's, and counted.
 func TestBadToken(t *testing.T) {
 	srv := start(t, Config{Token: testToken})
 	ctx := testCtx(t)
 	ep := listen(t)
 	_, err := ep.JoinJob(ctx, srv.Addr().String(), "job", 1, 0, endpoint.FabricOptions{Token: []byte("wrong")})
-	if !errors.Is(err, wire.StatusAuth) {
-		t.Fatalf("join with a wrong token: %v, want %v", err, wire.StatusAuth)
+	if !errors.Is(err, wire.StatusAuth) || !strings.Contains(err.Error(), "this process's token") || !strings.Contains(err.Error(), "is not the switch's") {
+		t.Fatalf("join with a wrong token: %v, want %v saying the token is not the switch's", err, wire.StatusAuth)
 	}
 	st := srv.Stats().Switch
 	if st.AuthFailures == 0 || st.ControlRefused == 0 {
