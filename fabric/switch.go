@@ -190,7 +190,8 @@ type Stats struct {
 	NameRefused                                                                uint64 // joins and registrations refused for the sender's certified name (RankMay, ServiceMay)
 	AuthFailures                                                               uint64
 	ForwardDropped                                                             uint64
-	MembersDead                                                                uint64
+	MembersDead                                                                uint64 // members declared dead (stopped heartbeating)
+	MembersLeft                                                                uint64 // members that left (LEAVE)
 	Stalls                                                                     uint64 // the switch's own stalls, left out of members' silence (noteActivity)
 	EventsDropped                                                              uint64 // events not queued: MaxEvents were waiting for Events
 	RendezvousExpired, PoolNodesForgotten                                      uint64 // control-plane entries expired (limits.go)

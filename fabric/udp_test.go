@@ -342,6 +342,9 @@ func TestUDPEagerMulticast(t *testing.T) {
 			t.Fatalf("member %d got %q, %v", i, buf, err)
 		}
 	}
+	if st := srv.Stats(); st.MembersLeft != 1 || st.MembersDead != 0 {
+		t.Fatalf("after a member left: %d left, %d dead; want 1 and 0", st.MembersLeft, st.MembersDead)
+	}
 	if err := gs[0].Multicast(ctx, []byte("last words"), endpoint.MulticastOptions{Eager: true}); err != nil {
 		t.Fatal(err)
 	}
