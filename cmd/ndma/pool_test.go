@@ -48,7 +48,7 @@ func TestPoolCommands(t *testing.T) {
 		t.Fatalf("ls: %v\n%s", err, out)
 	}
 	out, err = execute(t, "pool", "stat", "--switch", addr)
-	if err != nil || !strings.Contains(out, "2 nodes, 1 regions") || !strings.Contains(out, "25.0%") {
+	if err != nil || !strings.Contains(out, "live  2 of 2 nodes, 1 regions") || !strings.Contains(out, "25.0%") {
 		t.Fatalf("stat: %v\n%s", err, out)
 	}
 	// put and get: into the replicated region at an offset, and into a
