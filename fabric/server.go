@@ -352,7 +352,11 @@ func (s *Server) logEventsLocked() {
 		case EventPoolNodeJoined:
 			s.log.Info("switch: memory node joined the pool", "node", e.Node, "addr", e.Addr, "bytes", e.Capacity)
 		case EventPoolNodeDied:
-			s.log.Info("switch: memory node dead (stopped heartbeating)", "node", e.Node, "addr", e.Addr)
+			if e.Left {
+				s.log.Info("switch: memory node left the pool (it stopped)", "node", e.Node, "addr", e.Addr, "forgotten", e.Forgot)
+			} else {
+				s.log.Info("switch: memory node dead (stopped heartbeating)", "node", e.Node, "addr", e.Addr)
+			}
 		case EventPoolNodeBack:
 			s.log.Info("switch: memory node back", "node", e.Node, "addr", e.Addr, "bytes", e.Capacity)
 		case EventPoolNodeRestarted:

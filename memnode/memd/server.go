@@ -41,6 +41,7 @@ type Server struct {
 	metrics   *metricsrv.Server // nil without a metrics listener
 	stopLend  context.CancelFunc
 	lendDone  chan struct{}
+	leave     func() // tells the switch this node stops lending (nil: not lending)
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -154,6 +155,13 @@ func Start(cfg Config) (*Server, error) {
 func (s *Server) startLending(sw string, opts endpoint.FabricOptions, r memnode.RegionInfo) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopLend = cancel
+	s.leave = func() {
+		lctx, lcancel := context.WithTimeout(context.Background(), LeaveTimeout)
+		defer lcancel()
+		if err := s.ep.PoolLeave(lctx, sw, r.Key, opts); err != nil {
+			s.log.Warn("memd: could not tell the switch that this node stops lending; it counts the node dead after its heartbeat timeout", "switch", sw, "err", err)
+		}
+	}
 	node, err := s.ep.PoolLend(ctx, sw, r.Key, uint64(r.Size), opts)
 	if err == nil {
 		s.log.Info("memd: lending to the pool", "switch", sw, "node", node, "bytes", r.Size)
@@ -168,6 +176,10 @@ func (s *Server) startLending(sw string, opts endpoint.FabricOptions, r memnode.
 	go s.lend(ctx, sw, opts, r)
 	return nil
 }
+
+// LeaveTimeout bounds how long Close waits for the switch to take the
+// word that the node stops lending.
+const LeaveTimeout = time.Second
 
 // ErrLendRefused is wrapped by the error Start returns (inside a
 // *FieldError for Switch) when the switch answers the node's first pool
@@ -407,6 +419,9 @@ func (s *Server) Close() error {
 			s.stopLend()
 		}
 		<-s.lendDone
+		if s.leave != nil {
+			s.leave()
+		}
 		var errs []error
 		if s.metrics != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)

@@ -1,0 +1,381 @@
+package stor
+
+import (
+	"bytes"
+	"context"
+	crand "crypto/rand"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/internal/jepsen"
+	"github.com/ndma/ndma/secure"
+)
+
+// jProc is one daemon of the real-process Jepsen run: an ndma command
+// line it is started (and restarted) with, on the same address.
+type jProc struct {
+	name string
+	args []string
+	log  *bytes.Buffer
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (p *jProc) start(bin string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		return fmt.Errorf("%w: %s runs", jepsen.ErrSkip, p.name)
+	}
+	cmd := exec.Command(bin, p.args...)
+	cmd.Stdout, cmd.Stderr = p.log, p.log
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	p.cmd, p.done = cmd, done
+	return nil
+}
+
+// kill SIGKILLs the process and waits for it to be gone.
+func (p *jProc) kill() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return fmt.Errorf("%w: %s is down", jepsen.ErrSkip, p.name)
+	}
+	p.cmd.Process.Kill()
+	<-p.done
+	p.cmd = nil
+	return nil
+}
+
+func (p *jProc) up() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd != nil
+}
+
+// jFreeAddr is a loopback UDP address nothing listens on now.
+func jFreeAddr(t *testing.T) string {
+	c, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return c.LocalAddr().String()
+}
+
+// TestProcJepsenVolume is TestSimJepsenVolume against real processes on
+// loopback: an `ndma switch` (dropping 1% of what it sends) and three
+// `ndma stord`, each sealed under its own credential, that the nemesis
+// SIGKILLs and starts again (the switch too), several at once, while one
+// writer and two reader clients (in this process) work on a 3-replica
+// volume; the history is checked block by block and the replicas'
+// backing files compared after the heal. Real processes run on the
+// machine's scheduler, so a run is not reproducible from its seed (the
+// seed fixes the nemesis's plan and the clients' choices): it runs only
+// with STOR_JEPSEN_PROC=1 (STOR_JEPSEN_PROC_SEEDS=A-B for several runs,
+// STOR_JEPSEN_PROC_FAULTS the nemesis's schedule, default 60s).
+func TestProcJepsenVolume(t *testing.T) {
+	if os.Getenv("STOR_JEPSEN_PROC") != "1" {
+		t.Skip("SIGKILLs real processes for minutes: STOR_JEPSEN_PROC=1 runs it")
+	}
+	seeds := []int64{201}
+	if v := os.Getenv("STOR_JEPSEN_PROC_SEEDS"); v != "" {
+		var lo, hi int64
+		if _, err := fmt.Sscanf(v, "%d-%d", &lo, &hi); err != nil || hi < lo {
+			t.Fatalf("STOR_JEPSEN_PROC_SEEDS=%q: want FIRST-LAST", v)
+		}
+		seeds = seeds[:0]
+		for s := lo; s <= hi; s++ {
+			seeds = append(seeds, s)
+		}
+	}
+	faults := time.Minute
+	if v := os.Getenv("STOR_JEPSEN_PROC_FAULTS"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			t.Fatalf("STOR_JEPSEN_PROC_FAULTS=%q: want a duration", v)
+		}
+		faults = d
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "ndma")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/ndma/ndma/cmd/ndma").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { jepsenProc(t, bin, seed, faults) })
+	}
+}
+
+func jepsenProc(t *testing.T, bin string, seed int64, faults time.Duration) {
+	dir := t.TempDir()
+	auth, err := secure.NewAuthority([]byte(fmt.Sprintf("jepsen process run secret %d", seed)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred := func(role secure.Role, name string) (string, *secure.Identity) {
+		id, err := auth.Issue(role, name, crand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := id.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, fmt.Sprintf("%s-%s.cred", secure.RoleName(role), filepath.Base(name)))
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p, id
+	}
+	token := []byte(fmt.Sprintf("jepsen process run token %d", seed))
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, append(token, '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	swAddr := jFreeAddr(t)
+	swCred, _ := cred(secure.RoleSwitch, "switch")
+	procs := []*jProc{{name: "switch", log: &bytes.Buffer{}, args: []string{"switch", "--listen", swAddr, "--token-file", tokenFile,
+		"--credential", swCred, "--drop", "0.01", "--seed", strconv.FormatInt(seed, 10)}}}
+	var dirs []string
+	for i := range 3 {
+		nodeCred, _ := cred(secure.RoleMember, fmt.Sprint("stor/node", i))
+		d := filepath.Join(dir, fmt.Sprint("node", i))
+		dirs = append(dirs, d)
+		procs = append(procs, &jProc{name: fmt.Sprint("node ", i), log: &bytes.Buffer{}, args: []string{"stord", "--dir", d, "--id", strconv.Itoa(i),
+			"--listen", jFreeAddr(t), "--switch", swAddr, "--token-file", tokenFile, "--credential", nodeCred, "--log-level", "warn"}})
+	}
+	defer func() {
+		for _, p := range procs {
+			p.kill()
+			if t.Failed() {
+				t.Logf("%s's log:\n%s", p.name, p.log.String())
+			}
+		}
+	}()
+	for _, p := range procs {
+		if err := p.start(bin); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var clientN int
+	client := func() *Client {
+		clientN++
+		_, id := cred(secure.RoleMember, fmt.Sprint("jclient", clientN))
+		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{Security: id, SecurityOptions: secure.Options{Encrypt: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ep.Close() })
+		return NewClient(ep, swAddr, ClientOptions{Fabric: endpoint.FabricOptions{Token: token}})
+	}
+
+	h := jepsen.NewHistory(nil)
+	vals := &jValues{ids: map[uint64]uint64{}, other: map[uint64]uint64{}}
+	errs := &jErrors{n: map[string]int{}}
+	var divergent []jepsen.Divergence
+	defer func() {
+		rep := jepsen.Check(h, jepsen.CheckOptions{Init: jepsen.Digest(make([]byte, jBlock)), Describe: vals.describe, Regular: true})
+		rep.Divergent = divergent
+		t.Logf("seed %d:\n%v", seed, rep)
+		if !rep.OK() {
+			path, err := rep.WriteVisualization(os.Getenv("STOR_JEPSEN_DIR"))
+			if err != nil {
+				t.Errorf("seed %d: visualization: %v", seed, err)
+			}
+			t.Errorf("seed %d: the history is not linearizable or replicas differ (visualization: %s)", seed, path)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), faults+5*time.Minute)
+	defer cancel()
+	c := client()
+	var d Descriptor
+	for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {
+		// The nodes register with the switch as they come up.
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		d, err = c.Create(cctx, VolumeSpec{Name: jVolume, Size: jExtents * MinExtent, Extent: MinExtent, Replicas: 3})
+		ccancel()
+		if err == nil {
+			break
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("create: %v", err)
+		}
+	}
+	w, err := c.Open(ctx, jVolume, OpenOptions{Write: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var readers []*Volume
+	for range jReaders {
+		r, err := client().Open(ctx, jVolume, OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		readers = append(readers, r)
+	}
+	perExtent := MinExtent / jBlock
+	var hot []int
+	for e := range jExtents {
+		for b := range jHot {
+			hot = append(hot, e*perExtent+b*perExtent/jHot)
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var lastWrite atomic.Int64 // unix ns of the return of the latest write that was OK
+	worker := func(id int, f func(rng *rand.Rand)) {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(seed), uint64(id)))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				f(rng)
+				time.Sleep(time.Duration(rng.Int64N(int64(jPause))))
+			}
+		})
+	}
+	var nextID atomic.Uint64
+	for g := range jWriters {
+		worker(g, func(rng *rand.Rand) {
+			id := nextID.Add(1)
+			blk := hot[rng.IntN(len(hot))]
+			p, dig := vals.block(id)
+			call := h.Invoke(g, jepsen.Write, jKey(blk), dig)
+			if _, err := w.WriteAt(p, int64(blk*jBlock)); err != nil {
+				errs.add("write", err)
+				call.Unknown(err)
+				return
+			}
+			if err := w.Flush(); err != nil {
+				errs.add("flush", err)
+				call.Unknown(err)
+				return
+			}
+			call.OK(0)
+			lastWrite.Store(time.Now().UnixNano())
+		})
+	}
+	for i, r := range readers {
+		for g := range jReaderGors {
+			id := jWriters + i*jReaderGors + g
+			worker(id, func(rng *rand.Rand) {
+				blk := hot[rng.IntN(len(hot))]
+				buf := make([]byte, jBlock)
+				call := h.Invoke(id, jepsen.Read, jKey(blk), 0)
+				if _, err := r.ReadAt(buf, int64(blk*jBlock)); err != nil {
+					errs.add("read", err)
+					call.Fail(err)
+					return
+				}
+				call.OK(vals.read(buf))
+			})
+		}
+	}
+	halted := false
+	halt := func() {
+		if !halted {
+			halted = true
+			close(stop)
+			wg.Wait()
+		}
+	}
+	defer halt()
+
+	var fs []jepsen.Fault
+	for _, p := range procs {
+		kind := "crash node"
+		if p.name == "switch" {
+			kind = "crash switch"
+		}
+		fs = append(fs, jepsen.Fault{Name: "kill " + p.name, Kind: kind, Target: p.name,
+			Start: p.kill, Stop: func() error { return p.start(bin) }})
+	}
+	nem, err := jepsen.NewNemesis(rand.New(rand.NewPCG(uint64(seed), 0xfa)), jepsen.NemesisConfig{
+		Faults: fs, Total: faults, MinGap: 500 * time.Millisecond, MaxGap: 4 * time.Second,
+		MinDuration: time.Second, MaxDuration: 8 * time.Second, MaxActive: 3}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("seed %d: nemesis plan %v", seed, nem.Plan())
+	if err := nem.Run(ctx); err != nil {
+		t.Errorf("seed %d: nemesis: %v", seed, err)
+	}
+	healed := time.Now()
+	time.Sleep(jQuiet)
+	for deadline := healed.Add(jRecover); ; time.Sleep(500 * time.Millisecond) {
+		sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err := c.Stat(sctx, jVolume)
+		scancel()
+		wrote := lastWrite.Load() > healed.UnixNano()
+		if err == nil && !st.Degraded && wrote {
+			t.Logf("seed %d: whole again %v after the heal", seed, time.Since(healed))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("seed %d: %v after the heal: no write done %v, stat %+v, %v", seed, jRecover, !wrote, st, err)
+			break
+		}
+	}
+	halt()
+	if err := w.Close(); err != nil {
+		t.Errorf("seed %d: closing the writer after the heal: %v", seed, err)
+	}
+	fresh, err := client().Open(ctx, jVolume, OpenOptions{})
+	if err != nil {
+		t.Fatalf("seed %d: opening a reader after the heal: %v", seed, err)
+	}
+	reader := jWriters + jReaders*jReaderGors
+	for blk := range int(d.Size) / jBlock {
+		buf := make([]byte, jBlock)
+		call := h.Invoke(reader, jepsen.Read, jKey(blk), 0)
+		if _, err := fresh.ReadAt(buf, int64(blk*jBlock)); err != nil {
+			call.Fail(err)
+			t.Errorf("seed %d: reading block %d after the heal: %v", seed, blk, err)
+			continue
+		}
+		call.OK(vals.read(buf))
+	}
+	var snaps []jepsen.Snapshot
+	for i, nd := range dirs {
+		if !procs[1+i].up() {
+			t.Errorf("seed %d: node %d is down: its copy is left out of the comparison", seed, i)
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(nd, "vols", jVolume, "data"))
+		if err != nil {
+			t.Fatalf("seed %d: node %d: %v", seed, i, err)
+		}
+		snap := jepsen.Snapshot{Replica: fmt.Sprint(jReplicaSet, i), Keys: map[string][]byte{}}
+		for blk := range int(d.Size) / jBlock {
+			if d.Holds(uint16(i), blk*jBlock/int(d.Extent)) {
+				snap.Keys[jKey(blk)] = data[blk*jBlock : (blk+1)*jBlock]
+			}
+		}
+		snaps = append(snaps, snap)
+	}
+	divergent = jepsen.CompareReplicas(snaps)
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		t.Errorf("seed %d: the run took longer than its %v", seed, faults+5*time.Minute)
+	}
+	t.Logf("seed %d: errors by kind:%v", seed, errs)
+}
