@@ -27,10 +27,29 @@ import (
 type jProc struct {
 	name string
 	args []string
-	log  *bytes.Buffer
+	log  *jLog
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
+}
+
+// jLog is a daemon's output, kept across its restarts, with a line for
+// each exit it was not killed into.
+type jLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *jLog) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(b)
+}
+
+func (l *jLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
 
 func (p *jProc) start(bin string) error {
@@ -45,7 +64,16 @@ func (p *jProc) start(bin string) error {
 		return err
 	}
 	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
+	go func() {
+		err := cmd.Wait()
+		if cmd.ProcessState != nil && !cmd.ProcessState.Exited() {
+			err = nil // killed by the nemesis
+		}
+		if err != nil || cmd.ProcessState.Exited() {
+			fmt.Fprintf(p.log, "--- %s exited on its own at %s: %v\n", p.name, time.Now().Format(time.TimeOnly), err)
+		}
+		close(done)
+	}()
 	p.cmd, p.done = cmd, done
 	return nil
 }
@@ -151,14 +179,14 @@ func jepsenProc(t *testing.T, bin string, seed int64, faults time.Duration) {
 	}
 	swAddr := jFreeAddr(t)
 	swCred, _ := cred(secure.RoleSwitch, "switch")
-	procs := []*jProc{{name: "switch", log: &bytes.Buffer{}, args: []string{"switch", "--listen", swAddr, "--token-file", tokenFile,
+	procs := []*jProc{{name: "switch", log: &jLog{}, args: []string{"switch", "--listen", swAddr, "--token-file", tokenFile,
 		"--credential", swCred, "--drop", "0.01", "--seed", strconv.FormatInt(seed, 10)}}}
 	var dirs []string
 	for i := range 3 {
 		nodeCred, _ := cred(secure.RoleMember, fmt.Sprint("stor/node", i))
 		d := filepath.Join(dir, fmt.Sprint("node", i))
 		dirs = append(dirs, d)
-		procs = append(procs, &jProc{name: fmt.Sprint("node ", i), log: &bytes.Buffer{}, args: []string{"stord", "--dir", d, "--id", strconv.Itoa(i),
+		procs = append(procs, &jProc{name: fmt.Sprint("node ", i), log: &jLog{}, args: []string{"stord", "--dir", d, "--id", strconv.Itoa(i),
 			"--listen", jFreeAddr(t), "--switch", swAddr, "--token-file", tokenFile, "--credential", nodeCred, "--log-level", "warn"}})
 	}
 	defer func() {
@@ -345,11 +373,13 @@ func jepsenProc(t *testing.T, bin string, seed int64, faults time.Duration) {
 		t.Fatalf("seed %d: opening a reader after the heal: %v", seed, err)
 	}
 	reader := jWriters + jReaders*jReaderGors
-	for blk := range int(d.Size) / jBlock {
+	failed := 0
+	for blk := 0; blk < int(d.Size)/jBlock && failed < 3; blk++ {
 		buf := make([]byte, jBlock)
 		call := h.Invoke(reader, jepsen.Read, jKey(blk), 0)
 		if _, err := fresh.ReadAt(buf, int64(blk*jBlock)); err != nil {
 			call.Fail(err)
+			failed++
 			t.Errorf("seed %d: reading block %d after the heal: %v", seed, blk, err)
 			continue
 		}
