@@ -126,6 +126,12 @@ func Start(cfg Config) (*Server, error) {
 	for i, r := range regions {
 		s.log.Info("memd: region", "index", i, "size", r.Size, "perm", r.Perm.String())
 	}
+	if avail, ok := availMem(); ok && s.bytes > avail {
+		// The pages are touched only as clients write: a start is not
+		// refused, but the operator is told what filling them will do.
+		s.log.Warn(fmt.Sprintf("memd: the regions (%s) are larger than the memory available now (%s): as clients fill them the machine will swap, or the kernel kill a process",
+			formatBytes(s.bytes), formatBytes(avail)))
+	}
 	if id := cfg.Security; id != nil {
 		s.log.Info(fmt.Sprintf("memd: sealing every datagram (role %v, name %q): only processes with a credential of this fabric are answered", id.Cert.Role, id.Cert.Name),
 			"key", secure.Fingerprint(id.Cert.Key), "authority", secure.Fingerprint(id.Authority), "encrypt", cfg.SecurityOptions.Encrypt)
@@ -299,8 +305,12 @@ func newStore(cfg *Config) (*memnode.Store, error) {
 // node would swap.
 var ErrExceedsMemory = errors.New("regions larger than this machine's memory")
 
-// physMem is physicalMemory, replaced by tests.
-var physMem = physicalMemory
+// physMem is physicalMemory, and availMem availableMemory, replaced by
+// tests.
+var (
+	physMem  = physicalMemory
+	availMem = availableMemory
+)
 
 // fitsMemory checks that regions of total bytes fit the machine's RAM,
 // where the system reports it (Linux); elsewhere it accepts any total.
