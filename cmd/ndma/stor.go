@@ -83,6 +83,10 @@ func (f *storDaemonFlags) open(cmd *cobra.Command, opTimeout time.Duration) (*st
 		return nil, err
 	}
 	d.id, d.fab = sec.id, sec.fabric()
+	if id := d.id; id != nil {
+		d.logger.Info(fmt.Sprintf("%s: sealing every datagram (role %v, name %q): only processes with a credential of this fabric are answered", cmd.Name(), id.Cert.Role, id.Cert.Name),
+			"key", secure.Fingerprint(id.Cert.Key), "authority", secure.Fingerprint(id.Authority))
+	}
 	if err = f.cred.watch(cmd, os.Getenv, d.id, d.logger); err != nil {
 		return nil, err
 	}
