@@ -247,8 +247,14 @@ func explainRefusal(req *fabric.CtrlMsg, err error, operand uint64) error {
 			return fmt.Errorf("%w (%w): the region needs %d memory nodes (a column each, and one per copy) and %d are alive",
 				err, fabric.ErrNoNodes, operand>>16&0xFFFF, operand&0xFFFF)
 		case 2:
+			want, free := req.Pool.Size*uint64(max(req.Pool.Replicas, 1)), operand&(1<<56-1)
+			if want <= free {
+				// Enough in all, not in one range: a retry finds the same.
+				return fmt.Errorf("%w (%w): %s requested and %s free on the memory nodes it would use, but not in one range per node: freed regions left gaps between those still held; ask for less, or free the regions beside the gaps",
+					fabric.ErrNoSpace, err, humanBytes(want), humanBytes(free))
+			}
 			return fmt.Errorf("%w (%w): pool full: %s requested, %s free on the memory nodes it would use",
-				err, fabric.ErrNoSpace, humanBytes(req.Pool.Size*uint64(max(req.Pool.Replicas, 1))), humanBytes(operand&(1<<56-1)))
+				fabric.ErrNoSpace, err, humanBytes(want), humanBytes(free))
 		}
 		return err
 	}
