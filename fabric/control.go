@@ -46,6 +46,13 @@ func (s *Switch) control(now time.Time, d *transport.Delivery) {
 		if errors.Is(err, ErrCtrlAuth) {
 			st = wire.StatusAuth
 			s.stats.AuthFailures++
+			// An operator sees it in the log, at most once a second.
+			if s.authLogged.IsZero() || now.Sub(s.authLogged) >= time.Second {
+				s.logEvent(Event{Kind: EventAuthRefused, Addr: d.Peer.Addr, Count: s.authUnlogged})
+				s.authLogged, s.authUnlogged = now, 0
+			} else {
+				s.authUnlogged++
+			}
 		}
 		s.stats.ControlRefused++
 		s.reply(d.Peer, &d.Header, st, 0)

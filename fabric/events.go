@@ -46,6 +46,10 @@ const (
 	// EventPoolRecovered: the switch rebuilt its pool map from the
 	// memory nodes' reports: Count regions, Node nodes registered.
 	EventPoolRecovered
+	// EventAuthRefused: a control request from Addr did not carry this
+	// switch's fabric token; Count more were refused so since the last
+	// such event (at most one a second).
+	EventAuthRefused
 )
 
 var eventKindNames = [...]string{
@@ -60,6 +64,7 @@ var eventKindNames = [...]string{
 	EventCopyLost:          "copy lost",
 	EventRegionLost:        "region lost",
 	EventPoolRecovered:     "pool map recovered",
+	EventAuthRefused:       "control request refused: wrong fabric token",
 }
 
 func (k EventKind) String() string {

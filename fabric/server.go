@@ -351,6 +351,8 @@ func (s *Server) logEventsLocked() {
 			}
 		case EventPoolNodeJoined:
 			s.log.Info("switch: memory node joined the pool", "node", e.Node, "addr", e.Addr, "bytes", e.Capacity)
+		case EventAuthRefused:
+			s.log.Warn("switch: control request refused: it does not carry this switch's fabric token", "addr", e.Addr, "more_since_last", e.Count)
 		case EventPoolNodeDied:
 			if e.Left {
 				s.log.Info("switch: memory node left the pool (it stopped)", "node", e.Node, "addr", e.Addr, "forgotten", e.Forgot)

@@ -285,6 +285,10 @@ type Switch struct {
 	jobs       map[string]*rendezvous
 	events     []Event // for Events; at most MaxEvents
 	nextID     uint32
+	// authLogged is when a control request refused for its token was
+	// last logged (EventAuthRefused), authUnlogged how many since.
+	authLogged   time.Time
+	authUnlogged int
 
 	mcast map[streamKey]*mstream
 	dirty []*mstream // streams with a merged ACK to send at the next Poll
