@@ -6,11 +6,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/netio"
 )
 
 // TestExampleCStalled runs examples/c/allreduce as 3 ranks and stops
@@ -28,7 +32,17 @@ func TestExampleCStalled(t *testing.T) {
 		t.Fatalf("cc: %v\n%s", err, out)
 	}
 	token := "libndma stall token"
-	swAddr := startSwitch(t, []byte(token), nil)
+	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := fabric.New(fabric.Config{Token: []byte(token)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := fabric.NewServer(conn, sw, nil)
+	t.Cleanup(func() { srv.Close() })
+	swAddr := srv.Addr().String()
 	trials := 3
 	if v, err := strconv.Atoi(os.Getenv("NDMA_STALL_TRIALS")); err == nil && v > 0 {
 		trials = v
@@ -54,7 +68,16 @@ func TestExampleCStalled(t *testing.T) {
 		for r, c := range cmds {
 			wg.Go(func() { errs[r] = c.Wait(); ended[r] = time.Now() })
 		}
-		time.Sleep(1500 * time.Millisecond)
+		// Once the job formed (on a slow machine the ranks take a while
+		// to load and join), and its ranks run collectives.
+		job := "stall" + strconv.Itoa(trial)
+		for !slices.ContainsFunc(srv.Groups(), func(g fabric.GroupInfo) bool { return g.Name == job }) {
+			if ctx.Err() != nil {
+				t.Fatalf("trial %d: the job never formed", trial)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(500 * time.Millisecond)
 		if err := cmds[1].Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
