@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -218,18 +217,7 @@ func jepsenProc(t *testing.T, bin string, seed int64, faults time.Duration) {
 	vals := &jValues{ids: map[uint64]uint64{}, other: map[uint64]uint64{}}
 	errs := &jErrors{n: map[string]int{}}
 	var divergent []jepsen.Divergence
-	defer func() {
-		rep := jepsen.Check(h, jepsen.CheckOptions{Init: jepsen.Digest(make([]byte, jBlock)), Describe: vals.describe, Regular: true})
-		rep.Divergent = divergent
-		t.Logf("seed %d:\n%v", seed, rep)
-		if !rep.OK() {
-			path, err := rep.WriteVisualization(os.Getenv("STOR_JEPSEN_DIR"))
-			if err != nil {
-				t.Errorf("seed %d: visualization: %v", seed, err)
-			}
-			t.Errorf("seed %d: the history is not linearizable or replicas differ (visualization: %s)", seed, path)
-		}
-	}()
+	defer func() { jReport(t, seed, h, vals, divergent) }()
 	ctx, cancel := context.WithTimeout(context.Background(), faults+5*time.Minute)
 	defer cancel()
 	c := client()
@@ -258,76 +246,8 @@ func jepsenProc(t *testing.T, bin string, seed int64, faults time.Duration) {
 		}
 		readers = append(readers, r)
 	}
-	perExtent := MinExtent / jBlock
-	var hot []int
-	for e := range jExtents {
-		for b := range jHot {
-			hot = append(hot, e*perExtent+b*perExtent/jHot)
-		}
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var lastWrite atomic.Int64 // unix ns of the return of the latest write that was OK
-	worker := func(id int, f func(rng *rand.Rand)) {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(seed), uint64(id)))
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				f(rng)
-				time.Sleep(time.Duration(rng.Int64N(int64(jPause))))
-			}
-		})
-	}
-	var nextID atomic.Uint64
-	for g := range jWriters {
-		worker(g, func(rng *rand.Rand) {
-			id := nextID.Add(1)
-			blk := hot[rng.IntN(len(hot))]
-			p, dig := vals.block(id)
-			call := h.Invoke(g, jepsen.Write, jKey(blk), dig)
-			if _, err := w.WriteAt(p, int64(blk*jBlock)); err != nil {
-				errs.add("write", err)
-				call.Unknown(err)
-				return
-			}
-			if err := w.Flush(); err != nil {
-				errs.add("flush", err)
-				call.Unknown(err)
-				return
-			}
-			call.OK(0)
-			lastWrite.Store(time.Now().UnixNano())
-		})
-	}
-	for i, r := range readers {
-		for g := range jReaderGors {
-			id := jWriters + i*jReaderGors + g
-			worker(id, func(rng *rand.Rand) {
-				blk := hot[rng.IntN(len(hot))]
-				buf := make([]byte, jBlock)
-				call := h.Invoke(id, jepsen.Read, jKey(blk), 0)
-				if _, err := r.ReadAt(buf, int64(blk*jBlock)); err != nil {
-					errs.add("read", err)
-					call.Fail(err)
-					return
-				}
-				call.OK(vals.read(buf))
-			})
-		}
-	}
-	halted := false
-	halt := func() {
-		if !halted {
-			halted = true
-			close(stop)
-			wg.Wait()
-		}
-	}
-	defer halt()
+	work := jStartWork(seed, h, vals, errs, w, readers)
+	defer work.halt()
 
 	var fs []jepsen.Fault
 	for _, p := range procs {
@@ -350,21 +270,11 @@ func jepsenProc(t *testing.T, bin string, seed int64, faults time.Duration) {
 	}
 	healed := time.Now()
 	time.Sleep(jQuiet)
-	for deadline := healed.Add(jRecover); ; time.Sleep(500 * time.Millisecond) {
-		sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
-		st, err := c.Stat(sctx, jVolume)
-		scancel()
-		wrote := lastWrite.Load() > healed.UnixNano()
-		if err == nil && !st.Degraded && wrote {
-			t.Logf("seed %d: whole again %v after the heal", seed, time.Since(healed))
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("seed %d: %v after the heal: no write done %v, stat %+v, %v", seed, jRecover, !wrote, st, err)
-			break
-		}
+	jAwaitWhole(ctx, t, seed, c, work, healed)
+	work.halt()
+	if n := work.leaseLost.Load(); n > 0 {
+		t.Errorf("seed %d: the only writer lost its lease (%d times)", seed, n)
 	}
-	halt()
 	if err := w.Close(); err != nil {
 		t.Errorf("seed %d: closing the writer after the heal: %v", seed, err)
 	}
@@ -372,36 +282,14 @@ func jepsenProc(t *testing.T, bin string, seed int64, faults time.Duration) {
 	if err != nil {
 		t.Fatalf("seed %d: opening a reader after the heal: %v", seed, err)
 	}
-	reader := jWriters + jReaders*jReaderGors
-	failed := 0
-	for blk := 0; blk < int(d.Size)/jBlock && failed < 3; blk++ {
-		buf := make([]byte, jBlock)
-		call := h.Invoke(reader, jepsen.Read, jKey(blk), 0)
-		if _, err := fresh.ReadAt(buf, int64(blk*jBlock)); err != nil {
-			call.Fail(err)
-			failed++
-			t.Errorf("seed %d: reading block %d after the heal: %v", seed, blk, err)
-			continue
-		}
-		call.OK(vals.read(buf))
-	}
+	jReadAll(t, seed, h, vals, fresh, d)
 	var snaps []jepsen.Snapshot
 	for i, nd := range dirs {
 		if !procs[1+i].up() {
 			t.Errorf("seed %d: node %d is down: its copy is left out of the comparison", seed, i)
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(nd, "vols", jVolume, "data"))
-		if err != nil {
-			t.Fatalf("seed %d: node %d: %v", seed, i, err)
-		}
-		snap := jepsen.Snapshot{Replica: fmt.Sprint(jReplicaSet, i), Keys: map[string][]byte{}}
-		for blk := range int(d.Size) / jBlock {
-			if d.Holds(uint16(i), blk*jBlock/int(d.Extent)) {
-				snap.Keys[jKey(blk)] = data[blk*jBlock : (blk+1)*jBlock]
-			}
-		}
-		snaps = append(snaps, snap)
+		snaps = append(snaps, jSnapshot(t, seed, i, nd, d))
 	}
 	divergent = jepsen.CompareReplicas(snaps)
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
