@@ -121,17 +121,7 @@ func TestProcJepsenVolume(t *testing.T) {
 	if os.Getenv("STOR_JEPSEN_PROC") != "1" {
 		t.Skip("SIGKILLs real processes for minutes: STOR_JEPSEN_PROC=1 runs it")
 	}
-	seeds := []int64{201}
-	if v := os.Getenv("STOR_JEPSEN_PROC_SEEDS"); v != "" {
-		var lo, hi int64
-		if _, err := fmt.Sscanf(v, "%d-%d", &lo, &hi); err != nil || hi < lo {
-			t.Fatalf("STOR_JEPSEN_PROC_SEEDS=%q: want FIRST-LAST", v)
-		}
-		seeds = seeds[:0]
-		for s := lo; s <= hi; s++ {
-			seeds = append(seeds, s)
-		}
-	}
+	seeds := jSeeds(t, "STOR_JEPSEN_PROC_SEEDS", 201)
 	faults := time.Minute
 	if v := os.Getenv("STOR_JEPSEN_PROC_FAULTS"); v != "" {
 		d, err := time.ParseDuration(v)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -53,18 +52,7 @@ func TestSimJepsenVolume(t *testing.T) {
 	// One seed by default: about one seed-run in fifty still finds a
 	// stale read (see docs/BENCHMARKS.md), which CI must not turn into a
 	// coin toss; STOR_JEPSEN_SEEDS runs as many as asked.
-	seeds := []int64{101}
-	if v := os.Getenv("STOR_JEPSEN_SEEDS"); v != "" {
-		// More seeds on demand: STOR_JEPSEN_SEEDS=104-140.
-		var lo, hi int64
-		if _, err := fmt.Sscanf(v, "%d-%d", &lo, &hi); err != nil || hi < lo {
-			t.Fatalf("STOR_JEPSEN_SEEDS=%q: want FIRST-LAST", v)
-		}
-		seeds = seeds[:0]
-		for s := lo; s <= hi; s++ {
-			seeds = append(seeds, s)
-		}
-	}
+	seeds := jSeeds(t, "STOR_JEPSEN_SEEDS", 101) // more on demand: STOR_JEPSEN_SEEDS=104-140
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { jepsenVolume(t, seed) })
 	}
