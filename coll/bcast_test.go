@@ -3,9 +3,14 @@ package coll
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/ndma/ndma/endpoint"
 )
 
 func TestBcast(t *testing.T) {
@@ -62,4 +67,37 @@ func bcastCase(comms []*Communicator, size, root int, opts ...CallOption) error 
 		}
 	}
 	return nil
+}
+
+// TestBcastLengthMismatch: a receiver whose buffer is longer than the
+// root's message fails with endpoint.ErrShortRead saying both lengths
+// (not that the message was longer).
+func TestBcastLengthMismatch(t *testing.T) {
+	comms := udpComms(t, 2, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errs := make(chan error, 2)
+	for r, c := range comms {
+		go func() {
+			buf := make([]byte, 1000*(r+1)) // root 1000 bytes, rank 1 2000
+			errs <- c.Bcast(ctx, buf, 0, WithAlgo(AlgoInNet))
+		}()
+	}
+	var got []error
+	for range 2 {
+		if err := <-errs; err != nil {
+			got = append(got, err)
+		}
+	}
+	if len(got) == 0 {
+		t.Fatal("a Bcast whose ranks' lengths differ succeeded")
+	}
+	for _, err := range got {
+		if errors.Is(err, endpoint.ErrShortRead) && !strings.Contains(err.Error(), "of 1000 bytes for a 2000-byte buffer") {
+			t.Errorf("the receiver's error: %v, want both lengths", err)
+		}
+	}
+	if !slices.ContainsFunc(got, func(err error) bool { return errors.Is(err, endpoint.ErrShortRead) }) {
+		t.Errorf("errors %v, want the receiver's ErrShortRead", got)
+	}
 }

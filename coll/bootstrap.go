@@ -20,6 +20,7 @@ import (
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
 )
 
 // Launch describes this process's place in a job, as a launcher reports
@@ -56,6 +57,10 @@ type Launch struct {
 	// (netio.UDPConfig.BusyPoll, set by EndpointOptions): 0 when unset.
 	BusyPoll time.Duration
 	Source   string // which variables it came from, for messages
+	// JobFrom says where Job came from when NDMA_JOB did not give it
+	// (the launcher's variable, or "" for the default name), for the
+	// error of a job name two runs share.
+	JobFrom string
 }
 
 // CredentialEnv names the environment variable that holds the path of a
@@ -150,13 +155,13 @@ func ParseEnv(getenv func(string) (string, bool)) (Launch, error) {
 	var ok bool
 	if l.Job, ok = getenv("NDMA_JOB"); !ok || l.Job == "" {
 		if j, ok := getenv("SLURM_JOB_ID"); ok && j != "" {
-			l.Job = "slurm-" + j
+			l.Job, l.JobFrom = "slurm-"+j, "SLURM_JOB_ID"
 		} else if j, ok := getenv("OMPI_MCA_orte_ess_jobid"); ok && j != "" {
-			l.Job = "ompi-" + j
+			l.Job, l.JobFrom = "ompi-"+j, "OMPI_MCA_orte_ess_jobid"
 		} else if j, ok := getenv("TORCHELASTIC_RUN_ID"); ok && j != "" {
-			l.Job = "torch-" + j
+			l.Job, l.JobFrom = "torch-"+j, "TORCHELASTIC_RUN_ID"
 		} else {
-			l.Job = "ndma"
+			l.Job, l.JobFrom = "ndma", "the default"
 		}
 	}
 	return l, nil
@@ -331,8 +336,13 @@ func (l Launch) Communicator(ctx context.Context, ep *endpoint.Endpoint) (*Commu
 		return nil, fmt.Errorf("%w: NDMA_TOKEN is not set: give the switch's fabric token (ndma fabric init writes it: DIR/token): %w", ErrArg, fabric.ErrNoToken)
 	}
 	fo := l.FabricOptions()
-	return New(ctx, Config{Endpoint: ep, Rank: l.Rank, Size: l.Size, Switch: l.Switch, Job: l.Job, Token: fo.Token,
+	c, err := New(ctx, Config{Endpoint: ep, Rank: l.Rank, Size: l.Size, Switch: l.Switch, Job: l.Job, Token: fo.Token,
 		Insecure: fo.Insecure, JoinTimeout: l.JoinTimeout, Liveness: l.Liveness})
+	if err != nil && l.JobFrom != "" && (errors.Is(err, endpoint.ErrRankTaken) || errors.Is(err, wire.StatusBusy)) {
+		// Two runs at one switch under one name: the name was not chosen.
+		err = fmt.Errorf("%w (the job name %q is %s, as NDMA_JOB is not set: give each run at this switch a name of its own with NDMA_JOB)", err, l.Job, l.JobFrom)
+	}
+	return c, err
 }
 
 // Split partitions the communicator MPI_Comm_split style: ranks passing

@@ -242,26 +242,9 @@ func TestFromEnvJoinTimeout(t *testing.T) {
 	t.Setenv("NDMA_INSECURE", "1")
 	t.Setenv("NDMA_JOIN_TIMEOUT", "7s")
 	t.Setenv("NDMA_TOKEN", string(testToken))
-	synctest.Test(t, func(t *testing.T) {
-		net := simnet.New(1)
-		ctx, cancel := context.WithCancel(context.Background())
-		served := make(chan error, 1)
-		go func() { served <- net.Serve(ctx) }()
-		defer func() { cancel(); <-served }()
-		s, err := fabric.New(fabric.Config{Token: testToken, Transport: transport.Config{MTU: 9000, Seed: 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := fabric.NewServer(net.ListenConn(netip.MustParseAddrPort("10.0.0.1:7471"), figLink(), figLink()), s, nil)
-		defer srv.Close()
-		ep, err := endpoint.New(net.ListenConn(netip.MustParseAddrPort("10.1.0.0:9000"), figLink(), figLink()),
-			endpoint.Config{Transport: transport.Config{MTU: 9000, Seed: 2}}, endpoint.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ep.Close()
+	envFabric(t, 1, func(t *testing.T, eps []*endpoint.Endpoint) {
 		start := time.Now()
-		_, err = FromEnv(context.Background(), ep)
+		_, err := FromEnv(context.Background(), eps[0])
 		var re *endpoint.RendezvousError
 		if !errors.As(err, &re) || !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 8*time.Second ||
 			!strings.HasSuffix(err.Error(), `join "env": rendezvous timed out after 7s: 1 of 3 ranks joined; missing ranks 1, 2`) {
@@ -527,4 +510,58 @@ func TestCredentialDirectory(t *testing.T) {
 			t.Errorf("%+v: %v; want ErrArg saying %q", c.l, err, c.want)
 		}
 	}
+}
+
+// TestFromEnvDefaultJobTaken: two runs at one switch without NDMA_JOB
+// share the default job name; the second one's rank 0 is refused as
+// taken, and the error says the name was the default and that NDMA_JOB
+// gives each run its own.
+func TestFromEnvDefaultJobTaken(t *testing.T) {
+	t.Setenv("NDMA_RANK", "0")
+	t.Setenv("NDMA_SIZE", "2")
+	t.Setenv("NDMA_SWITCH", "10.0.0.1:7471")
+	t.Setenv("NDMA_JOB", "")
+	t.Setenv("NDMA_INSECURE", "1")
+	t.Setenv("NDMA_JOIN_TIMEOUT", "5s")
+	t.Setenv("NDMA_TOKEN", string(testToken))
+	envFabric(t, 2, func(t *testing.T, eps []*endpoint.Endpoint) {
+		first := make(chan error, 1)
+		go func() { _, err := FromEnv(context.Background(), eps[0]); first <- err }()
+		time.Sleep(100 * time.Millisecond)
+		_, err := FromEnv(context.Background(), eps[1])
+		if !errors.Is(err, endpoint.ErrRankTaken) || !strings.Contains(err.Error(), `the job name "ndma" is the default, as NDMA_JOB is not set`) {
+			t.Fatalf("the second run's rank 0: %v, want ErrRankTaken naming NDMA_JOB", err)
+		}
+		<-first
+	})
+}
+
+// envFabric runs f in a synctest bubble on a simulated network with a
+// switch at 10.0.0.1:7471 (NDMA_SWITCH of the tests that launch from the
+// environment) and n endpoints, which f launches ranks on.
+func envFabric(t *testing.T, n int, f func(t *testing.T, eps []*endpoint.Endpoint)) {
+	synctest.Test(t, func(t *testing.T) {
+		net := simnet.New(1)
+		ctx, cancel := context.WithCancel(context.Background())
+		served := make(chan error, 1)
+		go func() { served <- net.Serve(ctx) }()
+		defer func() { cancel(); <-served }()
+		s, err := fabric.New(fabric.Config{Token: testToken, Transport: transport.Config{MTU: 9000, Seed: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := fabric.NewServer(net.ListenConn(netip.MustParseAddrPort("10.0.0.1:7471"), figLink(), figLink()), s, nil)
+		defer srv.Close()
+		var eps []*endpoint.Endpoint
+		for i := range n {
+			ep, err := endpoint.New(net.ListenConn(netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, 0, byte(i)}), 9000), figLink(), figLink()),
+				endpoint.Config{Transport: transport.Config{MTU: 9000, Seed: uint64(2 + i)}}, endpoint.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ep.Close()
+			eps = append(eps, ep)
+		}
+		f(t, eps)
+	})
 }

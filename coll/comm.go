@@ -11,6 +11,7 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
 )
 
 // Errors.
@@ -81,14 +82,20 @@ const (
 // switch reported it dead (or gone), or, without a switch, it sent
 // nothing for Config.Liveness. Unwrap gives the cause: an
 // *endpoint.MemberError, endpoint.ErrPeerSilent or a *transport.PeerError.
+// Self is set when the rank is the caller's own: the switch counted this
+// rank dead (it was silent longer than the switch's heartbeat timeout:
+// stopped, paused or starved of CPU) or no longer knows the group.
 type RankError struct {
 	Rank int
 	Err  error
+	Self bool
 }
 
 func (e *RankError) Error() string {
 	var me *endpoint.MemberError
 	switch {
+	case e.Self:
+		return fmt.Sprintf("coll: this rank (%d) is no longer a member of the group: the switch counted it dead, as it heard nothing from it for longer than its heartbeat timeout (the process was stopped, paused or starved of CPU), or the switch restarted (%v)", e.Rank, e.Err)
 	case errors.As(e.Err, &me) && me.Left:
 		return fmt.Sprintf("coll: rank %d left the communicator (%v)", e.Rank, e.Err)
 	case errors.As(e.Err, &me):
@@ -297,7 +304,12 @@ func (c *Communicator) rankErr(err error, op *endpoint.Op) error {
 	}
 	var me *endpoint.MemberError
 	if errors.As(err, &me) && c.group != nil && me.Group == c.group.ID() {
-		return &RankError{Rank: int(me.Member), Err: err}
+		return &RankError{Rank: int(me.Member), Err: err, Self: int(me.Member) == c.rank}
+	}
+	if errors.Is(err, wire.StatusNotMember) && c.group != nil {
+		// The group's operations refused as not a member's: this rank
+		// is no longer one.
+		return &RankError{Rank: c.rank, Err: err, Self: true}
 	}
 	var pe *transport.PeerError
 	if op != nil && (op.Kind == endpoint.KindSendMsg || op.Kind == endpoint.KindRecvMsg) &&

@@ -72,8 +72,10 @@ var (
 	ErrCanceled   = errors.New("endpoint: operation canceled")
 	ErrClosed     = errors.New("endpoint: closed")
 	ErrBadOp      = errors.New("endpoint: invalid operation")
-	ErrShortRead  = errors.New("endpoint: response longer than the read buffer")
-	ErrTruncated  = errors.New("endpoint: message longer than the receive buffer")
+	// ErrShortRead: a response or message whose length is not the
+	// buffer's (longer or shorter; the error says both).
+	ErrShortRead = errors.New("endpoint: message length differs from the buffer's")
+	ErrTruncated = errors.New("endpoint: message longer than the receive buffer")
 )
 
 // OpError describes a failed operation: what it was, against which peer,
@@ -681,7 +683,7 @@ func (c *Core) onResponse(d *transport.Delivery) {
 		if !op.asm.open {
 			switch {
 			case op.Kind == KindRead && int(h.MsgLen) != len(op.Buf):
-				op.fail(ErrShortRead)
+				op.fail(fmt.Errorf("%w: a response of %d bytes for a %d-byte read", ErrShortRead, h.MsgLen, len(op.Buf)))
 				c.finish(op)
 				return
 			case op.Kind == KindRead:

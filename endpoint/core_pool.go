@@ -521,12 +521,12 @@ func (c *Core) onPoolResponse(now time.Time, from netip.AddrPort, h *wire.Header
 		case h.Status != wire.StatusOK:
 			op.fail(h.Status)
 		case op.Kind == KindRead && len(payload) != int(s.n):
-			op.fail(ErrShortRead)
+			op.fail(fmt.Errorf("%w: a pool response of %d bytes for a %d-byte stripe", ErrShortRead, len(payload), s.n))
 		case op.Kind == KindRead:
 			copy(op.Buf[s.off:], payload)
 		case op.Kind == KindChain && len(payload) > 0:
 			if len(payload) != len(op.Recv) {
-				op.fail(ErrShortRead)
+				op.fail(fmt.Errorf("%w: a chain's answer of %d bytes for a %d-byte buffer", ErrShortRead, len(payload), len(op.Recv)))
 			} else {
 				copy(op.Recv, payload)
 			}

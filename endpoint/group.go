@@ -220,6 +220,9 @@ func unanswered(ctx context.Context, op *Op, err error, wait time.Duration) *NoA
 // explainRefusal adds what the switch said in Operand1 (operand) to a
 // refused Join, Register, Lookup or PoolCreate.
 func explainRefusal(req *fabric.CtrlMsg, err error, operand uint64) error {
+	if errors.Is(err, wire.StatusAuth) && operand == 0 {
+		return fmt.Errorf("%w: the switch did not take this request's fabric token: this process's token (--token-file, --token or $NDMA_TOKEN; NDMA_TOKEN for a launched rank) is not the switch's", err)
+	}
 	if errors.Is(err, wire.StatusAuth) && operand == fabric.AuthRoleRefused {
 		return fmt.Errorf("%w: the switch does not take %v from this process's credential: its role may not send it", err, req.Type)
 	}
@@ -244,8 +247,14 @@ func explainRefusal(req *fabric.CtrlMsg, err error, operand uint64) error {
 			return fmt.Errorf("%w (%w): the region needs %d memory nodes (a column each, and one per copy) and %d are alive",
 				err, fabric.ErrNoNodes, operand>>16&0xFFFF, operand&0xFFFF)
 		case 2:
+			want, free := req.Pool.Size*uint64(max(req.Pool.Replicas, 1)), operand&(1<<56-1)
+			if want <= free {
+				// Enough in all, not in one range: a retry finds the same.
+				return fmt.Errorf("%w (%w): %s requested and %s free on the memory nodes it would use, but not in one range per node: freed regions left gaps between those still held; ask for less, or free the regions beside the gaps",
+					fabric.ErrNoSpace, err, humanBytes(want), humanBytes(free))
+			}
 			return fmt.Errorf("%w (%w): pool full: %s requested, %s free on the memory nodes it would use",
-				err, fabric.ErrNoSpace, humanBytes(req.Pool.Size*uint64(max(req.Pool.Replicas, 1))), humanBytes(operand&(1<<56-1)))
+				fabric.ErrNoSpace, err, humanBytes(want), humanBytes(free))
 		}
 		return err
 	}
@@ -256,6 +265,14 @@ func explainRefusal(req *fabric.CtrlMsg, err error, operand uint64) error {
 	case errors.Is(err, wire.StatusTooLarge) && operand != 0:
 		return fmt.Errorf("%w: this endpoint's MTU is %d bytes but the switch takes datagrams of at most %d: set the endpoint's transport MTU (--mtu) to %d or less",
 			err, req.MTU, operand, operand)
+	case errors.Is(err, wire.StatusBusy) && req.Type == fabric.CtrlJoin && operand>>56 == fabric.JoinBusyConflict:
+		rank, size, mtu := fabric.SplitJoinConflict(operand)
+		who := fmt.Sprintf("rank %d", rank)
+		if rank < 0 {
+			who = "a rank"
+		}
+		return fmt.Errorf("%w: job %q: %s asked for the job with size %d and MTU %d, this endpoint with size %d and MTU %d: every rank needs the same size and MTU (check the launcher's NDMA_SIZE and NDMA_MTU); the rendezvous was dropped, launch again",
+			err, req.Job, who, size, mtu, req.Size, req.MTU)
 	case errors.Is(err, wire.StatusBusy) && req.Type == fabric.CtrlJoin && operand != 0:
 		why := map[uint64]string{
 			fabric.JoinBusyFormed:  "a job of that name is running already with all its ranks (or an anycast service has the name): choose another job name",

@@ -115,6 +115,22 @@ func (ep *Endpoint) PoolStat(ctx context.Context, sw string, opts FabricOptions)
 	return PoolState{Nodes: resp.PoolNodes, Regions: resp.PoolRegions, Refused: resp.PoolRefused}, nil
 }
 
+// PoolLeave tells the switch that this endpoint, a memory node lending
+// region key, stops lending (it shuts down): the switch counts it dead
+// at once instead of after its heartbeat timeout, and forgets it if it
+// holds no region copies. Cancel the PoolLend context first, or its
+// heartbeat registers the node again.
+func (ep *Endpoint) PoolLeave(ctx context.Context, sw string, key uint64, opts FabricOptions) error {
+	ap, err := parseSwitch(sw)
+	if err != nil {
+		return err
+	}
+	if _, err := ep.control(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlPoolNode, Key: key, Epoch: ep.incarnation}, &opts); err != nil {
+		return fmt.Errorf("endpoint: pool leave: %w", err)
+	}
+	return nil
+}
+
 // PoolLend offers capacity bytes of this endpoint's memory region key to
 // the switch's pool, as a memory node, and keeps offering it (the offer is
 // the node's heartbeat) every opts' heartbeat interval until ctx ends or
@@ -127,6 +143,9 @@ func (ep *Endpoint) PoolLend(ctx context.Context, sw string, key, capacity uint6
 	ap, err := parseSwitch(sw)
 	if err != nil {
 		return 0, err
+	}
+	if capacity == 0 {
+		return 0, fmt.Errorf("endpoint: pool lend: capacity 0 (PoolLeave stops lending)")
 	}
 	req := &fabric.CtrlMsg{Type: fabric.CtrlPoolNode, Key: key, Capacity: capacity, Epoch: ep.incarnation}
 	iv := opts.heartbeat()

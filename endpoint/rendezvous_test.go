@@ -180,3 +180,39 @@ func TestControlNoSwitch(t *testing.T) {
 		}
 	})
 }
+
+// TestJoinSizeMismatch: rank 0 launched with size 2 waits; rank 1,
+// launched with size 3, asks for the job. It is refused at once, and so
+// is the waiting rank, told which rank asked what (not, a minute later,
+// that rank 1 is missing); the job can be launched again at once.
+func TestJoinSizeMismatch(t *testing.T) {
+	rdvNet(t, 2, true, func(t *testing.T, _ *fabric.Server, eps []*endpoint.Endpoint) {
+		start := time.Now()
+		var waiting error
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, waiting = eps[0].JoinJob(ctx, rdvSwitch.String(), "job", 2, 0, endpoint.FabricOptions{Token: []byte("t")})
+		})
+		time.Sleep(100 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_, err := eps[1].JoinJob(ctx, rdvSwitch.String(), "job", 3, 1, endpoint.FabricOptions{Token: []byte("t")})
+		cancel()
+		wg.Wait()
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("the ranks learned of the mismatch after %v", d)
+		}
+		if err == nil || !strings.Contains(err.Error(), "joined with size 2") {
+			t.Errorf("the rank with size 3: %v", err)
+		}
+		want := `rank 1 asked for the job with size 3 and MTU 9000, this endpoint with size 2 and MTU 9000`
+		if waiting == nil || !strings.Contains(waiting.Error(), want) {
+			t.Errorf("the waiting rank: %v, want it to say %q", waiting, want)
+		}
+		// Launched again, with one size: the group forms.
+		if errs := joinAll(eps, "job", 2, []int{0, 1}, 10*time.Second); errs[0] != nil || errs[1] != nil {
+			t.Fatalf("the relaunch: %v", errs)
+		}
+	})
+}

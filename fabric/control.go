@@ -3,6 +3,7 @@ package fabric
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/ndma/ndma/secure"
@@ -45,6 +46,13 @@ func (s *Switch) control(now time.Time, d *transport.Delivery) {
 		if errors.Is(err, ErrCtrlAuth) {
 			st = wire.StatusAuth
 			s.stats.AuthFailures++
+			// An operator sees it in the log, at most once a second.
+			if s.authLogged.IsZero() || now.Sub(s.authLogged) >= time.Second {
+				s.logEvent(Event{Kind: EventAuthRefused, Addr: d.Peer.Addr, Count: s.authUnlogged})
+				s.authLogged, s.authUnlogged = now, 0
+			} else {
+				s.authUnlogged++
+			}
 		}
 		s.stats.ControlRefused++
 		s.reply(d.Peer, &d.Header, st, 0)
@@ -284,8 +292,22 @@ func (s *Switch) join(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 	r.last = now
 	if r.size != m.Size || r.mtu != m.MTU {
 		// Operand1 tells the joiner what the job's first member asked.
+		// The ranks waiting cannot form a group with this one: they are
+		// told at once, who asked what (a launch that gave the ranks
+		// different sizes fails on every rank, not on one at once and
+		// on the others at their timeout), and the rendezvous is
+		// dropped for a new launch.
 		s.stats.ControlRefused++
 		s.reply(d.Peer, &d.Header, wire.StatusBadOperand, JoinRefusal(r.size, r.mtu))
+		if !slices.ContainsFunc(r.joiners, func(j *joiner) bool { return j != nil && j.peer.Addr == d.Peer.Addr }) {
+			delete(s.jobs, m.Job)
+			for _, j := range r.joiners {
+				if j != nil {
+					h := wire.Header{Op: wire.OpControl, MsgID: j.msgID}
+					s.reply(j.peer, &h, wire.StatusBusy, JoinConflict(m.Rank, m.Size, m.MTU))
+				}
+			}
+		}
 		return
 	}
 	rank := m.Rank
@@ -349,7 +371,30 @@ const (
 	// JoinBusyExpired: no rank joined for ControlLimits.RendezvousTimeout
 	// and the switch dropped the rendezvous.
 	JoinBusyExpired = 4
+	// JoinBusyConflict (in Operand1's top byte, JoinConflict): another
+	// rank asked for the job with another size or MTU, and the switch
+	// dropped the rendezvous.
+	JoinBusyConflict = 5
 )
+
+// JoinConflict is Operand1 of a JOIN refused with StatusBusy because
+// rank asked for the job with size and mtu, which the waiting ranks did
+// not: JoinBusyConflict in the top byte, then the rank (16 bits), the
+// size and the MTU (20 bits each; a rank of CtrlRankAny is 0xFFFF).
+// SplitJoinConflict takes it apart.
+func JoinConflict(rank, size, mtu int) uint64 {
+	return JoinBusyConflict<<56 | uint64(uint16(rank))<<40 | uint64(size&0xFFFFF)<<20 | uint64(mtu&0xFFFFF)
+}
+
+// SplitJoinConflict returns the rank, size and MTU of a JoinConflict
+// operand (rank -1: any rank).
+func SplitJoinConflict(v uint64) (rank, size, mtu int) {
+	rank = int(uint16(v >> 40))
+	if rank == 0xFFFF {
+		rank = -1
+	}
+	return rank, int(v >> 20 & 0xFFFFF), int(v & 0xFFFFF)
+}
 
 // dropRendezvous forgets a job whose ranks did not all join in time and
 // answers the ranks still waiting with StatusBusy (they may try again).

@@ -141,7 +141,8 @@ const (
 	// back with another one restarted and lost its memory. The response
 	// carries its Node id and the switch's own incarnation in Epoch: a node
 	// that has not yet reported its grants to that incarnation sends
-	// CtrlPoolReport.
+	// CtrlPoolReport. Capacity 0 says the node stops lending (it shuts
+	// down): it is dead at once, and forgotten if it holds no copies.
 	CtrlPoolNode CtrlType = 7
 	// CtrlPoolCreate creates a pool region as Pool asks. The response
 	// carries its Region id, its Key and the Pool as created.
@@ -550,8 +551,8 @@ func (m *CtrlMsg) validate() error {
 		}
 		return validateMTU(m.MTU)
 	case CtrlPoolNode:
-		if !m.Resp && (m.Key == 0 || m.Capacity == 0) {
-			return ctrlErrorf("pool node: %s, capacity %d: want both non-zero", keyState(m.Key), m.Capacity)
+		if !m.Resp && m.Key == 0 {
+			return ctrlErrorf("pool node: %s: want a non-zero key", keyState(m.Key))
 		}
 	case CtrlPoolCreate:
 		return validatePool(&m.Pool, !m.Resp)
@@ -1248,8 +1249,8 @@ func (m *CtrlMsg) decode(b []byte) error {
 		m.Key = r.u64("key")
 		m.Capacity = r.u64("capacity")
 		m.Epoch = r.u64("incarnation")
-		if r.err == nil && (m.Key == 0 || m.Capacity == 0) {
-			r.err = ctrlErrorf("pool node: %s, capacity %d: want both non-zero", keyState(m.Key), m.Capacity)
+		if r.err == nil && m.Key == 0 {
+			r.err = ctrlErrorf("pool node: %s: want a non-zero key", keyState(m.Key))
 		}
 	case typ == CtrlPoolNode:
 		m.Node = r.u16("node")

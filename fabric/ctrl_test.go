@@ -371,7 +371,7 @@ func TestCtrlEncodeBounds(t *testing.T) {
 		{"type 0", CtrlMsg{}},
 		{"type 12", CtrlMsg{Type: 12}},
 		{"poolnode key 0", CtrlMsg{Type: CtrlPoolNode, Capacity: 1}},
-		{"poolnode capacity 0", CtrlMsg{Type: CtrlPoolNode, Key: 1}},
+		{"poolnode key 0", CtrlMsg{Type: CtrlPoolNode, Capacity: 1}},
 		{"pool size 0", CtrlMsg{Type: CtrlPoolCreate, Pool: PoolSpec{Stripe: 64, Replicas: 1, Perm: 1}}},
 		{"pool size 2^48+1", CtrlMsg{Type: CtrlPoolCreate, Pool: PoolSpec{Size: MaxRegionSize + 1, Stripe: 64, Replicas: 1, Perm: 1}}},
 		{"pool stripe 32", CtrlMsg{Type: CtrlPoolCreate, Pool: PoolSpec{Size: 1, Stripe: 32, Replicas: 1, Perm: 1}}},

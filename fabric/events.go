@@ -20,7 +20,8 @@ const (
 	// EventPoolNodeJoined: memory node Node at Addr lent Capacity bytes
 	// to the pool for the first time.
 	EventPoolNodeJoined
-	// EventPoolNodeDied: memory node Node at Addr stopped heartbeating.
+	// EventPoolNodeDied: memory node Node at Addr stopped heartbeating,
+	// or stopped lending on its own (Left).
 	EventPoolNodeDied
 	// EventPoolNodeBack: memory node Node at Addr, dead, heartbeats
 	// again with its memory intact (same incarnation).
@@ -45,6 +46,10 @@ const (
 	// EventPoolRecovered: the switch rebuilt its pool map from the
 	// memory nodes' reports: Count regions, Node nodes registered.
 	EventPoolRecovered
+	// EventAuthRefused: a control request from Addr did not carry this
+	// switch's fabric token; Count more were refused so since the last
+	// such event (at most one a second).
+	EventAuthRefused
 )
 
 var eventKindNames = [...]string{
@@ -59,6 +64,7 @@ var eventKindNames = [...]string{
 	EventCopyLost:          "copy lost",
 	EventRegionLost:        "region lost",
 	EventPoolRecovered:     "pool map recovered",
+	EventAuthRefused:       "control request refused: wrong fabric token",
 }
 
 func (k EventKind) String() string {
@@ -77,7 +83,8 @@ type Event struct {
 	Group    uint32         // group id
 	Size     int            // ranks in the job
 	Member   uint16         // rank
-	Left     bool           // the member left on its own
+	Left     bool           // the member, or memory node, left on its own
+	Forgot   bool           // a memory node that left held no copies: the switch forgot it
 	Silent   time.Duration  // how long the switch had heard nothing from a member counted dead
 	Addr     netip.AddrPort // member's or memory node's address
 	Node     int            // memory node id

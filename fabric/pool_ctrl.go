@@ -33,6 +33,10 @@ func (s *Switch) poolControl(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 	}
 	switch m.Type {
 	case CtrlPoolNode:
+		if m.Capacity == 0 {
+			s.poolNodeLeft(now, d)
+			return
+		}
 		prev := s.mmu.NodeAt(d.Peer.Addr)
 		first := prev == nil || prev.placeholder() // its first registration with this switch
 		restarted := !first && prev.Incarnation != m.Epoch
@@ -143,6 +147,37 @@ func (s *Switch) checkPoolNodes(now time.Time) {
 		}
 	}
 	s.retryRebuilds(now)
+}
+
+// poolNodeLeft handles a memory node's word that it stops lending (it
+// shuts down): it is dead from now, without waiting for its heartbeats to
+// stop, and forgotten at once if it holds no region copies (a node that
+// holds some stays, dead, as their home: they are lost, or rebuilt when
+// it comes back).
+func (s *Switch) poolNodeLeft(now time.Time, d *transport.Delivery) {
+	n := s.mmu.NodeAt(d.Peer.Addr)
+	if n == nil || n.placeholder() {
+		s.stats.ControlRefused++
+		s.reply(d.Peer, &d.Header, wire.StatusNotMember, 0)
+		return
+	}
+	s.respond(d, &CtrlMsg{Type: CtrlPoolNode, Resp: true, Node: uint16(n.ID), Epoch: s.incarnation})
+	ev := Event{Kind: EventPoolNodeDied, Node: n.ID, Addr: n.Addr, Left: true}
+	if n.Alive {
+		s.mmu.SetAlive(n, false)
+		s.nodeDied(now, n)
+	}
+	if n.Used() == 0 {
+		pending := !n.reported
+		if s.mmu.Forget(n) {
+			ev.Forgot = true
+			s.stats.PoolNodesForgotten++
+			if pending {
+				s.pendingNodes--
+			}
+		}
+	}
+	s.logEvent(ev)
 }
 
 // nodeDied ends the rebuilds a dead node was part of: of its own copies,

@@ -351,8 +351,14 @@ func (s *Server) logEventsLocked() {
 			}
 		case EventPoolNodeJoined:
 			s.log.Info("switch: memory node joined the pool", "node", e.Node, "addr", e.Addr, "bytes", e.Capacity)
+		case EventAuthRefused:
+			s.log.Warn("switch: control request refused: it does not carry this switch's fabric token", "addr", e.Addr, "more_since_last", e.Count)
 		case EventPoolNodeDied:
-			s.log.Info("switch: memory node dead (stopped heartbeating)", "node", e.Node, "addr", e.Addr)
+			if e.Left {
+				s.log.Info("switch: memory node left the pool (it stopped)", "node", e.Node, "addr", e.Addr, "forgotten", e.Forgot)
+			} else {
+				s.log.Info("switch: memory node dead (stopped heartbeating)", "node", e.Node, "addr", e.Addr)
+			}
 		case EventPoolNodeBack:
 			s.log.Info("switch: memory node back", "node", e.Node, "addr", e.Addr, "bytes", e.Capacity)
 		case EventPoolNodeRestarted:

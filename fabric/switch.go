@@ -190,7 +190,8 @@ type Stats struct {
 	NameRefused                                                                uint64 // joins and registrations refused for the sender's certified name (RankMay, ServiceMay)
 	AuthFailures                                                               uint64
 	ForwardDropped                                                             uint64
-	MembersDead                                                                uint64
+	MembersDead                                                                uint64 // members declared dead (stopped heartbeating)
+	MembersLeft                                                                uint64 // members that left (LEAVE)
 	Stalls                                                                     uint64 // the switch's own stalls, left out of members' silence (noteActivity)
 	EventsDropped                                                              uint64 // events not queued: MaxEvents were waiting for Events
 	RendezvousExpired, PoolNodesForgotten                                      uint64 // control-plane entries expired (limits.go)
@@ -284,6 +285,10 @@ type Switch struct {
 	jobs       map[string]*rendezvous
 	events     []Event // for Events; at most MaxEvents
 	nextID     uint32
+	// authLogged is when a control request refused for its token was
+	// last logged (EventAuthRefused), authUnlogged how many since.
+	authLogged   time.Time
+	authUnlogged int
 
 	mcast map[streamKey]*mstream
 	dirty []*mstream // streams with a merged ACK to send at the next Poll

@@ -124,7 +124,11 @@ func (s *Switch) memberDead(g *group, m *member, left bool) {
 	s.removeMember(m)
 	g.dead.add(m.id, s.now)
 	g.epoch++
-	s.stats.MembersDead++
+	if left {
+		s.stats.MembersLeft++
+	} else {
+		s.stats.MembersDead++
+	}
 	e := Event{Kind: EventMemberDead, Job: g.name, Group: g.id, Member: m.id, Addr: m.addr, Left: left}
 	if !left {
 		e.Silent = s.heard.Sub(m.lastSeen)

@@ -259,8 +259,10 @@ func TestUDPJoinMTU(t *testing.T) {
 	}
 
 	// Two members of one job: the first joins with 8972 and waits for the
-	// second; one with 1500 is refused, naming the job's MTU; one with
-	// 8972 completes the job.
+	// second; one with 1500 is refused, naming the job's MTU, and the
+	// first is told at once that a rank asked with another MTU (the
+	// launch is broken: the rendezvous is dropped); launched again with
+	// 8972 both, the job forms.
 	first := listen(8972)
 	before := srv.Stats().ControlIn
 	joined := make(chan error, 1)
@@ -279,6 +281,13 @@ func TestUDPJoinMTU(t *testing.T) {
 	if !errors.Is(serr, wire.StatusBadOperand) || !strings.Contains(serr.Error(), "MTU 8972") {
 		t.Fatalf("join with MTU 1500 into a job of 8972: %v, want StatusBadOperand naming MTU 8972", serr)
 	}
+	if err := <-joined; !errors.Is(err, wire.StatusBusy) || !strings.Contains(err.Error(), "rank 1 asked for the job with size 2 and MTU 1500") {
+		t.Fatalf("the waiting member: %v, want it told of rank 1's MTU at once", err)
+	}
+	go func() {
+		_, err := first.JoinJob(ctx, sw, "pair", 2, 0, opts)
+		joined <- err
+	}()
 	if _, err := listen(8972).JoinJob(ctx, sw, "pair", 2, 1, opts); err != nil {
 		t.Fatalf("second member with the job's MTU: %v", err)
 	}
@@ -332,6 +341,9 @@ func TestUDPEagerMulticast(t *testing.T) {
 		if err := gs[i].Recv(ctx, 1, buf); err != nil || string(buf) != "leaving" {
 			t.Fatalf("member %d got %q, %v", i, buf, err)
 		}
+	}
+	if st := srv.Stats(); st.MembersLeft != 1 || st.MembersDead != 0 {
+		t.Fatalf("after a member left: %d left, %d dead; want 1 and 0", st.MembersLeft, st.MembersDead)
 	}
 	if err := gs[0].Multicast(ctx, []byte("last words"), endpoint.MulticastOptions{Eager: true}); err != nil {
 		t.Fatal(err)

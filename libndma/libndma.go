@@ -181,6 +181,10 @@ func code(err error) C.int {
 		return C.NDMA_ERR_TIMEOUT
 	case errors.Is(err, coll.ErrArg), errors.Is(err, endpoint.ErrBadOp):
 		return C.NDMA_ERR_ARG
+	case errors.Is(err, endpoint.ErrShortRead), errors.Is(err, endpoint.ErrTruncated):
+		// A message of another length than this rank's buffer: the
+		// ranks' counts differ.
+		return C.NDMA_ERR_ARG
 	}
 	return C.NDMA_ERR_INTERNAL
 }

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"log/slog"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -394,4 +396,35 @@ func TestResponderRatePerAddr(t *testing.T) {
 	if ok != DefaultRatePerAddr/2 {
 		t.Fatalf("%d admitted half a second later, want %d", ok, DefaultRatePerAddr/2)
 	}
+}
+
+// TestLayerLogsRefusedHandshakes: a peer of another fabric is refused,
+// and the refusal logged at WARN with the peer and why, at most one line
+// a second however many arrive.
+func TestLayerLogsRefusedHandshakes(t *testing.T) {
+	n, a, b := newNet2(t)
+	var logs bytes.Buffer
+	b.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	other := issue(t, authority(t, "another fabric's secret entirely"), RoleClient, "stranger", 60)
+	for i := range 5 {
+		addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 6, 1, byte(i)}), 1)
+		n.l[addr] = n.layer(other, byte(61+i))
+		if err := b.Send(n.now, addr, plainPacket(t, 1, "x")); err != nil {
+			t.Fatal(err)
+		}
+		n.pump()
+	}
+	if got := strings.Count(logs.String(), "level=WARN msg=\"secure: handshake refused\""); got != 1 || !strings.Contains(logs.String(), "not signed by this fabric's authority") {
+		t.Fatalf("%d WARN lines for 5 refusals in one second:\n%s", got, logs.String())
+	}
+	n.tick(2 * time.Second)
+	if err := b.Send(n.now, netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 6, 1, 9}), 1), plainPacket(t, 2, "y")); err != nil {
+		t.Fatal(err)
+	}
+	n.l[netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 6, 1, 9}), 1)] = n.layer(other, 70)
+	n.tick(time.Second)
+	if got := strings.Count(logs.String(), "secure: handshake refused"); got < 2 || !strings.Contains(logs.String(), "more_since_last=") {
+		t.Fatalf("no second line after a second:\n%s", logs.String())
+	}
+	_ = a
 }

@@ -39,7 +39,11 @@ type Layer struct {
 	deadline time.Time                 // when Tick has work next (zero: none)
 
 	answers answerLimit // answers to datagrams no session vouches for
-	bound   sessionBound
+	// refusedAt is when a refused handshake was last logged,
+	// refusedMore how many were refused since.
+	refusedAt   time.Time
+	refusedMore int
+	bound       sessionBound
 
 	// Policy, if set, is asked about every peer's certificate when its
 	// session is established and again at every sweep (at most a minute
@@ -483,6 +487,7 @@ func (l *Layer) handshake(now time.Time, from netip.AddrPort, msg []byte) {
 		out, s, err := l.res.Handle(now, from, msg)
 		if err != nil {
 			l.stats.HandshakesFailed++
+			l.refused(now, from, err)
 			return
 		}
 		if out != nil {
@@ -508,6 +513,7 @@ func (l *Layer) handshake(now time.Time, from netip.AddrPort, msg []byte) {
 	out, s, err := p.ini.Handle(now, msg)
 	if err != nil {
 		l.stats.HandshakesFailed++
+		l.refused(now, from, err)
 		return
 	}
 	if out != nil {
@@ -627,6 +633,23 @@ func (l *Layer) onUnknown(now time.Time, from netip.AddrPort, msg []byte) {
 	if _, err := l.initiate(now, from); err != nil {
 		p.hold = false
 	}
+}
+
+// refused logs a handshake refused (a peer of another fabric, an expired
+// or forged credential, a malformed message) at WARN, at most once a
+// second, with how many were refused since the last line; a busy
+// responder's refusals only at DEBUG.
+func (l *Layer) refused(now time.Time, from netip.AddrPort, err error) {
+	if errors.Is(err, ErrBusy) {
+		l.logger().Debug("secure: handshake not answered: busy", "peer", from)
+		return
+	}
+	if !l.refusedAt.IsZero() && now.Sub(l.refusedAt) < time.Second {
+		l.refusedMore++
+		return
+	}
+	l.logger().Warn("secure: handshake refused", "peer", from, "err", err, "more_since_last", l.refusedMore)
+	l.refusedAt, l.refusedMore = now, 0
 }
 
 // logger is Log, or a logger that discards.

@@ -937,7 +937,7 @@ func (v *Volume) genLocked(ctx context.Context, live []uint16, states map[uint16
 		gen++
 		errs := make([]error, len(live))
 		forEach(len(live), func(i int) {
-			b, _ := json.Marshal(genReq{Name: v.d.Name, Holder: v.holder, Gen: gen, Members: live, Outdated: !cur[live[i]]})
+			b, _ := json.Marshal(genReq{Name: v.d.Name, Holder: v.holder, Gen: gen, Members: live, Outdated: !cur[live[i]], Direct: v.ctrl != ""})
 			_, errs[i] = v.c.call(ctx, live[i], "generation", append([]byte{opGen}, b...))
 		})
 		var failed []uint16
@@ -1126,6 +1126,12 @@ func retryIO(v *Volume, what string, f func() (int, error)) (int, error) {
 		}
 		time.Sleep(wait)
 		wait = min(2*wait, time.Second)
+		if v.ctrl != "" && (staleService(err) || silentService(err)) {
+			// The switch restarted: look the gateway up again.
+			ctx, cancel := context.WithTimeout(context.Background(), nodeCallTimeout)
+			_, _ = v.c.ep.ServiceMembers(ctx, v.c.sw, v.ctrl, v.c.opts.Fabric)
+			cancel()
+		}
 		if v.write && v.ctrl == "" {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			v.lockForm()
@@ -1166,7 +1172,9 @@ func (v *Volume) writeOnce(p []byte, off int64) (int, error) {
 			// The gateway or the switch is out of room: again, with
 			// backoff.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			pc.op.Resp, err = retryBusy(ctx, true, func() ([]byte, error) { return v.c.ep.Anycast(ctx, v.c.sw, v.ctrl, 0, pc.req, v.c.opts.Fabric) })
+			pc.op.Resp, err = retryBusy(ctx, true, func() ([]byte, error) {
+				return v.c.ep.Anycast(ctx, v.c.sw, v.ctrl, gatewayKey, pc.req, v.c.opts.Fabric)
+			})
 			cancel()
 		}
 		if v.ctrl != "" {
@@ -1248,7 +1256,7 @@ func (v *Volume) startGateway(ver, off uint64, data []byte) (*endpoint.Op, []byt
 	if err := v.c.inflight.Acquire(context.Background(), int64(n)); err != nil {
 		return nil, nil, 0, err
 	}
-	op, err := v.c.ep.StartAnycast(context.Background(), v.c.sw, v.ctrl, 0, req, v.c.opts.Fabric, nil)
+	op, err := v.c.ep.StartAnycast(context.Background(), v.c.sw, v.ctrl, gatewayKey, req, v.c.opts.Fabric, nil)
 	if err != nil {
 		v.c.inflight.Release(int64(n))
 		return nil, nil, 0, err
@@ -1279,15 +1287,17 @@ func (v *Volume) Flush() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if v.ctrl != "" {
+	_, err := retryIO(v, "flush", func() (int, error) {
+		if v.ctrl == "" {
+			return 0, v.flushOnce(ctx)
+		}
 		req := (&oneReq{Name: v.d.Name, Holder: v.holder}).append(nil, opGwFlush)
-		resp, err := retryBusy(ctx, true, func() ([]byte, error) { return v.c.ep.Anycast(ctx, v.c.sw, v.ctrl, 0, req, v.c.opts.Fabric) })
+		resp, err := retryBusy(ctx, true, func() ([]byte, error) { return v.c.ep.Anycast(ctx, v.c.sw, v.ctrl, gatewayKey, req, v.c.opts.Fabric) })
 		if err == nil {
 			_, err = replyBody(-1, "flush", resp)
 		}
-		return err
-	}
-	_, err := retryIO(v, "flush", func() (int, error) { return 0, v.flushOnce(ctx) })
+		return 0, err
+	})
 	return err
 }
 
@@ -1399,7 +1409,7 @@ func (v *Volume) readPieceOnce(ctx context.Context, e int, off uint64, buf []byt
 	var resp []byte
 	var err error
 	if v.ctrl != "" {
-		resp, err = retryBusy(ctx, true, func() ([]byte, error) { return v.c.ep.Anycast(ctx, v.c.sw, v.ctrl, 0, req, v.c.opts.Fabric) })
+		resp, err = retryBusy(ctx, true, func() ([]byte, error) { return v.c.ep.Anycast(ctx, v.c.sw, v.ctrl, gatewayKey, req, v.c.opts.Fabric) })
 	} else {
 		resp, err = readExtent(ctx, v.c, v.d, e, req)
 	}

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/semaphore"
@@ -50,11 +52,12 @@ type Gateway struct {
 
 	inflight *semaphore.Weighted
 
-	mu     sync.Mutex
-	descs  map[string]Descriptor
-	live   []uint16
-	liveAt time.Time
-	stats  GatewayStats
+	mu      sync.Mutex
+	descs   map[string]Descriptor
+	writers map[writerKey]*gwWriter // bounded by MaxGatewayVolumes
+	live    []uint16
+	liveAt  time.Time
+	stats   GatewayStats
 }
 
 // GatewayStats are a gateway's counters.
@@ -78,7 +81,7 @@ func NewGateway(ep *endpoint.Endpoint, cfg GatewayConfig) *Gateway {
 	if cfg.MaxInflight <= 0 {
 		cfg.MaxInflight = 8 << 20
 	}
-	return &Gateway{ep: ep, cfg: cfg, log: cfg.Logger, descs: map[string]Descriptor{},
+	return &Gateway{ep: ep, cfg: cfg, log: cfg.Logger, descs: map[string]Descriptor{}, writers: map[writerKey]*gwWriter{},
 		c:        NewClient(ep, cfg.Switch, ClientOptions{Fabric: cfg.Fabric, Service: cfg.Service}),
 		inflight: semaphore.NewWeighted(int64(max(cfg.MaxInflight, MaxIO)))}
 }
@@ -185,8 +188,9 @@ func (g *Gateway) desc(ctx context.Context, name string) (Descriptor, error) {
 	return d, nil
 }
 
-// MaxGatewayVolumes bounds the descriptors a gateway caches; a full cache
-// is emptied (they are fetched again from the nodes).
+// MaxGatewayVolumes bounds the descriptors a gateway caches (a full cache
+// is emptied: they are fetched again from the nodes), and the writers
+// whose generations it keeps.
 const MaxGatewayVolumes = 4096
 
 // liveNodes returns the nodes the switch lists, refreshed at most every
@@ -212,7 +216,17 @@ func (g *Gateway) liveNodes(ctx context.Context, fresh bool) ([]uint16, error) {
 // liveEvery is how long a gateway trusts its list of live nodes.
 const liveEvery = 500 * time.Millisecond
 
-func (g *Gateway) handle(_ uint64, req []byte) ([]byte, error) {
+// gatewayKey is the key of a request to the gateway: a storage node that
+// gets it (a restarted switch gave the gateway's service id to the node's
+// service) refuses it as meant for another (WRONG_NODE), and the client
+// looks the gateway up again.
+const gatewayKey = 1<<64 - 1
+
+func (g *Gateway) handle(key uint64, req []byte) ([]byte, error) {
+	if key != 0 && key != gatewayKey {
+		// Meant for a storage node (see Node.handle).
+		return refusal(CodeWrongNode, "this is the gateway, not a storage node"), nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	resp := g.serve(ctx, req)
@@ -262,24 +276,25 @@ func (g *Gateway) serve(ctx context.Context, req []byte) []byte {
 		if err != nil {
 			return refusal(codeOf(err), err.Error())
 		}
-		var to []uint16
-		op := uint8(opFlushOne)
+		e, op := -1, uint8(opFlushOne)
 		if req[0] == opGwWrite {
 			if r.Off >= d.Size {
 				return refusal(CodeOutOfRange, "write past the end")
 			}
-			to, op = d.Replica(int(r.Off/d.Extent)), opWriteOne
-		} else {
-			to = d.Nodes
+			e, op = int(r.Off/d.Extent), opWriteOne
 		}
-		n := int64(len(r.Data) * len(to))
-		if err := g.inflight.Acquire(ctx, min(n, int64(g.cfg.MaxInflight))); err != nil {
+		n := min(int64(len(r.Data)*d.Replicas), int64(g.cfg.MaxInflight))
+		if err := g.inflight.Acquire(ctx, n); err != nil {
 			return refusal(CodeNotReady, "gateway queue: "+err.Error())
 		}
-		err = g.forward(ctx, to, r.append(nil, op))
-		g.inflight.Release(min(n, int64(g.cfg.MaxInflight)))
+		w, done, err := g.writer(d, r.Holder)
+		if err == nil {
+			err = g.forward(ctx, w, e, r.append(nil, op))
+			done()
+		}
+		g.inflight.Release(n)
 		if err != nil {
-			return refusal(codeOf(err), err.Error())
+			return refusal(gwCode(err), err.Error())
 		}
 		g.mu.Lock()
 		if op == opWriteOne {
@@ -293,17 +308,142 @@ func (g *Gateway) serve(ctx context.Context, req []byte) []byte {
 	return refusal(CodeBadRequest, fmt.Sprintf("unknown request %d", req[0]))
 }
 
-// forward sends req to every live node of to, a copy each, and waits for
-// all: a node the switch no longer lists is skipped (degraded); none
-// left is ErrNoReplica.
-func (g *Gateway) forward(ctx context.Context, to []uint16, req []byte) error {
-	live, err := g.liveNodes(ctx, false)
+// gwWriter is the data generation of the writer (lease holder) of one
+// volume whose writes the gateway forwards: a Volume the gateway keeps,
+// not opened (the writer holds the lease), whose generation code it runs
+// (Volume.genLocked), as a writer that multicasts runs it before it forms
+// its groups.
+type gwWriter struct {
+	v *Volume
+	// again: the generation must be recorded anew before the next write
+	// (a write or a generation failed on a node).
+	again atomic.Bool
+	users int // requests using it (under Gateway.mu)
+}
+
+// writer returns the generation state of holder's writes to volume d,
+// counted in use until done is called. The table holds up to
+// MaxGatewayVolumes writers; a full one forgets those not in use (their
+// next writes record new generations), and refuses a new writer while
+// every one is in use.
+func (g *Gateway) writer(d Descriptor, holder uint64) (w *gwWriter, done func(), err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	k := writerKey{d.Name, d.Created, holder}
+	w = g.writers[k]
+	if w == nil {
+		if len(g.writers) >= MaxGatewayVolumes {
+			maps.DeleteFunc(g.writers, func(_ writerKey, w *gwWriter) bool { return w.users == 0 })
+			if len(g.writers) >= MaxGatewayVolumes {
+				return nil, nil, fmt.Errorf("%w: the gateway forwards the writes of %d writers", ErrNotReady, len(g.writers))
+			}
+		}
+		w = &gwWriter{v: &Volume{c: g.c, d: d, write: true, holder: holder, ctrl: g.cfg.Name, log: g.log,
+			groups: map[string]*wgroup{}, missing: map[uint16]bool{}, form: make(chan struct{}, 1)}}
+		g.writers[k] = w
+	}
+	w.users++
+	return w, func() {
+		g.mu.Lock()
+		w.users--
+		g.mu.Unlock()
+	}, nil
+}
+
+// writerKey names a writer of one incarnation of a volume.
+type writerKey struct {
+	name    string
+	created int64
+	holder  uint64
+}
+
+// generation makes sure w writes in a generation recorded on every node
+// of the volume the switch lists (as a writer's formLocked does): a node
+// that is down is left out, and learns from the others, when it returns,
+// that it missed writes. A node that is listed but does not answer stops
+// the writes until it answers or the switch counts it dead.
+func (g *Gateway) generation(ctx context.Context, w *gwWriter) error {
+	v := w.v
+	v.lockForm()
+	defer v.unlockForm()
+	again := w.again.Load()
+	live, err := g.liveNodes(ctx, again)
 	if err != nil {
 		return err
 	}
-	to = slices.DeleteFunc(slices.Clone(to), func(id uint16) bool { return !slices.Contains(live, id) })
+	live = slices.DeleteFunc(slices.Clone(live), func(id uint16) bool { return !slices.Contains(v.d.Nodes, id) })
+	if v.gen != 0 && !again && slices.Equal(live, v.genMembers) {
+		return nil
+	}
+	// No write is in flight while the generation changes: one still on
+	// its way to a node left out would complete on the others only.
+	v.io.close()
+	defer v.io.open()
+	w.again.Store(true)
+	st, err := g.c.Stat(ctx, v.d.Name)
+	if err != nil {
+		return err
+	}
+	if st.Desc.Created != v.d.Created {
+		return fmt.Errorf("%w: %s was created anew", ErrNoVolume, v.d.Name)
+	}
+	states := map[uint16]leaseResp{}
+	for _, nv := range st.Nodes {
+		states[uint16(nv.Node)] = leaseResp{Epoch: nv.Epoch, Gen: nv.Gen, Ready: nv.Ready, Outdated: nv.Outdated, Grouped: nv.Grouped}
+	}
+	if silent := slices.DeleteFunc(slices.Clone(live), func(id uint16) bool { _, ok := states[id]; return ok }); len(silent) > 0 {
+		return fmt.Errorf("%w: volume %s: nodes %v are up but do not answer", ErrNoReplica, v.d.Name, silent)
+	}
+	for _, nv := range st.Nodes {
+		if !nv.Leased && slices.Contains(live, uint16(nv.Node)) {
+			// It restarted: the writer's next lease renewal reaches it.
+			return fmt.Errorf("%w: volume %s: node %d does not hold the writer's lease yet", ErrNotReady, v.d.Name, nv.Node)
+		}
+	}
+	v.reform = true // a new generation, whatever the nodes
+	if err := v.genLocked(ctx, live, states); err != nil {
+		return err
+	}
+	for _, id := range v.d.Nodes {
+		if !slices.Contains(v.genMembers, id) {
+			g.log.Warn("stor: gateway: replica left out: writing without it", "volume", v.d.Name, "node", id, "generation", v.gen)
+		}
+	}
+	w.again.Store(false)
+	return nil
+}
+
+// errGeneration: the write's generation ended while it waited; it is
+// sent again in the next.
+var errGeneration = fmt.Errorf("%w: the volume's nodes changed", ErrNotReady)
+
+// forward sends req (a write to extent e, or with e -1 a flush) to each
+// node of w's generation that holds it, a copy each, and waits for all.
+// A write with no copy current among them fails (ErrNotCurrent); one that
+// a node does not take fails, and the next records a generation without
+// the node if the switch counts it dead, so that a write is acknowledged
+// only once every node that missed it is known, durably, to have.
+func (g *Gateway) forward(ctx context.Context, w *gwWriter, e int, req []byte) error {
+	if err := g.generation(ctx, w); err != nil {
+		return err
+	}
+	v := w.v
+	v.io.enter()
+	defer v.io.leave()
+	if w.again.Load() {
+		return errGeneration
+	}
+	to := v.d.Nodes
+	if e >= 0 {
+		to = v.d.Replica(e)
+	}
+	to = slices.DeleteFunc(slices.Clone(to), func(id uint16) bool { return !slices.Contains(v.genMembers, id) })
+	if e >= 0 && !slices.ContainsFunc(to, func(id uint16) bool { return v.cur[id] }) {
+		return fmt.Errorf("%w: volume %s extent %d: no node up (of %v) held a current copy when the writer started writing without the others",
+			ErrNotCurrent, v.d.Name, e, v.d.Replica(e))
+	}
 	if len(to) == 0 {
-		return ErrNoReplica
+		return fmt.Errorf("%w: volume %s: every node is down", ErrNoReplica, v.d.Name)
 	}
 	errs := make([]error, len(to))
 	forEach(len(to), func(i int) { _, errs[i] = g.c.call(ctx, to[i], "write", req) })
@@ -313,30 +453,29 @@ func (g *Gateway) forward(ctx context.Context, to []uint16, req []byte) error {
 	var first error
 	for _, err := range errs {
 		var ne *NodeError
-		if errors.As(err, &ne) {
+		if errors.As(err, &ne) && !retryable(err) && !errors.Is(err, ErrLeaseHeld) {
 			return err // the node refused it: the writer must know
 		}
 		first = cmpErr(first, err)
 	}
-	if first == nil {
-		return nil
-	}
-	// A node did not answer: if the switch no longer lists it, the write
-	// went to the others (degraded).
-	live, err = g.liveNodes(ctx, true)
-	if err != nil {
-		return first
-	}
-	ok := 0
-	for i, err := range errs {
-		if err == nil {
-			ok++
-		} else if slices.Contains(live, to[i]) {
-			return err
+	if first != nil {
+		// The next try records a generation: without a node that is
+		// down, with one that restarted (whose lease the writer's next
+		// renewal gives back); another writer's lease fails it.
+		w.again.Store(true)
+		if errors.Is(first, ErrLeaseHeld) {
+			return fmt.Errorf("%w: %v", errGeneration, first)
 		}
 	}
-	if ok == 0 {
-		return ErrNoReplica
+	return first
+}
+
+// gwCode is the code the gateway answers err with: one the writer retries
+// (NOT_READY) while the fabric recovers from a failure.
+func gwCode(err error) Code {
+	var ne *NodeError
+	if retryable(err) && !errors.As(err, &ne) || errors.Is(err, ErrNotCurrent) || errors.Is(err, ErrNoReplica) {
+		return CodeNotReady
 	}
-	return nil
+	return codeOf(err)
 }

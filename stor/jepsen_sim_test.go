@@ -6,9 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
-	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -55,18 +52,7 @@ func TestSimJepsenVolume(t *testing.T) {
 	// One seed by default (a run takes seconds of CPU); a sweep of
 	// seeds is docs/BENCHMARKS.md's, and STOR_JEPSEN_SEEDS runs as many
 	// as asked.
-	seeds := []int64{101}
-	if v := os.Getenv("STOR_JEPSEN_SEEDS"); v != "" {
-		// More seeds on demand: STOR_JEPSEN_SEEDS=104-140.
-		var lo, hi int64
-		if _, err := fmt.Sscanf(v, "%d-%d", &lo, &hi); err != nil || hi < lo {
-			t.Fatalf("STOR_JEPSEN_SEEDS=%q: want FIRST-LAST", v)
-		}
-		seeds = seeds[:0]
-		for s := lo; s <= hi; s++ {
-			seeds = append(seeds, s)
-		}
-	}
+	seeds := jSeeds(t, "STOR_JEPSEN_SEEDS", 101) // more on demand: STOR_JEPSEN_SEEDS=104-140
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { jepsenVolume(t, seed) })
 	}
@@ -307,28 +293,13 @@ func jepsenVolume(t *testing.T, seed int64) {
 	vals := &jValues{ids: map[uint64]uint64{}, other: map[uint64]uint64{}}
 	errs := &jErrors{n: map[string]int{}}
 	var divergent []jepsen.Divergence
-	writers := jWriters
 	tick, stopWatchdog := jWatchdog(seed)
 	defer stopWatchdog()
 	// The history is checked also when the run failed on the way (the
 	// bubble's failure ends this goroutine too, running its defers).
 	defer func() {
-		if h == nil {
-			return
-		}
-		// A volume's reads are regular, as a disk's: one that overlaps a
-		// write in flight may see the new bytes on one replica and then
-		// the old on another that has not taken them yet; once a write
-		// completed, every read sees it.
-		rep := jepsen.Check(h, jepsen.CheckOptions{Init: jepsen.Digest(make([]byte, jBlock)), Describe: vals.describe, Regular: true})
-		rep.Divergent = divergent
-		t.Logf("seed %d:\n%v", seed, rep)
-		if !rep.OK() {
-			path, err := rep.WriteVisualization(os.Getenv("STOR_JEPSEN_DIR"))
-			if err != nil {
-				t.Errorf("seed %d: visualization: %v", seed, err)
-			}
-			t.Errorf("seed %d: the history is not linearizable or replicas differ (visualization: %s)", seed, path)
+		if h != nil {
+			jReport(t, seed, h, vals, divergent)
 		}
 	}()
 	simStorage(t, 3, seed, func(t *testing.T, s *simStor) {
@@ -356,102 +327,8 @@ func jepsenVolume(t *testing.T, seed int64) {
 			}
 			readers = append(readers, r)
 		}
-		perExtent := MinExtent / jBlock
-		var hot []int
-		for e := range jExtents {
-			for b := range jHot {
-				hot = append(hot, e*perExtent+b*perExtent/jHot)
-			}
-		}
-
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		var (
-			okMu      sync.Mutex
-			lastWrite time.Time // the return of the latest write that was OK
-			leaseLost atomic.Int64
-		)
-		worker := func(client int, f func(rng *rand.Rand)) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				rng := rand.New(rand.NewPCG(uint64(seed), uint64(client)))
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					f(rng)
-					time.Sleep(time.Duration(rng.Int64N(int64(jPause))))
-				}
-			}()
-		}
-		var nextID uint64
-		var idMu sync.Mutex
-		for g := range writers {
-			client := g
-			worker(client, func(rng *rand.Rand) {
-				idMu.Lock()
-				nextID++
-				id := nextID
-				idMu.Unlock()
-				blk := hot[rng.IntN(len(hot))]
-				p, dig := vals.block(id)
-				call := h.Invoke(client, jepsen.Write, jKey(blk), dig)
-				_, err := w.WriteAt(p, int64(blk*jBlock))
-				// A failed write may have reached some replicas before
-				// it failed (it is retried while the fabric recovers):
-				// its outcome is unknown.
-				if errors.Is(err, ErrLeaseHeld) {
-					// No other writer exists: it never should.
-					leaseLost.Add(1)
-				}
-				if err != nil {
-					call.Unknown(err)
-				}
-				if err != nil {
-					errs.add("write", err)
-					return
-				}
-				if err := w.Flush(); err != nil {
-					errs.add("flush", err)
-					call.Unknown(err)
-					return
-				}
-				call.OK(0)
-				okMu.Lock()
-				lastWrite = time.Now()
-				okMu.Unlock()
-			})
-		}
-		for i, r := range readers {
-			for g := range jReaderGors {
-				client := writers + i*jReaderGors + g
-				worker(client, func(rng *rand.Rand) {
-					blk := hot[rng.IntN(len(hot))]
-					buf := make([]byte, jBlock)
-					call := h.Invoke(client, jepsen.Read, jKey(blk), 0)
-					if _, err := r.ReadAt(buf, int64(blk*jBlock)); err != nil {
-						// A read that failed returned nothing: no
-						// evidence either way.
-						errs.add("read", err)
-						call.Fail(err)
-						return
-					}
-					call.OK(vals.read(buf))
-				})
-			}
-		}
-		halted := false
-		halt := func() {
-			if !halted {
-				halted = true
-				close(stop)
-				wg.Wait()
-			}
-		}
-		defer halt()
+		work := jStartWork(seed, h, vals, errs, w, readers)
+		defer work.halt()
 
 		nodes := &jNodes{s: s}
 		nem, err := jepsen.NewNemesis(rand.New(rand.NewPCG(uint64(seed), 0xfa)), jepsen.NemesisConfig{
@@ -467,38 +344,14 @@ func jepsenVolume(t *testing.T, seed int64) {
 		nodes.wg.Wait() // every crashed node is up again, or could not be
 		healed := time.Now()
 		time.Sleep(jQuiet)
-
 		// The volume is whole again, and the writer writes.
-		deadline := healed.Add(jRecover)
-		for {
-			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			st, err := c.Stat(sctx, jVolume)
-			cancel()
-			okMu.Lock()
-			wrote := lastWrite.After(healed)
-			okMu.Unlock()
-			if err == nil && !st.Degraded && wrote {
-				t.Logf("seed %d: whole again %v after the heal", seed, time.Since(healed))
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("seed %d: %v after the heal: no write done %v, stat %+v, %v", seed, jRecover, !wrote, st, err)
-				if os.Getenv("STOR_DEBUG") != "" || os.Getenv("STOR_TRACE") != "" {
-					// Where the nodes and the writer wait.
-					buf := make([]byte, 8<<20)
-					t.Logf("seed %d: goroutines:\n%s", seed, buf[:runtime.Stack(buf, true)])
-				}
-				break
-			}
-			time.Sleep(500 * time.Millisecond)
-		}
-		halt()
-		if n := leaseLost.Load(); n > 0 {
+		jAwaitWhole(ctx, t, seed, c, work, healed)
+		work.halt()
+		if n := work.leaseLost.Load(); n > 0 {
 			t.Errorf("seed %d: the only writer lost its lease (%d times)", seed, n)
 		}
-		cerr := w.Close()
-		if cerr != nil {
-			t.Errorf("seed %d: closing the writer after the heal: %v", seed, cerr)
+		if err := w.Close(); err != nil {
+			t.Errorf("seed %d: closing the writer after the heal: %v", seed, err)
 		}
 
 		// A fresh reader reads every block, as part of the history.
@@ -506,17 +359,7 @@ func jepsenVolume(t *testing.T, seed int64) {
 		if err != nil {
 			t.Fatalf("seed %d: opening a reader after the heal: %v", seed, err)
 		}
-		client := writers + jReaders*jReaderGors
-		for blk := range int(d.Size) / jBlock {
-			buf := make([]byte, jBlock)
-			call := h.Invoke(client, jepsen.Read, jKey(blk), 0)
-			if _, err := fresh.ReadAt(buf, int64(blk*jBlock)); err != nil {
-				call.Fail(err)
-				t.Errorf("seed %d: reading block %d after the heal: %v", seed, blk, err)
-				continue
-			}
-			call.OK(vals.read(buf))
-		}
+		jReadAll(t, seed, h, vals, fresh, d)
 
 		// No two replicas differ (the writer is closed: all is flushed).
 		var snaps []jepsen.Snapshot
@@ -525,17 +368,7 @@ func jepsenVolume(t *testing.T, seed int64) {
 				t.Errorf("seed %d: node %d could not be started again: its copy is left out of the comparison", seed, i)
 				continue
 			}
-			data, err := os.ReadFile(filepath.Join(dir, "vols", jVolume, "data"))
-			if err != nil {
-				t.Fatalf("seed %d: node %d: %v", seed, i, err)
-			}
-			snap := jepsen.Snapshot{Replica: fmt.Sprint(jReplicaSet, i), Keys: map[string][]byte{}}
-			for blk := range int(d.Size) / jBlock {
-				if d.Holds(uint16(i), blk*jBlock/int(d.Extent)) {
-					snap.Keys[jKey(blk)] = data[blk*jBlock : (blk+1)*jBlock]
-				}
-			}
-			snaps = append(snaps, snap)
+			snaps = append(snaps, jSnapshot(t, seed, i, dir, d))
 		}
 		divergent = jepsen.CompareReplicas(snaps)
 		t.Logf("seed %d: errors by kind:%v", seed, errs)

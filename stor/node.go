@@ -635,10 +635,14 @@ func (n *Node) lease(b []byte) []byte {
 			// A new writer: the old one's groups end, so its writes no
 			// longer reach this node.
 			stop = v.takeGroups()
-			v.holder, v.holderGen = r.Holder, 0
+			v.holder, v.holderGen, v.direct = r.Holder, 0, false
 		}
 		v.expires = now.Add(time.Duration(r.TTLMs) * time.Millisecond)
-		v.holderGen = r.Gen
+		if !v.direct {
+			// (A holder writing through a gateway renews without a
+			// generation: the gateway records them.)
+			v.holderGen = r.Gen
+		}
 		if r.Gen > v.meta.Gen && !slices.Contains(r.Members, n.st.id) && !v.meta.Outdated {
 			// The writer went on without this node.
 			n.log.Warn("stor: copy outdated: the writer writes without this node", "volume", r.Name, "node", n.st.id,
@@ -720,10 +724,14 @@ func (n *Node) join(b []byte) []byte {
 }
 
 // grouped reports whether node is in a live write group for every replica
-// set of v it belongs to. Caller holds v.mu.
+// set of v it belongs to (for a holder writing through a gateway: in the
+// generation it writes in). Caller holds v.mu.
 func (v *vol) grouped(service string, node uint16) bool {
 	if v.holder == 0 || !time.Now().Before(v.expires) {
 		return false
+	}
+	if v.direct {
+		return v.holderGen == v.meta.Gen && slices.Contains(v.meta.members(), node)
 	}
 	for _, s := range v.meta.Desc.Sets() {
 		if slices.Contains(s, node) && v.wgroups[setName(service, s)] == nil {
@@ -743,6 +751,10 @@ type genReq struct {
 	Gen      uint64   `json:"gen"`
 	Members  []uint16 `json:"members"`
 	Outdated bool     `json:"outdated,omitempty"`
+	// Direct: the holder sends each write to each member itself (through
+	// a gateway), in no write group; a member of its generation gets its
+	// writes.
+	Direct bool `json:"direct,omitempty"`
 }
 
 func (n *Node) setGen(b []byte) []byte {
@@ -792,7 +804,7 @@ func (n *Node) setGen(b []byte) []byte {
 	}
 	v.meta.Gen, v.meta.Members = r.Gen, slices.Clone(r.Members)
 	v.meta.Outdated = v.meta.Outdated || r.Outdated
-	v.holderGen = r.Gen
+	v.holderGen, v.direct = r.Gen, r.Direct
 	if !v.ready || v.meta.Outdated {
 		v.startTrack(true) // before the new generation's first write to it
 	}
@@ -1320,7 +1332,7 @@ func (n *Node) maybeResync(v *vol) {
 		v.mu.Unlock()
 		return
 	}
-	grouped := len(v.wgroups) > 0
+	grouped := len(v.wgroups) > 0 || v.direct && v.grouped(n.cfg.Service, n.st.id)
 	v.syncing = true
 	v.mu.Unlock()
 	n.wg.Add(1)
@@ -1378,7 +1390,7 @@ func (n *Node) resync(v *vol, grouped bool) error {
 	// kept over the copies; with no group (now, not when this resync was
 	// decided on: it may have joined since), none is of the writer's
 	// latest generation.
-	v.startTrack(len(v.wgroups) == 0)
+	v.startTrack(len(v.wgroups) == 0 && !(v.direct && v.grouped(n.cfg.Service, n.st.id)))
 	v.mu.Unlock()
 	type peer struct {
 		nv NodeVolume

@@ -68,6 +68,7 @@ type vol struct {
 	ready     bool         // serves reads: not resyncing, not waiting for the writer
 	holder    uint64       // lease holder (0: none)
 	holderGen uint64       // the generation the holder writes in, as its last renewal said (0: none yet)
+	direct    bool         // the holder sends each write to each node itself (a gateway), in no write group
 	expires   time.Time    // lease expiry
 	werr      Code         // first write error since the last flush
 	removed   bool

@@ -144,6 +144,7 @@ type Stats struct {
 	Duplicates, OutOfWindow, PartialOverflow uint64
 	Malformed, Unexpected, Refused           uint64
 	FastRetransmits, Timeouts, PeersDead     uint64
+	SelfStalls                               uint64 // Polls that came late enough to mean this process did not run (selfStall)
 	MessagesCompleted, MessagesFailed        uint64
 	// Contradicting counts data packets refused because their fragment
 	// disagrees with the message it joins (see Delivery.MsgDone).
@@ -243,6 +244,11 @@ func (e *Engine) releaseRec(rec *pktRec) {
 // deadline, and never lets the engine see a socket or a clock.
 type Engine struct {
 	cfg Config
+	// expectAt is the deadline the last Poll returned (zero: none): a
+	// Poll that comes much later than it finds this engine's own process
+	// stopped or starved meanwhile (SIGSTOP, a debugger, a suspended
+	// host), whose time is not its peers' silence (selfStall).
+	expectAt time.Time
 	// rxAt is SetArrival's kernel receive time for the next Step (Unix
 	// ns, 0: none); arrival is the current Step's: that time, or the
 	// Step's now.
@@ -849,6 +855,7 @@ func (e *Engine) SetWindow(id PeerID, packets uint32) {
 // may be swept as idle (Config.IdleTimeout).
 func (e *Engine) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, []Completion, time.Time) {
 	e.setNow(now)
+	e.selfStall(now)
 	next := e.sweep(now)
 	budget := e.cfg.MaxBurst
 	used := 0
@@ -893,7 +900,38 @@ func (e *Engine) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, []
 	}
 	comps := e.comps
 	e.comps, e.compsSpare = e.compsSpare[:0], comps
+	e.expectAt = next
 	return out, comps, next
+}
+
+// selfStallGap is how late past its deadline a Poll must come for the
+// engine to take the delay as its own process's stall.
+const selfStallGap = 500 * time.Millisecond
+
+// selfStall leaves this process's own stall out of its peers' silence:
+// when Poll comes more than selfStallGap after the deadline it last gave,
+// the process did not run meanwhile (stopped, paused, starved of CPU),
+// so neither did it receive; the time its peers have been silent is
+// shifted by the stall, and a peer is declared dead only if it stays
+// silent for DeadTimeout of this process's running time. (What the peers
+// decided about this process meanwhile, it learns from them: a switch
+// that counted it dead says so.) The work is over the peers with data in
+// flight, only after a stall.
+func (e *Engine) selfStall(now time.Time) {
+	if e.expectAt.IsZero() {
+		return
+	}
+	gap := now.Sub(e.expectAt)
+	e.expectAt = time.Time{}
+	if gap <= selfStallGap {
+		return
+	}
+	e.stats.SelfStalls++
+	for _, p := range e.active {
+		if !p.lastProgress.IsZero() {
+			p.lastProgress = p.lastProgress.Add(gap)
+		}
+	}
 }
 
 // sweep removes idle peers not active for IdleTimeout, looking at no more

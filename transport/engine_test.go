@@ -329,3 +329,44 @@ func TestForgetGroup(t *testing.T) {
 	}
 	e.ForgetGroup(sw, 99, nil) // no such group: nothing happens
 }
+
+// TestSelfStallNotPeersSilence: a sender whose own process stopped for
+// longer than DeadTimeout with a message in flight (its Poll comes 3 s
+// after the deadline it gave: it ran no timer and read nothing) does not
+// take the peer for dead at once: the silence was its own. The peer is
+// declared dead only when it stays silent for DeadTimeout of the
+// sender's running time after that.
+func TestSelfStallNotPeersSilence(t *testing.T) {
+	e, err := New(Config{Seed: 8, DeadTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := PeerID{Addr: netip.MustParseAddrPort("10.0.0.9:9")}
+	h := wire.Header{Op: wire.OpWrite}
+	if _, err := e.Send(to, &h, make([]byte, 5000), 1); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1000, 0)
+	_, comps, next := e.Poll(t0, nil)
+	if len(comps) != 0 || next.IsZero() {
+		t.Fatalf("first poll: %d completions, next %v", len(comps), next)
+	}
+	// Stopped: the next Poll comes 3 s after the deadline.
+	resumed := next.Add(3 * time.Second)
+	_, comps, _ = e.Poll(resumed, nil)
+	if len(comps) != 0 {
+		t.Fatalf("after its own stall: %v", comps[0].Err)
+	}
+	if st := e.Stats(); st.SelfStalls != 1 || st.PeersDead != 0 {
+		t.Fatalf("after the stall: %+v", st)
+	}
+	// Silent for DeadTimeout of running time after it: dead.
+	var failed []Completion
+	for now := resumed; now.Before(resumed.Add(3*time.Second)) && len(failed) == 0; now = now.Add(10 * time.Millisecond) {
+		_, comps, _ = e.Poll(now, nil)
+		failed = append(failed, comps...)
+	}
+	if len(failed) != 1 || !errors.Is(failed[0].Err, ErrPeerDead) {
+		t.Fatalf("a peer silent after the stall: %v", failed)
+	}
+}

@@ -253,6 +253,24 @@ func (d *daemon) logs() string {
 // and waits for it.
 func startDaemon(t *testing.T, args ...string) *daemon {
 	t.Helper()
+	d, lines := startProcess(t, args...)
+	select {
+	case addr, ok := <-lines:
+		if !ok {
+			t.Fatalf("ndma %q exited without an address:\n%s", args, d.logs())
+		}
+		d.addr = addr
+	case <-time.After(20 * time.Second):
+		t.Fatalf("ndma %q printed no address in 20s:\n%s", args, d.logs())
+	}
+	return d
+}
+
+// startProcess starts ndma with args as a process of its own, stopped
+// (SIGINT, then SIGKILL after 10 s) when the test ends, and returns it
+// with the addresses it prints on "listen" lines of its standard output.
+func startProcess(t *testing.T, args ...string) (*daemon, <-chan string) {
+	t.Helper()
 	d := &daemon{cmd: exec.Command(os.Args[0], args...)}
 	d.cmd.Env = append(os.Environ(), runMainEnv+"=1")
 	d.cmd.Stderr = d
@@ -274,26 +292,20 @@ func startDaemon(t *testing.T, args ...string) *daemon {
 			<-done
 		}
 	})
-	lines := make(chan string)
+	lines := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			if f := strings.Fields(sc.Text()); len(f) >= 2 && f[0] == "listen" {
-				lines <- f[1]
+				select {
+				case lines <- f[1]:
+				default:
+				}
 			}
 		}
 		close(lines)
 	}()
-	select {
-	case addr, ok := <-lines:
-		if !ok {
-			t.Fatalf("ndma %q exited without an address:\n%s", args, d.logs())
-		}
-		d.addr = addr
-	case <-time.After(20 * time.Second):
-		t.Fatalf("ndma %q printed no address in 20s:\n%s", args, d.logs())
-	}
-	return d
+	return d, lines
 }
 
 // TestSecuredFabric runs a secured fabric as deployed: ndma switch and

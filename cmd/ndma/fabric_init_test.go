@@ -221,6 +221,40 @@ func TestSealedQuickStart(t *testing.T) {
 	}
 }
 
+// TestSealedStorageQuickStart: a fabric init with a storage node, started
+// as the printed commands say (the storage node before the switch: it
+// waits for it), serves a volume the client creates and lists, and the
+// storage node says it seals.
+func TestSealedStorageQuickStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	t.Setenv(tokenEnv, "")
+	t.Setenv(credentialEnv, "")
+	sw := freeUDPAddr(t)
+	res := initFabric(t, filepath.Join(t.TempDir(), "fab"), sw, "--memory-nodes", "0", "--storage-nodes", "1")
+	node, _ := startProcess(t, res.args(t, "storage-0")...)
+	time.Sleep(1500 * time.Millisecond) // the node waits for the switch
+	swd := startDaemon(t, res.args(t, "switch")...)
+	client := res.args(t, "client-0") // ndma vol create vol0 ... --switch ADDR --token-file FILE --credential FILE
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		_, err := execute(t, client...)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%q: %v\nswitch:\n%s\nstord:\n%s", client, err, swd.logs(), node.logs())
+		}
+	}
+	out, err := execute(t, append([]string{"vol", "ls"}, client[len(client)-6:]...)...)
+	if err != nil || !strings.Contains(out, "vol0") {
+		t.Fatalf("vol ls: %v %q", err, out)
+	}
+	if logs := node.logs(); !strings.Contains(logs, `stord: sealing every datagram (role member, name \"stor/storage-0\")`) {
+		t.Errorf("the storage node does not say it seals:\n%s", logs)
+	}
+}
+
 // sniffRelay relays UDP datagrams between one client and target,
 // recording every byte both ways, as a sniffer on the path sees them. It
 // returns the address clients use instead of target, and what it saw so
@@ -340,9 +374,9 @@ func regionKey(t *testing.T, out string) string {
 
 // initFabric runs fabric init DIR with the switch at addr and returns
 // what it wrote.
-func initFabric(t *testing.T, dir, addr string) *initResult {
+func initFabric(t *testing.T, dir, addr string, more ...string) *initResult {
 	t.Helper()
-	out, err := execute(t, "fabric", "init", dir, "--switch-addr", addr, "--json")
+	out, err := execute(t, append([]string{"fabric", "init", dir, "--switch-addr", addr, "--json"}, more...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

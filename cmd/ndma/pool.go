@@ -215,13 +215,19 @@ does not seal).`,
 			}
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "NODE\tADDRESS\tCAPACITY\tUSED\tUSE\tALIVE")
+			// The totals count the live nodes only: a dead node's memory
+			// is not the pool's until it comes back.
 			var capTotal, used uint64
+			alive := 0
 			for _, n := range nodes {
-				capTotal += n.Capacity
-				used += n.Used
+				if n.Alive {
+					alive++
+					capTotal += n.Capacity
+					used += n.Used
+				}
 				fmt.Fprintf(tw, "%d\t%v\t%s\t%s\t%.1f%%\t%v\n", n.ID, n.Addr, sizeString(n.Capacity), sizeString(n.Used), pct(n.Used, n.Capacity), n.Alive)
 			}
-			fmt.Fprintf(tw, "all\t%d nodes, %d regions\t%s\t%s\t%.1f%%\t\n", len(nodes), len(regions), sizeString(capTotal), sizeString(used), pct(used, capTotal))
+			fmt.Fprintf(tw, "live\t%d of %d nodes, %d regions\t%s\t%s\t%.1f%%\t\n", alive, len(nodes), len(regions), sizeString(capTotal), sizeString(used), pct(used, capTotal))
 			return tw.Flush()
 		},
 	}
@@ -236,9 +242,9 @@ does not seal).`,
 			if err != nil || id == 0 {
 				return fmt.Errorf("region %q: want a region id (a positive number)", args[0])
 			}
-			k, err := bench.ParseKey(key)
+			k, err := parseKeyFlag(key)
 			if err != nil {
-				return fmt.Errorf("--key: %w", err)
+				return err
 			}
 			ep, opts, ctx, cancel, err := pf.client(cmd)
 			if err != nil {

@@ -46,8 +46,8 @@ func (p *poolFlags) openRegion(cmd *cobra.Command, id uint32, key string) (*pool
 	var k uint64
 	if id != 0 {
 		var err error
-		if k, err = bench.ParseKey(key); err != nil {
-			return nil, nil, nil, fmt.Errorf("--key: %w", err)
+		if k, err = parseKeyFlag(key); err != nil {
+			return nil, nil, nil, err
 		}
 	}
 	ep, opts, ctx, cancel, err := p.client(cmd)
@@ -302,8 +302,11 @@ func newPoolGetCmd(pf *poolFlags) *cobra.Command {
 			n := r.Size() - off
 			if length != "" {
 				l, err := memnode.ParseSize(length)
-				if err != nil || l < 0 || l > n {
-					return fmt.Errorf("--length %q: want a size up to %d (%v)", length, n, err)
+				switch {
+				case err != nil || l < 0:
+					return fmt.Errorf("--length %q: want a size in bytes, such as 4096 or 4KiB", length)
+				case l > n:
+					return fmt.Errorf("--length %d: region %d holds %d bytes, %d of them from --offset %d", l, id, r.Size(), n, off)
 				}
 				n = l
 			}
@@ -392,4 +395,13 @@ func cmdContext(cmd *cobra.Command) context.Context {
 		return ctx
 	}
 	return context.Background()
+}
+
+// parseKeyFlag parses --key, a region's key as pool create prints it.
+func parseKeyFlag(key string) (uint64, error) {
+	k, err := bench.ParseKey(key)
+	if err != nil {
+		return 0, fmt.Errorf("--key %q: want the region's key, a non-zero hexadecimal number such as 0x1f2e3d4c (pool create prints it)", key)
+	}
+	return k, nil
 }

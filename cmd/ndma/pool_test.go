@@ -48,7 +48,7 @@ func TestPoolCommands(t *testing.T) {
 		t.Fatalf("ls: %v\n%s", err, out)
 	}
 	out, err = execute(t, "pool", "stat", "--switch", addr)
-	if err != nil || !strings.Contains(out, "2 nodes, 1 regions") || !strings.Contains(out, "25.0%") {
+	if err != nil || !strings.Contains(out, "live  2 of 2 nodes, 1 regions") || !strings.Contains(out, "25.0%") {
 		t.Fatalf("stat: %v\n%s", err, out)
 	}
 	// put and get: into the replicated region at an offset, and into a
@@ -74,6 +74,13 @@ func TestPoolCommands(t *testing.T) {
 	}
 	if out, err := execute(t, "pool", "get", "1", "--switch", addr, "--key", created.Key, "--offset", "100", "--length", "5"); err != nil || out != string(data[:5]) {
 		t.Fatalf("get to stdout: %v %q", err, out)
+	}
+	// Wrong input is named with what would do.
+	if _, err := execute(t, "pool", "get", "1", "--switch", addr, "--key", "zz"); err == nil || !strings.Contains(err.Error(), `--key "zz": want the region's key, a non-zero hexadecimal number`) {
+		t.Errorf("get --key zz: %v", err)
+	}
+	if _, err := execute(t, "pool", "get", "1", "--switch", addr, "--key", created.Key, "--offset", "256KiB", "--length", "10"); err == nil || !strings.Contains(err.Error(), "--length 10: region 1 holds 262144 bytes, 0 of them from --offset 262144") {
+		t.Errorf("get --offset at the end --length 10: %v", err)
 	}
 	out, err = execute(t, "pool", "put", in, "--switch", addr, "--json")
 	var put struct {

@@ -83,6 +83,10 @@ func (f *storDaemonFlags) open(cmd *cobra.Command, opTimeout time.Duration) (*st
 		return nil, err
 	}
 	d.id, d.fab = sec.id, sec.fabric()
+	if id := d.id; id != nil {
+		d.logger.Info(fmt.Sprintf("%s: sealing every datagram (role %v, name %q): only processes with a credential of this fabric are answered", cmd.Name(), id.Cert.Role, id.Cert.Name),
+			"key", secure.Fingerprint(id.Cert.Key), "authority", secure.Fingerprint(id.Authority))
+	}
 	if err = f.cred.watch(cmd, os.Getenv, d.id, d.logger); err != nil {
 		return nil, err
 	}
@@ -165,12 +169,9 @@ func runStord(cmd *cobra.Command, f *stordFlags) error {
 		return err
 	}
 	return runUntilSignal(cmd, func(ctx context.Context) error {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := n.Start(sctx)
-		cancel()
-		if err != nil {
+		if err := startWaiting(ctx, d.logger, "stord", sw, id, n.Start); err != nil || ctx.Err() != nil {
 			n.Close()
-			return credentialHint(err, id)
+			return err
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "storage node %d listening on %v, dir %s, switch %s\n", n.ID(), ep.LocalAddr(), f.dir, sw)
 		<-ctx.Done()
@@ -207,11 +208,8 @@ SIGINT or SIGTERM shuts it down.`,
 			defer ep.Close()
 			gw := stor.NewGateway(ep, stor.GatewayConfig{Switch: sw, Fabric: d.fab, Service: f.service, Name: name, Logger: d.logger})
 			return runUntilSignal(cmd, func(ctx context.Context) error {
-				sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				err := gw.Start(sctx)
-				cancel()
-				if err != nil {
-					return credentialHint(err, id)
+				if err := startWaiting(ctx, d.logger, "storgw", sw, id, gw.Start); err != nil || ctx.Err() != nil {
+					return err
 				}
 				if name == "" {
 					name = stor.GatewayName(f.service)
@@ -563,4 +561,40 @@ func idList(ids []uint16) string {
 		s[i] = fmt.Sprint(id)
 	}
 	return strings.Join(s, ",")
+}
+
+// startWaiting runs start (a daemon's registration with the switch at
+// sw), each try bounded to 10 s, until it succeeds. A switch that does
+// not answer (not started yet, restarting) is tried again every second,
+// with a warning each time the answer changes, for as long as the
+// daemon runs, as a supervisor would restart it: a storage node started
+// while the switch is down comes up when it is back. A refusal (a
+// status: a wrong token or credential) ends it with the error. It
+// returns nil without starting when ctx ends.
+func startWaiting(ctx context.Context, log *slog.Logger, who, sw string, id *secure.Identity, start func(context.Context) error) error {
+	warned := false
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := start(sctx)
+		cancel()
+		switch {
+		case err == nil:
+			if warned {
+				log.Info(who+": the switch answers: registered", "switch", sw)
+			}
+			return nil
+		case ctx.Err() != nil:
+			return nil
+		case !errors.Is(err, endpoint.ErrNoSwitch) && !errors.Is(err, context.DeadlineExceeded):
+			return credentialHint(err, id)
+		case !warned:
+			warned = true
+			log.Warn(who+": no switch answers yet; trying again every second", "switch", sw, "err", credentialHint(err, id))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
 }

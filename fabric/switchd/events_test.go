@@ -55,7 +55,7 @@ func waitLog(t *testing.T, l *logBuffer, parts ...string) {
 
 // TestLogsJobsAndPool: the switch logs at info level a job's completed
 // rendezvous (name, group, size), a dead member (group, rank, address),
-// and a memory node joining, dying and restarting.
+// and a memory node joining, leaving as it stops, and joining again.
 func TestLogsJobsAndPool(t *testing.T) {
 	var logs logBuffer
 	srv := start(t, Config{Token: testToken, HeartbeatTimeout: 300 * time.Millisecond,
@@ -91,11 +91,17 @@ func TestLogsJobsAndPool(t *testing.T) {
 	if err := node.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitLog(t, &logs, "memory node dead", "addr="+addr)
+	// A node that stops says so: it holds no copies, so the switch
+	// forgets it, and it joins again as new.
+	waitLog(t, &logs, "memory node left the pool", "addr="+addr, "forgotten=true")
 	node, err = memd.Start(memd.Config{Listen: addr, Size: 1 << 20, Switch: srv.Addr().String(), Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer node.Close()
-	waitLog(t, &logs, "memory node restarted", "addr="+addr)
+	for deadline := time.Now().Add(10 * time.Second); strings.Count(logs.String(), "memory node joined the pool") < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the node that left did not join again:\n%s", logs.String())
+		}
+	}
 }

@@ -234,6 +234,7 @@ func (s *Server) Close() error {
 			"spoofed", st.Spoofed,
 			"forward_dropped", st.ForwardDropped,
 			"members_dead", st.MembersDead,
+			"members_left", st.MembersLeft,
 			"groups", st.Groups)
 		s.closeErr = errors.Join(errs...)
 	})

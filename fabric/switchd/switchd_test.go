@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -203,18 +205,24 @@ func TestModesWithFaults(t *testing.T) {
 }
 
 // TestBadToken checks that a join under the wrong token is refused with
-// wire.StatusAuth and counted.
+// wire.StatusAuth, saying the token is not the switch's, and counted.
 func TestBadToken(t *testing.T) {
-	srv := start(t, Config{Token: testToken})
+	var logs logBuffer
+	srv := start(t, Config{Token: testToken, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	ctx := testCtx(t)
 	ep := listen(t)
 	_, err := ep.JoinJob(ctx, srv.Addr().String(), "job", 1, 0, endpoint.FabricOptions{Token: []byte("wrong")})
-	if !errors.Is(err, wire.StatusAuth) {
-		t.Fatalf("join with a wrong token: %v, want %v", err, wire.StatusAuth)
+	if !errors.Is(err, wire.StatusAuth) || !strings.Contains(err.Error(), "this process's token") || !strings.Contains(err.Error(), "is not the switch's") {
+		t.Fatalf("join with a wrong token: %v, want %v saying the token is not the switch's", err, wire.StatusAuth)
 	}
 	st := srv.Stats().Switch
 	if st.AuthFailures == 0 || st.ControlRefused == 0 {
 		t.Errorf("auth failures %d, control refusals %d: want both counted", st.AuthFailures, st.ControlRefused)
+	}
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logs.String(), "level=WARN msg=\"switch: control request refused: it does not carry this switch's fabric token\" addr="+ep.LocalAddr().String()); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning naming the sender in the log:\n%s", logs.String())
+		}
 	}
 	if st.Groups != 0 {
 		t.Errorf("%d groups after a refused join", st.Groups)

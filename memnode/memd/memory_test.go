@@ -1,7 +1,9 @@
 package memd
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,4 +74,25 @@ func TestStartLargestRegionOnThisMachine(t *testing.T) {
 		t.Fatalf("Start: %v; want ErrExceedsMemory", err)
 	}
 	t.Log(err)
+}
+
+// TestStartWarnsAboveAvailable: regions within the machine's RAM but
+// above the memory available now start, with a warning saying both.
+func TestStartWarnsAboveAvailable(t *testing.T) {
+	fakeMemory(t, 64<<20)
+	old := availMem
+	availMem = func() (int64, bool) { return 2 << 20, true }
+	t.Cleanup(func() { availMem = old })
+	var logs bytes.Buffer
+	srv, err := Start(Config{Listen: "127.0.0.1:0", Size: 4 << 20, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatalf("Start(4 MiB with 2 MiB available): %v", err)
+	}
+	srv.Close()
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "4.0 MiB") || !strings.Contains(logs.String(), "2.0 MiB") {
+		t.Errorf("no warning naming the regions' size and the memory available:\n%s", logs.String())
+	}
+	if avail, ok := availableMemory(); ok && avail <= 0 {
+		t.Errorf("available memory %d", avail)
+	}
 }

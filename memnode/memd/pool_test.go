@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -19,14 +20,15 @@ import (
 
 // TestLendToPool: a memory node started with Switch lends its region to
 // the switch's pool (the switch lists it, alive, with the region's size),
-// and once it stops, the switch marks it dead.
+// and once it stops it tells the switch, which forgets it at once (it
+// holds no region copies), without waiting for its heartbeat timeout.
 func TestLendToPool(t *testing.T) {
 	token := []byte("lend")
 	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sw, err := fabric.New(fabric.Config{Token: token, HeartbeatTimeout: 500 * time.Millisecond})
+	sw, err := fabric.New(fabric.Config{Token: token, HeartbeatTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +36,7 @@ func TestLendToPool(t *testing.T) {
 	defer fsrv.Close()
 	addr := fsrv.Addr().String()
 
-	srv, err := Start(Config{Listen: "127.0.0.1:0", Size: 1 << 20, Switch: addr, Token: token})
+	srv, err := Start(Config{Listen: "127.0.0.1:0", Size: 1 << 20, Switch: addr, Token: token, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,10 +67,14 @@ func TestLendToPool(t *testing.T) {
 	wait("the node lent its region", func(n []fabric.PoolNodeInfo) bool {
 		return len(n) == 1 && n[0].Alive && n[0].Capacity == 1<<20 && n[0].Addr == srv.Addr()
 	})
+	stopped := time.Now()
 	if err := srv.Close(); err != nil {
 		t.Fatal(err)
 	}
-	wait("the stopped node is dead", func(n []fabric.PoolNodeInfo) bool { return len(n) == 1 && !n[0].Alive })
+	wait("the stopped node is forgotten", func(n []fabric.PoolNodeInfo) bool { return len(n) == 0 })
+	if d := time.Since(stopped); d > 5*time.Second {
+		t.Errorf("the switch forgot the stopped node %v after it stopped", d)
+	}
 }
 
 // startSwitch serves a fabric switch with token on a loopback port.

@@ -41,6 +41,7 @@ type Server struct {
 	metrics   *metricsrv.Server // nil without a metrics listener
 	stopLend  context.CancelFunc
 	lendDone  chan struct{}
+	leave     func() // tells the switch this node stops lending (nil: not lending)
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -125,6 +126,12 @@ func Start(cfg Config) (*Server, error) {
 	for i, r := range regions {
 		s.log.Info("memd: region", "index", i, "size", r.Size, "perm", r.Perm.String())
 	}
+	if avail, ok := availMem(); ok && s.bytes > avail {
+		// The pages are touched only as clients write: a start is not
+		// refused, but the operator is told what filling them will do.
+		s.log.Warn(fmt.Sprintf("memd: the regions (%s) are larger than the memory available now (%s): as clients fill them the machine will swap, or the kernel kill a process",
+			formatBytes(s.bytes), formatBytes(avail)))
+	}
 	if id := cfg.Security; id != nil {
 		s.log.Info(fmt.Sprintf("memd: sealing every datagram (role %v, name %q): only processes with a credential of this fabric are answered", id.Cert.Role, id.Cert.Name),
 			"key", secure.Fingerprint(id.Cert.Key), "authority", secure.Fingerprint(id.Authority), "encrypt", cfg.SecurityOptions.Encrypt)
@@ -154,6 +161,13 @@ func Start(cfg Config) (*Server, error) {
 func (s *Server) startLending(sw string, opts endpoint.FabricOptions, r memnode.RegionInfo) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopLend = cancel
+	s.leave = func() {
+		lctx, lcancel := context.WithTimeout(context.Background(), LeaveTimeout)
+		defer lcancel()
+		if err := s.ep.PoolLeave(lctx, sw, r.Key, opts); err != nil {
+			s.log.Warn("memd: could not tell the switch that this node stops lending; it counts the node dead after its heartbeat timeout", "switch", sw, "err", err)
+		}
+	}
 	node, err := s.ep.PoolLend(ctx, sw, r.Key, uint64(r.Size), opts)
 	if err == nil {
 		s.log.Info("memd: lending to the pool", "switch", sw, "node", node, "bytes", r.Size)
@@ -168,6 +182,10 @@ func (s *Server) startLending(sw string, opts endpoint.FabricOptions, r memnode.
 	go s.lend(ctx, sw, opts, r)
 	return nil
 }
+
+// LeaveTimeout bounds how long Close waits for the switch to take the
+// word that the node stops lending.
+const LeaveTimeout = time.Second
 
 // ErrLendRefused is wrapped by the error Start returns (inside a
 // *FieldError for Switch) when the switch answers the node's first pool
@@ -287,8 +305,12 @@ func newStore(cfg *Config) (*memnode.Store, error) {
 // node would swap.
 var ErrExceedsMemory = errors.New("regions larger than this machine's memory")
 
-// physMem is physicalMemory, replaced by tests.
-var physMem = physicalMemory
+// physMem is physicalMemory, and availMem availableMemory, replaced by
+// tests.
+var (
+	physMem  = physicalMemory
+	availMem = availableMemory
+)
 
 // fitsMemory checks that regions of total bytes fit the machine's RAM,
 // where the system reports it (Linux); elsewhere it accepts any total.
@@ -407,6 +429,9 @@ func (s *Server) Close() error {
 			s.stopLend()
 		}
 		<-s.lendDone
+		if s.leave != nil {
+			s.leave()
+		}
 		var errs []error
 		if s.metrics != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)

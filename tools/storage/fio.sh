@@ -82,7 +82,7 @@ ip netns exec "$H0" bash -euo pipefail -c '
   "$NDMA" vol mount fio "$fuse" >&2 & mpid=$!
   for i in $(seq 50); do [ -e "$fuse/fio" ] && break; sleep 0.1; done
   dev=$(losetup --find --show "$fuse/fio")
-  cleanup() { umount "$fs" 2>/dev/null || true; losetup -d "$dev" 2>/dev/null || true; kill $mpid 2>/dev/null || true; wait $mpid 2>/dev/null || true; "$NDMA" vol rm fio --force >/dev/null 2>&1 || true; }
+  cleanup() { umount "$fs" 2>/dev/null || true; losetup -d "$dev" 2>/dev/null || true; kill $mpid 2>/dev/null || true; wait $mpid 2>/dev/null || true; "$NDMA" vol rm fio --force >/dev/null 2>&1 || true; rmdir "$fs" "$fuse" 2>/dev/null || true; }
   trap cleanup EXIT
   mkfs.ext4 -q -F "$dev"
   mount "$dev" "$fs"
@@ -94,7 +94,8 @@ ip netns exec "$H0" bash -euo pipefail -c '
   if [ "$KILL" != 0 ]; then
     # Write FILESIZE once and verify it (crc32c in every block); storage
     # node 2 is killed KILLAFTER seconds into the writes.
-    ( sleep "${KILLAFTER:-8}"; pkill -KILL -f "ndma stord .*--id 2( |$)" && echo "fio.sh: killed storage node 2" >&2 || true ) &
+    # This testbed's node 2 only: its --dir is under this testbed's state.
+    ( sleep "${KILLAFTER:-8}"; pkill -KILL -f -- "ndma stord .*--dir $STATE/s2\\.d( |$)" && echo "fio.sh: killed storage node 2" >&2 || true ) &
     killer=$!
     UNTIMED=1 job volume-verify-kill "$fs/v" randwrite 16 --verify=crc32c --do_verify=1 --verify_fatal=1 --verify_state_save=0
     wait $killer
