@@ -75,7 +75,7 @@ const InsecureEnv = "NDMA_INSECURE"
 // ErrNoCredential (wrapped with ErrArg) is the error of a launch with
 // neither a credential nor Insecure: every rank seals its datagrams
 // unless told not to.
-var ErrNoCredential = errors.New("coll: no credential (NDMA_CREDENTIAL) and not insecure (NDMA_INSECURE=1)")
+var ErrNoCredential = errors.New("coll: no credential, and not insecure")
 
 // ParseEnv reads the launch from environment variables (getenv is
 // os.LookupEnv in production): NDMA_RANK, NDMA_SIZE, NDMA_SWITCH,
@@ -208,15 +208,27 @@ func envDuration(getenv func(string) (string, bool), name string, off bool) (tim
 // checkSecurity applies the rule every rank starts under: a credential,
 // or Insecure, not both.
 func (l Launch) checkSecurity() error {
+	insecure, cred, credSet := InsecureEnv+"=1", CredentialEnv, CredentialEnv+"="+l.Credential
+	if l.Source == ConfigSource {
+		// An explicit configuration, not the environment: name its fields.
+		insecure, cred = "insecure (ndma_config.insecure; insecure=True in Python)", "the credential (ndma_config.credential; credential= in Python)"
+		credSet = "the credential " + l.Credential
+	}
 	switch {
 	case l.Insecure && l.Credential != "":
-		return fmt.Errorf("%w: %s=1 and %s=%s: %s turns sealing off; give one of them", ErrArg, InsecureEnv, CredentialEnv, l.Credential, InsecureEnv)
+		return fmt.Errorf("%w: %s and %s: insecure turns sealing off; give one of them", ErrArg, insecure, credSet)
 	case !l.Insecure && l.Credential == "":
 		return fmt.Errorf("%w: %w: every rank seals its datagrams: set %s to the rank's member credential, or to the directory ndma fabric init DIR --job %s --ranks %d wrote; "+
-			"or %s=1 to run unsealed, where anyone on the network reads and forges the job's traffic", ErrArg, ErrNoCredential, CredentialEnv, l.Job, l.Size, InsecureEnv)
+			"or %s to run unsealed, where anyone on the network reads and forges the job's traffic", ErrArg, ErrNoCredential, cred, l.Job, l.Size, insecure)
 	}
 	return nil
 }
+
+// ConfigSource is Launch.Source for a launch from an explicit
+// configuration (libndma's ndma_config, Python's Communicator arguments)
+// rather than the environment: its errors name the configuration's
+// fields, not environment variables.
+const ConfigSource = "ndma_config"
 
 // CredentialPath returns the file of the rank's credential: Credential
 // itself, or, when Credential names a directory (the one ndma fabric init
@@ -333,14 +345,22 @@ func (l Launch) Communicator(ctx context.Context, ep *endpoint.Endpoint) (*Commu
 		return nil, l.checkSecurity()
 	}
 	if l.Token == "" && !l.Insecure {
-		return nil, fmt.Errorf("%w: NDMA_TOKEN is not set: give the switch's fabric token (ndma fabric init writes it: DIR/token): %w", ErrArg, fabric.ErrNoToken)
+		what := "NDMA_TOKEN is not set"
+		if l.Source == ConfigSource {
+			what = "no fabric token given (ndma_config.token; token= in Python)"
+		}
+		return nil, fmt.Errorf("%w: %s: give the switch's fabric token (ndma fabric init writes it: DIR/token): %w", ErrArg, what, fabric.ErrNoToken)
 	}
 	fo := l.FabricOptions()
 	c, err := New(ctx, Config{Endpoint: ep, Rank: l.Rank, Size: l.Size, Switch: l.Switch, Job: l.Job, Token: fo.Token,
 		Insecure: fo.Insecure, JoinTimeout: l.JoinTimeout, Liveness: l.Liveness})
 	if err != nil && l.JobFrom != "" && (errors.Is(err, endpoint.ErrRankTaken) || errors.Is(err, wire.StatusBusy)) {
 		// Two runs at one switch under one name: the name was not chosen.
-		err = fmt.Errorf("%w (the job name %q is %s, as NDMA_JOB is not set: give each run at this switch a name of its own with NDMA_JOB)", err, l.Job, l.JobFrom)
+		job := "NDMA_JOB"
+		if l.Source == ConfigSource {
+			job = "the job (ndma_config.job; job= in Python)"
+		}
+		err = fmt.Errorf("%w (the job name %q is %s, as %s is not set: give each run at this switch a name of its own with %s)", err, l.Job, l.JobFrom, job, job)
 	}
 	return c, err
 }

@@ -565,3 +565,19 @@ func envFabric(t *testing.T, n int, f func(t *testing.T, eps []*endpoint.Endpoin
 		f(t, eps)
 	})
 }
+
+// TestConfigLaunchNamesFields: a launch from an explicit configuration
+// (libndma's ndma_config, Python's Communicator arguments) that lacks a
+// credential, or has one with insecure, says so in the configuration's
+// terms, not as environment variables the caller never used.
+func TestConfigLaunchNamesFields(t *testing.T) {
+	l := Launch{Rank: 0, Size: 2, Switch: "10.0.0.1:7471", Job: "j", Source: ConfigSource}
+	_, err := l.EndpointOptions()
+	if !errors.Is(err, ErrNoCredential) || !strings.Contains(err.Error(), "ndma_config.credential; credential= in Python") || strings.Contains(err.Error(), "NDMA_") {
+		t.Errorf("no credential: %v", err)
+	}
+	l.Insecure, l.Credential = true, "/some/file.cred"
+	if _, err := l.EndpointOptions(); !errors.Is(err, ErrArg) || !strings.Contains(err.Error(), "insecure=True in Python") || strings.Contains(err.Error(), "NDMA_") {
+		t.Errorf("a credential with insecure: %v", err)
+	}
+}

@@ -308,12 +308,12 @@ func ndmago_comm_create(cfg *C.ndma_config, out *C.ndma_comm_t) (rc C.int) {
 	}
 	l := coll.Launch{Rank: int(cfg.rank), Size: int(cfg.size), Switch: cString(cfg.switch_addr), Job: cString(cfg.job),
 		Token: cString(cfg.token), Insecure: cfg.insecure != 0, Credential: cString(cfg.credential), MTU: int(cfg.mtu),
-		JoinTimeout: time.Duration(cfg.join_timeout_ms) * time.Millisecond, Source: "ndma_config"}
+		JoinTimeout: time.Duration(cfg.join_timeout_ms) * time.Millisecond, Source: coll.ConfigSource}
 	if l.Size < 1 || l.Rank < 0 || l.Rank >= l.Size {
 		return argErr("rank %d of size %d: want 0 <= rank < size", l.Rank, l.Size)
 	}
 	if l.Job == "" {
-		l.Job = "ndma"
+		l.Job, l.JobFrom = "ndma", "the default"
 	}
 	if cfg.mtu != 0 && (l.MTU < transport.MinMTU || l.MTU > transport.MaxMTU) {
 		return argErr("mtu %d: want %d to %d bytes", l.MTU, transport.MinMTU, transport.MaxMTU)

@@ -299,7 +299,7 @@ static void test_errors(ndma_comm_t comm) {
     cfg.token = getenv("NDMA_TOKEN");
     cfg.job = job;
     EXPECT(ndma_comm_create(&cfg, &other) == NDMA_ERR_ARG, "neither a credential nor insecure");
-    EXPECT(strstr(ndma_last_error(), "NDMA_CREDENTIAL") != NULL, "no credential message: %s", ndma_last_error());
+    EXPECT(strstr(ndma_last_error(), "ndma_config.credential") != NULL, "no credential message: %s", ndma_last_error());
     // This switch seals every datagram: an insecure process gets no
     // answer, and is told why.
     cfg.insecure = 1;
