@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -68,6 +69,11 @@ type Config struct {
 	// Server is the UDP address ("host:port") of an external memory node
 	// (ndma memd). Empty starts a memory node in-process on loopback.
 	Server string
+	// Security, if set, is the identity the benchmark's endpoint seals
+	// every datagram under, for a Server that seals (ndma memd with a
+	// credential); SecurityOptions its options. Unused without Server.
+	Security        *secure.Identity
+	SecurityOptions secure.Options
 	// Key is the region key at Server; required with Server, unused
 	// without it. The benchmark overwrites the region's contents.
 	Key uint64

@@ -48,7 +48,11 @@ func Run(ctx context.Context, cfg Config, emit func(Result) error) error {
 	if cfg.Server != "" {
 		local = ":0" // an external node may be on another host
 	}
-	ep, err := endpoint.Listen(local, endpoint.Config{Transport: transport.Config{MTU: cfg.MTU}}, endpoint.Options{UDP: netio.UDPConfig{BusyPoll: cfg.BusyPoll}})
+	opts := endpoint.Options{UDP: netio.UDPConfig{BusyPoll: cfg.BusyPoll}}
+	if cfg.Server != "" && cfg.Security != nil {
+		opts.Security, opts.SecurityOptions = cfg.Security, cfg.SecurityOptions
+	}
+	ep, err := endpoint.Listen(local, endpoint.Config{Transport: transport.Config{MTU: cfg.MTU}}, opts)
 	if err != nil {
 		return fmt.Errorf("bench: endpoint: %w", err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/ndma/ndma/bench"
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/secure"
 )
 
 // benchCmd groups the benchmarks.
@@ -47,6 +49,8 @@ Results print as a table, or as JSON Lines with --json.`,
 
 // rwFlags are the flags of ndma bench rw.
 type rwFlags struct {
+	cred                                  credentialFlag
+	insecure                              bool
 	server, key, regionSize, sizes, tests string
 	iters, warmup, window, mtu            int
 	json                                  bool
@@ -70,7 +74,9 @@ measured in the same run — UDP ping-pong for latency, one kernel TCP stream
 for bandwidth, both over loopback — give each NDMA row its ratio.
 
 By default the memory node runs in-process on loopback; --server and --key
-name an external one (ndma memd) instead. The run overwrites the region.
+name an external one (ndma memd) instead, reached under --credential (a
+client credential: it seals, as the node does) or, for a node started with
+--insecure, with --insecure. The run overwrites the region.
 
 With --sim, WRITE goodput is measured on the simulated network in virtual
 time over links of --link-rate and --link-latency; with --loss P each size
@@ -83,6 +89,8 @@ runs lossless and with loss P, and the lossy row shows its ratio:
 	fl := cmd.Flags()
 	fl.StringVar(&f.server, "server", "", "UDP `address` (host:port) of an external memory node (default: start one in-process on loopback)")
 	fl.StringVar(&f.key, "key", "", "region key at --server, in hex")
+	f.cred.register(fl, "of role client, for a --server that seals")
+	fl.BoolVar(&f.insecure, "insecure", false, "with --server: do not seal, for a memory node started with --insecure")
 	fl.StringVar(&f.regionSize, "region-size", "64M", "region size: allocated in-process, or the size of --key's region at --server")
 	fl.StringVar(&f.sizes, "sizes", "", "sizes: list and ranges of powers of two, e.g. 8:64K or 4K,1M (default 8:64K for latency, 4K:16M for bandwidth)")
 	fl.StringVar(&f.tests, "tests", "all", "tests to run: latency, bandwidth or all (comma-separated)")
@@ -197,6 +205,24 @@ func runBenchRW(cmd *cobra.Command, f *rwFlags) error {
 	cfg := bench.Config{
 		Server: f.server, Key: key, RegionSize: region, Tests: tests, Sizes: sizes,
 		Iters: f.iters, Warmup: f.warmup, Window: f.window, MTU: f.mtu, BusyPoll: f.busyPoll, Progress: prog.callback(),
+	}
+	switch {
+	case f.server == "" && (f.insecure || f.cred.fs.Changed("credential")):
+		return errors.New("--credential and --insecure: only with --server (the memory node this benchmark starts does not seal)")
+	case f.server != "" && f.insecure:
+		if f.cred.fs.Changed("credential") || os.Getenv(credentialEnv) != "" {
+			return errors.New("--insecure and a credential: --insecure turns sealing off; give one of them")
+		}
+		fmt.Fprintln(cmd.ErrOrStderr(), "ndma: warning: "+insecureWarning(false))
+	case f.server != "":
+		id, err := f.cred.load(os.Getenv, secure.RoleClient, secure.RoleMember)
+		if err != nil {
+			return err
+		}
+		if id == nil {
+			return noCredential("client-0.cred", []secure.Role{secure.RoleClient})
+		}
+		cfg.Security, cfg.SecurityOptions = id, sealOptions
 	}
 	if emit == nil {
 		where := "in-process memory node on loopback"

@@ -126,6 +126,7 @@ func TestSecureByDefault(t *testing.T) {
 		{"vol", "create", "v", "--size", "4MiB", "--switch", addr},
 		{"bench", "pool", "--switch", addr},
 		{"bench", "vol", "--switch", addr},
+		{"bench", "rw", "--server", addr, "--key", "0x1"},
 	}
 	for _, args := range append(slices.Clone(daemons), clients...) {
 		_, err := executeCanceled(t, args...)
@@ -320,4 +321,30 @@ func waitAliveToken(t *testing.T, addr, token string, n int) {
 	t.Setenv(tokenEnv, token)
 	defer t.Setenv(tokenEnv, "")
 	waitAlive(t, addr, n, "--insecure")
+}
+
+// TestBenchRWSealed: ndma bench rw against a memory node that seals runs
+// with a client credential, every datagram sealed.
+func TestBenchRWSealed(t *testing.T) {
+	secret := fabricSecret(t)
+	memCred := issueCredential(t, secret, "memory-node", "mem0")
+	cliCred := issueCredential(t, secret, "client", "bench")
+	id, err := readCredential(memCred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := memd.Start(memd.Config{Listen: "127.0.0.1:0", Size: 1 << 20, Security: id, SecurityOptions: sealOptions})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	key := fmt.Sprintf("%#x", srv.Regions()[0].Key)
+	out, err := execute(t, "bench", "rw", "--server", srv.Addr().String(), "--key", key, "--region-size", "1M",
+		"--credential", cliCred, "--tests", "latency", "--sizes", "8", "--iters", "20", "--json")
+	if err != nil || !strings.Contains(out, `"op":"read"`) || !strings.Contains(out, `"op":"write"`) {
+		t.Fatalf("bench rw with a credential: %v\n%s", err, out)
+	}
+	if st := srv.Stats().Security; st.Handshakes == 0 || st.Opened == 0 {
+		t.Fatalf("the memory node opened nothing sealed: %+v", st)
+	}
 }
