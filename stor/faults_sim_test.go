@@ -90,14 +90,7 @@ func TestSimOutdatedNodeAlone(t *testing.T) {
 		}
 		s.startNode(0)
 		s.startNode(1)
-		s.waitHealth(c, "t", "healthy")
-		if _, err := r.ReadAt(got, 0); err != nil {
-			t.Fatal(err)
-		}
-		if i := firstDiff(got, b); i >= 0 {
-			t.Fatalf("byte %d reads %q, want the acknowledged %q", i, got[i], b[i])
-		}
-		s.checkFiles(d, &model{b: b})
+		s.readsBack(c, r, "t", d, b)
 	})
 }
 
@@ -539,14 +532,7 @@ func TestSimCaughtUpCopiesJoinGeneration(t *testing.T) {
 		}
 		s.startNode(0)
 		s.startNode(1)
-		s.waitHealth(c, "c", "healthy")
-		if _, err := r.ReadAt(got, 0); err != nil {
-			t.Fatal(err)
-		}
-		if i := firstDiff(got, cc); i >= 0 {
-			t.Fatalf("byte %d reads %q, want the acknowledged %q", i, got[i], cc[i])
-		}
-		s.checkFiles(d, &model{b: cc})
+		s.readsBack(c, r, "c", d, cc)
 	})
 }
 

@@ -258,21 +258,7 @@ func jepsenProc(t *testing.T, bin string, seed int64, faults time.Duration) {
 	if err := nem.Run(ctx); err != nil {
 		t.Errorf("seed %d: nemesis: %v", seed, err)
 	}
-	healed := time.Now()
-	time.Sleep(jQuiet)
-	jAwaitWhole(ctx, t, seed, c, work, healed)
-	work.halt()
-	if n := work.leaseLost.Load(); n > 0 {
-		t.Errorf("seed %d: the only writer lost its lease (%d times)", seed, n)
-	}
-	if err := w.Close(); err != nil {
-		t.Errorf("seed %d: closing the writer after the heal: %v", seed, err)
-	}
-	fresh, err := client().Open(ctx, jVolume, OpenOptions{})
-	if err != nil {
-		t.Fatalf("seed %d: opening a reader after the heal: %v", seed, err)
-	}
-	jReadAll(t, seed, h, vals, fresh, d)
+	jHeal(ctx, t, seed, c, work, w, client(), h, vals, d)
 	var snaps []jepsen.Snapshot
 	for i, nd := range dirs {
 		if !procs[1+i].up() {

@@ -342,24 +342,7 @@ func jepsenVolume(t *testing.T, seed int64) {
 			t.Errorf("seed %d: nemesis: %v", seed, err)
 		}
 		nodes.wg.Wait() // every crashed node is up again, or could not be
-		healed := time.Now()
-		time.Sleep(jQuiet)
-		// The volume is whole again, and the writer writes.
-		jAwaitWhole(ctx, t, seed, c, work, healed)
-		work.halt()
-		if n := work.leaseLost.Load(); n > 0 {
-			t.Errorf("seed %d: the only writer lost its lease (%d times)", seed, n)
-		}
-		if err := w.Close(); err != nil {
-			t.Errorf("seed %d: closing the writer after the heal: %v", seed, err)
-		}
-
-		// A fresh reader reads every block, as part of the history.
-		fresh, err := s.client().Open(ctx, jVolume, OpenOptions{})
-		if err != nil {
-			t.Fatalf("seed %d: opening a reader after the heal: %v", seed, err)
-		}
-		jReadAll(t, seed, h, vals, fresh, d)
+		jHeal(ctx, t, seed, c, work, w, s.client(), h, vals, d)
 
 		// No two replicas differ (the writer is closed: all is flushed).
 		var snaps []jepsen.Snapshot

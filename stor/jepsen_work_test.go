@@ -166,6 +166,30 @@ func jAwaitWhole(ctx context.Context, t *testing.T, seed int64, c *Client, k *jW
 	}
 }
 
+// jHeal follows the heal of every fault: the volume must be whole again
+// and written to (jAwaitWhole), the one writer must never have lost its
+// lease and closes, and a fresh reader through reader reads every block
+// as part of the history.
+func jHeal(ctx context.Context, t *testing.T, seed int64, c *Client, k *jWork, w *Volume, reader *Client,
+	h *jepsen.History, vals *jValues, d Descriptor) {
+	t.Helper()
+	healed := time.Now()
+	time.Sleep(jQuiet)
+	jAwaitWhole(ctx, t, seed, c, k, healed)
+	k.halt()
+	if n := k.leaseLost.Load(); n > 0 {
+		t.Errorf("seed %d: the only writer lost its lease (%d times)", seed, n)
+	}
+	if err := w.Close(); err != nil {
+		t.Errorf("seed %d: closing the writer after the heal: %v", seed, err)
+	}
+	fresh, err := reader.Open(ctx, jVolume, OpenOptions{})
+	if err != nil {
+		t.Fatalf("seed %d: opening a reader after the heal: %v", seed, err)
+	}
+	jReadAll(t, seed, h, vals, fresh, d)
+}
+
 // jReadAll reads every block of the volume through r, each read part of
 // the history; after three failures it stops (the volume is not whole).
 func jReadAll(t *testing.T, seed int64, h *jepsen.History, vals *jValues, r *Volume, d Descriptor) {

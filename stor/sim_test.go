@@ -288,6 +288,21 @@ func firstDiff(a, b []byte) int {
 
 // checkFiles verifies that every node's backing file holds the model's
 // bytes of every extent it holds.
+// readsBack waits for volume name to be healthy, then checks that r
+// reads want from its start and that every replica's file holds it.
+func (s *simStor) readsBack(c *Client, r *Volume, name string, d Descriptor, want []byte) {
+	s.t.Helper()
+	s.waitHealth(c, name, "healthy")
+	got := make([]byte, len(want))
+	if _, err := r.ReadAt(got, 0); err != nil {
+		s.t.Fatal(err)
+	}
+	if i := firstDiff(got, want); i >= 0 {
+		s.t.Fatalf("byte %d reads %q, want the acknowledged %q", i, got[i], want[i])
+	}
+	s.checkFiles(d, &model{b: want})
+}
+
 func (s *simStor) checkFiles(d Descriptor, m *model) {
 	s.t.Helper()
 	for i, dir := range s.dirs {
