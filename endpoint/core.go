@@ -333,6 +333,7 @@ type Core struct {
 	eagerOut    int               // eager multicasts and sends not yet acknowledged
 	aggSeq      map[uint32]uint64 // per group: last aggregation id
 	rxSeq       map[gopKey]uint64 // per (group, sender): last multicast id received
+	rxWhole     map[gopKey]uint64 // per (group, sender): latest multicast id here whole
 	deadMembers map[gopKey]*MemberError
 	// brokenGroups: per group, the first member crash the switch reported
 	// (one entry per joined group, freed by LeaveGroup): two-sided

@@ -203,6 +203,7 @@ func (c *Core) initGroups() {
 	c.mcSeq = make(map[uint32]uint64)
 	c.aggSeq = make(map[uint32]uint64)
 	c.rxSeq = make(map[gopKey]uint64)
+	c.rxWhole = make(map[gopKey]uint64)
 	c.deadMembers = make(map[gopKey]*MemberError)
 	c.brokenGroups = make(map[uint32]*MemberError)
 	c.admitFn = c.admit
@@ -214,6 +215,12 @@ func (c *Core) initGroups() {
 func (c *Core) SetMember(group uint32, member uint16) {
 	c.eng.SetLocal(group, member)
 	c.joined[group] = member
+	for k, u := range c.unexp {
+		// Multicasts that came whole before the join was complete here.
+		if k.k.group == group && k.k.kind == KindRecv && !u.broken && u.asm.complete() && k.k.id > c.rxWhole[rxKey(group, k.k.member)] {
+			c.rxWhole[rxKey(group, k.k.member)] = k.k.id
+		}
+	}
 }
 
 // SetGroupSwitch names the forwarding node of a group set with
@@ -247,6 +254,11 @@ func (c *Core) LeaveGroup(group uint32) {
 	for k := range c.rxSeq {
 		if k.group == group {
 			delete(c.rxSeq, k)
+		}
+	}
+	for k := range c.rxWhole {
+		if k.group == group {
+			delete(c.rxWhole, k)
 		}
 	}
 	for k := range c.deadMembers {
@@ -450,6 +462,7 @@ func (c *Core) onMulticast(d *transport.Delivery) {
 			buf = b
 		}
 		if c.startInto(op, buf, h, "multicast") && c.placeFrag(op, d) {
+			c.wholeAt(h)
 			c.finish(op)
 		}
 		return
@@ -468,6 +481,29 @@ func (c *Core) onMulticast(d *transport.Delivery) {
 		c.unexp[uk] = u
 	}
 	c.placeUnexpected(u, d)
+	if !u.broken && u.asm.complete() {
+		c.wholeAt(h)
+	}
+}
+
+// wholeAt records that multicast h.MsgID of h.Group from h.Src is here
+// whole (see Group.Arrived).
+func (c *Core) wholeAt(h *wire.Header) {
+	if _, member := c.joined[h.Group]; !member {
+		return // a stranger's: its entry would outlive every leave
+	}
+	k := rxKey(h.Group, h.Src)
+	if h.MsgID > c.rxWhole[k] {
+		c.rxWhole[k] = h.MsgID
+	}
+}
+
+// received is the id of the latest multicast from member from of group
+// that arrived here whole, and the id of the latest a receive was posted
+// for. Caller holds the endpoint's lock.
+func (c *Core) received(group uint32, from uint16) (whole, taken uint64) {
+	k := rxKey(group, from)
+	return c.rxWhole[k], c.rxSeq[k]
 }
 
 // recvBuf is the part of a multicast receive's buffer that a message of n

@@ -648,6 +648,20 @@ func (g *Group) RecvAtMost(ctx context.Context, from int, buf []byte) (int, erro
 	return op.N, nil
 }
 
+// Arrived returns the id of the latest multicast from member from that
+// arrived here whole (its sender may have seen it complete: every member
+// had it), and the id of the latest one a receive took (or waits for).
+// Ids count from 1 in the order the sender sent them; a consumer that
+// applies what it receives in order has applied everything that arrived
+// before a moment once it applied the message with the whole id it read
+// then.
+func (g *Group) Arrived(from int) (whole, taken uint64) {
+	ep := g.ep
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.core.received(g.id, uint16(from))
+}
+
 // TryRecvAtMost receives the next multicast from member from into buf
 // (which may be longer than the message) only if it has already arrived
 // whole: then it returns the message's length and true. It never waits:

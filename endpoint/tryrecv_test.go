@@ -42,10 +42,17 @@ func TestTryRecvAtMost(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		// Arrived: the three are here whole, none taken yet.
+		if whole, taken := gs[1].Arrived(0); whole != 3 || taken != 0 {
+			t.Fatalf("arrived before the tries: whole %d, taken %d, want 3, 0", whole, taken)
+		}
 		for i := range 3 {
 			n, ok, err := gs[1].TryRecvAtMost(0, buf)
 			if want := fmt.Sprintf("message %d", i); !ok || err != nil || string(buf[:n]) != want {
 				t.Fatalf("try %d: %q, %v, %v, want %q", i, buf[:n], ok, err, want)
+			}
+			if whole, taken := gs[1].Arrived(0); whole != 3 || taken != uint64(i+1) {
+				t.Fatalf("arrived after try %d: whole %d, taken %d, want 3, %d", i, whole, taken, i+1)
 			}
 		}
 		if n, ok, err := gs[1].TryRecvAtMost(0, buf); ok || err != nil {
@@ -60,6 +67,9 @@ func TestTryRecvAtMost(t *testing.T) {
 		}
 		if err := <-done; err != nil {
 			t.Fatal(err)
+		}
+		if whole, taken := gs[1].Arrived(0); whole != 4 || taken != 4 {
+			t.Fatalf("arrived after the receive: whole %d, taken %d, want 4, 4", whole, taken)
 		}
 	})
 }

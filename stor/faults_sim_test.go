@@ -588,3 +588,39 @@ func TestSimNoWriteWithoutCrashedMember(t *testing.T) {
 		s.checkFiles(d, m)
 	})
 }
+
+// TestSimReadAfterAckedWrite: a write completes at its writer once every
+// replica's endpoint holds it, possibly before the replica applied it. A
+// read another client starts after that must still see the write, from
+// whichever replica serves it: a node serves a read only after it applied
+// every write that had reached it whole when the read came.
+func TestSimReadAfterAckedWrite(t *testing.T) {
+	simStorage(t, 3, 4, func(t *testing.T, s *simStor) {
+		ctx := s.ctx()
+		d, w, m, rng := s.writtenVolume(s.client(), VolumeSpec{Name: "ack", Size: 4 * MinExtent, Extent: MinExtent, Replicas: 3})
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		r, err := s.clientAs("reader").Open(ctx, "ack", OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		for _, n := range s.nodes {
+			n.applyDelay = 20 * time.Millisecond // slow disks: writes wait to be applied
+		}
+		buf := make([]byte, 4096)
+		for i := range 12 {
+			off := (i % int(d.Size/4096)) * 4096
+			m.write(t, w, rng, off, len(buf))
+			if _, err := r.ReadAt(buf, int64(off)); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(buf, m.b[off:off+len(buf)]) {
+				t.Fatalf("seed %d: read %d at %d after its write completed: stale data (first difference at byte %d)",
+					s.seed, len(buf), off, firstDiff(buf, m.b[off:off+len(buf)]))
+			}
+		}
+	})
+}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
@@ -63,6 +64,9 @@ type Node struct {
 	// trace: the logger takes LevelTrace (every read served and write
 	// applied, for following a fault test's history).
 	trace bool
+	// applyDelay (tests) holds each write this long before it is
+	// applied, as a slow disk or a busy node does.
+	applyDelay time.Duration
 }
 
 // LevelTrace is the level of a node's per-request logs: below Debug, for
@@ -715,6 +719,10 @@ func (n *Node) join(b []byte) []byte {
 	ctx, cancel := context.WithCancel(n.ctx)
 	g := &writeGroup{cancel: cancel, done: make(chan struct{}), joined: make(chan struct{})}
 	v.wgroups[r.Set] = g
+	if v.live == nil {
+		v.live = map[*writeGroup]struct{}{}
+	}
+	v.live[g] = struct{}{}
 	v.mu.Unlock()
 	if old != nil {
 		old.stop()
@@ -924,6 +932,20 @@ type writeGroup struct {
 	// group or writer; before it stops it applies the writes that
 	// reached this node (see drainGroup).
 	draining bool
+	// grp (under v.mu) is the group once joined; applied the id of the
+	// latest of its messages applied (see Group.Arrived).
+	grp     *endpoint.Group
+	applied atomic.Uint64
+}
+
+// stopped reports whether the group's goroutine has returned.
+func (g *writeGroup) stopped() bool {
+	select {
+	case <-g.done:
+		return true
+	default:
+		return false
+	}
 }
 
 func (g *writeGroup) stop() {
@@ -973,9 +995,19 @@ func (v *vol) drainLocked() {
 // the node closes.
 func (n *Node) serveGroup(ctx context.Context, v *vol, r joinReq, g *writeGroup) {
 	defer close(g.done)
+	defer func() {
+		v.mu.Lock()
+		delete(v.live, g)
+		v.mu.Unlock()
+	}()
 	jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	grp, err := n.ep.JoinJob(jctx, n.cfg.Switch, r.Job, r.Size, r.Rank, n.cfg.Fabric)
 	cancel()
+	if err == nil {
+		v.mu.Lock()
+		g.grp = grp
+		v.mu.Unlock()
+	}
 	close(g.joined)
 	if err != nil {
 		n.log.Warn("stor: join write group", "volume", r.Name, "job", r.Job, "err", err)
@@ -1012,9 +1044,11 @@ func (n *Node) serveGroup(ctx context.Context, v *vol, r joinReq, g *writeGroup)
 			return
 		}
 		msg := buf[:m]
+		_, id := grp.Arrived(0)
 		switch msg[0] {
 		case opWrite:
 			n.applyWrite(v, r, g, msg)
+			g.applied.Store(id)
 		case opFlush:
 			v.mu.Lock()
 			code := v.werr
@@ -1025,6 +1059,7 @@ func (n *Node) serveGroup(ctx context.Context, v *vol, r joinReq, g *writeGroup)
 				}
 			}
 			v.mu.Unlock()
+			g.applied.Store(id)
 			n.mu.Lock()
 			n.stats.Flushes++
 			n.mu.Unlock()
@@ -1049,6 +1084,9 @@ func (n *Node) applyWrite(v *vol, r joinReq, g *writeGroup, msg []byte) {
 	}
 	ver, off := binary.BigEndian.Uint64(msg[1:]), binary.BigEndian.Uint64(msg[9:])
 	data := msg[writeHdr:]
+	if n.applyDelay > 0 {
+		time.Sleep(n.applyDelay)
+	}
 	v.mu.Lock()
 	if v.wgroups[r.Set] != g && !g.draining {
 		// A group the writer formed anew since, or of a writer that
@@ -1091,10 +1129,39 @@ func (n *Node) drainGroup(v *vol, r joinReq, g *writeGroup, grp *endpoint.Group,
 		if err != nil || !ok {
 			return
 		}
+		_, id := grp.Arrived(0)
 		if m > 0 && buf[0] == opWrite {
 			n.applyWrite(v, r, g, buf[:m])
 		}
+		g.applied.Store(id)
 	}
+}
+
+// awaitWrites waits, for at most readWait, until this node applied every
+// write that had reached it whole when it was called: a writer sees a
+// write complete once every replica's endpoint has it, so a read another
+// client starts after that must not be served before it is applied. It
+// reports false when the time ran out.
+func (n *Node) awaitWrites(v *vol) bool {
+	v.mu.Lock()
+	var gs []*writeGroup
+	for g := range v.live {
+		if g.grp != nil {
+			gs = append(gs, g)
+		}
+	}
+	v.mu.Unlock()
+	deadline := time.Now().Add(readWait)
+	for _, g := range gs {
+		whole, _ := g.grp.Arrived(0)
+		for g.applied.Load() < whole && !g.stopped() {
+			if time.Now().After(deadline) {
+				return false
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	return true
 }
 
 func (n *Node) read(b []byte) []byte {
@@ -1108,6 +1175,9 @@ func (n *Node) read(b []byte) []byte {
 	}
 	resync := r.MinVer&resyncRead != 0
 	minVer := r.MinVer &^ resyncRead
+	if !n.awaitWrites(v) {
+		return n.refuse(CodeNotReady, fmt.Sprintf("volume %s: node %d has not applied the writes that reached it yet", r.Name, n.st.id))
+	}
 	// A write the writer saw complete may still be on its way from this
 	// node's transport to the disk: wait for it a little.
 	for wait := time.Duration(0); ; wait += time.Millisecond {

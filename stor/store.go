@@ -74,7 +74,11 @@ type vol struct {
 	removed   bool
 	syncing   bool                   // a resync runs
 	wgroups   map[string]*writeGroup // the writer's groups this node is in, by replica set
-	appliedW  uint64                 // writes applied, for stats
+	// live: every write group whose writes this node still receives or
+	// applies (those of wgroups and those draining), for reads to wait
+	// for the writes that reached the node before them.
+	live     map[*writeGroup]struct{}
+	appliedW uint64 // writes applied, for stats
 	// state says why the copy does not serve reads (stateReady when it
 	// does), waitFor the nodes a resync waits to hear from.
 	state   string
