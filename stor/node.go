@@ -1137,20 +1137,32 @@ func (n *Node) drainGroup(v *vol, r joinReq, g *writeGroup, grp *endpoint.Group,
 	}
 }
 
-// awaitWrites waits, for at most readWait, until this node applied every
-// write that had reached it whole when it was called: a writer sees a
-// write complete once every replica's endpoint has it, so a read another
-// client starts after that must not be served before it is applied. It
-// reports false when the time ran out.
-func (n *Node) awaitWrites(v *vol) bool {
+// joinedGroups returns v's live write groups that formed.
+func (v *vol) joinedGroups() []*writeGroup {
 	v.mu.Lock()
+	defer v.mu.Unlock()
 	var gs []*writeGroup
 	for g := range v.live {
 		if g.grp != nil {
 			gs = append(gs, g)
 		}
 	}
-	v.mu.Unlock()
+	return gs
+}
+
+// applied waits, for at most readWait, until this node applied every
+// write of groups gs that had reached it whole when it was called: a
+// writer sees a write complete once every replica's endpoint holds it,
+// before the replica applied it, and a read another client starts after
+// that must see it. It reports false when the time ran out.
+//
+// (A write completes without a member only once the switch counted it
+// dead, and the switch counts every membership of an address dead at
+// once, since any datagram from it is a sign of life for all: a node left
+// out of a write that way is out of its read services too, and serves
+// reads again only after it registered anew and compared its copy with
+// the others'; see supervise.)
+func (n *Node) applied(gs []*writeGroup) bool {
 	deadline := time.Now().Add(readWait)
 	for _, g := range gs {
 		whole, _ := g.grp.Arrived(0)
@@ -1175,7 +1187,7 @@ func (n *Node) read(b []byte) []byte {
 	}
 	resync := r.MinVer&resyncRead != 0
 	minVer := r.MinVer &^ resyncRead
-	if !n.awaitWrites(v) {
+	if !n.applied(v.joinedGroups()) {
 		return n.refuse(CodeNotReady, fmt.Sprintf("volume %s: node %d has not applied the writes that reached it yet", r.Name, n.st.id))
 	}
 	// A write the writer saw complete may still be on its way from this
@@ -1235,6 +1247,9 @@ func (n *Node) versions(b []byte) []byte {
 	v, refused := n.volume(name)
 	if v == nil {
 		return refused
+	}
+	if !n.applied(v.joinedGroups()) {
+		return n.refuse(CodeNotReady, fmt.Sprintf("volume %s: node %d has not applied the writes that reached it yet", name, n.st.id))
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
