@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/transport/cc"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -243,7 +244,8 @@ func (e *Engine) releaseRec(rec *pktRec) {
 // to Step, calls Poll for datagrams to send, completions and the next
 // deadline, and never lets the engine see a socket or a clock.
 type Engine struct {
-	cfg Config
+	cfg   Config
+	swift cc.SwiftLimits // the congestion window's, from cfg
 	// expectAt is the deadline the last Poll returned (zero: none): a
 	// Poll that comes much later than it finds this engine's own process
 	// stopped or starved meanwhile (SIGSTOP, a debugger, a suspended
@@ -368,6 +370,7 @@ func New(cfg Config) (*Engine, error) {
 	rng := mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	return &Engine{
 		cfg:          cfg,
+		swift:        cc.SwiftLimits{Min: cfg.MinCwnd, Max: cfg.MaxCwnd, Target: cfg.TargetDelay},
 		seg:          cfg.segSize(),
 		rng:          rng,
 		msgSeq:       rng.Uint64() >> 1,

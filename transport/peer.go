@@ -4,14 +4,12 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/transport/cc"
 	"github.com/ndma/ndma/wire"
 )
 
-// Swift-style congestion control constants.
 const (
-	ccBeta      = 0.8 // multiplicative decrease gain per unit of excess delay
-	ccMaxMDF    = 0.5 // largest single decrease (halving)
-	dupThresh   = 3   // packets SACKed beyond a hole before it is presumed lost
+	dupThresh   = 3 // packets SACKed beyond a hole before it is presumed lost
 	maxRTTValid = 60 * time.Second
 )
 
@@ -123,19 +121,15 @@ type peer struct {
 	synAcked       bool // an ACK (not a challenge) has been received from this peer
 	sealHint       bool // the peer's address said it takes sealed datagrams only (wire.HandshakeSealRequired), before any ACK
 	rwnd           uint32
-	cwnd           float64
-	srtt, rttvar   time.Duration
-	rto, minRTT    time.Duration // minRTT: lowest RTT of a full-size packet (delay target base)
-	minAnyRTT      time.Duration // lowest RTT of any packet (reordering window)
-	hasRTT         bool
-	delayOK        bool // last delay sample was below target
-	// Forward one-way delay base (LEDBAT-style, RFC 6817): the lowest
-	// (receiver arrival - sender send) of a full-size packet, with the
-	// clocks' offset in it, kept as the minimum of two rotating buckets so
-	// that clock drift ages out. Zero bucket: none yet.
-	owdBase      [2]int64
-	owdRotate    time.Time
-	lastDecrease time.Time
+	// rtt.Min is the lowest RTT of any packet (the reordering window);
+	// win.Base that of a full-size packet (the delay target's base).
+	rtt cc.RTT
+	rto time.Duration
+	win cc.Swift
+	// The one-way delay bases of both directions: the sender's, of its
+	// packets' forward delay (from the ACKs), and the receiver's, of the
+	// peer's packets (what its ACKs report as queueing, Ack.QDelay).
+	owd          cc.OWD
 	lastBackoff  time.Time
 	lastProgress time.Time
 	rtoAt        time.Time // earliest sentAt+rto among in-flight records (may be early)
@@ -159,10 +153,8 @@ type peer struct {
 	// The receiver's measure of the forward queueing (Ack.QDelay): the
 	// echoed packet's one-way delay (its arrival here less its send
 	// time there, with the clocks' offset) above the lowest of a
-	// full-size packet on this stream, over the two buckets owdRotate
-	// turns for the sender's base too; echoQ is what the next ACK
-	// reports (µs + 1; 0 while there is no base).
-	rOwdBase  [2]int64
+	// full-size packet on this stream (owd.SampleIn); echoQ is what the
+	// next ACK reports (µs + 1; 0 while there is no base).
 	echoQ     uint32
 	advWindow uint32 // receive window advertised; zero = Config.RecvWindow
 	// Address validation (see buildAck): peerBase is the latest AckBase
@@ -190,7 +182,7 @@ func newPeer(e *Engine, id PeerID) *peer {
 		sndUna: isn,
 		sndNxt: isn,
 		rwnd:   uint32(e.cfg.RecvWindow),
-		cwnd:   e.cfg.InitialCwnd,
+		win:    cc.Swift{Cwnd: e.cfg.InitialCwnd},
 		rto:    e.cfg.InitialRTO,
 	}
 }
@@ -206,13 +198,7 @@ func (p *peer) enqueue(m *outMsg) {
 
 func (p *peer) mask() uint32 { return uint32(len(p.ring) - 1) }
 
-func (p *peer) cwndPkts() int {
-	c := int(p.cwnd)
-	if c < 1 {
-		c = 1
-	}
-	return c
-}
+func (p *peer) cwndPkts() int { return p.win.Packets() }
 
 // A receiver that is not scheduled for a few milliseconds (a busy
 // machine, a hypervisor that stops its virtual CPU) keeps receiving into
@@ -260,9 +246,9 @@ func (p *peer) stallStart() (start time.Time, base time.Duration, ok bool) {
 	if (p.id.Mode != wire.ModeMulticast && p.id.Mode != wire.ModeAggregate) || p.sndUna == p.sndNxt {
 		return time.Time{}, 0, false
 	}
-	base = p.minRTT
+	base = p.win.Base
 	if base == 0 {
-		base = p.minAnyRTT
+		base = p.rtt.Min
 	}
 	if base <= 0 {
 		return time.Time{}, 0, false
@@ -684,28 +670,10 @@ func (p *peer) scanTimeouts(now time.Time) {
 		if now.Sub(p.lastBackoff) >= p.rto {
 			p.lastBackoff = now
 			p.rto = min(2*p.rto, p.e.cfg.MaxRTO)
-			p.decrease(now, 1-ccMaxMDF)
+			p.win.OnTimeout(now, &p.e.swift)
 		}
 	}
 }
-
-func (p *peer) decrease(now time.Time, factor float64) {
-	p.cwnd *= factor
-	if p.cwnd < p.e.cfg.MinCwnd {
-		p.cwnd = p.e.cfg.MinCwnd
-	}
-	p.lastDecrease = now
-}
-
-// onRTT takes one RTT sample. The base RTT (minRTT), which the delay
-// target is built on, is learnt only from full-size packets: a tiny
-// packet's RTT leaves out the serialization a full one pays on every hop
-// (720 µs per 9 KB hop at 100 Mbit/s), and a target built on it would
-// throttle bulk transfers to a packet per RTT.
-// owdBucket is how long one bucket of the forward-delay base lasts: the
-// base is the lowest delay of the last one to two buckets, so a drift of
-// the clocks' offset ages out of it.
-const owdBucket = 30 * time.Second
 
 // onRTT takes one RTT sample r (and, if haveOWD, the forward one-way delay
 // with the clocks' offset, owd; if q >= 0, the forward queueing the
@@ -721,36 +689,22 @@ const owdBucket = 30 * time.Second
 // in-network collectives send and receive at once on every link).
 func (p *peer) onRTT(now time.Time, r time.Duration, full bool, owd int64, haveOWD bool, q time.Duration) {
 	cfg := &p.e.cfg
-	if !p.hasRTT {
-		p.srtt, p.rttvar, p.hasRTT = r, r/2, true
-	} else {
-		d := p.srtt - r
-		if d < 0 {
-			d = -d
-		}
-		p.rttvar = (3*p.rttvar + d) / 4
-		p.srtt = (7*p.srtt + r) / 8
-	}
+	// r > 0 (onAck checks), so the estimator has a sample from now on.
+	p.rtt.Sample(r)
 	old := p.rto
-	p.rto = min(max(p.srtt+4*p.rttvar+p.peerAckDelay(), cfg.MinRTO), cfg.MaxRTO)
+	p.rto = p.rtt.RTO(p.peerAckDelay(), cfg.MinRTO, cfg.MaxRTO)
 	if p.rto < old/2 {
 		// The timeout came down from a backoff: timers armed with the old
 		// value would fire far too late, so rescan at the next Poll.
 		p.rtoAt = now
 	}
-	if p.minAnyRTT == 0 || r < p.minAnyRTT {
-		p.minAnyRTT = r
-	}
-	if full && (p.minRTT == 0 || r < p.minRTT) {
-		p.minRTT = r
-	}
-	if p.minRTT == 0 {
+	p.win.SampleBase(r, full)
+	if p.win.Base == 0 {
 		return // no base yet: no delay signal
 	}
-	allowed := max(cfg.TargetDelay, p.minRTT)
-	queued := r - p.minRTT
+	queued := r - p.win.Base
 	if haveOWD {
-		base := p.owdSample(now, &p.owdBase, owd, full)
+		base := p.owd.SampleOut(now, owd, full)
 		if base != 0 {
 			queued = time.Duration(owd - base)
 		}
@@ -758,17 +712,7 @@ func (p *peer) onRTT(now time.Time, r time.Duration, full bool, owd int64, haveO
 	if q >= 0 {
 		queued = q
 	}
-	if queued <= allowed {
-		p.delayOK = true
-		return
-	}
-	p.delayOK = false
-	if now.Sub(p.lastDecrease) >= p.srtt {
-		// Back off in proportion to the excess, as before on the RTT:
-		// (queued - allowed) / (base + queued).
-		f := 1 - ccBeta*float64(queued-allowed)/float64(p.minRTT+queued)
-		p.decrease(now, max(f, 1-ccMaxMDF))
-	}
+	p.win.OnDelay(now, &p.e.swift, queued, p.rtt.SRTT)
 }
 
 // peerAckDelay is how long the peer may hold an ACK of this side's data
@@ -795,9 +739,7 @@ func (p *peer) ackRec(rec *pktRec) {
 	if rec.sentAt.After(p.rackTime) {
 		p.rackTime = rec.sentAt
 	}
-	if p.delayOK {
-		p.cwnd = min(p.cwnd+1/p.cwnd, p.e.cfg.MaxCwnd)
-	}
+	p.win.OnAck(&p.e.swift)
 	m := rec.msg
 	m.unacked--
 	if m.unacked == 0 && m.allSent && !m.done {
@@ -956,7 +898,7 @@ func (p *peer) onAck(now time.Time, a *wire.Ack, nack bool, ackTS uint64, single
 	// quarter of the lowest RTT) before that packet, or the receiver
 	// NACKed it. The time rule makes small windows recover without
 	// waiting for a timeout.
-	reoWnd := p.minAnyRTT / 4
+	reoWnd := p.rtt.Min / 4
 	if haveSack {
 		for psn := p.sndUna; wire.SeqLess(psn, highSacked); psn++ {
 			rec := &p.ring[psn&m]
@@ -1383,33 +1325,6 @@ func (p *peer) buildAck(now time.Time, buf []byte, limited bool) (d netio.Datagr
 	return netio.Datagram{Addr: p.id.Addr, Buf: b, Control: true}, true
 }
 
-// rotateOWD starts a new bucket of the one-way delay bases, the
-// sender's and the receiver's, every owdBucket.
-func (p *peer) rotateOWD(now time.Time) {
-	if now.Sub(p.owdRotate) >= owdBucket {
-		p.owdBase[1], p.owdBase[0] = p.owdBase[0], 0
-		p.rOwdBase[1], p.rOwdBase[0] = p.rOwdBase[0], 0
-		p.owdRotate = now
-	}
-}
-
-// owdSample takes one one-way delay into bases (a full-size packet's
-// lowers the current bucket's minimum) and returns the base: the lower
-// of the two buckets' minima, 0 while there is none.
-func (p *peer) owdSample(now time.Time, bases *[2]int64, owd int64, full bool) int64 {
-	if full {
-		p.rotateOWD(now)
-		if bases[0] == 0 || owd < bases[0] {
-			bases[0] = owd
-		}
-	}
-	base := bases[0]
-	if bases[1] != 0 && (base == 0 || bases[1] < base) {
-		base = bases[1]
-	}
-	return base
-}
-
 // forwardQueue returns what an ACK of the data packet h, arrived at now,
 // reports as its queueing on the way (Ack.QDelay): its one-way delay less
 // the stream's lowest for a full-size packet. The clocks' offset cancels,
@@ -1420,7 +1335,7 @@ func (p *peer) forwardQueue(now time.Time, h *wire.Header) uint32 {
 		return 0
 	}
 	owd := nanos(now) - int64(h.TS)
-	base := p.owdSample(now, &p.rOwdBase, owd, int(h.Len) >= p.e.seg/2)
+	base := p.owd.SampleIn(now, owd, int(h.Len) >= p.e.seg/2)
 	if base == 0 {
 		return 0
 	}
