@@ -12,6 +12,7 @@ import (
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/transport/cc"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -31,7 +32,7 @@ import (
 // reply cache (memnode.Replies), so a resent WRITE, CAS, FETCHADD or VECTOR
 // is applied once. Congestion control is a window of requests in flight per
 // lane (Op.Lane: the pool client uses one per memory node), delay-based
-// like TCP Vegas (poolLane.grow) and halved on a timeout.
+// like TCP Vegas (poolVegas) and halved on a timeout.
 
 // PoolServe makes an endpoint a memory node of a pool.
 type PoolServe struct {
@@ -104,11 +105,10 @@ type laneKey struct {
 // poolLane is one congestion window, its RTT estimator and its queue of
 // ops waiting to send.
 type poolLane struct {
-	cwnd, ssthresh float64
-	inflight       int
-	queue          []*poolOp
-	srtt, rttv     time.Duration
-	minRTT         time.Duration
+	win      cc.Vegas
+	inflight int
+	queue    []*poolOp
+	rtt      cc.RTT
 }
 
 type poolOp struct {
@@ -272,7 +272,7 @@ func (c *Core) postPool(now time.Time, op *Op) error {
 				}
 			}
 		}
-		l = &poolLane{cwnd: poolInitWindow, ssthresh: poolMaxWindow}
+		l = &poolLane{win: cc.Vegas{Cwnd: poolInitWindow, Ssthresh: poolMaxWindow}}
 		p.lanes[k] = l
 	}
 	po.lane = l
@@ -308,7 +308,7 @@ func (c *Core) checkChain(op *Op) error {
 
 // pumpLane sends new segments of l's queued ops while its window allows.
 func (c *Core) pumpLane(now time.Time, l *poolLane) {
-	for len(l.queue) > 0 && float64(l.inflight) < l.cwnd {
+	for len(l.queue) > 0 && float64(l.inflight) < l.win.Cwnd {
 		po := l.queue[0]
 		if po.op.finished {
 			l.queue = l.queue[1:]
@@ -439,10 +439,10 @@ func (c *Core) prove(now time.Time, sw netip.AddrPort) {
 // decays to nothing, so one more packet queued anywhere would otherwise
 // fire a spurious timeout.
 func (l *poolLane) rto() time.Duration {
-	if l.srtt == 0 {
+	if !l.rtt.Has() {
 		return poolInitRTO
 	}
-	return min(max(l.srtt+4*l.rttv, 2*l.srtt, poolMinRTO), poolMaxRTO)
+	return l.rtt.RTO(0, max(2*l.rtt.SRTT, poolMinRTO), poolMaxRTO)
 }
 
 // queueRaw encodes a datagram for the next Poll. It reports false (and
@@ -544,9 +544,9 @@ func (c *Core) onPoolResponse(now time.Time, from netip.AddrPort, h *wire.Header
 	l := po.lane
 	l.inflight--
 	if s.tries == 1 {
-		l.sample(now.Sub(s.sent))
+		l.rtt.Sample(now.Sub(s.sent))
 	}
-	l.grow()
+	l.win.OnAnswer(&poolVegas, &l.rtt)
 	if op.Err != nil || po.left == 0 {
 		c.finish(op)
 	}
@@ -562,53 +562,14 @@ func (po *poolOp) find(id uint64) int {
 	panic("endpoint: pool request id not in its op")
 }
 
-// sample updates the lane's RTT estimator (RFC 6298) and its minimum.
-func (l *poolLane) sample(rtt time.Duration) {
-	if l.minRTT == 0 || rtt < l.minRTT {
-		l.minRTT = rtt
-	}
-	if l.srtt == 0 {
-		l.srtt, l.rttv = rtt, rtt/2
-		return
-	}
-	d := l.srtt - rtt
-	if d < 0 {
-		d = -d
-	}
-	l.rttv = (3*l.rttv + d) / 4
-	l.srtt = (7*l.srtt + rtt) / 8
-}
-
-// Vegas bounds: the requests a lane may keep queued in the network
-// (cwnd × (1 − minRTT/srtt)) before its window stops growing, and shrinks.
-const (
-	poolQueueLow  = 2
-	poolQueueHigh = 8
-)
-
-// grow adapts the window after an answer, Vegas-style: it grows (by one
-// per answer in slow start, one per window after) while fewer than
-// poolQueueLow of the lane's requests wait in queues, and shrinks by one
-// per window beyond poolQueueHigh, leaving slow start. Keeping the queues
-// short keeps the RTT, and so the retransmission timer, honest: a window
-// that filled the queues would make the RTT outgrow the timer and every
-// request be sent twice.
-func (l *poolLane) grow() {
-	queued := 0.0
-	if l.srtt > 0 && l.minRTT > 0 {
-		queued = l.cwnd * (1 - float64(l.minRTT)/float64(l.srtt))
-	}
-	switch {
-	case queued > poolQueueHigh:
-		l.ssthresh = min(l.ssthresh, l.cwnd)
-		l.cwnd = max(2, l.cwnd-1/l.cwnd)
-	case queued < poolQueueLow && l.cwnd < l.ssthresh:
-		l.cwnd++
-	case queued < poolQueueLow:
-		l.cwnd += 1 / l.cwnd
-	}
-	l.cwnd = min(l.cwnd, poolMaxWindow)
-}
+// poolVegas is the lanes' window: it grows (by one per answer in slow
+// start, one per window after) while fewer than 2 of the lane's requests
+// wait in queues (cwnd × (1 − minRTT/srtt)), and shrinks by one per
+// window beyond 8, leaving slow start. Keeping the queues short keeps
+// the RTT, and so the retransmission timer, honest: a window that filled
+// the queues would make the RTT outgrow the timer and every request be
+// sent twice.
+var poolVegas = cc.VegasLimits{QueueLow: 2, QueueHigh: 8, Min: 2, Max: poolMaxWindow}
 
 // finishPool releases a finished pool op's requests and window share.
 func (c *Core) finishPool(op *Op) {
@@ -647,9 +608,7 @@ func (c *Core) pollPool(now time.Time) time.Time {
 			if !now.Before(s.deadline) {
 				if !halved {
 					// One loss event per op and round: halve the window.
-					l := po.lane
-					l.ssthresh = max(l.cwnd/2, 2)
-					l.cwnd = l.ssthresh
+					po.lane.win.OnLoss(&poolVegas)
 					halved = true
 				}
 				s.rto = min(2*s.rto, poolMaxRTO)

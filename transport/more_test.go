@@ -60,8 +60,8 @@ func TestLinkRateBound(t *testing.T) {
 		t.Fatalf("transfer took %.3f× S/B", ratio)
 	}
 	p := a.e.groups[0].peers[peerKey{b.addr, 0, 0}]
-	if p.cwnd > 64 {
-		t.Fatalf("cwnd grew to %.1f packets on a 100 Mbit/s link: delay signal ignored", p.cwnd)
+	if p.win.Cwnd > 64 {
+		t.Fatalf("cwnd grew to %.1f packets on a 100 Mbit/s link: delay signal ignored", p.win.Cwnd)
 	}
 }
 

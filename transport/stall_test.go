@@ -21,7 +21,7 @@ func TestStallAllowance(t *testing.T) {
 	}
 	t0 := time.Unix(1000, 0)
 	p := newPeer(e, PeerID{Mode: wire.ModeMulticast, Group: 1})
-	p.cwnd, p.minRTT, p.minAnyRTT, p.hasRTT = 4, 2*time.Millisecond, time.Millisecond, true
+	p.win.Cwnd, p.win.Base, p.rtt.Min = 4, 2*time.Millisecond, time.Millisecond
 	p.sndNxt = p.sndUna + 10
 	p.inflight = 4
 	p.lastProgress = t0
@@ -59,7 +59,7 @@ func TestStallAllowance(t *testing.T) {
 		t.Errorf("after progress: limit %d, want the window 4", got)
 	}
 	// A short base RTT waits stallQuiet.
-	p.minRTT = 50 * time.Microsecond
+	p.win.Base = 50 * time.Microsecond
 	e.now = p.lastProgress.Add(stallQuiet)
 	if got := p.sendLimit(); got != 4 {
 		t.Errorf("base 50µs, silent %v: limit %d, want 4", stallQuiet, got)
@@ -109,7 +109,7 @@ func TestStallUnicast(t *testing.T) {
 	net.Wake(a.addr)
 	net.RunFor(30 * time.Millisecond) // past slow start, well short of the end
 	p := a.e.lookup(id)
-	if p == nil || p.minRTT == 0 || len(a.comps) != 0 {
+	if p == nil || p.win.Base == 0 || len(a.comps) != 0 {
 		t.Fatalf("no transfer in progress to stall (peer %v, completions %d)", p != nil, len(a.comps))
 	}
 	cwnd := p.cwndPkts()
