@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/internal/jepsen"
 )
 
@@ -54,8 +55,76 @@ func TestSimJepsenVolume(t *testing.T) {
 	// as asked.
 	seeds := jSeeds(t, "STOR_JEPSEN_SEEDS", 101) // more on demand: STOR_JEPSEN_SEEDS=104-140
 	for _, seed := range seeds {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { jepsenVolume(t, seed) })
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { jepsenVolume(t, seed, false) })
 	}
+}
+
+// TestSimJepsenGateway is TestSimJepsenVolume with the writer and the
+// readers going through a gateway (controller mode: the gateway sends
+// each write to each replica itself), which the nemesis crashes and
+// starts again too.
+func TestSimJepsenGateway(t *testing.T) {
+	seeds := jSeeds(t, "STOR_JEPSEN_GW_SEEDS", 401) // more on demand: STOR_JEPSEN_GW_SEEDS=400-430
+	for _, seed := range seeds {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { jepsenVolume(t, seed, true) })
+	}
+}
+
+// jGateway is a gateway the nemesis crashes and starts again.
+type jGateway struct {
+	s  *simStor
+	mu jLock
+	ep *endpoint.Endpoint
+	gw *Gateway
+	wg sync.WaitGroup
+}
+
+// start starts the gateway, again every second while it cannot (the
+// switch is down) for at most jRestart; with wait, before returning.
+func (g *jGateway) start(wait bool) {
+	g.wg.Add(1)
+	run := func() {
+		defer g.wg.Done()
+		deadline := time.Now().Add(jRestart)
+		for {
+			g.mu.Lock()
+			err := error(nil)
+			if g.gw == nil {
+				ep := g.s.endpoint("stor/gateway")
+				gw := NewGateway(ep, GatewayConfig{Switch: g.s.swA.String(), Fabric: g.s.fab, Logger: g.s.logger()})
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				if err = gw.Start(ctx); err != nil {
+					ep.Close()
+				} else {
+					g.ep, g.gw = ep, gw
+				}
+				cancel()
+			}
+			g.mu.Unlock()
+			if err == nil || time.Now().After(deadline) {
+				return
+			}
+			time.Sleep(time.Second)
+		}
+	}
+	if wait {
+		run()
+		return
+	}
+	go run()
+}
+
+// crash stops the gateway at once; it reports false if it was down.
+func (g *jGateway) crash() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gw == nil {
+		return false
+	}
+	g.ep.Close()
+	g.gw.Close()
+	g.ep, g.gw = nil, nil
+	return true
 }
 
 // jValues names the values of the run: each write's digest by write id.
@@ -288,7 +357,9 @@ func jFaultsOf(n *jNodes) []jepsen.Fault {
 	return fs
 }
 
-func jepsenVolume(t *testing.T, seed int64) {
+// jepsenVolume runs one seed; with gateway, the clients go through a
+// gateway the nemesis crashes too.
+func jepsenVolume(t *testing.T, seed int64, gateway bool) {
 	var h *jepsen.History
 	vals := &jValues{ids: map[uint64]uint64{}, other: map[uint64]uint64{}}
 	errs := &jErrors{n: map[string]int{}}
@@ -315,13 +386,23 @@ func jepsenVolume(t *testing.T, seed int64) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, err := c.Open(ctx, jVolume, OpenOptions{Write: true, Logger: s.logger()})
+		var via string
+		gw := &jGateway{s: s}
+		if gateway {
+			gw.start(true)
+			if gw.gw == nil {
+				t.Fatalf("seed %d: the gateway did not start", seed)
+			}
+			defer gw.crash()
+			via = GatewayName(DefaultService)
+		}
+		w, err := c.Open(ctx, jVolume, OpenOptions{Write: true, Logger: s.logger(), Controller: via})
 		if err != nil {
 			t.Fatal(err)
 		}
 		var readers []*Volume
 		for range jReaders {
-			r, err := s.client().Open(ctx, jVolume, OpenOptions{})
+			r, err := s.client().Open(ctx, jVolume, OpenOptions{Controller: via})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -331,8 +412,19 @@ func jepsenVolume(t *testing.T, seed int64) {
 		defer work.halt()
 
 		nodes := &jNodes{s: s}
+		faults := jFaultsOf(nodes)
+		if gateway {
+			faults = append(faults, jepsen.Fault{Name: "crash gateway", Kind: "crash gateway", Target: "gateway",
+				Start: func() error {
+					if !gw.crash() {
+						return fmt.Errorf("%w: the gateway is down", jepsen.ErrSkip)
+					}
+					return nil
+				},
+				Stop: func() error { gw.start(false); return nil }})
+		}
 		nem, err := jepsen.NewNemesis(rand.New(rand.NewPCG(uint64(seed), 0xfa)), jepsen.NemesisConfig{
-			Faults: jFaultsOf(nodes), Total: jFaults, MinGap: 500 * time.Millisecond, MaxGap: 4 * time.Second,
+			Faults: faults, Total: jFaults, MinGap: 500 * time.Millisecond, MaxGap: 4 * time.Second,
 			MinDuration: time.Second, MaxDuration: 8 * time.Second, MaxActive: 3}, h)
 		if err != nil {
 			t.Fatal(err)
@@ -342,6 +434,10 @@ func jepsenVolume(t *testing.T, seed int64) {
 			t.Errorf("seed %d: nemesis: %v", seed, err)
 		}
 		nodes.wg.Wait() // every crashed node is up again, or could not be
+		gw.wg.Wait()
+		if gateway && gw.gw == nil {
+			t.Errorf("seed %d: the gateway could not be started again", seed)
+		}
 		jHeal(ctx, t, seed, c, work, w, s.client(), h, vals, d)
 
 		// No two replicas differ (the writer is closed: all is flushed).
