@@ -630,7 +630,7 @@ func (c *Core) Step(now time.Time, from netip.AddrPort, pkt []byte) {
 }
 
 // Receive handles one received datagram. d.RxTime is when the kernel
-// received it (Unix ns, 0: unknown): see transport.Engine.SetArrival.
+// received it (Unix ns, 0: unknown): see transport.Engine.Receive.
 func (c *Core) Receive(now time.Time, dg netio.Datagram) {
 	from, pkt, rx := dg.Addr, dg.Buf, dg.RxTime
 	c.now = now
@@ -647,8 +647,7 @@ func (c *Core) Receive(now time.Time, dg netio.Datagram) {
 			return
 		}
 	}
-	c.eng.SetArrival(rx)
-	d, ok := c.eng.StepAdmit(now, from, pkt, c.admitFn)
+	d, ok := c.eng.Receive(now, netio.Datagram{Addr: from, Buf: pkt, RxTime: rx}, transport.Admission{Admit: c.admitFn})
 	if !ok {
 		return
 	}

@@ -478,7 +478,7 @@ func (s *Switch) Step(now time.Time, from netip.AddrPort, pkt []byte) {
 // Receive handles one received datagram (loop.Machine). d.RxTime, the
 // kernel's receive time, is what the streams the switch terminates
 // measure the queueing they report to it from
-// (transport.Engine.SetArrival). The switch copies what it keeps of d.Buf.
+// (transport.Engine.Receive). The switch copies what it keeps of d.Buf.
 func (s *Switch) Receive(now time.Time, d netio.Datagram) {
 	from, pkt := d.Addr, d.Buf
 	s.stepRx = d.RxTime
