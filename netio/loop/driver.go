@@ -63,6 +63,7 @@ type Driver struct {
 	wmu     sync.Mutex
 	out     []netio.Datagram
 	scratch []netio.Datagram
+	writeFn func([]netio.Datagram) // write, made once: a method value handed to PollWrite escapes
 
 	readers   sync.WaitGroup
 	closeOnce sync.Once
@@ -80,6 +81,7 @@ func New(m Machine, mu sync.Locker, conns []netio.Conn, cfg Config) *Driver {
 	}
 	d := &Driver{m: m, mu: mu, conn: conns[0], conns: conns, log: cfg.Logger, name: cfg.Name, cfg: cfg}
 	d.s, _ = m.(Streamer)
+	d.writeFn = d.write
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
@@ -196,7 +198,7 @@ func (d *Driver) pump(now time.Time, unlock bool) {
 		var out []netio.Datagram
 		var next time.Time
 		if d.s != nil {
-			d.scratch, next = d.s.PollWrite(now, d.scratch, d.write)
+			d.scratch, next = d.s.PollWrite(now, d.scratch, d.writeFn)
 		} else {
 			out, next = d.m.Poll(now, d.out[:0])
 		}
