@@ -313,7 +313,6 @@ type Core struct {
 	done      []*Op // completed since the last Poll
 	doneSpare []*Op
 	nextDL    time.Time // earliest op deadline (may be early)
-	rxAt      int64     // StepAt's kernel receive time, for the Step it calls
 	now       time.Time // of the current Step (admission runs inside it)
 	inSweep   time.Time // earliest next sweep of inStatus
 
@@ -626,17 +625,15 @@ func (c *Core) complete(op *Op) {
 	c.done = append(c.done, op)
 }
 
-// StepAt is Step for a datagram the kernel received at rx (Unix ns,
-// netio.Datagram.RxTime; 0: unknown): see transport.Engine.SetArrival.
-func (c *Core) StepAt(now time.Time, rx int64, from netip.AddrPort, pkt []byte) {
-	c.rxAt = rx
-	c.Step(now, from, pkt)
+// Step is Receive for a datagram with no receive time.
+func (c *Core) Step(now time.Time, from netip.AddrPort, pkt []byte) {
+	c.Receive(now, netio.Datagram{Addr: from, Buf: pkt})
 }
 
-// Step handles one received datagram.
-func (c *Core) Step(now time.Time, from netip.AddrPort, pkt []byte) {
-	rx := c.rxAt
-	c.rxAt = 0
+// Receive handles one received datagram. d.RxTime is when the kernel
+// received it (Unix ns, 0: unknown): see transport.Engine.Receive.
+func (c *Core) Receive(now time.Time, dg netio.Datagram) {
+	from, pkt, rx := dg.Addr, dg.Buf, dg.RxTime
 	c.now = now
 	c.pool.now = now
 	if c.pool.started.IsZero() {
@@ -651,8 +648,7 @@ func (c *Core) Step(now time.Time, from netip.AddrPort, pkt []byte) {
 			return
 		}
 	}
-	c.eng.SetArrival(rx)
-	d, ok := c.eng.StepAdmit(now, from, pkt, c.admitFn)
+	d, ok := c.eng.Receive(now, netio.Datagram{Addr: from, Buf: pkt, RxTime: rx}, transport.Admission{Admit: c.admitFn})
 	if !ok {
 		return
 	}

@@ -50,7 +50,7 @@ type driving struct {
 func (ep *Endpoint) directReader() netio.DirectReader {
 	d := &ep.drv
 	d.once.Do(func() {
-		dc, ok := ep.conn.(netio.DirectConn)
+		dc, ok := ep.io.Conn().(netio.DirectConn)
 		if !ok {
 			return
 		}
@@ -60,7 +60,7 @@ func (ep *Endpoint) directReader() netio.DirectReader {
 			return
 		}
 		d.r = r
-		d.ds = make([]netio.Datagram, ep.conn.BatchSize())
+		d.ds = make([]netio.Datagram, ep.io.Conn().BatchSize())
 		for i := range d.ds {
 			d.ds[i].Buf = make([]byte, netio.MaxDatagram)
 		}
@@ -163,7 +163,7 @@ func (ep *Endpoint) receive(ds []netio.Datagram) (open, woke bool) {
 	if ep.closed {
 		return false, false
 	}
-	ep.stepLocked(ds)
+	ep.io.ReceiveLocked(ds)
 	woke, ep.drv.woke = ep.drv.woke, false
 	return true, woke
 }
@@ -177,12 +177,7 @@ func (ep *Endpoint) serveTimer() bool {
 	if ep.closed {
 		return false
 	}
-	if at := ep.timerAt; !at.IsZero() {
-		if now := time.Now(); !now.Before(at) {
-			ep.timerAt = time.Time{} // as onTimer: pumpLocked arms it again
-			ep.pumpLocked(now)
-		}
-	}
+	ep.io.ServeTimerLocked()
 	return true
 }
 
@@ -190,7 +185,7 @@ func (ep *Endpoint) serveTimer() bool {
 func (ep *Endpoint) nextTimer() time.Time {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	return ep.timerAt
+	return ep.io.TimerLocked()
 }
 
 // closeDriver closes the direct reader once no goroutine drives. The

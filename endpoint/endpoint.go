@@ -13,31 +13,28 @@ import (
 
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/netio/loop"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
 
-// Endpoint drives a Core over a netio.Conn: one goroutine reads datagram
-// batches, a timer serves deadlines, and callers post operations; a single
-// mutex makes the Core's owner whoever holds it. All methods are safe for
-// concurrent use.
+// Endpoint drives a Core over a netio.Conn with a loop.Driver: one
+// goroutine reads datagram batches, a timer serves deadlines, and callers
+// post operations; a single mutex makes the Core's owner whoever holds
+// it. All methods are safe for concurrent use.
 type Endpoint struct {
-	conn netio.Conn
-	log  *slog.Logger
+	log *slog.Logger
+	io  *loop.Driver // reads, writes and times the Core (as endpointMachine)
 
-	mu      sync.Mutex
-	core    *Core
-	out     []netio.Datagram
-	timer   *time.Timer
-	timerAt time.Time
-	closed  bool
+	mu     sync.Mutex
+	core   *Core
+	closed bool
 
 	// sec, when not nil, seals every datagram written and opens every
-	// datagram read (Options.Security); wireOut holds its output.
-	sec     *secure.Layer
-	id      *secure.Identity // Options.Security
-	wireOut []netio.Datagram
+	// datagram read (Options.Security), wrapped around the core.
+	sec *secure.Layer
+	id  *secure.Identity // Options.Security
 
 	// incarnation tells this endpoint's lifetime from a later one at the
 	// same address (a restarted memory node: PoolLend).
@@ -55,8 +52,7 @@ type Endpoint struct {
 	notifier sync.WaitGroup
 	closing  chan struct{} // closed by Close: the notifier stops waiting
 
-	readerDone chan struct{}
-	drv        driving // callers reading the socket themselves (Driving)
+	drv driving // callers reading the socket themselves (Driving)
 }
 
 // Options for Listen and New beyond the Core's Config.
@@ -116,129 +112,44 @@ func New(conn netio.Conn, cfg Config, opts Options) (*Endpoint, error) {
 	if sec != nil {
 		sec.Log = log
 	}
-	ep := &Endpoint{conn: conn, log: log, core: core, readerDone: make(chan struct{}), closing: make(chan struct{}),
+	ep := &Endpoint{log: log, core: core, closing: make(chan struct{}),
 		services: make(map[uint32]*Service), svcIDs: make(map[string]uint32), incarnation: mrand.Uint64(), sec: sec, id: opts.Security}
+	var m loop.Machine = (*endpointMachine)(ep)
 	if sec != nil {
 		core.SetIdentities(sec.Peer) // under ep.mu, as every core call
+		m = secure.Wrap(m, sec)
 	}
-	ep.timer = time.AfterFunc(time.Hour, ep.onTimer)
-	ep.timer.Stop()
-	go ep.reader()
+	ep.io = loop.New(m, &ep.mu, []netio.Conn{conn}, loop.Config{Logger: log, Name: "endpoint"})
+	ep.io.Start()
 	return ep, nil
 }
 
 // LocalAddr is the socket's address.
-func (ep *Endpoint) LocalAddr() netip.AddrPort { return ep.conn.LocalAddr() }
+func (ep *Endpoint) LocalAddr() netip.AddrPort { return ep.io.Conn().LocalAddr() }
 
-func (ep *Endpoint) reader() {
-	defer close(ep.readerDone)
-	n := ep.conn.BatchSize()
-	ds := make([]netio.Datagram, n)
-	for i := range ds {
-		ds[i].Buf = make([]byte, netio.MaxDatagram)
-	}
-	for {
-		k, err := ep.conn.ReadBatch(ds)
-		if err != nil {
-			if errors.Is(err, netio.ErrClosed) {
-				return
-			}
-			ep.mu.Lock()
-			closed := ep.closed
-			ep.mu.Unlock()
-			if closed {
-				return
-			}
-			ep.log.Warn("endpoint: read", "err", err)
-			continue
-		}
-		ep.mu.Lock()
-		ep.stepLocked(ds[:k])
-		ep.mu.Unlock()
-	}
-}
+// endpointMachine is the Core as the endpoint's driver runs it: its Poll
+// hands the operations that completed to their callers and the requests
+// that arrived to their services. The driver calls it under ep.mu.
+type endpointMachine Endpoint
 
-// stepLocked hands received datagrams to the core (through the security
-// layer) and pumps. Caller holds mu.
-func (ep *Endpoint) stepLocked(ds []netio.Datagram) {
-	now := time.Now()
-	for i := range ds {
-		pkt := ds[i].Buf
-		if ep.sec != nil {
-			pkt = ep.sec.Receive(now, ds[i].Addr, pkt)
-		}
-		if pkt != nil {
-			ep.core.StepAt(now, ds[i].RxTime, ds[i].Addr, pkt)
-		}
-		ds[i].Buf = ds[i].Buf[:cap(ds[i].Buf)]
-	}
-	ep.pumpLocked(now)
-}
+func (m *endpointMachine) Receive(now time.Time, d netio.Datagram) { m.core.Receive(now, d) }
 
-func (ep *Endpoint) onTimer() {
-	ep.mu.Lock()
-	defer ep.mu.Unlock()
-	ep.timerAt = time.Time{}
-	if !ep.closed {
-		ep.pumpLocked(time.Now())
+func (m *endpointMachine) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
+	ep := (*Endpoint)(m)
+	out, done, next := ep.core.Poll(now, out)
+	// Wake waiters before the send syscall: their results are final,
+	// and what is left to send (ACKs, retransmissions) no longer
+	// matters to them.
+	for _, op := range done {
+		ep.signalLocked(op)
 	}
+	ep.dispatchLocked()
+	return out, next
 }
 
 // pumpLocked polls the core, sends, signals completions and arms the
-// timer. Caller holds mu.
-func (ep *Endpoint) pumpLocked(now time.Time) {
-	var next time.Time
-	for range 64 {
-		var out []netio.Datagram
-		var done []*Op
-		out, done, next = ep.core.Poll(now, ep.out[:0])
-		// Wake waiters before the send syscall: their results are final,
-		// and what is left to send (ACKs, retransmissions) no longer
-		// matters to them.
-		for _, op := range done {
-			ep.signalLocked(op)
-		}
-		ep.dispatchLocked()
-		if ep.sec != nil {
-			next = ep.sealLocked(now, out, next)
-		} else if len(out) > 0 {
-			ep.writeLocked(out)
-		}
-		clear(out)
-		ep.out = out[:0]
-		if next.IsZero() || next.After(now) {
-			break
-		}
-		now = time.Now()
-	}
-	if next.IsZero() {
-		return
-	}
-	if ep.timerAt.IsZero() || next.Before(ep.timerAt) {
-		ep.timerAt = next
-		ep.timer.Reset(max(time.Until(next), 0))
-	}
-}
-
-// writeLocked writes ds to the socket. Caller holds mu.
-func (ep *Endpoint) writeLocked(ds []netio.Datagram) {
-	if err := ep.conn.WriteBatch(ds); err != nil && !ep.closed {
-		ep.log.Warn("endpoint: write", "err", err)
-	}
-}
-
-// sealLocked hands the core's datagrams out to the security layer, runs
-// its timers when due, writes what it gives to send (sealed datagrams,
-// handshake messages) and returns next moved to the layer's deadline.
-// Caller holds mu.
-func (ep *Endpoint) sealLocked(now time.Time, out []netio.Datagram, next time.Time) time.Time {
-	var dl time.Time
-	ep.wireOut, dl = ep.sec.Flush(now, out, ep.wireOut, ep.writeLocked)
-	if !dl.IsZero() && (next.IsZero() || dl.Before(next)) {
-		next = dl
-	}
-	return next
-}
+// timer (loop.Driver.PumpLocked). Caller holds mu.
+func (ep *Endpoint) pumpLocked(now time.Time) { ep.io.PumpLocked(now) }
 
 // signalLocked reports op's completion: Done is closed, and op is sent on
 // its notify channel, or queued for the notifier if the channel is full
@@ -462,7 +373,7 @@ func (ep *Endpoint) Close() error {
 		return nil
 	}
 	ep.closed = true // Start fails from now on
-	ep.timer.Stop()
+	ep.io.StopLocked()
 	// ACKs held back to ride on later data go out now, and the endpoint
 	// lingers (reading, for at most CloseLinger) while it owes a peer the
 	// ACK of data it received: a stranger's data is acknowledged only
@@ -476,7 +387,7 @@ func (ep *Endpoint) Close() error {
 		return !ep.core.Owed()
 	})
 	ep.core.FailAll(ErrClosed)
-	_, done, _ := ep.core.Poll(time.Now(), ep.out[:0])
+	_, done, _ := ep.core.Poll(time.Now(), nil)
 	for _, op := range done {
 		ep.signalLocked(op)
 	}
@@ -487,9 +398,8 @@ func (ep *Endpoint) Close() error {
 	for _, f := range closers {
 		f()
 	}
-	err := ep.conn.Close()
+	err := ep.io.Close()
 	ep.closeDriver()
-	<-ep.readerDone
 	ep.handlers.Wait()
 	ep.notifier.Wait()
 	return err

@@ -2,50 +2,37 @@ package fabric
 
 import (
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/netio/loop"
 	"github.com/ndma/ndma/secure"
 )
 
-// Server drives a Switch over netio.Conns: a goroutine per socket reads
-// datagram batches, a timer serves deadlines, and a mutex makes whoever
-// holds it the Switch's owner. The datagrams a Poll gives are written
-// after that mutex is released, under a second one held until the next
-// Poll may reuse their buffers, so that with several sockets (and cores)
-// one goroutine steps the packets it read while another writes.
+// Server drives a Switch over netio.Conns with a loop.Driver: a goroutine
+// per socket reads datagram batches, a timer serves deadlines, and a
+// mutex makes whoever holds it the Switch's owner. The datagrams a Poll
+// gives are written after that mutex is released (loop.Config.Overlap),
+// under a second one held until the next Poll may reuse their buffers, so
+// that with several sockets (and cores) one goroutine steps the packets
+// it read while another writes.
 type Server struct {
-	conn  netio.Conn   // datagrams go out through it
-	conns []netio.Conn // the sockets read from: conn, then ServerOptions.Conns
-	log   *slog.Logger
+	log *slog.Logger
+	drv *loop.Driver
 
-	mu      sync.Mutex // owns sw, events, timer, timerAt, sec, wireOut
+	mu      sync.Mutex // owns sw, events, grouper, sec
 	sw      *Switch
 	events  []Event
-	timer   *time.Timer
-	timerAt time.Time
-	closed  atomic.Bool
-
-	// wmu is held from a Poll until its datagrams are written (they
-	// point into buffers of the switch that its next Poll reuses); its
-	// holder owns out. Lock order: mu, then wmu.
-	wmu     sync.Mutex
-	out     []netio.Datagram
 	grouper grouper
 
 	// sec, when not nil, seals every datagram written and opens every
-	// datagram read (ServerOptions.Security); wireOut holds its output.
-	sec     *secure.Layer
-	wireOut []netio.Datagram
-
-	readers sync.WaitGroup
+	// datagram read (ServerOptions.Security), wrapped around the switch.
+	sec *secure.Layer
 }
 
 // ServerOptions configure NewServerWith.
@@ -107,23 +94,42 @@ func newServer(conn netio.Conn, more []netio.Conn, sw *Switch, logger *slog.Logg
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{conn: conn, conns: append([]netio.Conn{conn}, more...), log: logger, sw: sw, sec: sec}
+	s := &Server{log: logger, sw: sw, sec: sec}
 	// The server writes a poll's datagrams before the next Poll, Tails
 	// included (the results of an aggregation, not copied per member),
 	// unless the security layer or fault injection rewrite them.
 	sw.eng.SetGather(sec == nil && !sw.cfg.Fault.active())
-	s.timer = time.AfterFunc(time.Hour, s.onTimer)
-	s.timer.Stop()
-	s.mu.Lock()
-	s.pumpUnlock(time.Now())
-	for _, c := range s.conns {
-		s.readers.Go(func() { s.reader(c) })
+	var m loop.Machine = (*serverMachine)(s)
+	if sec != nil {
+		m = secure.Wrap(m, sec)
 	}
+	// The switch copies what it keeps of a packet: it can step packets
+	// still in the socket's receive buffers (Views), and leaves a Poll's
+	// datagrams alone while it steps more (Overlap).
+	s.drv = loop.New(m, &s.mu, append([]netio.Conn{conn}, more...), loop.Config{Logger: logger, Name: "fabric", Views: true, Overlap: true})
+	s.mu.Lock()
+	s.drv.PumpLocked(time.Now())
+	s.mu.Unlock()
+	s.drv.Start()
 	return s
 }
 
+// serverMachine is the Switch as the server's driver runs it: its Poll
+// groups the datagrams by destination and logs the switch's events.
+// The driver calls it under Server.mu.
+type serverMachine Server
+
+func (m *serverMachine) Receive(now time.Time, d netio.Datagram) { m.sw.Receive(now, d) }
+
+func (m *serverMachine) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
+	out, next := m.sw.Poll(now, out)
+	m.grouper.group(out)
+	(*Server)(m).logEventsLocked()
+	return out, next
+}
+
 // Addr is the address the switch listens on.
-func (s *Server) Addr() netip.AddrPort { return s.conn.LocalAddr() }
+func (s *Server) Addr() netip.AddrPort { return s.drv.Conn().LocalAddr() }
 
 // Stats returns the switch's counters.
 func (s *Server) Stats() Stats {
@@ -167,90 +173,6 @@ func (s *Server) Pool() ([]PoolNodeInfo, []PoolSpec) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.sw.PoolNodes(), s.sw.PoolRegions()
-}
-
-func (s *Server) reader(conn netio.Conn) {
-	ds := make([]netio.Datagram, conn.BatchSize())
-	bufs := make([][]byte, len(ds))
-	for i := range bufs {
-		bufs[i] = make([]byte, netio.MaxDatagram)
-	}
-	for {
-		// The switch copies what it keeps of a packet: it can step
-		// packets still in the socket's receive buffers.
-		k, err := netio.ReadViews(conn, ds, bufs)
-		if err != nil {
-			if errors.Is(err, netio.ErrClosed) || s.closed.Load() {
-				return
-			}
-			s.log.Warn("fabric: read", "err", err)
-			continue
-		}
-		s.mu.Lock()
-		now := time.Now()
-		for i := 0; i < k; i++ {
-			pkt := ds[i].Buf
-			if s.sec != nil {
-				pkt = s.sec.Receive(now, ds[i].Addr, pkt)
-			}
-			if pkt != nil {
-				s.sw.StepAt(now, ds[i].RxTime, ds[i].Addr, pkt)
-			}
-		}
-		s.pumpUnlock(now)
-	}
-}
-
-func (s *Server) onTimer() {
-	s.mu.Lock()
-	s.timerAt = time.Time{}
-	if s.closed.Load() {
-		s.mu.Unlock()
-		return
-	}
-	s.pumpUnlock(time.Now())
-}
-
-// pumpUnlock polls the switch, arms the timer and sends. The caller holds
-// mu; pumpUnlock releases it, before the last write when datagrams go out
-// unsealed, so that packets another reader got are stepped meanwhile.
-func (s *Server) pumpUnlock(now time.Time) {
-	for i := 0; ; i++ {
-		s.wmu.Lock()
-		out, next := s.sw.Poll(now, s.out[:0])
-		s.grouper.group(out)
-		if s.sec != nil {
-			next = s.sealLocked(now, out, next)
-		}
-		last := next.IsZero() || next.After(now) || i == 63
-		if last {
-			s.logEventsLocked()
-			s.armLocked(next)
-			s.mu.Unlock()
-		}
-		if s.sec == nil && len(out) > 0 {
-			s.write(out)
-		}
-		clear(out)
-		s.out = out[:0]
-		s.wmu.Unlock()
-		if last {
-			return
-		}
-		now = time.Now()
-	}
-}
-
-// armLocked sets the timer to fire at next, unless it fires earlier.
-// Caller holds mu.
-func (s *Server) armLocked(next time.Time) {
-	if next.IsZero() {
-		return
-	}
-	if s.timerAt.IsZero() || next.Before(s.timerAt) {
-		s.timerAt = next
-		s.timer.Reset(max(time.Until(next), 0))
-	}
 }
 
 // maxGroupAddrs bounds the destinations a grouper sorts by counting; a
@@ -315,26 +237,6 @@ func (g *grouper) group(ds []netio.Datagram) {
 	clear(g.tmp) // no references kept to the switch's buffers
 }
 
-// write writes ds to the socket. Caller holds wmu.
-func (s *Server) write(ds []netio.Datagram) {
-	if err := s.conn.WriteBatch(ds); err != nil && !s.closed.Load() {
-		s.log.Warn("fabric: write", "err", err)
-	}
-}
-
-// sealLocked hands the switch's datagrams to the security layer, runs its
-// timers when due, writes what it gives to send (sealed datagrams,
-// handshake messages) and returns next moved to the layer's deadline.
-// Caller holds mu and wmu.
-func (s *Server) sealLocked(now time.Time, out []netio.Datagram, next time.Time) time.Time {
-	var dl time.Time
-	s.wireOut, dl = s.sec.Flush(now, out, s.wireOut, s.write)
-	if !dl.IsZero() && (next.IsZero() || dl.Before(next)) {
-		next = dl
-	}
-	return next
-}
-
 // logEventsLocked logs the switch's events at info level. Caller holds mu.
 func (s *Server) logEventsLocked() {
 	s.events = s.sw.Events(s.events[:0])
@@ -379,18 +281,4 @@ func (s *Server) logEventsLocked() {
 }
 
 // Close stops the server and closes its sockets. It is idempotent.
-func (s *Server) Close() error {
-	s.mu.Lock()
-	if s.closed.Swap(true) {
-		s.mu.Unlock()
-		return nil
-	}
-	s.timer.Stop()
-	s.mu.Unlock()
-	var errs []error
-	for _, c := range s.conns {
-		errs = append(errs, c.Close())
-	}
-	s.readers.Wait()
-	return errors.Join(errs...)
-}
+func (s *Server) Close() error { return s.drv.Close() }

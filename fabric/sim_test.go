@@ -39,7 +39,7 @@ type simMember struct {
 }
 
 func (m *simMember) Receive(now time.Time, d netio.Datagram) {
-	m.core.StepAt(now, d.RxTime, d.Addr, d.Buf)
+	m.core.Receive(now, d)
 }
 
 func (m *simMember) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {

@@ -267,15 +267,15 @@ func (g *group) member(id uint16) *member {
 	return nil
 }
 
-// Switch is the sans-I/O forwarding node: feed it datagrams with Step, call
-// Poll for what to send and when to call again. Not safe for concurrent
-// use.
+// Switch is the sans-I/O forwarding node (a loop.Machine): feed it
+// datagrams with Receive (or Step), call Poll for what to send and when
+// to call again. Not safe for concurrent use.
 type Switch struct {
 	cfg Config
 	eng *transport.Engine
-	// rxAt: StepAt's kernel receive time for the Step it calls; stepRx:
-	// the current Step's (Unix ns, 0: unknown), for the engine.
-	rxAt, stepRx int64
+	// stepRx: the kernel receive time of the datagram being received
+	// (netio.Datagram.RxTime; Unix ns, 0: unknown), for the engine.
+	stepRx int64
 	// aggStarved: a contribution found no free slot since the last Poll.
 	aggStarved bool
 	pool       *AggPool
@@ -470,17 +470,18 @@ func (s *Switch) Groups() []GroupInfo {
 	return out
 }
 
-// StepAt is Step for a datagram the kernel received at rx (Unix ns,
-// netio.Datagram.RxTime; 0: unknown): the streams the switch terminates
-// measure the queueing they report to it (transport.Engine.SetArrival).
-func (s *Switch) StepAt(now time.Time, rx int64, from netip.AddrPort, pkt []byte) {
-	s.rxAt = rx
-	s.Step(now, from, pkt)
+// Step is Receive for a datagram with no receive time.
+func (s *Switch) Step(now time.Time, from netip.AddrPort, pkt []byte) {
+	s.Receive(now, netio.Datagram{Addr: from, Buf: pkt})
 }
 
-// Step handles one received datagram.
-func (s *Switch) Step(now time.Time, from netip.AddrPort, pkt []byte) {
-	s.stepRx, s.rxAt = s.rxAt, 0
+// Receive handles one received datagram (loop.Machine). d.RxTime, the
+// kernel's receive time, is what the streams the switch terminates
+// measure the queueing they report to it from
+// (transport.Engine.Receive). The switch copies what it keeps of d.Buf.
+func (s *Switch) Receive(now time.Time, d netio.Datagram) {
+	from, pkt := d.Addr, d.Buf
+	s.stepRx = d.RxTime
 	s.now = now
 	s.noteActivity(now)
 	s.stats.Received++

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
@@ -16,8 +17,7 @@ import (
 
 func (s *Switch) stepEngine(now time.Time, from netip.AddrPort, pkt []byte, h *wire.Header) {
 	// Step has parsed pkt and verified its checksum.
-	s.eng.SetArrival(s.stepRx)
-	d, ok := s.eng.StepAdmitChecked(now, from, pkt, s.admitFn)
+	d, ok := s.eng.Receive(now, netio.Datagram{Addr: from, Buf: pkt, RxTime: s.stepRx}, transport.Admission{Admit: s.admitFn, Checked: true})
 	if !ok {
 		return
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/netio/loop"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
@@ -128,29 +129,25 @@ func reportGoodput(b *testing.B, bytesPerOp int, unit string) {
 }
 
 // rawMember is a group member without an Endpoint: an endpoint.Core driven
-// over its own UDP socket by a reader goroutine and a deadline timer, so
-// that the benchmark can also send and receive raw group packets on that
-// socket. Received datagrams of a non-zero group (the raw traffic) are
-// counted and dropped; the others (control, group 0) go to the core.
+// over its own UDP socket by a loop.Driver, so that the benchmark can also
+// send and receive raw group packets on that socket. Received datagrams of
+// a non-zero group (the raw traffic) are counted and dropped; the others
+// (control, group 0) go to the core.
 type rawMember struct {
 	conn *netio.UDPConn
+	drv  *loop.Driver
 
-	// writeMu serialises writes: the core's pump and the benchmark both
-	// send on conn.
+	// writeMu serialises writes: the driver and the benchmark both send
+	// on conn.
 	writeMu sync.Mutex
 
-	mu      sync.Mutex // owns core, out, timer, timerAt, closed, err
-	core    *endpoint.Core
-	out     []netio.Datagram
-	timer   *time.Timer
-	timerAt time.Time
-	closed  bool
-	err     error // first socket error
+	mu    sync.Mutex // owns core, rawIn
+	core  *endpoint.Core
+	rawIn uint64 // raw datagrams received since the last Poll
 
-	done       chan *endpoint.Op // completed ops; room for the few posted
-	raw        atomic.Uint64     // raw group datagrams received
-	rawNotify  chan struct{}     // signalled (capacity 1) after raw datagrams arrive
-	readerDone chan struct{}
+	done      chan *endpoint.Op // completed ops; room for the few posted
+	raw       atomic.Uint64     // raw group datagrams received
+	rawNotify chan struct{}     // signalled (capacity 1) after raw datagrams arrive
 }
 
 // newRawMember opens a loopback socket and starts driving a core on it;
@@ -167,11 +164,9 @@ func newRawMember(b *testing.B, seed uint64) *rawMember {
 		b.Fatal(err)
 	}
 	core.EnableGroups()
-	m := &rawMember{conn: conn, core: core, done: make(chan *endpoint.Op, 4),
-		rawNotify: make(chan struct{}, 1), readerDone: make(chan struct{})}
-	m.timer = time.AfterFunc(time.Hour, m.onTimer)
-	m.timer.Stop()
-	go m.reader()
+	m := &rawMember{conn: conn, core: core, done: make(chan *endpoint.Op, 4), rawNotify: make(chan struct{}, 1)}
+	m.drv = loop.New((*rawMachine)(m), &m.mu, []netio.Conn{serialConn{conn, &m.writeMu}}, loop.Config{Name: "raw member"})
+	m.drv.Start()
 	b.Cleanup(func() {
 		if err := m.close(); err != nil {
 			b.Errorf("raw member %v: %v", conn.LocalAddr(), err)
@@ -180,97 +175,47 @@ func newRawMember(b *testing.B, seed uint64) *rawMember {
 	return m
 }
 
-func (m *rawMember) reader() {
-	defer close(m.readerDone)
-	ds := make([]netio.Datagram, m.conn.BatchSize())
-	for i := range ds {
-		ds[i].Buf = make([]byte, netio.MaxDatagram)
-	}
-	for {
-		k, err := m.conn.ReadBatch(ds)
-		if err != nil {
-			m.mu.Lock()
-			closed := m.closed
-			if !closed && m.err == nil {
-				m.err = err
-			}
-			m.mu.Unlock()
-			if closed || errors.Is(err, netio.ErrClosed) {
-				return
-			}
-			continue
-		}
-		raw, ctrl := 0, false
-		for i := range k {
-			if b := ds[i].Buf; len(b) >= wire.HeaderLen && binary.BigEndian.Uint32(b[4:8]) != 0 {
-				raw++
-			} else {
-				ctrl = true
-			}
-		}
-		if raw > 0 {
-			m.raw.Add(uint64(raw))
-			select {
-			case m.rawNotify <- struct{}{}:
-			default:
-			}
-		}
-		if ctrl {
-			m.mu.Lock()
-			now := time.Now()
-			for i := range k {
-				if b := ds[i].Buf; len(b) < wire.HeaderLen || binary.BigEndian.Uint32(b[4:8]) == 0 {
-					m.core.Step(now, ds[i].Addr, b)
-				}
-			}
-			m.pumpLocked(now)
-			m.mu.Unlock()
-		}
-		for i := range k {
-			ds[i].Buf = ds[i].Buf[:cap(ds[i].Buf)]
-		}
-	}
+// serialConn is a Conn whose writes take mu.
+type serialConn struct {
+	netio.Conn
+	mu *sync.Mutex
 }
 
-func (m *rawMember) onTimer() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.timerAt = time.Time{}
-	if !m.closed {
-		m.pumpLocked(time.Now())
-	}
+func (c serialConn) WriteBatch(ds []netio.Datagram) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Conn.WriteBatch(ds)
 }
 
-// pumpLocked polls the core, sends, hands over completions and arms the
-// timer. Caller holds mu.
-func (m *rawMember) pumpLocked(now time.Time) {
-	var next time.Time
-	for range 64 {
-		var out []netio.Datagram
-		var done []*endpoint.Op
-		out, done, next = m.core.Poll(now, m.out[:0])
-		for _, op := range done {
-			select {
-			case m.done <- op:
-			default:
-			}
-		}
-		if len(out) > 0 {
-			if err := m.write(out); err != nil && m.err == nil {
-				m.err = err
-			}
-		}
-		clear(out)
-		m.out = out[:0]
-		if next.IsZero() || next.After(now) {
-			break
-		}
-		now = time.Now()
+// rawMachine is the member's core as its driver runs it: raw group
+// datagrams are counted instead of stepped, and completions go to done.
+type rawMachine rawMember
+
+func (m *rawMachine) Receive(now time.Time, d netio.Datagram) {
+	if b := d.Buf; len(b) >= wire.HeaderLen && binary.BigEndian.Uint32(b[4:8]) != 0 {
+		m.rawIn++
+		return
 	}
-	if !next.IsZero() && (m.timerAt.IsZero() || next.Before(m.timerAt)) {
-		m.timerAt = next
-		m.timer.Reset(max(time.Until(next), 0))
+	m.core.Receive(now, d)
+}
+
+func (m *rawMachine) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
+	if m.rawIn > 0 {
+		m.raw.Add(m.rawIn)
+		m.rawIn = 0
+		select {
+		case m.rawNotify <- struct{}{}:
+		default:
+		}
 	}
+	out, done, next := m.core.Poll(now, out)
+	for _, op := range done {
+		select {
+		case m.done <- op:
+		default:
+		}
+	}
+	return out, next
 }
 
 // write sends ds on the member's socket.
@@ -292,7 +237,7 @@ func (m *rawMember) join(ctx context.Context, sw netip.AddrPort, job string, siz
 	now := time.Now()
 	err = m.core.Post(now, op)
 	if err == nil {
-		m.pumpLocked(now)
+		m.drv.PumpLocked(now)
 	}
 	m.mu.Unlock()
 	if err != nil {
@@ -324,15 +269,8 @@ func (m *rawMember) join(ctx context.Context, sw netip.AddrPort, job string, siz
 
 // close stops the member and returns the first socket error it met.
 func (m *rawMember) close() error {
-	m.mu.Lock()
-	m.closed = true
-	m.timer.Stop()
-	m.mu.Unlock()
-	cerr := m.conn.Close()
-	<-m.readerDone
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return errors.Join(m.err, cerr)
+	cerr := m.drv.Close()
+	return errors.Join(m.drv.Err(), cerr)
 }
 
 // BenchmarkUDPSwitchUnicast: member A sends 1 KiB group-unicast data

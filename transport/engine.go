@@ -23,10 +23,8 @@ type Engine struct {
 	// stopped or starved meanwhile (SIGSTOP, a debugger, a suspended
 	// host), whose time is not its peers' silence (selfStall).
 	expectAt time.Time
-	// rxAt is SetArrival's kernel receive time for the next Step (Unix
-	// ns, 0: none); arrival is the current Step's: that time, or the
-	// Step's now.
-	rxAt    int64
+	// arrival is when the datagram being received arrived: its kernel
+	// receive time (Receive's d.RxTime), or the Step's now.
 	arrival time.Time
 	seg     int
 	rng     *mrand.Rand
@@ -43,7 +41,7 @@ type Engine struct {
 	compsSpare []Completion // returned by the last Poll; reused by the next
 	arena      [][]byte     // Poll's output buffers, reused
 	ack        wire.Ack
-	admitD     Delivery // passed to StepAdmit's admit function
+	admitD     Delivery // passed to Receive's Admission.Admit
 	stats      Stats
 	rings      [][]pktRec        // free send rings
 	smallRings [][]pktRec        // free strangers' send rings
@@ -149,18 +147,8 @@ func (e *Engine) setNow(now time.Time) {
 	}
 }
 
-// SetArrival gives the next Step the time the kernel received its
-// datagram (Unix ns; netio.Datagram.RxTime), before this process got to
-// it. The forward queueing a receiver reports to the sender (its delay
-// signal) is measured to that time, so that a wait of the receiving
-// process for a CPU does not read as queueing in the network; the ACK's
-// own delay is still counted from when the process took the datagram,
-// so the sender's timeout covers that wait. Zero, or a time not within
-// maxHostDelay before the Step's now, means the Step's now.
-func (e *Engine) SetArrival(unixNano int64) { e.rxAt = unixNano }
-
 // maxHostDelay bounds the wait between the kernel's receive time and the
-// Step that SetArrival accepts: an older one is taken for a clock step.
+// Receive that accepts it: an older one is taken for a clock step.
 const maxHostDelay = time.Second
 
 func (e *Engine) activate(p *peer) {

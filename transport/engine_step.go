@@ -4,40 +4,52 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/wire"
 )
 
 // Step processes one received datagram at time now. If it carries new
 // data, Step returns it as a Delivery with ok true; ACKs, duplicates and
-// malformed datagrams return ok false (and are counted in Stats).
+// malformed datagrams return ok false (and are counted in Stats). It is
+// Receive with no receive time and no admission control.
 func (e *Engine) Step(now time.Time, from netip.AddrPort, pkt []byte) (d Delivery, ok bool) {
-	return e.StepAdmit(now, from, pkt, nil)
+	return e.Receive(now, netio.Datagram{Addr: from, Buf: pkt}, Admission{})
 }
 
-// StepAdmit is Step with admission control: for a new data packet, admit
-// (if not nil) is called before the packet counts as received; if it
-// returns false the packet is dropped unacknowledged (counted in
-// Stats.Refused) and the sender will resend it. A forwarding node uses it
-// to hold senders back when its aggregation slots are full.
-func (e *Engine) StepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit func(*Delivery) bool) (d Delivery, ok bool) {
-	return e.stepAdmit(now, from, pkt, admit, e.cfg.Verified)
+// Admission is how Receive takes a datagram, beyond Step.
+type Admission struct {
+	// Admit, if not nil, is called for a new data packet before it
+	// counts as received; if it returns false the packet is dropped
+	// unacknowledged (counted in Stats.Refused) and the sender will
+	// resend it. A forwarding node uses it to hold senders back when its
+	// aggregation slots are full.
+	Admit func(*Delivery) bool
+	// Checked says the caller has just verified the packet's checksum
+	// (wire.Parse succeeded on these very bytes): the engine does not
+	// compute it again.
+	Checked bool
 }
 
-// StepAdmitChecked is StepAdmit for a packet whose checksum the caller
-// has just verified (wire.Parse succeeded on these very bytes): the
-// engine does not compute it again.
-func (e *Engine) StepAdmitChecked(now time.Time, from netip.AddrPort, pkt []byte, admit func(*Delivery) bool) (d Delivery, ok bool) {
-	return e.stepAdmit(now, from, pkt, admit, true)
+// Receive is Step for the datagram d from d.Addr, with admission
+// control as adm says. d.RxTime is when the kernel received it (Unix
+// ns), before this process got to it: the forward queueing a receiver
+// reports to the sender (its delay signal) is measured to that time, so
+// that a wait of the receiving process for a CPU does not read as
+// queueing in the network; the ACK's own delay is still counted from
+// now, when the process took the datagram, so the sender's timeout
+// covers that wait. Zero, or a time not within maxHostDelay before now,
+// means now.
+func (e *Engine) Receive(now time.Time, d netio.Datagram, adm Admission) (Delivery, bool) {
+	return e.stepAdmit(now, d.Addr, d.Buf, d.RxTime, adm.Admit, adm.Checked || e.cfg.Verified)
 }
 
-func (e *Engine) stepAdmit(now time.Time, from netip.AddrPort, pkt []byte, admit func(*Delivery) bool, verified bool) (d Delivery, ok bool) {
+func (e *Engine) stepAdmit(now time.Time, from netip.AddrPort, pkt []byte, rx int64, admit func(*Delivery) bool, verified bool) (d Delivery, ok bool) {
 	e.setNow(now)
 	e.arrival = now
-	if e.rxAt != 0 {
-		if t := time.Unix(0, e.rxAt); t.Before(now) && now.Sub(t) < maxHostDelay {
+	if rx != 0 {
+		if t := time.Unix(0, rx); t.Before(now) && now.Sub(t) < maxHostDelay {
 			e.arrival = t
 		}
-		e.rxAt = 0
 	}
 	var payload []byte
 	var err error

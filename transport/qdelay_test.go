@@ -64,7 +64,7 @@ func TestAckQueueDelay(t *testing.T) {
 // TestAckQueueDelayKernelArrival: a packet that the kernel received on
 // time but the receiving process stepped 4 ms later (it waited for a CPU)
 // reports no queueing when the Step is given the kernel's receive time
-// (SetArrival), and the ACK's own delay still counts the 4 ms, so the
+// (Receive's RxTime), and the ACK's own delay still counts the 4 ms, so the
 // sender's timeout covers the wait; without it, the wait reads as 4 ms
 // of queueing in the network.
 func TestAckQueueDelayKernelArrival(t *testing.T) {
@@ -84,14 +84,14 @@ func TestAckQueueDelayKernelArrival(t *testing.T) {
 		// Both arrive 1 ms after they left; the second is stepped 4 ms
 		// after it arrived.
 		arrive := t0.Add(time.Millisecond)
-		b.SetArrival(arrive.UnixNano())
-		b.Step(arrive, aAddr, out[0].Buf)
+		b.Receive(arrive, netio.Datagram{Addr: aAddr, Buf: out[0].Buf, RxTime: arrive.UnixNano()}, Admission{})
 		b.Poll(arrive, nil)
 		late := arrive.Add(4 * time.Millisecond)
+		var rx int64 // unknown
 		if kernel {
-			b.SetArrival(arrive.UnixNano())
+			rx = arrive.UnixNano()
 		}
-		b.Step(late, aAddr, out[1].Buf)
+		b.Receive(late, netio.Datagram{Addr: aAddr, Buf: out[1].Buf, RxTime: rx}, Admission{})
 		acks, _, _ := b.Poll(late, nil)
 		ack := ackIn(t, acks)
 		wantQ := uint32(1) // no queueing

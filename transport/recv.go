@@ -37,7 +37,7 @@ func (p *peer) checkData(now time.Time, h *wire.Header) (ok bool, pm *partialMsg
 	p.lastArrival = now
 	arrival := now
 	if a := p.e.arrival; !a.IsZero() && a.Before(now) {
-		arrival = a // the kernel's receive time (SetArrival)
+		arrival = a // the kernel's receive time (Receive's RxTime)
 	}
 	p.echoQ = p.forwardQueue(arrival, h)
 	p.e.activate(p)

@@ -10,26 +10,17 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/netio/loop"
 )
 
-// Node is a sans-I/O protocol core attached to the network at one address.
-// The network calls it from the goroutine that drives the network, one call
-// at a time; a Node must not call Step, RunFor or RunUntil.
-type Node interface {
-	// Receive delivers one datagram at virtual time now. d.Addr is the
-	// sender, d.RxTime when it arrived (Unix ns of the virtual clock: now,
-	// or earlier for a datagram held while the node was stalled). d.Buf is
-	// only valid during the call.
-	Receive(now time.Time, d netio.Datagram)
-	// Poll appends the datagrams the node wants to send now to out and
-	// returns them, plus the next time the node wants Poll called (the
-	// zero time means no timer). The network copies the bytes, so the
-	// node may reuse its buffers after Poll returns. The returned deadline
-	// replaces the node's previous one; a deadline at or before now asks
-	// for another Poll at the current instant, after the events already
-	// queued for it.
-	Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time)
-}
+// Node is a sans-I/O protocol core attached to the network at one address:
+// a loop.Machine, the shape the real-socket driver takes too. The network
+// calls it from the goroutine that drives the network, one call at a
+// time; a Node must not call Step, RunFor or RunUntil. A datagram's RxTime
+// is when it arrived on the virtual clock (now, or earlier for a datagram
+// held while the node was stalled), and the network copies what Poll
+// returns, so the node may reuse its buffers after Poll returns.
+type Node = loop.Machine
 
 var epoch = time.Unix(1_700_000_000, 0).UTC()
 
