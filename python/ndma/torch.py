@@ -45,6 +45,7 @@ which changes after the first iteration when DDP rebuilds its buckets.
 
 import concurrent.futures
 import os
+import sys
 import threading
 import uuid
 
@@ -67,9 +68,10 @@ class _Completer:
         self._inflight = 0
 
     def add(self, reqs, result, after=None):
-        """The future of result, resolved once reqs have completed and
-        after() has run; it carries the first error instead, if any."""
-        fut = torch.futures.Future()
+        """A _Batch whose future resolves to result once reqs have
+        completed and after() has run, or fails with the first error."""
+        inner = torch.futures.Future()
+        batch = _Batch(inner)
         left = [len(reqs)]
         count = threading.Lock()
 
@@ -83,10 +85,14 @@ class _Completer:
                     r.wait()  # completed: returns at once, or raises its error
                 if after is not None:
                     after()
-                fut.set_result(result)
             except Exception as e:
-                fut.set_exception(e)
+                batch.error = e
             finally:
+                # Resolved (to result, or to nothing on error) once the
+                # batch is over; the error is raised by the future
+                # chained to it, so that torch's C++ side (DDP) sees a
+                # failed future, not a value.
+                inner.set_result(result if batch.error is None else None)
                 with self._cv:
                     self._inflight -= 1
                     self._cv.notify_all()
@@ -96,7 +102,7 @@ class _Completer:
         if not reqs:
             left[0] = 1
             one()
-            return fut
+            return batch
         for i, r in enumerate(reqs):
             try:
                 r.on_done(one)
@@ -110,13 +116,38 @@ class _Completer:
                         pass
                     one()
                 raise
-        return fut
+        return batch
 
     def close(self):
         """Waits for the batches in flight."""
         with self._cv:
             while self._inflight:
                 self._cv.wait()
+
+
+class _Batch:
+    """The NDMA requests of one call. future resolves to the call's
+    result, or fails with its error (wrapped by torch in a RuntimeError
+    that names it: how DDP's C++ side sees it); error is the ndma
+    exception itself once the batch is over (None if it succeeded)."""
+
+    def __init__(self, inner):
+        self.error = None
+        self._inner = inner
+
+        def unwrap(f):
+            if self.error is not None:
+                raise self.error
+            return f.value()
+
+        self.future = inner.then(unwrap)
+
+    def wait(self):
+        """Waits for the batch; raises its ndma exception if it failed."""
+        self._inner.wait()
+        if self.error is not None:
+            raise self.error
+        return self._inner.value()
 
 
 class HookState:
@@ -144,7 +175,7 @@ class HookState:
         req = self.comm.iallreduce(grad, out=out)
         self.calls += 1
         n = self.comm.size
-        return self._done.add([req], out, lambda: out.div_(n))
+        return self._done.add([req], out, lambda: out.div_(n)).future
 
     def close(self):
         """Waits for the allreduces in flight."""
@@ -159,11 +190,43 @@ def comm_hook(state, bucket):
     return state.submit(bucket.buffer())
 
 
-def _Work(fut):
-    """A collective of the backend in progress, as torch's C++ side waits
-    on it: a Work that completes with fut (which resolves to the output
-    tensors, or to the collective's error)."""
-    return torch._C._distributed_c10d._create_work_from_future(fut)
+def _Work(batch):
+    """A collective of the backend in progress. torch's C++ side (DDP)
+    takes a Work built on the batch's future, which fails with the NDMA
+    error. torch.distributed's Python functions (all_reduce...) get a
+    _PyWork instead, whose wait() raises the NDMA error itself: the C++
+    Work's wait() returns True even when its future failed (torch 1.13),
+    so a failed collective would pass unnoticed."""
+    if sys._getframe(1).f_back.f_globals.get("__name__") == "torch.distributed.distributed_c10d":
+        return _PyWork(batch)
+    return torch._C._distributed_c10d._create_work_from_future(batch.future)
+
+
+class _PyWork:
+    """A Work for torch.distributed's Python functions (see _Work)."""
+
+    def __init__(self, batch):
+        self._batch = batch
+
+    def wait(self, timeout=None):
+        self._batch.wait()
+        return True
+
+    def is_completed(self):
+        return self._batch.future.done()
+
+    def is_success(self):
+        return self.is_completed() and self._batch.error is None
+
+    def exception(self):
+        return self._batch.error
+
+    def result(self):
+        out = self._batch.wait()
+        return [] if out is None else list(out)
+
+    def get_future(self):
+        return self._batch.future
 
 
 def _reduce_op(opts):
@@ -172,7 +235,13 @@ def _reduce_op(opts):
                        ("max", dist.ReduceOp.MAX)):
         if op == want:
             return name
-    raise InvalidArgument(_lib.ERR_ARG, f"reduction {op}: the ndma backend does SUM, PRODUCT, MIN and MAX")
+    raise InvalidArgument(_lib.ERR_ARG, f"reduction {_op_name(op)}: the ndma backend does SUM, PRODUCT, MIN and MAX")
+
+
+def _op_name(op):
+    """A ReduceOp's name (BAND), where its repr is an object address."""
+    kind = getattr(op, "op", op)  # a ReduceOp wraps its RedOpType
+    return getattr(kind, "name", None) or str(kind)
 
 
 class ProcessGroupNDMA(dist.ProcessGroup):

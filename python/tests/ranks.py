@@ -115,6 +115,50 @@ def dead_scenario(comm):
     raise AssertionError("an allreduce with a dead rank returned")
 
 
+def dead_torch_scenario(comm):
+    # Rank 1 dies once both ranks have set up DDP with the NDMA hook and
+    # DDP over the ndma backend. On rank 0 a call of the backend raises
+    # ndma's own error, and a backward pass of either model fails with an
+    # error that names it (DDP's C++ side wraps it in a RuntimeError).
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import ndma.torch
+
+    r = comm.rank
+    dist.init_process_group("ndma", init_method="file://" + os.environ["NDMA_TEST_STORE"], rank=r, world_size=comm.size)
+    gloo = dist.new_group(backend="gloo")
+    torch.manual_seed(0)
+    hooked = DDP(torch.nn.Linear(64, 8), process_group=gloo)
+    state = ndma.torch.HookState(comm)
+    hooked.register_comm_hook(state, ndma.torch.comm_hook)
+    over = DDP(torch.nn.Linear(64, 8))  # over the default group: ndma
+    dist.barrier(group=gloo)
+    if r == 1:
+        os._exit(0)
+    x = torch.randn(4, 64)
+    try:
+        hooked(x).sum().backward()
+        raise AssertionError("a backward pass through the hook with a dead rank returned")
+    except RuntimeError as e:
+        assert "RankError" in str(e) and "rank 1" in str(e), f"hook: {e}"
+        print(f"hook raised: {str(e).splitlines()[0]}", file=sys.stderr)
+    try:
+        dist.all_reduce(torch.ones(10))
+        raise AssertionError("an all_reduce with a dead rank returned")
+    except ndma.RankError as e:
+        assert "rank 1" in str(e), e
+        print(f"backend raised {type(e).__name__}: {e}", file=sys.stderr)
+    try:
+        over(x).sum().backward()
+        raise AssertionError("a backward pass over the backend with a dead rank returned")
+    except RuntimeError as e:
+        assert "RankError" in str(e), f"backend DDP: {e}"
+        print(f"backend DDP raised: {str(e).splitlines()[0]}", file=sys.stderr)
+    state.close()
+
+
 def mismatched_allreduce(comm, algo, reason):
     # Rank 1's array is longer than the others': every rank's allreduce
     # raises at once, none hangs.
@@ -217,8 +261,8 @@ def backend_scenario(comm):
     try:
         dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND)
         raise AssertionError("BAND went through")
-    except ndma.InvalidArgument:
-        pass
+    except ndma.InvalidArgument as e:
+        assert "reduction BAND" in str(e), e
 
     gloo = dist.new_group(backend="gloo")
 
@@ -411,7 +455,7 @@ def offload_scenario(comm):
     expect_raises(ndma.InvalidArgument, lambda: ndma.torch.OffloadOptimizer(bad.parameters(), comm), "float32")
 
 
-SCENARIOS = {"region": region_scenario, "offload": offload_scenario, "deterministic": deterministic_scenario, "backend": backend_scenario, "numpy": numpy_scenario, "torch": torch_scenario, "dead": dead_scenario, "ddp": ddp_scenario, "mismatch": mismatch_scenario, "mismatch_ring": mismatch_ring_scenario}
+SCENARIOS = {"region": region_scenario, "offload": offload_scenario, "deterministic": deterministic_scenario, "backend": backend_scenario, "numpy": numpy_scenario, "torch": torch_scenario, "dead": dead_scenario, "dead_torch": dead_torch_scenario, "ddp": ddp_scenario, "mismatch": mismatch_scenario, "mismatch_ring": mismatch_ring_scenario}
 
 
 def main():

@@ -99,6 +99,14 @@ def test_dead_rank_raises():
     assert "raised" in out
 
 
+def test_dead_rank_raises_in_torch(tmp_path):
+    pytest.importorskip("torch")
+    outs = run_ranks("dead_torch", 2, env={"NDMA_TIMEOUT": "10s", "NDMA_TEST_STORE": str(tmp_path / "store")})
+    rc, out = outs[0]
+    assert rc == 0 and out.endswith("ok\n"), out
+    assert "hook raised" in out and "backend raised RankError" in out and "backend DDP raised" in out, out
+
+
 def test_mismatched_sizes_raise_everywhere():
     outs = run_ranks("mismatch", 3, env={"NDMA_TIMEOUT": "60s"})
     for r, (rc, out) in enumerate(outs):
