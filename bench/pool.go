@@ -14,6 +14,7 @@ import (
 	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
 )
 
 // Op names of the pool benchmark's rows.
@@ -225,11 +226,11 @@ func startPoolNode(sw netip.AddrPort, cfg *PoolConfig) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	key, err := st.Alloc(cfg.NodeSize, memnode.PermAll, 0)
+	key, err := st.Alloc(cfg.NodeSize, wire.PermAll, 0)
 	if err != nil {
 		return nil, fmt.Errorf("bench: memory node region: %w", err)
 	}
-	direct, err := st.Alloc(max(cfg.Size, 64), memnode.PermRead, 0)
+	direct, err := st.Alloc(max(cfg.Size, 64), wire.PermRead, 0)
 	if err != nil {
 		return nil, fmt.Errorf("bench: memory node region: %w", err)
 	}

@@ -848,7 +848,7 @@ func (c *Core) fromSwitchRole(addr netip.AddrPort) bool {
 
 // grantOf is the grant a CtrlPoolGrant or CtrlPoolRebuild gives.
 func grantOf(m *fabric.CtrlMsg) memnode.Grant {
-	g := memnode.Grant{Region: m.Region, Key: m.Key, Perm: memnode.Perm(m.Pool.Perm), Base: m.Base, Len: m.Length,
+	g := memnode.Grant{Region: m.Region, Key: m.Key, Perm: wire.Perm(m.Pool.Perm), Base: m.Base, Len: m.Length,
 		Column: int(m.Node), Epoch: m.Epoch,
 		Layout: memnode.GrantLayout{Size: m.Pool.Size, Stripe: m.Pool.Stripe, Columns: m.Pool.Columns, Replicas: m.Pool.Replicas},
 		Homes:  make([]memnode.GrantHome, len(m.Homes))}

@@ -10,6 +10,7 @@ import (
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio/simnet"
+	"github.com/ndma/ndma/wire"
 )
 
 // TestControlNeedsToken: every control call made without a fabric token
@@ -89,7 +90,7 @@ func TestPoolServeNeedsToken(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		key, err := st.Alloc(1<<16, memnode.PermAll, 0)
+		key, err := st.Alloc(1<<16, wire.PermAll, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

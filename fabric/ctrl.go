@@ -105,8 +105,8 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
 )
 
 // CtrlType says what a control message asks for (or answers, with Resp).
@@ -286,7 +286,7 @@ type PoolSpec struct {
 	Stripe   uint64 // interleave unit in bytes: a multiple of 8, MinStripe..MaxStripe
 	Columns  int    // memory nodes it spans, 1..MaxColumns; 0 in a request: all live ones
 	Replicas int    // copies of every byte, 1 or 2
-	Perm     uint8  // memnode.Perm bits the region allows, not 0
+	Perm     uint8  // wire.Perm bits the region allows, not 0
 	// PoolStat's regions only: columns whose copy is lost (stale, or on a
 	// restarted node) and, of those, the ones being rebuilt; columns on
 	// memory nodes the switch counts dead (not lost: the node may come
@@ -571,7 +571,7 @@ func (m *CtrlMsg) validate() error {
 		if err := validatePool(&m.Pool, false); err != nil {
 			return err
 		}
-		if m.Pool.Perm&^uint8(memnode.PermAll) != 0 {
+		if m.Pool.Perm&^uint8(wire.PermAll) != 0 {
 			return ctrlErrorf("%v: perm %#x", m.Type, m.Pool.Perm)
 		}
 		if int(m.Node) >= m.Pool.Columns {

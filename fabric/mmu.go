@@ -14,7 +14,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -154,7 +153,7 @@ func (n *PoolNode) release(off, size uint64) {
 type PoolRegion struct {
 	ID     uint32
 	Key    uint64 // capability: every access must carry it
-	Perm   memnode.Perm
+	Perm   wire.Perm
 	Layout Layout
 	// Homes[c] is the memory node of column c and the offset of the
 	// region's extent within that node's pool memory.
@@ -402,11 +401,11 @@ func (e *ShortError) Operand() uint64 {
 // driver that sends the MMU's accesses must scrub a region's extents
 // (zero them on the nodes) before they are given out again, so no region
 // reads another's old data.
-func (m *MMU) Create(size, stripe uint64, columns, replicas int, perm memnode.Perm) (*PoolRegion, error) {
+func (m *MMU) Create(size, stripe uint64, columns, replicas int, perm wire.Perm) (*PoolRegion, error) {
 	if len(m.regions) >= MaxPoolRegions {
 		return nil, fmt.Errorf("%w: %d regions", ErrNoSpace, len(m.regions))
 	}
-	if perm == 0 || perm&^memnode.PermAll != 0 {
+	if perm == 0 || perm&^wire.PermAll != 0 {
 		return nil, fmt.Errorf("%w: permissions %v", ErrLayout, perm)
 	}
 	var live []*PoolNode
@@ -513,7 +512,7 @@ func (m *MMU) Free(id uint32, key uint64) error {
 // Translate checks an access of n bytes at offset off of region id with
 // key and op's permission, and appends its pieces for copy replica to
 // dst: where each one lives on which memory node.
-func (m *MMU) Translate(id uint32, key uint64, need memnode.Perm, off, n uint64, replica int, dst []Target) ([]Target, error) {
+func (m *MMU) Translate(id uint32, key uint64, need wire.Perm, off, n uint64, replica int, dst []Target) ([]Target, error) {
 	r, err := m.Region(id, key)
 	if err != nil {
 		return dst, err

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/netip"
 
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
@@ -49,14 +48,14 @@ type grantKey struct {
 // client's answer waits for the grants.
 func (s *Switch) createPool(d *transport.Delivery, m *CtrlMsg) {
 	p := m.Pool
-	if p.Replicas > 1 && memnode.Perm(p.Perm)&(memnode.PermAtomic|memnode.PermVector) != 0 {
+	if p.Replicas > 1 && wire.Perm(p.Perm)&(wire.PermAtomic|wire.PermVector) != 0 {
 		// Replicas applying read-modify-write ops in different orders
 		// would diverge: atomics and vector ops need a single copy.
 		s.stats.ControlRefused++
 		s.reply(d.Peer, &d.Header, wire.StatusBadOperand, 0)
 		return
 	}
-	r, err := s.mmu.Create(p.Size, p.Stripe, p.Columns, p.Replicas, memnode.Perm(p.Perm))
+	r, err := s.mmu.Create(p.Size, p.Stripe, p.Columns, p.Replicas, wire.Perm(p.Perm))
 	switch {
 	case errors.Is(err, ErrNoSpace), errors.Is(err, ErrNoNodes):
 		// Operand1 says what is short (ShortError.Operand), so that the
@@ -161,16 +160,16 @@ func (s *Switch) freePool(id uint32, key uint64) error {
 }
 
 // poolAccess is what a pool request needs: the permission and its length.
-func poolAccess(h *wire.Header, payload []byte) (memnode.Perm, uint64, bool) {
+func poolAccess(h *wire.Header, payload []byte) (wire.Perm, uint64, bool) {
 	switch h.Op {
 	case wire.OpRead:
-		return memnode.PermRead, h.Operand1, true
+		return wire.PermRead, h.Operand1, true
 	case wire.OpWrite:
-		return memnode.PermWrite, uint64(len(payload)), true
+		return wire.PermWrite, uint64(len(payload)), true
 	case wire.OpVector:
-		return memnode.PermVector, uint64(len(payload)), true
+		return wire.PermVector, uint64(len(payload)), true
 	case wire.OpCAS, wire.OpFetchAdd:
-		return memnode.PermAtomic, 8, true
+		return wire.PermAtomic, 8, true
 	}
 	return 0, 0, false
 }
@@ -314,7 +313,7 @@ func (s *Switch) poolSend(node *PoolNode, fh *wire.Header, payload []byte, clien
 // translateOne translates an access of n bytes at off of h's region for
 // copy replica, which must lie in one stripe, or refuses the request to
 // client and reports false.
-func (s *Switch) translateOne(client netip.AddrPort, h *wire.Header, need memnode.Perm, off, n uint64, replica int) (Target, bool) {
+func (s *Switch) translateOne(client netip.AddrPort, h *wire.Header, need wire.Perm, off, n uint64, replica int) (Target, bool) {
 	var err error
 	s.tgt, err = s.mmu.Translate(h.Group, h.Key, need, off, n, replica, s.tgt[:0])
 	if err != nil {
@@ -361,12 +360,12 @@ func (s *Switch) chainForward(from netip.AddrPort, h *wire.Header, payload []byt
 		return
 	}
 	hop := wire.ChainHopAt(hops, int(h.Hop))
-	need := memnode.PermRead
+	need := wire.PermRead
 	switch hop.Op {
 	case wire.ChainStore:
-		need = memnode.PermWrite
+		need = wire.PermWrite
 	case wire.ChainAccumulate:
-		need = memnode.PermVector
+		need = wire.PermVector
 	}
 	r, err := s.mmu.Region(h.Group, h.Key)
 	switch {
@@ -433,7 +432,7 @@ func (s *Switch) optimForward(from netip.AddrPort, h *wire.Header, payload []byt
 			s.poolRefuse(from, h, wire.StatusOutOfBounds)
 			return
 		}
-		t, ok := s.translateOne(from, h, memnode.PermVector, h.Addr+uint64(i)*stride, n, 0)
+		t, ok := s.translateOne(from, h, wire.PermVector, h.Addr+uint64(i)*stride, n, 0)
 		if !ok {
 			return
 		}

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"time"
 
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
@@ -168,7 +167,7 @@ func (s *Switch) rebuildRegion(n *PoolNode, e *PoolReport, l Layout) *PoolRegion
 		return nil
 	}
 	k := l.Columns
-	r := &PoolRegion{ID: e.Region, Perm: memnode.Perm(e.Pool.Perm), Layout: l, Homes: make([]Home, k),
+	r := &PoolRegion{ID: e.Region, Perm: wire.Perm(e.Pool.Perm), Layout: l, Homes: make([]Home, k),
 		Lost: make([]bool, k), Rebuilding: make([]bool, k), Ready: true,
 		digest: e.Digest, unconfirmed: make([]bool, k)}
 	for c, h := range e.Homes {
@@ -202,7 +201,7 @@ func (s *Switch) rebuildRegion(n *PoolNode, e *PoolReport, l Layout) *PoolRegion
 // matches reports whether report e describes r (another region of the
 // same id otherwise).
 func (r *PoolRegion) matches(e *PoolReport, l Layout) bool {
-	if r.Layout != l || r.Perm != memnode.Perm(e.Pool.Perm) || r.digest != e.Digest {
+	if r.Layout != l || r.Perm != wire.Perm(e.Pool.Perm) || r.digest != e.Digest {
 		return false
 	}
 	for c, h := range r.Homes {

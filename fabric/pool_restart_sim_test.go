@@ -11,7 +11,6 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
@@ -52,7 +51,7 @@ func TestSimPoolSwitchRestart(t *testing.T) {
 
 func poolSwitchRestart(t *testing.T, seed int64, link simnet.LinkConfig) {
 	f, _, cli := poolSimSetup(t, seed, link, 3)
-	rw := uint8(memnode.PermRead | memnode.PermWrite)
+	rw := uint8(wire.PermRead | wire.PermWrite)
 	rep := f.createPool(cli, fabric.PoolSpec{Size: 768 << 10, Stripe: 16 << 10, Replicas: 2, Perm: rw})
 	one := f.createPool(cli, fabric.PoolSpec{Size: 192 << 10, Stripe: 16 << 10, Replicas: 1, Perm: rw})
 	rng := rand.New(rand.NewPCG(uint64(seed), 9))
@@ -174,7 +173,7 @@ func TestSimPoolSwitchRestartStaleCopy(t *testing.T) {
 				link.Loss, link.Dup, link.Reorder, link.ReorderDelay = 0.01, 0.01, 0.05, 200*time.Microsecond
 			}
 			f, ns, cli := poolSimSetup(t, seed, link, 3)
-			rep := f.createPool(cli, fabric.PoolSpec{Size: 384 << 10, Stripe: 16 << 10, Replicas: 2, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
+			rep := f.createPool(cli, fabric.PoolSpec{Size: 384 << 10, Stripe: 16 << 10, Replicas: 2, Perm: uint8(wire.PermRead | wire.PermWrite)})
 			rng := rand.New(rand.NewPCG(uint64(seed), 3))
 			old := randomBytes(rng, int(rep.spec.Size))
 			if err, _ := rep.access(endpoint.KindWrite, old, 0, time.Minute); err != nil {
@@ -219,7 +218,7 @@ func TestSimPoolSwitchRestartStaleCopy(t *testing.T) {
 func TestSimPoolSwitchRestartLostRegion(t *testing.T) {
 	const seed = 61
 	f, ns, cli := poolSimSetup(t, seed, simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond}, 3)
-	one := f.createPool(cli, fabric.PoolSpec{Size: 192 << 10, Stripe: 16 << 10, Replicas: 1, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
+	one := f.createPool(cli, fabric.PoolSpec{Size: 192 << 10, Stripe: 16 << 10, Replicas: 1, Perm: uint8(wire.PermRead | wire.PermWrite)})
 	rng := rand.New(rand.NewPCG(seed, 3))
 	ref := randomBytes(rng, int(one.spec.Size))
 	if err, _ := one.access(endpoint.KindWrite, ref, 0, time.Minute); err != nil {
@@ -260,7 +259,7 @@ func TestSimPoolSwitchRestartLostRegion(t *testing.T) {
 func TestSimLentRegionOnlyThroughPool(t *testing.T) {
 	const seed = 71
 	f, ns, cli := poolSimSetup(t, seed, simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond}, 1)
-	p := f.createPool(cli, fabric.PoolSpec{Size: 4096, Stripe: 4096, Replicas: 1, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
+	p := f.createPool(cli, fabric.PoolSpec{Size: 4096, Stripe: 4096, Replicas: 1, Perm: uint8(wire.PermRead | wire.PermWrite)})
 	ref := bytes.Repeat([]byte{0x5a}, 4096)
 	if err, _ := p.access(endpoint.KindWrite, ref, 0, time.Minute); err != nil {
 		t.Fatal(err)

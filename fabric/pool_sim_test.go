@@ -129,7 +129,7 @@ func (n *simPoolNode) boot(seed uint64) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	key, err := st.Alloc(n.size, memnode.PermAll, n.key)
+	key, err := st.Alloc(n.size, wire.PermAll, n.key)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestSimPoolLossDup(t *testing.T) {
 	for _, seed := range []int64{1, 2, 3} {
 		link := simnet.LinkConfig{Rate: 1e9, Latency: 20 * time.Microsecond, Loss: 0.05, Dup: 0.03, Reorder: 0.05, ReorderDelay: 200 * time.Microsecond}
 		f, ns, cli := poolSimSetup(t, seed, link, 4)
-		p := f.createPool(cli, fabric.PoolSpec{Size: 2 << 20, Stripe: 32 << 10, Replicas: 1, Perm: uint8(memnode.PermAll)})
+		p := f.createPool(cli, fabric.PoolSpec{Size: 2 << 20, Stripe: 32 << 10, Replicas: 1, Perm: uint8(wire.PermAll)})
 		rng := rand.New(rand.NewPCG(uint64(seed), 9))
 		data := make([]byte, p.spec.Size)
 		for i := range data {
@@ -331,8 +331,8 @@ func TestSimPoolReplicaFailover(t *testing.T) {
 	const seed = 7
 	link := simnet.LinkConfig{Rate: 1e9, Latency: 20 * time.Microsecond}
 	f, ns, cli := poolSimSetup(t, seed, link, 3)
-	p := f.createPool(cli, fabric.PoolSpec{Size: 1 << 20, Stripe: 16 << 10, Replicas: 2, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
-	single := f.createPool(cli, fabric.PoolSpec{Size: 256 << 10, Stripe: 16 << 10, Replicas: 1, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
+	p := f.createPool(cli, fabric.PoolSpec{Size: 1 << 20, Stripe: 16 << 10, Replicas: 2, Perm: uint8(wire.PermRead | wire.PermWrite)})
+	single := f.createPool(cli, fabric.PoolSpec{Size: 256 << 10, Stripe: 16 << 10, Replicas: 1, Perm: uint8(wire.PermRead | wire.PermWrite)})
 	if p.spec.Columns != 3 {
 		t.Fatalf("columns %d", p.spec.Columns)
 	}
@@ -411,8 +411,8 @@ func TestSimPoolReplicaFailover(t *testing.T) {
 // not from the switch are dropped.
 func TestSimPoolKeyChecks(t *testing.T) {
 	f, ns, cli := poolSimSetup(t, 11, simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond}, 2)
-	p := f.createPool(cli, fabric.PoolSpec{Size: 256 << 10, Stripe: 64 << 10, Replicas: 1, Perm: uint8(memnode.PermAll)})
-	ro := f.createPool(cli, fabric.PoolSpec{Size: 64 << 10, Stripe: 64 << 10, Replicas: 1, Perm: uint8(memnode.PermRead)})
+	p := f.createPool(cli, fabric.PoolSpec{Size: 256 << 10, Stripe: 64 << 10, Replicas: 1, Perm: uint8(wire.PermAll)})
+	ro := f.createPool(cli, fabric.PoolSpec{Size: 64 << 10, Stripe: 64 << 10, Replicas: 1, Perm: uint8(wire.PermRead)})
 	served := func() (n uint64) {
 		for _, nd := range ns {
 			n += nd.core.PoolStats().Served
@@ -545,7 +545,7 @@ func (p *simPool) chain(hops []wire.ChainHop, n int, dt wire.Dtype, alu wire.Alu
 // four nodes (source k on node k) and a fifth stripe for the result, fills
 // the sources with random i64 and returns the expected sum.
 func reduceSetup(t *testing.T, f *simFabric, cli *simMember, n int, seed uint64) (*simPool, []uint64, []byte) {
-	p := f.createPool(cli, fabric.PoolSpec{Size: uint64(5 * n), Stripe: uint64(n), Columns: 4, Replicas: 1, Perm: uint8(memnode.PermAll)})
+	p := f.createPool(cli, fabric.PoolSpec{Size: uint64(5 * n), Stripe: uint64(n), Columns: 4, Replicas: 1, Perm: uint8(wire.PermAll)})
 	rng := rand.New(rand.NewPCG(seed, 1))
 	want := make([]byte, n)
 	var srcs []uint64
@@ -661,7 +661,7 @@ func TestSimChainFigure(t *testing.T) {
 func TestSimPoolHostile(t *testing.T) {
 	const seed = 13
 	f, ns, cli := poolSimSetup(t, seed, simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond}, 3)
-	p := f.createPool(cli, fabric.PoolSpec{Size: 512 << 10, Stripe: 16 << 10, Replicas: 1, Perm: uint8(memnode.PermRead)})
+	p := f.createPool(cli, fabric.PoolSpec{Size: 512 << 10, Stripe: 16 << 10, Replicas: 1, Perm: uint8(wire.PermRead)})
 	ref := make([]byte, p.spec.Size)
 	// The region is read-only: no hostile request may change it.
 	rng := rand.New(rand.NewPCG(seed, 77))
@@ -749,8 +749,8 @@ func TestSimPoolNodeRestart(t *testing.T) {
 
 func poolNodeRestart(t *testing.T, seed int64, link simnet.LinkConfig) {
 	f, ns, cli := poolSimSetup(t, seed, link, 3)
-	rep := f.createPool(cli, fabric.PoolSpec{Size: 768 << 10, Stripe: 16 << 10, Replicas: 2, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
-	one := f.createPool(cli, fabric.PoolSpec{Size: 192 << 10, Stripe: 16 << 10, Replicas: 1, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
+	rep := f.createPool(cli, fabric.PoolSpec{Size: 768 << 10, Stripe: 16 << 10, Replicas: 2, Perm: uint8(wire.PermRead | wire.PermWrite)})
+	one := f.createPool(cli, fabric.PoolSpec{Size: 192 << 10, Stripe: 16 << 10, Replicas: 1, Perm: uint8(wire.PermRead | wire.PermWrite)})
 	rng := rand.New(rand.NewPCG(uint64(seed), 5))
 	refRep, refOne := make([]byte, rep.spec.Size), make([]byte, one.spec.Size)
 	for _, b := range [][]byte{refRep, refOne} {
@@ -867,7 +867,7 @@ func poolNodeRestart(t *testing.T, seed int64, link simnet.LinkConfig) {
 		t.Fatalf("seed %d: %d stripes lost, %d kept: the test did not cover both", seed, lost, kept)
 	}
 	// The restarted node's free memory serves new regions.
-	fresh := f.createPool(cli, fabric.PoolSpec{Size: 32 << 10, Stripe: 16 << 10, Replicas: 1, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
+	fresh := f.createPool(cli, fabric.PoolSpec{Size: 32 << 10, Stripe: 16 << 10, Replicas: 1, Perm: uint8(wire.PermRead | wire.PermWrite)})
 	if err, _ := fresh.access(endpoint.KindWrite, make([]byte, 32<<10), 0, time.Minute); err != nil {
 		t.Fatalf("seed %d: new region after the restart: %v", seed, err)
 	}
@@ -878,7 +878,7 @@ func poolNodeRestart(t *testing.T, seed int64, link simnet.LinkConfig) {
 func TestSimPoolRebuildRetry(t *testing.T) {
 	const seed = 31
 	f, ns, cli := poolSimSetup(t, seed, simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond}, 3)
-	rep := f.createPool(cli, fabric.PoolSpec{Size: 384 << 10, Stripe: 16 << 10, Replicas: 2, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
+	rep := f.createPool(cli, fabric.PoolSpec{Size: 384 << 10, Stripe: 16 << 10, Replicas: 2, Perm: uint8(wire.PermRead | wire.PermWrite)})
 	ref := make([]byte, rep.spec.Size)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	for i := range ref {
@@ -911,7 +911,7 @@ func TestSimPoolRebuildRetry(t *testing.T) {
 func TestSimPoolPartitionHeal(t *testing.T) {
 	const seed = 41
 	f, ns, cli := poolSimSetup(t, seed, simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond}, 3)
-	rep := f.createPool(cli, fabric.PoolSpec{Size: 384 << 10, Stripe: 16 << 10, Replicas: 2, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
+	rep := f.createPool(cli, fabric.PoolSpec{Size: 384 << 10, Stripe: 16 << 10, Replicas: 2, Perm: uint8(wire.PermRead | wire.PermWrite)})
 	ref := make([]byte, rep.spec.Size)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	fill := func(b []byte) {

@@ -10,7 +10,6 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/internal/memtest"
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/wire"
@@ -142,7 +141,7 @@ func TestPoolSwitchRestartUDP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := cli.Alloc(ctx, 256<<10, pool.AllocOptions{Stripe: 16 << 10, Replicas: 2, Perm: memnode.PermRead | memnode.PermWrite})
+	r, err := cli.Alloc(ctx, 256<<10, pool.AllocOptions{Stripe: 16 << 10, Replicas: 2, Perm: wire.PermRead | wire.PermWrite})
 	if err != nil {
 		t.Fatal(err)
 	}

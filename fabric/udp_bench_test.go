@@ -15,7 +15,6 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
@@ -518,7 +517,7 @@ func BenchmarkUDPHostMulticast8(b *testing.B) {
 	keys := make([]uint64, n)
 	for i := 1; i < n; i++ {
 		bufs[i] = make([]byte, len(data))
-		key, err := eps[i].Register(bufs[i], memnode.PermWrite, 0)
+		key, err := eps[i].Register(bufs[i], wire.PermWrite, 0)
 		if err != nil {
 			b.Fatal(err)
 		}

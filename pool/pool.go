@@ -23,7 +23,6 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -103,7 +102,7 @@ type AllocOptions struct {
 	Columns int
 	// Perm is what accesses may do; zero means read and write (plus
 	// atomics and vector ops for a region with one copy).
-	Perm memnode.Perm
+	Perm wire.Perm
 }
 
 // DefaultStripe is the stripe size when AllocOptions.Stripe is zero.
@@ -119,9 +118,9 @@ func (c *Client) Alloc(ctx context.Context, size uint64, o AllocOptions) (*Regio
 		spec.Replicas = 1
 	}
 	if spec.Perm == 0 {
-		p := memnode.PermRead | memnode.PermWrite
+		p := wire.PermRead | wire.PermWrite
 		if spec.Replicas == 1 {
-			p = memnode.PermAll
+			p = wire.PermAll
 		}
 		spec.Perm = uint8(p)
 	}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
@@ -124,7 +123,7 @@ func startFabric(ctx context.Context, sec *demoSecurity) (*fabricDemo, func(), e
 			size *= demoMembers
 		}
 		buf := make([]byte, size)
-		key, err := ep.Register(buf, memnode.PermAll, 0)
+		key, err := ep.Register(buf, wire.PermAll, 0)
 		if err != nil {
 			return nil, closeAll, err
 		}

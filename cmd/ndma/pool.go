@@ -20,6 +20,7 @@ import (
 	"github.com/ndma/ndma/memnode/memd"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
 )
 
 // poolFlags are the flags every pool subcommand shares.
@@ -139,7 +140,7 @@ does not seal).`,
 					perm = "rw"
 				}
 			}
-			p, err := memnode.ParsePerm(perm)
+			p, err := wire.ParsePerm(perm)
 			if err != nil {
 				return fmt.Errorf("--perm: %w", err)
 			}
@@ -194,7 +195,7 @@ does not seal).`,
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "REGION\tSIZE\tSTRIPE\tNODES\tCOPIES\tPERM\tHEALTH")
 			for _, r := range regions {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%v\t%s\n", r.Region, sizeString(r.Size), sizeString(r.Stripe), r.Columns, r.Replicas, memnode.Perm(r.Perm), poolHealth(r))
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%v\t%s\n", r.Region, sizeString(r.Size), sizeString(r.Stripe), r.Columns, r.Replicas, wire.Perm(r.Perm), poolHealth(r))
 			}
 			return tw.Flush()
 		},
@@ -284,7 +285,7 @@ func poolStat(cmd *cobra.Command, pf *poolFlags) ([]fabric.PoolNodeInfo, []fabri
 
 func poolShape(p fabric.PoolSpec) string {
 	return fmt.Sprintf("%s, stripe %s, over %d memory nodes, %d cop%s, perm %v",
-		sizeString(p.Size), sizeString(p.Stripe), p.Columns, p.Replicas, map[bool]string{true: "y", false: "ies"}[p.Replicas == 1], memnode.Perm(p.Perm))
+		sizeString(p.Size), sizeString(p.Stripe), p.Columns, p.Replicas, map[bool]string{true: "y", false: "ies"}[p.Replicas == 1], wire.Perm(p.Perm))
 }
 
 // poolHealth says what a region's readers can expect, as the switch
@@ -311,7 +312,7 @@ func poolHealth(p fabric.PoolSpec) string {
 
 func poolRegionJSON(p fabric.PoolSpec, key string) map[string]any {
 	m := map[string]any{"region": p.Region, "size": p.Size, "stripe": p.Stripe, "nodes": p.Columns,
-		"replicas": p.Replicas, "perm": memnode.Perm(p.Perm).String(), "lost": p.Lost, "rebuilding": p.Rebuilding,
+		"replicas": p.Replicas, "perm": wire.Perm(p.Perm).String(), "lost": p.Lost, "rebuilding": p.Rebuilding,
 		"down": p.Down, "health": p.Health.String()}
 	if key != "" {
 		m["key"] = key

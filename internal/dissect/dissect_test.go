@@ -17,7 +17,6 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
 )
@@ -232,7 +231,7 @@ func runWorkload(t *testing.T, f *simFabric) *workload {
 	cli := ms[2]
 	w.client = cli.addr
 	var created *fabric.CtrlMsg
-	cli.control(&fabric.CtrlMsg{Type: fabric.CtrlPoolCreate, Pool: fabric.PoolSpec{Size: 64 << 10, Stripe: 4096, Replicas: 1, Perm: uint8(memnode.PermAll)}},
+	cli.control(&fabric.CtrlMsg{Type: fabric.CtrlPoolCreate, Pool: fabric.PoolSpec{Size: 64 << 10, Stripe: 4096, Replicas: 1, Perm: uint8(wire.PermAll)}},
 		func(m *fabric.CtrlMsg, err error) {
 			if err != nil {
 				t.Fatalf("pool create: %v", err)

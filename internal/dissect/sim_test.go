@@ -11,6 +11,7 @@ import (
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
 )
 
 // A small fabric on simnet whose every datagram is recorded: a switch,
@@ -174,7 +175,7 @@ func (f *simFabric) newMemNode(addr netip.AddrPort, size int) (*host, uint64) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	key, err := st.Alloc(size, memnode.PermAll, 0)
+	key, err := st.Alloc(size, wire.PermAll, 0)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -190,7 +191,7 @@ func (f *simFabric) newPoolNode(addr netip.AddrPort, size int, inc uint64) (*hos
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	key, err := st.Alloc(size, memnode.PermAll, 0)
+	key, err := st.Alloc(size, wire.PermAll, 0)
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -64,9 +64,9 @@ type Config struct {
 	Size int64
 
 	// Perm is what the single region created when KeyFile is empty
-	// allows. Zero means memnode.PermAll. Must be zero when KeyFile is
+	// allows. Zero means wire.PermAll. Must be zero when KeyFile is
 	// set (the key file gives each region its own permissions).
-	Perm memnode.Perm
+	Perm wire.Perm
 
 	// KeyFile, if not empty, names a file in memnode.LoadKeyFile's format
 	// listing the regions to expose, with their keys, sizes and
@@ -206,11 +206,11 @@ func (c *Config) validate() error {
 	if c.Size == 0 && c.KeyFile == "" {
 		c.Size = DefaultSize
 	}
-	if c.Perm&^memnode.PermAll != 0 {
+	if c.Perm&^wire.PermAll != 0 {
 		return invalid("Perm", "unknown bits in %v", c.Perm)
 	}
 	if c.Perm == 0 && c.KeyFile == "" {
-		c.Perm = memnode.PermAll
+		c.Perm = wire.PermAll
 	}
 	if c.MTU != 0 && (c.MTU < MinMTU || c.MTU > MaxMTU) {
 		return invalid("MTU", "%d bytes (want %d to %d)", c.MTU, MinMTU, MaxMTU)
