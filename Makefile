@@ -55,7 +55,7 @@ race:
 # internal/citest fails if a test that reads raceEnabled or counts
 # allocations is left out of them.
 NORACE_TESTS = ^(TestSimHostileFabric|TestSimFigures|TestSimDeterministic|TestSimAllgatherControlFirst|TestSimScale256|TestSimTuner|TestSimMatrix|TestSimLarge|Test[A-Za-z]*Allocs|TestCABI|TestPython|TestMPI|TestExampleC|TestExampleCStalled)$$
-NORACE_PKGS = ./coll ./fabric ./netio ./transport ./memnode ./wire ./secure ./libndma
+NORACE_PKGS = ./coll ./fabric ./reduce ./netio ./transport ./memnode ./wire ./secure ./libndma
 
 ## norace: NORACE_TESTS without the race detector.
 norace:
