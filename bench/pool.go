@@ -15,6 +15,7 @@ import (
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/poolmap"
 )
 
 // Op names of the pool benchmark's rows.
@@ -115,8 +116,8 @@ func (c *PoolConfig) validate() error {
 		return fmt.Errorf("%w: latency size %d (want 1 B to 1 MiB)", ErrBadValue, c.Size)
 	case c.Iters < 1, c.Transfer < 1, c.NodeSize < 1:
 		return fmt.Errorf("%w: iterations, transfer and node size must be positive", ErrBadValue)
-	case c.Stripe%8 != 0 || c.Stripe < int(fabric.MinStripe):
-		return fmt.Errorf("%w: stripe %d (want a multiple of 8, at least %d)", ErrBadValue, c.Stripe, fabric.MinStripe)
+	case c.Stripe%8 != 0 || c.Stripe < int(poolmap.MinStripe):
+		return fmt.Errorf("%w: stripe %d (want a multiple of 8, at least %d)", ErrBadValue, c.Stripe, poolmap.MinStripe)
 	}
 	return nil
 }

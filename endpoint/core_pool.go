@@ -13,6 +13,7 @@ import (
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/poolmap"
 )
 
 // Pool accesses: memory requests at pool addresses, sent to the forwarding
@@ -1002,7 +1003,7 @@ type rebuildPiece struct {
 // them.
 func (c *Core) startRebuild(region uint32, t *rebuildTask) {
 	t.started = true
-	l, err := fabric.NewLayout(t.spec.Size, t.spec.Stripe, t.spec.Columns, t.spec.Replicas)
+	l, err := poolmap.NewLayout(t.spec.Size, t.spec.Stripe, t.spec.Columns, t.spec.Replicas)
 	if err != nil {
 		c.endRebuild(region, t, false)
 		return

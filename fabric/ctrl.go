@@ -107,6 +107,7 @@ import (
 
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/poolmap"
 )
 
 // CtrlType says what a control message asks for (or answers, with Resp).
@@ -283,7 +284,7 @@ type CtrlRange struct {
 type PoolSpec struct {
 	Region   uint32 // region id (responses and PoolRegions)
 	Size     uint64 // bytes, 1..MaxRegionSize
-	Stripe   uint64 // interleave unit in bytes: a multiple of 8, MinStripe..MaxStripe
+	Stripe   uint64 // interleave unit in bytes: a multiple of 8, poolmap.MinStripe..MaxStripe
 	Columns  int    // memory nodes it spans, 1..MaxColumns; 0 in a request: all live ones
 	Replicas int    // copies of every byte, 1 or 2
 	Perm     uint8  // wire.Perm bits the region allows, not 0
@@ -661,14 +662,14 @@ func validatePool(p *PoolSpec, request bool) error {
 		minCols = 0
 	}
 	switch {
-	case p.Size < 1 || p.Size > MaxRegionSize:
-		return ctrlErrorf("pool size %d not in 1..%d", p.Size, uint64(MaxRegionSize))
-	case p.Stripe < MinStripe || p.Stripe > MaxStripe || p.Stripe%8 != 0:
-		return ctrlErrorf("pool stripe %d: want a multiple of 8 in %d..%d", p.Stripe, MinStripe, MaxStripe)
-	case p.Columns < minCols || p.Columns > MaxColumns:
-		return ctrlErrorf("pool columns %d not in %d..%d", p.Columns, minCols, MaxColumns)
-	case p.Replicas < 1 || p.Replicas > MaxReplicas:
-		return ctrlErrorf("pool replicas %d not in 1..%d", p.Replicas, MaxReplicas)
+	case p.Size < 1 || p.Size > poolmap.MaxRegionSize:
+		return ctrlErrorf("pool size %d not in 1..%d", p.Size, uint64(poolmap.MaxRegionSize))
+	case p.Stripe < poolmap.MinStripe || p.Stripe > poolmap.MaxStripe || p.Stripe%8 != 0:
+		return ctrlErrorf("pool stripe %d: want a multiple of 8 in %d..%d", p.Stripe, poolmap.MinStripe, poolmap.MaxStripe)
+	case p.Columns < minCols || p.Columns > poolmap.MaxColumns:
+		return ctrlErrorf("pool columns %d not in %d..%d", p.Columns, minCols, poolmap.MaxColumns)
+	case p.Replicas < 1 || p.Replicas > poolmap.MaxReplicas:
+		return ctrlErrorf("pool replicas %d not in 1..%d", p.Replicas, poolmap.MaxReplicas)
 	case p.Perm == 0 || p.Perm&^0x0f != 0:
 		return ctrlErrorf("pool permissions %#x: want a non-zero set of the 4 bits", p.Perm)
 	}

@@ -10,6 +10,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/ndma/ndma/wire/poolmap"
 )
 
 var ctrlTestToken = []byte("fabric-test-token")
@@ -65,9 +67,9 @@ func ctrlSamples() []ctrlSample {
 		{"poolnode-req", CtrlMsg{Type: CtrlPoolNode, Key: 0x1234_5678_9abc_def0, Capacity: 64 << 20}},
 		{"poolnode-resp", CtrlMsg{Type: CtrlPoolNode, Resp: true, Node: 3, Epoch: 0xfeed}},
 		{"poolcreate-req", CtrlMsg{Type: CtrlPoolCreate, Pool: PoolSpec{Size: 1 << 30, Stripe: 64 << 10, Columns: 0, Replicas: 2, Perm: 0x0f}}},
-		{"poolcreate-req-max", CtrlMsg{Type: CtrlPoolCreate, Pool: PoolSpec{Size: MaxRegionSize, Stripe: MaxStripe, Columns: MaxColumns, Replicas: 1, Perm: 1}}},
+		{"poolcreate-req-max", CtrlMsg{Type: CtrlPoolCreate, Pool: PoolSpec{Size: poolmap.MaxRegionSize, Stripe: poolmap.MaxStripe, Columns: poolmap.MaxColumns, Replicas: 1, Perm: 1}}},
 		{"poolcreate-resp", CtrlMsg{Type: CtrlPoolCreate, Resp: true, Region: 9, Key: ^uint64(0),
-			Pool: PoolSpec{Size: 1, Stripe: MinStripe, Columns: 1, Replicas: 1, Perm: 3}}},
+			Pool: PoolSpec{Size: 1, Stripe: poolmap.MinStripe, Columns: 1, Replicas: 1, Perm: 3}}},
 		{"poolopen-req", CtrlMsg{Type: CtrlPoolOpen, Region: 9, Key: 77}},
 		{"poolopen-resp", CtrlMsg{Type: CtrlPoolOpen, Resp: true, Pool: PoolSpec{Size: 4096, Stripe: 4096, Columns: 2, Replicas: 2, Perm: 1}}},
 		{"poolfree-req", CtrlMsg{Type: CtrlPoolFree, Region: 9, Key: 77}},
@@ -373,7 +375,7 @@ func TestCtrlEncodeBounds(t *testing.T) {
 		{"poolnode key 0", CtrlMsg{Type: CtrlPoolNode, Capacity: 1}},
 		{"poolnode key 0", CtrlMsg{Type: CtrlPoolNode, Capacity: 1}},
 		{"pool size 0", CtrlMsg{Type: CtrlPoolCreate, Pool: PoolSpec{Stripe: 64, Replicas: 1, Perm: 1}}},
-		{"pool size 2^48+1", CtrlMsg{Type: CtrlPoolCreate, Pool: PoolSpec{Size: MaxRegionSize + 1, Stripe: 64, Replicas: 1, Perm: 1}}},
+		{"pool size 2^48+1", CtrlMsg{Type: CtrlPoolCreate, Pool: PoolSpec{Size: poolmap.MaxRegionSize + 1, Stripe: 64, Replicas: 1, Perm: 1}}},
 		{"pool stripe 32", CtrlMsg{Type: CtrlPoolCreate, Pool: PoolSpec{Size: 1, Stripe: 32, Replicas: 1, Perm: 1}}},
 		{"pool stripe 100", CtrlMsg{Type: CtrlPoolCreate, Pool: PoolSpec{Size: 1, Stripe: 100, Replicas: 1, Perm: 1}}},
 		{"pool columns 257", CtrlMsg{Type: CtrlPoolCreate, Pool: PoolSpec{Size: 1, Stripe: 64, Columns: 257, Replicas: 1, Perm: 1}}},

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/poolmap"
 )
 
 // Limits of the MMU.
@@ -154,7 +155,7 @@ type PoolRegion struct {
 	ID     uint32
 	Key    uint64 // capability: every access must carry it
 	Perm   wire.Perm
-	Layout Layout
+	Layout poolmap.Layout
 	// Homes[c] is the memory node of column c and the offset of the
 	// region's extent within that node's pool memory.
 	Homes []Home
@@ -218,7 +219,7 @@ type MMU struct {
 	// does not have, was freed since.
 	firstCreated uint32
 	newKey       func() uint64
-	ext          []Extent // scratch for Translate
+	ext          []poolmap.Extent // scratch for Translate
 }
 
 // NewMMU returns an empty MMU; newKey draws region keys (random and
@@ -406,7 +407,7 @@ func (m *MMU) Create(size, stripe uint64, columns, replicas int, perm wire.Perm)
 		return nil, fmt.Errorf("%w: %d regions", ErrNoSpace, len(m.regions))
 	}
 	if perm == 0 || perm&^wire.PermAll != 0 {
-		return nil, fmt.Errorf("%w: permissions %v", ErrLayout, perm)
+		return nil, fmt.Errorf("%w: permissions %v", poolmap.ErrLayout, perm)
 	}
 	var live []*PoolNode
 	for _, n := range m.nodes {
@@ -418,13 +419,13 @@ func (m *MMU) Create(size, stripe uint64, columns, replicas int, perm wire.Perm)
 		// Spread over every live node, but give none an empty column.
 		columns = len(live)
 		if stripe > 0 {
-			columns = min(columns, max(int(min((size+stripe-1)/stripe, MaxColumns)), replicas))
+			columns = min(columns, max(int(min((size+stripe-1)/stripe, poolmap.MaxColumns)), replicas))
 		}
 	}
 	if want := max(columns, replicas, 1); want > len(live) {
 		return nil, &ShortError{Err: ErrNoNodes, Need: uint64(want), Have: uint64(len(live))}
 	}
-	l, err := NewLayout(size, stripe, columns, replicas)
+	l, err := poolmap.NewLayout(size, stripe, columns, replicas)
 	if err != nil {
 		return nil, err
 	}

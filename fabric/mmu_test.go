@@ -11,6 +11,7 @@ import (
 
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/poolmap"
 )
 
 func testKeys(seed uint64) func() uint64 {
@@ -72,8 +73,8 @@ func TestMMUCreateFree(t *testing.T) {
 			live = slices.Delete(live, k, k+1)
 		} else {
 			reps := 1 + r.IntN(2)
-			reg, err := m.Create(1+r.Uint64N(1<<20), uint64(MinStripe+8*r.IntN(1024)), r.IntN(5), reps, wire.PermAll)
-			if errors.Is(err, ErrNoSpace) || errors.Is(err, ErrNoNodes) || errors.Is(err, ErrLayout) {
+			reg, err := m.Create(1+r.Uint64N(1<<20), uint64(poolmap.MinStripe+8*r.IntN(1024)), r.IntN(5), reps, wire.PermAll)
+			if errors.Is(err, ErrNoSpace) || errors.Is(err, ErrNoNodes) || errors.Is(err, poolmap.ErrLayout) {
 				continue // refused: full, or two copies asked of one node
 			}
 			if err != nil {
@@ -129,7 +130,7 @@ func TestMMUThroughStores(t *testing.T) {
 	for trial := range 40 {
 		size := 1 + r.Uint64N(1<<20)
 		reps := 1 + r.IntN(2)
-		reg, err := m.Create(size, uint64(MinStripe+8*r.IntN(512)), 0, reps, wire.PermAll)
+		reg, err := m.Create(size, uint64(poolmap.MinStripe+8*r.IntN(512)), 0, reps, wire.PermAll)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/poolmap"
 )
 
 // Rebuilding the pool's map after a switch restart.
@@ -107,7 +108,7 @@ func (s *Switch) poolReport(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 // lost) the column of a region the switch has.
 func (s *Switch) adoptReport(n *PoolNode, e *PoolReport) {
 	c := int(e.Column)
-	l, err := NewLayout(e.Pool.Size, e.Pool.Stripe, e.Pool.Columns, e.Pool.Replicas)
+	l, err := poolmap.NewLayout(e.Pool.Size, e.Pool.Stripe, e.Pool.Columns, e.Pool.Replicas)
 	if err != nil || e.Homes[c].Addr != n.Addr || e.Homes[c].Base != e.Base || e.Length != l.ColumnBytes(c) ||
 		e.Base > n.Capacity || e.Length > n.Capacity-e.Base {
 		s.stats.PoolReportsRefused++
@@ -162,7 +163,7 @@ func (s *Switch) adoptReport(n *PoolNode, e *PoolReport) {
 // rebuildRegion makes region e.Region from its first report (by node n),
 // reserving every column's extent on its node (a node not registered yet
 // gets a placeholder). It returns nil if an extent is not free.
-func (s *Switch) rebuildRegion(n *PoolNode, e *PoolReport, l Layout) *PoolRegion {
+func (s *Switch) rebuildRegion(n *PoolNode, e *PoolReport, l poolmap.Layout) *PoolRegion {
 	if len(s.mmu.regions) >= MaxPoolRegions {
 		return nil
 	}
@@ -200,7 +201,7 @@ func (s *Switch) rebuildRegion(n *PoolNode, e *PoolReport, l Layout) *PoolRegion
 
 // matches reports whether report e describes r (another region of the
 // same id otherwise).
-func (r *PoolRegion) matches(e *PoolReport, l Layout) bool {
+func (r *PoolRegion) matches(e *PoolReport, l poolmap.Layout) bool {
 	if r.Layout != l || r.Perm != wire.Perm(e.Pool.Perm) || r.digest != e.Digest {
 		return false
 	}
@@ -283,7 +284,7 @@ func (r *PoolRegion) health() PoolHealth {
 	down := func(c int) bool { return r.Lost[c] || !r.Homes[c].Node.Alive }
 	worst := HealthOK
 	for c := range k {
-		if r.Layout.primaries(c) == 0 {
+		if r.Layout.Primaries(c) == 0 {
 			continue
 		}
 		h := HealthOK

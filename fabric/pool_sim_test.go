@@ -19,6 +19,7 @@ import (
 	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/poolmap"
 )
 
 // simPoolNode is a memory node on simnet: a Core serving the switch's pool
@@ -157,7 +158,7 @@ type simPool struct {
 	cli  *simMember
 	spec fabric.PoolSpec
 	key  uint64
-	lay  fabric.Layout
+	lay  poolmap.Layout
 }
 
 func (f *simFabric) createPool(cli *simMember, spec fabric.PoolSpec) *simPool {
@@ -171,7 +172,7 @@ func (f *simFabric) createPool(cli *simMember, spec fabric.PoolSpec) *simPool {
 	}
 	p := got.Pool
 	p.Region = got.Region
-	lay, err := fabric.NewLayout(p.Size, p.Stripe, p.Columns, p.Replicas)
+	lay, err := poolmap.NewLayout(p.Size, p.Stripe, p.Columns, p.Replicas)
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/poolmap"
 )
 
 // DefaultWindow is the pieces of a transfer in flight at once when
@@ -142,7 +143,7 @@ func (c *Client) Open(ctx context.Context, id uint32, key uint64) (*Region, erro
 
 func (c *Client) region(spec fabric.PoolSpec, key uint64) (*Region, error) {
 	c.proved.Store(time.Now().UnixNano())
-	l, err := fabric.NewLayout(spec.Size, spec.Stripe, spec.Columns, spec.Replicas)
+	l, err := poolmap.NewLayout(spec.Size, spec.Stripe, spec.Columns, spec.Replicas)
 	if err != nil {
 		return nil, fmt.Errorf("pool: region %d: %w", spec.Region, err)
 	}
@@ -160,7 +161,7 @@ type Region struct {
 	c      *Client
 	spec   fabric.PoolSpec
 	key    uint64
-	layout fabric.Layout
+	layout poolmap.Layout
 }
 
 // ID is the region's id.
@@ -352,7 +353,7 @@ func (r *Region) runOps(ctx context.Context, n int, fill func(op *endpoint.Op, i
 // into chunk lengths such that each chunk lies inside one stripe at every
 // hop and holds at most max bytes (rounded down to a multiple of align,
 // the element size). The chunks cover n in order.
-func ChainChunks(l fabric.Layout, addrs []uint64, n, max, align int) ([]int, error) {
+func ChainChunks(l poolmap.Layout, addrs []uint64, n, max, align int) ([]int, error) {
 	if align <= 0 || max < align {
 		return nil, fmt.Errorf("pool: chain chunk of at most %d bytes cannot hold a %d-byte element", max, align)
 	}

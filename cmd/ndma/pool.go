@@ -21,6 +21,7 @@ import (
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/poolmap"
 )
 
 // poolFlags are the flags every pool subcommand shares.
@@ -145,7 +146,7 @@ does not seal).`,
 				return fmt.Errorf("--perm: %w", err)
 			}
 			spec := fabric.PoolSpec{Size: uint64(sz), Stripe: uint64(st), Columns: nodes, Replicas: replicas, Perm: uint8(p)}
-			if _, err := fabric.NewLayout(spec.Size, spec.Stripe, max(nodes, replicas), replicas); err != nil {
+			if _, err := poolmap.NewLayout(spec.Size, spec.Stripe, max(nodes, replicas), replicas); err != nil {
 				return fmt.Errorf("--size/--stripe/--nodes/--replicas: %w", err)
 			}
 			ep, opts, ctx, cancel, err := pf.client(cmd)
