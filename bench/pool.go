@@ -93,7 +93,7 @@ func (c *PoolConfig) setDefaults() {
 		c.MTU = 9000
 	}
 	if c.Switch == "" && len(c.Token) == 0 && !c.Insecure {
-		c.Token = fabric.NewToken()
+		c.Token = secure.NewToken()
 	}
 	if c.NodeSize == 0 {
 		// The one-node region holds the whole transfer (the regions of
@@ -103,7 +103,7 @@ func (c *PoolConfig) setDefaults() {
 }
 
 func (c *PoolConfig) validate() error {
-	if err := fabric.CheckToken(c.Token, c.Insecure); err != nil {
+	if err := secure.CheckToken(c.Token, c.Insecure); err != nil {
 		return fmt.Errorf("%w: Token: %w", ErrBadValue, err)
 	}
 	if c.Insecure && c.Switch == "" {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 	"github.com/ndma/ndma/wire/poolmap"
 )
 
@@ -74,7 +75,7 @@ func TestMMUCreateFree(t *testing.T) {
 		} else {
 			reps := 1 + r.IntN(2)
 			reg, err := m.Create(1+r.Uint64N(1<<20), uint64(poolmap.MinStripe+8*r.IntN(1024)), r.IntN(5), reps, wire.PermAll)
-			if errors.Is(err, ErrNoSpace) || errors.Is(err, ErrNoNodes) || errors.Is(err, poolmap.ErrLayout) {
+			if errors.Is(err, ctrl.ErrNoSpace) || errors.Is(err, ctrl.ErrNoNodes) || errors.Is(err, poolmap.ErrLayout) {
 				continue // refused: full, or two copies asked of one node
 			}
 			if err != nil {
@@ -181,7 +182,7 @@ func TestMMUThroughStores(t *testing.T) {
 // out-of-range accesses are refused with the wire status a client sees.
 func TestMMURefusals(t *testing.T) {
 	m := NewMMU(testKeys(9))
-	if _, err := m.Create(1<<20, 4096, 0, 1, wire.PermAll); !errors.Is(err, ErrNoNodes) {
+	if _, err := m.Create(1<<20, 4096, 0, 1, wire.PermAll); !errors.Is(err, ctrl.ErrNoNodes) {
 		t.Errorf("no nodes: %v", err)
 	}
 	for i := range 2 {
@@ -230,8 +231,8 @@ func TestMMURefusals(t *testing.T) {
 			t.Errorf("create %+v: no error", bad)
 		}
 	}
-	if _, err := m.Create(4<<20, 4096, 0, 1, wire.PermAll); !errors.Is(err, ErrNoSpace) {
-		t.Errorf("4 MiB on 2 x 1 MiB: %v, want ErrNoSpace", err)
+	if _, err := m.Create(4<<20, 4096, 0, 1, wire.PermAll); !errors.Is(err, ctrl.ErrNoSpace) {
+		t.Errorf("4 MiB on 2 x 1 MiB: %v, want ctrl.ErrNoSpace", err)
 	}
 	checkNodes(t, m)
 	if _, err := m.AddNode(netip.AddrPort{}, 1, 1, 1); !errors.Is(err, ErrPoolNode) {

@@ -22,8 +22,8 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 	"github.com/ndma/ndma/wire/poolmap"
 )
 
@@ -111,7 +111,7 @@ const DefaultStripe = 64 << 10
 
 // Alloc creates a region of size bytes.
 func (c *Client) Alloc(ctx context.Context, size uint64, o AllocOptions) (*Region, error) {
-	spec := fabric.PoolSpec{Size: size, Stripe: o.Stripe, Columns: o.Columns, Replicas: o.Replicas, Perm: uint8(o.Perm)}
+	spec := ctrl.PoolSpec{Size: size, Stripe: o.Stripe, Columns: o.Columns, Replicas: o.Replicas, Perm: uint8(o.Perm)}
 	if spec.Stripe == 0 {
 		spec.Stripe = DefaultStripe
 	}
@@ -141,7 +141,7 @@ func (c *Client) Open(ctx context.Context, id uint32, key uint64) (*Region, erro
 	return c.region(spec, key)
 }
 
-func (c *Client) region(spec fabric.PoolSpec, key uint64) (*Region, error) {
+func (c *Client) region(spec ctrl.PoolSpec, key uint64) (*Region, error) {
 	c.proved.Store(time.Now().UnixNano())
 	l, err := poolmap.NewLayout(spec.Size, spec.Stripe, spec.Columns, spec.Replicas)
 	if err != nil {
@@ -159,7 +159,7 @@ func (c *Client) Free(ctx context.Context, r *Region) error {
 // Region is an open pool region. Its methods are safe for concurrent use.
 type Region struct {
 	c      *Client
-	spec   fabric.PoolSpec
+	spec   ctrl.PoolSpec
 	key    uint64
 	layout poolmap.Layout
 }
@@ -174,7 +174,7 @@ func (r *Region) Key() uint64 { return r.key }
 func (r *Region) Size() int64 { return int64(r.spec.Size) }
 
 // Spec is the region's shape.
-func (r *Region) Spec() fabric.PoolSpec { return r.spec }
+func (r *Region) Spec() ctrl.PoolSpec { return r.spec }
 
 // ErrDegraded is returned (joined with nothing else: the data was written)
 // by a write to a replicated region that reached fewer copies than the

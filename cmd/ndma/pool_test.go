@@ -246,7 +246,7 @@ func startPlainPool(t *testing.T) (string, *fabric.Server, *memd.Server) {
 // of a credential of role it issued, for the commands a test runs.
 func testAuthority(t *testing.T, role secure.Role) (*secure.Authority, string) {
 	t.Helper()
-	a, err := secure.NewAuthority(fabric.NewToken())
+	a, err := secure.NewAuthority(secure.NewToken())
 	if err != nil {
 		t.Fatal(err)
 	}

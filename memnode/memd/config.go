@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
@@ -186,7 +185,7 @@ func (c *Config) validate() error {
 			return invalid("Listen", "%s is a loopback address, from which the switch at %s (another host) cannot be reached: listen on a routable address or 0.0.0.0",
 				c.Listen, c.Switch)
 		}
-		if err := fabric.CheckToken(c.Token, c.Insecure); err != nil {
+		if err := secure.CheckToken(c.Token, c.Insecure); err != nil {
 			return &FieldError{Field: "Token", Err: fmt.Errorf("%w: %w", ErrConfig, err)}
 		}
 	} else if len(c.Token) > 0 || c.Insecure {

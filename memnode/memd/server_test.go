@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/internal/secretfile"
 	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -118,7 +118,7 @@ func TestStartErrors(t *testing.T) {
 		{"short line in key file", Config{KeyFile: writeKeyFile(t, "ab 4096\n")}, "KeyFile", nil, 1},
 		{"key file readable by others", Config{KeyFile: chmod(t, writeKeyFile(t, "ab 4096 r\n"), 0o644)}, "KeyFile", secretfile.ErrExposed, 0},
 		{"key file writable by others", Config{KeyFile: chmod(t, writeKeyFile(t, "ab 4096 r\n"), 0o620)}, "KeyFile", secretfile.ErrExposed, 0},
-		{"switch without token", Config{Listen: "127.0.0.1:0", Switch: "127.0.0.1:7471"}, "Token", fabric.ErrNoToken, 0},
+		{"switch without token", Config{Listen: "127.0.0.1:0", Switch: "127.0.0.1:7471"}, "Token", secure.ErrNoToken, 0},
 		{"switch with token and insecure", Config{Listen: "127.0.0.1:0", Switch: "127.0.0.1:7471", Token: []byte("t"), Insecure: true}, "Token", ErrConfig, 0},
 		{"token without switch", Config{Token: []byte("t")}, "Token", ErrConfig, 0},
 		{"insecure without switch", Config{Insecure: true}, "Token", ErrConfig, 0},
