@@ -43,7 +43,7 @@ var (
 	// in no range, or the owner and all its replicas are dead.
 	ErrNoOwner = errors.New("fabric: anycast: no live owner for key")
 	// ErrRanges: an ownership table is invalid, or one was given to a
-	// policy other than PolicyKeyAffinity.
+	// policy other than ctrl.PolicyKeyAffinity.
 	ErrRanges = errors.New("fabric: anycast: invalid key ranges")
 	// ErrSelectorConfig: an unknown policy, or a member count out of
 	// [1, MaxSelectorMembers].
@@ -106,11 +106,11 @@ type Selector struct {
 // NewSelector returns a selector using policy p over members 0..n-1, all
 // alive with nothing outstanding. n must be in [1, MaxSelectorMembers].
 //
-// For PolicyKeyAffinity, ranges is the ownership table: at least one range,
-// each non-empty (Start < End), no two overlapping, every Owner and replica
-// a member index, replicas distinct and different from the owner. Gaps are
-// allowed: a key in no range gets ErrNoOwner. The selector keeps its own
-// copy of ranges. For other policies ranges must be empty.
+// For ctrl.PolicyKeyAffinity, ranges is the ownership table: at least one
+// range, each non-empty (Start < End), no two overlapping, every Owner and
+// replica a member index, replicas distinct and different from the owner.
+// Gaps are allowed: a key in no range gets ErrNoOwner. The selector keeps
+// its own copy of ranges. For other policies ranges must be empty.
 func NewSelector(p ctrl.Policy, n int, ranges []ctrl.KeyRange) (*Selector, error) {
 	if !p.Valid() {
 		return nil, fmt.Errorf("%w: unknown policy %v", ErrSelectorConfig, p)
@@ -146,7 +146,8 @@ func NewSelector(p ctrl.Policy, n int, ranges []ctrl.KeyRange) (*Selector, error
 // SetRanges replaces the ownership table, validated as in NewSelector. On
 // error the old table stays. Outstanding counts are unchanged: requests in
 // flight stay with the member they were picked for. For a policy other than
-// PolicyKeyAffinity, only an empty table is accepted (and changes nothing).
+// ctrl.PolicyKeyAffinity, only an empty table is accepted (and changes
+// nothing).
 func (s *Selector) SetRanges(ranges []ctrl.KeyRange) error {
 	if s.policy != ctrl.PolicyKeyAffinity {
 		if len(ranges) != 0 {
@@ -211,7 +212,7 @@ func (s *Selector) Policy() ctrl.Policy { return s.policy }
 func (s *Selector) Len() int { return len(s.alive) }
 
 // Pick chooses the member for a new request and counts the request
-// outstanding on it until Done. key is used only by PolicyKeyAffinity.
+// outstanding on it until Done. key is used only by ctrl.PolicyKeyAffinity.
 //
 // Errors: ErrNoMember when no member is alive (checked first, for every
 // policy); for key affinity, ErrNoOwner, wrapped with the key, when the key
@@ -413,7 +414,7 @@ func (s *Selector) Outstanding(member int) int {
 
 // Owner returns the home member of key in the ownership table, whether or
 // not it is alive, or -1 when the key lies in no range or the policy is not
-// PolicyKeyAffinity. It has no side effects.
+// ctrl.PolicyKeyAffinity. It has no side effects.
 func (s *Selector) Owner(key uint64) int {
 	i := s.find(key)
 	if i < 0 {

@@ -173,7 +173,7 @@ type PoolRegion struct {
 	// nodes, so that a restarted switch rebuilding its map from the
 	// nodes' reports tells a current copy from a stale one.
 	Epoch uint64
-	// digest is PoolKeyDigest of the key; a region rebuilt from reports
+	// digest is ctrl.PoolKeyDigest of the key; a region rebuilt from reports
 	// has Key 0 until a request carrying a key that matches it.
 	digest [ctrl.PoolDigestLen]byte
 	// Of a region rebuilt from reports: unconfirmed[c] while column c's
@@ -366,9 +366,10 @@ func (m *MMU) Nodes() []*PoolNode { return m.nodes }
 // SetAlive marks a memory node alive or dead (heartbeats).
 func (m *MMU) SetAlive(n *PoolNode, alive bool) { n.Alive = alive }
 
-// ShortError is a refused Create that the pool could not hold: ErrNoNodes
-// (Need memory nodes, Have alive) or ErrNoSpace (Need bytes, Have free on
-// the nodes it would use). errors.Is(err, ErrNoNodes/ErrNoSpace) is true.
+// ShortError is a refused Create that the pool could not hold:
+// ctrl.ErrNoNodes (Need memory nodes, Have alive) or ctrl.ErrNoSpace (Need
+// bytes, Have free on the nodes it would use). errors.Is(err,
+// ctrl.ErrNoNodes/ctrl.ErrNoSpace) is true.
 type ShortError struct {
 	Err        error
 	Need, Have uint64
@@ -381,7 +382,7 @@ func (e *ShortError) Error() string {
 	return fmt.Sprintf("%v: need %d bytes, %d free", e.Err, e.Need, e.Have)
 }
 
-// Unwrap returns ErrNoNodes or ErrNoSpace.
+// Unwrap returns ctrl.ErrNoNodes or ctrl.ErrNoSpace.
 func (e *ShortError) Unwrap() error { return e.Err }
 
 // Operand encodes the refusal for a POOLCREATE answer's Operand1: the

@@ -25,7 +25,7 @@ func everyCtrl() []ctrl.Msg {
 	shape := ctrl.PoolSpec{Size: 1 << 20, Stripe: 4096, Columns: 2, Replicas: 1, Perm: 0x0f}
 	homes := []ctrl.PoolHome{{Addr: v4, Base: 0}, {Addr: v6, Base: 1 << 16}}
 	var ms []ctrl.Msg
-	// Every type the fabric package names: a new one fails AppendCtrl
+	// Every type package wire/ctrl names: a new one fails secure.AppendCtrl
 	// below until it is given its fields here (and in the dissector).
 	for t := ctrl.Join; !strings.HasPrefix(t.String(), "ctrl("); t++ {
 		req := ctrl.Msg{Type: t}

@@ -174,8 +174,8 @@ type Range struct {
 }
 
 // Msg is one control request or response. Only the fields its Type and
-// Resp use are encoded (see the layout at the top of this file); the others
-// are ignored by Append and zeroed by Parse.
+// Resp use are encoded (see the layout in the package documentation); the
+// others are ignored by Append and zeroed by Parse.
 type Msg struct {
 	Type    Type
 	Resp    bool         // a response (flags bit 0)
