@@ -55,7 +55,7 @@ race:
 # internal/citest fails if a test that reads raceEnabled or counts
 # allocations is left out of them.
 NORACE_TESTS = ^(TestSimHostileFabric|TestSimFigures|TestSimDeterministic|TestSimAllgatherControlFirst|TestSimScale256|TestSimTuner|TestSimMatrix|TestSimLarge|Test[A-Za-z]*Allocs|TestCABI|TestPython|TestMPI|TestExampleC|TestExampleCStalled)$$
-NORACE_PKGS = ./coll ./fabric ./netio ./transport ./memnode ./wire ./secure ./libndma
+NORACE_PKGS = ./coll ./fabric ./reduce ./netio ./transport ./memnode ./wire ./wire/ctrl ./secure ./libndma
 
 ## norace: NORACE_TESTS without the race detector.
 norace:
@@ -75,7 +75,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzEngineStep -fuzztime 30s ./transport
 	$(GO) test -run '^$$' -fuzz FuzzCoreStep -fuzztime 30s ./endpoint
 	$(GO) test -run '^$$' -fuzz FuzzExec -fuzztime 30s ./memnode
-	$(GO) test -run '^$$' -fuzz FuzzCtrl -fuzztime 30s ./fabric
+	$(GO) test -run '^$$' -fuzz FuzzCtrl -fuzztime 30s ./wire/ctrl
 	$(GO) test -run '^$$' -fuzz FuzzSwitchStep -fuzztime 30s ./fabric
 	$(GO) test -run '^$$' -fuzz FuzzOpen -fuzztime 30s ./secure
 	$(GO) test -run '^$$' -fuzz FuzzParseIdentity -fuzztime 30s ./secure

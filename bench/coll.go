@@ -12,6 +12,7 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
@@ -119,7 +120,7 @@ func newCollWorld(ctx context.Context, n, mtu int, swConn netio.Conn, seed uint6
 	w := &CollWorld{}
 	var sw string
 	// The in-process switch and ranks share a fabric token of their own.
-	token := fabric.NewToken()
+	token := secure.NewToken()
 	if swConn != nil {
 		s, err := fabric.New(fabric.Config{Token: token, Transport: transport.Config{MTU: mtu, Seed: seed}})
 		if err != nil {

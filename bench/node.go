@@ -8,6 +8,7 @@ import (
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
 )
 
 // Node is an in-process memory node: an endpoint on a loopback UDP socket
@@ -35,7 +36,7 @@ func StartNodeWith(size, mtu int, udp netio.UDPConfig) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	key, err := st.Alloc(size, memnode.PermAll, 0)
+	key, err := st.Alloc(size, wire.PermAll, 0)
 	if err != nil {
 		return nil, fmt.Errorf("bench: memory node region: %w", err)
 	}

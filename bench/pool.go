@@ -14,6 +14,8 @@ import (
 	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/poolmap"
 )
 
 // Op names of the pool benchmark's rows.
@@ -91,7 +93,7 @@ func (c *PoolConfig) setDefaults() {
 		c.MTU = 9000
 	}
 	if c.Switch == "" && len(c.Token) == 0 && !c.Insecure {
-		c.Token = fabric.NewToken()
+		c.Token = secure.NewToken()
 	}
 	if c.NodeSize == 0 {
 		// The one-node region holds the whole transfer (the regions of
@@ -101,7 +103,7 @@ func (c *PoolConfig) setDefaults() {
 }
 
 func (c *PoolConfig) validate() error {
-	if err := fabric.CheckToken(c.Token, c.Insecure); err != nil {
+	if err := secure.CheckToken(c.Token, c.Insecure); err != nil {
 		return fmt.Errorf("%w: Token: %w", ErrBadValue, err)
 	}
 	if c.Insecure && c.Switch == "" {
@@ -114,8 +116,8 @@ func (c *PoolConfig) validate() error {
 		return fmt.Errorf("%w: latency size %d (want 1 B to 1 MiB)", ErrBadValue, c.Size)
 	case c.Iters < 1, c.Transfer < 1, c.NodeSize < 1:
 		return fmt.Errorf("%w: iterations, transfer and node size must be positive", ErrBadValue)
-	case c.Stripe%8 != 0 || c.Stripe < int(fabric.MinStripe):
-		return fmt.Errorf("%w: stripe %d (want a multiple of 8, at least %d)", ErrBadValue, c.Stripe, fabric.MinStripe)
+	case c.Stripe%8 != 0 || c.Stripe < int(poolmap.MinStripe):
+		return fmt.Errorf("%w: stripe %d (want a multiple of 8, at least %d)", ErrBadValue, c.Stripe, poolmap.MinStripe)
 	}
 	return nil
 }
@@ -225,11 +227,11 @@ func startPoolNode(sw netip.AddrPort, cfg *PoolConfig) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	key, err := st.Alloc(cfg.NodeSize, memnode.PermAll, 0)
+	key, err := st.Alloc(cfg.NodeSize, wire.PermAll, 0)
 	if err != nil {
 		return nil, fmt.Errorf("bench: memory node region: %w", err)
 	}
-	direct, err := st.Alloc(max(cfg.Size, 64), memnode.PermRead, 0)
+	direct, err := st.Alloc(max(cfg.Size, 64), wire.PermRead, 0)
 	if err != nil {
 		return nil, fmt.Errorf("bench: memory node region: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
 )
 
 // SimConfig configures RunSim. Zero values select the documented
@@ -182,7 +183,7 @@ func simWrite(cfg SimConfig, size int, loss float64) (Result, error) {
 		return Result{}, err
 	}
 	region := min(simRegion, max(size, cfg.Window*size))
-	key, err := st.Alloc(region, memnode.PermAll, 0)
+	key, err := st.Alloc(region, wire.PermAll, 0)
 	if err != nil {
 		return Result{}, err
 	}

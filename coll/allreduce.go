@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/reduce"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -24,7 +24,7 @@ import (
 // reproducible, and it matches no host algorithm bitwise in general.
 //
 // Where two partial results a (from lower ranks) and b meet, the host
-// algorithms compute a ⊕ b (fabric.Reduce(a, b)), whichever rank does the
+// algorithms compute a ⊕ b (reduce.Apply(a, b)), whichever rank does the
 // work, so both partners of an exchange hold the same bits.
 
 // AllreduceBytes reduces send (whole dt elements) element-wise with op
@@ -141,7 +141,7 @@ func (c *Communicator) allreduceRing(ctx context.Context, seq uint64, buf []byte
 		if err := c.exchange(ctx, tag(seq, s), right, sb, left, in); err != nil {
 			return err
 		}
-		fabric.Reduce(rb, in, dt, op)
+		reduce.Apply(rb, in, dt, op)
 	}
 	for s := range n - 1 {
 		if err := c.exchange(ctx, tag(seq, n-1+s), right, block(r+1-s), left, block(r-s)); err != nil {
@@ -311,10 +311,10 @@ func (c *Communicator) foldOut(ctx context.Context, seq uint64, f fold, buf []by
 // when mineFirst. theirs may be overwritten.
 func combine(mine, theirs []byte, dt wire.Dtype, op ReduceOp, mineFirst bool) {
 	if mineFirst {
-		fabric.Reduce(mine, theirs, dt, op)
+		reduce.Apply(mine, theirs, dt, op)
 		return
 	}
-	fabric.Reduce(theirs, mine, dt, op)
+	reduce.Apply(theirs, mine, dt, op)
 	copy(mine, theirs)
 }
 

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/internal/secretfile"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
@@ -349,7 +348,7 @@ func (l Launch) Communicator(ctx context.Context, ep *endpoint.Endpoint) (*Commu
 		if l.Source == ConfigSource {
 			what = "no fabric token given (ndma_config.token; token= in Python)"
 		}
-		return nil, fmt.Errorf("%w: %s: give the switch's fabric token (ndma fabric init writes it: DIR/token): %w", ErrArg, what, fabric.ErrNoToken)
+		return nil, fmt.Errorf("%w: %s: give the switch's fabric token (ndma fabric init writes it: DIR/token): %w", ErrArg, what, secure.ErrNoToken)
 	}
 	fo := l.FabricOptions()
 	c, err := New(ctx, Config{Endpoint: ep, Rank: l.Rank, Size: l.Size, Switch: l.Switch, Job: l.Job, Token: fo.Token,

@@ -125,8 +125,8 @@ func TestFromEnvNeedsToken(t *testing.T) {
 	}
 	defer ep.Close()
 	_, err = FromEnv(context.Background(), ep)
-	if !errors.Is(err, ErrArg) || !errors.Is(err, fabric.ErrNoToken) || !strings.Contains(err.Error(), "NDMA_TOKEN is not set") {
-		t.Fatalf("FromEnv without a token: %v; want ErrArg and fabric.ErrNoToken, naming NDMA_TOKEN", err)
+	if !errors.Is(err, ErrArg) || !errors.Is(err, secure.ErrNoToken) || !strings.Contains(err.Error(), "NDMA_TOKEN is not set") {
+		t.Fatalf("FromEnv without a token: %v; want ErrArg and secure.ErrNoToken, naming NDMA_TOKEN", err)
 	}
 	if st := ep.Stats(); st.Transport.PacketsSent != 0 {
 		t.Fatalf("sent %d packets before refusing", st.Transport.PacketsSent)

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/reduce"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -124,7 +124,7 @@ func (c *Communicator) reduceBinomial(ctx context.Context, seq uint64, send, rec
 		if !owned {
 			acc, owned = append([]byte(nil), acc...), true
 		}
-		fabric.Reduce(acc, tmp, dt, op)
+		reduce.Apply(acc, tmp, dt, op)
 	}
 	return nil
 }

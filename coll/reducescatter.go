@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/reduce"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -194,7 +194,7 @@ func (c *Communicator) reduceScatterRing(ctx context.Context, seq uint64, rs *re
 		if err := recvs.wait(ctx); err != nil {
 			return err
 		}
-		fabric.Reduce(in, blk(r-s-2), rs.dt, rs.op)
+		reduce.Apply(in, blk(r-s-2), rs.dt, rs.op)
 		out = in
 	}
 	return sends.wait(ctx)
@@ -221,7 +221,7 @@ func (c *Communicator) reduceScatterDirect(ctx context.Context, seq uint64, rs *
 	copy(contrib[r*b:(r+1)*b], rs.send[r*b:(r+1)*b])
 	copy(rs.recv, contrib[:b])
 	for j := 1; j < n; j++ {
-		fabric.Reduce(rs.recv, contrib[j*b:(j+1)*b], rs.dt, rs.op)
+		reduce.Apply(rs.recv, contrib[j*b:(j+1)*b], rs.dt, rs.op)
 	}
 	return nil
 }

@@ -7,13 +7,14 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/transport/cc"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
+	"github.com/ndma/ndma/wire/poolmap"
 )
 
 // Pool accesses: memory requests at pool addresses, sent to the forwarding
@@ -48,7 +49,7 @@ type PoolServe struct {
 	// Insecure serves the pool without a fabric token: grants are
 	// accepted from anyone who can forge the switch's address. The
 	// endpoint refuses an empty Token without it (an error wrapping
-	// fabric.ErrNoToken).
+	// secure.ErrNoToken).
 	Insecure bool
 	// Replies bounds the reply cache (entries); zero means 65536.
 	Replies int
@@ -182,7 +183,7 @@ func (c *Core) initPool() error {
 		if !ps.Switch.IsValid() {
 			return fmt.Errorf("endpoint: PoolNode.Switch is not set")
 		}
-		if err := fabric.CheckToken(ps.Token, ps.Insecure); err != nil {
+		if err := secure.CheckToken(ps.Token, ps.Insecure); err != nil {
 			return fmt.Errorf("endpoint: PoolNode.Token: %w", err)
 		}
 		n, ttl := ps.Replies, ps.ReplyTTL
@@ -391,7 +392,7 @@ type poolProof struct {
 const maxPoolProofs = 16
 
 // SetPoolProof gives the control request (encoded, with the fabric
-// token; a CtrlPoolOpen of a region this endpoint uses) that the core
+// token; a ctrl.PoolOpen of a region this endpoint uses) that the core
 // sends the switch sw again, at most once a second, while pool requests
 // to sw go unanswered: its answer proves this endpoint's address again
 // (after a switch restart, or a silence longer than the switch's
@@ -729,21 +730,21 @@ func (c *Core) servePoolControl(d *transport.Delivery) bool {
 	if p.node == nil || d.Peer.Addr != p.serve.Switch || !d.MsgDone || d.Header.Offset != 0 || !c.fromSwitchRole(d.Peer.Addr) {
 		return false
 	}
-	var m fabric.CtrlMsg
-	if err := fabric.ParseCtrl(d.Payload, &m, p.serve.Token); err != nil {
+	var m ctrl.Msg
+	if err := secure.ParseCtrl(d.Payload, &m, p.serve.Token); err != nil {
 		return false
 	}
-	resp := &fabric.CtrlMsg{Type: m.Type, Resp: true}
+	resp := &ctrl.Msg{Type: m.Type, Resp: true}
 	st := wire.StatusOK
 	switch m.Type {
-	case fabric.CtrlPoolGrant:
+	case ctrl.PoolGrant:
 		err := p.node.Grant(grantOf(&m))
 		if err != nil {
 			st = wire.StatusOutOfBounds
 		} else {
 			p.stats.Grants++
 		}
-	case fabric.CtrlPoolRevoke:
+	case ctrl.PoolRevoke:
 		// Key 0: the switch drops a grant it does not know the key of
 		// (one of a region freed while this node was away).
 		if m.Key == 0 {
@@ -753,11 +754,11 @@ func (c *Core) servePoolControl(d *transport.Delivery) bool {
 		}
 		delete(p.rebuilds, m.Region)
 		p.stats.Revokes++
-	case fabric.CtrlPoolEpoch:
+	case ctrl.PoolEpoch:
 		if !p.node.SetEpoch(m.Region, m.Key, m.Epoch) {
 			st = wire.StatusBadKey
 		}
-	case fabric.CtrlPoolRebuild:
+	case ctrl.PoolRebuild:
 		err := p.node.GrantRebuild(grantOf(&m))
 		if err != nil {
 			st = wire.StatusOutOfBounds
@@ -765,7 +766,7 @@ func (c *Core) servePoolControl(d *transport.Delivery) bool {
 			p.stats.Grants++
 			p.rebuilds[m.Region] = &rebuildTask{spec: m.Pool, key: m.Key, column: int(m.Node), base: m.Base}
 		}
-	case fabric.CtrlPoolRebuildGo:
+	case ctrl.PoolRebuildGo:
 		t := p.rebuilds[m.Region]
 		if t == nil || t.key != m.Key || t.started {
 			st = wire.StatusBadKey
@@ -779,7 +780,7 @@ func (c *Core) servePoolControl(d *transport.Delivery) bool {
 	var buf []byte
 	if st == wire.StatusOK {
 		var err error
-		if buf, err = fabric.AppendCtrl(nil, resp, p.serve.Token); err != nil {
+		if buf, err = secure.AppendCtrl(nil, resp, p.serve.Token); err != nil {
 			return false
 		}
 	}
@@ -805,9 +806,9 @@ func (c *Core) fromSwitchRole(addr netip.AddrPort) bool {
 	return ok && cert.Role == secure.RoleSwitch
 }
 
-// grantOf is the grant a CtrlPoolGrant or CtrlPoolRebuild gives.
-func grantOf(m *fabric.CtrlMsg) memnode.Grant {
-	g := memnode.Grant{Region: m.Region, Key: m.Key, Perm: memnode.Perm(m.Pool.Perm), Base: m.Base, Len: m.Length,
+// grantOf is the grant a ctrl.PoolGrant or ctrl.PoolRebuild gives.
+func grantOf(m *ctrl.Msg) memnode.Grant {
+	g := memnode.Grant{Region: m.Region, Key: m.Key, Perm: wire.Perm(m.Pool.Perm), Base: m.Base, Len: m.Length,
 		Column: int(m.Node), Epoch: m.Epoch,
 		Layout: memnode.GrantLayout{Size: m.Pool.Size, Stripe: m.Pool.Stripe, Columns: m.Pool.Columns, Replicas: m.Pool.Replicas},
 		Homes:  make([]memnode.GrantHome, len(m.Homes))}
@@ -817,13 +818,13 @@ func grantOf(m *fabric.CtrlMsg) memnode.Grant {
 	return g
 }
 
-// poolReportBytes bounds one CtrlPoolReport message (it is sent in
+// poolReportBytes bounds one ctrl.PoolReport message (it is sent in
 // several packets; the switch takes control messages of up to 256 KiB).
 const poolReportBytes = 32 << 10
 
-// PoolReports returns the CtrlPoolReport messages (encoded, with the
+// PoolReports returns the ctrl.PoolReport messages (encoded, with the
 // fabric token) that tell the switch incarnation switchInc (from its
-// CtrlPoolNode answer) which grants this memory node holds, the last
+// ctrl.PoolNode answer) which grants this memory node holds, the last
 // one Final; nil if the node reported to that incarnation already (or
 // serves no pool). The caller sends them in order, each after the last
 // was answered, and calls PoolReported once all were.
@@ -833,11 +834,11 @@ func (c *Core) PoolReports(switchInc uint64) ([][]byte, error) {
 		return nil, nil
 	}
 	var msgs [][]byte
-	m := &fabric.CtrlMsg{Type: fabric.CtrlPoolReport}
+	m := &ctrl.Msg{Type: ctrl.PoolReport}
 	size := 0
 	flush := func(final bool) error {
 		m.Final = final
-		b, err := fabric.AppendCtrl(nil, m, p.serve.Token)
+		b, err := secure.AppendCtrl(nil, m, p.serve.Token)
 		if err != nil {
 			return err
 		}
@@ -846,12 +847,12 @@ func (c *Core) PoolReports(switchInc uint64) ([][]byte, error) {
 		return nil
 	}
 	for _, g := range p.node.State() {
-		e := fabric.PoolReport{Region: g.Region, Column: uint16(g.Column),
-			Pool: fabric.PoolSpec{Size: g.Layout.Size, Stripe: g.Layout.Stripe, Columns: g.Layout.Columns, Replicas: g.Layout.Replicas, Perm: uint8(g.Perm)},
-			Base: g.Base, Length: g.Len, Epoch: g.Epoch, Digest: fabric.PoolKeyDigest(g.Region, g.Key),
-			Rebuilding: g.Rebuilding, Degraded: g.Degraded, Homes: make([]fabric.PoolHome, len(g.Homes))}
+		e := ctrl.GrantReport{Region: g.Region, Column: uint16(g.Column),
+			Pool: ctrl.PoolSpec{Size: g.Layout.Size, Stripe: g.Layout.Stripe, Columns: g.Layout.Columns, Replicas: g.Layout.Replicas, Perm: uint8(g.Perm)},
+			Base: g.Base, Length: g.Len, Epoch: g.Epoch, Digest: ctrl.PoolKeyDigest(g.Region, g.Key),
+			Rebuilding: g.Rebuilding, Degraded: g.Degraded, Homes: make([]ctrl.PoolHome, len(g.Homes))}
 		for i, h := range g.Homes {
-			e.Homes[i] = fabric.PoolHome{Addr: h.Addr, Base: h.Base}
+			e.Homes[i] = ctrl.PoolHome{Addr: h.Addr, Base: h.Base}
 		}
 		n := 80 + 30*len(e.Homes)
 		if size > 0 && size+n > poolReportBytes {
@@ -942,7 +943,7 @@ func (c *Core) serveChain(now time.Time, client netip.AddrPort, h *wire.Header, 
 const rebuildWindow = 8
 
 type rebuildTask struct {
-	spec     fabric.PoolSpec
+	spec     ctrl.PoolSpec
 	key      uint64
 	column   int
 	base     uint64
@@ -961,7 +962,7 @@ type rebuildPiece struct {
 // them.
 func (c *Core) startRebuild(region uint32, t *rebuildTask) {
 	t.started = true
-	l, err := fabric.NewLayout(t.spec.Size, t.spec.Stripe, t.spec.Columns, t.spec.Replicas)
+	l, err := poolmap.NewLayout(t.spec.Size, t.spec.Stripe, t.spec.Columns, t.spec.Replicas)
 	if err != nil {
 		c.endRebuild(region, t, false)
 		return
@@ -1019,7 +1020,7 @@ func (c *Core) endRebuild(region uint32, t *rebuildTask, ok bool) {
 	} else {
 		p.stats.RebuildsFailed++
 	}
-	buf, err := fabric.AppendCtrl(nil, &fabric.CtrlMsg{Type: fabric.CtrlPoolRebuilt, Region: region, Key: t.key, Node: uint16(t.column), Failed: !ok}, p.serve.Token)
+	buf, err := secure.AppendCtrl(nil, &ctrl.Msg{Type: ctrl.PoolRebuilt, Region: region, Key: t.key, Node: uint16(t.column), Failed: !ok}, p.serve.Token)
 	if err != nil {
 		return
 	}

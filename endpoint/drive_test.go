@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/wire"
 )
 
 // TestUDPDriving: callers that drive the endpoint themselves (Driving),
@@ -22,7 +22,7 @@ import (
 func TestUDPDriving(t *testing.T) {
 	srv := listen(t)
 	mem := make([]byte, 1<<16)
-	key, err := srv.Register(mem, memnode.PermAll, 0)
+	key, err := srv.Register(mem, wire.PermAll, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestUDPDrivingLetsOthersRun(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	srv := listen(t)
 	mem := make([]byte, 4096)
-	key, err := srv.Register(mem, memnode.PermAll, 0)
+	key, err := srv.Register(mem, wire.PermAll, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/netio/loop"
 	"github.com/ndma/ndma/secure"
@@ -301,7 +300,7 @@ func (ep *Endpoint) Do(ctx context.Context, op *Op) error {
 // permissions and returns its key (key 0 draws a random one). Until
 // Deregister, read or write buf only inside Locked: peers' operations
 // modify it from the endpoint's goroutine.
-func (ep *Endpoint) Register(buf []byte, perm memnode.Perm, key uint64) (uint64, error) {
+func (ep *Endpoint) Register(buf []byte, perm wire.Perm, key uint64) (uint64, error) {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	return ep.core.store.Register(buf, perm, key)

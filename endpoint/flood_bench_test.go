@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
 )
@@ -155,7 +154,7 @@ func BenchmarkHandshakeUnderFlood(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer srv.Close()
-			key, err := srv.Register(make([]byte, 4096), memnode.PermAll, 0)
+			key, err := srv.Register(make([]byte, 4096), wire.PermAll, 0)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -58,7 +58,7 @@ func TestCloseFlushesAcks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		key, err := st.Alloc(4096, memnode.PermAll, 0)
+		key, err := st.Alloc(4096, wire.PermAll, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

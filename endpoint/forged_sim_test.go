@@ -53,7 +53,7 @@ func TestSimSealedForgedHandshake(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		key, err := st.Alloc(1<<16, memnode.PermAll, 0)
+		key, err := st.Alloc(1<<16, wire.PermAll, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -101,7 +101,7 @@ func FuzzCoreStep(f *testing.F) {
 			return
 		}
 		store, _ := memnode.NewStore(memnode.Config{})
-		key, err := store.Alloc(4096, memnode.PermAll, 1)
+		key, err := store.Alloc(4096, wire.PermAll, 1)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,9 +9,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // FabricOptions configure how an endpoint talks to a forwarding node.
@@ -21,7 +22,7 @@ type FabricOptions struct {
 	Token []byte
 	// Insecure talks to a switch that runs without a fabric token: an
 	// empty Token is refused without it (every control call fails with
-	// an error wrapping fabric.ErrNoToken), and a Token with it.
+	// an error wrapping secure.ErrNoToken), and a Token with it.
 	Insecure bool
 	// Heartbeat is the interval between heartbeats to the switch. Zero
 	// means 250ms (the switch's default timeout is 1s: keep it at a
@@ -134,16 +135,16 @@ func waitedSince(ctx context.Context, start time.Time) time.Duration {
 // with another size or MTU) are explained in the error.
 //
 // An opts without a Token and without Insecure fails before anything is
-// sent, with an error wrapping fabric.ErrNoToken.
-func (ep *Endpoint) control(ctx context.Context, sw netip.AddrPort, req *fabric.CtrlMsg, opts *FabricOptions) (*fabric.CtrlMsg, error) {
-	if err := fabric.CheckToken(opts.Token, opts.Insecure); err != nil {
+// sent, with an error wrapping secure.ErrNoToken.
+func (ep *Endpoint) control(ctx context.Context, sw netip.AddrPort, req *ctrl.Msg, opts *FabricOptions) (*ctrl.Msg, error) {
+	if err := secure.CheckToken(opts.Token, opts.Insecure); err != nil {
 		return nil, fmt.Errorf("endpoint: %v to %v: FabricOptions.Token: %w", req.Type, sw, err)
 	}
 	token := opts.Token
 	if req.Type.CarriesMTU() {
 		req.MTU = ep.MTU()
 	}
-	buf, err := fabric.AppendCtrl(nil, req, token)
+	buf, err := secure.AppendCtrl(nil, req, token)
 	if err != nil {
 		return nil, err
 	}
@@ -156,8 +157,8 @@ func (ep *Endpoint) control(ctx context.Context, sw netip.AddrPort, req *fabric.
 		}
 		return nil, explainRefusal(req, err, op.Old)
 	}
-	resp := &fabric.CtrlMsg{}
-	if err := fabric.ParseCtrl(op.Resp, resp, token); err != nil {
+	resp := &ctrl.Msg{}
+	if err := secure.ParseCtrl(op.Resp, resp, token); err != nil {
 		return nil, fmt.Errorf("%w: %v response: %w", ErrControl, req.Type, err)
 	}
 	if !resp.Resp || resp.Type != req.Type {
@@ -183,7 +184,7 @@ func (e *RecoveringError) Unwrap() error { return e.Err }
 
 // controlPool is control for pool requests: while the switch recovers its
 // pool map, it waits as told and asks again, until ctx ends.
-func (ep *Endpoint) controlPool(ctx context.Context, sw netip.AddrPort, req *fabric.CtrlMsg, opts *FabricOptions) (*fabric.CtrlMsg, error) {
+func (ep *Endpoint) controlPool(ctx context.Context, sw netip.AddrPort, req *ctrl.Msg, opts *FabricOptions) (*ctrl.Msg, error) {
 	for {
 		resp, err := ep.control(ctx, sw, req, opts)
 		var re *RecoveringError
@@ -219,42 +220,42 @@ func unanswered(ctx context.Context, op *Op, err error, wait time.Duration) *NoA
 
 // explainRefusal adds what the switch said in Operand1 (operand) to a
 // refused Join, Register, Lookup or PoolCreate.
-func explainRefusal(req *fabric.CtrlMsg, err error, operand uint64) error {
+func explainRefusal(req *ctrl.Msg, err error, operand uint64) error {
 	if errors.Is(err, wire.StatusAuth) && operand == 0 {
 		return fmt.Errorf("%w: the switch did not take this request's fabric token: this process's token (--token-file, --token or $NDMA_TOKEN; NDMA_TOKEN for a launched rank) is not the switch's", err)
 	}
-	if errors.Is(err, wire.StatusAuth) && operand == fabric.AuthRoleRefused {
+	if errors.Is(err, wire.StatusAuth) && operand == ctrl.AuthRoleRefused {
 		return fmt.Errorf("%w: the switch does not take %v from this process's credential: its role may not send it", err, req.Type)
 	}
-	if errors.Is(err, wire.StatusAuth) && operand == fabric.AuthNameRefused {
+	if errors.Is(err, wire.StatusAuth) && operand == ctrl.AuthNameRefused {
 		switch req.Type {
-		case fabric.CtrlRegister:
+		case ctrl.Register:
 			return fmt.Errorf("%w: this process's credential does not name service %q: a service S or S.SUFFIX is served by the credentials S, S/INSTANCE and S/RANK only", err, req.Service)
-		case fabric.CtrlJoin:
+		case ctrl.Join:
 			rank := "any rank"
-			if req.Rank != fabric.CtrlRankAny {
+			if req.Rank != ctrl.RankAny {
 				rank = fmt.Sprintf("rank %d", req.Rank)
 			}
 			return fmt.Errorf("%w: this process's credential does not bind job %q as %s: a credential JOB/RANK joins job JOB as rank RANK only, and every credential of scope S joins S's groups S.SUFFIX", err, req.Job, rank)
 		}
 	}
-	if errors.Is(err, wire.StatusBusy) && operand>>56 == fabric.PoolRecovering {
+	if errors.Is(err, wire.StatusBusy) && operand>>56 == ctrl.PoolRecovering {
 		return &RecoveringError{Err: err, Wait: time.Duration(operand&(1<<56-1)) * time.Millisecond}
 	}
-	if req.Type == fabric.CtrlPoolCreate && errors.Is(err, wire.StatusBusy) {
+	if req.Type == ctrl.PoolCreate && errors.Is(err, wire.StatusBusy) {
 		switch operand >> 56 {
 		case 1:
 			return fmt.Errorf("%w (%w): the region needs %d memory nodes (a column each, and one per copy) and %d are alive",
-				err, fabric.ErrNoNodes, operand>>16&0xFFFF, operand&0xFFFF)
+				err, ctrl.ErrNoNodes, operand>>16&0xFFFF, operand&0xFFFF)
 		case 2:
 			want, free := req.Pool.Size*uint64(max(req.Pool.Replicas, 1)), operand&(1<<56-1)
 			if want <= free {
 				// Enough in all, not in one range: a retry finds the same.
 				return fmt.Errorf("%w (%w): %s requested and %s free on the memory nodes it would use, but not in one range per node: freed regions left gaps between those still held; ask for less, or free the regions beside the gaps",
-					fabric.ErrNoSpace, err, humanBytes(want), humanBytes(free))
+					ctrl.ErrNoSpace, err, humanBytes(want), humanBytes(free))
 			}
 			return fmt.Errorf("%w (%w): pool full: %s requested, %s free on the memory nodes it would use",
-				fabric.ErrNoSpace, err, humanBytes(want), humanBytes(free))
+				ctrl.ErrNoSpace, err, humanBytes(want), humanBytes(free))
 		}
 		return err
 	}
@@ -265,27 +266,27 @@ func explainRefusal(req *fabric.CtrlMsg, err error, operand uint64) error {
 	case errors.Is(err, wire.StatusTooLarge) && operand != 0:
 		return fmt.Errorf("%w: this endpoint's MTU is %d bytes but the switch takes datagrams of at most %d: set the endpoint's transport MTU (--mtu) to %d or less",
 			err, req.MTU, operand, operand)
-	case errors.Is(err, wire.StatusBusy) && req.Type == fabric.CtrlJoin && operand>>56 == fabric.JoinBusyConflict:
-		rank, size, mtu := fabric.SplitJoinConflict(operand)
+	case errors.Is(err, wire.StatusBusy) && req.Type == ctrl.Join && operand>>56 == ctrl.JoinBusyConflict:
+		rank, size, mtu := ctrl.SplitJoinConflict(operand)
 		who := fmt.Sprintf("rank %d", rank)
 		if rank < 0 {
 			who = "a rank"
 		}
 		return fmt.Errorf("%w: job %q: %s asked for the job with size %d and MTU %d, this endpoint with size %d and MTU %d: every rank needs the same size and MTU (check the launcher's NDMA_SIZE and NDMA_MTU); the rendezvous was dropped, launch again",
 			err, req.Job, who, size, mtu, req.Size, req.MTU)
-	case errors.Is(err, wire.StatusBusy) && req.Type == fabric.CtrlJoin && operand != 0:
+	case errors.Is(err, wire.StatusBusy) && req.Type == ctrl.Join && operand != 0:
 		why := map[uint64]string{
-			fabric.JoinBusyFormed:  "a job of that name is running already with all its ranks (or an anycast service has the name): choose another job name",
-			fabric.JoinBusyFull:    "the switch holds as many groups and rendezvous as it may: try again when jobs end",
-			fabric.JoinBusyNoRank:  "every rank of the job is taken",
-			fabric.JoinBusyExpired: "no rank joined for the switch's rendezvous timeout, so it dropped the rendezvous: start every rank within it",
+			ctrl.JoinBusyFormed:  "a job of that name is running already with all its ranks (or an anycast service has the name): choose another job name",
+			ctrl.JoinBusyFull:    "the switch holds as many groups and rendezvous as it may: try again when jobs end",
+			ctrl.JoinBusyNoRank:  "every rank of the job is taken",
+			ctrl.JoinBusyExpired: "no rank joined for the switch's rendezvous timeout, so it dropped the rendezvous: start every rank within it",
 		}[operand]
 		if why == "" {
 			return err
 		}
 		return fmt.Errorf("%w: job %q: %s", err, req.Job, why)
-	case errors.Is(err, wire.StatusBadOperand) && req.Type == fabric.CtrlJoin && operand != 0:
-		size, mtu := fabric.SplitJoinRefusal(operand)
+	case errors.Is(err, wire.StatusBadOperand) && req.Type == ctrl.Join && operand != 0:
+		size, mtu := ctrl.SplitJoinRefusal(operand)
 		return fmt.Errorf("%w: the job's members joined with size %d and MTU %d; this endpoint asked for size %d with MTU %d (every member needs the same size and MTU)",
 			err, size, mtu, req.Size, req.MTU)
 	}
@@ -306,7 +307,7 @@ type Group struct {
 	sw      netip.AddrPort
 	id      uint32
 	rank    uint16
-	members []fabric.MemberInfo
+	members []ctrl.MemberInfo
 	opts    FabricOptions
 
 	stop     chan struct{}
@@ -330,7 +331,7 @@ func (ep *Endpoint) JoinJob(ctx context.Context, sw string, job string, size, ra
 	}
 	ep.enableGroups()
 	start := time.Now()
-	resp, err := ep.control(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlJoin, Job: job, Size: size, Rank: rank}, &opts)
+	resp, err := ep.control(ctx, ap, &ctrl.Msg{Type: ctrl.Join, Job: job, Size: size, Rank: rank}, &opts)
 	if err != nil {
 		var na *NoAnswerError
 		if errors.As(err, &na) && na.Acked || !errors.As(err, &na) && errors.Is(err, ErrCanceled) && ctx.Err() != nil {
@@ -352,7 +353,7 @@ func (ep *Endpoint) JoinJob(ctx context.Context, sw string, job string, size, ra
 	ep.core.SetMember(resp.Group, resp.Member)
 	ep.core.SetGroupSwitch(resp.Group, ap)
 	ep.mu.Unlock()
-	g := &Group{ep: ep, sw: ap, id: resp.Group, rank: resp.Member, members: append([]fabric.MemberInfo(nil), resp.Members...),
+	g := &Group{ep: ep, sw: ap, id: resp.Group, rank: resp.Member, members: append([]ctrl.MemberInfo(nil), resp.Members...),
 		opts: opts, stop: make(chan struct{}), hbDone: make(chan struct{})}
 	ep.addCloser(g.stopHeartbeats)
 	go g.heartbeats()
@@ -438,7 +439,7 @@ func (ep *Endpoint) rendezvousError(ctx context.Context, sw netip.AddrPort, job 
 		e.Err = errors.Join(joinErr, cerr)
 	}
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), JoinStatusTimeout)
-	st, err := ep.control(qctx, sw, &fabric.CtrlMsg{Type: fabric.CtrlJoinStatus, Job: job}, &opts)
+	st, err := ep.control(qctx, sw, &ctrl.Msg{Type: ctrl.JoinStatus, Job: job}, &opts)
 	cancel()
 	if err != nil {
 		e.StatusErr = err
@@ -465,7 +466,7 @@ func (g *Group) Rank() int { return int(g.rank) }
 func (g *Group) Size() int { return len(g.members) }
 
 // Members is the member table (id and address of each member).
-func (g *Group) Members() []fabric.MemberInfo { return g.members }
+func (g *Group) Members() []ctrl.MemberInfo { return g.members }
 
 // heartbeats sends a heartbeat every interval without waiting for the
 // previous answer (at most 4 in flight, each given up after 2 intervals),
@@ -475,7 +476,7 @@ func (g *Group) heartbeats() {
 	iv := g.opts.heartbeat()
 	t := time.NewTicker(iv)
 	defer t.Stop()
-	buf, err := fabric.AppendCtrl(nil, &fabric.CtrlMsg{Type: fabric.CtrlHeartbeat, Group: g.id, Member: g.rank}, g.opts.Token)
+	buf, err := secure.AppendCtrl(nil, &ctrl.Msg{Type: ctrl.Heartbeat, Group: g.id, Member: g.rank}, g.opts.Token)
 	if err != nil {
 		g.ep.log.Warn("endpoint: heartbeat", "group", g.id, "err", err)
 		return
@@ -576,7 +577,7 @@ func (g *Group) Leave(ctx context.Context) error {
 	g.ep.lingerLocked(func() bool { return g.ep.core.eagerOut == 0 || ctx.Err() != nil })
 	g.ep.mu.Unlock()
 	g.stopHeartbeats()
-	_, err := g.ep.control(ctx, g.sw, &fabric.CtrlMsg{Type: fabric.CtrlLeave, Group: g.id, Member: g.rank}, &g.opts)
+	_, err := g.ep.control(ctx, g.sw, &ctrl.Msg{Type: ctrl.Leave, Group: g.id, Member: g.rank}, &g.opts)
 	g.ep.mu.Lock()
 	g.ep.core.LeaveGroup(g.id)
 	g.ep.mu.Unlock()
@@ -760,10 +761,10 @@ type Service struct {
 type ServiceConfig struct {
 	Name   string
 	Size   int // members the service will have (their ids are 0..Size-1)
-	Policy fabric.Policy
+	Policy ctrl.Policy
 	// Ranges is the ownership table for key affinity: keys in [Start, End)
 	// go to Owner, or to its first live replica.
-	Ranges []fabric.KeyRange
+	Ranges []ctrl.KeyRange
 }
 
 // RegisterService makes this endpoint member rank (-1: any free id) of
@@ -777,9 +778,9 @@ func (ep *Endpoint) RegisterService(ctx context.Context, sw string, sc ServiceCo
 		return nil, err
 	}
 	ep.enableGroups()
-	req := &fabric.CtrlMsg{Type: fabric.CtrlRegister, Service: sc.Name, Size: sc.Size, Rank: rank, Policy: uint8(sc.Policy)}
+	req := &ctrl.Msg{Type: ctrl.Register, Service: sc.Name, Size: sc.Size, Rank: rank, Policy: uint8(sc.Policy)}
 	for _, r := range sc.Ranges {
-		cr := fabric.CtrlRange{Start: r.Start, End: r.End, Owner: int32(r.Owner)}
+		cr := ctrl.Range{Start: r.Start, End: r.End, Owner: int32(r.Owner)}
 		for _, x := range r.Replicas {
 			cr.Replicas = append(cr.Replicas, int32(x))
 		}
@@ -909,7 +910,7 @@ func (ep *Endpoint) lookup(ctx context.Context, sw netip.AddrPort, service strin
 	if ok {
 		return id, nil
 	}
-	resp, err := ep.control(ctx, sw, &fabric.CtrlMsg{Type: fabric.CtrlLookup, Service: service}, &opts)
+	resp, err := ep.control(ctx, sw, &ctrl.Msg{Type: ctrl.Lookup, Service: service}, &opts)
 	if err != nil {
 		return 0, fmt.Errorf("endpoint: lookup %q: %w", service, err)
 	}
@@ -922,13 +923,13 @@ func (ep *Endpoint) lookup(ctx context.Context, sw netip.AddrPort, service strin
 // ServiceMembers asks the switch for service group service's live
 // members (id and address), fresh each call: the switch's soft state of
 // who serves it.
-func (ep *Endpoint) ServiceMembers(ctx context.Context, sw string, service string, opts FabricOptions) ([]fabric.MemberInfo, error) {
+func (ep *Endpoint) ServiceMembers(ctx context.Context, sw string, service string, opts FabricOptions) ([]ctrl.MemberInfo, error) {
 	ap, err := parseSwitch(sw)
 	if err != nil {
 		return nil, err
 	}
 	ep.enableGroups()
-	resp, err := ep.control(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlLookup, Service: service}, &opts)
+	resp, err := ep.control(ctx, ap, &ctrl.Msg{Type: ctrl.Lookup, Service: service}, &opts)
 	if err != nil {
 		return nil, fmt.Errorf("endpoint: lookup %q: %w", service, err)
 	}

@@ -8,7 +8,8 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/secure"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // Pool control: memory nodes lend memory to the forwarding node's MMU, and
@@ -51,14 +52,14 @@ func ResolveAddr(s string) (netip.AddrPort, error) {
 // (Columns 0: over every live memory node). It returns the region as
 // created (Region, Columns set) and its key, the capability every access
 // and Free needs.
-func (ep *Endpoint) PoolCreate(ctx context.Context, sw string, spec fabric.PoolSpec, opts FabricOptions) (fabric.PoolSpec, uint64, error) {
+func (ep *Endpoint) PoolCreate(ctx context.Context, sw string, spec ctrl.PoolSpec, opts FabricOptions) (ctrl.PoolSpec, uint64, error) {
 	ap, err := parseSwitch(sw)
 	if err != nil {
-		return fabric.PoolSpec{}, 0, err
+		return ctrl.PoolSpec{}, 0, err
 	}
-	resp, err := ep.controlPool(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlPoolCreate, Pool: spec}, &opts)
+	resp, err := ep.controlPool(ctx, ap, &ctrl.Msg{Type: ctrl.PoolCreate, Pool: spec}, &opts)
 	if err != nil {
-		return fabric.PoolSpec{}, 0, fmt.Errorf("endpoint: pool create: %w", err)
+		return ctrl.PoolSpec{}, 0, fmt.Errorf("endpoint: pool create: %w", err)
 	}
 	p := resp.Pool
 	p.Region = resp.Region
@@ -67,14 +68,14 @@ func (ep *Endpoint) PoolCreate(ctx context.Context, sw string, spec fabric.PoolS
 }
 
 // PoolOpen returns region's shape if key opens it.
-func (ep *Endpoint) PoolOpen(ctx context.Context, sw string, region uint32, key uint64, opts FabricOptions) (fabric.PoolSpec, error) {
+func (ep *Endpoint) PoolOpen(ctx context.Context, sw string, region uint32, key uint64, opts FabricOptions) (ctrl.PoolSpec, error) {
 	ap, err := parseSwitch(sw)
 	if err != nil {
-		return fabric.PoolSpec{}, err
+		return ctrl.PoolSpec{}, err
 	}
-	resp, err := ep.controlPool(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlPoolOpen, Region: region, Key: key}, &opts)
+	resp, err := ep.controlPool(ctx, ap, &ctrl.Msg{Type: ctrl.PoolOpen, Region: region, Key: key}, &opts)
 	if err != nil {
-		return fabric.PoolSpec{}, fmt.Errorf("endpoint: pool open %d: %w", region, err)
+		return ctrl.PoolSpec{}, fmt.Errorf("endpoint: pool open %d: %w", region, err)
 	}
 	p := resp.Pool
 	p.Region = region
@@ -88,7 +89,7 @@ func (ep *Endpoint) PoolFree(ctx context.Context, sw string, region uint32, key 
 	if err != nil {
 		return err
 	}
-	if _, err := ep.controlPool(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlPoolFree, Region: region, Key: key}, &opts); err != nil {
+	if _, err := ep.controlPool(ctx, ap, &ctrl.Msg{Type: ctrl.PoolFree, Region: region, Key: key}, &opts); err != nil {
 		return fmt.Errorf("endpoint: pool free %d: %w", region, err)
 	}
 	return nil
@@ -96,9 +97,9 @@ func (ep *Endpoint) PoolFree(ctx context.Context, sw string, region uint32, key 
 
 // PoolState is the pool as the switch reports it (POOLSTAT).
 type PoolState struct {
-	Nodes   []fabric.PoolNodeInfo // memory nodes, with their use and the requests forwarded to them
-	Regions []fabric.PoolSpec     // regions, without keys
-	Refused uint64                // pool requests the switch refused since it started
+	Nodes   []ctrl.PoolNodeInfo // memory nodes, with their use and the requests forwarded to them
+	Regions []ctrl.PoolSpec     // regions, without keys
+	Refused uint64              // pool requests the switch refused since it started
 }
 
 // PoolStat returns the pool's memory nodes and regions (without keys) and
@@ -108,7 +109,7 @@ func (ep *Endpoint) PoolStat(ctx context.Context, sw string, opts FabricOptions)
 	if err != nil {
 		return PoolState{}, err
 	}
-	resp, err := ep.control(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlPoolStat}, &opts)
+	resp, err := ep.control(ctx, ap, &ctrl.Msg{Type: ctrl.PoolStat}, &opts)
 	if err != nil {
 		return PoolState{}, fmt.Errorf("endpoint: pool stat: %w", err)
 	}
@@ -125,7 +126,7 @@ func (ep *Endpoint) PoolLeave(ctx context.Context, sw string, key uint64, opts F
 	if err != nil {
 		return err
 	}
-	if _, err := ep.control(ctx, ap, &fabric.CtrlMsg{Type: fabric.CtrlPoolNode, Key: key, Epoch: ep.incarnation}, &opts); err != nil {
+	if _, err := ep.control(ctx, ap, &ctrl.Msg{Type: ctrl.PoolNode, Key: key, Epoch: ep.incarnation}, &opts); err != nil {
 		return fmt.Errorf("endpoint: pool leave: %w", err)
 	}
 	return nil
@@ -138,7 +139,7 @@ func (ep *Endpoint) PoolLeave(ctx context.Context, sw string, key uint64, opts F
 // accepted, or its error (the first offer waits at most four intervals).
 // Whenever the switch answers as an incarnation the node has not reported
 // to (it started, or restarted), the node reports the grants it holds
-// (CtrlPoolReport), so that the switch rebuilds its map of the pool.
+// (ctrl.PoolReport), so that the switch rebuilds its map of the pool.
 func (ep *Endpoint) PoolLend(ctx context.Context, sw string, key, capacity uint64, opts FabricOptions) (uint16, error) {
 	ap, err := parseSwitch(sw)
 	if err != nil {
@@ -147,7 +148,7 @@ func (ep *Endpoint) PoolLend(ctx context.Context, sw string, key, capacity uint6
 	if capacity == 0 {
 		return 0, fmt.Errorf("endpoint: pool lend: capacity 0 (PoolLeave stops lending)")
 	}
-	req := &fabric.CtrlMsg{Type: fabric.CtrlPoolNode, Key: key, Capacity: capacity, Epoch: ep.incarnation}
+	req := &ctrl.Msg{Type: ctrl.PoolNode, Key: key, Capacity: capacity, Epoch: ep.incarnation}
 	iv := opts.heartbeat()
 	cctx, cancel := context.WithTimeout(ctx, 4*iv) // one heartbeat timeout
 	resp, err := ep.control(cctx, ap, req, &opts)
@@ -214,7 +215,7 @@ func (ep *Endpoint) poolReport(ctx context.Context, sw netip.AddrPort, switchInc
 // again when it stops forwarding this endpoint's pool requests
 // (Core.SetPoolProof).
 func (ep *Endpoint) setPoolProof(sw netip.AddrPort, region uint32, key uint64, token []byte) {
-	msg, err := fabric.AppendCtrl(nil, &fabric.CtrlMsg{Type: fabric.CtrlPoolOpen, Region: region, Key: key}, token)
+	msg, err := secure.AppendCtrl(nil, &ctrl.Msg{Type: ctrl.PoolOpen, Region: region, Key: key}, token)
 	if err != nil {
 		return
 	}

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
+	"github.com/ndma/ndma/wire"
 )
 
 // TestSecureReplayFetchAdd: every datagram a sealed client sent for a
@@ -21,7 +21,7 @@ func TestSecureReplayFetchAdd(t *testing.T) {
 	srv, _ := listenTapped(t, Config{}, testIdentity(t, a, secure.RoleMemoryNode, "mem0"))
 	cli, cliTap := listenTapped(t, Config{}, testIdentity(t, a, secure.RoleClient, "alice"))
 	mem := make([]byte, 4096)
-	key, err := srv.Register(mem, memnode.PermAll, 0)
+	key, err := srv.Register(mem, wire.PermAll, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

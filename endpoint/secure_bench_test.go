@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/secure"
+	"github.com/ndma/ndma/wire"
 )
 
 // benchPair returns a client's handle on a 2 MiB region of another
@@ -20,7 +20,7 @@ func benchPair(b *testing.B, sealed bool) (*Remote, uint64) {
 		srvID, cliID = testIdentity(b, a, secure.RoleMemoryNode, "mem0"), testIdentity(b, a, secure.RoleClient, "bench")
 	}
 	srv, cli := listenBare(b, srvID), listenBare(b, cliID)
-	key, err := srv.Register(make([]byte, 2<<20), memnode.PermAll, 0)
+	key, err := srv.Register(make([]byte, 2<<20), wire.PermAll, 0)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func BenchmarkSecureFirstOp(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				key, err := srv.Register(make([]byte, 4096), memnode.PermAll, 0)
+				key, err := srv.Register(make([]byte, 4096), wire.PermAll, 0)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -14,10 +14,10 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
 )
 
 // tapConn is a netio.Conn that keeps a copy of every datagram written.
@@ -88,7 +88,7 @@ func TestSecureOneSided(t *testing.T) {
 	srv, srvTap := listenTapped(t, Config{}, testIdentity(t, a, secure.RoleMemoryNode, "mem0"))
 	cli, cliTap := listenTapped(t, Config{}, testIdentity(t, a, secure.RoleClient, "alice"))
 	mem := make([]byte, 1<<20)
-	key, err := srv.Register(mem, memnode.PermAll, 0)
+	key, err := srv.Register(mem, wire.PermAll, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestSecureOneSided(t *testing.T) {
 func TestSecureRefusesStrangers(t *testing.T) {
 	srv, _ := listenTapped(t, Config{}, testIdentity(t, testAuthority(t), secure.RoleMemoryNode, "mem0"))
 	mem := make([]byte, 4096)
-	key, err := srv.Register(mem, memnode.PermAll, 0)
+	key, err := srv.Register(mem, wire.PermAll, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestSecureCloseStopsAll(t *testing.T) {
 	a := testAuthority(t)
 	srv, _ := listenTapped(t, Config{}, testIdentity(t, a, secure.RoleMemoryNode, "mem0"))
 	cli, _ := listenTapped(t, Config{}, testIdentity(t, a, secure.RoleClient, "c"))
-	key, err := srv.Register(make([]byte, 1<<16), memnode.PermAll, 0)
+	key, err := srv.Register(make([]byte, 1<<16), wire.PermAll, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +271,7 @@ func TestSecureRekeyUnderTraffic(t *testing.T) {
 	}
 	srv, cli := listen(secure.RoleMemoryNode, "mem0"), listen(secure.RoleClient, "alice")
 	mem := make([]byte, 1<<20)
-	key, err := srv.Register(mem, memnode.PermAll, 0)
+	key, err := srv.Register(mem, wire.PermAll, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

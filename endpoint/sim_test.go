@@ -221,7 +221,7 @@ func runWorkload(t *testing.T, seed int64, l simnet.LinkConfig, clients, opsEach
 	tcfg := transport.Config{MTU: 9000, Seed: uint64(seed), DeadTimeout: 5 * time.Minute}
 	store, _ := memnode.NewStore(memnode.Config{})
 	size := 64 + clients*(8+slotsPer*slotSize)
-	key, err := store.Alloc(size, memnode.PermAll, 0)
+	key, err := store.Alloc(size, wire.PermAll, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

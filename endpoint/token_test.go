@@ -10,11 +10,14 @@ import (
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio/simnet"
+	"github.com/ndma/ndma/secure"
+	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // TestControlNeedsToken: every control call made without a fabric token
 // and without Insecure fails at once with an error wrapping
-// fabric.ErrNoToken, and sends nothing to the switch; a token together
+// secure.ErrNoToken, and sends nothing to the switch; a token together
 // with Insecure is refused too; a token the switch holds works.
 func TestControlNeedsToken(t *testing.T) {
 	rdvNet(t, 1, true, func(t *testing.T, srv *fabric.Server, eps []*endpoint.Endpoint) {
@@ -26,7 +29,7 @@ func TestControlNeedsToken(t *testing.T) {
 				return err
 			},
 			"register": func(o endpoint.FabricOptions) error {
-				_, err := ep.RegisterService(ctx, sw, endpoint.ServiceConfig{Name: "svc", Size: 1, Policy: fabric.PolicyRoundRobin}, 0,
+				_, err := ep.RegisterService(ctx, sw, endpoint.ServiceConfig{Name: "svc", Size: 1, Policy: ctrl.PolicyRoundRobin}, 0,
 					func(uint64, []byte) ([]byte, error) { return nil, nil }, o)
 				return err
 			},
@@ -35,7 +38,7 @@ func TestControlNeedsToken(t *testing.T) {
 				return err
 			},
 			"pool create": func(o endpoint.FabricOptions) error {
-				_, _, err := ep.PoolCreate(ctx, sw, fabric.PoolSpec{Size: 1 << 20}, o)
+				_, _, err := ep.PoolCreate(ctx, sw, ctrl.PoolSpec{Size: 1 << 20}, o)
 				return err
 			},
 			"pool open": func(o endpoint.FabricOptions) error {
@@ -53,11 +56,11 @@ func TestControlNeedsToken(t *testing.T) {
 			},
 		}
 		for name, call := range calls {
-			if err := call(endpoint.FabricOptions{}); !errors.Is(err, fabric.ErrNoToken) {
-				t.Errorf("%s without a token: %v, want fabric.ErrNoToken", name, err)
+			if err := call(endpoint.FabricOptions{}); !errors.Is(err, secure.ErrNoToken) {
+				t.Errorf("%s without a token: %v, want secure.ErrNoToken", name, err)
 			}
 			err := call(endpoint.FabricOptions{Token: []byte("t"), Insecure: true})
-			if err == nil || errors.Is(err, fabric.ErrNoToken) || errors.Is(err, endpoint.ErrNoSwitch) {
+			if err == nil || errors.Is(err, secure.ErrNoToken) || errors.Is(err, endpoint.ErrNoSwitch) {
 				t.Errorf("%s with a token and Insecure: %v, want a refusal before sending", name, err)
 			}
 		}
@@ -89,7 +92,7 @@ func TestPoolServeNeedsToken(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		key, err := st.Alloc(1<<16, memnode.PermAll, 0)
+		key, err := st.Alloc(1<<16, wire.PermAll, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,7 +115,7 @@ func TestPoolServeNeedsToken(t *testing.T) {
 		if err == nil {
 			ep.Close()
 			t.Errorf("token %q, insecure %v: endpoint.New succeeded", tc.serve.Token, tc.serve.Insecure)
-		} else if (len(tc.serve.Token) == 0) != errors.Is(err, fabric.ErrNoToken) {
+		} else if (len(tc.serve.Token) == 0) != errors.Is(err, secure.ErrNoToken) {
 			t.Errorf("token %q, insecure %v: %v", tc.serve.Token, tc.serve.Insecure, err)
 		}
 	}

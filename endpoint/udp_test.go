@@ -11,7 +11,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -32,7 +31,7 @@ func listen(t *testing.T) *Endpoint {
 func TestUDPOneSided(t *testing.T) {
 	srv, cli := listen(t), listen(t)
 	mem := make([]byte, 1<<20)
-	key, err := srv.Register(mem, memnode.PermAll, 0)
+	key, err := srv.Register(mem, wire.PermAll, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +91,7 @@ func TestUDPOneSided(t *testing.T) {
 func TestUDPAtomicContention(t *testing.T) {
 	srv := listen(t)
 	mem := make([]byte, 64)
-	key, _ := srv.Register(mem, memnode.PermAll, 0)
+	key, _ := srv.Register(mem, wire.PermAll, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const n, m = 8, 50

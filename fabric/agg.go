@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"time"
 
+	"github.com/ndma/ndma/reduce"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -293,7 +294,7 @@ func (p *AggPool) Contribute(c *Contribution) (st ContribStatus, result []byte) 
 		if s.count == 1 {
 			copy(acc, c.Data)
 		} else {
-			Reduce(acc, c.Data, s.dtype, s.alu)
+			reduce.Apply(acc, c.Data, s.dtype, s.alu)
 		}
 	} else {
 		if c.Member == s.next {
@@ -325,7 +326,7 @@ func (p *AggPool) Contribute(c *Contribution) (st ContribStatus, result []byte) 
 // valid reports whether c is well formed for this pool.
 func (p *AggPool) valid(c *Contribution) bool {
 	sz := c.Dtype.Size()
-	return sz != 0 && reduceAluValid(c.Alu) &&
+	return sz != 0 && reduce.Supports(c.Alu) &&
 		c.Members >= 1 && c.Members <= AggMaxMembers &&
 		c.Member >= 0 && c.Member < c.Members &&
 		len(c.Data) <= p.cfg.SlotBytes && len(c.Data)%sz == 0
@@ -416,7 +417,7 @@ func (p *AggPool) fold(s *aggSlot, d []byte) {
 	if s.next == 0 {
 		copy(acc, d)
 	} else {
-		Reduce(acc, d, s.dtype, s.alu)
+		reduce.Apply(acc, d, s.dtype, s.alu)
 	}
 	s.next++
 }

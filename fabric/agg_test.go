@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndma/ndma/reduce/reducetest"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -102,16 +103,16 @@ func TestAggEveryDtypeAlu(t *testing.T) {
 	p := newTestPool(t, PoolConfig{Slots: 4, SlotBytes: 1024})
 	const members = 7
 	op := uint64(0)
-	for _, dt := range reduceDtypes {
-		for _, alu := range reduceAlus {
+	for _, dt := range reducetest.Dtypes {
+		for _, alu := range reducetest.Alus {
 			data := make([][]byte, members)
 			for m := range data {
 				data[m] = make([]byte, 1000/dt.Size()*dt.Size())
-				randElems(rng, data[m], dt)
+				reducetest.Rand(rng, data[m], dt)
 			}
 			memberRef := slices.Clone(data[0])
 			for m := 1; m < members; m++ {
-				refReduce(memberRef, data[m], dt, alu)
+				reducetest.Ref(memberRef, data[m], dt, alu)
 			}
 			var detResult []byte
 			for run := 0; run < 6; run++ {
@@ -146,7 +147,7 @@ func TestAggEveryDtypeAlu(t *testing.T) {
 						}
 					}
 					if det {
-						if !sameElems(got, memberRef, dt) {
+						if !reducetest.Same(got, memberRef, dt) {
 							t.Fatalf("seed %d: %v %v deterministic order %v: result differs from member-order reference", seed, dt, alu, order)
 						}
 						if detResult != nil && !bytes.Equal(got, detResult) {
@@ -156,9 +157,9 @@ func TestAggEveryDtypeAlu(t *testing.T) {
 					} else {
 						want := slices.Clone(data[order[0]])
 						for _, m := range order[1:] {
-							refReduce(want, data[m], dt, alu)
+							reducetest.Ref(want, data[m], dt, alu)
 						}
-						if !sameElems(got, want, dt) {
+						if !reducetest.Same(got, want, dt) {
 							t.Fatalf("seed %d: %v %v order %v: result differs from arrival-order reference", seed, dt, alu, order)
 						}
 					}
@@ -688,17 +689,17 @@ func TestAggRandomized(t *testing.T) {
 					c.Alu = wire.Alu(1 + (int(c.Alu) % 4))
 				}
 			} else {
-				dt := reduceDtypes[rng.IntN(4)]
+				dt := reducetest.Dtypes[rng.IntN(4)]
 				members := 1 + rng.IntN(6)
 				if rng.IntN(10) == 0 {
 					members = 1 + rng.IntN(AggMaxMembers)
 				}
-				c = Contribution{Key: k, Members: members, Dtype: dt, Alu: reduceAlus[rng.IntN(4)], Deterministic: rng.IntN(2) == 0,
+				c = Contribution{Key: k, Members: members, Dtype: dt, Alu: reducetest.Alus[rng.IntN(4)], Deterministic: rng.IntN(2) == 0,
 					Data: make([]byte, rng.IntN(slotBytes/dt.Size()+1)*dt.Size())}
 			}
 			c.Member = rng.IntN(c.Members)
 			c.Data = make([]byte, len(c.Data))
-			randElems(rng, c.Data, c.Dtype)
+			reducetest.Rand(rng, c.Data, c.Dtype)
 
 			// What the model expects.
 			var want ContribStatus
@@ -746,9 +747,9 @@ func TestAggRandomized(t *testing.T) {
 				}
 				ref := slices.Clone(ms.data[order[0]])
 				for _, m := range order[1:] {
-					refReduce(ref, ms.data[m], c.Dtype, c.Alu)
+					reducetest.Ref(ref, ms.data[m], c.Dtype, c.Alu)
 				}
-				if !sameElems(res, ref, c.Dtype) {
+				if !reducetest.Same(res, ref, c.Dtype) {
 					t.Fatalf("step %d: %+v det=%v: result differs from reference", step, c.Key, c.Deterministic)
 				}
 			}
@@ -808,7 +809,7 @@ func BenchmarkContribute8Members(b *testing.B) {
 			data := make([][]byte, 8)
 			for m := range data {
 				data[m] = make([]byte, 8192)
-				randElems(rand.New(rand.NewPCG(uint64(m), 5)), data[m], wire.DtypeF32)
+				reducetest.Rand(rand.New(rand.NewPCG(uint64(m), 5)), data[m], wire.DtypeF32)
 			}
 			order := []int{5, 2, 7, 0, 1, 4, 6, 3} // some out of turn
 			c := Contribution{Members: 8, Dtype: wire.DtypeF32, Alu: wire.AluAdd, Deterministic: det}

@@ -18,53 +18,16 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/ndma/ndma/wire/ctrl"
 )
-
-// Policy selects how a Selector spreads the requests of a service group over
-// its members. The zero value is not a valid policy.
-type Policy uint8
-
-const (
-	// PolicyLeastOutstanding picks the live member with the fewest requests
-	// in flight. Ties are broken round robin, first in first out: among
-	// equally loaded members the one that reached that load earliest goes
-	// first, so equal members take turns (0, 1, 2, 0, ... when every request
-	// ends before the next) and load spreads evenly.
-	PolicyLeastOutstanding Policy = iota + 1
-	// PolicyRoundRobin picks the next live member in turn, skipping dead ones.
-	PolicyRoundRobin
-	// PolicyKeyAffinity picks the member that owns the request's key in the
-	// ownership table (key ranges → home member + replicas), so a request
-	// reaches its home node without an extra hop. When the owner is dead it
-	// falls back to the first live replica, in the range's failover order.
-	PolicyKeyAffinity
-)
-
-var policyNames = [...]string{
-	PolicyLeastOutstanding: "least-outstanding",
-	PolicyRoundRobin:       "round-robin",
-	PolicyKeyAffinity:      "key-affinity",
-}
-
-// String returns the policy's name as accepted by ParsePolicy, or
-// "Policy(N)" for an unknown value.
-func (p Policy) String() string {
-	if p.valid() {
-		return policyNames[p]
-	}
-	return fmt.Sprintf("Policy(%d)", uint8(p))
-}
-
-func (p Policy) valid() bool {
-	return p >= PolicyLeastOutstanding && p <= PolicyKeyAffinity
-}
 
 // ParsePolicy returns the policy named s: "least-outstanding",
 // "round-robin" or "key-affinity". Any other name gives an error wrapping
 // ErrSelectorConfig.
-func ParsePolicy(s string) (Policy, error) {
-	for p := PolicyLeastOutstanding; p <= PolicyKeyAffinity; p++ {
-		if policyNames[p] == s {
+func ParsePolicy(s string) (ctrl.Policy, error) {
+	for p := ctrl.PolicyLeastOutstanding; p.Valid(); p++ {
+		if p.String() == s {
 			return p, nil
 		}
 	}
@@ -80,7 +43,7 @@ var (
 	// in no range, or the owner and all its replicas are dead.
 	ErrNoOwner = errors.New("fabric: anycast: no live owner for key")
 	// ErrRanges: an ownership table is invalid, or one was given to a
-	// policy other than PolicyKeyAffinity.
+	// policy other than ctrl.PolicyKeyAffinity.
 	ErrRanges = errors.New("fabric: anycast: invalid key ranges")
 	// ErrSelectorConfig: an unknown policy, or a member count out of
 	// [1, MaxSelectorMembers].
@@ -89,21 +52,6 @@ var (
 
 // MaxSelectorMembers is the largest service group a Selector accepts.
 const MaxSelectorMembers = 4096
-
-// KeyRange maps the keys in [Start, End) to a home member and its replicas.
-// Members are indices 0..n-1 of the Selector's group. Since End is
-// exclusive, key math.MaxUint64 is never owned.
-type KeyRange struct {
-	// Start is the first key of the range; End is one past the last.
-	// Start < End.
-	Start, End uint64
-	// Owner is the home member of the range.
-	Owner int
-	// Replicas are the members that take the range's keys while the owner
-	// is dead, in failover order: the first live one is used. They must be
-	// distinct and differ from Owner. May be empty.
-	Replicas []int
-}
 
 // SelectorStats are the counters of a Selector since it was made.
 type SelectorStats struct {
@@ -131,7 +79,7 @@ type SelectorStats struct {
 // members (O(n) worst case). Done is O(1); SetAlive is O(1) except that a
 // least-outstanding member dying may scan the per-load table.
 type Selector struct {
-	policy Policy
+	policy ctrl.Policy
 	alive  []bool
 	out    []int    // requests in flight per member; 0 for dead members
 	per    []uint64 // picks per member
@@ -150,7 +98,7 @@ type Selector struct {
 	lnext, lprev []int32
 	minOut       int
 
-	ranges []KeyRange // key affinity: sorted by Start, non-overlapping, owned copies
+	ranges []ctrl.KeyRange // key affinity: sorted by Start, non-overlapping, owned copies
 
 	picks, failovers uint64
 }
@@ -158,13 +106,13 @@ type Selector struct {
 // NewSelector returns a selector using policy p over members 0..n-1, all
 // alive with nothing outstanding. n must be in [1, MaxSelectorMembers].
 //
-// For PolicyKeyAffinity, ranges is the ownership table: at least one range,
-// each non-empty (Start < End), no two overlapping, every Owner and replica
-// a member index, replicas distinct and different from the owner. Gaps are
-// allowed: a key in no range gets ErrNoOwner. The selector keeps its own
-// copy of ranges. For other policies ranges must be empty.
-func NewSelector(p Policy, n int, ranges []KeyRange) (*Selector, error) {
-	if !p.valid() {
+// For ctrl.PolicyKeyAffinity, ranges is the ownership table: at least one
+// range, each non-empty (Start < End), no two overlapping, every Owner and
+// replica a member index, replicas distinct and different from the owner.
+// Gaps are allowed: a key in no range gets ErrNoOwner. The selector keeps
+// its own copy of ranges. For other policies ranges must be empty.
+func NewSelector(p ctrl.Policy, n int, ranges []ctrl.KeyRange) (*Selector, error) {
+	if !p.Valid() {
 		return nil, fmt.Errorf("%w: unknown policy %v", ErrSelectorConfig, p)
 	}
 	if n < 1 || n > MaxSelectorMembers {
@@ -180,7 +128,7 @@ func NewSelector(p Policy, n int, ranges []KeyRange) (*Selector, error) {
 	for i := range s.alive {
 		s.alive[i] = true
 	}
-	if p == PolicyLeastOutstanding {
+	if p == ctrl.PolicyLeastOutstanding {
 		s.level = make([]int32, 1, 16)
 		s.level[0] = -1
 		s.lnext = make([]int32, n)
@@ -198,9 +146,10 @@ func NewSelector(p Policy, n int, ranges []KeyRange) (*Selector, error) {
 // SetRanges replaces the ownership table, validated as in NewSelector. On
 // error the old table stays. Outstanding counts are unchanged: requests in
 // flight stay with the member they were picked for. For a policy other than
-// PolicyKeyAffinity, only an empty table is accepted (and changes nothing).
-func (s *Selector) SetRanges(ranges []KeyRange) error {
-	if s.policy != PolicyKeyAffinity {
+// ctrl.PolicyKeyAffinity, only an empty table is accepted (and changes
+// nothing).
+func (s *Selector) SetRanges(ranges []ctrl.KeyRange) error {
+	if s.policy != ctrl.PolicyKeyAffinity {
 		if len(ranges) != 0 {
 			return fmt.Errorf("%w: %d key ranges given for policy %v, which takes none", ErrRanges, len(ranges), s.policy)
 		}
@@ -216,7 +165,7 @@ func (s *Selector) SetRanges(ranges []KeyRange) error {
 
 // checkRanges validates an ownership table for n members and returns a copy
 // sorted by Start, with its own replica slices.
-func checkRanges(n int, ranges []KeyRange) ([]KeyRange, error) {
+func checkRanges(n int, ranges []ctrl.KeyRange) ([]ctrl.KeyRange, error) {
 	if len(ranges) == 0 {
 		return nil, fmt.Errorf("%w: key affinity needs at least one range", ErrRanges)
 	}
@@ -238,7 +187,7 @@ func checkRanges(n int, ranges []KeyRange) ([]KeyRange, error) {
 		}
 		nrep += len(r.Replicas)
 	}
-	sorted := make([]KeyRange, len(ranges))
+	sorted := make([]ctrl.KeyRange, len(ranges))
 	reps := make([]int, 0, nrep) // one backing array for all replica lists
 	for i, r := range ranges {
 		k := len(reps)
@@ -246,7 +195,7 @@ func checkRanges(n int, ranges []KeyRange) ([]KeyRange, error) {
 		r.Replicas = reps[k:len(reps):len(reps)]
 		sorted[i] = r
 	}
-	slices.SortFunc(sorted, func(a, b KeyRange) int { return cmp.Compare(a.Start, b.Start) })
+	slices.SortFunc(sorted, func(a, b ctrl.KeyRange) int { return cmp.Compare(a.Start, b.Start) })
 	for i := 1; i < len(sorted); i++ {
 		a, b := sorted[i-1], sorted[i]
 		if a.End > b.Start {
@@ -257,13 +206,13 @@ func checkRanges(n int, ranges []KeyRange) ([]KeyRange, error) {
 }
 
 // Policy returns the selector's policy.
-func (s *Selector) Policy() Policy { return s.policy }
+func (s *Selector) Policy() ctrl.Policy { return s.policy }
 
 // Len returns the number of members in the group.
 func (s *Selector) Len() int { return len(s.alive) }
 
 // Pick chooses the member for a new request and counts the request
-// outstanding on it until Done. key is used only by PolicyKeyAffinity.
+// outstanding on it until Done. key is used only by ctrl.PolicyKeyAffinity.
 //
 // Errors: ErrNoMember when no member is alive (checked first, for every
 // policy); for key affinity, ErrNoOwner, wrapped with the key, when the key
@@ -274,11 +223,11 @@ func (s *Selector) Pick(key uint64) (member int, err error) {
 		return -1, ErrNoMember
 	}
 	switch s.policy {
-	case PolicyLeastOutstanding:
+	case ctrl.PolicyLeastOutstanding:
 		member = s.pickLeast()
-	case PolicyRoundRobin:
+	case ctrl.PolicyRoundRobin:
 		member = s.pickNext()
-	default: // PolicyKeyAffinity; NewSelector admits no other.
+	default: // ctrl.PolicyKeyAffinity; NewSelector admits no other.
 		if member, err = s.pickOwner(key); err != nil {
 			return -1, err
 		}
@@ -406,7 +355,7 @@ func (s *Selector) Done(member int) {
 	}
 	c := s.out[member]
 	s.out[member] = c - 1
-	if s.policy == PolicyLeastOutstanding {
+	if s.policy == ctrl.PolicyLeastOutstanding {
 		s.unlink(member, c)
 		s.link(member, c-1)
 		s.minOut = min(s.minOut, c-1)
@@ -425,7 +374,7 @@ func (s *Selector) SetAlive(member int, alive bool) {
 	s.alive[member] = alive
 	c := s.out[member]
 	s.out[member] = 0
-	lo := s.policy == PolicyLeastOutstanding
+	lo := s.policy == ctrl.PolicyLeastOutstanding
 	if alive {
 		s.live++
 		if lo {
@@ -465,7 +414,7 @@ func (s *Selector) Outstanding(member int) int {
 
 // Owner returns the home member of key in the ownership table, whether or
 // not it is alive, or -1 when the key lies in no range or the policy is not
-// PolicyKeyAffinity. It has no side effects.
+// ctrl.PolicyKeyAffinity. It has no side effects.
 func (s *Selector) Owner(key uint64) int {
 	i := s.find(key)
 	if i < 0 {

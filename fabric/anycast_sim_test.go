@@ -16,6 +16,7 @@ import (
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // Anycast through the simulated fabric: service members register with the
@@ -90,13 +91,13 @@ func anyServers(f *simFabric, ms []*simMember, svc func(rank int, r *endpoint.Re
 
 // anyRegister registers ms as the members of service name (rank = index)
 // and returns the service's group id. Heartbeats flow from then on.
-func (f *simFabric) anyRegister(name string, ms []*simMember, p fabric.Policy, ranges []fabric.CtrlRange) uint32 {
+func (f *simFabric) anyRegister(name string, ms []*simMember, p ctrl.Policy, ranges []ctrl.Range) uint32 {
 	f.t.Helper()
 	var gid uint32
 	n := 0
 	for i, m := range ms {
-		req := &fabric.CtrlMsg{Type: fabric.CtrlRegister, Service: name, Size: len(ms), Rank: i, Policy: uint8(p), Ranges: ranges}
-		m.control(req, func(r *fabric.CtrlMsg, err error) {
+		req := &ctrl.Msg{Type: ctrl.Register, Service: name, Size: len(ms), Rank: i, Policy: uint8(p), Ranges: ranges}
+		m.control(req, func(r *ctrl.Msg, err error) {
 			if err != nil {
 				f.t.Fatalf("seed %d: register %s rank %d: %v", f.seed, name, i, err)
 			}
@@ -186,7 +187,7 @@ func TestSimAnycastLeastOutstanding(t *testing.T) {
 			}
 			return d
 		})
-		gid := f.anyRegister("lo", srv, fabric.PolicyLeastOutstanding, nil)
+		gid := f.anyRegister("lo", srv, ctrl.PolicyLeastOutstanding, nil)
 		replies := make([]int, len(srv))
 		anyDrive(f, clients, gid, total, 8, anySeqReq, func(_ int, op *endpoint.Op) {
 			replies[anyCheckEcho(f, op, -1)]++
@@ -242,7 +243,7 @@ func TestSimAnycastRoundRobin(t *testing.T) {
 						return anyEcho(i, r.Data), nil
 					}
 				}
-				gid := f.anyRegister("rr", srv, fabric.PolicyRoundRobin, nil)
+				gid := f.anyRegister("rr", srv, ctrl.PolicyRoundRobin, nil)
 				total := 2000 * len(srv)
 				if loss >= 0.2 || n >= 16 {
 					total = 50 * len(srv)
@@ -262,14 +263,14 @@ func TestSimAnycastRoundRobin(t *testing.T) {
 	}
 }
 
-func anyQuarter() []fabric.CtrlRange {
-	var rs []fabric.CtrlRange
+func anyQuarter() []ctrl.Range {
+	var rs []ctrl.Range
 	for i := range 4 {
 		end := uint64(i+1) << 62
 		if i == 3 {
 			end = math.MaxUint64
 		}
-		rs = append(rs, fabric.CtrlRange{Start: uint64(i) << 62, End: end, Owner: int32(i), Replicas: []int32{int32((i + 1) % 4)}})
+		rs = append(rs, ctrl.Range{Start: uint64(i) << 62, End: end, Owner: int32(i), Replicas: []int32{int32((i + 1) % 4)}})
 	}
 	return rs
 }
@@ -294,7 +295,7 @@ func TestSimAnycastAffinity(t *testing.T) {
 	clients := f.addMembers(2)
 	r := rand.New(rand.NewPCG(uint64(seed), 13))
 	ss := anyServers(f, srv, func(int, *endpoint.Request) time.Duration { return 2 * time.Millisecond })
-	gid := f.anyRegister("kv", srv, fabric.PolicyKeyAffinity, anyQuarter())
+	gid := f.anyRegister("kv", srv, ctrl.PolicyKeyAffinity, anyQuarter())
 	owner := func(k uint64) int { return int(k >> 62) }
 
 	// All alive: 100% on the owner.
@@ -410,7 +411,7 @@ func TestSimAnycastLossy(t *testing.T) {
 			return anyXform(r.Data), nil
 		}
 	}
-	gid := f.anyRegister("lossy", srv, fabric.PolicyLeastOutstanding, nil)
+	gid := f.anyRegister("lossy", srv, ctrl.PolicyLeastOutstanding, nil)
 	r := rand.New(rand.NewPCG(uint64(seed), 17))
 	const total = 2000
 	multi := 0
@@ -462,7 +463,7 @@ func TestSimAnycastAcksRide(t *testing.T) {
 	for i, m := range srv {
 		m.serve = func(r *endpoint.Request) ([]byte, error) { return anyEcho(i, r.Data), nil }
 	}
-	gid := f.anyRegister("acks", srv, fabric.PolicyRoundRobin, nil)
+	gid := f.anyRegister("acks", srv, ctrl.PolicyRoundRobin, nil)
 	const total = 400
 	before := []endpoint.Stats{clients[0].core.Stats(), srv[0].core.Stats(), srv[1].core.Stats()}
 	swBefore := f.sw.Stats().Transport
@@ -513,7 +514,7 @@ func TestSimAnycastSlowReplyAck(t *testing.T) {
 	srv := f.addMembers(1)
 	clients := f.addMembers(1)
 	anyServers(f, srv, func(int, *endpoint.Request) time.Duration { return 5 * time.Millisecond })
-	gid := f.anyRegister("slow", srv, fabric.PolicyRoundRobin, nil)
+	gid := f.anyRegister("slow", srv, ctrl.PolicyRoundRobin, nil)
 	const total = 50
 	cb, sb, swb := clients[0].core.Stats().Transport, srv[0].core.Stats().Transport, f.sw.Stats().Transport
 	anyDrive(f, clients, gid, total, 1, anySeqReq, func(_ int, op *endpoint.Op) { anyCheckEcho(f, op, 0) })
@@ -561,7 +562,7 @@ func TestSimAnycastRelayBackpressure(t *testing.T) {
 	clients := f.addMembers(4)
 	f.slowLinks(srv, 1e8)
 	srv[0].serve = func(r *endpoint.Request) ([]byte, error) { return anyEcho(0, r.Data[:8]), nil }
-	gid := f.anyRegister("big", srv, fabric.PolicyLeastOutstanding, nil)
+	gid := f.anyRegister("big", srv, ctrl.PolicyLeastOutstanding, nil)
 	const total = 64
 	r := rand.New(rand.NewPCG(uint64(seed), 0))
 	failed := 0
@@ -606,7 +607,7 @@ func TestSimAnycastHeldMemberCrashes(t *testing.T) {
 	for i, m := range srv {
 		m.serve = func(r *endpoint.Request) ([]byte, error) { return anyEcho(i, r.Data[:8]), nil }
 	}
-	gid := f.anyRegister("crash", srv, fabric.PolicyLeastOutstanding, nil)
+	gid := f.anyRegister("crash", srv, ctrl.PolicyLeastOutstanding, nil)
 	const total = 64
 	r := rand.New(rand.NewPCG(uint64(seed), 0))
 	mk := anyMiB(r)

@@ -6,11 +6,13 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 func anycastRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)) }
 
-func mustNewSelector(t testing.TB, p Policy, n int, ranges []KeyRange) *Selector {
+func mustNewSelector(t testing.TB, p ctrl.Policy, n int, ranges []ctrl.KeyRange) *Selector {
 	t.Helper()
 	s, err := NewSelector(p, n, ranges)
 	if err != nil {
@@ -20,7 +22,7 @@ func mustNewSelector(t testing.TB, p Policy, n int, ranges []KeyRange) *Selector
 }
 
 func TestPolicyStringParse(t *testing.T) {
-	for _, p := range []Policy{PolicyLeastOutstanding, PolicyRoundRobin, PolicyKeyAffinity} {
+	for _, p := range []ctrl.Policy{ctrl.PolicyLeastOutstanding, ctrl.PolicyRoundRobin, ctrl.PolicyKeyAffinity} {
 		got, err := ParsePolicy(p.String())
 		if err != nil || got != p {
 			t.Errorf("ParsePolicy(%q) = %v, %v; want %v", p.String(), got, err, p)
@@ -31,7 +33,7 @@ func TestPolicyStringParse(t *testing.T) {
 			t.Errorf("ParsePolicy(%q) error = %v, want ErrSelectorConfig", s, err)
 		}
 	}
-	if got := Policy(0).String(); got != "Policy(0)" {
+	if got := ctrl.Policy(0).String(); got != "Policy(0)" {
 		t.Errorf("Policy(0).String() = %q", got)
 	}
 }
@@ -90,7 +92,7 @@ func (m *anycastSim) run(t *testing.T, seed uint64, requests int) {
 func TestLeastOutstandingBalance(t *testing.T) {
 	const members, requests = 4, 100_000
 	for _, seed := range []uint64{1, 2, 3} {
-		s := mustNewSelector(t, PolicyLeastOutstanding, members, nil)
+		s := mustNewSelector(t, ctrl.PolicyLeastOutstanding, members, nil)
 		m := &anycastSim{s: s, rng: anycastRand(seed), mean: 16, slow: -1, count: make([]int, members)}
 		m.run(t, seed, requests)
 		lo, hi := slices.Min(m.count), slices.Max(m.count)
@@ -113,7 +115,7 @@ func TestLeastOutstandingBalance(t *testing.T) {
 func TestLeastOutstandingSlowMember(t *testing.T) {
 	const members, requests, slow = 4, 100_000, 2
 	for _, seed := range []uint64{1, 2, 3} {
-		s := mustNewSelector(t, PolicyLeastOutstanding, members, nil)
+		s := mustNewSelector(t, ctrl.PolicyLeastOutstanding, members, nil)
 		m := &anycastSim{s: s, rng: anycastRand(seed), mean: 16, slow: slow, slowFactor: 4, count: make([]int, members)}
 		m.run(t, seed, requests)
 		others := slices.Delete(slices.Clone(m.count), slow, slow+1)
@@ -130,7 +132,7 @@ func TestLeastOutstandingSlowMember(t *testing.T) {
 }
 
 func TestLeastOutstandingTieRotation(t *testing.T) {
-	s := mustNewSelector(t, PolicyLeastOutstanding, 3, nil)
+	s := mustNewSelector(t, ctrl.PolicyLeastOutstanding, 3, nil)
 	// Every request done at once: all members always tie, so picks rotate.
 	for i := range 9 {
 		m, err := s.Pick(0)
@@ -157,7 +159,7 @@ func TestLeastOutstandingTieRotation(t *testing.T) {
 }
 
 func TestRoundRobin(t *testing.T) {
-	s := mustNewSelector(t, PolicyRoundRobin, 4, nil)
+	s := mustNewSelector(t, ctrl.PolicyRoundRobin, 4, nil)
 	expect := func(want ...int) {
 		t.Helper()
 		for i, w := range want {
@@ -191,11 +193,11 @@ func TestRoundRobin(t *testing.T) {
 // kaRanges is an ownership table over the whole key space: 16 equal slices,
 // each with a gap of 1/16 at its end, slice i owned by i%4 with replica
 // (i+1)%4. It is returned shuffled, to exercise sorting.
-func kaRanges(rng *rand.Rand) []KeyRange {
+func kaRanges(rng *rand.Rand) []ctrl.KeyRange {
 	const width = 1 << 60
-	var rs []KeyRange
+	var rs []ctrl.KeyRange
 	for i := range uint64(16) {
-		rs = append(rs, KeyRange{
+		rs = append(rs, ctrl.KeyRange{
 			Start:    i * width,
 			End:      i*width + width - width/16,
 			Owner:    int(i % 4),
@@ -207,20 +209,20 @@ func kaRanges(rng *rand.Rand) []KeyRange {
 }
 
 // kaRefRange is the naive reference lookup: a linear scan.
-func kaRefRange(rs []KeyRange, key uint64) (KeyRange, bool) {
+func kaRefRange(rs []ctrl.KeyRange, key uint64) (ctrl.KeyRange, bool) {
 	for _, r := range rs {
 		if key >= r.Start && key < r.End {
 			return r, true
 		}
 	}
-	return KeyRange{}, false
+	return ctrl.KeyRange{}, false
 }
 
 func TestKeyAffinity(t *testing.T) {
 	const seed, requests, victim = 7, 100_000, 1
 	rng := anycastRand(seed)
 	rs := kaRanges(rng)
-	s := mustNewSelector(t, PolicyKeyAffinity, 4, rs)
+	s := mustNewSelector(t, ctrl.PolicyKeyAffinity, 4, rs)
 	keys := make([]uint64, requests)
 	for i := range keys {
 		keys[i] = rng.Uint64()
@@ -318,7 +320,7 @@ func TestKeyAffinity(t *testing.T) {
 }
 
 func TestKeyAffinityFailoverOrderAndSetRanges(t *testing.T) {
-	s := mustNewSelector(t, PolicyKeyAffinity, 4, []KeyRange{{Start: 10, End: 20, Owner: 0, Replicas: []int{2, 1}}})
+	s := mustNewSelector(t, ctrl.PolicyKeyAffinity, 4, []ctrl.KeyRange{{Start: 10, End: 20, Owner: 0, Replicas: []int{2, 1}}})
 	pick := func(key uint64) int {
 		t.Helper()
 		m, err := s.Pick(key)
@@ -348,7 +350,7 @@ func TestKeyAffinityFailoverOrderAndSetRanges(t *testing.T) {
 	}
 
 	// The selector owns its copy: changing the caller's slice changes nothing.
-	rs := []KeyRange{{Start: 0, End: 100, Owner: 3, Replicas: []int{1}}}
+	rs := []ctrl.KeyRange{{Start: 0, End: 100, Owner: 3, Replicas: []int{1}}}
 	if err := s.SetRanges(rs); err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +360,7 @@ func TestKeyAffinityFailoverOrderAndSetRanges(t *testing.T) {
 		t.Fatalf("after SetRanges: Pick = %d, want replica 1", m)
 	}
 	// A rejected table leaves the old one in place.
-	if err := s.SetRanges([]KeyRange{{Start: 5, End: 5}}); !errors.Is(err, ErrRanges) {
+	if err := s.SetRanges([]ctrl.KeyRange{{Start: 5, End: 5}}); !errors.Is(err, ErrRanges) {
 		t.Fatalf("SetRanges(empty range) = %v, want ErrRanges", err)
 	}
 	if o := s.Owner(50); o != 3 {
@@ -367,31 +369,31 @@ func TestKeyAffinityFailoverOrderAndSetRanges(t *testing.T) {
 }
 
 func TestSelectorValidation(t *testing.T) {
-	ok := []KeyRange{{Start: 0, End: 10, Owner: 0, Replicas: []int{1}}}
+	ok := []ctrl.KeyRange{{Start: 0, End: 10, Owner: 0, Replicas: []int{1}}}
 	cases := []struct {
 		name   string
-		p      Policy
+		p      ctrl.Policy
 		n      int
-		ranges []KeyRange
+		ranges []ctrl.KeyRange
 		want   error
 	}{
-		{"n zero", PolicyRoundRobin, 0, nil, ErrSelectorConfig},
-		{"n negative", PolicyLeastOutstanding, -1, nil, ErrSelectorConfig},
-		{"n too large", PolicyRoundRobin, MaxSelectorMembers + 1, nil, ErrSelectorConfig},
+		{"n zero", ctrl.PolicyRoundRobin, 0, nil, ErrSelectorConfig},
+		{"n negative", ctrl.PolicyLeastOutstanding, -1, nil, ErrSelectorConfig},
+		{"n too large", ctrl.PolicyRoundRobin, MaxSelectorMembers + 1, nil, ErrSelectorConfig},
 		{"policy zero", 0, 4, nil, ErrSelectorConfig},
-		{"policy unknown", PolicyKeyAffinity + 1, 4, nil, ErrSelectorConfig},
-		{"ranges for round robin", PolicyRoundRobin, 2, ok, ErrRanges},
-		{"ranges for least outstanding", PolicyLeastOutstanding, 2, ok, ErrRanges},
-		{"key affinity without ranges", PolicyKeyAffinity, 2, nil, ErrRanges},
-		{"empty range", PolicyKeyAffinity, 2, []KeyRange{{Start: 5, End: 5}}, ErrRanges},
-		{"inverted range", PolicyKeyAffinity, 2, []KeyRange{{Start: 6, End: 5}}, ErrRanges},
-		{"overlap", PolicyKeyAffinity, 2, []KeyRange{{Start: 10, End: 20}, {Start: 0, End: 11, Owner: 1}}, ErrRanges},
-		{"same start", PolicyKeyAffinity, 2, []KeyRange{{Start: 0, End: 20}, {Start: 0, End: 1}}, ErrRanges},
-		{"owner out of range", PolicyKeyAffinity, 2, []KeyRange{{Start: 0, End: 1, Owner: 2}}, ErrRanges},
-		{"owner negative", PolicyKeyAffinity, 2, []KeyRange{{Start: 0, End: 1, Owner: -1}}, ErrRanges},
-		{"replica out of range", PolicyKeyAffinity, 2, []KeyRange{{Start: 0, End: 1, Replicas: []int{5}}}, ErrRanges},
-		{"replica is owner", PolicyKeyAffinity, 2, []KeyRange{{Start: 0, End: 1, Replicas: []int{0}}}, ErrRanges},
-		{"replica twice", PolicyKeyAffinity, 3, []KeyRange{{Start: 0, End: 1, Replicas: []int{1, 1}}}, ErrRanges},
+		{"policy unknown", ctrl.PolicyKeyAffinity + 1, 4, nil, ErrSelectorConfig},
+		{"ranges for round robin", ctrl.PolicyRoundRobin, 2, ok, ErrRanges},
+		{"ranges for least outstanding", ctrl.PolicyLeastOutstanding, 2, ok, ErrRanges},
+		{"key affinity without ranges", ctrl.PolicyKeyAffinity, 2, nil, ErrRanges},
+		{"empty range", ctrl.PolicyKeyAffinity, 2, []ctrl.KeyRange{{Start: 5, End: 5}}, ErrRanges},
+		{"inverted range", ctrl.PolicyKeyAffinity, 2, []ctrl.KeyRange{{Start: 6, End: 5}}, ErrRanges},
+		{"overlap", ctrl.PolicyKeyAffinity, 2, []ctrl.KeyRange{{Start: 10, End: 20}, {Start: 0, End: 11, Owner: 1}}, ErrRanges},
+		{"same start", ctrl.PolicyKeyAffinity, 2, []ctrl.KeyRange{{Start: 0, End: 20}, {Start: 0, End: 1}}, ErrRanges},
+		{"owner out of range", ctrl.PolicyKeyAffinity, 2, []ctrl.KeyRange{{Start: 0, End: 1, Owner: 2}}, ErrRanges},
+		{"owner negative", ctrl.PolicyKeyAffinity, 2, []ctrl.KeyRange{{Start: 0, End: 1, Owner: -1}}, ErrRanges},
+		{"replica out of range", ctrl.PolicyKeyAffinity, 2, []ctrl.KeyRange{{Start: 0, End: 1, Replicas: []int{5}}}, ErrRanges},
+		{"replica is owner", ctrl.PolicyKeyAffinity, 2, []ctrl.KeyRange{{Start: 0, End: 1, Replicas: []int{0}}}, ErrRanges},
+		{"replica twice", ctrl.PolicyKeyAffinity, 3, []ctrl.KeyRange{{Start: 0, End: 1, Replicas: []int{1, 1}}}, ErrRanges},
 	}
 	for _, c := range cases {
 		s, err := NewSelector(c.p, c.n, c.ranges)
@@ -401,20 +403,20 @@ func TestSelectorValidation(t *testing.T) {
 	}
 	// Valid edge cases.
 	for _, c := range []struct {
-		p      Policy
+		p      ctrl.Policy
 		n      int
-		ranges []KeyRange
+		ranges []ctrl.KeyRange
 	}{
-		{PolicyRoundRobin, 1, nil},
-		{PolicyLeastOutstanding, MaxSelectorMembers, nil},
-		{PolicyRoundRobin, 3, []KeyRange{}},
-		{PolicyKeyAffinity, 2, []KeyRange{{Start: 10, End: 20, Owner: 1}, {Start: 0, End: 10}, {Start: 30, End: ^uint64(0), Replicas: []int{1}}}},
+		{ctrl.PolicyRoundRobin, 1, nil},
+		{ctrl.PolicyLeastOutstanding, MaxSelectorMembers, nil},
+		{ctrl.PolicyRoundRobin, 3, []ctrl.KeyRange{}},
+		{ctrl.PolicyKeyAffinity, 2, []ctrl.KeyRange{{Start: 10, End: 20, Owner: 1}, {Start: 0, End: 10}, {Start: 30, End: ^uint64(0), Replicas: []int{1}}}},
 	} {
 		if _, err := NewSelector(c.p, c.n, c.ranges); err != nil {
 			t.Errorf("NewSelector(%v, %d, %v): %v", c.p, c.n, c.ranges, err)
 		}
 	}
-	s := mustNewSelector(t, PolicyRoundRobin, 2, nil)
+	s := mustNewSelector(t, ctrl.PolicyRoundRobin, 2, nil)
 	if err := s.SetRanges(ok); !errors.Is(err, ErrRanges) {
 		t.Errorf("SetRanges on round robin = %v, want ErrRanges", err)
 	}
@@ -424,10 +426,10 @@ func TestSelectorValidation(t *testing.T) {
 }
 
 func TestDoneAndDeadReset(t *testing.T) {
-	for _, p := range []Policy{PolicyLeastOutstanding, PolicyRoundRobin, PolicyKeyAffinity} {
-		var rs []KeyRange
-		if p == PolicyKeyAffinity {
-			rs = []KeyRange{{Start: 0, End: 100, Owner: 0, Replicas: []int{1}}}
+	for _, p := range []ctrl.Policy{ctrl.PolicyLeastOutstanding, ctrl.PolicyRoundRobin, ctrl.PolicyKeyAffinity} {
+		var rs []ctrl.KeyRange
+		if p == ctrl.PolicyKeyAffinity {
+			rs = []ctrl.KeyRange{{Start: 0, End: 100, Owner: 0, Replicas: []int{1}}}
 		}
 		s := mustNewSelector(t, p, 2, rs)
 		s.Done(0)
@@ -477,7 +479,7 @@ func TestDoneAndDeadReset(t *testing.T) {
 // full scans, no incremental bookkeeping. For least outstanding, ties go to
 // the member whose load changed (or that came alive) longest ago: stamp.
 type refSelector struct {
-	policy Policy
+	policy ctrl.Policy
 	alive  []bool
 	out    []int
 	stamp  []int
@@ -485,7 +487,7 @@ type refSelector struct {
 	next   int
 }
 
-func newRefSelector(p Policy, n int) *refSelector {
+func newRefSelector(p ctrl.Policy, n int) *refSelector {
 	r := &refSelector{policy: p, alive: make([]bool, n), out: make([]int, n), stamp: make([]int, n), clock: n}
 	for i := range n {
 		r.alive[i], r.stamp[i] = true, i
@@ -517,7 +519,7 @@ func (r *refSelector) pick() int {
 		if !r.alive[i] {
 			continue
 		}
-		if r.policy == PolicyRoundRobin {
+		if r.policy == ctrl.PolicyRoundRobin {
 			best = i
 			break
 		}
@@ -534,7 +536,7 @@ func (r *refSelector) pick() int {
 }
 
 func TestSelectorMatchesReference(t *testing.T) {
-	for _, p := range []Policy{PolicyLeastOutstanding, PolicyRoundRobin} {
+	for _, p := range []ctrl.Policy{ctrl.PolicyLeastOutstanding, ctrl.PolicyRoundRobin} {
 		for seed := uint64(1); seed <= 20; seed++ {
 			rng := anycastRand(seed)
 			n := 1 + rng.IntN(9)
@@ -570,9 +572,9 @@ func TestSelectorMatchesReference(t *testing.T) {
 
 func TestPickDoneAllocs(t *testing.T) {
 	rng := anycastRand(1)
-	for _, p := range []Policy{PolicyLeastOutstanding, PolicyRoundRobin, PolicyKeyAffinity} {
-		var rs []KeyRange
-		if p == PolicyKeyAffinity {
+	for _, p := range []ctrl.Policy{ctrl.PolicyLeastOutstanding, ctrl.PolicyRoundRobin, ctrl.PolicyKeyAffinity} {
+		var rs []ctrl.KeyRange
+		if p == ctrl.PolicyKeyAffinity {
 			rs = kaRanges(rng)
 		}
 		s := mustNewSelector(t, p, 4, rs)
@@ -623,7 +625,7 @@ func benchSelectorPick(b *testing.B, s *Selector, keys []uint64, inflight int) {
 func BenchmarkPickLeastOutstanding(b *testing.B) {
 	for _, c := range []struct{ members, inflight int }{{4, 32}, {64, 32}, {4096, 32}, {4096, 4096 * 8}} {
 		b.Run(fmt.Sprintf("members=%d/inflight=%d", c.members, c.inflight), func(b *testing.B) {
-			benchSelectorPick(b, mustNewSelector(b, PolicyLeastOutstanding, c.members, nil), []uint64{0}, c.inflight)
+			benchSelectorPick(b, mustNewSelector(b, ctrl.PolicyLeastOutstanding, c.members, nil), []uint64{0}, c.inflight)
 		})
 	}
 }
@@ -633,16 +635,16 @@ func BenchmarkPickKeyAffinity(b *testing.B) {
 		b.Run(fmt.Sprintf("ranges=%d", nr), func(b *testing.B) {
 			const members = 64
 			width := ^uint64(0) / uint64(nr)
-			rs := make([]KeyRange, nr)
+			rs := make([]ctrl.KeyRange, nr)
 			for i := range rs {
-				rs[i] = KeyRange{Start: uint64(i) * width, End: uint64(i+1) * width, Owner: i % members, Replicas: []int{(i + 1) % members}}
+				rs[i] = ctrl.KeyRange{Start: uint64(i) * width, End: uint64(i+1) * width, Owner: i % members, Replicas: []int{(i + 1) % members}}
 			}
 			rng := anycastRand(1)
 			keys := make([]uint64, 1024)
 			for i := range keys {
 				keys[i] = rng.Uint64N(uint64(nr) * width)
 			}
-			benchSelectorPick(b, mustNewSelector(b, PolicyKeyAffinity, members, rs), keys, 32)
+			benchSelectorPick(b, mustNewSelector(b, ctrl.PolicyKeyAffinity, members, rs), keys, 32)
 		})
 	}
 }

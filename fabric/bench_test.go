@@ -10,8 +10,10 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // Benchmarks of the sans-I/O Switch: no sockets, virtual time. Groups are
@@ -70,7 +72,7 @@ func newBenchFabricConfig(tb testing.TB, n int, cfg fabric.Config) *benchFabric 
 		f.cores = append(f.cores, c)
 		f.addrs = append(f.addrs, addr)
 		f.byAdr[addr] = i
-		buf, err := fabric.AppendCtrl(nil, &fabric.CtrlMsg{Type: fabric.CtrlJoin, Job: "bench", Size: n, Rank: i, MTU: 9000}, []byte("bench"))
+		buf, err := secure.AppendCtrl(nil, &ctrl.Msg{Type: ctrl.Join, Job: "bench", Size: n, Rank: i, MTU: 9000}, []byte("bench"))
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -91,8 +93,8 @@ func newBenchFabricConfig(tb testing.TB, n int, cfg fabric.Config) *benchFabric 
 		if op.Err != nil {
 			tb.Fatalf("member %d join: %v", i, op.Err)
 		}
-		var resp fabric.CtrlMsg
-		if err := fabric.ParseCtrl(op.Resp, &resp, []byte("bench")); err != nil {
+		var resp ctrl.Msg
+		if err := secure.ParseCtrl(op.Resp, &resp, []byte("bench")); err != nil {
 			tb.Fatalf("member %d join response: %v", i, err)
 		}
 		if int(resp.Member) != i || len(resp.Members) != n {

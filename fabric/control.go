@@ -9,6 +9,7 @@ import (
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // rendezvous collects the members of a job until all have joined. It is
@@ -19,7 +20,7 @@ type rendezvous struct {
 	size    int
 	mtu     int       // every member's MTU: fragments of an aggregation line up
 	joiners []*joiner // by rank
-	joined  []byte    // the ranks in joiners, as CtrlMsg.Joined
+	joined  []byte    // the ranks in joiners, as ctrl.Msg.Joined
 	count   int
 	last    time.Time // of the last JOIN
 }
@@ -29,21 +30,13 @@ type joiner struct {
 	msgID uint64
 }
 
-// JoinRefusal is Operand1 of a JOIN refused with wire.StatusBadOperand:
-// the size and MTU the job's members joined with, which the refused
-// request did not match. SplitJoinRefusal takes it apart.
-func JoinRefusal(size, mtu int) uint64 { return uint64(size)<<32 | uint64(mtu) }
-
-// SplitJoinRefusal returns the job size and MTU of a JoinRefusal operand.
-func SplitJoinRefusal(v uint64) (size, mtu int) { return int(v >> 32), int(v & 0xFFFFFFFF) }
-
 // control handles one control request.
 func (s *Switch) control(now time.Time, d *transport.Delivery) {
 	s.stats.ControlIn++
 	m := &s.ctrl
-	if err := ParseCtrl(d.Payload, m, s.cfg.Token); err != nil || m.Resp {
+	if err := secure.ParseCtrl(d.Payload, m, s.cfg.Token); err != nil || m.Resp {
 		st := wire.StatusBadOperand
-		if errors.Is(err, ErrCtrlAuth) {
+		if errors.Is(err, secure.ErrCtrlAuth) {
 			st = wire.StatusAuth
 			s.stats.AuthFailures++
 			// An operator sees it in the log, at most once a second.
@@ -63,7 +56,7 @@ func (s *Switch) control(now time.Time, d *transport.Delivery) {
 			// The sender's certified role may not ask this.
 			s.stats.ControlRefused++
 			s.stats.RoleRefused++
-			s.reply(d.Peer, &d.Header, wire.StatusAuth, AuthRoleRefused)
+			s.reply(d.Peer, &d.Header, wire.StatusAuth, ctrl.AuthRoleRefused)
 			return
 		}
 	}
@@ -77,9 +70,9 @@ func (s *Switch) control(now time.Time, d *transport.Delivery) {
 		return
 	}
 	switch m.Type {
-	case CtrlJoin:
+	case ctrl.Join:
 		s.join(now, d, m)
-	case CtrlLeave, CtrlDestroy, CtrlHeartbeat:
+	case ctrl.Leave, ctrl.Destroy, ctrl.Heartbeat:
 		g := s.groups[m.Group]
 		var mem *member
 		if g != nil {
@@ -91,40 +84,40 @@ func (s *Switch) control(now time.Time, d *transport.Delivery) {
 			return
 		}
 		switch m.Type {
-		case CtrlHeartbeat:
+		case ctrl.Heartbeat:
 			if !mem.alive {
 				s.reply(d.Peer, &d.Header, wire.StatusMemberDead, uint64(mem.id))
 				return
 			}
 			mem.lastSeen = s.heard
-			s.respond(d, &CtrlMsg{Type: CtrlHeartbeat, Resp: true, Group: g.id, Member: mem.id, Epoch: g.epoch, Dead: g.deadIDs()})
-		case CtrlLeave:
-			s.respond(d, &CtrlMsg{Type: CtrlLeave, Resp: true, Group: g.id, Member: mem.id})
+			s.respond(d, &ctrl.Msg{Type: ctrl.Heartbeat, Resp: true, Group: g.id, Member: mem.id, Epoch: g.epoch, Dead: g.deadIDs()})
+		case ctrl.Leave:
+			s.respond(d, &ctrl.Msg{Type: ctrl.Leave, Resp: true, Group: g.id, Member: mem.id})
 			s.memberDead(g, mem, true)
-		case CtrlDestroy:
-			s.respond(d, &CtrlMsg{Type: CtrlDestroy, Resp: true, Group: g.id})
+		case ctrl.Destroy:
+			s.respond(d, &ctrl.Msg{Type: ctrl.Destroy, Resp: true, Group: g.id})
 			s.destroy(g)
 		}
-	case CtrlRegister:
+	case ctrl.Register:
 		s.register(now, d, m)
-	case CtrlLookup:
+	case ctrl.Lookup:
 		g := s.groups[s.names[m.Service]]
 		if g == nil || !g.service {
 			s.reply(d.Peer, &d.Header, wire.StatusNotMember, 0)
 			return
 		}
-		s.respond(d, &CtrlMsg{Type: CtrlLookup, Resp: true, Group: g.id, Members: g.table()})
-	case CtrlJoinStatus:
+		s.respond(d, &ctrl.Msg{Type: ctrl.Lookup, Resp: true, Group: g.id, Members: g.table()})
+	case ctrl.JoinStatus:
 		// Any token holder may ask, as for LOOKUP. The answer is at most
 		// 2+512 bytes of fields, and the transport sends an address that
 		// has not shown it receives there at most three times what came
 		// from it until it acknowledges.
-		resp := &CtrlMsg{Type: CtrlJoinStatus, Resp: true}
+		resp := &ctrl.Msg{Type: ctrl.JoinStatus, Resp: true}
 		if r := s.jobs[m.Job]; r != nil {
 			resp.Size, resp.Joined = r.size, r.joined
 		}
 		s.respond(d, resp)
-	case CtrlPoolNode, CtrlPoolCreate, CtrlPoolOpen, CtrlPoolFree, CtrlPoolStat, CtrlPoolRebuilt, CtrlPoolReport:
+	case ctrl.PoolNode, ctrl.PoolCreate, ctrl.PoolOpen, ctrl.PoolFree, ctrl.PoolStat, ctrl.PoolRebuilt, ctrl.PoolReport:
 		s.poolControl(now, d, m)
 	default:
 		s.stats.ControlRefused++
@@ -137,32 +130,20 @@ func (s *Switch) control(now time.Time, d *transport.Delivery) {
 // lend memory and report it; job members join, beat and run services;
 // clients and members use the pool and look services up. A switch sends
 // the rest (grants, rebuilds) and asks nothing of itself.
-func RoleMay(r secure.Role, t CtrlType) bool {
+func RoleMay(r secure.Role, t ctrl.Type) bool {
 	switch t {
-	case CtrlPoolNode, CtrlPoolReport, CtrlPoolRebuilt:
+	case ctrl.PoolNode, ctrl.PoolReport, ctrl.PoolRebuilt:
 		return r == secure.RoleMemoryNode
-	case CtrlJoin, CtrlLeave, CtrlDestroy, CtrlHeartbeat, CtrlRegister, CtrlJoinStatus:
+	case ctrl.Join, ctrl.Leave, ctrl.Destroy, ctrl.Heartbeat, ctrl.Register, ctrl.JoinStatus:
 		return r == secure.RoleMember
-	case CtrlLookup, CtrlPoolCreate, CtrlPoolOpen, CtrlPoolFree, CtrlPoolStat:
+	case ctrl.Lookup, ctrl.PoolCreate, ctrl.PoolOpen, ctrl.PoolFree, ctrl.PoolStat:
 		return r == secure.RoleMember || r == secure.RoleClient
 	}
 	return false
 }
 
-// Operand1 of an AUTH answer to a request that authenticated but that the
-// sender's credential may not make; 0 is a control message that failed
-// authentication.
-const (
-	// AuthRoleRefused: the credential's role may not send the request
-	// (RoleMay).
-	AuthRoleRefused = 1
-	// AuthNameRefused: the credential's name does not bind the job, rank
-	// or service the request names (RankMay, ServiceMay).
-	AuthNameRefused = 2
-)
-
 // RankMay reports whether a member whose credential is named name may
-// join job as rank (CtrlRankAny: any), by the name grammar of package
+// join job as rank (ctrl.RankAny: any), by the name grammar of package
 // secure (secure.ParseName, secure.NameScopes):
 //
 //   - the job named JOB is joined by a credential JOB/RANK as rank RANK
@@ -201,30 +182,13 @@ func ServiceMay(name, service string) bool {
 	return owner == n.Scope
 }
 
-// SubGroupName is the name of a group of the scope of the member
-// credential named name (secure.ParseName) that a member holding it may
-// join: scope.suffix, with "@guest" added when guest is not empty, which
-// lets the credentials of scope guest join it too (RankMay). Without a
-// credential (name ""), or with a name outside the grammar, it is suffix
-// alone (suffix@guest).
-func SubGroupName(name, suffix, guest string) string {
-	if guest != "" {
-		suffix += "@" + guest
-	}
-	n, err := secure.ParseName(secure.RoleMember, name)
-	if err != nil {
-		return suffix
-	}
-	return n.Scope + "." + suffix
-}
-
 // respond sends a control response to the request in d.
-func (s *Switch) respond(d *transport.Delivery, m *CtrlMsg) {
+func (s *Switch) respond(d *transport.Delivery, m *ctrl.Msg) {
 	s.respondTo(d.Peer, d.Header.MsgID, m)
 }
 
-func (s *Switch) respondTo(peer transport.PeerID, msgID uint64, m *CtrlMsg) {
-	buf, err := AppendCtrl(nil, m, s.cfg.Token)
+func (s *Switch) respondTo(peer transport.PeerID, msgID uint64, m *ctrl.Msg) {
+	buf, err := secure.AppendCtrl(nil, m, s.cfg.Token)
 	if err != nil {
 		h := wire.Header{Op: wire.OpControl, MsgID: msgID}
 		s.reply(peer, &h, wire.StatusBusy, 0)
@@ -239,11 +203,11 @@ func (s *Switch) respondTo(peer transport.PeerID, msgID uint64, m *CtrlMsg) {
 	}
 }
 
-func (g *group) table() []MemberInfo {
-	t := make([]MemberInfo, 0, len(g.members))
+func (g *group) table() []ctrl.MemberInfo {
+	t := make([]ctrl.MemberInfo, 0, len(g.members))
 	for _, m := range g.members {
 		if m != nil && (m.alive || !g.service) {
-			t = append(t, MemberInfo{ID: m.id, Addr: m.addr})
+			t = append(t, ctrl.MemberInfo{ID: m.id, Addr: m.addr})
 		}
 	}
 	return t
@@ -251,14 +215,14 @@ func (g *group) table() []MemberInfo {
 
 // join registers one member of a job; when the last one arrives the group
 // is created and every joiner gets the member table.
-func (s *Switch) join(now time.Time, d *transport.Delivery, m *CtrlMsg) {
+func (s *Switch) join(now time.Time, d *transport.Delivery, m *ctrl.Msg) {
 	if s.idents != nil {
 		// A member credential named JOB/RANK joins that job as that
 		// rank only, and every credential the jobs of its scope only.
 		if c, _ := s.idents(d.Peer.Addr); !RankMay(c.Name, m.Job, m.Rank) {
 			s.stats.ControlRefused++
 			s.stats.NameRefused++
-			s.reply(d.Peer, &d.Header, wire.StatusAuth, AuthNameRefused)
+			s.reply(d.Peer, &d.Header, wire.StatusAuth, ctrl.AuthNameRefused)
 			return
 		}
 	}
@@ -267,23 +231,23 @@ func (s *Switch) join(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 	if id, ok := s.names[m.Job]; ok {
 		if g := s.groups[id]; g != nil && !g.service {
 			if mem := g.byAddr[d.Peer.Addr]; mem != nil && mem.alive {
-				s.respond(d, &CtrlMsg{Type: CtrlJoin, Resp: true, Group: g.id, Member: mem.id, Members: g.table(), Epoch: g.epoch})
+				s.respond(d, &ctrl.Msg{Type: ctrl.Join, Resp: true, Group: g.id, Member: mem.id, Members: g.table(), Epoch: g.epoch})
 				return
 			}
 			if m.Rank >= 0 && m.Rank < len(g.members) && g.members[m.Rank] != nil && g.members[m.Rank].alive {
 				s.stats.ControlRefused++
-				s.respond(d, &CtrlMsg{Type: CtrlJoin, Resp: true, Member: uint16(m.Rank), Members: []MemberInfo{{ID: uint16(m.Rank), Addr: g.members[m.Rank].addr}}})
+				s.respond(d, &ctrl.Msg{Type: ctrl.Join, Resp: true, Member: uint16(m.Rank), Members: []ctrl.MemberInfo{{ID: uint16(m.Rank), Addr: g.members[m.Rank].addr}}})
 				return
 			}
 		}
-		s.reply(d.Peer, &d.Header, wire.StatusBusy, JoinBusyFormed) // name in use
+		s.reply(d.Peer, &d.Header, wire.StatusBusy, ctrl.JoinBusyFormed) // name in use
 		return
 	}
 	r := s.jobs[m.Job]
 	if r == nil {
 		if len(s.groups)+len(s.jobs) >= s.cfg.MaxGroups || len(s.jobs) >= s.cfg.Limits.MaxRendezvous {
 			s.stats.ControlRefused++
-			s.reply(d.Peer, &d.Header, wire.StatusBusy, JoinBusyFull)
+			s.reply(d.Peer, &d.Header, wire.StatusBusy, ctrl.JoinBusyFull)
 			return
 		}
 		r = &rendezvous{job: m.Job, size: m.Size, mtu: m.MTU, joiners: make([]*joiner, m.Size), joined: make([]byte, (m.Size+7)/8)}
@@ -298,13 +262,13 @@ func (s *Switch) join(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 		// on the others at their timeout), and the rendezvous is
 		// dropped for a new launch.
 		s.stats.ControlRefused++
-		s.reply(d.Peer, &d.Header, wire.StatusBadOperand, JoinRefusal(r.size, r.mtu))
+		s.reply(d.Peer, &d.Header, wire.StatusBadOperand, ctrl.JoinRefusal(r.size, r.mtu))
 		if !slices.ContainsFunc(r.joiners, func(j *joiner) bool { return j != nil && j.peer.Addr == d.Peer.Addr }) {
 			delete(s.jobs, m.Job)
 			for _, j := range r.joiners {
 				if j != nil {
 					h := wire.Header{Op: wire.OpControl, MsgID: j.msgID}
-					s.reply(j.peer, &h, wire.StatusBusy, JoinConflict(m.Rank, m.Size, m.MTU))
+					s.reply(j.peer, &h, wire.StatusBusy, ctrl.JoinConflict(m.Rank, m.Size, m.MTU))
 				}
 			}
 		}
@@ -316,7 +280,7 @@ func (s *Switch) join(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 			rank = i // the same process joining again
 		}
 	}
-	if rank == CtrlRankAny {
+	if rank == ctrl.RankAny {
 		for i, j := range r.joiners {
 			if j == nil {
 				rank = i
@@ -325,14 +289,14 @@ func (s *Switch) join(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 		}
 	}
 	if rank < 0 || rank >= r.size {
-		s.reply(d.Peer, &d.Header, wire.StatusBusy, JoinBusyNoRank)
+		s.reply(d.Peer, &d.Header, wire.StatusBusy, ctrl.JoinBusyNoRank)
 		return
 	}
 	if j := r.joiners[rank]; j != nil && j.peer.Addr != d.Peer.Addr {
 		// Two processes with one rank: tell the second who holds it (a
 		// JOIN response of group 0 whose one member is the holder).
 		s.stats.ControlRefused++
-		s.respond(d, &CtrlMsg{Type: CtrlJoin, Resp: true, Member: uint16(rank), Members: []MemberInfo{{ID: uint16(rank), Addr: j.peer.Addr}}})
+		s.respond(d, &ctrl.Msg{Type: ctrl.Join, Resp: true, Member: uint16(rank), Members: []ctrl.MemberInfo{{ID: uint16(rank), Addr: j.peer.Addr}}})
 		return
 	}
 	if r.joiners[rank] == nil {
@@ -354,46 +318,8 @@ func (s *Switch) join(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 	s.logEvent(Event{Kind: EventJobJoined, Job: g.name, Group: g.id, Size: r.size})
 	t := g.table()
 	for i, j := range r.joiners {
-		s.respondTo(j.peer, j.msgID, &CtrlMsg{Type: CtrlJoin, Resp: true, Group: g.id, Member: uint16(i), Members: t, Epoch: g.epoch})
+		s.respondTo(j.peer, j.msgID, &ctrl.Msg{Type: ctrl.Join, Resp: true, Group: g.id, Member: uint16(i), Members: t, Epoch: g.epoch})
 	}
-}
-
-// Operand1 of a JOIN refused with StatusBusy: why.
-const (
-	// JoinBusyFormed: the job's group formed already (with every rank),
-	// or the name is an anycast service's.
-	JoinBusyFormed = 1
-	// JoinBusyFull: the switch holds Config.MaxGroups groups or
-	// ControlLimits.MaxRendezvous rendezvous.
-	JoinBusyFull = 2
-	// JoinBusyNoRank: a JOIN for any rank found every rank taken.
-	JoinBusyNoRank = 3
-	// JoinBusyExpired: no rank joined for ControlLimits.RendezvousTimeout
-	// and the switch dropped the rendezvous.
-	JoinBusyExpired = 4
-	// JoinBusyConflict (in Operand1's top byte, JoinConflict): another
-	// rank asked for the job with another size or MTU, and the switch
-	// dropped the rendezvous.
-	JoinBusyConflict = 5
-)
-
-// JoinConflict is Operand1 of a JOIN refused with StatusBusy because
-// rank asked for the job with size and mtu, which the waiting ranks did
-// not: JoinBusyConflict in the top byte, then the rank (16 bits), the
-// size and the MTU (20 bits each; a rank of CtrlRankAny is 0xFFFF).
-// SplitJoinConflict takes it apart.
-func JoinConflict(rank, size, mtu int) uint64 {
-	return JoinBusyConflict<<56 | uint64(uint16(rank))<<40 | uint64(size&0xFFFFF)<<20 | uint64(mtu&0xFFFFF)
-}
-
-// SplitJoinConflict returns the rank, size and MTU of a JoinConflict
-// operand (rank -1: any rank).
-func SplitJoinConflict(v uint64) (rank, size, mtu int) {
-	rank = int(uint16(v >> 40))
-	if rank == 0xFFFF {
-		rank = -1
-	}
-	return rank, int(v >> 20 & 0xFFFFF), int(v & 0xFFFFF)
 }
 
 // dropRendezvous forgets a job whose ranks did not all join in time and
@@ -403,7 +329,7 @@ func (s *Switch) dropRendezvous(name string, r *rendezvous) {
 	for _, j := range r.joiners {
 		if j != nil {
 			h := wire.Header{Op: wire.OpControl, MsgID: j.msgID}
-			s.reply(j.peer, &h, wire.StatusBusy, JoinBusyExpired)
+			s.reply(j.peer, &h, wire.StatusBusy, ctrl.JoinBusyExpired)
 		}
 	}
 	s.stats.RendezvousExpired++
@@ -422,14 +348,14 @@ func (s *Switch) newGroup(name string, service bool, size int, now time.Time) *g
 
 // register adds a server to an anycast service group, creating the group
 // (with its policy, size and ownership table) on first registration.
-func (s *Switch) register(now time.Time, d *transport.Delivery, m *CtrlMsg) {
+func (s *Switch) register(now time.Time, d *transport.Delivery, m *ctrl.Msg) {
 	if s.idents != nil {
 		// Only the credentials of a service's scope serve it: another
 		// would answer its clients' requests.
 		if c, _ := s.idents(d.Peer.Addr); !ServiceMay(c.Name, m.Service) {
 			s.stats.ControlRefused++
 			s.stats.NameRefused++
-			s.reply(d.Peer, &d.Header, wire.StatusAuth, AuthNameRefused)
+			s.reply(d.Peer, &d.Header, wire.StatusAuth, ctrl.AuthNameRefused)
 			return
 		}
 	}
@@ -445,7 +371,7 @@ func (s *Switch) register(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 			s.reply(d.Peer, &d.Header, wire.StatusBusy, 0)
 			return
 		}
-		sel, err := NewSelector(Policy(m.Policy), m.Size, toRanges(m.Ranges))
+		sel, err := NewSelector(ctrl.Policy(m.Policy), m.Size, toRanges(m.Ranges))
 		if err != nil {
 			s.reply(d.Peer, &d.Header, wire.StatusBadOperand, 0)
 			return
@@ -460,7 +386,7 @@ func (s *Switch) register(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 	if mem := g.byAddr[d.Peer.Addr]; mem != nil {
 		rank = int(mem.id)
 	}
-	if rank == CtrlRankAny {
+	if rank == ctrl.RankAny {
 		for i, mem := range g.members {
 			if mem == nil || !mem.alive {
 				rank = i
@@ -489,20 +415,20 @@ func (s *Switch) register(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 	g.undead(mem.id) // a rank registered again is not dead
 	g.epoch++
 	g.sel.SetAlive(rank, true)
-	s.respond(d, &CtrlMsg{Type: CtrlRegister, Resp: true, Group: g.id, Member: mem.id})
+	s.respond(d, &ctrl.Msg{Type: ctrl.Register, Resp: true, Group: g.id, Member: mem.id})
 }
 
-func toRanges(cr []CtrlRange) []KeyRange {
+func toRanges(cr []ctrl.Range) []ctrl.KeyRange {
 	if len(cr) == 0 {
 		return nil
 	}
-	out := make([]KeyRange, len(cr))
+	out := make([]ctrl.KeyRange, len(cr))
 	for i, r := range cr {
 		reps := make([]int, len(r.Replicas))
 		for j, x := range r.Replicas {
 			reps[j] = int(x)
 		}
-		out[i] = KeyRange{Start: r.Start, End: r.End, Owner: int(r.Owner), Replicas: reps}
+		out[i] = ctrl.KeyRange{Start: r.Start, End: r.End, Owner: int(r.Owner), Replicas: reps}
 	}
 	return out
 }

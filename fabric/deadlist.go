@@ -1,6 +1,10 @@
 package fabric
 
-import "time"
+import (
+	"time"
+
+	"github.com/ndma/ndma/wire/ctrl"
+)
 
 // deadList is a group's dead members, each at most once: a set bounded by
 // the group's size. A job group keeps its dead until it ends (a chunk
@@ -55,8 +59,8 @@ func (g *group) pruneDead(now time.Time, ttl time.Duration) { g.dead.prune(now, 
 // recent deaths are kept should it not be).
 func (g *group) deadIDs() []uint16 {
 	ids := g.dead.ids
-	if len(ids) > CtrlMaxMembers {
-		ids = ids[len(ids)-CtrlMaxMembers:]
+	if len(ids) > ctrl.MaxMembers {
+		ids = ids[len(ids)-ctrl.MaxMembers:]
 	}
 	return ids
 }

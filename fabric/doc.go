@@ -11,14 +11,16 @@
 //   - anycast: a request to a service group is forwarded to one member
 //     chosen by policy (Selector: least outstanding, round robin, key
 //     affinity with replicas), and the reply relayed back;
-//   - a memory pool (mmu.go, layout.go, pool_ctrl.go, pool_data.go): memory
-//     nodes lend memory to the MMU, regions are striped over them (one or
-//     two copies), and pool requests are translated per datagram and
-//     forwarded to the node that holds them, which answers the client;
+//   - a memory pool (mmu.go, pool_ctrl.go, pool_data.go): memory nodes
+//     lend memory to the MMU, regions are striped over them (one or two
+//     copies, by wire/poolmap's Layout), and pool requests are translated
+//     per datagram and forwarded to the node that holds them, which
+//     answers the client;
 //     chained instructions and optimizer steps go the same way;
-//   - a control plane (ctrl.go): job rendezvous, service registration,
-//     heartbeats, leave, destroy, the pool's nodes, regions and grants —
-//     authenticated with a fabric token.
+//   - a control plane (control.go, pool_ctrl.go; the messages are package
+//     wire/ctrl's): job rendezvous, service registration, heartbeats,
+//     leave, destroy, the pool's nodes, regions and grants —
+//     authenticated with a fabric token (secure.ParseCtrl).
 //
 // Switch is sans-I/O (Step/Poll with an explicit time) like the transport
 // engine it embeds, so it runs on real UDP (Server) and on netio/simnet.

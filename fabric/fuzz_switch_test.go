@@ -9,7 +9,9 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // fuzzReader reads fields off the fuzz input; past its end every field
@@ -48,8 +50,8 @@ func newFuzzFabric(tb testing.TB) *fuzzFabric {
 	})
 	ops := make([]*endpoint.Op, 2)
 	for i := range ops {
-		buf, err := fabric.AppendCtrl(nil, &fabric.CtrlMsg{Type: fabric.CtrlRegister, Service: "svc", Size: 2, Rank: i,
-			Policy: uint8(fabric.PolicyLeastOutstanding), MTU: 9000}, []byte("bench"))
+		buf, err := secure.AppendCtrl(nil, &ctrl.Msg{Type: ctrl.Register, Service: "svc", Size: 2, Rank: i,
+			Policy: uint8(ctrl.PolicyLeastOutstanding), MTU: 9000}, []byte("bench"))
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -61,8 +63,8 @@ func newFuzzFabric(tb testing.TB) *fuzzFabric {
 	f.run(func() bool { return opDone(ops[0]) && opDone(ops[1]) })
 	ff := &fuzzFabric{benchFabric: f}
 	for i, op := range ops {
-		var resp fabric.CtrlMsg
-		if op.Err != nil || fabric.ParseCtrl(op.Resp, &resp, []byte("bench")) != nil {
+		var resp ctrl.Msg
+		if op.Err != nil || secure.ParseCtrl(op.Resp, &resp, []byte("bench")) != nil {
 			tb.Fatalf("register %d: %v", i, op.Err)
 		}
 		ff.svc = resp.Group

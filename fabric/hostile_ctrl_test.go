@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/netio/simnet"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // A sans-I/O harness: one Switch and clients that are bare transport
@@ -58,9 +60,9 @@ func (h *ctlHarness) client(addr netip.AddrPort, mtu int) *ctlClient {
 }
 
 // send queues a control request from c and returns its message id.
-func (h *ctlHarness) send(c *ctlClient, m *CtrlMsg) uint64 {
+func (h *ctlHarness) send(c *ctlClient, m *ctrl.Msg) uint64 {
 	h.t.Helper()
-	buf, err := AppendCtrl(nil, m, h.token)
+	buf, err := secure.AppendCtrl(nil, m, h.token)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -110,13 +112,13 @@ func (h *ctlHarness) run(d, dt time.Duration) {
 // and returns the service's group id.
 func (h *ctlHarness) register(c *ctlClient, rank int) uint32 {
 	h.t.Helper()
-	id := h.send(c, &CtrlMsg{Type: CtrlRegister, Service: "svc", Policy: uint8(PolicyRoundRobin), Size: 2, Rank: rank, MTU: 9000})
+	id := h.send(c, &ctrl.Msg{Type: ctrl.Register, Service: "svc", Policy: uint8(ctrl.PolicyRoundRobin), Size: 2, Rank: rank, MTU: 9000})
 	h.pump(2 * time.Millisecond)
-	var m CtrlMsg
+	var m ctrl.Msg
 	if st := c.resps[id].Status; st != wire.StatusOK {
 		h.t.Fatalf("register rank %d: %v", rank, st)
 	}
-	if err := ParseCtrl(c.body[id], &m, h.token); err != nil {
+	if err := secure.ParseCtrl(c.body[id], &m, h.token); err != nil {
 		h.t.Fatal(err)
 	}
 	return m.Group
@@ -133,7 +135,7 @@ func addrN(i int) netip.AddrPort {
 func TestRendezvousBoundedAndExpiring(t *testing.T) {
 	h := newCtlHarness(t, Config{HeartbeatTimeout: time.Hour})
 	done := h.client(addrN(0), 1500)
-	doneID := h.send(done, &CtrlMsg{Type: CtrlJoin, Job: "done", Size: 1, Rank: 0, MTU: 1500})
+	doneID := h.send(done, &ctrl.Msg{Type: ctrl.Join, Job: "done", Size: 1, Rank: 0, MTU: 1500})
 	h.pump(5 * time.Millisecond)
 	if st := done.resps[doneID].Status; st != wire.StatusOK {
 		t.Fatalf("single-rank job: status %v", st)
@@ -141,7 +143,7 @@ func TestRendezvousBoundedAndExpiring(t *testing.T) {
 	var ids []uint64
 	for i := 1; i <= 1000; i++ {
 		c := h.client(addrN(i), 1500)
-		ids = append(ids, h.send(c, &CtrlMsg{Type: CtrlJoin, Job: "stuck-" + string(rune('a'+i%26)) + string(rune(i)), Size: 2, Rank: 0, MTU: 1500}))
+		ids = append(ids, h.send(c, &ctrl.Msg{Type: ctrl.Join, Job: "stuck-" + string(rune('a'+i%26)) + string(rune(i)), Size: 2, Rank: 0, MTU: 1500}))
 		if i%50 == 0 {
 			h.pump(2 * time.Millisecond)
 		}
@@ -154,8 +156,8 @@ func TestRendezvousBoundedAndExpiring(t *testing.T) {
 	for i, id := range ids {
 		if r := h.clients[addrN(i+1)].resps[id]; r.Status == wire.StatusBusy {
 			busy++
-			if r.Operand1 != JoinBusyFull {
-				t.Fatalf("JOIN refused for a full switch with Operand1 %d, want %d", r.Operand1, JoinBusyFull)
+			if r.Operand1 != ctrl.JoinBusyFull {
+				t.Fatalf("JOIN refused for a full switch with Operand1 %d, want %d", r.Operand1, ctrl.JoinBusyFull)
 			}
 		}
 	}
@@ -174,9 +176,9 @@ func TestRendezvousBoundedAndExpiring(t *testing.T) {
 	expired, full := 0, 0
 	for i, id := range ids {
 		switch r := h.clients[addrN(i+1)].resps[id]; {
-		case r.Status == wire.StatusBusy && r.Operand1 == JoinBusyExpired:
+		case r.Status == wire.StatusBusy && r.Operand1 == ctrl.JoinBusyExpired:
 			expired++
-		case r.Status == wire.StatusBusy && r.Operand1 == JoinBusyFull:
+		case r.Status == wire.StatusBusy && r.Operand1 == ctrl.JoinBusyFull:
 			full++
 		}
 	}
@@ -184,8 +186,8 @@ func TestRendezvousBoundedAndExpiring(t *testing.T) {
 		t.Fatalf("after expiry: %d stuck joiners told their rendezvous expired, %d the switch was full; want %d and %d", expired, full, waiting, 1000-waiting)
 	}
 	a, b := h.client(addrN(2000), 1500), h.client(addrN(2001), 1500)
-	ia := h.send(a, &CtrlMsg{Type: CtrlJoin, Job: "late", Size: 2, Rank: 0, MTU: 1500})
-	ib := h.send(b, &CtrlMsg{Type: CtrlJoin, Job: "late", Size: 2, Rank: 1, MTU: 1500})
+	ia := h.send(a, &ctrl.Msg{Type: ctrl.Join, Job: "late", Size: 2, Rank: 0, MTU: 1500})
+	ib := h.send(b, &ctrl.Msg{Type: ctrl.Join, Job: "late", Size: 2, Rank: 1, MTU: 1500})
 	h.pump(5 * time.Millisecond)
 	if a.resps[ia].Status != wire.StatusOK || b.resps[ib].Status != wire.StatusOK {
 		t.Fatalf("new job after the flood: %v %v", a.resps[ia].Status, b.resps[ib].Status)
@@ -203,25 +205,25 @@ func TestDeadListBounded(t *testing.T) {
 	g := reg(a, 0)
 	for range 5000 {
 		reg(b, 1)
-		h.send(b, &CtrlMsg{Type: CtrlLeave, Group: g, Member: 1})
+		h.send(b, &ctrl.Msg{Type: ctrl.Leave, Group: g, Member: 1})
 		h.pump(time.Millisecond)
 	}
-	id := h.send(a, &CtrlMsg{Type: CtrlHeartbeat, Group: g, Member: 0})
+	id := h.send(a, &ctrl.Msg{Type: ctrl.Heartbeat, Group: g, Member: 0})
 	h.pump(5 * time.Millisecond)
 	if st := a.resps[id].Status; st != wire.StatusOK {
 		t.Fatalf("heartbeat after 5000 leave/register cycles: status %v", st)
 	}
-	var m CtrlMsg
-	if err := ParseCtrl(a.body[id], &m, h.token); err != nil {
+	var m ctrl.Msg
+	if err := secure.ParseCtrl(a.body[id], &m, h.token); err != nil {
 		t.Fatal(err)
 	}
 	if len(m.Dead) != 1 || m.Dead[0] != 1 {
 		t.Fatalf("dead list %v, want [1]", m.Dead)
 	}
 	reg(b, 1)
-	id = h.send(a, &CtrlMsg{Type: CtrlHeartbeat, Group: g, Member: 0})
+	id = h.send(a, &ctrl.Msg{Type: ctrl.Heartbeat, Group: g, Member: 0})
 	h.pump(5 * time.Millisecond)
-	if err := ParseCtrl(a.body[id], &m, h.token); err != nil || len(m.Dead) != 0 {
+	if err := secure.ParseCtrl(a.body[id], &m, h.token); err != nil || len(m.Dead) != 0 {
 		t.Fatalf("dead list %v (err %v) after rank 1 registered again, want empty", m.Dead, err)
 	}
 }
@@ -234,13 +236,13 @@ func TestPoolNodeTableLifetime(t *testing.T) {
 	h := newCtlHarness(t, Config{HeartbeatTimeout: time.Second, Limits: ControlLimits{MaxPoolNodes: 2}})
 	reg := func(i int) wire.Status {
 		c := h.client(addrN(i), 9000)
-		id := h.send(c, &CtrlMsg{Type: CtrlPoolNode, Key: 0x1000 + uint64(i), Capacity: 1 << 20, Epoch: 1})
+		id := h.send(c, &ctrl.Msg{Type: ctrl.PoolNode, Key: 0x1000 + uint64(i), Capacity: 1 << 20, Epoch: 1})
 		h.pump(2 * time.Millisecond)
 		if st := c.resps[id].Status; st != wire.StatusOK {
 			return st
 		}
 		// It reports holding nothing: the switch uses it from now on.
-		id = h.send(c, &CtrlMsg{Type: CtrlPoolReport, Final: true})
+		id = h.send(c, &ctrl.Msg{Type: ctrl.PoolReport, Final: true})
 		h.pump(2 * time.Millisecond)
 		return c.resps[id].Status
 	}
@@ -291,7 +293,7 @@ func TestPoolNodeTableExpiresByDefault(t *testing.T) {
 	h := newCtlHarness(t, Config{HeartbeatTimeout: time.Second})
 	for i := range 100 {
 		c := h.client(addrN(i), 9000)
-		h.send(c, &CtrlMsg{Type: CtrlPoolNode, Key: 0x1000 + uint64(i), Capacity: 1 << 20, Epoch: 1})
+		h.send(c, &ctrl.Msg{Type: ctrl.PoolNode, Key: 0x1000 + uint64(i), Capacity: 1 << 20, Epoch: 1})
 	}
 	h.pump(10 * time.Millisecond)
 	if n := len(h.sw.mmu.Nodes()); n != 100 {
@@ -309,12 +311,12 @@ func TestPoolNodeTableExpiresByDefault(t *testing.T) {
 func TestControlMultiPacket(t *testing.T) {
 	h := newCtlHarness(t, Config{Transport: transport.Config{MTU: 1500}})
 	c := h.client(addrN(1), 1500)
-	var ranges []CtrlRange
+	var ranges []ctrl.Range
 	for i := range 200 {
-		ranges = append(ranges, CtrlRange{Start: uint64(i) * 100, End: uint64(i)*100 + 99, Owner: 0, Replicas: []int32{1, 2}})
+		ranges = append(ranges, ctrl.Range{Start: uint64(i) * 100, End: uint64(i)*100 + 99, Owner: 0, Replicas: []int32{1, 2}})
 	}
-	m := &CtrlMsg{Type: CtrlRegister, Service: "kv", Policy: uint8(PolicyKeyAffinity), Size: 3, Rank: 0, Ranges: ranges, MTU: 1500}
-	buf, _ := AppendCtrl(nil, m, h.token)
+	m := &ctrl.Msg{Type: ctrl.Register, Service: "kv", Policy: uint8(ctrl.PolicyKeyAffinity), Size: 3, Rank: 0, Ranges: ranges, MTU: 1500}
+	buf, _ := secure.AppendCtrl(nil, m, h.token)
 	if len(buf) <= 1500-wire.HeaderLen {
 		t.Fatalf("REGISTER of %d bytes fits one packet: the test needs more ranges", len(buf))
 	}
@@ -323,8 +325,8 @@ func TestControlMultiPacket(t *testing.T) {
 	if st := c.resps[id].Status; st != wire.StatusOK {
 		t.Fatalf("multi-packet REGISTER (%d bytes): status %v, switch %+v", len(buf), st, h.sw.Stats())
 	}
-	var resp CtrlMsg
-	if err := ParseCtrl(c.body[id], &resp, h.token); err != nil || resp.Type != CtrlRegister {
+	var resp ctrl.Msg
+	if err := secure.ParseCtrl(c.body[id], &resp, h.token); err != nil || resp.Type != ctrl.Register {
 		t.Fatalf("response %+v, %v", resp, err)
 	}
 	if h.sw.asm.len() != 0 {
@@ -397,7 +399,7 @@ func TestControlPartialFlood(t *testing.T) {
 		}
 		if i == 1500 {
 			c := h.client(addrN(1), 9000)
-			id := h.send(c, &CtrlMsg{Type: CtrlJoin, Job: "legit", Size: 1, Rank: 0, MTU: 9000})
+			id := h.send(c, &ctrl.Msg{Type: ctrl.Join, Job: "legit", Size: 1, Rank: 0, MTU: 9000})
 			h.pump(2 * time.Millisecond)
 			if st := c.resps[id].Status; st != wire.StatusOK || c.resps[id].Flags&wire.FlagResp == 0 {
 				t.Fatalf("JOIN during the flood: status %v", st)
@@ -418,18 +420,18 @@ func TestControlPartialFlood(t *testing.T) {
 func TestJoinStatus(t *testing.T) {
 	h := newCtlHarness(t, Config{HeartbeatTimeout: time.Hour})
 	a, b, asker := h.client(addrN(1), 1500), h.client(addrN(2), 1500), h.client(addrN(3), 1500)
-	h.send(a, &CtrlMsg{Type: CtrlJoin, Job: "job", Size: 11, Rank: 0, MTU: 1500})
-	h.send(b, &CtrlMsg{Type: CtrlJoin, Job: "job", Size: 11, Rank: 9, MTU: 1500})
+	h.send(a, &ctrl.Msg{Type: ctrl.Join, Job: "job", Size: 11, Rank: 0, MTU: 1500})
+	h.send(b, &ctrl.Msg{Type: ctrl.Join, Job: "job", Size: 11, Rank: 9, MTU: 1500})
 	h.pump(5 * time.Millisecond)
-	status := func(job string) *CtrlMsg {
+	status := func(job string) *ctrl.Msg {
 		t.Helper()
-		id := h.send(asker, &CtrlMsg{Type: CtrlJoinStatus, Job: job})
+		id := h.send(asker, &ctrl.Msg{Type: ctrl.JoinStatus, Job: job})
 		h.pump(5 * time.Millisecond)
 		if st := asker.resps[id].Status; st != wire.StatusOK {
 			t.Fatalf("join status of %q: status %v", job, st)
 		}
-		var m CtrlMsg
-		if err := ParseCtrl(asker.body[id], &m, h.token); err != nil || m.Type != CtrlJoinStatus || !m.Resp {
+		var m ctrl.Msg
+		if err := secure.ParseCtrl(asker.body[id], &m, h.token); err != nil || m.Type != ctrl.JoinStatus || !m.Resp {
 			t.Fatalf("join status of %q: %+v, %v", job, m, err)
 		}
 		return &m
@@ -440,23 +442,23 @@ func TestJoinStatus(t *testing.T) {
 	if m := status("other"); m.Size != 0 || len(m.Joined) != 0 {
 		t.Errorf("unknown job: size %d, joined %v; want an empty answer", m.Size, m.JoinedRanks())
 	}
-	h.send(a, &CtrlMsg{Type: CtrlJoin, Job: "pair", Size: 2, Rank: 0, MTU: 1500})
-	h.send(b, &CtrlMsg{Type: CtrlJoin, Job: "pair", Size: 2, Rank: 1, MTU: 1500})
+	h.send(a, &ctrl.Msg{Type: ctrl.Join, Job: "pair", Size: 2, Rank: 0, MTU: 1500})
+	h.send(b, &ctrl.Msg{Type: ctrl.Join, Job: "pair", Size: 2, Rank: 1, MTU: 1500})
 	h.pump(5 * time.Millisecond)
 	if m := status("pair"); m.Size != 0 {
 		t.Errorf("formed job: size %d, joined %v; want an empty answer", m.Size, m.JoinedRanks())
 	}
 
-	// A request from a forged source: the answer for a job of CtrlMaxSize
+	// A request from a forged source: the answer for a job of ctrl.MaxSize
 	// ranks is larger than the request, but the victim gets at most three
 	// times the request's bytes.
-	h.send(a, &CtrlMsg{Type: CtrlJoin, Job: "big", Size: CtrlMaxSize, Rank: CtrlRankAny, MTU: 1500})
+	h.send(a, &ctrl.Msg{Type: ctrl.Join, Job: "big", Size: ctrl.MaxSize, Rank: ctrl.RankAny, MTU: 1500})
 	h.pump(5 * time.Millisecond)
 	forger, err := transport.New(transport.Config{MTU: 1500, Seed: 99})
 	if err != nil {
 		t.Fatal(err)
 	}
-	buf, err := AppendCtrl(nil, &CtrlMsg{Type: CtrlJoinStatus, Job: "big"}, h.token)
+	buf, err := secure.AppendCtrl(nil, &ctrl.Msg{Type: ctrl.JoinStatus, Job: "big"}, h.token)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,9 +15,9 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/internal/hostile"
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 	"golang.org/x/sys/unix"
 )
 
@@ -42,7 +42,7 @@ func hostileFabric(t *testing.T, seed int64) {
 	f, nodes, cli := poolSimSetup(t, seed, impaired(0.01), 2)
 	ms := f.addMembers(3)
 	gid := f.join("hostile", ms)
-	p := f.createPool(cli, fabric.PoolSpec{Size: 1 << 20, Stripe: 64 << 10, Replicas: 1, Perm: uint8(memnode.PermAll)})
+	p := f.createPool(cli, ctrl.PoolSpec{Size: 1 << 20, Stripe: 64 << 10, Replicas: 1, Perm: uint8(wire.PermAll)})
 
 	forged := []netip.AddrPort{f.swAddr, nodes[0].addr, nodes[1].addr, cli.addr}
 	for _, m := range ms {

@@ -7,11 +7,10 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // byteSink counts what reaches an address that never sends.
@@ -29,7 +28,7 @@ func (b *byteSink) Poll(_ time.Time, out []netio.Datagram) ([]netio.Datagram, ti
 // reading and writing verified data.
 func TestSimPoolNoReflection(t *testing.T) {
 	f, _, cli := poolSimSetup(t, 41, simnet.LinkConfig{}, 2)
-	p := f.createPool(cli, fabric.PoolSpec{Size: 1 << 20, Stripe: 64 << 10, Replicas: 1, Perm: uint8(memnode.PermAll)})
+	p := f.createPool(cli, ctrl.PoolSpec{Size: 1 << 20, Stripe: 64 << 10, Replicas: 1, Perm: uint8(wire.PermAll)})
 	victim := &byteSink{}
 	vaddr := netip.MustParseAddrPort("10.7.7.7:4000")
 	f.net.Attach(vaddr, victim, f.link, f.link)

@@ -9,6 +9,7 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // TestSimAnycastExpiry: a service member that never replies does not hold
@@ -22,7 +23,7 @@ func TestSimAnycastExpiry(t *testing.T) {
 	f := newSimFabric(t, 1, impaired(0), fabric.Config{AnycastTimeout: timeout, MaxAnycastPerClient: 2})
 	ms := f.addMembers(3)
 	servers, client := ms[:2], ms[2]
-	gid := f.anyRegister("svc", servers, fabric.PolicyLeastOutstanding, nil)
+	gid := f.anyRegister("svc", servers, ctrl.PolicyLeastOutstanding, nil)
 	echo := func(rank int) func(r *endpoint.Request) ([]byte, error) {
 		return func(r *endpoint.Request) ([]byte, error) { return anyEcho(rank, r.Data), nil }
 	}

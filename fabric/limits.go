@@ -30,7 +30,7 @@ type ControlLimits struct {
 	// MaxControlMessage is the largest control request the switch
 	// reassembles from several packets, in bytes; a longer one is
 	// answered StatusTooLarge. Zero means 256 KiB (a REGISTER with
-	// CtrlMaxRanges ranges of CtrlMaxReplicas replicas is about 212 KiB).
+	// ctrl.MaxRanges ranges of ctrl.MaxReplicas replicas is about 212 KiB).
 	MaxControlMessage int
 	// MaxControlPartial bounds the control requests being reassembled at
 	// once, and MaxControlPartialBytes their total declared length in

@@ -3,6 +3,8 @@ package fabric
 import (
 	"testing"
 	"time"
+
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // TestStallIsNotSilence: a switch that itself stops running for three
@@ -19,7 +21,7 @@ func TestStallIsNotSilence(t *testing.T) {
 	group := h.register(b, 1)
 	heartbeat := func(cs ...*ctlClient) {
 		for i, c := range cs {
-			h.send(c, &CtrlMsg{Type: CtrlHeartbeat, Group: group, Member: uint16(i)})
+			h.send(c, &ctrl.Msg{Type: ctrl.Heartbeat, Group: group, Member: uint16(i)})
 		}
 	}
 	for range 8 {

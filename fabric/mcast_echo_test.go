@@ -5,9 +5,10 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // mcastDataAt is mcastData with the sender's timestamp.
@@ -80,7 +81,7 @@ func TestSwitchMergedAckEchoesNoStaleTimestamp(t *testing.T) {
 		t.Fatalf("merged ACK %+v before member 2 has the packet", acks)
 	}
 	f.now = f.now.Add(400 * time.Millisecond)
-	buf, err := fabric.AppendCtrl(nil, &fabric.CtrlMsg{Type: fabric.CtrlLeave, Group: g, Member: 2}, []byte("bench"))
+	buf, err := secure.AppendCtrl(nil, &ctrl.Msg{Type: ctrl.Leave, Group: g, Member: 2}, []byte("bench"))
 	if err != nil {
 		t.Fatal(err)
 	}

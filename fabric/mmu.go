@@ -14,14 +14,15 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
+	"github.com/ndma/ndma/wire/poolmap"
 )
 
 // Limits of the MMU.
 const (
-	MaxPoolNodes   = 1024
-	MaxPoolRegions = 4096
+	MaxPoolNodes   = ctrl.MaxPoolNodes   // what a POOLSTAT response can list
+	MaxPoolRegions = ctrl.MaxPoolRegions // what a POOLSTAT response can list
 	// poolAlign aligns every region's extent on a node.
 	poolAlign = 64
 )
@@ -30,8 +31,6 @@ const (
 // unknown, freed or wrongly keyed region; StatusPermission; StatusOutOfBounds
 // for an access outside the region) that its errors wrap.
 var (
-	ErrNoSpace  = errors.New("fabric: pool: not enough free memory on the memory nodes")
-	ErrNoNodes  = errors.New("fabric: pool: not enough live memory nodes")
 	ErrPoolNode = errors.New("fabric: pool: bad memory node")
 )
 
@@ -54,7 +53,7 @@ type PoolNode struct {
 	// (a restarted switch's map names it; it has not registered yet).
 	Incarnation uint64
 	// reported: the node has reported the grants it holds to this switch
-	// (its final CtrlPoolReport). Until then it is not used (not Alive).
+	// (its final ctrl.PoolReport). Until then it is not used (not Alive).
 	reported bool
 }
 
@@ -154,8 +153,8 @@ func (n *PoolNode) release(off, size uint64) {
 type PoolRegion struct {
 	ID     uint32
 	Key    uint64 // capability: every access must carry it
-	Perm   memnode.Perm
-	Layout Layout
+	Perm   wire.Perm
+	Layout poolmap.Layout
 	// Homes[c] is the memory node of column c and the offset of the
 	// region's extent within that node's pool memory.
 	Homes []Home
@@ -174,9 +173,9 @@ type PoolRegion struct {
 	// nodes, so that a restarted switch rebuilding its map from the
 	// nodes' reports tells a current copy from a stale one.
 	Epoch uint64
-	// digest is PoolKeyDigest of the key; a region rebuilt from reports
+	// digest is ctrl.PoolKeyDigest of the key; a region rebuilt from reports
 	// has Key 0 until a request carrying a key that matches it.
-	digest [PoolDigestLen]byte
+	digest [ctrl.PoolDigestLen]byte
 	// Of a region rebuilt from reports: unconfirmed[c] while column c's
 	// node has not reported it (nil when every column is settled), and
 	// the best (epoch, degraded) a column reported.
@@ -219,7 +218,7 @@ type MMU struct {
 	// does not have, was freed since.
 	firstCreated uint32
 	newKey       func() uint64
-	ext          []Extent // scratch for Translate
+	ext          []poolmap.Extent // scratch for Translate
 }
 
 // NewMMU returns an empty MMU; newKey draws region keys (random and
@@ -367,28 +366,29 @@ func (m *MMU) Nodes() []*PoolNode { return m.nodes }
 // SetAlive marks a memory node alive or dead (heartbeats).
 func (m *MMU) SetAlive(n *PoolNode, alive bool) { n.Alive = alive }
 
-// ShortError is a refused Create that the pool could not hold: ErrNoNodes
-// (Need memory nodes, Have alive) or ErrNoSpace (Need bytes, Have free on
-// the nodes it would use). errors.Is(err, ErrNoNodes/ErrNoSpace) is true.
+// ShortError is a refused Create that the pool could not hold:
+// ctrl.ErrNoNodes (Need memory nodes, Have alive) or ctrl.ErrNoSpace (Need
+// bytes, Have free on the nodes it would use). errors.Is(err,
+// ctrl.ErrNoNodes/ctrl.ErrNoSpace) is true.
 type ShortError struct {
 	Err        error
 	Need, Have uint64
 }
 
 func (e *ShortError) Error() string {
-	if e.Err == ErrNoNodes {
+	if e.Err == ctrl.ErrNoNodes {
 		return fmt.Sprintf("%v: need %d, %d alive", e.Err, e.Need, e.Have)
 	}
 	return fmt.Sprintf("%v: need %d bytes, %d free", e.Err, e.Need, e.Have)
 }
 
-// Unwrap returns ErrNoNodes or ErrNoSpace.
+// Unwrap returns ctrl.ErrNoNodes or ctrl.ErrNoSpace.
 func (e *ShortError) Unwrap() error { return e.Err }
 
 // Operand encodes the refusal for a POOLCREATE answer's Operand1: the
 // kind in the top byte (1 nodes, 2 bytes), Need and Have below it.
 func (e *ShortError) Operand() uint64 {
-	if e.Err == ErrNoNodes {
+	if e.Err == ctrl.ErrNoNodes {
 		return 1<<56 | min(e.Need, 1<<16-1)<<16 | min(e.Have, 1<<16-1)
 	}
 	return 2<<56 | min(e.Have, 1<<56-1) // the request's size the client knows
@@ -402,12 +402,12 @@ func (e *ShortError) Operand() uint64 {
 // driver that sends the MMU's accesses must scrub a region's extents
 // (zero them on the nodes) before they are given out again, so no region
 // reads another's old data.
-func (m *MMU) Create(size, stripe uint64, columns, replicas int, perm memnode.Perm) (*PoolRegion, error) {
+func (m *MMU) Create(size, stripe uint64, columns, replicas int, perm wire.Perm) (*PoolRegion, error) {
 	if len(m.regions) >= MaxPoolRegions {
-		return nil, fmt.Errorf("%w: %d regions", ErrNoSpace, len(m.regions))
+		return nil, fmt.Errorf("%w: %d regions", ctrl.ErrNoSpace, len(m.regions))
 	}
-	if perm == 0 || perm&^memnode.PermAll != 0 {
-		return nil, fmt.Errorf("%w: permissions %v", ErrLayout, perm)
+	if perm == 0 || perm&^wire.PermAll != 0 {
+		return nil, fmt.Errorf("%w: permissions %v", poolmap.ErrLayout, perm)
 	}
 	var live []*PoolNode
 	for _, n := range m.nodes {
@@ -419,13 +419,13 @@ func (m *MMU) Create(size, stripe uint64, columns, replicas int, perm memnode.Pe
 		// Spread over every live node, but give none an empty column.
 		columns = len(live)
 		if stripe > 0 {
-			columns = min(columns, max(int(min((size+stripe-1)/stripe, MaxColumns)), replicas))
+			columns = min(columns, max(int(min((size+stripe-1)/stripe, poolmap.MaxColumns)), replicas))
 		}
 	}
 	if want := max(columns, replicas, 1); want > len(live) {
-		return nil, &ShortError{Err: ErrNoNodes, Need: uint64(want), Have: uint64(len(live))}
+		return nil, &ShortError{Err: ctrl.ErrNoNodes, Need: uint64(want), Have: uint64(len(live))}
 	}
-	l, err := NewLayout(size, stripe, columns, replicas)
+	l, err := poolmap.NewLayout(size, stripe, columns, replicas)
 	if err != nil {
 		return nil, err
 	}
@@ -445,7 +445,7 @@ func (m *MMU) Create(size, stripe uint64, columns, replicas int, perm memnode.Pe
 			for _, n := range live {
 				free += n.Capacity - n.used
 			}
-			return nil, &ShortError{Err: ErrNoSpace, Need: l.ColumnBytes(c) * uint64(columns), Have: free}
+			return nil, &ShortError{Err: ctrl.ErrNoSpace, Need: l.ColumnBytes(c) * uint64(columns), Have: free}
 		}
 		r.Homes[c] = Home{Node: n, Base: off}
 	}
@@ -462,7 +462,7 @@ func (m *MMU) Create(size, stripe uint64, columns, replicas int, perm memnode.Pe
 	for r.Key == 0 {
 		r.Key = m.newKey()
 	}
-	r.Epoch, r.digest = 1, PoolKeyDigest(r.ID, r.Key)
+	r.Epoch, r.digest = 1, ctrl.PoolKeyDigest(r.ID, r.Key)
 	m.regions[r.ID] = r
 	return r, nil
 }
@@ -476,7 +476,7 @@ func (m *MMU) Region(id uint32, key uint64) (*PoolRegion, error) {
 	case r.Key == 0:
 		// Rebuilt from reports: the first key that matches the
 		// digest is the key.
-		if key == 0 || PoolKeyDigest(id, key) != r.digest {
+		if key == 0 || ctrl.PoolKeyDigest(id, key) != r.digest {
 			return nil, fmt.Errorf("%w: pool region %d", wire.StatusBadKey, id)
 		}
 		r.Key = key
@@ -513,7 +513,7 @@ func (m *MMU) Free(id uint32, key uint64) error {
 // Translate checks an access of n bytes at offset off of region id with
 // key and op's permission, and appends its pieces for copy replica to
 // dst: where each one lives on which memory node.
-func (m *MMU) Translate(id uint32, key uint64, need memnode.Perm, off, n uint64, replica int, dst []Target) ([]Target, error) {
+func (m *MMU) Translate(id uint32, key uint64, need wire.Perm, off, n uint64, replica int, dst []Target) ([]Target, error) {
 	r, err := m.Region(id, key)
 	if err != nil {
 		return dst, err
@@ -533,4 +533,13 @@ func (m *MMU) Translate(id uint32, key uint64, need memnode.Perm, off, n uint64,
 		dst = append(dst, Target{Off: e.Off, Len: e.Len, Node: h.Node, Key: h.Node.Key, Addr: h.Base + e.Local, Replica: e.Replica, Column: e.Column, Lost: r.Lost[e.Column], Rebuilding: r.Rebuilding[e.Column]})
 	}
 	return dst, nil
+}
+
+// keyState describes a region key in an error without showing it (a key
+// is a capability): whether it is zero.
+func keyState(key uint64) string {
+	if key == 0 {
+		return "key zero"
+	}
+	return "key set"
 }

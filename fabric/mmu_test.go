@@ -11,6 +11,8 @@ import (
 
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
+	"github.com/ndma/ndma/wire/poolmap"
 )
 
 func testKeys(seed uint64) func() uint64 {
@@ -72,8 +74,8 @@ func TestMMUCreateFree(t *testing.T) {
 			live = slices.Delete(live, k, k+1)
 		} else {
 			reps := 1 + r.IntN(2)
-			reg, err := m.Create(1+r.Uint64N(1<<20), uint64(MinStripe+8*r.IntN(1024)), r.IntN(5), reps, memnode.PermAll)
-			if errors.Is(err, ErrNoSpace) || errors.Is(err, ErrNoNodes) || errors.Is(err, ErrLayout) {
+			reg, err := m.Create(1+r.Uint64N(1<<20), uint64(poolmap.MinStripe+8*r.IntN(1024)), r.IntN(5), reps, wire.PermAll)
+			if errors.Is(err, ctrl.ErrNoSpace) || errors.Is(err, ctrl.ErrNoNodes) || errors.Is(err, poolmap.ErrLayout) {
 				continue // refused: full, or two copies asked of one node
 			}
 			if err != nil {
@@ -108,7 +110,7 @@ func TestMMUThroughStores(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		key, err := st.Alloc(4<<20, memnode.PermAll, 0)
+		key, err := st.Alloc(4<<20, wire.PermAll, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +131,7 @@ func TestMMUThroughStores(t *testing.T) {
 	for trial := range 40 {
 		size := 1 + r.Uint64N(1<<20)
 		reps := 1 + r.IntN(2)
-		reg, err := m.Create(size, uint64(MinStripe+8*r.IntN(512)), 0, reps, memnode.PermAll)
+		reg, err := m.Create(size, uint64(poolmap.MinStripe+8*r.IntN(512)), 0, reps, wire.PermAll)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +150,7 @@ func TestMMUThroughStores(t *testing.T) {
 			}
 			copy(want[off:], data)
 			for rep := range reps { // a replicated write goes to both copies
-				tgs, err := m.Translate(reg.ID, reg.Key, memnode.PermWrite, off, n, rep, nil)
+				tgs, err := m.Translate(reg.ID, reg.Key, wire.PermWrite, off, n, rep, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -159,7 +161,7 @@ func TestMMUThroughStores(t *testing.T) {
 		}
 		for rep := range reps {
 			got := make([]byte, 0, size)
-			tgs, err := m.Translate(reg.ID, reg.Key, memnode.PermRead, 0, size, rep, nil)
+			tgs, err := m.Translate(reg.ID, reg.Key, wire.PermRead, 0, size, rep, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -180,7 +182,7 @@ func TestMMUThroughStores(t *testing.T) {
 // out-of-range accesses are refused with the wire status a client sees.
 func TestMMURefusals(t *testing.T) {
 	m := NewMMU(testKeys(9))
-	if _, err := m.Create(1<<20, 4096, 0, 1, memnode.PermAll); !errors.Is(err, ErrNoNodes) {
+	if _, err := m.Create(1<<20, 4096, 0, 1, wire.PermAll); !errors.Is(err, ctrl.ErrNoNodes) {
 		t.Errorf("no nodes: %v", err)
 	}
 	for i := range 2 {
@@ -188,11 +190,11 @@ func TestMMURefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ro, err := m.Create(64<<10, 4096, 0, 2, memnode.PermRead)
+	ro, err := m.Create(64<<10, 4096, 0, 2, wire.PermRead)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gone, err := m.Create(4096, 4096, 1, 1, memnode.PermAll)
+	gone, err := m.Create(4096, 4096, 1, 1, wire.PermAll)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,17 +204,17 @@ func TestMMURefusals(t *testing.T) {
 	for _, c := range []struct {
 		id   uint32
 		key  uint64
-		need memnode.Perm
+		need wire.Perm
 		off  uint64
 		n    uint64
 		want wire.Status
 	}{
-		{ro.ID, ro.Key + 1, memnode.PermRead, 0, 8, wire.StatusBadKey},
-		{gone.ID, gone.Key, memnode.PermRead, 0, 8, wire.StatusBadKey},
-		{999, 1, memnode.PermRead, 0, 8, wire.StatusBadKey},
-		{ro.ID, ro.Key, memnode.PermWrite, 0, 8, wire.StatusPermission},
-		{ro.ID, ro.Key, memnode.PermRead, 64 << 10, 1, wire.StatusOutOfBounds},
-		{ro.ID, ro.Key, memnode.PermRead, 1, 64 << 10, wire.StatusOutOfBounds},
+		{ro.ID, ro.Key + 1, wire.PermRead, 0, 8, wire.StatusBadKey},
+		{gone.ID, gone.Key, wire.PermRead, 0, 8, wire.StatusBadKey},
+		{999, 1, wire.PermRead, 0, 8, wire.StatusBadKey},
+		{ro.ID, ro.Key, wire.PermWrite, 0, 8, wire.StatusPermission},
+		{ro.ID, ro.Key, wire.PermRead, 64 << 10, 1, wire.StatusOutOfBounds},
+		{ro.ID, ro.Key, wire.PermRead, 1, 64 << 10, wire.StatusOutOfBounds},
 	} {
 		if _, err := m.Translate(c.id, c.key, c.need, c.off, c.n, 0, nil); !errors.Is(err, c.want) {
 			t.Errorf("%+v: %v, want %v", c, err, c.want)
@@ -223,14 +225,14 @@ func TestMMURefusals(t *testing.T) {
 	}
 	for _, bad := range []struct {
 		cols, reps int
-		perm       memnode.Perm
-	}{{3, 1, memnode.PermAll}, {1, 2, memnode.PermAll}, {0, 1, 0}, {0, 1, 0x80}} {
+		perm       wire.Perm
+	}{{3, 1, wire.PermAll}, {1, 2, wire.PermAll}, {0, 1, 0}, {0, 1, 0x80}} {
 		if _, err := m.Create(4096, 4096, bad.cols, bad.reps, bad.perm); err == nil {
 			t.Errorf("create %+v: no error", bad)
 		}
 	}
-	if _, err := m.Create(4<<20, 4096, 0, 1, memnode.PermAll); !errors.Is(err, ErrNoSpace) {
-		t.Errorf("4 MiB on 2 x 1 MiB: %v, want ErrNoSpace", err)
+	if _, err := m.Create(4<<20, 4096, 0, 1, wire.PermAll); !errors.Is(err, ctrl.ErrNoSpace) {
+		t.Errorf("4 MiB on 2 x 1 MiB: %v, want ctrl.ErrNoSpace", err)
 	}
 	checkNodes(t, m)
 	if _, err := m.AddNode(netip.AddrPort{}, 1, 1, 1); !errors.Is(err, ErrPoolNode) {
@@ -250,14 +252,14 @@ func TestMMUNodeRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r, err := m.Create(8192, 4096, 2, 1, memnode.PermAll)
+	r, err := m.Create(8192, 4096, 2, 1, wire.PermAll)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lost := func() []bool {
 		var out []bool
 		for s := range 2 {
-			tg, err := m.Translate(r.ID, r.Key, memnode.PermRead, uint64(s)*4096, 8, 0, nil)
+			tg, err := m.Translate(r.ID, r.Key, wire.PermRead, uint64(s)*4096, 8, 0, nil)
 			if err != nil || len(tg) != 1 {
 				t.Fatal(err)
 			}
@@ -284,7 +286,7 @@ func TestMMUNodeRestart(t *testing.T) {
 		t.Fatalf("restart with a new key and more memory: %v, %+v", err, n)
 	}
 	// The new memory is allocatable, and regions never overlap.
-	if _, err := m.Create((2<<20)-8192, 64, 1, 1, memnode.PermAll); err != nil {
+	if _, err := m.Create((2<<20)-8192, 64, 1, 1, wire.PermAll); err != nil {
 		t.Fatalf("using the grown node: %v", err)
 	}
 	checkNodes(t, m)

@@ -15,6 +15,7 @@ import (
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 func impaired(loss float64) simnet.LinkConfig {
@@ -350,7 +351,7 @@ func TestSimAggregateResultTooLarge(t *testing.T) {
 	var gid uint32
 	joined := 0
 	for i, m := range ms {
-		m.control(&fabric.CtrlMsg{Type: fabric.CtrlJoin, Job: "liar", Size: len(ms), Rank: i, MTU: 4096}, func(r *fabric.CtrlMsg, err error) {
+		m.control(&ctrl.Msg{Type: ctrl.Join, Job: "liar", Size: len(ms), Rank: i, MTU: 4096}, func(r *ctrl.Msg, err error) {
 			if err != nil {
 				t.Fatalf("join: %v", err)
 			}

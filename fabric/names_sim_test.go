@@ -12,6 +12,7 @@ import (
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // Names bound at the switch: on the simulated fabric the switch knows
@@ -46,18 +47,18 @@ func (f *namedFabric) add(role secure.Role, name string) *simMember {
 // refusal is how the switch answered one control request: its response,
 // or its error and Operand1.
 type refusal struct {
-	resp    *fabric.CtrlMsg
+	resp    *ctrl.Msg
 	err     error
 	operand uint64
 }
 
 // ask sends req from m and waits for the switch's answer.
-func (f *namedFabric) ask(m *simMember, req *fabric.CtrlMsg) refusal {
+func (f *namedFabric) ask(m *simMember, req *ctrl.Msg) refusal {
 	f.t.Helper()
 	if req.MTU == 0 {
 		req.MTU = m.core.MTU()
 	}
-	buf, err := fabric.AppendCtrl(nil, req, f.token)
+	buf, err := secure.AppendCtrl(nil, req, f.token)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -68,8 +69,8 @@ func (f *namedFabric) ask(m *simMember, req *fabric.CtrlMsg) refusal {
 		if r.err, r.operand = op.Err, op.Old; op.Err != nil {
 			return
 		}
-		r.resp = &fabric.CtrlMsg{}
-		r.err = fabric.ParseCtrl(op.Resp, r.resp, f.token)
+		r.resp = &ctrl.Msg{}
+		r.err = secure.ParseCtrl(op.Resp, r.resp, f.token)
 	})
 	f.run(func() bool { return done }, time.Minute, req.Type.String())
 	return r
@@ -79,7 +80,7 @@ func (f *namedFabric) ask(m *simMember, req *fabric.CtrlMsg) refusal {
 // request the sender's credential name does not bind.
 func (f *namedFabric) nameRefused(r refusal, what string) {
 	f.t.Helper()
-	if !errors.Is(r.err, wire.StatusAuth) || r.operand != fabric.AuthNameRefused {
+	if !errors.Is(r.err, wire.StatusAuth) || r.operand != ctrl.AuthNameRefused {
 		f.t.Fatalf("seed %d: %s: %v (operand %d), want StatusAuth with AuthNameRefused", f.seed, what, r.err, r.operand)
 	}
 }
@@ -100,11 +101,11 @@ func TestSimServiceCapture(t *testing.T) {
 	owner.serve = func(*endpoint.Request) ([]byte, error) { return []byte("owner"), nil }
 
 	reg := func(m *simMember, service string) refusal {
-		return f.ask(m, &fabric.CtrlMsg{Type: fabric.CtrlRegister, Service: service, Size: 1, Rank: 0, Policy: uint8(fabric.PolicyRoundRobin)})
+		return f.ask(m, &ctrl.Msg{Type: ctrl.Register, Service: service, Size: 1, Rank: 0, Policy: uint8(ctrl.PolicyRoundRobin)})
 	}
 	f.nameRefused(reg(evil, "kv"), "evil/0 registering kv")
 	f.nameRefused(reg(evil, "kv.shard0"), "evil/0 registering kv.shard0")
-	if r := reg(kvClient, "kv"); !errors.Is(r.err, wire.StatusAuth) || r.operand != fabric.AuthRoleRefused {
+	if r := reg(kvClient, "kv"); !errors.Is(r.err, wire.StatusAuth) || r.operand != ctrl.AuthRoleRefused {
 		t.Fatalf("seed %d: a client credential named kv registering kv: %v (operand %d), want its role refused", seed, r.err, r.operand)
 	}
 	if n := f.sw.Stats().NameRefused; n != 2 {
@@ -151,7 +152,7 @@ func TestSimRankCapture(t *testing.T) {
 	job := []*simMember{attacker, f.add(secure.RoleMember, "train-42/1")}
 
 	join := func(m *simMember, job string, rank int) refusal {
-		return f.ask(m, &fabric.CtrlMsg{Type: fabric.CtrlJoin, Job: job, Size: 2, Rank: rank})
+		return f.ask(m, &ctrl.Msg{Type: ctrl.Join, Job: job, Size: 2, Rank: rank})
 	}
 	for _, c := range []struct {
 		m    *simMember
@@ -159,7 +160,7 @@ func TestSimRankCapture(t *testing.T) {
 		rank int
 	}{
 		{attacker, "train-42-v2", 1},
-		{attacker, "train-42-v2", fabric.CtrlRankAny},
+		{attacker, "train-42-v2", ctrl.RankAny},
 		{attacker, "train-42-v2.x", 1},
 		{attacker, "train-42", 1},
 		{attacker, "train-42-v2.w@stor", 1},
@@ -177,12 +178,12 @@ func TestSimRankCapture(t *testing.T) {
 	// guest: rank 0 the job's, ranks 1 and 2 storage nodes.
 	nodes := []*simMember{f.add(secure.RoleMember, "stor/s0"), f.add(secure.RoleMember, "stor/s1")}
 	const wg = "train-42.stor.w1@stor"
-	f.nameRefused(f.ask(v2[0], &fabric.CtrlMsg{Type: fabric.CtrlJoin, Job: wg, Size: 3, Rank: 1}), "train-42-v2/0 joining "+wg)
-	f.nameRefused(f.ask(server, &fabric.CtrlMsg{Type: fabric.CtrlJoin, Job: wg, Size: 3, Rank: 1}), "h3 joining "+wg)
+	f.nameRefused(f.ask(v2[0], &ctrl.Msg{Type: ctrl.Join, Job: wg, Size: 3, Rank: 1}), "train-42-v2/0 joining "+wg)
+	f.nameRefused(f.ask(server, &ctrl.Msg{Type: ctrl.Join, Job: wg, Size: 3, Rank: 1}), "h3 joining "+wg)
 	members := append([]*simMember{job[1]}, nodes...)
 	joined := 0
 	for i, m := range members {
-		m.control(&fabric.CtrlMsg{Type: fabric.CtrlJoin, Job: wg, Size: 3, Rank: i}, func(r *fabric.CtrlMsg, err error) {
+		m.control(&ctrl.Msg{Type: ctrl.Join, Job: wg, Size: 3, Rank: i}, func(r *ctrl.Msg, err error) {
 			if err != nil || r.Member != uint16(i) || len(r.Members) != 3 {
 				t.Errorf("seed %d: %s joining %s as rank %d: %+v, %v", seed, f.certs[m.addr].Name, wg, i, r, err)
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // newKeySource returns cfg's region key source, or one seeded from the
@@ -25,14 +26,14 @@ func newKeySource(f func() uint64) func() uint64 {
 	return rand.New(rand.NewChaCha8(seed)).Uint64
 }
 
-// poolControl handles the pool's control requests (CtrlPool*).
-func (s *Switch) poolControl(now time.Time, d *transport.Delivery, m *CtrlMsg) {
+// poolControl handles the pool's control requests (ctrl.Pool*).
+func (s *Switch) poolControl(now time.Time, d *transport.Delivery, m *ctrl.Msg) {
 	refuse := func(st wire.Status) {
 		s.stats.ControlRefused++
 		s.reply(d.Peer, &d.Header, st, 0)
 	}
 	switch m.Type {
-	case CtrlPoolNode:
+	case ctrl.PoolNode:
 		if m.Capacity == 0 {
 			s.poolNodeLeft(now, d)
 			return
@@ -76,17 +77,17 @@ func (s *Switch) poolControl(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 		if restarted {
 			s.startRebuilds(now, n)
 		}
-		s.respond(d, &CtrlMsg{Type: CtrlPoolNode, Resp: true, Node: uint16(n.ID), Epoch: s.incarnation})
-	case CtrlPoolReport:
+		s.respond(d, &ctrl.Msg{Type: ctrl.PoolNode, Resp: true, Node: uint16(n.ID), Epoch: s.incarnation})
+	case ctrl.PoolReport:
 		s.poolReport(now, d, m)
-	case CtrlPoolCreate:
+	case ctrl.PoolCreate:
 		if s.recovering(now) {
 			s.stats.ControlRefused++
 			s.reply(d.Peer, &d.Header, wire.StatusBusy, s.recoverLeft(now))
 			return
 		}
 		s.createPool(d, m)
-	case CtrlPoolOpen:
+	case ctrl.PoolOpen:
 		r, err := s.mmu.Region(m.Region, m.Key)
 		if err != nil || !r.Ready {
 			if s.recovering(now) {
@@ -97,8 +98,8 @@ func (s *Switch) poolControl(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 			refuse(wire.StatusBadKey)
 			return
 		}
-		s.respond(d, &CtrlMsg{Type: CtrlPoolOpen, Resp: true, Pool: r.spec()})
-	case CtrlPoolFree:
+		s.respond(d, &ctrl.Msg{Type: ctrl.PoolOpen, Resp: true, Pool: r.spec()})
+	case ctrl.PoolFree:
 		if s.recovering(now) {
 			s.stats.ControlRefused++
 			s.reply(d.Peer, &d.Header, wire.StatusBusy, s.recoverLeft(now))
@@ -108,18 +109,18 @@ func (s *Switch) poolControl(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 			refuse(wire.StatusBadKey)
 			return
 		}
-		s.respond(d, &CtrlMsg{Type: CtrlPoolFree, Resp: true})
-	case CtrlPoolRebuilt:
+		s.respond(d, &ctrl.Msg{Type: ctrl.PoolFree, Resp: true})
+	case ctrl.PoolRebuilt:
 		s.rebuilt(d.Peer.Addr, d, m)
-	case CtrlPoolStat:
-		s.respond(d, &CtrlMsg{Type: CtrlPoolStat, Resp: true, PoolNodes: s.PoolNodes(), PoolRegions: s.PoolRegions(), PoolRefused: s.stats.PoolRefused})
+	case ctrl.PoolStat:
+		s.respond(d, &ctrl.Msg{Type: ctrl.PoolStat, Resp: true, PoolNodes: s.PoolNodes(), PoolRegions: s.PoolRegions(), PoolRefused: s.stats.PoolRefused})
 	}
 }
 
 // spec is the region's shape as control messages carry it.
-func (r *PoolRegion) spec() PoolSpec {
+func (r *PoolRegion) spec() ctrl.PoolSpec {
 	l := r.Layout
-	return PoolSpec{Region: r.ID, Size: l.Size, Stripe: l.Stripe, Columns: l.Columns, Replicas: l.Replicas, Perm: uint8(r.Perm)}
+	return ctrl.PoolSpec{Region: r.ID, Size: l.Size, Stripe: l.Stripe, Columns: l.Columns, Replicas: l.Replicas, Perm: uint8(r.Perm)}
 }
 
 // checkPoolNodes marks memory nodes dead whose registrations (their
@@ -161,7 +162,7 @@ func (s *Switch) poolNodeLeft(now time.Time, d *transport.Delivery) {
 		s.reply(d.Peer, &d.Header, wire.StatusNotMember, 0)
 		return
 	}
-	s.respond(d, &CtrlMsg{Type: CtrlPoolNode, Resp: true, Node: uint16(n.ID), Epoch: s.incarnation})
+	s.respond(d, &ctrl.Msg{Type: ctrl.PoolNode, Resp: true, Node: uint16(n.ID), Epoch: s.incarnation})
 	ev := Event{Kind: EventPoolNodeDied, Node: n.ID, Addr: n.Addr, Left: true}
 	if n.Alive {
 		s.mmu.SetAlive(n, false)

@@ -4,10 +4,11 @@ import (
 	"errors"
 	"net/netip"
 
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // The pool's data path and the grants behind it.
@@ -25,9 +26,9 @@ import (
 // by the switch itself.
 //
 // A region becomes usable once every memory node that holds a column of
-// it has accepted a CtrlPoolGrant for its extent; the node zeroes the
+// it has accepted a ctrl.PoolGrant for its extent; the node zeroes the
 // extent before it answers, so no region reads another's old bytes. Free
-// sends CtrlPoolRevoke to the nodes (and a later grant of the same memory
+// sends ctrl.PoolRevoke to the nodes (and a later grant of the same memory
 // retires any grant it overlaps), so a freed region is refused at the
 // switch and at the node.
 
@@ -47,18 +48,18 @@ type grantKey struct {
 
 // createPool makes the region m asks for and grants its extents; the
 // client's answer waits for the grants.
-func (s *Switch) createPool(d *transport.Delivery, m *CtrlMsg) {
+func (s *Switch) createPool(d *transport.Delivery, m *ctrl.Msg) {
 	p := m.Pool
-	if p.Replicas > 1 && memnode.Perm(p.Perm)&(memnode.PermAtomic|memnode.PermVector) != 0 {
+	if p.Replicas > 1 && wire.Perm(p.Perm)&(wire.PermAtomic|wire.PermVector) != 0 {
 		// Replicas applying read-modify-write ops in different orders
 		// would diverge: atomics and vector ops need a single copy.
 		s.stats.ControlRefused++
 		s.reply(d.Peer, &d.Header, wire.StatusBadOperand, 0)
 		return
 	}
-	r, err := s.mmu.Create(p.Size, p.Stripe, p.Columns, p.Replicas, memnode.Perm(p.Perm))
+	r, err := s.mmu.Create(p.Size, p.Stripe, p.Columns, p.Replicas, wire.Perm(p.Perm))
 	switch {
-	case errors.Is(err, ErrNoSpace), errors.Is(err, ErrNoNodes):
+	case errors.Is(err, ctrl.ErrNoSpace), errors.Is(err, ctrl.ErrNoNodes):
 		// Operand1 says what is short (ShortError.Operand), so that the
 		// client can tell its user.
 		var short *ShortError
@@ -77,7 +78,7 @@ func (s *Switch) createPool(d *transport.Delivery, m *CtrlMsg) {
 	pc := &poolCreate{region: r, client: d.Peer, msgID: d.Header.MsgID}
 	homes := r.homes()
 	for c, h := range r.Homes {
-		g := &CtrlMsg{Type: CtrlPoolGrant, Region: r.ID, Key: r.Key, Pool: r.spec(), Node: uint16(c),
+		g := &ctrl.Msg{Type: ctrl.PoolGrant, Region: r.ID, Key: r.Key, Pool: r.spec(), Node: uint16(c),
 			Base: h.Base, Length: r.Layout.ColumnBytes(c), Epoch: r.Epoch, Homes: homes}
 		id, ok := s.sendPoolCtrl(h.Node.Addr, g)
 		if !ok {
@@ -94,8 +95,8 @@ func (s *Switch) createPool(d *transport.Delivery, m *CtrlMsg) {
 
 // sendPoolCtrl sends a control request to a memory node and returns its
 // message id.
-func (s *Switch) sendPoolCtrl(node netip.AddrPort, m *CtrlMsg) (uint64, bool) {
-	buf, err := AppendCtrl(nil, m, s.cfg.Token)
+func (s *Switch) sendPoolCtrl(node netip.AddrPort, m *ctrl.Msg) (uint64, bool) {
+	buf, err := secure.AppendCtrl(nil, m, s.cfg.Token)
 	if err != nil {
 		return 0, false
 	}
@@ -134,14 +135,14 @@ func (s *Switch) endCreate(pc *poolCreate) {
 		return
 	}
 	r.Ready = true
-	s.respondTo(pc.client, pc.msgID, &CtrlMsg{Type: CtrlPoolCreate, Resp: true, Region: r.ID, Key: r.Key, Pool: r.spec()})
+	s.respondTo(pc.client, pc.msgID, &ctrl.Msg{Type: ctrl.PoolCreate, Resp: true, Region: r.ID, Key: r.Key, Pool: r.spec()})
 }
 
 // revokeAll tells r's memory nodes to drop its grants (best effort: a node
 // that misses it drops the grant when its memory is granted again).
 func (s *Switch) revokeAll(r *PoolRegion) {
 	for _, h := range r.Homes {
-		s.sendPoolCtrl(h.Node.Addr, &CtrlMsg{Type: CtrlPoolRevoke, Region: r.ID, Key: r.Key})
+		s.sendPoolCtrl(h.Node.Addr, &ctrl.Msg{Type: ctrl.PoolRevoke, Region: r.ID, Key: r.Key})
 	}
 }
 
@@ -161,16 +162,16 @@ func (s *Switch) freePool(id uint32, key uint64) error {
 }
 
 // poolAccess is what a pool request needs: the permission and its length.
-func poolAccess(h *wire.Header, payload []byte) (memnode.Perm, uint64, bool) {
+func poolAccess(h *wire.Header, payload []byte) (wire.Perm, uint64, bool) {
 	switch h.Op {
 	case wire.OpRead:
-		return memnode.PermRead, h.Operand1, true
+		return wire.PermRead, h.Operand1, true
 	case wire.OpWrite:
-		return memnode.PermWrite, uint64(len(payload)), true
+		return wire.PermWrite, uint64(len(payload)), true
 	case wire.OpVector:
-		return memnode.PermVector, uint64(len(payload)), true
+		return wire.PermVector, uint64(len(payload)), true
 	case wire.OpCAS, wire.OpFetchAdd:
-		return memnode.PermAtomic, 8, true
+		return wire.PermAtomic, 8, true
 	}
 	return 0, 0, false
 }
@@ -314,7 +315,7 @@ func (s *Switch) poolSend(node *PoolNode, fh *wire.Header, payload []byte, clien
 // translateOne translates an access of n bytes at off of h's region for
 // copy replica, which must lie in one stripe, or refuses the request to
 // client and reports false.
-func (s *Switch) translateOne(client netip.AddrPort, h *wire.Header, need memnode.Perm, off, n uint64, replica int) (Target, bool) {
+func (s *Switch) translateOne(client netip.AddrPort, h *wire.Header, need wire.Perm, off, n uint64, replica int) (Target, bool) {
 	var err error
 	s.tgt, err = s.mmu.Translate(h.Group, h.Key, need, off, n, replica, s.tgt[:0])
 	if err != nil {
@@ -361,12 +362,12 @@ func (s *Switch) chainForward(from netip.AddrPort, h *wire.Header, payload []byt
 		return
 	}
 	hop := wire.ChainHopAt(hops, int(h.Hop))
-	need := memnode.PermRead
+	need := wire.PermRead
 	switch hop.Op {
 	case wire.ChainStore:
-		need = memnode.PermWrite
+		need = wire.PermWrite
 	case wire.ChainAccumulate:
-		need = memnode.PermVector
+		need = wire.PermVector
 	}
 	r, err := s.mmu.Region(h.Group, h.Key)
 	switch {
@@ -433,7 +434,7 @@ func (s *Switch) optimForward(from netip.AddrPort, h *wire.Header, payload []byt
 			s.poolRefuse(from, h, wire.StatusOutOfBounds)
 			return
 		}
-		t, ok := s.translateOne(from, h, memnode.PermVector, h.Addr+uint64(i)*stride, n, 0)
+		t, ok := s.translateOne(from, h, wire.PermVector, h.Addr+uint64(i)*stride, n, 0)
 		if !ok {
 			return
 		}
@@ -512,17 +513,17 @@ func (s *Switch) PoolHomes(id uint32) []netip.AddrPort {
 }
 
 // PoolNodes describes the pool's memory nodes, by id.
-func (s *Switch) PoolNodes() []PoolNodeInfo {
-	var out []PoolNodeInfo
+func (s *Switch) PoolNodes() []ctrl.PoolNodeInfo {
+	var out []ctrl.PoolNodeInfo
 	for _, n := range s.mmu.Nodes() {
-		out = append(out, PoolNodeInfo{ID: uint16(n.ID), Addr: n.Addr, Capacity: n.Capacity, Used: n.Used(), Alive: n.Alive, Requests: n.Requests, Bytes: n.Bytes})
+		out = append(out, ctrl.PoolNodeInfo{ID: uint16(n.ID), Addr: n.Addr, Capacity: n.Capacity, Used: n.Used(), Alive: n.Alive, Requests: n.Requests, Bytes: n.Bytes})
 	}
 	return out
 }
 
 // PoolRegions describes the pool's regions (never their keys), by id.
-func (s *Switch) PoolRegions() []PoolSpec {
-	var out []PoolSpec
+func (s *Switch) PoolRegions() []ctrl.PoolSpec {
+	var out []ctrl.PoolSpec
 	for _, r := range s.mmu.Regions() {
 		sp := r.spec()
 		for c, h := range r.Homes {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // Rebuilding a copy lost when its memory node restarted (regions with two
@@ -75,7 +76,7 @@ func (s *Switch) rebuildLost(now time.Time, which func(Home) bool) {
 		if s.rebuildPending(r, c) || now.Before(r.retryAt(c)) || !s.othersIntact(r, c) {
 			continue
 		}
-		msg := &CtrlMsg{Type: CtrlPoolRebuild, Region: r.ID, Key: r.Key, Pool: r.spec(),
+		msg := &ctrl.Msg{Type: ctrl.PoolRebuild, Region: r.ID, Key: r.Key, Pool: r.spec(),
 			Base: h.Base, Length: r.Layout.ColumnBytes(c), Node: uint16(c), Epoch: r.Epoch, Homes: r.homes()}
 		id, ok := s.sendPoolCtrl(h.Node.Addr, msg)
 		if !ok {
@@ -164,7 +165,7 @@ func (s *Switch) sendRebuildGos(now time.Time) {
 			keep = append(keep, rb)
 			continue
 		}
-		s.sendPoolCtrl(r.Homes[rb.column].Node.Addr, &CtrlMsg{Type: CtrlPoolRebuildGo, Region: r.ID, Key: r.Key, Node: uint16(rb.column)})
+		s.sendPoolCtrl(r.Homes[rb.column].Node.Addr, &ctrl.Msg{Type: ctrl.PoolRebuildGo, Region: r.ID, Key: r.Key, Node: uint16(rb.column)})
 	}
 	clear(s.rebuildsDue[len(keep):])
 	s.rebuildsDue = keep
@@ -182,7 +183,7 @@ func (s *Switch) nextRebuildGo() time.Time {
 }
 
 // rebuilt handles POOLREBUILT from a memory node: its copy serves again.
-func (s *Switch) rebuilt(from netip.AddrPort, d *transport.Delivery, m *CtrlMsg) {
+func (s *Switch) rebuilt(from netip.AddrPort, d *transport.Delivery, m *ctrl.Msg) {
 	r, err := s.mmu.Region(m.Region, m.Key)
 	c := int(m.Node)
 	if err != nil || c >= len(r.Homes) || r.Homes[c].Node.Addr != from || !r.Rebuilding[c] {
@@ -199,5 +200,5 @@ func (s *Switch) rebuilt(from netip.AddrPort, d *transport.Delivery, m *CtrlMsg)
 		s.raiseEpoch(r)
 		s.logEvent(Event{Kind: EventCopyRebuilt, Region: r.ID, Copy: c, Node: r.Homes[c].Node.ID, Addr: from})
 	}
-	s.respond(d, &CtrlMsg{Type: CtrlPoolRebuilt, Resp: true})
+	s.respond(d, &ctrl.Msg{Type: ctrl.PoolRebuilt, Resp: true})
 }

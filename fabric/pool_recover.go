@@ -4,9 +4,10 @@ import (
 	"cmp"
 	"time"
 
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
+	"github.com/ndma/ndma/wire/poolmap"
 )
 
 // Rebuilding the pool's map after a switch restart.
@@ -17,7 +18,7 @@ import (
 // all its columns, the region's epoch and whether the copy is complete;
 // and the key itself, of which they report only a digest. A switch that
 // starts answers each node's registration with its own incarnation; a node
-// that has not reported to that incarnation sends CtrlPoolReport, and is
+// that has not reported to that incarnation sends ctrl.PoolReport, and is
 // not used until its report is complete. From the reports the switch
 // rebuilds every region under its old id (new ids start above them), with
 // a column whose node does not report it, or reports it stale (a lower
@@ -33,10 +34,6 @@ import (
 
 // DefaultPoolRecoverWindow is Config.PoolRecoverWindow's default.
 const DefaultPoolRecoverWindow = 2 * time.Second
-
-// PoolRecovering is, in the top byte of a BUSY answer's Operand1, a switch
-// rebuilding its pool map; the rest is the milliseconds left.
-const PoolRecovering = 3
 
 // reportRank orders reported copies: a higher epoch, then a copy that
 // took writes the others missed, is more current.
@@ -83,11 +80,11 @@ func (s *Switch) PoolRecovering(now time.Time) bool { return s.recovering(now) }
 // recoverLeft is the time left of the recovery window, for BUSY answers.
 func (s *Switch) recoverLeft(now time.Time) uint64 {
 	ms := max(1, s.recoverUntil.Sub(now).Milliseconds())
-	return PoolRecovering<<56 | uint64(ms)
+	return ctrl.PoolRecovering<<56 | uint64(ms)
 }
 
-// poolReport handles a memory node's CtrlPoolReport.
-func (s *Switch) poolReport(now time.Time, d *transport.Delivery, m *CtrlMsg) {
+// poolReport handles a memory node's ctrl.PoolReport.
+func (s *Switch) poolReport(now time.Time, d *transport.Delivery, m *ctrl.Msg) {
 	n := s.mmu.NodeAt(d.Peer.Addr)
 	if n == nil || n.placeholder() {
 		s.stats.ControlRefused++
@@ -100,15 +97,15 @@ func (s *Switch) poolReport(now time.Time, d *transport.Delivery, m *CtrlMsg) {
 	if m.Final && !n.reported {
 		s.nodeReported(now, n)
 	}
-	s.respond(d, &CtrlMsg{Type: CtrlPoolReport, Resp: true})
+	s.respond(d, &ctrl.Msg{Type: ctrl.PoolReport, Resp: true})
 }
 
 // adoptReport takes one grant a node reports into the map: it rebuilds
 // the region on the first report of it, or confirms (or, if stale, marks
 // lost) the column of a region the switch has.
-func (s *Switch) adoptReport(n *PoolNode, e *PoolReport) {
+func (s *Switch) adoptReport(n *PoolNode, e *ctrl.GrantReport) {
 	c := int(e.Column)
-	l, err := NewLayout(e.Pool.Size, e.Pool.Stripe, e.Pool.Columns, e.Pool.Replicas)
+	l, err := poolmap.NewLayout(e.Pool.Size, e.Pool.Stripe, e.Pool.Columns, e.Pool.Replicas)
 	if err != nil || e.Homes[c].Addr != n.Addr || e.Homes[c].Base != e.Base || e.Length != l.ColumnBytes(c) ||
 		e.Base > n.Capacity || e.Length > n.Capacity-e.Base {
 		s.stats.PoolReportsRefused++
@@ -121,7 +118,7 @@ func (s *Switch) adoptReport(n *PoolNode, e *PoolReport) {
 			// Created and freed by this switch: the node missed the
 			// revoke.
 			s.stats.PoolReportsRefused++
-			s.sendPoolCtrl(n.Addr, &CtrlMsg{Type: CtrlPoolRevoke, Region: e.Region})
+			s.sendPoolCtrl(n.Addr, &ctrl.Msg{Type: ctrl.PoolRevoke, Region: e.Region})
 			return
 		}
 		if r = s.rebuildRegion(n, e, l); r == nil {
@@ -163,18 +160,18 @@ func (s *Switch) adoptReport(n *PoolNode, e *PoolReport) {
 // rebuildRegion makes region e.Region from its first report (by node n),
 // reserving every column's extent on its node (a node not registered yet
 // gets a placeholder). It returns nil if an extent is not free.
-func (s *Switch) rebuildRegion(n *PoolNode, e *PoolReport, l Layout) *PoolRegion {
+func (s *Switch) rebuildRegion(n *PoolNode, e *ctrl.GrantReport, l poolmap.Layout) *PoolRegion {
 	if len(s.mmu.regions) >= MaxPoolRegions {
 		return nil
 	}
 	k := l.Columns
-	r := &PoolRegion{ID: e.Region, Perm: memnode.Perm(e.Pool.Perm), Layout: l, Homes: make([]Home, k),
+	r := &PoolRegion{ID: e.Region, Perm: wire.Perm(e.Pool.Perm), Layout: l, Homes: make([]Home, k),
 		Lost: make([]bool, k), Rebuilding: make([]bool, k), Ready: true,
 		digest: e.Digest, unconfirmed: make([]bool, k)}
 	for c, h := range e.Homes {
 		node, err := s.mmu.nodeFor(h.Addr)
 		if err == nil && !node.reserve(h.Base, l.ColumnBytes(c)) {
-			err = ErrNoSpace
+			err = ctrl.ErrNoSpace
 		}
 		if err != nil {
 			for j := range c {
@@ -201,8 +198,8 @@ func (s *Switch) rebuildRegion(n *PoolNode, e *PoolReport, l Layout) *PoolRegion
 
 // matches reports whether report e describes r (another region of the
 // same id otherwise).
-func (r *PoolRegion) matches(e *PoolReport, l Layout) bool {
-	if r.Layout != l || r.Perm != memnode.Perm(e.Pool.Perm) || r.digest != e.Digest {
+func (r *PoolRegion) matches(e *ctrl.GrantReport, l poolmap.Layout) bool {
+	if r.Layout != l || r.Perm != wire.Perm(e.Pool.Perm) || r.digest != e.Digest {
 		return false
 	}
 	for c, h := range r.Homes {
@@ -246,7 +243,7 @@ func (s *Switch) nodeReported(now time.Time, n *PoolNode) {
 		}
 	}
 	for _, r := range s.mmu.regions {
-		if r.health() == HealthLost && !r.reportedLost {
+		if r.health() == ctrl.HealthLost && !r.reportedLost {
 			r.reportedLost = true
 			s.logEvent(Event{Kind: EventRegionLost, Region: r.ID})
 		}
@@ -262,16 +259,16 @@ func (s *Switch) raiseEpoch(r *PoolRegion) {
 	r.best = reportRank{epoch: r.Epoch}
 	for c, h := range r.Homes {
 		if !r.Lost[c] && h.Node.Alive {
-			s.sendPoolCtrl(h.Node.Addr, &CtrlMsg{Type: CtrlPoolEpoch, Region: r.ID, Key: r.Key, Epoch: r.Epoch})
+			s.sendPoolCtrl(h.Node.Addr, &ctrl.Msg{Type: ctrl.PoolEpoch, Region: r.ID, Key: r.Key, Epoch: r.Epoch})
 		}
 	}
 }
 
 // homes is r's homes as grants carry them.
-func (r *PoolRegion) homes() []PoolHome {
-	hs := make([]PoolHome, len(r.Homes))
+func (r *PoolRegion) homes() []ctrl.PoolHome {
+	hs := make([]ctrl.PoolHome, len(r.Homes))
 	for c, h := range r.Homes {
-		hs[c] = PoolHome{Addr: h.Node.Addr, Base: h.Base}
+		hs[c] = ctrl.PoolHome{Addr: h.Node.Addr, Base: h.Base}
 	}
 	return hs
 }
@@ -279,31 +276,31 @@ func (r *PoolRegion) homes() []PoolHome {
 // health is what r's readers can expect: lost if every copy of some
 // stripe is lost, unavailable if some stripe has no copy on a live node,
 // degraded if some copy is lost, rebuilding or on a dead node.
-func (r *PoolRegion) health() PoolHealth {
+func (r *PoolRegion) health() ctrl.PoolHealth {
 	k := r.Layout.Columns
 	down := func(c int) bool { return r.Lost[c] || !r.Homes[c].Node.Alive }
-	worst := HealthOK
+	worst := ctrl.HealthOK
 	for c := range k {
-		if r.Layout.primaries(c) == 0 {
+		if r.Layout.Primaries(c) == 0 {
 			continue
 		}
-		h := HealthOK
+		h := ctrl.HealthOK
 		if r.Layout.Replicas == 1 {
 			switch {
 			case r.Lost[c]:
-				h = HealthLost
+				h = ctrl.HealthLost
 			case down(c):
-				h = HealthUnavailable
+				h = ctrl.HealthUnavailable
 			}
 		} else {
 			d := (c + 1) % k // the second copy of c's stripes
 			switch {
 			case r.Lost[c] && r.Lost[d]:
-				h = HealthLost
+				h = ctrl.HealthLost
 			case down(c) && down(d):
-				h = HealthUnavailable
+				h = ctrl.HealthUnavailable
 			case down(c) || down(d):
-				h = HealthDegraded
+				h = ctrl.HealthDegraded
 			}
 		}
 		worst = max(worst, h)

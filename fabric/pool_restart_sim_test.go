@@ -11,10 +11,10 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // randomBytes is n bytes from rng.
@@ -27,8 +27,8 @@ func randomBytes(rng *rand.Rand, n int) []byte {
 }
 
 // regionSpecs is the switch's list of regions, by id.
-func regionSpecs(sw *fabric.Switch) map[uint32]fabric.PoolSpec {
-	out := map[uint32]fabric.PoolSpec{}
+func regionSpecs(sw *fabric.Switch) map[uint32]ctrl.PoolSpec {
+	out := map[uint32]ctrl.PoolSpec{}
 	for _, sp := range sw.PoolRegions() {
 		out[sp.Region] = sp
 	}
@@ -52,9 +52,9 @@ func TestSimPoolSwitchRestart(t *testing.T) {
 
 func poolSwitchRestart(t *testing.T, seed int64, link simnet.LinkConfig) {
 	f, _, cli := poolSimSetup(t, seed, link, 3)
-	rw := uint8(memnode.PermRead | memnode.PermWrite)
-	rep := f.createPool(cli, fabric.PoolSpec{Size: 768 << 10, Stripe: 16 << 10, Replicas: 2, Perm: rw})
-	one := f.createPool(cli, fabric.PoolSpec{Size: 192 << 10, Stripe: 16 << 10, Replicas: 1, Perm: rw})
+	rw := uint8(wire.PermRead | wire.PermWrite)
+	rep := f.createPool(cli, ctrl.PoolSpec{Size: 768 << 10, Stripe: 16 << 10, Replicas: 2, Perm: rw})
+	one := f.createPool(cli, ctrl.PoolSpec{Size: 192 << 10, Stripe: 16 << 10, Replicas: 1, Perm: rw})
 	rng := rand.New(rand.NewPCG(uint64(seed), 9))
 	refRep, refOne := randomBytes(rng, int(rep.spec.Size)), randomBytes(rng, int(one.spec.Size))
 	for _, x := range []struct {
@@ -117,7 +117,7 @@ func poolSwitchRestart(t *testing.T, seed int64, link simnet.LinkConfig) {
 		if !ok || got.Size != sp.Size || got.Stripe != sp.Stripe || got.Columns != sp.Columns || got.Replicas != sp.Replicas || got.Perm != sp.Perm {
 			t.Fatalf("seed %d: region %d after the restart: %+v, want %+v", seed, id, got, sp)
 		}
-		if got.Health != fabric.HealthOK || got.Lost != 0 || got.Down != 0 {
+		if got.Health != ctrl.HealthOK || got.Lost != 0 || got.Down != 0 {
 			t.Errorf("seed %d: region %d after the restart: health %v, %d lost, %d down", seed, id, got.Health, got.Lost, got.Down)
 		}
 	}
@@ -136,13 +136,13 @@ func poolSwitchRestart(t *testing.T, seed int64, link simnet.LinkConfig) {
 	}
 
 	// New regions get new ids; a recovered region frees with its key.
-	nu := f.createPool(cli, fabric.PoolSpec{Size: 64 << 10, Stripe: 16 << 10, Replicas: 1, Perm: rw})
+	nu := f.createPool(cli, ctrl.PoolSpec{Size: 64 << 10, Stripe: 16 << 10, Replicas: 1, Perm: rw})
 	if nu.spec.Region <= max(rep.spec.Region, one.spec.Region) {
 		t.Errorf("seed %d: new region got id %d, not above the recovered %d and %d", seed, nu.spec.Region, rep.spec.Region, one.spec.Region)
 	}
 	var ferr error
 	done := false
-	cli.control(&fabric.CtrlMsg{Type: fabric.CtrlPoolFree, Region: one.spec.Region, Key: one.key}, func(_ *fabric.CtrlMsg, err error) { ferr, done = err, true })
+	cli.control(&ctrl.Msg{Type: ctrl.PoolFree, Region: one.spec.Region, Key: one.key}, func(_ *ctrl.Msg, err error) { ferr, done = err, true })
 	f.run(func() bool { return done }, time.Minute, "free")
 	if ferr != nil {
 		t.Fatalf("seed %d: free of a recovered region: %v", seed, ferr)
@@ -157,7 +157,7 @@ func poolSwitchRestart(t *testing.T, seed int64, link simnet.LinkConfig) {
 }
 
 // regionHealth is region id's health as the switch lists it.
-func regionHealth(sw *fabric.Switch, id uint32) fabric.PoolSpec {
+func regionHealth(sw *fabric.Switch, id uint32) ctrl.PoolSpec {
 	return regionSpecs(sw)[id]
 }
 
@@ -174,7 +174,7 @@ func TestSimPoolSwitchRestartStaleCopy(t *testing.T) {
 				link.Loss, link.Dup, link.Reorder, link.ReorderDelay = 0.01, 0.01, 0.05, 200*time.Microsecond
 			}
 			f, ns, cli := poolSimSetup(t, seed, link, 3)
-			rep := f.createPool(cli, fabric.PoolSpec{Size: 384 << 10, Stripe: 16 << 10, Replicas: 2, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
+			rep := f.createPool(cli, ctrl.PoolSpec{Size: 384 << 10, Stripe: 16 << 10, Replicas: 2, Perm: uint8(wire.PermRead | wire.PermWrite)})
 			rng := rand.New(rand.NewPCG(uint64(seed), 3))
 			old := randomBytes(rng, int(rep.spec.Size))
 			if err, _ := rep.access(endpoint.KindWrite, old, 0, time.Minute); err != nil {
@@ -198,7 +198,7 @@ func TestSimPoolSwitchRestartStaleCopy(t *testing.T) {
 			if h := regionHealth(f.sw, rep.spec.Region); h.Lost == 0 && f.sw.Stats().PoolRebuilt == 0 {
 				t.Fatalf("seed %d: node 1's stale copy taken for current: %+v", seed, h)
 			}
-			f.run(func() bool { return regionHealth(f.sw, rep.spec.Region).Health == fabric.HealthOK }, time.Minute, "the stale copy rebuilt")
+			f.run(func() bool { return regionHealth(f.sw, rep.spec.Region).Health == ctrl.HealthOK }, time.Minute, "the stale copy rebuilt")
 			// Without node 0, the stripes whose other copy is on node 1
 			// are read from the rebuilt copy.
 			f.net.Detach(ns[0].addr)
@@ -219,7 +219,7 @@ func TestSimPoolSwitchRestartStaleCopy(t *testing.T) {
 func TestSimPoolSwitchRestartLostRegion(t *testing.T) {
 	const seed = 61
 	f, ns, cli := poolSimSetup(t, seed, simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond}, 3)
-	one := f.createPool(cli, fabric.PoolSpec{Size: 192 << 10, Stripe: 16 << 10, Replicas: 1, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
+	one := f.createPool(cli, ctrl.PoolSpec{Size: 192 << 10, Stripe: 16 << 10, Replicas: 1, Perm: uint8(wire.PermRead | wire.PermWrite)})
 	rng := rand.New(rand.NewPCG(seed, 3))
 	ref := randomBytes(rng, int(one.spec.Size))
 	if err, _ := one.access(endpoint.KindWrite, ref, 0, time.Minute); err != nil {
@@ -229,7 +229,7 @@ func TestSimPoolSwitchRestartLostRegion(t *testing.T) {
 	f.restartSwitch(100 * time.Millisecond)
 	f.net.RunFor(3 * time.Second) // past the recovery window
 	h := regionHealth(f.sw, one.spec.Region)
-	if h.Region != one.spec.Region || h.Health != fabric.HealthUnavailable || h.Down != 1 {
+	if h.Region != one.spec.Region || h.Health != ctrl.HealthUnavailable || h.Down != 1 {
 		t.Fatalf("seed %d: region with its node away after the restart: %+v, want unavailable with 1 column down", seed, h)
 	}
 	// Column 0 is on node 0: still served.
@@ -239,7 +239,7 @@ func TestSimPoolSwitchRestartLostRegion(t *testing.T) {
 	}
 	ns[2].restart()
 	f.net.Attach(ns[2].addr, ns[2], f.link, f.link)
-	f.run(func() bool { return regionHealth(f.sw, one.spec.Region).Health == fabric.HealthLost }, 10*time.Second, "the region listed lost")
+	f.run(func() bool { return regionHealth(f.sw, one.spec.Region).Health == ctrl.HealthLost }, 10*time.Second, "the region listed lost")
 	lost := false
 	for _, e := range f.sw.Events(nil) {
 		lost = lost || e.Kind == fabric.EventRegionLost && e.Region == one.spec.Region
@@ -260,7 +260,7 @@ func TestSimPoolSwitchRestartLostRegion(t *testing.T) {
 func TestSimLentRegionOnlyThroughPool(t *testing.T) {
 	const seed = 71
 	f, ns, cli := poolSimSetup(t, seed, simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond}, 1)
-	p := f.createPool(cli, fabric.PoolSpec{Size: 4096, Stripe: 4096, Replicas: 1, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
+	p := f.createPool(cli, ctrl.PoolSpec{Size: 4096, Stripe: 4096, Replicas: 1, Perm: uint8(wire.PermRead | wire.PermWrite)})
 	ref := bytes.Repeat([]byte{0x5a}, 4096)
 	if err, _ := p.access(endpoint.KindWrite, ref, 0, time.Minute); err != nil {
 		t.Fatal(err)
@@ -296,13 +296,13 @@ func TestSimPoolGrantsOnlyFromSwitchRole(t *testing.T) {
 	})
 	var gerr error
 	done := false
-	cli.control(&fabric.CtrlMsg{Type: fabric.CtrlPoolCreate, Pool: fabric.PoolSpec{Size: 4096, Stripe: 4096, Replicas: 1, Perm: 3}}, func(_ *fabric.CtrlMsg, err error) { gerr, done = err, true })
+	cli.control(&ctrl.Msg{Type: ctrl.PoolCreate, Pool: ctrl.PoolSpec{Size: 4096, Stripe: 4096, Replicas: 1, Perm: 3}}, func(_ *ctrl.Msg, err error) { gerr, done = err, true })
 	f.run(func() bool { return done }, time.Minute, "create with grants refused")
 	if gerr == nil {
 		t.Fatalf("seed %d: a region was created although the node refused the grant", seed)
 	}
 	role = secure.RoleSwitch
-	p := f.createPool(cli, fabric.PoolSpec{Size: 4096, Stripe: 4096, Replicas: 1, Perm: 3})
+	p := f.createPool(cli, ctrl.PoolSpec{Size: 4096, Stripe: 4096, Replicas: 1, Perm: 3})
 	buf := bytes.Repeat([]byte{7}, 4096)
 	if err, _ := p.access(endpoint.KindWrite, buf, 0, time.Minute); err != nil {
 		t.Fatalf("seed %d: write once the switch is certified as one: %v", seed, err)

@@ -17,8 +17,11 @@ import (
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/pool"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
+	"github.com/ndma/ndma/wire/poolmap"
 )
 
 // simPoolNode is a memory node on simnet: a Core serving the switch's pool
@@ -44,7 +47,7 @@ func (n *simPoolNode) Receive(now time.Time, d netio.Datagram) { n.core.Step(now
 func (n *simPoolNode) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
 	if !now.Before(n.nextHB) && !n.busy {
 		n.nextHB = now.Add(n.f.hb)
-		buf, err := fabric.AppendCtrl(nil, &fabric.CtrlMsg{Type: fabric.CtrlPoolNode, Key: n.key, Capacity: uint64(n.size), Epoch: n.inc}, n.f.token)
+		buf, err := secure.AppendCtrl(nil, &ctrl.Msg{Type: ctrl.PoolNode, Key: n.key, Capacity: uint64(n.size), Epoch: n.inc}, n.f.token)
 		if err != nil {
 			n.f.t.Fatal(err)
 		}
@@ -80,12 +83,12 @@ func (n *simPoolNode) answered(now time.Time, op *endpoint.Op) {
 		n.reports = nil // started again by the next heartbeat
 		return
 	}
-	var m fabric.CtrlMsg
-	if err := fabric.ParseCtrl(op.Resp, &m, n.f.token); err != nil {
+	var m ctrl.Msg
+	if err := secure.ParseCtrl(op.Resp, &m, n.f.token); err != nil {
 		n.f.t.Fatalf("memory node %v: answer: %v", n.addr, err)
 	}
 	switch m.Type {
-	case fabric.CtrlPoolNode:
+	case ctrl.PoolNode:
 		msgs, err := n.core.PoolReports(m.Epoch)
 		if err != nil {
 			n.f.t.Fatal(err)
@@ -94,7 +97,7 @@ func (n *simPoolNode) answered(now time.Time, op *endpoint.Op) {
 			return
 		}
 		n.reports, n.reportTo = msgs, m.Epoch
-	case fabric.CtrlPoolReport:
+	case ctrl.PoolReport:
 		if len(n.reports) == 0 {
 			return
 		}
@@ -129,7 +132,7 @@ func (n *simPoolNode) boot(seed uint64) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	key, err := st.Alloc(n.size, memnode.PermAll, n.key)
+	key, err := st.Alloc(n.size, wire.PermAll, n.key)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -155,29 +158,29 @@ func (n *simPoolNode) restart() {
 type simPool struct {
 	f    *simFabric
 	cli  *simMember
-	spec fabric.PoolSpec
+	spec ctrl.PoolSpec
 	key  uint64
-	lay  fabric.Layout
+	lay  poolmap.Layout
 }
 
-func (f *simFabric) createPool(cli *simMember, spec fabric.PoolSpec) *simPool {
+func (f *simFabric) createPool(cli *simMember, spec ctrl.PoolSpec) *simPool {
 	f.t.Helper()
-	var got *fabric.CtrlMsg
+	var got *ctrl.Msg
 	var gerr error
-	cli.control(&fabric.CtrlMsg{Type: fabric.CtrlPoolCreate, Pool: spec}, func(r *fabric.CtrlMsg, err error) { got, gerr = r, err })
+	cli.control(&ctrl.Msg{Type: ctrl.PoolCreate, Pool: spec}, func(r *ctrl.Msg, err error) { got, gerr = r, err })
 	f.run(func() bool { return got != nil || gerr != nil }, time.Minute, "pool create")
 	if gerr != nil {
 		f.t.Fatalf("seed %d: create: %v", f.seed, gerr)
 	}
 	p := got.Pool
 	p.Region = got.Region
-	lay, err := fabric.NewLayout(p.Size, p.Stripe, p.Columns, p.Replicas)
+	lay, err := poolmap.NewLayout(p.Size, p.Stripe, p.Columns, p.Replicas)
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	// As Endpoint.PoolCreate does: the open that proves the client's
 	// address again to a switch that forgot it.
-	proof, err := fabric.AppendCtrl(nil, &fabric.CtrlMsg{Type: fabric.CtrlPoolOpen, Region: p.Region, Key: got.Key}, f.token)
+	proof, err := secure.AppendCtrl(nil, &ctrl.Msg{Type: ctrl.PoolOpen, Region: p.Region, Key: got.Key}, f.token)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -246,7 +249,7 @@ func TestSimPoolLossDup(t *testing.T) {
 	for _, seed := range []int64{1, 2, 3} {
 		link := simnet.LinkConfig{Rate: 1e9, Latency: 20 * time.Microsecond, Loss: 0.05, Dup: 0.03, Reorder: 0.05, ReorderDelay: 200 * time.Microsecond}
 		f, ns, cli := poolSimSetup(t, seed, link, 4)
-		p := f.createPool(cli, fabric.PoolSpec{Size: 2 << 20, Stripe: 32 << 10, Replicas: 1, Perm: uint8(memnode.PermAll)})
+		p := f.createPool(cli, ctrl.PoolSpec{Size: 2 << 20, Stripe: 32 << 10, Replicas: 1, Perm: uint8(wire.PermAll)})
 		rng := rand.New(rand.NewPCG(uint64(seed), 9))
 		data := make([]byte, p.spec.Size)
 		for i := range data {
@@ -331,8 +334,8 @@ func TestSimPoolReplicaFailover(t *testing.T) {
 	const seed = 7
 	link := simnet.LinkConfig{Rate: 1e9, Latency: 20 * time.Microsecond}
 	f, ns, cli := poolSimSetup(t, seed, link, 3)
-	p := f.createPool(cli, fabric.PoolSpec{Size: 1 << 20, Stripe: 16 << 10, Replicas: 2, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
-	single := f.createPool(cli, fabric.PoolSpec{Size: 256 << 10, Stripe: 16 << 10, Replicas: 1, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
+	p := f.createPool(cli, ctrl.PoolSpec{Size: 1 << 20, Stripe: 16 << 10, Replicas: 2, Perm: uint8(wire.PermRead | wire.PermWrite)})
+	single := f.createPool(cli, ctrl.PoolSpec{Size: 256 << 10, Stripe: 16 << 10, Replicas: 1, Perm: uint8(wire.PermRead | wire.PermWrite)})
 	if p.spec.Columns != 3 {
 		t.Fatalf("columns %d", p.spec.Columns)
 	}
@@ -411,8 +414,8 @@ func TestSimPoolReplicaFailover(t *testing.T) {
 // not from the switch are dropped.
 func TestSimPoolKeyChecks(t *testing.T) {
 	f, ns, cli := poolSimSetup(t, 11, simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond}, 2)
-	p := f.createPool(cli, fabric.PoolSpec{Size: 256 << 10, Stripe: 64 << 10, Replicas: 1, Perm: uint8(memnode.PermAll)})
-	ro := f.createPool(cli, fabric.PoolSpec{Size: 64 << 10, Stripe: 64 << 10, Replicas: 1, Perm: uint8(memnode.PermRead)})
+	p := f.createPool(cli, ctrl.PoolSpec{Size: 256 << 10, Stripe: 64 << 10, Replicas: 1, Perm: uint8(wire.PermAll)})
+	ro := f.createPool(cli, ctrl.PoolSpec{Size: 64 << 10, Stripe: 64 << 10, Replicas: 1, Perm: uint8(wire.PermRead)})
 	served := func() (n uint64) {
 		for _, nd := range ns {
 			n += nd.core.PoolStats().Served
@@ -483,7 +486,7 @@ func TestSimPoolKeyChecks(t *testing.T) {
 	}
 	// Free: the switch revokes the grants; the node refuses the region.
 	var freed bool
-	cli.control(&fabric.CtrlMsg{Type: fabric.CtrlPoolFree, Region: p.spec.Region, Key: p.key}, func(_ *fabric.CtrlMsg, err error) {
+	cli.control(&ctrl.Msg{Type: ctrl.PoolFree, Region: p.spec.Region, Key: p.key}, func(_ *ctrl.Msg, err error) {
 		if err != nil {
 			t.Errorf("free: %v", err)
 		}
@@ -545,7 +548,7 @@ func (p *simPool) chain(hops []wire.ChainHop, n int, dt wire.Dtype, alu wire.Alu
 // four nodes (source k on node k) and a fifth stripe for the result, fills
 // the sources with random i64 and returns the expected sum.
 func reduceSetup(t *testing.T, f *simFabric, cli *simMember, n int, seed uint64) (*simPool, []uint64, []byte) {
-	p := f.createPool(cli, fabric.PoolSpec{Size: uint64(5 * n), Stripe: uint64(n), Columns: 4, Replicas: 1, Perm: uint8(memnode.PermAll)})
+	p := f.createPool(cli, ctrl.PoolSpec{Size: uint64(5 * n), Stripe: uint64(n), Columns: 4, Replicas: 1, Perm: uint8(wire.PermAll)})
 	rng := rand.New(rand.NewPCG(seed, 1))
 	want := make([]byte, n)
 	var srcs []uint64
@@ -661,7 +664,7 @@ func TestSimChainFigure(t *testing.T) {
 func TestSimPoolHostile(t *testing.T) {
 	const seed = 13
 	f, ns, cli := poolSimSetup(t, seed, simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond}, 3)
-	p := f.createPool(cli, fabric.PoolSpec{Size: 512 << 10, Stripe: 16 << 10, Replicas: 1, Perm: uint8(memnode.PermRead)})
+	p := f.createPool(cli, ctrl.PoolSpec{Size: 512 << 10, Stripe: 16 << 10, Replicas: 1, Perm: uint8(wire.PermRead)})
 	ref := make([]byte, p.spec.Size)
 	// The region is read-only: no hostile request may change it.
 	rng := rand.New(rand.NewPCG(seed, 77))
@@ -749,8 +752,8 @@ func TestSimPoolNodeRestart(t *testing.T) {
 
 func poolNodeRestart(t *testing.T, seed int64, link simnet.LinkConfig) {
 	f, ns, cli := poolSimSetup(t, seed, link, 3)
-	rep := f.createPool(cli, fabric.PoolSpec{Size: 768 << 10, Stripe: 16 << 10, Replicas: 2, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
-	one := f.createPool(cli, fabric.PoolSpec{Size: 192 << 10, Stripe: 16 << 10, Replicas: 1, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
+	rep := f.createPool(cli, ctrl.PoolSpec{Size: 768 << 10, Stripe: 16 << 10, Replicas: 2, Perm: uint8(wire.PermRead | wire.PermWrite)})
+	one := f.createPool(cli, ctrl.PoolSpec{Size: 192 << 10, Stripe: 16 << 10, Replicas: 1, Perm: uint8(wire.PermRead | wire.PermWrite)})
 	rng := rand.New(rand.NewPCG(uint64(seed), 5))
 	refRep, refOne := make([]byte, rep.spec.Size), make([]byte, one.spec.Size)
 	for _, b := range [][]byte{refRep, refOne} {
@@ -867,7 +870,7 @@ func poolNodeRestart(t *testing.T, seed int64, link simnet.LinkConfig) {
 		t.Fatalf("seed %d: %d stripes lost, %d kept: the test did not cover both", seed, lost, kept)
 	}
 	// The restarted node's free memory serves new regions.
-	fresh := f.createPool(cli, fabric.PoolSpec{Size: 32 << 10, Stripe: 16 << 10, Replicas: 1, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
+	fresh := f.createPool(cli, ctrl.PoolSpec{Size: 32 << 10, Stripe: 16 << 10, Replicas: 1, Perm: uint8(wire.PermRead | wire.PermWrite)})
 	if err, _ := fresh.access(endpoint.KindWrite, make([]byte, 32<<10), 0, time.Minute); err != nil {
 		t.Fatalf("seed %d: new region after the restart: %v", seed, err)
 	}
@@ -878,7 +881,7 @@ func poolNodeRestart(t *testing.T, seed int64, link simnet.LinkConfig) {
 func TestSimPoolRebuildRetry(t *testing.T) {
 	const seed = 31
 	f, ns, cli := poolSimSetup(t, seed, simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond}, 3)
-	rep := f.createPool(cli, fabric.PoolSpec{Size: 384 << 10, Stripe: 16 << 10, Replicas: 2, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
+	rep := f.createPool(cli, ctrl.PoolSpec{Size: 384 << 10, Stripe: 16 << 10, Replicas: 2, Perm: uint8(wire.PermRead | wire.PermWrite)})
 	ref := make([]byte, rep.spec.Size)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	for i := range ref {
@@ -911,7 +914,7 @@ func TestSimPoolRebuildRetry(t *testing.T) {
 func TestSimPoolPartitionHeal(t *testing.T) {
 	const seed = 41
 	f, ns, cli := poolSimSetup(t, seed, simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond}, 3)
-	rep := f.createPool(cli, fabric.PoolSpec{Size: 384 << 10, Stripe: 16 << 10, Replicas: 2, Perm: uint8(memnode.PermRead | memnode.PermWrite)})
+	rep := f.createPool(cli, ctrl.PoolSpec{Size: 384 << 10, Stripe: 16 << 10, Replicas: 2, Perm: uint8(wire.PermRead | wire.PermWrite)})
 	ref := make([]byte, rep.spec.Size)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	fill := func(b []byte) {

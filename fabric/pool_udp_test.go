@@ -10,10 +10,10 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/internal/memtest"
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // TestPoolControlUDP drives the pool's control plane over loopback: three
@@ -45,10 +45,10 @@ func TestPoolControlUDP(t *testing.T) {
 	}
 	defer cli.Close()
 
-	if _, _, err := cli.PoolCreate(ctx, sw, fabric.PoolSpec{Size: 1 << 20, Stripe: 64 << 10, Replicas: 2, Perm: 0x0f}, opts); !errors.Is(err, wire.StatusBadOperand) {
+	if _, _, err := cli.PoolCreate(ctx, sw, ctrl.PoolSpec{Size: 1 << 20, Stripe: 64 << 10, Replicas: 2, Perm: 0x0f}, opts); !errors.Is(err, wire.StatusBadOperand) {
 		t.Errorf("replicated region with atomics: %v, want bad operand", err)
 	}
-	spec, key, err := cli.PoolCreate(ctx, sw, fabric.PoolSpec{Size: 1 << 20, Stripe: 64 << 10, Replicas: 2, Perm: 0x03}, opts)
+	spec, key, err := cli.PoolCreate(ctx, sw, ctrl.PoolSpec{Size: 1 << 20, Stripe: 64 << 10, Replicas: 2, Perm: 0x03}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestPoolControlUDP(t *testing.T) {
 	if _, err := cli.PoolOpen(ctx, sw, spec.Region, key+1, opts); !errors.Is(err, wire.StatusBadKey) {
 		t.Errorf("open with a wrong key: %v", err)
 	}
-	if _, _, err := cli.PoolCreate(ctx, sw, fabric.PoolSpec{Size: 8 << 20, Stripe: 64 << 10, Replicas: 1, Perm: 1}, opts); !errors.Is(err, wire.StatusBusy) {
+	if _, _, err := cli.PoolCreate(ctx, sw, ctrl.PoolSpec{Size: 8 << 20, Stripe: 64 << 10, Replicas: 1, Perm: 1}, opts); !errors.Is(err, wire.StatusBusy) {
 		t.Errorf("8 MiB on 3 x 1 MiB (2 MiB of it used): %v, want busy", err)
 	}
 	ps, err := cli.PoolStat(ctx, sw, opts)
@@ -106,7 +106,7 @@ func TestPoolControlUDP(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	spec2, _, err := cli.PoolCreate(ctx, sw, fabric.PoolSpec{Size: 4096, Stripe: 64, Replicas: 1, Perm: 1}, opts)
+	spec2, _, err := cli.PoolCreate(ctx, sw, ctrl.PoolSpec{Size: 4096, Stripe: 64, Replicas: 1, Perm: 1}, opts)
 	if err != nil || spec2.Columns != 2 {
 		t.Errorf("with a dead node: %+v, %v; want 2 columns", spec2, err)
 	}
@@ -142,7 +142,7 @@ func TestPoolSwitchRestartUDP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := cli.Alloc(ctx, 256<<10, pool.AllocOptions{Stripe: 16 << 10, Replicas: 2, Perm: memnode.PermRead | memnode.PermWrite})
+	r, err := cli.Alloc(ctx, 256<<10, pool.AllocOptions{Stripe: 16 << 10, Replicas: 2, Perm: wire.PermRead | wire.PermWrite})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestPoolSwitchRestartUDP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ps.Regions) != 1 || ps.Regions[0].Region != r.ID() || ps.Regions[0].Health != fabric.HealthOK {
+	if len(ps.Regions) != 1 || ps.Regions[0].Region != r.ID() || ps.Regions[0].Health != ctrl.HealthOK {
 		t.Fatalf("regions after the restart: %+v, want region %d, ok", ps.Regions, r.ID())
 	}
 	if err := cli.Free(ctx, r); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 func secureIdentity(t *testing.T, a *secure.Authority, role secure.Role, name string) *secure.Identity {
@@ -208,7 +209,7 @@ func TestUDPSecureRankBound(t *testing.T) {
 	for _, c := range []struct {
 		job  string
 		rank int
-	}{{"train", 0}, {"other", 1}, {"train", fabric.CtrlRankAny}, {"trainer", 1}, {"train-2", 1}, {"other.train", 1}, {"other.x@trainer", 0}} {
+	}{{"train", 0}, {"other", 1}, {"train", ctrl.RankAny}, {"trainer", 1}, {"train-2", 1}, {"other.train", 1}, {"other.x@trainer", 0}} {
 		_, err := ep.JoinJob(ctx, srv.Addr().String(), c.job, 2, c.rank, opts)
 		if !errors.Is(err, wire.StatusAuth) || !strings.Contains(err.Error(), "credential does not bind job") {
 			t.Errorf("train/1 joining %s as rank %d: %v", c.job, c.rank, err)
@@ -234,12 +235,12 @@ func TestRankMay(t *testing.T) {
 	}{
 		{"train/1", "train", 1, true},
 		{"train/1", "train", 2, false},
-		{"train/1", "train", fabric.CtrlRankAny, false},
+		{"train/1", "train", ctrl.RankAny, false},
 		{"train/01", "train", 1, false},      // outside the grammar
 		{"train/1/x", "train", 1, false},     // outside the grammar
 		{"train.v2/1", "train.v2", 1, false}, // outside the grammar
 		{"train/1", "train.3.7", 0, true},
-		{"train/1", "train.x", fabric.CtrlRankAny, true},
+		{"train/1", "train.x", ctrl.RankAny, true},
 		{"train/1", "train.", 1, true},
 		{"train/1", "trainx", 1, false},
 		{"train-42/0", "train-42-v2", 1, false},

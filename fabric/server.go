@@ -12,6 +12,7 @@ import (
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/netio/loop"
 	"github.com/ndma/ndma/secure"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // Server drives a Switch over netio.Conns with a loop.Driver: a goroutine
@@ -169,7 +170,7 @@ func (s *Server) Groups() []GroupInfo {
 }
 
 // Pool returns the pool's memory nodes (with their counters) and regions.
-func (s *Server) Pool() ([]PoolNodeInfo, []PoolSpec) {
+func (s *Server) Pool() ([]ctrl.PoolNodeInfo, []ctrl.PoolSpec) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.sw.PoolNodes(), s.sw.PoolRegions()

@@ -10,8 +10,10 @@ import (
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/netio/simnet"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // The simulated fabric: one switch and many endpoint Cores on a simnet
@@ -53,7 +55,7 @@ func (m *simMember) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram,
 				continue
 			}
 			m.hbBusy[g]++
-			m.controlTimeout(&fabric.CtrlMsg{Type: fabric.CtrlHeartbeat, Group: g, Member: m.member[g]}, 2*m.f.hb, func(*fabric.CtrlMsg, error) {
+			m.controlTimeout(&ctrl.Msg{Type: ctrl.Heartbeat, Group: g, Member: m.member[g]}, 2*m.f.hb, func(*ctrl.Msg, error) {
 				m.hbBusy[g]--
 			})
 		}
@@ -95,18 +97,18 @@ func (m *simMember) post(op *endpoint.Op, cb func(*endpoint.Op)) {
 
 // control sends a control request to the switch; cb gets the parsed
 // response (or nil and the error).
-func (m *simMember) control(req *fabric.CtrlMsg, cb func(*fabric.CtrlMsg, error)) {
+func (m *simMember) control(req *ctrl.Msg, cb func(*ctrl.Msg, error)) {
 	m.controlTimeout(req, time.Minute, cb)
 }
 
-func (m *simMember) controlTimeout(req *fabric.CtrlMsg, timeout time.Duration, cb func(*fabric.CtrlMsg, error)) {
+func (m *simMember) controlTimeout(req *ctrl.Msg, timeout time.Duration, cb func(*ctrl.Msg, error)) {
 	switch req.Type {
-	case fabric.CtrlJoin, fabric.CtrlRegister, fabric.CtrlLookup:
+	case ctrl.Join, ctrl.Register, ctrl.Lookup:
 		if req.MTU == 0 {
 			req.MTU = m.core.MTU()
 		}
 	}
-	buf, err := fabric.AppendCtrl(nil, req, m.f.token)
+	buf, err := secure.AppendCtrl(nil, req, m.f.token)
 	if err != nil {
 		m.f.t.Fatal(err)
 	}
@@ -119,8 +121,8 @@ func (m *simMember) controlTimeout(req *fabric.CtrlMsg, timeout time.Duration, c
 			cb(nil, op.Err)
 			return
 		}
-		var resp fabric.CtrlMsg
-		if err := fabric.ParseCtrl(op.Resp, &resp, m.f.token); err != nil {
+		var resp ctrl.Msg
+		if err := secure.ParseCtrl(op.Resp, &resp, m.f.token); err != nil {
 			cb(nil, err)
 			return
 		}
@@ -212,7 +214,7 @@ func (f *simFabric) join(job string, ms []*simMember) uint32 {
 	var gid uint32
 	joined := 0
 	for i, m := range ms {
-		m.control(&fabric.CtrlMsg{Type: fabric.CtrlJoin, Job: job, Size: len(ms), Rank: i}, func(r *fabric.CtrlMsg, err error) {
+		m.control(&ctrl.Msg{Type: ctrl.Join, Job: job, Size: len(ms), Rank: i}, func(r *ctrl.Msg, err error) {
 			if err != nil {
 				f.t.Fatalf("seed %d: join: %v", f.seed, err)
 			}

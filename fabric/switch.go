@@ -11,6 +11,7 @@ import (
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // Config configures a Switch. Zero values select the documented defaults.
@@ -145,7 +146,7 @@ func (c *Config) setDefaults() {
 }
 
 func (c *Config) validate() error {
-	if err := CheckToken(c.Token, c.Insecure); err != nil {
+	if err := secure.CheckToken(c.Token, c.Insecure); err != nil {
 		return fmt.Errorf("%w: Token: %w", ErrConfig, err)
 	}
 	w := c.MulticastWindow
@@ -351,7 +352,7 @@ type Switch struct {
 	held    []netio.Datagram // reordered by fault injection, sent next Poll
 	rng     *rand.Rand
 
-	ctrl     CtrlMsg
+	ctrl     ctrl.Msg
 	asm      ctrlAssembler // multi-packet control requests (ctrlasm.go)
 	pclients poolClients   // addresses proven to receive (pool_clients.go)
 	proveTok map[uint64]proveReq
@@ -446,7 +447,7 @@ type GroupInfo struct {
 	ID      uint32
 	Name    string
 	Service bool
-	Members []MemberInfo
+	Members []ctrl.MemberInfo
 	Alive   []bool
 }
 
@@ -461,7 +462,7 @@ func (s *Switch) Groups() []GroupInfo {
 		gi := GroupInfo{ID: g.id, Name: g.name, Service: g.service}
 		for _, m := range g.members {
 			if m != nil {
-				gi.Members = append(gi.Members, MemberInfo{ID: m.id, Addr: m.addr})
+				gi.Members = append(gi.Members, ctrl.MemberInfo{ID: m.id, Addr: m.addr})
 				gi.Alive = append(gi.Alive, m.alive)
 			}
 		}

@@ -15,11 +15,12 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/netio/loop"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // Benchmarks of the forwarding node on real UDP over loopback: a
@@ -227,8 +228,8 @@ func (m *rawMember) write(ds []netio.Datagram) error {
 
 // join posts a JOIN of job (size members, as rank) to sw and waits for the
 // response. The members of a job must join concurrently.
-func (m *rawMember) join(ctx context.Context, sw netip.AddrPort, job string, size, rank int) (*fabric.CtrlMsg, error) {
-	buf, err := fabric.AppendCtrl(nil, &fabric.CtrlMsg{Type: fabric.CtrlJoin, Job: job, Size: size, Rank: rank, MTU: 9000}, nil)
+func (m *rawMember) join(ctx context.Context, sw netip.AddrPort, job string, size, rank int) (*ctrl.Msg, error) {
+	buf, err := secure.AppendCtrl(nil, &ctrl.Msg{Type: ctrl.Join, Job: job, Size: size, Rank: rank, MTU: 9000}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -254,11 +255,11 @@ func (m *rawMember) join(ctx context.Context, sw netip.AddrPort, job string, siz
 	if op.Err != nil {
 		return nil, op.Err
 	}
-	resp := &fabric.CtrlMsg{}
-	if err := fabric.ParseCtrl(op.Resp, resp, nil); err != nil {
+	resp := &ctrl.Msg{}
+	if err := secure.ParseCtrl(op.Resp, resp, nil); err != nil {
 		return nil, err
 	}
-	if !resp.Resp || resp.Type != fabric.CtrlJoin {
+	if !resp.Resp || resp.Type != ctrl.Join {
 		return nil, fmt.Errorf("join answered with %v (resp %v)", resp.Type, resp.Resp)
 	}
 	m.mu.Lock()
@@ -294,7 +295,7 @@ func BenchmarkUDPSwitchUnicast(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), udpBenchTimeout)
 	defer cancel()
 	ma, mb := newRawMember(b, 1), newRawMember(b, 2)
-	var ra, rb *fabric.CtrlMsg
+	var ra, rb *ctrl.Msg
 	var ea, eb error
 	var wg sync.WaitGroup
 	wg.Go(func() { ra, ea = ma.join(ctx, sw, "unicast", 2, 0) })
@@ -456,7 +457,7 @@ func BenchmarkUDPHostMulticast8(b *testing.B) {
 	keys := make([]uint64, n)
 	for i := 1; i < n; i++ {
 		bufs[i] = make([]byte, len(data))
-		key, err := eps[i].Register(bufs[i], memnode.PermWrite, 0)
+		key, err := eps[i].Register(bufs[i], wire.PermWrite, 0)
 		if err != nil {
 			b.Fatal(err)
 		}

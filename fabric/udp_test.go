@@ -17,6 +17,7 @@ import (
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 func startSwitch(t *testing.T, cfg fabric.Config) *fabric.Server {
@@ -180,7 +181,7 @@ func testUDPModes(t *testing.T, readers int) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { ep.Close() })
-		_, err = ep.RegisterService(ctx, sw, endpoint.ServiceConfig{Name: "kv", Size: 2, Policy: fabric.PolicyRoundRobin}, i,
+		_, err = ep.RegisterService(ctx, sw, endpoint.ServiceConfig{Name: "kv", Size: 2, Policy: ctrl.PolicyRoundRobin}, i,
 			func(key uint64, req []byte) ([]byte, error) {
 				mu.Lock()
 				served[i]++

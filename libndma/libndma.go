@@ -33,10 +33,10 @@ import (
 
 	"github.com/ndma/ndma/coll"
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 func main() {}
@@ -166,7 +166,7 @@ func code(err error) C.int {
 		return C.NDMA_ERR_RENDEZVOUS
 	case errors.Is(err, endpoint.ErrNoSwitch):
 		return C.NDMA_ERR_NO_SWITCH
-	case errors.Is(err, fabric.ErrNoSpace), errors.Is(err, fabric.ErrNoNodes), errors.Is(err, wire.StatusLost):
+	case errors.Is(err, ctrl.ErrNoSpace), errors.Is(err, ctrl.ErrNoNodes), errors.Is(err, wire.StatusLost):
 		return C.NDMA_ERR_POOL
 	case errors.Is(err, wire.StatusBadKey), errors.Is(err, wire.StatusOutOfBounds), errors.Is(err, wire.StatusMisaligned),
 		errors.Is(err, wire.StatusPermission), errors.Is(err, wire.StatusTooLarge):

@@ -14,9 +14,9 @@ import (
 	"unsafe"
 
 	"github.com/ndma/ndma/coll"
-	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // region is a pool region handed out as a handle.
@@ -179,7 +179,7 @@ func ndmago_region_alloc(h C.ndma_comm_t, size, stripe C.uint64_t, out *C.ndma_r
 		}
 		if cm.c.Rank() != 0 {
 			if msg[0] != 1 {
-				return fmt.Errorf("%w: rank 0 could not create the region of %d bytes (its error says why)", fabric.ErrNoSpace, uint64(size))
+				return fmt.Errorf("%w: rank 0 could not create the region of %d bytes (its error says why)", ctrl.ErrNoSpace, uint64(size))
 			}
 			reg, cerr = c.Open(ctx, binary.LittleEndian.Uint32(msg[4:]), binary.LittleEndian.Uint64(msg[8:]))
 		} else if cerr != nil {

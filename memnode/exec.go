@@ -79,16 +79,16 @@ type Result struct {
 // This differs from math.Min and math.Max, which return NaN if either
 // argument is NaN.
 func (s *Store) Exec(h *wire.Header, payload []byte) Result {
-	var need Perm
+	var need wire.Perm
 	switch h.Op {
 	case wire.OpWrite:
-		need = PermWrite
+		need = wire.PermWrite
 	case wire.OpRead:
-		need = PermRead
+		need = wire.PermRead
 	case wire.OpCAS, wire.OpFetchAdd:
-		need = PermAtomic
+		need = wire.PermAtomic
 	case wire.OpVector:
-		need = PermVector
+		need = wire.PermVector
 	default:
 		return Result{Status: wire.StatusUnknownOp}
 	}

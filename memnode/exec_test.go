@@ -90,15 +90,15 @@ func memWith(b []byte) []byte {
 
 type execCase struct {
 	name    string
-	perm    Perm   // region permissions; zero means PermAll (use noPerm for none)
-	mem     []byte // initial region content; nil means pattern()
+	perm    wire.Perm // region permissions; zero means wire.PermAll (use noPerm for none)
+	mem     []byte    // initial region content; nil means pattern()
 	h       wire.Header
 	payload []byte
 	want    Result // Data compared by content
 	wantMem []byte // region content afterwards; nil means unchanged
 }
 
-const noPerm Perm = 0x80 // test marker: the region allows nothing
+const noPerm wire.Perm = 0x80 // test marker: the region allows nothing
 
 func execCases() []execCase {
 	W, R, C, F, V := wire.OpWrite, wire.OpRead, wire.OpCAS, wire.OpFetchAdd, wire.OpVector
@@ -127,16 +127,16 @@ func execCases() []execCase {
 		{name: "bad key write", h: wire.Header{Op: W, Key: tKey + 1}, payload: abc, want: st(wire.StatusBadKey)},
 		{name: "bad key zero", h: wire.Header{Op: R, Key: 0, Operand1: 1}, want: st(wire.StatusBadKey)},
 		{name: "bad key before perm", perm: noPerm, h: wire.Header{Op: C, Key: 9}, want: st(wire.StatusBadKey)},
-		{name: "perm write", perm: PermAll &^ PermWrite, h: hdr(W, 0), payload: abc, want: st(wire.StatusPermission)},
-		{name: "perm read", perm: PermAll &^ PermRead, h: read(0, 1), want: st(wire.StatusPermission)},
-		{name: "perm cas", perm: PermAll &^ PermAtomic, h: cas(0, 0, 1), want: st(wire.StatusPermission)},
-		{name: "perm fadd", perm: PermRead | PermWrite, h: fadd(0, 1), want: st(wire.StatusPermission)},
-		{name: "perm vector", perm: PermAll &^ PermVector, h: vec(wire.DtypeI32, wire.AluAdd, 0, 0), payload: i32s(1), want: st(wire.StatusPermission)},
+		{name: "perm write", perm: wire.PermAll &^ wire.PermWrite, h: hdr(W, 0), payload: abc, want: st(wire.StatusPermission)},
+		{name: "perm read", perm: wire.PermAll &^ wire.PermRead, h: read(0, 1), want: st(wire.StatusPermission)},
+		{name: "perm cas", perm: wire.PermAll &^ wire.PermAtomic, h: cas(0, 0, 1), want: st(wire.StatusPermission)},
+		{name: "perm fadd", perm: wire.PermRead | wire.PermWrite, h: fadd(0, 1), want: st(wire.StatusPermission)},
+		{name: "perm vector", perm: wire.PermAll &^ wire.PermVector, h: vec(wire.DtypeI32, wire.AluAdd, 0, 0), payload: i32s(1), want: st(wire.StatusPermission)},
 		{name: "perm none", perm: noPerm, h: read(0, 0), want: st(wire.StatusPermission)},
-		{name: "perm before operands", perm: PermRead, h: vec(0, 0, 3, 0), payload: abc, want: st(wire.StatusPermission)},
-		{name: "vector needs only PermVector", perm: PermVector, h: vec(wire.DtypeI32, wire.AluAdd, 0, 0), payload: i32s(1),
+		{name: "perm before operands", perm: wire.PermRead, h: vec(0, 0, 3, 0), payload: abc, want: st(wire.StatusPermission)},
+		{name: "vector needs only PermVector", perm: wire.PermVector, h: vec(wire.DtypeI32, wire.AluAdd, 0, 0), payload: i32s(1),
 			want: ok, wantMem: patch(0, i32s(0x03020100+1))},
-		{name: "atomic needs only PermAtomic", perm: PermAtomic, h: fadd(0, 1), want: Result{Old: 0x0706050403020100},
+		{name: "atomic needs only PermAtomic", perm: wire.PermAtomic, h: fadd(0, 1), want: Result{Old: 0x0706050403020100},
 			wantMem: patch(0, u64s(0x0706050403020101))},
 
 		// WRITE.
@@ -266,7 +266,7 @@ func newCaseStore(t testing.TB, tc *execCase) (*Store, []byte) {
 	perm := tc.perm
 	switch perm {
 	case 0:
-		perm = PermAll
+		perm = wire.PermAll
 	case noPerm:
 		perm = 0
 	}
@@ -310,7 +310,7 @@ func TestExec(t *testing.T) {
 func TestExecReadAliases(t *testing.T) {
 	s, _ := NewStore(Config{})
 	mem := make([]byte, 16)
-	s.Register(mem, PermAll, 1)
+	s.Register(mem, wire.PermAll, 1)
 	r := s.Exec(&wire.Header{Op: wire.OpRead, Key: 1, Addr: 4, Operand1: 4}, nil)
 	mem[5] = 0xaa
 	if r.Data[1] != 0xaa {
@@ -323,7 +323,7 @@ func TestExecReadAliases(t *testing.T) {
 func TestExecSegmentedWrite(t *testing.T) {
 	s, _ := NewStore(Config{})
 	mem := make([]byte, 4096)
-	s.Register(mem, PermAll, 1)
+	s.Register(mem, wire.PermAll, 1)
 	msg := make([]byte, 3000)
 	for i := range msg {
 		msg[i] = byte(i * 7)
@@ -354,7 +354,7 @@ func TestExecAllocs(t *testing.T) {
 
 func BenchmarkExecWrite4K(b *testing.B) {
 	s, _ := NewStore(Config{})
-	key, err := s.Alloc(1<<20, PermAll, 0)
+	key, err := s.Alloc(1<<20, wire.PermAll, 0)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -372,7 +372,7 @@ func BenchmarkExecWrite4K(b *testing.B) {
 
 func benchVector(b *testing.B, dt wire.Dtype, alu wire.Alu, size int) {
 	s, _ := NewStore(Config{})
-	key, err := s.Alloc(size, PermAll, 0)
+	key, err := s.Alloc(size, wire.PermAll, 0)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -408,7 +408,7 @@ func BenchmarkExecVectorMinI32_64K(b *testing.B) { benchVector(b, wire.DtypeI32,
 
 func BenchmarkExecFetchAdd(b *testing.B) {
 	s, _ := NewStore(Config{})
-	key, _ := s.Alloc(4096, PermAll, 0)
+	key, _ := s.Alloc(4096, wire.PermAll, 0)
 	h := wire.Header{Op: wire.OpFetchAdd, Key: key, Addr: 64, Operand1: 1}
 	b.ReportAllocs()
 	for b.Loop() {

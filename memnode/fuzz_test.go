@@ -18,12 +18,12 @@ func FuzzExec(f *testing.F) {
 		guard = 64
 		key   = 0x600d
 	)
-	f.Add(uint8(wire.OpWrite), uint8(0), uint8(0), uint64(96), uint32(0), uint64(0), uint64(0), false, uint8(PermAll), []byte("abcdefgh"))
-	f.Add(uint8(wire.OpRead), uint8(0), uint8(0), uint64(90), uint32(0), uint64(10), uint64(0), false, uint8(PermAll), []byte(nil))
-	f.Add(uint8(wire.OpCAS), uint8(0), uint8(0), uint64(88), uint32(0), uint64(0), uint64(1), false, uint8(PermAll), []byte(nil))
-	f.Add(uint8(wire.OpFetchAdd), uint8(0), uint8(0), uint64(96), uint32(0), uint64(1), uint64(0), false, uint8(PermAtomic), []byte(nil))
-	f.Add(uint8(wire.OpVector), uint8(wire.DtypeF32), uint8(wire.AluMax), uint64(92), uint32(4), uint64(0), uint64(0), false, uint8(PermVector), []byte("\x00\x00\xc0\x7f"))
-	f.Add(uint8(wire.OpVector), uint8(wire.DtypeI64), uint8(wire.AluAdd), uint64(1<<64-8), uint32(8), uint64(0), uint64(0), false, uint8(PermAll), []byte("12345678"))
+	f.Add(uint8(wire.OpWrite), uint8(0), uint8(0), uint64(96), uint32(0), uint64(0), uint64(0), false, uint8(wire.PermAll), []byte("abcdefgh"))
+	f.Add(uint8(wire.OpRead), uint8(0), uint8(0), uint64(90), uint32(0), uint64(10), uint64(0), false, uint8(wire.PermAll), []byte(nil))
+	f.Add(uint8(wire.OpCAS), uint8(0), uint8(0), uint64(88), uint32(0), uint64(0), uint64(1), false, uint8(wire.PermAll), []byte(nil))
+	f.Add(uint8(wire.OpFetchAdd), uint8(0), uint8(0), uint64(96), uint32(0), uint64(1), uint64(0), false, uint8(wire.PermAtomic), []byte(nil))
+	f.Add(uint8(wire.OpVector), uint8(wire.DtypeF32), uint8(wire.AluMax), uint64(92), uint32(4), uint64(0), uint64(0), false, uint8(wire.PermVector), []byte("\x00\x00\xc0\x7f"))
+	f.Add(uint8(wire.OpVector), uint8(wire.DtypeI64), uint8(wire.AluAdd), uint64(1<<64-8), uint32(8), uint64(0), uint64(0), false, uint8(wire.PermAll), []byte("12345678"))
 
 	f.Fuzz(func(t *testing.T, op, dtype, alu uint8, addr uint64, offset uint32, op1, op2 uint64, badKey bool, perm uint8, payload []byte) {
 		backing := bytes.Repeat([]byte{0xa5}, guard+size+guard)
@@ -31,7 +31,7 @@ func FuzzExec(f *testing.F) {
 		for i := range mem {
 			mem[i] = byte(i * 13)
 		}
-		p := Perm(perm) & PermAll
+		p := wire.Perm(perm) & wire.PermAll
 		s, err := NewStore(Config{MaxBytes: size})
 		if err != nil {
 			t.Fatal(err)

@@ -8,13 +8,15 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/ndma/ndma/wire"
 )
 
 // KeySpec is one region a memory node exposes, as read from a key file.
 type KeySpec struct {
 	Key  uint64 // region key, never zero
 	Size int64  // in bytes, 1 to MaxRegionSize
-	Perm Perm
+	Perm wire.Perm
 }
 
 // KeyFileError is the error LoadKeyFile returns for a bad line. It wraps
@@ -105,7 +107,7 @@ func parseKeyLine(f []string) (KeySpec, error) {
 	if size <= 0 || size > MaxRegionSize {
 		return KeySpec{}, fmt.Errorf("%w: %q (want 1 to %d bytes)", ErrBadSize, f[1], int64(MaxRegionSize))
 	}
-	perm, err := ParsePerm(f[2])
+	perm, err := wire.ParsePerm(f[2])
 	if err != nil {
 		return KeySpec{}, err
 	}

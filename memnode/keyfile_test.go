@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/ndma/ndma/wire"
 )
 
 func TestParseSize(t *testing.T) {
@@ -61,9 +63,9 @@ ffffffffffffffff 1 ----
 		t.Fatal(err)
 	}
 	want := []KeySpec{
-		{0x5eed00000000001, 64 << 20, PermAll},
-		{0xa11ce, 4096, PermRead},
-		{0xff, 1000, PermRead | PermWrite},
+		{0x5eed00000000001, 64 << 20, wire.PermAll},
+		{0xa11ce, 4096, wire.PermRead},
+		{0xff, 1000, wire.PermRead | wire.PermWrite},
 		{0xffffffffffffffff, 1, 0},
 	}
 	if !slices.Equal(got, want) {
@@ -96,7 +98,7 @@ func TestLoadKeyFileErrors(t *testing.T) {
 		{"bad size", "2 lots rw", ErrBadSize},
 		{"zero size", "2 0 rw", ErrBadSize},
 		{"size over MaxRegionSize", "2 1025GiB rw", ErrBadSize},
-		{"bad perm", "2 4096 rwx", ErrBadPerm},
+		{"bad perm", "2 4096 rwx", wire.ErrBadPerm},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			specs, err := LoadKeyFile(strings.NewReader(good + tc.line + "\n" + "3 1 r\n"))

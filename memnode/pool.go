@@ -31,7 +31,7 @@ import (
 type Grant struct {
 	Region uint32
 	Key    uint64
-	Perm   Perm
+	Perm   wire.Perm
 	Base   uint64
 	Len    uint64
 
@@ -103,7 +103,7 @@ func (p *PoolNode) Key() uint64 { return p.key }
 // memory away), and installs g. Granting a region again replaces its
 // grant.
 func (p *PoolNode) Grant(g Grant) error {
-	if g.Region == 0 || g.Key == 0 || g.Len == 0 || g.Perm&^PermAll != 0 ||
+	if g.Region == 0 || g.Key == 0 || g.Len == 0 || g.Perm&^wire.PermAll != 0 ||
 		g.Base > p.size || g.Len > p.size-g.Base || len(g.Homes) > MaxGrantHomes {
 		return fmt.Errorf("%w: region %d, [%d, +%d) of %d bytes, %d homes", ErrGrant, g.Region, g.Base, g.Len, p.size, len(g.Homes))
 	}
@@ -245,17 +245,17 @@ func (p *PoolNode) Grants() int { return len(p.grants) }
 // the grant StatusOutOfBounds. Everything else is Store.Exec's, on the lent
 // region. h is not modified.
 func (p *PoolNode) Exec(h *wire.Header, payload []byte) Result {
-	var need Perm
+	var need wire.Perm
 	var n uint64
 	switch h.Op {
 	case wire.OpWrite:
-		need, n = PermWrite, uint64(len(payload))
+		need, n = wire.PermWrite, uint64(len(payload))
 	case wire.OpVector:
-		need, n = PermVector, uint64(len(payload))
+		need, n = wire.PermVector, uint64(len(payload))
 	case wire.OpRead:
-		need, n = PermRead, h.Operand1
+		need, n = wire.PermRead, h.Operand1
 	case wire.OpCAS, wire.OpFetchAdd:
-		need, n = PermAtomic, 8
+		need, n = wire.PermAtomic, 8
 	default:
 		return Result{Status: wire.StatusUnknownOp}
 	}
@@ -340,7 +340,7 @@ func (p *PoolNode) ExecOptim(h *wire.Header, params *wire.OptimParams, grads []b
 	if !ok || g.Key != h.Key {
 		return Result{Status: wire.StatusBadKey}
 	}
-	if g.Perm&PermVector == 0 {
+	if g.Perm&wire.PermVector == 0 {
 		return Result{Status: wire.StatusPermission}
 	}
 	n := uint64(len(grads))

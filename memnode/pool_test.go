@@ -17,7 +17,7 @@ func newPoolNode(t *testing.T, size int) (*PoolNode, []byte) {
 		t.Fatal(err)
 	}
 	mem := make([]byte, size)
-	key, err := s.Register(mem, PermAll, 0)
+	key, err := s.Register(mem, wire.PermAll, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestPoolNodeGrantScrubsAndChecks(t *testing.T) {
 	for i := range mem {
 		mem[i] = 0xAA // a previous region's bytes
 	}
-	if err := p.Grant(Grant{Region: 1, Key: 11, Perm: PermRead | PermWrite, Base: 1024, Len: 1024}); err != nil {
+	if err := p.Grant(Grant{Region: 1, Key: 11, Perm: wire.PermRead | wire.PermWrite, Base: 1024, Len: 1024}); err != nil {
 		t.Fatal(err)
 	}
 	if mem[1023] != 0xAA || mem[1024] != 0 || mem[2047] != 0 || mem[2048] != 0xAA {
@@ -64,7 +64,7 @@ func TestPoolNodeGrantScrubsAndChecks(t *testing.T) {
 		}
 	}
 	// A later grant overlapping region 1's extent retires it.
-	if err := p.Grant(Grant{Region: 2, Key: 22, Perm: PermAll, Base: 1536, Len: 512}); err != nil {
+	if err := p.Grant(Grant{Region: 2, Key: 22, Perm: wire.PermAll, Base: 1536, Len: 512}); err != nil {
 		t.Fatal(err)
 	}
 	r := wire.Header{Op: wire.OpRead, Group: 1, Key: 11, Addr: 1024, Operand1: 8}
@@ -75,10 +75,10 @@ func TestPoolNodeGrantScrubsAndChecks(t *testing.T) {
 		t.Fatal("revoke with a wrong key must fail, with the right one succeed")
 	}
 	for _, bad := range []Grant{
-		{Region: 0, Key: 1, Perm: PermAll, Base: 0, Len: 8},
-		{Region: 3, Key: 0, Perm: PermAll, Base: 0, Len: 8},
-		{Region: 3, Key: 1, Perm: PermAll, Base: 4000, Len: 97},
-		{Region: 3, Key: 1, Perm: PermAll, Base: ^uint64(0), Len: 2},
+		{Region: 0, Key: 1, Perm: wire.PermAll, Base: 0, Len: 8},
+		{Region: 3, Key: 0, Perm: wire.PermAll, Base: 0, Len: 8},
+		{Region: 3, Key: 1, Perm: wire.PermAll, Base: 4000, Len: 97},
+		{Region: 3, Key: 1, Perm: wire.PermAll, Base: ^uint64(0), Len: 2},
 		{Region: 3, Key: 1, Perm: 0x80, Base: 0, Len: 8},
 	} {
 		if err := p.Grant(bad); !errors.Is(err, ErrGrant) {
@@ -89,7 +89,7 @@ func TestPoolNodeGrantScrubsAndChecks(t *testing.T) {
 
 func TestPoolNodeAtomicsAndVector(t *testing.T) {
 	p, mem := newPoolNode(t, 256)
-	if err := p.Grant(Grant{Region: 7, Key: 70, Perm: PermAll, Base: 64, Len: 64}); err != nil {
+	if err := p.Grant(Grant{Region: 7, Key: 70, Perm: wire.PermAll, Base: 64, Len: 64}); err != nil {
 		t.Fatal(err)
 	}
 	fa := wire.Header{Op: wire.OpFetchAdd, Group: 7, Key: 70, Addr: 64, Operand1: 5}
@@ -136,7 +136,7 @@ func TestReplies(t *testing.T) {
 
 func TestPoolNodeExecHop(t *testing.T) {
 	p, mem := newPoolNode(t, 1024)
-	if err := p.Grant(Grant{Region: 3, Key: 33, Perm: PermRead | PermWrite | PermVector, Base: 256, Len: 512}); err != nil {
+	if err := p.Grant(Grant{Region: 3, Key: 33, Perm: wire.PermRead | wire.PermWrite | wire.PermVector, Base: 256, Len: 512}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 4 {
@@ -184,7 +184,7 @@ func TestPoolNodeRebuildFill(t *testing.T) {
 	for i := range mem {
 		mem[i] = 0xEE
 	}
-	if err := p.GrantRebuild(Grant{Region: 4, Key: 44, Perm: PermRead | PermWrite, Base: 512, Len: 256}); err != nil {
+	if err := p.GrantRebuild(Grant{Region: 4, Key: 44, Perm: wire.PermRead | wire.PermWrite, Base: 512, Len: 256}); err != nil {
 		t.Fatal(err)
 	}
 	if !p.Rebuilding(4) || mem[512] != 0 || mem[767] != 0 || mem[768] != 0xEE {
@@ -251,13 +251,13 @@ func TestRepliesExpire(t *testing.T) {
 func TestPoolNodeState(t *testing.T) {
 	p, _ := newPoolNode(t, 8192)
 	homes := []GrantHome{{Addr: netip.MustParseAddrPort("10.0.0.2:4791"), Base: 0}, {Addr: netip.MustParseAddrPort("10.0.0.3:4791"), Base: 4096}}
-	g := Grant{Region: 4, Key: 44, Perm: PermRead | PermWrite, Base: 4096, Len: 1024, Column: 1,
+	g := Grant{Region: 4, Key: 44, Perm: wire.PermRead | wire.PermWrite, Base: 4096, Len: 1024, Column: 1,
 		Layout: GrantLayout{Size: 2048, Stripe: 1024, Columns: 2, Replicas: 2}, Homes: homes, Epoch: 3}
 	if err := p.Grant(g); err != nil {
 		t.Fatal(err)
 	}
 	homes[0].Base = 999 // the node keeps its own copy
-	if err := p.GrantRebuild(Grant{Region: 2, Key: 22, Perm: PermRead, Base: 0, Len: 64, Epoch: 1}); err != nil {
+	if err := p.GrantRebuild(Grant{Region: 2, Key: 22, Perm: wire.PermRead, Base: 0, Len: 64, Epoch: 1}); err != nil {
 		t.Fatal(err)
 	}
 	st := p.State()

@@ -16,7 +16,7 @@ import (
 // adding with an explicit carry, and elements are decoded byte by byte.
 type refRegion struct {
 	mem  []byte
-	perm Perm
+	perm wire.Perm
 }
 
 type refStore map[uint64]*refRegion
@@ -75,9 +75,9 @@ func refStoreLE(b []byte, n int, v uint64) {
 }
 
 func (m refStore) exec(h *wire.Header, payload []byte) refResult {
-	need := map[wire.Opcode]Perm{
-		wire.OpWrite: PermWrite, wire.OpRead: PermRead,
-		wire.OpCAS: PermAtomic, wire.OpFetchAdd: PermAtomic, wire.OpVector: PermVector,
+	need := map[wire.Opcode]wire.Perm{
+		wire.OpWrite: wire.PermWrite, wire.OpRead: wire.PermRead,
+		wire.OpCAS: wire.PermAtomic, wire.OpFetchAdd: wire.PermAtomic, wire.OpVector: wire.PermVector,
 	}[h.Op]
 	if need == 0 {
 		return refResult{status: wire.StatusUnknownOp}
@@ -348,9 +348,9 @@ func TestExecMatchesReference(t *testing.T) {
 
 	addRegion := func() {
 		size := []int{8, 61, 64, 100, 256, 1000}[rng.IntN(6)]
-		perm := PermAll
+		perm := wire.PermAll
 		if rng.IntN(3) == 0 {
-			perm = Perm(rng.IntN(int(PermAll) + 1))
+			perm = wire.Perm(rng.IntN(int(wire.PermAll) + 1))
 		}
 		mem := make([]byte, size)
 		for i := range mem {

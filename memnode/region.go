@@ -7,77 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/ndma/ndma/wire"
 )
-
-// Perm is the set of operations a region allows. Each opcode needs exactly
-// its own bit: a region may, for example, accept vector accumulation
-// (PermVector) while refusing plain writes.
-type Perm uint8
-
-// Permission bits.
-const (
-	PermRead   Perm = 1 << iota // OpRead
-	PermWrite                   // OpWrite
-	PermAtomic                  // OpCAS, OpFetchAdd
-	PermVector                  // OpVector (element-wise ALU ops into memory)
-
-	// PermAll allows every operation.
-	PermAll = PermRead | PermWrite | PermAtomic | PermVector
-)
-
-const permLetters = "rwav" // one letter per bit, in bit order
-
-// String writes p as four positional letters, "rwav", with '-' for a
-// missing permission: "r---" is read-only, "----" allows nothing. A value
-// with bits outside PermAll is written as "perm(0x..)".
-func (p Perm) String() string {
-	if p&^PermAll != 0 {
-		return fmt.Sprintf("perm(%#02x)", uint8(p))
-	}
-	var b [len(permLetters)]byte
-	for i := range b {
-		if p&(1<<i) != 0 {
-			b[i] = permLetters[i]
-		} else {
-			b[i] = '-'
-		}
-	}
-	return string(b[:])
-}
-
-// ErrBadPerm is returned (wrapped) by ParsePerm for a malformed permission
-// string and by Register and Alloc for a Perm with unknown bits.
-var ErrBadPerm = errors.New("memnode: bad permission")
-
-// ParsePerm parses a permission string: the letters r (read), w (write),
-// a (atomic) and v (vector), each at most once and in any order, with '-'
-// allowed as a placeholder. It accepts what Perm.String writes ("rw-v") as
-// well as the short form ("rw"). "----" or "-" is the empty set; the empty
-// string is an error.
-func ParsePerm(s string) (Perm, error) {
-	if s == "" {
-		return 0, fmt.Errorf("%w: empty string", ErrBadPerm)
-	}
-	var p Perm
-	for _, c := range s {
-		if c == '-' {
-			continue
-		}
-		i := strings.IndexRune(permLetters, c)
-		if i < 0 {
-			return 0, fmt.Errorf("%w: %q: unknown letter %q (want r, w, a, v or -)", ErrBadPerm, s, c)
-		}
-		bit := Perm(1) << i
-		if p&bit != 0 {
-			return 0, fmt.Errorf("%w: %q: letter %q repeated", ErrBadPerm, s, c)
-		}
-		p |= bit
-	}
-	return p, nil
-}
 
 // Region and store limits.
 const (
@@ -131,14 +63,14 @@ var (
 
 // RegionInfo describes a registered region.
 type RegionInfo struct {
-	Key  uint64 // region key, never zero
-	Size int    // in bytes
-	Perm Perm   // operations the region allows
+	Key  uint64    // region key, never zero
+	Size int       // in bytes
+	Perm wire.Perm // operations the region allows
 }
 
 type region struct {
 	mem  []byte // len == cap: a READ result can never be appended into a neighbour
-	perm Perm
+	perm wire.Perm
 }
 
 // Store is the set of regions of one memory node together with the
@@ -176,7 +108,7 @@ func NewStore(cfg Config) (*Store, error) {
 // key must not be in use (ErrKeyInUse). buf must hold 1 to MaxRegionSize
 // bytes (ErrBadSize) and the Store's limits must allow it
 // (ErrTooManyRegions, ErrNoSpace).
-func (s *Store) Register(buf []byte, perm Perm, key uint64) (uint64, error) {
+func (s *Store) Register(buf []byte, perm wire.Perm, key uint64) (uint64, error) {
 	if err := s.admit(len(buf), perm, key); err != nil {
 		return 0, err
 	}
@@ -187,7 +119,7 @@ func (s *Store) Register(buf []byte, perm Perm, key uint64) (uint64, error) {
 // registers it, and returns its key (a zero key draws a random one, as in
 // Register). size must be positive and at most MaxRegionSize, and the
 // Store's limits are checked before any memory is allocated.
-func (s *Store) Alloc(size int, perm Perm, key uint64) (uint64, error) {
+func (s *Store) Alloc(size int, perm wire.Perm, key uint64) (uint64, error) {
 	if err := s.admit(size, perm, key); err != nil {
 		return 0, err
 	}
@@ -196,9 +128,9 @@ func (s *Store) Alloc(size int, perm Perm, key uint64) (uint64, error) {
 
 // admit checks a new region of size bytes against the arguments' validity
 // and the Store's limits.
-func (s *Store) admit(size int, perm Perm, key uint64) error {
-	if perm&^PermAll != 0 {
-		return fmt.Errorf("%w: unknown bits %#02x", ErrBadPerm, uint8(perm&^PermAll))
+func (s *Store) admit(size int, perm wire.Perm, key uint64) error {
+	if perm&^wire.PermAll != 0 {
+		return fmt.Errorf("%w: unknown bits %#02x", wire.ErrBadPerm, uint8(perm&^wire.PermAll))
 	}
 	if size <= 0 || int64(size) > MaxRegionSize {
 		return fmt.Errorf("%w: %d bytes (want 1 to %d)", ErrBadSize, size, int64(MaxRegionSize))
@@ -218,7 +150,7 @@ func (s *Store) admit(size int, perm Perm, key uint64) error {
 }
 
 // insert registers buf after admit succeeded, drawing a key if key is 0.
-func (s *Store) insert(buf []byte, perm Perm, key uint64) (uint64, error) {
+func (s *Store) insert(buf []byte, perm wire.Perm, key uint64) (uint64, error) {
 	for key == 0 {
 		var b [8]byte
 		if _, err := rand.Read(b[:]); err != nil {

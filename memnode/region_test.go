@@ -8,60 +8,6 @@ import (
 	"github.com/ndma/ndma/wire"
 )
 
-func TestPermString(t *testing.T) {
-	for _, tc := range []struct {
-		p    Perm
-		want string
-	}{
-		{0, "----"},
-		{PermRead, "r---"},
-		{PermWrite, "-w--"},
-		{PermAtomic, "--a-"},
-		{PermVector, "---v"},
-		{PermRead | PermWrite, "rw--"},
-		{PermAll, "rwav"},
-		{PermAll | 0x10, "perm(0x1f)"},
-	} {
-		if got := tc.p.String(); got != tc.want {
-			t.Errorf("Perm(%#x).String() = %q, want %q", uint8(tc.p), got, tc.want)
-		}
-	}
-}
-
-func TestParsePerm(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want Perm
-	}{
-		{"rwav", PermAll},
-		{"r---", PermRead},
-		{"-w--", PermWrite},
-		{"rw-v", PermRead | PermWrite | PermVector},
-		{"rw", PermRead | PermWrite},
-		{"var", PermRead | PermAtomic | PermVector},
-		{"a", PermAtomic},
-		{"----", 0},
-		{"-", 0},
-	} {
-		got, err := ParsePerm(tc.in)
-		if err != nil || got != tc.want {
-			t.Errorf("ParsePerm(%q) = %v, %v; want %v, nil", tc.in, got, err, tc.want)
-		}
-	}
-	for _, in := range []string{"", "rwx", "rr", "R", "rwav ", "all", "rwavr", "r\x00"} {
-		if p, err := ParsePerm(in); !errors.Is(err, ErrBadPerm) {
-			t.Errorf("ParsePerm(%q) = %v, %v; want ErrBadPerm", in, p, err)
-		}
-	}
-	// Round trip.
-	for p := Perm(0); p <= PermAll; p++ {
-		got, err := ParsePerm(p.String())
-		if err != nil || got != p {
-			t.Errorf("ParsePerm(%q) = %v, %v; want %v", p.String(), got, err, p)
-		}
-	}
-}
-
 func TestNewStoreConfig(t *testing.T) {
 	for _, cfg := range []Config{{MaxRegions: -1}, {MaxBytes: -1}} {
 		if _, err := NewStore(cfg); !errors.Is(err, ErrConfig) {
@@ -73,11 +19,11 @@ func TestNewStoreConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range DefaultMaxRegions {
-		if _, err := s.Alloc(1, PermAll, uint64(i+1)); err != nil {
+		if _, err := s.Alloc(1, wire.PermAll, uint64(i+1)); err != nil {
 			t.Fatalf("Alloc #%d: %v", i, err)
 		}
 	}
-	if _, err := s.Alloc(1, PermAll, 0); !errors.Is(err, ErrTooManyRegions) {
+	if _, err := s.Alloc(1, wire.PermAll, 0); !errors.Is(err, ErrTooManyRegions) {
 		t.Fatalf("Alloc past the default MaxRegions: err = %v, want ErrTooManyRegions", err)
 	}
 }
@@ -88,43 +34,43 @@ func TestRegisterAllocDeregister(t *testing.T) {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 40, 64)
-	k1, err := s.Register(buf, PermRead, 0x11)
+	k1, err := s.Register(buf, wire.PermRead, 0x11)
 	if err != nil || k1 != 0x11 {
 		t.Fatalf("Register = %#x, %v", k1, err)
 	}
-	if _, err := s.Register(make([]byte, 8), PermAll, 0x11); !errors.Is(err, ErrKeyInUse) {
+	if _, err := s.Register(make([]byte, 8), wire.PermAll, 0x11); !errors.Is(err, ErrKeyInUse) {
 		t.Fatalf("Register with a used key: err = %v, want ErrKeyInUse", err)
 	}
-	if _, err := s.Register(nil, PermAll, 0); !errors.Is(err, ErrBadSize) {
+	if _, err := s.Register(nil, wire.PermAll, 0); !errors.Is(err, ErrBadSize) {
 		t.Fatalf("Register(nil): err = %v, want ErrBadSize", err)
 	}
-	if _, err := s.Register(make([]byte, 8), 0x20, 0); !errors.Is(err, ErrBadPerm) {
+	if _, err := s.Register(make([]byte, 8), 0x20, 0); !errors.Is(err, wire.ErrBadPerm) {
 		t.Fatalf("Register with unknown perm bits: err = %v, want ErrBadPerm", err)
 	}
 	for _, size := range []int{0, -1, MaxRegionSize + 1} {
-		if _, err := s.Alloc(size, PermAll, 0); !errors.Is(err, ErrBadSize) {
+		if _, err := s.Alloc(size, wire.PermAll, 0); !errors.Is(err, ErrBadSize) {
 			t.Fatalf("Alloc(%d): err = %v, want ErrBadSize", size, err)
 		}
 	}
-	if _, err := s.Alloc(61, PermAll, 0); !errors.Is(err, ErrNoSpace) {
+	if _, err := s.Alloc(61, wire.PermAll, 0); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("Alloc past MaxBytes: err = %v, want ErrNoSpace", err)
 	}
-	k2, err := s.Alloc(60, PermAll, 0)
+	k2, err := s.Alloc(60, wire.PermAll, 0)
 	if err != nil || k2 == 0 {
 		t.Fatalf("Alloc(60) = %#x, %v", k2, err)
 	}
-	if _, err := s.Alloc(1, PermAll, 0); !errors.Is(err, ErrNoSpace) {
+	if _, err := s.Alloc(1, wire.PermAll, 0); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("Alloc with MaxBytes used up: err = %v, want ErrNoSpace", err)
 	}
 
 	info, ok := s.Region(k1)
-	if !ok || info != (RegionInfo{Key: k1, Size: 40, Perm: PermRead}) {
+	if !ok || info != (RegionInfo{Key: k1, Size: 40, Perm: wire.PermRead}) {
 		t.Fatalf("Region(k1) = %+v, %v", info, ok)
 	}
 	if _, ok := s.Region(0x12); ok {
 		t.Fatal("Region(unknown) found")
 	}
-	want := []RegionInfo{{k1, 40, PermRead}, {k2, 60, PermAll}}
+	want := []RegionInfo{{k1, 40, wire.PermRead}, {k2, 60, wire.PermAll}}
 	slices.SortFunc(want, func(a, b RegionInfo) int {
 		if a.Key < b.Key {
 			return -1
@@ -151,13 +97,13 @@ func TestRegisterAllocDeregister(t *testing.T) {
 		t.Fatalf("read of a deregistered region: %v", r.Status)
 	}
 	// The bytes are free again.
-	if _, err := s.Alloc(59, PermAll, 0); err != nil {
+	if _, err := s.Alloc(59, wire.PermAll, 0); err != nil {
 		t.Fatalf("Alloc after Deregister: %v", err)
 	}
-	if _, err := s.Alloc(1, PermAll, 0); err != nil {
+	if _, err := s.Alloc(1, wire.PermAll, 0); err != nil {
 		t.Fatalf("Alloc up to MaxRegions: %v", err)
 	}
-	if _, err := s.Register(make([]byte, 1), PermAll, 0); !errors.Is(err, ErrTooManyRegions) {
+	if _, err := s.Register(make([]byte, 1), wire.PermAll, 0); !errors.Is(err, ErrTooManyRegions) {
 		t.Fatalf("Register past MaxRegions: err = %v, want ErrTooManyRegions", err)
 	}
 
@@ -180,7 +126,7 @@ func TestRandomKeys(t *testing.T) {
 	}
 	seen := map[uint64]bool{}
 	for range 100 {
-		k, err := s.Alloc(1, PermAll, 0)
+		k, err := s.Alloc(1, wire.PermAll, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,9 +22,9 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
+	"github.com/ndma/ndma/wire/poolmap"
 )
 
 // DefaultWindow is the pieces of a transfer in flight at once when
@@ -103,7 +103,7 @@ type AllocOptions struct {
 	Columns int
 	// Perm is what accesses may do; zero means read and write (plus
 	// atomics and vector ops for a region with one copy).
-	Perm memnode.Perm
+	Perm wire.Perm
 }
 
 // DefaultStripe is the stripe size when AllocOptions.Stripe is zero.
@@ -111,7 +111,7 @@ const DefaultStripe = 64 << 10
 
 // Alloc creates a region of size bytes.
 func (c *Client) Alloc(ctx context.Context, size uint64, o AllocOptions) (*Region, error) {
-	spec := fabric.PoolSpec{Size: size, Stripe: o.Stripe, Columns: o.Columns, Replicas: o.Replicas, Perm: uint8(o.Perm)}
+	spec := ctrl.PoolSpec{Size: size, Stripe: o.Stripe, Columns: o.Columns, Replicas: o.Replicas, Perm: uint8(o.Perm)}
 	if spec.Stripe == 0 {
 		spec.Stripe = DefaultStripe
 	}
@@ -119,9 +119,9 @@ func (c *Client) Alloc(ctx context.Context, size uint64, o AllocOptions) (*Regio
 		spec.Replicas = 1
 	}
 	if spec.Perm == 0 {
-		p := memnode.PermRead | memnode.PermWrite
+		p := wire.PermRead | wire.PermWrite
 		if spec.Replicas == 1 {
-			p = memnode.PermAll
+			p = wire.PermAll
 		}
 		spec.Perm = uint8(p)
 	}
@@ -141,9 +141,9 @@ func (c *Client) Open(ctx context.Context, id uint32, key uint64) (*Region, erro
 	return c.region(spec, key)
 }
 
-func (c *Client) region(spec fabric.PoolSpec, key uint64) (*Region, error) {
+func (c *Client) region(spec ctrl.PoolSpec, key uint64) (*Region, error) {
 	c.proved.Store(time.Now().UnixNano())
-	l, err := fabric.NewLayout(spec.Size, spec.Stripe, spec.Columns, spec.Replicas)
+	l, err := poolmap.NewLayout(spec.Size, spec.Stripe, spec.Columns, spec.Replicas)
 	if err != nil {
 		return nil, fmt.Errorf("pool: region %d: %w", spec.Region, err)
 	}
@@ -159,9 +159,9 @@ func (c *Client) Free(ctx context.Context, r *Region) error {
 // Region is an open pool region. Its methods are safe for concurrent use.
 type Region struct {
 	c      *Client
-	spec   fabric.PoolSpec
+	spec   ctrl.PoolSpec
 	key    uint64
-	layout fabric.Layout
+	layout poolmap.Layout
 }
 
 // ID is the region's id.
@@ -174,7 +174,7 @@ func (r *Region) Key() uint64 { return r.key }
 func (r *Region) Size() int64 { return int64(r.spec.Size) }
 
 // Spec is the region's shape.
-func (r *Region) Spec() fabric.PoolSpec { return r.spec }
+func (r *Region) Spec() ctrl.PoolSpec { return r.spec }
 
 // ErrDegraded is returned (joined with nothing else: the data was written)
 // by a write to a replicated region that reached fewer copies than the
@@ -353,7 +353,7 @@ func (r *Region) runOps(ctx context.Context, n int, fill func(op *endpoint.Op, i
 // into chunk lengths such that each chunk lies inside one stripe at every
 // hop and holds at most max bytes (rounded down to a multiple of align,
 // the element size). The chunks cover n in order.
-func ChainChunks(l fabric.Layout, addrs []uint64, n, max, align int) ([]int, error) {
+func ChainChunks(l poolmap.Layout, addrs []uint64, n, max, align int) ([]int, error) {
 	if align <= 0 || max < align {
 		return nil, fmt.Errorf("pool: chain chunk of at most %d bytes cannot hold a %d-byte element", max, align)
 	}

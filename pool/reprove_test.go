@@ -11,6 +11,7 @@ import (
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/pool"
+	"github.com/ndma/ndma/wire"
 )
 
 // TestReprove: a client whose last control exchange with the switch is
@@ -35,7 +36,7 @@ func TestReprove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := st.Alloc(1<<20, memnode.PermAll, 0)
+	key, err := st.Alloc(1<<20, wire.PermAll, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

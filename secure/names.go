@@ -124,3 +124,20 @@ func checkLabel(s string) error {
 	}
 	return nil
 }
+
+// SubGroupName is the name of a group of the scope of the member
+// credential named name (ParseName) that a member holding it may
+// join: scope.suffix, with "@guest" added when guest is not empty, which
+// lets the credentials of scope guest join it too (fabric.RankMay). Without a
+// credential (name ""), or with a name outside the grammar, it is suffix
+// alone (suffix@guest).
+func SubGroupName(name, suffix, guest string) string {
+	if guest != "" {
+		suffix += "@" + guest
+	}
+	n, err := ParseName(RoleMember, name)
+	if err != nil {
+		return suffix
+	}
+	return n.Scope + "." + suffix
+}

@@ -18,7 +18,6 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
@@ -1031,7 +1030,7 @@ func (v *Volume) formOnce(ctx context.Context, live []uint16) error {
 			// scope as their guest: the group is the writer's, and the
 			// storage service's scope is its guest (fabric.RankMay).
 			owner, _ := secure.NameScopes(v.c.opts.Service)
-			job = fabric.SubGroupName(id.Cert.Name, job, owner)
+			job = secure.SubGroupName(id.Cert.Name, job, owner)
 		}
 		errs := make([]error, len(members))
 		forEach(len(members), func(i int) {

@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // GatewayConfig configures a Gateway.
@@ -111,7 +111,7 @@ func (g *Gateway) register(ctx context.Context) error {
 	if old != nil {
 		old.Close()
 	}
-	s, err := g.ep.RegisterService(ctx, g.cfg.Switch, endpoint.ServiceConfig{Name: g.cfg.Name, Size: 1, Policy: fabric.PolicyLeastOutstanding}, 0, g.handle, g.cfg.Fabric)
+	s, err := g.ep.RegisterService(ctx, g.cfg.Switch, endpoint.ServiceConfig{Name: g.cfg.Name, Size: 1, Policy: ctrl.PolicyLeastOutstanding}, 0, g.handle, g.cfg.Fabric)
 	if err != nil {
 		return fmt.Errorf("stor: gateway: %w", err)
 	}

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // DefaultService is the name of the storage service at the switch.
@@ -212,7 +212,7 @@ func (n *Node) registerOne(ctx context.Context, name string, size, rank int) err
 	var s *endpoint.Service
 	for {
 		var err error
-		s, err = n.ep.RegisterService(ctx, n.cfg.Switch, endpoint.ServiceConfig{Name: name, Size: size, Policy: fabric.PolicyLeastOutstanding}, rank, n.handle, n.cfg.Fabric)
+		s, err = n.ep.RegisterService(ctx, n.cfg.Switch, endpoint.ServiceConfig{Name: name, Size: size, Policy: ctrl.PolicyLeastOutstanding}, rank, n.handle, n.cfg.Fabric)
 		if err == nil {
 			break
 		}
@@ -248,7 +248,7 @@ func (n *Node) supervise() {
 		}
 		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.Check)
 		ms, err := n.ep.ServiceMembers(ctx, n.cfg.Switch, n.cfg.Service, n.cfg.Fabric)
-		listed := err == nil && slices.ContainsFunc(ms, func(m fabric.MemberInfo) bool {
+		listed := err == nil && slices.ContainsFunc(ms, func(m ctrl.MemberInfo) bool {
 			// The switch sees the address the datagrams come from,
 			// which for a wildcard listener is not LocalAddr's.
 			return m.ID == n.st.id && m.Addr.Port() == n.ep.LocalAddr().Port()

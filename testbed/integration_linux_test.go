@@ -14,10 +14,10 @@ import (
 
 	"github.com/ndma/ndma/coll"
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // The integration testbed and what each rank runs on it. Sizes keep the
@@ -286,7 +286,7 @@ func anycastStorm(ctx context.Context, c *coll.Communicator, ep *endpoint.Endpoi
 			served.Add(1)
 			return stormReply(rank, req), nil
 		}
-		sc := endpoint.ServiceConfig{Name: name, Size: stormServers, Policy: fabric.PolicyRoundRobin}
+		sc := endpoint.ServiceConfig{Name: name, Size: stormServers, Policy: ctrl.PolicyRoundRobin}
 		if _, err := ep.RegisterService(ctx, launch.Switch, sc, rank, h, fopts); err != nil {
 			return "", fmt.Errorf("anycast: %w", err)
 		}

@@ -206,7 +206,7 @@ func startDemoNode(sec *demoSecurity) (*bench.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	key, err := st.Alloc(demoRegionSize, memnode.PermAll, 0)
+	key, err := st.Alloc(demoRegionSize, wire.PermAll, 0)
 	if err != nil {
 		return nil, fmt.Errorf("memory node region: %w", err)
 	}

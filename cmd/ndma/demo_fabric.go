@@ -16,10 +16,10 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // The fabric part of the demo: a switch and demoMembers endpoints in one
@@ -88,7 +88,7 @@ func startFabric(ctx context.Context, sec *demoSecurity) (*fabricDemo, func(), e
 	}
 	// The demo's switch and endpoints share a fabric token of their own,
 	// drawn for this run.
-	token := fabric.NewToken()
+	token := secure.NewToken()
 	sw, err := fabric.New(fabric.Config{Token: token})
 	if err != nil {
 		conn.Close()
@@ -124,7 +124,7 @@ func startFabric(ctx context.Context, sec *demoSecurity) (*fabricDemo, func(), e
 			size *= demoMembers
 		}
 		buf := make([]byte, size)
-		key, err := ep.Register(buf, memnode.PermAll, 0)
+		key, err := ep.Register(buf, wire.PermAll, 0)
 		if err != nil {
 			return nil, closeAll, err
 		}
@@ -387,7 +387,7 @@ func (f *fabricDemo) anycastRoundRobin() demoRow {
 	var served, replied [2]int
 	var el time.Duration
 	err := func() error {
-		if err := f.serve(endpoint.ServiceConfig{Name: demoJob + ".rr", Size: 2, Policy: fabric.PolicyRoundRobin}, &served, &mu); err != nil {
+		if err := f.serve(endpoint.ServiceConfig{Name: demoJob + ".rr", Size: 2, Policy: ctrl.PolicyRoundRobin}, &served, &mu); err != nil {
 			return err
 		}
 		t0 := time.Now()
@@ -421,13 +421,13 @@ func (f *fabricDemo) anycastRoundRobin() demoRow {
 // ranges, and checks that the owner served every one.
 func (f *fabricDemo) anycastAffinity() demoRow {
 	const half = uint64(1) << 63
-	ranges := []fabric.KeyRange{{Start: 0, End: half, Owner: 0}, {Start: half, End: math.MaxUint64, Owner: 1}}
+	ranges := []ctrl.KeyRange{{Start: 0, End: half, Owner: 0}, {Start: half, End: math.MaxUint64, Owner: 1}}
 	var mu sync.Mutex
 	var served [2]int
 	onOwner := 0
 	var el time.Duration
 	err := func() error {
-		if err := f.serve(endpoint.ServiceConfig{Name: demoJob + ".kv", Size: 2, Policy: fabric.PolicyKeyAffinity, Ranges: ranges}, &served, &mu); err != nil {
+		if err := f.serve(endpoint.ServiceConfig{Name: demoJob + ".kv", Size: 2, Policy: ctrl.PolicyKeyAffinity, Ranges: ranges}, &served, &mu); err != nil {
 			return err
 		}
 		t0 := time.Now()

@@ -38,7 +38,7 @@ func (f *fabricDemo) pool() []demoRow {
 		if err != nil {
 			return fail("pool setup", err)
 		}
-		key, err := st.Alloc(demoPoolNodeSize, memnode.PermAll, 0)
+		key, err := st.Alloc(demoPoolNodeSize, wire.PermAll, 0)
 		if err != nil {
 			return fail("pool setup", err)
 		}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/secure"
 )
 
@@ -129,7 +128,7 @@ func (f *fabricInit) run() (*initResult, error) {
 	if err := writeSecret(res.Secret, secret, f.force); err != nil {
 		return nil, err
 	}
-	if err := writeSecret(res.Token, append(fabric.NewToken(), '\n'), f.force); err != nil {
+	if err := writeSecret(res.Token, append(secure.NewToken(), '\n'), f.force); err != nil {
 		return nil, err
 	}
 	a, err := secure.ParseAuthoritySecret(secret)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/secure"
 )
 
@@ -35,7 +34,7 @@ needs it.
 
 An existing file is kept unless --force replaces it (a running fabric
 keeps the old token until its processes restart with the new one).
--o - writes to standard output instead.`, fabric.TokenBytes, 2*fabric.TokenBytes, secure.AuthoritySecretPrefix),
+-o - writes to standard output instead.`, secure.TokenBytes, 2*secure.TokenBytes, secure.AuthoritySecretPrefix),
 		Example: `  ndma keygen -o fabric.token
   ndma switch --token-file fabric.token --credential switch.cred
   ndma memd --switch 127.0.0.1:7471 --token-file fabric.token --credential memory-0.cred
@@ -59,7 +58,7 @@ keeps the old token until its processes restart with the new one).
 					return err
 				}
 			} else {
-				b = append(fabric.NewToken(), '\n')
+				b = append(secure.NewToken(), '\n')
 			}
 			defer clear(b)
 			if out == "-" {

@@ -14,6 +14,7 @@ import (
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
 )
 
 // memdFlags are the flags of `ndma memd`.
@@ -162,7 +163,7 @@ func (f *memdFlags) config(logw io.Writer) (memd.Config, error) {
 		if size <= 0 {
 			return memd.Config{}, fmt.Errorf("--size: %q: a region needs at least 1 byte", f.size)
 		}
-		perm, err := memnode.ParsePerm(f.perm)
+		perm, err := wire.ParsePerm(f.perm)
 		if err != nil {
 			return memd.Config{}, fmt.Errorf("--perm: %w", err)
 		}

@@ -15,11 +15,13 @@ import (
 
 	"github.com/ndma/ndma/bench"
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/memnode/memd"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
+	"github.com/ndma/ndma/wire/poolmap"
 )
 
 // poolFlags are the flags every pool subcommand shares.
@@ -139,12 +141,12 @@ does not seal).`,
 					perm = "rw"
 				}
 			}
-			p, err := memnode.ParsePerm(perm)
+			p, err := wire.ParsePerm(perm)
 			if err != nil {
 				return fmt.Errorf("--perm: %w", err)
 			}
-			spec := fabric.PoolSpec{Size: uint64(sz), Stripe: uint64(st), Columns: nodes, Replicas: replicas, Perm: uint8(p)}
-			if _, err := fabric.NewLayout(spec.Size, spec.Stripe, max(nodes, replicas), replicas); err != nil {
+			spec := ctrl.PoolSpec{Size: uint64(sz), Stripe: uint64(st), Columns: nodes, Replicas: replicas, Perm: uint8(p)}
+			if _, err := poolmap.NewLayout(spec.Size, spec.Stripe, max(nodes, replicas), replicas); err != nil {
 				return fmt.Errorf("--size/--stripe/--nodes/--replicas: %w", err)
 			}
 			ep, opts, ctx, cancel, err := pf.client(cmd)
@@ -194,7 +196,7 @@ does not seal).`,
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "REGION\tSIZE\tSTRIPE\tNODES\tCOPIES\tPERM\tHEALTH")
 			for _, r := range regions {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%v\t%s\n", r.Region, sizeString(r.Size), sizeString(r.Stripe), r.Columns, r.Replicas, memnode.Perm(r.Perm), poolHealth(r))
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%v\t%s\n", r.Region, sizeString(r.Size), sizeString(r.Stripe), r.Columns, r.Replicas, wire.Perm(r.Perm), poolHealth(r))
 			}
 			return tw.Flush()
 		},
@@ -271,7 +273,7 @@ does not seal).`,
 
 func init() { rootCmd.AddCommand(newPoolCmd()) }
 
-func poolStat(cmd *cobra.Command, pf *poolFlags) ([]fabric.PoolNodeInfo, []fabric.PoolSpec, error) {
+func poolStat(cmd *cobra.Command, pf *poolFlags) ([]ctrl.PoolNodeInfo, []ctrl.PoolSpec, error) {
 	ep, opts, ctx, cancel, err := pf.client(cmd)
 	if err != nil {
 		return nil, nil, err
@@ -282,17 +284,17 @@ func poolStat(cmd *cobra.Command, pf *poolFlags) ([]fabric.PoolNodeInfo, []fabri
 	return ps.Nodes, ps.Regions, err
 }
 
-func poolShape(p fabric.PoolSpec) string {
+func poolShape(p ctrl.PoolSpec) string {
 	return fmt.Sprintf("%s, stripe %s, over %d memory nodes, %d cop%s, perm %v",
-		sizeString(p.Size), sizeString(p.Stripe), p.Columns, p.Replicas, map[bool]string{true: "y", false: "ies"}[p.Replicas == 1], memnode.Perm(p.Perm))
+		sizeString(p.Size), sizeString(p.Stripe), p.Columns, p.Replicas, map[bool]string{true: "y", false: "ies"}[p.Replicas == 1], wire.Perm(p.Perm))
 }
 
 // poolHealth says what a region's readers can expect, as the switch
-// judges it (fabric.PoolHealth), with the columns behind it: "ok",
+// judges it (ctrl.PoolHealth), with the columns behind it: "ok",
 // "degraded" (every byte readable, some copy lost, rebuilding or on a
 // dead node), "unavailable" (some bytes only on dead nodes: back with
 // them) or "lost" (every copy of some bytes gone).
-func poolHealth(p fabric.PoolSpec) string {
+func poolHealth(p ctrl.PoolSpec) string {
 	var why []string
 	if n := p.Lost - p.Rebuilding; n > 0 {
 		why = append(why, fmt.Sprintf("%d lost", n))
@@ -309,9 +311,9 @@ func poolHealth(p fabric.PoolSpec) string {
 	return fmt.Sprintf("%v (%s of %d columns)", p.Health, strings.Join(why, ", "), p.Columns)
 }
 
-func poolRegionJSON(p fabric.PoolSpec, key string) map[string]any {
+func poolRegionJSON(p ctrl.PoolSpec, key string) map[string]any {
 	m := map[string]any{"region": p.Region, "size": p.Size, "stripe": p.Stripe, "nodes": p.Columns,
-		"replicas": p.Replicas, "perm": memnode.Perm(p.Perm).String(), "lost": p.Lost, "rebuilding": p.Rebuilding,
+		"replicas": p.Replicas, "perm": wire.Perm(p.Perm).String(), "lost": p.Lost, "rebuilding": p.Rebuilding,
 		"down": p.Down, "health": p.Health.String()}
 	if key != "" {
 		m["key"] = key

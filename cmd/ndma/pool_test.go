@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/memnode/memd"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
@@ -206,7 +205,7 @@ func startPool(t *testing.T, n int, size int64) (string, *fabric.Server, []*memd
 	addr := srv.Addr().String()
 	var nodes []*memd.Server
 	for i := range n {
-		node, err := memd.Start(memd.Config{Listen: "127.0.0.1:0", Size: size, Perm: memnode.PermAll, Switch: addr, Token: testToken,
+		node, err := memd.Start(memd.Config{Listen: "127.0.0.1:0", Size: size, Perm: wire.PermAll, Switch: addr, Token: testToken,
 			Security: issueIdentity(t, a, secure.RoleMemoryNode, "memory-"+strconv.Itoa(i)), SecurityOptions: sealOptions})
 		if err != nil {
 			t.Fatal(err)
@@ -234,7 +233,7 @@ func startPlainPool(t *testing.T) (string, *fabric.Server, *memd.Server) {
 	srv := fabric.NewServer(conn, sw, nil)
 	t.Cleanup(func() { srv.Close() })
 	addr := srv.Addr().String()
-	node, err := memd.Start(memd.Config{Listen: "127.0.0.1:0", Size: 1 << 20, Perm: memnode.PermAll, Switch: addr, Token: testToken})
+	node, err := memd.Start(memd.Config{Listen: "127.0.0.1:0", Size: 1 << 20, Perm: wire.PermAll, Switch: addr, Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +246,7 @@ func startPlainPool(t *testing.T) (string, *fabric.Server, *memd.Server) {
 // of a credential of role it issued, for the commands a test runs.
 func testAuthority(t *testing.T, role secure.Role) (*secure.Authority, string) {
 	t.Helper()
-	a, err := secure.NewAuthority(fabric.NewToken())
+	a, err := secure.NewAuthority(secure.NewToken())
 	if err != nil {
 		t.Fatal(err)
 	}

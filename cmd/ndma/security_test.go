@@ -14,7 +14,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/memnode/memd"
 	"github.com/ndma/ndma/secure"
 )
@@ -30,7 +29,7 @@ func executeBoth(t *testing.T, args ...string) (stdout, stderr string, err error
 	return out.String(), errb.String(), err
 }
 
-// TestKeygen: keygen writes a random token of fabric.TokenBytes bytes in
+// TestKeygen: keygen writes a random token of secure.TokenBytes bytes in
 // hex to a new file of mode 0600 (whatever the umask), keeps an existing
 // file unless --force, writes to standard output with -o -, and the file
 // it writes is one the switch accepts as --token-file.
@@ -51,8 +50,8 @@ func TestKeygen(t *testing.T) {
 	checkToken := func(what string, b []byte) {
 		t.Helper()
 		line := strings.TrimSuffix(string(b), "\n")
-		if raw, err := hex.DecodeString(line); err != nil || len(raw) != fabric.TokenBytes || !strings.HasSuffix(string(b), "\n") || strings.Count(string(b), "\n") != 1 {
-			t.Errorf("%s: %q, want %d bytes in hex and a newline", what, b, fabric.TokenBytes)
+		if raw, err := hex.DecodeString(line); err != nil || len(raw) != secure.TokenBytes || !strings.HasSuffix(string(b), "\n") || strings.Count(string(b), "\n") != 1 {
+			t.Errorf("%s: %q, want %d bytes in hex and a newline", what, b, secure.TokenBytes)
 		}
 	}
 	checkToken("file", first)

@@ -11,21 +11,21 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // TestStatReport checks the rates and balances ndma stat computes from
 // two samples.
 func TestStatReport(t *testing.T) {
 	ap := netip.MustParseAddrPort("10.0.0.2:7470")
-	a := endpoint.PoolState{Refused: 5, Nodes: []fabric.PoolNodeInfo{
+	a := endpoint.PoolState{Refused: 5, Nodes: []ctrl.PoolNodeInfo{
 		{ID: 0, Addr: ap, Capacity: 100, Used: 30, Alive: true, Requests: 10, Bytes: 1000},
 		{ID: 1, Addr: ap, Capacity: 100, Used: 10, Alive: true, Requests: 10, Bytes: 1000},
 		{ID: 2, Addr: ap, Capacity: 100, Used: 0, Alive: false},
 	}}
 	b := a
 	b.Refused = 9
-	b.Nodes = []fabric.PoolNodeInfo{
+	b.Nodes = []ctrl.PoolNodeInfo{
 		{ID: 0, Addr: ap, Capacity: 100, Used: 30, Alive: true, Requests: 40, Bytes: 4000},
 		{ID: 1, Addr: ap, Capacity: 100, Used: 10, Alive: true, Requests: 20, Bytes: 2000},
 		{ID: 2, Addr: ap, Capacity: 100, Used: 0, Alive: false},
@@ -51,14 +51,14 @@ func TestStatReport(t *testing.T) {
 
 func TestPoolHealth(t *testing.T) {
 	for _, c := range []struct {
-		p    fabric.PoolSpec
+		p    ctrl.PoolSpec
 		want string
 	}{
-		{fabric.PoolSpec{Columns: 3, Replicas: 2}, "ok"},
-		{fabric.PoolSpec{Columns: 3, Replicas: 2, Lost: 1, Health: fabric.HealthDegraded}, "degraded (1 lost of 3 columns)"},
-		{fabric.PoolSpec{Columns: 3, Replicas: 2, Lost: 1, Rebuilding: 1, Health: fabric.HealthDegraded}, "degraded (1 rebuilding of 3 columns)"},
-		{fabric.PoolSpec{Columns: 3, Replicas: 2, Down: 2, Health: fabric.HealthUnavailable}, "unavailable (2 on dead nodes of 3 columns)"},
-		{fabric.PoolSpec{Columns: 4, Replicas: 1, Lost: 1, Down: 1, Health: fabric.HealthLost}, "lost (1 lost, 1 on dead nodes of 4 columns)"},
+		{ctrl.PoolSpec{Columns: 3, Replicas: 2}, "ok"},
+		{ctrl.PoolSpec{Columns: 3, Replicas: 2, Lost: 1, Health: ctrl.HealthDegraded}, "degraded (1 lost of 3 columns)"},
+		{ctrl.PoolSpec{Columns: 3, Replicas: 2, Lost: 1, Rebuilding: 1, Health: ctrl.HealthDegraded}, "degraded (1 rebuilding of 3 columns)"},
+		{ctrl.PoolSpec{Columns: 3, Replicas: 2, Down: 2, Health: ctrl.HealthUnavailable}, "unavailable (2 on dead nodes of 3 columns)"},
+		{ctrl.PoolSpec{Columns: 4, Replicas: 1, Lost: 1, Down: 1, Health: ctrl.HealthLost}, "lost (1 lost, 1 on dead nodes of 4 columns)"},
 	} {
 		if got := poolHealth(c.p); got != c.want {
 			t.Errorf("%+v: %q, want %q", c.p, got, c.want)

@@ -69,7 +69,7 @@ type Config struct {
 	// Insecure runs the switch without a fabric token: anyone who can
 	// reach it may join, register, create and free pool regions and lend
 	// memory. Start refuses an empty Token without it (a *FieldError for
-	// Token wrapping fabric.ErrNoToken), and Insecure with a Token; with
+	// Token wrapping secure.ErrNoToken), and Insecure with a Token; with
 	// it, Start logs a warning saying so.
 	Insecure bool
 
@@ -166,7 +166,7 @@ func (c *Config) validate() error {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		return invalid("Listen", "%q: %v", c.Listen, err)
 	}
-	if err := fabric.CheckToken(c.Token, c.Insecure); err != nil {
+	if err := secure.CheckToken(c.Token, c.Insecure); err != nil {
 		return &FieldError{Field: "Token", Err: fmt.Errorf("%w: %w", ErrConfig, err)}
 	}
 	if c.MetricsAddr != "" {

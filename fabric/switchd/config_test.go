@@ -79,8 +79,8 @@ func TestStartErrors(t *testing.T) {
 			if errors.Is(err, ErrConfig) != tc.config {
 				t.Errorf("errors.Is(err, ErrConfig) = %v, want %v", !tc.config, tc.config)
 			}
-			if noToken := len(tc.cfg.Token) == 0 && !tc.cfg.Insecure; errors.Is(err, fabric.ErrNoToken) != noToken {
-				t.Errorf("errors.Is(err, fabric.ErrNoToken) = %v, want %v", !noToken, noToken)
+			if noToken := len(tc.cfg.Token) == 0 && !tc.cfg.Insecure; errors.Is(err, secure.ErrNoToken) != noToken {
+				t.Errorf("errors.Is(err, secure.ErrNoToken) = %v, want %v", !noToken, noToken)
 			}
 		})
 	}

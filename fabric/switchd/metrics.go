@@ -10,6 +10,7 @@ import (
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/internal/metricsrv"
 	"github.com/ndma/ndma/secure"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // metricPrefix starts the name of every switch metric.
@@ -21,8 +22,8 @@ type snap struct {
 	s       *Server
 	st      Stats
 	groups  []fabric.GroupInfo
-	nodes   []fabric.PoolNodeInfo
-	regions []fabric.PoolSpec
+	nodes   []ctrl.PoolNodeInfo
+	regions []ctrl.PoolSpec
 }
 
 // metric is one value the collector exports, read from a snapshot.

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/memnode/memd"
 	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/wire"
@@ -196,7 +195,7 @@ func TestRun(t *testing.T) {
 // makes a refused request.
 func TestPoolMetrics(t *testing.T) {
 	srv := start(t, Config{Token: testToken, MetricsAddr: "127.0.0.1:0"})
-	node, err := memd.Start(memd.Config{Listen: "127.0.0.1:0", Size: 1 << 20, Perm: memnode.PermAll,
+	node, err := memd.Start(memd.Config{Listen: "127.0.0.1:0", Size: 1 << 20, Perm: wire.PermAll,
 		Switch: srv.Addr().String(), Token: testToken, MetricsAddr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)

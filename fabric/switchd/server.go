@@ -17,6 +17,7 @@ import (
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // ShutdownTimeout bounds how long Close waits for metrics scrapes in
@@ -180,7 +181,7 @@ func (s *Server) Stats() Stats {
 func (s *Server) Groups() []fabric.GroupInfo { return s.srv.Groups() }
 
 // Pool returns the pool's memory nodes and regions.
-func (s *Server) Pool() ([]fabric.PoolNodeInfo, []fabric.PoolSpec) { return s.srv.Pool() }
+func (s *Server) Pool() ([]ctrl.PoolNodeInfo, []ctrl.PoolSpec) { return s.srv.Pool() }
 
 // Run blocks until ctx is done, or until the metrics server fails, and
 // then closes the server. It returns the metrics server's error, if that

@@ -17,6 +17,7 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -159,7 +160,7 @@ func TestModesWithFaults(t *testing.T) {
 		for i := range 2 {
 			ep := listen(t)
 			_, err := ep.RegisterService(ctx, srv.Addr().String(),
-				endpoint.ServiceConfig{Name: "echo", Size: 2, Policy: fabric.PolicyRoundRobin}, i,
+				endpoint.ServiceConfig{Name: "echo", Size: 2, Policy: ctrl.PolicyRoundRobin}, i,
 				func(key uint64, req []byte) ([]byte, error) {
 					mu.Lock()
 					served[i]++

@@ -173,8 +173,8 @@ func compareConsts(t *testing.T, what string, doc, code map[string]uint64, skip 
 
 // TestProtocolDocConstants checks the constant tables of docs/PROTOCOL.md
 // (opcodes, delivery modes, header flags, status codes, dtypes, ALU ops,
-// chain ops and control message types) against packages wire and fabric,
-// both ways.
+// chain ops and control message types) against packages wire and
+// wire/ctrl, both ways.
 func TestProtocolDocConstants(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(root, "docs", "PROTOCOL.md"))
 	if err != nil {
@@ -184,7 +184,7 @@ func TestProtocolDocConstants(t *testing.T) {
 	wire := codeConsts(t, "wire", map[string]string{
 		"Opcode": "Op", "Mode": "Mode", "Flags": "Flag", "Status": "Status", "Dtype": "Dtype", "Alu": "Alu", "ChainOp": "Chain",
 	})
-	fabric := codeConsts(t, "fabric", map[string]string{"CtrlType": "Ctrl"})
+	ctrl := codeConsts(t, "wire/ctrl", map[string]string{"Type": ""})
 
 	row := func(valueFirst bool) *regexp.Regexp {
 		if valueFirst {
@@ -220,7 +220,7 @@ func TestProtocolDocConstants(t *testing.T) {
 	// Control types: the Fields by type table, and any type the Type row
 	// of the control message layout names.
 	ctrlDoc := docPairs(t, "Fields by type", docSection(t, doc, "### Fields by type"), regexp.MustCompile("(?m)^[|] ([0-9]+) ([A-Z]+) [|]"), 1, 2)
-	compareConsts(t, "control types", ctrlDoc, fabric["CtrlType"])
+	compareConsts(t, "control types", ctrlDoc, ctrl["Type"])
 	typeRow := regexp.MustCompile("(?m)^[|] Type [|] .*$").FindString(docSection(t, doc, "## Control messages (forwarding node)"))
 	// It says which values are valid: it must reach the highest type.
 	var named []uint64
@@ -232,7 +232,7 @@ func TestProtocolDocConstants(t *testing.T) {
 		named = append(named, n)
 	}
 	var highest uint64
-	for _, v := range fabric["CtrlType"] {
+	for _, v := range ctrl["Type"] {
 		highest = max(highest, v)
 	}
 	if len(named) > 0 && slices.Max(named) != highest {

@@ -24,6 +24,8 @@ var readmeImports = map[string]string{
 	"fabric":    "github.com/ndma/ndma/fabric",
 	"coll":      "github.com/ndma/ndma/coll",
 	"wire":      "github.com/ndma/ndma/wire",
+	"ctrl":      "github.com/ndma/ndma/wire/ctrl",
+	"secure":    "github.com/ndma/ndma/secure",
 	"pool":      "github.com/ndma/ndma/pool",
 	"memnode":   "github.com/ndma/ndma/memnode",
 	"transport": "github.com/ndma/ndma/transport",

@@ -16,10 +16,9 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // The names the dissector shows, as docs/PROTOCOL.md spells them.
@@ -122,7 +121,7 @@ func TestDissector(t *testing.T) {
 			t.Errorf("the capture has no %q packet checked", want)
 		}
 	}
-	for typ := fabric.CtrlJoin; !strings.HasPrefix(typ.String(), "ctrl("); typ++ {
+	for typ := ctrl.Join; !strings.HasPrefix(typ.String(), "ctrl("); typ++ {
 		for _, dir := range []string{"req", "resp"} {
 			if want := "ctrl " + strings.ToUpper(typ.String()) + " " + dir; c.seen[want] == 0 {
 				t.Errorf("the capture has no %q packet checked", want)
@@ -231,9 +230,9 @@ func runWorkload(t *testing.T, f *simFabric) *workload {
 	// switch, and a read with a wrong key.
 	cli := ms[2]
 	w.client = cli.addr
-	var created *fabric.CtrlMsg
-	cli.control(&fabric.CtrlMsg{Type: fabric.CtrlPoolCreate, Pool: fabric.PoolSpec{Size: 64 << 10, Stripe: 4096, Replicas: 1, Perm: uint8(memnode.PermAll)}},
-		func(m *fabric.CtrlMsg, err error) {
+	var created *ctrl.Msg
+	cli.control(&ctrl.Msg{Type: ctrl.PoolCreate, Pool: ctrl.PoolSpec{Size: 64 << 10, Stripe: 4096, Replicas: 1, Perm: uint8(wire.PermAll)}},
+		func(m *ctrl.Msg, err error) {
 			if err != nil {
 				t.Fatalf("pool create: %v", err)
 			}
@@ -241,8 +240,8 @@ func runWorkload(t *testing.T, f *simFabric) *workload {
 		})
 	f.run(func() bool { return created != nil }, time.Minute, "pool create")
 	w.region = created.Region
-	var opened *fabric.CtrlMsg
-	cli.control(&fabric.CtrlMsg{Type: fabric.CtrlPoolOpen, Region: created.Region, Key: created.Key}, func(m *fabric.CtrlMsg, err error) {
+	var opened *ctrl.Msg
+	cli.control(&ctrl.Msg{Type: ctrl.PoolOpen, Region: created.Region, Key: created.Key}, func(m *ctrl.Msg, err error) {
 		if err != nil {
 			t.Fatalf("pool open: %v", err)
 		}
@@ -302,8 +301,8 @@ func runWorkload(t *testing.T, f *simFabric) *workload {
 	f.log = append(f.log, sent{at: at, src: a, dst: f.swAddr, buf: bad[:50]})
 	// A control request whose fields end early (a POOLCREATE without its
 	// pool shape).
-	ch := wire.Header{Version: wire.Version, Op: wire.OpControl, PSN: 6, AckBase: 6, MsgID: 10, MsgLen: 2 + 5 + fabric.CtrlTagLen}
-	short, err := wire.AppendPacket(nil, &ch, append([]byte{byte(fabric.CtrlPoolCreate), 0, 1, 2, 3, 4, 5}, make([]byte, fabric.CtrlTagLen)...))
+	ch := wire.Header{Version: wire.Version, Op: wire.OpControl, PSN: 6, AckBase: 6, MsgID: 10, MsgLen: 2 + 5 + secure.CtrlTagLen}
+	short, err := wire.AppendPacket(nil, &ch, append([]byte{byte(ctrl.PoolCreate), 0, 1, 2, 3, 4, 5}, make([]byte, secure.CtrlTagLen)...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -486,8 +485,8 @@ func (c *checker) packet(i int, s sent, p *packet, w *workload) {
 			c.seen["ctrl refusal"]++
 			return
 		}
-		var m fabric.CtrlMsg
-		if err := fabric.ParseCtrl(payload, &m, c.f.token); err != nil {
+		var m ctrl.Msg
+		if err := secure.ParseCtrl(payload, &m, c.f.token); err != nil {
 			if !d.has("ndma.ctrl.malformed") {
 				t.Errorf("%s: a malformed control message (%v) shows no expert info", where, err)
 			}
@@ -553,27 +552,27 @@ func (c *checker) packet(i int, s sent, p *packet, w *workload) {
 }
 
 // ctrl checks the decoded fields of control message m.
-func (c *checker) ctrl(where string, d *fields, m *fabric.CtrlMsg, payload []byte, w *workload, s sent) {
+func (c *checker) ctrl(where string, d *fields, m *ctrl.Msg, payload []byte, w *workload, s sent) {
 	t := c.t
 	t.Helper()
 	c.num(where, d, "ndma.ctrl.type", uint64(m.Type))
 	c.contains(where, d, "ndma.ctrl.type", strings.ToUpper(m.Type.String()))
 	c.flag(where, d, "ndma.ctrl.resp", m.Resp)
-	if got := d.value("ndma.ctrl.tag"); got != hex.EncodeToString(payload[len(payload)-fabric.CtrlTagLen:]) {
+	if got := d.value("ndma.ctrl.tag"); got != hex.EncodeToString(payload[len(payload)-secure.CtrlTagLen:]) {
 		t.Errorf("%s: control tag %q", where, got)
 	}
 	if d.has("ndma.ctrl.malformed") {
 		t.Errorf("%s: a valid %v message shows as malformed", where, m.Type)
 	}
 	switch {
-	case m.Type == fabric.CtrlJoin && !m.Resp:
+	case m.Type == ctrl.Join && !m.Resp:
 		if d.show("ndma.ctrl.job") != m.Job {
 			t.Errorf("%s: job %q, want %q", where, d.show("ndma.ctrl.job"), m.Job)
 		}
 		c.num(where, d, "ndma.ctrl.size", uint64(m.Size))
-		c.num(where, d, "ndma.ctrl.rank", uint64(uint16(m.Rank))) // CtrlRankAny is 0xFFFF
+		c.num(where, d, "ndma.ctrl.rank", uint64(uint16(m.Rank))) // ctrl.RankAny is 0xFFFF
 		c.num(where, d, "ndma.ctrl.mtu", uint64(m.MTU))
-	case m.Type == fabric.CtrlJoin:
+	case m.Type == ctrl.Join:
 		c.num(where, d, "ndma.ctrl.group", uint64(m.Group))
 		c.num(where, d, "ndma.ctrl.member", uint64(m.Member))
 		c.num(where, d, "ndma.ctrl.epoch", m.Epoch)
@@ -590,34 +589,34 @@ func (c *checker) ctrl(where string, d *fields, m *fabric.CtrlMsg, payload []byt
 		if s.src == c.f.swAddr && strings.HasPrefix(s.dst.String(), "10.1.") && (m.Group != w.group || strings.Join(got, " ") != addrs(w.members)) {
 			t.Errorf("%s: JOIN response of group %d members %v, the job is group %d of %v", where, m.Group, got, w.group, addrs(w.members))
 		}
-	case m.Type == fabric.CtrlHeartbeat && !m.Resp:
+	case m.Type == ctrl.Heartbeat && !m.Resp:
 		c.num(where, d, "ndma.ctrl.group", uint64(m.Group))
 		c.num(where, d, "ndma.ctrl.member", uint64(m.Member))
-	case m.Type == fabric.CtrlHeartbeat:
+	case m.Type == ctrl.Heartbeat:
 		c.num(where, d, "ndma.ctrl.epoch", m.Epoch)
 		c.num(where, d, "ndma.ctrl.count", uint64(len(m.Dead)))
-	case m.Type == fabric.CtrlPoolNode && !m.Resp:
+	case m.Type == ctrl.PoolNode && !m.Resp:
 		c.num(where, d, "ndma.ctrl.key", m.Key)
 		c.num(where, d, "ndma.ctrl.capacity", m.Capacity)
 		c.num(where, d, "ndma.ctrl.epoch", m.Epoch)
 		if k, ok := w.poolKeys[s.src]; ok && m.Key != k {
 			t.Errorf("%s: POOLNODE key %#x, the node lends %#x", where, m.Key, w.poolKeys[s.src])
 		}
-	case m.Type == fabric.CtrlPoolNode:
+	case m.Type == ctrl.PoolNode:
 		c.num(where, d, "ndma.ctrl.node", uint64(m.Node))
 		c.num(where, d, "ndma.ctrl.epoch", m.Epoch)
-	case m.Type == fabric.CtrlPoolCreate && !m.Resp:
+	case m.Type == ctrl.PoolCreate && !m.Resp:
 		c.pool(where, d, &m.Pool)
-	case m.Type == fabric.CtrlPoolCreate:
+	case m.Type == ctrl.PoolCreate:
 		c.num(where, d, "ndma.ctrl.region", uint64(m.Region))
 		c.num(where, d, "ndma.ctrl.key", m.Key)
 		c.pool(where, d, &m.Pool)
-	case m.Type == fabric.CtrlPoolOpen && !m.Resp:
+	case m.Type == ctrl.PoolOpen && !m.Resp:
 		c.num(where, d, "ndma.ctrl.region", uint64(m.Region))
 		c.num(where, d, "ndma.ctrl.key", m.Key)
-	case m.Type == fabric.CtrlPoolOpen:
+	case m.Type == ctrl.PoolOpen:
 		c.pool(where, d, &m.Pool)
-	case m.Type == fabric.CtrlPoolGrant && !m.Resp:
+	case m.Type == ctrl.PoolGrant && !m.Resp:
 		c.num(where, d, "ndma.ctrl.region", uint64(m.Region))
 		c.num(where, d, "ndma.ctrl.key", m.Key)
 		c.pool(where, d, &m.Pool)
@@ -635,7 +634,7 @@ func (c *checker) ctrl(where string, d *fields, m *fabric.CtrlMsg, payload []byt
 		if strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Errorf("%s: POOLGRANT homes %v, want %v", where, got, want)
 		}
-	case m.Type == fabric.CtrlPoolReport && !m.Resp:
+	case m.Type == ctrl.PoolReport && !m.Resp:
 		c.flag(where, d, "ndma.ctrl.final", m.Final)
 		c.num(where, d, "ndma.ctrl.count", uint64(len(m.Reports)))
 		if len(m.Reports) > 0 {
@@ -648,25 +647,25 @@ func (c *checker) ctrl(where string, d *fields, m *fabric.CtrlMsg, payload []byt
 				t.Errorf("%s: key digest %q, want %x", where, got, r.Digest)
 			}
 		}
-	case m.Type == fabric.CtrlRegister && !m.Resp:
+	case m.Type == ctrl.Register && !m.Resp:
 		if d.show("ndma.ctrl.service") != m.Service {
 			t.Errorf("%s: service %q, want %q", where, d.show("ndma.ctrl.service"), m.Service)
 		}
 		c.num(where, d, "ndma.ctrl.policy", uint64(m.Policy))
-		c.num(where, d, "ndma.ctrl.rank", uint64(uint16(m.Rank))) // CtrlRankAny is 0xFFFF
+		c.num(where, d, "ndma.ctrl.rank", uint64(uint16(m.Rank))) // ctrl.RankAny is 0xFFFF
 		c.num(where, d, "ndma.ctrl.mtu", uint64(m.MTU))
 		if n := len(d.all("ndma.ctrl.range")); n != len(m.Ranges) {
 			t.Errorf("%s: %d ranges shown, want %d", where, n, len(m.Ranges))
 		}
-	case m.Type == fabric.CtrlLookup && m.Resp:
+	case m.Type == ctrl.Lookup && m.Resp:
 		if n := len(d.all("ndma.ctrl.entry")); n != len(m.Members) {
 			t.Errorf("%s: %d members shown, want %d", where, n, len(m.Members))
 		}
-	case m.Type == fabric.CtrlPoolStat && m.Resp:
+	case m.Type == ctrl.PoolStat && m.Resp:
 		c.num(where, d, "ndma.ctrl.refused", m.PoolRefused)
 		c.num(where, d, "ndma.ctrl.health", uint64(m.PoolRegions[0].Health))
 		c.contains(where, d, "ndma.ctrl.health", m.PoolRegions[0].Health.String())
-	case m.Type == fabric.CtrlJoinStatus && m.Resp:
+	case m.Type == ctrl.JoinStatus && m.Resp:
 		c.num(where, d, "ndma.ctrl.size", uint64(m.Size))
 		var want []string
 		for _, r := range m.JoinedRanks() {
@@ -675,14 +674,14 @@ func (c *checker) ctrl(where string, d *fields, m *fabric.CtrlMsg, payload []byt
 		if got := d.show("ndma.ctrl.joined.list"); got != strings.Join(want, ",") {
 			t.Errorf("%s: joined ranks %q, want %v", where, got, want)
 		}
-	case m.Type == fabric.CtrlPoolRebuilt && !m.Resp:
+	case m.Type == ctrl.PoolRebuilt && !m.Resp:
 		c.flag(where, d, "ndma.ctrl.failed", m.Failed)
-	case m.Type == fabric.CtrlPoolEpoch && !m.Resp:
+	case m.Type == ctrl.PoolEpoch && !m.Resp:
 		c.num(where, d, "ndma.ctrl.epoch", m.Epoch)
 	}
 }
 
-func (c *checker) pool(where string, d *fields, p *fabric.PoolSpec) {
+func (c *checker) pool(where string, d *fields, p *ctrl.PoolSpec) {
 	c.num(where, d, "ndma.ctrl.pool.size", p.Size)
 	c.num(where, d, "ndma.ctrl.pool.stripe", p.Stripe)
 	c.num(where, d, "ndma.ctrl.pool.columns", uint64(p.Columns))

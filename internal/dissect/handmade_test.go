@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // Packets made by hand for what the small workload does not send: a
@@ -17,66 +18,66 @@ import (
 
 // everyCtrl is one control message of every type, request and response,
 // with every field its type carries set.
-func everyCtrl() []fabric.CtrlMsg {
+func everyCtrl() []ctrl.Msg {
 	v4 := netip.MustParseAddrPort("10.4.0.1:7470")
 	v6 := netip.MustParseAddrPort("[fd00::7]:40000")
-	members := []fabric.MemberInfo{{ID: 0, Addr: v4}, {ID: 1, Addr: v6}}
-	shape := fabric.PoolSpec{Size: 1 << 20, Stripe: 4096, Columns: 2, Replicas: 1, Perm: 0x0f}
-	homes := []fabric.PoolHome{{Addr: v4, Base: 0}, {Addr: v6, Base: 1 << 16}}
-	var ms []fabric.CtrlMsg
-	// Every type the fabric package names: a new one fails AppendCtrl
+	members := []ctrl.MemberInfo{{ID: 0, Addr: v4}, {ID: 1, Addr: v6}}
+	shape := ctrl.PoolSpec{Size: 1 << 20, Stripe: 4096, Columns: 2, Replicas: 1, Perm: 0x0f}
+	homes := []ctrl.PoolHome{{Addr: v4, Base: 0}, {Addr: v6, Base: 1 << 16}}
+	var ms []ctrl.Msg
+	// Every type package wire/ctrl names: a new one fails secure.AppendCtrl
 	// below until it is given its fields here (and in the dissector).
-	for t := fabric.CtrlJoin; !strings.HasPrefix(t.String(), "ctrl("); t++ {
-		req := fabric.CtrlMsg{Type: t}
-		resp := fabric.CtrlMsg{Type: t, Resp: true}
+	for t := ctrl.Join; !strings.HasPrefix(t.String(), "ctrl("); t++ {
+		req := ctrl.Msg{Type: t}
+		resp := ctrl.Msg{Type: t, Resp: true}
 		switch t {
-		case fabric.CtrlJoin:
-			req.Job, req.Size, req.Rank, req.MTU = "train", 4, fabric.CtrlRankAny, 9000
+		case ctrl.Join:
+			req.Job, req.Size, req.Rank, req.MTU = "train", 4, ctrl.RankAny, 9000
 			resp.Group, resp.Member, resp.Epoch, resp.Members = 7, 1, 3, members
-		case fabric.CtrlLeave:
+		case ctrl.Leave:
 			req.Group, req.Member = 7, 1
-		case fabric.CtrlHeartbeat:
+		case ctrl.Heartbeat:
 			req.Group, req.Member = 7, 1
 			resp.Epoch, resp.Dead = 3, []uint16{2, 3}
-		case fabric.CtrlDestroy:
+		case ctrl.Destroy:
 			req.Group = 7
-		case fabric.CtrlRegister:
+		case ctrl.Register:
 			req.Service, req.Policy, req.Size, req.Rank, req.MTU = "kv", 2, 2, 1, 1500
-			req.Ranges = []fabric.CtrlRange{{Start: 0, End: 100, Owner: 0, Replicas: []int32{1}}, {Start: 100, End: 200, Owner: 1}}
+			req.Ranges = []ctrl.Range{{Start: 0, End: 100, Owner: 0, Replicas: []int32{1}}, {Start: 100, End: 200, Owner: 1}}
 			resp.Group, resp.Member = 8, 1
-		case fabric.CtrlLookup:
+		case ctrl.Lookup:
 			req.Service, req.MTU = "kv", 1500
 			resp.Group, resp.Members = 8, members
-		case fabric.CtrlPoolNode:
+		case ctrl.PoolNode:
 			req.Key, req.Capacity, req.Epoch = 0xfeedface, 1<<30, 42
 			resp.Node, resp.Epoch = 3, 43
-		case fabric.CtrlPoolCreate:
+		case ctrl.PoolCreate:
 			req.Pool = shape
 			req.Pool.Columns = 0
 			resp.Region, resp.Key, resp.Pool = 5, 0xabcdef0123, shape
-		case fabric.CtrlPoolOpen, fabric.CtrlPoolFree, fabric.CtrlPoolRevoke:
+		case ctrl.PoolOpen, ctrl.PoolFree, ctrl.PoolRevoke:
 			req.Region, req.Key = 5, 0xabcdef0123
-			if t == fabric.CtrlPoolOpen {
+			if t == ctrl.PoolOpen {
 				resp.Pool = shape
 			}
-		case fabric.CtrlPoolStat:
-			resp.PoolNodes = []fabric.PoolNodeInfo{{ID: 0, Addr: v4, Capacity: 1 << 30, Used: 1 << 19, Alive: true, Requests: 10, Bytes: 1000},
+		case ctrl.PoolStat:
+			resp.PoolNodes = []ctrl.PoolNodeInfo{{ID: 0, Addr: v4, Capacity: 1 << 30, Used: 1 << 19, Alive: true, Requests: 10, Bytes: 1000},
 				{ID: 1, Addr: v6, Capacity: 1 << 30}}
 			r := shape
-			r.Region, r.Lost, r.Down, r.Health = 5, 1, 1, fabric.HealthUnavailable
-			resp.PoolRegions, resp.PoolRefused = []fabric.PoolSpec{r}, 99
-		case fabric.CtrlPoolGrant, fabric.CtrlPoolRebuild:
+			r.Region, r.Lost, r.Down, r.Health = 5, 1, 1, ctrl.HealthUnavailable
+			resp.PoolRegions, resp.PoolRefused = []ctrl.PoolSpec{r}, 99
+		case ctrl.PoolGrant, ctrl.PoolRebuild:
 			req.Region, req.Key, req.Pool, req.Base, req.Length, req.Node, req.Epoch, req.Homes = 5, 0xabcdef0123, shape, 1<<16, 1<<19, 1, 4, homes
-		case fabric.CtrlPoolRebuildGo, fabric.CtrlPoolRebuilt:
-			req.Region, req.Key, req.Node, req.Failed = 5, 0xabcdef0123, 1, t == fabric.CtrlPoolRebuilt
-		case fabric.CtrlJoinStatus:
+		case ctrl.PoolRebuildGo, ctrl.PoolRebuilt:
+			req.Region, req.Key, req.Node, req.Failed = 5, 0xabcdef0123, 1, t == ctrl.PoolRebuilt
+		case ctrl.JoinStatus:
 			req.Job = "train"
 			resp.Size, resp.Joined = 10, []byte{0b101, 0b10} // ranks 0, 2, 9
-		case fabric.CtrlPoolReport:
+		case ctrl.PoolReport:
 			req.Final = true
-			req.Reports = []fabric.PoolReport{{Region: 5, Column: 1, Pool: shape, Base: 1 << 16, Length: 1 << 19, Epoch: 4,
-				Digest: fabric.PoolKeyDigest(5, 0xabcdef0123), Degraded: true, Homes: homes}}
-		case fabric.CtrlPoolEpoch:
+			req.Reports = []ctrl.GrantReport{{Region: 5, Column: 1, Pool: shape, Base: 1 << 16, Length: 1 << 19, Epoch: 4,
+				Digest: ctrl.PoolKeyDigest(5, 0xabcdef0123), Degraded: true, Homes: homes}}
+		case ctrl.PoolEpoch:
 			req.Region, req.Key, req.Epoch = 5, 0xabcdef0123, 9
 		}
 		ms = append(ms, req, resp)
@@ -92,7 +93,7 @@ func handmade(t *testing.T, f *simFabric) {
 	at := f.net.Now()
 	cli := netip.MustParseAddrPort("10.9.0.1:40200")
 	for i, m := range everyCtrl() {
-		payload, err := fabric.AppendCtrl(nil, &m, f.token)
+		payload, err := secure.AppendCtrl(nil, &m, f.token)
 		if err != nil {
 			t.Fatalf("%v resp=%v: %v", m.Type, m.Resp, err)
 		}

@@ -10,7 +10,10 @@ import (
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/netio/simnet"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // A small fabric on simnet whose every datagram is recorded: a switch,
@@ -97,12 +100,12 @@ func (h *host) post(op *endpoint.Op, cb func(*endpoint.Op)) {
 
 // control sends a control request to the switch; cb gets the parsed
 // response or the error.
-func (h *host) control(req *fabric.CtrlMsg, cb func(*fabric.CtrlMsg, error)) {
+func (h *host) control(req *ctrl.Msg, cb func(*ctrl.Msg, error)) {
 	h.f.t.Helper()
 	if req.Type.CarriesMTU() && req.MTU == 0 {
 		req.MTU = h.core.MTU()
 	}
-	buf, err := fabric.AppendCtrl(nil, req, h.f.token)
+	buf, err := secure.AppendCtrl(nil, req, h.f.token)
 	if err != nil {
 		h.f.t.Fatal(err)
 	}
@@ -111,8 +114,8 @@ func (h *host) control(req *fabric.CtrlMsg, cb func(*fabric.CtrlMsg, error)) {
 			cb(nil, op.Err)
 			return
 		}
-		var m fabric.CtrlMsg
-		if err := fabric.ParseCtrl(op.Resp, &m, h.f.token); err != nil {
+		var m ctrl.Msg
+		if err := secure.ParseCtrl(op.Resp, &m, h.f.token); err != nil {
 			cb(nil, err)
 			return
 		}
@@ -174,7 +177,7 @@ func (f *simFabric) newMemNode(addr netip.AddrPort, size int) (*host, uint64) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	key, err := st.Alloc(size, memnode.PermAll, 0)
+	key, err := st.Alloc(size, wire.PermAll, 0)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -182,7 +185,7 @@ func (f *simFabric) newMemNode(addr netip.AddrPort, size int) (*host, uint64) {
 }
 
 // newPoolNode is a memory node that lends a region of size bytes to the
-// switch's pool: it offers it (CtrlPoolNode) every 250 ms and reports its
+// switch's pool: it offers it (ctrl.PoolNode) every 250 ms and reports its
 // grants to every switch incarnation it has not reported to.
 func (f *simFabric) newPoolNode(addr netip.AddrPort, size int, inc uint64) (*host, uint64) {
 	f.t.Helper()
@@ -190,7 +193,7 @@ func (f *simFabric) newPoolNode(addr netip.AddrPort, size int, inc uint64) (*hos
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	key, err := st.Alloc(size, memnode.PermAll, 0)
+	key, err := st.Alloc(size, wire.PermAll, 0)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -216,7 +219,7 @@ func (f *simFabric) newPoolNode(addr netip.AddrPort, size int, inc uint64) (*hos
 			return
 		}
 		busy = true
-		h.control(&fabric.CtrlMsg{Type: fabric.CtrlPoolNode, Key: key, Capacity: uint64(size), Epoch: inc}, func(m *fabric.CtrlMsg, err error) {
+		h.control(&ctrl.Msg{Type: ctrl.PoolNode, Key: key, Capacity: uint64(size), Epoch: inc}, func(m *ctrl.Msg, err error) {
 			if err != nil {
 				busy = false
 				return
@@ -244,12 +247,12 @@ func (f *simFabric) newMember(addr netip.AddrPort) *host {
 
 // join makes hs a job group (rank = index), starts their heartbeats and
 // returns the group id and the responses.
-func (f *simFabric) join(job string, hs []*host) (uint32, []*fabric.CtrlMsg) {
+func (f *simFabric) join(job string, hs []*host) (uint32, []*ctrl.Msg) {
 	f.t.Helper()
-	resps := make([]*fabric.CtrlMsg, len(hs))
+	resps := make([]*ctrl.Msg, len(hs))
 	joined := 0
 	for i, h := range hs {
-		h.control(&fabric.CtrlMsg{Type: fabric.CtrlJoin, Job: job, Size: len(hs), Rank: i}, func(r *fabric.CtrlMsg, err error) {
+		h.control(&ctrl.Msg{Type: ctrl.Join, Job: job, Size: len(hs), Rank: i}, func(r *ctrl.Msg, err error) {
 			if err != nil {
 				f.t.Fatalf("seed %d: join: %v", f.seed, err)
 			}
@@ -264,7 +267,7 @@ func (f *simFabric) join(job string, hs []*host) (uint32, []*fabric.CtrlMsg) {
 					return
 				}
 				hbBusy = true
-				h.control(&fabric.CtrlMsg{Type: fabric.CtrlHeartbeat, Group: r.Group, Member: r.Member}, func(*fabric.CtrlMsg, error) { hbBusy = false })
+				h.control(&ctrl.Msg{Type: ctrl.Heartbeat, Group: r.Group, Member: r.Member}, func(*ctrl.Msg, error) { hbBusy = false })
 			}
 		})
 	}

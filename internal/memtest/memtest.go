@@ -9,6 +9,7 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/wire"
 )
 
 // Node starts an endpoint on loopback that serves size bytes of memory to
@@ -21,7 +22,7 @@ func Node(t testing.TB, sw netip.AddrPort, token []byte, size int) (*endpoint.En
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := st.Alloc(size, memnode.PermAll, 0)
+	key, err := st.Alloc(size, wire.PermAll, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
@@ -64,9 +63,9 @@ type Config struct {
 	Size int64
 
 	// Perm is what the single region created when KeyFile is empty
-	// allows. Zero means memnode.PermAll. Must be zero when KeyFile is
+	// allows. Zero means wire.PermAll. Must be zero when KeyFile is
 	// set (the key file gives each region its own permissions).
-	Perm memnode.Perm
+	Perm wire.Perm
 
 	// KeyFile, if not empty, names a file in memnode.LoadKeyFile's format
 	// listing the regions to expose, with their keys, sizes and
@@ -186,7 +185,7 @@ func (c *Config) validate() error {
 			return invalid("Listen", "%s is a loopback address, from which the switch at %s (another host) cannot be reached: listen on a routable address or 0.0.0.0",
 				c.Listen, c.Switch)
 		}
-		if err := fabric.CheckToken(c.Token, c.Insecure); err != nil {
+		if err := secure.CheckToken(c.Token, c.Insecure); err != nil {
 			return &FieldError{Field: "Token", Err: fmt.Errorf("%w: %w", ErrConfig, err)}
 		}
 	} else if len(c.Token) > 0 || c.Insecure {
@@ -206,11 +205,11 @@ func (c *Config) validate() error {
 	if c.Size == 0 && c.KeyFile == "" {
 		c.Size = DefaultSize
 	}
-	if c.Perm&^memnode.PermAll != 0 {
+	if c.Perm&^wire.PermAll != 0 {
 		return invalid("Perm", "unknown bits in %v", c.Perm)
 	}
 	if c.Perm == 0 && c.KeyFile == "" {
-		c.Perm = memnode.PermAll
+		c.Perm = wire.PermAll
 	}
 	if c.MTU != 0 && (c.MTU < MinMTU || c.MTU > MaxMTU) {
 		return invalid("MTU", "%d bytes (want %d to %d)", c.MTU, MinMTU, MaxMTU)

@@ -15,7 +15,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -232,7 +231,7 @@ func e2eClient(ctx context.Context, r *endpoint.Remote, key uint64, c int) (fadd
 func TestRefusals(t *testing.T) {
 	const size = 4096
 	srv := start(t, Config{Size: size})
-	ro := start(t, Config{Size: size, Perm: memnode.PermRead})
+	ro := start(t, Config{Size: size, Perm: wire.PermRead})
 	ctx := testCtx(t)
 	r, rr := dial(t, ctx, srv), dial(t, ctx, ro)
 	key, roKey := srv.Regions()[0].Key, ro.Regions()[0].Key

@@ -16,6 +16,7 @@ import (
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 // TestLendToPool: a memory node started with Switch lends its region to
@@ -47,7 +48,7 @@ func TestLendToPool(t *testing.T) {
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	wait := func(want string, ok func([]fabric.PoolNodeInfo) bool) {
+	wait := func(want string, ok func([]ctrl.PoolNodeInfo) bool) {
 		t.Helper()
 		for {
 			ps, err := cli.PoolStat(ctx, addr, endpoint.FabricOptions{Token: token})
@@ -64,14 +65,14 @@ func TestLendToPool(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	wait("the node lent its region", func(n []fabric.PoolNodeInfo) bool {
+	wait("the node lent its region", func(n []ctrl.PoolNodeInfo) bool {
 		return len(n) == 1 && n[0].Alive && n[0].Capacity == 1<<20 && n[0].Addr == srv.Addr()
 	})
 	stopped := time.Now()
 	if err := srv.Close(); err != nil {
 		t.Fatal(err)
 	}
-	wait("the stopped node is forgotten", func(n []fabric.PoolNodeInfo) bool { return len(n) == 0 })
+	wait("the stopped node is forgotten", func(n []ctrl.PoolNodeInfo) bool { return len(n) == 0 })
 	if d := time.Since(stopped); d > 5*time.Second {
 		t.Errorf("the switch forgot the stopped node %v after it stopped", d)
 	}

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/internal/secretfile"
 	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -45,8 +45,8 @@ func TestKeyFile(t *testing.T) {
 a11ce              4096    r---   # read-only
 `)})
 	want := []memnode.RegionInfo{
-		{Key: roKey, Size: 4096, Perm: memnode.PermRead},
-		{Key: rwKey, Size: 1 << 20, Perm: memnode.PermAll},
+		{Key: roKey, Size: 4096, Perm: wire.PermRead},
+		{Key: rwKey, Size: 1 << 20, Perm: wire.PermAll},
 	}
 	got := srv.Regions()
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
@@ -108,17 +108,17 @@ func TestStartErrors(t *testing.T) {
 		{"negative busy poll", Config{BusyPoll: -1}, "BusyPoll", ErrConfig, 0},
 		{"long busy poll", Config{BusyPoll: time.Second}, "BusyPoll", ErrConfig, 0},
 		{"size with key file", Config{Size: 4096, KeyFile: "keys"}, "Size", ErrConfig, 0},
-		{"perm with key file", Config{Perm: memnode.PermRead, KeyFile: "keys"}, "Perm", ErrConfig, 0},
+		{"perm with key file", Config{Perm: wire.PermRead, KeyFile: "keys"}, "Perm", ErrConfig, 0},
 		{"missing key file", Config{KeyFile: filepath.Join(t.TempDir(), "none")}, "KeyFile", fs.ErrNotExist, 0},
 		{"empty key file", Config{KeyFile: writeKeyFile(t, "# nothing\n")}, "KeyFile", ErrNoRegions, 0},
-		{"bad perm in key file", Config{KeyFile: writeKeyFile(t, "1 4096 rw\n2 4096 rwx\n")}, "KeyFile", memnode.ErrBadPerm, 2},
+		{"bad perm in key file", Config{KeyFile: writeKeyFile(t, "1 4096 rw\n2 4096 rwx\n")}, "KeyFile", wire.ErrBadPerm, 2},
 		{"zero key in key file", Config{KeyFile: writeKeyFile(t, "0 4096 rw\n")}, "KeyFile", memnode.ErrZeroKey, 1},
 		{"duplicate key in key file", Config{KeyFile: writeKeyFile(t, "ab 4096 r\n\n0xAB 8 w\n")}, "KeyFile", memnode.ErrKeyInUse, 3},
 		{"bad size in key file", Config{KeyFile: writeKeyFile(t, "ab 0 r\n")}, "KeyFile", memnode.ErrBadSize, 1},
 		{"short line in key file", Config{KeyFile: writeKeyFile(t, "ab 4096\n")}, "KeyFile", nil, 1},
 		{"key file readable by others", Config{KeyFile: chmod(t, writeKeyFile(t, "ab 4096 r\n"), 0o644)}, "KeyFile", secretfile.ErrExposed, 0},
 		{"key file writable by others", Config{KeyFile: chmod(t, writeKeyFile(t, "ab 4096 r\n"), 0o620)}, "KeyFile", secretfile.ErrExposed, 0},
-		{"switch without token", Config{Listen: "127.0.0.1:0", Switch: "127.0.0.1:7471"}, "Token", fabric.ErrNoToken, 0},
+		{"switch without token", Config{Listen: "127.0.0.1:0", Switch: "127.0.0.1:7471"}, "Token", secure.ErrNoToken, 0},
 		{"switch with token and insecure", Config{Listen: "127.0.0.1:0", Switch: "127.0.0.1:7471", Token: []byte("t"), Insecure: true}, "Token", ErrConfig, 0},
 		{"token without switch", Config{Token: []byte("t")}, "Token", ErrConfig, 0},
 		{"insecure without switch", Config{Insecure: true}, "Token", ErrConfig, 0},
@@ -162,7 +162,7 @@ func TestStartErrors(t *testing.T) {
 func TestDefaults(t *testing.T) {
 	srv := start(t, Config{})
 	regs := srv.Regions()
-	if len(regs) != 1 || regs[0].Size != DefaultSize || regs[0].Perm != memnode.PermAll || regs[0].Key == 0 {
+	if len(regs) != 1 || regs[0].Size != DefaultSize || regs[0].Perm != wire.PermAll || regs[0].Key == 0 {
 		t.Errorf("Regions() = %+v, want one %d-byte rwav region with a random key", regs, DefaultSize)
 	}
 	if srv.MTU() != 9000 {

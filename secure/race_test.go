@@ -1,6 +1,6 @@
 //go:build race
 
-package fabric
+package secure
 
 // raceEnabled: the race detector makes sync.Pool drop items at random, so
 // allocation counts are meaningless under it; `make norace` runs the

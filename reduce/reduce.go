@@ -1,4 +1,4 @@
-package fabric
+package reduce
 
 import (
 	"encoding/binary"
@@ -7,7 +7,7 @@ import (
 	"github.com/ndma/ndma/wire"
 )
 
-// Reduce applies alu element-wise in place: dst[i] = alu(dst[i], src[i]),
+// Apply folds src into dst element-wise, in place: dst[i] = alu(dst[i], src[i]),
 // where dst and src hold little-endian elements of type dt.
 //
 // Semantics match memnode's vector ops, extended with Prod:
@@ -23,10 +23,10 @@ import (
 //     a NaN already in dst is never replaced (every comparison with it is
 //     false), and between -0 and +0 the dst element is kept.
 //
-// Reduce processes min(len(dst), len(src)) bytes rounded down to a whole
+// Apply processes min(len(dst), len(src)) bytes rounded down to a whole
 // number of elements and leaves any remainder of dst untouched. It does
 // nothing for an unknown dtype or alu. It never allocates and never panics.
-func Reduce(dst, src []byte, dt wire.Dtype, alu wire.Alu) {
+func Apply(dst, src []byte, dt wire.Dtype, alu wire.Alu) {
 	if n := reduceVec(dst, src, dt, alu); n > 0 {
 		dst, src = dst[n:], src[n:]
 	}
@@ -78,8 +78,8 @@ func Reduce(dst, src []byte, dt wire.Dtype, alu wire.Alu) {
 	}
 }
 
-// reduceAluValid reports whether Reduce implements alu.
-func reduceAluValid(alu wire.Alu) bool {
+// Supports reports whether Apply implements alu.
+func Supports(alu wire.Alu) bool {
 	return alu == wire.AluAdd || alu == wire.AluMin || alu == wire.AluMax || alu == wire.AluProd
 }
 

@@ -1,6 +1,6 @@
 //go:build amd64 && !purego
 
-package fabric
+package reduce
 
 import (
 	"unsafe"
@@ -10,7 +10,7 @@ import (
 	"github.com/ndma/ndma/wire"
 )
 
-// reduceVecEnabled reports whether Reduce runs the AVX2 kernels.
+// reduceVecEnabled reports whether Apply runs the AVX2 kernels.
 var reduceVecEnabled = cpu.X86.HasAVX2
 
 // reduceVecBlk is the granule of the AVX2 kernels in bytes (one YMM
@@ -19,7 +19,7 @@ const reduceVecBlk = 32
 
 // reduceVec runs the AVX2 kernel for dt and alu on the leading whole
 // vectors of dst and src and returns how many bytes it processed (a
-// multiple of reduceVecBlk; 0 for an unknown dtype or alu); Reduce leaves
+// multiple of reduceVecBlk; 0 for an unknown dtype or alu); Apply leaves
 // the rest to the scalar kernels. Per element the result is the scalar kernel's, bit for
 // bit, except that for float Add and Prod with NaN in both operands it
 // always carries dst's payload.

@@ -1,4 +1,4 @@
-package fabric
+package reduce
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/ndma/ndma/reduce/reducetest"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -41,16 +42,16 @@ var vecSpecials = map[wire.Dtype][]uint64{
 }
 
 // vecFill fills b with elements of dt: a third specials, a third random
-// bits, a third randElems' mix.
+// bits, a third reducetest.Rand' mix.
 func vecFill(rng *rand.Rand, b []byte, dt wire.Dtype) {
-	randElems(rng, b, dt)
+	reducetest.Rand(rng, b, dt)
 	sp := vecSpecials[dt]
 	for i := range len(b) / dt.Size() {
 		switch rng.IntN(3) {
 		case 0:
-			refPut(b, i, dt, sp[rng.IntN(len(sp))])
+			reducetest.Put(b, i, dt, sp[rng.IntN(len(sp))])
 		case 1:
-			refPut(b, i, dt, rng.Uint64())
+			reducetest.Put(b, i, dt, rng.Uint64())
 		}
 	}
 }
@@ -74,7 +75,7 @@ func quietNaN(v uint64, dt wire.Dtype) uint64 {
 	return v | 0x0008000000000000
 }
 
-// vecBytes returns how many leading bytes Reduce hands to the vector
+// vecBytes returns how many leading bytes Apply hands to the vector
 // kernel for these arguments, computed independently of reduceVec.
 func vecBytes(dst, src []byte, dt wire.Dtype, alu wire.Alu) int {
 	if !reduceVecEnabled {
@@ -83,7 +84,7 @@ func vecBytes(dst, src []byte, dt wire.Dtype, alu wire.Alu) int {
 	return min(len(dst), len(src)) / 32 * 32
 }
 
-// wantReduce is what Reduce must leave in dst for non-overlapping dst and
+// wantReduce is what Apply must leave in dst for non-overlapping dst and
 // src: the vector kernel's result on the first nv bytes, the scalar
 // kernel's on the rest. The vector result is the scalar kernel's except
 // that for float Add and Prod of two NaNs it is dst's NaN, quieted.
@@ -94,15 +95,15 @@ func wantReduce(dst, src []byte, dt wire.Dtype, alu wire.Alu, nv int) []byte {
 	k(want[nv:], src[nv:])
 	if (alu == wire.AluAdd || alu == wire.AluProd) && (dt == wire.DtypeF32 || dt == wire.DtypeF64) {
 		for i := range nv / dt.Size() {
-			if d, s := refGet(dst, i, dt), refGet(src, i, dt); isNaNBits(d, dt) && isNaNBits(s, dt) {
-				refPut(want, i, dt, quietNaN(d, dt))
+			if d, s := reducetest.Get(dst, i, dt), reducetest.Get(src, i, dt); isNaNBits(d, dt) && isNaNBits(s, dt) {
+				reducetest.Put(want, i, dt, quietNaN(d, dt))
 			}
 		}
 	}
 	return want
 }
 
-// checkReduce runs Reduce on copies of dst and src placed at offsets
+// checkReduce runs Apply on copies of dst and src placed at offsets
 // doff and soff into guarded buffers and compares the result with
 // wantReduce, bit for bit, and checks that nothing else changed.
 func checkReduce(t *testing.T, dst, src []byte, doff, soff int, dt wire.Dtype, alu wire.Alu) {
@@ -119,12 +120,12 @@ func checkReduce(t *testing.T, dst, src []byte, doff, soff int, dt wire.Dtype, a
 		t.Fatalf("%v %v len %d/%d: reduceVec processed %d bytes, want %d", dt, alu, len(dst), len(src), got, nv)
 	}
 	want := wantReduce(dst, src, dt, alu, nv)
-	Reduce(d, s, dt, alu)
+	Apply(d, s, dt, alu)
 	if !bytes.Equal(d, want) {
 		for i := range min(len(d), len(src)) / dt.Size() {
-			if g, w := refGet(d, i, dt), refGet(want, i, dt); g != w {
+			if g, w := reducetest.Get(d, i, dt), reducetest.Get(want, i, dt); g != w {
 				t.Fatalf("%v %v len %d/%d off %d/%d elem %d: got %#x want %#x (d %#x s %#x, vector bytes %d)",
-					dt, alu, len(dst), len(src), doff, soff, i, g, w, refGet(dst, i, dt), refGet(src, i, dt), nv)
+					dt, alu, len(dst), len(src), doff, soff, i, g, w, reducetest.Get(dst, i, dt), reducetest.Get(src, i, dt), nv)
 			}
 		}
 		t.Fatalf("%v %v len %d/%d off %d/%d: dst differs from want beyond the reduced elements", dt, alu, len(dst), len(src), doff, soff)
@@ -154,8 +155,8 @@ func TestReduceVecMatchesScalar(t *testing.T) {
 		lengths = append(lengths, n)
 	}
 	lengths = append(lengths, 1024, 4095, 4096, 8192+36, 16384+7)
-	for _, dt := range reduceDtypes {
-		for _, alu := range reduceAlus {
+	for _, dt := range reducetest.Dtypes {
+		for _, alu := range reducetest.Alus {
 			for _, n := range lengths {
 				offs := 4
 				if n > 300 {
@@ -182,7 +183,7 @@ func TestReduceVecMatchesScalar(t *testing.T) {
 // TestReduceVecSpecialPairs reduces every pair of special values, laid
 // out so that most pairs fall in the vector part.
 func TestReduceVecSpecialPairs(t *testing.T) {
-	for _, dt := range reduceDtypes {
+	for _, dt := range reducetest.Dtypes {
 		sp := vecSpecials[dt]
 		var ds, ss []uint64
 		for _, a := range sp {
@@ -192,10 +193,10 @@ func TestReduceVecSpecialPairs(t *testing.T) {
 		}
 		dst, src := make([]byte, len(ds)*dt.Size()), make([]byte, len(ss)*dt.Size())
 		for i := range ds {
-			refPut(dst, i, dt, ds[i])
-			refPut(src, i, dt, ss[i])
+			reducetest.Put(dst, i, dt, ds[i])
+			reducetest.Put(src, i, dt, ss[i])
 		}
-		for _, alu := range reduceAlus {
+		for _, alu := range reducetest.Alus {
 			checkReduce(t, dst, src, 0, 0, dt, alu)
 			checkReduce(t, dst, src, 1, 3, dt, alu)
 			// The same pairs, each repeated over a whole vector.
@@ -226,12 +227,12 @@ func TestReduceVecNaNPayload(t *testing.T) {
 				n := 256 / dt.Size()
 				dst, src := make([]byte, n*dt.Size()), make([]byte, n*dt.Size())
 				for i := range n {
-					refPut(dst, i, dt, a)
-					refPut(src, i, dt, b)
+					reducetest.Put(dst, i, dt, a)
+					reducetest.Put(src, i, dt, b)
 				}
-				Reduce(dst, src, dt, alu)
+				Apply(dst, src, dt, alu)
 				for i := range n {
-					if g := refGet(dst, i, dt); g != quietNaN(a, dt) {
+					if g := reducetest.Get(dst, i, dt); g != quietNaN(a, dt) {
 						t.Fatalf("%v %v NaN %#x, NaN %#x: elem %d = %#x, want %#x", dt, alu, a, b, i, g, quietNaN(a, dt))
 					}
 				}
@@ -240,14 +241,14 @@ func TestReduceVecNaNPayload(t *testing.T) {
 	}
 }
 
-// TestReduceVecOverlap runs Reduce with dst and src overlapping in one
+// TestReduceVecOverlap runs Apply with dst and src overlapping in one
 // buffer, src before and after dst, and compares with the scalar kernel
 // on the same layout: element by element in order, so an element of src
 // that an earlier element of dst overwrote is read with its new value.
 func TestReduceVecOverlap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, dt := range reduceDtypes {
-		for _, alu := range reduceAlus {
+	for _, dt := range reducetest.Dtypes {
+		for _, alu := range reducetest.Alus {
 			for _, n := range []int{32, 100, 256, 1000} {
 				for _, so := range []int{0, 1, 4, 8, 31, 32, 33, 64, 127, 128, 129, 200, 512} {
 					for _, do := range []int{0, 1, 4, 8, 31, 32, 64, 128, 129, 200} {
@@ -255,7 +256,7 @@ func TestReduceVecOverlap(t *testing.T) {
 						// No NaNs: which of two NaNs an Add returns may differ
 						// by position, and positions shift with the overlap.
 						for i := range len(buf) / 8 {
-							refPut(buf, i, wire.DtypeI64, math.Float64bits(rng.NormFloat64()))
+							reducetest.Put(buf, i, wire.DtypeI64, math.Float64bits(rng.NormFloat64()))
 						}
 						for i := range buf {
 							if rng.IntN(4) == 0 {
@@ -264,15 +265,15 @@ func TestReduceVecOverlap(t *testing.T) {
 						}
 						if dt == wire.DtypeF32 || dt == wire.DtypeF64 {
 							for i := range len(buf) / dt.Size() {
-								if isNaNBits(refGet(buf, i, dt), dt) {
-									refPut(buf, i, dt, 0)
+								if isNaNBits(reducetest.Get(buf, i, dt), dt) {
+									reducetest.Put(buf, i, dt, 0)
 								}
 							}
 						}
 						want := bytes.Clone(buf)
 						scalarKernel(dt, alu)(want[do:do+n], want[so:so+n])
 						got := bytes.Clone(buf)
-						Reduce(got[do:do+n], got[so:so+n], dt, alu)
+						Apply(got[do:do+n], got[so:so+n], dt, alu)
 						if !bytes.Equal(got, want) {
 							t.Fatalf("%v %v n %d dst at %d src at %d: result differs from the scalar kernel", dt, alu, n, do, so)
 						}
@@ -285,14 +286,14 @@ func TestReduceVecOverlap(t *testing.T) {
 
 // TestReduceNoVec checks the build without vector kernels (other
 // architectures, -tags purego, or no AVX2): reduceVec does nothing and
-// Reduce is exactly the scalar kernels, NaN payloads included.
+// Apply is exactly the scalar kernels, NaN payloads included.
 func TestReduceNoVec(t *testing.T) {
 	if reduceVecEnabled {
 		t.Skip("vector kernels enabled; run with -tags purego to test the scalar-only build")
 	}
 	rng := rand.New(rand.NewPCG(5, 6))
-	for _, dt := range reduceDtypes {
-		for _, alu := range reduceAlus {
+	for _, dt := range reducetest.Dtypes {
+		for _, alu := range reducetest.Alus {
 			for _, n := range []int{0, 3, 32, 64, 100, 257, 4096} {
 				dst, src := make([]byte, n), make([]byte, n)
 				vecFill(rng, dst, dt)
@@ -302,7 +303,7 @@ func TestReduceNoVec(t *testing.T) {
 				}
 				want := bytes.Clone(dst)
 				scalarKernel(dt, alu)(want, src)
-				Reduce(dst, src, dt, alu)
+				Apply(dst, src, dt, alu)
 				if !bytes.Equal(dst, want) {
 					t.Fatalf("%v %v n %d: Reduce differs from the scalar kernel", dt, alu, n)
 				}
@@ -315,8 +316,8 @@ func TestReduceNoVec(t *testing.T) {
 // alone, for comparison with the vector path.
 func BenchmarkReduce8KScalar(b *testing.B) {
 	d, s := make([]byte, 8192), make([]byte, 8192)
-	for _, dt := range reduceDtypes {
-		for _, alu := range reduceAlus {
+	for _, dt := range reducetest.Dtypes {
+		for _, alu := range reducetest.Alus {
 			k := scalarKernel(dt, alu)
 			b.Run(dt.String()+"-"+alu.String(), func(b *testing.B) {
 				b.SetBytes(int64(len(d)))

@@ -1,4 +1,4 @@
-package fabric
+package poolmap
 
 // Pool address layout (the MMU's translation).
 //
@@ -57,8 +57,8 @@ func NewLayout(size, stripe uint64, columns, replicas int) (Layout, error) {
 // Stripes is the number of stripes (the last may be short).
 func (l Layout) Stripes() uint64 { return (l.Size + l.Stripe - 1) / l.Stripe }
 
-// primaries is the number of stripes whose first copy is on column c.
-func (l Layout) primaries(c int) uint64 {
+// Primaries is the number of stripes whose first copy is on column c.
+func (l Layout) Primaries(c int) uint64 {
 	n, k := l.Stripes(), uint64(l.Columns)
 	p := n / k
 	if uint64(c) < n%k {
@@ -71,9 +71,9 @@ func (l Layout) primaries(c int) uint64 {
 // stripe slots for its primary stripes and, with two replicas, for the
 // replicas of the previous column's stripes.
 func (l Layout) ColumnBytes(c int) uint64 {
-	n := l.primaries(c)
+	n := l.Primaries(c)
 	if l.Replicas == 2 {
-		n += l.primaries((c - 1 + l.Columns) % l.Columns)
+		n += l.Primaries((c - 1 + l.Columns) % l.Columns)
 	}
 	return n * l.Stripe
 }
@@ -109,7 +109,7 @@ func (l Layout) Extents(off, n uint64, replica int, dst []Extent) ([]Extent, err
 		local := (i/k)*l.Stripe + in
 		if replica == 1 {
 			c = int((i + 1) % k)
-			local += l.primaries(c) * l.Stripe
+			local += l.Primaries(c) * l.Stripe
 		}
 		dst = append(dst, Extent{Off: off, Len: piece, Column: c, Local: local, Replica: replica})
 		off += piece

@@ -1,5 +1,5 @@
 //go:build !race
 
-package fabric
+package secure
 
 const raceEnabled = false

@@ -1,4 +1,4 @@
-package fabric
+package poolmap
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 
 // refPlacement is an independent model of a layout: it deals the stripes
 // out one by one, giving each copy the next free slot of its column
-// (primaries first, then replicas), and returns slot[stripe][replica] as
+// (Primaries first, then replicas), and returns slot[stripe][replica] as
 // (column, slot index), plus the slots used per column.
 func refPlacement(size, stripe uint64, cols, reps int) (slot [][2][2]uint64, used []uint64) {
 	n := (size + stripe - 1) / stripe

@@ -1,4 +1,4 @@
-package fabric
+package secure
 
 import (
 	"crypto/rand"
@@ -12,7 +12,8 @@ const TokenBytes = 32
 // NewToken draws a fabric token: TokenBytes bytes from crypto/rand, in
 // lowercase hex (2*TokenBytes characters), the form a token file's first
 // line and --token hold. The token is the hex text itself: the switch and
-// endpoints use its characters as the HMAC key.
+// endpoints use its characters as the HMAC key of control messages
+// (AppendCtrl, ParseCtrl).
 func NewToken() []byte {
 	var b [TokenBytes]byte
 	rand.Read(b[:]) // never fails (crypto/rand.Read crashes the program instead)
@@ -21,8 +22,8 @@ func NewToken() []byte {
 
 // ErrNoToken is matched (errors.Is) by the error of every configuration
 // that would run or talk to a forwarding node without a fabric token and
-// without asking for Insecure: Config here, and the daemons' and
-// endpoints' options built on it.
+// without asking for Insecure: the switch's Config (package fabric), and
+// the daemons' and endpoints' options built on it.
 var ErrNoToken = errors.New("no fabric token: give one, or ask for insecure to run without authentication")
 
 // CheckToken is the rule every configuration of the fabric applies to its
