@@ -82,3 +82,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseRevocations -fuzztime 30s ./secure
 	$(GO) test -run '^$$' -fuzz FuzzLayerReceive -fuzztime 30s ./secure
 	$(GO) test -run '^$$' -fuzz FuzzResponder -fuzztime 30s ./secure
+	$(GO) test -run '^$$' -fuzz FuzzReadReq -fuzztime 30s ./stor
+	$(GO) test -run '^$$' -fuzz FuzzOneReq -fuzztime 30s ./stor
+	$(GO) test -run '^$$' -fuzz FuzzProtoRoundTrip -fuzztime 30s ./stor
+	$(GO) test -run '^$$' -fuzz FuzzParseEnv -fuzztime 30s ./coll

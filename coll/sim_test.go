@@ -18,8 +18,9 @@ import (
 // simWorld runs f with n communicators whose endpoints (and switch, when
 // innet) talk over a simnet network, inside a synctest bubble: time is
 // virtual, so link rates and latencies are exact and seconds of traffic
-// take milliseconds. Goroutines at the same virtual instant interleave
-// freely, so runs are reproducible in outcome, not packet for packet.
+// take milliseconds. The network runs with Quiesce: goroutines at the same
+// virtual instant interleave freely, but the network takes what they send
+// in one order, so a run is repeated exactly from its seed.
 func simWorld(t *testing.T, n int, innet bool, link simnet.LinkConfig, seed int64, f func(t *testing.T, net *simnet.Network, comms []*Communicator)) {
 	t.Helper()
 	simWorldConfig(t, n, innet, link, seed, nil, f)
@@ -32,6 +33,7 @@ func simWorldConfig(t *testing.T, n int, innet bool, link simnet.LinkConfig, see
 	synctest.Test(t, func(t *testing.T) {
 		t.Logf("seed %d", seed)
 		net := simnet.New(seed)
+		net.Quiesce = true
 		ctx, cancel := context.WithCancel(context.Background())
 		served := make(chan error, 1)
 		go func() { served <- net.Serve(ctx) }()

@@ -32,6 +32,11 @@ import (
 // table must stay within its bound, and a Step of a hostile datagram may
 // take no more than hostileStepCPU of CPU time. Each of hostileSeeds is a
 // different attack (which datagrams, at whom, from which forged source).
+//
+// The seeds run one after another, not as parallel subtests: each turns
+// the collector off (debug.SetGCPercent, process-wide) while it times
+// Steps, and bounds the heap's growth with runtime.ReadMemStats, which
+// would count the other seeds' heaps.
 func TestSimHostileFabric(t *testing.T) {
 	for seed := int64(77); seed < 77+hostileSeeds; seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { hostileFabric(t, seed) })

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ndma/ndma/internal/config"
 )
 
 // Defaults applied by Up to zero-valued Config fields.
@@ -210,18 +212,13 @@ var ErrConfig = errors.New("invalid value")
 
 // FieldError is the error Up returns when a Config field is invalid. Field
 // is the Config field's name, such as "Rate".
-type FieldError struct {
-	Field string
-	Err   error
-}
-
-func (e *FieldError) Error() string { return fmt.Sprintf("testbed: %s: %v", e.Field, e.Err) }
-
-// Unwrap returns the cause.
-func (e *FieldError) Unwrap() error { return e.Err }
+//
+// It is config.FieldError: switchd, memd and testbed share the one type,
+// and Pkg says whose Config it is.
+type FieldError = config.FieldError
 
 func invalid(field, format string, a ...any) error {
-	return &FieldError{Field: field, Err: fmt.Errorf("%w: "+format, append([]any{ErrConfig}, a...)...)}
+	return config.Invalid("testbed", ErrConfig, field, format, a...)
 }
 
 // DefaultStateDir is where testbed state lives when Config.StateDir is
@@ -263,7 +260,7 @@ func (c *Config) validate() (netip.Prefix, uint64, error) {
 		c.Prefix = DefaultPrefix
 	}
 	if err := ValidatePrefix(c.Prefix); err != nil {
-		return netip.Prefix{}, 0, &FieldError{Field: "Prefix", Err: err}
+		return netip.Prefix{}, 0, &FieldError{Pkg: "testbed", Field: "Prefix", Err: err}
 	}
 	if c.Hosts == 0 {
 		c.Hosts = DefaultHosts
@@ -285,14 +282,14 @@ func (c *Config) validate() (netip.Prefix, uint64, error) {
 	}
 	rate, err := ParseRate(c.Rate)
 	if err != nil {
-		return netip.Prefix{}, 0, &FieldError{Field: "Rate", Err: err}
+		return netip.Prefix{}, 0, &FieldError{Pkg: "testbed", Field: "Rate", Err: err}
 	}
 	frame := c.MTU + 14 // Ethernet header
 	c.hostBurst = c.Burst
 	if c.HostRate != "" {
 		hr, err := ParseRate(c.HostRate)
 		if err != nil {
-			return netip.Prefix{}, 0, &FieldError{Field: "HostRate", Err: err}
+			return netip.Prefix{}, 0, &FieldError{Pkg: "testbed", Field: "HostRate", Err: err}
 		}
 		c.hostRateBits = hr
 		if c.hostBurst == 0 {
@@ -352,16 +349,16 @@ func (c *Config) validate() (netip.Prefix, uint64, error) {
 	if c.Binary == "" {
 		exe, err := os.Executable()
 		if err != nil {
-			return netip.Prefix{}, 0, &FieldError{Field: "Binary", Err: fmt.Errorf("finding the running executable: %w", err)}
+			return netip.Prefix{}, 0, &FieldError{Pkg: "testbed", Field: "Binary", Err: fmt.Errorf("finding the running executable: %w", err)}
 		}
 		c.Binary = exe
 	}
 	bin, err := filepath.Abs(c.Binary)
 	if err != nil {
-		return netip.Prefix{}, 0, &FieldError{Field: "Binary", Err: err}
+		return netip.Prefix{}, 0, &FieldError{Pkg: "testbed", Field: "Binary", Err: err}
 	}
 	if fi, err := os.Stat(bin); err != nil {
-		return netip.Prefix{}, 0, &FieldError{Field: "Binary", Err: err}
+		return netip.Prefix{}, 0, &FieldError{Pkg: "testbed", Field: "Binary", Err: err}
 	} else if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
 		return netip.Prefix{}, 0, invalid("Binary", "%s is not an executable file", bin)
 	}
@@ -402,7 +399,7 @@ func (c *Config) validatePeak(rate uint64) error {
 	}
 	pr, err := ParseRate(c.PeakRate)
 	if err != nil {
-		return &FieldError{Field: "PeakRate", Err: err}
+		return &FieldError{Pkg: "testbed", Field: "PeakRate", Err: err}
 	}
 	if pr > MaxPeakRate {
 		return invalid("PeakRate", "%s is above %s, finer than tbf can time a frame", FormatRate(pr), FormatRate(MaxPeakRate))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/internal/config"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
@@ -144,18 +145,13 @@ var ErrConfig = errors.New("invalid value")
 // (wrapping ErrConfig) or could not be put to use (a listen address
 // already in use). Field is the Config field's name, such as "Listen",
 // "MTU" or "Fault.Drop".
-type FieldError struct {
-	Field string
-	Err   error
-}
-
-func (e *FieldError) Error() string { return fmt.Sprintf("switchd: %s: %v", e.Field, e.Err) }
-
-// Unwrap returns the cause.
-func (e *FieldError) Unwrap() error { return e.Err }
+//
+// It is config.FieldError: switchd, memd and testbed share the one type,
+// and Pkg says whose Config it is.
+type FieldError = config.FieldError
 
 func invalid(field, format string, a ...any) error {
-	return &FieldError{Field: field, Err: fmt.Errorf("%w: "+format, append([]any{ErrConfig}, a...)...)}
+	return config.Invalid("switchd", ErrConfig, field, format, a...)
 }
 
 // validate checks c and fills in defaults.
@@ -167,7 +163,7 @@ func (c *Config) validate() error {
 		return invalid("Listen", "%q: %v", c.Listen, err)
 	}
 	if err := secure.CheckToken(c.Token, c.Insecure); err != nil {
-		return &FieldError{Field: "Token", Err: fmt.Errorf("%w: %w", ErrConfig, err)}
+		return &FieldError{Pkg: "switchd", Field: "Token", Err: fmt.Errorf("%w: %w", ErrConfig, err)}
 	}
 	if c.MetricsAddr != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
@@ -179,7 +175,7 @@ func (c *Config) validate() error {
 			return invalid("Security", "a credential of role %v (%q): the switch needs one of role %v", c.Security.Cert.Role, c.Security.Cert.Name, secure.RoleSwitch)
 		}
 		if err := c.Security.Cert.Verify(c.Security.Authority); err != nil {
-			return &FieldError{Field: "Security", Err: fmt.Errorf("%w: %w", ErrConfig, err)}
+			return &FieldError{Pkg: "switchd", Field: "Security", Err: fmt.Errorf("%w: %w", ErrConfig, err)}
 		}
 	}
 	if c.HeartbeatTimeout == 0 {

@@ -77,7 +77,7 @@ func Start(cfg Config) (*Server, error) {
 	ucfg := netio.UDPConfig{Logger: cfg.Logger, BusyPoll: cfg.BusyPoll, ReusePort: readers > 1}
 	conn, err := netio.ListenUDP(cfg.Listen, ucfg)
 	if err != nil {
-		return nil, &FieldError{Field: "Listen", Err: err}
+		return nil, &FieldError{Pkg: "switchd", Field: "Listen", Err: err}
 	}
 	// The other sockets bind the first one's port (Listen may ask for
 	// any).
@@ -86,7 +86,7 @@ func Start(cfg Config) (*Server, error) {
 		host, _, err := net.SplitHostPort(cfg.Listen)
 		if err != nil {
 			conn.Close()
-			return nil, &FieldError{Field: "Listen", Err: err}
+			return nil, &FieldError{Pkg: "switchd", Field: "Listen", Err: err}
 		}
 		addr := net.JoinHostPort(host, strconv.Itoa(int(conn.LocalAddr().Port())))
 		for range readers - 1 {
@@ -96,14 +96,14 @@ func Start(cfg Config) (*Server, error) {
 				for _, c := range more {
 					c.Close()
 				}
-				return nil, &FieldError{Field: "Readers", Err: err}
+				return nil, &FieldError{Pkg: "switchd", Field: "Readers", Err: err}
 			}
 			more = append(more, c)
 		}
 	}
 	fsrv, err := fabric.NewServerWith(conn, sw, fabric.ServerOptions{Logger: cfg.Logger, Security: cfg.Security, SecurityOptions: cfg.SecurityOptions, Conns: more})
 	if err != nil {
-		return nil, &FieldError{Field: "Security", Err: err} // conn is closed
+		return nil, &FieldError{Pkg: "switchd", Field: "Security", Err: err} // conn is closed
 	}
 	s := &Server{
 		log:  cfg.Logger,
@@ -146,7 +146,7 @@ func (s *Server) startMetrics(addr string) error {
 	}
 	m, err := metricsrv.Start(addr, h, s.log, "switchd")
 	if le, ok := errors.AsType[*metricsrv.ListenError](err); ok {
-		return &FieldError{Field: "MetricsAddr", Err: le.Err}
+		return &FieldError{Pkg: "switchd", Field: "MetricsAddr", Err: le.Err}
 	}
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ndma/ndma/internal/config"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
@@ -136,18 +137,13 @@ var ErrConfig = errors.New("invalid value")
 // in use, a key file that cannot be read or parsed (wrapping the
 // *memnode.KeyFileError), regions the store refuses. Field is the Config
 // field's name, such as "Listen" or "KeyFile".
-type FieldError struct {
-	Field string
-	Err   error
-}
-
-func (e *FieldError) Error() string { return fmt.Sprintf("memd: %s: %v", e.Field, e.Err) }
-
-// Unwrap returns the cause.
-func (e *FieldError) Unwrap() error { return e.Err }
+//
+// It is config.FieldError: switchd, memd and testbed share the one type,
+// and Pkg says whose Config it is.
+type FieldError = config.FieldError
 
 func invalid(field, format string, a ...any) error {
-	return &FieldError{Field: field, Err: fmt.Errorf("%w: "+format, append([]any{ErrConfig}, a...)...)}
+	return config.Invalid("memd", ErrConfig, field, format, a...)
 }
 
 // loopbackHost reports whether host, from a listen address, is a loopback
@@ -186,7 +182,7 @@ func (c *Config) validate() error {
 				c.Listen, c.Switch)
 		}
 		if err := secure.CheckToken(c.Token, c.Insecure); err != nil {
-			return &FieldError{Field: "Token", Err: fmt.Errorf("%w: %w", ErrConfig, err)}
+			return &FieldError{Pkg: "memd", Field: "Token", Err: fmt.Errorf("%w: %w", ErrConfig, err)}
 		}
 	} else if len(c.Token) > 0 || c.Insecure {
 		return invalid("Token", "a fabric token or Insecure without Switch (they concern the switch this node lends to)")
@@ -219,7 +215,7 @@ func (c *Config) validate() error {
 			return invalid("Security", "a credential of role %v (%q): a memory node needs one of role %v", c.Security.Cert.Role, c.Security.Cert.Name, secure.RoleMemoryNode)
 		}
 		if err := c.Security.Cert.Verify(c.Security.Authority); err != nil {
-			return &FieldError{Field: "Security", Err: fmt.Errorf("%w: %w", ErrConfig, err)}
+			return &FieldError{Pkg: "memd", Field: "Security", Err: fmt.Errorf("%w: %w", ErrConfig, err)}
 		}
 		if c.MTU != 0 && c.MTU < MinMTU+wire.TagLen {
 			return invalid("MTU", "%d bytes: with Security, want at least %d (the tag takes %d)", c.MTU, MinMTU+wire.TagLen, wire.TagLen)

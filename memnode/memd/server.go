@@ -73,7 +73,7 @@ func Start(cfg Config) (*Server, error) {
 	}
 	conn, err := netio.ListenUDP(cfg.Listen, netio.UDPConfig{Logger: cfg.Logger, BusyPoll: cfg.BusyPoll})
 	if err != nil {
-		return nil, &FieldError{Field: "Listen", Err: err}
+		return nil, &FieldError{Pkg: "memd", Field: "Listen", Err: err}
 	}
 	mtu := cfg.MTU
 	if mtu == 0 {
@@ -176,7 +176,7 @@ func (s *Server) startLending(sw string, opts endpoint.FabricOptions, r memnode.
 	}
 	if refusal(err) {
 		cancel()
-		return &FieldError{Field: "Switch", Err: explainLendRefusal(sw, err)}
+		return &FieldError{Pkg: "memd", Field: "Switch", Err: explainLendRefusal(sw, err)}
 	}
 	s.log.Warn("memd: no switch answers yet; offering the region again every second", "switch", sw, "err", err)
 	go s.lend(ctx, sw, opts, r)
@@ -250,23 +250,23 @@ func newStore(cfg *Config) (*memnode.Store, error) {
 			return nil, fmt.Errorf("memd: %w", err)
 		}
 		if err := fitsMemory(cfg.Size); err != nil {
-			return nil, &FieldError{Field: "Size", Err: err}
+			return nil, &FieldError{Pkg: "memd", Field: "Size", Err: err}
 		}
 		// Key 0 draws a random key from crypto/rand. make gives lazily
 		// mapped zero pages, so a large region costs no memory up front.
 		if _, err := st.Alloc(int(cfg.Size), cfg.Perm, 0); err != nil {
-			return nil, &FieldError{Field: "Size", Err: err}
+			return nil, &FieldError{Pkg: "memd", Field: "Size", Err: err}
 		}
 		return st, nil
 	}
 	keyErr := func(err error) error {
-		return &FieldError{Field: "KeyFile", Err: fmt.Errorf("%s: %w", cfg.KeyFile, err)}
+		return &FieldError{Pkg: "memd", Field: "KeyFile", Err: fmt.Errorf("%s: %w", cfg.KeyFile, err)}
 	}
 	// The keys are capabilities: a key file others can read or write is
 	// refused, as a fabric token file is.
 	f, err := secretfile.Open(cfg.KeyFile, "key file")
 	if err != nil {
-		return nil, &FieldError{Field: "KeyFile", Err: err}
+		return nil, &FieldError{Pkg: "memd", Field: "KeyFile", Err: err}
 	}
 	specs, err := memnode.LoadKeyFile(f)
 	f.Close()
@@ -349,7 +349,7 @@ func (s *Server) startMetrics(addr string) error {
 	}
 	m, err := metricsrv.Start(addr, h, s.log, "memd")
 	if le, ok := errors.AsType[*metricsrv.ListenError](err); ok {
-		return &FieldError{Field: "MetricsAddr", Err: le.Err}
+		return &FieldError{Pkg: "memd", Field: "MetricsAddr", Err: le.Err}
 	}
 	if err != nil {
 		return err

@@ -59,6 +59,9 @@ type simConn struct {
 	lent      []netio.Datagram // returned by the last Poll; recycled by the next
 	free      [][]byte
 	closeOnce sync.Once
+	// Signals owed to the reader (ready) and writer (drained), and
+	// whether the network holds c in its list to send them.
+	sigReady, sigDrained, sigQueued bool
 }
 
 func (c *simConn) getBufLocked(n int) []byte {
@@ -96,9 +99,48 @@ func (c *simConn) Receive(_ time.Time, d netio.Datagram) {
 	}
 	c.inbox = append(c.inbox, netio.Datagram{Addr: d.Addr, Buf: b, RxTime: rx})
 	c.inBytes += len(b)
-	select {
-	case c.ready <- struct{}{}:
-	default:
+	c.sigReady = true
+	c.deferSignalLocked()
+}
+
+// deferSignalLocked signals c's reader (sigReady) or writer
+// (sigDrained): under Serve with Quiesce, once every event due has run, so
+// that a reader sees every datagram of an instant together. The caller
+// holds n.mu, when Serve runs, and c.mu.
+func (c *simConn) deferSignalLocked() {
+	if !c.n.quiesce {
+		c.signalLocked()
+		return
+	}
+	if !c.sigQueued {
+		c.sigQueued = true
+		c.n.signals = append(c.n.signals, c)
+	}
+}
+
+// signal wakes c's reader and writer if deferSignalLocked asked to.
+// The caller holds n.mu.
+func (c *simConn) signal() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sigQueued = false
+	c.signalLocked()
+}
+
+func (c *simConn) signalLocked() {
+	if c.sigReady {
+		c.sigReady = false
+		select {
+		case c.ready <- struct{}{}:
+		default:
+		}
+	}
+	if c.sigDrained {
+		c.sigDrained = false
+		select {
+		case c.drained <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -114,10 +156,8 @@ func (c *simConn) Poll(_ time.Time, out []netio.Datagram) ([]netio.Datagram, tim
 	out = append(out, c.outbox...)
 	c.lent, c.outbox = c.outbox, c.lent[:0]
 	c.outBytes = 0
-	select {
-	case c.drained <- struct{}{}:
-	default:
-	}
+	c.sigDrained = true
+	c.deferSignalLocked()
 	return out, time.Time{}
 }
 

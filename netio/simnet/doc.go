@@ -24,5 +24,6 @@
 // A Network is not safe for concurrent use; a test drives it from one
 // goroutine with [Network.Step], [Network.RunFor] or [Network.RunUntil].
 // [Network.ListenConn] and [Network.Serve] bridge goroutine-based code that
-// uses a [netio.Conn] onto the network inside a testing/synctest bubble.
+// uses a [netio.Conn] onto the network inside a testing/synctest bubble;
+// with [Network.Quiesce], as deterministically as Step.
 package simnet

@@ -71,6 +71,7 @@ type host struct {
 	pollEv   *event // pending evPoll at the current instant, or nil
 	timerEv  *event // pending evTimer, or nil
 	detached bool
+	woken    bool // in Network.woken, waiting for Serve to poll it
 	// A stalled host (Network.Stall) runs nothing until stallUntil
 	// (virtual ns); what arrives meanwhile waits in held, in order, for
 	// resumeEv.
@@ -85,6 +86,12 @@ type Network struct {
 	// Trace, when not nil, is called for every send, delivery, poll, drop
 	// and impairment, in order. It must not call methods of the Network.
 	Trace func(ev TraceEvent)
+
+	// Quiesce, set before Serve starts, makes runs under Serve
+	// deterministic, as Step's are, whatever order the goroutines of the
+	// bubble run in (see Serve). No other goroutine of the bubble may call
+	// synctest.Wait while Serve runs.
+	Quiesce bool
 
 	seed   int64
 	rng    *rand.Rand
@@ -105,10 +112,17 @@ type Network struct {
 	// deterministic methods never lock.
 	mu         sync.Mutex
 	serving    bool
+	quiesce    bool // Quiesce, read when Serve started
 	serveErr   error
 	kick       chan struct{} // wakes Serve; nil unless serving
 	clockStart time.Time     // clock reading when Serve started
 	virtStart  int64         // virtual time when Serve started
+	// With quiesce: woken holds the hosts goroutines woke (Wake, a
+	// Conn's WriteBatch), which Serve polls in address order once every
+	// goroutine of the bubble is blocked; signals the Conns whose readers
+	// or writers are told once Serve has run every event due.
+	woken   []*host
+	signals []*simConn
 }
 
 // New returns an empty network whose virtual clock reads Epoch() and whose
@@ -283,9 +297,18 @@ func (n *Network) Inject(src, dst netip.AddrPort, buf []byte) {
 // for example after the test handed it new work. Several Wakes at one
 // instant cause one Poll. It is a no-op if addr is not attached.
 func (n *Network) Wake(addr netip.AddrPort) {
-	if h := n.hosts[addr]; h != nil {
-		n.schedulePoll(h)
+	h := n.hosts[addr]
+	if h == nil {
+		return
 	}
+	if n.quiesce {
+		if !h.woken {
+			h.woken = true
+			n.woken = append(n.woken, h)
+		}
+		return
+	}
+	n.schedulePoll(h)
 }
 
 // Step processes the next event, advancing the virtual clock to its time.

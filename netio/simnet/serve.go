@@ -3,6 +3,8 @@ package simnet
 import (
 	"context"
 	"errors"
+	"slices"
+	"testing/synctest"
 	"time"
 )
 
@@ -25,8 +27,20 @@ var ErrServing = errors.New("simnet: Serve is already running")
 // the bubble is blocked, so a test over seconds of virtual time finishes in
 // milliseconds and its timing is exact. Outside a bubble it runs at wall
 // clock speed. Goroutines that run at the same fake instant may interleave
-// in any order, so unlike Step, RunFor and RunUntil, runs under Serve are
-// deterministic only as far as the code using the Conns is.
+// in any order, and by default the network takes their datagrams in the
+// order they write them, so unlike Step, RunFor and RunUntil, runs under
+// Serve are deterministic only as far as the code using the Conns is.
+//
+// With Quiesce set (inside a bubble only), Serve runs the events of an
+// instant only once every other goroutine of the bubble is blocked
+// (synctest.Wait): it polls the Conns written to and the nodes woken at
+// that instant in address order, runs every event due, and only then lets
+// the Conns' readers see what arrived, all of an instant's datagrams
+// together, and their blocked writers go on. The order goroutines ran in
+// no longer matters, and a run is repeated exactly from its seed as long
+// as the code using the Conns decides only from what it reads and the
+// clock. Goroutines of the bubble must not call synctest.Wait themselves
+// then.
 //
 // While Serve runs, other goroutines may touch the Network only through
 // Locked, ListenConn and the Conns. Serve returns ctx's error when ctx is
@@ -38,7 +52,7 @@ func (n *Network) Serve(ctx context.Context) error {
 		n.mu.Unlock()
 		return ErrServing
 	}
-	n.serving = true
+	n.serving, n.quiesce = true, n.Quiesce
 	n.serveErr = nil
 	n.clockStart = time.Now()
 	n.virtStart = n.now
@@ -47,7 +61,16 @@ func (n *Network) Serve(ctx context.Context) error {
 	n.mu.Unlock()
 	defer func() {
 		n.mu.Lock()
-		n.serving = false
+		// What goroutines woke or were owed is handed on as without
+		// Quiesce.
+		for i, h := range n.woken {
+			h.woken = false
+			n.schedulePoll(h)
+			n.woken[i] = nil
+		}
+		n.woken = n.woken[:0]
+		n.signalLocked()
+		n.serving, n.quiesce = false, false
 		n.kick = nil
 		n.mu.Unlock()
 	}()
@@ -57,7 +80,16 @@ func (n *Network) Serve(ctx context.Context) error {
 	defer timer.Stop()
 	for {
 		n.mu.Lock()
-		n.catchUpLocked()
+		quiesce := n.quiesce
+		n.mu.Unlock()
+		if quiesce {
+			// Every other goroutine of the bubble is blocked: what they
+			// did at this instant (the Wakes of their writes) is all in,
+			// and runs in one order whichever of them ran first.
+			synctest.Wait()
+		}
+		n.mu.Lock()
+		n.catchUpLocked(true)
 		err := n.serveErr
 		wait := time.Duration(-1)
 		if len(n.events) > 0 {
@@ -89,15 +121,20 @@ func (n *Network) Serve(ctx context.Context) error {
 func (n *Network) Locked(f func()) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.catchUpLocked()
+	n.catchUpLocked(false)
 	f()
 	n.kickLocked()
 }
 
-// catchUpLocked runs every event due up to the clock and sets virtual time
-// to it. A livelock is kept in serveErr for Serve to return. It does
-// nothing unless Serve is running. The caller holds mu.
-func (n *Network) catchUpLocked() {
+// catchUpLocked runs every event due up to the clock and sets virtual
+// time to it. With Quiesce, it runs only the events due before the clock
+// unless serve is set (Serve, once every other goroutine of the bubble is
+// blocked): then it polls the hosts goroutines woke, in address order, and
+// runs the events due at the clock too, so that Serve alone runs the
+// events of an instant, in an order that does not depend on which
+// goroutine ran first. A livelock is kept in serveErr for Serve to return.
+// It does nothing unless Serve is running. The caller holds mu.
+func (n *Network) catchUpLocked(serve bool) {
 	if !n.serving || n.serveErr != nil {
 		return
 	}
@@ -105,10 +142,46 @@ func (n *Network) catchUpLocked() {
 	if target < n.now {
 		target = n.now
 	}
+	if !n.quiesce {
+		if err := n.run(n.now, target, nil); err != nil {
+			n.serveErr = err
+			n.kickLocked()
+		}
+		return
+	}
+	defer n.signalLocked()
+	if target > n.now {
+		if err := n.run(n.now, target-1, nil); err != nil {
+			n.serveErr = err
+			n.kickLocked()
+			return
+		}
+		n.now = target
+	}
+	if !serve {
+		return
+	}
+	slices.SortFunc(n.woken, func(a, b *host) int { return a.addr.Compare(b.addr) })
+	for i, h := range n.woken {
+		h.woken = false
+		n.schedulePoll(h)
+		n.woken[i] = nil
+	}
+	n.woken = n.woken[:0]
 	if err := n.run(n.now, target, nil); err != nil {
 		n.serveErr = err
 		n.kickLocked()
 	}
+}
+
+// signalLocked wakes the readers and writers of the Conns that received
+// datagrams or had their send buffers drained. The caller holds mu.
+func (n *Network) signalLocked() {
+	for i, c := range n.signals {
+		c.signal()
+		n.signals[i] = nil
+	}
+	n.signals = n.signals[:0]
 }
 
 // kickLocked wakes Serve if it is running. The caller holds mu.
