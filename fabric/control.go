@@ -90,6 +90,7 @@ func (s *Switch) control(now time.Time, d *transport.Delivery) {
 				return
 			}
 			mem.lastSeen = s.heard
+			mem.beats.beat(s.heard)
 			s.respond(d, &ctrl.Msg{Type: ctrl.Heartbeat, Resp: true, Group: g.id, Member: mem.id, Epoch: g.epoch, Dead: g.deadIDs()})
 		case ctrl.Leave:
 			s.respond(d, &ctrl.Msg{Type: ctrl.Leave, Resp: true, Group: g.id, Member: mem.id})

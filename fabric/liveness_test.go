@@ -1,6 +1,7 @@
 package fabric
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -65,4 +66,114 @@ func TestStallIsNotSilence(t *testing.T) {
 	if s := dead[0].Silent; s <= timeout || s > timeout+timeout/4 {
 		t.Fatalf("rank 1 counted dead after %v of silence, want just over %v", s, timeout)
 	}
+}
+
+// TestIrregularHeartbeatsAreNotDeath: a member whose heartbeats arrive
+// irregularly (a busy host: 100 to 900 ms apart where 250 ms is asked)
+// outlives a 1.6 s silence that counts a member with regular heartbeats
+// dead after just over the 1 s timeout; once it really goes silent it is
+// counted dead too, within four timeouts.
+func TestIrregularHeartbeatsAreNotDeath(t *testing.T) {
+	const timeout = time.Second
+	h := newCtlHarness(t, Config{HeartbeatTimeout: timeout})
+	busy, calm := h.client(addrN(1), 9000), h.client(addrN(2), 9000)
+	h.register(busy, 0)
+	group := h.register(calm, 1)
+	beat := func(c *ctlClient, id int) {
+		h.send(c, &ctrl.Msg{Type: ctrl.Heartbeat, Group: group, Member: uint16(id)})
+	}
+	dead := func() map[uint16]time.Duration {
+		out := map[uint16]time.Duration{}
+		for _, e := range h.sw.Events(nil) {
+			if e.Kind == EventMemberDead {
+				out[e.Member] = e.Silent
+			}
+		}
+		return out
+	}
+	// 30 s of heartbeats: the calm member's every 250 ms, the busy one's
+	// 100 to 900 ms apart.
+	r := rand.New(rand.NewPCG(1, 2))
+	next, calmNext := h.now, h.now
+	for end := h.now.Add(30 * time.Second); h.now.Before(end); {
+		if !h.now.Before(next) {
+			beat(busy, 0)
+			next = h.now.Add(time.Duration(100+r.IntN(801)) * time.Millisecond)
+		}
+		if !h.now.Before(calmNext) {
+			beat(calm, 1)
+			calmNext = h.now.Add(250 * time.Millisecond)
+		}
+		h.pump(10 * time.Millisecond)
+	}
+	if d := dead(); len(d) != 0 {
+		t.Fatalf("counted dead while heartbeating: %v", d)
+	}
+	// Both fall silent for 1.6 s, then heartbeat again.
+	h.pump(1600 * time.Millisecond)
+	beat(busy, 0)
+	beat(calm, 1)
+	h.pump(10 * time.Millisecond)
+	d := dead()
+	if s, ok := d[1]; !ok || s <= timeout || s > timeout+timeout/4 {
+		t.Fatalf("calm member: dead %v after %v of silence, want just over %v", ok, s, timeout)
+	}
+	if _, ok := d[0]; ok {
+		t.Fatal("the busy member (irregular heartbeats) counted dead after a 1.6 s silence")
+	}
+	// The busy member goes silent for good: dead within four timeouts.
+	h.pump(maxSilenceFactor*timeout + timeout/2)
+	d = dead()
+	if s, ok := d[0]; !ok || s > maxSilenceFactor*timeout+timeout/4 {
+		t.Fatalf("busy member silent for good: dead %v after %v of silence, want within %v", ok, s, maxSilenceFactor*timeout)
+	}
+}
+
+// TestBeatsAllowed: the silence allowed grows with the spread of the
+// gaps and stays within [timeout, 4 timeouts]; before eight gaps it is
+// the timeout.
+func TestBeatsAllowed(t *testing.T) {
+	const timeout = time.Second
+	t0 := time.Unix(1000, 0)
+	for _, c := range []struct {
+		name string
+		gaps []time.Duration
+		want func(time.Duration) bool
+	}{
+		{"none", nil, func(d time.Duration) bool { return d == timeout }},
+		{"few", []time.Duration{time.Second, 10 * time.Millisecond, time.Second}, func(d time.Duration) bool { return d == timeout }},
+		{"regular", repeat(250*time.Millisecond, 40), func(d time.Duration) bool { return d == timeout }},
+		{"irregular", alternate(100*time.Millisecond, 900*time.Millisecond, 40), func(d time.Duration) bool { return d > 2*timeout && d <= 4*timeout }},
+		{"wild", alternate(10*time.Millisecond, 3*time.Second, 40), func(d time.Duration) bool { return d == 4*timeout }},
+	} {
+		var b beats
+		at := t0
+		b.beat(at)
+		for _, g := range c.gaps {
+			at = at.Add(g)
+			b.beat(at)
+		}
+		if got := b.allowed(timeout); !c.want(got) {
+			t.Errorf("%s: allowed %v (mean %v, dev %v)", c.name, got, b.mean, b.dev)
+		}
+	}
+}
+
+func repeat(d time.Duration, n int) []time.Duration {
+	out := make([]time.Duration, n)
+	for i := range out {
+		out[i] = d
+	}
+	return out
+}
+
+func alternate(a, b time.Duration, n int) []time.Duration {
+	out := make([]time.Duration, n)
+	for i := range out {
+		out[i] = a
+		if i%2 == 1 {
+			out[i] = b
+		}
+	}
+	return out
 }

@@ -45,6 +45,7 @@ type PoolNode struct {
 	free     []span // free extents, sorted by offset, coalesced
 	used     uint64
 	lastSeen time.Time // the switch's last registration from it
+	beats    beats     // its registrations' rhythm: how long a silence means death
 	// Requests and Bytes count the pool requests (and their payload
 	// bytes) the switch forwarded to the node.
 	Requests, Bytes uint64

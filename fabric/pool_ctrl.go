@@ -49,6 +49,7 @@ func (s *Switch) poolControl(now time.Time, d *transport.Delivery, m *ctrl.Msg) 
 			return
 		}
 		n.lastSeen = s.heard
+		n.beats.beat(s.heard)
 		if first {
 			// Not used until it reports what it holds.
 			s.nodesSeen++
@@ -129,7 +130,7 @@ func (r *PoolRegion) spec() ctrl.PoolSpec {
 func (s *Switch) checkPoolNodes(now time.Time) {
 	var forget []*PoolNode
 	for _, n := range s.mmu.Nodes() {
-		if n.Alive && s.heard.Sub(n.lastSeen) > s.cfg.HeartbeatTimeout {
+		if n.Alive && s.heard.Sub(n.lastSeen) > n.beats.allowed(s.cfg.HeartbeatTimeout) {
 			s.mmu.SetAlive(n, false)
 			s.logEvent(Event{Kind: EventPoolNodeDied, Node: n.ID, Addr: n.Addr})
 			s.nodeDied(now, n)

@@ -228,7 +228,8 @@ type member struct {
 	id       uint16
 	addr     netip.AddrPort
 	alive    bool
-	lastSeen time.Time
+	lastSeen time.Time // any datagram from it (a sign of life)
+	beats    beats     // its heartbeats: how long a silence means death
 }
 
 // group is a job group (fixed membership from a rendezvous) or a service
