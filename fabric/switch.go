@@ -27,8 +27,9 @@ type Config struct {
 	// a Token.
 	Insecure bool
 	// HeartbeatTimeout is how long a member may go without a heartbeat
-	// before it is declared dead. Zero means 1s. Endpoints send heartbeats
-	// four times per timeout.
+	// before it is declared dead (up to four times that for a member
+	// whose heartbeats have arrived irregularly: see beats). Zero means
+	// 1s. Endpoints send heartbeats four times per timeout.
 	HeartbeatTimeout time.Duration
 	// Transport configures the switch's own reliable streams (control,
 	// aggregation, anycast). Local and GroupModes are set by the switch.

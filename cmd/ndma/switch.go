@@ -93,7 +93,7 @@ SIGTERM shuts the switch down gracefully.`,
 	f.cred.register(fl, "of role switch")
 	f.cred.registerRekey(fl)
 	fl.DurationVar(&f.heartbeatTimeout, "heartbeat-timeout", switchd.DefaultHeartbeatTimeout,
-		fmt.Sprintf("how long a member may go without a heartbeat before it is declared dead (at least %v)", switchd.MinHeartbeatTimeout))
+		fmt.Sprintf("how long a member may go without a heartbeat before it is declared dead (at least %v; up to 4 times that for a member whose heartbeats have been irregular)", switchd.MinHeartbeatTimeout))
 	fl.IntVar(&f.poolSlots, "pool-slots", switchd.DefaultPoolSlots, fmt.Sprintf("aggregation slots, each one chunk of a reduction in flight (1 to %d)", switchd.MaxPoolSlots))
 	fl.IntVar(&f.mtu, "mtu", switchd.DefaultMTU, fmt.Sprintf("largest datagram the switch's own streams send, in bytes, header included (%d to %d)", switchd.MinMTU, switchd.MaxMTU))
 	fl.Float64Var(&f.drop, "drop", 0, "fault injection: probability of dropping each datagram sent, in [0, 1]")
