@@ -29,7 +29,17 @@ in it: forward and backward until the last gradient is computed), per
 epoch (test accuracy, samples/s, median step and compute, a hash of the
 parameters on every rank) and a summary. Data: the MNIST export of examples/train/export (--data).
 
-    python3 examples/train/train.py --backend ndma --data /tmp/mnist --store /tmp/s --out ndma.jsonl
+Each rank needs the launch in its environment: NDMA_RANK, NDMA_SIZE,
+NDMA_SWITCH, NDMA_JOB and its credential (NDMA_CREDENTIAL, the directory
+of `ndma fabric init DIR --job JOB --ranks N`) with the fabric token
+(NDMA_TOKEN). examples/train/local.sh does all of it on one machine
+(a switch on loopback, RANKS ranks); examples/train/run.sh on the
+testbed, one rank per host:
+
+    examples/train/local.sh /tmp/train-local
+    NDMA_RANK=0 NDMA_SIZE=2 NDMA_SWITCH=127.0.0.1:7571 NDMA_JOB=train NDMA_CREDENTIAL=fab \
+        NDMA_TOKEN="$(cat fab/token)" python3 examples/train/train.py --backend ndma \
+        --data /tmp/mnist --store /tmp/s --out ndma.jsonl   # and the same with NDMA_RANK=1
 """
 
 import argparse
