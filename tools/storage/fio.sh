@@ -76,14 +76,25 @@ export -f job
 ip netns exec "$H0" bash -euo pipefail -c '
   export NDMA_SWITCH=$SWITCH NDMA_TOKEN=$(cat "$STATE/token") NDMA_MTU=$MTU
   [ -n "$CRED" ] && export NDMA_CREDENTIAL=$CRED
-  fuse=$(mktemp -d /tmp/ndma-fuse.XXXXXX); fs=$(mktemp -d /tmp/ndma-ext4.XXXXXX)
+  # Everything this shell makes is undone on any exit, a failed step
+  # included: the filesystem, the loop device, the mount (SIGTERM
+  # unmounts it and gives the lease back), the volume, the directories.
+  tmp=$(mktemp -d /tmp/ndma-fio-mnt.XXXXXX); fuse=$tmp/fuse; fs=$tmp/ext4; mkdir "$fuse" "$fs"
+  dev= mpid=
+  cleanup() {
+    mountpoint -q "$fs" && umount "$fs" 2>/dev/null || true
+    [ -n "$dev" ] && losetup -d "$dev" 2>/dev/null || true
+    if [ -n "$mpid" ]; then kill "$mpid" 2>/dev/null || true; wait "$mpid" 2>/dev/null || true; fi
+    mountpoint -q "$fuse" && fusermount3 -u "$fuse" 2>/dev/null || true
+    "$NDMA" vol rm fio --force >/dev/null 2>&1 || true
+    rm -rf "$tmp"
+  }
+  trap cleanup EXIT
   "$NDMA" vol rm fio --force >/dev/null 2>&1 || true
   "$NDMA" vol create fio --size "$VOLSIZE" --replicas 3 >&2
-  "$NDMA" vol mount fio "$fuse" >&2 & mpid=$!
-  for i in $(seq 50); do [ -e "$fuse/fio" ] && break; sleep 0.1; done
+  "$NDMA" vol mount fio "$fuse" --ready-file "$tmp/ready" >&2 & mpid=$!
+  while [ ! -e "$tmp/ready" ]; do kill -0 "$mpid" || { echo "fio.sh: vol mount exited" >&2; exit 1; }; sleep 0.1; done
   dev=$(losetup --find --show "$fuse/fio")
-  cleanup() { umount "$fs" 2>/dev/null || true; losetup -d "$dev" 2>/dev/null || true; kill $mpid 2>/dev/null || true; wait $mpid 2>/dev/null || true; "$NDMA" vol rm fio --force >/dev/null 2>&1 || true; rmdir "$fs" "$fuse" 2>/dev/null || true; }
-  trap cleanup EXIT
   mkfs.ext4 -q -F "$dev"
   mount "$dev" "$fs"
   for rw in $JOBS; do
@@ -94,7 +105,7 @@ ip netns exec "$H0" bash -euo pipefail -c '
   if [ "$KILL" != 0 ]; then
     # Write FILESIZE once and verify it (crc32c in every block); storage
     # node 2 is killed KILLAFTER seconds into the writes.
-    # This testbed's node 2 only: its --dir is under this testbed's state.
+    # Node 2 of this testbed only: its --dir is under the testbed state.
     ( sleep "${KILLAFTER:-8}"; pkill -KILL -f -- "ndma stord .*--dir $STATE/s2\\.d( |$)" && echo "fio.sh: killed storage node 2" >&2 || true ) &
     killer=$!
     UNTIMED=1 job volume-verify-kill "$fs/v" randwrite 16 --verify=crc32c --do_verify=1 --verify_fatal=1 --verify_state_save=0
