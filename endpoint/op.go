@@ -153,7 +153,7 @@ type Op struct {
 	// most len(Buf) bytes instead of exactly len(Buf); its length is N.
 	AtMost bool
 
-	// Pool accesses (core_pool.go): a non-zero Pool sends a Read, Write,
+	// Pool accesses (pool_client.go): a non-zero Pool sends a Read, Write,
 	// CAS, FetchAdd or Vector to pool region Pool through the switch Peer;
 	// Key is the region's key and Addr the pool address. Lane picks the
 	// congestion window it shares (the pool client uses the column).
