@@ -2,7 +2,6 @@ package coll
 
 import (
 	"fmt"
-	"os"
 	"strings"
 )
 
@@ -173,61 +172,3 @@ func WithDeterministic(on bool) CallOption { return func(o *callOpts) { o.determ
 // WithSegment sets the pipeline segment of chain algorithms, in bytes
 // (zero: 16 KiB, best of 16/64/256/1024 KiB on simnet at 100 Mbit/s).
 func WithSegment(bytes int) CallOption { return func(o *callOpts) { o.segment = bytes } }
-
-// Algorithm returns the algorithm a call of op with opts would run for a
-// message of bytes per rank (the whole vector for Reduce and Allreduce,
-// one rank's block for the others): the option, NDMA_ALGO_<OP> or the
-// tuner's pick, with the tuner's host choice in place of innet when the
-// communicator has no switch. Benchmarks use it to show what auto chose.
-func (c *Communicator) Algorithm(op Operation, bytes int, opts ...CallOption) (Algo, error) {
-	if _, ok := Algorithms[op]; !ok {
-		return "", fmt.Errorf("%w: unknown operation %q", ErrArg, op)
-	}
-	a, _, err := c.resolve(op, bytes, opts)
-	return a, err
-}
-
-// choose resolves the algorithm of one call (resolve) and logs it.
-func (c *Communicator) choose(op Operation, bytes int, opts []CallOption) (Algo, callOpts, error) {
-	a, o, err := c.resolve(op, bytes, opts)
-	if err == nil {
-		c.log.Debug("coll: algorithm", "op", op, "bytes", bytes, "ranks", c.size, "algo", a)
-	}
-	return a, o, err
-}
-
-// resolve picks the algorithm of one call: an explicit option, then
-// NDMA_ALGO_<OP>, then the tuner; an in-network choice without a switch
-// falls back to the tuner's host choice.
-func (c *Communicator) resolve(op Operation, bytes int, opts []CallOption) (Algo, callOpts, error) {
-	var o callOpts
-	for _, f := range opts {
-		f(&o)
-	}
-	a := o.algo
-	if a == "" || a == AlgoAuto {
-		if env := os.Getenv("NDMA_ALGO_" + strings.ToUpper(string(op))); env != "" {
-			e, err := ParseAlgo(env)
-			if err != nil {
-				return "", o, fmt.Errorf("NDMA_ALGO_%s: %w", strings.ToUpper(string(op)), err)
-			}
-			a = e
-		}
-	}
-	if a == "" || a == AlgoAuto {
-		a = c.tuner.Choose(op, bytes, c.size, c.group != nil)
-	}
-	if !Supported(op, a) {
-		return "", o, fmt.Errorf("%w: %s has no %s algorithm", ErrArg, op, a)
-	}
-	if a == AlgoInNet && c.group == nil {
-		if o.algo == AlgoInNet {
-			return "", o, ErrNoSwitch
-		}
-		a = c.tuner.Choose(op, bytes, c.size, false)
-	}
-	if o.segment <= 0 {
-		o.segment = 16 << 10
-	}
-	return a, o, nil
-}

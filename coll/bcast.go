@@ -2,9 +2,7 @@ package coll
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/ndma/ndma/endpoint"
 )
@@ -234,96 +232,6 @@ func (c *Communicator) bcastScatterAllgather(ctx context.Context, seq uint64, bu
 		}
 	}
 	return w.flush(ctx)
-}
-
-// callPlan is one collective call, prepared: an in-network operation to
-// post at the switch, or a host algorithm to run (neither: nothing to do),
-// or an error to report.
-type callPlan struct {
-	gop  *endpoint.Op
-	host func(ctx context.Context) error
-	err  error
-}
-
-// execute runs a plan on the caller's goroutine. A switch operation is
-// run with endpoint.Do, so ending ctx cancels it.
-func (c *Communicator) execute(ctx context.Context, p callPlan) error {
-	switch {
-	case p.err != nil:
-		return p.err
-	case p.gop != nil:
-		return c.rankErr(c.ep.Do(ctx, p.gop), p.gop)
-	case p.host != nil:
-		return p.host(ctx)
-	}
-	return nil
-}
-
-// launch starts a plan as a non-blocking collective. The switch matches
-// a member's group operations in the order they are posted, so a switch
-// operation is posted here, on the caller's goroutine, in call order; a
-// goroutine only waits for it, and cancels it if ctx ends first.
-func (c *Communicator) launch(ctx context.Context, p callPlan) *Request {
-	switch {
-	case p.err != nil:
-		return failed(p.err)
-	case p.gop != nil:
-		if err := ctx.Err(); err != nil {
-			return failed(err)
-		}
-		p.gop.Timeout = ctxTimeout(ctx)
-		if err := c.ep.Start(p.gop, nil); err != nil {
-			return failed(err)
-		}
-		op := p.gop
-		if ctx.Value(inlineKey{}) != nil {
-			return &Request{done: closedChan, err: c.awaitOp(ctx, op)}
-		}
-		// No goroutine: the op's completion completes the request, and
-		// the context's end cancels the op.
-		stop := context.AfterFunc(ctx, func() { c.ep.Cancel(op) })
-		return &Request{done: op.Done(), op: true, result: func() error {
-			stop()
-			if op.Err != nil && ctx.Err() != nil && errors.Is(op.Err, endpoint.ErrCanceled) {
-				return ctx.Err()
-			}
-			return c.rankErr(op.Err, op)
-		}}
-	case p.host != nil:
-		return start(ctx, p.host)
-	}
-	return failed(nil)
-}
-
-// switchPlan completes a group operation (kind, buffers, dtype...) with
-// the switch's address and the group, as a plan.
-func (c *Communicator) switchPlan(op *endpoint.Op) callPlan {
-	op.Peer, op.Group = c.swAP, c.group.ID()
-	return callPlan{gop: op}
-}
-
-// ctxTimeout is the time left before ctx's deadline (zero: none, the
-// endpoint's OpTimeout applies).
-func ctxTimeout(ctx context.Context) time.Duration {
-	if dl, ok := ctx.Deadline(); ok {
-		return max(time.Until(dl), time.Nanosecond)
-	}
-	return 0
-}
-
-// awaitOp waits for an op started with Start, or for ctx: then the op is
-// canceled, so once awaitOp returns the endpoint no longer touches its
-// buffers.
-func (c *Communicator) awaitOp(ctx context.Context, op *endpoint.Op) error {
-	c.ep.Drive(ctx, func() bool { return closed(op.Done()) })
-	select {
-	case <-op.Done():
-		return c.rankErr(op.Err, op)
-	case <-ctx.Done():
-		c.ep.Cancel(op)
-		<-op.Done()
-		return ctx.Err()
-	}
 }
 
 // sendWindow keeps up to max two-sided sends in flight, waiting for the

@@ -169,7 +169,7 @@ func TestPartialRequestsBounded(t *testing.T) {
 			c.Step(now, from, f.packet(h, fill(10, 1)))
 		}
 	}
-	if n := len(c.inStatus); n > maxInRequests {
+	if n := len(c.mem.inStatus); n > maxInRequests {
 		t.Fatalf("%d partial requests, bound %d", n, maxInRequests)
 	}
 	h.Offset = 10

@@ -3,7 +3,6 @@ package endpoint
 import (
 	"cmp"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -12,263 +11,9 @@ import (
 
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
-	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
-
-// Kind is the kind of a one-sided operation.
-type Kind uint8
-
-// Operation kinds.
-const (
-	KindRead     Kind = Kind(wire.OpRead)
-	KindWrite    Kind = Kind(wire.OpWrite)
-	KindCAS      Kind = Kind(wire.OpCAS)
-	KindFetchAdd Kind = Kind(wire.OpFetchAdd)
-	KindVector   Kind = Kind(wire.OpVector)
-	KindNop      Kind = Kind(wire.OpNop)
-	KindControl  Kind = Kind(wire.OpControl) // request to a forwarding node (join, heartbeat...)
-	KindChain    Kind = Kind(wire.OpChain)   // chained instruction through memory nodes (pool accesses only)
-	KindOptim    Kind = Kind(wire.OpOptim)   // optimizer step on parameters in the pool (pool accesses only)
-	// Group operations through a forwarding node.
-	KindAnycast   Kind = 0x20 // request to one member of a service group; Resp holds the reply
-	KindMulticast Kind = 0x21 // send Buf to every member of Group
-	KindRecv      Kind = 0x22 // receive the next multicast from member From of Group into Buf
-	KindAggregate Kind = 0x23 // contribute Buf to an aggregation; the result lands in Recv
-	// Two-sided messages between endpoints (core_msg.go).
-	KindSendMsg Kind = 0x24 // send Buf to Peer with Comm and Tag
-	KindRecvMsg Kind = 0x25 // receive the next message from Peer with Comm and Tag into Buf; N = its length
-)
-
-var kindNames = map[Kind]string{KindAnycast: "anycast", KindMulticast: "multicast", KindRecv: "recv", KindAggregate: "aggregate",
-	KindSendMsg: "send", KindRecvMsg: "recvmsg"}
-
-func (k Kind) String() string {
-	if n, ok := kindNames[k]; ok {
-		return n
-	}
-	return wire.Opcode(k).String()
-}
-
-// opcode is the wire opcode of a kind's request.
-func (k Kind) opcode() wire.Opcode {
-	switch {
-	case k == KindSendMsg || k == KindRecvMsg:
-		return wire.OpSend
-	case k >= KindAnycast:
-		return wire.OpData
-	}
-	return wire.Opcode(k)
-}
-
-// Errors of the endpoint layer. Remote refusals are wire.Status values
-// (errors.Is(err, wire.StatusBadKey)); see OpError.
-var (
-	ErrTimeout = errors.New("endpoint: operation timed out")
-	// ErrPeerSilent (wrapping ErrTimeout) fails a RecvMsg whose peer sent
-	// nothing of its message for the op's Idle time.
-	ErrPeerSilent = fmt.Errorf("%w: the peer went silent", ErrTimeout)
-	ErrCanceled   = errors.New("endpoint: operation canceled")
-	ErrClosed     = errors.New("endpoint: closed")
-	ErrBadOp      = errors.New("endpoint: invalid operation")
-	// ErrShortRead: a response or message whose length is not the
-	// buffer's (longer or shorter; the error says both).
-	ErrShortRead = errors.New("endpoint: message length differs from the buffer's")
-	ErrTruncated = errors.New("endpoint: message longer than the receive buffer")
-)
-
-// OpError describes a failed operation: what it was, against which peer,
-// and why. Unwrap gives the cause: a wire.Status for a remote refusal, a
-// *transport.PeerError for a dead peer, ErrTimeout, ErrCanceled or a
-// context error.
-type OpError struct {
-	Kind Kind
-	Peer netip.AddrPort
-	Key  uint64
-	Addr uint64
-	Err  error
-}
-
-// Error names the operation, its peer and, for a memory access, the
-// address; never the key, which is a capability.
-func (e *OpError) Error() string {
-	switch e.Kind {
-	case KindRead, KindWrite, KindCAS, KindFetchAdd, KindVector, KindChain, KindOptim:
-		return fmt.Sprintf("%v %v at %#x: %v", e.Kind, e.Peer, e.Addr, e.Err)
-	}
-	return fmt.Sprintf("%v %v: %v", e.Kind, e.Peer, e.Err)
-}
-
-// Unwrap returns the cause.
-func (e *OpError) Unwrap() error { return e.Err }
-
-// Op is one one-sided operation. Fill the request fields, post it with
-// Core.Post (or Endpoint.Start), and read the result fields after it
-// completes. An Op must not be reused until it has completed.
-type Op struct {
-	Kind Kind
-	Peer netip.AddrPort
-	Key  uint64 // region key at the peer
-	Addr uint64 // byte offset in the region
-	// Buf is the data to write or apply (Write, Vector), or the buffer a
-	// Read fills (its length is the read length). It must not be touched
-	// until the op completes.
-	Buf     []byte
-	Compare uint64 // CAS: expected value
-	Swap    uint64 // CAS: new value
-	Add     uint64 // FetchAdd: addend
-	Dtype   wire.Dtype
-	Alu     wire.Alu
-	// Timeout bounds the operation from Post to completion; zero means
-	// Config.OpTimeout, or none for group and message operations (see
-	// Config.OpTimeout).
-	Timeout time.Duration
-	// Token is for the caller; the endpoint never reads it.
-	Token uint64
-
-	// Group operations.
-	Group uint32 // group id (from Group/Service handles)
-	From  uint16 // Recv: the sending member
-	// A two-sided send or receive (SendMsg, RecvMsg) that sets Group is
-	// with member From of that group (Peer is its address): when the
-	// switch reports the member dead or gone, or this endpoint itself
-	// counted dead, the op fails with a *MemberError, at once if the
-	// switch said so before it was posted.
-	Recv []byte // Aggregate: result buffer (root or every member); nil for a non-root Reduce
-	Root int    // Aggregate: -1 = allreduce, else the member that gets the result
-	// Deterministic asks the switch to reduce in member order (bitwise
-	// reproducible floats).
-	Deterministic bool
-	// Continue lets a multicast complete although a member died (the
-	// switch stops waiting for it); otherwise the op fails naming it.
-	// Without Continue, a multicast in flight when the switch's notice of
-	// a crash arrives fails, also if the crash came before the op was
-	// posted: the notice can arrive late, and the data did not reach
-	// the dead member. Once the notice is in (DeadMember), later
-	// multicasts go to the live members.
-	Continue bool
-	// Eager completes a multicast of at most EagerMulticastMax bytes, or
-	// a two-sided send (KindSendMsg) of at most EagerSendMax, as soon as
-	// the transport has its own copy (see MulticastOptions.Eager): Buf is
-	// free at once and the transport goes on delivering. A send that is
-	// then not delivered fails the receives from its peer that wait and
-	// every two-sided operation with the peer after it, until ForgetPeer.
-	// While many eager messages are unacknowledged (64 to one peer, 512
-	// in all), an eager op waits as one without Eager.
-	Eager bool
-	// AtMost lets a multicast receive (KindRecv) take a message of at
-	// most len(Buf) bytes instead of exactly len(Buf); its length is N.
-	AtMost bool
-
-	// Pool accesses (core_pool.go): a non-zero Pool sends a Read, Write,
-	// CAS, FetchAdd or Vector to pool region Pool through the switch Peer;
-	// Key is the region's key and Addr the pool address. Lane picks the
-	// congestion window it shares (the pool client uses the column).
-	Pool uint32
-	Lane uint16
-	// Chain (KindChain): the hops, each an op at a pool address of region
-	// Pool; ChainLen the vector bytes every hop works on. Buf is the data
-	// the chain starts with (nil if the first hop is a Load); Recv
-	// receives the data the last hop answers with (a Load or Apply last),
-	// ChainLen bytes, or is nil. Dtype and Alu apply to Apply and
-	// Accumulate hops.
-	Chain    []wire.ChainHop
-	ChainLen int
-	// Optimizer step (KindOptim): Buf holds the f32 gradients of the
-	// parameters at Addr, Optim the hyperparameters, Stride the distance
-	// from the parameters to their first moment (and from it to Adam's
-	// second): a multiple of the region's stripe times its columns.
-	Optim  wire.OptimParams
-	Stride uint64
-	// Degraded (result): a pool write reached fewer replicas than its
-	// region keeps, because a memory node is dead.
-	Degraded bool
-
-	// Two-sided messages.
-	Comm uint32 // communicator (context) id: messages match only within one
-	Tag  uint64 // tag: messages match only with the same tag
-	// Idle, for a RecvMsg, fails the receive with ErrPeerSilent when no
-	// fragment of its message arrives for that long (from the post, then
-	// from the last fragment): a liveness bound for peers no switch
-	// watches. Zero: none.
-	Idle time.Duration
-
-	// Results.
-	N    int    // RecvMsg, and Recv with AtMost: length of the message received
-	Old  uint64 // CAS, FetchAdd: value before the op
-	Resp []byte // Control, Anycast: the reply payload
-	Err  error  // nil, or an *OpError
-
-	sw     netip.AddrPort // forwarding node, for group ops
-	onDone func(*Op)      // internal ops (a memory node's rebuild reads): called instead of reporting the op
-	mkey   msgMatch       // RecvMsg: the message it matches
-	gkey   gopKey
-
-	msgID     uint64
-	deadline  time.Time  // the earlier of timeoutAt and idleAt that is set
-	timeoutAt time.Time  // from Timeout
-	idleAt    time.Time  // from Idle (RecvMsg)
-	asm       reassembly // the message it receives: a response, a multicast, a two-sided message
-	posted    bool
-	acked     bool // Control: the peer acknowledged the whole request
-	finished  bool
-	done      chan struct{} // closed on completion by Endpoint
-	cq        chan<- *Op
-	waiter    bool // a goroutine sleeps in Endpoint.Do for it (under Endpoint.mu)
-}
-
-// Config configures a Core or Endpoint. Zero values select defaults.
-type Config struct {
-	// Transport configures the reliable transport engine.
-	Transport transport.Config
-	// OpTimeout bounds every one-sided, control and anycast operation
-	// that sets no Timeout of its own. Zero means 10s. Group and message
-	// operations (multicast, group receive, aggregation, SendMsg,
-	// RecvMsg) have no default deadline, as in MPI: a large collective on
-	// a slow network takes as long as it takes. They end when done, at
-	// their own Timeout or context deadline, by Cancel, or when the
-	// switch reports a member dead or the transport a peer dead (no
-	// progress for transport.Config.DeadTimeout).
-	OpTimeout time.Duration
-	// MaxOps bounds the operations outstanding at once; Post fails with
-	// transport.ErrQueueFull beyond it. Zero means 4096.
-	MaxOps int
-	// Store is the local memory exposed to peers' one-sided operations; nil
-	// means a private empty store (peers get StatusBadKey).
-	Store *memnode.Store
-	// MaxUnexpected bounds the bytes of messages (multicast and
-	// two-sided) buffered because no receive was posted for them yet. A
-	// message is charged its full length when its first fragment arrives,
-	// and every later fragment must agree with that length, so what is
-	// buffered never exceeds the charge. Messages from strangers (a
-	// source with no stream of this core's sends or receives, a group
-	// this core is not a member of) may take at most a quarter of it.
-	// Beyond it a new message is held back: its packets are not
-	// acknowledged and the sender resends them, so nothing is lost; a
-	// posted receive always admits its own message. Zero means 64 MiB.
-	MaxUnexpected int
-	// MaxUnexpectedMsgs bounds the number of such buffered messages, a
-	// quarter of them from strangers, in the same way. Zero means 16384.
-	MaxUnexpectedMsgs int
-	// MaxResponse bounds a control or anycast reply, and an anycast
-	// request served here, in bytes. Zero means 64 MiB.
-	MaxResponse int
-	// MaxIncoming bounds the anycast requests this core holds at once:
-	// those being received plus those handed to a handler (Requests) and
-	// not yet answered (Reply). Beyond it a new request is refused at
-	// once with StatusBusy, which its client sees (nothing waits on
-	// anything, so this cannot deadlock). Zero means 1024.
-	MaxIncoming int
-	// MaxIncomingBytes bounds the bytes of anycast requests being
-	// received; beyond it a new request is refused with StatusBusy. A
-	// partial request idle for the transport's DeadTimeout is forgotten.
-	// Zero means 64 MiB.
-	MaxIncomingBytes int
-	// PoolNode, if set, makes the endpoint a memory node of a pool: it
-	// serves the pool requests and grants of the switch it names.
-	PoolNode *PoolServe
-}
 
 // Stats counts what the core did.
 type Stats struct {
@@ -299,22 +44,18 @@ type inKey struct {
 }
 
 // Core is the sans-I/O heart of an endpoint: the transport engine, the
-// table of outstanding operations, and the server side that executes
-// peers' requests against the local Store. Not safe for concurrent use.
+// table of outstanding operations, and the memory server (memServer)
+// that executes peers' requests against the local Store. Not safe for
+// concurrent use.
 type Core struct {
-	// idents, when set (SetIdentities), gives each peer address's
-	// certified identity.
-	idents    func(netip.AddrPort) (secure.Cert, bool)
 	cfg       Config
 	eng       *transport.Engine
-	store     *memnode.Store
+	mem       memServer
 	ops       map[uint64]*Op
-	inStatus  map[inKey]*inReq
 	done      []*Op // completed since the last Poll
 	doneSpare []*Op
 	nextDL    time.Time // earliest op deadline (may be early)
 	now       time.Time // of the current Step (admission runs inside it)
-	inSweep   time.Time // earliest next sweep of inStatus
 
 	// Group state (core_group.go).
 	gops        map[gopKey]*Op
@@ -356,45 +97,12 @@ type Core struct {
 	stats Stats
 }
 
-type inReq struct {
-	status wire.Status
-	total  uint32 // the request's length, fixed by its first packet
-	last   time.Time
-}
-
-// maxInRequests bounds the multi-packet requests being received; stale
-// ones (their sender gave up) are swept when the bound is reached, and
-// while it is, the first packet of a new one is held back (not
-// acknowledged: its sender resends it).
-const maxInRequests = 1 << 16
-
 // MTU is the largest datagram the core's transport sends, in bytes.
 func (c *Core) MTU() int {
 	if c.cfg.Transport.MTU == 0 {
 		return transport.DefaultMTU
 	}
 	return c.cfg.Transport.MTU
-}
-
-// WithDefaults returns c with every zero field set to its documented
-// default, as NewCore applies them (the transport configuration keeps its
-// own zero fields: see transport.Config.WithDefaults).
-func (c Config) WithDefaults() Config {
-	def := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	if c.OpTimeout == 0 {
-		c.OpTimeout = 10 * time.Second
-	}
-	def(&c.MaxOps, 4096)
-	def(&c.MaxUnexpected, 64<<20)
-	def(&c.MaxResponse, 64<<20)
-	def(&c.MaxIncoming, 1024)
-	def(&c.MaxUnexpectedMsgs, 16384)
-	def(&c.MaxIncomingBytes, 64<<20)
-	return c
 }
 
 // NewCore returns a core.
@@ -414,7 +122,8 @@ func NewCore(cfg Config) (*Core, error) {
 			return nil, err
 		}
 	}
-	c := &Core{cfg: cfg, eng: eng, store: st, ops: make(map[uint64]*Op), inStatus: make(map[inKey]*inReq)}
+	c := &Core{cfg: cfg, eng: eng, ops: make(map[uint64]*Op)}
+	c.mem = memServer{core: c, store: st, inStatus: make(map[inKey]*inReq)}
 	c.initGroups()
 	c.initMsgs()
 	if err := c.initPool(); err != nil {
@@ -424,7 +133,7 @@ func NewCore(cfg Config) (*Core, error) {
 }
 
 // Store is the local memory served to peers.
-func (c *Core) Store() *memnode.Store { return c.store }
+func (c *Core) Store() *memnode.Store { return c.mem.store }
 
 // Stats returns the counters.
 func (c *Core) Stats() Stats {
@@ -444,11 +153,7 @@ func (c *Core) inFlight() int { return len(c.ops) + len(c.gops) + len(c.pool.ops
 // Idle reports whether the core holds no operation, no message queued or
 // in flight, and no partially received request: nothing is retained.
 func (c *Core) Idle() bool {
-	return len(c.ops) == 0 && len(c.gops) == 0 && len(c.pool.ops) == 0 && c.eng.Pending() == 0 && len(c.inStatus) == 0
-}
-
-func (op *Op) fail(err error) {
-	op.Err = &OpError{Kind: op.Kind, Peer: op.Peer, Key: op.Key, Addr: op.Addr, Err: err}
+	return len(c.ops) == 0 && len(c.gops) == 0 && len(c.pool.ops) == 0 && c.eng.Pending() == 0 && len(c.mem.inStatus) == 0
 }
 
 // Post starts op at time now. Errors in the op itself (bad kind, bad
@@ -526,17 +231,6 @@ func (c *Core) Post(now time.Time, op *Op) error {
 	c.start(now, op)
 	c.ops[id] = op
 	return nil
-}
-
-// longRunning reports whether operations of kind k move data whose
-// duration depends on its size and on other ranks (collectives), and so
-// get no default deadline.
-func (k Kind) longRunning() bool {
-	switch k {
-	case KindMulticast, KindRecv, KindAggregate, KindSendMsg, KindRecvMsg:
-		return true
-	}
-	return false
 }
 
 // start resets op's results and arms its deadline.
@@ -635,9 +329,9 @@ func (c *Core) Step(now time.Time, from netip.AddrPort, pkt []byte) {
 func (c *Core) Receive(now time.Time, dg netio.Datagram) {
 	from, pkt, rx := dg.Addr, dg.Buf, dg.RxTime
 	c.now = now
-	c.pool.now = now
-	if c.pool.started.IsZero() {
-		c.pool.started = now
+	c.mem.pool.now = now
+	if c.mem.pool.started.IsZero() {
+		c.mem.pool.started = now
 	}
 	if len(pkt) >= wire.HeaderLen && wire.Mode(pkt[2]) == wire.ModePool && c.stepPool(now, from, pkt) {
 		return
@@ -665,7 +359,7 @@ func (c *Core) Receive(now time.Time, dg netio.Datagram) {
 		c.onMsg(&d)
 		return
 	}
-	c.serve(now, &d)
+	c.mem.serve(now, &d)
 }
 
 func (c *Core) onResponse(d *transport.Delivery) {
@@ -710,73 +404,6 @@ func (c *Core) onResponse(d *transport.Delivery) {
 	c.finish(op)
 }
 
-// serve executes a request packet against the local store, and answers
-// when the request message is complete.
-func (c *Core) serve(now time.Time, d *transport.Delivery) {
-	h := &d.Header
-	if h.Op == wire.OpControl && c.servePoolControl(d) {
-		return
-	}
-	var r *inReq
-	k := inKey{d.Peer, h.MsgID}
-	if !d.MsgDone || h.Offset != 0 || h.MsgLen != uint32(h.Len) {
-		// Multi-packet request: remember the first refusal until the
-		// last packet arrives. Admission (admitRequest) made room.
-		if r = c.inStatus[k]; r == nil {
-			if len(c.inStatus) >= maxInRequests {
-				c.stats.RequestsRefused++
-				return
-			}
-			r = &inReq{total: h.MsgLen}
-			c.inStatus[k] = r
-		}
-		r.last = now
-	}
-	var res memnode.Result
-	switch {
-	case r != nil && h.MsgLen != r.total:
-		// Not a packet of the request it names: the request fails.
-		c.stats.FragmentsRefused++
-		res.Status = wire.StatusBadOperand
-	case h.Op == wire.OpNop:
-		res.Status = wire.StatusOK
-	case c.pool.node != nil && h.Key == c.pool.node.Key():
-		// The memory lent to the pool is reachable only through the
-		// pool path (the switch checks each region's own key), never
-		// with the lent region's key.
-		c.stats.LentRefused++
-		res.Status = wire.StatusBadKey
-	default:
-		res = c.store.Exec(h, d.Payload)
-	}
-	st, old := res.Status, res.Old
-	if r != nil {
-		if r.status == wire.StatusOK {
-			r.status = st
-		}
-		if !d.MsgDone {
-			return
-		}
-		st = r.status
-		delete(c.inStatus, k)
-	}
-	if st == wire.StatusOK {
-		c.stats.RequestsServed++
-	} else {
-		c.stats.RequestsRefused++
-	}
-	rh := wire.Header{Op: h.Op, Flags: wire.FlagResp, MsgID: h.MsgID, Status: st, Operand1: old}
-	var payload []byte
-	if h.Op == wire.OpRead && st == wire.StatusOK {
-		// Zero-copy: the response streams straight from region memory
-		// (RDMA READ semantics: not a snapshot against concurrent writes).
-		payload = res.Data
-	}
-	if _, err := c.eng.Send(d.Peer, &rh, payload, 0); err != nil {
-		c.stats.ResponsesDropped++
-	}
-}
-
 // deadTimeout is the transport's dead-peer timeout: how long a partial
 // message may sit idle before its sender is taken to have given up.
 func (c *Core) deadTimeout() time.Duration {
@@ -803,30 +430,6 @@ func (c *Core) sweepDue(now time.Time, next *time.Time) bool {
 // sweepBatch bounds the entries one sweep looks at.
 const sweepBatch = 1024
 
-// admitRequest holds back the first packet of a multi-packet request
-// while maxInRequests are being received (after forgetting those idle
-// for the dead timeout): its sender resends it, and the requests already
-// under way are not disturbed.
-func (c *Core) admitRequest(d *transport.Delivery) bool {
-	h := &d.Header
-	if h.MsgLen == uint32(h.Len) || len(c.inStatus) < maxInRequests || c.inStatus[inKey{d.Peer, h.MsgID}] != nil {
-		return true
-	}
-	if c.sweepDue(c.now, &c.inSweep) {
-		idle, n := c.deadTimeout(), 0
-		for k, r := range c.inStatus {
-			if n++; n > sweepBatch {
-				break
-			}
-			if c.now.Sub(r.last) > idle {
-				delete(c.inStatus, k)
-			}
-		}
-	}
-	return len(c.inStatus) < maxInRequests
-}
-
-// FailAll completes every outstanding operation with err.
 // FlushAcks makes every ACK the transport holds back due at the next
 // Poll (transport.Engine.FlushAcks).
 func (c *Core) FlushAcks() { c.eng.FlushAcks() }
@@ -836,6 +439,7 @@ func (c *Core) FlushAcks() { c.eng.FlushAcks() }
 // caller is not yet acknowledged by every member.
 func (c *Core) Owed() bool { return c.eagerOut > 0 || c.eng.Owed() }
 
+// FailAll completes every outstanding operation with err.
 func (c *Core) FailAll(err error) {
 	for _, op := range c.ops {
 		op.fail(err)
@@ -867,9 +471,9 @@ func (c *Core) expire(now time.Time, op *Op) {
 // Poll, and the next time Poll must be called (zero: none). Both slices are
 // valid until the next Poll.
 func (c *Core) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, []*Op, time.Time) {
-	c.pool.now = now
-	if c.pool.started.IsZero() {
-		c.pool.started = now
+	c.mem.pool.now = now
+	if c.mem.pool.started.IsZero() {
+		c.mem.pool.started = now
 	}
 	out, comps, next := c.eng.Poll(now, out)
 	for i := range comps {

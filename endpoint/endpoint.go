@@ -303,14 +303,14 @@ func (ep *Endpoint) Do(ctx context.Context, op *Op) error {
 func (ep *Endpoint) Register(buf []byte, perm wire.Perm, key uint64) (uint64, error) {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	return ep.core.store.Register(buf, perm, key)
+	return ep.core.Store().Register(buf, perm, key)
 }
 
 // Deregister withdraws a region; later requests get StatusBadKey.
 func (ep *Endpoint) Deregister(key uint64) error {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	return ep.core.store.Deregister(key)
+	return ep.core.Store().Deregister(key)
 }
 
 // Locked runs f while no peer operation can touch registered memory.

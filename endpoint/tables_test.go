@@ -40,7 +40,7 @@ func anyInBytes(c *Core) int {
 func tableSizes(c *Core) map[string]int {
 	return map[string]int{
 		"unexp": len(c.unexp), "unexpMsg": len(c.unexpMsg), "anyIn": len(c.anyIn), "requests": len(c.requests),
-		"inStatus": len(c.inStatus), "deadMembers": len(c.deadMembers), "sendSeq": len(c.sendSeq),
+		"inStatus": len(c.mem.inStatus), "deadMembers": len(c.deadMembers), "sendSeq": len(c.sendSeq),
 		"recvSeq": len(c.recvSeq), "recvs": len(c.recvs), "rxSeq": len(c.rxSeq), "mcSeq": len(c.mcSeq),
 		"aggSeq": len(c.aggSeq), "ops": len(c.ops), "gops": len(c.gops),
 	}

@@ -7,22 +7,17 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
-	"github.com/ndma/ndma/secure"
-	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/transport/cc"
 	"github.com/ndma/ndma/wire"
-	"github.com/ndma/ndma/wire/ctrl"
-	"github.com/ndma/ndma/wire/poolmap"
 )
 
 // Pool accesses: memory requests at pool addresses, sent to the forwarding
 // node as self-contained datagrams (wire.ModePool) outside the transport's
 // streams. The switch translates each one to a memory node and forwards it
-// there; the node answers this endpoint directly. Both sides are here: the
-// client (ops with Op.Pool set) and the memory node's server
-// (Config.PoolNode).
+// there; the node answers this endpoint directly. The client (ops with
+// Op.Pool set) is here; the memory node's server (Config.PoolNode) is the
+// memory server's (memserver_pool.go).
 //
 // Client reliability is per datagram: every request has its own id (the
 // header's MsgID), is resent under the same id after a retransmission
@@ -34,29 +29,6 @@ import (
 // is applied once. Congestion control is a window of requests in flight per
 // lane (Op.Lane: the pool client uses one per memory node), delay-based
 // like TCP Vegas (poolVegas) and halved on a timeout.
-
-// PoolServe makes an endpoint a memory node of a pool.
-type PoolServe struct {
-	// Switch is the forwarding node whose pool the node lends to. Pool
-	// requests and grants are accepted from this address only (a node
-	// answering anyone's FlagReplyTo would be a reflector).
-	Switch netip.AddrPort
-	// Key is the Store region lent to the pool.
-	Key uint64
-	// Token authenticates the switch's grants (the fabric token). It must
-	// not be empty unless Insecure is set.
-	Token []byte
-	// Insecure serves the pool without a fabric token: grants are
-	// accepted from anyone who can forge the switch's address. The
-	// endpoint refuses an empty Token without it (an error wrapping
-	// secure.ErrNoToken).
-	Insecure bool
-	// Replies bounds the reply cache (entries); zero means 65536.
-	Replies int
-	// ReplyTTL is how long a mutating request's reply is remembered; zero
-	// means 30s. It must exceed the clients' op timeout.
-	ReplyTTL time.Duration
-}
 
 // PoolStats counts pool traffic at an endpoint.
 type PoolStats struct {
@@ -90,10 +62,6 @@ const (
 	poolMaxWindow  = 1024
 	maxPoolRaw     = 8192 // server responses queued between Polls
 	maxPoolLanes   = 1024 // lanes kept before idle ones are forgotten
-	// poolStartupGrace is how long a memory node that just started
-	// leaves requests for regions it holds no grant of unanswered,
-	// rather than refusing them (see servePool).
-	poolStartupGrace = 2 * time.Second
 )
 
 type laneKey struct {
@@ -145,17 +113,6 @@ type poolCore struct {
 
 	proofs map[netip.AddrPort]*poolProof // by switch (SetPoolProof)
 
-	// Server side.
-	serve   *PoolServe
-	node    *memnode.PoolNode
-	replies *memnode.Replies
-
-	started       time.Time // the core's first Step or Poll (a memory node's startup grace)
-	chainBuf, fwd []byte    // scratch of chain hops
-	rebuilds      map[uint32]*rebuildTask
-	now           time.Time // of the current Step or Poll, for internal ops
-	reportedTo    uint64    // the switch incarnation the node last reported its grants to
-
 	raw   []netio.Datagram // datagrams to send at the next Poll
 	bufs  [][]byte         // free buffers
 	inUse [][]byte         // buffers of the last Poll's datagrams
@@ -167,7 +124,6 @@ func (c *Core) initPool() error {
 	p.lanes = make(map[laneKey]*poolLane)
 	p.reqs = make(map[uint64]*poolOp)
 	p.ops = make(map[*Op]*poolOp)
-	p.rebuilds = make(map[uint32]*rebuildTask)
 	mtu := c.MTU()
 	// Room for the reply-to trailer the switch adds; 8-byte aligned so
 	// vector segments hold whole elements.
@@ -175,30 +131,7 @@ func (c *Core) initPool() error {
 	if p.seg < 8 {
 		return fmt.Errorf("endpoint: MTU %d leaves no room for pool requests", mtu)
 	}
-	if ps := c.cfg.PoolNode; ps != nil {
-		node, err := memnode.NewPoolNode(c.store, ps.Key)
-		if err != nil {
-			return err
-		}
-		if !ps.Switch.IsValid() {
-			return fmt.Errorf("endpoint: PoolNode.Switch is not set")
-		}
-		if err := secure.CheckToken(ps.Token, ps.Insecure); err != nil {
-			return fmt.Errorf("endpoint: PoolNode.Token: %w", err)
-		}
-		n, ttl := ps.Replies, ps.ReplyTTL
-		if n == 0 {
-			n = 1 << 16
-		}
-		if ttl == 0 {
-			ttl = 30 * time.Second
-		}
-		if n < 0 || ttl < 0 {
-			return fmt.Errorf("endpoint: PoolNode.Replies and ReplyTTL must not be negative")
-		}
-		p.serve, p.node, p.replies = ps, node, memnode.NewReplies(n, ttl)
-	}
-	return nil
+	return c.mem.initPool(c.cfg.PoolNode, p.seg, &p.stats)
 }
 
 // PoolSegment is the most bytes one pool request carries or reads.
@@ -207,9 +140,9 @@ func (c *Core) PoolSegment() int { return c.pool.seg }
 // PoolStats returns the pool counters.
 func (c *Core) PoolStats() PoolStats {
 	s := c.pool.stats
-	if c.pool.replies != nil {
-		s.RepliesEvicted = c.pool.replies.Evicted()
-		s.GrantsHeld = c.pool.node.Grants()
+	if c.mem.pool.replies != nil {
+		s.RepliesEvicted = c.mem.pool.replies.Evicted()
+		s.GrantsHeld = c.mem.pool.node.Grants()
 	}
 	return s
 }
@@ -481,7 +414,7 @@ func (c *Core) stepPool(now time.Time, from netip.AddrPort, pkt []byte) bool {
 		c.onPoolResponse(now, from, &h, payload)
 		return true
 	}
-	c.servePool(now, from, &h, payload)
+	c.mem.servePool(now, from, &h, payload)
 	return true
 }
 
@@ -651,380 +584,4 @@ func (c *Core) flushPool(out []netio.Datagram) []netio.Datagram {
 	clear(p.raw)
 	p.raw = p.raw[:0]
 	return out
-}
-
-// servePool executes a pool request forwarded by the switch and answers
-// the client it names.
-func (c *Core) servePool(now time.Time, from netip.AddrPort, h *wire.Header, payload []byte) {
-	p := &c.pool
-	if p.node == nil || from != p.serve.Switch || h.Flags&wire.FlagReplyTo == 0 || h.Flags&wire.FlagAuth != 0 || !c.fromSwitchRole(from) {
-		p.stats.Dropped++
-		return
-	}
-	payload, client, err := wire.SplitReplyTo(payload)
-	if err != nil {
-		p.stats.Dropped++
-		return
-	}
-	if !p.node.HasGrant(h.Group) && now.Sub(p.started) < poolStartupGrace {
-		// Just started: the switch may not know yet that this node
-		// restarted and still send it the regions of its previous life.
-		// Unanswered, the client resends, and by then the switch sends
-		// the request to another copy (or answers LOST).
-		p.stats.Dropped++
-		return
-	}
-	if h.Op == wire.OpChain {
-		c.serveChain(now, client, h, payload)
-		return
-	}
-	var res memnode.Result
-	mut := memnode.Mutating(h.Op)
-	cached := false
-	if mut {
-		res, cached = p.replies.Lookup(now, client, h.MsgID, 0)
-	}
-	switch {
-	case cached:
-		p.stats.Duplicates++
-	case h.Op == wire.OpRead && h.Operand1 > uint64(p.seg+wire.ReplyToLen):
-		res.Status = wire.StatusTooLarge
-	case h.Op == wire.OpOptim:
-		if o, err := wire.ParseOptim(payload); err != nil {
-			res.Status = wire.StatusBadOperand
-		} else {
-			res = p.node.ExecOptim(h, &o, payload[wire.OptimParamsLen:])
-		}
-		p.replies.Add(now, client, h.MsgID, 0, res)
-	default:
-		h.Offset = 0 // a pool request is one datagram
-		res = p.node.Exec(h, payload)
-		if mut {
-			p.replies.Add(now, client, h.MsgID, 0, res)
-		}
-		if mut && res.Status == wire.StatusOK && h.Copies&wire.CopiesDegraded != 0 {
-			// The region's other copy missed this write: a restarted
-			// switch must take this copy for the current one.
-			p.node.MarkDegraded(h.Group)
-		}
-	}
-	if res.Status == wire.StatusOK {
-		p.stats.Served++
-	} else {
-		p.stats.Refused++
-	}
-	rh := wire.Header{Version: wire.Version, Op: h.Op, Mode: wire.ModePool, Flags: wire.FlagResp,
-		Group: h.Group, MsgID: h.MsgID, Status: res.Status, Operand1: res.Old, Copies: h.Copies}
-	var data []byte
-	if h.Op == wire.OpRead && res.Status == wire.StatusOK {
-		data = res.Data
-		rh.MsgLen = uint32(len(data))
-	}
-	c.queueRaw(client, &rh, data)
-}
-
-// servePoolControl handles a grant or revoke from the switch. It reports
-// whether the request was one (and so is answered).
-func (c *Core) servePoolControl(d *transport.Delivery) bool {
-	p := &c.pool
-	if p.node == nil || d.Peer.Addr != p.serve.Switch || !d.MsgDone || d.Header.Offset != 0 || !c.fromSwitchRole(d.Peer.Addr) {
-		return false
-	}
-	var m ctrl.Msg
-	if err := secure.ParseCtrl(d.Payload, &m, p.serve.Token); err != nil {
-		return false
-	}
-	resp := &ctrl.Msg{Type: m.Type, Resp: true}
-	st := wire.StatusOK
-	switch m.Type {
-	case ctrl.PoolGrant:
-		err := p.node.Grant(grantOf(&m))
-		if err != nil {
-			st = wire.StatusOutOfBounds
-		} else {
-			p.stats.Grants++
-		}
-	case ctrl.PoolRevoke:
-		// Key 0: the switch drops a grant it does not know the key of
-		// (one of a region freed while this node was away).
-		if m.Key == 0 {
-			p.node.RevokeAny(m.Region)
-		} else {
-			p.node.Revoke(m.Region, m.Key)
-		}
-		delete(p.rebuilds, m.Region)
-		p.stats.Revokes++
-	case ctrl.PoolEpoch:
-		if !p.node.SetEpoch(m.Region, m.Key, m.Epoch) {
-			st = wire.StatusBadKey
-		}
-	case ctrl.PoolRebuild:
-		err := p.node.GrantRebuild(grantOf(&m))
-		if err != nil {
-			st = wire.StatusOutOfBounds
-		} else {
-			p.stats.Grants++
-			p.rebuilds[m.Region] = &rebuildTask{spec: m.Pool, key: m.Key, column: int(m.Node), base: m.Base}
-		}
-	case ctrl.PoolRebuildGo:
-		t := p.rebuilds[m.Region]
-		if t == nil || t.key != m.Key || t.started {
-			st = wire.StatusBadKey
-		} else {
-			c.startRebuild(m.Region, t)
-		}
-	default:
-		return false
-	}
-	rh := wire.Header{Op: wire.OpControl, Flags: wire.FlagResp, MsgID: d.Header.MsgID, Status: st}
-	var buf []byte
-	if st == wire.StatusOK {
-		var err error
-		if buf, err = secure.AppendCtrl(nil, resp, p.serve.Token); err != nil {
-			return false
-		}
-	}
-	if _, err := c.eng.Send(d.Peer, &rh, buf, 0); err != nil {
-		c.stats.ResponsesDropped++
-	}
-	return true
-}
-
-// SetIdentities gives the core the certified identity of each peer
-// address (a security layer's Layer.Peer): from then on a memory node
-// takes pool requests and grants only from a switch whose certificate
-// says it is one.
-func (c *Core) SetIdentities(peer func(netip.AddrPort) (secure.Cert, bool)) { c.idents = peer }
-
-// fromSwitchRole reports whether addr may act as the switch: always
-// without identities, else only with a switch's certificate.
-func (c *Core) fromSwitchRole(addr netip.AddrPort) bool {
-	if c.idents == nil {
-		return true
-	}
-	cert, ok := c.idents(addr)
-	return ok && cert.Role == secure.RoleSwitch
-}
-
-// grantOf is the grant a ctrl.PoolGrant or ctrl.PoolRebuild gives.
-func grantOf(m *ctrl.Msg) memnode.Grant {
-	g := memnode.Grant{Region: m.Region, Key: m.Key, Perm: wire.Perm(m.Pool.Perm), Base: m.Base, Len: m.Length,
-		Column: int(m.Node), Epoch: m.Epoch,
-		Layout: memnode.GrantLayout{Size: m.Pool.Size, Stripe: m.Pool.Stripe, Columns: m.Pool.Columns, Replicas: m.Pool.Replicas},
-		Homes:  make([]memnode.GrantHome, len(m.Homes))}
-	for i, h := range m.Homes {
-		g.Homes[i] = memnode.GrantHome{Addr: h.Addr, Base: h.Base}
-	}
-	return g
-}
-
-// poolReportBytes bounds one ctrl.PoolReport message (it is sent in
-// several packets; the switch takes control messages of up to 256 KiB).
-const poolReportBytes = 32 << 10
-
-// PoolReports returns the ctrl.PoolReport messages (encoded, with the
-// fabric token) that tell the switch incarnation switchInc (from its
-// ctrl.PoolNode answer) which grants this memory node holds, the last
-// one Final; nil if the node reported to that incarnation already (or
-// serves no pool). The caller sends them in order, each after the last
-// was answered, and calls PoolReported once all were.
-func (c *Core) PoolReports(switchInc uint64) ([][]byte, error) {
-	p := &c.pool
-	if p.node == nil || switchInc == p.reportedTo {
-		return nil, nil
-	}
-	var msgs [][]byte
-	m := &ctrl.Msg{Type: ctrl.PoolReport}
-	size := 0
-	flush := func(final bool) error {
-		m.Final = final
-		b, err := secure.AppendCtrl(nil, m, p.serve.Token)
-		if err != nil {
-			return err
-		}
-		msgs = append(msgs, b)
-		m.Reports, size = m.Reports[:0], 0
-		return nil
-	}
-	for _, g := range p.node.State() {
-		e := ctrl.GrantReport{Region: g.Region, Column: uint16(g.Column),
-			Pool: ctrl.PoolSpec{Size: g.Layout.Size, Stripe: g.Layout.Stripe, Columns: g.Layout.Columns, Replicas: g.Layout.Replicas, Perm: uint8(g.Perm)},
-			Base: g.Base, Length: g.Len, Epoch: g.Epoch, Digest: ctrl.PoolKeyDigest(g.Region, g.Key),
-			Rebuilding: g.Rebuilding, Degraded: g.Degraded, Homes: make([]ctrl.PoolHome, len(g.Homes))}
-		for i, h := range g.Homes {
-			e.Homes[i] = ctrl.PoolHome{Addr: h.Addr, Base: h.Base}
-		}
-		n := 80 + 30*len(e.Homes)
-		if size > 0 && size+n > poolReportBytes {
-			if err := flush(false); err != nil {
-				return nil, err
-			}
-		}
-		m.Reports = append(m.Reports, e)
-		size += n
-	}
-	if err := flush(true); err != nil {
-		return nil, err
-	}
-	return msgs, nil
-}
-
-// PoolReported records that switch incarnation switchInc has the node's
-// report (every message PoolReports returned was answered).
-func (c *Core) PoolReported(switchInc uint64) { c.pool.reportedTo = switchInc }
-
-// serveChain executes the current hop of a chain and passes the packet to
-// the switch for the next hop, or answers the client after the last.
-func (c *Core) serveChain(now time.Time, client netip.AddrPort, h *wire.Header, payload []byte) {
-	p := &c.pool
-	answer := func(st wire.Status, data []byte) {
-		if st == wire.StatusOK {
-			p.stats.Served++
-		} else {
-			p.stats.Refused++
-		}
-		rh := wire.Header{Version: wire.Version, Op: wire.OpChain, Mode: wire.ModePool, Flags: wire.FlagResp,
-			Group: h.Group, MsgID: h.MsgID, Status: st, Copies: h.Copies, MsgLen: uint32(len(data))}
-		c.queueRaw(client, &rh, data)
-	}
-	hops, data, err := wire.SplitChain(h, payload)
-	if err != nil {
-		answer(wire.StatusBadOperand, nil)
-		return
-	}
-	hop := wire.ChainHopAt(hops, int(h.Hop))
-	var res memnode.Result
-	out := data
-	cached := false
-	if hop.Op.Mutates() {
-		res, cached = p.replies.Lookup(now, client, h.MsgID, h.Hop)
-	}
-	if cached {
-		// Applied before: pass the same data on, do not apply it again.
-		p.stats.Duplicates++
-	} else {
-		res, out = p.node.ExecHop(h, hop.Op, data, p.chainBuf)
-		if hop.Op == wire.ChainLoad || hop.Op == wire.ChainApply {
-			p.chainBuf = out
-		}
-		if hop.Op.Mutates() {
-			p.replies.Add(now, client, h.MsgID, h.Hop, res)
-		}
-	}
-	if res.Status != wire.StatusOK {
-		answer(res.Status, nil)
-		return
-	}
-	if int(h.Hop)+1 == len(hops)/wire.ChainHopLen {
-		if hop.Op.Mutates() {
-			out = nil
-		}
-		answer(wire.StatusOK, out)
-		return
-	}
-	fh := wire.Header{Version: wire.Version, Op: wire.OpChain, Mode: wire.ModePool, Flags: wire.FlagReplyTo,
-		Group: h.Group, Key: h.Key, MsgID: h.MsgID, Hop: h.Hop + 1, Operand1: h.Operand1, Operand2: h.Operand2,
-		Dtype: h.Dtype, Alu: h.Alu}
-	b := append(append(p.fwd[:0], hops...), out...)
-	b = wire.AppendReplyTo(b, client)
-	p.fwd = b
-	fh.MsgLen = uint32(len(b))
-	c.queueRaw(p.serve.Switch, &fh, b)
-	p.stats.Served++
-}
-
-// A memory node rebuilding a copy it lost in a restart (fabric's
-// POOLREBUILD, POOLREBUILDGO): it reads every stripe its column holds
-// through the switch (which serves reads from the other copies), fills
-// the bytes no client wrote since the rebuild grant, and reports
-// POOLREBUILT.
-
-// rebuildWindow is the stripe reads a rebuild keeps in flight.
-const rebuildWindow = 8
-
-type rebuildTask struct {
-	spec     ctrl.PoolSpec
-	key      uint64
-	column   int
-	base     uint64
-	started  bool
-	pieces   []rebuildPiece
-	next     int
-	inflight int
-	failed   bool
-}
-
-type rebuildPiece struct {
-	off, n, local uint64 // pool offset, length, node-local address
-}
-
-// startRebuild lists the stripes column t.column holds and starts reading
-// them.
-func (c *Core) startRebuild(region uint32, t *rebuildTask) {
-	t.started = true
-	l, err := poolmap.NewLayout(t.spec.Size, t.spec.Stripe, t.spec.Columns, t.spec.Replicas)
-	if err != nil {
-		c.endRebuild(region, t, false)
-		return
-	}
-	for s := range l.Stripes() {
-		off := s * l.Stripe
-		n := min(l.Stripe, l.Size-off)
-		for rep := range l.Replicas {
-			es, err := l.Extents(off, n, rep, nil)
-			if err == nil && len(es) == 1 && es[0].Column == t.column {
-				t.pieces = append(t.pieces, rebuildPiece{off: off, n: n, local: t.base + es[0].Local})
-			}
-		}
-	}
-	c.pumpRebuild(region, t)
-}
-
-func (c *Core) pumpRebuild(region uint32, t *rebuildTask) {
-	p := &c.pool
-	for !t.failed && t.inflight < rebuildWindow && t.next < len(t.pieces) {
-		pc := t.pieces[t.next]
-		op := &Op{Kind: KindRead, Peer: p.serve.Switch, Pool: region, Key: t.key, Addr: pc.off,
-			Lane: uint16(t.column), Buf: make([]byte, pc.n)}
-		op.onDone = func(op *Op) {
-			t.inflight--
-			if p.rebuilds[region] != t {
-				return // revoked meanwhile
-			}
-			if op.Err != nil || p.node.Fill(region, t.key, pc.local, op.Buf) != nil {
-				t.failed = true
-			} else {
-				p.stats.RebuildBytes += pc.n
-			}
-			c.pumpRebuild(region, t)
-		}
-		if err := c.Post(p.now, op); err != nil {
-			t.failed = true
-			break
-		}
-		t.inflight++
-		t.next++
-	}
-	if t.inflight == 0 && (t.failed || t.next == len(t.pieces)) {
-		c.endRebuild(region, t, !t.failed)
-	}
-}
-
-// endRebuild stops a rebuild and reports how it ended to the switch.
-func (c *Core) endRebuild(region uint32, t *rebuildTask, ok bool) {
-	p := &c.pool
-	delete(p.rebuilds, region)
-	p.node.EndRebuild(region)
-	if ok {
-		p.stats.Rebuilt++
-	} else {
-		p.stats.RebuildsFailed++
-	}
-	buf, err := secure.AppendCtrl(nil, &ctrl.Msg{Type: ctrl.PoolRebuilt, Region: region, Key: t.key, Node: uint16(t.column), Failed: !ok}, p.serve.Token)
-	if err != nil {
-		return
-	}
-	op := &Op{Kind: KindControl, Peer: p.serve.Switch, Buf: buf}
-	op.onDone = func(*Op) {}
-	_ = c.Post(p.now, op)
 }

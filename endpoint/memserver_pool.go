@@ -1,0 +1,379 @@
+package endpoint
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/secure"
+	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
+)
+
+// The memory server's part of a pool: a memory node (Config.PoolNode)
+// executes the pool requests and chain hops the switch forwards to it,
+// answering the client each names, and takes the switch's grants,
+// revokes and rebuild orders (rebuild.go). The client side is
+// pool_client.go.
+
+// PoolServe makes an endpoint a memory node of a pool.
+type PoolServe struct {
+	// Switch is the forwarding node whose pool the node lends to. Pool
+	// requests and grants are accepted from this address only (a node
+	// answering anyone's FlagReplyTo would be a reflector).
+	Switch netip.AddrPort
+	// Key is the Store region lent to the pool.
+	Key uint64
+	// Token authenticates the switch's grants (the fabric token). It must
+	// not be empty unless Insecure is set.
+	Token []byte
+	// Insecure serves the pool without a fabric token: grants are
+	// accepted from anyone who can forge the switch's address. The
+	// endpoint refuses an empty Token without it (an error wrapping
+	// secure.ErrNoToken).
+	Insecure bool
+	// Replies bounds the reply cache (entries); zero means 65536.
+	Replies int
+	// ReplyTTL is how long a mutating request's reply is remembered; zero
+	// means 30s. It must exceed the clients' op timeout.
+	ReplyTTL time.Duration
+}
+
+// poolStartupGrace is how long a memory node that just started
+// leaves requests for regions it holds no grant of unanswered,
+// rather than refusing them (see servePool).
+const poolStartupGrace = 2 * time.Second
+
+// poolServer is the memory server's state as a memory node of a pool;
+// node is nil on an endpoint that lends no memory to a pool.
+type poolServer struct {
+	serve   *PoolServe
+	node    *memnode.PoolNode
+	replies *memnode.Replies
+	seg     int        // payload bytes per pool request (the pool client's)
+	stats   *PoolStats // the core's pool counters, shared with its pool client
+
+	started       time.Time // the core's first Step or Poll (a memory node's startup grace)
+	chainBuf, fwd []byte    // scratch of chain hops
+	rebuilds      map[uint32]*rebuildTask
+	now           time.Time // of the current Step or Poll, for internal ops
+	reportedTo    uint64    // the switch incarnation the node last reported its grants to
+}
+
+// initPool makes the server a memory node of the pool ps names (nil:
+// none). seg is the pool client's payload bytes per request, stats the
+// core's pool counters.
+func (ms *memServer) initPool(ps *PoolServe, seg int, stats *PoolStats) error {
+	p := &ms.pool
+	p.rebuilds = make(map[uint32]*rebuildTask)
+	p.seg, p.stats = seg, stats
+	if ps != nil {
+		node, err := memnode.NewPoolNode(ms.store, ps.Key)
+		if err != nil {
+			return err
+		}
+		if !ps.Switch.IsValid() {
+			return fmt.Errorf("endpoint: PoolNode.Switch is not set")
+		}
+		if err := secure.CheckToken(ps.Token, ps.Insecure); err != nil {
+			return fmt.Errorf("endpoint: PoolNode.Token: %w", err)
+		}
+		n, ttl := ps.Replies, ps.ReplyTTL
+		if n == 0 {
+			n = 1 << 16
+		}
+		if ttl == 0 {
+			ttl = 30 * time.Second
+		}
+		if n < 0 || ttl < 0 {
+			return fmt.Errorf("endpoint: PoolNode.Replies and ReplyTTL must not be negative")
+		}
+		p.serve, p.node, p.replies = ps, node, memnode.NewReplies(n, ttl)
+	}
+	return nil
+}
+
+// servePool executes a pool request forwarded by the switch and answers
+// the client it names.
+func (ms *memServer) servePool(now time.Time, from netip.AddrPort, h *wire.Header, payload []byte) {
+	p := &ms.pool
+	if p.node == nil || from != p.serve.Switch || h.Flags&wire.FlagReplyTo == 0 || h.Flags&wire.FlagAuth != 0 || !ms.fromSwitchRole(from) {
+		p.stats.Dropped++
+		return
+	}
+	payload, client, err := wire.SplitReplyTo(payload)
+	if err != nil {
+		p.stats.Dropped++
+		return
+	}
+	if !p.node.HasGrant(h.Group) && now.Sub(p.started) < poolStartupGrace {
+		// Just started: the switch may not know yet that this node
+		// restarted and still send it the regions of its previous life.
+		// Unanswered, the client resends, and by then the switch sends
+		// the request to another copy (or answers LOST).
+		p.stats.Dropped++
+		return
+	}
+	if h.Op == wire.OpChain {
+		ms.serveChain(now, client, h, payload)
+		return
+	}
+	var res memnode.Result
+	mut := memnode.Mutating(h.Op)
+	cached := false
+	if mut {
+		res, cached = p.replies.Lookup(now, client, h.MsgID, 0)
+	}
+	switch {
+	case cached:
+		p.stats.Duplicates++
+	case h.Op == wire.OpRead && h.Operand1 > uint64(p.seg+wire.ReplyToLen):
+		res.Status = wire.StatusTooLarge
+	case h.Op == wire.OpOptim:
+		if o, err := wire.ParseOptim(payload); err != nil {
+			res.Status = wire.StatusBadOperand
+		} else {
+			res = p.node.ExecOptim(h, &o, payload[wire.OptimParamsLen:])
+		}
+		p.replies.Add(now, client, h.MsgID, 0, res)
+	default:
+		h.Offset = 0 // a pool request is one datagram
+		res = p.node.Exec(h, payload)
+		if mut {
+			p.replies.Add(now, client, h.MsgID, 0, res)
+		}
+		if mut && res.Status == wire.StatusOK && h.Copies&wire.CopiesDegraded != 0 {
+			// The region's other copy missed this write: a restarted
+			// switch must take this copy for the current one.
+			p.node.MarkDegraded(h.Group)
+		}
+	}
+	if res.Status == wire.StatusOK {
+		p.stats.Served++
+	} else {
+		p.stats.Refused++
+	}
+	rh := wire.Header{Version: wire.Version, Op: h.Op, Mode: wire.ModePool, Flags: wire.FlagResp,
+		Group: h.Group, MsgID: h.MsgID, Status: res.Status, Operand1: res.Old, Copies: h.Copies}
+	var data []byte
+	if h.Op == wire.OpRead && res.Status == wire.StatusOK {
+		data = res.Data
+		rh.MsgLen = uint32(len(data))
+	}
+	ms.core.queueRaw(client, &rh, data)
+}
+
+// servePoolControl handles a grant or revoke from the switch. It reports
+// whether the request was one (and so is answered).
+func (ms *memServer) servePoolControl(d *transport.Delivery) bool {
+	p := &ms.pool
+	if p.node == nil || d.Peer.Addr != p.serve.Switch || !d.MsgDone || d.Header.Offset != 0 || !ms.fromSwitchRole(d.Peer.Addr) {
+		return false
+	}
+	var m ctrl.Msg
+	if err := secure.ParseCtrl(d.Payload, &m, p.serve.Token); err != nil {
+		return false
+	}
+	resp := &ctrl.Msg{Type: m.Type, Resp: true}
+	st := wire.StatusOK
+	switch m.Type {
+	case ctrl.PoolGrant:
+		err := p.node.Grant(grantOf(&m))
+		if err != nil {
+			st = wire.StatusOutOfBounds
+		} else {
+			p.stats.Grants++
+		}
+	case ctrl.PoolRevoke:
+		// Key 0: the switch drops a grant it does not know the key of
+		// (one of a region freed while this node was away).
+		if m.Key == 0 {
+			p.node.RevokeAny(m.Region)
+		} else {
+			p.node.Revoke(m.Region, m.Key)
+		}
+		delete(p.rebuilds, m.Region)
+		p.stats.Revokes++
+	case ctrl.PoolEpoch:
+		if !p.node.SetEpoch(m.Region, m.Key, m.Epoch) {
+			st = wire.StatusBadKey
+		}
+	case ctrl.PoolRebuild:
+		err := p.node.GrantRebuild(grantOf(&m))
+		if err != nil {
+			st = wire.StatusOutOfBounds
+		} else {
+			p.stats.Grants++
+			p.rebuilds[m.Region] = &rebuildTask{spec: m.Pool, key: m.Key, column: int(m.Node), base: m.Base}
+		}
+	case ctrl.PoolRebuildGo:
+		t := p.rebuilds[m.Region]
+		if t == nil || t.key != m.Key || t.started {
+			st = wire.StatusBadKey
+		} else {
+			ms.startRebuild(m.Region, t)
+		}
+	default:
+		return false
+	}
+	rh := wire.Header{Op: wire.OpControl, Flags: wire.FlagResp, MsgID: d.Header.MsgID, Status: st}
+	var buf []byte
+	if st == wire.StatusOK {
+		var err error
+		if buf, err = secure.AppendCtrl(nil, resp, p.serve.Token); err != nil {
+			return false
+		}
+	}
+	if _, err := ms.core.eng.Send(d.Peer, &rh, buf, 0); err != nil {
+		ms.core.stats.ResponsesDropped++
+	}
+	return true
+}
+
+// SetIdentities gives the core the certified identity of each peer
+// address (a security layer's Layer.Peer): from then on a memory node
+// takes pool requests and grants only from a switch whose certificate
+// says it is one.
+func (c *Core) SetIdentities(peer func(netip.AddrPort) (secure.Cert, bool)) { c.mem.idents = peer }
+
+// fromSwitchRole reports whether addr may act as the switch: always
+// without identities, else only with a switch's certificate.
+func (ms *memServer) fromSwitchRole(addr netip.AddrPort) bool {
+	if ms.idents == nil {
+		return true
+	}
+	cert, ok := ms.idents(addr)
+	return ok && cert.Role == secure.RoleSwitch
+}
+
+// grantOf is the grant a ctrl.PoolGrant or ctrl.PoolRebuild gives.
+func grantOf(m *ctrl.Msg) memnode.Grant {
+	g := memnode.Grant{Region: m.Region, Key: m.Key, Perm: wire.Perm(m.Pool.Perm), Base: m.Base, Len: m.Length,
+		Column: int(m.Node), Epoch: m.Epoch,
+		Layout: memnode.GrantLayout{Size: m.Pool.Size, Stripe: m.Pool.Stripe, Columns: m.Pool.Columns, Replicas: m.Pool.Replicas},
+		Homes:  make([]memnode.GrantHome, len(m.Homes))}
+	for i, h := range m.Homes {
+		g.Homes[i] = memnode.GrantHome{Addr: h.Addr, Base: h.Base}
+	}
+	return g
+}
+
+// poolReportBytes bounds one ctrl.PoolReport message (it is sent in
+// several packets; the switch takes control messages of up to 256 KiB).
+const poolReportBytes = 32 << 10
+
+// PoolReports returns the ctrl.PoolReport messages (encoded, with the
+// fabric token) that tell the switch incarnation switchInc (from its
+// ctrl.PoolNode answer) which grants this memory node holds, the last
+// one Final; nil if the node reported to that incarnation already (or
+// serves no pool). The caller sends them in order, each after the last
+// was answered, and calls PoolReported once all were.
+func (c *Core) PoolReports(switchInc uint64) ([][]byte, error) { return c.mem.poolReports(switchInc) }
+
+// poolReports is Core.PoolReports.
+func (ms *memServer) poolReports(switchInc uint64) ([][]byte, error) {
+	p := &ms.pool
+	if p.node == nil || switchInc == p.reportedTo {
+		return nil, nil
+	}
+	var msgs [][]byte
+	m := &ctrl.Msg{Type: ctrl.PoolReport}
+	size := 0
+	flush := func(final bool) error {
+		m.Final = final
+		b, err := secure.AppendCtrl(nil, m, p.serve.Token)
+		if err != nil {
+			return err
+		}
+		msgs = append(msgs, b)
+		m.Reports, size = m.Reports[:0], 0
+		return nil
+	}
+	for _, g := range p.node.State() {
+		e := ctrl.GrantReport{Region: g.Region, Column: uint16(g.Column),
+			Pool: ctrl.PoolSpec{Size: g.Layout.Size, Stripe: g.Layout.Stripe, Columns: g.Layout.Columns, Replicas: g.Layout.Replicas, Perm: uint8(g.Perm)},
+			Base: g.Base, Length: g.Len, Epoch: g.Epoch, Digest: ctrl.PoolKeyDigest(g.Region, g.Key),
+			Rebuilding: g.Rebuilding, Degraded: g.Degraded, Homes: make([]ctrl.PoolHome, len(g.Homes))}
+		for i, h := range g.Homes {
+			e.Homes[i] = ctrl.PoolHome{Addr: h.Addr, Base: h.Base}
+		}
+		n := 80 + 30*len(e.Homes)
+		if size > 0 && size+n > poolReportBytes {
+			if err := flush(false); err != nil {
+				return nil, err
+			}
+		}
+		m.Reports = append(m.Reports, e)
+		size += n
+	}
+	if err := flush(true); err != nil {
+		return nil, err
+	}
+	return msgs, nil
+}
+
+// PoolReported records that switch incarnation switchInc has the node's
+// report (every message PoolReports returned was answered).
+func (c *Core) PoolReported(switchInc uint64) { c.mem.pool.reportedTo = switchInc }
+
+// serveChain executes the current hop of a chain and passes the packet to
+// the switch for the next hop, or answers the client after the last.
+func (ms *memServer) serveChain(now time.Time, client netip.AddrPort, h *wire.Header, payload []byte) {
+	p := &ms.pool
+	answer := func(st wire.Status, data []byte) {
+		if st == wire.StatusOK {
+			p.stats.Served++
+		} else {
+			p.stats.Refused++
+		}
+		rh := wire.Header{Version: wire.Version, Op: wire.OpChain, Mode: wire.ModePool, Flags: wire.FlagResp,
+			Group: h.Group, MsgID: h.MsgID, Status: st, Copies: h.Copies, MsgLen: uint32(len(data))}
+		ms.core.queueRaw(client, &rh, data)
+	}
+	hops, data, err := wire.SplitChain(h, payload)
+	if err != nil {
+		answer(wire.StatusBadOperand, nil)
+		return
+	}
+	hop := wire.ChainHopAt(hops, int(h.Hop))
+	var res memnode.Result
+	out := data
+	cached := false
+	if hop.Op.Mutates() {
+		res, cached = p.replies.Lookup(now, client, h.MsgID, h.Hop)
+	}
+	if cached {
+		// Applied before: pass the same data on, do not apply it again.
+		p.stats.Duplicates++
+	} else {
+		res, out = p.node.ExecHop(h, hop.Op, data, p.chainBuf)
+		if hop.Op == wire.ChainLoad || hop.Op == wire.ChainApply {
+			p.chainBuf = out
+		}
+		if hop.Op.Mutates() {
+			p.replies.Add(now, client, h.MsgID, h.Hop, res)
+		}
+	}
+	if res.Status != wire.StatusOK {
+		answer(res.Status, nil)
+		return
+	}
+	if int(h.Hop)+1 == len(hops)/wire.ChainHopLen {
+		if hop.Op.Mutates() {
+			out = nil
+		}
+		answer(wire.StatusOK, out)
+		return
+	}
+	fh := wire.Header{Version: wire.Version, Op: wire.OpChain, Mode: wire.ModePool, Flags: wire.FlagReplyTo,
+		Group: h.Group, Key: h.Key, MsgID: h.MsgID, Hop: h.Hop + 1, Operand1: h.Operand1, Operand2: h.Operand2,
+		Dtype: h.Dtype, Alu: h.Alu}
+	b := append(append(p.fwd[:0], hops...), out...)
+	b = wire.AppendReplyTo(b, client)
+	p.fwd = b
+	fh.MsgLen = uint32(len(b))
+	ms.core.queueRaw(p.serve.Switch, &fh, b)
+	p.stats.Served++
+}
