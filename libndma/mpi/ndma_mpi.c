@@ -294,13 +294,52 @@ static int done(MPI_Comm comm, int op, int rc) {
  * the count positive. */
 static inline int large(long long bytes) { return bytes >= g.min_bytes; }
 
+/* gapless reports whether count elements of dt (size sz bytes each) lie
+ * in memory as one run of count*sz bytes from buf: a predefined type, or
+ * a derived one without holes (MPI_Type_contiguous of one, say). */
+static int gapless(MPI_Datatype dt, int sz) {
+    int named;
+    if (contiguous(dt, &named))
+        return 1;
+    MPI_Aint lb, extent, tlb, textent;
+    if (PMPI_Type_get_extent(dt, &lb, &extent) != MPI_SUCCESS ||
+        PMPI_Type_get_true_extent(dt, &tlb, &textent) != MPI_SUCCESS)
+        return 0;
+    return lb == 0 && tlb == 0 && extent == sz && textent == sz;
+}
+
+/* MPI_Bcast goes through NDMA or MPI on what every rank has alike: the
+ * number of bytes (MPI requires the same type signature at every rank),
+ * never the datatype, which ranks may choose differently (four MPI_INT at
+ * the root, a derived type of four ints elsewhere). A datatype with gaps
+ * travels packed (MPI_Pack at the root, MPI_Unpack at the others). */
 int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm) {
     int sz = 0;
     ndma_comm_t h;
-    if (g.on[OP_BCAST] && count > 0 && contiguous(dt, &sz) && large((long long)count * sz) &&
-        (h = group_of(comm)) != 0) {
+    if (g.on[OP_BCAST] && count > 0 && PMPI_Type_size(dt, &sz) == MPI_SUCCESS && sz > 0 &&
+        large((long long)count * sz) && (h = group_of(comm)) != 0) {
         tally(&n_ndma[OP_BCAST]);
-        return done(comm, OP_BCAST, ndma_bcast(h, buf, (size_t)count * sz, root));
+        size_t n = (size_t)count * sz;
+        if (gapless(dt, sz))
+            return done(comm, OP_BCAST, ndma_bcast(h, buf, n, root));
+        int rank = -1, pos = 0, rc = NDMA_OK;
+        PMPI_Comm_rank(comm, &rank);
+        void *packed = malloc(n);
+        if (packed == NULL) {
+            /* Every rank waits for this one in NDMA: fail there too. */
+            fprintf(stderr, "ndma_mpi: MPI_Bcast on rank %d: no memory to pack %zu bytes\n", rank, n);
+            PMPI_Comm_call_errhandler(comm, MPI_ERR_NO_MEM);
+            return MPI_ERR_NO_MEM;
+        }
+        if (rank == root && PMPI_Pack(buf, count, dt, packed, (int)n, &pos, comm) != MPI_SUCCESS)
+            rc = NDMA_ERR_ARG;
+        if (rc == NDMA_OK)
+            rc = ndma_bcast(h, packed, n, root);
+        pos = 0;
+        if (rc == NDMA_OK && rank != root && PMPI_Unpack(packed, (int)n, &pos, buf, count, dt, comm) != MPI_SUCCESS)
+            rc = NDMA_ERR_ARG;
+        free(packed);
+        return done(comm, OP_BCAST, rc);
     }
     tally(&n_mpi[OP_BCAST]);
     return PMPI_Bcast(buf, count, dt, root, comm);

@@ -327,8 +327,10 @@ static void user_sum(void *in, void *inout, int *len, MPI_Datatype *dt) {
         ((int *)inout)[i] += ((int *)in)[i];
 }
 
-/* fallbacks runs what NDMA must decline: a derived type with gaps, a
- * contiguous derived type, a user op, MPI_BAND; results still correct. */
+/* fallbacks runs Bcasts of derived types (with gaps: packed; without
+ * them: as they are) and of one datatype at the root and another
+ * elsewhere, which NDMA takes, and what NDMA must decline: a user op,
+ * MPI_BAND, unequal Reduce_scatter counts; results correct either way. */
 static void fallbacks(MPI_Comm comm) {
     int rank, n;
     MPI_Comm_rank(comm, &rank);
@@ -349,6 +351,28 @@ static void fallbacks(MPI_Comm comm) {
     MPI_Bcast(buf, 10, pair, 0, comm);
     for (int i = 0; i < 20; i++)
         CHECK(buf[i] == 7 * i, "contiguous derived-type MPI_Bcast: buf[%d] = %d", i, buf[i]);
+    /* One datatype at the root, another elsewhere (the same ints): ten
+     * MPI_INT at rank 0, ten every other int (the vector type) at the
+     * others; then twenty MPI_INT at rank 2 % n, ten pairs elsewhere. */
+    for (int i = 0; i < 20; i++)
+        buf[i] = rank == 0 ? (i < 10 ? 3 * i + 1 : -2) : -1;
+    if (rank == 0)
+        MPI_Bcast(buf, 10, MPI_INT, 0, comm);
+    else
+        MPI_Bcast(buf, 1, vec, 0, comm);
+    for (int i = 0; i < 20; i++) {
+        int want = rank == 0 ? (i < 10 ? 3 * i + 1 : -2) : (i % 2 == 0 ? 3 * (i / 2) + 1 : -1);
+        CHECK(buf[i] == want, "mixed-datatype MPI_Bcast (int, vector): buf[%d] = %d, want %d", i, buf[i], want);
+    }
+    int root2 = 2 % n;
+    for (int i = 0; i < 20; i++)
+        buf[i] = rank == root2 ? 11 * i : 0;
+    if (rank == root2)
+        MPI_Bcast(buf, 20, MPI_INT, root2, comm);
+    else
+        MPI_Bcast(buf, 10, pair, root2, comm);
+    for (int i = 0; i < 20; i++)
+        CHECK(buf[i] == 11 * i, "mixed-datatype MPI_Bcast (int, pair): buf[%d] = %d", i, buf[i]);
 
     MPI_Op op;
     MPI_Op_create(user_sum, 1, &op);
@@ -464,8 +488,8 @@ int main(int argc, char **argv) {
         static const char *names[6] = {"Bcast", "Allreduce", "Reduce", "Allgather", "Reduce_scatter_block", "Barrier"};
         for (int i = 0; i < 6; i++)
             CHECK(nd0[i] > 0, "no MPI_%s went through NDMA (%llu to MPI)", names[i], mp0[i]);
-        CHECK(mp[0] - mp0[0] == 2 && nd[0] == nd0[0], "derived-type MPI_Bcasts: %llu of 2 to MPI, %llu to NDMA",
-              mp[0] - mp0[0], nd[0] - nd0[0]);
+        CHECK(mp[0] == mp0[0] && nd[0] - nd0[0] == 4, "derived- and mixed-type MPI_Bcasts: %llu of 4 to NDMA, %llu to MPI",
+              nd[0] - nd0[0], mp[0] - mp0[0]);
         CHECK(mp[1] - mp0[1] == 2 && nd[1] == nd0[1], "user-op and MPI_BAND MPI_Allreduces: %llu of 2 to MPI",
               mp[1] - mp0[1]);
         CHECK(mp[4] - mp0[4] == 1 && nd[4] == nd0[4], "unequal MPI_Reduce_scatter: %llu of 1 to MPI", mp[4] - mp0[4]);
