@@ -77,11 +77,67 @@ func (n *Node) resync(v *vol, grouped bool) error {
 	// latest generation.
 	v.startTrack(len(v.wgroups) == 0 && !(v.direct && v.grouped(n.cfg.Service, n.st.id)))
 	v.mu.Unlock()
-	type peer struct {
-		nv NodeVolume
-		vs []uint64
+	peers, leased, maxGen, newer := n.resyncPeers(ctx, d, gen)
+	if newer != nil && !outdated {
+		outdated = true
+		n.log.Warn("stor: copy outdated: another node holds a later generation without this one", "volume", d.Name, "node", n.st.id,
+			"generation", gen, "peer", newer.Node, "peer_generation", newer.Gen)
+		v.mu.Lock()
+		v.meta.Outdated = true
+		v.startTrack(true)
+		stale := v.takeGroups() // of a generation the writer left
+		err := v.saveMeta()
+		v.mu.Unlock()
+		for _, g := range stale {
+			g.stop()
+		}
+		grouped = false
+		if err != nil {
+			return ioErr(err)
+		}
 	}
-	peers := map[uint16]*peer{}
+	if leased && (!grouped || maxGen > gen) {
+		// A writer writes: unless this node is in its latest generation
+		// and groups, the writes pass it by.
+		v.mu.Lock()
+		v.setState(stateWriter, nil)
+		v.mu.Unlock()
+		return errWriterActive
+	}
+	from, err := n.resyncSources(v, peers, gen, members, outdated)
+	if err != nil {
+		return err
+	}
+	jobs, err := n.resyncPlan(v, d, peers, from, outdated)
+	if err != nil {
+		return err
+	}
+	if err := n.resyncCopy(ctx, v, jobs, outdated); err != nil {
+		return err
+	}
+	var top *NodeVolume // an outdated copy's source of the latest generation
+	if outdated {
+		if top, err = n.resyncAdopt(ctx, v, d, peers, from); err != nil {
+			return err
+		}
+	}
+	return n.resyncFinish(ctx, v, d, peers, jobs, top, outdated)
+}
+
+// resyncPeer is what resync learned of another node's copy: its state
+// and its extents' versions.
+type resyncPeer struct {
+	nv NodeVolume
+	vs []uint64
+}
+
+// resyncPeers asks every other node of volume d for its state and its
+// extents' versions (those that do not answer, or hold another volume of
+// the name, are left out), and reports whether a writer writes, the
+// latest generation of a node it leases, and the node of the latest
+// generation later than gen that does not list this one, if any.
+func (n *Node) resyncPeers(ctx context.Context, d Descriptor, gen uint64) (map[uint16]*resyncPeer, bool, uint64, *NodeVolume) {
+	peers := map[uint16]*resyncPeer{}
 	leased := false
 	var maxGen uint64     // the latest generation of a node the writer leases
 	var newer *NodeVolume // a node of a later generation without this one
@@ -120,34 +176,14 @@ func (n *Node) resync(v *vol, grouped bool) error {
 		for i := range vs {
 			vs[i] = binary.BigEndian.Uint64(vb[8*i:])
 		}
-		peers[p] = &peer{nv: nv, vs: vs}
+		peers[p] = &resyncPeer{nv: nv, vs: vs}
 	}
-	if newer != nil && !outdated {
-		outdated = true
-		n.log.Warn("stor: copy outdated: another node holds a later generation without this one", "volume", d.Name, "node", n.st.id,
-			"generation", gen, "peer", newer.Node, "peer_generation", newer.Gen)
-		v.mu.Lock()
-		v.meta.Outdated = true
-		v.startTrack(true)
-		stale := v.takeGroups() // of a generation the writer left
-		err := v.saveMeta()
-		v.mu.Unlock()
-		for _, g := range stale {
-			g.stop()
-		}
-		grouped = false
-		if err != nil {
-			return ioErr(err)
-		}
-	}
-	if leased && (!grouped || maxGen > gen) {
-		// A writer writes: unless this node is in its latest generation
-		// and groups, the writes pass it by.
-		v.mu.Lock()
-		v.setState(stateWriter, nil)
-		v.mu.Unlock()
-		return errWriterActive
-	}
+	return peers, leased, maxGen, newer
+}
+
+// resyncSources returns the peers resync copies from, in order of id, or
+// why the copy cannot tell yet whether it is current.
+func (n *Node) resyncSources(v *vol, peers map[uint16]*resyncPeer, gen uint64, members []uint16, outdated bool) ([]uint16, error) {
 	// Whom to copy from: an outdated copy from current replicas only, a
 	// current one from any node of its generation that is not outdated.
 	var from []uint16
@@ -179,7 +215,7 @@ func (n *Node) resync(v *vol, grouped bool) error {
 			v.mu.Lock()
 			v.setState(stateWaiting, missing)
 			v.mu.Unlock()
-			return fmt.Errorf("nodes %v of generation %d are down: this copy may have missed writes they took", missing, gen)
+			return nil, fmt.Errorf("nodes %v of generation %d are down: this copy may have missed writes they took", missing, gen)
 		}
 		for p, pr := range peers {
 			if !pr.nv.Outdated {
@@ -188,11 +224,20 @@ func (n *Node) resync(v *vol, grouped bool) error {
 		}
 	}
 	slices.Sort(from)
-	type job struct {
-		e    int
-		from []uint16 // replicas to copy from, the newest first
-	}
-	var jobs []job
+	return from, nil
+}
+
+// resyncJob is an extent resync copies.
+type resyncJob struct {
+	e    int
+	from []uint16 // replicas to copy from, the newest first
+}
+
+// resyncPlan decides which extents of v resync copies, and from whom,
+// and marks them stale: an outdated copy takes every extent it holds, a
+// current one those a source holds in a newer version.
+func (n *Node) resyncPlan(v *vol, d Descriptor, peers map[uint16]*resyncPeer, from []uint16, outdated bool) ([]resyncJob, error) {
+	var jobs []resyncJob
 	var todo []int
 	var lacking []int
 	v.mu.Lock()
@@ -226,14 +271,14 @@ func (n *Node) resync(v *vol, grouped bool) error {
 		}
 		slices.SortStableFunc(src, func(a, b uint16) int { return -cmpU64(peers[a].vs[e], peers[b].vs[e]) })
 		if len(src) > 0 {
-			jobs = append(jobs, job{e, src})
+			jobs = append(jobs, resyncJob{e, src})
 			todo = append(todo, e)
 		}
 	}
 	if len(lacking) > 0 {
 		v.setState(stateOutdated, nil)
 		v.mu.Unlock()
-		return fmt.Errorf("outdated, and no current replica of extents %v answers to copy from", lacking)
+		return nil, fmt.Errorf("outdated, and no current replica of extents %v answers to copy from", lacking)
 	}
 	if len(jobs) > 0 {
 		v.setState(stateResyncing, nil)
@@ -241,8 +286,14 @@ func (n *Node) resync(v *vol, grouped bool) error {
 	err := v.markStale(todo)
 	v.mu.Unlock()
 	if err != nil {
-		return err
+		return nil, err
 	}
+	return jobs, nil
+}
+
+// resyncCopy copies each job's extent from the first of its sources that
+// answers.
+func (n *Node) resyncCopy(ctx context.Context, v *vol, jobs []resyncJob, outdated bool) error {
 	for _, j := range jobs {
 		var cerr error
 		for _, p := range j.from {
@@ -254,31 +305,43 @@ func (n *Node) resync(v *vol, grouped bool) error {
 			return fmt.Errorf("extent %d: %w", j.e, cerr)
 		}
 	}
-	var top *NodeVolume // an outdated copy's source of the latest generation
-	if outdated {
-		top = &peers[from[0]].nv
-		for _, p := range from {
-			if peers[p].nv.Gen > top.Gen {
-				top = &peers[p].nv
-			}
-		}
-		v.mu.Lock()
-		adopt := top.Gen > v.meta.Gen
-		v.mu.Unlock()
-		if adopt {
-			// Current now, in top's generation: joined there first.
-			b, _ := json.Marshal(enrollReq{Name: d.Name, Gen: top.Gen, Node: n.st.id})
-			body, err := n.call(ctx, uint16(top.Node), "enroll", append([]byte{opEnroll}, b...))
-			var ms []uint16
-			if err == nil {
-				err = json.Unmarshal(body, &ms)
-			}
-			if err != nil {
-				return fmt.Errorf("joining generation %d at node %d: %w", top.Gen, top.Node, err)
-			}
-			top.Members = ms
+	return nil
+}
+
+// resyncAdopt returns the source of the latest generation an outdated
+// copy copied from, and if that generation is later than the copy's,
+// enrolls the copy in it at the source (its Members become the source's
+// answer).
+func (n *Node) resyncAdopt(ctx context.Context, v *vol, d Descriptor, peers map[uint16]*resyncPeer, from []uint16) (*NodeVolume, error) {
+	top := &peers[from[0]].nv
+	for _, p := range from {
+		if peers[p].nv.Gen > top.Gen {
+			top = &peers[p].nv
 		}
 	}
+	v.mu.Lock()
+	adopt := top.Gen > v.meta.Gen
+	v.mu.Unlock()
+	if adopt {
+		// Current now, in top's generation: joined there first.
+		b, _ := json.Marshal(enrollReq{Name: d.Name, Gen: top.Gen, Node: n.st.id})
+		body, err := n.call(ctx, uint16(top.Node), "enroll", append([]byte{opEnroll}, b...))
+		var ms []uint16
+		if err == nil {
+			err = json.Unmarshal(body, &ms)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("joining generation %d at node %d: %w", top.Gen, top.Node, err)
+		}
+		top.Members = ms
+	}
+	return top, nil
+}
+
+// resyncFinish makes v current once its extents are copied (of top's
+// generation, for an outdated copy) and ready, unless a writer took the
+// lease or left this node out meanwhile, and tells the other replicas.
+func (n *Node) resyncFinish(ctx context.Context, v *vol, d Descriptor, peers map[uint16]*resyncPeer, jobs []resyncJob, top *NodeVolume, outdated bool) error {
 	v.mu.Lock()
 	for e := range v.stale {
 		// Stale extents no peer has a newer copy of.
