@@ -286,6 +286,20 @@ so), or --insecure on a fabric that does not seal.`,
 	cmd.PersistentFlags().StringVar(&vf.service, "service", stor.DefaultService, "storage service name at the switch")
 	cmd.PersistentFlags().IntVar(&vf.mtu, "mtu", transport.DefaultMTU, "largest datagram to send, in bytes, header included (default: $NDMA_MTU when set)")
 
+	create := newVolCreateCmd(&vf)
+	ls := newVolLsCmd(&vf)
+	stat := newVolStatCmd(&vf)
+	rm := newVolRmCmd(&vf)
+	mount := newVolMountCmd(&vf)
+	forceCmd := newVolForceCmd(&vf)
+
+	cmd.AddCommand(create, ls, stat, rm, mount, forceCmd)
+	vf.hintCredential(create, ls, stat, rm, mount, forceCmd)
+	return cmd
+}
+
+// newVolCreateCmd returns ndma vol create: a new volume.
+func newVolCreateCmd(vf *volFlags) *cobra.Command {
 	var (
 		size, extent    string
 		replicas, nodes int
@@ -337,7 +351,11 @@ so), or --insecure on a fabric that does not seal.`,
 	fl.IntVar(&replicas, "replicas", 3, fmt.Sprintf("copies of every extent, each on its own storage node (1 to %d)", stor.MaxReplicas))
 	fl.IntVar(&nodes, "nodes", 0, "storage nodes to spread over (0: every live one)")
 	_ = create.MarkFlagRequired("size")
+	return create
+}
 
+// newVolLsCmd returns ndma vol ls: the volumes the live nodes hold.
+func newVolLsCmd(vf *volFlags) *cobra.Command {
 	ls := &cobra.Command{
 		Use:   "ls",
 		Short: "List the volumes the live storage nodes hold",
@@ -386,7 +404,11 @@ so), or --insecure on a fabric that does not seal.`,
 			return err // some nodes did not answer: say so after what the others said
 		},
 	}
+	return ls
+}
 
+// newVolStatCmd returns ndma vol stat: a volume on each of its nodes.
+func newVolStatCmd(vf *volFlags) *cobra.Command {
 	stat := &cobra.Command{
 		Use:   "stat NAME",
 		Short: "Show a volume on each of its storage nodes: current, outdated or waiting, generation, lease, replicas missing writes",
@@ -444,7 +466,11 @@ so), or --insecure on a fabric that does not seal.`,
 			return tw.Flush()
 		},
 	}
+	return stat
+}
 
+// newVolRmCmd returns ndma vol rm: remove a volume.
+func newVolRmCmd(vf *volFlags) *cobra.Command {
 	var force bool
 	rm := &cobra.Command{
 		Use:   "rm NAME",
@@ -475,9 +501,11 @@ so), or --insecure on a fabric that does not seal.`,
 		},
 	}
 	rm.Flags().BoolVar(&force, "force", false, "remove although the volume is open for writing or a node of it is down")
+	return rm
+}
 
-	mount := newVolMountCmd(&vf)
-
+// newVolForceCmd returns ndma vol force: declare a copy current.
+func newVolForceCmd(vf *volFlags) *cobra.Command {
 	var forceNode int
 	forceCmd := &cobra.Command{
 		Use:   "force NAME --node ID",
@@ -519,10 +547,7 @@ are current, outdated or waiting for which nodes.`,
 	}
 	forceCmd.Flags().IntVar(&forceNode, "node", -1, "the storage node whose copy becomes current (required)")
 	_ = forceCmd.MarkFlagRequired("node")
-
-	cmd.AddCommand(create, ls, stat, rm, mount, forceCmd)
-	vf.hintCredential(create, ls, stat, rm, mount, forceCmd)
-	return cmd
+	return forceCmd
 }
 
 func init() { rootCmd.AddCommand(newVolCmd()) }
