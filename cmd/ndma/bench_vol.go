@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/ndma/ndma/bench"
 	"github.com/ndma/ndma/coll"
@@ -22,15 +23,206 @@ import (
 	"github.com/ndma/ndma/transport"
 )
 
+// benchVolFlags are the flags of ndma bench vol.
+type benchVolFlags struct {
+	sw, modes, patterns, qds, bs, seqBS, volSize, extent, service, gateway string
+	token                                                                  tokenFlags
+	cred                                                                   credentialFlag
+	nodes, clients, replicas, mtu                                          int
+	dur                                                                    time.Duration
+	jsonOut, launched, quiet                                               bool
+}
+
+func (f *benchVolFlags) register(fl *pflag.FlagSet) {
+	fl.StringVar(&f.sw, "switch", "", "forwarding node `address` of a running fabric with storage nodes and a gateway (default: start them in-process on loopback)")
+	f.token.register(fl)
+	f.cred.register(fl, "of role member, with --switch")
+	fl.IntVar(&f.mtu, "mtu", 9000, "transport MTU in bytes (default: $NDMA_MTU when set)")
+	fl.BoolVar(&f.launched, "launched", false, "one client per process of a launch (ndma testbed run): the switch and token from its environment, rank 0 prints")
+	fl.StringVar(&f.modes, "mode", "multicast,controller", "I/O modes: multicast, controller, comma-separated")
+	fl.StringVar(&f.patterns, "pattern", "randread,randwrite,randrw,seqread,seqwrite", "I/O patterns, comma-separated (randrw: 70% reads)")
+	fl.StringVar(&f.qds, "qd", "1,32", "queue depths (I/Os in flight per client), comma-separated")
+	fl.StringVar(&f.bs, "bs", "4KiB", "block size of the random patterns")
+	fl.StringVar(&f.seqBS, "seq-bs", "1MiB", "block size of the sequential patterns")
+	fl.IntVar(&f.clients, "clients", 1, "clients in this process, each with its own endpoint and volume")
+	fl.IntVar(&f.nodes, "nodes", 3, "in-process storage nodes (without --switch and --launched)")
+	fl.IntVar(&f.replicas, "replicas", 3, "copies of each extent")
+	fl.StringVar(&f.volSize, "vol-size", "256MiB", "each client's volume size")
+	fl.StringVar(&f.extent, "extent", "4MiB", "extent size of the volumes")
+	fl.StringVar(&f.service, "service", stor.DefaultService, "storage service name at the switch")
+	fl.StringVar(&f.gateway, "gateway", "", "the gateway's service name (default SERVICE.gw)")
+	fl.DurationVar(&f.dur, "duration", 3*time.Second, "measured time per point (after a tenth of it as warm-up)")
+	fl.BoolVar(&f.jsonOut, "json", false, "print JSON Lines, one object per row")
+	fl.BoolVar(&f.quiet, "quiet", false, "no progress bar")
+}
+
+// config returns the run's configuration from the flags that do not
+// depend on where the fabric runs: modes, patterns, queue depths, sizes
+// and duration.
+func (f *benchVolFlags) config() (bench.VolConfig, error) {
+	cfg := bench.VolConfig{Service: f.service, Gateway: f.gateway, Nodes: f.nodes, Clients: f.clients, Replicas: f.replicas, Duration: f.dur}
+	cfg.Modes = splitList(f.modes)
+	cfg.Patterns = splitList(f.patterns)
+	for _, q := range splitList(f.qds) {
+		n, err := strconv.Atoi(q)
+		if err != nil {
+			return cfg, fmt.Errorf("--qd %q: want numbers, comma-separated", f.qds)
+		}
+		cfg.QDs = append(cfg.QDs, n)
+	}
+	for _, fl := range []struct {
+		name, v string
+		dst     *int
+	}{{"--bs", f.bs, &cfg.BS}, {"--seq-bs", f.seqBS, &cfg.SeqBS}} {
+		n, err := memnode.ParseSize(fl.v)
+		if err != nil || n <= 0 || n > stor.MaxIO {
+			return cfg, fmt.Errorf("%s %q: want a size up to %d bytes (%v)", fl.name, fl.v, stor.MaxIO, err)
+		}
+		*fl.dst = int(n)
+	}
+	for _, fl := range []struct {
+		name, v string
+		dst     *uint64
+	}{{"--vol-size", f.volSize, &cfg.VolSize}, {"--extent", f.extent, &cfg.Extent}} {
+		n, err := memnode.ParseSize(fl.v)
+		if err != nil || n <= 0 {
+			return cfg, fmt.Errorf("%s %q: want a positive size (%v)", fl.name, fl.v, err)
+		}
+		*fl.dst = uint64(n)
+	}
+	if f.dur <= 0 {
+		return cfg, fmt.Errorf("--duration %v: want a positive duration", f.dur)
+	}
+	return cfg, nil
+}
+
+// joinLaunch makes cfg one rank of the launch in the environment (ndma
+// testbed run): its switch, security and MTU, a communicator of the
+// ranks to start each point together, and the gather of their results at
+// rank 0. The returned close, never nil, closes the communicator and the
+// endpoint; call it when the run is over, error or not.
+func joinLaunch(ctx context.Context, cmd *cobra.Command, cfg *bench.VolConfig) (gather func(context.Context, bench.VolResult) ([]bench.VolResult, error), closeAll func(), err error) {
+	var closers []func()
+	closeAll = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	l, err := coll.ParseEnv(os.LookupEnv)
+	if err != nil {
+		return nil, closeAll, fmt.Errorf("--launched: %w", err)
+	}
+	if cfg.EndpointOptions, err = l.EndpointOptions(); err != nil {
+		return nil, closeAll, err
+	}
+	if l.MTU > 0 {
+		cfg.MTU = l.MTU
+	}
+	ep, err := endpoint.Listen(":0", endpoint.Config{Transport: transport.Config{MTU: cfg.MTU}}, cfg.EndpointOptions)
+	if err != nil {
+		return nil, closeAll, err
+	}
+	closers = append(closers, func() { ep.Close() })
+	comm, err := l.Communicator(ctx, ep)
+	if err != nil {
+		return nil, closeAll, err
+	}
+	if w := l.Warning(); w != "" && l.Rank == 0 {
+		printWarn(cmd.ErrOrStderr())(w)
+	}
+	closers = append(closers, func() { comm.Close(context.Background()) })
+	cfg.Switch, cfg.Rank, cfg.Ranks = l.Switch, l.Rank, l.Size
+	if l.Rank == 0 {
+		// The storage daemons' CPU, where ndma testbed run
+		// names them.
+		if cfg.NodePIDs, err = pidList("NDMA_STORD_PIDS"); err != nil {
+			return nil, closeAll, err
+		}
+		if cfg.GatewayPIDs, err = pidList("NDMA_STORGW_PIDS"); err != nil {
+			return nil, closeAll, err
+		}
+		cfg.SwitchNS = os.Getenv("NDMA_TESTBED_SWITCH_NS")
+	}
+	cfg.Fabric = l.FabricOptions()
+	cfg.Sync = func(ctx context.Context) error { return comm.Barrier(ctx) }
+	gather = func(ctx context.Context, r bench.VolResult) ([]bench.VolResult, error) {
+		return gatherVol(ctx, comm, r)
+	}
+	return gather, closeAll, nil
+}
+
+// joinSwitch points cfg at the running fabric of --switch, with the
+// security of --token and --credential and the MTU of $NDMA_MTU unless
+// --mtu is given.
+func (f *benchVolFlags) joinSwitch(cmd *cobra.Command, cfg *bench.VolConfig) error {
+	var err error
+	if cfg.Switch, err = resolvePeer("--switch", f.sw); err != nil {
+		return err
+	}
+	sec, err := resolveSecurity(&f.token, &f.cred, os.Getenv, true, printWarn(cmd.ErrOrStderr()), "", secure.RoleMember)
+	if err != nil {
+		return err
+	}
+	cfg.Fabric, cfg.EndpointOptions = sec.fabric(), sec.endpoint()
+	if !cmd.Flags().Changed("mtu") {
+		if m, err := coll.EnvMTU(os.LookupEnv); err != nil {
+			return err
+		} else if m > 0 {
+			cfg.MTU = m
+		}
+	}
+	return nil
+}
+
+func (f *benchVolFlags) run(cmd *cobra.Command) error {
+	cfg, err := f.config()
+	if err != nil {
+		return err
+	}
+	ctx := cmdContext(cmd)
+	var gather func(context.Context, bench.VolResult) ([]bench.VolResult, error)
+	switch {
+	case f.launched:
+		if f.sw != "" {
+			return errors.New("--launched takes the switch from the launch's environment (NDMA_SWITCH): it does not go with --switch")
+		}
+		var closeAll func()
+		gather, closeAll, err = joinLaunch(ctx, cmd, &cfg)
+		defer closeAll()
+		if err != nil {
+			return err
+		}
+	case f.sw != "":
+		if err := f.joinSwitch(cmd, &cfg); err != nil {
+			return err
+		}
+	}
+	if cmd.Flags().Changed("mtu") {
+		cfg.MTU = f.mtu
+	}
+	out := cmd.OutOrStdout()
+	var emit func(bench.VolResult) error
+	var table *bench.VolTable
+	if f.jsonOut {
+		emit = bench.VolJSON(out)
+	} else {
+		table = bench.NewVolTable(out)
+		emit = table.Write
+	}
+	p := newProgress(cmd.ErrOrStderr(), f.quiet || f.jsonOut || cfg.Rank != 0)
+	cfg.Progress = p.callback()
+	err = bench.RunVol(ctx, cfg, gather, emit)
+	p.finish()
+	if table != nil && cfg.Rank == 0 {
+		if ferr := table.Flush(); err == nil {
+			err = ferr
+		}
+	}
+	return err
+}
+
 func newBenchVolCmd() *cobra.Command {
-	var (
-		sw, modes, patterns, qds, bs, seqBS, volSize, extent, service, gateway string
-		token                                                                  tokenFlags
-		cred                                                                   credentialFlag
-		nodes, clients, replicas, mtu                                          int
-		dur                                                                    time.Duration
-		jsonOut, launched, quiet                                               bool
-	)
+	var f benchVolFlags
 	cmd := &cobra.Command{
 		Use:   "vol",
 		Short: "Replicated volume I/O: multicast writes and anycast reads against a controller that forwards every I/O",
@@ -57,150 +249,9 @@ process on loopback. On a testbed, one client per host, all at once:
 
 (rank 0 prints the rows; the ranks start each point together).`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg := bench.VolConfig{Service: service, Gateway: gateway, Nodes: nodes, Clients: clients, Replicas: replicas, Duration: dur}
-			cfg.Modes = splitList(modes)
-			cfg.Patterns = splitList(patterns)
-			for _, q := range splitList(qds) {
-				n, err := strconv.Atoi(q)
-				if err != nil {
-					return fmt.Errorf("--qd %q: want numbers, comma-separated", qds)
-				}
-				cfg.QDs = append(cfg.QDs, n)
-			}
-			for _, f := range []struct {
-				name, v string
-				dst     *int
-			}{{"--bs", bs, &cfg.BS}, {"--seq-bs", seqBS, &cfg.SeqBS}} {
-				n, err := memnode.ParseSize(f.v)
-				if err != nil || n <= 0 || n > stor.MaxIO {
-					return fmt.Errorf("%s %q: want a size up to %d bytes (%v)", f.name, f.v, stor.MaxIO, err)
-				}
-				*f.dst = int(n)
-			}
-			for _, f := range []struct {
-				name, v string
-				dst     *uint64
-			}{{"--vol-size", volSize, &cfg.VolSize}, {"--extent", extent, &cfg.Extent}} {
-				n, err := memnode.ParseSize(f.v)
-				if err != nil || n <= 0 {
-					return fmt.Errorf("%s %q: want a positive size (%v)", f.name, f.v, err)
-				}
-				*f.dst = uint64(n)
-			}
-			if dur <= 0 {
-				return fmt.Errorf("--duration %v: want a positive duration", dur)
-			}
-			ctx := cmdContext(cmd)
-			var gather func(context.Context, bench.VolResult) ([]bench.VolResult, error)
-			switch {
-			case launched:
-				if sw != "" {
-					return errors.New("--launched takes the switch from the launch's environment (NDMA_SWITCH): it does not go with --switch")
-				}
-				l, err := coll.ParseEnv(os.LookupEnv)
-				if err != nil {
-					return fmt.Errorf("--launched: %w", err)
-				}
-				if cfg.EndpointOptions, err = l.EndpointOptions(); err != nil {
-					return err
-				}
-				if l.MTU > 0 {
-					cfg.MTU = l.MTU
-				}
-				ep, err := endpoint.Listen(":0", endpoint.Config{Transport: transport.Config{MTU: cfg.MTU}}, cfg.EndpointOptions)
-				if err != nil {
-					return err
-				}
-				defer ep.Close()
-				comm, err := l.Communicator(ctx, ep)
-				if err != nil {
-					return err
-				}
-				if w := l.Warning(); w != "" && l.Rank == 0 {
-					printWarn(cmd.ErrOrStderr())(w)
-				}
-				defer comm.Close(context.Background())
-				cfg.Switch, cfg.Rank, cfg.Ranks = l.Switch, l.Rank, l.Size
-				if l.Rank == 0 {
-					// The storage daemons' CPU, where ndma testbed run
-					// names them.
-					if cfg.NodePIDs, err = pidList("NDMA_STORD_PIDS"); err != nil {
-						return err
-					}
-					if cfg.GatewayPIDs, err = pidList("NDMA_STORGW_PIDS"); err != nil {
-						return err
-					}
-					cfg.SwitchNS = os.Getenv("NDMA_TESTBED_SWITCH_NS")
-				}
-				cfg.Fabric = l.FabricOptions()
-				cfg.Sync = func(ctx context.Context) error { return comm.Barrier(ctx) }
-				gather = func(ctx context.Context, r bench.VolResult) ([]bench.VolResult, error) {
-					return gatherVol(ctx, comm, r)
-				}
-			case sw != "":
-				var err error
-				if cfg.Switch, err = resolvePeer("--switch", sw); err != nil {
-					return err
-				}
-				sec, err := resolveSecurity(&token, &cred, os.Getenv, true, printWarn(cmd.ErrOrStderr()), "", secure.RoleMember)
-				if err != nil {
-					return err
-				}
-				cfg.Fabric, cfg.EndpointOptions = sec.fabric(), sec.endpoint()
-				if !cmd.Flags().Changed("mtu") {
-					if m, err := coll.EnvMTU(os.LookupEnv); err != nil {
-						return err
-					} else if m > 0 {
-						cfg.MTU = m
-					}
-				}
-			}
-			if cmd.Flags().Changed("mtu") {
-				cfg.MTU = mtu
-			}
-			out := cmd.OutOrStdout()
-			var emit func(bench.VolResult) error
-			var table *bench.VolTable
-			if jsonOut {
-				emit = bench.VolJSON(out)
-			} else {
-				table = bench.NewVolTable(out)
-				emit = table.Write
-			}
-			p := newProgress(cmd.ErrOrStderr(), quiet || jsonOut || cfg.Rank != 0)
-			cfg.Progress = p.callback()
-			err := bench.RunVol(ctx, cfg, gather, emit)
-			p.finish()
-			if table != nil && cfg.Rank == 0 {
-				if ferr := table.Flush(); err == nil {
-					err = ferr
-				}
-			}
-			return err
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd) },
 	}
-	fl := cmd.Flags()
-	fl.StringVar(&sw, "switch", "", "forwarding node `address` of a running fabric with storage nodes and a gateway (default: start them in-process on loopback)")
-	token.register(fl)
-	cred.register(fl, "of role member, with --switch")
-	fl.IntVar(&mtu, "mtu", 9000, "transport MTU in bytes (default: $NDMA_MTU when set)")
-	fl.BoolVar(&launched, "launched", false, "one client per process of a launch (ndma testbed run): the switch and token from its environment, rank 0 prints")
-	fl.StringVar(&modes, "mode", "multicast,controller", "I/O modes: multicast, controller, comma-separated")
-	fl.StringVar(&patterns, "pattern", "randread,randwrite,randrw,seqread,seqwrite", "I/O patterns, comma-separated (randrw: 70% reads)")
-	fl.StringVar(&qds, "qd", "1,32", "queue depths (I/Os in flight per client), comma-separated")
-	fl.StringVar(&bs, "bs", "4KiB", "block size of the random patterns")
-	fl.StringVar(&seqBS, "seq-bs", "1MiB", "block size of the sequential patterns")
-	fl.IntVar(&clients, "clients", 1, "clients in this process, each with its own endpoint and volume")
-	fl.IntVar(&nodes, "nodes", 3, "in-process storage nodes (without --switch and --launched)")
-	fl.IntVar(&replicas, "replicas", 3, "copies of each extent")
-	fl.StringVar(&volSize, "vol-size", "256MiB", "each client's volume size")
-	fl.StringVar(&extent, "extent", "4MiB", "extent size of the volumes")
-	fl.StringVar(&service, "service", stor.DefaultService, "storage service name at the switch")
-	fl.StringVar(&gateway, "gateway", "", "the gateway's service name (default SERVICE.gw)")
-	fl.DurationVar(&dur, "duration", 3*time.Second, "measured time per point (after a tenth of it as warm-up)")
-	fl.BoolVar(&jsonOut, "json", false, "print JSON Lines, one object per row")
-	fl.BoolVar(&quiet, "quiet", false, "no progress bar")
+	f.register(cmd.Flags())
 	return cmd
 }
 

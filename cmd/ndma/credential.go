@@ -316,6 +316,14 @@ is never the fabric token: issue refuses a token file.`,
   ndma credential revocations revoked.list`,
 	}
 
+	cmd.AddCommand(newCredentialIssueCmd(), newCredentialShowCmd(), newRevokeCmd(), newRevocationsCmd())
+	return cmd
+}
+
+func init() { rootCmd.AddCommand(newCredentialCmd()) }
+
+// newCredentialIssueCmd is ndma credential issue.
+func newCredentialIssueCmd() *cobra.Command {
 	var role, name, secretFile, out string
 	var force, asJSON bool
 	validFor := validityFlag(defaultValidity)
@@ -393,7 +401,11 @@ for a job's ranks.`,
 	for _, f := range []string{"role", "name", "secret-file", "output"} {
 		_ = issue.MarkFlagRequired(f)
 	}
+	return issue
+}
 
+// newCredentialShowCmd is ndma credential show.
+func newCredentialShowCmd() *cobra.Command {
 	var showSecret, showList string
 	var showJSON bool
 	show := &cobra.Command{
@@ -451,9 +463,5 @@ not this fabric's, or revoked.`,
 	show.Flags().StringVar(&showSecret, "secret-file", "", "`file` holding the authority secret to check the credential against")
 	show.Flags().StringVar(&showList, "revocations", "", "revocation list `file` to check the credential against")
 	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
-
-	cmd.AddCommand(issue, show, newRevokeCmd(), newRevocationsCmd())
-	return cmd
+	return show
 }
-
-func init() { rootCmd.AddCommand(newCredentialCmd()) }

@@ -113,7 +113,15 @@ command without one refuses to run, unless --insecure (on a fabric that
 does not seal).`,
 	}
 	pf.register(cmd)
+	cmd.AddCommand(newPoolCreateCmd(&pf), newPoolLsCmd(&pf), newPoolStatCmd(&pf), newPoolRmCmd(&pf), newPoolPutCmd(&pf), newPoolGetCmd(&pf))
+	pf.hintCredential(cmd.Commands()...)
+	return cmd
+}
 
+func init() { rootCmd.AddCommand(newPoolCmd()) }
+
+// newPoolCreateCmd is ndma pool create.
+func newPoolCreateCmd(pf *poolFlags) *cobra.Command {
 	var (
 		size, stripe, perm string
 		replicas, nodes    int
@@ -175,13 +183,17 @@ does not seal).`,
 	fl.IntVar(&nodes, "nodes", 0, "memory nodes to stripe over (0: every live one)")
 	fl.StringVar(&perm, "perm", "", "what the region allows: r(ead) w(rite) a(tomic) v(ector) (default rwav, rw with --replicas 2: replicas refuse atomics and vector ops)")
 	_ = create.MarkFlagRequired("size")
+	return create
+}
 
-	ls := &cobra.Command{
+// newPoolLsCmd is ndma pool ls.
+func newPoolLsCmd(pf *poolFlags) *cobra.Command {
+	return &cobra.Command{
 		Use:   "ls",
 		Short: "List the pool's regions (never their keys)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, regions, err := poolStat(cmd, &pf)
+			_, regions, err := poolStat(cmd, pf)
 			if err != nil {
 				return err
 			}
@@ -201,13 +213,16 @@ does not seal).`,
 			return tw.Flush()
 		},
 	}
+}
 
-	stat := &cobra.Command{
+// newPoolStatCmd is ndma pool stat.
+func newPoolStatCmd(pf *poolFlags) *cobra.Command {
+	return &cobra.Command{
 		Use:   "stat",
 		Short: "Show the pool's memory nodes: capacity, use and liveness",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			nodes, regions, err := poolStat(cmd, &pf)
+			nodes, regions, err := poolStat(cmd, pf)
 			if err != nil {
 				return err
 			}
@@ -233,7 +248,10 @@ does not seal).`,
 			return tw.Flush()
 		},
 	}
+}
 
+// newPoolRmCmd is ndma pool rm.
+func newPoolRmCmd(pf *poolFlags) *cobra.Command {
 	var key string
 	rm := &cobra.Command{
 		Use:   "rm REGION --key KEY",
@@ -265,13 +283,8 @@ does not seal).`,
 	}
 	rm.Flags().StringVar(&key, "key", "", "the region's key, as create printed it (required)")
 	_ = rm.MarkFlagRequired("key")
-
-	cmd.AddCommand(create, ls, stat, rm, newPoolPutCmd(&pf), newPoolGetCmd(&pf))
-	pf.hintCredential(cmd.Commands()...)
-	return cmd
+	return rm
 }
-
-func init() { rootCmd.AddCommand(newPoolCmd()) }
 
 func poolStat(cmd *cobra.Command, pf *poolFlags) ([]ctrl.PoolNodeInfo, []ctrl.PoolSpec, error) {
 	ep, opts, ctx, cancel, err := pf.client(cmd)
