@@ -12,8 +12,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // A node's directory:
@@ -507,10 +505,10 @@ func (v *vol) writeExcept(b []byte, off uint64, skip [][2]uint64) error {
 
 // sync makes every write so far durable.
 func (v *vol) sync() error {
-	if err := unix.Fdatasync(int(v.data.Fd())); err != nil {
+	if err := datasync(v.data); err != nil {
 		return ioErr(err)
 	}
-	if err := unix.Fdatasync(int(v.vfile.Fd())); err != nil {
+	if err := datasync(v.vfile); err != nil {
 		return ioErr(err)
 	}
 	return nil
