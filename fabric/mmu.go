@@ -44,6 +44,7 @@ type PoolNode struct {
 	Alive    bool
 	free     []span // free extents, sorted by offset, coalesced
 	used     uint64
+	Name     string    // its credential's name (sealed fabrics; else empty)
 	lastSeen time.Time // the switch's last registration from it
 	beats    beats     // its registrations' rhythm: how long a silence means death
 	// Requests and Bytes count the pool requests (and their payload

@@ -50,6 +50,13 @@ func (s *Switch) poolControl(now time.Time, d *transport.Delivery, m *ctrl.Msg) 
 		}
 		n.lastSeen = s.heard
 		n.beats.beat(s.heard)
+		if s.idents != nil {
+			// Its credential's name, for operators (pool stat): the
+			// id is the order the nodes came in.
+			if c, ok := s.idents(d.Peer.Addr); ok {
+				n.Name = c.Name
+			}
+		}
 		if first {
 			// Not used until it reports what it holds.
 			s.nodesSeen++

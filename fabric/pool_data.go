@@ -516,7 +516,7 @@ func (s *Switch) PoolHomes(id uint32) []netip.AddrPort {
 func (s *Switch) PoolNodes() []ctrl.PoolNodeInfo {
 	var out []ctrl.PoolNodeInfo
 	for _, n := range s.mmu.Nodes() {
-		out = append(out, ctrl.PoolNodeInfo{ID: uint16(n.ID), Addr: n.Addr, Capacity: n.Capacity, Used: n.Used(), Alive: n.Alive, Requests: n.Requests, Bytes: n.Bytes})
+		out = append(out, ctrl.PoolNodeInfo{ID: uint16(n.ID), Addr: n.Addr, Name: n.Name, Capacity: n.Capacity, Used: n.Used(), Alive: n.Alive, Requests: n.Requests, Bytes: n.Bytes})
 	}
 	return out
 }

@@ -184,6 +184,12 @@ func TestSealedQuickStart(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// The memory node is shown with its credential's name.
+	for _, args := range [][]string{{"pool", "stat"}, {"stat", "--interval", "0"}} {
+		if out, err := execute(t, append(args, flags...)...); err != nil || !strings.Contains(out, "NAME") || !strings.Contains(out, " memory-0 ") {
+			t.Errorf("%v: the memory node's credential name is not shown: %v\n%s", args, err, out)
+		}
+	}
 	stdout, stderr, err := executeBoth(t, append(client, "--json")...)
 	if err != nil {
 		t.Fatalf("%q: %v %s", client, err, stderr)

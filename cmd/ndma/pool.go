@@ -231,7 +231,7 @@ func newPoolStatCmd(pf *poolFlags) *cobra.Command {
 				return json.NewEncoder(out).Encode(map[string]any{"nodes": nodes, "regions": len(regions)})
 			}
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "NODE\tADDRESS\tCAPACITY\tUSED\tUSE\tALIVE")
+			fmt.Fprintln(tw, "NODE\tNAME\tADDRESS\tCAPACITY\tUSED\tUSE\tALIVE")
 			// The totals count the live nodes only: a dead node's memory
 			// is not the pool's until it comes back.
 			var capTotal, used uint64
@@ -242,9 +242,13 @@ func newPoolStatCmd(pf *poolFlags) *cobra.Command {
 					capTotal += n.Capacity
 					used += n.Used
 				}
-				fmt.Fprintf(tw, "%d\t%v\t%s\t%s\t%.1f%%\t%v\n", n.ID, n.Addr, sizeString(n.Capacity), sizeString(n.Used), pct(n.Used, n.Capacity), n.Alive)
+				name := n.Name
+				if name == "" {
+					name = "-"
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%v\t%s\t%s\t%.1f%%\t%v\n", n.ID, name, n.Addr, sizeString(n.Capacity), sizeString(n.Used), pct(n.Used, n.Capacity), n.Alive)
 			}
-			fmt.Fprintf(tw, "live\t%d of %d nodes, %d regions\t%s\t%s\t%.1f%%\t\n", alive, len(nodes), len(regions), sizeString(capTotal), sizeString(used), pct(used, capTotal))
+			fmt.Fprintf(tw, "live\t%d of %d nodes, %d regions\t\t%s\t%s\t%.1f%%\t\n", alive, len(nodes), len(regions), sizeString(capTotal), sizeString(used), pct(used, capTotal))
 			return tw.Flush()
 		},
 	}

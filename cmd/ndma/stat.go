@@ -16,6 +16,7 @@ import (
 // statNode is one memory node's line of ndma stat.
 type statNode struct {
 	ID       uint16  `json:"id"`
+	Name     string  `json:"name,omitempty"` // its credential's name (sealed fabrics)
 	Addr     string  `json:"addr"`
 	Alive    bool    `json:"alive"`
 	Capacity uint64  `json:"capacity"`
@@ -117,7 +118,7 @@ func makeStatReport(a, b endpoint.PoolState, d time.Duration) statReport {
 	var liveUsed, liveReq float64
 	var maxUsed, maxReq float64
 	for _, n := range b.Nodes {
-		s := statNode{ID: n.ID, Addr: n.Addr.String(), Alive: n.Alive, Capacity: n.Capacity, Used: n.Used, Requests: n.Requests, Bytes: n.Bytes}
+		s := statNode{ID: n.ID, Name: n.Name, Addr: n.Addr.String(), Alive: n.Alive, Capacity: n.Capacity, Used: n.Used, Requests: n.Requests, Bytes: n.Bytes}
 		if d > 0 {
 			p := before[n.ID]
 			s.ReqPerS = float64(n.Requests-min(p[0], n.Requests)) / d.Seconds()
@@ -167,9 +168,13 @@ func printStat(w io.Writer, r statReport) error {
 	}
 	fmt.Fprintf(w, "errors   %d requests refused by the switch since it started\n\n", r.Refused)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tADDRESS\tALIVE\tCAPACITY\tUSED\tUSE\tSHARE\tREQ/S\tMB/S\tREQUESTS")
+	fmt.Fprintln(tw, "NODE\tNAME\tADDRESS\tALIVE\tCAPACITY\tUSED\tUSE\tSHARE\tREQ/S\tMB/S\tREQUESTS")
 	for _, n := range r.Nodes {
-		fmt.Fprintf(tw, "%d\t%s\t%v\t%s\t%s\t%.1f%%\t%.1f%%\t%.0f\t%.2f\t%d\n", n.ID, n.Addr, n.Alive, sizeString(n.Capacity),
+		name := n.Name
+		if name == "" {
+			name = "-"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%s\t%s\t%.1f%%\t%.1f%%\t%.0f\t%.2f\t%d\n", n.ID, name, n.Addr, n.Alive, sizeString(n.Capacity),
 			sizeString(n.Used), pct(n.Used, n.Capacity), 100*n.Share, n.ReqPerS, n.BytesPS/1e6, n.Requests)
 	}
 	return tw.Flush()

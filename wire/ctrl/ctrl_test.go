@@ -185,6 +185,7 @@ func TestEncodeBounds(t *testing.T) {
 		{"pool perm 0x10", ctrl.Msg{Type: ctrl.PoolCreate, Pool: ctrl.PoolSpec{Size: 1, Stripe: 64, Replicas: 1, Perm: 0x10}}},
 		{"pool nodes 1025", ctrl.Msg{Type: ctrl.PoolStat, Resp: true, PoolNodes: make([]ctrl.PoolNodeInfo, ctrl.MaxPoolNodes+1)}},
 		{"pool node invalid addr", ctrl.Msg{Type: ctrl.PoolStat, Resp: true, PoolNodes: []ctrl.PoolNodeInfo{{ID: 1}}}},
+		{"pool node name too long", ctrl.Msg{Type: ctrl.PoolStat, Resp: true, PoolNodes: []ctrl.PoolNodeInfo{{ID: 1, Addr: netip.MustParseAddrPort("10.0.0.9:4791"), Name: strings.Repeat("m", ctrl.MaxName+1)}}}},
 		{"pool regions 4097", ctrl.Msg{Type: ctrl.PoolStat, Resp: true, PoolRegions: make([]ctrl.PoolSpec, ctrl.MaxPoolRegions+1)}},
 		{"job too long", ctrl.Msg{Type: ctrl.Join, MTU: 9000, Job: long, Size: 1, Rank: 0}},
 		{"job empty", ctrl.Msg{Type: ctrl.Join, MTU: 9000, Size: 1, Rank: 0}},

@@ -186,7 +186,7 @@ func (r *reader) pool(p *PoolSpec, request bool) {
 // minPoolNode and minPoolRegion are the encoded sizes of a pool
 // node (IPv4) and of a pool region entry.
 const (
-	minPoolNode   = minMember + 8 + 8 + 1 + 8 + 8
+	minPoolNode   = minMember + 8 + 8 + 1 + 8 + 8 + 1
 	minPoolRegion = 4 + 8 + 8 + 2 + 1 + 1 + 2 + 2 + 2 + 1
 	// minHome is an IPv4 home, minReport a report entry with one.
 	minHome   = minMember + 8
@@ -479,6 +479,11 @@ func (r *reader) poolNodes(dst []PoolNodeInfo) []PoolNodeInfo {
 			}
 		}
 		info.Requests, info.Bytes = r.u64("pool node"), r.u64("pool node")
+		if l := int(r.u8("pool node")); r.err == nil && l > MaxName {
+			r.err = malformedf("pool node %d: name of %d bytes (max %d)", id, l, MaxName)
+		} else if s, ok := r.take(l, "pool node name"); ok {
+			info.Name = string(s)
+		}
 		if r.err != nil {
 			break
 		}

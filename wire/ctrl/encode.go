@@ -168,6 +168,8 @@ func (m *Msg) appendPoolMsg(b []byte) []byte {
 			b = append(b, alive)
 			b = be.AppendUint64(b, n.Requests)
 			b = be.AppendUint64(b, n.Bytes)
+			b = append(b, byte(len(n.Name)))
+			b = append(b, n.Name...)
 		}
 		b = be.AppendUint16(b, uint16(len(m.PoolRegions)))
 		for i := range m.PoolRegions {

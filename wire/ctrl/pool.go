@@ -106,6 +106,7 @@ const poolDigestLabel = "ndma pool region key\x00"
 type PoolNodeInfo struct {
 	ID       uint16
 	Addr     netip.AddrPort
+	Name     string // the name of the credential it registered with (none on a fabric that does not seal: empty), at most MaxName bytes
 	Capacity uint64 // bytes lent to the pool
 	Used     uint64 // bytes given to regions
 	Alive    bool

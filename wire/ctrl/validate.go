@@ -137,6 +137,9 @@ func (m *Msg) validate() error {
 			return malformedf("%d pool nodes (max %d), %d regions (max %d)", len(m.PoolNodes), MaxPoolNodes, len(m.PoolRegions), MaxPoolRegions)
 		}
 		for i := range m.PoolNodes {
+			if len(m.PoolNodes[i].Name) > MaxName {
+				return malformedf("pool node %d: name of %d bytes (max %d)", m.PoolNodes[i].ID, len(m.PoolNodes[i].Name), MaxName)
+			}
 			if a := m.PoolNodes[i].Addr.Addr(); !a.IsValid() || a.Zone() != "" {
 				return malformedf("pool node %d: address %v is invalid or has a zone", m.PoolNodes[i].ID, m.PoolNodes[i].Addr)
 			}

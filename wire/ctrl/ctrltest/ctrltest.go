@@ -93,7 +93,7 @@ func Samples() []Sample {
 		{"poolstat-req", ctrl.Msg{Type: ctrl.PoolStat}},
 		{"poolstat-resp", ctrl.Msg{Type: ctrl.PoolStat, Resp: true,
 			PoolNodes: []ctrl.PoolNodeInfo{
-				{ID: 0, Addr: netip.MustParseAddrPort("10.0.0.9:4791"), Capacity: 1 << 30, Used: 4096, Alive: true, Requests: 1 << 40, Bytes: ^uint64(0)},
+				{ID: 0, Addr: netip.MustParseAddrPort("10.0.0.9:4791"), Capacity: 1 << 30, Used: 4096, Alive: true, Requests: 1 << 40, Bytes: ^uint64(0), Name: "memory-0"},
 				{ID: 1, Addr: netip.MustParseAddrPort("[2001:db8::9]:4791"), Capacity: 1, Used: 0},
 			},
 			PoolRegions: []ctrl.PoolSpec{{Region: 1, Size: 100, Stripe: 64, Columns: 2, Replicas: 2, Perm: 0x0f, Lost: 1, Rebuilding: 1, Down: 1, Health: ctrl.HealthUnavailable}}, PoolRefused: 77}},
