@@ -285,3 +285,28 @@ func waitAlive(t *testing.T, addr string, n int, args ...string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestNDMAMTUEnv: the vol and pool commands take their datagram size from
+// NDMA_MTU (as ndma testbed run sets it) unless --mtu is given: one the
+// switch cannot send back is refused as such, one that is not a number is
+// named, and --mtu wins over it.
+func TestNDMAMTUEnv(t *testing.T) {
+	addr, _, _ := startPool(t, 1, 1<<20)
+	t.Setenv("NDMA_MTU", "abc")
+	if _, err := execute(t, "vol", "ls", "--switch", addr); err == nil || !strings.Contains(err.Error(), `NDMA_MTU="abc"`) {
+		t.Fatalf("vol ls with NDMA_MTU=abc: %v", err)
+	}
+	t.Setenv("NDMA_MTU", "65000")
+	if _, err := execute(t, "vol", "ls", "--switch", addr); err == nil || !strings.Contains(err.Error(), "MTU") {
+		t.Fatalf("vol ls with NDMA_MTU=65000 (above the switch's): %v", err)
+	}
+	// Past the MTU: the switch answers, with no storage node.
+	const noNodes = "no storage node is registered"
+	if _, err := execute(t, "vol", "ls", "--switch", addr, "--mtu", "1500"); err == nil || !strings.Contains(err.Error(), noNodes) {
+		t.Fatalf("vol ls --mtu 1500 with NDMA_MTU=65000: %v, want %q", err, noNodes)
+	}
+	t.Setenv("NDMA_MTU", "1500")
+	if _, err := execute(t, "vol", "ls", "--switch", addr); err == nil || !strings.Contains(err.Error(), noNodes) {
+		t.Fatalf("vol ls with NDMA_MTU=1500: %v, want %q", err, noNodes)
+	}
+}
