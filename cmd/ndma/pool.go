@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ndma/ndma/bench"
+	"github.com/ndma/ndma/coll"
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/memnode/memd"
@@ -71,15 +72,18 @@ func (p *poolFlags) client(cmd *cobra.Command) (*endpoint.Endpoint, endpoint.Fab
 	}
 	p.id, opts = sec.id, sec.fabric()
 	if f := cmd.Flags().Lookup("mtu"); f == nil || !f.Changed {
-		// Under ndma testbed run (or a launcher that says so), the
-		// network's datagram size.
-		if v := os.Getenv("NDMA_MTU"); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n <= 0 {
-				return nil, opts, nil, nil, fmt.Errorf("NDMA_MTU=%q: want the largest datagram in bytes", v)
-			}
-			p.mtu = n
+		// The network's datagram size (ndma testbed run sets it): the
+		// pool commands have no --mtu, the vol commands' wins.
+		envMTU, err := coll.EnvMTU(os.LookupEnv)
+		if err != nil {
+			return nil, opts, nil, nil, err
 		}
+		if envMTU > 0 {
+			p.mtu = envMTU
+		}
+	}
+	if p.mtu != 0 && (p.mtu < transport.MinMTU || p.mtu > transport.MaxMTU) {
+		return nil, opts, nil, nil, fmt.Errorf("--mtu %d: want %d to %d", p.mtu, transport.MinMTU, transport.MaxMTU)
 	}
 	ep, err := endpoint.Listen(":0", endpoint.Config{OpTimeout: p.opTimeout, Transport: transport.Config{MTU: p.mtu}}, sec.endpoint())
 	if err != nil {

@@ -293,8 +293,10 @@ func waitAlive(t *testing.T, addr string, n int, args ...string) {
 func TestNDMAMTUEnv(t *testing.T) {
 	addr, _, _ := startPool(t, 1, 1<<20)
 	t.Setenv("NDMA_MTU", "abc")
-	if _, err := execute(t, "vol", "ls", "--switch", addr); err == nil || !strings.Contains(err.Error(), `NDMA_MTU="abc"`) {
-		t.Fatalf("vol ls with NDMA_MTU=abc: %v", err)
+	for _, cmd := range [][]string{{"vol", "ls"}, {"pool", "ls"}, {"pool", "stat"}} {
+		if _, err := execute(t, append(cmd, "--switch", addr)...); err == nil || !strings.Contains(err.Error(), `NDMA_MTU="abc"`) {
+			t.Fatalf("%v with NDMA_MTU=abc: %v", cmd, err)
+		}
 	}
 	t.Setenv("NDMA_MTU", "65000")
 	if _, err := execute(t, "vol", "ls", "--switch", addr); err == nil || !strings.Contains(err.Error(), "MTU") {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ndma/ndma/coll"
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/stor"
@@ -38,19 +36,6 @@ func (v *volFlags) open(cmd *cobra.Command) (*stor.Client, context.Context, func
 // client opens an endpoint and a storage client for one vol command.
 func (v *volFlags) client(cmd *cobra.Command) (*stor.Client, *endpoint.Endpoint, context.Context, context.CancelFunc, error) {
 	v.opTimeout = stor.IOTimeout
-	if !cmd.Flags().Changed("mtu") {
-		// The network's datagram size (ndma testbed run sets it).
-		envMTU, err := coll.EnvMTU(os.LookupEnv)
-		if err != nil {
-			return nil, nil, nil, nil, err
-		}
-		if envMTU > 0 {
-			v.mtu = envMTU
-		}
-	}
-	if v.mtu < transport.MinMTU || v.mtu > transport.MaxMTU {
-		return nil, nil, nil, nil, fmt.Errorf("--mtu %d: want %d to %d", v.mtu, transport.MinMTU, transport.MaxMTU)
-	}
 	ep, opts, ctx, cancel, err := v.poolFlags.client(cmd)
 	if err != nil {
 		return nil, nil, nil, nil, err
