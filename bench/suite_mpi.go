@@ -6,14 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	mrand "math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/ndma/ndma/coll"
 	"github.com/ndma/ndma/testbed"
@@ -125,14 +122,11 @@ var osuCollSource []byte
 var ErrNoMPI = errors.New("bench: suite: --mpi needs Open MPI's mpicc and mpirun (Debian: apt-get install openmpi-bin libopenmpi-dev)")
 
 // mpiRunner runs the MPI side of a suite: osu_coll built in a temporary
-// directory, started by mpirun in the first host's namespace, mpirun
-// reaching the other hosts through a launch agent that enters their
-// namespaces (plm_rsh_agent).
+// directory, started on the testbed by testbed.MPICommand.
 type mpiRunner struct {
-	dir     string // temporary: osu_coll, the agent
+	dir     string // temporary: osu_coll
 	prog    string
 	mpirun  string
-	agent   string           // written on first use, for the testbed it is given
 	ndmaLib string           // the interposition library (SuiteConfig.MPINDMA)
 	tuned   map[tunedKey]int // tuned algorithms' parameter values
 }
@@ -180,95 +174,33 @@ func MPIVersion(ctx context.Context) (string, error) {
 
 func (r *mpiRunner) close() { os.RemoveAll(r.dir) }
 
-// writeAgent writes the launch agent for st: mpirun calls it as
-// "agent HOST COMMAND..." and it runs COMMAND with sh in HOST's namespace.
-func (r *mpiRunner) writeAgent(st *testbed.State) error {
-	var b strings.Builder
-	// A credential reaches orted, and through it the ranks, as
-	// NDMA_CREDENTIAL (for the interposition library's rows): host i's
-	// rank's own (field i+1 of NDMA_RANK_CREDENTIALS, which run sets
-	// for such rows: one rank per host, in host order), else the host's.
-	b.WriteString("#!/bin/sh\n# ndma bench suite: mpirun's launch agent for testbed " + st.Prefix + "\nhost=$1; shift\ncred=\ncase \"$host\" in\n")
-	for i, h := range st.Hosts {
-		fmt.Fprintf(&b, "%s) ns=%s; i=%d; cred=%s ;;\n", h.Addr, h.NS, i+1, h.Credential)
-	}
-	b.WriteString("*) echo \"ndma mpi agent: unknown host $host\" >&2; exit 1 ;;\nesac\n" +
-		"[ -n \"$NDMA_RANK_CREDENTIALS\" ] && cred=$(echo \"$NDMA_RANK_CREDENTIALS\" | cut -d' ' -f$i)\n" +
-		"[ -n \"$cred\" ] && export NDMA_CREDENTIAL=\"$cred\"\nexec ip netns exec \"$ns\" sh -c \"$*\"\n")
-	agent := filepath.Join(r.dir, "agent-"+st.Prefix)
-	if err := os.WriteFile(agent, []byte(b.String()), 0o755); err != nil {
-		return err
-	}
-	r.agent = agent
-	return nil
-}
-
 // run runs one MPI job on st, writing its output to out.
 func (r *mpiRunner) run(ctx context.Context, st *testbed.State, j suiteJob, iters int, out io.Writer) error {
-	if len(st.Hosts) == 0 {
-		return errors.New("bench: suite: the testbed has no hosts")
-	}
-	if r.agent == "" {
-		if err := r.writeAgent(st); err != nil {
-			return err
-		}
-	}
 	it, warmup := (&CollConfig{Iters: iters}).iters(j.size)
-	hosts := make([]string, len(st.Hosts))
-	for i, h := range st.Hosts {
-		hosts[i] = h.Addr.String() + ":1"
-	}
-	iface := st.Hosts[0].Iface
-	args := []string{"netns", "exec", st.Hosts[0].NS, r.mpirun,
-		"--host", strings.Join(hosts, ","), "-np", strconv.Itoa(len(st.Hosts)),
-		"--bind-to", "none", // one rank per namespace, all on this machine's cores
-		// The ranks share this machine's few cores, which mpirun cannot see
-		// (each "host" has one slot): without yielding, ranks waiting in a
-		// collective spin and starve the others (an 8 B Bcast took 17 ms).
-		"--mca", "mpi_yield_when_idle", "1",
-		"--mca", "plm_rsh_agent", r.agent,
-		"--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", iface, "--mca", "oob_tcp_if_include", iface}
-	env := append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+	c := testbed.MPIConfig{MPIRun: r.mpirun,
+		Program: []string{r.prog, string(j.op), strconv.Itoa(j.size), strconv.Itoa(it), strconv.Itoa(warmup), string(j.algo)}}
 	switch {
 	case j.algo == AlgoMPINDMA || j.algo == AlgoMPIDeclined:
 		if r.ndmaLib == "" {
 			return fmt.Errorf("bench: suite: %s rows need the interposition library (SuiteConfig.MPINDMA)", j.algo)
 		}
-		// Each rank gets a credential of its own for the run's job
-		// (JOB/RANK: rank i runs on host i), as testbed run gives.
-		job := fmt.Sprintf("%s-mpi-%08x", st.Prefix, mrand.Uint32())
-		creds, remove, err := testbed.RankCredentials(st, job)
-		if err != nil {
-			return err
-		}
-		defer remove()
-		args = append(args, "-x", "LD_PRELOAD="+r.ndmaLib, "-x", "NDMA_SWITCH="+st.SwitchAddr,
-			"-x", "NDMA_MTU="+strconv.Itoa(st.DatagramMTU), "-x", "NDMA_TOKEN", "-x", "NDMA_JOB="+job)
-		env = append(env, "NDMA_TOKEN="+st.Token)
-		if len(creds) > 0 {
-			// Rank 0 runs beside mpirun (host 0); the agent gives the
-			// others theirs.
-			env = append(env, "NDMA_CREDENTIAL="+creds[0], "NDMA_RANK_CREDENTIALS="+strings.Join(creds, " "))
-		}
-		if _, set := os.LookupEnv("GOMAXPROCS"); !set && st.GoMaxProcs > 0 {
-			args = append(args, "-x", "GOMAXPROCS="+strconv.Itoa(st.GoMaxProcs))
-		}
+		c.NDMALib = r.ndmaLib
 		if j.algo == AlgoMPIDeclined {
-			args = append(args, "-x", "NDMA_MPI_MIN_BYTES=1099511627776", "-x", "NDMA_MPI_BARRIER=0")
+			c.MPIArgs = append(c.MPIArgs, "-x", "NDMA_MPI_MIN_BYTES=1099511627776", "-x", "NDMA_MPI_BARRIER=0")
 		}
 	case strings.HasPrefix(string(j.algo), mpiTunedPrefix):
 		v, ok := r.tuned[tunedKey{j.op, j.algo}]
 		if !ok {
 			return fmt.Errorf("bench: suite: Open MPI has no tuned algorithm %q for %s", j.algo, j.op)
 		}
-		args = append(args, "--mca", "coll_tuned_use_dynamic_rules", "1",
+		c.MPIArgs = append(c.MPIArgs, "--mca", "coll_tuned_use_dynamic_rules", "1",
 			"--mca", "coll_tuned_"+mpiOpVar[j.op]+"_algorithm", strconv.Itoa(v))
 	}
-	args = append(args, r.prog, string(j.op), strconv.Itoa(j.size), strconv.Itoa(it), strconv.Itoa(warmup), string(j.algo))
-	cmd := exec.CommandContext(ctx, "ip", args...)
-	cmd.Env = env
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 10 * time.Second
+	cmd, cleanup, err := testbed.MPICommand(ctx, st, c)
+	if err != nil {
+		return fmt.Errorf("bench: suite: %w", err)
+	}
+	defer cleanup()
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("mpirun: %w", err)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os/exec"
 	"runtime"
 )
 
@@ -40,3 +41,8 @@ func RunWith(ctx context.Context, st *State, cmd []string, out io.Writer, opts R
 
 // SchedulingApart reports false outside Linux, where no testbed runs.
 func (st *State) SchedulingApart() (string, bool) { return "", false }
+
+// MPICommand reports that a testbed needs Linux (ErrUnsupported).
+func MPICommand(ctx context.Context, st *State, c MPIConfig) (*exec.Cmd, func(), error) {
+	return nil, func() {}, errOS
+}

@@ -175,6 +175,7 @@ comparing builds.`,
 	run.Flags().DurationVar(&f.stallEvery, "stall-every", 0, "period of --stall, longer than the stall (e.g. 30ms)")
 	run.Flags().Uint64Var(&f.stallSeed, "stall-seed", 0, "seed of the ranks --stall draws (0: a random one)")
 	cmd.AddCommand(run)
+	cmd.AddCommand(newTestbedMPIRunCmd(&f))
 
 	cmd.AddCommand(&cobra.Command{
 		Use:   "down",
