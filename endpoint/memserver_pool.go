@@ -291,11 +291,20 @@ func (ms *memServer) poolReports(switchInc uint64) ([][]byte, error) {
 		m.Reports, size = m.Reports[:0], 0
 		return nil
 	}
+	// The keys themselves go only to a switch whose credential this node
+	// verified, over the sealed session they travel in: a restarted switch
+	// then rebuilds lost copies without waiting for a client to bring
+	// the key. On a fabric that does not seal, anyone could pose as the
+	// switch and collect them: only their digests.
+	keys := ms.idents != nil && ms.fromSwitchRole(p.serve.Switch)
 	for _, g := range p.node.State() {
 		e := ctrl.GrantReport{Region: g.Region, Column: uint16(g.Column),
 			Pool: ctrl.PoolSpec{Size: g.Layout.Size, Stripe: g.Layout.Stripe, Columns: g.Layout.Columns, Replicas: g.Layout.Replicas, Perm: uint8(g.Perm)},
 			Base: g.Base, Length: g.Len, Epoch: g.Epoch, Digest: ctrl.PoolKeyDigest(g.Region, g.Key),
 			Rebuilding: g.Rebuilding, Degraded: g.Degraded, Homes: make([]ctrl.PoolHome, len(g.Homes))}
+		if keys {
+			e.Key = g.Key
+		}
 		for i, h := range g.Homes {
 			e.Homes[i] = ctrl.PoolHome{Addr: h.Addr, Base: h.Base}
 		}

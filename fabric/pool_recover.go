@@ -131,6 +131,12 @@ func (s *Switch) adoptReport(n *PoolNode, e *ctrl.GrantReport) {
 		s.logEvent(Event{Kind: EventCopyLost, Region: e.Region, Copy: c, Node: n.ID, Addr: n.Addr})
 		return
 	}
+	if r.Key == 0 && e.Key != 0 && s.idents != nil {
+		// A node gave the key itself (over a sealed session; the
+		// decoder checked it against the digest): lost copies are
+		// rebuilt without waiting for a client to bring it.
+		r.Key = e.Key
+	}
 	if r.unconfirmed == nil || !r.unconfirmed[c] {
 		return // settled already (a report sent again)
 	}

@@ -308,3 +308,71 @@ func TestSimPoolGrantsOnlyFromSwitchRole(t *testing.T) {
 		t.Fatalf("seed %d: write once the switch is certified as one: %v", seed, err)
 	}
 }
+
+// TestSimPoolRebuildWithoutClient: a replicated region's memory node
+// restarts (its copy gone) while the switch restarts too, and no client
+// touches the region afterwards. On a fabric whose nodes verified the
+// switch's credential, the nodes' reports carry the region's key and the
+// new switch rebuilds the lost copy on its own; on one that does not
+// seal they carry only its digest, and the rebuild waits for the first
+// client request that brings the key.
+func TestSimPoolRebuildWithoutClient(t *testing.T) {
+	for _, sealed := range []bool{true, false} {
+		t.Run(fmt.Sprint("sealed=", sealed), func(t *testing.T) {
+			const seed = 91
+			f, ns, cli := poolSimSetup(t, seed, simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond}, 3)
+			roles := func(sw *fabric.Switch) {
+				if !sealed {
+					return
+				}
+				sw.SetIdentities(func(a netip.AddrPort) (secure.Cert, bool) {
+					for _, n := range ns {
+						if a == n.addr {
+							return secure.Cert{Role: secure.RoleMemoryNode, Name: "memory"}, true
+						}
+					}
+					return secure.Cert{Role: secure.RoleClient, Name: "client"}, true
+				})
+				for _, n := range ns {
+					n.core.SetIdentities(func(a netip.AddrPort) (secure.Cert, bool) {
+						return secure.Cert{Role: secure.RoleSwitch, Name: "switch"}, a == f.swAddr
+					})
+				}
+			}
+			roles(f.sw)
+			rep := f.createPool(cli, ctrl.PoolSpec{Size: 384 << 10, Stripe: 16 << 10, Replicas: 2, Perm: uint8(wire.PermRead | wire.PermWrite)})
+			ref := randomBytes(rand.New(rand.NewPCG(seed, 3)), int(rep.spec.Size))
+			if err, _ := rep.access(endpoint.KindWrite, ref, 0, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			// Node 1 restarts, its memory gone, while the switch does.
+			f.net.Detach(ns[1].addr)
+			f.restartSwitch(200 * time.Millisecond)
+			ns[1].restart()
+			roles(f.sw)
+			f.net.Attach(ns[1].addr, ns[1], f.link, f.link)
+			healthy := func() bool {
+				h := regionHealth(f.sw, rep.spec.Region)
+				return h.Region == rep.spec.Region && h.Health == ctrl.HealthOK && h.Lost == 0
+			}
+			f.net.RunFor(10 * time.Second)
+			if got := healthy(); got != sealed {
+				t.Fatalf("seed %d: 10 s after the restarts, no client request: healthy %v, want %v (%+v; %d rebuilt)",
+					seed, got, sealed, regionHealth(f.sw, rep.spec.Region), f.sw.Stats().PoolRebuilt)
+			}
+			got := make([]byte, len(ref))
+			if err, _ := rep.access(endpoint.KindRead, got, 0, time.Minute); err != nil || !bytes.Equal(got, ref) {
+				t.Fatalf("seed %d: read after the restarts: %v, equal %v", seed, err, bytes.Equal(got, ref))
+			}
+			f.run(healthy, time.Minute, "the lost copy rebuilt")
+			// Node 0 away: the stripes whose other copy is on node 1
+			// come from the rebuilt copy.
+			f.net.Detach(ns[0].addr)
+			f.run(func() bool { return regionHealth(f.sw, rep.spec.Region).Down > 0 }, 10*time.Second, "node 0 counted dead")
+			clear(got)
+			if err, _ := rep.access(endpoint.KindRead, got, 0, time.Minute); err != nil || !bytes.Equal(got, ref) {
+				t.Fatalf("seed %d: read from the rebuilt copy: %v, equal %v", seed, err, bytes.Equal(got, ref))
+			}
+		})
+	}
+}

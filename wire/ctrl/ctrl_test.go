@@ -186,6 +186,8 @@ func TestEncodeBounds(t *testing.T) {
 		{"pool nodes 1025", ctrl.Msg{Type: ctrl.PoolStat, Resp: true, PoolNodes: make([]ctrl.PoolNodeInfo, ctrl.MaxPoolNodes+1)}},
 		{"pool node invalid addr", ctrl.Msg{Type: ctrl.PoolStat, Resp: true, PoolNodes: []ctrl.PoolNodeInfo{{ID: 1}}}},
 		{"pool node name too long", ctrl.Msg{Type: ctrl.PoolStat, Resp: true, PoolNodes: []ctrl.PoolNodeInfo{{ID: 1, Addr: netip.MustParseAddrPort("10.0.0.9:4791"), Name: strings.Repeat("m", ctrl.MaxName+1)}}}},
+		{"pool report key not its digest's", ctrl.Msg{Type: ctrl.PoolReport, Reports: []ctrl.GrantReport{{Region: 9, Column: 0, Pool: ctrl.PoolSpec{Size: 4096, Stripe: 4096, Columns: 1, Replicas: 1, Perm: 3},
+			Length: 4096, Digest: ctrl.PoolKeyDigest(9, 77), Key: 78, Homes: []ctrl.PoolHome{{Addr: netip.MustParseAddrPort("10.0.0.3:4791")}}}}}},
 		{"pool regions 4097", ctrl.Msg{Type: ctrl.PoolStat, Resp: true, PoolRegions: make([]ctrl.PoolSpec, ctrl.MaxPoolRegions+1)}},
 		{"job too long", ctrl.Msg{Type: ctrl.Join, MTU: 9000, Job: long, Size: 1, Rank: 0}},
 		{"job empty", ctrl.Msg{Type: ctrl.Join, MTU: 9000, Size: 1, Rank: 0}},

@@ -190,7 +190,7 @@ const (
 	minPoolRegion = 4 + 8 + 8 + 2 + 1 + 1 + 2 + 2 + 2 + 1
 	// minHome is an IPv4 home, minReport a report entry with one.
 	minHome   = minMember + 8
-	minReport = 4 + 2 + 20 + 8 + 8 + 8 + PoolDigestLen + 1 + 1 + minHome
+	minReport = 4 + 2 + 20 + 8 + 8 + 8 + PoolDigestLen + 8 + 1 + 1 + minHome
 )
 
 // bool reads a 0 or 1 byte.
@@ -449,6 +449,7 @@ func (r *reader) reports() []GrantReport {
 		if s, ok := r.take(PoolDigestLen, "report"); ok {
 			p.Digest = [PoolDigestLen]byte(s)
 		}
+		p.Key = r.u64("report")
 		p.Rebuilding = r.bool("report")
 		p.Degraded = r.bool("report")
 		p.Homes = r.homes(nil, p.Pool.Columns)

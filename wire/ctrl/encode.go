@@ -148,6 +148,7 @@ func (m *Msg) appendPoolMsg(b []byte) []byte {
 			b = be.AppendUint64(b, p.Length)
 			b = be.AppendUint64(b, p.Epoch)
 			b = append(b, p.Digest[:]...)
+			b = be.AppendUint64(b, p.Key)
 			b = appendBool(b, p.Rebuilding)
 			b = appendBool(b, p.Degraded)
 			b = appendHomes(b, p.Homes)

@@ -72,13 +72,18 @@ type PoolHome struct {
 // whether the copy is being rebuilt (incomplete) or took writes its other
 // copy missed since Epoch was set (Degraded).
 type GrantReport struct {
-	Region     uint32
-	Column     uint16
-	Pool       PoolSpec
-	Base       uint64
-	Length     uint64
-	Epoch      uint64
-	Digest     [PoolDigestLen]byte
+	Region uint32
+	Column uint16
+	Pool   PoolSpec
+	Base   uint64
+	Length uint64
+	Epoch  uint64
+	Digest [PoolDigestLen]byte
+	// Key is the region's key itself, or 0: a node gives it only to a
+	// switch whose credential it verified, over a sealed session, so
+	// that a restarted switch can rebuild lost copies before any client
+	// uses the region (on a fabric that does not seal, only Digest).
+	Key        uint64
 	Rebuilding bool
 	Degraded   bool
 	Homes      []PoolHome // by column: Pool.Columns entries

@@ -184,6 +184,9 @@ func (p *GrantReport) validate() error {
 	if int(p.Column) >= p.Pool.Columns {
 		return malformedf("pool report: region %d: column %d of %d", p.Region, p.Column, p.Pool.Columns)
 	}
+	if p.Key != 0 && PoolKeyDigest(p.Region, p.Key) != p.Digest {
+		return malformedf("pool report: region %d: the key does not match the digest", p.Region)
+	}
 	return validateHomes(p.Homes, p.Pool.Columns)
 }
 

@@ -73,7 +73,7 @@ func Samples() []Sample {
 		{"poolepoch-resp", ctrl.Msg{Type: ctrl.PoolEpoch, Resp: true}},
 		{"poolreport-req", ctrl.Msg{Type: ctrl.PoolReport, Final: true, Reports: []ctrl.GrantReport{
 			{Region: 9, Column: 1, Pool: ctrl.PoolSpec{Size: 1 << 20, Stripe: 64 << 10, Columns: 2, Replicas: 2, Perm: 0x03},
-				Base: 1 << 40, Length: 1 << 20, Epoch: 3, Digest: ctrl.PoolKeyDigest(9, 77), Degraded: true,
+				Base: 1 << 40, Length: 1 << 20, Epoch: 3, Digest: ctrl.PoolKeyDigest(9, 77), Key: 77, Degraded: true,
 				Homes: []ctrl.PoolHome{{Addr: netip.MustParseAddrPort("10.0.0.2:4791"), Base: 4096}, {Addr: netip.MustParseAddrPort("[2001:db8::7]:4791"), Base: 1 << 40}}},
 			{Region: 12, Column: 0, Pool: ctrl.PoolSpec{Size: 4096, Stripe: 4096, Columns: 1, Replicas: 1, Perm: 0x0f},
 				Base: 0, Length: 4096, Epoch: 1, Rebuilding: true, Homes: []ctrl.PoolHome{{Addr: netip.MustParseAddrPort("10.0.0.3:4791")}}},
