@@ -35,8 +35,8 @@ type Layer struct {
 	nextSAID uint32                // only if rand fails
 	out      []Datagram
 	stats    LayerStats
-	free     [len(bufClasses)][][]byte // buffers given back by Recycle, by class
-	deadline time.Time                 // when Tick has work next (zero: none)
+	bufs     netio.Pool // the buffers the layer seals into; Recycle gives them back
+	deadline time.Time  // when Tick has work next (zero: none)
 
 	answers answerLimit // answers to datagrams no session vouches for
 	// refusedAt is when a refused handshake was last logged,
@@ -87,43 +87,23 @@ type Layer struct {
 // Datagram is a datagram to send: its destination and bytes.
 type Datagram = netio.Datagram
 
-// The capacities of the buffers the layer seals into (a datagram of up
-// to 2 KiB, a jumbo frame, any UDP datagram), and how many of each it
-// keeps for reuse once Recycle gives them back.
-var (
-	bufClasses = [...]int{2 << 10, 16 << 10, 64 << 10}
-	bufKeep    = [len(bufClasses)]int{1024, 256, 64}
+// The buffers the layer seals into, a netio.Pool: the smallest,
+// bufMin, holds any datagram of a 1500-byte MTU, whatever its size; of
+// each class, bufKeep buffers and bufKeepBytes are kept for reuse once
+// Recycle gives them back: 1024 datagrams of up to 2 KiB, 256 jumbo
+// frames, 64 of any UDP datagram's size.
+const (
+	bufMin       = 2 << 10
+	bufKeep      = 1024
+	bufKeepBytes = 4 << 20
 )
 
 // getBuf returns an empty buffer of capacity at least n: a recycled one,
 // or a new one of n's class.
-func (l *Layer) getBuf(n int) []byte {
-	for c, size := range bufClasses {
-		if n > size {
-			continue
-		}
-		if k := len(l.free[c]); k > 0 {
-			b := l.free[c][k-1]
-			l.free[c][k-1] = nil
-			l.free[c] = l.free[c][:k-1]
-			return b
-		}
-		return make([]byte, 0, size)
-	}
-	return make([]byte, 0, n)
-}
+func (l *Layer) getBuf(n int) []byte { return l.bufs.Get(n)[:0] }
 
 // putBuf keeps b for reuse if it is of a class and that class has room.
-func (l *Layer) putBuf(b []byte) {
-	for c, size := range bufClasses {
-		if cap(b) == size {
-			if len(l.free[c]) < bufKeep[c] {
-				l.free[c] = append(l.free[c], b[:0])
-			}
-			return
-		}
-	}
-}
+func (l *Layer) putBuf(b []byte) { l.bufs.Put(b) }
 
 // Recycle gives the layer back the buffers of datagrams that Take
 // returned, once they are written, so that later datagrams are sealed
@@ -201,6 +181,7 @@ type layerPeer struct {
 // in production.
 func NewLayer(id *Identity, opts Options, rand io.Reader) (*Layer, error) {
 	l := &Layer{id: id, opts: opts, rand: rand, peers: make(map[netip.AddrPort]*layerPeer), bySAID: make(map[uint32]*layerPeer),
+		bufs:     netio.Pool{Min: bufMin, Keep: bufKeep, KeepBytes: bufKeepBytes},
 		MaxPeers: DefaultLayerPeers, MaxQueued: DefaultLayerQueued, HandshakeRetry: DefaultHandshakeRetry,
 		HandshakeGiveUp: DefaultHandshakeGiveUp, SessionIdle: DefaultSessionIdle,
 		RekeyPackets: RekeyAfter, RekeyAge: DefaultRekeyAge, Drain: DefaultDrain,
