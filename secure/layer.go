@@ -98,13 +98,6 @@ const (
 	bufKeepBytes = 4 << 20
 )
 
-// getBuf returns an empty buffer of capacity at least n: a recycled one,
-// or a new one of n's class.
-func (l *Layer) getBuf(n int) []byte { return l.bufs.Get(n)[:0] }
-
-// putBuf keeps b for reuse if it is of a class and that class has room.
-func (l *Layer) putBuf(b []byte) { l.bufs.Put(b) }
-
 // Recycle gives the layer back the buffers of datagrams that Take
 // returned, once they are written, so that later datagrams are sealed
 // into them rather than into new ones: with it, a steady flow of
@@ -112,7 +105,7 @@ func (l *Layer) putBuf(b []byte) { l.bufs.Put(b) }
 // afterwards, nor recycle one twice. Calling it is optional.
 func (l *Layer) Recycle(ds []Datagram) {
 	for _, d := range ds {
-		l.putBuf(d.Buf)
+		l.bufs.Put(d.Buf)
 	}
 }
 
@@ -262,10 +255,10 @@ func (l *Layer) send(now time.Time, to netip.AddrPort, pkt []byte, control bool)
 			l.stats.DroppedQueue++
 			return fmt.Errorf("secure: %d datagrams held for %v's handshake", len(p.queue), to)
 		}
-		p.queue = append(p.queue, append(l.getBuf(len(pkt)+wire.TagLen), pkt...))
+		p.queue = append(p.queue, append(l.bufs.Get(len(pkt) + wire.TagLen)[:0], pkt...))
 		return nil
 	}
-	err := l.seal(p, append(l.getBuf(len(pkt)+wire.TagLen), pkt...), control)
+	err := l.seal(p, append(l.bufs.Get(len(pkt) + wire.TagLen)[:0], pkt...), control)
 	if p.ini == nil && (p.sess.Send.Seq() >= l.RekeyPackets || now.Sub(p.since) >= l.RekeyAge) {
 		// Time for new keys: a new handshake, while this session goes
 		// on sealing until it completes.
@@ -279,7 +272,7 @@ func (l *Layer) send(now time.Time, to netip.AddrPort, pkt []byte, control bool)
 func (l *Layer) seal(p *layerPeer, pkt []byte, control bool) error {
 	sealed, err := p.sess.Send.Seal(pkt)
 	if err != nil {
-		l.putBuf(pkt)
+		l.bufs.Put(pkt)
 		return err
 	}
 	l.stats.Sealed++
@@ -358,9 +351,9 @@ func (l *Layer) unmapSAIDs(p *layerPeer, keep ...uint32) {
 // again every HandshakeRetry until answered.
 func (l *Layer) sendHandshake(now time.Time, p *layerPeer, msg []byte) {
 	h := wire.Header{Version: wire.Version, Op: wire.OpHandshake, MsgLen: uint32(len(msg))}
-	b, err := wire.AppendPacket(l.getBuf(wire.HeaderLen+len(msg)), &h, msg)
+	b, err := wire.AppendPacket(l.bufs.Get(wire.HeaderLen + len(msg))[:0], &h, msg)
 	if err != nil {
-		l.putBuf(b)
+		l.bufs.Put(b)
 		return
 	}
 	if len(msg) > 0 && msg[0] == hsHello {
@@ -579,7 +572,7 @@ func (l *Layer) answer(now time.Time, from netip.AddrPort, msg []byte) bool {
 		return false
 	}
 	h := wire.Header{Version: wire.Version, Op: wire.OpHandshake, MsgLen: uint32(len(msg))}
-	b, err := wire.AppendPacket(l.getBuf(wire.HeaderLen+len(msg)), &h, msg)
+	b, err := wire.AppendPacket(l.bufs.Get(wire.HeaderLen + len(msg))[:0], &h, msg)
 	if err != nil {
 		return false
 	}
@@ -714,7 +707,7 @@ func (l *Layer) Tick(now time.Time) time.Time {
 			continue
 		}
 		if !now.Before(p.retryAt) && p.hello != nil {
-			l.out = append(l.out, Datagram{Addr: p.addr, Buf: append(l.getBuf(len(p.hello)), p.hello...)})
+			l.out = append(l.out, Datagram{Addr: p.addr, Buf: append(l.bufs.Get(len(p.hello))[:0], p.hello...)})
 			p.backoff = min(2*max(p.backoff, l.HandshakeRetry), max(MaxHandshakeRetry, l.HandshakeRetry))
 			p.retryAt = now.Add(p.backoff)
 		}
@@ -774,7 +767,7 @@ func (l *Layer) sweep(now time.Time) {
 			l.stats.HandshakesFailed++
 			l.stats.DroppedQueue += uint64(len(p.queue))
 			for _, b := range p.queue {
-				l.putBuf(b)
+				l.bufs.Put(b)
 			}
 			if p.sess != nil {
 				l.stats.SessionsLost++
