@@ -371,7 +371,7 @@ func (c *Core) onResponse(d *transport.Delivery) {
 	}
 	if h.Status == wire.StatusOK && (op.Kind == KindRead || op.Kind == KindControl || op.Kind == KindAnycast) {
 		// A response with data: the first fragment fixes its length.
-		if !op.asm.open {
+		if !op.asm.Started() {
 			switch {
 			case op.Kind == KindRead && int(h.MsgLen) != len(op.Buf):
 				op.fail(fmt.Errorf("%w: a response of %d bytes for a %d-byte read", ErrShortRead, h.MsgLen, len(op.Buf)))

@@ -101,9 +101,9 @@ func (c *Core) placeUnexpected(u *unexpected, d *transport.Delivery) {
 	if err != nil {
 		c.stats.FragmentsRefused++
 	}
-	if !done && u.asm.broken(d.MsgDone) {
+	if !done && u.asm.Broken(d.MsgDone) {
 		u.broken = true
-		u.asm.frags = nil
+		u.asm = reassembly{} // what it kept is of no use
 	}
 }
 
@@ -117,8 +117,8 @@ func (c *Core) takeUnexpected(op *Op, u *unexpected, buf []byte) {
 		return
 	}
 	op.asm = u.asm
-	op.asm.moveTo(buf)
-	if op.asm.complete() {
+	op.asm.MoveTo(buf)
+	if op.asm.Complete() {
 		c.finish(op)
 	}
 }
@@ -131,7 +131,7 @@ func (c *Core) placeFrag(op *Op, d *transport.Delivery) bool {
 	if err != nil {
 		c.stats.FragmentsRefused++
 	}
-	if !done && op.asm.broken(d.MsgDone) {
+	if !done && op.asm.Broken(d.MsgDone) {
 		op.fail(ErrBadFragment)
 		c.finish(op)
 	}
@@ -150,7 +150,7 @@ func (c *Core) roomUnexpected(n int, stranger bool) bool {
 		return false
 	}
 	idle, n := c.deadTimeout(), 0
-	stale := func(u *unexpected) bool { return !u.asm.complete() && !u.broken && c.now.Sub(u.last) > idle }
+	stale := func(u *unexpected) bool { return !u.asm.Complete() && !u.broken && c.now.Sub(u.last) > idle }
 	for k, u := range c.unexp {
 		if n++; n > sweepBatch/2 {
 			break
@@ -217,7 +217,7 @@ func (c *Core) SetMember(group uint32, member uint16) {
 	c.joined[group] = member
 	for k, u := range c.unexp {
 		// Multicasts that came whole before the join was complete here.
-		if k.k.group == group && k.k.kind == KindRecv && !u.broken && u.asm.complete() && k.k.id > c.rxWhole[rxKey(group, k.k.member)] {
+		if k.k.group == group && k.k.kind == KindRecv && !u.broken && u.asm.Complete() && k.k.id > c.rxWhole[rxKey(group, k.k.member)] {
 			c.rxWhole[rxKey(group, k.k.member)] = k.k.id
 		}
 	}
@@ -441,7 +441,7 @@ func (c *Core) onGroup(d *transport.Delivery) {
 // h) of the message op receives: the message must be exactly len(buf)
 // bytes, or op fails with ErrShortRead and startInto reports false.
 func (c *Core) startInto(op *Op, buf []byte, h *wire.Header, what string) bool {
-	if op.asm.open {
+	if op.asm.Started() {
 		return true
 	}
 	if int(h.MsgLen) != len(buf) {
@@ -458,7 +458,7 @@ func (c *Core) onMulticast(d *transport.Delivery) {
 	k := gopKey{h.Group, KindRecv, h.Src, h.MsgID}
 	if op := c.gops[k]; op != nil && op.sw == d.Peer.Addr {
 		buf := op.Buf
-		if b, ok := op.recvBuf(int(h.MsgLen)); ok && !op.asm.open {
+		if b, ok := op.recvBuf(int(h.MsgLen)); ok && !op.asm.Started() {
 			buf = b
 		}
 		if c.startInto(op, buf, h, "multicast") && c.placeFrag(op, d) {
@@ -481,7 +481,7 @@ func (c *Core) onMulticast(d *transport.Delivery) {
 		c.unexp[uk] = u
 	}
 	c.placeUnexpected(u, d)
-	if !u.broken && u.asm.complete() {
+	if !u.broken && u.asm.Complete() {
 		c.wholeAt(h)
 	}
 }
@@ -526,7 +526,7 @@ func (op *Op) recvBuf(n int) ([]byte, bool) {
 func (c *Core) arrived(sw netip.AddrPort, group uint32, from uint16) bool {
 	id := c.rxSeq[rxKey(group, from)] + 1
 	u := c.unexp[unexpKey{sw, gopKey{group, KindRecv, from, id}}]
-	return u != nil && (u.broken || u.asm.complete())
+	return u != nil && (u.broken || u.asm.Complete())
 }
 
 // onEvent handles a switch notification.
@@ -653,7 +653,7 @@ func (c *Core) onAnycastRequest(d *transport.Delivery) {
 		}
 		r.asm.start(int(h.MsgLen), r.Data)
 		c.anyIn[k] = r
-		c.anyInBytes += r.asm.total
+		c.anyInBytes += r.asm.length()
 	}
 	r.last = c.now
 	done, err := r.asm.place(h, d.Payload)
@@ -663,16 +663,16 @@ func (c *Core) onAnycastRequest(d *transport.Delivery) {
 	switch {
 	case done:
 		delete(c.anyIn, k)
-		c.anyInBytes -= r.asm.total
+		c.anyInBytes -= r.asm.length()
 		if r.Data == nil {
-			r.Data = make([]byte, r.asm.total)
-			r.asm.moveTo(r.Data)
+			r.Data = make([]byte, r.asm.length())
+			r.asm.MoveTo(r.Data)
 		}
 		c.requests = append(c.requests, r)
 		c.serving++
-	case r.asm.broken(d.MsgDone):
+	case r.asm.Broken(d.MsgDone):
 		delete(c.anyIn, k)
-		c.anyInBytes -= r.asm.total
+		c.anyInBytes -= r.asm.length()
 		c.stats.RequestsRefused++
 		rh := wire.Header{Op: wire.OpData, Flags: wire.FlagResp, MsgID: h.MsgID, Status: wire.StatusBadOperand}
 		_, _ = c.eng.Send(d.Peer, &rh, nil, 0)
@@ -701,7 +701,7 @@ func (c *Core) admitAnycast(h *wire.Header) wire.Status {
 			}
 			if c.now.Sub(r.last) > idle {
 				delete(c.anyIn, k)
-				c.anyInBytes -= r.asm.total
+				c.anyInBytes -= r.asm.length()
 			}
 		}
 	}

@@ -152,7 +152,7 @@ func (c *Core) postRecvMsg(now time.Time, op *Op) {
 	if u := c.unexpMsg[k]; u != nil {
 		delete(c.unexpMsg, k)
 		c.release(u)
-		if !c.beginRecvMsg(op, u.asm.total) {
+		if !c.beginRecvMsg(op, u.asm.length()) {
 			return
 		}
 		c.takeUnexpected(op, u, op.Buf)
@@ -213,7 +213,7 @@ func (c *Core) onMsg(d *transport.Delivery) {
 	s := msgStream{d.Peer.Addr, uint32(h.Key), h.Operand1}
 	k := msgMatch{s.peer, s.comm, s.tag, h.Operand2}
 	if op := c.recvs[k]; op != nil {
-		if !op.asm.open {
+		if !op.asm.Started() {
 			if !c.beginRecvMsg(op, int(h.MsgLen)) {
 				return
 			}

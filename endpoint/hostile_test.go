@@ -287,10 +287,10 @@ func TestReassemblyRefuses(t *testing.T) {
 			t.Fatalf("%s: done %v, err %v; want ErrBadFragment", c.name, done, err)
 		}
 	}
-	if !r.broken(true) || r.broken(false) {
+	if !r.Broken(true) || r.Broken(false) {
 		t.Fatal("a message called done with half its bytes is not broken")
 	}
-	if done, err := frag(100, 50, 50); !done || err != nil || !r.complete() {
+	if done, err := frag(100, 50, 50); !done || err != nil || !r.Complete() {
 		t.Fatalf("second half: done %v, err %v", done, err)
 	}
 	var small reassembly

@@ -114,7 +114,7 @@ type poolCore struct {
 	proofs map[netip.AddrPort]*poolProof // by switch (SetPoolProof)
 
 	raw   []netio.Datagram // datagrams to send at the next Poll
-	bufs  [][]byte         // free buffers
+	bufs  netio.Pool       // the datagrams' buffers (one class up to 2 KiB); at most maxPoolRaw free per class
 	inUse [][]byte         // buffers of the last Poll's datagrams
 	stats PoolStats
 }
@@ -124,6 +124,7 @@ func (c *Core) initPool() error {
 	p.lanes = make(map[laneKey]*poolLane)
 	p.reqs = make(map[uint64]*poolOp)
 	p.ops = make(map[*Op]*poolOp)
+	p.bufs = netio.Pool{Min: 2048, Keep: maxPoolRaw}
 	mtu := c.MTU()
 	// Room for the reply-to trailer the switch adds; 8-byte aligned so
 	// vector segments hold whole elements.
@@ -387,11 +388,7 @@ func (c *Core) queueRaw(to netip.AddrPort, h *wire.Header, payload []byte) bool 
 		p.stats.Dropped++
 		return false
 	}
-	var b []byte
-	if n := len(p.bufs); n > 0 {
-		b, p.bufs = p.bufs[n-1], p.bufs[:n-1]
-	}
-	b, _ = wire.AppendPacket(b[:0], h, payload)
+	b, _ := wire.AppendPacket(p.bufs.Get(wire.HeaderLen + len(payload))[:0], h, payload)
 	p.raw = append(p.raw, netio.Datagram{Addr: to, Buf: b})
 	return true
 }
@@ -575,7 +572,10 @@ func (p *poolCore) sortedOps() []*poolOp {
 // until the next flush.
 func (c *Core) flushPool(out []netio.Datagram) []netio.Datagram {
 	p := &c.pool
-	p.bufs = append(p.bufs, p.inUse...)
+	for _, b := range p.inUse {
+		p.bufs.Put(b)
+	}
+	clear(p.inUse)
 	p.inUse = p.inUse[:0]
 	for _, d := range p.raw {
 		p.inUse = append(p.inUse, d.Buf)

@@ -8,14 +8,10 @@ import "testing"
 func bufferedUnexpected(c *Core) int {
 	n := 0
 	for _, u := range c.unexp {
-		for _, f := range u.asm.frags {
-			n += len(f.data)
-		}
+		n += u.asm.Kept()
 	}
 	for _, u := range c.unexpMsg {
-		for _, f := range u.asm.frags {
-			n += len(f.data)
-		}
+		n += u.asm.Kept()
 	}
 	return n
 }

@@ -3,9 +3,9 @@ package fabric
 import (
 	"errors"
 	"fmt"
-	"math/bits"
 	"time"
 
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/reduce"
 	"github.com/ndma/ndma/wire"
 )
@@ -162,13 +162,6 @@ type aggSlot struct {
 func (s *aggSlot) has(m int) bool { return s.seen[m>>6]&(1<<(uint(m)&63)) != 0 }
 func (s *aggSlot) mark(m int)     { s.seen[m>>6] |= 1 << (uint(m) & 63) }
 
-// Deterministic buffers come in power-of-two size classes from
-// 64<<0 bytes up, the top class capped at SlotBytes.
-const (
-	aggMinClassShift = 6
-	aggClasses       = 12 // 64 B .. 128 KiB > wire.MaxPayload
-)
-
 // AggPool is the forwarding node's bounded pool of aggregation slots.
 // Create it with NewAggPool.
 //
@@ -203,11 +196,12 @@ type AggPool struct {
 	// Deterministic buffering. reserved is the sum of the open
 	// deterministic slots' reservations (admission control: a slot is
 	// created only if its worst case fits, so every admitted slot can
-	// complete). allocated counts the bytes of buffers in use plus those on
-	// the free lists, and never exceeds cfg.MaxBytes.
-	bufFree   [aggClasses][][]byte
-	reserved  int64
-	allocated int64
+	// complete). bufs holds the buffered chunks in netio.Pool's
+	// power-of-two size classes from 64 bytes, the top class capped at
+	// SlotBytes; its Allocated (bytes in use plus free) never exceeds
+	// cfg.MaxBytes.
+	bufs     netio.Pool
+	reserved int64
 }
 
 // NewAggPool returns an empty pool configured by cfg (zero fields take
@@ -226,6 +220,7 @@ func NewAggPool(cfg PoolConfig) (*AggPool, error) {
 		groups: make(map[uint32]int),
 		oldest: -1,
 		newest: -1,
+		bufs:   netio.Pool{Top: cfg.SlotBytes, Budget: cfg.MaxBytes},
 	}
 	for i := range p.free {
 		p.free[i] = int32(cfg.Slots - 1 - i) // slot 0 on top
@@ -422,58 +417,23 @@ func (p *AggPool) fold(s *aggSlot, d []byte) {
 	s.next++
 }
 
-// aggClass returns the size class of an n-byte buffer, n >= 1.
-func aggClass(n int) int {
-	if n <= 1<<aggMinClassShift {
-		return 0
-	}
-	return bits.Len(uint(n-1)) - aggMinClassShift
-}
-
 // classSize is the capacity of the buffers that hold n bytes, in bytes
 // (0 for n == 0, which is never buffered).
 func (p *AggPool) classSize(n int) int {
 	if n == 0 {
 		return 0
 	}
-	return min(1<<(aggClass(n)+aggMinClassShift), p.cfg.SlotBytes)
+	return p.bufs.ClassSize(n)
 }
 
 // getBuf returns a buffer of n bytes (1 <= n <= SlotBytes), recycled when
 // one of its class is free. Making room for a new one drops free buffers of
 // other classes, so allocated never exceeds MaxBytes: the caller's slot
 // reservation guarantees in-use buffers fit.
-func (p *AggPool) getBuf(n int) []byte {
-	c := aggClass(n)
-	if l := p.bufFree[c]; len(l) > 0 {
-		b := l[len(l)-1]
-		l[len(l)-1] = nil
-		p.bufFree[c] = l[:len(l)-1]
-		return b[:n]
-	}
-	size := p.classSize(n)
-	for k := aggClasses - 1; k >= 0 && p.allocated+int64(size) > p.cfg.MaxBytes; {
-		l := p.bufFree[k]
-		if len(l) == 0 {
-			k--
-			continue
-		}
-		p.allocated -= int64(cap(l[len(l)-1]))
-		l[len(l)-1] = nil
-		p.bufFree[k] = l[:len(l)-1]
-	}
-	p.allocated += int64(size)
-	return make([]byte, size)[:n]
-}
+func (p *AggPool) getBuf(n int) []byte { return p.bufs.Get(n) }
 
 // putBuf returns a buffer from getBuf to its free list.
-func (p *AggPool) putBuf(b []byte) {
-	if b == nil {
-		return
-	}
-	c := aggClass(cap(b))
-	p.bufFree[c] = append(p.bufFree[c], b[:cap(b)])
-}
+func (p *AggPool) putBuf(b []byte) { p.bufs.Put(b) }
 
 // Result returns the result of a complete slot (for re-sending), owned by
 // the pool and valid until the slot is released, or nil if k names no

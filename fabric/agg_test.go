@@ -65,14 +65,8 @@ func checkPoolInvariants(t testing.TB, p *AggPool) {
 	if reserved != p.reserved || p.reserved > p.cfg.MaxBytes {
 		t.Fatalf("reserved %d, pool says %d (max %d)", reserved, p.reserved, p.cfg.MaxBytes)
 	}
-	var pooled int64
-	for _, l := range p.bufFree {
-		for _, b := range l {
-			pooled += int64(cap(b))
-		}
-	}
-	if p.allocated > p.cfg.MaxBytes || pooled > p.allocated {
-		t.Fatalf("allocated %d, pooled %d, max %d", p.allocated, pooled, p.cfg.MaxBytes)
+	if pooled, allocated := p.bufs.FreeBytes(), p.bufs.Allocated(); allocated > p.cfg.MaxBytes || pooled > allocated {
+		t.Fatalf("allocated %d, pooled %d, max %d", allocated, pooled, p.cfg.MaxBytes)
 	}
 	// The open slots, and only they, are on the list Oldest reads, once.
 	open := 0
@@ -571,8 +565,8 @@ func TestAggBufferEviction(t *testing.T) {
 			}
 		}
 		checkPoolInvariants(t, p)
-		if l := len(p.bufFree[aggClass(n)]); l != AggMaxMembers-1 || p.allocated > p.cfg.MaxBytes {
-			t.Fatalf("round %d: %d free buffers of the class, allocated %d", round, l, p.allocated)
+		if l := p.bufs.Free(n); l != AggMaxMembers-1 || p.bufs.Allocated() > p.cfg.MaxBytes {
+			t.Fatalf("round %d: %d free buffers of the class, allocated %d", round, l, p.bufs.Allocated())
 		}
 		p.Release(key)
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/transport/reasm"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -21,6 +22,15 @@ import (
 // request it joins (another MsgLen, bytes beyond MsgLen, bytes it already
 // has) or that the transport reports as completing a request still
 // missing bytes ends that request: it is answered StatusBadOperand.
+//
+// Which bytes a request has is the transport's reasm record: the engine
+// checks every packet it delivers against its own, so within the life of
+// the engine's partial message the two agree and nothing is refused here.
+// The check matters only when one side forgot the request while the other
+// kept it (the engine evicted a stale partial, swept the peer or reset the
+// stream; the assembler timed it out or evicted it): then a packet with
+// bytes the request already has, or one that would need more than
+// reasm.MaxRanges ranges, ends it as a contradiction, in O(MaxRanges).
 
 type asmKey struct {
 	peer  transport.PeerID
@@ -28,9 +38,7 @@ type asmKey struct {
 }
 
 type asmMsg struct {
-	buf         []byte
-	have        []uint64 // bit per byte of buf received
-	got         int      // bytes received
+	asm         reasm.Buffer
 	last        time.Time
 	established bool // from a known member or memory node
 }
@@ -40,7 +48,7 @@ type asmMsg struct {
 type ctrlAssembler struct {
 	msgs    map[asmKey]*asmMsg
 	perAddr map[netip.AddrPort]int
-	bytes   int // sum of len(buf)
+	bytes   int // sum of the requests' lengths
 }
 
 func (a *ctrlAssembler) len() int { return len(a.msgs) }
@@ -51,7 +59,7 @@ func (a *ctrlAssembler) drop(k asmKey) {
 		return
 	}
 	delete(a.msgs, k)
-	a.bytes -= len(m.buf)
+	a.bytes -= int(m.asm.Len())
 	if a.perAddr[k.peer.Addr]--; a.perAddr[k.peer.Addr] <= 0 {
 		delete(a.perAddr, k.peer.Addr)
 	}
@@ -115,7 +123,7 @@ func (s *Switch) assemble(now time.Time, d *transport.Delivery) ([]byte, wire.St
 	case uint64(h.MsgLen) > uint64(lim.MaxControlMessage):
 		a.drop(k)
 		return nil, wire.StatusTooLarge
-	case n == 0 || off+n > total, m != nil && len(m.buf) != total:
+	case n == 0 || off+n > total, m != nil && int(m.asm.Len()) != total:
 		a.drop(k)
 		return nil, wire.StatusBadOperand
 	}
@@ -127,19 +135,19 @@ func (s *Switch) assemble(now time.Time, d *transport.Delivery) ([]byte, wire.St
 			a.msgs = make(map[asmKey]*asmMsg)
 			a.perAddr = make(map[netip.AddrPort]int)
 		}
-		m = &asmMsg{buf: make([]byte, total), have: make([]uint64, (total+63)/64), established: s.established(d.Peer.Addr)}
+		m = &asmMsg{established: s.established(d.Peer.Addr)}
+		m.asm.StartInto(h.MsgLen, make([]byte, total))
 		a.msgs[k] = m
 		a.perAddr[d.Peer.Addr]++
 		a.bytes += total
 	}
-	if !m.claim(off, n) {
+	done, ok := m.asm.Place(h.MsgLen, h.Offset, d.Payload)
+	if !ok {
 		a.drop(k)
 		return nil, wire.StatusBadOperand
 	}
-	copy(m.buf[off:], d.Payload)
-	m.got += n
 	m.last = now
-	if m.got < total {
+	if !done {
 		if d.MsgDone {
 			// The transport counts the request complete: it and this
 			// assembler disagree about its bytes.
@@ -149,7 +157,7 @@ func (s *Switch) assemble(now time.Time, d *transport.Delivery) ([]byte, wire.St
 		return nil, wire.StatusOK
 	}
 	a.drop(k)
-	return m.buf, wire.StatusOK
+	return m.asm.Bytes(), wire.StatusOK
 }
 
 // admitPartial makes room for a new partial request of total bytes from
@@ -183,27 +191,6 @@ func (s *Switch) admitPartial(now time.Time, addr netip.AddrPort, total int) wir
 		s.reply(k.peer, &hd, wire.StatusBusy, 0)
 	}
 	return wire.StatusOK
-}
-
-// claim marks bytes [off, off+n) received; it reports false, marking
-// nothing, if any of them already were.
-func (m *asmMsg) claim(off, n int) bool {
-	end := off + n
-	for pass := 0; pass < 2; pass++ {
-		for i := off; i < end; {
-			w, b := i/64, uint(i%64)
-			span := min(64-int(b), end-i)
-			mask := ^uint64(0) >> (64 - uint(span)) << b
-			if pass == 0 && m.have[w]&mask != 0 {
-				return false
-			}
-			if pass == 1 {
-				m.have[w] |= mask
-			}
-			i += span
-		}
-	}
-	return true
 }
 
 // established reports whether addr belongs to a live group member, a

@@ -34,8 +34,8 @@ type Layer struct {
 	nextSAID uint32                // only if rand fails
 	out      []Datagram
 	stats    LayerStats
-	free     [len(bufClasses)][][]byte // buffers given back by Recycle, by class
-	deadline time.Time                 // when Tick has work next (zero: none)
+	bufs     netio.Pool // the buffers the layer seals into; Recycle gives them back
+	deadline time.Time  // when Tick has work next (zero: none)
 
 	answers answerLimit // answers to datagrams no session vouches for
 	// refusedAt is when a refused handshake was last logged,
@@ -86,43 +86,16 @@ type Layer struct {
 // Datagram is a datagram to send: its destination and bytes.
 type Datagram = netio.Datagram
 
-// The capacities of the buffers the layer seals into (a datagram of up
-// to 2 KiB, a jumbo frame, any UDP datagram), and how many of each it
-// keeps for reuse once Recycle gives them back.
-var (
-	bufClasses = [...]int{2 << 10, 16 << 10, 64 << 10}
-	bufKeep    = [len(bufClasses)]int{1024, 256, 64}
+// The buffers the layer seals into, a netio.Pool: the smallest,
+// bufMin, holds any datagram of a 1500-byte MTU, whatever its size; of
+// each class, bufKeep buffers and bufKeepBytes are kept for reuse once
+// Recycle gives them back: 1024 datagrams of up to 2 KiB, 256 jumbo
+// frames, 64 of any UDP datagram's size.
+const (
+	bufMin       = 2 << 10
+	bufKeep      = 1024
+	bufKeepBytes = 4 << 20
 )
-
-// getBuf returns an empty buffer of capacity at least n: a recycled one,
-// or a new one of n's class.
-func (l *Layer) getBuf(n int) []byte {
-	for c, size := range bufClasses {
-		if n > size {
-			continue
-		}
-		if k := len(l.free[c]); k > 0 {
-			b := l.free[c][k-1]
-			l.free[c][k-1] = nil
-			l.free[c] = l.free[c][:k-1]
-			return b
-		}
-		return make([]byte, 0, size)
-	}
-	return make([]byte, 0, n)
-}
-
-// putBuf keeps b for reuse if it is of a class and that class has room.
-func (l *Layer) putBuf(b []byte) {
-	for c, size := range bufClasses {
-		if cap(b) == size {
-			if len(l.free[c]) < bufKeep[c] {
-				l.free[c] = append(l.free[c], b[:0])
-			}
-			return
-		}
-	}
-}
 
 // Recycle gives the layer back the buffers of datagrams that Take
 // returned, once they are written, so that later datagrams are sealed
@@ -131,7 +104,7 @@ func (l *Layer) putBuf(b []byte) {
 // afterwards, nor recycle one twice. Calling it is optional.
 func (l *Layer) Recycle(ds []Datagram) {
 	for _, d := range ds {
-		l.putBuf(d.Buf)
+		l.bufs.Put(d.Buf)
 	}
 }
 
@@ -200,6 +173,7 @@ type layerPeer struct {
 // in production.
 func NewLayer(id *Identity, opts Options, rand io.Reader) (*Layer, error) {
 	l := &Layer{id: id, opts: opts, rand: rand, peers: make(map[netip.AddrPort]*layerPeer), bySAID: make(map[uint32]*layerPeer),
+		bufs:     netio.Pool{Min: bufMin, Keep: bufKeep, KeepBytes: bufKeepBytes},
 		MaxPeers: DefaultLayerPeers, MaxQueued: DefaultLayerQueued, HandshakeRetry: DefaultHandshakeRetry,
 		HandshakeGiveUp: DefaultHandshakeGiveUp, SessionIdle: DefaultSessionIdle,
 		RekeyPackets: RekeyAfter, RekeyAge: DefaultRekeyAge, Drain: DefaultDrain,
@@ -280,10 +254,10 @@ func (l *Layer) send(now time.Time, to netip.AddrPort, pkt []byte, control bool)
 			l.stats.DroppedQueue++
 			return fmt.Errorf("secure: %d datagrams held for %v's handshake", len(p.queue), to)
 		}
-		p.queue = append(p.queue, append(l.getBuf(len(pkt)+wire.TagLen), pkt...))
+		p.queue = append(p.queue, append(l.bufs.Get(len(pkt) + wire.TagLen)[:0], pkt...))
 		return nil
 	}
-	err := l.seal(p, append(l.getBuf(len(pkt)+wire.TagLen), pkt...), control)
+	err := l.seal(p, append(l.bufs.Get(len(pkt) + wire.TagLen)[:0], pkt...), control)
 	if p.ini == nil && (p.sess.Send.Seq() >= l.RekeyPackets || now.Sub(p.since) >= l.RekeyAge) {
 		// Time for new keys: a new handshake, while this session goes
 		// on sealing until it completes.
@@ -297,7 +271,7 @@ func (l *Layer) send(now time.Time, to netip.AddrPort, pkt []byte, control bool)
 func (l *Layer) seal(p *layerPeer, pkt []byte, control bool) error {
 	sealed, err := p.sess.Send.Seal(pkt)
 	if err != nil {
-		l.putBuf(pkt)
+		l.bufs.Put(pkt)
 		return err
 	}
 	l.stats.Sealed++

@@ -86,9 +86,9 @@ func (l *Layer) unmapSAIDs(p *layerPeer, keep ...uint32) {
 // again every HandshakeRetry until answered.
 func (l *Layer) sendHandshake(now time.Time, p *layerPeer, msg []byte) {
 	h := wire.Header{Version: wire.Version, Op: wire.OpHandshake, MsgLen: uint32(len(msg))}
-	b, err := wire.AppendPacket(l.getBuf(wire.HeaderLen+len(msg)), &h, msg)
+	b, err := wire.AppendPacket(l.bufs.Get(wire.HeaderLen + len(msg))[:0], &h, msg)
 	if err != nil {
-		l.putBuf(b)
+		l.bufs.Put(b)
 		return
 	}
 	if len(msg) > 0 && msg[0] == hsHello {
@@ -250,7 +250,7 @@ func (l *Layer) answer(now time.Time, from netip.AddrPort, msg []byte) bool {
 		return false
 	}
 	h := wire.Header{Version: wire.Version, Op: wire.OpHandshake, MsgLen: uint32(len(msg))}
-	b, err := wire.AppendPacket(l.getBuf(wire.HeaderLen+len(msg)), &h, msg)
+	b, err := wire.AppendPacket(l.bufs.Get(wire.HeaderLen + len(msg))[:0], &h, msg)
 	if err != nil {
 		return false
 	}

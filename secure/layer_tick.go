@@ -29,7 +29,7 @@ func (l *Layer) Tick(now time.Time) time.Time {
 			continue
 		}
 		if !now.Before(p.retryAt) && p.hello != nil {
-			l.out = append(l.out, Datagram{Addr: p.addr, Buf: append(l.getBuf(len(p.hello)), p.hello...)})
+			l.out = append(l.out, Datagram{Addr: p.addr, Buf: append(l.bufs.Get(len(p.hello))[:0], p.hello...)})
 			p.backoff = min(2*max(p.backoff, l.HandshakeRetry), max(MaxHandshakeRetry, l.HandshakeRetry))
 			p.retryAt = now.Add(p.backoff)
 		}
@@ -89,7 +89,7 @@ func (l *Layer) sweep(now time.Time) {
 			l.stats.HandshakesFailed++
 			l.stats.DroppedQueue += uint64(len(p.queue))
 			for _, b := range p.queue {
-				l.putBuf(b)
+				l.bufs.Put(b)
 			}
 			if p.sess != nil {
 				l.stats.SessionsLost++

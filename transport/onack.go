@@ -207,6 +207,9 @@ func (p *peer) onAck(now time.Time, a *wire.Ack, nack bool, ackTS uint64, single
 	return true
 }
 
+// span is a range [start, end) of offsets from sndUna.
+type span struct{ start, end uint32 }
+
 // clipBlock intersects SACK block b with the n packets in flight from
 // una, as offsets from una: [lo, hi) with hi <= n, empty if lo >= hi. A
 // block is at most 2^31 long and n at most 2^16, so the intersection of

@@ -2,6 +2,8 @@ package transport
 
 import (
 	"time"
+
+	"github.com/ndma/ndma/transport/reasm"
 )
 
 type msgKey struct {
@@ -9,67 +11,14 @@ type msgKey struct {
 	resp bool
 }
 
-// maxSpans bounds the disjoint byte ranges tracked per partial message.
-// In-order arrival keeps one; a fragment that would open one more than
-// this is dropped unacknowledged, and the sender's retransmissions of the
-// gaps merge the ranges back.
-const maxSpans = 8
-
-// span is a received byte range [start, end) of a message.
-type span struct{ start, end uint32 }
-
 // partialMsg is the reassembly state of one message being received: its
-// length and the byte ranges delivered so far, sorted, disjoint and not
-// adjacent.
+// length and the byte ranges delivered so far (at most reasm.MaxRanges; a
+// fragment that would open one more is dropped unacknowledged, and the
+// sender's retransmissions of the gaps merge the ranges back), and when a
+// fragment last arrived.
 type partialMsg struct {
-	msgLen uint32
-	n      uint8
-	spans  [maxSpans]span
-	last   time.Time
-}
-
-// fits reports whether [s, e) overlaps no byte already delivered (ok), and
-// whether it can be recorded without exceeding maxSpans (room).
-func (pm *partialMsg) fits(s, e uint32) (ok, room bool) {
-	room = int(pm.n) < maxSpans
-	for _, sp := range pm.spans[:pm.n] {
-		if s < sp.end && sp.start < e {
-			return false, false
-		}
-		if sp.end == s || sp.start == e {
-			room = true
-		}
-	}
-	return true, room
-}
-
-// add records [s, e), which fits, merging it with its neighbours.
-func (pm *partialMsg) add(s, e uint32) {
-	n := int(pm.n)
-	i := 0
-	for i < n && pm.spans[i].start < s {
-		i++
-	}
-	switch {
-	case i > 0 && pm.spans[i-1].end == s:
-		pm.spans[i-1].end = e
-		if i < n && pm.spans[i].start == e {
-			pm.spans[i-1].end = pm.spans[i].end
-			copy(pm.spans[i:n-1], pm.spans[i+1:n])
-			pm.n--
-		}
-	case i < n && pm.spans[i].start == e:
-		pm.spans[i].start = s
-	default:
-		copy(pm.spans[i+1:n+1], pm.spans[i:n])
-		pm.spans[i] = span{s, e}
-		pm.n++
-	}
-}
-
-// complete reports whether every byte of [0, msgLen) has been delivered.
-func (pm *partialMsg) complete() bool {
-	return pm.n == 1 && pm.spans[0] == span{0, pm.msgLen}
+	reasm.Msg
+	last time.Time
 }
 
 // strangerPartial bounds the partial messages a stranger may have: its

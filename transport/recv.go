@@ -61,16 +61,12 @@ func (p *peer) checkData(now time.Time, h *wire.Header) (ok bool, pm *partialMsg
 	if single && pm == nil {
 		return true, nil
 	}
-	start, end := uint64(h.Offset), uint64(h.Offset)+uint64(h.Len)
 	room := true
-	bad := h.Len == 0 || end > uint64(h.MsgLen)
+	bad := h.Len == 0 || uint64(h.Offset)+uint64(h.Len) > uint64(h.MsgLen)
 	if !bad && pm != nil {
-		bad = pm.msgLen != h.MsgLen
-		if !bad {
-			var fits bool
-			fits, room = pm.fits(uint32(start), uint32(end))
-			bad = !fits
-		}
+		var fits bool
+		fits, room = pm.Check(h.MsgLen, h.Offset, int(h.Len))
+		bad = !fits
 	}
 	if bad {
 		// Acknowledged but not delivered: a sender that disagrees with
@@ -101,12 +97,13 @@ func (p *peer) commitData(now time.Time, h *wire.Header, pm *partialMsg) (done b
 			if p.partial == nil {
 				p.partial = make(map[msgKey]*partialMsg)
 			}
-			pm = &partialMsg{msgLen: h.MsgLen}
+			pm = &partialMsg{}
+			pm.Start(h.MsgLen)
 			p.partial[k] = pm
 		}
-		pm.add(h.Offset, h.Offset+uint32(h.Len))
+		pm.Add(h.Offset, h.Offset+uint32(h.Len))
 		pm.last = now
-		if pm.complete() {
+		if pm.Complete() {
 			delete(p.partial, k)
 			done = true
 		}

@@ -34,6 +34,9 @@ func (n *Network) ListenConn(addr netip.AddrPort, up, down LinkConfig) netio.Con
 		ready:   make(chan struct{}, 1),
 		drained: make(chan struct{}, 1),
 		closed:  make(chan struct{}),
+		// Of each class, no more than the queues can hold at once; any
+		// datagram of up to 2 KiB takes the same class.
+		bufs: netio.Pool{Min: 2048, Keep: 1024, KeepBytes: ConnRecvBuffer + ConnSendBuffer},
 	}
 	n.Locked(func() { n.Attach(addr, c, up, down) })
 	return c
@@ -57,27 +60,11 @@ type simConn struct {
 	outbox    []netio.Datagram // written, not yet polled; owns its buffers
 	outBytes  int
 	lent      []netio.Datagram // returned by the last Poll; recycled by the next
-	free      [][]byte
+	bufs      netio.Pool       // the inbox's and outbox's buffers
 	closeOnce sync.Once
 	// Signals owed to the reader (ready) and writer (drained), and
 	// whether the network holds c in its list to send them.
 	sigReady, sigDrained, sigQueued bool
-}
-
-func (c *simConn) getBufLocked(n int) []byte {
-	if k := len(c.free); k > 0 && cap(c.free[k-1]) >= n {
-		b := c.free[k-1]
-		c.free[k-1] = nil
-		c.free = c.free[:k-1]
-		return b[:n]
-	}
-	return make([]byte, n, max(n, 2048))
-}
-
-func (c *simConn) putBufLocked(b []byte) {
-	if len(c.free) < 1024 {
-		c.free = append(c.free, b[:0])
-	}
 }
 
 // Receive implements Node. It runs on the goroutine driving the network,
@@ -89,7 +76,7 @@ func (c *simConn) Receive(_ time.Time, d netio.Datagram) {
 		c.n.stats.DroppedRecvBuffer++
 		return
 	}
-	b := c.getBufLocked(len(d.Buf))
+	b := c.bufs.Get(len(d.Buf))
 	copy(b, d.Buf)
 	// The arrival time on the clock of the goroutines using the conn
 	// (Serve's mapping of virtual time); unknown when not serving.
@@ -150,7 +137,7 @@ func (c *simConn) Poll(_ time.Time, out []netio.Datagram) ([]netio.Datagram, tim
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range c.lent {
-		c.putBufLocked(c.lent[i].Buf)
+		c.bufs.Put(c.lent[i].Buf)
 	}
 	clear(c.lent)
 	out = append(out, c.outbox...)
@@ -176,7 +163,7 @@ func (c *simConn) ReadBatch(ds []netio.Datagram) (int, error) {
 			ds[k].Addr, ds[k].RxTime = src.Addr, src.RxTime
 			ds[k].Buf = ds[k].Buf[:copy(ds[k].Buf[:cap(ds[k].Buf)], src.Buf)]
 			c.inBytes -= len(src.Buf)
-			c.putBufLocked(src.Buf)
+			c.bufs.Put(src.Buf)
 			*src = netio.Datagram{}
 			c.inHead++
 			k++
@@ -205,7 +192,7 @@ func (c *simConn) WriteBatch(ds []netio.Datagram) error {
 			return netio.ErrClosed
 		}
 		for len(ds) > 0 && (c.outBytes == 0 || c.outBytes+ds[0].Len() <= ConnSendBuffer) {
-			b := c.getBufLocked(ds[0].Len())
+			b := c.bufs.Get(ds[0].Len())
 			copy(b[copy(b, ds[0].Buf):], ds[0].Tail)
 			c.outbox = append(c.outbox, netio.Datagram{Addr: ds[0].Addr, Buf: b, Control: ds[0].Control})
 			c.outBytes += len(b)

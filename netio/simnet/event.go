@@ -1,9 +1,6 @@
 package simnet
 
-import (
-	"math/bits"
-	"net/netip"
-)
+import "net/netip"
 
 type evKind uint8
 
@@ -63,44 +60,4 @@ func (h *eventHeap) Pop() any {
 	e.idx = -1
 	*h = old[:n]
 	return e
-}
-
-// bufPool recycles payload buffers in power-of-two size classes from 64
-// bytes to 64 KiB, which covers netio.MaxDatagram. Its size is bounded by
-// the largest number of datagrams in flight at once.
-type bufPool struct {
-	free [bufClasses][][]byte
-}
-
-const (
-	bufMinShift = 6
-	bufClasses  = 17 - bufMinShift // 2^6 .. 2^16
-)
-
-func bufClass(n int) int {
-	if n <= 1<<bufMinShift {
-		return 0
-	}
-	return bits.Len(uint(n-1)) - bufMinShift
-}
-
-// get returns a buffer of length n (n <= 1<<16) holding arbitrary bytes.
-func (p *bufPool) get(n int) []byte {
-	c := bufClass(n)
-	if f := p.free[c]; len(f) > 0 {
-		b := f[len(f)-1]
-		f[len(f)-1] = nil
-		p.free[c] = f[:len(f)-1]
-		return b[:n]
-	}
-	return make([]byte, n, 1<<(c+bufMinShift))
-}
-
-// put returns b, obtained from get, to the pool.
-func (p *bufPool) put(b []byte) {
-	if b == nil {
-		return
-	}
-	c := bufClass(cap(b))
-	p.free[c] = append(p.free[c], b[:0])
 }

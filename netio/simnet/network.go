@@ -99,7 +99,7 @@ type Network struct {
 	seq    uint64
 	events eventHeap
 	free   []*event
-	bufs   bufPool
+	bufs   netio.Pool // payloads in flight: bounded by the datagrams in flight at once
 	hosts  map[netip.AddrPort]*host
 	out    []netio.Datagram // reused Poll argument
 	stats  Stats
@@ -210,7 +210,7 @@ func (n *Network) Detach(addr netip.AddrPort) {
 	for _, d := range h.held {
 		n.stats.DroppedDetached++
 		n.trace(TraceDropDetached, d.src, h.addr, len(d.buf), Down)
-		n.bufs.put(d.buf)
+		n.bufs.Put(d.buf)
 	}
 	h.held = nil
 	if h.resumeEv != nil {
@@ -269,7 +269,7 @@ func (n *Network) resume(h *host) {
 		if h.detached {
 			for _, r := range held[i:] {
 				n.stats.DroppedDetached++
-				n.bufs.put(r.buf)
+				n.bufs.Put(r.buf)
 			}
 			break
 		}
@@ -288,7 +288,7 @@ func (n *Network) Inject(src, dst netip.AddrPort, buf []byte) {
 	n.stats.Sent++
 	n.stats.SentBytes += uint64(len(buf))
 	n.trace(TraceSend, src, dst, len(buf), Down)
-	b := n.bufs.get(len(buf))
+	b := n.bufs.Get(len(buf))
 	copy(b, buf)
 	n.fabric(src, dst, b, false)
 }
@@ -436,7 +436,7 @@ func (n *Network) schedule(kind evKind, at int64, h *host, src, dst netip.AddrPo
 // remove takes a queued event out of the heap and recycles it.
 func (n *Network) remove(e *event) {
 	heap.Remove(&n.events, e.idx)
-	n.bufs.put(e.buf)
+	n.bufs.Put(e.buf)
 	e.buf = nil
 	n.release(e)
 }
@@ -500,7 +500,7 @@ func (n *Network) poll(h *host) {
 			n.trace(TraceDropMTU, h.addr, d.Addr, len(d.Buf), Up)
 			continue
 		}
-		buf := n.bufs.get(len(d.Buf))
+		buf := n.bufs.Get(len(d.Buf))
 		copy(buf, d.Buf)
 		n.transmit(&h.up, Up, nil, h.addr, d.Addr, buf, d.Control)
 	}
@@ -518,7 +518,7 @@ func (n *Network) fabric(src, dst netip.AddrPort, buf []byte, ctl bool) {
 	if h == nil {
 		n.stats.DroppedNoRoute++
 		n.trace(TraceDropNoRoute, src, dst, len(buf), Down)
-		n.bufs.put(buf)
+		n.bufs.Put(buf)
 		return
 	}
 	n.transmit(&h.down, Down, h, src, dst, buf, ctl)
@@ -529,7 +529,7 @@ func (n *Network) deliver(h *host, src netip.AddrPort, buf []byte) {
 	if h.detached {
 		n.stats.DroppedDetached++
 		n.trace(TraceDropDetached, src, h.addr, len(buf), Down)
-		n.bufs.put(buf)
+		n.bufs.Put(buf)
 		return
 	}
 	if n.stalled(h) {
@@ -547,7 +547,7 @@ func (n *Network) receive(h *host, src netip.AddrPort, buf []byte, at int64) {
 	n.stats.DeliveredBytes += uint64(len(buf))
 	n.trace(TraceDeliver, src, h.addr, len(buf), Down)
 	h.node.Receive(n.Now(), netio.Datagram{Addr: src, Buf: buf, RxTime: epoch.UnixNano() + at})
-	n.bufs.put(buf)
+	n.bufs.Put(buf)
 }
 
 // transmit puts buf (owned) onto link l at the current time. For the up
@@ -561,7 +561,7 @@ func (n *Network) transmit(l *link, dir Dir, dstHost *host, src, dst netip.AddrP
 	if size > cfg.mtu() {
 		n.stats.DroppedMTU++
 		n.trace(TraceDropMTU, src, dst, size, dir)
-		n.bufs.put(buf)
+		n.bufs.Put(buf)
 		return
 	}
 	end := n.now
@@ -575,7 +575,7 @@ func (n *Network) transmit(l *link, dir Dir, dstHost *host, src, dst netip.AddrP
 		if start-n.now > txTime(cfg.queueBytes(), cfg.Rate) {
 			n.stats.DroppedQueue++
 			n.trace(TraceDropQueue, src, dst, size, dir)
-			n.bufs.put(buf)
+			n.bufs.Put(buf)
 			return
 		}
 		end = start + tx
@@ -592,7 +592,7 @@ func (n *Network) transmit(l *link, dir Dir, dstHost *host, src, dst netip.AddrP
 		if l.queued+charge > cfg.queueBytes() {
 			n.stats.DroppedQueue++
 			n.trace(TraceDropQueue, src, dst, size, dir)
-			n.bufs.put(buf)
+			n.bufs.Put(buf)
 			return
 		}
 		end = max(n.now, l.busyUntil) + txTime(wire, cfg.Rate)
@@ -603,7 +603,7 @@ func (n *Network) transmit(l *link, dir Dir, dstHost *host, src, dst netip.AddrP
 	if cfg.Loss > 0 && n.rng.Float64() < cfg.Loss {
 		n.stats.DroppedLoss++
 		n.trace(TraceDropLoss, src, dst, size, dir)
-		n.bufs.put(buf)
+		n.bufs.Put(buf)
 		return
 	}
 	arrive := satAdd(end, int64(cfg.Latency))
@@ -624,7 +624,7 @@ func (n *Network) transmit(l *link, dir Dir, dstHost *host, src, dst netip.AddrP
 	}
 	n.schedule(kind, arrive, dstHost, src, dst, buf).ctl = ctl
 	if cfg.Dup > 0 && n.rng.Float64() < cfg.Dup {
-		dup := n.bufs.get(size)
+		dup := n.bufs.Get(size)
 		copy(dup, buf)
 		n.schedule(kind, arrive, dstHost, src, dst, dup).ctl = ctl
 		n.stats.Duplicated++
