@@ -214,6 +214,7 @@ f.ctrl_used = add(ProtoField.uint64("ndma.ctrl.used", "Used (bytes)", base.DEC))
 f.ctrl_alive = add(ProtoField.uint8("ndma.ctrl.alive", "Alive", base.DEC))
 f.ctrl_requests = add(ProtoField.uint64("ndma.ctrl.requests", "Requests forwarded", base.DEC))
 f.ctrl_bytes = add(ProtoField.uint64("ndma.ctrl.bytes", "Request bytes forwarded", base.DEC))
+f.ctrl_node_name = add(ProtoField.string("ndma.ctrl.node_name", "Credential name"))
 f.ctrl_lost = add(ProtoField.uint16("ndma.ctrl.lost", "Lost columns", base.DEC))
 f.ctrl_rebuilding_cols = add(ProtoField.uint16("ndma.ctrl.rebuilding_columns", "Rebuilding columns", base.DEC))
 f.ctrl_down = add(ProtoField.uint16("ndma.ctrl.down", "Down columns", base.DEC))
@@ -332,6 +333,20 @@ function Cursor:rank(tree)
         it:append_text(" (any)")
     end
     return r:uint()
+end
+
+-- optional name: u8 length (0..64), then the bytes.
+function Cursor:optname(tree, f)
+    local n = self:range(1):uint()
+    if n > 64 then
+        error(string.format("name length %d above 64", n))
+    end
+    if n == 0 then
+        return ""
+    end
+    local r = self:range(n)
+    tree:add(f, r, r:string())
+    return r:string()
 end
 
 function Cursor:name(tree, f)
@@ -515,6 +530,7 @@ local function ctrl_fields(c, t, typ, resp)
             c:u8(nt, f.ctrl_alive)
             c:u64(nt, f.ctrl_requests)
             c:u64(nt, f.ctrl_bytes)
+            c:optname(nt, f.ctrl_node_name)
             nt:set_len(c.off - start)
         end
         local m = c:count(t, 4096, "Pool regions")
@@ -582,6 +598,7 @@ local function ctrl_fields(c, t, typ, resp)
             c:u64(rt, f.ctrl_length)
             c:u64(rt, f.ctrl_epoch)
             c:field(rt, f.ctrl_digest, 16)
+            c:u64(rt, f.ctrl_key)
             c:u8(rt, f.ctrl_rebuilding)
             c:u8(rt, f.ctrl_degraded)
             c:homes(rt, cols)
