@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ndma/ndma/daemon/memd"
 	"github.com/ndma/ndma/memnode"
-	"github.com/ndma/ndma/memnode/memd"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"

@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ndma/ndma/daemon/switchd"
 	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/fabric/switchd"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 )

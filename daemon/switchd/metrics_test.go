@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndma/ndma/daemon/memd"
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/memnode/memd"
 	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/wire"
 )
