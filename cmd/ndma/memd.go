@@ -113,12 +113,7 @@ func runMemd(cmd *cobra.Command, f *memdFlags) error {
 	}
 	srv, err := memd.Start(cfg)
 	if err != nil {
-		if fe, ok := errors.AsType[*memd.FieldError](err); ok {
-			if name, ok := memdFlagNames[fe.Field]; ok {
-				return fmt.Errorf("%s: %w", name, fe.Err)
-			}
-		}
-		return err
+		return fieldFlagError(err, memdFlagNames)
 	}
 	printMemd(cmd.OutOrStdout(), srv, keyShown(cfg))
 
