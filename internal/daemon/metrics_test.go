@@ -7,8 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"testing"
+
+	"github.com/ndma/ndma/internal/daemon/daemontest"
 )
 
 func TestMetricsNil(t *testing.T) {
@@ -34,16 +35,8 @@ func TestStartMetrics(t *testing.T) {
 	if len(attrs) != 2 || attrs[0] != "metrics" || attrs[1] != "http://"+m.Addr()+"/metrics" {
 		t.Errorf("AppendAttr = %v", attrs)
 	}
-	// No keep-alive: an idle connection would outlive the test.
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := c.Get("http://" + m.Addr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(body), "ok_metric 1") {
-		t.Errorf("scrape: %q", body)
+	if got := daemontest.Scrape(t, m.Addr()); got["ok_metric"] != 1 {
+		t.Errorf("scrape: %v", got)
 	}
 	if err := m.Shutdown(); err != nil {
 		t.Errorf("Shutdown: %v", err)
