@@ -13,6 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/ndma/ndma/internal/config"
 )
 
 // logFlags are the logging flags every daemon command has.
@@ -59,6 +61,18 @@ func runUntilSignal(cmd *cobra.Command, run func(context.Context) error) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return run(ctx)
+}
+
+// fieldFlagError rewrites a *FieldError (switchd's, memd's and testbed's
+// are one type) to name the flag that sets the Config field, from names;
+// other errors, and fields without a flag, pass unchanged.
+func fieldFlagError(err error, names map[string]string) error {
+	if fe, ok := errors.AsType[*config.FieldError](err); ok {
+		if name, ok := names[fe.Field]; ok {
+			return fmt.Errorf("%s: %w", name, fe.Err)
+		}
+	}
+	return err
 }
 
 // profileFlag is --cpuprofile: a CPU profile of the whole run, for

@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ndma/ndma/daemon/memd"
 	"github.com/ndma/ndma/memnode"
-	"github.com/ndma/ndma/memnode/memd"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
@@ -113,12 +113,7 @@ func runMemd(cmd *cobra.Command, f *memdFlags) error {
 	}
 	srv, err := memd.Start(cfg)
 	if err != nil {
-		if fe, ok := errors.AsType[*memd.FieldError](err); ok {
-			if name, ok := memdFlagNames[fe.Field]; ok {
-				return fmt.Errorf("%s: %w", name, fe.Err)
-			}
-		}
-		return err
+		return fieldFlagError(err, memdFlagNames)
 	}
 	printMemd(cmd.OutOrStdout(), srv, keyShown(cfg))
 

@@ -15,9 +15,9 @@ import (
 
 	"github.com/ndma/ndma/bench"
 	"github.com/ndma/ndma/coll"
+	"github.com/ndma/ndma/daemon/memd"
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/memnode"
-	"github.com/ndma/ndma/memnode/memd"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"

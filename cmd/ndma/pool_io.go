@@ -17,8 +17,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ndma/ndma/bench"
+	"github.com/ndma/ndma/daemon/memd"
 	"github.com/ndma/ndma/memnode"
-	"github.com/ndma/ndma/memnode/memd"
 	"github.com/ndma/ndma/pool"
 )
 

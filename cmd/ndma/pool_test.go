@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndma/ndma/daemon/memd"
 	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/memnode/memd"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"

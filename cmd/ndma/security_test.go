@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ndma/ndma/memnode/memd"
+	"github.com/ndma/ndma/daemon/memd"
 	"github.com/ndma/ndma/secure"
 )
 

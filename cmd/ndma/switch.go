@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ndma/ndma/daemon/switchd"
 	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/fabric/switchd"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 )
@@ -116,12 +116,7 @@ func runSwitch(cmd *cobra.Command, f *switchFlags) error {
 	}
 	srv, err := switchd.Start(cfg)
 	if err != nil {
-		if fe, ok := errors.AsType[*switchd.FieldError](err); ok {
-			if name, ok := switchFlagNames[fe.Field]; ok {
-				return fmt.Errorf("%s: %w", name, fe.Err)
-			}
-		}
-		return err
+		return fieldFlagError(err, switchFlagNames)
 	}
 	printSwitch(cmd.OutOrStdout(), srv)
 

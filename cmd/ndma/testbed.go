@@ -266,14 +266,7 @@ func (f *testbedFlags) config() (testbed.Config, error) {
 
 // flagError rewrites a *testbed.FieldError to name the flag instead of
 // the Config field.
-func flagError(err error) error {
-	if fe, ok := errors.AsType[*testbed.FieldError](err); ok {
-		if name, ok := testbedFlagNames[fe.Field]; ok {
-			return fmt.Errorf("%s: %w", name, fe.Err)
-		}
-	}
-	return err
-}
+func flagError(err error) error { return fieldFlagError(err, testbedFlagNames) }
 
 func runTestbedUp(cmd *cobra.Command, f *testbedFlags) error {
 	cfg, err := f.config()

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/coll"
+	"github.com/ndma/ndma/daemon/memd"
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/memnode/memd"
 	"github.com/ndma/ndma/stor"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"

@@ -2,11 +2,12 @@ package memd
 
 import (
 	"net/http"
-	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ndma/ndma/internal/daemon"
 	"github.com/ndma/ndma/internal/metricsrv"
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 )
 
@@ -28,13 +29,6 @@ func counter(name, help string, labels prometheus.Labels, val func(st *Stats) ui
 
 func gauge(name, help string, val func(s *Server, st *Stats) float64) metric {
 	return metricsrv.Gauge(metricPrefix+name, help, nil, func(x *snap) float64 { return val(x.s, &x.st) })
-}
-
-func b2f(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 const helpPoolRequests = "Pool requests and chain hops the switch forwarded here, by result: served (status ok) or refused (any other status)."
@@ -110,26 +104,10 @@ var metrics = []metric{
 	counter("messages_failed_total", "Outgoing messages abandoned (peer dead).",
 		nil, func(st *Stats) uint64 { return st.Endpoint.Transport.MessagesFailed }),
 
-	counter("udp_datagrams_sent_total", "UDP datagrams the kernel accepted for sending.",
-		nil, func(st *Stats) uint64 { return st.UDP.DatagramsSent }),
-	counter("udp_datagrams_received_total", "UDP datagrams received.",
-		nil, func(st *Stats) uint64 { return st.UDP.DatagramsReceived }),
-	counter("udp_bytes_sent_total", "UDP payload bytes sent.",
-		nil, func(st *Stats) uint64 { return st.UDP.BytesSent }),
-	counter("udp_bytes_received_total", "UDP payload bytes received.",
-		nil, func(st *Stats) uint64 { return st.UDP.BytesReceived }),
-	counter("udp_send_drops_total", "Datagrams the kernel refused to send (treated as loss).",
-		nil, func(st *Stats) uint64 { return st.UDP.SendDrops }),
-	counter("udp_receive_drops_total", "Datagrams discarded on receive for not fitting the buffer.",
-		nil, func(st *Stats) uint64 { return st.UDP.ReceiveDrops }),
 	counter("udp_gso_sends_total", "Send calls that carried several datagrams with UDP GSO.",
 		nil, func(st *Stats) uint64 { return st.UDP.GSOSends }),
 	counter("udp_gro_receives_total", "Receive buffers in which the kernel had coalesced several datagrams (UDP GRO).",
 		nil, func(st *Stats) uint64 { return st.UDP.GROReceives }),
-	gauge("udp_gso_enabled", "1 if sends use UDP GSO, else 0.",
-		func(_ *Server, st *Stats) float64 { return b2f(st.UDP.GSOEnabled) }),
-	gauge("udp_gro_enabled", "1 if the socket receives with UDP GRO, else 0.",
-		func(_ *Server, st *Stats) float64 { return b2f(st.UDP.GROEnabled) }),
 
 	gauge("regions", "Memory regions the node exposes.",
 		func(s *Server, _ *Stats) float64 { return float64(len(s.regions)) }),
@@ -146,7 +124,9 @@ var metrics = []metric{
 // collectors, on a private registry.
 func (s *Server) metricsHandler() (http.Handler, error) {
 	return metricsrv.Handler(s.log, &metricsrv.Table[snap]{
-		Metrics:  append(slices.Clip(metrics), metricsrv.Security(metricPrefix, func(x *snap) *secure.LayerStats { return &x.st.Security })...),
+		Metrics: daemon.Series(metricPrefix, metrics,
+			func(x *snap) *netio.UDPStats { return &x.st.UDP },
+			func(x *snap) *secure.LayerStats { return &x.st.Security }),
 		Snapshot: func() snap { return snap{s: s, st: s.Stats()} },
 	})
 }

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndma/ndma/daemon/memd"
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/memnode/memd"
 )
 
 // logBuffer is a slog destination the test reads while the switch writes.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/internal/metricsrv"
+	"github.com/ndma/ndma/internal/daemon"
 	"github.com/ndma/ndma/internal/secretfile"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
@@ -22,7 +22,7 @@ import (
 
 // ShutdownTimeout bounds how long Close waits for metrics scrapes in
 // progress to finish before it drops their connections.
-const ShutdownTimeout = 5 * time.Second
+const ShutdownTimeout = daemon.ShutdownTimeout
 
 // ErrNoRegions is the cause of the *FieldError for a key file that lists
 // no region.
@@ -38,12 +38,11 @@ type Server struct {
 	regions []memnode.RegionInfo // fixed after Start
 	bytes   int64                // total size of regions
 
-	metrics   *metricsrv.Server // nil without a metrics listener
-	stopLend  context.CancelFunc
-	lendDone  chan struct{}
-	leave     func() // tells the switch this node stops lending (nil: not lending)
-	closeOnce sync.Once
-	closeErr  error
+	metrics  *daemon.Metrics // nil without a metrics listener
+	stopLend context.CancelFunc
+	lendDone chan struct{}
+	leave    func()       // tells the switch this node stops lending (nil: not lending)
+	close    func() error // shutdown, once
 }
 
 // Stats is a snapshot of a Server's counters.
@@ -73,7 +72,7 @@ func Start(cfg Config) (*Server, error) {
 	}
 	conn, err := netio.ListenUDP(cfg.Listen, netio.UDPConfig{Logger: cfg.Logger, BusyPoll: cfg.BusyPoll})
 	if err != nil {
-		return nil, &FieldError{Pkg: "memd", Field: "Listen", Err: err}
+		return nil, fields.Unusable("Listen", err)
 	}
 	mtu := cfg.MTU
 	if mtu == 0 {
@@ -110,17 +109,15 @@ func Start(cfg Config) (*Server, error) {
 		regions: regions,
 		bytes:   total,
 	}
+	s.close = sync.OnceValue(s.shutdown)
 	if cfg.MetricsAddr != "" {
-		if err := s.startMetrics(cfg.MetricsAddr); err != nil {
+		if s.metrics, err = daemon.StartMetrics("memd", cfg.MetricsAddr, s.log, s.metricsHandler); err != nil {
 			ep.Close()
 			return nil, err
 		}
 	}
 	attrs := []any{"addr", s.Addr().String(), "mtu", mtu, "regions", len(regions), "region_bytes", total}
-	if s.metrics != nil {
-		attrs = append(attrs, "metrics", "http://"+s.metrics.Addr().String()+"/metrics")
-	}
-	s.log.Info("memd: serving", attrs...)
+	s.log.Info("memd: serving", s.metrics.AppendAttr(attrs)...)
 	// Never the keys: they are capabilities (the operator has them, in
 	// the key file or on stdout).
 	for i, r := range regions {
@@ -176,7 +173,7 @@ func (s *Server) startLending(sw string, opts endpoint.FabricOptions, r memnode.
 	}
 	if refusal(err) {
 		cancel()
-		return &FieldError{Pkg: "memd", Field: "Switch", Err: explainLendRefusal(sw, err)}
+		return fields.Unusable("Switch", explainLendRefusal(sw, err))
 	}
 	s.log.Warn("memd: no switch answers yet; offering the region again every second", "switch", sw, "err", err)
 	go s.lend(ctx, sw, opts, r)
@@ -250,23 +247,23 @@ func newStore(cfg *Config) (*memnode.Store, error) {
 			return nil, fmt.Errorf("memd: %w", err)
 		}
 		if err := fitsMemory(cfg.Size); err != nil {
-			return nil, &FieldError{Pkg: "memd", Field: "Size", Err: err}
+			return nil, fields.Unusable("Size", err)
 		}
 		// Key 0 draws a random key from crypto/rand. make gives lazily
 		// mapped zero pages, so a large region costs no memory up front.
 		if _, err := st.Alloc(int(cfg.Size), cfg.Perm, 0); err != nil {
-			return nil, &FieldError{Pkg: "memd", Field: "Size", Err: err}
+			return nil, fields.Unusable("Size", err)
 		}
 		return st, nil
 	}
 	keyErr := func(err error) error {
-		return &FieldError{Pkg: "memd", Field: "KeyFile", Err: fmt.Errorf("%s: %w", cfg.KeyFile, err)}
+		return fields.Unusable("KeyFile", fmt.Errorf("%s: %w", cfg.KeyFile, err))
 	}
 	// The keys are capabilities: a key file others can read or write is
 	// refused, as a fabric token file is.
 	f, err := secretfile.Open(cfg.KeyFile, "key file")
 	if err != nil {
-		return nil, &FieldError{Pkg: "memd", Field: "KeyFile", Err: err}
+		return nil, fields.Unusable("KeyFile", err)
 	}
 	specs, err := memnode.LoadKeyFile(f)
 	f.Close()
@@ -342,33 +339,12 @@ func formatBytes(n int64) string {
 // strconv.ParseUint(s, 0, 64) read it back.
 func FormatKey(key uint64) string { return fmt.Sprintf("0x%016x", key) }
 
-func (s *Server) startMetrics(addr string) error {
-	h, err := s.metricsHandler()
-	if err != nil {
-		return fmt.Errorf("memd: metrics: %w", err)
-	}
-	m, err := metricsrv.Start(addr, h, s.log, "memd")
-	if le, ok := errors.AsType[*metricsrv.ListenError](err); ok {
-		return &FieldError{Pkg: "memd", Field: "MetricsAddr", Err: le.Err}
-	}
-	if err != nil {
-		return err
-	}
-	s.metrics = m
-	return nil
-}
-
 // Addr is the UDP address the node serves on.
 func (s *Server) Addr() netip.AddrPort { return s.conn.LocalAddr() }
 
 // MetricsAddr is the metrics listener's TCP address ("127.0.0.1:9470"),
 // or "" when Config.MetricsAddr was empty.
-func (s *Server) MetricsAddr() string {
-	if s.metrics == nil {
-		return ""
-	}
-	return s.metrics.Addr().String()
-}
+func (s *Server) MetricsAddr() string { return s.metrics.Addr() }
 
 // MTU is the largest datagram the node sends, in bytes.
 func (s *Server) MTU() int { return s.mtu }
@@ -393,27 +369,12 @@ func (s *Server) Stats() Stats {
 // Run blocks until ctx is done, or until the metrics server fails, and
 // then closes the server. It returns the metrics server's error, if that
 // is what ended it, joined with Close's; a cancelled ctx is not an error.
-func (s *Server) Run(ctx context.Context) error {
-	var err error
-	var failed <-chan error // nil, never ready, without metrics
-	if s.metrics != nil {
-		failed = s.metrics.Failed()
-	}
-	select {
-	case <-ctx.Done():
-	case err = <-failed:
-	}
-	return errors.Join(err, s.Close())
-}
+func (s *Server) Run(ctx context.Context) error { return daemon.Run(ctx, s.metrics, s.Close) }
 
 // abort releases what a failed Start opened: the metrics listener, the
 // endpoint and its socket.
 func (s *Server) abort() {
-	if s.metrics != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
-		_ = s.metrics.Shutdown(ctx)
-		cancel()
-	}
+	_ = s.metrics.Shutdown()
 	_ = s.ep.Close()
 }
 
@@ -423,38 +384,34 @@ func (s *Server) abort() {
 // acknowledged are dropped, and those peers' operations time out. It logs
 // the final counters and is idempotent: later calls return the first
 // call's result.
-func (s *Server) Close() error {
-	s.closeOnce.Do(func() {
-		if s.stopLend != nil {
-			s.stopLend()
-		}
-		<-s.lendDone
-		if s.leave != nil {
-			s.leave()
-		}
-		var errs []error
-		if s.metrics != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
-			if err := s.metrics.Shutdown(ctx); err != nil {
-				errs = append(errs, fmt.Errorf("memd: metrics shutdown: %w", err))
-			}
-			cancel()
-		}
-		if err := s.ep.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("memd: close: %w", err))
-		}
-		st := s.Stats()
-		t := &st.Endpoint.Transport
-		s.log.Info("memd: stopped",
-			"requests_served", st.Endpoint.RequestsServed,
-			"requests_refused", st.Endpoint.RequestsRefused,
-			"packets_sent", t.PacketsSent,
-			"packets_received", t.PacketsReceived,
-			"packets_retransmitted", t.PacketsRetransmitted,
-			"malformed", t.Malformed,
-			"unexpected", t.Unexpected,
-			"peers_dead", t.PeersDead)
-		s.closeErr = errors.Join(errs...)
-	})
-	return s.closeErr
+func (s *Server) Close() error { return s.close() }
+
+// shutdown is Close's work, done once.
+func (s *Server) shutdown() error {
+	if s.stopLend != nil {
+		s.stopLend()
+	}
+	<-s.lendDone
+	if s.leave != nil {
+		s.leave()
+	}
+	var errs []error
+	if err := s.metrics.Shutdown(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.ep.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("memd: close: %w", err))
+	}
+	st := s.Stats()
+	t := &st.Endpoint.Transport
+	s.log.Info("memd: stopped",
+		"requests_served", st.Endpoint.RequestsServed,
+		"requests_refused", st.Endpoint.RequestsRefused,
+		"packets_sent", t.PacketsSent,
+		"packets_received", t.PacketsReceived,
+		"packets_retransmitted", t.PacketsRetransmitted,
+		"malformed", t.Malformed,
+		"unexpected", t.Unexpected,
+		"peers_dead", t.PeersDead)
+	return errors.Join(errs...)
 }

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndma/ndma/daemon/switchd"
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/fabric/switchd"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 )

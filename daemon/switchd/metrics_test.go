@@ -1,61 +1,23 @@
 package switchd
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/ndma/ndma/daemon/memd"
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/memnode/memd"
+	"github.com/ndma/ndma/internal/daemon/daemontest"
 	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/wire"
 )
 
 // scrape fetches /metrics from srv and returns the samples by series
 // ("name" or "name{labels}").
-func scrape(t *testing.T, srv *Server) map[string]float64 { return scrapeAddr(t, srv.MetricsAddr()) }
-
-func scrapeAddr(t *testing.T, addr string) map[string]float64 {
-	t.Helper()
-	// No keep-alive: an idle connection would outlive the test (goleak).
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := c.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("GET /metrics: %s: %s", resp.Status, b)
-	}
-	out := make(map[string]float64)
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			t.Fatalf("bad sample line %q", line)
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("bad sample line %q: %v", line, err)
-		}
-		out[line[:i]] = v
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+func scrape(t *testing.T, srv *Server) map[string]float64 {
+	return daemontest.Scrape(t, srv.MetricsAddr())
 }
 
 // TestMetrics scrapes /metrics over HTTP and checks that the switch's
@@ -220,7 +182,7 @@ func TestPoolMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m0, n0 := scrape(t, srv), scrapeAddr(t, node.MetricsAddr())
+	m0, n0 := scrape(t, srv), daemontest.Scrape(t, node.MetricsAddr())
 	if _, err := r.WriteAt(make([]byte, 100<<10), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +198,7 @@ func TestPoolMetrics(t *testing.T) {
 	if _, err := r.ReadAt(make([]byte, 8), 0); !errors.Is(err, wire.StatusBadKey) {
 		t.Fatalf("read of a freed region: %v", err)
 	}
-	m1, n1 := scrape(t, srv), scrapeAddr(t, node.MetricsAddr())
+	m1, n1 := scrape(t, srv), daemontest.Scrape(t, node.MetricsAddr())
 	if got := m1[nodeSeries("capacity_bytes")]; got != 1<<20 {
 		t.Errorf("capacity %v, want 1 MiB", got)
 	}

@@ -2,13 +2,14 @@ package switchd
 
 import (
 	"net/http"
-	"slices"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/internal/daemon"
 	"github.com/ndma/ndma/internal/metricsrv"
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire/ctrl"
 )
@@ -174,23 +175,6 @@ var metrics = []metric{
 	counter("transport_messages_failed_total", "Outgoing messages abandoned (peer dead).",
 		nil, func(st *Stats) uint64 { return st.Switch.Transport.MessagesFailed }),
 
-	counter("udp_datagrams_sent_total", "UDP datagrams the kernel accepted for sending.",
-		nil, func(st *Stats) uint64 { return st.UDP.DatagramsSent }),
-	counter("udp_datagrams_received_total", "UDP datagrams received.",
-		nil, func(st *Stats) uint64 { return st.UDP.DatagramsReceived }),
-	counter("udp_bytes_sent_total", "UDP payload bytes sent.",
-		nil, func(st *Stats) uint64 { return st.UDP.BytesSent }),
-	counter("udp_bytes_received_total", "UDP payload bytes received.",
-		nil, func(st *Stats) uint64 { return st.UDP.BytesReceived }),
-	counter("udp_send_drops_total", "Datagrams the kernel refused to send (treated as loss).",
-		nil, func(st *Stats) uint64 { return st.UDP.SendDrops }),
-	counter("udp_receive_drops_total", "Datagrams discarded on receive for not fitting the buffer.",
-		nil, func(st *Stats) uint64 { return st.UDP.ReceiveDrops }),
-	gauge("udp_gso_enabled", "1 if sends use UDP GSO, else 0.",
-		func(_ *Server, st *Stats) float64 { return b2f(st.UDP.GSOEnabled) }),
-	gauge("udp_gro_enabled", "1 if the socket receives with UDP GRO, else 0.",
-		func(_ *Server, st *Stats) float64 { return b2f(st.UDP.GROEnabled) }),
-
 	counter("memory_pool_requests_total", "Pool requests (reads, writes, atomics, vector ops, chain hops, optimizer steps) received, by result: forwarded to a memory node, or refused by the switch.",
 		prometheus.Labels{"result": "received"}, func(st *Stats) uint64 { return st.Switch.PoolIn }),
 	counter("memory_pool_requests_total", "Pool requests (reads, writes, atomics, vector ops, chain hops, optimizer steps) received, by result: forwarded to a memory node, or refused by the switch.",
@@ -273,7 +257,9 @@ func groupKind(g fabric.GroupInfo) string {
 // collectors, on a private registry.
 func (s *Server) metricsHandler() (http.Handler, error) {
 	return metricsrv.Handler(s.log, &metricsrv.Table[snap]{
-		Metrics: append(slices.Clip(metrics), metricsrv.Security(metricPrefix, func(x *snap) *secure.LayerStats { return &x.st.Security })...),
+		Metrics: daemon.Series(metricPrefix, metrics,
+			func(x *snap) *netio.UDPStats { return &x.st.UDP },
+			func(x *snap) *secure.LayerStats { return &x.st.Security }),
 		Snapshot: func() snap {
 			nodes, regions := s.Pool()
 			return snap{s: s, st: s.Stats(), groups: s.Groups(), nodes: nodes, regions: regions}

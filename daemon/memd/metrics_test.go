@@ -1,50 +1,15 @@
 package memd
 
 import (
-	"bufio"
-	"io"
-	"net/http"
-	"strconv"
-	"strings"
 	"testing"
+
+	"github.com/ndma/ndma/internal/daemon/daemontest"
 )
 
 // scrape fetches /metrics from srv and returns the samples by series
 // ("name" or "name{labels}").
 func scrape(t *testing.T, srv *Server) map[string]float64 {
-	t.Helper()
-	// No keep-alive: an idle connection would outlive the test (goleak).
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := c.Get("http://" + srv.MetricsAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("GET /metrics: %s: %s", resp.Status, b)
-	}
-	out := make(map[string]float64)
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			t.Fatalf("bad sample line %q", line)
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("bad sample line %q: %v", line, err)
-		}
-		out[line[:i]] = v
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return daemontest.Scrape(t, srv.MetricsAddr())
 }
 
 // TestMetrics scrapes /metrics over HTTP and checks that the node's

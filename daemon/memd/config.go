@@ -2,7 +2,6 @@ package memd
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"math"
 	"net"
@@ -10,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ndma/ndma/internal/config"
+	"github.com/ndma/ndma/internal/daemon"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
@@ -140,11 +139,10 @@ var ErrConfig = errors.New("invalid value")
 //
 // It is config.FieldError: switchd, memd and testbed share the one type,
 // and Pkg says whose Config it is.
-type FieldError = config.FieldError
+type FieldError = daemon.FieldError
 
-func invalid(field, format string, a ...any) error {
-	return config.Invalid("memd", ErrConfig, field, format, a...)
-}
+// fields makes the *FieldError values of Config fields.
+var fields = daemon.Fields{Pkg: "memd", Sentinel: ErrConfig}
 
 // loopbackHost reports whether host, from a listen address, is a loopback
 // address or "localhost".
@@ -162,63 +160,63 @@ func (c *Config) validate() error {
 		c.Listen = DefaultListen
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		return invalid("Listen", "%q: %v", c.Listen, err)
+		return fields.Invalid("Listen", "%q: %v", c.Listen, err)
 	}
 	if c.BusyPoll < 0 || c.BusyPoll > netio.MaxBusyPoll {
-		return invalid("BusyPoll", "%v (want 0 to %v)", c.BusyPoll, netio.MaxBusyPoll)
+		return fields.Invalid("BusyPoll", "%v (want 0 to %v)", c.BusyPoll, netio.MaxBusyPoll)
 	}
 	if c.MetricsAddr != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
-			return invalid("MetricsAddr", "%q: %v", c.MetricsAddr, err)
+			return fields.Invalid("MetricsAddr", "%q: %v", c.MetricsAddr, err)
 		}
 	}
 	if c.Switch != "" {
 		sw, err := netip.ParseAddrPort(c.Switch)
 		if err != nil {
-			return invalid("Switch", "%q: want an IP address and port: %v", c.Switch, err)
+			return fields.Invalid("Switch", "%q: want an IP address and port: %v", c.Switch, err)
 		}
 		if host, _, _ := net.SplitHostPort(c.Listen); loopbackHost(host) && !sw.Addr().Unmap().IsLoopback() {
-			return invalid("Listen", "%s is a loopback address, from which the switch at %s (another host) cannot be reached: listen on a routable address or 0.0.0.0",
+			return fields.Invalid("Listen", "%s is a loopback address, from which the switch at %s (another host) cannot be reached: listen on a routable address or 0.0.0.0",
 				c.Listen, c.Switch)
 		}
 		if err := secure.CheckToken(c.Token, c.Insecure); err != nil {
-			return &FieldError{Pkg: "memd", Field: "Token", Err: fmt.Errorf("%w: %w", ErrConfig, err)}
+			return fields.InvalidErr("Token", err)
 		}
 	} else if len(c.Token) > 0 || c.Insecure {
-		return invalid("Token", "a fabric token or Insecure without Switch (they concern the switch this node lends to)")
+		return fields.Invalid("Token", "a fabric token or Insecure without Switch (they concern the switch this node lends to)")
 	}
 	if c.KeyFile != "" {
 		if c.Size != 0 {
-			return invalid("Size", "%d bytes given together with a key file, which sets the region sizes", c.Size)
+			return fields.Invalid("Size", "%d bytes given together with a key file, which sets the region sizes", c.Size)
 		}
 		if c.Perm != 0 {
-			return invalid("Perm", "%v given together with a key file, which sets the region permissions", c.Perm)
+			return fields.Invalid("Perm", "%v given together with a key file, which sets the region permissions", c.Perm)
 		}
 	}
 	if c.Size < 0 || c.Size > memnode.MaxRegionSize || c.Size > math.MaxInt {
-		return invalid("Size", "%s (want 1 byte to %s)", formatBytes(c.Size), formatBytes(int64(min(memnode.MaxRegionSize, math.MaxInt))))
+		return fields.Invalid("Size", "%s (want 1 byte to %s)", formatBytes(c.Size), formatBytes(int64(min(memnode.MaxRegionSize, math.MaxInt))))
 	}
 	if c.Size == 0 && c.KeyFile == "" {
 		c.Size = DefaultSize
 	}
 	if c.Perm&^wire.PermAll != 0 {
-		return invalid("Perm", "unknown bits in %v", c.Perm)
+		return fields.Invalid("Perm", "unknown bits in %v", c.Perm)
 	}
 	if c.Perm == 0 && c.KeyFile == "" {
 		c.Perm = wire.PermAll
 	}
 	if c.MTU != 0 && (c.MTU < MinMTU || c.MTU > MaxMTU) {
-		return invalid("MTU", "%d bytes (want %d to %d)", c.MTU, MinMTU, MaxMTU)
+		return fields.Invalid("MTU", "%d bytes (want %d to %d)", c.MTU, MinMTU, MaxMTU)
 	}
 	if c.Security != nil {
 		if c.Security.Cert.Role != secure.RoleMemoryNode {
-			return invalid("Security", "a credential of role %v (%q): a memory node needs one of role %v", c.Security.Cert.Role, c.Security.Cert.Name, secure.RoleMemoryNode)
+			return fields.Invalid("Security", "a credential of role %v (%q): a memory node needs one of role %v", c.Security.Cert.Role, c.Security.Cert.Name, secure.RoleMemoryNode)
 		}
 		if err := c.Security.Cert.Verify(c.Security.Authority); err != nil {
-			return &FieldError{Pkg: "memd", Field: "Security", Err: fmt.Errorf("%w: %w", ErrConfig, err)}
+			return fields.InvalidErr("Security", err)
 		}
 		if c.MTU != 0 && c.MTU < MinMTU+wire.TagLen {
-			return invalid("MTU", "%d bytes: with Security, want at least %d (the tag takes %d)", c.MTU, MinMTU+wire.TagLen, wire.TagLen)
+			return fields.Invalid("MTU", "%d bytes: with Security, want at least %d (the tag takes %d)", c.MTU, MinMTU+wire.TagLen, wire.TagLen)
 		}
 	}
 	if c.Logger == nil {

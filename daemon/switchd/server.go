@@ -9,10 +9,9 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/internal/metricsrv"
+	"github.com/ndma/ndma/internal/daemon"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
@@ -22,7 +21,7 @@ import (
 
 // ShutdownTimeout bounds how long Close waits for metrics scrapes in
 // progress to finish before it drops their connections.
-const ShutdownTimeout = 5 * time.Second
+const ShutdownTimeout = daemon.ShutdownTimeout
 
 // Server is a running switch. Create one with Start; all methods are safe
 // for concurrent use.
@@ -32,9 +31,8 @@ type Server struct {
 	conn *netio.UDPConn
 	srv  *fabric.Server
 
-	metrics   *metricsrv.Server // nil without a metrics listener
-	closeOnce sync.Once
-	closeErr  error
+	metrics *daemon.Metrics // nil without a metrics listener
+	close   func() error    // shutdown, once
 }
 
 // Stats is a snapshot of a Server's counters.
@@ -77,7 +75,7 @@ func Start(cfg Config) (*Server, error) {
 	ucfg := netio.UDPConfig{Logger: cfg.Logger, BusyPoll: cfg.BusyPoll, ReusePort: readers > 1}
 	conn, err := netio.ListenUDP(cfg.Listen, ucfg)
 	if err != nil {
-		return nil, &FieldError{Pkg: "switchd", Field: "Listen", Err: err}
+		return nil, fields.Unusable("Listen", err)
 	}
 	// The other sockets bind the first one's port (Listen may ask for
 	// any).
@@ -86,7 +84,7 @@ func Start(cfg Config) (*Server, error) {
 		host, _, err := net.SplitHostPort(cfg.Listen)
 		if err != nil {
 			conn.Close()
-			return nil, &FieldError{Pkg: "switchd", Field: "Listen", Err: err}
+			return nil, fields.Unusable("Listen", err)
 		}
 		addr := net.JoinHostPort(host, strconv.Itoa(int(conn.LocalAddr().Port())))
 		for range readers - 1 {
@@ -96,14 +94,14 @@ func Start(cfg Config) (*Server, error) {
 				for _, c := range more {
 					c.Close()
 				}
-				return nil, &FieldError{Pkg: "switchd", Field: "Readers", Err: err}
+				return nil, fields.Unusable("Readers", err)
 			}
 			more = append(more, c)
 		}
 	}
 	fsrv, err := fabric.NewServerWith(conn, sw, fabric.ServerOptions{Logger: cfg.Logger, Security: cfg.Security, SecurityOptions: cfg.SecurityOptions, Conns: more})
 	if err != nil {
-		return nil, &FieldError{Pkg: "switchd", Field: "Security", Err: err} // conn is closed
+		return nil, fields.Unusable("Security", err) // conn is closed
 	}
 	s := &Server{
 		log:  cfg.Logger,
@@ -111,8 +109,9 @@ func Start(cfg Config) (*Server, error) {
 		conn: conn,
 		srv:  fsrv,
 	}
+	s.close = sync.OnceValue(s.shutdown)
 	if cfg.MetricsAddr != "" {
-		if err := s.startMetrics(cfg.MetricsAddr); err != nil {
+		if s.metrics, err = daemon.StartMetrics("switchd", cfg.MetricsAddr, s.log, s.metricsHandler); err != nil {
 			s.srv.Close()
 			return nil, err
 		}
@@ -120,10 +119,7 @@ func Start(cfg Config) (*Server, error) {
 	attrs := []any{"addr", s.Addr().String(), "mtu", cfg.MTU,
 		"heartbeat_timeout", cfg.HeartbeatTimeout, "pool_slots", cfg.PoolSlots,
 		"authenticated", len(cfg.Token) > 0, "sealed", cfg.Security != nil, "readers", readers}
-	if s.metrics != nil {
-		attrs = append(attrs, "metrics", "http://"+s.metrics.Addr().String()+"/metrics")
-	}
-	s.log.Info("switchd: serving", attrs...)
+	s.log.Info("switchd: serving", s.metrics.AppendAttr(attrs)...)
 	if id := cfg.Security; id != nil {
 		s.log.Info(fmt.Sprintf("switchd: sealing every datagram (role %v, name %q): only processes with a credential of this fabric are answered", id.Cert.Role, id.Cert.Name),
 			"key", secure.Fingerprint(id.Cert.Key), "authority", secure.Fingerprint(id.Authority), "encrypt", cfg.SecurityOptions.Encrypt)
@@ -139,33 +135,12 @@ func Start(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-func (s *Server) startMetrics(addr string) error {
-	h, err := s.metricsHandler()
-	if err != nil {
-		return fmt.Errorf("switchd: metrics: %w", err)
-	}
-	m, err := metricsrv.Start(addr, h, s.log, "switchd")
-	if le, ok := errors.AsType[*metricsrv.ListenError](err); ok {
-		return &FieldError{Pkg: "switchd", Field: "MetricsAddr", Err: le.Err}
-	}
-	if err != nil {
-		return err
-	}
-	s.metrics = m
-	return nil
-}
-
 // Addr is the UDP address the switch serves on.
 func (s *Server) Addr() netip.AddrPort { return s.srv.Addr() }
 
 // MetricsAddr is the metrics listener's TCP address ("127.0.0.1:9471"),
 // or "" when Config.MetricsAddr was empty.
-func (s *Server) MetricsAddr() string {
-	if s.metrics == nil {
-		return ""
-	}
-	return s.metrics.Addr().String()
-}
+func (s *Server) MetricsAddr() string { return s.metrics.Addr() }
 
 // MTU is the largest datagram the switch's own streams send, in bytes.
 func (s *Server) MTU() int { return s.cfg.MTU }
@@ -186,58 +161,43 @@ func (s *Server) Pool() ([]ctrl.PoolNodeInfo, []ctrl.PoolSpec) { return s.srv.Po
 // Run blocks until ctx is done, or until the metrics server fails, and
 // then closes the server. It returns the metrics server's error, if that
 // is what ended it, joined with Close's; a cancelled ctx is not an error.
-func (s *Server) Run(ctx context.Context) error {
-	var err error
-	var failed <-chan error // nil, never ready, without metrics
-	if s.metrics != nil {
-		failed = s.metrics.Failed()
-	}
-	select {
-	case <-ctx.Done():
-	case err = <-failed:
-	}
-	return errors.Join(err, s.Close())
-}
+func (s *Server) Run(ctx context.Context) error { return daemon.Run(ctx, s.metrics, s.Close) }
 
 // Close shuts the switch down: it stops the metrics server gracefully
 // (scrapes in progress get up to ShutdownTimeout to finish), then stops
 // forwarding and closes the socket; members' operations in flight through
 // the switch time out at the endpoints. It logs the final counters and is
 // idempotent: later calls return the first call's result.
-func (s *Server) Close() error {
-	s.closeOnce.Do(func() {
-		var errs []error
-		if s.metrics != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
-			if err := s.metrics.Shutdown(ctx); err != nil {
-				errs = append(errs, fmt.Errorf("switchd: metrics shutdown: %w", err))
-			}
-			cancel()
-		}
-		if err := s.srv.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("switchd: close: %w", err))
-		}
-		all := s.Stats()
-		st := all.Switch
-		s.log.Info("switchd: stopped",
-			"udp_datagrams_sent", all.UDP.DatagramsSent,
-			"udp_datagrams_received", all.UDP.DatagramsReceived,
-			"udp_gso_sends", all.UDP.GSOSends,
-			"udp_gro_receives", all.UDP.GROReceives,
-			"received", st.Received,
-			"unicast_out", st.UnicastOut,
-			"multicast_out", st.MulticastOut,
-			"aggregate_out", st.AggregateOut,
-			"anycast_out", st.AnycastOut,
-			"control_in", st.ControlIn,
-			"auth_failures", st.AuthFailures,
-			"malformed", st.Malformed,
-			"spoofed", st.Spoofed,
-			"forward_dropped", st.ForwardDropped,
-			"members_dead", st.MembersDead,
-			"members_left", st.MembersLeft,
-			"groups", st.Groups)
-		s.closeErr = errors.Join(errs...)
-	})
-	return s.closeErr
+func (s *Server) Close() error { return s.close() }
+
+// shutdown is Close's work, done once.
+func (s *Server) shutdown() error {
+	var errs []error
+	if err := s.metrics.Shutdown(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.srv.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("switchd: close: %w", err))
+	}
+	all := s.Stats()
+	st := all.Switch
+	s.log.Info("switchd: stopped",
+		"udp_datagrams_sent", all.UDP.DatagramsSent,
+		"udp_datagrams_received", all.UDP.DatagramsReceived,
+		"udp_gso_sends", all.UDP.GSOSends,
+		"udp_gro_receives", all.UDP.GROReceives,
+		"received", st.Received,
+		"unicast_out", st.UnicastOut,
+		"multicast_out", st.MulticastOut,
+		"aggregate_out", st.AggregateOut,
+		"anycast_out", st.AnycastOut,
+		"control_in", st.ControlIn,
+		"auth_failures", st.AuthFailures,
+		"malformed", st.Malformed,
+		"spoofed", st.Spoofed,
+		"forward_dropped", st.ForwardDropped,
+		"members_dead", st.MembersDead,
+		"members_left", st.MembersLeft,
+		"groups", st.Groups)
+	return errors.Join(errs...)
 }

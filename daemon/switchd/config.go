@@ -2,14 +2,13 @@ package switchd
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"math"
 	"net"
 	"time"
 
 	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/internal/config"
+	"github.com/ndma/ndma/internal/daemon"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
@@ -148,11 +147,10 @@ var ErrConfig = errors.New("invalid value")
 //
 // It is config.FieldError: switchd, memd and testbed share the one type,
 // and Pkg says whose Config it is.
-type FieldError = config.FieldError
+type FieldError = daemon.FieldError
 
-func invalid(field, format string, a ...any) error {
-	return config.Invalid("switchd", ErrConfig, field, format, a...)
-}
+// fields makes the *FieldError values of Config fields.
+var fields = daemon.Fields{Pkg: "switchd", Sentinel: ErrConfig}
 
 // validate checks c and fills in defaults.
 func (c *Config) validate() error {
@@ -160,50 +158,50 @@ func (c *Config) validate() error {
 		c.Listen = DefaultListen
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		return invalid("Listen", "%q: %v", c.Listen, err)
+		return fields.Invalid("Listen", "%q: %v", c.Listen, err)
 	}
 	if err := secure.CheckToken(c.Token, c.Insecure); err != nil {
-		return &FieldError{Pkg: "switchd", Field: "Token", Err: fmt.Errorf("%w: %w", ErrConfig, err)}
+		return fields.InvalidErr("Token", err)
 	}
 	if c.MetricsAddr != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
-			return invalid("MetricsAddr", "%q: %v", c.MetricsAddr, err)
+			return fields.Invalid("MetricsAddr", "%q: %v", c.MetricsAddr, err)
 		}
 	}
 	if c.Security != nil {
 		if c.Security.Cert.Role != secure.RoleSwitch {
-			return invalid("Security", "a credential of role %v (%q): the switch needs one of role %v", c.Security.Cert.Role, c.Security.Cert.Name, secure.RoleSwitch)
+			return fields.Invalid("Security", "a credential of role %v (%q): the switch needs one of role %v", c.Security.Cert.Role, c.Security.Cert.Name, secure.RoleSwitch)
 		}
 		if err := c.Security.Cert.Verify(c.Security.Authority); err != nil {
-			return &FieldError{Pkg: "switchd", Field: "Security", Err: fmt.Errorf("%w: %w", ErrConfig, err)}
+			return fields.InvalidErr("Security", err)
 		}
 	}
 	if c.HeartbeatTimeout == 0 {
 		c.HeartbeatTimeout = DefaultHeartbeatTimeout
 	}
 	if c.HeartbeatTimeout < MinHeartbeatTimeout {
-		return invalid("HeartbeatTimeout", "%v (want at least %v)", c.HeartbeatTimeout, MinHeartbeatTimeout)
+		return fields.Invalid("HeartbeatTimeout", "%v (want at least %v)", c.HeartbeatTimeout, MinHeartbeatTimeout)
 	}
 	if c.PoolSlots == 0 {
 		c.PoolSlots = DefaultPoolSlots
 	}
 	if c.PoolSlots < 1 || c.PoolSlots > MaxPoolSlots {
-		return invalid("PoolSlots", "%d (want 1 to %d)", c.PoolSlots, MaxPoolSlots)
+		return fields.Invalid("PoolSlots", "%d (want 1 to %d)", c.PoolSlots, MaxPoolSlots)
 	}
 	if c.MTU == 0 {
 		c.MTU = DefaultMTU
 	}
 	if c.MTU < MinMTU || c.MTU > MaxMTU {
-		return invalid("MTU", "%d bytes (want %d to %d)", c.MTU, MinMTU, MaxMTU)
+		return fields.Invalid("MTU", "%d bytes (want %d to %d)", c.MTU, MinMTU, MaxMTU)
 	}
 	if c.Readers < 0 || c.Readers > MaxReaders {
-		return invalid("Readers", "%d (want 1 to %d)", c.Readers, MaxReaders)
+		return fields.Invalid("Readers", "%d (want 1 to %d)", c.Readers, MaxReaders)
 	}
 	if c.BusyPoll < 0 || c.BusyPoll > netio.MaxBusyPoll {
-		return invalid("BusyPoll", "%v (want 0 to %v)", c.BusyPoll, netio.MaxBusyPoll)
+		return fields.Invalid("BusyPoll", "%v (want 0 to %v)", c.BusyPoll, netio.MaxBusyPoll)
 	}
 	if c.Security != nil && c.MTU < MinMTU+wire.TagLen {
-		return invalid("MTU", "%d bytes: with Security, want at least %d (the tag takes %d)", c.MTU, MinMTU+wire.TagLen, wire.TagLen)
+		return fields.Invalid("MTU", "%d bytes: with Security, want at least %d (the tag takes %d)", c.MTU, MinMTU+wire.TagLen, wire.TagLen)
 	}
 	for _, r := range []struct {
 		field string
@@ -215,7 +213,7 @@ func (c *Config) validate() error {
 		{"Fault.Corrupt", c.Fault.Corrupt},
 	} {
 		if math.IsNaN(r.rate) || r.rate < 0 || r.rate > 1 {
-			return invalid(r.field, "rate %v (want a probability in [0, 1])", r.rate)
+			return fields.Invalid(r.field, "rate %v (want a probability in [0, 1])", r.rate)
 		}
 	}
 	if c.Logger == nil {
