@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/wire"
 )
@@ -49,10 +50,10 @@ func step(t *testing.T, c *Core, now time.Time, from netip.AddrPort, pkt []byte)
 	t.Helper()
 	defer func() {
 		if r := recover(); r != nil {
-			t.Fatalf("Step panicked on a crafted datagram: %v", r)
+			t.Fatalf("Receive panicked on a crafted datagram: %v", r)
 		}
 	}()
-	c.Step(now, from, pkt)
+	c.Receive(now, netio.Datagram{Addr: from, Buf: pkt})
 }
 
 func fill(n int, seed byte) []byte {

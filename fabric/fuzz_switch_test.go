@@ -127,7 +127,7 @@ func (f *fuzzFabric) step(t *testing.T, data []byte) {
 			continue
 		}
 		t0 := time.Now()
-		f.sw.Step(f.now, from, pkt)
+		f.sw.Receive(f.now, netio.Datagram{Addr: from, Buf: pkt})
 		if el := time.Since(t0); el > time.Second {
 			t.Fatalf("Step took %v on %+v", el, h)
 		}

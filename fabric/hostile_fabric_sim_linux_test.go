@@ -15,6 +15,7 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/internal/hostile"
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 	"github.com/ndma/ndma/wire/ctrl"
@@ -56,14 +57,14 @@ func hostileFabric(t *testing.T, seed int64) {
 	gen := hostile.New(hostile.Config{Seed: uint64(seed), Groups: []uint32{gid, p.spec.Region}, Members: []uint16{0, 1, 2, wire.MemberAll}})
 	rng := rand.New(rand.NewPCG(uint64(seed), 1))
 	type target struct {
-		name string
-		addr netip.AddrPort
-		step func(now time.Time, from netip.AddrPort, pkt []byte)
+		name    string
+		addr    netip.AddrPort
+		receive func(now time.Time, d netio.Datagram)
 	}
 	targets := []target{
-		{"switch", f.swAddr, f.sw.Step},
-		{"memory node", nodes[0].addr, func(now time.Time, from netip.AddrPort, pkt []byte) { nodes[0].core.Step(now, from, pkt) }},
-		{"job member", ms[1].addr, func(now time.Time, from netip.AddrPort, pkt []byte) { ms[1].core.Step(now, from, pkt) }},
+		{"switch", f.swAddr, f.sw.Receive},
+		{"memory node", nodes[0].addr, nodes[0].core.Receive},
+		{"job member", ms[1].addr, ms[1].core.Receive},
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -89,7 +90,7 @@ func hostileFabric(t *testing.T, seed int64) {
 			}
 			pkt := gen.Next()
 			t0 := threadCPU(t)
-			tg.step(now, from, pkt)
+			tg.receive(now, netio.Datagram{Addr: from, Buf: pkt})
 			d := threadCPU(t) - t0
 			steps = append(steps, d)
 			if d > worst {
