@@ -47,7 +47,7 @@ func TestAckQueueDelay(t *testing.T) {
 	want := []uint32{1, 2501, 201, 1, 1}
 	for i, d := range out {
 		now := t0.Add(offset + arrive[i])
-		b.Step(now, aAddr, d.Buf)
+		b.Receive(now, netio.Datagram{Addr: aAddr, Buf: d.Buf}, Admission{})
 		acks, _, _ := b.Poll(now, nil)
 		for _, d := range acks {
 			if !d.Control {
