@@ -348,7 +348,7 @@ func TestGroupOnlyFromItsSwitch(t *testing.T) {
 
 // TestAnycastDeclaredLength: the first fragment of an anycast request
 // declaring 16 MiB used to allocate (and fault in) all of it at once —
-// tens of milliseconds of one Step for 64 bytes received, from a sender
+// tens of milliseconds of one Receive for 64 bytes received, from a sender
 // that need not send the rest. A large request now costs the bytes that
 // arrived until it is complete, and is still delivered whole.
 func TestAnycastDeclaredLength(t *testing.T) {

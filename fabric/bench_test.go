@@ -38,7 +38,7 @@ type benchFabric struct {
 	// Reused output buffers.
 	swOut   []netio.Datagram
 	coreOut []netio.Datagram
-	// swTime accumulates the time spent in the switch's Step and Poll
+	// swTime accumulates the time spent in the switch's Receive and Poll
 	// (pump), to tell it from the cores' share.
 	swTime time.Duration
 }
@@ -170,7 +170,7 @@ func reportRate(b *testing.B, n int, unit string) {
 }
 
 // BenchmarkSwitchUnicastForward times one 1 KiB unicast packet from member
-// 0 to member 1 of a group: Step (parse, member checks, copy into a
+// 0 to member 1 of a group: Receive (parse, member checks, copy into a
 // forwarding buffer) and the Poll that hands it out.
 func BenchmarkSwitchUnicastForward(b *testing.B) {
 	f := newBenchFabric(b, 2)
@@ -274,7 +274,7 @@ func BenchmarkSwitchMulticastFanout8(b *testing.B) {
 // switch reduces the 8 in a pool slot and sends the result to every
 // member, and the members acknowledge. The whole in-memory fabric is
 // timed (ns/op, allocs/op include the cores); switch-ns/op is the share of
-// the switch's Step and Poll.
+// the switch's Receive and Poll.
 func BenchmarkSwitchAggregate8(b *testing.B) {
 	const n, elems = 8, 2048 // 8 KiB of f32: one chunk under the default MTU
 	f := newBenchFabric(b, n)

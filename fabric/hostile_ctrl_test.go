@@ -16,7 +16,7 @@ import (
 
 // A sans-I/O harness: one Switch and clients that are bare transport
 // engines, pumped by hand in virtual time. Crafted datagrams go straight
-// into Switch.Step.
+// into Switch.Receive.
 
 type ctlClient struct {
 	addr  netip.AddrPort

@@ -27,7 +27,7 @@ func TestAckBaseJump(t *testing.T) {
 	far := uint32(101 + (1<<31 - 2))
 	h = wire.Header{PSN: far, AckBase: far, MsgID: 2}
 	var ok bool
-	within(t, time.Second, "Step with a far AckBase", func() {
+	within(t, time.Second, "Receive with a far AckBase", func() {
 		_, ok = e.Receive(t0, netio.Datagram{Addr: from, Buf: craft(h, make([]byte, 8))}, Admission{})
 	})
 	if ok {

@@ -216,7 +216,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-// TestMalformedCounted feeds garbage to Step.
+// TestMalformedCounted feeds garbage to Receive.
 func TestMalformedCounted(t *testing.T) {
 	e, _ := New(Config{Seed: 3})
 	from := netip.MustParseAddrPort("10.0.0.9:9")

@@ -125,7 +125,7 @@ func FuzzEngineStep(f *testing.F) {
 				}
 				var d Delivery
 				var ok bool
-				timed("Step", func() { d, ok = e.Receive(now, netio.Datagram{Addr: addr, Buf: pkt}, Admission{}) })
+				timed("Receive", func() { d, ok = e.Receive(now, netio.Datagram{Addr: addr, Buf: pkt}, Admission{}) })
 				if !ok {
 					break
 				}
@@ -160,7 +160,7 @@ func FuzzEngineStep(f *testing.F) {
 				}
 			case op < 8: // ACK
 				b := fuzzAck(r)
-				timed("Step(ACK)", func() { e.Receive(now, netio.Datagram{Addr: addr, Buf: b}, Admission{}) })
+				timed("Receive(ACK)", func() { e.Receive(now, netio.Datagram{Addr: addr, Buf: b}, Admission{}) })
 			case op == 8:
 				timed("Poll", func() { e.Poll(now, nil) })
 			default:

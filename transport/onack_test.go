@@ -37,7 +37,7 @@ func TestHostileSack(t *testing.T) {
 	if _, _, err := wire.Parse(pkt, &first); err != nil || chk.Decode(pkt[wire.HeaderLen:]) != nil {
 		t.Fatal("crafted ACK does not decode")
 	}
-	within(t, time.Second, "Step with 32 huge SACK blocks", func() { e.Receive(t0, netio.Datagram{Addr: to, Buf: pkt}, Admission{}) })
+	within(t, time.Second, "Receive with 32 huge SACK blocks", func() { e.Receive(t0, netio.Datagram{Addr: to, Buf: pkt}, Admission{}) })
 	// The blocks cover the 10 packets in flight, but the ACK does not fit
 	// what was sent (its cumulative point is 2^31 away): a blind forgery,
 	// ignored. The receiver's real ACK completes the message.

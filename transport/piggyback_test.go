@@ -11,7 +11,7 @@ import (
 )
 
 // pair is a client and a server engine wired by hand: what one Polls
-// out, the test hands to the other's Step, and counts.
+// out, the test hands to the other's Receive, and counts.
 type pair struct {
 	t        *testing.T
 	cli, srv *Engine
