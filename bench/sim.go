@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/internal/simhost"
 	"github.com/ndma/ndma/memnode"
-	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
@@ -148,31 +148,6 @@ func RunSim(ctx context.Context, cfg SimConfig, emit func(Result) error) error {
 	return nil
 }
 
-// simHost adapts an endpoint Core to simnet.Node.
-type simHost struct {
-	core *endpoint.Core
-	// refill, if set, is called before each Poll to post more work, and
-	// onDone for each completed operation.
-	refill func(now time.Time)
-	onDone func(now time.Time, op *endpoint.Op)
-}
-
-func (h *simHost) Receive(now time.Time, d netio.Datagram) { h.core.Step(now, d.Addr, d.Buf) }
-
-func (h *simHost) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
-	if h.refill != nil {
-		h.refill(now)
-	}
-	out, done, next := h.core.Poll(now, out)
-	for _, op := range done {
-		h.onDone(now, op)
-	}
-	if len(done) > 0 && h.refill != nil {
-		next = now // post the next operations at once
-	}
-	return out, next
-}
-
 // simWrite runs one simulated WRITE measurement.
 func simWrite(cfg SimConfig, size int, loss float64) (Result, error) {
 	iters := cfg.iters(size)
@@ -217,8 +192,10 @@ func simWrite(cfg SimConfig, size int, loss float64) (Result, error) {
 		start, last       time.Time
 		opErr             error
 	)
-	client := &simHost{core: cli}
-	client.refill = func(now time.Time) {
+	// The client posts the next operations before each Poll, and at once
+	// after completions (internal/simhost).
+	client := &simhost.Host[*endpoint.Op]{Core: cli, Repoll: true}
+	client.Before = func(now time.Time) {
 		if start.IsZero() {
 			start = now
 		}
@@ -233,7 +210,7 @@ func simWrite(cfg SimConfig, size int, loss float64) (Result, error) {
 			posted++
 		}
 	}
-	client.onDone = func(now time.Time, op *endpoint.Op) {
+	client.Done = func(now time.Time, op *endpoint.Op) {
 		if op.Err != nil && opErr == nil {
 			opErr = op.Err
 		}
@@ -241,8 +218,8 @@ func simWrite(cfg SimConfig, size int, loss float64) (Result, error) {
 		last = now
 		free = append(free, op)
 	}
-	nw.Attach(srvAddr, &simHost{core: srv}, up, down)
-	nw.Attach(cliAddr, client, up, down)
+	(&simhost.Host[*endpoint.Op]{Core: srv}).Attach(nw, srvAddr, up, down)
+	client.Attach(nw, cliAddr, up, down)
 	err = nw.RunUntil(func() bool { return completed == iters || opErr != nil }, time.Hour)
 	if opErr != nil {
 		return Result{}, fmt.Errorf("bench: sim write %s (loss %g, seed %d): %w", FormatSize(size), loss, cfg.Seed, opErr)

@@ -95,10 +95,10 @@ func TestSimHostilePeer(t *testing.T) {
 	var done []*Op
 	onDone := func(_ time.Time, op *Op) { done = append(done, op) }
 	checks := 0
-	net.Attach(tAddr, &simCore{c: target, onDone: onDone, refill: func(time.Time) {
+	net.Attach(tAddr, simCore(target, onDone, func(time.Time) {
 		checkBounds(t, target)
 		checks++
-	}}, l, l)
+	}), l, l)
 	peers := make([]*Core, 2)
 	paddrs := make([]netip.AddrPort, 2)
 	for i := range peers {
@@ -106,7 +106,7 @@ func TestSimHostilePeer(t *testing.T) {
 			t.Fatal(err)
 		}
 		paddrs[i] = netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 1, byte(i + 1)}), 1)
-		net.Attach(paddrs[i], &simCore{c: peers[i], onDone: onDone}, l, l)
+		net.Attach(paddrs[i], simCore(peers[i], onDone, nil), l, l)
 	}
 	hostile := &hostileNode{target: tAddr, rng: rand.New(rand.NewPCG(seed, 2)), f: newForger(), left: 30000, every: 20 * time.Microsecond}
 	hAddr := netip.MustParseAddrPort("10.6.6.6:6")

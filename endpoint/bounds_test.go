@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/wire"
 )
@@ -166,7 +167,7 @@ func TestPartialRequestsBounded(t *testing.T) {
 		f := newForger()
 		for i := range 240 {
 			h := wire.Header{Op: wire.OpNop, MsgID: uint64(i + 2), MsgLen: 20}
-			c.Step(now, from, f.packet(h, fill(10, 1)))
+			c.Receive(now, netio.Datagram{Addr: from, Buf: f.packet(h, fill(10, 1))})
 		}
 	}
 	if n := len(c.mem.inStatus); n > maxInRequests {

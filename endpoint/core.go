@@ -55,7 +55,7 @@ type Core struct {
 	done      []*Op // completed since the last Poll
 	doneSpare []*Op
 	nextDL    time.Time // earliest op deadline (may be early)
-	now       time.Time // of the current Step (admission runs inside it)
+	now       time.Time // of the current Receive (admission runs inside it)
 
 	// Group state (core_group.go).
 	gops        map[gopKey]*Op
@@ -319,11 +319,6 @@ func (c *Core) complete(op *Op) {
 	c.done = append(c.done, op)
 }
 
-// Step is Receive for a datagram with no receive time.
-func (c *Core) Step(now time.Time, from netip.AddrPort, pkt []byte) {
-	c.Receive(now, netio.Datagram{Addr: from, Buf: pkt})
-}
-
 // Receive handles one received datagram. d.RxTime is when the kernel
 // received it (Unix ns, 0: unknown): see transport.Engine.Receive.
 func (c *Core) Receive(now time.Time, dg netio.Datagram) {
@@ -416,7 +411,7 @@ func (c *Core) deadTimeout() time.Duration {
 // sweepDue reports whether a sweep whose next run is *next may run now,
 // and if so schedules the next one a 64th of the dead timeout later. A
 // sweep looks at no more than sweepBatch entries of a full table (from
-// where Go's map iteration starts, a random place), so that no Step pays
+// where Go's map iteration starts, a random place), so that no Receive pays
 // for a whole table: a table of 16384 entries is covered in about a
 // quarter of the dead timeout.
 func (c *Core) sweepDue(now time.Time, next *time.Time) bool {

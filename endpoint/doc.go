@@ -9,7 +9,7 @@
 //
 // Core is sans-I/O: it owns a transport.Engine, the table of outstanding
 // operations and a memnode.Store it serves to peers, and is driven with
-// Step/Poll and an explicit time, so the same code runs over real UDP and
+// Receive/Poll and an explicit time, so the same code runs over real UDP and
 // on netio/simnet in virtual time. Endpoint drives a Core over a
 // netio.Conn with one reader goroutine, a timer and a mutex, and offers the
 // blocking (context.Context) and asynchronous (Start/Done) APIs.

@@ -33,8 +33,8 @@ func newEagerPair(t *testing.T, seed int64, tc transport.Config) *eagerPair {
 	if p.b, err = NewCore(Config{Transport: tc}); err != nil {
 		t.Fatal(err)
 	}
-	p.net.Attach(p.aa, &simCore{c: p.a, onDone: func(_ time.Time, op *Op) { p.done = append(p.done, op) }}, l, l)
-	p.net.Attach(p.ba, &simCore{c: p.b, onDone: func(_ time.Time, op *Op) { p.done = append(p.done, op) }}, l, l)
+	p.net.Attach(p.aa, simCore(p.a, func(_ time.Time, op *Op) { p.done = append(p.done, op) }, nil), l, l)
+	p.net.Attach(p.ba, simCore(p.b, func(_ time.Time, op *Op) { p.done = append(p.done, op) }, nil), l, l)
 	return p
 }
 

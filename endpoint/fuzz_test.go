@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
@@ -135,7 +136,7 @@ func FuzzCoreStep(f *testing.F) {
 			if pkt == nil {
 				continue
 			}
-			c.Step(now, from, pkt)
+			c.Receive(now, netio.Datagram{Addr: from, Buf: pkt})
 			if in := len(in); in%(3*fuzzRecord) == 0 {
 				c.Poll(now, nil)
 				for _, r := range c.Requests() {

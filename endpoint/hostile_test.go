@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/wire"
 )
@@ -49,10 +50,10 @@ func step(t *testing.T, c *Core, now time.Time, from netip.AddrPort, pkt []byte)
 	t.Helper()
 	defer func() {
 		if r := recover(); r != nil {
-			t.Fatalf("Step panicked on a crafted datagram: %v", r)
+			t.Fatalf("Receive panicked on a crafted datagram: %v", r)
 		}
 	}()
-	c.Step(now, from, pkt)
+	c.Receive(now, netio.Datagram{Addr: from, Buf: pkt})
 }
 
 func fill(n int, seed byte) []byte {
@@ -347,7 +348,7 @@ func TestGroupOnlyFromItsSwitch(t *testing.T) {
 
 // TestAnycastDeclaredLength: the first fragment of an anycast request
 // declaring 16 MiB used to allocate (and fault in) all of it at once —
-// tens of milliseconds of one Step for 64 bytes received, from a sender
+// tens of milliseconds of one Receive for 64 bytes received, from a sender
 // that need not send the rest. A large request now costs the bytes that
 // arrived until it is complete, and is still delivered whole.
 func TestAnycastDeclaredLength(t *testing.T) {

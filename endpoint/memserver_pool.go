@@ -55,10 +55,10 @@ type poolServer struct {
 	seg     int        // payload bytes per pool request (the pool client's)
 	stats   *PoolStats // the core's pool counters, shared with its pool client
 
-	started       time.Time // the core's first Step or Poll (a memory node's startup grace)
+	started       time.Time // the core's first Receive or Poll (a memory node's startup grace)
 	chainBuf, fwd []byte    // scratch of chain hops
 	rebuilds      map[uint32]*rebuildTask
-	now           time.Time // of the current Step or Poll, for internal ops
+	now           time.Time // of the current Receive or Poll, for internal ops
 	reportedTo    uint64    // the switch incarnation the node last reported its grants to
 }
 

@@ -38,7 +38,7 @@ func TestSimMessages(t *testing.T) {
 				}
 				cores[i] = c
 				addrs[i] = netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}), 1)
-				net.Attach(addrs[i], &simCore{c: c, onDone: func(_ time.Time, op *Op) { done = append(done, op) }}, l, l)
+				net.Attach(addrs[i], simCore(c, func(_ time.Time, op *Op) { done = append(done, op) }, nil), l, l)
 			}
 			r := rand.New(rand.NewPCG(uint64(seed), 3))
 			var sends, recvs []*Op
@@ -123,8 +123,8 @@ func TestSimMessageTruncated(t *testing.T) {
 	a, _ := NewCore(Config{Transport: transport.Config{MTU: 1500, Seed: 1}})
 	b, _ := NewCore(Config{Transport: transport.Config{MTU: 1500, Seed: 2}})
 	aa, ba := netip.MustParseAddrPort("10.0.0.1:1"), netip.MustParseAddrPort("10.0.0.2:1")
-	net.Attach(aa, &simCore{c: a, onDone: func(_ time.Time, op *Op) { done = append(done, op) }}, l, l)
-	net.Attach(ba, &simCore{c: b, onDone: func(_ time.Time, op *Op) { done = append(done, op) }}, l, l)
+	net.Attach(aa, simCore(a, func(_ time.Time, op *Op) { done = append(done, op) }, nil), l, l)
+	net.Attach(ba, simCore(b, func(_ time.Time, op *Op) { done = append(done, op) }, nil), l, l)
 	for _, size := range []int{5000, 10} {
 		if err := a.Post(net.Now(), &Op{Kind: KindSendMsg, Peer: ba, Tag: 1, Buf: make([]byte, size)}); err != nil {
 			t.Fatal(err)

@@ -11,36 +11,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndma/ndma/internal/simhost"
 	"github.com/ndma/ndma/memnode"
-	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
 
-// server adapts a Core serving a store to simnet.
-type simCore struct {
-	c *Core
-	// onDone is called for each completed op.
-	onDone func(now time.Time, op *Op)
-	// refill is called before each Poll to post more work.
-	refill func(now time.Time)
-}
-
-func (s *simCore) Receive(now time.Time, d netio.Datagram) { s.c.Step(now, d.Addr, d.Buf) }
-
-func (s *simCore) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
-	if s.refill != nil {
-		s.refill(now)
-	}
-	out, done, next := s.c.Poll(now, out)
-	for _, op := range done {
-		s.onDone(now, op)
-	}
-	if len(done) > 0 && s.refill != nil {
-		next = now // refill at once
-	}
-	return out, next
+// simCore puts c on simnet (internal/simhost): onDone, if set, gets each
+// completed op; refill, if set, posts more work before each Poll, and
+// then completions have the host polled again at once.
+func simCore(c *Core, onDone func(now time.Time, op *Op), refill func(now time.Time)) *simhost.Host[*Op] {
+	return &simhost.Host[*Op]{Core: c, Done: onDone, Before: refill, Repoll: refill != nil}
 }
 
 const (
@@ -230,7 +212,7 @@ func runWorkload(t *testing.T, seed int64, l simnet.LinkConfig, clients, opsEach
 		t.Fatal(err)
 	}
 	srvAddr := netip.MustParseAddrPort("10.0.0.1:7000")
-	net.Attach(srvAddr, &simCore{c: srvCore}, l, l)
+	net.Attach(srvAddr, simCore(srvCore, nil, nil), l, l)
 	cs := make([]*client, clients)
 	for i := range cs {
 		tcfg.Seed = uint64(seed) + uint64(i) + 1
@@ -243,7 +225,7 @@ func runWorkload(t *testing.T, seed int64, l simnet.LinkConfig, clients, opsEach
 			c.model[s] = make([]byte, slotSize)
 		}
 		cs[i] = c
-		net.Attach(netip.AddrPortFrom(netip.MustParseAddr("10.0.1.1"), uint16(1000+i)), &simCore{c: core, onDone: c.done, refill: c.refill}, l, l)
+		net.Attach(netip.AddrPortFrom(netip.MustParseAddr("10.0.1.1"), uint16(1000+i)), simCore(core, c.done, c.refill), l, l)
 	}
 	err = net.RunUntil(func() bool {
 		for _, c := range cs {
@@ -332,7 +314,7 @@ func TestTimeoutReleasesRequest(t *testing.T) {
 	var got []*Op
 	addr := netip.MustParseAddrPort("10.0.0.2:1")
 	dead := netip.MustParseAddrPort("10.0.0.3:1")
-	net.Attach(addr, &simCore{c: core, onDone: func(_ time.Time, op *Op) { got = append(got, op) }}, l, l)
+	net.Attach(addr, simCore(core, func(_ time.Time, op *Op) { got = append(got, op) }, nil), l, l)
 	op := &Op{Kind: KindWrite, Peer: dead, Key: 1, Buf: make([]byte, 100000), Timeout: 50 * time.Millisecond}
 	if err := core.Post(net.Now(), op); err != nil {
 		t.Fatal(err)

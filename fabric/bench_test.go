@@ -38,7 +38,7 @@ type benchFabric struct {
 	// Reused output buffers.
 	swOut   []netio.Datagram
 	coreOut []netio.Datagram
-	// swTime accumulates the time spent in the switch's Step and Poll
+	// swTime accumulates the time spent in the switch's Receive and Poll
 	// (pump), to tell it from the cores' share.
 	swTime time.Duration
 }
@@ -130,7 +130,7 @@ func (f *benchFabric) pump() {
 	f.swTime += time.Since(t0)
 	for _, d := range f.swOut {
 		if i, ok := f.byAdr[d.Addr]; ok {
-			f.cores[i].Step(f.now, benchSwitchAddr, d.Buf)
+			f.cores[i].Receive(f.now, netio.Datagram{Addr: benchSwitchAddr, Buf: d.Buf})
 		}
 	}
 	clear(f.swOut)
@@ -143,7 +143,7 @@ func (f *benchFabric) pump() {
 		t0 := time.Now()
 		for _, d := range f.coreOut {
 			if d.Addr == benchSwitchAddr {
-				f.sw.Step(f.now, f.addrs[i], d.Buf)
+				f.sw.Receive(f.now, netio.Datagram{Addr: f.addrs[i], Buf: d.Buf})
 			}
 		}
 		f.swTime += time.Since(t0)
@@ -170,7 +170,7 @@ func reportRate(b *testing.B, n int, unit string) {
 }
 
 // BenchmarkSwitchUnicastForward times one 1 KiB unicast packet from member
-// 0 to member 1 of a group: Step (parse, member checks, copy into a
+// 0 to member 1 of a group: Receive (parse, member checks, copy into a
 // forwarding buffer) and the Poll that hands it out.
 func BenchmarkSwitchUnicastForward(b *testing.B) {
 	f := newBenchFabric(b, 2)
@@ -179,7 +179,7 @@ func BenchmarkSwitchUnicastForward(b *testing.B) {
 	sw, from, to, now := f.sw, f.addrs[0], f.addrs[1], f.now
 	out := make([]netio.Datagram, 0, 64)
 	// Warm up and check the path once.
-	sw.Step(now, from, pkt)
+	sw.Receive(now, netio.Datagram{Addr: from, Buf: pkt})
 	out, _ = sw.Poll(now, out[:0])
 	if len(out) != 1 || out[0].Addr != to || len(out[0].Buf) != len(pkt) {
 		b.Fatalf("forwarded %d datagrams (%+v), want 1 to %v", len(out), out, to)
@@ -188,7 +188,7 @@ func BenchmarkSwitchUnicastForward(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		sw.Step(now, from, pkt)
+		sw.Receive(now, netio.Datagram{Addr: from, Buf: pkt})
 		out, _ = sw.Poll(now, out[:0])
 	}
 	b.StopTimer()
@@ -231,9 +231,9 @@ func BenchmarkSwitchMulticastFanout8(b *testing.B) {
 	psn := uint32(base)
 	step := func() {
 		setPSN(psn)
-		sw.Step(now, f.addrs[0], data)
+		sw.Receive(now, netio.Datagram{Addr: f.addrs[0], Buf: data})
 		for i := 1; i < n; i++ {
-			sw.Step(now, f.addrs[i], acks[i])
+			sw.Receive(now, netio.Datagram{Addr: f.addrs[i], Buf: acks[i]})
 		}
 		out, _ = sw.Poll(now, out[:0])
 		psn++
@@ -274,7 +274,7 @@ func BenchmarkSwitchMulticastFanout8(b *testing.B) {
 // switch reduces the 8 in a pool slot and sends the result to every
 // member, and the members acknowledge. The whole in-memory fabric is
 // timed (ns/op, allocs/op include the cores); switch-ns/op is the share of
-// the switch's Step and Poll.
+// the switch's Receive and Poll.
 func BenchmarkSwitchAggregate8(b *testing.B) {
 	const n, elems = 8, 2048 // 8 KiB of f32: one chunk under the default MTU
 	f := newBenchFabric(b, n)

@@ -22,6 +22,6 @@
 //     leave, destroy, the pool's nodes, regions and grants —
 //     authenticated with a fabric token (secure.ParseCtrl).
 //
-// Switch is sans-I/O (Step/Poll with an explicit time) like the transport
+// Switch is sans-I/O (Receive/Poll with an explicit time) like the transport
 // engine it embeds, so it runs on real UDP (Server) and on netio/simnet.
 package fabric

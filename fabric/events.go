@@ -109,7 +109,7 @@ func (s *Switch) logEvent(e Event) {
 }
 
 // Events appends the events queued since the last call to dst, oldest
-// first, empties the queue and returns dst. A driver calls it after Step
+// first, empties the queue and returns dst. A driver calls it after Receive
 // and Poll and logs them; at most MaxEvents are kept in between.
 func (s *Switch) Events(dst []Event) []Event {
 	dst = append(dst, s.events...)

@@ -127,9 +127,9 @@ func (f *fuzzFabric) step(t *testing.T, data []byte) {
 			continue
 		}
 		t0 := time.Now()
-		f.sw.Step(f.now, from, pkt)
+		f.sw.Receive(f.now, netio.Datagram{Addr: from, Buf: pkt})
 		if el := time.Since(t0); el > time.Second {
-			t.Fatalf("Step took %v on %+v", el, h)
+			t.Fatalf("Receive took %v on %+v", el, h)
 		}
 		f.checkBounds(t)
 	}
@@ -172,7 +172,7 @@ func fuzzSeed(src, group byte, op wire.Opcode, mode wire.Mode, flags wire.Flags,
 // group and a service group: crafted datagrams with arbitrary header
 // fields (sealed, so they get past the checksum), ACK frames with
 // arbitrary cumulative points and SACK blocks, Polls and time advances.
-// Every Step must return promptly and the slot pool, the anycast table
+// Every Receive must return promptly and the slot pool, the anycast table
 // and the group table must stay within their configured bounds; anycast
 // state must be gone once its timeout has passed.
 func FuzzSwitchStep(f *testing.F) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
@@ -15,7 +16,7 @@ import (
 
 // A sans-I/O harness: one Switch and clients that are bare transport
 // engines, pumped by hand in virtual time. Crafted datagrams go straight
-// into Switch.Step.
+// into Switch.Receive.
 
 type ctlClient struct {
 	addr  netip.AddrPort
@@ -74,7 +75,9 @@ func (h *ctlHarness) send(c *ctlClient, m *ctrl.Msg) uint64 {
 }
 
 // step feeds one datagram to the switch from addr.
-func (h *ctlHarness) step(from netip.AddrPort, pkt []byte) { h.sw.Step(h.now, from, pkt) }
+func (h *ctlHarness) step(from netip.AddrPort, pkt []byte) {
+	h.sw.Receive(h.now, netio.Datagram{Addr: from, Buf: pkt})
+}
 
 // pump moves datagrams between the clients and the switch for d of
 // virtual time, in steps of 100µs.
@@ -89,7 +92,7 @@ func (h *ctlHarness) run(d, dt time.Duration) {
 		for _, c := range h.clients {
 			out, _, _ := c.eng.Poll(h.now, nil)
 			for _, dg := range out {
-				h.sw.Step(h.now, c.addr, dg.Buf)
+				h.sw.Receive(h.now, netio.Datagram{Addr: c.addr, Buf: dg.Buf})
 			}
 		}
 		out, _ := h.sw.Poll(h.now, nil)
@@ -99,7 +102,7 @@ func (h *ctlHarness) run(d, dt time.Duration) {
 			if c == nil {
 				continue
 			}
-			del, ok := c.eng.Step(h.now, h.swAddr, dg.Buf)
+			del, ok := c.eng.Receive(h.now, netio.Datagram{Addr: h.swAddr, Buf: dg.Buf}, transport.Admission{})
 			if ok && del.Header.Flags&wire.FlagResp != 0 && del.MsgDone {
 				c.resps[del.Header.MsgID] = del.Header
 				c.body[del.Header.MsgID] = append([]byte(nil), del.Payload...)

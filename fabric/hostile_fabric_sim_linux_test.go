@@ -15,6 +15,7 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/internal/hostile"
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 	"github.com/ndma/ndma/wire/ctrl"
@@ -29,7 +30,7 @@ import (
 // nodes', the switch's) at the switch, a memory node and a job member,
 // while the job multicasts and allreduces and a client reads and writes
 // the pool. The legitimate work must finish with verified data, every
-// table must stay within its bound, and a Step of a hostile datagram may
+// table must stay within its bound, and a Receive of a hostile datagram may
 // take no more than hostileStepCPU of CPU time. Each of hostileSeeds is a
 // different attack (which datagrams, at whom, from which forged source).
 //
@@ -56,14 +57,14 @@ func hostileFabric(t *testing.T, seed int64) {
 	gen := hostile.New(hostile.Config{Seed: uint64(seed), Groups: []uint32{gid, p.spec.Region}, Members: []uint16{0, 1, 2, wire.MemberAll}})
 	rng := rand.New(rand.NewPCG(uint64(seed), 1))
 	type target struct {
-		name string
-		addr netip.AddrPort
-		step func(now time.Time, from netip.AddrPort, pkt []byte)
+		name    string
+		addr    netip.AddrPort
+		receive func(now time.Time, d netio.Datagram)
 	}
 	targets := []target{
-		{"switch", f.swAddr, f.sw.Step},
-		{"memory node", nodes[0].addr, func(now time.Time, from netip.AddrPort, pkt []byte) { nodes[0].core.Step(now, from, pkt) }},
-		{"job member", ms[1].addr, func(now time.Time, from netip.AddrPort, pkt []byte) { ms[1].core.Step(now, from, pkt) }},
+		{"switch", f.swAddr, f.sw.Receive},
+		{"memory node", nodes[0].addr, nodes[0].core.Receive},
+		{"job member", ms[1].addr, ms[1].core.Receive},
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -74,7 +75,7 @@ func hostileFabric(t *testing.T, seed int64) {
 	// attack sends n crafted datagrams, spread over the targets, half of
 	// them from a fresh address, half from a forged one.
 	attack := func(n int) {
-		// The collector's assists would be charged to whichever Step
+		// The collector's assists would be charged to whichever Receive
 		// allocates when they fall due: off while Steps are timed.
 		defer debug.SetGCPercent(debug.SetGCPercent(-1))
 		now := f.net.Now()
@@ -89,7 +90,7 @@ func hostileFabric(t *testing.T, seed int64) {
 			}
 			pkt := gen.Next()
 			t0 := threadCPU(t)
-			tg.step(now, from, pkt)
+			tg.receive(now, netio.Datagram{Addr: from, Buf: pkt})
 			d := threadCPU(t) - t0
 			steps = append(steps, d)
 			if d > worst {
@@ -180,19 +181,19 @@ func hostileFabric(t *testing.T, seed int64) {
 	}
 	slices.Sort(steps)
 	p999 := steps[len(steps)*999/1000]
-	t.Logf("%d hostile datagrams; Step CPU: median %v, 99.9th percentile %v, slowest %v (%s); heap in use %d -> %d KiB",
+	t.Logf("%d hostile datagrams; Receive CPU: median %v, 99.9th percentile %v, slowest %v (%s); heap in use %d -> %d KiB",
 		sent, steps[len(steps)/2], p999, worst, worstWhat, heap0.HeapInuse>>10, heap1.HeapInuse>>10)
 	// The thread's CPU clock also counts interrupts, cache misses and
 	// page reclaim that other processes cause, a fraction of a
 	// millisecond now and then on a shared machine, and on a loaded one
 	// a few tens of milliseconds once in a run: the bound holds for all
-	// but one Step in a thousand, and at most 3 of the ~67,000 may take
+	// but one Receive in a thousand, and at most 3 of the ~67,000 may take
 	// more than twenty times it. A datagram that walks a whole table or a
 	// sequence range would do so every time the generator sends its kind,
 	// thousands of times a run.
 	slow := len(steps) - sort.Search(len(steps), func(i int) bool { return steps[i] > 20*hostileStepCPU })
 	if p999 > hostileStepCPU || slow > 3 {
-		t.Errorf("Step CPU of hostile datagrams: 99.9th percentile %v, %d Steps over %v, slowest %v (at the %s); limits %v and 3",
+		t.Errorf("Receive CPU of hostile datagrams: 99.9th percentile %v, %d Receives over %v, slowest %v (at the %s); limits %v and 3",
 			p999, slow, 20*hostileStepCPU, worst, worstWhat, hostileStepCPU)
 	}
 	// The documented bounds (docs/ARCHITECTURE.md, "Tables and their

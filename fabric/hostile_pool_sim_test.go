@@ -42,7 +42,7 @@ func TestSimPoolNoReflection(t *testing.T) {
 			t.Fatal(err)
 		}
 		sent += len(pkt)
-		f.sw.Step(f.net.Now(), vaddr, pkt)
+		f.sw.Receive(f.net.Now(), netio.Datagram{Addr: vaddr, Buf: pkt})
 		f.net.Wake(f.swAddr)
 		f.net.RunFor(time.Millisecond)
 	}

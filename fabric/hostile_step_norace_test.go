@@ -4,7 +4,7 @@ package fabric_test
 
 import "time"
 
-// hostileStepCPU bounds the CPU time of one Step of a hostile datagram.
+// hostileStepCPU bounds the CPU time of one Receive of a hostile datagram.
 const hostileStepCPU = time.Millisecond
 
 // hostileSeeds is the attacks TestSimHostileFabric runs (seeds 77 on),

@@ -4,7 +4,7 @@ package fabric_test
 
 import "time"
 
-// hostileStepCPU bounds the CPU time of one Step of a hostile datagram
+// hostileStepCPU bounds the CPU time of one Receive of a hostile datagram
 // under the race detector, which slows the code down about tenfold; the
 // pass without it holds Steps to a millisecond.
 const hostileStepCPU = 10 * time.Millisecond

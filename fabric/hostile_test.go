@@ -99,8 +99,8 @@ func TestSwitchMulticastFarSequence(t *testing.T) {
 		return out
 	}
 	const base = 1000
-	sw.Step(now, sender, mcastData(t, g, 0, base, base, 0))
-	sw.Step(now, sender, mcastData(t, g, 0, base+1, base, 0))
+	sw.Receive(now, netio.Datagram{Addr: sender, Buf: mcastData(t, g, 0, base, base, 0)})
+	sw.Receive(now, netio.Datagram{Addr: sender, Buf: mcastData(t, g, 0, base+1, base, 0)})
 	if n := replicas(poll(), sender); n != 4 {
 		t.Fatalf("first packets: %d replicas, want 4", n)
 	}
@@ -108,7 +108,7 @@ func TestSwitchMulticastFarSequence(t *testing.T) {
 	// AckBase far ahead, and the packet at it.
 	far := uint32(base + 1<<31 - 1)
 	promptly(t, "a data packet with AckBase 2^31-1 ahead", func() {
-		sw.Step(now, sender, mcastData(t, g, 0, far, far, 0))
+		sw.Receive(now, netio.Datagram{Addr: sender, Buf: mcastData(t, g, 0, far, far, 0)})
 	})
 	// The jump (whose source may be forged) is not taken at once: the
 	// switch challenges the sender, and a wrong echo does nothing; the
@@ -125,15 +125,15 @@ func TestSwitchMulticastFarSequence(t *testing.T) {
 		if !ok {
 			nonce++
 		}
-		sw.Step(now, sender, mcastAck(t, g, 0, wire.MemberAll, &wire.Ack{Cum: nonce, Window: 1024}))
-		sw.Step(now, sender, resend)
+		sw.Receive(now, netio.Datagram{Addr: sender, Buf: mcastAck(t, g, 0, wire.MemberAll, &wire.Ack{Cum: nonce, Window: 1024})})
+		sw.Receive(now, netio.Datagram{Addr: sender, Buf: resend})
 	}
 	echoChallenge(false, mcastData(t, g, 0, far, far, 0))
 	if n := replicas(poll(), sender); n != 0 {
 		t.Fatalf("after a wrong echo: %d replicas, want 0", n)
 	}
 	now = now.Add(20 * time.Millisecond) // past the gap between two challenges
-	sw.Step(now, sender, mcastData(t, g, 0, far, far, 0))
+	sw.Receive(now, netio.Datagram{Addr: sender, Buf: mcastData(t, g, 0, far, far, 0)})
 	poll()
 	echoChallenge(true, mcastData(t, g, 0, far, far, 0))
 	if n := replicas(poll(), sender); n != 2 {
@@ -155,7 +155,7 @@ func TestSwitchMulticastFarSequence(t *testing.T) {
 	}
 	for i := range hostile {
 		promptly(t, "a crafted ACK", func() {
-			sw.Step(now, f.addrs[1], mcastAck(t, g, 1, 0, &hostile[i]))
+			sw.Receive(now, netio.Datagram{Addr: f.addrs[1], Buf: mcastAck(t, g, 1, 0, &hostile[i])})
 		})
 	}
 	poll()
@@ -164,18 +164,18 @@ func TestSwitchMulticastFarSequence(t *testing.T) {
 	// member 2 only the first. The merged ACK must say far+2 (member 2
 	// lacks far+2), whatever the forged ACKs claimed.
 	for _, psn := range []uint32{far + 1, far + 2} {
-		sw.Step(now, sender, mcastData(t, g, 0, psn, far, 0))
+		sw.Receive(now, netio.Datagram{Addr: sender, Buf: mcastData(t, g, 0, psn, far, 0)})
 	}
 	if n := replicas(poll(), sender); n != 4 {
 		t.Fatalf("two packets: %d replicas, want 4 (the forged ACKs must not count as member 1 having them)", n)
 	}
-	sw.Step(now, f.addrs[1], mcastAck(t, g, 1, 0, &wire.Ack{Cum: far + 3, Window: 1024}))
-	sw.Step(now, f.addrs[2], mcastAck(t, g, 2, 0, &wire.Ack{Cum: far + 2, Window: 1024}))
+	sw.Receive(now, netio.Datagram{Addr: f.addrs[1], Buf: mcastAck(t, g, 1, 0, &wire.Ack{Cum: far + 3, Window: 1024})})
+	sw.Receive(now, netio.Datagram{Addr: f.addrs[2], Buf: mcastAck(t, g, 2, 0, &wire.Ack{Cum: far + 2, Window: 1024})})
 	acks := mergedAcks(t, poll(), sender)
 	if len(acks) != 1 || acks[0].Cum != far+2 {
 		t.Fatalf("merged ACKs %+v, want one with Cum %d", acks, far+2)
 	}
-	sw.Step(now, f.addrs[2], mcastAck(t, g, 2, 0, &wire.Ack{Cum: far + 3, Window: 1024}))
+	sw.Receive(now, netio.Datagram{Addr: f.addrs[2], Buf: mcastAck(t, g, 2, 0, &wire.Ack{Cum: far + 3, Window: 1024})})
 	acks = mergedAcks(t, poll(), sender)
 	if len(acks) != 1 || acks[0].Cum != far+3 {
 		t.Fatalf("merged ACKs %+v, want one with Cum %d", acks, far+3)
@@ -187,7 +187,7 @@ func TestSwitchMulticastFarSequence(t *testing.T) {
 	// A SYN far behind restarts the stream, in bounded work too, once the
 	// sender echoes the challenge.
 	promptly(t, "a SYN with AckBase 2^31 behind", func() {
-		sw.Step(now, sender, mcastData(t, g, 0, base, base, wire.FlagSyn))
+		sw.Receive(now, netio.Datagram{Addr: sender, Buf: mcastData(t, g, 0, base, base, wire.FlagSyn)})
 	})
 	if n := replicas(poll(), sender); n != 0 {
 		t.Fatalf("SYN on a live stream: %d replicas, want 0", n)
@@ -219,16 +219,16 @@ func TestSwitchMulticastStaleStart(t *testing.T) {
 	}
 	const real = 5000
 	forged := uint32(real + 1<<20)
-	sw.Step(now, sender, mcastData(t, g, 0, forged, forged, wire.FlagSyn))
+	sw.Receive(now, netio.Datagram{Addr: sender, Buf: mcastData(t, g, 0, forged, forged, wire.FlagSyn)})
 	if n := replicas(poll(), sender); n != 2 {
 		t.Fatalf("forged first packet: %d replicas, want 2", n)
 	}
 	// A late packet a few windows behind: re-acknowledged, not challenged.
-	sw.Step(now, sender, mcastData(t, g, 0, forged-4096, forged-4096, 0))
+	sw.Receive(now, netio.Datagram{Addr: sender, Buf: mcastData(t, g, 0, forged-4096, forged-4096, 0)})
 	if _, found := senderChallenge(t, poll(), sender); found || sw.Stats().MulticastRestartsRefused != 0 {
 		t.Fatalf("a packet 4096 behind was challenged (%d)", sw.Stats().MulticastRestartsRefused)
 	}
-	sw.Step(now, sender, mcastData(t, g, 0, real, real, 0))
+	sw.Receive(now, netio.Datagram{Addr: sender, Buf: mcastData(t, g, 0, real, real, 0)})
 	if n := replicas(poll(), sender); n != 0 || sw.Stats().MulticastRestartsRefused != 1 {
 		t.Fatalf("real packet 2^20 behind: %d replicas, %d challenged; want 0, 1", n, sw.Stats().MulticastRestartsRefused)
 	}
@@ -236,13 +236,13 @@ func TestSwitchMulticastStaleStart(t *testing.T) {
 	if !found {
 		t.Fatal("no challenge to the sender")
 	}
-	sw.Step(now, sender, mcastAck(t, g, 0, wire.MemberAll, &wire.Ack{Cum: nonce, Window: 1024}))
-	sw.Step(now, sender, mcastData(t, g, 0, real, real, 0))
+	sw.Receive(now, netio.Datagram{Addr: sender, Buf: mcastAck(t, g, 0, wire.MemberAll, &wire.Ack{Cum: nonce, Window: 1024})})
+	sw.Receive(now, netio.Datagram{Addr: sender, Buf: mcastData(t, g, 0, real, real, 0)})
 	if n := replicas(poll(), sender); n != 2 || sw.Stats().MulticastResets != 1 {
 		t.Fatalf("after the echo: %d replicas, %d restarts; want 2, 1", n, sw.Stats().MulticastResets)
 	}
 	for _, m := range []uint16{1, 2} {
-		sw.Step(now, f.addrs[m], mcastAck(t, g, m, 0, &wire.Ack{Cum: real + 1, Window: 1024}))
+		sw.Receive(now, netio.Datagram{Addr: f.addrs[m], Buf: mcastAck(t, g, m, 0, &wire.Ack{Cum: real + 1, Window: 1024})})
 	}
 	if acks := mergedAcks(t, poll(), sender); len(acks) != 1 || acks[0].Cum != real+1 {
 		t.Fatalf("merged ACKs %+v, want one with Cum %d", acks, real+1)
@@ -287,7 +287,7 @@ func (f *benchFabric) drive(t *testing.T, cond func() bool, limit time.Duration,
 		later(at)
 		for _, d := range f.swOut {
 			if i, ok := f.byAdr[d.Addr]; ok && (drop == nil || !drop(benchSwitchAddr, d.Addr, d.Buf)) {
-				f.cores[i].Step(f.now, benchSwitchAddr, d.Buf)
+				f.cores[i].Receive(f.now, netio.Datagram{Addr: benchSwitchAddr, Buf: d.Buf})
 				moved++
 			}
 		}
@@ -302,7 +302,7 @@ func (f *benchFabric) drive(t *testing.T, cond func() bool, limit time.Duration,
 			}
 			for _, d := range f.coreOut {
 				if d.Addr == benchSwitchAddr && (drop == nil || !drop(f.addrs[i], d.Addr, d.Buf)) {
-					f.sw.Step(f.now, f.addrs[i], d.Buf)
+					f.sw.Receive(f.now, netio.Datagram{Addr: f.addrs[i], Buf: d.Buf})
 					moved++
 				}
 			}

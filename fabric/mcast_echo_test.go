@@ -44,11 +44,11 @@ func TestSwitchMergedAckEchoesNoStaleTimestamp(t *testing.T) {
 	}
 	const base = 1000
 	t0 := f.now
-	sw.Step(t0, sender, mcastDataAt(t, g, base, base, wire.FlagSyn, t0))
+	sw.Receive(t0, netio.Datagram{Addr: sender, Buf: mcastDataAt(t, g, base, base, wire.FlagSyn, t0)})
 	poll()
 	for m := uint16(1); m <= 2; m++ {
 		f.now = f.now.Add(10 * time.Microsecond)
-		sw.Step(f.now, f.addrs[m], mcastAck(t, g, m, 0, &wire.Ack{Cum: base + 1, Window: 1024, EchoTS: uint64(t0.UnixNano())}))
+		sw.Receive(f.now, netio.Datagram{Addr: f.addrs[m], Buf: mcastAck(t, g, m, 0, &wire.Ack{Cum: base + 1, Window: 1024, EchoTS: uint64(t0.UnixNano())})})
 	}
 	acks := mergedAcks(t, poll(), sender)
 	if len(acks) != 1 || acks[0].Cum != base+1 {
@@ -58,7 +58,7 @@ func TestSwitchMergedAckEchoesNoStaleTimestamp(t *testing.T) {
 	// The sender missed that ACK and resends the packet 300 ms later:
 	// the re-acknowledgement echoes the copy that just arrived.
 	f.now = f.now.Add(300 * time.Millisecond)
-	sw.Step(f.now, sender, mcastDataAt(t, g, base, base, wire.FlagRetx, f.now))
+	sw.Receive(f.now, netio.Datagram{Addr: sender, Buf: mcastDataAt(t, g, base, base, wire.FlagRetx, f.now)})
 	acks = mergedAcks(t, poll(), sender)
 	if len(acks) != 1 || acks[0].Cum != base+1 {
 		t.Fatalf("re-acknowledgement %+v, want one with Cum %d", acks, base+1)
@@ -73,10 +73,10 @@ func TestSwitchMergedAckEchoesNoStaleTimestamp(t *testing.T) {
 	// a timestamp as if it had just arrived.
 	t1 := f.now.Add(time.Millisecond)
 	f.now = t1
-	sw.Step(t1, sender, mcastDataAt(t, g, base+1, base+1, 0, t1))
+	sw.Receive(t1, netio.Datagram{Addr: sender, Buf: mcastDataAt(t, g, base+1, base+1, 0, t1)})
 	poll()
 	f.now = f.now.Add(10 * time.Microsecond)
-	sw.Step(f.now, f.addrs[1], mcastAck(t, g, 1, 0, &wire.Ack{Cum: base + 2, Window: 1024, EchoTS: uint64(t1.UnixNano())}))
+	sw.Receive(f.now, netio.Datagram{Addr: f.addrs[1], Buf: mcastAck(t, g, 1, 0, &wire.Ack{Cum: base + 2, Window: 1024, EchoTS: uint64(t1.UnixNano())})})
 	if acks := mergedAcks(t, poll(), sender); len(acks) != 0 {
 		t.Fatalf("merged ACK %+v before member 2 has the packet", acks)
 	}
@@ -97,14 +97,14 @@ func TestSwitchMergedAckEchoesNoStaleTimestamp(t *testing.T) {
 		released = mergedAcks(t, poll(), sender)
 		for _, d := range out {
 			if m, ok := f.byAdr[d.Addr]; ok {
-				f.cores[m].Step(f.now, benchSwitchAddr, d.Buf)
+				f.cores[m].Receive(f.now, netio.Datagram{Addr: benchSwitchAddr, Buf: d.Buf})
 			}
 		}
 		for m, c := range f.cores {
 			coreOut, _, _ = c.Poll(f.now, coreOut[:0])
 			for _, d := range coreOut {
 				if d.Addr == benchSwitchAddr {
-					sw.Step(f.now, f.addrs[m], d.Buf)
+					sw.Receive(f.now, netio.Datagram{Addr: f.addrs[m], Buf: d.Buf})
 				}
 			}
 		}
@@ -130,7 +130,7 @@ func TestSwitchMergedAckCarriesQueueDelay(t *testing.T) {
 	var out []netio.Datagram
 	const base = 1000
 	t0 := f.now
-	sw.Step(t0, sender, mcastDataAt(t, g, base, base, wire.FlagSyn, t0))
+	sw.Receive(t0, netio.Datagram{Addr: sender, Buf: mcastDataAt(t, g, base, base, wire.FlagSyn, t0)})
 	out, _ = sw.Poll(f.now, out[:0])
 	for _, d := range out {
 		if d.Control {
@@ -138,9 +138,9 @@ func TestSwitchMergedAckCarriesQueueDelay(t *testing.T) {
 		}
 	}
 	f.now = f.now.Add(10 * time.Microsecond)
-	sw.Step(f.now, f.addrs[1], mcastAck(t, g, 1, 0, &wire.Ack{Cum: base + 1, Window: 1024, EchoTS: uint64(t0.UnixNano()), QDelay: 1 + 40}))
+	sw.Receive(f.now, netio.Datagram{Addr: f.addrs[1], Buf: mcastAck(t, g, 1, 0, &wire.Ack{Cum: base + 1, Window: 1024, EchoTS: uint64(t0.UnixNano()), QDelay: 1 + 40})})
 	f.now = f.now.Add(3 * time.Millisecond)
-	sw.Step(f.now, f.addrs[2], mcastAck(t, g, 2, 0, &wire.Ack{Cum: base + 1, Window: 1024, EchoTS: uint64(t0.UnixNano()), QDelay: 1 + 2900}))
+	sw.Receive(f.now, netio.Datagram{Addr: f.addrs[2], Buf: mcastAck(t, g, 2, 0, &wire.Ack{Cum: base + 1, Window: 1024, EchoTS: uint64(t0.UnixNano()), QDelay: 1 + 2900})})
 	out, _ = sw.Poll(f.now, out[:0])
 	for _, d := range out {
 		if d.Addr == sender && !d.Control {
@@ -163,8 +163,8 @@ func TestSwitchForwardedAckIsControl(t *testing.T) {
 	sw, g := f.sw, f.group
 	frame := make([]byte, (&wire.Ack{}).EncodedLen())
 	(&wire.Ack{Cum: 7, Window: 1024}).Encode(frame)
-	sw.Step(f.now, f.addrs[0], packet(t, wire.Header{Op: wire.OpAck, Mode: wire.ModeUnicast, Group: g, Src: 0, Dst: 1}, frame))
-	sw.Step(f.now, f.addrs[0], packet(t, wire.Header{Op: wire.OpWrite, Mode: wire.ModeUnicast, Group: g, Src: 0, Dst: 1, MsgLen: 4}, []byte("data")))
+	sw.Receive(f.now, netio.Datagram{Addr: f.addrs[0], Buf: packet(t, wire.Header{Op: wire.OpAck, Mode: wire.ModeUnicast, Group: g, Src: 0, Dst: 1}, frame)})
+	sw.Receive(f.now, netio.Datagram{Addr: f.addrs[0], Buf: packet(t, wire.Header{Op: wire.OpWrite, Mode: wire.ModeUnicast, Group: g, Src: 0, Dst: 1, MsgLen: 4}, []byte("data"))})
 	out, _ := sw.Poll(f.now, nil)
 	if len(out) != 2 || out[0].Addr != f.addrs[1] || !out[0].Control || out[1].Control {
 		t.Fatalf("forwarded %d datagrams (%+v); want the ACK to member 1 marked Control, then the data unmarked", len(out), out)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/internal/simhost"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/netio/simnet"
@@ -24,17 +25,19 @@ import (
 	"github.com/ndma/ndma/wire/poolmap"
 )
 
-// simPoolNode is a memory node on simnet: a Core serving the switch's pool
-// requests from a lent region, offering it again every heartbeat.
+// simPoolNode is a memory node on simnet (internal/simhost): a Core
+// serving the switch's pool requests from a lent region, offering it
+// again every heartbeat.
 type simPoolNode struct {
-	f      *simFabric
-	core   *endpoint.Core
-	addr   netip.AddrPort
-	key    uint64
-	size   int
-	inc    uint64 // incarnation
-	nextHB time.Time
-	busy   bool
+	*simhost.Host[*endpoint.Op]
+	f    *simFabric
+	core *endpoint.Core
+	addr netip.AddrPort
+	key  uint64
+	size int
+	inc  uint64 // incarnation
+	hb   simhost.Ticker
+	busy bool
 	// The report of its grants to a switch incarnation: messages left
 	// to send (the first one out while busy) and the incarnation.
 	reports  [][]byte
@@ -42,29 +45,34 @@ type simPoolNode struct {
 	last     *endpoint.Op // the control op out
 }
 
-func (n *simPoolNode) Receive(now time.Time, d netio.Datagram) { n.core.Step(now, d.Addr, d.Buf) }
+// beforePoll offers the region when a heartbeat is due and none is out.
+func (n *simPoolNode) beforePoll(now time.Time) {
+	if n.busy || !n.hb.Due(now) {
+		return
+	}
+	buf, err := secure.AppendCtrl(nil, &ctrl.Msg{Type: ctrl.PoolNode, Key: n.key, Capacity: uint64(n.size), Epoch: n.inc}, n.f.token)
+	if err != nil {
+		n.f.t.Fatal(err)
+	}
+	n.send(now, buf)
+}
 
-func (n *simPoolNode) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
-	if !now.Before(n.nextHB) && !n.busy {
-		n.nextHB = now.Add(n.f.hb)
-		buf, err := secure.AppendCtrl(nil, &ctrl.Msg{Type: ctrl.PoolNode, Key: n.key, Capacity: uint64(n.size), Epoch: n.inc}, n.f.token)
-		if err != nil {
-			n.f.t.Fatal(err)
-		}
-		n.send(now, buf)
+// done takes the completion of the control op out.
+func (n *simPoolNode) done(now time.Time, op *endpoint.Op) {
+	if op != n.last {
+		return
 	}
-	out, done, next := n.core.Poll(now, out)
-	for _, op := range done {
-		if op != n.last {
-			continue
-		}
-		n.busy, n.last = false, nil
-		n.answered(now, op)
+	n.busy, n.last = false, nil
+	n.answered(now, op)
+}
+
+// deadline is the next heartbeat's (while a heartbeat is out, its
+// completion wakes the node).
+func (n *simPoolNode) deadline() time.Time {
+	if n.busy {
+		return time.Time{}
 	}
-	if !n.busy && (next.IsZero() || n.nextHB.Before(next)) {
-		next = n.nextHB // (while a heartbeat is out, its completion wakes the node)
-	}
-	return out, next
+	return n.hb.Next()
 }
 
 // send posts a control request to the switch.
@@ -144,7 +152,8 @@ func (n *simPoolNode) boot(seed uint64) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	n.core, n.key, n.busy, n.nextHB, n.last, n.reports = core, key, false, time.Time{}, nil, nil
+	n.core, n.key, n.busy, n.hb, n.last, n.reports = core, key, false, simhost.Ticker{Every: f.hb}, nil, nil
+	n.Host = &simhost.Host[*endpoint.Op]{Core: core, Before: n.beforePoll, Done: n.done, Deadline: n.deadline}
 }
 
 // restart starts the node again in a new incarnation: its memory is gone.
@@ -464,7 +473,7 @@ func TestSimPoolKeyChecks(t *testing.T) {
 			t.Fatal(err)
 		}
 		now := f.net.Now()
-		node.core.Step(now, from, pkt)
+		node.core.Receive(now, netio.Datagram{Addr: from, Buf: pkt})
 		out, _, _ := node.core.Poll(now, nil)
 		for _, d := range out {
 			var rh wire.Header
@@ -707,12 +716,12 @@ func TestSimPoolHostile(t *testing.T) {
 		now := f.net.Now()
 		switch i % 3 {
 		case 0:
-			f.sw.Step(now, cli.addr, pkt)
+			f.sw.Receive(now, netio.Datagram{Addr: cli.addr, Buf: pkt})
 		case 1:
-			f.sw.Step(now, ns[rng.IntN(len(ns))].addr, pkt)
+			f.sw.Receive(now, netio.Datagram{Addr: ns[rng.IntN(len(ns))].addr, Buf: pkt})
 		default:
 			nd := ns[rng.IntN(len(ns))]
-			nd.core.Step(now, f.swAddr, pkt)
+			nd.core.Receive(now, netio.Datagram{Addr: f.swAddr, Buf: pkt})
 			nd.core.Poll(now, nil)
 		}
 		if i%500 == 0 {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/netio"
+	"github.com/ndma/ndma/internal/simhost"
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
@@ -19,34 +19,30 @@ import (
 // The simulated fabric: one switch and many endpoint Cores on a simnet
 // star, everything in virtual time and deterministic from the seed.
 
-type simSwitch struct{ sw *fabric.Switch }
-
-func (s *simSwitch) Receive(now time.Time, d netio.Datagram) { s.sw.Step(now, d.Addr, d.Buf) }
-func (s *simSwitch) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
-	return s.sw.Poll(now, out)
-}
-
-// simMember is one endpoint Core with heartbeats and completion callbacks.
+// simMember is one endpoint Core on simnet (internal/simhost) with
+// heartbeats, completion callbacks and an anycast handler.
 type simMember struct {
+	*simhost.Host[*endpoint.Op]
 	f       *simFabric
 	core    *endpoint.Core
 	addr    netip.AddrPort
 	groups  []uint32
 	member  map[uint32]uint16
 	hbBusy  map[uint32]int
-	nextHB  time.Time
-	cbs     map[*endpoint.Op]func(*endpoint.Op)
+	hb      simhost.Ticker
 	serve   func(r *endpoint.Request) ([]byte, error) // anycast handler
 	crashed bool
 }
 
-func (m *simMember) Receive(now time.Time, d netio.Datagram) {
-	m.core.Receive(now, d)
+func newSimMember(f *simFabric, core *endpoint.Core, addr netip.AddrPort) *simMember {
+	m := &simMember{f: f, core: core, addr: addr, member: map[uint32]uint16{}, hbBusy: map[uint32]int{}, hb: simhost.Ticker{Every: f.hb}}
+	m.Host = &simhost.Host[*endpoint.Op]{Core: core, Before: m.beforePoll, Deadline: m.deadline, Repoll: true} // callbacks may have posted more
+	return m
 }
 
-func (m *simMember) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
-	if len(m.groups) > 0 && !now.Before(m.nextHB) {
-		m.nextHB = now.Add(m.f.hb)
+// beforePoll heartbeats the member's groups and answers its requests.
+func (m *simMember) beforePoll(now time.Time) {
+	if len(m.groups) > 0 && m.hb.Due(now) {
 		// A heartbeat every interval, each given up after two intervals,
 		// at most 4 in flight per group, as Endpoint does: a lost response
 		// must not silence the member.
@@ -68,20 +64,13 @@ func (m *simMember) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram,
 		st := errStatus(err)
 		_ = m.core.Reply(r, data, st)
 	}
-	out, done, next := m.core.Poll(now, out)
-	for _, op := range done {
-		if cb := m.cbs[op]; cb != nil {
-			delete(m.cbs, op)
-			cb(op)
-		}
+}
+
+func (m *simMember) deadline() time.Time {
+	if len(m.groups) == 0 {
+		return time.Time{}
 	}
-	if len(m.groups) > 0 && (next.IsZero() || m.nextHB.Before(next)) {
-		next = m.nextHB
-	}
-	if len(done) > 0 {
-		next = now // callbacks may have posted more
-	}
-	return out, next
+	return m.hb.Next()
 }
 
 // post starts op now and calls cb when it completes.
@@ -90,7 +79,7 @@ func (m *simMember) post(op *endpoint.Op, cb func(*endpoint.Op)) {
 		m.f.t.Fatalf("seed %d: post %v: %v", m.f.seed, op.Kind, err)
 	}
 	if cb != nil {
-		m.cbs[op] = cb
+		m.Track(op, cb)
 	}
 	m.f.net.Wake(m.addr)
 }
@@ -167,7 +156,7 @@ func newSimFabric(t *testing.T, seed int64, link simnet.LinkConfig, cfg fabric.C
 	swLink := link
 	swLink.Rate, swLink.Latency = 0, 0
 	f.swLink = swLink
-	f.net.Attach(f.swAddr, &simSwitch{sw}, swLink, swLink)
+	f.net.Attach(f.swAddr, sw, swLink, swLink)
 	return f
 }
 
@@ -184,7 +173,7 @@ func (f *simFabric) restartSwitch(down time.Duration) {
 		f.t.Fatal(err)
 	}
 	f.sw = sw
-	f.net.Attach(f.swAddr, &simSwitch{sw}, f.swLink, f.swLink)
+	f.net.Attach(f.swAddr, sw, f.swLink, f.swLink)
 }
 
 // addMembers attaches n endpoint cores.
@@ -200,8 +189,7 @@ func (f *simFabric) addMembers(n int) []*simMember {
 			f.t.Fatal(err)
 		}
 		core.EnableGroups()
-		m := &simMember{f: f, core: core, member: map[uint32]uint16{}, hbBusy: map[uint32]int{}, cbs: map[*endpoint.Op]func(*endpoint.Op){},
-			addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), 9000)}
+		m := newSimMember(f, core, netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), 9000))
 		f.members = append(f.members, m)
 		f.net.Attach(m.addr, m, f.link, f.link)
 		ms = append(ms, m)

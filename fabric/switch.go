@@ -115,7 +115,7 @@ func (g *group) member(id uint16) *member {
 }
 
 // Switch is the sans-I/O forwarding node (a loop.Machine): feed it
-// datagrams with Receive (or Step), call Poll for what to send and when
+// datagrams with Receive, call Poll for what to send and when
 // to call again. Not safe for concurrent use.
 type Switch struct {
 	cfg Config
@@ -144,7 +144,7 @@ type Switch struct {
 	byAddr map[netip.AddrPort][]*member
 
 	// Liveness runs on a clock that stops while the switch itself stalls
-	// (noteActivity): lastActive is the last Step or Poll, stalled the
+	// (noteActivity): lastActive is the last Receive or Poll, stalled the
 	// stalls left out so far, heard = now - stalled, on which members' and
 	// memory nodes' lastSeen are kept.
 	lastActive time.Time
@@ -187,8 +187,8 @@ type Switch struct {
 	pendingNodes    int
 	unconfirmedCols int
 
-	fwd []netio.Datagram // datagrams queued by Step for the next Poll
-	// Two arenas of forwarding buffers: Step and Poll fill fwdBufs[cur];
+	fwd []netio.Datagram // datagrams queued by Receive for the next Poll
+	// Two arenas of forwarding buffers: Receive and Poll fill fwdBufs[cur];
 	// Poll hands it out with its datagrams and turns to the other, whose
 	// buffers the Poll before handed out. So a Poll's datagrams stay valid
 	// while the caller sends them and Steps the next packets meanwhile.
@@ -315,11 +315,6 @@ func (s *Switch) Groups() []GroupInfo {
 		out = append(out, gi)
 	}
 	return out
-}
-
-// Step is Receive for a datagram with no receive time.
-func (s *Switch) Step(now time.Time, from netip.AddrPort, pkt []byte) {
-	s.Receive(now, netio.Datagram{Addr: from, Buf: pkt})
 }
 
 // Receive handles one received datagram (loop.Machine). d.RxTime, the

@@ -16,7 +16,7 @@ import (
 // requests and replies.
 
 func (s *Switch) stepEngine(now time.Time, from netip.AddrPort, pkt []byte, h *wire.Header) {
-	// Step has parsed pkt and verified its checksum.
+	// Receive has parsed pkt and verified its checksum.
 	d, ok := s.eng.Receive(now, netio.Datagram{Addr: from, Buf: pkt, RxTime: s.stepRx}, transport.Admission{Admit: s.admitFn, Checked: true})
 	if !ok {
 		return
@@ -59,7 +59,7 @@ func (s *Switch) reply(to transport.PeerID, req *wire.Header, st wire.Status, op
 	_, _ = s.eng.Send(to, &h, nil, 0)
 }
 
-// noteActivity runs at every Step and Poll. A gap since the last one of
+// noteActivity runs at every Receive and Poll. A gap since the last one of
 // more than a quarter of the heartbeat timeout, while liveness checks are
 // due every eighth of it, is a stall of the switch itself (its process
 // descheduled or stopped, its loop blocked): what members sent meanwhile

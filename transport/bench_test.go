@@ -39,14 +39,14 @@ func BenchmarkEnginePacket(b *testing.B) {
 		now = now.Add(time.Microsecond)
 		out, _, _ = a.Poll(now, out[:0])
 		for _, d := range out {
-			if _, ok := c.Step(now, aAddr, d.Buf); ok {
+			if _, ok := c.Receive(now, netio.Datagram{Addr: aAddr, Buf: d.Buf}, Admission{}); ok {
 				delivered++
 				queued--
 			}
 		}
 		out, _, _ = c.Poll(now, out[:0])
 		for _, d := range out {
-			a.Step(now, cAddr, d.Buf)
+			a.Receive(now, netio.Datagram{Addr: cAddr, Buf: d.Buf}, Admission{})
 		}
 	}
 }
@@ -71,11 +71,11 @@ func TestEngineSteadyStateAllocs(t *testing.T) {
 		now = now.Add(time.Microsecond)
 		out, _, _ = a.Poll(now, out[:0])
 		for _, d := range out {
-			c.Step(now, aAddr, d.Buf)
+			c.Receive(now, netio.Datagram{Addr: aAddr, Buf: d.Buf}, Admission{})
 		}
 		out, _, _ = c.Poll(now, out[:0])
 		for _, d := range out {
-			a.Step(now, cAddr, d.Buf)
+			a.Receive(now, netio.Datagram{Addr: cAddr, Buf: d.Buf}, Admission{})
 		}
 	}
 	for range 100 {
@@ -110,11 +110,11 @@ func TestEngineMessageAllocs(t *testing.T) {
 			out, comps, _ = a.Poll(now, out[:0])
 			done += len(comps)
 			for _, d := range out {
-				c.Step(now, aAddr, d.Buf)
+				c.Receive(now, netio.Datagram{Addr: aAddr, Buf: d.Buf}, Admission{})
 			}
 			out, _, _ = c.Poll(now, out[:0])
 			for _, d := range out {
-				a.Step(now, cAddr, d.Buf)
+				a.Receive(now, netio.Datagram{Addr: cAddr, Buf: d.Buf}, Admission{})
 			}
 		}
 	}

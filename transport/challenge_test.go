@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -19,15 +20,15 @@ func TestAckBaseJump(t *testing.T) {
 	from := netip.MustParseAddrPort("10.0.0.7:7")
 	trust(t, e, from)
 	h := wire.Header{PSN: 100, AckBase: 100, MsgID: 1, Flags: wire.FlagSyn}
-	if _, ok := e.Step(t0, from, craft(h, make([]byte, 8))); !ok {
+	if _, ok := e.Receive(t0, netio.Datagram{Addr: from, Buf: craft(h, make([]byte, 8))}, Admission{}); !ok {
 		t.Fatal("first packet not delivered")
 	}
 	lastAck(t, e, t0, from)
 	far := uint32(101 + (1<<31 - 2))
 	h = wire.Header{PSN: far, AckBase: far, MsgID: 2}
 	var ok bool
-	within(t, time.Second, "Step with a far AckBase", func() {
-		_, ok = e.Step(t0, from, craft(h, make([]byte, 8)))
+	within(t, time.Second, "Receive with a far AckBase", func() {
+		_, ok = e.Receive(t0, netio.Datagram{Addr: from, Buf: craft(h, make([]byte, 8))}, Admission{})
 	})
 	if ok {
 		t.Fatal("a far AckBase restarted the window without a challenge")
@@ -38,12 +39,12 @@ func TestAckBaseJump(t *testing.T) {
 	}
 	// A forged echo (wrong nonce) does nothing; the right one restarts
 	// the window, and the resent packet is delivered.
-	e.Step(t0, from, craftAck(&wire.Ack{Cum: nonce + 2, Window: 1024}))
-	if _, ok := e.Step(t0, from, craft(h, make([]byte, 8))); ok {
+	e.Receive(t0, netio.Datagram{Addr: from, Buf: craftAck(&wire.Ack{Cum: nonce + 2, Window: 1024})}, Admission{})
+	if _, ok := e.Receive(t0, netio.Datagram{Addr: from, Buf: craft(h, make([]byte, 8))}, Admission{}); ok {
 		t.Fatal("window restarted on a wrong echo")
 	}
-	e.Step(t0, from, craftAck(&wire.Ack{Cum: nonce, Window: 1024}))
-	if _, ok := e.Step(t0, from, craft(h, make([]byte, 8))); !ok {
+	e.Receive(t0, netio.Datagram{Addr: from, Buf: craftAck(&wire.Ack{Cum: nonce, Window: 1024})}, Admission{})
+	if _, ok := e.Receive(t0, netio.Datagram{Addr: from, Buf: craft(h, make([]byte, 8))}, Admission{}); !ok {
 		t.Fatal("packet at the new AckBase not delivered after the echo")
 	}
 	if a, _ := lastAck(t, e, t0, from); a.Cum != far+1 || a.NBlocks != 0 {
@@ -51,11 +52,11 @@ func TestAckBaseJump(t *testing.T) {
 	}
 	// A short jump: PSN far+10 arrives, then AckBase moves to far+10.
 	base := far + 1
-	e.Step(t0, from, craft(wire.Header{PSN: base + 9, AckBase: base, MsgID: 3}, make([]byte, 8)))
+	e.Receive(t0, netio.Datagram{Addr: from, Buf: craft(wire.Header{PSN: base + 9, AckBase: base, MsgID: 3}, make([]byte, 8))}, Admission{})
 	if a, _ := lastAck(t, e, t0, from); a.Cum != base || a.NBlocks != 1 {
 		t.Fatalf("gap: Cum %d blocks %d", a.Cum, a.NBlocks)
 	}
-	if _, ok := e.Step(t0, from, craft(wire.Header{PSN: base + 10, AckBase: base + 9, MsgID: 4}, make([]byte, 8))); !ok {
+	if _, ok := e.Receive(t0, netio.Datagram{Addr: from, Buf: craft(wire.Header{PSN: base + 10, AckBase: base + 9, MsgID: 4}, make([]byte, 8))}, Admission{}); !ok {
 		t.Fatal("packet after a short jump not delivered")
 	}
 	if a, _ := lastAck(t, e, t0, from); a.Cum != base+11 || a.NBlocks != 0 {
@@ -93,13 +94,13 @@ func TestForgedRestart(t *testing.T) {
 		for range 2000 {
 			out, _, _ := cli.Poll(now, nil)
 			for _, o := range out {
-				if _, ok := srv.Step(now, ca, o.Buf); ok {
+				if _, ok := srv.Receive(now, netio.Datagram{Addr: ca, Buf: o.Buf}, Admission{}); ok {
 					delivered++
 				}
 			}
 			out, _, _ = srv.Poll(now, nil)
 			for _, o := range out {
-				cli.Step(now, sa, o.Buf)
+				cli.Receive(now, netio.Datagram{Addr: sa, Buf: o.Buf}, Admission{})
 			}
 			now = now.Add(100 * time.Microsecond)
 		}
@@ -123,7 +124,7 @@ func TestForgedRestart(t *testing.T) {
 			h.Flags = 0
 			h.AckBase = uint32(i)*7919 + 1<<30
 		}
-		srv.Step(now, ca, craft(h, make([]byte, 8)))
+		srv.Receive(now, netio.Datagram{Addr: ca, Buf: craft(h, make([]byte, 8))}, Admission{})
 	}
 	out, _, _ := srv.Poll(now, nil)
 	if after := srv.Stats(); after.Resets != before.Resets || len(out) > 2 {
@@ -190,7 +191,7 @@ func TestForgedStartBehind(t *testing.T) {
 					if h.Op == wire.OpWrite && !forged {
 						forged = true
 						at := h.AckBase + 1<<20
-						srv.Step(now, ca, craft(wire.Header{PSN: at, AckBase: at, MsgID: 1 << 40, Flags: wire.FlagSyn}, make([]byte, 8)))
+						srv.Receive(now, netio.Datagram{Addr: ca, Buf: craft(wire.Header{PSN: at, AckBase: at, MsgID: 1 << 40, Flags: wire.FlagSyn}, make([]byte, 8))}, Admission{})
 					}
 					if h.Op == wire.OpWrite && !c.dropSyn && h.Flags&wire.FlagSyn == 0 && delivered == 0 {
 						t.Fatal("a resend lost its SYN before the receiver acknowledged anything")
@@ -199,7 +200,7 @@ func TestForgedStartBehind(t *testing.T) {
 						h.Flags &^= wire.FlagSyn
 						o.Buf = craft(h, payload)
 					}
-					if d, ok := srv.Step(now, ca, o.Buf); ok && d.Header.MsgID != 1<<40 {
+					if d, ok := srv.Receive(now, netio.Datagram{Addr: ca, Buf: o.Buf}, Admission{}); ok && d.Header.MsgID != 1<<40 {
 						delivered++
 					}
 				}
@@ -209,7 +210,7 @@ func TestForgedStartBehind(t *testing.T) {
 					if _, _, err := wire.Parse(o.Buf, &h); err == nil && h.Op == wire.OpAck && h.Flags&wire.FlagSyn != 0 && nonce == 0 {
 						nonce = h.PSN
 					}
-					cli.Step(now, sa, o.Buf)
+					cli.Receive(now, netio.Datagram{Addr: sa, Buf: o.Buf}, Admission{})
 				}
 				if len(done) > 0 {
 					break

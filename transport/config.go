@@ -85,7 +85,7 @@ type Config struct {
 	// datagram (package secure: an AEAD tag covers header and payload), so
 	// the engine neither checksums what it sends (the layer checksums the
 	// sealed datagram) nor checks the CRC32C of what it receives. Set it
-	// only when every datagram Step sees came out of such a layer.
+	// only when every datagram Receive sees came out of such a layer.
 	Verified bool
 	// ImmediateAcks sends every ACK at once. By default the ACK of a
 	// lone one-packet response on the point-to-point group or an anycast

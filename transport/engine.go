@@ -13,7 +13,7 @@ import (
 
 // Engine is the sans-I/O reliable transport of one endpoint. It is not
 // safe for concurrent use: one goroutine owns it, feeds received datagrams
-// to Step, calls Poll for datagrams to send, completions and the next
+// to Receive, calls Poll for datagrams to send, completions and the next
 // deadline, and never lets the engine see a socket or a clock.
 type Engine struct {
 	cfg   Config
@@ -24,7 +24,7 @@ type Engine struct {
 	// host), whose time is not its peers' silence (selfStall).
 	expectAt time.Time
 	// arrival is when the datagram being received arrived: its kernel
-	// receive time (Receive's d.RxTime), or the Step's now.
+	// receive time (Receive's d.RxTime), or the Receive's now.
 	arrival time.Time
 	seg     int
 	rng     *mrand.Rand
@@ -65,7 +65,7 @@ type Engine struct {
 	// forged source on another stream neither escapes the amplification
 	// limit nor validates the address.
 	strangerRefs map[netip.AddrPort]int32
-	now          time.Time // latest time seen by Step or Poll
+	now          time.Time // latest time seen by Receive or Poll
 }
 
 // New returns an engine. It returns an error wrapping ErrConfig if cfg is
@@ -122,7 +122,7 @@ func (e *Engine) SetGroupModes(on bool) { e.cfg.GroupModes = on }
 func (e *Engine) SegmentSize() int { return e.seg }
 
 // SetVerified sets Config.Verified, for a driver that puts a security
-// layer below an engine it did not configure; call it before Step sees a
+// layer below an engine it did not configure; call it before Receive sees a
 // datagram.
 func (e *Engine) SetVerified(v bool) { e.cfg.Verified = v }
 

@@ -34,7 +34,7 @@ func TestFloodOfStrangers(t *testing.T) {
 				if d.Addr != srvAddr {
 					continue
 				}
-				if del, ok := srv.Step(now, cliAddr, d.Buf); ok && del.MsgDone && del.Header.Flags&wire.FlagResp == 0 {
+				if del, ok := srv.Receive(now, netio.Datagram{Addr: cliAddr, Buf: d.Buf}, Admission{}); ok && del.MsgDone && del.Header.Flags&wire.FlagResp == 0 {
 					h := wire.Header{Op: wire.OpWrite, Flags: wire.FlagResp, MsgID: del.Header.MsgID}
 					if _, err := srv.Send(del.Peer, &h, make([]byte, 100), 0); err != nil {
 						t.Fatal(err)
@@ -47,7 +47,7 @@ func TestFloodOfStrangers(t *testing.T) {
 				if d.Addr != cliAddr {
 					continue
 				}
-				if del, ok := cli.Step(now, srvAddr, d.Buf); ok && del.MsgDone {
+				if del, ok := cli.Receive(now, netio.Datagram{Addr: srvAddr, Buf: d.Buf}, Admission{}); ok && del.MsgDone {
 					got++
 				}
 			}
@@ -69,7 +69,7 @@ func TestFloodOfStrangers(t *testing.T) {
 		x = x*1664525 + 1013904223
 		from := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 66, byte(i >> 8), byte(i)}), uint16(x>>16))
 		fh := wire.Header{PSN: x, AckBase: x, MsgID: uint64(i), Group: x >> 30, Src: uint16(x >> 8), Mode: wire.Mode(x>>28) & 3}
-		srv.Step(now, from, craft(fh, make([]byte, 8)))
+		srv.Receive(now, netio.Datagram{Addr: from, Buf: craft(fh, make([]byte, 8))}, Admission{})
 		if i%1000 == 0 {
 			// The established client keeps working during the flood.
 			if _, err := cli.Send(PeerID{Addr: srvAddr}, &h, make([]byte, 3000), 2); err != nil {
@@ -115,7 +115,7 @@ func TestPeerQueueCap(t *testing.T) {
 	}
 	// A stranger (state created by its data, address unvalidated).
 	s := netip.MustParseAddrPort("10.0.0.3:3")
-	d, ok := e.Step(t0, s, craft(wire.Header{PSN: 1, AckBase: 1, MsgID: 1}, nil))
+	d, ok := e.Receive(t0, netio.Datagram{Addr: s, Buf: craft(wire.Header{PSN: 1, AckBase: 1, MsgID: 1}, nil)}, Admission{})
 	if !ok || e.Strangers() != 1 || e.Validated(s) {
 		t.Fatalf("stranger: ok %v strangers %d validated %v", ok, e.Strangers(), e.Validated(s))
 	}
@@ -141,7 +141,7 @@ func TestStrangerEviction(t *testing.T) {
 	var first PeerID
 	for i := range 10 {
 		from := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, 0, byte(i)}), 1)
-		d, _ := e.Step(t0, from, craft(wire.Header{PSN: 1, AckBase: 1, MsgID: 1}, nil))
+		d, _ := e.Receive(t0, netio.Datagram{Addr: from, Buf: craft(wire.Header{PSN: 1, AckBase: 1, MsgID: 1}, nil)}, Admission{})
 		if i == 0 {
 			first = d.Peer
 			if _, err := e.Send(first, &h, []byte("reply"), 7); err != nil {
@@ -189,13 +189,13 @@ func TestIdleSweep(t *testing.T) {
 					dropFirst = false
 					continue
 				}
-				if d, ok := srv.Step(now, ca, o.Buf); ok && d.MsgDone {
+				if d, ok := srv.Receive(now, netio.Datagram{Addr: ca, Buf: o.Buf}, Admission{}); ok && d.MsgDone {
 					done++
 				}
 			}
 			out, _, _ = srv.Poll(now, nil)
 			for _, o := range out {
-				cli.Step(now, sa, o.Buf)
+				cli.Receive(now, netio.Datagram{Addr: sa, Buf: o.Buf}, Admission{})
 			}
 			if cli.Pending() == 0 && done > 0 {
 				break
@@ -240,7 +240,7 @@ func TestStrangersShareOfMessages(t *testing.T) {
 	refused := 0
 	for i := range 100 {
 		from := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 9, byte(i >> 8), byte(i)}), 1000)
-		d, ok := e.Step(t0, from, craft(wire.Header{PSN: 7, AckBase: 7, MsgID: 1, Flags: wire.FlagSyn}, make([]byte, 8)))
+		d, ok := e.Receive(t0, netio.Datagram{Addr: from, Buf: craft(wire.Header{PSN: 7, AckBase: 7, MsgID: 1, Flags: wire.FlagSyn}, make([]byte, 8))}, Admission{})
 		if !ok {
 			t.Fatalf("stranger %d: request not delivered", i)
 		}

@@ -8,15 +8,8 @@ import (
 	"github.com/ndma/ndma/wire"
 )
 
-// Step processes one received datagram at time now. If it carries new
-// data, Step returns it as a Delivery with ok true; ACKs, duplicates and
-// malformed datagrams return ok false (and are counted in Stats). It is
-// Receive with no receive time and no admission control.
-func (e *Engine) Step(now time.Time, from netip.AddrPort, pkt []byte) (d Delivery, ok bool) {
-	return e.Receive(now, netio.Datagram{Addr: from, Buf: pkt}, Admission{})
-}
-
-// Admission is how Receive takes a datagram, beyond Step.
+// Admission is how Receive takes a datagram; the zero value admits every
+// packet.
 type Admission struct {
 	// Admit, if not nil, is called for a new data packet before it
 	// counts as received; if it returns false the packet is dropped
@@ -30,15 +23,17 @@ type Admission struct {
 	Checked bool
 }
 
-// Receive is Step for the datagram d from d.Addr, with admission
-// control as adm says. d.RxTime is when the kernel received it (Unix
-// ns), before this process got to it: the forward queueing a receiver
-// reports to the sender (its delay signal) is measured to that time, so
-// that a wait of the receiving process for a CPU does not read as
-// queueing in the network; the ACK's own delay is still counted from
-// now, when the process took the datagram, so the sender's timeout
-// covers that wait. Zero, or a time not within maxHostDelay before now,
-// means now.
+// Receive processes the datagram d from d.Addr, taken at time now, with
+// admission control as adm says. If it carries new data, Receive returns
+// it as a Delivery with ok true; ACKs, duplicates and malformed datagrams
+// return ok false (and are counted in Stats). d.RxTime is when the kernel
+// received it (Unix ns), before this process got to it: the forward
+// queueing a receiver reports to the sender (its delay signal) is
+// measured to that time, so that a wait of the receiving process for a
+// CPU does not read as queueing in the network; the ACK's own delay is
+// still counted from now, when the process took the datagram, so the
+// sender's timeout covers that wait. Zero, or a time not within
+// maxHostDelay before now, means now.
 func (e *Engine) Receive(now time.Time, d netio.Datagram, adm Admission) (Delivery, bool) {
 	return e.stepAdmit(now, d.Addr, d.Buf, d.RxTime, adm.Admit, adm.Checked || e.cfg.Verified)
 }

@@ -39,7 +39,7 @@ func newNode(t testing.TB, addr string, cfg Config) *node {
 }
 
 func (n *node) Receive(now time.Time, d netio.Datagram) {
-	del, ok := n.e.Step(now, d.Addr, d.Buf)
+	del, ok := n.e.Receive(now, d, Admission{})
 	if !ok {
 		return
 	}
@@ -216,7 +216,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-// TestMalformedCounted feeds garbage to Step.
+// TestMalformedCounted feeds garbage to Receive.
 func TestMalformedCounted(t *testing.T) {
 	e, _ := New(Config{Seed: 3})
 	from := netip.MustParseAddrPort("10.0.0.9:9")
@@ -226,7 +226,7 @@ func TestMalformedCounted(t *testing.T) {
 		for j := range b {
 			b[j] = byte(rng.Uint32())
 		}
-		if _, ok := e.Step(time.Unix(0, 0), from, b); ok {
+		if _, ok := e.Receive(time.Unix(0, 0), netio.Datagram{Addr: from, Buf: b}, Admission{}); ok {
 			t.Fatal("garbage delivered")
 		}
 	}
@@ -274,10 +274,10 @@ func TestVerified(t *testing.T) {
 	if crc := out[0].Buf[92:96]; !bytes.Equal(crc, make([]byte, 4)) {
 		t.Fatalf("checksum %x computed, want none", crc)
 	}
-	if _, ok := plain.Step(now, aAddr, bytes.Clone(out[0].Buf)); ok || plain.Stats().Malformed != 1 {
+	if _, ok := plain.Receive(now, netio.Datagram{Addr: aAddr, Buf: bytes.Clone(out[0].Buf)}, Admission{}); ok || plain.Stats().Malformed != 1 {
 		t.Fatalf("an engine checking checksums took it (malformed %d)", plain.Stats().Malformed)
 	}
-	d, ok := c.Step(now, aAddr, out[0].Buf)
+	d, ok := c.Receive(now, netio.Datagram{Addr: aAddr, Buf: out[0].Buf}, Admission{})
 	if !ok || string(d.Payload) != "verified by the layer below" {
 		t.Fatalf("delivered %v %q", ok, d.Payload)
 	}

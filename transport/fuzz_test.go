@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -124,7 +125,7 @@ func FuzzEngineStep(f *testing.F) {
 				}
 				var d Delivery
 				var ok bool
-				timed("Step", func() { d, ok = e.Step(now, addr, pkt) })
+				timed("Receive", func() { d, ok = e.Receive(now, netio.Datagram{Addr: addr, Buf: pkt}, Admission{}) })
 				if !ok {
 					break
 				}
@@ -159,7 +160,7 @@ func FuzzEngineStep(f *testing.F) {
 				}
 			case op < 8: // ACK
 				b := fuzzAck(r)
-				timed("Step(ACK)", func() { e.Step(now, addr, b) })
+				timed("Receive(ACK)", func() { e.Receive(now, netio.Datagram{Addr: addr, Buf: b}, Admission{}) })
 			case op == 8:
 				timed("Poll", func() { e.Poll(now, nil) })
 			default:

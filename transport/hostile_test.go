@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -105,7 +106,7 @@ func TestAmplification(t *testing.T) {
 	srv, _ := New(Config{Seed: 7, MTU: 9000})
 	victim := netip.MustParseAddrPort("10.0.0.66:6")
 	req := craft(wire.Header{Op: wire.OpRead, PSN: 5, AckBase: 5, MsgID: 9, Flags: wire.FlagSyn}, nil)
-	d, ok := srv.Step(t0, victim, req)
+	d, ok := srv.Receive(t0, netio.Datagram{Addr: victim, Buf: req}, Admission{})
 	if !ok {
 		t.Fatal("request not delivered")
 	}
@@ -156,7 +157,7 @@ func TestAmplification(t *testing.T) {
 			now = now.Add(100 * time.Microsecond)
 			out, _, _ := cli.Poll(now, nil)
 			for _, o := range out {
-				if d, ok := srv.Step(now, ca, o.Buf); ok && d.MsgDone && d.Header.Flags&wire.FlagResp == 0 {
+				if d, ok := srv.Receive(now, netio.Datagram{Addr: ca, Buf: o.Buf}, Admission{}); ok && d.MsgDone && d.Header.Flags&wire.FlagResp == 0 {
 					rh := wire.Header{Op: wire.OpRead, Flags: wire.FlagResp, MsgID: d.Header.MsgID}
 					if _, err := srv.Send(d.Peer, &rh, make([]byte, resp), 2); err != nil {
 						t.Fatal(err)
@@ -165,7 +166,7 @@ func TestAmplification(t *testing.T) {
 			}
 			out, _, _ = srv.Poll(now, nil)
 			for _, o := range out {
-				if d, ok := cli.Step(now, sa, o.Buf); ok {
+				if d, ok := cli.Receive(now, netio.Datagram{Addr: sa, Buf: o.Buf}, Admission{}); ok {
 					got += len(d.Payload)
 					done = d.MsgDone
 				}
@@ -177,7 +178,7 @@ func TestAmplification(t *testing.T) {
 		// The client's ACK of the response.
 		out, _, _ := cli.Poll(now.Add(time.Millisecond), nil)
 		for _, o := range out {
-			srv.Step(now, ca, o.Buf)
+			srv.Receive(now, netio.Datagram{Addr: ca, Buf: o.Buf}, Admission{})
 		}
 		if !srv.Validated(ca) {
 			t.Fatalf("read %v: client address not validated after it acknowledged data", read)
@@ -211,7 +212,7 @@ func TestAmplificationKeepsPackets(t *testing.T) {
 		out, _, _ := cli.Poll(now, nil)
 		now = now.Add(rtt / 2)
 		for _, o := range out {
-			if d, ok := srv.Step(now, ca, o.Buf); ok && d.MsgDone && d.Header.Flags&wire.FlagResp == 0 {
+			if d, ok := srv.Receive(now, netio.Datagram{Addr: ca, Buf: o.Buf}, Admission{}); ok && d.MsgDone && d.Header.Flags&wire.FlagResp == 0 {
 				rh := wire.Header{Op: wire.OpRead, Flags: wire.FlagResp, MsgID: d.Header.MsgID}
 				if _, err := srv.Send(d.Peer, &rh, make([]byte, respLen), 2); err != nil {
 					t.Fatal(err)
@@ -232,7 +233,7 @@ func TestAmplificationKeepsPackets(t *testing.T) {
 					t.Fatalf("response sent in a packet of %d of its %d bytes", len(p), respLen)
 				}
 			}
-			if d, ok := cli.Step(now, sa, o.Buf); ok {
+			if d, ok := cli.Receive(now, netio.Datagram{Addr: sa, Buf: o.Buf}, Admission{}); ok {
 				got += len(d.Payload)
 				done, doneAt = d.MsgDone, now
 			}
@@ -255,7 +256,7 @@ func TestAmplificationKeepsPackets(t *testing.T) {
 func TestAckProofNeeded(t *testing.T) {
 	e, _ := New(Config{Seed: 14})
 	s := netip.MustParseAddrPort("10.0.0.5:5")
-	d, _ := e.Step(t0, s, craft(wire.Header{PSN: 1, AckBase: 1, MsgID: 1}, make([]byte, 200)))
+	d, _ := e.Receive(t0, netio.Datagram{Addr: s, Buf: craft(wire.Header{PSN: 1, AckBase: 1, MsgID: 1}, make([]byte, 200))}, Admission{})
 	rh := wire.Header{Op: wire.OpWrite, Flags: wire.FlagResp, MsgID: 1}
 	if _, err := e.Send(d.Peer, &rh, make([]byte, 64), 0); err != nil {
 		t.Fatal(err)
@@ -285,13 +286,13 @@ func TestAckProofNeeded(t *testing.T) {
 		}
 		a := wire.Ack{Cum: x, Window: 64, NBlocks: 1}
 		a.Blocks[0] = wire.SackBlock{Start: x + 1, End: x + 1<<31}
-		e.Step(t0, s, craftAck(&a))
+		e.Receive(t0, netio.Datagram{Addr: s, Buf: craftAck(&a)}, Admission{})
 	}
 	if e.Validated(s) || e.Strangers() != 1 {
 		t.Fatalf("blind ACKs validated the address (strangers %d)", e.Strangers())
 	}
 	a := wire.Ack{Cum: challenge, Window: 64}
-	e.Step(t0, s, craftAck(&a))
+	e.Receive(t0, netio.Datagram{Addr: s, Buf: craftAck(&a)}, Admission{})
 	if !e.Validated(s) || e.Strangers() != 0 {
 		t.Fatal("the echo of the challenge did not validate the address")
 	}
@@ -312,7 +313,7 @@ func TestAnswerOnAnotherStream(t *testing.T) {
 	srv, _ := New(Config{Seed: 7, MTU: 9000, GroupModes: true})
 	victim := netip.MustParseAddrPort("10.0.0.66:6")
 	fake := craft(wire.Header{Op: wire.OpData, Mode: wire.ModeMulticast, Group: 5, Src: 3, Dst: wire.MemberAll, PSN: 5, AckBase: 5, MsgID: 9, Flags: wire.FlagSyn}, make([]byte, 8))
-	if _, ok := srv.Step(t0, victim, fake); !ok {
+	if _, ok := srv.Receive(t0, netio.Datagram{Addr: victim, Buf: fake}, Admission{}); !ok {
 		t.Fatal("group data not delivered")
 	}
 	answer := PeerID{Addr: victim, Group: 5, Member: 3}
@@ -358,7 +359,7 @@ func TestAnswerOnAnotherStream(t *testing.T) {
 	for i := 0; i < 10000 && !delivered; i++ {
 		out, _, _ := cli.Poll(now, nil)
 		for _, o := range out {
-			if d, ok := srv.Step(now, ca, o.Buf); ok && d.Header.Mode == wire.ModeMulticast && !held {
+			if d, ok := srv.Receive(now, netio.Datagram{Addr: ca, Buf: o.Buf}, Admission{}); ok && d.Header.Mode == wire.ModeMulticast && !held {
 				held = true
 				if _, err := srv.Send(PeerID{Addr: ca, Group: 5, Member: 3}, &wire.Header{Op: wire.OpEvent}, make([]byte, 4096), 2); err != nil {
 					t.Fatal(err)
@@ -367,7 +368,7 @@ func TestAnswerOnAnotherStream(t *testing.T) {
 		}
 		out, _, _ = srv.Poll(now, nil)
 		for _, o := range out {
-			if d, ok := cli.Step(now, sa, o.Buf); ok && d.Header.Op == wire.OpEvent && d.MsgDone {
+			if d, ok := cli.Receive(now, netio.Datagram{Addr: sa, Buf: o.Buf}, Admission{}); ok && d.Header.Op == wire.OpEvent && d.MsgDone {
 				delivered = true
 			}
 		}
@@ -393,7 +394,7 @@ func TestHandshakeNotData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := e.Step(time.Unix(1, 0), netip.MustParseAddrPort("10.0.0.9:1"), pkt); ok {
+	if _, ok := e.Receive(time.Unix(1, 0), netio.Datagram{Addr: netip.MustParseAddrPort("10.0.0.9:1"), Buf: pkt}, Admission{}); ok {
 		t.Fatal("a HANDSHAKE packet was delivered as data")
 	}
 	if st := e.Stats(); st.Unexpected != 1 || st.Peers != 0 {
@@ -424,11 +425,11 @@ func TestSealRequired(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.Poll(now, nil)
-	e.Step(now, netip.MustParseAddrPort("10.0.0.8:1"), word) // no stream there
+	e.Receive(now, netio.Datagram{Addr: netip.MustParseAddrPort("10.0.0.8:1"), Buf: word}, Admission{}) // no stream there
 	if st := e.Stats(); st.SealRequired != 0 || st.Unexpected != 1 {
 		t.Fatalf("seal-required from an address without a stream: %+v", st)
 	}
-	e.Step(now, sealed, word)
+	e.Receive(now, netio.Datagram{Addr: sealed, Buf: word}, Admission{})
 	if _, done, _ := e.Poll(now, nil); len(done) != 0 {
 		t.Fatalf("completions at once after seal-required: %+v", done)
 	}
@@ -460,7 +461,7 @@ func TestSealRequired(t *testing.T) {
 	}
 	p := &pair{t: t, cli: cli, srv: srv, ca: netip.MustParseAddrPort("10.0.0.2:2"), sa: netip.MustParseAddrPort("10.0.0.1:1"), now: t0}
 	p.request(8)
-	p.cli.Step(p.now, p.sa, word)
+	p.cli.Receive(p.now, netio.Datagram{Addr: p.sa, Buf: word}, Admission{})
 	var got [][]byte
 	for range 3 {
 		got = append(got, p.serve(8)...)
@@ -476,7 +477,7 @@ func TestSealRequired(t *testing.T) {
 	// A stream that has been acknowledged ignores the word.
 	p = newPair(t, Config{}, Config{})
 	p.request(8)
-	p.cli.Step(p.now, p.sa, word)
+	p.cli.Receive(p.now, netio.Datagram{Addr: p.sa, Buf: word}, Admission{})
 	if got := p.serve(8); len(got) != 1 {
 		t.Fatalf("after a forged seal-required the working stream delivered %d responses, want 1", len(got))
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -36,14 +37,14 @@ func TestHostileSack(t *testing.T) {
 	if _, _, err := wire.Parse(pkt, &first); err != nil || chk.Decode(pkt[wire.HeaderLen:]) != nil {
 		t.Fatal("crafted ACK does not decode")
 	}
-	within(t, time.Second, "Step with 32 huge SACK blocks", func() { e.Step(t0, to, pkt) })
+	within(t, time.Second, "Receive with 32 huge SACK blocks", func() { e.Receive(t0, netio.Datagram{Addr: to, Buf: pkt}, Admission{}) })
 	// The blocks cover the 10 packets in flight, but the ACK does not fit
 	// what was sent (its cumulative point is 2^31 away): a blind forgery,
 	// ignored. The receiver's real ACK completes the message.
 	if _, comps, _ := e.Poll(t0, nil); len(comps) != 0 {
 		t.Fatalf("a forged ACK completed %+v", comps)
 	}
-	e.Step(t0, to, craftAck(&wire.Ack{Cum: psn0 + 10, Window: 1024}))
+	e.Receive(t0, netio.Datagram{Addr: to, Buf: craftAck(&wire.Ack{Cum: psn0 + 10, Window: 1024})}, Admission{})
 	_, comps, _ := e.Poll(t0, nil)
 	if len(comps) != 1 || comps[0].Err != nil || comps[0].Token != 5 {
 		t.Fatalf("completions %+v", comps)

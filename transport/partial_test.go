@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -19,7 +20,7 @@ func TestContradictingFragments(t *testing.T) {
 	step := func(off, n, msgLen uint32) (Delivery, bool) {
 		h := wire.Header{PSN: psn, AckBase: 7, MsgID: 42, Offset: off, MsgLen: msgLen}
 		psn++
-		return e.Step(t0, from, craft(h, make([]byte, n)))
+		return e.Receive(t0, netio.Datagram{Addr: from, Buf: craft(h, make([]byte, n))}, Admission{})
 	}
 	if d, ok := step(0, 100, 200); !ok || d.MsgDone {
 		t.Fatal("first fragment")
@@ -48,7 +49,7 @@ func TestContradictingFragments(t *testing.T) {
 	for _, i := range []uint32{1, 3, 5, 7, 0, 2, 4, 6, 8} {
 		h := wire.Header{PSN: psn, AckBase: psn, MsgID: 43, Offset: 10 * i, MsgLen: 90}
 		psn++
-		d, ok := e.Step(t0, from, craft(h, make([]byte, 10)))
+		d, ok := e.Receive(t0, netio.Datagram{Addr: from, Buf: craft(h, make([]byte, 10))}, Admission{})
 		if !ok {
 			t.Fatalf("fragment %d refused", i)
 		}

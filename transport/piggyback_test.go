@@ -11,7 +11,7 @@ import (
 )
 
 // pair is a client and a server engine wired by hand: what one Polls
-// out, the test hands to the other's Step, and counts.
+// out, the test hands to the other's Receive, and counts.
 type pair struct {
 	t        *testing.T
 	cli, srv *Engine
@@ -77,7 +77,7 @@ func (p *pair) serve(respLen int) (got [][]byte) {
 	out, _, _ := p.cli.Poll(p.now, nil)
 	for _, d := range out {
 		count(p.t, d, &p.cliOut, &p.cliAcks, &p.cliRiding)
-		if dl, ok := p.srv.Step(p.now, p.ca, d.Buf); ok && dl.MsgDone && dl.Header.Flags&wire.FlagResp == 0 {
+		if dl, ok := p.srv.Receive(p.now, netio.Datagram{Addr: p.ca, Buf: d.Buf}, Admission{}); ok && dl.MsgDone && dl.Header.Flags&wire.FlagResp == 0 {
 			rh := wire.Header{Op: dl.Header.Op, Flags: wire.FlagResp, MsgID: dl.Header.MsgID}
 			if _, err := p.srv.Send(dl.Peer, &rh, make([]byte, respLen), 0); err != nil {
 				p.t.Fatal(err)
@@ -90,14 +90,14 @@ func (p *pair) serve(respLen int) (got [][]byte) {
 	}
 	for _, d := range out {
 		count(p.t, d, &p.srvOut, &p.srvAcks, &p.srvRiding)
-		if dl, ok := p.cli.Step(p.now, p.sa, d.Buf); ok {
+		if dl, ok := p.cli.Receive(p.now, netio.Datagram{Addr: p.sa, Buf: d.Buf}, Admission{}); ok {
 			got = append(got, dl.Payload)
 		}
 	}
 	out, _, _ = p.cli.Poll(p.now, nil)
 	for _, d := range out {
 		count(p.t, d, &p.cliOut, &p.cliAcks, &p.cliRiding)
-		p.srv.Step(p.now, p.ca, d.Buf)
+		p.srv.Receive(p.now, netio.Datagram{Addr: p.ca, Buf: d.Buf}, Admission{})
 	}
 	return got
 }
@@ -235,7 +235,7 @@ func TestPiggybackedAckHostile(t *testing.T) {
 		return pkt
 	}
 	// Forged: acknowledges 2^31 PSNs ahead of what was sent.
-	d, ok := e.Step(t0, to, ride(wire.Ack{Cum: psn + 1<<31, Window: 1024}, []byte("data")))
+	d, ok := e.Receive(t0, netio.Datagram{Addr: to, Buf: ride(wire.Ack{Cum: psn + 1<<31, Window: 1024}, []byte("data"))}, Admission{})
 	if !ok || string(d.Payload) != "data" || d.Header.Flags&wire.FlagAck != 0 || d.Header.Len != 4 {
 		t.Fatalf("data under a forged ACK: ok %v, payload %q, header %+v", ok, d.Payload, d.Header)
 	}
@@ -248,11 +248,11 @@ func TestPiggybackedAckHostile(t *testing.T) {
 	bad[len(bad)-4] = 1 // the frame's NBlocks
 	wire.Seal(bad)
 	before := e.Stats().Malformed
-	if _, ok := e.Step(t0, to, bad); ok || e.Stats().Malformed != before+1 {
+	if _, ok := e.Receive(t0, netio.Datagram{Addr: to, Buf: bad}, Admission{}); ok || e.Stats().Malformed != before+1 {
 		t.Fatalf("bad frame: delivered %v, Malformed %d (was %d)", ok, e.Stats().Malformed, before)
 	}
 	// The real ACK, riding on data, completes the request.
-	if _, ok := e.Step(t0, to, ride(wire.Ack{Cum: psn + 1, Window: 1024}, []byte("last"))); ok {
+	if _, ok := e.Receive(t0, netio.Datagram{Addr: to, Buf: ride(wire.Ack{Cum: psn + 1, Window: 1024}, []byte("last"))}, Admission{}); ok {
 		t.Fatal("a duplicate data packet was delivered again")
 	}
 	if _, comps, _ := e.Poll(t0, nil); len(comps) != 1 || comps[0].Token != 7 || comps[0].Err != nil {
@@ -293,7 +293,7 @@ func TestGatherShared(t *testing.T) {
 		if gather != (len(d.Tail) > 0) || gather && (len(d.Buf) != wire.HeaderLen || &d.Tail[0] != &payload[0]) {
 			t.Fatalf("gather=%v: Buf %d bytes, Tail %d bytes", gather, len(d.Buf), len(d.Tail))
 		}
-		del, ok := c.Step(now, aAddr, d.Joined(nil))
+		del, ok := c.Receive(now, netio.Datagram{Addr: aAddr, Buf: d.Joined(nil)}, Admission{})
 		if !ok || !bytes.Equal(del.Payload, payload) || del.Header.MsgID != id {
 			t.Fatalf("gather=%v: delivered %v, %d bytes", gather, ok, len(del.Payload))
 		}

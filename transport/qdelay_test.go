@@ -47,7 +47,7 @@ func TestAckQueueDelay(t *testing.T) {
 	want := []uint32{1, 2501, 201, 1, 1}
 	for i, d := range out {
 		now := t0.Add(offset + arrive[i])
-		b.Step(now, aAddr, d.Buf)
+		b.Receive(now, netio.Datagram{Addr: aAddr, Buf: d.Buf}, Admission{})
 		acks, _, _ := b.Poll(now, nil)
 		for _, d := range acks {
 			if !d.Control {
@@ -63,8 +63,8 @@ func TestAckQueueDelay(t *testing.T) {
 
 // TestAckQueueDelayKernelArrival: a packet that the kernel received on
 // time but the receiving process stepped 4 ms later (it waited for a CPU)
-// reports no queueing when the Step is given the kernel's receive time
-// (Receive's RxTime), and the ACK's own delay still counts the 4 ms, so the
+// reports no queueing when Receive is given the kernel's receive time
+// (the datagram's RxTime), and the ACK's own delay still counts the 4 ms, so the
 // sender's timeout covers the wait; without it, the wait reads as 4 ms
 // of queueing in the network.
 func TestAckQueueDelayKernelArrival(t *testing.T) {
@@ -102,10 +102,10 @@ func TestAckQueueDelayKernelArrival(t *testing.T) {
 			t.Errorf("kernel arrival %v: QDelay %d, want %d", kernel, ack.QDelay, wantQ)
 		}
 		if kernel && ack.AckDelay != 0 {
-			// The ACK goes out at the Step's time, as the packet was taken
+			// The ACK goes out at Receive's time, as the packet was taken
 			// then: its delay is counted from there, not from the kernel's
 			// receive time (the sender sees the wait as part of the RTT).
-			t.Errorf("AckDelay %v, want 0 (counted from the Step)", time.Duration(ack.AckDelay))
+			t.Errorf("AckDelay %v, want 0 (counted from Receive)", time.Duration(ack.AckDelay))
 		}
 	}
 }

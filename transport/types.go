@@ -47,7 +47,7 @@ type Completion struct {
 }
 
 // Delivery is one newly received data packet handed to the layer above.
-// Header and Payload alias the datagram passed to Step and are valid only
+// Header and Payload alias the datagram passed to Receive and are valid only
 // until the caller reuses that buffer.
 type Delivery struct {
 	Header  wire.Header

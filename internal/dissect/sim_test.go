@@ -7,6 +7,7 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/internal/simhost"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/netio/simnet"
@@ -45,46 +46,33 @@ func (t *tap) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.
 	return out, next
 }
 
-type simSwitch struct{ sw *fabric.Switch }
-
-func (s *simSwitch) Receive(now time.Time, d netio.Datagram) { s.sw.Step(now, d.Addr, d.Buf) }
-func (s *simSwitch) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
-	return s.sw.Poll(now, out)
-}
-
-// host is an endpoint Core with completion callbacks and an optional
-// periodic action (heartbeats).
+// host is an endpoint Core on simnet (internal/simhost) with completion
+// callbacks and an optional periodic action (heartbeats).
 type host struct {
+	*simhost.Host[*endpoint.Op]
 	f        *simFabric
 	addr     netip.AddrPort
 	core     *endpoint.Core
-	cbs      map[*endpoint.Op]func(*endpoint.Op)
-	every    time.Duration
-	next     time.Time
+	tick     simhost.Ticker
 	periodic func(now time.Time)
 }
 
-func (h *host) Receive(now time.Time, d netio.Datagram) { h.core.Step(now, d.Addr, d.Buf) }
-
-func (h *host) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
-	if h.periodic != nil && !now.Before(h.next) {
-		h.next = now.Add(h.every)
-		h.periodic(now)
+func (f *simFabric) hostOf(addr netip.AddrPort, core *endpoint.Core) *host {
+	h := &host{f: f, addr: addr, core: core}
+	h.Host = &simhost.Host[*endpoint.Op]{Core: core, Repoll: true, // callbacks may have posted more
+		Before: func(now time.Time) {
+			if h.periodic != nil && h.tick.Due(now) {
+				h.periodic(now)
+			}
+		},
+		Deadline: func() time.Time {
+			if h.periodic == nil {
+				return time.Time{}
+			}
+			return h.tick.Next()
+		},
 	}
-	out, done, next := h.core.Poll(now, out)
-	for _, op := range done {
-		if cb := h.cbs[op]; cb != nil {
-			delete(h.cbs, op)
-			cb(op)
-		}
-	}
-	if h.periodic != nil && (next.IsZero() || h.next.Before(next)) {
-		next = h.next
-	}
-	if len(done) > 0 {
-		next = now // callbacks may have posted more
-	}
-	return out, next
+	return h
 }
 
 func (h *host) post(op *endpoint.Op, cb func(*endpoint.Op)) {
@@ -93,7 +81,7 @@ func (h *host) post(op *endpoint.Op, cb func(*endpoint.Op)) {
 		h.f.t.Fatalf("seed %d: post %v: %v", h.f.seed, op.Kind, err)
 	}
 	if cb != nil {
-		h.cbs[op] = cb
+		h.Track(op, cb)
 	}
 	h.f.net.Wake(h.addr)
 }
@@ -146,7 +134,7 @@ func newSimFabric(t *testing.T, seed int64) *simFabric {
 		t.Fatal(err)
 	}
 	f.sw = sw
-	f.attach(f.swAddr, &simSwitch{sw})
+	f.attach(f.swAddr, sw)
 	return f
 }
 
@@ -164,7 +152,7 @@ func (f *simFabric) newHost(addr netip.AddrPort, cfg endpoint.Config) *host {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	h := &host{f: f, addr: addr, core: core, cbs: map[*endpoint.Op]func(*endpoint.Op){}}
+	h := f.hostOf(addr, core)
 	f.attach(addr, h)
 	return h
 }
@@ -213,7 +201,7 @@ func (f *simFabric) newPoolNode(addr netip.AddrPort, size int, inc uint64) (*hos
 			report(msgs[1:], to)
 		})
 	}
-	h.every = 250 * time.Millisecond
+	h.tick.Every = 250 * time.Millisecond
 	h.periodic = func(time.Time) {
 		if busy {
 			return
@@ -261,7 +249,7 @@ func (f *simFabric) join(job string, hs []*host) (uint32, []*ctrl.Msg) {
 			resps[i] = r
 			joined++
 			hbBusy := false
-			h.every = 250 * time.Millisecond
+			h.tick.Every = 250 * time.Millisecond
 			h.periodic = func(time.Time) {
 				if hbBusy {
 					return
