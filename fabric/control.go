@@ -119,7 +119,7 @@ func (s *Switch) control(now time.Time, d *transport.Delivery) {
 		}
 		s.respond(d, resp)
 	case ctrl.PoolNode, ctrl.PoolCreate, ctrl.PoolOpen, ctrl.PoolFree, ctrl.PoolStat, ctrl.PoolRebuilt, ctrl.PoolReport:
-		s.poolControl(now, d, m)
+		s.memPool.poolControl(now, d, m)
 	default:
 		s.stats.ControlRefused++
 		s.reply(d.Peer, &d.Header, wire.StatusUnknownOp, 0)
@@ -198,9 +198,9 @@ func (s *Switch) respondTo(peer transport.PeerID, msgID uint64, m *ctrl.Msg) {
 	h := wire.Header{Op: wire.OpControl, Flags: wire.FlagResp, MsgID: msgID}
 	// The acknowledgement of the response proves that peer receives at
 	// its address (pool_clients.go).
-	tok := s.proveToken(peer.Addr)
+	tok := s.memPool.proveToken(peer.Addr)
 	if _, err := s.eng.Send(peer, &h, buf, tok); err != nil {
-		delete(s.proveTok, tok)
+		delete(s.memPool.proveTok, tok)
 	}
 }
 

@@ -197,5 +197,5 @@ func (s *Switch) admitPartial(now time.Time, addr netip.AddrPort, total int) wir
 // registered memory node or a proven pool client: a peer the switch
 // already knows, which strangers never push out.
 func (s *Switch) established(addr netip.AddrPort) bool {
-	return len(s.byAddr[addr]) > 0 || s.mmu.NodeAt(addr) != nil || s.pclients.has(addr)
+	return len(s.byAddr[addr]) > 0 || s.memPool.mmu.NodeAt(addr) != nil || s.memPool.pclients.has(addr)
 }

@@ -253,34 +253,34 @@ func TestPoolNodeTableLifetime(t *testing.T) {
 		t.Fatal("registrations refused")
 	}
 	// Node 2 gets a region copy (straight in the MMU: no grant exchange).
-	if _, err := h.sw.mmu.Create(4096, 4096, 2, 1, 3); err != nil {
+	if _, err := h.sw.memPool.mmu.Create(4096, 4096, 2, 1, 3); err != nil {
 		t.Fatal(err)
 	}
-	if n1 := h.sw.mmu.NodeAt(addrN(1)); n1.Used() == 0 {
+	if n1 := h.sw.memPool.mmu.NodeAt(addrN(1)); n1.Used() == 0 {
 		t.Fatal("region not on node 1")
 	}
 	// Free node 1's extent again: it holds nothing.
-	for _, r := range h.sw.mmu.Regions() {
-		if err := h.sw.mmu.Free(r.ID, r.Key); err != nil {
+	for _, r := range h.sw.memPool.mmu.Regions() {
+		if err := h.sw.memPool.mmu.Free(r.ID, r.Key); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := h.sw.mmu.Create(4096, 4096, 1, 1, 3); err != nil {
+	if _, err := h.sw.memPool.mmu.Create(4096, 4096, 1, 1, 3); err != nil {
 		t.Fatal(err)
 	}
-	holder := h.sw.mmu.Regions()[0].Homes[0].Node.Addr
+	holder := h.sw.memPool.mmu.Regions()[0].Homes[0].Node.Addr
 	h.advance(5 * time.Second) // both dead now
 	if st := reg(3); st != wire.StatusOK {
 		t.Fatalf("new node with a dead empty one in a full table: %v", st)
 	}
-	if h.sw.mmu.NodeAt(holder) == nil {
+	if h.sw.memPool.mmu.NodeAt(holder) == nil {
 		t.Fatal("node holding a region copy evicted")
 	}
 	if st := reg(4); st == wire.StatusOK {
 		t.Fatal("new node admitted although every node holds copies or is alive")
 	}
 	h.advance(11 * time.Minute)
-	nodes := h.sw.mmu.Nodes()
+	nodes := h.sw.memPool.mmu.Nodes()
 	if len(nodes) != 1 || nodes[0].Addr != holder {
 		var got []netip.AddrPort
 		for _, n := range nodes {
@@ -299,11 +299,11 @@ func TestPoolNodeTableExpiresByDefault(t *testing.T) {
 		h.send(c, &ctrl.Msg{Type: ctrl.PoolNode, Key: 0x1000 + uint64(i), Capacity: 1 << 20, Epoch: 1})
 	}
 	h.pump(10 * time.Millisecond)
-	if n := len(h.sw.mmu.Nodes()); n != 100 {
+	if n := len(h.sw.memPool.mmu.Nodes()); n != 100 {
 		t.Fatalf("%d nodes registered, want 100", n)
 	}
 	h.advance(time.Hour)
-	if n := len(h.sw.mmu.Nodes()); n != 0 {
+	if n := len(h.sw.memPool.mmu.Nodes()); n != 0 {
 		t.Fatalf("%d silent, empty memory nodes still in the table after an hour", n)
 	}
 }

@@ -121,7 +121,7 @@ func (s *Switch) sweepControl(now time.Time) {
 		}
 	}
 	s.asm.sweepLim(now, lim.ControlReassemblyTimeout)
-	s.pclients.sweepTTL(now, lim.PoolClientTTL)
+	s.memPool.pclients.sweepTTL(now, lim.PoolClientTTL)
 	for _, g := range s.groups {
 		if g.service {
 			g.pruneDead(now, lim.DeadMemberTTL)
@@ -132,5 +132,5 @@ func (s *Switch) sweepControl(now time.Time) {
 // controlPending reports whether timed control-plane entries exist (so
 // the liveness check must run).
 func (s *Switch) controlPending() bool {
-	return len(s.jobs) > 0 || s.asm.len() > 0 || s.pclients.len() > 0
+	return len(s.jobs) > 0 || s.asm.len() > 0 || s.memPool.pclients.len() > 0
 }

@@ -87,25 +87,25 @@ type proveReq struct{ addr netip.AddrPort }
 
 // proveToken returns the send token of a control response to addr: its
 // completion proves addr (onProved).
-func (s *Switch) proveToken(addr netip.AddrPort) uint64 {
-	if s.proveTok == nil {
-		s.proveTok = make(map[uint64]proveReq)
+func (p *poolPlane) proveToken(addr netip.AddrPort) uint64 {
+	if p.proveTok == nil {
+		p.proveTok = make(map[uint64]proveReq)
 	}
-	s.nextTok++
-	s.proveTok[s.nextTok] = proveReq{addr}
-	return s.nextTok
+	p.sw.nextTok++
+	p.proveTok[p.sw.nextTok] = proveReq{addr}
+	return p.sw.nextTok
 }
 
 // onProved handles the completion of a control response sent with a
 // proveToken; it reports whether c was one.
-func (s *Switch) onProved(c *transport.Completion) bool {
-	pr, ok := s.proveTok[c.Token]
+func (p *poolPlane) onProved(c *transport.Completion) bool {
+	pr, ok := p.proveTok[c.Token]
 	if !ok || c.Token == 0 {
 		return false
 	}
-	delete(s.proveTok, c.Token)
+	delete(p.proveTok, c.Token)
 	if c.Err == nil {
-		s.pclients.add(s.now, pr.addr, s.cfg.Limits.MaxPoolClients)
+		p.pclients.add(p.sw.now, pr.addr, p.sw.cfg.Limits.MaxPoolClients)
 	}
 	return true
 }
@@ -113,8 +113,8 @@ func (s *Switch) onProved(c *transport.Completion) bool {
 // poolAmplifies reports whether the answer to pool request h (with
 // payload) from an unproven from may be larger than three times the
 // request; such a request is dropped. A proven address's use is recorded.
-func (s *Switch) poolAmplifies(from netip.AddrPort, h *wire.Header, payload []byte) bool {
-	if s.pclients.touch(s.now, from) {
+func (p *poolPlane) poolAmplifies(from netip.AddrPort, h *wire.Header, payload []byte) bool {
+	if p.pclients.touch(p.sw.now, from) {
 		return false
 	}
 	resp := uint64(wire.HeaderLen) * 2 // at most two copies answer
@@ -124,6 +124,6 @@ func (s *Switch) poolAmplifies(from netip.AddrPort, h *wire.Header, payload []by
 	if resp <= 3*uint64(wire.HeaderLen+len(payload)) {
 		return false
 	}
-	s.stats.PoolUnproven++
+	p.sw.stats.PoolUnproven++
 	return true
 }

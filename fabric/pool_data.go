@@ -48,16 +48,16 @@ type grantKey struct {
 
 // createPool makes the region m asks for and grants its extents; the
 // client's answer waits for the grants.
-func (s *Switch) createPool(d *transport.Delivery, m *ctrl.Msg) {
-	p := m.Pool
-	if p.Replicas > 1 && wire.Perm(p.Perm)&(wire.PermAtomic|wire.PermVector) != 0 {
+func (p *poolPlane) createPool(d *transport.Delivery, m *ctrl.Msg) {
+	spec := m.Pool
+	if spec.Replicas > 1 && wire.Perm(spec.Perm)&(wire.PermAtomic|wire.PermVector) != 0 {
 		// Replicas applying read-modify-write ops in different orders
 		// would diverge: atomics and vector ops need a single copy.
-		s.stats.ControlRefused++
-		s.reply(d.Peer, &d.Header, wire.StatusBadOperand, 0)
+		p.sw.stats.ControlRefused++
+		p.sw.reply(d.Peer, &d.Header, wire.StatusBadOperand, 0)
 		return
 	}
-	r, err := s.mmu.Create(p.Size, p.Stripe, p.Columns, p.Replicas, wire.Perm(p.Perm))
+	r, err := p.mmu.Create(spec.Size, spec.Stripe, spec.Columns, spec.Replicas, wire.Perm(spec.Perm))
 	switch {
 	case errors.Is(err, ctrl.ErrNoSpace), errors.Is(err, ctrl.ErrNoNodes):
 		// Operand1 says what is short (ShortError.Operand), so that the
@@ -67,12 +67,12 @@ func (s *Switch) createPool(d *transport.Delivery, m *ctrl.Msg) {
 		if errors.As(err, &short) {
 			operand = short.Operand()
 		}
-		s.stats.ControlRefused++
-		s.reply(d.Peer, &d.Header, wire.StatusBusy, operand)
+		p.sw.stats.ControlRefused++
+		p.sw.reply(d.Peer, &d.Header, wire.StatusBusy, operand)
 		return
 	case err != nil:
-		s.stats.ControlRefused++
-		s.reply(d.Peer, &d.Header, wire.StatusBadOperand, 0)
+		p.sw.stats.ControlRefused++
+		p.sw.reply(d.Peer, &d.Header, wire.StatusBadOperand, 0)
 		return
 	}
 	pc := &poolCreate{region: r, client: d.Peer, msgID: d.Header.MsgID}
@@ -80,85 +80,85 @@ func (s *Switch) createPool(d *transport.Delivery, m *ctrl.Msg) {
 	for c, h := range r.Homes {
 		g := &ctrl.Msg{Type: ctrl.PoolGrant, Region: r.ID, Key: r.Key, Pool: r.spec(), Node: uint16(c),
 			Base: h.Base, Length: r.Layout.ColumnBytes(c), Epoch: r.Epoch, Homes: homes}
-		id, ok := s.sendPoolCtrl(h.Node.Addr, g)
+		id, ok := p.sendPoolCtrl(h.Node.Addr, g)
 		if !ok {
 			pc.failed = true
 			break
 		}
-		s.grants[grantKey{h.Node.Addr, id}] = pc
+		p.grants[grantKey{h.Node.Addr, id}] = pc
 		pc.waiting++
 	}
 	if pc.waiting == 0 {
-		s.endCreate(pc)
+		p.endCreate(pc)
 	}
 }
 
 // sendPoolCtrl sends a control request to a memory node and returns its
 // message id.
-func (s *Switch) sendPoolCtrl(node netip.AddrPort, m *ctrl.Msg) (uint64, bool) {
-	buf, err := secure.AppendCtrl(nil, m, s.cfg.Token)
+func (p *poolPlane) sendPoolCtrl(node netip.AddrPort, m *ctrl.Msg) (uint64, bool) {
+	buf, err := secure.AppendCtrl(nil, m, p.sw.cfg.Token)
 	if err != nil {
 		return 0, false
 	}
 	h := wire.Header{Op: wire.OpControl}
-	id, err := s.eng.Send(transport.PeerID{Addr: node}, &h, buf, 0)
+	id, err := p.sw.eng.Send(transport.PeerID{Addr: node}, &h, buf, 0)
 	return id, err == nil
 }
 
 // grantDone records a memory node's answer to a grant (ok false: refused,
 // or the node is unreachable).
-func (s *Switch) grantDone(k grantKey, ok bool) bool {
-	pc := s.grants[k]
+func (p *poolPlane) grantDone(k grantKey, ok bool) bool {
+	pc := p.grants[k]
 	if pc == nil {
 		return false
 	}
-	delete(s.grants, k)
+	delete(p.grants, k)
 	if !ok {
 		pc.failed = true
 	}
 	pc.waiting--
 	if pc.waiting == 0 {
-		s.endCreate(pc)
+		p.endCreate(pc)
 	}
 	return true
 }
 
 // endCreate answers the client once every grant is settled.
-func (s *Switch) endCreate(pc *poolCreate) {
+func (p *poolPlane) endCreate(pc *poolCreate) {
 	r := pc.region
 	if pc.failed {
-		s.revokeAll(r)
-		_ = s.mmu.Free(r.ID, r.Key)
-		s.stats.ControlRefused++
+		p.revokeAll(r)
+		_ = p.mmu.Free(r.ID, r.Key)
+		p.sw.stats.ControlRefused++
 		h := wire.Header{Op: wire.OpControl, MsgID: pc.msgID}
-		s.reply(pc.client, &h, wire.StatusBusy, 0)
+		p.sw.reply(pc.client, &h, wire.StatusBusy, 0)
 		return
 	}
 	r.Ready = true
-	s.respondTo(pc.client, pc.msgID, &ctrl.Msg{Type: ctrl.PoolCreate, Resp: true, Region: r.ID, Key: r.Key, Pool: r.spec()})
+	p.sw.respondTo(pc.client, pc.msgID, &ctrl.Msg{Type: ctrl.PoolCreate, Resp: true, Region: r.ID, Key: r.Key, Pool: r.spec()})
 }
 
 // revokeAll tells r's memory nodes to drop its grants (best effort: a node
 // that misses it drops the grant when its memory is granted again).
-func (s *Switch) revokeAll(r *PoolRegion) {
+func (p *poolPlane) revokeAll(r *PoolRegion) {
 	for _, h := range r.Homes {
-		s.sendPoolCtrl(h.Node.Addr, &ctrl.Msg{Type: ctrl.PoolRevoke, Region: r.ID, Key: r.Key})
+		p.sendPoolCtrl(h.Node.Addr, &ctrl.Msg{Type: ctrl.PoolRevoke, Region: r.ID, Key: r.Key})
 	}
 }
 
 // freePool frees a region and revokes its grants.
-func (s *Switch) freePool(id uint32, key uint64) error {
-	r, err := s.mmu.Region(id, key)
+func (p *poolPlane) freePool(id uint32, key uint64) error {
+	r, err := p.mmu.Region(id, key)
 	if err != nil || !r.Ready {
 		return wire.StatusBadKey
 	}
-	s.revokeAll(r)
+	p.revokeAll(r)
 	for c := range r.Homes {
 		if r.isUnconfirmed(c) {
-			s.settleColumn(r, c)
+			p.settleColumn(r, c)
 		}
 	}
-	return s.mmu.Free(id, key)
+	return p.mmu.Free(id, key)
 }
 
 // poolAccess is what a pool request needs: the permission and its length.
@@ -178,49 +178,49 @@ func poolAccess(h *wire.Header, payload []byte) (wire.Perm, uint64, bool) {
 
 // poolForward translates a pool request and forwards it to its memory
 // node(s), or answers it with the reason it is refused.
-func (s *Switch) poolForward(from netip.AddrPort, h *wire.Header, payload []byte) {
-	s.stats.PoolIn++
-	if s.recovering(s.now) {
+func (p *poolPlane) poolForward(from netip.AddrPort, h *wire.Header, payload []byte) {
+	p.sw.stats.PoolIn++
+	if p.recovering(p.sw.now) {
 		// The map is not complete: the client resends.
-		s.stats.PoolDeferred++
+		p.sw.stats.PoolDeferred++
 		return
 	}
-	if h.Flags&(wire.FlagResp|wire.FlagReplyTo) == 0 && s.poolAmplifies(from, h, payload) {
+	if h.Flags&(wire.FlagResp|wire.FlagReplyTo) == 0 && p.poolAmplifies(from, h, payload) {
 		return
 	}
 	if h.Op == wire.OpChain && h.Flags&wire.FlagResp == 0 && h.Copies == 0 {
-		s.chainForward(from, h, payload)
+		p.chainForward(from, h, payload)
 		return
 	}
 	if h.Flags&(wire.FlagResp|wire.FlagReplyTo) != 0 || h.Copies != 0 {
 		// Responses and forwarded requests go from memory nodes to
 		// clients, never to the switch.
-		s.stats.Malformed++
+		p.sw.stats.Malformed++
 		return
 	}
 	if h.Op == wire.OpOptim {
-		s.optimForward(from, h, payload)
+		p.optimForward(from, h, payload)
 		return
 	}
 	need, n, ok := poolAccess(h, payload)
 	switch {
 	case !ok:
-		s.poolRefuse(from, h, wire.StatusUnknownOp)
+		p.poolRefuse(from, h, wire.StatusUnknownOp)
 		return
 	case h.Flags&wire.FlagAuth != 0:
 		// The switch rewrites the request, which would break its tag.
-		s.poolRefuse(from, h, wire.StatusUnknownOp)
+		p.poolRefuse(from, h, wire.StatusUnknownOp)
 		return
 	case n == 0 || n > uint64(wire.MaxPayload):
-		s.poolRefuse(from, h, wire.StatusBadOperand)
+		p.poolRefuse(from, h, wire.StatusBadOperand)
 		return
 	case len(payload)+wire.HeaderLen+wire.ReplyToLen > netio.MaxDatagram:
-		s.poolRefuse(from, h, wire.StatusTooLarge)
+		p.poolRefuse(from, h, wire.StatusTooLarge)
 		return
 	}
-	r, err := s.mmu.Region(h.Group, h.Key)
+	r, err := p.mmu.Region(h.Group, h.Key)
 	if err != nil || !r.Ready {
-		s.poolRefuse(from, h, wire.StatusBadKey)
+		p.poolRefuse(from, h, wire.StatusBadKey)
 		return
 	}
 	copies := 1
@@ -230,7 +230,7 @@ func (s *Switch) poolForward(from netip.AddrPort, h *wire.Header, payload []byte
 	var sent, dead, lost int
 	var deadCols [2]int // columns of the dead copies (two copies at most)
 	for rep := range r.Layout.Replicas {
-		t, ok := s.translateOne(from, h, need, h.Addr, n, rep)
+		t, ok := p.translateOne(from, h, need, h.Addr, n, rep)
 		if !ok {
 			return
 		}
@@ -246,7 +246,7 @@ func (s *Switch) poolForward(from netip.AddrPort, h *wire.Header, payload []byte
 		if h.Op == wire.OpRead && sent == 1 {
 			break
 		}
-		s.tgts = append(s.tgts[:sent], t)
+		p.tgts = append(p.tgts[:sent], t)
 		sent++
 	}
 	if sent == 0 {
@@ -254,12 +254,12 @@ func (s *Switch) poolForward(from netip.AddrPort, h *wire.Header, payload []byte
 		if lost == r.Layout.Replicas {
 			st = wire.StatusLost
 		}
-		s.poolRefuse(from, h, st)
+		p.poolRefuse(from, h, st)
 		return
 	}
 	cp := uint16(min(sent, copies))
 	rebuilding := false
-	for _, t := range s.tgts[:sent] {
+	for _, t := range p.tgts[:sent] {
 		rebuilding = rebuilding || t.Rebuilding
 	}
 	if (dead+lost > 0 || rebuilding) && h.Op != wire.OpRead {
@@ -273,13 +273,13 @@ func (s *Switch) poolForward(from netip.AddrPort, h *wire.Header, payload []byte
 			r.Lost[c], r.Rebuilding[c] = true, false
 		}
 		if stale {
-			s.raiseEpoch(r)
+			p.raiseEpoch(r)
 		}
 	}
-	for _, t := range s.tgts[:sent] {
+	for _, t := range p.tgts[:sent] {
 		fh := *h
 		fh.Addr, fh.Copies = t.Addr, cp
-		if !s.poolSend(t.Node, &fh, payload, from) {
+		if !p.poolSend(t.Node, &fh, payload, from) {
 			return
 		}
 	}
@@ -288,7 +288,7 @@ func (s *Switch) poolForward(from netip.AddrPort, h *wire.Header, payload []byte
 // poolSend forwards a translated pool request (fh, with the node-local
 // addresses set) and its payload to node, with client's address as the
 // reply-to trailer. It reports false if the forwarding budget is spent.
-func (s *Switch) poolSend(node *PoolNode, fh *wire.Header, payload []byte, client netip.AddrPort) bool {
+func (p *poolPlane) poolSend(node *PoolNode, fh *wire.Header, payload []byte, client netip.AddrPort) bool {
 	fh.Flags |= wire.FlagReplyTo
 	if fh.Copies == 0 {
 		fh.Copies = 1
@@ -296,7 +296,7 @@ func (s *Switch) poolSend(node *PoolNode, fh *wire.Header, payload []byte, clien
 	fh.Offset = 0
 	fh.Len = uint16(len(payload) + wire.ReplyToLen)
 	fh.MsgLen = uint32(fh.Len)
-	b := s.fwdBuf(wire.HeaderLen + int(fh.Len))
+	b := p.sw.fwdBuf(wire.HeaderLen + int(fh.Len))
 	if b == nil {
 		return false
 	}
@@ -304,8 +304,8 @@ func (s *Switch) poolSend(node *PoolNode, fh *wire.Header, payload []byte, clien
 	copy(b[wire.HeaderLen:], payload)
 	wire.AppendReplyTo(b[:wire.HeaderLen+len(payload)], client)
 	wire.Seal(b)
-	if s.forwardShared(b, node.Addr) {
-		s.stats.PoolOut++
+	if p.sw.forwardShared(b, node.Addr) {
+		p.sw.stats.PoolOut++
 		node.Requests++
 		node.Bytes += uint64(len(payload))
 	}
@@ -315,50 +315,50 @@ func (s *Switch) poolSend(node *PoolNode, fh *wire.Header, payload []byte, clien
 // translateOne translates an access of n bytes at off of h's region for
 // copy replica, which must lie in one stripe, or refuses the request to
 // client and reports false.
-func (s *Switch) translateOne(client netip.AddrPort, h *wire.Header, need wire.Perm, off, n uint64, replica int) (Target, bool) {
+func (p *poolPlane) translateOne(client netip.AddrPort, h *wire.Header, need wire.Perm, off, n uint64, replica int) (Target, bool) {
 	var err error
-	s.tgt, err = s.mmu.Translate(h.Group, h.Key, need, off, n, replica, s.tgt[:0])
+	p.tgt, err = p.mmu.Translate(h.Group, h.Key, need, off, n, replica, p.tgt[:0])
 	if err != nil {
 		var st wire.Status
 		if !errors.As(err, &st) {
 			st = wire.StatusBadOperand
 		}
-		s.poolRefuse(client, h, st)
+		p.poolRefuse(client, h, st)
 		return Target{}, false
 	}
-	if len(s.tgt) != 1 {
-		s.poolRefuse(client, h, wire.StatusBadOperand) // crosses a stripe
+	if len(p.tgt) != 1 {
+		p.poolRefuse(client, h, wire.StatusBadOperand) // crosses a stripe
 		return Target{}, false
 	}
-	return s.tgt[0], true
+	return p.tgt[0], true
 }
 
 // chainForward sends a chain packet to the memory node of its current
 // hop: from the client (hop 0) or from the memory node that did the hop
 // before (carrying the client's address).
-func (s *Switch) chainForward(from netip.AddrPort, h *wire.Header, payload []byte) {
+func (p *poolPlane) chainForward(from netip.AddrPort, h *wire.Header, payload []byte) {
 	client, body := from, payload
 	if h.Flags&wire.FlagReplyTo != 0 {
 		var err error
-		if s.mmu.byAddr[from] == nil {
-			s.stats.Spoofed++ // only memory nodes pass chains on
+		if p.mmu.byAddr[from] == nil {
+			p.sw.stats.Spoofed++ // only memory nodes pass chains on
 			return
 		}
 		if body, client, err = wire.SplitReplyTo(payload); err != nil {
-			s.stats.Malformed++
+			p.sw.stats.Malformed++
 			return
 		}
 	} else if h.Hop != 0 {
-		s.poolRefuse(from, h, wire.StatusBadOperand)
+		p.poolRefuse(from, h, wire.StatusBadOperand)
 		return
 	}
 	if h.Flags&wire.FlagAuth != 0 {
-		s.poolRefuse(client, h, wire.StatusUnknownOp)
+		p.poolRefuse(client, h, wire.StatusUnknownOp)
 		return
 	}
 	hops, _, err := wire.SplitChain(h, body)
 	if err != nil || len(hops)+int(h.Operand1)+wire.ReplyToLen > wire.MaxPayload {
-		s.poolRefuse(client, h, wire.StatusBadOperand)
+		p.poolRefuse(client, h, wire.StatusBadOperand)
 		return
 	}
 	hop := wire.ChainHopAt(hops, int(h.Hop))
@@ -369,58 +369,58 @@ func (s *Switch) chainForward(from netip.AddrPort, h *wire.Header, payload []byt
 	case wire.ChainAccumulate:
 		need = wire.PermVector
 	}
-	r, err := s.mmu.Region(h.Group, h.Key)
+	r, err := p.mmu.Region(h.Group, h.Key)
 	switch {
 	case err != nil || !r.Ready:
-		s.poolRefuse(client, h, wire.StatusBadKey)
+		p.poolRefuse(client, h, wire.StatusBadKey)
 		return
 	case r.Layout.Replicas > 1:
 		// A chain has one path; replicated regions would need it twice.
-		s.poolRefuse(client, h, wire.StatusBadOperand)
+		p.poolRefuse(client, h, wire.StatusBadOperand)
 		return
 	}
-	t, ok := s.translateOne(client, h, need, hop.Addr, h.Operand1, 0)
+	t, ok := p.translateOne(client, h, need, hop.Addr, h.Operand1, 0)
 	if !ok {
 		return
 	}
 	if st := liveness(&t); st != wire.StatusOK {
-		s.poolRefuse(client, h, st)
+		p.poolRefuse(client, h, st)
 		return
 	}
 	fh := *h
 	fh.Addr = t.Addr
-	s.poolSend(t.Node, &fh, body, client)
+	p.poolSend(t.Node, &fh, body, client)
 }
 
 // optimForward translates an optimizer step's parameters and moments
 // (which must lie on one memory node) and forwards it there.
-func (s *Switch) optimForward(from netip.AddrPort, h *wire.Header, payload []byte) {
+func (p *poolPlane) optimForward(from netip.AddrPort, h *wire.Header, payload []byte) {
 	o, err := wire.ParseOptim(payload)
 	n := uint64(len(payload) - wire.OptimParamsLen)
 	switch {
 	case err != nil || n == 0 || h.Dtype != wire.DtypeF32 || n%4 != 0:
-		s.poolRefuse(from, h, wire.StatusBadOperand)
+		p.poolRefuse(from, h, wire.StatusBadOperand)
 		return
 	case h.Flags&wire.FlagAuth != 0:
-		s.poolRefuse(from, h, wire.StatusUnknownOp)
+		p.poolRefuse(from, h, wire.StatusUnknownOp)
 		return
 	case len(payload)+wire.HeaderLen+wire.ReplyToLen > netio.MaxDatagram:
-		s.poolRefuse(from, h, wire.StatusTooLarge)
+		p.poolRefuse(from, h, wire.StatusTooLarge)
 		return
 	}
-	r, err := s.mmu.Region(h.Group, h.Key)
+	r, err := p.mmu.Region(h.Group, h.Key)
 	switch {
 	case err != nil || !r.Ready:
-		s.poolRefuse(from, h, wire.StatusBadKey)
+		p.poolRefuse(from, h, wire.StatusBadKey)
 		return
 	case r.Layout.Replicas > 1:
-		s.poolRefuse(from, h, wire.StatusBadOperand)
+		p.poolRefuse(from, h, wire.StatusBadOperand)
 		return
 	}
 	stride := h.Operand1
 	period := r.Layout.Stripe * uint64(r.Layout.Columns)
 	if stride == 0 || stride%period != 0 {
-		s.poolRefuse(from, h, wire.StatusBadOperand) // moments would be on other nodes
+		p.poolRefuse(from, h, wire.StatusBadOperand) // moments would be on other nodes
 		return
 	}
 	k := 2
@@ -431,26 +431,26 @@ func (s *Switch) optimForward(from netip.AddrPort, h *wire.Header, payload []byt
 	var node *PoolNode
 	for i := range k {
 		if stride > (^uint64(0)-h.Addr)/uint64(i+1) {
-			s.poolRefuse(from, h, wire.StatusOutOfBounds)
+			p.poolRefuse(from, h, wire.StatusOutOfBounds)
 			return
 		}
-		t, ok := s.translateOne(from, h, wire.PermVector, h.Addr+uint64(i)*stride, n, 0)
+		t, ok := p.translateOne(from, h, wire.PermVector, h.Addr+uint64(i)*stride, n, 0)
 		if !ok {
 			return
 		}
 		if node != nil && t.Node != node {
-			s.poolRefuse(from, h, wire.StatusBadOperand)
+			p.poolRefuse(from, h, wire.StatusBadOperand)
 			return
 		}
 		if st := liveness(&t); st != wire.StatusOK {
-			s.poolRefuse(from, h, st)
+			p.poolRefuse(from, h, st)
 			return
 		}
 		node, local[i] = t.Node, t.Addr
 	}
 	fh := *h
 	fh.Addr, fh.Operand1, fh.Operand2 = local[0], local[1], local[2]
-	s.poolSend(node, &fh, payload, from)
+	p.poolSend(node, &fh, payload, from)
 }
 
 // liveness is why a single-copy target cannot be served: its copy is lost
@@ -466,42 +466,51 @@ func liveness(t *Target) wire.Status {
 }
 
 // poolRefuse answers a pool request with a status.
-func (s *Switch) poolRefuse(to netip.AddrPort, h *wire.Header, st wire.Status) {
-	s.stats.PoolRefused++
+func (p *poolPlane) poolRefuse(to netip.AddrPort, h *wire.Header, st wire.Status) {
+	p.sw.stats.PoolRefused++
 	rh := wire.Header{Version: wire.Version, Op: h.Op, Mode: wire.ModePool, Flags: wire.FlagResp,
 		Group: h.Group, MsgID: h.MsgID, Status: st}
-	b := s.fwdBuf(wire.HeaderLen)
+	b := p.sw.fwdBuf(wire.HeaderLen)
 	if b == nil {
 		return
 	}
 	b, _ = wire.AppendPacket(b[:0], &rh, nil)
-	s.forwardShared(b, to)
+	p.sw.forwardShared(b, to)
 }
 
 // poolCtrlReply handles a memory node's answer to a grant or revoke.
-func (s *Switch) poolCtrlReply(d *transport.Delivery) {
+func (p *poolPlane) poolCtrlReply(d *transport.Delivery) {
 	if !d.MsgDone {
 		return
 	}
 	k := grantKey{d.Peer.Addr, d.Header.MsgID}
-	if !s.rebuildGranted(s.now, k, d.Header.Status == wire.StatusOK) {
-		s.grantDone(k, d.Header.Status == wire.StatusOK)
+	if !p.rebuildGranted(p.sw.now, k, d.Header.Status == wire.StatusOK) {
+		p.grantDone(k, d.Header.Status == wire.StatusOK)
 	}
 }
 
 // poolCtrlFailed handles a grant the transport could not deliver.
-func (s *Switch) poolCtrlFailed(c *transport.Completion) bool {
+func (p *poolPlane) poolCtrlFailed(c *transport.Completion) bool {
 	if c.Err == nil {
 		return false
 	}
 	k := grantKey{c.Peer.Addr, c.MsgID}
-	return s.rebuildGranted(s.now, k, false) || s.grantDone(k, false)
+	return p.rebuildGranted(p.sw.now, k, false) || p.grantDone(k, false)
 }
 
 // PoolHomes returns the memory node of each column of pool region id (nil
 // for no such region), for tools and tests.
-func (s *Switch) PoolHomes(id uint32) []netip.AddrPort {
-	r := s.mmu.regions[id]
+func (s *Switch) PoolHomes(id uint32) []netip.AddrPort { return s.memPool.homesOf(id) }
+
+// PoolNodes describes the pool's memory nodes, by id.
+func (s *Switch) PoolNodes() []ctrl.PoolNodeInfo { return s.memPool.nodeInfos() }
+
+// PoolRegions describes the pool's regions (never their keys), by id.
+func (s *Switch) PoolRegions() []ctrl.PoolSpec { return s.memPool.regionInfos() }
+
+// homesOf is PoolHomes.
+func (p *poolPlane) homesOf(id uint32) []netip.AddrPort {
+	r := p.mmu.regions[id]
 	if r == nil {
 		return nil
 	}
@@ -512,19 +521,19 @@ func (s *Switch) PoolHomes(id uint32) []netip.AddrPort {
 	return out
 }
 
-// PoolNodes describes the pool's memory nodes, by id.
-func (s *Switch) PoolNodes() []ctrl.PoolNodeInfo {
+// nodeInfos is PoolNodes.
+func (p *poolPlane) nodeInfos() []ctrl.PoolNodeInfo {
 	var out []ctrl.PoolNodeInfo
-	for _, n := range s.mmu.Nodes() {
+	for _, n := range p.mmu.Nodes() {
 		out = append(out, ctrl.PoolNodeInfo{ID: uint16(n.ID), Addr: n.Addr, Name: n.Name, Capacity: n.Capacity, Used: n.Used(), Alive: n.Alive, Requests: n.Requests, Bytes: n.Bytes})
 	}
 	return out
 }
 
-// PoolRegions describes the pool's regions (never their keys), by id.
-func (s *Switch) PoolRegions() []ctrl.PoolSpec {
+// regionInfos is PoolRegions.
+func (p *poolPlane) regionInfos() []ctrl.PoolSpec {
 	var out []ctrl.PoolSpec
-	for _, r := range s.mmu.Regions() {
+	for _, r := range p.mmu.Regions() {
 		sp := r.spec()
 		for c, h := range r.Homes {
 			switch {

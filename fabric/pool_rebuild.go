@@ -43,8 +43,8 @@ type rebuild struct {
 
 // startRebuilds begins rebuilding every lost copy on node n (just
 // restarted) whose other copies are intact.
-func (s *Switch) startRebuilds(now time.Time, n *PoolNode) {
-	s.rebuildLost(now, func(h Home) bool { return h.Node == n })
+func (p *poolPlane) startRebuilds(now time.Time, n *PoolNode) {
+	p.rebuildLost(now, func(h Home) bool { return h.Node == n })
 }
 
 // rebuildLost starts rebuilding every lost copy whose home which accepts
@@ -52,13 +52,13 @@ func (s *Switch) startRebuilds(now time.Time, n *PoolNode) {
 // a retry, or its region's other copies are not intact; in region and
 // column order. It allocates nothing when no copy is lost, so the
 // liveness checks can call it every time.
-func (s *Switch) rebuildLost(now time.Time, which func(Home) bool) {
+func (p *poolPlane) rebuildLost(now time.Time, which func(Home) bool) {
 	type cand struct {
 		r *PoolRegion
 		c int
 	}
 	var todo []cand
-	for _, r := range s.mmu.regions {
+	for _, r := range p.mmu.regions {
 		if r.Layout.Replicas < 2 || !r.Ready || r.Key == 0 {
 			// (A region rebuilt from reports has no key until a
 			// client uses it.)
@@ -73,23 +73,23 @@ func (s *Switch) rebuildLost(now time.Time, which func(Home) bool) {
 	slices.SortFunc(todo, func(a, b cand) int { return cmp.Or(cmp.Compare(a.r.ID, b.r.ID), cmp.Compare(a.c, b.c)) })
 	for _, t := range todo {
 		r, c, h := t.r, t.c, t.r.Homes[t.c]
-		if s.rebuildPending(r, c) || now.Before(r.retryAt(c)) || !s.othersIntact(r, c) {
+		if p.rebuildPending(r, c) || now.Before(r.retryAt(c)) || !p.othersIntact(r, c) {
 			continue
 		}
 		msg := &ctrl.Msg{Type: ctrl.PoolRebuild, Region: r.ID, Key: r.Key, Pool: r.spec(),
 			Base: h.Base, Length: r.Layout.ColumnBytes(c), Node: uint16(c), Epoch: r.Epoch, Homes: r.homes()}
-		id, ok := s.sendPoolCtrl(h.Node.Addr, msg)
+		id, ok := p.sendPoolCtrl(h.Node.Addr, msg)
 		if !ok {
 			continue
 		}
-		s.rebuilds[grantKey{h.Node.Addr, id}] = &rebuild{region: r, column: c}
+		p.rebuilds[grantKey{h.Node.Addr, id}] = &rebuild{region: r, column: c}
 	}
 }
 
 // rebuildPending reports whether a POOLREBUILD for column c of r awaits
 // its answer.
-func (s *Switch) rebuildPending(r *PoolRegion, c int) bool {
-	for _, rb := range s.rebuilds {
+func (p *poolPlane) rebuildPending(r *PoolRegion, c int) bool {
+	for _, rb := range p.rebuilds {
 		if rb.region == r && rb.column == c {
 			return true
 		}
@@ -107,23 +107,23 @@ func (r *PoolRegion) retryAt(c int) time.Time {
 
 // rebuildFailed stops mirroring writes to column c of r and schedules
 // another try.
-func (s *Switch) rebuildFailed(now time.Time, r *PoolRegion, c int) {
+func (p *poolPlane) rebuildFailed(now time.Time, r *PoolRegion, c int) {
 	r.Rebuilding[c] = false
 	if r.rebuildRetry == nil {
 		r.rebuildRetry = make([]time.Time, len(r.Homes))
 	}
 	r.rebuildRetry[c] = now.Add(rebuildRetry)
-	s.stats.PoolRebuildsFailed++
+	p.sw.stats.PoolRebuildsFailed++
 }
 
 // retryRebuilds restarts failed rebuilds whose wait is over (called with
 // the liveness checks).
-func (s *Switch) retryRebuilds(now time.Time) {
-	s.rebuildLost(now, func(Home) bool { return true })
+func (p *poolPlane) retryRebuilds(now time.Time) {
+	p.rebuildLost(now, func(Home) bool { return true })
 }
 
 // othersIntact reports whether every column of r but c holds its copy.
-func (s *Switch) othersIntact(r *PoolRegion, c int) bool {
+func (p *poolPlane) othersIntact(r *PoolRegion, c int) bool {
 	for k, h := range r.Homes {
 		if k != c && (r.Lost[k] || !h.Node.Alive) {
 			return false
@@ -133,48 +133,48 @@ func (s *Switch) othersIntact(r *PoolRegion, c int) bool {
 }
 
 // rebuildGranted handles the node's answer to POOLREBUILD.
-func (s *Switch) rebuildGranted(now time.Time, k grantKey, ok bool) bool {
-	rb := s.rebuilds[k]
+func (p *poolPlane) rebuildGranted(now time.Time, k grantKey, ok bool) bool {
+	rb := p.rebuilds[k]
 	if rb == nil {
 		return false
 	}
-	delete(s.rebuilds, k)
+	delete(p.rebuilds, k)
 	r := rb.region
-	if s.mmu.regions[r.ID] != r || !r.Lost[rb.column] {
+	if p.mmu.regions[r.ID] != r || !r.Lost[rb.column] {
 		return true
 	}
 	if !ok {
-		s.rebuildFailed(now, r, rb.column)
+		p.rebuildFailed(now, r, rb.column)
 		return true
 	}
 	r.Rebuilding[rb.column] = true
 	rb.goAt = now.Add(rebuildDrain)
-	s.rebuildsDue = append(s.rebuildsDue, rb)
+	p.rebuildsDue = append(p.rebuildsDue, rb)
 	return true
 }
 
 // sendRebuildGos sends POOLREBUILDGO for the rebuilds whose drain is over.
-func (s *Switch) sendRebuildGos(now time.Time) {
-	keep := s.rebuildsDue[:0]
-	for _, rb := range s.rebuildsDue {
+func (p *poolPlane) sendRebuildGos(now time.Time) {
+	keep := p.rebuildsDue[:0]
+	for _, rb := range p.rebuildsDue {
 		r := rb.region
-		if s.mmu.regions[r.ID] != r || !r.Rebuilding[rb.column] {
+		if p.mmu.regions[r.ID] != r || !r.Rebuilding[rb.column] {
 			continue // freed, or the node restarted again
 		}
 		if now.Before(rb.goAt) {
 			keep = append(keep, rb)
 			continue
 		}
-		s.sendPoolCtrl(r.Homes[rb.column].Node.Addr, &ctrl.Msg{Type: ctrl.PoolRebuildGo, Region: r.ID, Key: r.Key, Node: uint16(rb.column)})
+		p.sendPoolCtrl(r.Homes[rb.column].Node.Addr, &ctrl.Msg{Type: ctrl.PoolRebuildGo, Region: r.ID, Key: r.Key, Node: uint16(rb.column)})
 	}
-	clear(s.rebuildsDue[len(keep):])
-	s.rebuildsDue = keep
+	clear(p.rebuildsDue[len(keep):])
+	p.rebuildsDue = keep
 }
 
 // nextRebuildGo is when sendRebuildGos has work next (zero: none).
-func (s *Switch) nextRebuildGo() time.Time {
+func (p *poolPlane) nextRebuildGo() time.Time {
 	var next time.Time
-	for _, rb := range s.rebuildsDue {
+	for _, rb := range p.rebuildsDue {
 		if next.IsZero() || rb.goAt.Before(next) {
 			next = rb.goAt
 		}
@@ -183,22 +183,22 @@ func (s *Switch) nextRebuildGo() time.Time {
 }
 
 // rebuilt handles POOLREBUILT from a memory node: its copy serves again.
-func (s *Switch) rebuilt(from netip.AddrPort, d *transport.Delivery, m *ctrl.Msg) {
-	r, err := s.mmu.Region(m.Region, m.Key)
+func (p *poolPlane) rebuilt(from netip.AddrPort, d *transport.Delivery, m *ctrl.Msg) {
+	r, err := p.mmu.Region(m.Region, m.Key)
 	c := int(m.Node)
 	if err != nil || c >= len(r.Homes) || r.Homes[c].Node.Addr != from || !r.Rebuilding[c] {
-		s.stats.ControlRefused++
-		s.reply(d.Peer, &d.Header, wire.StatusBadOperand, 0)
+		p.sw.stats.ControlRefused++
+		p.sw.reply(d.Peer, &d.Header, wire.StatusBadOperand, 0)
 		return
 	}
 	if m.Failed {
-		s.rebuildFailed(s.now, r, c)
+		p.rebuildFailed(p.sw.now, r, c)
 	} else {
 		r.Lost[c], r.Rebuilding[c] = false, false
-		s.stats.PoolRebuilt++
+		p.sw.stats.PoolRebuilt++
 		// Every copy is current again, the rebuilt one too.
-		s.raiseEpoch(r)
-		s.logEvent(Event{Kind: EventCopyRebuilt, Region: r.ID, Copy: c, Node: r.Homes[c].Node.ID, Addr: from})
+		p.raiseEpoch(r)
+		p.sw.logEvent(Event{Kind: EventCopyRebuilt, Region: r.ID, Copy: c, Node: r.Homes[c].Node.ID, Addr: from})
 	}
-	s.respond(d, &ctrl.Msg{Type: ctrl.PoolRebuilt, Resp: true})
+	p.sw.respond(d, &ctrl.Msg{Type: ctrl.PoolRebuilt, Resp: true})
 }

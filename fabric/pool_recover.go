@@ -57,16 +57,16 @@ func (a reportRank) compare(b reportRank) int {
 
 // recovering reports whether the switch is still rebuilding its pool map
 // (and latches the end).
-func (s *Switch) recovering(now time.Time) bool {
-	if s.recovered {
+func (p *poolPlane) recovering(now time.Time) bool {
+	if p.recovered {
 		return false
 	}
-	if s.recoverUntil.IsZero() {
-		s.recoverUntil = now.Add(s.cfg.PoolRecoverWindow)
+	if p.recoverUntil.IsZero() {
+		p.recoverUntil = now.Add(p.sw.cfg.PoolRecoverWindow)
 	}
-	if !now.Before(s.recoverUntil) || s.nodesSeen > 0 && s.pendingNodes == 0 && s.unconfirmedCols == 0 {
-		s.recovered = true
-		s.logEvent(Event{Kind: EventPoolRecovered, Node: s.nodesSeen, Count: len(s.mmu.regions)})
+	if !now.Before(p.recoverUntil) || p.nodesSeen > 0 && p.pendingNodes == 0 && p.unconfirmedCols == 0 {
+		p.recovered = true
+		p.sw.logEvent(Event{Kind: EventPoolRecovered, Node: p.nodesSeen, Count: len(p.mmu.regions)})
 		return false
 	}
 	return true
@@ -75,63 +75,63 @@ func (s *Switch) recovering(now time.Time) bool {
 // PoolRecovering reports whether the switch is, at now, still waiting for
 // the memory nodes' reports (it refuses new regions and drops pool
 // requests until then).
-func (s *Switch) PoolRecovering(now time.Time) bool { return s.recovering(now) }
+func (s *Switch) PoolRecovering(now time.Time) bool { return s.memPool.recovering(now) }
 
 // recoverLeft is the time left of the recovery window, for BUSY answers.
-func (s *Switch) recoverLeft(now time.Time) uint64 {
-	ms := max(1, s.recoverUntil.Sub(now).Milliseconds())
+func (p *poolPlane) recoverLeft(now time.Time) uint64 {
+	ms := max(1, p.recoverUntil.Sub(now).Milliseconds())
 	return ctrl.PoolRecovering<<56 | uint64(ms)
 }
 
 // poolReport handles a memory node's ctrl.PoolReport.
-func (s *Switch) poolReport(now time.Time, d *transport.Delivery, m *ctrl.Msg) {
-	n := s.mmu.NodeAt(d.Peer.Addr)
+func (p *poolPlane) poolReport(now time.Time, d *transport.Delivery, m *ctrl.Msg) {
+	n := p.mmu.NodeAt(d.Peer.Addr)
 	if n == nil || n.placeholder() {
-		s.stats.ControlRefused++
-		s.reply(d.Peer, &d.Header, wire.StatusBadOperand, 0)
+		p.sw.stats.ControlRefused++
+		p.sw.reply(d.Peer, &d.Header, wire.StatusBadOperand, 0)
 		return
 	}
 	for i := range m.Reports {
-		s.adoptReport(n, &m.Reports[i])
+		p.adoptReport(n, &m.Reports[i])
 	}
 	if m.Final && !n.reported {
-		s.nodeReported(now, n)
+		p.nodeReported(now, n)
 	}
-	s.respond(d, &ctrl.Msg{Type: ctrl.PoolReport, Resp: true})
+	p.sw.respond(d, &ctrl.Msg{Type: ctrl.PoolReport, Resp: true})
 }
 
 // adoptReport takes one grant a node reports into the map: it rebuilds
 // the region on the first report of it, or confirms (or, if stale, marks
 // lost) the column of a region the switch has.
-func (s *Switch) adoptReport(n *PoolNode, e *ctrl.GrantReport) {
+func (p *poolPlane) adoptReport(n *PoolNode, e *ctrl.GrantReport) {
 	c := int(e.Column)
 	l, err := poolmap.NewLayout(e.Pool.Size, e.Pool.Stripe, e.Pool.Columns, e.Pool.Replicas)
 	if err != nil || e.Homes[c].Addr != n.Addr || e.Homes[c].Base != e.Base || e.Length != l.ColumnBytes(c) ||
 		e.Base > n.Capacity || e.Length > n.Capacity-e.Base {
-		s.stats.PoolReportsRefused++
+		p.sw.stats.PoolReportsRefused++
 		return
 	}
 	rank := reportRank{e.Epoch, e.Degraded}
-	r := s.mmu.regions[e.Region]
+	r := p.mmu.regions[e.Region]
 	if r == nil {
-		if f := s.mmu.firstCreated; f != 0 && e.Region >= f {
+		if f := p.mmu.firstCreated; f != 0 && e.Region >= f {
 			// Created and freed by this switch: the node missed the
 			// revoke.
-			s.stats.PoolReportsRefused++
-			s.sendPoolCtrl(n.Addr, &ctrl.Msg{Type: ctrl.PoolRevoke, Region: e.Region})
+			p.sw.stats.PoolReportsRefused++
+			p.sendPoolCtrl(n.Addr, &ctrl.Msg{Type: ctrl.PoolRevoke, Region: e.Region})
 			return
 		}
-		if r = s.rebuildRegion(n, e, l); r == nil {
-			s.stats.PoolReportsRefused++
-			s.logEvent(Event{Kind: EventCopyLost, Region: e.Region, Copy: c, Node: n.ID, Addr: n.Addr})
+		if r = p.rebuildRegion(n, e, l); r == nil {
+			p.sw.stats.PoolReportsRefused++
+			p.sw.logEvent(Event{Kind: EventCopyLost, Region: e.Region, Copy: c, Node: n.ID, Addr: n.Addr})
 			return
 		}
 	} else if !r.matches(e, l) {
-		s.stats.PoolReportsRefused++
-		s.logEvent(Event{Kind: EventCopyLost, Region: e.Region, Copy: c, Node: n.ID, Addr: n.Addr})
+		p.sw.stats.PoolReportsRefused++
+		p.sw.logEvent(Event{Kind: EventCopyLost, Region: e.Region, Copy: c, Node: n.ID, Addr: n.Addr})
 		return
 	}
-	if r.Key == 0 && e.Key != 0 && s.idents != nil {
+	if r.Key == 0 && e.Key != 0 && p.sw.idents != nil {
 		// A node gave the key itself (over a sealed session; the
 		// decoder checked it against the digest): lost copies are
 		// rebuilt without waiting for a client to bring it.
@@ -140,7 +140,7 @@ func (s *Switch) adoptReport(n *PoolNode, e *ctrl.GrantReport) {
 	if r.unconfirmed == nil || !r.unconfirmed[c] {
 		return // settled already (a report sent again)
 	}
-	s.settleColumn(r, c)
+	p.settleColumn(r, c)
 	switch {
 	case e.Rebuilding:
 		// An incomplete copy: rebuilt again once the key is known.
@@ -160,14 +160,14 @@ func (s *Switch) adoptReport(n *PoolNode, e *ctrl.GrantReport) {
 		}
 		r.Lost[c] = false
 	}
-	s.stats.PoolCopiesReported++
+	p.sw.stats.PoolCopiesReported++
 }
 
 // rebuildRegion makes region e.Region from its first report (by node n),
 // reserving every column's extent on its node (a node not registered yet
 // gets a placeholder). It returns nil if an extent is not free.
-func (s *Switch) rebuildRegion(n *PoolNode, e *ctrl.GrantReport, l poolmap.Layout) *PoolRegion {
-	if len(s.mmu.regions) >= MaxPoolRegions {
+func (p *poolPlane) rebuildRegion(n *PoolNode, e *ctrl.GrantReport, l poolmap.Layout) *PoolRegion {
+	if len(p.mmu.regions) >= MaxPoolRegions {
 		return nil
 	}
 	k := l.Columns
@@ -175,7 +175,7 @@ func (s *Switch) rebuildRegion(n *PoolNode, e *ctrl.GrantReport, l poolmap.Layou
 		Lost: make([]bool, k), Rebuilding: make([]bool, k), Ready: true,
 		digest: e.Digest, unconfirmed: make([]bool, k)}
 	for c, h := range e.Homes {
-		node, err := s.mmu.nodeFor(h.Addr)
+		node, err := p.mmu.nodeFor(h.Addr)
 		if err == nil && !node.reserve(h.Base, l.ColumnBytes(c)) {
 			err = ctrl.ErrNoSpace
 		}
@@ -194,11 +194,11 @@ func (s *Switch) rebuildRegion(n *PoolNode, e *ctrl.GrantReport, l poolmap.Layou
 			continue
 		}
 		r.unconfirmed[c] = true
-		s.unconfirmedCols++
+		p.unconfirmedCols++
 	}
-	s.mmu.regions[r.ID] = r
-	s.mmu.nextID = max(s.mmu.nextID, r.ID)
-	s.stats.PoolRegionsRecovered++
+	p.mmu.regions[r.ID] = r
+	p.mmu.nextID = max(p.mmu.nextID, r.ID)
+	p.sw.stats.PoolRegionsRecovered++
 	return r
 }
 
@@ -219,9 +219,9 @@ func (r *PoolRegion) matches(e *ctrl.GrantReport, l poolmap.Layout) bool {
 func (r *PoolRegion) isUnconfirmed(c int) bool { return r.unconfirmed != nil && r.unconfirmed[c] }
 
 // settleColumn marks column c of r reported (or given up).
-func (s *Switch) settleColumn(r *PoolRegion, c int) {
+func (p *poolPlane) settleColumn(r *PoolRegion, c int) {
 	r.unconfirmed[c] = false
-	s.unconfirmedCols--
+	p.unconfirmedCols--
 	for _, u := range r.unconfirmed {
 		if u {
 			return
@@ -232,40 +232,40 @@ func (s *Switch) settleColumn(r *PoolRegion, c int) {
 
 // nodeReported ends node n's report: the columns homed on it that it did
 // not report are lost, and it serves from now on.
-func (s *Switch) nodeReported(now time.Time, n *PoolNode) {
+func (p *poolPlane) nodeReported(now time.Time, n *PoolNode) {
 	n.reported = true
-	s.pendingNodes--
+	p.pendingNodes--
 	n.Alive = true
-	for _, r := range s.mmu.regions {
+	for _, r := range p.mmu.regions {
 		if r.unconfirmed == nil {
 			continue
 		}
 		for c, h := range r.Homes {
 			if h.Node == n && r.unconfirmed[c] {
-				s.settleColumn(r, c)
+				p.settleColumn(r, c)
 				r.Lost[c] = true
-				s.logEvent(Event{Kind: EventCopyLost, Region: r.ID, Copy: c, Node: n.ID, Addr: n.Addr})
+				p.sw.logEvent(Event{Kind: EventCopyLost, Region: r.ID, Copy: c, Node: n.ID, Addr: n.Addr})
 			}
 		}
 	}
-	for _, r := range s.mmu.regions {
+	for _, r := range p.mmu.regions {
 		if r.health() == ctrl.HealthLost && !r.reportedLost {
 			r.reportedLost = true
-			s.logEvent(Event{Kind: EventRegionLost, Region: r.ID})
+			p.sw.logEvent(Event{Kind: EventRegionLost, Region: r.ID})
 		}
 	}
-	s.logEvent(Event{Kind: EventPoolNodeReported, Node: n.ID, Addr: n.Addr, Capacity: n.Capacity})
-	s.rebuildLost(now, func(Home) bool { return true })
+	p.sw.logEvent(Event{Kind: EventPoolNodeReported, Node: n.ID, Addr: n.Addr, Capacity: n.Capacity})
+	p.rebuildLost(now, func(Home) bool { return true })
 }
 
 // raiseEpoch gives r a new epoch and tells the nodes of its intact copies
 // (live, not lost), so that a restarted switch takes them for current.
-func (s *Switch) raiseEpoch(r *PoolRegion) {
+func (p *poolPlane) raiseEpoch(r *PoolRegion) {
 	r.Epoch++
 	r.best = reportRank{epoch: r.Epoch}
 	for c, h := range r.Homes {
 		if !r.Lost[c] && h.Node.Alive {
-			s.sendPoolCtrl(h.Node.Addr, &ctrl.Msg{Type: ctrl.PoolEpoch, Region: r.ID, Key: r.Key, Epoch: r.Epoch})
+			p.sendPoolCtrl(h.Node.Addr, &ctrl.Msg{Type: ctrl.PoolEpoch, Region: r.ID, Key: r.Key, Epoch: r.Epoch})
 		}
 	}
 }

@@ -126,7 +126,7 @@ type Switch struct {
 	// aggStarved: a contribution found no free slot since the last Poll.
 	aggStarved bool
 	pool       *AggPool
-	mmu        *MMU
+	memPool    poolPlane // the memory pool (pool_plane.go)
 	groups     map[uint32]*group
 	names      map[string]uint32 // job or service name → group
 	jobs       map[string]*rendezvous
@@ -169,24 +169,6 @@ type Switch struct {
 		member int
 	}
 
-	// pool: regions waiting for their grants, by grant message; scratch
-	grants      map[grantKey]*poolCreate
-	rebuilds    map[grantKey]*rebuild // POOLREBUILD sent, answer awaited
-	rebuildsDue []*rebuild            // granted, POOLREBUILDGO after the drain
-	tgt         []Target
-	tgts        []Target
-
-	// The pool map's recovery (pool_recover.go): this switch's
-	// incarnation, which memory nodes report to; until when it waits for
-	// them; nodes registered, and of those the ones whose report is not
-	// complete; region columns no report has settled.
-	incarnation     uint64
-	recoverUntil    time.Time
-	recovered       bool
-	nodesSeen       int
-	pendingNodes    int
-	unconfirmedCols int
-
 	fwd []netio.Datagram // datagrams queued by Receive for the next Poll
 	// Two arenas of forwarding buffers: Receive and Poll fill fwdBufs[cur];
 	// Poll hands it out with its datagrams and turns to the other, whose
@@ -198,10 +180,8 @@ type Switch struct {
 	held    []netio.Datagram // reordered by fault injection, sent next Poll
 	rng     *rand.Rand
 
-	ctrl     ctrl.Msg
-	asm      ctrlAssembler // multi-packet control requests (ctrlasm.go)
-	pclients poolClients   // addresses proven to receive (pool_clients.go)
-	proveTok map[uint64]proveReq
+	ctrl ctrl.Msg
+	asm  ctrlAssembler // multi-packet control requests (ctrlasm.go)
 
 	admitFn   func(*transport.Delivery) bool
 	nextCheck time.Time
@@ -234,27 +214,22 @@ func New(cfg Config) (*Switch, error) {
 		return nil, err
 	}
 	sw := &Switch{
-		cfg:      cfg,
-		eng:      eng,
-		pool:     pool,
-		mmu:      NewMMU(newKeySource(cfg.PoolKeys)),
-		groups:   make(map[uint32]*group),
-		names:    make(map[string]uint32),
-		jobs:     make(map[string]*rendezvous),
-		nextID:   1,
-		mcast:    make(map[streamKey]*mstream),
-		byAddr:   make(map[netip.AddrPort][]*member),
-		aggTok:   make(map[uint64]aggResult),
-		anyFwd:   make(map[uint64]*anyReq),
-		anyIn:    make(map[anyKey]uint64),
-		grants:   make(map[grantKey]*poolCreate),
-		rebuilds: make(map[grantKey]*rebuild),
-		rng:      rand.New(rand.NewPCG(cfg.Fault.Seed, cfg.Fault.Seed^0x5bd1e995)),
+		cfg:    cfg,
+		eng:    eng,
+		pool:   pool,
+		groups: make(map[uint32]*group),
+		names:  make(map[string]uint32),
+		jobs:   make(map[string]*rendezvous),
+		nextID: 1,
+		mcast:  make(map[streamKey]*mstream),
+		byAddr: make(map[netip.AddrPort][]*member),
+		aggTok: make(map[uint64]aggResult),
+		anyFwd: make(map[uint64]*anyReq),
+		anyIn:  make(map[anyKey]uint64),
+		rng:    rand.New(rand.NewPCG(cfg.Fault.Seed, cfg.Fault.Seed^0x5bd1e995)),
 	}
 	sw.admitFn = sw.admit
-	for sw.incarnation == 0 {
-		sw.incarnation = sw.mmu.newKey()
-	}
+	sw.memPool.init(sw, cfg.PoolKeys)
 	return sw, nil
 }
 
@@ -346,7 +321,7 @@ func (s *Switch) Receive(now time.Time, d netio.Datagram) {
 		m.lastSeen = s.heard
 	}
 	if h.Mode == wire.ModePool {
-		s.poolForward(from, &h, payload)
+		s.memPool.poolForward(from, &h, payload)
 		return
 	}
 	if h.Group == 0 || h.Mode == wire.ModeAggregate || h.Mode == wire.ModeAnycast ||
@@ -445,7 +420,7 @@ func (s *Switch) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, ti
 	s.noteActivity(now)
 	s.checkLiveness(now)
 	s.expireData(now)
-	s.sendRebuildGos(now)
+	s.memPool.sendRebuildGos(now)
 	out, comps, next := s.eng.Poll(now, out)
 	for i := range comps {
 		s.onCompletion(&comps[i])
@@ -478,7 +453,7 @@ func (s *Switch) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, ti
 	if hb := s.nextLiveness(); !hb.IsZero() && (next.IsZero() || hb.Before(next)) {
 		next = hb
 	}
-	if rg := s.nextRebuildGo(); !rg.IsZero() && (next.IsZero() || rg.Before(next)) {
+	if rg := s.memPool.nextRebuildGo(); !rg.IsZero() && (next.IsZero() || rg.Before(next)) {
 		next = rg
 	}
 	if dl := s.nextDataExpiry(); !dl.IsZero() && (next.IsZero() || dl.Before(next)) {

@@ -26,7 +26,7 @@ func (s *Switch) stepEngine(now time.Time, from netip.AddrPort, pkt []byte, h *w
 	case hd.Group == 0 && hd.Mode == wire.ModeUnicast && hd.Op == wire.OpControl && hd.Flags&wire.FlagResp == 0:
 		s.controlPacket(now, &d)
 	case hd.Group == 0 && hd.Mode == wire.ModeUnicast && hd.Op == wire.OpControl:
-		s.poolCtrlReply(&d)
+		s.memPool.poolCtrlReply(&d)
 	case hd.Mode == wire.ModeAggregate:
 		// Handled at admission.
 	case hd.Mode == wire.ModeAnycast:
@@ -38,7 +38,7 @@ func (s *Switch) stepEngine(now time.Time, from netip.AddrPort, pkt []byte, h *w
 }
 
 func (s *Switch) onCompletion(c *transport.Completion) {
-	if s.onProved(c) || s.poolCtrlFailed(c) {
+	if s.memPool.onProved(c) || s.memPool.poolCtrlFailed(c) {
 		return
 	}
 	r, ok := s.aggTok[c.Token]
@@ -77,7 +77,7 @@ func (s *Switch) noteActivity(now time.Time) {
 
 // watching reports whether liveness checks are due (see nextLiveness).
 func (s *Switch) watching() bool {
-	return len(s.groups) > 0 || len(s.mmu.Nodes()) > 0 || s.controlPending()
+	return len(s.groups) > 0 || len(s.memPool.mmu.Nodes()) > 0 || s.controlPending()
 }
 
 // checkInterval is how often checkLiveness runs while watching.
@@ -90,7 +90,7 @@ func (s *Switch) checkLiveness(now time.Time) {
 	}
 	s.nextCheck = now.Add(s.checkInterval())
 	s.sweepControl(now)
-	s.checkPoolNodes(now)
+	s.memPool.checkPoolNodes(now)
 	ids := make([]uint32, 0, len(s.groups))
 	for id := range s.groups {
 		ids = append(ids, id)
