@@ -154,7 +154,7 @@ func TestBeatsAllowed(t *testing.T) {
 			b.beat(at)
 		}
 		if got := b.allowed(timeout); !c.want(got) {
-			t.Errorf("%s: allowed %v (mean %v, dev %v)", c.name, got, b.mean, b.dev)
+			t.Errorf("%s: allowed %v (mean + 6 sd of the gaps: %v)", c.name, got, b.allow)
 		}
 	}
 }
