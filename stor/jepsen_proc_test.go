@@ -117,11 +117,19 @@ func jFreeAddr(t *testing.T) string {
 // seed fixes the nemesis's plan and the clients' choices): it runs only
 // with STOR_JEPSEN_PROC=1 (STOR_JEPSEN_PROC_SEEDS=A-B for several runs,
 // STOR_JEPSEN_PROC_FAULTS the nemesis's schedule, default 60s).
-func TestProcJepsenVolume(t *testing.T) {
+func TestProcJepsenVolume(t *testing.T) { procJepsen(t, "STOR_JEPSEN_PROC_SEEDS", 201, false) }
+
+// TestProcJepsenGateway is TestProcJepsenVolume with the writer and the
+// readers going through an `ndma storgw` (controller mode), which the
+// nemesis SIGKILLs and starts again too (STOR_JEPSEN_PROC=1;
+// STOR_JEPSEN_PROC_GW_SEEDS=A-B for several runs).
+func TestProcJepsenGateway(t *testing.T) { procJepsen(t, "STOR_JEPSEN_PROC_GW_SEEDS", 301, true) }
+
+func procJepsen(t *testing.T, seedsEnv string, seed0 int64, gateway bool) {
 	if os.Getenv("STOR_JEPSEN_PROC") != "1" {
 		t.Skip("SIGKILLs real processes for minutes: STOR_JEPSEN_PROC=1 runs it")
 	}
-	seeds := jSeeds(t, "STOR_JEPSEN_PROC_SEEDS", 201)
+	seeds := jSeeds(t, seedsEnv, seed0)
 	faults := time.Minute
 	if v := os.Getenv("STOR_JEPSEN_PROC_FAULTS"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -136,11 +144,13 @@ func TestProcJepsenVolume(t *testing.T) {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	for _, seed := range seeds {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { jepsenProc(t, bin, seed, faults) })
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { jepsenProc(t, bin, seed, faults, gateway) })
 	}
 }
 
-func jepsenProc(t *testing.T, bin string, seed int64, faults time.Duration) {
+// jepsenProc runs one seed; with gateway, the clients go through an
+// ndma storgw that the nemesis kills too.
+func jepsenProc(t *testing.T, bin string, seed int64, faults time.Duration, gateway bool) {
 	dir := t.TempDir()
 	auth, err := secure.NewAuthority([]byte(fmt.Sprintf("jepsen process run secret %d", seed)))
 	if err != nil {
@@ -177,6 +187,13 @@ func jepsenProc(t *testing.T, bin string, seed int64, faults time.Duration) {
 		dirs = append(dirs, d)
 		procs = append(procs, &jProc{name: fmt.Sprint("node ", i), log: &jLog{}, args: []string{"stord", "--dir", d, "--id", strconv.Itoa(i),
 			"--listen", jFreeAddr(t), "--switch", swAddr, "--token-file", tokenFile, "--credential", nodeCred, "--log-level", "warn"}})
+	}
+	var via string
+	if gateway {
+		gwCred, _ := cred(secure.RoleMember, "stor/gateway")
+		procs = append(procs, &jProc{name: "gateway", log: &jLog{}, args: []string{"storgw", "--listen", jFreeAddr(t), "--switch", swAddr,
+			"--token-file", tokenFile, "--credential", gwCred, "--log-level", "warn"}})
+		via = GatewayName(DefaultService)
 	}
 	defer func() {
 		for _, p := range procs {
@@ -224,17 +241,22 @@ func jepsenProc(t *testing.T, bin string, seed int64, faults time.Duration) {
 			t.Fatalf("create: %v", err)
 		}
 	}
-	w, err := c.Open(ctx, jVolume, OpenOptions{Write: true})
-	if err != nil {
-		t.Fatal(err)
+	// The gateway (if any) registers as it comes up.
+	open := func(c *Client, o OpenOptions) *Volume {
+		for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {
+			v, err := c.Open(ctx, jVolume, o)
+			if err == nil {
+				return v
+			}
+			if time.Since(start) > 30*time.Second {
+				t.Fatalf("open: %v", err)
+			}
+		}
 	}
+	w := open(c, OpenOptions{Write: true, Controller: via})
 	var readers []*Volume
 	for range jReaders {
-		r, err := client().Open(ctx, jVolume, OpenOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		readers = append(readers, r)
+		readers = append(readers, open(client(), OpenOptions{Controller: via}))
 	}
 	work := jStartWork(seed, h, vals, errs, w, readers)
 	defer work.halt()
@@ -242,8 +264,11 @@ func jepsenProc(t *testing.T, bin string, seed int64, faults time.Duration) {
 	var fs []jepsen.Fault
 	for _, p := range procs {
 		kind := "crash node"
-		if p.name == "switch" {
+		switch p.name {
+		case "switch":
 			kind = "crash switch"
+		case "gateway":
+			kind = "crash gateway"
 		}
 		fs = append(fs, jepsen.Fault{Name: "kill " + p.name, Kind: kind, Target: p.name,
 			Start: p.kill, Stop: func() error { return p.start(bin) }})
