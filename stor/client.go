@@ -80,6 +80,12 @@ func (c *Client) live(ctx context.Context) ([]uint16, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stor: asking the switch for the storage nodes: %w", err)
 	}
+	if len(ms) == 0 {
+		// The service is known but none of its nodes is up: nothing can
+		// be said of any volume (an empty list would read as "no such
+		// volume", which a writer takes as final).
+		return nil, fmt.Errorf("%w: no storage node of service %q is up at the switch %s", ErrNoReplica, c.opts.Service, c.sw)
+	}
 	ids := make([]uint16, 0, len(ms))
 	for _, m := range ms {
 		ids = append(ids, m.ID)

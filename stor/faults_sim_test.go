@@ -624,3 +624,30 @@ func TestSimReadAfterAckedWrite(t *testing.T) {
 		}
 	})
 }
+
+// TestSimAllNodesDownIsNotNoVolume: with every storage node down (the
+// switch counted them dead; their service remains), a volume is not
+// "no such volume", which a writer takes as final, but unreachable
+// (ErrNoReplica, which it retries); once the nodes are back it is found.
+func TestSimAllNodesDownIsNotNoVolume(t *testing.T) {
+	simStorage(t, 3, 5, func(t *testing.T, s *simStor) {
+		c := s.client()
+		ctx := s.ctx()
+		if _, err := c.Create(ctx, VolumeSpec{Name: "gone", Size: MinExtent, Extent: MinExtent, Replicas: 3}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range s.nodes {
+			s.crashNode(i)
+		}
+		time.Sleep(5 * time.Second) // the switch counts them dead
+		if _, err := c.Stat(ctx, "gone"); !errors.Is(err, ErrNoReplica) || errors.Is(err, ErrNoVolume) {
+			t.Fatalf("seed %d: stat with every node down: %v, want ErrNoReplica", s.seed, err)
+		}
+		for i := range s.nodes {
+			s.startNode(i)
+		}
+		if _, err := c.Stat(ctx, "gone"); err != nil {
+			t.Fatalf("seed %d: stat with the nodes back: %v", s.seed, err)
+		}
+	})
+}
