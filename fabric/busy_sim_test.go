@@ -1,7 +1,9 @@
 package fabric_test
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 
@@ -16,9 +18,22 @@ import (
 // whose heartbeats came like clockwork, is counted dead after the 1 s
 // timeout; the busy one, whose heartbeats have come irregularly, is not.
 // Crashed for good, the busy one is counted dead within four timeouts.
+// One seed in CI; FABRIC_BUSY_SEEDS=A-B runs those.
 func TestSimBusyMemberIsNotDead(t *testing.T) {
+	first, last := int64(17), int64(17)
+	if v := os.Getenv("FABRIC_BUSY_SEEDS"); v != "" {
+		if _, err := fmt.Sscanf(v, "%d-%d", &first, &last); err != nil || last < first {
+			t.Fatalf("FABRIC_BUSY_SEEDS=%q: want A-B", v)
+		}
+	}
+	for seed := first; seed <= last; seed++ {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { busyMember(t, seed) })
+	}
+}
+
+func busyMember(t *testing.T, seed int64) {
 	const timeout = time.Second
-	f := newSimFabric(t, 17, simnet.LinkConfig{Rate: 1e9, Latency: 20 * time.Microsecond}, fabric.Config{HeartbeatTimeout: timeout})
+	f := newSimFabric(t, seed, simnet.LinkConfig{Rate: 1e9, Latency: 20 * time.Microsecond}, fabric.Config{HeartbeatTimeout: timeout})
 	ms := f.addMembers(3)
 	f.join("busy", ms)
 	busy, calm := ms[1], ms[2]
