@@ -86,3 +86,4 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzOneReq -fuzztime 30s ./stor
 	$(GO) test -run '^$$' -fuzz FuzzProtoRoundTrip -fuzztime 30s ./stor
 	$(GO) test -run '^$$' -fuzz FuzzParseEnv -fuzztime 30s ./coll
+	$(GO) test -run '^$$' -fuzz FuzzDecoders -fuzztime 30s ./kv

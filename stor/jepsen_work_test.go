@@ -24,17 +24,9 @@ import (
 // jSeeds are the seeds the environment variable env asks for (FIRST-LAST),
 // or def.
 func jSeeds(t *testing.T, env string, def int64) []int64 {
-	v := os.Getenv(env)
-	if v == "" {
-		return []int64{def}
-	}
-	var lo, hi int64
-	if _, err := fmt.Sscanf(v, "%d-%d", &lo, &hi); err != nil || hi < lo {
-		t.Fatalf("%s=%q: want FIRST-LAST", env, v)
-	}
-	var seeds []int64
-	for s := lo; s <= hi; s++ {
-		seeds = append(seeds, s)
+	seeds, err := jepsen.SeedsFromEnv(env, def)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return seeds
 }

@@ -27,6 +27,7 @@ var readmeImports = map[string]string{
 	"ctrl":      "github.com/ndma/ndma/wire/ctrl",
 	"secure":    "github.com/ndma/ndma/secure",
 	"pool":      "github.com/ndma/ndma/pool",
+	"kv":        "github.com/ndma/ndma/kv",
 	"memnode":   "github.com/ndma/ndma/memnode",
 	"transport": "github.com/ndma/ndma/transport",
 }

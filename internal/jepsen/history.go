@@ -2,6 +2,7 @@ package jepsen
 
 import (
 	"fmt"
+	"os"
 	"sync"
 	"time"
 )
@@ -250,4 +251,23 @@ func (h *History) snapshot() ([]Op, []FaultEvent, int64) {
 		fs[i] = *f
 	}
 	return ops, fs, h.seq
+}
+
+// SeedsFromEnv reads the seeds a test is asked to run from the
+// environment variable env, "FIRST-LAST" (inclusive); unset, it is def
+// alone.
+func SeedsFromEnv(env string, def int64) ([]int64, error) {
+	v := os.Getenv(env)
+	if v == "" {
+		return []int64{def}, nil
+	}
+	var lo, hi int64
+	if _, err := fmt.Sscanf(v, "%d-%d", &lo, &hi); err != nil || hi < lo {
+		return nil, fmt.Errorf("%s=%q: want FIRST-LAST", env, v)
+	}
+	var seeds []int64
+	for s := lo; s <= hi; s++ {
+		seeds = append(seeds, s)
+	}
+	return seeds, nil
 }

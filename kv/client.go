@@ -1,0 +1,226 @@
+package kv
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/pool"
+	"github.com/ndma/ndma/wire"
+)
+
+// Create makes a key space of layout l: a pool region of l.Size() bytes
+// (shaped by o; its stripe must be a multiple of 32 bytes) with the
+// header written. Start its owners (StartOwner) on the region.
+func Create(ctx context.Context, pc *pool.Client, l Layout, o pool.AllocOptions) (*pool.Region, error) {
+	if err := l.Check(); err != nil {
+		return nil, err
+	}
+	if o.Stripe%BucketBytes != 0 {
+		return nil, fmt.Errorf("%w: a stripe of %d bytes is not a multiple of %d", ErrBadLayout, o.Stripe, BucketBytes)
+	}
+	reg, err := pc.Alloc(ctx, l.Size(), o)
+	if err != nil {
+		return nil, fmt.Errorf("kv: creating a key space of %d bytes: %w", l.Size(), err)
+	}
+	if _, err := reg.WriteAtContext(ctx, appendHeader(nil, l), 0); err != nil {
+		_ = pc.Free(ctx, reg)
+		return nil, fmt.Errorf("kv: writing the key space header: %w", err)
+	}
+	return reg, nil
+}
+
+// ClientConfig configures a client.
+type ClientConfig struct {
+	Switch string
+	Fabric endpoint.FabricOptions
+	Space  string
+}
+
+// Client reads a key space one-sidedly and sends its writes to the
+// owners. Safe for concurrent use.
+type Client struct {
+	ep  *endpoint.Endpoint
+	cfg ClientConfig
+	reg *pool.Region
+	l   Layout
+}
+
+// Open asks an owner of the key space for its region, opens it and reads
+// its layout.
+func Open(ctx context.Context, ep *endpoint.Endpoint, pc *pool.Client, cfg ClientConfig) (*Client, error) {
+	c := &Client{ep: ep, cfg: cfg}
+	_, _, body, err := c.call(ctx, 0, &request{op: opMeta})
+	if err != nil {
+		return nil, err
+	}
+	if len(body) != 12 {
+		return nil, fmt.Errorf("%w: key space description of %d bytes", ErrBadRequest, len(body))
+	}
+	if c.reg, err = pc.Open(ctx, binary.LittleEndian.Uint32(body), binary.LittleEndian.Uint64(body[4:])); err != nil {
+		return nil, fmt.Errorf("kv: opening key space %q: %w", cfg.Space, err)
+	}
+	if c.l, err = readLayout(ctx, c.reg); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Layout is the key space's geometry.
+func (c *Client) Layout() Layout { return c.l }
+
+// probeWindow is the buckets a GET reads at once.
+const probeWindow = 8
+
+// maxTorn bounds the reads of one GET that find torn data before it
+// fails: writes to the key are coming faster than the key can be read.
+const maxTorn = 1000
+
+// ErrContended is returned by Get when every read of the key, maxTorn of
+// them, raced a write to it.
+var ErrContended = errors.New("kv: key rewritten during every read")
+
+// Get reads key's value and version one-sidedly from the memory nodes.
+func (c *Client) Get(ctx context.Context, key []byte) ([]byte, uint64, error) {
+	if len(key) == 0 || len(key) > MaxKey {
+		return nil, 0, fmt.Errorf("%w: key of %d bytes (1 to %d)", ErrTooLarge, len(key), MaxKey)
+	}
+	p := c.l.place(key)
+	for range maxTorn {
+		val, ver, err := c.get(ctx, p, key)
+		if !errors.Is(err, errTorn) {
+			return val, ver, err
+		}
+		if err := sleep(ctx, 10*time.Microsecond); err != nil {
+			return nil, 0, err
+		}
+	}
+	return nil, 0, ErrContended
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// get walks the probe path once.
+func (c *Client) get(ctx context.Context, p place, key []byte) ([]byte, uint64, error) {
+	var win [probeWindow * BucketBytes]byte
+	for scanned := 0; scanned < c.l.Buckets; {
+		pos := (p.home + scanned) % c.l.Buckets
+		n := min(probeWindow, c.l.Buckets-scanned, c.l.Buckets-pos)
+		w := win[:n*BucketBytes]
+		if _, err := c.reg.ReadAtContext(ctx, w, int64(c.l.bucketAddr(p.shard, pos))); err != nil {
+			return nil, 0, err
+		}
+		for j := range n {
+			b, err := parseBucket(w[j*BucketBytes:])
+			if err != nil {
+				return nil, 0, err
+			}
+			if b.empty() {
+				return nil, 0, ErrNotFound
+			}
+			if !b.live() || b.hash != p.hash {
+				continue
+			}
+			rec := make([]byte, b.len)
+			if _, err := c.reg.ReadAtContext(ctx, rec, int64(b.addr)); err != nil {
+				return nil, 0, err
+			}
+			ver, k, val, err := parseRecord(rec)
+			if err != nil || ver != b.ver {
+				return nil, 0, errTorn
+			}
+			if bytes.Equal(k, key) {
+				return val, ver, nil
+			}
+		}
+		scanned += n
+	}
+	return nil, 0, ErrNotFound
+}
+
+// Set stores val under key and returns its new version.
+func (c *Client) Set(ctx context.Context, key, val []byte) (uint64, error) {
+	_, ver, err := c.write(ctx, &request{op: opSet, key: key, val: val})
+	return ver, err
+}
+
+// Add stores val under key if the key is absent (else ErrExists).
+func (c *Client) Add(ctx context.Context, key, val []byte) (uint64, error) {
+	_, ver, err := c.write(ctx, &request{op: opAdd, key: key, val: val})
+	return ver, err
+}
+
+// CompareAndSwap stores val under key if the key's version is ver (else
+// ErrExists, or ErrNotFound), and returns the new version.
+func (c *Client) CompareAndSwap(ctx context.Context, key, val []byte, ver uint64) (uint64, error) {
+	_, nv, err := c.write(ctx, &request{op: opCAS, key: key, val: val, ver: ver})
+	return nv, err
+}
+
+// Delete removes key (ErrNotFound if absent).
+func (c *Client) Delete(ctx context.Context, key []byte) error {
+	_, _, err := c.write(ctx, &request{op: opDelete, key: key})
+	return err
+}
+
+// Incr adds delta to key's value, a decimal integer, and returns the sum.
+func (c *Client) Incr(ctx context.Context, key []byte, delta int64) (int64, error) {
+	body, _, err := c.write(ctx, &request{op: opIncr, key: key, delta: delta})
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(string(body), 10, 64)
+}
+
+func (c *Client) write(ctx context.Context, r *request) ([]byte, uint64, error) {
+	if len(r.key) == 0 || len(r.key) > MaxKey {
+		return nil, 0, fmt.Errorf("%w: key of %d bytes (1 to %d)", ErrTooLarge, len(r.key), MaxKey)
+	}
+	if max := c.l.MaxValue(len(r.key)); len(r.val) > max {
+		return nil, 0, fmt.Errorf("%w: value of %d bytes (at most %d with this key)", ErrTooLarge, len(r.val), max)
+	}
+	st, ver, body, err := c.call(ctx, uint64(c.l.place(r.key).shard), r)
+	if err != nil {
+		return nil, 0, err
+	}
+	return body, ver, statusErr(st)
+}
+
+// call sends r to the owner of shard (by key affinity). Refusals that
+// show the request was not applied (no owner up, the owner busy) are
+// retried until ctx ends; a request that may have reached an owner is
+// not sent again: its failure is ErrUnknownOutcome.
+func (c *Client) call(ctx context.Context, shard uint64, r *request) (byte, uint64, []byte, error) {
+	req := r.append(nil)
+	wait := time.Millisecond
+	for {
+		resp, err := c.ep.Anycast(ctx, c.cfg.Switch, ServiceName(c.cfg.Space), shard, req, c.cfg.Fabric)
+		if err == nil {
+			return parseReply(resp)
+		}
+		if !errors.Is(err, wire.StatusNotMember) && !errors.Is(err, wire.StatusBusy) {
+			if r.op == opMeta {
+				return 0, 0, nil, fmt.Errorf("kv: asking the owners of %q: %w", c.cfg.Space, err)
+			}
+			return 0, 0, nil, fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+		}
+		if serr := sleep(ctx, wait); serr != nil {
+			return 0, 0, nil, fmt.Errorf("kv: no owner of %q answers: %w", c.cfg.Space, err)
+		}
+		wait = min(2*wait, 100*time.Millisecond)
+	}
+}

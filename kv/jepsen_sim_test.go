@@ -1,0 +1,258 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/internal/jepsen"
+	"github.com/ndma/ndma/netio/simnet"
+	"github.com/ndma/ndma/transport"
+)
+
+// The Jepsen run's shape: clients, keys, how long the nemesis acts.
+const (
+	kvClients = 4
+	kvKeys    = 16
+	kvFaults  = 40 * time.Second
+	kvLossy   = 0.2
+)
+
+// TestSimJepsenKV runs clients that set, delete and read a few keys
+// while a nemesis crashes and restarts the owners and the switch and
+// makes the owners' and the clients' links lossy or cuts them, several
+// faults at once; the history is checked key by key with porcupine as
+// linearizable registers (a delete writes "absent", a read of a missing
+// key reads it). More seeds: KV_JEPSEN_SEEDS=FIRST-LAST.
+func TestSimJepsenKV(t *testing.T) {
+	seeds, err := jepsen.SeedsFromEnv("KV_JEPSEN_SEEDS", 501)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { jepsenKV(t, seed) })
+	}
+}
+
+func jepsenKV(t *testing.T, seed int64) {
+	var h *jepsen.History
+	defer func() {
+		// Porcupine times its search with real timers: check outside the
+		// bubble.
+		if h == nil {
+			return
+		}
+		r := jepsen.Check(h, jepsen.CheckOptions{Timeout: time.Minute})
+		t.Logf("seed %d:\n%v", seed, r)
+		if !r.OK() {
+			t.Errorf("seed %d: the history is not linearizable", seed)
+		}
+		if r.Reads.OK == 0 || r.Writes.OK == 0 {
+			t.Errorf("seed %d: nothing was read or written: %v", seed, r)
+		}
+	}()
+	l := Layout{Shards: 8, Buckets: 64, PageBytes: 4096, HeapBytes: 16 * 4096, Owners: 2}
+	simStore(t, seed, 3, l, func(t *testing.T, s *simKV) {
+		h = jepsen.NewHistory(nil)
+		var clients []*Client
+		for range kvClients {
+			clients = append(clients, s.client())
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for i, c := range clients {
+			wg.Go(func() { kvWork(seed, i, c, h, stop) })
+		}
+		var mu sync.Mutex // owners and the switch, between faults
+		var restarts sync.WaitGroup
+		faults := kvFaultsOf(s, &mu, &restarts, clients)
+		nem, err := jepsen.NewNemesis(rand.New(rand.NewPCG(uint64(seed), 0xfa)), jepsen.NemesisConfig{
+			Faults: faults, Total: kvFaults, MinGap: 500 * time.Millisecond, MaxGap: 3 * time.Second,
+			MinDuration: time.Second, MaxDuration: 6 * time.Second, MaxActive: 3}, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("seed %d: nemesis plan %v", seed, nem.Plan())
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		if err := nem.Run(ctx); err != nil {
+			t.Errorf("seed %d: nemesis: %v", seed, err)
+		}
+		restarts.Wait()
+		// Healed: the clients go on a while, then every key is read once
+		// more, so a lost write shows.
+		time.Sleep(5 * time.Second)
+		close(stop)
+		wg.Wait()
+		for k := range kvKeys {
+			kvOp(clients[0], h, kvClients, fmt.Sprint("k", k), 0, nil)
+		}
+	})
+}
+
+// kvWork is one client's loop: reads half the time, sets with values
+// no other write uses, and deletes.
+func kvWork(seed int64, id int, c *Client, h *jepsen.History, stop <-chan struct{}) {
+	rng := rand.New(rand.NewPCG(uint64(seed), uint64(id)))
+	for n := 0; ; n++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		// Think time: a few hundred operations a second in all, which
+		// the history checker decides in seconds.
+		time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
+		key := fmt.Sprint("k", rng.IntN(kvKeys))
+		switch x := rng.IntN(20); {
+		case x < 10:
+			kvOp(c, h, id, key, 0, nil)
+		case x < 17:
+			kvOp(c, h, id, key, 1, fmt.Appendf(nil, "client %d write %d", id, n))
+		default:
+			kvOp(c, h, id, key, 2, nil)
+		}
+	}
+}
+
+// kvOp does one operation (0 read, 1 set, 2 delete) and records it: a
+// value is its Digest, absence 0.
+func kvOp(c *Client, h *jepsen.History, id int, key string, op int, val []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if op == 0 {
+		call := h.Invoke(id, jepsen.Read, key, 0)
+		v, _, err := c.Get(ctx, []byte(key))
+		switch {
+		case err == nil:
+			call.OK(jepsen.Digest(v))
+		case errors.Is(err, ErrNotFound):
+			call.OK(0)
+		default:
+			call.Fail(err)
+			time.Sleep(50 * time.Millisecond)
+		}
+		return
+	}
+	var err error
+	var call *jepsen.Call
+	if op == 1 {
+		call = h.Invoke(id, jepsen.Write, key, jepsen.Digest(val))
+		_, err = c.Set(ctx, []byte(key), val)
+	} else {
+		call = h.Invoke(id, jepsen.Write, key, 0)
+		err = c.Delete(ctx, []byte(key))
+	}
+	switch {
+	case err == nil || op == 2 && errors.Is(err, ErrNotFound):
+		call.OK(0)
+	case errors.Is(err, ErrUnknownOutcome):
+		call.Unknown(err)
+	default:
+		call.Fail(err)
+	}
+	if err != nil {
+		// A failed write leaves its client idle a moment, as a real
+		// client backs off.
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// kvFaultsOf are the faults the nemesis draws from.
+func kvFaultsOf(s *simKV, mu *sync.Mutex, restarts *sync.WaitGroup, clients []*Client) []jepsen.Fault {
+	var fs []jepsen.Fault
+	lossy := func(name, kind, target string, addr func() (bool, string), loss float64) jepsen.Fault {
+		var cut string
+		return jepsen.Fault{Name: name, Kind: kind, Target: target,
+			Start: func() error {
+				mu.Lock()
+				defer mu.Unlock()
+				ok, a := addr()
+				if !ok {
+					return fmt.Errorf("%w: %s is down", jepsen.ErrSkip, target)
+				}
+				cut = a
+				l := s.link
+				l.Loss = loss
+				s.net.Locked(func() { s.net.SetLink(mustAddr(cut), l, l) })
+				return nil
+			},
+			Stop: func() error {
+				s.net.Locked(func() { s.net.SetLink(mustAddr(cut), s.link, s.link) })
+				return nil
+			}}
+	}
+	for r := range s.owners {
+		target := fmt.Sprint("owner ", r)
+		addr := func() (bool, string) {
+			if s.oeps[r] == nil {
+				return false, ""
+			}
+			return true, s.oeps[r].LocalAddr().String()
+		}
+		fs = append(fs, jepsen.Fault{Name: "crash " + target, Kind: "crash owner", Target: target,
+			Start: func() error {
+				mu.Lock()
+				defer mu.Unlock()
+				if s.oeps[r] == nil {
+					return fmt.Errorf("%w: %s is down", jepsen.ErrSkip, target)
+				}
+				s.crashOwner(r)
+				return nil
+			},
+			Stop: func() error {
+				restarts.Go(func() { kvRestart(s, mu, r) })
+				return nil
+			}},
+			lossy("loss "+target, "lossy link", target, addr, kvLossy),
+			lossy("cut "+target, "cut link", target, addr, 1))
+	}
+	for i, c := range clients {
+		target := fmt.Sprint("client ", i)
+		addr := func() (bool, string) { return true, c.ep.LocalAddr().String() }
+		fs = append(fs, lossy("loss "+target, "lossy link", target, addr, kvLossy))
+	}
+	fs = append(fs, jepsen.Fault{Name: "crash switch", Kind: "crash switch", Target: "switch",
+		Start: func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			s.srv.Close()
+			return nil
+		},
+		Stop: func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			sw, err := fabric.New(fabric.Config{Token: testToken, Transport: transport.Config{MTU: 9000, Seed: uint64(s.seed) + 7}})
+			if err != nil {
+				return err
+			}
+			s.srv = fabric.NewServer(s.net.ListenConn(s.swA, simnet.LinkConfig{}, simnet.LinkConfig{}), sw, nil)
+			return nil
+		}})
+	return fs
+}
+
+// kvRestart starts owner r again, every second while it cannot (the
+// switch is down, or still counts the old one alive), for up to a
+// minute.
+func kvRestart(s *simKV, mu *sync.Mutex, r int) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		mu.Lock()
+		err := s.tryStartOwner(r)
+		mu.Unlock()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Errorf("seed %d: owner %d could not be started again: %v", s.seed, r, err)
+			return
+		}
+		time.Sleep(time.Second)
+	}
+}

@@ -1,0 +1,227 @@
+package kv
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"hash/fnv"
+	"math/bits"
+)
+
+// Sizes of the layout's fixed parts.
+const (
+	// HeaderBytes is the region header's space.
+	HeaderBytes = 4096
+	// BucketBytes is one bucket: hash, version, value address, value
+	// length, checksum.
+	BucketBytes = 32
+	// recordOverhead is a value record's bytes besides its key and value:
+	// version, key length, value length, checksum.
+	recordOverhead = 20
+	// MinSlot is the smallest size class.
+	MinSlot = 64
+	// MaxKey is the longest key, in bytes (memcached's limit).
+	MaxKey = 250
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// magic opens a key space's header.
+var magic = [8]byte{'N', 'D', 'M', 'A', 'K', 'V', 0, 1}
+
+// Errors of layouts and records.
+var (
+	// ErrBadLayout is wrapped by the error for a geometry that is not
+	// usable, or a header that is not a key space's.
+	ErrBadLayout = errors.New("kv: bad key space layout")
+	// ErrTooLarge is wrapped by the error for a key or value over the
+	// key space's limits.
+	ErrTooLarge = errors.New("kv: key or value too large")
+)
+
+// Layout is the geometry of a key space.
+type Layout struct {
+	// Shards is the number of shards; each is owned by one owner.
+	Shards int
+	// Buckets is the buckets per shard: the most keys a shard holds.
+	Buckets int
+	// PageBytes is the largest value record (key, value and 20 bytes),
+	// and the unit in which a shard's heap is given to size classes: a
+	// power of two, at least MinSlot.
+	PageBytes uint64
+	// HeapBytes is a shard's value space: a multiple of PageBytes.
+	HeapBytes uint64
+	// Owners is the number of owner processes the shards are spread
+	// over, shard s going to owner s*Owners/Shards.
+	Owners int
+}
+
+// Check reports what makes l unusable.
+func (l Layout) Check() error {
+	switch {
+	case l.Shards < 1 || l.Shards > 1<<16:
+		return fmt.Errorf("%w: %d shards (want 1 to 65536)", ErrBadLayout, l.Shards)
+	case l.Buckets < 8 || l.Buckets > 1<<26:
+		return fmt.Errorf("%w: %d buckets per shard (want 8 to 2^26)", ErrBadLayout, l.Buckets)
+	case l.PageBytes < MinSlot || l.PageBytes > 64<<20 || bits.OnesCount64(l.PageBytes) != 1:
+		return fmt.Errorf("%w: page of %d bytes (want a power of two from %d to 64 MiB)", ErrBadLayout, l.PageBytes, MinSlot)
+	case l.HeapBytes == 0 || l.HeapBytes%l.PageBytes != 0 || l.HeapBytes > 1<<40:
+		return fmt.Errorf("%w: heap of %d bytes per shard (want a positive multiple of the page, %d bytes, up to 1 TiB)", ErrBadLayout, l.HeapBytes, l.PageBytes)
+	case l.Owners < 1 || l.Owners > l.Shards:
+		return fmt.Errorf("%w: %d owners for %d shards (want 1 to the shard count)", ErrBadLayout, l.Owners, l.Shards)
+	}
+	return nil
+}
+
+// heapStart is where the first shard's heap begins.
+func (l Layout) heapStart() uint64 {
+	end := HeaderBytes + uint64(l.Shards)*uint64(l.Buckets)*BucketBytes
+	return (end + HeaderBytes - 1) / HeaderBytes * HeaderBytes
+}
+
+// Size is the region size the layout needs.
+func (l Layout) Size() uint64 { return l.heapStart() + uint64(l.Shards)*l.HeapBytes }
+
+// bucketAddr is the region offset of bucket i of shard s.
+func (l Layout) bucketAddr(s, i int) uint64 {
+	return HeaderBytes + (uint64(s)*uint64(l.Buckets)+uint64(i))*BucketBytes
+}
+
+// heapAddr is the region offset of shard s's heap.
+func (l Layout) heapAddr(s int) uint64 { return l.heapStart() + uint64(s)*l.HeapBytes }
+
+// owner is the owner rank of shard s.
+func (l Layout) owner(s int) int { return s * l.Owners / l.Shards }
+
+// shardsOf is the shards owner rank r owns: [lo, hi).
+func (l Layout) shardsOf(r int) (lo, hi int) {
+	lo = (r*l.Shards + l.Owners - 1) / l.Owners
+	hi = ((r+1)*l.Shards + l.Owners - 1) / l.Owners
+	return lo, hi
+}
+
+// MaxValue is the largest value a key of klen bytes may have.
+func (l Layout) MaxValue(klen int) int { return int(l.PageBytes) - recordOverhead - klen }
+
+// place is where a key's probe path starts.
+type place struct {
+	hash  uint64
+	shard int
+	home  int
+}
+
+func (l Layout) place(key []byte) place {
+	h := fnv.New64a()
+	h.Write(key)
+	v := h.Sum64()
+	if v == 0 {
+		v = 1 // zero marks an empty bucket
+	}
+	return place{hash: v, shard: int(v % uint64(l.Shards)), home: int(v / uint64(l.Shards) % uint64(l.Buckets))}
+}
+
+// appendHeader encodes the header of a key space of layout l.
+func appendHeader(b []byte, l Layout) []byte {
+	b = append(b, magic[:]...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(l.Shards))
+	b = binary.LittleEndian.AppendUint32(b, uint32(l.Buckets))
+	b = binary.LittleEndian.AppendUint64(b, l.PageBytes)
+	b = binary.LittleEndian.AppendUint64(b, l.HeapBytes)
+	b = binary.LittleEndian.AppendUint32(b, uint32(l.Owners))
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+// headerLen is appendHeader's output length.
+const headerLen = 8 + 4 + 4 + 8 + 8 + 4 + 4
+
+// parseHeader decodes and checks a header.
+func parseHeader(b []byte) (Layout, error) {
+	if len(b) < headerLen || [8]byte(b[:8]) != magic {
+		return Layout{}, fmt.Errorf("%w: the region does not start with a key space header", ErrBadLayout)
+	}
+	if crc32.Checksum(b[:headerLen-4], castagnoli) != binary.LittleEndian.Uint32(b[headerLen-4:]) {
+		return Layout{}, fmt.Errorf("%w: the header's checksum does not match", ErrBadLayout)
+	}
+	l := Layout{
+		Shards:    int(binary.LittleEndian.Uint32(b[8:])),
+		Buckets:   int(binary.LittleEndian.Uint32(b[12:])),
+		PageBytes: binary.LittleEndian.Uint64(b[16:]),
+		HeapBytes: binary.LittleEndian.Uint64(b[24:]),
+		Owners:    int(binary.LittleEndian.Uint32(b[32:])),
+	}
+	return l, l.Check()
+}
+
+// bucket is a decoded bucket. A bucket is empty (all zero), a tombstone
+// (hash set, no value: the key was deleted; probes go on past it) or
+// live.
+type bucket struct {
+	hash, ver, addr uint64
+	len             uint32
+}
+
+func (b bucket) empty() bool { return b.hash == 0 }
+func (b bucket) live() bool  { return b.hash != 0 && b.len != 0 }
+
+func (b bucket) put(p []byte) {
+	binary.LittleEndian.PutUint64(p[0:], b.hash)
+	binary.LittleEndian.PutUint64(p[8:], b.ver)
+	binary.LittleEndian.PutUint64(p[16:], b.addr)
+	binary.LittleEndian.PutUint32(p[24:], b.len)
+	binary.LittleEndian.PutUint32(p[28:], crc32.Checksum(p[:28], castagnoli))
+}
+
+// errTorn is a bucket or record whose bytes do not check: read while
+// being written, or reused.
+var errTorn = errors.New("kv: torn read")
+
+func parseBucket(p []byte) (bucket, error) {
+	b := bucket{
+		hash: binary.LittleEndian.Uint64(p[0:]),
+		ver:  binary.LittleEndian.Uint64(p[8:]),
+		addr: binary.LittleEndian.Uint64(p[16:]),
+		len:  binary.LittleEndian.Uint32(p[24:]),
+	}
+	if b == (bucket{}) && binary.LittleEndian.Uint32(p[28:]) == 0 {
+		return b, nil // never written
+	}
+	if crc32.Checksum(p[:28], castagnoli) != binary.LittleEndian.Uint32(p[28:]) || b.hash == 0 {
+		return bucket{}, errTorn
+	}
+	return b, nil
+}
+
+// recordLen is the bytes of a value record.
+func recordLen(klen, vlen int) int { return recordOverhead + klen + vlen }
+
+// appendRecord encodes a value record: version, key length, value
+// length, key, value, checksum.
+func appendRecord(b []byte, ver uint64, key, val []byte) []byte {
+	start := len(b)
+	b = binary.LittleEndian.AppendUint64(b, ver)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(key)))
+	b = binary.LittleEndian.AppendUint16(b, 0)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(val)))
+	b = append(b, key...)
+	b = append(b, val...)
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
+}
+
+// parseRecord checks a value record read from a slot and returns its
+// version, key and value (aliasing p).
+func parseRecord(p []byte) (ver uint64, key, val []byte, err error) {
+	if len(p) < recordOverhead {
+		return 0, nil, nil, errTorn
+	}
+	klen := int(binary.LittleEndian.Uint16(p[8:]))
+	vlen := int(binary.LittleEndian.Uint32(p[12:]))
+	n := recordLen(klen, vlen)
+	if n > len(p) || n < recordOverhead {
+		return 0, nil, nil, errTorn
+	}
+	if crc32.Checksum(p[:n-4], castagnoli) != binary.LittleEndian.Uint32(p[n-4:]) {
+		return 0, nil, nil, errTorn
+	}
+	return binary.LittleEndian.Uint64(p), p[16 : 16+klen], p[16+klen : 16+klen+vlen], nil
+}

@@ -1,0 +1,193 @@
+package kv
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"testing"
+)
+
+func testLayout() Layout {
+	return Layout{Shards: 4, Buckets: 64, PageBytes: 4096, HeapBytes: 8 * 4096, Owners: 2}
+}
+
+func TestLayoutCheck(t *testing.T) {
+	good := testLayout()
+	if err := good.Check(); err != nil {
+		t.Fatal(err)
+	}
+	bad := []func(*Layout){
+		func(l *Layout) { l.Shards = 0 },
+		func(l *Layout) { l.Buckets = 7 },
+		func(l *Layout) { l.PageBytes = 3000 },
+		func(l *Layout) { l.PageBytes = 32 },
+		func(l *Layout) { l.HeapBytes = 4096*8 + 1 },
+		func(l *Layout) { l.HeapBytes = 0 },
+		func(l *Layout) { l.Owners = 5 },
+		func(l *Layout) { l.Owners = 0 },
+	}
+	for i, f := range bad {
+		l := good
+		f(&l)
+		if err := l.Check(); !errors.Is(err, ErrBadLayout) {
+			t.Errorf("case %d: %+v: err %v, want ErrBadLayout", i, l, err)
+		}
+	}
+}
+
+// TestLayoutDisjoint checks that headers, buckets and heaps do not
+// overlap and that every shard has exactly one owner.
+func TestLayoutDisjoint(t *testing.T) {
+	l := Layout{Shards: 7, Buckets: 100, PageBytes: 1024, HeapBytes: 3 * 1024, Owners: 3}
+	if l.bucketAddr(0, 0) < HeaderBytes {
+		t.Fatal("buckets overlap the header")
+	}
+	if end := l.bucketAddr(l.Shards-1, l.Buckets-1) + BucketBytes; end > l.heapAddr(0) {
+		t.Fatalf("buckets end at %d, heap starts at %d", end, l.heapAddr(0))
+	}
+	if l.heapAddr(l.Shards-1)+l.HeapBytes != l.Size() {
+		t.Fatalf("last heap ends at %d, size %d", l.heapAddr(l.Shards-1)+l.HeapBytes, l.Size())
+	}
+	owned := make([]int, l.Shards)
+	for r := range l.Owners {
+		lo, hi := l.shardsOf(r)
+		for s := lo; s < hi; s++ {
+			owned[s]++
+			if l.owner(s) != r {
+				t.Errorf("shard %d: owner %d, listed under %d", s, l.owner(s), r)
+			}
+		}
+	}
+	for s, n := range owned {
+		if n != 1 {
+			t.Errorf("shard %d owned %d times", s, n)
+		}
+	}
+}
+
+func TestHeaderRoundTrip(t *testing.T) {
+	l := testLayout()
+	h := appendHeader(nil, l)
+	got, err := parseHeader(h)
+	if err != nil || got != l {
+		t.Fatalf("got %+v, %v", got, err)
+	}
+	h[20] ^= 1
+	if _, err := parseHeader(h); !errors.Is(err, ErrBadLayout) {
+		t.Fatalf("a flipped bit: %v", err)
+	}
+	if _, err := parseHeader(make([]byte, headerLen)); !errors.Is(err, ErrBadLayout) {
+		t.Fatalf("zeros: %v", err)
+	}
+}
+
+// TestBucketAndRecordCheck flips every bit of an encoded bucket and
+// record and expects each flip to be caught.
+func TestBucketAndRecordCheck(t *testing.T) {
+	var p [BucketBytes]byte
+	b := bucket{hash: 0x1234, ver: 9, addr: 4096, len: 77}
+	b.put(p[:])
+	if got, err := parseBucket(p[:]); err != nil || got != b {
+		t.Fatalf("got %+v, %v", got, err)
+	}
+	if got, err := parseBucket(make([]byte, BucketBytes)); err != nil || !got.empty() {
+		t.Fatalf("zero bucket: %+v, %v", got, err)
+	}
+	for bit := range BucketBytes * 8 {
+		q := p
+		q[bit/8] ^= 1 << (bit % 8)
+		if _, err := parseBucket(q[:]); err == nil {
+			t.Fatalf("bucket bit %d flipped, not caught", bit)
+		}
+	}
+	rec := appendRecord(nil, 5, []byte("key"), []byte("value"))
+	ver, k, v, err := parseRecord(rec)
+	if err != nil || ver != 5 || string(k) != "key" || string(v) != "value" {
+		t.Fatalf("record: %d %q %q %v", ver, k, v, err)
+	}
+	for bit := range len(rec) * 8 {
+		q := bytes.Clone(rec)
+		q[bit/8] ^= 1 << (bit % 8)
+		if _, _, _, err := parseRecord(q); err == nil {
+			t.Fatalf("record bit %d flipped, not caught", bit)
+		}
+	}
+}
+
+// TestSlabsChurn allocates and frees values of random sizes until the
+// heap is full many times over, checking that no two live slots overlap,
+// that freed space is reused (the heap never runs out while the live
+// bytes fit with rounding) and that rebuild from the live set gives the
+// same use.
+func TestSlabsChurn(t *testing.T) {
+	const page, heap = 4096, 64 * 4096
+	s := newSlabs(1<<20, heap, page)
+	rng := rand.New(rand.NewPCG(1, 2))
+	live := map[uint64]int{}
+	var liveBytes uint64
+	for i := range 20000 {
+		if len(live) > 0 && (rng.IntN(2) == 0 || liveBytes > heap/4) {
+			for a, n := range live {
+				s.free(a, n)
+				delete(live, a)
+				liveBytes -= uint64(n)
+				break
+			}
+			continue
+		}
+		n := 1 + rng.IntN(page)
+		a, ok := s.alloc(n)
+		if !ok {
+			t.Fatalf("step %d: no slot for %d bytes with %d live bytes in a %d byte heap", i, n, liveBytes, heap)
+		}
+		if a < 1<<20 || a+uint64(n) > 1<<20+heap {
+			t.Fatalf("slot %#x of %d bytes outside the heap", a, n)
+		}
+		for b, m := range live {
+			if a < b+uint64(m) && b < a+uint64(n) {
+				t.Fatalf("slot %#x+%d overlaps live %#x+%d", a, n, b, m)
+			}
+		}
+		live[a] = n
+		liveBytes += uint64(n)
+	}
+	before := s.stats()
+	if err := s.rebuild(live); err != nil {
+		t.Fatal(err)
+	}
+	after := s.stats()
+	if before.UsedBytes != after.UsedBytes || before.UsedSlots != after.UsedSlots || after.UsedSlots != len(live) {
+		t.Fatalf("before rebuild %+v, after %+v, live %d", before, after, len(live))
+	}
+	// Allocations after the rebuild never land on a live slot.
+	for range 200 {
+		n := 1 + rng.IntN(page)
+		a, ok := s.alloc(n)
+		if !ok {
+			break
+		}
+		for b, m := range live {
+			if a < b+uint64(m) && b < a+uint64(n) {
+				t.Fatalf("after rebuild: slot %#x+%d overlaps live %#x+%d", a, n, b, m)
+			}
+		}
+		live[a] = n
+	}
+	if err := s.rebuild(map[uint64]int{1<<20 + 3: 10}); !errors.Is(err, ErrBadLayout) {
+		t.Fatalf("a value off its slot: %v", err)
+	}
+}
+
+func TestRequestRoundTrip(t *testing.T) {
+	r := request{op: opCAS, ver: 7, delta: -3, key: []byte("k"), val: []byte("v")}
+	got, err := parseRequest(r.append(nil))
+	if err != nil || got.op != r.op || got.ver != 7 || got.delta != -3 || string(got.key) != "k" || string(got.val) != "v" {
+		t.Fatalf("%+v %v", got, err)
+	}
+	b := r.append(nil)
+	for n := range reqFixed + 1 {
+		if _, err := parseRequest(b[:n]); err == nil {
+			t.Fatalf("a request cut to %d bytes parsed", n)
+		}
+	}
+}

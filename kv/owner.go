@@ -1,0 +1,450 @@
+package kv
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/pool"
+	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
+)
+
+// ServiceName is the anycast service of a key space's owners.
+func ServiceName(space string) string { return "kv:" + space }
+
+// DefaultWriteTimeout bounds an owner's write of one value or bucket to
+// the pool when OwnerConfig.WriteTimeout is zero.
+const DefaultWriteTimeout = 5 * time.Second
+
+// OwnerConfig configures an owner.
+type OwnerConfig struct {
+	// Switch is the switch's address; Fabric the options for reaching
+	// it.
+	Switch string
+	Fabric endpoint.FabricOptions
+	// Space names the key space (its service is ServiceName(Space)).
+	Space string
+	// Rank is this owner's rank, 0 to the layout's Owners-1: it owns
+	// the shards Layout assigns to it.
+	Rank int
+	// WriteTimeout bounds each pool write (zero: DefaultWriteTimeout).
+	WriteTimeout time.Duration
+	// Check is how often the owner asks the switch whether it still
+	// lists it, and registers again when not (the switch restarted, or
+	// counted it dead while it was cut off). Zero means a second.
+	Check time.Duration
+	// Logger receives the owner's log (nil: slog.Default()).
+	Logger *slog.Logger
+}
+
+// Owner serves the writes of its shards of a key space: it is the only
+// process that writes their buckets and values.
+type Owner struct {
+	cfg    OwnerConfig
+	log    *slog.Logger
+	reg    *pool.Region
+	l      Layout
+	lo, hi int
+	shards []*shard
+	ep     *endpoint.Endpoint
+	sc     endpoint.ServiceConfig
+	mu     sync.Mutex
+	svc    *endpoint.Service // under mu
+	stats  OwnerStats        // under mu
+	stop   context.CancelFunc
+	done   chan struct{}
+}
+
+// OwnerStats counts an owner's work.
+type OwnerStats struct {
+	Writes, Refused, Failed uint64
+	Keys                    int
+	Heap                    HeapStats // summed over the owner's shards
+}
+
+type shard struct {
+	// lock serializes the shard's writes: a channel, not a mutex, so a
+	// writer waiting behind one that waits on the network blocks
+	// durably (inside a synctest bubble time then moves on).
+	lock    chan struct{}
+	id      int
+	b       []bucket       // the owner's copy of the shard's buckets
+	idx     map[string]int // live key → bucket
+	heap    *slabs
+	nextVer uint64 // versions are unique in a shard
+	dirty   bool   // a bucket write failed: the region may differ from b
+}
+
+// StartOwner loads the owner's shards of the key space in region reg
+// (Create made it) and registers it with the switch as member Rank of
+// the space's service.
+func StartOwner(ctx context.Context, ep *endpoint.Endpoint, reg *pool.Region, cfg OwnerConfig) (*Owner, error) {
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.Check == 0 {
+		cfg.Check = time.Second
+	}
+	o := &Owner{cfg: cfg, log: cfg.Logger, reg: reg, ep: ep}
+	if o.log == nil {
+		o.log = slog.Default()
+	}
+	var err error
+	if o.l, err = readLayout(ctx, reg); err != nil {
+		return nil, err
+	}
+	if cfg.Rank < 0 || cfg.Rank >= o.l.Owners {
+		return nil, fmt.Errorf("kv: owner rank %d: the key space has %d owners", cfg.Rank, o.l.Owners)
+	}
+	o.lo, o.hi = o.l.shardsOf(cfg.Rank)
+	for s := o.lo; s < o.hi; s++ {
+		sh := &shard{id: s, lock: make(chan struct{}, 1), heap: newSlabs(o.l.heapAddr(s), o.l.HeapBytes, o.l.PageBytes)}
+		if err := o.load(ctx, sh); err != nil {
+			return nil, err
+		}
+		o.shards = append(o.shards, sh)
+	}
+	o.sc = endpoint.ServiceConfig{Name: ServiceName(cfg.Space), Size: o.l.Owners, Policy: ctrl.PolicyKeyAffinity}
+	for r := range o.l.Owners {
+		if lo, hi := o.l.shardsOf(r); lo < hi {
+			o.sc.Ranges = append(o.sc.Ranges, ctrl.KeyRange{Start: uint64(lo), End: uint64(hi), Owner: r})
+		}
+	}
+	if err := o.register(ctx); err != nil {
+		return nil, err
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	o.stop, o.done = stop, make(chan struct{})
+	go o.supervise(sctx)
+	return o, nil
+}
+
+// register makes the owner member Rank of the space's service, waiting
+// while the switch still counts a previous incarnation alive (BUSY).
+func (o *Owner) register(ctx context.Context) error {
+	o.mu.Lock()
+	old := o.svc
+	o.svc = nil
+	o.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	for {
+		svc, err := o.ep.RegisterService(ctx, o.cfg.Switch, o.sc, o.cfg.Rank, o.handle, o.cfg.Fabric)
+		if err == nil {
+			o.mu.Lock()
+			o.svc = svc
+			o.mu.Unlock()
+			return nil
+		}
+		if !errors.Is(err, wire.StatusBusy) {
+			return fmt.Errorf("kv: owner %d of %q: %w", o.cfg.Rank, o.cfg.Space, err)
+		}
+		if serr := sleep(ctx, 200*time.Millisecond); serr != nil {
+			return fmt.Errorf("kv: owner %d of %q: %w", o.cfg.Rank, o.cfg.Space, err)
+		}
+	}
+}
+
+// supervise registers the owner again when the switch no longer lists
+// it.
+func (o *Owner) supervise(ctx context.Context) {
+	defer close(o.done)
+	t := time.NewTicker(o.cfg.Check)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, o.cfg.Check)
+		ms, err := o.ep.ServiceMembers(cctx, o.cfg.Switch, o.sc.Name, o.cfg.Fabric)
+		listed := err == nil && slices.ContainsFunc(ms, func(m ctrl.MemberInfo) bool {
+			return int(m.ID) == o.cfg.Rank && m.Addr.Port() == o.ep.LocalAddr().Port()
+		})
+		if !listed && ctx.Err() == nil {
+			o.log.Info("kv: registering again", "space", o.cfg.Space, "rank", o.cfg.Rank, "err", err)
+			if err := o.register(cctx); err != nil {
+				o.log.Warn("kv: register", "space", o.cfg.Space, "rank", o.cfg.Rank, "err", err)
+			}
+		}
+		cancel()
+	}
+}
+
+// Close stops serving; the switch hands nothing to the owner any more
+// once its heartbeats stop.
+func (o *Owner) Close() {
+	o.stop()
+	<-o.done
+	o.mu.Lock()
+	svc := o.svc
+	o.svc = nil
+	o.mu.Unlock()
+	if svc != nil {
+		svc.Close()
+	}
+}
+
+// Stats returns the owner's counters.
+func (o *Owner) Stats() OwnerStats {
+	o.mu.Lock()
+	st := o.stats
+	o.mu.Unlock()
+	for _, sh := range o.shards {
+		sh.lock <- struct{}{}
+		st.Keys += len(sh.idx)
+		h := sh.heap.stats()
+		st.Heap.Bytes += h.Bytes
+		st.Heap.UsedBytes += h.UsedBytes
+		st.Heap.UsedSlots += h.UsedSlots
+		st.Heap.Pages += h.Pages
+		<-sh.lock
+	}
+	return st
+}
+
+func readLayout(ctx context.Context, reg *pool.Region) (Layout, error) {
+	if reg.Spec().Stripe%BucketBytes != 0 {
+		return Layout{}, fmt.Errorf("%w: the region's stripe (%d bytes) is not a multiple of %d", ErrBadLayout, reg.Spec().Stripe, BucketBytes)
+	}
+	h := make([]byte, headerLen)
+	if _, err := reg.ReadAtContext(ctx, h, 0); err != nil {
+		return Layout{}, fmt.Errorf("kv: reading the key space header: %w", err)
+	}
+	l, err := parseHeader(h)
+	if err == nil && l.Size() > uint64(reg.Size()) {
+		err = fmt.Errorf("%w: the layout needs %d bytes, the region has %d", ErrBadLayout, l.Size(), reg.Size())
+	}
+	return l, err
+}
+
+// loadChunk is the buckets an owner reads at once when it loads a shard.
+const loadChunk = 2048
+
+// load reads shard sh's buckets and live values from the region and
+// rebuilds its index and allocator. A value that does not check (lost
+// with a memory node's memory) is reported and its key dropped.
+func (o *Owner) load(ctx context.Context, sh *shard) error {
+	sh.b = make([]bucket, o.l.Buckets)
+	sh.idx = make(map[string]int)
+	sh.nextVer = 1
+	buf := make([]byte, loadChunk*BucketBytes)
+	for i := 0; i < o.l.Buckets; i += loadChunk {
+		n := min(loadChunk, o.l.Buckets-i)
+		p := buf[:n*BucketBytes]
+		if _, err := o.reg.ReadAtContext(ctx, p, int64(o.l.bucketAddr(sh.id, i))); err != nil {
+			return fmt.Errorf("kv: loading shard %d: %w", sh.id, err)
+		}
+		for j := range n {
+			b, err := parseBucket(p[j*BucketBytes:])
+			if err != nil {
+				return fmt.Errorf("kv: loading shard %d: bucket %d does not check", sh.id, i+j)
+			}
+			sh.b[i+j] = b
+			sh.nextVer = max(sh.nextVer, b.ver+1)
+		}
+	}
+	used := make(map[uint64]int)
+	for i, b := range sh.b {
+		if !b.live() {
+			continue
+		}
+		rec := make([]byte, b.len)
+		if _, err := o.reg.ReadAtContext(ctx, rec, int64(b.addr)); err != nil {
+			return fmt.Errorf("kv: loading shard %d: %w", sh.id, err)
+		}
+		ver, key, _, err := parseRecord(rec)
+		if err != nil || ver != b.ver || o.l.place(key).hash != b.hash {
+			o.log.Warn("kv: a value does not check; its key is dropped", "shard", sh.id, "bucket", i)
+			sh.b[i] = bucket{hash: b.hash, ver: b.ver}
+			continue
+		}
+		sh.idx[string(key)] = i
+		used[b.addr] = int(b.len)
+	}
+	if err := sh.heap.rebuild(used); err != nil {
+		return fmt.Errorf("kv: loading shard %d: %w", sh.id, err)
+	}
+	sh.dirty = false
+	return nil
+}
+
+// handle serves one anycast request.
+func (o *Owner) handle(_ uint64, b []byte) ([]byte, error) {
+	r, err := parseRequest(b)
+	if err != nil {
+		return appendReply(nil, stBad, 0, nil), nil
+	}
+	if r.op == opMeta {
+		body := binary.LittleEndian.AppendUint32(nil, o.reg.ID())
+		return appendReply(nil, stOK, 0, binary.LittleEndian.AppendUint64(body, o.reg.Key())), nil
+	}
+	if len(r.key) == 0 || len(r.key) > MaxKey {
+		return appendReply(nil, stBad, 0, nil), nil
+	}
+	p := o.l.place(r.key)
+	if p.shard < o.lo || p.shard >= o.hi {
+		return appendReply(nil, stBad, 0, nil), nil
+	}
+	sh := o.shards[p.shard-o.lo]
+	sh.lock <- struct{}{}
+	st, ver, body := o.apply(sh, p, &r)
+	<-sh.lock
+	o.mu.Lock()
+	switch st {
+	case stOK:
+		o.stats.Writes++
+	case stFailed:
+		o.stats.Failed++
+	default:
+		o.stats.Refused++
+	}
+	o.mu.Unlock()
+	return appendReply(nil, st, ver, body), nil
+}
+
+// apply executes a write on a locked shard.
+func (o *Owner) apply(sh *shard, p place, r *request) (st byte, ver uint64, body []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*o.cfg.WriteTimeout)
+	defer cancel()
+	if sh.dirty {
+		if err := o.load(ctx, sh); err != nil {
+			o.log.Warn("kv: reloading a shard after a failed write", "shard", sh.id, "err", err)
+			return stFailed, 0, nil
+		}
+	}
+	i, found := sh.idx[string(r.key)]
+	var cur bucket
+	if found {
+		cur = sh.b[i]
+	}
+	val := r.val
+	switch r.op {
+	case opSet:
+	case opAdd:
+		if found {
+			return stExists, cur.ver, nil
+		}
+	case opCAS:
+		if !found {
+			return stNotFound, 0, nil
+		}
+		if cur.ver != r.ver {
+			return stExists, cur.ver, nil
+		}
+	case opDelete:
+		if !found {
+			return stNotFound, 0, nil
+		}
+		return o.publish(ctx, sh, i, bucket{hash: p.hash, ver: sh.nextVer}, nil, r.key)
+	case opIncr:
+		if !found {
+			return stNotFound, 0, nil
+		}
+		old, err := o.value(ctx, cur)
+		if err != nil {
+			return stFailed, 0, nil
+		}
+		n, err := strconv.ParseInt(string(bytes.TrimSpace(old)), 10, 64)
+		sum := n + r.delta
+		if err != nil || (r.delta > 0 && sum < n) || (r.delta < 0 && sum > n) {
+			return stNotInt, cur.ver, nil
+		}
+		val = strconv.AppendInt(nil, sum, 10)
+		body = val
+	default:
+		return stBad, 0, nil
+	}
+	if len(val) > o.l.MaxValue(len(r.key)) {
+		return stTooLarge, 0, nil
+	}
+	if !found {
+		if i = o.free(sh, p); i < 0 {
+			return stFull, 0, nil
+		}
+	}
+	st, ver, _ = o.publish(ctx, sh, i, bucket{hash: p.hash, ver: sh.nextVer}, val, r.key)
+	return st, ver, body
+}
+
+// free is the first bucket on p's probe path that holds no live key,
+// or -1.
+func (o *Owner) free(sh *shard, p place) int {
+	for k := range o.l.Buckets {
+		i := (p.home + k) % o.l.Buckets
+		if !sh.b[i].live() {
+			return i
+		}
+	}
+	return -1
+}
+
+// value reads the live value of bucket b.
+func (o *Owner) value(ctx context.Context, b bucket) ([]byte, error) {
+	rec := make([]byte, b.len)
+	if _, err := o.reg.ReadAtContext(ctx, rec, int64(b.addr)); err != nil {
+		return nil, err
+	}
+	ver, _, val, err := parseRecord(rec)
+	if err == nil && ver != b.ver {
+		err = errTorn
+	}
+	return val, err
+}
+
+// publish makes bucket i of sh nb: with a value (val non-nil) written
+// first into a fresh slot, or a tombstone. The old value's slot is freed
+// once the bucket is written.
+func (o *Owner) publish(ctx context.Context, sh *shard, i int, nb bucket, val, key []byte) (byte, uint64, []byte) {
+	old := sh.b[i]
+	if val != nil {
+		rec := appendRecord(nil, nb.ver, key, val)
+		addr, ok := sh.heap.alloc(len(rec))
+		if !ok {
+			return stFull, 0, nil
+		}
+		wctx, cancel := context.WithTimeout(ctx, o.cfg.WriteTimeout)
+		_, err := o.reg.WriteAtContext(wctx, rec, int64(addr))
+		cancel()
+		if err != nil {
+			sh.heap.free(addr, len(rec))
+			o.log.Warn("kv: writing a value failed", "shard", sh.id, "err", err)
+			return stFailed, 0, nil
+		}
+		nb.addr, nb.len = addr, uint32(len(rec))
+	}
+	var p [BucketBytes]byte
+	nb.put(p[:])
+	sh.nextVer++ // never reused, whatever the write's outcome
+	wctx, cancel := context.WithTimeout(ctx, o.cfg.WriteTimeout)
+	_, err := o.reg.WriteAtContext(wctx, p[:], int64(o.l.bucketAddr(sh.id, i)))
+	cancel()
+	if err != nil {
+		// The bucket may or may not have changed: learn which from the
+		// region before the next write.
+		sh.dirty = true
+		o.log.Warn("kv: publishing a bucket failed; the shard is read again before its next write", "shard", sh.id, "err", err)
+		return stFailed, 0, nil
+	}
+	if old.live() {
+		sh.heap.free(old.addr, int(old.len))
+	}
+	sh.b[i] = nb
+	if nb.live() {
+		sh.idx[string(key)] = i
+	} else {
+		delete(sh.idx, string(key))
+	}
+	return stOK, nb.ver, nil
+}

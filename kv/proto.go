@@ -1,0 +1,123 @@
+package kv
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Requests an owner serves (the first byte of an anycast request).
+const (
+	opMeta   = 1 // the key space's region: id and key
+	opSet    = 2 // store the value, whether or not the key exists
+	opAdd    = 3 // store only if the key does not exist
+	opDelete = 4 // remove the key
+	opCAS    = 5 // store only if the key's version is the one given
+	opIncr   = 6 // add a signed delta to a decimal integer value
+)
+
+// Statuses an owner answers with (the first byte of a reply).
+const (
+	stOK       = 0
+	stNotFound = 1
+	stExists   = 2 // Add of a present key; CAS of another version
+	stFull     = 3 // no free bucket or no heap space in the shard
+	stBad      = 4 // malformed request, or a shard this owner does not own
+	stNotInt   = 5 // Incr of a value that is not a decimal integer, or overflow
+	stTooLarge = 6
+	stFailed   = 7 // the owner could not write the pool: the outcome is unknown
+)
+
+// Errors the store returns.
+var (
+	// ErrNotFound is returned for a key that is not in the store.
+	ErrNotFound = errors.New("kv: key not found")
+	// ErrExists is returned by Add for a key that exists, and by
+	// CompareAndSwap when the key's version is not the one given.
+	ErrExists = errors.New("kv: key exists with another version")
+	// ErrFull is returned when the key's shard has no free bucket or no
+	// value space left.
+	ErrFull = errors.New("kv: shard full")
+	// ErrNotInteger is returned by Incr for a value that is not a
+	// decimal integer, or a sum that overflows 64 bits.
+	ErrNotInteger = errors.New("kv: value is not a 64-bit decimal integer")
+	// ErrUnknownOutcome is returned for a write that may or may not have
+	// been applied: its owner failed while writing, or no answer came.
+	// Reading the key tells which.
+	ErrUnknownOutcome = errors.New("kv: write outcome unknown")
+	// ErrBadRequest is an owner's refusal of a request it cannot parse.
+	ErrBadRequest = errors.New("kv: bad request")
+)
+
+func statusErr(st byte) error {
+	switch st {
+	case stOK:
+		return nil
+	case stNotFound:
+		return ErrNotFound
+	case stExists:
+		return ErrExists
+	case stFull:
+		return ErrFull
+	case stNotInt:
+		return ErrNotInteger
+	case stTooLarge:
+		return ErrTooLarge
+	case stFailed:
+		return ErrUnknownOutcome
+	case stBad:
+		return ErrBadRequest
+	}
+	return fmt.Errorf("%w: owner answered status %d", ErrBadRequest, st)
+}
+
+// request is a write request: op, the expected version (CAS), the
+// delta (Incr), key and value.
+type request struct {
+	op    byte
+	ver   uint64
+	delta int64
+	key   []byte
+	val   []byte
+}
+
+const reqFixed = 1 + 8 + 8 + 2
+
+func (r *request) append(b []byte) []byte {
+	b = append(b, r.op)
+	b = binary.LittleEndian.AppendUint64(b, r.ver)
+	b = binary.LittleEndian.AppendUint64(b, uint64(r.delta))
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(r.key)))
+	b = append(b, r.key...)
+	return append(b, r.val...)
+}
+
+func parseRequest(b []byte) (request, error) {
+	if len(b) < reqFixed {
+		return request{}, ErrBadRequest
+	}
+	r := request{op: b[0], ver: binary.LittleEndian.Uint64(b[1:]), delta: int64(binary.LittleEndian.Uint64(b[9:]))}
+	klen := int(binary.LittleEndian.Uint16(b[17:]))
+	if klen > len(b)-reqFixed {
+		return request{}, ErrBadRequest
+	}
+	r.key = b[reqFixed : reqFixed+klen]
+	r.val = b[reqFixed+klen:]
+	return r, nil
+}
+
+// reply is an owner's answer: a status, the key's version after the
+// request (or the present one, for a refused Add or CAS) and, for Meta
+// and Incr, a body.
+func appendReply(b []byte, st byte, ver uint64, body []byte) []byte {
+	b = append(b, st)
+	b = binary.LittleEndian.AppendUint64(b, ver)
+	return append(b, body...)
+}
+
+func parseReply(b []byte) (st byte, ver uint64, body []byte, err error) {
+	if len(b) < 9 {
+		return 0, 0, nil, fmt.Errorf("%w: reply of %d bytes", ErrBadRequest, len(b))
+	}
+	return b[0], binary.LittleEndian.Uint64(b[1:]), b[9:], nil
+}
