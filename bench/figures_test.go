@@ -147,7 +147,7 @@ func TestSuiteFiguresFaithful(t *testing.T) {
 		row("bcast", "chain", m16, 1.2*bound(m16), 25, busy), // the CPU figure needs it
 		row("allreduce", "innet", m4, 1.1*bound(m4), 1, ok),
 		row("allreduce", "rabenseifner", m4, 1.2*bound(m4), 1, busy), // the fastest host algorithm, left out
-		row("allreduce", "ring", m4, 1.6*bound(m4), 1, nil),           // no verdict: a row from before the monitor
+		row("allreduce", "ring", m4, 1.6*bound(m4), 1, nil),          // no verdict: a row from before the monitor
 	}
 	figs := SuiteFigures(rows)
 	if len(figs) != 3 {
