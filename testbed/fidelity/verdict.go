@@ -256,3 +256,26 @@ func (r *Recorder) bottleneck(rule Rule) *LinkVerdict {
 // delta is b - a, or zero if the counter went back (an interface
 // recreated).
 func delta(b, a uint64) uint64 { return b - min(a, b) }
+
+// Details describes the evidence in a line: the CPU by role against what
+// the machine had, the largest run queue, and the bottleneck link.
+func (v Verdict) Details() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "CPU over %.2f s:", v.WallS)
+	for _, role := range slices.Sorted(maps.Keys(v.ProcessS)) {
+		fmt.Fprintf(&b, " %s %.2f s,", role, v.ProcessS[role])
+	}
+	fmt.Fprintf(&b, " softirq %.2f s", v.SoftirqS)
+	if v.StealS != nil {
+		fmt.Fprintf(&b, ", stolen %.2f s", *v.StealS)
+	}
+	fmt.Fprintf(&b, " of the %.2f s the machine had (busy, for anyone: %.2f s); largest run queue %.1f per CPU", v.MachineS, v.BusyS, v.MaxRunQueue)
+	if l := v.Link; l != nil {
+		fmt.Fprintf(&b, "; bottleneck link %s: %d bytes, %.3f s at its rate", l.Name, l.Bytes, l.LineS)
+		if l.TBF != nil {
+			fmt.Fprintf(&b, ", tbf dropped %d, held back %d times, %d bytes queued at the end", l.TBF.Drops, l.TBF.Overlimits, l.TBF.Backlog)
+		}
+		fmt.Fprintf(&b, "; all links' tbf dropped %d", l.DropsAll)
+	}
+	return b.String()
+}

@@ -91,6 +91,9 @@ func TestJudgeRecorded(t *testing.T) {
 			if l := v.Link; l == nil || l.Judged != c.judged || l.Bytes == 0 {
 				t.Errorf("link %+v, want one judged %v", l, c.judged)
 			}
+			if d := v.Details(); !strings.Contains(d, "ranks ") || !strings.Contains(d, "switch ") || !strings.Contains(d, "bottleneck link "+v.Link.Name) {
+				t.Errorf("details %q lack the roles or the link", d)
+			}
 			if c.class == CPUBound && !strings.Contains(v.Reason, "of the machine's CPU (limit 60%)") {
 				t.Errorf("reason %q does not give the CPU share against the limit", v.Reason)
 			}
