@@ -77,7 +77,8 @@ type SuiteConfig struct {
 	// all jobs, then all again — so that a slow minute of a shared
 	// machine falls on one sample of each job rather than on every sample
 	// of one; each row is then the run with the median Avg (the lower
-	// middle one for an even count), and RunsAvgUS lists every run's.
+	// middle one for an even count) among the job's faithful runs (all
+	// its runs if none was faithful), and RunsAvgUS lists every run's.
 	Repeat int
 	// Keep leaves the testbed up after the run instead of taking it down.
 	Keep bool
@@ -144,8 +145,11 @@ type SuiteRow struct {
 	CPUPerMiBSwitchS float64 `json:"cpu_per_mib_switch_s,omitempty"`
 	// Fidelity is the monitor's verdict on the job: whether it was
 	// faithful (its figures measure the links, not this machine's CPU)
-	// and why. Nil in rows from before it was recorded.
-	Fidelity *fidelity.Verdict `json:"fidelity,omitempty"`
+	// and why. Nil in rows from before it was recorded. RunsFidelity
+	// lists the verdict's class of every run of a repeated job, in run
+	// order (absent if any run lacks one).
+	Fidelity     *fidelity.Verdict `json:"fidelity,omitempty"`
+	RunsFidelity []fidelity.Class  `json:"runs_fidelity,omitempty"`
 }
 
 // suiteJob is one `bench coll` invocation.
@@ -334,8 +338,10 @@ func runJobs(ctx context.Context, jobs []suiteJob, cfg *SuiteConfig, runOne func
 }
 
 // medianRows returns, for each job that has runs, the run with the median
-// Avg (the lower middle one of an even count), with RunsAvgUS listing
-// every run's Avg when there is more than one.
+// Avg (the lower middle one of an even count) among its faithful runs, or
+// among all of them if none was faithful, with RunsAvgUS (and
+// RunsStealS, RunsFidelity) listing every run's when there is more than
+// one.
 func medianRows(runs [][]SuiteRow) []SuiteRow {
 	var rows []SuiteRow
 	for _, rs := range runs {
@@ -348,6 +354,8 @@ func medianRows(runs [][]SuiteRow) []SuiteRow {
 		}
 		avgs := make([]float64, len(rs))
 		steals := make([]float64, len(rs))
+		classes := make([]fidelity.Class, len(rs))
+		var faithful []SuiteRow
 		for k, r := range rs {
 			avgs[k] = r.AvgUS
 			if steals != nil && r.StealS != nil {
@@ -355,12 +363,24 @@ func medianRows(runs [][]SuiteRow) []SuiteRow {
 			} else {
 				steals = nil
 			}
+			if classes != nil && r.Fidelity != nil {
+				classes[k] = r.Fidelity.Class
+			} else {
+				classes = nil
+			}
+			if r.Fidelity != nil && r.Fidelity.Faithful {
+				faithful = append(faithful, r)
+			}
 		}
 		sorted := slices.Clone(rs)
+		if len(faithful) > 0 {
+			sorted = faithful
+		}
 		slices.SortStableFunc(sorted, func(a, b SuiteRow) int { return cmp.Compare(a.AvgUS, b.AvgUS) })
 		row := sorted[(len(sorted)-1)/2]
 		row.RunsAvgUS = avgs
 		row.RunsStealS = steals
+		row.RunsFidelity = classes
 		rows = append(rows, row)
 	}
 	return rows

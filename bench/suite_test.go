@@ -497,6 +497,29 @@ func TestRunJobsRepeat(t *testing.T) {
 	}
 }
 
+// TestMedianRowsFaithful: a repeated job's row is the median of its
+// faithful runs, every run's class listed; with no faithful run, the
+// median of all.
+func TestMedianRowsFaithful(t *testing.T) {
+	run := func(avg float64, c fidelity.Class) SuiteRow {
+		return SuiteRow{CollResult: CollResult{Op: "bcast", Algo: "innet", AvgUS: avg},
+			Fidelity: &fidelity.Verdict{Class: c, Faithful: c == fidelity.Faithful}}
+	}
+	rows := medianRows([][]SuiteRow{
+		// The median of all five is 30, a CPU-bound run; of the faithful
+		// ones (10, 20, 40) it is 20.
+		{run(50, fidelity.CPUBound), run(10, fidelity.Faithful), run(30, fidelity.CPUBound), run(40, fidelity.Faithful), run(20, fidelity.Faithful)},
+		{run(7, fidelity.CPUBound), run(5, fidelity.LinkIdle), run(6, fidelity.CPUBound)},
+	})
+	want := []fidelity.Class{fidelity.CPUBound, fidelity.Faithful, fidelity.CPUBound, fidelity.Faithful, fidelity.Faithful}
+	if len(rows) != 2 || rows[0].AvgUS != 20 || !rows[0].Fidelity.Faithful || !slices.Equal(rows[0].RunsFidelity, want) {
+		t.Errorf("row %+v, want the faithful median 20 and the runs' classes %v", rows[0], want)
+	}
+	if len(rows) == 2 && (rows[1].AvgUS != 6 || rows[1].Fidelity.Faithful) {
+		t.Errorf("no faithful run: %+v, want the median of all, 6", rows[1])
+	}
+}
+
 // TestReadSuiteJSON: rows written by WriteSuiteJSON read back equal; a
 // line that is not a row is refused with its number.
 func TestReadSuiteJSON(t *testing.T) {

@@ -97,7 +97,7 @@ at the end, also on error or Ctrl-C, unless --keep.`,
 	fl.IntVar(&f.mtu, "mtu", testbed.DefaultMTU, "MTU of every interface, in bytes; the ranks and switch use datagrams of MTU-28")
 	fl.StringVar(&f.ops, "ops", "bcast,reduce,allreduce,allgather,barrier", "collectives, comma-separated")
 	fl.StringVar(&f.sizes, "sizes", "8:16M", "message sizes per rank: list and ranges of powers of two, e.g. 8:16M or 4K,1M")
-	fl.IntVar(&f.repeat, "repeat", 1, "run every job this many times, in rounds, and keep each job's median run (the rows list every run's avg_us)")
+	fl.IntVar(&f.repeat, "repeat", 1, "run every job this many times, in rounds, and keep each job's median run, among its faithful runs when it has any (the rows list every run's avg_us and verdict)")
 	fl.IntVar(&f.gmp, "gomaxprocs", 0, "GOMAXPROCS of the testbed's daemons and ranks: 0 = automatic (1 when the switch, hosts and memory nodes outnumber this machine's CPUs), -1 = Go's default")
 	fl.IntVar(&f.iters, "iters", 0, "measured iterations per size (default: by size, as bench coll)")
 	fl.StringVar(&f.out, "out", "bench-suite", "`directory` for suite.jsonl, suite.md and the PNG plots (created if missing)")
