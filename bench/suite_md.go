@@ -129,7 +129,7 @@ func writeFidelity(w *bufio.Writer, rows []SuiteRow) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "Fidelity is the monitor's verdict on each job: faithful when the testbed (its processes and the kernel's softirq time) "+
-		"used at most %.0f%% of the CPU the machine had over the job, with the share in brackets, and a bulk job's bottleneck link was busy "+
+		"used at most %.0f%% of the CPU the machine had over the job (the share in parentheses), and a bulk job's bottleneck link was busy "+
 		"at least %.0f%% of its transfer; cpu-bound above that share; link-idle when the link idled within it. "+
 		"The targets below are judged on faithful rows only.\n", 100*limit, 100*fidelityMinBusy(rows))
 	if len(bad) == 0 {
