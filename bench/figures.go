@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/ndma/ndma/coll"
 )
@@ -21,6 +22,16 @@ type Figure struct {
 	Value    float64 `json:"value"` // the measured ratio the target bounds
 	Met      bool    `json:"met"`
 	Detail   string  `json:"detail"` // the rows the value comes from
+	// NotJudged, when not empty, says why the figure was not judged: the
+	// rows it needs were measured in jobs that were not faithful (their
+	// verdicts); Value and Met are then zero.
+	NotJudged string `json:"not_judged,omitempty"`
+	// Excluded lists rows the figure would have drawn on that were left
+	// out as not faithful, the figure judged on the others.
+	Excluded []string `json:"excluded,omitempty"`
+
+	key  string   // which figure, the same whatever rows it comes from
+	from []string // the rows it drew on (rowLabel)
 }
 
 // The testbed's targets (8 hosts, 100 Mbit/s, MTU 9000).
@@ -40,7 +51,10 @@ const (
 // SuiteFigures computes the testbed targets from rows, for each
 // (ranks, link rate) the rows hold, in the order those first appear. A
 // figure whose rows are missing (an operation, size or algorithm the
-// suite did not run) is left out.
+// suite did not run) is left out. Only faithful rows count (and rows
+// without a verdict, from before the monitor): a figure whose rows were
+// all measured in jobs that were not faithful is listed as not judged,
+// with their verdicts, and one judged without some rows names them.
 func SuiteFigures(rows []SuiteRow) []Figure {
 	type setup struct {
 		ranks      int
@@ -61,10 +75,54 @@ func SuiteFigures(rows []SuiteRow) []Figure {
 				mine = append(mine, r)
 			}
 		}
-		for _, f := range setupFigures(mine) {
+		for _, f := range faithfulFigures(mine) {
 			f.Ranks, f.RateBits, f.PeakBits, f.Prio = s.ranks, s.rate, s.peak, s.prio
 			figs = append(figs, f)
 		}
+	}
+	return figs
+}
+
+// faithfulFigures computes the figures of one setup's rows from its
+// faithful ones, and says which figures rows that were not faithful
+// kept from being judged or were left out of.
+func faithfulFigures(rows []SuiteRow) []Figure {
+	var good []SuiteRow
+	bad := map[string]SuiteRow{}
+	for _, r := range rows {
+		if r.Fidelity != nil && !r.Fidelity.Faithful {
+			bad[rowLabel(r)] = r
+			continue
+		}
+		good = append(good, r)
+	}
+	if len(bad) == 0 {
+		return setupFigures(rows)
+	}
+	judged := map[string]Figure{}
+	for _, f := range setupFigures(good) {
+		judged[f.key] = f
+	}
+	var figs []Figure
+	for _, f := range setupFigures(rows) {
+		var left []string
+		for _, l := range f.from {
+			if _, ok := bad[l]; ok && !slices.Contains(left, l) {
+				left = append(left, l)
+			}
+		}
+		if g, ok := judged[f.key]; ok {
+			g.Excluded = left
+			figs = append(figs, g)
+			continue
+		}
+		why := make([]string, len(left))
+		for i, l := range left {
+			why[i] = fmt.Sprintf("%s %s (%s)", l, bad[l].Fidelity.Class, bad[l].Fidelity.Reason)
+		}
+		f.Value, f.Met, f.Detail, f.Excluded = 0, false, "", nil
+		f.NotJudged = "rows not faithful: " + strings.Join(why, "; ")
+		figs = append(figs, f)
 	}
 	return figs
 }
@@ -101,6 +159,7 @@ func setupFigures(rows []SuiteRow) []Figure {
 		}
 		v := r.AvgUS / r.BoundUS
 		figs = append(figs, Figure{
+			key: "bound " + string(op), from: []string{rowLabel(*r)},
 			Name:   fmt.Sprintf("in-network %s %s, over S/B", opTitle(op), FormatSize(figLarge)),
 			Target: fmt.Sprintf("≤ %.2f×", target), Value: v, Met: v <= target,
 			Detail: fmt.Sprintf("%.0f µs, bound %.0f µs", r.AvgUS, r.BoundUS),
@@ -115,6 +174,7 @@ func setupFigures(rows []SuiteRow) []Figure {
 		}
 		v := host.AvgUS / in.AvgUS
 		figs = append(figs, Figure{
+			key: fmt.Sprint("host allreduce ", size), from: []string{rowLabel(*in), rowLabel(*host)},
 			Name:   fmt.Sprintf("in-network Allreduce %s, best host algorithm / in-network", FormatSize(size)),
 			Target: fmt.Sprintf("≥ %.1f×", figAllreduceHost), Value: v, Met: v >= figAllreduceHost,
 			Detail: fmt.Sprintf("%s %.0f µs, in-network %.0f µs", host.Algo, host.AvgUS, in.AvgUS),
@@ -125,6 +185,7 @@ func setupFigures(rows []SuiteRow) []Figure {
 	// worst size decides.
 	worstSpeedup := func(op coll.Operation, minSize, maxSize int, name string) {
 		var worst *Figure
+		var from []string
 		sizes := 0
 		for i := range rows {
 			in := &rows[i]
@@ -136,6 +197,7 @@ func setupFigures(rows []SuiteRow) []Figure {
 				continue
 			}
 			sizes++
+			from = append(from, rowLabel(*in), rowLabel(*host))
 			v := host.AvgUS / in.AvgUS
 			if worst == nil || v < worst.Value {
 				worst = &Figure{Value: v, Detail: fmt.Sprintf("worst at %s: %s %.0f µs, in-network %.0f µs", FormatSize(in.Size), host.Algo, host.AvgUS, in.AvgUS)}
@@ -145,6 +207,7 @@ func setupFigures(rows []SuiteRow) []Figure {
 			worst.Name = fmt.Sprintf("%s, best host algorithm / in-network (%d sizes)", name, sizes)
 			worst.Target = "≥ 1× at every size"
 			worst.Met = worst.Value >= 1
+			worst.key, worst.from = "speedup "+string(op), from
 			figs = append(figs, *worst)
 		}
 	}
@@ -156,6 +219,7 @@ func setupFigures(rows []SuiteRow) []Figure {
 		perCall := func(r *SuiteRow) float64 { return r.CPURanksS / float64(r.Warmup+r.Iters) }
 		v := perCall(chain) / perCall(in)
 		figs = append(figs, Figure{
+			key: "cpu bcast", from: []string{rowLabel(*in), rowLabel(*chain)},
 			Name:   fmt.Sprintf("rank CPU per %s Bcast, chain / in-network", FormatSize(figLarge)),
 			Target: fmt.Sprintf("≥ %d×", figBcastCPU), Value: v, Met: v >= figBcastCPU,
 			Detail: fmt.Sprintf("chain %.2f s, in-network %.2f s per call", perCall(chain), perCall(in)),
@@ -189,12 +253,20 @@ func writeFigures(w *bufio.Writer, figs []Figure) {
 			fmt.Fprintln(w, "| Figure | Target | Measured | | From |")
 			fmt.Fprintln(w, "|---|---|--:|---|---|")
 		}
+		if f.NotJudged != "" {
+			fmt.Fprintf(w, "| %s | %s | – | not judged | %s |\n", f.Name, f.Target, f.NotJudged)
+			continue
+		}
 		verdict := "missed"
 		if f.Met {
 			verdict = "met"
 		}
+		detail := f.Detail
+		if len(f.Excluded) > 0 {
+			detail += "; left out, not faithful: " + strings.Join(f.Excluded, ", ")
+		}
 		// Three decimals: 1.201 misses a 1.2 target, and "1.20×" would
 		// not say why.
-		fmt.Fprintf(w, "| %s | %s | %.3f× | %s | %s |\n", f.Name, f.Target, f.Value, verdict, f.Detail)
+		fmt.Fprintf(w, "| %s | %s | %.3f× | %s | %s |\n", f.Name, f.Target, f.Value, verdict, detail)
 	}
 }

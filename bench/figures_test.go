@@ -3,8 +3,11 @@ package bench
 import (
 	"bufio"
 	"math"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ndma/ndma/testbed/fidelity"
 )
 
 func TestSuiteFigures(t *testing.T) {
@@ -123,4 +126,51 @@ func figuresMarkdown(figs []Figure) string {
 	writeFigures(w, figs)
 	w.Flush()
 	return b.String()
+}
+
+// TestSuiteFiguresFaithful: rows from jobs that were not faithful are
+// never used: a figure that needs them is listed as not judged with their
+// verdicts, and one judged without some of them names them.
+func TestSuiteFiguresFaithful(t *testing.T) {
+	const rate = 100e6
+	bound := func(size int) float64 { return float64(size) * 8 / rate * 1e6 }
+	ok := &fidelity.Verdict{Class: fidelity.Faithful, Faithful: true}
+	busy := &fidelity.Verdict{Class: fidelity.CPUBound, Reason: "testbed 90% of the machine's CPU (limit 60%)"}
+	row := func(op, algo string, size int, avg, cpuRanks float64, v *fidelity.Verdict) SuiteRow {
+		r := newSuiteRow(CollResult{Op: op, Algo: algo, Ranks: 8, Size: size, AvgUS: avg, MinUS: avg, MaxUS: avg, Iters: 8}, 2, rate, cpuRanks, 1)
+		r.Fidelity = v
+		return r
+	}
+	const m16, m4 = 16 << 20, 4 << 20
+	rows := []SuiteRow{
+		row("bcast", "innet", m16, 1.1*bound(m16), 10, ok),
+		row("bcast", "chain", m16, 1.2*bound(m16), 25, busy), // the CPU figure needs it
+		row("allreduce", "innet", m4, 1.1*bound(m4), 1, ok),
+		row("allreduce", "rabenseifner", m4, 1.2*bound(m4), 1, busy), // the fastest host algorithm, left out
+		row("allreduce", "ring", m4, 1.6*bound(m4), 1, nil),          // no verdict: a row from before the monitor
+	}
+	figs := SuiteFigures(rows)
+	if len(figs) != 3 {
+		t.Fatalf("%d figures, want 3: %+v", len(figs), figs)
+	}
+	if f := figs[0]; !strings.HasPrefix(f.Name, "in-network Bcast 16M, over S/B") || f.NotJudged != "" || len(f.Excluded) != 0 || !f.Met {
+		t.Errorf("Bcast bound, from faithful rows: %+v", f)
+	}
+	if f := figs[1]; !strings.HasPrefix(f.Name, "in-network Allreduce 4M, best host") || f.NotJudged != "" ||
+		!slices.Equal(f.Excluded, []string{"allreduce/rabenseifner 4M"}) || math.Abs(f.Value-1.6/1.1) > 1e-9 {
+		t.Errorf("Allreduce 4M against the host algorithms, rabenseifner left out: %+v", f)
+	}
+	if f := figs[2]; !strings.HasPrefix(f.Name, "rank CPU per 16M Bcast") || f.Met || f.Value != 0 ||
+		!strings.Contains(f.NotJudged, "bcast/chain 16M cpu-bound (testbed 90% of the machine's CPU") {
+		t.Errorf("Bcast CPU, its chain row CPU-bound: %+v", f)
+	}
+	md := figuresMarkdown(figs)
+	for _, s := range []string{
+		"| rank CPU per 16M Bcast, chain / in-network | ≥ 2× | – | not judged | rows not faithful: bcast/chain 16M cpu-bound",
+		"; left out, not faithful: allreduce/rabenseifner 4M |",
+	} {
+		if !strings.Contains(md, s) {
+			t.Errorf("figures Markdown lacks %q:\n%s", s, md)
+		}
+	}
 }

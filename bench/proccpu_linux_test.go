@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/ndma/ndma/testbed/fidelity"
 )
 
 // spinArg, as the test binary's first argument, makes it a child that
@@ -46,7 +48,7 @@ func spin(d time.Duration) {
 // wrong field or unit would show.
 func TestProcCPU(t *testing.T) {
 	near := func(got float64, want time.Duration) bool {
-		const tick = 1.0 / clockTicks
+		const tick = 1.0 / fidelity.ClockTicks
 		w := want.Seconds()
 		return got >= 0.9*w-2*tick && got <= 1.1*w+2*tick
 	}

@@ -18,15 +18,12 @@ import (
 
 	"github.com/ndma/ndma/coll"
 	"github.com/ndma/ndma/testbed"
+	"github.com/ndma/ndma/testbed/fidelity"
 )
 
 // DefaultSuiteOps are the collectives a suite measures when
 // SuiteConfig.Ops is empty.
 var DefaultSuiteOps = []coll.Operation{coll.OpBcast, coll.OpReduce, coll.OpAllreduce, coll.OpAllgather, coll.OpBarrier}
-
-// clockTicks is USER_HZ, the unit of the CPU times in /proc/<pid>/stat:
-// 100 on every Linux architecture Go supports.
-const clockTicks = 100
 
 // suiteDownTimeout bounds tearing the testbed down after the run, which
 // happens even when the run's context has ended.
@@ -80,7 +77,8 @@ type SuiteConfig struct {
 	// all jobs, then all again — so that a slow minute of a shared
 	// machine falls on one sample of each job rather than on every sample
 	// of one; each row is then the run with the median Avg (the lower
-	// middle one for an even count), and RunsAvgUS lists every run's.
+	// middle one for an even count) among the job's faithful runs (all
+	// its runs if none was faithful), and RunsAvgUS lists every run's.
 	Repeat int
 	// Keep leaves the testbed up after the run instead of taking it down.
 	Keep bool
@@ -92,6 +90,11 @@ type SuiteConfig struct {
 	// Skipped, if not nil, is called for each MPI job left out after
 	// failing MPITries times, with the job's name and last error.
 	Skipped func(job string, err error)
+	// Fidelity is the rule every job is judged by (SuiteRow.Fidelity);
+	// its zero fields take fidelity's defaults (the testbed at most 60%
+	// of the machine's CPU, a bulk job's bottleneck link busy 90% of its
+	// transfer).
+	Fidelity fidelity.Rule
 }
 
 // SuiteRow is one row of a suite: bench coll's row for one operation,
@@ -134,6 +137,19 @@ type SuiteRow struct {
 	// job, in run order (absent if any run lacks it).
 	StealS     *float64  `json:"steal_s,omitempty"`
 	RunsStealS []float64 `json:"runs_steal_s,omitempty"`
+	// CPUPerMiBRankS is one rank's CPU per MiB of its message, CPURanksS
+	// over Ranks and over Size times Warmup+Iters calls, in seconds per
+	// MiB; CPUPerMiBSwitchS the switch's CPU over the same MiB. Zero for
+	// a Barrier.
+	CPUPerMiBRankS   float64 `json:"cpu_per_mib_rank_s,omitempty"`
+	CPUPerMiBSwitchS float64 `json:"cpu_per_mib_switch_s,omitempty"`
+	// Fidelity is the monitor's verdict on the job: whether it was
+	// faithful (its figures measure the links, not this machine's CPU)
+	// and why. Nil in rows from before it was recorded. RunsFidelity
+	// lists the verdict's class of every run of a repeated job, in run
+	// order (absent if any run lacks one).
+	Fidelity     *fidelity.Verdict `json:"fidelity,omitempty"`
+	RunsFidelity []fidelity.Class  `json:"runs_fidelity,omitempty"`
 }
 
 // suiteJob is one `bench coll` invocation.
@@ -253,14 +269,9 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rows []SuiteRow, err error)
 			return nil, err
 		}
 	}
-	swPID := 0
-	for _, d := range st.Daemons {
-		if d.Role == "switch" {
-			swPID = d.PID
-		}
-	}
-	if swPID == 0 {
-		return nil, errors.New("bench: suite: the testbed has no switch daemon")
+	target, err := fidelity.TargetOf(st)
+	if err != nil {
+		return nil, fmt.Errorf("bench: suite: %w", err)
 	}
 	return runJobs(ctx, jobs, &cfg, func(j suiteJob) (SuiteRow, error) {
 		run := func(ctx context.Context, out io.Writer) error {
@@ -273,7 +284,7 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rows []SuiteRow, err error)
 			}
 			prefix = ""
 		}
-		return runSuiteJob(ctx, st, swPID, j, cfg.Iters, run, prefix)
+		return runSuiteJob(ctx, st, target, cfg.Fidelity, j, cfg.Iters, run, prefix)
 	})
 }
 
@@ -327,8 +338,10 @@ func runJobs(ctx context.Context, jobs []suiteJob, cfg *SuiteConfig, runOne func
 }
 
 // medianRows returns, for each job that has runs, the run with the median
-// Avg (the lower middle one of an even count), with RunsAvgUS listing
-// every run's Avg when there is more than one.
+// Avg (the lower middle one of an even count) among its faithful runs, or
+// among all of them if none was faithful, with RunsAvgUS (and
+// RunsStealS, RunsFidelity) listing every run's when there is more than
+// one.
 func medianRows(runs [][]SuiteRow) []SuiteRow {
 	var rows []SuiteRow
 	for _, rs := range runs {
@@ -341,6 +354,8 @@ func medianRows(runs [][]SuiteRow) []SuiteRow {
 		}
 		avgs := make([]float64, len(rs))
 		steals := make([]float64, len(rs))
+		classes := make([]fidelity.Class, len(rs))
+		var faithful []SuiteRow
 		for k, r := range rs {
 			avgs[k] = r.AvgUS
 			if steals != nil && r.StealS != nil {
@@ -348,12 +363,24 @@ func medianRows(runs [][]SuiteRow) []SuiteRow {
 			} else {
 				steals = nil
 			}
+			if classes != nil && r.Fidelity != nil {
+				classes[k] = r.Fidelity.Class
+			} else {
+				classes = nil
+			}
+			if r.Fidelity != nil && r.Fidelity.Faithful {
+				faithful = append(faithful, r)
+			}
 		}
 		sorted := slices.Clone(rs)
+		if len(faithful) > 0 {
+			sorted = faithful
+		}
 		slices.SortStableFunc(sorted, func(a, b SuiteRow) int { return cmp.Compare(a.AvgUS, b.AvgUS) })
 		row := sorted[(len(sorted)-1)/2]
 		row.RunsAvgUS = avgs
 		row.RunsStealS = steals
+		row.RunsFidelity = classes
 		rows = append(rows, row)
 	}
 	return rows
@@ -376,32 +403,27 @@ func collArgs(bin string, st *testbed.State, j suiteJob, iters int, sync coll.Al
 }
 
 // runSuiteJob runs one job on st with run, which starts its processes as
-// this process's children and waits for them, and measures its CPU; the
-// row is the JSON line of the output that starts with prefix.
-func runSuiteJob(ctx context.Context, st *testbed.State, swPID int, j suiteJob, iters int, run func(context.Context, io.Writer) error, prefix string) (SuiteRow, error) {
+// this process's children and waits for them, under a fidelity monitor
+// watching target, and judges it by rule; the row is the JSON line of the
+// output that starts with prefix.
+func runSuiteJob(ctx context.Context, st *testbed.State, target fidelity.Target, rule fidelity.Rule, j suiteJob, iters int, run func(context.Context, io.Writer) error, prefix string) (SuiteRow, error) {
 	what := fmt.Sprintf("%s/%s size %d", j.op, j.algo, j.size)
-	_, ch0, err := procCPU("self")
+	mon, err := fidelity.Start(ctx, target, 0)
 	if err != nil {
-		return SuiteRow{}, err
+		return SuiteRow{}, fmt.Errorf("bench: suite: %s: %w", what, err)
 	}
-	sw0, _, err := procCPU(strconv.Itoa(swPID))
-	if err != nil {
-		return SuiteRow{}, fmt.Errorf("bench: suite: the switch daemon: %w", err)
-	}
-	steal0, stealOK := stealTicks()
 	var out bytes.Buffer
 	runErr := run(ctx, &out)
-	steal1, stealOK1 := stealTicks()
-	_, ch1, err := procCPU("self")
+	rec, err := mon.Stop(context.WithoutCancel(ctx))
 	if err != nil {
-		return SuiteRow{}, err
-	}
-	sw1, _, err := procCPU(strconv.Itoa(swPID))
-	if err != nil {
-		return SuiteRow{}, fmt.Errorf("bench: suite: the switch daemon after %s: %w", what, err)
+		return SuiteRow{}, fmt.Errorf("bench: suite: %s: %w", what, err)
 	}
 	if runErr != nil {
 		return SuiteRow{}, fmt.Errorf("bench: suite: %s: %w\n%s", what, runErr, tail(out.String(), 20))
+	}
+	verdict, err := rec.Judge(rule)
+	if err != nil {
+		return SuiteRow{}, fmt.Errorf("bench: suite: %s: %w", what, err)
 	}
 	res, err := parseRank0(&out, prefix)
 	if err != nil {
@@ -414,41 +436,12 @@ func runSuiteJob(ctx context.Context, st *testbed.State, swPID int, j suiteJob, 
 	if it != res.Iters {
 		return SuiteRow{}, fmt.Errorf("bench: suite: %s: rank 0 ran %d iterations, expected %d", what, res.Iters, it)
 	}
-	row := newSuiteRow(res, warmup, st.RateBits, ch1-ch0, sw1-sw0)
+	row := newSuiteRow(res, warmup, st.RateBits, verdict.ProcessS["ranks"], verdict.ProcessS["switch"])
 	row.PeakRateBits = st.PeakRateBits
 	row.PriorityQueues = st.QueuePackets > 0
-	if stealOK && stealOK1 {
-		d := float64(max(steal1, steal0)-steal0) / clockTicks
-		row.StealS = &d
-	}
+	row.StealS = verdict.StealS
+	row.Fidelity = &verdict
 	return row, nil
-}
-
-// stealTicks returns the CPU time stolen from this machine's virtual
-// CPUs so far (the steal field of /proc/stat's "cpu" line, all CPUs
-// summed), in USER_HZ ticks; ok is false where the file or the field is
-// missing.
-func stealTicks() (ticks uint64, ok bool) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, false
-	}
-	return parseSteal(b)
-}
-
-// parseSteal reads the steal time, in USER_HZ ticks, from the contents
-// of /proc/stat: "cpu  user nice system idle iowait irq softirq steal ...".
-func parseSteal(b []byte) (uint64, bool) {
-	line, _, _ := bytes.Cut(b, []byte("\n"))
-	f := strings.Fields(string(line))
-	if len(f) < 9 || f[0] != "cpu" {
-		return 0, false
-	}
-	v, err := strconv.ParseUint(f[8], 10, 64)
-	if err != nil {
-		return 0, false
-	}
-	return v, true
 }
 
 // newSuiteRow completes a row from bench coll's result, the warm-up count,
@@ -460,6 +453,10 @@ func newSuiteRow(r CollResult, warmup int, rateBits uint64, ranksS, switchS floa
 	}
 	if calls := r.Iters + warmup; calls > 0 {
 		row.CPUPerCallUS = row.CPUS / float64(calls) * 1e6
+		if mib := float64(r.Size) * float64(calls) / (1 << 20); mib > 0 && r.Ranks > 0 {
+			row.CPUPerMiBRankS = ranksS / float64(r.Ranks) / mib
+			row.CPUPerMiBSwitchS = switchS / mib
+		}
 	}
 	return row
 }
@@ -493,33 +490,10 @@ func parseRank0(r io.Reader, prefix string) (CollResult, error) {
 	return res, nil
 }
 
-// procCPU reads /proc/<pid>/stat and returns the process's user+system
-// time and that of its waited-for children, in seconds.
-func procCPU(pid string) (self, children float64, err error) {
-	b, err := os.ReadFile("/proc/" + pid + "/stat")
-	if err != nil {
-		return 0, 0, err
-	}
-	// The command name, field 2, is in parentheses and may hold spaces.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, 0, fmt.Errorf("/proc/%s/stat: no command name", pid)
-	}
-	// After ")": state (field 3) ... utime (14), stime, cutime, cstime (17).
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 15 {
-		return 0, 0, fmt.Errorf("/proc/%s/stat: %d fields", pid, len(f)+2)
-	}
-	var t [4]float64
-	for k := range t {
-		v, err := strconv.ParseUint(f[11+k], 10, 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("/proc/%s/stat: field %d: %w", pid, 14+k, err)
-		}
-		t[k] = float64(v) / clockTicks
-	}
-	return t[0] + t[1], t[2] + t[3], nil
-}
+// procCPU reads /proc/<pid>/stat ("self": this process) and returns the
+// process's user+system time and that of its waited-for children, in
+// seconds.
+var procCPU = fidelity.ProcessCPU
 
 // tail returns the last n lines of s.
 func tail(s string, n int) string {
@@ -565,76 +539,4 @@ func ReadSuiteJSON(r io.Reader) ([]SuiteRow, error) {
 		rows = append(rows, row)
 	}
 	return rows, sc.Err()
-}
-
-// WriteSuiteMarkdown writes rows as Markdown: a table per operation, in
-// the order the operations first appear, with each row's latency against
-// the S/B bound and its CPU time, then the testbed targets that
-// the rows allow (SuiteFigures), each marked met or missed.
-func WriteSuiteMarkdown(w io.Writer, rows []SuiteRow) error {
-	bw := bufio.NewWriter(w)
-	var ops []string
-	byOp := map[string][]SuiteRow{}
-	for _, r := range rows {
-		if _, ok := byOp[r.Op]; !ok {
-			ops = append(ops, r.Op)
-		}
-		byOp[r.Op] = append(byOp[r.Op], r)
-	}
-	for i, op := range ops {
-		if i > 0 {
-			fmt.Fprintln(bw)
-		}
-		first := byOp[op][0]
-		fmt.Fprintf(bw, "### %s, %d ranks, %s\n\n", op, first.Ranks, LinksText(first.RateBits, first.PeakRateBits, first.PriorityQueues))
-		fmt.Fprintln(bw, "| Algorithm | Size | Avg (µs) | Min (µs) | Max (µs) | S/B bound (µs) | Avg / bound | Iters | CPU ranks (s) | CPU switch (s) | CPU per call (µs) | Steal (s) |")
-		fmt.Fprintln(bw, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
-		for _, r := range byOp[op] {
-			bound, ratio := "–", "–"
-			if r.BoundUS > 0 {
-				bound = fmt.Sprintf("%.1f", r.BoundUS)
-				ratio = fmt.Sprintf("%.2f", r.AvgUS/r.BoundUS)
-			}
-			steal := "–"
-			if r.StealS != nil {
-				steal = fmt.Sprintf("%.2f", *r.StealS)
-			}
-			fmt.Fprintf(bw, "| %s | %s | %.1f | %.1f | %.1f | %s | %s | %d | %.2f | %.2f | %.0f | %s |\n",
-				r.Algo, FormatSize(r.Size), r.AvgUS, r.MinUS, r.MaxUS, bound, ratio, r.Iters, r.CPURanksS, r.CPUSwitchS, r.CPUPerCallUS, steal)
-		}
-	}
-	if len(rows) > 0 {
-		fmt.Fprintln(bw)
-		fmt.Fprintln(bw, "CPU is user+system time of one `ndma bench coll` job per row: all ranks summed, and the switch daemon; "+
-			"it includes process start, joining, warm-up and the barrier before each call. CPU per call divides by warm-up + iterations. "+
-			"Steal is the CPU time the hypervisor gave other tenants of the host during the job, all CPUs together (/proc/stat; – where not reported): "+
-			"on a shared virtual machine it marks rows slowed by neighbours.")
-		for _, r := range rows {
-			if IsMPI(coll.Algo(r.Algo)) {
-				fmt.Fprintln(bw)
-				fmt.Fprintln(bw, "Rows `mpi` are Open MPI on the same hosts and links: bench/mpi/osu_coll.c (the same measurement as bench coll) "+
-					"started by mpirun, one rank per host, TCP BTL, mpi_yield_when_idle (the ranks share the cores), Open MPI's own choice of algorithm; "+
-					"their CPU includes mpirun and orted. `mpi-tuned-NAME`: the same with Open MPI's tuned algorithm NAME forced; "+
-					"`mpi-ndma`: the same program with the MPI interposition library preloaded (collectives through the switch); "+
-					"`mpi-ndma-declined`: preloaded but declining every call (Open MPI's own, after the library's checks).")
-				break
-			}
-		}
-		writeFigures(bw, SuiteFigures(rows))
-	}
-	return bw.Flush()
-}
-
-// LinksText describes a setup's links: "100mbit links", with the peak rate
-// when there is one ("100mbit links, peak 200mbit") and ", priority
-// queues" when the links send control datagrams first.
-func LinksText(rate, peak uint64, prio bool) string {
-	t := testbed.FormatRate(rate) + " links"
-	if peak != 0 {
-		t += ", peak " + testbed.FormatRate(peak)
-	}
-	if prio {
-		t += ", priority queues"
-	}
-	return t
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ndma/ndma/coll"
 	"github.com/ndma/ndma/testbed"
+	"github.com/ndma/ndma/testbed/fidelity"
 )
 
 // suiteRows returns synthetic rows: two sized operations with two
@@ -36,6 +37,12 @@ func suiteRows() []SuiteRow {
 				if size == 1<<20 {
 					steal := 0.125 * float64(ai)
 					row.StealS = &steal
+					// The monitor's verdicts: ring's job CPU-bound.
+					row.Fidelity = &fidelity.Verdict{Class: fidelity.Faithful, Faithful: true, CPUShare: 0.25, MaxCPUShare: 0.6}
+					if a == "ring" {
+						row.Fidelity = &fidelity.Verdict{Class: fidelity.CPUBound, CPUShare: 0.75, MaxCPUShare: 0.6,
+							Reason: "testbed 75% of the machine's CPU (limit 60%)"}
+					}
 				}
 				rows = append(rows, row)
 			}
@@ -54,6 +61,13 @@ func TestNewSuiteRow(t *testing.T) {
 	}
 	if r.CPUS != 0.5 || r.CPUPerCallUS != 0.5/10*1e6 {
 		t.Errorf("CPUS %v, CPUPerCallUS %v; want 0.5 and %v", r.CPUS, r.CPUPerCallUS, 0.5/10*1e6)
+	}
+	// 10 calls of 1 MiB per rank: 0.3 s over 8 ranks and 10 MiB.
+	if r.CPUPerMiBRankS != 0.3/8/10 || r.CPUPerMiBSwitchS != 0.2/10 {
+		t.Errorf("CPU per MiB: rank %v, switch %v; want %v, %v", r.CPUPerMiBRankS, r.CPUPerMiBSwitchS, 0.3/8/10, 0.2/10)
+	}
+	if b := newSuiteRow(CollResult{Op: "barrier", Algo: "innet", Ranks: 8, AvgUS: 1, Iters: 8}, 2, 100e6, 0.3, 0.2); b.CPUPerMiBRankS != 0 || b.CPUPerMiBSwitchS != 0 {
+		t.Errorf("a Barrier has no CPU per MiB: %+v", b)
 	}
 }
 
@@ -99,9 +113,15 @@ func TestWriteSuiteMarkdown(t *testing.T) {
 		"### allreduce, 4 ranks, 100mbit links",
 		"### barrier, 4 ranks, 100mbit links",
 		// 1 MiB at 100 Mbit/s: 83886.1 µs bound; ring is 100+2*bound.
-		"| ring | 1M | 167872.2 | 90.0 | 167892.2 | 83886.1 | 2.00 | 10 | 1.00 | 0.25 | 104167 | 0.12 |",
-		"| innet | 1M | 83986.1 | 90.0 | 167892.2 | 83886.1 | 1.00 | 10 | 0.50 | 0.25 | 62500 | 0.00 |",
-		"| innet | 0 | 50.0 | 40.0 | 60.0 | – | – | 10 | 0.10 | 0.00 | 8333 | – |",
+		// CPU per MiB: ring's 1 s over 4 ranks and 12 MiB (10+2 calls), the switch's 0.25 s over 12 MiB.
+		"| ring | 1M | 167872.2 | 90.0 | 167892.2 | 83886.1 | 2.00 | 10 | 1.00 | 0.25 | 104167 | 20.83 | 20.83 | 0.12 | **cpu-bound** (75%) |",
+		"| innet | 1M | 83986.1 | 90.0 | 167892.2 | 83886.1 | 1.00 | 10 | 0.50 | 0.25 | 62500 | 10.42 | 20.83 | 0.00 | faithful (25%) |",
+		"| innet | 64K | 5342.9 | 90.0 | 10605.8 | 5242.9 | 1.02 | 10 | 0.50 | 0.25 | 62500 | 166.67 | 333.33 | – | – |",
+		"| innet | 0 | 50.0 | 40.0 | 60.0 | – | – | 10 | 0.10 | 0.00 | 8333 | – | – | – | – |",
+		"Rows not faithful (2 of 4):\n\n- bcast/ring 1M: cpu-bound: testbed 75% of the machine's CPU (limit 60%)\n- allreduce/ring 1M: cpu-bound:",
+		"### CPU per byte and per call, 4 ranks, 100mbit links",
+		"| allreduce | ring | 1M | 20.83 (cpu-bound) | 20.83 (cpu-bound) | 8 | 104167 |",
+		"| barrier | innet | – | – | – | – | 8333 |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("Markdown lacks %q:\n%s", want, md)
@@ -112,10 +132,11 @@ func TestWriteSuiteMarkdown(t *testing.T) {
 	if !ok || !strings.Contains(figs, "| in-network Bcast ≤ 64K, best host algorithm / in-network (2 sizes) | ≥ 1× at every size |") {
 		t.Errorf("Markdown lacks the figures section:\n%s", md)
 	}
-	// Every table row has the header's column count.
+	// Every row of the operations' tables has the header's column count.
+	tables, _, _ = strings.Cut(tables, "### CPU per byte")
 	for _, l := range strings.Split(tables, "\n") {
-		if strings.HasPrefix(l, "|") && strings.Count(l, "|") != 13 {
-			t.Errorf("row with %d bars, want 13: %s", strings.Count(l, "|"), l)
+		if strings.HasPrefix(l, "|") && strings.Count(l, "|") != 16 {
+			t.Errorf("row with %d bars, want 16: %s", strings.Count(l, "|"), l)
 		}
 	}
 	buf.Reset()
@@ -300,6 +321,10 @@ func TestSuiteTestbed(t *testing.T) {
 		if r.AvgUS <= 0 || r.MinUS > r.AvgUS || r.MaxUS < r.AvgUS || r.RateBits != 100e6 || r.CPURanksS <= 0 || r.CPUS < r.CPURanksS {
 			t.Errorf("row %d: implausible %+v", i, r)
 		}
+		// Every job judged, on its links' evidence and its CPU.
+		if v := r.Fidelity; v == nil || v.Link == nil || v.MachineS <= 0 || v.WallS <= 0 || v.Reason == "" || v.ProcessS["ranks"] != r.CPURanksS {
+			t.Errorf("row %d: verdict %+v", i, v)
+		}
 	}
 	// Torn down: no state left.
 	if _, err := os.Stat(filepath.Join(stateDir, prefix)); !os.IsNotExist(err) {
@@ -472,30 +497,26 @@ func TestRunJobsRepeat(t *testing.T) {
 	}
 }
 
-// TestParseSteal: the steal field of /proc/stat's first line, in
-// ticks; nothing from a line without it.
-func TestParseSteal(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want uint64
-		ok   bool
-	}{
-		{"cpu  951924 0 267093 2954705 2369 0 57742 19856 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n", 19856, true},
-		{"cpu  1 2 3 4 5 6 7 250\n", 250, true},
-		{"cpu  1 2 3 4 5 6 7\n", 0, false},        // an old kernel: no steal field
-		{"cpu0 1 2 3 4 5 6 7 8 9 10\n", 0, false}, // not the machine's line
-		{"cpu  1 2 3 4 5 6 7 -8\n", 0, false},
-		{"", 0, false},
-	} {
-		got, ok := parseSteal([]byte(c.in))
-		if got != c.want || ok != c.ok {
-			t.Errorf("parseSteal(%q) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
-		}
+// TestMedianRowsFaithful: a repeated job's row is the median of its
+// faithful runs, every run's class listed; with no faithful run, the
+// median of all.
+func TestMedianRowsFaithful(t *testing.T) {
+	run := func(avg float64, c fidelity.Class) SuiteRow {
+		return SuiteRow{CollResult: CollResult{Op: "bcast", Algo: "innet", AvgUS: avg},
+			Fidelity: &fidelity.Verdict{Class: c, Faithful: c == fidelity.Faithful}}
 	}
-	if _, err := os.Stat("/proc/stat"); err == nil {
-		if _, ok := stealTicks(); !ok {
-			t.Error("stealTicks: no steal field in this machine's /proc/stat")
-		}
+	rows := medianRows([][]SuiteRow{
+		// The median of all five is 30, a CPU-bound run; of the faithful
+		// ones (10, 20, 40) it is 20.
+		{run(50, fidelity.CPUBound), run(10, fidelity.Faithful), run(30, fidelity.CPUBound), run(40, fidelity.Faithful), run(20, fidelity.Faithful)},
+		{run(7, fidelity.CPUBound), run(5, fidelity.LinkIdle), run(6, fidelity.CPUBound)},
+	})
+	want := []fidelity.Class{fidelity.CPUBound, fidelity.Faithful, fidelity.CPUBound, fidelity.Faithful, fidelity.Faithful}
+	if len(rows) != 2 || rows[0].AvgUS != 20 || !rows[0].Fidelity.Faithful || !slices.Equal(rows[0].RunsFidelity, want) {
+		t.Errorf("row %+v, want the faithful median 20 and the runs' classes %v", rows[0], want)
+	}
+	if len(rows) == 2 && (rows[1].AvgUS != 6 || rows[1].Fidelity.Faithful) {
+		t.Errorf("no faithful run: %+v, want the median of all, 6", rows[1])
 	}
 }
 

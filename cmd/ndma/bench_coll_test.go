@@ -165,6 +165,20 @@ func TestBenchSuiteFrom(t *testing.T) {
 	if _, err := execute(t, "bench", "suite", "--repeat", "0", "--out", out); err == nil || !strings.Contains(err.Error(), "--repeat") {
 		t.Errorf("--repeat 0: %v, want an error naming --repeat", err)
 	}
+	if _, err := execute(t, "bench", "suite", "--from", a, "--fidelity-cpu", "0.5", "--out", out); err == nil {
+		t.Error("--fidelity-cpu with --from: no error")
+	}
+	// A share of the machine above 0, at most 1, for the suite and for
+	// testbed run (refused before it looks for a testbed).
+	for _, args := range [][]string{
+		{"bench", "suite", "--fidelity-cpu", "0", "--out", out},
+		{"bench", "suite", "--fidelity-cpu", "1.5", "--out", out},
+		{"testbed", "run", "--prefix", "nosuchtb", "--fidelity-cpu", "-0.1", "--", "true"},
+	} {
+		if _, err := execute(t, args...); err == nil || !strings.Contains(err.Error(), "--fidelity-cpu") {
+			t.Errorf("%v: %v, want an error naming --fidelity-cpu", args, err)
+		}
+	}
 }
 
 // TestBenchCollSync: --sync-algo picks the barrier before every call and

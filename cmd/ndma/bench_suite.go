@@ -13,6 +13,7 @@ import (
 	"github.com/ndma/ndma/bench"
 	"github.com/ndma/ndma/coll"
 	"github.com/ndma/ndma/testbed"
+	"github.com/ndma/ndma/testbed/fidelity"
 )
 
 // Files a suite writes into --out.
@@ -31,6 +32,7 @@ type suiteFlags struct {
 	mpiNDMA, algos            string
 	mpiTuned                  bool
 	sync                      string
+	fidelityCPU               float64
 }
 
 func newBenchSuiteCmd() *cobra.Command {
@@ -47,11 +49,20 @@ switch daemon from /proc, so each row carries the CPU of the job that
 measured it: process start, joining, warm-up and the barrier between calls
 included; "CPU per call" divides it by warm-up + iterations calls.
 
+` + fidelityHelp + `
+Each row carries its verdict and why; the testbed targets are judged on
+faithful rows only, and a target whose rows were not faithful is shown as
+not judged, with their verdicts.
+
 Into --out it writes suite.jsonl (JSON Lines: bench coll's row plus
 warmup, rate_bits, bound_us, cpu_ranks_s, cpu_switch_s, cpu_s,
-cpu_per_call_us), suite.md (a Markdown table per operation, with the
-latency over the S/B bound, size*8/rate, then the testbed targets
-the rows allow, each marked met or missed) and, per operation,
+cpu_per_call_us, cpu_per_mib_rank_s and cpu_per_mib_switch_s (one rank's
+and the switch's CPU per MiB of each rank's message) and fidelity (the
+monitor's verdict and evidence)), suite.md (a Markdown table per
+operation, with the latency over the S/B bound, size*8/rate, the CPU and
+each row's verdict, the rows not faithful with why, a table of CPU per
+MiB and per call for each algorithm, then the testbed targets the rows
+allow, each marked met, missed or not judged) and, per operation,
 <op>-latency.png (log-log, with the bound) and <op>-cpu.png. Standard
 output gets the Markdown, or with --json the JSON Lines.
 
@@ -86,7 +97,7 @@ at the end, also on error or Ctrl-C, unless --keep.`,
 	fl.IntVar(&f.mtu, "mtu", testbed.DefaultMTU, "MTU of every interface, in bytes; the ranks and switch use datagrams of MTU-28")
 	fl.StringVar(&f.ops, "ops", "bcast,reduce,allreduce,allgather,barrier", "collectives, comma-separated")
 	fl.StringVar(&f.sizes, "sizes", "8:16M", "message sizes per rank: list and ranges of powers of two, e.g. 8:16M or 4K,1M")
-	fl.IntVar(&f.repeat, "repeat", 1, "run every job this many times, in rounds, and keep each job's median run (the rows list every run's avg_us)")
+	fl.IntVar(&f.repeat, "repeat", 1, "run every job this many times, in rounds, and keep each job's median run, among its faithful runs when it has any (the rows list every run's avg_us and verdict)")
 	fl.IntVar(&f.gmp, "gomaxprocs", 0, "GOMAXPROCS of the testbed's daemons and ranks: 0 = automatic (1 when the switch, hosts and memory nodes outnumber this machine's CPUs), -1 = Go's default")
 	fl.IntVar(&f.iters, "iters", 0, "measured iterations per size (default: by size, as bench coll)")
 	fl.StringVar(&f.out, "out", "bench-suite", "`directory` for suite.jsonl, suite.md and the PNG plots (created if missing)")
@@ -98,6 +109,7 @@ at the end, also on error or Ctrl-C, unless --keep.`,
 	fl.BoolVar(&f.mpiTuned, "mpi-tuned", false, "also measure each operation with every algorithm Open MPI's tuned component can be forced to (algos \"mpi-tuned-NAME\")")
 	fl.StringVar(&f.mpiNDMA, "mpi-ndma", "", "also measure each operation with Open MPI and this MPI interposition `library` preloaded (build/libndma_mpi.so; algos \"mpi-ndma\", \"mpi-ndma-declined\")")
 	fl.StringVar(&f.sync, "sync-algo", string(bench.DefaultSync), "algorithm of the untimed barrier before every NDMA call: recursive_doubling, innet, or auto (as bench coll --sync-algo)")
+	fl.Float64Var(&f.fidelityCPU, "fidelity-cpu", fidelity.DefaultMaxCPUShare, "largest share of this machine's CPU the testbed may use for a job to be faithful, from 0 to 1 (see above)")
 	fl.StringVar(&f.algos, "algos", "", "keep only these algorithms' rows, comma-separated (NDMA's, mpi, mpi-ndma, mpi-ndma-declined, mpi-tuned-NAME); default: all")
 	return cmd
 }
@@ -148,6 +160,10 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 	if err != nil {
 		return err
 	}
+	rule, err := fidelityRule(f.fidelityCPU)
+	if err != nil {
+		return err
+	}
 	if f.out == "" {
 		return errors.New("--out: empty")
 	}
@@ -172,6 +188,7 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 		Sync:     sync,
 		Keep:     f.keep,
 		Progress: prog.callback(),
+		Fidelity: rule,
 	}
 	if f.mpi || f.mpiTuned || f.mpiNDMA != "" {
 		v, err := bench.MPIVersion(ctx)
@@ -248,7 +265,7 @@ func firstLine(s string) string {
 
 // renderSuite is --from: merge earlier runs' rows and write the files.
 func renderSuite(cmd *cobra.Command, f *suiteFlags) error {
-	for _, name := range []string{"hosts", "rate", "peak-rate", "mtu", "ops", "sizes", "iters", "keep", "prefix", "mpi", "mpi-tuned", "mpi-ndma", "algos", "repeat", "gomaxprocs"} {
+	for _, name := range []string{"hosts", "rate", "peak-rate", "mtu", "ops", "sizes", "iters", "keep", "prefix", "mpi", "mpi-tuned", "mpi-ndma", "algos", "repeat", "gomaxprocs", "fidelity-cpu"} {
 		if cmd.Flags().Changed(name) {
 			return fmt.Errorf("--%s cannot be used with --from (it renders rows already measured)", name)
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/testbed"
+	"github.com/ndma/ndma/testbed/fidelity"
 )
 
 // testbedFlagNames maps testbed.Config fields to the flags that set them,
@@ -46,6 +47,7 @@ type testbedFlags struct {
 
 	stall, stallEvery time.Duration // run
 	stallSeed         uint64
+	fidelityCPU       float64
 
 	hosts, memnodes, burst, mtu     int
 	stornodes                       int
@@ -158,7 +160,10 @@ or SIGTERM stops every rank.
 every P (SIGSTOP and SIGCONT to its process group), as a host that does
 not schedule a process for a while: a busy machine, or a hypervisor
 taking a virtual CPU. It makes that disturbance reproducible for
-comparing builds.`,
+comparing builds.
+
+` + fidelityHelp + `
+After the job, run prints the verdict and its evidence on standard error.`,
 		Example: `  sudo ndma testbed run -- sh -c 'echo $NDMA_RANK of $NDMA_SIZE via $NDMA_SWITCH'
   sudo ndma testbed run -- ndma bench coll --op bcast
   sudo NDMA_JOIN_TIMEOUT=2m ndma testbed run -- ndma bench coll --op allreduce
@@ -174,6 +179,7 @@ comparing builds.`,
 	run.Flags().DurationVar(&f.stall, "stall", 0, "freeze one rank drawn at random for this long once every --stall-every (e.g. 4ms); 0: never")
 	run.Flags().DurationVar(&f.stallEvery, "stall-every", 0, "period of --stall, longer than the stall (e.g. 30ms)")
 	run.Flags().Uint64Var(&f.stallSeed, "stall-seed", 0, "seed of the ranks --stall draws (0: a random one)")
+	run.Flags().Float64Var(&f.fidelityCPU, "fidelity-cpu", fidelity.DefaultMaxCPUShare, "largest share of this machine's CPU the testbed may use for the job to be faithful, from 0 to 1 (see above)")
 	cmd.AddCommand(run)
 	cmd.AddCommand(newTestbedMPIRunCmd(&f))
 
@@ -284,6 +290,10 @@ func runTestbedUp(cmd *cobra.Command, f *testbedFlags) error {
 }
 
 func runTestbedRun(cmd *cobra.Command, f *testbedFlags, args []string) error {
+	rule, err := fidelityRule(f.fidelityCPU)
+	if err != nil {
+		return err
+	}
 	st, err := testbed.StatusAt(f.stateDir, f.prefix)
 	if err != nil {
 		return flagError(err)
@@ -309,11 +319,64 @@ func runTestbedRun(cmd *cobra.Command, f *testbedFlags, args []string) error {
 	}
 	ctx, stop := signalContext(cmd)
 	defer stop()
+	stderr := cmd.ErrOrStderr()
+	// The monitor watches the job; a testbed it cannot watch (its switch
+	// daemon gone) still runs the command, without a verdict.
+	var mon *fidelity.Monitor
+	target, err := fidelity.TargetOf(st)
+	if err == nil {
+		mon, err = fidelity.Start(ctx, target, 0)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "ndma testbed run: warning: no fidelity verdict: %v\n", err)
+	}
 	err = testbed.RunWith(ctx, st, args, cmd.OutOrStdout(), opts)
 	if f.stall > 0 {
-		fmt.Fprintf(cmd.ErrOrStderr(), "ndma testbed run: froze a rank %d times for %v\n", stalls.Load(), f.stall)
+		fmt.Fprintf(stderr, "ndma testbed run: froze a rank %d times for %v\n", stalls.Load(), f.stall)
+	}
+	if mon != nil {
+		printVerdict(stderr, "ndma testbed run", mon, rule)
 	}
 	return err
+}
+
+// fidelityHelp describes the fidelity monitor, for the help of the
+// commands that run it.
+const fidelityHelp = `A fidelity monitor watches the job: from /proc, the CPU time of every
+process of the testbed (the job's processes, the switch, memory and
+storage node daemons), the kernel's softirq time (the links' packet work)
+and the time stolen by the hypervisor, against the CPU the machine had over
+the job; the largest run queue; and every link's bytes (the switch ports'
+counters) and tbf statistics. The job is faithful when the testbed used at
+most --fidelity-cpu of the machine's CPU and, for a bulk job (its
+bottleneck link's bytes take at least 0.5 s at the link's rate), that link
+was busy at least 90% of its transfer (the sampling intervals, 50 ms, in
+which it carried at least 5% of its rate); cpu-bound above the CPU share,
+link-idle when the bottleneck idled within it.
+`
+
+// fidelityRule is the rule of --fidelity-cpu share.
+func fidelityRule(share float64) (fidelity.Rule, error) {
+	if share <= 0 || share > 1 {
+		return fidelity.Rule{}, fmt.Errorf("--fidelity-cpu: %v: want a share of the machine above 0, at most 1", share)
+	}
+	return fidelity.Rule{MaxCPUShare: share}, nil
+}
+
+// printVerdict stops mon, judges the job by rule and prints the verdict
+// and its evidence to w, each line starting with who.
+func printVerdict(w io.Writer, who string, mon *fidelity.Monitor, rule fidelity.Rule) {
+	rec, err := mon.Stop(context.Background())
+	if err != nil {
+		fmt.Fprintf(w, "%s: no fidelity verdict: %v\n", who, err)
+		return
+	}
+	v, err := rec.Judge(rule)
+	if err != nil {
+		fmt.Fprintf(w, "%s: no fidelity verdict: %v\n", who, err)
+		return
+	}
+	fmt.Fprintf(w, "%s: fidelity: %s: %s\n%s: %s\n", who, v.Class, v.Reason, who, v.Details())
 }
 
 func runTestbedDown(cmd *cobra.Command, f *testbedFlags) error {

@@ -1,0 +1,209 @@
+package bench
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+
+	"github.com/ndma/ndma/coll"
+	"github.com/ndma/ndma/testbed"
+	"github.com/ndma/ndma/testbed/fidelity"
+)
+
+// WriteSuiteMarkdown writes rows as Markdown: a table per operation, in
+// the order the operations first appear, with each row's latency against
+// the S/B bound and its CPU time, then the testbed targets that
+// the rows allow (SuiteFigures), each marked met or missed.
+func WriteSuiteMarkdown(w io.Writer, rows []SuiteRow) error {
+	bw := bufio.NewWriter(w)
+	var ops []string
+	byOp := map[string][]SuiteRow{}
+	for _, r := range rows {
+		if _, ok := byOp[r.Op]; !ok {
+			ops = append(ops, r.Op)
+		}
+		byOp[r.Op] = append(byOp[r.Op], r)
+	}
+	for i, op := range ops {
+		if i > 0 {
+			fmt.Fprintln(bw)
+		}
+		first := byOp[op][0]
+		fmt.Fprintf(bw, "### %s, %d ranks, %s\n\n", op, first.Ranks, LinksText(first.RateBits, first.PeakRateBits, first.PriorityQueues))
+		fmt.Fprintln(bw, "| Algorithm | Size | Avg (µs) | Min (µs) | Max (µs) | S/B bound (µs) | Avg / bound | Iters | CPU ranks (s) | CPU switch (s) | CPU per call (µs) | Rank CPU per MiB (ms) | Switch CPU per MiB (ms) | Steal (s) | Fidelity |")
+		fmt.Fprintln(bw, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|")
+		for _, r := range byOp[op] {
+			bound, ratio := "–", "–"
+			if r.BoundUS > 0 {
+				bound = fmt.Sprintf("%.1f", r.BoundUS)
+				ratio = fmt.Sprintf("%.2f", r.AvgUS/r.BoundUS)
+			}
+			steal := "–"
+			if r.StealS != nil {
+				steal = fmt.Sprintf("%.2f", *r.StealS)
+			}
+			fmt.Fprintf(bw, "| %s | %s | %.1f | %.1f | %.1f | %s | %s | %d | %.2f | %.2f | %.0f | %s | %s | %s | %s |\n",
+				r.Algo, FormatSize(r.Size), r.AvgUS, r.MinUS, r.MaxUS, bound, ratio, r.Iters, r.CPURanksS, r.CPUSwitchS, r.CPUPerCallUS,
+				perMiBText(r.Size, r.CPUPerMiBRankS), perMiBText(r.Size, r.CPUPerMiBSwitchS), steal, fidelityCell(r))
+		}
+	}
+	if len(rows) > 0 {
+		fmt.Fprintln(bw)
+		fmt.Fprintln(bw, "CPU is user+system time of one `ndma bench coll` job per row: all ranks summed, and the switch daemon; "+
+			"it includes process start, joining, warm-up and the barrier before each call. CPU per call divides by warm-up + iterations. "+
+			"Steal is the CPU time the hypervisor gave other tenants of the host during the job, all CPUs together (/proc/stat; – where not reported): "+
+			"on a shared virtual machine it marks rows slowed by neighbours. "+
+			"CPU per MiB is one rank's CPU (ranks' CPU over the ranks), and the switch's, over each rank's message times the calls, in milliseconds per MiB.")
+		writeFidelity(bw, rows)
+		for _, r := range rows {
+			if IsMPI(coll.Algo(r.Algo)) {
+				fmt.Fprintln(bw)
+				fmt.Fprintln(bw, "Rows `mpi` are Open MPI on the same hosts and links: bench/mpi/osu_coll.c (the same measurement as bench coll) "+
+					"started by mpirun, one rank per host, TCP BTL, mpi_yield_when_idle (the ranks share the cores), Open MPI's own choice of algorithm; "+
+					"their CPU includes mpirun and orted. `mpi-tuned-NAME`: the same with Open MPI's tuned algorithm NAME forced; "+
+					"`mpi-ndma`: the same program with the MPI interposition library preloaded (collectives through the switch); "+
+					"`mpi-ndma-declined`: preloaded but declining every call (Open MPI's own, after the library's checks).")
+				break
+			}
+		}
+		writeCPUCost(bw, rows)
+		writeFigures(bw, SuiteFigures(rows))
+	}
+	return bw.Flush()
+}
+
+// LinksText describes a setup's links: "100mbit links", with the peak rate
+// when there is one ("100mbit links, peak 200mbit") and ", priority
+// queues" when the links send control datagrams first.
+func LinksText(rate, peak uint64, prio bool) string {
+	t := testbed.FormatRate(rate) + " links"
+	if peak != 0 {
+		t += ", peak " + testbed.FormatRate(peak)
+	}
+	if prio {
+		t += ", priority queues"
+	}
+	return t
+}
+
+// perMiBText is a CPU-per-MiB figure in milliseconds, "–" for a Barrier.
+func perMiBText(size int, s float64) string {
+	if size == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", s*1e3)
+}
+
+// fidelityCell is a row's verdict in a table cell: its class and the
+// testbed's share of the machine's CPU, and for an idle link its busy
+// share; "–" where the row has none.
+func fidelityCell(r SuiteRow) string {
+	v := r.Fidelity
+	switch {
+	case v == nil:
+		return "–"
+	case v.Class == fidelity.LinkIdle && v.Link != nil:
+		return fmt.Sprintf("**%s** (%s %.0f%%)", v.Class, v.Link.Name, 100*v.Link.Busy)
+	case v.Faithful:
+		return fmt.Sprintf("%s (%.0f%%)", v.Class, 100*v.CPUShare)
+	}
+	return fmt.Sprintf("**%s** (%.0f%%)", v.Class, 100*v.CPUShare)
+}
+
+// writeFidelity explains the Fidelity column and lists the rows that
+// were not faithful, with why.
+func writeFidelity(w *bufio.Writer, rows []SuiteRow) {
+	var bad []SuiteRow
+	judged, limit := 0, 0.0
+	for _, r := range rows {
+		if r.Fidelity != nil {
+			judged++
+			limit = r.Fidelity.MaxCPUShare
+			if !r.Fidelity.Faithful {
+				bad = append(bad, r)
+			}
+		}
+	}
+	if judged == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Fidelity is the monitor's verdict on each job: faithful when the testbed (its processes and the kernel's softirq time) "+
+		"used at most %.0f%% of the CPU the machine had over the job (the share in parentheses), and a bulk job's bottleneck link was busy "+
+		"at least %.0f%% of its transfer; cpu-bound above that share; link-idle when the link idled within it. "+
+		"The targets below are judged on faithful rows only.\n", 100*limit, 100*fidelityMinBusy(rows))
+	if len(bad) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Rows not faithful (%d of %d):\n\n", len(bad), judged)
+	for _, r := range bad {
+		fmt.Fprintf(w, "- %s: %s: %s\n", rowLabel(r), r.Fidelity.Class, r.Fidelity.Reason)
+	}
+}
+
+// fidelityMinBusy is the link rule's MinBusy the rows were judged by
+// (the first row with link evidence), or the default.
+func fidelityMinBusy(rows []SuiteRow) float64 {
+	for _, r := range rows {
+		if r.Fidelity != nil && r.Fidelity.Link != nil {
+			return r.Fidelity.Link.MinBusy
+		}
+	}
+	return 0.9
+}
+
+// rowLabel names a row: "allreduce/ring 16M", "barrier/innet".
+func rowLabel(r SuiteRow) string {
+	if r.Size == 0 {
+		return r.Op + "/" + r.Algo
+	}
+	return fmt.Sprintf("%s/%s %s", r.Op, r.Algo, FormatSize(r.Size))
+}
+
+// writeCPUCost writes what each operation and algorithm costs in CPU:
+// per MiB at its largest size (one rank's, and the switch's) and per
+// call at its smallest, each row's verdict beside it.
+func writeCPUCost(w *bufio.Writer, rows []SuiteRow) {
+	type key struct{ op, algo string }
+	var keys []key
+	small := map[key]SuiteRow{}
+	large := map[key]SuiteRow{}
+	for _, r := range rows {
+		k := key{r.Op, r.Algo}
+		s, seen := small[k]
+		if !seen {
+			keys = append(keys, k)
+			small[k], large[k] = r, r
+			continue
+		}
+		if r.Size < s.Size {
+			small[k] = r
+		}
+		if r.Size > large[k].Size {
+			large[k] = r
+		}
+	}
+	mark := func(r SuiteRow) string {
+		if r.Fidelity != nil && !r.Fidelity.Faithful {
+			return " (" + string(r.Fidelity.Class) + ")"
+		}
+		return ""
+	}
+	first := rows[0]
+	fmt.Fprintf(w, "\n### CPU per byte and per call, %d ranks, %s\n\n", first.Ranks, LinksText(first.RateBits, first.PeakRateBits, first.PriorityQueues))
+	fmt.Fprintln(w, "| Operation | Algorithm | Largest size | Rank CPU per MiB (ms) | Switch CPU per MiB (ms) | Smallest size | CPU per call (µs) |")
+	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|")
+	for _, k := range keys {
+		l, s := large[k], small[k]
+		size := func(n int) string {
+			if n == 0 {
+				return "–"
+			}
+			return FormatSize(n)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s%s | %s%s | %s | %.0f%s |\n", k.op, k.algo, size(l.Size),
+			perMiBText(l.Size, l.CPUPerMiBRankS), mark(l), perMiBText(l.Size, l.CPUPerMiBSwitchS), mark(l),
+			size(s.Size), s.CPUPerCallUS, mark(s))
+	}
+}
