@@ -1,0 +1,110 @@
+//go:build linux
+
+package coll
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// shmDir is where host segments live: a tmpfs shared by the processes of
+// a host (and of a container: each has its own).
+const shmDir = "/dev/shm"
+
+// shmNamespace identifies the /dev/shm this process sees (its device and
+// inode): processes that share a host but not a /dev/shm (containers)
+// get different host keys. Empty when there is no /dev/shm: the rank then
+// shares memory with nobody.
+func shmNamespace() string {
+	fi, err := os.Stat(shmDir)
+	if err != nil || !fi.IsDir() {
+		return ""
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("shm %d:%d", st.Dev, st.Ino)
+}
+
+// createSegment creates and maps a new segment of size bytes, readable
+// and writable by this user alone, and returns it with its name (for
+// openSegment). The caller unlinks it (unlinkSegment) once every process
+// that needs it has mapped it.
+func createSegment(size int) (*segment, string, error) {
+	var rnd [8]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return nil, "", err
+	}
+	name := fmt.Sprintf("%s%d-%s", shmPrefix, os.Getpid(), hex.EncodeToString(rnd[:]))
+	path := filepath.Join(shmDir, name)
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, "", fmt.Errorf("coll: shared memory: create %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		unix.Unlink(path)
+		return nil, "", fmt.Errorf("coll: shared memory: size %s to %d bytes: %w", path, size, err)
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		unix.Unlink(path)
+		return nil, "", fmt.Errorf("coll: shared memory: map %s: %w", path, err)
+	}
+	return &segment{mem: mem}, name, nil
+}
+
+// openSegment maps the segment another process of the host created.
+func openSegment(name string, size int) (*segment, error) {
+	if !validSegmentName(name) {
+		return nil, fmt.Errorf("%w: shared memory: segment name %q", ErrArg, name)
+	}
+	path := filepath.Join(shmDir, name)
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("coll: shared memory: open %s (the host leader's segment; do the ranks share this /dev/shm?): %w", path, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("coll: shared memory: %s: %w", path, err)
+	}
+	if st.Size != int64(size) {
+		return nil, fmt.Errorf("%w: shared memory: %s holds %d bytes, want %d (ranks of one host disagree on the host's layout)", ErrArg, path, st.Size, size)
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("coll: shared memory: map %s: %w", path, err)
+	}
+	return &segment{mem: mem}, nil
+}
+
+// unlinkSegment removes the segment's name: its memory stays mapped by
+// those that mapped it and goes when the last of them unmaps it or
+// exits.
+func unlinkSegment(name string) error {
+	if !validSegmentName(name) {
+		return nil
+	}
+	if err := unix.Unlink(filepath.Join(shmDir, name)); err != nil && err != unix.ENOENT {
+		return fmt.Errorf("coll: shared memory: unlink %s: %w", name, err)
+	}
+	return nil
+}
+
+// unmap releases the mapping.
+func (s *segment) unmap() error {
+	if s.mem == nil {
+		return nil
+	}
+	err := unix.Munmap(s.mem)
+	s.mem = nil
+	return err
+}

@@ -1,0 +1,19 @@
+//go:build !linux
+
+package coll
+
+import "errors"
+
+// errNoShm is the error of shared memory where it is not implemented.
+var errNoShm = errors.New("coll: shared memory segments need Linux (/dev/shm)")
+
+// shmNamespace is empty: no rank shares memory with another.
+func shmNamespace() string { return "" }
+
+func createSegment(int) (*segment, string, error) { return nil, "", errNoShm }
+
+func openSegment(string, int) (*segment, error) { return nil, errNoShm }
+
+func unlinkSegment(string) error { return nil }
+
+func (s *segment) unmap() error { s.mem = nil; return nil }
