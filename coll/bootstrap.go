@@ -446,14 +446,9 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 		return New(ctx, Config{Endpoint: c.ep, Rank: newRank, Size: len(members), Switch: c.sw, Job: job, Token: c.token, Insecure: c.insecure, Logger: c.log,
 			Liveness: c.liveness, JoinTimeout: c.joinTimeout})
 	}
-	sub, err := New(ctx, Config{Endpoint: c.ep, Rank: newRank, Size: len(members), Peers: peers, Logger: c.log, Liveness: c.liveness})
-	if err != nil {
-		return nil, err
-	}
 	// A context id of its own: derived from the parent's, the split and
 	// the color, the same on every member.
 	h := fnv.New32a()
 	fmt.Fprintf(h, "%d/%d/%d", c.id, nsplit, color)
-	sub.id = h.Sum32() | 1<<31
-	return sub, nil
+	return newComm(ctx, Config{Endpoint: c.ep, Rank: newRank, Size: len(members), Peers: peers, Logger: c.log, Liveness: c.liveness}, h.Sum32()|1<<31)
 }

@@ -165,6 +165,13 @@ type Communicator struct {
 // New creates a communicator. With a switch it blocks until every rank has
 // joined (or ctx ends).
 func New(ctx context.Context, cfg Config) (*Communicator, error) {
+	return newComm(ctx, cfg, 1)
+}
+
+// newComm is New with the context id of a communicator without a switch
+// (Split gives each of its communicators its own): set before the
+// receives for abort messages are posted, which match on it.
+func newComm(ctx context.Context, cfg Config, id uint32) (*Communicator, error) {
 	if cfg.Endpoint == nil {
 		return nil, fmt.Errorf("%w: no endpoint", ErrArg)
 	}
@@ -212,7 +219,7 @@ func New(ctx context.Context, cfg Config) (*Communicator, error) {
 		}
 	case len(cfg.Peers) == cfg.Size:
 		c.peers = append([]netip.AddrPort(nil), cfg.Peers...)
-		c.id = 1
+		c.id = id
 	default:
 		return nil, fmt.Errorf("%w: need a Switch, or Peers for all %d ranks", ErrArg, cfg.Size)
 	}
