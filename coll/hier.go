@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
@@ -86,6 +87,10 @@ type hierarchy struct {
 	calls uint64 // calls made
 	// stepped: the current call reached the leaders' step.
 	stepped bool
+
+	// silent, set by tests, stands for a crashed process: the rank
+	// writes nothing more to the segment.
+	silent atomic.Bool
 }
 
 // hostLayout groups the world's ranks by host key (32 bytes each, all

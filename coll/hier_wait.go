@@ -30,6 +30,9 @@ const (
 // stopped for a reason of its own): the error names that rank.
 var ErrHostAborted = errors.New("coll: a rank of this host gave up the collective")
 
+// errSilent is the error of a rank that tests made silent.
+var errSilent = errors.New("coll: this rank was made silent (a test's crash)")
+
 // Abort word: the kind in the top byte, the world rank + 1 below.
 const (
 	abortRank = 1 // a rank died or went silent: the rank
@@ -48,7 +51,7 @@ func (h *hierarchy) fail(err error) {
 		h.broken = err
 	}
 	h.mu.Unlock()
-	if h.seg == nil {
+	if h.seg == nil || h.silent.Load() {
 		return
 	}
 	var re *RankError
@@ -116,6 +119,9 @@ func (h *hierarchy) check(ctx context.Context, dead bool) error {
 // local rank has.
 func (h *hierarchy) sync(ctx context.Context) error {
 	h.gen++
+	if h.silent.Load() {
+		return &RankError{Rank: h.world.rank, Err: errSilent, Self: true}
+	}
 	h.seg.gen(h.me).Store(h.gen)
 	for j := range h.local {
 		if j != h.me {
@@ -178,7 +184,7 @@ func (h *hierarchy) between(ctx context.Context, f func(ctx context.Context) err
 				return
 			case <-t.C:
 			}
-			if h.seg != nil {
+			if h.seg != nil && !h.silent.Load() {
 				h.seg.beat(h.me).Add(1)
 			}
 			if err := h.worldDead(); err != nil {
@@ -199,6 +205,12 @@ func (h *hierarchy) between(ctx context.Context, f func(ctx context.Context) err
 		if errors.As(cause, &re) || errors.Is(cause, ErrArg) {
 			return cause
 		}
+	}
+	var re *RankError
+	if errors.As(err, &re) && re.Rank >= 0 && re.Rank < len(h.lead) {
+		// The leaders' communicator numbers the hosts: name the world
+		// rank.
+		return &RankError{Rank: h.lead[re.Rank], Err: re.Err, Self: re.Self}
 	}
 	return err
 }
