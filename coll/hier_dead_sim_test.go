@@ -72,7 +72,7 @@ func TestSimHierarchyDeadRank(t *testing.T) {
 func hierKill(t *testing.T, comms []*Communicator, victim int, innet bool, killAfter, bound time.Duration) {
 	n := len(comms)
 	errs := make([]error, n)
-	took := make([]time.Duration, n)
+	failedAt := make([]time.Time, n)
 	calls := make([]int, n)
 	var killed time.Time
 	vctx, kill := context.WithCancel(context.Background())
@@ -87,7 +87,7 @@ func hierKill(t *testing.T, comms []*Communicator, victim int, innet bool, killA
 			for {
 				if err := hierCall(ctx, c, calls[r]); err != nil {
 					errs[r] = err
-					took[r] = time.Since(killed)
+					failedAt[r] = time.Now()
 					return
 				}
 				calls[r]++
@@ -102,6 +102,10 @@ func hierKill(t *testing.T, comms []*Communicator, victim int, innet bool, killA
 	kill()
 	comms[victim].ep.Close()
 	wg.Wait()
+	took := make([]time.Duration, n)
+	for r, at := range failedAt {
+		took[r] = at.Sub(killed)
+	}
 	named := 0
 	for r, err := range errs {
 		if r == victim {
