@@ -35,7 +35,7 @@ func hierCall(ctx context.Context, c *Communicator, call int) error {
 // death (heartbeat timeout); without, Config.Liveness per rank a
 // failure travels through — and no segment is left in /dev/shm.
 func TestSimHierarchyDeadRank(t *testing.T) {
-	needShm(t)
+	simShm(t)
 	l := hierLayouts[2]
 	n := len(l.host)
 	const liveness = 250 * time.Millisecond
@@ -135,7 +135,7 @@ func hierKill(t *testing.T, comms []*Communicator, victim int, innet bool, killA
 // segment fails the leader's New after Config.Liveness, and the segment
 // is gone from /dev/shm all the same.
 func TestSimHierarchySetupCrash(t *testing.T) {
-	needShm(t)
+	simShm(t)
 	l := hierLayout{"1x3", []int{0, 0, 0}, 1}
 	const victim = 2
 	errDied := errors.New("rank died before mapping the segment")
@@ -166,7 +166,7 @@ func TestSimHierarchySetupCrash(t *testing.T) {
 // the others fails the call on every rank with ErrArg, on its host
 // through the segment and on the others through the leaders.
 func TestSimHierarchyArgMismatch(t *testing.T) {
-	needShm(t)
+	simShm(t)
 	l := hierLayouts[2]
 	for _, innet := range []bool{true, false} {
 		t.Run(fmt.Sprintf("innet=%v", innet), func(t *testing.T) {

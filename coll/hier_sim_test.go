@@ -39,6 +39,16 @@ func needShm(t *testing.T) {
 	}
 }
 
+// simShm is needShm for a test in a synctest bubble: its waits sleep
+// (in virtual time) instead of blocking on a futex.
+func simShm(t *testing.T) {
+	t.Helper()
+	needShm(t)
+	old := shmSleepWaits
+	shmSleepWaits = true
+	t.Cleanup(func() { shmSleepWaits = old })
+}
+
 // hierConfig runs the ranks of layout l with HierarchyAuto, each host a
 // HostID of its own.
 func hierConfig(l hierLayout, more func(*Config)) func(*Config) {
@@ -167,7 +177,7 @@ var (
 // switch (in-network steps between the leaders) and without, against a
 // reference computed here; no segment is left in /dev/shm.
 func TestSimHierarchyMatrix(t *testing.T) {
-	needShm(t)
+	simShm(t)
 	for _, l := range hierLayouts {
 		for _, innet := range []bool{false, true} {
 			name := l.name + "/host"
@@ -273,7 +283,7 @@ func hierMatrixBcast(t *testing.T, comms []*Communicator) {
 // bitwise the same on every rank and from call to call; on one host they
 // are the left fold in rank order, x0 ⊕ x1 ⊕ x2 ⊕ x3.
 func TestSimHierarchyDeterministic(t *testing.T) {
-	needShm(t)
+	simShm(t)
 	for _, l := range []hierLayout{hierLayouts[0], hierLayouts[2]} {
 		for _, innet := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/innet=%v", l.name, innet), func(t *testing.T) {
@@ -323,7 +333,7 @@ func TestSimHierarchyDeterministic(t *testing.T) {
 // TestSimHierarchyOneHostNoNetwork: on one host without a switch, the
 // two-level collectives send no datagram.
 func TestSimHierarchyOneHostNoNetwork(t *testing.T) {
-	needShm(t)
+	simShm(t)
 	l := hierLayouts[0]
 	simWorldConfig(t, len(l.host), false, figLink(), 5, hierConfig(l, nil), func(t *testing.T, _ *simnet.Network, comms []*Communicator) {
 		defer closeComms(t, comms)
@@ -359,7 +369,7 @@ func TestSimHierarchyOneHostNoNetwork(t *testing.T) {
 // TestSimHierarchyNonBlocking: overlapping non-blocking two-level calls
 // complete in call order with the right results.
 func TestSimHierarchyNonBlocking(t *testing.T) {
-	needShm(t)
+	simShm(t)
 	l := hierLayouts[2]
 	n := len(l.host)
 	simWorldConfig(t, n, true, figLink(), 11, hierConfig(l, nil), func(t *testing.T, _ *simnet.Network, comms []*Communicator) {

@@ -12,18 +12,28 @@ import (
 )
 
 // How a rank waits for another of its host in the segment: it spins a
-// little (the other is usually a step away), then sleeps, doubling the
-// sleep up to shmMaxSleep. Between sleeps it checks its context, the
-// host's abort word and, with a switch, whether the switch reported a
-// rank dead; a rank that shows no progress (its phase count or its
-// heartbeat) for Config.Liveness is taken for dead.
+// little (the other is usually a step away), then blocks in the kernel
+// on the other's phase count (a futex, which the other wakes when it
+// publishes a phase) for at most shmBlock at a time. Between those it
+// checks its context, the host's abort word and, with a switch,
+// whether the switch reported a rank dead; a rank that shows no
+// progress (its phase count or its heartbeat) for Config.Liveness is
+// taken for dead.
 const (
-	shmSpins    = 200
+	shmSpins = 200
+	shmBlock = time.Millisecond
+	// shmMaxSleep bounds a sleep between checks where waits sleep
+	// instead (shmSleepWaits).
 	shmMaxSleep = 50 * time.Microsecond
 	// shmBeat is how often a leader working between hosts bumps its
 	// heartbeat, and checks the switch's reports of dead ranks.
 	shmBeat = 5 * time.Millisecond
 )
+
+// shmSleepWaits makes waits sleep rather than block on a futex: tests
+// that run in a synctest bubble set it, as a bubble's virtual clock only
+// moves while every goroutine is blocked in Go, never in a system call.
+var shmSleepWaits = !haveFutex
 
 // ErrHostAborted is the cause in a *RankError of a two-level collective
 // that another rank of the host gave up (its context ended, or it
@@ -123,6 +133,9 @@ func (h *hierarchy) sync(ctx context.Context) error {
 		return &RankError{Rank: h.world.rank, Err: errSilent, Self: true}
 	}
 	h.seg.gen(h.me).Store(h.gen)
+	if h.seg.waiters(h.me).Load() > 0 {
+		futexWakeAll(h.seg.genWord(h.me))
+	}
 	for j := range h.local {
 		if j != h.me {
 			if err := h.wait(ctx, j, h.gen); err != nil {
@@ -148,8 +161,14 @@ func (h *hierarchy) wait(ctx context.Context, j int, target uint64) error {
 		if err := h.check(ctx, polls%32 == 0); err != nil {
 			return err
 		}
-		time.Sleep(sleep)
-		sleep = min(2*sleep, shmMaxSleep)
+		if shmSleepWaits {
+			time.Sleep(sleep)
+			sleep = min(2*sleep, shmMaxSleep)
+		} else {
+			h.seg.waiters(j).Add(1)
+			futexSleep(h.seg.genWord(j), uint32(lastGen), shmBlock)
+			h.seg.waiters(j).Add(-1)
+		}
 		v, w := g.Load(), b.Load()
 		switch {
 		case v >= target:

@@ -12,7 +12,8 @@ import (
 //	[0, 64)            the abort word (abortWord)
 //	[64·(1+j), +64)    local rank j's line: its phase count (gen), its
 //	                   heartbeat (beat) and its calls' arguments (arg),
-//	                   each a uint64 that only rank j writes
+//	                   each a uint64 that only rank j writes, and the
+//	                   count of ranks blocked on its phase (waiters)
 //	[dataOff, +L·C)    one input slot of shmChunk bytes per local rank
 //	[.., +2·C)         two result regions, used in turn
 //
@@ -70,6 +71,19 @@ func (s *segment) beat(j int) *atomic.Uint64 { return s.word(shmLine*(1+j) + 8) 
 // turn (a rank runs at most one call ahead of the others).
 func (s *segment) arg(j int, call uint64) *atomic.Uint64 {
 	return s.word(shmLine*(1+j) + 16 + 8*int(call&1))
+}
+
+// genWord is the low half of local rank j's phase count (the machines
+// are little-endian), the futex word its waiters block on.
+func (s *segment) genWord(j int) *uint32 {
+	return (*uint32)(unsafe.Pointer(&s.mem[shmLine*(1+j)]))
+}
+
+// waiters counts the ranks blocked in the kernel on local rank j's
+// phase count: j wakes them when it publishes a phase, and makes no
+// system call when there are none.
+func (s *segment) waiters(j int) *atomic.Int32 {
+	return (*atomic.Int32)(unsafe.Pointer(&s.mem[shmLine*(1+j)+32]))
 }
 
 // slot is local rank j's input slot.

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -108,3 +110,25 @@ func (s *segment) unmap() error {
 	s.mem = nil
 	return err
 }
+
+// Futex operations (linux/futex.h) on a word of the shared segment: not
+// FUTEX_PRIVATE, as the word is shared between processes.
+const (
+	futexWait = 0
+	futexWake = 1
+)
+
+// futexSleep blocks while *addr holds val, for at most d (or until woken;
+// spurious wake-ups and interrupts return early).
+func futexSleep(addr *uint32, val uint32, d time.Duration) {
+	ts := unix.NsecToTimespec(int64(d))
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWait, uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+// futexWakeAll wakes every process blocked on addr.
+func futexWakeAll(addr *uint32) {
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWake, uintptr(1<<31-1), 0, 0, 0)
+}
+
+// haveFutex: waits block in the kernel until woken.
+const haveFutex = true

@@ -2,7 +2,10 @@
 
 package coll
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // errNoShm is the error of shared memory where it is not implemented.
 var errNoShm = errors.New("coll: shared memory segments need Linux (/dev/shm)")
@@ -17,3 +20,10 @@ func openSegment(string, int) (*segment, error) { return nil, errNoShm }
 func unlinkSegment(string) error { return nil }
 
 func (s *segment) unmap() error { s.mem = nil; return nil }
+
+// No futex: waits sleep (there is no segment to wait on anyway).
+const haveFutex = false
+
+func futexSleep(addr *uint32, val uint32, d time.Duration) { time.Sleep(d) }
+
+func futexWakeAll(*uint32) {}
