@@ -75,6 +75,7 @@ type hierarchy struct {
 	seg     *segment      // nil when this rank is alone on its host
 	world   *Communicator
 	idle    time.Duration // Config.Liveness (0: no bound)
+	pidns   uint64        // this process's PID namespace (0: unknown)
 
 	mu     sync.Mutex
 	last   chan struct{} // closed when the latest call so far ends
@@ -218,6 +219,7 @@ func (h *hierarchy) mapSegment(ctx context.Context) error {
 		} else {
 			seg.ranks = n
 			h.seg = seg
+			h.publishPid()
 		}
 		if serr := c.send(ctx, h.local[0], tAck, ack); serr != nil && err == nil {
 			err = serr
@@ -268,7 +270,15 @@ func (h *hierarchy) mapSegment(ctx context.Context) error {
 		return fmt.Errorf("coll: hierarchy: the host's segment: %w", err)
 	}
 	h.seg = seg
+	h.publishPid()
 	return nil
+}
+
+// publishPid writes this process's id and PID namespace into its line.
+func (h *hierarchy) publishPid() {
+	h.pidns = pidNamespace()
+	h.seg.pidNS(h.me).Store(h.pidns)
+	h.seg.pid(h.me).Store(uint64(os.Getpid()))
 }
 
 // close ends the hierarchy: once the last call ended (or ctx ends), the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -194,4 +196,72 @@ func TestSimHierarchyArgMismatch(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestSimHierarchyProcessGone: a rank whose process no longer exists (its
+// line in the segment names a process that exited) fails its host's
+// calls, naming it, with no liveness bound and no switch to say so: a
+// rank that waits on it finds the process gone, the others learn it
+// from the host's abort word.
+func TestSimHierarchyProcessGone(t *testing.T) {
+	simShm(t)
+	prog, args := os.Args[0], []string{"-test.run=^$"}
+	if p, err := exec.LookPath("true"); err == nil {
+		prog, args = p, nil
+	}
+	child := exec.Command(prog, args...)
+	if err := child.Run(); err != nil {
+		t.Skipf("cannot run a child process: %v", err)
+	}
+	dead := child.Process.Pid
+	if !processGone(dead) {
+		t.Skipf("process %d exited but its id is taken again", dead)
+	}
+	if processGone(os.Getpid()) {
+		t.Fatal("this process counts as gone")
+	}
+	l := hierLayout{"1x3", []int{0, 0, 0}, 1}
+	const victim = 2
+	configure := hierConfig(l, func(cfg *Config) { cfg.Liveness = -1 })
+	simWorldConfig(t, len(l.host), false, figLink(), 61, configure, func(t *testing.T, _ *simnet.Network, comms []*Communicator) {
+		defer closeComms(t, comms)
+		vctx, kill := context.WithCancel(context.Background())
+		errs := make([]error, len(comms))
+		var wg sync.WaitGroup
+		for r, c := range comms {
+			ctx := context.Background()
+			if r == victim {
+				ctx = vctx
+			}
+			wg.Go(func() {
+				for call := 0; ; call++ {
+					if errs[r] = hierCall(ctx, c, call); errs[r] != nil {
+						return
+					}
+				}
+			})
+		}
+		time.Sleep(2 * time.Millisecond)
+		h := comms[victim].hier
+		h.silent.Store(true)
+		h.seg.pid(h.me).Store(uint64(dead))
+		kill()
+		wg.Wait()
+		found := 0
+		for r, err := range errs {
+			if r == victim {
+				continue
+			}
+			var re *RankError
+			if !errors.As(err, &re) || re.Rank != victim {
+				t.Errorf("rank %d: %v, want a RankError naming rank %d", r, err, victim)
+			}
+			if errors.Is(err, errProcessGone) {
+				found++ // the others may learn it from the abort word
+			}
+		}
+		if found == 0 {
+			t.Errorf("no rank found rank %d's process gone: %v", victim, errs)
+		}
+	})
 }

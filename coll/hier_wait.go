@@ -125,6 +125,23 @@ func (h *hierarchy) check(ctx context.Context, dead bool) error {
 	return nil
 }
 
+// errProcessGone is the cause in a *RankError of a rank whose process no
+// longer exists.
+var errProcessGone = errors.New("coll: its process is gone (it exited or was killed)")
+
+// gone returns a *RankError when local rank j's process no longer
+// exists (checked only where process ids mean the same as here).
+func (h *hierarchy) gone(j int) error {
+	ns := h.seg.pidNS(j).Load()
+	if ns == 0 || ns != h.pidns {
+		return nil
+	}
+	if processGone(int(h.seg.pid(j).Load())) {
+		return &RankError{Rank: h.local[j], Err: errProcessGone}
+	}
+	return nil
+}
+
 // sync completes a phase: this rank publishes it, then waits until every
 // local rank has.
 func (h *hierarchy) sync(ctx context.Context) error {
@@ -160,6 +177,11 @@ func (h *hierarchy) wait(ctx context.Context, j int, target uint64) error {
 	for polls := 0; ; polls++ {
 		if err := h.check(ctx, polls%32 == 0); err != nil {
 			return err
+		}
+		if polls%32 == 16 {
+			if err := h.gone(j); err != nil {
+				return err
+			}
 		}
 		if shmSleepWaits {
 			time.Sleep(sleep)

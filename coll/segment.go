@@ -13,7 +13,8 @@ import (
 //	[64·(1+j), +64)    local rank j's line: its phase count (gen), its
 //	                   heartbeat (beat) and its calls' arguments (arg),
 //	                   each a uint64 that only rank j writes, and the
-//	                   count of ranks blocked on its phase (waiters)
+//	                   count of ranks blocked on its phase (waiters),
+//	                   its process id and PID namespace
 //	[dataOff, +L·C)    one input slot of shmChunk bytes per local rank
 //	[.., +2·C)         two result regions, used in turn
 //
@@ -85,6 +86,12 @@ func (s *segment) genWord(j int) *uint32 {
 func (s *segment) waiters(j int) *atomic.Int32 {
 	return (*atomic.Int32)(unsafe.Pointer(&s.mem[shmLine*(1+j)+32]))
 }
+
+// pid is local rank j's process id and pidNS its PID namespace (an
+// inode number), written once at setup: a waiter in the same namespace
+// checks that the process still exists.
+func (s *segment) pid(j int) *atomic.Uint64   { return s.word(shmLine*(1+j) + 40) }
+func (s *segment) pidNS(j int) *atomic.Uint64 { return s.word(shmLine*(1+j) + 48) }
 
 // slot is local rank j's input slot.
 func (s *segment) slot(j int) []byte {

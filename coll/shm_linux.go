@@ -132,3 +132,22 @@ func futexWakeAll(addr *uint32) {
 
 // haveFutex: waits block in the kernel until woken.
 const haveFutex = true
+
+// pidNamespace is the inode of this process's PID namespace (0 if
+// unknown): process ids mean the same only within one.
+func pidNamespace() uint64 {
+	fi, err := os.Stat("/proc/self/ns/pid")
+	if err != nil {
+		return 0
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0
+	}
+	return st.Ino
+}
+
+// processGone reports whether process pid no longer exists.
+func processGone(pid int) bool {
+	return pid > 0 && unix.Kill(pid, 0) == unix.ESRCH
+}

@@ -27,3 +27,7 @@ const haveFutex = false
 func futexSleep(addr *uint32, val uint32, d time.Duration) { time.Sleep(d) }
 
 func futexWakeAll(*uint32) {}
+
+func pidNamespace() uint64 { return 0 }
+
+func processGone(int) bool { return false }
