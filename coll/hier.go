@@ -41,7 +41,7 @@ const (
 // ParseHierarchy reads "auto" or "off" (NDMA_HIERARCHY).
 func ParseHierarchy(s string) (Hierarchy, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "auto", "on":
+	case "auto":
 		return HierarchyAuto, nil
 	case "off", "":
 		return HierarchyOff, nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -85,5 +86,23 @@ func TestHierarchyFromLaunch(t *testing.T) {
 	}
 	if left := segmentsLeft(t); len(left) > 0 {
 		t.Fatalf("segments left: %v", left)
+	}
+}
+
+// TestSegmentName: a segment name another rank sends is opened only if it
+// is one createSegment makes: never a path, never another file.
+func TestSegmentName(t *testing.T) {
+	for name, ok := range map[string]bool{
+		"ndma-1234-0123456789abcdef":      true,
+		"ndma-1-ff":                       true,
+		"ndma-../../etc/passwd":           false,
+		"ndma-12/34":                      false,
+		"other-1234-00":                   false,
+		"ndma-1234-0123456789ABCDEF":      false,
+		"ndma-" + strings.Repeat("a", 64): false,
+	} {
+		if validSegmentName(name) != ok {
+			t.Errorf("%q: valid %v, want %v", name, !ok, ok)
+		}
 	}
 }
