@@ -58,7 +58,8 @@ type Launch struct {
 	// Hierarchy (NDMA_HIERARCHY: "auto" or "off"; off when unset) and
 	// HostID (NDMA_HOST_ID; empty: HostKey) become Config.Hierarchy and
 	// Config.HostID: with auto, the ranks that share a host run
-	// Barrier, Bcast, Reduce and Allreduce through shared memory.
+	// Barrier, Bcast, Reduce, Allreduce and Allgather through shared
+	// memory.
 	Hierarchy Hierarchy
 	HostID    string
 	Source    string // which variables it came from, for messages

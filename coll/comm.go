@@ -73,7 +73,8 @@ type Config struct {
 	// Hierarchy chooses two-level collectives for ranks that share a
 	// host: with HierarchyAuto, New exchanges host keys (a collective of
 	// every rank) and, when some host has more than one rank, Barrier,
-	// Bcast, Reduce and Allreduce (blocking and not) go through a
+	// Bcast, Reduce, Allreduce and Allgather (blocking and not) go
+	// through a
 	// shared-memory segment inside each host and over the network only
 	// between one leader per host. The zero value, HierarchyOff, sends
 	// every collective over the network. Communicators made by Split

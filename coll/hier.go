@@ -17,8 +17,8 @@ import (
 
 // Two-level collectives. Ranks that share a host (the same host key:
 // Config.HostID, else HostKey) share a memory segment (segment.go); with
-// Config.Hierarchy set to HierarchyAuto, Barrier, Bcast, Reduce and
-// Allreduce run in two levels: inside each host through that segment,
+// Config.Hierarchy set to HierarchyAuto, Barrier, Bcast, Reduce,
+// Allreduce and Allgather run in two levels: inside each host through that segment,
 // between hosts by one leader per host (the host's lowest rank) on a
 // communicator of the leaders (in-network or host algorithms, as
 // chosen for the call), then inside each host again. A job on one host
@@ -34,7 +34,7 @@ const (
 	HierarchyOff Hierarchy = iota
 	// HierarchyAuto: the ranks exchange host keys when the communicator
 	// is created; when some host has more than one rank, Barrier,
-	// Bcast, Reduce and Allreduce run in two levels.
+	// Bcast, Reduce, Allreduce and Allgather run in two levels.
 	HierarchyAuto
 )
 
@@ -66,16 +66,18 @@ func HostKey() string {
 // hierarchy is a communicator's two-level state: its host's ranks, the
 // shared segment and the leaders' communicator.
 type hierarchy struct {
-	local   []int         // world ranks on this host, ascending; local[0] leads
-	me      int           // this rank's index in local
-	leaders *Communicator // the hosts' leaders (nil elsewhere, or with one host)
-	hosts   int           // number of hosts
-	hostOf  []int         // host index of every world rank
-	lead    []int         // leader (world rank) of every host
-	seg     *segment      // nil when this rank is alone on its host
-	world   *Communicator
-	idle    time.Duration // Config.Liveness (0: no bound)
-	pidns   uint64        // this process's PID namespace (0: unknown)
+	local     []int         // world ranks on this host, ascending; local[0] leads
+	me        int           // this rank's index in local
+	leaders   *Communicator // the hosts' leaders (nil elsewhere, or with one host)
+	hosts     int           // number of hosts
+	hostOf    []int         // host index of every world rank
+	lead      []int         // leader (world rank) of every host
+	hostRanks [][]int       // every host's ranks, ascending
+	maxLocal  int           // most ranks on one host
+	seg       *segment      // nil when this rank is alone on its host
+	world     *Communicator
+	idle      time.Duration // Config.Liveness (0: no bound)
+	pidns     uint64        // this process's PID namespace (0: unknown)
 
 	mu     sync.Mutex
 	last   chan struct{} // closed when the latest call so far ends
@@ -150,8 +152,11 @@ func (c *Communicator) setupHierarchy(ctx context.Context, hostID string) (*hier
 			return nil, fmt.Errorf("%w: hierarchy: %d ranks share host %d (rank %d's), more than %d", ErrArg, len(l), i, lead[i], MaxLocalRanks)
 		}
 	}
-	h := &hierarchy{hosts: len(lead), hostOf: hostOf, lead: lead, local: locals[hostOf[c.rank]], world: c, idle: c.idle,
+	h := &hierarchy{hosts: len(lead), hostOf: hostOf, lead: lead, hostRanks: locals, local: locals[hostOf[c.rank]], world: c, idle: c.idle,
 		last: closedChan}
+	for _, l := range locals {
+		h.maxLocal = max(h.maxLocal, len(l))
+	}
 	for i, r := range h.local {
 		if r == c.rank {
 			h.me = i

@@ -18,7 +18,9 @@ import (
 func hierCall(ctx context.Context, c *Communicator, call int) error {
 	n := c.Size()
 	root := call % n
-	switch call % 4 {
+	switch call % 5 {
+	case 3:
+		return c.Allgather(ctx, make([]byte, 1<<10), make([]byte, n<<10))
 	case 0:
 		return c.AllreduceBytes(ctx, nil, make([]byte, 8<<10), wire.DtypeF32, Sum)
 	case 1:

@@ -273,3 +273,82 @@ func (h *hierarchy) reduce(ctx context.Context, send, recv []byte, dt wire.Dtype
 	}
 	return h.localBcast(ctx, buf, n, 0, 0, isRoot)
 }
+
+// allgather: each host gathers its ranks' blocks (into every rank on one
+// host, into the leader otherwise), the leaders allgather their hosts'
+// blocks — maxLocal blocks per host, the unused ones zero, as the
+// leaders' Allgather takes one size — and each leader hands the whole
+// result to its host.
+func (h *hierarchy) allgather(ctx context.Context, send, recv []byte, b int, opts []CallOption) error {
+	r := h.world.rank
+	mine := send
+	if mine == nil {
+		mine = recv[r*b : (r+1)*b]
+	}
+	var host []byte // the host's blocks in local order, at a leader between hosts
+	if h.hosts > 1 && h.me == 0 {
+		host = make([]byte, h.maxLocal*b)
+		copy(host, mine)
+	}
+	if h.seg != nil {
+		if err := h.localGather(ctx, mine, recv, host, b); err != nil {
+			return err
+		}
+	} else if send != nil {
+		copy(recv[r*b:(r+1)*b], send)
+	}
+	if h.hosts == 1 {
+		return nil
+	}
+	if h.me == 0 {
+		all := make([]byte, h.hosts*len(host))
+		err := h.between(ctx, func(ctx context.Context) error { return h.leaders.Allgather(ctx, host, all, opts...) })
+		if err != nil {
+			return err
+		}
+		for i, ranks := range h.hostRanks {
+			for j, q := range ranks {
+				off := (i*h.maxLocal + j) * b
+				copy(recv[q*b:(q+1)*b], all[off:off+b])
+			}
+		}
+	}
+	if h.seg == nil {
+		return nil
+	}
+	return h.localBcast(ctx, recv, len(recv), 0, 0, true)
+}
+
+// localGather passes the host's blocks of b bytes through the input
+// slots, a chunk at a time: on one host every rank copies each block to
+// its place in recv; otherwise the leader copies them, in local order,
+// into host.
+func (h *hierarchy) localGather(ctx context.Context, mine, recv, host []byte, b int) error {
+	for k := range chunks(b) {
+		lo, hi := chunkRange(k, b)
+		work := func() { copy(h.seg.slot(h.me), mine[lo:hi]) }
+		var err error
+		if k == 0 {
+			err = h.checkArgs(ctx, argCode(OpAllgather, b), work)
+		} else {
+			work()
+			err = h.sync(ctx)
+		}
+		if err != nil {
+			return err
+		}
+		for j, q := range h.local {
+			switch {
+			case h.hosts == 1:
+				copy(recv[q*b+lo:q*b+hi], h.seg.slot(j))
+			case host != nil:
+				copy(host[j*b+lo:j*b+hi], h.seg.slot(j))
+			}
+		}
+		// The slots are written again only once every rank has read them.
+		if err := h.sync(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -172,8 +172,8 @@ var (
 )
 
 // TestSimHierarchyMatrix: every two-level collective (Allreduce, in place
-// or not, Reduce, Bcast, Barrier) × element type × reduction × root ×
-// size, on one host of 4, 4 hosts of 1 and hosts of 3+1+2 ranks, with a
+// or not, Reduce, Bcast, Allgather, Barrier) × element type × reduction ×
+// root × size, on one host of 4, 4 hosts of 1 and hosts of 3+1+2 ranks, with a
 // switch (in-network steps between the leaders) and without, against a
 // reference computed here; no segment is left in /dev/shm.
 func TestSimHierarchyMatrix(t *testing.T) {
@@ -190,6 +190,7 @@ func TestSimHierarchyMatrix(t *testing.T) {
 					checkLayout(t, l, comms)
 					hierMatrixReductions(t, comms)
 					hierMatrixBcast(t, comms)
+					hierMatrixAllgather(t, comms)
 					for range 3 {
 						simRun(t, comms, func(ctx context.Context, c *Communicator) error { return c.Barrier(ctx) })
 					}
@@ -248,6 +249,36 @@ func hierMatrixReductions(t *testing.T, comms []*Communicator) {
 					if !bytes.Equal(got, want) {
 						t.Fatalf("reduce %v %v %d elements to root %d: wrong result", dt, op, size, root)
 					}
+				}
+			}
+		}
+	}
+}
+
+// hierMatrixAllgather gathers blocks of every size, in place or not.
+func hierMatrixAllgather(t *testing.T, comms []*Communicator) {
+	t.Helper()
+	n := len(comms)
+	for _, size := range []int{1, 1000, 2*shmChunk + 3} {
+		var want []byte
+		for r := range n {
+			want = append(want, rankInput(wire.DtypeI32, r+7, size/4+1)[:size]...)
+		}
+		for _, inPlace := range []bool{false, true} {
+			got := make([][]byte, n)
+			simRun(t, comms, func(ctx context.Context, c *Communicator) error {
+				r := c.Rank()
+				mine := rankInput(wire.DtypeI32, r+7, size/4+1)[:size]
+				got[r] = make([]byte, n*size)
+				if inPlace {
+					copy(got[r][r*size:], mine)
+					return c.Allgather(ctx, nil, got[r])
+				}
+				return c.Allgather(ctx, mine, got[r])
+			})
+			for r := range n {
+				if !bytes.Equal(got[r], want) {
+					t.Fatalf("allgather of %d bytes a rank (in place %v): rank %d got other bytes", size, inPlace, r)
 				}
 			}
 		}
@@ -356,6 +387,9 @@ func TestSimHierarchyOneHostNoNetwork(t *testing.T) {
 			if err := c.Bcast(ctx, buf, 3); err != nil {
 				return err
 			}
+			if err := c.Allgather(ctx, buf[:64], make([]byte, 64*c.Size())); err != nil {
+				return err
+			}
 			return c.Barrier(ctx)
 		})
 		for r, c := range comms {
@@ -377,7 +411,11 @@ func TestSimHierarchyNonBlocking(t *testing.T) {
 		const size = 3000
 		wantSum, wantMax := hierReference(wire.DtypeI64, Sum, n, size), hierReference(wire.DtypeI64, Max, n, size)
 		bc := rankInput(wire.DtypeI32, 42, size)
-		sums, maxes, bcs := make([][]byte, n), make([][]byte, n), make([][]byte, n)
+		sums, maxes, bcs, gathered := make([][]byte, n), make([][]byte, n), make([][]byte, n), make([][]byte, n)
+		var wantGather []byte
+		for r := range n {
+			wantGather = append(wantGather, rankInput(wire.DtypeI64, r, 1)...)
+		}
 		simRun(t, comms, func(ctx context.Context, c *Communicator) error {
 			r := c.Rank()
 			sums[r], bcs[r] = make([]byte, size*8), make([]byte, len(bc))
@@ -385,7 +423,9 @@ func TestSimHierarchyNonBlocking(t *testing.T) {
 				copy(bcs[r], bc)
 				maxes[r] = make([]byte, size*8)
 			}
+			gathered[r] = make([]byte, n*8)
 			reqs := []*Request{
+				c.Iallgather(ctx, rankInput(wire.DtypeI64, r, 1), gathered[r]),
 				c.IallreduceBytes(ctx, rankInput(wire.DtypeI64, r, size), sums[r], wire.DtypeI64, Sum),
 				c.Ibarrier(ctx),
 				c.Ibcast(ctx, bcs[r], 4),
@@ -399,8 +439,8 @@ func TestSimHierarchyNonBlocking(t *testing.T) {
 			return nil
 		})
 		for r := range n {
-			if !bytes.Equal(sums[r], wantSum) || !bytes.Equal(bcs[r], bc) {
-				t.Fatalf("rank %d: wrong allreduce or bcast result", r)
+			if !bytes.Equal(sums[r], wantSum) || !bytes.Equal(bcs[r], bc) || !bytes.Equal(gathered[r], wantGather) {
+				t.Fatalf("rank %d: wrong allreduce, bcast or allgather result", r)
 			}
 		}
 		if !bytes.Equal(maxes[4], wantMax) {
