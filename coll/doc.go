@@ -12,7 +12,7 @@
 //
 // With Config.Hierarchy (NDMA_HIERARCHY=auto under a launcher), ranks
 // that share a host run Barrier, Bcast, Reduce, Allreduce and Allgather
-// in two
-// levels: through a shared-memory segment inside the host (hier.go,
-// segment.go) and over the network only between one leader per host.
+// in two levels: through a shared-memory segment inside the host
+// (hier.go, segment.go) and over the network only between one leader
+// per host.
 package coll
