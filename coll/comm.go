@@ -115,6 +115,8 @@ func (e *RankError) Error() string {
 		return fmt.Sprintf("coll: rank %d left the communicator (%v)", e.Rank, e.Err)
 	case errors.As(e.Err, &me):
 		return fmt.Sprintf("coll: rank %d died: the switch stopped hearing from it (%v)", e.Rank, e.Err)
+	case errors.Is(e.Err, errFoundDead):
+		return fmt.Sprintf("coll: rank %d died or went silent (%v)", e.Rank, e.Err)
 	case errors.Is(e.Err, errProcessGone):
 		return fmt.Sprintf("coll: rank %d, on this host, died (%v)", e.Rank, e.Err)
 	case errors.Is(e.Err, ErrHostAborted):

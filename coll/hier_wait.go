@@ -43,6 +43,10 @@ var ErrHostAborted = errors.New("coll: a rank of this host gave up the collectiv
 // errSilent is the error of a rank that tests made silent.
 var errSilent = errors.New("coll: this rank was made silent (a test's crash)")
 
+// errFoundDead is the cause in a *RankError of a rank that another rank
+// of the host found dead or silent (its abort word says so).
+var errFoundDead = errors.New("coll: a rank of this host found it dead or silent")
+
 // Abort word: the kind in the top byte, the world rank + 1 below.
 const (
 	abortRank = 1 // a rank died or went silent: the rank
@@ -84,7 +88,7 @@ func (h *hierarchy) aborted() error {
 	rank := int(w&(1<<56-1)) - 1
 	switch w >> 56 {
 	case abortRank:
-		return &RankError{Rank: rank, Err: ErrHostAborted, Self: rank == h.world.rank}
+		return &RankError{Rank: rank, Err: errFoundDead, Self: rank == h.world.rank}
 	case abortArg:
 		return fmt.Errorf("%w: rank %d's arguments differ from another rank's on its host", ErrArg, rank)
 	}

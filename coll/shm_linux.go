@@ -3,6 +3,7 @@
 package coll
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -147,7 +148,22 @@ func pidNamespace() uint64 {
 	return st.Ino
 }
 
-// processGone reports whether process pid no longer exists.
+// processGone reports whether process pid no longer runs: it does not
+// exist, or it is a zombie (it died; its parent has not reaped it yet).
 func processGone(pid int) bool {
-	return pid > 0 && unix.Kill(pid, 0) == unix.ESRCH
+	if pid <= 0 {
+		return false
+	}
+	if unix.Kill(pid, 0) == unix.ESRCH {
+		return true
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// "pid (comm) state ...": comm may hold spaces and parentheses.
+	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
+		return stat[i+2] == 'Z'
+	}
+	return false
 }
