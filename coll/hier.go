@@ -287,16 +287,12 @@ func (h *hierarchy) publishPid() {
 }
 
 // close ends the hierarchy: once the last call ended (or ctx ends), the
-// segment is unmapped; the leaders' communicator is closed.
+// leaders' communicator is closed and the segment unmapped.
 func (h *hierarchy) close(ctx context.Context) error {
 	h.mu.Lock()
 	h.closed = true
 	last := h.last
 	h.mu.Unlock()
-	var err error
-	if h.leaders != nil {
-		err = h.leaders.Close(ctx)
-	}
 	select {
 	case <-last:
 		if h.seg != nil {
@@ -305,7 +301,10 @@ func (h *hierarchy) close(ctx context.Context) error {
 	case <-ctx.Done():
 		// A call still runs on the segment: leave it mapped.
 	}
-	return err
+	if h.leaders != nil {
+		return h.leaders.Close(ctx)
+	}
+	return nil
 }
 
 // turn reserves the next call's turn on the segment: calls take it in
