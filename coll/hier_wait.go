@@ -4,15 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"runtime"
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
 )
 
-// How a rank waits for another of its host in the segment: it spins a
-// little (the other is usually a step away), then blocks in the kernel
+// How a rank waits for another of its host in the segment: it spins for
+// shmSpinTime (the other is usually a step away), then blocks in the kernel
 // on the other's phase count (a futex, which the other wakes when it
 // publishes a phase) for at most shmBlock at a time. Between those it
 // checks its context, the host's abort word and, with a switch,
@@ -20,8 +19,9 @@ import (
 // progress (its phase count or its heartbeat) for Config.Liveness is
 // taken for dead.
 const (
-	shmSpins = 200
-	shmBlock = time.Millisecond
+	shmSpins    = 64
+	shmSpinTime = 20 * time.Microsecond
+	shmBlock    = time.Millisecond
 	// shmMaxSleep bounds a sleep between checks where waits sleep
 	// instead (shmSleepWaits).
 	shmMaxSleep = 50 * time.Microsecond
@@ -170,9 +170,21 @@ func (h *hierarchy) sync(ctx context.Context) error {
 // wait waits until local rank j has completed phase target.
 func (h *hierarchy) wait(ctx context.Context, j int, target uint64) error {
 	g, b := h.seg.gen(j), h.seg.beat(j)
-	for range shmSpins {
+	var spinStart time.Time
+	for i := 0; ; i++ {
 		if g.Load() >= target {
 			return nil
+		}
+		if i%shmSpins == shmSpins-1 {
+			// Spin for shmSpinTime (sleeping waits: shmSpins times).
+			if shmSleepWaits {
+				break
+			}
+			if spinStart.IsZero() {
+				spinStart = time.Now()
+			} else if time.Since(spinStart) > shmSpinTime {
+				break
+			}
 		}
 		runtime.Gosched()
 	}
@@ -273,11 +285,20 @@ func (h *hierarchy) tellLeaders(err error) {
 }
 
 // argCode summarizes a call's arguments, which the local ranks compare
-// in the call's first phase.
+// in the call's first phase: an FNV-1a hash of the operation, the length
+// and the other arguments.
 func argCode(op Operation, n int, parts ...int) uint64 {
-	f := fnv.New64a()
-	fmt.Fprintf(f, "%s/%d/%v", op, n, parts)
-	return f.Sum64() | 1 // never 0
+	const prime = 1099511628211
+	x := uint64(14695981039346656037)
+	for i := 0; i < len(op); i++ {
+		x = (x ^ uint64(op[i])) * prime
+	}
+	for _, v := range append([]int{n}, parts...) {
+		for k := 0; k < 64; k += 8 {
+			x = (x ^ uint64(v)>>k&0xff) * prime
+		}
+	}
+	return x | 1 // never 0
 }
 
 // checkArgs is the call's first phase: this rank publishes its argument
