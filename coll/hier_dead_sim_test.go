@@ -22,7 +22,7 @@ func hierCall(ctx context.Context, c *Communicator, call int) error {
 	case 3:
 		return c.Allgather(ctx, make([]byte, 1<<10), make([]byte, n<<10))
 	case 0:
-		return c.AllreduceBytes(ctx, nil, make([]byte, 8<<10), wire.DtypeF32, Sum)
+		return c.AllreduceBytes(ctx, nil, make([]byte, 2*leaderPiece*shmChunk+8<<10), wire.DtypeF32, Sum) // several of the leaders' pieces
 	case 1:
 		return c.Bcast(ctx, make([]byte, 4<<10), root)
 	case 2:

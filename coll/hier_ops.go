@@ -46,14 +46,18 @@ func (h *hierarchy) localIndex(r int) int { return slices.Index(h.local, r) }
 
 // localReduce reduces in (n bytes of dt) over the host's ranks into out
 // at local rank collector, or at every local rank when collector is −1.
-// code, the call's argument code, is checked in the first phase.
-func (h *hierarchy) localReduce(ctx context.Context, in, out []byte, dt wire.Dtype, op ReduceOp, collector int, code uint64) error {
+// code, the call's argument code, is checked in the first phase. done,
+// if not nil, is called at a collector once chunk k is in out.
+func (h *hierarchy) localReduce(ctx context.Context, in, out []byte, dt wire.Dtype, op ReduceOp, collector int, code uint64, done func(k int)) error {
 	n, es, L := len(in), dt.Size(), len(h.local)
 	collect := collector < 0 || collector == h.me
 	base, nch := h.chunk, chunks(n)
 	copyOut := func(k int) {
 		lo, hi := chunkRange(k, n)
 		copy(out[lo:hi], h.seg.result(base+uint64(k)))
+		if done != nil {
+			done(k)
+		}
 	}
 	for k := range nch {
 		lo, hi := chunkRange(k, n)
@@ -94,7 +98,8 @@ func (h *hierarchy) localReduce(ctx context.Context, in, out []byte, dt wire.Dty
 // localBcast copies n bytes from buf at local rank src into buf at the
 // other local ranks (only those that want it copy; the others take part
 // in the phases). code, when not 0, is checked in the first phase.
-func (h *hierarchy) localBcast(ctx context.Context, buf []byte, n, src int, code uint64, want bool) error {
+// ready, if not nil, is called at src before chunk k is read from buf.
+func (h *hierarchy) localBcast(ctx context.Context, buf []byte, n, src int, code uint64, want bool, ready func(k int) error) error {
 	base, nch := h.chunk, chunks(n)
 	copyOut := func(k int) {
 		if want && h.me != src {
@@ -103,6 +108,11 @@ func (h *hierarchy) localBcast(ctx context.Context, buf []byte, n, src int, code
 		}
 	}
 	for k := range nch {
+		if ready != nil && h.me == src {
+			if err := ready(k); err != nil {
+				return err
+			}
+		}
 		work := func() {
 			if h.me == src {
 				lo, hi := chunkRange(k, n)
@@ -129,39 +139,96 @@ func (h *hierarchy) localBcast(ctx context.Context, buf []byte, n, src int, code
 
 // allreduce: the host's ranks reduce into the leader (into every rank on
 // one host), the leaders allreduce, each leader hands the result to its
-// host.
+// host; the leader's step is pipelined with its host's (leaderPiece).
 func (h *hierarchy) allreduce(ctx context.Context, send, recv []byte, dt wire.Dtype, op ReduceOp, opts []CallOption) error {
 	in := send
 	if in == nil {
 		in = recv
 	}
 	code := argCode(OpAllreduce, len(recv), int(dt), int(op))
-	if h.seg != nil {
-		collector := 0
-		if h.hosts == 1 {
-			collector = -1
-		}
-		if err := h.localReduce(ctx, in, recv, dt, op, collector, code); err != nil {
-			return err
-		}
-	} else if send != nil {
-		copy(recv, send)
-	}
-	if h.hosts == 1 {
-		return nil
-	}
-	if h.me == 0 {
-		err := h.between(ctx, func(ctx context.Context) error {
-			return h.leaders.AllreduceBytes(ctx, nil, recv, dt, op, opts...)
+	switch {
+	case h.hosts == 1:
+		return h.localReduce(ctx, in, recv, dt, op, -1, code, nil)
+	case h.me == 0:
+		return h.between(ctx, func(ctx context.Context) error {
+			return h.allreduceLeader(ctx, in, recv, dt, op, opts, code)
 		})
-		if err != nil {
-			return err
+	}
+	if err := h.localReduce(ctx, in, recv, dt, op, 0, code, nil); err != nil {
+		return err
+	}
+	return h.localBcast(ctx, recv, len(recv), 0, 0, true, nil)
+}
+
+// Pipelining of a leader's Allreduce: the leaders reduce pieces of
+// leaderPiece chunks as soon as the host has reduced them, at most
+// leaderWindow pieces at a time, while the host reduces the next
+// chunks; the leader hands a piece to its host as soon as the leaders
+// have reduced it.
+const (
+	leaderPiece  = 4
+	leaderWindow = 4
+)
+
+// allreduceLeader is a host leader's part of a two-level Allreduce
+// between hosts (see leaderPiece).
+func (h *hierarchy) allreduceLeader(ctx context.Context, in, recv []byte, dt wire.Dtype, op ReduceOp, opts []CallOption, code uint64) error {
+	n, nch := len(recv), chunks(len(recv))
+	pctx, cancel := context.WithCancel(ctx)
+	var reqs []*Request
+	defer func() {
+		// Every piece posted ends before recv is handed back.
+		cancel()
+		for _, r := range reqs {
+			r.Wait(context.Background())
+		}
+	}()
+	wait := func(p int) error { return h.fromLeaders(reqs[p].Wait(ctx)) }
+	var postErr error
+	h.stepped = false // until a piece is posted, the other leaders wait for none
+	post := func(p int) {
+		if p >= leaderWindow && postErr == nil {
+			postErr = wait(p - leaderWindow)
+		}
+		if postErr != nil {
+			return
+		}
+		lo, hi := p*leaderPiece*shmChunk, min(n, (p+1)*leaderPiece*shmChunk)
+		h.stepped = true
+		reqs = append(reqs, h.leaders.IallreduceBytes(pctx, nil, recv[lo:hi], dt, op, opts...))
+	}
+	if h.seg == nil { // alone on its host
+		if !sameStart(in, recv) {
+			copy(recv, in)
+		}
+		for p := range (nch + leaderPiece - 1) / leaderPiece {
+			post(p)
+		}
+		for p := range reqs {
+			if err := wait(p); err != nil {
+				return err
+			}
+		}
+		return postErr
+	}
+	done := func(k int) {
+		if (k+1)%leaderPiece == 0 || k == nch-1 {
+			post(k / leaderPiece)
 		}
 	}
-	if h.seg == nil {
+	if err := h.localReduce(ctx, in, recv, dt, op, 0, code, done); err != nil {
+		return err
+	}
+	if postErr != nil {
+		return postErr
+	}
+	ready := func(k int) error {
+		if k%leaderPiece == 0 {
+			return wait(k / leaderPiece)
+		}
 		return nil
 	}
-	return h.localBcast(ctx, recv, len(recv), 0, 0, true)
+	return h.localBcast(ctx, recv, n, 0, 0, true, ready)
 }
 
 // bcast: on the root's host the root hands buf to its host's ranks, then
@@ -172,12 +239,12 @@ func (h *hierarchy) bcast(ctx context.Context, buf []byte, root int, opts []Call
 	rootHost := h.hostOf[root]
 	if h.hostOf[h.world.rank] == rootHost {
 		if h.seg != nil {
-			if err := h.localBcast(ctx, buf, len(buf), h.localIndex(root), code, true); err != nil {
+			if err := h.localBcast(ctx, buf, len(buf), h.localIndex(root), code, true, nil); err != nil {
 				return err
 			}
 		}
 		if h.me == 0 && h.leaders != nil {
-			return h.between(ctx, func(ctx context.Context) error { return h.leaders.Bcast(ctx, buf, rootHost, opts...) })
+			return h.leaderStep(ctx, func(ctx context.Context) error { return h.leaders.Bcast(ctx, buf, rootHost, opts...) })
 		}
 		return nil
 	}
@@ -188,14 +255,14 @@ func (h *hierarchy) bcast(ctx context.Context, buf []byte, root int, opts []Call
 		}
 	}
 	if h.me == 0 {
-		if err := h.between(ctx, func(ctx context.Context) error { return h.leaders.Bcast(ctx, buf, rootHost, opts...) }); err != nil {
+		if err := h.leaderStep(ctx, func(ctx context.Context) error { return h.leaders.Bcast(ctx, buf, rootHost, opts...) }); err != nil {
 			return err
 		}
 	}
 	if h.seg == nil {
 		return nil
 	}
-	return h.localBcast(ctx, buf, len(buf), 0, 0, true)
+	return h.localBcast(ctx, buf, len(buf), 0, 0, true, nil)
 }
 
 // barrier: every local rank arrives, the leaders meet, the leaders
@@ -210,7 +277,7 @@ func (h *hierarchy) barrier(ctx context.Context, opts []CallOption) error {
 		return nil
 	}
 	if h.me == 0 {
-		if err := h.between(ctx, func(ctx context.Context) error { return h.leaders.Barrier(ctx, opts...) }); err != nil {
+		if err := h.leaderStep(ctx, func(ctx context.Context) error { return h.leaders.Barrier(ctx, opts...) }); err != nil {
 			return err
 		}
 	}
@@ -244,7 +311,7 @@ func (h *hierarchy) reduce(ctx context.Context, send, recv []byte, dt wire.Dtype
 		out = make([]byte, n)
 	}
 	if h.seg != nil {
-		if err := h.localReduce(ctx, in, out, dt, op, collector, code); err != nil {
+		if err := h.localReduce(ctx, in, out, dt, op, collector, code, nil); err != nil {
 			return err
 		}
 	} else if !sameStart(in, out) {
@@ -254,7 +321,7 @@ func (h *hierarchy) reduce(ctx context.Context, send, recv []byte, dt wire.Dtype
 		return nil
 	}
 	if h.me == 0 {
-		err := h.between(ctx, func(ctx context.Context) error {
+		err := h.leaderStep(ctx, func(ctx context.Context) error {
 			if myHost == rootHost {
 				return h.leaders.ReduceBytes(ctx, nil, out, dt, op, rootHost, opts...)
 			}
@@ -271,7 +338,7 @@ func (h *hierarchy) reduce(ctx context.Context, send, recv []byte, dt wire.Dtype
 	if isRoot {
 		buf = recv
 	}
-	return h.localBcast(ctx, buf, n, 0, 0, isRoot)
+	return h.localBcast(ctx, buf, n, 0, 0, isRoot, nil)
 }
 
 // allgather: each host gathers its ranks' blocks (into every rank on one
@@ -302,7 +369,7 @@ func (h *hierarchy) allgather(ctx context.Context, send, recv []byte, b int, opt
 	}
 	if h.me == 0 {
 		all := make([]byte, h.hosts*len(host))
-		err := h.between(ctx, func(ctx context.Context) error { return h.leaders.Allgather(ctx, host, all, opts...) })
+		err := h.leaderStep(ctx, func(ctx context.Context) error { return h.leaders.Allgather(ctx, host, all, opts...) })
 		if err != nil {
 			return err
 		}
@@ -316,7 +383,7 @@ func (h *hierarchy) allgather(ctx context.Context, send, recv []byte, b int, opt
 	if h.seg == nil {
 		return nil
 	}
-	return h.localBcast(ctx, recv, len(recv), 0, 0, true)
+	return h.localBcast(ctx, recv, len(recv), 0, 0, true, nil)
 }
 
 // localGather passes the host's blocks of b bytes through the input

@@ -189,6 +189,12 @@ func TestSimHierarchyMatrix(t *testing.T) {
 					defer closeComms(t, comms)
 					checkLayout(t, l, comms)
 					hierMatrixReductions(t, comms)
+					if l.hosts > 1 && l.hosts < len(l.host) {
+						// More than two of the leaders' pieces.
+						for _, dt := range hierDtypes {
+							checkAllreduce(t, comms, dt, Sum, 2*leaderPiece*shmChunk/dt.Size()+77, dt == wire.DtypeF64)
+						}
+					}
 					hierMatrixBcast(t, comms)
 					hierMatrixAllgather(t, comms)
 					for range 3 {
@@ -212,21 +218,7 @@ func hierMatrixReductions(t *testing.T, comms []*Communicator) {
 			for _, size := range hierSizes {
 				want := hierReference(dt, op, n, size)
 				for _, inPlace := range []bool{false, true} {
-					got := make([][]byte, n)
-					simRun(t, comms, func(ctx context.Context, c *Communicator) error {
-						in := rankInput(dt, c.Rank(), size)
-						if inPlace {
-							got[c.Rank()] = in
-							return c.AllreduceBytes(ctx, nil, in, dt, op)
-						}
-						got[c.Rank()] = make([]byte, len(in))
-						return c.AllreduceBytes(ctx, in, got[c.Rank()], dt, op)
-					})
-					for r := range n {
-						if !bytes.Equal(got[r], want) {
-							t.Fatalf("allreduce %v %v %d elements (in place %v): rank %d got a wrong result", dt, op, size, inPlace, r)
-						}
-					}
+					checkAllreduce(t, comms, dt, op, size, inPlace)
 				}
 				roots := []int{0, n - 1, n / 2}
 				if size > 1000 {
@@ -251,6 +243,29 @@ func hierMatrixReductions(t *testing.T, comms []*Communicator) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// checkAllreduce runs one Allreduce of size elements on every rank and
+// checks every rank's result against the reference.
+func checkAllreduce(t *testing.T, comms []*Communicator, dt wire.Dtype, op ReduceOp, size int, inPlace bool) {
+	t.Helper()
+	n := len(comms)
+	want := hierReference(dt, op, n, size)
+	got := make([][]byte, n)
+	simRun(t, comms, func(ctx context.Context, c *Communicator) error {
+		in := rankInput(dt, c.Rank(), size)
+		if inPlace {
+			got[c.Rank()] = in
+			return c.AllreduceBytes(ctx, nil, in, dt, op)
+		}
+		got[c.Rank()] = make([]byte, len(in))
+		return c.AllreduceBytes(ctx, in, got[c.Rank()], dt, op)
+	})
+	for r := range n {
+		if !bytes.Equal(got[r], want) {
+			t.Fatalf("allreduce %v %v %d elements (in place %v): rank %d got a wrong result", dt, op, size, inPlace, r)
 		}
 	}
 }

@@ -263,10 +263,20 @@ func (h *hierarchy) between(ctx context.Context, f func(ctx context.Context) err
 			return cause
 		}
 	}
+	return err
+}
+
+// leaderStep is between for a step that only runs operations of the
+// leaders' communicator: their errors name world ranks (fromLeaders).
+func (h *hierarchy) leaderStep(ctx context.Context, f func(ctx context.Context) error) error {
+	return h.between(ctx, func(ctx context.Context) error { return h.fromLeaders(f(ctx)) })
+}
+
+// fromLeaders names the world rank in a *RankError of the leaders'
+// communicator, which numbers the hosts.
+func (h *hierarchy) fromLeaders(err error) error {
 	var re *RankError
 	if errors.As(err, &re) && re.Rank >= 0 && re.Rank < len(h.lead) {
-		// The leaders' communicator numbers the hosts: name the world
-		// rank.
 		return &RankError{Rank: h.lead[re.Rank], Err: re.Err, Self: re.Self}
 	}
 	return err
