@@ -208,3 +208,17 @@ func (c *Communicator) sendAbort(seq uint64, err error) {
 		}
 	}
 }
+
+// nextCall is the sequence number the next call will get.
+func (c *Communicator) nextCall() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seq + 1
+}
+
+// abortedCall is the reason another rank aborted call seq, or nil.
+func (c *Communicator) abortedCall(seq uint64) error {
+	c.abortMu.Lock()
+	defer c.abortMu.Unlock()
+	return c.aborts.aborted[seq]
+}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -92,4 +93,40 @@ func TestMismatchAbortsEveryRank(t *testing.T) {
 	if err := comms[0].Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestSimSplitMismatchAborts: on a communicator made by Split without a
+// switch, a rank's longer buffer fails the call on every rank with an
+// argument error, those that exchange nothing with it included (abort
+// messages carry the split communicator's own context id), long before
+// the liveness bound.
+func TestSimSplitMismatchAborts(t *testing.T) {
+	const n = 5
+	simWorld(t, n, false, figLink(), 51, func(t *testing.T, _ *simnet.Network, comms []*Communicator) {
+		subs := make([]*Communicator, n)
+		simRun(t, comms, func(ctx context.Context, c *Communicator) error {
+			s, err := c.Split(ctx, 0, n-c.Rank())
+			subs[c.Rank()] = s
+			return err
+		})
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i, c := range subs {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				size := 4000
+				if i == 0 {
+					size = 8000
+				}
+				errs[i] = c.AllreduceBytes(ctx, nil, make([]byte, size), wire.DtypeF32, Sum, WithAlgo(AlgoRing))
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if !errors.Is(err, ErrArg) {
+				t.Errorf("rank %d: %v, want an argument error", i, err)
+			}
+		}
+	})
 }

@@ -34,6 +34,9 @@ func (c *Communicator) Allgather(ctx context.Context, send, recv []byte, opts ..
 	if err != nil {
 		return err
 	}
+	if c.hier != nil && b > 0 {
+		return c.execute(ctx, c.hierPlan(func(ctx context.Context, h *hierarchy) error { return h.allgather(ctx, send, recv, b, opts) }))
+	}
 	ops, err := c.allgatherPost(ctx, algo, send, recv, b)
 	if err != nil {
 		return err
@@ -55,6 +58,9 @@ func (c *Communicator) Iallgather(ctx context.Context, send, recv []byte, opts .
 	algo, _, err := c.choose(OpAllgather, b, opts)
 	if err != nil {
 		return failed(err)
+	}
+	if c.hier != nil && b > 0 {
+		return c.launch(ctx, c.hierPlan(func(ctx context.Context, h *hierarchy) error { return h.allgather(ctx, send, recv, b, opts) }))
 	}
 	ops, err := c.allgatherPost(ctx, algo, send, recv, b)
 	if err != nil {

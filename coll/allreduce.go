@@ -76,6 +76,12 @@ func (c *Communicator) allreducePlan(send, recv []byte, dt wire.Dtype, op Reduce
 	if err != nil {
 		return callPlan{err: err}
 	}
+	if c.hier != nil && len(recv) > 0 {
+		if send != nil && sameStart(send, recv) {
+			send = nil
+		}
+		return c.hierPlan(func(ctx context.Context, h *hierarchy) error { return h.allreduce(ctx, send, recv, dt, op, opts) })
+	}
 	return c.allreduceWith(seq, algo, o, send, recv, dt, op)
 }
 

@@ -33,6 +33,9 @@ func (c *Communicator) barrierPlan(opts []CallOption) callPlan {
 	if err != nil {
 		return callPlan{err: err}
 	}
+	if c.hier != nil {
+		return c.hierPlan(func(ctx context.Context, h *hierarchy) error { return h.barrier(ctx, opts) })
+	}
 	return c.barrierWith(seq, algo, o)
 }
 

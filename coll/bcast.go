@@ -43,6 +43,9 @@ func (c *Communicator) bcastPlan(buf []byte, root int, opts []CallOption) callPl
 	if err != nil {
 		return callPlan{err: err}
 	}
+	if c.hier != nil && len(buf) > 0 {
+		return c.hierPlan(func(ctx context.Context, h *hierarchy) error { return h.bcast(ctx, buf, root, opts) })
+	}
 	return c.bcastWith(seq, algo, o, buf, root)
 }
 

@@ -55,7 +55,14 @@ type Launch struct {
 	// long the rank's endpoint polls its socket before sleeping
 	// (netio.UDPConfig.BusyPoll, set by EndpointOptions): 0 when unset.
 	BusyPoll time.Duration
-	Source   string // which variables it came from, for messages
+	// Hierarchy (NDMA_HIERARCHY: "auto" or "off"; off when unset) and
+	// HostID (NDMA_HOST_ID; empty: HostKey) become Config.Hierarchy and
+	// Config.HostID: with auto, the ranks that share a host run
+	// Barrier, Bcast, Reduce, Allreduce and Allgather through shared
+	// memory.
+	Hierarchy Hierarchy
+	HostID    string
+	Source    string // which variables it came from, for messages
 	// JobFrom says where Job came from when NDMA_JOB did not give it
 	// (the launcher's variable, or "" for the default name), for the
 	// error of a job name two runs share.
@@ -84,7 +91,8 @@ var ErrNoCredential = errors.New("coll: no credential, and not insecure")
 // NDMA_JOIN_TIMEOUT (how long the rendezvous waits for every rank) and
 // NDMA_LIVENESS (how long a host algorithm waits for a silent rank
 // without a switch; "off": no bound), Go durations such as "90s", and
-// NDMA_BUSY_POLL (see Launch.BusyPoll); when
+// NDMA_BUSY_POLL (see Launch.BusyPoll), NDMA_HIERARCHY and NDMA_HOST_ID
+// (see Launch.Hierarchy); when
 // NDMA_RANK/NDMA_SIZE are absent, the first of OMPI_COMM_WORLD_RANK/_SIZE
 // (Open MPI's mpirun), PMI_RANK/PMI_SIZE (MPICH, Intel MPI),
 // SLURM_PROCID/SLURM_NTASKS (srun), RANK/WORLD_SIZE (torchrun). The job
@@ -151,6 +159,12 @@ func ParseEnv(getenv func(string) (string, bool)) (Launch, error) {
 		}
 		l.BusyPoll = d
 	}
+	if v, ok := getenv("NDMA_HIERARCHY"); ok {
+		if l.Hierarchy, err = ParseHierarchy(v); err != nil {
+			return l, fmt.Errorf("%w: NDMA_HIERARCHY=%q: want auto or off", ErrArg, v)
+		}
+	}
+	l.HostID, _ = getenv("NDMA_HOST_ID")
 	var ok bool
 	if l.Job, ok = getenv("NDMA_JOB"); !ok || l.Job == "" {
 		if j, ok := getenv("SLURM_JOB_ID"); ok && j != "" {
@@ -352,7 +366,7 @@ func (l Launch) Communicator(ctx context.Context, ep *endpoint.Endpoint) (*Commu
 	}
 	fo := l.FabricOptions()
 	c, err := New(ctx, Config{Endpoint: ep, Rank: l.Rank, Size: l.Size, Switch: l.Switch, Job: l.Job, Token: fo.Token,
-		Insecure: fo.Insecure, JoinTimeout: l.JoinTimeout, Liveness: l.Liveness})
+		Insecure: fo.Insecure, JoinTimeout: l.JoinTimeout, Liveness: l.Liveness, Hierarchy: l.Hierarchy, HostID: l.HostID})
 	if err != nil && l.JobFrom != "" && (errors.Is(err, endpoint.ErrRankTaken) || errors.Is(err, wire.StatusBusy)) {
 		// Two runs at one switch under one name: the name was not chosen.
 		job := "NDMA_JOB"
@@ -446,14 +460,9 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 		return New(ctx, Config{Endpoint: c.ep, Rank: newRank, Size: len(members), Switch: c.sw, Job: job, Token: c.token, Insecure: c.insecure, Logger: c.log,
 			Liveness: c.liveness, JoinTimeout: c.joinTimeout})
 	}
-	sub, err := New(ctx, Config{Endpoint: c.ep, Rank: newRank, Size: len(members), Peers: peers, Logger: c.log, Liveness: c.liveness})
-	if err != nil {
-		return nil, err
-	}
 	// A context id of its own: derived from the parent's, the split and
 	// the color, the same on every member.
 	h := fnv.New32a()
 	fmt.Fprintf(h, "%d/%d/%d", c.id, nsplit, color)
-	sub.id = h.Sum32() | 1<<31
-	return sub, nil
+	return newComm(ctx, Config{Endpoint: c.ep, Rank: newRank, Size: len(members), Peers: peers, Logger: c.log, Liveness: c.liveness}, h.Sum32()|1<<31)
 }

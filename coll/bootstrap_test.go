@@ -70,6 +70,35 @@ func TestParseEnv(t *testing.T) {
 	}
 }
 
+// TestParseEnvHierarchy: NDMA_HIERARCHY and NDMA_HOST_ID become the
+// launch's Hierarchy and HostID; an unknown mode is refused naming the
+// variable.
+func TestParseEnvHierarchy(t *testing.T) {
+	for _, c := range []struct {
+		env     map[string]string
+		h       Hierarchy
+		host    string
+		wantErr bool
+	}{
+		{env: map[string]string{}, h: HierarchyOff},
+		{env: map[string]string{"NDMA_HIERARCHY": "auto", "NDMA_HOST_ID": "node7"}, h: HierarchyAuto, host: "node7"},
+		{env: map[string]string{"NDMA_HIERARCHY": "OFF"}, h: HierarchyOff},
+		{env: map[string]string{"NDMA_HIERARCHY": "sometimes"}, wantErr: true},
+	} {
+		c.env["NDMA_RANK"], c.env["NDMA_SIZE"] = "0", "2"
+		l, err := ParseEnv(envOf(c.env))
+		if c.wantErr {
+			if !errors.Is(err, ErrArg) || !strings.Contains(fmt.Sprint(err), "NDMA_HIERARCHY") {
+				t.Errorf("%v: %v, want an ErrArg naming NDMA_HIERARCHY", c.env, err)
+			}
+			continue
+		}
+		if err != nil || l.Hierarchy != c.h || l.HostID != c.host {
+			t.Errorf("%v: hierarchy %v, host %q, %v; want %v and %q", c.env, l.Hierarchy, l.HostID, err, c.h, c.host)
+		}
+	}
+}
+
 // TestParseEnvToken: NDMA_TOKEN is the token; NDMA_INSECURE=1 runs
 // unsealed, with the token or without; a bad NDMA_INSECURE is an error
 // naming the variable.

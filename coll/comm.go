@@ -70,6 +70,21 @@ type Config struct {
 	// (or when ctx ends, if sooner) saying how many ranks joined and which
 	// are missing. Zero means DefaultJoinTimeout.
 	JoinTimeout time.Duration
+	// Hierarchy chooses two-level collectives for ranks that share a
+	// host: with HierarchyAuto, New exchanges host keys (a collective of
+	// every rank) and, when some host has more than one rank, Barrier,
+	// Bcast, Reduce, Allreduce and Allgather (blocking and not) go
+	// through a
+	// shared-memory segment inside each host and over the network only
+	// between one leader per host. The zero value, HierarchyOff, sends
+	// every collective over the network. Communicators made by Split
+	// run without a hierarchy.
+	Hierarchy Hierarchy
+	// HostID, with HierarchyAuto, names this rank's host: ranks with the
+	// same HostID share memory (so they must share /dev/shm). Empty
+	// means HostKey(), right for ranks that are processes; tests set it
+	// to run several hosts in one process.
+	HostID string
 }
 
 // Defaults of Config.
@@ -100,6 +115,12 @@ func (e *RankError) Error() string {
 		return fmt.Sprintf("coll: rank %d left the communicator (%v)", e.Rank, e.Err)
 	case errors.As(e.Err, &me):
 		return fmt.Sprintf("coll: rank %d died: the switch stopped hearing from it (%v)", e.Rank, e.Err)
+	case errors.Is(e.Err, errFoundDead):
+		return fmt.Sprintf("coll: rank %d died or went silent (%v)", e.Rank, e.Err)
+	case errors.Is(e.Err, errProcessGone):
+		return fmt.Sprintf("coll: rank %d, on this host, died (%v)", e.Rank, e.Err)
+	case errors.Is(e.Err, ErrHostAborted):
+		return fmt.Sprintf("coll: rank %d, on this host, failed the collective (%v)", e.Rank, e.Err)
 	case errors.Is(e.Err, endpoint.ErrPeerSilent):
 		return fmt.Sprintf("coll: rank %d is silent, taken for dead (%v; see Config.Liveness)", e.Rank, e.Err)
 	}
@@ -141,11 +162,21 @@ type Communicator struct {
 	abortMu sync.Mutex
 	aborts  abortState
 	abortWG sync.WaitGroup
+
+	// hier is the two-level state (hier.go), nil without a hierarchy.
+	hier *hierarchy
 }
 
 // New creates a communicator. With a switch it blocks until every rank has
 // joined (or ctx ends).
 func New(ctx context.Context, cfg Config) (*Communicator, error) {
+	return newComm(ctx, cfg, 1)
+}
+
+// newComm is New with the context id of a communicator without a switch
+// (Split gives each of its communicators its own): set before the
+// receives for abort messages are posted, which match on it.
+func newComm(ctx context.Context, cfg Config, id uint32) (*Communicator, error) {
 	if cfg.Endpoint == nil {
 		return nil, fmt.Errorf("%w: no endpoint", ErrArg)
 	}
@@ -193,11 +224,22 @@ func New(ctx context.Context, cfg Config) (*Communicator, error) {
 		}
 	case len(cfg.Peers) == cfg.Size:
 		c.peers = append([]netip.AddrPort(nil), cfg.Peers...)
-		c.id = 1
+		c.id = id
 	default:
 		return nil, fmt.Errorf("%w: need a Switch, or Peers for all %d ranks", ErrArg, cfg.Size)
 	}
 	c.startAborts()
+	if cfg.Hierarchy == HierarchyAuto && c.size > 1 {
+		h, err := c.setupHierarchy(ctx, cfg.HostID)
+		if err != nil {
+			c.Close(context.WithoutCancel(ctx))
+			return nil, err
+		}
+		c.hier = h
+	} else if cfg.Hierarchy != HierarchyOff && cfg.Hierarchy != HierarchyAuto {
+		c.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("%w: hierarchy %d", ErrArg, cfg.Hierarchy)
+	}
 	return c, nil
 }
 
@@ -214,10 +256,36 @@ func (c *Communicator) InNetwork() bool { return c.group != nil }
 // or nil without a switch.
 func (c *Communicator) Group() *endpoint.Group { return c.group }
 
-// SetTuner replaces the algorithm chooser used for AlgoAuto.
-func (c *Communicator) SetTuner(t Tuner) { c.tuner = t }
+// SetTuner replaces the algorithm chooser used for AlgoAuto (with a
+// hierarchy, for the leaders' step too).
+func (c *Communicator) SetTuner(t Tuner) {
+	c.tuner = t
+	if c.hier != nil && c.hier.leaders != nil {
+		c.hier.leaders.tuner = t
+	}
+}
 
-// Close leaves the switch group (if any). The endpoint stays open.
+// LocalRanks returns the ranks that share this rank's host, ascending,
+// when collectives run in two levels (Config.Hierarchy); nil otherwise.
+func (c *Communicator) LocalRanks() []int {
+	if c.hier == nil {
+		return nil
+	}
+	return append([]int(nil), c.hier.local...)
+}
+
+// Hosts is the number of hosts the ranks run on, when collectives run in
+// two levels; 0 otherwise.
+func (c *Communicator) Hosts() int {
+	if c.hier == nil {
+		return 0
+	}
+	return c.hier.hosts
+}
+
+// Close leaves the switch group (if any) and, with a hierarchy, the
+// leaders' communicator, and unmaps the host's segment once the calls on
+// it ended (or ctx ends: it then stays mapped). The endpoint stays open.
 func (c *Communicator) Close(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closed {
@@ -226,11 +294,17 @@ func (c *Communicator) Close(ctx context.Context) error {
 	}
 	c.closed = true
 	c.mu.Unlock()
+	var herr error
+	if c.hier != nil {
+		herr = c.hier.close(ctx)
+	}
 	c.stopAborts()
 	if c.group != nil {
-		return c.group.Leave(ctx)
+		if err := c.group.Leave(ctx); err != nil {
+			return err
+		}
 	}
-	return nil
+	return herr
 }
 
 // call reserves the next collective sequence number; every rank makes the

@@ -60,6 +60,12 @@ func (c *Communicator) reducePlan(send, recv []byte, dt wire.Dtype, op ReduceOp,
 	if err != nil {
 		return callPlan{err: err}
 	}
+	if c.hier != nil && n > 0 {
+		if c.rank == root && send != nil && sameStart(send, recv) {
+			send = nil
+		}
+		return c.hierPlan(func(ctx context.Context, h *hierarchy) error { return h.reduce(ctx, send, recv, dt, op, root, opts) })
+	}
 	return c.reduceWith(seq, algo, o, send, recv, dt, op, root)
 }
 

@@ -30,6 +30,20 @@ func simWorld(t *testing.T, n int, innet bool, link simnet.LinkConfig, seed int6
 // configure (if not nil) before New.
 func simWorldConfig(t *testing.T, n int, innet bool, link simnet.LinkConfig, seed int64, configure func(*Config), f func(t *testing.T, net *simnet.Network, comms []*Communicator)) {
 	t.Helper()
+	simWorldJoin(t, n, innet, link, seed, configure, func(t *testing.T, net *simnet.Network, comms []*Communicator, errs []error) {
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("seed %d: rank %d: %v", seed, i, err)
+			}
+		}
+		f(t, net, comms)
+	})
+}
+
+// simWorldJoin is simWorldConfig that hands f every rank's error from New
+// (and a nil communicator where it failed) instead of failing the test.
+func simWorldJoin(t *testing.T, n int, innet bool, link simnet.LinkConfig, seed int64, configure func(*Config), f func(t *testing.T, net *simnet.Network, comms []*Communicator, errs []error)) {
+	t.Helper()
 	synctest.Test(t, func(t *testing.T) {
 		t.Logf("seed %d", seed)
 		net := simnet.New(seed)
@@ -84,12 +98,7 @@ func simWorldConfig(t *testing.T, n int, innet bool, link simnet.LinkConfig, see
 		}
 		wg.Wait()
 		jcancel()
-		for i, err := range errs {
-			if err != nil {
-				t.Fatalf("seed %d: rank %d: %v", seed, i, err)
-			}
-		}
-		f(t, net, comms)
+		f(t, net, comms, errs)
 		for _, ep := range eps {
 			ep.Close()
 		}
