@@ -179,6 +179,16 @@ func TestBenchSuiteFrom(t *testing.T) {
 			t.Errorf("%v: %v, want an error naming --fidelity-cpu", args, err)
 		}
 	}
+	// --rate auto sets every link's rate: a peak or host rate beside it
+	// is refused before any testbed is built.
+	for _, args := range [][]string{
+		{"bench", "suite", "--rate", "auto", "--peak-rate", "2gbit", "--out", out},
+		{"testbed", "up", "--prefix", "nosuchtb", "--rate", "auto", "--host-rate", "1gbit"},
+	} {
+		if _, err := execute(t, args...); err == nil || !strings.Contains(err.Error(), "--rate auto") {
+			t.Errorf("%v: %v, want an error naming --rate auto", args, err)
+		}
+	}
 }
 
 // TestBenchCollSync: --sync-algo picks the barrier before every call and

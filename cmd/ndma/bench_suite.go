@@ -81,7 +81,10 @@ With --from it measures nothing: it merges suite.jsonl files of earlier
 runs and writes suite.md and the plots again into --out.
 
 It refuses when a testbed with --prefix exists, and takes its testbed down
-at the end, also on error or Ctrl-C, unless --keep.`,
+at the end, also on error or Ctrl-C, unless --keep.
+
+` + rateAutoHelp + ` Every job of the suite, NDMA's and the peers',
+then runs at that one rate.`,
 		Example: `  sudo ndma bench suite --out results
   sudo ndma bench suite --hosts 4 --ops bcast,allreduce --sizes 8,64K,1M,16M --iters 3 --out /tmp/suite
   sudo ndma bench suite --mpi --ops allreduce --out /tmp/vs-mpi
@@ -91,7 +94,7 @@ at the end, also on error or Ctrl-C, unless --keep.`,
 	}
 	fl := cmd.Flags()
 	fl.IntVar(&f.hosts, "hosts", 8, "host namespaces, one rank each")
-	fl.StringVar(&f.rate, "rate", testbed.DefaultRate, "rate of every link, each direction, in tc's syntax: 100mbit, 1gbit")
+	fl.StringVar(&f.rate, "rate", testbed.DefaultRate, "rate of every link, each direction, in tc's syntax: 100mbit, 1gbit; auto: the highest rate at which the heaviest jobs are faithful on this machine (see above)")
 	fl.BoolVar(&f.prio, "priority-queues", false, "give every link's queue priority bands that send NDMA's ACKs ahead of queued data (see ndma testbed up)")
 	fl.StringVar(&f.peakRate, "peak-rate", "", "fastest rate at which frames leave a link back to back, above --rate, or none (default: twice --rate; see ndma testbed up)")
 	fl.IntVar(&f.mtu, "mtu", testbed.DefaultMTU, "MTU of every interface, in bytes; the ranks and switch use datagrams of MTU-28")
@@ -189,6 +192,11 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 		Keep:     f.keep,
 		Progress: prog.callback(),
 		Fidelity: rule,
+	}
+	if isRateAuto(cfg.Testbed.Rate) {
+		if cfg.Testbed, err = chooseRate(ctx, cfg.Testbed, rule, cmd.ErrOrStderr()); err != nil {
+			return err
+		}
 	}
 	if f.mpi || f.mpiTuned || f.mpiNDMA != "" {
 		v, err := bench.MPIVersion(ctx)

@@ -114,8 +114,11 @@ node, each in a file of the state directory readable by root alone:
 sw.cred (role switch) and m<j>.cred (memory-node), given to the daemons
 with --credential; h<i>.cred (member), the NDMA_CREDENTIAL of rank i under
 "run"; and client.cred (client), for tools run in a host namespace
-outside "run". --no-credentials runs without them.`,
+outside "run". --no-credentials runs without them.
+
+` + rateAutoHelp,
 		Example: `  sudo ndma testbed up --hosts 8 --rate 100mbit --mtu 9000
+  sudo ndma testbed up --hosts 8 --rate auto
   sudo ndma testbed up --hosts 4 --memnodes 2 --rate 1gbit --prefix tb2 --subnet 10.78.0.0/16`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runTestbedUp(cmd, &f) },
@@ -125,7 +128,8 @@ outside "run". --no-credentials runs without them.`,
 	fl.IntVar(&f.memnodes, "memnodes", 0, "memory-node namespaces, each running ndma memd")
 	fl.IntVar(&f.stornodes, "stornodes", 0, "storage-node namespaces (s0, s1, ...), each running ndma stord with its directory in the state directory")
 	fl.BoolVar(&f.gateway, "gateway", false, "a namespace (g0) running ndma storgw, the controller of ndma bench vol --mode controller (needs --stornodes)")
-	fl.StringVar(&f.rate, "rate", testbed.DefaultRate, "rate of every link, each direction, in tc's syntax: 100mbit, 1gbit, 12mbps (bytes/s)")
+	fl.StringVar(&f.rate, "rate", testbed.DefaultRate, "rate of every link, each direction, in tc's syntax: 100mbit, 1gbit, 12mbps (bytes/s); auto: the highest rate at which the heaviest jobs are faithful on this machine (see above)")
+	fl.Float64Var(&f.fidelityCPU, "fidelity-cpu", fidelity.DefaultMaxCPUShare, "with --rate auto: largest share of this machine's CPU the testbed may use for a job to be faithful, from 0 to 1")
 	fl.StringVar(&f.hostRate, "host-rate", "", "rate of the host namespaces' links instead of --rate (e.g. a client faster than each memory node)")
 	fl.IntVar(&f.gomaxprocs, "gomaxprocs", 0, "GOMAXPROCS of the testbed's daemons and ranks: 0 = automatic (1 when the switch, hosts and memory nodes outnumber this machine's CPUs), -1 = Go's default (ranks of testbed run get it unless GOMAXPROCS is set)")
 	fl.IntVar(&f.burst, "burst", 0, "tbf bucket size in bytes, at least one frame (default: the larger of two frames and 1 ms at --rate)")
@@ -281,6 +285,15 @@ func runTestbedUp(cmd *cobra.Command, f *testbedFlags) error {
 	}
 	ctx, stop := signalContext(cmd)
 	defer stop()
+	if isRateAuto(cfg.Rate) {
+		rule, err := fidelityRule(f.fidelityCPU)
+		if err != nil {
+			return err
+		}
+		if cfg, err = chooseRate(ctx, cfg, rule, cmd.ErrOrStderr()); err != nil {
+			return flagError(err)
+		}
+	}
 	st, err := testbed.Up(ctx, cfg)
 	if err != nil {
 		return flagError(err)
