@@ -39,6 +39,9 @@ type AutoRateConfig struct {
 	// the suite's heaviest jobs).
 	Ops   []coll.Operation
 	Algos []coll.Algo
+	// Gloo adds Gloo's Allreduce to the probes (the suite will run the
+	// Gloo rows at the rate chosen).
+	Gloo bool
 	// Size is the probe jobs' message per rank (zero:
 	// DefaultAutoRateSize); Iters their measured calls (zero: by size).
 	Size, Iters int
@@ -62,7 +65,7 @@ type AutoRateStep struct {
 }
 
 // AutoRate finds the highest link rate at which the probe jobs are
-// faithful on this machine: it tries Max, halves the rate until every
+// faithful on this machine (Gloo's too, with Gloo): it tries Max, halves the rate until every
 // probe job is faithful, then narrows the step to the next higher rate
 // twice (at the geometric middle). It returns the rate and every step.
 // Each step builds the testbed at its rate, runs the probes and takes it
@@ -82,6 +85,9 @@ func AutoRate(ctx context.Context, cfg AutoRateConfig) (uint64, []AutoRateStep, 
 	}
 	if len(cfg.Algos) == 0 {
 		cfg.Algos = []coll.Algo{coll.AlgoInNet, coll.AlgoRing}
+		if cfg.Gloo {
+			cfg.Algos = append(cfg.Algos, AlgoGloo)
+		}
 	}
 	if cfg.Min < 8e3 || cfg.Max < cfg.Min {
 		return 0, nil, fmt.Errorf("bench: auto rate: from %s to %s: want 8kbit <= min <= max", testbed.FormatRate(cfg.Min), testbed.FormatRate(cfg.Max))
@@ -158,7 +164,7 @@ func autoRateProbe(ctx context.Context, cfg *AutoRateConfig, rate uint64) (AutoR
 	tb := cfg.Testbed
 	tb.Rate, tb.HostRate, tb.PeakRate = testbed.FormatRate(rate), "", ""
 	rows, err := RunSuite(ctx, SuiteConfig{Testbed: tb, Ops: cfg.Ops, Algos: cfg.Algos, Sizes: []int{cfg.Size},
-		Iters: cfg.Iters, Fidelity: cfg.Fidelity})
+		Iters: cfg.Iters, Fidelity: cfg.Fidelity, Gloo: cfg.Gloo})
 	if err != nil {
 		return AutoRateStep{}, fmt.Errorf("bench: auto rate: probing %s: %w", testbed.FormatRate(rate), err)
 	}

@@ -229,10 +229,10 @@ func setupFigures(rows []SuiteRow) []Figure {
 }
 
 // isHostAlgo reports whether algo is one of NDMA's host-based algorithms
-// (not in-network, not the tuner's choice, not Open MPI).
+// (not in-network, not the tuner's choice, not Open MPI's or Gloo's).
 func isHostAlgo(algo string) bool {
 	a := coll.Algo(algo)
-	return a != coll.AlgoInNet && a != coll.AlgoAuto && !IsMPI(a)
+	return a != coll.AlgoInNet && a != coll.AlgoAuto && !IsMPI(a) && a != AlgoGloo
 }
 
 func opTitle(op coll.Operation) string {

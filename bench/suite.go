@@ -67,6 +67,12 @@ type SuiteConfig struct {
 	// MPI's tuned component can be forced to (rows "mpi-tuned-<name>",
 	// from ompi_info).
 	MPITuned bool
+	// Gloo also measures Bcast, Allreduce, Reduce, Allgather and Barrier
+	// with PyTorch's Gloo backend (algo "gloo" in the rows): one Python
+	// process per host (GlooPython, bench/gloo/gloo_coll.py), started as
+	// NDMA's ranks are, timed and reported like them, its CPU counted
+	// the same way. It needs python3-torch.
+	Gloo bool
 	// Algos, if not empty, keeps only the rows of these algorithms
 	// (NDMA's, AlgoMPI and the others above).
 	Algos []coll.Algo
@@ -188,6 +194,7 @@ func (c *SuiteConfig) plan(tuned map[coll.Operation][]coll.Algo) ([]suiteJob, er
 		if c.MPINDMA != "" {
 			algos = append(algos[:len(algos):len(algos)], AlgoMPINDMA, AlgoMPIDeclined)
 		}
+		algos = c.glooAlgos(op, algos)
 		algos = append(algos[:len(algos):len(algos)], tuned[op]...)
 		for _, a := range algos {
 			if len(c.Algos) > 0 && !slices.Contains(c.Algos, a) {
@@ -250,6 +257,13 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rows []SuiteRow, err error)
 			}
 		}
 	}
+	var gloo *glooRunner
+	if cfg.Gloo {
+		if gloo, err = newGlooRunner(ctx); err != nil {
+			return nil, err
+		}
+		defer gloo.close()
+	}
 	st, err := testbed.Up(ctx, cfg.Testbed)
 	if err != nil {
 		return nil, err
@@ -278,6 +292,11 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rows []SuiteRow, err error)
 			return testbed.Run(ctx, st, collArgs(bin, st, j, cfg.Iters, cfg.Sync), out)
 		}
 		prefix := "[rank 0] "
+		if j.algo == AlgoGloo {
+			run = func(ctx context.Context, out io.Writer) error {
+				return gloo.run(ctx, st, j, cfg.Iters, out)
+			}
+		}
 		if IsMPI(j.algo) {
 			run = func(ctx context.Context, out io.Writer) error {
 				return mpi.run(ctx, st, j, cfg.Iters, out)

@@ -66,6 +66,15 @@ func WriteSuiteMarkdown(w io.Writer, rows []SuiteRow) error {
 				break
 			}
 		}
+		for _, r := range rows {
+			if r.Algo == string(AlgoGloo) {
+				fmt.Fprintln(bw)
+				fmt.Fprintln(bw, "Rows `gloo` are PyTorch's Gloo backend (torch.distributed) on the same hosts and links: bench/gloo/gloo_coll.py, "+
+					"one process per host started as NDMA's ranks are, a Gloo barrier before each call, timed as bench coll times (each rank's mean, "+
+					"averaged over the ranks); their CPU includes the Python interpreter's start and PyTorch's import.")
+				break
+			}
+		}
 		writeCPUCost(bw, rows)
 		writeFigures(bw, SuiteFigures(rows))
 	}

@@ -18,19 +18,20 @@ const rateAuto = "auto"
 // rateAutoHelp is the help text of --rate auto.
 const rateAutoHelp = `--rate auto picks the links' rate on this machine: it builds the
 testbed at 10gbit, runs the heaviest jobs (16 MiB Allreduce, in the
-network and with the ring, on every host) under the fidelity monitor,
+network and with the ring, and Gloo's with --gloo, on every host) under
+the fidelity monitor,
 halves the rate until both are faithful, then narrows the step twice;
 it prints every rate tried with its verdict and uses the highest
 faithful one. --host-rate and --peak-rate cannot be given with it.`
 
 // chooseRate runs the rate search for tb (its Rate "auto") and returns
 // tb with the chosen rate, reporting each step to w.
-func chooseRate(ctx context.Context, tb testbed.Config, rule fidelity.Rule, w io.Writer) (testbed.Config, error) {
+func chooseRate(ctx context.Context, tb testbed.Config, rule fidelity.Rule, gloo bool, w io.Writer) (testbed.Config, error) {
 	if tb.HostRate != "" || tb.PeakRate != "" {
 		return tb, errors.New("--rate auto: --host-rate and --peak-rate cannot be given with it (the search sets every link's rate)")
 	}
 	fmt.Fprintln(w, "choosing the link rate: the heaviest jobs at falling rates until they are faithful")
-	rate, _, err := bench.AutoRate(ctx, bench.AutoRateConfig{Testbed: tb, Fidelity: rule, Step: func(s bench.AutoRateStep) {
+	rate, _, err := bench.AutoRate(ctx, bench.AutoRateConfig{Testbed: tb, Fidelity: rule, Gloo: gloo, Step: func(s bench.AutoRateStep) {
 		verdict := "faithful"
 		if !s.Faithful {
 			verdict = "not faithful: " + s.Reason

@@ -30,7 +30,7 @@ type suiteFlags struct {
 	from, peakRate            string
 	prio                      bool
 	mpiNDMA, algos            string
-	mpiTuned                  bool
+	mpiTuned, gloo            bool
 	sync                      string
 	fidelityCPU               float64
 }
@@ -109,11 +109,12 @@ then runs at that one rate.`,
 	fl.BoolVar(&f.json, "json", false, "print JSON Lines instead of Markdown on standard output, and no progress bar")
 	fl.StringVar(&f.from, "from", "", "render suite.md and the plots into --out from these comma-separated suite.jsonl `files` (merged in order; a later row replaces an earlier one of the same op, algo and size; all of one setup: ranks and link rate), without a testbed")
 	fl.BoolVar(&f.mpi, "mpi", false, "also measure each operation with Open MPI (algo \"mpi\"; needs mpicc and mpirun)")
+	fl.BoolVar(&f.gloo, "gloo", false, "also measure bcast, allreduce, reduce, allgather and barrier with PyTorch's Gloo backend (algo \"gloo\"; needs python3-torch): one Python process per host, timed like NDMA's ranks")
 	fl.BoolVar(&f.mpiTuned, "mpi-tuned", false, "also measure each operation with every algorithm Open MPI's tuned component can be forced to (algos \"mpi-tuned-NAME\")")
 	fl.StringVar(&f.mpiNDMA, "mpi-ndma", "", "also measure each operation with Open MPI and this MPI interposition `library` preloaded (build/libndma_mpi.so; algos \"mpi-ndma\", \"mpi-ndma-declined\")")
 	fl.StringVar(&f.sync, "sync-algo", string(bench.DefaultSync), "algorithm of the untimed barrier before every NDMA call: recursive_doubling, innet, or auto (as bench coll --sync-algo)")
 	fl.Float64Var(&f.fidelityCPU, "fidelity-cpu", fidelity.DefaultMaxCPUShare, "largest share of this machine's CPU the testbed may use for a job to be faithful, from 0 to 1 (see above)")
-	fl.StringVar(&f.algos, "algos", "", "keep only these algorithms' rows, comma-separated (NDMA's, mpi, mpi-ndma, mpi-ndma-declined, mpi-tuned-NAME); default: all")
+	fl.StringVar(&f.algos, "algos", "", "keep only these algorithms' rows, comma-separated (NDMA's, mpi, mpi-ndma, mpi-ndma-declined, mpi-tuned-NAME, gloo); default: all")
 	return cmd
 }
 
@@ -151,7 +152,7 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 	if f.algos != "" {
 		for _, s := range strings.Split(f.algos, ",") {
 			a := coll.Algo(strings.ToLower(strings.TrimSpace(s)))
-			if !bench.IsMPI(a) {
+			if !bench.IsMPI(a) && a != bench.AlgoGloo {
 				if _, err := coll.ParseAlgo(string(a)); err != nil {
 					return fmt.Errorf("--algos: %w", err)
 				}
@@ -187,6 +188,7 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 		MPI:      f.mpi,
 		MPINDMA:  f.mpiNDMA,
 		MPITuned: f.mpiTuned,
+		Gloo:     f.gloo,
 		Algos:    algos,
 		Sync:     sync,
 		Keep:     f.keep,
@@ -194,7 +196,7 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 		Fidelity: rule,
 	}
 	if isRateAuto(cfg.Testbed.Rate) {
-		if cfg.Testbed, err = chooseRate(ctx, cfg.Testbed, rule, cmd.ErrOrStderr()); err != nil {
+		if cfg.Testbed, err = chooseRate(ctx, cfg.Testbed, rule, f.gloo, cmd.ErrOrStderr()); err != nil {
 			return err
 		}
 	}
@@ -273,7 +275,7 @@ func firstLine(s string) string {
 
 // renderSuite is --from: merge earlier runs' rows and write the files.
 func renderSuite(cmd *cobra.Command, f *suiteFlags) error {
-	for _, name := range []string{"hosts", "rate", "peak-rate", "mtu", "ops", "sizes", "iters", "keep", "prefix", "mpi", "mpi-tuned", "mpi-ndma", "algos", "repeat", "gomaxprocs", "fidelity-cpu"} {
+	for _, name := range []string{"hosts", "rate", "peak-rate", "mtu", "ops", "sizes", "iters", "keep", "prefix", "mpi", "mpi-tuned", "mpi-ndma", "gloo", "algos", "repeat", "gomaxprocs", "fidelity-cpu"} {
 		if cmd.Flags().Changed(name) {
 			return fmt.Errorf("--%s cannot be used with --from (it renders rows already measured)", name)
 		}

@@ -290,7 +290,7 @@ func runTestbedUp(cmd *cobra.Command, f *testbedFlags) error {
 		if err != nil {
 			return err
 		}
-		if cfg, err = chooseRate(ctx, cfg, rule, cmd.ErrOrStderr()); err != nil {
+		if cfg, err = chooseRate(ctx, cfg, rule, false, cmd.ErrOrStderr()); err != nil {
 			return flagError(err)
 		}
 	}
