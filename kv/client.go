@@ -6,7 +6,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
@@ -49,13 +52,35 @@ type Client struct {
 	cfg ClientConfig
 	reg *pool.Region
 	l   Layout
+	id  uint64        // this client, in the owners' reply tables
+	seq atomic.Uint64 // the last request's number
+	mu  sync.Mutex
+	inc map[int]uint64 // owner rank: the incarnation last heard of
 }
 
 // Open asks an owner of the key space for its region, opens it and reads
 // its layout.
 func Open(ctx context.Context, ep *endpoint.Endpoint, pc *pool.Client, cfg ClientConfig) (*Client, error) {
-	c := &Client{ep: ep, cfg: cfg}
-	_, _, body, err := c.call(ctx, 0, &request{op: opMeta})
+	c := &Client{ep: ep, cfg: cfg, inc: make(map[int]uint64)}
+	for c.id == 0 {
+		c.id = rand.Uint64()
+	}
+	var resp []byte
+	var err error
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		resp, err = c.send(ctx, 0, &request{op: opMeta})
+		if err == nil || !errors.Is(err, wire.StatusNotMember) && !errors.Is(err, wire.StatusBusy) {
+			break
+		}
+		if serr := sleep(ctx, wait); serr != nil {
+			err = errors.Join(serr, err)
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kv: asking the owners of %q: %w", cfg.Space, err)
+	}
+	_, _, body, err := parseReply(resp)
 	if err != nil {
 		return nil, err
 	}
@@ -193,34 +218,54 @@ func (c *Client) write(ctx context.Context, r *request) ([]byte, uint64, error) 
 	if max := c.l.MaxValue(len(r.key)); len(r.val) > max {
 		return nil, 0, fmt.Errorf("%w: value of %d bytes (at most %d with this key)", ErrTooLarge, len(r.val), max)
 	}
-	st, ver, body, err := c.call(ctx, uint64(c.l.place(r.key).shard), r)
-	if err != nil {
-		return nil, 0, err
-	}
-	return body, ver, statusErr(st)
-}
-
-// call sends r to the owner of shard (by key affinity). Refusals that
-// show the request was not applied (no owner up, the owner busy) are
-// retried until ctx ends; a request that may have reached an owner is
-// not sent again: its failure is ErrUnknownOutcome.
-func (c *Client) call(ctx context.Context, shard uint64, r *request) (byte, uint64, []byte, error) {
-	req := r.append(nil)
+	shard := c.l.place(r.key).shard
+	rank := c.l.owner(shard)
+	r.client, r.seq = c.id, c.seq.Add(1)
+	sent := false // a copy may have reached an owner
 	wait := time.Millisecond
 	for {
-		resp, err := c.ep.Anycast(ctx, c.cfg.Switch, ServiceName(c.cfg.Space), shard, req, c.cfg.Fabric)
+		c.mu.Lock()
+		r.inc = c.inc[rank]
+		c.mu.Unlock()
+		resp, err := c.send(ctx, uint64(shard), r)
 		if err == nil {
-			return parseReply(resp)
-		}
-		if !errors.Is(err, wire.StatusNotMember) && !errors.Is(err, wire.StatusBusy) {
-			if r.op == opMeta {
-				return 0, 0, nil, fmt.Errorf("kv: asking the owners of %q: %w", c.cfg.Space, err)
+			st, ver, body, perr := parseReply(resp)
+			switch {
+			case perr != nil:
+				return nil, 0, perr
+			case st == stStale:
+				// Another incarnation of the owner: it did not apply
+				// this copy; an earlier one may have reached the old
+				// incarnation, which is gone.
+				c.mu.Lock()
+				c.inc[rank] = ver
+				c.mu.Unlock()
+				if sent {
+					return nil, 0, fmt.Errorf("%w: the owner of shard %d restarted", ErrUnknownOutcome, shard)
+				}
+				continue
+			case st == stBusy:
+			default:
+				return body, ver, statusErr(st)
 			}
-			return 0, 0, nil, fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+		} else if !errors.Is(err, wire.StatusNotMember) && !errors.Is(err, wire.StatusBusy) {
+			// No answer: this copy may have been applied. Send it
+			// again: the owner answers a copy it applied from its
+			// table of replies.
+			sent = sent || r.inc != 0
 		}
 		if serr := sleep(ctx, wait); serr != nil {
-			return 0, 0, nil, fmt.Errorf("kv: no owner of %q answers: %w", c.cfg.Space, err)
+			if sent {
+				return nil, 0, fmt.Errorf("%w: %w", ErrUnknownOutcome, errors.Join(serr, err))
+			}
+			return nil, 0, fmt.Errorf("kv: no owner of shard %d answers: %w", shard, errors.Join(serr, err))
 		}
 		wait = min(2*wait, 100*time.Millisecond)
 	}
+}
+
+// send sends r once to the owner of shard (by key affinity) and returns
+// its reply.
+func (c *Client) send(ctx context.Context, shard uint64, r *request) ([]byte, error) {
+	return c.ep.Anycast(ctx, c.cfg.Switch, ServiceName(c.cfg.Space), shard, r.append(nil), c.cfg.Fabric)
 }

@@ -68,9 +68,9 @@ func jepsenKV(t *testing.T, seed int64) {
 		for i, c := range clients {
 			wg.Go(func() { kvWork(seed, i, c, h, stop) })
 		}
-		var mu sync.Mutex // owners and the switch, between faults
+		mu := newChanLock() // owners and the switch, between faults
 		var restarts sync.WaitGroup
-		faults := kvFaultsOf(s, &mu, &restarts, clients)
+		faults := kvFaultsOf(s, mu, &restarts, clients)
 		nem, err := jepsen.NewNemesis(rand.New(rand.NewPCG(uint64(seed), 0xfa)), jepsen.NemesisConfig{
 			Faults: faults, Total: kvFaults, MinGap: 500 * time.Millisecond, MaxGap: 3 * time.Second,
 			MinDuration: time.Second, MaxDuration: 6 * time.Second, MaxActive: 3}, h)
@@ -123,7 +123,7 @@ func kvWork(seed int64, id int, c *Client, h *jepsen.History, stop <-chan struct
 // kvOp does one operation (0 read, 1 set, 2 delete) and records it: a
 // value is its Digest, absence 0.
 func kvOp(c *Client, h *jepsen.History, id int, key string, op int, val []byte) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if op == 0 {
 		call := h.Invoke(id, jepsen.Read, key, 0)
@@ -164,7 +164,7 @@ func kvOp(c *Client, h *jepsen.History, id int, key string, op int, val []byte) 
 }
 
 // kvFaultsOf are the faults the nemesis draws from.
-func kvFaultsOf(s *simKV, mu *sync.Mutex, restarts *sync.WaitGroup, clients []*Client) []jepsen.Fault {
+func kvFaultsOf(s *simKV, mu chanLock, restarts *sync.WaitGroup, clients []*Client) []jepsen.Fault {
 	var fs []jepsen.Fault
 	lossy := func(name, kind, target string, addr func() (bool, string), loss float64) jepsen.Fault {
 		var cut string
@@ -183,7 +183,11 @@ func kvFaultsOf(s *simKV, mu *sync.Mutex, restarts *sync.WaitGroup, clients []*C
 				return nil
 			},
 			Stop: func() error {
+				if cut == "" {
+					return nil // Start skipped it
+				}
 				s.net.Locked(func() { s.net.SetLink(mustAddr(cut), s.link, s.link) })
+				cut = ""
 				return nil
 			}}
 	}
@@ -195,6 +199,7 @@ func kvFaultsOf(s *simKV, mu *sync.Mutex, restarts *sync.WaitGroup, clients []*C
 			}
 			return true, s.oeps[r].LocalAddr().String()
 		}
+		crashed := false
 		fs = append(fs, jepsen.Fault{Name: "crash " + target, Kind: "crash owner", Target: target,
 			Start: func() error {
 				mu.Lock()
@@ -203,10 +208,14 @@ func kvFaultsOf(s *simKV, mu *sync.Mutex, restarts *sync.WaitGroup, clients []*C
 					return fmt.Errorf("%w: %s is down", jepsen.ErrSkip, target)
 				}
 				s.crashOwner(r)
+				crashed = true
 				return nil
 			},
 			Stop: func() error {
-				restarts.Go(func() { kvRestart(s, mu, r) })
+				if crashed { // not when Start skipped it
+					crashed = false
+					restarts.Go(func() { kvRestart(s, mu, r) })
+				}
 				return nil
 			}},
 			lossy("loss "+target, "lossy link", target, addr, kvLossy),
@@ -240,11 +249,14 @@ func kvFaultsOf(s *simKV, mu *sync.Mutex, restarts *sync.WaitGroup, clients []*C
 // kvRestart starts owner r again, every second while it cannot (the
 // switch is down, or still counts the old one alive), for up to a
 // minute.
-func kvRestart(s *simKV, mu *sync.Mutex, r int) {
+func kvRestart(s *simKV, mu chanLock, r int) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		mu.Lock()
-		err := s.tryStartOwner(r)
+		var err error
+		if s.oeps[r] == nil {
+			err = s.tryStartOwner(r)
+		}
 		mu.Unlock()
 		if err == nil {
 			return
@@ -256,3 +268,12 @@ func kvRestart(s *simKV, mu *sync.Mutex, r int) {
 		time.Sleep(time.Second)
 	}
 }
+
+// chanLock is a mutex made of a channel: a goroutine waiting for it
+// blocks durably, so inside a synctest bubble virtual time moves on while
+// the holder waits for the network (a sync.Mutex would stall the bubble).
+type chanLock chan struct{}
+
+func newChanLock() chanLock { return make(chanLock, 1) }
+func (l chanLock) Lock()    { l <- struct{}{} }
+func (l chanLock) Unlock()  { <-l }

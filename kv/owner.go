@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"sync"
@@ -62,6 +63,12 @@ type Owner struct {
 	stats  OwnerStats        // under mu
 	stop   context.CancelFunc
 	done   chan struct{}
+	// inc tells this incarnation of the owner from earlier and later
+	// ones: a request names the one it is for, so a request an earlier
+	// incarnation may have applied is never applied again by this one.
+	inc     uint64
+	replies replies // under repMu
+	repMu   chan struct{}
 }
 
 // OwnerStats counts an owner's work.
@@ -94,7 +101,10 @@ func StartOwner(ctx context.Context, ep *endpoint.Endpoint, reg *pool.Region, cf
 	if cfg.Check == 0 {
 		cfg.Check = time.Second
 	}
-	o := &Owner{cfg: cfg, log: cfg.Logger, reg: reg, ep: ep}
+	o := &Owner{cfg: cfg, log: cfg.Logger, reg: reg, ep: ep, repMu: make(chan struct{}, 1)}
+	for o.inc == 0 {
+		o.inc = rand.Uint64()
+	}
 	if o.log == nil {
 		o.log = slog.Default()
 	}
@@ -297,10 +307,26 @@ func (o *Owner) handle(_ uint64, b []byte) ([]byte, error) {
 	if p.shard < o.lo || p.shard >= o.hi {
 		return appendReply(nil, stBad, 0, nil), nil
 	}
+	if r.inc != o.inc {
+		return appendReply(nil, stStale, o.inc, nil), nil
+	}
 	sh := o.shards[p.shard-o.lo]
 	sh.lock <- struct{}{}
+	defer func() { <-sh.lock }()
+	// A request sent again is answered from the table; the shard's lock
+	// orders it after the first copy's apply.
+	k := replyKey{r.client, r.seq}
+	o.repMu <- struct{}{}
+	cached, seen := o.replies.get(k)
+	room := seen || o.replies.room(time.Now())
+	<-o.repMu
+	if seen {
+		return cached, nil
+	}
+	if !room {
+		return appendReply(nil, stBusy, 0, nil), nil
+	}
 	st, ver, body := o.apply(sh, p, &r)
-	<-sh.lock
 	o.mu.Lock()
 	switch st {
 	case stOK:
@@ -311,7 +337,13 @@ func (o *Owner) handle(_ uint64, b []byte) ([]byte, error) {
 		o.stats.Refused++
 	}
 	o.mu.Unlock()
-	return appendReply(nil, st, ver, body), nil
+	reply := appendReply(nil, st, ver, body)
+	// A failed write's outcome is unknown to the owner too: a copy of
+	// the request sent again hears that, and is not applied again.
+	o.repMu <- struct{}{}
+	o.replies.put(k, reply, time.Now())
+	<-o.repMu
+	return reply, nil
 }
 
 // apply executes a write on a locked shard.

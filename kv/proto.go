@@ -26,6 +26,12 @@ const (
 	stNotInt   = 5 // Incr of a value that is not a decimal integer, or overflow
 	stTooLarge = 6
 	stFailed   = 7 // the owner could not write the pool: the outcome is unknown
+	// stStale: the request named another incarnation of the owner (the
+	// reply's version field carries the current one); not applied.
+	stStale = 8
+	// stBusy: the owner's table of recent replies is full of live
+	// entries; not applied, try again.
+	stBusy = 9
 )
 
 // Errors the store returns.
@@ -71,20 +77,29 @@ func statusErr(st byte) error {
 	return fmt.Errorf("%w: owner answered status %d", ErrBadRequest, st)
 }
 
-// request is a write request: op, the expected version (CAS), the
-// delta (Incr), key and value.
+// request is a write request: op; the client's id and the request's
+// sequence number, which an owner answers again from its table of
+// recent replies instead of applying twice; the owner incarnation the
+// client expects; the expected version (CAS), the delta (Incr), key and
+// value.
 type request struct {
-	op    byte
-	ver   uint64
-	delta int64
-	key   []byte
-	val   []byte
+	op     byte
+	client uint64
+	seq    uint64
+	inc    uint64
+	ver    uint64
+	delta  int64
+	key    []byte
+	val    []byte
 }
 
-const reqFixed = 1 + 8 + 8 + 2
+const reqFixed = 1 + 8 + 8 + 8 + 8 + 8 + 2
 
 func (r *request) append(b []byte) []byte {
 	b = append(b, r.op)
+	b = binary.LittleEndian.AppendUint64(b, r.client)
+	b = binary.LittleEndian.AppendUint64(b, r.seq)
+	b = binary.LittleEndian.AppendUint64(b, r.inc)
 	b = binary.LittleEndian.AppendUint64(b, r.ver)
 	b = binary.LittleEndian.AppendUint64(b, uint64(r.delta))
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(r.key)))
@@ -96,8 +111,9 @@ func parseRequest(b []byte) (request, error) {
 	if len(b) < reqFixed {
 		return request{}, ErrBadRequest
 	}
-	r := request{op: b[0], ver: binary.LittleEndian.Uint64(b[1:]), delta: int64(binary.LittleEndian.Uint64(b[9:]))}
-	klen := int(binary.LittleEndian.Uint16(b[17:]))
+	r := request{op: b[0], client: binary.LittleEndian.Uint64(b[1:]), seq: binary.LittleEndian.Uint64(b[9:]),
+		inc: binary.LittleEndian.Uint64(b[17:]), ver: binary.LittleEndian.Uint64(b[25:]), delta: int64(binary.LittleEndian.Uint64(b[33:]))}
+	klen := int(binary.LittleEndian.Uint16(b[41:]))
 	if klen > len(b)-reqFixed {
 		return request{}, ErrBadRequest
 	}
