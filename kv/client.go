@@ -74,6 +74,9 @@ func Open(ctx context.Context, ep *endpoint.Endpoint, pc *pool.Client, cfg Clien
 // Layout is the key space's geometry.
 func (c *Client) Layout() Layout { return c.l }
 
+// MaxValue is the largest value a key of klen bytes may have.
+func (c *Client) MaxValue(klen int) int { return c.l.MaxValue(klen) }
+
 // probeWindow is the buckets a GET reads at once.
 const probeWindow = 8
 
