@@ -18,8 +18,10 @@ import (
 	"github.com/ndma/ndma/wire/ctrl"
 )
 
-// ServiceName is the anycast service of a key space's owners.
-func ServiceName(space string) string { return "kv:" + space }
+// ServiceName is the anycast service of a key space's owners: on a
+// sealed fabric, the credentials named kv-SPACE, kv-SPACE/INSTANCE and
+// kv-SPACE/RANK (role member) may serve it.
+func ServiceName(space string) string { return "kv-" + space }
 
 // DefaultWriteTimeout bounds an owner's write of one value or bucket to
 // the pool when OwnerConfig.WriteTimeout is zero.

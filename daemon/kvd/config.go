@@ -44,8 +44,10 @@ type Config struct {
 	// MTU is the largest datagram sent, header included (zero:
 	// transport.DefaultMTU).
 	MTU int
-	// Space names the key space (letters, digits, '.', '_', '-'; 1 to
-	// 64 bytes); its owners' service is kv.ServiceName(Space).
+	// Space names the key space (1 to 64 letters, digits, '_' and '-',
+	// the first a letter or digit); its owners' service is
+	// kv.ServiceName(Space), which only credentials named
+	// kv-SPACE[/INSTANCE] may serve on a sealed fabric.
 	Space string
 	// Region and RegionKey are the key space's pool region (a space
 	// file's; both required).
@@ -75,12 +77,12 @@ type FieldError = daemon.FieldError
 var fields = daemon.Fields{Pkg: "kvd", Sentinel: ErrConfig}
 
 // spaceName is what a key space's name may be.
-var spaceName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+var spaceName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
 
 // CheckSpace reports what makes name unusable as a key space's name.
 func CheckSpace(name string) error {
 	if !spaceName.MatchString(name) {
-		return fields.Invalid("Space", "%q (want 1 to 64 letters, digits, '.', '_' or '-')", name)
+		return fields.Invalid("Space", "%q (want 1 to 64 letters, digits, '_' or '-', the first a letter or digit)", name)
 	}
 	return nil
 }
