@@ -139,7 +139,7 @@ starts (ndma kvd --space-file).`,
 				return json.NewEncoder(w).Encode(map[string]any{"space": kf.space, "region": reg.ID(), "size": l.Size(), "file": out,
 					"shards": l.Shards, "buckets": l.Buckets, "page": l.PageBytes, "heap": l.HeapBytes, "owners": l.Owners, "max_value": l.MaxValue(1)})
 			}
-			fmt.Fprintf(w, "key space %q: region %d, %s, %d shards of %d keys, values up to %d bytes, %d owners\nspace file %s (start each owner with ndma kvd --space-file %s --rank R)\n",
+			fmt.Fprintf(w, "key space %q: region %d, %s, %d shards of %d keys, values up to %d bytes, %d owner ranks\nspace file %s (start each owner with ndma kvd --space-file %s --rank R)\n",
 				kf.space, reg.ID(), sizeString(l.Size()), l.Shards, l.Buckets, l.MaxValue(1), l.Owners, out, out)
 			return nil
 		},
