@@ -87,3 +87,5 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzProtoRoundTrip -fuzztime 30s ./stor
 	$(GO) test -run '^$$' -fuzz FuzzParseEnv -fuzztime 30s ./coll
 	$(GO) test -run '^$$' -fuzz FuzzDecoders -fuzztime 30s ./kv
+	$(GO) test -run '^$$' -fuzz FuzzMemcached -fuzztime 30s ./kv/frontend
+	$(GO) test -run '^$$' -fuzz FuzzRedis -fuzztime 30s ./kv/frontend

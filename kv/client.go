@@ -99,6 +99,9 @@ func Open(ctx context.Context, ep *endpoint.Endpoint, pc *pool.Client, cfg Clien
 // Layout is the key space's geometry.
 func (c *Client) Layout() Layout { return c.l }
 
+// MaxValue is the largest value a key of klen bytes may have.
+func (c *Client) MaxValue(klen int) int { return c.l.MaxValue(klen) }
+
 // probeWindow is the buckets a GET reads at once.
 const probeWindow = 8
 
@@ -112,20 +115,48 @@ var ErrContended = errors.New("kv: key rewritten during every read")
 
 // Get reads key's value and version one-sidedly from the memory nodes.
 func (c *Client) Get(ctx context.Context, key []byte) ([]byte, uint64, error) {
+	it, err := c.GetItem(ctx, key)
+	return it.Value, it.Version, err
+}
+
+// Item is a key's value as GetItem reads it.
+type Item struct {
+	Value   []byte
+	Version uint64
+	// Flags are the 32 bits the last write gave (SetOptions.Flags).
+	Flags uint32
+	// Expires is when the value expires; the zero Time is never.
+	Expires time.Time
+}
+
+// GetItem reads key's value, version, flags and expiry one-sidedly from
+// the memory nodes. A value whose expiry has passed (by this host's
+// clock) is not found.
+func (c *Client) GetItem(ctx context.Context, key []byte) (Item, error) {
 	if len(key) == 0 || len(key) > MaxKey {
-		return nil, 0, fmt.Errorf("%w: key of %d bytes (1 to %d)", ErrTooLarge, len(key), MaxKey)
+		return Item{}, fmt.Errorf("%w: key of %d bytes (1 to %d)", ErrTooLarge, len(key), MaxKey)
 	}
 	p := c.l.place(key)
 	for range maxTorn {
-		val, ver, err := c.get(ctx, p, key)
+		r, err := c.get(ctx, p, key)
 		if !errors.Is(err, errTorn) {
-			return val, ver, err
+			if err != nil {
+				return Item{}, err
+			}
+			if expired(r.m.exp, time.Now().UnixNano()) {
+				return Item{}, ErrNotFound
+			}
+			it := Item{Value: r.val, Version: r.ver, Flags: r.m.flags}
+			if r.m.exp != 0 {
+				it.Expires = time.Unix(0, r.m.exp)
+			}
+			return it, nil
 		}
 		if err := sleep(ctx, 10*time.Microsecond); err != nil {
-			return nil, 0, err
+			return Item{}, err
 		}
 	}
-	return nil, 0, ErrContended
+	return Item{}, ErrContended
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -140,59 +171,123 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // get walks the probe path once.
-func (c *Client) get(ctx context.Context, p place, key []byte) ([]byte, uint64, error) {
+func (c *Client) get(ctx context.Context, p place, key []byte) (record, error) {
 	var win [probeWindow * BucketBytes]byte
 	for scanned := 0; scanned < c.l.Buckets; {
 		pos := (p.home + scanned) % c.l.Buckets
 		n := min(probeWindow, c.l.Buckets-scanned, c.l.Buckets-pos)
 		w := win[:n*BucketBytes]
 		if _, err := c.reg.ReadAtContext(ctx, w, int64(c.l.bucketAddr(p.shard, pos))); err != nil {
-			return nil, 0, err
+			return record{}, err
 		}
 		for j := range n {
 			b, err := parseBucket(w[j*BucketBytes:])
 			if err != nil {
-				return nil, 0, err
+				return record{}, err
 			}
 			if b.empty() {
-				return nil, 0, ErrNotFound
+				return record{}, ErrNotFound
 			}
 			if !b.live() || b.hash != p.hash {
 				continue
 			}
 			rec := make([]byte, b.len)
 			if _, err := c.reg.ReadAtContext(ctx, rec, int64(b.addr)); err != nil {
-				return nil, 0, err
+				return record{}, err
 			}
-			ver, k, val, err := parseRecord(rec)
-			if err != nil || ver != b.ver {
-				return nil, 0, errTorn
+			r, err := parseRecord(rec)
+			if err != nil || r.ver != b.ver {
+				return record{}, errTorn
 			}
-			if bytes.Equal(k, key) {
-				return val, ver, nil
+			if bytes.Equal(r.key, key) {
+				return r, nil
 			}
 		}
 		scanned += n
 	}
-	return nil, 0, ErrNotFound
+	return record{}, ErrNotFound
+}
+
+// SetOptions are a stored value's expiry and flags.
+type SetOptions struct {
+	// TTL is how long the value lives, from when its owner stores it;
+	// zero: until it is overwritten or deleted. Readers compare the
+	// expiry with their own clock: hosts' clocks should agree (NTP)
+	// to well under the TTLs used.
+	TTL time.Duration
+	// Flags are 32 bits kept with the value and returned by GetItem
+	// (memcached's client flags).
+	Flags uint32
+}
+
+func (o SetOptions) check() error {
+	if o.TTL < 0 {
+		return fmt.Errorf("%w: a negative TTL (%v)", ErrBadRequest, o.TTL)
+	}
+	return nil
 }
 
 // Set stores val under key and returns its new version.
 func (c *Client) Set(ctx context.Context, key, val []byte) (uint64, error) {
-	_, ver, err := c.write(ctx, &request{op: opSet, key: key, val: val})
-	return ver, err
+	return c.SetWith(ctx, key, val, SetOptions{})
+}
+
+// SetWith stores val under key with the expiry and flags of o.
+func (c *Client) SetWith(ctx context.Context, key, val []byte, o SetOptions) (uint64, error) {
+	return c.store(ctx, opSet, key, val, 0, o)
 }
 
 // Add stores val under key if the key is absent (else ErrExists).
 func (c *Client) Add(ctx context.Context, key, val []byte) (uint64, error) {
-	_, ver, err := c.write(ctx, &request{op: opAdd, key: key, val: val})
-	return ver, err
+	return c.AddWith(ctx, key, val, SetOptions{})
+}
+
+// AddWith is Add with the expiry and flags of o. An expired key is
+// absent.
+func (c *Client) AddWith(ctx context.Context, key, val []byte, o SetOptions) (uint64, error) {
+	return c.store(ctx, opAdd, key, val, 0, o)
+}
+
+// Replace stores val under key if the key is present (else
+// ErrNotFound).
+func (c *Client) Replace(ctx context.Context, key, val []byte, o SetOptions) (uint64, error) {
+	return c.store(ctx, opReplace, key, val, 0, o)
 }
 
 // CompareAndSwap stores val under key if the key's version is ver (else
 // ErrExists, or ErrNotFound), and returns the new version.
 func (c *Client) CompareAndSwap(ctx context.Context, key, val []byte, ver uint64) (uint64, error) {
-	_, nv, err := c.write(ctx, &request{op: opCAS, key: key, val: val, ver: ver})
+	return c.CompareAndSwapWith(ctx, key, val, ver, SetOptions{})
+}
+
+// CompareAndSwapWith is CompareAndSwap with the expiry and flags of o.
+func (c *Client) CompareAndSwapWith(ctx context.Context, key, val []byte, ver uint64, o SetOptions) (uint64, error) {
+	return c.store(ctx, opCAS, key, val, ver, o)
+}
+
+// Append adds val after key's value (ErrNotFound if absent), keeping its
+// expiry and flags.
+func (c *Client) Append(ctx context.Context, key, val []byte) (uint64, error) {
+	return c.store(ctx, opAppend, key, val, 0, SetOptions{})
+}
+
+// Prepend adds val before key's value (ErrNotFound if absent), keeping
+// its expiry and flags.
+func (c *Client) Prepend(ctx context.Context, key, val []byte) (uint64, error) {
+	return c.store(ctx, opPrepend, key, val, 0, SetOptions{})
+}
+
+// Touch gives key's value a new time to live (zero: no expiry), keeping
+// value and flags; ErrNotFound if the key is absent.
+func (c *Client) Touch(ctx context.Context, key []byte, ttl time.Duration) (uint64, error) {
+	return c.store(ctx, opTouch, key, nil, 0, SetOptions{TTL: ttl})
+}
+
+func (c *Client) store(ctx context.Context, op byte, key, val []byte, ver uint64, o SetOptions) (uint64, error) {
+	if err := o.check(); err != nil {
+		return 0, err
+	}
+	_, nv, err := c.write(ctx, &request{op: op, key: key, val: val, ver: ver, ttl: int64(o.TTL), flags: o.Flags})
 	return nv, err
 }
 

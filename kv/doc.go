@@ -8,13 +8,19 @@
 // bucket's); what a write racing the read tore is read again. No owner
 // process takes part in a GET, so reads go on while owners restart.
 //
-// Writes (Set, Add, Delete, CompareAndSwap) go by anycast, with key
-// affinity, to the owner of the key's shard (Owner, run by `ndma kvd`).
+// Writes (Set, Add, Replace, CompareAndSwap, Append, Prepend, Incr,
+// Touch, Delete) go by anycast, with key affinity, to the owner of the
+// key's shard (Owner, run by `ndma kvd`).
 // The owner writes a new copy of the value into free space of its shard
 // (never over the live one), then publishes it by rewriting the bucket
 // with the next version, and only then answers. A reader that saw the
 // old bucket still finds the old value, or, when its space was reused,
 // a record whose key or version does not match, and reads again.
+//
+// A value may carry an expiry (SetOptions.TTL, Touch): an absolute
+// time in its record, past which readers find the key absent by their
+// own clock, and owners treat it as absent and free its value (when a
+// write touches the key, and in a sweep of their shards).
 //
 // An owner keeps its shards' index and allocator in memory and rebuilds
 // both from the region when it starts: space a crashed owner had

@@ -11,7 +11,7 @@ import (
 func FuzzDecoders(f *testing.F) {
 	f.Add((&request{op: opSet, key: []byte("k"), val: []byte("v")}).append(nil))
 	f.Add(appendHeader(nil, testLayout()))
-	f.Add(appendRecord(nil, 3, []byte("key"), []byte("value")))
+	f.Add(appendRecord(nil, 3, meta{exp: 1e18, flags: 7}, []byte("key"), []byte("value")))
 	var b [BucketBytes]byte
 	bucket{hash: 5, ver: 2, addr: 4096, len: 30}.put(b[:])
 	f.Add(b[:])
@@ -36,8 +36,8 @@ func FuzzDecoders(f *testing.F) {
 				}
 			}
 		}
-		if ver, k, v, err := parseRecord(p); err == nil {
-			if got := appendRecord(nil, ver, k, v); string(got) != string(p[:len(got)]) {
+		if r, err := parseRecord(p); err == nil {
+			if got := appendRecord(nil, r.ver, r.m, r.key, r.val); string(got) != string(p[:len(got)]) {
 				t.Fatalf("record %x re-encodes as %x", p[:len(got)], got)
 			}
 		}

@@ -17,8 +17,8 @@ const (
 	// length, checksum.
 	BucketBytes = 32
 	// recordOverhead is a value record's bytes besides its key and value:
-	// version, key length, value length, checksum.
-	recordOverhead = 20
+	// version, key length, value length, expiry, flags, checksum.
+	recordOverhead = 32
 	// MinSlot is the smallest size class.
 	MinSlot = 64
 	// MaxKey is the longest key, in bytes (memcached's limit).
@@ -28,7 +28,7 @@ const (
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // magic opens a key space's header.
-var magic = [8]byte{'N', 'D', 'M', 'A', 'K', 'V', 0, 1}
+var magic = [8]byte{'N', 'D', 'M', 'A', 'K', 'V', 0, 2}
 
 // Errors of layouts and records.
 var (
@@ -46,7 +46,7 @@ type Layout struct {
 	Shards int
 	// Buckets is the buckets per shard: the most keys a shard holds.
 	Buckets int
-	// PageBytes is the largest value record (key, value and 20 bytes),
+	// PageBytes is the largest value record (key, value and 32 bytes),
 	// and the unit in which a shard's heap is given to size classes: a
 	// power of two, at least MinSlot.
 	PageBytes uint64
@@ -195,33 +195,59 @@ func parseBucket(p []byte) (bucket, error) {
 // recordLen is the bytes of a value record.
 func recordLen(klen, vlen int) int { return recordOverhead + klen + vlen }
 
-// appendRecord encodes a value record: version, key length, value
-// length, key, value, checksum.
-func appendRecord(b []byte, ver uint64, key, val []byte) []byte {
+// meta is what a value record carries besides key and value: its
+// expiry (unix nanoseconds; 0 never) and the client's flags (memcached's
+// 32 opaque bits, kept and returned).
+type meta struct {
+	exp   int64
+	flags uint32
+}
+
+// expired reports whether a value of expiry exp is gone at now (unix
+// nanoseconds).
+func expired(exp, now int64) bool { return exp != 0 && now >= exp }
+
+// appendRecord encodes a value record: version, key length, 2 zero
+// bytes, value length, expiry, flags, key, value, checksum.
+func appendRecord(b []byte, ver uint64, m meta, key, val []byte) []byte {
 	start := len(b)
 	b = binary.LittleEndian.AppendUint64(b, ver)
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(key)))
 	b = binary.LittleEndian.AppendUint16(b, 0)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(val)))
+	b = binary.LittleEndian.AppendUint64(b, uint64(m.exp))
+	b = binary.LittleEndian.AppendUint32(b, m.flags)
 	b = append(b, key...)
 	b = append(b, val...)
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
 }
 
-// parseRecord checks a value record read from a slot and returns its
-// version, key and value (aliasing p).
-func parseRecord(p []byte) (ver uint64, key, val []byte, err error) {
+// record is a decoded value record; key and val alias what it was
+// decoded from.
+type record struct {
+	ver      uint64
+	m        meta
+	key, val []byte
+}
+
+// parseRecord checks a value record read from a slot.
+func parseRecord(p []byte) (record, error) {
 	if len(p) < recordOverhead {
-		return 0, nil, nil, errTorn
+		return record{}, errTorn
 	}
 	klen := int(binary.LittleEndian.Uint16(p[8:]))
 	vlen := int(binary.LittleEndian.Uint32(p[12:]))
 	n := recordLen(klen, vlen)
-	if n > len(p) || n < recordOverhead {
-		return 0, nil, nil, errTorn
+	if n > len(p) || n < recordOverhead || binary.LittleEndian.Uint16(p[10:]) != 0 {
+		return record{}, errTorn
 	}
 	if crc32.Checksum(p[:n-4], castagnoli) != binary.LittleEndian.Uint32(p[n-4:]) {
-		return 0, nil, nil, errTorn
+		return record{}, errTorn
 	}
-	return binary.LittleEndian.Uint64(p), p[16 : 16+klen], p[16+klen : 16+klen+vlen], nil
+	const h = recordOverhead - 4
+	return record{
+		ver: binary.LittleEndian.Uint64(p),
+		m:   meta{exp: int64(binary.LittleEndian.Uint64(p[16:])), flags: binary.LittleEndian.Uint32(p[24:])},
+		key: p[h : h+klen], val: p[h+klen : h+klen+vlen],
+	}, nil
 }

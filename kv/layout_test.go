@@ -100,15 +100,15 @@ func TestBucketAndRecordCheck(t *testing.T) {
 			t.Fatalf("bucket bit %d flipped, not caught", bit)
 		}
 	}
-	rec := appendRecord(nil, 5, []byte("key"), []byte("value"))
-	ver, k, v, err := parseRecord(rec)
-	if err != nil || ver != 5 || string(k) != "key" || string(v) != "value" {
-		t.Fatalf("record: %d %q %q %v", ver, k, v, err)
+	rec := appendRecord(nil, 5, meta{exp: 1_800_000_000_000_000_000, flags: 0xdeadbeef}, []byte("key"), []byte("value"))
+	r, err := parseRecord(rec)
+	if err != nil || r.ver != 5 || r.m.exp != 1_800_000_000_000_000_000 || r.m.flags != 0xdeadbeef || string(r.key) != "key" || string(r.val) != "value" {
+		t.Fatalf("record: %+v %v", r, err)
 	}
 	for bit := range len(rec) * 8 {
 		q := bytes.Clone(rec)
 		q[bit/8] ^= 1 << (bit % 8)
-		if _, _, _, err := parseRecord(q); err == nil {
+		if _, err := parseRecord(q); err == nil {
 			t.Fatalf("record bit %d flipped, not caught", bit)
 		}
 	}
@@ -179,9 +179,9 @@ func TestSlabsChurn(t *testing.T) {
 }
 
 func TestRequestRoundTrip(t *testing.T) {
-	r := request{op: opCAS, ver: 7, delta: -3, key: []byte("k"), val: []byte("v")}
+	r := request{op: opCAS, ver: 7, delta: -3, ttl: 5e9, flags: 9, key: []byte("k"), val: []byte("v")}
 	got, err := parseRequest(r.append(nil))
-	if err != nil || got.op != r.op || got.ver != 7 || got.delta != -3 || string(got.key) != "k" || string(got.val) != "v" {
+	if err != nil || got.op != r.op || got.ver != 7 || got.delta != -3 || got.ttl != 5e9 || got.flags != 9 || string(got.key) != "k" || string(got.val) != "v" {
 		t.Fatalf("%+v %v", got, err)
 	}
 	b := r.append(nil)

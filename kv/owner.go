@@ -19,8 +19,10 @@ import (
 	"github.com/ndma/ndma/wire/ctrl"
 )
 
-// ServiceName is the anycast service of a key space's owners.
-func ServiceName(space string) string { return "kv:" + space }
+// ServiceName is the anycast service of a key space's owners: on a
+// sealed fabric, the credentials named kv-SPACE, kv-SPACE/INSTANCE and
+// kv-SPACE/RANK (role member) may serve it.
+func ServiceName(space string) string { return "kv-" + space }
 
 // DefaultWriteTimeout bounds an owner's write of one value or bucket to
 // the pool when OwnerConfig.WriteTimeout is zero.
@@ -74,8 +76,13 @@ type Owner struct {
 // OwnerStats counts an owner's work.
 type OwnerStats struct {
 	Writes, Refused, Failed uint64
-	Keys                    int
-	Heap                    HeapStats // summed over the owner's shards
+	// Expired counts the expired values the owner freed (when a write
+	// touched their key, or its sweep found them).
+	Expired uint64
+	// Keys counts the keys with a value, expired ones not yet freed
+	// included.
+	Keys int
+	Heap HeapStats // summed over the owner's shards
 }
 
 type shard struct {
@@ -85,7 +92,10 @@ type shard struct {
 	lock    chan struct{}
 	id      int
 	b       []bucket       // the owner's copy of the shard's buckets
+	exp     []int64        // per bucket: its value's expiry (0: never)
+	keys    []string       // per bucket: its live key
 	idx     map[string]int // live key → bucket
+	sweep   int            // the next bucket the sweep looks at
 	heap    *slabs
 	nextVer uint64 // versions are unique in a shard
 	dirty   bool   // a bucket write failed: the region may differ from b
@@ -177,6 +187,7 @@ func (o *Owner) supervise(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		o.sweepExpired(ctx)
 		cctx, cancel := context.WithTimeout(ctx, o.cfg.Check)
 		ms, err := o.ep.ServiceMembers(cctx, o.cfg.Switch, o.sc.Name, o.cfg.Fabric)
 		listed := err == nil && slices.ContainsFunc(ms, func(m ctrl.MemberInfo) bool {
@@ -247,6 +258,8 @@ const loadChunk = 2048
 // with a memory node's memory) is reported and its key dropped.
 func (o *Owner) load(ctx context.Context, sh *shard) error {
 	sh.b = make([]bucket, o.l.Buckets)
+	sh.exp = make([]int64, o.l.Buckets)
+	sh.keys = make([]string, o.l.Buckets)
 	sh.idx = make(map[string]int)
 	sh.nextVer = 1
 	buf := make([]byte, loadChunk*BucketBytes)
@@ -274,13 +287,15 @@ func (o *Owner) load(ctx context.Context, sh *shard) error {
 		if _, err := o.reg.ReadAtContext(ctx, rec, int64(b.addr)); err != nil {
 			return fmt.Errorf("kv: loading shard %d: %w", sh.id, err)
 		}
-		ver, key, _, err := parseRecord(rec)
-		if err != nil || ver != b.ver || o.l.place(key).hash != b.hash {
+		r, err := parseRecord(rec)
+		if err != nil || r.ver != b.ver || o.l.place(r.key).hash != b.hash {
 			o.log.Warn("kv: a value does not check; its key is dropped", "shard", sh.id, "bucket", i)
 			sh.b[i] = bucket{hash: b.hash, ver: b.ver}
 			continue
 		}
-		sh.idx[string(key)] = i
+		sh.idx[string(r.key)] = i
+		sh.keys[i] = string(r.key)
+		sh.exp[i] = r.m.exp
 		used[b.addr] = int(b.len)
 	}
 	if err := sh.heap.rebuild(used); err != nil {
@@ -346,7 +361,8 @@ func (o *Owner) handle(_ uint64, b []byte) ([]byte, error) {
 	return reply, nil
 }
 
-// apply executes a write on a locked shard.
+// apply executes a write on a locked shard. A key whose value has
+// expired is absent: its value is freed first.
 func (o *Owner) apply(sh *shard, p place, r *request) (st byte, ver uint64, body []byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*o.cfg.WriteTimeout)
 	defer cancel()
@@ -356,17 +372,31 @@ func (o *Owner) apply(sh *shard, p place, r *request) (st byte, ver uint64, body
 			return stFailed, 0, nil
 		}
 	}
+	now := time.Now().UnixNano()
 	i, found := sh.idx[string(r.key)]
+	if found && expired(sh.exp[i], now) {
+		if st, _, _ := o.expire(ctx, sh, i); st != stOK {
+			return st, 0, nil
+		}
+		found = false
+	}
 	var cur bucket
 	if found {
 		cur = sh.b[i]
 	}
-	val := r.val
+	val, m := r.val, meta{flags: r.flags}
+	if r.ttl > 0 {
+		m.exp = now + r.ttl
+	}
 	switch r.op {
 	case opSet:
 	case opAdd:
 		if found {
 			return stExists, cur.ver, nil
+		}
+	case opReplace:
+		if !found {
+			return stNotFound, 0, nil
 		}
 	case opCAS:
 		if !found {
@@ -379,22 +409,14 @@ func (o *Owner) apply(sh *shard, p place, r *request) (st byte, ver uint64, body
 		if !found {
 			return stNotFound, 0, nil
 		}
-		return o.publish(ctx, sh, i, bucket{hash: p.hash, ver: sh.nextVer}, nil, r.key)
-	case opIncr:
+		return o.publish(ctx, sh, i, bucket{hash: p.hash, ver: sh.nextVer}, nil, meta{}, r.key)
+	case opIncr, opAppend, opPrepend, opTouch:
 		if !found {
 			return stNotFound, 0, nil
 		}
-		old, err := o.value(ctx, cur)
-		if err != nil {
-			return stFailed, 0, nil
+		if st, val, m, body = o.modify(ctx, cur, r, m); st != stOK {
+			return st, cur.ver, nil
 		}
-		n, err := strconv.ParseInt(string(bytes.TrimSpace(old)), 10, 64)
-		sum := n + r.delta
-		if err != nil || (r.delta > 0 && sum < n) || (r.delta < 0 && sum > n) {
-			return stNotInt, cur.ver, nil
-		}
-		val = strconv.AppendInt(nil, sum, 10)
-		body = val
 	default:
 		return stBad, 0, nil
 	}
@@ -406,8 +428,74 @@ func (o *Owner) apply(sh *shard, p place, r *request) (st byte, ver uint64, body
 			return stFull, 0, nil
 		}
 	}
-	st, ver, _ = o.publish(ctx, sh, i, bucket{hash: p.hash, ver: sh.nextVer}, val, r.key)
+	st, ver, _ = o.publish(ctx, sh, i, bucket{hash: p.hash, ver: sh.nextVer}, val, m, r.key)
 	return st, ver, body
+}
+
+// modify computes the new value and meta of a write that changes the
+// present value cur: Incr, Append, Prepend (which keep its expiry and
+// flags) or Touch (which keeps its value and flags and takes m's
+// expiry).
+func (o *Owner) modify(ctx context.Context, cur bucket, r *request, m meta) (st byte, val []byte, nm meta, body []byte) {
+	old, err := o.value(ctx, cur)
+	if err != nil {
+		return stFailed, nil, meta{}, nil
+	}
+	switch r.op {
+	case opIncr:
+		n, err := strconv.ParseInt(string(bytes.TrimSpace(old.val)), 10, 64)
+		sum := n + r.delta
+		if err != nil || (r.delta > 0 && sum < n) || (r.delta < 0 && sum > n) {
+			return stNotInt, nil, meta{}, nil
+		}
+		val = strconv.AppendInt(nil, sum, 10)
+		return stOK, val, old.m, val
+	case opAppend:
+		return stOK, append(bytes.Clone(old.val), r.val...), old.m, nil
+	case opPrepend:
+		return stOK, append(bytes.Clone(r.val), old.val...), old.m, nil
+	}
+	return stOK, bytes.Clone(old.val), meta{exp: m.exp, flags: old.m.flags}, nil // opTouch
+}
+
+// expire frees the expired value of bucket i: the key becomes a deleted
+// one.
+func (o *Owner) expire(ctx context.Context, sh *shard, i int) (byte, uint64, []byte) {
+	st, ver, body := o.publish(ctx, sh, i, bucket{hash: sh.b[i].hash, ver: sh.nextVer}, nil, meta{}, []byte(sh.keys[i]))
+	if st == stOK {
+		o.mu.Lock()
+		o.stats.Expired++
+		o.mu.Unlock()
+	}
+	return st, ver, body
+}
+
+// sweepBuckets is the buckets of each shard the sweep looks at per
+// Check interval: a shard of Buckets buckets is swept in
+// Buckets/sweepBuckets intervals.
+const sweepBuckets = 256
+
+// sweepExpired frees the expired values among the next sweepBuckets
+// buckets of each shard.
+func (o *Owner) sweepExpired(ctx context.Context) {
+	for _, sh := range o.shards {
+		select {
+		case sh.lock <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		now := time.Now().UnixNano()
+		wctx, cancel := context.WithTimeout(ctx, 4*o.cfg.WriteTimeout)
+		for range min(sweepBuckets, o.l.Buckets) {
+			i := sh.sweep
+			sh.sweep = (sh.sweep + 1) % o.l.Buckets
+			if !sh.dirty && sh.b[i].live() && expired(sh.exp[i], now) {
+				o.expire(wctx, sh, i)
+			}
+		}
+		cancel()
+		<-sh.lock
+	}
 }
 
 // free is the first bucket on p's probe path that holds no live key,
@@ -422,26 +510,26 @@ func (o *Owner) free(sh *shard, p place) int {
 	return -1
 }
 
-// value reads the live value of bucket b.
-func (o *Owner) value(ctx context.Context, b bucket) ([]byte, error) {
+// value reads the live record of bucket b.
+func (o *Owner) value(ctx context.Context, b bucket) (record, error) {
 	rec := make([]byte, b.len)
 	if _, err := o.reg.ReadAtContext(ctx, rec, int64(b.addr)); err != nil {
-		return nil, err
+		return record{}, err
 	}
-	ver, _, val, err := parseRecord(rec)
-	if err == nil && ver != b.ver {
+	r, err := parseRecord(rec)
+	if err == nil && r.ver != b.ver {
 		err = errTorn
 	}
-	return val, err
+	return r, err
 }
 
 // publish makes bucket i of sh nb: with a value (val non-nil) written
 // first into a fresh slot, or a tombstone. The old value's slot is freed
 // once the bucket is written.
-func (o *Owner) publish(ctx context.Context, sh *shard, i int, nb bucket, val, key []byte) (byte, uint64, []byte) {
+func (o *Owner) publish(ctx context.Context, sh *shard, i int, nb bucket, val []byte, m meta, key []byte) (byte, uint64, []byte) {
 	old := sh.b[i]
 	if val != nil {
-		rec := appendRecord(nil, nb.ver, key, val)
+		rec := appendRecord(nil, nb.ver, m, key, val)
 		addr, ok := sh.heap.alloc(len(rec))
 		if !ok {
 			return stFull, 0, nil
@@ -473,10 +561,13 @@ func (o *Owner) publish(ctx context.Context, sh *shard, i int, nb bucket, val, k
 		sh.heap.free(old.addr, int(old.len))
 	}
 	sh.b[i] = nb
+	sh.exp[i] = m.exp
 	if nb.live() {
 		sh.idx[string(key)] = i
+		sh.keys[i] = string(key)
 	} else {
 		delete(sh.idx, string(key))
+		sh.keys[i] = ""
 	}
 	return stOK, nb.ver, nil
 }

@@ -8,12 +8,16 @@ import (
 
 // Requests an owner serves (the first byte of an anycast request).
 const (
-	opMeta   = 1 // the key space's region: id and key
-	opSet    = 2 // store the value, whether or not the key exists
-	opAdd    = 3 // store only if the key does not exist
-	opDelete = 4 // remove the key
-	opCAS    = 5 // store only if the key's version is the one given
-	opIncr   = 6 // add a signed delta to a decimal integer value
+	opMeta    = 1  // the key space's region: id and key
+	opSet     = 2  // store the value, whether or not the key exists
+	opAdd     = 3  // store only if the key does not exist
+	opDelete  = 4  // remove the key
+	opCAS     = 5  // store only if the key's version is the one given
+	opIncr    = 6  // add a signed delta to a decimal integer value
+	opReplace = 7  // store only if the key exists
+	opAppend  = 8  // add the bytes after the value (expiry and flags kept)
+	opPrepend = 9  // add the bytes before the value (expiry and flags kept)
+	opTouch   = 10 // give the value a new expiry
 )
 
 // Statuses an owner answers with (the first byte of a reply).
@@ -37,8 +41,10 @@ const (
 // Errors the store returns.
 var (
 	// ErrNotFound is returned for a key that is not in the store.
+	// An expired key is not found.
 	ErrNotFound = errors.New("kv: key not found")
-	// ErrExists is returned by Add for a key that exists, and by
+	// ErrExists is returned by Add for a key that exists (and has not
+	// expired), and by
 	// CompareAndSwap when the key's version is not the one given.
 	ErrExists = errors.New("kv: key exists with another version")
 	// ErrFull is returned when the key's shard has no free bucket or no
@@ -80,8 +86,9 @@ func statusErr(st byte) error {
 // request is a write request: op; the client's id and the request's
 // sequence number, which an owner answers again from its table of
 // recent replies instead of applying twice; the owner incarnation the
-// client expects; the expected version (CAS), the delta (Incr), key and
-// value.
+// client expects; the expected version (CAS), the delta (Incr), the
+// time to live (nanoseconds from when the owner applies it; 0: no
+// expiry), the client's flags, key and value.
 type request struct {
 	op     byte
 	client uint64
@@ -89,11 +96,13 @@ type request struct {
 	inc    uint64
 	ver    uint64
 	delta  int64
+	ttl    int64
+	flags  uint32
 	key    []byte
 	val    []byte
 }
 
-const reqFixed = 1 + 8 + 8 + 8 + 8 + 8 + 2
+const reqFixed = 1 + 8 + 8 + 8 + 8 + 8 + 8 + 4 + 2
 
 func (r *request) append(b []byte) []byte {
 	b = append(b, r.op)
@@ -102,6 +111,8 @@ func (r *request) append(b []byte) []byte {
 	b = binary.LittleEndian.AppendUint64(b, r.inc)
 	b = binary.LittleEndian.AppendUint64(b, r.ver)
 	b = binary.LittleEndian.AppendUint64(b, uint64(r.delta))
+	b = binary.LittleEndian.AppendUint64(b, uint64(r.ttl))
+	b = binary.LittleEndian.AppendUint32(b, r.flags)
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(r.key)))
 	b = append(b, r.key...)
 	return append(b, r.val...)
@@ -112,9 +123,10 @@ func parseRequest(b []byte) (request, error) {
 		return request{}, ErrBadRequest
 	}
 	r := request{op: b[0], client: binary.LittleEndian.Uint64(b[1:]), seq: binary.LittleEndian.Uint64(b[9:]),
-		inc: binary.LittleEndian.Uint64(b[17:]), ver: binary.LittleEndian.Uint64(b[25:]), delta: int64(binary.LittleEndian.Uint64(b[33:]))}
-	klen := int(binary.LittleEndian.Uint16(b[41:]))
-	if klen > len(b)-reqFixed {
+		inc: binary.LittleEndian.Uint64(b[17:]), ver: binary.LittleEndian.Uint64(b[25:]), delta: int64(binary.LittleEndian.Uint64(b[33:])),
+		ttl: int64(binary.LittleEndian.Uint64(b[41:])), flags: binary.LittleEndian.Uint32(b[49:])}
+	klen := int(binary.LittleEndian.Uint16(b[53:]))
+	if klen > len(b)-reqFixed || r.ttl < 0 {
 		return request{}, ErrBadRequest
 	}
 	r.key = b[reqFixed : reqFixed+klen]

@@ -187,6 +187,14 @@ func TestPoolCommands(t *testing.T) {
 // $NDMA_CREDENTIAL.
 func startPool(t *testing.T, n int, size int64) (string, *fabric.Server, []*memd.Server) {
 	t.Helper()
+	addr, srv, nodes, _ := startPoolAuthority(t, n, size)
+	return addr, srv, nodes
+}
+
+// startPoolAuthority is startPool that also returns the fabric's
+// authority, for the test to issue more credentials.
+func startPoolAuthority(t *testing.T, n int, size int64) (string, *fabric.Server, []*memd.Server, *secure.Authority) {
+	t.Helper()
 	a, cred := testAuthority(t, secure.RoleClient)
 	t.Setenv(credentialEnv, cred)
 	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
@@ -214,7 +222,7 @@ func startPool(t *testing.T, n int, size int64) (string, *fabric.Server, []*memd
 		nodes = append(nodes, node)
 	}
 	waitAlive(t, addr, n)
-	return addr, srv, nodes
+	return addr, srv, nodes, a
 }
 
 // startPlainPool starts an in-process fabric that does not seal, a
