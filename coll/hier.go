@@ -38,13 +38,21 @@ const (
 	HierarchyAuto
 )
 
-// ParseHierarchy reads "auto" or "off" (NDMA_HIERARCHY).
+// DefaultHierarchy is the hierarchy of a launch that does not choose
+// one: ParseEnv without NDMA_HIERARCHY, libndma's ndma_config with
+// hierarchy 0. Config's zero value is HierarchyOff whatever it is.
+const DefaultHierarchy = HierarchyOff
+
+// ParseHierarchy reads "auto" or "off" (NDMA_HIERARCHY); "" is
+// DefaultHierarchy.
 func ParseHierarchy(s string) (Hierarchy, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "auto":
 		return HierarchyAuto, nil
-	case "off", "":
+	case "off":
 		return HierarchyOff, nil
+	case "":
+		return DefaultHierarchy, nil
 	}
 	return HierarchyOff, fmt.Errorf("%w: hierarchy %q: want auto or off", ErrArg, s)
 }

@@ -71,7 +71,8 @@ func lookFirst(names []string) string {
 // and for MPICH and runs an unmodified MPI test program
 // (testdata/mpi_collectives.c) as 4 ranks on loopback: without the
 // library, with it through a switch that seals every datagram (every
-// intercepted call checked against the MPI library's own), in
+// intercepted call checked against the MPI library's own), with the
+// ranks sharing the host's memory (NDMA_HIERARCHY=auto), in
 // deterministic mode (float sums exact in rank order), with no switch
 // answering (one warning, results from MPI's own) and, strict, with no
 // switch (the job fails). An MPI that is not installed skips, unless
@@ -139,6 +140,19 @@ func TestMPI(t *testing.T) {
 				oks(t, out, err)
 				if !strings.Contains(out, "4 ranks joined group") {
 					t.Errorf("the library did not report the ranks joined")
+				}
+			})
+			// Several ranks per host: the 4 ranks share this host's
+			// memory, and no collective of theirs crosses the network.
+			t.Run("hierarchy", func(t *testing.T) {
+				env := map[string]string{"NDMA_HIERARCHY": "auto"}
+				for k, v := range sealed {
+					env[k] = v
+				}
+				out, err := run(t, env, "ndma")
+				oks(t, out, err)
+				if !strings.Contains(out, "4 ranks of this host share memory") {
+					t.Errorf("the library did not report the ranks sharing the host's memory")
 				}
 			})
 			if f.fullMatrixRuns {

@@ -76,6 +76,27 @@ def test_ddp_comm_hook(tmp_path):
         assert rc == 0 and out.endswith("ok\n"), f"rank {r}: {out}"
 
 
+def test_hierarchy(tmp_path):
+    # 4 ranks of this host through shared memory (NDMA_HIERARCHY=auto):
+    # every collective checked, then communicators from keyword arguments.
+    env = {"NDMA_HIERARCHY": "auto", "NDMA_TEST_LOCAL_SIZE": "4"}
+    for scenario in ("numpy", "hierarchy"):
+        outs = run_ranks(scenario, 4, env=env)
+        assert all(rc == 0 and out.endswith("ok\n") for rc, out in outs), scenario + ":\n" + "\n".join(
+            f"--- rank {r}, exit {rc}:\n{out}" for r, (rc, out) in enumerate(outs))
+
+
+def test_ddp_hierarchy(tmp_path):
+    # DDP with 2 ranks of one host sharing memory: the NDMA hook against
+    # Gloo, bitwise, and the ndma backend.
+    pytest.importorskip("torch")
+    for scenario in ("ddp", "backend"):
+        outs = run_ranks(scenario, 2, env={"NDMA_TEST_STORE": str(tmp_path / scenario), "NDMA_HIERARCHY": "auto",
+                                           "NDMA_TEST_LOCAL_SIZE": "2"})
+        assert all(rc == 0 and out.endswith("ok\n") for rc, out in outs), scenario + ":\n" + "\n".join(
+            f"--- rank {r}, exit {rc}:\n{out}" for r, (rc, out) in enumerate(outs))
+
+
 def test_torch_distributed_backend(tmp_path):
     pytest.importorskip("torch")
     for size in (2, 3):
@@ -165,6 +186,10 @@ def test_settings():
             c.set_algo("sort", "ring")
     with pytest.raises(ndma.InvalidArgument, match="unknown algorithm"):
         solo(algorithms={"allreduce": "fastest"})
+    with pytest.raises(ndma.InvalidArgument, match="hierarchy='sometimes'"):
+        solo(hierarchy="sometimes")
+    with solo(hierarchy="auto", host_id="h") as c:
+        assert c.local_size == 1  # alone on its host
 
 
 def test_closed():
