@@ -30,11 +30,12 @@ func writeCredential(a *secure.Authority, role secure.Role, name, path string) e
 }
 
 // RankCredentials issues, under the testbed's fabric secret, a member
-// credential named JOB/RANK for each rank of a run of job (fabric.RankMay:
+// credential named JOB/RANK for each of the ranks of a run of job
+// (fabric.RankMay:
 // it joins job only as that rank, and the job's own groups), each in a
 // file of its own in the state directory; remove deletes them. A testbed
 // without credentials (Config.NoCredentials) gets none: nil paths.
-func RankCredentials(st *State, job string) (paths []string, remove func(), err error) {
+func RankCredentials(st *State, job string, ranks int) (paths []string, remove func(), err error) {
 	remove = func() {
 		for _, p := range paths {
 			os.Remove(p)
@@ -52,7 +53,7 @@ func RankCredentials(st *State, job string) (paths []string, remove func(), err 
 	if err != nil {
 		return nil, remove, fmt.Errorf("testbed: run: fabric secret: %w", err)
 	}
-	for i := range st.Hosts {
+	for i := range ranks {
 		p := filepath.Join(st.Dir, job+"-r"+strconv.Itoa(i)+".cred")
 		if err := writeCredential(a, secure.RoleMember, job+"/"+strconv.Itoa(i), p); err != nil {
 			remove()

@@ -71,7 +71,9 @@ func MPICommand(ctx context.Context, st *State, c MPIConfig) (*exec.Cmd, func(),
 		// hwloc_shmem_topology_write) when they started together.
 		"--mca", "rtc_hwloc_vmhole", "none",
 		"--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", iface, "--mca", "oob_tcp_if_include", iface}
-	env := append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+	// Each rank's host, for the two-level collectives: the agent gives
+	// the other hosts theirs.
+	env := append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "NDMA_HOST_ID="+st.Hosts[0].NS)
 	if c.NDMALib != "" {
 		job := c.Job
 		if job == "" {
@@ -79,7 +81,7 @@ func MPICommand(ctx context.Context, st *State, c MPIConfig) (*exec.Cmd, func(),
 		}
 		// Each rank gets a credential of its own for the job (JOB/RANK:
 		// rank i runs on host i), as Run gives.
-		creds, remove, err := RankCredentials(st, job)
+		creds, remove, err := RankCredentials(st, job, len(st.Hosts))
 		if err != nil {
 			cleanup()
 			return nil, func() {}, err
@@ -110,7 +112,7 @@ func MPICommand(ctx context.Context, st *State, c MPIConfig) (*exec.Cmd, func(),
 // credential reaches orted, and through it the ranks, as NDMA_CREDENTIAL
 // (for the interposition library): host i's rank's own (field i+1 of
 // NDMA_RANK_CREDENTIALS: one rank per host, in host order), else the
-// host's. Each host's orted keeps its session directory under dir/hI:
+// host's; NDMA_HOST_ID is the host's namespace. Each host's orted keeps its session directory under dir/hI:
 // in the default place (/tmp/ompi.HOSTNAME.UID, one for every namespace,
 // as they share the machine's host name) the orteds starting together
 // raced to create it and one now and then failed.
@@ -123,6 +125,7 @@ func launchAgent(st *State, dir string) string {
 	b.WriteString("*) echo \"ndma mpi agent: unknown host $host\" >&2; exit 1 ;;\nesac\n" +
 		"[ -n \"$NDMA_RANK_CREDENTIALS\" ] && cred=$(echo \"$NDMA_RANK_CREDENTIALS\" | cut -d' ' -f$i)\n" +
 		"[ -n \"$cred\" ] && export NDMA_CREDENTIAL=\"$cred\"\n" +
+		"export NDMA_HOST_ID=\"$ns\"\n" +
 		"export OMPI_MCA_orte_tmpdir_base=" + shellQuote(dir) + "/h$i\nmkdir -p \"$OMPI_MCA_orte_tmpdir_base\"\n" +
 		"exec ip netns exec \"$ns\" sh -c \"$*\"\n")
 	return b.String()

@@ -179,6 +179,12 @@ func TestBenchSuiteFrom(t *testing.T) {
 			t.Errorf("%v: %v, want an error naming --fidelity-cpu", args, err)
 		}
 	}
+	// Ranks per host from 1 to 64 (refused before it looks for a testbed).
+	for _, ppn := range []string{"0", "65"} {
+		if _, err := execute(t, "testbed", "run", "--prefix", "nosuchtb", "--ppn", ppn, "--", "true"); err == nil || !strings.Contains(err.Error(), "--ppn "+ppn) {
+			t.Errorf("--ppn %s: %v, want an error naming --ppn", ppn, err)
+		}
+	}
 }
 
 // TestBenchCollSync: --sync-algo picks the barrier before every call and
