@@ -181,8 +181,13 @@ func TestBenchSuiteFrom(t *testing.T) {
 	}
 	// Ranks per host from 1 to 64 (refused before it looks for a testbed).
 	for _, ppn := range []string{"0", "65"} {
-		if _, err := execute(t, "testbed", "run", "--prefix", "nosuchtb", "--ppn", ppn, "--", "true"); err == nil || !strings.Contains(err.Error(), "--ppn "+ppn) {
-			t.Errorf("--ppn %s: %v, want an error naming --ppn", ppn, err)
+		for _, cmd := range []string{"run", "mpirun"} {
+			if _, err := execute(t, "testbed", cmd, "--prefix", "nosuchtb", "--ppn", ppn, "--", "true"); err == nil || !strings.Contains(err.Error(), "--ppn "+ppn) {
+				t.Errorf("testbed %s --ppn %s: %v, want an error naming --ppn", cmd, ppn, err)
+			}
+		}
+		if _, err := execute(t, "bench", "suite", "--ppn", ppn, "--out", out); err == nil || !strings.Contains(err.Error(), "--ppn") {
+			t.Errorf("bench suite --ppn %s: %v, want an error naming --ppn", ppn, err)
 		}
 	}
 }
