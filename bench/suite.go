@@ -83,8 +83,8 @@ type SuiteConfig struct {
 	// PerHost runs this many ranks in each host namespace (testbed
 	// RunOptions.PerHost; the MPI rows likewise, a host's ranks over
 	// Open MPI's shared memory, btl vader); 0 means 1. The NDMA rows run
-	// in two levels when the environment says NDMA_HIERARCHY=auto (their
-	// Hosts then says so).
+	// in two levels unless the environment says NDMA_HIERARCHY=off
+	// (their Hosts says so).
 	PerHost int
 	// Keep leaves the testbed up after the run instead of taking it down.
 	Keep bool

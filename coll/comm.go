@@ -77,7 +77,8 @@ type Config struct {
 	// through a
 	// shared-memory segment inside each host and over the network only
 	// between one leader per host. The zero value, HierarchyOff, sends
-	// every collective over the network. Communicators made by Split
+	// every collective over the network (a launch from the environment
+	// gets DefaultHierarchy, HierarchyAuto, instead). Communicators made by Split
 	// run without a hierarchy.
 	Hierarchy Hierarchy
 	// HostID, with HierarchyAuto, names this rank's host: ranks with the

@@ -39,9 +39,11 @@ const (
 )
 
 // DefaultHierarchy is the hierarchy of a launch that does not choose
-// one: ParseEnv without NDMA_HIERARCHY, libndma's ndma_config with
-// hierarchy 0. Config's zero value is HierarchyOff whatever it is.
-const DefaultHierarchy = HierarchyOff
+// one: ParseEnv without NDMA_HIERARCHY (so FromEnv, libndma, libndma_mpi,
+// the Python package and its PyTorch backend), libndma's ndma_config
+// with hierarchy 0. Config's zero value stays HierarchyOff: a program
+// that fills Config itself chooses.
+const DefaultHierarchy = HierarchyAuto
 
 // ParseHierarchy reads "auto" or "off" (NDMA_HIERARCHY); "" is
 // DefaultHierarchy.

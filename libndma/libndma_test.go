@@ -241,7 +241,10 @@ func TestPython(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "../python/tests")
-	cmd.Env = append(os.Environ(), "NDMA_LIB="+filepath.Join(dir, "libndma.so"), "NDMA_TEST_SWITCH="+swAddr, "NDMA_TEST_TOKEN="+token, "NDMA_INSECURE=1")
+	// Over the network (each rank alone in its communicator's view of
+	// this host) unless a test sets NDMA_HIERARCHY=auto.
+	cmd.Env = append(os.Environ(), "NDMA_LIB="+filepath.Join(dir, "libndma.so"), "NDMA_TEST_SWITCH="+swAddr, "NDMA_TEST_TOKEN="+token, "NDMA_INSECURE=1",
+		"NDMA_HIERARCHY=off", "NDMA_TEST_LOCAL_SIZE=1")
 	out, err := cmd.CombinedOutput()
 	t.Logf("pytest:\n%s", out)
 	if err != nil {

@@ -115,7 +115,7 @@ typedef struct ndma_config {
     int hierarchy;           /* NDMA_HIERARCHY_AUTO: ranks that share a host
                                 run collectives through shared memory
                                 (below); NDMA_HIERARCHY_OFF: every rank
-                                over the network; 0: the default */
+                                over the network; 0: the default, auto */
     const char *host_id;     /* with the hierarchy, this rank's host: ranks
                                 given the same id share memory (and must
                                 share /dev/shm); NULL: the library tells
@@ -124,7 +124,8 @@ typedef struct ndma_config {
 } ndma_config;
 
 /* Values of ndma_config.hierarchy (NDMA_HIERARCHY=auto or off for the
- * launch from the environment). With the hierarchy, when some host runs
+ * launch from the environment; auto when unset: every rank of a
+ * communicator must make the same choice). With the hierarchy, when some host runs
  * more than one rank of a communicator, barrier, bcast, reduce,
  * allreduce and allgather (blocking or not) run in two levels: the
  * host's ranks through a shared-memory segment, the network only between
@@ -148,8 +149,8 @@ void ndma_config_init(ndma_config *cfg);
  * NDMA_INSECURE=1 to seal nothing (neither is NDMA_ERR_ARG), and NDMA_JOB,
  * NDMA_MTU, NDMA_JOIN_TIMEOUT, NDMA_LIVENESS, NDMA_LISTEN, NDMA_BUSY_POLL,
  * NDMA_TIMEOUT (a Go duration such as "30s": each collective's bound) and
- * NDMA_DETERMINISTIC=1 if set, NDMA_HIERARCHY (auto or off, see
- * ndma_config.hierarchy) and NDMA_HOST_ID (ndma_config.host_id). It
+ * NDMA_DETERMINISTIC=1 if set, NDMA_HIERARCHY (auto, the default, or
+ * off: see ndma_config.hierarchy) and NDMA_HOST_ID (ndma_config.host_id). It
  * blocks until every rank has joined. */
 int ndma_comm_from_env(ndma_comm_t *comm);
 

@@ -44,9 +44,10 @@ func newBenchSuiteCmd() *cobra.Command {
 link limited to --rate, --mtu), and runs on it, one rank per host (--ppn
 K: K ranks in each host namespace), ` + "`ndma bench coll --json`" + ` for each
 operation of --ops with every algorithm, one job per size of --sizes
-(Barrier: one job per algorithm). With --ppn and NDMA_HIERARCHY=auto in
-the environment the ranks of a host run NDMA's collectives through shared
-memory, one leader per host on the network (each row's "hosts" says so);
+(Barrier: one job per algorithm). With --ppn the ranks of a host run
+NDMA's collectives through shared memory, one leader per host on the
+network (each row's "hosts" says so; NDMA_HIERARCHY=off: every rank on
+the network);
 the Open MPI rows run K ranks per host too, a host's ranks over Open
 MPI's shared memory (btl self,vader,tcp). Around each job it
 reads the user+system CPU time of the rank processes (summed) and of the
@@ -90,7 +91,7 @@ at the end, also on error or Ctrl-C, unless --keep.`,
 		Example: `  sudo ndma bench suite --out results
   sudo ndma bench suite --hosts 4 --ops bcast,allreduce --sizes 8,64K,1M,16M --iters 3 --out /tmp/suite
   sudo ndma bench suite --mpi --ops allreduce --out /tmp/vs-mpi
-  sudo NDMA_HIERARCHY=auto ndma bench suite --hosts 2 --ppn 4 --mpi --ops allreduce,bcast --out /tmp/ppn4
+  sudo ndma bench suite --hosts 2 --ppn 4 --mpi --ops allreduce,bcast --out /tmp/ppn4
   sudo ndma bench suite --mpi --mpi-ndma build/libndma_mpi.so --algos mpi,mpi-ndma --ops bcast --out /tmp/mpi-ndma`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchSuite(cmd, &f) },

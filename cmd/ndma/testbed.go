@@ -161,7 +161,7 @@ or SIGTERM stops every rank.
 
 --ppn K runs K ranks in each host namespace (rank i in <prefix>-h<i/K>,
 NDMA_SIZE K times the hosts), as a cluster with several ranks per host:
-the ranks of one host share its link, and with NDMA_HIERARCHY=auto its
+the ranks of one host share its link and, unless NDMA_HIERARCHY=off, its
 memory (NDMA_HOST_ID tells them apart from the other hosts', though every
 namespace sees this machine's /dev/shm).
 
@@ -176,7 +176,7 @@ After the job, run prints the verdict and its evidence on standard error.`,
 		Example: `  sudo ndma testbed run -- sh -c 'echo $NDMA_RANK of $NDMA_SIZE via $NDMA_SWITCH'
   sudo ndma testbed run -- ndma bench coll --op bcast
   sudo NDMA_JOIN_TIMEOUT=2m ndma testbed run -- ndma bench coll --op allreduce
-  sudo NDMA_HIERARCHY=auto ndma testbed run --ppn 4 -- ndma bench coll --op allreduce
+  sudo ndma testbed run --ppn 4 -- ndma bench coll --op allreduce
   sudo ndma testbed run --stall 4ms --stall-every 30ms -- ndma bench coll --op bcast --algo innet --sizes 16M`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {

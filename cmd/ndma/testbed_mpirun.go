@@ -41,7 +41,7 @@ builds build/libndma_mpi.so) into every rank, with the launch
 environment it needs: NDMA_SWITCH, NDMA_MTU, NDMA_TOKEN, NDMA_JOB (--job,
 or a fresh name) and, on a testbed with credentials, each rank's own
 (issued for the run, removed after it), and NDMA_HOST_ID (the host's
-namespace: with NDMA_HIERARCHY=auto the ranks of a host share memory).
+namespace: the ranks of a host share memory unless NDMA_HIERARCHY=off).
 --mpi-arg passes arguments to
 mpirun before the program (repeat it: --mpi-arg=--mca --mpi-arg=coll_tuned_use_dynamic_rules
 --mpi-arg=1, or -x VAR to pass a variable to the ranks). SIGINT or SIGTERM
@@ -49,7 +49,7 @@ stops mpirun.`,
 		Example: `  make libndma && mpicc -O2 -o /tmp/prog prog.c
   sudo ndma testbed mpirun -- /tmp/prog
   sudo ndma testbed mpirun --ndma build/libndma_mpi.so -- /tmp/prog
-  sudo NDMA_HIERARCHY=auto ndma testbed mpirun --ppn 4 --ndma build/libndma_mpi.so -- /tmp/prog
+  sudo ndma testbed mpirun --ppn 4 --ndma build/libndma_mpi.so -- /tmp/prog
   sudo ndma testbed mpirun --prefix tb2 --mpi-arg=-x --mpi-arg=NDMA_MPI_MIN_BYTES=4096 --ndma build/libndma_mpi.so -- /tmp/prog`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {

@@ -39,11 +39,12 @@
  * Environment (world rank 0's values hold for every rank):
  *   NDMA_SWITCH, NDMA_TOKEN or NDMA_INSECURE=1, NDMA_CREDENTIAL,
  *   NDMA_TIMEOUT, NDMA_DETERMINISTIC...: as for ndma_comm_from_env.
- *   NDMA_HIERARCHY=auto  the ranks of a host run the collectives through
+ *   NDMA_HIERARCHY=off  every rank over the network; by default (auto)
+ *                     the ranks of a host run the collectives through
  *                     shared memory, one leader per host over the network
  *                     (see ndma_config.hierarchy), on every communicator
- *                     the library joins; it must be the same on every
- *                     rank (mpirun -x NDMA_HIERARCHY=auto, or -genv).
+ *                     the library joins. It must be the same on every
+ *                     rank (mpirun -x NDMA_HIERARCHY=off, or -genv).
  *                     NDMA_HOST_ID as for ndma_comm_from_env.
  *   NDMA_JOB          the job's group name prefix (default: a random one
  *                     rank 0 picks and broadcasts). With NDMA_CREDENTIAL

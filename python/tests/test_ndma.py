@@ -1,7 +1,9 @@
 """Tests of the ndma Python package. They need a switch: the Go test
 TestPython (libndma) starts one (unsealed) and runs them with
-NDMA_TEST_SWITCH, NDMA_TEST_TOKEN and NDMA_INSECURE=1 set, and NDMA_LIB
-naming the library it built."""
+NDMA_TEST_SWITCH, NDMA_TEST_TOKEN and NDMA_INSECURE=1 set, NDMA_LIB
+naming the library it built, and NDMA_HIERARCHY=off: the ranks, all on
+this host, go over the network, except in the tests that set
+NDMA_HIERARCHY=auto."""
 
 import itertools
 import os
@@ -130,6 +132,12 @@ def test_dead_rank_raises_in_torch(tmp_path):
 
 def test_mismatched_sizes_raise_everywhere():
     outs = run_ranks("mismatch", 3, env={"NDMA_TIMEOUT": "60s"})
+    for r, (rc, out) in enumerate(outs):
+        assert rc == 0 and out.endswith("ok\n") and "raised InvalidArgument" in out, f"rank {r}: {out}"
+
+
+def test_mismatched_sizes_raise_in_shared_memory():
+    outs = run_ranks("mismatch_hier", 3, env={"NDMA_TIMEOUT": "60s", "NDMA_HIERARCHY": "auto", "NDMA_TEST_LOCAL_SIZE": "3"})
     for r, (rc, out) in enumerate(outs):
         assert rc == 0 and out.endswith("ok\n") and "raised InvalidArgument" in out, f"rank {r}: {out}"
 
