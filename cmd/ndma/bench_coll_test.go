@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ndma/ndma/bench"
 )
 
 // TestBenchColl runs a tiny ndma bench coll and checks the JSON rows.
@@ -224,6 +226,21 @@ func TestBenchCollSync(t *testing.T) {
 		// bench suite refuses it before building a testbed.
 		if _, err := execute(t, "bench", "suite", "--sync-algo", bad, "--out", t.TempDir()); err == nil || !strings.Contains(err.Error(), "--sync-algo") {
 			t.Fatalf("bench suite --sync-algo %s: %v", bad, err)
+		}
+	}
+}
+
+// TestCollEmitterHosts: a table of rows measured in two levels says so
+// (and how to opt out); one over the network does not.
+func TestCollEmitterHosts(t *testing.T) {
+	for _, hosts := range []int{0, 3} {
+		var out bytes.Buffer
+		emit, flush := collEmitter(&out, false, "one process per rank")
+		emit(bench.CollResult{Op: "allreduce", Algo: "ring", Ranks: 6, Size: 8, AvgUS: 1, MinUS: 1, MaxUS: 1, Iters: 2, Hosts: hosts})
+		flush()
+		says := strings.Contains(out.String(), "two levels: shared memory in each of 3 hosts")
+		if says != (hosts > 0) {
+			t.Errorf("hosts %d: the heading says two levels: %v\n%s", hosts, says, out.String())
 		}
 	}
 }
