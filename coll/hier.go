@@ -18,12 +18,12 @@ import (
 // Two-level collectives. Ranks that share a host (the same host key:
 // Config.HostID, else HostKey) share a memory segment (segment.go); with
 // Config.Hierarchy set to HierarchyAuto, Barrier, Bcast, Reduce,
-// Allreduce and Allgather run in two levels: inside each host through that segment,
-// between hosts by one leader per host (the host's lowest rank) on a
+// Allreduce, Allgather, ReduceScatter, Gather and Scatter run in two
+// levels: inside each host through that segment, between hosts by one leader per host (the host's lowest rank) on a
 // communicator of the leaders (in-network or host algorithms, as
 // chosen for the call), then inside each host again. A job on one host
-// never touches the network for them. The other operations run as
-// without a hierarchy.
+// never touches the network for them. Alltoall runs as without a
+// hierarchy.
 
 // Hierarchy chooses whether collectives run in two levels (Config).
 type Hierarchy int
@@ -33,8 +33,8 @@ const (
 	// network between all ranks, whether they share a host or not.
 	HierarchyOff Hierarchy = iota
 	// HierarchyAuto: the ranks exchange host keys when the communicator
-	// is created; when some host has more than one rank, Barrier,
-	// Bcast, Reduce, Allreduce and Allgather run in two levels.
+	// is created; when some host has more than one rank, every
+	// collective but Alltoall runs in two levels.
 	HierarchyAuto
 )
 

@@ -125,9 +125,9 @@ typedef struct ndma_config {
 
 /* Values of ndma_config.hierarchy (NDMA_HIERARCHY=auto or off for the
  * launch from the environment; auto when unset: every rank of a
- * communicator must make the same choice). With the hierarchy, when some host runs
- * more than one rank of a communicator, barrier, bcast, reduce,
- * allreduce and allgather (blocking or not) run in two levels: the
+ * communicator must make the same choice). With the hierarchy, when
+ * some host runs more than one rank of a communicator, every collective
+ * (blocking or not) runs in two levels: the
  * host's ranks through a shared-memory segment, the network only between
  * one leader per host (its lowest rank), then back to the host's ranks;
  * a job on one host sends no datagram for them. */

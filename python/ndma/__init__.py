@@ -276,10 +276,9 @@ class Communicator:
     deterministic makes in-network reductions bitwise reproducible;
     algorithms fixes operations' algorithms ({"allreduce": "ring"}, see
     set_algo). hierarchy="auto" runs the ranks that share a host through
-    shared memory (one leader per host on the network: barrier, bcast,
-    reduce, allreduce, allgather), "off" every rank over the network,
-    None the library's default (auto); host_id names this rank's host for it
-    (None: the library tells hosts apart itself). Settings go through the
+    shared memory (one leader per host on the network), "off" every rank
+    over the network, None the library's default (auto); host_id names
+    this rank's host for it (None: the library tells hosts apart itself). Settings go through the
     library, not the environment: the library sees only the environment
     the process started with (NDMA_HIERARCHY and NDMA_HOST_ID apply to
     the launch from the environment).
