@@ -58,7 +58,7 @@ type Launch struct {
 	// Hierarchy (NDMA_HIERARCHY: "auto" or "off"; DefaultHierarchy when
 	// unset) and HostID (NDMA_HOST_ID; empty: HostKey) become
 	// Config.Hierarchy and Config.HostID: with auto, the ranks that share
-	// a host run every collective but Alltoall through shared memory.
+	// a host run every collective through shared memory.
 	Hierarchy Hierarchy
 	HostID    string
 	Source    string // which variables it came from, for messages

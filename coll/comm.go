@@ -73,7 +73,7 @@ type Config struct {
 	// Hierarchy chooses two-level collectives for ranks that share a
 	// host: with HierarchyAuto, New exchanges host keys (a collective of
 	// every rank) and, when some host has more than one rank, every
-	// collective but Alltoall (blocking and not) goes through a
+	// collective (blocking and not) goes through a
 	// shared-memory segment inside each host and over the network only
 	// between one leader per host. The zero value, HierarchyOff, sends
 	// every collective over the network (a launch from the environment

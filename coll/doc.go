@@ -12,7 +12,7 @@
 //
 // With Config.Hierarchy (HierarchyAuto; under a launcher the default,
 // NDMA_HIERARCHY=off to opt out), ranks that share a host run every
-// collective but Alltoall in two levels: through a shared-memory segment inside the host
+// collective in two levels: through a shared-memory segment inside the host
 // (hier.go, segment.go) and over the network only between one leader
 // per host.
 package coll

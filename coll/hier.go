@@ -17,13 +17,12 @@ import (
 
 // Two-level collectives. Ranks that share a host (the same host key:
 // Config.HostID, else HostKey) share a memory segment (segment.go); with
-// Config.Hierarchy set to HierarchyAuto, Barrier, Bcast, Reduce,
-// Allreduce, Allgather, ReduceScatter, Gather and Scatter run in two
-// levels: inside each host through that segment, between hosts by one leader per host (the host's lowest rank) on a
+// Config.Hierarchy set to HierarchyAuto, every collective (Barrier,
+// Bcast, Reduce, Allreduce, Allgather, ReduceScatter, Gather, Scatter,
+// Alltoall) runs in two levels: inside each host through that segment, between hosts by one leader per host (the host's lowest rank) on a
 // communicator of the leaders (in-network or host algorithms, as
 // chosen for the call), then inside each host again. A job on one host
-// never touches the network for them. Alltoall runs as without a
-// hierarchy.
+// never touches the network for them.
 
 // Hierarchy chooses whether collectives run in two levels (Config).
 type Hierarchy int
@@ -34,7 +33,7 @@ const (
 	HierarchyOff Hierarchy = iota
 	// HierarchyAuto: the ranks exchange host keys when the communicator
 	// is created; when some host has more than one rank, every
-	// collective but Alltoall runs in two levels.
+	// collective runs in two levels.
 	HierarchyAuto
 )
 

@@ -7,7 +7,7 @@ import (
 )
 
 // The two-level collectives of one block per rank: ReduceScatter,
-// Gather and Scatter (see hier.go). Between hosts the leaders move a
+// Gather, Scatter and Alltoall (see hier.go). Between hosts the leaders move a
 // host's blocks as one, in host order: host i's ranks' blocks, in local
 // order, padded to maxLocal blocks (hostMajor), as the leaders' calls
 // take one size per rank.
@@ -195,5 +195,61 @@ func (h *hierarchy) scatter(ctx context.Context, send, recv []byte, root, b int,
 		return nil // in place: the root's block stays in send
 	}
 	copy(recv, mine[h.me*b:(h.me+1)*b])
+	return nil
+}
+
+// alltoall: each host passes its ranks' whole send buffers to its
+// leader (on one host, to every rank, which keeps its blocks); the
+// leaders exchange, for each pair of hosts, the blocks the one's ranks
+// send the other's (maxLocal×maxLocal blocks, source rank-major, padded),
+// and each leader hands its host what it received, of which each rank
+// keeps the blocks addressed to it.
+func (h *hierarchy) alltoall(ctx context.Context, send, recv []byte, b int, opts []CallOption) error {
+	n, m := h.world.size, h.maxLocal
+	B := n * b      // one rank's send
+	var host []byte // the host's sends in local order: at every rank on one host, else at the leader
+	if h.hosts == 1 || h.me == 0 {
+		host = make([]byte, len(h.local)*B)
+		copy(host, send)
+	}
+	if h.seg != nil {
+		if err := h.localGather(ctx, argCode(OpAlltoall, b), send, nil, host, B); err != nil {
+			return err
+		}
+	}
+	r := h.world.rank
+	if h.hosts == 1 {
+		for j, s := range h.local {
+			copy(recv[s*b:(s+1)*b], host[j*B+r*b:j*B+(r+1)*b])
+		}
+		return nil
+	}
+	got := make([]byte, h.hosts*m*m*b) // from each host: [source j][destination q]
+	if h.me == 0 {
+		out := make([]byte, len(got))
+		for k, dst := range h.hostRanks {
+			for j := range h.local {
+				for q, d := range dst {
+					o := ((k*m+j)*m + q) * b
+					copy(out[o:o+b], host[j*B+d*b:j*B+(d+1)*b])
+				}
+			}
+		}
+		err := h.leaderStep(ctx, func(ctx context.Context) error { return h.leaders.Alltoall(ctx, out, got, opts...) })
+		if err != nil {
+			return err
+		}
+	}
+	if h.seg != nil {
+		if err := h.localBcast(ctx, got, len(got), 0, 0, true, nil); err != nil {
+			return err
+		}
+	}
+	for i, src := range h.hostRanks {
+		for j, s := range src {
+			o := ((i*m+j)*m + h.me) * b
+			copy(recv[s*b:(s+1)*b], got[o:o+b])
+		}
+	}
 	return nil
 }

@@ -173,8 +173,9 @@ var (
 
 // TestSimHierarchyMatrix: every two-level collective (Allreduce, in place
 // or not, Reduce, Bcast, Allgather, ReduceScatter, Gather, Scatter,
-// Barrier) × element type × reduction × root × size, on one host of 4, 4 hosts of 1 and hosts of 3+1+2 ranks, with a
-// switch (in-network steps between the leaders) and without, against a
+// Alltoall, Barrier) × element type × reduction × root × size, on one
+// host of 4, 4 hosts of 1 and hosts of 3+1+2 ranks, with a switch
+// (in-network steps between the leaders) and without, against a
 // reference computed here; no segment is left in /dev/shm.
 func TestSimHierarchyMatrix(t *testing.T) {
 	simShm(t)
@@ -199,6 +200,7 @@ func TestSimHierarchyMatrix(t *testing.T) {
 					hierMatrixAllgather(t, comms)
 					hierMatrixReduceScatter(t, comms)
 					hierMatrixGatherScatter(t, comms)
+					hierMatrixAlltoall(t, comms)
 					for range 3 {
 						simRun(t, comms, func(ctx context.Context, c *Communicator) error { return c.Barrier(ctx) })
 					}
@@ -416,6 +418,9 @@ func TestSimHierarchyOneHostNoNetwork(t *testing.T) {
 			if err := c.Scatter(ctx, buf[:64*c.Size()], make([]byte, 64), 3); err != nil {
 				return err
 			}
+			if err := c.Alltoall(ctx, buf[:64*c.Size()], make([]byte, 64*c.Size())); err != nil {
+				return err
+			}
 			return c.Barrier(ctx)
 		})
 		for r, c := range comms {
@@ -439,7 +444,7 @@ func TestSimHierarchyNonBlocking(t *testing.T) {
 		wantSum, wantMax := hierReference(wire.DtypeI64, Sum, n, size), hierReference(wire.DtypeI64, Max, n, size)
 		bc := rankInput(wire.DtypeI32, 42, size)
 		sums, maxes, bcs, gathered := make([][]byte, n), make([][]byte, n), make([][]byte, n), make([][]byte, n)
-		scattered, blocks := make([][]byte, n), make([][]byte, n)
+		scattered, blocks, exchanged := make([][]byte, n), make([][]byte, n), make([][]byte, n)
 		var wantGather, atRoot []byte
 		for r := range n {
 			wantGather = append(wantGather, rankInput(wire.DtypeI64, r, 1)...)
@@ -452,7 +457,11 @@ func TestSimHierarchyNonBlocking(t *testing.T) {
 				maxes[r] = make([]byte, size*8)
 			}
 			gathered[r] = make([]byte, n*8)
-			scattered[r], blocks[r] = make([]byte, 8), make([]byte, 8*size)
+			scattered[r], blocks[r], exchanged[r] = make([]byte, 8), make([]byte, 8*size), make([]byte, 8*n)
+			toAll := make([]byte, 8*n) // block j: 100·r + j
+			for j := range n {
+				binary.LittleEndian.PutUint64(toAll[8*j:], uint64(100*r+j))
+			}
 			var toRoot []byte
 			if r == 2 {
 				atRoot = make([]byte, n*8)
@@ -461,6 +470,7 @@ func TestSimHierarchyNonBlocking(t *testing.T) {
 			reqs := []*Request{
 				c.IreduceScatterBytes(ctx, rankInput(wire.DtypeI64, r, n*size), blocks[r], wire.DtypeI64, Sum),
 				c.Igather(ctx, rankInput(wire.DtypeI64, r, 1), toRoot, 2),
+				c.Ialltoall(ctx, toAll, exchanged[r]),
 				c.Iscatter(ctx, wantGather, scattered[r], 5),
 				c.Iallgather(ctx, rankInput(wire.DtypeI64, r, 1), gathered[r]),
 				c.IallreduceBytes(ctx, rankInput(wire.DtypeI64, r, size), sums[r], wire.DtypeI64, Sum),
@@ -482,6 +492,11 @@ func TestSimHierarchyNonBlocking(t *testing.T) {
 			}
 			if !bytes.Equal(blocks[r], wantBlocks[r*8*size:(r+1)*8*size]) || !bytes.Equal(scattered[r], wantGather[r*8:(r+1)*8]) {
 				t.Fatalf("rank %d: wrong reducescatter or scatter result", r)
+			}
+			for j := range n {
+				if v := binary.LittleEndian.Uint64(exchanged[r][8*j:]); v != uint64(100*j+r) {
+					t.Fatalf("rank %d: alltoall block from rank %d is %d, want %d", r, j, v, 100*j+r)
+				}
 			}
 		}
 		if !bytes.Equal(atRoot, wantGather) {
@@ -566,6 +581,33 @@ func hierMatrixGatherScatter(t *testing.T, comms []*Communicator) {
 			for r := range n {
 				if !bytes.Equal(got[r], all[r*size:(r+1)*size]) {
 					t.Fatalf("scatter of %d bytes a rank from root %d (in place %v): rank %d got other bytes", size, root, inPlace, r)
+				}
+			}
+		}
+	}
+}
+
+// hierMatrixAlltoall exchanges blocks of one byte, a few and more than a
+// chunk of the segment per rank.
+func hierMatrixAlltoall(t *testing.T, comms []*Communicator) {
+	t.Helper()
+	n := len(comms)
+	block := func(from, to, size int) []byte { return rankInput(wire.DtypeI32, from*31+to, size/4+1)[:size] }
+	for _, size := range []int{1, 1000, shmChunk/2 + 7} {
+		got := make([][]byte, n)
+		simRun(t, comms, func(ctx context.Context, c *Communicator) error {
+			r := c.Rank()
+			var send []byte
+			for to := range n {
+				send = append(send, block(r, to, size)...)
+			}
+			got[r] = make([]byte, n*size)
+			return c.Alltoall(ctx, send, got[r])
+		})
+		for r := range n {
+			for from := range n {
+				if !bytes.Equal(got[r][from*size:(from+1)*size], block(from, r, size)) {
+					t.Fatalf("alltoall of %d bytes a block: rank %d got other bytes from rank %d", size, r, from)
 				}
 			}
 		}
