@@ -64,6 +64,11 @@ type CollResult struct {
 	// Sync is the algorithm of the barrier in front of every call
 	// (CollConfig.Sync, auto resolved).
 	Sync string `json:"sync,omitempty"`
+	// Hosts is the number of hosts when the ranks' collectives ran in
+	// two levels (Config.Hierarchy: the ranks of a host through shared
+	// memory, one leader per host on the network); zero when every rank
+	// used the network.
+	Hosts int `json:"hosts,omitempty"`
 }
 
 func (c *CollConfig) iters(size int) (iters, warmup int) {
@@ -293,6 +298,7 @@ func Summarize(cfg CollConfig, ranks int, per [][][]time.Duration, c *coll.Commu
 				if sync, err := c.Algorithm(coll.OpBarrier, 0, coll.WithAlgo(cfg.syncAlgo())); err == nil {
 					res.Sync = string(sync)
 				}
+				res.Hosts = c.Hosts()
 			}
 			var sum float64
 			for r := range per {

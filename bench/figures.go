@@ -57,13 +57,13 @@ const (
 // with their verdicts, and one judged without some rows names them.
 func SuiteFigures(rows []SuiteRow) []Figure {
 	type setup struct {
-		ranks      int
-		rate, peak uint64
-		prio       bool
+		ranks, perHost int
+		rate, peak     uint64
+		prio           bool
 	}
 	var setups []setup
 	for _, r := range rows {
-		if s := (setup{r.Ranks, r.RateBits, r.PeakRateBits, r.PriorityQueues}); !slices.Contains(setups, s) {
+		if s := (setup{r.Ranks, r.PerHost, r.RateBits, r.PeakRateBits, r.PriorityQueues}); !slices.Contains(setups, s) {
 			setups = append(setups, s)
 		}
 	}
@@ -71,7 +71,7 @@ func SuiteFigures(rows []SuiteRow) []Figure {
 	for _, s := range setups {
 		var mine []SuiteRow
 		for _, r := range rows {
-			if r.Ranks == s.ranks && r.RateBits == s.rate && r.PeakRateBits == s.peak && r.PriorityQueues == s.prio {
+			if r.Ranks == s.ranks && r.PerHost == s.perHost && r.RateBits == s.rate && r.PeakRateBits == s.peak && r.PriorityQueues == s.prio {
 				mine = append(mine, r)
 			}
 		}

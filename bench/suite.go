@@ -86,6 +86,12 @@ type SuiteConfig struct {
 	// middle one for an even count) among the job's faithful runs (all
 	// its runs if none was faithful), and RunsAvgUS lists every run's.
 	Repeat int
+	// PerHost runs this many ranks in each host namespace (testbed
+	// RunOptions.PerHost; the MPI rows likewise, a host's ranks over
+	// Open MPI's shared memory, btl vader); 0 means 1. The NDMA rows run
+	// in two levels unless the environment says NDMA_HIERARCHY=off
+	// (their Hosts says so).
+	PerHost int
 	// Keep leaves the testbed up after the run instead of taking it down.
 	Keep bool
 	// Progress, if not nil, is called before each job with the number of
@@ -116,6 +122,9 @@ type SuiteConfig struct {
 // process.
 type SuiteRow struct {
 	CollResult
+	// PerHost is the number of ranks in each host namespace
+	// (SuiteConfig.PerHost); absent: one.
+	PerHost  int    `json:"ppn,omitempty"`
 	Warmup   int    `json:"warmup"`    // unmeasured calls before Iters
 	RateBits uint64 `json:"rate_bits"` // link rate, bits per second
 	// PeakRateBits is the links' tbf peak rate (testbed.Config.PeakRate),
@@ -181,6 +190,9 @@ func (c *SuiteConfig) plan(tuned map[coll.Operation][]coll.Algo) ([]suiteJob, er
 	}
 	if c.Iters < 0 {
 		return nil, fmt.Errorf("bench: suite: %d iterations: must not be negative", c.Iters)
+	}
+	if c.PerHost < 0 || c.PerHost > testbed.MaxPerHost {
+		return nil, fmt.Errorf("bench: suite: %d ranks per host: want 1 to %d", c.PerHost, testbed.MaxPerHost)
 	}
 	var jobs []suiteJob
 	for _, op := range ops {
@@ -289,21 +301,25 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rows []SuiteRow, err error)
 	}
 	return runJobs(ctx, jobs, &cfg, func(j suiteJob) (SuiteRow, error) {
 		run := func(ctx context.Context, out io.Writer) error {
-			return testbed.Run(ctx, st, collArgs(bin, st, j, cfg.Iters, cfg.Sync), out)
+			return testbed.RunWith(ctx, st, collArgs(bin, st, j, cfg.Iters, cfg.Sync), out, testbed.RunOptions{PerHost: cfg.PerHost})
 		}
 		prefix := "[rank 0] "
 		if j.algo == AlgoGloo {
 			run = func(ctx context.Context, out io.Writer) error {
-				return gloo.run(ctx, st, j, cfg.Iters, out)
+				return gloo.run(ctx, st, j, cfg.Iters, cfg.PerHost, out)
 			}
 		}
 		if IsMPI(j.algo) {
 			run = func(ctx context.Context, out io.Writer) error {
-				return mpi.run(ctx, st, j, cfg.Iters, out)
+				return mpi.run(ctx, st, j, cfg.Iters, cfg.PerHost, out)
 			}
 			prefix = ""
 		}
-		return runSuiteJob(ctx, st, target, cfg.Fidelity, j, cfg.Iters, run, prefix)
+		row, err := runSuiteJob(ctx, st, target, cfg.Fidelity, j, cfg.Iters, run, prefix)
+		if cfg.PerHost > 1 {
+			row.PerHost = cfg.PerHost
+		}
+		return row, err
 	})
 }
 

@@ -77,8 +77,8 @@ func (g *glooRunner) args(st *testbed.State, j suiteJob, iters int) []string {
 		strconv.Itoa(j.size), strconv.Itoa(it), strconv.Itoa(warmup)}
 }
 
-func (g *glooRunner) run(ctx context.Context, st *testbed.State, j suiteJob, iters int, out io.Writer) error {
-	return testbed.Run(ctx, st, g.args(st, j, iters), out)
+func (g *glooRunner) run(ctx context.Context, st *testbed.State, j suiteJob, iters, perHost int, out io.Writer) error {
+	return testbed.RunWith(ctx, st, g.args(st, j, iters), out, testbed.RunOptions{PerHost: perHost})
 }
 
 // glooAlgos adds AlgoGloo to op's algorithms when the suite runs Gloo and

@@ -29,7 +29,7 @@ func WriteSuiteMarkdown(w io.Writer, rows []SuiteRow) error {
 			fmt.Fprintln(bw)
 		}
 		first := byOp[op][0]
-		fmt.Fprintf(bw, "### %s, %d ranks, %s\n\n", op, first.Ranks, LinksText(first.RateBits, first.PeakRateBits, first.PriorityQueues))
+		fmt.Fprintf(bw, "### %s, %s, %s\n\n", op, RanksText(first), LinksText(first.RateBits, first.PeakRateBits, first.PriorityQueues))
 		fmt.Fprintln(bw, "| Algorithm | Size | Avg (µs) | Min (µs) | Max (µs) | S/B bound (µs) | Avg / bound | Iters | CPU ranks (s) | CPU switch (s) | CPU per call (µs) | Rank CPU per MiB (ms) | Switch CPU per MiB (ms) | Steal (s) | Fidelity |")
 		fmt.Fprintln(bw, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|")
 		for _, r := range byOp[op] {
@@ -200,7 +200,7 @@ func writeCPUCost(w *bufio.Writer, rows []SuiteRow) {
 		return ""
 	}
 	first := rows[0]
-	fmt.Fprintf(w, "\n### CPU per byte and per call, %d ranks, %s\n\n", first.Ranks, LinksText(first.RateBits, first.PeakRateBits, first.PriorityQueues))
+	fmt.Fprintf(w, "\n### CPU per byte and per call, %s, %s\n\n", RanksText(first), LinksText(first.RateBits, first.PeakRateBits, first.PriorityQueues))
 	fmt.Fprintln(w, "| Operation | Algorithm | Largest size | Rank CPU per MiB (ms) | Switch CPU per MiB (ms) | Smallest size | CPU per call (µs) |")
 	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|")
 	for _, k := range keys {
@@ -215,4 +215,13 @@ func writeCPUCost(w *bufio.Writer, rows []SuiteRow) {
 			perMiBText(l.Size, l.CPUPerMiBRankS), mark(l), perMiBText(l.Size, l.CPUPerMiBSwitchS), mark(l),
 			size(s.Size), s.CPUPerCallUS, mark(s))
 	}
+}
+
+// RanksText says how many ranks measured r: "8 ranks", or "8 ranks, 4
+// per host" (SuiteRow.PerHost).
+func RanksText(r SuiteRow) string {
+	if r.PerHost > 1 {
+		return fmt.Sprintf("%d ranks, %d per host", r.Ranks, r.PerHost)
+	}
+	return fmt.Sprintf("%d ranks", r.Ranks)
 }

@@ -174,10 +174,11 @@ func MPIVersion(ctx context.Context) (string, error) {
 
 func (r *mpiRunner) close() { os.RemoveAll(r.dir) }
 
-// run runs one MPI job on st, writing its output to out.
-func (r *mpiRunner) run(ctx context.Context, st *testbed.State, j suiteJob, iters int, out io.Writer) error {
+// run runs one MPI job on st, perHost ranks on each host (0: one),
+// writing its output to out.
+func (r *mpiRunner) run(ctx context.Context, st *testbed.State, j suiteJob, iters, perHost int, out io.Writer) error {
 	it, warmup := (&CollConfig{Iters: iters}).iters(j.size)
-	c := testbed.MPIConfig{MPIRun: r.mpirun,
+	c := testbed.MPIConfig{MPIRun: r.mpirun, PerHost: perHost,
 		Program: []string{r.prog, string(j.op), strconv.Itoa(j.size), strconv.Itoa(it), strconv.Itoa(warmup), string(j.algo)}}
 	switch {
 	case j.algo == AlgoMPINDMA || j.algo == AlgoMPIDeclined:

@@ -402,6 +402,60 @@ func TestSuiteMPI(t *testing.T) {
 	}
 }
 
+// TestSuitePerHost runs a suite of 2 hosts with 2 ranks each
+// (SuiteConfig.PerHost) on a real testbed: NDMA's ranks in two levels
+// (NDMA_HIERARCHY=auto, each rank told its host by testbed run), Open
+// MPI's over its shared memory inside a host.
+func TestSuitePerHost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds a testbed of network namespaces and runs rank processes on it")
+	}
+	prefix := fmt.Sprintf("ndmasp%d", os.Getpid()%100000)
+	if err := testbed.Check(t.Context(), prefix); err != nil {
+		t.Skipf("no testbed here: %v", err)
+	}
+	_, mpiErr := MPIVersion(t.Context())
+	algos := []coll.Algo{coll.AlgoInNet, coll.AlgoRing}
+	if mpiErr == nil {
+		algos = append(algos, AlgoMPI)
+	}
+	t.Setenv("NDMA_HIERARCHY", "auto")
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	rows, err := RunSuite(ctx, SuiteConfig{
+		Testbed: testbed.Config{Prefix: prefix, Hosts: 2, Rate: "100mbit", MTU: 9000, StateDir: filepath.Join(t.TempDir(), "state"), Binary: ndmaBinary(t)},
+		Ops:     []coll.Operation{coll.OpAllreduce},
+		Sizes:   []int{64 << 10},
+		Iters:   3,
+		PerHost: 2,
+		MPI:     mpiErr == nil,
+		Algos:   algos,
+		Skipped: func(job string, err error) { t.Errorf("%s left out: %v", job, err) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != len(algos) {
+		t.Fatalf("%d rows, want %d (%v)", len(rows), len(algos), algos)
+	}
+	for i, r := range rows {
+		hosts := 2 // NDMA's rows: two levels across the 2 hosts
+		if IsMPI(coll.Algo(r.Algo)) {
+			hosts = 0
+		}
+		if r.Algo != string(algos[i]) || r.Ranks != 4 || r.PerHost != 2 || r.Hosts != hosts || r.AvgUS <= 0 {
+			t.Errorf("row %d: %+v, want %s with 4 ranks, 2 per host, on %d hosts in two levels", i, r, algos[i], hosts)
+		}
+	}
+	if mpiErr != nil {
+		t.Logf("no Open MPI row: %v", mpiErr)
+	}
+	var md bytes.Buffer
+	if err := WriteSuiteMarkdown(&md, rows); err != nil || !strings.Contains(md.String(), "4 ranks, 2 per host") {
+		t.Errorf("Markdown does not say 2 ranks per host (%v)", err)
+	}
+}
+
 // TestRunJobsMPIRetries: a failing MPI job is retried, then left out and
 // reported; one that succeeds on a retry is kept; a failing NDMA job ends
 // the run with its error.

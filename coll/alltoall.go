@@ -24,6 +24,9 @@ func (c *Communicator) Alltoall(ctx context.Context, send, recv []byte, opts ...
 	if err != nil {
 		return err
 	}
+	if c.hier != nil && b > 0 {
+		return c.execute(ctx, c.hierPlan(func(ctx context.Context, h *hierarchy) error { return h.alltoall(ctx, send, recv, b, opts) }))
+	}
 	return c.guard(ctx, seq, func(ctx context.Context) error { return c.alltoall(ctx, seq, algo, send, recv, b) })
 }
 
@@ -41,6 +44,9 @@ func (c *Communicator) Ialltoall(ctx context.Context, send, recv []byte, opts ..
 	algo, _, err := c.choose(OpAlltoall, b, opts)
 	if err != nil {
 		return failed(err)
+	}
+	if c.hier != nil && b > 0 {
+		return c.launch(ctx, c.hierPlan(func(ctx context.Context, h *hierarchy) error { return h.alltoall(ctx, send, recv, b, opts) }))
 	}
 	return start(ctx, c.guarded(seq, func(ctx context.Context) error { return c.alltoall(ctx, seq, algo, send, recv, b) }))
 }

@@ -55,11 +55,10 @@ type Launch struct {
 	// long the rank's endpoint polls its socket before sleeping
 	// (netio.UDPConfig.BusyPoll, set by EndpointOptions): 0 when unset.
 	BusyPoll time.Duration
-	// Hierarchy (NDMA_HIERARCHY: "auto" or "off"; off when unset) and
-	// HostID (NDMA_HOST_ID; empty: HostKey) become Config.Hierarchy and
-	// Config.HostID: with auto, the ranks that share a host run
-	// Barrier, Bcast, Reduce, Allreduce and Allgather through shared
-	// memory.
+	// Hierarchy (NDMA_HIERARCHY: "auto" or "off"; DefaultHierarchy when
+	// unset) and HostID (NDMA_HOST_ID; empty: HostKey) become
+	// Config.Hierarchy and Config.HostID: with auto, the ranks that share
+	// a host run every collective through shared memory.
 	Hierarchy Hierarchy
 	HostID    string
 	Source    string // which variables it came from, for messages
@@ -159,6 +158,7 @@ func ParseEnv(getenv func(string) (string, bool)) (Launch, error) {
 		}
 		l.BusyPoll = d
 	}
+	l.Hierarchy = DefaultHierarchy
 	if v, ok := getenv("NDMA_HIERARCHY"); ok {
 		if l.Hierarchy, err = ParseHierarchy(v); err != nil {
 			return l, fmt.Errorf("%w: NDMA_HIERARCHY=%q: want auto or off", ErrArg, v)

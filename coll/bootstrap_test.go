@@ -80,7 +80,8 @@ func TestParseEnvHierarchy(t *testing.T) {
 		host    string
 		wantErr bool
 	}{
-		{env: map[string]string{}, h: HierarchyOff},
+		{env: map[string]string{}, h: DefaultHierarchy},
+		{env: map[string]string{"NDMA_HIERARCHY": ""}, h: DefaultHierarchy},
 		{env: map[string]string{"NDMA_HIERARCHY": "auto", "NDMA_HOST_ID": "node7"}, h: HierarchyAuto, host: "node7"},
 		{env: map[string]string{"NDMA_HIERARCHY": "OFF"}, h: HierarchyOff},
 		{env: map[string]string{"NDMA_HIERARCHY": "sometimes"}, wantErr: true},

@@ -72,13 +72,13 @@ type Config struct {
 	JoinTimeout time.Duration
 	// Hierarchy chooses two-level collectives for ranks that share a
 	// host: with HierarchyAuto, New exchanges host keys (a collective of
-	// every rank) and, when some host has more than one rank, Barrier,
-	// Bcast, Reduce, Allreduce and Allgather (blocking and not) go
-	// through a
+	// every rank) and, when some host has more than one rank, every
+	// collective (blocking and not) goes through a
 	// shared-memory segment inside each host and over the network only
 	// between one leader per host. The zero value, HierarchyOff, sends
-	// every collective over the network. Communicators made by Split
-	// run without a hierarchy.
+	// every collective over the network (a launch from the environment
+	// gets DefaultHierarchy, HierarchyAuto, instead). Communicators made
+	// by Split run without a hierarchy.
 	Hierarchy Hierarchy
 	// HostID, with HierarchyAuto, names this rank's host: ranks with the
 	// same HostID share memory (so they must share /dev/shm). Empty

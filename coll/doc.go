@@ -10,9 +10,9 @@
 // tagged with the call's sequence number, so overlapping collectives on
 // one communicator never mix.
 //
-// With Config.Hierarchy (NDMA_HIERARCHY=auto under a launcher), ranks
-// that share a host run Barrier, Bcast, Reduce, Allreduce and Allgather
-// in two levels: through a shared-memory segment inside the host
+// With Config.Hierarchy (HierarchyAuto; under a launcher the default,
+// NDMA_HIERARCHY=off to opt out), ranks that share a host run every
+// collective in two levels: through a shared-memory segment inside the host
 // (hier.go, segment.go) and over the network only between one leader
 // per host.
 package coll

@@ -27,6 +27,9 @@ func (c *Communicator) Gather(ctx context.Context, send, recv []byte, root int, 
 	if err != nil {
 		return err
 	}
+	if c.hier != nil && b > 0 {
+		return c.execute(ctx, c.hierPlan(func(ctx context.Context, h *hierarchy) error { return h.gather(ctx, send, recv, root, b, opts) }))
+	}
 	return c.guard(ctx, seq, func(ctx context.Context) error { return c.gather(ctx, seq, algo, send, recv, root, b) })
 }
 
@@ -44,6 +47,9 @@ func (c *Communicator) Igather(ctx context.Context, send, recv []byte, root int,
 	algo, _, err := c.choose(OpGather, b, opts)
 	if err != nil {
 		return failed(err)
+	}
+	if c.hier != nil && b > 0 {
+		return c.launch(ctx, c.hierPlan(func(ctx context.Context, h *hierarchy) error { return h.gather(ctx, send, recv, root, b, opts) }))
 	}
 	return start(ctx, c.guarded(seq, func(ctx context.Context) error { return c.gather(ctx, seq, algo, send, recv, root, b) }))
 }
@@ -68,6 +74,9 @@ func (c *Communicator) Scatter(ctx context.Context, send, recv []byte, root int,
 	if err != nil {
 		return err
 	}
+	if c.hier != nil && b > 0 {
+		return c.execute(ctx, c.hierPlan(func(ctx context.Context, h *hierarchy) error { return h.scatter(ctx, send, recv, root, b, opts) }))
+	}
 	return c.guard(ctx, seq, func(ctx context.Context) error { return c.scatter(ctx, seq, algo, send, recv, root, b) })
 }
 
@@ -85,6 +94,9 @@ func (c *Communicator) Iscatter(ctx context.Context, send, recv []byte, root int
 	algo, _, err := c.choose(OpScatter, b, opts)
 	if err != nil {
 		return failed(err)
+	}
+	if c.hier != nil && b > 0 {
+		return c.launch(ctx, c.hierPlan(func(ctx context.Context, h *hierarchy) error { return h.scatter(ctx, send, recv, root, b, opts) }))
 	}
 	return start(ctx, c.guarded(seq, func(ctx context.Context) error { return c.scatter(ctx, seq, algo, send, recv, root, b) }))
 }

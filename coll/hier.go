@@ -17,13 +17,12 @@ import (
 
 // Two-level collectives. Ranks that share a host (the same host key:
 // Config.HostID, else HostKey) share a memory segment (segment.go); with
-// Config.Hierarchy set to HierarchyAuto, Barrier, Bcast, Reduce,
-// Allreduce and Allgather run in two levels: inside each host through that segment,
-// between hosts by one leader per host (the host's lowest rank) on a
+// Config.Hierarchy set to HierarchyAuto, every collective (Barrier,
+// Bcast, Reduce, Allreduce, Allgather, ReduceScatter, Gather, Scatter,
+// Alltoall) runs in two levels: inside each host through that segment, between hosts by one leader per host (the host's lowest rank) on a
 // communicator of the leaders (in-network or host algorithms, as
 // chosen for the call), then inside each host again. A job on one host
-// never touches the network for them. The other operations run as
-// without a hierarchy.
+// never touches the network for them.
 
 // Hierarchy chooses whether collectives run in two levels (Config).
 type Hierarchy int
@@ -33,18 +32,28 @@ const (
 	// network between all ranks, whether they share a host or not.
 	HierarchyOff Hierarchy = iota
 	// HierarchyAuto: the ranks exchange host keys when the communicator
-	// is created; when some host has more than one rank, Barrier,
-	// Bcast, Reduce, Allreduce and Allgather run in two levels.
+	// is created; when some host has more than one rank, every
+	// collective runs in two levels.
 	HierarchyAuto
 )
 
-// ParseHierarchy reads "auto" or "off" (NDMA_HIERARCHY).
+// DefaultHierarchy is the hierarchy of a launch that does not choose
+// one: ParseEnv without NDMA_HIERARCHY (so FromEnv, libndma, libndma_mpi,
+// the Python package and its PyTorch backend), libndma's ndma_config
+// with hierarchy 0. Config's zero value stays HierarchyOff: a program
+// that fills Config itself chooses.
+const DefaultHierarchy = HierarchyAuto
+
+// ParseHierarchy reads "auto" or "off" (NDMA_HIERARCHY); "" is
+// DefaultHierarchy.
 func ParseHierarchy(s string) (Hierarchy, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "auto":
 		return HierarchyAuto, nil
-	case "off", "":
+	case "off":
 		return HierarchyOff, nil
+	case "":
+		return DefaultHierarchy, nil
 	}
 	return HierarchyOff, fmt.Errorf("%w: hierarchy %q: want auto or off", ErrArg, s)
 }

@@ -18,7 +18,15 @@ import (
 func hierCall(ctx context.Context, c *Communicator, call int) error {
 	n := c.Size()
 	root := call % n
-	switch call % 5 {
+	switch call % 9 {
+	case 8:
+		return c.Alltoall(ctx, make([]byte, n<<10), make([]byte, n<<10))
+	case 5:
+		return c.ReduceScatterBytes(ctx, make([]byte, n<<10), make([]byte, 1<<10), wire.DtypeI32, Sum)
+	case 6:
+		return c.Gather(ctx, make([]byte, 1<<10), make([]byte, n<<10), root)
+	case 7:
+		return c.Scatter(ctx, make([]byte, n<<10), make([]byte, 1<<10), root)
 	case 3:
 		return c.Allgather(ctx, make([]byte, 1<<10), make([]byte, n<<10))
 	case 0:

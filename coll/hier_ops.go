@@ -358,7 +358,7 @@ func (h *hierarchy) allgather(ctx context.Context, send, recv []byte, b int, opt
 		copy(host, mine)
 	}
 	if h.seg != nil {
-		if err := h.localGather(ctx, mine, recv, host, b); err != nil {
+		if err := h.localGather(ctx, argCode(OpAllgather, b), mine, recv, host, b); err != nil {
 			return err
 		}
 	} else if send != nil {
@@ -387,16 +387,17 @@ func (h *hierarchy) allgather(ctx context.Context, send, recv []byte, b int, opt
 }
 
 // localGather passes the host's blocks of b bytes through the input
-// slots, a chunk at a time: on one host every rank copies each block to
-// its place in recv; otherwise the leader copies them, in local order,
-// into host.
-func (h *hierarchy) localGather(ctx context.Context, mine, recv, host []byte, b int) error {
+// slots, a chunk at a time: on one host every rank with a recv copies
+// each block to its place in it; otherwise the leader copies them, in
+// local order, into host. code is the call's argument code, checked in
+// the first phase.
+func (h *hierarchy) localGather(ctx context.Context, code uint64, mine, recv, host []byte, b int) error {
 	for k := range chunks(b) {
 		lo, hi := chunkRange(k, b)
 		work := func() { copy(h.seg.slot(h.me), mine[lo:hi]) }
 		var err error
 		if k == 0 {
-			err = h.checkArgs(ctx, argCode(OpAllgather, b), work)
+			err = h.checkArgs(ctx, code, work)
 		} else {
 			work()
 			err = h.sync(ctx)
@@ -406,7 +407,7 @@ func (h *hierarchy) localGather(ctx context.Context, mine, recv, host []byte, b 
 		}
 		for j, q := range h.local {
 			switch {
-			case h.hosts == 1:
+			case h.hosts == 1 && recv != nil:
 				copy(recv[q*b+lo:q*b+hi], h.seg.slot(j))
 			case host != nil:
 				copy(host[j*b+lo:j*b+hi], h.seg.slot(j))

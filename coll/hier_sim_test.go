@@ -172,9 +172,10 @@ var (
 )
 
 // TestSimHierarchyMatrix: every two-level collective (Allreduce, in place
-// or not, Reduce, Bcast, Allgather, Barrier) × element type × reduction ×
-// root × size, on one host of 4, 4 hosts of 1 and hosts of 3+1+2 ranks, with a
-// switch (in-network steps between the leaders) and without, against a
+// or not, Reduce, Bcast, Allgather, ReduceScatter, Gather, Scatter,
+// Alltoall, Barrier) × element type × reduction × root × size, on one
+// host of 4, 4 hosts of 1 and hosts of 3+1+2 ranks, with a switch
+// (in-network steps between the leaders) and without, against a
 // reference computed here; no segment is left in /dev/shm.
 func TestSimHierarchyMatrix(t *testing.T) {
 	simShm(t)
@@ -197,6 +198,9 @@ func TestSimHierarchyMatrix(t *testing.T) {
 					}
 					hierMatrixBcast(t, comms)
 					hierMatrixAllgather(t, comms)
+					hierMatrixReduceScatter(t, comms)
+					hierMatrixGatherScatter(t, comms)
+					hierMatrixAlltoall(t, comms)
 					for range 3 {
 						simRun(t, comms, func(ctx context.Context, c *Communicator) error { return c.Barrier(ctx) })
 					}
@@ -405,6 +409,18 @@ func TestSimHierarchyOneHostNoNetwork(t *testing.T) {
 			if err := c.Allgather(ctx, buf[:64], make([]byte, 64*c.Size())); err != nil {
 				return err
 			}
+			if err := c.ReduceScatterBytes(ctx, buf[:64*c.Size()], make([]byte, 64), wire.DtypeF64, Sum); err != nil {
+				return err
+			}
+			if err := c.Gather(ctx, buf[:64], make([]byte, 64*c.Size()), 1); err != nil {
+				return err
+			}
+			if err := c.Scatter(ctx, buf[:64*c.Size()], make([]byte, 64), 3); err != nil {
+				return err
+			}
+			if err := c.Alltoall(ctx, buf[:64*c.Size()], make([]byte, 64*c.Size())); err != nil {
+				return err
+			}
 			return c.Barrier(ctx)
 		})
 		for r, c := range comms {
@@ -416,7 +432,8 @@ func TestSimHierarchyOneHostNoNetwork(t *testing.T) {
 }
 
 // TestSimHierarchyNonBlocking: overlapping non-blocking two-level calls
-// complete in call order with the right results.
+// (every operation that has two levels) complete in call order with the
+// right results.
 func TestSimHierarchyNonBlocking(t *testing.T) {
 	simShm(t)
 	l := hierLayouts[2]
@@ -427,7 +444,8 @@ func TestSimHierarchyNonBlocking(t *testing.T) {
 		wantSum, wantMax := hierReference(wire.DtypeI64, Sum, n, size), hierReference(wire.DtypeI64, Max, n, size)
 		bc := rankInput(wire.DtypeI32, 42, size)
 		sums, maxes, bcs, gathered := make([][]byte, n), make([][]byte, n), make([][]byte, n), make([][]byte, n)
-		var wantGather []byte
+		scattered, blocks, exchanged := make([][]byte, n), make([][]byte, n), make([][]byte, n)
+		var wantGather, atRoot []byte
 		for r := range n {
 			wantGather = append(wantGather, rankInput(wire.DtypeI64, r, 1)...)
 		}
@@ -439,7 +457,21 @@ func TestSimHierarchyNonBlocking(t *testing.T) {
 				maxes[r] = make([]byte, size*8)
 			}
 			gathered[r] = make([]byte, n*8)
+			scattered[r], blocks[r], exchanged[r] = make([]byte, 8), make([]byte, 8*size), make([]byte, 8*n)
+			toAll := make([]byte, 8*n) // block j: 100·r + j
+			for j := range n {
+				binary.LittleEndian.PutUint64(toAll[8*j:], uint64(100*r+j))
+			}
+			var toRoot []byte
+			if r == 2 {
+				atRoot = make([]byte, n*8)
+				toRoot = atRoot
+			}
 			reqs := []*Request{
+				c.IreduceScatterBytes(ctx, rankInput(wire.DtypeI64, r, n*size), blocks[r], wire.DtypeI64, Sum),
+				c.Igather(ctx, rankInput(wire.DtypeI64, r, 1), toRoot, 2),
+				c.Ialltoall(ctx, toAll, exchanged[r]),
+				c.Iscatter(ctx, wantGather, scattered[r], 5),
 				c.Iallgather(ctx, rankInput(wire.DtypeI64, r, 1), gathered[r]),
 				c.IallreduceBytes(ctx, rankInput(wire.DtypeI64, r, size), sums[r], wire.DtypeI64, Sum),
 				c.Ibarrier(ctx),
@@ -453,13 +485,131 @@ func TestSimHierarchyNonBlocking(t *testing.T) {
 			}
 			return nil
 		})
+		wantBlocks := hierReference(wire.DtypeI64, Sum, n, n*size)
 		for r := range n {
 			if !bytes.Equal(sums[r], wantSum) || !bytes.Equal(bcs[r], bc) || !bytes.Equal(gathered[r], wantGather) {
 				t.Fatalf("rank %d: wrong allreduce, bcast or allgather result", r)
 			}
+			if !bytes.Equal(blocks[r], wantBlocks[r*8*size:(r+1)*8*size]) || !bytes.Equal(scattered[r], wantGather[r*8:(r+1)*8]) {
+				t.Fatalf("rank %d: wrong reducescatter or scatter result", r)
+			}
+			for j := range n {
+				if v := binary.LittleEndian.Uint64(exchanged[r][8*j:]); v != uint64(100*j+r) {
+					t.Fatalf("rank %d: alltoall block from rank %d is %d, want %d", r, j, v, 100*j+r)
+				}
+			}
+		}
+		if !bytes.Equal(atRoot, wantGather) {
+			t.Fatal("gather to rank 2: wrong result")
 		}
 		if !bytes.Equal(maxes[4], wantMax) {
 			t.Fatal("reduce to rank 4: wrong result")
 		}
 	})
+}
+
+// hierMatrixReduceScatter reduce-scatters every element type and
+// reduction, at blocks of one element, a few, and more than a chunk of
+// the segment over all ranks.
+func hierMatrixReduceScatter(t *testing.T, comms []*Communicator) {
+	t.Helper()
+	n := len(comms)
+	for _, dt := range hierDtypes {
+		for _, op := range hierOps {
+			for _, size := range []int{1, 100, shmChunk/8 + 5} {
+				b := size * dt.Size()
+				want := hierReference(dt, op, n, n*size)
+				got := make([][]byte, n)
+				simRun(t, comms, func(ctx context.Context, c *Communicator) error {
+					got[c.Rank()] = make([]byte, b)
+					return c.ReduceScatterBytes(ctx, rankInput(dt, c.Rank(), n*size), got[c.Rank()], dt, op)
+				})
+				for r := range n {
+					if !bytes.Equal(got[r], want[r*b:(r+1)*b]) {
+						t.Fatalf("reducescatter %v %v %d elements a rank: rank %d got a wrong block", dt, op, size, r)
+					}
+				}
+			}
+		}
+	}
+}
+
+// hierMatrixGatherScatter gathers and scatters blocks of every size from
+// and to every root, in place at some roots.
+func hierMatrixGatherScatter(t *testing.T, comms []*Communicator) {
+	t.Helper()
+	n := len(comms)
+	block := func(r, size int) []byte { return rankInput(wire.DtypeI32, r+11, size/4+1)[:size] }
+	for root := range n {
+		for _, size := range []int{1, 1000, 2*shmChunk + 3} {
+			var all []byte
+			for r := range n {
+				all = append(all, block(r, size)...)
+			}
+			inPlace := root%2 == 1
+			var gathered []byte
+			simRun(t, comms, func(ctx context.Context, c *Communicator) error {
+				r := c.Rank()
+				if r != root {
+					return c.Gather(ctx, block(r, size), nil, root)
+				}
+				gathered = make([]byte, n*size)
+				if inPlace {
+					copy(gathered[r*size:], block(r, size))
+					return c.Gather(ctx, nil, gathered, root)
+				}
+				return c.Gather(ctx, block(r, size), gathered, root)
+			})
+			if !bytes.Equal(gathered, all) {
+				t.Fatalf("gather of %d bytes a rank to root %d (in place %v): other bytes", size, root, inPlace)
+			}
+			got := make([][]byte, n)
+			simRun(t, comms, func(ctx context.Context, c *Communicator) error {
+				r := c.Rank()
+				if r != root {
+					got[r] = make([]byte, size)
+					return c.Scatter(ctx, nil, got[r], root)
+				}
+				send := append([]byte(nil), all...)
+				if inPlace {
+					got[r] = send[r*size : (r+1)*size]
+					return c.Scatter(ctx, send, nil, root)
+				}
+				got[r] = make([]byte, size)
+				return c.Scatter(ctx, send, got[r], root)
+			})
+			for r := range n {
+				if !bytes.Equal(got[r], all[r*size:(r+1)*size]) {
+					t.Fatalf("scatter of %d bytes a rank from root %d (in place %v): rank %d got other bytes", size, root, inPlace, r)
+				}
+			}
+		}
+	}
+}
+
+// hierMatrixAlltoall exchanges blocks of one byte, a few and more than a
+// chunk of the segment per rank.
+func hierMatrixAlltoall(t *testing.T, comms []*Communicator) {
+	t.Helper()
+	n := len(comms)
+	block := func(from, to, size int) []byte { return rankInput(wire.DtypeI32, from*31+to, size/4+1)[:size] }
+	for _, size := range []int{1, 1000, shmChunk/2 + 7} {
+		got := make([][]byte, n)
+		simRun(t, comms, func(ctx context.Context, c *Communicator) error {
+			r := c.Rank()
+			var send []byte
+			for to := range n {
+				send = append(send, block(r, to, size)...)
+			}
+			got[r] = make([]byte, n*size)
+			return c.Alltoall(ctx, send, got[r])
+		})
+		for r := range n {
+			for from := range n {
+				if !bytes.Equal(got[r][from*size:(from+1)*size], block(from, r, size)) {
+					t.Fatalf("alltoall of %d bytes a block: rank %d got other bytes from rank %d", size, r, from)
+				}
+			}
+		}
+	}
 }

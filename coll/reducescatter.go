@@ -31,6 +31,9 @@ func (c *Communicator) ReduceScatterBytes(ctx context.Context, send, recv []byte
 	if err != nil {
 		return err
 	}
+	if c.hier != nil && len(recv) > 0 {
+		return c.execute(ctx, c.hierPlan(func(ctx context.Context, h *hierarchy) error { return h.reduceScatter(ctx, send, recv, dt, op, opts) }))
+	}
 	rs, err := c.reduceScatterPost(ctx, algo, o, send, recv, dt, op)
 	if err != nil {
 		return err
@@ -51,6 +54,9 @@ func (c *Communicator) IreduceScatterBytes(ctx context.Context, send, recv []byt
 	algo, o, err := c.choose(OpReduceScatter, len(recv), opts)
 	if err != nil {
 		return failed(err)
+	}
+	if c.hier != nil && len(recv) > 0 {
+		return c.launch(ctx, c.hierPlan(func(ctx context.Context, h *hierarchy) error { return h.reduceScatter(ctx, send, recv, dt, op, opts) }))
 	}
 	rs, err := c.reduceScatterPost(ctx, algo, o, send, recv, dt, op)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/internal/jepsen"
 	"github.com/ndma/ndma/netio/simnet"
+	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/transport"
 )
 
@@ -57,7 +58,9 @@ func jepsenKV(t *testing.T, seed int64) {
 		}
 	}()
 	l := Layout{Shards: 8, Buckets: 64, PageBytes: 4096, HeapBytes: 16 * 4096, Owners: 2}
-	simStore(t, seed, 3, l, func(t *testing.T, s *simKV) {
+	// Two copies of every byte: a memory node may crash (its memory
+	// lost) and be rebuilt from the other copy.
+	simStoreWith(t, seed, 3, l, pool.AllocOptions{Replicas: 2}, func(t *testing.T, s *simKV) {
 		h = jepsen.NewHistory(nil)
 		var clients []*Client
 		for range kvClients {
@@ -225,6 +228,36 @@ func kvFaultsOf(s *simKV, mu chanLock, restarts *sync.WaitGroup, clients []*Clie
 		target := fmt.Sprint("client ", i)
 		addr := func() (bool, string) { return true, c.ep.LocalAddr().String() }
 		fs = append(fs, lossy("loss "+target, "lossy link", target, addr, kvLossy))
+	}
+	for i, m := range s.mems {
+		// One memory node down at a time (a shared target): the region
+		// keeps two copies, so one copy is always there.
+		crashed := false
+		fs = append(fs, jepsen.Fault{Name: fmt.Sprint("crash memory node ", i), Kind: "crash memory node", Target: "memory nodes",
+			Start: func() error {
+				mu.Lock()
+				defer mu.Unlock()
+				for j, o := range s.mems {
+					if o.ep == nil || o.restarted && o.ep.Stats().Pool.Rebuilt == 0 {
+						// Two copies: a second node lost before the
+						// first is rebuilt would lose data for good.
+						return fmt.Errorf("%w: memory node %d is not rebuilt yet (%+v)", jepsen.ErrSkip, j, o.ep.Stats().Pool)
+					}
+				}
+				s.crashMem(m)
+				crashed = true
+				return nil
+			},
+			Stop: func() error {
+				if !crashed {
+					return nil
+				}
+				crashed = false
+				mu.Lock()
+				defer mu.Unlock()
+				m.restarted = true
+				return s.startMem(m, time.Second)
+			}})
 	}
 	fs = append(fs, jepsen.Fault{Name: "crash switch", Kind: "crash switch", Target: "switch",
 		Start: func() error {

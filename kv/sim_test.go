@@ -34,6 +34,7 @@ type simKV struct {
 	port   int
 	eps    []*endpoint.Endpoint // closed at the end
 	reg    *pool.Region         // the key space, as its creator opened it
+	mems   []*simMem
 	owners []*Owner
 	oeps   []*endpoint.Endpoint
 	cancel []context.CancelFunc
@@ -44,6 +45,12 @@ const simSpace = "test"
 // simStore runs f with a switch, nodes memory nodes of 4 MiB and a key
 // space of layout l with its owners up.
 func simStore(t *testing.T, seed int64, nodes int, l Layout, f func(t *testing.T, s *simKV)) {
+	t.Helper()
+	simStoreWith(t, seed, nodes, l, pool.AllocOptions{}, f)
+}
+
+// simStoreWith is simStore with the key space's region shaped by alloc.
+func simStoreWith(t *testing.T, seed int64, nodes int, l Layout, alloc pool.AllocOptions, f func(t *testing.T, s *simKV)) {
 	t.Helper()
 	synctest.Test(t, func(t *testing.T) {
 		t.Logf("seed %d", seed)
@@ -62,7 +69,7 @@ func simStore(t *testing.T, seed int64, nodes int, l Layout, f func(t *testing.T
 			s.memoryNode(4 << 20)
 		}
 		pc := s.poolClient(s.endpoint())
-		if s.reg, err = Create(s.ctx(), pc, l, pool.AllocOptions{}); err != nil {
+		if s.reg, err = Create(s.ctx(), pc, l, alloc); err != nil {
 			t.Fatal(err)
 		}
 		s.owners = make([]*Owner, l.Owners)
@@ -76,6 +83,9 @@ func simStore(t *testing.T, seed int64, nodes int, l Layout, f func(t *testing.T
 			}
 			for _, c := range s.cancel {
 				c()
+			}
+			for _, m := range s.mems {
+				s.crashMem(m)
 			}
 			for _, ep := range s.eps {
 				ep.Close()
@@ -116,32 +126,74 @@ func (s *simKV) newEndpoint(cfg endpoint.Config) *endpoint.Endpoint {
 	return ep
 }
 
+// simMem is a memory node of the harness.
+type simMem struct {
+	addr   netip.AddrPort
+	size   int
+	ep     *endpoint.Endpoint // nil while down
+	cancel context.CancelFunc
+	// restarted: started again after a crash, so its copies are rebuilt
+	// from the other memory nodes.
+	restarted bool
+}
+
 // memoryNode starts a memory node lending size bytes.
 func (s *simKV) memoryNode(size int) {
+	m := &simMem{addr: s.addr(), size: size}
+	s.mems = append(s.mems, m)
+	if err := s.startMem(m, 10*time.Second); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// startMem starts memory node m (again) at its address with empty
+// memory, lending it to the switch; it waits at most wait for the
+// switch to take the offer, and goes on offering it in the background.
+func (s *simKV) startMem(m *simMem, wait time.Duration) error {
 	st, err := memnode.NewStore(memnode.Config{})
 	if err != nil {
-		s.t.Fatal(err)
+		return err
 	}
-	key, err := st.Alloc(size, wire.PermAll, 0)
+	key, err := st.Alloc(m.size, wire.PermAll, 0)
 	if err != nil {
-		s.t.Fatal(err)
+		return err
 	}
-	ep := s.newEndpoint(endpoint.Config{Store: st, PoolNode: &endpoint.PoolServe{Switch: s.swA, Key: key, Token: testToken}})
-	s.eps = append(s.eps, ep)
+	cfg := endpoint.Config{Store: st, PoolNode: &endpoint.PoolServe{Switch: s.swA, Key: key, Token: testToken},
+		Transport: transport.Config{MTU: 9000, Seed: uint64(s.seed)*1000 + uint64(s.port)}}
+	ep, err := endpoint.New(s.net.ListenConn(m.addr, s.link, s.link), cfg, endpoint.Options{})
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = append(s.cancel, cancel)
-	lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
+	m.ep, m.cancel = ep, cancel
+	lctx, lcancel := context.WithTimeout(ctx, wait)
 	defer lcancel()
-	if _, err := ep.PoolLend(lctx, s.swA.String(), key, uint64(size), s.fab); err != nil {
-		s.t.Fatal(err)
-	}
-	// PoolLend's heartbeats run under ctx: keep them going past lctx.
+	_, err = ep.PoolLend(lctx, s.swA.String(), key, uint64(m.size), s.fab)
+	// PoolLend offers the region again as a heartbeat while its context
+	// lasts: keep offering it under ctx, past lctx.
 	go func() {
 		<-lctx.Done()
-		if ctx.Err() == nil {
-			_, _ = ep.PoolLend(ctx, s.swA.String(), key, uint64(size), s.fab)
+		for ctx.Err() == nil {
+			if _, err := ep.PoolLend(ctx, s.swA.String(), key, uint64(m.size), s.fab); err == nil {
+				return
+			}
+			time.Sleep(time.Second)
 		}
 	}()
+	if err != nil && wait >= 10*time.Second {
+		return err
+	}
+	return nil
+}
+
+// crashMem stops memory node m at once; its memory is lost.
+func (s *simKV) crashMem(m *simMem) {
+	if m.ep == nil {
+		return
+	}
+	m.cancel()
+	m.ep.Close()
+	m.ep = nil
 }
 
 func (s *simKV) poolClient(ep *endpoint.Endpoint) *pool.Client {

@@ -168,6 +168,24 @@ func ndmago_comm_create(cfg *C.ndma_config, out *C.ndma_comm_t) (rc C.int) {
 		listen = ":0"
 	}
 	det := cfgField(cfg, unsafe.Offsetof(cfg.deterministic), unsafe.Sizeof(cfg.deterministic)) && cfg.deterministic != 0
+	if cfgField(cfg, unsafe.Offsetof(cfg.hierarchy), unsafe.Sizeof(cfg.hierarchy)) {
+		switch cfg.hierarchy {
+		case C.NDMA_HIERARCHY_DEFAULT:
+			l.Hierarchy = coll.DefaultHierarchy
+		case C.NDMA_HIERARCHY_OFF:
+			l.Hierarchy = coll.HierarchyOff
+		case C.NDMA_HIERARCHY_AUTO:
+			l.Hierarchy = coll.HierarchyAuto
+		default:
+			return argErr("hierarchy %d: want NDMA_HIERARCHY_AUTO (%d), NDMA_HIERARCHY_OFF (%d) or 0 (the default)",
+				int(cfg.hierarchy), C.NDMA_HIERARCHY_AUTO, C.NDMA_HIERARCHY_OFF)
+		}
+	} else {
+		l.Hierarchy = coll.DefaultHierarchy
+	}
+	if cfgField(cfg, unsafe.Offsetof(cfg.host_id), unsafe.Sizeof(cfg.host_id)) {
+		l.HostID = cString(cfg.host_id)
+	}
 	return create(l, listen, time.Duration(cfg.timeout_ms)*time.Millisecond, det, out)
 }
 
@@ -309,6 +327,20 @@ func ndmago_comm_rank(h C.ndma_comm_t, rank *C.int) (rc C.int) {
 		return argErr("rank is NULL")
 	}
 	*rank = C.int(cm.c.Rank())
+	return C.NDMA_OK
+}
+
+//export ndmago_comm_local_size
+func ndmago_comm_local_size(h C.ndma_comm_t, size *C.int) (rc C.int) {
+	defer guard(&rc)
+	cm, err := lookupComm(h)
+	if err != nil {
+		return fail(err)
+	}
+	if size == nil {
+		return argErr("size is NULL")
+	}
+	*size = C.int(max(1, len(cm.c.LocalRanks())))
 	return C.NDMA_OK
 }
 

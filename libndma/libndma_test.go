@@ -118,17 +118,33 @@ func lendMemory(t *testing.T, swAddr, token string, n, size int) {
 // switch that seals every datagram (each rank holds a member credential,
 // as the testbed gives them): every collective of ndma.h, blocking and
 // non-blocking, every data type and reduction, checked in C, then the
-// errors a caller can make.
+// errors a caller can make. It runs with every collective over the
+// network (NDMA_HIERARCHY=off), and as two hosts of two ranks each
+// (NDMA_HOST_ID) in two levels: shared memory inside a host, the
+// leaders over the network, for the communicator from the environment
+// and the one from ndma_config alike.
 func TestCABI(t *testing.T) {
 	buildLibrary(t)
 	prog := lib.prog
-	fab := startSealedFabric(t, "ctest")
-	outs, errs := runRanks(t, 4, 4*time.Minute, []string{prog}, "NDMA_SWITCH="+fab.swAddr, "NDMA_TOKEN="+fab.token,
-		"NDMA_JOB=ctest", "NDMA_CREDENTIAL="+fab.credPath, "NDMA_TIMEOUT=60s")
-	for r := range outs {
-		if errs[r] != nil || !bytes.Contains(outs[r].Bytes(), []byte("ok\n")) {
-			t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r].String())
-		}
+	for _, c := range []struct {
+		name string
+		env  func(r int) []string
+	}{
+		{"network", func(int) []string { return []string{"NDMA_HIERARCHY=off", "NDMA_TEST_LOCAL_SIZE=1"} }},
+		{"hierarchy", func(r int) []string {
+			return []string{"NDMA_HIERARCHY=auto", "NDMA_HOST_ID=host " + strconv.Itoa(r/2), "NDMA_TEST_LOCAL_SIZE=2"}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fab := startSealedFabric(t, "ctest")
+			outs, errs := runRanksWith(t, 4, 4*time.Minute, []string{prog}, c.env, "NDMA_SWITCH="+fab.swAddr, "NDMA_TOKEN="+fab.token,
+				"NDMA_JOB=ctest", "NDMA_CREDENTIAL="+fab.credPath, "NDMA_TIMEOUT=60s")
+			for r := range outs {
+				if errs[r] != nil || !bytes.Contains(outs[r].Bytes(), []byte("ok\n")) {
+					t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r].String())
+				}
+			}
+		})
 	}
 }
 
@@ -172,6 +188,13 @@ func startSealedFabric(t *testing.T, name string) sealedFabric {
 // each rank's output and exit error.
 func runRanks(t *testing.T, n int, limit time.Duration, cmd []string, env ...string) ([]bytes.Buffer, []error) {
 	t.Helper()
+	return runRanksWith(t, n, limit, cmd, nil, env...)
+}
+
+// runRanksWith is runRanks with rankEnv(r) (if not nil) added to rank r's
+// environment.
+func runRanksWith(t *testing.T, n int, limit time.Duration, cmd []string, rankEnv func(r int) []string, env ...string) ([]bytes.Buffer, []error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -180,6 +203,9 @@ func runRanks(t *testing.T, n int, limit time.Duration, cmd []string, env ...str
 	for r := range n {
 		c := exec.CommandContext(ctx, cmd[0], cmd[1:]...)
 		c.Env = append(append(os.Environ(), "NDMA_RANK="+strconv.Itoa(r), "NDMA_SIZE="+strconv.Itoa(n)), env...)
+		if rankEnv != nil {
+			c.Env = append(c.Env, rankEnv(r)...)
+		}
 		c.Stdout, c.Stderr = &outs[r], &outs[r]
 		wg.Add(1)
 		go func() {
@@ -215,7 +241,10 @@ func TestPython(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "../python/tests")
-	cmd.Env = append(os.Environ(), "NDMA_LIB="+filepath.Join(dir, "libndma.so"), "NDMA_TEST_SWITCH="+swAddr, "NDMA_TEST_TOKEN="+token, "NDMA_INSECURE=1")
+	// Over the network (each rank alone in its communicator's view of
+	// this host) unless a test sets NDMA_HIERARCHY=auto.
+	cmd.Env = append(os.Environ(), "NDMA_LIB="+filepath.Join(dir, "libndma.so"), "NDMA_TEST_SWITCH="+swAddr, "NDMA_TEST_TOKEN="+token, "NDMA_INSECURE=1",
+		"NDMA_HIERARCHY=off", "NDMA_TEST_LOCAL_SIZE=1")
 	out, err := cmd.CombinedOutput()
 	t.Logf("pytest:\n%s", out)
 	if err != nil {

@@ -71,7 +71,8 @@ func lookFirst(names []string) string {
 // and for MPICH and runs an unmodified MPI test program
 // (testdata/mpi_collectives.c) as 4 ranks on loopback: without the
 // library, with it through a switch that seals every datagram (every
-// intercepted call checked against the MPI library's own), in
+// intercepted call checked against the MPI library's own), with the
+// ranks sharing the host's memory (NDMA_HIERARCHY=auto), in
 // deterministic mode (float sums exact in rank order), with no switch
 // answering (one warning, results from MPI's own) and, strict, with no
 // switch (the job fails). An MPI that is not installed skips, unless
@@ -125,8 +126,11 @@ func TestMPI(t *testing.T) {
 					}
 				}
 			}
+			// Every collective through the switch (the ranks share this
+			// host: the hierarchy would keep them off the network).
 			sealed := map[string]string{"LD_PRELOAD": libPath, "NDMA_SWITCH": fab.swAddr, "NDMA_TOKEN": fab.token,
-				"NDMA_CREDENTIAL": fab.credPath, "NDMA_JOB": "mpitest", "NDMA_TIMEOUT": "60s", "NDMA_MPI_VERBOSE": "1"}
+				"NDMA_CREDENTIAL": fab.credPath, "NDMA_JOB": "mpitest", "NDMA_TIMEOUT": "60s", "NDMA_MPI_VERBOSE": "1",
+				"NDMA_HIERARCHY": "off"}
 
 			if f.fullMatrixRuns {
 				t.Run("without", func(t *testing.T) {
@@ -137,8 +141,22 @@ func TestMPI(t *testing.T) {
 			t.Run("ndma", func(t *testing.T) {
 				out, err := run(t, sealed, "ndma")
 				oks(t, out, err)
-				if !strings.Contains(out, "4 ranks joined group") {
-					t.Errorf("the library did not report the ranks joined")
+				if !strings.Contains(out, "4 ranks joined group") || strings.Contains(out, "share memory") {
+					t.Errorf("the library did not report the ranks joined over the network")
+				}
+			})
+			// Several ranks per host: the 4 ranks share this host's
+			// memory, and no collective of theirs crosses the network.
+			t.Run("hierarchy", func(t *testing.T) {
+				env := map[string]string{}
+				for k, v := range sealed {
+					env[k] = v
+				}
+				env["NDMA_HIERARCHY"] = "auto"
+				out, err := run(t, env, "ndma")
+				oks(t, out, err)
+				if !strings.Contains(out, "4 ranks of this host share memory") {
+					t.Errorf("the library did not report the ranks sharing the host's memory")
 				}
 			})
 			if f.fullMatrixRuns {

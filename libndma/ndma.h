@@ -112,7 +112,30 @@ typedef struct ndma_config {
                                 rank is still reported by the switch) */
     int deterministic;       /* 1: in-network reductions combine in rank
                                 order, so results are bitwise reproducible */
+    int hierarchy;           /* NDMA_HIERARCHY_AUTO: ranks that share a host
+                                run collectives through shared memory
+                                (below); NDMA_HIERARCHY_OFF: every rank
+                                over the network; 0: the default, auto */
+    const char *host_id;     /* with the hierarchy, this rank's host: ranks
+                                given the same id share memory (and must
+                                share /dev/shm); NULL: the library tells
+                                hosts apart itself (boot id, host name,
+                                the /dev/shm the process sees) */
 } ndma_config;
+
+/* Values of ndma_config.hierarchy (NDMA_HIERARCHY=auto or off for the
+ * launch from the environment; auto when unset: every rank of a
+ * communicator must make the same choice). With the hierarchy, when
+ * some host runs more than one rank of a communicator, every collective
+ * (blocking or not) runs in two levels: the
+ * host's ranks through a shared-memory segment, the network only between
+ * one leader per host (its lowest rank), then back to the host's ranks;
+ * a job on one host sends no datagram for them. */
+enum {
+    NDMA_HIERARCHY_DEFAULT = 0,
+    NDMA_HIERARCHY_OFF = 1,
+    NDMA_HIERARCHY_AUTO = 2
+};
 
 /* ndma_config_init fills cfg with the defaults (rank and size -1: unset). */
 void ndma_config_init(ndma_config *cfg);
@@ -126,7 +149,9 @@ void ndma_config_init(ndma_config *cfg);
  * NDMA_INSECURE=1 to seal nothing (neither is NDMA_ERR_ARG), and NDMA_JOB,
  * NDMA_MTU, NDMA_JOIN_TIMEOUT, NDMA_LIVENESS, NDMA_LISTEN, NDMA_BUSY_POLL,
  * NDMA_TIMEOUT (a Go duration such as "30s": each collective's bound) and
- * NDMA_DETERMINISTIC=1 if set. It blocks until every rank has joined. */
+ * NDMA_DETERMINISTIC=1 if set, NDMA_HIERARCHY (auto, the default, or
+ * off: see ndma_config.hierarchy) and NDMA_HOST_ID (ndma_config.host_id). It
+ * blocks until every rank has joined. */
 int ndma_comm_from_env(ndma_comm_t *comm);
 
 /* ndma_comm_from_env_as is ndma_comm_from_env for a group the program
@@ -163,6 +188,11 @@ int ndma_comm_set_timeout(ndma_comm_t comm, int timeout_ms);
 
 int ndma_comm_rank(ndma_comm_t comm, int *rank);
 int ndma_comm_size(ndma_comm_t comm, int *size);
+/* ndma_comm_local_size gives the number of the communicator's ranks on
+ * this rank's host that run collectives together through shared memory
+ * (the hierarchy): 1 when the hierarchy is off or this rank is alone on
+ * its host. */
+int ndma_comm_local_size(ndma_comm_t comm, int *size);
 
 /* Blocking collectives. send == recv means in place where noted. */
 

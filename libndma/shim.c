@@ -41,6 +41,8 @@ int ndma_comm_rank(ndma_comm_t comm, int *rank) { return ndmago_comm_rank(comm, 
 
 int ndma_comm_size(ndma_comm_t comm, int *size) { return ndmago_comm_size(comm, size); }
 
+int ndma_comm_local_size(ndma_comm_t comm, int *size) { return ndmago_comm_local_size(comm, size); }
+
 int ndma_allreduce(ndma_comm_t comm, const void *send, void *recv, size_t count,
                    ndma_dtype dtype, ndma_op op) {
     return ndmago_reduce(comm, 0, (void *)send, recv, count, dtype, op, -1, NULL);

@@ -496,13 +496,21 @@ type RunOptions struct {
 	Seed uint64
 	// OnStall, if not nil, is called with the rank after each stall.
 	OnStall func(rank int)
+	// PerHost is the number of ranks in each host namespace, from 1 to
+	// MaxPerHost; 0 means 1. Rank i runs in host i/PerHost.
+	PerHost int
 }
+
+// MaxPerHost bounds RunOptions.PerHost.
+const MaxPerHost = 64
 
 // Validate checks the options.
 func (o *RunOptions) Validate() error {
 	switch {
 	case o.Stall < 0:
 		return fmt.Errorf("%w: stall %v is negative", ErrInvalidRunOptions, o.Stall)
+	case o.PerHost < 0 || o.PerHost > MaxPerHost:
+		return fmt.Errorf("%w: %d ranks per host: want 1 to %d", ErrInvalidRunOptions, o.PerHost, MaxPerHost)
 	case o.Stall > 0 && o.StallEvery <= o.Stall:
 		return fmt.Errorf("%w: a stall of %v every %v: the period must be longer than the stall", ErrInvalidRunOptions, o.Stall, o.StallEvery)
 	}

@@ -30,11 +30,18 @@ func writeCredential(a *secure.Authority, role secure.Role, name, path string) e
 }
 
 // RankCredentials issues, under the testbed's fabric secret, a member
-// credential named JOB/RANK for each rank of a run of job (fabric.RankMay:
+// credential named JOB/RANK for each of the ranks of a run of job
+// (fabric.RankMay:
 // it joins job only as that rank, and the job's own groups), each in a
 // file of its own in the state directory; remove deletes them. A testbed
 // without credentials (Config.NoCredentials) gets none: nil paths.
-func RankCredentials(st *State, job string) (paths []string, remove func(), err error) {
+func RankCredentials(st *State, job string, ranks int) (paths []string, remove func(), err error) {
+	return rankCredentials(st, job, ranks, "")
+}
+
+// rankCredentials writes the credentials in the state directory, or in
+// dir as JOB/RANK.cred when dir is not empty.
+func rankCredentials(st *State, job string, ranks int, dir string) (paths []string, remove func(), err error) {
 	remove = func() {
 		for _, p := range paths {
 			os.Remove(p)
@@ -52,8 +59,11 @@ func RankCredentials(st *State, job string) (paths []string, remove func(), err 
 	if err != nil {
 		return nil, remove, fmt.Errorf("testbed: run: fabric secret: %w", err)
 	}
-	for i := range st.Hosts {
+	for i := range ranks {
 		p := filepath.Join(st.Dir, job+"-r"+strconv.Itoa(i)+".cred")
+		if dir != "" {
+			p = filepath.Join(dir, job, strconv.Itoa(i)+".cred")
+		}
 		if err := writeCredential(a, secure.RoleMember, job+"/"+strconv.Itoa(i), p); err != nil {
 			remove()
 			return nil, func() {}, err
@@ -61,4 +71,17 @@ func RankCredentials(st *State, job string) (paths []string, remove func(), err 
 		paths = append(paths, p)
 	}
 	return paths, remove, nil
+}
+
+// RankCredentialDir is RankCredentials with the files in dir as
+// JOB/RANK.cred (what NDMA_CREDENTIAL set to a directory finds: each
+// rank its own), JOB made in dir.
+func RankCredentialDir(st *State, job string, ranks int, dir string) (paths []string, remove func(), err error) {
+	if st.Secret == "" {
+		return nil, func() {}, nil
+	}
+	if err := os.MkdirAll(filepath.Join(dir, job), 0o700); err != nil {
+		return nil, func() {}, fmt.Errorf("testbed: credentials: %w", err)
+	}
+	return rankCredentials(st, job, ranks, dir)
 }

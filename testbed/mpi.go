@@ -1,7 +1,13 @@
 package testbed
 
-// MPIConfig describes one Open MPI job on a testbed: a rank per host.
+// MPIConfig describes one Open MPI job on a testbed: a rank per host, or
+// PerHost.
 type MPIConfig struct {
+	// PerHost is the number of ranks on each host, 1 to MaxPerHost; 0
+	// means 1. With more than one, the ranks of a host reach each other
+	// through Open MPI's shared memory (btl vader) and NDMA's library
+	// finds each rank's credential (JOB/RANK) in a directory.
+	PerHost int
 	// MPIRun is Open MPI's mpirun (default: mpirun on PATH).
 	MPIRun string
 	// NDMALib, when set, is NDMA's MPI interposition library

@@ -52,14 +52,25 @@ func MPICommand(ctx context.Context, st *State, c MPIConfig) (*exec.Cmd, func(),
 		cleanup()
 		return nil, func() {}, err
 	}
+	if c.PerHost < 0 || c.PerHost > MaxPerHost {
+		cleanup()
+		return nil, func() {}, fmt.Errorf("testbed: mpirun: %d ranks per host: want 1 to %d", c.PerHost, MaxPerHost)
+	}
+	perHost := max(1, c.PerHost)
 	hosts := make([]string, len(st.Hosts))
 	for i, h := range st.Hosts {
-		hosts[i] = h.Addr.String() + ":1"
+		hosts[i] = h.Addr.String() + ":" + strconv.Itoa(perHost)
+	}
+	// A host's ranks reach each other through shared memory (Open MPI's
+	// own hierarchy), other hosts' over TCP.
+	btl := "tcp,self"
+	if perHost > 1 {
+		btl = "self,vader,tcp"
 	}
 	iface := st.Hosts[0].Iface
 	args := []string{"netns", "exec", st.Hosts[0].NS, mpirun,
-		"--host", strings.Join(hosts, ","), "-np", strconv.Itoa(len(st.Hosts)),
-		"--bind-to", "none", // one rank per namespace, all on this machine's cores
+		"--host", strings.Join(hosts, ","), "-np", strconv.Itoa(len(st.Hosts) * perHost),
+		"--bind-to", "none", // the ranks share this machine's cores
 		// The ranks share this machine's few cores, which mpirun cannot
 		// see (each "host" has one slot): without yielding, ranks waiting
 		// in a collective spin and starve the others.
@@ -70,16 +81,26 @@ func MPICommand(ctx context.Context, st *State, c MPIConfig) (*exec.Cmd, func(),
 		// (the default) crashed one now and then (a SIGSEGV in
 		// hwloc_shmem_topology_write) when they started together.
 		"--mca", "rtc_hwloc_vmhole", "none",
-		"--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", iface, "--mca", "oob_tcp_if_include", iface}
-	env := append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+		"--mca", "btl", btl, "--mca", "btl_tcp_if_include", iface, "--mca", "oob_tcp_if_include", iface}
+	// Each rank's host, for the two-level collectives: the agent gives
+	// the other hosts theirs.
+	env := append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "NDMA_HOST_ID="+st.Hosts[0].NS)
 	if c.NDMALib != "" {
 		job := c.Job
 		if job == "" {
 			job = fmt.Sprintf("%s-mpi-%08x", st.Prefix, mrand.Uint32())
 		}
-		// Each rank gets a credential of its own for the job (JOB/RANK:
-		// rank i runs on host i), as Run gives.
-		creds, remove, err := RankCredentials(st, job)
+		// Each rank gets a credential of its own for the job (JOB/RANK),
+		// as Run gives: with a rank per host, rank i's (on host i) from
+		// the launch agent; with more, every rank finds its own in a
+		// directory.
+		var creds []string
+		var remove func()
+		if perHost == 1 {
+			creds, remove, err = RankCredentials(st, job, len(st.Hosts))
+		} else {
+			creds, remove, err = RankCredentialDir(st, job, len(st.Hosts)*perHost, filepath.Join(dir, "creds"))
+		}
 		if err != nil {
 			cleanup()
 			return nil, func() {}, err
@@ -88,7 +109,10 @@ func MPICommand(ctx context.Context, st *State, c MPIConfig) (*exec.Cmd, func(),
 		args = append(args, "-x", "LD_PRELOAD="+c.NDMALib, "-x", "NDMA_SWITCH="+st.SwitchAddr,
 			"-x", "NDMA_MTU="+strconv.Itoa(st.DatagramMTU), "-x", "NDMA_TOKEN", "-x", "NDMA_JOB="+job)
 		env = append(env, "NDMA_TOKEN="+st.Token)
-		if len(creds) > 0 {
+		switch {
+		case len(creds) > 0 && perHost > 1:
+			args = append(args, "-x", "NDMA_CREDENTIAL="+filepath.Join(dir, "creds"))
+		case len(creds) > 0:
 			// Rank 0 runs beside mpirun (host 0); the agent gives the
 			// others theirs.
 			env = append(env, "NDMA_CREDENTIAL="+creds[0], "NDMA_RANK_CREDENTIALS="+strings.Join(creds, " "))
@@ -110,7 +134,12 @@ func MPICommand(ctx context.Context, st *State, c MPIConfig) (*exec.Cmd, func(),
 // credential reaches orted, and through it the ranks, as NDMA_CREDENTIAL
 // (for the interposition library): host i's rank's own (field i+1 of
 // NDMA_RANK_CREDENTIALS: one rank per host, in host order), else the
-// host's. Each host's orted keeps its session directory under dir/hI:
+// host's (several ranks per host: NDMA_CREDENTIAL is a directory, set by
+// mpirun -x, which the agent leaves); NDMA_HOST_ID is the host's
+// namespace. Its orted runs in a UTS namespace of its own, its host name
+// the host's namespace: Open MPI tells nodes apart by host name, and with
+// the machine's one name for all it took the ranks of every host for one
+// node's and its shared-memory transport (vader) crashed. Each host's orted keeps its session directory under dir/hI:
 // in the default place (/tmp/ompi.HOSTNAME.UID, one for every namespace,
 // as they share the machine's host name) the orteds starting together
 // raced to create it and one now and then failed.
@@ -123,8 +152,9 @@ func launchAgent(st *State, dir string) string {
 	b.WriteString("*) echo \"ndma mpi agent: unknown host $host\" >&2; exit 1 ;;\nesac\n" +
 		"[ -n \"$NDMA_RANK_CREDENTIALS\" ] && cred=$(echo \"$NDMA_RANK_CREDENTIALS\" | cut -d' ' -f$i)\n" +
 		"[ -n \"$cred\" ] && export NDMA_CREDENTIAL=\"$cred\"\n" +
+		"export NDMA_HOST_ID=\"$ns\"\n" +
 		"export OMPI_MCA_orte_tmpdir_base=" + shellQuote(dir) + "/h$i\nmkdir -p \"$OMPI_MCA_orte_tmpdir_base\"\n" +
-		"exec ip netns exec \"$ns\" sh -c \"$*\"\n")
+		"exec unshare --uts sh -c 'hostname \"$1\" && exec ip netns exec \"$1\" sh -c \"$2\"' agent \"$ns\" \"$*\"\n")
 	return b.String()
 }
 

@@ -22,7 +22,9 @@ const runWaitDelay = 5 * time.Second
 
 // Run starts cmd once per host namespace of st — rank i in st.Hosts[i] —
 // with the bootstrap environment of coll.FromEnv added to the calling
-// process's: NDMA_RANK, NDMA_SIZE (len(st.Hosts)), NDMA_SWITCH
+// process's: NDMA_RANK, NDMA_SIZE (len(st.Hosts)), NDMA_HOST_ID (the
+// host's namespace: ranks of one host share memory, those of others do
+// not, though every namespace sees this machine's /dev/shm), NDMA_SWITCH
 // (st.SwitchAddr), NDMA_TOKEN (st.Token), NDMA_MTU (st.DatagramMTU: the
 // largest datagram one frame carries), NDMA_CREDENTIAL (unless the
 // testbed runs without credentials: a member credential issued for this
@@ -44,7 +46,8 @@ func Run(ctx context.Context, st *State, cmd []string, out io.Writer) error {
 	return RunWith(ctx, st, cmd, out, RunOptions{})
 }
 
-// RunWith is Run with opts.
+// RunWith is Run with opts: with opts.PerHost K, K ranks in each host
+// namespace (rank i in st.Hosts[i/K], NDMA_SIZE K × len(st.Hosts)).
 func RunWith(ctx context.Context, st *State, cmd []string, out io.Writer, opts RunOptions) error {
 	if err := opts.Validate(); err != nil {
 		return err
@@ -59,8 +62,9 @@ func RunWith(ctx context.Context, st *State, cmd []string, out io.Writer, opts R
 		out = io.Discard
 	}
 	job := st.Prefix + "-" + randomHex(4)
-	size := len(st.Hosts)
-	creds, remove, err := RankCredentials(st, job)
+	perHost := max(1, opts.PerHost)
+	size := len(st.Hosts) * perHost
+	creds, remove, err := RankCredentials(st, job, size)
 	if err != nil {
 		return err
 	}
@@ -69,7 +73,8 @@ func RunWith(ctx context.Context, st *State, cmd []string, out io.Writer, opts R
 	errs := make([]error, size)
 	pgids := make([]int, size) // 0: not started
 	var wg sync.WaitGroup
-	for i, h := range st.Hosts {
+	for i := range size {
+		h := st.Hosts[i/perHost]
 		w := &prefixWriter{mu: &mu, out: out, prefix: []byte("[rank " + strconv.Itoa(i) + "] ")}
 		c := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.NS}, cmd...)...)
 		c.Env = append(os.Environ(),
@@ -79,6 +84,7 @@ func RunWith(ctx context.Context, st *State, cmd []string, out io.Writer, opts R
 			"NDMA_JOB="+job,
 			"NDMA_TOKEN="+st.Token,
 			"NDMA_MTU="+strconv.Itoa(st.DatagramMTU),
+			"NDMA_HOST_ID="+h.NS,
 		)
 		if creds != nil {
 			c.Env = append(c.Env, "NDMA_CREDENTIAL="+creds[i])

@@ -351,6 +351,27 @@ func TestUpRunDown(t *testing.T) {
 		}
 	})
 
+	t.Run("ppn", func(t *testing.T) {
+		// Two ranks in each host namespace, each told its host.
+		var out lockedBuilder
+		opts := RunOptions{PerHost: 2}
+		if err := RunWith(ctx, st, []string{"sh", "-c", `echo "is $NDMA_RANK/$NDMA_SIZE $NDMA_HOST_ID $(ip netns identify)"`}, &out, opts); err != nil {
+			t.Fatalf("%v\n%s", err, out.String())
+		}
+		size := 2 * len(st.Hosts)
+		for r := range size {
+			ns := st.Hosts[r/2].NS
+			if want := fmt.Sprintf("[rank %d] is %d/%d %s %s\n", r, r, size, ns, ns); !strings.Contains(out.String(), want) {
+				t.Errorf("no %q in:\n%s", want, out.String())
+			}
+		}
+		for _, bad := range []int{-1, MaxPerHost + 1} {
+			if err := RunWith(ctx, st, []string{"true"}, nil, RunOptions{PerHost: bad}); !errors.Is(err, ErrInvalidRunOptions) {
+				t.Errorf("%d ranks per host: %v, want ErrInvalidRunOptions", bad, err)
+			}
+		}
+	})
+
 	t.Run("cancel", func(t *testing.T) {
 		rctx, rcancel := context.WithCancel(ctx)
 		defer rcancel()

@@ -266,6 +266,10 @@ func collEmitter(out io.Writer, asJSON bool, where string) (emit func(bench.Coll
 			if r.Sync != "" {
 				fmt.Fprintf(out, ", %s barrier before each call", r.Sync)
 			}
+			if r.Hosts > 0 {
+				// The algorithm runs between the hosts' leaders only.
+				fmt.Fprintf(out, ", two levels: shared memory in each of %d hosts (NDMA_HIERARCHY=off: every rank on the network)", r.Hosts)
+			}
 			fmt.Fprintln(out)
 			tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 			head := "# Size\tAvg Latency(us)\tMin Latency(us)\tMax Latency(us)\tIterations\t"

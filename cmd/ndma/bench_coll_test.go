@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ndma/ndma/bench"
 )
 
 // TestBenchColl runs a tiny ndma bench coll and checks the JSON rows.
@@ -189,6 +191,17 @@ func TestBenchSuiteFrom(t *testing.T) {
 			t.Errorf("%v: %v, want an error naming --rate auto", args, err)
 		}
 	}
+	// Ranks per host from 1 to 64 (refused before it looks for a testbed).
+	for _, ppn := range []string{"0", "65"} {
+		for _, cmd := range []string{"run", "mpirun"} {
+			if _, err := execute(t, "testbed", cmd, "--prefix", "nosuchtb", "--ppn", ppn, "--", "true"); err == nil || !strings.Contains(err.Error(), "--ppn "+ppn) {
+				t.Errorf("testbed %s --ppn %s: %v, want an error naming --ppn", cmd, ppn, err)
+			}
+		}
+		if _, err := execute(t, "bench", "suite", "--ppn", ppn, "--out", out); err == nil || !strings.Contains(err.Error(), "--ppn") {
+			t.Errorf("bench suite --ppn %s: %v, want an error naming --ppn", ppn, err)
+		}
+	}
 }
 
 // TestBenchCollSync: --sync-algo picks the barrier before every call and
@@ -223,6 +236,21 @@ func TestBenchCollSync(t *testing.T) {
 		// bench suite refuses it before building a testbed.
 		if _, err := execute(t, "bench", "suite", "--sync-algo", bad, "--out", t.TempDir()); err == nil || !strings.Contains(err.Error(), "--sync-algo") {
 			t.Fatalf("bench suite --sync-algo %s: %v", bad, err)
+		}
+	}
+}
+
+// TestCollEmitterHosts: a table of rows measured in two levels says so
+// (and how to opt out); one over the network does not.
+func TestCollEmitterHosts(t *testing.T) {
+	for _, hosts := range []int{0, 3} {
+		var out bytes.Buffer
+		emit, flush := collEmitter(&out, false, "one process per rank")
+		emit(bench.CollResult{Op: "allreduce", Algo: "ring", Ranks: 6, Size: 8, AvgUS: 1, MinUS: 1, MaxUS: 1, Iters: 2, Hosts: hosts})
+		flush()
+		says := strings.Contains(out.String(), "two levels: shared memory in each of 3 hosts")
+		if says != (hosts > 0) {
+			t.Errorf("hosts %d: the heading says two levels: %v\n%s", hosts, says, out.String())
 		}
 	}
 }

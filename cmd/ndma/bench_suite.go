@@ -23,16 +23,16 @@ const (
 )
 
 type suiteFlags struct {
-	hosts, mtu, iters, gmp    int
-	repeat                    int
-	rate, ops, sizes, out, pf string
-	keep, json, mpi           bool
-	from, peakRate            string
-	prio                      bool
-	mpiNDMA, algos            string
-	mpiTuned, gloo            bool
-	sync                      string
-	fidelityCPU               float64
+	hosts, mtu, iters, gmp, ppn int
+	repeat                      int
+	rate, ops, sizes, out, pf   string
+	keep, json, mpi             bool
+	from, peakRate              string
+	prio                        bool
+	mpiNDMA, algos              string
+	mpiTuned, gloo              bool
+	sync                        string
+	fidelityCPU                 float64
 }
 
 func newBenchSuiteCmd() *cobra.Command {
@@ -41,9 +41,15 @@ func newBenchSuiteCmd() *cobra.Command {
 		Use:   "suite",
 		Short: "Collectives on a testbed of real processes: latency, CPU, Markdown and plots (Linux, root)",
 		Long: `suite builds a testbed (as ndma testbed up: --hosts host namespaces, every
-link limited to --rate, --mtu), and runs on it, one rank per host,
-` + "`ndma bench coll --json`" + ` for each operation of --ops with every algorithm, one
-job per size of --sizes (Barrier: one job per algorithm). Around each job it
+link limited to --rate, --mtu), and runs on it, one rank per host (--ppn
+K: K ranks in each host namespace), ` + "`ndma bench coll --json`" + ` for each
+operation of --ops with every algorithm, one job per size of --sizes
+(Barrier: one job per algorithm). With --ppn the ranks of a host run
+NDMA's collectives through shared memory, one leader per host on the
+network (each row's "hosts" says so; NDMA_HIERARCHY=off: every rank on
+the network);
+the Open MPI rows run K ranks per host too, a host's ranks over Open
+MPI's shared memory (btl self,vader,tcp). Around each job it
 reads the user+system CPU time of the rank processes (summed) and of the
 switch daemon from /proc, so each row carries the CPU of the job that
 measured it: process start, joining, warm-up and the barrier between calls
@@ -88,12 +94,14 @@ then runs at that one rate.`,
 		Example: `  sudo ndma bench suite --out results
   sudo ndma bench suite --hosts 4 --ops bcast,allreduce --sizes 8,64K,1M,16M --iters 3 --out /tmp/suite
   sudo ndma bench suite --mpi --ops allreduce --out /tmp/vs-mpi
+  sudo ndma bench suite --hosts 2 --ppn 4 --mpi --ops allreduce,bcast --out /tmp/ppn4
   sudo ndma bench suite --mpi --mpi-ndma build/libndma_mpi.so --algos mpi,mpi-ndma --ops bcast --out /tmp/mpi-ndma`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchSuite(cmd, &f) },
 	}
 	fl := cmd.Flags()
-	fl.IntVar(&f.hosts, "hosts", 8, "host namespaces, one rank each")
+	fl.IntVar(&f.hosts, "hosts", 8, "host namespaces, --ppn ranks each")
+	fl.IntVar(&f.ppn, "ppn", 1, fmt.Sprintf("ranks in each host namespace, 1 to %d (NDMA's and Open MPI's rows alike)", testbed.MaxPerHost))
 	fl.StringVar(&f.rate, "rate", testbed.DefaultRate, "rate of every link, each direction, in tc's syntax: 100mbit, 1gbit; auto: the highest rate at which the heaviest jobs are faithful on this machine (see above)")
 	fl.BoolVar(&f.prio, "priority-queues", false, "give every link's queue priority bands that send NDMA's ACKs ahead of queued data (see ndma testbed up)")
 	fl.StringVar(&f.peakRate, "peak-rate", "", "fastest rate at which frames leave a link back to back, above --rate, or none (default: twice --rate; see ndma testbed up)")
@@ -107,7 +115,7 @@ then runs at that one rate.`,
 	fl.BoolVar(&f.keep, "keep", false, "leave the testbed up afterwards (remove it with ndma testbed down --prefix P)")
 	fl.StringVar(&f.pf, "prefix", "ndmasuite", "name prefix of the suite's testbed; it must not be in use")
 	fl.BoolVar(&f.json, "json", false, "print JSON Lines instead of Markdown on standard output, and no progress bar")
-	fl.StringVar(&f.from, "from", "", "render suite.md and the plots into --out from these comma-separated suite.jsonl `files` (merged in order; a later row replaces an earlier one of the same op, algo and size; all of one setup: ranks and link rate), without a testbed")
+	fl.StringVar(&f.from, "from", "", "render suite.md and the plots into --out from these comma-separated suite.jsonl `files` (merged in order; a later row replaces an earlier one of the same op, algo and size; all of one setup: ranks, ranks per host and link rate), without a testbed")
 	fl.BoolVar(&f.mpi, "mpi", false, "also measure each operation with Open MPI (algo \"mpi\"; needs mpicc and mpirun)")
 	fl.BoolVar(&f.gloo, "gloo", false, "also measure bcast, allreduce, reduce, allgather and barrier with PyTorch's Gloo backend (algo \"gloo\"; needs python3-torch): one Python process per host, timed like NDMA's ranks")
 	fl.BoolVar(&f.mpiTuned, "mpi-tuned", false, "also measure each operation with every algorithm Open MPI's tuned component can be forced to (algos \"mpi-tuned-NAME\")")
@@ -129,6 +137,9 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 	}
 	if f.mtu <= 0 {
 		return fmt.Errorf("--mtu: %d bytes: want %d to %d", f.mtu, testbed.MinMTU, testbed.MaxMTU)
+	}
+	if f.ppn < 1 || f.ppn > testbed.MaxPerHost {
+		return fmt.Errorf("--ppn: %d: want 1 to %d ranks per host", f.ppn, testbed.MaxPerHost)
 	}
 	if f.repeat < 1 {
 		return fmt.Errorf("--repeat: %d: want at least 1", f.repeat)
@@ -192,6 +203,7 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 		Algos:    algos,
 		Sync:     sync,
 		Keep:     f.keep,
+		PerHost:  f.ppn,
 		Progress: prog.callback(),
 		Fidelity: rule,
 	}
@@ -300,9 +312,9 @@ func renderSuite(cmd *cobra.Command, f *suiteFlags) error {
 			// One setup per rendering: the tables, plots and figures are
 			// per operation, and a 4-rank row must not replace (or sit
 			// in one table with) an 8-rank one.
-			if len(rows) > 0 && (r.Ranks != rows[0].Ranks || r.RateBits != rows[0].RateBits || r.PeakRateBits != rows[0].PeakRateBits || r.PriorityQueues != rows[0].PriorityQueues) {
-				return fmt.Errorf("--from %s: rows of %d ranks on %s and of %d ranks on %s: render one setup (ranks, links) at a time",
-					path, rows[0].Ranks, bench.LinksText(rows[0].RateBits, rows[0].PeakRateBits, rows[0].PriorityQueues), r.Ranks, bench.LinksText(r.RateBits, r.PeakRateBits, r.PriorityQueues))
+			if len(rows) > 0 && (r.Ranks != rows[0].Ranks || r.PerHost != rows[0].PerHost || r.RateBits != rows[0].RateBits || r.PeakRateBits != rows[0].PeakRateBits || r.PriorityQueues != rows[0].PriorityQueues) {
+				return fmt.Errorf("--from %s: rows of %s on %s and of %s on %s: render one setup (ranks, links) at a time",
+					path, bench.RanksText(rows[0]), bench.LinksText(rows[0].RateBits, rows[0].PeakRateBits, rows[0].PriorityQueues), bench.RanksText(r), bench.LinksText(r.RateBits, r.PeakRateBits, r.PriorityQueues))
 			}
 			k := key{r.Op, r.Algo, r.Size}
 			if i, ok := at[k]; ok {

@@ -34,7 +34,7 @@ func TestTestbedHelp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, v := range []string{"NDMA_RANK", "NDMA_SIZE", "NDMA_SWITCH", "NDMA_JOB", "NDMA_TOKEN", "NDMA_MTU", "NDMA_JOIN_TIMEOUT", "NDMA_LIVENESS"} {
+	for _, v := range []string{"NDMA_RANK", "NDMA_SIZE", "NDMA_SWITCH", "NDMA_JOB", "NDMA_TOKEN", "NDMA_MTU", "NDMA_JOIN_TIMEOUT", "NDMA_LIVENESS", "NDMA_HOST_ID", "NDMA_HIERARCHY"} {
 		if !strings.Contains(out, v) {
 			t.Errorf("ndma testbed --help does not mention %s", v)
 		}

@@ -47,6 +47,7 @@ type testbedFlags struct {
 
 	stall, stallEvery time.Duration // run
 	stallSeed         uint64
+	ppn               int // run: ranks per host
 	fidelityCPU       float64
 
 	hosts, memnodes, burst, mtu     int
@@ -74,11 +75,12 @@ a switch namespace (<prefix>-sw) running ndma switch, N host namespaces
 memd, each joined to the switch namespace by a veth pair that is a port of
 a bridge there, so ordinary IP traffic between hosts crosses the switch
 namespace as well. Both directions of every link are limited by tbf to
---rate. "run" starts a command once per host with the bootstrap environment
-(NDMA_RANK, NDMA_SIZE, NDMA_SWITCH, NDMA_JOB, NDMA_TOKEN, and NDMA_MTU: the
-largest datagram one frame carries, the interfaces' MTU minus 28); the
-ranks also read NDMA_JOIN_TIMEOUT and NDMA_LIVENESS from the environment
-"run" passes on (see ndma testbed run --help).
+--rate. "run" starts a command once per host (--ppn K: K times) with the
+bootstrap environment (NDMA_RANK, NDMA_SIZE, NDMA_SWITCH, NDMA_JOB,
+NDMA_TOKEN, NDMA_HOST_ID: the host's namespace, and NDMA_MTU: the largest
+datagram one frame carries, the interfaces' MTU minus 28); the ranks also
+read NDMA_JOIN_TIMEOUT, NDMA_LIVENESS and NDMA_HIERARCHY from the
+environment "run" passes on (see ndma testbed run --help).
 
 The testbed's addresses (--subnet, the switch at its first address) exist
 only inside its namespaces: run clients such as ndma pool or ndma stat
@@ -152,13 +154,20 @@ datagram one frame carries: MTU minus 28, what the daemons use; ndma bench
 coll and ndma bench pool take it as their default --mtu), NDMA_CREDENTIAL
 (the file of host i's member credential, which bench coll's ranks, the
 pool commands, stat and bench pool seal their datagrams under; none with
-up --no-credentials) and a fresh NDMA_JOB added to the environment, and prints each rank's output prefixed
+up --no-credentials), NDMA_HOST_ID (the host's namespace) and a fresh
+NDMA_JOB added to the environment, and prints each rank's output prefixed
 "[rank i] ". The rest of the environment passes through, such as
 NDMA_JOIN_TIMEOUT (how long the ranks' rendezvous waits for all of them,
-1m by default) and NDMA_LIVENESS (how long a host algorithm waits for a
-silent rank, e.g. 90s; "off": no bound). It
+1m by default), NDMA_LIVENESS (how long a host algorithm waits for a
+silent rank, e.g. 90s; "off": no bound) and NDMA_HIERARCHY. It
 waits for every rank and fails, naming them, if any exits non-zero. SIGINT
 or SIGTERM stops every rank.
+
+--ppn K runs K ranks in each host namespace (rank i in <prefix>-h<i/K>,
+NDMA_SIZE K times the hosts), as a cluster with several ranks per host:
+the ranks of one host share its link and, unless NDMA_HIERARCHY=off, its
+memory (NDMA_HOST_ID tells them apart from the other hosts', though every
+namespace sees this machine's /dev/shm).
 
 --stall D --stall-every P freezes one rank drawn at random for D once
 every P (SIGSTOP and SIGCONT to its process group), as a host that does
@@ -171,6 +180,7 @@ After the job, run prints the verdict and its evidence on standard error.`,
 		Example: `  sudo ndma testbed run -- sh -c 'echo $NDMA_RANK of $NDMA_SIZE via $NDMA_SWITCH'
   sudo ndma testbed run -- ndma bench coll --op bcast
   sudo NDMA_JOIN_TIMEOUT=2m ndma testbed run -- ndma bench coll --op allreduce
+  sudo ndma testbed run --ppn 4 -- ndma bench coll --op allreduce
   sudo ndma testbed run --stall 4ms --stall-every 30ms -- ndma bench coll --op bcast --algo innet --sizes 16M`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
@@ -182,6 +192,7 @@ After the job, run prints the verdict and its evidence on standard error.`,
 	}
 	run.Flags().DurationVar(&f.stall, "stall", 0, "freeze one rank drawn at random for this long once every --stall-every (e.g. 4ms); 0: never")
 	run.Flags().DurationVar(&f.stallEvery, "stall-every", 0, "period of --stall, longer than the stall (e.g. 30ms)")
+	run.Flags().IntVar(&f.ppn, "ppn", 1, fmt.Sprintf("ranks in each host namespace, 1 to %d", testbed.MaxPerHost))
 	run.Flags().Uint64Var(&f.stallSeed, "stall-seed", 0, "seed of the ranks --stall draws (0: a random one)")
 	run.Flags().Float64Var(&f.fidelityCPU, "fidelity-cpu", fidelity.DefaultMaxCPUShare, "largest share of this machine's CPU the testbed may use for the job to be faithful, from 0 to 1 (see above)")
 	cmd.AddCommand(run)
@@ -303,6 +314,9 @@ func runTestbedUp(cmd *cobra.Command, f *testbedFlags) error {
 }
 
 func runTestbedRun(cmd *cobra.Command, f *testbedFlags, args []string) error {
+	if f.ppn < 1 || f.ppn > testbed.MaxPerHost {
+		return flagError(fmt.Errorf("--ppn %d: want 1 to %d ranks per host", f.ppn, testbed.MaxPerHost))
+	}
 	rule, err := fidelityRule(f.fidelityCPU)
 	if err != nil {
 		return err
@@ -319,7 +333,7 @@ func runTestbedRun(cmd *cobra.Command, f *testbedFlags, args []string) error {
 			"and the switch wakes for every packet (a third more CPU, slower in-network collectives); for comparable figures run `testbed up` and "+
 			"`testbed run` from one shell (sudo -s), or use `ndma bench suite`\n", why)
 	}
-	opts := testbed.RunOptions{Stall: f.stall, StallEvery: f.stallEvery, Seed: f.stallSeed}
+	opts := testbed.RunOptions{Stall: f.stall, StallEvery: f.stallEvery, Seed: f.stallSeed, PerHost: f.ppn}
 	if f.stallEvery != 0 && f.stall == 0 {
 		return flagError(errors.New("--stall-every needs --stall"))
 	}

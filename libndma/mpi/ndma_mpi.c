@@ -39,6 +39,13 @@
  * Environment (world rank 0's values hold for every rank):
  *   NDMA_SWITCH, NDMA_TOKEN or NDMA_INSECURE=1, NDMA_CREDENTIAL,
  *   NDMA_TIMEOUT, NDMA_DETERMINISTIC...: as for ndma_comm_from_env.
+ *   NDMA_HIERARCHY=off  every rank over the network; by default (auto)
+ *                     the ranks of a host run the collectives through
+ *                     shared memory, one leader per host over the network
+ *                     (see ndma_config.hierarchy), on every communicator
+ *                     the library joins. It must be the same on every
+ *                     rank (mpirun -x NDMA_HIERARCHY=off, or -genv).
+ *                     NDMA_HOST_ID as for ndma_comm_from_env.
  *   NDMA_JOB          the job's group name prefix (default: a random one
  *                     rank 0 picks and broadcasts). With NDMA_CREDENTIAL
  *                     it must be the job (or scope) the credential names:
@@ -521,6 +528,9 @@ static void start(void) {
                 g.min_bytes);
         for (int i = 0; i < NOPS; i++)
             fprintf(stderr, " %s %s", op_name[i], g.on[i] ? "on" : "off");
+        int local = 1;
+        if (ndma_comm_local_size(gr->h, &local) == NDMA_OK && local > 1)
+            fprintf(stderr, "; %d ranks of this host share memory", local);
         fprintf(stderr, ")\n");
     }
 }

@@ -283,6 +283,7 @@ static void test_errors(ndma_comm_t comm) {
     EXPECT(strstr(ndma_last_error(), "no communicator") != NULL, "bad communicator message: %s", ndma_last_error());
     EXPECT(ndma_wait(12345678) == NDMA_ERR_ARG, "bad request");
     EXPECT(ndma_comm_rank(comm, NULL) == NDMA_ERR_ARG, "NULL rank");
+    EXPECT(ndma_comm_local_size(comm, NULL) == NDMA_ERR_ARG, "NULL local size");
     EXPECT(ndma_comm_create(NULL, NULL) == NDMA_ERR_ARG, "NULL config");
     ndma_config cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -308,6 +309,10 @@ static void test_errors(ndma_comm_t comm) {
     EXPECT(strstr(ndma_last_error(), "takes only sealed datagrams") != NULL, "insecure at a sealing switch message: %s", ndma_last_error());
     cfg.insecure = 0;
     cfg.join_timeout_ms = 0;
+    cfg.hierarchy = 7;
+    EXPECT(ndma_comm_create(&cfg, &other) == NDMA_ERR_ARG, "hierarchy 7");
+    EXPECT(strstr(ndma_last_error(), "hierarchy 7") != NULL, "hierarchy 7 message: %s", ndma_last_error());
+    cfg.hierarchy = 0;
     EXPECT(ndma_comm_set_algo(comm, "bcast", "ring") == NDMA_ERR_ARG, "bcast ring");
     EXPECT(strstr(ndma_last_error(), "no ring algorithm") != NULL, "bcast ring message: %s", ndma_last_error());
     EXPECT(ndma_comm_set_algo(comm, "sort", "ring") == NDMA_ERR_ARG, "unknown operation");
@@ -366,6 +371,25 @@ static void env_config(ndma_config *cfg, int r, const char *job) {
     cfg->insecure = cfg->token == NULL;
     cfg->credential = getenv("NDMA_CREDENTIAL");
     cfg->job = job;
+    const char *h = getenv("NDMA_HIERARCHY");
+    if (h != NULL && strcmp(h, "auto") == 0) {
+        cfg->hierarchy = NDMA_HIERARCHY_AUTO;
+    } else if (h != NULL && strcmp(h, "off") == 0) {
+        cfg->hierarchy = NDMA_HIERARCHY_OFF;
+    }
+    cfg->host_id = getenv("NDMA_HOST_ID");
+}
+
+// check_local: with NDMA_TEST_LOCAL_SIZE set, the communicator runs its
+// collectives through shared memory with that many ranks of this host.
+static void check_local(ndma_comm_t comm, const char *what) {
+    const char *want = getenv("NDMA_TEST_LOCAL_SIZE");
+    if (want == NULL) {
+        return;
+    }
+    int n = 0;
+    CHECK(ndma_comm_local_size(comm, &n));
+    EXPECT(n == atoi(want), "%s: %d ranks on this host share memory, want %s", what, n, want);
 }
 
 static ndma_comm_t blocked_comm;
@@ -382,6 +406,7 @@ int main(void) {
     CHECK(ndma_comm_rank(comm, &rank));
     CHECK(ndma_comm_size(comm, &size));
     EXPECT(rank == atoi(getenv("NDMA_RANK")) && size == atoi(getenv("NDMA_SIZE")), "rank %d size %d", rank, size);
+    check_local(comm, "from the environment");
 
     shared = comm;
     pthread_t th;
@@ -424,6 +449,7 @@ int main(void) {
     int r2;
     CHECK(ndma_comm_rank(second, &r2));
     EXPECT(r2 == (rank + 1) % size, "second communicator rank %d", r2);
+    check_local(second, "from ndma_config");
     int64_t v = r2, sum = 0;
     CHECK(ndma_allreduce(second, &v, &sum, 1, NDMA_INT64, NDMA_SUM));
     EXPECT(sum == (int64_t)size * (size - 1) / 2, "second communicator sum %lld", (long long)sum);

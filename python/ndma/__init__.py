@@ -275,12 +275,21 @@ class Communicator:
     (seconds) bounds each collective; join_timeout the rendezvous;
     deterministic makes in-network reductions bitwise reproducible;
     algorithms fixes operations' algorithms ({"allreduce": "ring"}, see
-    set_algo). Settings go through the library, not the environment: the
-    library sees only the environment the process started with.
+    set_algo). hierarchy="auto" runs the ranks that share a host through
+    shared memory (one leader per host on the network), "off" every rank
+    over the network, None the library's default (auto); host_id names
+    this rank's host for it (None: the library tells hosts apart itself). Settings go through the
+    library, not the environment: the library sees only the environment
+    the process started with (NDMA_HIERARCHY and NDMA_HOST_ID apply to
+    the launch from the environment).
+
+    local_size is the number of ranks of this host that share memory
+    (1 without the hierarchy).
     """
 
     def __init__(self, rank=None, size=None, switch=None, *, token=None, job=None, insecure=False, credential=None,
-                 listen=None, mtu=0, timeout=None, join_timeout=None, deterministic=False, algorithms=None):
+                 listen=None, mtu=0, timeout=None, join_timeout=None, deterministic=False, algorithms=None,
+                 hierarchy=None, host_id=None):
         self._L = _lib_handle()
         self._h = 0
         self._pending = set()
@@ -291,6 +300,8 @@ class Communicator:
         else:
             if rank is None or size is None or switch is None:
                 raise InvalidArgument(_lib.ERR_ARG, "give rank, size and switch together (or none: the launcher's environment)")
+            if hierarchy not in _lib.HIERARCHY:
+                raise InvalidArgument(_lib.ERR_ARG, f"hierarchy={hierarchy!r}: want \"auto\", \"off\" or None (the default)")
             cfg = _lib.Config()
             self._L.ndma_config_init(ctypes.byref(cfg))
             enc = lambda s: None if s is None else str(s).encode()  # noqa: E731
@@ -301,6 +312,7 @@ class Communicator:
             cfg.timeout_ms = 0 if timeout is None else max(1, int(timeout * 1000))
             cfg.join_timeout_ms = 0 if join_timeout is None else max(1, int(join_timeout * 1000))
             cfg.deterministic = int(bool(deterministic))
+            cfg.hierarchy, cfg.host_id = _lib.HIERARCHY[hierarchy], enc(host_id)
             self._cfg_refs = cfg  # the strings live as long as the call
             _check(self._L.ndma_comm_create(ctypes.byref(cfg), ctypes.byref(h)))
         self._h = h.value
@@ -318,6 +330,8 @@ class Communicator:
         _check(self._L.ndma_comm_rank(self._h, ctypes.byref(r)))
         _check(self._L.ndma_comm_size(self._h, ctypes.byref(s)))
         self.rank, self.size = r.value, s.value
+        _check(self._L.ndma_comm_local_size(self._h, ctypes.byref(s)))
+        self.local_size = s.value
 
     def set_algo(self, op, algo):
         """Fixes op's algorithm ("allreduce", "bcast", "reduce",

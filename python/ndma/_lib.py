@@ -47,7 +47,13 @@ class Config(ctypes.Structure):
         ("join_timeout_ms", ctypes.c_int),
         ("timeout_ms", ctypes.c_int),
         ("deterministic", ctypes.c_int),
+        ("hierarchy", ctypes.c_int),
+        ("host_id", ctypes.c_char_p),
     ]
+
+
+# ndma_config.hierarchy.
+HIERARCHY = {None: 0, "off": 1, "auto": 2}
 
 
 class Optim(ctypes.Structure):
@@ -104,6 +110,7 @@ def load():
         "ndma_comm_set_timeout": (i, [u64, i]),
         "ndma_comm_rank": (i, [u64, pi]),
         "ndma_comm_size": (i, [u64, pi]),
+        "ndma_comm_local_size": (i, [u64, pi]),
         "ndma_allreduce": (i, [u64, vp, vp, sz, i, i]),
         "ndma_iallreduce": (i, [u64, vp, vp, sz, i, i, p64]),
         "ndma_reduce": (i, [u64, vp, vp, sz, i, i, i]),

@@ -22,8 +22,9 @@ and barrier; importing ndma.torch registers it):
     dist.all_reduce(t)                           # through the switch
 
 The backend meets at NDMA_SWITCH with NDMA_TOKEN (or NDMA_INSECURE=1) and
-NDMA_CREDENTIAL, as a Communicator from the environment does; the job
-name comes from the process group's store.
+NDMA_CREDENTIAL, as a Communicator from the environment does, and takes
+NDMA_HIERARCHY and NDMA_HOST_ID (several ranks per host through shared
+memory); the job name comes from the process group's store.
 
 Or data-parallel training with the optimizer in the memory pool
 (MemoryX-style offload): the parameters and the optimizer's state live in
@@ -328,8 +329,12 @@ def _create(store, rank, size, timeout):
     if not sw:
         raise InvalidArgument(_lib.ERR_ARG, "the ndma backend: NDMA_SWITCH is not set (the ranks meet at the switch)")
     insecure = os.environ.get("NDMA_INSECURE", "") in ("1", "true")
+    hierarchy = os.environ.get("NDMA_HIERARCHY", "").strip().lower() or None
+    if hierarchy not in (None, "auto", "off"):
+        raise InvalidArgument(_lib.ERR_ARG, f"the ndma backend: NDMA_HIERARCHY={hierarchy!r}: want auto or off")
     comm = Communicator(rank, size, sw, token=os.environ.get("NDMA_TOKEN"), job=job, insecure=insecure,
-                        credential=os.environ.get("NDMA_CREDENTIAL"), timeout=timeout.total_seconds())
+                        credential=os.environ.get("NDMA_CREDENTIAL"), timeout=timeout.total_seconds(),
+                        hierarchy=hierarchy, host_id=os.environ.get("NDMA_HOST_ID") or None)
     return ProcessGroupNDMA(comm)
 
 

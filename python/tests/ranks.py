@@ -182,6 +182,12 @@ def mismatch_scenario(comm):
     mismatched_allreduce(comm, "innet", "differ")
 
 
+def mismatch_hier_scenario(comm):
+    # Ranks of one host sharing memory: the rank that sees other
+    # arguments in the host's segment fails the call on every rank.
+    mismatched_allreduce(comm, "auto", "other arguments")
+
+
 def mismatch_ring_scenario(comm):
     # With the host ring, the ranks that do not exchange a message with
     # rank 1 learn of the mismatch from its neighbours' abort messages.
@@ -279,6 +285,10 @@ def backend_scenario(comm):
             opt.step()
         return [p.detach().clone() for p in model.parameters()]
 
+    want_local = os.environ.get("NDMA_TEST_LOCAL_SIZE")
+    if want_local:
+        backend = dist.group.WORLD  # the ProcessGroupNDMA itself
+        assert backend.comm.local_size == int(want_local), ("the backend's ranks sharing memory", backend.comm.local_size)
     if s == 2:
         for a, b in zip(train(gloo), train(None)):
             assert torch.equal(a, b), f"DDP over ndma differs from DDP over gloo by {(a - b).abs().max()}"
@@ -455,7 +465,32 @@ def offload_scenario(comm):
     expect_raises(ndma.InvalidArgument, lambda: ndma.torch.OffloadOptimizer(bad.parameters(), comm), "float32")
 
 
-SCENARIOS = {"region": region_scenario, "offload": offload_scenario, "deterministic": deterministic_scenario, "backend": backend_scenario, "numpy": numpy_scenario, "torch": torch_scenario, "dead": dead_scenario, "dead_torch": dead_torch_scenario, "ddp": ddp_scenario, "mismatch": mismatch_scenario, "mismatch_ring": mismatch_ring_scenario}
+def hierarchy_scenario(comm):
+    # Keyword arguments: a communicator as two hosts of two ranks each
+    # (host_id), one with the hierarchy off; each checked with a few
+    # collectives.
+    r, s = comm.rank, comm.size
+    kw = dict(token=os.environ["NDMA_TOKEN"], insecure=os.environ.get("NDMA_INSECURE") == "1", timeout=60)
+    for name, hier, host, local in (("two-hosts", "auto", f"host {r // 2}", 2), ("off", "off", None, 1)):
+        with ndma.Communicator(r, s, os.environ["NDMA_SWITCH"], job=os.environ["NDMA_JOB"] + "." + name,
+                               hierarchy=hier, host_id=host, **kw) as c:
+            assert c.local_size == local, (name, c.local_size)
+            x = np.arange(30001, dtype=np.float64) * (r + 1)
+            c.allreduce(x)
+            assert np.array_equal(x, np.arange(30001, dtype=np.float64) * (s * (s + 1) // 2)), name
+            out = np.zeros((s, 5), np.int32)
+            c.allgather(np.full(5, r, np.int32), out)
+            assert np.array_equal(out, np.repeat(np.arange(s, dtype=np.int32), 5).reshape(s, 5)), name
+            b = np.arange(1000, dtype=np.int64) if r == s - 1 else np.zeros(1000, np.int64)
+            c.bcast(b, root=s - 1)
+            assert np.array_equal(b, np.arange(1000, dtype=np.int64)), name
+            y = np.full(7, float(r), np.float32)
+            c.reduce(y, root=1, op="max")
+            assert r != 1 or np.array_equal(y, np.full(7, s - 1, np.float32)), name
+            c.barrier()
+
+
+SCENARIOS = {"hierarchy": hierarchy_scenario, "region": region_scenario, "offload": offload_scenario, "deterministic": deterministic_scenario, "backend": backend_scenario, "numpy": numpy_scenario, "torch": torch_scenario, "dead": dead_scenario, "dead_torch": dead_torch_scenario, "ddp": ddp_scenario, "mismatch": mismatch_scenario, "mismatch_hier": mismatch_hier_scenario, "mismatch_ring": mismatch_ring_scenario}
 
 
 def main():
@@ -465,6 +500,9 @@ def main():
     faulthandler.dump_traceback_later(float(os.environ.get("NDMA_TEST_STACKS_AFTER", "150")), exit=True)
     with ndma.Communicator() as comm:
         assert comm.rank == int(os.environ["NDMA_RANK"]) and comm.size == int(os.environ["NDMA_SIZE"])
+        want_local = os.environ.get("NDMA_TEST_LOCAL_SIZE")
+        if want_local:
+            assert comm.local_size == int(want_local), ("ranks sharing memory", comm.local_size, want_local)
         SCENARIOS[name](comm)
     print("ok")
 

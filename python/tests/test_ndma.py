@@ -1,7 +1,9 @@
 """Tests of the ndma Python package. They need a switch: the Go test
 TestPython (libndma) starts one (unsealed) and runs them with
-NDMA_TEST_SWITCH, NDMA_TEST_TOKEN and NDMA_INSECURE=1 set, and NDMA_LIB
-naming the library it built."""
+NDMA_TEST_SWITCH, NDMA_TEST_TOKEN and NDMA_INSECURE=1 set, NDMA_LIB
+naming the library it built, and NDMA_HIERARCHY=off: the ranks, all on
+this host, go over the network, except in the tests that set
+NDMA_HIERARCHY=auto."""
 
 import itertools
 import os
@@ -76,6 +78,27 @@ def test_ddp_comm_hook(tmp_path):
         assert rc == 0 and out.endswith("ok\n"), f"rank {r}: {out}"
 
 
+def test_hierarchy(tmp_path):
+    # 4 ranks of this host through shared memory (NDMA_HIERARCHY=auto):
+    # every collective checked, then communicators from keyword arguments.
+    env = {"NDMA_HIERARCHY": "auto", "NDMA_TEST_LOCAL_SIZE": "4"}
+    for scenario in ("numpy", "hierarchy"):
+        outs = run_ranks(scenario, 4, env=env)
+        assert all(rc == 0 and out.endswith("ok\n") for rc, out in outs), scenario + ":\n" + "\n".join(
+            f"--- rank {r}, exit {rc}:\n{out}" for r, (rc, out) in enumerate(outs))
+
+
+def test_ddp_hierarchy(tmp_path):
+    # DDP with 2 ranks of one host sharing memory: the NDMA hook against
+    # Gloo, bitwise, and the ndma backend.
+    pytest.importorskip("torch")
+    for scenario in ("ddp", "backend"):
+        outs = run_ranks(scenario, 2, env={"NDMA_TEST_STORE": str(tmp_path / scenario), "NDMA_HIERARCHY": "auto",
+                                           "NDMA_TEST_LOCAL_SIZE": "2"})
+        assert all(rc == 0 and out.endswith("ok\n") for rc, out in outs), scenario + ":\n" + "\n".join(
+            f"--- rank {r}, exit {rc}:\n{out}" for r, (rc, out) in enumerate(outs))
+
+
 def test_torch_distributed_backend(tmp_path):
     pytest.importorskip("torch")
     for size in (2, 3):
@@ -109,6 +132,12 @@ def test_dead_rank_raises_in_torch(tmp_path):
 
 def test_mismatched_sizes_raise_everywhere():
     outs = run_ranks("mismatch", 3, env={"NDMA_TIMEOUT": "60s"})
+    for r, (rc, out) in enumerate(outs):
+        assert rc == 0 and out.endswith("ok\n") and "raised InvalidArgument" in out, f"rank {r}: {out}"
+
+
+def test_mismatched_sizes_raise_in_shared_memory():
+    outs = run_ranks("mismatch_hier", 3, env={"NDMA_TIMEOUT": "60s", "NDMA_HIERARCHY": "auto", "NDMA_TEST_LOCAL_SIZE": "3"})
     for r, (rc, out) in enumerate(outs):
         assert rc == 0 and out.endswith("ok\n") and "raised InvalidArgument" in out, f"rank {r}: {out}"
 
@@ -165,6 +194,10 @@ def test_settings():
             c.set_algo("sort", "ring")
     with pytest.raises(ndma.InvalidArgument, match="unknown algorithm"):
         solo(algorithms={"allreduce": "fastest"})
+    with pytest.raises(ndma.InvalidArgument, match="hierarchy='sometimes'"):
+        solo(hierarchy="sometimes")
+    with solo(hierarchy="auto", host_id="h") as c:
+        assert c.local_size == 1  # alone on its host
 
 
 def test_closed():
