@@ -29,23 +29,80 @@ func TestSimMemoryNodeRestart(t *testing.T) {
 				}
 			}
 		}
-		m := s.mems[0]
-		s.crashMem(m)
-		time.Sleep(3 * time.Second)
-		check("memory node down")
-		if err := s.startMem(m, 10*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		deadline := time.Now().Add(30 * time.Second)
-		for m.ep.Stats().Pool.Rebuilt == 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("not rebuilt after 30 s: %+v", m.ep.Stats().Pool)
+		// Node 0 twice, then node 1: each time every key reads back
+		// while the node is down and once it is rebuilt.
+		for round, i := range []int{0, 0, 1} {
+			m := s.mems[i]
+			s.crashMem(m)
+			time.Sleep(3 * time.Second)
+			check(fmt.Sprintf("round %d: memory node %d down", round, i))
+			if err := s.startMem(m, 10*time.Second); err != nil {
+				t.Fatal(err)
 			}
-			time.Sleep(100 * time.Millisecond)
+			deadline := time.Now().Add(30 * time.Second)
+			for m.ep.Stats().Pool.Rebuilt == 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("round %d: memory node %d not rebuilt after 30 s: %+v", round, i, m.ep.Stats().Pool)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			check(fmt.Sprintf("round %d: memory node %d rebuilt", round, i))
 		}
-		check("rebuilt")
 		if _, err := c.Set(ctx, []byte("k1"), []byte("new")); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// TestSimMemoryNodeRestartWhileSwitchDown: a memory node crashes, the
+// switch crashes, the memory node comes back (empty) while the switch is
+// down, then the switch: the switch rebuilds its pool map from the
+// memory nodes' reports, and since every byte still has a copy on the
+// other nodes, every key must read back.
+func TestSimMemoryNodeRestartWhileSwitchDown(t *testing.T) {
+	simStoreWith(t, 4, 3, testLayout(), pool.AllocOptions{Replicas: 2}, func(t *testing.T, s *simKV) {
+		c := s.client()
+		ctx := s.ctx()
+		for i := range 40 {
+			if _, err := c.Set(ctx, fmt.Appendf(nil, "k%d", i), fmt.Appendf(nil, "v%d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m := s.mems[2]
+		s.crashMem(m)
+		time.Sleep(2 * time.Second)
+		s.srv.Close()
+		time.Sleep(time.Second)
+		if err := s.startMem(m, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		s.restartSwitch()
+		time.Sleep(3 * time.Second)
+		// The switch crashes again, while it may be rebuilding the
+		// node's copy.
+		st, err := s.endpoint().PoolStat(ctx, s.swA.String(), s.fab)
+		t.Logf("pool after the first switch restart: %+v %v", st.Regions, err)
+		s.srv.Close()
+		time.Sleep(5 * time.Second)
+		s.restartSwitch()
+		time.Sleep(5 * time.Second)
+		st, err = s.endpoint().PoolStat(ctx, s.swA.String(), s.fab)
+		t.Logf("pool after both restarts: %+v %v", st.Regions, err)
+		// A process that opens the region now (an owner starting).
+		pc := s.poolClient(s.endpoint())
+		reg, err := pc.Open(ctx, s.reg.ID(), s.reg.Key())
+		if err != nil {
+			t.Fatalf("open after both restarts: %v", err)
+		}
+		if _, err := readLayout(ctx, reg); err != nil {
+			t.Fatalf("the header after both restarts: %v", err)
+		}
+		for i := range 40 {
+			v, _, err := c.Get(ctx, fmt.Appendf(nil, "k%d", i))
+			if err != nil || string(v) != fmt.Sprint("v", i) {
+				t.Fatalf("get k%d: %q %v", i, v, err)
+			}
 		}
 	})
 }

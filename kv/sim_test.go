@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -35,6 +36,7 @@ type simKV struct {
 	eps    []*endpoint.Endpoint // closed at the end
 	reg    *pool.Region         // the key space, as its creator opened it
 	mems   []*simMem
+	wg     sync.WaitGroup // the memory nodes' offers
 	owners []*Owner
 	oeps   []*endpoint.Endpoint
 	cancel []context.CancelFunc
@@ -87,6 +89,7 @@ func simStoreWith(t *testing.T, seed int64, nodes int, l Layout, alloc pool.Allo
 			for _, m := range s.mems {
 				s.crashMem(m)
 			}
+			s.wg.Wait()
 			for _, ep := range s.eps {
 				ep.Close()
 			}
@@ -132,9 +135,6 @@ type simMem struct {
 	size   int
 	ep     *endpoint.Endpoint // nil while down
 	cancel context.CancelFunc
-	// restarted: started again after a crash, so its copies are rebuilt
-	// from the other memory nodes.
-	restarted bool
 }
 
 // memoryNode starts a memory node lending size bytes.
@@ -166,24 +166,29 @@ func (s *simKV) startMem(m *simMem, wait time.Duration) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m.ep, m.cancel = ep, cancel
-	lctx, lcancel := context.WithTimeout(ctx, wait)
-	defer lcancel()
-	_, err = ep.PoolLend(lctx, s.swA.String(), key, uint64(m.size), s.fab)
-	// PoolLend offers the region again as a heartbeat while its context
-	// lasts: keep offering it under ctx, past lctx.
-	go func() {
-		<-lctx.Done()
+	// Offer the region until the switch takes it (a switch that still
+	// holds the node's previous incarnation may take a few tries); from
+	// then on PoolLend repeats the offer as the node's heartbeat, under
+	// ctx.
+	lent := make(chan error, 1)
+	s.wg.Go(func() {
+		var err error
 		for ctx.Err() == nil {
-			if _, err := ep.PoolLend(ctx, s.swA.String(), key, uint64(m.size), s.fab); err == nil {
-				return
+			if _, err = ep.PoolLend(ctx, s.swA.String(), key, uint64(m.size), s.fab); err == nil {
+				break
 			}
-			time.Sleep(time.Second)
+			time.Sleep(200 * time.Millisecond)
 		}
-	}()
-	if err != nil && wait >= 10*time.Second {
+		lent <- err
+	})
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case err := <-lent:
 		return err
+	case <-t.C:
+		return nil // still offering it
 	}
-	return nil
 }
 
 // crashMem stops memory node m at once; its memory is lost.
@@ -194,6 +199,16 @@ func (s *simKV) crashMem(m *simMem) {
 	m.cancel()
 	m.ep.Close()
 	m.ep = nil
+}
+
+// restartSwitch starts a new switch at the switch's address (after
+// s.srv.Close).
+func (s *simKV) restartSwitch() {
+	sw, err := fabric.New(fabric.Config{Token: testToken, Transport: transport.Config{MTU: 9000, Seed: uint64(s.seed) + 7}})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.srv = fabric.NewServer(s.net.ListenConn(s.swA, simnet.LinkConfig{}, simnet.LinkConfig{}), sw, nil)
 }
 
 func (s *simKV) poolClient(ep *endpoint.Endpoint) *pool.Client {
