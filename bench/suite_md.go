@@ -59,7 +59,7 @@ func WriteSuiteMarkdown(w io.Writer, rows []SuiteRow) error {
 			if IsMPI(coll.Algo(r.Algo)) {
 				fmt.Fprintln(bw)
 				fmt.Fprintln(bw, "Rows `mpi` are Open MPI on the same hosts and links: bench/mpi/osu_coll.c (the same measurement as bench coll) "+
-					"started by mpirun, one rank per host, TCP BTL, mpi_yield_when_idle (the ranks share the cores), Open MPI's own choice of algorithm; "+
+					"started by mpirun with the NDMA rows' ranks per host (TCP between hosts, shared memory, vader, inside one), mpi_yield_when_idle (the ranks share the cores), Open MPI's own choice of algorithm; "+
 					"their CPU includes mpirun and orted. `mpi-tuned-NAME`: the same with Open MPI's tuned algorithm NAME forced; "+
 					"`mpi-ndma`: the same program with the MPI interposition library preloaded (collectives through the switch); "+
 					"`mpi-ndma-declined`: preloaded but declining every call (Open MPI's own, after the library's checks).")
