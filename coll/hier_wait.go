@@ -186,7 +186,11 @@ func (h *hierarchy) wait(ctx context.Context, j int, target uint64) error {
 				break
 			}
 		}
-		runtime.Gosched()
+		if shmSleepWaits {
+			runtime.Gosched()
+		} else {
+			osYield()
+		}
 	}
 	lastGen, lastBeat, since := g.Load(), b.Load(), time.Now()
 	sleep := time.Microsecond

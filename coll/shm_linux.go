@@ -167,3 +167,8 @@ func processGone(pid int) bool {
 	}
 	return false
 }
+
+// osYield gives the CPU to another runnable thread of the machine, if
+// any (sched_yield): a rank spinning for a rank of another process lets
+// that process run when the host has more ranks than cores.
+func osYield() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }

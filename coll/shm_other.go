@@ -4,6 +4,7 @@ package coll
 
 import (
 	"errors"
+	"runtime"
 	"time"
 )
 
@@ -31,3 +32,5 @@ func futexWakeAll(*uint32) {}
 func pidNamespace() uint64 { return 0 }
 
 func processGone(int) bool { return false }
+
+func osYield() { runtime.Gosched() }
