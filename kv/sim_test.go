@@ -25,21 +25,24 @@ var testToken = []byte("kv test token")
 // simKV is a switch, memory nodes lending to its pool, a key space and
 // its owners on a simulated network inside a synctest bubble.
 type simKV struct {
-	t      *testing.T
-	seed   int64
-	net    *simnet.Network
-	link   simnet.LinkConfig
-	swA    netip.AddrPort
-	srv    *fabric.Server
-	fab    endpoint.FabricOptions
-	port   int
-	eps    []*endpoint.Endpoint // closed at the end
-	reg    *pool.Region         // the key space, as its creator opened it
-	mems   []*simMem
-	wg     sync.WaitGroup // the memory nodes' offers
-	owners []*Owner
-	oeps   []*endpoint.Endpoint
-	cancel []context.CancelFunc
+	t    *testing.T
+	seed int64
+	net  *simnet.Network
+	link simnet.LinkConfig
+	swA  netip.AddrPort
+	srv  *fabric.Server
+	fab  endpoint.FabricOptions
+	port int
+	eps  []*endpoint.Endpoint // closed at the end
+	reg  *pool.Region         // the key space, as its creator opened it
+	mems []*simMem
+	wg   sync.WaitGroup // the memory nodes' offers
+	// switches counts the switch's restarts: each runs with its own
+	// transport seed, as a real process draws its own.
+	switches int
+	owners   []*Owner
+	oeps     []*endpoint.Endpoint
+	cancel   []context.CancelFunc
 }
 
 const simSpace = "test"
@@ -204,7 +207,8 @@ func (s *simKV) crashMem(m *simMem) {
 // restartSwitch starts a new switch at the switch's address (after
 // s.srv.Close).
 func (s *simKV) restartSwitch() {
-	sw, err := fabric.New(fabric.Config{Token: testToken, Transport: transport.Config{MTU: 9000, Seed: uint64(s.seed) + 7}})
+	s.switches++
+	sw, err := fabric.New(fabric.Config{Token: testToken, Transport: transport.Config{MTU: 9000, Seed: uint64(s.seed)*1000 + uint64(s.switches)}})
 	if err != nil {
 		s.t.Fatal(err)
 	}
