@@ -41,6 +41,8 @@ type simStor struct {
 	ceps  []*endpoint.Endpoint
 	fab   endpoint.FabricOptions
 	port  int
+	// switches counts the switch's starts (startSwitch).
+	switches int
 	// auth, when set, is the fabric's authority: the switch, the nodes
 	// and the clients each hold a credential under it and seal every
 	// datagram.
@@ -94,7 +96,11 @@ func simStorageWith(t *testing.T, n int, seed int64, auth *secure.Authority, f f
 }
 
 func (s *simStor) startSwitch() {
-	sw, err := fabric.New(fabric.Config{Token: testToken, Transport: transport.Config{MTU: 9000, Seed: uint64(s.seed)}})
+	// Each incarnation its own transport seed, as a real process draws
+	// its own: two with the same seed send datagrams their peers take
+	// for the previous one's.
+	sw, err := fabric.New(fabric.Config{Token: testToken, Transport: transport.Config{MTU: 9000, Seed: uint64(s.seed) + 1000*uint64(s.switches)}})
+	s.switches++
 	if err != nil {
 		s.t.Fatal(err)
 	}
