@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -29,12 +28,9 @@ const (
 // faults at once; the history is checked key by key with porcupine as
 // linearizable registers (a delete writes "absent", a read of a missing
 // key reads it). More seeds: KV_JEPSEN_SEEDS=FIRST-LAST. The key space
-// keeps two copies; KV_JEPSEN_MEMNODES=1 adds crashes of the memory
-// nodes (one at a time, each while every copy is in place; its memory is
-// lost and rebuilt): seeds 502-512 pass with them, but with seed 501 so
-// many writes end with an unknown outcome while a copy is lost that the
-// checker cannot decide in its minute, so they are not in the default
-// run yet.
+// keeps two copies, and the nemesis crashes memory nodes too (one at a
+// time, each while every copy is in place; its memory is lost and
+// rebuilt from the other copy).
 func TestSimJepsenKV(t *testing.T) {
 	seeds, err := jepsen.SeedsFromEnv("KV_JEPSEN_SEEDS", 501)
 	if err != nil {
@@ -235,11 +231,7 @@ func kvFaultsOf(s *simKV, mu chanLock, restarts *sync.WaitGroup, clients []*Clie
 		fs = append(fs, lossy("loss "+target, "lossy link", target, addr, kvLossy))
 	}
 	stat := s.endpoint()
-	mems := s.mems
-	if os.Getenv("KV_JEPSEN_MEMNODES") == "" {
-		mems = nil
-	}
-	for i, m := range mems {
+	for i, m := range s.mems {
 		// One memory node down at a time (a shared target): the region
 		// keeps two copies, so one copy is always there.
 		crashed := false

@@ -76,6 +76,9 @@ type Owner struct {
 // OwnerStats counts an owner's work.
 type OwnerStats struct {
 	Writes, Refused, Failed uint64
+	// Degraded counts pool writes that reached fewer copies than the
+	// key space keeps (a memory node down): written, not failed.
+	Degraded uint64
 	// Expired counts the expired values the owner freed (when a write
 	// touched their key, or its sweep found them).
 	Expired uint64
@@ -535,7 +538,7 @@ func (o *Owner) publish(ctx context.Context, sh *shard, i int, nb bucket, val []
 			return stFull, 0, nil
 		}
 		wctx, cancel := context.WithTimeout(ctx, o.cfg.WriteTimeout)
-		_, err := o.reg.WriteAtContext(wctx, rec, int64(addr))
+		err := o.write(wctx, rec, addr)
 		cancel()
 		if err != nil {
 			sh.heap.free(addr, len(rec))
@@ -548,7 +551,7 @@ func (o *Owner) publish(ctx context.Context, sh *shard, i int, nb bucket, val []
 	nb.put(p[:])
 	sh.nextVer++ // never reused, whatever the write's outcome
 	wctx, cancel := context.WithTimeout(ctx, o.cfg.WriteTimeout)
-	_, err := o.reg.WriteAtContext(wctx, p[:], int64(o.l.bucketAddr(sh.id, i)))
+	err := o.write(wctx, p[:], o.l.bucketAddr(sh.id, i))
 	cancel()
 	if err != nil {
 		// The bucket may or may not have changed: learn which from the
@@ -570,4 +573,18 @@ func (o *Owner) publish(ctx context.Context, sh *shard, i int, nb bucket, val []
 		sh.keys[i] = ""
 	}
 	return stOK, nb.ver, nil
+}
+
+// write writes p at off in the key space's region. A write that reached
+// fewer copies than the region keeps, because a memory node is dead
+// (pool.ErrDegraded), wrote the data: it succeeds, and is counted.
+func (o *Owner) write(ctx context.Context, p []byte, off uint64) error {
+	_, err := o.reg.WriteAtContext(ctx, p, int64(off))
+	if errors.Is(err, pool.ErrDegraded) {
+		o.mu.Lock()
+		o.stats.Degraded++
+		o.mu.Unlock()
+		return nil
+	}
+	return err
 }
