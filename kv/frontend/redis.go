@@ -149,10 +149,14 @@ func (c *conn) storeErr(err error) {
 	}
 }
 
-func (c *conn) rGet(a [][]byte) {
+func (c *conn) rGet(a [][]byte) { c.getReply(a[1]) }
+
+// getReply reads key k and writes its value (a bulk string), null when
+// it is absent, or the store's error.
+func (c *conn) getReply(k []byte) {
 	ctx, cancel := c.ctx()
 	defer cancel()
-	it, err := c.s.cfg.Store.GetItem(ctx, a[1])
+	it, err := c.s.cfg.Store.GetItem(ctx, k)
 	switch {
 	case err == nil:
 		c.s.n.hits.Add(1)
@@ -283,19 +287,7 @@ func (c *conn) rIncrBy(a [][]byte, sign int64) {
 func (c *conn) rMget(a [][]byte) {
 	c.array(len(a) - 1)
 	for _, k := range a[1:] {
-		ctx, cancel := c.ctx()
-		it, err := c.s.cfg.Store.GetItem(ctx, k)
-		cancel()
-		switch {
-		case err == nil:
-			c.s.n.hits.Add(1)
-			c.bulk(it.Value)
-		case errors.Is(err, kv.ErrNotFound):
-			c.s.n.misses.Add(1)
-			c.null()
-		default:
-			c.storeErr(err)
-		}
+		c.getReply(k)
 	}
 }
 
