@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 
 	"github.com/spf13/cobra"
 
@@ -15,6 +16,7 @@ import (
 func newKvServeCmd(kf *kvFlags) *cobra.Command {
 	var (
 		mcAddr, redisAddr string
+		expose            bool
 		cfg               frontend.Config
 		log               logFlags
 	)
@@ -43,6 +45,11 @@ connection only. SIGINT or SIGTERM stops it.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if mcAddr == "" && redisAddr == "" {
 				return errors.New("--memcached, --redis: give at least one address to serve on")
+			}
+			for _, a := range []struct{ flag, addr string }{{"--memcached", mcAddr}, {"--redis", redisAddr}} {
+				if err := frontAddrAllowed(a.flag, a.addr, expose); err != nil {
+					return err
+				}
 			}
 			logger, err := log.logger(cmd.ErrOrStderr())
 			if err != nil {
@@ -100,6 +107,7 @@ connection only. SIGINT or SIGTERM stops it.`,
 	fl := cmd.Flags()
 	fl.StringVar(&mcAddr, "memcached", "", "TCP `address` to serve the memcached text protocol on (host:port)")
 	fl.StringVar(&redisAddr, "redis", "", "TCP `address` to serve RESP (Redis) on (host:port)")
+	fl.BoolVar(&expose, "expose", false, "serve on addresses other than loopback: every client that reaches them may read and write the key space (the protocols carry no credential)")
 	fl.IntVar(&cfg.MaxConns, "max-conns", frontend.DefaultMaxConns, "most connections served at once")
 	fl.IntVar(&cfg.MaxLine, "max-line", frontend.DefaultMaxLine, "longest command line, in bytes")
 	fl.IntVar(&cfg.MaxRequest, "max-request", 0, "most bytes of one request's arguments (0: 4 MiB, at least the largest value)")
@@ -107,4 +115,24 @@ connection only. SIGINT or SIGTERM stops it.`,
 	fl.DurationVar(&cfg.IdleTimeout, "idle-timeout", 0, "close a connection idle this long (0: never)")
 	log.register(fl)
 	return cmd
+}
+
+// frontAddrAllowed refuses a front-end address other than loopback
+// without --expose: memcached and RESP clients carry no credential, so
+// whoever reaches the address acts with the front end's.
+func frontAddrAllowed(flag, addr string, expose bool) error {
+	if addr == "" || expose {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s %q: %w", flag, addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%s %s: not a loopback address: the front end cannot authenticate memcached or Redis clients, so anyone who reaches it would use this process's credential; serve on 127.0.0.1 beside the clients, or give --expose", flag, addr)
 }

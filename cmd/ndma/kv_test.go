@@ -118,3 +118,33 @@ func exchange(t *testing.T, addr, req, want string) {
 		t.Fatalf("%s: %q: read %q (%v), want %q", addr, req, got[:n], err, want)
 	}
 }
+
+// TestKvServeLoopbackOnly: the front end, whose clients carry no
+// credential, serves on loopback unless --expose says otherwise; the
+// refusal comes before anything is opened.
+func TestKvServeLoopbackOnly(t *testing.T) {
+	for _, c := range []struct {
+		flag, addr string
+		expose     bool
+		ok         bool
+	}{
+		{"--memcached", "127.0.0.1:11211", false, true},
+		{"--redis", "[::1]:6379", false, true},
+		{"--redis", "localhost:6379", false, true},
+		{"--memcached", "0.0.0.0:11211", false, false},
+		{"--redis", ":6379", false, false},
+		{"--redis", "10.1.2.3:6379", false, false},
+		{"--redis", "10.1.2.3:6379", true, true},
+	} {
+		err := frontAddrAllowed(c.flag, c.addr, c.expose)
+		if c.ok != (err == nil) {
+			t.Errorf("%s %s expose %v: %v", c.flag, c.addr, c.expose, err)
+		}
+		if err != nil && !strings.Contains(err.Error(), "--expose") {
+			t.Errorf("%s %s: %v, want it to name --expose", c.flag, c.addr, err)
+		}
+	}
+	if _, err := execute(t, "kv", "serve", "--switch", "127.0.0.1:1", "--space", "cache", "--redis", "0.0.0.0:6379"); err == nil || !strings.Contains(err.Error(), "not a loopback address") {
+		t.Fatalf("kv serve on 0.0.0.0: %v", err)
+	}
+}
