@@ -93,6 +93,17 @@ func jepsenKV(t *testing.T, seed int64) {
 		time.Sleep(5 * time.Second)
 		close(stop)
 		wg.Wait()
+		// The readers' location caches were in play: a read answered
+		// from a stale location would show as a stale read.
+		var cs ClientStats
+		for _, c := range clients {
+			st := c.Stats()
+			cs.CacheHits, cs.CacheStale, cs.CacheMisses = cs.CacheHits+st.CacheHits, cs.CacheStale+st.CacheStale, cs.CacheMisses+st.CacheMisses
+		}
+		t.Logf("seed %d: cached reads %d, stale locations %d, probe walks %d", seed, cs.CacheHits, cs.CacheStale, cs.CacheMisses)
+		if cs.CacheHits == 0 || cs.CacheStale == 0 {
+			t.Errorf("seed %d: the location cache was not exercised (%d hits, %d stale)", seed, cs.CacheHits, cs.CacheStale)
+		}
 		for k := range kvKeys {
 			kvOp(clients[0], h, kvClients, fmt.Sprint("k", k), 0, nil)
 		}

@@ -112,10 +112,11 @@ func (c *conn) mcGet(keys [][]byte, cas bool) error {
 			return c.mcError("CLIENT_ERROR bad command line format")
 		}
 	}
-	for _, k := range keys {
-		ctx, cancel := c.ctx()
-		it, err := c.s.cfg.Store.GetItem(ctx, k)
-		cancel()
+	ctx, cancel := c.ctx()
+	items, errs := c.s.cfg.Store.GetMulti(ctx, keys)
+	cancel()
+	for i, k := range keys {
+		it, err := items[i], errs[i]
 		if errors.Is(err, kv.ErrNotFound) {
 			c.s.n.misses.Add(1)
 			continue

@@ -47,6 +47,22 @@ func (s *memStore) GetItem(_ context.Context, key []byte) (kv.Item, error) {
 	return it, nil
 }
 
+func (s *memStore) GetMulti(ctx context.Context, keys [][]byte) ([]kv.Item, []error) {
+	items, errs := make([]kv.Item, len(keys)), make([]error, len(keys))
+	for i, k := range keys {
+		items[i], errs[i] = s.GetItem(ctx, k)
+	}
+	return items, errs
+}
+
+func (s *memStore) SetMulti(ctx context.Context, keys, vals [][]byte, o kv.SetOptions) ([]uint64, []error, error) {
+	vers, errs := make([]uint64, len(keys)), make([]error, len(keys))
+	for i, k := range keys {
+		vers[i], errs[i] = s.SetWith(ctx, k, vals[i], o)
+	}
+	return vers, errs, nil
+}
+
 func (s *memStore) put(key, val []byte, o kv.SetOptions) (uint64, error) {
 	if len(val) > s.MaxValue(len(key)) {
 		return 0, kv.ErrTooLarge

@@ -157,6 +157,11 @@ func (c *conn) getReply(k []byte) {
 	ctx, cancel := c.ctx()
 	defer cancel()
 	it, err := c.s.cfg.Store.GetItem(ctx, k)
+	c.itemReply(it, err)
+}
+
+// itemReply answers with a GET's result.
+func (c *conn) itemReply(it kv.Item, err error) {
 	switch {
 	case err == nil:
 		c.s.n.hits.Add(1)
@@ -285,26 +290,45 @@ func (c *conn) rIncrBy(a [][]byte, sign int64) {
 }
 
 func (c *conn) rMget(a [][]byte) {
+	ctx, cancel := c.ctx()
+	items, errs := c.s.cfg.Store.GetMulti(ctx, a[1:])
+	cancel()
 	c.array(len(a) - 1)
-	for _, k := range a[1:] {
-		c.getReply(k)
+	for i := range items {
+		c.itemReply(items[i], errs[i])
 	}
 }
 
-// rMset sets the keys one after the other (not atomically).
+// rMset sets the keys, their writes in flight at once (not atomically:
+// each key is set or fails on its own). A key given twice keeps its last
+// value, as Redis does.
 func (c *conn) rMset(a [][]byte) {
 	if len(a)%2 != 1 {
 		c.errReply("ERR wrong number of arguments for 'mset' command")
 		return
 	}
+	last := make(map[string]int, len(a)/2)
 	for i := 1; i < len(a); i += 2 {
-		ctx, cancel := c.ctx()
-		_, err := c.s.cfg.Store.SetWith(ctx, a[i], a[i+1], kv.SetOptions{})
-		cancel()
-		if err != nil {
-			c.storeErr(err)
-			return
+		last[string(a[i])] = i
+	}
+	keys := make([][]byte, 0, len(last))
+	vals := make([][]byte, 0, len(last))
+	for i := 1; i < len(a); i += 2 {
+		if last[string(a[i])] == i {
+			keys, vals = append(keys, a[i]), append(vals, a[i+1])
 		}
+	}
+	ctx, cancel := c.ctx()
+	_, errs, err := c.s.cfg.Store.SetMulti(ctx, keys, vals, kv.SetOptions{})
+	cancel()
+	for _, e := range errs {
+		if err == nil {
+			err = e // the first key's failure is the one answered
+		}
+	}
+	if err != nil {
+		c.storeErr(err)
+		return
 	}
 	c.simple("OK")
 }

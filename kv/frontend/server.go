@@ -18,6 +18,10 @@ import (
 // Store is the key space a front end serves: a *kv.Client.
 type Store interface {
 	GetItem(ctx context.Context, key []byte) (kv.Item, error)
+	// GetMulti and SetMulti are GetItem and SetWith over several keys
+	// with their reads or writes in flight at once.
+	GetMulti(ctx context.Context, keys [][]byte) ([]kv.Item, []error)
+	SetMulti(ctx context.Context, keys, vals [][]byte, o kv.SetOptions) ([]uint64, []error, error)
 	SetWith(ctx context.Context, key, val []byte, o kv.SetOptions) (uint64, error)
 	AddWith(ctx context.Context, key, val []byte, o kv.SetOptions) (uint64, error)
 	Replace(ctx context.Context, key, val []byte, o kv.SetOptions) (uint64, error)
