@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ndma/ndma/secure"
@@ -36,6 +37,9 @@ type Group struct {
 	hbDone   chan struct{}
 	// service: the heartbeats of a Service's membership, not of a group.
 	service bool
+	// confirmed, when set, keeps the send time (unix nanoseconds) of the
+	// latest heartbeat the switch answered as alive.
+	confirmed *atomic.Int64
 }
 
 // JoinJob joins job (a name agreed by all members) of size members at the
@@ -204,12 +208,18 @@ func (g *Group) heartbeats() {
 	}
 	done := make(chan *Op, 4)
 	inflight := 0
+	sent := make(map[*Op]time.Time, cap(done)) // in flight: when sent
 	for {
 		select {
 		case <-g.stop:
 			return
 		case op := <-done:
 			inflight--
+			at := sent[op]
+			delete(sent, op)
+			if op.Err == nil && g.confirmed != nil && at.UnixNano() > g.confirmed.Load() {
+				g.confirmed.Store(at.UnixNano())
+			}
 			if errors.Is(op.Err, wire.StatusMemberDead) || errors.Is(op.Err, wire.StatusNotMember) && !g.service {
 				// Counted dead, or the switch no longer knows the
 				// group (it restarted): either way the group is over
@@ -227,7 +237,9 @@ func (g *Group) heartbeats() {
 			continue
 		}
 		op := &Op{Kind: KindControl, Peer: g.sw, Buf: buf, Timeout: 2 * iv}
+		sent[op] = time.Now()
 		if err := g.ep.Start(op, done); err != nil {
+			delete(sent, op)
 			if errors.Is(err, ErrClosed) {
 				return
 			}

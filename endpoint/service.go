@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ndma/ndma/wire"
@@ -29,6 +30,8 @@ type Service struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 	hbDone   chan struct{}
+	// confirmed: see Confirmed.
+	confirmed atomic.Int64
 }
 
 // ServiceConfig describes a service group at its creation (by its first
@@ -61,6 +64,7 @@ func (ep *Endpoint) RegisterService(ctx context.Context, sw string, sc ServiceCo
 		}
 		req.Ranges = append(req.Ranges, cr)
 	}
+	sent := time.Now()
 	resp, err := ep.control(ctx, ap, req, &opts)
 	if err != nil {
 		return nil, fmt.Errorf("endpoint: register %q: %w", sc.Name, err)
@@ -71,6 +75,7 @@ func (ep *Endpoint) RegisterService(ctx context.Context, sw string, sc ServiceCo
 	ep.mu.Unlock()
 	s := &Service{ep: ep, sw: ap, id: resp.Group, rank: resp.Member, opts: opts, handler: h,
 		stop: make(chan struct{}), hbDone: make(chan struct{})}
+	s.confirmed.Store(sent.UnixNano())
 	ep.mu.Lock()
 	ep.services[s.id] = s
 	ep.mu.Unlock()
@@ -82,8 +87,20 @@ func (ep *Endpoint) RegisterService(ctx context.Context, sw string, sc ServiceCo
 // Rank is this member's id in the service group.
 func (s *Service) Rank() int { return int(s.rank) }
 
+// Confirmed is the send time of the latest request (the registration,
+// then each heartbeat) the switch answered counting this membership
+// alive. The switch counts a member dead only after hearing nothing from
+// it for its heartbeat timeout, and a member it counted dead (or a
+// switch that restarted) never answers this membership's heartbeats
+// again: so until Confirmed plus the heartbeat timeout no other process
+// can have taken this member's id, and a Confirmed that advances means
+// none did. A process that must be the only one acting for its id (an
+// owner of data) stops acting when Confirmed grows old.
+func (s *Service) Confirmed() time.Time { return time.Unix(0, s.confirmed.Load()) }
+
 func (s *Service) heartbeats() {
-	g := &Group{ep: s.ep, sw: s.sw, id: s.id, rank: s.rank, opts: s.opts, stop: s.stop, hbDone: s.hbDone, service: true}
+	g := &Group{ep: s.ep, sw: s.sw, id: s.id, rank: s.rank, opts: s.opts, stop: s.stop, hbDone: s.hbDone, service: true,
+		confirmed: &s.confirmed}
 	g.heartbeats()
 }
 

@@ -61,7 +61,9 @@ func jepsenKV(t *testing.T, seed int64) {
 	l := Layout{Shards: 8, Buckets: 64, PageBytes: 4096, HeapBytes: 16 * 4096, Owners: 2}
 	// Two copies of every byte: a memory node may crash (its memory
 	// lost) and be rebuilt from the other copy.
-	simStoreWith(t, seed, 3, l, pool.AllocOptions{Replicas: 2}, func(t *testing.T, s *simKV) {
+	// Two owner processes per rank: when the holder of a rank crashes
+	// or is cut off, the other takes the rank over.
+	simStoreProcs(t, seed, 3, l, pool.AllocOptions{Replicas: 2}, 2, func(t *testing.T, s *simKV) {
 		h = jepsen.NewHistory(nil)
 		var clients []*Client
 		for range kvClients {
@@ -206,7 +208,7 @@ func kvFaultsOf(s *simKV, mu chanLock, restarts *sync.WaitGroup, clients []*Clie
 				return nil
 			}}
 	}
-	for r := range s.owners {
+	for r := range s.owners { // r: an owner process
 		target := fmt.Sprint("owner ", r)
 		addr := func() (bool, string) {
 			if s.oeps[r] == nil {

@@ -45,6 +45,19 @@ type OwnerConfig struct {
 	// lists it, and registers again when not (the switch restarted, or
 	// counted it dead while it was cut off). Zero means a second.
 	Check time.Duration
+	// Lease is how long after the switch last confirmed this owner's
+	// membership (a heartbeat answered) it goes on writing the region:
+	// beyond that it answers busy until a heartbeat is answered again.
+	// An owner that registers (at start, or taking the rank over from
+	// one the switch counted dead) writes only Lease plus FenceMargin
+	// after the switch answered it, so two processes holding the same
+	// rank never write at once. Zero: DefaultLease.
+	Lease time.Duration
+	// Standby makes StartOwner return once the shards are read, without
+	// waiting for the rank: while another process holds it, this one
+	// waits, and takes the rank over when the switch counts the other
+	// dead.
+	Standby bool
 	// Logger receives the owner's log (nil: slog.Default()).
 	Logger *slog.Logger
 }
@@ -71,6 +84,13 @@ type Owner struct {
 	inc     uint64
 	replies replies // under repMu
 	repMu   chan struct{}
+	// gen counts the owner's registrations (under mu): a shard loaded
+	// under an earlier one is read again before its next write, since
+	// another process may have held the rank in between.
+	gen uint64
+	// activeAt is when the current registration may start writing
+	// (under mu).
+	activeAt time.Time
 }
 
 // OwnerStats counts an owner's work.
@@ -79,6 +99,14 @@ type OwnerStats struct {
 	// Degraded counts pool writes that reached fewer copies than the
 	// key space keeps (a memory node down): written, not failed.
 	Degraded uint64
+	// Registrations counts the times the owner took its rank (at
+	// start, after a switch restart, or over from another process).
+	Registrations uint64
+	// LeaseLapsed counts the writes refused, or cut short, because the
+	// switch had not confirmed the owner's membership for Lease.
+	LeaseLapsed uint64
+	// Serving reports whether the owner holds its rank and may write.
+	Serving bool
 	// Expired counts the expired values the owner freed (when a write
 	// touched their key, or its sweep found them).
 	Expired uint64
@@ -94,6 +122,7 @@ type shard struct {
 	// durably (inside a synctest bubble time then moves on).
 	lock    chan struct{}
 	id      int
+	gen     uint64         // the owner's registration it was loaded under
 	b       []bucket       // the owner's copy of the shard's buckets
 	exp     []int64        // per bucket: its value's expiry (0: never)
 	keys    []string       // per bucket: its live key
@@ -113,6 +142,12 @@ func StartOwner(ctx context.Context, ep *endpoint.Endpoint, reg *pool.Region, cf
 	}
 	if cfg.Check == 0 {
 		cfg.Check = time.Second
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = DefaultLease
+	}
+	if cfg.Lease < 0 || cfg.WriteTimeout < 0 || cfg.Check < 0 {
+		return nil, fmt.Errorf("kv: owner: negative Lease, WriteTimeout or Check")
 	}
 	o := &Owner{cfg: cfg, log: cfg.Logger, reg: reg, ep: ep, repMu: make(chan struct{}, 1)}
 	for o.inc == 0 {
@@ -142,8 +177,10 @@ func StartOwner(ctx context.Context, ep *endpoint.Endpoint, reg *pool.Region, cf
 			o.sc.Ranges = append(o.sc.Ranges, ctrl.KeyRange{Start: uint64(lo), End: uint64(hi), Owner: r})
 		}
 	}
-	if err := o.register(ctx); err != nil {
-		return nil, err
+	if !cfg.Standby {
+		if err := o.register(ctx); err != nil {
+			return nil, err
+		}
 	}
 	sctx, stop := context.WithCancel(context.Background())
 	o.stop, o.done = stop, make(chan struct{})
@@ -166,7 +203,11 @@ func (o *Owner) register(ctx context.Context) error {
 		if err == nil {
 			o.mu.Lock()
 			o.svc = svc
+			o.gen++
+			o.activeAt = time.Now().Add(o.cfg.Lease + FenceMargin)
+			o.stats.Registrations++
 			o.mu.Unlock()
+			o.log.Info("kv: owner holds its rank", "space", o.cfg.Space, "rank", o.cfg.Rank, "writes_from", o.activeAt)
 			return nil
 		}
 		if !errors.Is(err, wire.StatusBusy) {
@@ -184,21 +225,30 @@ func (o *Owner) supervise(ctx context.Context) {
 	defer close(o.done)
 	t := time.NewTicker(o.cfg.Check)
 	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	for first := true; ; first = false {
+		if !first { // a standby tries for its rank at once
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			o.sweepExpired(ctx)
 		}
-		o.sweepExpired(ctx)
 		cctx, cancel := context.WithTimeout(ctx, o.cfg.Check)
 		ms, err := o.ep.ServiceMembers(cctx, o.cfg.Switch, o.sc.Name, o.cfg.Fabric)
 		listed := err == nil && slices.ContainsFunc(ms, func(m ctrl.MemberInfo) bool {
 			return int(m.ID) == o.cfg.Rank && m.Addr.Port() == o.ep.LocalAddr().Port()
 		})
 		if !listed && ctx.Err() == nil {
-			o.log.Info("kv: registering again", "space", o.cfg.Space, "rank", o.cfg.Rank, "err", err)
-			if err := o.register(cctx); err != nil {
+			o.mu.Lock()
+			holding := o.svc != nil
+			o.mu.Unlock()
+			if holding { // not a standby's routine try
+				o.log.Info("kv: registering again", "space", o.cfg.Space, "rank", o.cfg.Rank, "err", err)
+			}
+			if err := o.register(cctx); errors.Is(err, wire.StatusBusy) {
+				o.log.Debug("kv: standing by: another process holds the rank", "space", o.cfg.Space, "rank", o.cfg.Rank)
+			} else if err != nil {
 				o.log.Warn("kv: register", "space", o.cfg.Space, "rank", o.cfg.Rank, "err", err)
 			}
 		}
@@ -225,6 +275,7 @@ func (o *Owner) Stats() OwnerStats {
 	o.mu.Lock()
 	st := o.stats
 	o.mu.Unlock()
+	_, st.Serving = o.lease(time.Now())
 	for _, sh := range o.shards {
 		sh.lock <- struct{}{}
 		st.Keys += len(sh.idx)
@@ -260,6 +311,7 @@ const loadChunk = 2048
 // rebuilds its index and allocator. A value that does not check (lost
 // with a memory node's memory) is reported and its key dropped.
 func (o *Owner) load(ctx context.Context, sh *shard) error {
+	gen := o.generation()
 	sh.b = make([]bucket, o.l.Buckets)
 	sh.exp = make([]int64, o.l.Buckets)
 	sh.keys = make([]string, o.l.Buckets)
@@ -305,6 +357,7 @@ func (o *Owner) load(ctx context.Context, sh *shard) error {
 		return fmt.Errorf("kv: loading shard %d: %w", sh.id, err)
 	}
 	sh.dirty = false
+	sh.gen = gen
 	return nil
 }
 
@@ -331,6 +384,11 @@ func (o *Owner) handle(_ uint64, b []byte) ([]byte, error) {
 	sh := o.shards[p.shard-o.lo]
 	sh.lock <- struct{}{}
 	defer func() { <-sh.lock }()
+	if _, ok := o.lease(time.Now()); !ok {
+		// Not holding the rank yet, or no longer sure of it: nothing
+		// applied, the client sends the request again.
+		return appendReply(nil, stBusy, 0, nil), nil
+	}
 	// A request sent again is answered from the table; the shard's lock
 	// orders it after the first copy's apply.
 	k := replyKey{r.client, r.seq}
@@ -369,7 +427,7 @@ func (o *Owner) handle(_ uint64, b []byte) ([]byte, error) {
 func (o *Owner) apply(sh *shard, p place, r *request) (st byte, ver uint64, body []byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*o.cfg.WriteTimeout)
 	defer cancel()
-	if sh.dirty {
+	if gen := o.generation(); sh.dirty || sh.gen != gen {
 		if err := o.load(ctx, sh); err != nil {
 			o.log.Warn("kv: reloading a shard after a failed write", "shard", sh.id, "err", err)
 			return stFailed, 0, nil
@@ -488,11 +546,13 @@ func (o *Owner) sweepExpired(ctx context.Context) {
 			return
 		}
 		now := time.Now().UnixNano()
+		_, serving := o.lease(time.Now())
+		current := serving && sh.gen == o.generation()
 		wctx, cancel := context.WithTimeout(ctx, 4*o.cfg.WriteTimeout)
 		for range min(sweepBuckets, o.l.Buckets) {
 			i := sh.sweep
 			sh.sweep = (sh.sweep + 1) % o.l.Buckets
-			if !sh.dirty && sh.b[i].live() && expired(sh.exp[i], now) {
+			if current && !sh.dirty && sh.b[i].live() && expired(sh.exp[i], now) {
 				o.expire(wctx, sh, i)
 			}
 		}
@@ -579,7 +639,24 @@ func (o *Owner) publish(ctx context.Context, sh *shard, i int, nb bucket, val []
 // fewer copies than the region keeps, because a memory node is dead
 // (pool.ErrDegraded), wrote the data: it succeeds, and is counted.
 func (o *Owner) write(ctx context.Context, p []byte, off uint64) error {
+	end, ok := o.lease(time.Now())
+	if !ok {
+		o.mu.Lock()
+		o.stats.LeaseLapsed++
+		o.mu.Unlock()
+		return errLeaseLapsed
+	}
+	// The write ends when the lease does: after that another process
+	// may hold the rank.
+	ctx, cancel := context.WithDeadline(ctx, end)
+	defer cancel()
 	_, err := o.reg.WriteAtContext(ctx, p, int64(off))
+	if err != nil && !time.Now().Before(end) {
+		o.mu.Lock()
+		o.stats.LeaseLapsed++
+		o.mu.Unlock()
+		return fmt.Errorf("%w: %w", errLeaseLapsed, err)
+	}
 	if errors.Is(err, pool.ErrDegraded) {
 		o.mu.Lock()
 		o.stats.Degraded++

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +23,9 @@ import (
 )
 
 var testToken = []byte("kv test token")
+
+// quietLog is the owners' log in tests: warnings and errors only.
+var quietLog = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
 // simKV is a switch, memory nodes lending to its pool, a key space and
 // its owners on a simulated network inside a synctest bubble.
@@ -40,9 +45,16 @@ type simKV struct {
 	// switches counts the switch's restarts: each runs with its own
 	// transport seed, as a real process draws its own.
 	switches int
-	owners   []*Owner
-	oeps     []*endpoint.Endpoint
-	cancel   []context.CancelFunc
+	// owners and oeps are the owner processes: process i serves rank
+	// i mod the layout's Owners; with several per rank (perRank), all
+	// start as standbys and the first to register holds the rank.
+	perRank int
+	// memStarts counts memory node starts (each its own transport seed).
+	memStarts int
+	layout    Layout
+	owners    []*Owner
+	oeps      []*endpoint.Endpoint
+	cancel    []context.CancelFunc
 }
 
 const simSpace = "test"
@@ -57,9 +69,15 @@ func simStore(t *testing.T, seed int64, nodes int, l Layout, f func(t *testing.T
 // simStoreWith is simStore with the key space's region shaped by alloc.
 func simStoreWith(t *testing.T, seed int64, nodes int, l Layout, alloc pool.AllocOptions, f func(t *testing.T, s *simKV)) {
 	t.Helper()
+	simStoreProcs(t, seed, nodes, l, alloc, 1, f)
+}
+
+// simStoreProcs is simStoreWith with perRank owner processes per rank.
+func simStoreProcs(t *testing.T, seed int64, nodes int, l Layout, alloc pool.AllocOptions, perRank int, f func(t *testing.T, s *simKV)) {
+	t.Helper()
 	synctest.Test(t, func(t *testing.T) {
 		t.Logf("seed %d", seed)
-		s := &simKV{t: t, seed: seed, net: simnet.New(seed),
+		s := &simKV{t: t, seed: seed, net: simnet.New(seed), perRank: perRank, layout: l,
 			link: simnet.LinkConfig{Rate: 10e9, Latency: 5 * time.Microsecond},
 			swA:  netip.MustParseAddrPort("10.0.0.1:7471"), fab: endpoint.FabricOptions{Token: testToken}, port: 9000}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -77,10 +95,10 @@ func simStoreWith(t *testing.T, seed int64, nodes int, l Layout, alloc pool.Allo
 		if s.reg, err = Create(s.ctx(), pc, l, alloc); err != nil {
 			t.Fatal(err)
 		}
-		s.owners = make([]*Owner, l.Owners)
-		s.oeps = make([]*endpoint.Endpoint, l.Owners)
-		for r := range l.Owners {
-			s.startOwner(r)
+		s.owners = make([]*Owner, perRank*l.Owners)
+		s.oeps = make([]*endpoint.Endpoint, perRank*l.Owners)
+		for i := range s.owners {
+			s.startOwner(i)
 		}
 		defer func() {
 			for r := range s.owners {
@@ -153,6 +171,10 @@ func (s *simKV) memoryNode(size int) {
 // memory, lending it to the switch; it waits at most wait for the
 // switch to take the offer, and goes on offering it in the background.
 func (s *simKV) startMem(m *simMem, wait time.Duration) error {
+	// Each start draws its own transport seed, as a real process does: a
+	// node restarted with its previous incarnation's sequence numbers
+	// would be taken for that one's duplicates until the switch forgot it.
+	s.memStarts++
 	st, err := memnode.NewStore(memnode.Config{})
 	if err != nil {
 		return err
@@ -162,7 +184,7 @@ func (s *simKV) startMem(m *simMem, wait time.Duration) error {
 		return err
 	}
 	cfg := endpoint.Config{Store: st, PoolNode: &endpoint.PoolServe{Switch: s.swA, Key: key, Token: testToken},
-		Transport: transport.Config{MTU: 9000, Seed: uint64(s.seed)*1000 + uint64(s.port)}}
+		Transport: transport.Config{MTU: 9000, Seed: uint64(s.seed)*1000 + 100000 + uint64(s.memStarts)}}
 	ep, err := endpoint.New(s.net.ListenConn(m.addr, s.link, s.link), cfg, endpoint.Options{})
 	if err != nil {
 		return err
@@ -223,16 +245,17 @@ func (s *simKV) poolClient(ep *endpoint.Endpoint) *pool.Client {
 	return pc
 }
 
-// startOwner starts owner r on a fresh endpoint.
-func (s *simKV) startOwner(r int) {
-	if err := s.tryStartOwner(r); err != nil {
+// startOwner starts owner process i on a fresh endpoint.
+func (s *simKV) startOwner(i int) {
+	if err := s.tryStartOwner(i); err != nil {
 		s.t.Fatalf("seed %d: %v", s.seed, err)
 	}
 }
 
-// tryStartOwner starts owner r on a fresh endpoint; on failure it
-// leaves it down.
-func (s *simKV) tryStartOwner(r int) error {
+// tryStartOwner starts owner process i on a fresh endpoint; on failure
+// it leaves it down.
+func (s *simKV) tryStartOwner(i int) error {
+	r := i % s.layout.Owners
 	ep := s.newEndpoint(endpoint.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -243,13 +266,14 @@ func (s *simKV) tryStartOwner(r int) error {
 	}
 	var o *Owner
 	if err == nil {
-		o, err = StartOwner(ctx, ep, reg, OwnerConfig{Switch: s.swA.String(), Fabric: s.fab, Space: simSpace, Rank: r})
+		o, err = StartOwner(ctx, ep, reg, OwnerConfig{Switch: s.swA.String(), Fabric: s.fab, Space: simSpace, Rank: r,
+			Standby: s.perRank > 1, Logger: quietLog})
 	}
 	if err != nil {
 		ep.Close()
-		return fmt.Errorf("owner %d: %w", r, err)
+		return fmt.Errorf("owner %d (rank %d): %w", i, r, err)
 	}
-	s.owners[r], s.oeps[r] = o, ep
+	s.owners[i], s.oeps[i] = o, ep
 	return nil
 }
 

@@ -23,6 +23,8 @@ type kvdFlags struct {
 	mtu       int
 	metrics   string
 	write     time.Duration
+	lease     time.Duration
+	standby   bool
 	token     tokenFlags
 	cred      credentialFlag
 	log       logFlags
@@ -37,6 +39,7 @@ var kvdFlagNames = map[string]string{
 	"Region":       "--space-file",
 	"Rank":         "--rank",
 	"WriteTimeout": "--write-timeout",
+	"Lease":        "--lease",
 	"MetricsAddr":  "--metrics",
 	"Security":     "--credential",
 }
@@ -56,6 +59,15 @@ owner: clients read the region one-sidedly, and go on while owners
 restart. A kvd that starts loads its shards from the region, so a rank's
 owner can be restarted, on any host, from the same space file.
 
+Run two kvd of one rank (the second with --standby) for failover: the
+switch lets one process hold a rank; the other waits, and takes the rank
+over when the switch counts the holder dead (its heartbeats stopped: a
+crash, or a cut link). A holder writes only while the switch has
+answered one of its heartbeats within --lease, and a process that takes
+a rank waits --lease plus 250 ms before writing and reads the shards
+again, so two processes never write a rank's shards at once. Writes to
+the rank are answered busy (and sent again by clients) meanwhile.
+
 Every datagram is sealed under the daemon's credential (--credential,
 role member, named kv-SPACE or kv-SPACE/RANK: only those may serve the
 space's writes; ndma credential issue --role member --name kv-cache/0)
@@ -65,7 +77,8 @@ messages; without a credential it refuses to start, unless --insecure.
 SIGINT or SIGTERM shuts it down.`,
 		Example: `  ndma kv create --space cache --owners 2 --out cache.space --switch 127.0.0.1:7471 --token-file fab/token --credential fab/client-0.cred
   ndma kvd --space-file cache.space --rank 0 --switch 127.0.0.1:7471 --token-file fab/token --credential kv-0.cred
-  ndma kvd --space-file cache.space --rank 1 --switch 127.0.0.1:7471 --token-file fab/token --credential kv-1.cred --metrics 127.0.0.1:9475`,
+  ndma kvd --space-file cache.space --rank 1 --switch 127.0.0.1:7471 --token-file fab/token --credential kv-1.cred --metrics 127.0.0.1:9475
+  ndma kvd --space-file cache.space --rank 1 --standby --switch 127.0.0.1:7471 --token-file fab/token --credential kv-1.cred`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runKvd(cmd, &f) },
 	}
@@ -77,6 +90,8 @@ SIGINT or SIGTERM shuts it down.`,
 	fl.IntVar(&f.mtu, "mtu", transport.DefaultMTU, "largest datagram to send, in bytes, header included (at most the switch's)")
 	fl.StringVar(&f.metrics, "metrics", "", "TCP `address` to serve Prometheus metrics on at /metrics (empty: none)")
 	fl.DurationVar(&f.write, "write-timeout", 0, "bound on each write to the pool (0: 5s)")
+	fl.DurationVar(&f.lease, "lease", 0, "how long the owner writes after the switch last confirmed it holds its rank (0: 1s)")
+	fl.BoolVar(&f.standby, "standby", false, "start even while another process holds the rank, and take it over when that one fails")
 	f.token.register(fl)
 	f.cred.register(fl, "of role member")
 	f.cred.registerRekey(fl)
@@ -114,7 +129,7 @@ func runKvd(cmd *cobra.Command, f *kvdFlags) error {
 	}
 	fab := sec.fabric()
 	srv, err := kvd.New(kvd.Config{Listen: listen, Switch: sw, Token: fab.Token, Insecure: fab.Insecure, Security: sec.id, SecurityOptions: sec.opts,
-		MTU: f.mtu, Space: sp.Name, Region: sp.Region, RegionKey: sp.Key, Rank: f.rank, WriteTimeout: f.write, MetricsAddr: f.metrics, Logger: logger})
+		MTU: f.mtu, Space: sp.Name, Region: sp.Region, RegionKey: sp.Key, Rank: f.rank, WriteTimeout: f.write, Lease: f.lease, Standby: f.standby, MetricsAddr: f.metrics, Logger: logger})
 	if err != nil {
 		return fieldFlagError(err, kvdFlagNames)
 	}

@@ -22,6 +22,8 @@ const (
 	MaxRank = 1<<16 - 1
 	// MaxWriteTimeout bounds Config.WriteTimeout.
 	MaxWriteTimeout = time.Minute
+	// MaxLease bounds Config.Lease.
+	MaxLease = time.Minute
 )
 
 // Config configures an owner daemon.
@@ -59,6 +61,13 @@ type Config struct {
 	// WriteTimeout bounds each pool write of the owner (zero:
 	// kv.DefaultWriteTimeout).
 	WriteTimeout time.Duration
+	// Lease is how long the owner goes on writing after the switch last
+	// confirmed it holds its rank (zero: kv.DefaultLease); see
+	// kv.OwnerConfig.Lease.
+	Lease time.Duration
+	// Standby lets Start return while another process holds the rank:
+	// this one takes it over when the switch counts that one dead.
+	Standby bool
 	// MetricsAddr, if not empty, is a TCP address on which Prometheus
 	// metrics are served at /metrics.
 	MetricsAddr string
@@ -125,6 +134,9 @@ func (c *Config) validate() error {
 	}
 	if c.WriteTimeout < 0 || c.WriteTimeout > MaxWriteTimeout {
 		return fields.Invalid("WriteTimeout", "%v (want 0 to %v)", c.WriteTimeout, MaxWriteTimeout)
+	}
+	if c.Lease < 0 || c.Lease > MaxLease {
+		return fields.Invalid("Lease", "%v (want 0 to %v)", c.Lease, MaxLease)
 	}
 	if c.MetricsAddr != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {

@@ -38,6 +38,8 @@ func TestConfigInvalid(t *testing.T) {
 		{"Region", func(c *Config) { c.RegionKey = 0 }},
 		{"Rank", func(c *Config) { c.Rank = -1 }},
 		{"WriteTimeout", func(c *Config) { c.WriteTimeout = time.Hour }},
+		{"Lease", func(c *Config) { c.Lease = -time.Second }},
+		{"Lease", func(c *Config) { c.Lease = time.Hour }},
 		{"MetricsAddr", func(c *Config) { c.MetricsAddr = "x" }},
 	} {
 		cfg := goodConfig()

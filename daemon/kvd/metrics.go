@@ -33,6 +33,17 @@ var metrics = []metric{
 	counter("writes_total", helpWrites, prometheus.Labels{"result": "failed"}, func(st *Stats) uint64 { return st.Owner.Failed }),
 	counter("expired_total", "Expired values the owner freed (touched by a write, or found by its sweep).",
 		nil, func(st *Stats) uint64 { return st.Owner.Expired }),
+	counter("registrations_total", "Times the owner took its rank: at start, after a switch restart, or over from another process of the rank.",
+		nil, func(st *Stats) uint64 { return st.Owner.Registrations }),
+	counter("lease_lapsed_total", "Pool writes refused or cut short because the switch had not confirmed the owner's membership within its lease.",
+		nil, func(st *Stats) uint64 { return st.Owner.LeaseLapsed }),
+	gauge("serving", "1 while the owner holds its rank and may write; 0 while it stands by or waits for its lease.",
+		func(st *Stats) float64 {
+			if st.Owner.Serving {
+				return 1
+			}
+			return 0
+		}),
 	gauge("keys", "Keys with a value in the owner's shards, expired ones not yet freed included.",
 		func(st *Stats) float64 { return float64(st.Owner.Keys) }),
 	gauge("heap_bytes", "Value space of the owner's shards, in bytes.",
