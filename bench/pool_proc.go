@@ -2,19 +2,12 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
-	"time"
-
-	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/transport"
 )
 
 // startPoolProcs starts `ndma switch` and cfg.Nodes `ndma memd --switch`
@@ -25,48 +18,17 @@ import (
 // (the direct READ baseline), and
 // a function that stops the processes.
 func startPoolProcs(ctx context.Context, cfg *PoolConfig) (stop func(), sw, node string, key uint64, err error) {
-	dir, err := os.MkdirTemp("", "ndma-bench-pool")
+	g, err := newProcGroup("ndma-bench-pool")
 	if err != nil {
 		return nil, "", "", 0, err
 	}
-	var procs []*exec.Cmd
-	stop = func() {
-		for _, p := range procs {
-			_ = p.Process.Signal(syscall.SIGTERM)
-		}
-		for _, p := range procs {
-			done := make(chan struct{})
-			go func() { _ = p.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(5 * time.Second):
-				_ = p.Process.Kill()
-				<-done
-			}
-		}
-		os.RemoveAll(dir)
-	}
 	fail := func(err error) (func(), string, string, uint64, error) {
-		stop()
+		g.stop()
 		return nil, "", "", 0, err
 	}
-	tokenFile := filepath.Join(dir, "token")
+	tokenFile := filepath.Join(g.dir, "token")
 	if err := os.WriteFile(tokenFile, append(cfg.Token, '\n'), 0o600); err != nil {
 		return fail(err)
-	}
-	start := func(name string, args ...string) error {
-		log, err := os.Create(filepath.Join(dir, name+".log"))
-		if err != nil {
-			return err
-		}
-		defer log.Close()
-		c := exec.Command(cfg.Binary, args...)
-		c.Stdout, c.Stderr = log, log
-		if err := c.Start(); err != nil {
-			return fmt.Errorf("bench: starting %s: %w", name, err)
-		}
-		procs = append(procs, c)
-		return nil
 	}
 	swPort, err := freeUDPPort()
 	if err != nil {
@@ -74,7 +36,7 @@ func startPoolProcs(ctx context.Context, cfg *PoolConfig) (stop func(), sw, node
 	}
 	sw = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), swPort).String()
 	mtu := strconv.Itoa(cfg.MTU)
-	if err := start("switch", "switch", "--listen", sw, "--insecure", "--token-file", tokenFile, "--mtu", mtu); err != nil {
+	if err := g.start("switch", cfg.Binary, "switch", "--listen", sw, "--insecure", "--token-file", tokenFile, "--mtu", mtu); err != nil {
 		return fail(err)
 	}
 	// memd lends its region with the lowest key.
@@ -85,13 +47,13 @@ func startPoolProcs(ctx context.Context, cfg *PoolConfig) (stop func(), sw, node
 			return fail(err)
 		}
 		addr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port).String()
-		keys := filepath.Join(dir, fmt.Sprintf("m%d.keys", i))
+		keys := filepath.Join(g.dir, fmt.Sprintf("m%d.keys", i))
 		// The first region is lent to the pool; the second, outside it,
 		// takes the direct READs.
 		if err := os.WriteFile(keys, fmt.Appendf(nil, "%#x %d rwav\n%#x %d r\n", lentKey+uint64(i), cfg.NodeSize, directKey+uint64(i), max(cfg.Size, 64)), 0o600); err != nil {
 			return fail(err)
 		}
-		if err := start(fmt.Sprintf("memd%d", i), "memd", "--listen", addr, "--key-file", keys, "--mtu", mtu,
+		if err := g.start(fmt.Sprintf("memd%d", i), cfg.Binary, "memd", "--listen", addr, "--key-file", keys, "--mtu", mtu,
 			"--switch", sw, "--insecure", "--token-file", tokenFile); err != nil {
 			return fail(err)
 		}
@@ -99,31 +61,10 @@ func startPoolProcs(ctx context.Context, cfg *PoolConfig) (stop func(), sw, node
 			node = addr
 		}
 	}
-	// Wait for every node to lend its memory.
-	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Transport: transport.Config{MTU: cfg.MTU}}, endpoint.Options{})
-	if err != nil {
+	if err := waitPoolNodes(ctx, sw, cfg.Nodes, cfg.MTU, cfg.fabric(), g.dir); err != nil {
 		return fail(err)
 	}
-	defer ep.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		st, err := ep.PoolStat(sctx, sw, cfg.fabric())
-		cancel()
-		alive := 0
-		for _, n := range st.Nodes {
-			if n.Alive {
-				alive++
-			}
-		}
-		if err == nil && alive == cfg.Nodes {
-			return stop, sw, node, directKey, nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fail(errors.Join(fmt.Errorf("bench: %d of %d memory node processes joined the pool (logs in %s)", alive, cfg.Nodes, dir), err, ctx.Err()))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return g.stop, sw, node, directKey, nil
 }
 
 // freeUDPPort returns a UDP port on 127.0.0.1 that was free a moment ago.

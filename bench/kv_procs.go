@@ -1,0 +1,279 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/kv"
+	"github.com/ndma/ndma/pool"
+	"github.com/ndma/ndma/transport"
+)
+
+// kvOwners and kvNodes are the owner and memory node processes of the
+// benchmark's key space; kvShards its shards.
+const (
+	kvOwners = 2
+	kvNodes  = 2
+	kvShards = 16
+	kvSpace  = "bench"
+)
+
+// kvFabric is NDMA's store as processes on loopback: a switch, memory
+// nodes, a key space with its owners, and this process's client.
+type kvFabric struct {
+	g         *procGroup
+	cfg       *KVConfig
+	sw        string
+	tokenFile string
+	ep        *endpoint.Endpoint
+	native    *kvNativeStore
+	loaded    bool
+	respStore *redisStore
+}
+
+// kvLayout sizes the key space for cfg: buckets for twice the records,
+// and heap for every record twice over (a value's new copy is written
+// before the old one is freed) in its size class.
+func kvLayout(cfg *KVConfig) (buckets int, page, heap uint64) {
+	perShard := (cfg.Records + kvShards - 1) / kvShards
+	buckets = 64
+	for buckets < 2*perShard {
+		buckets *= 2
+	}
+	class := uint64(64)
+	for class < uint64(32+len(kvKey(0))+cfg.ValueSize) {
+		class *= 2
+	}
+	page = max(class, 64<<10)
+	heap = (uint64(2*perShard+cfg.Clients)*class + 2*page + page - 1) / page * page
+	return buckets, page, heap
+}
+
+func startKVFabric(ctx context.Context, cfg *KVConfig, token []byte) (_ *kvFabric, err error) {
+	g, err := newProcGroup("ndma-bench-kv")
+	if err != nil {
+		return nil, err
+	}
+	f := &kvFabric{g: g, cfg: cfg, tokenFile: filepath.Join(g.dir, "token")}
+	defer func() {
+		if err != nil {
+			f.close()
+		}
+	}()
+	if err := os.WriteFile(f.tokenFile, append(token, '\n'), 0o600); err != nil {
+		return nil, err
+	}
+	port, err := freeUDPPort()
+	if err != nil {
+		return nil, err
+	}
+	f.sw = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port).String()
+	fabArgs := []string{"--switch", f.sw, "--insecure", "--token-file", f.tokenFile}
+	mtu := strconv.Itoa(cfg.MTU)
+	if err := g.start("switch", cfg.Binary, "switch", "--listen", f.sw, "--insecure", "--token-file", f.tokenFile, "--mtu", mtu); err != nil {
+		return nil, err
+	}
+	buckets, page, heap := kvLayout(cfg)
+	size := uint64(kvShards)*(heap+uint64(buckets)*kv.BucketBytes)/kvNodes + 8<<20
+	for i := range kvNodes {
+		if err := g.start(fmt.Sprintf("memd%d", i), cfg.Binary, append([]string{"memd", "--listen", "127.0.0.1:0",
+			"--size", strconv.FormatUint(size, 10), "--mtu", mtu}, fabArgs...)...); err != nil {
+			return nil, err
+		}
+	}
+	fo := endpoint.FabricOptions{Token: token}
+	if err := waitPoolNodes(ctx, f.sw, kvNodes, cfg.MTU, fo, g.dir); err != nil {
+		return nil, err
+	}
+	spaceFile := filepath.Join(g.dir, "bench.space")
+	if err := g.run(ctx, "kv create", cfg.Binary, append([]string{"kv", "create", "--space", kvSpace, "--out", spaceFile,
+		"--owners", strconv.Itoa(kvOwners), "--shards", strconv.Itoa(kvShards), "--buckets", strconv.Itoa(buckets),
+		"--page", strconv.FormatUint(page, 10), "--heap", strconv.FormatUint(heap, 10)}, fabArgs...)...); err != nil {
+		return nil, err
+	}
+	for r := range kvOwners {
+		if err := g.start(fmt.Sprintf("kvd%d", r), cfg.Binary, append([]string{"kvd", "--space-file", spaceFile,
+			"--rank", strconv.Itoa(r), "--mtu", mtu}, fabArgs...)...); err != nil {
+			return nil, err
+		}
+	}
+	if f.ep, err = endpoint.Listen("127.0.0.1:0", endpoint.Config{Transport: transport.Config{MTU: cfg.MTU}}, endpoint.Options{}); err != nil {
+		return nil, err
+	}
+	pc, err := pool.New(f.ep, f.sw, pool.Options{Fabric: fo})
+	if err != nil {
+		return nil, err
+	}
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := kv.Open(octx, f.ep, pc, kv.ClientConfig{Switch: f.sw, Fabric: fo, Space: kvSpace})
+	if err != nil {
+		return nil, fmt.Errorf("bench: opening the key space (logs in %s): %w", g.dir, err)
+	}
+	f.native = &kvNativeStore{c: c, f: f}
+	return f, nil
+}
+
+// resp starts the Redis front end on the key space and returns a Redis
+// client of it.
+func (f *kvFabric) resp(ctx context.Context) (kvStore, error) {
+	if f.respStore != nil {
+		return f.respStore, nil
+	}
+	addr, err := freeTCPAddr()
+	if err != nil {
+		return nil, err
+	}
+	if err := f.g.start("kv-serve", f.cfg.Binary, "kv", "serve", "--space", kvSpace, "--redis", addr,
+		"--switch", f.sw, "--insecure", "--token-file", f.tokenFile); err != nil {
+		return nil, err
+	}
+	s, err := newRedisStore(ctx, addr, f.cfg.Clients, f.g.dir)
+	if err != nil {
+		return nil, err
+	}
+	s.loaded = f.loaded
+	f.respStore = s
+	return s, nil
+}
+
+func (f *kvFabric) close() {
+	if f.respStore != nil {
+		f.respStore.rc.Close()
+	}
+	if f.ep != nil {
+		f.ep.Close()
+	}
+	f.g.stop()
+}
+
+// kvNativeStore is the Go client.
+type kvNativeStore struct {
+	c *kv.Client
+	f *kvFabric
+}
+
+func (s *kvNativeStore) get(ctx context.Context, key []byte) ([]byte, error) {
+	v, _, err := s.c.Get(ctx, key)
+	return v, err
+}
+
+func (s *kvNativeStore) set(ctx context.Context, key, val []byte) error {
+	_, err := s.c.Set(ctx, key, val)
+	return err
+}
+
+func (s *kvNativeStore) load(ctx context.Context, keys, vals [][]byte) error {
+	if s.f.loaded {
+		return nil // one key space for both of NDMA's targets
+	}
+	_, errs, err := s.c.SetMulti(ctx, keys, vals, kv.SetOptions{})
+	if err == nil {
+		err = errors.Join(errs...)
+	}
+	s.f.loaded = err == nil
+	return err
+}
+
+// redisStore is a store spoken to through go-redis: redis-server, or
+// NDMA's Redis front end.
+type redisStore struct {
+	rc     *redis.Client
+	g      *procGroup // redis-server's, when this store started it
+	loaded bool
+}
+
+func newRedisStore(ctx context.Context, addr string, clients int, logs string) (*redisStore, error) {
+	rc := redis.NewClient(&redis.Options{Addr: addr, PoolSize: clients, MaxRetries: -1, Protocol: 2})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := rc.Ping(ctx).Err()
+		if err == nil {
+			return &redisStore{rc: rc}, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			rc.Close()
+			return nil, fmt.Errorf("bench: no Redis server answers at %s (logs in %s): %w", addr, logs, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *redisStore) get(ctx context.Context, key []byte) ([]byte, error) {
+	return s.rc.Get(ctx, string(key)).Bytes()
+}
+
+func (s *redisStore) set(ctx context.Context, key, val []byte) error {
+	return s.rc.Set(ctx, string(key), val, 0).Err()
+}
+
+func (s *redisStore) load(ctx context.Context, keys, vals [][]byte) error {
+	if s.loaded {
+		return nil
+	}
+	const batch = 256
+	for i := 0; i < len(keys); i += batch {
+		args := make([]any, 0, 2*batch)
+		for j := i; j < min(i+batch, len(keys)); j++ {
+			args = append(args, keys[j], vals[j])
+		}
+		if err := s.rc.MSet(ctx, args...).Err(); err != nil {
+			return err
+		}
+	}
+	s.loaded = true
+	return nil
+}
+
+func (s *redisStore) close() {
+	s.rc.Close()
+	if s.g != nil {
+		s.g.stop()
+	}
+}
+
+// startRedis starts redis-server on loopback without persistence.
+func startRedis(ctx context.Context, cfg *KVConfig) (*redisStore, error) {
+	g, err := newProcGroup("ndma-bench-redis")
+	if err != nil {
+		return nil, err
+	}
+	addr, err := freeTCPAddr()
+	if err != nil {
+		g.stop()
+		return nil, err
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	if err := g.start("redis-server", cfg.RedisServer, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"); err != nil {
+		g.stop()
+		return nil, fmt.Errorf("%w (install redis-server, or leave %s out of the targets)", err, KVRedis)
+	}
+	s, err := newRedisStore(ctx, addr, cfg.Clients, g.dir)
+	if err != nil {
+		g.stop()
+		return nil, err
+	}
+	s.g = g
+	return s, nil
+}
+
+// freeTCPAddr returns a TCP address on 127.0.0.1 that was free a moment
+// ago.
+func freeTCPAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}

@@ -1,0 +1,119 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/transport"
+)
+
+// procGroup is the processes a benchmark starts on loopback (switch,
+// memory nodes, owners, peers' servers), each logging to a file in a
+// temporary directory that stop removes.
+type procGroup struct {
+	dir   string
+	procs []*exec.Cmd
+	names []string
+}
+
+func newProcGroup(prefix string) (*procGroup, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, err
+	}
+	return &procGroup{dir: dir}, nil
+}
+
+// start runs bin with args as the process called name.
+func (g *procGroup) start(name, bin string, args ...string) error {
+	log, err := os.Create(filepath.Join(g.dir, name+".log"))
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	c := exec.Command(bin, args...)
+	c.Stdout, c.Stderr = log, log
+	if err := c.Start(); err != nil {
+		return fmt.Errorf("bench: starting %s: %w", name, err)
+	}
+	g.procs = append(g.procs, c)
+	g.names = append(g.names, name)
+	return nil
+}
+
+// run runs bin with args to its end (a command such as ndma kv create).
+func (g *procGroup) run(ctx context.Context, name, bin string, args ...string) error {
+	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("bench: %s: %w: %s", name, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// stop ends every process (SIGTERM, then SIGKILL after 5 s) and removes
+// the directory.
+func (g *procGroup) stop() {
+	for _, p := range g.procs {
+		_ = p.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range g.procs {
+		done := make(chan struct{})
+		go func() { _ = p.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = p.Process.Kill()
+			<-done
+		}
+	}
+	os.RemoveAll(g.dir)
+}
+
+// cpu returns each process's CPU time so far (user and system), by
+// name; a process whose /proc entry cannot be read is left out.
+func (g *procGroup) cpu() map[string]time.Duration {
+	m := make(map[string]time.Duration, len(g.procs))
+	for i, p := range g.procs {
+		if self, _, err := procCPU(strconv.Itoa(p.Process.Pid)); err == nil {
+			m[g.names[i]] = time.Duration(self * float64(time.Second))
+		}
+	}
+	return m
+}
+
+// waitPoolNodes waits until the switch sw has n live memory nodes.
+func waitPoolNodes(ctx context.Context, sw string, n, mtu int, fab endpoint.FabricOptions, logs string) error {
+	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Transport: transport.Config{MTU: mtu}}, endpoint.Options{})
+	if err != nil {
+		return err
+	}
+	defer ep.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		st, err := ep.PoolStat(sctx, sw, fab)
+		cancel()
+		alive := 0
+		for _, nd := range st.Nodes {
+			if nd.Alive {
+				alive++
+			}
+		}
+		if err == nil && alive == n {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return errors.Join(fmt.Errorf("bench: %d of %d memory node processes joined the pool (logs in %s)", alive, n, logs), err, ctx.Err())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ndma/ndma/bench"
+)
+
+func newBenchKVCmd() *cobra.Command {
+	var (
+		targets, redisServer      string
+		records, valueSize, conns int
+		readRatio, zipf           float64
+		duration                  time.Duration
+		seed                      int64
+		jsonOut                   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "kv",
+		Short: "Key-value store: GET/SET mixes against NDMA's store, its Redis front end and redis-server",
+		Long: `Loads --records keys of --value-size bytes into each target and runs a
+mix of GETs (--read-ratio) and SETs of those keys, the keys drawn from a
+Zipf distribution (--zipf; negative: uniform), from --clients requests in
+flight, for --duration after a warm-up of a fifth of it. Targets
+(--targets, in order):
+
+  ndma       NDMA's store through its Go client: GETs read the memory nodes
+             one-sidedly (a cached key's bucket and value in one round trip),
+             SETs go to the owners by anycast
+  ndma-resp  the same key space through its Redis front end (ndma kv serve),
+             driven by the same Redis client (go-redis) as redis
+  redis      redis-server, persistence off
+
+NDMA's store runs as processes of this binary on loopback, as deployed:
+a switch, 2 memory nodes (ndma memd), a key space of 16 shards and its 2
+owners (ndma kvd), unsealed under a token the benchmark draws. Each row
+gives throughput, GET and SET p50/p99, and the CPU time per operation of
+this process (the client) and of the store's processes (switch, memd,
+kvd, kv serve; or redis-server), read from /proc.
+
+Everything shares this host's CPUs over loopback: throughput and latency
+say how fast this machine runs all the processes at once, not what a
+network would carry. CPU per operation, against redis in the same run, is
+the figure to compare.`,
+		Example: `  ndma bench kv --duration 5s
+  ndma bench kv --targets ndma,redis --read-ratio 0.5 --value-size 1024 --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			bin, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			cfg := bench.KVConfig{Binary: bin, RedisServer: redisServer, Records: records, ValueSize: valueSize,
+				ReadRatio: readRatio, Zipf: zipf, Clients: conns, Duration: duration, Seed: seed}
+			if cmd.Flags().Changed("read-ratio") && readRatio == 0 {
+				cfg.ReadRatio = -1 // SETs only
+			}
+			for t := range strings.SplitSeq(targets, ",") {
+				if t = strings.TrimSpace(t); t != "" {
+					cfg.Targets = append(cfg.Targets, t)
+				}
+			}
+			out := cmd.OutOrStdout()
+			if jsonOut {
+				enc := json.NewEncoder(out)
+				return bench.RunKV(cmd.Context(), cfg, func(r bench.KVResult) error { return enc.Encode(r) })
+			}
+			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(tw, "target\tops/s\tGET p50 µs\tGET p99 µs\tSET p50 µs\tSET p99 µs\tclient CPU µs/op\tserver CPU µs/op\terrors\twrong\t")
+			var notes []string
+			err = bench.RunKV(cmd.Context(), cfg, func(r bench.KVResult) error {
+				fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d\t\n", r.Target, r.OpsPerSec,
+					r.GetP50, r.GetP99, r.SetP50, r.SetP99, r.ClientCPU, r.ServerCPU, r.Errors, r.Wrong)
+				names := make([]string, 0, len(r.Processes))
+				for n := range r.Processes {
+					names = append(names, n)
+				}
+				sort.Strings(names)
+				parts := make([]string, len(names))
+				for i, n := range names {
+					parts[i] = fmt.Sprintf("%s %.1f", n, r.Processes[n])
+				}
+				notes = append(notes, fmt.Sprintf("%s server CPU µs/op: %s", r.Target, strings.Join(parts, ", ")))
+				return nil
+			})
+			tw.Flush()
+			for _, n := range notes {
+				fmt.Fprintln(out, n)
+			}
+			return err
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&targets, "targets", "ndma,ndma-resp,redis", "stores to measure, in order: ndma, ndma-resp, redis")
+	fl.StringVar(&redisServer, "redis-server", "redis-server", "the redis-server `binary`")
+	fl.IntVar(&records, "records", 10000, "keys loaded before the run")
+	fl.IntVar(&valueSize, "value-size", 100, "bytes of each value")
+	fl.Float64Var(&readRatio, "read-ratio", 0.95, "share of GETs; the rest are SETs (0: SETs only)")
+	fl.Float64Var(&zipf, "zipf", 1.1, "exponent of the keys' Zipf distribution (above 1; negative: uniform keys)")
+	fl.IntVar(&conns, "clients", 16, "requests in flight at once")
+	fl.DurationVar(&duration, "duration", 5*time.Second, "measured time per target (after a warm-up of a fifth of it)")
+	fl.Int64Var(&seed, "seed", 1, "seed of the keys and operations drawn")
+	fl.BoolVar(&jsonOut, "json", false, "print JSON Lines, one object per target")
+	return cmd
+}
+
+func init() { benchCmd.AddCommand(newBenchKVCmd()) }
