@@ -229,16 +229,19 @@ func newComm(ctx context.Context, cfg Config, id uint32) (*Communicator, error) 
 		return nil, fmt.Errorf("%w: need a Switch, or Peers for all %d ranks", ErrArg, cfg.Size)
 	}
 	c.startAborts()
-	if cfg.Hierarchy == HierarchyAuto && c.size > 1 {
-		h, err := c.setupHierarchy(ctx, cfg.HostID)
+	if cfg.Hierarchy != HierarchyOff && cfg.Hierarchy != HierarchyAuto {
+		c.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("%w: hierarchy %d", ErrArg, cfg.Hierarchy)
+	}
+	if c.size > 1 {
+		keys, err := c.agreeSetup(ctx, cfg.Hierarchy, cfg.HostID)
+		if err == nil && cfg.Hierarchy == HierarchyAuto {
+			c.hier, err = c.setupHierarchy(ctx, keys)
+		}
 		if err != nil {
 			c.Close(context.WithoutCancel(ctx))
 			return nil, err
 		}
-		c.hier = h
-	} else if cfg.Hierarchy != HierarchyOff && cfg.Hierarchy != HierarchyAuto {
-		c.Close(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("%w: hierarchy %d", ErrArg, cfg.Hierarchy)
 	}
 	return c, nil
 }

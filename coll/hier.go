@@ -133,25 +133,89 @@ func hostLayout(keys []byte, n int) (hostOf, lead []int, local [][]int) {
 	return hostOf, lead, local
 }
 
-// setupHierarchy exchanges host keys and, when some host has more than
-// one rank, builds the leaders' communicator and maps the host's
-// segment. Every rank calls it, in New.
-func (c *Communicator) setupHierarchy(ctx context.Context, hostID string) (*hierarchy, error) {
+// hostDigest is the 32 bytes a rank tells the others of its host (all
+// zero: nothing to share, a host of its own).
+func hostDigest(hostID string) (d [32]byte) {
 	key := hostID
 	if key == "" {
 		key = HostKey()
 	}
-	if shmNamespace() == "" {
-		key = "" // nothing to share
+	if shmNamespace() == "" || key == "" {
+		return d // nothing to share
 	}
-	var mine [32]byte
-	if key != "" {
-		mine = sha256.Sum256([]byte("ndma host\x00" + key))
+	return sha256.Sum256([]byte("ndma host\x00" + key))
+}
+
+// setupRecord is what every rank tells the others when a communicator
+// is created: its hierarchy, then its host digest (zero unless
+// HierarchyAuto).
+const setupRecord = 1 + 32
+
+// agreeSetup exchanges the ranks' setup records and returns their host
+// digests. Ranks that disagree on the hierarchy would wait for each
+// other's collectives forever (one side in the segment, the other on
+// the network): every rank fails the creation instead, naming which
+// ranks chose what.
+func (c *Communicator) agreeSetup(ctx context.Context, h Hierarchy, hostID string) ([]byte, error) {
+	mine := make([]byte, setupRecord)
+	mine[0] = byte(h)
+	if h == HierarchyAuto {
+		d := hostDigest(hostID)
+		copy(mine[1:], d[:])
 	}
+	all := make([]byte, setupRecord*c.size)
+	if err := c.Allgather(ctx, mine, all); err != nil {
+		return nil, fmt.Errorf("coll: exchanging the ranks' setup: %w", err)
+	}
+	var auto, off []int
 	keys := make([]byte, 32*c.size)
-	if err := c.Allgather(ctx, mine[:], keys); err != nil {
-		return nil, fmt.Errorf("coll: hierarchy: exchanging host keys: %w", err)
+	for r := range c.size {
+		rec := all[r*setupRecord : (r+1)*setupRecord]
+		if Hierarchy(rec[0]) == HierarchyAuto {
+			auto = append(auto, r)
+		} else {
+			off = append(off, r)
+		}
+		copy(keys[32*r:], rec[1:])
 	}
+	if len(auto) > 0 && len(off) > 0 {
+		return nil, fmt.Errorf("%w: the ranks disagree on two-level collectives (NDMA_HIERARCHY, Config.Hierarchy): auto on ranks %s, off on ranks %s; give every rank the same",
+			ErrArg, rankList(auto), rankList(off))
+	}
+	return keys, nil
+}
+
+// rankList writes ranks (ascending) as runs, "0-3,7", at most 16 runs.
+func rankList(ranks []int) string {
+	var b strings.Builder
+	runs := 0
+	for i := 0; i < len(ranks); {
+		j := i
+		for j+1 < len(ranks) && ranks[j+1] == ranks[j]+1 {
+			j++
+		}
+		if runs == 16 {
+			b.WriteString(",…")
+			break
+		}
+		if runs > 0 {
+			b.WriteByte(',')
+		}
+		if j > i {
+			fmt.Fprintf(&b, "%d-%d", ranks[i], ranks[j])
+		} else {
+			fmt.Fprintf(&b, "%d", ranks[i])
+		}
+		runs++
+		i = j + 1
+	}
+	return b.String()
+}
+
+// setupHierarchy, given every rank's host digest, builds the leaders'
+// communicator and maps the host's segment when some host has more than
+// one rank. Every rank calls it, in New.
+func (c *Communicator) setupHierarchy(ctx context.Context, keys []byte) (*hierarchy, error) {
 	hostOf, lead, locals := hostLayout(keys, c.size)
 	if len(lead) == c.size {
 		return nil, nil // a rank per host: nothing to share

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ndma/ndma/netio/simnet"
@@ -611,5 +613,54 @@ func hierMatrixAlltoall(t *testing.T, comms []*Communicator) {
 				}
 			}
 		}
+	}
+}
+
+// TestSimHierarchyDisagreement: ranks whose hierarchy settings differ
+// (one launched with NDMA_HIERARCHY=off) would wait for each other's
+// collectives forever; every rank's New fails instead, saying which
+// ranks chose what.
+func TestSimHierarchyDisagreement(t *testing.T) {
+	simShm(t)
+	l := hierLayouts[2]
+	auto := hierConfig(l, nil)
+	configure := func(cfg *Config) {
+		auto(cfg)
+		if cfg.Rank == 1 || cfg.Rank == 4 {
+			cfg.Hierarchy = HierarchyOff
+		}
+	}
+	for _, innet := range []bool{false, true} {
+		simWorldJoin(t, len(l.host), innet, figLink(), 9, configure, func(t *testing.T, _ *simnet.Network, comms []*Communicator, errs []error) {
+			for r, err := range errs {
+				if !errors.Is(err, ErrArg) || !strings.Contains(err.Error(), "auto on ranks 0,2-3,5, off on ranks 1,4") {
+					t.Errorf("in-network %v: rank %d: %v", innet, r, err)
+				}
+				if comms[r] != nil {
+					t.Errorf("rank %d: a communicator despite the disagreement", r)
+				}
+			}
+			if left := segmentsLeft(t); len(left) > 0 {
+				t.Errorf("segments left: %v", left)
+			}
+		})
+	}
+}
+
+func TestRankList(t *testing.T) {
+	for _, c := range []struct {
+		in   []int
+		want string
+	}{{nil, ""}, {[]int{3}, "3"}, {[]int{0, 1, 2, 5, 7, 8}, "0-2,5,7-8"}} {
+		if got := rankList(c.in); got != c.want {
+			t.Errorf("rankList(%v) = %q, want %q", c.in, got, c.want)
+		}
+	}
+	var many []int
+	for r := 0; r < 100; r += 2 {
+		many = append(many, r)
+	}
+	if got := rankList(many); strings.Count(got, ",") != 16 || !strings.HasSuffix(got, ",…") {
+		t.Errorf("50 runs: %q", got)
 	}
 }

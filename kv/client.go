@@ -77,7 +77,7 @@ func Open(ctx context.Context, ep *endpoint.Endpoint, pc *pool.Client, cfg Clien
 	var err error
 	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
 		resp, err = c.send(ctx, 0, &request{op: opMeta})
-		if err == nil || !errors.Is(err, wire.StatusNotMember) && !errors.Is(err, wire.StatusBusy) {
+		if err == nil || !ownerPending(err) {
 			break
 		}
 		if serr := sleep(ctx, wait); serr != nil {
@@ -102,6 +102,16 @@ func Open(ctx context.Context, ep *endpoint.Endpoint, pc *pool.Client, cfg Clien
 		return nil, err
 	}
 	return c, nil
+}
+
+// ownerPending reports whether err says no owner serves yet: none has
+// registered, the one asked is busy, or the switch counted it dead (a
+// standby takes its rank over, or it registers again). For Open's
+// question only: a write failed with StatusMemberDead may have been
+// applied (the switch fails what it forwarded to an owner it counts
+// dead).
+func ownerPending(err error) bool {
+	return errors.Is(err, wire.StatusNotMember) || errors.Is(err, wire.StatusBusy) || errors.Is(err, wire.StatusMemberDead)
 }
 
 // Layout is the key space's geometry.
@@ -364,6 +374,8 @@ func (c *Client) write(ctx context.Context, r *request) ([]byte, uint64, error) 
 				return body, ver, statusErr(st)
 			}
 		} else if !errors.Is(err, wire.StatusNotMember) && !errors.Is(err, wire.StatusBusy) {
+			// (StatusMemberDead included: the switch fails a request it
+			// had forwarded to an owner it then counted dead.)
 			// No answer: this copy may have been applied. Send it
 			// again: the owner answers a copy it applied from its
 			// table of replies.
