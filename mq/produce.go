@@ -299,3 +299,20 @@ func (h *handle) room(ctx context.Context, part int, end uint64) error {
 		}
 	}
 }
+
+// ProducerStats count a producer's work.
+type ProducerStats struct {
+	// Batches counts batches stored; Retries reservations that ended
+	// not stored (sealed as holes) and were made again; Duplicates
+	// produces found already stored by an earlier try.
+	Batches, Retries, Duplicates uint64
+	// Published and Sealed count other producers' batches this one
+	// published and holes it sealed.
+	Published, Sealed uint64
+}
+
+// Stats returns the producer's counts.
+func (p *Producer) Stats() ProducerStats {
+	return ProducerStats{Batches: p.batches.Load(), Retries: p.retries.Load(), Duplicates: p.dedup.Load(),
+		Published: p.published.Load(), Sealed: p.sealed.Load()}
+}
