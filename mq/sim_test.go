@@ -206,3 +206,14 @@ func (s *simMQ) crashMem(m *simMem) {
 	m.ep.Close()
 	m.ep = nil
 }
+
+func mustAddr(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+
+// chanLock is a mutex made of a channel: a goroutine waiting for it
+// blocks durably, so inside a synctest bubble virtual time moves on
+// while the holder waits for the network (a sync.Mutex would stall it).
+type chanLock chan struct{}
+
+func newChanLock() chanLock { return make(chanLock, 1) }
+func (l chanLock) Lock()    { l <- struct{}{} }
+func (l chanLock) Unlock()  { <-l }

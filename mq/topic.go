@@ -19,9 +19,13 @@ type CreateOptions struct {
 	// Stripe is the data region's interleave unit: a multiple of Align;
 	// zero means pool.DefaultStripe.
 	Stripe uint64
-	// Columns is the memory nodes to spread both regions over; zero
-	// means every live one.
+	// Columns is the memory nodes to spread the data region over;
+	// zero means every live one.
 	Columns int
+	// ControlColumns is the memory nodes to spread the control region
+	// over; zero means every live one (partition headers on successive
+	// nodes), 1 keeps every partition's counters on one node.
+	ControlColumns int
 }
 
 // Ref names a topic's two regions: what opens it.
@@ -52,7 +56,7 @@ func Create(ctx context.Context, pc *pool.Client, name string, l Layout, o Creat
 	if o.Stripe%Align != 0 {
 		return nil, fmt.Errorf("%w: a stripe of %d bytes is not a multiple of %d", ErrBadLayout, o.Stripe, Align)
 	}
-	ctl, err := pc.Alloc(ctx, l.ControlSize(), pool.AllocOptions{Stripe: partHeaderBytes, Replicas: 1, Columns: o.Columns})
+	ctl, err := pc.Alloc(ctx, l.ControlSize(), pool.AllocOptions{Stripe: partHeaderBytes, Replicas: 1, Columns: o.ControlColumns})
 	if err != nil {
 		return nil, fmt.Errorf("mq: creating the control region of %q (%d bytes): %w", name, l.ControlSize(), err)
 	}
