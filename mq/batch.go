@@ -22,9 +22,11 @@ import (
 // A skip marker is a batch with flagSkip and no body: it seals a hole
 // of span bytes.
 const (
-	batchHeaderLen = 64
-	batchMagic     = 0x514d // "MQ"
-	flagSkip       = 1
+	// BatchHeaderBytes is a batch header's size.
+	BatchHeaderBytes = batchHeaderLen
+	batchHeaderLen   = 64
+	batchMagic       = 0x514d // "MQ"
+	flagSkip         = 1
 	// recordOverhead is a record's bytes besides key, value and headers.
 	recordOverhead = 12
 	// headerOverhead is a record header's bytes besides name and value.
@@ -68,14 +70,22 @@ func (m batchMeta) skip() bool { return m.flags&flagSkip != 0 }
 // errCorrupt is a batch whose header or body does not check.
 var errCorrupt = errors.New("mq: corrupt batch")
 
+// RecordBytes is the bytes r takes in a batch: a batch of records recs
+// takes BatchHeaderBytes plus the sum of their RecordBytes, which must
+// not exceed the topic's Layout.MaxBatch.
+func RecordBytes(r Record) int {
+	n := recordOverhead + len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += headerOverhead + len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
 // bodyLen is the encoded size of records.
 func bodyLen(recs []Record) int {
 	n := 0
 	for _, r := range recs {
-		n += recordOverhead + len(r.Key) + len(r.Value)
-		for _, h := range r.Headers {
-			n += headerOverhead + len(h.Key) + len(h.Value)
-		}
+		n += RecordBytes(r)
 	}
 	return n
 }
