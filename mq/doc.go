@@ -8,7 +8,7 @@
 // reservation counter, the committed offset, the start of the retained
 // log, the count of sealed holes and the seal claim; after them, the
 // consumer groups' committed offsets. The data region (one or two
-// copies, Layout.Replicas) holds each partition's log: a ring of
+// copies, CreateOptions.Replicas) holds each partition's log: a ring of
 // Segments segments of SegmentBytes, striped over the memory nodes like
 // any region.
 //

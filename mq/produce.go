@@ -253,6 +253,14 @@ func (p *Producer) settle(ctx context.Context, part int, a *attempt) (bool, erro
 		st, moved, err := p.advance(ctx, part)
 		if err == nil && st.Committed > a.off {
 			m, whole, err := p.t.inspect(ctx, part, a.off)
+			var start uint64
+			if err == nil {
+				start, err = p.t.word(ctx, part, wordStart)
+			}
+			if err == nil && start > a.off {
+				// Dropped by retention: what was read may be newer data.
+				return false, fmt.Errorf("partition %d offset %d: dropped (the log starts at %d) before it was settled", part, a.off, start)
+			}
 			if err == nil {
 				return whole && !m.skip() && m.producer == p.cfg.ID && m.seq == a.seq, nil
 			}
