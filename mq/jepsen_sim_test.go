@@ -449,10 +449,7 @@ const poolTarget = "pool"
 func mqMemFaults(s *simMQ, mu chanLock) []jepsen.Fault {
 	stat := s.endpoint()
 	var fs []jepsen.Fault
-	for i, m := range s.mems {
-		if m.ep.Stats().Pool.GrantsHeld > 1 {
-			continue // holds the control region
-		}
+	for i, m := range s.dataOnlyNodes() {
 		crashed := false
 		fs = append(fs, jepsen.Fault{Name: fmt.Sprint("crash memory node ", i), Kind: "crash memory node", Target: poolTarget,
 			Start: func() error {

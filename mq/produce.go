@@ -173,15 +173,16 @@ func (p *Producer) produce(ctx context.Context, part int, a *attempt) (Ack, erro
 		}
 		a.off = off
 		werr := p.write(ctx, part, a, began)
-		if werr == nil && p.publishOwn(ctx, part, a) == nil {
-			return p.ack(part, a, false)
+		degraded := errors.Is(werr, pool.ErrDegraded) // written, to one copy
+		if (werr == nil || degraded) && p.publishOwn(ctx, part, a) == nil {
+			return p.ack(part, a, degraded)
 		}
 		stored, err := p.settle(ctx, part, a)
 		switch {
 		case err != nil:
 			return Ack{}, fmt.Errorf("%w: partition %d offset %d: %w", ErrUnknownOutcome, part, off, errors.Join(werr, err))
 		case stored:
-			return p.ack(part, a, errors.Is(werr, pool.ErrDegraded))
+			return p.ack(part, a, degraded)
 		}
 		if ctx.Err() != nil {
 			return Ack{}, fmt.Errorf("mq: partition %d: not stored: %w", part, errors.Join(werr, ctx.Err()))

@@ -2,6 +2,7 @@ package mq
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -155,6 +156,35 @@ func TestSimRetention(t *testing.T) {
 		}
 		if cs := c.Stats(); prev != 199 || cs.Truncated == 0 || cs.Corrupt != 0 {
 			t.Fatalf("read up to %d, stats %+v", prev, cs)
+		}
+	})
+}
+
+// TestSimDegradedAcks crashes a memory node holding only data copies of
+// a two-copy topic: a produce with AcksAll stores the batch but reports
+// ErrNotAllCopies, one with AcksOne acknowledges it; both are read back.
+func TestSimDegradedAcks(t *testing.T) {
+	o := CreateOptions{Replicas: 2, ControlColumns: 1, Stripe: 4096} // data on every node
+	simTopic(t, 9, 3, testLayout(), o, func(t *testing.T, s *simMQ) {
+		tp, _ := s.open()
+		ctx := s.ctx()
+		s.crashMem(s.dataOnlyNodes()[0])
+		time.Sleep(3 * time.Second) // the switch counts it dead
+		all := NewProducer(tp, ProducerConfig{})
+		a, err := all.Produce(ctx, 0, recs("all"))
+		if !errors.Is(err, ErrNotAllCopies) || !a.Degraded {
+			t.Fatalf("AcksAll with a copy down: %+v %v", a, err)
+		}
+		one := NewProducer(tp, ProducerConfig{Acks: AcksOne})
+		if a, err := one.Produce(ctx, 0, recs("one")); err != nil || !a.Degraded {
+			t.Fatalf("AcksOne with a copy down: %+v %v", a, err)
+		}
+		c, err := NewConsumer(ctx, tp, ConsumerConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := drain(t, s, c, 0); len(got) != 2 || got[0] != "all" || got[1] != "one" {
+			t.Fatalf("read %v", got)
 		}
 	})
 }

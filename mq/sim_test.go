@@ -217,3 +217,19 @@ type chanLock chan struct{}
 func newChanLock() chanLock { return make(chanLock, 1) }
 func (l chanLock) Lock()    { l <- struct{}{} }
 func (l chanLock) Unlock()  { <-l }
+
+// dataOnlyNodes are the memory nodes that hold none of the topic's
+// control region, for a topic created with ControlColumns 1 and a data
+// region on every node: the one node holding both regions is left out.
+func (s *simMQ) dataOnlyNodes() []*simMem {
+	var data []*simMem
+	for _, m := range s.mems {
+		if m.ep.Stats().Pool.GrantsHeld == 1 {
+			data = append(data, m)
+		}
+	}
+	if len(data) != len(s.mems)-1 {
+		s.t.Fatalf("seed %d: %d of %d memory nodes hold only the data region, want all but one", s.seed, len(data), len(s.mems))
+	}
+	return data
+}

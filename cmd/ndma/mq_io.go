@@ -64,6 +64,9 @@ func mqProduce(cmd *cobra.Command, mf *mqFlags, f *mqProduceFlags, topic string)
 	default:
 		return fmt.Errorf("--acks %q: want all or one", f.acks)
 	}
+	if f.partition < -1 {
+		return fmt.Errorf("--partition %d: want a partition's number", f.partition)
+	}
 	if f.max < 1 {
 		return fmt.Errorf("--batch %d: want at least 1", f.max)
 	}
@@ -229,6 +232,8 @@ func mqConsume(cmd *cobra.Command, mf *mqFlags, f *mqConsumeFlags, topic string)
 		return errors.New("--offset: give --partition too")
 	case f.offset >= 0 && f.group != "":
 		return errors.New("--offset and --group: give one of them")
+	case f.partition < -1:
+		return fmt.Errorf("--partition %d: want a partition's number", f.partition)
 	case f.count < 0 || f.wait < 0:
 		return fmt.Errorf("--count %d, --wait %v: want no negative", f.count, f.wait)
 	}
