@@ -178,8 +178,8 @@ catalog names). Give the file to the other mq commands (--catalog).`,
 // newMqTopicCreateCmd is ndma mq topic create.
 func newMqTopicCreateCmd(mf *mqFlags) *cobra.Command {
 	var (
-		segment, maxBatch, stripe            string
-		partitions, segments, groups, copies int
+		segment, maxBatch, stripe                        string
+		partitions, segments, groups, copies, ctlColumns int
 	)
 	cmd := &cobra.Command{
 		Use:   "create NAME",
@@ -189,7 +189,9 @@ segments of --segment bytes (when the ring is full, the oldest segment is
 dropped), batches of at most --max-batch bytes, room for --groups
 consumer groups. Its data keeps --replicas copies on the memory nodes;
 its counters (one copy: the pool runs atomics on one-copy regions only)
-are spread over the memory nodes a partition each.`,
+are spread over the memory nodes a partition each, or over
+--control-columns of them (1: all on one node, so that only that node's
+loss loses them).`,
 		Example: `  ndma mq topic create orders --partitions 6 --segment 4MiB --segments 16 --replicas 2`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -213,7 +215,7 @@ are spread over the memory nodes a partition each.`,
 				return err
 			}
 			defer s.close()
-			t, err := s.cat.Create(s.ctx, args[0], l, mq.CreateOptions{Replicas: copies, Stripe: stripeBytes})
+			t, err := s.cat.Create(s.ctx, args[0], l, mq.CreateOptions{Replicas: copies, Stripe: stripeBytes, ControlColumns: ctlColumns})
 			if err != nil {
 				return err
 			}
@@ -233,6 +235,7 @@ are spread over the memory nodes a partition each.`,
 	fl.IntVar(&groups, "groups", 16, "consumer groups the topic holds")
 	fl.IntVar(&copies, "replicas", 1, "copies of the data on the memory nodes, 1 or 2")
 	fl.StringVar(&stripe, "stripe", "64KiB", "the data region's interleave unit (a multiple of 64 bytes)")
+	fl.IntVar(&ctlColumns, "control-columns", 0, "memory nodes the partitions' counters are spread over (0: every live one)")
 	return cmd
 }
 
