@@ -233,3 +233,33 @@ func (s *simMQ) dataOnlyNodes() []*simMem {
 	}
 	return data
 }
+
+// controlNode is the memory node that holds tp's control region, for a
+// topic created with ControlColumns 1: the one that serves a read of a
+// partition header (nothing else may run meanwhile).
+func (s *simMQ) controlNode(tp *Topic) *simMem {
+	served := func() []uint64 {
+		var n []uint64
+		for _, m := range s.mems {
+			n = append(n, m.ep.Stats().Pool.Served)
+		}
+		return n
+	}
+	before := served()
+	if _, err := tp.State(s.ctx(), 0); err != nil {
+		s.t.Fatal(err)
+	}
+	var found *simMem
+	for i, n := range served() {
+		if n != before[i] {
+			if found != nil {
+				s.t.Fatalf("seed %d: more than one memory node served a partition header", s.seed)
+			}
+			found = s.mems[i]
+		}
+	}
+	if found == nil {
+		s.t.Fatalf("seed %d: no memory node served a partition header", s.seed)
+	}
+	return found
+}
