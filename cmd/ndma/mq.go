@@ -44,8 +44,8 @@ unless --insecure (on a fabric that does not seal).`,
 	}
 	mf.register(cmd)
 	cmd.PersistentFlags().StringVar(&mf.catalog, "catalog", os.Getenv("NDMA_MQ_CATALOG"), "the catalog `file` (default $NDMA_MQ_CATALOG)")
-	topic := &cobra.Command{Use: "topic", Short: "Create, list, describe and remove topics"}
-	topic.AddCommand(newMqTopicCreateCmd(&mf), newMqTopicLsCmd(&mf), newMqTopicDescribeCmd(&mf), newMqTopicRmCmd(&mf))
+	topic := &cobra.Command{Use: "topic", Short: "Create, list, describe, rebuild and remove topics"}
+	topic.AddCommand(newMqTopicCreateCmd(&mf), newMqTopicLsCmd(&mf), newMqTopicDescribeCmd(&mf), newMqTopicRebuildCmd(&mf), newMqTopicRmCmd(&mf))
 	mf.hintCredential(topic.Commands()...)
 	cmd.AddCommand(newMqInitCmd(&mf), topic, newMqProduceCmd(&mf), newMqConsumeCmd(&mf))
 	mf.hintCredential(cmd.Commands()...)
@@ -349,4 +349,49 @@ func newMqTopicRmCmd(mf *mqFlags) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// newMqTopicRebuildCmd is ndma mq topic rebuild.
+func newMqTopicRebuildCmd(mf *mqFlags) *cobra.Command {
+	var ctlColumns int
+	cmd := &cobra.Command{
+		Use:   "rebuild NAME",
+		Short: "Rebuild a topic's counters from its log after their memory node was lost",
+		Long: `rebuild gives topic NAME new counters (a new control region, on
+--control-columns memory nodes) rebuilt from its log, after the memory
+node holding them restarted and the pool answers "data lost" for them.
+Every whole batch in the log is kept, in order; what lies between
+batches, and every torn batch, is sealed and counted as a hole.
+Consumer groups start again from each partition's start. Run it with no
+producer writing (a second after the loss is enough by default); the
+catalog then names the new counters, and clients open the topic again.`,
+		Example: `  ndma mq topic rebuild orders --control-columns 1`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := mf.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			t, err := s.cat.Rebuild(s.ctx, args[0], ctlColumns)
+			if err != nil {
+				return err
+			}
+			var holes uint64
+			for p := range t.Layout().Partitions {
+				st, err := t.State(s.ctx, p)
+				if err != nil {
+					return err
+				}
+				holes += st.Holes
+			}
+			if mf.json {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"topic": args[0], "control_region": t.Ref().Control, "holes": holes})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "topic %q: counters rebuilt in region %d, %d holes sealed\n", args[0], t.Ref().Control, holes)
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&ctlColumns, "control-columns", 0, "memory nodes the new counters are spread over (0: every live one)")
+	return cmd
 }
