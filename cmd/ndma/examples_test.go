@@ -10,7 +10,7 @@ import (
 
 // fabricCommands are the commands that talk on the fabric: each seals
 // under a credential unless given --insecure.
-var fabricCommands = map[string]bool{"switch": true, "memd": true, "stord": true, "storgw": true, "pool": true, "stat": true, "vol": true}
+var fabricCommands = map[string]bool{"switch": true, "memd": true, "stord": true, "storgw": true, "pool": true, "stat": true, "vol": true, "mq": true}
 
 // checkExample checks one command line of an example: it parses as an
 // ndma command line, and one that talks on the fabric seals

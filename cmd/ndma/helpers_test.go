@@ -44,7 +44,12 @@ func executeContext(t *testing.T, ctx context.Context, out io.Writer, args ...st
 	reset = func(c *cobra.Command) {
 		for _, fs := range []*pflag.FlagSet{c.Flags(), c.PersistentFlags()} {
 			fs.VisitAll(func(f *pflag.Flag) {
-				if err := f.Value.Set(f.DefValue); err != nil {
+				set := func() error { return f.Value.Set(f.DefValue) }
+				if sv, ok := f.Value.(pflag.SliceValue); ok && f.DefValue == "[]" {
+					// Set appends to a slice: empty it instead.
+					set = func() error { return sv.Replace(nil) }
+				}
+				if err := set(); err != nil {
 					t.Fatalf("reset --%s: %v", f.Name, err)
 				}
 				f.Changed = false

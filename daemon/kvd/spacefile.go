@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 
 	"github.com/ndma/ndma/internal/secretfile"
@@ -35,19 +34,7 @@ func WriteSpaceFile(path string, sp Space) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return fmt.Errorf("space file: %w", err)
-	}
-	_, err = f.Write(append(b, '\n'))
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(path)
-		return fmt.Errorf("space file %s: %w", path, err)
-	}
-	return nil
+	return secretfile.WriteNew(path, "space file", append(b, '\n'))
 }
 
 // ReadSpaceFile reads a space file; it must be private to its owner.

@@ -28,6 +28,8 @@ var readmeImports = map[string]string{
 	"secure":    "github.com/ndma/ndma/secure",
 	"pool":      "github.com/ndma/ndma/pool",
 	"kv":        "github.com/ndma/ndma/kv",
+	"mq":        "github.com/ndma/ndma/mq",
+	"time":      "time",
 	"memnode":   "github.com/ndma/ndma/memnode",
 	"transport": "github.com/ndma/ndma/transport",
 }

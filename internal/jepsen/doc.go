@@ -16,8 +16,15 @@
 // writes of registers named by string keys, whose values are 64-bit
 // digests of what was stored (Digest), so that a stale read, the loss of
 // an acknowledged write and a read of something never written all show.
-// The block store (stor) is its first user; a key-value store and a
-// message queue reuse the same History, Nemesis and Report.
+// The block store (stor) is its first user; the key-value store (kv)
+// reuses the same History, Nemesis and Report.
+//
+// A queue's history is checked exactly instead (QueueHistory,
+// CheckQueue, used by the message queue, mq): every record sent has a
+// value no other uses and an acknowledged send says at which offset of
+// which partition its batch lies, so the partitions' contents follow
+// from the history, and lost, reordered, skipped or duplicated records
+// show without a search.
 //
 // Everything takes its time from the clock it is given and from the time
 // package, so inside a testing/synctest bubble (the simnet harnesses) time

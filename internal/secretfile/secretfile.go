@@ -108,3 +108,22 @@ func check(path, what string, fi fs.FileInfo) error {
 	}
 	return nil
 }
+
+// WriteNew writes b to a new file at path that only its owner may read
+// or write (mode 0600); an existing file is not overwritten, and a file
+// half written is removed. what names the file's role in messages.
+func WriteNew(path, what string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return fmt.Errorf("%s %s: %w", what, path, err)
+	}
+	return nil
+}

@@ -5,6 +5,7 @@ package secretfile
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -124,5 +125,24 @@ func TestMissing(t *testing.T) {
 	_, err := ReadFile(filepath.Join(t.TempDir(), "none"), "token file")
 	if !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("%v, want os.ErrNotExist", err)
+	}
+}
+
+// TestWriteNew writes a secret file only its owner may read, refuses to
+// overwrite one, and the file written reads back through ReadFile.
+func TestWriteNew(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "secret")
+	if err := WriteNew(path, "test file", []byte("s3cret")); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v, %v", fi.Mode(), err)
+	}
+	if err := WriteNew(path, "test file", []byte("other")); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("overwrote an existing file: %v", err)
+	}
+	if b, err := ReadFile(path, "test file"); err != nil || string(b) != "s3cret" {
+		t.Fatalf("read back %q, %v", b, err)
 	}
 }

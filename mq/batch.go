@@ -1,0 +1,232 @@
+package mq
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+)
+
+// A batch in a partition's log (all integers little-endian):
+//
+//	0  u16 batchMagic   2 u8 flags   3 u8 zero   4 u32 record count
+//	8  u64 offset (where the batch starts: a batch read elsewhere is stale)
+//	16 u64 span (bytes to the next batch: a multiple of Align)
+//	24 u32 body length   28 u32 body CRC32C
+//	32 u64 producer id   40 u64 sequence   48 i64 timestamp (unix ns)
+//	56 u32 zero          60 u32 header CRC32C over bytes 0-59
+//	64 body: the records, each
+//	   u32 key length, u32 value length, u32 header count, key, value,
+//	   and per header u32 name length, u32 value length, name, value
+//
+// A skip marker is a batch with flagSkip and no body: it seals a hole
+// of span bytes.
+const (
+	// BatchHeaderBytes is a batch header's size.
+	BatchHeaderBytes = batchHeaderLen
+	batchHeaderLen   = 64
+	batchMagic       = 0x514d // "MQ"
+	flagSkip         = 1
+	// recordOverhead is a record's bytes besides key, value and headers.
+	recordOverhead = 12
+	// headerOverhead is a record header's bytes besides name and value.
+	headerOverhead = 8
+)
+
+// Header is a record header: a name and a value.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Record is one message: a key, a value and headers. Records a consumer
+// returns carry where they were stored and who produced them.
+type Record struct {
+	Key, Value []byte
+	Headers    []Header
+	// Partition, Offset (the batch's) and Index (in the batch) say
+	// where the record is; set by the consumer.
+	Partition int
+	Offset    uint64
+	Index     int
+	// Producer and Sequence name the batch's producer and its number
+	// for it; Timestamp is when the producer made it (unix ns).
+	Producer, Sequence uint64
+	Timestamp          int64
+}
+
+// batchMeta is what a batch header says.
+type batchMeta struct {
+	offset, span  uint64
+	flags         uint8
+	count         uint32
+	bodyLen, crc  uint32
+	producer, seq uint64
+	timestamp     int64
+}
+
+func (m batchMeta) skip() bool { return m.flags&flagSkip != 0 }
+
+// errCorrupt is a batch whose header or body does not check.
+var errCorrupt = errors.New("mq: corrupt batch")
+
+// RecordBytes is the bytes r takes in a batch: a batch of records recs
+// takes BatchHeaderBytes plus the sum of their RecordBytes, which must
+// not exceed the topic's Layout.MaxBatch.
+func RecordBytes(r Record) int {
+	n := recordOverhead + len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += headerOverhead + len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// bodyLen is the encoded size of records.
+func bodyLen(recs []Record) int {
+	n := 0
+	for _, r := range recs {
+		n += RecordBytes(r)
+	}
+	return n
+}
+
+// spanOf is the log bytes a batch of n bytes takes.
+func spanOf(n int) uint64 { return (uint64(n) + Align - 1) / Align * Align }
+
+// encodeBatch encodes recs as a batch into a buffer of its span
+// (padding zero), with the header of m and the body's length, count and
+// checksum, and returns the header it wrote.
+func encodeBatch(m batchMeta, recs []Record) ([]byte, batchMeta) {
+	body := bodyLen(recs)
+	m.span = spanOf(batchHeaderLen + body)
+	b := make([]byte, batchHeaderLen, m.span)
+	for _, r := range recs {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(r.Key)))
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(r.Value)))
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(r.Headers)))
+		b = append(b, r.Key...)
+		b = append(b, r.Value...)
+		for _, h := range r.Headers {
+			b = binary.LittleEndian.AppendUint32(b, uint32(len(h.Key)))
+			b = binary.LittleEndian.AppendUint32(b, uint32(len(h.Value)))
+			b = append(b, h.Key...)
+			b = append(b, h.Value...)
+		}
+	}
+	m.count, m.bodyLen = uint32(len(recs)), uint32(body)
+	m.crc = crc32.Checksum(b[batchHeaderLen:], castagnoli)
+	putBatchHeader(b, m)
+	return b[:m.span], m
+}
+
+// skipMarker is the header of a skip marker sealing span bytes at off.
+func skipMarker(off, span uint64) []byte {
+	b := make([]byte, batchHeaderLen)
+	putBatchHeader(b, batchMeta{offset: off, span: span, flags: flagSkip})
+	return b
+}
+
+func putBatchHeader(b []byte, m batchMeta) {
+	binary.LittleEndian.PutUint16(b[0:], batchMagic)
+	b[2], b[3] = m.flags, 0
+	binary.LittleEndian.PutUint32(b[4:], m.count)
+	binary.LittleEndian.PutUint64(b[8:], m.offset)
+	binary.LittleEndian.PutUint64(b[16:], m.span)
+	binary.LittleEndian.PutUint32(b[24:], m.bodyLen)
+	binary.LittleEndian.PutUint32(b[28:], m.crc)
+	binary.LittleEndian.PutUint64(b[32:], m.producer)
+	binary.LittleEndian.PutUint64(b[40:], m.seq)
+	binary.LittleEndian.PutUint64(b[48:], uint64(m.timestamp))
+	binary.LittleEndian.PutUint32(b[56:], 0)
+	binary.LittleEndian.PutUint32(b[60:], crc32.Checksum(b[:60], castagnoli))
+}
+
+// parseBatchHeader checks a batch header read at offset off, in a log
+// whose largest batch is maxBatch bytes: its checksum, its offset, and
+// a span and body that fit.
+func parseBatchHeader(b []byte, off, maxBatch uint64) (batchMeta, error) {
+	if len(b) < batchHeaderLen {
+		return batchMeta{}, fmt.Errorf("%w: header of %d bytes", errCorrupt, len(b))
+	}
+	if binary.LittleEndian.Uint16(b) != batchMagic || crc32.Checksum(b[:60], castagnoli) != binary.LittleEndian.Uint32(b[60:]) {
+		return batchMeta{}, fmt.Errorf("%w: no batch header at offset %d", errCorrupt, off)
+	}
+	m := batchMeta{
+		flags: b[2], count: binary.LittleEndian.Uint32(b[4:]),
+		offset: binary.LittleEndian.Uint64(b[8:]), span: binary.LittleEndian.Uint64(b[16:]),
+		bodyLen: binary.LittleEndian.Uint32(b[24:]), crc: binary.LittleEndian.Uint32(b[28:]),
+		producer: binary.LittleEndian.Uint64(b[32:]), seq: binary.LittleEndian.Uint64(b[40:]),
+		timestamp: int64(binary.LittleEndian.Uint64(b[48:])),
+	}
+	switch {
+	case m.offset != off:
+		return batchMeta{}, fmt.Errorf("%w: the batch at offset %d says it is at %d", errCorrupt, off, m.offset)
+	case m.span == 0 || m.span%Align != 0 || m.span > maxOffset:
+		return batchMeta{}, fmt.Errorf("%w: span of %d bytes at offset %d", errCorrupt, m.span, off)
+	case m.skip() && (m.count != 0 || m.bodyLen != 0):
+		return batchMeta{}, fmt.Errorf("%w: a skip marker with a body at offset %d", errCorrupt, off)
+	case !m.skip() && (m.span > maxBatch || spanOf(batchHeaderLen+int(m.bodyLen)) != m.span):
+		return batchMeta{}, fmt.Errorf("%w: body of %d bytes in a span of %d at offset %d (largest batch %d)", errCorrupt, m.bodyLen, m.span, off, maxBatch)
+	}
+	return m, nil
+}
+
+// parseBody checks a batch's body against its header and decodes its
+// records; keys, values and headers alias body.
+func parseBody(m batchMeta, body []byte) ([]Record, error) {
+	if len(body) != int(m.bodyLen) || crc32.Checksum(body, castagnoli) != m.crc {
+		return nil, fmt.Errorf("%w: the body at offset %d does not match its checksum", errCorrupt, m.offset)
+	}
+	recs := make([]Record, 0, min(int(m.count), len(body)/recordOverhead))
+	p := body
+	take := func(n uint32) ([]byte, bool) {
+		if uint64(n) > uint64(len(p)) {
+			return nil, false
+		}
+		v := p[:n:n]
+		p = p[n:]
+		return v, true
+	}
+	u32 := func() (uint32, bool) {
+		v, ok := take(4)
+		if !ok {
+			return 0, false
+		}
+		return binary.LittleEndian.Uint32(v), true
+	}
+	bad := fmt.Errorf("%w: records of the batch at offset %d overrun its body", errCorrupt, m.offset)
+	for i := range int(m.count) {
+		kl, ok1 := u32()
+		vl, ok2 := u32()
+		nh, ok3 := u32()
+		if !ok1 || !ok2 || !ok3 || uint64(nh)*headerOverhead > uint64(len(p)) {
+			return nil, bad
+		}
+		r := Record{Offset: m.offset, Index: i, Producer: m.producer, Sequence: m.seq, Timestamp: m.timestamp}
+		var ok bool
+		if r.Key, ok = take(kl); !ok {
+			return nil, bad
+		}
+		if r.Value, ok = take(vl); !ok {
+			return nil, bad
+		}
+		for range nh {
+			hk, ok1 := u32()
+			hv, ok2 := u32()
+			k, ok3 := take(hk)
+			if !ok1 || !ok2 || !ok3 {
+				return nil, bad
+			}
+			v, ok := take(hv)
+			if !ok {
+				return nil, bad
+			}
+			r.Headers = append(r.Headers, Header{Key: string(k), Value: v})
+		}
+		recs = append(recs, r)
+	}
+	if len(p) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the records of the batch at offset %d", errCorrupt, len(p), m.offset)
+	}
+	return recs, nil
+}

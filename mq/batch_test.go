@@ -1,0 +1,138 @@
+package mq
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+func testRecords() []Record {
+	return []Record{
+		{Key: []byte("k1"), Value: []byte("hello"), Headers: []Header{{Key: "h", Value: []byte("v")}, {Key: "", Value: nil}}},
+		{Value: []byte("no key")},
+		{Key: []byte("k3"), Value: bytes.Repeat([]byte{7}, 300)},
+	}
+}
+
+// TestBatchRoundTrip encodes a batch and decodes it back: every field
+// of the header and every record.
+func TestBatchRoundTrip(t *testing.T) {
+	recs := testRecords()
+	b, m := encodeBatch(batchMeta{producer: 9}, recs)
+	m.offset, m.seq, m.timestamp = 4096, 3, 12345
+	putBatchHeader(b, m)
+	if uint64(len(b)) != m.span || m.span%Align != 0 {
+		t.Fatalf("batch of %d bytes, span %d", len(b), m.span)
+	}
+	got, err := parseBatchHeader(b, 4096, 1<<20)
+	if err != nil || got != m {
+		t.Fatalf("header: %+v %v, want %+v", got, err, m)
+	}
+	rs, err := parseBody(got, b[batchHeaderLen:batchHeaderLen+got.bodyLen])
+	if err != nil || len(rs) != len(recs) {
+		t.Fatalf("body: %d records, %v", len(rs), err)
+	}
+	for i, r := range rs {
+		w := recs[i]
+		if !bytes.Equal(r.Key, w.Key) || !bytes.Equal(r.Value, w.Value) || len(r.Headers) != len(w.Headers) ||
+			r.Offset != 4096 || r.Index != i || r.Producer != 9 || r.Sequence != 3 || r.Timestamp != 12345 {
+			t.Fatalf("record %d: %+v, want %+v", i, r, w)
+		}
+		for j, h := range r.Headers {
+			if h.Key != w.Headers[j].Key || !bytes.Equal(h.Value, w.Headers[j].Value) {
+				t.Fatalf("record %d header %d: %+v", i, j, h)
+			}
+		}
+	}
+}
+
+// TestBatchCorrupt: a flipped bit anywhere, a batch read at another
+// offset (stale), a span over the largest batch and a skip marker are
+// each told apart.
+func TestBatchCorrupt(t *testing.T) {
+	b, m := encodeBatch(batchMeta{producer: 1}, testRecords())
+	m.offset = 128
+	putBatchHeader(b, m)
+	if _, err := parseBatchHeader(b, 192, 1<<20); !errors.Is(err, errCorrupt) {
+		t.Fatalf("batch read at another offset: %v", err)
+	}
+	if _, err := parseBatchHeader(b, 128, m.span-Align); !errors.Is(err, errCorrupt) {
+		t.Fatalf("batch over the largest: %v", err)
+	}
+	for _, at := range []int{0, 9, 17, 30, 61, 70, 200, int(batchHeaderLen + m.bodyLen - 1)} {
+		c := bytes.Clone(b)
+		c[at] ^= 0x10
+		h, err := parseBatchHeader(c, 128, 1<<20)
+		if err == nil {
+			_, err = parseBody(h, c[batchHeaderLen:batchHeaderLen+h.bodyLen])
+		}
+		if !errors.Is(err, errCorrupt) {
+			t.Errorf("bit flipped at byte %d: %v", at, err)
+		}
+	}
+	s := skipMarker(640, 4096)
+	h, err := parseBatchHeader(s, 640, 1<<20)
+	if err != nil || !h.skip() || h.span != 4096 {
+		t.Fatalf("skip marker: %+v %v", h, err)
+	}
+}
+
+// FuzzParseBatch feeds the batch decoder arbitrary bytes: it fails
+// cleanly or returns records that lie inside the body.
+func FuzzParseBatch(f *testing.F) {
+	b, m := encodeBatch(batchMeta{producer: 1}, testRecords())
+	putBatchHeader(b, m)
+	f.Add(b)
+	f.Add(skipMarker(0, 64))
+	f.Add(make([]byte, 64))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		h, err := parseBatchHeader(data, 0, 1<<20)
+		if err != nil || h.skip() {
+			return
+		}
+		if uint64(len(data)) < batchHeaderLen+uint64(h.bodyLen) {
+			return
+		}
+		rs, err := parseBody(h, data[batchHeaderLen:batchHeaderLen+h.bodyLen])
+		if err != nil {
+			return
+		}
+		if len(rs) != int(h.count) {
+			t.Fatalf("%d records, header says %d", len(rs), h.count)
+		}
+	})
+}
+
+// TestLayout checks the geometry's bounds and where partitions and
+// groups lie.
+func TestLayout(t *testing.T) {
+	l := Layout{Partitions: 3, SegmentBytes: 4096, Segments: 4, MaxBatch: 4096, Groups: 2}
+	if err := l.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := parseHeader(appendHeader(nil, l)); err != nil || got != l {
+		t.Fatalf("header: %+v %v", got, err)
+	}
+	if l.DataSize() != HeaderBytes+3*4*4096 || l.groupBytes() != 64 || l.ControlSize() != 3*64+2*64 {
+		t.Fatalf("sizes: data %d, group %d, control %d", l.DataSize(), l.groupBytes(), l.ControlSize())
+	}
+	if ps := l.pieces(1, 4*4096-64, 128); len(ps) != 2 || ps[0] != [2]uint64{HeaderBytes + 2*4*4096 - 64, 64} || ps[1] != [2]uint64{HeaderBytes + 4*4096, 64} {
+		t.Fatalf("a batch across the ring's end: %v", ps)
+	}
+	for _, bad := range []Layout{
+		{Partitions: 0, SegmentBytes: 4096, Segments: 4, MaxBatch: 4096},
+		{Partitions: 1, SegmentBytes: 4000, Segments: 4, MaxBatch: 1024},
+		{Partitions: 1, SegmentBytes: 4096, Segments: 1, MaxBatch: 4096},
+		{Partitions: 1, SegmentBytes: 4096, Segments: 4, MaxBatch: 8192},
+		{Partitions: 1, SegmentBytes: 4096, Segments: 4, MaxBatch: 4096, Groups: -1},
+	} {
+		if err := bad.Check(); !errors.Is(err, ErrBadLayout) {
+			t.Errorf("%+v: %v", bad, err)
+		}
+	}
+	for _, n := range []string{"", "-a", "a b", string(make([]byte, 65))} {
+		if err := CheckName(n); !errors.Is(err, ErrBadName) {
+			t.Errorf("name %q: %v", n, err)
+		}
+	}
+}
