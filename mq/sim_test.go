@@ -38,6 +38,8 @@ type simMQ struct {
 	// switches counts the switch's restarts: each runs with its own
 	// transport seed, as a real process draws its own.
 	switches int
+	// memStarts counts memory node starts (each its own transport seed).
+	memStarts int
 }
 
 // simMem is a memory node of the harness.
@@ -160,6 +162,10 @@ func (s *simMQ) memoryNode(size int) {
 // memory, lending it to the switch; it waits at most wait for the
 // switch to take the offer, and goes on offering it in the background.
 func (s *simMQ) startMem(m *simMem, wait time.Duration) error {
+	// Each start draws its own transport seed, as a real process does: a
+	// node restarted with its previous incarnation's sequence numbers
+	// would be taken for that one's duplicates until the switch forgot it.
+	s.memStarts++
 	st, err := memnode.NewStore(memnode.Config{})
 	if err != nil {
 		return err
@@ -169,7 +175,7 @@ func (s *simMQ) startMem(m *simMem, wait time.Duration) error {
 		return err
 	}
 	cfg := endpoint.Config{Store: st, PoolNode: &endpoint.PoolServe{Switch: s.swA, Key: key, Token: testToken},
-		Transport: transport.Config{MTU: 9000, Seed: uint64(s.seed)*1000 + uint64(s.port)}}
+		Transport: transport.Config{MTU: 9000, Seed: uint64(s.seed)*1000 + 100000 + uint64(s.memStarts)}}
 	ep, err := endpoint.New(s.net.ListenConn(m.addr, s.link, s.link), cfg, endpoint.Options{})
 	if err != nil {
 		return err
