@@ -177,6 +177,68 @@ func ndmago_barrier(h C.ndma_comm_t, req *C.ndma_request_t) (rc C.int) {
 	})
 }
 
+// Kinds of ndmago_blocks.
+const (
+	kindGather   = 0
+	kindScatter  = 1
+	kindAlltoall = 2
+)
+
+// ndmago_blocks runs the collectives that move blocks of n bytes between
+// ranks: gather, scatter (at root) and alltoall.
+//
+//export ndmago_blocks
+func ndmago_blocks(h C.ndma_comm_t, kind C.int, send, recv unsafe.Pointer, n C.size_t, root C.int, req *C.ndma_request_t) (rc C.int) {
+	defer guard(&rc)
+	cm, err := lookupComm(h)
+	if err != nil {
+		return fail(err)
+	}
+	size := uintptr(cm.c.Size())
+	if uintptr(n) > maxBytes/size {
+		return argErr("%d bytes per block too large", uint64(n))
+	}
+	block, all := uintptr(n), uintptr(n)*size
+	if kind != kindAlltoall && (root < 0 || int(root) >= cm.c.Size()) {
+		return argErr("root %d of %d ranks", int(root), cm.c.Size())
+	}
+	atRoot := int(root) == cm.c.Rank()
+	switch kind {
+	case kindGather:
+		// send nil at the root: in place; recv only at the root.
+		if n > 0 && (!atRoot && send == nil || atRoot && recv == nil) {
+			return argErr("gather: send, or recv at the root, is NULL")
+		}
+		s, r := cbytes(send, block), []byte(nil)
+		if atRoot {
+			r = cbytes(recv, all)
+		}
+		return cm.run(req, coll.OpGather, func(ctx context.Context, opts []coll.CallOption) *coll.Request {
+			return cm.c.Igather(ctx, s, r, int(root), opts...)
+		})
+	case kindScatter:
+		if n > 0 && (!atRoot && recv == nil || atRoot && send == nil) {
+			return argErr("scatter: recv, or send at the root, is NULL")
+		}
+		s, r := []byte(nil), cbytes(recv, block)
+		if atRoot {
+			s = cbytes(send, all)
+		}
+		return cm.run(req, coll.OpScatter, func(ctx context.Context, opts []coll.CallOption) *coll.Request {
+			return cm.c.Iscatter(ctx, s, r, int(root), opts...)
+		})
+	case kindAlltoall:
+		if n > 0 && (send == nil || recv == nil) {
+			return argErr("alltoall: send or recv is NULL")
+		}
+		s, r := cbytes(send, all), cbytes(recv, all)
+		return cm.run(req, coll.OpAlltoall, func(ctx context.Context, opts []coll.CallOption) *coll.Request {
+			return cm.c.Ialltoall(ctx, s, r, opts...)
+		})
+	}
+	return argErr("unknown block collective %d", int(kind))
+}
+
 // Kinds of ndmago_reduce.
 const (
 	kindAllreduce     = 0

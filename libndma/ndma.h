@@ -215,6 +215,17 @@ int ndma_allgather(ndma_comm_t comm, const void *send, void *recv, size_t bytes)
 int ndma_reduce_scatter(ndma_comm_t comm, const void *send, void *recv, size_t count,
                         ndma_dtype dtype, ndma_op op);
 int ndma_barrier(ndma_comm_t comm);
+/* root's recv holds size blocks of bytes bytes, block i from rank i's send
+ * (recv may be NULL elsewhere); send NULL at the root means in place (its
+ * block is already in recv). */
+int ndma_gather(ndma_comm_t comm, const void *send, void *recv, size_t bytes, int root);
+/* root's send holds size blocks of bytes bytes; rank i gets block i in
+ * recv (send may be NULL elsewhere); recv NULL at the root means in place
+ * (its block stays in send). */
+int ndma_scatter(ndma_comm_t comm, const void *send, void *recv, size_t bytes, int root);
+/* send holds size blocks of bytes bytes, block j for rank j; recv gets
+ * size blocks, block i from rank i. */
+int ndma_alltoall(ndma_comm_t comm, const void *send, void *recv, size_t bytes);
 
 /* Non-blocking forms: the same arguments, and *req to wait on. */
 int ndma_iallreduce(ndma_comm_t comm, const void *send, void *recv, size_t count,
@@ -227,6 +238,12 @@ int ndma_iallgather(ndma_comm_t comm, const void *send, void *recv, size_t bytes
 int ndma_ireduce_scatter(ndma_comm_t comm, const void *send, void *recv, size_t count,
                          ndma_dtype dtype, ndma_op op, ndma_request_t *req);
 int ndma_ibarrier(ndma_comm_t comm, ndma_request_t *req);
+int ndma_igather(ndma_comm_t comm, const void *send, void *recv, size_t bytes, int root,
+                 ndma_request_t *req);
+int ndma_iscatter(ndma_comm_t comm, const void *send, void *recv, size_t bytes, int root,
+                  ndma_request_t *req);
+int ndma_ialltoall(ndma_comm_t comm, const void *send, void *recv, size_t bytes,
+                   ndma_request_t *req);
 
 /* ndma_wait blocks until req completes, frees it and returns the
  * collective's result. */

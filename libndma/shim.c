@@ -94,6 +94,33 @@ int ndma_barrier(ndma_comm_t comm) { return ndmago_barrier(comm, NULL); }
 
 int ndma_ibarrier(ndma_comm_t comm, ndma_request_t *req) { return ndmago_barrier(comm, req); }
 
+int ndma_gather(ndma_comm_t comm, const void *send, void *recv, size_t bytes, int root) {
+    return ndmago_blocks(comm, 0, (void *)send, recv, bytes, root, NULL);
+}
+
+int ndma_igather(ndma_comm_t comm, const void *send, void *recv, size_t bytes, int root,
+                 ndma_request_t *req) {
+    return ndmago_blocks(comm, 0, (void *)send, recv, bytes, root, req);
+}
+
+int ndma_scatter(ndma_comm_t comm, const void *send, void *recv, size_t bytes, int root) {
+    return ndmago_blocks(comm, 1, (void *)send, recv, bytes, root, NULL);
+}
+
+int ndma_iscatter(ndma_comm_t comm, const void *send, void *recv, size_t bytes, int root,
+                  ndma_request_t *req) {
+    return ndmago_blocks(comm, 1, (void *)send, recv, bytes, root, req);
+}
+
+int ndma_alltoall(ndma_comm_t comm, const void *send, void *recv, size_t bytes) {
+    return ndmago_blocks(comm, 2, (void *)send, recv, bytes, -1, NULL);
+}
+
+int ndma_ialltoall(ndma_comm_t comm, const void *send, void *recv, size_t bytes,
+                   ndma_request_t *req) {
+    return ndmago_blocks(comm, 2, (void *)send, recv, bytes, -1, req);
+}
+
 int ndma_region_alloc(ndma_comm_t comm, uint64_t bytes, uint64_t stripe, ndma_region_t *region) {
     return ndmago_region_alloc(comm, bytes, stripe, region);
 }

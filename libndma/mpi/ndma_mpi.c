@@ -6,7 +6,8 @@
  * or linked before -lmpi), it defines MPI_Init, MPI_Init_thread,
  * MPI_Finalize and the blocking MPI_Bcast, MPI_Allreduce, MPI_Reduce,
  * MPI_Allgather, MPI_Reduce_scatter_block, MPI_Reduce_scatter (when every
- * rank's count is the same: the block form) and MPI_Barrier. A call goes
+ * rank's count is the same: the block form), MPI_Barrier, MPI_Gather,
+ * MPI_Scatter and MPI_Alltoall. A call goes
  * through NDMA (libndma: one multicast or one aggregation through the
  * switch) when NDMA can give exactly what MPI promises; otherwise it calls
  * the MPI library's own PMPI_ function. What decides is only what every
@@ -27,8 +28,12 @@
  *     operation not disabled by NDMA_MPI_<OP>=0;
  *   - count 0 goes to MPI (nothing to move).
  *
- * MPI_IN_PLACE works for Allreduce, Reduce (at the root), Allgather and
- * Reduce_scatter_block. Non-blocking collectives (MPI_Ibcast...) and all
+ * MPI_IN_PLACE works for Allreduce, Reduce (at the root), Allgather,
+ * Reduce_scatter_block, Gather and Scatter (at the root) and Alltoall.
+ * Gather, Scatter and Alltoall decide on the blocks' bytes and on each
+ * rank's significant datatypes being predefined without gaps: give every
+ * rank such types (as MPI programs do), or a rank taking MPI's path
+ * while the others take NDMA's waits for them. Non-blocking collectives (MPI_Ibcast...) and all
  * others go to MPI. Fortran: MPICH's Fortran bindings call the MPI_
  * functions, so a Fortran program under MPICH goes through NDMA as a C
  * one does (MPI_REAL, MPI_DOUBLE_PRECISION, MPI_INTEGER... are
@@ -55,7 +60,7 @@
  *                     NDMA cannot be set up.
  *   NDMA_MPI_MIN_BYTES=N  only calls of N or more bytes per rank.
  *   NDMA_MPI_BCAST, _ALLREDUCE, _REDUCE, _ALLGATHER, _REDUCE_SCATTER,
- *   _BARRIER =0: that operation to MPI.
+ *   _BARRIER, _GATHER, _SCATTER, _ALLTOALL =0: that operation to MPI.
  *   NDMA_MPI_VERBOSE=1  rank 0 prints what was set up, and every rank its
  *                     count of calls through each path at MPI_Finalize.
  *
@@ -82,14 +87,26 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { OP_BCAST, OP_ALLREDUCE, OP_REDUCE, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BARRIER, NOPS };
+enum {
+    OP_BCAST,
+    OP_ALLREDUCE,
+    OP_REDUCE,
+    OP_ALLGATHER,
+    OP_REDUCE_SCATTER,
+    OP_BARRIER,
+    OP_GATHER,
+    OP_SCATTER,
+    OP_ALLTOALL,
+    NOPS
+};
 
 static const char *const op_env[NOPS] = {
-    "NDMA_MPI_BCAST", "NDMA_MPI_ALLREDUCE", "NDMA_MPI_REDUCE",
-    "NDMA_MPI_ALLGATHER", "NDMA_MPI_REDUCE_SCATTER", "NDMA_MPI_BARRIER",
+    "NDMA_MPI_BCAST",   "NDMA_MPI_ALLREDUCE", "NDMA_MPI_REDUCE",  "NDMA_MPI_ALLGATHER", "NDMA_MPI_REDUCE_SCATTER",
+    "NDMA_MPI_BARRIER", "NDMA_MPI_GATHER",    "NDMA_MPI_SCATTER", "NDMA_MPI_ALLTOALL",
 };
 static const char *const op_name[NOPS] = {
-    "MPI_Bcast", "MPI_Allreduce", "MPI_Reduce", "MPI_Allgather", "MPI_Reduce_scatter_block", "MPI_Barrier",
+    "MPI_Bcast",   "MPI_Allreduce", "MPI_Reduce",  "MPI_Allgather", "MPI_Reduce_scatter_block",
+    "MPI_Barrier", "MPI_Gather",    "MPI_Scatter", "MPI_Alltoall",
 };
 
 /* The longest group name: the switch's bound. */
@@ -125,7 +142,7 @@ static unsigned counter;                               /* sub-communicators name
 
 static unsigned long long n_ndma[NOPS], n_mpi[NOPS];
 
-void ndma_mpi_counts(unsigned long long ndma[6], unsigned long long mpi[6]) {
+void ndma_mpi_counts(unsigned long long ndma[NOPS], unsigned long long mpi[NOPS]) {
     for (int i = 0; i < NOPS; i++) {
         if (ndma)
             ndma[i] = __atomic_load_n(&n_ndma[i], __ATOMIC_RELAXED);
@@ -455,6 +472,85 @@ int MPI_Barrier(MPI_Comm comm) {
     }
     tally(&n_mpi[OP_BARRIER]);
     return PMPI_Barrier(comm);
+}
+
+/* MPI_Gather: the block's bytes are what every rank knows alike (the
+ * root's receive count and type, the others' send count and type, equal
+ * by MPI's rules). */
+int MPI_Gather(const void *send, int scount, MPI_Datatype stype, void *recv, int rcount, MPI_Datatype rtype,
+               int root, MPI_Comm comm) {
+    int rank = -1, ssz = 0, rsz = 0;
+    long long bytes = 0;
+    ndma_comm_t h;
+    PMPI_Comm_rank(comm, &rank);
+    if (rank == root) {
+        if (contiguous(rtype, &rsz) &&
+            (send == MPI_IN_PLACE || (contiguous(stype, &ssz) && (long long)scount * ssz == (long long)rcount * rsz)))
+            bytes = (long long)rcount * rsz;
+    } else if (contiguous(stype, &ssz)) {
+        bytes = (long long)scount * ssz;
+    }
+    if (g.on[OP_GATHER] && bytes > 0 && large(bytes) && (h = group_of(comm)) != 0) {
+        tally(&n_ndma[OP_GATHER]);
+        return done(comm, OP_GATHER,
+                    ndma_gather(h, send == MPI_IN_PLACE ? NULL : send, rank == root ? recv : NULL, (size_t)bytes, root));
+    }
+    tally(&n_mpi[OP_GATHER]);
+    return PMPI_Gather(send, scount, stype, recv, rcount, rtype, root, comm);
+}
+
+/* MPI_Scatter: as MPI_Gather, the root's send count and type against the
+ * others' receive count and type. */
+int MPI_Scatter(const void *send, int scount, MPI_Datatype stype, void *recv, int rcount, MPI_Datatype rtype,
+                int root, MPI_Comm comm) {
+    int rank = -1, ssz = 0, rsz = 0;
+    long long bytes = 0;
+    ndma_comm_t h;
+    PMPI_Comm_rank(comm, &rank);
+    if (rank == root) {
+        if (contiguous(stype, &ssz) &&
+            (recv == MPI_IN_PLACE || (contiguous(rtype, &rsz) && (long long)scount * ssz == (long long)rcount * rsz)))
+            bytes = (long long)scount * ssz;
+    } else if (contiguous(rtype, &rsz)) {
+        bytes = (long long)rcount * rsz;
+    }
+    if (g.on[OP_SCATTER] && bytes > 0 && large(bytes) && (h = group_of(comm)) != 0) {
+        tally(&n_ndma[OP_SCATTER]);
+        return done(comm, OP_SCATTER,
+                    ndma_scatter(h, rank == root ? send : NULL, recv == MPI_IN_PLACE ? NULL : recv, (size_t)bytes, root));
+    }
+    tally(&n_mpi[OP_SCATTER]);
+    return PMPI_Scatter(send, scount, stype, recv, rcount, rtype, root, comm);
+}
+
+int MPI_Alltoall(const void *send, int scount, MPI_Datatype stype, void *recv, int rcount, MPI_Datatype rtype,
+                 MPI_Comm comm) {
+    int ssz = 0, rsz = 0;
+    ndma_comm_t h;
+    /* MPI_IN_PLACE is given on every rank or on none. */
+    if (g.on[OP_ALLTOALL] && rcount > 0 && contiguous(rtype, &rsz) &&
+        (send == MPI_IN_PLACE || (contiguous(stype, &ssz) && (long long)scount * ssz == (long long)rcount * rsz)) &&
+        large((long long)rcount * rsz) && (h = group_of(comm)) != 0) {
+        tally(&n_ndma[OP_ALLTOALL]);
+        size_t bytes = (size_t)rcount * rsz;
+        void *tmp = NULL;
+        if (send == MPI_IN_PLACE) { /* recv holds the blocks to send */
+            int n = 0;
+            PMPI_Comm_size(comm, &n);
+            if ((tmp = malloc(bytes * n)) == NULL) {
+                fprintf(stderr, "ndma_mpi: MPI_Alltoall: out of memory\n");
+                PMPI_Comm_call_errhandler(comm, MPI_ERR_NO_MEM);
+                return MPI_ERR_NO_MEM;
+            }
+            memcpy(tmp, recv, bytes * n);
+            send = tmp;
+        }
+        int rc = ndma_alltoall(h, send, recv, bytes);
+        free(tmp);
+        return done(comm, OP_ALLTOALL, rc);
+    }
+    tally(&n_mpi[OP_ALLTOALL]);
+    return PMPI_Alltoall(send, scount, stype, recv, rcount, rtype, comm);
 }
 
 /* job_name is rank 0's default group name: random enough that two jobs

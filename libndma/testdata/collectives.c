@@ -136,6 +136,64 @@ static void test_reductions(ndma_comm_t comm) {
     }
 }
 
+// block is the byte i of the block rank from sends to rank to.
+static unsigned char block(int from, int to, size_t i) { return (unsigned char)(i * 13 + 7 * from + 3 * to); }
+
+// test_blocks checks gather, scatter (every root, in place at the root
+// too) and alltoall of n bytes per block; buf holds size blocks, mine one.
+static void test_blocks(ndma_comm_t comm, size_t n, unsigned char *buf, unsigned char *mine) {
+    unsigned char *send = malloc(n * size + 1);
+    for (int root = 0; root < size; root++) {
+        for (int inplace = 0; inplace < 2; inplace++) {
+            for (size_t i = 0; i < n; i++) {
+                mine[i] = block(rank, root, i);
+            }
+            memset(buf, 0, n * size);
+            if (inplace && rank == root) {
+                memcpy(buf + rank * n, mine, n);
+            }
+            CHECK(ndma_gather(comm, inplace && rank == root ? NULL : mine, rank == root ? buf : NULL, n, root));
+            for (int r = 0; rank == root && r < size; r++) {
+                for (size_t i = 0; i < n; i++) {
+                    EXPECT(buf[r * n + i] == block(r, root, i), "gather root %d in place %d n %zu block %d [%zu]", root,
+                           inplace, n, r, i);
+                }
+            }
+            for (int r = 0; r < size; r++) {
+                for (size_t i = 0; i < n; i++) {
+                    send[r * n + i] = block(root, r, i);
+                }
+            }
+            memset(mine, 0, n);
+            int keep = inplace && rank == root; // the root's block stays in send
+            CHECK(ndma_scatter(comm, rank == root ? send : NULL, keep ? NULL : mine, n, root));
+            for (size_t i = 0; !keep && i < n; i++) {
+                EXPECT(mine[i] == block(root, rank, i), "scatter root %d n %zu [%zu]", root, n, i);
+            }
+        }
+    }
+    for (int r = 0; r < size; r++) {
+        for (size_t i = 0; i < n; i++) {
+            send[r * n + i] = block(rank, r, i);
+        }
+    }
+    memset(buf, 0, n * size);
+    CHECK(ndma_alltoall(comm, send, buf, n));
+    for (int r = 0; r < size; r++) {
+        for (size_t i = 0; i < n; i++) {
+            EXPECT(buf[r * n + i] == block(r, rank, i), "alltoall n %zu block from %d [%zu]", n, r, i);
+        }
+    }
+    ndma_request_t rq;
+    memset(buf, 0, n * size);
+    CHECK(ndma_ialltoall(comm, send, buf, n, &rq));
+    CHECK(ndma_wait(rq));
+    for (int r = 0; r < size; r++) {
+        EXPECT(n == 0 || buf[r * n] == block(r, rank, 0), "ialltoall n %zu block from %d", n, r);
+    }
+    free(send);
+}
+
 static void test_moves(ndma_comm_t comm) {
     const size_t sizes[] = {0, 1, 13, 9000, 300001};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
@@ -168,6 +226,7 @@ static void test_moves(ndma_comm_t comm) {
                 EXPECT(buf[r * n + i] == (unsigned char)(i + 17 * r), "allgather in place n %zu block %d [%zu]", n, r, i);
             }
         }
+        test_blocks(comm, n, buf, mine);
         free(buf);
         free(mine);
     }

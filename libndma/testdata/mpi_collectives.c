@@ -251,6 +251,55 @@ static unsigned char pattern(int root, int salt, size_t i) { return (unsigned ch
 
 /* movers checks Bcast (every root) and Allgather (in place and not, the
  * send and receive types differing). */
+/* blocks checks MPI_Gather and MPI_Scatter (every root, in place at the
+ * root too) and MPI_Alltoall (in place too) of count elements of t
+ * (bytes bytes) per block against PMPI's; buf and ref hold n blocks. */
+static void blocks(MPI_Comm comm, const char *cname, MPI_Datatype t, const char *tname, int count, int bytes,
+                   unsigned char *buf, unsigned char *ref) {
+    int rank, n;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &n);
+    unsigned char *send = xmalloc((size_t)bytes * n), *mine = xmalloc(bytes), *got = xmalloc(bytes);
+    for (int root = 0; root < n; root++) {
+        for (int inplace = 0; inplace < 2; inplace++) {
+            int ip = inplace && rank == root;
+            for (int i = 0; i < bytes; i++)
+                mine[i] = pattern(rank, root + inplace, i);
+            memset(buf, 0xee, (size_t)bytes * n);
+            if (ip)
+                memcpy(buf + (size_t)rank * bytes, mine, bytes);
+            MPI_Gather(ip ? MPI_IN_PLACE : mine, count, t, buf, count, t, root, comm);
+            PMPI_Gather(mine, bytes, MPI_BYTE, ref, bytes, MPI_BYTE, root, comm);
+            CHECK(rank != root || !memcmp(buf, ref, (size_t)bytes * n), "%s: MPI_Gather%s %s count %d root %d differs from PMPI's",
+                  cname, inplace ? " in place" : "", tname, count, root);
+            for (int i = 0; i < bytes * n; i++)
+                send[i] = pattern(root, i / (bytes ? bytes : 1) + inplace, i);
+            memset(got, 0xee, bytes);
+            MPI_Scatter(send, count, t, ip ? MPI_IN_PLACE : got, count, t, root, comm);
+            PMPI_Scatter(send, bytes, MPI_BYTE, mine, bytes, MPI_BYTE, root, comm);
+            CHECK(ip || !memcmp(got, mine, bytes), "%s: MPI_Scatter%s %s count %d root %d differs from PMPI's", cname,
+                  inplace ? " in place" : "", tname, count, root);
+        }
+    }
+    for (int inplace = 0; inplace < 2; inplace++) {
+        for (int i = 0; i < bytes * n; i++)
+            send[i] = pattern(rank, i / (bytes ? bytes : 1) + inplace, i);
+        PMPI_Alltoall(send, bytes, MPI_BYTE, ref, bytes, MPI_BYTE, comm);
+        if (inplace) {
+            memcpy(buf, send, (size_t)bytes * n);
+            MPI_Alltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, count, t, comm);
+        } else {
+            memset(buf, 0xee, (size_t)bytes * n);
+            MPI_Alltoall(send, count, t, buf, count, t, comm);
+        }
+        CHECK(!memcmp(buf, ref, (size_t)bytes * n), "%s: MPI_Alltoall%s %s count %d differs from PMPI's", cname,
+              inplace ? " in place" : "", tname, count);
+    }
+    free(send);
+    free(mine);
+    free(got);
+}
+
 static void movers(MPI_Comm comm, const char *cname) {
     int rank, n;
     MPI_Comm_rank(comm, &rank);
@@ -292,6 +341,7 @@ static void movers(MPI_Comm comm, const char *cname) {
                       inplace ? " in place" : "", types[ti].name, count);
                 free(mine);
             }
+            blocks(comm, cname, types[ti].t, types[ti].name, count, (int)bytes, buf, ref);
             free(buf);
             free(ref);
         }
@@ -406,7 +456,9 @@ static void fallbacks(MPI_Comm comm) {
     MPI_Type_free(&pair);
 }
 
-typedef void (*counts_fn)(unsigned long long ndma[6], unsigned long long mpi[6]);
+/* The operations ndma_mpi_counts reports, in its order. */
+#define NCOUNTED 9
+typedef void (*counts_fn)(unsigned long long ndma[NCOUNTED], unsigned long long mpi[NCOUNTED]);
 
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
@@ -478,15 +530,16 @@ int main(int argc, char **argv) {
         MPI_Group_free(&evens);
         MPI_Group_free(&world);
     }
-    unsigned long long nd0[6] = {0}, mp0[6] = {0}, nd[6] = {0}, mp[6] = {0};
+    unsigned long long nd0[NCOUNTED] = {0}, mp0[NCOUNTED] = {0}, nd[NCOUNTED] = {0}, mp[NCOUNTED] = {0};
     if (counts_of)
         counts_of(nd0, mp0);
     fallbacks(MPI_COMM_WORLD);
     if (counts_of)
         counts_of(nd, mp);
     if (want_ndma) {
-        static const char *names[6] = {"Bcast", "Allreduce", "Reduce", "Allgather", "Reduce_scatter_block", "Barrier"};
-        for (int i = 0; i < 6; i++)
+        static const char *names[NCOUNTED] = {"Bcast",   "Allreduce", "Reduce",  "Allgather", "Reduce_scatter_block",
+                                          "Barrier", "Gather",    "Scatter", "Alltoall"};
+        for (int i = 0; i < NCOUNTED; i++)
             CHECK(nd0[i] > 0, "no MPI_%s went through NDMA (%llu to MPI)", names[i], mp0[i]);
         CHECK(mp[0] == mp0[0] && nd[0] - nd0[0] == 4, "derived- and mixed-type MPI_Bcasts: %llu of 4 to NDMA, %llu to MPI",
               nd[0] - nd0[0], mp[0] - mp0[0]);
