@@ -468,6 +468,75 @@ class Communicator:
         fn = self._L.ndma_allgather if blocking else self._L.ndma_iallgather
         return self._start(fn, (None if s is None else s.ptr, o.ptr, n), (s, o), o.obj, blocking)
 
+    def gather(self, buf, out, root=0):
+        """Gathers every rank's buf into the root's out (size blocks, block
+        i from rank i); out is ignored elsewhere and may be None; buf None
+        at the root means in place (its block is already in out)."""
+        return self._gather(buf, out, root, True)
+
+    def igather(self, buf, out, root=0):
+        return self._gather(buf, out, root, False)
+
+    def _gather(self, buf, out, root, blocking):
+        s = None if buf is None else _Buf(buf, "gather input")
+        o = None
+        if self.rank == root:
+            if out is None:
+                raise InvalidArgument(_lib.ERR_ARG, "gather: no output at the root")
+            o = _Buf(out, "gather output")
+            if o.nbytes % self.size or s is not None and s.nbytes * self.size != o.nbytes:
+                raise InvalidArgument(_lib.ERR_ARG, f"gather: output of {o.nbytes} bytes is not {self.size} blocks of the input")
+            n = o.nbytes // self.size
+        elif s is None:
+            raise InvalidArgument(_lib.ERR_ARG, "gather: no input")
+        else:
+            n = s.nbytes
+        fn = self._L.ndma_gather if blocking else self._L.ndma_igather
+        return self._start(fn, (None if s is None else s.ptr, None if o is None else o.ptr, n, int(root)), (s, o),
+                           None if o is None else o.obj, blocking)
+
+    def scatter(self, buf, out, root=0):
+        """Scatters the root's buf (size blocks) so that rank i gets block i
+        in out; buf is ignored elsewhere and may be None; out None at the
+        root means in place (its block stays in buf)."""
+        return self._scatter(buf, out, root, True)
+
+    def iscatter(self, buf, out, root=0):
+        return self._scatter(buf, out, root, False)
+
+    def _scatter(self, buf, out, root, blocking):
+        o = None if out is None else _Buf(out, "scatter output")
+        s = None
+        if self.rank == root:
+            if buf is None:
+                raise InvalidArgument(_lib.ERR_ARG, "scatter: no input at the root")
+            s = _Buf(buf, "scatter input")
+            if s.nbytes % self.size or o is not None and o.nbytes * self.size != s.nbytes:
+                raise InvalidArgument(_lib.ERR_ARG, f"scatter: input of {s.nbytes} bytes is not {self.size} blocks of the output")
+            n = s.nbytes // self.size
+        elif o is None:
+            raise InvalidArgument(_lib.ERR_ARG, "scatter: no output")
+        else:
+            n = o.nbytes
+        fn = self._L.ndma_scatter if blocking else self._L.ndma_iscatter
+        return self._start(fn, (None if s is None else s.ptr, None if o is None else o.ptr, n, int(root)), (s, o),
+                           None if o is None else o.obj, blocking)
+
+    def alltoall(self, buf, out):
+        """Sends block j of buf (size blocks) to rank j; out gets size
+        blocks, block i from rank i."""
+        return self._alltoall(buf, out, True)
+
+    def ialltoall(self, buf, out):
+        return self._alltoall(buf, out, False)
+
+    def _alltoall(self, buf, out, blocking):
+        s, o = _Buf(buf, "alltoall input"), _Buf(out, "alltoall output")
+        if s.nbytes != o.nbytes or o.nbytes % self.size:
+            raise InvalidArgument(_lib.ERR_ARG, f"alltoall: input of {s.nbytes} bytes and output of {o.nbytes}: want {self.size} equal blocks each")
+        fn = self._L.ndma_alltoall if blocking else self._L.ndma_ialltoall
+        return self._start(fn, (s.ptr, o.ptr, o.nbytes // self.size), (s, o), o.obj, blocking)
+
     def region(self, nbytes, stripe=0):
         """A Region of nbytes in the pool (collective: see Region)."""
         return Region(self, nbytes, stripe)

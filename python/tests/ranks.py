@@ -62,6 +62,19 @@ def numpy_scenario(comm):
         out[r * n:(r + 1) * n] = r
         comm.allgather(None, out)
         assert np.array_equal(out, np.repeat(np.arange(s, dtype=np.int16), n)), ("allgather in place", n)
+        for root in range(s):
+            out = np.zeros(n * s, np.int16) if r == root else None
+            comm.gather(mine, out, root)
+            if r == root:
+                assert np.array_equal(out, np.repeat(np.arange(s, dtype=np.int16), n)), ("gather", n, root)
+            blocks = np.repeat(np.arange(s, dtype=np.int16) * 10 + root, n)
+            part = np.zeros(n, np.int16)
+            comm.scatter(blocks if r == root else None, part, root)
+            assert np.array_equal(part, np.full(n, r * 10 + root, np.int16)), ("scatter", n, root)
+        send = np.repeat(np.arange(s, dtype=np.int16) + 100 * r, n)
+        got = np.zeros(n * s, np.int16)
+        comm.alltoall(send, got)
+        assert np.array_equal(got, np.repeat(np.arange(s, dtype=np.int16) * 100 + r, n)), ("alltoall", n)
     comm.barrier()
     # Non-blocking: several at once, completed out of order.
     a = value(r, 5000, np.float32)
