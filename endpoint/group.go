@@ -204,12 +204,21 @@ func (g *Group) heartbeats() {
 	}
 	done := make(chan *Op, 4)
 	inflight := 0
+	// A switch that answers no heartbeat (not even with a refusal) for
+	// the transport's dead-peer timeout, while this member sent one every
+	// interval (a process that was paused itself has not), is gone: the
+	// group's operations fail (switchSilent) rather than wait for it.
+	silent := g.silentAfter()
+	answered, unanswered, gone := time.Now(), 0, false
 	for {
 		select {
 		case <-g.stop:
 			return
 		case op := <-done:
 			inflight--
+			if op.Err == nil || errors.As(op.Err, new(wire.Status)) {
+				answered, unanswered = time.Now(), 0
+			}
 			if errors.Is(op.Err, wire.StatusMemberDead) || errors.Is(op.Err, wire.StatusNotMember) && !g.service {
 				// Counted dead, or the switch no longer knows the
 				// group (it restarted): either way the group is over
@@ -223,6 +232,10 @@ func (g *Group) heartbeats() {
 			continue
 		case <-t.C:
 		}
+		if quiet := time.Since(answered); !gone && !g.service && quiet > silent && time.Duration(unanswered)*iv >= silent {
+			gone = true
+			g.switchSilent(quiet.Round(time.Millisecond))
+		}
 		if inflight >= cap(done) {
 			continue
 		}
@@ -234,6 +247,7 @@ func (g *Group) heartbeats() {
 			continue
 		}
 		inflight++
+		unanswered++
 	}
 }
 
