@@ -184,7 +184,7 @@ func TestParseRank0(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (CollResult{Op: "bcast", Algo: "chain", Ranks: 2, Size: 8, AvgUS: 5, MinUS: 4, MaxUS: 6, Iters: 3}); r != want {
+	if want := (CollResult{Op: "bcast", Algo: "chain", Ranks: 2, Size: 8, AvgUS: 5, MinUS: 4, MaxUS: 6, Iters: 3}); !reflect.DeepEqual(r, want) {
 		t.Errorf("got %+v, want %+v", r, want)
 	}
 	for _, bad := range []string{"", "[rank 0] {\"op\":\n", out + out} {
