@@ -32,6 +32,13 @@ type shardWorld struct {
 // are crossbars (no rate or latency of their own) that share link's loss.
 func simShards(t *testing.T, n, k int, link simnet.LinkConfig, seed int64, f func(t *testing.T, w *shardWorld)) {
 	t.Helper()
+	simShardsConfig(t, n, k, link, seed, nil, f)
+}
+
+// simShardsConfig is simShards with every rank's Config passed through
+// configure (if not nil) before New.
+func simShardsConfig(t *testing.T, n, k int, link simnet.LinkConfig, seed int64, configure func(*Config), f func(t *testing.T, w *shardWorld)) {
+	t.Helper()
 	synctest.Test(t, func(t *testing.T) {
 		t.Logf("seed %d, %d ranks, %d switches", seed, n, k)
 		net := simnet.New(seed)
@@ -78,6 +85,9 @@ func simShards(t *testing.T, n, k int, link simnet.LinkConfig, seed int64, f fun
 		var wg sync.WaitGroup
 		jctx, jcancel := context.WithTimeout(ctx, time.Minute)
 		for r := range n {
+			if configure != nil {
+				configure(&cfgs[r])
+			}
 			wg.Go(func() { w.comms[r], errs[r] = New(jctx, cfgs[r]) })
 		}
 		wg.Wait()

@@ -165,6 +165,52 @@ func checkShardReplication(t *testing.T, comms []*Communicator, size int, opts .
 	}
 }
 
+// TestSimShardHierarchyAndOverlap: sharded over 2 switches, ranks in two
+// levels (two hosts of two ranks: the leaders' communicator stripes over
+// the same switches) reduce and replicate exactly; and overlapping
+// non-blocking in-network calls, each striped, complete with the right
+// results.
+func TestSimShardHierarchyAndOverlap(t *testing.T) {
+	const n = 4
+	simShm(t)
+	hosts := hierConfig(hierLayout{host: []int{0, 0, 1, 1}}, nil)
+	simShardsConfig(t, n, 2, figLink(), 61, hosts, func(t *testing.T, w *shardWorld) {
+		for r, c := range w.comms {
+			if c.Hosts() != 2 || c.hier.leaders != nil && len(c.hier.leaders.Switches()) != 2 {
+				t.Fatalf("rank %d: %d hosts; its leaders' communicator should stripe over both switches", r, c.Hosts())
+			}
+		}
+		checkShardReductions(t, w.comms, 1001, WithAlgo(AlgoInNet))
+		checkShardReplication(t, w.comms, 10007, WithAlgo(AlgoInNet))
+	})
+	simShards(t, n, 3, figLink(), 62, func(t *testing.T, w *shardWorld) {
+		const e, size = 3001, 20011
+		sum := make([]int32, e)
+		for r := range n {
+			for j, v := range shardInput(r, e) {
+				sum[j] += v
+			}
+		}
+		sums, bufs := make([][]int32, n), make([][]byte, n)
+		errs, _ := runEach(w.comms, func(ctx context.Context, c *Communicator) error {
+			r := c.Rank()
+			sums[r], bufs[r] = make([]int32, e), make([]byte, size)
+			if r == 1 {
+				bufs[r] = shardBytes(1, size)
+			}
+			a := Iallreduce(ctx, c, shardInput(r, e), sums[r], Sum, WithAlgo(AlgoInNet))
+			b := c.Ibcast(ctx, bufs[r], 1, WithAlgo(AlgoInNet))
+			return errors.Join(b.Wait(ctx), a.Wait(ctx))
+		})
+		firstErr(t, "overlapping iallreduce and ibcast", errs)
+		for r := range n {
+			if !slicesEqual(sums[r], sum) || !bytes.Equal(bufs[r], shardBytes(1, size)) {
+				t.Fatalf("rank %d: wrong results of overlapping calls", r)
+			}
+		}
+	})
+}
+
 func slicesEqual[T comparable](a, b []T) bool {
 	if len(a) != len(b) {
 		return false
@@ -247,10 +293,11 @@ func bitsEqual(a, b []float32) bool {
 // transport's dead-peer timeout and a heartbeat or two, never hangs: with
 // one switch with its *endpoint.SwitchError or the transport's
 // *transport.PeerError, sharded with a *StripeError naming the dead
-// stripe's switch. The calls have no deadline of their own.
+// stripe's switch; and so does the rank's next call. The calls have no
+// deadline of their own.
 func TestSimShardSwitchDies(t *testing.T) {
 	const n, size = 4, 256 << 10
-	bound := transport.DefaultDeadTimeout + 2*time.Second
+	bound := transport.DefaultDeadTimeout + 2*time.Second // from the crash, for both calls
 	for _, k := range []int{1, 2, 3} {
 		for _, op := range []string{"allreduce", "bcast"} {
 			victim := k - 1 // with 3 switches a middle one dies
@@ -261,15 +308,17 @@ func TestSimShardSwitchDies(t *testing.T) {
 				simShards(t, n, k, figLink(), int64(100+k), func(t *testing.T, w *shardWorld) {
 					var killed time.Time // written by rank 0 before its next call
 					failed := make([]time.Time, n)
+					nextErrs := make([]error, n)
 					errs, _ := runEach(w.comms, func(ctx context.Context, c *Communicator) error {
-						for call := 0; ; call++ {
-							var err error
+						call1 := func(call int) error {
 							if op == "allreduce" {
-								err = c.AllreduceBytes(ctx, nil, make([]byte, size), wire.DtypeF32, Sum, WithAlgo(AlgoInNet))
-							} else {
-								err = c.Bcast(ctx, make([]byte, size), call%n, WithAlgo(AlgoInNet))
+								return c.AllreduceBytes(ctx, nil, make([]byte, size), wire.DtypeF32, Sum, WithAlgo(AlgoInNet))
 							}
-							if err != nil {
+							return c.Bcast(ctx, make([]byte, size), call%n, WithAlgo(AlgoInNet))
+						}
+						for call := 0; ; call++ {
+							if err := call1(call); err != nil {
+								nextErrs[c.Rank()] = call1(call + 1)
 								failed[c.Rank()] = time.Now()
 								return err
 							}
@@ -281,9 +330,12 @@ func TestSimShardSwitchDies(t *testing.T) {
 					})
 					for r, err := range errs {
 						took := failed[r].Sub(killed)
-						t.Logf("rank %d, %v after the crash: %v", r, took, err)
+						t.Logf("rank %d, %v after the crash: %v; then %v", r, took, err, nextErrs[r])
 						if killed.IsZero() || took > bound {
-							t.Errorf("rank %d failed %v after the crash, bound %v", r, took, bound)
+							t.Errorf("rank %d failed twice %v after the crash, bound %v", r, took, bound)
+						}
+						if nextErrs[r] == nil {
+							t.Errorf("rank %d: the call after the failed one succeeded", r)
 						}
 						var se *StripeError
 						var pe *transport.PeerError
