@@ -381,7 +381,10 @@ func FromEnv(ctx context.Context, ep *endpoint.Endpoint) (*Communicator, error) 
 
 // Communicator creates the world communicator of the launch l on ep, as
 // FromEnv does with the launch it reads: l.Switch must be set; ep must
-// seal (a credential, and a token) unless l.Insecure.
+// seal (a credential, and a token) unless l.Insecure. With l.Switches it
+// opens an endpoint per switch after the first (ep's address, a port
+// each, ep's MTU, the launch's credential) and closes them when the
+// communicator closes: close the communicators Split from it first.
 func (l Launch) Communicator(ctx context.Context, ep *endpoint.Endpoint) (*Communicator, error) {
 	if l.Credential != "" && ep.Identity() == nil {
 		return nil, fmt.Errorf("%w: %s=%s is set, but the endpoint runs without a security layer (a switch with credentials would not answer it): create it with the options of Launch.EndpointOptions",
