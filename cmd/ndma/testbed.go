@@ -161,7 +161,8 @@ CPU per MiB.
 		Use:   "run [flags] -- CMD [ARG...]",
 		Short: "Run a command once per host namespace, with the rank environment, output prefixed by rank",
 		Long: `run starts CMD once in each host namespace, rank i in <prefix>-h<i>, with
-NDMA_RANK, NDMA_SIZE, NDMA_SWITCH, NDMA_TOKEN, NDMA_MTU (the largest
+NDMA_RANK, NDMA_SIZE, NDMA_SWITCH (and NDMA_SWITCHES, every switch, after
+up --switches), NDMA_TOKEN, NDMA_MTU (the largest
 datagram one frame carries: MTU minus 28, what the daemons use; ndma bench
 coll and ndma bench pool take it as their default --mtu), NDMA_CREDENTIAL
 (the file of host i's member credential, which bench coll's ranks, the
