@@ -79,10 +79,7 @@ type Core struct {
 	// (one entry per joined group, freed by LeaveGroup): two-sided
 	// messages bound to the group fail with it (memberDead).
 	brokenGroups map[uint32]*MemberError
-	// goneSw: per group, why its switch was found silent (switch_gone.go;
-	// one entry per joined group, freed by LeaveGroup).
-	goneSw  map[uint32]*SwitchError
-	admitFn func(*transport.Delivery) bool
+	admitFn      func(*transport.Delivery) bool
 
 	// Two-sided messages (core_msg.go).
 	sendSeq  map[msgStream]uint64
@@ -174,9 +171,6 @@ func (c *Core) Post(now time.Time, op *Op) error {
 	}
 	switch op.Kind {
 	case KindMulticast, KindRecv, KindAggregate:
-		if se := c.goneSw[op.Group]; se != nil {
-			return se
-		}
 		return c.postGroup(now, op)
 	case KindRecvMsg:
 		c.postRecvMsg(now, op)

@@ -267,7 +267,6 @@ func (c *Core) LeaveGroup(group uint32) {
 		}
 	}
 	delete(c.brokenGroups, group)
-	delete(c.goneSw, group)
 	for k, u := range c.unexp {
 		if k.k.group == group {
 			delete(c.unexp, k)

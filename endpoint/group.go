@@ -207,9 +207,10 @@ func (g *Group) heartbeats() {
 	// A switch that answers no heartbeat (not even with a refusal) for
 	// the transport's dead-peer timeout, while this member sent one every
 	// interval (a process that was paused itself has not), is gone: the
-	// group's operations fail (switchSilent) rather than wait for it.
+	// group's operations fail (switchSilent), at every interval while it
+	// stays silent, rather than wait for it.
 	silent := g.silentAfter()
-	answered, unanswered, gone := time.Now(), 0, false
+	answered, unanswered := time.Now(), 0
 	for {
 		select {
 		case <-g.stop:
@@ -232,8 +233,7 @@ func (g *Group) heartbeats() {
 			continue
 		case <-t.C:
 		}
-		if quiet := time.Since(answered); !gone && !g.service && quiet > silent && time.Duration(unanswered)*iv >= silent {
-			gone = true
+		if quiet := time.Since(answered); !g.service && quiet > silent && time.Duration(unanswered)*iv >= silent {
 			g.switchSilent(quiet.Round(time.Millisecond))
 		}
 		if inflight >= cap(done) {

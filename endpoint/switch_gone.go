@@ -5,18 +5,23 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/ndma/ndma/transport"
 )
 
 // ErrSwitchSilent is matched (errors.Is) by a *SwitchError: a group's
 // forwarding node stopped answering.
 var ErrSwitchSilent = errors.New("endpoint: the switch stopped answering")
 
-// SwitchError fails every operation of a group whose forwarding node
+// SwitchError fails the operations of a group whose forwarding node
 // answered none of this member's heartbeats for Silent (the transport's
-// dead-peer timeout): it died, restarted without its state or became
-// unreachable. The group is over for this member, as after a
-// *MemberError naming it; operations posted to the group later fail with
-// the same error at once.
+// dead-peer timeout): it died, stalled or became unreachable. Every
+// multicast, multicast receive and aggregation of the group in flight
+// then fails with it, and so does each one posted while the switch stays
+// silent, at the next heartbeat interval. A switch that answers again
+// (it was stalled) serves the group's later operations as before; one
+// that restarted without its state answers that the member is unknown,
+// and the group is over (a *MemberError naming the member).
 type SwitchError struct {
 	Group  uint32
 	Switch netip.AddrPort
@@ -27,22 +32,16 @@ func (e *SwitchError) Error() string {
 	return fmt.Sprintf("endpoint: group %d: the switch %v answered no heartbeat for %v: it died or is unreachable", e.Group, e.Switch, e.Silent)
 }
 
-// Unwrap makes errors.Is(err, ErrSwitchSilent) true.
-func (e *SwitchError) Unwrap() error { return ErrSwitchSilent }
+// Unwrap makes errors.Is(err, ErrSwitchSilent) true, and errors.Is(err,
+// transport.ErrPeerDead): the switch is a peer that stopped responding,
+// as a *transport.PeerError of an operation in flight to it reports.
+func (e *SwitchError) Unwrap() []error { return []error{ErrSwitchSilent, transport.ErrPeerDead} }
 
-// switchGone fails every group operation of se.Group (multicasts, their
-// receives and aggregations, all of which need the switch) and makes
-// later ones fail at once. Two-sided messages between members do not go
-// through the switch and are left alone. The entry lives until
-// LeaveGroup (one per joined group at most).
+// switchGone fails every group operation of se.Group in flight
+// (multicasts, their receives and aggregations, all of which need the
+// switch). Two-sided messages between members do not go through the
+// switch and are left alone.
 func (c *Core) switchGone(se *SwitchError) {
-	if c.goneSw == nil {
-		c.goneSw = make(map[uint32]*SwitchError)
-	}
-	if c.goneSw[se.Group] != nil {
-		return
-	}
-	c.goneSw[se.Group] = se
 	for _, op := range c.gops {
 		if op.Group != se.Group {
 			continue
@@ -55,12 +54,8 @@ func (c *Core) switchGone(se *SwitchError) {
 	}
 }
 
-// SwitchGone reports the *SwitchError of group g once its switch was
-// found silent, else nil.
-func (c *Core) SwitchGone(g uint32) *SwitchError { return c.goneSw[g] }
-
-// switchSilent fails the group's operations with a *SwitchError: its
-// switch answered no heartbeat for silent.
+// switchSilent fails the group's operations in flight with a
+// *SwitchError: its switch answered no heartbeat for silent.
 func (g *Group) switchSilent(silent time.Duration) {
 	g.ep.mu.Lock()
 	defer g.ep.mu.Unlock()
