@@ -28,7 +28,12 @@ type CollConfig struct {
 	Iters, Warmup int
 	// Switch: start an in-process forwarding node (needed by innet).
 	Switch bool
-	MTU    int // zero: 9000
+	// Switches, above 1, shards the in-network collectives over that
+	// many in-process forwarding nodes (coll.Config.Switches): each row
+	// then reports every switch's share of the datagrams (RunColl,
+	// RunCollSim).
+	Switches int
+	MTU      int // zero: 9000
 	// Sync is the algorithm of the barrier in front of every call (not
 	// timed), where OSU's programs call MPI_Barrier. Empty means
 	// recursive doubling (DefaultSync), the same host barrier for every
@@ -69,6 +74,11 @@ type CollResult struct {
 	// memory, one leader per host on the network); zero when every rank
 	// used the network.
 	Hosts int `json:"hosts,omitempty"`
+	// SwitchPackets is, with more than one in-process switch
+	// (CollConfig.Switches), the datagrams each switch received over the
+	// row's calls (warm-up and barriers included), from its own
+	// counters: how the load was shared.
+	SwitchPackets []uint64 `json:"switch_packets,omitempty"`
 }
 
 func (c *CollConfig) iters(size int) (iters, warmup int) {
@@ -89,71 +99,88 @@ func (c *CollConfig) iters(size int) (iters, warmup int) {
 	return iters, warmup
 }
 
-// CollWorld is a set of in-process ranks on loopback (and a switch).
+// CollWorld is a set of in-process ranks on loopback (and switches).
 type CollWorld struct {
 	Comms []*coll.Communicator
 	eps   []*endpoint.Endpoint
-	srv   *fabric.Server
+	srvs  []*fabric.Server
 }
 
-// NewCollWorld starts n endpoints on loopback, an in-process switch if
-// withSwitch, and the world communicator.
-func NewCollWorld(ctx context.Context, n int, withSwitch bool, mtu int) (*CollWorld, error) {
+// NewCollWorld starts n endpoints on loopback, switches in-process
+// switches (0: none; above 1, each rank has an endpoint per switch and
+// its in-network collectives stripe over them), and the world
+// communicator.
+func NewCollWorld(ctx context.Context, n, switches, mtu int) (*CollWorld, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("bench: %d ranks", n)
 	}
-	var swConn netio.Conn
-	if withSwitch {
+	if switches < 0 || switches > coll.MaxSwitches {
+		return nil, fmt.Errorf("bench: %d switches, want 0 to %d", switches, coll.MaxSwitches)
+	}
+	var swConns []netio.Conn
+	for range switches {
 		conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
 		if err != nil {
+			for _, c := range swConns {
+				c.Close()
+			}
 			return nil, err
 		}
-		swConn = conn
+		swConns = append(swConns, conn)
 	}
-	return newCollWorld(ctx, n, mtu, swConn, 0, func(int) (netio.Conn, error) {
+	return newCollWorld(ctx, n, mtu, swConns, 0, func(int, int) (netio.Conn, error) {
 		return netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
 	})
 }
 
-// newCollWorld builds the world over the given connections: swConn for the
-// switch (nil: none), listen(i) for rank i. A non-zero seed seeds the
+// newCollWorld builds the world over the given connections: swConns for
+// the switches (none: no switch), listen(i, s) for rank i's endpoint of
+// switch s (s is 0 without a switch). A non-zero seed seeds the
 // transports (simulations); zero leaves them random.
-func newCollWorld(ctx context.Context, n, mtu int, swConn netio.Conn, seed uint64, listen func(i int) (netio.Conn, error)) (*CollWorld, error) {
+func newCollWorld(ctx context.Context, n, mtu int, swConns []netio.Conn, seed uint64, listen func(i, s int) (netio.Conn, error)) (*CollWorld, error) {
 	if mtu == 0 {
 		mtu = 9000
 	}
 	w := &CollWorld{}
-	var sw string
-	// The in-process switch and ranks share a fabric token of their own.
+	var switches []string
+	// The in-process switches and ranks share a fabric token of their own.
 	token := secure.NewToken()
-	if swConn != nil {
-		s, err := fabric.New(fabric.Config{Token: token, Transport: transport.Config{MTU: mtu, Seed: seed}})
+	for k, conn := range swConns {
+		s, err := fabric.New(fabric.Config{Token: token, Transport: transport.Config{MTU: mtu, Seed: seed + uint64(k)*7919}})
 		if err != nil {
-			swConn.Close()
+			for _, c := range swConns[k:] {
+				c.Close()
+			}
+			w.Close()
 			return nil, err
 		}
-		w.srv = fabric.NewServer(swConn, s, nil)
-		sw = w.srv.Addr().String()
+		w.srvs = append(w.srvs, fabric.NewServer(conn, s, nil))
+		switches = append(switches, w.srvs[k].Addr().String())
 	}
+	k := max(1, len(swConns))
 	peers := make([]netip.AddrPort, n)
+	eps := make([][]*endpoint.Endpoint, n) // per rank, one per switch
 	for i := range n {
-		conn, err := listen(i)
-		if err != nil {
-			w.Close()
-			return nil, err
+		for s := range k {
+			conn, err := listen(i, s)
+			if err != nil {
+				w.Close()
+				return nil, err
+			}
+			tseed := uint64(0)
+			if seed != 0 {
+				tseed = seed*1000 + uint64(i*k+s) + 1
+			}
+			ep, err := endpoint.New(conn, endpoint.Config{Transport: transport.Config{MTU: mtu, Seed: tseed}}, endpoint.Options{})
+			if err != nil {
+				conn.Close()
+				w.Close()
+				return nil, err
+			}
+			w.eps = append(w.eps, ep)
+			eps[i] = append(eps[i], ep)
 		}
-		tseed := uint64(0)
-		if seed != 0 {
-			tseed = seed*1000 + uint64(i) + 1
-		}
-		ep, err := endpoint.New(conn, endpoint.Config{Transport: transport.Config{MTU: mtu, Seed: tseed}}, endpoint.Options{})
-		if err != nil {
-			conn.Close()
-			w.Close()
-			return nil, err
-		}
-		w.eps = append(w.eps, ep)
-		peers[i] = ep.LocalAddr()
+		peers[i] = eps[i][0].LocalAddr()
 	}
 	w.Comms = make([]*coll.Communicator, n)
 	errs := make([]error, n)
@@ -162,9 +189,14 @@ func newCollWorld(ctx context.Context, n, mtu int, swConn netio.Conn, seed uint6
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cfg := coll.Config{Endpoint: w.eps[i], Rank: i, Size: n, Switch: sw, Job: "bench", Token: token}
-			if sw == "" {
+			cfg := coll.Config{Endpoint: eps[i][0], Rank: i, Size: n, Job: "bench", Token: token}
+			switch {
+			case len(switches) == 0:
 				cfg.Peers = peers
+			case len(switches) == 1:
+				cfg.Switch = switches[0]
+			default:
+				cfg.Switches, cfg.StripeEndpoints = switches, eps[i][1:]
 			}
 			w.Comms[i], errs[i] = coll.New(ctx, cfg)
 		}()
@@ -184,8 +216,8 @@ func (w *CollWorld) Close() {
 	for _, ep := range w.eps {
 		ep.Close()
 	}
-	if w.srv != nil {
-		w.srv.Close()
+	for _, s := range w.srvs {
+		s.Close()
 	}
 }
 
@@ -316,8 +348,44 @@ func Summarize(cfg CollConfig, ranks int, per [][][]time.Duration, c *coll.Commu
 }
 
 // RunColl measures cfg with every rank of w in this process and calls
-// emit for each (algorithm, size) row.
+// emit for each (algorithm, size) row. With more than one switch, each
+// row is measured on its own and carries every switch's datagrams
+// (CollResult.SwitchPackets).
 func RunColl(ctx context.Context, w *CollWorld, cfg CollConfig, emit func(CollResult)) error {
+	if len(w.srvs) < 2 {
+		return runColl(ctx, w, cfg, emit)
+	}
+	for _, a := range cfg.Algos {
+		for _, size := range cfg.sizes() {
+			one := cfg
+			one.Algos, one.Sizes = []coll.Algo{a}, []int{size}
+			before := w.switchPackets()
+			err := runColl(ctx, w, one, func(r CollResult) {
+				r.SwitchPackets = w.switchPackets()
+				for i := range r.SwitchPackets {
+					r.SwitchPackets[i] -= before[i]
+				}
+				emit(r)
+			})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// switchPackets is every switch's count of datagrams received.
+func (w *CollWorld) switchPackets() []uint64 {
+	out := make([]uint64, len(w.srvs))
+	for i, s := range w.srvs {
+		out[i] = s.Stats().Received
+	}
+	return out
+}
+
+// runColl is RunColl of every row at once.
+func runColl(ctx context.Context, w *CollWorld, cfg CollConfig, emit func(CollResult)) error {
 	n := len(w.Comms)
 	per := make([][][]time.Duration, n)
 	errs := make([]error, n)

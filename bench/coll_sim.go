@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/ndma/ndma/coll"
 	"github.com/ndma/ndma/internal/bubble"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/netio/simnet"
@@ -74,18 +75,23 @@ func RunCollSim(cfg CollConfig, link CollSimLink, emit func(CollResult)) error {
 	if cfg.Ranks < 1 {
 		return fmt.Errorf("bench: %d ranks", cfg.Ranks)
 	}
-	withSwitch := false
+	switches := 0
 	for _, a := range cfg.Algos {
-		withSwitch = withSwitch || a == "innet" || a == "auto"
+		if a == "innet" || a == "auto" {
+			switches = max(1, cfg.Switches)
+		}
+	}
+	if switches > coll.MaxSwitches {
+		return fmt.Errorf("bench: %d switches, at most %d", switches, coll.MaxSwitches)
 	}
 	var runErr error
 	err := bubble.Run(func() {
-		runErr = runCollSim(cfg, link, withSwitch, emit)
+		runErr = runCollSim(cfg, link, switches, emit)
 	})
 	return errors.Join(err, runErr)
 }
 
-func runCollSim(cfg CollConfig, link CollSimLink, withSwitch bool, emit func(CollResult)) error {
+func runCollSim(cfg CollConfig, link CollSimLink, switches int, emit func(CollResult)) error {
 	ctx, cancel := context.WithTimeout(context.Background(), collSimLimit)
 	defer cancel()
 	nw := simnet.New(link.Seed)
@@ -99,14 +105,21 @@ func runCollSim(cfg CollConfig, link CollSimLink, withSwitch bool, emit func(Col
 	const ipUDPHeaders = 28
 	up := simnet.LinkConfig{Rate: link.Rate, Latency: link.Latency, Overhead: ipUDPHeaders, Loss: link.Loss}
 	down := simnet.LinkConfig{Rate: link.Rate, Latency: link.Latency, Overhead: ipUDPHeaders}
-	var swConn netio.Conn
-	if withSwitch {
-		// The switch is the crossbar, a port per rank: its own link adds
+	var swConns []netio.Conn
+	for s := range switches {
+		// A switch is the crossbar, a port per rank: its own link adds
 		// neither serialization nor delay.
-		swConn = nw.ListenConn(netip.MustParseAddrPort("10.0.0.1:7471"), simnet.LinkConfig{}, simnet.LinkConfig{})
+		swConns = append(swConns, nw.ListenConn(netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(1 + s)}), 7471), simnet.LinkConfig{}, simnet.LinkConfig{}))
 	}
-	w, err := newCollWorld(ctx, cfg.Ranks, cfg.MTU, swConn, uint64(link.Seed), func(i int) (netio.Conn, error) {
-		addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), 9000)
+	if switches > 1 {
+		// A rank's endpoints (one per switch) share its link's rate: each
+		// gets its even share, so striping gains no bandwidth the rank
+		// does not have.
+		up.Rate /= float64(switches)
+		down.Rate /= float64(switches)
+	}
+	w, err := newCollWorld(ctx, cfg.Ranks, cfg.MTU, swConns, uint64(link.Seed), func(i, s int) (netio.Conn, error) {
+		addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, byte(1 + s), byte(i >> 8), byte(i)}), 9000)
 		return nw.ListenConn(addr, up, down), nil
 	})
 	if err != nil {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ import (
 func TestRunCollEveryOp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	w, err := NewCollWorld(ctx, 3, true, 0)
+	w, err := NewCollWorld(ctx, 3, 1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,5 +60,31 @@ func TestRunCollSim(t *testing.T) {
 		if err := RunCollSim(cfg, l, func(CollResult) {}); err == nil || !strings.Contains(err.Error(), "bench: ") {
 			t.Errorf("%+v: error %v", l, err)
 		}
+	}
+}
+
+// TestRunCollSimSwitches: sharded over 3 switches, each row reports
+// every switch's datagrams, and the stripes share the load evenly.
+func TestRunCollSimSwitches(t *testing.T) {
+	cfg := CollConfig{Op: coll.OpAllreduce, Algos: []coll.Algo{coll.AlgoInNet}, Ranks: 4, Sizes: []int{256 << 10, 3 << 20}, Iters: 2, Warmup: 1, Switches: 3}
+	var got []CollResult
+	if err := RunCollSim(cfg, CollSimLink{}, func(r CollResult) { got = append(got, r) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d rows, want 2", len(got))
+	}
+	for _, r := range got {
+		if len(r.SwitchPackets) != 3 {
+			t.Fatalf("size %d: packets per switch %v, want 3 counts", r.Size, r.SwitchPackets)
+		}
+		lo, hi := slices.Min(r.SwitchPackets), slices.Max(r.SwitchPackets)
+		if lo == 0 || float64(hi) > 1.1*float64(lo) {
+			t.Errorf("size %d: packets per switch %v, want an even share", r.Size, r.SwitchPackets)
+		}
+	}
+	cfg.Switches = coll.MaxSwitches + 1
+	if err := RunCollSim(cfg, CollSimLink{}, func(CollResult) {}); err == nil {
+		t.Errorf("%d switches: no error", cfg.Switches)
 	}
 }

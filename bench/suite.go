@@ -158,6 +158,12 @@ type SuiteRow struct {
 	// a Barrier.
 	CPUPerMiBRankS   float64 `json:"cpu_per_mib_rank_s,omitempty"`
 	CPUPerMiBSwitchS float64 `json:"cpu_per_mib_switch_s,omitempty"`
+	// CPUPerMiBEachSwitchS is, on a testbed with several switch processes
+	// (testbed.Config.Switches: the ranks' in-network collectives sharded
+	// over them), each one's CPU over the same MiB, in the testbed's
+	// order; CPUSwitchS and CPUPerMiBSwitchS are their sums. Nil with one
+	// switch.
+	CPUPerMiBEachSwitchS []float64 `json:"cpu_per_mib_each_switch_s,omitempty"`
 	// Fidelity is the monitor's verdict on the job: whether it was
 	// faithful (its figures measure the links, not this machine's CPU)
 	// and why. Nil in rows from before it was recorded. RunsFidelity
@@ -472,6 +478,7 @@ func runSuiteJob(ctx context.Context, st *testbed.State, target fidelity.Target,
 		return SuiteRow{}, fmt.Errorf("bench: suite: %s: rank 0 ran %d iterations, expected %d", what, res.Iters, it)
 	}
 	row := newSuiteRow(res, warmup, st.RateBits, verdict.ProcessS["ranks"], verdict.ProcessS["switch"])
+	row.eachSwitch(verdict.SwitchS)
 	row.PeakRateBits = st.PeakRateBits
 	row.PriorityQueues = st.QueuePackets > 0
 	row.StealS = verdict.StealS
@@ -494,6 +501,19 @@ func newSuiteRow(r CollResult, warmup int, rateBits uint64, ranksS, switchS floa
 		}
 	}
 	return row
+}
+
+// eachSwitch fills CPUPerMiBEachSwitchS from each switch process's CPU
+// seconds over the job (none with one switch).
+func (row *SuiteRow) eachSwitch(switchS []float64) {
+	calls := row.Iters + row.Warmup
+	mib := float64(row.Size) * float64(calls) / (1 << 20)
+	if len(switchS) < 2 || mib <= 0 {
+		return
+	}
+	for _, s := range switchS {
+		row.CPUPerMiBEachSwitchS = append(row.CPUPerMiBEachSwitchS, s/mib)
+	}
 }
 
 // parseRank0 returns the one JSON row rank 0 printed in a job's output:

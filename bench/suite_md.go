@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/ndma/ndma/coll"
 	"github.com/ndma/ndma/testbed"
@@ -44,7 +45,7 @@ func WriteSuiteMarkdown(w io.Writer, rows []SuiteRow) error {
 			}
 			fmt.Fprintf(bw, "| %s | %s | %.1f | %.1f | %.1f | %s | %s | %d | %.2f | %.2f | %.0f | %s | %s | %s | %s |\n",
 				r.Algo, FormatSize(r.Size), r.AvgUS, r.MinUS, r.MaxUS, bound, ratio, r.Iters, r.CPURanksS, r.CPUSwitchS, r.CPUPerCallUS,
-				perMiBText(r.Size, r.CPUPerMiBRankS), perMiBText(r.Size, r.CPUPerMiBSwitchS), steal, fidelityCell(r))
+				perMiBText(r.Size, r.CPUPerMiBRankS), switchPerMiBText(r), steal, fidelityCell(r))
 		}
 	}
 	if len(rows) > 0 {
@@ -53,7 +54,8 @@ func WriteSuiteMarkdown(w io.Writer, rows []SuiteRow) error {
 			"it includes process start, joining, warm-up and the barrier before each call. CPU per call divides by warm-up + iterations. "+
 			"Steal is the CPU time the hypervisor gave other tenants of the host during the job, all CPUs together (/proc/stat; – where not reported): "+
 			"on a shared virtual machine it marks rows slowed by neighbours. "+
-			"CPU per MiB is one rank's CPU (ranks' CPU over the ranks), and the switch's, over each rank's message times the calls, in milliseconds per MiB.")
+			"CPU per MiB is one rank's CPU (ranks' CPU over the ranks), and the switch's, over each rank's message times the calls, in milliseconds per MiB; "+
+			"with several switch processes (the in-network collectives sharded over them), the switch's CPU is theirs together and, in parentheses, each one's.")
 		writeFidelity(bw, rows)
 		for _, r := range rows {
 			if IsMPI(coll.Algo(r.Algo)) {
@@ -101,6 +103,20 @@ func perMiBText(size int, s float64) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.2f", s*1e3)
+}
+
+// switchPerMiBText is the switch's CPU per MiB of a row: with several
+// switch processes their sum, then each one's in parentheses.
+func switchPerMiBText(r SuiteRow) string {
+	s := perMiBText(r.Size, r.CPUPerMiBSwitchS)
+	if len(r.CPUPerMiBEachSwitchS) > 1 && r.Size > 0 {
+		each := make([]string, len(r.CPUPerMiBEachSwitchS))
+		for i, v := range r.CPUPerMiBEachSwitchS {
+			each[i] = perMiBText(r.Size, v)
+		}
+		s += " (" + strings.Join(each, " / ") + ")"
+	}
+	return s
 }
 
 // fidelityCell is a row's verdict in a table cell: its class and the
@@ -212,7 +228,7 @@ func writeCPUCost(w *bufio.Writer, rows []SuiteRow) {
 			return FormatSize(n)
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s%s | %s%s | %s | %.0f%s |\n", k.op, k.algo, size(l.Size),
-			perMiBText(l.Size, l.CPUPerMiBRankS), mark(l), perMiBText(l.Size, l.CPUPerMiBSwitchS), mark(l),
+			perMiBText(l.Size, l.CPUPerMiBRankS), mark(l), switchPerMiBText(l), mark(l),
 			size(s.Size), s.CPUPerCallUS, mark(s))
 	}
 }

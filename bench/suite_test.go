@@ -69,6 +69,19 @@ func TestNewSuiteRow(t *testing.T) {
 	if b := newSuiteRow(CollResult{Op: "barrier", Algo: "innet", Ranks: 8, AvgUS: 1, Iters: 8}, 2, 100e6, 0.3, 0.2); b.CPUPerMiBRankS != 0 || b.CPUPerMiBSwitchS != 0 {
 		t.Errorf("a Barrier has no CPU per MiB: %+v", b)
 	}
+	// Two switch processes: each one's CPU over the same 10 MiB, and the
+	// Markdown cell gives the sum, then each.
+	r.eachSwitch([]float64{0.15, 0.05})
+	if len(r.CPUPerMiBEachSwitchS) != 2 || r.CPUPerMiBEachSwitchS[0] != 0.15/10 || r.CPUPerMiBEachSwitchS[1] != 0.05/10 {
+		t.Errorf("CPU per MiB of each switch %v, want [%v %v]", r.CPUPerMiBEachSwitchS, 0.15/10, 0.05/10)
+	}
+	if got := switchPerMiBText(r); got != "20.00 (15.00 / 5.00)" {
+		t.Errorf("switch cell %q, want the sum and each", got)
+	}
+	one := newSuiteRow(CollResult{Op: "bcast", Algo: "innet", Ranks: 8, Size: 1 << 20, AvgUS: 1, Iters: 8}, 2, 100e6, 0.3, 0.2)
+	if one.eachSwitch([]float64{0.2}); one.CPUPerMiBEachSwitchS != nil || switchPerMiBText(one) != "20.00" {
+		t.Errorf("one switch: each %v, cell %q", one.CPUPerMiBEachSwitchS, switchPerMiBText(one))
+	}
 }
 
 func TestWriteSuiteJSON(t *testing.T) {
@@ -184,7 +197,7 @@ func TestParseRank0(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (CollResult{Op: "bcast", Algo: "chain", Ranks: 2, Size: 8, AvgUS: 5, MinUS: 4, MaxUS: 6, Iters: 3}); r != want {
+	if want := (CollResult{Op: "bcast", Algo: "chain", Ranks: 2, Size: 8, AvgUS: 5, MinUS: 4, MaxUS: 6, Iters: 3}); !reflect.DeepEqual(r, want) {
 		t.Errorf("got %+v, want %+v", r, want)
 	}
 	for _, bad := range []string{"", "[rank 0] {\"op\":\n", out + out} {

@@ -114,7 +114,8 @@ func (c *Communicator) allgatherPost(ctx context.Context, algo Algo, send, recv 
 		l := (n + 7) &^ 7
 		contrib, result := make([]byte, l), make([]byte, l)
 		copy(contrib[c.rank*b:(c.rank+1)*b], recv[c.rank*b:(c.rank+1)*b])
-		bt.postSwitch(&endpoint.Op{Kind: endpoint.KindAggregate, Buf: contrib, Recv: result, Root: -1, Dtype: wire.DtypeI64, Alu: wire.AluAdd})
+		bt.postSwitchOps(&endpoint.Op{Kind: endpoint.KindAggregate, Buf: contrib, Recv: result, Root: -1, Dtype: wire.DtypeI64, Alu: wire.AluAdd},
+			l, 8, subAggregate)
 		bt.after = func() { copy(recv, result[:n]) }
 		if bt.err != nil {
 			return nil, bt.err
@@ -125,10 +126,10 @@ func (c *Communicator) allgatherPost(ctx context.Context, algo Algo, send, recv 
 	// the switch) and receives the others' blocks, posted in rank order.
 	// A small block's multicast completes as soon as the transport has
 	// it (eager): the rank waits for the others' blocks anyway.
-	bt.postSwitch(&endpoint.Op{Kind: endpoint.KindMulticast, Buf: recv[c.rank*b : (c.rank+1)*b], Eager: true})
+	bt.postSwitchOps(&endpoint.Op{Kind: endpoint.KindMulticast, Buf: recv[c.rank*b : (c.rank+1)*b], Eager: true}, b, 1, subBuf)
 	for i := range c.size {
 		if i != c.rank {
-			bt.postSwitch(&endpoint.Op{Kind: endpoint.KindRecv, From: uint16(i), Buf: recv[i*b : (i+1)*b]})
+			bt.postSwitchOps(&endpoint.Op{Kind: endpoint.KindRecv, From: uint16(i), Buf: recv[i*b : (i+1)*b]}, b, 1, subBuf)
 		}
 	}
 	if bt.err != nil {
@@ -257,6 +258,7 @@ type msgBatch struct {
 	c       *Communicator
 	timeout time.Duration // zero: the endpoint's OpTimeout
 	ops     []*endpoint.Op
+	eps     []*endpoint.Endpoint // the endpoint each op was posted on
 	err     error
 	done    chan *endpoint.Op // completions of ops, in completion order
 	after   func()            // if not nil, run by wait once every op succeeded
@@ -268,7 +270,13 @@ func newMsgBatch(ctx context.Context, c *Communicator) *msgBatch {
 
 // post starts op (its Timeout set from the context); after a posting
 // error it posts nothing more.
-func (bt *msgBatch) post(op *endpoint.Op) {
+func (bt *msgBatch) post(op *endpoint.Op) { bt.postEP(bt.c.ep, op) }
+
+// postOn posts a stripe's group operation on the endpoint of shard i
+// (Peer and Group set).
+func (bt *msgBatch) postOn(i int, op *endpoint.Op) { bt.postEP(bt.c.shards[i].ep, op) }
+
+func (bt *msgBatch) postEP(ep *endpoint.Endpoint, op *endpoint.Op) {
 	if bt.err != nil {
 		return
 	}
@@ -278,11 +286,12 @@ func (bt *msgBatch) post(op *endpoint.Op) {
 		bt.done = make(chan *endpoint.Op, 64)
 	}
 	op.Timeout = bt.timeout
-	if err := bt.c.ep.Start(op, bt.done); err != nil {
-		bt.err = err
+	if err := ep.Start(op, bt.done); err != nil {
+		bt.err = bt.c.stripeErr(bt.c.rankErr(err, op), op)
 		return
 	}
 	bt.ops = append(bt.ops, op)
+	bt.eps = append(bt.eps, ep)
 }
 
 // postSwitch posts a group operation (kind, buffers, dtype...) to the
@@ -316,15 +325,15 @@ func (bt *msgBatch) recv(from int, t uint64, buf []byte) {
 func (bt *msgBatch) ready() bool { return len(bt.done) > 0 }
 
 func (bt *msgBatch) wait(ctx context.Context) error {
-	ops, first := bt.ops, bt.err
-	defer func() { bt.ops, bt.err = ops[:0], nil }()
+	ops, eps, first := bt.ops, bt.eps, bt.err
+	defer func() { bt.ops, bt.eps, bt.err = ops[:0], eps[:0], nil }()
 	pending := len(ops)
 	canceled := false
 	for pending > 0 {
 		if first != nil && !canceled {
 			canceled = true
-			for _, o := range ops {
-				bt.c.ep.Cancel(o) // no-op for those done
+			for i, o := range ops {
+				eps[i].Cancel(o) // no-op for those done
 			}
 		}
 		bt.c.ep.Drive(ctx, bt.ready)
@@ -338,8 +347,8 @@ func (bt *msgBatch) wait(ctx context.Context) error {
 			if first == nil {
 				first = ctx.Err()
 			}
-			for _, o := range ops {
-				bt.c.ep.Cancel(o)
+			for i, o := range ops {
+				eps[i].Cancel(o)
 			}
 			canceled = true
 			for ; pending > 0; pending-- {

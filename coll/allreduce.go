@@ -103,8 +103,8 @@ func (c *Communicator) allreduceWith(seq uint64, algo Algo, o callOpts, send, re
 		if send == nil { // the switch op reads send while recv fills: keep them apart
 			send = append([]byte(nil), recv...)
 		}
-		return c.switchPlan(&endpoint.Op{Kind: endpoint.KindAggregate, Buf: send, Recv: recv, Root: -1,
-			Dtype: dt, Alu: op, Deterministic: o.deterministic})
+		return c.switchOps(&endpoint.Op{Kind: endpoint.KindAggregate, Buf: send, Recv: recv, Root: -1,
+			Dtype: dt, Alu: op, Deterministic: o.deterministic}, len(recv), dt.Size(), subAggregate)
 	}
 	var run func(ctx context.Context, seq uint64, buf []byte, dt wire.Dtype, op ReduceOp) error
 	switch algo {

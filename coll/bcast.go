@@ -61,9 +61,9 @@ func (c *Communicator) bcastWith(seq uint64, algo Algo, o callOpts, buf []byte, 
 			// transport holds its copy (endpoint.MulticastOptions.Eager),
 			// as an MPI root returns from an eager send: the other ranks
 			// receive it in the background.
-			return c.switchPlan(&endpoint.Op{Kind: endpoint.KindMulticast, Buf: buf, Eager: true})
+			return c.switchOps(&endpoint.Op{Kind: endpoint.KindMulticast, Buf: buf, Eager: true}, len(buf), 1, subBuf)
 		}
-		return c.switchPlan(&endpoint.Op{Kind: endpoint.KindRecv, From: uint16(root), Buf: buf})
+		return c.switchOps(&endpoint.Op{Kind: endpoint.KindRecv, From: uint16(root), Buf: buf}, len(buf), 1, subBuf)
 	case AlgoBinomial:
 		return callPlan{host: c.guarded(seq, func(ctx context.Context) error { return c.bcastBinomial(ctx, seq, buf, root) })}
 	case AlgoChain:

@@ -27,7 +27,11 @@ import (
 type Launch struct {
 	Rank, Size int
 	Switch     string // forwarding node address
-	Job        string // job name shared by all ranks
+	// Switches (NDMA_SWITCHES, a comma-separated list) shards the job's
+	// in-network collectives over these forwarding nodes
+	// (Config.Switches); Switch is then the first. Nil for one switch.
+	Switches []string
+	Job      string // job name shared by all ranks
 	// Token (NDMA_TOKEN) is the fabric token, which authenticates the
 	// rank's control messages: required with a credential, optional with
 	// Insecure.
@@ -84,7 +88,10 @@ var ErrNoCredential = errors.New("coll: no credential, and not insecure")
 
 // ParseEnv reads the launch from environment variables (getenv is
 // os.LookupEnv in production): NDMA_RANK, NDMA_SIZE, NDMA_SWITCH,
-// NDMA_JOB, NDMA_CREDENTIAL and NDMA_TOKEN (or NDMA_INSECURE=1, with or
+// NDMA_JOB, NDMA_SWITCHES (optional: a comma-separated list of
+// forwarding nodes to shard in-network collectives over, see
+// Config.Switches; NDMA_SWITCH may then be left unset, or must be the
+// first), NDMA_CREDENTIAL and NDMA_TOKEN (or NDMA_INSECURE=1, with or
 // without NDMA_TOKEN, for a fabric that does not seal: see Launch),
 // NDMA_MTU (optional, see EnvMTU), and the optional
 // NDMA_JOIN_TIMEOUT (how long the rendezvous waits for every rank) and
@@ -134,6 +141,19 @@ func ParseEnv(getenv func(string) (string, bool)) (Launch, error) {
 		return l, fmt.Errorf("%w: %w: no rank in the environment (NDMA_RANK/NDMA_SIZE, OMPI_COMM_WORLD_*, PMI_*, SLURM_*, torchrun's RANK/WORLD_SIZE)", ErrArg, ErrNoLaunch)
 	}
 	l.Switch, _ = getenv("NDMA_SWITCH")
+	if v, ok := getenv("NDMA_SWITCHES"); ok && v != "" {
+		sws, err := ParseSwitches(v)
+		if err != nil {
+			return l, fmt.Errorf("NDMA_SWITCHES: %w", err)
+		}
+		if l.Switch != "" && l.Switch != sws[0] {
+			return l, fmt.Errorf("%w: NDMA_SWITCH=%s is not the first of NDMA_SWITCHES=%s: leave NDMA_SWITCH unset, or make it the first", ErrArg, l.Switch, v)
+		}
+		l.Switch = sws[0]
+		if len(sws) > 1 {
+			l.Switches = sws
+		}
+	}
 	l.Token, _ = getenv("NDMA_TOKEN")
 	l.Credential, _ = getenv(CredentialEnv)
 	var err error
@@ -178,6 +198,28 @@ func ParseEnv(getenv func(string) (string, bool)) (Launch, error) {
 		}
 	}
 	return l, nil
+}
+
+// ParseSwitches reads a comma-separated list of forwarding node
+// addresses (NDMA_SWITCHES, the --switches flags): at least one, at most
+// MaxSwitches, none empty or repeated. Spaces around addresses are
+// dropped.
+func ParseSwitches(s string) ([]string, error) {
+	parts := strings.Split(s, ",")
+	if len(parts) > MaxSwitches {
+		return nil, fmt.Errorf("%w: %d switches in %q, at most %d", ErrArg, len(parts), s, MaxSwitches)
+	}
+	seen := make(map[string]bool, len(parts))
+	out := make([]string, 0, len(parts))
+	for _, p := range parts {
+		p = strings.TrimSpace(p)
+		if p == "" || seen[p] {
+			return nil, fmt.Errorf("%w: switch list %q: want distinct host:port addresses separated by commas", ErrArg, s)
+		}
+		seen[p] = true
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // EnvMTU reads NDMA_MTU, the network's largest datagram (ndma testbed run
@@ -339,7 +381,10 @@ func FromEnv(ctx context.Context, ep *endpoint.Endpoint) (*Communicator, error) 
 
 // Communicator creates the world communicator of the launch l on ep, as
 // FromEnv does with the launch it reads: l.Switch must be set; ep must
-// seal (a credential, and a token) unless l.Insecure.
+// seal (a credential, and a token) unless l.Insecure. With l.Switches it
+// opens an endpoint per switch after the first (ep's address, a port
+// each, ep's MTU, the launch's credential) and closes them when the
+// communicator closes: close the communicators Split from it first.
 func (l Launch) Communicator(ctx context.Context, ep *endpoint.Endpoint) (*Communicator, error) {
 	if l.Credential != "" && ep.Identity() == nil {
 		return nil, fmt.Errorf("%w: %s=%s is set, but the endpoint runs without a security layer (a switch with credentials would not answer it): create it with the options of Launch.EndpointOptions",
@@ -365,8 +410,19 @@ func (l Launch) Communicator(ctx context.Context, ep *endpoint.Endpoint) (*Commu
 		return nil, fmt.Errorf("%w: %s: give the switch's fabric token (ndma fabric init writes it: DIR/token): %w", ErrArg, what, secure.ErrNoToken)
 	}
 	fo := l.FabricOptions()
-	c, err := New(ctx, Config{Endpoint: ep, Rank: l.Rank, Size: l.Size, Switch: l.Switch, Job: l.Job, Token: fo.Token,
-		Insecure: fo.Insecure, JoinTimeout: l.JoinTimeout, Liveness: l.Liveness, Hierarchy: l.Hierarchy, HostID: l.HostID})
+	stripeEps, err := l.stripeEndpoints(ep)
+	if err != nil {
+		return nil, err
+	}
+	c, err := New(ctx, Config{Endpoint: ep, Rank: l.Rank, Size: l.Size, Switch: l.Switch, Switches: l.Switches, StripeEndpoints: stripeEps,
+		Job: l.Job, Token: fo.Token, Insecure: fo.Insecure, JoinTimeout: l.JoinTimeout, Liveness: l.Liveness, Hierarchy: l.Hierarchy, HostID: l.HostID})
+	if err != nil {
+		for _, s := range stripeEps {
+			s.Close()
+		}
+	} else {
+		c.ownEps = stripeEps
+	}
 	if err != nil && l.JobFrom != "" && (errors.Is(err, endpoint.ErrRankTaken) || errors.Is(err, wire.StatusBusy)) {
 		// Two runs at one switch under one name: the name was not chosen.
 		job := "NDMA_JOB"
@@ -376,6 +432,32 @@ func (l Launch) Communicator(ctx context.Context, ep *endpoint.Endpoint) (*Commu
 		err = fmt.Errorf("%w (the job name %q is %s, as %s is not set: give each run at this switch a name of its own with %s)", err, l.Job, l.JobFrom, job, job)
 	}
 	return c, err
+}
+
+// stripeEndpoints opens the endpoints of switches 1..K−1 of l.Switches
+// (none for one switch): on ep's address with a port of their own, ep's
+// MTU and the launch's endpoint options (its credential).
+func (l Launch) stripeEndpoints(ep *endpoint.Endpoint) ([]*endpoint.Endpoint, error) {
+	if len(l.Switches) < 2 {
+		return nil, nil
+	}
+	opts, err := l.EndpointOptions()
+	if err != nil {
+		return nil, err
+	}
+	addr := netip.AddrPortFrom(ep.LocalAddr().Addr(), 0).String()
+	var eps []*endpoint.Endpoint
+	for range l.Switches[1:] {
+		s, err := endpoint.Listen(addr, endpoint.Config{Transport: transport.Config{MTU: ep.MTU()}}, opts)
+		if err != nil {
+			for _, s := range eps {
+				s.Close()
+			}
+			return nil, fmt.Errorf("%w: the endpoint of a stripe switch: listen on %s: %w", ErrArg, addr, err)
+		}
+		eps = append(eps, s)
+	}
+	return eps, nil
 }
 
 // Split partitions the communicator MPI_Comm_split style: ranks passing
@@ -457,8 +539,12 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 		// the name short (the switch takes names of at most 64 bytes).
 		owner, _ := secure.NameScopes(c.job)
 		job := fmt.Sprintf("%s.%x/s%d/c%d", owner, c.id, nsplit, color)
-		return New(ctx, Config{Endpoint: c.ep, Rank: newRank, Size: len(members), Switch: c.sw, Job: job, Token: c.token, Insecure: c.insecure, Logger: c.log,
-			Liveness: c.liveness, JoinTimeout: c.joinTimeout})
+		sw := c.sw
+		if c.sharded() { // the new communicators stripe over the same switches
+			sw = ""
+		}
+		return New(ctx, Config{Endpoint: c.ep, Rank: newRank, Size: len(members), Switch: sw, Switches: c.switches, StripeEndpoints: c.stripeEps,
+			Job: job, Token: c.token, Insecure: c.insecure, Logger: c.log, Liveness: c.liveness, JoinTimeout: c.joinTimeout})
 	}
 	// A context id of its own: derived from the parent's, the split and
 	// the color, the same on every member.

@@ -42,6 +42,21 @@ type Config struct {
 	// run.
 	Switch string
 	Job    string
+	// Switches, with more than one address (at most MaxSwitches),
+	// shards the job's in-network traffic over several forwarding
+	// nodes: every in-network Allreduce, Reduce, ReduceScatter, Bcast
+	// and Allgather is cut into one stripe of whole elements per switch,
+	// so each carries about 1/K of the bytes (see shard.go). The ranks
+	// rendezvous at every switch; Switches[0] is the communicator's
+	// Switch (Switch must be empty or the same), whose group carries
+	// Barrier and the host algorithms. With one address it is Switch.
+	// Every rank must list the same switches in the same order.
+	Switches []string
+	// StripeEndpoints are the endpoints of switches 1..K−1 of Switches,
+	// one each, none of them Endpoint (a group's id is the switch's, so
+	// one endpoint cannot be a member at two switches). The
+	// communicator does not close them.
+	StripeEndpoints []*endpoint.Endpoint
 	// Token authenticates control messages to the switch. With Switch it
 	// must not be empty unless Insecure is set.
 	Token []byte
@@ -139,10 +154,20 @@ type Communicator struct {
 	size  int
 	peers []netip.AddrPort
 	group *endpoint.Group // nil without a switch
-	sw    string
-	swAP  netip.AddrPort // sw, parsed
-	job   string         // the job's name at the switch, for Split
-	token []byte
+	// shards: the membership at each switch, shards[0] being (ep,
+	// group, swAP); more than one when sharded (shard.go). Empty
+	// without a switch.
+	shards []shard
+	// switches and stripeEps are Config.Switches and
+	// Config.StripeEndpoints, for Split; ownEps the stripe endpoints
+	// this communicator opened (Launch.Communicator) and closes.
+	switches  []string
+	stripeEps []*endpoint.Endpoint
+	ownEps    []*endpoint.Endpoint
+	sw        string
+	swAP      netip.AddrPort // sw, parsed
+	job       string         // the job's name at the switch, for Split
+	token     []byte
 	// insecure is Config.Insecure, for Split.
 	insecure bool
 	id       uint32 // context id: messages of different communicators never match
@@ -183,6 +208,10 @@ func newComm(ctx context.Context, cfg Config, id uint32) (*Communicator, error) 
 	if cfg.Size < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.Size {
 		return nil, fmt.Errorf("%w: rank %d of size %d", ErrArg, cfg.Rank, cfg.Size)
 	}
+	switches, err := checkShards(&cfg)
+	if err != nil {
+		return nil, err
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -218,6 +247,18 @@ func newComm(ctx context.Context, cfg Config, id uint32) (*Communicator, error) 
 		}
 		c.group, c.job = g, job
 		c.id = g.ID()
+		c.shards = []shard{{ep: cfg.Endpoint, group: g, sw: ap}}
+		if len(switches) > 1 {
+			c.switches, c.stripeEps = switches, cfg.StripeEndpoints
+			jctx, cancel := context.WithTimeout(ctx, jt)
+			err := c.joinShards(jctx, cfg, job)
+			cancel()
+			if err != nil {
+				c.leaveShards(context.WithoutCancel(ctx))
+				g.Leave(context.WithoutCancel(ctx))
+				return nil, err
+			}
+		}
 		c.peers = make([]netip.AddrPort, cfg.Size)
 		for _, m := range g.Members() {
 			c.peers[m.ID] = m.Addr
@@ -302,9 +343,13 @@ func (c *Communicator) Close(ctx context.Context) error {
 		herr = c.hier.close(ctx)
 	}
 	c.stopAborts()
-	if c.group != nil {
+	if len(c.shards) > 0 {
+		serr := c.leaveShards(ctx)
 		if err := c.group.Leave(ctx); err != nil {
 			return err
+		}
+		if serr != nil {
+			return serr
 		}
 	}
 	return herr
@@ -368,7 +413,19 @@ func (c *Communicator) opErr(op *endpoint.Op) error {
 		}
 		return nil
 	}
-	return c.rankErr(err, op)
+	return c.stripeErr(c.rankErr(err, op), op)
+}
+
+// memberGroup reports whether group is the communicator's group at the
+// switch that op (nil: any) went through.
+func (c *Communicator) memberGroup(group uint32, op *endpoint.Op) bool {
+	if c.group == nil {
+		return false
+	}
+	if !c.sharded() || op == nil || op.Kind == endpoint.KindSendMsg || op.Kind == endpoint.KindRecvMsg {
+		return group == c.group.ID()
+	}
+	return group == c.shards[c.shardOf(op)].group.ID()
 }
 
 // rankErr names the rank behind err when one is: the member a
@@ -380,7 +437,7 @@ func (c *Communicator) rankErr(err error, op *endpoint.Op) error {
 		return err
 	}
 	var me *endpoint.MemberError
-	if errors.As(err, &me) && c.group != nil && me.Group == c.group.ID() {
+	if errors.As(err, &me) && c.memberGroup(me.Group, op) {
 		return &RankError{Rank: int(me.Member), Err: err, Self: int(me.Member) == c.rank}
 	}
 	if errors.Is(err, wire.StatusNotMember) && c.group != nil {

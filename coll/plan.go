@@ -79,9 +79,12 @@ func (c *Communicator) resolve(op Operation, bytes int, opts []CallOption) (Algo
 // post at the switch, or a host algorithm to run (neither: nothing to do),
 // or an error to report.
 type callPlan struct {
-	gop  *endpoint.Op
-	host func(ctx context.Context) error
-	err  error
+	gop *endpoint.Op
+	// stripes: the operation of a sharded communicator, one op per
+	// switch that has a stripe of it (shard.go).
+	stripes []stripeOp
+	host    func(ctx context.Context) error
+	err     error
 }
 
 // execute runs a plan on the caller's goroutine. A switch operation is
@@ -92,6 +95,8 @@ func (c *Communicator) execute(ctx context.Context, p callPlan) error {
 		return p.err
 	case p.gop != nil:
 		return c.rankErr(c.ep.Do(ctx, p.gop), p.gop)
+	case len(p.stripes) > 0:
+		return c.runStripes(ctx, p.stripes)
 	case p.host != nil:
 		return p.host(ctx)
 	}
@@ -128,6 +133,8 @@ func (c *Communicator) launch(ctx context.Context, p callPlan) *Request {
 			}
 			return c.rankErr(op.Err, op)
 		}}
+	case len(p.stripes) > 0:
+		return c.launchStripes(ctx, p.stripes)
 	case p.host != nil:
 		return start(ctx, p.host)
 	}

@@ -93,8 +93,8 @@ func (c *Communicator) reduceWith(seq uint64, algo Algo, o callOpts, send, recv 
 		if isRoot && send == nil { // keep the contribution apart from the result
 			send = append([]byte(nil), recv...)
 		}
-		return c.switchPlan(&endpoint.Op{Kind: endpoint.KindAggregate, Buf: send, Recv: recv, Root: root,
-			Dtype: dt, Alu: op, Deterministic: o.deterministic})
+		return c.switchOps(&endpoint.Op{Kind: endpoint.KindAggregate, Buf: send, Recv: recv, Root: root,
+			Dtype: dt, Alu: op, Deterministic: o.deterministic}, len(send), dt.Size(), subAggregate)
 	case AlgoBinomial:
 		return callPlan{host: c.guarded(seq, func(ctx context.Context) error { return c.reduceBinomial(ctx, seq, send, recv, dt, op, root) })}
 	}

@@ -121,7 +121,8 @@ func (c *Communicator) reduceScatterPost(ctx context.Context, algo Algo, o callO
 	if len(send) <= rsOneAggregation {
 		// One allreduce; each rank keeps its block.
 		rs.all = make([]byte, len(send))
-		rs.agg.postSwitch(&endpoint.Op{Kind: endpoint.KindAggregate, Buf: send, Recv: rs.all, Root: -1, Dtype: dt, Alu: op, Deterministic: o.deterministic})
+		rs.agg.postSwitchOps(&endpoint.Op{Kind: endpoint.KindAggregate, Buf: send, Recv: rs.all, Root: -1, Dtype: dt, Alu: op, Deterministic: o.deterministic},
+			len(send), dt.Size(), subAggregate)
 	} else {
 		// One rooted aggregation per block, posted in block order on
 		// every rank: the switch reduces block i and sends the result
@@ -132,8 +133,8 @@ func (c *Communicator) reduceScatterPost(ctx context.Context, algo Algo, o callO
 			if i == c.rank {
 				out = recv
 			}
-			rs.agg.postSwitch(&endpoint.Op{Kind: endpoint.KindAggregate, Buf: send[i*b : (i+1)*b], Recv: out, Root: i,
-				Dtype: dt, Alu: op, Deterministic: o.deterministic})
+			rs.agg.postSwitchOps(&endpoint.Op{Kind: endpoint.KindAggregate, Buf: send[i*b : (i+1)*b], Recv: out, Root: i,
+				Dtype: dt, Alu: op, Deterministic: o.deterministic}, b, dt.Size(), subAggregate)
 		}
 	}
 	if rs.agg.err != nil {

@@ -209,6 +209,13 @@ func (g *Group) heartbeats() {
 	done := make(chan *Op, 4)
 	inflight := 0
 	sent := make(map[*Op]time.Time, cap(done)) // in flight: when sent
+	// A switch that answers no heartbeat (not even with a refusal) for
+	// the transport's dead-peer timeout, while this member sent one every
+	// interval (a process that was paused itself has not), is gone: the
+	// group's operations fail (switchSilent), at every interval while it
+	// stays silent, rather than wait for it.
+	silent := g.silentAfter()
+	answered, unanswered := time.Now(), 0
 	for {
 		select {
 		case <-g.stop:
@@ -219,6 +226,9 @@ func (g *Group) heartbeats() {
 			delete(sent, op)
 			if op.Err == nil && g.confirmed != nil && at.UnixNano() > g.confirmed.Load() {
 				g.confirmed.Store(at.UnixNano())
+			}
+			if op.Err == nil || errors.As(op.Err, new(wire.Status)) {
+				answered, unanswered = time.Now(), 0
 			}
 			if errors.Is(op.Err, wire.StatusMemberDead) || errors.Is(op.Err, wire.StatusNotMember) && !g.service {
 				// Counted dead, or the switch no longer knows the
@@ -233,6 +243,9 @@ func (g *Group) heartbeats() {
 			continue
 		case <-t.C:
 		}
+		if quiet := time.Since(answered); !g.service && quiet > silent && time.Duration(unanswered)*iv >= silent {
+			g.switchSilent(quiet.Round(time.Millisecond))
+		}
 		if inflight >= cap(done) {
 			continue
 		}
@@ -246,6 +259,7 @@ func (g *Group) heartbeats() {
 			continue
 		}
 		inflight++
+		unanswered++
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -153,6 +154,14 @@ func ndmago_comm_create(cfg *C.ndma_config, out *C.ndma_comm_t) (rc C.int) {
 		JoinTimeout: time.Duration(cfg.join_timeout_ms) * time.Millisecond, Source: coll.ConfigSource}
 	if l.Size < 1 || l.Rank < 0 || l.Rank >= l.Size {
 		return argErr("rank %d of size %d: want 0 <= rank < size", l.Rank, l.Size)
+	}
+	if strings.Contains(l.Switch, ",") {
+		// A list: the in-network collectives shard over these switches.
+		sws, err := coll.ParseSwitches(l.Switch)
+		if err != nil {
+			return fail(fmt.Errorf("ndma_config.switch_addr: %w", err))
+		}
+		l.Switch, l.Switches = sws[0], sws
 	}
 	if l.Job == "" {
 		l.Job, l.JobFrom = "ndma", "the default"

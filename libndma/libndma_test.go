@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -122,23 +123,30 @@ func lendMemory(t *testing.T, swAddr, token string, n, size int) {
 // network (NDMA_HIERARCHY=off), and as two hosts of two ranks each
 // (NDMA_HOST_ID) in two levels: shared memory inside a host, the
 // leaders over the network, for the communicator from the environment
-// and the one from ndma_config alike.
+// and the one from ndma_config alike; and over the network with its
+// in-network collectives sharded over two switches (NDMA_SWITCHES, and a
+// comma-separated ndma_config.switch_addr).
 func TestCABI(t *testing.T) {
 	buildLibrary(t)
 	prog := lib.prog
 	for _, c := range []struct {
-		name string
-		env  func(r int) []string
+		name     string
+		switches int
+		env      func(r int) []string
 	}{
-		{"network", func(int) []string { return []string{"NDMA_HIERARCHY=off", "NDMA_TEST_LOCAL_SIZE=1"} }},
-		{"hierarchy", func(r int) []string {
+		{"network", 1, func(int) []string { return []string{"NDMA_HIERARCHY=off", "NDMA_TEST_LOCAL_SIZE=1"} }},
+		{"hierarchy", 1, func(r int) []string {
 			return []string{"NDMA_HIERARCHY=auto", "NDMA_HOST_ID=host " + strconv.Itoa(r/2), "NDMA_TEST_LOCAL_SIZE=2"}
 		}},
+		{"sharded", 2, func(int) []string { return []string{"NDMA_HIERARCHY=off", "NDMA_TEST_LOCAL_SIZE=1"} }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			fab := startSealedFabric(t, "ctest")
-			outs, errs := runRanksWith(t, 4, 4*time.Minute, []string{prog}, c.env, "NDMA_SWITCH="+fab.swAddr, "NDMA_TOKEN="+fab.token,
-				"NDMA_JOB=ctest", "NDMA_CREDENTIAL="+fab.credPath, "NDMA_TIMEOUT=60s")
+			fab := startSealedFabricK(t, "ctest", c.switches)
+			env := []string{"NDMA_SWITCH=" + fab.swAddr, "NDMA_TOKEN=" + fab.token, "NDMA_JOB=ctest", "NDMA_CREDENTIAL=" + fab.credPath, "NDMA_TIMEOUT=60s"}
+			if c.switches > 1 {
+				env = append(env, "NDMA_SWITCHES="+strings.Join(fab.swAddrs, ","))
+			}
+			outs, errs := runRanksWith(t, 4, 4*time.Minute, []string{prog}, c.env, env...)
 			for r := range outs {
 				if errs[r] != nil || !bytes.Contains(outs[r].Bytes(), []byte("ok\n")) {
 					t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r].String())
@@ -148,26 +156,38 @@ func TestCABI(t *testing.T) {
 	}
 }
 
-// sealedFabric is a switch on loopback that seals every datagram, its
-// token, and a member credential file for the ranks.
+// sealedFabric is a switch on loopback that seals every datagram (or
+// several, swAddrs, swAddr the first), its token, and a member
+// credential file for the ranks.
 type sealedFabric struct {
 	swAddr, token, credPath string
+	swAddrs                 []string
 }
 
 // startSealedFabric starts a sealedFabric whose member credential is
 // named name.
 func startSealedFabric(t *testing.T, name string) sealedFabric {
 	t.Helper()
+	return startSealedFabricK(t, name, 1)
+}
+
+// startSealedFabricK is startSealedFabric with k switches under one
+// authority and token.
+func startSealedFabricK(t *testing.T, name string, k int) sealedFabric {
+	t.Helper()
 	a, err := secure.NewAuthority([]byte("libndma test fabric secret " + name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	swID, err := a.Issue(secure.RoleSwitch, "sw0", rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
 	f := sealedFabric{token: "libndma test token " + name}
-	f.swAddr = startSwitch(t, []byte(f.token), swID)
+	for i := range k {
+		swID, err := a.Issue(secure.RoleSwitch, "sw"+strconv.Itoa(i), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.swAddrs = append(f.swAddrs, startSwitch(t, []byte(f.token), swID))
+	}
+	f.swAddr = f.swAddrs[0]
 	member, err := a.Issue(secure.RoleMember, name, rand.Reader)
 	if err != nil {
 		t.Fatal(err)

@@ -96,7 +96,9 @@ typedef struct ndma_config {
     size_t struct_size;      /* sizeof(ndma_config), set by ndma_config_init */
     int rank;                /* this process's rank, 0 <= rank < size */
     int size;                /* number of ranks */
-    const char *switch_addr; /* the switch, "host:port" (required) */
+    const char *switch_addr; /* the switch, "host:port" (required), or a
+                                comma-separated list of switches to shard
+                                the in-network collectives over */
     const char *job;         /* job name every rank gives; NULL: "ndma" */
     const char *token;       /* fabric token; NULL only with insecure */
     int insecure;            /* 1: seal nothing, at a fabric started with

@@ -53,6 +53,8 @@ const (
 	// MinMTU and MaxMTU bound Config.MTU, in bytes: the smallest MTU an
 	// IPv4 host must accept and the largest a veth takes.
 	MinMTU, MaxMTU = 576, 65535
+	// MaxSwitches bounds Config.Switches (coll.MaxSwitches).
+	MaxSwitches = 16
 )
 
 // Ports the daemons listen on, in the switch and memory-node namespaces.
@@ -62,6 +64,9 @@ const (
 	StordPort  = 7472 // `ndma stord`, UDP
 	StorgwPort = 7473 // `ndma storgw`, UDP
 )
+
+// switchPort is the UDP port of switch process i (Config.Switches).
+func switchPort(i int) int { return SwitchPort + 100*i }
 
 // udpIPHeaders is what IPv4 and UDP add to a datagram, in bytes: a link of
 // MTU m carries datagrams of at most m-udpIPHeaders bytes unfragmented.
@@ -181,6 +186,13 @@ type Config struct {
 	// on a 2-CPU machine (docs/BENCHMARKS.md). -1 means never set it.
 	GoMaxProcs int
 
+	// Switches is the number of `ndma switch` processes in the switch
+	// namespace, 1 to MaxSwitches: the first on SwitchPort, switch i on
+	// SwitchPort+100·i. With more than one, Run gives the ranks
+	// NDMA_SWITCHES (every switch) and their in-network collectives are
+	// sharded over them (coll.Config.Switches). Zero means 1.
+	Switches int
+
 	// NoCredentials runs the testbed without the security layer: Up
 	// then issues no credentials, the daemons start with --insecure
 	// instead of --credential, and Run sets NDMA_INSECURE=1 instead of
@@ -268,6 +280,12 @@ func (c *Config) validate() (netip.Prefix, uint64, error) {
 	if c.Hosts < 0 || c.MemNodes < 0 || c.StorNodes < 0 || c.Hosts+c.MemNodes+c.StorNodes+c.gateways() > MaxNodes {
 		return netip.Prefix{}, 0, invalid("Hosts", "%d hosts, %d memory nodes, %d storage nodes and %d gateways (want 1 to %d in all)", c.Hosts, c.MemNodes, c.StorNodes, c.gateways(), MaxNodes)
 	}
+	if c.Switches == 0 {
+		c.Switches = 1
+	}
+	if c.Switches < 1 || c.Switches > MaxSwitches {
+		return netip.Prefix{}, 0, invalid("Switches", "%d switch processes (want 1 to %d)", c.Switches, MaxSwitches)
+	}
 	if c.Gateway && c.StorNodes == 0 {
 		return netip.Prefix{}, 0, invalid("Gateway", "a storage gateway without storage nodes (give StorNodes)")
 	}
@@ -339,7 +357,7 @@ func (c *Config) validate() (netip.Prefix, uint64, error) {
 	case c.GoMaxProcs < -1:
 		return netip.Prefix{}, 0, invalid("GoMaxProcs", "%d (want -1: Go's default, 0: automatic, or a count of at least 1)", c.GoMaxProcs)
 	case c.GoMaxProcs == 0:
-		c.GoMaxProcs = autoGoMaxProcs(1+c.Hosts+c.MemNodes+c.StorNodes+c.gateways(), runtime.NumCPU())
+		c.GoMaxProcs = autoGoMaxProcs(c.Switches+c.Hosts+c.MemNodes+c.StorNodes+c.gateways(), runtime.NumCPU())
 	case c.GoMaxProcs == -1:
 		c.GoMaxProcs = 0
 	}

@@ -100,7 +100,7 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Prefix != DefaultPrefix || c.Hosts != DefaultHosts || c.MTU != DefaultMTU || c.Rate != DefaultRate ||
-		c.Latency != DefaultLatency || c.MemSize != DefaultMemSize || c.StateDir == "" || c.Binary == "" {
+		c.Latency != DefaultLatency || c.MemSize != DefaultMemSize || c.StateDir == "" || c.Binary == "" || c.Switches != 1 {
 		t.Errorf("defaults not applied: %+v", c)
 	}
 	if subnet != netip.MustParsePrefix(DefaultSubnet) || rate != 100e6 {
@@ -213,6 +213,8 @@ func TestConfigErrors(t *testing.T) {
 		{"Subnet", Config{Subnet: "nonsense"}},
 		{"MemSize", Config{MemSize: -1}},
 		{"GoMaxProcs", Config{GoMaxProcs: -2}},
+		{"Switches", Config{Switches: -1}},
+		{"Switches", Config{Switches: MaxSwitches + 1}},
 		{"Binary", Config{Binary: "/nonexistent/ndma"}},
 		{"Binary", Config{Binary: "/"}},
 	} {

@@ -61,6 +61,15 @@ func startDaemons(ctx context.Context, cfg *Config, st *State) error {
 		append([]string{"switch", "--listen", st.SwitchAddr, "--token-file", tokenFile, "--mtu", mtu}, credential(&st.Switch)...)...); err != nil {
 		return err
 	}
+	// More switch processes (Config.Switches), each a switch of its own
+	// under the same credential, token and namespace: a sharded job's
+	// stripes.
+	for i, addr := range st.SwitchAddrs[min(1, len(st.SwitchAddrs)):] {
+		if err := start("switch", st.Switch.NS, fmt.Sprintf("switch-%d.log", i+1), switchPort(i+1),
+			append([]string{"switch", "--listen", addr, "--token-file", tokenFile, "--mtu", mtu}, credential(&st.Switch)...)...); err != nil {
+			return err
+		}
+	}
 	for i := range st.MemNodes {
 		m := &st.MemNodes[i]
 		// The node's region key stays in its key file (mode 0600): the

@@ -19,7 +19,8 @@
 // these namespaces; nothing is created in the machine's own namespace.
 //
 // Run starts a command once per host namespace with the bootstrap
-// environment coll.FromEnv reads (NDMA_RANK, NDMA_SIZE, NDMA_SWITCH,
+// environment coll.FromEnv reads (NDMA_RANK, NDMA_SIZE, NDMA_SWITCH and,
+// with Config.Switches above 1, NDMA_SWITCHES,
 // NDMA_JOB, NDMA_TOKEN, NDMA_MTU) and streams each rank's output prefixed
 // by its rank.
 // Down removes everything whose name carries the prefix — found through the

@@ -109,6 +109,9 @@ func MPICommand(ctx context.Context, st *State, c MPIConfig) (*exec.Cmd, func(),
 		args = append(args, "-x", "LD_PRELOAD="+c.NDMALib, "-x", "NDMA_SWITCH="+st.SwitchAddr,
 			"-x", "NDMA_MTU="+strconv.Itoa(st.DatagramMTU), "-x", "NDMA_TOKEN", "-x", "NDMA_JOB="+job)
 		env = append(env, "NDMA_TOKEN="+st.Token)
+		if len(st.SwitchAddrs) > 1 {
+			args = append(args, "-x", "NDMA_SWITCHES="+strings.Join(st.SwitchAddrs, ","))
+		}
 		switch {
 		case len(creds) > 0 && perHost > 1:
 			args = append(args, "-x", "NDMA_CREDENTIAL="+filepath.Join(dir, "creds"))

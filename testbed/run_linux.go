@@ -25,7 +25,8 @@ const runWaitDelay = 5 * time.Second
 // process's: NDMA_RANK, NDMA_SIZE (len(st.Hosts)), NDMA_HOST_ID (the
 // host's namespace: ranks of one host share memory, those of others do
 // not, though every namespace sees this machine's /dev/shm), NDMA_SWITCH
-// (st.SwitchAddr), NDMA_TOKEN (st.Token), NDMA_MTU (st.DatagramMTU: the
+// (st.SwitchAddr) and, with several switch processes, NDMA_SWITCHES
+// (st.SwitchAddrs), NDMA_TOKEN (st.Token), NDMA_MTU (st.DatagramMTU: the
 // largest datagram one frame carries), NDMA_CREDENTIAL (unless the
 // testbed runs without credentials: a member credential issued for this
 // run, named JOB/RANK, which joins the run's job only as its own rank and
@@ -90,6 +91,9 @@ func RunWith(ctx context.Context, st *State, cmd []string, out io.Writer, opts R
 			c.Env = append(c.Env, "NDMA_CREDENTIAL="+creds[i])
 		} else {
 			c.Env = append(c.Env, "NDMA_CREDENTIAL=", "NDMA_INSECURE=1") // a testbed without credentials
+		}
+		if len(st.SwitchAddrs) > 1 {
+			c.Env = append(c.Env, "NDMA_SWITCHES="+strings.Join(st.SwitchAddrs, ","))
 		}
 		c.Env = append(c.Env, daemonPIDs(st)...)
 		c.Env = append(c.Env, "NDMA_TESTBED_SWITCH_NS="+st.Switch.NS)

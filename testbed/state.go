@@ -79,6 +79,10 @@ type State struct {
 	// SwitchAddr is where `ndma switch` listens ("10.77.0.1:7471"), the
 	// NDMA_SWITCH of every rank.
 	SwitchAddr string `json:"switch_addr"`
+	// SwitchAddrs lists every switch process's address when the testbed
+	// runs more than one (Config.Switches; SwitchAddr is the first): the
+	// NDMA_SWITCHES of every rank. Empty with one switch.
+	SwitchAddrs []string `json:"switch_addrs,omitempty"`
 	// Token is the fabric token the switch was started with, the
 	// NDMA_TOKEN of every rank.
 	Token string `json:"token"`

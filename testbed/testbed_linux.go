@@ -213,6 +213,11 @@ func build(ctx context.Context, cfg *Config, subnet netip.Prefix, rate uint64) (
 	}
 	st.SwitchAddr = netip.AddrPortFrom(st.Switch.Addr, SwitchPort).String()
 	st.Switch.Service = st.SwitchAddr
+	if cfg.Switches > 1 {
+		for i := range cfg.Switches {
+			st.SwitchAddrs = append(st.SwitchAddrs, netip.AddrPortFrom(st.Switch.Addr, uint16(switchPort(i))).String())
+		}
+	}
 	if err := st.save(); err != nil {
 		return nil, fmt.Errorf("testbed: state file: %w", err)
 	}

@@ -871,3 +871,39 @@ func TestSchedulingApart(t *testing.T) {
 		t.Errorf("a daemon no longer running: apart (%s)", why)
 	}
 }
+
+// TestUpSwitches: with Switches 2 the switch namespace runs two switch
+// processes, Run gives the ranks NDMA_SWITCHES naming both, and a job's
+// in-network Allreduce runs sharded over them.
+func TestUpSwitches(t *testing.T) {
+	st := upTestbed(t, Config{Hosts: 2, Switches: 2})
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	want := []string{st.Switch.Addr.String() + ":7471", st.Switch.Addr.String() + ":7571"}
+	if !slices.Equal(st.SwitchAddrs, want) || st.SwitchAddr != want[0] {
+		t.Fatalf("switches %v (first %s), want %v", st.SwitchAddrs, st.SwitchAddr, want)
+	}
+	alive := 0
+	for _, d := range st.Daemons {
+		if d.Role == "switch" && d.Alive {
+			alive++
+		}
+	}
+	if alive != 2 {
+		t.Fatalf("daemons %+v, want two switch processes alive", st.Daemons)
+	}
+	var out lockedBuilder
+	if err := Run(ctx, st, []string{"sh", "-c", "echo $NDMA_SWITCHES"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(out.String(), strings.Join(want, ",")); got != 2 {
+		t.Fatalf("NDMA_SWITCHES of the ranks:\n%s\nwant %s for both", out.String(), strings.Join(want, ","))
+	}
+	var bench lockedBuilder
+	if err := Run(ctx, st, []string{ndmaBinary(t), "bench", "coll", "--op", "allreduce", "--algo", "innet", "--sizes", "64K", "--iters", "2"}, &bench); err != nil {
+		t.Fatalf("%v\n%s", err, bench.String())
+	}
+	if !strings.Contains(bench.String(), "in-network calls over 2 switches") {
+		t.Fatalf("bench coll did not run over both switches:\n%s", bench.String())
+	}
+}

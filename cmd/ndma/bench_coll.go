@@ -23,6 +23,7 @@ type collFlags struct {
 	op, algo, sizes string
 	sync            string
 	ranks           int
+	switches        int
 	iters, warmup   int
 	mtu             int
 	listen          string
@@ -61,9 +62,18 @@ latencies are virtual time: what the links and protocols give, whatever
 this machine's speed or load. Same seed, same figures (to within the
 interleaving of events at one virtual instant).
 
+With --switches K (K > 1) the in-network collectives are sharded over K
+in-process forwarding nodes: each rank has an endpoint per switch and
+every message is cut into K stripes, one per switch (coll.Config.Switches;
+under a launcher, NDMA_SWITCHES does this instead). Each row then ends
+with the datagrams every switch received over the row's calls, from the
+switches' own counters ("Pkts in per switch"): how the load was shared.
+With --sim a rank's K endpoints share its link rate evenly.
+
   ndma bench coll --op allreduce --algo all --ranks 8 --sizes 8:1M
   ndma bench coll --op bcast --algo innet,chain --json
-  ndma bench coll --sim --op bcast --algo all --sizes 8:16M`,
+  ndma bench coll --sim --op bcast --algo all --sizes 8:16M
+  ndma bench coll --sim --op allreduce --algo innet --switches 3 --sizes 64K:16M`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.prof.profiled(func() error { return runBenchColl(cmd, &f) })
@@ -74,6 +84,7 @@ interleaving of events at one virtual instant).
 	fl.StringVar(&f.algo, "algo", "all", "algorithm(s), comma-separated, or all")
 	fl.StringVar(&f.sync, "sync-algo", string(bench.DefaultSync), "algorithm of the untimed barrier before every call: recursive_doubling, innet, or auto (the communicator's choice: innet with a switch)")
 	fl.IntVar(&f.ranks, "ranks", 8, "ranks, all in this process on loopback")
+	fl.IntVar(&f.switches, "switches", 1, "in-process forwarding nodes to shard the in-network collectives over (at most 16; under a launcher: NDMA_SWITCHES)")
 	fl.StringVar(&f.sizes, "sizes", "8:1M", "message sizes per rank: list and ranges of powers of two, e.g. 8:16M or 4K,1M")
 	fl.IntVar(&f.iters, "iters", 0, "measured iterations per size (default: by size)")
 	fl.IntVar(&f.warmup, "warmup", 0, "unmeasured iterations per size (default: a tenth of --iters, at least 2)")
@@ -118,6 +129,9 @@ func runBenchColl(cmd *cobra.Command, f *collFlags) error {
 	if f.ranks < 1 || f.ranks > 256 {
 		return fmt.Errorf("--ranks: %d not in 1..256", f.ranks)
 	}
+	if f.switches < 1 || f.switches > coll.MaxSwitches {
+		return fmt.Errorf("--switches: %d not in 1..%d", f.switches, coll.MaxSwitches)
+	}
 	sizes, err := bench.ParseSizes(f.sizes)
 	if err != nil {
 		return fmt.Errorf("--sizes: %w", err)
@@ -149,6 +163,9 @@ func runBenchColl(cmd *cobra.Command, f *collFlags) error {
 		if cmd.Flags().Changed("ranks") {
 			return fmt.Errorf("--ranks: the launcher sets the ranks (%s says %d)", l.Source, l.Size)
 		}
+		if cmd.Flags().Changed("switches") {
+			return fmt.Errorf("--switches: under a launcher the ranks meet at the switches NDMA_SWITCH or NDMA_SWITCHES names")
+		}
 		if l.MTU > 0 && !cmd.Flags().Changed("mtu") {
 			f.mtu = l.MTU // the network's datagram size (ndma testbed run sets NDMA_MTU)
 		}
@@ -176,21 +193,27 @@ func runBenchColl(cmd *cobra.Command, f *collFlags) error {
 		}
 		defer launched.Close(context.Background())
 	} else {
-		needSwitch := false
+		switches := 0
 		for _, a := range algos {
 			if a == coll.AlgoInNet || a == coll.AlgoAuto {
-				needSwitch = true
+				switches = f.switches
 			}
 		}
-		if w, err = bench.NewCollWorld(ctx, f.ranks, needSwitch, f.mtu); err != nil {
+		if w, err = bench.NewCollWorld(ctx, f.ranks, switches, f.mtu); err != nil {
 			return err
 		}
 		defer w.Close()
 	}
 	cfg := bench.CollConfig{Op: op, Algos: algos, Ranks: f.ranks, Sizes: sizes, Iters: f.iters, Warmup: f.warmup, MTU: f.mtu, Sync: sync}
 	where := "in one process, loopback"
+	if f.switches > 1 {
+		where += fmt.Sprintf(", in-network calls over %d switches", f.switches)
+	}
 	if launched != nil {
 		where = "one process per rank"
+		if k := len(launched.Switches()); k > 1 {
+			where += fmt.Sprintf(", in-network calls over %d switches", k)
+		}
 	}
 	emit, flush := collEmitter(cmd.OutOrStdout(), f.json, where)
 	if launched != nil {
@@ -238,8 +261,11 @@ func runBenchCollSim(cmd *cobra.Command, f *collFlags, op coll.Operation, algos 
 	}
 	link := bench.CollSimLink{Rate: rate, Latency: f.linkLatency, Loss: f.loss, Seed: f.seed}
 	where := fmt.Sprintf("simnet: %s links, %v latency, MTU %d, loss %g, seed %d; virtual time", bench.FormatRate(rate), f.linkLatency, f.mtu, f.loss, f.seed)
+	if f.switches > 1 {
+		where += fmt.Sprintf("; in-network calls over %d switches, a rank's link shared by its %d endpoints", f.switches, f.switches)
+	}
 	emit, flush := collEmitter(cmd.OutOrStdout(), f.json, where)
-	cfg := bench.CollConfig{Op: op, Algos: algos, Ranks: f.ranks, Sizes: sizes, Iters: f.iters, Warmup: f.warmup, MTU: f.mtu, Sync: sync}
+	cfg := bench.CollConfig{Op: op, Algos: algos, Ranks: f.ranks, Sizes: sizes, Iters: f.iters, Warmup: f.warmup, MTU: f.mtu, Sync: sync, Switches: f.switches}
 	err = bench.RunCollSim(cfg, link, emit)
 	flush()
 	return err
@@ -276,11 +302,21 @@ func collEmitter(out io.Writer, asJSON bool, where string) (emit func(bench.Coll
 			if r.Algo == string(coll.AlgoAuto) {
 				head += "Chosen\t"
 			}
+			if len(r.SwitchPackets) > 0 {
+				head += "Pkts in per switch\t"
+			}
 			fmt.Fprintln(tw, head)
 		}
 		fmt.Fprintf(tw, "%d\t%.2f\t%.2f\t%.2f\t%d\t", r.Size, r.AvgUS, r.MinUS, r.MaxUS, r.Iters)
 		if r.Algo == string(coll.AlgoAuto) {
 			fmt.Fprintf(tw, "%s\t", r.Chosen)
+		}
+		if len(r.SwitchPackets) > 0 {
+			s := make([]string, len(r.SwitchPackets))
+			for i, p := range r.SwitchPackets {
+				s[i] = fmt.Sprint(p)
+			}
+			fmt.Fprintf(tw, "%s\t", strings.Join(s, "/"))
 		}
 		fmt.Fprintln(tw)
 	}

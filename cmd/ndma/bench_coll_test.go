@@ -87,11 +87,35 @@ func TestBenchCollSim(t *testing.T) {
 		{[]string{"--sim", "--loss", "1"}, "--loss 1"},
 		{[]string{"--sim", "--seed", "0"}, "--seed 0"},
 		{[]string{"--sim", "--link-rate", "fast"}, "--link-rate"},
+		{[]string{"--sim", "--switches", "0"}, "--switches: 0"},
+		{[]string{"--switches", "17"}, "--switches: 17"},
 	} {
 		_, err := execute(t, append([]string{"bench", "coll", "--op", "bcast", "--sizes", "8", "--iters", "1"}, bad.args...)...)
 		if err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%v: error %v, want one with %q", bad.args, err, bad.want)
 		}
+	}
+}
+
+// TestBenchCollSwitches: with --switches 2 each row ends with both
+// switches' datagram counts, in the table and in JSON.
+func TestBenchCollSwitches(t *testing.T) {
+	out, err := execute(t, "bench", "coll", "--sim", "--op", "allreduce", "--algo", "innet", "--ranks", "3", "--sizes", "64K", "--iters", "2", "--switches", "2", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		SwitchPackets []uint64 `json:"switch_packets"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &r); err != nil || len(r.SwitchPackets) != 2 || r.SwitchPackets[0] == 0 || r.SwitchPackets[1] == 0 {
+		t.Fatalf("%q (%v): want one row with two switches' packets", out, err)
+	}
+	out, err = execute(t, "bench", "coll", "--op", "bcast", "--algo", "innet", "--ranks", "2", "--sizes", "8K", "--iters", "2", "--switches", "2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "over 2 switches") || !strings.Contains(out, "Pkts in per switch") {
+		t.Fatalf("table without the switches' column:\n%s", out)
 	}
 }
 

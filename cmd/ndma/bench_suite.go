@@ -24,6 +24,7 @@ const (
 
 type suiteFlags struct {
 	hosts, mtu, iters, gmp, ppn int
+	switches                    int
 	repeat                      int
 	rate, ops, sizes, out, pf   string
 	keep, json, mpi             bool
@@ -63,8 +64,9 @@ not judged, with their verdicts.
 Into --out it writes suite.jsonl (JSON Lines: bench coll's row plus
 warmup, rate_bits, bound_us, cpu_ranks_s, cpu_switch_s, cpu_s,
 cpu_per_call_us, cpu_per_mib_rank_s and cpu_per_mib_switch_s (one rank's
-and the switch's CPU per MiB of each rank's message) and fidelity (the
-monitor's verdict and evidence)), suite.md (a Markdown table per
+and the switch's CPU per MiB of each rank's message),
+cpu_per_mib_each_switch_s (with --switches, each switch process's) and
+fidelity (the monitor's verdict and evidence)), suite.md (a Markdown table per
 operation, with the latency over the S/B bound, size*8/rate, the CPU and
 each row's verdict, the rows not faithful with why, a table of CPU per
 MiB and per call for each algorithm, then the testbed targets the rows
@@ -83,6 +85,12 @@ its collectives through the switch (rows "mpi-ndma") and declining every
 call (rows "mpi-ndma-declined": the library's overhead on Open MPI's own
 path). --algos keeps the rows of the algorithms named.
 
+With --switches K the testbed runs K switch processes (ndma testbed up
+--switches) and NDMA's in-network collectives are sharded over them, one
+stripe of every message each: the switch CPU is theirs together, and
+each one's CPU per MiB is reported too (in suite.md in parentheses), to
+see the switches' CPU per byte fall with K.
+
 With --from it measures nothing: it merges suite.jsonl files of earlier
 runs and writes suite.md and the plots again into --out.
 
@@ -95,12 +103,14 @@ then runs at that one rate.`,
   sudo ndma bench suite --hosts 4 --ops bcast,allreduce --sizes 8,64K,1M,16M --iters 3 --out /tmp/suite
   sudo ndma bench suite --mpi --ops allreduce --out /tmp/vs-mpi
   sudo ndma bench suite --hosts 2 --ppn 4 --mpi --ops allreduce,bcast --out /tmp/ppn4
+  sudo ndma bench suite --hosts 4 --switches 2 --ops allreduce,bcast --algos innet --out /tmp/sharded
   sudo ndma bench suite --mpi --mpi-ndma build/libndma_mpi.so --algos mpi,mpi-ndma --ops bcast --out /tmp/mpi-ndma`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchSuite(cmd, &f) },
 	}
 	fl := cmd.Flags()
 	fl.IntVar(&f.hosts, "hosts", 8, "host namespaces, --ppn ranks each")
+	fl.IntVar(&f.switches, "switches", 1, fmt.Sprintf("switch processes to shard the in-network collectives over, 1 to %d (see ndma testbed up)", testbed.MaxSwitches))
 	fl.IntVar(&f.ppn, "ppn", 1, fmt.Sprintf("ranks in each host namespace, 1 to %d (NDMA's and Open MPI's rows alike)", testbed.MaxPerHost))
 	fl.StringVar(&f.rate, "rate", testbed.DefaultRate, "rate of every link, each direction, in tc's syntax: 100mbit, 1gbit; auto: the highest rate at which the heaviest jobs are faithful on this machine (see above)")
 	fl.BoolVar(&f.prio, "priority-queues", false, "give every link's queue priority bands that send NDMA's ACKs ahead of queued data (see ndma testbed up)")
@@ -191,7 +201,7 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 	stdout := cmd.OutOrStdout()
 	prog := newProgress(cmd.ErrOrStderr(), f.json)
 	cfg := bench.SuiteConfig{
-		Testbed:  testbed.Config{Prefix: f.pf, Hosts: f.hosts, Rate: f.rate, PeakRate: f.peakRate, MTU: f.mtu, GoMaxProcs: f.gmp, PriorityQueues: f.prio},
+		Testbed:  testbed.Config{Prefix: f.pf, Hosts: f.hosts, Switches: f.switches, Rate: f.rate, PeakRate: f.peakRate, MTU: f.mtu, GoMaxProcs: f.gmp, PriorityQueues: f.prio},
 		Ops:      ops,
 		Sizes:    sizes,
 		Iters:    f.iters,
@@ -287,7 +297,7 @@ func firstLine(s string) string {
 
 // renderSuite is --from: merge earlier runs' rows and write the files.
 func renderSuite(cmd *cobra.Command, f *suiteFlags) error {
-	for _, name := range []string{"hosts", "rate", "peak-rate", "mtu", "ops", "sizes", "iters", "keep", "prefix", "mpi", "mpi-tuned", "mpi-ndma", "gloo", "algos", "repeat", "gomaxprocs", "fidelity-cpu"} {
+	for _, name := range []string{"hosts", "switches", "rate", "peak-rate", "mtu", "ops", "sizes", "iters", "keep", "prefix", "mpi", "mpi-tuned", "mpi-ndma", "gloo", "algos", "repeat", "gomaxprocs", "fidelity-cpu"} {
 		if cmd.Flags().Changed(name) {
 			return fmt.Errorf("--%s cannot be used with --from (it renders rows already measured)", name)
 		}

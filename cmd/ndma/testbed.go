@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
@@ -39,6 +40,7 @@ var testbedFlagNames = map[string]string{
 	"StateDir":   "--state-dir",
 	"Binary":     "--binary",
 	"GoMaxProcs": "--gomaxprocs",
+	"Switches":   "--switches",
 }
 
 // testbedFlags are the flags of `ndma testbed` and its subcommands.
@@ -52,6 +54,7 @@ type testbedFlags struct {
 
 	hosts, memnodes, burst, mtu     int
 	stornodes                       int
+	switches                        int
 	gateway                         bool
 	gomaxprocs                      int
 	rate, hostRate, subnet, memSize string
@@ -118,16 +121,25 @@ with --credential; h<i>.cred (member), the NDMA_CREDENTIAL of rank i under
 "run"; and client.cred (client), for tools run in a host namespace
 outside "run". --no-credentials runs without them.
 
+--switches K starts K ndma switch processes in the switch namespace (the
+first on port 7471, switch i on 7471+100·i, each logging to
+switch[-i].log): "run" then gives every rank NDMA_SWITCHES, and a job's
+in-network collectives are sharded over them, each switch carrying one
+stripe of every message. ndma bench suite reports each switch process's
+CPU per MiB.
+
 ` + rateAutoHelp,
 		Example: `  sudo ndma testbed up --hosts 8 --rate 100mbit --mtu 9000
   sudo ndma testbed up --hosts 8 --rate auto
-  sudo ndma testbed up --hosts 4 --memnodes 2 --rate 1gbit --prefix tb2 --subnet 10.78.0.0/16`,
+  sudo ndma testbed up --hosts 4 --memnodes 2 --rate 1gbit --prefix tb2 --subnet 10.78.0.0/16
+  sudo ndma testbed up --hosts 4 --switches 2`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runTestbedUp(cmd, &f) },
 	}
 	fl := up.Flags()
 	fl.IntVar(&f.hosts, "hosts", testbed.DefaultHosts, fmt.Sprintf("host namespaces, one rank each (1 to %d with --memnodes)", testbed.MaxNodes))
 	fl.IntVar(&f.memnodes, "memnodes", 0, "memory-node namespaces, each running ndma memd")
+	fl.IntVar(&f.switches, "switches", 1, fmt.Sprintf("ndma switch processes in the switch namespace (1 to %d): above 1, the ranks of run shard their in-network collectives over them (NDMA_SWITCHES)", testbed.MaxSwitches))
 	fl.IntVar(&f.stornodes, "stornodes", 0, "storage-node namespaces (s0, s1, ...), each running ndma stord with its directory in the state directory")
 	fl.BoolVar(&f.gateway, "gateway", false, "a namespace (g0) running ndma storgw, the controller of ndma bench vol --mode controller (needs --stornodes)")
 	fl.StringVar(&f.rate, "rate", testbed.DefaultRate, "rate of every link, each direction, in tc's syntax: 100mbit, 1gbit, 12mbps (bytes/s); auto: the highest rate at which the heaviest jobs are faithful on this machine (see above)")
@@ -149,7 +161,8 @@ outside "run". --no-credentials runs without them.
 		Use:   "run [flags] -- CMD [ARG...]",
 		Short: "Run a command once per host namespace, with the rank environment, output prefixed by rank",
 		Long: `run starts CMD once in each host namespace, rank i in <prefix>-h<i>, with
-NDMA_RANK, NDMA_SIZE, NDMA_SWITCH, NDMA_TOKEN, NDMA_MTU (the largest
+NDMA_RANK, NDMA_SIZE, NDMA_SWITCH (and NDMA_SWITCHES, every switch, after
+up --switches), NDMA_TOKEN, NDMA_MTU (the largest
 datagram one frame carries: MTU minus 28, what the daemons use; ndma bench
 coll and ndma bench pool take it as their default --mtu), NDMA_CREDENTIAL
 (the file of host i's member credential, which bench coll's ranks, the
@@ -267,6 +280,7 @@ func (f *testbedFlags) config() (testbed.Config, error) {
 		Hosts:      f.hosts,
 		MemNodes:   f.memnodes,
 		StorNodes:  f.stornodes,
+		Switches:   f.switches,
 		Gateway:    f.gateway,
 		Rate:       f.rate,
 		HostRate:   f.hostRate,
@@ -459,6 +473,9 @@ func printTestbed(w io.Writer, st *testbed.State) {
 		fmt.Fprintf(w, "procs    GOMAXPROCS=%d for the daemons and the ranks of testbed run\n", st.GoMaxProcs)
 	}
 	fmt.Fprintf(w, "switch   %s  (NDMA_SWITCH)\n", st.SwitchAddr)
+	if len(st.SwitchAddrs) > 1 {
+		fmt.Fprintf(w, "switches %s  (NDMA_SWITCHES: in-network collectives sharded over %d switch processes)\n", strings.Join(st.SwitchAddrs, ","), len(st.SwitchAddrs))
+	}
 	if st.Secret != "" {
 		fmt.Fprintf(w, "sealed   every datagram: credentials <node>.cred under the secret %s (each rank of testbed run: one of its own, JOB/RANK, as NDMA_CREDENTIAL; other tools: --credential %s)\n", st.Secret, st.ClientCredential)
 	} else {

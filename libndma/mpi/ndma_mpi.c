@@ -42,7 +42,7 @@
  * breaks, nothing is faster).
  *
  * Environment (world rank 0's values hold for every rank):
- *   NDMA_SWITCH, NDMA_TOKEN or NDMA_INSECURE=1, NDMA_CREDENTIAL,
+ *   NDMA_SWITCH (or NDMA_SWITCHES), NDMA_TOKEN or NDMA_INSECURE=1, NDMA_CREDENTIAL,
  *   NDMA_TIMEOUT, NDMA_DETERMINISTIC...: as for ndma_comm_from_env.
  *   NDMA_HIERARCHY=off  every rank over the network; by default (auto)
  *                     the ranks of a host run the collectives through
@@ -579,14 +579,16 @@ static void start(void) {
         s.verbose = env_int("NDMA_MPI_VERBOSE", 0) != 0;
         s.min_bytes = env_int("NDMA_MPI_MIN_BYTES", 0);
         s.active = env_int("NDMA_MPI", 1) != 0;
-        const char *sw = getenv("NDMA_SWITCH");
+        const char *sw = getenv("NDMA_SWITCHES");
+        if (sw == NULL || *sw == 0)
+            sw = getenv("NDMA_SWITCH");
         if (s.active && ndma_abi_version() != NDMA_ABI_VERSION) {
             fprintf(stderr, "ndma_mpi: libndma has ABI version %d, this library was built for %d: %s\n",
                     ndma_abi_version(), NDMA_ABI_VERSION,
                     s.strict ? "aborting (NDMA_MPI_STRICT=1)" : "MPI collectives run on MPI's own");
             s.active = 0;
         } else if (s.active && (sw == NULL || *sw == 0)) {
-            fprintf(stderr, "ndma_mpi: NDMA_SWITCH is not set: %s\n",
+            fprintf(stderr, "ndma_mpi: neither NDMA_SWITCH nor NDMA_SWITCHES is set: %s\n",
                     s.strict ? "aborting (NDMA_MPI_STRICT=1)" : "MPI collectives run on MPI's own");
             s.active = 0;
         }
@@ -620,7 +622,10 @@ static void start(void) {
     if (g.verbose && world_rank == 0) {
         int n = 0;
         PMPI_Comm_size(MPI_COMM_WORLD, &n);
-        fprintf(stderr, "ndma_mpi: %d ranks joined group %s at %s (min %lld bytes;", n, g.job, getenv("NDMA_SWITCH"),
+        const char *sw = getenv("NDMA_SWITCHES");
+        if (sw == NULL || *sw == 0)
+            sw = getenv("NDMA_SWITCH");
+        fprintf(stderr, "ndma_mpi: %d ranks joined group %s at %s (min %lld bytes;", n, g.job, sw ? sw : "?",
                 g.min_bytes);
         for (int i = 0; i < NOPS; i++)
             fprintf(stderr, " %s %s", op_name[i], g.on[i] ? "on" : "off");

@@ -425,7 +425,9 @@ static void env_config(ndma_config *cfg, int r, const char *job) {
     ndma_config_init(cfg);
     cfg->rank = r;
     cfg->size = size;
-    cfg->switch_addr = getenv("NDMA_SWITCH");
+    // NDMA_SWITCHES, when set, is the list to shard over: the config
+    // takes it as a comma-separated switch_addr.
+    cfg->switch_addr = getenv("NDMA_SWITCHES") ? getenv("NDMA_SWITCHES") : getenv("NDMA_SWITCH");
     cfg->token = getenv("NDMA_TOKEN");
     cfg->insecure = cfg->token == NULL;
     cfg->credential = getenv("NDMA_CREDENTIAL");

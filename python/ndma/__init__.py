@@ -266,9 +266,10 @@ class Communicator:
     arguments.
 
     With no arguments the launch comes from the environment (NDMA_RANK/
-    NDMA_SIZE, mpirun, Slurm or torchrun's RANK/WORLD_SIZE; NDMA_SWITCH,
-    NDMA_TOKEN, NDMA_CREDENTIAL or NDMA_INSECURE=1...). Otherwise give rank,
-    size and switch ("host:port"), and a credential (the rank's member
+    NDMA_SIZE, mpirun, Slurm or torchrun's RANK/WORLD_SIZE; NDMA_SWITCH or
+    NDMA_SWITCHES, NDMA_TOKEN, NDMA_CREDENTIAL or NDMA_INSECURE=1...). Otherwise give rank,
+    size and switch ("host:port", or "host:port,host:port,..." to shard
+    the in-network collectives over several switches), and a credential (the rank's member
     credential file, or the directory ndma fabric init wrote, with job)
     and a token, or insecure=True to seal nothing (the token then
     optional). timeout

@@ -21,7 +21,7 @@ and barrier; importing ndma.torch registers it):
     dist.init_process_group("ndma", init_method=..., rank=r, world_size=n)
     dist.all_reduce(t)                           # through the switch
 
-The backend meets at NDMA_SWITCH with NDMA_TOKEN (or NDMA_INSECURE=1) and
+The backend meets at NDMA_SWITCH (or the switches NDMA_SWITCHES lists) with NDMA_TOKEN (or NDMA_INSECURE=1) and
 NDMA_CREDENTIAL, as a Communicator from the environment does, and takes
 NDMA_HIERARCHY and NDMA_HOST_ID (several ranks per host through shared
 memory); the job name comes from the process group's store.
@@ -325,9 +325,11 @@ def _create(store, rank, size, timeout):
             name = os.environ["NDMA_JOB"] + "." + name
         store.set(key, name)
     job = store.get(key).decode()
-    sw = os.environ.get("NDMA_SWITCH")
+    # NDMA_SWITCHES (a comma-separated list) shards the in-network
+    # collectives over several switches; the library takes the list.
+    sw = os.environ.get("NDMA_SWITCHES") or os.environ.get("NDMA_SWITCH")
     if not sw:
-        raise InvalidArgument(_lib.ERR_ARG, "the ndma backend: NDMA_SWITCH is not set (the ranks meet at the switch)")
+        raise InvalidArgument(_lib.ERR_ARG, "the ndma backend: neither NDMA_SWITCH nor NDMA_SWITCHES is set (the ranks meet at the switch)")
     insecure = os.environ.get("NDMA_INSECURE", "") in ("1", "true")
     hierarchy = os.environ.get("NDMA_HIERARCHY", "").strip().lower() or None
     if hierarchy not in (None, "auto", "off"):

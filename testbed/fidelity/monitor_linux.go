@@ -115,6 +115,9 @@ func (m *Monitor) Stop(ctx context.Context) (*Recorder, error) {
 			return nil, fmt.Errorf("fidelity: the %s daemon (pid %d) after the job: %w", d.Role, d.PID, err)
 		}
 		m.rec.ProcessCPU(d.Role, max(s-m.daemon0[i], 0))
+		if d.Role == "switch" {
+			m.rec.SwitchCPU(max(s-m.daemon0[i], 0))
+		}
 	}
 	if err := m.readQdiscs(ctx, true); err != nil {
 		return nil, err

@@ -50,6 +50,7 @@ type Recorder struct {
 	hasSteal   bool
 	maxRunning int
 	process    map[string]float64 // role: CPU seconds over the job
+	switches   []float64          // each switch process's CPU seconds, in the testbed's order
 	qdisc      [2][]*Qdisc        // start, end: per link, nil where not read
 }
 
@@ -125,6 +126,14 @@ func (r *Recorder) thin() {
 // …): what the role's processes used over the job.
 func (r *Recorder) ProcessCPU(role string, seconds float64) {
 	r.process[role] += seconds
+}
+
+// SwitchCPU records the CPU seconds of one switch process over the job,
+// counted in ProcessCPU's "switch" too: a testbed with several
+// (testbed.Config.Switches) reports each (Verdict.SwitchS). Call it once
+// per switch process, in the testbed's order.
+func (r *Recorder) SwitchCPU(seconds float64) {
+	r.switches = append(r.switches, seconds)
 }
 
 // Qdiscs adds the output of `tc -n ns -s -j qdisc show`, read at the

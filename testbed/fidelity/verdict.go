@@ -93,6 +93,10 @@ type Verdict struct {
 	// role: "ranks" (every process the job started, peers' included),
 	// "switch", "memd", "stord", "storgw".
 	ProcessS map[string]float64 `json:"process_cpu_s"`
+	// SwitchS is each switch process's user+system time, in the
+	// testbed's order, when it runs more than one (their sum is
+	// ProcessS["switch"]); nil with one.
+	SwitchS []float64 `json:"switch_cpu_s,omitempty"`
 	// SoftirqS is the machine's softirq time: mostly the links' packet
 	// work. The kernel may also charge some of it to the process it
 	// interrupted, so TestbedS can count it twice: the rule errs towards
@@ -166,6 +170,9 @@ func (r *Recorder) Judge(rule Rule) (Verdict, error) {
 	if r.hasSteal {
 		s := secs(d.Steal)
 		v.StealS = &s
+	}
+	if len(r.switches) > 1 {
+		v.SwitchS = slices.Clone(r.switches)
 	}
 	for _, s := range r.process {
 		v.TestbedS += s

@@ -197,9 +197,13 @@ func TestJudgeArithmetic(t *testing.T) {
 	}
 	r.ProcessCPU("ranks", 1)
 	r.ProcessCPU("switch", 0.5)
+	r.SwitchCPU(0.5)
 	v, err := r.Judge(Rule{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if v.SwitchS != nil {
+		t.Errorf("one switch process: SwitchS %v, want none", v.SwitchS)
 	}
 	// Machine: 600 ticks, 30 stolen: 5.7 s; testbed 1.5 s + 0.2 s softirq.
 	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
@@ -222,5 +226,10 @@ func TestJudgeArithmetic(t *testing.T) {
 	}
 	if _, err := NewRecorder(nil, 0).Judge(Rule{}); err == nil {
 		t.Error("no samples: no error")
+	}
+	// Two switch processes: each one's CPU, in order.
+	r.SwitchCPU(0.25)
+	if v, err := r.Judge(Rule{}); err != nil || len(v.SwitchS) != 2 || v.SwitchS[0] != 0.5 || v.SwitchS[1] != 0.25 {
+		t.Errorf("two switch processes: SwitchS %v, %v; want [0.5 0.25]", v.SwitchS, err)
 	}
 }
