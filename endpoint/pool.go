@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"time"
 
+	"github.com/ndma/ndma/internal/ctrlclient"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire/ctrl"
 )
@@ -126,8 +126,8 @@ func (ep *Endpoint) PoolLeave(ctx context.Context, sw string, key uint64, opts F
 	if err != nil {
 		return err
 	}
-	if _, err := ep.control(ctx, ap, &ctrl.Msg{Type: ctrl.PoolNode, Key: key, Epoch: ep.incarnation}, &opts); err != nil {
-		return fmt.Errorf("endpoint: pool leave: %w", err)
+	if err := ctrlclient.Leave(ctx, (*lender)(ep), ap, key, ep.incarnation, opts); err != nil {
+		return fmt.Errorf("endpoint: %w", err)
 	}
 	return nil
 }
@@ -145,71 +145,37 @@ func (ep *Endpoint) PoolLend(ctx context.Context, sw string, key, capacity uint6
 	if err != nil {
 		return 0, err
 	}
-	if capacity == 0 {
-		return 0, fmt.Errorf("endpoint: pool lend: capacity 0 (PoolLeave stops lending)")
-	}
-	req := &ctrl.Msg{Type: ctrl.PoolNode, Key: key, Capacity: capacity, Epoch: ep.incarnation}
-	iv := opts.heartbeat()
-	cctx, cancel := context.WithTimeout(ctx, 4*iv) // one heartbeat timeout
-	resp, err := ep.control(cctx, ap, req, &opts)
-	cancel()
+	node, err := ctrlclient.Lend(ctx, (*lender)(ep), ep.log, ap, key, capacity, ep.incarnation, opts)
 	if err != nil {
-		return 0, fmt.Errorf("endpoint: pool lend: %w", err)
+		return 0, fmt.Errorf("endpoint: %w", err)
 	}
-	if err := ep.poolReport(ctx, ap, resp.Epoch, 2*iv, opts.Token); err != nil {
-		ep.log.Debug("endpoint: pool report", "switch", ap, "err", err)
-	}
-	go func() {
-		t := time.NewTicker(iv)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			cctx, cancel := context.WithTimeout(ctx, 2*iv)
-			resp, err := ep.control(cctx, ap, req, &opts)
-			cancel()
-			if errors.Is(err, ErrClosed) {
-				return
-			}
-			if err == nil {
-				err = ep.poolReport(ctx, ap, resp.Epoch, 2*iv, opts.Token)
-			}
-			if err != nil && ctx.Err() == nil {
-				ep.log.Debug("endpoint: pool lend", "switch", ap, "err", err)
-			}
-		}
-	}()
-	return resp.Node, nil
+	return node, nil
 }
 
-// poolReport sends the switch incarnation switchInc the node's report of
-// its grants, if it has not had it, each message waiting at most wait for
-// its answer; the next heartbeat tries again after a failure.
-func (ep *Endpoint) poolReport(ctx context.Context, sw netip.AddrPort, switchInc uint64, wait time.Duration, token []byte) error {
-	ep.mu.Lock()
-	msgs, err := ep.core.PoolReports(switchInc)
-	ep.mu.Unlock()
-	if err != nil || len(msgs) == 0 {
-		return err
-	}
-	for _, b := range msgs {
-		cctx, cancel := context.WithTimeout(ctx, wait)
-		op := &Op{Kind: KindControl, Peer: sw, Buf: b}
-		err := ep.Do(cctx, op)
-		cancel()
-		if err != nil {
-			return err
-		}
-	}
-	ep.mu.Lock()
-	ep.core.PoolReported(switchInc)
-	ep.mu.Unlock()
-	ep.log.Info("endpoint: reported this memory node's pool regions to the switch", "switch", sw, "messages", len(msgs))
-	return nil
+// lender is the Endpoint as a memory node that lends (ctrlclient.Lender).
+type lender Endpoint
+
+func (l *lender) Control(ctx context.Context, sw netip.AddrPort, req *ctrl.Msg, opts *FabricOptions) (*ctrl.Msg, error) {
+	return (*Endpoint)(l).control(ctx, sw, req, opts)
 }
+
+func (l *lender) Send(ctx context.Context, sw netip.AddrPort, msg []byte) error {
+	return (*Endpoint)(l).Do(ctx, &Op{Kind: KindControl, Peer: sw, Buf: msg})
+}
+
+func (l *lender) Reports(switchInc uint64) ([][]byte, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.core.PoolReports(switchInc)
+}
+
+func (l *lender) Reported(switchInc uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.core.PoolReported(switchInc)
+}
+
+func (l *lender) Closed(err error) bool { return errors.Is(err, ErrClosed) }
 
 // setPoolProof gives the core a PoolOpen of region to send the switch
 // again when it stops forwarding this endpoint's pool requests
