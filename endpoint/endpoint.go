@@ -2,7 +2,6 @@ package endpoint
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -88,28 +87,20 @@ func Listen(addr string, cfg Config, opts Options) (*Endpoint, error) {
 // New returns an endpoint driving conn, which it owns from now on (Close
 // closes it).
 func New(conn netio.Conn, cfg Config, opts Options) (*Endpoint, error) {
-	var sec *secure.Layer
-	if opts.Security != nil {
-		if cfg.Transport.MTU == 0 {
-			cfg.Transport.MTU = transport.DefaultMTU
-		}
-		cfg.Transport.MTU -= wire.TagLen
-		cfg.Transport.Verified = true // the layer opened every datagram the core sees
-		var err error
-		if sec, err = secure.NewLayer(opts.Security, opts.SecurityOptions, rand.Reader); err != nil {
-			return nil, fmt.Errorf("endpoint: security: %w", err)
-		}
-	}
-	core, err := NewCore(cfg)
-	if err != nil {
-		return nil, err
-	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	sec, err := secure.ProcessLayer(opts.Security, opts.SecurityOptions, log)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint: security: %w", err)
+	}
 	if sec != nil {
-		sec.Log = log
+		cfg.Transport = cfg.Transport.Sealed() // the layer opens every datagram the core sees
+	}
+	core, err := NewCore(cfg)
+	if err != nil {
+		return nil, err
 	}
 	ep := &Endpoint{log: log, core: core, closing: make(chan struct{}),
 		services: make(map[uint32]*Service), svcIDs: make(map[string]uint32), incarnation: mrand.Uint64(), sec: sec, id: opts.Security}
@@ -332,9 +323,6 @@ func (ep *Endpoint) Stats() Stats {
 func (ep *Endpoint) SecurityStats() secure.LayerStats {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	if ep.sec == nil {
-		return secure.LayerStats{}
-	}
 	return ep.sec.Stats()
 }
 
@@ -407,13 +395,7 @@ func (ep *Endpoint) Close() error {
 // lingerLocked calls done, and then every millisecond, until it reports
 // true or CloseLinger has passed, letting the reader goroutine run in
 // between. Caller holds mu; so does done.
-func (ep *Endpoint) lingerLocked(done func() bool) {
-	for end := time.Now().Add(CloseLinger); !done() && time.Now().Before(end); {
-		ep.mu.Unlock()
-		time.Sleep(time.Millisecond)
-		ep.mu.Lock()
-	}
-}
+func (ep *Endpoint) lingerLocked(done func() bool) { ep.io.LingerLocked(CloseLinger, done) }
 
 // addCloser registers f to run at Close (after outstanding ops failed).
 func (ep *Endpoint) addCloser(f func()) {

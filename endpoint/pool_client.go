@@ -265,13 +265,7 @@ func (c *Core) queueRaw(to netip.AddrPort, h *wire.Header, payload []byte) bool 
 // false if the datagram does not parse (the transport counts it malformed).
 func (c *Core) stepPool(now time.Time, from netip.AddrPort, pkt []byte) bool {
 	var h wire.Header
-	var payload []byte
-	var err error
-	if c.cfg.Transport.Verified {
-		payload, _, err = wire.ParseVerified(pkt, &h)
-	} else {
-		payload, _, err = wire.Parse(pkt, &h)
-	}
+	payload, _, err := wire.ParseAfter(pkt, &h, c.cfg.Transport.Verified)
 	if err != nil {
 		return false
 	}

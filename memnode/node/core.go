@@ -339,13 +339,7 @@ func (c *Core) endCall(call *Call) {
 // malformed).
 func (c *Core) receivePool(now time.Time, from netip.AddrPort, pkt []byte) bool {
 	var h wire.Header
-	var payload []byte
-	var err error
-	if c.cfg.Transport.Verified {
-		payload, _, err = wire.ParseVerified(pkt, &h)
-	} else {
-		payload, _, err = wire.Parse(pkt, &h)
-	}
+	payload, _, err := wire.ParseAfter(pkt, &h, c.cfg.Transport.Verified)
 	if err != nil {
 		return false
 	}

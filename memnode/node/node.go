@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,7 +15,6 @@ import (
 	"github.com/ndma/ndma/netio/loop"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
-	"github.com/ndma/ndma/wire"
 	"github.com/ndma/ndma/wire/ctrl"
 )
 
@@ -58,25 +56,20 @@ type Node struct {
 // New returns a node serving cfg.Store on conn, which it owns from now on
 // (Close closes it).
 func New(conn netio.Conn, cfg Config, opts Options) (*Node, error) {
-	var sec *secure.Layer
-	if opts.Security != nil {
-		if cfg.Transport.MTU == 0 {
-			cfg.Transport.MTU = transport.DefaultMTU
-		}
-		cfg.Transport.MTU -= wire.TagLen
-		cfg.Transport.Verified = true // the layer opened every datagram the core sees
-		var err error
-		if sec, err = secure.NewLayer(opts.Security, opts.SecurityOptions, rand.Reader); err != nil {
-			return nil, fmt.Errorf("memory node: security: %w", err)
-		}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	sec, err := secure.ProcessLayer(opts.Security, opts.SecurityOptions, log)
+	if err != nil {
+		return nil, fmt.Errorf("memory node: security: %w", err)
+	}
+	if sec != nil {
+		cfg.Transport = cfg.Transport.Sealed() // the layer opens every datagram the core sees
 	}
 	core, err := NewCore(cfg)
 	if err != nil {
 		return nil, err
-	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
 	}
 	n := &Node{log: log, core: core, sec: sec, mtu: cfg.Transport.MTU, incarnation: mrand.Uint64()}
 	if n.mtu == 0 {
@@ -84,7 +77,6 @@ func New(conn netio.Conn, cfg Config, opts Options) (*Node, error) {
 	}
 	var m loop.Machine = core
 	if sec != nil {
-		sec.Log = log
 		core.Server().SetIdentities(sec.Peer) // before the driver starts: no lock needed yet
 		m = secure.Wrap(m, sec)
 	}
@@ -108,10 +100,7 @@ func (n *Node) Stats() Stats {
 func (n *Node) SecurityStats() secure.LayerStats {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.sec == nil {
-		return secure.LayerStats{}
-	}
-	return n.sec.Stats()
+	return n.sec.Stats() // zero for a nil layer
 }
 
 // Lend offers capacity bytes of the node's region key to the pool of the
@@ -227,16 +216,11 @@ func (n *Node) Close() error {
 	}
 	n.closed = true
 	n.io.StopLocked()
-	for end := time.Now().Add(CloseLinger); ; {
+	n.io.LingerLocked(CloseLinger, func() bool {
 		n.core.FlushAcks()
 		n.io.PumpLocked(time.Now())
-		if !n.core.Owed() || !time.Now().Before(end) {
-			break
-		}
-		n.mu.Unlock()
-		time.Sleep(time.Millisecond)
-		n.mu.Lock()
-	}
+		return !n.core.Owed()
+	})
 	n.core.FailAll(ErrClosed)
 	n.mu.Unlock()
 	return n.io.Close()
