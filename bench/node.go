@@ -20,8 +20,8 @@ type Node struct {
 	// EP is StartNode's endpoint; nil for a pool node.
 	EP   *endpoint.Endpoint
 	pool *node.Node // a pool node's engine
-	Key  uint64 // the region's key
-	Size int    // the region's size in bytes
+	Key  uint64     // the region's key
+	Size int        // the region's size in bytes
 	// Direct is a region of the node outside the pool, for a direct
 	// READ baseline (the region a node lends to the pool is reachable
 	// only through the pool); 0 if none.
