@@ -22,11 +22,7 @@ type Stats struct {
 	OpsPosted, OpsOK, OpsFailed     uint64
 	RequestsServed, RequestsRefused uint64 // one-sided requests served here (status OK, any other)
 	ResponsesDropped                uint64 // responder could not queue a response
-	// LentRefused counts one-sided requests refused because they named
-	// the region a memory node lends to the pool (reachable only
-	// through the pool path).
-	LentRefused        uint64
-	UnmatchedResponses uint64 // response for no outstanding op (late or forged)
+	UnmatchedResponses              uint64 // response for no outstanding op (late or forged)
 	// FragmentsRefused counts fragments that contradicted the message
 	// they join (ErrBadFragment) and were dropped; FragmentsDropped those
 	// of messages whose receive had already ended (failed or canceled),
@@ -129,9 +125,8 @@ func NewCore(cfg Config) (*Core, error) {
 	if err := c.initPool(); err != nil {
 		return nil, err
 	}
-	c.mem, err = server.New(server.Config{Store: st, Pool: cfg.PoolNode, Segment: c.pool.seg, DeadTimeout: c.deadTimeout()}, (*memHost)(c))
-	if err != nil {
-		return nil, fmt.Errorf("endpoint: PoolNode: %w", err)
+	if c.mem, err = server.New(server.Config{Store: st, Segment: c.pool.seg, DeadTimeout: c.deadTimeout()}, (*memHost)(c)); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -148,7 +143,6 @@ func (c *Core) Stats() Stats {
 	s.RequestsServed += ms.RequestsServed
 	s.RequestsRefused += ms.RequestsRefused
 	s.ResponsesDropped += ms.ResponsesDropped
-	s.LentRefused += ms.LentRefused
 	s.FragmentsRefused += ms.FragmentsRefused
 	return s
 }

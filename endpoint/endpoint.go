@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	mrand "math/rand/v2"
 	"net/netip"
 	"sync"
 	"time"
@@ -33,10 +32,6 @@ type Endpoint struct {
 	// datagram read (Options.Security), wrapped around the core.
 	sec *secure.Layer
 	id  *secure.Identity // Options.Security
-
-	// incarnation tells this endpoint's lifetime from a later one at the
-	// same address (a restarted memory node: PoolLend).
-	incarnation uint64
 
 	services map[uint32]*Service // anycast services served, by group
 	svcIDs   map[string]uint32   // service name → group (lookup cache)
@@ -103,10 +98,9 @@ func New(conn netio.Conn, cfg Config, opts Options) (*Endpoint, error) {
 		return nil, err
 	}
 	ep := &Endpoint{log: log, core: core, closing: make(chan struct{}),
-		services: make(map[uint32]*Service), svcIDs: make(map[string]uint32), incarnation: mrand.Uint64(), sec: sec, id: opts.Security}
+		services: make(map[uint32]*Service), svcIDs: make(map[string]uint32), sec: sec, id: opts.Security}
 	var m loop.Machine = (*endpointMachine)(ep)
 	if sec != nil {
-		core.SetIdentities(sec.Peer) // under ep.mu, as every core call
 		m = secure.Wrap(m, sec)
 	}
 	ep.io = loop.New(m, &ep.mu, []netio.Conn{conn}, loop.Config{Logger: log, Name: "endpoint"})

@@ -2,18 +2,16 @@ package endpoint
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 
-	"github.com/ndma/ndma/internal/ctrlclient"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire/ctrl"
 )
 
-// Pool control: memory nodes lend memory to the forwarding node's MMU, and
-// clients create, open, free and list pool regions. (Reads and writes at
+// Pool control: clients create, open, free and list pool regions (memory
+// nodes lend memory to the forwarding node's MMU through memnode/node). (Reads and writes at
 // pool addresses are the pool client's, built on the forwarding path.)
 
 // parseSwitch parses a forwarding node's address ("host:port").
@@ -115,67 +113,6 @@ func (ep *Endpoint) PoolStat(ctx context.Context, sw string, opts FabricOptions)
 	}
 	return PoolState{Nodes: resp.PoolNodes, Regions: resp.PoolRegions, Refused: resp.PoolRefused}, nil
 }
-
-// PoolLeave tells the switch that this endpoint, a memory node lending
-// region key, stops lending (it shuts down): the switch counts it dead
-// at once instead of after its heartbeat timeout, and forgets it if it
-// holds no region copies. Cancel the PoolLend context first, or its
-// heartbeat registers the node again.
-func (ep *Endpoint) PoolLeave(ctx context.Context, sw string, key uint64, opts FabricOptions) error {
-	ap, err := parseSwitch(sw)
-	if err != nil {
-		return err
-	}
-	if err := ctrlclient.Leave(ctx, (*lender)(ep), ap, key, ep.incarnation, opts); err != nil {
-		return fmt.Errorf("endpoint: %w", err)
-	}
-	return nil
-}
-
-// PoolLend offers capacity bytes of this endpoint's memory region key to
-// the switch's pool, as a memory node, and keeps offering it (the offer is
-// the node's heartbeat) every opts' heartbeat interval until ctx ends or
-// the endpoint closes. It returns the node id once the first offer is
-// accepted, or its error (the first offer waits at most four intervals).
-// Whenever the switch answers as an incarnation the node has not reported
-// to (it started, or restarted), the node reports the grants it holds
-// (ctrl.PoolReport), so that the switch rebuilds its map of the pool.
-func (ep *Endpoint) PoolLend(ctx context.Context, sw string, key, capacity uint64, opts FabricOptions) (uint16, error) {
-	ap, err := parseSwitch(sw)
-	if err != nil {
-		return 0, err
-	}
-	node, err := ctrlclient.Lend(ctx, (*lender)(ep), ep.log, ap, key, capacity, ep.incarnation, opts)
-	if err != nil {
-		return 0, fmt.Errorf("endpoint: %w", err)
-	}
-	return node, nil
-}
-
-// lender is the Endpoint as a memory node that lends (ctrlclient.Lender).
-type lender Endpoint
-
-func (l *lender) Control(ctx context.Context, sw netip.AddrPort, req *ctrl.Msg, opts *FabricOptions) (*ctrl.Msg, error) {
-	return (*Endpoint)(l).control(ctx, sw, req, opts)
-}
-
-func (l *lender) Send(ctx context.Context, sw netip.AddrPort, msg []byte) error {
-	return (*Endpoint)(l).Do(ctx, &Op{Kind: KindControl, Peer: sw, Buf: msg})
-}
-
-func (l *lender) Reports(switchInc uint64) ([][]byte, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.core.PoolReports(switchInc)
-}
-
-func (l *lender) Reported(switchInc uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.core.PoolReported(switchInc)
-}
-
-func (l *lender) Closed(err error) bool { return errors.Is(err, ErrClosed) }
 
 // setPoolProof gives the core a PoolOpen of region to send the switch
 // again when it stops forwarding this endpoint's pool requests

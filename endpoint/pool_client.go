@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/internal/poolclient"
-	"github.com/ndma/ndma/memnode/server"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/wire"
 )
@@ -15,8 +14,8 @@ import (
 // node as self-contained datagrams (wire.ModePool) outside the transport's
 // streams. The switch translates each one to a memory node and forwards it
 // there; the node answers this endpoint directly. The client (ops with
-// Op.Pool set) is here; the memory node's server (Config.PoolNode) is the
-// memory server's (memnode/server).
+// Op.Pool set) is here; the memory node's server is the memory server's
+// (memnode/server), run by the memory node's engine (memnode/node).
 //
 // Client reliability is per datagram: every request has its own id (the
 // header's MsgID), is resent under the same id after a retransmission
@@ -39,9 +38,10 @@ type PoolStats struct {
 	// endpoint's address to a switch that stopped forwarding its pool
 	// requests (SetPoolProof).
 	Proofs uint64
-	// The memory node side (Config.PoolNode); its Dropped also counts
-	// the pool datagrams dropped because the send queue was full.
-	server.PoolStats
+	// Dropped counts the pool datagrams dropped: requests (an endpoint
+	// serves no pool: memory nodes, memnode/node, do) and those the send
+	// queue had no room for.
+	Dropped uint64
 }
 
 type poolCore struct {
@@ -76,9 +76,7 @@ func (c *Core) PoolStats() PoolStats {
 	s := c.pool.stats
 	cs := c.pool.cl.Stats
 	s.Requests, s.Retransmits, s.Responses, s.LateResponses = cs.Requests, cs.Retransmits, cs.Responses, cs.LateResponses
-	dropped := s.Dropped // the send queue's
-	s.PoolStats = c.mem.Stats().Pool
-	s.Dropped += dropped
+	s.Dropped += c.mem.Stats().Pool.Dropped
 	return s
 }
 

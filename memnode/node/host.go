@@ -12,7 +12,7 @@ import (
 // host is the Core as its memory server's host.
 type host Core
 
-var _ server.Host = (*host)(nil)
+var _ server.PoolHost = (*host)(nil)
 
 func (h *host) Reply(peer transport.PeerID, rh *wire.Header, payload []byte) error {
 	_, err := h.eng.Send(peer, rh, payload, 0)

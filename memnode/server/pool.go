@@ -63,6 +63,7 @@ type PoolStats struct {
 // poolServer is the server's state as a memory node of a pool; node is
 // nil on a server that lends no memory to a pool.
 type poolServer struct {
+	host    PoolHost
 	serve   *PoolServe
 	node    *memnode.PoolNode
 	replies *memnode.Replies
@@ -75,12 +76,18 @@ type poolServer struct {
 }
 
 // initPool makes the server a memory node of the pool ps names (nil:
-// none). seg is the pool client's payload bytes per request.
-func (s *Server) initPool(ps *PoolServe, seg int) error {
+// none), answering through host. seg is the pool client's payload bytes
+// per request.
+func (s *Server) initPool(ps *PoolServe, seg int, host Host) error {
 	p := &s.pool
 	p.rebuilds = make(map[uint32]*rebuildTask)
 	p.seg = seg
 	if ps != nil {
+		ph, ok := host.(PoolHost)
+		if !ok {
+			return fmt.Errorf("memory server: a pool's memory node needs a PoolHost")
+		}
+		p.host = ph
 		node, err := memnode.NewPoolNode(s.store, ps.Key)
 		if err != nil {
 			return err
@@ -174,7 +181,7 @@ func (s *Server) ServePool(now time.Time, from netip.AddrPort, h *wire.Header, p
 		data = res.Data
 		rh.MsgLen = uint32(len(data))
 	}
-	s.host.Raw(client, &rh, data)
+	p.host.Raw(client, &rh, data)
 }
 
 // servePoolControl handles a grant or revoke from the switch. It reports
@@ -340,7 +347,7 @@ func (s *Server) serveChain(now time.Time, client netip.AddrPort, h *wire.Header
 		}
 		rh := wire.Header{Version: wire.Version, Op: wire.OpChain, Mode: wire.ModePool, Flags: wire.FlagResp,
 			Group: h.Group, MsgID: h.MsgID, Status: st, Copies: h.Copies, MsgLen: uint32(len(data))}
-		s.host.Raw(client, &rh, data)
+		p.host.Raw(client, &rh, data)
 	}
 	hops, data, err := wire.SplitChain(h, payload)
 	if err != nil {
@@ -384,6 +391,6 @@ func (s *Server) serveChain(now time.Time, client netip.AddrPort, h *wire.Header
 	b = wire.AppendReplyTo(b, client)
 	p.fwd = b
 	fh.MsgLen = uint32(len(b))
-	s.host.Raw(p.serve.Switch, &fh, b)
+	p.host.Raw(p.serve.Switch, &fh, b)
 	s.stats.Pool.Served++
 }

@@ -70,7 +70,7 @@ func (s *Server) pumpRebuild(region uint32, t *rebuildTask) {
 			}
 			s.pumpRebuild(region, t)
 		}
-		if err := s.host.ReadPool(s.now, p.serve.Switch, region, t.key, pc.off, uint16(t.column), buf, done); err != nil {
+		if err := p.host.ReadPool(s.now, p.serve.Switch, region, t.key, pc.off, uint16(t.column), buf, done); err != nil {
 			t.failed = true
 			break
 		}
@@ -96,5 +96,5 @@ func (s *Server) endRebuild(region uint32, t *rebuildTask, ok bool) {
 	if err != nil {
 		return
 	}
-	s.host.Notify(s.now, p.serve.Switch, buf)
+	p.host.Notify(s.now, p.serve.Switch, buf)
 }

@@ -17,6 +17,12 @@ type Host interface {
 	// Reply queues a response to peer on the core's transport; an error
 	// means it could not be queued (the server counts it dropped).
 	Reply(peer transport.PeerID, h *wire.Header, payload []byte) error
+}
+
+// PoolHost is the Host of a memory node of a pool (Config.Pool): it also
+// carries the pool's datagrams and a rebuild's reads and reports.
+type PoolHost interface {
+	Host
 	// Raw queues one datagram outside the transport's streams (a pool
 	// answer, a chain hop passed on to the switch), encoded from h and
 	// payload, for the core's next Poll. It reports false (and the
@@ -38,7 +44,8 @@ type Config struct {
 	// Store is the memory served; it must not be nil.
 	Store *memnode.Store
 	// Pool, if set, makes the server a memory node of a pool: it serves
-	// the pool requests and grants of the switch it names.
+	// the pool requests and grants of the switch it names. Its Host must
+	// then be a PoolHost.
 	Pool *PoolServe
 	// Segment is the most payload bytes one pool request carries or
 	// reads (the pool client's); larger pool reads are refused.
@@ -108,7 +115,7 @@ func New(cfg Config, host Host) (*Server, error) {
 		return nil, fmt.Errorf("memory server: no Store")
 	}
 	s := &Server{host: host, store: cfg.Store, dead: cfg.DeadTimeout, inStatus: make(map[inKey]*inReq)}
-	if err := s.initPool(cfg.Pool, cfg.Segment); err != nil {
+	if err := s.initPool(cfg.Pool, cfg.Segment, host); err != nil {
 		return nil, err
 	}
 	return s, nil
