@@ -39,7 +39,7 @@ type Transport interface {
 // secure.ErrNoToken.
 func Exchange(ctx context.Context, t Transport, sw netip.AddrPort, req *ctrl.Msg, opts *Options, mtu int, unsealed bool) (*ctrl.Msg, error) {
 	if err := secure.CheckToken(opts.Token, opts.Insecure); err != nil {
-		return nil, fmt.Errorf("endpoint: %v to %v: FabricOptions.Token: %w", req.Type, sw, err)
+		return nil, fmt.Errorf("%v to %v: FabricOptions.Token: %w", req.Type, sw, err)
 	}
 	token := opts.Token
 	if req.Type.CarriesMTU() {

@@ -51,7 +51,7 @@ func Leave(ctx context.Context, l Lender, sw netip.AddrPort, key, inc uint64, op
 // of later offers, at debug level.
 func Lend(ctx context.Context, l Lender, log *slog.Logger, sw netip.AddrPort, key, capacity, inc uint64, opts Options) (uint16, error) {
 	if capacity == 0 {
-		return 0, fmt.Errorf("pool lend: capacity 0 (PoolLeave stops lending)")
+		return 0, fmt.Errorf("pool lend: capacity 0 (Leave stops lending)")
 	}
 	req := &ctrl.Msg{Type: ctrl.PoolNode, Key: key, Capacity: capacity, Epoch: inc}
 	iv := opts.HeartbeatInterval()

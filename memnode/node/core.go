@@ -111,6 +111,9 @@ type Core struct {
 	out   poolclient.Outbox
 	seg   int              // payload bytes per pool request
 	calls map[uint64]*Call // control requests in flight, by message id
+	// due is the earliest deadline of a call or read (it may be early:
+	// expire looks only once it passed).
+	due time.Time
 	stats Stats
 	// dropped counts the pool datagrams the outbox had no room for.
 	dropped uint64
@@ -213,22 +216,29 @@ func (c *Core) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time
 		}
 		c.failCall(call, cp.Err)
 	}
-	next = loop.Earliest(next, c.expire(now))
+	if !c.due.IsZero() && !now.Before(c.due) {
+		c.expire(now)
+	}
+	next = loop.Earliest(next, c.due)
 	next = loop.Earliest(next, c.cl.Poll(now))
 	return c.out.Flush(out), next
 }
 
 // expire fails the calls and reads whose deadline passed, in a fixed
-// order (determinism on simnet), and returns the earliest deadline left.
-func (c *Core) expire(now time.Time) time.Time {
-	var next time.Time
+// order (determinism on simnet), and sets due to the earliest deadline
+// left (the calls and reads their callbacks post set it too).
+func (c *Core) expire(now time.Time) {
+	c.due = time.Time{}
 	for _, id := range slices.Sorted(maps.Keys(c.calls)) {
 		call := c.calls[id]
+		if call == nil {
+			continue // ended by an earlier one's callback
+		}
 		if !now.Before(call.deadline) {
 			c.failCall(call, ErrTimeout)
 			continue
 		}
-		next = loop.Earliest(next, call.deadline)
+		c.due = loop.Earliest(c.due, call.deadline)
 	}
 	for _, a := range c.cl.Accesses() {
 		r := a.Op
@@ -237,9 +247,8 @@ func (c *Core) expire(now time.Time) time.Time {
 			c.finishRead(r)
 			continue
 		}
-		next = loop.Earliest(next, r.deadline)
+		c.due = loop.Earliest(c.due, r.deadline)
 	}
-	return next
 }
 
 // Post sends call at time now. It fails (and call is not posted) when
@@ -258,6 +267,7 @@ func (c *Core) Post(now time.Time, call *Call) error {
 		t = call.Timeout
 	}
 	call.id, call.deadline = id, now.Add(t)
+	c.due = loop.Earliest(c.due, call.deadline)
 	call.Resp, call.Err, call.Acked, call.finished, call.asm = nil, nil, false, false, reasm.Buffer{}
 	c.calls[id] = call
 	return nil
@@ -274,7 +284,9 @@ func (c *Core) Cancel(call *Call) {
 // FailAll completes every call in flight with err.
 func (c *Core) FailAll(err error) {
 	for _, id := range slices.Sorted(maps.Keys(c.calls)) {
-		c.failCall(c.calls[id], err)
+		if call := c.calls[id]; call != nil {
+			c.failCall(call, err)
+		}
 	}
 }
 
@@ -388,6 +400,7 @@ func (c *Core) readPool(now time.Time, sw netip.AddrPort, region uint32, key, ad
 		return fmt.Errorf("memory node: empty pool read")
 	}
 	r := &read{key: key, addr: addr, buf: buf, deadline: now.Add(c.cfg.OpTimeout), done: done}
+	c.due = loop.Earliest(c.due, r.deadline)
 	a := &poolclient.Access[*read]{Op: r, Key: poolclient.LaneKey{Switch: sw, Region: region, Lane: lane}}
 	for off := 0; off < len(buf); off += c.seg {
 		a.Segs = append(a.Segs, poolclient.Seg{Off: uint32(off), N: uint32(min(c.seg, len(buf)-off))})
