@@ -113,7 +113,7 @@ type Core struct {
 	calls map[uint64]*Call // control requests in flight, by message id
 	// due is the earliest deadline of a call or read (it may be early:
 	// expire looks only once it passed).
-	due time.Time
+	due   time.Time
 	stats Stats
 	// dropped counts the pool datagrams the outbox had no room for.
 	dropped uint64
