@@ -22,6 +22,13 @@ import (
 // when the test ends, and the region's key.
 func Node(t testing.TB, sw netip.AddrPort, token []byte, size int) (*node.Node, uint64) {
 	t.Helper()
+	return NodeAt(t, "127.0.0.1:0", sw, token, size)
+}
+
+// NodeAt is Node on the UDP address listen (a node started again where
+// one ran before).
+func NodeAt(t testing.TB, listen string, sw netip.AddrPort, token []byte, size int) (*node.Node, uint64) {
+	t.Helper()
 	st, err := memnode.NewStore(memnode.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +37,7 @@ func Node(t testing.TB, sw netip.AddrPort, token []byte, size int) (*node.Node, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
+	conn, err := netio.ListenUDP(listen, netio.UDPConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

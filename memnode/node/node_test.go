@@ -12,9 +12,9 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/internal/ctrlclient"
+	"github.com/ndma/ndma/internal/memtest"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/memnode/node"
-	"github.com/ndma/ndma/memnode/server"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/wire"
@@ -25,23 +25,7 @@ import (
 // (without telling the switch, as a crash would).
 func lendingNode(t *testing.T, listen string, sw netip.AddrPort, opts ctrlclient.Options, size int) (*node.Node, uint64, func()) {
 	t.Helper()
-	st, err := memnode.NewStore(memnode.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := st.Alloc(size, wire.PermAll, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := netio.ListenUDP(listen, netio.UDPConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := node.New(conn, node.Config{Store: st, Pool: &server.PoolServe{Switch: sw, Key: key, Token: opts.Token}}, node.Options{})
-	if err != nil {
-		conn.Close()
-		t.Fatal(err)
-	}
+	n, key := memtest.NodeAt(t, listen, sw, opts.Token, size)
 	ctx, cancel := context.WithCancel(context.Background())
 	if _, err := n.Lend(ctx, sw, key, uint64(size), opts); err != nil {
 		cancel()
@@ -49,7 +33,7 @@ func lendingNode(t *testing.T, listen string, sw netip.AddrPort, opts ctrlclient
 		t.Fatal(err)
 	}
 	stop := func() { cancel(); n.Close() }
-	t.Cleanup(stop)
+	t.Cleanup(cancel)
 	return n, key, stop
 }
 

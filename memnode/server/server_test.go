@@ -22,6 +22,20 @@ func (nopHost) ReadPool(time.Time, netip.AddrPort, uint32, uint64, uint64, uint1
 }
 func (nopHost) Notify(time.Time, netip.AddrPort, []byte) {}
 
+// lentStore returns a store with one region of 64 KiB and its key.
+func lentStore(t *testing.T) (*memnode.Store, uint64) {
+	t.Helper()
+	st, err := memnode.NewStore(memnode.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := st.Alloc(1<<16, wire.PermAll, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, key
+}
+
 // TestPoolServeNeedsToken: a server that would serve a pool without a
 // fabric token (accepting anyone's grants) is refused unless Insecure
 // says so, and so is one with both.
@@ -36,16 +50,9 @@ func TestPoolServeNeedsToken(t *testing.T) {
 		{PoolServe{Token: []byte("t")}, true},
 		{PoolServe{Insecure: true}, true},
 	} {
-		st, err := memnode.NewStore(memnode.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		key, err := st.Alloc(1<<16, wire.PermAll, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		st, key := lentStore(t)
 		tc.serve.Switch, tc.serve.Key = sw, key
-		_, err = New(Config{Store: st, Pool: &tc.serve, Segment: 1024, DeadTimeout: time.Second}, nopHost{})
+		_, err := New(Config{Store: st, Pool: &tc.serve, Segment: 1024, DeadTimeout: time.Second}, nopHost{})
 		switch {
 		case tc.ok && err != nil:
 			t.Errorf("token %q, insecure %v: %v", tc.serve.Token, tc.serve.Insecure, err)
@@ -60,14 +67,7 @@ func TestPoolServeNeedsToken(t *testing.T) {
 // TestPoolServeChecks: a pool server needs its switch's address and a
 // lent region the store holds, and bounds that are not negative.
 func TestPoolServeChecks(t *testing.T) {
-	st, err := memnode.NewStore(memnode.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := st.Alloc(1<<16, wire.PermAll, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, key := lentStore(t)
 	sw := netip.MustParseAddrPort("10.0.0.1:7471")
 	for name, ps := range map[string]PoolServe{
 		"no switch":        {Key: key, Insecure: true},
