@@ -6,17 +6,22 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/memnode/node"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
 
-// Node is an in-process memory node: an endpoint on a loopback UDP socket
-// whose store holds one region that allows every operation.
+// Node is an in-process memory node on a loopback UDP socket, whose store
+// holds one region that allows every operation: an endpoint serving its
+// store (StartNode), or a memory node's engine lending the region to a
+// switch's pool (the pool benchmark's nodes).
 type Node struct {
+	// EP is StartNode's endpoint; nil for a pool node.
 	EP   *endpoint.Endpoint
-	Key  uint64 // the region's key
-	Size int    // the region's size in bytes
+	pool *node.Node // a pool node's engine
+	Key  uint64     // the region's key
+	Size int        // the region's size in bytes
 	// Direct is a region of the node outside the pool, for a direct
 	// READ baseline (the region a node lends to the pool is reachable
 	// only through the pool); 0 if none.
@@ -48,7 +53,17 @@ func StartNodeWith(size, mtu int, udp netio.UDPConfig) (*Node, error) {
 }
 
 // Addr is the node's UDP address.
-func (n *Node) Addr() netip.AddrPort { return n.EP.LocalAddr() }
+func (n *Node) Addr() netip.AddrPort {
+	if n.pool != nil {
+		return n.pool.LocalAddr()
+	}
+	return n.EP.LocalAddr()
+}
 
 // Close shuts the node down.
-func (n *Node) Close() error { return n.EP.Close() }
+func (n *Node) Close() error {
+	if n.pool != nil {
+		return n.pool.Close()
+	}
+	return n.EP.Close()
+}

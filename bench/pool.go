@@ -10,6 +10,8 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/memnode/node"
+	"github.com/ndma/ndma/memnode/server"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/secure"
@@ -214,7 +216,7 @@ func startPool(ctx context.Context, cfg *PoolConfig) (stop func(), sw string, no
 			return nil, "", nil, err
 		}
 		nodes = append(nodes, n)
-		if _, err := n.EP.PoolLend(lctx, srv.Addr().String(), n.Key, uint64(n.Size), cfg.fabric()); err != nil {
+		if _, err := n.pool.Lend(lctx, srv.Addr(), n.Key, uint64(n.Size), cfg.fabric()); err != nil {
 			stop()
 			return nil, "", nil, fmt.Errorf("bench: memory node joining the pool: %w", err)
 		}
@@ -235,12 +237,17 @@ func startPoolNode(sw netip.AddrPort, cfg *PoolConfig) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: memory node region: %w", err)
 	}
-	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Store: st, Transport: transport.Config{MTU: cfg.MTU},
-		PoolNode: &endpoint.PoolServe{Switch: sw, Key: key, Token: cfg.Token, Insecure: cfg.Insecure}}, endpoint.Options{})
+	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
 	if err != nil {
 		return nil, fmt.Errorf("bench: memory node: %w", err)
 	}
-	return &Node{EP: ep, Key: key, Size: cfg.NodeSize, Direct: direct}, nil
+	n, err := node.New(conn, node.Config{Store: st, Transport: transport.Config{MTU: cfg.MTU},
+		Pool: &server.PoolServe{Switch: sw, Key: key, Token: cfg.Token, Insecure: cfg.Insecure}}, node.Options{})
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("bench: memory node: %w", err)
+	}
+	return &Node{pool: n, Key: key, Size: cfg.NodeSize, Direct: direct}, nil
 }
 
 func poolLatency(ctx context.Context, cfg *PoolConfig, ep *endpoint.Endpoint, c *pool.Client, nodes []*Node, emit func(Result) error) error {

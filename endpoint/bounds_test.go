@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/ndma/ndma/memnode/server"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/wire"
@@ -149,7 +150,7 @@ func TestAnycastRequestsBounded(t *testing.T) {
 }
 
 // TestPartialRequestsBounded: first packets of multi-packet one-sided
-// requests with fresh ids are held back once maxInRequests are being
+// requests with fresh ids are held back once server.MaxInRequests are being
 // received; a request already under way still completes.
 func TestPartialRequestsBounded(t *testing.T) {
 	if testing.Short() {
@@ -170,8 +171,8 @@ func TestPartialRequestsBounded(t *testing.T) {
 			c.Receive(now, netio.Datagram{Addr: from, Buf: f.packet(h, fill(10, 1))})
 		}
 	}
-	if n := len(c.mem.inStatus); n > maxInRequests {
-		t.Fatalf("%d partial requests, bound %d", n, maxInRequests)
+	if n := c.mem.InRequests(); n > server.MaxInRequests {
+		t.Fatalf("%d partial requests, bound %d", n, server.MaxInRequests)
 	}
 	h.Offset = 10
 	served := c.Stats().RequestsServed

@@ -54,9 +54,6 @@ type Config struct {
 	// partial request idle for the transport's DeadTimeout is forgotten.
 	// Zero means 64 MiB.
 	MaxIncomingBytes int
-	// PoolNode, if set, makes the endpoint a memory node of a pool: it
-	// serves the pool requests and grants of the switch it names.
-	PoolNode *PoolServe
 }
 
 // WithDefaults returns c with every zero field set to its documented

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/memnode/server"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
@@ -19,13 +20,9 @@ import (
 type Stats struct {
 	Transport                       transport.Stats
 	OpsPosted, OpsOK, OpsFailed     uint64
-	RequestsServed, RequestsRefused uint64
+	RequestsServed, RequestsRefused uint64 // one-sided requests served here (status OK, any other)
 	ResponsesDropped                uint64 // responder could not queue a response
-	// LentRefused counts one-sided requests refused because they named
-	// the region a memory node lends to the pool (reachable only
-	// through the pool path).
-	LentRefused        uint64
-	UnmatchedResponses uint64 // response for no outstanding op (late or forged)
+	UnmatchedResponses              uint64 // response for no outstanding op (late or forged)
 	// FragmentsRefused counts fragments that contradicted the message
 	// they join (ErrBadFragment) and were dropped; FragmentsDropped those
 	// of messages whose receive had already ended (failed or canceled),
@@ -44,13 +41,13 @@ type inKey struct {
 }
 
 // Core is the sans-I/O heart of an endpoint: the transport engine, the
-// table of outstanding operations, and the memory server (memServer)
-// that executes peers' requests against the local Store. Not safe for
-// concurrent use.
+// table of outstanding operations, and the memory server
+// (memnode/server) that executes peers' requests against the local
+// Store. Not safe for concurrent use.
 type Core struct {
 	cfg       Config
 	eng       *transport.Engine
-	mem       memServer
+	mem       *server.Server
 	ops       map[uint64]*Op
 	done      []*Op // completed since the last Poll
 	doneSpare []*Op
@@ -123,37 +120,44 @@ func NewCore(cfg Config) (*Core, error) {
 		}
 	}
 	c := &Core{cfg: cfg, eng: eng, ops: make(map[uint64]*Op)}
-	c.mem = memServer{core: c, store: st, inStatus: make(map[inKey]*inReq)}
 	c.initGroups()
 	c.initMsgs()
 	if err := c.initPool(); err != nil {
+		return nil, err
+	}
+	if c.mem, err = server.New(server.Config{Store: st, Segment: c.pool.seg, DeadTimeout: c.deadTimeout()}, (*memHost)(c)); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
 // Store is the local memory served to peers.
-func (c *Core) Store() *memnode.Store { return c.mem.store }
+func (c *Core) Store() *memnode.Store { return c.mem.Store() }
 
 // Stats returns the counters.
 func (c *Core) Stats() Stats {
 	s := c.stats
 	s.Transport = c.eng.Stats()
 	s.Pool = c.PoolStats()
+	ms := c.mem.Stats()
+	s.RequestsServed += ms.RequestsServed
+	s.RequestsRefused += ms.RequestsRefused
+	s.ResponsesDropped += ms.ResponsesDropped
+	s.FragmentsRefused += ms.FragmentsRefused
 	return s
 }
 
 // Outstanding is the number of operations posted and not yet completed.
-func (c *Core) Outstanding() int { return len(c.ops) + len(c.pool.ops) }
+func (c *Core) Outstanding() int { return len(c.ops) + c.pool.cl.Len() }
 
 // inFlight is the number of operations of every kind posted and not yet
 // completed (what MaxOps bounds).
-func (c *Core) inFlight() int { return len(c.ops) + len(c.gops) + len(c.pool.ops) }
+func (c *Core) inFlight() int { return len(c.ops) + len(c.gops) + c.pool.cl.Len() }
 
 // Idle reports whether the core holds no operation, no message queued or
 // in flight, and no partially received request: nothing is retained.
 func (c *Core) Idle() bool {
-	return len(c.ops) == 0 && len(c.gops) == 0 && len(c.pool.ops) == 0 && c.eng.Pending() == 0 && len(c.mem.inStatus) == 0
+	return len(c.ops) == 0 && len(c.gops) == 0 && c.pool.cl.Len() == 0 && c.eng.Pending() == 0 && c.mem.InRequests() == 0
 }
 
 // Post starts op at time now. Errors in the op itself (bad kind, bad
@@ -324,10 +328,7 @@ func (c *Core) complete(op *Op) {
 func (c *Core) Receive(now time.Time, dg netio.Datagram) {
 	from, pkt, rx := dg.Addr, dg.Buf, dg.RxTime
 	c.now = now
-	c.mem.pool.now = now
-	if c.mem.pool.started.IsZero() {
-		c.mem.pool.started = now
-	}
+	c.mem.Observe(now)
 	if len(pkt) >= wire.HeaderLen && wire.Mode(pkt[2]) == wire.ModePool && c.stepPool(now, from, pkt) {
 		return
 	}
@@ -354,7 +355,7 @@ func (c *Core) Receive(now time.Time, dg netio.Datagram) {
 		c.onMsg(&d)
 		return
 	}
-	c.mem.serve(now, &d)
+	c.mem.Serve(now, &d)
 }
 
 func (c *Core) onResponse(d *transport.Delivery) {
@@ -466,10 +467,7 @@ func (c *Core) expire(now time.Time, op *Op) {
 // Poll, and the next time Poll must be called (zero: none). Both slices are
 // valid until the next Poll.
 func (c *Core) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, []*Op, time.Time) {
-	c.mem.pool.now = now
-	if c.mem.pool.started.IsZero() {
-		c.mem.pool.started = now
-	}
+	c.mem.Observe(now)
 	out, comps, next := c.eng.Poll(now, out)
 	for i := range comps {
 		cp := &comps[i]
@@ -509,8 +507,8 @@ func (c *Core) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, []*O
 				c.expire(now, op)
 			}
 		}
-		for _, po := range c.pool.sortedOps() {
-			c.expire(now, po.op)
+		for _, po := range c.pool.cl.Accesses() {
+			c.expire(now, po.Op)
 		}
 	}
 	if pn := c.pollPool(now); !pn.IsZero() && (next.IsZero() || pn.Before(next)) {

@@ -395,7 +395,7 @@ func (c *Core) admit(d *transport.Delivery) bool {
 	case h.Mode == wire.ModeUnicast && h.Op == wire.OpSend:
 		return c.admitMsg(h, d.Peer.Addr)
 	case h.Mode == wire.ModeUnicast && h.Op != wire.OpEvent:
-		return c.mem.admitRequest(d)
+		return c.mem.Admit(d)
 	case h.Mode == wire.ModeMulticast && h.Op == wire.OpData:
 		k := gopKey{h.Group, KindRecv, h.Src, h.MsgID}
 		if c.gops[k] != nil || c.unexp[unexpKey{d.Peer.Addr, k}] != nil || h.MsgID <= c.rxSeq[rxKey(h.Group, h.Src)] {

@@ -2,11 +2,9 @@ package endpoint
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
-	mrand "math/rand/v2"
 	"net/netip"
 	"sync"
 	"time"
@@ -34,10 +32,6 @@ type Endpoint struct {
 	// datagram read (Options.Security), wrapped around the core.
 	sec *secure.Layer
 	id  *secure.Identity // Options.Security
-
-	// incarnation tells this endpoint's lifetime from a later one at the
-	// same address (a restarted memory node: PoolLend).
-	incarnation uint64
 
 	services map[uint32]*Service // anycast services served, by group
 	svcIDs   map[string]uint32   // service name → group (lookup cache)
@@ -88,34 +82,25 @@ func Listen(addr string, cfg Config, opts Options) (*Endpoint, error) {
 // New returns an endpoint driving conn, which it owns from now on (Close
 // closes it).
 func New(conn netio.Conn, cfg Config, opts Options) (*Endpoint, error) {
-	var sec *secure.Layer
-	if opts.Security != nil {
-		if cfg.Transport.MTU == 0 {
-			cfg.Transport.MTU = transport.DefaultMTU
-		}
-		cfg.Transport.MTU -= wire.TagLen
-		cfg.Transport.Verified = true // the layer opened every datagram the core sees
-		var err error
-		if sec, err = secure.NewLayer(opts.Security, opts.SecurityOptions, rand.Reader); err != nil {
-			return nil, fmt.Errorf("endpoint: security: %w", err)
-		}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	sec, err := secure.ProcessLayer(opts.Security, opts.SecurityOptions, log)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint: security: %w", err)
+	}
+	if sec != nil {
+		cfg.Transport = cfg.Transport.Sealed() // the layer opens every datagram the core sees
 	}
 	core, err := NewCore(cfg)
 	if err != nil {
 		return nil, err
 	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	if sec != nil {
-		sec.Log = log
-	}
 	ep := &Endpoint{log: log, core: core, closing: make(chan struct{}),
-		services: make(map[uint32]*Service), svcIDs: make(map[string]uint32), incarnation: mrand.Uint64(), sec: sec, id: opts.Security}
+		services: make(map[uint32]*Service), svcIDs: make(map[string]uint32), sec: sec, id: opts.Security}
 	var m loop.Machine = (*endpointMachine)(ep)
 	if sec != nil {
-		core.SetIdentities(sec.Peer) // under ep.mu, as every core call
 		m = secure.Wrap(m, sec)
 	}
 	ep.io = loop.New(m, &ep.mu, []netio.Conn{conn}, loop.Config{Logger: log, Name: "endpoint"})
@@ -332,9 +317,6 @@ func (ep *Endpoint) Stats() Stats {
 func (ep *Endpoint) SecurityStats() secure.LayerStats {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	if ep.sec == nil {
-		return secure.LayerStats{}
-	}
 	return ep.sec.Stats()
 }
 
@@ -407,13 +389,7 @@ func (ep *Endpoint) Close() error {
 // lingerLocked calls done, and then every millisecond, until it reports
 // true or CloseLinger has passed, letting the reader goroutine run in
 // between. Caller holds mu; so does done.
-func (ep *Endpoint) lingerLocked(done func() bool) {
-	for end := time.Now().Add(CloseLinger); !done() && time.Now().Before(end); {
-		ep.mu.Unlock()
-		time.Sleep(time.Millisecond)
-		ep.mu.Lock()
-	}
-}
+func (ep *Endpoint) lingerLocked(done func() bool) { ep.io.LingerLocked(CloseLinger, done) }
 
 // addCloser registers f to run at Close (after outstanding ops failed).
 func (ep *Endpoint) addCloser(f func()) {

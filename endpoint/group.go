@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ndma/ndma/internal/ctrlclient"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
 	"github.com/ndma/ndma/wire/ctrl"
@@ -62,7 +63,7 @@ func (ep *Endpoint) JoinJob(ctx context.Context, sw string, job string, size, ra
 		if errors.As(err, &na) && na.Acked || !errors.As(err, &na) && errors.Is(err, ErrCanceled) && ctx.Err() != nil {
 			// The switch has the join and waits for the other ranks
 			// (or, canceled, the join may not have reached it yet).
-			return nil, ep.rendezvousError(ctx, ap, job, waitedSince(ctx, start), err, opts)
+			return nil, ep.rendezvousError(ctx, ap, job, ctrlclient.WaitedSince(ctx, start), err, opts)
 		}
 		return nil, fmt.Errorf("endpoint: join %q: %w", job, err)
 	}
@@ -121,7 +122,7 @@ func (e *RendezvousError) Error() string {
 	if errors.Is(e.Err, context.Canceled) {
 		what = "canceled"
 	}
-	fmt.Fprintf(&b, "endpoint: join %q: rendezvous %s after %v", e.Job, what, roundWait(e.Wait))
+	fmt.Fprintf(&b, "endpoint: join %q: rendezvous %s after %v", e.Job, what, ctrlclient.RoundWait(e.Wait))
 	switch {
 	case errors.Is(e.StatusErr, ErrNoSwitch):
 		fmt.Fprintf(&b, "; no switch answers at %v", e.Switch)
@@ -160,7 +161,7 @@ func (e *RendezvousError) Unwrap() []error {
 // join ended with joinErr, waiting wait, and explains it.
 func (ep *Endpoint) rendezvousError(ctx context.Context, sw netip.AddrPort, job string, wait time.Duration, joinErr error, opts FabricOptions) error {
 	e := &RendezvousError{Job: job, Switch: sw, Wait: wait, Err: joinErr}
-	if cerr := ctxErr(ctx); cerr != nil && !errors.Is(joinErr, cerr) {
+	if cerr := ctrlclient.CtxErr(ctx); cerr != nil && !errors.Is(joinErr, cerr) {
 		e.Err = errors.Join(joinErr, cerr)
 	}
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), JoinStatusTimeout)
@@ -198,7 +199,7 @@ func (g *Group) Members() []ctrl.MemberInfo { return g.members }
 // so a lost response never silences a live member.
 func (g *Group) heartbeats() {
 	defer close(g.hbDone)
-	iv := g.opts.heartbeat()
+	iv := g.opts.HeartbeatInterval()
 	t := time.NewTicker(iv)
 	defer t.Stop()
 	buf, err := secure.AppendCtrl(nil, &ctrl.Msg{Type: ctrl.Heartbeat, Group: g.id, Member: g.rank}, g.opts.Token)

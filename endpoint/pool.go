@@ -2,18 +2,16 @@ package endpoint
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"time"
 
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire/ctrl"
 )
 
-// Pool control: memory nodes lend memory to the forwarding node's MMU, and
-// clients create, open, free and list pool regions. (Reads and writes at
+// Pool control: clients create, open, free and list pool regions (memory
+// nodes lend memory to the forwarding node's MMU through memnode/node). (Reads and writes at
 // pool addresses are the pool client's, built on the forwarding path.)
 
 // parseSwitch parses a forwarding node's address ("host:port").
@@ -114,101 +112,6 @@ func (ep *Endpoint) PoolStat(ctx context.Context, sw string, opts FabricOptions)
 		return PoolState{}, fmt.Errorf("endpoint: pool stat: %w", err)
 	}
 	return PoolState{Nodes: resp.PoolNodes, Regions: resp.PoolRegions, Refused: resp.PoolRefused}, nil
-}
-
-// PoolLeave tells the switch that this endpoint, a memory node lending
-// region key, stops lending (it shuts down): the switch counts it dead
-// at once instead of after its heartbeat timeout, and forgets it if it
-// holds no region copies. Cancel the PoolLend context first, or its
-// heartbeat registers the node again.
-func (ep *Endpoint) PoolLeave(ctx context.Context, sw string, key uint64, opts FabricOptions) error {
-	ap, err := parseSwitch(sw)
-	if err != nil {
-		return err
-	}
-	if _, err := ep.control(ctx, ap, &ctrl.Msg{Type: ctrl.PoolNode, Key: key, Epoch: ep.incarnation}, &opts); err != nil {
-		return fmt.Errorf("endpoint: pool leave: %w", err)
-	}
-	return nil
-}
-
-// PoolLend offers capacity bytes of this endpoint's memory region key to
-// the switch's pool, as a memory node, and keeps offering it (the offer is
-// the node's heartbeat) every opts' heartbeat interval until ctx ends or
-// the endpoint closes. It returns the node id once the first offer is
-// accepted, or its error (the first offer waits at most four intervals).
-// Whenever the switch answers as an incarnation the node has not reported
-// to (it started, or restarted), the node reports the grants it holds
-// (ctrl.PoolReport), so that the switch rebuilds its map of the pool.
-func (ep *Endpoint) PoolLend(ctx context.Context, sw string, key, capacity uint64, opts FabricOptions) (uint16, error) {
-	ap, err := parseSwitch(sw)
-	if err != nil {
-		return 0, err
-	}
-	if capacity == 0 {
-		return 0, fmt.Errorf("endpoint: pool lend: capacity 0 (PoolLeave stops lending)")
-	}
-	req := &ctrl.Msg{Type: ctrl.PoolNode, Key: key, Capacity: capacity, Epoch: ep.incarnation}
-	iv := opts.heartbeat()
-	cctx, cancel := context.WithTimeout(ctx, 4*iv) // one heartbeat timeout
-	resp, err := ep.control(cctx, ap, req, &opts)
-	cancel()
-	if err != nil {
-		return 0, fmt.Errorf("endpoint: pool lend: %w", err)
-	}
-	if err := ep.poolReport(ctx, ap, resp.Epoch, 2*iv, opts.Token); err != nil {
-		ep.log.Debug("endpoint: pool report", "switch", ap, "err", err)
-	}
-	go func() {
-		t := time.NewTicker(iv)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			cctx, cancel := context.WithTimeout(ctx, 2*iv)
-			resp, err := ep.control(cctx, ap, req, &opts)
-			cancel()
-			if errors.Is(err, ErrClosed) {
-				return
-			}
-			if err == nil {
-				err = ep.poolReport(ctx, ap, resp.Epoch, 2*iv, opts.Token)
-			}
-			if err != nil && ctx.Err() == nil {
-				ep.log.Debug("endpoint: pool lend", "switch", ap, "err", err)
-			}
-		}
-	}()
-	return resp.Node, nil
-}
-
-// poolReport sends the switch incarnation switchInc the node's report of
-// its grants, if it has not had it, each message waiting at most wait for
-// its answer; the next heartbeat tries again after a failure.
-func (ep *Endpoint) poolReport(ctx context.Context, sw netip.AddrPort, switchInc uint64, wait time.Duration, token []byte) error {
-	ep.mu.Lock()
-	msgs, err := ep.core.PoolReports(switchInc)
-	ep.mu.Unlock()
-	if err != nil || len(msgs) == 0 {
-		return err
-	}
-	for _, b := range msgs {
-		cctx, cancel := context.WithTimeout(ctx, wait)
-		op := &Op{Kind: KindControl, Peer: sw, Buf: b}
-		err := ep.Do(cctx, op)
-		cancel()
-		if err != nil {
-			return err
-		}
-	}
-	ep.mu.Lock()
-	ep.core.PoolReported(switchInc)
-	ep.mu.Unlock()
-	ep.log.Info("endpoint: reported this memory node's pool regions to the switch", "switch", sw, "messages", len(msgs))
-	return nil
 }
 
 // setPoolProof gives the core a PoolOpen of region to send the switch

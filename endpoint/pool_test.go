@@ -6,19 +6,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndma/ndma/internal/poolclient"
 	"github.com/ndma/ndma/wire"
 )
 
-// TestPoolLanesBounded posts pool ops to many regions and cancels them:
-// the table of congestion lanes stays bounded.
-func TestPoolLanesBounded(t *testing.T) {
+// TestPoolCancelReleases posts pool ops to many regions and cancels them:
+// nothing stays in flight, and the table of congestion lanes stays
+// bounded.
+func TestPoolCancelReleases(t *testing.T) {
 	c, err := NewCore(Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Unix(1, 0)
 	sw := netip.MustParseAddrPort("10.0.0.1:7471")
-	for i := range 3 * maxPoolLanes {
+	for i := range 2 * poolclient.MaxLanes {
 		op := &Op{Kind: KindFetchAdd, Peer: sw, Pool: uint32(i + 1), Key: 1, Add: 1}
 		if err := c.Post(now, op); err != nil {
 			t.Fatal(err)
@@ -28,11 +30,11 @@ func TestPoolLanesBounded(t *testing.T) {
 			t.Fatalf("op %d: %v", i, op.Err)
 		}
 	}
-	if n := len(c.pool.lanes); n > maxPoolLanes {
-		t.Fatalf("%d lanes, want at most %d", n, maxPoolLanes)
+	if n := c.pool.cl.Lanes(); n > poolclient.MaxLanes {
+		t.Fatalf("%d lanes, want at most %d", n, poolclient.MaxLanes)
 	}
-	if c.Outstanding() != 0 || len(c.pool.reqs) != 0 {
-		t.Fatalf("outstanding %d, requests %d after cancelling every op", c.Outstanding(), len(c.pool.reqs))
+	if c.Outstanding() != 0 || c.pool.cl.Requests() != 0 {
+		t.Fatalf("outstanding %d, requests %d after cancelling every op", c.Outstanding(), c.pool.cl.Requests())
 	}
 }
 

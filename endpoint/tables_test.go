@@ -1,6 +1,10 @@
 package endpoint
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/ndma/ndma/memnode/server"
+)
 
 // Views of the core's tables for the hostile-input tests.
 
@@ -36,7 +40,7 @@ func anyInBytes(c *Core) int {
 func tableSizes(c *Core) map[string]int {
 	return map[string]int{
 		"unexp": len(c.unexp), "unexpMsg": len(c.unexpMsg), "anyIn": len(c.anyIn), "requests": len(c.requests),
-		"inStatus": len(c.mem.inStatus), "deadMembers": len(c.deadMembers), "sendSeq": len(c.sendSeq),
+		"inStatus": c.mem.InRequests(), "deadMembers": len(c.deadMembers), "sendSeq": len(c.sendSeq),
 		"recvSeq": len(c.recvSeq), "recvs": len(c.recvs), "rxSeq": len(c.rxSeq), "mcSeq": len(c.mcSeq),
 		"aggSeq": len(c.aggSeq), "ops": len(c.ops), "gops": len(c.gops),
 	}
@@ -57,8 +61,8 @@ func checkBounds(t testing.TB, c *Core) {
 		t.Fatalf("%d anycast requests held, bound %d", sz["anyIn"]+sz["requests"], cfg.MaxIncoming)
 	case anyInBytes(c) > cfg.MaxIncomingBytes:
 		t.Fatalf("%d anycast request bytes, bound %d", anyInBytes(c), cfg.MaxIncomingBytes)
-	case sz["inStatus"] > maxInRequests:
-		t.Fatalf("%d partial requests, bound %d", sz["inStatus"], maxInRequests)
+	case sz["inStatus"] > server.MaxInRequests:
+		t.Fatalf("%d partial requests, bound %d", sz["inStatus"], server.MaxInRequests)
 	case sz["deadMembers"] > len(c.joined)*(1<<16):
 		t.Fatalf("%d dead members for %d groups", sz["deadMembers"], len(c.joined))
 	}

@@ -3,15 +3,11 @@ package endpoint_test
 import (
 	"context"
 	"errors"
-	"net/netip"
 	"testing"
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/memnode"
-	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/secure"
-	"github.com/ndma/ndma/wire"
 	"github.com/ndma/ndma/wire/ctrl"
 )
 
@@ -50,10 +46,6 @@ func TestControlNeedsToken(t *testing.T) {
 				_, err := ep.PoolStat(ctx, sw, o)
 				return err
 			},
-			"pool lend": func(o endpoint.FabricOptions) error {
-				_, err := ep.PoolLend(ctx, sw, 1, 1<<20, o)
-				return err
-			},
 		}
 		for name, call := range calls {
 			if err := call(endpoint.FabricOptions{}); !errors.Is(err, secure.ErrNoToken) {
@@ -71,52 +63,4 @@ func TestControlNeedsToken(t *testing.T) {
 			t.Fatalf("pool stat with the switch's token: %v", err)
 		}
 	})
-}
-
-// TestPoolServeNeedsToken: an endpoint that would serve a pool without a
-// fabric token (accepting anyone's grants) is refused unless Insecure says
-// so.
-func TestPoolServeNeedsToken(t *testing.T) {
-	net := simnet.New(1)
-	link := simnet.LinkConfig{Rate: 10e9}
-	for i, tc := range []struct {
-		serve endpoint.PoolServe
-		ok    bool
-	}{
-		{endpoint.PoolServe{}, false},
-		{endpoint.PoolServe{Token: []byte("t"), Insecure: true}, false},
-		{endpoint.PoolServe{Token: []byte("t")}, true},
-		{endpoint.PoolServe{Insecure: true}, true},
-	} {
-		st, err := memnode.NewStore(memnode.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		key, err := st.Alloc(1<<16, wire.PermAll, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tc.serve.Switch, tc.serve.Key = rdvSwitch, key
-		addr := rdvSwitch.Addr().Next()
-		for range i {
-			addr = addr.Next()
-		}
-		conn := net.ListenConn(netip.AddrPortFrom(addr, 9000), link, link)
-		ep, err := endpoint.New(conn, endpoint.Config{Store: st, PoolNode: &tc.serve}, endpoint.Options{})
-		if tc.ok {
-			if err != nil {
-				t.Errorf("%+v: %v", tc.serve, err)
-				continue
-			}
-			ep.Close()
-			continue
-		}
-		conn.Close()
-		if err == nil {
-			ep.Close()
-			t.Errorf("token %q, insecure %v: endpoint.New succeeded", tc.serve.Token, tc.serve.Insecure)
-		} else if (len(tc.serve.Token) == 0) != errors.Is(err, secure.ErrNoToken) {
-			t.Errorf("token %q, insecure %v: %v", tc.serve.Token, tc.serve.Insecure, err)
-		}
-	}
 }

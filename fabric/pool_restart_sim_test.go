@@ -274,7 +274,7 @@ func TestSimLentRegionOnlyThroughPool(t *testing.T) {
 			t.Fatalf("seed %d: direct %v of the lent region: %v, want bad key", seed, k, op.Err)
 		}
 	}
-	if n := ns[0].core.Stats().LentRefused; n != 2 {
+	if n := ns[0].core.Stats().Server.LentRefused; n != 2 {
 		t.Errorf("seed %d: %d direct requests counted refused, want 2", seed, n)
 	}
 	got := make([]byte, 4096)
@@ -291,7 +291,7 @@ func TestSimPoolGrantsOnlyFromSwitchRole(t *testing.T) {
 	const seed = 81
 	f, ns, cli := poolSimSetup(t, seed, simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond}, 1)
 	role := secure.RoleClient
-	ns[0].core.SetIdentities(func(a netip.AddrPort) (secure.Cert, bool) {
+	ns[0].core.Server().SetIdentities(func(a netip.AddrPort) (secure.Cert, bool) {
 		return secure.Cert{Role: role, Name: "at the switch's address"}, a == f.swAddr
 	})
 	var gerr error
@@ -334,7 +334,7 @@ func TestSimPoolRebuildWithoutClient(t *testing.T) {
 					return secure.Cert{Role: secure.RoleClient, Name: "client"}, true
 				})
 				for _, n := range ns {
-					n.core.SetIdentities(func(a netip.AddrPort) (secure.Cert, bool) {
+					n.core.Server().SetIdentities(func(a netip.AddrPort) (secure.Cert, bool) {
 						return secure.Cert{Role: secure.RoleSwitch, Name: "switch"}, a == f.swAddr
 					})
 				}

@@ -13,8 +13,8 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/internal/simhost"
-	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/internal/memtest"
+	"github.com/ndma/ndma/memnode/node"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/pool"
@@ -25,99 +25,17 @@ import (
 	"github.com/ndma/ndma/wire/poolmap"
 )
 
-// simPoolNode is a memory node on simnet (internal/simhost): a Core
-// serving the switch's pool requests from a lent region, offering it
-// again every heartbeat.
+// simPoolNode is a memory node on simnet (internal/memtest's SimNode: a
+// memnode/node Core serving the switch's pool requests from a lent
+// region, offering it again every heartbeat).
 type simPoolNode struct {
-	*simhost.Host[*endpoint.Op]
+	*memtest.SimNode
 	f    *simFabric
-	core *endpoint.Core
+	core *node.Core
 	addr netip.AddrPort
 	key  uint64
 	size int
 	inc  uint64 // incarnation
-	hb   simhost.Ticker
-	busy bool
-	// The report of its grants to a switch incarnation: messages left
-	// to send (the first one out while busy) and the incarnation.
-	reports  [][]byte
-	reportTo uint64
-	last     *endpoint.Op // the control op out
-}
-
-// beforePoll offers the region when a heartbeat is due and none is out.
-func (n *simPoolNode) beforePoll(now time.Time) {
-	if n.busy || !n.hb.Due(now) {
-		return
-	}
-	buf, err := secure.AppendCtrl(nil, &ctrl.Msg{Type: ctrl.PoolNode, Key: n.key, Capacity: uint64(n.size), Epoch: n.inc}, n.f.token)
-	if err != nil {
-		n.f.t.Fatal(err)
-	}
-	n.send(now, buf)
-}
-
-// done takes the completion of the control op out.
-func (n *simPoolNode) done(now time.Time, op *endpoint.Op) {
-	if op != n.last {
-		return
-	}
-	n.busy, n.last = false, nil
-	n.answered(now, op)
-}
-
-// deadline is the next heartbeat's (while a heartbeat is out, its
-// completion wakes the node).
-func (n *simPoolNode) deadline() time.Time {
-	if n.busy {
-		return time.Time{}
-	}
-	return n.hb.Next()
-}
-
-// send posts a control request to the switch.
-func (n *simPoolNode) send(now time.Time, buf []byte) {
-	op := &endpoint.Op{Kind: endpoint.KindControl, Peer: n.f.swAddr, Buf: buf, Timeout: 2 * n.f.hb}
-	if err := n.core.Post(now, op); err == nil {
-		n.busy, n.last = true, op
-	}
-}
-
-// answered goes on after the switch answered op: a registration answered
-// by a switch incarnation the node has not reported to starts the
-// report; a report message answered sends the next one, or ends it.
-func (n *simPoolNode) answered(now time.Time, op *endpoint.Op) {
-	if op.Err != nil {
-		n.reports = nil // started again by the next heartbeat
-		return
-	}
-	var m ctrl.Msg
-	if err := secure.ParseCtrl(op.Resp, &m, n.f.token); err != nil {
-		n.f.t.Fatalf("memory node %v: answer: %v", n.addr, err)
-	}
-	switch m.Type {
-	case ctrl.PoolNode:
-		msgs, err := n.core.PoolReports(m.Epoch)
-		if err != nil {
-			n.f.t.Fatal(err)
-		}
-		if len(msgs) == 0 {
-			return
-		}
-		n.reports, n.reportTo = msgs, m.Epoch
-	case ctrl.PoolReport:
-		if len(n.reports) == 0 {
-			return
-		}
-		n.reports = n.reports[1:]
-		if len(n.reports) == 0 {
-			n.core.PoolReported(n.reportTo)
-			return
-		}
-	default:
-		return
-	}
-	n.send(now, n.reports[0])
 }
 
 func (f *simFabric) addPoolNodes(k, size int) []*simPoolNode {
@@ -136,24 +54,12 @@ func (f *simFabric) addPoolNodes(k, size int) []*simPoolNode {
 // region keeps its key, as a key file would, but its memory is new.
 func (n *simPoolNode) boot(seed uint64) {
 	f := n.f
-	st, err := memnode.NewStore(memnode.Config{})
+	sn, err := memtest.NewSimNode(memtest.SimConfig{Switch: f.swAddr, Token: f.token, Size: n.size, Key: n.key,
+		Incarnation: n.inc, Every: f.hb, Transport: transport.Config{MTU: 9000, Seed: seed}})
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	key, err := st.Alloc(n.size, wire.PermAll, n.key)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	core, err := endpoint.NewCore(endpoint.Config{
-		Store:     st,
-		Transport: transport.Config{MTU: 9000, Seed: seed},
-		PoolNode:  &endpoint.PoolServe{Switch: f.swAddr, Key: key, Token: f.token},
-	})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	n.core, n.key, n.busy, n.hb, n.last, n.reports = core, key, false, simhost.Ticker{Every: f.hb}, nil, nil
-	n.Host = &simhost.Host[*endpoint.Op]{Core: core, Before: n.beforePoll, Done: n.done, Deadline: n.deadline}
+	n.SimNode, n.core, n.key = sn, sn.Core, sn.Key
 }
 
 // restart starts the node again in a new incarnation: its memory is gone.
@@ -324,7 +230,7 @@ func TestSimPoolLossDup(t *testing.T) {
 		}
 		var dups uint64
 		for _, n := range ns {
-			dups += n.core.PoolStats().Duplicates
+			dups += n.core.Stats().Server.Pool.Duplicates
 		}
 		st := cli.core.PoolStats()
 		t.Logf("seed %d: client %+v; duplicates answered from the nodes' caches: %d; net %+v", seed, st, dups, f.net.Stats())
@@ -427,7 +333,7 @@ func TestSimPoolKeyChecks(t *testing.T) {
 	ro := f.createPool(cli, ctrl.PoolSpec{Size: 64 << 10, Stripe: 64 << 10, Replicas: 1, Perm: uint8(wire.PermRead)})
 	served := func() (n uint64) {
 		for _, nd := range ns {
-			n += nd.core.PoolStats().Served
+			n += nd.core.Stats().Server.Pool.Served
 		}
 		return n
 	}
@@ -474,7 +380,7 @@ func TestSimPoolKeyChecks(t *testing.T) {
 		}
 		now := f.net.Now()
 		node.core.Receive(now, netio.Datagram{Addr: from, Buf: pkt})
-		out, _, _ := node.core.Poll(now, nil)
+		out, _ := node.core.Poll(now, nil)
 		for _, d := range out {
 			var rh wire.Header
 			if _, _, err := wire.Parse(d.Buf, &rh); err == nil && rh.Mode == wire.ModePool && d.Addr == cli.addr {
@@ -489,8 +395,8 @@ func TestSimPoolKeyChecks(t *testing.T) {
 	if st, ok := forge(f.swAddr, p.spec.Region, p.key, 1<<40); !ok || st != wire.StatusOutOfBounds {
 		t.Errorf("node, outside the grant: %v %v", st, ok)
 	}
-	dropped := node.core.PoolStats().Dropped
-	if _, ok := forge(cli.addr, p.spec.Region, p.key, 0); ok || node.core.PoolStats().Dropped != dropped+1 {
+	dropped := node.core.Stats().Server.Pool.Dropped
+	if _, ok := forge(cli.addr, p.spec.Region, p.key, 0); ok || node.core.Stats().Server.Pool.Dropped != dropped+1 {
 		t.Errorf("node answered a pool request that did not come from its switch")
 	}
 	// Free: the switch revokes the grants; the node refuses the region.
@@ -624,7 +530,7 @@ func TestSimChainLossDup(t *testing.T) {
 		}
 		var dups uint64
 		for _, nd := range ns {
-			dups += nd.core.PoolStats().Duplicates
+			dups += nd.core.Stats().Server.Pool.Duplicates
 		}
 		st := cli.core.PoolStats()
 		t.Logf("seed %d: client %+v, duplicates the nodes answered from their caches %d", seed, st, dups)
@@ -821,7 +727,7 @@ func poolNodeRestart(t *testing.T, seed int64, link simnet.LinkConfig) {
 
 	for f.sw.Stats().PoolRebuilt == 0 { // keep writing while the copy is rebuilt
 		if f.net.Elapsed() > time.Minute {
-			t.Fatalf("seed %d: the lost copy was not rebuilt: switch %+v, node %+v", seed, f.sw.Stats(), ns[1].core.PoolStats())
+			t.Fatalf("seed %d: the lost copy was not rebuilt: switch %+v, node %+v", seed, f.sw.Stats(), ns[1].core.Stats().Server.Pool)
 		}
 		writes(1)
 	}
@@ -846,7 +752,7 @@ func poolNodeRestart(t *testing.T, seed int64, link simnet.LinkConfig) {
 	if l, rb := health(); l != 0 || rb != 0 {
 		t.Errorf("seed %d: after the rebuild %d lost, %d rebuilding columns reported", seed, l, rb)
 	}
-	st := ns[1].core.PoolStats()
+	st := ns[1].core.Stats().Server.Pool
 	t.Logf("seed %d: rebuilt at %v: node 1 copied %d bytes (%d rebuilds, %d failed)", seed, f.net.Elapsed(), st.RebuildBytes, st.Rebuilt, st.RebuildsFailed)
 	// Node 0 dies: the stripes it shared with node 1 now come from the
 	// rebuilt copy alone.

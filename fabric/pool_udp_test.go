@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -31,11 +32,11 @@ func TestPoolControlUDP(t *testing.T) {
 
 	var lends []context.CancelFunc
 	for i := range 3 {
-		ep, nodeKey := memtest.Node(t, srv.Addr(), token, 1<<20)
+		nd, nodeKey := memtest.Node(t, srv.Addr(), token, 1<<20)
 		lctx, stop := context.WithCancel(ctx)
 		t.Cleanup(stop)
 		lends = append(lends, stop)
-		if _, err := ep.PoolLend(lctx, sw, nodeKey, 1<<20, opts); err != nil {
+		if _, err := nd.Lend(lctx, netip.MustParseAddrPort(sw), nodeKey, 1<<20, opts); err != nil {
 			t.Fatalf("node %d: %v", i, err)
 		}
 	}
@@ -126,10 +127,10 @@ func TestPoolSwitchRestartUDP(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for i := range 2 {
-		ep, nodeKey := memtest.Node(t, addr, token, 1<<20)
+		nd, nodeKey := memtest.Node(t, addr, token, 1<<20)
 		lctx, stop := context.WithCancel(ctx)
 		t.Cleanup(stop)
-		if _, err := ep.PoolLend(lctx, sw, nodeKey, 1<<20, opts); err != nil {
+		if _, err := nd.Lend(lctx, netip.MustParseAddrPort(sw), nodeKey, 1<<20, opts); err != nil {
 			t.Fatalf("node %d: %v", i, err)
 		}
 	}

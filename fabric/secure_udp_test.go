@@ -14,6 +14,8 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/memnode/node"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
@@ -166,12 +168,32 @@ func TestUDPSecureRoles(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
+	// lend offers memory from a memory node's engine holding a
+	// credential of role and name.
+	lend := func(role secure.Role, name string) error {
+		st, err := memnode.NewStore(memnode.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := node.New(conn, node.Config{Store: st, OpTimeout: 2 * time.Second}, node.Options{Security: secureIdentity(t, a, role, name), SecurityOptions: sopts})
+		if err != nil {
+			conn.Close()
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		_, err = n.Lend(ctx, srv.Addr(), 1, 1<<20, opts)
+		return err
+	}
 
 	cli := listen(secure.RoleClient, "alice")
 	if _, err := cli.JoinJob(ctx, addr, "job", 1, 0, opts); !errors.Is(err, wire.StatusAuth) {
 		t.Errorf("a client joined a job: %v", err)
 	}
-	if _, err := cli.PoolLend(ctx, addr, 1, 1<<20, opts); !errors.Is(err, wire.StatusAuth) {
+	if err := lend(secure.RoleClient, "alice"); !errors.Is(err, wire.StatusAuth) {
 		t.Errorf("a client lent memory: %v", err)
 	}
 	if _, err := cli.PoolStat(ctx, addr, opts); err != nil {
@@ -182,7 +204,7 @@ func TestUDPSecureRoles(t *testing.T) {
 		t.Errorf("a memory node joined a job: %v", err)
 	}
 	member := listen(secure.RoleMember, "job/0")
-	if _, err := member.PoolLend(ctx, addr, 1, 1<<20, opts); !errors.Is(err, wire.StatusAuth) {
+	if err := lend(secure.RoleMember, "job/0"); !errors.Is(err, wire.StatusAuth) {
 		t.Errorf("a member lent memory: %v", err)
 	}
 	if _, err := member.JoinJob(ctx, addr, "job", 1, 0, opts); err != nil {

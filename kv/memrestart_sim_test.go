@@ -46,9 +46,9 @@ func TestSimMemoryNodeRestart(t *testing.T) {
 				t.Fatal(err)
 			}
 			deadline := time.Now().Add(30 * time.Second)
-			for m.ep.Stats().Pool.Rebuilt == 0 {
+			for m.node.Stats().Server.Pool.Rebuilt == 0 {
 				if time.Now().After(deadline) {
-					t.Fatalf("round %d: memory node %d not rebuilt after 30 s: %+v", round, i, m.ep.Stats().Pool)
+					t.Fatalf("round %d: memory node %d not rebuilt after 30 s: %+v", round, i, m.node.Stats().Server.Pool)
 				}
 				time.Sleep(100 * time.Millisecond)
 			}

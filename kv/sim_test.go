@@ -16,6 +16,8 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/memnode/node"
+	"github.com/ndma/ndma/memnode/server"
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/transport"
@@ -154,7 +156,7 @@ func (s *simKV) newEndpoint(cfg endpoint.Config) *endpoint.Endpoint {
 type simMem struct {
 	addr   netip.AddrPort
 	size   int
-	ep     *endpoint.Endpoint // nil while down
+	node   *node.Node // nil while down
 	cancel context.CancelFunc
 }
 
@@ -183,23 +185,23 @@ func (s *simKV) startMem(m *simMem, wait time.Duration) error {
 	if err != nil {
 		return err
 	}
-	cfg := endpoint.Config{Store: st, PoolNode: &endpoint.PoolServe{Switch: s.swA, Key: key, Token: testToken},
+	cfg := node.Config{Store: st, Pool: &server.PoolServe{Switch: s.swA, Key: key, Token: testToken},
 		Transport: transport.Config{MTU: 9000, Seed: uint64(s.seed)*1000 + 100000 + uint64(s.memStarts)}}
-	ep, err := endpoint.New(s.net.ListenConn(m.addr, s.link, s.link), cfg, endpoint.Options{})
+	nd, err := node.New(s.net.ListenConn(m.addr, s.link, s.link), cfg, node.Options{})
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m.ep, m.cancel = ep, cancel
+	m.node, m.cancel = nd, cancel
 	// Offer the region until the switch takes it (a switch that still
 	// holds the node's previous incarnation may take a few tries); from
-	// then on PoolLend repeats the offer as the node's heartbeat, under
+	// then on Lend repeats the offer as the node's heartbeat, under
 	// ctx.
 	lent := make(chan error, 1)
 	s.wg.Go(func() {
 		var err error
 		for ctx.Err() == nil {
-			if _, err = ep.PoolLend(ctx, s.swA.String(), key, uint64(m.size), s.fab); err == nil {
+			if _, err = nd.Lend(ctx, s.swA, key, uint64(m.size), s.fab); err == nil {
 				break
 			}
 			time.Sleep(200 * time.Millisecond)
@@ -218,12 +220,12 @@ func (s *simKV) startMem(m *simMem, wait time.Duration) error {
 
 // crashMem stops memory node m at once; its memory is lost.
 func (s *simKV) crashMem(m *simMem) {
-	if m.ep == nil {
+	if m.node == nil {
 		return
 	}
 	m.cancel()
-	m.ep.Close()
-	m.ep = nil
+	m.node.Close()
+	m.node = nil
 }
 
 // restartSwitch starts a new switch at the switch's address (after

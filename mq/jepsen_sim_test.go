@@ -463,7 +463,7 @@ func mqMemFaults(s *simMQ, mu chanLock, restarts *sync.WaitGroup, clients []*mqC
 	pc := s.poolClient(stat)
 	whole := func() error { return s.topicWhole(stat) }
 	// The control region's node holds it and a data column.
-	isControl := func(m *simMem) bool { return m.ep != nil && m.ep.Stats().Pool.GrantsHeld > 1 }
+	isControl := func(m *simMem) bool { return m.node != nil && m.node.Stats().Server.Pool.GrantsHeld > 1 }
 	var fs []jepsen.Fault
 	for i, m := range s.mems {
 		crashed := false
@@ -471,7 +471,7 @@ func mqMemFaults(s *simMQ, mu chanLock, restarts *sync.WaitGroup, clients []*mqC
 			Start: func() error {
 				mu.Lock()
 				defer mu.Unlock()
-				if m.ep == nil || isControl(m) {
+				if m.node == nil || isControl(m) {
 					return fmt.Errorf("%w: memory node %d is down or holds the control region", jepsen.ErrSkip, i)
 				}
 				if err := whole(); err != nil {

@@ -12,6 +12,8 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/memnode/node"
+	"github.com/ndma/ndma/memnode/server"
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/transport"
@@ -46,7 +48,7 @@ type simMQ struct {
 type simMem struct {
 	addr   netip.AddrPort
 	size   int
-	ep     *endpoint.Endpoint // nil while down
+	node   *node.Node // nil while down
 	cancel context.CancelFunc
 }
 
@@ -174,19 +176,19 @@ func (s *simMQ) startMem(m *simMem, wait time.Duration) error {
 	if err != nil {
 		return err
 	}
-	cfg := endpoint.Config{Store: st, PoolNode: &endpoint.PoolServe{Switch: s.swA, Key: key, Token: testToken},
+	cfg := node.Config{Store: st, Pool: &server.PoolServe{Switch: s.swA, Key: key, Token: testToken},
 		Transport: transport.Config{MTU: 9000, Seed: uint64(s.seed)*1000 + 100000 + uint64(s.memStarts)}}
-	ep, err := endpoint.New(s.net.ListenConn(m.addr, s.link, s.link), cfg, endpoint.Options{})
+	nd, err := node.New(s.net.ListenConn(m.addr, s.link, s.link), cfg, node.Options{})
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m.ep, m.cancel = ep, cancel
+	m.node, m.cancel = nd, cancel
 	lent := make(chan error, 1)
 	s.wg.Go(func() {
 		var err error
 		for ctx.Err() == nil {
-			if _, err = ep.PoolLend(ctx, s.swA.String(), key, uint64(m.size), s.fab); err == nil {
+			if _, err = nd.Lend(ctx, s.swA, key, uint64(m.size), s.fab); err == nil {
 				break
 			}
 			time.Sleep(200 * time.Millisecond)
@@ -205,12 +207,12 @@ func (s *simMQ) startMem(m *simMem, wait time.Duration) error {
 
 // crashMem stops memory node m at once; its memory is lost.
 func (s *simMQ) crashMem(m *simMem) {
-	if m.ep == nil {
+	if m.node == nil {
 		return
 	}
 	m.cancel()
-	m.ep.Close()
-	m.ep = nil
+	m.node.Close()
+	m.node = nil
 }
 
 func mustAddr(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
@@ -230,7 +232,7 @@ func (l chanLock) Unlock()  { <-l }
 func (s *simMQ) dataOnlyNodes() []*simMem {
 	var data []*simMem
 	for _, m := range s.mems {
-		if m.ep.Stats().Pool.GrantsHeld == 1 {
+		if m.node.Stats().Server.Pool.GrantsHeld == 1 {
 			data = append(data, m)
 		}
 	}
@@ -247,7 +249,7 @@ func (s *simMQ) controlNode(tp *Topic) *simMem {
 	served := func() []uint64 {
 		var n []uint64
 		for _, m := range s.mems {
-			n = append(n, m.ep.Stats().Pool.Served)
+			n = append(n, m.node.Stats().Server.Pool.Served)
 		}
 		return n
 	}

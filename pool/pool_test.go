@@ -13,6 +13,7 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/internal/memtest"
+	"github.com/ndma/ndma/memnode/node"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/wire"
@@ -22,7 +23,7 @@ var token = []byte("pool-test-token")
 
 // testPool starts a switch and n memory nodes of size bytes each on
 // loopback, lends the nodes' memory and returns a client.
-func testPool(t *testing.T, n, size int) (*pool.Client, []*endpoint.Endpoint) {
+func testPool(t *testing.T, n, size int) (*pool.Client, []*node.Node) {
 	t.Helper()
 	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
 	if err != nil {

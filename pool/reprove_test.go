@@ -8,10 +8,9 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/internal/memtest"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/pool"
-	"github.com/ndma/ndma/wire"
 )
 
 // TestReprove: a client whose last control exchange with the switch is
@@ -32,23 +31,7 @@ func TestReprove(t *testing.T) {
 	srv := fabric.NewServer(conn, sw, nil)
 	defer srv.Close()
 	opts := endpoint.FabricOptions{Token: token}
-	st, err := memnode.NewStore(memnode.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := st.Alloc(1<<20, wire.PermAll, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	node, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Store: st,
-		PoolNode: &endpoint.PoolServe{Switch: srv.Addr(), Key: key, Token: token}}, endpoint.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer node.Close()
-	if _, err := node.PoolLend(ctx, srv.Addr().String(), key, 1<<20, opts); err != nil {
-		t.Fatal(err)
-	}
+	memtest.Lend(t, srv.Addr(), token, 1, 1<<20)
 	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{})
 	if err != nil {
 		t.Fatal(err)

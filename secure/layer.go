@@ -1,6 +1,7 @@
 package secure
 
 import (
+	crand "crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -169,6 +170,24 @@ type layerPeer struct {
 	bound     []string // the sessionBound keys this peer's session counts under
 }
 
+// ProcessLayer returns the layer a process of identity id seals its
+// datagrams with (its randomness from crypto/rand, its events to log,
+// nil discarding), or nil when id is nil: the process runs without
+// security.
+func ProcessLayer(id *Identity, opts Options, log *slog.Logger) (*Layer, error) {
+	if id == nil {
+		return nil, nil
+	}
+	l, err := NewLayer(id, opts, crand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	if log != nil {
+		l.Log = log
+	}
+	return l, nil
+}
+
 // NewLayer returns the layer of identity id; rand is crypto/rand.Reader
 // in production.
 func NewLayer(id *Identity, opts Options, rand io.Reader) (*Layer, error) {
@@ -210,8 +229,11 @@ func (l *Layer) newSAID() uint32 {
 	}
 }
 
-// Stats returns the counters.
+// Stats returns the counters (zero for a nil Layer: no security).
 func (l *Layer) Stats() LayerStats {
+	if l == nil {
+		return LayerStats{}
+	}
 	s := l.stats
 	s.Peers = len(l.peers)
 	return s

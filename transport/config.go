@@ -158,6 +158,20 @@ const MaxAckDelay = time.Millisecond
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("transport: invalid config")
 
+// Sealed returns c for an engine under a security layer (package
+// secure's Layer, which seals every datagram the engine sends and opens
+// every one it receives): its MTU (zero: DefaultMTU) leaves room for the
+// tag, so that a sealed datagram is no larger than c's MTU, and Verified
+// is set.
+func (c Config) Sealed() Config {
+	if c.MTU == 0 {
+		c.MTU = DefaultMTU
+	}
+	c.MTU -= wire.TagLen
+	c.Verified = true
+	return c
+}
+
 // WithDefaults returns c with every zero field set to its documented
 // default, as New applies them.
 func (c Config) WithDefaults() Config {

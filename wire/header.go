@@ -471,6 +471,13 @@ func ParseVerified(pkt []byte, h *Header) (payload, tag []byte, err error) {
 	return parse(pkt, h, false)
 }
 
+// ParseAfter is ParseVerified when verified says a layer below
+// authenticated every datagram (a transport.Config.Verified core), and
+// Parse otherwise.
+func ParseAfter(pkt []byte, h *Header, verified bool) (payload, tag []byte, err error) {
+	return parse(pkt, h, !verified)
+}
+
 func parse(pkt []byte, h *Header, crc bool) (payload, tag []byte, err error) {
 	if len(pkt) < HeaderLen {
 		return nil, nil, ErrShort

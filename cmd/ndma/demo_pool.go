@@ -8,8 +8,10 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/memnode/node"
+	"github.com/ndma/ndma/memnode/server"
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
@@ -46,14 +48,19 @@ func (f *fabricDemo) pool() []demoRow {
 		if err != nil {
 			return fail("pool setup", err)
 		}
-		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Store: st,
-			PoolNode: &endpoint.PoolServe{Switch: f.swAddr, Key: key, Token: f.opts.Token}}, opts)
+		conn, err := netio.ListenUDP("127.0.0.1:0", opts.UDP)
 		if err != nil {
 			return fail("pool setup", err)
 		}
-		*f.closers = append(*f.closers, func() { ep.Close() })
-		f.sec.watch(ep.SecurityStats)
-		if _, err := ep.PoolLend(f.lendCtx, f.sw, key, demoPoolNodeSize, f.opts); err != nil {
+		n, err := node.New(conn, node.Config{Store: st, Pool: &server.PoolServe{Switch: f.swAddr, Key: key, Token: f.opts.Token}},
+			node.Options{Logger: opts.Logger, Security: opts.Security, SecurityOptions: opts.SecurityOptions})
+		if err != nil {
+			conn.Close()
+			return fail("pool setup", err)
+		}
+		*f.closers = append(*f.closers, func() { n.Close() })
+		f.sec.watch(n.SecurityStats)
+		if _, err := n.Lend(f.lendCtx, f.swAddr, key, demoPoolNodeSize, f.opts); err != nil {
 			return fail("pool setup", err)
 		}
 	}

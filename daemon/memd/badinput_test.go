@@ -175,7 +175,7 @@ func TestHostileInput(t *testing.T) {
 	}
 
 	after := srv.Stats()
-	tb, ta := before.Endpoint.Transport, after.Endpoint.Transport
+	tb, ta := before.Node.Transport, after.Node.Transport
 	if d := ta.Malformed - tb.Malformed; d != uint64(len(bad)) {
 		t.Errorf("Malformed rose by %d, want %d", d, len(bad))
 	}
@@ -184,7 +184,7 @@ func TestHostileInput(t *testing.T) {
 	}
 	// Of the valid hostile requests, the huge-message pieces never
 	// complete; every read is refused (bad key or out of bounds).
-	if d := after.Endpoint.RequestsRefused - before.Endpoint.RequestsRefused; d != uint64(len(valid)/2) {
+	if d := after.Node.Server.RequestsRefused - before.Node.Server.RequestsRefused; d != uint64(len(valid)/2) {
 		t.Errorf("RequestsRefused rose by %d, want %d", d, len(valid)/2)
 	}
 	t.Logf("after: %+v", after)
@@ -299,7 +299,7 @@ func TestHostileFloodDuringWork(t *testing.T) {
 	if n == 0 {
 		t.Fatal("the flood sent nothing")
 	}
-	if st.Endpoint.Pool.Served != 0 || st.Endpoint.Pool.Dropped == 0 {
-		t.Fatalf("node served %d pool requests that did not come from a switch (dropped %d)", st.Endpoint.Pool.Served, st.Endpoint.Pool.Dropped)
+	if st.Node.Server.Pool.Served != 0 || st.Node.Server.Pool.Dropped == 0 {
+		t.Fatalf("node served %d pool requests that did not come from a switch (dropped %d)", st.Node.Server.Pool.Served, st.Node.Server.Pool.Dropped)
 	}
 }

@@ -112,7 +112,7 @@ type Config struct {
 
 	// Security, when set, is the node's credential (of role
 	// secure.RoleMemoryNode): every datagram the node sends and receives
-	// is then sealed by a secure.Layer (endpoint.Options.Security) under
+	// is then sealed by a secure.Layer (node.Options.Security) under
 	// SecurityOptions, and the node talks only to processes that prove a
 	// credential of the same fabric — its switch and clients alike;
 	// everything else is dropped and counted. The fabric token (Token)

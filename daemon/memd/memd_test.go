@@ -116,11 +116,11 @@ func TestEndToEnd(t *testing.T) {
 	if got := binary.LittleEndian.Uint64(word[8:]); got != casIncrs {
 		t.Errorf("shared CAS counter %d, want %d", got, casIncrs)
 	}
-	st := srv.Stats().Endpoint
+	st := srv.Stats().Node.Server
 	if st.RequestsServed == 0 || st.RequestsRefused != 0 {
 		t.Errorf("served %d refused %d", st.RequestsServed, st.RequestsRefused)
 	}
-	t.Logf("served %d requests; transport %+v", st.RequestsServed, st.Transport)
+	t.Logf("served %d requests; transport %+v", st.RequestsServed, srv.Stats().Node.Transport)
 }
 
 func e2eClient(ctx context.Context, r *endpoint.Remote, key uint64, c int) (faddSum, casIncrs uint64, err error) {
@@ -265,10 +265,10 @@ func TestRefusals(t *testing.T) {
 	if err := rr.Read(ctx, roKey, 0, buf); err != nil {
 		t.Errorf("read from read-only region: %v", err)
 	}
-	if got := srv.Stats().Endpoint.RequestsRefused; got != 8 {
+	if got := srv.Stats().Node.Server.RequestsRefused; got != 8 {
 		t.Errorf("server refused %d requests, want 8", got)
 	}
-	if got := ro.Stats().Endpoint.RequestsRefused; got != 2 {
+	if got := ro.Stats().Node.Server.RequestsRefused; got != 2 {
 		t.Errorf("read-only server refused %d requests, want 2", got)
 	}
 }

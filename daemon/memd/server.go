@@ -10,10 +10,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/internal/ctrlclient"
 	"github.com/ndma/ndma/internal/daemon"
 	"github.com/ndma/ndma/internal/secretfile"
 	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/memnode/node"
+	"github.com/ndma/ndma/memnode/server"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
@@ -33,7 +35,7 @@ var ErrNoRegions = errors.New("key file lists no region")
 type Server struct {
 	log     *slog.Logger
 	conn    *netio.UDPConn
-	ep      *endpoint.Endpoint
+	node    *node.Node
 	mtu     int
 	regions []memnode.RegionInfo // fixed after Start
 	bytes   int64                // total size of regions
@@ -47,10 +49,10 @@ type Server struct {
 
 // Stats is a snapshot of a Server's counters.
 type Stats struct {
-	// Endpoint holds the request and transport counters: requests
-	// served and refused, packets, retransmissions, malformed and
+	// Node holds the request and transport counters: requests served
+	// and refused, the pool's, packets, retransmissions, malformed and
 	// unexpected datagrams dropped, and so on.
-	Endpoint endpoint.Stats
+	Node node.Stats
 	// UDP holds the socket's datagram counters.
 	UDP netio.UDPStats
 	// Security holds the security layer's counters (zero without
@@ -78,25 +80,25 @@ func Start(cfg Config) (*Server, error) {
 	if mtu == 0 {
 		mtu = transport.DefaultMTU
 	}
-	// Read the region table before the endpoint owns the store: from
-	// then on only the endpoint's goroutines may touch it. The table
+	// Read the region table before the node owns the store: from then
+	// on only the node's goroutines may touch it. The table
 	// does not change while the node runs.
 	regions := store.Regions()
 	var total int64
 	for _, r := range regions {
 		total += int64(r.Size)
 	}
-	ecfg := endpoint.Config{
+	ncfg := node.Config{
 		Store:     store,
 		Transport: transport.Config{MTU: mtu},
 	}
 	if cfg.Switch != "" {
 		// Serve the pool requests and grants of the switch the first
 		// region is lent to (validate checked the address).
-		ecfg.PoolNode = &endpoint.PoolServe{Switch: netip.MustParseAddrPort(cfg.Switch), Key: regions[0].Key, Token: cfg.Token,
+		ncfg.Pool = &server.PoolServe{Switch: netip.MustParseAddrPort(cfg.Switch), Key: regions[0].Key, Token: cfg.Token,
 			Insecure: cfg.Insecure, Replies: ReplyCacheEntries, ReplyTTL: ReplyCacheTTL}
 	}
-	ep, err := endpoint.New(conn, ecfg, endpoint.Options{Logger: cfg.Logger, Security: cfg.Security, SecurityOptions: cfg.SecurityOptions})
+	nd, err := node.New(conn, ncfg, node.Options{Logger: cfg.Logger, Security: cfg.Security, SecurityOptions: cfg.SecurityOptions})
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("memd: %w", err)
@@ -104,7 +106,7 @@ func Start(cfg Config) (*Server, error) {
 	s := &Server{
 		log:     cfg.Logger,
 		conn:    conn,
-		ep:      ep,
+		node:    nd,
 		mtu:     mtu,
 		regions: regions,
 		bytes:   total,
@@ -112,7 +114,7 @@ func Start(cfg Config) (*Server, error) {
 	s.close = sync.OnceValue(s.shutdown)
 	if cfg.MetricsAddr != "" {
 		if s.metrics, err = daemon.StartMetrics("memd", cfg.MetricsAddr, s.log, s.metricsHandler); err != nil {
-			ep.Close()
+			nd.Close()
 			return nil, err
 		}
 	}
@@ -140,7 +142,7 @@ func Start(cfg Config) (*Server, error) {
 	s.lendDone = make(chan struct{})
 	if cfg.Switch == "" {
 		close(s.lendDone)
-	} else if err := s.startLending(cfg.Switch, endpoint.FabricOptions{Token: cfg.Token, Insecure: cfg.Insecure}, regions[0]); err != nil {
+	} else if err := s.startLending(netip.MustParseAddrPort(cfg.Switch), ctrlclient.Options{Token: cfg.Token, Insecure: cfg.Insecure}, regions[0]); err != nil {
 		close(s.lendDone)
 		s.abort()
 		return nil, err
@@ -153,27 +155,26 @@ func Start(cfg Config) (*Server, error) {
 // the node) fails the start with a *FieldError for Switch: retrying would
 // not change the answer. A switch that does not answer yet (not started,
 // restarting) is offered the region again every second in the background
-// until it accepts; the endpoint then repeats the offer as the node's
-// heartbeat.
-func (s *Server) startLending(sw string, opts endpoint.FabricOptions, r memnode.RegionInfo) error {
+// until it accepts; the node then repeats the offer as its heartbeat.
+func (s *Server) startLending(sw netip.AddrPort, opts ctrlclient.Options, r memnode.RegionInfo) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopLend = cancel
 	s.leave = func() {
 		lctx, lcancel := context.WithTimeout(context.Background(), LeaveTimeout)
 		defer lcancel()
-		if err := s.ep.PoolLeave(lctx, sw, r.Key, opts); err != nil {
+		if err := s.node.Leave(lctx, sw, r.Key, opts); err != nil {
 			s.log.Warn("memd: could not tell the switch that this node stops lending; it counts the node dead after its heartbeat timeout", "switch", sw, "err", err)
 		}
 	}
-	node, err := s.ep.PoolLend(ctx, sw, r.Key, uint64(r.Size), opts)
+	id, err := s.node.Lend(ctx, sw, r.Key, uint64(r.Size), opts)
 	if err == nil {
-		s.log.Info("memd: lending to the pool", "switch", sw, "node", node, "bytes", r.Size)
+		s.log.Info("memd: lending to the pool", "switch", sw, "node", id, "bytes", r.Size)
 		close(s.lendDone)
 		return nil
 	}
 	if refusal(err) {
 		cancel()
-		return fields.Unusable("Switch", explainLendRefusal(sw, err))
+		return fields.Unusable("Switch", explainLendRefusal(sw.String(), err))
 	}
 	s.log.Warn("memd: no switch answers yet; offering the region again every second", "switch", sw, "err", err)
 	go s.lend(ctx, sw, opts, r)
@@ -205,10 +206,10 @@ func explainLendRefusal(sw string, err error) error {
 }
 
 // lend offers region r to the switch's pool every second until the switch
-// accepts it, then lets the endpoint repeat the offer as the node's
-// heartbeat until ctx ends. It logs when the answer changes (no answer,
+// accepts it, then lets the node repeat the offer as its heartbeat until
+// ctx ends. It logs when the answer changes (no answer,
 // a refusal), not every try.
-func (s *Server) lend(ctx context.Context, sw string, opts endpoint.FabricOptions, r memnode.RegionInfo) {
+func (s *Server) lend(ctx context.Context, sw netip.AddrPort, opts ctrlclient.Options, r memnode.RegionInfo) {
 	defer close(s.lendDone)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -219,18 +220,18 @@ func (s *Server) lend(ctx context.Context, sw string, opts endpoint.FabricOption
 			return
 		case <-t.C:
 		}
-		node, err := s.ep.PoolLend(ctx, sw, r.Key, uint64(r.Size), opts)
+		id, err := s.node.Lend(ctx, sw, r.Key, uint64(r.Size), opts)
 		if err == nil {
-			s.log.Info("memd: lending to the pool", "switch", sw, "node", node, "bytes", r.Size)
+			s.log.Info("memd: lending to the pool", "switch", sw, "node", id, "bytes", r.Size)
 			return
 		}
-		if ctx.Err() != nil || errors.Is(err, endpoint.ErrClosed) {
+		if ctx.Err() != nil || errors.Is(err, node.ErrClosed) {
 			return
 		}
 		if now := refusal(err); now != refused {
 			refused = now
 			if now {
-				s.log.Error("memd: the switch refuses the pool offer; retrying every second", "switch", sw, "err", explainLendRefusal(sw, err))
+				s.log.Error("memd: the switch refuses the pool offer; retrying every second", "switch", sw, "err", explainLendRefusal(sw.String(), err))
 			} else {
 				s.log.Warn("memd: the switch stopped answering; retrying every second", "switch", sw, "err", err)
 			}
@@ -363,7 +364,7 @@ func (s *Server) RegionBytes() int64 { return s.bytes }
 // Stats returns the node's counters. It may be called after Close, for
 // the final values.
 func (s *Server) Stats() Stats {
-	return Stats{Endpoint: s.ep.Stats(), UDP: s.conn.Stats(), Security: s.ep.SecurityStats()}
+	return Stats{Node: s.node.Stats(), UDP: s.conn.Stats(), Security: s.node.SecurityStats()}
 }
 
 // Run blocks until ctx is done, or until the metrics server fails, and
@@ -372,15 +373,15 @@ func (s *Server) Stats() Stats {
 func (s *Server) Run(ctx context.Context) error { return daemon.Run(ctx, s.metrics, s.Close) }
 
 // abort releases what a failed Start opened: the metrics listener, the
-// endpoint and its socket.
+// node and its socket.
 func (s *Server) abort() {
 	_ = s.metrics.Shutdown()
-	_ = s.ep.Close()
+	_ = s.node.Close()
 }
 
 // Close shuts the node down: it stops the metrics server gracefully
 // (scrapes in progress get up to ShutdownTimeout to finish), then closes
-// the endpoint and its socket; responses that peers have not yet
+// the node and its socket; responses that peers have not yet
 // acknowledged are dropped, and those peers' operations time out. It logs
 // the final counters and is idempotent: later calls return the first
 // call's result.
@@ -399,14 +400,14 @@ func (s *Server) shutdown() error {
 	if err := s.metrics.Shutdown(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := s.ep.Close(); err != nil {
+	if err := s.node.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("memd: close: %w", err))
 	}
 	st := s.Stats()
-	t := &st.Endpoint.Transport
+	t := &st.Node.Transport
 	s.log.Info("memd: stopped",
-		"requests_served", st.Endpoint.RequestsServed,
-		"requests_refused", st.Endpoint.RequestsRefused,
+		"requests_served", st.Node.Server.RequestsServed,
+		"requests_refused", st.Node.Server.RequestsRefused,
 		"packets_sent", t.PacketsSent,
 		"packets_received", t.PacketsReceived,
 		"packets_retransmitted", t.PacketsRetransmitted,

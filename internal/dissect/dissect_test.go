@@ -157,12 +157,9 @@ func runWorkload(t *testing.T, f *simFabric) *workload {
 	w := &workload{poolKeys: map[netip.AddrPort]uint64{}, said: 0x5a1d0001}
 	// Memory nodes on memd's port, endpoints on ports no dissector claims
 	// (found by the heuristic).
-	pn := make([]*host, 2)
-	for i := range pn {
+	for i := range 2 {
 		a := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 2, 0, byte(i + 1)}), 7470)
-		var key uint64
-		pn[i], key = f.newPoolNode(a, 1<<20, uint64(i+1))
-		w.poolKeys[a] = key
+		w.poolKeys[a] = f.newPoolNode(a, 1<<20, uint64(i+1))
 	}
 	mem, memKey := f.newMemNode(netip.MustParseAddrPort("10.3.0.1:40100"), 64<<10)
 	w.memKey = memKey

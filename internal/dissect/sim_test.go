@@ -7,6 +7,7 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/internal/memtest"
 	"github.com/ndma/ndma/internal/simhost"
 	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/netio"
@@ -144,7 +145,7 @@ func (f *simFabric) attach(addr netip.AddrPort, n simnet.Node) {
 
 func (f *simFabric) newHost(addr netip.AddrPort, cfg endpoint.Config) *host {
 	f.t.Helper()
-	cfg.Transport = transport.Config{MTU: 9000, Seed: uint64(f.seed)*1000 + uint64(addr.Addr().As4()[3]) + uint64(addr.Port())}
+	cfg.Transport = f.transport(addr)
 	if cfg.OpTimeout == 0 {
 		cfg.OpTimeout = time.Minute
 	}
@@ -155,6 +156,11 @@ func (f *simFabric) newHost(addr netip.AddrPort, cfg endpoint.Config) *host {
 	h := f.hostOf(addr, core)
 	f.attach(addr, h)
 	return h
+}
+
+// transport is the transport configuration of the node at addr.
+func (f *simFabric) transport(addr netip.AddrPort) transport.Config {
+	return transport.Config{MTU: 9000, Seed: uint64(f.seed)*1000 + uint64(addr.Addr().As4()[3]) + uint64(addr.Port())}
 }
 
 // newMemNode is a memory node serving one region of size bytes to
@@ -172,58 +178,19 @@ func (f *simFabric) newMemNode(addr netip.AddrPort, size int) (*host, uint64) {
 	return f.newHost(addr, endpoint.Config{Store: st}), key
 }
 
-// newPoolNode is a memory node that lends a region of size bytes to the
-// switch's pool: it offers it (ctrl.PoolNode) every 250 ms and reports its
-// grants to every switch incarnation it has not reported to.
-func (f *simFabric) newPoolNode(addr netip.AddrPort, size int, inc uint64) (*host, uint64) {
+// newPoolNode is a memory node (internal/memtest's SimNode) that lends a
+// region of size bytes to the switch's pool: it offers it (ctrl.PoolNode)
+// every 250 ms and reports its grants to every switch incarnation it has
+// not reported to. It returns the region's key.
+func (f *simFabric) newPoolNode(addr netip.AddrPort, size int, inc uint64) uint64 {
 	f.t.Helper()
-	st, err := memnode.NewStore(memnode.Config{})
+	n, err := memtest.NewSimNode(memtest.SimConfig{Switch: f.swAddr, Token: f.token, Size: size, Incarnation: inc,
+		Every: 250 * time.Millisecond, Transport: f.transport(addr)})
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	key, err := st.Alloc(size, wire.PermAll, 0)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	h := f.newHost(addr, endpoint.Config{Store: st,
-		PoolNode: &endpoint.PoolServe{Switch: f.swAddr, Key: key, Token: f.token}})
-	busy := false
-	var report func(msgs [][]byte, to uint64)
-	report = func(msgs [][]byte, to uint64) {
-		h.post(&endpoint.Op{Kind: endpoint.KindControl, Peer: f.swAddr, Buf: msgs[0], Timeout: time.Second}, func(op *endpoint.Op) {
-			if op.Err != nil || len(msgs) == 1 {
-				if op.Err == nil {
-					h.core.PoolReported(to)
-				}
-				busy = false
-				return
-			}
-			report(msgs[1:], to)
-		})
-	}
-	h.tick.Every = 250 * time.Millisecond
-	h.periodic = func(time.Time) {
-		if busy {
-			return
-		}
-		busy = true
-		h.control(&ctrl.Msg{Type: ctrl.PoolNode, Key: key, Capacity: uint64(size), Epoch: inc}, func(m *ctrl.Msg, err error) {
-			if err != nil {
-				busy = false
-				return
-			}
-			msgs, err := h.core.PoolReports(m.Epoch)
-			if err != nil {
-				f.t.Fatal(err)
-			}
-			if len(msgs) == 0 {
-				busy = false
-				return
-			}
-			report(msgs, m.Epoch)
-		})
-	}
-	return h, key
+	f.attach(addr, n)
+	return n.Key
 }
 
 // member is an endpoint that takes part in groups and heartbeats them.

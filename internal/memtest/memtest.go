@@ -1,5 +1,6 @@
-// Package memtest starts memory nodes for tests: endpoints that serve a
-// region of memory to a switch's pool, over loopback UDP.
+// Package memtest starts memory nodes for tests: memory-node engines
+// (memnode/node) that serve a region of memory to a switch's pool, over
+// loopback UDP.
 package memtest
 
 import (
@@ -7,16 +8,26 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/internal/ctrlclient"
 	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/memnode/node"
+	"github.com/ndma/ndma/memnode/server"
+	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/wire"
 )
 
-// Node starts an endpoint on loopback that serves size bytes of memory to
-// the pool of the switch at sw (token its fabric token); it does not lend
-// them (call PoolLend, or use Lend). It returns the endpoint, closed when
-// the test ends, and the region's key.
-func Node(t testing.TB, sw netip.AddrPort, token []byte, size int) (*endpoint.Endpoint, uint64) {
+// Node starts a memory node on loopback that serves size bytes of memory
+// to the pool of the switch at sw (token its fabric token); it does not
+// lend them (call Lend on it, or use Lend). It returns the node, closed
+// when the test ends, and the region's key.
+func Node(t testing.TB, sw netip.AddrPort, token []byte, size int) (*node.Node, uint64) {
+	t.Helper()
+	return NodeAt(t, "127.0.0.1:0", sw, token, size)
+}
+
+// NodeAt is Node on the UDP address listen (a node started again where
+// one ran before).
+func NodeAt(t testing.TB, listen string, sw netip.AddrPort, token []byte, size int) (*node.Node, uint64) {
 	t.Helper()
 	st, err := memnode.NewStore(memnode.Config{})
 	if err != nil {
@@ -26,28 +37,32 @@ func Node(t testing.TB, sw netip.AddrPort, token []byte, size int) (*endpoint.En
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{Store: st,
-		PoolNode: &endpoint.PoolServe{Switch: sw, Key: key, Token: token}}, endpoint.Options{})
+	conn, err := netio.ListenUDP(listen, netio.UDPConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ep.Close() })
-	return ep, key
+	n, err := node.New(conn, node.Config{Store: st, Pool: &server.PoolServe{Switch: sw, Key: key, Token: token}}, node.Options{})
+	if err != nil {
+		conn.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n, key
 }
 
 // Lend starts n memory nodes (Node) and lends each one's size bytes to
 // the switch's pool; they offer them until the test ends.
-func Lend(t testing.TB, sw netip.AddrPort, token []byte, n, size int) []*endpoint.Endpoint {
+func Lend(t testing.TB, sw netip.AddrPort, token []byte, n, size int) []*node.Node {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	var nodes []*endpoint.Endpoint
+	var nodes []*node.Node
 	for range n {
-		ep, key := Node(t, sw, token, size)
-		if _, err := ep.PoolLend(ctx, sw.String(), key, uint64(size), endpoint.FabricOptions{Token: token}); err != nil {
+		nd, key := Node(t, sw, token, size)
+		if _, err := nd.Lend(ctx, sw, key, uint64(size), ctrlclient.Options{Token: token}); err != nil {
 			t.Fatal(err)
 		}
-		nodes = append(nodes, ep)
+		nodes = append(nodes, nd)
 	}
 	return nodes
 }

@@ -268,6 +268,19 @@ func (d *Driver) StopLocked() {
 	d.timer.Stop()
 }
 
+// LingerLocked calls done, and then every millisecond, until it reports
+// true or limit has passed, releasing the owner's lock in between so
+// that the readers step what arrives (an owner that closes lingers so
+// while it owes peers acknowledgments). The caller holds mu; so does
+// done.
+func (d *Driver) LingerLocked(limit time.Duration, done func() bool) {
+	for end := time.Now().Add(limit); !done() && time.Now().Before(end); {
+		d.mu.Unlock()
+		time.Sleep(time.Millisecond)
+		d.mu.Lock()
+	}
+}
+
 // Stopped reports whether StopLocked or Close ran.
 func (d *Driver) Stopped() bool { return d.closed.Load() }
 

@@ -1,4 +1,4 @@
-package endpoint
+package server
 
 import (
 	"github.com/ndma/ndma/secure"
@@ -33,15 +33,15 @@ type rebuildPiece struct {
 
 // startRebuild lists the stripes column t.column holds and starts reading
 // them.
-func (ms *memServer) startRebuild(region uint32, t *rebuildTask) {
+func (s *Server) startRebuild(region uint32, t *rebuildTask) {
 	t.started = true
 	l, err := poolmap.NewLayout(t.spec.Size, t.spec.Stripe, t.spec.Columns, t.spec.Replicas)
 	if err != nil {
-		ms.endRebuild(region, t, false)
+		s.endRebuild(region, t, false)
 		return
 	}
-	for s := range l.Stripes() {
-		off := s * l.Stripe
+	for i := range l.Stripes() {
+		off := i * l.Stripe
 		n := min(l.Stripe, l.Size-off)
 		for rep := range l.Replicas {
 			es, err := l.Extents(off, n, rep, nil)
@@ -50,28 +50,27 @@ func (ms *memServer) startRebuild(region uint32, t *rebuildTask) {
 			}
 		}
 	}
-	ms.pumpRebuild(region, t)
+	s.pumpRebuild(region, t)
 }
 
-func (ms *memServer) pumpRebuild(region uint32, t *rebuildTask) {
-	p := &ms.pool
+func (s *Server) pumpRebuild(region uint32, t *rebuildTask) {
+	p := &s.pool
 	for !t.failed && t.inflight < rebuildWindow && t.next < len(t.pieces) {
 		pc := t.pieces[t.next]
-		op := &Op{Kind: KindRead, Peer: p.serve.Switch, Pool: region, Key: t.key, Addr: pc.off,
-			Lane: uint16(t.column), Buf: make([]byte, pc.n)}
-		op.onDone = func(op *Op) {
+		buf := make([]byte, pc.n)
+		done := func(err error) {
 			t.inflight--
 			if p.rebuilds[region] != t {
 				return // revoked meanwhile
 			}
-			if op.Err != nil || p.node.Fill(region, t.key, pc.local, op.Buf) != nil {
+			if err != nil || p.node.Fill(region, t.key, pc.local, buf) != nil {
 				t.failed = true
 			} else {
-				p.stats.RebuildBytes += pc.n
+				s.stats.Pool.RebuildBytes += pc.n
 			}
-			ms.pumpRebuild(region, t)
+			s.pumpRebuild(region, t)
 		}
-		if err := ms.core.Post(p.now, op); err != nil {
+		if err := p.host.ReadPool(s.now, p.serve.Switch, region, t.key, pc.off, uint16(t.column), buf, done); err != nil {
 			t.failed = true
 			break
 		}
@@ -79,25 +78,23 @@ func (ms *memServer) pumpRebuild(region uint32, t *rebuildTask) {
 		t.next++
 	}
 	if t.inflight == 0 && (t.failed || t.next == len(t.pieces)) {
-		ms.endRebuild(region, t, !t.failed)
+		s.endRebuild(region, t, !t.failed)
 	}
 }
 
 // endRebuild stops a rebuild and reports how it ended to the switch.
-func (ms *memServer) endRebuild(region uint32, t *rebuildTask, ok bool) {
-	p := &ms.pool
+func (s *Server) endRebuild(region uint32, t *rebuildTask, ok bool) {
+	p := &s.pool
 	delete(p.rebuilds, region)
 	p.node.EndRebuild(region)
 	if ok {
-		p.stats.Rebuilt++
+		s.stats.Pool.Rebuilt++
 	} else {
-		p.stats.RebuildsFailed++
+		s.stats.Pool.RebuildsFailed++
 	}
 	buf, err := secure.AppendCtrl(nil, &ctrl.Msg{Type: ctrl.PoolRebuilt, Region: region, Key: t.key, Node: uint16(t.column), Failed: !ok}, p.serve.Token)
 	if err != nil {
 		return
 	}
-	op := &Op{Kind: KindControl, Peer: p.serve.Switch, Buf: buf}
-	op.onDone = func(*Op) {}
-	_ = ms.core.Post(p.now, op)
+	p.host.Notify(s.now, p.serve.Switch, buf)
 }

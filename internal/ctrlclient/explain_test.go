@@ -1,4 +1,4 @@
-package endpoint
+package ctrlclient
 
 import (
 	"errors"
@@ -23,12 +23,12 @@ func TestJoinBusyExplained(t *testing.T) {
 		{ctrl.JoinBusyNoRank, "every rank of the job is taken"},
 		{ctrl.JoinBusyExpired, "dropped the rendezvous: start every rank within it"},
 	} {
-		err := explainRefusal(req, wire.StatusBusy, c.operand)
+		err := Explain(req, wire.StatusBusy, c.operand)
 		if !errors.Is(err, wire.StatusBusy) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("operand %d: %v, want busy saying %q", c.operand, err, c.want)
 		}
 	}
-	if err := explainRefusal(req, wire.StatusBusy, 99); err != wire.StatusBusy {
+	if err := Explain(req, wire.StatusBusy, 99); err != wire.StatusBusy {
 		t.Errorf("unknown reason: %v, want the bare status", err)
 	}
 }

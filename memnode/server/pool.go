@@ -1,4 +1,4 @@
-package endpoint
+package server
 
 import (
 	"fmt"
@@ -12,13 +12,12 @@ import (
 	"github.com/ndma/ndma/wire/ctrl"
 )
 
-// The memory server's part of a pool: a memory node (Config.PoolNode)
-// executes the pool requests and chain hops the switch forwards to it,
-// answering the client each names, and takes the switch's grants,
-// revokes and rebuild orders (rebuild.go). The client side is
-// pool_client.go.
+// The server's part of a pool: a memory node (Config.Pool) executes the
+// pool requests and chain hops the switch forwards to it, answering the
+// client each names, and takes the switch's grants, revokes and rebuild
+// orders (rebuild.go).
 
-// PoolServe makes an endpoint a memory node of a pool.
+// PoolServe makes a server a memory node of a pool.
 type PoolServe struct {
 	// Switch is the forwarding node whose pool the node lends to. Pool
 	// requests and grants are accepted from this address only (a node
@@ -30,8 +29,8 @@ type PoolServe struct {
 	// not be empty unless Insecure is set.
 	Token []byte
 	// Insecure serves the pool without a fabric token: grants are
-	// accepted from anyone who can forge the switch's address. The
-	// endpoint refuses an empty Token without it (an error wrapping
+	// accepted from anyone who can forge the switch's address. New
+	// refuses an empty Token without it (an error wrapping
 	// secure.ErrNoToken).
 	Insecure bool
 	// Replies bounds the reply cache (entries); zero means 65536.
@@ -46,39 +45,58 @@ type PoolServe struct {
 // rather than refusing them (see servePool).
 const poolStartupGrace = 2 * time.Second
 
-// poolServer is the memory server's state as a memory node of a pool;
-// node is nil on an endpoint that lends no memory to a pool.
+// PoolStats counts a memory node's pool work.
+type PoolStats struct {
+	// Requests (and chain hops) executed with status OK or refused,
+	// duplicates answered from the reply cache, pool datagrams dropped
+	// (not from the switch, or a malformed reply-to), grants and
+	// revokes received, replies pushed out of the cache before their
+	// TTL, and the grants held now.
+	Served, Refused, Duplicates, Dropped uint64
+	Grants, Revokes                      uint64
+	RepliesEvicted                       uint64
+	GrantsHeld                           int
+	// Rebuilds of lost copies completed and failed, and bytes copied.
+	Rebuilt, RebuildsFailed, RebuildBytes uint64
+}
+
+// poolServer is the server's state as a memory node of a pool; node is
+// nil on a server that lends no memory to a pool.
 type poolServer struct {
+	host    PoolHost
 	serve   *PoolServe
 	node    *memnode.PoolNode
 	replies *memnode.Replies
-	seg     int        // payload bytes per pool request (the pool client's)
-	stats   *PoolStats // the core's pool counters, shared with its pool client
+	seg     int // payload bytes per pool request (the pool client's)
 
 	started       time.Time // the core's first Receive or Poll (a memory node's startup grace)
 	chainBuf, fwd []byte    // scratch of chain hops
 	rebuilds      map[uint32]*rebuildTask
-	now           time.Time // of the current Receive or Poll, for internal ops
-	reportedTo    uint64    // the switch incarnation the node last reported its grants to
+	reportedTo    uint64 // the switch incarnation the node last reported its grants to
 }
 
 // initPool makes the server a memory node of the pool ps names (nil:
-// none). seg is the pool client's payload bytes per request, stats the
-// core's pool counters.
-func (ms *memServer) initPool(ps *PoolServe, seg int, stats *PoolStats) error {
-	p := &ms.pool
+// none), answering through host. seg is the pool client's payload bytes
+// per request.
+func (s *Server) initPool(ps *PoolServe, seg int, host Host) error {
+	p := &s.pool
 	p.rebuilds = make(map[uint32]*rebuildTask)
-	p.seg, p.stats = seg, stats
+	p.seg = seg
 	if ps != nil {
-		node, err := memnode.NewPoolNode(ms.store, ps.Key)
+		ph, ok := host.(PoolHost)
+		if !ok {
+			return fmt.Errorf("memory server: a pool's memory node needs a PoolHost")
+		}
+		p.host = ph
+		node, err := memnode.NewPoolNode(s.store, ps.Key)
 		if err != nil {
 			return err
 		}
 		if !ps.Switch.IsValid() {
-			return fmt.Errorf("endpoint: PoolNode.Switch is not set")
+			return fmt.Errorf("memory server: Pool.Switch is not set")
 		}
 		if err := secure.CheckToken(ps.Token, ps.Insecure); err != nil {
-			return fmt.Errorf("endpoint: PoolNode.Token: %w", err)
+			return fmt.Errorf("memory server: Pool.Token: %w", err)
 		}
 		n, ttl := ps.Replies, ps.ReplyTTL
 		if n == 0 {
@@ -88,24 +106,25 @@ func (ms *memServer) initPool(ps *PoolServe, seg int, stats *PoolStats) error {
 			ttl = 30 * time.Second
 		}
 		if n < 0 || ttl < 0 {
-			return fmt.Errorf("endpoint: PoolNode.Replies and ReplyTTL must not be negative")
+			return fmt.Errorf("memory server: Pool.Replies and Pool.ReplyTTL must not be negative")
 		}
 		p.serve, p.node, p.replies = ps, node, memnode.NewReplies(n, ttl)
 	}
 	return nil
 }
 
-// servePool executes a pool request forwarded by the switch and answers
-// the client it names.
-func (ms *memServer) servePool(now time.Time, from netip.AddrPort, h *wire.Header, payload []byte) {
-	p := &ms.pool
-	if p.node == nil || from != p.serve.Switch || h.Flags&wire.FlagReplyTo == 0 || h.Flags&wire.FlagAuth != 0 || !ms.fromSwitchRole(from) {
-		p.stats.Dropped++
+// ServePool executes a pool request (a datagram of mode wire.ModePool
+// that is not an answer) and answers the client it names: the switch
+// forwards them, and only the switch's are served.
+func (s *Server) ServePool(now time.Time, from netip.AddrPort, h *wire.Header, payload []byte) {
+	p := &s.pool
+	if p.node == nil || from != p.serve.Switch || h.Flags&wire.FlagReplyTo == 0 || h.Flags&wire.FlagAuth != 0 || !s.fromSwitchRole(from) {
+		s.stats.Pool.Dropped++
 		return
 	}
 	payload, client, err := wire.SplitReplyTo(payload)
 	if err != nil {
-		p.stats.Dropped++
+		s.stats.Pool.Dropped++
 		return
 	}
 	if !p.node.HasGrant(h.Group) && now.Sub(p.started) < poolStartupGrace {
@@ -113,11 +132,11 @@ func (ms *memServer) servePool(now time.Time, from netip.AddrPort, h *wire.Heade
 		// restarted and still send it the regions of its previous life.
 		// Unanswered, the client resends, and by then the switch sends
 		// the request to another copy (or answers LOST).
-		p.stats.Dropped++
+		s.stats.Pool.Dropped++
 		return
 	}
 	if h.Op == wire.OpChain {
-		ms.serveChain(now, client, h, payload)
+		s.serveChain(now, client, h, payload)
 		return
 	}
 	var res memnode.Result
@@ -128,7 +147,7 @@ func (ms *memServer) servePool(now time.Time, from netip.AddrPort, h *wire.Heade
 	}
 	switch {
 	case cached:
-		p.stats.Duplicates++
+		s.stats.Pool.Duplicates++
 	case h.Op == wire.OpRead && h.Operand1 > uint64(p.seg+wire.ReplyToLen):
 		res.Status = wire.StatusTooLarge
 	case h.Op == wire.OpOptim:
@@ -151,9 +170,9 @@ func (ms *memServer) servePool(now time.Time, from netip.AddrPort, h *wire.Heade
 		}
 	}
 	if res.Status == wire.StatusOK {
-		p.stats.Served++
+		s.stats.Pool.Served++
 	} else {
-		p.stats.Refused++
+		s.stats.Pool.Refused++
 	}
 	rh := wire.Header{Version: wire.Version, Op: h.Op, Mode: wire.ModePool, Flags: wire.FlagResp,
 		Group: h.Group, MsgID: h.MsgID, Status: res.Status, Operand1: res.Old, Copies: h.Copies}
@@ -162,14 +181,14 @@ func (ms *memServer) servePool(now time.Time, from netip.AddrPort, h *wire.Heade
 		data = res.Data
 		rh.MsgLen = uint32(len(data))
 	}
-	ms.core.queueRaw(client, &rh, data)
+	p.host.Raw(client, &rh, data)
 }
 
 // servePoolControl handles a grant or revoke from the switch. It reports
 // whether the request was one (and so is answered).
-func (ms *memServer) servePoolControl(d *transport.Delivery) bool {
-	p := &ms.pool
-	if p.node == nil || d.Peer.Addr != p.serve.Switch || !d.MsgDone || d.Header.Offset != 0 || !ms.fromSwitchRole(d.Peer.Addr) {
+func (s *Server) servePoolControl(d *transport.Delivery) bool {
+	p := &s.pool
+	if p.node == nil || d.Peer.Addr != p.serve.Switch || !d.MsgDone || d.Header.Offset != 0 || !s.fromSwitchRole(d.Peer.Addr) {
 		return false
 	}
 	var m ctrl.Msg
@@ -184,7 +203,7 @@ func (ms *memServer) servePoolControl(d *transport.Delivery) bool {
 		if err != nil {
 			st = wire.StatusOutOfBounds
 		} else {
-			p.stats.Grants++
+			s.stats.Pool.Grants++
 		}
 	case ctrl.PoolRevoke:
 		// Key 0: the switch drops a grant it does not know the key of
@@ -195,7 +214,7 @@ func (ms *memServer) servePoolControl(d *transport.Delivery) bool {
 			p.node.Revoke(m.Region, m.Key)
 		}
 		delete(p.rebuilds, m.Region)
-		p.stats.Revokes++
+		s.stats.Pool.Revokes++
 	case ctrl.PoolEpoch:
 		if !p.node.SetEpoch(m.Region, m.Key, m.Epoch) {
 			st = wire.StatusBadKey
@@ -205,7 +224,7 @@ func (ms *memServer) servePoolControl(d *transport.Delivery) bool {
 		if err != nil {
 			st = wire.StatusOutOfBounds
 		} else {
-			p.stats.Grants++
+			s.stats.Pool.Grants++
 			p.rebuilds[m.Region] = &rebuildTask{spec: m.Pool, key: m.Key, column: int(m.Node), base: m.Base}
 		}
 	case ctrl.PoolRebuildGo:
@@ -213,7 +232,7 @@ func (ms *memServer) servePoolControl(d *transport.Delivery) bool {
 		if t == nil || t.key != m.Key || t.started {
 			st = wire.StatusBadKey
 		} else {
-			ms.startRebuild(m.Region, t)
+			s.startRebuild(m.Region, t)
 		}
 	default:
 		return false
@@ -226,25 +245,17 @@ func (ms *memServer) servePoolControl(d *transport.Delivery) bool {
 			return false
 		}
 	}
-	if _, err := ms.core.eng.Send(d.Peer, &rh, buf, 0); err != nil {
-		ms.core.stats.ResponsesDropped++
-	}
+	s.reply(d.Peer, &rh, buf)
 	return true
 }
 
-// SetIdentities gives the core the certified identity of each peer
-// address (a security layer's Layer.Peer): from then on a memory node
-// takes pool requests and grants only from a switch whose certificate
-// says it is one.
-func (c *Core) SetIdentities(peer func(netip.AddrPort) (secure.Cert, bool)) { c.mem.idents = peer }
-
 // fromSwitchRole reports whether addr may act as the switch: always
 // without identities, else only with a switch's certificate.
-func (ms *memServer) fromSwitchRole(addr netip.AddrPort) bool {
-	if ms.idents == nil {
+func (s *Server) fromSwitchRole(addr netip.AddrPort) bool {
+	if s.idents == nil {
 		return true
 	}
-	cert, ok := ms.idents(addr)
+	cert, ok := s.idents(addr)
 	return ok && cert.Role == secure.RoleSwitch
 }
 
@@ -270,11 +281,8 @@ const poolReportBytes = 32 << 10
 // one Final; nil if the node reported to that incarnation already (or
 // serves no pool). The caller sends them in order, each after the last
 // was answered, and calls PoolReported once all were.
-func (c *Core) PoolReports(switchInc uint64) ([][]byte, error) { return c.mem.poolReports(switchInc) }
-
-// poolReports is Core.PoolReports.
-func (ms *memServer) poolReports(switchInc uint64) ([][]byte, error) {
-	p := &ms.pool
+func (s *Server) PoolReports(switchInc uint64) ([][]byte, error) {
+	p := &s.pool
 	if p.node == nil || switchInc == p.reportedTo {
 		return nil, nil
 	}
@@ -296,7 +304,7 @@ func (ms *memServer) poolReports(switchInc uint64) ([][]byte, error) {
 	// then rebuilds lost copies without waiting for a client to bring
 	// the key. On a fabric that does not seal, anyone could pose as the
 	// switch and collect them: only their digests.
-	keys := ms.idents != nil && ms.fromSwitchRole(p.serve.Switch)
+	keys := s.idents != nil && s.fromSwitchRole(p.serve.Switch)
 	for _, g := range p.node.State() {
 		e := ctrl.GrantReport{Region: g.Region, Column: uint16(g.Column),
 			Pool: ctrl.PoolSpec{Size: g.Layout.Size, Stripe: g.Layout.Stripe, Columns: g.Layout.Columns, Replicas: g.Layout.Replicas, Perm: uint8(g.Perm)},
@@ -325,21 +333,21 @@ func (ms *memServer) poolReports(switchInc uint64) ([][]byte, error) {
 
 // PoolReported records that switch incarnation switchInc has the node's
 // report (every message PoolReports returned was answered).
-func (c *Core) PoolReported(switchInc uint64) { c.mem.pool.reportedTo = switchInc }
+func (s *Server) PoolReported(switchInc uint64) { s.pool.reportedTo = switchInc }
 
 // serveChain executes the current hop of a chain and passes the packet to
 // the switch for the next hop, or answers the client after the last.
-func (ms *memServer) serveChain(now time.Time, client netip.AddrPort, h *wire.Header, payload []byte) {
-	p := &ms.pool
+func (s *Server) serveChain(now time.Time, client netip.AddrPort, h *wire.Header, payload []byte) {
+	p := &s.pool
 	answer := func(st wire.Status, data []byte) {
 		if st == wire.StatusOK {
-			p.stats.Served++
+			s.stats.Pool.Served++
 		} else {
-			p.stats.Refused++
+			s.stats.Pool.Refused++
 		}
 		rh := wire.Header{Version: wire.Version, Op: wire.OpChain, Mode: wire.ModePool, Flags: wire.FlagResp,
 			Group: h.Group, MsgID: h.MsgID, Status: st, Copies: h.Copies, MsgLen: uint32(len(data))}
-		ms.core.queueRaw(client, &rh, data)
+		p.host.Raw(client, &rh, data)
 	}
 	hops, data, err := wire.SplitChain(h, payload)
 	if err != nil {
@@ -355,7 +363,7 @@ func (ms *memServer) serveChain(now time.Time, client netip.AddrPort, h *wire.He
 	}
 	if cached {
 		// Applied before: pass the same data on, do not apply it again.
-		p.stats.Duplicates++
+		s.stats.Pool.Duplicates++
 	} else {
 		res, out = p.node.ExecHop(h, hop.Op, data, p.chainBuf)
 		if hop.Op == wire.ChainLoad || hop.Op == wire.ChainApply {
@@ -383,6 +391,6 @@ func (ms *memServer) serveChain(now time.Time, client netip.AddrPort, h *wire.He
 	b = wire.AppendReplyTo(b, client)
 	p.fwd = b
 	fh.MsgLen = uint32(len(b))
-	ms.core.queueRaw(p.serve.Switch, &fh, b)
-	p.stats.Served++
+	p.host.Raw(p.serve.Switch, &fh, b)
+	s.stats.Pool.Served++
 }
