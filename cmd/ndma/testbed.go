@@ -102,6 +102,36 @@ state file.`,
 	pf.StringVar(&f.prefix, "prefix", testbed.DefaultPrefix, "name prefix of the testbed's namespaces and state (letters, digits, underscores)")
 	pf.StringVar(&f.stateDir, "state-dir", testbed.DefaultStateDir(), "`directory` holding each testbed's state file, daemon logs and token")
 
+	cmd.AddCommand(newTestbedUpCmd(&f))
+
+	cmd.AddCommand(newTestbedRunCmd(&f))
+	cmd.AddCommand(newTestbedMPIRunCmd(&f))
+
+	cmd.AddCommand(&cobra.Command{
+		Use:   "down",
+		Short: "Stop the daemons and ranks and remove every namespace named with the prefix",
+		Long: `down ends the daemons the state file lists and every process in a namespace
+named with the prefix, deletes those namespaces (with their links) and the
+state directory. It works after a crash and without the state file, and
+does nothing when there is nothing to remove.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runTestbedDown(cmd, &f) },
+	})
+
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "Show the testbed's namespaces, addresses, links and daemons",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runTestbedStatus(cmd, &f) },
+	}
+	status.Flags().BoolVar(&f.json, "json", false, "print the state as JSON (the state file, with liveness filled in)")
+	cmd.AddCommand(status)
+
+	rootCmd.AddCommand(cmd)
+}
+
+// newTestbedUpCmd is ndma testbed up.
+func newTestbedUpCmd(f *testbedFlags) *cobra.Command {
 	up := &cobra.Command{
 		Use:   "up",
 		Short: "Create the namespaces, links and qdiscs and start the switch and memory nodes",
@@ -134,7 +164,7 @@ CPU per MiB.
   sudo ndma testbed up --hosts 4 --memnodes 2 --rate 1gbit --prefix tb2 --subnet 10.78.0.0/16
   sudo ndma testbed up --hosts 4 --switches 2`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runTestbedUp(cmd, &f) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return runTestbedUp(cmd, f) },
 	}
 	fl := up.Flags()
 	fl.IntVar(&f.hosts, "hosts", testbed.DefaultHosts, fmt.Sprintf("host namespaces, one rank each (1 to %d with --memnodes)", testbed.MaxNodes))
@@ -155,8 +185,11 @@ CPU per MiB.
 	fl.StringVar(&f.binary, "binary", "", "`path` of the ndma binary that runs the daemons (default: this one)")
 	fl.BoolVar(&f.priorityQueues, "priority-queues", false, "three strict-priority bands per link queue (pfifo_fast under the tbf): the ACKs and other control datagrams NDMA marks (IP TOS low-delay) leave ahead of queued data; the queue then counts packets, as many per band as the tbf queue holds full frames")
 	fl.BoolVar(&f.noCredentials, "no-credentials", false, "issue no credentials: the switch, the memory nodes and the ranks run without the security layer (datagrams not sealed; the token still authenticates control messages), to compare figures")
-	cmd.AddCommand(up)
+	return up
+}
 
+// newTestbedRunCmd is ndma testbed run.
+func newTestbedRunCmd(f *testbedFlags) *cobra.Command {
 	run := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARG...]",
 		Short: "Run a command once per host namespace, with the rank environment, output prefixed by rank",
@@ -201,37 +234,14 @@ After the job, run prints the verdict and its evidence on standard error.`,
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, args []string) error { return runTestbedRun(cmd, &f, args) },
+		RunE: func(cmd *cobra.Command, args []string) error { return runTestbedRun(cmd, f, args) },
 	}
 	run.Flags().DurationVar(&f.stall, "stall", 0, "freeze one rank drawn at random for this long once every --stall-every (e.g. 4ms); 0: never")
 	run.Flags().DurationVar(&f.stallEvery, "stall-every", 0, "period of --stall, longer than the stall (e.g. 30ms)")
 	run.Flags().IntVar(&f.ppn, "ppn", 1, fmt.Sprintf("ranks in each host namespace, 1 to %d", testbed.MaxPerHost))
 	run.Flags().Uint64Var(&f.stallSeed, "stall-seed", 0, "seed of the ranks --stall draws (0: a random one)")
 	run.Flags().Float64Var(&f.fidelityCPU, "fidelity-cpu", fidelity.DefaultMaxCPUShare, "largest share of this machine's CPU the testbed may use for the job to be faithful, from 0 to 1 (see above)")
-	cmd.AddCommand(run)
-	cmd.AddCommand(newTestbedMPIRunCmd(&f))
-
-	cmd.AddCommand(&cobra.Command{
-		Use:   "down",
-		Short: "Stop the daemons and ranks and remove every namespace named with the prefix",
-		Long: `down ends the daemons the state file lists and every process in a namespace
-named with the prefix, deletes those namespaces (with their links) and the
-state directory. It works after a crash and without the state file, and
-does nothing when there is nothing to remove.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runTestbedDown(cmd, &f) },
-	})
-
-	status := &cobra.Command{
-		Use:   "status",
-		Short: "Show the testbed's namespaces, addresses, links and daemons",
-		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return runTestbedStatus(cmd, &f) },
-	}
-	status.Flags().BoolVar(&f.json, "json", false, "print the state as JSON (the state file, with liveness filled in)")
-	cmd.AddCommand(status)
-
-	rootCmd.AddCommand(cmd)
+	return run
 }
 
 // signalContext is the command's context, ended by SIGINT or SIGTERM.
