@@ -8,8 +8,8 @@ import (
 )
 
 func (s *simKV) clientWith(cache int) *Client {
-	ep := s.endpoint()
-	c, err := Open(s.ctx(), ep, s.poolClient(ep), ClientConfig{Switch: s.swA.String(), Fabric: s.fab, Space: simSpace, CacheEntries: cache})
+	ep := s.Endpoint()
+	c, err := Open(s.Ctx(), ep, s.PoolClient(ep), ClientConfig{Switch: s.Switch.String(), Fabric: s.Fab, Space: simSpace, CacheEntries: cache})
 	if err != nil {
 		s.t.Fatalf("seed %d: open: %v", s.seed, err)
 	}
@@ -24,7 +24,7 @@ func (s *simKV) clientWith(cache int) *Client {
 // writer's latest value.
 func TestSimLocationCache(t *testing.T) {
 	simStore(t, 11, 3, testLayout(), func(t *testing.T, s *simKV) {
-		ctx := s.ctx()
+		ctx := s.Ctx()
 		r, w := s.client(), s.client()
 		key := []byte("cached")
 		last := r.Stats()
@@ -74,7 +74,7 @@ func TestSimLocationCache(t *testing.T) {
 // reading every value right.
 func TestSimLocationCacheBound(t *testing.T) {
 	simStore(t, 12, 3, testLayout(), func(t *testing.T, s *simKV) {
-		ctx := s.ctx()
+		ctx := s.Ctx()
 		w := s.client()
 		for _, tc := range []struct{ cache, want int }{{3, 3}, {-1, 0}} {
 			r := s.clientWith(tc.cache)
@@ -110,7 +110,7 @@ func TestSimLocationCacheBound(t *testing.T) {
 // TestSimMulti stores and reads a batch of keys, one of them absent.
 func TestSimMulti(t *testing.T) {
 	simStore(t, 13, 3, testLayout(), func(t *testing.T, s *simKV) {
-		ctx := s.ctx()
+		ctx := s.Ctx()
 		c := s.client()
 		var keys, vals [][]byte
 		for i := range 70 {

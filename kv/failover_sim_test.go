@@ -22,7 +22,7 @@ import (
 func TestSimOwnerFailover(t *testing.T) {
 	l := Layout{Shards: 4, Buckets: 64, PageBytes: 4096, HeapBytes: 8 * 4096, Owners: 2}
 	simStoreProcs(t, 21, 3, l, pool.AllocOptions{}, 2, func(t *testing.T, s *simKV) {
-		ctx := s.ctx()
+		ctx := s.Ctx()
 		c := s.client()
 		want := map[string]string{}
 		round := 0
@@ -87,15 +87,15 @@ func TestSimOwnerFailover(t *testing.T) {
 		}
 
 		cut := s.oeps[h1].LocalAddr()
-		down := s.link
+		down := s.Link
 		down.Loss = 1
-		s.net.Locked(func() { s.net.SetLink(cut, down, down) })
+		s.Net.Locked(func() { s.Net.SetLink(cut, down, down) })
 		writeSome("rank 1's holder cut off", 1)
 		n1 := holder(1)
 		if n1 < 0 || n1 == h1 {
 			t.Fatalf("rank 1: held by %d while %d is cut off", n1, h1)
 		}
-		s.net.Locked(func() { s.net.SetLink(cut, s.link, s.link) })
+		s.Net.Locked(func() { s.Net.SetLink(cut, s.Link, s.Link) })
 		time.Sleep(3 * time.Second) // the cut-off process learns it lost the rank
 		if st := s.owners[h1].Stats(); st.Serving {
 			t.Fatalf("rank 1: process %d serves again beside %d", h1, n1)
@@ -124,7 +124,7 @@ func TestSimOwnerLease(t *testing.T) {
 	l := Layout{Shards: 2, Buckets: 64, PageBytes: 4096, HeapBytes: 8 * 4096, Owners: 1}
 	simStore(t, 22, 3, l, func(t *testing.T, s *simKV) {
 		c := s.client()
-		ctx := s.ctx()
+		ctx := s.Ctx()
 		if _, err := c.Set(ctx, []byte("k"), []byte("v")); err != nil {
 			t.Fatal(err)
 		}
@@ -132,15 +132,15 @@ func TestSimOwnerLease(t *testing.T) {
 		if st := o.Stats(); !st.Serving || st.Registrations != 1 {
 			t.Fatalf("before the cut: %+v", st)
 		}
-		deaf := s.link
+		deaf := s.Link
 		deaf.Loss = 1
 		addr := s.oeps[0].LocalAddr()
-		s.net.Locked(func() { s.net.SetLink(addr, s.link, deaf) })
+		s.Net.Locked(func() { s.Net.SetLink(addr, s.Link, deaf) })
 		time.Sleep(DefaultLease + 500*time.Millisecond)
 		if st := o.Stats(); st.Serving {
 			t.Fatalf("%v after its last answer, the owner still counts itself a writer", DefaultLease+500*time.Millisecond)
 		}
-		s.net.Locked(func() { s.net.SetLink(addr, s.link, s.link) })
+		s.Net.Locked(func() { s.Net.SetLink(addr, s.Link, s.Link) })
 		time.Sleep(time.Second)
 		if st := o.Stats(); !st.Serving || st.Registrations != 1 {
 			t.Fatalf("after the cut healed: %+v (want serving, registered once)", st)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -74,7 +75,7 @@ func jepsenKV(t *testing.T, seed int64) {
 		for i, c := range clients {
 			wg.Go(func() { kvWork(seed, i, c, h, stop) })
 		}
-		mu := newChanLock() // owners and the switch, between faults
+		mu := jepsen.NewChanLock() // owners and the switch, between faults
 		var restarts sync.WaitGroup
 		faults := kvFaultsOf(s, mu, &restarts, clients)
 		nem, err := jepsen.NewNemesis(rand.New(rand.NewPCG(uint64(seed), 0xfa)), jepsen.NemesisConfig{
@@ -181,40 +182,18 @@ func kvOp(c *Client, h *jepsen.History, id int, key string, op int, val []byte) 
 }
 
 // kvFaultsOf are the faults the nemesis draws from.
-func kvFaultsOf(s *simKV, mu chanLock, restarts *sync.WaitGroup, clients []*Client) []jepsen.Fault {
+func kvFaultsOf(s *simKV, mu jepsen.ChanLock, restarts *sync.WaitGroup, clients []*Client) []jepsen.Fault {
 	var fs []jepsen.Fault
-	lossy := func(name, kind, target string, addr func() (bool, string), loss float64) jepsen.Fault {
-		var cut string
-		return jepsen.Fault{Name: name, Kind: kind, Target: target,
-			Start: func() error {
-				mu.Lock()
-				defer mu.Unlock()
-				ok, a := addr()
-				if !ok {
-					return fmt.Errorf("%w: %s is down", jepsen.ErrSkip, target)
-				}
-				cut = a
-				l := s.link
-				l.Loss = loss
-				s.net.Locked(func() { s.net.SetLink(mustAddr(cut), l, l) })
-				return nil
-			},
-			Stop: func() error {
-				if cut == "" {
-					return nil // Start skipped it
-				}
-				s.net.Locked(func() { s.net.SetLink(mustAddr(cut), s.link, s.link) })
-				cut = ""
-				return nil
-			}}
+	lossy := func(name, kind, target string, addr func() (netip.AddrPort, bool), loss float64) jepsen.Fault {
+		return jepsen.LinkFault(name, kind, target, mu, addr, loss, s.SetLoss)
 	}
 	for r := range s.owners { // r: an owner process
 		target := fmt.Sprint("owner ", r)
-		addr := func() (bool, string) {
+		addr := func() (netip.AddrPort, bool) {
 			if s.oeps[r] == nil {
-				return false, ""
+				return netip.AddrPort{}, false
 			}
-			return true, s.oeps[r].LocalAddr().String()
+			return s.oeps[r].LocalAddr(), true
 		}
 		crashed := false
 		fs = append(fs, jepsen.Fault{Name: "crash " + target, Kind: "crash owner", Target: target,
@@ -240,11 +219,11 @@ func kvFaultsOf(s *simKV, mu chanLock, restarts *sync.WaitGroup, clients []*Clie
 	}
 	for i, c := range clients {
 		target := fmt.Sprint("client ", i)
-		addr := func() (bool, string) { return true, c.ep.LocalAddr().String() }
+		addr := func() (netip.AddrPort, bool) { return c.ep.LocalAddr(), true }
 		fs = append(fs, lossy("loss "+target, "lossy link", target, addr, kvLossy))
 	}
-	stat := s.endpoint()
-	for i, m := range s.mems {
+	stat := s.Endpoint()
+	for i, m := range s.Mems {
 		// One memory node down at a time (a shared target): the region
 		// keeps two copies, so one copy is always there.
 		crashed := false
@@ -256,12 +235,12 @@ func kvFaultsOf(s *simKV, mu chanLock, restarts *sync.WaitGroup, clients []*Clie
 				// rebuilt would lose data for good. Crash one only
 				// while the switch says every copy is in place.
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				ps, err := stat.PoolStat(ctx, s.swA.String(), s.fab)
+				ps, err := stat.PoolStat(ctx, s.Switch.String(), s.Fab)
 				cancel()
 				if err != nil || len(ps.Regions) != 1 || ps.Regions[0].Health != ctrl.HealthOK {
 					return fmt.Errorf("%w: the key space is not whole (%+v, %v)", jepsen.ErrSkip, ps.Regions, err)
 				}
-				s.crashMem(m)
+				s.CrashMem(m)
 				crashed = true
 				return nil
 			},
@@ -272,20 +251,20 @@ func kvFaultsOf(s *simKV, mu chanLock, restarts *sync.WaitGroup, clients []*Clie
 				crashed = false
 				mu.Lock()
 				defer mu.Unlock()
-				return s.startMem(m, time.Second)
+				return s.StartMem(m, time.Second)
 			}})
 	}
 	fs = append(fs, jepsen.Fault{Name: "crash switch", Kind: "crash switch", Target: "switch",
 		Start: func() error {
 			mu.Lock()
 			defer mu.Unlock()
-			s.srv.Close()
+			s.Srv.Close()
 			return nil
 		},
 		Stop: func() error {
 			mu.Lock()
 			defer mu.Unlock()
-			s.restartSwitch()
+			s.StartSwitch()
 			return nil
 		}})
 	return fs
@@ -294,7 +273,7 @@ func kvFaultsOf(s *simKV, mu chanLock, restarts *sync.WaitGroup, clients []*Clie
 // kvRestart starts owner r again, every second while it cannot (the
 // switch is down, or still counts the old one alive), for up to a
 // minute.
-func kvRestart(s *simKV, mu chanLock, r int) {
+func kvRestart(s *simKV, mu jepsen.ChanLock, r int) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		mu.Lock()
@@ -313,12 +292,3 @@ func kvRestart(s *simKV, mu chanLock, r int) {
 		time.Sleep(time.Second)
 	}
 }
-
-// chanLock is a mutex made of a channel: a goroutine waiting for it
-// blocks durably, so inside a synctest bubble virtual time moves on while
-// the holder waits for the network (a sync.Mutex would stall the bubble).
-type chanLock chan struct{}
-
-func newChanLock() chanLock { return make(chanLock, 1) }
-func (l chanLock) Lock()    { l <- struct{}{} }
-func (l chanLock) Unlock()  { <-l }

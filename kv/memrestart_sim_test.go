@@ -15,7 +15,7 @@ import (
 func TestSimMemoryNodeRestart(t *testing.T) {
 	simStoreWith(t, 3, 3, testLayout(), pool.AllocOptions{Replicas: 2}, func(t *testing.T, s *simKV) {
 		c := s.client()
-		ctx := s.ctx()
+		ctx := s.Ctx()
 		for i := range 40 {
 			if _, err := c.Set(ctx, fmt.Appendf(nil, "k%d", i), fmt.Appendf(nil, "v%d", i)); err != nil {
 				t.Fatal(err)
@@ -33,8 +33,8 @@ func TestSimMemoryNodeRestart(t *testing.T) {
 		// Node 0 twice, then node 1: each time every key reads back
 		// while the node is down and once it is rebuilt.
 		for round, i := range []int{0, 0, 1} {
-			m := s.mems[i]
-			s.crashMem(m)
+			m := s.Mems[i]
+			s.CrashMem(m)
 			time.Sleep(3 * time.Second)
 			check(fmt.Sprintf("round %d: memory node %d down", round, i))
 			// A write while a copy is down reaches the other copy: it
@@ -42,13 +42,13 @@ func TestSimMemoryNodeRestart(t *testing.T) {
 			if _, err := c.Set(ctx, []byte("k0"), []byte("v0")); err != nil {
 				t.Fatalf("round %d: set with memory node %d down: %v", round, i, err)
 			}
-			if err := s.startMem(m, 10*time.Second); err != nil {
+			if err := s.StartMem(m, 10*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			deadline := time.Now().Add(30 * time.Second)
-			for m.node.Stats().Server.Pool.Rebuilt == 0 {
+			for m.Node.Stats().Server.Pool.Rebuilt == 0 {
 				if time.Now().After(deadline) {
-					t.Fatalf("round %d: memory node %d not rebuilt after 30 s: %+v", round, i, m.node.Stats().Server.Pool)
+					t.Fatalf("round %d: memory node %d not rebuilt after 30 s: %+v", round, i, m.Node.Stats().Server.Pool)
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
@@ -68,35 +68,35 @@ func TestSimMemoryNodeRestart(t *testing.T) {
 func TestSimMemoryNodeRestartWhileSwitchDown(t *testing.T) {
 	simStoreWith(t, 4, 3, testLayout(), pool.AllocOptions{Replicas: 2}, func(t *testing.T, s *simKV) {
 		c := s.client()
-		ctx := s.ctx()
+		ctx := s.Ctx()
 		for i := range 40 {
 			if _, err := c.Set(ctx, fmt.Appendf(nil, "k%d", i), fmt.Appendf(nil, "v%d", i)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		m := s.mems[2]
-		s.crashMem(m)
+		m := s.Mems[2]
+		s.CrashMem(m)
 		time.Sleep(2 * time.Second)
-		s.srv.Close()
+		s.Srv.Close()
 		time.Sleep(time.Second)
-		if err := s.startMem(m, time.Second); err != nil {
+		if err := s.StartMem(m, time.Second); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(2 * time.Second)
-		s.restartSwitch()
+		s.StartSwitch()
 		time.Sleep(3 * time.Second)
 		// The switch crashes again, while it may be rebuilding the
 		// node's copy.
-		st, err := s.endpoint().PoolStat(ctx, s.swA.String(), s.fab)
+		st, err := s.Endpoint().PoolStat(ctx, s.Switch.String(), s.Fab)
 		t.Logf("pool after the first switch restart: %+v %v", st.Regions, err)
-		s.srv.Close()
+		s.Srv.Close()
 		time.Sleep(5 * time.Second)
-		s.restartSwitch()
+		s.StartSwitch()
 		time.Sleep(5 * time.Second)
-		st, err = s.endpoint().PoolStat(ctx, s.swA.String(), s.fab)
+		st, err = s.Endpoint().PoolStat(ctx, s.Switch.String(), s.Fab)
 		t.Logf("pool after both restarts: %+v %v", st.Regions, err)
 		// A process that opens the region now (an owner starting).
-		pc := s.poolClient(s.endpoint())
+		pc := s.PoolClient(s.Endpoint())
 		reg, err := pc.Open(ctx, s.reg.ID(), s.reg.Key())
 		if err != nil {
 			t.Fatalf("open after both restarts: %v", err)

@@ -5,23 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
-	"github.com/ndma/ndma/fabric"
-	"github.com/ndma/ndma/memnode"
-	"github.com/ndma/ndma/memnode/node"
-	"github.com/ndma/ndma/memnode/server"
-	"github.com/ndma/ndma/netio/simnet"
+	"github.com/ndma/ndma/internal/simpool"
 	"github.com/ndma/ndma/pool"
-	"github.com/ndma/ndma/transport"
-	"github.com/ndma/ndma/wire"
 )
 
 var testToken = []byte("kv test token")
@@ -32,31 +24,18 @@ var quietLog = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Leve
 // simKV is a switch, memory nodes lending to its pool, a key space and
 // its owners on a simulated network inside a synctest bubble.
 type simKV struct {
+	*simpool.Fabric
 	t    *testing.T
 	seed int64
-	net  *simnet.Network
-	link simnet.LinkConfig
-	swA  netip.AddrPort
-	srv  *fabric.Server
-	fab  endpoint.FabricOptions
-	port int
-	eps  []*endpoint.Endpoint // closed at the end
-	reg  *pool.Region         // the key space, as its creator opened it
-	mems []*simMem
-	wg   sync.WaitGroup // the memory nodes' offers
-	// switches counts the switch's restarts: each runs with its own
-	// transport seed, as a real process draws its own.
-	switches int
+	reg  *pool.Region // the key space, as its creator opened it
 	// owners and oeps are the owner processes: process i serves rank
 	// i mod the layout's Owners; with several per rank (perRank), all
 	// start as standbys and the first to register holds the rank.
 	perRank int
-	// memStarts counts memory node starts (each its own transport seed).
-	memStarts int
-	layout    Layout
-	owners    []*Owner
-	oeps      []*endpoint.Endpoint
-	cancel    []context.CancelFunc
+	layout  Layout
+	owners  []*Owner
+	oeps    []*endpoint.Endpoint
+	cancel  []context.CancelFunc
 }
 
 const simSpace = "test"
@@ -79,22 +58,11 @@ func simStoreProcs(t *testing.T, seed int64, nodes int, l Layout, alloc pool.All
 	t.Helper()
 	synctest.Test(t, func(t *testing.T) {
 		t.Logf("seed %d", seed)
-		s := &simKV{t: t, seed: seed, net: simnet.New(seed), perRank: perRank, layout: l,
-			link: simnet.LinkConfig{Rate: 10e9, Latency: 5 * time.Microsecond},
-			swA:  netip.MustParseAddrPort("10.0.0.1:7471"), fab: endpoint.FabricOptions{Token: testToken}, port: 9000}
-		ctx, cancel := context.WithCancel(context.Background())
-		served := make(chan error, 1)
-		go func() { served <- s.net.Serve(ctx) }()
-		sw, err := fabric.New(fabric.Config{Token: testToken, Transport: transport.Config{MTU: 9000, Seed: uint64(seed)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.srv = fabric.NewServer(s.net.ListenConn(s.swA, simnet.LinkConfig{}, simnet.LinkConfig{}), sw, nil)
-		for range nodes {
-			s.memoryNode(4 << 20)
-		}
-		pc := s.poolClient(s.endpoint())
-		if s.reg, err = Create(s.ctx(), pc, l, alloc); err != nil {
+		s := &simKV{Fabric: simpool.Start(t, simpool.Config{Seed: seed, Token: testToken, Nodes: nodes}),
+			t: t, seed: seed, perRank: perRank, layout: l}
+		var err error
+		pc := s.PoolClient(s.Endpoint())
+		if s.reg, err = Create(s.Ctx(), pc, l, alloc); err != nil {
 			t.Fatal(err)
 		}
 		s.owners = make([]*Owner, perRank*l.Owners)
@@ -109,142 +77,10 @@ func simStoreProcs(t *testing.T, seed int64, nodes int, l Layout, alloc pool.All
 			for _, c := range s.cancel {
 				c()
 			}
-			for _, m := range s.mems {
-				s.crashMem(m)
-			}
-			s.wg.Wait()
-			for _, ep := range s.eps {
-				ep.Close()
-			}
-			s.srv.Close()
-			cancel()
-			if err := <-served; !errors.Is(err, context.Canceled) {
-				t.Errorf("seed %d: simnet: %v", seed, err)
-			}
+			s.Close()
 		}()
 		f(t, s)
 	})
-}
-
-func (s *simKV) ctx() context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	s.t.Cleanup(cancel)
-	return ctx
-}
-
-func (s *simKV) addr() netip.AddrPort {
-	s.port++
-	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, 0, 1}), uint16(s.port))
-}
-
-func (s *simKV) endpoint() *endpoint.Endpoint {
-	ep := s.newEndpoint(endpoint.Config{})
-	s.eps = append(s.eps, ep)
-	return ep
-}
-
-func (s *simKV) newEndpoint(cfg endpoint.Config) *endpoint.Endpoint {
-	cfg.Transport = transport.Config{MTU: 9000, Seed: uint64(s.seed)*1000 + uint64(s.port)}
-	ep, err := endpoint.New(s.net.ListenConn(s.addr(), s.link, s.link), cfg, endpoint.Options{})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	return ep
-}
-
-// simMem is a memory node of the harness.
-type simMem struct {
-	addr   netip.AddrPort
-	size   int
-	node   *node.Node // nil while down
-	cancel context.CancelFunc
-}
-
-// memoryNode starts a memory node lending size bytes.
-func (s *simKV) memoryNode(size int) {
-	m := &simMem{addr: s.addr(), size: size}
-	s.mems = append(s.mems, m)
-	if err := s.startMem(m, 10*time.Second); err != nil {
-		s.t.Fatal(err)
-	}
-}
-
-// startMem starts memory node m (again) at its address with empty
-// memory, lending it to the switch; it waits at most wait for the
-// switch to take the offer, and goes on offering it in the background.
-func (s *simKV) startMem(m *simMem, wait time.Duration) error {
-	// Each start draws its own transport seed, as a real process does: a
-	// node restarted with its previous incarnation's sequence numbers
-	// would be taken for that one's duplicates until the switch forgot it.
-	s.memStarts++
-	st, err := memnode.NewStore(memnode.Config{})
-	if err != nil {
-		return err
-	}
-	key, err := st.Alloc(m.size, wire.PermAll, 0)
-	if err != nil {
-		return err
-	}
-	cfg := node.Config{Store: st, Pool: &server.PoolServe{Switch: s.swA, Key: key, Token: testToken},
-		Transport: transport.Config{MTU: 9000, Seed: uint64(s.seed)*1000 + 100000 + uint64(s.memStarts)}}
-	nd, err := node.New(s.net.ListenConn(m.addr, s.link, s.link), cfg, node.Options{})
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	m.node, m.cancel = nd, cancel
-	// Offer the region until the switch takes it (a switch that still
-	// holds the node's previous incarnation may take a few tries); from
-	// then on Lend repeats the offer as the node's heartbeat, under
-	// ctx.
-	lent := make(chan error, 1)
-	s.wg.Go(func() {
-		var err error
-		for ctx.Err() == nil {
-			if _, err = nd.Lend(ctx, s.swA, key, uint64(m.size), s.fab); err == nil {
-				break
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		lent <- err
-	})
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case err := <-lent:
-		return err
-	case <-t.C:
-		return nil // still offering it
-	}
-}
-
-// crashMem stops memory node m at once; its memory is lost.
-func (s *simKV) crashMem(m *simMem) {
-	if m.node == nil {
-		return
-	}
-	m.cancel()
-	m.node.Close()
-	m.node = nil
-}
-
-// restartSwitch starts a new switch at the switch's address (after
-// s.srv.Close).
-func (s *simKV) restartSwitch() {
-	s.switches++
-	sw, err := fabric.New(fabric.Config{Token: testToken, Transport: transport.Config{MTU: 9000, Seed: uint64(s.seed)*1000 + uint64(s.switches)}})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	s.srv = fabric.NewServer(s.net.ListenConn(s.swA, simnet.LinkConfig{}, simnet.LinkConfig{}), sw, nil)
-}
-
-func (s *simKV) poolClient(ep *endpoint.Endpoint) *pool.Client {
-	pc, err := pool.New(ep, s.swA.String(), pool.Options{Fabric: s.fab})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	return pc
 }
 
 // startOwner starts owner process i on a fresh endpoint.
@@ -258,17 +94,17 @@ func (s *simKV) startOwner(i int) {
 // it leaves it down.
 func (s *simKV) tryStartOwner(i int) error {
 	r := i % s.layout.Owners
-	ep := s.newEndpoint(endpoint.Config{})
+	ep := s.NewEndpoint(endpoint.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pc, err := pool.New(ep, s.swA.String(), pool.Options{Fabric: s.fab})
+	pc, err := pool.New(ep, s.Switch.String(), pool.Options{Fabric: s.Fab})
 	var reg *pool.Region
 	if err == nil {
 		reg, err = pc.Open(ctx, s.reg.ID(), s.reg.Key())
 	}
 	var o *Owner
 	if err == nil {
-		o, err = StartOwner(ctx, ep, reg, OwnerConfig{Switch: s.swA.String(), Fabric: s.fab, Space: simSpace, Rank: r,
+		o, err = StartOwner(ctx, ep, reg, OwnerConfig{Switch: s.Switch.String(), Fabric: s.Fab, Space: simSpace, Rank: r,
 			Standby: s.perRank > 1, Logger: quietLog})
 	}
 	if err != nil {
@@ -278,8 +114,6 @@ func (s *simKV) tryStartOwner(i int) error {
 	s.owners[i], s.oeps[i] = o, ep
 	return nil
 }
-
-func mustAddr(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
 
 // crashOwner cuts owner r off at once, as when its process dies.
 func (s *simKV) crashOwner(r int) {
@@ -292,8 +126,8 @@ func (s *simKV) crashOwner(r int) {
 }
 
 func (s *simKV) client() *Client {
-	ep := s.endpoint()
-	c, err := Open(s.ctx(), ep, s.poolClient(ep), ClientConfig{Switch: s.swA.String(), Fabric: s.fab, Space: simSpace})
+	ep := s.Endpoint()
+	c, err := Open(s.Ctx(), ep, s.PoolClient(ep), ClientConfig{Switch: s.Switch.String(), Fabric: s.Fab, Space: simSpace})
 	if err != nil {
 		s.t.Fatalf("seed %d: open: %v", s.seed, err)
 	}
@@ -306,7 +140,7 @@ func (s *simKV) client() *Client {
 func TestSimOperations(t *testing.T) {
 	simStore(t, 1, 3, testLayout(), func(t *testing.T, s *simKV) {
 		c := s.client()
-		ctx := s.ctx()
+		ctx := s.Ctx()
 		if _, _, err := c.Get(ctx, []byte("a")); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("get of a missing key: %v", err)
 		}
@@ -389,7 +223,7 @@ func TestSimOperations(t *testing.T) {
 func TestSimOwnersDownReadsGoOn(t *testing.T) {
 	simStore(t, 2, 3, testLayout(), func(t *testing.T, s *simKV) {
 		c := s.client()
-		ctx := s.ctx()
+		ctx := s.Ctx()
 		for i := range 40 {
 			if _, err := c.Set(ctx, fmt.Appendf(nil, "k%d", i), fmt.Appendf(nil, "v%d", i)); err != nil {
 				t.Fatal(err)

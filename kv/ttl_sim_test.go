@@ -97,7 +97,7 @@ func TestSimExpiry(t *testing.T) {
 func TestSimExpirySweep(t *testing.T) {
 	simStore(t, 4, 3, testLayout(), func(t *testing.T, s *simKV) {
 		c := s.client()
-		ctx := s.ctx()
+		ctx := s.Ctx()
 		for i := range 30 {
 			ttl := 2 * time.Second
 			if i%3 == 0 {

@@ -10,8 +10,8 @@ import (
 // full catalog, and deletes one (its regions freed).
 func TestSimCatalog(t *testing.T) {
 	simTopic(t, 7, 2, testLayout(), CreateOptions{}, func(t *testing.T, s *simMQ) {
-		ctx := s.ctx()
-		pc := s.poolClient(s.endpoint())
+		ctx := s.Ctx()
+		pc := s.PoolClient(s.Endpoint())
 		cat, err := CreateCatalog(ctx, pc, 2, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -31,7 +31,7 @@ func TestSimCatalog(t *testing.T) {
 		if _, err := cat.Create(ctx, "more", testLayout(), CreateOptions{}); !errors.Is(err, ErrFull) {
 			t.Fatalf("a full catalog: %v", err)
 		}
-		pc2 := s.poolClient(s.endpoint())
+		pc2 := s.PoolClient(s.Endpoint())
 		cat2, err := OpenCatalog(ctx, pc2, cat.Region().ID(), cat.Region().Key())
 		if err != nil {
 			t.Fatal(err)
@@ -73,7 +73,7 @@ func TestSimGroupOffsets(t *testing.T) {
 	l.Groups = 2
 	simTopic(t, 8, 2, l, CreateOptions{}, func(t *testing.T, s *simMQ) {
 		tp, _ := s.open()
-		ctx := s.ctx()
+		ctx := s.Ctx()
 		p := NewProducer(tp, ProducerConfig{})
 		for i := range 3 {
 			if _, err := p.Produce(ctx, 0, recs(string(rune('a'+i)))); err != nil {

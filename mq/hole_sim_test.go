@@ -18,7 +18,7 @@ func interrupted(t *testing.T, s *simMQ, p *Producer, part int, recs []Record, w
 	pp.seq++
 	enc, meta := encodeBatch(batchMeta{producer: p.cfg.ID}, recs)
 	a := &attempt{seq: pp.seq, meta: meta, body: enc}
-	off, err := p.t.ctl.FetchAdd(s.ctx(), p.t.l.partAddr(part)+wordTail, uint64(len(enc)))
+	off, err := p.t.ctl.FetchAdd(s.Ctx(), p.t.l.partAddr(part)+wordTail, uint64(len(enc)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,9 +28,9 @@ func interrupted(t *testing.T, s *simMQ, p *Producer, part int, recs []Record, w
 	putBatchHeader(enc, m)
 	switch {
 	case write:
-		err = p.t.writeLog(s.ctx(), part, enc, off)
+		err = p.t.writeLog(s.Ctx(), part, enc, off)
 	case header:
-		err = p.t.writeLog(s.ctx(), part, enc[:batchHeaderLen], off)
+		err = p.t.writeLog(s.Ctx(), part, enc[:batchHeaderLen], off)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +47,7 @@ func interrupted(t *testing.T, s *simMQ, p *Producer, part int, recs []Record, w
 func TestSimHoleSealed(t *testing.T) {
 	simTopic(t, 3, 3, testLayout(), CreateOptions{}, func(t *testing.T, s *simMQ) {
 		tp, _ := s.open()
-		ctx := s.ctx()
+		ctx := s.Ctx()
 		dead := NewProducer(tp, ProducerConfig{})
 		live := NewProducer(tp, ProducerConfig{})
 		if _, err := live.Produce(ctx, 0, recs("a")); err != nil {
@@ -90,7 +90,7 @@ func TestSimHoleSealed(t *testing.T) {
 func TestSimHoleSealedByConsumer(t *testing.T) {
 	simTopic(t, 4, 2, testLayout(), CreateOptions{}, func(t *testing.T, s *simMQ) {
 		tp, _ := s.open()
-		ctx := s.ctx()
+		ctx := s.Ctx()
 		dead := NewProducer(tp, ProducerConfig{})
 		interrupted(t, s, dead, 1, recs("lost"), false, false)
 		interrupted(t, s, dead, 1, recs("behind"), true, false)
@@ -118,7 +118,7 @@ func TestSimHoleSealedByConsumer(t *testing.T) {
 func TestSimRetryNotStoredTwice(t *testing.T) {
 	simTopic(t, 5, 3, testLayout(), CreateOptions{Replicas: 2}, func(t *testing.T, s *simMQ) {
 		tp, _ := s.open()
-		ctx := s.ctx()
+		ctx := s.Ctx()
 		p := NewProducer(tp, ProducerConfig{})
 		for i, write := range []bool{true, false} {
 			rs := recs("once", string(rune('a'+i)))
@@ -155,7 +155,7 @@ func TestSimRetryNotStoredTwice(t *testing.T) {
 func TestSimCorruptSkipped(t *testing.T) {
 	simTopic(t, 6, 2, testLayout(), CreateOptions{}, func(t *testing.T, s *simMQ) {
 		tp, _ := s.open()
-		ctx := s.ctx()
+		ctx := s.Ctx()
 		p := NewProducer(tp, ProducerConfig{})
 		var acks []Ack
 		for _, v := range []string{"a", "bad body", "b", "bad header", "c", "long span"} {

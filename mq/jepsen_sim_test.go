@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/internal/jepsen"
+	"github.com/ndma/ndma/internal/simpool"
 	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/wire/ctrl"
 )
@@ -77,7 +79,7 @@ func TestSimJepsenMQCatchesBug(t *testing.T) {
 // mqClient is a producer or consumer process of the run: crashed and
 // restarted by the nemesis.
 type mqClient struct {
-	mu      chanLock // guards what follows
+	mu      jepsen.ChanLock // guards what follows
 	s       *simMQ
 	ep      *endpoint.Endpoint
 	t       *Topic
@@ -91,11 +93,11 @@ type mqClient struct {
 
 // start starts the client (again) on a fresh endpoint.
 func (c *mqClient) start(consumer bool, sessions *int) error {
-	ep := c.s.newEndpoint()
+	ep := c.s.NewEndpoint(endpoint.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	octx, ocancel := context.WithTimeout(ctx, 10*time.Second)
 	defer ocancel()
-	t, err := Open(octx, c.s.poolClient(ep), c.s.topic.Ref())
+	t, err := Open(octx, c.s.PoolClient(ep), c.s.topic.Ref())
 	var cons *Consumer
 	if err == nil && consumer {
 		cons, err = NewConsumer(octx, t, ConsumerConfig{Group: "g", FetchBytes: 8 << 10})
@@ -133,11 +135,11 @@ func jepsenMQ(t *testing.T, seed int64, faults time.Duration, producerLoss float
 	var report *jepsen.QueueReport
 	simTopic(t, seed, 4, mqJepsenLayout(), CreateOptions{Replicas: 2, ControlColumns: 1}, func(t *testing.T, s *simMQ) {
 		h := jepsen.NewQueueHistory()
-		mu := newChanLock() // the clients, switch and memory nodes, between faults
+		mu := jepsen.NewChanLock() // the clients, switch and memory nodes, between faults
 		sessions := 0
 		var prods, conss []*mqClient
 		for i := range mqProducers + mqConsumers {
-			c := &mqClient{mu: newChanLock(), s: s}
+			c := &mqClient{mu: jepsen.NewChanLock(), s: s}
 			if err := c.start(i >= mqProducers, &sessions); err != nil {
 				t.Fatal(err)
 			}
@@ -148,10 +150,10 @@ func jepsenMQ(t *testing.T, seed int64, faults time.Duration, producerLoss float
 			}
 		}
 		if producerLoss > 0 {
-			l := s.link
+			l := s.Link
 			l.Loss = producerLoss
 			for _, c := range prods {
-				s.net.Locked(func() { s.net.SetLink(c.ep.LocalAddr(), l, l) })
+				s.Net.Locked(func() { s.Net.SetLink(c.ep.LocalAddr(), l, l) })
 			}
 		}
 		stop := make(chan struct{})
@@ -200,7 +202,7 @@ func jepsenMQ(t *testing.T, seed int64, faults time.Duration, producerLoss float
 		for _, c := range append(prods, conss...) {
 			c.crash()
 		}
-		final := &mqClient{mu: newChanLock(), s: s}
+		final := &mqClient{mu: jepsen.NewChanLock(), s: s}
 		if err := final.start(true, &sessions); err != nil {
 			t.Fatal(err)
 		}
@@ -352,7 +354,7 @@ func mqFinalRead(t *testing.T, c *mqClient, h *jepsen.QueueHistory) {
 
 // mqRestart starts client c again, every second while it cannot (the
 // switch is down), for up to a minute.
-func mqRestart(s *simMQ, mu chanLock, c *mqClient, consumer bool, sessions *int) {
+func mqRestart(s *simMQ, mu jepsen.ChanLock, c *mqClient, consumer bool, sessions *int) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		mu.Lock()
@@ -372,42 +374,21 @@ func mqRestart(s *simMQ, mu chanLock, c *mqClient, consumer bool, sessions *int)
 }
 
 // mqFaultsOf are the faults the nemesis draws from.
-func mqFaultsOf(s *simMQ, mu chanLock, restarts *sync.WaitGroup, clients []*mqClient, sessions *int) []jepsen.Fault {
+func mqFaultsOf(s *simMQ, mu jepsen.ChanLock, restarts *sync.WaitGroup, clients []*mqClient, sessions *int) []jepsen.Fault {
 	var fs []jepsen.Fault
-	link := func(name, kind, target string, addr func() (netipAddr string, ok bool), loss float64) jepsen.Fault {
-		var cut string
-		return jepsen.Fault{Name: name, Kind: kind, Target: target,
-			Start: func() error {
-				mu.Lock()
-				defer mu.Unlock()
-				a, ok := addr()
-				if !ok {
-					return fmt.Errorf("%w: %s is down", jepsen.ErrSkip, target)
-				}
-				cut = a
-				l := s.link
-				l.Loss = loss
-				s.net.Locked(func() { s.net.SetLink(mustAddr(cut), l, l) })
-				return nil
-			},
-			Stop: func() error {
-				if cut != "" {
-					s.net.Locked(func() { s.net.SetLink(mustAddr(cut), s.link, s.link) })
-					cut = ""
-				}
-				return nil
-			}}
+	link := func(name, kind, target string, addr func() (netip.AddrPort, bool), loss float64) jepsen.Fault {
+		return jepsen.LinkFault(name, kind, target, mu, addr, loss, s.SetLoss)
 	}
 	for i, c := range clients {
 		target := fmt.Sprint("client ", i)
 		consumer := c.c != nil
-		addr := func() (string, bool) {
+		addr := func() (netip.AddrPort, bool) {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			if c.ep == nil {
-				return "", false
+				return netip.AddrPort{}, false
 			}
-			return c.ep.LocalAddr().String(), true
+			return c.ep.LocalAddr(), true
 		}
 		fs = append(fs, jepsen.Fault{Name: "crash " + target, Kind: "crash client", Target: target,
 			Start: func() error {
@@ -429,7 +410,7 @@ func mqFaultsOf(s *simMQ, mu chanLock, restarts *sync.WaitGroup, clients []*mqCl
 		Start: func() error {
 			mu.Lock()
 			defer mu.Unlock()
-			s.srv.Close()
+			s.Srv.Close()
 			down = true
 			return nil
 		},
@@ -440,7 +421,7 @@ func mqFaultsOf(s *simMQ, mu chanLock, restarts *sync.WaitGroup, clients []*mqCl
 			down = false
 			mu.Lock()
 			defer mu.Unlock()
-			s.startSwitch()
+			s.StartSwitch()
 			return nil
 		}})
 	return fs
@@ -458,26 +439,26 @@ const poolTarget = "pool"
 // holding the control region, which is then lost: the topic's counters
 // are rebuilt from the log (Rebuild) and every client opens the topic
 // again.
-func mqMemFaults(s *simMQ, mu chanLock, restarts *sync.WaitGroup, clients []*mqClient, sessions *int) []jepsen.Fault {
-	stat := s.endpoint()
-	pc := s.poolClient(stat)
+func mqMemFaults(s *simMQ, mu jepsen.ChanLock, restarts *sync.WaitGroup, clients []*mqClient, sessions *int) []jepsen.Fault {
+	stat := s.Endpoint()
+	pc := s.PoolClient(stat)
 	whole := func() error { return s.topicWhole(stat) }
 	// The control region's node holds it and a data column.
-	isControl := func(m *simMem) bool { return m.node != nil && m.node.Stats().Server.Pool.GrantsHeld > 1 }
+	isControl := func(m *simpool.Mem) bool { return m.Node != nil && m.Node.Stats().Server.Pool.GrantsHeld > 1 }
 	var fs []jepsen.Fault
-	for i, m := range s.mems {
+	for i, m := range s.Mems {
 		crashed := false
 		fs = append(fs, jepsen.Fault{Name: fmt.Sprint("crash memory node ", i), Kind: "crash memory node", Target: poolTarget,
 			Start: func() error {
 				mu.Lock()
 				defer mu.Unlock()
-				if m.node == nil || isControl(m) {
+				if m.Node == nil || isControl(m) {
 					return fmt.Errorf("%w: memory node %d is down or holds the control region", jepsen.ErrSkip, i)
 				}
 				if err := whole(); err != nil {
 					return err
 				}
-				s.crashMem(m)
+				s.CrashMem(m)
 				crashed = true
 				return nil
 			},
@@ -488,10 +469,10 @@ func mqMemFaults(s *simMQ, mu chanLock, restarts *sync.WaitGroup, clients []*mqC
 				crashed = false
 				mu.Lock()
 				defer mu.Unlock()
-				return s.startMem(m, time.Second)
+				return s.StartMem(m, time.Second)
 			}})
 	}
-	var lost *simMem
+	var lost *simpool.Mem
 	fs = append(fs, jepsen.Fault{Name: "lose the control region", Kind: "lose the control region", Target: poolTarget,
 		Start: func() error {
 			mu.Lock()
@@ -499,9 +480,9 @@ func mqMemFaults(s *simMQ, mu chanLock, restarts *sync.WaitGroup, clients []*mqC
 			if err := whole(); err != nil {
 				return err
 			}
-			for _, m := range s.mems {
+			for _, m := range s.Mems {
 				if isControl(m) {
-					s.crashMem(m)
+					s.CrashMem(m)
 					lost = m
 					return nil
 				}
@@ -516,7 +497,7 @@ func mqMemFaults(s *simMQ, mu chanLock, restarts *sync.WaitGroup, clients []*mqC
 			lost = nil
 			mu.Lock()
 			defer mu.Unlock()
-			if err := s.startMem(m, time.Second); err != nil {
+			if err := s.StartMem(m, time.Second); err != nil {
 				return err
 			}
 			return mqRebuild(s, mu, pc, restarts, clients, sessions)
@@ -528,7 +509,7 @@ func mqMemFaults(s *simMQ, mu chanLock, restarts *sync.WaitGroup, clients []*mqC
 // is missing or being rebuilt. The caller holds the harness's lock.
 func (s *simMQ) topicWhole(stat *endpoint.Endpoint) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	ps, err := stat.PoolStat(ctx, s.swA.String(), s.fab)
+	ps, err := stat.PoolStat(ctx, s.Switch.String(), s.Fab)
 	cancel()
 	ok := err == nil
 	for _, r := range ps.Regions {
@@ -545,7 +526,7 @@ func (s *simMQ) topicWhole(stat *endpoint.Endpoint) error {
 // mqRebuild rebuilds the topic's lost control region, once no producer
 // can still be writing, and starts every client that is up again on the
 // new one. The caller holds the harness's lock.
-func mqRebuild(s *simMQ, mu chanLock, pc *pool.Client, restarts *sync.WaitGroup, clients []*mqClient, sessions *int) error {
+func mqRebuild(s *simMQ, mu jepsen.ChanLock, pc *pool.Client, restarts *sync.WaitGroup, clients []*mqClient, sessions *int) error {
 	time.Sleep(DefaultSealTimeout)
 	old := s.topic.Ref()
 	var t *Topic

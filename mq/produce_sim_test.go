@@ -22,7 +22,7 @@ func drain(t *testing.T, s *simMQ, c *Consumer, p int) []string {
 	t.Helper()
 	var got []string
 	for {
-		rs, err := c.Fetch(s.ctx(), p, 0)
+		rs, err := c.Fetch(s.Ctx(), p, 0)
 		if err != nil {
 			t.Fatalf("seed %d: fetch %d: %v", s.seed, p, err)
 		}
@@ -43,7 +43,7 @@ func TestSimProduceConsume(t *testing.T) {
 	simTopic(t, 1, 3, testLayout(), CreateOptions{Replicas: 2}, func(t *testing.T, s *simMQ) {
 		tp, _ := s.open()
 		pr := NewProducer(tp, ProducerConfig{})
-		ctx := s.ctx()
+		ctx := s.Ctx()
 		var acks []Ack
 		for i := range 12 {
 			a, err := pr.Produce(ctx, i%3, recs(fmt.Sprint("v", i), fmt.Sprint("w", i)))
@@ -121,7 +121,7 @@ func TestSimRetention(t *testing.T) {
 	simTopic(t, 2, 2, testLayout(), CreateOptions{}, func(t *testing.T, s *simMQ) {
 		tp, _ := s.open()
 		pr := NewProducer(tp, ProducerConfig{})
-		ctx := s.ctx()
+		ctx := s.Ctx()
 		c, err := NewConsumer(ctx, tp, ConsumerConfig{})
 		if err != nil {
 			t.Fatal(err)
@@ -167,8 +167,8 @@ func TestSimDegradedAcks(t *testing.T) {
 	o := CreateOptions{Replicas: 2, ControlColumns: 1, Stripe: 4096} // data on every node
 	simTopic(t, 9, 3, testLayout(), o, func(t *testing.T, s *simMQ) {
 		tp, _ := s.open()
-		ctx := s.ctx()
-		s.crashMem(s.dataOnlyNodes()[0])
+		ctx := s.Ctx()
+		s.CrashMem(s.dataOnlyNodes()[0])
 		time.Sleep(3 * time.Second) // the switch counts it dead
 		all := NewProducer(tp, ProducerConfig{})
 		a, err := all.Produce(ctx, 0, recs("all"))

@@ -17,8 +17,8 @@ import (
 func TestSimRebuild(t *testing.T) {
 	o := CreateOptions{Replicas: 2, ControlColumns: 1, Stripe: 4096}
 	simTopic(t, 10, 3, testLayout(), o, func(t *testing.T, s *simMQ) {
-		ctx := s.ctx()
-		cat, err := CreateCatalog(ctx, s.poolClient(s.endpoint()), 4, 0)
+		ctx := s.Ctx()
+		cat, err := CreateCatalog(ctx, s.PoolClient(s.Endpoint()), 4, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +38,7 @@ func TestSimRebuild(t *testing.T) {
 		dead := NewProducer(tp, ProducerConfig{})
 		interrupted(t, s, dead, 0, recs("never written"), false, false)
 		interrupted(t, s, dead, 0, recs("e"), true, false)
-		s.crashMem(s.controlNode(tp))
+		s.CrashMem(s.controlNode(tp))
 		time.Sleep(DefaultSealTimeout)
 		if _, err := tp.State(ctx, 0); err == nil {
 			t.Fatal("the lost control region still answers")
@@ -47,7 +47,7 @@ func TestSimRebuild(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Another client finds the new control region in the catalog.
-		cat2, err := OpenCatalog(ctx, s.poolClient(s.endpoint()), cat.Region().ID(), cat.Region().Key())
+		cat2, err := OpenCatalog(ctx, s.PoolClient(s.Endpoint()), cat.Region().ID(), cat.Region().Key())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +88,7 @@ func TestSimRebuildWrapped(t *testing.T) {
 	o := CreateOptions{Replicas: 2, ControlColumns: 1, Stripe: 4096}
 	simTopic(t, 11, 3, testLayout(), o, func(t *testing.T, s *simMQ) {
 		tp, ep := s.open()
-		ctx := s.ctx()
+		ctx := s.Ctx()
 		p := NewProducer(tp, ProducerConfig{})
 		val := make([]byte, 900)
 		for i := range 200 {
@@ -96,9 +96,9 @@ func TestSimRebuildWrapped(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		s.crashMem(s.controlNode(tp))
+		s.CrashMem(s.controlNode(tp))
 		time.Sleep(DefaultSealTimeout)
-		t2, err := Rebuild(ctx, s.poolClient(ep), tp.Ref(), 1)
+		t2, err := Rebuild(ctx, s.PoolClient(ep), tp.Ref(), 1)
 		if err != nil {
 			t.Fatal(err)
 		}

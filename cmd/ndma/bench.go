@@ -39,6 +39,9 @@ var benchCmd = &cobra.Command{
          forwards every I/O, in-process or one client per testbed host
   switch the switch alone: reduced and replicated bytes per second per
          core of one switch process, against a raw UDP loop and memcpy
+  kv     the key-value store: GET/SET mixes through its Go client and its
+         Redis front end against redis-server, with CPU per operation of
+         every process
 
 Results print as a table, or as JSON Lines with --json.`,
 	Example: `  ndma bench rw --tests latency --sizes 8:4K

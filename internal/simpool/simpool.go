@@ -1,0 +1,257 @@
+// Package simpool runs a switch and memory nodes lending to its pool on
+// a simulated network (netio/simnet), for the tests of what is built on
+// the pool (kv, mq): processes crash and restart at their addresses, and
+// each start draws its own transport seed, as a real process does (a
+// process restarted with its previous incarnation's sequence numbers
+// would be taken for that one's duplicates until its peers forgot it).
+//
+// A Fabric lives inside a testing/synctest bubble: Start it there, and
+// Close it before the bubble ends.
+package simpool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/memnode/node"
+	"github.com/ndma/ndma/memnode/server"
+	"github.com/ndma/ndma/netio/simnet"
+	"github.com/ndma/ndma/pool"
+	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
+	"github.com/ndma/ndma/wire/ctrl"
+)
+
+// Config configures Start.
+type Config struct {
+	// Seed draws the network's losses and the processes' transport
+	// seeds.
+	Seed int64
+	// Token is the fabric token.
+	Token []byte
+	// Nodes memory nodes lend NodeSize bytes each (zero: 4 MiB).
+	Nodes, NodeSize int
+	// Link is every host's link (zero: 10 Gbit/s, 5 µs); the switch's
+	// is a port of a crossbar, without rate or latency.
+	Link simnet.LinkConfig
+}
+
+// Fabric is the switch, the memory nodes and the endpoints a test made.
+type Fabric struct {
+	T      testing.TB
+	Seed   int64
+	Net    *simnet.Network
+	Link   simnet.LinkConfig
+	Switch netip.AddrPort
+	Srv    *fabric.Server // the switch's current incarnation
+	Fab    endpoint.FabricOptions
+	Mems   []*Mem
+
+	token     []byte
+	port      int
+	switches  int // switch starts: each its own transport seed
+	memStarts int // memory node starts: each its own transport seed
+	eps       []*endpoint.Endpoint
+	wg        sync.WaitGroup // the memory nodes' offers
+	stop      context.CancelFunc
+	served    chan error
+}
+
+// Mem is a memory node.
+type Mem struct {
+	Addr   netip.AddrPort
+	Size   int
+	Node   *node.Node // nil while down
+	cancel context.CancelFunc
+}
+
+// Start starts the network, the switch and cfg.Nodes memory nodes, and
+// waits until the switch has taken every node's memory.
+func Start(t testing.TB, cfg Config) *Fabric {
+	t.Helper()
+	if cfg.NodeSize == 0 {
+		cfg.NodeSize = 4 << 20
+	}
+	if cfg.Link == (simnet.LinkConfig{}) {
+		cfg.Link = simnet.LinkConfig{Rate: 10e9, Latency: 5 * time.Microsecond}
+	}
+	f := &Fabric{T: t, Seed: cfg.Seed, Net: simnet.New(cfg.Seed), Link: cfg.Link,
+		Switch: netip.MustParseAddrPort("10.0.0.1:7471"), Fab: endpoint.FabricOptions{Token: cfg.Token},
+		token: cfg.Token, port: 9000, served: make(chan error, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	f.stop = cancel
+	go func() { f.served <- f.Net.Serve(ctx) }()
+	f.StartSwitch()
+	for range cfg.Nodes {
+		f.AddMem(cfg.NodeSize)
+	}
+	return f
+}
+
+// Close stops the memory nodes, the endpoints Endpoint made, the switch
+// and the network.
+func (f *Fabric) Close() {
+	for _, m := range f.Mems {
+		f.CrashMem(m)
+	}
+	f.wg.Wait()
+	for _, ep := range f.eps {
+		ep.Close()
+	}
+	f.Srv.Close()
+	f.stop()
+	if err := <-f.served; !errors.Is(err, context.Canceled) {
+		f.T.Errorf("seed %d: simnet: %v", f.Seed, err)
+	}
+}
+
+// Ctx is a context of 30 s (virtual time), canceled when the test ends.
+func (f *Fabric) Ctx() context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	f.T.Cleanup(cancel)
+	return ctx
+}
+
+// Addr is a fresh host address.
+func (f *Fabric) Addr() netip.AddrPort {
+	f.port++
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, 0, 1}), uint16(f.port))
+}
+
+// Endpoint is an endpoint at a fresh address, closed by Close.
+func (f *Fabric) Endpoint() *endpoint.Endpoint {
+	ep := f.NewEndpoint(endpoint.Config{})
+	f.eps = append(f.eps, ep)
+	return ep
+}
+
+// NewEndpoint is an endpoint of cfg (its transport set here) at a fresh
+// address; the caller closes it.
+func (f *Fabric) NewEndpoint(cfg endpoint.Config) *endpoint.Endpoint {
+	cfg.Transport = transport.Config{MTU: 9000, Seed: uint64(f.Seed)*1000 + uint64(f.port)}
+	addr := f.Addr()
+	ep, err := endpoint.New(f.Net.ListenConn(addr, f.Link, f.Link), cfg, endpoint.Options{})
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	return ep
+}
+
+// PoolClient is a pool client of ep.
+func (f *Fabric) PoolClient(ep *endpoint.Endpoint) *pool.Client {
+	pc, err := pool.New(ep, f.Switch.String(), pool.Options{Fabric: f.Fab})
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	return pc
+}
+
+// StartSwitch starts a switch at the switch's address (the first, or a
+// new incarnation after Srv.Close).
+func (f *Fabric) StartSwitch() {
+	f.switches++
+	sw, err := fabric.New(fabric.Config{Token: f.token, Transport: transport.Config{MTU: 9000, Seed: uint64(f.Seed)*1000 + uint64(f.switches)}})
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	f.Srv = fabric.NewServer(f.Net.ListenConn(f.Switch, simnet.LinkConfig{}, simnet.LinkConfig{}), sw, nil)
+}
+
+// AddMem starts a memory node lending size bytes, waiting up to 10 s
+// for the switch to take it.
+func (f *Fabric) AddMem(size int) *Mem {
+	m := &Mem{Addr: f.Addr(), Size: size}
+	f.Mems = append(f.Mems, m)
+	if err := f.StartMem(m, 10*time.Second); err != nil {
+		f.T.Fatal(err)
+	}
+	return m
+}
+
+// StartMem starts memory node m (again) at its address with empty
+// memory, lending it to the switch; it waits at most wait for the switch
+// to take the offer, and goes on offering it in the background.
+func (f *Fabric) StartMem(m *Mem, wait time.Duration) error {
+	f.memStarts++
+	st, err := memnode.NewStore(memnode.Config{})
+	if err != nil {
+		return err
+	}
+	key, err := st.Alloc(m.Size, wire.PermAll, 0)
+	if err != nil {
+		return err
+	}
+	cfg := node.Config{Store: st, Pool: &server.PoolServe{Switch: f.Switch, Key: key, Token: f.token},
+		Transport: transport.Config{MTU: 9000, Seed: uint64(f.Seed)*1000 + 100000 + uint64(f.memStarts)}}
+	nd, err := node.New(f.Net.ListenConn(m.Addr, f.Link, f.Link), cfg, node.Options{})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m.Node, m.cancel = nd, cancel
+	// Offer the region until the switch takes it (a switch that still
+	// holds the node's previous incarnation may take a few tries); from
+	// then on Lend repeats the offer as the node's heartbeat, under ctx.
+	lent := make(chan error, 1)
+	f.wg.Go(func() {
+		var err error
+		for ctx.Err() == nil {
+			if _, err = nd.Lend(ctx, f.Switch, key, uint64(m.Size), f.Fab); err == nil {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		lent <- err
+	})
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case err := <-lent:
+		return err
+	case <-t.C:
+		return nil // still offering it
+	}
+}
+
+// CrashMem stops memory node m at once; its memory is lost.
+func (f *Fabric) CrashMem(m *Mem) {
+	if m.Node == nil {
+		return
+	}
+	m.cancel()
+	m.Node.Close()
+	m.Node = nil
+}
+
+// Whole reports, asking the switch from ep, whether every copy of
+// every region is in place (an error saying what is not).
+func (f *Fabric) Whole(ep *endpoint.Endpoint) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	ps, err := ep.PoolStat(ctx, f.Switch.String(), f.Fab)
+	if err != nil {
+		return fmt.Errorf("pool stat: %w", err)
+	}
+	for _, r := range ps.Regions {
+		if r.Health != ctrl.HealthOK {
+			return fmt.Errorf("region %d is %v", r.Region, r.Health)
+		}
+	}
+	return nil
+}
+
+// SetLoss gives the link of the process at addr a loss rate (1: cut);
+// zero restores it.
+func (f *Fabric) SetLoss(addr netip.AddrPort, loss float64) {
+	l := f.Link
+	l.Loss = loss
+	f.Net.Locked(func() { f.Net.SetLink(addr, l, l) })
+}
