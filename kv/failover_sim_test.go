@@ -21,7 +21,7 @@ import (
 // a slot another holder filled, or an old version) would show.
 func TestSimOwnerFailover(t *testing.T) {
 	l := Layout{Shards: 4, Buckets: 64, PageBytes: 4096, HeapBytes: 8 * 4096, Owners: 2}
-	simStoreProcs(t, 21, 3, l, pool.AllocOptions{}, 2, func(t *testing.T, s *simKV) {
+	simStoreProcs(t, 21, 3, l, pool.AllocOptions{}, 2, nil, func(t *testing.T, s *simKV) {
 		ctx := s.Ctx()
 		c := s.client()
 		want := map[string]string{}

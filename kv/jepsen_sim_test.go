@@ -12,6 +12,7 @@ import (
 
 	"github.com/ndma/ndma/internal/jepsen"
 	"github.com/ndma/ndma/pool"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire/ctrl"
 )
 
@@ -38,11 +39,30 @@ func TestSimJepsenKV(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, seed := range seeds {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { jepsenKV(t, seed) })
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { jepsenKV(t, seed, nil) })
 	}
 }
 
-func jepsenKV(t *testing.T, seed int64) {
+// TestSimJepsenKVSealed is TestSimJepsenKV on a sealed fabric, as
+// deployed by default: every process holds a credential and every
+// datagram is sealed and encrypted, so restarts of owners, memory nodes
+// and the switch go through new handshakes. More seeds:
+// KV_JEPSEN_SEALED_SEEDS=FIRST-LAST.
+func TestSimJepsenKVSealed(t *testing.T) {
+	seeds, err := jepsen.SeedsFromEnv("KV_JEPSEN_SEALED_SEEDS", 541)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, seed := range seeds {
+		auth, err := secure.NewAuthority(fmt.Appendf(nil, "kv sealed run %d", seed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { jepsenKV(t, seed, auth) })
+	}
+}
+
+func jepsenKV(t *testing.T, seed int64, auth *secure.Authority) {
 	var h *jepsen.History
 	defer func() {
 		// Porcupine times its search with real timers: check outside the
@@ -64,7 +84,7 @@ func jepsenKV(t *testing.T, seed int64) {
 	// lost) and be rebuilt from the other copy.
 	// Two owner processes per rank: when the holder of a rank crashes
 	// or is cut off, the other takes the rank over.
-	simStoreProcs(t, seed, 3, l, pool.AllocOptions{Replicas: 2}, 2, func(t *testing.T, s *simKV) {
+	simStoreProcs(t, seed, 3, l, pool.AllocOptions{Replicas: 2}, 2, auth, func(t *testing.T, s *simKV) {
 		h = jepsen.NewHistory(nil)
 		var clients []*Client
 		for range kvClients {

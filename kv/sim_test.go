@@ -14,6 +14,7 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/internal/simpool"
 	"github.com/ndma/ndma/pool"
+	"github.com/ndma/ndma/secure"
 )
 
 var testToken = []byte("kv test token")
@@ -50,15 +51,16 @@ func simStore(t *testing.T, seed int64, nodes int, l Layout, f func(t *testing.T
 // simStoreWith is simStore with the key space's region shaped by alloc.
 func simStoreWith(t *testing.T, seed int64, nodes int, l Layout, alloc pool.AllocOptions, f func(t *testing.T, s *simKV)) {
 	t.Helper()
-	simStoreProcs(t, seed, nodes, l, alloc, 1, f)
+	simStoreProcs(t, seed, nodes, l, alloc, 1, nil, f)
 }
 
-// simStoreProcs is simStoreWith with perRank owner processes per rank.
-func simStoreProcs(t *testing.T, seed int64, nodes int, l Layout, alloc pool.AllocOptions, perRank int, f func(t *testing.T, s *simKV)) {
+// simStoreProcs is simStoreWith with perRank owner processes per rank,
+// on a fabric sealed under auth (nil: unsealed).
+func simStoreProcs(t *testing.T, seed int64, nodes int, l Layout, alloc pool.AllocOptions, perRank int, auth *secure.Authority, f func(t *testing.T, s *simKV)) {
 	t.Helper()
 	synctest.Test(t, func(t *testing.T) {
 		t.Logf("seed %d", seed)
-		s := &simKV{Fabric: simpool.Start(t, simpool.Config{Seed: seed, Token: testToken, Nodes: nodes}),
+		s := &simKV{Fabric: simpool.Start(t, simpool.Config{Seed: seed, Token: testToken, Nodes: nodes, Authority: auth}),
 			t: t, seed: seed, perRank: perRank, layout: l}
 		var err error
 		pc := s.PoolClient(s.Endpoint())
@@ -94,7 +96,8 @@ func (s *simKV) startOwner(i int) {
 // it leaves it down.
 func (s *simKV) tryStartOwner(i int) error {
 	r := i % s.layout.Owners
-	ep := s.NewEndpoint(endpoint.Config{})
+	// On a sealed fabric the credential kv-SPACE/RANK may serve the space.
+	ep := s.NewEndpointAs(endpoint.Config{}, secure.RoleMember, fmt.Sprintf("kv-%s/%d", simSpace, r))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	pc, err := pool.New(ep, s.Switch.String(), pool.Options{Fabric: s.Fab})

@@ -11,6 +11,7 @@ package simpool
 
 import (
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -25,6 +26,7 @@ import (
 	"github.com/ndma/ndma/memnode/server"
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/pool"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 	"github.com/ndma/ndma/wire/ctrl"
@@ -42,6 +44,11 @@ type Config struct {
 	// Link is every host's link (zero: 10 Gbit/s, 5 µs); the switch's
 	// is a port of a crossbar, without rate or latency.
 	Link simnet.LinkConfig
+	// Authority, when set, seals the fabric as deployed: the switch and
+	// the memory nodes hold credentials it issues, every endpoint one
+	// of the role and name NewEndpointAs gives (Endpoint: a client), and
+	// every datagram is sealed and encrypted.
+	Authority *secure.Authority
 }
 
 // Fabric is the switch, the memory nodes and the endpoints a test made.
@@ -56,6 +63,7 @@ type Fabric struct {
 	Mems   []*Mem
 
 	token     []byte
+	auth      *secure.Authority
 	port      int
 	switches  int // switch starts: each its own transport seed
 	memStarts int // memory node starts: each its own transport seed
@@ -85,7 +93,7 @@ func Start(t testing.TB, cfg Config) *Fabric {
 	}
 	f := &Fabric{T: t, Seed: cfg.Seed, Net: simnet.New(cfg.Seed), Link: cfg.Link,
 		Switch: netip.MustParseAddrPort("10.0.0.1:7471"), Fab: endpoint.FabricOptions{Token: cfg.Token},
-		token: cfg.Token, port: 9000, served: make(chan error, 1)}
+		token: cfg.Token, auth: cfg.Authority, port: 9000, served: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	f.stop = cancel
 	go func() { f.served <- f.Net.Serve(ctx) }()
@@ -134,11 +142,21 @@ func (f *Fabric) Endpoint() *endpoint.Endpoint {
 }
 
 // NewEndpoint is an endpoint of cfg (its transport set here) at a fresh
-// address; the caller closes it.
+// address, a client on a sealed fabric; the caller closes it.
 func (f *Fabric) NewEndpoint(cfg endpoint.Config) *endpoint.Endpoint {
+	return f.NewEndpointAs(cfg, secure.RoleClient, "client")
+}
+
+// NewEndpointAs is NewEndpoint holding, on a sealed fabric, a credential
+// of role and name.
+func (f *Fabric) NewEndpointAs(cfg endpoint.Config, role secure.Role, name string) *endpoint.Endpoint {
 	cfg.Transport = transport.Config{MTU: 9000, Seed: uint64(f.Seed)*1000 + uint64(f.port)}
 	addr := f.Addr()
-	ep, err := endpoint.New(f.Net.ListenConn(addr, f.Link, f.Link), cfg, endpoint.Options{})
+	var opts endpoint.Options
+	if f.auth != nil {
+		opts = endpoint.Options{Security: f.identity(role, name), SecurityOptions: secure.Options{Encrypt: true}}
+	}
+	ep, err := endpoint.New(f.Net.ListenConn(addr, f.Link, f.Link), cfg, opts)
 	if err != nil {
 		f.T.Fatal(err)
 	}
@@ -162,7 +180,24 @@ func (f *Fabric) StartSwitch() {
 	if err != nil {
 		f.T.Fatal(err)
 	}
-	f.Srv = fabric.NewServer(f.Net.ListenConn(f.Switch, simnet.LinkConfig{}, simnet.LinkConfig{}), sw, nil)
+	conn := f.Net.ListenConn(f.Switch, simnet.LinkConfig{}, simnet.LinkConfig{})
+	if f.auth == nil {
+		f.Srv = fabric.NewServer(conn, sw, nil)
+		return
+	}
+	if f.Srv, err = fabric.NewServerWith(conn, sw, fabric.ServerOptions{
+		Security: f.identity(secure.RoleSwitch, "sw"), SecurityOptions: secure.Options{Encrypt: true}}); err != nil {
+		f.T.Fatal(err)
+	}
+}
+
+// identity issues a credential of role and name.
+func (f *Fabric) identity(role secure.Role, name string) *secure.Identity {
+	id, err := f.auth.Issue(role, name, crand.Reader)
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	return id
 }
 
 // AddMem starts a memory node lending size bytes, waiting up to 10 s
@@ -191,7 +226,11 @@ func (f *Fabric) StartMem(m *Mem, wait time.Duration) error {
 	}
 	cfg := node.Config{Store: st, Pool: &server.PoolServe{Switch: f.Switch, Key: key, Token: f.token},
 		Transport: transport.Config{MTU: 9000, Seed: uint64(f.Seed)*1000 + 100000 + uint64(f.memStarts)}}
-	nd, err := node.New(f.Net.ListenConn(m.Addr, f.Link, f.Link), cfg, node.Options{})
+	var opts node.Options
+	if f.auth != nil {
+		opts = node.Options{Security: f.identity(secure.RoleMemoryNode, fmt.Sprint("m", f.memStarts)), SecurityOptions: secure.Options{Encrypt: true}}
+	}
+	nd, err := node.New(f.Net.ListenConn(m.Addr, f.Link, f.Link), cfg, opts)
 	if err != nil {
 		return err
 	}
