@@ -94,6 +94,9 @@ func Start(t testing.TB, cfg Config) *Fabric {
 	f := &Fabric{T: t, Seed: cfg.Seed, Net: simnet.New(cfg.Seed), Link: cfg.Link,
 		Switch: netip.MustParseAddrPort("10.0.0.1:7471"), Fab: endpoint.FabricOptions{Token: cfg.Token},
 		token: cfg.Token, auth: cfg.Authority, port: 9000, served: make(chan error, 1)}
+	// Deliveries in an order fixed by the seed, whatever order the
+	// bubble's goroutines run in.
+	f.Net.Quiesce = true
 	ctx, cancel := context.WithCancel(context.Background())
 	f.stop = cancel
 	go func() { f.served <- f.Net.Serve(ctx) }()
