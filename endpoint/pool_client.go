@@ -34,6 +34,9 @@ type PoolStats struct {
 	// those that were retransmissions, answers matched, and answers that
 	// matched nothing (late, or a second answer from the same node).
 	Requests, Retransmits, Responses, LateResponses uint64
+	// RequestBytes is the bytes of the request datagrams queued
+	// (retransmissions included): header and payload, before any seal.
+	RequestBytes uint64
 	// Proofs counts the control requests sent again to prove this
 	// endpoint's address to a switch that stopped forwarding its pool
 	// requests (SetPoolProof).
@@ -146,7 +149,10 @@ func (c *Core) checkChain(op *Op) error {
 		return fmt.Errorf("%w: chain result buffer of %d bytes, ChainLen %d", ErrBadOp, len(op.Recv), n)
 	}
 	for i, h := range op.Chain {
-		if h.Op == 0 || h.Op > wire.ChainAccumulate || (i > 0 && h.Op == wire.ChainLoad) {
+		if err := h.Check(); err != nil {
+			return fmt.Errorf("%w: chain hop %d: %v", ErrBadOp, i, err)
+		}
+		if i > 0 && h.Op == wire.ChainLoad {
 			return fmt.Errorf("%w: chain hop %d: op %v", ErrBadOp, i, h.Op)
 		}
 	}
@@ -187,7 +193,9 @@ func (ps *poolSender) SendSeg(now time.Time, po *poolAccess, i int) {
 		payload = po.Scratch
 	}
 	h.MsgLen = uint32(len(payload))
-	c.queueRaw(op.Peer, &h, payload)
+	if c.queueRaw(op.Peer, &h, payload) {
+		c.pool.stats.RequestBytes += uint64(wire.HeaderLen + len(payload))
+	}
 }
 
 // Unanswered proves this endpoint's address to sw again (SetPoolProof).

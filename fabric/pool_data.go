@@ -362,13 +362,7 @@ func (p *poolPlane) chainForward(from netip.AddrPort, h *wire.Header, payload []
 		return
 	}
 	hop := wire.ChainHopAt(hops, int(h.Hop))
-	need := wire.PermRead
-	switch hop.Op {
-	case wire.ChainStore:
-		need = wire.PermWrite
-	case wire.ChainAccumulate:
-		need = wire.PermVector
-	}
+	need := hop.Op.Perm()
 	r, err := p.mmu.Region(h.Group, h.Key)
 	switch {
 	case err != nil || !r.Ready:

@@ -282,52 +282,6 @@ func (p *PoolNode) Exec(h *wire.Header, payload []byte) Result {
 	return res
 }
 
-// ExecHop executes hop op of a chain (wire.OpChain) at node-local address
-// h.Addr of pool region h.Group with key h.Key, on data (nil before a
-// Load), with the grant checks of Exec. It returns the result and the data
-// the packet carries on: Load and Apply write it into dst's backing array
-// (grown as needed), Store and Accumulate pass data on unchanged. Apply
-// computes data[i] = Alu(data[i], memory[i]) with Accumulate's rules
-// (Dtype F32, F64, I32 or I64; Alu Add, Min or Max; n a multiple of the
-// element size, Addr aligned to it).
-func (p *PoolNode) ExecHop(h *wire.Header, op wire.ChainOp, data, dst []byte) (Result, []byte) {
-	lh := wire.Header{Group: h.Group, Key: h.Key, Addr: h.Addr, Dtype: h.Dtype, Alu: h.Alu}
-	switch op {
-	case wire.ChainLoad:
-		lh.Op, lh.Operand1 = wire.OpRead, h.Operand1
-		r := p.Exec(&lh, nil)
-		if r.Status != wire.StatusOK {
-			return r, nil
-		}
-		return Result{}, append(dst[:0], r.Data...)
-	case wire.ChainApply:
-		es := h.Dtype.Size()
-		switch {
-		case es == 0 || len(data)%es != 0:
-			return Result{Status: wire.StatusBadOperand}, nil
-		case h.Alu != wire.AluAdd && h.Alu != wire.AluMin && h.Alu != wire.AluMax:
-			return Result{Status: wire.StatusUnknownOp}, nil
-		case h.Addr%uint64(es) != 0:
-			return Result{Status: wire.StatusMisaligned}, nil
-		}
-		lh.Op, lh.Operand1 = wire.OpRead, uint64(len(data))
-		r := p.Exec(&lh, nil)
-		if r.Status != wire.StatusOK {
-			return r, nil
-		}
-		dst = append(dst[:0], data...)
-		vector(dst, r.Data, h.Dtype, h.Alu)
-		return Result{}, dst
-	case wire.ChainStore:
-		lh.Op = wire.OpWrite
-		return p.Exec(&lh, data), data
-	case wire.ChainAccumulate:
-		lh.Op = wire.OpVector
-		return p.Exec(&lh, data), data
-	}
-	return Result{Status: wire.StatusUnknownOp}, nil
-}
-
 // ExecOptim applies an optimizer step (wire.OpOptim) forwarded by the
 // switch: params (decoded by the caller) and the f32 gradients grads to
 // the parameters at node-local h.Addr, with the first moment at

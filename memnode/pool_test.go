@@ -143,19 +143,19 @@ func TestPoolNodeExecHop(t *testing.T) {
 		binary.LittleEndian.PutUint64(mem[256+8*i:], uint64(10*i))
 	}
 	h := wire.Header{Group: 3, Key: 33, Addr: 256, Operand1: 32, Dtype: wire.DtypeI64, Alu: wire.AluAdd}
-	r, data := p.ExecHop(&h, wire.ChainLoad, nil, nil)
+	r, data := p.ExecHop(&h, wire.ChainLoad, 0, nil, nil)
 	if r.Status != wire.StatusOK || len(data) != 32 || binary.LittleEndian.Uint64(data[8:]) != 10 {
 		t.Fatalf("load: %v %x", r.Status, data)
 	}
-	r, data2 := p.ExecHop(&h, wire.ChainApply, data, nil)
+	r, data2 := p.ExecHop(&h, wire.ChainApply, 0, data, nil)
 	if r.Status != wire.StatusOK || binary.LittleEndian.Uint64(data2[24:]) != 60 || binary.LittleEndian.Uint64(mem[256+24:]) != 30 {
 		t.Fatalf("apply: %v, memory must not change", r.Status)
 	}
 	h.Addr = 512
-	if r, out := p.ExecHop(&h, wire.ChainStore, data2, nil); r.Status != wire.StatusOK || &out[0] != &data2[0] || binary.LittleEndian.Uint64(mem[512+24:]) != 60 {
+	if r, out := p.ExecHop(&h, wire.ChainStore, 0, data2, nil); r.Status != wire.StatusOK || &out[0] != &data2[0] || binary.LittleEndian.Uint64(mem[512+24:]) != 60 {
 		t.Fatalf("store: %v", r.Status)
 	}
-	if r, _ := p.ExecHop(&h, wire.ChainAccumulate, data2, nil); r.Status != wire.StatusOK || binary.LittleEndian.Uint64(mem[512+24:]) != 120 {
+	if r, _ := p.ExecHop(&h, wire.ChainAccumulate, 0, data2, nil); r.Status != wire.StatusOK || binary.LittleEndian.Uint64(mem[512+24:]) != 120 {
 		t.Fatalf("accumulate: %v", r.Status)
 	}
 	for _, c := range []struct {
@@ -171,7 +171,7 @@ func TestPoolNodeExecHop(t *testing.T) {
 		{"load with a wrong key", wire.Header{Group: 3, Key: 34, Addr: 256, Operand1: 8}, wire.ChainLoad, wire.StatusBadKey},
 		{"unknown op", wire.Header{Group: 3, Key: 33, Addr: 256}, 9, wire.StatusUnknownOp},
 	} {
-		if r, _ := p.ExecHop(&c.h, c.op, data, nil); r.Status != c.want {
+		if r, _ := p.ExecHop(&c.h, c.op, 0, data, nil); r.Status != c.want {
 			t.Errorf("%s: %v, want %v", c.name, r.Status, c.want)
 		}
 	}

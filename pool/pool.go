@@ -415,7 +415,8 @@ func (r *Region) Chain(ctx context.Context, hops []wire.ChainHop, n int, dt wire
 		off, c := offs[i], chunks[i]
 		hs := make([]wire.ChainHop, len(hops))
 		for k, h := range hops {
-			hs[k] = wire.ChainHop{Addr: h.Addr + uint64(off), Op: h.Op}
+			hs[k] = h
+			hs[k].Addr += uint64(off)
 		}
 		lane := 0
 		if es, err := r.layout.Extents(hs[0].Addr, 1, 0, nil); err == nil && len(es) == 1 {

@@ -16,6 +16,9 @@ import (
 // executed, Dtype and Alu the element type and operation of Apply and
 // Accumulate hops. The payload is the hop list (ChainHopLen bytes per hop)
 // followed by the data: n bytes, or none before a Load has put them there.
+//
+// A hop is 16 bytes: the pool address (u64), the op (u8), the coefficient
+// of a GFAccumulate hop (u8; zero for every other op) and 6 zero bytes.
 
 // ChainOp is what one hop does.
 type ChainOp uint8
@@ -33,10 +36,21 @@ const (
 	// ChainAccumulate: memory[Addr+i] = Alu(memory[Addr+i], data[i]), as
 	// OpVector.
 	ChainAccumulate ChainOp = 4
-	chainOpCount    ChainOp = 5
+	// ChainDelta: data[i] ^= memory[Addr+i]; memory is not changed. The
+	// packet carries on the change from what memory holds to the data
+	// (zero where they agree). Works on bytes: Dtype and Alu are not
+	// used.
+	ChainDelta ChainOp = 5
+	// ChainGFAccumulate: memory[Addr+i] ^= Coef·data[i], the product in
+	// GF(2^8) with the polynomial x^8+x^4+x^3+x^2+1 (0x11d, package
+	// gf256). Coef (1 to 255) is carried in the hop. Works on bytes:
+	// Dtype and Alu are not used. Coef 1 XORs the data into memory.
+	ChainGFAccumulate ChainOp = 6
+	chainOpCount      ChainOp = 7
 )
 
-var chainOpNames = [...]string{ChainLoad: "load", ChainApply: "apply", ChainStore: "store", ChainAccumulate: "accumulate"}
+var chainOpNames = [...]string{ChainLoad: "load", ChainApply: "apply", ChainStore: "store", ChainAccumulate: "accumulate",
+	ChainDelta: "delta", ChainGFAccumulate: "gfaccumulate"}
 
 func (o ChainOp) String() string {
 	if o > 0 && o < chainOpCount {
@@ -46,18 +60,49 @@ func (o ChainOp) String() string {
 }
 
 // Mutates reports whether the op changes memory.
-func (o ChainOp) Mutates() bool { return o == ChainStore || o == ChainAccumulate }
+func (o ChainOp) Mutates() bool {
+	return o == ChainStore || o == ChainAccumulate || o == ChainGFAccumulate
+}
+
+// Computes reports whether the op answers with data of its own (Load,
+// Apply, Delta) rather than passing the data on unchanged.
+func (o ChainOp) Computes() bool { return o == ChainLoad || o == ChainApply || o == ChainDelta }
+
+// Perm is the permission the op needs on its region.
+func (o ChainOp) Perm() Perm {
+	switch o {
+	case ChainStore:
+		return PermWrite
+	case ChainAccumulate, ChainGFAccumulate:
+		return PermVector
+	}
+	return PermRead
+}
 
 // Limits of a chain.
 const (
-	ChainHopLen  = 16 // bytes per hop: address u64, op u8, 7 zero bytes
+	ChainHopLen  = 16 // bytes per hop: address u64, op u8, coefficient u8, 6 zero bytes
 	MaxChainHops = 16
 )
 
-// ChainHop is one hop: Op at pool address Addr of the chain's region.
+// ChainHop is one hop: Op at pool address Addr of the chain's region, with
+// Coef the GF(2^8) coefficient of a GFAccumulate (zero for other ops).
 type ChainHop struct {
 	Addr uint64
 	Op   ChainOp
+	Coef uint8
+}
+
+// Check reports whether the hop is well formed: a known op, and a
+// coefficient that is 1 to 255 for a GFAccumulate and zero otherwise.
+func (h ChainHop) Check() error {
+	switch {
+	case h.Op == 0 || h.Op >= chainOpCount:
+		return fmt.Errorf("%w: op %v", ErrChain, h.Op)
+	case (h.Op == ChainGFAccumulate) != (h.Coef != 0):
+		return fmt.Errorf("%w: %v with coefficient %d", ErrChain, h.Op, h.Coef)
+	}
+	return nil
 }
 
 // ErrChain reports a malformed hop list.
@@ -67,7 +112,7 @@ var ErrChain = errors.New("wire: malformed chain")
 func AppendChain(b []byte, hops []ChainHop) []byte {
 	for _, h := range hops {
 		b = binary.BigEndian.AppendUint64(b, h.Addr)
-		b = append(b, byte(h.Op), 0, 0, 0, 0, 0, 0, 0)
+		b = append(b, byte(h.Op), h.Coef, 0, 0, 0, 0, 0, 0)
 	}
 	return b
 }
@@ -75,13 +120,14 @@ func AppendChain(b []byte, hops []ChainHop) []byte {
 // ChainHopAt decodes hop i of the list at the start of payload.
 func ChainHopAt(payload []byte, i int) ChainHop {
 	e := payload[i*ChainHopLen:]
-	return ChainHop{Addr: binary.BigEndian.Uint64(e), Op: ChainOp(e[8])}
+	return ChainHop{Addr: binary.BigEndian.Uint64(e), Op: ChainOp(e[8]), Coef: e[9]}
 }
 
 // SplitChain checks an OpChain packet's payload (without a reply-to
 // trailer) against h and splits it into the hop list and the data (nil
 // before a Load). It checks the hop count (1..MaxChainHops), that Hop is
-// in range, every hop's op and zero padding, that the data is either
+// in range, every hop's op, coefficient (ChainHop.Check) and zero
+// padding, that the data is either
 // absent or exactly Operand1 bytes, that a Load finds no data and every
 // other op finds it, and that no op but the last hop's answers with data
 // the client did not ask for (any op may be last).
@@ -93,7 +139,7 @@ func SplitChain(h *Header, payload []byte) (hops, data []byte, err error) {
 	hops, data = payload[:n*ChainHopLen], payload[n*ChainHopLen:]
 	for i := range n {
 		e := hops[i*ChainHopLen:]
-		if op := ChainOp(e[8]); op == 0 || op >= chainOpCount || binary.BigEndian.Uint64(e[8:])&0x00ffffffffffffff != 0 {
+		if ChainHopAt(hops, i).Check() != nil || binary.BigEndian.Uint64(e[8:])&0x0000ffffffffffff != 0 {
 			return nil, nil, fmt.Errorf("%w: hop %d", ErrChain, i)
 		}
 	}

@@ -56,6 +56,8 @@ func FuzzAck(f *testing.F) {
 func FuzzPoolPayload(f *testing.F) {
 	hops := AppendChain(nil, []ChainHop{{Addr: 8, Op: ChainLoad}, {Addr: 64, Op: ChainStore}})
 	f.Add(uint64(16), uint64(2), uint8(0), AppendReplyTo(hops, netip.MustParseAddrPort("10.0.0.1:9")))
+	f.Add(uint64(3), uint64(3), uint8(1), append(AppendChain(nil, []ChainHop{{Addr: 8, Op: ChainDelta},
+		{Addr: 64, Op: ChainGFAccumulate, Coef: 3}, {Addr: 8, Op: ChainGFAccumulate, Coef: 1}}), 1, 2, 3))
 	f.Add(uint64(0), uint64(0), uint8(0), AppendOptim(nil, &OptimParams{Algo: OptimAdam, Step: 1, LR: 1, Eps: 1}))
 	f.Fuzz(func(t *testing.T, op1, op2 uint64, hop uint8, payload []byte) {
 		h := Header{Op: OpChain, Mode: ModePool, Operand1: op1, Operand2: op2, Hop: hop}
@@ -68,6 +70,16 @@ func FuzzPoolPayload(f *testing.F) {
 		if len(hs) != int(op2)*ChainHopLen || (data != nil && uint64(len(data)) != op1) || int(hop) >= int(op2) {
 			t.Fatalf("accepted inconsistent chain: %d hop bytes, %d data bytes, header %d/%d/%d", len(hs), len(data), op1, op2, hop)
 		}
-		_ = ChainHopAt(hs, int(hop))
+		// Every hop accepted is well formed and encodes back to its bytes.
+		dec := make([]ChainHop, int(op2))
+		for i := range dec {
+			dec[i] = ChainHopAt(hs, i)
+			if err := dec[i].Check(); err != nil {
+				t.Fatalf("accepted hop %d: %v", i, err)
+			}
+		}
+		if !bytes.Equal(AppendChain(nil, dec), hs) {
+			t.Fatalf("hop list does not round-trip")
+		}
 	})
 }

@@ -328,6 +328,23 @@ func TestSplitChain(t *testing.T) {
 	odd = append([]byte(nil), hops...)
 	odd[15] = 1
 	bad("padding", Header{Operand1: 16, Operand2: 3}, odd)
+	odd = append([]byte(nil), hops...)
+	odd[ChainHopLen+9] = 7
+	bad("coefficient on an apply", Header{Operand1: 16, Operand2: 3}, odd)
+	gf := AppendChain(nil, []ChainHop{{Addr: 64, Op: ChainDelta}, {Addr: 128, Op: ChainGFAccumulate, Coef: 0x8e}})
+	gh := Header{Operand1: 4, Operand2: 2, Hop: 1}
+	if hs, _, err := SplitChain(&gh, append(append([]byte(nil), gf...), 1, 2, 3, 4)); err != nil || ChainHopAt(hs, 1) != (ChainHop{Addr: 128, Op: ChainGFAccumulate, Coef: 0x8e}) {
+		t.Fatalf("gfaccumulate hop: %v", err)
+	}
+	bad("delta without data", Header{Operand1: 4, Operand2: 2}, gf)
+	odd = append([]byte(nil), gf...)
+	odd[ChainHopLen+9] = 0
+	bad("gfaccumulate with coefficient zero", Header{Operand1: 4, Operand2: 2, Hop: 1}, append(odd, 1, 2, 3, 4))
+	for _, c := range []ChainHop{{Op: ChainGFAccumulate}, {Op: ChainStore, Coef: 1}, {Op: chainOpCount}} {
+		if err := c.Check(); !errors.Is(err, ErrChain) {
+			t.Errorf("%+v: %v, want ErrChain", c, err)
+		}
+	}
 	// CHAIN outside pool mode, and Hop on other opcodes, do not parse.
 	for _, h := range []Header{{Version: Version, Op: OpChain}, {Version: Version, Op: OpRead, Mode: ModePool, Hop: 1}} {
 		pkt, _ := AppendPacket(nil, &h, nil)

@@ -500,15 +500,17 @@ func (c *checker) packet(i int, s sent, p *packet, w *workload) {
 		if err != nil {
 			t.Fatalf("%s: %v", where, err)
 		}
-		addrs, ops := d.all("ndma.chain.addr"), d.all("ndma.chain.op")
-		if len(addrs) != len(hops)/wire.ChainHopLen || len(ops) != len(addrs) || (data != nil) != d.has("ndma.chain.data") {
+		addrs, ops, coefs := d.all("ndma.chain.addr"), d.all("ndma.chain.op"), d.all("ndma.chain.coef")
+		if len(addrs) != len(hops)/wire.ChainHopLen || len(ops) != len(addrs) || len(coefs) != len(addrs) || (data != nil) != d.has("ndma.chain.data") {
 			t.Errorf("%s: %d hops shown, want %d", where, len(addrs), len(hops)/wire.ChainHopLen)
 			break
 		}
 		for j := range addrs {
 			hop := wire.ChainHopAt(hops, j)
-			if v, _ := strconv.ParseUint(addrs[j].Show, 0, 64); v != hop.Addr || !strings.Contains(ops[j].Showname, strings.ToUpper(hop.Op.String())) {
-				t.Errorf("%s: hop %d shown as %s %s, want %v at %#x", where, j, ops[j].Showname, addrs[j].Show, hop.Op, hop.Addr)
+			v, _ := strconv.ParseUint(addrs[j].Show, 0, 64)
+			c, _ := strconv.ParseUint(coefs[j].Show, 0, 8)
+			if v != hop.Addr || !strings.Contains(ops[j].Showname, strings.ToUpper(hop.Op.String())) || c != uint64(hop.Coef) {
+				t.Errorf("%s: hop %d shown as %s %s ×%s, want %v at %#x ×%#x", where, j, ops[j].Showname, addrs[j].Show, coefs[j].Show, hop.Op, hop.Addr, hop.Coef)
 			}
 		}
 	case h.Op == wire.OpOptim && dir == "req" && len(body) > 0:

@@ -120,6 +120,18 @@ func handmade(t *testing.T, f *simFabric) {
 		t.Fatal(err)
 	}
 	f.log = append(f.log, sent{at: at, src: cli, dst: f.swAddr, buf: pkt})
+	// An erasure-coded write: the change to a data shard, added into a
+	// parity shard times a coefficient, then into the data shard.
+	hops = []wire.ChainHop{{Addr: 0x100, Op: wire.ChainDelta}, {Addr: 0x8100, Op: wire.ChainGFAccumulate, Coef: 0x8e},
+		{Addr: 0x100, Op: wire.ChainGFAccumulate, Coef: 1}}
+	ch = wire.Header{Version: wire.Version, Op: wire.OpChain, Mode: wire.ModePool, Group: 5, Key: 0xabcdef0123, MsgID: 53,
+		Operand1: 5, Operand2: uint64(len(hops))}
+	payload = append(wire.AppendChain(nil, hops), "delta"...)
+	ch.MsgLen = uint32(len(payload))
+	if pkt, err = wire.AppendPacket(nil, &ch, payload); err != nil {
+		t.Fatal(err)
+	}
+	f.log = append(f.log, sent{at: at, src: cli, dst: f.swAddr, buf: pkt})
 	// An Adam step on four parameters.
 	payload = wire.AppendOptim(nil, &wire.OptimParams{Algo: wire.OptimAdam, Step: 3, LR: 0.001, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
 	payload = append(payload, make([]byte, 16)...)

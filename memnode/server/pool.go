@@ -365,8 +365,8 @@ func (s *Server) serveChain(now time.Time, client netip.AddrPort, h *wire.Header
 		// Applied before: pass the same data on, do not apply it again.
 		s.stats.Pool.Duplicates++
 	} else {
-		res, out = p.node.ExecHop(h, hop.Op, data, p.chainBuf)
-		if hop.Op == wire.ChainLoad || hop.Op == wire.ChainApply {
+		res, out = p.node.ExecHop(h, hop.Op, hop.Coef, data, p.chainBuf)
+		if hop.Op.Computes() {
 			p.chainBuf = out
 		}
 		if hop.Op.Mutates() {

@@ -58,7 +58,9 @@ local status_names = {
 
 local dtype_names = { [0] = "none", [1] = "f32", [2] = "f64", [3] = "i32", [4] = "i64" }
 local alu_names = { [0] = "none", [1] = "ADD", [2] = "MIN", [3] = "MAX", [4] = "PROD" }
-local chainop_names = { [1] = "LOAD", [2] = "APPLY", [3] = "STORE", [4] = "ACCUMULATE" }
+local chainop_names = { [1] = "LOAD", [2] = "APPLY", [3] = "STORE", [4] = "ACCUMULATE", [5] = "DELTA",
+    [6] = "GFACCUMULATE" }
+local CHAIN_GFACCUMULATE = 6
 local optim_names = { [1] = "SGD", [2] = "Adam" }
 local health_names = { [0] = "ok", [1] = "degraded", [2] = "unavailable", [3] = "lost" }
 
@@ -152,6 +154,7 @@ f.event = add(ProtoField.string("ndma.event", "Event"))
 f.chain_hop = add(ProtoField.string("ndma.chain.hop", "Hop"))
 f.chain_addr = add(ProtoField.uint64("ndma.chain.addr", "Pool address", base.HEX))
 f.chain_op = add(ProtoField.uint8("ndma.chain.op", "Op", base.DEC, chainop_names))
+f.chain_coef = add(ProtoField.uint8("ndma.chain.coef", "GF(2^8) coefficient", base.HEX))
 f.chain_pad = add(ProtoField.bytes("ndma.chain.pad", "Padding"))
 f.chain_data = add(ProtoField.bytes("ndma.chain.data", "Data"))
 f.optim_algo = add(ProtoField.uint8("ndma.optim.algo", "Algorithm", base.DEC, optim_names))
@@ -739,15 +742,19 @@ local function dissect_chain(tvb, tree, off, len, nhops, hop)
     for i = 0, n - 1 do
         local b = off + i * CHAIN_HOP_LEN
         local op = tvb(b + 8, 1):uint()
-        local text = string.format("%s at 0x%s%s", name_of(chainop_names, op, "chainop"), tvb(b, 8):uint64():tohex(),
-            i == hop and " (current)" or "")
+        local coef = tvb(b + 9, 1):uint()
+        local text = string.format("%s at 0x%s%s%s", name_of(chainop_names, op, "chainop"), tvb(b, 8):uint64():tohex(),
+            op == CHAIN_GFACCUMULATE and string.format(" ×0x%02x", coef) or "", i == hop and " (current)" or "")
         local ht = tree:add(f.chain_hop, tvb(b, CHAIN_HOP_LEN), text)
         ht:set_text(string.format("Hop %d: %s", i, text))
         ht:add(f.chain_addr, tvb(b, 8))
         ht:add(f.chain_op, tvb(b + 8, 1))
-        ht:add(f.chain_pad, tvb(b + 9, 7))
-        if not chainop_names[op] or tvb(b + 9, 7):bytes():tohex() ~= "00000000000000" then
+        ht:add(f.chain_coef, tvb(b + 9, 1))
+        ht:add(f.chain_pad, tvb(b + 10, 6))
+        if not chainop_names[op] or tvb(b + 10, 6):bytes():tohex() ~= "000000000000" then
             ht:add_proto_expert_info(e_malformed, "unknown chain op or non-zero padding")
+        elseif (op == CHAIN_GFACCUMULATE) ~= (coef ~= 0) then
+            ht:add_proto_expert_info(e_malformed, "coefficient on an op other than GFACCUMULATE, or GFACCUMULATE with coefficient 0")
         end
     end
     local d = n * CHAIN_HOP_LEN
