@@ -384,7 +384,7 @@ func ChainChunks(l poolmap.Layout, addrs []uint64, n, max, align int) ([]int, er
 // memory nodes of the hops' addresses in order, with no host in between.
 // in is the data the chain starts with (nil when the first hop is a
 // Load); out, if not nil, receives the data the last hop answers with
-// (when it is a Load or an Apply). dt and alu apply to Apply and
+// (when it is a Load, an Apply or a Delta). dt and alu apply to Apply and
 // Accumulate hops. A chunk that is lost is resent whole; memory nodes
 // answer a resent Store or Accumulate from their reply cache, so none is
 // applied twice.

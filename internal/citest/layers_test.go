@@ -27,7 +27,7 @@ var layers = []struct {
 	// through the switch.
 	{"endpoint", []string{"fabric"}},
 	{"coll", []string{"fabric"}},
-	{"pool", []string{"fabric"}},
+	{"pool/...", []string{"fabric"}},
 	{"stor", []string{"fabric"}},
 	{"kv", []string{"fabric"}},
 	{"mq", []string{"fabric"}},

@@ -1,0 +1,65 @@
+package ec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// ReadAt reads len(p) bytes at volume offset off. Each piece is read from
+// its data shard; a piece whose shard cannot be read (any error but ctx's
+// end) is rebuilt from k shards of its row that can. It returns how many
+// pieces had to be rebuilt.
+func (v *Volume) ReadAt(ctx context.Context, p []byte, off int64) (rebuilt int, err error) {
+	ps, err := v.pieces(off, len(p))
+	if err != nil {
+		return 0, err
+	}
+	for _, pc := range ps {
+		buf := p[pc.off : pc.off+int(pc.n)]
+		_, err := v.r.ReadAtContext(ctx, buf, int64(v.ShardAddr(pc.row, pc.i, pc.w)))
+		if err == nil {
+			continue
+		}
+		if ctx.Err() != nil {
+			return rebuilt, err
+		}
+		if err := v.reconstruct(ctx, pc, buf); err != nil {
+			return rebuilt, err
+		}
+		rebuilt++
+	}
+	return rebuilt, nil
+}
+
+// reconstruct rebuilds piece pc of data shard pc.i into buf from the
+// same bytes of other shards of its row: it reads shards until k of
+// them answered and decodes.
+func (v *Volume) reconstruct(ctx context.Context, pc piece, buf []byte) error {
+	shards := make([][]byte, v.k+v.m)
+	got := 0
+	var errs []error
+	for s := range shards {
+		if s == pc.i || got == v.k {
+			continue
+		}
+		b := make([]byte, pc.n)
+		if _, err := v.r.ReadAtContext(ctx, b, int64(v.ShardAddr(pc.row, s, pc.w))); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			errs = append(errs, fmt.Errorf("shard %d: %w", s, err))
+			continue
+		}
+		shards[s] = b
+		got++
+	}
+	if got < v.k {
+		return fmt.Errorf("%w: row %d, %d of %d: %w", ErrUnreadable, pc.row, got, v.k, errors.Join(errs...))
+	}
+	if err := v.enc.ReconstructData(shards); err != nil {
+		return fmt.Errorf("ec: row %d: %w", pc.row, err)
+	}
+	copy(buf, shards[pc.i])
+	return nil
+}
