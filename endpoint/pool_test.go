@@ -55,6 +55,8 @@ func TestPoolPostErrors(t *testing.T) {
 		"chain load later":    {Kind: KindChain, ChainLen: 8, Buf: make([]byte, 8), Chain: []wire.ChainHop{{Op: wire.ChainApply}, {Op: wire.ChainLoad}}},
 		"chain load and data": {Kind: KindChain, ChainLen: 8, Buf: make([]byte, 8), Chain: []wire.ChainHop{{Op: wire.ChainLoad}}},
 		"optim no stride":     {Kind: KindOptim, Buf: make([]byte, 8)},
+		"gf coefficient zero": {Kind: KindChain, ChainLen: 8, Buf: make([]byte, 8), Chain: []wire.ChainHop{{Op: wire.ChainDelta}, {Op: wire.ChainGFAccumulate}}},
+		"store coefficient":   {Kind: KindChain, ChainLen: 8, Buf: make([]byte, 8), Chain: []wire.ChainHop{{Op: wire.ChainStore, Coef: 3}}},
 	} {
 		op.Peer, op.Pool, op.Key = sw, 1, 1
 		if err := c.Post(now, op); !errors.Is(err, ErrBadOp) {

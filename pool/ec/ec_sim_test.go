@@ -15,7 +15,7 @@ import (
 	"github.com/ndma/ndma/wire"
 )
 
-const k, m, shard = 4, 2, 4096
+const k, m = 4, 2
 
 // TestSimCodedVolume writes objects of odd sizes at odd offsets into a
 // 4+2 volume on six memory nodes (overwrites included), checks that every
@@ -26,24 +26,29 @@ const k, m, shard = 4, 2, 4096
 // memory nodes of two data shards and reads every byte back by
 // reconstruction.
 func TestSimCodedVolume(t *testing.T) {
-	for _, seed := range []int64{71, 72} {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { simCodedVolume(t, seed) })
+	// Shards of one datagram, and of three (each piece's chain cut into
+	// chunks).
+	for _, c := range []struct {
+		seed  int64
+		shard int
+	}{{71, 4096}, {72, 20000}} {
+		t.Run(fmt.Sprint("seed", c.seed), func(t *testing.T) { simCodedVolume(t, c.seed, c.shard) })
 	}
 }
 
-func simCodedVolume(t *testing.T, seed int64) {
+func simCodedVolume(t *testing.T, seed int64, shard int) {
 	synctest.Test(t, func(t *testing.T) {
-		t.Logf("seed %d", seed)
+		t.Logf("seed %d, shards of %d bytes", seed, shard)
 		rng := rand.New(rand.NewPCG(uint64(seed), 7))
 		f := simpool.Start(t, simpool.Config{Seed: seed, Token: []byte("ec test token"), Nodes: k + m})
 		defer f.Close()
 		ctx := f.Ctx()
 		ep := f.Endpoint()
-		v, err := ec.Create(ctx, f.PoolClient(ep), k, m, shard, 20*k*shard-1000)
+		v, err := ec.Create(ctx, f.PoolClient(ep), k, m, uint64(shard), uint64(20*k*shard-1000))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v.Size() != 20*k*shard {
+		if v.Size() != int64(20*k*shard) {
 			t.Fatalf("volume of %d bytes, want 20 rows of %d", v.Size(), k*shard)
 		}
 		model := make([]byte, v.Size())
@@ -67,7 +72,7 @@ func simCodedVolume(t *testing.T, seed int64) {
 			data += w[1]
 		}
 		after := ep.Stats().Pool
-		checkParity(t, v, model)
+		checkParity(t, v, shard, model)
 		// Each datagram carries a header, the hop list and data; the data
 		// went out once (k shards' bytes), not once per shard (k+m).
 		sent, reqs := after.RequestBytes-before.RequestBytes, after.Requests-before.Requests
@@ -88,7 +93,7 @@ func simCodedVolume(t *testing.T, seed int64) {
 		if st := ep.Stats().Pool; st.Retransmits == after.Retransmits {
 			t.Fatalf("seed %d: no chain was resent through the lossy link", seed)
 		}
-		checkParity(t, v, model)
+		checkParity(t, v, shard, model)
 		// Lose the memory nodes of two data shards (drawn by the seed).
 		lost := rng.Perm(k)[:2]
 		for _, c := range lost {
@@ -126,15 +131,15 @@ func simCodedVolume(t *testing.T, seed int64) {
 // checkParity reads every row of v's region as it lies in memory and
 // compares its data with model and its parity with klauspost's Encode of
 // that data.
-func checkParity(t *testing.T, v *ec.Volume, model []byte) {
+func checkParity(t *testing.T, v *ec.Volume, shard int, model []byte) {
 	t.Helper()
 	enc, err := reedsolomon.New(k, m)
 	if err != nil {
 		t.Fatal(err)
 	}
 	row := make([]byte, (k+m)*shard)
-	for r := range uint64(v.Size()) / (k * shard) {
-		if _, err := v.Region().ReadAtContext(context.Background(), row, int64(v.ShardAddr(r, 0, 0))); err != nil {
+	for r := range int(v.Size()) / (k * shard) {
+		if _, err := v.Region().ReadAtContext(context.Background(), row, int64(v.ShardAddr(uint64(r), 0, 0))); err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(row[:k*shard], model[r*k*shard:(r+1)*k*shard]) {
