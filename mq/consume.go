@@ -74,6 +74,7 @@ func NewConsumer(ctx context.Context, t *Topic, cfg ConsumerConfig) (*Consumer, 
 		var err error
 		if c.group >= 0 {
 			off, err = t.groupOffset(ctx, c.group, p)
+			off = off / Align * Align // a Kafka client commits inside batches
 		}
 		if err == nil && off == 0 {
 			var st PartitionState
