@@ -47,7 +47,7 @@ unless --insecure (on a fabric that does not seal).`,
 	topic := &cobra.Command{Use: "topic", Short: "Create, list, describe, rebuild and remove topics"}
 	topic.AddCommand(newMqTopicCreateCmd(&mf), newMqTopicLsCmd(&mf), newMqTopicDescribeCmd(&mf), newMqTopicRebuildCmd(&mf), newMqTopicRmCmd(&mf))
 	mf.hintCredential(topic.Commands()...)
-	cmd.AddCommand(newMqInitCmd(&mf), topic, newMqProduceCmd(&mf), newMqConsumeCmd(&mf))
+	cmd.AddCommand(newMqInitCmd(&mf), topic, newMqProduceCmd(&mf), newMqConsumeCmd(&mf), newMqServeCmd(&mf))
 	mf.hintCredential(cmd.Commands()...)
 	return cmd
 }

@@ -95,6 +95,7 @@ func (c *conn) fetch(req *kmsg.FetchRequest) *kmsg.FetchResponse {
 		for _, p := range t.Partitions {
 			rp := kmsg.NewFetchResponseTopicPartition()
 			rp.Partition, rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = p.Partition, -1, -1, -1
+			rp.RecordBatches = []byte{} // empty, not null: librdkafka takes no null record set
 			if err != nil {
 				rp.ErrorCode = codeOf(err)
 			} else if p.Partition < 0 || int(p.Partition) >= o.t.Layout().Partitions {
