@@ -15,9 +15,11 @@
 // mq.Align. The record at index i of the batch at mq offset o has Kafka
 // offset o+i; the front end writes at most mq.Align-1 records per mq
 // batch, so every Kafka offset o+i, and the offset after a batch's
-// last record, lies below the batch's next 64-byte boundary, and a
-// fetch at Kafka offset k reads from the batch at k rounded down to
-// mq.Align. Kafka offsets so grow, with gaps, as after a compaction.
+// last record, lies below the batch's next mq.Align boundary. A Fetch
+// returns whole batches, each spanning Kafka offsets up to the next
+// batch; a fetch at an offset other than where the connection's last
+// fetch of the partition ended finds its batch with Topic.BatchStart.
+// Kafka offsets so grow, with gaps, as after a compaction.
 //
 // Consumer groups: membership and rebalances (JoinGroup, SyncGroup,
 // Heartbeat, LeaveGroup) are kept by a coordinator in this process

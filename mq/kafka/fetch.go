@@ -69,6 +69,12 @@ func (c *conn) consumer(ctx context.Context, o *openTopic) (*mq.Consumer, error)
 	return cs, nil
 }
 
+// partKey names a partition of a topic.
+type partKey struct {
+	topic string
+	part  int
+}
+
 // fetchPart is one partition of a Fetch.
 type fetchPart struct {
 	o    *openTopic
@@ -150,8 +156,15 @@ func (c *conn) fetchPartition(ctx context.Context, fp fetchPart) int {
 		return len(rp.RecordBatches)
 	}
 	cs, err := c.consumer(ctx, fp.o)
+	key := partKey{fp.o.t.Ref().Name, fp.part}
+	start, known := c.next[key]
+	if err == nil && (!known || start != uint64(fp.off)) {
+		// Not where this connection's last fetch ended: an offset
+		// committed inside a batch, or one a client chose.
+		start, err = fp.o.t.BatchStart(ctx, fp.part, uint64(fp.off))
+	}
 	if err == nil {
-		err = cs.Seek(fp.part, uint64(fp.off)/mq.Align*mq.Align)
+		err = cs.Seek(fp.part, start)
 	}
 	var recs []mq.Record
 	if err == nil {
@@ -173,6 +186,7 @@ func (c *conn) fetchPartition(ctx context.Context, fp fetchPart) int {
 		rp.RecordBatches = encodeBatch(rp.RecordBatches, recs[i:j], next)
 		i = j
 	}
+	c.next[key] = cs.Position(fp.part)
 	c.s.n.fetched.Add(uint64(len(recs)))
 	return len(rp.RecordBatches)
 }

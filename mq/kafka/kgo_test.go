@@ -173,3 +173,48 @@ func checkListOffsets(t *testing.T, cl *kgo.Client, ctx context.Context, state f
 		}
 	}
 }
+
+// TestKgoResumeInsideLargeBatch: a batch of 100 records written by an
+// mq producer (more than the front end writes in one) is read by a Kafka
+// group member that commits inside it, past its 64th record; the next
+// member resumes at the record after the committed one.
+func TestKgoResumeInsideLargeBatch(t *testing.T) {
+	cat := startCatalog(t)
+	_, addr := startServer(t, Config{Catalog: cat})
+	ctx := testCtx(t)
+	l := testLayout
+	l.Partitions = 1
+	top, err := cat.Create(ctx, "big", l, mq.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var batch []mq.Record
+	for i := range 100 {
+		v := fmt.Sprint("r", i)
+		batch = append(batch, mq.Record{Value: []byte(v), Headers: []mq.Header{{Key: "n", Value: []byte(v)}}})
+	}
+	prod := mq.NewProducer(top, mq.ProducerConfig{})
+	for range 2 {
+		if _, err := prod.Produce(ctx, 0, batch[:10]); err != nil { // a small batch before and after
+			t.Fatal(err)
+		}
+		if _, err := prod.Produce(ctx, 0, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := consumeGroup(t, addr, "big", "g", 90, 90) // 10 + 80 of the first large batch
+	second := consumeGroup(t, addr, "big", "g", 120, -1)
+	got := append(first[0].values, second[0].values...)
+	var want []string
+	for range 2 {
+		for _, r := range append(batch[:10:10], batch...) {
+			want = append(want, string(r.Value))
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("read %d records %v\nwant %d %v", len(got), got, len(want), want)
+	}
+	if c := first[0].offsets; c[len(c)-1]%mq.Align < 64 && c[len(c)-1]-c[10] < 64 {
+		t.Fatalf("the first member's last offset %d is not past the 64th record of its batch (at %d)", c[len(c)-1], c[10])
+	}
+}

@@ -227,7 +227,7 @@ func (s *Server) ServeConn(nc net.Conn) {
 		s.mu.Unlock()
 	}()
 	c := &conn{s: s, nc: nc, r: bufio.NewReaderSize(nc, 64<<10), w: bufio.NewWriterSize(nc, 64<<10),
-		consumers: make(map[string]*mq.Consumer)}
+		consumers: make(map[string]*mq.Consumer), next: make(map[partKey]uint64)}
 	if err := c.serve(); err != nil && !errors.Is(err, net.ErrClosed) {
 		s.cfg.Logger.Debug("kafka: connection ended", "remote", nc.RemoteAddr().String(), "err", err)
 	}
@@ -268,7 +268,11 @@ type conn struct {
 	// consumers reads the topics this connection fetches from, by
 	// name: at most the catalog's topics.
 	consumers map[string]*mq.Consumer
-	client    string // the client id of the latest request
+	// next is where each partition's last fetch on this connection
+	// ended: a fetch there needs no search for its batch. At most the
+	// partitions of the topics in consumers.
+	next   map[partKey]uint64
+	client string // the client id of the latest request
 }
 
 // clientID names the client, for member ids.
