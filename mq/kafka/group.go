@@ -33,14 +33,13 @@ const (
 )
 
 type member struct {
-	id, clientID     string
-	instanceID       *string
-	protocols        []kmsg.JoinGroupRequestProtocol
-	session, rebal   time.Duration
-	lastSeen         time.Time
-	joined, waiting  bool
-	assignment       []byte
-	assignmentExists bool
+	id              string
+	instanceID      *string
+	protocols       []kmsg.JoinGroupRequestProtocol
+	session, rebal  time.Duration
+	lastSeen        time.Time
+	joined, waiting bool
+	assignment      []byte
 }
 
 type group struct {
@@ -172,7 +171,7 @@ func (g *group) completeJoin() {
 		}
 	}
 	for _, m := range g.members {
-		m.assignment, m.assignmentExists = nil, false
+		m.assignment = nil
 	}
 	g.state = groupCompleting
 	g.syncDone = make(chan struct{})

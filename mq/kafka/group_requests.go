@@ -142,7 +142,7 @@ func (c *conn) syncGroup(req *kmsg.SyncGroupRequest) *kmsg.SyncGroupResponse {
 	if g.state == groupCompleting && m.id == g.leader {
 		for _, a := range req.GroupAssignment {
 			if o := g.members[a.MemberID]; o != nil {
-				o.assignment, o.assignmentExists = a.MemberAssignment, true
+				o.assignment = a.MemberAssignment
 			}
 		}
 		g.state = groupStable

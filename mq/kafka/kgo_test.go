@@ -3,7 +3,9 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -216,5 +218,83 @@ func TestKgoResumeInsideLargeBatch(t *testing.T) {
 	}
 	if c := first[0].offsets; c[len(c)-1]%mq.Align < 64 && c[len(c)-1]-c[10] < 64 {
 		t.Fatalf("the first member's last offset %d is not past the 64th record of its batch (at %d)", c[len(c)-1], c[10])
+	}
+}
+
+// TestKgoTwoMembers: two franz-go members of one group (its default
+// cooperative-sticky balancer) join at once and share a topic of 2
+// partitions: between them they read every record, each partition in
+// order, and the group's membership settles with one partition each.
+func TestKgoTwoMembers(t *testing.T) {
+	cat := startCatalog(t)
+	_, addr := startServer(t, Config{Catalog: cat})
+	prod, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	createTopic(t, prod, "pairs", 2)
+	ctx := testCtx(t)
+	want := map[string]bool{}
+	for i := range 80 {
+		v := fmt.Sprintf("%02d", i)
+		want[v] = true
+		if err := prod.ProduceSync(ctx, &kgo.Record{Topic: "pairs", Partition: int32(i % 2), Value: []byte(v)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type seen struct {
+		member int
+		r      *kgo.Record
+	}
+	out := make(chan seen, 1000)
+	var mu sync.Mutex
+	held := [2]int{} // partitions each member holds now
+	for m := range 2 {
+		move := func(d int) func(context.Context, *kgo.Client, map[string][]int32) {
+			return func(_ context.Context, _ *kgo.Client, ps map[string][]int32) {
+				mu.Lock()
+				held[m] += d * len(ps["pairs"])
+				mu.Unlock()
+			}
+		}
+		cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumerGroup("pairs-g"), kgo.ConsumeTopics("pairs"),
+			kgo.FetchMaxWait(100e6), kgo.OnPartitionsAssigned(move(1)), kgo.OnPartitionsRevoked(move(-1)), kgo.OnPartitionsLost(move(-1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		go func() {
+			for ctx.Err() == nil {
+				fs := cl.PollFetches(ctx)
+				fs.EachRecord(func(r *kgo.Record) { out <- seen{m, r} })
+			}
+		}()
+	}
+	last := map[int32]int64{0: -1, 1: -1}
+	for len(want) > 0 {
+		select {
+		case s := <-out:
+			delete(want, string(s.r.Value))
+			if s.r.Offset <= last[s.r.Partition] {
+				t.Errorf("partition %d: offset %d after %d", s.r.Partition, s.r.Offset, last[s.r.Partition])
+			}
+			last[s.r.Partition] = s.r.Offset
+		case <-ctx.Done():
+			t.Fatalf("%d records never read", len(want))
+		}
+	}
+	for {
+		mu.Lock()
+		h := held
+		mu.Unlock()
+		if h == [2]int{1, 1} {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the members hold %v partitions, not one each", h)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

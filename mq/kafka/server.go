@@ -228,7 +228,7 @@ func (s *Server) ServeConn(nc net.Conn) {
 	}()
 	c := &conn{s: s, nc: nc, r: bufio.NewReaderSize(nc, 64<<10), w: bufio.NewWriterSize(nc, 64<<10),
 		consumers: make(map[string]*mq.Consumer), next: make(map[partKey]uint64)}
-	if err := c.serve(); err != nil && !errors.Is(err, net.ErrClosed) {
+	if err := c.serve(); !errors.Is(err, net.ErrClosed) {
 		s.cfg.Logger.Debug("kafka: connection ended", "remote", nc.RemoteAddr().String(), "err", err)
 	}
 }
