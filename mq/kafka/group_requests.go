@@ -149,10 +149,10 @@ func (c *conn) syncGroup(req *kmsg.SyncGroupRequest) *kmsg.SyncGroupResponse {
 		close(g.syncDone)
 		g.syncDone = nil
 	}
-	gen, done := g.generation, g.syncDone
+	gen, done, wait := g.generation, g.syncDone, m.rebal
 	co.mu.Unlock()
 	if done != nil {
-		t := time.NewTimer(m.rebal)
+		t := time.NewTimer(wait)
 		select {
 		case <-done:
 		case <-t.C:
