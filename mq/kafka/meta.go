@@ -159,13 +159,14 @@ func createCode(err error) int16 {
 }
 
 // findCoordinator names this front end as every group's coordinator;
-// transactions are not served.
+// a transaction coordinator is answered INVALID_REQUEST: transactions
+// are not served.
 func (c *conn) findCoordinator(req *kmsg.FindCoordinatorRequest) *kmsg.FindCoordinatorResponse {
 	resp := kmsg.NewPtrFindCoordinatorResponse()
 	host, port := c.advertised()
 	code, msg := int16(0), (*string)(nil)
 	if req.CoordinatorType != 0 {
-		code, msg = errCoordinatorNotAvail, errText(errors.New("transactions are not served"))
+		code, msg = errInvalidRequest, errText(errors.New("transactions are not served")) // not retriable
 	}
 	if req.Version < 4 {
 		resp.ErrorCode, resp.ErrorMessage = code, msg

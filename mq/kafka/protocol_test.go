@@ -308,3 +308,35 @@ func TestEveryServedVersion(t *testing.T) {
 		t.Errorf("stats %+v after %d requests", st, n)
 	}
 }
+
+// TestFindCoordinator: the front end names itself, at the address the
+// client came in on, as every group's coordinator, in the single-key
+// (v3) and batched (v4) forms; a transaction coordinator is refused.
+func TestFindCoordinator(t *testing.T) {
+	_, addr := startServer(t, Config{Catalog: startCatalog(t)})
+	c := dialRaw(t, addr)
+	host, port, _ := net.SplitHostPort(addr)
+	req := kmsg.NewPtrFindCoordinatorRequest()
+	req.CoordinatorKey = "g"
+	b, err := c.send(req, 3)
+	resp := kmsg.NewPtrFindCoordinatorResponse()
+	resp.SetVersion(3)
+	if err != nil || resp.ReadFrom(b) != nil || resp.ErrorCode != 0 || resp.Host != host || fmt.Sprint(resp.Port) != port || resp.NodeID != 0 {
+		t.Fatalf("v3: %+v %v", resp, err)
+	}
+	req = kmsg.NewPtrFindCoordinatorRequest()
+	req.CoordinatorKeys = []string{"a", "b"}
+	b, err = c.send(req, 4)
+	resp = kmsg.NewPtrFindCoordinatorResponse()
+	resp.SetVersion(4)
+	if err != nil || resp.ReadFrom(b) != nil || len(resp.Coordinators) != 2 || resp.Coordinators[1].Key != "b" || resp.Coordinators[1].Host != host {
+		t.Fatalf("v4: %+v %v", resp, err)
+	}
+	req.CoordinatorType = 1
+	b, err = c.send(req, 4)
+	resp = kmsg.NewPtrFindCoordinatorResponse()
+	resp.SetVersion(4)
+	if err != nil || resp.ReadFrom(b) != nil || len(resp.Coordinators) != 2 || resp.Coordinators[0].ErrorCode != errInvalidRequest {
+		t.Fatalf("a transaction coordinator: %+v %v", resp, err)
+	}
+}
