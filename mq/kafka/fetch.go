@@ -115,13 +115,18 @@ func (c *conn) fetch(req *kmsg.FetchRequest) *kmsg.FetchResponse {
 			}
 		}
 	}
+	// The response's batches: up to the client's MaxBytes and at most
+	// the larger of MaxFrame and FetchBytes; the first partition with
+	// records is sent whatever its size, as Kafka does.
+	limit := max(c.s.cfg.MaxFrame, c.s.cfg.FetchBytes)
+	if req.MaxBytes > 0 {
+		limit = min(limit, int(req.MaxBytes))
+	}
 	deadline := time.Now().Add(wait)
 	for pause := time.Millisecond; ; pause = min(2*pause, 50*time.Millisecond) {
 		total, failed := 0, false
 		for _, fp := range parts {
-			if total < int(req.MaxBytes) || req.MaxBytes <= 0 {
-				total += c.fetchPartition(ctx, fp)
-			}
+			total += c.fetchPartition(ctx, fp, total < limit)
 			failed = failed || fp.rp.ErrorCode != 0
 		}
 		if total > 0 || failed || total >= int(req.MinBytes) || !time.Now().Before(deadline) || ctx.Err() != nil {
@@ -137,9 +142,9 @@ func (c *conn) fetch(req *kmsg.FetchRequest) *kmsg.FetchResponse {
 	return resp
 }
 
-// fetchPartition fills fp's response: its offsets, and the batches
-// from fp.off on; it returns the bytes of batches added.
-func (c *conn) fetchPartition(ctx context.Context, fp fetchPart) int {
+// fetchPartition fills fp's response: its offsets and, when read, the
+// batches from fp.off on; it returns the bytes of batches it holds.
+func (c *conn) fetchPartition(ctx context.Context, fp fetchPart, read bool) int {
 	rp := fp.rp
 	st, err := fp.o.t.State(ctx, fp.part)
 	if err != nil {
@@ -152,7 +157,7 @@ func (c *conn) fetchPartition(ctx context.Context, fp fetchPart) int {
 		rp.ErrorCode = errOffsetOutOfRange
 		return 0
 	}
-	if fp.off == int64(st.Committed) || len(rp.RecordBatches) > 0 {
+	if !read || fp.off == int64(st.Committed) || len(rp.RecordBatches) > 0 {
 		return len(rp.RecordBatches)
 	}
 	cs, err := c.consumer(ctx, fp.o)

@@ -143,6 +143,33 @@ func TestKgoProduceConsumeGroup(t *testing.T) {
 		}
 	}
 	checkListOffsets(t, prod, ctx, top.State)
+	checkFetchMaxBytes(t, prod, ctx)
+}
+
+// checkFetchMaxBytes fetches both partitions of orders from their start
+// with MaxBytes 1: the first partition's batches come whole, the
+// second's none, with its high watermark.
+func checkFetchMaxBytes(t *testing.T, cl *kgo.Client, ctx context.Context) {
+	t.Helper()
+	req := kmsg.NewPtrFetchRequest()
+	req.MaxBytes, req.MaxWaitMillis, req.MinBytes = 1, 100, 1
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic = "orders"
+	for p := range int32(2) {
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.Partition, rp.PartitionMaxBytes = p, 1<<20
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil || len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 2 {
+		t.Fatalf("fetch: %+v %v", resp, err)
+	}
+	p0, p1 := resp.Topics[0].Partitions[0], resp.Topics[0].Partitions[1]
+	if p0.ErrorCode != 0 || len(p0.RecordBatches) == 0 || p1.ErrorCode != 0 || len(p1.RecordBatches) != 0 || p1.HighWatermark <= 0 {
+		t.Fatalf("fetch with MaxBytes 1: partition 0 %d bytes (code %d), partition 1 %d bytes (code %d, high watermark %d)",
+			len(p0.RecordBatches), p0.ErrorCode, len(p1.RecordBatches), p1.ErrorCode, p1.HighWatermark)
+	}
 }
 
 // checkListOffsets asks for the earliest and latest offsets of both
