@@ -19,7 +19,7 @@ var testLayout = mq.Layout{SegmentBytes: 64 << 10, Segments: 4, MaxBatch: 16 << 
 
 // startCatalog runs a switch and a memory node on loopback UDP and
 // makes a catalog of 8 topics in the pool.
-func startCatalog(t *testing.T) *mq.Catalog {
+func startCatalog(t testing.TB) *mq.Catalog {
 	t.Helper()
 	token := []byte("kafka test token")
 	sw, err := switchd.Start(switchd.Config{Listen: "127.0.0.1:0", Token: token})
