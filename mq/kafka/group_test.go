@@ -25,7 +25,7 @@ func join(c *conn, group, member string) *kmsg.JoinGroupResponse {
 	req := kmsg.NewPtrJoinGroupRequest()
 	req.SetVersion(7)
 	req.Group, req.MemberID, req.ProtocolType = group, member, "consumer"
-	req.SessionTimeoutMillis, req.RebalanceTimeoutMillis = 1000, 5000
+	req.SessionTimeoutMillis, req.RebalanceTimeoutMillis = 3000, 5000
 	req.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: []byte(member)}}
 	return c.joinGroup(req)
 }
@@ -100,7 +100,16 @@ func TestCoordinator(t *testing.T) {
 	if code := heartbeat(c, "g", a.MemberID, 2); code != errRebalanceInProgress {
 		t.Fatalf("a heartbeat after a member left: %d", code)
 	}
-	time.Sleep(1500 * time.Millisecond) // past the session timeout of 1 s
+	// No heartbeat from here: the session of 3 s runs out.
+	for gone := false; !gone; time.Sleep(50 * time.Millisecond) {
+		c.s.coord.mu.Lock()
+		g := c.s.coord.groups["g"]
+		gone = g == nil || g.members[a.MemberID] == nil
+		c.s.coord.mu.Unlock()
+		if !gone && time.Now().After(deadline.Add(10*time.Second)) {
+			t.Fatal("a member that stopped sending heartbeats was never dropped")
+		}
+	}
 	if code := heartbeat(c, "g", a.MemberID, 2); code != errUnknownMember {
 		t.Fatalf("a heartbeat after the session ran out: %d", code)
 	}
