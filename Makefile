@@ -77,6 +77,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzExec -fuzztime 30s ./memnode
 	$(GO) test -run '^$$' -fuzz FuzzCtrl -fuzztime 30s ./wire/ctrl
 	$(GO) test -run '^$$' -fuzz FuzzParseBatch -fuzztime 30s ./mq
+	$(GO) test -run '^$$' -fuzz FuzzFrame -fuzztime 30s ./mq/kafka
+	$(GO) test -run '^$$' -fuzz FuzzHandle -fuzztime 30s ./mq/kafka
 	$(GO) test -run '^$$' -fuzz FuzzSwitchStep -fuzztime 30s ./fabric
 	$(GO) test -run '^$$' -fuzz FuzzOpen -fuzztime 30s ./secure
 	$(GO) test -run '^$$' -fuzz FuzzParseIdentity -fuzztime 30s ./secure

@@ -160,6 +160,12 @@ func (c *Catalog) Open(ctx context.Context, name string) (*Topic, error) {
 	return Open(ctx, c.pc, r)
 }
 
+// OpenRef opens the topic r names (as Topics lists it) with the
+// catalog's pool client.
+func (c *Catalog) OpenRef(ctx context.Context, r Ref) (*Topic, error) {
+	return Open(ctx, c.pc, r)
+}
+
 // Create makes topic name (see Create) and names it in the catalog.
 // Two creates of one name at once may both make the topic: the one in
 // the lower slot wins, the other frees its regions and fails with

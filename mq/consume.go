@@ -74,6 +74,10 @@ func NewConsumer(ctx context.Context, t *Topic, cfg ConsumerConfig) (*Consumer, 
 		var err error
 		if c.group >= 0 {
 			off, err = t.groupOffset(ctx, c.group, p)
+			if err == nil && off != 0 {
+				// A Kafka client commits inside batches.
+				off, err = t.BatchStart(ctx, p, off)
+			}
 		}
 		if err == nil && off == 0 {
 			var st PartitionState
@@ -257,4 +261,47 @@ func (c *Consumer) read(ctx context.Context, p int, end uint64) ([]Record, error
 	c.pos[p] = q
 	c.records.Add(uint64(len(recs)))
 	return recs, nil
+}
+
+// BatchStart returns the offset of the batch of partition p that holds
+// offset off, for an offset inside a batch (as a Kafka client commits):
+// off rounded down to Align when a batch starts there, else the nearest
+// batch header before it, within the largest batch, whose span covers
+// off. It returns off rounded down when it finds none, or when that is
+// not between the log's start and its committed offset.
+func (t *Topic) BatchStart(ctx context.Context, p int, off uint64) (uint64, error) {
+	st, err := t.State(ctx, p)
+	if err != nil {
+		return 0, err
+	}
+	a := off / Align * Align
+	if a <= st.Start || a >= st.Committed {
+		return a, nil
+	}
+	var h [batchHeaderLen]byte
+	if err := t.readLog(ctx, p, h[:], a); err != nil {
+		return 0, err
+	}
+	if _, err := parseBatchHeader(h[:], a, t.l.MaxBatch); err == nil {
+		return a, nil // the common case: a batch starts there
+	}
+	lo := st.Start
+	if a > t.l.MaxBatch && a-t.l.MaxBatch+Align > lo {
+		lo = a - t.l.MaxBatch + Align
+	}
+	end := min(a+Align, st.Committed)
+	buf := make([]byte, end-lo)
+	if err := t.readLog(ctx, p, buf, lo); err != nil {
+		return 0, err
+	}
+	for q := a; q >= lo && q+batchHeaderLen <= end; q -= Align {
+		m, err := parseBatchHeader(buf[q-lo:q-lo+batchHeaderLen], q, t.l.MaxBatch)
+		if err == nil && (q == a || q+m.span > off) {
+			return q, nil
+		}
+		if err == nil || q == lo {
+			break // a whole batch before off ends before it
+		}
+	}
+	return a, nil
 }

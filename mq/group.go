@@ -78,3 +78,53 @@ func (t *Topic) commitGroup(ctx context.Context, g, p int, off uint64) (uint64, 
 	}
 	return cur, nil
 }
+
+// findGroup finds group name's slot without claiming one: ok is false
+// when the group has none.
+func (t *Topic) findGroup(ctx context.Context, name string) (int, bool, error) {
+	id := groupID(name)
+	for g := range t.l.Groups {
+		var b [8]byte
+		if _, err := t.ctl.ReadAtContext(ctx, b[:], int64(t.l.groupAddr(g))); err != nil {
+			return 0, false, fmt.Errorf("mq: reading the groups of %q: %w", t.ref.Name, err)
+		}
+		switch binary.LittleEndian.Uint64(b[:]) {
+		case id:
+			return g, true, nil
+		case 0:
+			return 0, false, nil // slots are claimed in order
+		}
+	}
+	return 0, false, nil
+}
+
+// CommitGroup moves group's committed offset of partition p forward to
+// off (never back), claiming a slot for the group if it has none, and
+// returns the offset the group holds after. An offset inside a batch
+// (as a Kafka client commits) resumes an mq Consumer at that batch's
+// start.
+func (t *Topic) CommitGroup(ctx context.Context, group string, p int, off uint64) (uint64, error) {
+	if err := t.checkPartition(p); err != nil {
+		return 0, err
+	}
+	g, err := t.group(ctx, group)
+	if err != nil {
+		return 0, err
+	}
+	return t.commitGroup(ctx, g, p, off)
+}
+
+// GroupOffset reads group's committed offset of partition p without
+// claiming a slot: ok is false when the group never committed to the
+// partition.
+func (t *Topic) GroupOffset(ctx context.Context, group string, p int) (off uint64, ok bool, err error) {
+	if err := t.checkPartition(p); err != nil {
+		return 0, false, err
+	}
+	g, found, err := t.findGroup(ctx, group)
+	if err != nil || !found {
+		return 0, false, err
+	}
+	off, err = t.groupOffset(ctx, g, p)
+	return off, err == nil && off != 0, err
+}

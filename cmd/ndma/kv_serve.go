@@ -43,6 +43,9 @@ connection only. SIGINT or SIGTERM stops it.`,
   redis-cli -p 6379 SET greeting hello EX 60`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("json") {
+				return errors.New("--json: kv serve prints no results to format (--json-logs writes its log as JSON)")
+			}
 			if mcAddr == "" && redisAddr == "" {
 				return errors.New("--memcached, --redis: give at least one address to serve on")
 			}
@@ -118,8 +121,9 @@ connection only. SIGINT or SIGTERM stops it.`,
 }
 
 // frontAddrAllowed refuses a front-end address other than loopback
-// without --expose: memcached and RESP clients carry no credential, so
-// whoever reaches the address acts with the front end's.
+// without --expose: memcached, RESP and Kafka clients carry no
+// credential to the front ends, so whoever reaches the address acts
+// with the front end's.
 func frontAddrAllowed(flag, addr string, expose bool) error {
 	if addr == "" || expose {
 		return nil
@@ -134,5 +138,5 @@ func frontAddrAllowed(flag, addr string, expose bool) error {
 	if ip, err := netip.ParseAddr(host); err == nil && ip.IsLoopback() {
 		return nil
 	}
-	return fmt.Errorf("%s %s: not a loopback address: the front end cannot authenticate memcached or Redis clients, so anyone who reaches it would use this process's credential; serve on 127.0.0.1 beside the clients, or give --expose", flag, addr)
+	return fmt.Errorf("%s %s: not a loopback address: the front end cannot authenticate its clients (memcached, Redis, Kafka), so anyone who reaches it would use this process's credential; serve on 127.0.0.1 beside the clients, or give --expose", flag, addr)
 }

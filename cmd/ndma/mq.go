@@ -35,7 +35,8 @@ pool, written and read one-sidedly by producers and consumers through the
 forwarding node (--switch), with no broker. A catalog (a small pool
 region) names the topics; init makes one and writes its catalog file,
 which every other mq command reads (--catalog or $NDMA_MQ_CATALOG): the
-file holds the catalog's key, and the catalog the topics' keys.
+file holds the catalog's key, and the catalog the topics' keys. serve
+speaks the Kafka protocol over the catalog, for unmodified Kafka clients.
 
 Give every mq command a credential of role client (--credential or
 $NDMA_CREDENTIAL), or a job's rank its member credential: its datagrams
@@ -47,7 +48,7 @@ unless --insecure (on a fabric that does not seal).`,
 	topic := &cobra.Command{Use: "topic", Short: "Create, list, describe, rebuild and remove topics"}
 	topic.AddCommand(newMqTopicCreateCmd(&mf), newMqTopicLsCmd(&mf), newMqTopicDescribeCmd(&mf), newMqTopicRebuildCmd(&mf), newMqTopicRmCmd(&mf))
 	mf.hintCredential(topic.Commands()...)
-	cmd.AddCommand(newMqInitCmd(&mf), topic, newMqProduceCmd(&mf), newMqConsumeCmd(&mf))
+	cmd.AddCommand(newMqInitCmd(&mf), topic, newMqProduceCmd(&mf), newMqConsumeCmd(&mf), newMqServeCmd(&mf))
 	mf.hintCredential(cmd.Commands()...)
 	return cmd
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/mq"
+	"github.com/ndma/ndma/mq/kafka"
 	"github.com/ndma/ndma/stor"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
@@ -22,7 +23,7 @@ import (
 
 // boundRef is a default named in the table: `pkg.Config.Field` = value,
 // or a package's constant: `pkg.Name` = value.
-var boundRef = regexp.MustCompile("`((?:transport|endpoint|fabric)\\.Config\\.[A-Za-z.]+|(?:memd|stor|wire|transport|coll|mq)\\.[A-Za-z]+)` = ([0-9]+)(?: (KiB|MiB|GiB|ms|s|min|h)\\b)?")
+var boundRef = regexp.MustCompile("`((?:transport|endpoint|fabric)\\.Config\\.[A-Za-z.]+|(?:memd|stor|wire|transport|coll|mq|kafka)\\.[A-Za-z]+)` = ([0-9]+)(?: (KiB|MiB|GiB|ms|s|min|h)\\b)?")
 
 // TestArchitectureTables checks docs/ARCHITECTURE.md's table of tables
 // against the code: every default it names is the one the code applies,
@@ -46,18 +47,24 @@ func TestArchitectureTables(t *testing.T) {
 		"fabric":    reflect.ValueOf(fabric.Config{}.WithDefaults()),
 	}
 	consts := map[string]any{
-		"memd.ReplyCacheEntries": memd.ReplyCacheEntries,
-		"memd.ReplyCacheTTL":     memd.ReplyCacheTTL,
-		"stor.MaxVolumes":        stor.MaxVolumes,
-		"stor.MaxNodeExtents":    stor.MaxNodeExtents,
-		"stor.MaxGatewayVolumes": stor.MaxGatewayVolumes,
-		"stor.MaxLease":          stor.MaxLease,
-		"wire.MaxCRCShifts":      wire.MaxCRCShifts,
-		"transport.MaxFreeMsgs":  transport.MaxFreeMsgs,
-		"coll.MaxAborts":         coll.MaxAborts,
-		"mq.MaxPartitions":       mq.MaxPartitions,
-		"mq.MaxGroups":           mq.MaxGroups,
-		"mq.MaxCatalogSlots":     mq.MaxCatalogSlots,
+		"memd.ReplyCacheEntries":  memd.ReplyCacheEntries,
+		"memd.ReplyCacheTTL":      memd.ReplyCacheTTL,
+		"stor.MaxVolumes":         stor.MaxVolumes,
+		"stor.MaxNodeExtents":     stor.MaxNodeExtents,
+		"stor.MaxGatewayVolumes":  stor.MaxGatewayVolumes,
+		"stor.MaxLease":           stor.MaxLease,
+		"wire.MaxCRCShifts":       wire.MaxCRCShifts,
+		"transport.MaxFreeMsgs":   transport.MaxFreeMsgs,
+		"coll.MaxAborts":          coll.MaxAborts,
+		"mq.MaxPartitions":        mq.MaxPartitions,
+		"mq.MaxGroups":            mq.MaxGroups,
+		"mq.MaxCatalogSlots":      mq.MaxCatalogSlots,
+		"kafka.DefaultMaxConns":   kafka.DefaultMaxConns,
+		"kafka.DefaultMaxFrame":   kafka.DefaultMaxFrame,
+		"kafka.DefaultFetchBytes": kafka.DefaultFetchBytes,
+		"kafka.MaxFetchWait":      kafka.MaxFetchWait,
+		"kafka.DefaultMaxGroups":  kafka.DefaultMaxGroups,
+		"kafka.DefaultMaxMembers": kafka.DefaultMaxMembers,
 	}
 	named := map[string]bool{}
 	for _, m := range boundRef.FindAllStringSubmatch(section, -1) {
