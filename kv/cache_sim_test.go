@@ -138,5 +138,53 @@ func TestSimMulti(t *testing.T) {
 		if _, _, err := c.SetMulti(ctx, keys, vals[:3], SetOptions{}); !errors.Is(err, ErrBadRequest) {
 			t.Fatalf("keys and values of different counts: %v", err)
 		}
+		// The 70 keys went as one request per shard.
+		var st OwnerStats
+		for _, o := range s.owners {
+			ost := o.Stats()
+			st.Batches, st.Writes = st.Batches+ost.Batches, st.Writes+ost.Writes
+		}
+		if st.Batches != uint64(testLayout().Shards) || st.Writes != 70 {
+			t.Fatalf("%d batch requests and %d writes, want %d and 70", st.Batches, st.Writes, testLayout().Shards)
+		}
+		// A key too long fails alone.
+		bad := [][]byte{[]byte("good"), make([]byte, MaxKey+1)}
+		_, errs, err = c.SetMulti(ctx, bad, [][]byte{[]byte("v"), []byte("v")}, SetOptions{})
+		if err != nil || errs[0] != nil || !errors.Is(errs[1], ErrTooLarge) {
+			t.Fatalf("a batch with a key too long: %v, %v", errs, err)
+		}
+	})
+}
+
+// TestSimMultiSplit stores more of one shard than one request holds: the
+// keys go in several requests, each applied, every value readable.
+func TestSimMultiSplit(t *testing.T) {
+	l := Layout{Shards: 2, Buckets: 64, PageBytes: 4096, HeapBytes: 32 * 4096, Owners: 1}
+	simStore(t, 14, 3, l, func(t *testing.T, s *simKV) {
+		ctx := s.Ctx()
+		c := s.client()
+		var keys, vals [][]byte
+		for i := range 40 {
+			keys = append(keys, fmt.Appendf(nil, "big%d", i))
+			vals = append(vals, bytes.Repeat([]byte{byte('a' + i%26)}, 3500))
+		}
+		_, errs, err := c.SetMulti(ctx, keys, vals, SetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, e := range errs {
+			if e != nil {
+				t.Fatalf("set %s: %v", keys[i], e)
+			}
+		}
+		if b := s.owners[0].Stats().Batches; b <= uint64(l.Shards) {
+			t.Fatalf("%d requests for 140 KB of values in %d shards: not split at 60 KiB", b, l.Shards)
+		}
+		items, gerrs := c.GetMulti(ctx, keys)
+		for i := range keys {
+			if gerrs[i] != nil || !bytes.Equal(items[i].Value, vals[i]) {
+				t.Fatalf("get %s: %v", keys[i], gerrs[i])
+			}
+		}
 	})
 }

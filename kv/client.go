@@ -343,7 +343,12 @@ func (c *Client) write(ctx context.Context, r *request) ([]byte, uint64, error) 
 	if max := c.l.MaxValue(len(r.key)); len(r.val) > max {
 		return nil, 0, fmt.Errorf("%w: value of %d bytes (at most %d with this key)", ErrTooLarge, len(r.val), max)
 	}
-	shard := c.l.place(r.key).shard
+	return c.writeShard(ctx, c.l.place(r.key).shard, r)
+}
+
+// writeShard sends write request r to the owner of shard until it
+// answers or ctx ends, and returns its answer.
+func (c *Client) writeShard(ctx context.Context, shard int, r *request) ([]byte, uint64, error) {
 	rank := c.l.owner(shard)
 	r.client, r.seq = c.id, c.seq.Add(1)
 	sent := false // a copy may have reached an owner

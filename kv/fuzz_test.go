@@ -6,7 +6,7 @@ import (
 
 // FuzzDecoders feeds arbitrary bytes to every decoder of what crosses
 // the network or is read from pool memory (requests, replies, the
-// header, buckets, value records): none may panic, and what decodes
+// header, buckets, value records, a batch's entries): none may panic, and what decodes
 // must encode back to the same bytes.
 func FuzzDecoders(f *testing.F) {
 	f.Add((&request{op: opSet, key: []byte("k"), val: []byte("v")}).append(nil))
@@ -15,6 +15,7 @@ func FuzzDecoders(f *testing.F) {
 	var b [BucketBytes]byte
 	bucket{hash: 5, ver: 2, addr: 4096, len: 30}.put(b[:])
 	f.Add(b[:])
+	f.Add(appendBatchEntry(appendBatchEntry(nil, []byte("a"), []byte("1")), []byte("bb"), nil))
 	f.Fuzz(func(t *testing.T, p []byte) {
 		if r, err := parseRequest(p); err == nil {
 			if got := r.append(nil); string(got) != string(p) {
@@ -34,6 +35,15 @@ func FuzzDecoders(f *testing.F) {
 				if string(q[:]) != string(p[:BucketBytes]) {
 					t.Fatalf("bucket %x re-encodes as %x", p[:BucketBytes], q)
 				}
+			}
+		}
+		if keys, vals, err := parseBatch(p); err == nil {
+			var got []byte
+			for i := range keys {
+				got = appendBatchEntry(got, keys[i], vals[i])
+			}
+			if string(got) != string(p) {
+				t.Fatalf("batch %x re-encodes as %x", p, got)
 			}
 		}
 		if r, err := parseRecord(p); err == nil {

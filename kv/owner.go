@@ -99,6 +99,9 @@ type OwnerStats struct {
 	// Degraded counts pool writes that reached fewer copies than the
 	// key space keeps (a memory node down): written, not failed.
 	Degraded uint64
+	// Batches counts the SetMulti requests applied (their keys are
+	// counted in Writes, Refused and Failed).
+	Batches uint64
 	// Registrations counts the times the owner took its rank (at
 	// start, after a switch restart, or over from another process).
 	Registrations uint64
@@ -402,8 +405,30 @@ func (o *Owner) handle(_ uint64, b []byte) ([]byte, error) {
 	if !room {
 		return appendReply(nil, stBusy, 0, nil), nil
 	}
-	st, ver, body := o.apply(sh, p, &r)
+	var (
+		st   byte
+		ver  uint64
+		body []byte
+	)
+	if r.op == opSetBatch {
+		st, body = o.applyBatch(sh, p.shard, &r)
+	} else {
+		st, ver, body = o.apply(sh, p, &r)
+		o.count(st)
+	}
+	reply := appendReply(nil, st, ver, body)
+	// A failed write's outcome is unknown to the owner too: a copy of
+	// the request sent again hears that, and is not applied again.
+	o.repMu <- struct{}{}
+	o.replies.put(k, reply, time.Now())
+	<-o.repMu
+	return reply, nil
+}
+
+// count adds a write's result to the owner's counters.
+func (o *Owner) count(st byte) {
 	o.mu.Lock()
+	defer o.mu.Unlock()
 	switch st {
 	case stOK:
 		o.stats.Writes++
@@ -412,14 +437,6 @@ func (o *Owner) handle(_ uint64, b []byte) ([]byte, error) {
 	default:
 		o.stats.Refused++
 	}
-	o.mu.Unlock()
-	reply := appendReply(nil, st, ver, body)
-	// A failed write's outcome is unknown to the owner too: a copy of
-	// the request sent again hears that, and is not applied again.
-	o.repMu <- struct{}{}
-	o.replies.put(k, reply, time.Now())
-	<-o.repMu
-	return reply, nil
 }
 
 // apply executes a write on a locked shard. A key whose value has

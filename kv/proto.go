@@ -18,7 +18,49 @@ const (
 	opAppend  = 8  // add the bytes after the value (expiry and flags kept)
 	opPrepend = 9  // add the bytes before the value (expiry and flags kept)
 	opTouch   = 10 // give the value a new expiry
+	// opSetBatch stores several values of one shard: the value is the
+	// entries (appendBatch), the key the first entry's (which routes it);
+	// expiry and flags apply to every entry. The reply's body holds each
+	// entry's status and version.
+	opSetBatch = 11
 )
+
+// Bounds of a SetMulti batch request.
+const (
+	maxBatchEntries = 256
+	maxBatchBytes   = 60 << 10
+)
+
+// batchEntryFixed is an entry's length fields: key u16, value u32.
+const batchEntryFixed = 2 + 4
+
+// appendBatchEntry appends one entry of an opSetBatch request.
+func appendBatchEntry(b, key, val []byte) []byte {
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(key)))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(val)))
+	b = append(b, key...)
+	return append(b, val...)
+}
+
+// parseBatch splits an opSetBatch request's entries; the slices alias b.
+func parseBatch(b []byte) (keys, vals [][]byte, err error) {
+	for len(b) > 0 {
+		if len(b) < batchEntryFixed || len(keys) == maxBatchEntries {
+			return nil, nil, ErrBadRequest
+		}
+		kl, vl := int(binary.LittleEndian.Uint16(b)), int(binary.LittleEndian.Uint32(b[2:]))
+		b = b[batchEntryFixed:]
+		if kl > len(b) || vl > len(b)-kl {
+			return nil, nil, ErrBadRequest
+		}
+		keys, vals = append(keys, b[:kl]), append(vals, b[kl:kl+vl])
+		b = b[kl+vl:]
+	}
+	if len(keys) == 0 {
+		return nil, nil, ErrBadRequest
+	}
+	return keys, vals, nil
+}
 
 // Statuses an owner answers with (the first byte of a reply).
 const (
