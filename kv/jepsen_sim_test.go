@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/internal/jepsen"
 	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/secure"
@@ -86,9 +87,11 @@ func jepsenKV(t *testing.T, seed int64, auth *secure.Authority) {
 	// or is cut off, the other takes the rank over.
 	simStoreProcs(t, seed, 3, l, pool.AllocOptions{Replicas: 2}, 2, auth, func(t *testing.T, s *simKV) {
 		h = jepsen.NewHistory(nil)
-		var clients []*Client
+		var clients []*kvClient
 		for range kvClients {
-			clients = append(clients, s.client())
+			c := &kvClient{s: s}
+			c.start()
+			clients = append(clients, c)
 		}
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
@@ -120,7 +123,7 @@ func jepsenKV(t *testing.T, seed int64, auth *secure.Authority) {
 		// from a stale location would show as a stale read.
 		var cs ClientStats
 		for _, c := range clients {
-			st := c.Stats()
+			st := c.stats()
 			cs.CacheHits, cs.CacheStale, cs.CacheMisses = cs.CacheHits+st.CacheHits, cs.CacheStale+st.CacheStale, cs.CacheMisses+st.CacheMisses
 		}
 		t.Logf("seed %d: cached reads %d, stale locations %d, probe walks %d", seed, cs.CacheHits, cs.CacheStale, cs.CacheMisses)
@@ -128,14 +131,18 @@ func jepsenKV(t *testing.T, seed int64, auth *secure.Authority) {
 			t.Errorf("seed %d: the location cache was not exercised (%d hits, %d stale)", seed, cs.CacheHits, cs.CacheStale)
 		}
 		for k := range kvKeys {
-			kvOp(clients[0], h, kvClients, fmt.Sprint("k", k), 0, nil)
+			c, ctx := clients[0].current()
+			kvOp(ctx, c, h, kvClients, fmt.Sprint("k", k), 0, nil)
+		}
+		for _, c := range clients {
+			c.crash() // their endpoints closed before the network
 		}
 	})
 }
 
 // kvWork is one client's loop: reads half the time, sets with values
 // no other write uses, and deletes.
-func kvWork(seed int64, id int, c *Client, h *jepsen.History, stop <-chan struct{}) {
+func kvWork(seed int64, id int, kc *kvClient, h *jepsen.History, stop <-chan struct{}) {
 	rng := rand.New(rand.NewPCG(uint64(seed), uint64(id)))
 	for n := 0; ; n++ {
 		select {
@@ -147,21 +154,26 @@ func kvWork(seed int64, id int, c *Client, h *jepsen.History, stop <-chan struct
 		// the history checker decides in seconds.
 		time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
 		key := fmt.Sprint("k", rng.IntN(kvKeys))
-		switch x := rng.IntN(20); {
+		x := rng.IntN(20)
+		c, ctx := kc.current()
+		if c == nil {
+			continue // crashed: waiting for its restart
+		}
+		switch {
 		case x < 10:
-			kvOp(c, h, id, key, 0, nil)
+			kvOp(ctx, c, h, id, key, 0, nil)
 		case x < 17:
-			kvOp(c, h, id, key, 1, fmt.Appendf(nil, "client %d write %d", id, n))
+			kvOp(ctx, c, h, id, key, 1, fmt.Appendf(nil, "client %d write %d", id, n))
 		default:
-			kvOp(c, h, id, key, 2, nil)
+			kvOp(ctx, c, h, id, key, 2, nil)
 		}
 	}
 }
 
 // kvOp does one operation (0 read, 1 set, 2 delete) and records it: a
 // value is its Digest, absence 0.
-func kvOp(c *Client, h *jepsen.History, id int, key string, op int, val []byte) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+func kvOp(ctx context.Context, c *Client, h *jepsen.History, id int, key string, op int, val []byte) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if op == 0 {
 		call := h.Invoke(id, jepsen.Read, key, 0)
@@ -201,8 +213,92 @@ func kvOp(c *Client, h *jepsen.History, id int, key string, op int, val []byte) 
 	}
 }
 
+// kvClient is a client process of the Jepsen run: crash closes its
+// endpoint and ends its calls (a write in flight then ends of unknown
+// outcome, or failed if it never left), start opens a new one.
+type kvClient struct {
+	s      *simKV
+	mu     sync.Mutex
+	c      *Client // nil while crashed
+	ep     *endpoint.Endpoint
+	ctx    context.Context
+	cancel context.CancelFunc
+	past   ClientStats // of the crashed incarnations
+}
+
+// start opens a new incarnation, trying every second for up to a
+// minute while no owner or no switch answers (a fault still active).
+func (k *kvClient) start() {
+	var (
+		ep  *endpoint.Endpoint
+		c   *Client
+		err error
+	)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		ep = k.s.NewEndpoint(endpoint.Config{})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c, err = Open(ctx, ep, k.s.PoolClient(ep), ClientConfig{Switch: k.s.Switch.String(), Fabric: k.s.Fab, Space: simSpace})
+		cancel()
+		if err == nil {
+			break
+		}
+		ep.Close()
+		if time.Now().After(deadline) {
+			k.s.t.Errorf("seed %d: a client could not start again: %v", k.s.seed, err)
+			return
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	k.crash() // an incarnation that started while it was crashed again
+	k.mu.Lock()
+	k.c, k.ep, k.ctx, k.cancel = c, ep, ctx, cancel
+	k.mu.Unlock()
+}
+
+func (k *kvClient) crash() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.c == nil {
+		return
+	}
+	k.cancel()
+	k.ep.Close()
+	st := k.c.Stats()
+	k.past.CacheHits, k.past.CacheStale, k.past.CacheMisses = k.past.CacheHits+st.CacheHits, k.past.CacheStale+st.CacheStale, k.past.CacheMisses+st.CacheMisses
+	k.c, k.ep = nil, nil
+}
+
+// current is the client and the context its calls run under (nil while
+// crashed).
+func (k *kvClient) current() (*Client, context.Context) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.c, k.ctx
+}
+
+func (k *kvClient) addr() (netip.AddrPort, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.ep == nil {
+		return netip.AddrPort{}, false
+	}
+	return k.ep.LocalAddr(), true
+}
+
+// stats sums the cache counters of every incarnation.
+func (k *kvClient) stats() ClientStats {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	st := k.past
+	if k.c != nil {
+		c := k.c.Stats()
+		st.CacheHits, st.CacheStale, st.CacheMisses = st.CacheHits+c.CacheHits, st.CacheStale+c.CacheStale, st.CacheMisses+c.CacheMisses
+	}
+	return st
+}
+
 // kvFaultsOf are the faults the nemesis draws from.
-func kvFaultsOf(s *simKV, mu jepsen.ChanLock, restarts *sync.WaitGroup, clients []*Client) []jepsen.Fault {
+func kvFaultsOf(s *simKV, mu jepsen.ChanLock, restarts *sync.WaitGroup, clients []*kvClient) []jepsen.Fault {
 	var fs []jepsen.Fault
 	lossy := func(name, kind, target string, addr func() (netip.AddrPort, bool), loss float64) jepsen.Fault {
 		return jepsen.LinkFault(name, kind, target, mu, addr, loss, s.SetLoss)
@@ -239,8 +335,21 @@ func kvFaultsOf(s *simKV, mu jepsen.ChanLock, restarts *sync.WaitGroup, clients 
 	}
 	for i, c := range clients {
 		target := fmt.Sprint("client ", i)
-		addr := func() (netip.AddrPort, bool) { return c.ep.LocalAddr(), true }
-		fs = append(fs, lossy("loss "+target, "lossy link", target, addr, kvLossy))
+		crashed := false
+		fs = append(fs, lossy("loss "+target, "lossy link", target, c.addr, kvLossy),
+			jepsen.Fault{Name: "crash " + target, Kind: "crash client", Target: target,
+				Start: func() error {
+					c.crash()
+					crashed = true
+					return nil
+				},
+				Stop: func() error {
+					if crashed {
+						crashed = false
+						restarts.Go(c.start)
+					}
+					return nil
+				}})
 	}
 	stat := s.Endpoint()
 	for i, m := range s.Mems {
