@@ -8,10 +8,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/ndma/ndma/internal/tcpfront"
 	"github.com/ndma/ndma/kv"
 )
 
@@ -147,12 +147,8 @@ type Server struct {
 	start  time.Time
 	base   context.Context
 	cancel context.CancelFunc
-	mu     sync.Mutex
-	lns    map[net.Listener]struct{} // under mu
-	conns  map[net.Conn]struct{}     // under mu; at most MaxConns
-	closed bool                      // under mu
-	wg     sync.WaitGroup
-	n      struct{ accepted, refused, commands, errors, hits, misses atomic.Uint64 }
+	front  *tcpfront.Conns // listeners and connections, at most MaxConns
+	n      struct{ commands, errors, hits, misses atomic.Uint64 }
 }
 
 // New makes a front end of cfg; serve it with Serve or ServeConn.
@@ -162,7 +158,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{cfg: cfg, start: time.Now(), base: ctx, cancel: cancel,
-		lns: make(map[net.Listener]struct{}), conns: make(map[net.Conn]struct{})}, nil
+		front: tcpfront.New(cfg.MaxConns)}, nil
 }
 
 // ErrClosed is returned by Serve once the server is closed.
@@ -171,33 +167,12 @@ var ErrClosed = errors.New("frontend: closed")
 // Serve accepts connections on l and serves them in protocol p until
 // Close (ErrClosed) or until l fails.
 func (s *Server) Serve(l net.Listener, p Protocol) error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		l.Close()
+	s.cfg.Logger.Info("frontend: serving", "protocol", p.String(), "addr", l.Addr().String())
+	err := s.front.Serve(l, func(nc net.Conn) { s.ServeConn(nc, p) })
+	if errors.Is(err, tcpfront.ErrClosed) {
 		return ErrClosed
 	}
-	s.lns[l] = struct{}{}
-	s.mu.Unlock()
-	s.cfg.Logger.Info("frontend: serving", "protocol", p.String(), "addr", l.Addr().String())
-	for {
-		nc, err := l.Accept()
-		if err != nil {
-			s.mu.Lock()
-			closed := s.closed
-			delete(s.lns, l)
-			s.mu.Unlock()
-			if closed {
-				return ErrClosed
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return fmt.Errorf("frontend: accept on %v: %w", l.Addr(), err)
-		}
-		s.wg.Go(func() { s.ServeConn(nc, p) })
-	}
+	return fmt.Errorf("frontend: %w", err)
 }
 
 // ServeConn serves one connection in protocol p until the client
@@ -206,27 +181,15 @@ func (s *Server) Serve(l net.Listener, p Protocol) error {
 func (s *Server) ServeConn(nc net.Conn, p Protocol) {
 	defer nc.Close()
 	c := &conn{s: s, nc: nc, p: p, r: bufio.NewReaderSize(nc, s.cfg.MaxLine), w: bufio.NewWriterSize(nc, replyBuffer)}
-	s.mu.Lock()
-	full := len(s.conns) >= s.cfg.MaxConns
-	if !full && !s.closed {
-		s.conns[nc] = struct{}{}
-	}
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		return
-	}
+	id, full := s.front.Enter(nc)
 	if full {
-		s.n.refused.Add(1)
 		c.refuseConn()
+	}
+	if id == 0 {
 		return
 	}
-	c.id = s.n.accepted.Add(1)
-	defer func() {
-		s.mu.Lock()
-		delete(s.conns, nc)
-		s.mu.Unlock()
-	}()
+	c.id = id
+	defer s.front.Leave(nc)
 	if p == Redis {
 		c.serveRedis()
 	} else {
@@ -237,26 +200,16 @@ func (s *Server) ServeConn(nc net.Conn, p Protocol) {
 // Close stops the listeners and ends every connection; requests in
 // flight are cancelled.
 func (s *Server) Close() error {
-	s.mu.Lock()
-	s.closed = true
-	for l := range s.lns {
-		l.Close()
-	}
-	for c := range s.conns {
-		c.Close()
-	}
-	s.mu.Unlock()
+	s.front.Close()
 	s.cancel()
-	s.wg.Wait()
+	s.front.Wait()
 	return nil
 }
 
 // Stats returns the front end's counters.
 func (s *Server) Stats() Stats {
-	s.mu.Lock()
-	n := len(s.conns)
-	s.mu.Unlock()
-	return Stats{Conns: n, Accepted: s.n.accepted.Load(), Refused: s.n.refused.Load(), Commands: s.n.commands.Load(),
+	n, accepted, refused := s.front.Counts()
+	return Stats{Conns: n, Accepted: accepted, Refused: refused, Commands: s.n.commands.Load(),
 		Errors: s.n.errors.Load(), Hits: s.n.hits.Load(), Misses: s.n.misses.Load()}
 }
 

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ndma/ndma/internal/tcpfront"
 	"github.com/ndma/ndma/mq"
 )
 
@@ -144,12 +145,9 @@ type Server struct {
 	cancel context.CancelFunc
 	topics *topics
 	coord  *coordinator
-	mu     sync.Mutex
-	lns    map[net.Listener]struct{} // under mu
-	conns  map[net.Conn]struct{}     // under mu; at most MaxConns
-	closed bool                      // under mu
-	wg     sync.WaitGroup
-	n      struct{ accepted, refused, requests, rejected, malformed, produced, fetched atomic.Uint64 }
+	front  *tcpfront.Conns // listeners and connections, at most MaxConns
+	wg     sync.WaitGroup  // the coordinator's reaper
+	n      struct{ requests, rejected, malformed, produced, fetched atomic.Uint64 }
 }
 
 // New makes a front end of cfg; serve it with Serve or ServeConn.
@@ -160,7 +158,7 @@ func New(cfg Config) (*Server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, base: ctx, cancel: cancel, topics: newTopics(cfg.Catalog),
 		coord: newCoordinator(cfg.MaxGroups, cfg.MaxMembers),
-		lns:   make(map[net.Listener]struct{}), conns: make(map[net.Conn]struct{})}
+		front: tcpfront.New(cfg.MaxConns)}
 	s.wg.Go(func() { s.coord.reap(ctx) })
 	return s, nil
 }
@@ -171,33 +169,12 @@ var ErrClosed = errors.New("kafka: closed")
 // Serve accepts connections on l and serves them until Close
 // (ErrClosed) or until l fails.
 func (s *Server) Serve(l net.Listener) error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		l.Close()
+	s.cfg.Logger.Info("kafka: serving", "addr", l.Addr().String())
+	err := s.front.Serve(l, s.ServeConn)
+	if errors.Is(err, tcpfront.ErrClosed) {
 		return ErrClosed
 	}
-	s.lns[l] = struct{}{}
-	s.mu.Unlock()
-	s.cfg.Logger.Info("kafka: serving", "addr", l.Addr().String())
-	for {
-		nc, err := l.Accept()
-		if err != nil {
-			s.mu.Lock()
-			closed := s.closed
-			delete(s.lns, l)
-			s.mu.Unlock()
-			if closed {
-				return ErrClosed
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return fmt.Errorf("kafka: accept on %v: %w", l.Addr(), err)
-		}
-		s.wg.Go(func() { s.ServeConn(nc) })
-	}
+	return fmt.Errorf("kafka: %w", err)
 }
 
 // ServeConn serves one connection until the client leaves, sends a
@@ -206,26 +183,10 @@ func (s *Server) Serve(l net.Listener) error {
 // Kafka broker does.
 func (s *Server) ServeConn(nc net.Conn) {
 	defer nc.Close()
-	s.mu.Lock()
-	full := len(s.conns) >= s.cfg.MaxConns
-	if !full && !s.closed {
-		s.conns[nc] = struct{}{}
+	if id, _ := s.front.Enter(nc); id == 0 {
+		return // closed, or full: a Kafka client retries another time
 	}
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		return
-	}
-	if full {
-		s.n.refused.Add(1) // a Kafka client retries another time
-		return
-	}
-	s.n.accepted.Add(1)
-	defer func() {
-		s.mu.Lock()
-		delete(s.conns, nc)
-		s.mu.Unlock()
-	}()
+	defer s.front.Leave(nc)
 	c := &conn{s: s, nc: nc, r: bufio.NewReaderSize(nc, 64<<10), w: bufio.NewWriterSize(nc, 64<<10),
 		consumers: make(map[string]*mq.Consumer), next: make(map[partKey]uint64)}
 	if err := c.serve(); !errors.Is(err, net.ErrClosed) {
@@ -236,26 +197,17 @@ func (s *Server) ServeConn(nc net.Conn) {
 // Close stops the listeners and ends every connection; requests in
 // flight are cancelled.
 func (s *Server) Close() error {
-	s.mu.Lock()
-	s.closed = true
-	for l := range s.lns {
-		l.Close()
-	}
-	for c := range s.conns {
-		c.Close()
-	}
-	s.mu.Unlock()
+	s.front.Close()
 	s.cancel()
+	s.front.Wait()
 	s.wg.Wait()
 	return nil
 }
 
 // Stats returns the front end's counters.
 func (s *Server) Stats() Stats {
-	s.mu.Lock()
-	n := len(s.conns)
-	s.mu.Unlock()
-	return Stats{Conns: n, Accepted: s.n.accepted.Load(), Refused: s.n.refused.Load(), Requests: s.n.requests.Load(),
+	n, accepted, refused := s.front.Counts()
+	return Stats{Conns: n, Accepted: accepted, Refused: refused, Requests: s.n.requests.Load(),
 		Rejected: s.n.rejected.Load(), Malformed: s.n.malformed.Load(), Produced: s.n.produced.Load(), Fetched: s.n.fetched.Load()}
 }
 
