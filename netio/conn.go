@@ -76,6 +76,23 @@ type Conn interface {
 	Close() error
 }
 
+// Timer is a one-shot timer, as *time.Timer from time.AfterFunc.
+type Timer interface {
+	Reset(d time.Duration) bool
+	Stop() bool
+}
+
+// TimerConn is a Conn whose network orders timer callbacks among the
+// other events of an instant (the simulated network, netio/simnet, with
+// Quiesce): AfterFunc returns a stopped Timer that, once Reset and due,
+// calls f, as time.AfterFunc would, but at a point of the instant the
+// network fixes rather than the Go scheduler. A loop.Driver over such a
+// Conn takes its timer from it.
+type TimerConn interface {
+	Conn
+	AfterFunc(f func()) Timer
+}
+
 // DirectConn is a Conn whose socket a goroutine waiting for a reply can
 // read itself, on its own thread, beside the Conn's reader (Linux's
 // UDPConn): the kernel then wakes the waiting thread for the datagram,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -540,5 +541,31 @@ func TestLayerFlushKeepsControl(t *testing.T) {
 			}
 			return c
 		}())
+	}
+}
+
+// TestLayerTickOrder: the HELLOs Tick sends again go out in the order
+// of their peers' addresses, whatever order the handshakes began in (a
+// simulation replays from its seed only if they do).
+func TestLayerTickOrder(t *testing.T) {
+	n, a, _ := newNet2(t)
+	var peers []netip.AddrPort
+	for _, i := range []int{7, 3, 9, 1, 5, 8, 2, 6, 4} {
+		p := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 1, byte(i)}), 7470)
+		peers = append(peers, p)
+		if err := a.Send(n.now, p, plainPacket(t, uint64(i), "to a peer that does not answer")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.Recycle(a.Take(nil)) // the first HELLOs, lost
+	n.now = n.now.Add(DefaultHandshakeRetry)
+	a.Tick(n.now)
+	var got []netip.AddrPort
+	for _, d := range a.Take(nil) {
+		got = append(got, d.Addr)
+	}
+	want := slices.SortedFunc(slices.Values(peers), netip.AddrPort.Compare)
+	if !slices.Equal(got, want) {
+		t.Fatalf("HELLOs sent again to %v, want %v", got, want)
 	}
 }

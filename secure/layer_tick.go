@@ -3,7 +3,12 @@ package secure
 // The Layer's timers: HELLOs resent, handshakes given up, idle sessions
 // forgotten.
 
-import "time"
+import (
+	"maps"
+	"net/netip"
+	"slices"
+	"time"
+)
 
 // Tick resends HELLOs that got no answer, gives up handshakes that took
 // too long and forgets idle sessions; it returns when it has work next
@@ -13,7 +18,10 @@ func (l *Layer) Tick(now time.Time) time.Time {
 	l.sweep(now)
 	var next time.Time
 	sessions := false
-	for _, p := range l.peers {
+	// In address order, so that what Tick sends goes out in one order
+	// (a simulation replays from its seed).
+	for _, addr := range slices.SortedFunc(maps.Keys(l.peers), netip.AddrPort.Compare) {
+		p := l.peers[addr]
 		if p.ini == nil && (p.sess == nil || p.hold) && !p.restartAt.IsZero() && !now.Before(p.restartAt) {
 			// This side gave way to the peer's handshake, which did not
 			// complete: its own starts again.

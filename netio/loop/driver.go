@@ -53,7 +53,7 @@ type Driver struct {
 	cfg   Config
 
 	// Under mu.
-	timer   *time.Timer
+	timer   netio.Timer
 	timerAt time.Time
 	closed  atomic.Bool // set under mu, read anywhere
 
@@ -88,8 +88,13 @@ func New(m Machine, mu sync.Locker, conns []netio.Conn, cfg Config) *Driver {
 	if d.name == "" {
 		d.name = "loop"
 	}
-	d.timer = time.AfterFunc(time.Hour, d.onTimer)
-	d.timer.Stop()
+	if tc, ok := d.conn.(netio.TimerConn); ok {
+		d.timer = tc.AfterFunc(d.onTimer)
+	} else {
+		t := time.AfterFunc(time.Hour, d.onTimer)
+		t.Stop()
+		d.timer = t
+	}
 	return d
 }
 

@@ -67,6 +67,17 @@ type simConn struct {
 	sigReady, sigDrained, sigQueued bool
 }
 
+// AfterFunc implements netio.TimerConn: with Quiesce, f runs when Serve
+// has seen every goroutine woken at its instant blocked, so that a
+// loop.Driver's timer pump at an instant comes after what the
+// application did at that instant, whichever goroutine the scheduler ran
+// first; the timers due at one instant start in address order.
+func (c *simConn) AfterFunc(f func()) netio.Timer {
+	t := time.AfterFunc(time.Hour, func() { c.n.timerDue(c.addr, f) })
+	t.Stop()
+	return t
+}
+
 // Receive implements Node. It runs on the goroutine driving the network,
 // which holds n.mu.
 func (c *simConn) Receive(_ time.Time, d netio.Datagram) {

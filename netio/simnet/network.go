@@ -123,6 +123,9 @@ type Network struct {
 	// or writers are told once Serve has run every event due.
 	woken   []*host
 	signals []*simConn
+	// With quiesce: the Conns' timer callbacks that fell due, which
+	// Serve runs once every goroutine of the bubble is blocked.
+	timers []dueTimer
 }
 
 // New returns an empty network whose virtual clock reads Epoch() and whose

@@ -71,3 +71,54 @@ func TestServeQuiesce(t *testing.T) {
 		})
 	}
 }
+
+// TestServeTimerAfterWriters: with Quiesce, a Conn's timer callback due
+// at an instant runs after every goroutine the clock woke at that instant
+// has done its work, whichever of them was set first: a datagram a
+// goroutine writes at +1ms leaves before the one the Conn's timer, due
+// at +1ms too, writes.
+func TestServeTimerAfterWriters(t *testing.T) {
+	for round := range 20 {
+		synctest.Test(t, func(t *testing.T) {
+			n := New(1)
+			n.Quiesce = true
+			rx := n.ListenConn(ap(100), mbit100, LinkConfig{Latency: mbit100.Latency})
+			defer rx.Close()
+			tx := n.ListenConn(ap(1), mbit100, mbit100)
+			defer tx.Close()
+			stop := serve(t, n)
+			defer stop()
+			write := func(b byte) {
+				if err := tx.WriteBatch([]netio.Datagram{{Addr: ap(100), Buf: []byte{b}}}); err != nil {
+					t.Error(err)
+				}
+			}
+			timer := tx.(netio.TimerConn).AfterFunc(func() { write('t') })
+			var wg sync.WaitGroup
+			app := func() { wg.Go(func() { time.Sleep(time.Millisecond); write('a') }) }
+			// Which of the two is set first changes from round to round.
+			if round%2 == 0 {
+				timer.Reset(time.Millisecond)
+				app()
+			} else {
+				app()
+				timer.Reset(time.Millisecond)
+			}
+			var got []byte
+			for len(got) < 2 {
+				ds := readBufs(2)
+				k, err := rx.ReadBatch(ds)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, d := range ds[:k] {
+					got = append(got, d.Buf[0])
+				}
+			}
+			wg.Wait()
+			if string(got) != "at" {
+				t.Errorf("round %d: datagrams left in the order %q, want %q (the goroutine's, then the timer's)", round, got, "at")
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package simnet
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"slices"
 	"testing/synctest"
 	"time"
@@ -36,10 +37,14 @@ var ErrServing = errors.New("simnet: Serve is already running")
 // (synctest.Wait): it polls the Conns written to and the nodes woken at
 // that instant in address order, runs every event due, and only then lets
 // the Conns' readers see what arrived, all of an instant's datagrams
-// together, and their blocked writers go on. The order goroutines ran in
-// no longer matters, and a run is repeated exactly from its seed as long
-// as the code using the Conns decides only from what it reads and the
-// clock. Goroutines of the bubble must not call synctest.Wait themselves
+// together, and their blocked writers go on. The Conns' timers
+// (netio.TimerConn, which loop.Driver uses for its machine's deadline)
+// run at their instant after the goroutines the clock woke then, in
+// address order. The order goroutines ran in no longer matters, and a
+// run is repeated exactly from its seed as long as the code using the
+// Conns decides only from what it reads and the clock, and no two of its
+// goroutines that touch one Conn are woken by timers of their own at
+// the same instant. Goroutines of the bubble must not call synctest.Wait themselves
 // then.
 //
 // While Serve runs, other goroutines may touch the Network only through
@@ -70,6 +75,7 @@ func (n *Network) Serve(ctx context.Context) error {
 		}
 		n.woken = n.woken[:0]
 		n.signalLocked()
+		n.startTimersLocked()
 		n.serving, n.quiesce = false, false
 		n.kick = nil
 		n.mu.Unlock()
@@ -87,6 +93,12 @@ func (n *Network) Serve(ctx context.Context) error {
 			// did at this instant (the Wakes of their writes) is all in,
 			// and runs in one order whichever of them ran first.
 			synctest.Wait()
+			n.mu.Lock()
+			started := n.startTimersLocked()
+			n.mu.Unlock()
+			if started {
+				continue // what they do at this instant is in before the events
+			}
 		}
 		n.mu.Lock()
 		n.catchUpLocked(true)
@@ -182,6 +194,45 @@ func (n *Network) signalLocked() {
 		n.signals[i] = nil
 	}
 	n.signals = n.signals[:0]
+}
+
+// dueTimer is a Conn's timer callback that fell due while Serve ran
+// with quiesce.
+type dueTimer struct {
+	addr netip.AddrPort
+	f    func()
+}
+
+// timerDue runs f, a Conn's timer callback, now; or, while Serve runs
+// with quiesce, hands it to Serve, which starts it once every goroutine
+// of the bubble is blocked.
+func (n *Network) timerDue(addr netip.AddrPort, f func()) {
+	n.mu.Lock()
+	if n.serving && n.quiesce {
+		n.timers = append(n.timers, dueTimer{addr, f})
+		n.kickLocked()
+		n.mu.Unlock()
+		return
+	}
+	n.mu.Unlock()
+	f()
+}
+
+// startTimersLocked starts the timer callbacks that fell due, each on a
+// goroutine of its own (a callback may wait for a lock that a blocked
+// goroutine holds), in address order, and reports whether there were
+// any. The caller holds mu.
+func (n *Network) startTimersLocked() bool {
+	if len(n.timers) == 0 {
+		return false
+	}
+	slices.SortStableFunc(n.timers, func(a, b dueTimer) int { return a.addr.Compare(b.addr) })
+	for i, t := range n.timers {
+		go t.f()
+		n.timers[i] = dueTimer{}
+	}
+	n.timers = n.timers[:0]
+	return true
 }
 
 // kickLocked wakes Serve if it is running. The caller holds mu.
