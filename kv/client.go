@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
@@ -57,12 +56,15 @@ type Client struct {
 	cfg ClientConfig
 	reg *pool.Region
 	l   Layout
-	id  uint64        // this client, in the owners' reply tables
-	seq atomic.Uint64 // the last request's number
+	id  uint64 // this client, in the owners' reply tables
 	mu  sync.Mutex
 	inc map[int]uint64 // owner rank: the incarnation last heard of
-	loc locCache
-	st  clientCounters
+	// The requests in flight: win[i] tells whether request base+i is
+	// finished; requests before base all are (the done mark is base-1).
+	win  []bool
+	base uint64
+	loc  locCache
+	st   clientCounters
 }
 
 // Open asks an owner of the key space for its region, opens it and reads
@@ -350,12 +352,14 @@ func (c *Client) write(ctx context.Context, r *request) ([]byte, uint64, error) 
 // answers or ctx ends, and returns its answer.
 func (c *Client) writeShard(ctx context.Context, shard int, r *request) ([]byte, uint64, error) {
 	rank := c.l.owner(shard)
-	r.client, r.seq = c.id, c.seq.Add(1)
+	r.client, r.seq = c.id, c.begin()
+	defer c.finish(r.seq)
 	sent := false // a copy may have reached an owner
 	wait := time.Millisecond
 	for {
 		c.mu.Lock()
 		r.inc = c.inc[rank]
+		r.done = c.base - 1
 		c.mu.Unlock()
 		resp, err := c.send(ctx, uint64(shard), r)
 		if err == nil {
@@ -393,6 +397,36 @@ func (c *Client) writeShard(ctx context.Context, shard int, r *request) ([]byte,
 			return nil, 0, fmt.Errorf("kv: no owner of shard %d answers: %w", shard, errors.Join(serr, err))
 		}
 		wait = min(2*wait, 100*time.Millisecond)
+	}
+}
+
+// begin numbers a new request.
+func (c *Client) begin() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.base == 0 {
+		c.base = 1
+	}
+	c.win = append(c.win, false)
+	return c.base + uint64(len(c.win)) - 1
+}
+
+// finish marks request seq finished (answered, or given up): once every
+// request before it is too, owners may forget their replies.
+func (c *Client) finish(seq uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.win[seq-c.base] = true
+	n := 0
+	for n < len(c.win) && c.win[n] {
+		n++
+	}
+	if n > 0 {
+		c.win = c.win[n:]
+		c.base += uint64(n)
+		if len(c.win) == 0 {
+			c.win = nil // let the array go
+		}
 	}
 }
 

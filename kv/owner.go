@@ -396,13 +396,13 @@ func (o *Owner) handle(_ uint64, b []byte) ([]byte, error) {
 	// orders it after the first copy's apply.
 	k := replyKey{r.client, r.seq}
 	o.repMu <- struct{}{}
-	cached, seen := o.replies.get(k)
-	room := seen || o.replies.room(time.Now())
+	v, cached := o.replies.check(k, r.done, time.Now())
 	<-o.repMu
-	if seen {
+	switch v {
+	case replyCached:
 		return cached, nil
-	}
-	if !room {
+	case replyDone, replyFull:
+		// Given up by its client, or no room: not applied.
 		return appendReply(nil, stBusy, 0, nil), nil
 	}
 	var (

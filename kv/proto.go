@@ -75,8 +75,9 @@ const (
 	// stStale: the request named another incarnation of the owner (the
 	// reply's version field carries the current one); not applied.
 	stStale = 8
-	// stBusy: the owner's table of recent replies is full of live
-	// entries; not applied, try again.
+	// stBusy: not applied: the owner does not hold its rank yet, or its
+	// table of recent replies has no room (for this client or at all),
+	// or the request is at or below its client's done mark; try again.
 	stBusy = 9
 )
 
@@ -127,7 +128,9 @@ func statusErr(st byte) error {
 
 // request is a write request: op; the client's id and the request's
 // sequence number, which an owner answers again from its table of
-// recent replies instead of applying twice; the owner incarnation the
+// recent replies instead of applying twice, and the client's done mark
+// (every request of its numbered up to it has had its answer or was
+// given up: the owner forgets their replies); the owner incarnation the
 // client expects; the expected version (CAS), the delta (Incr), the
 // time to live (nanoseconds from when the owner applies it; 0: no
 // expiry), the client's flags, key and value.
@@ -135,6 +138,7 @@ type request struct {
 	op     byte
 	client uint64
 	seq    uint64
+	done   uint64
 	inc    uint64
 	ver    uint64
 	delta  int64
@@ -144,12 +148,13 @@ type request struct {
 	val    []byte
 }
 
-const reqFixed = 1 + 8 + 8 + 8 + 8 + 8 + 8 + 4 + 2
+const reqFixed = 1 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 4 + 2
 
 func (r *request) append(b []byte) []byte {
 	b = append(b, r.op)
 	b = binary.LittleEndian.AppendUint64(b, r.client)
 	b = binary.LittleEndian.AppendUint64(b, r.seq)
+	b = binary.LittleEndian.AppendUint64(b, r.done)
 	b = binary.LittleEndian.AppendUint64(b, r.inc)
 	b = binary.LittleEndian.AppendUint64(b, r.ver)
 	b = binary.LittleEndian.AppendUint64(b, uint64(r.delta))
@@ -164,10 +169,11 @@ func parseRequest(b []byte) (request, error) {
 	if len(b) < reqFixed {
 		return request{}, ErrBadRequest
 	}
-	r := request{op: b[0], client: binary.LittleEndian.Uint64(b[1:]), seq: binary.LittleEndian.Uint64(b[9:]),
-		inc: binary.LittleEndian.Uint64(b[17:]), ver: binary.LittleEndian.Uint64(b[25:]), delta: int64(binary.LittleEndian.Uint64(b[33:])),
-		ttl: int64(binary.LittleEndian.Uint64(b[41:])), flags: binary.LittleEndian.Uint32(b[49:])}
-	klen := int(binary.LittleEndian.Uint16(b[53:]))
+	le := binary.LittleEndian
+	r := request{op: b[0], client: le.Uint64(b[1:]), seq: le.Uint64(b[9:]), done: le.Uint64(b[17:]),
+		inc: le.Uint64(b[25:]), ver: le.Uint64(b[33:]), delta: int64(le.Uint64(b[41:])),
+		ttl: int64(le.Uint64(b[49:])), flags: le.Uint32(b[57:])}
+	klen := int(le.Uint16(b[61:]))
 	if klen > len(b)-reqFixed || r.ttl < 0 {
 		return request{}, ErrBadRequest
 	}
