@@ -79,6 +79,13 @@ type CollResult struct {
 	// row's calls (warm-up and barriers included), from its own
 	// counters: how the load was shared.
 	SwitchPackets []uint64 `json:"switch_packets,omitempty"`
+	// TimedFromNS and TimedToNS are when rank 0's timed calls began (the
+	// barrier before the first call after the warm-up) and ended, in
+	// Unix nanoseconds of its clock, over every row of the job: the
+	// testbed's fidelity monitor judges that window (RunCollLaunched
+	// only).
+	TimedFromNS int64 `json:"timed_from_ns,omitempty"`
+	TimedToNS   int64 `json:"timed_to_ns,omitempty"`
 }
 
 func (c *CollConfig) iters(size int) (iters, warmup int) {
@@ -267,6 +274,15 @@ func RunCollOp(ctx context.Context, c *coll.Communicator, op coll.Operation, a c
 // time per call, per algorithm and size (in cfg order). Every rank of c
 // must call it with the same cfg.
 func RunCollRank(ctx context.Context, c *coll.Communicator, cfg CollConfig) ([][]time.Duration, error) {
+	return runCollRank(ctx, c, cfg, nil)
+}
+
+// timedWindow is when a rank's timed calls began and ended.
+type timedWindow struct{ from, to time.Time }
+
+// runCollRank is RunCollRank, noting in w (if not nil) when the timed
+// calls began and ended.
+func runCollRank(ctx context.Context, c *coll.Communicator, cfg CollConfig, w *timedWindow) ([][]time.Duration, error) {
 	n := c.Size()
 	maxSize := 0
 	for _, s := range cfg.Sizes {
@@ -288,6 +304,9 @@ func RunCollRank(ctx context.Context, c *coll.Communicator, cfg CollConfig) ([][
 			iters, warmup := cfg.iters(size)
 			var total time.Duration
 			for i := 0; i < warmup+iters; i++ {
+				if w != nil && i == warmup && w.from.IsZero() {
+					w.from = time.Now()
+				}
 				if err := c.Barrier(ctx, coll.WithAlgo(cfg.syncAlgo())); err != nil {
 					return nil, err
 				}
@@ -298,6 +317,9 @@ func RunCollRank(ctx context.Context, c *coll.Communicator, cfg CollConfig) ([][
 				if i >= warmup {
 					total += time.Since(t0)
 				}
+			}
+			if w != nil {
+				w.to = time.Now()
 			}
 			out[ai] = append(out[ai], total/time.Duration(iters))
 		}
@@ -410,7 +432,8 @@ func runColl(ctx context.Context, w *CollWorld, cfg CollConfig, emit func(CollRe
 // RunCollLaunched runs cfg as one rank of a job started by a launcher:
 // every rank measures its part, rank 0 gathers the timings and calls emit.
 func RunCollLaunched(ctx context.Context, c *coll.Communicator, cfg CollConfig, emit func(CollResult)) error {
-	mine, err := RunCollRank(ctx, c, cfg)
+	var w timedWindow
+	mine, err := runCollRank(ctx, c, cfg, &w)
 	if err != nil {
 		return err
 	}
@@ -446,6 +469,9 @@ func RunCollLaunched(ctx context.Context, c *coll.Communicator, cfg CollConfig, 
 			}
 		}
 	}
-	Summarize(cfg, c.Size(), per, c, emit)
+	Summarize(cfg, c.Size(), per, c, func(r CollResult) {
+		r.TimedFromNS, r.TimedToNS = w.from.UnixNano(), w.to.UnixNano()
+		emit(r)
+	})
 	return nil
 }

@@ -130,9 +130,9 @@ func fidelityCell(r SuiteRow) string {
 	case v.Class == fidelity.LinkIdle && v.Link != nil:
 		return fmt.Sprintf("**%s** (%s %.0f%%)", v.Class, v.Link.Name, 100*v.Link.Busy)
 	case v.Faithful:
-		return fmt.Sprintf("%s (%.0f%%)", v.Class, 100*v.CPUShare)
+		return fmt.Sprintf("%s (%.0f%%)", v.Class, 100*v.JudgedShare())
 	}
-	return fmt.Sprintf("**%s** (%.0f%%)", v.Class, 100*v.CPUShare)
+	return fmt.Sprintf("**%s** (%.0f%%)", v.Class, 100*v.JudgedShare())
 }
 
 // writeFidelity explains the Fidelity column and lists the rows that
@@ -153,8 +153,9 @@ func writeFidelity(w *bufio.Writer, rows []SuiteRow) {
 		return
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "Fidelity is the monitor's verdict on each job: faithful when the testbed (its processes and the kernel's softirq time) "+
-		"used at most %.0f%% of the CPU the machine had over the job (the share in parentheses), and a bulk job's bottleneck link was busy "+
+	fmt.Fprintf(w, "Fidelity is the monitor's verdict on each job's timed calls: faithful when the machine's CPUs were busy "+
+		"at most %.0f%% of the time while rank 0's timed calls ran (the share in parentheses: an upper bound of the testbed's share, "+
+		"start-up and teardown left out), and a bulk job's bottleneck link was busy "+
 		"at least %.0f%% of its transfer; cpu-bound above that share; link-idle when the link idled within it. "+
 		"The targets below are judged on faithful rows only.\n", 100*limit, 100*fidelityMinBusy(rows))
 	if len(bad) == 0 {

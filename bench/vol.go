@@ -382,7 +382,10 @@ func volPoint(ctx context.Context, cfg *VolConfig, clients []*stor.Client, names
 				var ferr error
 				for {
 					t0 := time.Now()
-					if !t0.Before(end) || ctx.Err() != nil {
+					// A worker whose I/Os all started before the window
+					// (one slow I/O can span it on a loaded machine)
+					// measures one more, so that every point has samples.
+					if !t0.Before(end) && n+nerr > 0 || ctx.Err() != nil {
 						break
 					}
 					var off int64

@@ -125,6 +125,10 @@ func (m *Monitor) Stop(ctx context.Context) (*Recorder, error) {
 	return m.rec, nil
 }
 
+// Started is when the monitor took its first sample: the origin of
+// Recorder.Window's times.
+func (m *Monitor) Started() time.Time { return m.start }
+
 // readQdiscs reads the tbf statistics of every namespace holding a
 // watched link's tbf.
 func (m *Monitor) readQdiscs(ctx context.Context, end bool) error {

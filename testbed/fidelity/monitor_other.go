@@ -24,3 +24,6 @@ func Start(ctx context.Context, t Target, interval time.Duration) (*Monitor, err
 func (m *Monitor) Stop(ctx context.Context) (*Recorder, error) {
 	return nil, errors.New("fidelity: the monitor needs Linux (/proc)")
 }
+
+// Started is never reached outside Linux.
+func (m *Monitor) Started() time.Time { return time.Time{} }

@@ -52,6 +52,7 @@ type Recorder struct {
 	process    map[string]float64 // role: CPU seconds over the job
 	switches   []float64          // each switch process's CPU seconds, in the testbed's order
 	qdisc      [2][]*Qdisc        // start, end: per link, nil where not read
+	window     *[2]time.Duration  // the timed calls (Window); nil: the whole job
 }
 
 // NewRecorder returns a Recorder for links, keeping at most maxSamples

@@ -113,8 +113,13 @@ type Verdict struct {
 	// MaxRunQueue is the most runnable tasks per CPU seen at a sample,
 	// the sampler itself not counted.
 	MaxRunQueue float64 `json:"max_run_queue"`
-	// Link is the bottleneck link's evidence; nil without links.
+	// Link is the bottleneck link's evidence (over the timed window,
+	// with one); nil without links.
 	Link *LinkVerdict `json:"link,omitempty"`
+	// Window is the evidence over the job's timed calls, when the job
+	// reported them (Recorder.Window): the CPU rule is then judged on
+	// Window.CPUShare instead of CPUShare.
+	Window *WindowVerdict `json:"window,omitempty"`
 }
 
 // LinkVerdict is the bottleneck link's evidence.
@@ -184,12 +189,22 @@ func (r *Recorder) Judge(rule Rule) (Verdict, error) {
 	if r.cpus > 0 {
 		v.MaxRunQueue = float64(max(r.maxRunning-1, 0)) / float64(r.cpus)
 	}
-	v.Link = r.bottleneck(rule)
+	i0, i1 := r.span()
+	v.Link = r.bottleneck(rule, i0, i1)
 	var why []string
 	cpuOK := v.CPUShare <= rule.MaxCPUShare
 	why = append(why, fmt.Sprintf("testbed %.0f%% of the machine's CPU (limit %.0f%%)", 100*v.CPUShare, 100*rule.MaxCPUShare))
 	if v.MachineS == 0 {
 		why[0] = "too short to measure the CPU (under a clock tick)"
+	}
+	if r.window != nil {
+		r.judgeWindow(&v, i0, i1)
+		cpuOK = v.Window.CPUShare <= rule.MaxCPUShare
+		why[0] = fmt.Sprintf("timed calls: machine %.0f%% busy over %.2f s (limit %.0f%%); whole job: testbed %.0f%%",
+			100*v.Window.CPUShare, v.Window.SpanS, 100*rule.MaxCPUShare, 100*v.CPUShare)
+		if v.Window.MachineS == 0 {
+			why[0] = "timed calls too short to measure the CPU (under a clock tick)"
+		}
 	}
 	linkOK := true
 	if l := v.Link; l != nil {
@@ -213,13 +228,13 @@ func (r *Recorder) Judge(rule Rule) (Verdict, error) {
 	return v, nil
 }
 
-// bottleneck returns the evidence of the link whose bytes over the job
-// take longest at its rate; nil without links.
-func (r *Recorder) bottleneck(rule Rule) *LinkVerdict {
+// bottleneck returns the evidence of the link whose bytes between
+// samples i0 and i1 take longest at its rate; nil without links.
+func (r *Recorder) bottleneck(rule Rule, i0, i1 int) *LinkVerdict {
 	if len(r.links) == 0 {
 		return nil
 	}
-	first, last := r.samples[0], r.samples[len(r.samples)-1]
+	first, last := r.samples[i0], r.samples[i1]
 	lineS := func(i int) float64 {
 		if r.links[i].RateBits == 0 {
 			return 0
@@ -235,7 +250,7 @@ func (r *Recorder) bottleneck(rule Rule) *LinkVerdict {
 	lv := &LinkVerdict{Name: l.Name, RateBits: l.RateBits, Bytes: delta(last.bytes[b], first.bytes[b]), LineS: lineS(b), MinBusy: rule.MinBusy}
 	lv.Judged = lv.LineS >= rule.MinTransfer.Seconds()
 	var sent, allowed float64
-	for k := 1; k < len(r.samples); k++ {
+	for k := i0 + 1; k <= i1; k++ {
 		dt := (r.samples[k].at - r.samples[k-1].at).Seconds()
 		allow := float64(l.RateBits) / 8 * dt
 		got := float64(delta(r.samples[k].bytes[b], r.samples[k-1].bytes[b]))
@@ -277,6 +292,9 @@ func (v Verdict) Details() string {
 		fmt.Fprintf(&b, ", stolen %.2f s", *v.StealS)
 	}
 	fmt.Fprintf(&b, " of the %.2f s the machine had (busy, for anyone: %.2f s); largest run queue %.1f per CPU", v.MachineS, v.BusyS, v.MaxRunQueue)
+	if w := v.Window; w != nil {
+		fmt.Fprintf(&b, "; timed calls %.2f-%.2f s: the machine busy %.2f s of %.2f s", w.FromS, w.ToS, w.BusyS, w.MachineS)
+	}
 	if l := v.Link; l != nil {
 		fmt.Fprintf(&b, "; bottleneck link %s: %d bytes, %.3f s at its rate", l.Name, l.Bytes, l.LineS)
 		if l.TBF != nil {
