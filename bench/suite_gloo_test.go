@@ -54,7 +54,7 @@ func TestSuiteGlooTestbed(t *testing.T) {
 		if r.AvgUS <= 0 || r.MinUS > r.AvgUS || r.MaxUS < r.AvgUS || r.CPURanksS <= 0 {
 			t.Errorf("row %d: implausible %+v", i, r)
 		}
-		if v := r.Fidelity; v == nil || v.ProcessS["ranks"] != r.CPURanksS {
+		if v := r.Fidelity; v == nil || v.ProcessS["ranks"] != r.CPURanksS || v.Window == nil || v.Window.ToS <= v.Window.FromS {
 			t.Errorf("row %d: verdict %+v", i, v)
 		}
 	}

@@ -334,9 +334,12 @@ func TestSuiteTestbed(t *testing.T) {
 		if r.AvgUS <= 0 || r.MinUS > r.AvgUS || r.MaxUS < r.AvgUS || r.RateBits != 100e6 || r.CPURanksS <= 0 || r.CPUS < r.CPURanksS {
 			t.Errorf("row %d: implausible %+v", i, r)
 		}
-		// Every job judged, on its links' evidence and its CPU.
+		// Every job judged, on its links' evidence and its CPU, over the
+		// timed calls rank 0 reported, inside the job.
 		if v := r.Fidelity; v == nil || v.Link == nil || v.MachineS <= 0 || v.WallS <= 0 || v.Reason == "" || v.ProcessS["ranks"] != r.CPURanksS {
 			t.Errorf("row %d: verdict %+v", i, v)
+		} else if w := v.Window; w == nil || w.FromS < 0 || w.ToS <= w.FromS || w.ToS > v.WallS || w.SpanS < w.ToS-w.FromS || w.MachineS <= 0 {
+			t.Errorf("row %d: timed window %+v in a job of %.3f s", i, w, v.WallS)
 		}
 	}
 	// Torn down: no state left.
