@@ -46,6 +46,11 @@ type Endpoint struct {
 	closing  chan struct{} // closed by Close: the notifier stops waiting
 
 	drv driving // callers reading the socket themselves (Driving)
+
+	// On the simulated network: handlers' replies queued for the
+	// instant's flush (replies_sim.go). Under mu.
+	replyTimer netio.Timer
+	replies    []pendingReply
 }
 
 // Options for Listen and New beyond the Core's Config.
@@ -104,6 +109,7 @@ func New(conn netio.Conn, cfg Config, opts Options) (*Endpoint, error) {
 		m = secure.Wrap(m, sec)
 	}
 	ep.io = loop.New(m, &ep.mu, []netio.Conn{conn}, loop.Config{Logger: log, Name: "endpoint"})
+	ep.initReplyOrder()
 	ep.io.Start()
 	return ep, nil
 }

@@ -200,8 +200,8 @@ func (g *Group) Members() []ctrl.MemberInfo { return g.members }
 func (g *Group) heartbeats() {
 	defer close(g.hbDone)
 	iv := g.opts.HeartbeatInterval()
-	t := time.NewTicker(iv)
-	defer t.Stop()
+	tick, stopTick := g.ep.ticker(iv)
+	defer stopTick()
 	buf, err := secure.AppendCtrl(nil, &ctrl.Msg{Type: ctrl.Heartbeat, Group: g.id, Member: g.rank}, g.opts.Token)
 	if err != nil {
 		g.ep.log.Warn("endpoint: heartbeat", "group", g.id, "err", err)
@@ -242,7 +242,7 @@ func (g *Group) heartbeats() {
 				g.ep.log.Debug("endpoint: heartbeat", "group", g.id, "err", op.Err)
 			}
 			continue
-		case <-t.C:
+		case <-tick:
 		}
 		if quiet := time.Since(answered); !g.service && quiet > silent && time.Duration(unanswered)*iv >= silent {
 			g.switchSilent(quiet.Round(time.Millisecond))

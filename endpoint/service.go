@@ -150,8 +150,7 @@ func (ep *Endpoint) dispatchLocked() {
 			if ep.closed {
 				return
 			}
-			_ = ep.core.Reply(r, data, st)
-			ep.pumpLocked(time.Now())
+			ep.replyLocked(r, data, st)
 		}(r)
 	}
 }

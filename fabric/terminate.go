@@ -3,6 +3,7 @@ package fabric
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"sort"
 	"time"
 
@@ -141,11 +142,7 @@ func (s *Switch) memberDead(g *group, m *member, left bool) {
 	}
 	if g.sel != nil {
 		g.sel.SetAlive(int(m.id), false)
-		for id, r := range s.anyFwd {
-			if r.group == g && r.member == int(m.id) {
-				s.failAnycast(id, r, wire.StatusMemberDead)
-			}
-		}
+		s.failAnycasts(func(r *anyReq) bool { return r.group == g && r.member == int(m.id) }, wire.StatusMemberDead)
 	}
 	var how uint64
 	if left {
@@ -187,11 +184,7 @@ func (s *Switch) destroy(g *group) {
 		}
 	}
 	s.pool.ReleaseGroup(g.id)
-	for id, r := range s.anyFwd {
-		if r.group == g {
-			s.failAnycast(id, r, wire.StatusNotMember)
-		}
-	}
+	s.failAnycasts(func(r *anyReq) bool { return r.group == g }, wire.StatusNotMember)
 	delete(s.groups, g.id)
 	s.eng.ClearLocal(g.id)
 	if s.names[g.name] == g.id {
@@ -200,3 +193,19 @@ func (s *Switch) destroy(g *group) {
 }
 
 var errGroupGone = errors.New("fabric: group destroyed")
+
+// failAnycasts fails the forwarded anycast requests that match, in the
+// order they were forwarded (a simulation replays from its seed only if
+// the answers leave in one order).
+func (s *Switch) failAnycasts(match func(*anyReq) bool, st wire.Status) {
+	var ids []uint64
+	for id, r := range s.anyFwd {
+		if match(r) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		s.failAnycast(id, s.anyFwd[id], st)
+	}
+}

@@ -117,21 +117,19 @@ func (c *Client) getCached(ctx context.Context, p place, key []byte) (record, er
 		c.st.misses.Add(1)
 		return c.get(ctx, p, key)
 	}
-	type result struct {
+	var w [BucketBytes]byte
+	rec := make([]byte, l.b.len)
+	c.st.reads.Add(2)
+	errs := c.reg.ReadVec(ctx, [][]byte{w[:], rec}, []int64{int64(c.l.bucketAddr(p.shard, l.pos)), int64(l.b.addr)})
+	if err := errs[0]; err != nil {
+		return record{}, err
+	}
+	var v struct {
 		r   record
 		err error
 	}
-	ch := make(chan result, 1)
-	go func() {
-		r, err := c.readRecord(ctx, l.b)
-		ch <- result{r, err}
-	}()
-	var w [BucketBytes]byte
-	c.st.reads.Add(1)
-	_, err := c.reg.ReadAtContext(ctx, w[:], int64(c.l.bucketAddr(p.shard, l.pos)))
-	v := <-ch
-	if err != nil {
-		return record{}, err
+	if v.err = errs[1]; v.err == nil {
+		v.r, v.err = checkRecord(rec, l.b)
 	}
 	b, err := parseBucket(w[:])
 	if err != nil {

@@ -233,6 +233,12 @@ func (c *Client) readRecord(ctx context.Context, b bucket) (record, error) {
 	if _, err := c.reg.ReadAtContext(ctx, rec, int64(b.addr)); err != nil {
 		return record{}, err
 	}
+	return checkRecord(rec, b)
+}
+
+// checkRecord parses rec, read where bucket b points: errTorn unless it
+// is a whole record of b's version.
+func checkRecord(rec []byte, b bucket) (record, error) {
 	r, err := parseRecord(rec)
 	if err != nil || r.ver != b.ver {
 		return record{}, errTorn

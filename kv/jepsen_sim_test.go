@@ -63,7 +63,25 @@ func TestSimJepsenKVSealed(t *testing.T) {
 	}
 }
 
-func jepsenKV(t *testing.T, seed int64, auth *secure.Authority) {
+// jepsenKV runs one seed and returns the checker's report.
+// TestSimJepsenKVRepeats: a sealed seed run twice gives the same history
+// totals: the simulation replays from its seed, processes' timers,
+// heartbeats and handlers' replies included.
+func TestSimJepsenKVRepeats(t *testing.T) {
+	auth, err := secure.NewAuthority([]byte("kv sealed run 543"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs [2]string
+	for i := range runs {
+		t.Run(fmt.Sprint("run", i), func(t *testing.T) { runs[i] = jepsenKV(t, 543, auth) })
+	}
+	if runs[0] == "" || runs[0] != runs[1] {
+		t.Fatalf("seed 543 gave\n%s\nthen\n%s", runs[0], runs[1])
+	}
+}
+
+func jepsenKV(t *testing.T, seed int64, auth *secure.Authority) (report string) {
 	var h *jepsen.History
 	defer func() {
 		// Porcupine times its search with real timers: check outside the
@@ -72,6 +90,7 @@ func jepsenKV(t *testing.T, seed int64, auth *secure.Authority) {
 			return
 		}
 		r := jepsen.Check(h, jepsen.CheckOptions{Timeout: time.Minute})
+		report = r.String()
 		t.Logf("seed %d:\n%v", seed, r)
 		if !r.OK() {
 			t.Errorf("seed %d: the history is not linearizable", seed)
@@ -138,6 +157,7 @@ func jepsenKV(t *testing.T, seed int64, auth *secure.Authority) {
 			c.crash() // their endpoints closed before the network
 		}
 	})
+	return report // set by the deferred check
 }
 
 // kvWork is one client's loop: reads half the time, sets with values

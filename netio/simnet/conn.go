@@ -3,6 +3,7 @@ package simnet
 import (
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ndma/ndma/netio"
@@ -62,6 +63,7 @@ type simConn struct {
 	lent      []netio.Datagram // returned by the last Poll; recycled by the next
 	bufs      netio.Pool       // the inbox's and outbox's buffers
 	closeOnce sync.Once
+	timers    atomic.Uint64 // the timers AfterFunc made
 	// Signals owed to the reader (ready) and writer (drained), and
 	// whether the network holds c in its list to send them.
 	sigReady, sigDrained, sigQueued bool
@@ -71,9 +73,12 @@ type simConn struct {
 // has seen every goroutine woken at its instant blocked, so that a
 // loop.Driver's timer pump at an instant comes after what the
 // application did at that instant, whichever goroutine the scheduler ran
-// first; the timers due at one instant start in address order.
+// first; the timers due at one instant run one after another, in address
+// order and a Conn's in the order they were made, each once what the
+// previous one set off is done.
 func (c *simConn) AfterFunc(f func()) netio.Timer {
-	t := time.AfterFunc(time.Hour, func() { c.n.timerDue(c.addr, f) })
+	seq := c.timers.Add(1)
+	t := time.AfterFunc(time.Hour, func() { c.n.timerDue(c.addr, seq, f) })
 	t.Stop()
 	return t
 }

@@ -1,6 +1,7 @@
 package simnet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/netip"
@@ -75,7 +76,10 @@ func (n *Network) Serve(ctx context.Context) error {
 		}
 		n.woken = n.woken[:0]
 		n.signalLocked()
-		n.startTimersLocked()
+		for _, t := range n.timers {
+			go t.f()
+		}
+		n.timers = nil
 		n.serving, n.quiesce = false, false
 		n.kick = nil
 		n.mu.Unlock()
@@ -200,16 +204,17 @@ func (n *Network) signalLocked() {
 // with quiesce.
 type dueTimer struct {
 	addr netip.AddrPort
+	seq  uint64 // the Conn's count of timers when this one was made
 	f    func()
 }
 
 // timerDue runs f, a Conn's timer callback, now; or, while Serve runs
 // with quiesce, hands it to Serve, which starts it once every goroutine
 // of the bubble is blocked.
-func (n *Network) timerDue(addr netip.AddrPort, f func()) {
+func (n *Network) timerDue(addr netip.AddrPort, seq uint64, f func()) {
 	n.mu.Lock()
 	if n.serving && n.quiesce {
-		n.timers = append(n.timers, dueTimer{addr, f})
+		n.timers = append(n.timers, dueTimer{addr, seq, f})
 		n.kickLocked()
 		n.mu.Unlock()
 		return
@@ -218,20 +223,25 @@ func (n *Network) timerDue(addr netip.AddrPort, f func()) {
 	f()
 }
 
-// startTimersLocked starts the timer callbacks that fell due, each on a
-// goroutine of its own (a callback may wait for a lock that a blocked
-// goroutine holds), in address order, and reports whether there were
-// any. The caller holds mu.
+// startTimersLocked starts the first of the timer callbacks that fell
+// due, in address order and a Conn's in the order they were made, on a
+// goroutine of its own (it may wait for a lock that a blocked goroutine
+// holds), and reports whether there was one. Serve starts the next once
+// every goroutine of the bubble is blocked again, so that what each
+// callback sets off is done before the next begins. The caller holds mu.
 func (n *Network) startTimersLocked() bool {
 	if len(n.timers) == 0 {
 		return false
 	}
-	slices.SortStableFunc(n.timers, func(a, b dueTimer) int { return a.addr.Compare(b.addr) })
+	k := 0
 	for i, t := range n.timers {
-		go t.f()
-		n.timers[i] = dueTimer{}
+		if c := cmp.Or(t.addr.Compare(n.timers[k].addr), cmp.Compare(t.seq, n.timers[k].seq)); c < 0 {
+			k = i
+		}
 	}
-	n.timers = n.timers[:0]
+	f := n.timers[k].f
+	n.timers = slices.Delete(n.timers, k, k+1)
+	go f()
 	return true
 }
 
