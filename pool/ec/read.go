@@ -8,8 +8,7 @@ import (
 
 // ReadAt reads len(p) bytes at volume offset off. Each piece is read from
 // its data shard; a piece whose shard cannot be read (any error but ctx's
-// end) is rebuilt from k shards of its row that can. It returns how many
-// pieces had to be rebuilt.
+// end) is rebuilt from k shards of its row that can. It returns how many pieces had to be rebuilt.
 func (v *Volume) ReadAt(ctx context.Context, p []byte, off int64) (rebuilt int, err error) {
 	ps, err := v.pieces(off, len(p))
 	if err != nil {
