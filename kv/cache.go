@@ -128,7 +128,7 @@ func (c *Client) getCached(ctx context.Context, p place, key []byte) (record, er
 	}()
 	var w [BucketBytes]byte
 	c.st.reads.Add(1)
-	_, err := c.reg.ReadAtContext(ctx, w[:], int64(c.l.bucketAddr(p.shard, l.pos)))
+	err := c.mem.readAt(ctx, w[:], c.l.bucketAddr(p.shard, l.pos))
 	v := <-ch
 	if err != nil {
 		return record{}, err
