@@ -2,10 +2,14 @@ package kv
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 
+	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/pool/ec"
+	"github.com/ndma/ndma/wire"
 )
 
 // Erasure-coded key spaces. The whole key space (header, buckets and
@@ -176,4 +180,51 @@ func createCoded(ctx context.Context, pc *pool.Client, l Layout, o pool.AllocOpt
 		return nil, fmt.Errorf("kv: writing the key space header: %w", err)
 	}
 	return vol.Region(), nil
+}
+
+// ErrOwnersServing is wrapped by RebuildShards's error while the switch
+// lists an owner of the key space.
+var ErrOwnersServing = errors.New("kv: owners serve the key space")
+
+// RebuildShards restores the shards of the erasure-coded key space in
+// region reg (space cfg.Space, reached through cfg.Switch) that the
+// switch reports lost, onto their memory nodes (restarted, or back after
+// writes went around them): each is recomputed from K others
+// (ec.Volume.Rebuild) and serves again. It returns the shards rebuilt,
+// and those that do not answer (their node down: rebuild them once it
+// is back). Reads go on meanwhile; writes must not, since one between a
+// row's reads and its rebuilt shard's write would be missing from that
+// shard: it refuses (ErrOwnersServing) while the switch lists an owner
+// of the space, and the owners must stay stopped until it returns.
+func RebuildShards(ctx context.Context, ep *endpoint.Endpoint, reg *pool.Region, cfg ClientConfig) (rebuilt, unreachable []int, err error) {
+	l, st, err := openStore(ctx, reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if st.vol == nil {
+		return nil, nil, fmt.Errorf("%w: key space %q is not erasure-coded (the switch rebuilds copies itself)", ErrBadLayout, cfg.Space)
+	}
+	ms, err := ep.ServiceMembers(ctx, cfg.Switch, ServiceName(cfg.Space), cfg.Fabric)
+	switch {
+	case err != nil && !errors.Is(err, wire.StatusNotMember): // (no such service: none ever started)
+		return nil, nil, fmt.Errorf("kv: asking the switch for the owners of %q: %w", cfg.Space, err)
+	case len(ms) > 0:
+		return nil, nil, fmt.Errorf("%w: %d of %d owner ranks registered: stop them (ndma kvd) before rebuilding", ErrOwnersServing, len(ms), l.Owners)
+	}
+	lost, unreachable, err := st.vol.Lost(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, s := range lost {
+		if err := st.vol.Rebuild(ctx, s); err != nil {
+			if errors.Is(err, wire.StatusMemberDead) {
+				unreachable = append(unreachable, s)
+				continue
+			}
+			return rebuilt, unreachable, fmt.Errorf("kv: %w", err)
+		}
+		rebuilt = append(rebuilt, s)
+	}
+	slices.Sort(unreachable)
+	return rebuilt, unreachable, nil
 }

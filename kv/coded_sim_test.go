@@ -148,7 +148,8 @@ func TestSimCodedLosses(t *testing.T) {
 // shard is down (the owners write around it, counted degraded), reads
 // everything back, loses a parity shard's node too and reads everything
 // again (the degraded writes' parity is right), then restarts both
-// nodes, rebuilds their shards and writes without degradation again.
+// nodes, rebuilds their shards with RebuildShards (refused while the
+// owners serve) and writes without degradation again.
 func TestSimCodedDegradedWrites(t *testing.T) {
 	simStore(t, 92, 6, codedLayout(), func(t *testing.T, s *simKV) {
 		rng := rand.New(rand.NewPCG(92, 1))
@@ -182,16 +183,42 @@ func TestSimCodedDegradedWrites(t *testing.T) {
 		if _, _, err := s.client().Get(s.Ctx(), []byte("k3")); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("seed %d: deleted key: %v", s.seed, err)
 		}
-		codedRestore(t, s, v, mems, []int{1, 5})
+		// The nodes restart empty; RebuildShards waits for the owners to
+		// stop, rebuilds both shards, and the owners start again.
+		for _, col := range []int{1, 5} {
+			if err := s.StartMem(mems[col], 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ep := s.Endpoint()
+		cfg := ClientConfig{Switch: s.Switch.String(), Fabric: s.Fab, Space: simSpace}
+		if _, _, err := RebuildShards(s.Ctx(), ep, v.Region(), cfg); !errors.Is(err, ErrOwnersServing) {
+			t.Fatalf("seed %d: rebuild with the owners serving: %v, want %v", s.seed, err, ErrOwnersServing)
+		}
+		for r := range s.owners {
+			s.crashOwner(r)
+		}
+		time.Sleep(5 * time.Second) // the switch counts them dead
+		rebuilt, unreachable, err := RebuildShards(s.Ctx(), ep, v.Region(), cfg)
+		if err != nil || fmt.Sprint(rebuilt) != "[1 5]" || len(unreachable) != 0 {
+			t.Fatalf("seed %d: rebuild: shards %v rebuilt, %v unreachable, %v; want [1 5]", s.seed, rebuilt, unreachable, err)
+		}
+		if err := s.Whole(ep); err != nil {
+			t.Fatalf("seed %d: after the rebuild: %v", s.seed, err)
+		}
+		for r := range s.owners {
+			s.startOwner(r)
+		}
+		codedCheck(t, s, s.client(), model, "rebuilt, owners restarted")
 		for k, val := range codedFill(t, s, c, rng, 8, 6000, "k") {
 			model[k] = val
 		}
 		var after uint64
-		for _, o := range s.owners {
+		for _, o := range s.owners { // (restarted: counting from zero)
 			after += o.Stats().Degraded
 		}
-		if after != degraded {
-			t.Fatalf("seed %d: %d writes degraded after the rebuild", s.seed, after-degraded)
+		if after != 0 {
+			t.Fatalf("seed %d: %d writes degraded after the rebuild", s.seed, after)
 		}
 		codedCheck(t, s, s.client(), model, "rebuilt")
 	})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/ndma/ndma/pool"
+	"github.com/ndma/ndma/wire"
 )
 
 // Rebuild recomputes shard (0 to k+m-1: its column of the region) of
@@ -61,4 +62,28 @@ func (v *Volume) Rebuild(ctx context.Context, shard int) error {
 		return fmt.Errorf("ec: rebuild of shard %d: %w", shard, err)
 	}
 	return nil
+}
+
+// Lost returns the shards whose column the switch reports lost
+// (wire.StatusLost: their node restarted, or writes went around them),
+// which Rebuild restores once their node is up (it fails with
+// wire.StatusMemberDead until then), and the shards that do not answer
+// otherwise (their node dead or cut off, no write gone around them yet:
+// the node may come back with them intact). It reads one byte of each
+// shard.
+func (v *Volume) Lost(ctx context.Context) (lost, unreachable []int, err error) {
+	var b [1]byte
+	for s := range v.k + v.m {
+		_, err := v.r.ReadAtContext(ctx, b[:], int64(v.ShardAddr(0, s, 0)))
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return nil, nil, err
+		case errors.Is(err, wire.StatusLost):
+			lost = append(lost, s)
+		default:
+			unreachable = append(unreachable, s)
+		}
+	}
+	return lost, unreachable, nil
 }

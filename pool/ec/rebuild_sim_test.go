@@ -57,14 +57,27 @@ func TestSimDegradedWriteAndRebuild(t *testing.T) {
 		write(3*k*shard+(lost+1)%k*shard+7, 100, (lost+1)%k == lost)
 		write(5*k*shard, 2*k*shard, true)
 		readAll(t, v, model, seed)
+		// Written around: lost, and not rebuilt while its node is down.
+		if l, u, err := v.Lost(ctx); err != nil || len(l) != 1 || l[0] != lost || len(u) != 0 {
+			t.Fatalf("seed %d: shard %d written around: lost %v, unreachable %v, %v", seed, lost, l, u, err)
+		}
+		if err := v.Rebuild(ctx, lost); !errors.Is(err, wire.StatusMemberDead) {
+			t.Fatalf("seed %d: rebuild onto a dead node: %v, want %v", seed, err, wire.StatusMemberDead)
+		}
 		if err := f.StartMem(node, 10*time.Second); err != nil {
 			t.Fatal(err)
+		}
+		if l, u, err := v.Lost(ctx); err != nil || len(l) != 1 || l[0] != lost || len(u) != 0 {
+			t.Fatalf("seed %d: shard %d's node restarted: lost %v, unreachable %v, %v", seed, lost, l, u, err)
 		}
 		if err := v.Rebuild(ctx, lost); err != nil {
 			t.Fatalf("seed %d: rebuild of shard %d: %v", seed, lost, err)
 		}
 		if err := f.Whole(ep); err != nil {
 			t.Fatalf("seed %d: after the rebuild: %v", seed, err)
+		}
+		if l, u, err := v.Lost(ctx); err != nil || len(l)+len(u) != 0 {
+			t.Fatalf("seed %d: rebuilt: lost %v, unreachable %v, %v", seed, l, u, err)
 		}
 		checkParity(t, v, shard, model)
 		// The rebuilt shard carries the data: lose two others.
@@ -104,6 +117,9 @@ func TestSimWriteAroundUnreachable(t *testing.T) {
 		par := columnNode(t, f, v, k+1)
 		f.SetLoss(par.Addr, 1)
 		time.Sleep(10 * time.Second)
+		if l, u, err := v.Lost(ctx); err != nil || len(l) != 0 || len(u) != 1 || u[0] != k+1 {
+			t.Fatalf("seed %d: parity shard cut off: lost %v, unreachable %v, %v", seed, l, u, err)
+		}
 		p := make([]byte, 2*k*shard)
 		for i := range p {
 			p[i] = byte(rng.Uint32())
