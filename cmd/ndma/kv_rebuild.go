@@ -30,7 +30,7 @@ Readers go on meanwhile, but no owner may write: stop every ndma kvd of
 the space first (rebuild refuses while the switch lists one), and start
 them again once it is done. --timeout bounds the whole rebuild.`,
 		Example: `  ndma kv rebuild --space-file objects.space --timeout 10m --switch 127.0.0.1:7471 --token-file fab/token --credential fab/client-0.cred`,
-		Args: cobra.NoArgs,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
 				return errors.New("--space-file: give the key space's space file (ndma kv create --out)")
