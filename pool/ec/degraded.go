@@ -14,10 +14,15 @@ import (
 // the piece are read from every shard, the data shards that do not
 // answer are reconstructed, the piece's data shard takes the new bytes,
 // the parity is encoded on this host, and the piece's data shard and
-// every parity shard that answered are written whole. The shards written
-// around miss the write: before writing around one, the switch is told
-// its column is lost (pool.Region.MarkColumnLost), so that no reader
-// reads it stale when its node answers again; Rebuild restores it.
+// every parity shard that answered are written whole. Only shards the
+// switch reports lost (wire.StatusLost) or on a dead node
+// (wire.StatusMemberDead) are written around; a shard that does not
+// answer for another reason (this host's link, the switch restarting)
+// fails the write, since this host cannot tell it from a shard that
+// missed nothing. The shards written around miss the write: before
+// writing around one on a dead node, the switch is told its column is
+// lost (pool.Region.MarkColumnLost), so that no reader reads it stale
+// when its node answers again; Rebuild restores it.
 //
 // Rewriting from the data also repairs what the failed chain did before
 // it stopped (a parity shard that took the change while the data shard
@@ -30,34 +35,40 @@ import (
 // So a row has one writer at a time, not only a byte range (a kv shard's
 // rows are written by its owner alone).
 
+// gone reports whether err says a shard is lost or on a dead node: one
+// to write around.
+func gone(err error) bool {
+	return errors.Is(err, wire.StatusLost) || errors.Is(err, wire.StatusMemberDead)
+}
+
 // readRow reads the bytes [w, w+n) of every shard of row row into shards
-// (nil for those that do not answer). It returns the shards that did not
-// answer and their errors.
-func (v *Volume) readRow(ctx context.Context, row, w, n uint64, shards [][]byte) ([]int, []error) {
+// (nil for those that are gone). It returns the shards that are gone and
+// their errors, or the first error that says neither.
+func (v *Volume) readRow(ctx context.Context, row, w, n uint64, shards [][]byte) ([]int, []error, error) {
 	var missing []int
 	var errs []error
 	for s := range shards {
 		shards[s] = nil
 		b := make([]byte, n)
 		if _, err := v.r.ReadAtContext(ctx, b, int64(v.ShardAddr(row, s, w))); err != nil {
+			if ctx.Err() != nil || !gone(err) {
+				return nil, nil, fmt.Errorf("ec: row %d shard %d: %w", row, s, err)
+			}
 			missing = append(missing, s)
 			errs = append(errs, fmt.Errorf("shard %d: %w", s, err))
-			if ctx.Err() != nil {
-				break
-			}
 			continue
 		}
 		shards[s] = b
 	}
-	return missing, errs
+	return missing, errs, nil
 }
 
 // rewrite writes piece pc (data) on the degraded path.
 func (v *Volume) rewrite(ctx context.Context, pc piece, data []byte) error {
 	shards := make([][]byte, v.k+v.m)
-	missing, errs := v.readRow(ctx, pc.row, pc.w, pc.n, shards)
-	if ctx.Err() != nil {
-		return errors.Join(errs...)
+	missing, errs, err := v.readRow(ctx, pc.row, pc.w, pc.n, shards)
+	if err != nil {
+		return err
 	}
 	if len(missing) > v.m {
 		return fmt.Errorf("%w: row %d: %d of %d shards answer: %w", ErrUnreadable, pc.row, v.k+v.m-len(missing), v.k+v.m, errors.Join(errs...))
@@ -98,11 +109,15 @@ func (v *Volume) rewrite(ctx context.Context, pc piece, data []byte) error {
 		}
 		lost++
 		werrs = append(werrs, fmt.Errorf("shard %d: %w", s, err))
-		if ctx.Err() == nil && !errors.Is(err, wire.StatusLost) {
+		switch {
+		case errors.Is(err, wire.StatusLost):
+		case errors.Is(err, wire.StatusMemberDead) && ctx.Err() == nil:
 			if merr := v.r.MarkColumnLost(ctx, s); merr != nil {
 				werrs = append(werrs, merr)
 				lost = v.m + 1 // a stale shard the switch may still serve
 			}
+		default:
+			lost = v.m + 1 // not known to miss the write: the row is unsure
 		}
 	}
 	if writeData {
@@ -117,7 +132,7 @@ func (v *Volume) rewrite(ctx context.Context, pc piece, data []byte) error {
 		return errors.Join(append(werrs, err)...)
 	}
 	if lost > v.m {
-		return fmt.Errorf("%w: row %d: written to %d of %d shards: %w", ErrUnreadable, pc.row, v.k+v.m-lost, v.k+v.m, errors.Join(werrs...))
+		return fmt.Errorf("ec: row %d: the degraded write failed: %w", pc.row, errors.Join(werrs...))
 	}
 	return nil
 }

@@ -30,6 +30,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/klauspost/reedsolomon"
 	"github.com/ndma/ndma/pool"
@@ -54,6 +55,11 @@ type Volume struct {
 	rows uint64    // stripes of k+m shards
 	coef [][]uint8 // coef[j][i]: data shard i's coefficient in parity j
 	enc  reedsolomon.Encoder
+	mu   sync.Mutex
+	// unsure are pieces whose parity may not match their data (a write
+	// failed half way), repaired before their row is written again
+	// (repair.go); under mu.
+	unsure []piece
 }
 
 // Create allocates a region for size bytes of data (rounded up to whole
@@ -183,7 +189,9 @@ func (v *Volume) pieces(off int64, n int) ([]piece, error) {
 // call then succeeds with an error wrapping pool.ErrDegraded (the data
 // is written, to fewer than k+m shards), and fails with an error
 // wrapping ErrUnreadable when more than m shards of a row are
-// unreachable.
+// unreachable. A failed write leaves its bytes undefined until written
+// again (and the parity of a piece it cut short is recomputed before
+// this Volume writes that piece's row again: repair.go).
 func (v *Volume) WriteAt(ctx context.Context, p []byte, off int64) error {
 	ps, err := v.pieces(off, len(p))
 	if err != nil {
@@ -191,16 +199,20 @@ func (v *Volume) WriteAt(ctx context.Context, p []byte, off int64) error {
 	}
 	degraded := false
 	hops := make([]wire.ChainHop, v.m+2)
-	for _, pc := range ps {
+	for i, pc := range ps {
+		if i == 0 || pc.row != ps[i-1].row {
+			v.repairRow(ctx, pc.row)
+		}
 		data := p[pc.off : pc.off+int(pc.n)]
 		err := v.chainWrite(ctx, hops, pc, data)
 		if err == nil {
 			continue
 		}
-		if ctx.Err() != nil {
-			return err
+		if ctx.Err() == nil {
+			err = v.rewrite(ctx, pc, data)
 		}
-		if err := v.rewrite(ctx, pc, data); err != nil {
+		if err != nil {
+			v.markUnsure(pc)
 			return err
 		}
 		degraded = true

@@ -158,3 +158,48 @@ func readAll(t *testing.T, v *ec.Volume, model []byte, seed int64) {
 		t.Fatalf("seed %d: the volume read back differs from what was written", seed)
 	}
 }
+
+// TestSimRepairUnsure garbles a parity shard's bytes under a piece (as a
+// chain cut short after its parity hop would) and records the piece
+// unsure: a write elsewhere leaves it, the next write to its row
+// recomputes its parity from the data first.
+func TestSimRepairUnsure(t *testing.T) {
+	const seed, shard, rows = 83, 4096, 4
+	synctest.Test(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(seed, 9))
+		f := simpool.Start(t, simpool.Config{Seed: seed, Token: []byte("ec test token"), Nodes: k + m})
+		defer f.Close()
+		ctx := f.Ctx()
+		v, err := ec.Create(ctx, f.PoolClient(f.Endpoint()), k, m, shard, rows*k*shard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		model := make([]byte, v.Size())
+		for i := range model {
+			model[i] = byte(rng.Uint32())
+		}
+		if err := v.WriteAt(ctx, model, 0); err != nil {
+			t.Fatal(err)
+		}
+		// Row 2, data shard 1, bytes 100 to 399: parity 0 took a change
+		// that the data shard did not.
+		garble := make([]byte, 300)
+		for i := range garble {
+			garble[i] = byte(rng.Uint32())
+		}
+		if _, err := v.Region().WriteAtContext(ctx, garble, int64(v.ShardAddr(2, k, 100))); err != nil {
+			t.Fatal(err)
+		}
+		v.MarkUnsure(int64(2*k*shard+shard+100), 300)
+		if _, err := v.ReadAt(ctx, make([]byte, 10), 0); err != nil || v.Unsure() != 1 {
+			t.Fatalf("seed %d: %d unsure pieces, %v", seed, v.Unsure(), err)
+		}
+		if err := v.WriteAt(ctx, model[3*k*shard:3*k*shard+10], 3*k*shard); err != nil || v.Unsure() != 1 {
+			t.Fatalf("seed %d: a write to another row: %d unsure pieces, %v", seed, v.Unsure(), err)
+		}
+		if err := v.WriteAt(ctx, model[2*k*shard+3*shard:2*k*shard+3*shard+10], 2*k*shard+3*shard); err != nil || v.Unsure() != 0 {
+			t.Fatalf("seed %d: a write to its row: %d unsure pieces, %v", seed, v.Unsure(), err)
+		}
+		checkParity(t, v, shard, model)
+	})
+}
