@@ -185,11 +185,11 @@ func (v *Volume) pieces(off int64, n int) ([]piece, error) {
 // shard, one chain (cut into datagrams by pool.Region.Chain) that
 // updates the data shard and every parity shard of its row. A piece
 // whose chain fails is written on the degraded path (rewrite, around
-// the shards that do not answer, which the switch is told are lost): the
-// call then succeeds with an error wrapping pool.ErrDegraded (the data
-// is written, to fewer than k+m shards), and fails with an error
-// wrapping ErrUnreadable when more than m shards of a row are
-// unreachable. A failed write leaves its bytes undefined until written
+// the shards the switch reports lost or on a dead node, which it is told
+// are lost): the call then succeeds with an error wrapping
+// pool.ErrDegraded (the data is written, to fewer than k+m shards), and
+// fails with an error wrapping ErrUnreadable when more than m shards of
+// a row are gone. A failed write leaves its bytes undefined until written
 // again (and the parity of a piece it cut short is recomputed before
 // this Volume writes that piece's row again: repair.go).
 func (v *Volume) WriteAt(ctx context.Context, p []byte, off int64) error {
