@@ -1,6 +1,7 @@
 package ec
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -63,8 +64,9 @@ func (v *Volume) readRow(ctx context.Context, row, w, n uint64, shards [][]byte)
 	return missing, errs, nil
 }
 
-// rewrite writes piece pc (data) on the degraded path.
-func (v *Volume) rewrite(ctx context.Context, pc piece, data []byte) error {
+// rewrite writes piece pc (data) on the degraded path; cut says a chain
+// of it failed (and may have reached some parity shards: cut.go).
+func (v *Volume) rewrite(ctx context.Context, pc piece, data []byte, cut bool) error {
 	shards := make([][]byte, v.k+v.m)
 	missing, errs, err := v.readRow(ctx, pc.row, pc.w, pc.n, shards)
 	if err != nil {
@@ -83,7 +85,13 @@ func (v *Volume) rewrite(ctx context.Context, pc piece, data []byte) error {
 	writeData := shards[pc.i] != nil
 	for i := range v.k {
 		if i != pc.i && shards[i] == nil {
-			if err := v.enc.ReconstructData(shards); err != nil {
+			var err error
+			if cut && writeData && !bytes.Equal(shards[pc.i], data) {
+				err = v.undoPartial(pc, shards, data)
+			} else {
+				err = v.enc.ReconstructData(shards)
+			}
+			if err != nil {
 				return fmt.Errorf("ec: row %d: %w", pc.row, err)
 			}
 			break

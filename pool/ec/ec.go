@@ -209,7 +209,7 @@ func (v *Volume) WriteAt(ctx context.Context, p []byte, off int64) error {
 			continue
 		}
 		if ctx.Err() == nil {
-			err = v.rewrite(ctx, pc, data)
+			err = v.rewrite(ctx, pc, data, true)
 		}
 		if err != nil {
 			v.markUnsure(pc)

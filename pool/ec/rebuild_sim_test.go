@@ -203,3 +203,52 @@ func TestSimRepairUnsure(t *testing.T) {
 		checkParity(t, v, shard, model)
 	})
 }
+
+// TestSimCutWrite leaves writes as a chain cut short after its first
+// parity hop would (that parity shard took the change, the data shard
+// did not) with a data shard's node down, so that the rewrite must take
+// the change back out of the parity before it rebuilds the lost shard:
+// once with five shards answering (each outcome tried against the
+// others), once with four (a parity shard's node down too: the chain
+// stopped there).
+func TestSimCutWrite(t *testing.T) {
+	const seed, shard, rows = 84, 4096, 4
+	synctest.Test(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		f := simpool.Start(t, simpool.Config{Seed: seed, Token: []byte("ec test token"), Nodes: k + m})
+		defer f.Close()
+		ctx := f.Ctx()
+		v, err := ec.Create(ctx, f.PoolClient(f.Endpoint()), k, m, shard, rows*k*shard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		model := make([]byte, v.Size())
+		for i := range model {
+			model[i] = byte(rng.Uint32())
+		}
+		if err := v.WriteAt(ctx, model, 0); err != nil {
+			t.Fatal(err)
+		}
+		cut := func(row, i int) {
+			t.Helper()
+			p := make([]byte, 1000)
+			for j := range p {
+				p[j] = byte(rng.Uint32())
+			}
+			off := row*k*shard + i*shard + 300
+			if err := v.CutWrite(ctx, p, int64(off), 1); err != nil {
+				t.Fatalf("seed %d: cut write in row %d shard %d: %v", seed, row, i, err)
+			}
+			copy(model[off:], p)
+		}
+		mems := []*simpool.Mem{columnNode(t, f, v, 0), columnNode(t, f, v, k+1)}
+		f.CrashMem(mems[0])
+		time.Sleep(10 * time.Second)
+		cut(1, 1)
+		readAll(t, v, model, seed)
+		f.CrashMem(mems[1])
+		time.Sleep(10 * time.Second)
+		cut(2, 3)
+		readAll(t, v, model, seed)
+	})
+}
