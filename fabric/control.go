@@ -118,7 +118,8 @@ func (s *Switch) control(now time.Time, d *transport.Delivery) {
 			resp.Size, resp.Joined = r.size, r.joined
 		}
 		s.respond(d, resp)
-	case ctrl.PoolNode, ctrl.PoolCreate, ctrl.PoolOpen, ctrl.PoolFree, ctrl.PoolStat, ctrl.PoolRebuilt, ctrl.PoolReport:
+	case ctrl.PoolNode, ctrl.PoolCreate, ctrl.PoolOpen, ctrl.PoolFree, ctrl.PoolStat, ctrl.PoolRebuilt, ctrl.PoolReport,
+		ctrl.PoolColumnLost, ctrl.PoolColumnGrant, ctrl.PoolColumnRestored:
 		s.memPool.poolControl(now, d, m)
 	default:
 		s.stats.ControlRefused++
@@ -137,7 +138,8 @@ func RoleMay(r secure.Role, t ctrl.Type) bool {
 		return r == secure.RoleMemoryNode
 	case ctrl.Join, ctrl.Leave, ctrl.Destroy, ctrl.Heartbeat, ctrl.Register, ctrl.JoinStatus:
 		return r == secure.RoleMember
-	case ctrl.Lookup, ctrl.PoolCreate, ctrl.PoolOpen, ctrl.PoolFree, ctrl.PoolStat:
+	case ctrl.Lookup, ctrl.PoolCreate, ctrl.PoolOpen, ctrl.PoolFree, ctrl.PoolStat,
+		ctrl.PoolColumnLost, ctrl.PoolColumnGrant, ctrl.PoolColumnRestored:
 		return r == secure.RoleMember || r == secure.RoleClient
 	}
 	return false

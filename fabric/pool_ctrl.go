@@ -120,6 +120,8 @@ func (p *poolPlane) poolControl(now time.Time, d *transport.Delivery, m *ctrl.Ms
 		p.sw.respond(d, &ctrl.Msg{Type: ctrl.PoolFree, Resp: true})
 	case ctrl.PoolRebuilt:
 		p.rebuilt(d.Peer.Addr, d, m)
+	case ctrl.PoolColumnLost, ctrl.PoolColumnGrant, ctrl.PoolColumnRestored:
+		p.columnRequest(d, m)
 	case ctrl.PoolStat:
 		p.sw.respond(d, &ctrl.Msg{Type: ctrl.PoolStat, Resp: true, PoolNodes: p.nodeInfos(), PoolRegions: p.regionInfos(), PoolRefused: p.sw.stats.PoolRefused})
 	}
@@ -190,11 +192,13 @@ func (p *poolPlane) poolNodeLeft(now time.Time, d *transport.Delivery) {
 }
 
 // nodeDied ends the rebuilds a dead node was part of: of its own copies,
-// and of copies read from it.
+// and of copies read from it (a column of a region with one copy is
+// rewritten by a client, which reads around dead nodes itself).
 func (p *poolPlane) nodeDied(now time.Time, n *PoolNode) {
 	for _, r := range p.mmu.Regions() {
 		for c := range r.Homes {
-			if r.Rebuilding[c] && !p.othersIntact(r, c) || r.Rebuilding[c] && r.Homes[c].Node == n {
+			copied := r.Layout.Replicas > 1 && !p.othersIntact(r, c)
+			if r.Rebuilding[c] && (copied || r.Homes[c].Node == n) {
 				p.rebuildFailed(now, r, c)
 			}
 		}

@@ -39,6 +39,9 @@ type rebuild struct {
 	region *PoolRegion
 	column int
 	goAt   time.Time // when to send POOLREBUILDGO (zero: not yet granted)
+	// byClient: a column of a region with one copy granted again for
+	// a client to rewrite (POOLCOLUMNGRANT): no POOLREBUILDGO follows.
+	byClient bool
 }
 
 // startRebuilds begins rebuilding every lost copy on node n (just
@@ -148,6 +151,13 @@ func (p *poolPlane) rebuildGranted(now time.Time, k grantKey, ok bool) bool {
 		return true
 	}
 	r.Rebuilding[rb.column] = true
+	if rb.byClient {
+		// The other columns move on to a new epoch: a switch that
+		// restarts before the client restores this one takes it for
+		// stale.
+		p.raiseEpoch(r)
+		return true
+	}
 	rb.goAt = now.Add(rebuildDrain)
 	p.rebuildsDue = append(p.rebuildsDue, rb)
 	return true

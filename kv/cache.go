@@ -120,7 +120,7 @@ func (c *Client) getCached(ctx context.Context, p place, key []byte) (record, er
 	var w [BucketBytes]byte
 	rec := make([]byte, l.b.len)
 	c.st.reads.Add(2)
-	errs := c.reg.ReadVec(ctx, [][]byte{w[:], rec}, []int64{int64(c.l.bucketAddr(p.shard, l.pos)), int64(l.b.addr)})
+	errs := c.mem.readVec(ctx, [][]byte{w[:], rec}, []uint64{c.l.bucketAddr(p.shard, l.pos), l.b.addr})
 	if err := errs[0]; err != nil {
 		return record{}, err
 	}

@@ -19,9 +19,17 @@ import (
 // Create makes a key space of layout l: a pool region of l.Size() bytes
 // (shaped by o; its stripe must be a multiple of 32 bytes) with the
 // header written. Start its owners (StartOwner) on the region.
+//
+// With l.Code set the key space is erasure-coded: the region is a
+// pool/ec volume of l.Code.K+l.Code.M columns whose stripe is
+// l.Code.Shard, holding (K+M)/K times l.Size() bytes; o may leave
+// Stripe, Columns and Replicas zero (or give the same shape).
 func Create(ctx context.Context, pc *pool.Client, l Layout, o pool.AllocOptions) (*pool.Region, error) {
 	if err := l.Check(); err != nil {
 		return nil, err
+	}
+	if l.Code.coded() {
+		return createCoded(ctx, pc, l, o)
 	}
 	if o.Stripe%BucketBytes != 0 {
 		return nil, fmt.Errorf("%w: a stripe of %d bytes is not a multiple of %d", ErrBadLayout, o.Stripe, BucketBytes)
@@ -55,6 +63,7 @@ type Client struct {
 	ep  *endpoint.Endpoint
 	cfg ClientConfig
 	reg *pool.Region
+	mem store // reg, or the erasure-coded volume in it
 	l   Layout
 	id  uint64 // this client, in the owners' reply tables
 	mu  sync.Mutex
@@ -100,7 +109,7 @@ func Open(ctx context.Context, ep *endpoint.Endpoint, pc *pool.Client, cfg Clien
 	if c.reg, err = pc.Open(ctx, binary.LittleEndian.Uint32(body), binary.LittleEndian.Uint64(body[4:])); err != nil {
 		return nil, fmt.Errorf("kv: opening key space %q: %w", cfg.Space, err)
 	}
-	if c.l, err = readLayout(ctx, c.reg); err != nil {
+	if c.l, c.mem, err = openStore(ctx, c.reg); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -198,7 +207,7 @@ func (c *Client) get(ctx context.Context, p place, key []byte) (record, error) {
 		n := min(probeWindow, c.l.Buckets-scanned, c.l.Buckets-pos)
 		w := win[:n*BucketBytes]
 		c.st.reads.Add(1)
-		if _, err := c.reg.ReadAtContext(ctx, w, int64(c.l.bucketAddr(p.shard, pos))); err != nil {
+		if err := c.mem.readAt(ctx, w, c.l.bucketAddr(p.shard, pos)); err != nil {
 			return record{}, err
 		}
 		for j := range n {
@@ -230,7 +239,7 @@ func (c *Client) get(ctx context.Context, p place, key []byte) (record, error) {
 func (c *Client) readRecord(ctx context.Context, b bucket) (record, error) {
 	rec := make([]byte, b.len)
 	c.st.reads.Add(1)
-	if _, err := c.reg.ReadAtContext(ctx, rec, int64(b.addr)); err != nil {
+	if err := c.mem.readAt(ctx, rec, b.addr); err != nil {
 		return record{}, err
 	}
 	return checkRecord(rec, b)

@@ -40,7 +40,38 @@ func TestSimJepsenKV(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, seed := range seeds {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { jepsenKV(t, seed, nil) })
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { jepsenKV(t, seed, nil, copiedRun) })
+	}
+}
+
+// kvRun is the key space of a Jepsen run.
+type kvRun struct {
+	layout Layout
+	alloc  pool.AllocOptions
+	nodes  int // memory nodes
+}
+
+// copiedRun keeps two copies of every byte: a memory node may crash
+// (its memory lost) and be rebuilt from the other copy.
+var copiedRun = kvRun{layout: Layout{Shards: 8, Buckets: 64, PageBytes: 4096, HeapBytes: 16 * 4096, Owners: 2},
+	alloc: pool.AllocOptions{Replicas: 2}, nodes: 3}
+
+// codedRun codes the key space 4+2 over six memory nodes: the nemesis
+// crashes up to two of them, for good (their shards are not rebuilt
+// while owners write), so owners write around them and readers
+// reconstruct.
+var codedRun = kvRun{layout: Layout{Shards: 8, Buckets: 64, PageBytes: 4096, HeapBytes: 16 * 4096, Owners: 2,
+	Code: Coding{K: 4, M: 2, Shard: 4096}}, nodes: 6}
+
+// TestSimJepsenKVCoded is TestSimJepsenKV on an erasure-coded key space
+// (codedRun). More seeds: KV_JEPSEN_CODED_SEEDS=FIRST-LAST.
+func TestSimJepsenKVCoded(t *testing.T) {
+	seeds, err := jepsen.SeedsFromEnv("KV_JEPSEN_CODED_SEEDS", 581)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { jepsenKV(t, seed, nil, codedRun) })
 	}
 }
 
@@ -59,11 +90,10 @@ func TestSimJepsenKVSealed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { jepsenKV(t, seed, auth) })
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { jepsenKV(t, seed, auth, copiedRun) })
 	}
 }
 
-// jepsenKV runs one seed and returns the checker's report.
 // TestSimJepsenKVRepeats: a sealed seed run twice gives the same history
 // totals: the simulation replays from its seed, processes' timers,
 // heartbeats and handlers' replies included.
@@ -74,14 +104,15 @@ func TestSimJepsenKVRepeats(t *testing.T) {
 	}
 	var runs [2]string
 	for i := range runs {
-		t.Run(fmt.Sprint("run", i), func(t *testing.T) { runs[i] = jepsenKV(t, 543, auth) })
+		t.Run(fmt.Sprint("run", i), func(t *testing.T) { runs[i] = jepsenKV(t, 543, auth, copiedRun) })
 	}
 	if runs[0] == "" || runs[0] != runs[1] {
 		t.Fatalf("seed 543 gave\n%s\nthen\n%s", runs[0], runs[1])
 	}
 }
 
-func jepsenKV(t *testing.T, seed int64, auth *secure.Authority) (report string) {
+// jepsenKV runs one seed of run and returns the checker's report.
+func jepsenKV(t *testing.T, seed int64, auth *secure.Authority, run kvRun) (report string) {
 	var h *jepsen.History
 	defer func() {
 		// Porcupine times its search with real timers: check outside the
@@ -99,12 +130,9 @@ func jepsenKV(t *testing.T, seed int64, auth *secure.Authority) (report string) 
 			t.Errorf("seed %d: nothing was read or written: %v", seed, r)
 		}
 	}()
-	l := Layout{Shards: 8, Buckets: 64, PageBytes: 4096, HeapBytes: 16 * 4096, Owners: 2}
-	// Two copies of every byte: a memory node may crash (its memory
-	// lost) and be rebuilt from the other copy.
 	// Two owner processes per rank: when the holder of a rank crashes
 	// or is cut off, the other takes the rank over.
-	simStoreProcs(t, seed, 3, l, pool.AllocOptions{Replicas: 2}, 2, auth, func(t *testing.T, s *simKV) {
+	simStoreProcs(t, seed, run.nodes, run.layout, run.alloc, 2, auth, func(t *testing.T, s *simKV) {
 		h = jepsen.NewHistory(nil)
 		var clients []*kvClient
 		for range kvClients {
@@ -371,8 +399,48 @@ func kvFaultsOf(s *simKV, mu jepsen.ChanLock, restarts *sync.WaitGroup, clients 
 					return nil
 				}})
 	}
+	fs = append(fs, memFaults(s, mu)...)
+	fs = append(fs, jepsen.Fault{Name: "crash switch", Kind: "crash switch", Target: "switch",
+		Start: func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			s.Srv.Close()
+			return nil
+		},
+		Stop: func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			s.StartSwitch()
+			return nil
+		}})
+	return fs
+}
+
+// memFaults are the memory nodes' crashes: with two copies, one node
+// down at a time (a shared target), restarted empty and rebuilt by the
+// switch from the other copy; in an erasure-coded key space, up to M
+// nodes, each down for good (their shards are rebuilt only while no
+// owner writes).
+func memFaults(s *simKV, mu jepsen.ChanLock) []jepsen.Fault {
+	var fs []jepsen.Fault
 	stat := s.Endpoint()
+	down := 0 // coded: nodes crashed so far (under mu)
 	for i, m := range s.Mems {
+		if s.layout.Code.coded() {
+			fs = append(fs, jepsen.Fault{Name: fmt.Sprint("crash memory node ", i), Kind: "crash memory node", Target: fmt.Sprint("memory node ", i),
+				Start: func() error {
+					mu.Lock()
+					defer mu.Unlock()
+					if down == s.layout.Code.M || m.Node == nil {
+						return fmt.Errorf("%w: %d memory nodes down already", jepsen.ErrSkip, down)
+					}
+					s.CrashMem(m)
+					down++
+					return nil
+				},
+				Stop: func() error { return nil }})
+			continue
+		}
 		// One memory node down at a time (a shared target): the region
 		// keeps two copies, so one copy is always there.
 		crashed := false
@@ -403,19 +471,6 @@ func kvFaultsOf(s *simKV, mu jepsen.ChanLock, restarts *sync.WaitGroup, clients 
 				return s.StartMem(m, time.Second)
 			}})
 	}
-	fs = append(fs, jepsen.Fault{Name: "crash switch", Kind: "crash switch", Target: "switch",
-		Start: func() error {
-			mu.Lock()
-			defer mu.Unlock()
-			s.Srv.Close()
-			return nil
-		},
-		Stop: func() error {
-			mu.Lock()
-			defer mu.Unlock()
-			s.StartSwitch()
-			return nil
-		}})
 	return fs
 }
 

@@ -27,8 +27,12 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// magic opens a key space's header.
-var magic = [8]byte{'N', 'D', 'M', 'A', 'K', 'V', 0, 2}
+// magic opens a key space's header; an erasure-coded key space's ends
+// in 3 (its header carries the coding too).
+var (
+	magic      = [8]byte{'N', 'D', 'M', 'A', 'K', 'V', 0, 2}
+	magicCoded = [8]byte{'N', 'D', 'M', 'A', 'K', 'V', 0, 3}
+)
 
 // Errors of layouts and records.
 var (
@@ -55,6 +59,9 @@ type Layout struct {
 	// Owners is the number of owner processes the shards are spread
 	// over, shard s going to owner s*Owners/Shards.
 	Owners int
+	// Code, when set, erasure-codes the key space (see Coding); zero:
+	// the region keeps it as it is (in one or two copies).
+	Code Coding
 }
 
 // Check reports what makes l unusable.
@@ -71,21 +78,45 @@ func (l Layout) Check() error {
 	case l.Owners < 1 || l.Owners > l.Shards:
 		return fmt.Errorf("%w: %d owners for %d shards (want 1 to the shard count)", ErrBadLayout, l.Owners, l.Shards)
 	}
-	return nil
+	return l.Code.check(l.HeapBytes)
+}
+
+// headerSpan is the space before the buckets: the header's 4 KiB, or
+// an erasure-coded key space's first row (a copy of the header at the
+// start of each of its data shards).
+func (l Layout) headerSpan() uint64 {
+	if l.Code.coded() {
+		return l.Code.row()
+	}
+	return HeaderBytes
+}
+
+// bucketStride is the space of one shard's buckets: in an erasure-coded
+// key space, whole rows, so that every row is written by one owner.
+func (l Layout) bucketStride() uint64 {
+	n := uint64(l.Buckets) * BucketBytes
+	if l.Code.coded() {
+		r := l.Code.row()
+		n = (n + r - 1) / r * r
+	}
+	return n
 }
 
 // heapStart is where the first shard's heap begins.
 func (l Layout) heapStart() uint64 {
-	end := HeaderBytes + uint64(l.Shards)*uint64(l.Buckets)*BucketBytes
+	end := l.headerSpan() + uint64(l.Shards)*l.bucketStride()
 	return (end + HeaderBytes - 1) / HeaderBytes * HeaderBytes
 }
 
-// Size is the region size the layout needs.
+// Size is the space the layout needs: the region's size, or an
+// erasure-coded key space's data bytes (its region holds (K+M)/K
+// times that).
 func (l Layout) Size() uint64 { return l.heapStart() + uint64(l.Shards)*l.HeapBytes }
 
-// bucketAddr is the region offset of bucket i of shard s.
+// bucketAddr is the region offset (in an erasure-coded key space, the
+// volume offset) of bucket i of shard s.
 func (l Layout) bucketAddr(s, i int) uint64 {
-	return HeaderBytes + (uint64(s)*uint64(l.Buckets)+uint64(i))*BucketBytes
+	return l.headerSpan() + uint64(s)*l.bucketStride() + uint64(i)*BucketBytes
 }
 
 // heapAddr is the region offset of shard s's heap.
@@ -121,26 +152,45 @@ func (l Layout) place(key []byte) place {
 	return place{hash: v, shard: int(v % uint64(l.Shards)), home: int(v / uint64(l.Shards) % uint64(l.Buckets))}
 }
 
-// appendHeader encodes the header of a key space of layout l.
+// appendHeader encodes the header of a key space of layout l: an
+// erasure-coded one's has its own magic and the coding (K, M as 16 bits,
+// Shard) before the checksum.
 func appendHeader(b []byte, l Layout) []byte {
-	b = append(b, magic[:]...)
+	start := len(b)
+	if l.Code.coded() {
+		b = append(b, magicCoded[:]...)
+	} else {
+		b = append(b, magic[:]...)
+	}
 	b = binary.LittleEndian.AppendUint32(b, uint32(l.Shards))
 	b = binary.LittleEndian.AppendUint32(b, uint32(l.Buckets))
 	b = binary.LittleEndian.AppendUint64(b, l.PageBytes)
 	b = binary.LittleEndian.AppendUint64(b, l.HeapBytes)
 	b = binary.LittleEndian.AppendUint32(b, uint32(l.Owners))
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	if l.Code.coded() {
+		b = binary.LittleEndian.AppendUint16(b, uint16(l.Code.K))
+		b = binary.LittleEndian.AppendUint16(b, uint16(l.Code.M))
+		b = binary.LittleEndian.AppendUint64(b, l.Code.Shard)
+	}
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
 }
 
-// headerLen is appendHeader's output length.
-const headerLen = 8 + 4 + 4 + 8 + 8 + 4 + 4
+// headerLen is appendHeader's output length; headerLenCoded an
+// erasure-coded key space's.
+const (
+	headerLen      = 8 + 4 + 4 + 8 + 8 + 4 + 4
+	headerLenCoded = headerLen + 2 + 2 + 8
+)
 
 // parseHeader decodes and checks a header.
 func parseHeader(b []byte) (Layout, error) {
-	if len(b) < headerLen || [8]byte(b[:8]) != magic {
+	n := headerLen
+	if len(b) >= headerLen && [8]byte(b[:8]) == magicCoded {
+		n = headerLenCoded
+	} else if len(b) < headerLen || [8]byte(b[:8]) != magic {
 		return Layout{}, fmt.Errorf("%w: the region does not start with a key space header", ErrBadLayout)
 	}
-	if crc32.Checksum(b[:headerLen-4], castagnoli) != binary.LittleEndian.Uint32(b[headerLen-4:]) {
+	if len(b) < n || crc32.Checksum(b[:n-4], castagnoli) != binary.LittleEndian.Uint32(b[n-4:]) {
 		return Layout{}, fmt.Errorf("%w: the header's checksum does not match", ErrBadLayout)
 	}
 	l := Layout{
@@ -149,6 +199,12 @@ func parseHeader(b []byte) (Layout, error) {
 		PageBytes: binary.LittleEndian.Uint64(b[16:]),
 		HeapBytes: binary.LittleEndian.Uint64(b[24:]),
 		Owners:    int(binary.LittleEndian.Uint32(b[32:])),
+	}
+	if n == headerLenCoded {
+		l.Code = Coding{K: int(binary.LittleEndian.Uint16(b[36:])), M: int(binary.LittleEndian.Uint16(b[38:])), Shard: binary.LittleEndian.Uint64(b[40:])}
+		if !l.Code.coded() {
+			return Layout{}, fmt.Errorf("%w: an erasure-coded key space's header with %d data shards", ErrBadLayout, l.Code.K)
+		}
 	}
 	return l, l.Check()
 }

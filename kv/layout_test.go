@@ -2,9 +2,13 @@ package kv
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/ndma/ndma/pool"
+	"github.com/ndma/ndma/pool/ec"
 )
 
 func testLayout() Layout {
@@ -31,6 +35,56 @@ func TestLayoutCheck(t *testing.T) {
 		f(&l)
 		if err := l.Check(); !errors.Is(err, ErrBadLayout) {
 			t.Errorf("case %d: %+v: err %v, want ErrBadLayout", i, l, err)
+		}
+	}
+}
+
+// TestCodedLayout checks an erasure-coded layout's limits, and that
+// its header row, every shard's buckets and every shard's heap take
+// whole rows of their own (one writer per row).
+func TestCodedLayout(t *testing.T) {
+	good := codedLayout()
+	if err := good.Check(); err != nil {
+		t.Fatal(err)
+	}
+	bad := []func(*Layout){
+		func(l *Layout) { l.Code.K = 0 },
+		func(l *Layout) { l.Code.M = 0 },
+		func(l *Layout) { l.Code.M = ec.MaxParity + 1 },
+		func(l *Layout) { l.Code.K = 63 },
+		func(l *Layout) { l.Code.Shard = 0 },
+		func(l *Layout) { l.Code.Shard = 6000 },
+		func(l *Layout) { l.HeapBytes = 5 * 4096 }, // not whole rows of 16 KiB
+	}
+	for i, f := range bad {
+		l := good
+		f(&l)
+		if err := l.Check(); !errors.Is(err, ErrBadLayout) {
+			t.Errorf("case %d: %+v: err %v, want ErrBadLayout", i, l, err)
+		}
+	}
+	l := Layout{Shards: 3, Buckets: 1000, PageBytes: 4096, HeapBytes: 2 * 32 << 10, Owners: 2, Code: Coding{K: 4, M: 2, Shard: 8192}}
+	if err := l.Check(); err != nil {
+		t.Fatal(err)
+	}
+	row := l.Code.row()
+	for s := range l.Shards {
+		lo, hi := l.bucketAddr(s, 0), l.bucketAddr(s, l.Buckets-1)+BucketBytes
+		if lo%row != 0 || lo < row || (s+1 < l.Shards && hi > l.bucketAddr(s+1, 0)) || hi > l.heapAddr(0) {
+			t.Errorf("shard %d: buckets [%d, %d) not on rows of %d of their own (heaps from %d)", s, lo, hi, row, l.heapAddr(0))
+		}
+		if l.heapAddr(s)%row != 0 {
+			t.Errorf("shard %d: heap at %d, not on a row of %d", s, l.heapAddr(s), row)
+		}
+	}
+	if l.Size() != l.heapAddr(l.Shards-1)+l.HeapBytes {
+		t.Errorf("size %d, last heap ends at %d", l.Size(), l.heapAddr(l.Shards-1)+l.HeapBytes)
+	}
+	// A region shape that contradicts the coding is refused before
+	// anything is allocated.
+	for _, o := range []pool.AllocOptions{{Replicas: 2}, {Stripe: 4096}, {Columns: 5}} {
+		if _, err := Create(context.Background(), nil, l, o); !errors.Is(err, ErrBadLayout) {
+			t.Errorf("coded key space in a region shaped %+v: %v, want ErrBadLayout", o, err)
 		}
 	}
 }
@@ -66,15 +120,19 @@ func TestLayoutDisjoint(t *testing.T) {
 }
 
 func TestHeaderRoundTrip(t *testing.T) {
-	l := testLayout()
-	h := appendHeader(nil, l)
-	got, err := parseHeader(h)
-	if err != nil || got != l {
-		t.Fatalf("got %+v, %v", got, err)
-	}
-	h[20] ^= 1
-	if _, err := parseHeader(h); !errors.Is(err, ErrBadLayout) {
-		t.Fatalf("a flipped bit: %v", err)
+	for _, l := range []Layout{testLayout(), codedLayout()} {
+		h := appendHeader(nil, l)
+		got, err := parseHeader(h)
+		if err != nil || got != l {
+			t.Fatalf("got %+v, %v", got, err)
+		}
+		for _, i := range []int{7, 20, len(h) - 6} {
+			h[i] ^= 1
+			if _, err := parseHeader(h); !errors.Is(err, ErrBadLayout) {
+				t.Fatalf("%+v: bit flipped in byte %d: %v", l, i, err)
+			}
+			h[i] ^= 1
+		}
 	}
 	if _, err := parseHeader(make([]byte, headerLen)); !errors.Is(err, ErrBadLayout) {
 		t.Fatalf("zeros: %v", err)

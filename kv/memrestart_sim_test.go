@@ -101,7 +101,7 @@ func TestSimMemoryNodeRestartWhileSwitchDown(t *testing.T) {
 		if err != nil {
 			t.Fatalf("open after both restarts: %v", err)
 		}
-		if _, err := readLayout(ctx, reg); err != nil {
+		if _, _, err := openStore(ctx, reg); err != nil {
 			t.Fatalf("the header after both restarts: %v", err)
 		}
 		for i := range 40 {

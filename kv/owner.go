@@ -68,6 +68,7 @@ type Owner struct {
 	cfg    OwnerConfig
 	log    *slog.Logger
 	reg    *pool.Region
+	mem    store // reg, or the erasure-coded volume in it
 	l      Layout
 	lo, hi int
 	shards []*shard
@@ -160,7 +161,7 @@ func StartOwner(ctx context.Context, ep *endpoint.Endpoint, reg *pool.Region, cf
 		o.log = slog.Default()
 	}
 	var err error
-	if o.l, err = readLayout(ctx, reg); err != nil {
+	if o.l, o.mem, err = openStore(ctx, reg); err != nil {
 		return nil, err
 	}
 	if cfg.Rank < 0 || cfg.Rank >= o.l.Owners {
@@ -292,21 +293,6 @@ func (o *Owner) Stats() OwnerStats {
 	return st
 }
 
-func readLayout(ctx context.Context, reg *pool.Region) (Layout, error) {
-	if reg.Spec().Stripe%BucketBytes != 0 {
-		return Layout{}, fmt.Errorf("%w: the region's stripe (%d bytes) is not a multiple of %d", ErrBadLayout, reg.Spec().Stripe, BucketBytes)
-	}
-	h := make([]byte, headerLen)
-	if _, err := reg.ReadAtContext(ctx, h, 0); err != nil {
-		return Layout{}, fmt.Errorf("kv: reading the key space header: %w", err)
-	}
-	l, err := parseHeader(h)
-	if err == nil && l.Size() > uint64(reg.Size()) {
-		err = fmt.Errorf("%w: the layout needs %d bytes, the region has %d", ErrBadLayout, l.Size(), reg.Size())
-	}
-	return l, err
-}
-
 // loadChunk is the buckets an owner reads at once when it loads a shard.
 const loadChunk = 2048
 
@@ -324,7 +310,7 @@ func (o *Owner) load(ctx context.Context, sh *shard) error {
 	for i := 0; i < o.l.Buckets; i += loadChunk {
 		n := min(loadChunk, o.l.Buckets-i)
 		p := buf[:n*BucketBytes]
-		if _, err := o.reg.ReadAtContext(ctx, p, int64(o.l.bucketAddr(sh.id, i))); err != nil {
+		if err := o.mem.readAt(ctx, p, o.l.bucketAddr(sh.id, i)); err != nil {
 			return fmt.Errorf("kv: loading shard %d: %w", sh.id, err)
 		}
 		for j := range n {
@@ -342,7 +328,7 @@ func (o *Owner) load(ctx context.Context, sh *shard) error {
 			continue
 		}
 		rec := make([]byte, b.len)
-		if _, err := o.reg.ReadAtContext(ctx, rec, int64(b.addr)); err != nil {
+		if err := o.mem.readAt(ctx, rec, b.addr); err != nil {
 			return fmt.Errorf("kv: loading shard %d: %w", sh.id, err)
 		}
 		r, err := parseRecord(rec)
@@ -593,7 +579,7 @@ func (o *Owner) free(sh *shard, p place) int {
 // value reads the live record of bucket b.
 func (o *Owner) value(ctx context.Context, b bucket) (record, error) {
 	rec := make([]byte, b.len)
-	if _, err := o.reg.ReadAtContext(ctx, rec, int64(b.addr)); err != nil {
+	if err := o.mem.readAt(ctx, rec, b.addr); err != nil {
 		return record{}, err
 	}
 	r, err := parseRecord(rec)
@@ -652,9 +638,10 @@ func (o *Owner) publish(ctx context.Context, sh *shard, i int, nb bucket, val []
 	return stOK, nb.ver, nil
 }
 
-// write writes p at off in the key space's region. A write that reached
-// fewer copies than the region keeps, because a memory node is dead
-// (pool.ErrDegraded), wrote the data: it succeeds, and is counted.
+// write writes p at off in the key space's region (or volume). A write
+// that reached fewer copies or shards than the key space keeps, because
+// a memory node is dead (pool.ErrDegraded), wrote the data: it succeeds,
+// and is counted.
 func (o *Owner) write(ctx context.Context, p []byte, off uint64) error {
 	end, ok := o.lease(time.Now())
 	if !ok {
@@ -667,7 +654,7 @@ func (o *Owner) write(ctx context.Context, p []byte, off uint64) error {
 	// may hold the rank.
 	ctx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
-	_, err := o.reg.WriteAtContext(ctx, p, int64(off))
+	err := o.mem.writeAt(ctx, p, off)
 	if err != nil && !time.Now().Before(end) {
 		o.mu.Lock()
 		o.stats.LeaseLapsed++

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -30,7 +32,7 @@ func newKvCmd() *cobra.Command {
 	var kf kvFlags
 	cmd := &cobra.Command{
 		Use:   "kv",
-		Short: "The key-value store: create a key space, get, set and delete keys, serve memcached and Redis clients",
+		Short: "The key-value store: create a key space, get, set and delete keys, serve memcached and Redis clients, rebuild erasure-coded shards",
 		Long: `kv talks to a key space of the key-value store: a hash table and its values
 in one pool region, read one-sidedly from the memory nodes and written
 through its owners (ndma kvd), reached through the forwarding node
@@ -44,8 +46,8 @@ are sealed, region keys included. A command without one refuses to run,
 unless --insecure (on a fabric that does not seal).`,
 	}
 	kf.register(cmd)
-	cmd.PersistentFlags().StringVar(&kf.space, "space", "", "the key space's name (required)")
-	cmd.AddCommand(newKvCreateCmd(&kf), newKvGetCmd(&kf), newKvSetCmd(&kf), newKvDelCmd(&kf), newKvServeCmd(&kf))
+	cmd.PersistentFlags().StringVar(&kf.space, "space", "", "the key space's name (required; kv rebuild takes it from --space-file)")
+	cmd.AddCommand(newKvCreateCmd(&kf), newKvGetCmd(&kf), newKvSetCmd(&kf), newKvDelCmd(&kf), newKvServeCmd(&kf), newKvRebuildCmd(&kf))
 	kf.hintCredential(cmd.Commands()...)
 	return cmd
 }
@@ -77,8 +79,8 @@ func (kf *kvFlags) open(cmd *cobra.Command) (*kv.Client, *endpoint.Endpoint, con
 // newKvCreateCmd is ndma kv create.
 func newKvCreateCmd(kf *kvFlags) *cobra.Command {
 	var (
-		out, page, heap, stripe         string
-		shards, buckets, owners, copies int
+		out, page, heap, stripe, code, shard string
+		shards, buckets, owners, copies      int
 	)
 	cmd := &cobra.Command{
 		Use:   "create",
@@ -89,9 +91,21 @@ func newKvCreateCmd(kf *kvFlags) *cobra.Command {
 spread over --owners owner ranks. It writes the space's name, region id
 and key to the space file --out (a new file only its owner may read:
 the key is the capability to the key space), from which each owner
-starts (ndma kvd --space-file).`,
+starts (ndma kvd --space-file).
+
+The region keeps one copy of every byte, or two (--replicas 2: survives
+one memory node lost, storing twice the key space). --ec K+M codes the
+key space instead: rows of K data and M parity shards of --ec-shard
+bytes, each shard of a row on its own memory node (K+M of them needed),
+the parity built by the memory nodes as the owners write. It survives
+any M memory nodes lost while storing (K+M)/K times the key space (1.5
+for 4+2); reads rebuild what a lost node held from K others. A shard's
+heap (--heap) must be whole rows of K × --ec-shard bytes. A node that
+restarts loses its shards until ndma kv rebuild (owners stopped)
+rewrites them; writes go on around a node that is down.`,
 		Example: `  ndma kv create --space cache --owners 2 --out cache.space --switch 127.0.0.1:7471 --token-file fab/token --credential fab/client-0.cred
-  ndma kv create --space sessions --shards 64 --buckets 65536 --page 4KiB --heap 64MiB --replicas 2 --out sessions.space --json`,
+  ndma kv create --space sessions --shards 64 --buckets 65536 --page 4KiB --heap 64MiB --replicas 2 --out sessions.space --json
+  ndma kv create --space objects --ec 4+2 --page 1MiB --heap 64MiB --out objects.space`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := kvd.CheckSpace(kf.space); err != nil {
@@ -104,7 +118,7 @@ starts (ndma kvd --space-file).`,
 			sizes := []struct {
 				flag, v string
 				dst     *uint64
-			}{{"--page", page, &l.PageBytes}, {"--heap", heap, &l.HeapBytes}, {"--stripe", stripe, new(uint64)}}
+			}{{"--page", page, &l.PageBytes}, {"--heap", heap, &l.HeapBytes}, {"--stripe", stripe, new(uint64)}, {"--ec-shard", shard, &l.Code.Shard}}
 			for _, s := range sizes {
 				n, err := memnode.ParseSize(s.v)
 				if err != nil || n <= 0 {
@@ -113,8 +127,23 @@ starts (ndma kvd --space-file).`,
 				*s.dst = uint64(n)
 			}
 			l.Shards, l.Buckets, l.Owners = shards, buckets, owners
+			alloc := pool.AllocOptions{Stripe: *sizes[2].dst, Replicas: copies}
+			if code == "" {
+				if cmd.Flags().Changed("ec-shard") {
+					return errors.New("--ec-shard: give --ec too (the shard size of an erasure-coded key space)")
+				}
+				l.Code = kv.Coding{}
+			} else {
+				if err := parseCoding(code, &l.Code); err != nil {
+					return err
+				}
+				if cmd.Flags().Changed("stripe") || copies != 1 {
+					return errors.New("--ec: an erasure-coded key space keeps one copy (--replicas 1) in stripes of its shards (--ec-shard, not --stripe)")
+				}
+				alloc = pool.AllocOptions{}
+			}
 			if err := l.Check(); err != nil {
-				return fmt.Errorf("--shards/--buckets/--page/--heap/--owners: %w", err)
+				return fmt.Errorf("--shards/--buckets/--page/--heap/--owners/--ec: %w", err)
 			}
 			ep, fab, ctx, cancel, err := kf.client(cmd)
 			if err != nil {
@@ -126,7 +155,7 @@ starts (ndma kvd --space-file).`,
 			if err != nil {
 				return err
 			}
-			reg, err := kv.Create(ctx, pc, l, pool.AllocOptions{Stripe: *sizes[2].dst, Replicas: copies})
+			reg, err := kv.Create(ctx, pc, l, alloc)
 			if err != nil {
 				return err
 			}
@@ -136,11 +165,19 @@ starts (ndma kvd --space-file).`,
 			}
 			w := cmd.OutOrStdout()
 			if kf.json {
-				return json.NewEncoder(w).Encode(map[string]any{"space": kf.space, "region": reg.ID(), "size": l.Size(), "file": out,
-					"shards": l.Shards, "buckets": l.Buckets, "page": l.PageBytes, "heap": l.HeapBytes, "owners": l.Owners, "max_value": l.MaxValue(1)})
+				m := map[string]any{"space": kf.space, "region": reg.ID(), "size": l.Size(), "stored": reg.Size(), "file": out,
+					"shards": l.Shards, "buckets": l.Buckets, "page": l.PageBytes, "heap": l.HeapBytes, "owners": l.Owners, "max_value": l.MaxValue(1)}
+				if code != "" {
+					m["ec"] = map[string]any{"k": l.Code.K, "m": l.Code.M, "shard": l.Code.Shard}
+				}
+				return json.NewEncoder(w).Encode(m)
 			}
-			fmt.Fprintf(w, "key space %q: region %d, %s, %d shards of %d keys, values up to %d bytes, %d owner ranks\nspace file %s (start each owner with ndma kvd --space-file %s --rank R)\n",
-				kf.space, reg.ID(), sizeString(l.Size()), l.Shards, l.Buckets, l.MaxValue(1), l.Owners, out, out)
+			coding := ""
+			if code != "" {
+				coding = fmt.Sprintf(", erasure-coded %d+%d in %s of pool memory", l.Code.K, l.Code.M, sizeString(uint64(reg.Size())))
+			}
+			fmt.Fprintf(w, "key space %q: region %d, %s%s, %d shards of %d keys, values up to %d bytes, %d owner ranks\nspace file %s (start each owner with ndma kvd --space-file %s --rank R)\n",
+				kf.space, reg.ID(), sizeString(l.Size()), coding, l.Shards, l.Buckets, l.MaxValue(1), l.Owners, out, out)
 			return nil
 		},
 	}
@@ -153,7 +190,21 @@ starts (ndma kvd --space-file).`,
 	fl.IntVar(&owners, "owners", 1, "owner ranks (ndma kvd) the shards are spread over")
 	fl.IntVar(&copies, "replicas", 1, "copies of every byte on the memory nodes, 1 or 2")
 	fl.StringVar(&stripe, "stripe", "64KiB", "the region's interleave unit (a multiple of 32 bytes)")
+	fl.StringVar(&code, "ec", "", "erasure-code the key space as `K+M` data and parity shards (e.g. 4+2) instead of keeping copies")
+	fl.StringVar(&shard, "ec-shard", "16KiB", "with --ec: the bytes of one shard of a row (a multiple of 4 KiB)")
 	return cmd
+}
+
+// parseCoding parses --ec's K+M into c.
+func parseCoding(s string, c *kv.Coding) error {
+	ks, ms, ok := strings.Cut(s, "+")
+	k, kerr := strconv.Atoi(ks)
+	m, merr := strconv.Atoi(ms)
+	if !ok || kerr != nil || merr != nil || k < 1 || m < 1 {
+		return fmt.Errorf("--ec %q: want K+M, data and parity shards, such as 4+2", s)
+	}
+	c.K, c.M = k, m
+	return nil
 }
 
 // newKvGetCmd is ndma kv get.

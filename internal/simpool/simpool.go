@@ -297,3 +297,38 @@ func (f *Fabric) SetLoss(addr netip.AddrPort, loss float64) {
 	l.Loss = loss
 	f.Net.Locked(func() { f.Net.SetLink(addr, l, l) })
 }
+
+// Holder is the memory node that serves a read of byte off of region
+// r: the node of its column (of its first copy that answers), found by
+// reading that byte and seeing which node's count of served requests
+// moved. It fails the test when no node, or more than one, served it.
+func (f *Fabric) Holder(r *pool.Region, off int64) *Mem {
+	f.T.Helper()
+	served := func() []uint64 {
+		s := make([]uint64, len(f.Mems))
+		for i, mn := range f.Mems {
+			if mn.Node != nil {
+				s[i] = mn.Node.Stats().Server.Pool.Served
+			}
+		}
+		return s
+	}
+	b := served()
+	if _, err := r.ReadAtContext(f.Ctx(), make([]byte, 1), off); err != nil {
+		f.T.Fatalf("seed %d: reading byte %d of region %d: %v", f.Seed, off, r.ID(), err)
+	}
+	a := served()
+	var found *Mem
+	for i := range a {
+		if a[i] != b[i] {
+			if found != nil {
+				f.T.Fatalf("seed %d: byte %d of region %d: two memory nodes served one read", f.Seed, off, r.ID())
+			}
+			found = f.Mems[i]
+		}
+	}
+	if found == nil {
+		f.T.Fatalf("seed %d: byte %d of region %d: no memory node served the read", f.Seed, off, r.ID())
+	}
+	return found
+}

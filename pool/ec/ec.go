@@ -22,14 +22,15 @@
 // the same bytes at once would add both changes to the same old data.
 // (A resent chain is safe: the first hop changes nothing, and the memory
 // nodes answer a resent GFAccumulate from their reply cache.) Writes need
-// every shard of the row reachable; a failed write leaves its bytes
-// undefined until written again.
+// every shard of the row reachable; a piece whose chain fails is written
+// on the degraded path (degraded.go), which needs one writer per row.
 package ec
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/klauspost/reedsolomon"
 	"github.com/ndma/ndma/pool"
@@ -54,6 +55,11 @@ type Volume struct {
 	rows uint64    // stripes of k+m shards
 	coef [][]uint8 // coef[j][i]: data shard i's coefficient in parity j
 	enc  reedsolomon.Encoder
+	mu   sync.Mutex
+	// unsure are pieces whose parity may not match their data (a write
+	// failed half way), repaired before their row is written again
+	// (repair.go); under mu.
+	unsure []piece
 }
 
 // Create allocates a region for size bytes of data (rounded up to whole
@@ -177,23 +183,57 @@ func (v *Volume) pieces(off int64, n int) ([]piece, error) {
 
 // WriteAt writes p at volume offset off: for every piece of a data
 // shard, one chain (cut into datagrams by pool.Region.Chain) that
-// updates the data shard and every parity shard of its row.
+// updates the data shard and every parity shard of its row. A piece
+// whose chain fails is written on the degraded path (rewrite, around
+// the shards the switch reports lost or on a dead node, which it is told
+// are lost): the call then succeeds with an error wrapping
+// pool.ErrDegraded (the data is written, to fewer than k+m shards), and
+// fails with an error wrapping ErrUnreadable when more than m shards of
+// a row are gone. A failed write leaves its bytes undefined until written
+// again (and the parity of a piece it cut short is recomputed before
+// this Volume writes that piece's row again: repair.go).
 func (v *Volume) WriteAt(ctx context.Context, p []byte, off int64) error {
 	ps, err := v.pieces(off, len(p))
 	if err != nil {
 		return err
 	}
+	degraded := false
 	hops := make([]wire.ChainHop, v.m+2)
-	for _, pc := range ps {
-		data := v.ShardAddr(pc.row, pc.i, pc.w)
-		hops[0] = wire.ChainHop{Addr: data, Op: wire.ChainDelta}
-		for j := range v.m {
-			hops[1+j] = wire.ChainHop{Addr: v.ShardAddr(pc.row, v.k+j, pc.w), Op: wire.ChainGFAccumulate, Coef: v.coef[j][pc.i]}
+	for i, pc := range ps {
+		if i == 0 || pc.row != ps[i-1].row {
+			v.repairRow(ctx, pc.row)
 		}
-		hops[v.m+1] = wire.ChainHop{Addr: data, Op: wire.ChainGFAccumulate, Coef: 1}
-		if err := v.r.Chain(ctx, hops, int(pc.n), wire.DtypeNone, wire.AluNone, p[pc.off:pc.off+int(pc.n)], nil); err != nil {
-			return fmt.Errorf("ec: write of row %d shard %d: %w", pc.row, pc.i, err)
+		data := p[pc.off : pc.off+int(pc.n)]
+		err := v.chainWrite(ctx, hops, pc, data)
+		if err == nil {
+			continue
 		}
+		if ctx.Err() == nil {
+			err = v.rewrite(ctx, pc, data, true)
+		}
+		if err != nil {
+			v.markUnsure(pc)
+			return err
+		}
+		degraded = true
+	}
+	if degraded {
+		return fmt.Errorf("ec: %w", pool.ErrDegraded)
+	}
+	return nil
+}
+
+// chainWrite writes piece pc with one chain through its data shard and
+// every parity shard of its row.
+func (v *Volume) chainWrite(ctx context.Context, hops []wire.ChainHop, pc piece, data []byte) error {
+	at := v.ShardAddr(pc.row, pc.i, pc.w)
+	hops[0] = wire.ChainHop{Addr: at, Op: wire.ChainDelta}
+	for j := range v.m {
+		hops[1+j] = wire.ChainHop{Addr: v.ShardAddr(pc.row, v.k+j, pc.w), Op: wire.ChainGFAccumulate, Coef: v.coef[j][pc.i]}
+	}
+	hops[v.m+1] = wire.ChainHop{Addr: at, Op: wire.ChainGFAccumulate, Coef: 1}
+	if err := v.r.Chain(ctx, hops, int(pc.n), wire.DtypeNone, wire.AluNone, data, nil); err != nil {
+		return fmt.Errorf("ec: write of row %d shard %d: %w", pc.row, pc.i, err)
 	}
 	return nil
 }

@@ -160,35 +160,8 @@ func checkParity(t *testing.T, v *ec.Volume, shard int, model []byte) {
 	}
 }
 
-// columnNode is the memory node that holds column c of v's region: the
-// one that serves a read of it.
+// columnNode is the memory node that holds column c of v's region.
 func columnNode(t *testing.T, f *simpool.Fabric, v *ec.Volume, c int) *simpool.Mem {
 	t.Helper()
-	served := func() []uint64 {
-		s := make([]uint64, len(f.Mems))
-		for i, mn := range f.Mems {
-			if mn.Node != nil {
-				s[i] = mn.Node.Stats().Server.Pool.Served
-			}
-		}
-		return s
-	}
-	b := served()
-	if _, err := v.Region().ReadAtContext(f.Ctx(), make([]byte, 1), int64(v.ShardAddr(0, c, 0))); err != nil {
-		t.Fatal(err)
-	}
-	a := served()
-	var found *simpool.Mem
-	for i := range a {
-		if a[i] != b[i] {
-			if found != nil {
-				t.Fatalf("column %d: two memory nodes served one read", c)
-			}
-			found = f.Mems[i]
-		}
-	}
-	if found == nil {
-		t.Fatalf("column %d: no memory node served the read", c)
-	}
-	return found
+	return f.Holder(v.Region(), int64(v.ShardAddr(0, c, 0)))
 }

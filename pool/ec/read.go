@@ -6,28 +6,47 @@ import (
 	"fmt"
 )
 
-// ReadAt reads len(p) bytes at volume offset off. Each piece is read from
-// its data shard; a piece whose shard cannot be read (any error but ctx's
-// end) is rebuilt from k shards of its row that can. It returns how many
-// pieces had to be rebuilt.
+// ReadAt reads len(p) bytes at volume offset off. The data shards of a
+// row lie side by side in the region, so each row's part is one region
+// read (its stripes read in parallel); when it fails, each piece is read
+// from its data shard, and a piece whose shard cannot be read (any error
+// but ctx's end) is rebuilt from k shards of its row that can. It
+// returns how many pieces had to be rebuilt.
 func (v *Volume) ReadAt(ctx context.Context, p []byte, off int64) (rebuilt int, err error) {
 	ps, err := v.pieces(off, len(p))
 	if err != nil {
 		return 0, err
 	}
-	for _, pc := range ps {
-		buf := p[pc.off : pc.off+int(pc.n)]
-		_, err := v.r.ReadAtContext(ctx, buf, int64(v.ShardAddr(pc.row, pc.i, pc.w)))
+	for len(ps) > 0 {
+		n := 1 // the pieces of this row
+		for n < len(ps) && ps[n].row == ps[0].row {
+			n++
+		}
+		row := ps[:n]
+		ps = ps[n:]
+		first, last := row[0], row[n-1]
+		buf := p[first.off : last.off+int(last.n)]
+		_, err := v.r.ReadAtContext(ctx, buf, int64(v.ShardAddr(first.row, first.i, first.w)))
 		if err == nil {
 			continue
 		}
 		if ctx.Err() != nil {
 			return rebuilt, err
 		}
-		if err := v.reconstruct(ctx, pc, buf); err != nil {
-			return rebuilt, err
+		for _, pc := range row {
+			buf := p[pc.off : pc.off+int(pc.n)]
+			_, err := v.r.ReadAtContext(ctx, buf, int64(v.ShardAddr(pc.row, pc.i, pc.w)))
+			if err == nil {
+				continue
+			}
+			if ctx.Err() != nil {
+				return rebuilt, err
+			}
+			if err := v.reconstruct(ctx, pc, buf); err != nil {
+				return rebuilt, err
+			}
+			rebuilt++
 		}
-		rebuilt++
 	}
 	return rebuilt, nil
 }

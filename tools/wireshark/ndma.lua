@@ -70,6 +70,7 @@ local ctrl_names = {
     [10] = "POOLFREE", [11] = "POOLSTAT", [12] = "POOLGRANT", [13] = "POOLREVOKE",
     [14] = "POOLREBUILD", [15] = "POOLREBUILDGO", [16] = "POOLREBUILT",
     [17] = "JOINSTATUS", [18] = "POOLREPORT", [19] = "POOLEPOCH",
+    [20] = "POOLCOLUMNLOST", [21] = "POOLCOLUMNGRANT", [22] = "POOLCOLUMNRESTORED",
 }
 
 local FLAG_RESP, FLAG_AUTH, FLAG_RETX, FLAG_SYN, FLAG_REPLYTO, FLAG_ACK = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
@@ -561,7 +562,8 @@ local function ctrl_fields(c, t, typ, resp)
         c:u64(t, f.ctrl_epoch)
         c:homes(t, cols)
         return string.format("region=%d column=%d", r, col)
-    elseif (typ == 15 or typ == 16) and not resp then -- POOLREBUILDGO, POOLREBUILT
+    elseif (typ == 15 or typ == 16 or (typ >= 20 and typ <= 22)) and not resp then
+        -- POOLREBUILDGO, POOLREBUILT, POOLCOLUMNLOST, POOLCOLUMNGRANT, POOLCOLUMNRESTORED
         local r = c:u32(t, f.ctrl_region)
         c:u64(t, f.ctrl_key)
         local col = c:u16(t, f.ctrl_column)

@@ -389,7 +389,7 @@ func (m *Msg) decodePool(r *reader) {
 	case typ == PoolOpen && !m.Resp, typ == PoolFree && !m.Resp, typ == PoolRevoke && !m.Resp:
 		m.Region = r.u32("region")
 		m.Key = r.u64("key")
-	case (typ == PoolRebuildGo || typ == PoolRebuilt) && !m.Resp:
+	case (typ == PoolRebuildGo || typ == PoolRebuilt || typ.column()) && !m.Resp:
 		m.Region = r.u32("region")
 		m.Key = r.u64("key")
 		m.Node = r.u16("column")

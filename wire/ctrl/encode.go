@@ -112,7 +112,7 @@ func (m *Msg) appendPoolMsg(b []byte) []byte {
 	case m.Type == PoolOpen && !m.Resp, m.Type == PoolFree && !m.Resp, m.Type == PoolRevoke && !m.Resp:
 		b = be.AppendUint32(b, m.Region)
 		b = be.AppendUint64(b, m.Key)
-	case (m.Type == PoolRebuildGo || m.Type == PoolRebuilt) && !m.Resp:
+	case (m.Type == PoolRebuildGo || m.Type == PoolRebuilt || m.Type.column()) && !m.Resp:
 		b = be.AppendUint32(b, m.Region)
 		b = be.AppendUint64(b, m.Key)
 		b = be.AppendUint16(b, m.Node)

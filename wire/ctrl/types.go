@@ -99,7 +99,24 @@ const (
 	// region Region's grant (Key): the region's other copy missed writes
 	// and this one is the current one. The response has no fields.
 	PoolEpoch Type = 19
-	lastType       = PoolEpoch
+	// PoolColumnLost, from a client of a region with one copy, reports
+	// column Node of region Region (Key) stale: the client wrote around
+	// it (an erasure-coded write with a shard unreachable). The switch
+	// serves the column no more (StatusLost) until it is restored. The
+	// response has no fields.
+	PoolColumnLost Type = 20
+	// PoolColumnGrant, from a client of a region with one copy, asks the
+	// switch to grant lost column Node of region Region (Key) again to
+	// its memory node, zeroed, for the client to rewrite: once the node
+	// accepted, the switch forwards writes to the column (reads are
+	// still refused) and answers OK; until then it answers StatusBusy,
+	// and the client asks again. The response has no fields.
+	PoolColumnGrant Type = 21
+	// PoolColumnRestored, from the client that rewrote column Node of
+	// region Region (Key) after PoolColumnGrant, makes the column serve
+	// reads again. The response has no fields.
+	PoolColumnRestored Type = 22
+	lastType                = PoolColumnRestored
 )
 
 var typeNames = [...]string{
@@ -110,6 +127,7 @@ var typeNames = [...]string{
 	PoolGrant: "poolgrant", PoolRevoke: "poolrevoke",
 	PoolRebuild: "poolrebuild", PoolRebuildGo: "poolrebuildgo", PoolRebuilt: "poolrebuilt",
 	JoinStatus: "joinstatus", PoolReport: "poolreport", PoolEpoch: "poolepoch",
+	PoolColumnLost: "poolcolumnlost", PoolColumnGrant: "poolcolumngrant", PoolColumnRestored: "poolcolumnrestored",
 }
 
 // CarriesMTU reports whether requests of type t carry the sender's MTU
@@ -204,7 +222,7 @@ type Msg struct {
 	Region      uint32         // PoolOpen, PoolFree, PoolGrant, PoolRevoke, PoolEpoch requests, PoolCreate response
 	Key         uint64         // PoolNode request (the node's region), PoolOpen and PoolFree requests, PoolCreate response (the new region's key)
 	Capacity    uint64         // PoolNode request
-	Node        uint16         // PoolNode response; PoolGrant, PoolRebuild, PoolRebuildGo, PoolRebuilt: the column
+	Node        uint16         // PoolNode response; PoolGrant, PoolRebuild, PoolRebuildGo, PoolRebuilt, PoolColumn*: the column
 	Pool        PoolSpec       // PoolCreate request and response, PoolOpen response
 	PoolNodes   []PoolNodeInfo // PoolStat response: at most MaxPoolNodes
 	PoolRegions []PoolSpec     // PoolStat response: at most MaxPoolRegions
@@ -229,6 +247,12 @@ func (m *Msg) JoinedRanks() []int {
 	return ranks
 }
 
-// pool reports whether t is a pool message (PoolNode to PoolEpoch, but
-// not JoinStatus).
+// pool reports whether t is a pool message (PoolNode to
+// PoolColumnRestored, but not JoinStatus).
 func (t Type) pool() bool { return t >= PoolNode && t != JoinStatus }
+
+// column reports whether t is one of a client's requests about a column
+// of a region (PoolColumnLost, PoolColumnGrant, PoolColumnRestored).
+func (t Type) column() bool {
+	return t == PoolColumnLost || t == PoolColumnGrant || t == PoolColumnRestored
+}

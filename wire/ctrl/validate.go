@@ -90,7 +90,7 @@ func (m *Msg) validate() error {
 		if m.Resp {
 			return validatePool(&m.Pool, false)
 		}
-	case PoolFree, PoolRevoke, PoolRebuildGo, PoolRebuilt:
+	case PoolFree, PoolRevoke, PoolRebuildGo, PoolRebuilt, PoolColumnLost, PoolColumnGrant, PoolColumnRestored:
 	case PoolRebuild, PoolGrant:
 		if m.Resp {
 			return nil

@@ -90,6 +90,10 @@ func Samples() []Sample {
 		{"poolrebuilt-req", ctrl.Msg{Type: ctrl.PoolRebuilt, Region: 9, Key: 77, Node: 2}},
 		{"poolrebuilt-failed-req", ctrl.Msg{Type: ctrl.PoolRebuilt, Region: 9, Key: 77, Node: 0, Failed: true}},
 		{"poolrebuilt-resp", ctrl.Msg{Type: ctrl.PoolRebuilt, Resp: true}},
+		{"poolcolumnlost-req", ctrl.Msg{Type: ctrl.PoolColumnLost, Region: 9, Key: 77, Node: 3}},
+		{"poolcolumngrant-req", ctrl.Msg{Type: ctrl.PoolColumnGrant, Region: 9, Key: 77, Node: 5}},
+		{"poolcolumnrestored-req", ctrl.Msg{Type: ctrl.PoolColumnRestored, Region: 9, Key: 77, Node: 0}},
+		{"poolcolumnrestored-resp", ctrl.Msg{Type: ctrl.PoolColumnRestored, Resp: true}},
 		{"poolstat-req", ctrl.Msg{Type: ctrl.PoolStat}},
 		{"poolstat-resp", ctrl.Msg{Type: ctrl.PoolStat, Resp: true,
 			PoolNodes: []ctrl.PoolNodeInfo{

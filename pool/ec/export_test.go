@@ -1,0 +1,55 @@
+package ec
+
+import (
+	"context"
+
+	"github.com/ndma/ndma/reduce/gf256"
+)
+
+// MarkUnsure records the bytes [off, off+n) of the volume as written by
+// a chain cut short, for the tests of the repair.
+func (v *Volume) MarkUnsure(off int64, n int) {
+	ps, err := v.pieces(off, n)
+	if err != nil {
+		panic(err)
+	}
+	for _, pc := range ps {
+		v.markUnsure(pc)
+	}
+}
+
+// CutWrite writes p at off as a chain cut short after its first hops
+// parity hops would leave it (those parity shards took the change, the
+// data shard did not), then as WriteAt goes on from there: the
+// degraded rewrite of the piece.
+func (v *Volume) CutWrite(ctx context.Context, p []byte, off int64, hops int) error {
+	ps, err := v.pieces(off, len(p))
+	if err != nil {
+		return err
+	}
+	for _, pc := range ps {
+		data := p[pc.off : pc.off+int(pc.n)]
+		old := make([]byte, pc.n)
+		if _, err := v.r.ReadAtContext(ctx, old, int64(v.ShardAddr(pc.row, pc.i, pc.w))); err != nil {
+			return err
+		}
+		for i := range old {
+			old[i] ^= data[i] // now the change
+		}
+		for j := range hops {
+			par := make([]byte, pc.n)
+			at := int64(v.ShardAddr(pc.row, v.k+j, pc.w))
+			if _, err := v.r.ReadAtContext(ctx, par, at); err != nil {
+				return err
+			}
+			gf256.MulAdd(v.coef[j][pc.i], old, par)
+			if _, err := v.r.WriteAtContext(ctx, par, at); err != nil {
+				return err
+			}
+		}
+		if err := v.rewrite(ctx, pc, data, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}

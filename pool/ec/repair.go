@@ -1,0 +1,95 @@
+package ec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Pieces left unsure. A chain cut short (this host's link, the switch
+// restarting, the write's context ending) may have added its change to
+// some parity shards and not to the data shard; when the degraded
+// rewrite cannot put the row right either, the piece's parity no longer
+// matches its data, which a later chain write of the same bytes would
+// carry on (it adds changes, it does not recompute). The Volume keeps
+// such pieces, and the next write to their row first recomputes their
+// parity from the data (the writer of a row is its only writer, so this
+// races nothing). Until then only a reconstruction through those bytes
+// is affected: it fails its reader's checks, or returns what the code
+// computes, but never touches the data shards.
+
+// maxUnsure bounds the unsure pieces kept; beyond it the oldest is
+// dropped (its parity stays unsure until its bytes are written again).
+const maxUnsure = 1024
+
+// markUnsure records piece pc as unsure.
+func (v *Volume) markUnsure(pc piece) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if len(v.unsure) == maxUnsure {
+		v.unsure = v.unsure[1:]
+	}
+	v.unsure = append(v.unsure, pc)
+}
+
+// takeUnsure removes and returns the unsure pieces of row.
+func (v *Volume) takeUnsure(row uint64) []piece {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []piece
+	keep := v.unsure[:0]
+	for _, pc := range v.unsure {
+		if pc.row == row {
+			out = append(out, pc)
+		} else {
+			keep = append(keep, pc)
+		}
+	}
+	clear(v.unsure[len(keep):])
+	v.unsure = keep
+	return out
+}
+
+// Unsure returns how many pieces' parity this Volume knows may not match
+// their data.
+func (v *Volume) Unsure() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.unsure)
+}
+
+// repairRow recomputes the parity of the unsure pieces of row from the
+// data; a piece that cannot be repaired now is kept.
+func (v *Volume) repairRow(ctx context.Context, row uint64) {
+	for _, pc := range v.takeUnsure(row) {
+		if err := v.repair(ctx, pc); err != nil {
+			v.markUnsure(pc)
+		}
+	}
+}
+
+// repair recomputes the parity of the bytes of piece pc from the data
+// shards of its row, which must all answer.
+func (v *Volume) repair(ctx context.Context, pc piece) error {
+	shards := make([][]byte, v.k+v.m)
+	for i := range v.k {
+		shards[i] = make([]byte, pc.n)
+		if _, err := v.r.ReadAtContext(ctx, shards[i], int64(v.ShardAddr(pc.row, i, pc.w))); err != nil {
+			return fmt.Errorf("ec: row %d shard %d: %w", pc.row, i, err)
+		}
+	}
+	for j := range v.m {
+		shards[v.k+j] = make([]byte, pc.n)
+	}
+	if err := v.enc.Encode(shards); err != nil {
+		return fmt.Errorf("ec: row %d: %w", pc.row, err)
+	}
+	var errs []error
+	for j := range v.m {
+		s := v.k + j
+		if _, err := v.r.WriteAtContext(ctx, shards[s], int64(v.ShardAddr(pc.row, s, pc.w))); err != nil && !gone(err) {
+			errs = append(errs, fmt.Errorf("ec: row %d shard %d: %w", pc.row, s, err))
+		}
+	}
+	return errors.Join(errs...)
+}
