@@ -172,6 +172,9 @@ func poolAccess(h *wire.Header, payload []byte) (wire.Perm, uint64, bool) {
 		return wire.PermVector, uint64(len(payload)), true
 	case wire.OpCAS, wire.OpFetchAdd:
 		return wire.PermAtomic, 8, true
+	case wire.OpFence:
+		// Raised on the node(s) holding the byte at Addr.
+		return wire.PermWrite, 1, true
 	}
 	return 0, 0, false
 }
@@ -202,7 +205,15 @@ func (p *poolPlane) poolForward(from netip.AddrPort, h *wire.Header, payload []b
 		p.optimForward(from, h, payload)
 		return
 	}
-	need, n, ok := poolAccess(h, payload)
+	body, fence := payload, wire.Fence{}
+	if h.Flags&wire.FlagFence != 0 {
+		var err error
+		if body, fence, err = wire.SplitFence(payload); err != nil {
+			p.poolRefuse(from, h, wire.StatusBadOperand)
+			return
+		}
+	}
+	need, n, ok := poolAccess(h, body)
 	switch {
 	case !ok:
 		p.poolRefuse(from, h, wire.StatusUnknownOp)
@@ -222,6 +233,12 @@ func (p *poolPlane) poolForward(from netip.AddrPort, h *wire.Header, payload []b
 	if err != nil || !r.Ready {
 		p.poolRefuse(from, h, wire.StatusBadKey)
 		return
+	}
+	if h.Flags&wire.FlagFence != 0 {
+		if st, cur := p.fenceCheck(r, h, fence); st != wire.StatusOK {
+			p.poolRefuseFenced(from, h, st, cur)
+			return
+		}
 	}
 	copies := 1
 	if h.Op != wire.OpRead {
@@ -275,6 +292,9 @@ func (p *poolPlane) poolForward(from netip.AddrPort, h *wire.Header, payload []b
 		if stale {
 			p.raiseEpoch(r)
 		}
+	}
+	if h.Op == wire.OpFence {
+		r.raiseFence(fence)
 	}
 	for _, t := range p.tgts[:sent] {
 		fh := *h
