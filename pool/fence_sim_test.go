@@ -128,7 +128,7 @@ func TestSimFenceHeldDatagram(t *testing.T) {
 			_, err := old.WriteAtContext(wctx, bytes.Repeat([]byte{0xee}, int(r.Size())), 0)
 			stale <- err
 		}()
-		time.Sleep(time.Millisecond) // forwarded, now on the slow links
+		time.Sleep(time.Millisecond)    // forwarded, now on the slow links
 		f.SetLoss(oldEP.LocalAddr(), 1) // its resends go nowhere
 		f.Net.Locked(func() {
 			for _, m := range f.Mems {
