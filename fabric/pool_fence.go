@@ -35,6 +35,10 @@ func (p *poolPlane) fenceCheck(r *PoolRegion, h *wire.Header, f wire.Fence) (wir
 	case ok && f.Token < cur:
 		p.sw.stats.PoolFenced++
 		return wire.StatusFenced, cur
+	case f.Token-cur > wire.MaxFenceStep:
+		// A step no holder takes: not a way to the top of the token
+		// space, where no holder could follow.
+		return wire.StatusBadOperand, cur
 	case !ok && len(r.fences) >= wire.MaxFences:
 		return wire.StatusBusy, 0
 	}

@@ -24,8 +24,9 @@ const MaxNodeFences = 1 << 16
 
 // Raise raises fence f of pool region h.Group to f.Token: h.Key must
 // open the region's grant, which must allow writes, and h.Addr lie
-// inside it. A token below the fence's is refused with StatusFenced; a
-// new fence id past the bounds with StatusBusy. Result.Old is the
+// inside it. A token below the fence's is refused with StatusFenced,
+// one more than wire.MaxFenceStep above it with StatusBadOperand, a new
+// fence id past the bounds with StatusBusy. Result.Old is the
 // fence's token after the raise (before it, when refused).
 func (p *PoolNode) Raise(h *wire.Header, f wire.Fence) Result {
 	g, ok := p.grants[h.Group]
@@ -44,6 +45,8 @@ func (p *PoolNode) Raise(h *wire.Header, f wire.Fence) Result {
 	switch {
 	case ok && f.Token < cur:
 		return Result{Status: wire.StatusFenced, Old: cur}
+	case f.Token-cur > wire.MaxFenceStep:
+		return Result{Status: wire.StatusBadOperand, Old: cur}
 	case !ok && (len(fs) >= wire.MaxFences || p.nfences >= MaxNodeFences):
 		return Result{Status: wire.StatusBusy}
 	case !ok && fs == nil:

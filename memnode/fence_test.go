@@ -103,6 +103,14 @@ func TestPoolNodeFenceBounds(t *testing.T) {
 	if r := p.Raise(&h, wire.Fence{ID: 0, Token: 2}); r.Status != wire.StatusOK {
 		t.Fatalf("raising a known fence at the bound: %v", r.Status)
 	}
+	// A raise may step a fence up by at most MaxFenceStep: a crafted
+	// one cannot take it to the top, where no holder could follow.
+	if r := p.Raise(&h, wire.Fence{ID: 0, Token: ^uint64(0)}); r.Status != wire.StatusBadOperand || r.Old != 2 {
+		t.Fatalf("raise to the top of the token space: %+v", r)
+	}
+	if r := p.Raise(&h, wire.Fence{ID: 0, Token: 2 + wire.MaxFenceStep}); r.Status != wire.StatusOK {
+		t.Fatalf("raise by MaxFenceStep: %v", r.Status)
+	}
 	err := p.Grant(Grant{Region: 2, Key: 12, Perm: wire.PermAll, Base: 0, Len: 64, Fences: make([]wire.Fence, wire.MaxFences+1)})
 	if !errors.Is(err, ErrGrant) {
 		t.Fatalf("grant with too many fences: %v", err)
@@ -128,7 +136,7 @@ func FuzzFence(f *testing.F) {
 			if op%2 == 0 {
 				h := wire.Header{Op: wire.OpFence, Group: 1, Key: 11, Addr: uint64(op) % 64}
 				r := p.Raise(&h, fc)
-				ok := tok != 0 && (!known || tok >= cur)
+				ok := tok != 0 && (!known || tok >= cur) && tok-cur <= wire.MaxFenceStep
 				if (r.Status == wire.StatusOK) != ok {
 					t.Fatalf("op %d: raise %+v over %d (known %v): %v", i, fc, cur, known, r.Status)
 				}

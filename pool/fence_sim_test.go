@@ -11,6 +11,7 @@ import (
 
 	"github.com/ndma/ndma/internal/simpool"
 	"github.com/ndma/ndma/pool"
+	"github.com/ndma/ndma/wire"
 )
 
 // TestSimFence takes a fence through two holders on a two-copy region
@@ -163,6 +164,42 @@ func TestSimFenceHeldDatagram(t *testing.T) {
 		}
 		if refused == 0 {
 			t.Fatal("no memory node refused the held write")
+		}
+	})
+}
+
+// TestSimFenceBounds checks what a key holder can do to a region's
+// fences at the switch: a raise to the top of the token space is
+// refused (no holder could follow it), and the region's table of fences
+// is bounded.
+func TestSimFenceBounds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := simpool.Start(t, simpool.Config{Seed: 9, Token: []byte("fence test"), Nodes: 1})
+		defer f.Close()
+		ctx := f.Ctx()
+		r, err := f.PoolClient(f.Endpoint()).Alloc(ctx, 4096, pool.AllocOptions{Stripe: 4096})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.RaiseFence(ctx, pool.Fence{ID: 0, Token: ^uint64(0)}); !errors.Is(err, wire.StatusBadOperand) {
+			t.Fatalf("raise to the top of the token space: %v", err)
+		}
+		if _, err := r.RaiseFence(ctx, pool.Fence{ID: 0, Token: wire.MaxFenceStep}); err != nil {
+			t.Fatalf("raise by MaxFenceStep: %v", err)
+		}
+		if _, err := r.RaiseFence(ctx, pool.Fence{ID: 0, Token: 2*wire.MaxFenceStep + 1}); !errors.Is(err, wire.StatusBadOperand) {
+			t.Fatalf("raise by more than MaxFenceStep: %v", err)
+		}
+		for id := uint32(1); id < wire.MaxFences; id++ {
+			if _, err := r.RaiseFence(ctx, pool.Fence{ID: id, Token: 1}); err != nil {
+				t.Fatalf("fence %d: %v", id, err)
+			}
+		}
+		if _, err := r.RaiseFence(ctx, pool.Fence{ID: wire.MaxFences, Token: 1}); !errors.Is(err, wire.StatusBusy) {
+			t.Fatalf("one fence past the region's bound: %v", err)
+		}
+		if _, err := r.Fenced(pool.Fence{ID: 7, Token: 1}).WriteAtContext(ctx, []byte("x"), 0); err != nil {
+			t.Fatalf("a write fenced by a raised fence, the table full: %v", err)
 		}
 	})
 }

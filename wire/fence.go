@@ -26,6 +26,14 @@ const FenceLen = 12
 // Entries live as long as the region (its grant, at a memory node).
 const MaxFences = 1024
 
+// MaxFenceStep bounds a raise: it may take a fence's token up by at
+// most this much at a time (from 0 for a fence not raised before), so
+// that a crafted raise cannot take a fence to the top of the token space
+// and lock every holder out: a holder that counts its tokens in steps
+// of 2^32 (a counter over an id, as key space owners do) stays within
+// it. A raise past it is refused with StatusBadOperand.
+const MaxFenceStep = 1 << 33
+
 // Fence names a fence and a token: requests carrying it are applied only
 // while Token is at least the fence's. Token 0 is no fence.
 type Fence struct {
