@@ -26,11 +26,11 @@ var (
 	opNames = map[wire.Opcode]string{
 		wire.OpWrite: "WRITE", wire.OpRead: "READ", wire.OpCAS: "CAS", wire.OpFetchAdd: "FETCHADD",
 		wire.OpVector: "VECTOR", wire.OpSend: "SEND", wire.OpNop: "NOP", wire.OpControl: "CONTROL",
-		wire.OpEvent: "EVENT", wire.OpData: "DATA", wire.OpChain: "CHAIN", wire.OpOptim: "OPTIM",
+		wire.OpEvent: "EVENT", wire.OpData: "DATA", wire.OpChain: "CHAIN", wire.OpOptim: "OPTIM", wire.OpFence: "FENCE",
 		wire.OpAck: "ACK", wire.OpNack: "NACK", wire.OpHandshake: "HANDSHAKE",
 	}
 	statusNames = []string{"OK", "BAD_KEY", "OUT_OF_BOUNDS", "MISALIGNED", "UNKNOWN_OP", "PERMISSION",
-		"BAD_OPERAND", "TOO_LARGE", "BUSY", "MEMBER_DEAD", "NOT_MEMBER", "AUTH", "LOST"}
+		"BAD_OPERAND", "TOO_LARGE", "BUSY", "MEMBER_DEAD", "NOT_MEMBER", "AUTH", "LOST", "FENCED"}
 )
 
 const luaScript = "../../tools/wireshark/ndma.lua"
@@ -116,6 +116,7 @@ func TestDissector(t *testing.T) {
 		"WRITE pool req", "WRITE pool req replyto", "READ pool req", "READ pool req replyto", "READ pool resp",
 		"status BAD_KEY", "auth", "sack", "ack riding", "bad crc", "truncated", "ctrl malformed", "not ndma",
 		"CHAIN pool req", "OPTIM pool req", "EVENT unicast req", "NACK", "invalid", "op NOP",
+		"WRITE fenced", "FENCE fenced", "fences shown",
 	} {
 		if c.seen[want] == 0 {
 			t.Errorf("the capture has no %q packet checked", want)
@@ -389,6 +390,7 @@ func (c *checker) packet(i int, s sent, p *packet, w *workload) {
 	c.flag(where, d, "ndma.flags.syn", h.Flags&wire.FlagSyn != 0)
 	c.flag(where, d, "ndma.flags.replyto", h.Flags&wire.FlagReplyTo != 0)
 	c.flag(where, d, "ndma.flags.ack", h.Flags&wire.FlagAck != 0)
+	c.flag(where, d, "ndma.flags.fence", h.Flags&wire.FlagFence != 0)
 	if h.Status != wire.StatusOK {
 		c.seen["status "+statusNames[h.Status]]++
 		if !d.has("ndma.status.error") {
@@ -442,6 +444,17 @@ func (c *checker) packet(i int, s sent, p *packet, w *workload) {
 		}
 		c.num(where, d, "ndma.replyto.port", uint64(to.Port()))
 		c.seen[opNames[h.Op]+" pool req replyto"]++
+	}
+	if h.Flags&wire.FlagFence != 0 {
+		var fc wire.Fence
+		if body, fc, err = wire.SplitFence(body); err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		c.fences(where, d, []wire.Fence{fc})
+		if !strings.Contains(p.info, fmt.Sprintf("fence=%d/0x%016x", fc.ID, fc.Token)) {
+			t.Errorf("%s: summary %q does not show the fence", where, p.info)
+		}
+		c.seen[opNames[h.Op]+" fenced"]++
 	}
 
 	switch h.Op {
@@ -550,6 +563,24 @@ func (c *checker) packet(i int, s sent, p *packet, w *workload) {
 	c.seen[opNames[h.Op]+" "+h.Mode.String()+" "+dir]++
 }
 
+// fences checks the fences shown (a trailer's, or a control message's
+// list; a report's when it is the only one) against want.
+func (c *checker) fences(where string, d *fields, want []wire.Fence) {
+	ids, tokens := d.all("ndma.fence.id"), d.all("ndma.fence.token")
+	ok := len(ids) == len(want) && len(tokens) == len(want)
+	for j := 0; ok && j < len(want); j++ {
+		id, _ := strconv.ParseUint(ids[j].Show, 0, 32)
+		tok, _ := strconv.ParseUint(tokens[j].Show, 0, 64)
+		ok = id == uint64(want[j].ID) && tok == want[j].Token
+	}
+	if !ok {
+		c.t.Errorf("%s: fences shown %v %v, want %v", where, ids, tokens, want)
+	}
+	if len(want) > 0 {
+		c.seen["fences shown"]++
+	}
+}
+
 // ctrl checks the decoded fields of control message m.
 func (c *checker) ctrl(where string, d *fields, m *ctrl.Msg, payload []byte, w *workload, s sent) {
 	t := c.t
@@ -615,7 +646,8 @@ func (c *checker) ctrl(where string, d *fields, m *ctrl.Msg, payload []byte, w *
 		c.num(where, d, "ndma.ctrl.key", m.Key)
 	case m.Type == ctrl.PoolOpen:
 		c.pool(where, d, &m.Pool)
-	case m.Type == ctrl.PoolGrant && !m.Resp:
+	case (m.Type == ctrl.PoolGrant || m.Type == ctrl.PoolRebuild) && !m.Resp:
+		c.fences(where, d, m.Fences)
 		c.num(where, d, "ndma.ctrl.region", uint64(m.Region))
 		c.num(where, d, "ndma.ctrl.key", m.Key)
 		c.pool(where, d, &m.Pool)
@@ -642,6 +674,7 @@ func (c *checker) ctrl(where string, d *fields, m *ctrl.Msg, payload []byte, w *
 			c.num(where, d, "ndma.ctrl.column", uint64(r.Column))
 			c.num(where, d, "ndma.ctrl.epoch", r.Epoch)
 			c.flag(where, d, "ndma.ctrl.degraded", r.Degraded)
+			c.fences(where, d, r.Fences)
 			if got := d.value("ndma.ctrl.digest"); got != hex.EncodeToString(r.Digest[:]) {
 				t.Errorf("%s: key digest %q, want %x", where, got, r.Digest)
 			}
