@@ -127,6 +127,7 @@ func jepsenKV(t *testing.T, seed int64, auth *secure.Authority) {
 			cs.CacheHits, cs.CacheStale, cs.CacheMisses = cs.CacheHits+st.CacheHits, cs.CacheStale+st.CacheStale, cs.CacheMisses+st.CacheMisses
 		}
 		t.Logf("seed %d: cached reads %d, stale locations %d, probe walks %d", seed, cs.CacheHits, cs.CacheStale, cs.CacheMisses)
+		t.Logf("seed %d: fenced pool writes refused by the switch since it last started: %d", seed, s.Srv.Stats().PoolFenced)
 		if cs.CacheHits == 0 || cs.CacheStale == 0 {
 			t.Errorf("seed %d: the location cache was not exercised (%d hits, %d stale)", seed, cs.CacheHits, cs.CacheStale)
 		}
@@ -331,7 +332,8 @@ func kvFaultsOf(s *simKV, mu jepsen.ChanLock, restarts *sync.WaitGroup, clients 
 				return nil
 			}},
 			lossy("loss "+target, "lossy link", target, addr, kvLossy),
-			lossy("cut "+target, "cut link", target, addr, 1))
+			lossy("cut "+target, "cut link", target, addr, 1),
+			kvPause(s, mu, r, target))
 	}
 	for i, c := range clients {
 		target := fmt.Sprint("client ", i)
@@ -397,6 +399,48 @@ func kvFaultsOf(s *simKV, mu jepsen.ChanLock, restarts *sync.WaitGroup, clients 
 			return nil
 		}})
 	return fs
+}
+
+// kvPause pauses owner process r: every pool write it is about to send
+// waits (its lease already checked) and its link is cut, so that the
+// switch counts it dead and the other process of its rank takes over;
+// at the end the link heals and the waiting writes go out, past any
+// deadline (as from a process stopped inside its endpoint). The fence
+// must refuse them once the new holder raised it.
+func kvPause(s *simKV, mu jepsen.ChanLock, r int, target string) jepsen.Fault {
+	var (
+		paused  *Owner
+		release chan struct{}
+		addr    netip.AddrPort
+	)
+	return jepsen.Fault{Name: "pause " + target, Kind: "pause owner", Target: target,
+		Start: func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if s.owners[r] == nil {
+				return fmt.Errorf("%w: %s is down", jepsen.ErrSkip, target)
+			}
+			paused, release, addr = s.owners[r], make(chan struct{}), s.oeps[r].LocalAddr()
+			rel := release
+			setBeforeWrite(paused, func(ctx context.Context, _ uint64, _ int) context.Context {
+				<-rel
+				return context.WithoutCancel(ctx)
+			})
+			s.SetLoss(addr, 1)
+			return nil
+		},
+		Stop: func() error {
+			if paused == nil { // not when Start skipped it
+				return nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			s.SetLoss(addr, 0)
+			setBeforeWrite(paused, nil)
+			close(release)
+			paused = nil
+			return nil
+		}}
 }
 
 // kvRestart starts owner r again, every second while it cannot (the
