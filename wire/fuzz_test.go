@@ -13,6 +13,11 @@ func FuzzParse(f *testing.F) {
 	pkt, _ := AppendPacket(nil, &h, []byte("payload"))
 	f.Add(pkt)
 	f.Add(pkt[:HeaderLen])
+	fh := Header{Version: Version, Op: OpWrite, Mode: ModePool, Flags: FlagFence | FlagReplyTo}
+	fp := AppendReplyTo(AppendFence([]byte("value"), Fence{ID: 2, Token: 9}), netip.MustParseAddrPort("10.0.0.1:9"))
+	fh.MsgLen = uint32(len(fp))
+	fpkt, _ := AppendPacket(nil, &fh, fp)
+	f.Add(fpkt)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var g Header
 		p, tag, err := Parse(b, &g)
