@@ -26,9 +26,9 @@ const (
 )
 
 // TestSimJepsenKV runs clients that set, delete and read a few keys
-// while a nemesis crashes and restarts the owners and the switch and
-// makes the owners' and the clients' links lossy or cuts them, several
-// faults at once; the history is checked key by key with porcupine as
+// while a nemesis crashes and restarts the owners and the switch,
+// makes the owners' and the clients' links lossy or cuts them, and
+// pauses owners past a takeover (kvPause), several faults at once; the history is checked key by key with porcupine as
 // linearizable registers (a delete writes "absent", a read of a missing
 // key reads it). More seeds: KV_JEPSEN_SEEDS=FIRST-LAST. The key space
 // keeps two copies, and the nemesis crashes memory nodes too (one at a
