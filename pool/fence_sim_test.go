@@ -203,3 +203,56 @@ func TestSimFenceBounds(t *testing.T) {
 		}
 	})
 }
+
+// TestSimFenceResent loses the older holder's write on the way to the
+// memory nodes, raises the fence, and lets the older holder's client
+// resend it: the resent copy is refused (the raise came between), and
+// the write fails with ErrFenced, not a timeout.
+func TestSimFenceResent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := simpool.Start(t, simpool.Config{Seed: 10, Token: []byte("fence test"), Nodes: 2})
+		defer f.Close()
+		ctx := f.Ctx()
+		r, err := f.PoolClient(f.Endpoint()).Alloc(ctx, 2*4096, pool.AllocOptions{Stripe: 4096, Replicas: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		oldEP := f.Endpoint()
+		oldReg, err := f.PoolClient(oldEP).Open(ctx, r.ID(), r.Key())
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := oldReg.Fenced(pool.Fence{ID: 1, Token: 5})
+		if _, err := old.RaiseFence(ctx, pool.Fence{ID: 1, Token: 5}); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range f.Mems {
+			f.SetLoss(m.Addr, 1)
+		}
+		stale := make(chan error, 1)
+		go func() {
+			_, err := old.WriteAtContext(ctx, []byte("stale"), 0)
+			stale <- err
+		}()
+		time.Sleep(time.Millisecond) // sent once, lost on the way to the nodes
+		f.SetLoss(oldEP.LocalAddr(), 1)
+		for _, m := range f.Mems {
+			f.SetLoss(m.Addr, 0)
+		}
+		cur := r.Fenced(pool.Fence{ID: 1, Token: 9})
+		if _, err := cur.RaiseFence(ctx, pool.Fence{ID: 1, Token: 9}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cur.WriteAtContext(ctx, []byte("fresh"), 0); err != nil {
+			t.Fatal(err)
+		}
+		f.SetLoss(oldEP.LocalAddr(), 0)
+		if err := <-stale; !errors.Is(err, pool.ErrFenced) {
+			t.Fatalf("the resent write: %v, want ErrFenced", err)
+		}
+		got := make([]byte, 5)
+		if _, err := r.ReadAtContext(ctx, got, 0); err != nil || string(got) != "fresh" {
+			t.Fatalf("read back %q, %v", got, err)
+		}
+	})
+}
