@@ -80,7 +80,7 @@ var errFenceExhausted = errors.New("kv: the rank's fence is at its highest token
 // the shard's reload); it checked the lease.
 func (o *Owner) raiseFence() error {
 	o.mu.Lock()
-	gen, done, ctr := o.gen, o.fenceGen == o.gen, o.fenceCtr
+	gen, done, ctr := o.gen, o.fencedWritesLocked() != nil, o.fenceCtr
 	o.mu.Unlock()
 	if done {
 		return nil
@@ -123,8 +123,18 @@ func (o *Owner) raiseFence() error {
 func (o *Owner) fenced(err error) {
 	o.mu.Lock()
 	o.stats.Fenced++
-	o.fenceGen = 0
+	o.fenceGen, o.wreg = 0, nil
 	o.gen++ // what the shards were loaded under is stale
 	o.mu.Unlock()
 	o.log.Warn("kv: a write was refused for its fence: a newer holder raised it", "space", o.cfg.Space, "rank", o.cfg.Rank, "err", err)
+}
+
+// fencedWritesLocked is the region's view whose writes carry the
+// owner's token, or nil while no raise holds for its current
+// registration. The caller holds mu.
+func (o *Owner) fencedWritesLocked() *pool.Region {
+	if o.wreg == nil || o.fenceGen != o.gen {
+		return nil
+	}
+	return o.wreg
 }

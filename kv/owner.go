@@ -301,7 +301,7 @@ func (o *Owner) Close() {
 func (o *Owner) Stats() OwnerStats {
 	o.mu.Lock()
 	st := o.stats
-	if o.fenceGen == o.gen {
+	if o.fencedWritesLocked() != nil {
 		st.FenceToken = o.fence.Token
 	}
 	o.mu.Unlock()
@@ -689,10 +689,7 @@ func (o *Owner) publish(ctx context.Context, sh *shard, i int, nb bucket, val []
 func (o *Owner) write(ctx context.Context, p []byte, off uint64) error {
 	end, ok := o.lease(time.Now())
 	o.mu.Lock()
-	w, hook := o.wreg, o.beforeWrite
-	if o.fenceGen != o.gen {
-		w = nil
-	}
+	w, hook := o.fencedWritesLocked(), o.beforeWrite
 	if !ok || w == nil {
 		o.stats.LeaseLapsed++
 		o.mu.Unlock()
