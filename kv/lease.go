@@ -101,10 +101,14 @@ func (o *Owner) raiseFence() error {
 		o.mu.Lock()
 		o.fenceCtr = max(o.fenceCtr, ctr, high>>32)
 		ctr = o.fenceCtr
-		if err == nil && o.gen == gen {
+		regen := o.gen != gen // registered again meanwhile: raise again
+		if err == nil && !regen {
 			o.fence, o.fenceGen, o.wreg = f, gen, o.reg.Fenced(f)
 		}
 		o.mu.Unlock()
+		if err == nil && regen {
+			return errLeaseLapsed
+		}
 		if err == nil {
 			o.log.Info("kv: owner raised its fence", "space", o.cfg.Space, "rank", o.cfg.Rank, "token", f.Token)
 			return nil
