@@ -236,7 +236,7 @@ func (p *poolPlane) poolForward(from netip.AddrPort, h *wire.Header, payload []b
 	}
 	if h.Flags&wire.FlagFence != 0 {
 		if st, cur := p.fenceCheck(r, h, fence); st != wire.StatusOK {
-			p.poolRefuseFenced(from, h, st, cur)
+			p.poolRefuseWith(from, h, st, cur)
 			return
 		}
 	}
@@ -481,9 +481,14 @@ func liveness(t *Target) wire.Status {
 
 // poolRefuse answers a pool request with a status.
 func (p *poolPlane) poolRefuse(to netip.AddrPort, h *wire.Header, st wire.Status) {
+	p.poolRefuseWith(to, h, st, 0)
+}
+
+// poolRefuseWith is poolRefuse with Operand1 set (a fence's token).
+func (p *poolPlane) poolRefuseWith(to netip.AddrPort, h *wire.Header, st wire.Status, operand uint64) {
 	p.sw.stats.PoolRefused++
 	rh := wire.Header{Version: wire.Version, Op: h.Op, Mode: wire.ModePool, Flags: wire.FlagResp,
-		Group: h.Group, MsgID: h.MsgID, Status: st}
+		Group: h.Group, MsgID: h.MsgID, Status: st, Operand1: operand}
 	b := p.sw.fwdBuf(wire.HeaderLen)
 	if b == nil {
 		return

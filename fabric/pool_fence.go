@@ -1,12 +1,6 @@
 package fabric
 
-import (
-	"cmp"
-	"net/netip"
-	"slices"
-
-	"github.com/ndma/ndma/wire"
-)
+import "github.com/ndma/ndma/wire"
 
 // Fences at the switch (wire.Fence). The memory nodes check every
 // fenced request, since a request the switch forwarded before a raise
@@ -65,28 +59,4 @@ func (r *PoolRegion) adoptFences(fs []wire.Fence) {
 }
 
 // fenceList is r's fences in increasing id order, as grants carry them.
-func (r *PoolRegion) fenceList() []wire.Fence {
-	if len(r.fences) == 0 {
-		return nil
-	}
-	out := make([]wire.Fence, 0, len(r.fences))
-	for id, t := range r.fences {
-		out = append(out, wire.Fence{ID: id, Token: t})
-	}
-	slices.SortFunc(out, func(a, b wire.Fence) int { return cmp.Compare(a.ID, b.ID) })
-	return out
-}
-
-// poolRefuseFenced answers a pool request refused for its fence, with
-// the fence's token in Operand1.
-func (p *poolPlane) poolRefuseFenced(to netip.AddrPort, h *wire.Header, st wire.Status, cur uint64) {
-	p.sw.stats.PoolRefused++
-	rh := wire.Header{Version: wire.Version, Op: h.Op, Mode: wire.ModePool, Flags: wire.FlagResp,
-		Group: h.Group, MsgID: h.MsgID, Status: st, Operand1: cur}
-	b := p.sw.fwdBuf(wire.HeaderLen)
-	if b == nil {
-		return
-	}
-	b, _ = wire.AppendPacket(b[:0], &rh, nil)
-	p.sw.forwardShared(b, to)
-}
+func (r *PoolRegion) fenceList() []wire.Fence { return wire.FenceList(r.fences) }

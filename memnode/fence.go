@@ -1,9 +1,7 @@
 package memnode
 
 import (
-	"cmp"
 	"fmt"
-	"slices"
 
 	"github.com/ndma/ndma/wire"
 )
@@ -76,18 +74,7 @@ func (p *PoolNode) ExecFenced(h *wire.Header, f wire.Fence, payload []byte) Resu
 }
 
 // Fences returns region's fences in increasing id order (nil if none).
-func (p *PoolNode) Fences(region uint32) []wire.Fence {
-	fs := p.fences[region]
-	if len(fs) == 0 {
-		return nil
-	}
-	out := make([]wire.Fence, 0, len(fs))
-	for id, t := range fs {
-		out = append(out, wire.Fence{ID: id, Token: t})
-	}
-	slices.SortFunc(out, func(a, b wire.Fence) int { return cmp.Compare(a.ID, b.ID) })
-	return out
-}
+func (p *PoolNode) Fences(region uint32) []wire.Fence { return wire.FenceList(p.fences[region]) }
 
 // checkFences checks the fences a grant brings against the bounds, the
 // node's fences of the grant it replaces (old) given back.

@@ -1,8 +1,10 @@
 package wire
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
+	"slices"
 )
 
 // Fencing tokens (Chubby's sequencers) checked by the memory nodes.
@@ -93,4 +95,18 @@ func (h *Header) validateFence() error {
 		return ErrFlags
 	}
 	return nil
+}
+
+// FenceList is the fences of table (fence id → token) in increasing id
+// order, as control messages carry them; nil if there are none.
+func FenceList(table map[uint32]uint64) []Fence {
+	if len(table) == 0 {
+		return nil
+	}
+	out := make([]Fence, 0, len(table))
+	for id, t := range table {
+		out = append(out, Fence{ID: id, Token: t})
+	}
+	slices.SortFunc(out, func(a, b Fence) int { return cmp.Compare(a.ID, b.ID) })
+	return out
 }

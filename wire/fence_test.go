@@ -65,3 +65,19 @@ func TestFenceFlag(t *testing.T) {
 		t.Fatalf("fence op, status or trailer not wired up")
 	}
 }
+
+func TestFenceList(t *testing.T) {
+	if FenceList(nil) != nil {
+		t.Fatal("an empty table lists fences")
+	}
+	got := FenceList(map[uint32]uint64{9: 1, 2: 7, 5: 3})
+	want := []Fence{{2, 7}, {5, 3}, {9, 1}}
+	if len(got) != len(want) {
+		t.Fatalf("%v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("%v, want %v", got, want)
+		}
+	}
+}
