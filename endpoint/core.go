@@ -173,6 +173,9 @@ func (c *Core) Post(now time.Time, op *Op) error {
 	if op.Pool != 0 {
 		return c.postPool(now, op)
 	}
+	if op.Fence.Token != 0 || op.Kind == KindFence {
+		return fmt.Errorf("%w: fences are for pool accesses (Op.Pool)", ErrBadOp)
+	}
 	switch op.Kind {
 	case KindMulticast, KindRecv, KindAggregate:
 		return c.postGroup(now, op)

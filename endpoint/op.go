@@ -23,6 +23,7 @@ const (
 	KindControl  Kind = Kind(wire.OpControl) // request to a forwarding node (join, heartbeat...)
 	KindChain    Kind = Kind(wire.OpChain)   // chained instruction through memory nodes (pool accesses only)
 	KindOptim    Kind = Kind(wire.OpOptim)   // optimizer step on parameters in the pool (pool accesses only)
+	KindFence    Kind = Kind(wire.OpFence)   // raise Op.Fence on the memory nodes holding a pool address (pool accesses only)
 	// Group operations through a forwarding node.
 	KindAnycast   Kind = 0x20 // request to one member of a service group; Resp holds the reply
 	KindMulticast Kind = 0x21 // send Buf to every member of Group
@@ -86,7 +87,7 @@ type OpError struct {
 // address; never the key, which is a capability.
 func (e *OpError) Error() string {
 	switch e.Kind {
-	case KindRead, KindWrite, KindCAS, KindFetchAdd, KindVector, KindChain, KindOptim:
+	case KindRead, KindWrite, KindCAS, KindFetchAdd, KindVector, KindChain, KindOptim, KindFence:
 		return fmt.Sprintf("%v %v at %#x: %v", e.Kind, e.Peer, e.Addr, e.Err)
 	}
 	return fmt.Sprintf("%v %v: %v", e.Kind, e.Peer, e.Err)
@@ -154,7 +155,7 @@ type Op struct {
 	AtMost bool
 
 	// Pool accesses (pool_client.go): a non-zero Pool sends a Read, Write,
-	// CAS, FetchAdd or Vector to pool region Pool through the switch Peer;
+	// CAS, FetchAdd, Vector or Fence to pool region Pool through the switch Peer;
 	// Key is the region's key and Addr the pool address. Lane picks the
 	// congestion window it shares (the pool client uses the column).
 	Pool uint32
@@ -176,6 +177,13 @@ type Op struct {
 	// Degraded (result): a pool write reached fewer replicas than its
 	// region keeps, because a memory node is dead.
 	Degraded bool
+	// Fence (a non-zero Token) makes a pool Write, CAS, FetchAdd or
+	// Vector a fenced one (wire.Fence): the memory nodes apply it only
+	// while Token is at least the fence's, and refuse it otherwise with
+	// wire.StatusFenced (Old then holds the fence's token). KindFence
+	// raises the fence to Token on the node(s) holding Addr; Old is the
+	// fence's token there after the raise.
+	Fence wire.Fence
 
 	// Two-sided messages.
 	Comm uint32 // communicator (context) id: messages match only within one

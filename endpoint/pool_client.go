@@ -103,12 +103,19 @@ func (c *Core) postPool(now time.Time, op *Op) error {
 		}
 		n = len(op.Buf)
 	case KindCAS, KindFetchAdd:
+	case KindFence:
+		if op.Fence.Token == 0 {
+			return fmt.Errorf("%w: a fence raise with token 0", ErrBadOp)
+		}
 	case KindChain:
 		if err := c.checkChain(op); err != nil {
 			return err
 		}
 	default:
 		return fmt.Errorf("%w: kind %v at a pool address", ErrBadOp, op.Kind)
+	}
+	if op.Fence.Token != 0 && !op.Kind.opcode().Fenceable() {
+		return fmt.Errorf("%w: a fenced %v (only writes, CAS, FetchAdd and vector ops carry a fence)", ErrBadOp, op.Kind)
 	}
 	if n == 0 && (op.Kind == KindRead || op.Kind == KindWrite || op.Kind == KindVector || op.Kind == KindOptim) {
 		return fmt.Errorf("%w: empty pool access", ErrBadOp)
@@ -123,6 +130,9 @@ func (c *Core) postPool(now time.Time, op *Op) error {
 		seg := p.seg
 		if op.Kind == KindOptim {
 			seg = (p.seg - wire.OptimParamsLen) &^ 7
+		}
+		if op.Fence.Token != 0 {
+			seg = (p.seg - wire.FenceLen) &^ 7
 		}
 		for off := 0; off < n; off += seg {
 			po.Segs = append(po.Segs, poolclient.Seg{Off: uint32(off), N: uint32(min(seg, n-off))})
@@ -190,6 +200,12 @@ func (ps *poolSender) SendSeg(now time.Time, po *poolAccess, i int) {
 		h.Operand1, h.Operand2 = uint64(op.ChainLen), uint64(len(op.Chain))
 		h.Dtype, h.Alu = op.Dtype, op.Alu
 		h.Addr = 0
+		payload = po.Scratch
+	}
+	if op.Fence.Token != 0 {
+		// The fence trailer follows the request's own payload.
+		h.Flags |= wire.FlagFence
+		po.Scratch = wire.AppendFence(append(po.Scratch[:0], payload...), op.Fence)
 		payload = po.Scratch
 	}
 	h.MsgLen = uint32(len(payload))
@@ -298,6 +314,11 @@ func (c *Core) onPoolResponse(now time.Time, from netip.AddrPort, h *wire.Header
 	dup, more := p.cl.Answer(po, i, from, h.Copies)
 	if !dup {
 		switch {
+		case h.Status == wire.StatusFenced:
+			// Not lost: refused for good (a newer holder raised the
+			// fence), never resent. Old says the fence's token.
+			op.Old = h.Operand1
+			op.fail(h.Status)
 		case h.Status != wire.StatusOK:
 			op.fail(h.Status)
 		case op.Kind == KindRead && len(payload) != int(s.N):

@@ -184,6 +184,9 @@ type PoolRegion struct {
 	unconfirmed  []bool
 	best         reportRank
 	reportedLost bool // EventRegionLost was logged
+	// fences is the region's fences (pool_fence.go): id → highest token
+	// raised; at most wire.MaxFences.
+	fences map[uint32]uint64
 }
 
 // Home is where one column of a region lives.

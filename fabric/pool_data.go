@@ -172,6 +172,9 @@ func poolAccess(h *wire.Header, payload []byte) (wire.Perm, uint64, bool) {
 		return wire.PermVector, uint64(len(payload)), true
 	case wire.OpCAS, wire.OpFetchAdd:
 		return wire.PermAtomic, 8, true
+	case wire.OpFence:
+		// Raised on the node(s) holding the byte at Addr.
+		return wire.PermWrite, 1, true
 	}
 	return 0, 0, false
 }
@@ -202,7 +205,15 @@ func (p *poolPlane) poolForward(from netip.AddrPort, h *wire.Header, payload []b
 		p.optimForward(from, h, payload)
 		return
 	}
-	need, n, ok := poolAccess(h, payload)
+	body, fence := payload, wire.Fence{}
+	if h.Flags&wire.FlagFence != 0 {
+		var err error
+		if body, fence, err = wire.SplitFence(payload); err != nil {
+			p.poolRefuse(from, h, wire.StatusBadOperand)
+			return
+		}
+	}
+	need, n, ok := poolAccess(h, body)
 	switch {
 	case !ok:
 		p.poolRefuse(from, h, wire.StatusUnknownOp)
@@ -222,6 +233,12 @@ func (p *poolPlane) poolForward(from netip.AddrPort, h *wire.Header, payload []b
 	if err != nil || !r.Ready {
 		p.poolRefuse(from, h, wire.StatusBadKey)
 		return
+	}
+	if h.Flags&wire.FlagFence != 0 {
+		if st, cur := p.fenceCheck(r, h, fence); st != wire.StatusOK {
+			p.poolRefuseWith(from, h, st, cur)
+			return
+		}
 	}
 	copies := 1
 	if h.Op != wire.OpRead {
@@ -275,6 +292,9 @@ func (p *poolPlane) poolForward(from netip.AddrPort, h *wire.Header, payload []b
 		if stale {
 			p.raiseEpoch(r)
 		}
+	}
+	if h.Op == wire.OpFence {
+		r.raiseFence(fence)
 	}
 	for _, t := range p.tgts[:sent] {
 		fh := *h
@@ -461,9 +481,14 @@ func liveness(t *Target) wire.Status {
 
 // poolRefuse answers a pool request with a status.
 func (p *poolPlane) poolRefuse(to netip.AddrPort, h *wire.Header, st wire.Status) {
+	p.poolRefuseWith(to, h, st, 0)
+}
+
+// poolRefuseWith is poolRefuse with Operand1 set (a fence's token).
+func (p *poolPlane) poolRefuseWith(to netip.AddrPort, h *wire.Header, st wire.Status, operand uint64) {
 	p.sw.stats.PoolRefused++
 	rh := wire.Header{Version: wire.Version, Op: h.Op, Mode: wire.ModePool, Flags: wire.FlagResp,
-		Group: h.Group, MsgID: h.MsgID, Status: st}
+		Group: h.Group, MsgID: h.MsgID, Status: st, Operand1: operand}
 	b := p.sw.fwdBuf(wire.HeaderLen)
 	if b == nil {
 		return

@@ -80,7 +80,7 @@ func (p *poolPlane) rebuildLost(now time.Time, which func(Home) bool) {
 			continue
 		}
 		msg := &ctrl.Msg{Type: ctrl.PoolRebuild, Region: r.ID, Key: r.Key, Pool: r.spec(),
-			Base: h.Base, Length: r.Layout.ColumnBytes(c), Node: uint16(c), Epoch: r.Epoch, Homes: r.homes()}
+			Base: h.Base, Length: r.Layout.ColumnBytes(c), Node: uint16(c), Epoch: r.Epoch, Homes: r.homes(), Fences: r.fenceList()}
 		id, ok := p.sendPoolCtrl(h.Node.Addr, msg)
 		if !ok {
 			continue

@@ -131,6 +131,7 @@ func (p *poolPlane) adoptReport(n *PoolNode, e *ctrl.GrantReport) {
 		p.sw.logEvent(Event{Kind: EventCopyLost, Region: e.Region, Copy: c, Node: n.ID, Addr: n.Addr})
 		return
 	}
+	r.adoptFences(e.Fences)
 	if r.Key == 0 && e.Key != 0 && p.sw.idents != nil {
 		// A node gave the key itself (over a sealed session; the
 		// decoder checked it against the digest): lost copies are

@@ -26,6 +26,9 @@ type Stats struct {
 	AnycastIn, AnycastOut           uint64
 	PoolIn, PoolOut, PoolRefused    uint64
 	PoolRebuilt, PoolRebuildsFailed uint64 // lost copies rebuilt; rebuilds that failed (tried again)
+	// PoolFenced counts the fenced pool requests refused (counted in
+	// PoolRefused too): a token below the fence's, or a fence never raised.
+	PoolFenced uint64
 	// The pool map rebuilt from the memory nodes' reports: regions
 	// rebuilt, copies confirmed, report entries refused (stale or
 	// contradicting the map); pool requests dropped while the switch

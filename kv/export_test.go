@@ -1,6 +1,9 @@
 package kv
 
-import "testing"
+import (
+	"context"
+	"testing"
+)
 
 // SimStore and SimClient give the external tests (the front ends over a
 // key space on simnet) the simulated store of sim_test.go.
@@ -10,3 +13,10 @@ func SimStore(t *testing.T, seed int64, nodes int, l Layout, f func(t *testing.T
 
 // SmallLayout is the small layout of the package's tests.
 func SmallLayout() Layout { return testLayout() }
+
+// setBeforeWrite sets o's test hook in its pool writes (nil: none).
+func setBeforeWrite(o *Owner, f func(ctx context.Context, off uint64, n int) context.Context) {
+	o.mu.Lock()
+	o.beforeWrite = f
+	o.mu.Unlock()
+}

@@ -1,11 +1,13 @@
 package kv
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -26,9 +28,9 @@ const (
 )
 
 // TestSimJepsenKV runs clients that set, delete and read a few keys
-// while a nemesis crashes and restarts the owners and the switch and
-// makes the owners' and the clients' links lossy or cuts them, several
-// faults at once; the history is checked key by key with porcupine as
+// while a nemesis crashes and restarts the owners and the switch,
+// makes the owners' and the clients' links lossy or cuts them, and
+// pauses owners past a takeover (kvPause), several faults at once; the history is checked key by key with porcupine as
 // linearizable registers (a delete writes "absent", a read of a missing
 // key reads it). More seeds: KV_JEPSEN_SEEDS=FIRST-LAST. The key space
 // keeps two copies, and the nemesis crashes memory nodes too (one at a
@@ -174,6 +176,7 @@ func jepsenKV(t *testing.T, seed int64, auth *secure.Authority, run kvRun) (repo
 			cs.CacheHits, cs.CacheStale, cs.CacheMisses = cs.CacheHits+st.CacheHits, cs.CacheStale+st.CacheStale, cs.CacheMisses+st.CacheMisses
 		}
 		t.Logf("seed %d: cached reads %d, stale locations %d, probe walks %d", seed, cs.CacheHits, cs.CacheStale, cs.CacheMisses)
+		t.Logf("seed %d: fenced pool writes refused by the switch since it last started: %d", seed, s.Srv.Stats().PoolFenced)
 		if cs.CacheHits == 0 || cs.CacheStale == 0 {
 			t.Errorf("seed %d: the location cache was not exercised (%d hits, %d stale)", seed, cs.CacheHits, cs.CacheStale)
 		}
@@ -379,7 +382,8 @@ func kvFaultsOf(s *simKV, mu jepsen.ChanLock, restarts *sync.WaitGroup, clients 
 				return nil
 			}},
 			lossy("loss "+target, "lossy link", target, addr, kvLossy),
-			lossy("cut "+target, "cut link", target, addr, 1))
+			lossy("cut "+target, "cut link", target, addr, 1),
+			kvPause(s, mu, r, target))
 	}
 	for i, c := range clients {
 		target := fmt.Sprint("client ", i)
@@ -394,7 +398,11 @@ func kvFaultsOf(s *simKV, mu jepsen.ChanLock, restarts *sync.WaitGroup, clients 
 				Stop: func() error {
 					if crashed {
 						crashed = false
-						restarts.Go(c.start)
+						restarts.Go(func() {
+							// At an instant of its own (see kvRestart).
+							time.Sleep(time.Duration(100+i) * time.Microsecond)
+							c.start()
+						})
 					}
 					return nil
 				}})
@@ -474,11 +482,72 @@ func memFaults(s *simKV, mu jepsen.ChanLock) []jepsen.Fault {
 	return fs
 }
 
+// kvPause pauses owner process r: every pool write it is about to send
+// waits (its lease already checked) and its link is cut, so that the
+// switch counts it dead and the other process of its rank takes over;
+// at the end the link heals and the waiting writes go out, past any
+// deadline (as from a process stopped inside its endpoint). The fence
+// must refuse them once the new holder raised it.
+func kvPause(s *simKV, mu jepsen.ChanLock, r int, target string) jepsen.Fault {
+	type waiter struct {
+		off  uint64
+		done chan struct{}
+	}
+	var (
+		paused  *Owner
+		addr    netip.AddrPort
+		wmu     sync.Mutex
+		waiters []waiter
+	)
+	return jepsen.Fault{Name: "pause " + target, Kind: "pause owner", Target: target,
+		Start: func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if s.owners[r] == nil {
+				return fmt.Errorf("%w: %s is down", jepsen.ErrSkip, target)
+			}
+			paused, addr = s.owners[r], s.oeps[r].LocalAddr()
+			setBeforeWrite(paused, func(ctx context.Context, off uint64, _ int) context.Context {
+				w := waiter{off, make(chan struct{})}
+				wmu.Lock()
+				waiters = append(waiters, w)
+				wmu.Unlock()
+				<-w.done
+				return context.WithoutCancel(ctx)
+			})
+			s.SetLoss(addr, 1)
+			return nil
+		},
+		Stop: func() error {
+			if paused == nil { // not when Start skipped it
+				return nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			s.SetLoss(addr, 0)
+			setBeforeWrite(paused, nil)
+			// The waiting writes go out one instant apart, by offset,
+			// so that a run replays from its seed.
+			wmu.Lock()
+			slices.SortFunc(waiters, func(a, b waiter) int { return cmp.Compare(a.off, b.off) })
+			for i, w := range waiters {
+				time.AfterFunc(time.Duration(i+1)*time.Microsecond, func() { close(w.done) })
+			}
+			waiters = nil
+			wmu.Unlock()
+			paused = nil
+			return nil
+		}}
+}
+
 // kvRestart starts owner r again, every second while it cannot (the
 // switch is down, or still counts the old one alive), for up to a
 // minute.
 func kvRestart(s *simKV, mu jepsen.ChanLock, r int) {
 	deadline := time.Now().Add(time.Minute)
+	// Restarts that begin at one instant try at instants of their own,
+	// so that the order they take addresses in is the seed's.
+	time.Sleep(time.Duration(r+1) * time.Microsecond)
 	for {
 		mu.Lock()
 		var err error

@@ -1,8 +1,12 @@
 package kv
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"time"
+
+	"github.com/ndma/ndma/pool"
 )
 
 // DefaultLease is OwnerConfig.Lease when zero: four of the endpoint's
@@ -47,4 +51,103 @@ func (o *Owner) generation() uint64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.gen
+}
+
+// Fencing: the lease keeps two holders of a rank from writing at once
+// as long as no process pauses between its lease check and its write
+// reaching the memory nodes for longer than Lease plus FenceMargin. The
+// fence closes that gap. Before a holder's first write it raises the
+// rank's fence (fence id: the rank) on every memory node of the key
+// space to a token higher than every earlier holder's, and every pool
+// write it sends carries that token: the switch and the memory nodes
+// refuse the writes of an earlier holder however late they arrive.
+//
+// A token is a counter in its high 32 bits and the low 32 bits of the
+// owner's incarnation in its low ones, so two processes that pick the
+// same counter at once still hold different tokens. An owner starts at
+// counter 1; a raise refused for a higher token tells it the counter to
+// go past.
+
+// fenceRaises bounds the raises an owner tries in a row, each past the
+// highest token the last refusal reported.
+const fenceRaises = 4
+
+// errFenceExhausted is a fence whose counter can go no higher.
+var errFenceExhausted = errors.New("kv: the rank's fence is at its highest token")
+
+// raiseFence raises the owner's fence for its current registration, if
+// it has not yet. The caller holds a shard's lock (the raise precedes
+// the shard's reload); it checked the lease.
+func (o *Owner) raiseFence() error {
+	o.mu.Lock()
+	gen, done, ctr := o.gen, o.fencedWritesLocked() != nil, o.fenceCtr
+	o.mu.Unlock()
+	if done {
+		return nil
+	}
+	if o.mem.vol != nil {
+		// A coded key space's writes are chains, which carry no fence
+		// (and a raise would need every node up, which coding is there
+		// not to need): the lease alone guards them.
+		o.mu.Lock()
+		o.fenceGen, o.wreg = gen, o.reg
+		o.mu.Unlock()
+		return nil
+	}
+	for range fenceRaises {
+		end, ok := o.lease(time.Now())
+		if !ok {
+			return errLeaseLapsed
+		}
+		if ctr >= 1<<32-1 {
+			return errFenceExhausted
+		}
+		ctr++
+		f := pool.Fence{ID: uint32(o.cfg.Rank), Token: ctr<<32 | o.inc&(1<<32-1)}
+		ctx, cancel := context.WithDeadline(context.Background(), end)
+		high, err := o.reg.RaiseFence(ctx, f)
+		cancel()
+		o.mu.Lock()
+		o.fenceCtr = max(o.fenceCtr, ctr, high>>32)
+		ctr = o.fenceCtr
+		regen := o.gen != gen // registered again meanwhile: raise again
+		if err == nil && !regen {
+			o.fence, o.fenceGen, o.wreg = f, gen, o.reg.Fenced(f)
+		}
+		o.mu.Unlock()
+		if err == nil && regen {
+			return errLeaseLapsed
+		}
+		if err == nil {
+			o.log.Info("kv: owner raised its fence", "space", o.cfg.Space, "rank", o.cfg.Rank, "token", f.Token)
+			return nil
+		}
+		if !errors.Is(err, pool.ErrFenced) {
+			return err
+		}
+	}
+	return fmt.Errorf("kv: owner %d of %q: the fence kept a higher token through %d raises", o.cfg.Rank, o.cfg.Space, fenceRaises)
+}
+
+// fenced records a write refused for its fence: the owner's token is
+// no longer the fence's. Its shards are read again, after a new raise,
+// before its next write (if it still holds the rank; if not, its lease
+// stops it).
+func (o *Owner) fenced(err error) {
+	o.mu.Lock()
+	o.stats.Fenced++
+	o.fenceGen, o.wreg = 0, nil
+	o.gen++ // what the shards were loaded under is stale
+	o.mu.Unlock()
+	o.log.Warn("kv: a write was refused for its fence: a newer holder raised it", "space", o.cfg.Space, "rank", o.cfg.Rank, "err", err)
+}
+
+// fencedWritesLocked is the region's view whose writes carry the
+// owner's token, or nil while no raise holds for its current
+// registration. The caller holds mu.
+func (o *Owner) fencedWritesLocked() *pool.Region {
+	if o.wreg == nil || o.fenceGen != o.gen {
+		return nil
+	}
+	return o.wreg
 }

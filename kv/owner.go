@@ -60,6 +60,12 @@ type OwnerConfig struct {
 	Standby bool
 	// Logger receives the owner's log (nil: slog.Default()).
 	Logger *slog.Logger
+	// Incarnation names this owner process to clients (requests for
+	// another are refused) and makes its fencing tokens differ from
+	// another process's that takes the same counter: it must differ
+	// from every other process's of the key space. Zero: drawn at random,
+	// as it should be outside a simulation that replays from its seed.
+	Incarnation uint64
 }
 
 // Owner serves the writes of its shards of a key space: it is the only
@@ -85,13 +91,28 @@ type Owner struct {
 	inc     uint64
 	replies replies // under repMu
 	repMu   chan struct{}
-	// gen counts the owner's registrations (under mu): a shard loaded
-	// under an earlier one is read again before its next write, since
-	// another process may have held the rank in between.
+	// gen counts the owner's registrations, and the writes refused for
+	// their fence (under mu): a shard loaded under an earlier one is
+	// read again before its next write, since another process may have
+	// held the rank in between.
 	gen uint64
 	// activeAt is when the current registration may start writing
 	// (under mu).
 	activeAt time.Time
+	// The owner's fence (lease.go), under mu: the token it raised for
+	// registration fenceGen (0: none yet), the region's view whose
+	// writes carry it, and the highest token counter it knows of.
+	fence    pool.Fence
+	fenceGen uint64
+	wreg     *pool.Region
+	fenceCtr uint64
+	// beforeWrite, set by tests (under mu), runs in each pool write
+	// after the lease check passed and before the write is sent, and
+	// returns the context to send it under: a test's pause there that
+	// the write's deadline does not catch (as a pause inside the
+	// endpoint, after the write was posted, is not caught) is the one
+	// the fence guards against.
+	beforeWrite func(ctx context.Context, off uint64, n int) context.Context
 }
 
 // OwnerStats counts an owner's work.
@@ -109,6 +130,15 @@ type OwnerStats struct {
 	// LeaseLapsed counts the writes refused, or cut short, because the
 	// switch had not confirmed the owner's membership for Lease.
 	LeaseLapsed uint64
+	// Fenced counts the pool writes refused because the rank's fence
+	// holds a higher token than this owner's (a newer holder raised it):
+	// never applied, never resent; the owner raises its fence again
+	// (if it still holds the rank) and reads its shards again before
+	// its next write.
+	Fenced uint64
+	// FenceToken is the fencing token the owner's writes carry (0: none
+	// raised yet for its current registration).
+	FenceToken uint64
 	// Serving reports whether the owner holds its rank and may write.
 	Serving bool
 	// Expired counts the expired values the owner freed (when a write
@@ -153,7 +183,7 @@ func StartOwner(ctx context.Context, ep *endpoint.Endpoint, reg *pool.Region, cf
 	if cfg.Lease < 0 || cfg.WriteTimeout < 0 || cfg.Check < 0 {
 		return nil, fmt.Errorf("kv: owner: negative Lease, WriteTimeout or Check")
 	}
-	o := &Owner{cfg: cfg, log: cfg.Logger, reg: reg, ep: ep, repMu: make(chan struct{}, 1)}
+	o := &Owner{cfg: cfg, log: cfg.Logger, reg: reg, ep: ep, repMu: make(chan struct{}, 1), inc: cfg.Incarnation}
 	for o.inc == 0 {
 		o.inc = rand.Uint64()
 	}
@@ -278,6 +308,9 @@ func (o *Owner) Close() {
 func (o *Owner) Stats() OwnerStats {
 	o.mu.Lock()
 	st := o.stats
+	if o.fencedWritesLocked() != nil {
+		st.FenceToken = o.fence.Token
+	}
 	o.mu.Unlock()
 	_, st.Serving = o.lease(time.Now())
 	for _, sh := range o.shards {
@@ -373,9 +406,10 @@ func (o *Owner) handle(_ uint64, b []byte) ([]byte, error) {
 	sh := o.shards[p.shard-o.lo]
 	sh.lock <- struct{}{}
 	defer func() { <-sh.lock }()
-	if _, ok := o.lease(time.Now()); !ok {
-		// Not holding the rank yet, or no longer sure of it: nothing
-		// applied, the client sends the request again.
+	if _, ok := o.lease(time.Now()); !ok || o.raiseFence() != nil {
+		// Not holding the rank yet, or no longer sure of it, or its
+		// fence not raised: nothing applied, the client sends the
+		// request again.
 		return appendReply(nil, stBusy, 0, nil), nil
 	}
 	// A request sent again is answered from the table; the shard's lock
@@ -638,23 +672,41 @@ func (o *Owner) publish(ctx context.Context, sh *shard, i int, nb bucket, val []
 	return stOK, nb.ver, nil
 }
 
-// write writes p at off in the key space's region (or volume). A write
-// that reached fewer copies or shards than the key space keeps, because
-// a memory node is dead (pool.ErrDegraded), wrote the data: it succeeds,
-// and is counted.
+// write writes p at off in the key space's region, fenced by the
+// owner's token, or in its coded volume (whose chained writes carry no
+// fence: the lease alone guards them). A write that reached fewer copies
+// or shards than the key space keeps, because a memory node is dead
+// (pool.ErrDegraded), wrote the data: it succeeds, and is counted. A
+// write refused for its fence (pool.ErrFenced) was not applied: the
+// owner lost its rank to a newer holder, or must raise its fence again
+// (fenced).
 func (o *Owner) write(ctx context.Context, p []byte, off uint64) error {
 	end, ok := o.lease(time.Now())
-	if !ok {
-		o.mu.Lock()
+	o.mu.Lock()
+	w, hook := o.fencedWritesLocked(), o.beforeWrite
+	if !ok || w == nil {
 		o.stats.LeaseLapsed++
 		o.mu.Unlock()
 		return errLeaseLapsed
 	}
+	o.mu.Unlock()
 	// The write ends when the lease does: after that another process
 	// may hold the rank.
 	ctx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
-	err := o.mem.writeAt(ctx, p, off)
+	if hook != nil {
+		ctx = hook(ctx, off, len(p))
+	}
+	var err error
+	if o.mem.vol != nil {
+		err = o.mem.writeAt(ctx, p, off)
+	} else {
+		_, err = w.WriteAtContext(ctx, p, int64(off))
+	}
+	if errors.Is(err, pool.ErrFenced) {
+		o.fenced(err)
+		return err
+	}
 	if err != nil && !time.Now().Before(end) {
 		o.mu.Lock()
 		o.stats.LeaseLapsed++

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -37,6 +38,7 @@ type simKV struct {
 	owners  []*Owner
 	oeps    []*endpoint.Endpoint
 	cancel  []context.CancelFunc
+	incs    atomic.Uint64 // owner processes started
 }
 
 const simSpace = "test"
@@ -108,7 +110,7 @@ func (s *simKV) tryStartOwner(i int) error {
 	var o *Owner
 	if err == nil {
 		o, err = StartOwner(ctx, ep, reg, OwnerConfig{Switch: s.Switch.String(), Fabric: s.Fab, Space: simSpace, Rank: r,
-			Standby: s.perRank > 1, Logger: quietLog})
+			Standby: s.perRank > 1, Logger: quietLog, Incarnation: s.nextIncarnation()})
 	}
 	if err != nil {
 		ep.Close()
@@ -116,6 +118,12 @@ func (s *simKV) tryStartOwner(i int) error {
 	}
 	s.owners[i], s.oeps[i] = o, ep
 	return nil
+}
+
+// nextIncarnation is a new owner process's incarnation, drawn from the
+// seed so that a run replays.
+func (s *simKV) nextIncarnation() uint64 {
+	return uint64(s.seed)<<32 | s.incs.Add(1)
 }
 
 // crashOwner cuts owner r off at once, as when its process dies.

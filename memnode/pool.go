@@ -39,6 +39,10 @@ type Grant struct {
 	Layout GrantLayout
 	Homes  []GrantHome // by column
 	Epoch  uint64
+	// Fences is the region's fences (wire.Fence) the grant starts with:
+	// a rebuilt copy takes the switch's. The node keeps them apart
+	// (raises change them); State reports the current ones.
+	Fences []wire.Fence
 }
 
 // GrantLayout is a pool region's shape, as the switch's layout has it.
@@ -84,6 +88,10 @@ type PoolNode struct {
 	// written marks, per byte of a grant being rebuilt, what clients
 	// wrote since the rebuild began (Fill leaves those bytes alone).
 	written map[uint32][]uint64
+	// fences holds each grant's fences (fence.go): id → highest token;
+	// nfences counts them over all grants.
+	fences  map[uint32]map[uint32]uint64
+	nfences int
 }
 
 // NewPoolNode returns an empty grant table over s's region key.
@@ -92,7 +100,8 @@ func NewPoolNode(s *Store, key uint64) (*PoolNode, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: no region under the key to lend", ErrGrant)
 	}
-	return &PoolNode{store: s, key: key, size: uint64(len(r.mem)), grants: make(map[uint32]Grant), degraded: make(map[uint32]bool), written: make(map[uint32][]uint64)}, nil
+	return &PoolNode{store: s, key: key, size: uint64(len(r.mem)), grants: make(map[uint32]Grant), degraded: make(map[uint32]bool), written: make(map[uint32][]uint64),
+		fences: make(map[uint32]map[uint32]uint64)}, nil
 }
 
 // Key is the lent region's key.
@@ -110,13 +119,17 @@ func (p *PoolNode) Grant(g Grant) error {
 	if _, ok := p.grants[g.Region]; !ok && len(p.grants) >= MaxGrants {
 		return fmt.Errorf("%w: %d grants already", ErrGrant, MaxGrants)
 	}
+	if err := p.checkFences(g.Fences, len(p.fences[g.Region])); err != nil {
+		return err
+	}
 	for id, o := range p.grants {
 		if id == g.Region || (o.Base < g.Base+g.Len && g.Base < o.Base+o.Len) {
 			p.forget(id)
 		}
 	}
 	clear(p.store.regions[p.key].mem[g.Base : g.Base+g.Len])
-	g.Homes = slices.Clone(g.Homes)
+	p.setFences(g.Region, g.Fences)
+	g.Homes, g.Fences = slices.Clone(g.Homes), nil
 	p.grants[g.Region] = g
 	return nil
 }
@@ -140,6 +153,8 @@ func (p *PoolNode) forget(region uint32) {
 	delete(p.grants, region)
 	delete(p.written, region)
 	delete(p.degraded, region)
+	p.nfences -= len(p.fences[region])
+	delete(p.fences, region)
 }
 
 // MaxGrantHomes bounds a grant's Homes (the switch's MaxColumns).
@@ -175,6 +190,7 @@ func (p *PoolNode) MarkDegraded(region uint32) {
 func (p *PoolNode) State() []GrantState {
 	out := make([]GrantState, 0, len(p.grants))
 	for id, g := range p.grants {
+		g.Fences = p.Fences(id)
 		out = append(out, GrantState{Grant: g, Rebuilding: p.written[id] != nil, Degraded: p.degraded[id]})
 	}
 	slices.SortFunc(out, func(a, b GrantState) int { return cmp.Compare(a.Region, b.Region) })

@@ -162,6 +162,7 @@ type Region struct {
 	spec   ctrl.PoolSpec
 	key    uint64
 	layout poolmap.Layout
+	fence  Fence // carried by the writes, atomics and vector ops (Fenced)
 }
 
 // ID is the region's id.
@@ -258,7 +259,7 @@ func (r *Region) op(k endpoint.Kind, off uint64) *endpoint.Op {
 	if es, err := r.layout.Extents(off, 1, 0, nil); err == nil && len(es) == 1 {
 		lane = es[0].Column
 	}
-	return &endpoint.Op{Kind: k, Peer: r.c.addr, Pool: r.spec.Region, Key: r.key, Addr: off, Lane: uint16(lane)}
+	return &endpoint.Op{Kind: k, Peer: r.c.addr, Pool: r.spec.Region, Key: r.key, Addr: off, Lane: uint16(lane), Fence: r.fence}
 }
 
 func (r *Region) transfer(ctx context.Context, k endpoint.Kind, p []byte, off uint64) error {
@@ -285,6 +286,9 @@ func (r *Region) transferOp(ctx context.Context, tmpl *endpoint.Op, p []byte, of
 		*op = *tmpl
 		op.Peer, op.Pool, op.Key, op.Addr, op.Lane = r.c.addr, r.spec.Region, r.key, e.Off, uint16(e.Column)
 		op.Buf = p[e.Off-off : e.Off-off+e.Len]
+		if op.Kind != endpoint.KindRead {
+			op.Fence = r.fence
+		}
 	})
 	if err != nil {
 		return fmt.Errorf("pool: region %d: %w", r.spec.Region, err)

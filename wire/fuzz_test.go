@@ -13,6 +13,11 @@ func FuzzParse(f *testing.F) {
 	pkt, _ := AppendPacket(nil, &h, []byte("payload"))
 	f.Add(pkt)
 	f.Add(pkt[:HeaderLen])
+	fh := Header{Version: Version, Op: OpWrite, Mode: ModePool, Flags: FlagFence | FlagReplyTo}
+	fp := AppendReplyTo(AppendFence([]byte("value"), Fence{ID: 2, Token: 9}), netip.MustParseAddrPort("10.0.0.1:9"))
+	fh.MsgLen = uint32(len(fp))
+	fpkt, _ := AppendPacket(nil, &fh, fp)
+	f.Add(fpkt)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var g Header
 		p, tag, err := Parse(b, &g)
@@ -50,18 +55,26 @@ func FuzzAck(f *testing.F) {
 	})
 }
 
-// FuzzPoolPayload checks that the pool payload parsers (reply-to trailer,
-// chain hop list, optimizer parameters) never panic on any header and
-// payload, and that what SplitChain accepts is consistent with the header.
+// FuzzPoolPayload checks that the pool payload parsers (reply-to and
+// fence trailers, chain hop list, optimizer parameters) never panic on
+// any header and payload, that a fence SplitFence accepts encodes back
+// to its trailer, and that what SplitChain accepts is consistent with
+// the header.
 func FuzzPoolPayload(f *testing.F) {
 	hops := AppendChain(nil, []ChainHop{{Addr: 8, Op: ChainLoad}, {Addr: 64, Op: ChainStore}})
 	f.Add(uint64(16), uint64(2), uint8(0), AppendReplyTo(hops, netip.MustParseAddrPort("10.0.0.1:9")))
 	f.Add(uint64(3), uint64(3), uint8(1), append(AppendChain(nil, []ChainHop{{Addr: 8, Op: ChainDelta},
 		{Addr: 64, Op: ChainGFAccumulate, Coef: 3}, {Addr: 8, Op: ChainGFAccumulate, Coef: 1}}), 1, 2, 3))
 	f.Add(uint64(0), uint64(0), uint8(0), AppendOptim(nil, &OptimParams{Algo: OptimAdam, Step: 1, LR: 1, Eps: 1}))
+	f.Add(uint64(0), uint64(0), uint8(0), AppendFence([]byte("value"), Fence{ID: 3, Token: 1<<32 | 9}))
 	f.Fuzz(func(t *testing.T, op1, op2 uint64, hop uint8, payload []byte) {
 		h := Header{Op: OpChain, Mode: ModePool, Operand1: op1, Operand2: op2, Hop: hop}
 		_, _, _ = SplitReplyTo(payload)
+		if rest, fc, err := SplitFence(payload); err == nil {
+			if fc.Token == 0 || !bytes.Equal(AppendFence(rest, fc), payload) {
+				t.Fatalf("fence %+v does not round-trip", fc)
+			}
+		}
 		_, _ = ParseOptim(payload)
 		hs, data, err := SplitChain(&h, payload)
 		if err != nil {

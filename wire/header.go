@@ -40,6 +40,7 @@ const (
 	OpData     Opcode = 0x0a // group data: multicast payload, aggregation contribution or result
 	OpChain    Opcode = 0x0b // chained instruction through memory nodes (pool mode only): see ChainHop
 	OpOptim    Opcode = 0x0c // optimizer step on parameters in memory (pool mode only): see OptimParams
+	OpFence    Opcode = 0x0d // raise a fence on the memory nodes holding Addr (pool mode only): see Fence; response Operand1 = the fence's token there
 	OpAck      Opcode = 0x10 // ACK/SACK frame in the payload
 	OpNack     Opcode = 0x11 // ACK frame that also requests immediate retransmission of the gaps
 	// OpHandshake carries a message of the handshake that opens security
@@ -60,7 +61,7 @@ const HandshakeSealRequired = 6
 var opNames = [...]string{
 	OpInvalid: "invalid", OpWrite: "write", OpRead: "read", OpCAS: "cas",
 	OpFetchAdd: "fadd", OpVector: "vector", OpSend: "send", OpNop: "nop",
-	OpControl: "control", OpEvent: "event", OpData: "data", OpChain: "chain", OpOptim: "optim",
+	OpControl: "control", OpEvent: "event", OpData: "data", OpChain: "chain", OpOptim: "optim", OpFence: "fence",
 	OpAck: "ack", OpNack: "nack", OpHandshake: "handshake",
 }
 
@@ -73,7 +74,7 @@ func (o Opcode) String() string {
 
 // IsData reports whether packets with this opcode are reliably delivered
 // data (requests or responses), as opposed to transport control frames.
-func (o Opcode) IsData() bool { return o >= OpWrite && o <= OpOptim }
+func (o Opcode) IsData() bool { return o >= OpWrite && o <= OpFence }
 
 // Mode is the delivery mode of a packet. Only ModeUnicast is carried end to
 // end today; the others are interpreted by a forwarding node (see
@@ -138,8 +139,14 @@ const (
 	// the sender: an ACK riding on data (AppendPacketAck, SplitAck).
 	// Only on data packets of streams whose both ends are transport
 	// engines (EngineToEngine).
-	FlagAck    Flags = 1 << 5
-	flagsKnown       = FlagResp | FlagAuth | FlagRetx | FlagSyn | FlagReplyTo | FlagAck
+	FlagAck Flags = 1 << 5
+	// FlagFence: the payload ends (before any reply-to trailer) with a
+	// FenceLen-byte fence trailer (AppendFence, SplitFence): the memory
+	// node applies the request only if the token is at least the highest
+	// it holds for the fence id. Only on pool requests (ModePool, not
+	// FlagResp) of OpWrite, OpCAS, OpFetchAdd, OpVector and OpFence.
+	FlagFence  Flags = 1 << 6
+	flagsKnown       = FlagResp | FlagAuth | FlagRetx | FlagSyn | FlagReplyTo | FlagAck | FlagFence
 )
 
 // EngineToEngine reports whether a stream of mode m in group g has a
@@ -528,13 +535,16 @@ func (h *Header) validate() error {
 	if h.Flags&FlagReplyTo != 0 && (h.Mode != ModePool || h.Len < ReplyToLen) {
 		return ErrFlags
 	}
+	if err := h.validateFence(); err != nil {
+		return err
+	}
 	if h.Flags&FlagAck != 0 && (!EngineToEngine(h.Mode, h.Group) || !h.Op.IsData() || h.Len < AckFixedLen) {
 		return ErrFlags
 	}
 	if (h.SASeq != 0 || h.SAID != 0) && h.Flags&FlagAuth == 0 || (h.Copies != 0 && h.Mode != ModePool) || (h.Hop != 0 && h.Op != OpChain) {
 		return ErrReserved
 	}
-	if (h.Op == OpChain || h.Op == OpOptim) && h.Mode != ModePool {
+	if (h.Op == OpChain || h.Op == OpOptim || h.Op == OpFence) && h.Mode != ModePool {
 		return ErrMode
 	}
 	if h.Op.IsData() {

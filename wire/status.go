@@ -22,7 +22,8 @@ const (
 	StatusNotMember   Status = 10 // sender or destination is not a member of the group
 	StatusAuth        Status = 11 // control message failed authentication (bad fabric token)
 	StatusLost        Status = 12 // pool data lost: the memory node that held the only copy restarted
-	statusCount              = 13
+	StatusFenced      Status = 13 // a fenced request's token is below the fence's (a newer holder raised it), or the fence was never raised; Operand1 = the fence's token
+	statusCount              = 14
 )
 
 var statusText = [...]string{
@@ -39,6 +40,7 @@ var statusText = [...]string{
 	StatusNotMember:   "not a member of the group",
 	StatusAuth:        "authentication failed",
 	StatusLost:        "data lost (its memory node restarted)",
+	StatusFenced:      "fenced (a newer holder raised the fence)",
 }
 
 // Error implements error.

@@ -37,6 +37,8 @@ var metrics = []metric{
 		nil, func(st *Stats) uint64 { return st.Owner.Registrations }),
 	counter("lease_lapsed_total", "Pool writes refused or cut short because the switch had not confirmed the owner's membership within its lease.",
 		nil, func(st *Stats) uint64 { return st.Owner.LeaseLapsed }),
+	counter("fenced_total", "Pool writes the switch or the memory nodes refused for their fencing token: another process of the rank raised the fence.",
+		nil, func(st *Stats) uint64 { return st.Owner.Fenced }),
 	gauge("serving", "1 while the owner holds its rank and may write; 0 while it stands by or waits for its lease.",
 		func(st *Stats) float64 {
 			if st.Owner.Serving {

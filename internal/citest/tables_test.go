@@ -14,6 +14,7 @@ import (
 	"github.com/ndma/ndma/daemon/memd"
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/mq"
 	"github.com/ndma/ndma/mq/kafka"
 	"github.com/ndma/ndma/stor"
@@ -23,7 +24,7 @@ import (
 
 // boundRef is a default named in the table: `pkg.Config.Field` = value,
 // or a package's constant: `pkg.Name` = value.
-var boundRef = regexp.MustCompile("`((?:transport|endpoint|fabric)\\.Config\\.[A-Za-z.]+|(?:memd|stor|wire|transport|coll|mq|kafka)\\.[A-Za-z]+)` = ([0-9]+)(?: (KiB|MiB|GiB|ms|s|min|h)\\b)?")
+var boundRef = regexp.MustCompile("`((?:transport|endpoint|fabric)\\.Config\\.[A-Za-z.]+|(?:memd|memnode|stor|wire|transport|coll|mq|kafka)\\.[A-Za-z]+)` = ([0-9]+)(?: (KiB|MiB|GiB|ms|s|min|h)\\b)?")
 
 // TestArchitectureTables checks docs/ARCHITECTURE.md's table of tables
 // against the code: every default it names is the one the code applies,
@@ -54,6 +55,9 @@ func TestArchitectureTables(t *testing.T) {
 		"stor.MaxGatewayVolumes":  stor.MaxGatewayVolumes,
 		"stor.MaxLease":           stor.MaxLease,
 		"wire.MaxCRCShifts":       wire.MaxCRCShifts,
+		"wire.MaxFences":          wire.MaxFences,
+		"memnode.MaxNodeFences":   memnode.MaxNodeFences,
+		"memnode.MaxGrants":       memnode.MaxGrants,
 		"transport.MaxFreeMsgs":   transport.MaxFreeMsgs,
 		"coll.MaxAborts":          coll.MaxAborts,
 		"mq.MaxPartitions":        mq.MaxPartitions,

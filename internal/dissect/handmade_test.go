@@ -68,6 +68,9 @@ func everyCtrl() []ctrl.Msg {
 			resp.PoolRegions, resp.PoolRefused = []ctrl.PoolSpec{r}, 99
 		case ctrl.PoolGrant, ctrl.PoolRebuild:
 			req.Region, req.Key, req.Pool, req.Base, req.Length, req.Node, req.Epoch, req.Homes = 5, 0xabcdef0123, shape, 1<<16, 1<<19, 1, 4, homes
+			if t == ctrl.PoolRebuild {
+				req.Fences = []wire.Fence{{ID: 0, Token: 3<<32 | 0xbeef}, {ID: 9, Token: 1}}
+			}
 		case ctrl.PoolRebuildGo, ctrl.PoolRebuilt:
 			req.Region, req.Key, req.Node, req.Failed = 5, 0xabcdef0123, 1, t == ctrl.PoolRebuilt
 		case ctrl.JoinStatus:
@@ -76,7 +79,7 @@ func everyCtrl() []ctrl.Msg {
 		case ctrl.PoolReport:
 			req.Final = true
 			req.Reports = []ctrl.GrantReport{{Region: 5, Column: 1, Pool: shape, Base: 1 << 16, Length: 1 << 19, Epoch: 4,
-				Digest: ctrl.PoolKeyDigest(5, 0xabcdef0123), Degraded: true, Homes: homes}}
+				Digest: ctrl.PoolKeyDigest(5, 0xabcdef0123), Degraded: true, Homes: homes, Fences: []wire.Fence{{ID: 2, Token: 7 << 32}}}}
 		case ctrl.PoolEpoch:
 			req.Region, req.Key, req.Epoch = 5, 0xabcdef0123, 9
 		}
@@ -141,6 +144,27 @@ func handmade(t *testing.T, f *simFabric) {
 		t.Fatal(err)
 	}
 	f.log = append(f.log, sent{at: at, src: cli, dst: f.swAddr, buf: pkt})
+	// A fenced WRITE, a FENCE raise and a FENCED refusal.
+	fw := wire.Header{Version: wire.Version, Op: wire.OpWrite, Mode: wire.ModePool, Flags: wire.FlagFence, Group: 5, Key: 0xabcdef0123, MsgID: 54, Addr: 0x200}
+	payload = wire.AppendFence([]byte("fenced"), wire.Fence{ID: 4, Token: 2<<32 | 0x1234})
+	fw.MsgLen = uint32(len(payload))
+	if pkt, err = wire.AppendPacket(nil, &fw, payload); err != nil {
+		t.Fatal(err)
+	}
+	f.log = append(f.log, sent{at: at, src: cli, dst: f.swAddr, buf: pkt})
+	fr := wire.Header{Version: wire.Version, Op: wire.OpFence, Mode: wire.ModePool, Flags: wire.FlagFence, Group: 5, Key: 0xabcdef0123, MsgID: 55}
+	payload = wire.AppendFence(nil, wire.Fence{ID: 4, Token: 3 << 32})
+	fr.MsgLen = uint32(len(payload))
+	if pkt, err = wire.AppendPacket(nil, &fr, payload); err != nil {
+		t.Fatal(err)
+	}
+	f.log = append(f.log, sent{at: at, src: cli, dst: f.swAddr, buf: pkt})
+	fd := wire.Header{Version: wire.Version, Op: wire.OpWrite, Mode: wire.ModePool, Flags: wire.FlagResp, Group: 5, MsgID: 54,
+		Status: wire.StatusFenced, Operand1: 3 << 32}
+	if pkt, err = wire.AppendPacket(nil, &fd, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.log = append(f.log, sent{at: at, src: f.swAddr, dst: cli, buf: pkt})
 	// The switch tells a member that member 2 of group 7 left.
 	eh := wire.Header{Version: wire.Version, Op: wire.OpEvent, Group: 7, Src: wire.MemberAll, Dst: 1, PSN: 9, AckBase: 9, MsgID: 52,
 		Status: wire.StatusMemberDead, Operand1: 2, Operand2: 1}

@@ -139,6 +139,11 @@ func (s *Server) ServePool(now time.Time, from netip.AddrPort, h *wire.Header, p
 		s.serveChain(now, client, h, payload)
 		return
 	}
+	var fence wire.Fence
+	var ferr error
+	if h.Flags&wire.FlagFence != 0 {
+		payload, fence, ferr = wire.SplitFence(payload)
+	}
 	var res memnode.Result
 	mut := memnode.Mutating(h.Op)
 	cached := false
@@ -148,6 +153,11 @@ func (s *Server) ServePool(now time.Time, from netip.AddrPort, h *wire.Header, p
 	switch {
 	case cached:
 		s.stats.Pool.Duplicates++
+	case ferr != nil:
+		res.Status = wire.StatusBadOperand
+	case h.Op == wire.OpFence:
+		// Idempotent (the fence only goes up): not cached.
+		res = p.node.Raise(h, fence)
 	case h.Op == wire.OpRead && h.Operand1 > uint64(p.seg+wire.ReplyToLen):
 		res.Status = wire.StatusTooLarge
 	case h.Op == wire.OpOptim:
@@ -159,7 +169,11 @@ func (s *Server) ServePool(now time.Time, from netip.AddrPort, h *wire.Header, p
 		p.replies.Add(now, client, h.MsgID, 0, res)
 	default:
 		h.Offset = 0 // a pool request is one datagram
-		res = p.node.Exec(h, payload)
+		if h.Flags&wire.FlagFence != 0 {
+			res = p.node.ExecFenced(h, fence, payload)
+		} else {
+			res = p.node.Exec(h, payload)
+		}
 		if mut {
 			p.replies.Add(now, client, h.MsgID, 0, res)
 		}
@@ -264,7 +278,7 @@ func grantOf(m *ctrl.Msg) memnode.Grant {
 	g := memnode.Grant{Region: m.Region, Key: m.Key, Perm: wire.Perm(m.Pool.Perm), Base: m.Base, Len: m.Length,
 		Column: int(m.Node), Epoch: m.Epoch,
 		Layout: memnode.GrantLayout{Size: m.Pool.Size, Stripe: m.Pool.Stripe, Columns: m.Pool.Columns, Replicas: m.Pool.Replicas},
-		Homes:  make([]memnode.GrantHome, len(m.Homes))}
+		Homes:  make([]memnode.GrantHome, len(m.Homes)), Fences: m.Fences}
 	for i, h := range m.Homes {
 		g.Homes[i] = memnode.GrantHome{Addr: h.Addr, Base: h.Base}
 	}
@@ -309,14 +323,14 @@ func (s *Server) PoolReports(switchInc uint64) ([][]byte, error) {
 		e := ctrl.GrantReport{Region: g.Region, Column: uint16(g.Column),
 			Pool: ctrl.PoolSpec{Size: g.Layout.Size, Stripe: g.Layout.Stripe, Columns: g.Layout.Columns, Replicas: g.Layout.Replicas, Perm: uint8(g.Perm)},
 			Base: g.Base, Length: g.Len, Epoch: g.Epoch, Digest: ctrl.PoolKeyDigest(g.Region, g.Key),
-			Rebuilding: g.Rebuilding, Degraded: g.Degraded, Homes: make([]ctrl.PoolHome, len(g.Homes))}
+			Rebuilding: g.Rebuilding, Degraded: g.Degraded, Homes: make([]ctrl.PoolHome, len(g.Homes)), Fences: g.Fences}
 		if keys {
 			e.Key = g.Key
 		}
 		for i, h := range g.Homes {
 			e.Homes[i] = ctrl.PoolHome{Addr: h.Addr, Base: h.Base}
 		}
-		n := 80 + 30*len(e.Homes)
+		n := 80 + 30*len(e.Homes) + wire.FenceLen*len(e.Fences)
 		if size > 0 && size+n > poolReportBytes {
 			if err := flush(false); err != nil {
 				return nil, err

@@ -25,6 +25,7 @@ local HEADER_LEN = 96
 local TAG_LEN = 16
 local CTRL_TAG_LEN = 16
 local REPLYTO_LEN = 18
+local FENCE_LEN = 12
 local ACK_FIXED_LEN = 24
 local MAX_SACK = 32
 local CHAIN_HOP_LEN = 16
@@ -42,7 +43,7 @@ local band, bxor, rshift = bitlib.band, bitlib.bxor, bitlib.rshift
 local op_names = {
     [0x01] = "WRITE", [0x02] = "READ", [0x03] = "CAS", [0x04] = "FETCHADD",
     [0x05] = "VECTOR", [0x06] = "SEND", [0x07] = "NOP", [0x08] = "CONTROL",
-    [0x09] = "EVENT", [0x0a] = "DATA", [0x0b] = "CHAIN", [0x0c] = "OPTIM",
+    [0x09] = "EVENT", [0x0a] = "DATA", [0x0b] = "CHAIN", [0x0c] = "OPTIM", [0x0d] = "FENCE",
     [0x10] = "ACK", [0x11] = "NACK", [0x12] = "HANDSHAKE",
 }
 
@@ -53,7 +54,7 @@ local mode_names = {
 local status_names = {
     [0] = "OK", [1] = "BAD_KEY", [2] = "OUT_OF_BOUNDS", [3] = "MISALIGNED",
     [4] = "UNKNOWN_OP", [5] = "PERMISSION", [6] = "BAD_OPERAND", [7] = "TOO_LARGE",
-    [8] = "BUSY", [9] = "MEMBER_DEAD", [10] = "NOT_MEMBER", [11] = "AUTH", [12] = "LOST",
+    [8] = "BUSY", [9] = "MEMBER_DEAD", [10] = "NOT_MEMBER", [11] = "AUTH", [12] = "LOST", [13] = "FENCED",
 }
 
 local dtype_names = { [0] = "none", [1] = "f32", [2] = "f64", [3] = "i32", [4] = "i64" }
@@ -74,8 +75,10 @@ local ctrl_names = {
 }
 
 local FLAG_RESP, FLAG_AUTH, FLAG_RETX, FLAG_SYN, FLAG_REPLYTO, FLAG_ACK = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
+local FLAG_FENCE = 0x40
 local FLAGS_KNOWN = 0x1f
 local OP_CONTROL, OP_EVENT, OP_DATA, OP_CHAIN, OP_OPTIM = 0x08, 0x09, 0x0a, 0x0b, 0x0c
+local OP_WRITE, OP_CAS, OP_FADD, OP_VECTOR, OP_FENCE = 0x01, 0x03, 0x04, 0x05, 0x0d
 local OP_ACK, OP_NACK = 0x10, 0x11
 local MODE_UNICAST, MODE_AGGREGATE, MODE_ANYCAST, MODE_POOL = 0, 2, 3, 4
 
@@ -101,7 +104,8 @@ f.flag_retx = add(ProtoField.bool("ndma.flags.retx", "RETX (retransmission)", 8,
 f.flag_syn = add(ProtoField.bool("ndma.flags.syn", "SYN (no ACK from this peer yet)", 8, nil, FLAG_SYN))
 f.flag_replyto = add(ProtoField.bool("ndma.flags.replyto", "REPLYTO (reply-to trailer)", 8, nil, FLAG_REPLYTO))
 f.flag_ack = add(ProtoField.bool("ndma.flags.ack", "ACK (an ACK frame rides after the payload)", 8, nil, FLAG_ACK))
-f.flag_rsvd = add(ProtoField.uint8("ndma.flags.reserved", "Reserved flags", base.HEX, nil, 0xc0))
+f.flag_fence = add(ProtoField.bool("ndma.flags.fence", "FENCE (fence trailer)", 8, nil, FLAG_FENCE))
+f.flag_rsvd = add(ProtoField.uint8("ndma.flags.reserved", "Reserved flags", base.HEX, nil, 0x80))
 f.group = add(ProtoField.uint32("ndma.group", "Group", base.DEC))
 f.src = add(ProtoField.uint16("ndma.src", "Src member", base.DEC))
 f.dst = add(ProtoField.uint16("ndma.dst", "Dst member", base.DEC))
@@ -149,6 +153,9 @@ f.replyto = add(ProtoField.string("ndma.replyto", "Reply to"))
 f.replyto_v4 = add(ProtoField.ipv4("ndma.replyto.ipv4", "Address"))
 f.replyto_v6 = add(ProtoField.ipv6("ndma.replyto.ipv6", "Address"))
 f.replyto_port = add(ProtoField.uint16("ndma.replyto.port", "Port", base.DEC))
+f.fence = add(ProtoField.string("ndma.fence", "Fence"))
+f.fence_id = add(ProtoField.uint32("ndma.fence.id", "Fence id", base.DEC))
+f.fence_token = add(ProtoField.uint64("ndma.fence.token", "Token", base.HEX))
 
 -- Chain and optimizer
 f.event = add(ProtoField.string("ndma.event", "Event"))
@@ -421,6 +428,20 @@ function Cursor:pool(tree)
     return cols
 end
 
+-- fences: u16 count, then u32 id and u64 token each.
+function Cursor:fences(tree)
+    local n = self:count(tree, 1024, "Fences")
+    for _ = 1, n do
+        self:need(12)
+        local start = self.off
+        local t = tree:add(f.fence, self.tvb(start, 12),
+            string.format("Fence %d: token 0x%s", self.tvb(start, 4):uint(), self.tvb(start + 4, 8):uint64():tohex()))
+        self:u32(t, f.fence_id)
+        self:u64(t, f.fence_token)
+    end
+    return n
+end
+
 function Cursor:homes(tree, columns)
     for _ = 1, columns do
         local start = self.off
@@ -561,6 +582,7 @@ local function ctrl_fields(c, t, typ, resp)
         local col = c:u16(t, f.ctrl_column)
         c:u64(t, f.ctrl_epoch)
         c:homes(t, cols)
+        c:fences(t)
         return string.format("region=%d column=%d", r, col)
     elseif (typ == 15 or typ == 16 or (typ >= 20 and typ <= 22)) and not resp then
         -- POOLREBUILDGO, POOLREBUILT, POOLCOLUMNLOST, POOLCOLUMNGRANT, POOLCOLUMNRESTORED
@@ -607,6 +629,7 @@ local function ctrl_fields(c, t, typ, resp)
             c:u8(rt, f.ctrl_rebuilding)
             c:u8(rt, f.ctrl_degraded)
             c:homes(rt, cols)
+            c:fences(rt)
             rt:set_len(c.off - start)
             rt:set_text(string.format("Grant report: region %d column %d", r, col))
         end
@@ -846,7 +869,7 @@ local function dissect(tvb, pinfo, root)
     local mt = tree:add(f.mode, tvb(2, 1))
     if mode > 4 then
         mt:add_proto_expert_info(e_malformed, string.format("unknown mode %d", mode))
-    elseif (op == OP_CHAIN or op == OP_OPTIM) and mode ~= MODE_POOL then
+    elseif (op == OP_CHAIN or op == OP_OPTIM or op == OP_FENCE) and mode ~= MODE_POOL then
         mt:add_proto_expert_info(e_malformed, opname .. " outside pool mode")
     end
     local fnames = {}
@@ -856,6 +879,7 @@ local function dissect(tvb, pinfo, root)
     if band(flags, FLAG_SYN) ~= 0 then fnames[#fnames + 1] = "SYN" end
     if band(flags, FLAG_REPLYTO) ~= 0 then fnames[#fnames + 1] = "REPLYTO" end
     if band(flags, FLAG_ACK) ~= 0 then fnames[#fnames + 1] = "ACK" end
+    if band(flags, FLAG_FENCE) ~= 0 then fnames[#fnames + 1] = "FENCE" end
     local ft = tree:add(f.flags, tvb(3, 1))
     ft:append_text(" (" .. (#fnames > 0 and table.concat(fnames, ", ") or "none") .. ")")
     ft:add(f.flag_resp, tvb(3, 1))
@@ -864,9 +888,10 @@ local function dissect(tvb, pinfo, root)
     ft:add(f.flag_syn, tvb(3, 1))
     ft:add(f.flag_replyto, tvb(3, 1))
     ft:add(f.flag_ack, tvb(3, 1))
+    ft:add(f.flag_fence, tvb(3, 1))
     ft:add(f.flag_rsvd, tvb(3, 1))
-    if band(flags, 0xc0) ~= 0 then
-        ft:add_proto_expert_info(e_malformed, string.format("unknown flags 0x%02x", band(flags, 0xc0)))
+    if band(flags, 0x80) ~= 0 then
+        ft:add_proto_expert_info(e_malformed, string.format("unknown flags 0x%02x", band(flags, 0x80)))
     end
     if band(flags, FLAG_RETX) ~= 0 then
         ft:add_proto_expert_info(e_retx)
@@ -1015,6 +1040,18 @@ local function dissect(tvb, pinfo, root)
                 replyto = HEADER_LEN + pl
             end
         end
+        local fence
+        if band(flags, FLAG_FENCE) ~= 0 then
+            local fenceable = op == OP_WRITE or op == OP_CAS or op == OP_FADD or op == OP_VECTOR or op == OP_FENCE
+            if mode ~= MODE_POOL or resp or not fenceable or pl < FENCE_LEN then
+                tree:add_proto_expert_info(e_malformed, "FENCE flag outside a pool WRITE, CAS, FETCHADD, VECTOR or FENCE request, or without room for the trailer")
+            else
+                pl = pl - FENCE_LEN
+                fence = HEADER_LEN + pl
+            end
+        elseif op == OP_FENCE and not resp then
+            tree:add_proto_expert_info(e_malformed, "FENCE request without its fence trailer")
+        end
         if pl > 0 then
             if op == OP_ACK or op == OP_NACK then
                 local s = dissect_ack(tvb, tree, poff, pl)
@@ -1033,6 +1070,16 @@ local function dissect(tvb, pinfo, root)
             else
                 tree:add(f.payload, tvb(poff, pl))
             end
+        end
+        if fence then
+            local id, token = tvb(fence, 4):uint(), tvb(fence + 4, 8):uint64()
+            local t = tree:add(f.fence, tvb(fence, FENCE_LEN), string.format("id %d, token 0x%s", id, token:tohex()))
+            t:add(f.fence_id, tvb(fence, 4))
+            t:add(f.fence_token, tvb(fence + 4, 8))
+            if token == UInt64(0) then
+                t:add_proto_expert_info(e_malformed, "fence token 0")
+            end
+            info[#info + 1] = string.format("fence=%d/0x%s", id, token:tohex())
         end
         if replyto then
             info[#info + 1] = "reply-to=" .. dissect_replyto(tvb, tree, replyto)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
 	"github.com/ndma/ndma/wire/ctrl"
 	"github.com/ndma/ndma/wire/ctrl/ctrltest"
 	"github.com/ndma/ndma/wire/poolmap"
@@ -188,6 +189,12 @@ func TestEncodeBounds(t *testing.T) {
 		{"pool node name too long", ctrl.Msg{Type: ctrl.PoolStat, Resp: true, PoolNodes: []ctrl.PoolNodeInfo{{ID: 1, Addr: netip.MustParseAddrPort("10.0.0.9:4791"), Name: strings.Repeat("m", ctrl.MaxName+1)}}}},
 		{"pool report key not its digest's", ctrl.Msg{Type: ctrl.PoolReport, Reports: []ctrl.GrantReport{{Region: 9, Column: 0, Pool: ctrl.PoolSpec{Size: 4096, Stripe: 4096, Columns: 1, Replicas: 1, Perm: 3},
 			Length: 4096, Digest: ctrl.PoolKeyDigest(9, 77), Key: 78, Homes: []ctrl.PoolHome{{Addr: netip.MustParseAddrPort("10.0.0.3:4791")}}}}}},
+		{"pool rebuild fences out of order", ctrl.Msg{Type: ctrl.PoolRebuild, Region: 9, Key: 77, Length: 4096, Pool: ctrl.PoolSpec{Size: 4096, Stripe: 4096, Columns: 1, Replicas: 1, Perm: 3},
+			Homes: []ctrl.PoolHome{{Addr: netip.MustParseAddrPort("10.0.0.3:4791")}}, Fences: []wire.Fence{{ID: 2, Token: 1}, {ID: 2, Token: 3}}}},
+		{"pool rebuild fence token 0", ctrl.Msg{Type: ctrl.PoolRebuild, Region: 9, Key: 77, Length: 4096, Pool: ctrl.PoolSpec{Size: 4096, Stripe: 4096, Columns: 1, Replicas: 1, Perm: 3},
+			Homes: []ctrl.PoolHome{{Addr: netip.MustParseAddrPort("10.0.0.3:4791")}}, Fences: []wire.Fence{{ID: 2}}}},
+		{"pool rebuild fences 1025", ctrl.Msg{Type: ctrl.PoolRebuild, Region: 9, Key: 77, Length: 4096, Pool: ctrl.PoolSpec{Size: 4096, Stripe: 4096, Columns: 1, Replicas: 1, Perm: 3},
+			Homes: []ctrl.PoolHome{{Addr: netip.MustParseAddrPort("10.0.0.3:4791")}}, Fences: make([]wire.Fence, wire.MaxFences+1)}},
 		{"pool regions 4097", ctrl.Msg{Type: ctrl.PoolStat, Resp: true, PoolRegions: make([]ctrl.PoolSpec, ctrl.MaxPoolRegions+1)}},
 		{"job too long", ctrl.Msg{Type: ctrl.Join, MTU: 9000, Job: long, Size: 1, Rank: 0}},
 		{"job empty", ctrl.Msg{Type: ctrl.Join, MTU: 9000, Size: 1, Rank: 0}},

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"slices"
+
+	"github.com/ndma/ndma/wire"
 )
 
 // Parse decodes the type, flags and fields in b (a message without its
@@ -190,8 +192,25 @@ const (
 	minPoolRegion = 4 + 8 + 8 + 2 + 1 + 1 + 2 + 2 + 2 + 1
 	// minHome is an IPv4 home, minReport a report entry with one.
 	minHome   = minMember + 8
-	minReport = 4 + 2 + 20 + 8 + 8 + 8 + PoolDigestLen + 8 + 1 + 1 + minHome
+	minReport = 4 + 2 + 20 + 8 + 8 + 8 + PoolDigestLen + 8 + 1 + 1 + minHome + 2
 )
+
+// fences reads a region's fences (the caller validates them).
+func (r *reader) fences() []wire.Fence {
+	n := r.count("fences", wire.MaxFences, wire.FenceLen)
+	if n == 0 {
+		return nil
+	}
+	fs := make([]wire.Fence, 0, n)
+	for range n {
+		id, token := r.u32("fence"), r.u64("fence")
+		if r.err != nil {
+			break
+		}
+		fs = append(fs, wire.Fence{ID: id, Token: token})
+	}
+	return fs
+}
 
 // bool reads a 0 or 1 byte.
 func (r *reader) bool(what string) bool {
@@ -412,6 +431,7 @@ func (m *Msg) decodePool(r *reader) {
 		m.Node = r.u16("column")
 		m.Epoch = r.u64("epoch")
 		m.Homes = r.homes(nil, m.Pool.Columns)
+		m.Fences = r.fences()
 		if r.err == nil {
 			r.err = m.validate()
 		}
@@ -453,6 +473,7 @@ func (r *reader) reports() []GrantReport {
 		p.Rebuilding = r.bool("report")
 		p.Degraded = r.bool("report")
 		p.Homes = r.homes(nil, p.Pool.Columns)
+		p.Fences = r.fences()
 		if r.err == nil {
 			r.err = p.validate()
 		}

@@ -3,6 +3,8 @@ package ctrl
 import (
 	"encoding/binary"
 	"net/netip"
+
+	"github.com/ndma/ndma/wire"
 )
 
 // Append encodes m (its type, flags and fields: everything up to the tag)
@@ -132,6 +134,7 @@ func (m *Msg) appendPoolMsg(b []byte) []byte {
 		b = be.AppendUint16(b, m.Node)
 		b = be.AppendUint64(b, m.Epoch)
 		b = appendHomes(b, m.Homes)
+		b = appendFences(b, m.Fences)
 	case m.Type == PoolEpoch && !m.Resp:
 		b = be.AppendUint32(b, m.Region)
 		b = be.AppendUint64(b, m.Key)
@@ -152,6 +155,7 @@ func (m *Msg) appendPoolMsg(b []byte) []byte {
 			b = appendBool(b, p.Rebuilding)
 			b = appendBool(b, p.Degraded)
 			b = appendHomes(b, p.Homes)
+			b = appendFences(b, p.Fences)
 		}
 	case m.Type == PoolOpen:
 		b = appendPool(b, &m.Pool)
@@ -208,6 +212,16 @@ func appendHomes(b []byte, hs []PoolHome) []byte {
 	for i := range hs {
 		b = appendMember(b, uint16(i), hs[i].Addr)
 		b = binary.BigEndian.AppendUint64(b, hs[i].Base)
+	}
+	return b
+}
+
+// appendFences appends a region's fences: their count, then each id and
+// token.
+func appendFences(b []byte, fs []wire.Fence) []byte {
+	b = binary.BigEndian.AppendUint16(b, uint16(len(fs)))
+	for _, f := range fs {
+		b = wire.AppendFence(b, f)
 	}
 	return b
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+
+	"github.com/ndma/ndma/wire"
 )
 
 // PoolSpec is a pool region's shape: what PoolCreate asks for and what
@@ -87,6 +89,9 @@ type GrantReport struct {
 	Rebuilding bool
 	Degraded   bool
 	Homes      []PoolHome // by column: Pool.Columns entries
+	// Fences is the fences the copy holds (wire.Fence), in increasing
+	// id order: a restarted switch keeps the highest token of each.
+	Fences []wire.Fence
 }
 
 // PoolDigestLen is the length of a region key's digest, in bytes.

@@ -231,8 +231,13 @@ type Msg struct {
 	Base        uint64         // PoolGrant request: offset of the extent in the node's lent region
 	Length      uint64         // PoolGrant request: bytes of the extent, not 0
 	Homes       []PoolHome     // PoolGrant and PoolRebuild requests: Pool.Columns entries
-	Reports     []GrantReport  // GrantReport request: at most MaxReports
-	Final       bool           // GrantReport request: the last of the node's report
+	// Fences is the region's fences (wire.Fence) in PoolGrant and
+	// PoolRebuild requests: a rebuilt copy refuses what the other copies
+	// refuse from its first write on. At most wire.MaxFences, in
+	// increasing id order.
+	Fences  []wire.Fence
+	Reports []GrantReport // GrantReport request: at most MaxReports
+	Final   bool          // GrantReport request: the last of the node's report
 }
 
 // JoinedRanks lists the ranks of a JoinStatus response's Joined set, in

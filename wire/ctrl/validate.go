@@ -107,7 +107,10 @@ func (m *Msg) validate() error {
 		if int(m.Node) >= m.Pool.Columns {
 			return malformedf("%v: column %d of %d", m.Type, m.Node, m.Pool.Columns)
 		}
-		return validateHomes(m.Homes, m.Pool.Columns)
+		if err := validateHomes(m.Homes, m.Pool.Columns); err != nil {
+			return err
+		}
+		return validateFences(m.Fences)
 	case PoolEpoch:
 		if !m.Resp && (m.Region == 0 || m.Key == 0) {
 			return malformedf("pool epoch: region %d, %s: want both non-zero", m.Region, keyState(m.Key))
@@ -187,7 +190,27 @@ func (p *GrantReport) validate() error {
 	if p.Key != 0 && PoolKeyDigest(p.Region, p.Key) != p.Digest {
 		return malformedf("pool report: region %d: the key does not match the digest", p.Region)
 	}
-	return validateHomes(p.Homes, p.Pool.Columns)
+	if err := validateHomes(p.Homes, p.Pool.Columns); err != nil {
+		return err
+	}
+	return validateFences(p.Fences)
+}
+
+// validateFences checks a region's fences: at most wire.MaxFences, in
+// increasing id order (each id once), none with token 0.
+func validateFences(fs []wire.Fence) error {
+	if len(fs) > wire.MaxFences {
+		return malformedf("%d fences > %d", len(fs), wire.MaxFences)
+	}
+	for i, f := range fs {
+		if f.Token == 0 {
+			return malformedf("fence %d: token 0", f.ID)
+		}
+		if i > 0 && f.ID <= fs[i-1].ID {
+			return malformedf("fence ids out of order: %d after %d", f.ID, fs[i-1].ID)
+		}
+	}
+	return nil
 }
 
 // validatePool checks a pool shape's ranges; request allows Columns 0.

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/ndma/ndma/wire"
 	"github.com/ndma/ndma/wire/ctrl"
 	"github.com/ndma/ndma/wire/poolmap"
 )
@@ -76,15 +77,17 @@ func Samples() []Sample {
 				Base: 1 << 40, Length: 1 << 20, Epoch: 3, Digest: ctrl.PoolKeyDigest(9, 77), Key: 77, Degraded: true,
 				Homes: []ctrl.PoolHome{{Addr: netip.MustParseAddrPort("10.0.0.2:4791"), Base: 4096}, {Addr: netip.MustParseAddrPort("[2001:db8::7]:4791"), Base: 1 << 40}}},
 			{Region: 12, Column: 0, Pool: ctrl.PoolSpec{Size: 4096, Stripe: 4096, Columns: 1, Replicas: 1, Perm: 0x0f},
-				Base: 0, Length: 4096, Epoch: 1, Rebuilding: true, Homes: []ctrl.PoolHome{{Addr: netip.MustParseAddrPort("10.0.0.3:4791")}}},
+				Base: 0, Length: 4096, Epoch: 1, Rebuilding: true, Homes: []ctrl.PoolHome{{Addr: netip.MustParseAddrPort("10.0.0.3:4791")}},
+				Fences: []wire.Fence{{ID: 0, Token: 1}, {ID: 7, Token: 5<<32 | 0xbeef}}},
 		}}},
 		{"poolreport-resp", ctrl.Msg{Type: ctrl.PoolReport, Resp: true}},
 		{"poolgrant-resp", ctrl.Msg{Type: ctrl.PoolGrant, Resp: true}},
 		{"poolrevoke-req", ctrl.Msg{Type: ctrl.PoolRevoke, Region: 9, Key: 77}},
 		{"poolrevoke-resp", ctrl.Msg{Type: ctrl.PoolRevoke, Resp: true}},
 		{"poolrebuild-req", ctrl.Msg{Type: ctrl.PoolRebuild, Region: 9, Key: 77, Node: 2, Base: 4096, Length: 1 << 20, Epoch: 2,
-			Pool:  ctrl.PoolSpec{Size: 3 << 20, Stripe: 64 << 10, Columns: 3, Replicas: 2, Perm: 3},
-			Homes: []ctrl.PoolHome{{Addr: netip.MustParseAddrPort("10.0.0.2:4791")}, {Addr: netip.MustParseAddrPort("10.0.0.3:4791"), Base: 64}, {Addr: netip.MustParseAddrPort("10.0.0.4:4791"), Base: 4096}}}},
+			Pool:   ctrl.PoolSpec{Size: 3 << 20, Stripe: 64 << 10, Columns: 3, Replicas: 2, Perm: 3},
+			Homes:  []ctrl.PoolHome{{Addr: netip.MustParseAddrPort("10.0.0.2:4791")}, {Addr: netip.MustParseAddrPort("10.0.0.3:4791"), Base: 64}, {Addr: netip.MustParseAddrPort("10.0.0.4:4791"), Base: 4096}},
+			Fences: []wire.Fence{{ID: 3, Token: ^uint64(0)}}}},
 		{"poolrebuild-resp", ctrl.Msg{Type: ctrl.PoolRebuild, Resp: true}},
 		{"poolrebuildgo-req", ctrl.Msg{Type: ctrl.PoolRebuildGo, Region: 9, Key: 77, Node: 2}},
 		{"poolrebuilt-req", ctrl.Msg{Type: ctrl.PoolRebuilt, Region: 9, Key: 77, Node: 2}},
