@@ -211,7 +211,20 @@ func (p *Producer) write(ctx context.Context, part int, a *attempt, began time.T
 	m := a.meta
 	m.offset, m.seq, m.timestamp = a.off, a.seq, time.Now().UnixNano()
 	putBatchHeader(a.body, m)
-	return p.t.writeLog(dctx, part, a.body, a.off)
+	// The time index is raised before the batch is published, alongside
+	// its write (when the handle does not know it is high enough).
+	var ierr chan error
+	if !p.timeKnown(part, a.off, m.timestamp) {
+		ierr = make(chan error, 1)
+		go func() { ierr <- p.indexTime(dctx, part, a.off, m.timestamp) }()
+	}
+	err := p.t.writeLog(dctx, part, a.body, a.off)
+	if ierr != nil {
+		if ie := <-ierr; ie != nil && (err == nil || errors.Is(err, pool.ErrDegraded)) {
+			err = ie
+		}
+	}
+	return err
 }
 
 // publishOwn moves the committed offset over a's batch, which this
