@@ -32,11 +32,11 @@ type Subscription struct {
 	next   int         // the partition to look at first when idle
 	ctx    context.Context
 	cancel context.CancelFunc
-	mu     sync.Mutex // guards groups
+	mu     sync.Mutex // guards svc and groups
 	groups map[*endpoint.Group]struct{}
 	wg     sync.WaitGroup
 	// Counts.
-	pushed, repaired, overflow, stale, joined atomic.Uint64
+	pushed, repaired, overflow, stale, joined, registered atomic.Uint64
 }
 
 // SubscriptionStats count a subscription's work.
@@ -49,8 +49,10 @@ type SubscriptionStats struct {
 	// queue was full; Stale those that arrived behind its position
 	// (read from the log already).
 	Overflow, Stale uint64
-	// Groups counts the push groups joined.
-	Groups uint64
+	// Groups counts the push groups joined; Registered the times the
+	// subscription registered again with the switch (which restarted,
+	// or counted it dead).
+	Groups, Registered uint64
 }
 
 // subscriptionQueue bounds the pushed batches a subscription holds;
@@ -75,14 +77,53 @@ func (c *Consumer) Subscribe(ctx context.Context, push Push) (*Subscription, err
 	for i := range s.seen {
 		s.seen[i] = now
 	}
-	svc, err := push.Endpoint.RegisterService(ctx, push.Switch, endpoint.ServiceConfig{Name: pushService(c.t), Size: MaxSubscribers,
-		Policy: ctrl.PolicyKeyAffinity, Ranges: pushRanges()}, -1, s.invited, push.Fabric)
-	if err != nil {
+	if err := s.register(ctx); err != nil {
 		cancel()
-		return nil, fmt.Errorf("mq: subscribing to %q: %w", c.t.ref.Name, err)
+		return nil, err
 	}
-	s.svc = svc
+	s.wg.Go(s.supervise)
 	return s, nil
+}
+
+// register makes the subscription a member of the topic's push service.
+func (s *Subscription) register(ctx context.Context) error {
+	svc, err := s.cfg.Endpoint.RegisterService(ctx, s.cfg.Switch, endpoint.ServiceConfig{Name: pushService(s.c.t), Size: MaxSubscribers,
+		Policy: ctrl.PolicyKeyAffinity, Ranges: pushRanges()}, -1, s.invited, s.cfg.Fabric)
+	if err != nil {
+		return fmt.Errorf("mq: subscribing to %q: %w", s.c.t.ref.Name, err)
+	}
+	s.mu.Lock()
+	s.svc = svc
+	s.mu.Unlock()
+	return nil
+}
+
+// supervise registers the subscription again when the switch stopped
+// confirming its membership (it restarted, or counted it dead while its
+// link was down) for four heartbeat intervals.
+func (s *Subscription) supervise() {
+	iv := 4 * s.cfg.Fabric.HeartbeatInterval()
+	t := time.NewTicker(iv)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		svc := s.svc
+		s.mu.Unlock()
+		if time.Since(svc.Confirmed()) < iv {
+			continue
+		}
+		svc.Close()
+		ctx, cancel := context.WithTimeout(s.ctx, iv)
+		if s.register(ctx) == nil {
+			s.registered.Add(1)
+		}
+		cancel()
+	}
 }
 
 // Consumer is the subscription's consumer: its positions, and what
@@ -92,14 +133,16 @@ func (s *Subscription) Consumer() *Consumer { return s.c }
 // Stats returns the subscription's counts.
 func (s *Subscription) Stats() SubscriptionStats {
 	return SubscriptionStats{Pushed: s.pushed.Load(), Repaired: s.repaired.Load(), Overflow: s.overflow.Load(),
-		Stale: s.stale.Load(), Groups: s.joined.Load()}
+		Stale: s.stale.Load(), Groups: s.joined.Load(), Registered: s.registered.Load()}
 }
 
 // Close leaves the push service and every push group.
 func (s *Subscription) Close() {
-	s.svc.Close()
-	s.cancel()
+	s.mu.Lock()
+	s.cancel() // invited starts no member from now on
+	s.mu.Unlock()
 	s.wg.Wait()
+	s.svc.Close()
 }
 
 // invited is the push service's handler: a producer's invitation into
