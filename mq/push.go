@@ -2,6 +2,8 @@ package mq
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -99,40 +101,73 @@ func pushRanges() []ctrl.KeyRange {
 	return rs
 }
 
-// The push messages (little-endian):
+// The push messages (little-endian), each ending in a tag: the first
+// pushTagLen bytes of HMAC-SHA256 under the topic's data region key
+// over the rest, so that only holders of the topic's capability push
+// to its subscribers or invite them:
 //
 //	pushed batch: u16 pushMagic, u16 zero, u32 partition, the batch
-//	              (its header and body, without the padding)
+//	              (its header and body, without the padding), tag
 //	invitation:   u16 inviteMagic, u16 zero, u32 data region id,
-//	              u16 job size, u16 rank, the job's name
+//	              u16 job size, u16 rank, the job's name, tag
 const (
 	pushMagic   = 0x504d // "MP"
 	inviteMagic = 0x494d // "MI"
 	pushPrefix  = 8
+	pushTagLen  = 16
 )
 
-func appendInvite(b []byte, data uint32, job string, size, rank int) []byte {
-	b = binary.LittleEndian.AppendUint16(b, inviteMagic)
+// pushMAC is the tag of m under topic t's data region key.
+func pushMAC(t *Topic, m []byte) []byte {
+	var k [8]byte
+	binary.LittleEndian.PutUint64(k[:], t.ref.DataKey)
+	h := hmac.New(sha256.New, k[:])
+	h.Write(m)
+	return h.Sum(nil)[:pushTagLen]
+}
+
+// pushTag appends m's tag to m.
+func pushTag(t *Topic, m []byte) []byte { return append(m, pushMAC(t, m)...) }
+
+// pushUntag checks m's tag and returns m without it.
+func pushUntag(t *Topic, m []byte) ([]byte, error) {
+	if len(m) < pushTagLen {
+		return nil, fmt.Errorf("%w: %d bytes", errBadPush, len(m))
+	}
+	body := m[:len(m)-pushTagLen]
+	if !hmac.Equal(pushMAC(t, body), m[len(body):]) {
+		return nil, fmt.Errorf("%w: the tag does not match the topic's key", errBadPush)
+	}
+	return body, nil
+}
+
+func appendInvite(t *Topic, job string, size, rank int) []byte {
+	b := binary.LittleEndian.AppendUint16(nil, inviteMagic)
 	b = binary.LittleEndian.AppendUint16(b, 0)
-	b = binary.LittleEndian.AppendUint32(b, data)
+	b = binary.LittleEndian.AppendUint32(b, t.ref.Data)
 	b = binary.LittleEndian.AppendUint16(b, uint16(size))
 	b = binary.LittleEndian.AppendUint16(b, uint16(rank))
-	return append(b, job...)
+	return pushTag(t, append(b, job...))
 }
 
 // errBadPush is wrapped by the error for a push message that does not
-// parse.
+// parse or whose tag does not match.
 var errBadPush = errors.New("mq: bad push message")
 
-func parseInvite(b []byte) (data uint32, job string, size, rank int, err error) {
-	if len(b) < 12 || binary.LittleEndian.Uint16(b) != inviteMagic || len(b)-12 > ctrl.MaxName {
-		return 0, "", 0, 0, fmt.Errorf("%w: an invitation of %d bytes", errBadPush, len(b))
+// parseInvite checks an invitation to topic t's push group.
+func parseInvite(t *Topic, m []byte) (job string, size, rank int, err error) {
+	b, err := pushUntag(t, m)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	if len(b) < 12 || binary.LittleEndian.Uint16(b) != inviteMagic || len(b)-12 > ctrl.MaxName || binary.LittleEndian.Uint32(b[4:]) != t.ref.Data {
+		return "", 0, 0, fmt.Errorf("%w: an invitation of %d bytes", errBadPush, len(m))
 	}
 	size, rank = int(binary.LittleEndian.Uint16(b[8:])), int(binary.LittleEndian.Uint16(b[10:]))
 	if size < 2 || size > MaxSubscribers+1 || rank < 1 || rank >= size {
-		return 0, "", 0, 0, fmt.Errorf("%w: rank %d of a job of %d", errBadPush, rank, size)
+		return "", 0, 0, fmt.Errorf("%w: rank %d of a job of %d", errBadPush, rank, size)
 	}
-	return binary.LittleEndian.Uint32(b[4:]), string(b[12:]), size, rank, nil
+	return string(b[12:]), size, rank, nil
 }
 
 // pusher is a producer's push half: a goroutine that keeps its push
@@ -182,10 +217,10 @@ func (ps *pusher) offer(part int, b []byte) {
 		ps.dropped.Add(1)
 		return
 	}
-	m := make([]byte, pushPrefix, pushPrefix+len(b))
+	m := make([]byte, pushPrefix, pushPrefix+len(b)+pushTagLen)
 	binary.LittleEndian.PutUint16(m, pushMagic)
 	binary.LittleEndian.PutUint32(m[4:], uint32(part))
-	m = append(m, b...)
+	m = pushTag(ps.t, append(m, b...))
 	select {
 	case ps.q <- m:
 	default:
@@ -294,7 +329,7 @@ func (ps *pusher) reform(g *pushGroup) *pushGroup {
 	var wg sync.WaitGroup
 	for i, id := range subs {
 		wg.Go(func() {
-			req := appendInvite(nil, ps.t.ref.Data, job, size, i+1)
+			req := appendInvite(ps.t, job, size, i+1)
 			_, errs[i] = ps.cfg.Endpoint.Anycast(ctx, ps.cfg.Switch, pushService(ps.t), uint64(id), req, ps.cfg.Fabric)
 		})
 	}

@@ -123,7 +123,7 @@ func TestSimPush(t *testing.T) {
 		for i := range n {
 			vals := []string{fmt.Sprint("r", i), fmt.Sprint("s", i)}
 			w.produce(t, s, p, i%3, vals...)
-			bytes += pushPrefix + batchHeaderLen + bodyLen(recs(vals...))
+			bytes += pushPrefix + batchHeaderLen + bodyLen(recs(vals...)) + pushTagLen
 		}
 		for _, sub := range subs {
 			receive(t, s, sub, w)

@@ -36,7 +36,7 @@ type Subscription struct {
 	groups map[*endpoint.Group]struct{}
 	wg     sync.WaitGroup
 	// Counts.
-	pushed, repaired, overflow, stale, joined, registered atomic.Uint64
+	pushed, repaired, overflow, stale, rejected, joined, registered atomic.Uint64
 }
 
 // SubscriptionStats count a subscription's work.
@@ -47,8 +47,9 @@ type SubscriptionStats struct {
 	Pushed, Repaired uint64
 	// Overflow counts pushed batches dropped because the subscription's
 	// queue was full; Stale those that arrived behind its position
-	// (read from the log already).
-	Overflow, Stale uint64
+	// (read from the log already); Rejected push messages that did not
+	// check (a tag not made with the topic's key, a bad batch header).
+	Overflow, Stale, Rejected uint64
 	// Groups counts the push groups joined; Registered the times the
 	// subscription registered again with the switch (which restarted,
 	// or counted it dead).
@@ -133,7 +134,7 @@ func (s *Subscription) Consumer() *Consumer { return s.c }
 // Stats returns the subscription's counts.
 func (s *Subscription) Stats() SubscriptionStats {
 	return SubscriptionStats{Pushed: s.pushed.Load(), Repaired: s.repaired.Load(), Overflow: s.overflow.Load(),
-		Stale: s.stale.Load(), Groups: s.joined.Load(), Registered: s.registered.Load()}
+		Stale: s.stale.Load(), Rejected: s.rejected.Load(), Groups: s.joined.Load(), Registered: s.registered.Load()}
 }
 
 // Close leaves the push service and every push group.
@@ -148,12 +149,9 @@ func (s *Subscription) Close() {
 // invited is the push service's handler: a producer's invitation into
 // its push group, joined in the background.
 func (s *Subscription) invited(_ uint64, req []byte) ([]byte, error) {
-	data, job, size, rank, err := parseInvite(req)
+	job, size, rank, err := parseInvite(s.c.t, req)
 	if err != nil {
 		return nil, err
-	}
-	if data != s.c.t.ref.Data {
-		return nil, fmt.Errorf("%w: an invitation for region %d, not %d", errBadPush, data, s.c.t.ref.Data)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -185,7 +183,7 @@ func (s *Subscription) member(job string, size, rank int) {
 		_ = g.Leave(lctx)
 		cancel()
 	}()
-	buf := make([]byte, pushPrefix+min(int(s.c.t.l.MaxBatch), MaxPushBatch))
+	buf := make([]byte, pushPrefix+min(int(s.c.t.l.MaxBatch), MaxPushBatch)+pushTagLen)
 	for {
 		n, err := g.RecvAtMost(s.ctx, 0, buf)
 		if err != nil {
@@ -247,7 +245,7 @@ func (s *Subscription) Next(ctx context.Context, wait time.Duration) ([]Record, 
 func (s *Subscription) take(ctx context.Context, m []byte) ([]Record, error) {
 	p, meta, body, err := s.parsePush(m)
 	if err != nil {
-		s.c.corrupt.Add(1)
+		s.rejected.Add(1)
 		return nil, nil
 	}
 	c := s.c
@@ -292,6 +290,10 @@ func (s *Subscription) readOver(ctx context.Context, p int, end uint64) ([]Recor
 
 // parsePush checks a pushed batch.
 func (s *Subscription) parsePush(m []byte) (int, batchMeta, []byte, error) {
+	m, err := pushUntag(s.c.t, m)
+	if err != nil {
+		return 0, batchMeta{}, nil, err
+	}
 	if len(m) < pushPrefix+batchHeaderLen || binary.LittleEndian.Uint16(m) != pushMagic {
 		return 0, batchMeta{}, nil, fmt.Errorf("%w: %d bytes", errBadPush, len(m))
 	}
