@@ -78,14 +78,28 @@ func TestBatchCorrupt(t *testing.T) {
 }
 
 // FuzzParseBatch feeds the batch decoder arbitrary bytes: it fails
-// cleanly or returns records that lie inside the body.
+// cleanly or returns records that lie inside the body. The push
+// decoders get the same bytes, tagged with the topic's key (so that
+// they are parsed past the tag), and fail cleanly too.
 func FuzzParseBatch(f *testing.F) {
 	b, m := encodeBatch(batchMeta{producer: 1}, testRecords())
 	putBatchHeader(b, m)
 	f.Add(b)
 	f.Add(skipMarker(0, 64))
 	f.Add(make([]byte, 64))
+	f.Add(append([]byte{0x4d, 0x50, 0, 0, 1, 0, 0, 0}, b...))
+	tp := &Topic{ref: Ref{Data: 1, DataKey: 2}, l: testLayout()}
+	sub := &Subscription{c: &Consumer{handle: handle{t: tp}}}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		tagged := pushTag(tp, append([]byte(nil), data...))
+		if p, m, body, err := sub.parsePush(tagged); err == nil {
+			if p < 0 || p >= tp.l.Partitions || len(body) != int(m.bodyLen) {
+				t.Fatalf("pushed batch of partition %d, body %d bytes, header %+v", p, len(body), m)
+			}
+		}
+		if job, size, rank, err := parseInvite(tp, tagged); err == nil && (rank < 1 || rank >= size || len(job) > 64) {
+			t.Fatalf("invitation to %q: rank %d of %d", job, rank, size)
+		}
 		h, err := parseBatchHeader(data, 0, 1<<20)
 		if err != nil || h.skip() {
 			return
