@@ -211,6 +211,8 @@ func TestSimPushCutRepaired(t *testing.T) {
 // TestSimPushLateJoin: a subscriber that joins after records were
 // pushed starts at its own position (a batch's offset): it reads the
 // log from there to the first batch pushed to it, then takes pushes.
+// The producer notices it when it next produces, and notices the other
+// one leave.
 func TestSimPushLateJoin(t *testing.T) {
 	simTopic(t, 24, 2, testLayout(), CreateOptions{}, func(t *testing.T, s *simMQ) {
 		early := s.subscriber(time.Hour, nil)
@@ -242,6 +244,18 @@ func TestSimPushLateJoin(t *testing.T) {
 		receive(t, s, early, w)
 		receive(t, s, late, sent{1: {"d", "e", "f", "g", "h"}})
 		if st := late.Stats(); st.Pushed != 2 || st.Repaired != 3 {
+			t.Fatalf("late subscriber %+v", st)
+		}
+		// The early one leaves: once the switch no longer lists it, the
+		// producer forms a group of the late one alone, and goes on
+		// pushing to it.
+		early.Close()
+		time.Sleep(3 * time.Second)
+		w.produce(t, s, p, 1, "i")
+		waitGroups(t, p, 3)
+		w.produce(t, s, p, 1, "j")
+		receive(t, s, late, sent{1: {"i", "j"}})
+		if st := late.Stats(); st.Pushed != 4 || st.Repaired != 3 || st.Groups != 2 {
 			t.Fatalf("late subscriber %+v", st)
 		}
 	})
