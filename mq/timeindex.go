@@ -61,6 +61,9 @@ func tagNewer(a, b uint64) bool {
 // timeKnown reports whether the handle knows that the time index word
 // of the segment holding offset off of partition p is at ts or above.
 func (h *handle) timeKnown(p int, off uint64, ts int64) bool {
+	if h.t.noIndex {
+		return true // nothing to raise
+	}
 	want := packTime(off/h.t.l.SegmentBytes, ts)
 	old := h.times[p].Load()
 	return old>>timeBits == want>>timeBits && old&timeMask >= want&timeMask
@@ -103,6 +106,13 @@ func (h *handle) indexTime(ctx context.Context, p int, off uint64, ts int64) err
 // readTimes reads the time index words of n successive segments of
 // partition p from segment seg on (n at most the ring's segments).
 func (t *Topic) readTimes(ctx context.Context, p int, seg uint64, n int) ([]uint64, error) {
+	if t.noIndex {
+		w := make([]uint64, n)
+		for i := range w {
+			w[i] = timeUnknown // says nothing: every segment is read
+		}
+		return w, nil
+	}
 	b := make([]byte, 8*n)
 	segs := uint64(t.l.Segments)
 	first := min(uint64(n), segs-seg%segs)

@@ -72,6 +72,9 @@ func checkTimeLookups(t *testing.T, s *simMQ, tp *Topic, p int) []batchTime {
 			t.Fatalf("partition %d, time %d: %+v %v, want %+v", p, ns, got, err, want)
 		}
 	}
+	if tp.noIndex {
+		return bs
+	}
 	// The index: per segment, the newest timestamp (ms) of the batches
 	// starting in it.
 	sb := tp.l.SegmentBytes
@@ -92,7 +95,8 @@ func checkTimeLookups(t *testing.T, s *simMQ, tp *Topic, p int) []batchTime {
 // in the same millisecond) until partition 0's ring has wrapped, and
 // finds the exact offset for times before, between, at and after its
 // batches; then drops the segments older than a time (Expire), finds
-// them again, and once more from a control region rebuilt from the log.
+// them again, once more from a control region rebuilt from the log,
+// and as a topic without an index.
 func TestSimTimeIndex(t *testing.T) {
 	simTopic(t, 11, 3, testLayout(), CreateOptions{}, func(t *testing.T, s *simMQ) {
 		tp, _ := s.open()
@@ -152,6 +156,20 @@ func TestSimTimeIndex(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkTimeLookups(t, s, rt, 0)
+
+		// A topic made before the time index (its control region ends
+		// before it): lookups read the batch headers, still exact, and
+		// nothing expires by age.
+		old := *rt
+		old.noIndex = true
+		checkTimeLookups(t, s, &old, 0)
+		before, err := rt.State(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, err := old.Expire(ctx, 0, time.Now()); err != nil || st != before.Start {
+			t.Fatalf("expire without an index: %d %v, want %d", st, err, before.Start)
+		}
 
 		// A consumer seeks by time and reads from there.
 		c, err := NewConsumer(ctx, rt, ConsumerConfig{})
