@@ -42,8 +42,9 @@ topic keeps; one: on at least one copy) before the next is sent; each
 batch has --timeout. It prints how many records and batches it stored
 (--json: a line per batch with its partition and offset). With --push it
 also multicasts each batch stored, once, to the topic's push subscribers
-(consume --push) through the switch; they read from the log what was
-not pushed to them.`,
+(consume --push) through the switch, from when its first batch has
+formed a group of them (a few round trips); they read from the log what
+was not pushed to them.`,
 		Example: `  seq 100 | ndma mq produce orders --catalog mq.catalog
   ndma mq produce orders --file events.txt --key user-42 --header source=import --json`,
 		Args: cobra.ExactArgs(1),
