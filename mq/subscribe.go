@@ -23,18 +23,19 @@ import (
 // skipped, as Consumer.Fetch does. Not safe for concurrent use, nor
 // together with its Consumer's Fetch.
 type Subscription struct {
-	c      *Consumer
-	cfg    Push
-	svc    *endpoint.Service
-	in     chan []byte // pushed batches received, bounded
-	held   []byte      // a pushed batch waiting for the log before it
-	seen   []time.Time // per partition: when it was last pushed or read
-	next   int         // the partition to look at first when idle
-	ctx    context.Context
-	cancel context.CancelFunc
-	mu     sync.Mutex // guards svc and groups
-	groups map[*endpoint.Group]struct{}
-	wg     sync.WaitGroup
+	c       *Consumer
+	cfg     Push
+	svc     *endpoint.Service
+	in      chan []byte // pushed batches received, bounded
+	held    []byte      // a pushed batch waiting for the log before it
+	seen    []time.Time // per partition: when it was last pushed or read
+	next    int         // the partition to look at first when idle
+	ctx     context.Context
+	cancel  context.CancelFunc
+	mu      sync.Mutex // guards svc, groups and joining
+	groups  map[*endpoint.Group]struct{}
+	joining int // invitations being joined
+	wg      sync.WaitGroup
 	// Counts.
 	pushed, repaired, overflow, stale, rejected, joined, registered atomic.Uint64
 }
@@ -155,9 +156,10 @@ func (s *Subscription) invited(_ uint64, req []byte) ([]byte, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ctx.Err() != nil || len(s.groups) >= maxPushGroups {
-		return nil, fmt.Errorf("mq: the subscription is closed or in %d push groups", len(s.groups))
+	if s.ctx.Err() != nil || len(s.groups)+s.joining >= maxPushGroups {
+		return nil, fmt.Errorf("mq: the subscription is closed or in %d push groups", len(s.groups)+s.joining)
 	}
+	s.joining++
 	s.wg.Go(func() { s.member(job, size, rank) })
 	return nil, nil
 }
@@ -168,12 +170,15 @@ func (s *Subscription) member(job string, size, rank int) {
 	jctx, cancel := context.WithTimeout(s.ctx, pushJoinWait)
 	g, err := s.cfg.Endpoint.JoinJob(jctx, s.cfg.Switch, job, size, rank, s.cfg.Fabric)
 	cancel()
+	s.mu.Lock()
+	s.joining--
+	if err == nil {
+		s.groups[g] = struct{}{}
+	}
+	s.mu.Unlock()
 	if err != nil {
 		return
 	}
-	s.mu.Lock()
-	s.groups[g] = struct{}{}
-	s.mu.Unlock()
 	s.joined.Add(1)
 	defer func() {
 		s.mu.Lock()
