@@ -217,10 +217,10 @@ func (ps *pusher) offer(part int, b []byte) {
 		ps.dropped.Add(1)
 		return
 	}
-	m := make([]byte, pushPrefix, pushPrefix+len(b)+pushTagLen)
+	m := make([]byte, pushPrefix, pushPrefix+len(b)+pushTagLen) // the pusher adds the tag
 	binary.LittleEndian.PutUint16(m, pushMagic)
 	binary.LittleEndian.PutUint32(m[4:], uint32(part))
-	m = pushTag(ps.t, append(m, b...))
+	m = append(m, b...)
 	select {
 	case ps.q <- m:
 	default:
@@ -281,7 +281,7 @@ func (ps *pusher) send(g *pushGroup, m []byte) {
 		ps.dropped.Add(1)
 		return
 	}
-	op, err := g.g.StartMulticast(m, endpoint.MulticastOptions{Continue: true, Eager: true})
+	op, err := g.g.StartMulticast(pushTag(ps.t, m), endpoint.MulticastOptions{Continue: true, Eager: true})
 	if err != nil {
 		g.broken = true
 		ps.dropped.Add(1)

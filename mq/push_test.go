@@ -28,7 +28,7 @@ func TestPushMessages(t *testing.T) {
 	enc, meta := encodeBatch(batchMeta{offset: 128, producer: 9, seq: 2}, recs("a", "b"))
 	putBatchHeader(enc, batchMeta{offset: 128, span: meta.span, count: meta.count, bodyLen: meta.bodyLen, crc: meta.crc, producer: 9, seq: 2})
 	ps.offer(2, enc[:batchHeaderLen+int(meta.bodyLen)])
-	m := <-ps.q
+	m := pushTag(tp, <-ps.q)
 	sub := &Subscription{c: &Consumer{handle: handle{t: tp}}}
 	p, got, body, err := sub.parsePush(m)
 	if err != nil || p != 2 || got.offset != 128 || got.seq != 2 {
