@@ -359,10 +359,10 @@ type ProducerStats struct {
 	// published and holes it sealed.
 	Published, Sealed uint64
 	// Pushed counts batches multicast to subscribers (Config.Push);
-	// PushDropped batches stored while there were subscribers but not
-	// pushed (no group formed yet, a full queue or window, larger than
-	// MaxPushBatch): the subscribers read them from the log; PushGroups
-	// the push groups formed.
+	// PushDropped batches not pushed although there may have been
+	// subscribers (a full queue or window, a group that broke, larger
+	// than MaxPushBatch): the subscribers read them from the log;
+	// PushGroups the push groups formed.
 	Pushed, PushDropped, PushGroups uint64
 }
 

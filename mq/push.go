@@ -176,11 +176,9 @@ type pusher struct {
 	t      *Topic
 	cfg    Push
 	id     uint64 // the producer's: names its groups
-	q      chan []byte
-	poke   chan struct{}
+	q      chan pushItem
 	stop   chan struct{}
 	done   chan struct{}
-	active atomic.Bool // a group of subscribers is formed
 	once   sync.Once
 	gen    uint64 // groups tried: names the next one
 	// Counts.
@@ -197,32 +195,24 @@ type pushGroup struct {
 }
 
 func newPusher(t *Topic, cfg Push, id uint64) *pusher {
-	ps := &pusher{t: t, cfg: cfg, id: id, q: make(chan []byte, pushQueue), poke: make(chan struct{}, 1),
-		stop: make(chan struct{}), done: make(chan struct{})}
+	ps := &pusher{t: t, cfg: cfg, id: id, q: make(chan pushItem, pushQueue), stop: make(chan struct{}), done: make(chan struct{})}
 	go ps.run()
 	return ps
 }
 
-// offer hands the batch b (header and body) of partition part to the
-// pusher, when it has subscribers; a full queue drops it.
+// pushItem is a batch stored: its partition, header and body.
+type pushItem struct {
+	part int
+	b    []byte
+}
+
+// offer hands the batch b (header and body, which the caller does not
+// change from then on) of partition part to the pusher; a full queue
+// drops it. The pusher sees a producer's batches in their order, and
+// decides alone whether to push them.
 func (ps *pusher) offer(part int, b []byte) {
 	select {
-	case ps.poke <- struct{}{}:
-	default:
-	}
-	if !ps.active.Load() {
-		return
-	}
-	if len(b) > MaxPushBatch {
-		ps.dropped.Add(1)
-		return
-	}
-	m := make([]byte, pushPrefix, pushPrefix+len(b)+pushTagLen) // the pusher adds the tag
-	binary.LittleEndian.PutUint16(m, pushMagic)
-	binary.LittleEndian.PutUint32(m[4:], uint32(part))
-	m = append(m, b...)
-	select {
-	case ps.q <- m:
+	case ps.q <- pushItem{part, b}:
 	default:
 		ps.dropped.Add(1)
 	}
@@ -234,24 +224,20 @@ func (ps *pusher) close() {
 }
 
 // run is the pusher's goroutine. It looks at the subscribers again when
-// a produce pokes it a refresh after the last look (at once when its
+// the producer produces a refresh after the last look (at once when its
 // group broke), and not while nothing is produced.
 func (ps *pusher) run() {
 	defer close(ps.done)
 	var g *pushGroup
 	var last time.Time       // the last look at the subscribers
-	var due <-chan time.Time // the next look, when poked too early
+	var due <-chan time.Time // the next look, when the producer produced too early
 	for {
 		select {
 		case <-ps.stop:
 			ps.leave(g)
 			return
-		case m := <-ps.q:
-			ps.send(g, m)
-			if g == nil || !g.broken {
-				continue
-			}
-		case <-ps.poke:
+		case it := <-ps.q:
+			ps.send(g, it)
 			if wait := ps.cfg.refresh() - time.Since(last); wait > 0 && (g == nil || !g.broken) {
 				if due == nil {
 					due = time.After(wait)
@@ -265,9 +251,13 @@ func (ps *pusher) run() {
 	}
 }
 
-// send multicasts m to g's subscribers, unless g's window is full.
-func (ps *pusher) send(g *pushGroup, m []byte) {
-	if g == nil || g.broken {
+// send multicasts batch it to g's subscribers, unless there are none,
+// it is larger than MaxPushBatch, or g's window is full.
+func (ps *pusher) send(g *pushGroup, it pushItem) {
+	if g == nil {
+		return // no subscribers: nothing to push
+	}
+	if g.broken || len(it.b) > MaxPushBatch {
 		ps.dropped.Add(1)
 		return
 	}
@@ -281,7 +271,10 @@ func (ps *pusher) send(g *pushGroup, m []byte) {
 		ps.dropped.Add(1)
 		return
 	}
-	op, err := g.g.StartMulticast(pushTag(ps.t, m), endpoint.MulticastOptions{Continue: true, Eager: true})
+	m := make([]byte, pushPrefix, pushPrefix+len(it.b)+pushTagLen)
+	binary.LittleEndian.PutUint16(m, pushMagic)
+	binary.LittleEndian.PutUint32(m[4:], uint32(it.part))
+	op, err := g.g.StartMulticast(pushTag(ps.t, append(m, it.b...)), endpoint.MulticastOptions{Continue: true, Eager: true})
 	if err != nil {
 		g.broken = true
 		ps.dropped.Add(1)
@@ -318,7 +311,6 @@ func (ps *pusher) reform(g *pushGroup) *pushGroup {
 		return g
 	}
 	ps.leave(g)
-	ps.active.Store(false)
 	if err != nil || len(subs) == 0 {
 		return nil
 	}
@@ -342,7 +334,6 @@ func (ps *pusher) reform(g *pushGroup) *pushGroup {
 		return nil
 	}
 	ps.formed.Add(1)
-	ps.active.Store(true)
 	return &pushGroup{g: jg, subs: subs}
 }
 

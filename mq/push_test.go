@@ -23,12 +23,10 @@ func TestPushMessages(t *testing.T) {
 			t.Fatalf("invitation %x: %v", bad, err)
 		}
 	}
-	ps := &pusher{t: tp, q: make(chan []byte, 1), poke: make(chan struct{}, 1)}
-	ps.active.Store(true)
 	enc, meta := encodeBatch(batchMeta{offset: 128, producer: 9, seq: 2}, recs("a", "b"))
 	putBatchHeader(enc, batchMeta{offset: 128, span: meta.span, count: meta.count, bodyLen: meta.bodyLen, crc: meta.crc, producer: 9, seq: 2})
-	ps.offer(2, enc[:batchHeaderLen+int(meta.bodyLen)])
-	m := pushTag(tp, <-ps.q)
+	m := append([]byte{0x4d, 0x50, 0, 0, 2, 0, 0, 0}, enc[:batchHeaderLen+int(meta.bodyLen)]...)
+	m = pushTag(tp, m)
 	sub := &Subscription{c: &Consumer{handle: handle{t: tp}}}
 	p, got, body, err := sub.parsePush(m)
 	if err != nil || p != 2 || got.offset != 128 || got.seq != 2 {

@@ -105,7 +105,7 @@ func (s *Subscription) register(ctx context.Context) error {
 // link was down) for four heartbeat intervals.
 func (s *Subscription) supervise() {
 	iv := 4 * s.cfg.Fabric.HeartbeatInterval()
-	t := time.NewTicker(iv)
+	t := time.NewTimer(iv)
 	defer t.Stop()
 	for {
 		select {
@@ -116,15 +116,17 @@ func (s *Subscription) supervise() {
 		s.mu.Lock()
 		svc := s.svc
 		s.mu.Unlock()
-		if time.Since(svc.Confirmed()) < iv {
+		if wait := iv - time.Since(svc.Confirmed()); wait > 0 {
+			t.Reset(wait + iv/4) // not on a heartbeat's instant
 			continue
 		}
 		svc.Close()
-		ctx, cancel := context.WithTimeout(s.ctx, iv)
+		ctx, cancel := context.WithTimeout(s.ctx, iv/2)
 		if s.register(ctx) == nil {
 			s.registered.Add(1)
 		}
 		cancel()
+		t.Reset(iv)
 	}
 }
 
