@@ -173,14 +173,14 @@ func parseInvite(t *Topic, m []byte) (job string, size, rank int, err error) {
 // pusher is a producer's push half: a goroutine that keeps its push
 // group and multicasts the batches Produce hands it.
 type pusher struct {
-	t      *Topic
-	cfg    Push
-	id     uint64 // the producer's: names its groups
-	q      chan pushItem
-	stop   chan struct{}
-	done   chan struct{}
-	once   sync.Once
-	gen    uint64 // groups tried: names the next one
+	t    *Topic
+	cfg  Push
+	id   uint64 // the producer's: names its groups
+	q    chan pushItem
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+	gen  uint64 // groups tried: names the next one
 	// Counts.
 	pushed, dropped, formed atomic.Uint64
 }
