@@ -85,10 +85,13 @@ type handle struct {
 	tm                Timing
 	w                 *watcher
 	published, sealed atomic.Uint64
+	// times is, per partition, the time index word last seen or
+	// written (see indexTime).
+	times []atomic.Uint64
 }
 
 func newHandle(t *Topic, tm Timing) handle {
-	return handle{t: t, tm: tm, w: newWatcher(t.l.Partitions)}
+	return handle{t: t, tm: tm, w: newWatcher(t.l.Partitions), times: make([]atomic.Uint64, t.l.Partitions)}
 }
 
 // advance moves partition p's committed offset forward by one step if
@@ -107,6 +110,12 @@ func (h *handle) advance(ctx context.Context, p int) (PartitionState, bool, erro
 		return st, false, err
 	}
 	if whole {
+		if !m.skip() {
+			// Its producer may have died before it indexed it.
+			if err := h.indexTime(ctx, p, c, m.timestamp); err != nil {
+				return st, false, err
+			}
+		}
 		moved, err := h.publish(ctx, p, c, c+m.span, m.skip())
 		if moved {
 			h.published.Add(1)

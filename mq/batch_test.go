@@ -78,14 +78,28 @@ func TestBatchCorrupt(t *testing.T) {
 }
 
 // FuzzParseBatch feeds the batch decoder arbitrary bytes: it fails
-// cleanly or returns records that lie inside the body.
+// cleanly or returns records that lie inside the body. The push
+// decoders get the same bytes, tagged with the topic's key (so that
+// they are parsed past the tag), and fail cleanly too.
 func FuzzParseBatch(f *testing.F) {
 	b, m := encodeBatch(batchMeta{producer: 1}, testRecords())
 	putBatchHeader(b, m)
 	f.Add(b)
 	f.Add(skipMarker(0, 64))
 	f.Add(make([]byte, 64))
+	f.Add(append([]byte{0x4d, 0x50, 0, 0, 1, 0, 0, 0}, b...))
+	tp := &Topic{ref: Ref{Data: 1, DataKey: 2}, l: testLayout()}
+	sub := &Subscription{c: &Consumer{handle: handle{t: tp}}}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		tagged := pushTag(tp, append([]byte(nil), data...))
+		if p, m, body, err := sub.parsePush(tagged); err == nil {
+			if p < 0 || p >= tp.l.Partitions || len(body) != int(m.bodyLen) {
+				t.Fatalf("pushed batch of partition %d, body %d bytes, header %+v", p, len(body), m)
+			}
+		}
+		if job, size, rank, err := parseInvite(tp, tagged); err == nil && (rank < 1 || rank >= size || len(job) > 64) {
+			t.Fatalf("invitation to %q: rank %d of %d", job, rank, size)
+		}
 		h, err := parseBatchHeader(data, 0, 1<<20)
 		if err != nil || h.skip() {
 			return
@@ -103,8 +117,8 @@ func FuzzParseBatch(f *testing.F) {
 	})
 }
 
-// TestLayout checks the geometry's bounds and where partitions and
-// groups lie.
+// TestLayout checks the geometry's bounds and where partitions, groups
+// and the time index lie.
 func TestLayout(t *testing.T) {
 	l := Layout{Partitions: 3, SegmentBytes: 4096, Segments: 4, MaxBatch: 4096, Groups: 2}
 	if err := l.Check(); err != nil {
@@ -113,11 +127,14 @@ func TestLayout(t *testing.T) {
 	if got, err := parseHeader(appendHeader(nil, l)); err != nil || got != l {
 		t.Fatalf("header: %+v %v", got, err)
 	}
-	if l.DataSize() != HeaderBytes+3*4*4096 || l.groupBytes() != 64 || l.ControlSize() != 3*64+2*64 {
+	if l.DataSize() != HeaderBytes+3*4*4096 || l.groupBytes() != 64 || l.ControlSize() != 3*64+2*64+3*4*8 {
 		t.Fatalf("sizes: data %d, group %d, control %d", l.DataSize(), l.groupBytes(), l.ControlSize())
 	}
 	if ps := l.pieces(1, 4*4096-64, 128); len(ps) != 2 || ps[0] != [2]uint64{HeaderBytes + 2*4*4096 - 64, 64} || ps[1] != [2]uint64{HeaderBytes + 4*4096, 64} {
 		t.Fatalf("a batch across the ring's end: %v", ps)
+	}
+	if a, b := l.timeAddr(0, 0), l.timeAddr(2, 4*5+3); a != 3*64+2*64 || b != a+(2*4+3)*8 {
+		t.Fatalf("time index words at %d and %d", a, b)
 	}
 	for _, bad := range []Layout{
 		{Partitions: 0, SegmentBytes: 4096, Segments: 4, MaxBatch: 4096},
@@ -125,6 +142,7 @@ func TestLayout(t *testing.T) {
 		{Partitions: 1, SegmentBytes: 4096, Segments: 1, MaxBatch: 4096},
 		{Partitions: 1, SegmentBytes: 4096, Segments: 4, MaxBatch: 8192},
 		{Partitions: 1, SegmentBytes: 4096, Segments: 4, MaxBatch: 4096, Groups: -1},
+		{Partitions: 64, SegmentBytes: 4096, Segments: 1 << 20, MaxBatch: 4096},
 	} {
 		if err := bad.Check(); !errors.Is(err, ErrBadLayout) {
 			t.Errorf("%+v: %v", bad, err)

@@ -21,7 +21,7 @@ import (
 // The Jepsen run's shape.
 const (
 	mqProducers = 3
-	mqConsumers = 2
+	mqConsumers = 3 // the last one a push subscriber
 	mqFaults    = 30 * time.Second
 	mqLossy     = 0.2
 )
@@ -30,8 +30,9 @@ func mqJepsenLayout() Layout {
 	return Layout{Partitions: 3, SegmentBytes: 64 << 10, Segments: 16, MaxBatch: 4 << 10, Groups: 2}
 }
 
-// TestSimJepsenMQ runs producers and consumers (one of them in a
-// group, committing) while a nemesis crashes and restarts memory nodes,
+// TestSimJepsenMQ runs producers (pushing what they store) and
+// consumers (in a group, committing; the last one a push subscriber)
+// while a nemesis crashes and restarts memory nodes,
 // the switch, producers and consumers, and makes links lossy or cuts
 // them, several faults at once. The history is checked exactly
 // (jepsen.CheckQueue): no acknowledged record lost, none stored twice,
@@ -89,6 +90,8 @@ type mqClient struct {
 	session int // the consumer session (consumers)
 	p       *Producer
 	c       *Consumer
+	pushing bool          // a push subscriber (consumers)
+	sub     *Subscription // its subscription
 }
 
 // start starts the client (again) on a fresh endpoint.
@@ -99,21 +102,26 @@ func (c *mqClient) start(consumer bool, sessions *int) error {
 	defer ocancel()
 	t, err := Open(octx, c.s.PoolClient(ep), c.s.topic.Ref())
 	var cons *Consumer
+	var sub *Subscription
+	push := Push{Endpoint: ep, Switch: c.s.Switch.String(), Fabric: c.s.Fab}
 	if err == nil && consumer {
 		cons, err = NewConsumer(octx, t, ConsumerConfig{Group: "g", FetchBytes: 8 << 10})
+	}
+	if err == nil && c.pushing {
+		sub, err = cons.Subscribe(octx, push)
 	}
 	if err != nil {
 		cancel()
 		ep.Close()
 		return err
 	}
-	c.ep, c.t, c.ctx, c.cancel, c.c = ep, t, ctx, cancel, cons
+	c.ep, c.t, c.ctx, c.cancel, c.c, c.sub = ep, t, ctx, cancel, cons, sub
 	c.gen++
 	if consumer {
 		*sessions++
 		c.session = *sessions
 	} else {
-		c.p = NewProducer(t, ProducerConfig{Acks: AcksAll})
+		c.p = NewProducer(t, ProducerConfig{Acks: AcksAll, Push: &push})
 	}
 	return nil
 }
@@ -126,6 +134,12 @@ func (c *mqClient) crash() {
 	c.cancel()
 	c.ep.Close()
 	c.ep = nil
+	if c.sub != nil {
+		c.sub.Close()
+	}
+	if c.p != nil {
+		c.p.Close()
+	}
 }
 
 // jepsenMQ runs the workload, with the nemesis for faults (if not
@@ -139,7 +153,7 @@ func jepsenMQ(t *testing.T, seed int64, faults time.Duration, producerLoss float
 		sessions := 0
 		var prods, conss []*mqClient
 		for i := range mqProducers + mqConsumers {
-			c := &mqClient{mu: jepsen.NewChanLock(), s: s}
+			c := &mqClient{mu: jepsen.NewChanLock(), s: s, pushing: i == mqProducers+mqConsumers-1}
 			if err := c.start(i >= mqProducers, &sessions); err != nil {
 				t.Fatal(err)
 			}
@@ -195,6 +209,9 @@ func jepsenMQ(t *testing.T, seed int64, faults time.Duration, producerLoss float
 		wg.Wait()
 		for _, c := range conss {
 			t.Logf("seed %d: consumer %+v", seed, c.c.Stats())
+			if c.sub != nil {
+				t.Logf("seed %d: subscription %+v", seed, c.sub.Stats())
+			}
 		}
 		for _, c := range prods {
 			t.Logf("seed %d: producer %+v", seed, c.p.Stats())
@@ -281,8 +298,9 @@ func mqProduceLoop(seed int64, id int, c *mqClient, h *jepsen.QueueHistory, stop
 }
 
 // mqConsumeLoop is one consumer's loop: it fetches every partition in
-// turn with a short long poll, records what it reads, and commits the
-// group's offsets now and then.
+// turn with a short long poll (a subscriber takes what is pushed or
+// repaired), records what it reads, and commits the group's offsets now
+// and then.
 func mqConsumeLoop(c *mqClient, h *jepsen.QueueHistory, stop <-chan struct{}) {
 	for n := 0; ; n++ {
 		select {
@@ -291,7 +309,7 @@ func mqConsumeLoop(c *mqClient, h *jepsen.QueueHistory, stop <-chan struct{}) {
 		default:
 		}
 		c.mu.Lock()
-		cons, cctx, session, down := c.c, c.ctx, c.session, c.ep == nil
+		cons, sub, cctx, session, down := c.c, c.sub, c.ctx, c.session, c.ep == nil
 		c.mu.Unlock()
 		if down {
 			time.Sleep(100 * time.Millisecond)
@@ -299,7 +317,13 @@ func mqConsumeLoop(c *mqClient, h *jepsen.QueueHistory, stop <-chan struct{}) {
 		}
 		part := n % mqJepsenLayout().Partitions
 		ctx, cancel := context.WithTimeout(cctx, 5*time.Second)
-		rs, err := cons.Fetch(ctx, part, 50*time.Millisecond)
+		var rs []Record
+		var err error
+		if sub != nil {
+			rs, err = sub.Next(ctx, 50*time.Millisecond)
+		} else {
+			rs, err = cons.Fetch(ctx, part, 50*time.Millisecond)
+		}
 		if err == nil && n%5 == 0 {
 			err = cons.Commit(ctx, part)
 		}

@@ -81,6 +81,8 @@ func (l Layout) Check() error {
 		return fmt.Errorf("%w: %d consumer groups (want 0 to %d)", ErrBadLayout, l.Groups, MaxGroups)
 	case l.ring()*uint64(l.Partitions) > 1<<44:
 		return fmt.Errorf("%w: %d partitions of %d bytes exceed 16 TiB", ErrBadLayout, l.Partitions, l.ring())
+	case uint64(l.Partitions)*uint64(l.Segments) > 1<<24:
+		return fmt.Errorf("%w: %d partitions of %d segments exceed 2^24 segments (the time index)", ErrBadLayout, l.Partitions, l.Segments)
 	}
 	return nil
 }
@@ -98,8 +100,20 @@ func (l Layout) groupBytes() uint64 { return (8*uint64(1+l.Partitions) + Align -
 // groupsStart is where the groups begin in the control region.
 func (l Layout) groupsStart() uint64 { return uint64(l.Partitions) * partHeaderBytes }
 
+// timesStart is where the time index begins in the control region:
+// a word per segment of every partition, after the groups.
+func (l Layout) timesStart() uint64 { return l.groupsStart() + uint64(l.Groups)*l.groupBytes() }
+
 // ControlSize is the control region's size.
-func (l Layout) ControlSize() uint64 { return l.groupsStart() + uint64(l.Groups)*l.groupBytes() }
+func (l Layout) ControlSize() uint64 {
+	return l.timesStart() + uint64(l.Partitions)*uint64(l.Segments)*8
+}
+
+// timeAddr is the control region offset of the time index word of
+// partition p's segment seg (a segment number: offset / SegmentBytes).
+func (l Layout) timeAddr(p int, seg uint64) uint64 {
+	return l.timesStart() + (uint64(p)*uint64(l.Segments)+seg%uint64(l.Segments))*8
+}
 
 // partAddr is the control region offset of partition p's header.
 func (l Layout) partAddr(p int) uint64 { return uint64(p) * partHeaderBytes }

@@ -46,6 +46,9 @@ type ProducerConfig struct {
 	ID uint64
 	// Acks is what a produce waits for.
 	Acks Acks
+	// Push, when set, multicasts every batch stored to the topic's
+	// subscribers (see Subscription); Close stops it.
+	Push *Push
 	Timing
 }
 
@@ -55,6 +58,10 @@ type Producer struct {
 	handle
 	cfg   ProducerConfig
 	parts []*prodPart
+	push  *pusher // nil without Config.Push
+	// pushErr is what is wrong with Config.Push: every produce fails
+	// with it.
+	pushErr error
 	// Counts.
 	batches, retries, dedup atomic.Uint64
 }
@@ -84,7 +91,21 @@ func NewProducer(t *Topic, cfg ProducerConfig) *Producer {
 	for range t.l.Partitions {
 		p.parts = append(p.parts, &prodPart{lock: make(chan struct{}, 1)})
 	}
+	if cfg.Push != nil {
+		if p.pushErr = cfg.Push.check(); p.pushErr == nil {
+			p.push = newPusher(t, *cfg.Push, cfg.ID)
+		}
+	}
 	return p
+}
+
+// Close stops the producer's pushes (Config.Push) and leaves its push
+// group; without Push it does nothing. Produce must not be called after
+// it.
+func (p *Producer) Close() {
+	if p.push != nil {
+		p.push.close()
+	}
 }
 
 // ID is the producer's id.
@@ -111,6 +132,9 @@ type Ack struct {
 func (p *Producer) Produce(ctx context.Context, part int, recs []Record) (Ack, error) {
 	if err := p.t.checkPartition(part); err != nil {
 		return Ack{}, err
+	}
+	if p.pushErr != nil {
+		return Ack{}, p.pushErr
 	}
 	if len(recs) == 0 {
 		return Ack{}, fmt.Errorf("%w: a batch of no records", ErrBadRequest)
@@ -192,6 +216,9 @@ func (p *Producer) produce(ctx context.Context, part int, a *attempt) (Ack, erro
 
 func (p *Producer) ack(part int, a *attempt, degraded bool) (Ack, error) {
 	p.batches.Add(1)
+	if p.push != nil {
+		p.push.offer(part, a.body[:batchHeaderLen+int(a.meta.bodyLen)])
+	}
 	ack := Ack{Partition: part, Offset: a.off, Sequence: a.seq, Degraded: degraded}
 	if degraded && p.cfg.Acks == AcksAll {
 		return ack, fmt.Errorf("mq: partition %d offset %d: %w", part, a.off, ErrNotAllCopies)
@@ -211,7 +238,20 @@ func (p *Producer) write(ctx context.Context, part int, a *attempt, began time.T
 	m := a.meta
 	m.offset, m.seq, m.timestamp = a.off, a.seq, time.Now().UnixNano()
 	putBatchHeader(a.body, m)
-	return p.t.writeLog(dctx, part, a.body, a.off)
+	// The time index is raised before the batch is published, alongside
+	// its write (when the handle does not know it is high enough).
+	var ierr chan error
+	if !p.timeKnown(part, a.off, m.timestamp) {
+		ierr = make(chan error, 1)
+		go func() { ierr <- p.indexTime(dctx, part, a.off, m.timestamp) }()
+	}
+	err := p.t.writeLog(dctx, part, a.body, a.off)
+	if ierr != nil {
+		if ie := <-ierr; ie != nil && (err == nil || errors.Is(err, pool.ErrDegraded)) {
+			err = ie
+		}
+	}
+	return err
 }
 
 // publishOwn moves the committed offset over a's batch, which this
@@ -318,10 +358,20 @@ type ProducerStats struct {
 	// Published and Sealed count other producers' batches this one
 	// published and holes it sealed.
 	Published, Sealed uint64
+	// Pushed counts batches multicast to subscribers (Config.Push);
+	// PushDropped batches not pushed although there may have been
+	// subscribers (a full queue or window, a group that broke, larger
+	// than MaxPushBatch): the subscribers read them from the log;
+	// PushGroups the push groups formed.
+	Pushed, PushDropped, PushGroups uint64
 }
 
 // Stats returns the producer's counts.
 func (p *Producer) Stats() ProducerStats {
-	return ProducerStats{Batches: p.batches.Load(), Retries: p.retries.Load(), Duplicates: p.dedup.Load(),
+	st := ProducerStats{Batches: p.batches.Load(), Retries: p.retries.Load(), Duplicates: p.dedup.Load(),
 		Published: p.published.Load(), Sealed: p.sealed.Load()}
+	if p.push != nil {
+		st.Pushed, st.PushDropped, st.PushGroups = p.push.pushed.Load(), p.push.dropped.Load(), p.push.formed.Load()
+	}
+	return st
 }

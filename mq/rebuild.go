@@ -53,7 +53,9 @@ func Rebuild(ctx context.Context, pc *pool.Client, ref Ref, controlColumns int) 
 // logEntry is a batch header found in a partition's ring.
 type logEntry struct {
 	off, span uint64
-	whole     bool // a skip marker, or a batch whose body checks
+	whole     bool  // a skip marker, or a batch whose body checks
+	skip      bool  // a skip marker
+	ts        int64 // a batch's timestamp
 }
 
 // rebuildPartition scans partition p's ring, seals what lies between
@@ -64,6 +66,7 @@ func (t *Topic) rebuildPartition(ctx context.Context, p int) error {
 		return err
 	}
 	var st PartitionState
+	times := make(map[uint64]uint64) // the time index: segment → word
 	if len(es) > 0 {
 		st.Start = es[0].off
 		pos := st.Start
@@ -82,10 +85,20 @@ func (t *Topic) rebuildPartition(ctx context.Context, p int) error {
 					return err
 				}
 				st.Holes++
+			} else if !e.skip {
+				seg := e.off / t.l.SegmentBytes
+				times[seg] = max(times[seg], packTime(seg, e.ts))
 			}
 			pos = e.off + e.span
 		}
 		st.Committed, st.Tail = pos, pos
+	}
+	for seg, w := range times {
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], w)
+		if _, err := t.ctl.WriteAtContext(ctx, b[:], int64(t.l.timeAddr(p, seg))); err != nil {
+			return fmt.Errorf("mq: writing the time index of partition %d of %q: %w", p, t.ref.Name, err)
+		}
 	}
 	var w [wordClaim]byte
 	binary.LittleEndian.PutUint64(w[wordTail:], st.Tail)
@@ -121,7 +134,7 @@ func (t *Topic) scanRing(ctx context.Context, p int) ([]logEntry, error) {
 			if err != nil || m.span > ring {
 				continue
 			}
-			es = append(es, logEntry{off: off, span: m.span, whole: m.skip()})
+			es = append(es, logEntry{off: off, span: m.span, whole: m.skip(), skip: m.skip(), ts: m.timestamp})
 		}
 	}
 	if len(es) == 0 {

@@ -41,6 +41,10 @@ type Topic struct {
 	l    Layout
 	ctl  *pool.Region
 	data *pool.Region
+	// noIndex: the control region ends before the time index (a topic
+	// made before there was one): lookups by time read every batch
+	// header, and nothing is indexed (Rebuild gives it one).
+	noIndex bool
 }
 
 // Create makes a topic of layout l: its control region (one copy, a
@@ -92,10 +96,10 @@ func Open(ctx context.Context, pc *pool.Client, ref Ref) (*Topic, error) {
 	if err != nil {
 		return nil, err
 	}
-	if uint64(ctl.Size()) < l.ControlSize() || uint64(data.Size()) < l.DataSize() {
+	if uint64(ctl.Size()) < l.timesStart() || uint64(data.Size()) < l.DataSize() {
 		return nil, fmt.Errorf("%w: the regions of %q are smaller than its layout", ErrBadLayout, ref.Name)
 	}
-	return &Topic{ref: ref, l: l, ctl: ctl, data: data}, nil
+	return &Topic{ref: ref, l: l, ctl: ctl, data: data, noIndex: uint64(ctl.Size()) < l.ControlSize()}, nil
 }
 
 // Free frees the topic's regions: every access to them fails from then

@@ -41,12 +41,15 @@ speaks the Kafka protocol over the catalog, for unmodified Kafka clients.
 Give every mq command a credential of role client (--credential or
 $NDMA_CREDENTIAL), or a job's rank its member credential: its datagrams
 are sealed, region keys included. A command without one refuses to run,
-unless --insecure (on a fabric that does not seal).`,
+unless --insecure (on a fabric that does not seal). Pushing (produce
+--push, consume --push) joins groups and a service at the switch: on a
+sealed fabric it takes a member credential of scope mq (mq/NAME).`,
 	}
 	mf.register(cmd)
 	cmd.PersistentFlags().StringVar(&mf.catalog, "catalog", os.Getenv("NDMA_MQ_CATALOG"), "the catalog `file` (default $NDMA_MQ_CATALOG)")
-	topic := &cobra.Command{Use: "topic", Short: "Create, list, describe, rebuild and remove topics"}
-	topic.AddCommand(newMqTopicCreateCmd(&mf), newMqTopicLsCmd(&mf), newMqTopicDescribeCmd(&mf), newMqTopicRebuildCmd(&mf), newMqTopicRmCmd(&mf))
+	topic := &cobra.Command{Use: "topic", Short: "Create, list, describe, rebuild, expire and remove topics"}
+	topic.AddCommand(newMqTopicCreateCmd(&mf), newMqTopicLsCmd(&mf), newMqTopicDescribeCmd(&mf), newMqTopicRebuildCmd(&mf),
+		newMqTopicExpireCmd(&mf), newMqTopicRmCmd(&mf))
 	mf.hintCredential(topic.Commands()...)
 	cmd.AddCommand(newMqInitCmd(&mf), topic, newMqProduceCmd(&mf), newMqConsumeCmd(&mf), newMqServeCmd(&mf))
 	mf.hintCredential(cmd.Commands()...)
@@ -87,11 +90,17 @@ func readCatalogFile(path string) (uint32, uint64, error) {
 // bounded by --timeout, the pool client and the catalog.
 type mqSession struct {
 	ep     *endpoint.Endpoint
+	fab    endpoint.FabricOptions
+	sw     string
 	ctx    context.Context
 	cancel context.CancelFunc
 	pc     *pool.Client
 	cat    *mq.Catalog
 }
+
+// push is what pushes and push subscriptions of the session go through:
+// its endpoint and switch.
+func (s *mqSession) push() mq.Push { return mq.Push{Endpoint: s.ep, Switch: s.sw, Fabric: s.fab} }
 
 func (s *mqSession) close() {
 	s.cancel()
@@ -108,7 +117,7 @@ func (mf *mqFlags) open(cmd *cobra.Command) (*mqSession, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &mqSession{ep: ep, ctx: ctx, cancel: cancel}
+	s := &mqSession{ep: ep, fab: fab, sw: mf.sw, ctx: ctx, cancel: cancel}
 	s.pc, err = pool.New(ep, mf.sw, pool.Options{Fabric: fab})
 	if err == nil {
 		s.cat, err = mq.OpenCatalog(ctx, s.pc, region, key)

@@ -24,6 +24,7 @@ type mqProduceFlags struct {
 	file, key, acks string
 	partition, max  int
 	headers         []string
+	push            bool
 }
 
 // newMqProduceCmd is ndma mq produce.
@@ -39,7 +40,11 @@ of --key's hash, or, without a key, to the partitions in turn. A batch is
 acknowledged (--acks all: once it is published and on every copy the
 topic keeps; one: on at least one copy) before the next is sent; each
 batch has --timeout. It prints how many records and batches it stored
-(--json: a line per batch with its partition and offset).`,
+(--json: a line per batch with its partition and offset). With --push it
+also multicasts each batch stored, once, to the topic's push subscribers
+(consume --push) through the switch, from when its first batch has
+formed a group of them (a few round trips); they read from the log what
+was not pushed to them.`,
 		Example: `  seq 100 | ndma mq produce orders --catalog mq.catalog
   ndma mq produce orders --file events.txt --key user-42 --header source=import --json`,
 		Args: cobra.ExactArgs(1),
@@ -52,6 +57,7 @@ batch has --timeout. It prints how many records and batches it stored
 	fl.StringArrayVar(&f.headers, "header", nil, "a `name=value` header for every record (repeatable)")
 	fl.IntVar(&f.max, "batch", 100, "the most records in one batch")
 	fl.StringVar(&f.acks, "acks", "all", "what a batch waits for: all (every copy) or one (at least one copy)")
+	fl.BoolVar(&f.push, "push", false, "multicast each batch stored to the topic's push subscribers")
 	return cmd
 }
 
@@ -106,7 +112,12 @@ func mqProduce(cmd *cobra.Command, mf *mqFlags, f *mqProduceFlags, topic string)
 		h.Write([]byte(f.key))
 		part = int(h.Sum32() % uint32(l.Partitions))
 	}
+	if f.push {
+		push := s.push()
+		cfg.Push = &push
+	}
 	b := &mqBatcher{cmd: cmd, mf: mf, p: mq.NewProducer(t, cfg), part: part, parts: l.Partitions, max: f.max, room: int(l.MaxBatch) - mq.BatchHeaderBytes}
+	defer b.p.Close()
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), int(l.MaxBatch))
 	for sc.Scan() {
@@ -195,6 +206,8 @@ type mqConsumeFlags struct {
 	group     string
 	count     int
 	wait      time.Duration
+	push      bool
+	fromTime  string
 }
 
 // newMqConsumeCmd is ndma mq consume.
@@ -207,13 +220,22 @@ func newMqConsumeCmd(mf *mqFlags) *cobra.Command {
 prints each record's value on a line (--json: a JSON object a line, with
 partition, offset, index in its batch, key, value or value_base64,
 headers, producer, sequence and timestamp). It reads every partition (or
---partition) from its start, from --offset (with --partition), or from
---group's committed offsets, which it commits, past the records it
-printed, when it ends. It ends after --count records, or once it has
-waited --wait with nothing new.`,
+--partition) from its start, from --offset (with --partition), from the
+first batch written at or after --from-time (an RFC 3339 time, or a
+duration meaning that long ago), or from --group's committed offsets,
+which it commits, past the records it printed, when it ends. It ends
+after --count records, or once it has waited --wait with nothing new.
+
+With --push it subscribes to the topic's pushes: producers that push
+(produce --push) multicast each batch to it through the switch, and it
+reads from the log only what was not pushed to it (a gap in a
+partition's offsets, or a partition quiet for a while), so records still
+come in order, none skipped or twice. At the end it prints to stderr how
+many records came pushed and how many from the log.`,
 		Example: `  ndma mq consume orders --catalog mq.catalog
   ndma mq consume orders --group billing --count 10 --json
-  ndma mq consume orders --partition 2 --offset 4096 --wait 10s`,
+  ndma mq consume orders --partition 2 --offset 4096 --wait 10s
+  ndma mq consume orders --from-time 15m --push --wait 1h`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return mqConsume(cmd, mf, &f, args[0]) },
 	}
@@ -223,15 +245,30 @@ waited --wait with nothing new.`,
 	fl.StringVar(&f.group, "group", "", "start at this consumer group's offsets and commit them at the end")
 	fl.IntVar(&f.count, "count", 0, "stop after this many records (0: no limit)")
 	fl.DurationVar(&f.wait, "wait", 0, "wait this long for new records before ending")
+	fl.BoolVar(&f.push, "push", false, "take the batches producers push, reading the log only for what was not pushed")
+	fl.StringVar(&f.fromTime, "from-time", "", "start at the first batch written at or after this `time` (RFC 3339, or a duration: that long ago)")
 	return cmd
+}
+
+// parseFromTime reads --from-time: an RFC 3339 time, or a duration
+// before now.
+func parseFromTime(v string) (time.Time, error) {
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return time.Now().Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("--from-time %q: want an RFC 3339 time (2026-01-02T15:04:05Z) or a duration (15m)", v)
+	}
+	return t, nil
 }
 
 func mqConsume(cmd *cobra.Command, mf *mqFlags, f *mqConsumeFlags, topic string) error {
 	switch {
 	case f.offset >= 0 && f.partition < 0:
 		return errors.New("--offset: give --partition too")
-	case f.offset >= 0 && f.group != "":
-		return errors.New("--offset and --group: give one of them")
+	case f.offset >= 0 && f.group != "", f.offset >= 0 && f.fromTime != "", f.fromTime != "" && f.group != "":
+		return errors.New("--offset, --from-time and --group: give one of them")
 	case f.partition < -1:
 		return fmt.Errorf("--partition %d: want a partition's number", f.partition)
 	case f.count < 0 || f.wait < 0:
@@ -264,9 +301,24 @@ func mqConsume(cmd *cobra.Command, mf *mqFlags, f *mqConsumeFlags, topic string)
 			return fmt.Errorf("--offset: %w", err)
 		}
 	}
+	if f.fromTime != "" {
+		at, err := parseFromTime(f.fromTime)
+		if err != nil {
+			return err
+		}
+		for _, p := range parts {
+			if _, err := c.SeekTime(s.ctx, p, at); err != nil {
+				return fmt.Errorf("--from-time: %w", err)
+			}
+		}
+	}
 	w := bufio.NewWriter(cmd.OutOrStdout())
 	defer w.Flush()
-	err = mqConsumeLoop(cmd, mf, f, c, parts, w)
+	if f.push {
+		err = mqSubscribeLoop(cmd, mf, f, s, c, parts, w)
+	} else {
+		err = mqConsumeLoop(cmd, mf, f, c, parts, w)
+	}
 	if f.group != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), mf.timeout)
 		defer cancel()

@@ -63,6 +63,8 @@ func TestArchitectureTables(t *testing.T) {
 		"mq.MaxPartitions":        mq.MaxPartitions,
 		"mq.MaxGroups":            mq.MaxGroups,
 		"mq.MaxCatalogSlots":      mq.MaxCatalogSlots,
+		"mq.MaxPushBatch":         mq.MaxPushBatch,
+		"mq.MaxSubscribers":       mq.MaxSubscribers,
 		"kafka.DefaultMaxConns":   kafka.DefaultMaxConns,
 		"kafka.DefaultMaxFrame":   kafka.DefaultMaxFrame,
 		"kafka.DefaultFetchBytes": kafka.DefaultFetchBytes,

@@ -19,7 +19,9 @@
 // returns whole batches, each spanning Kafka offsets up to the next
 // batch; a fetch at an offset other than where the connection's last
 // fetch of the partition ended finds its batch with Topic.BatchStart.
-// Kafka offsets so grow, with gaps, as after a compaction.
+// Kafka offsets so grow, with gaps, as after a compaction. ListOffsets
+// by timestamp answers from mq's time index (Topic.OffsetForTime): the
+// first batch written at or after the time, with its timestamp.
 //
 // Consumer groups: membership and rebalances (JoinGroup, SyncGroup,
 // Heartbeat, LeaveGroup) are kept by a coordinator in this process

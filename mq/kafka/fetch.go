@@ -197,8 +197,8 @@ func (c *conn) fetchPartition(ctx context.Context, fp fetchPart, read bool) int 
 }
 
 // listOffsets answers the earliest (-2) and latest (-1) offsets of
-// partitions; a lookup by time is refused (INVALID_REQUEST): mq keeps
-// no time index.
+// partitions, and for a timestamp (milliseconds) the first batch written
+// at or after it (mq.Topic.OffsetForTime), or -1 when there is none.
 func (c *conn) listOffsets(req *kmsg.ListOffsetsRequest) *kmsg.ListOffsetsResponse {
 	ctx, cancel := c.ctx()
 	defer cancel()
@@ -222,8 +222,19 @@ func (c *conn) listOffsets(req *kmsg.ListOffsetsRequest) *kmsg.ListOffsetsRespon
 				rp.Offset = int64(st.Committed)
 			case p.Timestamp == -2:
 				rp.Offset = int64(st.Start)
-			default:
+			case p.Timestamp < 0:
 				rp.ErrorCode = errInvalidRequest
+			default:
+				// The first batch whose timestamp (milliseconds) is at
+				// or after the one asked for, from mq's time index;
+				// none: -1.
+				r, err := o.t.OffsetForTime(ctx, int(p.Partition), time.UnixMilli(p.Timestamp))
+				switch {
+				case err != nil:
+					rp.ErrorCode = produceCode(err)
+				case r.Found:
+					rp.Offset, rp.Timestamp = int64(r.Offset), r.Timestamp/int64(time.Millisecond)
+				}
 			}
 			rt.Partitions = append(rt.Partitions, rp)
 		}

@@ -142,7 +142,7 @@ func TestKgoProduceConsumeGroup(t *testing.T) {
 			t.Errorf("partition %d: group offset %d %v %v, want the last record's %d + 1, log committed to %d (%v)", p, off, ok, gerr, last, st.Committed, err)
 		}
 	}
-	checkListOffsets(t, prod, ctx, top.State)
+	checkListOffsets(t, prod, ctx, top)
 	checkFetchMaxBytes(t, prod, ctx)
 }
 
@@ -173,11 +173,15 @@ func checkFetchMaxBytes(t *testing.T, cl *kgo.Client, ctx context.Context) {
 }
 
 // checkListOffsets asks for the earliest and latest offsets of both
-// partitions of orders: mq's start and committed offsets.
-func checkListOffsets(t *testing.T, cl *kgo.Client, ctx context.Context, state func(context.Context, int) (mq.PartitionState, error)) {
+// partitions of orders (mq's start and committed offsets), and by time:
+// the epoch finds the first batch, with its timestamp; an hour from now
+// finds none (-1).
+func checkListOffsets(t *testing.T, cl *kgo.Client, ctx context.Context, top *mq.Topic) {
 	t.Helper()
-	for _, ts := range []int64{-2, -1} {
+	future := time.Now().Add(time.Hour).UnixMilli()
+	for _, ts := range []int64{-2, -1, 0, future} {
 		req := kmsg.NewPtrListOffsetsRequest()
+		req.Version = 1
 		rt := kmsg.NewListOffsetsRequestTopic()
 		rt.Topic = "orders"
 		for p := range int32(2) {
@@ -191,13 +195,27 @@ func checkListOffsets(t *testing.T, cl *kgo.Client, ctx context.Context, state f
 			t.Fatalf("list offsets %d: %+v %v", ts, resp, err)
 		}
 		for _, rp := range resp.Topics[0].Partitions {
-			st, err := state(ctx, int(rp.Partition))
-			want := int64(st.Committed)
-			if ts == -2 {
+			st, err := top.State(ctx, int(rp.Partition))
+			want, wantTS := int64(st.Committed), int64(-1)
+			switch ts {
+			case -2, 0:
 				want = int64(st.Start)
+			case future:
+				want = -1
 			}
-			if err != nil || rp.ErrorCode != 0 || rp.Offset != want || st.Committed == st.Start {
-				t.Errorf("list offsets %d, partition %d: %d (code %d), want %d (%v)", ts, rp.Partition, rp.Offset, rp.ErrorCode, want, err)
+			if ts == 0 {
+				c, cerr := mq.NewConsumer(ctx, top, mq.ConsumerConfig{})
+				var rs []mq.Record
+				if cerr == nil {
+					rs, cerr = c.Fetch(ctx, int(rp.Partition), 0)
+				}
+				if cerr != nil || len(rs) == 0 {
+					t.Fatalf("partition %d: reading the first batch: %v", rp.Partition, cerr)
+				}
+				wantTS = rs[0].Timestamp / int64(time.Millisecond)
+			}
+			if err != nil || rp.ErrorCode != 0 || rp.Offset != want || st.Committed == st.Start || ts >= 0 && rp.Timestamp != wantTS {
+				t.Errorf("list offsets %d, partition %d: %d at %d (code %d), want %d at %d (%v)", ts, rp.Partition, rp.Offset, rp.Timestamp, rp.ErrorCode, want, wantTS, err)
 			}
 		}
 	}
