@@ -13,6 +13,9 @@ const (
 	// mq): producers reserve, write and publish batches in the pool,
 	// subscribers read the partitions' logs one-sidedly.
 	MQNative = "ndma"
+	// MQKafka is NDMA's queue through its Kafka front end (ndma mq
+	// serve --kafka), driven by franz-go (kgo).
+	MQKafka = "ndma-kafka"
 	// MQRedis is Redis Streams (redis-server, persistence off): XADD,
 	// and XREAD by each subscriber, through go-redis.
 	MQRedis = "redis"
@@ -23,18 +26,19 @@ const (
 )
 
 // mqTargets are the targets in their default order.
-var mqTargets = []string{MQNative, MQRedis, MQNATS}
+var mqTargets = []string{MQNative, MQKafka, MQRedis, MQNATS}
 
 // MQConfig configures RunMQ. Zero values select the defaults.
 type MQConfig struct {
 	// Binary is the ndma binary: the switch and the memory nodes run as
-	// its processes on loopback, as deployed (required for MQNative).
+	// its processes on loopback, as deployed (required for MQNative and
+	// MQKafka).
 	Binary string
 	// RedisServer and NATSServer are the peers' server binaries (empty:
 	// "redis-server" and "nats-server" from PATH).
 	RedisServer, NATSServer string
 	// Targets are the queues measured, in order (empty: MQNative,
-	// MQRedis and MQNATS).
+	// MQKafka, MQRedis and MQNATS).
 	Targets []string
 	// Producers write the topic (zero: 1); Subscribers each receive
 	// every record (zero: 3); Partitions split the topic (zero: 1). A
@@ -107,11 +111,11 @@ const (
 func (c *MQConfig) validate() error {
 	for _, t := range c.Targets {
 		if !slices.Contains(mqTargets, t) {
-			return fmt.Errorf("%w: target %q (want %s, %s or %s)", ErrBadValue, t, MQNative, MQRedis, MQNATS)
+			return fmt.Errorf("%w: target %q (want %s, %s, %s or %s)", ErrBadValue, t, MQNative, MQKafka, MQRedis, MQNATS)
 		}
 	}
 	switch {
-	case c.Binary == "" && slices.Contains(c.Targets, MQNative):
+	case c.Binary == "" && (slices.Contains(c.Targets, MQNative) || slices.Contains(c.Targets, MQKafka)):
 		return fmt.Errorf("%w: no ndma binary to run the queue's processes", ErrBadValue)
 	case c.Producers < 1 || c.Producers > 256:
 		return fmt.Errorf("%w: %d producers (want 1 to 256)", ErrBadValue, c.Producers)
@@ -253,6 +257,8 @@ func startMQTarget(ctx context.Context, cfg *MQConfig, name string) (mqTarget, e
 	switch name {
 	case MQNative:
 		return startMQNative(ctx, cfg)
+	case MQKafka:
+		return startMQKafka(ctx, cfg)
 	case MQRedis:
 		return startMQRedis(ctx, cfg)
 	default:

@@ -23,7 +23,7 @@ func TestRunMQProcesses(t *testing.T) {
 		t.Skip("-short: builds ndma and starts its daemons")
 	}
 	bin := ndmaBinary(t)
-	targets := []string{MQNative}
+	targets := []string{MQNative, MQKafka}
 	for _, p := range []struct{ target, server string }{{MQRedis, "redis-server"}, {MQNATS, "nats-server"}} {
 		if _, err := exec.LookPath(p.server); err == nil {
 			targets = append(targets, p.target)
@@ -60,6 +60,8 @@ func TestRunMQProcesses(t *testing.T) {
 		// this short a server may show none, but every one is there.
 		want := []string{"switch", "memd0", "memd1"}
 		switch r.Target {
+		case MQKafka:
+			want = append(want, "mq-serve")
 		case MQRedis:
 			want = []string{"redis-server"}
 		case MQNATS:
@@ -99,6 +101,7 @@ func TestRunMQMissingServer(t *testing.T) {
 func TestMQConfigRefused(t *testing.T) {
 	for _, c := range []MQConfig{
 		{Binary: "ndma", Targets: []string{"kafka"}},
+		{Targets: []string{MQKafka}},
 		{Targets: []string{MQNative}},
 		{Binary: "ndma", RecordSize: 99},
 		{Binary: "ndma", RecordSize: 64<<10 + 1},
