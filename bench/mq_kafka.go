@@ -105,7 +105,8 @@ func (t *mqKafka) sender(_ context.Context, i, _ int) (mqSender, error) {
 	if t.prods[i] == nil {
 		cl, err := t.client(kgo.DefaultProduceTopic("bench"), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 			kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.DisableIdempotentWrite(),
-			kgo.MaxProduceRequestsInflightPerBroker(t.inFlight), kgo.ProducerBatchMaxBytes(t.maxBytes), kgo.RecordRetries(0))
+			kgo.MaxProduceRequestsInflightPerBroker(t.inFlight), kgo.ProducerBatchMaxBytes(t.maxBytes), kgo.RecordRetries(0),
+			kgo.ProducerLinger(0))
 		if err != nil {
 			return nil, err
 		}
@@ -114,8 +115,10 @@ func (t *mqKafka) sender(_ context.Context, i, _ int) (mqSender, error) {
 	return mqKafkaSender{t.prods[i]}, nil
 }
 
-// mqKafkaSender produces a batch with one ProduceSync: kgo sends it in
-// one request when it fits ProducerBatchMaxBytes.
+// mqKafkaSender produces a batch with one ProduceSync. kgo lingers not
+// (the benchmark has gathered the batch): it sends what it has buffered
+// for the broker whenever fewer than the producer's in-flight requests
+// are outstanding, up to ProducerBatchMaxBytes a partition.
 type mqKafkaSender struct{ cl *kgo.Client }
 
 func (s mqKafkaSender) send(ctx context.Context, part int, vals [][]byte) error {

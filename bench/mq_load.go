@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// mqDrainIdle is how long the subscribers may receive nothing, after
+// MQDrainIdle is how long the subscribers may receive nothing, after
 // the producers have ended, before a run ends short of every record.
-const mqDrainIdle = 2 * time.Second
+const MQDrainIdle = 2 * time.Second
 
 // mqSendTimeout bounds one produce request: one that takes longer
 // counts as failed.
@@ -123,7 +123,7 @@ func runMQLoad(ctx context.Context, cfg *MQConfig, name string, t mqTarget) (MQR
 
 // waitMQ waits until the producers have ended and the subscribers have
 // every record acknowledged to them, or have received nothing for
-// mqDrainIdle since the producers ended; it reports progress meanwhile.
+// MQDrainIdle since the producers ended; it reports progress meanwhile.
 func waitMQ(ctx context.Context, cfg *MQConfig, prods []*mqProducer, subs []*mqSub, start time.Time, prodDone <-chan struct{}) {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
@@ -162,7 +162,7 @@ func waitMQ(ctx context.Context, cfg *MQConfig, prods []*mqProducer, subs []*mqS
 			if delivered != lastCount {
 				lastCount, idleSince = delivered, now
 			}
-			if all || now.Sub(idleSince) >= mqDrainIdle {
+			if all || now.Sub(idleSince) >= MQDrainIdle {
 				return
 			}
 		}
@@ -179,28 +179,21 @@ func mqSum(prods []*mqProducer, f func(*mqProducer) int64) int64 {
 
 // produceMQ runs producer p: it makes records (paced by cfg.Rate),
 // gathers them in batches of up to cfg.Batch (waiting at most
-// cfg.Linger for one to fill), and hands each to the first free of its
-// senders, until cfg.Records records or cfg.Duration.
+// cfg.Linger for one to fill), and hands each to a free sender, until
+// cfg.Records records or cfg.Duration. An unpaced producer makes a
+// batch once a sender is free for it, so that its records' end-to-end
+// time starts when they can be sent; a paced one makes its records when
+// they are due, and they wait for a free sender if none is.
 func produceMQ(ctx context.Context, cfg *MQConfig, p *mqProducer, senders []mqSender, start time.Time) {
-	queue := make(chan mqBatch)
+	queue := make(chan mqBatch, len(senders))
+	free := make(chan struct{}, len(senders))
 	var wg sync.WaitGroup
 	for _, s := range senders {
+		free <- struct{}{}
 		wg.Go(func() {
 			for b := range queue {
-				sent := time.Now()
-				sctx, cancel := context.WithTimeout(ctx, mqSendTimeout)
-				err := s.send(sctx, b.part, b.vals)
-				cancel()
-				now := time.Now()
-				if err != nil {
-					p.errs.Add(1)
-					continue
-				}
-				p.acked.Add(int64(len(b.vals)))
-				p.mu.Lock()
-				p.ack.add(now.Sub(sent))
-				p.last = now
-				p.mu.Unlock()
+				p.sent(ctx, s, b)
+				free <- struct{}{}
 			}
 		})
 	}
@@ -211,14 +204,22 @@ func produceMQ(ctx context.Context, cfg *MQConfig, p *mqProducer, senders []mqSe
 		batch      [][]byte
 		batchStart time.Time
 		made       int
+		held       bool // a free sender is this producer's
 	)
-	dispatch := func() bool {
+	acquire := func() bool {
 		select {
-		case queue <- mqBatch{part: part, vals: batch}:
+		case <-free:
+			held = true
 		case <-ctx.Done():
+		}
+		return held
+	}
+	dispatch := func() bool {
+		if !held && !acquire() {
 			return false
 		}
-		batch, part = nil, (part+1)%cfg.Partitions
+		queue <- mqBatch{part: part, vals: batch}
+		batch, part, held = nil, (part+1)%cfg.Partitions, false
 		return true
 	}
 	for ctx.Err() == nil {
@@ -241,6 +242,12 @@ func produceMQ(ctx context.Context, cfg *MQConfig, p *mqProducer, senders []mqSe
 		if over {
 			return
 		}
+		if cfg.Rate == 0 && !held {
+			if !acquire() {
+				return
+			}
+			continue // the time to end may have come meanwhile
+		}
 		sleepUntil(ctx, due)
 		now := time.Now()
 		if len(batch) == 0 {
@@ -255,6 +262,24 @@ func produceMQ(ctx context.Context, cfg *MQConfig, p *mqProducer, senders []mqSe
 			return
 		}
 	}
+}
+
+// sent sends b with s and counts it.
+func (p *mqProducer) sent(ctx context.Context, s mqSender, b mqBatch) {
+	began := time.Now()
+	sctx, cancel := context.WithTimeout(ctx, mqSendTimeout)
+	err := s.send(sctx, b.part, b.vals)
+	cancel()
+	now := time.Now()
+	if err != nil {
+		p.errs.Add(1)
+		return
+	}
+	p.acked.Add(int64(len(b.vals)))
+	p.mu.Lock()
+	p.ack.add(now.Sub(began))
+	p.last = now
+	p.mu.Unlock()
 }
 
 // sleepUntil sleeps until t or ctx's end.

@@ -23,6 +23,7 @@ type mqNative struct {
 	ep    *endpoint.Endpoint
 	topic *mq.Topic
 	parts int
+	fetch int // log bytes a subscriber reads at once
 }
 
 // mqLayout is the topic's geometry for cfg: batches of cfg.Batch
@@ -40,7 +41,7 @@ func startMQNative(ctx context.Context, cfg *MQConfig) (_ mqTarget, err error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &mqNative{g: g, parts: cfg.Partitions}
+	t := &mqNative{g: g, parts: cfg.Partitions, fetch: mqFetchRecords(cfg) * (cfg.RecordSize + mqRecOverhead)}
 	defer func() {
 		if err != nil {
 			t.close()
@@ -84,7 +85,7 @@ func (s mqNativeSender) send(ctx context.Context, part int, vals [][]byte) error
 }
 
 func (t *mqNative) subscriber(ctx context.Context, _ int) (mqSubscriber, error) {
-	c, err := mq.NewConsumer(ctx, t.topic, mq.ConsumerConfig{})
+	c, err := mq.NewConsumer(ctx, t.topic, mq.ConsumerConfig{FetchBytes: t.fetch})
 	if err != nil {
 		return nil, err
 	}

@@ -43,8 +43,8 @@ func startMQRedis(ctx context.Context, cfg *MQConfig) (mqTarget, error) {
 	return t, nil
 }
 
-// mqFetchRecords is the records a subscriber asks for at once: about
-// 256 KiB of them, as NDMA's consumer reads (mq.DefaultFetchBytes).
+// mqFetchRecords is the records a subscriber of any target asks for at
+// once: about 256 KiB of them (mq.DefaultFetchBytes), at least 16.
 func mqFetchRecords(cfg *MQConfig) int { return max(16, (256<<10)/cfg.RecordSize) }
 
 func (t *mqRedis) client(conns int) *redis.Client {

@@ -174,6 +174,9 @@ func mqNote(r bench.MQResult) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %d records produced, %d delivered to %d subscribers; server CPU µs/rec: %s", r.Target, r.Produced,
 		r.Delivered, r.Subscribers, strings.Join(parts, ", "))
+	if short := r.Produced*int64(r.Subscribers) - r.Delivered; short > 0 {
+		fmt.Fprintf(&b, "; %d deliveries short of every record to every subscriber (dropped by retention before they were read, or not received within %v of the last)", short, bench.MQDrainIdle)
+	}
 	if r.Wrong > 0 {
 		fmt.Fprintf(&b, "; %d records not the benchmark's", r.Wrong)
 	}
