@@ -209,12 +209,12 @@ func RunMQ(ctx context.Context, cfg MQConfig, emit func(MQResult) error) error {
 	for _, name := range cfg.Targets {
 		t, err := startMQTarget(ctx, &cfg, name)
 		if err != nil {
-			return fmt.Errorf("bench: %s: %w", name, err)
+			return fmt.Errorf("target %s: %w", name, err)
 		}
 		res, err := runMQLoad(ctx, &cfg, name, t)
 		t.close()
 		if err != nil {
-			return fmt.Errorf("bench: %s: %w", name, err)
+			return fmt.Errorf("target %s: %w", name, err)
 		}
 		if err := emit(res); err != nil {
 			return err

@@ -141,11 +141,13 @@ func runBenchMQ(cmd *cobra.Command, f *mqBenchFlags) error {
 		return bench.RunMQ(cmd.Context(), cfg, func(r bench.MQResult) error { return enc.Encode(r) })
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "target\tproduced/s\tdelivered/s\tack p50 µs\tack p99 µs\te2e p50 µs\te2e p99 µs\tclient CPU µs/rec\tserver CPU µs/rec\tout of order\terrors\t")
 	var notes []string
 	err = bench.RunMQ(cmd.Context(), cfg, func(r bench.MQResult) error {
 		if prog.bar != nil {
 			_ = prog.bar.Clear()
+		}
+		if notes == nil {
+			fmt.Fprintln(tw, "target\tproduced/s\tdelivered/s\tack p50 µs\tack p99 µs\te2e p50 µs\te2e p99 µs\tclient CPU µs/rec\tserver CPU µs/rec\tout of order\terrors\t")
 		}
 		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t%d\t%d\t\n", r.Target, r.ProducedPerSec, r.DeliveredPerSec,
 			r.AckP50, r.AckP99, r.EndToEndP50, r.EndToEndP99, r.ClientCPU, r.ServerCPU, r.OutOfOrder, r.Errors)
