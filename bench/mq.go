@@ -162,7 +162,8 @@ type MQResult struct {
 	// Delivered the records the subscribers received (summed over
 	// them); a whole run delivers Produced × Subscribers. Their rates
 	// are over the time from the first produce to the last
-	// acknowledgement and to the last receipt.
+	// acknowledgement and to the last receipt; the MB rates are of
+	// record bytes, in 10^6 bytes per second.
 	Produced          int64   `json:"produced"`
 	Delivered         int64   `json:"delivered"`
 	ProducedPerSec    float64 `json:"produced_per_s"`
