@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
-	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -64,37 +62,21 @@ func startKVFabric(ctx context.Context, cfg *KVConfig, token []byte) (_ *kvFabri
 	if err != nil {
 		return nil, err
 	}
-	f := &kvFabric{g: g, cfg: cfg, tokenFile: filepath.Join(g.dir, "token")}
+	f := &kvFabric{g: g, cfg: cfg}
 	defer func() {
 		if err != nil {
 			f.close()
 		}
 	}()
-	if err := os.WriteFile(f.tokenFile, append(token, '\n'), 0o600); err != nil {
-		return nil, err
-	}
-	port, err := freeUDPPort()
+	buckets, page, heap := kvLayout(cfg)
+	size := uint64(kvShards)*(heap+uint64(buckets)*kv.BucketBytes)/kvNodes + 8<<20
+	fp, err := startFabric(ctx, g, cfg.Binary, cfg.MTU, kvNodes, size, token)
 	if err != nil {
 		return nil, err
 	}
-	f.sw = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port).String()
-	fabArgs := []string{"--switch", f.sw, "--insecure", "--token-file", f.tokenFile}
-	mtu := strconv.Itoa(cfg.MTU)
-	if err := g.start("switch", cfg.Binary, "switch", "--listen", f.sw, "--insecure", "--token-file", f.tokenFile, "--mtu", mtu); err != nil {
-		return nil, err
-	}
-	buckets, page, heap := kvLayout(cfg)
-	size := uint64(kvShards)*(heap+uint64(buckets)*kv.BucketBytes)/kvNodes + 8<<20
-	for i := range kvNodes {
-		if err := g.start(fmt.Sprintf("memd%d", i), cfg.Binary, append([]string{"memd", "--listen", "127.0.0.1:0",
-			"--size", strconv.FormatUint(size, 10), "--mtu", mtu}, fabArgs...)...); err != nil {
-			return nil, err
-		}
-	}
+	f.sw, f.tokenFile = fp.sw, fp.tokenFile
+	fabArgs, mtu := fp.args(), strconv.Itoa(cfg.MTU)
 	fo := endpoint.FabricOptions{Token: token}
-	if err := waitPoolNodes(ctx, f.sw, kvNodes, cfg.MTU, fo, g.dir); err != nil {
-		return nil, err
-	}
 	spaceFile := filepath.Join(g.dir, "bench.space")
 	if err := g.run(ctx, "kv create", cfg.Binary, append([]string{"kv", "create", "--space", kvSpace, "--out", spaceFile,
 		"--owners", strconv.Itoa(kvOwners), "--shards", strconv.Itoa(kvShards), "--buckets", strconv.Itoa(buckets),
@@ -244,19 +226,9 @@ func (s *redisStore) close() {
 
 // startRedis starts redis-server on loopback without persistence.
 func startRedis(ctx context.Context, cfg *KVConfig) (*redisStore, error) {
-	g, err := newProcGroup("ndma-bench-redis")
+	g, addr, err := startRedisServer(cfg.RedisServer, KVRedis)
 	if err != nil {
 		return nil, err
-	}
-	addr, err := freeTCPAddr()
-	if err != nil {
-		g.stop()
-		return nil, err
-	}
-	_, port, _ := net.SplitHostPort(addr)
-	if err := g.start("redis-server", cfg.RedisServer, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"); err != nil {
-		g.stop()
-		return nil, fmt.Errorf("%w (install redis-server, or leave %s out of the targets)", err, KVRedis)
 	}
 	s, err := newRedisStore(ctx, addr, cfg.Clients, g.dir)
 	if err != nil {
@@ -265,6 +237,27 @@ func startRedis(ctx context.Context, cfg *KVConfig) (*redisStore, error) {
 	}
 	s.g = g
 	return s, nil
+}
+
+// startRedisServer starts bin, a redis-server, on a free loopback port
+// without persistence, and returns its process and address; target
+// names the benchmark's target in the error when bin is missing.
+func startRedisServer(bin, target string) (*procGroup, string, error) {
+	g, err := newProcGroup("ndma-bench-redis")
+	if err != nil {
+		return nil, "", err
+	}
+	addr, err := freeTCPAddr()
+	if err != nil {
+		g.stop()
+		return nil, "", err
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	if err := g.start("redis-server", bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"); err != nil {
+		g.stop()
+		return nil, "", fmt.Errorf("%w (install Debian's redis-server package, or leave %s out of the targets)", err, target)
+	}
+	return g, addr, nil
 }
 
 // freeTCPAddr returns a TCP address on 127.0.0.1 that was free a moment

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,6 +89,44 @@ func (g *procGroup) cpu() map[string]time.Duration {
 		}
 	}
 	return m
+}
+
+// fabricProcs is a switch and its memory nodes started by startFabric.
+type fabricProcs struct {
+	sw        string // the switch's address
+	tokenFile string // the fabric's token
+}
+
+// args are the flags that join a process of the ndma binary to the
+// fabric.
+func (f fabricProcs) args() []string {
+	return []string{"--switch", f.sw, "--insecure", "--token-file", f.tokenFile}
+}
+
+// startFabric starts `ndma switch` and nodes `ndma memd` of nodeSize
+// bytes each from bin as processes of g on loopback, unsealed
+// (--insecure) under token, and waits until the switch has every node.
+func startFabric(ctx context.Context, g *procGroup, bin string, mtu, nodes int, nodeSize uint64, token []byte) (fabricProcs, error) {
+	f := fabricProcs{tokenFile: filepath.Join(g.dir, "token")}
+	if err := os.WriteFile(f.tokenFile, append(token, '\n'), 0o600); err != nil {
+		return f, err
+	}
+	port, err := freeUDPPort()
+	if err != nil {
+		return f, err
+	}
+	f.sw = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port).String()
+	m := strconv.Itoa(mtu)
+	if err := g.start("switch", bin, "switch", "--listen", f.sw, "--insecure", "--token-file", f.tokenFile, "--mtu", m); err != nil {
+		return f, err
+	}
+	for i := range nodes {
+		if err := g.start(fmt.Sprintf("memd%d", i), bin, append([]string{"memd", "--listen", "127.0.0.1:0",
+			"--size", strconv.FormatUint(nodeSize, 10), "--mtu", m}, f.args()...)...); err != nil {
+			return f, err
+		}
+	}
+	return f, waitPoolNodes(ctx, f.sw, nodes, mtu, endpoint.FabricOptions{Token: token}, g.dir)
 }
 
 // waitPoolNodes waits until the switch sw has n live memory nodes.

@@ -18,7 +18,7 @@ import (
 // benchCmd groups the benchmarks.
 var benchCmd = &cobra.Command{
 	Use:   "bench",
-	Short: "Benchmarks: one-sided operations, collectives and the memory pool, each against a baseline",
+	Short: "Benchmarks: one-sided operations, collectives, the memory pool and its applications, each against a baseline",
 	Long: `bench measures NDMA, each figure beside a baseline measured in the same run:
 
   rw     one-sided READ/WRITE/CAS/FetchAdd latency and READ/WRITE bandwidth
@@ -42,6 +42,9 @@ var benchCmd = &cobra.Command{
   kv     the key-value store: GET/SET mixes through its Go client and its
          Redis front end against redis-server, with CPU per operation of
          every process
+  mq     the message queue: fan-out and many producers through its Go
+         client and its Kafka front end against Redis Streams and NATS
+         JetStream, with CPU per delivered record of every process
 
 Results print as a table, or as JSON Lines with --json.`,
 	Example: `  ndma bench rw --tests latency --sizes 8:4K

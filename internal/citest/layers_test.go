@@ -79,3 +79,43 @@ func matches(pattern, pkg string) bool {
 	}
 	return pkg == pattern
 }
+
+// peerClients are other systems' client libraries. The benchmarks
+// drive the peers they compare with through them (package bench, and
+// the ndma binary that runs it); no other package may depend on them.
+var peerClients = []string{"github.com/nats-io/nats.go", "github.com/redis/go-redis/v9", "github.com/twmb/franz-go/pkg/kgo"}
+
+// TestPeerClients checks, with go list, that only bench and cmd/ndma
+// depend on a peer's client library (tests may use them too).
+func TestPeerClients(t *testing.T) {
+	cmd := exec.Command("go", "list", "-f", "{{.ImportPath}}{{range .Deps}} {{.}}{{end}}", "./...")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	seen := map[string]bool{}
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], module) {
+			continue
+		}
+		pkg := strings.TrimPrefix(f[0], module)
+		for _, d := range f[1:] {
+			for _, c := range peerClients {
+				if d != c {
+					continue
+				}
+				seen[c] = true
+				if pkg != "bench" && pkg != "cmd/ndma" {
+					t.Errorf("%s depends on %s, a peer's client: only the benchmarks (bench) may", pkg, c)
+				}
+			}
+		}
+	}
+	for _, c := range peerClients {
+		if !seen[c] {
+			t.Errorf("no package depends on %s: update the list", c)
+		}
+	}
+}
