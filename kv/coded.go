@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/pool"
@@ -88,10 +87,12 @@ func (s store) readAt(ctx context.Context, p []byte, off uint64) error {
 	return err
 }
 
-// readVec reads ps[i] at offs[i], all at once, and returns each read's
-// error: a region's reads start in order from this goroutine (one round
-// trip, in an order a simulation replays); a coded volume's go on
-// goroutines of their own.
+// readVec reads ps[i] at offs[i] and returns each read's error: a
+// region's reads all at once, their ops started in order from this
+// goroutine (one round trip, in an order a simulation replays); a coded
+// volume's one after another (a round trip each: a volume read may
+// rebuild a shard, and reads on goroutines of their own would go out in
+// the scheduler's order).
 func (s store) readVec(ctx context.Context, ps [][]byte, offs []uint64) []error {
 	if s.vol == nil {
 		o := make([]int64, len(offs))
@@ -101,11 +102,9 @@ func (s store) readVec(ctx context.Context, ps [][]byte, offs []uint64) []error 
 		return s.reg.ReadVec(ctx, ps, o)
 	}
 	errs := make([]error, len(ps))
-	var wg sync.WaitGroup
 	for i := range ps {
-		wg.Go(func() { errs[i] = s.readAt(ctx, ps[i], offs[i]) })
+		errs[i] = s.readAt(ctx, ps[i], offs[i])
 	}
-	wg.Wait()
 	return errs
 }
 

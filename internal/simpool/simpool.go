@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,9 +65,9 @@ type Fabric struct {
 
 	token     []byte
 	auth      *secure.Authority
-	port      int
-	switches  int // switch starts: each its own transport seed
-	memStarts int // memory node starts: each its own transport seed
+	port      atomic.Int64 // the last address's port (Addr)
+	switches  int          // switch starts: each its own transport seed
+	memStarts int          // memory node starts: each its own transport seed
 	eps       []*endpoint.Endpoint
 	wg        sync.WaitGroup // the memory nodes' offers
 	stop      context.CancelFunc
@@ -93,7 +94,8 @@ func Start(t testing.TB, cfg Config) *Fabric {
 	}
 	f := &Fabric{T: t, Seed: cfg.Seed, Net: simnet.New(cfg.Seed), Link: cfg.Link,
 		Switch: netip.MustParseAddrPort("10.0.0.1:7471"), Fab: endpoint.FabricOptions{Token: cfg.Token},
-		token: cfg.Token, auth: cfg.Authority, port: 9000, served: make(chan error, 1)}
+		token: cfg.Token, auth: cfg.Authority, served: make(chan error, 1)}
+	f.port.Store(9000)
 	// Deliveries in an order fixed by the seed, whatever order the
 	// bubble's goroutines run in.
 	f.Net.Quiesce = true
@@ -133,8 +135,8 @@ func (f *Fabric) Ctx() context.Context {
 
 // Addr is a fresh host address.
 func (f *Fabric) Addr() netip.AddrPort {
-	f.port++
-	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, 0, 1}), uint16(f.port))
+	port := f.port.Add(1)
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, 0, 1}), uint16(port))
 }
 
 // Endpoint is an endpoint at a fresh address, closed by Close.
@@ -153,8 +155,8 @@ func (f *Fabric) NewEndpoint(cfg endpoint.Config) *endpoint.Endpoint {
 // NewEndpointAs is NewEndpoint holding, on a sealed fabric, a credential
 // of role and name.
 func (f *Fabric) NewEndpointAs(cfg endpoint.Config, role secure.Role, name string) *endpoint.Endpoint {
-	cfg.Transport = transport.Config{MTU: 9000, Seed: uint64(f.Seed)*1000 + uint64(f.port)}
-	addr := f.Addr()
+	addr := f.Addr() // safe from several goroutines (restarts)
+	cfg.Transport = transport.Config{MTU: 9000, Seed: uint64(f.Seed)*1000 + uint64(addr.Port()) - 1}
 	var opts endpoint.Options
 	if f.auth != nil {
 		opts = endpoint.Options{Security: f.identity(role, name), SecurityOptions: secure.Options{Encrypt: true}}
