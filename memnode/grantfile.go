@@ -124,6 +124,9 @@ func ParseGrants(b []byte) ([]GrantState, error) {
 		g.Layout = GrantLayout{Size: r.u64(), Stripe: r.u64(), Columns: int(r.u16()), Replicas: int(r.u8())}
 		g.Epoch = r.u64()
 		flags := r.u8()
+		if flags&^3 != 0 {
+			return nil, fmt.Errorf("%w: flags %#x", ErrGrantFile, flags)
+		}
 		g.Rebuilding, g.Degraded = flags&1 != 0, flags&2 != 0
 		nh := int(r.u16())
 		if nh > MaxGrantHomes {
