@@ -104,8 +104,9 @@ func (d *MemDir) SaveGrants(rec []byte) error {
 	return nil
 }
 
-// Sync does nothing: the test's memory outlives the node.
-func (d *MemDir) Sync(off, n uint64) error { return nil }
+// Sync and Flush do nothing: the test's memory outlives the node.
+func (d *MemDir) Sync(off, n uint64) error  { return nil }
+func (d *MemDir) Flush(off, n uint64) error { return nil }
 
 // Start starts the network, the switch and cfg.Nodes memory nodes, and
 // waits until the switch has taken every node's memory.

@@ -181,7 +181,16 @@ func (d *Dir) SaveGrants(rec []byte) error {
 // SyncAlways (the pages holding them); under an interval it does
 // nothing (the background flush does).
 func (d *Dir) Sync(off, n uint64) error {
-	if d.sync.Every > 0 || n == 0 || off >= uint64(len(d.mem)) {
+	if d.sync.Every > 0 {
+		return nil
+	}
+	return d.Flush(off, n)
+}
+
+// Flush flushes bytes [off, off+n) of the memory to the file now,
+// whatever the policy.
+func (d *Dir) Flush(off, n uint64) error {
+	if n == 0 || off >= uint64(len(d.mem)) {
 		return nil
 	}
 	page := uint64(os.Getpagesize())

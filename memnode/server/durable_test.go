@@ -15,10 +15,11 @@ import (
 
 // fakeDurable records what a durable node's server saves and syncs.
 type fakeDurable struct {
-	saved []byte      // the last record
-	saves int         // records saved
-	syncs [][2]uint64 // (offset, bytes) flushed
-	fail  bool        // every call fails
+	saved   []byte      // the last record
+	saves   int         // records saved
+	syncs   [][2]uint64 // (offset, bytes) synced after writes
+	flushes [][2]uint64 // (offset, bytes) flushed before a record
+	fail    bool        // every call fails
 }
 
 func (d *fakeDurable) SaveGrants(rec []byte) error {
@@ -26,6 +27,14 @@ func (d *fakeDurable) SaveGrants(rec []byte) error {
 		return errors.New("disk full")
 	}
 	d.saved, d.saves = append([]byte(nil), rec...), d.saves+1
+	return nil
+}
+
+func (d *fakeDurable) Flush(off, n uint64) error {
+	if d.fail {
+		return errors.New("I/O error")
+	}
+	d.flushes = append(d.flushes, [2]uint64{off, n})
 	return nil
 }
 
@@ -53,8 +62,9 @@ func (h *statusHost) Raw(_ netip.AddrPort, rh *wire.Header, _ []byte) bool {
 	return true
 }
 
-// TestDurableServer checks a durable node's server: a grant is saved
-// before it is acknowledged (refused when it cannot be), a write's bytes
+// TestDurableServer checks a durable node's server: a grant's extent is
+// flushed and its record saved before it is acknowledged (refused when
+// they cannot be), a write's bytes
 // are synced before its answer (BUSY when they cannot be), and a server
 // started on the saved record serves its grants only once it reported
 // them to the switch.
@@ -98,17 +108,17 @@ func TestDurableServer(t *testing.T) {
 		return host.raws[len(host.raws)-1]
 	}
 
-	if st := grant(5, 8192); st != wire.StatusOK || dur.saves != 1 {
-		t.Fatalf("grant: %v, %d records saved", st, dur.saves)
+	if st := grant(5, 8192); st != wire.StatusOK || dur.saves != 1 || len(dur.flushes) != 1 || dur.flushes[0] != [2]uint64{8192, 4096} {
+		t.Fatalf("grant: %v, %d records saved, flushed %v", st, dur.saves, dur.flushes)
 	}
 	if st := write(5, 8192+16, "durable!"); st != wire.StatusOK || len(dur.syncs) != 1 || dur.syncs[0] != [2]uint64{8192 + 16, 8} {
 		t.Fatalf("write: %v, synced %v", st, dur.syncs)
 	}
 	dur.fail = true
-	if st := grant(6, 16384); st != wire.StatusBusy || s.pool.node.HasGrant(6) {
-		t.Fatalf("a grant that could not be saved: %v, held %v", st, s.pool.node.HasGrant(6))
+	if st := grant(6, 16384); st != wire.StatusBusy || s.pool.node.HasGrant(6) || s.Stats().Pool.SyncFailed != 1 {
+		t.Fatalf("a grant that could not be flushed: %v, held %v, %+v", st, s.pool.node.HasGrant(6), s.Stats().Pool)
 	}
-	if st := write(5, 8192, "x"); st != wire.StatusBusy || s.Stats().Pool.SyncFailed != 1 {
+	if st := write(5, 8192, "x"); st != wire.StatusBusy || s.Stats().Pool.SyncFailed != 2 {
 		t.Fatalf("a write that could not be synced: %v, %+v", st, s.Stats().Pool)
 	}
 	dur.fail = false

@@ -62,6 +62,11 @@ type Durable interface {
 	// leaves them to a background flush, as the policy says; it is
 	// called after a write touched them, before the write's answer.
 	Sync(off, n uint64) error
+	// Flush makes bytes [off, off+n) durable now, whatever the policy:
+	// a grant's scrubbed extent and a rebuilt copy, before the record
+	// that names them is saved (a record must never name a region over
+	// another's bytes, or a partial copy as whole).
+	Flush(off, n uint64) error
 }
 
 // poolStartupGrace is how long a memory node that just started
@@ -82,8 +87,9 @@ type PoolStats struct {
 	GrantsHeld                           int
 	// Rebuilds of lost copies completed and failed, and bytes copied.
 	Rebuilt, RebuildsFailed, RebuildBytes uint64
-	// Of a durable node: grant tables it failed to save, and writes
-	// whose bytes it failed to make durable (answered StatusBusy).
+	// Of a durable node: grant records it failed to save, and flushes
+	// that failed (a write's bytes: the write answered StatusBusy; a
+	// grant's extent or a rebuilt copy: the grant or rebuild failed).
 	SaveFailed, SyncFailed uint64
 }
 
@@ -172,6 +178,23 @@ func (s *Server) saveGrants() error {
 		return err
 	}
 	return nil
+}
+
+// flushGrant makes region's extent durable now and saves the grant
+// record (a no-op without Pool.Durable); a failure is counted and
+// returned.
+func (s *Server) flushGrant(region uint32) error {
+	p := &s.pool
+	if p.serve.Durable == nil {
+		return nil
+	}
+	if base, n, ok := p.node.Extent(region); ok {
+		if err := p.serve.Durable.Flush(base, n); err != nil {
+			s.stats.Pool.SyncFailed++
+			return err
+		}
+	}
+	return s.saveGrants()
 }
 
 // syncWrite makes the bytes a write touched durable as the policy says
@@ -305,7 +328,7 @@ func (s *Server) servePoolControl(d *transport.Delivery) bool {
 		switch {
 		case err != nil:
 			st = wire.StatusOutOfBounds
-		case s.saveGrants() != nil:
+		case s.flushGrant(m.Region) != nil:
 			p.node.Revoke(m.Region, m.Key)
 			st = wire.StatusBusy
 		default:
@@ -335,7 +358,7 @@ func (s *Server) servePoolControl(d *transport.Delivery) bool {
 		switch {
 		case err != nil:
 			st = wire.StatusOutOfBounds
-		case s.saveGrants() != nil:
+		case s.flushGrant(m.Region) != nil:
 			p.node.Revoke(m.Region, m.Key)
 			st = wire.StatusBusy
 		default:

@@ -1,9 +1,7 @@
 package server
 
 import (
-	"github.com/ndma/ndma/memnode"
 	"github.com/ndma/ndma/secure"
-	"github.com/ndma/ndma/wire"
 	"github.com/ndma/ndma/wire/ctrl"
 	"github.com/ndma/ndma/wire/poolmap"
 )
@@ -88,18 +86,15 @@ func (s *Server) pumpRebuild(region uint32, t *rebuildTask) {
 func (s *Server) endRebuild(region uint32, t *rebuildTask, ok bool) {
 	p := &s.pool
 	delete(p.rebuilds, region)
-	if ok && p.serve.Durable != nil {
-		// A durable copy is complete once its bytes are on disk and the
-		// record says it is no longer being rebuilt.
-		ok = s.syncWrite(region, 0, 0, memnode.Result{}).Status == wire.StatusOK
-	}
 	if ok || p.serve.Durable == nil {
 		// (A durable node keeps a failed rebuild's mark: its record
 		// must not take the partial copy for a whole one.)
 		p.node.EndRebuild(region)
 	}
 	if ok {
-		ok = s.saveGrants() == nil
+		// A durable copy is complete once its bytes are on disk and
+		// its record says it is no longer being rebuilt.
+		ok = s.flushGrant(region) == nil
 	}
 	if ok {
 		s.stats.Pool.Rebuilt++
