@@ -57,6 +57,18 @@ type PoolNode struct {
 	// reported: the node has reported the grants it holds to this switch
 	// (its final ctrl.PoolReport). Until then it is not used (not Alive).
 	reported bool
+	// rejoin: the node restarted while this switch ran, keeping its
+	// memory and grants (a durable node); until its report is complete,
+	// current holds the copies it reported that are still current
+	// (pool_rejoin.go). At most one entry per region column homed on it.
+	rejoin  bool
+	current map[poolColumn]bool
+}
+
+// poolColumn names one column of a region.
+type poolColumn struct {
+	region uint32
+	column int
 }
 
 // placeholder reports whether the node is known only from the reports of
@@ -268,6 +280,13 @@ func (m *MMU) evictable() *PoolNode {
 // lost, never served again; it may then lend another region (a new key)
 // and more memory, but not less than its regions' extents reach.
 func (m *MMU) AddNode(addr netip.AddrPort, key, capacity, inc uint64) (*PoolNode, error) {
+	return m.addNode(addr, key, capacity, inc, false)
+}
+
+// addNode is AddNode; kept: a restarted node kept its memory and grants
+// (a durable node), so its copies are not marked lost here (its report
+// settles them: pool_rejoin.go).
+func (m *MMU) addNode(addr netip.AddrPort, key, capacity, inc uint64, kept bool) (*PoolNode, error) {
 	if !addr.IsValid() || capacity == 0 || key == 0 {
 		return nil, fmt.Errorf("%w: address %v, %s, capacity %d", ErrPoolNode, addr, keyState(key), capacity)
 	}
@@ -289,7 +308,9 @@ func (m *MMU) AddNode(addr netip.AddrPort, key, capacity, inc uint64) (*PoolNode
 			return nil, fmt.Errorf("%w: %v restarted with %d bytes, less than the %d its regions' extents reach", ErrPoolNode, addr, capacity, n.Capacity)
 		}
 		if restarted {
-			m.nodeRestarted(n)
+			if !kept {
+				m.nodeRestarted(n)
+			}
 			n.Incarnation = inc
 			if n.used > 0 {
 				n.Key = key

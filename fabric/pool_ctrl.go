@@ -43,7 +43,8 @@ func (p *poolPlane) poolControl(now time.Time, d *transport.Delivery, m *ctrl.Ms
 		restarted := !first && prev.Incarnation != m.Epoch
 		wasDead := !first && !prev.Alive && prev.reported
 		p.mmu.SetNodeLimit(p.sw.cfg.Limits.MaxPoolNodes)
-		n, err := p.mmu.AddNode(d.Peer.Addr, m.Key, m.Capacity, m.Epoch)
+		kept := restarted && m.Kept && prev.used > 0
+		n, err := p.mmu.addNode(d.Peer.Addr, m.Key, m.Capacity, m.Epoch, kept)
 		if err != nil {
 			refuse(wire.StatusBadOperand)
 			return
@@ -63,7 +64,12 @@ func (p *poolPlane) poolControl(now time.Time, d *transport.Delivery, m *ctrl.Ms
 			p.pendingNodes++
 			n.reported = false
 		}
-		if restarted && !n.reported {
+		switch {
+		case kept:
+			// It kept its copies: they serve again once its report
+			// shows which are current (pool_rejoin.go).
+			p.rejoin(n)
+		case restarted && !n.reported:
 			// Its memory is new: it holds nothing to report.
 			p.nodeReported(now, n)
 		}
@@ -82,7 +88,7 @@ func (p *poolPlane) poolControl(now time.Time, d *transport.Delivery, m *ctrl.Ms
 		if ev.Kind != 0 {
 			p.sw.logEvent(ev)
 		}
-		if restarted {
+		if restarted && !kept {
 			p.startRebuilds(now, n)
 		}
 		p.sw.respond(d, &ctrl.Msg{Type: ctrl.PoolNode, Resp: true, Node: uint16(n.ID), Epoch: p.incarnation})

@@ -126,6 +126,9 @@ func (p *poolPlane) adoptReport(n *PoolNode, e *ctrl.GrantReport) {
 			p.sw.logEvent(Event{Kind: EventCopyLost, Region: e.Region, Copy: c, Node: n.ID, Addr: n.Addr})
 			return
 		}
+	} else if n.rejoin {
+		p.adoptRejoined(n, r, e, l)
+		return
 	} else if !r.matches(e, l) {
 		p.sw.stats.PoolReportsRefused++
 		p.sw.logEvent(Event{Kind: EventCopyLost, Region: e.Region, Copy: c, Node: n.ID, Addr: n.Addr})
@@ -234,6 +237,9 @@ func (p *poolPlane) settleColumn(r *PoolRegion, c int) {
 // nodeReported ends node n's report: the columns homed on it that it did
 // not report are lost, and it serves from now on.
 func (p *poolPlane) nodeReported(now time.Time, n *PoolNode) {
+	if n.rejoin {
+		p.rejoined(n)
+	}
 	n.reported = true
 	p.pendingNodes--
 	n.Alive = true

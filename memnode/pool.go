@@ -178,11 +178,13 @@ func (p *PoolNode) SetEpoch(region uint32, key, epoch uint64) bool {
 }
 
 // MarkDegraded records that region's grant took a write the region's
-// other copies missed.
-func (p *PoolNode) MarkDegraded(region uint32) {
-	if _, ok := p.grants[region]; ok {
+// other copies missed; it reports whether the mark is new.
+func (p *PoolNode) MarkDegraded(region uint32) bool {
+	if _, ok := p.grants[region]; ok && !p.degraded[region] {
 		p.degraded[region] = true
+		return true
 	}
+	return false
 }
 
 // State returns every grant the node holds, by region id, for a switch

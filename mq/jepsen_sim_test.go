@@ -61,6 +61,33 @@ func TestSimJepsenMQ(t *testing.T) {
 	}
 }
 
+// TestSimJepsenMQDurable runs the Jepsen workload and nemesis on
+// durable memory nodes: the node holding the topic's control region
+// (one copy) crashes and comes back with it, so the topic goes on
+// without Rebuild, and the history checks as on nodes that lend RAM.
+func TestSimJepsenMQDurable(t *testing.T) {
+	seeds, err := jepsen.SeedsFromEnv("MQ_JEPSEN_DURABLE_SEEDS", 601)
+	if err != nil {
+		t.Fatal(err)
+	}
+	simDurable = true
+	defer func() { simDurable = false }()
+	controlCrashes, controlRebuilds = 0, 0
+	for _, seed := range seeds {
+		r := jepsenMQ(t, seed, mqFaults, 0)
+		t.Logf("seed %d, durable memory nodes: %v", seed, r)
+		if !r.OK() {
+			t.Errorf("seed %d: anomalies", seed)
+		}
+		if r.Sends.OK == 0 || r.Deliveries == 0 {
+			t.Errorf("seed %d: nothing acknowledged or read", seed)
+		}
+	}
+	if controlCrashes == 0 || controlRebuilds != 0 {
+		t.Errorf("the control region's node crashed %d times, the topic rebuilt %d times: want crashes and no rebuild", controlCrashes, controlRebuilds)
+	}
+}
+
 // TestSimJepsenMQCatchesBug runs the Jepsen workload, without the
 // nemesis but with the producers' links lossy (so that writes are
 // resent and take a while), with consumers that trust the tail instead
@@ -497,7 +524,12 @@ func mqMemFaults(s *simMQ, mu jepsen.ChanLock, restarts *sync.WaitGroup, clients
 			}})
 	}
 	var lost *simpool.Mem
-	fs = append(fs, jepsen.Fault{Name: "lose the control region", Kind: "lose the control region", Target: poolTarget,
+	// On durable nodes the control region comes back with its node.
+	name := "lose the control region"
+	if simDurable {
+		name = "crash the control region's node"
+	}
+	fs = append(fs, jepsen.Fault{Name: name, Kind: name, Target: poolTarget,
 		Start: func() error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -508,6 +540,7 @@ func mqMemFaults(s *simMQ, mu jepsen.ChanLock, restarts *sync.WaitGroup, clients
 				if isControl(m) {
 					s.CrashMem(m)
 					lost = m
+					controlCrashes++
 					return nil
 				}
 			}
@@ -523,6 +556,9 @@ func mqMemFaults(s *simMQ, mu jepsen.ChanLock, restarts *sync.WaitGroup, clients
 			defer mu.Unlock()
 			if err := s.StartMem(m, time.Second); err != nil {
 				return err
+			}
+			if m.Durable {
+				return nil
 			}
 			return mqRebuild(s, mu, pc, restarts, clients, sessions)
 		}})
@@ -547,10 +583,15 @@ func (s *simMQ) topicWhole(stat *endpoint.Endpoint) error {
 	return nil
 }
 
+// controlCrashes and controlRebuilds count the control region's node
+// crashed by the nemesis and the topic rebuilt (mqRebuild).
+var controlCrashes, controlRebuilds int
+
 // mqRebuild rebuilds the topic's lost control region, once no producer
 // can still be writing, and starts every client that is up again on the
 // new one. The caller holds the harness's lock.
 func mqRebuild(s *simMQ, mu jepsen.ChanLock, pc *pool.Client, restarts *sync.WaitGroup, clients []*mqClient, sessions *int) error {
+	controlRebuilds++
 	time.Sleep(DefaultSealTimeout)
 	old := s.topic.Ref()
 	var t *Topic

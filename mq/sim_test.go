@@ -24,13 +24,17 @@ func testLayout() Layout {
 	return Layout{Partitions: 3, SegmentBytes: 8 << 10, Segments: 4, MaxBatch: 4 << 10, Groups: 4}
 }
 
+// simDurable makes simTopic's memory nodes durable (ndma memd --dir):
+// they keep their memory across crashes.
+var simDurable bool
+
 // simTopic runs f with a switch, nodes memory nodes of 4 MiB and a
 // topic of layout l shaped by o.
 func simTopic(t *testing.T, seed int64, nodes int, l Layout, o CreateOptions, f func(t *testing.T, s *simMQ)) {
 	t.Helper()
 	synctest.Test(t, func(t *testing.T) {
 		t.Logf("seed %d", seed)
-		s := &simMQ{Fabric: simpool.Start(t, simpool.Config{Seed: seed, Token: testToken, Nodes: nodes}), t: t, seed: seed}
+		s := &simMQ{Fabric: simpool.Start(t, simpool.Config{Seed: seed, Token: testToken, Nodes: nodes, Durable: simDurable}), t: t, seed: seed}
 		defer s.Close()
 		var err error
 		if s.topic, err = Create(s.Ctx(), s.PoolClient(s.Endpoint()), "test", l, o); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ndma/ndma/daemon/memd"
 	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/memnode/durable"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
@@ -29,6 +30,8 @@ type memdFlags struct {
 	log     logFlags
 	prof    profileFlag
 	sw      string
+	dir     string
+	sync    string
 	token   tokenFlags
 	cred    credentialFlag
 }
@@ -45,6 +48,8 @@ var memdFlagNames = map[string]string{
 	"BusyPoll":    "--busy-poll",
 	"Switch":      "--switch",
 	"Security":    "--credential",
+	"Dir":         "--dir",
+	"Sync":        "--sync",
 }
 
 func init() {
@@ -66,6 +71,17 @@ forwarding node's memory pool, repeating the offer as its heartbeat; it
 then needs the fabric token (--token-file, --token or $NDMA_TOKEN). The
 lent region is then reachable only through the pool (the others stay
 reachable with their keys), and its key is not printed.
+With --dir (and --switch, without --key-file) the node is durable: the
+lent region is the file DIR/memory, mapped into the node, and the grants
+of the pool regions it holds are saved in DIR whenever they change. Started
+again on DIR (after a crash or a power loss) it takes both back and reports
+its grants to the switch, which serves its copies again where they are
+still current and rebuilds the others from their second copy. --sync says
+when writes reach the disk: "always" (the default) before the node answers
+them, or an interval such as 100ms, in the background (an answered write is
+then in memory on every copy, on disk within the interval). memd refuses a
+DIR of another --size, a corrupt grant record, and a DIR another process
+uses.
 The node seals every datagram it sends and receives (encrypted and
 authenticated, after a handshake that proves each peer's credential)
 under its credential, --credential (or $NDMA_CREDENTIAL), of role
@@ -79,6 +95,7 @@ SIGINT or SIGTERM shuts the node down gracefully.`,
 		Example: `  ndma fabric init fab
   ndma memd --listen 127.0.0.1:0 --size 64MiB --switch 127.0.0.1:7471 --token-file fab/token --credential fab/memory-0.cred
   ndma memd --listen 127.0.0.1:7470 --size 1GiB --credential fab/memory-0.cred
+  ndma memd --listen 10.0.0.5:7470 --size 4GiB --switch 10.0.0.1:7471 --token-file fab/token --credential fab/memory-0.cred --dir /var/lib/ndma/mem0 --sync 100ms
   ndma memd --key-file keys.txt --metrics 127.0.0.1:9470 --json-logs --credential fab/memory-0.cred
   ndma memd --listen 127.0.0.1:7470 --size 1GiB --insecure   # unsealed: it warns what anyone on the network can do`,
 		Args: cobra.NoArgs,
@@ -93,6 +110,8 @@ SIGINT or SIGTERM shuts the node down gracefully.`,
 	fl.DurationVar(&f.busy, "busy-poll", 0, fmt.Sprintf("poll the socket this long before sleeping, e.g. 50us (Linux, at most %v): less latency per request for a core's time; 0 sleeps at once", netio.MaxBusyPoll))
 	fl.IntVar(&f.mtu, "mtu", transport.DefaultMTU, fmt.Sprintf("largest datagram to send, in bytes, header included (%d to %d)", memd.MinMTU, memd.MaxMTU))
 	fl.StringVar(&f.sw, "switch", "", "forwarding node `address` (host:port) whose memory pool this node lends its region with the lowest key to")
+	fl.StringVar(&f.dir, "dir", "", "`directory` keeping the lent memory and the node's pool grants across restarts (needs --switch; default: the memory dies with the node)")
+	fl.StringVar(&f.sync, "sync", "always", "with --dir: when writes reach the disk, \"always\" (before the node answers them) or an `interval` such as 100ms (in the background)")
 	f.token.register(fl)
 	f.cred.register(fl, "of role memory-node")
 	f.cred.registerRekey(fl)
@@ -100,6 +119,7 @@ SIGINT or SIGTERM shuts the node down gracefully.`,
 	f.prof.register(fl)
 	cmd.MarkFlagsMutuallyExclusive("key-file", "size")
 	cmd.MarkFlagsMutuallyExclusive("key-file", "perm")
+	cmd.MarkFlagsMutuallyExclusive("key-file", "dir")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -149,6 +169,17 @@ func (f *memdFlags) config(logw io.Writer) (memd.Config, error) {
 			return memd.Config{}, err
 		}
 		cfg.Token, cfg.Insecure = sec.token, len(sec.token) == 0
+	}
+	if f.dir != "" {
+		if f.sw == "" {
+			return memd.Config{}, errors.New("--dir: only with --switch (a durable node keeps the region it lends to the pool)")
+		}
+		cfg.Dir = f.dir
+		if cfg.Sync, err = durable.ParseSync(f.sync); err != nil {
+			return memd.Config{}, fmt.Errorf("--sync: %w", err)
+		}
+	} else if f.sync != "always" {
+		return memd.Config{}, errors.New("--sync: only with --dir (it says when a durable node's writes reach the disk)")
 	}
 	if f.keyFile == "" {
 		size, err := memnode.ParseSize(f.size)

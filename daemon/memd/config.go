@@ -11,6 +11,7 @@ import (
 
 	"github.com/ndma/ndma/internal/daemon"
 	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/memnode/durable"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
@@ -122,6 +123,25 @@ type Config struct {
 	Security        *secure.Identity
 	SecurityOptions secure.Options
 
+	// Dir, if not empty, makes the node durable: the lent region is the
+	// file Dir/memory (Size bytes, mapped shared) and the node's grants
+	// are saved in Dir whenever they change (memnode/durable), so that a
+	// node started again on Dir, after a crash or a power loss, takes
+	// back its pool regions' bytes and reports them to the switch,
+	// which serves the copies still current again. Needs Switch and no
+	// KeyFile. Start refuses a Dir of another Size, a corrupt grant
+	// record and a Dir another process holds. Empty means the lent
+	// memory dies with the node.
+	Dir string
+
+	// Sync is when writes to a durable node (Dir) reach the disk:
+	// durable.SyncAlways, the zero value and default, flushes the bytes
+	// each write touched before the node answers (an answered write is
+	// on disk on every copy); an interval flushes in the background that
+	// often (an answered write is in memory on every copy, on disk
+	// within the interval). Must be zero without Dir.
+	Sync durable.Sync
+
 	// Logger receives the startup and shutdown lines and warnings. Nil
 	// discards.
 	Logger *slog.Logger
@@ -184,6 +204,15 @@ func (c *Config) validate() error {
 		}
 	} else if len(c.Token) > 0 || c.Insecure {
 		return fields.Invalid("Token", "a fabric token or Insecure without Switch (they concern the switch this node lends to)")
+	}
+	if c.Dir != "" && (c.Switch == "" || c.KeyFile != "") {
+		return fields.Invalid("Dir", "%q: a durable node keeps the region it lends a switch: want Switch set and no KeyFile", c.Dir)
+	}
+	if c.Sync != (durable.Sync{}) && c.Dir == "" {
+		return fields.Invalid("Sync", "%v without Dir (it says when a durable node's writes reach Dir)", c.Sync)
+	}
+	if c.Sync.Every < 0 || c.Sync.Every > 0 && c.Sync.Every < durable.MinSyncEvery {
+		return fields.Invalid("Sync", "every %v (want at least %v)", c.Sync.Every, durable.MinSyncEvery)
 	}
 	if c.KeyFile != "" {
 		if c.Size != 0 {

@@ -55,6 +55,10 @@ var metrics = []metric{
 		prometheus.Labels{"result": "failed"}, func(st *Stats) uint64 { return st.Node.Server.Pool.RebuildsFailed }),
 	counter("pool_rebuild_bytes_total", "Bytes copied into this node's rebuilt copies.",
 		nil, func(st *Stats) uint64 { return st.Node.Server.Pool.RebuildBytes }),
+	counter("durable_failures_total", "Of a durable node (--dir), by what failed: saving the grant record (save), flushing memory (sync: a write answered BUSY, a grant or rebuild failed).",
+		prometheus.Labels{"what": "save"}, func(st *Stats) uint64 { return st.Node.Server.Pool.SaveFailed }),
+	counter("durable_failures_total", "Of a durable node (--dir), by what failed: saving the grant record (save), flushing memory (sync: a write answered BUSY, a grant or rebuild failed).",
+		prometheus.Labels{"what": "sync"}, func(st *Stats) uint64 { return st.Node.Server.Pool.SyncFailed }),
 	gauge("pool_grants", "Pool regions holding memory on this node now.",
 		func(_ *Server, st *Stats) float64 { return float64(st.Node.Server.Pool.GrantsHeld) }),
 

@@ -14,6 +14,7 @@ import (
 	"github.com/ndma/ndma/internal/daemon"
 	"github.com/ndma/ndma/internal/secretfile"
 	"github.com/ndma/ndma/memnode"
+	"github.com/ndma/ndma/memnode/durable"
 	"github.com/ndma/ndma/memnode/node"
 	"github.com/ndma/ndma/memnode/server"
 	"github.com/ndma/ndma/netio"
@@ -40,6 +41,7 @@ type Server struct {
 	regions []memnode.RegionInfo // fixed after Start
 	bytes   int64                // total size of regions
 
+	dir      *durable.Dir    // nil without Config.Dir
 	metrics  *daemon.Metrics // nil without a metrics listener
 	stopLend context.CancelFunc
 	lendDone chan struct{}
@@ -68,12 +70,21 @@ func Start(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	store, err := newStore(&cfg)
+	var dir *durable.Dir
+	if cfg.Dir != "" {
+		var err error
+		if dir, err = durable.Open(cfg.Dir, cfg.Size, cfg.Sync, cfg.Logger); err != nil {
+			return nil, fields.Unusable("Dir", err)
+		}
+	}
+	store, err := newStore(&cfg, dir)
 	if err != nil {
+		closeDir(dir)
 		return nil, err
 	}
 	conn, err := netio.ListenUDP(cfg.Listen, netio.UDPConfig{Logger: cfg.Logger, BusyPoll: cfg.BusyPoll})
 	if err != nil {
+		closeDir(dir)
 		return nil, fields.Unusable("Listen", err)
 	}
 	mtu := cfg.MTU
@@ -97,10 +108,17 @@ func Start(cfg Config) (*Server, error) {
 		// region is lent to (validate checked the address).
 		ncfg.Pool = &server.PoolServe{Switch: netip.MustParseAddrPort(cfg.Switch), Key: regions[0].Key, Token: cfg.Token,
 			Insecure: cfg.Insecure, Replies: ReplyCacheEntries, ReplyTTL: ReplyCacheTTL}
+		if dir != nil {
+			ncfg.Pool.Durable, ncfg.Pool.Kept = dir, dir.Kept()
+		}
 	}
 	nd, err := node.New(conn, ncfg, node.Options{Logger: cfg.Logger, Security: cfg.Security, SecurityOptions: cfg.SecurityOptions})
 	if err != nil {
 		conn.Close()
+		closeDir(dir)
+		if dir != nil && errors.Is(err, memnode.ErrGrant) {
+			return nil, fields.Unusable("Dir", err)
+		}
 		return nil, fmt.Errorf("memd: %w", err)
 	}
 	s := &Server{
@@ -110,11 +128,13 @@ func Start(cfg Config) (*Server, error) {
 		mtu:     mtu,
 		regions: regions,
 		bytes:   total,
+		dir:     dir,
 	}
 	s.close = sync.OnceValue(s.shutdown)
 	if cfg.MetricsAddr != "" {
 		if s.metrics, err = daemon.StartMetrics("memd", cfg.MetricsAddr, s.log, s.metricsHandler); err != nil {
 			nd.Close()
+			closeDir(dir)
 			return nil, err
 		}
 	}
@@ -125,7 +145,9 @@ func Start(cfg Config) (*Server, error) {
 	for i, r := range regions {
 		s.log.Info("memd: region", "index", i, "size", r.Size, "perm", r.Perm.String())
 	}
-	if avail, ok := availMem(); ok && s.bytes > avail {
+	if dir != nil {
+		s.log.Info("memd: durable: the lent memory and grants live in "+cfg.Dir, "sync", cfg.Sync.String(), "new", dir.Fresh(), "grants_kept", len(dir.Kept()))
+	} else if avail, ok := availMem(); ok && s.bytes > avail {
 		// The pages are touched only as clients write: a start is not
 		// refused, but the operator is told what filling them will do.
 		s.log.Warn(fmt.Sprintf("memd: the regions (%s) are larger than the memory available now (%s): as clients fill them the machine will swap, or the kernel kill a process",
@@ -239,13 +261,28 @@ func (s *Server) lend(ctx context.Context, sw netip.AddrPort, opts ctrlclient.Op
 	}
 }
 
+// closeDir closes dir (nil: none) on a failed start.
+func closeDir(dir *durable.Dir) {
+	if dir != nil {
+		_ = dir.Close()
+	}
+}
+
 // newStore builds the store cfg describes: the key file's regions, or one
-// region of cfg.Size bytes under a random key.
-func newStore(cfg *Config) (*memnode.Store, error) {
+// region of cfg.Size bytes under a random key (dir's memory for a
+// durable node).
+func newStore(cfg *Config, dir *durable.Dir) (*memnode.Store, error) {
 	if cfg.KeyFile == "" {
 		st, err := memnode.NewStore(memnode.Config{MaxRegions: 1})
 		if err != nil {
 			return nil, fmt.Errorf("memd: %w", err)
+		}
+		if dir != nil {
+			// The file's pages, not the machine's memory, bound it.
+			if _, err := st.Register(dir.Mem(), cfg.Perm, 0); err != nil {
+				return nil, fields.Unusable("Size", err)
+			}
+			return st, nil
 		}
 		if err := fitsMemory(cfg.Size); err != nil {
 			return nil, fields.Unusable("Size", err)
@@ -373,10 +410,12 @@ func (s *Server) Stats() Stats {
 func (s *Server) Run(ctx context.Context) error { return daemon.Run(ctx, s.metrics, s.Close) }
 
 // abort releases what a failed Start opened: the metrics listener, the
+// durable directory,
 // node and its socket.
 func (s *Server) abort() {
 	_ = s.metrics.Shutdown()
 	_ = s.node.Close()
+	closeDir(s.dir)
 }
 
 // Close shuts the node down: it stops the metrics server gracefully
@@ -402,6 +441,12 @@ func (s *Server) shutdown() error {
 	}
 	if err := s.node.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("memd: close: %w", err))
+	}
+	if s.dir != nil {
+		// After the node: nothing writes the memory any more.
+		if err := s.dir.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("memd: %w", err))
+		}
 	}
 	st := s.Stats()
 	t := &st.Node.Transport

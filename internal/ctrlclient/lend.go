@@ -23,6 +23,10 @@ type Lender interface {
 	// Reported records that the switch has it.
 	Reports(switchInc uint64) ([][]byte, error)
 	Reported(switchInc uint64)
+	// Kept reports whether the node kept its memory and grants from an
+	// earlier start (a durable node: memnode/server's Server.PoolKept);
+	// its offers say so.
+	Kept() bool
 	// Closed reports whether err says the node closed.
 	Closed(err error) bool
 }
@@ -53,7 +57,7 @@ func Lend(ctx context.Context, l Lender, log *slog.Logger, sw netip.AddrPort, ke
 	if capacity == 0 {
 		return 0, fmt.Errorf("pool lend: capacity 0 (Leave stops lending)")
 	}
-	req := &ctrl.Msg{Type: ctrl.PoolNode, Key: key, Capacity: capacity, Epoch: inc}
+	req := &ctrl.Msg{Type: ctrl.PoolNode, Key: key, Capacity: capacity, Epoch: inc, Kept: l.Kept()}
 	iv := opts.HeartbeatInterval()
 	cctx, cancel := context.WithTimeout(ctx, 4*iv) // one heartbeat timeout
 	resp, err := l.Control(cctx, sw, req, &opts)

@@ -76,6 +76,7 @@ func (c *checker) ctrl(where string, d *fields, m *ctrl.Msg, payload []byte, w *
 		c.num(where, d, "ndma.ctrl.key", m.Key)
 		c.num(where, d, "ndma.ctrl.capacity", m.Capacity)
 		c.num(where, d, "ndma.ctrl.epoch", m.Epoch)
+		c.flag(where, d, "ndma.ctrl.kept", m.Kept)
 		if k, ok := w.poolKeys[s.src]; ok && m.Key != k {
 			t.Errorf("%s: POOLNODE key %#x, the node lends %#x", where, m.Key, w.poolKeys[s.src])
 		}

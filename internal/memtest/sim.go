@@ -81,7 +81,8 @@ func (n *SimNode) Receive(now time.Time, d netio.Datagram) {
 func (n *SimNode) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, time.Time) {
 	n.now = now
 	if !n.busy && n.hb.Due(now) {
-		buf, err := secure.AppendCtrl(nil, &ctrl.Msg{Type: ctrl.PoolNode, Key: n.Key, Capacity: uint64(n.cfg.Size), Epoch: n.cfg.Incarnation}, n.cfg.Token)
+		buf, err := secure.AppendCtrl(nil, &ctrl.Msg{Type: ctrl.PoolNode, Key: n.Key, Capacity: uint64(n.cfg.Size), Epoch: n.cfg.Incarnation,
+			Kept: n.Core.Server().PoolKept()}, n.cfg.Token)
 		if err != nil {
 			panic(fmt.Sprintf("memtest: encoding an offer: %v", err))
 		}

@@ -45,6 +45,8 @@ type Config struct {
 	// Link is every host's link (zero: 10 Gbit/s, 5 µs); the switch's
 	// is a port of a crossbar, without rate or latency.
 	Link simnet.LinkConfig
+	// Durable makes every memory node durable (Mem.Durable).
+	Durable bool
 	// Authority, when set, seals the fabric as deployed: the switch and
 	// the memory nodes hold credentials it issues, every endpoint one
 	// of the role and name NewEndpointAs gives (Endpoint: a client), and
@@ -80,7 +82,32 @@ type Mem struct {
 	Size   int
 	Node   *node.Node // nil while down
 	cancel context.CancelFunc
+	// Durable makes the node keep its memory and grants across
+	// restarts (as ndma memd --dir with --sync always does across a
+	// crash or a power loss); Dir holds them while it is down.
+	Durable bool
+	Dir     *MemDir
 }
+
+// MemDir is a durable memory node's directory, kept in memory by the
+// test: the lent memory and the last grant record saved (SaveGrants
+// replaces it whole, as memnode/durable's atomic rename does).
+type MemDir struct {
+	Mem    []byte
+	Grants []byte // the last record saved (nil: none yet)
+	Saves  int    // records saved
+}
+
+// SaveGrants keeps a copy of rec.
+func (d *MemDir) SaveGrants(rec []byte) error {
+	d.Grants = append(d.Grants[:0:0], rec...)
+	d.Saves++
+	return nil
+}
+
+// Sync and Flush do nothing: the test's memory outlives the node.
+func (d *MemDir) Sync(off, n uint64) error  { return nil }
+func (d *MemDir) Flush(off, n uint64) error { return nil }
 
 // Start starts the network, the switch and cfg.Nodes memory nodes, and
 // waits until the switch has taken every node's memory.
@@ -104,7 +131,7 @@ func Start(t testing.TB, cfg Config) *Fabric {
 	go func() { f.served <- f.Net.Serve(ctx) }()
 	f.StartSwitch()
 	for range cfg.Nodes {
-		f.AddMem(cfg.NodeSize)
+		f.addMem(cfg.NodeSize, cfg.Durable)
 	}
 	return f
 }
@@ -207,8 +234,10 @@ func (f *Fabric) identity(role secure.Role, name string) *secure.Identity {
 
 // AddMem starts a memory node lending size bytes, waiting up to 10 s
 // for the switch to take it.
-func (f *Fabric) AddMem(size int) *Mem {
-	m := &Mem{Addr: f.Addr(), Size: size}
+func (f *Fabric) AddMem(size int) *Mem { return f.addMem(size, false) }
+
+func (f *Fabric) addMem(size int, durable bool) *Mem {
+	m := &Mem{Addr: f.Addr(), Size: size, Durable: durable}
 	f.Mems = append(f.Mems, m)
 	if err := f.StartMem(m, 10*time.Second); err != nil {
 		f.T.Fatal(err)
@@ -225,11 +254,27 @@ func (f *Fabric) StartMem(m *Mem, wait time.Duration) error {
 	if err != nil {
 		return err
 	}
-	key, err := st.Alloc(m.Size, wire.PermAll, 0)
+	ps := &server.PoolServe{Switch: f.Switch, Token: f.token}
+	var key uint64
+	if m.Durable {
+		if m.Dir == nil {
+			m.Dir = &MemDir{Mem: make([]byte, m.Size)}
+		}
+		if m.Dir.Grants != nil {
+			if ps.Kept, err = memnode.ParseGrants(m.Dir.Grants); err != nil {
+				return err
+			}
+		}
+		ps.Durable = m.Dir
+		key, err = st.Register(m.Dir.Mem, wire.PermAll, 0)
+	} else {
+		key, err = st.Alloc(m.Size, wire.PermAll, 0)
+	}
 	if err != nil {
 		return err
 	}
-	cfg := node.Config{Store: st, Pool: &server.PoolServe{Switch: f.Switch, Key: key, Token: f.token},
+	ps.Key = key
+	cfg := node.Config{Store: st, Pool: ps,
 		Transport: transport.Config{MTU: 9000, Seed: uint64(f.Seed)*1000 + 100000 + uint64(f.memStarts)}}
 	var opts node.Options
 	if f.auth != nil {
@@ -265,7 +310,8 @@ func (f *Fabric) StartMem(m *Mem, wait time.Duration) error {
 	}
 }
 
-// CrashMem stops memory node m at once; its memory is lost.
+// CrashMem stops memory node m at once; its memory is lost, unless it
+// is durable (its Dir keeps it).
 func (f *Fabric) CrashMem(m *Mem) {
 	if m.Node == nil {
 		return

@@ -196,6 +196,12 @@ func (l *lender) Reported(switchInc uint64) {
 	l.core.Server().PoolReported(switchInc)
 }
 
+func (l *lender) Kept() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.core.Server().PoolKept()
+}
+
 func (l *lender) Closed(err error) bool { return errors.Is(err, ErrClosed) }
 
 // CloseLinger bounds how long Close keeps reading while the node owes a

@@ -38,6 +38,35 @@ type PoolServe struct {
 	// ReplyTTL is how long a mutating request's reply is remembered; zero
 	// means 30s. It must exceed the clients' op timeout.
 	ReplyTTL time.Duration
+	// Durable, when set, keeps the node's grants (and, through the
+	// memory it backs, the lent region) across restarts: the server
+	// saves its grant table there whenever it changes, and has the
+	// bytes each write touched made durable as Durable's policy says
+	// before it answers. Nil: the node lends memory that dies with it.
+	Durable Durable
+	// Kept is the grant table a durable node kept from its earlier
+	// start (what Durable saved last), over the same memory: the node
+	// takes it back, says so when it registers with the switch, and
+	// serves those grants only once the switch has its report of them
+	// (the switch decides which copies are still current).
+	Kept []memnode.GrantState
+}
+
+// Durable is where a durable memory node keeps what must survive it
+// (package memnode/durable keeps it in a directory).
+type Durable interface {
+	// SaveGrants stores the grant record rec (memnode.AppendGrants)
+	// and returns once a crash can no longer lose it.
+	SaveGrants(rec []byte) error
+	// Sync makes bytes [off, off+n) of the lent region durable, or
+	// leaves them to a background flush, as the policy says; it is
+	// called after a write touched them, before the write's answer.
+	Sync(off, n uint64) error
+	// Flush makes bytes [off, off+n) durable now, whatever the policy:
+	// a grant's scrubbed extent and a rebuilt copy, before the record
+	// that names them is saved (a record must never name a region over
+	// another's bytes, or a partial copy as whole).
+	Flush(off, n uint64) error
 }
 
 // poolStartupGrace is how long a memory node that just started
@@ -58,6 +87,10 @@ type PoolStats struct {
 	GrantsHeld                           int
 	// Rebuilds of lost copies completed and failed, and bytes copied.
 	Rebuilt, RebuildsFailed, RebuildBytes uint64
+	// Of a durable node: grant records it failed to save, and flushes
+	// that failed (a write's bytes: the write answered StatusBusy; a
+	// grant's extent or a rebuilt copy: the grant or rebuild failed).
+	SaveFailed, SyncFailed uint64
 }
 
 // poolServer is the server's state as a memory node of a pool; node is
@@ -73,6 +106,11 @@ type poolServer struct {
 	chainBuf, fwd []byte    // scratch of chain hops
 	rebuilds      map[uint32]*rebuildTask
 	reportedTo    uint64 // the switch incarnation the node last reported its grants to
+	// kept: the node took back the grants of its earlier start;
+	// unreported: it has not reported them to a switch yet (their
+	// requests are dropped until it has).
+	kept, unreported bool
+	rec              []byte // scratch of the grant record
 }
 
 // initPool makes the server a memory node of the pool ps names (nil:
@@ -109,8 +147,75 @@ func (s *Server) initPool(ps *PoolServe, seg int, host Host) error {
 			return fmt.Errorf("memory server: Pool.Replies and Pool.ReplyTTL must not be negative")
 		}
 		p.serve, p.node, p.replies = ps, node, memnode.NewReplies(n, ttl)
+		if len(ps.Kept) > 0 {
+			if ps.Durable == nil {
+				return fmt.Errorf("memory server: Pool.Kept without Pool.Durable")
+			}
+			if err := node.Restore(ps.Kept); err != nil {
+				return fmt.Errorf("memory server: the kept grants: %w", err)
+			}
+			p.kept, p.unreported = true, true
+		}
 	}
 	return nil
+}
+
+// PoolKept reports whether the node took back the grants of its
+// earlier start (a durable node): it tells the switch so when it
+// registers, and reports them.
+func (s *Server) PoolKept() bool { return s.pool.kept }
+
+// saveGrants saves the grant table of a durable node (a no-op
+// without Pool.Durable); a failure is counted and returned.
+func (s *Server) saveGrants() error {
+	p := &s.pool
+	if p.serve.Durable == nil {
+		return nil
+	}
+	p.rec = memnode.AppendGrants(p.rec[:0], p.node.State())
+	if err := p.serve.Durable.SaveGrants(p.rec); err != nil {
+		s.stats.Pool.SaveFailed++
+		return err
+	}
+	return nil
+}
+
+// flushGrant makes region's extent durable now and saves the grant
+// record (a no-op without Pool.Durable); a failure is counted and
+// returned.
+func (s *Server) flushGrant(region uint32) error {
+	p := &s.pool
+	if p.serve.Durable == nil {
+		return nil
+	}
+	if base, n, ok := p.node.Extent(region); ok {
+		if err := p.serve.Durable.Flush(base, n); err != nil {
+			s.stats.Pool.SyncFailed++
+			return err
+		}
+	}
+	return s.saveGrants()
+}
+
+// syncWrite makes the bytes a write touched durable as the policy says
+// (a no-op without Pool.Durable): [addr, addr+n), or with n zero region's
+// whole extent. It returns res, or StatusBusy if they could not be.
+func (s *Server) syncWrite(region uint32, addr, n uint64, res memnode.Result) memnode.Result {
+	p := &s.pool
+	if p.serve.Durable == nil || res.Status != wire.StatusOK {
+		return res
+	}
+	if n == 0 {
+		var ok bool
+		if addr, n, ok = p.node.Extent(region); !ok {
+			return res
+		}
+	}
+	if err := p.serve.Durable.Sync(addr, n); err != nil {
+		s.stats.Pool.SyncFailed++
+		return memnode.Result{Status: wire.StatusBusy}
+	}
+	return res
 }
 
 // ServePool executes a pool request (a datagram of mode wire.ModePool
@@ -127,7 +232,7 @@ func (s *Server) ServePool(now time.Time, from netip.AddrPort, h *wire.Header, p
 		s.stats.Pool.Dropped++
 		return
 	}
-	if !p.node.HasGrant(h.Group) && now.Sub(p.started) < poolStartupGrace {
+	if p.unreported || !p.node.HasGrant(h.Group) && now.Sub(p.started) < poolStartupGrace {
 		// Just started: the switch may not know yet that this node
 		// restarted and still send it the regions of its previous life.
 		// Unanswered, the client resends, and by then the switch sends
@@ -158,13 +263,16 @@ func (s *Server) ServePool(now time.Time, from netip.AddrPort, h *wire.Header, p
 	case h.Op == wire.OpFence:
 		// Idempotent (the fence only goes up): not cached.
 		res = p.node.Raise(h, fence)
+		if res.Status == wire.StatusOK && s.saveGrants() != nil {
+			res = memnode.Result{Status: wire.StatusBusy}
+		}
 	case h.Op == wire.OpRead && h.Operand1 > uint64(p.seg+wire.ReplyToLen):
 		res.Status = wire.StatusTooLarge
 	case h.Op == wire.OpOptim:
 		if o, err := wire.ParseOptim(payload); err != nil {
 			res.Status = wire.StatusBadOperand
 		} else {
-			res = p.node.ExecOptim(h, &o, payload[wire.OptimParamsLen:])
+			res = s.syncWrite(h.Group, h.Addr, 0, p.node.ExecOptim(h, &o, payload[wire.OptimParamsLen:]))
 		}
 		p.replies.Add(now, client, h.MsgID, 0, res)
 	default:
@@ -174,13 +282,16 @@ func (s *Server) ServePool(now time.Time, from netip.AddrPort, h *wire.Header, p
 		} else {
 			res = p.node.Exec(h, payload)
 		}
-		if mut {
-			p.replies.Add(now, client, h.MsgID, 0, res)
-		}
-		if mut && res.Status == wire.StatusOK && h.Copies&wire.CopiesDegraded != 0 {
+		if mut && res.Status == wire.StatusOK && h.Copies&wire.CopiesDegraded != 0 && p.node.MarkDegraded(h.Group) {
 			// The region's other copy missed this write: a restarted
 			// switch must take this copy for the current one.
-			p.node.MarkDegraded(h.Group)
+			if s.saveGrants() != nil {
+				res = memnode.Result{Status: wire.StatusBusy}
+			}
+		}
+		if mut {
+			res = s.syncWrite(h.Group, h.Addr, writeLen(h, payload), res)
+			p.replies.Add(now, client, h.MsgID, 0, res)
 		}
 	}
 	if res.Status == wire.StatusOK {
@@ -214,9 +325,13 @@ func (s *Server) servePoolControl(d *transport.Delivery) bool {
 	switch m.Type {
 	case ctrl.PoolGrant:
 		err := p.node.Grant(grantOf(&m))
-		if err != nil {
+		switch {
+		case err != nil:
 			st = wire.StatusOutOfBounds
-		} else {
+		case s.flushGrant(m.Region) != nil:
+			p.node.Revoke(m.Region, m.Key)
+			st = wire.StatusBusy
+		default:
 			s.stats.Pool.Grants++
 		}
 	case ctrl.PoolRevoke:
@@ -229,15 +344,24 @@ func (s *Server) servePoolControl(d *transport.Delivery) bool {
 		}
 		delete(p.rebuilds, m.Region)
 		s.stats.Pool.Revokes++
+		// A revoke the record misses is harmless: a switch given the
+		// grant again revokes it again.
+		_ = s.saveGrants()
 	case ctrl.PoolEpoch:
 		if !p.node.SetEpoch(m.Region, m.Key, m.Epoch) {
 			st = wire.StatusBadKey
+		} else if s.saveGrants() != nil {
+			st = wire.StatusBusy
 		}
 	case ctrl.PoolRebuild:
 		err := p.node.GrantRebuild(grantOf(&m))
-		if err != nil {
+		switch {
+		case err != nil:
 			st = wire.StatusOutOfBounds
-		} else {
+		case s.flushGrant(m.Region) != nil:
+			p.node.Revoke(m.Region, m.Key)
+			st = wire.StatusBusy
+		default:
 			s.stats.Pool.Grants++
 			p.rebuilds[m.Region] = &rebuildTask{spec: m.Pool, key: m.Key, column: int(m.Node), base: m.Base}
 		}
@@ -346,8 +470,24 @@ func (s *Server) PoolReports(switchInc uint64) ([][]byte, error) {
 }
 
 // PoolReported records that switch incarnation switchInc has the node's
-// report (every message PoolReports returned was answered).
-func (s *Server) PoolReported(switchInc uint64) { s.pool.reportedTo = switchInc }
+// report (every message PoolReports returned was answered): a durable
+// node serves the grants it kept from now on.
+func (s *Server) PoolReported(switchInc uint64) {
+	s.pool.reportedTo = switchInc
+	s.pool.unreported = false
+}
+
+// writeLen is how many bytes from h.Addr a mutating pool request
+// touches (zero: the grant's whole extent is synced).
+func writeLen(h *wire.Header, payload []byte) uint64 {
+	switch h.Op {
+	case wire.OpWrite, wire.OpVector:
+		return uint64(len(payload))
+	case wire.OpCAS, wire.OpFetchAdd:
+		return 8
+	}
+	return 0
+}
 
 // serveChain executes the current hop of a chain and passes the packet to
 // the switch for the next hop, or answers the client after the last.
@@ -384,6 +524,7 @@ func (s *Server) serveChain(now time.Time, client netip.AddrPort, h *wire.Header
 			p.chainBuf = out
 		}
 		if hop.Op.Mutates() {
+			res = s.syncWrite(h.Group, 0, 0, res)
 			p.replies.Add(now, client, h.MsgID, h.Hop, res)
 		}
 	}

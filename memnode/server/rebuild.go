@@ -86,7 +86,16 @@ func (s *Server) pumpRebuild(region uint32, t *rebuildTask) {
 func (s *Server) endRebuild(region uint32, t *rebuildTask, ok bool) {
 	p := &s.pool
 	delete(p.rebuilds, region)
-	p.node.EndRebuild(region)
+	if ok || p.serve.Durable == nil {
+		// (A durable node keeps a failed rebuild's mark: its record
+		// must not take the partial copy for a whole one.)
+		p.node.EndRebuild(region)
+	}
+	if ok {
+		// A durable copy is complete once its bytes are on disk and
+		// its record says it is no longer being rebuilt.
+		ok = s.flushGrant(region) == nil
+	}
 	if ok {
 		s.stats.Pool.Rebuilt++
 	} else {

@@ -393,6 +393,7 @@ func (m *Msg) decodePool(r *reader) {
 		m.Key = r.u64("key")
 		m.Capacity = r.u64("capacity")
 		m.Epoch = r.u64("incarnation")
+		m.Kept = r.bool("kept")
 		if r.err == nil && m.Key == 0 {
 			r.err = malformedf("pool node: %s: want a non-zero key", keyState(m.Key))
 		}

@@ -77,7 +77,8 @@
 //	LOOKUP     service name, mtu u16 → group u32, list of member (≤ 4096)
 //	POOLNODE   key u64 (the node's region lent to the pool), capacity u64
 //	           (bytes, not 0), incarnation u64 (random per start of the
-//	           node) → node u16
+//	           node), kept u8 (1: a durable node that kept its memory
+//	           and grants from an earlier start, 0: not) → node u16
 //	POOLCREATE pool → region u32, key u64, pool (columns as chosen)
 //	POOLOPEN   region u32, key u64 → pool
 //	POOLFREE   region u32, key u64 → (no fields)

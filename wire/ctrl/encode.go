@@ -102,6 +102,7 @@ func (m *Msg) appendPoolMsg(b []byte) []byte {
 		b = be.AppendUint64(b, m.Key)
 		b = be.AppendUint64(b, m.Capacity)
 		b = be.AppendUint64(b, m.Epoch)
+		b = appendBool(b, m.Kept)
 	case m.Type == PoolNode:
 		b = be.AppendUint16(b, m.Node)
 		b = be.AppendUint64(b, m.Epoch)

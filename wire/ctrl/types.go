@@ -222,6 +222,7 @@ type Msg struct {
 	Region      uint32         // PoolOpen, PoolFree, PoolGrant, PoolRevoke, PoolEpoch requests, PoolCreate response
 	Key         uint64         // PoolNode request (the node's region), PoolOpen and PoolFree requests, PoolCreate response (the new region's key)
 	Capacity    uint64         // PoolNode request
+	Kept        bool           // PoolNode request: the node kept its memory and grants from an earlier start (a durable memory node) and reports them
 	Node        uint16         // PoolNode response; PoolGrant, PoolRebuild, PoolRebuildGo, PoolRebuilt, PoolColumn*: the column
 	Pool        PoolSpec       // PoolCreate request and response, PoolOpen response
 	PoolNodes   []PoolNodeInfo // PoolStat response: at most MaxPoolNodes

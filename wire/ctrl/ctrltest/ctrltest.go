@@ -58,6 +58,7 @@ func Samples() []Sample {
 		{"lookup-req", ctrl.Msg{Type: ctrl.Lookup, MTU: 9000, Service: "kv"}},
 		{"lookup-resp", ctrl.Msg{Type: ctrl.Lookup, Resp: true, Group: 0x10000, Members: Members()[:2]}},
 		{"poolnode-req", ctrl.Msg{Type: ctrl.PoolNode, Key: 0x1234_5678_9abc_def0, Capacity: 64 << 20}},
+		{"poolnode-req-kept", ctrl.Msg{Type: ctrl.PoolNode, Key: 0x1234_5678_9abc_def0, Capacity: 64 << 20, Epoch: 7, Kept: true}},
 		{"poolnode-resp", ctrl.Msg{Type: ctrl.PoolNode, Resp: true, Node: 3, Epoch: 0xfeed}},
 		{"poolcreate-req", ctrl.Msg{Type: ctrl.PoolCreate, Pool: ctrl.PoolSpec{Size: 1 << 30, Stripe: 64 << 10, Columns: 0, Replicas: 2, Perm: 0x0f}}},
 		{"poolcreate-req-max", ctrl.Msg{Type: ctrl.PoolCreate, Pool: ctrl.PoolSpec{Size: poolmap.MaxRegionSize, Stripe: poolmap.MaxStripe, Columns: poolmap.MaxColumns, Replicas: 1, Perm: 1}}},
