@@ -542,7 +542,8 @@ func kvPause(s *simKV, mu jepsen.ChanLock, r int, target string) jepsen.Fault {
 
 // kvRestart starts owner r again, every second while it cannot (the
 // switch is down, or still counts the old one alive), for up to a
-// minute.
+// minute. Nothing else starts owner r meanwhile (its crash fault is
+// healed only once).
 func kvRestart(s *simKV, mu jepsen.ChanLock, r int) {
 	deadline := time.Now().Add(time.Minute)
 	// Restarts that begin at one instant try at instants of their own,
@@ -550,12 +551,18 @@ func kvRestart(s *simKV, mu jepsen.ChanLock, r int) {
 	time.Sleep(time.Duration(r+1) * time.Microsecond)
 	for {
 		mu.Lock()
-		var err error
-		if s.oeps[r] == nil {
-			err = s.tryStartOwner(r)
-		}
+		up := s.oeps[r] != nil
 		mu.Unlock()
+		if up {
+			return
+		}
+		// Outside the nemesis's lock: a start may wait seconds for the
+		// switch, and the nemesis's faults go on meanwhile.
+		o, ep, err := s.newOwner(r)
 		if err == nil {
+			mu.Lock()
+			s.owners[r], s.oeps[r] = o, ep
+			mu.Unlock()
 			return
 		}
 		if time.Now().After(deadline) {

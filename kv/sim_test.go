@@ -97,6 +97,17 @@ func (s *simKV) startOwner(i int) {
 // tryStartOwner starts owner process i on a fresh endpoint; on failure
 // it leaves it down.
 func (s *simKV) tryStartOwner(i int) error {
+	o, ep, err := s.newOwner(i)
+	if err != nil {
+		return err
+	}
+	s.owners[i], s.oeps[i] = o, ep
+	return nil
+}
+
+// newOwner starts owner process i on a fresh endpoint without making it
+// the test's owner i.
+func (s *simKV) newOwner(i int) (*Owner, *endpoint.Endpoint, error) {
 	r := i % s.layout.Owners
 	// On a sealed fabric the credential kv-SPACE/RANK may serve the space.
 	ep := s.NewEndpointAs(endpoint.Config{}, secure.RoleMember, fmt.Sprintf("kv-%s/%d", simSpace, r))
@@ -114,10 +125,9 @@ func (s *simKV) tryStartOwner(i int) error {
 	}
 	if err != nil {
 		ep.Close()
-		return fmt.Errorf("owner %d (rank %d): %w", i, r, err)
+		return nil, nil, fmt.Errorf("owner %d (rank %d): %w", i, r, err)
 	}
-	s.owners[i], s.oeps[i] = o, ep
-	return nil
+	return o, ep, nil
 }
 
 // nextIncarnation is a new owner process's incarnation, drawn from the
