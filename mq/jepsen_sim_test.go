@@ -117,6 +117,7 @@ type mqClient struct {
 	session int // the consumer session (consumers)
 	p       *Producer
 	c       *Consumer
+	idx     int           // its place among the run's clients
 	pushing bool          // a push subscriber (consumers)
 	sub     *Subscription // its subscription
 }
@@ -148,7 +149,10 @@ func (c *mqClient) start(consumer bool, sessions *int) error {
 		*sessions++
 		c.session = *sessions
 	} else {
-		c.p = NewProducer(t, ProducerConfig{Acks: AcksAll, Push: &push})
+		// Producer ids from the seed, so that a run replays (a push
+		// group's job is named after its producer).
+		id := uint64(c.s.seed)<<32 | uint64(c.idx)<<16 | uint64(c.gen)
+		c.p = NewProducer(t, ProducerConfig{ID: id, Acks: AcksAll, Push: &push})
 	}
 	return nil
 }
@@ -180,7 +184,7 @@ func jepsenMQ(t *testing.T, seed int64, faults time.Duration, producerLoss float
 		sessions := 0
 		var prods, conss []*mqClient
 		for i := range mqProducers + mqConsumers {
-			c := &mqClient{mu: jepsen.NewChanLock(), s: s, pushing: i == mqProducers+mqConsumers-1}
+			c := &mqClient{mu: jepsen.NewChanLock(), s: s, idx: i, pushing: i == mqProducers+mqConsumers-1}
 			if err := c.start(i >= mqProducers, &sessions); err != nil {
 				t.Fatal(err)
 			}
