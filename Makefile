@@ -79,6 +79,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseGrants -fuzztime 30s ./memnode
 	$(GO) test -run '^$$' -fuzz FuzzCtrl -fuzztime 30s ./wire/ctrl
 	$(GO) test -run '^$$' -fuzz FuzzParseBatch -fuzztime 30s ./mq
+	$(GO) test -run '^$$' -fuzz FuzzPushMessages -fuzztime 30s ./mq
 	$(GO) test -run '^$$' -fuzz FuzzFrame -fuzztime 30s ./mq/kafka
 	$(GO) test -run '^$$' -fuzz FuzzHandle -fuzztime 30s ./mq/kafka
 	$(GO) test -run '^$$' -fuzz FuzzSwitchStep -fuzztime 30s ./fabric
