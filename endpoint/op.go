@@ -177,8 +177,10 @@ type Op struct {
 	// Degraded (result): a pool write reached fewer replicas than its
 	// region keeps, because a memory node is dead.
 	Degraded bool
-	// Fence (a non-zero Token) makes a pool Write, CAS, FetchAdd or
-	// Vector a fenced one (wire.Fence): the memory nodes apply it only
+	// Fence (a non-zero Token) makes a pool Write, CAS, FetchAdd, Vector
+	// or Chain a fenced one (wire.Fence; a chain is checked at every hop,
+	// and its hops and data then fill at most PoolSegment less
+	// wire.FenceLen bytes): the memory nodes apply it only
 	// while Token is at least the fence's, and refuse it otherwise with
 	// wire.StatusFenced (Old then holds the fence's token). KindFence
 	// raises the fence to Token on the node(s) holding Addr; Old is the

@@ -115,7 +115,7 @@ func (c *Core) postPool(now time.Time, op *Op) error {
 		return fmt.Errorf("%w: kind %v at a pool address", ErrBadOp, op.Kind)
 	}
 	if op.Fence.Token != 0 && !op.Kind.opcode().Fenceable() {
-		return fmt.Errorf("%w: a fenced %v (only writes, CAS, FetchAdd and vector ops carry a fence)", ErrBadOp, op.Kind)
+		return fmt.Errorf("%w: a fenced %v (only writes, CAS, FetchAdd, vector ops and chains carry a fence)", ErrBadOp, op.Kind)
 	}
 	if n == 0 && (op.Kind == KindRead || op.Kind == KindWrite || op.Kind == KindVector || op.Kind == KindOptim) {
 		return fmt.Errorf("%w: empty pool access", ErrBadOp)
@@ -149,8 +149,8 @@ func (c *Core) checkChain(op *Op) error {
 	switch {
 	case k == 0 || k > wire.MaxChainHops:
 		return fmt.Errorf("%w: chain of %d hops (want 1 to %d)", ErrBadOp, k, wire.MaxChainHops)
-	case n <= 0 || k*wire.ChainHopLen+n > c.pool.seg:
-		return fmt.Errorf("%w: chain of %d hops over %d bytes: more than one %d-byte datagram", ErrBadOp, k, n, c.pool.seg)
+	case n <= 0 || k*wire.ChainHopLen+n > c.pool.seg-fenceLen(op.Fence):
+		return fmt.Errorf("%w: chain of %d hops over %d bytes: more than one %d-byte datagram", ErrBadOp, k, n, c.pool.seg-fenceLen(op.Fence))
 	case (op.Chain[0].Op == wire.ChainLoad) != (op.Buf == nil):
 		return fmt.Errorf("%w: a chain starts with a load or with data, not both", ErrBadOp)
 	case op.Buf != nil && len(op.Buf) != n:
@@ -167,6 +167,15 @@ func (c *Core) checkChain(op *Op) error {
 		}
 	}
 	return nil
+}
+
+// fenceLen is the bytes f's trailer takes in a request (none for no
+// fence).
+func fenceLen(f wire.Fence) int {
+	if f.Token == 0 {
+		return 0
+	}
+	return wire.FenceLen
 }
 
 // poolSender is the Core as its pool client's Sender.
@@ -200,7 +209,9 @@ func (ps *poolSender) SendSeg(now time.Time, po *poolAccess, i int) {
 		h.Operand1, h.Operand2 = uint64(op.ChainLen), uint64(len(op.Chain))
 		h.Dtype, h.Alu = op.Dtype, op.Alu
 		h.Addr = 0
-		payload = po.Scratch
+		// The hop list and the data (a resend finds a fence trailer
+		// after them, appended below).
+		payload = po.Scratch[:len(op.Chain)*wire.ChainHopLen+len(op.Buf)]
 	}
 	if op.Fence.Token != 0 {
 		// The fence trailer follows the request's own payload.

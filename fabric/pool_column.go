@@ -53,7 +53,7 @@ func (p *poolPlane) columnRequest(d *transport.Delivery, m *ctrl.Msg) {
 		default:
 			if !p.rebuildPending(r, c) {
 				msg := &ctrl.Msg{Type: ctrl.PoolGrant, Region: r.ID, Key: r.Key, Pool: r.spec(),
-					Base: h.Base, Length: r.Layout.ColumnBytes(c), Node: uint16(c), Epoch: r.Epoch, Homes: r.homes()}
+					Base: h.Base, Length: r.Layout.ColumnBytes(c), Node: uint16(c), Epoch: r.Epoch, Homes: r.homes(), Fences: r.fenceList()}
 				if id, ok := p.sendPoolCtrl(h.Node.Addr, msg); ok {
 					p.rebuilds[grantKey{h.Node.Addr, id}] = &rebuild{region: r, column: c, byClient: true}
 				}

@@ -267,6 +267,11 @@ func (p *poolPlane) poolForward(from netip.AddrPort, h *wire.Header, payload []b
 		sent++
 	}
 	if sent == 0 {
+		if h.Op == wire.OpFence {
+			// Kept here even so: every request passing the switch is
+			// held to it, and a column granted again takes it.
+			r.raiseFence(fence)
+		}
 		st := wire.StatusMemberDead
 		if lost == r.Layout.Replicas {
 			st = wire.StatusLost
@@ -376,8 +381,19 @@ func (p *poolPlane) chainForward(from netip.AddrPort, h *wire.Header, payload []
 		p.poolRefuse(client, h, wire.StatusUnknownOp)
 		return
 	}
-	hops, _, err := wire.SplitChain(h, body)
-	if err != nil || len(hops)+int(h.Operand1)+wire.ReplyToLen > wire.MaxPayload {
+	// A fenced chain's trailer follows its data; it travels with the
+	// chain to every hop, and is checked here at every hop too.
+	chain, fence, trailer := body, wire.Fence{}, 0
+	if h.Flags&wire.FlagFence != 0 {
+		var err error
+		if chain, fence, err = wire.SplitFence(body); err != nil {
+			p.poolRefuse(client, h, wire.StatusBadOperand)
+			return
+		}
+		trailer = wire.FenceLen
+	}
+	hops, _, err := wire.SplitChain(h, chain)
+	if err != nil || len(hops)+int(h.Operand1)+trailer+wire.ReplyToLen > wire.MaxPayload {
 		p.poolRefuse(client, h, wire.StatusBadOperand)
 		return
 	}
@@ -392,6 +408,12 @@ func (p *poolPlane) chainForward(from netip.AddrPort, h *wire.Header, payload []
 		// A chain has one path; replicated regions would need it twice.
 		p.poolRefuse(client, h, wire.StatusBadOperand)
 		return
+	}
+	if trailer != 0 {
+		if st, cur := p.fenceCheck(r, h, fence); st != wire.StatusOK {
+			p.poolRefuseWith(client, h, st, cur)
+			return
+		}
 	}
 	t, ok := p.translateOne(client, h, need, hop.Addr, h.Operand1, 0)
 	if !ok {

@@ -118,6 +118,25 @@ func (s store) writeAt(ctx context.Context, p []byte, off uint64) error {
 	return err
 }
 
+// fenced is the view of s whose writes carry fence f.
+func (s store) fenced(f pool.Fence) *store {
+	w := store{reg: s.reg.Fenced(f)}
+	if s.vol != nil {
+		w.vol = s.vol.Fenced(f)
+	}
+	return &w
+}
+
+// raiseFence raises fence f on every memory node of the key space (a
+// coded one's dead nodes are reported lost, as its writes around them
+// do); see pool.Region.RaiseFence and ec.Volume.RaiseFence.
+func (s store) raiseFence(ctx context.Context, f pool.Fence) (uint64, error) {
+	if s.vol != nil {
+		return s.vol.RaiseFence(ctx, f)
+	}
+	return s.reg.RaiseFence(ctx, f)
+}
+
 // openStore reads the layout of the key space in region reg. An
 // erasure-coded key space's header is at the start of each data shard
 // of the first row: when the first is unreachable, the others are read.

@@ -18,9 +18,24 @@ import (
 // counts it, and every key reads back its last acknowledged value:
 // without the fence the stale bucket would land over the new holder's
 // (a stale value read, an acknowledged write lost).
+//
+// It runs on a key space with two copies and on an erasure-coded one
+// (4+2), whose writes are chains: every hop of the stale chain is held
+// to the fence.
 func TestSimPausedOwnerFenced(t *testing.T) {
-	l := Layout{Shards: 2, Buckets: 64, PageBytes: 4096, HeapBytes: 8 * 4096, Owners: 1}
-	simStoreProcs(t, 31, 3, l, pool.AllocOptions{Replicas: 2}, 2, nil, func(t *testing.T, s *simKV) {
+	t.Run("copies", func(t *testing.T) {
+		l := Layout{Shards: 2, Buckets: 64, PageBytes: 4096, HeapBytes: 8 * 4096, Owners: 1}
+		simPausedOwnerFenced(t, 31, 3, l, pool.AllocOptions{Replicas: 2})
+	})
+	t.Run("coded", func(t *testing.T) {
+		l := Layout{Shards: 2, Buckets: 128, PageBytes: 4096, HeapBytes: 4 * 4 * 4096, Owners: 1,
+			Code: Coding{K: 4, M: 2, Shard: 4096}}
+		simPausedOwnerFenced(t, 32, 6, l, pool.AllocOptions{})
+	})
+}
+
+func simPausedOwnerFenced(t *testing.T, seed int64, nodes int, l Layout, alloc pool.AllocOptions) {
+	simStoreProcs(t, seed, nodes, l, alloc, 2, nil, func(t *testing.T, s *simKV) {
 		ctx := s.Ctx()
 		c := s.client()
 		want := map[string]string{}

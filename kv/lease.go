@@ -85,15 +85,6 @@ func (o *Owner) raiseFence() error {
 	if done {
 		return nil
 	}
-	if o.mem.vol != nil {
-		// A coded key space's writes are chains, which carry no fence
-		// (and a raise would need every node up, which coding is there
-		// not to need): the lease alone guards them.
-		o.mu.Lock()
-		o.fenceGen, o.wreg = gen, o.reg
-		o.mu.Unlock()
-		return nil
-	}
 	for range fenceRaises {
 		end, ok := o.lease(time.Now())
 		if !ok {
@@ -105,14 +96,14 @@ func (o *Owner) raiseFence() error {
 		ctr++
 		f := pool.Fence{ID: uint32(o.cfg.Rank), Token: ctr<<32 | o.inc&(1<<32-1)}
 		ctx, cancel := context.WithDeadline(context.Background(), end)
-		high, err := o.reg.RaiseFence(ctx, f)
+		high, err := o.mem.raiseFence(ctx, f)
 		cancel()
 		o.mu.Lock()
 		o.fenceCtr = max(o.fenceCtr, ctr, high>>32)
 		ctr = o.fenceCtr
 		regen := o.gen != gen // registered again meanwhile: raise again
 		if err == nil && !regen {
-			o.fence, o.fenceGen, o.wreg = f, gen, o.reg.Fenced(f)
+			o.fence, o.fenceGen, o.wreg = f, gen, o.mem.fenced(f)
 		}
 		o.mu.Unlock()
 		if err == nil && regen {
@@ -142,10 +133,10 @@ func (o *Owner) fenced(err error) {
 	o.log.Warn("kv: a write was refused for its fence: a newer holder raised it", "space", o.cfg.Space, "rank", o.cfg.Rank, "err", err)
 }
 
-// fencedWritesLocked is the region's view whose writes carry the
+// fencedWritesLocked is the key space's view whose writes carry the
 // owner's token, or nil while no raise holds for its current
 // registration. The caller holds mu.
-func (o *Owner) fencedWritesLocked() *pool.Region {
+func (o *Owner) fencedWritesLocked() *store {
 	if o.wreg == nil || o.fenceGen != o.gen {
 		return nil
 	}

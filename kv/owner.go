@@ -100,11 +100,11 @@ type Owner struct {
 	// (under mu).
 	activeAt time.Time
 	// The owner's fence (lease.go), under mu: the token it raised for
-	// registration fenceGen (0: none yet), the region's view whose
+	// registration fenceGen (0: none yet), the key space's view whose
 	// writes carry it, and the highest token counter it knows of.
 	fence    pool.Fence
 	fenceGen uint64
-	wreg     *pool.Region
+	wreg     *store
 	fenceCtr uint64
 	// beforeWrite, set by tests (under mu), runs in each pool write
 	// after the lease check passed and before the write is sent, and
@@ -672,9 +672,8 @@ func (o *Owner) publish(ctx context.Context, sh *shard, i int, nb bucket, val []
 	return stOK, nb.ver, nil
 }
 
-// write writes p at off in the key space's region, fenced by the
-// owner's token, or in its coded volume (whose chained writes carry no
-// fence: the lease alone guards them). A write that reached fewer copies
+// write writes p at off in the key space's region or its coded volume,
+// fenced by the owner's token. A write that reached fewer copies
 // or shards than the key space keeps, because a memory node is dead
 // (pool.ErrDegraded), wrote the data: it succeeds, and is counted. A
 // write refused for its fence (pool.ErrFenced) was not applied: the
@@ -697,12 +696,7 @@ func (o *Owner) write(ctx context.Context, p []byte, off uint64) error {
 	if hook != nil {
 		ctx = hook(ctx, off, len(p))
 	}
-	var err error
-	if o.mem.vol != nil {
-		err = o.mem.writeAt(ctx, p, off)
-	} else {
-		_, err = w.WriteAtContext(ctx, p, int64(off))
-	}
+	err := w.writeAt(ctx, p, off)
 	if errors.Is(err, pool.ErrFenced) {
 		o.fenced(err)
 		return err

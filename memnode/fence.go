@@ -62,6 +62,18 @@ func (p *PoolNode) Raise(h *wire.Header, f wire.Fence) Result {
 // StatusFenced (Result.Old: the fence's token, 0 if it has none) unless
 // the region's grant holds a token for f.ID and f.Token is at least it.
 func (p *PoolNode) ExecFenced(h *wire.Header, f wire.Fence, payload []byte) Result {
+	if res := p.Admit(h, f); res.Status != wire.StatusOK {
+		return res
+	}
+	return p.Exec(h, payload)
+}
+
+// Admit checks a request carrying fence f against the fences of the
+// region's grant (h.Group, opened by h.Key): StatusOK if the grant holds
+// a token for f.ID that f.Token is at least, StatusFenced (Result.Old:
+// the fence's token, 0 if it has none) if not, StatusBadKey without the
+// grant.
+func (p *PoolNode) Admit(h *wire.Header, f wire.Fence) Result {
 	g, ok := p.grants[h.Group]
 	if !ok || g.Key != h.Key {
 		return Result{Status: wire.StatusBadKey}
@@ -70,7 +82,7 @@ func (p *PoolNode) ExecFenced(h *wire.Header, f wire.Fence, payload []byte) Resu
 	if !ok || f.Token < cur {
 		return Result{Status: wire.StatusFenced, Old: cur}
 	}
-	return p.Exec(h, payload)
+	return Result{}
 }
 
 // Fences returns region's fences in increasing id order (nil if none).

@@ -145,9 +145,17 @@ func FuzzFence(f *testing.F) {
 				}
 				continue
 			}
+			ok := known && tok >= cur
+			if op%4 == 1 {
+				// A chain hop's check: changes nothing.
+				h := wire.Header{Op: wire.OpChain, Group: 1, Key: 11}
+				if r := p.Admit(&h, fc); (r.Status == wire.StatusOK) != ok || !ok && (r.Status != wire.StatusFenced || r.Old != cur) {
+					t.Fatalf("op %d: chain hop %+v over %d (known %v): %v, %d", i, fc, cur, known, r.Status, r.Old)
+				}
+				continue
+			}
 			h := wire.Header{Op: wire.OpWrite, Group: 1, Key: 11, Addr: uint64(i % 64)}
 			r := p.ExecFenced(&h, fc, []byte{op})
-			ok := known && tok >= cur
 			if (r.Status == wire.StatusOK) != ok || ok && mem[i%64] != op {
 				t.Fatalf("op %d: write %+v over %d (known %v): %v", i, fc, cur, known, r.Status)
 			}

@@ -25,10 +25,11 @@ type Fence = wire.Fence
 // have been applied by the first only.
 var ErrFenced error = wire.StatusFenced
 
-// Fenced returns a view of r whose writes, atomics and vector ops
-// (WriteAt, CompareAndSwap, FetchAdd, Apply) carry fence f; reads are
-// not fenced, and neither are chains, reductions and optimizer steps
-// (the memory nodes take no fence on them). f.Token 0 is no fence.
+// Fenced returns a view of r whose writes, atomics, vector ops and
+// chains (WriteAt, CompareAndSwap, FetchAdd, Apply, Chain: every hop of
+// a chain is checked) carry fence f; reads are not fenced, and neither
+// are reductions and optimizer steps (the memory nodes take no fence on
+// them). f.Token 0 is no fence.
 func (r *Region) Fenced(f Fence) *Region {
 	v := *r
 	v.fence = f
@@ -66,6 +67,43 @@ func (r *Region) RaiseFence(ctx context.Context, f Fence) (uint64, error) {
 		return high, fmt.Errorf("pool: region %d: raising fence %d to %#x: %w", r.spec.Region, f.ID, f.Token, first)
 	}
 	return high, nil
+}
+
+// RaiseFenceColumns raises fence f.ID to f.Token on each column of the
+// region (every memory node of a region with one copy) and returns what
+// each column answered: errs[c] is nil where column c took the raise.
+// The switch keeps the raise even where a column's node is dead or its
+// memory lost (wire.StatusMemberDead, wire.StatusLost): every request
+// passing it is held to the fence, and the column, granted again, starts
+// with it. high is the highest token a refusal reported (f.Token if
+// none): a column refusing with an error wrapping ErrFenced holds a
+// higher token. For a coded volume (pool/ec), which writes around the
+// columns it is told are gone.
+func (r *Region) RaiseFenceColumns(ctx context.Context, f Fence) (high uint64, errs []error) {
+	high = f.Token
+	errs = make([]error, r.layout.Columns)
+	if f.Token == 0 {
+		for c := range errs {
+			errs[c] = fmt.Errorf("pool: region %d: a fence raise with token 0", r.spec.Region)
+		}
+		return high, errs
+	}
+	for i := range r.layout.Columns {
+		off := uint64(i) * r.layout.Stripe
+		es, err := r.layout.Extents(off, 1, 0, nil)
+		if off >= r.layout.Size || err != nil || len(es) != 1 {
+			continue
+		}
+		op := r.op(endpoint.KindFence, off)
+		op.Fence = f
+		if err := r.c.ep.Do(ctx, op); err != nil {
+			if errors.Is(err, ErrFenced) {
+				high = max(high, op.Old)
+			}
+			errs[es[0].Column] = fmt.Errorf("pool: region %d: raising fence %d to %#x on column %d: %w", r.spec.Region, f.ID, f.Token, es[0].Column, err)
+		}
+	}
+	return high, errs
 }
 
 // columnOffsets is one region offset in each column that holds a first

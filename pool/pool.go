@@ -407,7 +407,11 @@ func (r *Region) Chain(ctx context.Context, hops []wire.ChainHop, n int, dt wire
 		return err
 	}
 	align := max(dt.Size(), 1)
-	chunks, err := ChainChunks(r.layout, addrs, n, r.c.ep.PoolSegment()-len(hops)*wire.ChainHopLen, align)
+	room := r.c.ep.PoolSegment() - len(hops)*wire.ChainHopLen
+	if r.fence.Token != 0 {
+		room -= wire.FenceLen
+	}
+	chunks, err := ChainChunks(r.layout, addrs, n, room, align)
 	if err != nil {
 		return err
 	}
@@ -427,7 +431,7 @@ func (r *Region) Chain(ctx context.Context, hops []wire.ChainHop, n int, dt wire
 			lane = es[0].Column
 		}
 		*op = endpoint.Op{Kind: endpoint.KindChain, Peer: r.c.addr, Pool: r.spec.Region, Key: r.key, Lane: uint16(lane),
-			Chain: hs, ChainLen: c, Dtype: dt, Alu: alu}
+			Chain: hs, ChainLen: c, Dtype: dt, Alu: alu, Fence: r.fence}
 		if in != nil {
 			op.Buf = in[off : off+c]
 		}

@@ -68,10 +68,12 @@ func SplitFence(payload []byte) ([]byte, Fence, error) {
 }
 
 // Fenceable reports whether requests of op may carry a fence: the ones
-// that change memory one datagram at a time, and the raise itself.
+// that change memory one datagram at a time, chains (the fence is
+// checked at every hop, by the switch and by the hop's memory node), and
+// the raise itself.
 func (o Opcode) Fenceable() bool {
 	switch o {
-	case OpWrite, OpCAS, OpFetchAdd, OpVector, OpFence:
+	case OpWrite, OpCAS, OpFetchAdd, OpVector, OpChain, OpFence:
 		return true
 	}
 	return false

@@ -144,7 +144,8 @@ const (
 	// FenceLen-byte fence trailer (AppendFence, SplitFence): the memory
 	// node applies the request only if the token is at least the highest
 	// it holds for the fence id. Only on pool requests (ModePool, not
-	// FlagResp) of OpWrite, OpCAS, OpFetchAdd, OpVector and OpFence.
+	// FlagResp) of OpWrite, OpCAS, OpFetchAdd, OpVector, OpChain (every
+	// hop is checked; the trailer follows the chain's data) and OpFence.
 	FlagFence  Flags = 1 << 6
 	flagsKnown       = FlagResp | FlagAuth | FlagRetx | FlagSyn | FlagReplyTo | FlagAck | FlagFence
 )

@@ -116,7 +116,7 @@ func TestDissector(t *testing.T) {
 		"WRITE pool req", "WRITE pool req replyto", "READ pool req", "READ pool req replyto", "READ pool resp",
 		"status BAD_KEY", "auth", "sack", "ack riding", "bad crc", "truncated", "ctrl malformed", "not ndma",
 		"CHAIN pool req", "OPTIM pool req", "EVENT unicast req", "NACK", "invalid", "op NOP",
-		"WRITE fenced", "FENCE fenced", "fences shown",
+		"WRITE fenced", "FENCE fenced", "CHAIN fenced", "fences shown",
 	} {
 		if c.seen[want] == 0 {
 			t.Errorf("the capture has no %q packet checked", want)

@@ -144,6 +144,14 @@ func handmade(t *testing.T, f *simFabric) {
 		t.Fatal(err)
 	}
 	f.log = append(f.log, sent{at: at, src: cli, dst: f.swAddr, buf: pkt})
+	// The same chain, fenced (the trailer after the data).
+	ch.MsgID, ch.Flags = 56, wire.FlagFence
+	payload = wire.AppendFence(append(wire.AppendChain(nil, hops), "delta"...), wire.Fence{ID: 4, Token: 2<<32 | 0x1234})
+	ch.MsgLen = uint32(len(payload))
+	if pkt, err = wire.AppendPacket(nil, &ch, payload); err != nil {
+		t.Fatal(err)
+	}
+	f.log = append(f.log, sent{at: at, src: cli, dst: f.swAddr, buf: pkt})
 	// A fenced WRITE, a FENCE raise and a FENCED refusal.
 	fw := wire.Header{Version: wire.Version, Op: wire.OpWrite, Mode: wire.ModePool, Flags: wire.FlagFence, Group: 5, Key: 0xabcdef0123, MsgID: 54, Addr: 0x200}
 	payload = wire.AppendFence([]byte("fenced"), wire.Fence{ID: 4, Token: 2<<32 | 0x1234})

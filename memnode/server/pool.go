@@ -493,6 +493,7 @@ func writeLen(h *wire.Header, payload []byte) uint64 {
 // the switch for the next hop, or answers the client after the last.
 func (s *Server) serveChain(now time.Time, client netip.AddrPort, h *wire.Header, payload []byte) {
 	p := &s.pool
+	var fenceOld uint64
 	answer := func(st wire.Status, data []byte) {
 		if st == wire.StatusOK {
 			s.stats.Pool.Served++
@@ -501,7 +502,18 @@ func (s *Server) serveChain(now time.Time, client netip.AddrPort, h *wire.Header
 		}
 		rh := wire.Header{Version: wire.Version, Op: wire.OpChain, Mode: wire.ModePool, Flags: wire.FlagResp,
 			Group: h.Group, MsgID: h.MsgID, Status: st, Copies: h.Copies, MsgLen: uint32(len(data))}
+		if st == wire.StatusFenced {
+			rh.Operand1 = fenceOld // the fence's token here
+		}
 		p.host.Raw(client, &rh, data)
+	}
+	var fence wire.Fence
+	if h.Flags&wire.FlagFence != 0 {
+		var err error
+		if payload, fence, err = wire.SplitFence(payload); err != nil {
+			answer(wire.StatusBadOperand, nil)
+			return
+		}
 	}
 	hops, data, err := wire.SplitChain(h, payload)
 	if err != nil {
@@ -515,10 +527,16 @@ func (s *Server) serveChain(now time.Time, client netip.AddrPort, h *wire.Header
 	if hop.Op.Mutates() {
 		res, cached = p.replies.Lookup(now, client, h.MsgID, h.Hop)
 	}
-	if cached {
+	switch {
+	case cached:
 		// Applied before: pass the same data on, do not apply it again.
 		s.stats.Pool.Duplicates++
-	} else {
+	case fence.Token != 0 && p.node.Admit(h, fence).Status != wire.StatusOK:
+		// Every hop is held to the fence, the ones that change nothing
+		// too: a chain of an earlier holder stops at its first hop here.
+		res = p.node.Admit(h, fence)
+		fenceOld = res.Old
+	default:
 		res, out = p.node.ExecHop(h, hop.Op, hop.Coef, data, p.chainBuf)
 		if hop.Op.Computes() {
 			p.chainBuf = out
@@ -543,6 +561,10 @@ func (s *Server) serveChain(now time.Time, client netip.AddrPort, h *wire.Header
 		Group: h.Group, Key: h.Key, MsgID: h.MsgID, Hop: h.Hop + 1, Operand1: h.Operand1, Operand2: h.Operand2,
 		Dtype: h.Dtype, Alu: h.Alu}
 	b := append(append(p.fwd[:0], hops...), out...)
+	if fence.Token != 0 {
+		fh.Flags |= wire.FlagFence
+		b = wire.AppendFence(b, fence)
+	}
 	b = wire.AppendReplyTo(b, client)
 	p.fwd = b
 	fh.MsgLen = uint32(len(b))

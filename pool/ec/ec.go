@@ -55,7 +55,12 @@ type Volume struct {
 	rows uint64    // stripes of k+m shards
 	coef [][]uint8 // coef[j][i]: data shard i's coefficient in parity j
 	enc  reedsolomon.Encoder
-	mu   sync.Mutex
+	st   *volState // shared by the volume's fenced views
+}
+
+// volState is what a Volume and its fenced views share.
+type volState struct {
+	mu sync.Mutex
 	// unsure are pieces whose parity may not match their data (a write
 	// failed half way), repaired before their row is written again
 	// (repair.go); under mu.
@@ -105,7 +110,7 @@ func Open(r *pool.Region, k, m int) (*Volume, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Volume{r: r, k: k, m: m, s: sp.Stripe, rows: sp.Size / row, coef: coef, enc: enc}, nil
+	return &Volume{r: r, k: k, m: m, s: sp.Stripe, rows: sp.Size / row, coef: coef, enc: enc, st: &volState{}}, nil
 }
 
 func checkShape(k, m int) error {
@@ -208,7 +213,8 @@ func (v *Volume) WriteAt(ctx context.Context, p []byte, off int64) error {
 		if err == nil {
 			continue
 		}
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && !errors.Is(err, pool.ErrFenced) {
+			// (A write refused for its fence is not written around.)
 			err = v.rewrite(ctx, pc, data, true)
 		}
 		if err != nil {

@@ -24,38 +24,38 @@ const maxUnsure = 1024
 
 // markUnsure records piece pc as unsure.
 func (v *Volume) markUnsure(pc piece) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if len(v.unsure) == maxUnsure {
-		v.unsure = v.unsure[1:]
+	v.st.mu.Lock()
+	defer v.st.mu.Unlock()
+	if len(v.st.unsure) == maxUnsure {
+		v.st.unsure = v.st.unsure[1:]
 	}
-	v.unsure = append(v.unsure, pc)
+	v.st.unsure = append(v.st.unsure, pc)
 }
 
 // takeUnsure removes and returns the unsure pieces of row.
 func (v *Volume) takeUnsure(row uint64) []piece {
-	v.mu.Lock()
-	defer v.mu.Unlock()
+	v.st.mu.Lock()
+	defer v.st.mu.Unlock()
 	var out []piece
-	keep := v.unsure[:0]
-	for _, pc := range v.unsure {
+	keep := v.st.unsure[:0]
+	for _, pc := range v.st.unsure {
 		if pc.row == row {
 			out = append(out, pc)
 		} else {
 			keep = append(keep, pc)
 		}
 	}
-	clear(v.unsure[len(keep):])
-	v.unsure = keep
+	clear(v.st.unsure[len(keep):])
+	v.st.unsure = keep
 	return out
 }
 
 // Unsure returns how many pieces' parity this Volume knows may not match
 // their data.
 func (v *Volume) Unsure() int {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return len(v.unsure)
+	v.st.mu.Lock()
+	defer v.st.mu.Unlock()
+	return len(v.st.unsure)
 }
 
 // repairRow recomputes the parity of the unsure pieces of row from the

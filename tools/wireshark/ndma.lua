@@ -1044,9 +1044,9 @@ local function dissect(tvb, pinfo, root)
         end
         local fence
         if band(flags, FLAG_FENCE) ~= 0 then
-            local fenceable = op == OP_WRITE or op == OP_CAS or op == OP_FADD or op == OP_VECTOR or op == OP_FENCE
+            local fenceable = op == OP_WRITE or op == OP_CAS or op == OP_FADD or op == OP_VECTOR or op == OP_CHAIN or op == OP_FENCE
             if mode ~= MODE_POOL or resp or not fenceable or pl < FENCE_LEN then
-                tree:add_proto_expert_info(e_malformed, "FENCE flag outside a pool WRITE, CAS, FETCHADD, VECTOR or FENCE request, or without room for the trailer")
+                tree:add_proto_expert_info(e_malformed, "FENCE flag outside a pool WRITE, CAS, FETCHADD, VECTOR, CHAIN or FENCE request, or without room for the trailer")
             else
                 pl = pl - FENCE_LEN
                 fence = HEADER_LEN + pl
