@@ -25,4 +25,5 @@ func (d *Dir) AddReply(r memnode.ReplyRecord) error { return errors.ErrUnsupport
 func (d *Dir) Fresh() bool                          { return false }
 func (d *Dir) SaveGrants(rec []byte) error          { return errors.ErrUnsupported }
 func (d *Dir) Sync(off, n uint64) error             { return errors.ErrUnsupported }
+func (d *Dir) Flush(off, n uint64) error            { return errors.ErrUnsupported }
 func (d *Dir) Close() error                         { return nil }
