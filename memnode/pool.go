@@ -422,6 +422,30 @@ func NewReplies(capacity int, ttl time.Duration) *Replies {
 	return &Replies{ttl: ttl, max: max(capacity, 0), m: make(map[replyKey]reply)}
 }
 
+// ReplyRecord is one remembered reply as a durable node keeps it on
+// disk (package memnode/durable): whose request it answered (client
+// address, request id, chain hop), the result's Status and Old, and
+// when it was added. A node started again adds its records back
+// (Replies.Restore), so that a request resent across the restart is
+// answered, not applied again.
+type ReplyRecord struct {
+	Client netip.AddrPort
+	ID     uint64
+	Hop    uint8
+	Status wire.Status
+	Old    uint64
+	At     time.Time
+}
+
+// Restore adds records (oldest first) with the times they carry: those
+// older than the TTL at the next Lookup are not answered, and the
+// capacity bound keeps the newest.
+func (c *Replies) Restore(recs []ReplyRecord) {
+	for _, r := range recs {
+		c.Add(r.At, r.Client, r.ID, r.Hop, Result{Status: r.Status, Old: r.Old})
+	}
+}
+
 // Mutating reports whether op changes memory (so its duplicates must not
 // be applied again).
 func Mutating(op wire.Opcode) bool {

@@ -79,9 +79,11 @@ its grants to the switch, which serves its copies again where they are
 still current and rebuilds the others from their second copy. --sync says
 when writes reach the disk: "always" (the default) before the node answers
 them, or an interval such as 100ms, in the background (an answered write is
-then in memory on every copy, on disk within the interval). memd refuses a
-DIR of another --size, a corrupt grant record, and a DIR another process
-uses.
+then in memory on every copy, on disk within the interval). DIR/replies
+keeps the replies to the newest writes and atomics, flushed with them, so
+that one resent across a restart is answered, not applied again. memd
+refuses a DIR of another --size, a corrupt grant record, and a DIR another
+process uses.
 The node seals every datagram it sends and receives (encrypted and
 authenticated, after a handshake that proves each peer's credential)
 under its credential, --credential (or $NDMA_CREDENTIAL), of role

@@ -35,7 +35,9 @@ const (
 // a retransmitted request is not applied twice. At most ReplyCacheEntries
 // entries (about ReplyCacheEntries × memnode.ReplyEntryBytes = 2.5 MiB),
 // the oldest pushed out first, each kept ReplyCacheTTL — longer than a
-// client's 10 s default op timeout, within which it retransmits.
+// client's 10 s default op timeout, within which it retransmits. A
+// durable node (Dir) keeps as many in its reply journal (memnode/durable),
+// ReplyCacheEntries × durable.ReplyRecordLen bytes = 1 MiB.
 const (
 	ReplyCacheEntries = 16384
 	ReplyCacheTTL     = 30 * time.Second
@@ -128,7 +130,10 @@ type Config struct {
 	// are saved in Dir whenever they change (memnode/durable), so that a
 	// node started again on Dir, after a crash or a power loss, takes
 	// back its pool regions' bytes and reports them to the switch,
-	// which serves the copies still current again. Needs Switch and no
+	// which serves the copies still current again. The replies to its
+	// newest mutating requests are kept there too (Dir/replies, synced
+	// as Sync says), so that a request resent across the restart is
+	// answered, not applied again. Needs Switch and no
 	// KeyFile. Start refuses a Dir of another Size, a corrupt grant
 	// record and a Dir another process holds. Empty means the lent
 	// memory dies with the node.

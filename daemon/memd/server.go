@@ -73,7 +73,7 @@ func Start(cfg Config) (*Server, error) {
 	var dir *durable.Dir
 	if cfg.Dir != "" {
 		var err error
-		if dir, err = durable.Open(cfg.Dir, cfg.Size, cfg.Sync, cfg.Logger); err != nil {
+		if dir, err = durable.Open(cfg.Dir, cfg.Size, ReplyCacheEntries, cfg.Sync, cfg.Logger); err != nil {
 			return nil, fields.Unusable("Dir", err)
 		}
 	}
@@ -109,7 +109,7 @@ func Start(cfg Config) (*Server, error) {
 		ncfg.Pool = &server.PoolServe{Switch: netip.MustParseAddrPort(cfg.Switch), Key: regions[0].Key, Token: cfg.Token,
 			Insecure: cfg.Insecure, Replies: ReplyCacheEntries, ReplyTTL: ReplyCacheTTL}
 		if dir != nil {
-			ncfg.Pool.Durable, ncfg.Pool.Kept = dir, dir.Kept()
+			ncfg.Pool.Durable, ncfg.Pool.Kept, ncfg.Pool.KeptReplies = dir, dir.Kept(), dir.KeptReplies()
 		}
 	}
 	nd, err := node.New(conn, ncfg, node.Options{Logger: cfg.Logger, Security: cfg.Security, SecurityOptions: cfg.SecurityOptions})
@@ -146,7 +146,7 @@ func Start(cfg Config) (*Server, error) {
 		s.log.Info("memd: region", "index", i, "size", r.Size, "perm", r.Perm.String())
 	}
 	if dir != nil {
-		s.log.Info("memd: durable: the lent memory and grants live in "+cfg.Dir, "sync", cfg.Sync.String(), "new", dir.Fresh(), "grants_kept", len(dir.Kept()))
+		s.log.Info("memd: durable: the lent memory and grants live in "+cfg.Dir, "sync", cfg.Sync.String(), "new", dir.Fresh(), "grants_kept", len(dir.Kept()), "replies_kept", len(dir.KeptReplies()))
 	} else if avail, ok := availMem(); ok && s.bytes > avail {
 		// The pages are touched only as clients write: a start is not
 		// refused, but the operator is told what filling them will do.

@@ -90,12 +90,26 @@ type Mem struct {
 }
 
 // MemDir is a durable memory node's directory, kept in memory by the
-// test: the lent memory and the last grant record saved (SaveGrants
-// replaces it whole, as memnode/durable's atomic rename does).
+// test: the lent memory, the last grant record saved (SaveGrants
+// replaces it whole, as memnode/durable's atomic rename does) and the
+// newest reply records (memnode/durable's reply journal).
 type MemDir struct {
-	Mem    []byte
-	Grants []byte // the last record saved (nil: none yet)
-	Saves  int    // records saved
+	Mem     []byte
+	Grants  []byte // the last record saved (nil: none yet)
+	Saves   int    // records saved
+	Replies []memnode.ReplyRecord
+}
+
+// memDirReplies bounds MemDir.Replies: the server's default reply cache.
+const memDirReplies = 1 << 16
+
+// AddReply keeps r, forgetting the oldest record beyond memDirReplies.
+func (d *MemDir) AddReply(r memnode.ReplyRecord) error {
+	d.Replies = append(d.Replies, r)
+	if len(d.Replies) > memDirReplies {
+		d.Replies = d.Replies[len(d.Replies)-memDirReplies:]
+	}
+	return nil
 }
 
 // SaveGrants keeps a copy of rec.
@@ -265,7 +279,7 @@ func (f *Fabric) StartMem(m *Mem, wait time.Duration) error {
 				return err
 			}
 		}
-		ps.Durable = m.Dir
+		ps.Durable, ps.KeptReplies = m.Dir, m.Dir.Replies
 		key, err = st.Register(m.Dir.Mem, wire.PermAll, 0)
 	} else {
 		key, err = st.Alloc(m.Size, wire.PermAll, 0)

@@ -32,7 +32,7 @@ func sampleGrants(epoch uint64) []memnode.GrantState {
 func TestDirReopen(t *testing.T) {
 	for _, s := range []Sync{SyncAlways, {Every: time.Millisecond}} {
 		path := t.TempDir()
-		d, err := Open(path, 1<<16, s, nil)
+		d, err := Open(path, 1<<16, 64, s, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +50,7 @@ func TestDirReopen(t *testing.T) {
 		if err := d.Close(); err != nil {
 			t.Fatal(err)
 		}
-		d, err = Open(path, 1<<16, s, nil)
+		d, err = Open(path, 1<<16, 64, s, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,18 +68,18 @@ func TestDirReopen(t *testing.T) {
 // a corrupt record, one held by another open.
 func TestDirRefuses(t *testing.T) {
 	path := t.TempDir()
-	d, err := Open(path, 1<<16, SyncAlways, nil)
+	d, err := Open(path, 1<<16, 64, SyncAlways, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(path, 1<<16, SyncAlways, nil); !errors.Is(err, ErrLocked) {
+	if _, err := Open(path, 1<<16, 64, SyncAlways, nil); !errors.Is(err, ErrLocked) {
 		t.Fatalf("a second open: %v, want ErrLocked", err)
 	}
 	if err := d.SaveGrants(memnode.AppendGrants(nil, sampleGrants(1))); err != nil {
 		t.Fatal(err)
 	}
 	d.Close()
-	if _, err := Open(path, 1<<17, SyncAlways, nil); !errors.Is(err, ErrSize) {
+	if _, err := Open(path, 1<<17, 64, SyncAlways, nil); !errors.Is(err, ErrSize) {
 		t.Fatalf("another size: %v, want ErrSize", err)
 	}
 	name := filepath.Join(path, "grants")
@@ -91,14 +91,14 @@ func TestDirRefuses(t *testing.T) {
 	if err := os.WriteFile(name, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(path, 1<<16, SyncAlways, nil); !errors.Is(err, ErrCorrupt) || !errors.Is(err, memnode.ErrGrantFile) {
+	if _, err := Open(path, 1<<16, 64, SyncAlways, nil); !errors.Is(err, ErrCorrupt) || !errors.Is(err, memnode.ErrGrantFile) {
 		t.Fatalf("a flipped bit in the record: %v, want ErrCorrupt", err)
 	}
 	// Refused opens hold nothing: a good record opens again.
 	if err := os.WriteFile(name, memnode.AppendGrants(nil, sampleGrants(2)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d, err = Open(path, 1<<16, SyncAlways, nil)
+	d, err = Open(path, 1<<16, 64, SyncAlways, nil)
 	if err != nil {
 		t.Fatalf("after the refusals: %v", err)
 	}
@@ -110,7 +110,7 @@ func TestDirRefuses(t *testing.T) {
 // removes the temporary file.
 func TestDirTornSave(t *testing.T) {
 	path := t.TempDir()
-	d, err := Open(path, 4096, SyncAlways, nil)
+	d, err := Open(path, 4096, 64, SyncAlways, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestDirTornSave(t *testing.T) {
 	if err := os.WriteFile(tmp, newer[:len(newer)/2], 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d, err = Open(path, 4096, SyncAlways, nil)
+	d, err = Open(path, 4096, 64, SyncAlways, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

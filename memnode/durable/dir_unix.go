@@ -27,6 +27,7 @@ type Dir struct {
 	mem    []byte
 	kept   []memnode.GrantState
 	fresh  bool
+	rj     replyJournal
 	mu     sync.Mutex // serializes SaveGrants
 	stop   chan struct{}
 	done   chan struct{}
@@ -34,14 +35,21 @@ type Dir struct {
 }
 
 // Open opens (creating it if need be) the directory path for a node
-// lending size bytes, under policy s; log (nil: discarded) takes the
-// background flushes' failures. It refuses a directory another process
-// holds (ErrLocked), one whose memory is of another size (ErrSize) and
-// one whose grant record is corrupt (ErrCorrupt). A record a crash left
-// half saved (grants.tmp) is removed: the previous one stands.
-func Open(path string, size int64, s Sync, log *slog.Logger) (*Dir, error) {
+// lending size bytes, whose reply cache holds replies entries (the
+// journal's slots, 1 to MaxReplySlots), under policy s; log (nil:
+// discarded) takes the background flushes' failures and what was
+// discarded of the reply journal. It refuses a directory another
+// process holds (ErrLocked), one whose memory is of another size
+// (ErrSize) and one whose grant record is corrupt (ErrCorrupt). A
+// record a crash left half saved (grants.tmp) is removed: the previous
+// one stands. A reply journal that is not one, or of another number of
+// slots, is discarded (logged), and so are its torn records.
+func Open(path string, size int64, replies int, s Sync, log *slog.Logger) (*Dir, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("durable: %s: size %d", path, size)
+	}
+	if replies < 1 || replies > MaxReplySlots {
+		return nil, fmt.Errorf("durable: %s: %d reply slots (want 1 to %d)", path, replies, MaxReplySlots)
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -71,6 +79,9 @@ func Open(path string, size int64, s Sync, log *slog.Logger) (*Dir, error) {
 		return nil, err
 	}
 	if err := d.loadGrants(); err != nil {
+		return nil, err
+	}
+	if err := d.openReplies(replies); err != nil {
 		return nil, err
 	}
 	if s.Every > 0 {
@@ -178,13 +189,17 @@ func (d *Dir) SaveGrants(rec []byte) error {
 }
 
 // Sync flushes bytes [off, off+n) of the memory to the file under
-// SyncAlways (the pages holding them); under an interval it does
-// nothing (the background flush does).
+// SyncAlways (the pages holding them), then the reply records added
+// since the last Sync; under an interval it does nothing (the
+// background flush does).
 func (d *Dir) Sync(off, n uint64) error {
 	if d.sync.Every > 0 {
 		return nil
 	}
-	return d.Flush(off, n)
+	if err := d.Flush(off, n); err != nil {
+		return err
+	}
+	return d.rj.flushPending()
 }
 
 // Flush flushes bytes [off, off+n) of the memory to the file now,
@@ -215,10 +230,13 @@ func (d *Dir) flushEvery(every time.Duration) {
 		case <-t.C:
 		}
 		err := unix.Msync(d.mem, unix.MS_SYNC)
+		if err == nil {
+			err = d.rj.flushAll()
+		}
 		if (err != nil) != failing {
 			failing = err != nil
 			if failing {
-				d.log.Error("durable: flushing memory to "+d.path+" fails: answered writes are not reaching the disk", "err", err)
+				d.log.Error("durable: flushing memory and replies to "+d.path+" fails: answered writes are not reaching the disk", "err", err)
 			} else {
 				d.log.Info("durable: flushing memory works again", "dir", d.path)
 			}
@@ -241,6 +259,9 @@ func (d *Dir) Close() error {
 				err = fmt.Errorf("durable: flushing memory: %w", e)
 			}
 		}
+		if e := d.rj.flushAll(); e != nil && err == nil {
+			err = e
+		}
 		d.release()
 	})
 	return err
@@ -252,6 +273,7 @@ func (d *Dir) release() {
 		_ = unix.Munmap(d.mem)
 		d.mem = nil
 	}
+	d.rj.unmap()
 	if d.lock != nil {
 		d.lock.Close() // drops the flock
 		d.lock = nil

@@ -12,10 +12,45 @@
 //	grants       the last grant record saved (absent: none yet)
 //	grants.tmp   a record being saved (a crash may leave it: ignored and
 //	             removed at the next start, the previous grants used)
+//	replies      the reply journal: the replies of the newest mutating
+//	             requests the node applied (replies.go), a ring of the
+//	             reply cache's entries, 64 bytes each, fixed in size
 //	lock         held (flock) by the process using the directory
 //
 // When a write counts as durable is the Sync policy's: SyncAlways
 // flushes the bytes a write touched to the file before the node answers
 // it; an interval flushes the whole memory in the background that often.
+//
+// The reply journal closes the gap a restart opens in the node's reply
+// cache (memnode.Replies, which answers a resent WRITE, CAS, FETCHADD,
+// VECTOR, OPTIM or mutating chain hop instead of applying it again): a
+// request applied just before a crash, whose answer was lost, is resent
+// by its client after the restart, and without its reply it would be
+// applied a second time (an add counted twice, a CAS that swapped
+// reporting failure, a write undoing a later write of another client).
+// The node writes each applied request's reply to the mapped journal
+// right after applying it (AddReply), then flushes as the policy says:
+// under SyncAlways the bytes, then the record, both before the answer;
+// under an interval both in the background flush, the memory first.
+// Open gives the records back (KeptReplies), and the node puts them in
+// its reply cache before it serves, so the resend is answered as the
+// first request would have been. Records keep their time: one older
+// than the cache's TTL answers nothing, as in memory, and the ring keeps
+// as many as the cache holds.
+//
+// What each failure keeps: a crash of the process keeps every record
+// written (the pages are the kernel's), so only a request it killed
+// between applying and writing its record (a few instructions, no
+// system call between) can be applied again. A power loss under
+// SyncAlways keeps every answered request's record; one that hits
+// between the two flushes may keep a request's bytes without its record
+// (the client had no answer; its resend is applied again). Under an
+// interval a power loss takes the last interval's writes and records,
+// and pages the kernel wrote back on its own in that interval may hold
+// one without the other. A torn or corrupt record is skipped at start,
+// and a journal that does not read as one (cut short, a bad header,
+// another cache size, beside new memory) is discarded: both are logged,
+// and the node then serves as one without a journal would.
+//
 // A Dir is the memnode/server.Durable of the node.
 package durable

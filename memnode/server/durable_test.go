@@ -19,7 +19,8 @@ type fakeDurable struct {
 	saves   int         // records saved
 	syncs   [][2]uint64 // (offset, bytes) synced after writes
 	flushes [][2]uint64 // (offset, bytes) flushed before a record
-	fail    bool        // every call fails
+	replies []memnode.ReplyRecord
+	fail    bool // every call fails
 }
 
 func (d *fakeDurable) SaveGrants(rec []byte) error {
@@ -35,6 +36,14 @@ func (d *fakeDurable) Flush(off, n uint64) error {
 		return errors.New("I/O error")
 	}
 	d.flushes = append(d.flushes, [2]uint64{off, n})
+	return nil
+}
+
+func (d *fakeDurable) AddReply(r memnode.ReplyRecord) error {
+	if d.fail {
+		return errors.New("I/O error")
+	}
+	d.replies = append(d.replies, r)
 	return nil
 }
 

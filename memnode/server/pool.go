@@ -50,6 +50,12 @@ type PoolServe struct {
 	// serves those grants only once the switch has its report of them
 	// (the switch decides which copies are still current).
 	Kept []memnode.GrantState
+	// KeptReplies is the reply records a durable node kept from its
+	// earlier start (what Durable.AddReply wrote): they go into the
+	// reply cache before the node serves, so that a request applied
+	// before the restart and resent after it is answered, not applied
+	// again.
+	KeptReplies []memnode.ReplyRecord
 }
 
 // Durable is where a durable memory node keeps what must survive it
@@ -58,9 +64,15 @@ type Durable interface {
 	// SaveGrants stores the grant record rec (memnode.AppendGrants)
 	// and returns once a crash can no longer lose it.
 	SaveGrants(rec []byte) error
-	// Sync makes bytes [off, off+n) of the lent region durable, or
-	// leaves them to a background flush, as the policy says; it is
-	// called after a write touched them, before the write's answer.
+	// AddReply records the reply of a mutating request that changed
+	// memory (its status OK), after the request was applied and before
+	// Sync: the record must be as durable as the bytes once Sync
+	// returns, or the background flush has run.
+	AddReply(r memnode.ReplyRecord) error
+	// Sync makes bytes [off, off+n) of the lent region, and the reply
+	// records added since, durable, or leaves them to a background
+	// flush, as the policy says; it is called after a write touched
+	// them, before the write's answer.
 	Sync(off, n uint64) error
 	// Flush makes bytes [off, off+n) durable now, whatever the policy:
 	// a grant's scrubbed extent and a rebuilt copy, before the record
@@ -156,6 +168,12 @@ func (s *Server) initPool(ps *PoolServe, seg int, host Host) error {
 			}
 			p.kept, p.unreported = true, true
 		}
+		if len(ps.KeptReplies) > 0 {
+			if ps.Durable == nil {
+				return fmt.Errorf("memory server: Pool.KeptReplies without Pool.Durable")
+			}
+			p.replies.Restore(ps.KeptReplies)
+		}
 	}
 	return nil
 }
@@ -195,6 +213,24 @@ func (s *Server) flushGrant(region uint32) error {
 		}
 	}
 	return s.saveGrants()
+}
+
+// journal records res, the result of client's mutating request id (at
+// chain hop hop) just applied, for a durable node (a no-op without
+// Pool.Durable, or for a request that changed nothing): the syncWrite
+// that follows makes it durable with the bytes. It returns res, or
+// StatusBusy if it could not be recorded.
+func (s *Server) journal(now time.Time, client netip.AddrPort, id uint64, hop uint8, res memnode.Result) memnode.Result {
+	p := &s.pool
+	if p.serve.Durable == nil || res.Status != wire.StatusOK {
+		return res
+	}
+	r := memnode.ReplyRecord{Client: client, ID: id, Hop: hop, Status: res.Status, Old: res.Old, At: now}
+	if err := p.serve.Durable.AddReply(r); err != nil {
+		s.stats.Pool.SyncFailed++
+		return memnode.Result{Status: wire.StatusBusy}
+	}
+	return res
 }
 
 // syncWrite makes the bytes a write touched durable as the policy says
@@ -272,7 +308,8 @@ func (s *Server) ServePool(now time.Time, from netip.AddrPort, h *wire.Header, p
 		if o, err := wire.ParseOptim(payload); err != nil {
 			res.Status = wire.StatusBadOperand
 		} else {
-			res = s.syncWrite(h.Group, h.Addr, 0, p.node.ExecOptim(h, &o, payload[wire.OptimParamsLen:]))
+			res = s.journal(now, client, h.MsgID, 0, p.node.ExecOptim(h, &o, payload[wire.OptimParamsLen:]))
+			res = s.syncWrite(h.Group, h.Addr, 0, res)
 		}
 		p.replies.Add(now, client, h.MsgID, 0, res)
 	default:
@@ -281,6 +318,9 @@ func (s *Server) ServePool(now time.Time, from netip.AddrPort, h *wire.Header, p
 			res = p.node.ExecFenced(h, fence, payload)
 		} else {
 			res = p.node.Exec(h, payload)
+		}
+		if mut {
+			res = s.journal(now, client, h.MsgID, 0, res)
 		}
 		if mut && res.Status == wire.StatusOK && h.Copies&wire.CopiesDegraded != 0 && p.node.MarkDegraded(h.Group) {
 			// The region's other copy missed this write: a restarted
@@ -542,6 +582,7 @@ func (s *Server) serveChain(now time.Time, client netip.AddrPort, h *wire.Header
 			p.chainBuf = out
 		}
 		if hop.Op.Mutates() {
+			res = s.journal(now, client, h.MsgID, h.Hop, res)
 			res = s.syncWrite(h.Group, 0, 0, res)
 			p.replies.Add(now, client, h.MsgID, h.Hop, res)
 		}
