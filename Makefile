@@ -84,6 +84,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzFrame -fuzztime 30s ./mq/kafka
 	$(GO) test -run '^$$' -fuzz FuzzHandle -fuzztime 30s ./mq/kafka
 	$(GO) test -run '^$$' -fuzz FuzzSwitchStep -fuzztime 30s ./fabric
+	$(GO) test -run '^$$' -fuzz FuzzTreeSwitchStep -fuzztime 30s ./fabric
 	$(GO) test -run '^$$' -fuzz FuzzOpen -fuzztime 30s ./secure
 	$(GO) test -run '^$$' -fuzz FuzzParseIdentity -fuzztime 30s ./secure
 	$(GO) test -run '^$$' -fuzz FuzzParseRevocations -fuzztime 30s ./secure

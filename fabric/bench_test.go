@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -72,7 +73,13 @@ func newBenchFabricConfig(tb testing.TB, n int, cfg fabric.Config) *benchFabric 
 		f.cores = append(f.cores, c)
 		f.addrs = append(f.addrs, addr)
 		f.byAdr[addr] = i
-		buf, err := secure.AppendCtrl(nil, &ctrl.Msg{Type: ctrl.Join, Job: "bench", Size: n, Rank: i, MTU: 9000}, []byte("bench"))
+		req := &ctrl.Msg{Type: ctrl.Join, Job: "bench", Size: n, Rank: i, MTU: 9000}
+		if slices.Contains(cfg.Children, addr) {
+			// A child switch (of a tree) joining a member behind it.
+			req.Type = ctrl.JoinVia
+			req.Members = []ctrl.MemberInfo{{ID: uint16(i), Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 2, byte(i + 1)}), 9000)}}
+		}
+		buf, err := secure.AppendCtrl(nil, req, []byte("bench"))
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -3,6 +3,8 @@ package fabric
 import (
 	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/ndma/ndma/secure"
@@ -80,6 +82,14 @@ type Config struct {
 	// registered has reported and every region is complete). Zero means
 	// DefaultPoolRecoverWindow.
 	PoolRecoverWindow time.Duration
+	// Parent is the switch above this one in a tree of switches (zero:
+	// none, this switch is the tree's root or stands alone), and
+	// Children the switches below it, as they send from: a job joined
+	// under a switch with a parent is formed at the root and spans the
+	// tree (tree.go). Only listed children may join members through
+	// this switch (JOINVIA), and only a parent's answers are taken.
+	Parent   netip.AddrPort
+	Children []netip.AddrPort
 }
 
 // FaultConfig injects faults into the switch's output (this kernel has no
@@ -156,9 +166,34 @@ func (c *Config) validate() error {
 	if err := c.Limits.validate(); err != nil {
 		return err
 	}
+	if err := c.validateTree(); err != nil {
+		return err
+	}
 	for _, r := range []float64{c.Fault.Drop, c.Fault.Dup, c.Fault.Reorder, c.Fault.Corrupt} {
 		if r < 0 || r > 1 {
 			return fmt.Errorf("%w: fault rate %v outside [0, 1]", ErrConfig, r)
+		}
+	}
+	return nil
+}
+
+// validateTree checks Parent and Children: valid addresses, none twice,
+// the parent not among the children, at most MaxChildren children.
+func (c *Config) validateTree() error {
+	if c.Parent.IsValid() && (c.Parent.Port() == 0 || c.Parent.Addr().IsUnspecified()) {
+		return fmt.Errorf("%w: Parent %v", ErrConfig, c.Parent)
+	}
+	if len(c.Children) > MaxChildren {
+		return fmt.Errorf("%w: %d children, at most %d", ErrConfig, len(c.Children), MaxChildren)
+	}
+	for i, ch := range c.Children {
+		switch {
+		case !ch.IsValid() || ch.Port() == 0 || ch.Addr().IsUnspecified():
+			return fmt.Errorf("%w: child %v", ErrConfig, ch)
+		case ch == c.Parent:
+			return fmt.Errorf("%w: %v is both the parent and a child", ErrConfig, ch)
+		case slices.Contains(c.Children[:i], ch):
+			return fmt.Errorf("%w: child %v listed twice", ErrConfig, ch)
 		}
 	}
 	return nil

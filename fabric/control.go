@@ -28,6 +28,8 @@ type rendezvous struct {
 type joiner struct {
 	peer  transport.PeerID
 	msgID uint64
+	real  netip.AddrPort // the joiner's own address (peer's, or behind the child switch peer)
+	via   bool           // joined through a child switch (JOINVIA)
 }
 
 // control handles one control request.
@@ -72,11 +74,17 @@ func (s *Switch) control(now time.Time, d *transport.Delivery) {
 	switch m.Type {
 	case ctrl.Join:
 		s.join(now, d, m)
-	case ctrl.Leave, ctrl.Destroy, ctrl.Heartbeat:
+	case ctrl.JoinVia:
+		s.joinVia(now, d, m)
+	case ctrl.Leave, ctrl.Destroy, ctrl.Heartbeat, ctrl.MemberGone:
 		g := s.groups[m.Group]
 		var mem *member
 		if g != nil {
 			mem = s.memberByAddr(g, d.Peer.Addr, m.Member)
+			if mem == nil && m.Type == ctrl.Destroy {
+				// A neighbor switch passes a destroy on.
+				mem = s.fromPort(g, d.Peer.Addr)
+			}
 		}
 		if mem == nil {
 			s.stats.ControlRefused++
@@ -92,11 +100,26 @@ func (s *Switch) control(now time.Time, d *transport.Delivery) {
 			mem.lastSeen = s.heard
 			mem.beats.beat(s.heard)
 			s.respond(d, &ctrl.Msg{Type: ctrl.Heartbeat, Resp: true, Group: g.id, Member: mem.id, Epoch: g.epoch, Dead: g.deadIDs()})
+			s.relayBeat(now, g, mem)
 		case ctrl.Leave:
 			s.respond(d, &ctrl.Msg{Type: ctrl.Leave, Resp: true, Group: g.id, Member: mem.id})
 			s.memberDead(g, mem, true)
+		case ctrl.MemberGone:
+			// Only a neighbor switch reports a member behind it gone.
+			if mem.via == nil {
+				s.stats.ControlRefused++
+				s.reply(d.Peer, &d.Header, wire.StatusNotMember, 0)
+				return
+			}
+			s.respond(d, &ctrl.Msg{Type: ctrl.MemberGone, Resp: true})
+			s.memberDead(g, mem, false)
 		case ctrl.Destroy:
 			s.respond(d, &ctrl.Msg{Type: ctrl.Destroy, Resp: true, Group: g.id})
+			for _, p := range g.ports {
+				if p.addr != d.Peer.Addr {
+					s.sendCtrl(p.addr, &ctrl.Msg{Type: ctrl.Destroy, Group: g.id})
+				}
+			}
 			s.destroy(g)
 		}
 	case ctrl.Register:
@@ -136,8 +159,14 @@ func RoleMay(r secure.Role, t ctrl.Type) bool {
 	switch t {
 	case ctrl.PoolNode, ctrl.PoolReport, ctrl.PoolRebuilt:
 		return r == secure.RoleMemoryNode
-	case ctrl.Join, ctrl.Leave, ctrl.Destroy, ctrl.Heartbeat, ctrl.Register, ctrl.JoinStatus:
+	case ctrl.Join, ctrl.Register, ctrl.JoinStatus:
 		return r == secure.RoleMember
+	case ctrl.Leave, ctrl.Destroy, ctrl.Heartbeat:
+		// A switch of a tree relays its members' heartbeats and reports
+		// their deaths to its neighbors.
+		return r == secure.RoleMember || r == secure.RoleSwitch
+	case ctrl.JoinVia, ctrl.MemberGone:
+		return r == secure.RoleSwitch
 	case ctrl.Lookup, ctrl.PoolCreate, ctrl.PoolOpen, ctrl.PoolFree, ctrl.PoolStat,
 		ctrl.PoolColumnLost, ctrl.PoolColumnGrant, ctrl.PoolColumnRestored:
 		return r == secure.RoleMember || r == secure.RoleClient
@@ -210,7 +239,7 @@ func (g *group) table() []ctrl.MemberInfo {
 	t := make([]ctrl.MemberInfo, 0, len(g.members))
 	for _, m := range g.members {
 		if m != nil && (m.alive || !g.service) {
-			t = append(t, ctrl.MemberInfo{ID: m.id, Addr: m.addr})
+			t = append(t, ctrl.MemberInfo{ID: m.id, Addr: m.realAddr()})
 		}
 	}
 	return t
@@ -229,21 +258,33 @@ func (s *Switch) join(now time.Time, d *transport.Delivery, m *ctrl.Msg) {
 			return
 		}
 	}
+	s.joinAs(now, d, m, d.Peer.Addr, false)
+}
+
+// joinAs joins the process at real to job m.Job: a member that sent
+// d itself, or (via) one behind the child switch that sent d. Below a
+// parent the join goes up (tree.go); the root, or a switch alone, holds
+// the rendezvous.
+func (s *Switch) joinAs(now time.Time, d *transport.Delivery, m *ctrl.Msg, real netip.AddrPort, via bool) {
 	// A join repeated after the group exists (the member restarted its
 	// request) gets the table again.
 	if id, ok := s.names[m.Job]; ok {
 		if g := s.groups[id]; g != nil && !g.service {
-			if mem := g.byAddr[d.Peer.Addr]; mem != nil && mem.alive {
-				s.respond(d, &ctrl.Msg{Type: ctrl.Join, Resp: true, Group: g.id, Member: mem.id, Members: g.table(), Epoch: g.epoch})
+			if mem := g.byReal(real); mem != nil && mem.alive {
+				s.respond(d, &ctrl.Msg{Type: m.Type, Resp: true, Group: g.id, Member: mem.id, Members: g.table(), Epoch: g.epoch})
 				return
 			}
 			if m.Rank >= 0 && m.Rank < len(g.members) && g.members[m.Rank] != nil && g.members[m.Rank].alive {
 				s.stats.ControlRefused++
-				s.respond(d, &ctrl.Msg{Type: ctrl.Join, Resp: true, Member: uint16(m.Rank), Members: []ctrl.MemberInfo{{ID: uint16(m.Rank), Addr: g.members[m.Rank].addr}}})
+				s.respond(d, &ctrl.Msg{Type: m.Type, Resp: true, Member: uint16(m.Rank), Members: []ctrl.MemberInfo{{ID: uint16(m.Rank), Addr: g.members[m.Rank].realAddr()}}})
 				return
 			}
 		}
 		s.reply(d.Peer, &d.Header, wire.StatusBusy, ctrl.JoinBusyFormed) // name in use
+		return
+	}
+	if s.hasParent() {
+		s.proxyJoin(now, d, m, real)
 		return
 	}
 	r := s.jobs[m.Job]
@@ -266,7 +307,7 @@ func (s *Switch) join(now time.Time, d *transport.Delivery, m *ctrl.Msg) {
 		// dropped for a new launch.
 		s.stats.ControlRefused++
 		s.reply(d.Peer, &d.Header, wire.StatusBadOperand, ctrl.JoinRefusal(r.size, r.mtu))
-		if !slices.ContainsFunc(r.joiners, func(j *joiner) bool { return j != nil && j.peer.Addr == d.Peer.Addr }) {
+		if !slices.ContainsFunc(r.joiners, func(j *joiner) bool { return j != nil && j.real == real }) {
 			delete(s.jobs, m.Job)
 			for _, j := range r.joiners {
 				if j != nil {
@@ -279,7 +320,7 @@ func (s *Switch) join(now time.Time, d *transport.Delivery, m *ctrl.Msg) {
 	}
 	rank := m.Rank
 	for i, j := range r.joiners {
-		if j != nil && j.peer.Addr == d.Peer.Addr {
+		if j != nil && j.real == real {
 			rank = i // the same process joining again
 		}
 	}
@@ -295,34 +336,59 @@ func (s *Switch) join(now time.Time, d *transport.Delivery, m *ctrl.Msg) {
 		s.reply(d.Peer, &d.Header, wire.StatusBusy, ctrl.JoinBusyNoRank)
 		return
 	}
-	if j := r.joiners[rank]; j != nil && j.peer.Addr != d.Peer.Addr {
+	if j := r.joiners[rank]; j != nil && j.real != real {
 		// Two processes with one rank: tell the second who holds it (a
 		// JOIN response of group 0 whose one member is the holder).
 		s.stats.ControlRefused++
-		s.respond(d, &ctrl.Msg{Type: ctrl.Join, Resp: true, Member: uint16(rank), Members: []ctrl.MemberInfo{{ID: uint16(rank), Addr: j.peer.Addr}}})
+		s.respond(d, &ctrl.Msg{Type: m.Type, Resp: true, Member: uint16(rank), Members: []ctrl.MemberInfo{{ID: uint16(rank), Addr: j.real}}})
 		return
 	}
 	if r.joiners[rank] == nil {
 		r.count++
 		r.joined[rank/8] |= 1 << (rank % 8)
 	}
-	r.joiners[rank] = &joiner{peer: d.Peer, msgID: d.Header.MsgID}
+	r.joiners[rank] = &joiner{peer: d.Peer, msgID: d.Header.MsgID, real: real, via: via}
 	if r.count < r.size {
 		return
 	}
-	delete(s.jobs, m.Job)
-	g := s.newGroup(m.Job, false, r.size, now)
+	s.formGroup(now, m.Job, r)
+}
+
+// formGroup makes the group of job, whose rendezvous r is complete, and
+// answers every joiner.
+func (s *Switch) formGroup(now time.Time, job string, r *rendezvous) {
+	delete(s.jobs, job)
+	g := s.newGroup(job, false, r.size, now)
 	for i, j := range r.joiners {
 		mem := &member{id: uint16(i), addr: j.peer.Addr, alive: true, lastSeen: s.heard}
-		g.members[i] = mem
-		g.byAddr[mem.addr] = mem
-		s.addMember(mem)
+		if j.via {
+			p := s.addPort(g, j.peer.Addr)
+			mem.addr, mem.real, mem.via = p.addr, j.real, p
+		}
+		s.attach(g, mem)
 	}
 	s.logEvent(Event{Kind: EventJobJoined, Job: g.name, Group: g.id, Size: r.size})
 	t := g.table()
 	for i, j := range r.joiners {
-		s.respondTo(j.peer, j.msgID, &ctrl.Msg{Type: ctrl.Join, Resp: true, Group: g.id, Member: uint16(i), Members: t, Epoch: g.epoch})
+		typ := ctrl.Join
+		if j.via {
+			typ = ctrl.JoinVia
+		}
+		s.respondTo(j.peer, j.msgID, &ctrl.Msg{Type: typ, Resp: true, Group: g.id, Member: uint16(i), Members: t, Epoch: g.epoch})
 	}
+}
+
+// byReal returns g's member whose own address is real (nil: none).
+func (g *group) byReal(real netip.AddrPort) *member {
+	if m := g.byAddr[real]; m != nil {
+		return m
+	}
+	for _, m := range g.members {
+		if m != nil && m.via != nil && m.real == real {
+			return m
+		}
+	}
+	return nil
 }
 
 // dropRendezvous forgets a job whose ranks did not all join in time and
@@ -341,6 +407,15 @@ func (s *Switch) dropRendezvous(name string, r *rendezvous) {
 func (s *Switch) newGroup(name string, service bool, size int, now time.Time) *group {
 	id := s.nextID
 	s.nextID++
+	for s.groups[id] != nil || id == 0 {
+		id = s.nextID
+		s.nextID++
+	}
+	return s.newGroupID(id, name, service, size, now)
+}
+
+// newGroupID makes group id (one the root of a tree gave).
+func (s *Switch) newGroupID(id uint32, name string, service bool, size int, now time.Time) *group {
 	g := &group{id: id, name: name, service: service, members: make([]*member, size),
 		byAddr: make(map[netip.AddrPort]*member), created: now}
 	s.groups[id] = g

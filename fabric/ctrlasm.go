@@ -96,7 +96,7 @@ func (s *Switch) controlPacket(now time.Time, d *transport.Delivery) {
 		s.control(now, d)
 		return
 	}
-	payload, st := s.assemble(now, d)
+	payload, st := s.assemble(&s.asm, now, d)
 	switch {
 	case st != wire.StatusOK:
 		s.stats.ControlIn++
@@ -110,10 +110,10 @@ func (s *Switch) controlPacket(now time.Time, d *transport.Delivery) {
 	}
 }
 
-// assemble adds the packet in d to its request. It returns the whole
-// request once complete, nil while bytes are missing, or a refusal.
-func (s *Switch) assemble(now time.Time, d *transport.Delivery) ([]byte, wire.Status) {
-	a := &s.asm
+// assemble adds the packet in d to its message in a (s.asm for
+// requests, s.tree.asm for the parent's answers). It returns the whole
+// message once complete, nil while bytes are missing, or a refusal.
+func (s *Switch) assemble(a *ctrlAssembler, now time.Time, d *transport.Delivery) ([]byte, wire.Status) {
 	lim := &s.cfg.Limits
 	h := &d.Header
 	k := asmKey{d.Peer, h.MsgID}
@@ -128,7 +128,7 @@ func (s *Switch) assemble(now time.Time, d *transport.Delivery) ([]byte, wire.St
 		return nil, wire.StatusBadOperand
 	}
 	if m == nil {
-		if st := s.admitPartial(now, d.Peer.Addr, total); st != wire.StatusOK {
+		if st := s.admitPartial(a, now, d.Peer.Addr, total); st != wire.StatusOK {
 			return nil, st
 		}
 		if a.msgs == nil {
@@ -162,8 +162,7 @@ func (s *Switch) assemble(now time.Time, d *transport.Delivery) ([]byte, wire.St
 
 // admitPartial makes room for a new partial request of total bytes from
 // addr, or says why there is none.
-func (s *Switch) admitPartial(now time.Time, addr netip.AddrPort, total int) wire.Status {
-	a := &s.asm
+func (s *Switch) admitPartial(a *ctrlAssembler, now time.Time, addr netip.AddrPort, total int) wire.Status {
 	lim := &s.cfg.Limits
 	if a.perAddr[addr] >= lim.MaxControlPartialPerSource {
 		return wire.StatusBusy

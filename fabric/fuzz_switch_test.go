@@ -43,10 +43,15 @@ const (
 	fuzzMaxAnycast = 64
 )
 
-func newFuzzFabric(tb testing.TB) *fuzzFabric {
+func newFuzzFabric(tb testing.TB) *fuzzFabric { return newFuzzFabricTree(tb, nil) }
+
+// newFuzzFabricTree is newFuzzFabric with the switch the root of a tree
+// whose children are at children: a core at a child's address joins its
+// rank as that child switch would (JOINVIA).
+func newFuzzFabricTree(tb testing.TB, children []netip.AddrPort) *fuzzFabric {
 	f := newBenchFabricConfig(tb, 3, fabric.Config{
 		Pool: fabric.PoolConfig{Slots: fuzzSlots}, MaxAnycast: fuzzMaxAnycast, MaxAnycastPerClient: 8,
-		AggTimeout: time.Second, AnycastTimeout: time.Second, MaxGroups: 8,
+		AggTimeout: time.Second, AnycastTimeout: time.Second, MaxGroups: 8, Children: children,
 	})
 	ops := make([]*endpoint.Op, 2)
 	for i := range ops {
@@ -195,5 +200,29 @@ func FuzzSwitchStep(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		newFuzzFabric(t).step(t, data)
+	})
+}
+
+// FuzzTreeSwitchStep is FuzzSwitchStep at the root of a tree of
+// switches: member 2 of the job lies behind a child switch (the third
+// sender), whose merged ACKs, heartbeats, reports of members gone and
+// joins the inputs imitate or forge.
+func FuzzTreeSwitchStep(f *testing.F) {
+	far := uint32(1 << 31)
+	seeds := [][]byte{
+		fuzzSeed(0, 1, wire.OpData, wire.ModeMulticast, 0, 5, 5, nil),
+		append(fuzzSeed(0, 1, wire.OpData, wire.ModeMulticast, 0, 5, 5, nil),
+			fuzzSeed(2, 1, wire.OpAck, wire.ModeMulticast, 0, 0, 0, &wire.Ack{Cum: 6, NBlocks: 1,
+				Blocks: [wire.MaxSackBlocks]wire.SackBlock{{Start: 6, End: far}}})...),
+		fuzzSeed(2, 1, wire.OpData, wire.ModeMulticast, 0, 5, 5, nil),
+		fuzzSeed(2, 1, wire.OpData, wire.ModeMulticast, wire.FlagSyn, far, far, nil),
+		fuzzSeed(2, 0, wire.OpControl, wire.ModeUnicast, 0, 1, 1, nil),
+	}
+	for _, s := range seeds {
+		f.Add(s)
+	}
+	child := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 1, 3}), 9000) // core 2's
+	f.Fuzz(func(t *testing.T, data []byte) {
+		newFuzzFabricTree(t, []netip.AddrPort{child}).step(t, data)
 	})
 }

@@ -121,6 +121,8 @@ func (s *Switch) sweepControl(now time.Time) {
 		}
 	}
 	s.asm.sweepLim(now, lim.ControlReassemblyTimeout)
+	s.tree.asm.sweepLim(now, lim.ControlReassemblyTimeout)
+	s.sweepUpstream(now)
 	s.memPool.pclients.sweepTTL(now, lim.PoolClientTTL)
 	for _, g := range s.groups {
 		if g.service {
@@ -132,5 +134,5 @@ func (s *Switch) sweepControl(now time.Time) {
 // controlPending reports whether timed control-plane entries exist (so
 // the liveness check must run).
 func (s *Switch) controlPending() bool {
-	return len(s.jobs) > 0 || s.asm.len() > 0 || s.memPool.pclients.len() > 0
+	return len(s.jobs) > 0 || s.asm.len() > 0 || s.memPool.pclients.len() > 0 || len(s.tree.up) > 0
 }

@@ -44,7 +44,7 @@ func multicastRound(f *simFabric, gid uint32, ms []*simMember, sender int, data 
 		}
 		buf := make([]byte, len(data))
 		pending++
-		m.post(&endpoint.Op{Kind: endpoint.KindRecv, Peer: f.swAddr, Group: gid, From: uint16(sender), Buf: buf}, func(op *endpoint.Op) {
+		m.post(&endpoint.Op{Kind: endpoint.KindRecv, Peer: m.swAddr(), Group: gid, From: uint16(sender), Buf: buf}, func(op *endpoint.Op) {
 			if op.Err != nil {
 				f.t.Fatalf("seed %d: member %d recv: %v", f.seed, i, op.Err)
 			}
@@ -55,7 +55,7 @@ func multicastRound(f *simFabric, gid uint32, ms []*simMember, sender int, data 
 		})
 	}
 	pending++
-	ms[sender].post(&endpoint.Op{Kind: endpoint.KindMulticast, Peer: f.swAddr, Group: gid, Buf: data}, func(op *endpoint.Op) {
+	ms[sender].post(&endpoint.Op{Kind: endpoint.KindMulticast, Peer: ms[sender].swAddr(), Group: gid, Buf: data}, func(op *endpoint.Op) {
 		if op.Err != nil {
 			for i, m := range ms {
 				f.t.Logf("member %d: %+v", i, m.core.Stats().Transport)

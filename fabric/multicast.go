@@ -58,13 +58,25 @@ type mstream struct {
 }
 
 func newMstream(k streamKey, g *group, sender *member, w int) *mstream {
-	n := len(g.members)
+	n := len(g.members) + len(g.ports)
 	ms := &mstream{key: k, sender: sender, w: uint32(w), count: make([]uint16, w),
 		have: make([][]uint64, n), mcum: make([]uint32, n), macked: make([]bool, n), mwin: make([]uint32, n)}
 	for i := range ms.have {
 		ms.have[i] = make([]uint64, (w+63)/64)
 	}
 	return ms
+}
+
+// fit gives the stream rows for n receivers: a port added to its group
+// after the stream began (a tree's group forming at this switch while
+// its first members already send) gets an empty row.
+func (ms *mstream) fit(n int) {
+	for len(ms.have) < n {
+		ms.have = append(ms.have, make([]uint64, (ms.w+63)/64))
+		ms.mcum = append(ms.mcum, ms.cum)
+		ms.macked = append(ms.macked, false)
+		ms.mwin = append(ms.mwin, 0)
+	}
 }
 
 func (ms *mstream) slot(psn uint32) (int, uint64) {
@@ -196,11 +208,19 @@ func (ms *mstream) clip(start, n uint32) (uint32, uint32) {
 	return 0, 0
 }
 
-// live returns the number of live members other than the sender.
+// mcastReceivers returns the number of receivers of sender's stream:
+// the live members attached here other than the sender, and the ports
+// (neighbor switches) with live members behind them other than the one
+// the sender lies behind.
 func (s *Switch) mcastReceivers(g *group, sender *member) int {
 	n := 0
 	for _, m := range g.members {
-		if m != nil && m.alive && m != sender {
+		if m != nil && m.alive && m != sender && m.via == nil {
+			n++
+		}
+	}
+	for _, p := range g.ports {
+		if p.behind > 0 && p != sender.via {
 			n++
 		}
 	}
@@ -217,11 +237,17 @@ func (s *Switch) replicate(now time.Time, g *group, src *member, h *wire.Header,
 		ms = newMstream(k, g, src, s.cfg.MulticastWindow)
 		s.mcast[k] = ms
 	}
+	ms.fit(len(g.members) + len(g.ports))
 	ahead := h.AckBase - ms.cum
 	behind := -ahead
 	restart := ms.init && ((ahead < 1<<31 && ahead >= ms.w) ||
 		(ahead >= 1<<31 && (h.Flags&wire.FlagSyn != 0 && behind >= ms.w || behind > transport.StaleSpan)))
-	if restart {
+	if restart && src.via != nil {
+		// From a neighbor switch, which the sender is attached to or
+		// behind: that switch took the restart after asking the sender.
+		s.stats.MulticastResets++
+		ms.reset(h.AckBase)
+	} else if restart {
 		// Far ahead (the sender abandoned the whole window), far behind
 		// with SYN (a new incarnation), or further behind than the
 		// sender's stream can be (a datagram forged in its name started
@@ -257,19 +283,35 @@ func (s *Switch) replicate(now time.Time, g *group, src *member, h *wire.Header,
 	}
 	var shared []byte
 	sent := false
-	for i, m := range g.members {
-		if m == nil || !m.alive || m == src || ms.has(i, psn) {
-			continue
-		}
+	send := func(addr netip.AddrPort) bool {
 		if shared == nil {
-			if shared = s.forward(pkt, m.addr); shared == nil {
-				return
+			if shared = s.forward(pkt, addr); shared == nil {
+				return false
 			}
-		} else if !s.forwardShared(shared, m.addr) {
-			return
+		} else if !s.forwardShared(shared, addr) {
+			return false
 		}
 		sent = true
 		s.stats.MulticastOut++
+		return true
+	}
+	for i, m := range g.members {
+		if m == nil || !m.alive || m == src || m.via != nil || ms.has(i, psn) {
+			continue
+		}
+		if !send(m.addr) {
+			return
+		}
+	}
+	// One copy to each neighbor switch with receivers behind it, which
+	// replicates it further.
+	for _, p := range g.ports {
+		if p.behind == 0 || p == src.via || ms.has(int(p.id), psn) {
+			continue
+		}
+		if !send(p.addr) {
+			return
+		}
 	}
 	if !sent {
 		// Every live member already has it: re-acknowledge.
@@ -307,6 +349,12 @@ func (ms *mstream) echoed(now time.Time) (ts uint64, delay, q uint32) {
 // mergeAck folds one member's ACK for a sender's stream into the merged
 // state; the merged ACK goes out at the next Poll if anything changed.
 func (s *Switch) mergeAck(now time.Time, g *group, m *member, h *wire.Header, payload []byte) {
+	if m.port && (h.Dst == wire.MemberAll || h.Flags&wire.FlagSyn != 0) {
+		// A neighbor switch acknowledges what its side received; it
+		// sends no echoes or challenges of its own.
+		s.stats.MulticastAcksIgnored++
+		return
+	}
 	if h.Dst == wire.MemberAll {
 		s.onSenderEcho(g, m, payload)
 		return
@@ -315,12 +363,13 @@ func (s *Switch) mergeAck(now time.Time, g *group, m *member, h *wire.Header, pa
 	if ms == nil || !ms.init {
 		return
 	}
+	ms.fit(len(g.members) + len(g.ports))
 	var a wire.Ack
 	if a.Decode(payload) != nil {
 		s.stats.Malformed++
 		return
 	}
-	if m == ms.sender {
+	if m == ms.sender || m == ms.sender.via {
 		return
 	}
 	if h.Flags&wire.FlagSyn != 0 {
@@ -445,7 +494,12 @@ func (s *Switch) sendMerged(ms *mstream, g *group) {
 	*a = wire.Ack{Cum: ms.cum, Window: ms.w}
 	a.EchoTS, a.AckDelay, a.QDelay = ms.echoed(s.now)
 	for i, m := range g.members {
-		if m != nil && m.alive && m != ms.sender && ms.macked[i] && ms.mwin[i] < a.Window {
+		if m != nil && m.alive && m != ms.sender && m.via == nil && ms.macked[i] && ms.mwin[i] < a.Window {
+			a.Window = ms.mwin[i]
+		}
+	}
+	for _, p := range g.ports {
+		if i := int(p.id); p.behind > 0 && p != ms.sender.via && ms.macked[i] && ms.mwin[i] < a.Window {
 			a.Window = ms.mwin[i]
 		}
 	}
@@ -540,6 +594,16 @@ func (s *Switch) echoRestart(g *group, m *member, ms *mstream, h *wire.Header, a
 // stream of its group: what it had not acknowledged no longer holds the
 // merged ACK back.
 func (s *Switch) dropMemberStreams(g *group, dead *member) {
+	// The receiver whose marks are taken back: the dead member, or for
+	// one behind a port, the port once no live member is behind it.
+	gone := dead
+	if p := dead.via; p != nil {
+		p.behind--
+		gone = nil
+		if p.behind == 0 {
+			gone = p
+		}
+	}
 	for k, ms := range s.mcast {
 		if k.group != g.id {
 			continue
@@ -548,10 +612,10 @@ func (s *Switch) dropMemberStreams(g *group, dead *member) {
 			delete(s.mcast, k)
 			continue
 		}
-		// Take back the dead member's marks, so the counts again count
-		// live members only.
-		if int(dead.id) < len(ms.have) {
-			ms.unmarkMember(int(dead.id))
+		// Take back the receiver's marks, so the counts again count
+		// live receivers only.
+		if gone != nil && int(gone.id) < len(ms.have) {
+			ms.unmarkMember(int(gone.id))
 		}
 		s.settle(g, ms)
 		s.markDirty(ms)

@@ -32,6 +32,15 @@ type simMember struct {
 	hb      simhost.Ticker
 	serve   func(r *endpoint.Request) ([]byte, error) // anycast handler
 	crashed bool
+	sw      netip.AddrPort // its switch, if not f.swAddr (a tree's)
+}
+
+// swAddr is the address of m's switch.
+func (m *simMember) swAddr() netip.AddrPort {
+	if m.sw.IsValid() {
+		return m.sw
+	}
+	return m.f.swAddr
 }
 
 func newSimMember(f *simFabric, core *endpoint.Core, addr netip.AddrPort) *simMember {
@@ -101,7 +110,7 @@ func (m *simMember) controlTimeout(req *ctrl.Msg, timeout time.Duration, cb func
 	if err != nil {
 		m.f.t.Fatal(err)
 	}
-	op := &endpoint.Op{Kind: endpoint.KindControl, Peer: m.f.swAddr, Buf: buf, Timeout: timeout}
+	op := &endpoint.Op{Kind: endpoint.KindControl, Peer: m.swAddr(), Buf: buf, Timeout: timeout}
 	m.post(op, func(op *endpoint.Op) {
 		if cb == nil {
 			return
@@ -207,7 +216,7 @@ func (f *simFabric) join(job string, ms []*simMember) uint32 {
 				f.t.Fatalf("seed %d: join: %v", f.seed, err)
 			}
 			m.core.SetMember(r.Group, r.Member)
-			m.core.SetGroupSwitch(r.Group, f.swAddr) // as Endpoint.JoinJob does
+			m.core.SetGroupSwitch(r.Group, m.swAddr()) // as Endpoint.JoinJob does
 			m.groups = append(m.groups, r.Group)
 			m.member[r.Group] = r.Member
 			gid = r.Group

@@ -1,8 +1,10 @@
 package fabric
 
 import (
+	"maps"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/ndma/ndma/netio"
@@ -41,6 +43,7 @@ type Stats struct {
 	ForwardDropped                                                             uint64
 	MembersDead                                                                uint64 // members declared dead (stopped heartbeating)
 	MembersLeft                                                                uint64 // members that left (LEAVE)
+	TreeJoinsUp                                                                uint64 // joins sent up to the parent switch (JOINVIA)
 	Stalls                                                                     uint64 // the switch's own stalls, left out of members' silence (noteActivity)
 	EventsDropped                                                              uint64 // events not queued: MaxEvents were waiting for Events
 	RendezvousExpired, PoolNodesForgotten                                      uint64 // control-plane entries expired (limits.go)
@@ -78,6 +81,24 @@ type member struct {
 	alive    bool
 	lastSeen time.Time // any datagram from it (a sign of life)
 	beats    beats     // its heartbeats: how long a silence means death
+	// In a tree of switches (tree.go): via is the port (a neighbor
+	// switch) a member lies behind, nil for one attached here; addr is
+	// then the port's address, real the member's own.
+	via  *member
+	real netip.AddrPort
+	// A port: a neighbor switch leading to members of the group, in
+	// group.ports; its id is len(group.members) plus its index, its
+	// index in a stream's bitmaps; behind counts its live members.
+	port   bool
+	behind int
+}
+
+// realAddr is the member's own address.
+func (m *member) realAddr() netip.AddrPort {
+	if m.via != nil {
+		return m.real
+	}
+	return m.addr
 }
 
 // group is a job group (fixed membership from a rendezvous) or a service
@@ -87,6 +108,9 @@ type group struct {
 	name    string
 	service bool
 	members []*member // index = member id
+	// ports are the neighbor switches of a group spread over a tree of
+	// switches (tree.go): the parent, and children with members of it.
+	ports   []*member
 	byAddr  map[netip.AddrPort]*member
 	epoch   uint64
 	dead    deadList
@@ -185,6 +209,7 @@ type Switch struct {
 
 	ctrl ctrl.Msg
 	asm  ctrlAssembler // multi-packet control requests (ctrlasm.go)
+	tree treeState     // requests to the parent switch (tree.go)
 
 	admitFn   func(*transport.Delivery) bool
 	nextCheck time.Time
@@ -230,6 +255,11 @@ func New(cfg Config) (*Switch, error) {
 		anyFwd: make(map[uint64]*anyReq),
 		anyIn:  make(map[anyKey]uint64),
 		rng:    rand.New(rand.NewPCG(cfg.Fault.Seed, cfg.Fault.Seed^0x5bd1e995)),
+	}
+	if cfg.Parent.IsValid() {
+		// The root of the tree numbers the tree's jobs from 1; this
+		// switch's own groups (services) take ids the root never gives.
+		sw.nextID = 1 << 31
 	}
 	sw.admitFn = sw.admit
 	sw.memPool.init(sw, cfg.PoolKeys)
@@ -278,15 +308,12 @@ type GroupInfo struct {
 // Groups lists the groups, by id.
 func (s *Switch) Groups() []GroupInfo {
 	var out []GroupInfo
-	for id := uint32(1); id < s.nextID; id++ {
+	for _, id := range slices.Sorted(maps.Keys(s.groups)) {
 		g := s.groups[id]
-		if g == nil {
-			continue
-		}
 		gi := GroupInfo{ID: g.id, Name: g.name, Service: g.service}
 		for _, m := range g.members {
 			if m != nil {
-				gi.Members = append(gi.Members, ctrl.MemberInfo{ID: m.id, Addr: m.addr})
+				gi.Members = append(gi.Members, ctrl.MemberInfo{ID: m.id, Addr: m.realAddr()})
 				gi.Alive = append(gi.Alive, m.alive)
 			}
 		}
@@ -338,6 +365,14 @@ func (s *Switch) Receive(now time.Time, d netio.Datagram) {
 	if g == nil {
 		s.stats.NoGroup++
 		return
+	}
+	if h.Src == wire.MemberAll && h.Mode == wire.ModeMulticast && (h.Op == wire.OpAck || h.Op == wire.OpNack) {
+		// A neighbor switch's merged ACK of what its side received.
+		if p := s.fromPort(g, from); p != nil {
+			s.stats.MulticastAcksIn++
+			s.mergeAck(now, g, p, &h, payload)
+			return
+		}
 	}
 	src := g.member(h.Src)
 	if src == nil || src.addr != from {

@@ -38,6 +38,12 @@ func (s *Switch) admit(d *transport.Delivery) bool {
 		s.event(d.Peer, h.Group, wire.StatusNotMember, 0, h.MsgID)
 		return true
 	}
+	if len(g.ports) > 0 {
+		// A job spread over a tree of switches: its aggregations would
+		// need every switch on the way (not yet done).
+		s.event(d.Peer, h.Group, wire.StatusUnknownOp, 0, h.MsgID)
+		return true
+	}
 	key := AggKey{Group: g.id, Op: h.MsgID, Offset: h.Offset}
 	if h.MsgID <= g.aggFloor && !s.pool.Exists(key) {
 		// An aggregation that expired here (or an older one): a slot

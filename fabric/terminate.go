@@ -27,7 +27,9 @@ func (s *Switch) stepEngine(now time.Time, from netip.AddrPort, pkt []byte, h *w
 	case hd.Group == 0 && hd.Mode == wire.ModeUnicast && hd.Op == wire.OpControl && hd.Flags&wire.FlagResp == 0:
 		s.controlPacket(now, &d)
 	case hd.Group == 0 && hd.Mode == wire.ModeUnicast && hd.Op == wire.OpControl:
-		s.memPool.poolCtrlReply(&d)
+		if !s.treeReply(now, &d) {
+			s.memPool.poolCtrlReply(&d)
+		}
 	case hd.Mode == wire.ModeAggregate:
 		// Handled at admission.
 	case hd.Mode == wire.ModeAnycast:
@@ -39,7 +41,7 @@ func (s *Switch) stepEngine(now time.Time, from netip.AddrPort, pkt []byte, h *w
 }
 
 func (s *Switch) onCompletion(c *transport.Completion) {
-	if s.memPool.onProved(c) || s.memPool.poolCtrlFailed(c) {
+	if s.memPool.onProved(c) || s.memPool.poolCtrlFailed(c) || s.treeFailed(c) {
 		return
 	}
 	r, ok := s.aggTok[c.Token]
@@ -148,8 +150,11 @@ func (s *Switch) memberDead(g *group, m *member, left bool) {
 	if left {
 		how = 1
 	}
+	// The members attached here hear it from this switch, those behind
+	// a neighbor switch from that one.
+	s.tellPorts(g, m, left)
 	for _, o := range g.members {
-		if o != nil && o.alive {
+		if o != nil && o.alive && o.via == nil {
 			to := transport.PeerID{Addr: o.addr, Group: g.id, Member: o.id}
 			h := wire.Header{Op: wire.OpEvent, Status: wire.StatusMemberDead, Operand1: uint64(m.id), Operand2: how}
 			_, _ = s.eng.Send(to, &h, nil, 0)

@@ -29,6 +29,8 @@ type switchFlags struct {
 	metrics          string
 	busyPoll         time.Duration
 	readers          int
+	parent           string
+	children         []string
 	log              logFlags
 	prof             profileFlag
 }
@@ -48,6 +50,8 @@ var switchFlagNames = map[string]string{
 	"BusyPoll":         "--busy-poll",
 	"Readers":          "--readers",
 	"Security":         "--credential",
+	"Parent":           "--parent",
+	"Children":         "--child",
 }
 
 func init() {
@@ -103,6 +107,8 @@ SIGTERM shuts the switch down gracefully.`,
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the fault injection generator (with --drop, --dup, --reorder or --corrupt; at least 1)")
 	fl.StringVar(&f.metrics, "metrics", "", "TCP `address` to serve Prometheus metrics on at /metrics (default: none)")
 	fl.DurationVar(&f.busyPoll, "busy-poll", 0, fmt.Sprintf("poll the socket this long before sleeping, e.g. 50us (Linux, at most %v): less latency per request for a core's time; 0 sleeps at once", netio.MaxBusyPoll))
+	fl.StringVar(&f.parent, "parent", "", "UDP `address` (host:port) of the switch above this one in a tree of switches: jobs joined here are formed at the tree's root and span the tree (default: none)")
+	fl.StringArrayVar(&f.children, "child", nil, "UDP `address` (host:port) a switch below this one sends from; repeat for each child (only these may join members through this switch)")
 	fl.IntVar(&f.readers, "readers", 1, fmt.Sprintf("sockets bound to --listen (SO_REUSEPORT, Linux), each with a reader, so that a switch with cores of its own uses several (at most %d)", switchd.MaxReaders))
 	f.log.register(fl)
 	f.prof.register(fl)
@@ -169,6 +175,8 @@ func (f *switchFlags) config(cmd *cobra.Command) (switchd.Config, error) {
 		MetricsAddr:      f.metrics,
 		BusyPoll:         f.busyPoll,
 		Readers:          f.readers,
+		Parent:           f.parent,
+		Children:         f.children,
 		Logger:           logger,
 	}, nil
 }

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/ndma/ndma/fabric"
@@ -125,6 +127,16 @@ type Config struct {
 	// address too while the switch runs with more than one.
 	Readers int
 
+	// Parent is the UDP address ("host:port") of the switch above this
+	// one in a tree of switches; empty: none (the tree's root, or a
+	// switch alone). Children are the switches below this one, each at
+	// the address its datagrams come from. A job joined under a switch
+	// with a parent spans the tree (fabric.Config.Parent).
+	Parent   string
+	Children []string
+	parent   netip.AddrPort   // Parent resolved by validate
+	children []netip.AddrPort // Children resolved by validate
+
 	// MetricsAddr, if not empty, is a TCP address ("127.0.0.1:9471") on
 	// which Prometheus metrics are served over HTTP at /metrics. Empty
 	// means no metrics listener. Port 0 picks a free port;
@@ -216,8 +228,48 @@ func (c *Config) validate() error {
 			return fields.Invalid(r.field, "rate %v (want a probability in [0, 1])", r.rate)
 		}
 	}
+	if err := c.resolveTree(); err != nil {
+		return err
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// resolveTree resolves Parent and Children.
+func (c *Config) resolveTree() error {
+	resolve := func(field, s string) (netip.AddrPort, error) {
+		ua, err := net.ResolveUDPAddr("udp", s)
+		if err != nil {
+			return netip.AddrPort{}, fields.Invalid(field, "%q: %v", s, err)
+		}
+		ap := ua.AddrPort()
+		ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+		if ap.Port() == 0 || ap.Addr().IsUnspecified() {
+			return netip.AddrPort{}, fields.Invalid(field, "%q: want a host and a port to send to", s)
+		}
+		return ap, nil
+	}
+	var err error
+	if c.Parent != "" {
+		if c.parent, err = resolve("Parent", c.Parent); err != nil {
+			return err
+		}
+	}
+	if len(c.Children) > fabric.MaxChildren {
+		return fields.Invalid("Children", "%d (want at most %d)", len(c.Children), fabric.MaxChildren)
+	}
+	c.children = c.children[:0]
+	for _, s := range c.Children {
+		ap, err := resolve("Children", s)
+		if err != nil {
+			return err
+		}
+		if ap == c.parent || slices.Contains(c.children, ap) {
+			return fields.Invalid("Children", "%q listed twice, or also the parent", s)
+		}
+		c.children = append(c.children, ap)
 	}
 	return nil
 }

@@ -67,6 +67,8 @@ func Start(cfg Config) (*Server, error) {
 		Transport:        transport.Config{MTU: mtu},
 		Pool:             fabric.PoolConfig{Slots: cfg.PoolSlots},
 		Fault:            cfg.Fault,
+		Parent:           cfg.parent,
+		Children:         cfg.children,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("switchd: %w", err)
@@ -119,6 +121,12 @@ func Start(cfg Config) (*Server, error) {
 	attrs := []any{"addr", s.Addr().String(), "mtu", cfg.MTU,
 		"heartbeat_timeout", cfg.HeartbeatTimeout, "pool_slots", cfg.PoolSlots,
 		"authenticated", len(cfg.Token) > 0, "sealed", cfg.Security != nil, "readers", readers}
+	if cfg.parent.IsValid() {
+		attrs = append(attrs, "parent", cfg.parent.String())
+	}
+	if len(cfg.children) > 0 {
+		attrs = append(attrs, "children", len(cfg.children))
+	}
 	s.log.Info("switchd: serving", s.metrics.AppendAttr(attrs)...)
 	if id := cfg.Security; id != nil {
 		s.log.Info(fmt.Sprintf("switchd: sealing every datagram (role %v, name %q): only processes with a credential of this fabric are answered", id.Cert.Role, id.Cert.Name),

@@ -42,14 +42,19 @@ func (c *checker) ctrl(where string, d *fields, m *ctrl.Msg, payload []byte, w *
 		t.Errorf("%s: a valid %v message shows as malformed", where, m.Type)
 	}
 	switch {
-	case m.Type == ctrl.Join && !m.Resp:
+	case (m.Type == ctrl.Join || m.Type == ctrl.JoinVia) && !m.Resp:
 		if d.show("ndma.ctrl.job") != m.Job {
 			t.Errorf("%s: job %q, want %q", where, d.show("ndma.ctrl.job"), m.Job)
 		}
 		c.num(where, d, "ndma.ctrl.size", uint64(m.Size))
 		c.num(where, d, "ndma.ctrl.rank", uint64(uint16(m.Rank))) // ctrl.RankAny is 0xFFFF
 		c.num(where, d, "ndma.ctrl.mtu", uint64(m.MTU))
-	case m.Type == ctrl.Join:
+		if m.Type == ctrl.JoinVia {
+			if e := d.all("ndma.ctrl.entry"); len(e) != 1 || e[0].Show != m.Members[0].Addr.String() {
+				t.Errorf("%s: JOINVIA joiner %v, want %v", where, e, m.Members[0].Addr)
+			}
+		}
+	case m.Type == ctrl.Join || m.Type == ctrl.JoinVia:
 		c.num(where, d, "ndma.ctrl.group", uint64(m.Group))
 		c.num(where, d, "ndma.ctrl.member", uint64(m.Member))
 		c.num(where, d, "ndma.ctrl.epoch", m.Epoch)

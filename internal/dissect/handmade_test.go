@@ -34,7 +34,11 @@ func everyCtrl() []ctrl.Msg {
 		case ctrl.Join:
 			req.Job, req.Size, req.Rank, req.MTU = "train", 4, ctrl.RankAny, 9000
 			resp.Group, resp.Member, resp.Epoch, resp.Members = 7, 1, 3, members
-		case ctrl.Leave:
+		case ctrl.JoinVia:
+			req.Job, req.Size, req.Rank, req.MTU = "train", 4, 2, 9000
+			req.Members = []ctrl.MemberInfo{{ID: 2, Addr: v6}}
+			resp.Group, resp.Member, resp.Epoch, resp.Members = 7, 2, 3, members
+		case ctrl.Leave, ctrl.MemberGone:
 			req.Group, req.Member = 7, 1
 		case ctrl.Heartbeat:
 			req.Group, req.Member = 7, 1

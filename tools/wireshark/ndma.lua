@@ -71,7 +71,7 @@ local ctrl_names = {
     [10] = "POOLFREE", [11] = "POOLSTAT", [12] = "POOLGRANT", [13] = "POOLREVOKE",
     [14] = "POOLREBUILD", [15] = "POOLREBUILDGO", [16] = "POOLREBUILT",
     [17] = "JOINSTATUS", [18] = "POOLREPORT", [19] = "POOLEPOCH",
-    [20] = "POOLCOLUMNLOST", [21] = "POOLCOLUMNGRANT", [22] = "POOLCOLUMNRESTORED",
+    [20] = "POOLCOLUMNLOST", [21] = "POOLCOLUMNGRANT", [22] = "POOLCOLUMNRESTORED", [23] = "JOINVIA", [24] = "MEMBERGONE",
 }
 
 local FLAG_RESP, FLAG_AUTH, FLAG_RETX, FLAG_SYN, FLAG_REPLYTO, FLAG_ACK = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
@@ -476,20 +476,26 @@ end
 -- ctrl_fields decodes the fields of type typ (request or response) at c
 -- into t and returns a short summary for the Info column.
 local function ctrl_fields(c, t, typ, resp)
-    if typ == 1 and not resp then -- JOIN
+    if (typ == 1 or typ == 23) and not resp then -- JOIN, JOINVIA
         local job = c:name(t, f.ctrl_job)
         local size = c:u16(t, f.ctrl_size)
         local rank = c:rank(t)
         c:u16(t, f.ctrl_mtu)
-        return string.format("job=%s size=%d rank=%s", job, size, rank == 0xffff and "any" or tostring(rank))
-    elseif typ == 1 then
+        local via = ""
+        if typ == 23 then
+            local n = c:count(t, 1, "Joiner")
+            for _ = 1, n do c:member(t, "Joiner") end
+            via = string.format(" joiners=%d", n)
+        end
+        return string.format("job=%s size=%d rank=%s%s", job, size, rank == 0xffff and "any" or tostring(rank), via)
+    elseif typ == 1 or typ == 23 then
         local g = c:u32(t, f.ctrl_group)
         local m = c:u16(t, f.ctrl_member)
         c:u64(t, f.ctrl_epoch)
         local n = c:count(t, 4096, "Members")
         for _ = 1, n do c:member(t, "Member") end
         return string.format("group=%d member=%d members=%d", g, m, n)
-    elseif (typ == 2 or typ == 4) and not resp then -- LEAVE, HEARTBEAT
+    elseif (typ == 2 or typ == 4 or typ == 24) and not resp then -- LEAVE, HEARTBEAT, MEMBERGONE
         local g = c:u32(t, f.ctrl_group)
         local m = c:u16(t, f.ctrl_member)
         return string.format("group=%d member=%d", g, m)

@@ -325,7 +325,7 @@ func (m *Msg) decode(b []byte) error {
 func (m *Msg) decodeGroup(r *reader, job, service string) {
 	typ := m.Type
 	switch {
-	case typ == Join && !m.Resp:
+	case (typ == Join || typ == JoinVia) && !m.Resp:
 		m.Job = r.name("job", job)
 		m.Size = int(r.u16("size"))
 		if r.err == nil && (m.Size < 1 || m.Size > MaxSize) {
@@ -333,12 +333,18 @@ func (m *Msg) decodeGroup(r *reader, job, service string) {
 		}
 		m.Rank = r.rank(m.Size)
 		m.MTU = r.mtu()
-	case typ == Join:
+		if typ == JoinVia {
+			m.Members = r.members(m.Members)
+			if r.err == nil {
+				r.err = validateJoinVia(m)
+			}
+		}
+	case typ == Join || typ == JoinVia:
 		m.Group = r.u32("group")
 		m.Member = r.u16("member")
 		m.Epoch = r.u64("epoch")
 		m.Members = r.members(m.Members)
-	case typ == Leave && !m.Resp, typ == Heartbeat && !m.Resp:
+	case typ == Leave && !m.Resp, typ == Heartbeat && !m.Resp, typ == MemberGone && !m.Resp:
 		m.Group = r.u32("group")
 		m.Member = r.u16("member")
 	case typ == Destroy && !m.Resp:

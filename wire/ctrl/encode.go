@@ -38,17 +38,20 @@ func (m *Msg) appendFields(b []byte) []byte {
 func (m *Msg) appendGroup(b []byte) []byte {
 	be := binary.BigEndian
 	switch {
-	case m.Type == Join && !m.Resp:
+	case (m.Type == Join || m.Type == JoinVia) && !m.Resp:
 		b = appendName(b, m.Job)
 		b = be.AppendUint16(b, uint16(m.Size))
 		b = appendRank(b, m.Rank)
 		b = be.AppendUint16(b, uint16(m.MTU))
-	case m.Type == Join:
+		if m.Type == JoinVia {
+			b = appendMembers(b, m.Members)
+		}
+	case m.Type == Join || m.Type == JoinVia:
 		b = be.AppendUint32(b, m.Group)
 		b = be.AppendUint16(b, m.Member)
 		b = be.AppendUint64(b, m.Epoch)
 		b = appendMembers(b, m.Members)
-	case m.Type == Leave && !m.Resp, m.Type == Heartbeat && !m.Resp:
+	case m.Type == Leave && !m.Resp, m.Type == Heartbeat && !m.Resp, m.Type == MemberGone && !m.Resp:
 		b = be.AppendUint32(b, m.Group)
 		b = be.AppendUint16(b, m.Member)
 	case m.Type == Destroy && !m.Resp:

@@ -116,7 +116,20 @@ const (
 	// region Region (Key) after PoolColumnGrant, makes the column serve
 	// reads again. The response has no fields.
 	PoolColumnRestored Type = 22
-	lastType                = PoolColumnRestored
+	// JoinVia, from a switch to the switch above it in a tree of
+	// switches (its parent), joins a process of its subtree to job Job:
+	// the fields of a Join request (Job, Size, Rank, MTU) and one
+	// Members entry, the joiner's own address (its ID the rank asked,
+	// or 0xffff for any). The parent answers as it answers Join, when
+	// every rank of the job has joined, anywhere in the tree; the group
+	// id it gives is the job's at every switch of the tree.
+	JoinVia Type = 23
+	// MemberGone, from a switch of a tree to a neighbor switch, reports
+	// Member of Group dead (its heartbeats stopped, or its switch's
+	// did): the fields of a Leave request, which reports one that left
+	// on its own. The response has no fields.
+	MemberGone Type = 24
+	lastType        = MemberGone
 )
 
 var typeNames = [...]string{
@@ -128,12 +141,13 @@ var typeNames = [...]string{
 	PoolRebuild: "poolrebuild", PoolRebuildGo: "poolrebuildgo", PoolRebuilt: "poolrebuilt",
 	JoinStatus: "joinstatus", PoolReport: "poolreport", PoolEpoch: "poolepoch",
 	PoolColumnLost: "poolcolumnlost", PoolColumnGrant: "poolcolumngrant", PoolColumnRestored: "poolcolumnrestored",
+	JoinVia: "joinvia", MemberGone: "membergone",
 }
 
 // CarriesMTU reports whether requests of type t carry the sender's MTU
-// (Join, Register, Lookup).
+// (Join, JoinVia, Register, Lookup).
 func (t Type) CarriesMTU() bool {
-	return t == Join || t == Register || t == Lookup
+	return t == Join || t == JoinVia || t == Register || t == Lookup
 }
 
 // String is the short lower-case name of the type, or "ctrl(N)" for a
@@ -255,7 +269,7 @@ func (m *Msg) JoinedRanks() []int {
 
 // pool reports whether t is a pool message (PoolNode to
 // PoolColumnRestored, but not JoinStatus).
-func (t Type) pool() bool { return t >= PoolNode && t != JoinStatus }
+func (t Type) pool() bool { return t >= PoolNode && t <= PoolColumnRestored && t != JoinStatus }
 
 // column reports whether t is one of a client's requests about a column
 // of a region (PoolColumnLost, PoolColumnGrant, PoolColumnRestored).

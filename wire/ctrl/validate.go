@@ -31,9 +31,14 @@ func malformedf(format string, args ...any) error {
 // validate checks the fields m's type uses against the limits.
 func (m *Msg) validate() error {
 	switch m.Type {
-	case Join:
+	case Join, JoinVia:
 		if m.Resp {
 			return validateMembers(m.Members)
+		}
+		if m.Type == JoinVia {
+			if err := validateJoinVia(m); err != nil {
+				return err
+			}
 		}
 		if err := validateName("job", m.Job); err != nil {
 			return err
@@ -45,7 +50,7 @@ func (m *Msg) validate() error {
 			return malformedf("rank %d not in 0..%d", m.Rank, m.Size-1)
 		}
 		return validateMTU(m.MTU)
-	case Leave, Destroy:
+	case Leave, Destroy, MemberGone:
 	case Heartbeat:
 		if m.Resp && len(m.Dead) > MaxMembers {
 			return malformedf("%d dead members > %d", len(m.Dead), MaxMembers)
@@ -265,6 +270,23 @@ func validateMembers(ms []MemberInfo) error {
 		if !a.IsValid() || a.Zone() != "" {
 			return malformedf("member %d: address %v is invalid or has a zone", ms[i].ID, ms[i].Addr)
 		}
+	}
+	return nil
+}
+
+// validateJoinVia checks a JoinVia request's joiner entry: exactly one,
+// naming the rank asked (0xffff for any) and a usable address.
+func validateJoinVia(m *Msg) error {
+	if len(m.Members) != 1 {
+		return malformedf("joinvia with %d joiner entries, want 1", len(m.Members))
+	}
+	j := m.Members[0]
+	want := uint16(rankAnyWire)
+	if m.Rank != RankAny {
+		want = uint16(m.Rank)
+	}
+	if j.ID != want || !j.Addr.IsValid() || j.Addr.Port() == 0 || j.Addr.Addr().IsUnspecified() {
+		return malformedf("joinvia joiner %d at %v for rank %d", j.ID, j.Addr, m.Rank)
 	}
 	return nil
 }
