@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -113,5 +114,43 @@ func TestSimPoolStoreRestart(t *testing.T) {
 	}
 	if store.Record(rep.spec.Region) == nil {
 		t.Errorf("region %d's record gone", rep.spec.Region)
+	}
+}
+
+// TestStoreRecordsRefused starts a switch on a store whose records
+// contradict each other (two regions on one extent) or the switch's
+// bounds (another region's id under a key that decodes): the first is
+// taken, the others are refused and counted, and the switch serves.
+func TestStoreRecordsRefused(t *testing.T) {
+	home := netip.MustParseAddrPort("10.0.0.9:7000")
+	rec := func(id uint32, base uint64) *ctrlstore.Record {
+		key := uint64(id) * 0x9e3779b97f4a7c15
+		return &ctrlstore.Record{Region: id, Key: key, Digest: ctrl.PoolKeyDigest(id, key), Epoch: 1,
+			Pool:  ctrl.PoolSpec{Size: 8192, Stripe: 4096, Columns: 1, Replicas: 1, Perm: 1},
+			Homes: []ctrl.PoolHome{{Addr: home, Base: base}}, Lost: []bool{false}, Rebuilding: []bool{false}}
+	}
+	store := &ctrlstore.Mem{}
+	store.Put(rec(1, 0))
+	store.Put(rec(2, 4096)) // overlaps region 1's extent
+	store.Put(rec(3, 8192))
+	sw, err := fabric.New(fabric.Config{Insecure: true, Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := sw.Stats()
+	if st.PoolRegionsLoaded != 2 || st.PoolRecordsRefused != 1 {
+		t.Fatalf("%d regions loaded, %d records refused; want 2, 1", st.PoolRegionsLoaded, st.PoolRecordsRefused)
+	}
+	var refused []fabric.Event
+	for _, e := range sw.Events(nil) {
+		if e.Kind == fabric.EventRecordRefused {
+			refused = append(refused, e)
+		}
+	}
+	if len(refused) != 1 || refused[0].Region != 2 || !errors.Is(refused[0].Err, ctrl.ErrNoSpace) {
+		t.Errorf("refusal events: %+v", refused)
+	}
+	if _, _, ok := fabric.RegionKeyEpoch(sw, 2); ok {
+		t.Error("the refused region is in the map")
 	}
 }
