@@ -17,7 +17,7 @@ import (
 
 // startSwitch starts a switch with cfg on the UDP address addr over
 // loopback, stopped when the test ends.
-func startSwitch(t *testing.T, addr string, cfg fabric.Config) (*fabric.Switch, *fabric.Server) {
+func startSwitch(t *testing.T, addr string, cfg fabric.Config) *fabric.Server {
 	t.Helper()
 	conn, err := netio.ListenUDP(addr, netio.UDPConfig{})
 	if err != nil {
@@ -29,7 +29,7 @@ func startSwitch(t *testing.T, addr string, cfg fabric.Config) (*fabric.Switch, 
 	}
 	srv := fabric.NewServer(conn, sw, nil)
 	t.Cleanup(func() { srv.Close() })
-	return sw, srv
+	return srv
 }
 
 // TestSwitchRestartFromEtcd kills a switch that keeps its pool map in
@@ -44,7 +44,7 @@ func TestSwitchRestartFromEtcd(t *testing.T) {
 	token := []byte("etcd-restart")
 	st := open(t, te, Config{Name: "switch"})
 	cfg := fabric.Config{Token: token, HeartbeatTimeout: 200 * time.Millisecond, PoolRecoverWindow: time.Second, Store: st}
-	_, srv := startSwitch(t, "127.0.0.1:0", cfg)
+	srv := startSwitch(t, "127.0.0.1:0", cfg)
 	addr := srv.Addr()
 	opts := endpoint.FabricOptions{Token: token, Heartbeat: 50 * time.Millisecond}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -87,13 +87,13 @@ func TestSwitchRestartFromEtcd(t *testing.T) {
 		t.Fatalf("regions in etcd: %+v; want region %d with its key", recs, r.ID())
 	}
 	cfg.Store = st2
-	sw2, _ := startSwitch(t, addr.String(), cfg)
+	srv2 := startSwitch(t, addr.String(), cfg)
 
 	got := make([]byte, len(want))
 	if _, err := r.ReadAtContext(ctx, got, 0); err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("read after the restart: %v, bytes equal %v", err, bytes.Equal(got, want))
 	}
-	if s := sw2.Stats(); s.PoolRegionsLoaded != 1 || s.PoolRegionsRecovered != 0 {
+	if s := srv2.Stats(); s.PoolRegionsLoaded != 1 || s.PoolRegionsRecovered != 0 {
 		t.Errorf("restarted switch: %d regions loaded, %d rebuilt from reports alone; want 1, 0", s.PoolRegionsLoaded, s.PoolRegionsRecovered)
 	}
 	if _, err := ep.PoolOpen(ctx, addr.String(), r.ID(), r.Key()^1<<40, opts); !errors.Is(err, wire.StatusBadKey) {
