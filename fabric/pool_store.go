@@ -25,10 +25,13 @@ import (
 // A starting switch takes the store's regions into its map before any
 // node registers (loadStore): with their keys, epochs, fences and lost
 // columns. Every column not lost waits for its node's report as a column
-// rebuilt from reports does (pool_recover.go): a node that reports an
-// older epoch, or does not report the column, leaves it lost. A column
-// the store has lost (or being rebuilt, which the restart cut short) is
-// lost until rebuilt. The nodes' reports still rebuild a region the
+// rebuilt from reports does (pool_recover.go): the reports decide which
+// copies are current (the highest epoch reported wins; a column not
+// reported is lost), not the store's epoch, which may be ahead of what
+// the nodes heard (a raise not yet sent) or behind what they hold (a
+// record not yet written). A column the store has lost (or being
+// rebuilt, which the restart cut short) stays lost until rebuilt, whatever
+// its node reports. The nodes' reports still rebuild a region the
 // store does not have (one created just before the switch stopped, its
 // record not yet written).
 
@@ -64,7 +67,7 @@ func (p *poolPlane) loadRecord(rec *ctrlstore.Record) error {
 	k := l.Columns
 	r := &PoolRegion{ID: rec.Region, Key: rec.Key, Perm: wire.Perm(rec.Pool.Perm), Layout: l, Homes: make([]Home, k),
 		Lost: make([]bool, k), Rebuilding: make([]bool, k), Ready: true, Epoch: rec.Epoch,
-		digest: rec.Digest, unconfirmed: make([]bool, k), best: reportRank{epoch: rec.Epoch}}
+		digest: rec.Digest, unconfirmed: make([]bool, k)}
 	for c, h := range rec.Homes {
 		node, err := p.mmu.nodeFor(h.Addr)
 		if err == nil && !node.reserve(h.Base, l.ColumnBytes(c)) {

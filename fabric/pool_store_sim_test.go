@@ -154,3 +154,51 @@ func TestStoreRecordsRefused(t *testing.T) {
 		t.Error("the refused region is in the map")
 	}
 }
+
+// TestSimPoolStoreEpochAhead restarts a switch on a store whose record
+// of a replicated region has an epoch the memory nodes never heard (the
+// switch died between the raise and its POOLEPOCH) and says one copy is
+// lost: the nodes' reports decide which copies are current (the region
+// is not lost), the copy the store holds lost stays lost and is rebuilt
+// from the other at once (the store gave the key: no client needs to
+// come first), and the data reads back.
+func TestSimPoolStoreEpochAhead(t *testing.T) {
+	const seed = 73
+	store := &ctrlstore.Mem{}
+	f := newSimFabric(t, seed, simnet.LinkConfig{Rate: 1e9, Latency: 10 * time.Microsecond},
+		fabric.Config{HeartbeatTimeout: time.Second, Store: store})
+	f.addPoolNodes(3, 4<<20)
+	cli := f.addMembers(1)[0]
+	f.net.RunFor(500 * time.Millisecond)
+	f.run(func() bool { return !f.sw.PoolRecovering(f.net.Now()) }, 5*time.Second, "the nodes' reports")
+	rep := f.createPool(cli, ctrl.PoolSpec{Size: 192 << 10, Stripe: 16 << 10, Replicas: 2, Perm: uint8(wire.PermRead | wire.PermWrite)})
+	ref := randomBytes(rand.New(rand.NewPCG(seed, 1)), int(rep.spec.Size))
+	if err, _ := rep.access(endpoint.KindWrite, ref, 0, time.Minute); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	f.net.RunFor(10 * time.Millisecond)
+	rec := store.Record(rep.spec.Region)
+	if rec == nil || rec.Epoch != 1 {
+		t.Fatalf("record: %+v", rec)
+	}
+	rec.Epoch = 7 // the nodes hold epoch 1
+	rec.Lost[1] = true
+	store.Put(rec)
+
+	f.restartSwitch(300 * time.Millisecond)
+	f.run(func() bool {
+		sp, ok := regionSpecs(f.sw)[rep.spec.Region]
+		return !f.sw.PoolRecovering(f.net.Now()) && ok && sp.Health == ctrl.HealthOK && f.sw.Stats().PoolRebuilt > 0
+	}, 10*time.Second, "the copy the store held lost to be rebuilt")
+	if key, _, _ := fabric.RegionKeyEpoch(f.sw, rep.spec.Region); key != rep.key {
+		t.Error("after the rebuild: the key is not the region's")
+	}
+	got := make([]byte, len(ref))
+	if err, _ := rep.access(endpoint.KindRead, got, 0, time.Minute); err != nil || !bytes.Equal(got, ref) {
+		t.Fatalf("read after the restart: %v, bytes equal %v", err, bytes.Equal(got, ref))
+	}
+	f.net.RunFor(10 * time.Millisecond)
+	if rec := store.Record(rep.spec.Region); rec == nil || rec.Lost[1] || rec.Epoch == 7 {
+		t.Errorf("record after the rebuild: %+v", rec)
+	}
+}

@@ -112,7 +112,7 @@ type Store struct {
 	q          queue
 	revs       map[uint32]int64     // mod revision this store last wrote or read, by region
 	sent       map[uint32][2]uint64 // hashes of the last two values sent (sentDelete: a delete), newest first, by region
-	conflicted map[uint32]bool      // regions another writer changed: not written again
+	conflicted map[uint32]bool      // regions another writer changed: not written again (conflict)
 	stats      Stats
 	inflight   int // changes taken from q, not yet written
 	lease      clientv3.LeaseID

@@ -50,7 +50,7 @@ func (s *Store) watched(ev *clientv3.Event) {
 	}
 	s.stats.Foreign++
 	if named {
-		s.conflicted[id] = true
+		s.conflict(id)
 	}
 	s.mu.Unlock()
 	if !put {

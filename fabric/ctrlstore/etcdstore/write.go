@@ -5,6 +5,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ndma/ndma/fabric/ctrlstore"
 )
 
 // Retry delays of the writer while etcd does not answer.
@@ -100,6 +102,7 @@ func (s *Store) write(id uint32, val []byte) error {
 			s.mu.Lock()
 			if val == nil {
 				delete(s.revs, id)
+				delete(s.sent, id) // a zero entry matches the watch's delete event too
 			} else {
 				s.revs[id] = resp.Header.Revision
 			}
@@ -132,9 +135,20 @@ func (s *Store) write(id uint32, val []byte) error {
 		rev = curRev // the older value of this store's: write over it
 	}
 	s.mu.Lock()
-	s.conflicted[id] = true
+	s.conflict(id)
 	s.stats.Conflicts++
 	s.mu.Unlock()
 	s.log.Error("etcdstore: region record changed by another writer: not overwritten, and no longer written by this switch", "region", id, "key", key)
 	return nil
+}
+
+// conflict marks region id as another writer's: this store no longer
+// writes it. The table holds at most the regions this store wrote or
+// read (revs, sent), and never more than 2 × ctrlstore.MaxRegions.
+// Caller holds mu.
+func (s *Store) conflict(id uint32) {
+	_, known := s.revs[id]
+	if (known || s.sent[id] != [2]uint64{}) && len(s.conflicted) < 2*ctrlstore.MaxRegions {
+		s.conflicted[id] = true
+	}
 }
