@@ -57,6 +57,8 @@ func (p *poolPlane) loadRecord(rec *ctrlstore.Record) error {
 		return err
 	case len(rec.Homes) != l.Columns || len(rec.Lost) != l.Columns || len(rec.Rebuilding) != l.Columns:
 		return fmt.Errorf("%d homes for %d columns", len(rec.Homes), l.Columns)
+	case rec.Pool.Perm == 0 || wire.Perm(rec.Pool.Perm)&^wire.PermAll != 0:
+		return fmt.Errorf("permissions %#x", rec.Pool.Perm)
 	case rec.Region == 0 || p.mmu.regions[rec.Region] != nil:
 		return fmt.Errorf("region id %d taken", rec.Region)
 	case len(p.mmu.regions) >= MaxPoolRegions:
