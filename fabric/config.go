@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ndma/ndma/fabric/ctrlstore"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
@@ -80,6 +81,12 @@ type Config struct {
 	// registered has reported and every region is complete). Zero means
 	// DefaultPoolRecoverWindow.
 	PoolRecoverWindow time.Duration
+	// Store, if set, keeps the pool map outside the switch (package
+	// ctrlstore; etcdstore over etcd): New takes its regions into the
+	// map, and every change of a region is handed to it from Poll
+	// (pool_store.go). Nil (the default): the map lives in the switch
+	// alone, rebuilt from the memory nodes' reports after a restart.
+	Store ctrlstore.Store
 }
 
 // FaultConfig injects faults into the switch's output (this kernel has no

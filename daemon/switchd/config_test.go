@@ -49,6 +49,8 @@ func TestStartErrors(t *testing.T) {
 		{"long busy poll", Config{BusyPoll: time.Second}, "BusyPoll", true},
 		{"negative readers", Config{Readers: -1}, "Readers", true},
 		{"too many readers", Config{Readers: MaxReaders + 1}, "Readers", true},
+		{"etcd prefix without etcd", Config{EtcdPrefix: "/x/"}, "EtcdPrefix", true},
+		{"empty etcd endpoint", Config{Etcd: []string{"127.0.0.1:2379", ""}}, "Etcd", true},
 		{"negative drop", Config{Fault: fabric.FaultConfig{Drop: -0.1}}, "Fault.Drop", true},
 		{"dup above one", Config{Fault: fabric.FaultConfig{Dup: 1.5}}, "Fault.Dup", true},
 		{"NaN reorder", Config{Fault: fabric.FaultConfig{Reorder: math.NaN()}}, "Fault.Reorder", true},
