@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ndma/ndma/fabric/ctrlstore"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
@@ -90,6 +91,12 @@ type Config struct {
 	// this switch (JOINVIA), and only a parent's answers are taken.
 	Parent   netip.AddrPort
 	Children []netip.AddrPort
+	// Store, if set, keeps the pool map outside the switch (package
+	// ctrlstore; etcdstore over etcd): New takes its regions into the
+	// map, and every change of a region is handed to it from Poll
+	// (pool_store.go). Nil (the default): the map lives in the switch
+	// alone, rebuilt from the memory nodes' reports after a restart.
+	Store ctrlstore.Store
 }
 
 // FaultConfig injects faults into the switch's output (this kernel has no

@@ -50,6 +50,13 @@ const (
 	// switch's fabric token; Count more were refused so since the last
 	// such event (at most one a second).
 	EventAuthRefused
+	// EventRegionsLoaded: the switch took Count regions from its store
+	// (Config.Store) at its start.
+	EventRegionsLoaded
+	// EventRecordRefused: the store's record of region Region could not
+	// be taken into the map (Err says why); the region's nodes' reports
+	// rebuild it if they hold it.
+	EventRecordRefused
 )
 
 var eventKindNames = [...]string{
@@ -65,6 +72,8 @@ var eventKindNames = [...]string{
 	EventRegionLost:        "region lost",
 	EventPoolRecovered:     "pool map recovered",
 	EventAuthRefused:       "control request refused: wrong fabric token",
+	EventRegionsLoaded:     "pool regions loaded from the store",
+	EventRecordRefused:     "pool region record refused",
 }
 
 func (k EventKind) String() string {
@@ -92,6 +101,7 @@ type Event struct {
 	Region   uint32         // pool region id
 	Copy     int            // copy (column) of the region
 	Count    int            // regions
+	Err      error          // why (EventRecordRefused)
 }
 
 // MaxEvents bounds the events the Switch queues between two calls of

@@ -236,6 +236,10 @@ type MMU struct {
 	firstCreated uint32
 	newKey       func() uint64
 	ext          []poolmap.Extent // scratch for Translate
+	// dirty is the regions changed since the switch last wrote them to
+	// its store (pool_store.go); nil without a store. At most the
+	// regions and the ones freed since the last Poll.
+	dirty map[uint32]bool
 }
 
 // NewMMU returns an empty MMU; newKey draws region keys (random and
@@ -351,6 +355,7 @@ func (m *MMU) nodeRestarted(n *PoolNode) {
 		for c, h := range r.Homes {
 			if h.Node == n {
 				r.Lost[c], r.Rebuilding[c] = true, false
+				m.touch(r.ID)
 			}
 		}
 	}
@@ -506,6 +511,7 @@ func (m *MMU) Region(id uint32, key uint64) (*PoolRegion, error) {
 			return nil, fmt.Errorf("%w: pool region %d", wire.StatusBadKey, id)
 		}
 		r.Key = key
+		m.touch(id)
 	case r.Key != key:
 		return nil, fmt.Errorf("%w: pool region %d", wire.StatusBadKey, id)
 	}
@@ -533,6 +539,7 @@ func (m *MMU) Free(id uint32, key uint64) error {
 		h.Node.release(h.Base, r.Layout.ColumnBytes(c))
 	}
 	delete(m.regions, id)
+	m.touch(id)
 	return nil
 }
 

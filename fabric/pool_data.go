@@ -135,6 +135,7 @@ func (p *poolPlane) endCreate(pc *poolCreate) {
 		return
 	}
 	r.Ready = true
+	p.mmu.touch(r.ID)
 	p.sw.respondTo(pc.client, pc.msgID, &ctrl.Msg{Type: ctrl.PoolCreate, Resp: true, Region: r.ID, Key: r.Key, Pool: r.spec()})
 }
 
@@ -300,6 +301,7 @@ func (p *poolPlane) poolForward(from netip.AddrPort, h *wire.Header, payload []b
 	}
 	if h.Op == wire.OpFence {
 		r.raiseFence(fence)
+		p.mmu.touch(r.ID)
 	}
 	for _, t := range p.tgts[:sent] {
 		fh := *h

@@ -112,6 +112,7 @@ func (r *PoolRegion) retryAt(c int) time.Time {
 // another try.
 func (p *poolPlane) rebuildFailed(now time.Time, r *PoolRegion, c int) {
 	r.Rebuilding[c] = false
+	p.mmu.touch(r.ID)
 	if r.rebuildRetry == nil {
 		r.rebuildRetry = make([]time.Time, len(r.Homes))
 	}
@@ -151,6 +152,7 @@ func (p *poolPlane) rebuildGranted(now time.Time, k grantKey, ok bool) bool {
 		return true
 	}
 	r.Rebuilding[rb.column] = true
+	p.mmu.touch(r.ID)
 	if rb.byClient {
 		// The other columns move on to a new epoch: a switch that
 		// restarts before the client restores this one takes it for

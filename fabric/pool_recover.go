@@ -135,6 +135,7 @@ func (p *poolPlane) adoptReport(n *PoolNode, e *ctrl.GrantReport) {
 		return
 	}
 	r.adoptFences(e.Fences)
+	p.mmu.touch(r.ID) // its fences, key or columns change below
 	if r.Key == 0 && e.Key != 0 && p.sw.idents != nil {
 		// A node gave the key itself (over a sealed session; the
 		// decoder checked it against the digest): lost copies are
@@ -251,6 +252,7 @@ func (p *poolPlane) nodeReported(now time.Time, n *PoolNode) {
 			if h.Node == n && r.unconfirmed[c] {
 				p.settleColumn(r, c)
 				r.Lost[c] = true
+				p.mmu.touch(r.ID)
 				p.sw.logEvent(Event{Kind: EventCopyLost, Region: r.ID, Copy: c, Node: n.ID, Addr: n.Addr})
 			}
 		}
@@ -270,6 +272,7 @@ func (p *poolPlane) nodeReported(now time.Time, n *PoolNode) {
 func (p *poolPlane) raiseEpoch(r *PoolRegion) {
 	r.Epoch++
 	r.best = reportRank{epoch: r.Epoch}
+	p.mmu.touch(r.ID)
 	for c, h := range r.Homes {
 		if !r.Lost[c] && h.Node.Alive {
 			p.sendPoolCtrl(h.Node.Addr, &ctrl.Msg{Type: ctrl.PoolEpoch, Region: r.ID, Key: r.Key, Epoch: r.Epoch})

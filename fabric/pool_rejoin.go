@@ -33,6 +33,7 @@ func (p *poolPlane) rejoin(n *PoolNode) {
 			if h.Node == n && r.Rebuilding[c] {
 				// A rebuild the restart cut short: still lost.
 				r.Rebuilding[c] = false
+				p.mmu.touch(r.ID)
 			}
 		}
 	}
@@ -65,6 +66,7 @@ func (p *poolPlane) rejoined(n *PoolNode) {
 				p.sw.logEvent(Event{Kind: EventCopyLost, Region: r.ID, Copy: c, Node: n.ID, Addr: n.Addr})
 			}
 			r.Rebuilding[c] = false
+			p.mmu.touch(r.ID)
 		}
 	}
 	n.rejoin, n.current = false, nil

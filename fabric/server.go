@@ -276,6 +276,10 @@ func (s *Server) logEventsLocked() {
 			s.log.Warn("switch: pool region lost: every copy of some of its bytes is gone", "region", e.Region)
 		case EventPoolRecovered:
 			s.log.Info("switch: pool map rebuilt from the memory nodes", "regions", e.Count, "nodes", e.Node)
+		case EventRegionsLoaded:
+			s.log.Info("switch: pool regions loaded from the store; the memory nodes' reports settle their copies", "regions", e.Count)
+		case EventRecordRefused:
+			s.log.Warn("switch: pool region record from the store refused", "region", e.Region, "err", e.Err)
 		}
 	}
 	clear(s.events)

@@ -51,6 +51,11 @@ type Stats struct {
 	FaultDrops, FaultDups, FaultReorders, FaultCorrupts                        uint64
 	Groups, Members                                                            int
 
+	// Regions taken from the store (Config.Store) at the start; records
+	// of it refused (they contradict each other or exceed the map's
+	// bounds).
+	PoolRegionsLoaded, PoolRecordsRefused uint64
+
 	// Data-path bounds: multicast windows reset by a jump of AckBase of a
 	// window or more; members' ACKs ignored as more than a window away.
 	MulticastResets, MulticastAcksIgnored uint64
@@ -263,6 +268,11 @@ func New(cfg Config) (*Switch, error) {
 	}
 	sw.admitFn = sw.admit
 	sw.memPool.init(sw, cfg.PoolKeys)
+	if cfg.Store != nil {
+		sw.memPool.mmu.dirty = make(map[uint32]bool)
+		sw.memPool.loadStore(cfg.Store.Regions())
+		sw.logEvent(Event{Kind: EventRegionsLoaded, Count: int(sw.stats.PoolRegionsLoaded)})
+	}
 	return sw, nil
 }
 
@@ -460,6 +470,7 @@ func (s *Switch) Poll(now time.Time, out []netio.Datagram) ([]netio.Datagram, ti
 	s.expireData(now)
 	s.memPool.sendRebuildGos(now)
 	out, comps, next := s.eng.Poll(now, out)
+	defer s.memPool.flushStore() // after the completions' changes
 	for i := range comps {
 		s.onCompletion(&comps[i])
 	}

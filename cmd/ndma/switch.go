@@ -31,6 +31,8 @@ type switchFlags struct {
 	readers          int
 	parent           string
 	children         []string
+	etcd             []string
+	etcdPrefix       string
 	log              logFlags
 	prof             profileFlag
 }
@@ -52,6 +54,8 @@ var switchFlagNames = map[string]string{
 	"Security":         "--credential",
 	"Parent":           "--parent",
 	"Children":         "--child",
+	"Etcd":             "--etcd",
+	"EtcdPrefix":       "--etcd-prefix",
 }
 
 func init() {
@@ -78,6 +82,14 @@ run unsealed: the token is then optional (without one nothing is
 authenticated), and it logs a warning saying what anyone on the network
 can do.
 
+With --etcd the switch keeps its pool map in etcd: every region's shape,
+key, homes, epoch, lost columns and fences, written in the background as
+they change, under --etcd-prefix. A switch that starts takes the regions
+from there (with their keys), then settles every copy with the memory
+nodes' reports; it also holds a liveness key under a lease, gone once the
+switch stops. Without --etcd the map lives in the switch alone and a
+restarted switch rebuilds it from the memory nodes' reports.
+
 --drop, --dup, --reorder and --corrupt inject faults into
 everything the switch sends, reproducibly from --seed, to test endpoints
 against a lossy fabric.
@@ -87,7 +99,8 @@ SIGTERM shuts the switch down gracefully.`,
 		Example: `  ndma fabric init fab
   ndma switch --listen 127.0.0.1:7471 --token-file fab/token --credential fab/switch.cred --metrics 127.0.0.1:9471
   ndma switch --token-file fab/token --credential fab/switch.cred --drop 0.01 --reorder 0.01 --seed 7 --json-logs
-  ndma switch --listen 127.0.0.1:7471 --insecure --token-file fab/token   # unsealed: it warns what anyone on the network can do`,
+  ndma switch --listen 127.0.0.1:7471 --insecure --token-file fab/token   # unsealed: it warns what anyone on the network can do
+  ndma switch --token-file fab/token --credential fab/switch.cred --etcd 10.0.0.5:2379,10.0.0.6:2379`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSwitch(cmd, &f) },
 	}
@@ -110,6 +123,8 @@ SIGTERM shuts the switch down gracefully.`,
 	fl.StringVar(&f.parent, "parent", "", "UDP `address` (host:port) of the switch above this one in a tree of switches: jobs joined here are formed at the tree's root and span the tree (default: none)")
 	fl.StringArrayVar(&f.children, "child", nil, "UDP `address` (host:port) a switch below this one sends from; repeat for each child (only these may join members through this switch)")
 	fl.IntVar(&f.readers, "readers", 1, fmt.Sprintf("sockets bound to --listen (SO_REUSEPORT, Linux), each with a reader, so that a switch with cores of its own uses several (at most %d)", switchd.MaxReaders))
+	fl.StringSliceVar(&f.etcd, "etcd", nil, "etcd client `endpoints` (host:port, comma-separated) to keep the pool map in (default: none, the map lives in the switch)")
+	fl.StringVar(&f.etcdPrefix, "etcd-prefix", "", "etcd key `prefix` of the switch's keys, with --etcd (default \"/ndma/\")")
 	f.log.register(fl)
 	f.prof.register(fl)
 	rootCmd.AddCommand(cmd)
@@ -177,6 +192,8 @@ func (f *switchFlags) config(cmd *cobra.Command) (switchd.Config, error) {
 		Readers:          f.readers,
 		Parent:           f.parent,
 		Children:         f.children,
+		Etcd:             f.etcd,
+		EtcdPrefix:       f.etcdPrefix,
 		Logger:           logger,
 	}, nil
 }

@@ -143,6 +143,16 @@ type Config struct {
 	// Server.MetricsAddr reports it.
 	MetricsAddr string
 
+	// Etcd, if not empty, is etcd's client endpoints ("host:port"): the
+	// switch keeps its pool map there (package etcdstore), takes it
+	// from there when it starts, and holds a liveness key under a
+	// lease. Empty means the map lives in the switch alone, rebuilt
+	// from the memory nodes' reports after a restart.
+	Etcd []string
+	// EtcdPrefix is where the switch's keys live in etcd. Empty means
+	// etcdstore.DefaultPrefix ("/ndma/").
+	EtcdPrefix string
+
 	// Logger receives the startup and shutdown lines and warnings. Nil
 	// discards.
 	Logger *slog.Logger
@@ -230,6 +240,14 @@ func (c *Config) validate() error {
 	}
 	if err := c.resolveTree(); err != nil {
 		return err
+	}
+	for _, e := range c.Etcd {
+		if e == "" {
+			return fields.Invalid("Etcd", "an empty endpoint in %q", c.Etcd)
+		}
+	}
+	if c.EtcdPrefix != "" && len(c.Etcd) == 0 {
+		return fields.Invalid("EtcdPrefix", "%q without Etcd endpoints", c.EtcdPrefix)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -53,6 +53,8 @@ func TestStartErrors(t *testing.T) {
 		{"parent unspecified", Config{Parent: "0.0.0.0:7471"}, "Parent", true},
 		{"child twice", Config{Children: []string{"127.0.0.1:7472", "127.0.0.1:7472"}}, "Children", true},
 		{"child is the parent", Config{Parent: "127.0.0.1:7472", Children: []string{"127.0.0.1:7472"}}, "Children", true},
+		{"etcd prefix without etcd", Config{EtcdPrefix: "/x/"}, "EtcdPrefix", true},
+		{"empty etcd endpoint", Config{Etcd: []string{"127.0.0.1:2379", ""}}, "Etcd", true},
 		{"negative drop", Config{Fault: fabric.FaultConfig{Drop: -0.1}}, "Fault.Drop", true},
 		{"dup above one", Config{Fault: fabric.FaultConfig{Dup: 1.5}}, "Fault.Dup", true},
 		{"NaN reorder", Config{Fault: fabric.FaultConfig{Reorder: math.NaN()}}, "Fault.Reorder", true},

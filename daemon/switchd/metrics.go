@@ -192,6 +192,18 @@ var metrics = []metric{
 		func(s *Server, _ *Stats) float64 { return float64(s.cfg.MTU) }),
 	gauge("heartbeat_timeout_seconds", "How long a member may go without a heartbeat before it is declared dead.",
 		func(s *Server, _ *Stats) float64 { return s.cfg.HeartbeatTimeout.Seconds() }),
+	gauge("etcd_backlog", "Pool map changes queued for etcd, not yet written (at most one per region; 0 without --etcd).",
+		func(_ *Server, st *Stats) float64 { return float64(st.Etcd.Backlog) }),
+	counter("etcd_writes_total", "Pool region records written to (or deleted from) etcd.",
+		nil, func(st *Stats) uint64 { return st.Etcd.Written }),
+	counter("etcd_write_failures_total", "Writes to etcd that got no answer (tried again).",
+		nil, func(st *Stats) uint64 { return st.Etcd.Failed }),
+	counter("etcd_conflicts_total", "Pool region records in etcd that another writer changed: not overwritten, no longer written by this switch.",
+		nil, func(st *Stats) uint64 { return st.Etcd.Conflicts + st.Etcd.Foreign }),
+	counter("etcd_records_refused_total", "Values under the etcd prefix refused: not a region's record, or one that does not decode.",
+		nil, func(st *Stats) uint64 { return st.Etcd.Refused }),
+	counter("memory_pool_regions_loaded_total", "Pool regions taken from etcd when the switch started.",
+		nil, func(st *Stats) uint64 { return st.Switch.PoolRegionsLoaded }),
 }
 
 // Per-memory-node series of the pool, labelled with the node's id and

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/fabric/ctrlstore/etcdstore"
 	"github.com/ndma/ndma/internal/daemon"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
@@ -30,6 +31,7 @@ type Server struct {
 	cfg  Config // validated, defaults applied; fixed after Start
 	conn *netio.UDPConn
 	srv  *fabric.Server
+	etcd *etcdstore.Store // nil without Config.Etcd
 
 	metrics *daemon.Metrics // nil without a metrics listener
 	close   func() error    // shutdown, once
@@ -46,6 +48,9 @@ type Stats struct {
 	// Security holds the security layer's counters (zero without
 	// Config.Security).
 	Security secure.LayerStats
+	// Etcd holds the pool map's store's counters (zero without
+	// Config.Etcd).
+	Etcd etcdstore.Stats
 }
 
 // Start opens the switch's UDP socket and, if cfg.MetricsAddr is set, its
@@ -60,7 +65,7 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.Security != nil {
 		mtu -= wire.TagLen // sealed datagrams carry the tag after it
 	}
-	sw, err := fabric.New(fabric.Config{
+	fcfg := fabric.Config{
 		Token:            cfg.Token,
 		Insecure:         cfg.Insecure,
 		HeartbeatTimeout: cfg.HeartbeatTimeout,
@@ -69,9 +74,6 @@ func Start(cfg Config) (*Server, error) {
 		Fault:            cfg.Fault,
 		Parent:           cfg.parent,
 		Children:         cfg.children,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("switchd: %w", err)
 	}
 	readers := max(cfg.Readers, 1)
 	ucfg := netio.UDPConfig{Logger: cfg.Logger, BusyPoll: cfg.BusyPoll, ReusePort: readers > 1}
@@ -101,8 +103,29 @@ func Start(cfg Config) (*Server, error) {
 			more = append(more, c)
 		}
 	}
+	closeConns := func() {
+		conn.Close()
+		for _, c := range more {
+			c.Close()
+		}
+	}
+	var store *etcdstore.Store
+	if len(cfg.Etcd) > 0 {
+		if store, err = openEtcd(&cfg, conn.LocalAddr()); err != nil {
+			closeConns()
+			return nil, err
+		}
+		fcfg.Store = store
+	}
+	sw, err := fabric.New(fcfg)
+	if err != nil {
+		closeConns()
+		closeStore(store)
+		return nil, fmt.Errorf("switchd: %w", err)
+	}
 	fsrv, err := fabric.NewServerWith(conn, sw, fabric.ServerOptions{Logger: cfg.Logger, Security: cfg.Security, SecurityOptions: cfg.SecurityOptions, Conns: more})
 	if err != nil {
+		closeStore(store)
 		return nil, fields.Unusable("Security", err) // conn is closed
 	}
 	s := &Server{
@@ -110,6 +133,7 @@ func Start(cfg Config) (*Server, error) {
 		cfg:  cfg,
 		conn: conn,
 		srv:  fsrv,
+		etcd: store,
 	}
 	s.close = sync.OnceValue(s.shutdown)
 	if cfg.MetricsAddr != "" {
@@ -156,7 +180,11 @@ func (s *Server) MTU() int { return s.cfg.MTU }
 // Stats returns the switch's counters. It may be called after Close, for
 // the final values.
 func (s *Server) Stats() Stats {
-	return Stats{Switch: s.srv.Stats(), UDP: s.conn.Stats(), Security: s.srv.SecurityStats()}
+	st := Stats{Switch: s.srv.Stats(), UDP: s.conn.Stats(), Security: s.srv.SecurityStats()}
+	if s.etcd != nil {
+		st.Etcd = s.etcd.Stats()
+	}
+	return st
 }
 
 // Groups lists the switch's job and service groups, by id, with their
@@ -186,6 +214,13 @@ func (s *Server) shutdown() error {
 	}
 	if err := s.srv.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("switchd: close: %w", err))
+	}
+	if s.etcd != nil {
+		// After the switch: its last changes are written (within the
+		// store's DialTimeout), then the lease is revoked.
+		if err := s.etcd.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("switchd: etcd: %w", err))
+		}
 	}
 	all := s.Stats()
 	st := all.Switch
