@@ -137,7 +137,7 @@ func allreduceRound(f *simFabric, gid uint32, ms []*simMember, inputs [][]byte, 
 	pending := len(ms)
 	for i, m := range ms {
 		out[i] = make([]byte, len(inputs[i]))
-		m.post(&endpoint.Op{Kind: endpoint.KindAggregate, Peer: f.swAddr, Group: gid, Buf: inputs[i], Recv: out[i], Root: -1,
+		m.post(&endpoint.Op{Kind: endpoint.KindAggregate, Peer: m.swAddr(), Group: gid, Buf: inputs[i], Recv: out[i], Root: -1,
 			Dtype: dt, Alu: alu, Deterministic: det}, func(op *endpoint.Op) {
 			if op.Err != nil {
 				f.t.Fatalf("seed %d: member %d allreduce: %v", f.seed, i, op.Err)

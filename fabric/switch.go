@@ -96,6 +96,7 @@ type member struct {
 	// index in a stream's bitmaps; behind counts its live members.
 	port   bool
 	behind int
+	up     bool // the port to the parent switch
 }
 
 // realAddr is the member's own address.
@@ -115,8 +116,13 @@ type group struct {
 	members []*member // index = member id
 	// ports are the neighbor switches of a group spread over a tree of
 	// switches (tree.go): the parent, and children with members of it.
-	ports   []*member
-	byAddr  map[netip.AddrPort]*member
+	ports  []*member
+	byAddr map[netip.AddrPort]*member
+	// aggIdx numbers the contributors to the group's aggregations at
+	// this switch when it has ports (tree_agg.go): members attached here,
+	// then child ports; -1 for the rest. Rebuilt when nil.
+	aggIdx  []int32
+	aggN    int
 	epoch   uint64
 	dead    deadList
 	sel     *Selector // service groups

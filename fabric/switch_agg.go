@@ -14,6 +14,7 @@ import (
 type aggResult struct {
 	key     AggKey
 	pending int
+	copied  bool // a result from the parent switch, in a buffer of its own: no slot
 }
 
 // admit is called by the engine before a new packet counts as received.
@@ -33,15 +34,12 @@ func (s *Switch) admit(d *transport.Delivery) bool {
 		s.event(d.Peer, h.Group, wire.StatusNotMember, 0, h.MsgID)
 		return true
 	}
+	if len(g.ports) > 0 {
+		return s.admitTreeAgg(d, g)
+	}
 	m := s.memberByAddr(g, d.Peer.Addr, h.Src)
 	if m == nil || !m.alive {
 		s.event(d.Peer, h.Group, wire.StatusNotMember, 0, h.MsgID)
-		return true
-	}
-	if len(g.ports) > 0 {
-		// A job spread over a tree of switches: its aggregations would
-		// need every switch on the way (not yet done).
-		s.event(d.Peer, h.Group, wire.StatusUnknownOp, 0, h.MsgID)
 		return true
 	}
 	key := AggKey{Group: g.id, Op: h.MsgID, Offset: h.Offset}
@@ -107,11 +105,27 @@ func (s *Switch) sendResult(g *group, h *wire.Header, res []byte) {
 	r := aggResult{key: key} // kept by value: no allocation per result
 	s.nextTok++
 	tok := s.nextTok
+	if r.pending = s.sendDown(g, h, res, tok); r.pending == 0 {
+		s.pool.Release(key)
+		return
+	}
+	s.aggTok[tok] = r
+}
+
+// sendDown sends result chunk res of h's aggregation (token tok) to the
+// members attached here and, in a tree, to the child ports with live
+// members behind them (Operand1 0), or towards the root (Operand1 =
+// root+1) only. It returns how many sends await their acknowledgement.
+func (s *Switch) sendDown(g *group, h *wire.Header, res []byte, tok uint64) int {
 	out := wire.Header{Op: wire.OpData, MsgID: h.MsgID, Offset: h.Offset, MsgLen: h.MsgLen,
 		Dtype: h.Dtype, Alu: h.Alu, Operand1: h.Operand1, Operand2: h.Operand2}
 	resCRC := wire.PayloadCRC(res) // once, for every member's packet
+	pending := 0
 	send := func(m *member) {
 		to := transport.PeerID{Addr: m.addr, Group: g.id, Member: m.id, Mode: wire.ModeAggregate}
+		if m.port {
+			to.Member = wire.MemberAll
+		}
 		// res stays in the slot until every member has acknowledged it:
 		// the engine may send it to each without copying it.
 		if _, err := s.eng.SendFragmentShared(to, &out, res, resCRC, tok); err != nil {
@@ -127,23 +141,29 @@ func (s *Switch) sendResult(g *group, h *wire.Header, res []byte) {
 			s.event(to, g.id, st, 0, h.MsgID)
 			return
 		}
-		r.pending++
+		pending++
 		s.stats.AggregateOut++
 	}
 	if h.Operand1 == 0 {
 		for _, m := range g.members {
-			if m != nil && m.alive {
+			if m != nil && m.alive && m.via == nil {
 				send(m)
 			}
 		}
+		for _, p := range g.ports {
+			if !p.up && p.behind > 0 {
+				send(p)
+			}
+		}
 	} else if root := g.member(uint16(h.Operand1 - 1)); root != nil && root.alive {
-		send(root)
+		switch {
+		case root.via == nil:
+			send(root)
+		case !root.via.up:
+			send(root.via)
+		}
 	}
-	if r.pending == 0 {
-		s.pool.Release(key)
-		return
-	}
-	s.aggTok[tok] = r
+	return pending
 }
 
 // refuseAggregation ends an aggregation whose members disagree (a
@@ -155,8 +175,11 @@ func (s *Switch) sendResult(g *group, h *wire.Header, res []byte) {
 // operation thus fails at once, instead of waiting for an AggTimeout
 // that only the mismatching member would have escaped. O(members).
 func (s *Switch) refuseAggregation(g *group, key AggKey) {
+	if len(g.ports) > 0 {
+		s.tellContributors(g, key, wire.StatusBadOperand, 0)
+	}
 	for _, m := range g.members {
-		if m != nil && m.alive && s.pool.Has(key, int(m.id)) {
+		if len(g.ports) == 0 && m != nil && m.alive && s.pool.Has(key, int(m.id)) {
 			s.event(transport.PeerID{Addr: m.addr, Group: g.id, Member: m.id}, g.id, wire.StatusBadOperand, 0, key.Op)
 		}
 	}
@@ -194,8 +217,11 @@ func (s *Switch) expireAggs(now time.Time) {
 			return
 		}
 		if g := s.groups[k.Group]; g != nil {
+			if len(g.ports) > 0 {
+				s.tellContributors(g, k, wire.StatusBusy, 0)
+			}
 			for _, m := range g.members {
-				if m != nil && m.alive && s.pool.Has(k, int(m.id)) {
+				if len(g.ports) == 0 && m != nil && m.alive && s.pool.Has(k, int(m.id)) {
 					to := transport.PeerID{Addr: m.addr, Group: g.id, Member: m.id}
 					s.event(to, g.id, wire.StatusBusy, 0, k.Op)
 				}

@@ -34,6 +34,8 @@ func (s *Switch) stepEngine(now time.Time, from netip.AddrPort, pkt []byte, h *w
 		// Handled at admission.
 	case hd.Mode == wire.ModeAnycast:
 		s.anycast(now, &d)
+	case hd.Mode == wire.ModeUnicast && hd.Op == wire.OpEvent && hd.Flags&wire.FlagResp != 0 && s.hasParent() && d.Peer.Addr == s.cfg.Parent:
+		s.eventFromParent(&d)
 	default:
 		s.stats.ControlRefused++
 	}
@@ -49,7 +51,9 @@ func (s *Switch) onCompletion(c *transport.Completion) {
 		return
 	}
 	if r.pending--; r.pending == 0 {
-		s.pool.Release(r.key)
+		if !r.copied {
+			s.pool.Release(r.key)
+		}
 		delete(s.aggTok, c.Token)
 	} else {
 		s.aggTok[c.Token] = r

@@ -301,8 +301,9 @@ func (s *Switch) addPort(g *group, addr netip.AddrPort) *member {
 	if p := g.port(addr); p != nil {
 		return p
 	}
-	p := &member{id: uint16(len(g.members) + len(g.ports)), addr: addr, alive: true, port: true}
+	p := &member{id: uint16(len(g.members) + len(g.ports)), addr: addr, alive: true, port: true, up: addr == s.cfg.Parent}
 	g.ports = append(g.ports, p)
+	g.aggIdx = nil
 	return p
 }
 
@@ -310,6 +311,7 @@ func (s *Switch) addPort(g *group, addr netip.AddrPort) *member {
 // behind its port.
 func (s *Switch) attach(g *group, mem *member) {
 	g.members[mem.id] = mem
+	g.aggIdx = nil
 	if mem.via != nil {
 		mem.via.behind++
 	} else {

@@ -1,6 +1,8 @@
 package fabric_test
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -228,9 +230,9 @@ func TestSimTreeLeafDies(t *testing.T) {
 	multicastRound(tr.simFabric, g3, again, 3, data[:128<<10])
 }
 
-// TestSimTreeRefusals: a JOINVIA from a switch that is not a child, a
-// LEAVE from a leaf for a member not behind it, and an aggregation of a
-// job spread over the tree are refused; the job is untouched.
+// TestSimTreeRefusals: a JOINVIA from a switch that is not a child and a
+// LEAVE from a leaf for a member not behind it are refused; the job is
+// untouched.
 func TestSimTreeRefusals(t *testing.T) {
 	const seed = 305
 	tr := newSimTree(t, seed, impaired(0), 2, fabric.Config{HeartbeatTimeout: time.Second})
@@ -256,13 +258,147 @@ func TestSimTreeRefusals(t *testing.T) {
 	if !errors.Is(leaveErr, wire.StatusNotMember) {
 		t.Fatalf("LEAVE for a member behind another switch: %v, want %v", leaveErr, wire.StatusNotMember)
 	}
-	var aggErr error
-	asked = false
-	ms[0].post(&endpoint.Op{Kind: endpoint.KindAggregate, Peer: ms[0].swAddr(), Group: gid, Buf: make([]byte, 64), Recv: make([]byte, 64), Root: -1,
-		Dtype: wire.DtypeF32, Alu: wire.AluAdd}, func(op *endpoint.Op) { aggErr, asked = op.Err, true })
-	tr.run(func() bool { return asked }, 10*time.Second, "aggregation over the tree")
-	if !errors.Is(aggErr, wire.StatusUnknownOp) {
-		t.Fatalf("aggregation of a job spread over switches: %v, want %v", aggErr, wire.StatusUnknownOp)
-	}
 	multicastRound(tr.simFabric, gid, ms, 1, make([]byte, 4096))
+}
+
+// TestSimTreeAllreduce runs aggregations of a job spread over a root
+// and two leaves (three members under one, two under the other, one at
+// the root): deterministic f32 sums bitwise equal to the tree's fixed
+// order (each leaf folds its members in rank order, the root its own
+// member, then the leaves in port order), exact i64 sums with loss and
+// reordering on every link, and a Reduce to a member under a leaf. The
+// root gets one partial per leaf, not one contribution per member.
+func TestSimTreeAllreduce(t *testing.T) {
+	for _, c := range []struct {
+		seed int64
+		loss float64
+	}{{311, 0}, {312, 0.05}} {
+		t.Run(fmt.Sprint("loss", c.loss), func(t *testing.T) {
+			tr := newSimTree(t, c.seed, impaired(c.loss), 2, fabric.Config{HeartbeatTimeout: time.Second})
+			ms := append(append(tr.membersAt(tr.leafAddrs[0], 3), tr.membersAt(tr.leafAddrs[1], 2)...), tr.membersAt(tr.swAddr, 1)...)
+			gid := tr.joinAll("ar", ms)[0].Group
+			r := rand.New(rand.NewPCG(uint64(c.seed), 9))
+			const elems = 20000
+			vals := make([][]float32, len(ms))
+			in := make([][]byte, len(ms))
+			for i := range vals {
+				vals[i] = make([]float32, elems)
+				for j := range vals[i] {
+					vals[i][j] = float32(r.NormFloat64())
+				}
+				in[i] = f32bytes(vals[i])
+			}
+			want := make([]float32, elems)
+			for j := range want {
+				p0 := vals[0][j] + vals[1][j] + vals[2][j]
+				p1 := vals[3][j] + vals[4][j]
+				want[j] = vals[5][j] + p0 + p1
+			}
+			rootIn, leafIn := tr.sw.Stats().AggregateIn, tr.leaves[0].Stats().AggregateIn
+			for round := range 2 {
+				res := allreduceRound(tr.simFabric, gid, ms, in, wire.DtypeF32, wire.AluAdd, true)
+				for i := range res {
+					if !bytes.Equal(res[i], f32bytes(want)) {
+						t.Fatalf("round %d: member %d: the deterministic f32 sum differs from the tree's order", round, i)
+					}
+				}
+			}
+			if c.loss == 0 {
+				// Per chunk: the root gets its member's and two partials,
+				// leaf 0 its three members' and the root's result.
+				dr, dl := tr.sw.Stats().AggregateIn-rootIn, tr.leaves[0].Stats().AggregateIn-leafIn
+				if dr == 0 || 4*dr != 3*dl {
+					t.Fatalf("contributions: %d at the root, %d at leaf 0; want 3 to 4", dr, dl)
+				}
+			}
+			ints := make([][]byte, len(ms))
+			sum := make([]int64, elems)
+			for i := range ints {
+				ints[i] = make([]byte, 8*elems)
+				for j := range elems {
+					v := int64(r.Uint64() >> 8)
+					binary.LittleEndian.PutUint64(ints[i][8*j:], uint64(v))
+					sum[j] += v
+				}
+			}
+			for i, b := range allreduceRound(tr.simFabric, gid, ms, ints, wire.DtypeI64, wire.AluAdd, false) {
+				for j := range elems {
+					if got := int64(binary.LittleEndian.Uint64(b[8*j:])); got != sum[j] {
+						t.Fatalf("member %d element %d: %d, want %d", i, j, got, sum[j])
+					}
+				}
+			}
+			// Reduce to rank 4, under leaf 1.
+			out := make([]byte, 8*elems)
+			pending := len(ms)
+			for i, m := range ms {
+				op := &endpoint.Op{Kind: endpoint.KindAggregate, Peer: m.swAddr(), Group: gid, Buf: ints[i], Root: 4, Dtype: wire.DtypeI64, Alu: wire.AluAdd}
+				if i == 4 {
+					op.Recv = out
+				}
+				m.post(op, func(op *endpoint.Op) {
+					if op.Err != nil {
+						t.Fatalf("member %d reduce: %v", i, op.Err)
+					}
+					pending--
+				})
+			}
+			tr.run(func() bool { return pending == 0 }, time.Minute, "reduce")
+			for j := range elems {
+				if got := int64(binary.LittleEndian.Uint64(out[8*j:])); got != sum[j] {
+					t.Fatalf("reduce element %d: %d, want %d", j, got, sum[j])
+				}
+			}
+			for _, sw := range append([]*fabric.Switch{tr.sw}, tr.leaves...) {
+				tr.run(func() bool { return sw.Stats().Pool.InUse == 0 }, time.Minute, "slots released")
+			}
+		})
+	}
+}
+
+// TestSimTreeAggregationFails: a member under a leaf contributing a
+// chunk of another length fails the aggregation on every member of the
+// tree (its leaf refuses its rank's chunk; the root's slot, missing that
+// leaf's partial, expires and the refusal goes down every port); then a
+// member under a leaf crashes before contributing and every other
+// member's aggregation fails naming it.
+func TestSimTreeAggregationFails(t *testing.T) {
+	const seed = 313
+	tr := newSimTree(t, seed, impaired(0), 2, fabric.Config{HeartbeatTimeout: time.Second, AggTimeout: 2 * time.Second})
+	ms := append(append(tr.membersAt(tr.leafAddrs[0], 2), tr.membersAt(tr.leafAddrs[1], 2)...), tr.membersAt(tr.swAddr, 1)...)
+	gid := tr.joinAll("bad", ms)[0].Group
+	run := func(what string, size func(i int) int, check func(i int, err error)) {
+		t.Helper()
+		pending := len(ms)
+		for i, m := range ms {
+			if m.crashed {
+				pending--
+				continue
+			}
+			n := size(i)
+			m.post(&endpoint.Op{Kind: endpoint.KindAggregate, Peer: m.swAddr(), Group: gid, Buf: make([]byte, n), Recv: make([]byte, n), Root: -1,
+				Dtype: wire.DtypeI32, Alu: wire.AluAdd}, func(op *endpoint.Op) {
+				check(i, op.Err)
+				pending--
+			})
+		}
+		tr.run(func() bool { return pending == 0 }, 30*time.Second, what)
+	}
+	run("mismatch", func(i int) int {
+		if i == 3 {
+			return 64
+		}
+		return 128
+	}, func(i int, err error) {
+		if err == nil {
+			t.Fatalf("member %d: an aggregation whose members disagree succeeded", i)
+		}
+	})
+	tr.crash(ms[2])
+	run("crash", func(int) int { return 128 }, func(i int, err error) {
+		var me *endpoint.MemberError
+		if !errors.As(err, &me) || me.Member != 2 {
+			t.Fatalf("member %d: %v, want a MemberError naming member 2", i, err)
+		}
+	})
 }

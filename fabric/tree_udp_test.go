@@ -3,6 +3,7 @@ package fabric_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -13,13 +14,14 @@ import (
 	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
+	"github.com/ndma/ndma/wire"
 )
 
 // TestUDPSecureTree runs a job over a root switch and a leaf below it
 // on loopback UDP, every datagram sealed and each switch with its own
 // switch credential: two members under the leaf and one at the root
-// join, see each other's own addresses, and multicast from both sides;
-// the root knows the leaf by its certified identity.
+// join, see each other's own addresses, multicast from both sides and
+// allreduce; the root knows the leaf by its certified identity.
 func TestUDPSecureTree(t *testing.T) {
 	a, err := secure.NewAuthority([]byte("fabric secret of the secure tree test"))
 	if err != nil {
@@ -105,6 +107,32 @@ func TestUDPSecureTree(t *testing.T) {
 			if err != nil {
 				t.Fatalf("multicast from %d: member %d: %v", sender, i, err)
 			}
+		}
+	}
+	// An Allreduce: the leaf reduces its two members and sends one
+	// partial up; the root adds its member's and sends the sum down.
+	const elems = 5000
+	for i := range n {
+		wg.Go(func() {
+			send, recv := make([]byte, 4*elems), make([]byte, 4*elems)
+			for j := range elems {
+				binary.LittleEndian.PutUint32(send[4*j:], uint32(i*elems+j))
+			}
+			if errs[i] = gs[i].Allreduce(ctx, send, recv, wire.DtypeI32, wire.AluAdd, endpoint.ReduceOptions{}); errs[i] != nil {
+				return
+			}
+			for j := range elems {
+				if got, want := binary.LittleEndian.Uint32(recv[4*j:]), uint32(3*elems+3*j); got != want {
+					errs[i] = fmt.Errorf("element %d: %d, want %d", j, got, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("member %d allreduce: %v", i, err)
 		}
 	}
 	if c, ok := root.PeerIdentity(leaf.Addr()); !ok || c.Role != secure.RoleSwitch || c.Name != "leaf1" {

@@ -43,17 +43,7 @@ func executeContext(t *testing.T, ctx context.Context, out io.Writer, args ...st
 	var reset func(c *cobra.Command)
 	reset = func(c *cobra.Command) {
 		for _, fs := range []*pflag.FlagSet{c.Flags(), c.PersistentFlags()} {
-			fs.VisitAll(func(f *pflag.Flag) {
-				set := func() error { return f.Value.Set(f.DefValue) }
-				if sv, ok := f.Value.(pflag.SliceValue); ok && f.DefValue == "[]" {
-					// Set appends to a slice: empty it instead.
-					set = func() error { return sv.Replace(nil) }
-				}
-				if err := set(); err != nil {
-					t.Fatalf("reset --%s: %v", f.Name, err)
-				}
-				f.Changed = false
-			})
+			fs.VisitAll(func(f *pflag.Flag) { resetFlag(t, f) })
 		}
 		c.SetContext(ctx) // cobra keeps a subcommand's context from one Execute to the next
 		for _, sub := range c.Commands() {
@@ -68,4 +58,19 @@ func executeContext(t *testing.T, ctx context.Context, out io.Writer, args ...st
 		rootCmd.SetArgs(nil)
 	}()
 	return rootCmd.ExecuteContext(ctx)
+}
+
+// resetFlag puts flag f back to its default, as if never given.
+func resetFlag(t *testing.T, f *pflag.Flag) {
+	t.Helper()
+	set := func() error { return f.Value.Set(f.DefValue) }
+	if sv, ok := f.Value.(pflag.SliceValue); ok && f.DefValue == "[]" {
+		// Set appends to a slice (or takes "[]" for an element): empty
+		// it instead.
+		set = func() error { return sv.Replace(nil) }
+	}
+	if err := set(); err != nil {
+		t.Fatalf("reset --%s: %v", f.Name, err)
+	}
+	f.Changed = false
 }

@@ -148,12 +148,7 @@ func executeCanceled(t *testing.T, args ...string) (string, error) {
 		rootCmd.SetContext(context.Background())
 		c.SetContext(context.Background())
 	}()
-	c.Flags().VisitAll(func(f *pflag.Flag) {
-		if err := f.Value.Set(f.DefValue); err != nil {
-			t.Fatalf("reset --%s: %v", f.Name, err)
-		}
-		f.Changed = false
-	})
+	c.Flags().VisitAll(func(f *pflag.Flag) { resetFlag(t, f) })
 	var out strings.Builder
 	rootCmd.SetOut(&out)
 	rootCmd.SetErr(&out)
