@@ -135,7 +135,7 @@ func NewCollWorld(ctx context.Context, n, switches, mtu int) (*CollWorld, error)
 		}
 		swConns = append(swConns, conn)
 	}
-	return newCollWorld(ctx, n, mtu, swConns, 0, func(int, int) (netio.Conn, error) {
+	return newCollWorld(ctx, n, mtu, swConns, 0, 0, func(int, int) (netio.Conn, error) {
 		return netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
 	})
 }
@@ -144,7 +144,7 @@ func NewCollWorld(ctx context.Context, n, switches, mtu int) (*CollWorld, error)
 // the switches (none: no switch), listen(i, s) for rank i's endpoint of
 // switch s (s is 0 without a switch). A non-zero seed seeds the
 // transports (simulations); zero leaves them random.
-func newCollWorld(ctx context.Context, n, mtu int, swConns []netio.Conn, seed uint64, listen func(i, s int) (netio.Conn, error)) (*CollWorld, error) {
+func newCollWorld(ctx context.Context, n, mtu int, swConns []netio.Conn, seed uint64, leaves int, listen func(i, s int) (netio.Conn, error)) (*CollWorld, error) {
 	if mtu == 0 {
 		mtu = 9000
 	}
@@ -153,7 +153,18 @@ func newCollWorld(ctx context.Context, n, mtu int, swConns []netio.Conn, seed ui
 	// The in-process switches and ranks share a fabric token of their own.
 	token := secure.NewToken()
 	for k, conn := range swConns {
-		s, err := fabric.New(fabric.Config{Token: token, Transport: transport.Config{MTU: mtu, Seed: seed + uint64(k)*7919}})
+		fcfg := fabric.Config{Token: token, Transport: transport.Config{MTU: mtu, Seed: seed + uint64(k)*7919}}
+		if leaves > 0 {
+			// A tree: swConns[0] the root, the rest its leaves.
+			if k == 0 {
+				for _, c := range swConns[1:] {
+					fcfg.Children = append(fcfg.Children, c.LocalAddr())
+				}
+			} else {
+				fcfg.Parent = swConns[0].LocalAddr()
+			}
+		}
+		s, err := fabric.New(fcfg)
 		if err != nil {
 			for _, c := range swConns[k:] {
 				c.Close()
@@ -165,6 +176,9 @@ func newCollWorld(ctx context.Context, n, mtu int, swConns []netio.Conn, seed ui
 		switches = append(switches, w.srvs[k].Addr().String())
 	}
 	k := max(1, len(swConns))
+	if leaves > 0 {
+		k = 1 // each rank joins at its leaf
+	}
 	peers := make([]netip.AddrPort, n)
 	eps := make([][]*endpoint.Endpoint, n) // per rank, one per switch
 	for i := range n {
@@ -200,6 +214,8 @@ func newCollWorld(ctx context.Context, n, mtu int, swConns []netio.Conn, seed ui
 			switch {
 			case len(switches) == 0:
 				cfg.Peers = peers
+			case leaves > 0:
+				cfg.Switch = switches[1+i*leaves/n] // the ranks in blocks, a block per leaf
 			case len(switches) == 1:
 				cfg.Switch = switches[0]
 			default:

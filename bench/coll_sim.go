@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/coll"
+	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/internal/bubble"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/netio/simnet"
@@ -27,6 +28,12 @@ type CollSimLink struct {
 	Loss float64
 	// Seed seeds the network's randomness and the transports; zero means 1.
 	Seed int64
+	// Leaves, if not zero, puts the switch's place to a tree of switches:
+	// a root (spine) and Leaves leaf switches below it, the ranks in
+	// blocks of about Ranks/Leaves per leaf. Switches are crossbars (their
+	// links add no delay or serialization): the ranks' links bound the
+	// figures, as on one switch.
+	Leaves int
 }
 
 // DefaultCollSimRate is CollSimLink's default link rate: the rate of the
@@ -57,6 +64,8 @@ func (l *CollSimLink) validate() error {
 		return fmt.Errorf("bench: link latency %v: want a non-negative duration", l.Latency)
 	case !(l.Loss >= 0 && l.Loss < 1):
 		return fmt.Errorf("bench: loss %v: want a probability in [0, 1)", l.Loss)
+	case l.Leaves < 0 || l.Leaves > fabric.MaxChildren:
+		return fmt.Errorf("bench: %d leaves: want 0 to %d", l.Leaves, fabric.MaxChildren)
 	}
 	return nil
 }
@@ -84,6 +93,9 @@ func RunCollSim(cfg CollConfig, link CollSimLink, emit func(CollResult)) error {
 	if switches > coll.MaxSwitches {
 		return fmt.Errorf("bench: %d switches, at most %d", switches, coll.MaxSwitches)
 	}
+	if link.Leaves > 0 && (cfg.Switches > 1 || link.Leaves > cfg.Ranks) {
+		return fmt.Errorf("bench: a tree of %d leaves for %d ranks with %d switches per job: want one switch per job and a rank per leaf at least", link.Leaves, cfg.Ranks, cfg.Switches)
+	}
 	var runErr error
 	err := bubble.Run(func() {
 		runErr = runCollSim(cfg, link, switches, emit)
@@ -106,10 +118,18 @@ func runCollSim(cfg CollConfig, link CollSimLink, switches int, emit func(CollRe
 	up := simnet.LinkConfig{Rate: link.Rate, Latency: link.Latency, Overhead: ipUDPHeaders, Loss: link.Loss}
 	down := simnet.LinkConfig{Rate: link.Rate, Latency: link.Latency, Overhead: ipUDPHeaders}
 	var swConns []netio.Conn
-	for s := range switches {
+	nsw := switches
+	if link.Leaves > 0 && switches > 0 {
+		nsw = 1 + link.Leaves
+	}
+	for s := range nsw {
 		// A switch is the crossbar, a port per rank: its own link adds
 		// neither serialization nor delay.
-		swConns = append(swConns, nw.ListenConn(netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(1 + s)}), 7471), simnet.LinkConfig{}, simnet.LinkConfig{}))
+		swConns = append(swConns, nw.ListenConn(netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, byte(s >> 8), byte(1 + s)}), 7471), simnet.LinkConfig{}, simnet.LinkConfig{}))
+	}
+	leaves := 0
+	if nsw > switches {
+		leaves = link.Leaves
 	}
 	if switches > 1 {
 		// A rank's endpoints (one per switch) share its link's rate: each
@@ -118,7 +138,7 @@ func runCollSim(cfg CollConfig, link CollSimLink, switches int, emit func(CollRe
 		up.Rate /= float64(switches)
 		down.Rate /= float64(switches)
 	}
-	w, err := newCollWorld(ctx, cfg.Ranks, cfg.MTU, swConns, uint64(link.Seed), func(i, s int) (netio.Conn, error) {
+	w, err := newCollWorld(ctx, cfg.Ranks, cfg.MTU, swConns, uint64(link.Seed), leaves, func(i, s int) (netio.Conn, error) {
 		addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, byte(1 + s), byte(i >> 8), byte(i)}), 9000)
 		return nw.ListenConn(addr, up, down), nil
 	})

@@ -63,6 +63,35 @@ func TestRunCollSim(t *testing.T) {
 	}
 }
 
+// TestRunCollSimTree: on a tree of a root and 3 leaves, the in-network
+// Allreduce of 1 MiB over 6 ranks still needs about one S/B (the links
+// of the ranks bind it, not the tree), every row counts the datagrams of
+// the 4 switches, each leaf's about the same, and bad trees are refused.
+func TestRunCollSimTree(t *testing.T) {
+	cfg := CollConfig{Op: coll.OpAllreduce, Algos: []coll.Algo{coll.AlgoInNet}, Ranks: 6, Sizes: []int{1 << 20}, Iters: 2, Warmup: 1}
+	var got []CollResult
+	if err := RunCollSim(cfg, CollSimLink{Leaves: 3}, func(r CollResult) { got = append(got, r) }); err != nil {
+		t.Fatal(err)
+	}
+	const sOverBUS = 1 << 20 * 8 / 100e6 * 1e6
+	if len(got) != 1 || got[0].AvgUS < sOverBUS || got[0].AvgUS > 1.2*sOverBUS || len(got[0].SwitchPackets) != 4 {
+		t.Fatalf("rows %+v, want one with avg in [%.0f, %.0f] us and 4 switches' counts", got, sOverBUS, 1.2*sOverBUS)
+	}
+	leaves := got[0].SwitchPackets[1:]
+	if lo, hi := slices.Min(leaves), slices.Max(leaves); lo == 0 || float64(hi) > 1.1*float64(lo) {
+		t.Errorf("packets per leaf %v, want an even share", leaves)
+	}
+	for _, c := range []struct {
+		leaves, ranks, switches int
+	}{{-1, 6, 1}, {7, 6, 1}, {2, 6, 2}} {
+		cfg := cfg
+		cfg.Ranks, cfg.Switches = c.ranks, c.switches
+		if err := RunCollSim(cfg, CollSimLink{Leaves: c.leaves}, func(CollResult) {}); err == nil {
+			t.Errorf("%d leaves, %d ranks, %d switches: no error", c.leaves, c.ranks, c.switches)
+		}
+	}
+}
+
 // TestRunCollSimSwitches: sharded over 3 switches, each row reports
 // every switch's datagrams, and the stripes share the load evenly.
 func TestRunCollSimSwitches(t *testing.T) {

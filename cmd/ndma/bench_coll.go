@@ -16,7 +16,9 @@ import (
 	"github.com/ndma/ndma/bench"
 	"github.com/ndma/ndma/coll"
 	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/fabric"
 	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire/ctrl"
 )
 
 type collFlags struct {
@@ -34,6 +36,7 @@ type collFlags struct {
 	linkLatency time.Duration
 	loss        float64
 	seed        int64
+	leaves      int
 	prof        profileFlag
 }
 
@@ -70,10 +73,17 @@ with the datagrams every switch received over the row's calls, from the
 switches' own counters ("Pkts in per switch"): how the load was shared.
 With --sim a rank's K endpoints share its link rate evenly.
 
+With --sim --leaves L the switch is a tree: a root and L leaf switches
+below it (fabric's --parent and --child), the ranks in blocks, a block
+per leaf; the switches are crossbars, so the ranks' links bound the
+figures as on one switch, and the tree adds its hops and its per-level
+merging and reduction.
+
   ndma bench coll --op allreduce --algo all --ranks 8 --sizes 8:1M
   ndma bench coll --op bcast --algo innet,chain --json
   ndma bench coll --sim --op bcast --algo all --sizes 8:16M
-  ndma bench coll --sim --op allreduce --algo innet --switches 3 --sizes 64K:16M`,
+  ndma bench coll --sim --op allreduce --algo innet --switches 3 --sizes 64K:16M
+  ndma bench coll --sim --op allreduce --algo innet,ring --ranks 256 --leaves 16 --sizes 1M`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.prof.profiled(func() error { return runBenchColl(cmd, &f) })
@@ -96,6 +106,7 @@ With --sim a rank's K endpoints share its link rate evenly.
 	fl.DurationVar(&f.linkLatency, "link-latency", 5*time.Microsecond, "with --sim: one-way latency of each link")
 	fl.Float64Var(&f.loss, "loss", 0, "with --sim: probability that a datagram is lost, e.g. 0.01")
 	fl.Int64Var(&f.seed, "seed", 1, "with --sim: seed of the simulated network and transports")
+	fl.IntVar(&f.leaves, "leaves", 0, fmt.Sprintf("with --sim: make the switch a tree of a root and this many leaf switches, the ranks in blocks, one per leaf (1 to %d; default: one switch)", fabric.MaxChildren))
 	f.prof.register(fl)
 	return cmd
 }
@@ -126,8 +137,12 @@ func runBenchColl(cmd *cobra.Command, f *collFlags) error {
 	if err != nil {
 		return err
 	}
-	if f.ranks < 1 || f.ranks > 256 {
-		return fmt.Errorf("--ranks: %d not in 1..256", f.ranks)
+	maxRanks := 256 // processes' worth of sockets and goroutines in one
+	if f.sim {
+		maxRanks = ctrl.MaxSize // virtual: only memory and this machine's time bound it
+	}
+	if f.ranks < 1 || f.ranks > maxRanks {
+		return fmt.Errorf("--ranks: %d not in 1..%d", f.ranks, maxRanks)
 	}
 	if f.switches < 1 || f.switches > coll.MaxSwitches {
 		return fmt.Errorf("--switches: %d not in 1..%d", f.switches, coll.MaxSwitches)
@@ -146,7 +161,7 @@ func runBenchColl(cmd *cobra.Command, f *collFlags) error {
 	if f.sim {
 		return runBenchCollSim(cmd, f, op, algos, sizes, sync)
 	}
-	if err := checkExclusive(cmd, "without --sim", "link-rate", "link-latency", "loss", "seed"); err != nil {
+	if err := checkExclusive(cmd, "without --sim", "link-rate", "link-latency", "loss", "seed", "leaves"); err != nil {
 		return err
 	}
 	// Under a launcher (NDMA_RANK..., OMPI_COMM_WORLD_*, PMI_*, SLURM_*)
@@ -259,8 +274,14 @@ func runBenchCollSim(cmd *cobra.Command, f *collFlags, op coll.Operation, algos 
 	if f.seed == 0 {
 		return fmt.Errorf("--seed 0: want a non-zero seed")
 	}
-	link := bench.CollSimLink{Rate: rate, Latency: f.linkLatency, Loss: f.loss, Seed: f.seed}
+	if f.leaves < 0 || f.leaves > fabric.MaxChildren || f.leaves > f.ranks {
+		return fmt.Errorf("--leaves %d: want 1 to %d, and no more than --ranks", f.leaves, fabric.MaxChildren)
+	}
+	link := bench.CollSimLink{Rate: rate, Latency: f.linkLatency, Loss: f.loss, Seed: f.seed, Leaves: f.leaves}
 	where := fmt.Sprintf("simnet: %s links, %v latency, MTU %d, loss %g, seed %d; virtual time", bench.FormatRate(rate), f.linkLatency, f.mtu, f.loss, f.seed)
+	if f.leaves > 0 {
+		where += fmt.Sprintf("; a tree of switches: a root and %d leaves", f.leaves)
+	}
 	if f.switches > 1 {
 		where += fmt.Sprintf("; in-network calls over %d switches, a rank's link shared by its %d endpoints", f.switches, f.switches)
 	}
