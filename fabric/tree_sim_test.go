@@ -402,3 +402,48 @@ func TestSimTreeAggregationFails(t *testing.T) {
 		}
 	})
 }
+
+// TestSimTreeLeafDiesInAllreduce stops a leaf switch while its members'
+// Allreduce is in flight over a root and two leaves: every member the
+// tree still reaches gets an error within twice the heartbeat timeout,
+// and an Allreduce of those members then works.
+func TestSimTreeLeafDiesInAllreduce(t *testing.T) {
+	const seed = 314
+	tr := newSimTree(t, seed, impaired(0), 2, fabric.Config{HeartbeatTimeout: time.Second})
+	a, b, c := tr.membersAt(tr.leafAddrs[0], 2), tr.membersAt(tr.leafAddrs[1], 2), tr.membersAt(tr.swAddr, 1)
+	ms := append(append(append([]*simMember{}, a...), b...), c...)
+	gid := tr.joinAll("ld", ms)[0].Group
+	const n = 1 << 20
+	errs := make([]error, len(ms))
+	pending := 0
+	for i, m := range ms {
+		if i == 2 || i == 3 {
+			continue // leaf 1's members have not called yet when it stops
+		}
+		pending++
+		m.post(&endpoint.Op{Kind: endpoint.KindAggregate, Peer: m.swAddr(), Group: gid, Buf: make([]byte, n), Recv: make([]byte, n), Root: -1,
+			Dtype: wire.DtypeI32, Alu: wire.AluAdd}, func(op *endpoint.Op) {
+			errs[i] = op.Err
+			pending--
+		})
+	}
+	tr.net.RunFor(5 * time.Millisecond)
+	downAt := tr.net.Elapsed()
+	tr.net.Detach(tr.leafAddrs[1])
+	tr.run(func() bool { return pending == 0 }, 10*time.Second, "allreduce with a leaf down")
+	if took := tr.net.Elapsed() - downAt; took > 2*time.Second {
+		t.Fatalf("errors after %v, heartbeat timeout is 1s", took)
+	}
+	for _, i := range []int{0, 1, 4} {
+		var me *endpoint.MemberError
+		if !errors.As(errs[i], &me) || (me.Member != 2 && me.Member != 3) {
+			t.Fatalf("member %d: %v, want a MemberError naming a member of the dead leaf", i, errs[i])
+		}
+	}
+	rest := append(append([]*simMember{}, a...), c...)
+	g2 := tr.joinAll("rest", rest)[0].Group
+	in := [][]byte{{1, 0, 0, 0}, {2, 0, 0, 0}, {4, 0, 0, 0}}
+	if res := allreduceRound(tr.simFabric, g2, rest, in, wire.DtypeI32, wire.AluAdd, false); res[0][0] != 7 || res[2][0] != 7 {
+		t.Fatalf("allreduce of the rest: %v", res)
+	}
+}
