@@ -58,7 +58,7 @@ type mstream struct {
 }
 
 func newMstream(k streamKey, g *group, sender *member, w int) *mstream {
-	n := len(g.members) + len(g.ports)
+	n := g.rows()
 	ms := &mstream{key: k, sender: sender, w: uint32(w), count: make([]uint16, w),
 		have: make([][]uint64, n), mcum: make([]uint32, n), macked: make([]bool, n), mwin: make([]uint32, n)}
 	for i := range ms.have {
@@ -237,7 +237,7 @@ func (s *Switch) replicate(now time.Time, g *group, src *member, h *wire.Header,
 		ms = newMstream(k, g, src, s.cfg.MulticastWindow)
 		s.mcast[k] = ms
 	}
-	ms.fit(len(g.members) + len(g.ports))
+	ms.fit(g.rows())
 	ahead := h.AckBase - ms.cum
 	behind := -ahead
 	restart := ms.init && ((ahead < 1<<31 && ahead >= ms.w) ||
@@ -295,8 +295,8 @@ func (s *Switch) replicate(now time.Time, g *group, src *member, h *wire.Header,
 		s.stats.MulticastOut++
 		return true
 	}
-	for i, m := range g.members {
-		if m == nil || !m.alive || m == src || m.via != nil || ms.has(i, psn) {
+	for _, m := range g.members {
+		if m == nil || !m.alive || m == src || m.via != nil || ms.has(g.row(m), psn) {
 			continue
 		}
 		if !send(m.addr) {
@@ -306,7 +306,7 @@ func (s *Switch) replicate(now time.Time, g *group, src *member, h *wire.Header,
 	// One copy to each neighbor switch with receivers behind it, which
 	// replicates it further.
 	for _, p := range g.ports {
-		if p.behind == 0 || p == src.via || ms.has(int(p.id), psn) {
+		if p.behind == 0 || p == src.via || ms.has(g.row(p), psn) {
 			continue
 		}
 		if !send(p.addr) {
@@ -363,7 +363,7 @@ func (s *Switch) mergeAck(now time.Time, g *group, m *member, h *wire.Header, pa
 	if ms == nil || !ms.init {
 		return
 	}
-	ms.fit(len(g.members) + len(g.ports))
+	ms.fit(g.rows())
 	var a wire.Ack
 	if a.Decode(payload) != nil {
 		s.stats.Malformed++
@@ -376,7 +376,10 @@ func (s *Switch) mergeAck(now time.Time, g *group, m *member, h *wire.Header, pa
 		s.echoRestart(g, m, ms, h, &a)
 		return
 	}
-	i := int(m.id)
+	i := g.row(m)
+	if i < 0 || i >= len(ms.have) {
+		return
+	}
 	// A member holds only what the switch forwarded: [cum, high). An ACK
 	// whose cumulative point lies more than a window from the merged one,
 	// either way, is stale or forged and is ignored whole; the rest is
@@ -493,13 +496,13 @@ func (s *Switch) sendMerged(ms *mstream, g *group) {
 	a := &s.ack
 	*a = wire.Ack{Cum: ms.cum, Window: ms.w}
 	a.EchoTS, a.AckDelay, a.QDelay = ms.echoed(s.now)
-	for i, m := range g.members {
-		if m != nil && m.alive && m != ms.sender && m.via == nil && ms.macked[i] && ms.mwin[i] < a.Window {
+	for _, m := range g.members {
+		if i := g.row(m); m != nil && m.alive && m != ms.sender && m.via == nil && i < len(ms.have) && ms.macked[i] && ms.mwin[i] < a.Window {
 			a.Window = ms.mwin[i]
 		}
 	}
 	for _, p := range g.ports {
-		if i := int(p.id); p.behind > 0 && p != ms.sender.via && ms.macked[i] && ms.mwin[i] < a.Window {
+		if i := g.row(p); p.behind > 0 && p != ms.sender.via && i < len(ms.have) && ms.macked[i] && ms.mwin[i] < a.Window {
 			a.Window = ms.mwin[i]
 		}
 	}
@@ -614,8 +617,8 @@ func (s *Switch) dropMemberStreams(g *group, dead *member) {
 		}
 		// Take back the receiver's marks, so the counts again count
 		// live receivers only.
-		if gone != nil && int(gone.id) < len(ms.have) {
-			ms.unmarkMember(int(gone.id))
+		if i := g.row(gone); gone != nil && i >= 0 && i < len(ms.have) {
+			ms.unmarkMember(i)
 		}
 		s.settle(g, ms)
 		s.markDirty(ms)

@@ -97,6 +97,10 @@ type member struct {
 	port   bool
 	behind int
 	up     bool // the port to the parent switch
+	// rx is the row of a member attached here, or of a port, in the
+	// group's multicast streams when the group spans a tree (group.row);
+	// -1 for a member behind a port.
+	rx int32
 }
 
 // realAddr is the member's own address.
@@ -121,8 +125,14 @@ type group struct {
 	// aggIdx numbers the contributors to the group's aggregations at
 	// this switch when it has ports (tree_agg.go): members attached here,
 	// then child ports; -1 for the rest. Rebuilt when nil.
-	aggIdx  []int32
-	aggN    int
+	aggIdx []int32
+	aggN   int
+	// In a tree, rxN counts the rows handed out to the members attached
+	// here and to the ports (member.rx), in the order they came: a
+	// stream's bitmaps have one per receiver of this switch, not one per
+	// rank of the job.
+	tree    bool
+	rxN     int32
 	epoch   uint64
 	dead    deadList
 	sel     *Selector // service groups

@@ -304,6 +304,8 @@ func (s *Switch) addPort(g *group, addr netip.AddrPort) *member {
 	p := &member{id: uint16(len(g.members) + len(g.ports)), addr: addr, alive: true, port: true, up: addr == s.cfg.Parent}
 	g.ports = append(g.ports, p)
 	g.aggIdx = nil
+	g.tree = true
+	p.rx, g.rxN = g.rxN, g.rxN+1
 	return p
 }
 
@@ -312,6 +314,10 @@ func (s *Switch) addPort(g *group, addr netip.AddrPort) *member {
 func (s *Switch) attach(g *group, mem *member) {
 	g.members[mem.id] = mem
 	g.aggIdx = nil
+	mem.rx = -1
+	if mem.via == nil {
+		mem.rx, g.rxN = g.rxN, g.rxN+1
+	}
 	if mem.via != nil {
 		mem.via.behind++
 	} else {
@@ -355,4 +361,28 @@ func (s *Switch) fromPort(g *group, addr netip.AddrPort) *member {
 		return nil
 	}
 	return g.port(addr)
+}
+
+// rows is how many rows g's multicast streams need at this switch: one
+// per member for a group on this switch alone (indexed by member id),
+// one per member attached here and per port for a group spanning a
+// tree (member.rx: rows are handed out as they come and never reused,
+// so a stream's rows keep their meaning while the group forms).
+func (g *group) rows() int {
+	if g.tree {
+		return int(g.rxN)
+	}
+	return len(g.members)
+}
+
+// row is m's row in g's multicast streams (-1: none, m behind a port or
+// nil).
+func (g *group) row(m *member) int {
+	switch {
+	case m == nil:
+		return -1
+	case g.tree:
+		return int(m.rx)
+	}
+	return int(m.id)
 }
