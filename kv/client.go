@@ -234,7 +234,7 @@ func (c *Client) readTable(ctx context.Context, s int, d tableDesc, ps [][]byte,
 	errs, derr := errs[:last], errs[last]
 	if derr == nil {
 		var nd tableDesc
-		if nd, derr = c.l.parseDesc(dp[:]); derr == nil && nd != d {
+		if nd, derr = c.l.parseDesc(dp[:]); derr == nil && !nd.sameTable(d) {
 			c.tabs[s].Store(uint64(nd.gen)<<32 | uint64(nd.tag))
 			derr = errTorn
 		}

@@ -50,24 +50,32 @@ var growChunk = 512
 const sweepGrowChunks = 64
 
 // tableDesc names a shard's table in use: generation and tag. The zero
-// one is the first table (tag 0), as created.
+// one is the first table (tag 0), as created. floor is above every
+// version the shard had given when the owner switched to the table: the
+// tables a growth builds leave deleted keys out, and with them perhaps
+// the highest version, which a new holder must not give again.
 type tableDesc struct {
-	gen int
-	tag uint32
+	gen   int
+	tag   uint32
+	floor uint64
 }
+
+// sameTable reports whether d and e name the same table.
+func (d tableDesc) sameTable(e tableDesc) bool { return d.gen == e.gen && d.tag == e.tag }
 
 // descMagic opens an encoded table descriptor.
 var descMagic = [4]byte{'K', 'V', 'T', 'B'}
 
-// appendDesc encodes d (32 bytes): magic, generation, buckets, tag, 12
-// zero bytes, CRC32C.
+// appendDesc encodes d (32 bytes): magic, generation, buckets, tag,
+// version floor, 4 zero bytes, CRC32C.
 func (l Layout) appendDesc(b []byte, d tableDesc) []byte {
 	start := len(b)
 	b = append(b, descMagic[:]...)
 	b = binary.LittleEndian.AppendUint32(b, uint32(d.gen))
 	b = binary.LittleEndian.AppendUint32(b, uint32(l.tableBuckets(d.gen)))
 	b = binary.LittleEndian.AppendUint32(b, d.tag)
-	b = append(b, make([]byte, 12)...)
+	b = binary.LittleEndian.AppendUint64(b, d.floor)
+	b = append(b, 0, 0, 0, 0)
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
 }
 
@@ -79,9 +87,9 @@ func (l Layout) parseDesc(p []byte) (tableDesc, error) {
 	if allZero(p) {
 		return tableDesc{}, nil
 	}
-	d := tableDesc{gen: int(binary.LittleEndian.Uint32(p[4:])), tag: binary.LittleEndian.Uint32(p[12:])}
+	d := tableDesc{gen: int(binary.LittleEndian.Uint32(p[4:])), tag: binary.LittleEndian.Uint32(p[12:]), floor: binary.LittleEndian.Uint64(p[16:])}
 	if crc32.Checksum(p[:28], castagnoli) != binary.LittleEndian.Uint32(p[28:]) || [4]byte(p) != descMagic ||
-		d.gen < 1 || d.gen > l.maxGen() || d.tag == 0 || !allZero(p[16:28]) ||
+		d.gen < 1 || d.gen > l.maxGen() || d.tag == 0 || !allZero(p[24:28]) ||
 		binary.LittleEndian.Uint32(p[8:]) != uint32(l.tableBuckets(d.gen)) {
 		return tableDesc{}, errTorn
 	}
@@ -217,6 +225,7 @@ func (o *Owner) growStep(ctx context.Context, sh *shard, chunks int) bool {
 	if g.written < len(g.b) {
 		return false
 	}
+	g.tab.floor = sh.nextVer
 	wctx, cancel := context.WithTimeout(ctx, o.cfg.WriteTimeout)
 	err := o.write(wctx, o.l.appendDesc(nil, g.tab), o.l.descAddr(sh.id))
 	cancel()

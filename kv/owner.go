@@ -412,6 +412,7 @@ func (o *Owner) load(ctx context.Context, sh *shard) error {
 		sh.exp[i] = r.m.exp
 		used[b.addr] = int(b.len)
 	}
+	sh.nextVer = max(sh.nextVer, sh.tab.floor)
 	if err := sh.heap.rebuild(used); err != nil {
 		return fmt.Errorf("kv: loading shard %d: %w", sh.id, err)
 	}
