@@ -149,6 +149,27 @@ func growWithReaders(t *testing.T, s *simKV, n int) {
 	t.Logf("seed %d: %d keys in %d buckets after %d growths; %v reads during them", s.seed, st.Keys, st.Buckets, st.Growths, reads)
 }
 
+// tableGens reads each shard's table descriptor: the generation of the
+// table in use (-1: unreadable).
+func (s *simKV) tableGens(t *testing.T) []int {
+	t.Helper()
+	_, st, err := openStore(s.Ctx(), s.reg)
+	gens := make([]int, s.layout.Shards)
+	for sh := range gens {
+		var p [BucketBytes]byte
+		var d tableDesc
+		if err == nil {
+			if err = st.readAt(s.Ctx(), p[:], s.layout.descAddr(sh)); err == nil {
+				d, err = s.layout.parseDesc(p[:])
+			}
+		}
+		if gens[sh] = d.gen; err != nil {
+			gens[sh] = -1
+		}
+	}
+	return gens
+}
+
 // checkAcked reads every acknowledged key back: its value and version.
 func checkAcked(t *testing.T, s *simKV, c *Client, a *ackedKV) {
 	t.Helper()
