@@ -301,3 +301,41 @@ func TestSimOwnerCrashWhileGrowing(t *testing.T) {
 		}
 	})
 }
+
+// TestSimTables checks Client.Tables against the owner's counts, on a
+// key space whose tables grew and one whose tables do not grow.
+func TestSimTables(t *testing.T) {
+	for i, l := range []Layout{growLayout(), testLayout()} {
+		simStore(t, 66+int64(i), 2, l, func(t *testing.T, s *simKV) {
+			c := s.client()
+			for k := range 30 {
+				if _, err := c.Set(s.Ctx(), fmt.Appendf(nil, "key%d", k), []byte("v")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := c.Delete(s.Ctx(), []byte("key3")); err != nil {
+				t.Fatal(err)
+			}
+			tabs, err := c.Tables(s.Ctx())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var keys, buckets, deleted, grown int
+			for _, tb := range tabs {
+				keys, buckets, deleted = keys+tb.Keys, buckets+tb.Buckets, deleted+tb.Deleted
+				grown += tb.Generation
+				if tb.MaxBuckets != max(l.MaxBuckets, l.Buckets) || tb.Buckets != l.Buckets<<tb.Generation {
+					t.Errorf("%+v", tb)
+				}
+			}
+			var st OwnerStats
+			for _, o := range s.owners {
+				ost := o.Stats()
+				st.Keys, st.Buckets = st.Keys+ost.Keys, st.Buckets+ost.Buckets
+			}
+			if keys != 29 || deleted != 1 || keys != st.Keys || buckets != st.Buckets || (grown > 0) != l.growable() {
+				t.Fatalf("tables %+v; owners' keys %d, buckets %d", tabs, st.Keys, st.Buckets)
+			}
+		})
+	}
+}
