@@ -79,7 +79,7 @@ func (kf *kvFlags) open(cmd *cobra.Command) (*kv.Client, *endpoint.Endpoint, con
 // newKvCreateCmd is ndma kv create.
 func newKvCreateCmd(kf *kvFlags) *cobra.Command {
 	var (
-		out, page, heap, stripe, code, shard string
+		out, page, heap, stripe, code, shard        string
 		shards, buckets, maxBuckets, owners, copies int
 	)
 	cmd := &cobra.Command{
