@@ -136,7 +136,7 @@ type growth struct {
 
 // shouldGrow reports whether sh's table is past its load and may grow.
 func (o *Owner) shouldGrow(sh *shard) bool {
-	return sh.tab.gen < o.l.maxGen() && float64(len(sh.idx)) > o.cfg.GrowAt*float64(len(sh.b))
+	return o.mayGrow(sh) && float64(len(sh.idx)) > o.cfg.GrowAt*float64(len(sh.b))
 }
 
 // startGrowth builds sh's next table in memory from the one in use.
@@ -184,13 +184,13 @@ func (o *Owner) afterWrite(sh *shard) {
 	o.growStep(ctx, sh, 1)
 }
 
+// mayGrow reports whether sh's table is below the layout's largest.
+func (o *Owner) mayGrow(sh *shard) bool { return o.l.growable() && sh.tab.gen < o.l.maxGen() }
+
 // growNow grows sh's table to the end (a full table, on a new key),
-// and reports whether it did.
+// and reports whether it did: false when a write failed.
 func (o *Owner) growNow(ctx context.Context, sh *shard) bool {
-	if !o.l.growable() || sh.tab.gen >= o.l.maxGen() {
-		return false
-	}
-	return o.growStep(ctx, sh, math.MaxInt)
+	return o.mayGrow(sh) && o.growStep(ctx, sh, math.MaxInt)
 }
 
 // growStep writes up to chunks chunks of sh's bigger table (starting
@@ -199,7 +199,7 @@ func (o *Owner) growNow(ctx context.Context, sh *shard) bool {
 // growth (the table in use stays, whole); the next starts over.
 func (o *Owner) growStep(ctx context.Context, sh *shard, chunks int) bool {
 	if sh.grow == nil {
-		if !o.l.growable() || sh.tab.gen >= o.l.maxGen() || (chunks != math.MaxInt && !o.shouldGrow(sh)) {
+		if !o.mayGrow(sh) || (chunks != math.MaxInt && !o.shouldGrow(sh)) {
 			return false
 		}
 		o.startGrowth(sh)

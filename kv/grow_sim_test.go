@@ -184,28 +184,45 @@ func checkAcked(t *testing.T, s *simKV, c *Client, a *ackedKV) {
 }
 
 // TestSimTableFull fills a shard's table to its largest: the next new
-// key is refused as full, and the others still read back.
+// key is refused as full, and the others still read back. With GrowAt
+// 1 the table grows only when full, within the write of the key that
+// found it so.
 func TestSimTableFull(t *testing.T) {
 	l := Layout{Shards: 1, Buckets: 8, MaxBuckets: 32, PageBytes: 4096, HeapBytes: 8 * 4096, Owners: 1}
-	simStore(t, 64, 2, l, func(t *testing.T, s *simKV) {
-		c := s.client()
-		a := &ackedKV{val: map[string]string{}, ver: map[string]uint64{}}
-		for i := range 32 {
-			k := fmt.Sprint("key", i)
-			ver, err := c.Set(s.Ctx(), []byte(k), []byte(k))
-			if err != nil {
-				t.Fatalf("set %s: %v", k, err)
-			}
-			a.put(k, k, ver)
+	for i, at := range []float64{0, 1} {
+		t.Run(fmt.Sprint("grow at ", at), func(t *testing.T) {
+			saved := simGrowAt
+			simGrowAt = at
+			defer func() { simGrowAt = saved }()
+			simStore(t, 64+int64(10*i), 2, l, func(t *testing.T, s *simKV) { fillTable(t, s, at == 1) })
+		})
+	}
+}
+
+// fillTable sets keys until the only shard's table is at its largest
+// and full; whenFull: each growth must come when the table is full.
+func fillTable(t *testing.T, s *simKV, whenFull bool) {
+	c := s.client()
+	a := &ackedKV{val: map[string]string{}, ver: map[string]uint64{}}
+	for i := range 32 {
+		k := fmt.Sprint("key", i)
+		before := s.owners[0].Stats()
+		ver, err := c.Set(s.Ctx(), []byte(k), []byte(k))
+		if err != nil {
+			t.Fatalf("set %s: %v", k, err)
 		}
-		if _, err := c.Set(s.Ctx(), []byte("one more"), []byte("x")); !errors.Is(err, ErrFull) {
-			t.Fatalf("a key past the largest table: %v, want ErrFull", err)
+		a.put(k, k, ver)
+		if after := s.owners[0].Stats(); whenFull && after.Buckets != before.Buckets && before.Keys != before.Buckets {
+			t.Fatalf("the table grew from %d buckets with %d keys: GrowAt 1 grows only full tables", before.Buckets, before.Keys)
 		}
-		if st := s.owners[0].Stats(); st.Buckets != 32 || st.Keys != 32 {
-			t.Fatalf("owner: %+v", st)
-		}
-		checkAcked(t, s, c, a)
-	})
+	}
+	if _, err := c.Set(s.Ctx(), []byte("one more"), []byte("x")); !errors.Is(err, ErrFull) {
+		t.Fatalf("a key past the largest table: %v, want ErrFull", err)
+	}
+	if st := s.owners[0].Stats(); st.Buckets != 32 || st.Keys != 32 || st.Growths != 2 {
+		t.Fatalf("owner: %+v", st)
+	}
+	checkAcked(t, s, c, a)
 }
 
 // TestSimOwnerCrashWhileGrowing pauses the holder of a rank as it is

@@ -562,7 +562,10 @@ func (o *Owner) apply(sh *shard, p place, r *request) (st byte, ver uint64, body
 	}
 	if !found {
 		// A full table grows at once, when it may.
-		if i = o.free(sh, p); i < 0 && o.growNow(ctx, sh) {
+		if i = o.free(sh, p); i < 0 && o.mayGrow(sh) {
+			if !o.growNow(ctx, sh) {
+				return stFailed, 0, nil // a pool write failed: nothing applied
+			}
 			i = o.free(sh, p)
 		}
 		if i < 0 {
