@@ -68,8 +68,9 @@ type OwnerConfig struct {
 	Incarnation uint64
 	// GrowAt is the load (keys over buckets) past which the owner grows
 	// a shard's table to twice its buckets, up to the layout's
-	// MaxBuckets (a layout without it never grows). Zero:
-	// DefaultGrowAt.
+	// MaxBuckets (a layout without it never grows); 1: only when full
+	// (a new key finds no free bucket). A table at MaxBuckets refuses
+	// new keys once full (ErrFull). Zero: DefaultGrowAt.
 	GrowAt float64
 }
 
@@ -206,7 +207,7 @@ func StartOwner(ctx context.Context, ep *endpoint.Endpoint, reg *pool.Region, cf
 	if cfg.Lease < 0 || cfg.WriteTimeout < 0 || cfg.Check < 0 {
 		return nil, fmt.Errorf("kv: owner: negative Lease, WriteTimeout or Check")
 	}
-	if cfg.GrowAt < 0 || cfg.GrowAt > 1 {
+	if !(cfg.GrowAt > 0 && cfg.GrowAt <= 1) {
 		return nil, fmt.Errorf("kv: owner: GrowAt %v (want a load above 0, at most 1)", cfg.GrowAt)
 	}
 	o := &Owner{cfg: cfg, log: cfg.Logger, reg: reg, ep: ep, repMu: make(chan struct{}, 1), inc: cfg.Incarnation}
