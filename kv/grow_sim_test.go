@@ -64,6 +64,12 @@ func (a *ackedKV) put(k, v string, ver uint64) {
 	a.val[k], a.ver[k] = v, ver
 }
 
+func (a *ackedKV) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.keys)
+}
+
 // pick returns the i-th key known (mod their number) and its
 // acknowledged value and version.
 func (a *ackedKV) pick(i int) (k, v string, ver uint64, ok bool) {
@@ -92,39 +98,7 @@ func growWithReaders(t *testing.T, s *simKV, n int) {
 		}
 		a.put(k, v, ver)
 	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	reads := make([]int, 2)
-	for r := range 2 {
-		rc := s.client()
-		if r == 1 {
-			ep := s.Endpoint()
-			var err error
-			if rc, err = Open(ctx, ep, s.PoolClient(ep), ClientConfig{Switch: s.Switch.String(), Fabric: s.Fab, Space: simSpace, CacheEntries: -1}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				k, v, ver, ok := a.pick(i)
-				if !ok {
-					time.Sleep(time.Millisecond)
-					continue
-				}
-				got, gver, err := rc.Get(ctx, []byte(k))
-				if err != nil || gver < ver || (gver == ver && string(got) != v) {
-					t.Errorf("seed %d: reader %d: %s = %q version %d, %v; acknowledged before the read: %q version %d", s.seed, r, k, got, gver, err, v, ver)
-					return
-				}
-				reads[r]++
-			}
-		})
-	}
+	stop := startReaders(t, s, a, 0)
 	for i := range n {
 		set(fmt.Sprint("key", i), fmt.Sprintf("value %d", i))
 		if i%3 == 2 {
@@ -132,11 +106,7 @@ func growWithReaders(t *testing.T, s *simKV, n int) {
 			set(fmt.Sprint("key", j), fmt.Sprintf("value %d, again at %d", j, i))
 		}
 	}
-	close(done)
-	wg.Wait()
-	if reads[0] == 0 || reads[1] == 0 {
-		t.Fatalf("seed %d: the readers read %v keys while the tables grew", s.seed, reads)
-	}
+	reads := stop()
 	checkAcked(t, s, c, a)
 	var st OwnerStats
 	for _, o := range s.owners {
@@ -170,15 +140,70 @@ func (s *simKV) tableGens(t *testing.T) []int {
 	return gens
 }
 
+// startReaders starts two readers, one with a location cache and one
+// without, reading the keys of a in turn: each must find the key with
+// the version acknowledged before its read began or a newer one. stop
+// ends them and returns how many keys each read; it fails the test if
+// either read none. Each reader sleeps pause after each read (a
+// test that waits for a takeover spares the CPU that way).
+func startReaders(t *testing.T, s *simKV, a *ackedKV, pause time.Duration) (stop func() []int) {
+	ctx := s.Ctx()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	reads := make([]int, 2)
+	for r := range 2 {
+		rc := s.client()
+		if r == 1 {
+			ep := s.Endpoint()
+			var err error
+			if rc, err = Open(ctx, ep, s.PoolClient(ep), ClientConfig{Switch: s.Switch.String(), Fabric: s.Fab, Space: simSpace, CacheEntries: -1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				k, v, ver, ok := a.pick(i)
+				if !ok {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				got, gver, err := rc.Get(ctx, []byte(k))
+				if err != nil || gver < ver || (gver == ver && string(got) != v) {
+					t.Errorf("seed %d: reader %d: %s = %q version %d, %v; acknowledged before the read: %q version %d", s.seed, r, k, got, gver, err, v, ver)
+					return
+				}
+				reads[r]++
+				if pause > 0 {
+					time.Sleep(pause)
+				}
+			}
+		})
+	}
+	return func() []int {
+		close(done)
+		wg.Wait()
+		if reads[0] == 0 || reads[1] == 0 {
+			t.Fatalf("seed %d: the readers read %v keys", s.seed, reads)
+		}
+		return reads
+	}
+}
+
 // checkAcked reads every acknowledged key back: its value and version.
 func checkAcked(t *testing.T, s *simKV, c *Client, a *ackedKV) {
 	t.Helper()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for k, v := range a.val {
+	// (Not under a.mu while reading: readers wait on it, and a bubble
+	// whose goroutines wait on a mutex never moves its clock on.)
+	for i := range a.count() {
+		k, v, wver, _ := a.pick(i)
 		got, ver, err := c.Get(s.Ctx(), []byte(k))
-		if err != nil || string(got) != v || ver != a.ver[k] {
-			t.Fatalf("seed %d: %s = %q version %d, %v; want %q version %d", s.seed, k, got, ver, err, v, a.ver[k])
+		if err != nil || string(got) != v || ver != wver {
+			t.Fatalf("seed %d: %s = %q version %d, %v; want %q version %d", s.seed, k, got, ver, err, v, wver)
 		}
 	}
 }
@@ -231,7 +256,8 @@ func fillTable(t *testing.T, s *simKV, whenFull bool) {
 // loads the table in use, builds the bigger one again and switches to
 // it. Then the paused holder's switch goes out, and is refused for its
 // fence (else the descriptor would name a table since written over
-// under another tag). Every acknowledged key reads back throughout.
+// under another tag). Readers check every acknowledged key all along,
+// and every key reads back after each step.
 func TestSimOwnerCrashWhileGrowing(t *testing.T) {
 	l := Layout{Shards: 1, Buckets: 8, MaxBuckets: 64, PageBytes: 4096, HeapBytes: 8 * 4096, Owners: 1}
 	simStoreProcs(t, 65, 3, l, pool.AllocOptions{}, 2, nil, func(t *testing.T, s *simKV) {
@@ -249,6 +275,7 @@ func TestSimOwnerCrashWhileGrowing(t *testing.T) {
 		for i := range 6 { // 6 of 8 buckets: at the load, not past it
 			set(fmt.Sprint("key", i), "first")
 		}
+		stop := startReaders(t, s, a, 5*time.Millisecond) // all along
 		h, sb := 0, 1
 		if !s.owners[h].Stats().Serving {
 			h, sb = 1, 0
@@ -312,6 +339,7 @@ func TestSimOwnerCrashWhileGrowing(t *testing.T) {
 		for i := 8; i < 40; i++ { // and on to the largest table
 			set(fmt.Sprint("key", i), "third")
 		}
+		stop()
 		checkAcked(t, s, c, a)
 		if st := s.owners[sb].Stats(); st.Buckets != 64 || st.Keys != 40 {
 			t.Fatalf("the new holder: %+v", st)
