@@ -16,6 +16,7 @@ const DefaultCacheEntries = 1 << 14
 type loc struct {
 	pos int
 	b   bucket
+	tag uint32 // the tag of the table it is in
 }
 
 // locCache is a client's bounded cache of key locations. When full, a
@@ -112,15 +113,15 @@ func (c *Client) Stats() ClientStats {
 // of the key, one more READ fetches it; when it no longer holds the key,
 // the probe path is walked.
 func (c *Client) getCached(ctx context.Context, p place, key []byte) (record, error) {
+	d := c.tabOf(p.shard)
 	l, ok := c.loc.get(key)
-	if !ok {
+	if !ok || l.tag != d.tag { // (a location in a table since grown)
 		c.st.misses.Add(1)
-		return c.get(ctx, p, key)
+		return c.get(ctx, p, key, d)
 	}
 	var w [BucketBytes]byte
 	rec := make([]byte, l.b.len)
-	c.st.reads.Add(2)
-	errs := c.mem.readVec(ctx, [][]byte{w[:], rec}, []uint64{c.l.bucketAddr(p.shard, l.pos), l.b.addr})
+	errs := c.readTable(ctx, p.shard, d, [][]byte{w[:], rec}, []uint64{c.l.tableAddr(p.shard, d.gen, l.pos), l.b.addr})
 	if err := errs[0]; err != nil {
 		return record{}, err
 	}
@@ -131,7 +132,7 @@ func (c *Client) getCached(ctx context.Context, p place, key []byte) (record, er
 	if v.err = errs[1]; v.err == nil {
 		v.r, v.err = checkRecord(rec, l.b)
 	}
-	b, err := parseBucket(w[:])
+	b, err := parseBucketTag(w[:], d.tag)
 	if err != nil {
 		return record{}, err
 	}
@@ -146,11 +147,11 @@ func (c *Client) getCached(ctx context.Context, p place, key []byte) (record, er
 		}
 		if bytes.Equal(r.key, key) {
 			c.st.stale.Add(1)
-			c.loc.put(key, loc{pos: l.pos, b: b})
+			c.loc.put(key, loc{pos: l.pos, b: b, tag: d.tag})
 			return r, nil
 		}
 	}
 	c.loc.del(key)
 	c.st.misses.Add(1)
-	return c.get(ctx, p, key)
+	return c.get(ctx, p, key, d)
 }

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
@@ -74,6 +75,10 @@ type Client struct {
 	base uint64
 	loc  locCache
 	st   clientCounters
+	// tabs is, per shard, the table descriptor last read (generation
+	// in the high 32 bits, tag in the low): only in a key space whose
+	// tables grow.
+	tabs []atomic.Uint64
 }
 
 // Open asks an owner of the key space for its region, opens it and reads
@@ -111,6 +116,9 @@ func Open(ctx context.Context, ep *endpoint.Endpoint, pc *pool.Client, cfg Clien
 	}
 	if c.l, c.mem, err = openStore(ctx, c.reg); err != nil {
 		return nil, err
+	}
+	if c.l.growable() {
+		c.tabs = make([]atomic.Uint64, c.l.Shards)
 	}
 	return c, nil
 }
@@ -199,19 +207,69 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// get walks the probe path once.
-func (c *Client) get(ctx context.Context, p place, key []byte) (record, error) {
+// tabOf is the table descriptor of shard s last read.
+func (c *Client) tabOf(s int) tableDesc {
+	if c.tabs == nil {
+		return tableDesc{}
+	}
+	v := c.tabs[s].Load()
+	return tableDesc{gen: int(v >> 32), tag: uint32(v)}
+}
+
+// readTable reads ps[i] at offs[i] from shard s's table of descriptor
+// d, all at once; in a key space whose tables grow, the shard's
+// descriptor is read with them, and when it names another table than d
+// the client keeps it and the read is torn (to be done again).
+func (c *Client) readTable(ctx context.Context, s int, d tableDesc, ps [][]byte, offs []uint64) []error {
+	var dp [BucketBytes]byte
+	if c.tabs != nil {
+		ps, offs = append(ps, dp[:]), append(offs, c.l.descAddr(s))
+	}
+	c.st.reads.Add(uint64(len(ps)))
+	errs := c.mem.readVec(ctx, ps, offs)
+	if c.tabs == nil {
+		return errs
+	}
+	last := len(errs) - 1
+	errs, derr := errs[:last], errs[last]
+	if derr == nil {
+		var nd tableDesc
+		if nd, derr = c.l.parseDesc(dp[:]); derr == nil && !nd.sameTable(d) {
+			c.tabs[s].Store(uint64(nd.gen)<<32 | uint64(nd.tag))
+			derr = errTorn
+		}
+	}
+	if derr != nil {
+		for i := range errs {
+			errs[i] = derr
+		}
+	}
+	return errs
+}
+
+// get walks the probe path once, in the table of descriptor d (the
+// first window is read with the shard's descriptor).
+func (c *Client) get(ctx context.Context, p place, key []byte, d tableDesc) (record, error) {
 	var win [probeWindow * BucketBytes]byte
-	for scanned := 0; scanned < c.l.Buckets; {
-		pos := (p.home + scanned) % c.l.Buckets
-		n := min(probeWindow, c.l.Buckets-scanned, c.l.Buckets-pos)
+	nb := c.l.tableBuckets(d.gen)
+	home := c.l.home(p.hash, nb)
+	for scanned := 0; scanned < nb; {
+		pos := (home + scanned) % nb
+		n := min(probeWindow, nb-scanned, nb-pos)
 		w := win[:n*BucketBytes]
-		c.st.reads.Add(1)
-		if err := c.mem.readAt(ctx, w, c.l.bucketAddr(p.shard, pos)); err != nil {
+		off := c.l.tableAddr(p.shard, d.gen, pos)
+		var err error
+		if scanned == 0 {
+			err = c.readTable(ctx, p.shard, d, [][]byte{w}, []uint64{off})[0]
+		} else {
+			c.st.reads.Add(1)
+			err = c.mem.readAt(ctx, w, off)
+		}
+		if err != nil {
 			return record{}, err
 		}
 		for j := range n {
-			b, err := parseBucket(w[j*BucketBytes:])
+			b, err := parseBucketTag(w[j*BucketBytes:], d.tag)
 			if err != nil {
 				return record{}, err
 			}
@@ -226,7 +284,7 @@ func (c *Client) get(ctx context.Context, p place, key []byte) (record, error) {
 				return record{}, err
 			}
 			if bytes.Equal(r.key, key) {
-				c.loc.put(key, loc{pos: pos + j, b: b})
+				c.loc.put(key, loc{pos: pos + j, b: b, tag: d.tag})
 				return r, nil
 			}
 		}

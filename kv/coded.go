@@ -145,7 +145,7 @@ func openStore(ctx context.Context, reg *pool.Region) (Layout, store, error) {
 	if sp.Stripe%BucketBytes != 0 {
 		return Layout{}, store{}, fmt.Errorf("%w: the region's stripe (%d bytes) is not a multiple of %d", ErrBadLayout, sp.Stripe, BucketBytes)
 	}
-	h := make([]byte, headerLenCoded)
+	h := make([]byte, headerLenMax)
 	var first error
 	for c := range max(sp.Columns, 1) {
 		_, err := reg.ReadAtContext(ctx, h, int64(uint64(c)*sp.Stripe))

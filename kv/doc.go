@@ -22,6 +22,12 @@
 // own clock, and owners treat it as absent and free its value (when a
 // write touches the key, and in a sweep of their shards).
 //
+// A shard's table grows (in a key space made with Layout.MaxBuckets):
+// past OwnerConfig.GrowAt of its buckets the owner writes a table of
+// twice the buckets beside it while writes go on, then switches the
+// shard's descriptor to it in one write; GETs read the descriptor with
+// the buckets and never stop.
+//
 // An owner keeps its shards' index and allocator in memory and rebuilds
 // both from the region when it starts: space a crashed owner had
 // written but not yet published is reused, nothing else is lost.
@@ -29,7 +35,9 @@
 // Layout of a key space region (all integers little-endian):
 //
 //	header   4 KiB at offset 0: magic, version and geometry (Layout)
-//	buckets  Shards × Buckets × 32 B, a shard's buckets contiguous
+//	buckets  Shards × Buckets × 32 B, a shard's buckets contiguous; with
+//	         Layout.MaxBuckets, per shard two table areas (even and odd
+//	         generations) and a table descriptor (grow.go)
 //	heap     Shards × HeapBytes, a shard's values in pages of PageBytes,
 //	         each page cut into slots of one size class
 package kv

@@ -6,12 +6,17 @@ import (
 
 // FuzzDecoders feeds arbitrary bytes to every decoder of what crosses
 // the network or is read from pool memory (requests, replies, the
-// header, buckets, value records, a batch's entries): none may panic, and what decodes
-// must encode back to the same bytes.
+// header, buckets, table descriptors, value records, a batch's
+// entries): none may panic, and what decodes must encode back to the
+// same bytes.
 func FuzzDecoders(f *testing.F) {
 	f.Add((&request{op: opSet, key: []byte("k"), val: []byte("v")}).append(nil))
 	f.Add(appendHeader(nil, testLayout()))
 	f.Add(appendHeader(nil, codedLayout()))
+	grown := testLayout()
+	grown.MaxBuckets = 4 * grown.Buckets
+	f.Add(appendHeader(nil, grown))
+	f.Add(grown.appendDesc(nil, tableDesc{gen: 1, tag: 9, floor: 40}))
 	f.Add(appendRecord(nil, 3, meta{exp: 1e18, flags: 7}, []byte("key"), []byte("value")))
 	var b [BucketBytes]byte
 	bucket{hash: 5, ver: 2, addr: 4096, len: 30}.put(b[:])
@@ -35,6 +40,20 @@ func FuzzDecoders(f *testing.F) {
 				bk.put(q[:])
 				if string(q[:]) != string(p[:BucketBytes]) {
 					t.Fatalf("bucket %x re-encodes as %x", p[:BucketBytes], q)
+				}
+			}
+		}
+		if len(p) >= BucketBytes {
+			if d, err := grown.parseDesc(p); err == nil && d != (tableDesc{}) {
+				if got := grown.appendDesc(nil, d); string(got) != string(p[:BucketBytes]) {
+					t.Fatalf("descriptor %x re-encodes as %x", p[:BucketBytes], got)
+				}
+			}
+			if bk, err := parseBucketTag(p, 9); err == nil && !bk.empty() {
+				var q [BucketBytes]byte
+				bk.putTag(q[:], 9)
+				if string(q[:]) != string(p[:BucketBytes]) {
+					t.Fatalf("bucket of tag 9 %x re-encodes as %x", p[:BucketBytes], q)
 				}
 			}
 		}

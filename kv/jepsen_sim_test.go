@@ -53,16 +53,25 @@ type kvRun struct {
 	nodes  int // memory nodes
 }
 
+// The runs' shards start with tables of 8 buckets that grow past a
+// quarter full (growAt), so some shards of most seeds grow while the
+// faults go on, their bigger tables written a few buckets at a time
+// (jepsenGrowChunk) between writes.
+const (
+	growAt          = 0.25
+	jepsenGrowChunk = 4
+)
+
 // copiedRun keeps two copies of every byte: a memory node may crash
 // (its memory lost) and be rebuilt from the other copy.
-var copiedRun = kvRun{layout: Layout{Shards: 8, Buckets: 64, PageBytes: 4096, HeapBytes: 16 * 4096, Owners: 2},
+var copiedRun = kvRun{layout: Layout{Shards: 8, Buckets: 8, MaxBuckets: 64, PageBytes: 4096, HeapBytes: 16 * 4096, Owners: 2},
 	alloc: pool.AllocOptions{Replicas: 2}, nodes: 3}
 
 // codedRun codes the key space 4+2 over six memory nodes: the nemesis
 // crashes up to two of them, for good (their shards are not rebuilt
 // while owners write), so owners write around them and readers
 // reconstruct.
-var codedRun = kvRun{layout: Layout{Shards: 8, Buckets: 64, PageBytes: 4096, HeapBytes: 16 * 4096, Owners: 2,
+var codedRun = kvRun{layout: Layout{Shards: 8, Buckets: 8, MaxBuckets: 64, PageBytes: 4096, HeapBytes: 16 * 4096, Owners: 2,
 	Code: Coding{K: 4, M: 2, Shard: 4096}}, nodes: 6}
 
 // TestSimJepsenKVCoded is TestSimJepsenKV on an erasure-coded key space
@@ -132,6 +141,9 @@ func jepsenKV(t *testing.T, seed int64, auth *secure.Authority, run kvRun) (repo
 			t.Errorf("seed %d: nothing was read or written: %v", seed, r)
 		}
 	}()
+	savedAt, savedChunk := simGrowAt, growChunk
+	simGrowAt, growChunk = growAt, jepsenGrowChunk
+	defer func() { simGrowAt, growChunk = savedAt, savedChunk }()
 	// Two owner processes per rank: when the holder of a rank crashes
 	// or is cut off, the other takes the rank over.
 	simStoreProcs(t, seed, run.nodes, run.layout, run.alloc, 2, auth, func(t *testing.T, s *simKV) {
@@ -177,6 +189,7 @@ func jepsenKV(t *testing.T, seed int64, auth *secure.Authority, run kvRun) (repo
 		}
 		t.Logf("seed %d: cached reads %d, stale locations %d, probe walks %d", seed, cs.CacheHits, cs.CacheStale, cs.CacheMisses)
 		t.Logf("seed %d: fenced pool writes refused by the switch since it last started: %d", seed, s.Srv.Stats().PoolFenced)
+		t.Logf("seed %d: shards' table generations at the end: %v", seed, s.tableGens(t))
 		if cs.CacheHits == 0 || cs.CacheStale == 0 {
 			t.Errorf("seed %d: the location cache was not exercised (%d hits, %d stale)", seed, cs.CacheHits, cs.CacheStale)
 		}

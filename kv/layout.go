@@ -27,11 +27,16 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// magic opens a key space's header; an erasure-coded key space's ends
-// in 3 (its header carries the coding too).
-var (
-	magic      = [8]byte{'N', 'D', 'M', 'A', 'K', 'V', 0, 2}
-	magicCoded = [8]byte{'N', 'D', 'M', 'A', 'K', 'V', 0, 3}
+// magic opens a key space's header; its last byte is the header's
+// version: 2 plain, 3 erasure-coded (the coding follows the common
+// fields), 4 and 5 the same with tables that grow (MaxBuckets follows).
+var magic = [8]byte{'N', 'D', 'M', 'A', 'K', 'V', 0, 2}
+
+const (
+	verPlain     = 2
+	verCoded     = 3
+	verGrow      = 4
+	verGrowCoded = 5
 )
 
 // Errors of layouts and records.
@@ -48,8 +53,14 @@ var (
 type Layout struct {
 	// Shards is the number of shards; each is owned by one owner.
 	Shards int
-	// Buckets is the buckets per shard: the most keys a shard holds.
+	// Buckets is the buckets of a shard's table when the key space is
+	// created: the most keys a shard holds unless its table grows.
 	Buckets int
+	// MaxBuckets is the most buckets a shard's table grows to (see
+	// OwnerConfig.GrowAt): Buckets times a power of two. Zero, or
+	// Buckets: the table never grows. A key space whose tables may
+	// grow reserves one and a half times MaxBuckets buckets per shard.
+	MaxBuckets int
 	// PageBytes is the largest value record (key, value and 32 bytes),
 	// and the unit in which a shard's heap is given to size classes: a
 	// power of two, at least MinSlot.
@@ -77,6 +88,8 @@ func (l Layout) Check() error {
 		return fmt.Errorf("%w: heap of %d bytes per shard (want a positive multiple of the page, %d bytes, up to 1 TiB)", ErrBadLayout, l.HeapBytes, l.PageBytes)
 	case l.Owners < 1 || l.Owners > l.Shards:
 		return fmt.Errorf("%w: %d owners for %d shards (want 1 to the shard count)", ErrBadLayout, l.Owners, l.Shards)
+	case l.MaxBuckets != 0 && (l.MaxBuckets < l.Buckets || l.MaxBuckets > 1<<26 || l.MaxBuckets%l.Buckets != 0 || bits.OnesCount(uint(l.MaxBuckets/l.Buckets)) != 1):
+		return fmt.Errorf("%w: at most %d buckets per shard for %d at first (want the first times a power of two, up to 2^26)", ErrBadLayout, l.MaxBuckets, l.Buckets)
 	}
 	return l.Code.check(l.HeapBytes)
 }
@@ -91,10 +104,44 @@ func (l Layout) headerSpan() uint64 {
 	return HeaderBytes
 }
 
-// bucketStride is the space of one shard's buckets: in an erasure-coded
-// key space, whole rows, so that every row is written by one owner.
+// growable reports whether the shards' tables may grow.
+func (l Layout) growable() bool { return l.MaxBuckets > l.Buckets }
+
+// maxGen is the generation of the largest table: table generation g
+// has Buckets << g buckets.
+func (l Layout) maxGen() int {
+	if !l.growable() {
+		return 0
+	}
+	return bits.Len(uint(l.MaxBuckets/l.Buckets)) - 1
+}
+
+// tableBuckets is the buckets of a table of generation gen.
+func (l Layout) tableBuckets(gen int) int { return l.Buckets << gen }
+
+// areaBuckets is the buckets of a shard's table area a (0 or 1): the
+// tables of even generations take area 0, odd ones area 1, so a table
+// being built never overlaps the one in use. The area of the largest
+// generation holds MaxBuckets, the other half that.
+func (l Layout) areaBuckets(a int) int {
+	g := l.maxGen()
+	switch {
+	case g%2 == a:
+		return l.tableBuckets(g)
+	case g == 0:
+		return 0
+	}
+	return l.tableBuckets(g - 1)
+}
+
+// bucketStride is the space of one shard's tables (and, when they may
+// grow, its table descriptor): in an erasure-coded key space, whole
+// rows, so that every row is written by one owner.
 func (l Layout) bucketStride() uint64 {
-	n := uint64(l.Buckets) * BucketBytes
+	n := uint64(l.areaBuckets(0)+l.areaBuckets(1)) * BucketBytes
+	if l.growable() {
+		n += BucketBytes
+	}
 	if l.Code.coded() {
 		r := l.Code.row()
 		n = (n + r - 1) / r * r
@@ -114,9 +161,23 @@ func (l Layout) heapStart() uint64 {
 func (l Layout) Size() uint64 { return l.heapStart() + uint64(l.Shards)*l.HeapBytes }
 
 // bucketAddr is the region offset (in an erasure-coded key space, the
-// volume offset) of bucket i of shard s.
-func (l Layout) bucketAddr(s, i int) uint64 {
-	return l.headerSpan() + uint64(s)*l.bucketStride() + uint64(i)*BucketBytes
+// volume offset) of bucket i of shard s's first table.
+func (l Layout) bucketAddr(s, i int) uint64 { return l.tableAddr(s, 0, i) }
+
+// tableAddr is the offset of bucket i of shard s's table of generation
+// gen.
+func (l Layout) tableAddr(s, gen, i int) uint64 {
+	a := l.headerSpan() + uint64(s)*l.bucketStride() + uint64(i)*BucketBytes
+	if gen%2 == 1 {
+		a += uint64(l.areaBuckets(0)) * BucketBytes
+	}
+	return a
+}
+
+// descAddr is the offset of shard s's table descriptor (growable
+// layouts only).
+func (l Layout) descAddr(s int) uint64 {
+	return l.headerSpan() + uint64(s)*l.bucketStride() + uint64(l.areaBuckets(0)+l.areaBuckets(1))*BucketBytes
 }
 
 // heapAddr is the region offset of shard s's heap.
@@ -135,11 +196,11 @@ func (l Layout) shardsOf(r int) (lo, hi int) {
 // MaxValue is the largest value a key of klen bytes may have.
 func (l Layout) MaxValue(klen int) int { return int(l.PageBytes) - recordOverhead - klen }
 
-// place is where a key's probe path starts.
+// place is a key's hash and shard (its probe path starts at
+// Layout.home in the shard's table).
 type place struct {
 	hash  uint64
 	shard int
-	home  int
 }
 
 func (l Layout) place(key []byte) place {
@@ -149,19 +210,33 @@ func (l Layout) place(key []byte) place {
 	if v == 0 {
 		v = 1 // zero marks an empty bucket
 	}
-	return place{hash: v, shard: int(v % uint64(l.Shards)), home: int(v / uint64(l.Shards) % uint64(l.Buckets))}
+	return place{hash: v, shard: int(v % uint64(l.Shards))}
+}
+
+// home is where the probe path of a key of hash h starts in a table of
+// n buckets.
+func (l Layout) home(h uint64, n int) int { return int(h / uint64(l.Shards) % uint64(n)) }
+
+// headerVersion is the header version of layout l.
+func (l Layout) headerVersion() byte {
+	v := byte(verPlain)
+	if l.Code.coded() {
+		v = verCoded
+	}
+	if l.growable() {
+		v += verGrow - verPlain
+	}
+	return v
 }
 
 // appendHeader encodes the header of a key space of layout l: an
-// erasure-coded one's has its own magic and the coding (K, M as 16 bits,
-// Shard) before the checksum.
+// erasure-coded one's has the coding (K, M as 16 bits, Shard), a
+// growable one's MaxBuckets (32 bits), before the checksum.
 func appendHeader(b []byte, l Layout) []byte {
 	start := len(b)
-	if l.Code.coded() {
-		b = append(b, magicCoded[:]...)
-	} else {
-		b = append(b, magic[:]...)
-	}
+	m := magic
+	m[7] = l.headerVersion()
+	b = append(b, m[:]...)
 	b = binary.LittleEndian.AppendUint32(b, uint32(l.Shards))
 	b = binary.LittleEndian.AppendUint32(b, uint32(l.Buckets))
 	b = binary.LittleEndian.AppendUint64(b, l.PageBytes)
@@ -172,23 +247,33 @@ func appendHeader(b []byte, l Layout) []byte {
 		b = binary.LittleEndian.AppendUint16(b, uint16(l.Code.M))
 		b = binary.LittleEndian.AppendUint64(b, l.Code.Shard)
 	}
+	if l.growable() {
+		b = binary.LittleEndian.AppendUint32(b, uint32(l.MaxBuckets))
+	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
 }
 
-// headerLen is appendHeader's output length; headerLenCoded an
-// erasure-coded key space's.
+// headerLen is appendHeader's output length for a plain key space;
+// headerLenCoded an erasure-coded one's; headerLenMax the longest.
 const (
 	headerLen      = 8 + 4 + 4 + 8 + 8 + 4 + 4
 	headerLenCoded = headerLen + 2 + 2 + 8
+	headerLenMax   = headerLenCoded + 4
 )
 
 // parseHeader decodes and checks a header.
 func parseHeader(b []byte) (Layout, error) {
-	n := headerLen
-	if len(b) >= headerLen && [8]byte(b[:8]) == magicCoded {
-		n = headerLenCoded
-	} else if len(b) < headerLen || [8]byte(b[:8]) != magic {
+	if len(b) < headerLen || [7]byte(b[:7]) != [7]byte(magic[:7]) || b[7] < verPlain || b[7] > verGrowCoded {
 		return Layout{}, fmt.Errorf("%w: the region does not start with a key space header", ErrBadLayout)
+	}
+	ver := b[7]
+	coded, grow := ver == verCoded || ver == verGrowCoded, ver >= verGrow
+	n := headerLen
+	if coded {
+		n += 12
+	}
+	if grow {
+		n += 4
 	}
 	if len(b) < n || crc32.Checksum(b[:n-4], castagnoli) != binary.LittleEndian.Uint32(b[n-4:]) {
 		return Layout{}, fmt.Errorf("%w: the header's checksum does not match", ErrBadLayout)
@@ -200,10 +285,18 @@ func parseHeader(b []byte) (Layout, error) {
 		HeapBytes: binary.LittleEndian.Uint64(b[24:]),
 		Owners:    int(binary.LittleEndian.Uint32(b[32:])),
 	}
-	if n == headerLenCoded {
+	off := 36
+	if coded {
 		l.Code = Coding{K: int(binary.LittleEndian.Uint16(b[36:])), M: int(binary.LittleEndian.Uint16(b[38:])), Shard: binary.LittleEndian.Uint64(b[40:])}
 		if !l.Code.coded() {
 			return Layout{}, fmt.Errorf("%w: an erasure-coded key space's header with %d data shards", ErrBadLayout, l.Code.K)
+		}
+		off += 12
+	}
+	if grow {
+		l.MaxBuckets = int(binary.LittleEndian.Uint32(b[off:]))
+		if !l.growable() {
+			return Layout{}, fmt.Errorf("%w: a growable key space's header with at most %d buckets for %d", ErrBadLayout, l.MaxBuckets, l.Buckets)
 		}
 	}
 	return l, l.Check()
@@ -220,30 +313,63 @@ type bucket struct {
 func (b bucket) empty() bool { return b.hash == 0 }
 func (b bucket) live() bool  { return b.hash != 0 && b.len != 0 }
 
-func (b bucket) put(p []byte) {
+func (b bucket) put(p []byte) { b.putTag(p, 0) }
+
+// putTag encodes b into a table of tag: the checksum covers the tag too,
+// so a reader expecting another table's tag (one since built over the
+// same area) finds the bucket torn. A table of tag 0, the first, is
+// encoded as it always was; an empty bucket of another tag holds the
+// tag as its version, since a table built later never has all-zero
+// buckets.
+func (b bucket) putTag(p []byte, tag uint32) {
+	if b.empty() {
+		b = bucket{ver: uint64(tag)}
+		if tag == 0 {
+			clear(p[:BucketBytes])
+			return
+		}
+	}
 	binary.LittleEndian.PutUint64(p[0:], b.hash)
 	binary.LittleEndian.PutUint64(p[8:], b.ver)
 	binary.LittleEndian.PutUint64(p[16:], b.addr)
 	binary.LittleEndian.PutUint32(p[24:], b.len)
-	binary.LittleEndian.PutUint32(p[28:], crc32.Checksum(p[:28], castagnoli))
+	binary.LittleEndian.PutUint32(p[28:], bucketSum(p, tag))
+}
+
+// bucketSum is the checksum of an encoded bucket of a table of tag.
+func bucketSum(p []byte, tag uint32) uint32 {
+	sum := crc32.Checksum(p[:28], castagnoli)
+	if tag != 0 {
+		sum = crc32.Update(sum, castagnoli, binary.LittleEndian.AppendUint32(nil, tag))
+	}
+	return sum
 }
 
 // errTorn is a bucket or record whose bytes do not check: read while
 // being written, or reused.
 var errTorn = errors.New("kv: torn read")
 
-func parseBucket(p []byte) (bucket, error) {
+func parseBucket(p []byte) (bucket, error) { return parseBucketTag(p, 0) }
+
+// parseBucketTag decodes a bucket of a table of tag.
+func parseBucketTag(p []byte, tag uint32) (bucket, error) {
 	b := bucket{
 		hash: binary.LittleEndian.Uint64(p[0:]),
 		ver:  binary.LittleEndian.Uint64(p[8:]),
 		addr: binary.LittleEndian.Uint64(p[16:]),
 		len:  binary.LittleEndian.Uint32(p[24:]),
 	}
-	if b == (bucket{}) && binary.LittleEndian.Uint32(p[28:]) == 0 {
+	if tag == 0 && b == (bucket{}) && binary.LittleEndian.Uint32(p[28:]) == 0 {
 		return b, nil // never written
 	}
-	if crc32.Checksum(p[:28], castagnoli) != binary.LittleEndian.Uint32(p[28:]) || b.hash == 0 {
+	if bucketSum(p, tag) != binary.LittleEndian.Uint32(p[28:]) {
 		return bucket{}, errTorn
+	}
+	if b.hash == 0 {
+		if tag == 0 || b != (bucket{ver: uint64(tag)}) {
+			return bucket{}, errTorn
+		}
+		return bucket{}, nil // an empty bucket of a later table
 	}
 	return b, nil
 }

@@ -66,6 +66,12 @@ type OwnerConfig struct {
 	// from every other process's of the key space. Zero: drawn at random,
 	// as it should be outside a simulation that replays from its seed.
 	Incarnation uint64
+	// GrowAt is the load (keys over buckets) past which the owner grows
+	// a shard's table to twice its buckets, up to the layout's
+	// MaxBuckets (a layout without it never grows); 1: only when full
+	// (a new key finds no free bucket). A table at MaxBuckets refuses
+	// new keys once full (ErrFull). Zero: DefaultGrowAt.
+	GrowAt float64
 }
 
 // Owner serves the writes of its shards of a key space: it is the only
@@ -106,6 +112,9 @@ type Owner struct {
 	fenceGen uint64
 	wreg     *store
 	fenceCtr uint64
+	// builds counts the bigger tables the owner started (their tags
+	// derive from it), under mu.
+	builds uint64
 	// beforeWrite, set by tests (under mu), runs in each pool write
 	// after the lease check passed and before the write is sent, and
 	// returns the context to send it under: a test's pause there that
@@ -147,7 +156,15 @@ type OwnerStats struct {
 	// Keys counts the keys with a value, expired ones not yet freed
 	// included.
 	Keys int
-	Heap HeapStats // summed over the owner's shards
+	// Buckets is the buckets of the owner's shards' tables (Keys over
+	// Buckets is their load).
+	Buckets int
+	// Growths counts the tables the owner grew (switched to one of
+	// twice the buckets); Growing the shards whose bigger table it is
+	// writing now.
+	Growths uint64
+	Growing int
+	Heap    HeapStats // summed over the owner's shards
 }
 
 type shard struct {
@@ -165,6 +182,10 @@ type shard struct {
 	heap    *slabs
 	nextVer uint64 // versions are unique in a shard
 	dirty   bool   // a bucket write failed: the region may differ from b
+	// tab is the table in use (b holds its buckets); grow the bigger
+	// one being written, if any (grow.go).
+	tab  tableDesc
+	grow *growth
 }
 
 // StartOwner loads the owner's shards of the key space in region reg
@@ -180,8 +201,14 @@ func StartOwner(ctx context.Context, ep *endpoint.Endpoint, reg *pool.Region, cf
 	if cfg.Lease == 0 {
 		cfg.Lease = DefaultLease
 	}
+	if cfg.GrowAt == 0 {
+		cfg.GrowAt = DefaultGrowAt
+	}
 	if cfg.Lease < 0 || cfg.WriteTimeout < 0 || cfg.Check < 0 {
 		return nil, fmt.Errorf("kv: owner: negative Lease, WriteTimeout or Check")
+	}
+	if !(cfg.GrowAt > 0 && cfg.GrowAt <= 1) {
+		return nil, fmt.Errorf("kv: owner: GrowAt %v (want a load above 0, at most 1)", cfg.GrowAt)
 	}
 	o := &Owner{cfg: cfg, log: cfg.Logger, reg: reg, ep: ep, repMu: make(chan struct{}, 1), inc: cfg.Incarnation}
 	for o.inc == 0 {
@@ -316,6 +343,10 @@ func (o *Owner) Stats() OwnerStats {
 	for _, sh := range o.shards {
 		sh.lock <- struct{}{}
 		st.Keys += len(sh.idx)
+		st.Buckets += len(sh.b)
+		if sh.grow != nil {
+			st.Growing++
+		}
 		h := sh.heap.stats()
 		st.Heap.Bytes += h.Bytes
 		st.Heap.UsedBytes += h.UsedBytes
@@ -334,20 +365,27 @@ const loadChunk = 2048
 // with a memory node's memory) is reported and its key dropped.
 func (o *Owner) load(ctx context.Context, sh *shard) error {
 	gen := o.generation()
-	sh.b = make([]bucket, o.l.Buckets)
-	sh.exp = make([]int64, o.l.Buckets)
-	sh.keys = make([]string, o.l.Buckets)
+	sh.grow = nil
+	var err error
+	if sh.tab, err = o.readDesc(ctx, sh.id); err != nil {
+		return fmt.Errorf("kv: loading shard %d: %w", sh.id, err)
+	}
+	nb := o.l.tableBuckets(sh.tab.gen)
+	sh.b = make([]bucket, nb)
+	sh.exp = make([]int64, nb)
+	sh.keys = make([]string, nb)
 	sh.idx = make(map[string]int)
 	sh.nextVer = 1
+	sh.sweep = 0
 	buf := make([]byte, loadChunk*BucketBytes)
-	for i := 0; i < o.l.Buckets; i += loadChunk {
-		n := min(loadChunk, o.l.Buckets-i)
+	for i := 0; i < nb; i += loadChunk {
+		n := min(loadChunk, nb-i)
 		p := buf[:n*BucketBytes]
-		if err := o.mem.readAt(ctx, p, o.l.bucketAddr(sh.id, i)); err != nil {
+		if err := o.mem.readAt(ctx, p, o.l.tableAddr(sh.id, sh.tab.gen, i)); err != nil {
 			return fmt.Errorf("kv: loading shard %d: %w", sh.id, err)
 		}
 		for j := range n {
-			b, err := parseBucket(p[j*BucketBytes:])
+			b, err := parseBucketTag(p[j*BucketBytes:], sh.tab.tag)
 			if err != nil {
 				return fmt.Errorf("kv: loading shard %d: bucket %d does not check", sh.id, i+j)
 			}
@@ -375,6 +413,7 @@ func (o *Owner) load(ctx context.Context, sh *shard) error {
 		sh.exp[i] = r.m.exp
 		used[b.addr] = int(b.len)
 	}
+	sh.nextVer = max(sh.nextVer, sh.tab.floor)
 	if err := sh.heap.rebuild(used); err != nil {
 		return fmt.Errorf("kv: loading shard %d: %w", sh.id, err)
 	}
@@ -436,6 +475,7 @@ func (o *Owner) handle(_ uint64, b []byte) ([]byte, error) {
 		st, ver, body = o.apply(sh, p, &r)
 		o.count(st)
 	}
+	o.afterWrite(sh)
 	reply := appendReply(nil, st, ver, body)
 	// A failed write's outcome is unknown to the owner too: a copy of
 	// the request sent again hears that, and is not applied again.
@@ -522,7 +562,14 @@ func (o *Owner) apply(sh *shard, p place, r *request) (st byte, ver uint64, body
 		return stTooLarge, 0, nil
 	}
 	if !found {
-		if i = o.free(sh, p); i < 0 {
+		// A full table grows at once, when it may.
+		if i = o.free(sh, p); i < 0 && o.mayGrow(sh) {
+			if !o.growNow(ctx, sh) {
+				return stFailed, 0, nil // a pool write failed: nothing applied
+			}
+			i = o.free(sh, p)
+		}
+		if i < 0 {
 			return stFull, 0, nil
 		}
 	}
@@ -586,12 +633,15 @@ func (o *Owner) sweepExpired(ctx context.Context) {
 		_, serving := o.lease(time.Now())
 		current := serving && sh.gen == o.generation()
 		wctx, cancel := context.WithTimeout(ctx, 4*o.cfg.WriteTimeout)
-		for range min(sweepBuckets, o.l.Buckets) {
+		for range min(sweepBuckets, len(sh.b)) {
 			i := sh.sweep
-			sh.sweep = (sh.sweep + 1) % o.l.Buckets
+			sh.sweep = (sh.sweep + 1) % len(sh.b)
 			if current && !sh.dirty && sh.b[i].live() && expired(sh.exp[i], now) {
 				o.expire(wctx, sh, i)
 			}
+		}
+		if current && !sh.dirty {
+			o.growStep(wctx, sh, sweepGrowChunks)
 		}
 		cancel()
 		<-sh.lock
@@ -600,10 +650,15 @@ func (o *Owner) sweepExpired(ctx context.Context) {
 
 // free is the first bucket on p's probe path that holds no live key,
 // or -1.
-func (o *Owner) free(sh *shard, p place) int {
-	for k := range o.l.Buckets {
-		i := (p.home + k) % o.l.Buckets
-		if !sh.b[i].live() {
+func (o *Owner) free(sh *shard, p place) int { return o.freeIn(sh.b, p.hash) }
+
+// freeIn is the first bucket of table b on the probe path of hash h
+// that holds no live key, or -1.
+func (o *Owner) freeIn(b []bucket, h uint64) int {
+	n := len(b)
+	home := o.l.home(h, n)
+	for k := range n {
+		if i := (home + k) % n; !b[i].live() {
 			return i
 		}
 	}
@@ -644,11 +699,14 @@ func (o *Owner) publish(ctx context.Context, sh *shard, i int, nb bucket, val []
 		}
 		nb.addr, nb.len = addr, uint32(len(rec))
 	}
-	var p [BucketBytes]byte
-	nb.put(p[:])
 	sh.nextVer++ // never reused, whatever the write's outcome
+	// A bigger table being written gets the bucket first, so that it
+	// never shows a value older than the table in use does.
+	o.mirror(ctx, sh, key, nb, m.exp)
+	var p [BucketBytes]byte
+	nb.putTag(p[:], sh.tab.tag)
 	wctx, cancel := context.WithTimeout(ctx, o.cfg.WriteTimeout)
-	err := o.write(wctx, p[:], o.l.bucketAddr(sh.id, i))
+	err := o.write(wctx, p[:], o.l.tableAddr(sh.id, sh.tab.gen, i))
 	cancel()
 	if err != nil {
 		// The bucket may or may not have changed: learn which from the

@@ -41,6 +41,10 @@ type simKV struct {
 	incs    atomic.Uint64 // owner processes started
 }
 
+// simGrowAt is the owners' OwnerConfig.GrowAt in the simulated stores
+// (0: the default); a test that sets it restores it.
+var simGrowAt float64
+
 const simSpace = "test"
 
 // simStore runs f with a switch, nodes memory nodes of 4 MiB and a key
@@ -121,7 +125,7 @@ func (s *simKV) newOwner(i int) (*Owner, *endpoint.Endpoint, error) {
 	var o *Owner
 	if err == nil {
 		o, err = StartOwner(ctx, ep, reg, OwnerConfig{Switch: s.Switch.String(), Fabric: s.Fab, Space: simSpace, Rank: r,
-			Standby: s.perRank > 1, Logger: quietLog, Incarnation: s.nextIncarnation()})
+			Standby: s.perRank > 1, Logger: quietLog, Incarnation: s.nextIncarnation(), GrowAt: simGrowAt})
 	}
 	if err != nil {
 		ep.Close()

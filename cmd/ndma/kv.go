@@ -47,7 +47,7 @@ unless --insecure (on a fabric that does not seal).`,
 	}
 	kf.register(cmd)
 	cmd.PersistentFlags().StringVar(&kf.space, "space", "", "the key space's name (required; kv rebuild takes it from --space-file)")
-	cmd.AddCommand(newKvCreateCmd(&kf), newKvGetCmd(&kf), newKvSetCmd(&kf), newKvDelCmd(&kf), newKvServeCmd(&kf), newKvRebuildCmd(&kf))
+	cmd.AddCommand(newKvCreateCmd(&kf), newKvGetCmd(&kf), newKvSetCmd(&kf), newKvDelCmd(&kf), newKvStatsCmd(&kf), newKvServeCmd(&kf), newKvRebuildCmd(&kf))
 	kf.hintCredential(cmd.Commands()...)
 	return cmd
 }
@@ -79,8 +79,8 @@ func (kf *kvFlags) open(cmd *cobra.Command) (*kv.Client, *endpoint.Endpoint, con
 // newKvCreateCmd is ndma kv create.
 func newKvCreateCmd(kf *kvFlags) *cobra.Command {
 	var (
-		out, page, heap, stripe, code, shard string
-		shards, buckets, owners, copies      int
+		out, page, heap, stripe, code, shard        string
+		shards, buckets, maxBuckets, owners, copies int
 	)
 	cmd := &cobra.Command{
 		Use:   "create",
@@ -88,7 +88,11 @@ func newKvCreateCmd(kf *kvFlags) *cobra.Command {
 		Long: `create makes a key space: a pool region holding --shards shards of
 --buckets keys each, with --heap bytes of values per shard in pages of
 --page bytes (the largest value is a page less the key and 32 bytes),
-spread over --owners owner ranks. It writes the space's name, region id
+spread over --owners owner ranks. With --max-buckets, each shard's
+table grows to twice its buckets when more than three quarters of them
+hold keys (kvd --grow-at), up to --max-buckets (--buckets times a power
+of two; the space for it, one and a half times --max-buckets buckets of
+32 bytes per shard, is taken at once); reads go on while it grows. It writes the space's name, region id
 and key to the space file --out (a new file only its owner may read:
 the key is the capability to the key space), from which each owner
 starts (ndma kvd --space-file).
@@ -105,7 +109,8 @@ restarts loses its shards until ndma kv rebuild (owners stopped)
 rewrites them; writes go on around a node that is down.`,
 		Example: `  ndma kv create --space cache --owners 2 --out cache.space --switch 127.0.0.1:7471 --token-file fab/token --credential fab/client-0.cred
   ndma kv create --space sessions --shards 64 --buckets 65536 --page 4KiB --heap 64MiB --replicas 2 --out sessions.space --json
-  ndma kv create --space objects --ec 4+2 --page 1MiB --heap 64MiB --out objects.space`,
+  ndma kv create --space objects --ec 4+2 --page 1MiB --heap 64MiB --out objects.space
+  ndma kv create --space users --buckets 4096 --max-buckets 262144 --replicas 2 --out users.space`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := kvd.CheckSpace(kf.space); err != nil {
@@ -126,7 +131,7 @@ rewrites them; writes go on around a node that is down.`,
 				}
 				*s.dst = uint64(n)
 			}
-			l.Shards, l.Buckets, l.Owners = shards, buckets, owners
+			l.Shards, l.Buckets, l.MaxBuckets, l.Owners = shards, buckets, maxBuckets, owners
 			alloc := pool.AllocOptions{Stripe: *sizes[2].dst, Replicas: copies}
 			if code == "" {
 				if cmd.Flags().Changed("ec-shard") {
@@ -143,7 +148,7 @@ rewrites them; writes go on around a node that is down.`,
 				alloc = pool.AllocOptions{}
 			}
 			if err := l.Check(); err != nil {
-				return fmt.Errorf("--shards/--buckets/--page/--heap/--owners/--ec: %w", err)
+				return fmt.Errorf("--shards/--buckets/--max-buckets/--page/--heap/--owners/--ec: %w", err)
 			}
 			ep, fab, ctx, cancel, err := kf.client(cmd)
 			if err != nil {
@@ -166,7 +171,7 @@ rewrites them; writes go on around a node that is down.`,
 			w := cmd.OutOrStdout()
 			if kf.json {
 				m := map[string]any{"space": kf.space, "region": reg.ID(), "size": l.Size(), "stored": reg.Size(), "file": out,
-					"shards": l.Shards, "buckets": l.Buckets, "page": l.PageBytes, "heap": l.HeapBytes, "owners": l.Owners, "max_value": l.MaxValue(1)}
+					"shards": l.Shards, "buckets": l.Buckets, "max_buckets": max(l.MaxBuckets, l.Buckets), "page": l.PageBytes, "heap": l.HeapBytes, "owners": l.Owners, "max_value": l.MaxValue(1)}
 				if code != "" {
 					m["ec"] = map[string]any{"k": l.Code.K, "m": l.Code.M, "shard": l.Code.Shard}
 				}
@@ -176,15 +181,20 @@ rewrites them; writes go on around a node that is down.`,
 			if code != "" {
 				coding = fmt.Sprintf(", erasure-coded %d+%d in %s of pool memory", l.Code.K, l.Code.M, sizeString(uint64(reg.Size())))
 			}
-			fmt.Fprintf(w, "key space %q: region %d, %s%s, %d shards of %d keys, values up to %d bytes, %d owner ranks\nspace file %s (start each owner with ndma kvd --space-file %s --rank R)\n",
-				kf.space, reg.ID(), sizeString(l.Size()), coding, l.Shards, l.Buckets, l.MaxValue(1), l.Owners, out, out)
+			keys := fmt.Sprint(l.Buckets)
+			if l.MaxBuckets > l.Buckets {
+				keys = fmt.Sprintf("%d (growing to %d)", l.Buckets, l.MaxBuckets)
+			}
+			fmt.Fprintf(w, "key space %q: region %d, %s%s, %d shards of %s keys, values up to %d bytes, %d owner ranks\nspace file %s (start each owner with ndma kvd --space-file %s --rank R)\n",
+				kf.space, reg.ID(), sizeString(l.Size()), coding, l.Shards, keys, l.MaxValue(1), l.Owners, out, out)
 			return nil
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&out, "out", "", "the space `file` to write (required; must not exist)")
 	fl.IntVar(&shards, "shards", 16, "shards, 1 to 65536")
-	fl.IntVar(&buckets, "buckets", 4096, "buckets per shard: the most keys a shard holds")
+	fl.IntVar(&buckets, "buckets", 4096, "buckets per shard: the most keys a shard holds, unless its table grows (--max-buckets)")
+	fl.IntVar(&maxBuckets, "max-buckets", 0, "the most buckets a shard's table grows to: --buckets times a power of two (0: it does not grow)")
 	fl.StringVar(&page, "page", "64KiB", "heap page: the largest value record (a power of two, 64 B to 64 MiB)")
 	fl.StringVar(&heap, "heap", "16MiB", "value space per shard (a multiple of --page)")
 	fl.IntVar(&owners, "owners", 1, "owner ranks (ndma kvd) the shards are spread over")

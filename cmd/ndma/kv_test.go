@@ -29,7 +29,7 @@ func TestKvCommands(t *testing.T) {
 	addr, _, _, a := startPoolAuthority(t, 1, 4<<20)
 	dir := t.TempDir()
 	space := filepath.Join(dir, "cache.space")
-	out, err := execute(t, "kv", "create", "--switch", addr, "--space", "cache", "--shards", "2", "--buckets", "64",
+	out, err := execute(t, "kv", "create", "--switch", addr, "--space", "cache", "--shards", "2", "--buckets", "8", "--max-buckets", "64",
 		"--page", "4KiB", "--heap", "64KiB", "--stripe", "4KiB", "--out", space, "--json")
 	if err != nil {
 		t.Fatal(err)
@@ -93,6 +93,30 @@ func TestKvCommands(t *testing.T) {
 	}
 	if _, err := kvc("get", "greeting"); !errors.Is(err, kv.ErrNotFound) {
 		t.Fatalf("get after del: %v", err)
+	}
+	// Past the first tables' 16 buckets: they grow.
+	for i := range 20 {
+		if _, err := kvc("set", fmt.Sprint("key", i), "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err = kvc("stats", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys, growths int
+	for line := range strings.Lines(out) {
+		var tab struct{ Buckets, Keys, Growths int }
+		if err := json.Unmarshal([]byte(line), &tab); err != nil || tab.Buckets < 8 {
+			t.Fatalf("stats --json: %q: %v", line, err)
+		}
+		keys, growths = keys+tab.Keys, growths+tab.Growths
+	}
+	if keys != 20 || growths == 0 {
+		t.Fatalf("stats --json: %d keys, %d growths:\n%s", keys, growths, out)
+	}
+	if out, err := kvc("stats"); err != nil || !strings.Contains(out, "load") || !strings.Contains(out, "all") {
+		t.Fatalf("stats: %q %v", out, err)
 	}
 	mc := startDaemon(t, "kv", "serve", "--switch", addr, "--space", "cache", "--memcached", "127.0.0.1:0")
 	rd := startDaemon(t, "kv", "serve", "--switch", addr, "--space", "cache", "--redis", "127.0.0.1:0")

@@ -24,6 +24,7 @@ type kvdFlags struct {
 	metrics   string
 	write     time.Duration
 	lease     time.Duration
+	growAt    float64
 	standby   bool
 	token     tokenFlags
 	cred      credentialFlag
@@ -40,6 +41,7 @@ var kvdFlagNames = map[string]string{
 	"Rank":         "--rank",
 	"WriteTimeout": "--write-timeout",
 	"Lease":        "--lease",
+	"GrowAt":       "--grow-at",
 	"MetricsAddr":  "--metrics",
 	"Security":     "--credential",
 }
@@ -91,6 +93,7 @@ SIGINT or SIGTERM shuts it down.`,
 	fl.StringVar(&f.metrics, "metrics", "", "TCP `address` to serve Prometheus metrics on at /metrics (empty: none)")
 	fl.DurationVar(&f.write, "write-timeout", 0, "bound on each write to the pool (0: 5s)")
 	fl.DurationVar(&f.lease, "lease", 0, "how long the owner writes after the switch last confirmed it holds its rank (0: 1s)")
+	fl.Float64Var(&f.growAt, "grow-at", 0, "the load (keys over buckets) past which a shard's table grows, in a key space created with --max-buckets (0: 0.75)")
 	fl.BoolVar(&f.standby, "standby", false, "start even while another process holds the rank, and take it over when that one fails")
 	f.token.register(fl)
 	f.cred.register(fl, "of role member")
@@ -129,7 +132,7 @@ func runKvd(cmd *cobra.Command, f *kvdFlags) error {
 	}
 	fab := sec.fabric()
 	srv, err := kvd.New(kvd.Config{Listen: listen, Switch: sw, Token: fab.Token, Insecure: fab.Insecure, Security: sec.id, SecurityOptions: sec.opts,
-		MTU: f.mtu, Space: sp.Name, Region: sp.Region, RegionKey: sp.Key, Rank: f.rank, WriteTimeout: f.write, Lease: f.lease, Standby: f.standby, MetricsAddr: f.metrics, Logger: logger})
+		MTU: f.mtu, Space: sp.Name, Region: sp.Region, RegionKey: sp.Key, Rank: f.rank, WriteTimeout: f.write, Lease: f.lease, GrowAt: f.growAt, Standby: f.standby, MetricsAddr: f.metrics, Logger: logger})
 	if err != nil {
 		return fieldFlagError(err, kvdFlagNames)
 	}

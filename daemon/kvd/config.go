@@ -65,6 +65,10 @@ type Config struct {
 	// confirmed it holds its rank (zero: kv.DefaultLease); see
 	// kv.OwnerConfig.Lease.
 	Lease time.Duration
+	// GrowAt is the load past which the owner grows a shard's table, in
+	// a key space created with room for it (zero: kv.DefaultGrowAt);
+	// see kv.OwnerConfig.GrowAt.
+	GrowAt float64
 	// Standby lets Start return while another process holds the rank:
 	// this one takes it over when the switch counts that one dead.
 	Standby bool
@@ -137,6 +141,9 @@ func (c *Config) validate() error {
 	}
 	if c.Lease < 0 || c.Lease > MaxLease {
 		return fields.Invalid("Lease", "%v (want 0 to %v)", c.Lease, MaxLease)
+	}
+	if !(c.GrowAt >= 0 && c.GrowAt <= 1) {
+		return fields.Invalid("GrowAt", "%v (want 0 to 1)", c.GrowAt)
 	}
 	if c.MetricsAddr != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {

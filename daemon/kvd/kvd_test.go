@@ -3,6 +3,7 @@ package kvd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -40,6 +41,8 @@ func TestConfigInvalid(t *testing.T) {
 		{"WriteTimeout", func(c *Config) { c.WriteTimeout = time.Hour }},
 		{"Lease", func(c *Config) { c.Lease = -time.Second }},
 		{"Lease", func(c *Config) { c.Lease = time.Hour }},
+		{"GrowAt", func(c *Config) { c.GrowAt = 1.5 }},
+		{"GrowAt", func(c *Config) { c.GrowAt = -0.5 }},
 		{"MetricsAddr", func(c *Config) { c.MetricsAddr = "x" }},
 	} {
 		cfg := goodConfig()
@@ -114,7 +117,7 @@ func TestOwnerDaemon(t *testing.T) {
 	}
 	var reg *pool.Region
 	for reg == nil { // until the memory node has lent its memory
-		if reg, err = kv.Create(ctx, pc, kv.Layout{Shards: 2, Buckets: 64, PageBytes: 4096, HeapBytes: 8 * 4096, Owners: 1}, pool.AllocOptions{}); ctx.Err() != nil {
+		if reg, err = kv.Create(ctx, pc, kv.Layout{Shards: 2, Buckets: 8, MaxBuckets: 32, PageBytes: 4096, HeapBytes: 8 * 4096, Owners: 1}, pool.AllocOptions{}); ctx.Err() != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -145,6 +148,18 @@ func TestOwnerDaemon(t *testing.T) {
 	m := daemontest.Scrape(t, d.MetricsAddr())
 	if m[`ndma_kvd_writes_total{result="applied"}`] != 1 || m[`ndma_kvd_writes_total{result="refused"}`] != 1 || m["ndma_kvd_keys"] != 1 {
 		t.Fatalf("metrics: applied %v refused %v keys %v", m[`ndma_kvd_writes_total{result="applied"}`], m[`ndma_kvd_writes_total{result="refused"}`], m["ndma_kvd_keys"])
+	}
+	if m["ndma_kvd_table_buckets"] != 16 || m["ndma_kvd_table_growths_total"] != 0 {
+		t.Fatalf("metrics: table buckets %v, growths %v; want 16, 0", m["ndma_kvd_table_buckets"], m["ndma_kvd_table_growths_total"])
+	}
+	for i := range 20 { // past the first tables' 16 buckets
+		if _, err := c.Set(ctx, fmt.Appendf(nil, "key%d", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m = daemontest.Scrape(t, d.MetricsAddr())
+	if m["ndma_kvd_keys"] != 21 || m["ndma_kvd_table_buckets"] <= 16 || m["ndma_kvd_table_growths_total"] == 0 {
+		t.Fatalf("metrics after 20 more keys: keys %v, table buckets %v, growths %v", m["ndma_kvd_keys"], m["ndma_kvd_table_buckets"], m["ndma_kvd_table_growths_total"])
 	}
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
