@@ -193,6 +193,17 @@ type Config struct {
 	// sharded over them (coll.Config.Switches). Zero means 1.
 	Switches int
 
+	// Leaves, if not zero, makes the switch a tree: the first switch
+	// process the root (spine) and Leaves leaf switch processes below it
+	// in the switch namespace (leaf i on SwitchPort+100·(i+1), started
+	// with --parent; the root with a --child for each), the hosts in
+	// blocks, one per leaf: Run gives a host's ranks its leaf as
+	// NDMA_SWITCH. The switches are processes of the switch namespace,
+	// so the links between them are not shaped: the hosts' links are.
+	// Memory and storage nodes register with the root. 0 to MaxSwitches
+	// and at most Hosts; not with Switches above 1.
+	Leaves int
+
 	// NoCredentials runs the testbed without the security layer: Up
 	// then issues no credentials, the daemons start with --insecure
 	// instead of --credential, and Run sets NDMA_INSECURE=1 instead of
@@ -285,6 +296,9 @@ func (c *Config) validate() (netip.Prefix, uint64, error) {
 	}
 	if c.Switches < 1 || c.Switches > MaxSwitches {
 		return netip.Prefix{}, 0, invalid("Switches", "%d switch processes (want 1 to %d)", c.Switches, MaxSwitches)
+	}
+	if c.Leaves < 0 || c.Leaves > MaxSwitches || c.Leaves > c.Hosts || (c.Leaves > 0 && c.Switches > 1) {
+		return netip.Prefix{}, 0, invalid("Leaves", "%d leaf switches for %d hosts and %d switch processes (want 0 to %d, at most one per host, and one switch per job)", c.Leaves, c.Hosts, c.Switches, MaxSwitches)
 	}
 	if c.Gateway && c.StorNodes == 0 {
 		return netip.Prefix{}, 0, invalid("Gateway", "a storage gateway without storage nodes (give StorNodes)")

@@ -57,9 +57,19 @@ func startDaemons(ctx context.Context, cfg *Config, st *State) error {
 		}
 		return nil
 	}
-	if err := start("switch", st.Switch.NS, "switch.log", SwitchPort,
-		append([]string{"switch", "--listen", st.SwitchAddr, "--token-file", tokenFile, "--mtu", mtu}, credential(&st.Switch)...)...); err != nil {
+	root := append([]string{"switch", "--listen", st.SwitchAddr, "--token-file", tokenFile, "--mtu", mtu}, credential(&st.Switch)...)
+	for _, l := range st.LeafAddrs {
+		root = append(root, "--child", l)
+	}
+	if err := start("switch", st.Switch.NS, "switch.log", SwitchPort, root...); err != nil {
 		return err
+	}
+	// The leaves of a tree (Config.Leaves), below the root.
+	for i, addr := range st.LeafAddrs {
+		if err := start("switch", st.Switch.NS, fmt.Sprintf("leaf-%d.log", i), switchPort(i+1),
+			append([]string{"switch", "--listen", addr, "--token-file", tokenFile, "--mtu", mtu, "--parent", st.SwitchAddr}, credential(&st.Switch)...)...); err != nil {
+			return err
+		}
 	}
 	// More switch processes (Config.Switches), each a switch of its own
 	// under the same credential, token and namespace: a sharded job's

@@ -106,9 +106,14 @@ func MPICommand(ctx context.Context, st *State, c MPIConfig) (*exec.Cmd, func(),
 			return nil, func() {}, err
 		}
 		removeCreds = remove
-		args = append(args, "-x", "LD_PRELOAD="+c.NDMALib, "-x", "NDMA_SWITCH="+st.SwitchAddr,
+		args = append(args, "-x", "LD_PRELOAD="+c.NDMALib,
 			"-x", "NDMA_MTU="+strconv.Itoa(st.DatagramMTU), "-x", "NDMA_TOKEN", "-x", "NDMA_JOB="+job)
-		env = append(env, "NDMA_TOKEN="+st.Token)
+		if len(st.LeafAddrs) == 0 {
+			args = append(args, "-x", "NDMA_SWITCH="+st.SwitchAddr)
+		}
+		// In a tree, each host's ranks meet at its leaf: rank 0's host
+		// here, the others' from the launch agent.
+		env = append(env, "NDMA_TOKEN="+st.Token, "NDMA_SWITCH="+hostSwitch(st, &st.Hosts[0]))
 		if len(st.SwitchAddrs) > 1 {
 			args = append(args, "-x", "NDMA_SWITCHES="+strings.Join(st.SwitchAddrs, ","))
 		}
@@ -139,7 +144,8 @@ func MPICommand(ctx context.Context, st *State, c MPIConfig) (*exec.Cmd, func(),
 // NDMA_RANK_CREDENTIALS: one rank per host, in host order), else the
 // host's (several ranks per host: NDMA_CREDENTIAL is a directory, set by
 // mpirun -x, which the agent leaves); NDMA_HOST_ID is the host's
-// namespace. Its orted runs in a UTS namespace of its own, its host name
+// namespace, and NDMA_SWITCH, when set, the host's switch (its leaf in a
+// tree). Its orted runs in a UTS namespace of its own, its host name
 // the host's namespace: Open MPI tells nodes apart by host name, and with
 // the machine's one name for all it took the ranks of every host for one
 // node's and its shared-memory transport (vader) crashed. Each host's orted keeps its session directory under dir/hI:
@@ -150,12 +156,13 @@ func launchAgent(st *State, dir string) string {
 	var b strings.Builder
 	b.WriteString("#!/bin/sh\n# ndma: mpirun's launch agent for testbed " + st.Prefix + "\nhost=$1; shift\ncred=\ncase \"$host\" in\n")
 	for i, h := range st.Hosts {
-		fmt.Fprintf(&b, "%s) ns=%s; i=%d; cred=%s ;;\n", h.Addr, h.NS, i+1, h.Credential)
+		fmt.Fprintf(&b, "%s) ns=%s; i=%d; cred=%s; sw=%s ;;\n", h.Addr, h.NS, i+1, h.Credential, hostSwitch(st, &h))
 	}
 	b.WriteString("*) echo \"ndma mpi agent: unknown host $host\" >&2; exit 1 ;;\nesac\n" +
 		"[ -n \"$NDMA_RANK_CREDENTIALS\" ] && cred=$(echo \"$NDMA_RANK_CREDENTIALS\" | cut -d' ' -f$i)\n" +
 		"[ -n \"$cred\" ] && export NDMA_CREDENTIAL=\"$cred\"\n" +
 		"export NDMA_HOST_ID=\"$ns\"\n" +
+		"[ -z \"$NDMA_SWITCH\" ] || export NDMA_SWITCH=\"$sw\"\n" +
 		"export OMPI_MCA_orte_tmpdir_base=" + shellQuote(dir) + "/h$i\nmkdir -p \"$OMPI_MCA_orte_tmpdir_base\"\n" +
 		"exec unshare --uts sh -c 'hostname \"$1\" && exec ip netns exec \"$1\" sh -c \"$2\"' agent \"$ns\" \"$*\"\n")
 	return b.String()

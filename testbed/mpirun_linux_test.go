@@ -3,6 +3,7 @@ package testbed
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,5 +75,24 @@ func TestMPICommand(t *testing.T) {
 		if _, err := os.Stat(agentDir); !os.IsNotExist(err) {
 			t.Fatalf("run %d: the launch agent's directory %s is left behind (%v)", run, agentDir, err)
 		}
+	}
+}
+
+// TestLaunchAgentLeaves: in a testbed whose switch is a tree, the launch
+// agent gives each host's orted (and so its ranks) the host's leaf as
+// NDMA_SWITCH when the job uses NDMA.
+func TestLaunchAgentLeaves(t *testing.T) {
+	st := &State{Prefix: "t", SwitchAddr: "10.0.0.1:7471"}
+	for i, leaf := range []string{"10.0.0.1:7571", "10.0.0.1:7671"} {
+		st.Hosts = append(st.Hosts, Node{Addr: netip.AddrFrom4([4]byte{10, 0, 0, byte(2 + i)}), NS: fmt.Sprintf("t-h%d", i), Leaf: leaf})
+	}
+	a := launchAgent(st, "/tmp/x")
+	for _, h := range st.Hosts {
+		if !strings.Contains(a, fmt.Sprintf("%s) ns=%s; i=", h.Addr, h.NS)) || !strings.Contains(a, "sw="+h.Leaf+" ;;") {
+			t.Fatalf("the agent does not give host %s its leaf %s:\n%s", h.NS, h.Leaf, a)
+		}
+	}
+	if !strings.Contains(a, `[ -z "$NDMA_SWITCH" ] || export NDMA_SWITCH="$sw"`) {
+		t.Fatalf("the agent does not set NDMA_SWITCH:\n%s", a)
 	}
 }

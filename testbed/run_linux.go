@@ -81,7 +81,7 @@ func RunWith(ctx context.Context, st *State, cmd []string, out io.Writer, opts R
 		c.Env = append(os.Environ(),
 			"NDMA_RANK="+strconv.Itoa(i),
 			"NDMA_SIZE="+strconv.Itoa(size),
-			"NDMA_SWITCH="+st.SwitchAddr,
+			"NDMA_SWITCH="+hostSwitch(st, &h),
 			"NDMA_JOB="+job,
 			"NDMA_TOKEN="+st.Token,
 			"NDMA_MTU="+strconv.Itoa(st.DatagramMTU),
@@ -248,4 +248,13 @@ func daemonPIDs(st *State) []string {
 		}
 	}
 	return env
+}
+
+// hostSwitch is the switch the ranks of host h meet at: its leaf in a
+// tree, else the testbed's switch.
+func hostSwitch(st *State, h *Node) string {
+	if h.Leaf != "" {
+		return h.Leaf
+	}
+	return st.SwitchAddr
 }

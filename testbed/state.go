@@ -83,6 +83,9 @@ type State struct {
 	// runs more than one (Config.Switches; SwitchAddr is the first): the
 	// NDMA_SWITCHES of every rank. Empty with one switch.
 	SwitchAddrs []string `json:"switch_addrs,omitempty"`
+	// LeafAddrs lists the leaf switches' addresses when the switch is a
+	// tree (Config.Leaves); SwitchAddr is then the root's.
+	LeafAddrs []string `json:"leaf_addrs,omitempty"`
 	// Token is the fabric token the switch was started with, the
 	// NDMA_TOKEN of every rank.
 	Token string `json:"token"`
@@ -126,6 +129,10 @@ type Node struct {
 	// --credential, and each host's (role member), Run's NDMA_CREDENTIAL
 	// for the rank in that host; empty without credentials.
 	Credential string `json:"credential,omitempty"`
+	// Leaf is a host's switch when the testbed's switch is a tree
+	// (Config.Leaves): the address of its leaf switch, which Run gives
+	// its ranks as NDMA_SWITCH.
+	Leaf string `json:"leaf,omitempty"`
 	// Present is whether the namespace exists; Status fills it in.
 	Present bool `json:"present"`
 }

@@ -218,6 +218,14 @@ func build(ctx context.Context, cfg *Config, subnet netip.Prefix, rate uint64) (
 			st.SwitchAddrs = append(st.SwitchAddrs, netip.AddrPortFrom(st.Switch.Addr, uint16(switchPort(i))).String())
 		}
 	}
+	for i := range cfg.Leaves {
+		st.LeafAddrs = append(st.LeafAddrs, netip.AddrPortFrom(st.Switch.Addr, uint16(switchPort(i+1))).String())
+	}
+	for i := range st.Hosts {
+		if cfg.Leaves > 0 {
+			st.Hosts[i].Leaf = st.LeafAddrs[i*cfg.Leaves/len(st.Hosts)]
+		}
+	}
 	if err := st.save(); err != nil {
 		return nil, fmt.Errorf("testbed: state file: %w", err)
 	}

@@ -907,3 +907,49 @@ func TestUpSwitches(t *testing.T) {
 		t.Fatalf("bench coll did not run over both switches:\n%s", bench.String())
 	}
 }
+
+// TestUpLeaves brings a testbed up whose switch is a tree of a root and
+// two leaves over four hosts: the root and both leaves run, each host's
+// ranks get their leaf as NDMA_SWITCH, and an in-network Allreduce and
+// Bcast across the tree complete on all four ranks.
+func TestUpLeaves(t *testing.T) {
+	st := upTestbed(t, Config{Hosts: 4, Leaves: 2})
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	leaves := []string{st.Switch.Addr.String() + ":7571", st.Switch.Addr.String() + ":7671"}
+	if !slices.Equal(st.LeafAddrs, leaves) {
+		t.Fatalf("leaves %v, want %v", st.LeafAddrs, leaves)
+	}
+	for i, h := range st.Hosts {
+		if want := leaves[i/2]; h.Leaf != want {
+			t.Fatalf("host %d's leaf %q, want %q", i, h.Leaf, want)
+		}
+	}
+	alive := 0
+	for _, d := range st.Daemons {
+		if d.Role == "switch" && d.Alive {
+			alive++
+		}
+	}
+	if alive != 3 {
+		t.Fatalf("daemons %+v, want three switch processes alive", st.Daemons)
+	}
+	var out lockedBuilder
+	if err := Run(ctx, st, []string{"sh", "-c", "echo switch=$NDMA_SWITCH"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leaves {
+		if got := strings.Count(out.String(), "switch="+l); got != 2 {
+			t.Fatalf("NDMA_SWITCH of the ranks:\n%s\nwant %s for two", out.String(), l)
+		}
+	}
+	for _, op := range []string{"allreduce", "bcast"} {
+		var bench lockedBuilder
+		if err := Run(ctx, st, []string{ndmaBinary(t), "bench", "coll", "--op", op, "--algo", "innet", "--sizes", "64K", "--iters", "2"}, &bench); err != nil {
+			t.Fatalf("%s: %v\n%s", op, err, bench.String())
+		}
+		if !strings.Contains(bench.String(), "65536") {
+			t.Fatalf("%s: no row for 64 KiB:\n%s", op, bench.String())
+		}
+	}
+}

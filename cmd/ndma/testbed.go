@@ -41,6 +41,7 @@ var testbedFlagNames = map[string]string{
 	"Binary":     "--binary",
 	"GoMaxProcs": "--gomaxprocs",
 	"Switches":   "--switches",
+	"Leaves":     "--leaves",
 }
 
 // testbedFlags are the flags of `ndma testbed` and its subcommands.
@@ -55,6 +56,7 @@ type testbedFlags struct {
 	hosts, memnodes, burst, mtu     int
 	stornodes                       int
 	switches                        int
+	leaves                          int
 	gateway                         bool
 	gomaxprocs                      int
 	rate, hostRate, subnet, memSize string
@@ -170,6 +172,7 @@ CPU per MiB.
 	fl.IntVar(&f.hosts, "hosts", testbed.DefaultHosts, fmt.Sprintf("host namespaces, one rank each (1 to %d with --memnodes)", testbed.MaxNodes))
 	fl.IntVar(&f.memnodes, "memnodes", 0, "memory-node namespaces, each running ndma memd")
 	fl.IntVar(&f.switches, "switches", 1, fmt.Sprintf("ndma switch processes in the switch namespace (1 to %d): above 1, the ranks of run shard their in-network collectives over them (NDMA_SWITCHES)", testbed.MaxSwitches))
+	fl.IntVar(&f.leaves, "leaves", 0, fmt.Sprintf("make the switch a tree: a root and this many leaf switch processes in the switch namespace (1 to %d, at most --hosts), the hosts in blocks, each host's ranks meeting at its leaf (default: one switch)", testbed.MaxSwitches))
 	fl.IntVar(&f.stornodes, "stornodes", 0, "storage-node namespaces (s0, s1, ...), each running ndma stord with its directory in the state directory")
 	fl.BoolVar(&f.gateway, "gateway", false, "a namespace (g0) running ndma storgw, the controller of ndma bench vol --mode controller (needs --stornodes)")
 	fl.StringVar(&f.rate, "rate", testbed.DefaultRate, "rate of every link, each direction, in tc's syntax: 100mbit, 1gbit, 12mbps (bytes/s); auto: the highest rate at which the heaviest jobs are faithful on this machine (see above)")
@@ -291,6 +294,7 @@ func (f *testbedFlags) config() (testbed.Config, error) {
 		MemNodes:   f.memnodes,
 		StorNodes:  f.stornodes,
 		Switches:   f.switches,
+		Leaves:     f.leaves,
 		Gateway:    f.gateway,
 		Rate:       f.rate,
 		HostRate:   f.hostRate,
@@ -486,6 +490,9 @@ func printTestbed(w io.Writer, st *testbed.State) {
 	if len(st.SwitchAddrs) > 1 {
 		fmt.Fprintf(w, "switches %s  (NDMA_SWITCHES: in-network collectives sharded over %d switch processes)\n", strings.Join(st.SwitchAddrs, ","), len(st.SwitchAddrs))
 	}
+	if len(st.LeafAddrs) > 0 {
+		fmt.Fprintf(w, "leaves   %s  (a tree: the switch above is the root; each host's ranks meet at its leaf, below)\n", strings.Join(st.LeafAddrs, ","))
+	}
 	if st.Secret != "" {
 		fmt.Fprintf(w, "sealed   every datagram: credentials <node>.cred under the secret %s (each rank of testbed run: one of its own, JOB/RANK, as NDMA_CREDENTIAL; other tools: --credential %s)\n", st.Secret, st.ClientCredential)
 	} else {
@@ -496,7 +503,11 @@ func printTestbed(w io.Writer, st *testbed.State) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tNAMESPACE\tADDRESS\tIFACE\tSERVICE\tPRESENT")
 	row := func(n testbed.Node) {
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\n", n.Name, n.NS, n.Addr, n.Iface, dash(n.Service), yesNo(n.Present))
+		svc := dash(n.Service)
+		if n.Leaf != "" {
+			svc = "leaf " + n.Leaf // a host's switch in a tree
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\n", n.Name, n.NS, n.Addr, n.Iface, svc, yesNo(n.Present))
 	}
 	row(st.Switch)
 	for _, n := range st.Hosts {
