@@ -25,6 +25,7 @@ const (
 type suiteFlags struct {
 	hosts, mtu, iters, gmp, ppn int
 	switches                    int
+	leaves                      int
 	repeat                      int
 	rate, ops, sizes, out, pf   string
 	keep, json, mpi             bool
@@ -111,6 +112,7 @@ then runs at that one rate.`,
 	fl := cmd.Flags()
 	fl.IntVar(&f.hosts, "hosts", 8, "host namespaces, --ppn ranks each")
 	fl.IntVar(&f.switches, "switches", 1, fmt.Sprintf("switch processes to shard the in-network collectives over, 1 to %d (see ndma testbed up)", testbed.MaxSwitches))
+	fl.IntVar(&f.leaves, "leaves", 0, "make the testbed's switch a tree of a root and this many leaf switches, the hosts in blocks (see ndma testbed up --leaves; default: one switch)")
 	fl.IntVar(&f.ppn, "ppn", 1, fmt.Sprintf("ranks in each host namespace, 1 to %d (NDMA's and Open MPI's rows alike)", testbed.MaxPerHost))
 	fl.StringVar(&f.rate, "rate", testbed.DefaultRate, "rate of every link, each direction, in tc's syntax: 100mbit, 1gbit; auto: the highest rate at which the heaviest jobs are faithful on this machine (see above)")
 	fl.BoolVar(&f.prio, "priority-queues", false, "give every link's queue priority bands that send NDMA's ACKs ahead of queued data (see ndma testbed up)")
@@ -201,7 +203,7 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 	stdout := cmd.OutOrStdout()
 	prog := newProgress(cmd.ErrOrStderr(), f.json)
 	cfg := bench.SuiteConfig{
-		Testbed:  testbed.Config{Prefix: f.pf, Hosts: f.hosts, Switches: f.switches, Rate: f.rate, PeakRate: f.peakRate, MTU: f.mtu, GoMaxProcs: f.gmp, PriorityQueues: f.prio},
+		Testbed:  testbed.Config{Prefix: f.pf, Hosts: f.hosts, Switches: f.switches, Leaves: f.leaves, Rate: f.rate, PeakRate: f.peakRate, MTU: f.mtu, GoMaxProcs: f.gmp, PriorityQueues: f.prio},
 		Ops:      ops,
 		Sizes:    sizes,
 		Iters:    f.iters,
