@@ -246,7 +246,13 @@ func (s *Switch) beatAnswered(u *upstream, h *wire.Header, resp *ctrl.Msg, ok bo
 }
 
 // joinedVia sets up the group the root formed, for the joiner u, and
-// answers it.
+// answers it. The first answer of a job also settles every other join of
+// the job this switch passed up and still awaits (the root formed the
+// group: they are all in its table, found by their own addresses), and
+// answers them: no member attached here hears that the group formed
+// before every other one is attached, so none of its first aggregations
+// finds a slot counting fewer contributors. Their own answers from the
+// parent, coming later, find nothing awaited and are dropped.
 func (s *Switch) joinedVia(now time.Time, u *upstream, resp *ctrl.Msg) {
 	h := wire.Header{Op: wire.OpControl, MsgID: u.msgID}
 	g := s.groups[resp.Group]
@@ -264,6 +270,8 @@ func (s *Switch) joinedVia(now time.Time, u *upstream, resp *ctrl.Msg) {
 			}
 		}
 		s.logEvent(Event{Kind: EventJobJoined, Job: g.name, Group: g.id, Size: u.size})
+		g.epoch = max(g.epoch, resp.Epoch)
+		s.settleJoins(g, resp)
 	}
 	if g.name != u.job || g.service || int(resp.Member) >= len(g.members) {
 		s.stats.ControlRefused++
@@ -271,16 +279,50 @@ func (s *Switch) joinedVia(now time.Time, u *upstream, resp *ctrl.Msg) {
 		return
 	}
 	g.epoch = max(g.epoch, resp.Epoch)
-	mem := &member{id: resp.Member, addr: u.joiner.Addr, alive: true, lastSeen: s.heard}
-	if u.typ == ctrl.JoinVia {
-		p := s.addPort(g, u.joiner.Addr)
-		mem.addr, mem.real, mem.via = p.addr, u.real, p
+	s.joinHere(g, u, resp.Member, resp.Members)
+}
+
+// settleJoins answers every join of g's job this switch awaits from its
+// parent, in the order they were sent up, with its rank in resp's table.
+func (s *Switch) settleJoins(g *group, resp *ctrl.Msg) {
+	ids := make([]uint64, 0, len(s.tree.up))
+	for id, w := range s.tree.up {
+		if w.typ != ctrl.Heartbeat && w.job == g.name {
+			ids = append(ids, id)
+		}
 	}
-	if old := g.members[resp.Member]; old != nil {
+	slices.Sort(ids)
+	for _, id := range ids {
+		w := s.tree.up[id]
+		for _, mi := range resp.Members {
+			if mi.Addr == w.real && int(mi.ID) < len(g.members) {
+				delete(s.tree.up, id)
+				s.joinHere(g, w, mi.ID, resp.Members)
+				break
+			}
+		}
+	}
+}
+
+// joinHere makes the joiner of w g's member id (attached here, or behind
+// the child switch that sent w) and answers it with the table.
+func (s *Switch) joinHere(g *group, w *upstream, id uint16, table []ctrl.MemberInfo) {
+	if old := g.members[id]; old != nil && old.alive && (old.via == nil || !old.via.up) {
+		// Attached already (settled with the job's first answer): this
+		// is a repeat; answer it the same.
+		s.respondTo(w.joiner, w.msgID, &ctrl.Msg{Type: w.typ, Resp: true, Group: g.id, Member: id, Members: table, Epoch: g.epoch})
+		return
+	}
+	mem := &member{id: id, addr: w.joiner.Addr, alive: true, lastSeen: s.heard}
+	if w.typ == ctrl.JoinVia {
+		p := s.addPort(g, w.joiner.Addr)
+		mem.addr, mem.real, mem.via = p.addr, w.real, p
+	}
+	if old := g.members[id]; old != nil {
 		s.detach(g, old)
 	}
 	s.attach(g, mem)
-	s.respondTo(u.joiner, u.msgID, &ctrl.Msg{Type: u.typ, Resp: true, Group: g.id, Member: mem.id, Members: resp.Members, Epoch: g.epoch})
+	s.respondTo(w.joiner, w.msgID, &ctrl.Msg{Type: w.typ, Resp: true, Group: g.id, Member: mem.id, Members: table, Epoch: g.epoch})
 }
 
 // port returns g's port to the neighbor switch at addr (nil: none).

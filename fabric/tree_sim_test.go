@@ -447,3 +447,43 @@ func TestSimTreeLeafDiesInAllreduce(t *testing.T) {
 		t.Fatalf("allreduce of the rest: %v", res)
 	}
 }
+
+// TestSimTreeAggregateAtJoin has every member start an Allreduce the
+// moment its JOIN is answered, over slow lossy links (the root's answers
+// to a leaf reach it one after another, a lost one resent later): a
+// leaf must count every member of
+// the job attached to it from the first answer on, or a member's first
+// contribution completes a slot that counted it alone. Every member gets
+// the exact sum.
+func TestSimTreeAggregateAtJoin(t *testing.T) {
+	const seed = 315
+	link := simnet.LinkConfig{Rate: 2e6, Latency: 50 * time.Microsecond, Loss: 0.2}
+	tr := newSimTree(t, seed, link, 2, fabric.Config{HeartbeatTimeout: 5 * time.Second})
+	ms := append(append(tr.membersAt(tr.leafAddrs[0], 3), tr.membersAt(tr.leafAddrs[1], 3)...), tr.membersAt(tr.swAddr, 1)...)
+	got := make([][]byte, len(ms))
+	errs := make([]error, len(ms))
+	done := 0
+	for i, m := range ms {
+		m.control(&ctrl.Msg{Type: ctrl.Join, Job: "eager", Size: len(ms), Rank: i}, func(r *ctrl.Msg, err error) {
+			if err != nil {
+				t.Fatalf("rank %d join: %v", i, err)
+			}
+			m.core.SetMember(r.Group, r.Member)
+			m.core.SetGroupSwitch(r.Group, m.swAddr())
+			m.groups = append(m.groups, r.Group)
+			m.member[r.Group] = r.Member
+			got[i] = make([]byte, 4)
+			m.post(&endpoint.Op{Kind: endpoint.KindAggregate, Peer: m.swAddr(), Group: r.Group, Buf: []byte{byte(1 << i), 0, 0, 0}, Recv: got[i], Root: -1,
+				Dtype: wire.DtypeI32, Alu: wire.AluAdd}, func(op *endpoint.Op) {
+				errs[i] = op.Err
+				done++
+			})
+		})
+	}
+	tr.run(func() bool { return done == len(ms) }, time.Minute, "join, then allreduce at once")
+	for i := range ms {
+		if errs[i] != nil || got[i][0] != 1<<len(ms)-1 {
+			t.Fatalf("rank %d: sum %v, %v; want %d", i, got[i], errs[i], 1<<len(ms)-1)
+		}
+	}
+}
