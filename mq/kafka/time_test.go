@@ -107,3 +107,27 @@ func TestKgoRecordTimes(t *testing.T) {
 		t.Fatalf("%d batches", len(newest))
 	}
 }
+
+// TestDecodeRecordTimes: a record's time is its batch's first timestamp
+// plus its delta (before the first too), in nanoseconds; no timestamp
+// (-1) is none, and a time past what nanoseconds hold is refused.
+func TestDecodeRecordTimes(t *testing.T) {
+	var b []byte
+	for _, d := range []int64{7, -3, 0} {
+		r := kmsg.NewRecord()
+		r.TimestampDelta64, r.Value = d, []byte("v")
+		enc := r.AppendTo(nil)
+		r.Length = int32(len(enc) - 1)
+		b = r.AppendTo(b)
+	}
+	rs, err := decodeRecords(b, 3, 5000)
+	if err != nil || len(rs) != 3 || rs[0].Timestamp != 5007e6 || rs[1].Timestamp != 4997e6 || rs[2].Timestamp != 5000e6 {
+		t.Fatalf("CreateTime: %+v %v", rs, err)
+	}
+	if rs, err := decodeRecords(b, 3, -1); err != nil || rs[0].Timestamp != 0 || rs[1].Timestamp != 0 {
+		t.Fatalf("no timestamp: %+v %v", rs, err)
+	}
+	if _, err := decodeRecords(b, 3, maxMillis); err == nil {
+		t.Fatal("a time past what nanoseconds hold was taken")
+	}
+}
