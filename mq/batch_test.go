@@ -85,6 +85,9 @@ func FuzzParseBatch(f *testing.F) {
 	b, m := encodeBatch(batchMeta{producer: 1}, testRecords())
 	putBatchHeader(b, m)
 	f.Add(b)
+	tb, tm := encodeBatch(batchMeta{producer: 1}, timedRecords())
+	putBatchHeader(tb, stampBatch(tb, tm, timesOf(timedRecords()), 5e9))
+	f.Add(tb)
 	f.Add(skipMarker(0, 64))
 	f.Add(make([]byte, 64))
 	f.Add(append([]byte{0x4d, 0x50, 0, 0, 1, 0, 0, 0}, b...))
@@ -113,6 +116,29 @@ func FuzzParseBatch(f *testing.F) {
 		}
 		if len(rs) != int(h.count) {
 			t.Fatalf("%d records, header says %d", len(rs), h.count)
+		}
+		// A batch's time is its newest record's; decoded records
+		// encode to a batch that decodes to the same records.
+		for _, r := range rs {
+			if r.Timestamp > h.timestamp {
+				t.Fatalf("record %d of time %d in a batch of time %d", r.Index, r.Timestamp, h.timestamp)
+			}
+		}
+		e, em := encodeBatch(batchMeta{}, rs)
+		putBatchHeader(e, stampBatch(e, em, timesOf(rs), 0))
+		back, err := parseBatchHeader(e, 0, 1<<40)
+		if err == nil {
+			var again []Record
+			if again, err = parseBody(back, e[batchHeaderLen:batchHeaderLen+back.bodyLen]); err == nil {
+				for i, r := range again {
+					if r.Timestamp != rs[i].Timestamp || !bytes.Equal(r.Value, rs[i].Value) || !bytes.Equal(r.Key, rs[i].Key) {
+						t.Fatalf("record %d: %+v encoded again is %+v", i, rs[i], r)
+					}
+				}
+			}
+		}
+		if err != nil {
+			t.Fatalf("decoded records encoded again: %v", err)
 		}
 	})
 }

@@ -31,14 +31,15 @@
 // length rounded up to Align bytes). Offsets only grow; the physical
 // place of offset o is o modulo the partition's ring.
 //
-// Time: every batch carries the time its producer wrote it. The time
-// index keeps, per segment of each ring, the newest timestamp (in
-// milliseconds) of the batches that start in it, raised by
-// compare-and-swap before a batch is published. Topic.OffsetForTime and
-// Consumer.SeekTime find the first batch whose timestamp is at or after
-// a time: the index words skip the segments that are all older, and the
-// batch headers of the first segment that may hold it decide, to the
-// nanosecond. Topic.Expire drops the oldest segments older than a time
+// Time: every record has a time, its own (Record.Timestamp given to
+// Produce) or its batch's write time; a batch's time is its newest
+// record's. The time index keeps, per segment of each ring, the newest
+// batch time (in milliseconds) of the batches that start in it, raised
+// by compare-and-swap before a batch is published. Topic.OffsetForTime
+// and Consumer.SeekTime find the first batch whose time is at or after
+// a time, and in it the first record that is: the index words skip the
+// segments that are all older, and the batch headers of the first
+// segment that may hold it decide, to the nanosecond. Topic.Expire drops the oldest segments older than a time
 // (retention by age; the ring's size is the other bound).
 //
 // Push: a producer configured with ProducerConfig.Push multicasts each

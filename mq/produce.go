@@ -1,7 +1,6 @@
 package mq
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -79,7 +78,8 @@ type attempt struct {
 	seq  uint64
 	off  uint64
 	meta batchMeta
-	body []byte // the encoded batch
+	rt   recordTimes // its records' own times
+	body []byte      // the encoded batch
 }
 
 // NewProducer returns a producer of topic t.
@@ -139,7 +139,7 @@ func (p *Producer) Produce(ctx context.Context, part int, recs []Record) (Ack, e
 	if len(recs) == 0 {
 		return Ack{}, fmt.Errorf("%w: a batch of no records", ErrBadRequest)
 	}
-	if n := batchHeaderLen + bodyLen(recs); uint64(n) > p.t.l.MaxBatch {
+	if n := BatchBytes(recs); uint64(n) > p.t.l.MaxBatch {
 		return Ack{}, fmt.Errorf("%w: %d bytes (at most %d with the header)", ErrTooLarge, n, p.t.l.MaxBatch)
 	}
 	pp := p.parts[part]
@@ -151,7 +151,7 @@ func (p *Producer) Produce(ctx context.Context, part int, recs []Record) (Ack, e
 	defer func() { <-pp.lock }()
 	enc, meta := encodeBatch(batchMeta{producer: p.cfg.ID}, recs)
 	a := pp.pending
-	if a != nil && bytes.Equal(a.body[batchHeaderLen:], enc[batchHeaderLen:]) {
+	if a != nil && sameRecords(a.body, enc, a.meta, meta) {
 		// The same records again after an unknown outcome: settle the
 		// earlier reservation first.
 		stored, err := p.settle(ctx, part, a)
@@ -165,7 +165,7 @@ func (p *Producer) Produce(ctx context.Context, part int, recs []Record) (Ack, e
 		}
 	} else {
 		pp.seq++
-		a = &attempt{seq: pp.seq, meta: meta, body: enc}
+		a = &attempt{seq: pp.seq, meta: meta, rt: timesOf(recs), body: enc}
 	}
 	pp.pending = nil
 	ack, err := p.produce(ctx, part, a)
@@ -236,7 +236,8 @@ func (p *Producer) write(ctx context.Context, part int, a *attempt, began time.T
 		return err
 	}
 	m := a.meta
-	m.offset, m.seq, m.timestamp = a.off, a.seq, time.Now().UnixNano()
+	m.offset, m.seq = a.off, a.seq
+	m = stampBatch(a.body, m, a.rt, time.Now().UnixNano())
 	putBatchHeader(a.body, m)
 	// The time index is raised before the batch is published, alongside
 	// its write (when the handle does not know it is high enough).

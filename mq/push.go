@@ -52,8 +52,15 @@ const (
 	DefaultPushRefresh = time.Second
 	DefaultPushIdle    = 200 * time.Millisecond
 	// MaxSubscribers bounds a topic's subscribers (its push service's
-	// members).
-	MaxSubscribers = 64
+	// members, each owning one key range of its ownership table). The
+	// wire allows up to ctrl.MaxSize-1 = 4095 (a push group is the
+	// subscribers and the producer, at most ctrl.MaxSize ranks, and the
+	// table at most ctrl.MaxRanges ranges); 1024 keeps a subscriber's
+	// registration (its table of 1024 ranges) to a few datagrams.
+	MaxSubscribers = 1024
+	// pushInvites bounds the invitations a producer has in flight while
+	// it forms a group.
+	pushInvites = 64
 	// MaxPushBatch is the largest batch pushed; a larger one is read
 	// from the log.
 	MaxPushBatch = 256 << 10
@@ -93,13 +100,13 @@ func (p Push) idle() time.Duration {
 func pushService(t *Topic) string { return fmt.Sprintf("mq.push.%d", t.ref.Data) }
 
 // pushRanges is the push service's ownership table: key k to member k.
-func pushRanges() []ctrl.KeyRange {
+var pushRanges = sync.OnceValue(func() []ctrl.KeyRange {
 	rs := make([]ctrl.KeyRange, MaxSubscribers)
 	for i := range rs {
 		rs[i] = ctrl.KeyRange{Start: uint64(i), End: uint64(i) + 1, Owner: i}
 	}
 	return rs
-}
+})
 
 // The push messages (little-endian), each ending in a tag: the first
 // pushTagLen bytes of HMAC-SHA256 under the topic's data region key
@@ -319,8 +326,11 @@ func (ps *pusher) reform(g *pushGroup) *pushGroup {
 	size := len(subs) + 1
 	errs := make([]error, len(subs))
 	var wg sync.WaitGroup
+	sem := make(chan struct{}, pushInvites)
 	for i, id := range subs {
+		sem <- struct{}{}
 		wg.Go(func() {
+			defer func() { <-sem }()
 			req := appendInvite(ps.t, job, size, i+1)
 			_, errs[i] = ps.cfg.Endpoint.Anycast(ctx, ps.cfg.Switch, pushService(ps.t), uint64(id), req, ps.cfg.Fabric)
 		})

@@ -287,3 +287,32 @@ func TestSimPushHole(t *testing.T) {
 		}
 	})
 }
+
+// TestSimPushManySubscribers: a push group of more subscribers than a
+// service's 64 of old: each of them receives every record pushed, in
+// order, from one group, and the producer sends each batch once.
+func TestSimPushManySubscribers(t *testing.T) {
+	const n = 100
+	simTopic(t, 22, 3, testLayout(), CreateOptions{}, func(t *testing.T, s *simMQ) {
+		var subs []*Subscription
+		for range n {
+			subs = append(subs, s.subscriber(time.Hour, nil))
+		}
+		p, _ := s.pushProducer()
+		w := make(sent)
+		w.produce(t, s, p, 0, "before the group")
+		waitGroups(t, p, 1)
+		for i := range 6 {
+			w.produce(t, s, p, i%3, fmt.Sprint("r", i))
+		}
+		for _, sub := range subs {
+			receive(t, s, sub, w)
+			if st := sub.Stats(); st.Pushed != 6 || st.Repaired != 1 || st.Groups != 1 || st.Overflow != 0 {
+				t.Fatalf("subscriber %+v", st)
+			}
+		}
+		if ps := p.Stats(); ps.Pushed != 6 || ps.PushDropped != 0 || ps.PushGroups != 1 {
+			t.Fatalf("producer %+v", ps)
+		}
+	})
+}

@@ -8,8 +8,9 @@ import (
 )
 
 // The time index: a word per segment of each partition's ring, in the
-// control region after the groups, holding the newest timestamp of the
-// batches that start in the segment, in milliseconds (rounded down),
+// control region after the groups, holding the newest time of the
+// batches that start in the segment (a batch's time is its newest
+// record's), in milliseconds (rounded down),
 // tagged with the segment's number, so that a word left from an earlier
 // lap of the ring is told apart:
 //
@@ -133,11 +134,13 @@ func (t *Topic) readTimes(ctx context.Context, p int, seg uint64, n int) ([]uint
 
 // TimeOffset is what a lookup by time found.
 type TimeOffset struct {
-	// Offset is the first batch whose timestamp is at or after the time
-	// asked for; the committed offset when there is none (yet).
+	// Offset is the first batch whose time (its newest record's) is at
+	// or after the time asked for; the committed offset when there is
+	// none (yet). Index is the first of its records whose time is.
 	Offset uint64
-	// Timestamp is that batch's timestamp (unix ns); Found is false when
-	// no retained batch is that new.
+	Index  int
+	// Timestamp is that record's time (unix ns); Found is false when no
+	// retained batch is that new.
 	Timestamp int64
 	Found     bool
 }
@@ -150,8 +153,9 @@ const (
 )
 
 // OffsetForTime finds, in partition p, the first batch (in offset
-// order) whose timestamp is at or after t, among the batches retained
-// and committed.
+// order) whose time (its newest record's) is at or after t, among the
+// batches retained and committed, and in it the first record whose time
+// is.
 func (t *Topic) OffsetForTime(ctx context.Context, p int, at time.Time) (TimeOffset, error) {
 	if err := t.checkPartition(p); err != nil {
 		return TimeOffset{}, err
@@ -254,16 +258,44 @@ func (s *timeScan) until(ctx context.Context, segEnd uint64) (TimeOffset, error)
 		}
 		s.known = true
 		if !m.skip() && m.timestamp >= s.ns {
-			return TimeOffset{Offset: s.q, Timestamp: m.timestamp, Found: true}, nil
+			r, ok, err := s.record(ctx, m)
+			if err != nil || ok {
+				return r, err
+			}
 		}
 		s.q += m.span
 	}
 	return TimeOffset{}, nil
 }
 
-// SeekTime sets partition p's position to the first batch whose
-// timestamp is at or after t (OffsetForTime), or to the committed
-// offset when there is none, and returns it.
+// record finds the first record at or after the time sought in the
+// batch of m at q, whose time is; false when its body does not check.
+func (s *timeScan) record(ctx context.Context, m batchMeta) (TimeOffset, bool, error) {
+	r := TimeOffset{Offset: s.q, Timestamp: m.timestamp, Found: true}
+	if m.flags&flagTimes == 0 {
+		return r, true, nil // every record's time is the batch's
+	}
+	body := make([]byte, m.bodyLen)
+	if err := s.t.readLog(ctx, s.p, body, s.q+batchHeaderLen); err != nil {
+		return TimeOffset{}, false, err
+	}
+	recs, err := parseBody(m, body)
+	if err != nil {
+		return TimeOffset{}, false, nil
+	}
+	for _, rec := range recs {
+		if rec.Timestamp >= s.ns {
+			r.Index, r.Timestamp = rec.Index, rec.Timestamp
+			return r, true, nil
+		}
+	}
+	return TimeOffset{}, false, nil
+}
+
+// SeekTime sets partition p's position to the first batch whose time
+// (its newest record's) is at or after t (OffsetForTime), or to the
+// committed offset when there is none, and returns it: the records of
+// that batch before the returned Index may be older than t.
 func (c *Consumer) SeekTime(ctx context.Context, p int, t time.Time) (TimeOffset, error) {
 	r, err := c.t.OffsetForTime(ctx, p, t)
 	if err != nil {

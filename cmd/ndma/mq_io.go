@@ -24,7 +24,7 @@ type mqProduceFlags struct {
 	file, key, acks string
 	partition, max  int
 	headers         []string
-	push            bool
+	push, times     bool
 }
 
 // newMqProduceCmd is ndma mq produce.
@@ -44,9 +44,15 @@ batch has --timeout. It prints how many records and batches it stored
 also multicasts each batch stored, once, to the topic's push subscribers
 (consume --push) through the switch, from when its first batch has
 formed a group of them (a few round trips); they read from the log what
-was not pushed to them.`,
+was not pushed to them.
+
+A record's time is when its batch is written; with --timestamps each
+line begins with the record's own time (RFC 3339, e.g.
+2026-01-02T15:04:05.123Z) and a space, the rest of the line its value.
+Times need not grow from line to line.`,
 		Example: `  seq 100 | ndma mq produce orders --catalog mq.catalog
-  ndma mq produce orders --file events.txt --key user-42 --header source=import --json`,
+  ndma mq produce orders --file events.txt --key user-42 --header source=import --json
+  echo "2026-01-02T15:04:05.123Z paid" | ndma mq produce orders --timestamps`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return mqProduce(cmd, mf, &f, args[0]) },
 	}
@@ -58,6 +64,7 @@ was not pushed to them.`,
 	fl.IntVar(&f.max, "batch", 100, "the most records in one batch")
 	fl.StringVar(&f.acks, "acks", "all", "what a batch waits for: all (every copy) or one (at least one copy)")
 	fl.BoolVar(&f.push, "push", false, "multicast each batch stored to the topic's push subscribers")
+	fl.BoolVar(&f.times, "timestamps", false, "each line begins with the record's time (RFC 3339) and a space")
 	return cmd
 }
 
@@ -116,12 +123,18 @@ func mqProduce(cmd *cobra.Command, mf *mqFlags, f *mqProduceFlags, topic string)
 		push := s.push()
 		cfg.Push = &push
 	}
-	b := &mqBatcher{cmd: cmd, mf: mf, p: mq.NewProducer(t, cfg), part: part, parts: l.Partitions, max: f.max, room: int(l.MaxBatch) - mq.BatchHeaderBytes}
+	b := &mqBatcher{cmd: cmd, mf: mf, p: mq.NewProducer(t, cfg), part: part, parts: l.Partitions, max: f.max,
+		room: int(l.MaxBatch) - mq.BatchHeaderBytes - mq.BatchTimesBytes}
 	defer b.p.Close()
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), int(l.MaxBatch))
-	for sc.Scan() {
+	for line := 1; sc.Scan(); line++ {
 		r := mq.Record{Value: append([]byte(nil), sc.Bytes()...), Headers: hs}
+		if f.times {
+			if r.Timestamp, r.Value, err = cutTime(r.Value); err != nil {
+				return fmt.Errorf("line %d: %w", line, err)
+			}
+		}
 		if f.key != "" {
 			r.Key = []byte(f.key)
 		}
@@ -139,6 +152,19 @@ func mqProduce(cmd *cobra.Command, mf *mqFlags, f *mqProduceFlags, topic string)
 		fmt.Fprintf(cmd.OutOrStdout(), "%d records in %d batches\n", b.records, b.batches)
 	}
 	return nil
+}
+
+// cutTime splits a --timestamps line into its time (unix ns) and value.
+func cutTime(line []byte) (int64, []byte, error) {
+	ts, val, ok := strings.Cut(string(line), " ")
+	t, err := time.Parse(time.RFC3339Nano, ts)
+	switch {
+	case !ok || err != nil:
+		return 0, nil, fmt.Errorf("--timestamps: %q does not begin with an RFC 3339 time (2026-01-02T15:04:05Z) and a space", line)
+	case t.UnixNano() == 0 || t.Year() < 1678 || t.Year() > 2261:
+		return 0, nil, fmt.Errorf("--timestamps: %s: want a time after 1678 and before 2262, other than 1970-01-01T00:00:00Z", ts)
+	}
+	return t.UnixNano(), []byte(val), nil
 }
 
 // mqBatcher gathers records into batches and produces them.
@@ -219,10 +245,12 @@ func newMqConsumeCmd(mf *mqFlags) *cobra.Command {
 		Long: `consume reads TOPIC's records one-sidedly from the memory nodes and
 prints each record's value on a line (--json: a JSON object a line, with
 partition, offset, index in its batch, key, value or value_base64,
-headers, producer, sequence and timestamp). It reads every partition (or
+headers, producer, sequence and timestamp: the record's own time, or
+its batch's write time for one produced without). It reads every partition (or
 --partition) from its start, from --offset (with --partition), from the
-first batch written at or after --from-time (an RFC 3339 time, or a
-duration meaning that long ago), or from --group's committed offsets,
+first batch whose newest record's time is at or after --from-time (an
+RFC 3339 time, or a duration meaning that long ago; that batch's older
+records are printed too), or from --group's committed offsets,
 which it commits, past the records it printed, when it ends. It ends
 after --count records, or once it has waited --wait with nothing new.
 
@@ -246,7 +274,7 @@ many records came pushed and how many from the log.`,
 	fl.IntVar(&f.count, "count", 0, "stop after this many records (0: no limit)")
 	fl.DurationVar(&f.wait, "wait", 0, "wait this long for new records before ending")
 	fl.BoolVar(&f.push, "push", false, "take the batches producers push, reading the log only for what was not pushed")
-	fl.StringVar(&f.fromTime, "from-time", "", "start at the first batch written at or after this `time` (RFC 3339, or a duration: that long ago)")
+	fl.StringVar(&f.fromTime, "from-time", "", "start at the first batch with a record at or after this `time` (RFC 3339, or a duration: that long ago)")
 	return cmd
 }
 

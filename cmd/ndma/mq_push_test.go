@@ -98,4 +98,25 @@ func TestMqPushAndTimeCommands(t *testing.T) {
 	if out, err := mqc("consume", "events", "--from-time", "1h", "--count", "1"); err != nil || out == "a\n" {
 		t.Fatalf("consume after the expiry: %q %v", out, err)
 	}
+	// Records' own times, out of order in one batch: consume --json
+	// prints them, and --from-time finds their batch by its newest.
+	late, early := "2030-01-02T03:04:05.123456789Z", "2029-01-02T03:04:05Z"
+	if _, err := mqc("produce", "events", "--file", write("timed", late+" late", early+" early"), "--timestamps"); err != nil {
+		t.Fatal(err)
+	}
+	out, err = mqc("consume", "events", "--from-time", "2029-06-01T00:00:00Z", "--json")
+	var got []string
+	for line := range strings.Lines(out) {
+		var r struct{ Value, Timestamp string }
+		if json.Unmarshal([]byte(line), &r) != nil {
+			t.Fatalf("consume --json: %q", line)
+		}
+		got = append(got, r.Timestamp+" "+r.Value)
+	}
+	if err != nil || strings.Join(got, ",") != late+" late,"+early+" early" {
+		t.Fatalf("consume --from-time --json: %q %v", out, err)
+	}
+	if _, err := mqc("produce", "events", "--file", write("bad", "yesterday x"), "--timestamps"); err == nil || !strings.Contains(err.Error(), "line 1") {
+		t.Fatalf("produce --timestamps with no time: %v", err)
+	}
 }

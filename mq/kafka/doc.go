@@ -19,9 +19,13 @@
 // returns whole batches, each spanning Kafka offsets up to the next
 // batch; a fetch at an offset other than where the connection's last
 // fetch of the partition ended finds its batch with Topic.BatchStart.
-// Kafka offsets so grow, with gaps, as after a compaction. ListOffsets
-// by timestamp answers from mq's time index (Topic.OffsetForTime): the
-// first batch written at or after the time, with its timestamp.
+// Kafka offsets so grow, with gaps, as after a compaction. Records'
+// times pass through as CreateTime both ways (a produced record's
+// timestamp becomes its mq Record.Timestamp; a LogAppendTime batch's
+// records take mq's write time). ListOffsets by timestamp answers from
+// mq's time index (Topic.OffsetForTime): in the first batch whose newest
+// record is at or after the time, the first record that is, with its
+// time.
 //
 // Consumer groups: membership and rebalances (JoinGroup, SyncGroup,
 // Heartbeat, LeaveGroup) are kept by a coordinator in this process

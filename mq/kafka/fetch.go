@@ -15,7 +15,8 @@ import (
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // attrLogAppendTime marks a record batch's timestamps as the log's
-// append time: mq stamps a batch when it is written.
+// append time. The front end sends records' times as CreateTime (each
+// record's own, or its batch's write time for one that has none).
 const attrLogAppendTime = 1 << 3
 
 // encodeBatch encodes the records of one mq batch (all of one Offset)
@@ -23,10 +24,16 @@ const attrLogAppendTime = 1 << 3
 // next-1 so that the client fetches next after it.
 func encodeBatch(dst []byte, recs []mq.Record, next uint64) []byte {
 	o := recs[0].Offset
+	first, newest := recs[0].Timestamp/int64(time.Millisecond), int64(math.MinInt64)
+	for _, r := range recs {
+		first = min(first, r.Timestamp/int64(time.Millisecond))
+	}
 	var body []byte
 	for _, r := range recs {
 		kr := kmsg.NewRecord()
 		kr.OffsetDelta = int32(r.Index)
+		ms := r.Timestamp / int64(time.Millisecond)
+		kr.TimestampDelta64, newest = ms-first, max(newest, ms)
 		kr.Key, kr.Value = r.Key, r.Value
 		if len(kr.Key) == 0 {
 			kr.Key = nil
@@ -38,13 +45,12 @@ func encodeBatch(dst []byte, recs []mq.Record, next uint64) []byte {
 		kr.Length = int32(len(enc) - 1)
 		body = kr.AppendTo(body)
 	}
-	ts := recs[0].Timestamp / int64(time.Millisecond)
 	last := int64(next - o - 1)
 	if next <= o || last > math.MaxInt32 {
 		last = int64(recs[len(recs)-1].Index)
 	}
-	rb := kmsg.RecordBatch{FirstOffset: int64(o), Magic: 2, Attributes: attrLogAppendTime,
-		LastOffsetDelta: int32(last), FirstTimestamp: ts, MaxTimestamp: ts,
+	rb := kmsg.RecordBatch{FirstOffset: int64(o), Magic: 2,
+		LastOffsetDelta: int32(last), FirstTimestamp: first, MaxTimestamp: newest,
 		ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: int32(len(recs)), Records: body}
 	start := len(dst)
 	dst = rb.AppendTo(dst)
@@ -197,8 +203,9 @@ func (c *conn) fetchPartition(ctx context.Context, fp fetchPart, read bool) int 
 }
 
 // listOffsets answers the earliest (-2) and latest (-1) offsets of
-// partitions, and for a timestamp (milliseconds) the first batch written
-// at or after it (mq.Topic.OffsetForTime), or -1 when there is none.
+// partitions, and for a timestamp (milliseconds) the first record at or
+// after it of the first batch whose newest record is
+// (mq.Topic.OffsetForTime), with its time, or -1 when there is none.
 func (c *conn) listOffsets(req *kmsg.ListOffsetsRequest) *kmsg.ListOffsetsResponse {
 	ctx, cancel := c.ctx()
 	defer cancel()
@@ -225,15 +232,15 @@ func (c *conn) listOffsets(req *kmsg.ListOffsetsRequest) *kmsg.ListOffsetsRespon
 			case p.Timestamp < 0:
 				rp.ErrorCode = errInvalidRequest
 			default:
-				// The first batch whose timestamp (milliseconds) is at
-				// or after the one asked for, from mq's time index;
-				// none: -1.
+				// The first record at or after the time asked for
+				// (milliseconds) in the first batch that has one, from
+				// mq's time index; none: -1.
 				r, err := o.t.OffsetForTime(ctx, int(p.Partition), time.UnixMilli(p.Timestamp))
 				switch {
 				case err != nil:
 					rp.ErrorCode = produceCode(err)
 				case r.Found:
-					rp.Offset, rp.Timestamp = int64(r.Offset), r.Timestamp/int64(time.Millisecond)
+					rp.Offset, rp.Timestamp = int64(r.Offset)+int64(r.Index), r.Timestamp/int64(time.Millisecond)
 				}
 			}
 			rt.Partitions = append(rt.Partitions, rp)

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -50,7 +52,11 @@ func decodeBatches(b []byte) ([]mq.Record, error) {
 		case rb.NumRecords < 0:
 			return nil, fmt.Errorf("%w: %d records", errRecords, rb.NumRecords)
 		}
-		rs, err := decodeRecords(rb.Records, int(rb.NumRecords))
+		first := rb.FirstTimestamp
+		if rb.Attributes&attrLogAppendTime != 0 {
+			first = -1 // the log's append time: mq's write time
+		}
+		rs, err := decodeRecords(rb.Records, int(rb.NumRecords), first)
 		if err != nil {
 			return nil, err
 		}
@@ -59,8 +65,15 @@ func decodeBatches(b []byte) ([]mq.Record, error) {
 	return recs, nil
 }
 
-// decodeRecords decodes n records, each prefixed by its varint length.
-func decodeRecords(b []byte, n int) ([]mq.Record, error) {
+// maxMillis is the latest record time (unix ms) that mq's nanoseconds
+// hold.
+const maxMillis = math.MaxInt64 / int64(time.Millisecond)
+
+// decodeRecords decodes n records, each prefixed by its varint length,
+// of a batch whose first timestamp (unix ms) is first: a record's time
+// is first plus its delta (CreateTime); a negative first or time is none
+// (the record takes mq's write time).
+func decodeRecords(b []byte, n int, first int64) ([]mq.Record, error) {
 	recs := make([]mq.Record, 0, min(n, len(b)/7))
 	for i := range n {
 		size, k := binary.Varint(b)
@@ -73,6 +86,12 @@ func decodeRecords(b []byte, n int) ([]mq.Record, error) {
 		}
 		b = b[k+int(size):]
 		m := mq.Record{Key: r.Key, Value: r.Value}
+		if ms := first + r.TimestampDelta64; first >= 0 && ms > 0 {
+			if ms > maxMillis || r.TimestampDelta64 > maxMillis {
+				return nil, fmt.Errorf("%w: record %d: time %d ms is past %d", errRecords, i, ms, maxMillis)
+			}
+			m.Timestamp = ms * int64(time.Millisecond)
+		}
 		if m.Value == nil {
 			m.Value = []byte{}
 		}
@@ -91,15 +110,16 @@ func decodeRecords(b []byte, n int) ([]mq.Record, error) {
 // records and maxBatch bytes each.
 func chunks(recs []mq.Record, maxBatch uint64) ([][]mq.Record, error) {
 	var out [][]mq.Record
-	start, size := 0, uint64(mq.BatchHeaderBytes)
+	const head = mq.BatchHeaderBytes + mq.BatchTimesBytes
+	start, size := 0, uint64(head)
 	for i, r := range recs {
 		n := uint64(mq.RecordBytes(r))
-		if n+mq.BatchHeaderBytes > maxBatch {
-			return nil, fmt.Errorf("%w: a record of %d bytes (at most %d with the batch header)", mq.ErrTooLarge, n, maxBatch)
+		if n+head > maxBatch {
+			return nil, fmt.Errorf("%w: a record of %d bytes (at most %d with the batch header and times)", mq.ErrTooLarge, n, maxBatch)
 		}
 		if i-start == maxRecordsPerBatch || size+n > maxBatch {
 			out = append(out, recs[start:i])
-			start, size = i, mq.BatchHeaderBytes
+			start, size = i, head
 		}
 		size += n
 	}
