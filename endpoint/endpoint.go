@@ -254,6 +254,17 @@ func (op *Op) finishedChan() bool {
 // Do runs op and waits for it, or for ctx: a context deadline earlier than
 // the op's timeout becomes its timeout, and cancellation abandons the op.
 func (ep *Endpoint) Do(ctx context.Context, op *Op) error {
+	if err := ep.Begin(ctx, op); err != nil {
+		return err
+	}
+	return ep.Wait(ctx, op)
+}
+
+// Begin posts op as Do does, without waiting: a context deadline earlier
+// than the op's timeout becomes its timeout. Wait for it with Wait and
+// the same ctx. With Begin, one goroutine can put several operations on
+// the wire in an order it chooses and wait for them together.
+func (ep *Endpoint) Begin(ctx context.Context, op *Op) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -262,9 +273,12 @@ func (ep *Endpoint) Do(ctx context.Context, op *Op) error {
 			op.Timeout = max(t, time.Nanosecond)
 		}
 	}
-	if err := ep.Start(op, nil); err != nil {
-		return err
-	}
+	return ep.Start(op, nil)
+}
+
+// Wait waits for op, posted by Begin, or for ctx: cancellation abandons
+// the op. It returns the op's error.
+func (ep *Endpoint) Wait(ctx context.Context, op *Op) error {
 	ep.Drive(ctx, op.finishedChan)
 	ep.mu.Lock()
 	op.waiter = !op.finished

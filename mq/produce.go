@@ -241,16 +241,10 @@ func (p *Producer) write(ctx context.Context, part int, a *attempt, began time.T
 	putBatchHeader(a.body, m)
 	// The time index is raised before the batch is published, alongside
 	// its write (when the handle does not know it is high enough).
-	var ierr chan error
-	if !p.timeKnown(part, a.off, m.timestamp) {
-		ierr = make(chan error, 1)
-		go func() { ierr <- p.indexTime(dctx, part, a.off, m.timestamp) }()
-	}
+	index := p.startIndexTime(dctx, part, a.off, m.timestamp)
 	err := p.t.writeLog(dctx, part, a.body, a.off)
-	if ierr != nil {
-		if ie := <-ierr; ie != nil && (err == nil || errors.Is(err, pool.ErrDegraded)) {
-			err = ie
-		}
+	if ie := index(); ie != nil && (err == nil || errors.Is(err, pool.ErrDegraded)) {
+		err = ie
 	}
 	return err
 }

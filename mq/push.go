@@ -324,18 +324,27 @@ func (ps *pusher) reform(g *pushGroup) *pushGroup {
 	ps.gen++
 	job := fmt.Sprintf("mq.push.%d.%x.%d", ps.t.ref.Data, ps.id, ps.gen)
 	size := len(subs) + 1
+	// The invitations go out in the subscribers' order, up to
+	// pushInvites at once, from this goroutine (a simulated run replays).
 	errs := make([]error, len(subs))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, pushInvites)
-	for i, id := range subs {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			req := appendInvite(ps.t, job, size, i+1)
-			_, errs[i] = ps.cfg.Endpoint.Anycast(ctx, ps.cfg.Switch, pushService(ps.t), uint64(id), req, ps.cfg.Fabric)
-		})
+	ops := make([]*endpoint.Op, len(subs))
+	wait := func(i int) {
+		if ops[i] != nil {
+			errs[i] = ps.cfg.Endpoint.Wait(ctx, ops[i])
+		}
 	}
-	wg.Wait()
+	for i, id := range subs {
+		if i >= pushInvites {
+			wait(i - pushInvites)
+		}
+		req := appendInvite(ps.t, job, size, i+1)
+		if ops[i], errs[i] = ps.cfg.Endpoint.StartAnycast(ctx, ps.cfg.Switch, pushService(ps.t), uint64(id), req, ps.cfg.Fabric, nil); errs[i] != nil {
+			ops[i] = nil // not posted: nothing to wait for
+		}
+	}
+	for i := max(0, len(subs)-pushInvites); i < len(subs); i++ {
+		wait(i)
+	}
 	if errors.Join(errs...) != nil {
 		return nil
 	}

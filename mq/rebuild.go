@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/ndma/ndma/pool"
@@ -93,7 +94,8 @@ func (t *Topic) rebuildPartition(ctx context.Context, p int) error {
 		}
 		st.Committed, st.Tail = pos, pos
 	}
-	for seg, w := range times {
+	for _, seg := range slices.Sorted(maps.Keys(times)) { // in order: a simulated run replays
+		w := times[seg]
 		var b [8]byte
 		binary.LittleEndian.PutUint64(b[:], w)
 		if _, err := t.ctl.WriteAtContext(ctx, b[:], int64(t.l.timeAddr(p, seg))); err != nil {

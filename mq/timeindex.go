@@ -3,6 +3,7 @@ package mq
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -74,34 +75,52 @@ func (h *handle) timeKnown(p int, off uint64, ts int64) bool {
 // off of partition p to timestamp ts, unless the handle knows it is
 // there already.
 func (h *handle) indexTime(ctx context.Context, p int, off uint64, ts int64) error {
+	return h.startIndexTime(ctx, p, off, ts)()
+}
+
+// startIndexTime puts indexTime's first compare-and-swap on the wire and
+// returns what finishes it: a producer starts the raise and then writes
+// its batch, both in flight together and in the same order whatever the
+// scheduler does (a simulated run replays).
+func (h *handle) startIndexTime(ctx context.Context, p int, off uint64, ts int64) (finish func() error) {
 	seg := off / h.t.l.SegmentBytes
 	want := packTime(seg, ts)
 	if h.timeKnown(p, off, ts) {
-		return nil
+		return func() error { return nil }
 	}
 	old := h.times[p].Load()
 	if old>>timeBits != want>>timeBits {
 		old = 0 // a fresh word, as in a new topic
 	}
 	addr := h.t.l.timeAddr(p, seg)
-	for range 64 {
-		got, err := h.t.ctl.CompareAndSwap(ctx, addr, old, want)
-		if err != nil {
-			return fmt.Errorf("mq: the time index of partition %d of %q: %w", p, h.t.ref.Name, err)
-		}
-		switch {
-		case got == old:
-			h.times[p].Store(want)
-			return nil
-		case got>>timeBits == want>>timeBits && got&timeMask >= want&timeMask:
-			h.times[p].Store(got)
-			return nil
-		case tagNewer(got>>timeBits, want>>timeBits):
-			return nil // the segment was dropped and reused meanwhile
-		}
-		old = got
+	fail := func(err error) error {
+		return fmt.Errorf("mq: the time index of partition %d of %q: %w", p, h.t.ref.Name, err)
 	}
-	return fmt.Errorf("mq: the time index of partition %d of %q: contended", p, h.t.ref.Name)
+	first, err := h.t.ctl.StartCompareAndSwap(ctx, addr, old, want)
+	if err != nil {
+		return func() error { return fail(err) }
+	}
+	return func() error {
+		got, err := first.Wait()
+		for range 64 {
+			if err != nil {
+				return fail(err)
+			}
+			switch {
+			case got == old:
+				h.times[p].Store(want)
+				return nil
+			case got>>timeBits == want>>timeBits && got&timeMask >= want&timeMask:
+				h.times[p].Store(got)
+				return nil
+			case tagNewer(got>>timeBits, want>>timeBits):
+				return nil // the segment was dropped and reused meanwhile
+			}
+			old = got
+			got, err = h.t.ctl.CompareAndSwap(ctx, addr, old, want)
+		}
+		return fail(errors.New("contended"))
+	}
 }
 
 // readTimes reads the time index words of n successive segments of

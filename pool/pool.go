@@ -245,6 +245,31 @@ func (r *Region) CompareAndSwap(ctx context.Context, off, compare, swap uint64) 
 	return op.Old, err
 }
 
+// Pending is an atomic operation started by StartCompareAndSwap.
+type Pending struct {
+	r   *Region
+	op  *endpoint.Op
+	ctx context.Context
+}
+
+// StartCompareAndSwap starts CompareAndSwap and returns at once: what
+// one goroutine starts next goes on the wire after it. Wait for the
+// result with Pending.Wait; ctx bounds it as it does CompareAndSwap.
+func (r *Region) StartCompareAndSwap(ctx context.Context, off, compare, swap uint64) (*Pending, error) {
+	op := r.op(endpoint.KindCAS, off)
+	op.Compare, op.Swap = compare, swap
+	if err := r.c.ep.Begin(ctx, op); err != nil {
+		return nil, err
+	}
+	return &Pending{r: r, op: op, ctx: ctx}, nil
+}
+
+// Wait waits for the operation and returns the word's old value.
+func (p *Pending) Wait() (uint64, error) {
+	err := p.r.c.ep.Wait(p.ctx, p.op)
+	return p.op.Old, err
+}
+
 // FetchAdd adds delta to the little-endian 64-bit word at off (8-byte
 // aligned) and returns its old value.
 func (r *Region) FetchAdd(ctx context.Context, off, delta uint64) (uint64, error) {

@@ -10,11 +10,15 @@
 package simpool
 
 import (
+	"bufio"
 	"context"
 	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -74,6 +78,7 @@ type Fabric struct {
 	wg        sync.WaitGroup // the memory nodes' offers
 	stop      context.CancelFunc
 	served    chan error
+	trace     func() error // closes the trace file (traceTo)
 }
 
 // Mem is a memory node.
@@ -140,6 +145,7 @@ func Start(t testing.TB, cfg Config) *Fabric {
 	// Deliveries in an order fixed by the seed, whatever order the
 	// bubble's goroutines run in.
 	f.Net.Quiesce = true
+	f.traceTo(os.Getenv("NDMA_SIM_TRACE"))
 	ctx, cancel := context.WithCancel(context.Background())
 	f.stop = cancel
 	go func() { f.served <- f.Net.Serve(ctx) }()
@@ -164,6 +170,11 @@ func (f *Fabric) Close() {
 	f.stop()
 	if err := <-f.served; !errors.Is(err, context.Canceled) {
 		f.T.Errorf("seed %d: simnet: %v", f.Seed, err)
+	}
+	if f.trace != nil {
+		if err := f.trace(); err != nil {
+			f.T.Errorf("seed %d: trace: %v", f.Seed, err)
+		}
 	}
 }
 
@@ -393,4 +404,37 @@ func (f *Fabric) Holder(r *pool.Region, off int64) *Mem {
 		f.T.Fatalf("seed %d: byte %d of region %d: no memory node served the read", f.Seed, off, r.ID())
 	}
 	return found
+}
+
+// traceTo writes every datagram the network sends, delivers or drops
+// (not its polls) to a file in dir named after the test and the seed, one
+// event a line, when dir is not empty: two runs of one seed that should
+// replay can then be compared line by line (NDMA_SIM_TRACE=DIR).
+func (f *Fabric) traceTo(dir string) {
+	if dir == "" {
+		return
+	}
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(f.T.Name())
+	file, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-seed%d.trace", name, f.Seed)))
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	w := bufio.NewWriterSize(file, 1<<20)
+	f.Net.Trace = func(ev simnet.TraceEvent) {
+		if ev.Kind == simnet.TracePoll {
+			return
+		}
+		var h wire.Header
+		if ev.Buf == nil {
+			fmt.Fprintln(w, ev)
+		} else if _, _, err := wire.Parse(ev.Buf, &h); err != nil {
+			fmt.Fprintln(w, ev, "unparsed")
+		} else {
+			fmt.Fprintln(w, ev, h.Op, h.Mode, "flags", h.Flags, "msg", h.MsgID, "psn", h.PSN, "group", h.Group, "addr", h.Addr, "op1", h.Operand1, "op2", h.Operand2, "st", h.Status)
+		}
+	}
+	f.trace = func() error {
+		f.Net.Trace = nil
+		return errors.Join(w.Flush(), file.Close())
+	}
 }

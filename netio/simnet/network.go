@@ -290,7 +290,7 @@ func (n *Network) resume(h *host) {
 func (n *Network) Inject(src, dst netip.AddrPort, buf []byte) {
 	n.stats.Sent++
 	n.stats.SentBytes += uint64(len(buf))
-	n.trace(TraceSend, src, dst, len(buf), Down)
+	n.traceBuf(TraceSend, src, dst, buf, Down)
 	b := n.bufs.Get(len(buf))
 	copy(b, buf)
 	n.fabric(src, dst, b, false)
@@ -485,6 +485,13 @@ func (n *Network) trace(kind TraceKind, src, dst netip.AddrPort, length int, dir
 	}
 }
 
+// traceBuf traces a send or a delivery of buf.
+func (n *Network) traceBuf(kind TraceKind, src, dst netip.AddrPort, buf []byte, dir Dir) {
+	if n.Trace != nil {
+		n.Trace(TraceEvent{Time: n.Now(), Kind: kind, Src: src, Dst: dst, Len: len(buf), Dir: dir, Buf: buf})
+	}
+}
+
 // poll calls h's Poll and puts what it returns onto h's up link.
 func (n *Network) poll(h *host) {
 	n.stats.Polls++
@@ -497,7 +504,7 @@ func (n *Network) poll(h *host) {
 		d := &out[i]
 		n.stats.Sent++
 		n.stats.SentBytes += uint64(len(d.Buf))
-		n.trace(TraceSend, h.addr, d.Addr, len(d.Buf), Up)
+		n.traceBuf(TraceSend, h.addr, d.Addr, d.Buf, Up)
 		if len(d.Buf) > h.up.cfg.mtu() {
 			n.stats.DroppedMTU++
 			n.trace(TraceDropMTU, h.addr, d.Addr, len(d.Buf), Up)
@@ -548,7 +555,7 @@ func (n *Network) deliver(h *host, src netip.AddrPort, buf []byte) {
 func (n *Network) receive(h *host, src netip.AddrPort, buf []byte, at int64) {
 	n.stats.Delivered++
 	n.stats.DeliveredBytes += uint64(len(buf))
-	n.trace(TraceDeliver, src, h.addr, len(buf), Down)
+	n.traceBuf(TraceDeliver, src, h.addr, buf, Down)
 	h.node.Receive(n.Now(), netio.Datagram{Addr: src, Buf: buf, RxTime: epoch.UnixNano() + at})
 	n.bufs.Put(buf)
 }

@@ -769,3 +769,33 @@ func TestControlFirst(t *testing.T) {
 	}
 	checkConservation(t, n)
 }
+
+// TestTraceBuf: a send and its delivery are traced with the datagram's
+// bytes, a poll without any.
+func TestTraceBuf(t *testing.T) {
+	n := New(1)
+	var sent, delivered []byte
+	polls := 0
+	n.Trace = func(ev TraceEvent) {
+		switch ev.Kind {
+		case TraceSend:
+			sent = bytes.Clone(ev.Buf)
+		case TraceDeliver:
+			delivered = bytes.Clone(ev.Buf)
+		case TracePoll:
+			polls++
+			if ev.Buf != nil {
+				t.Errorf("a poll traced with bytes %q", ev.Buf)
+			}
+		}
+	}
+	a, b := &testNode{}, &testNode{}
+	a.outbox = append(a.outbox, netio.Datagram{Addr: ap(2), Buf: []byte("hello")})
+	link := LinkConfig{Rate: 1e9, Latency: us(3)}
+	n.Attach(ap(1), a, link, link)
+	n.Attach(ap(2), b, link, link)
+	n.RunFor(time.Millisecond)
+	if string(sent) != "hello" || string(delivered) != "hello" || polls == 0 {
+		t.Fatalf("traced send %q, delivery %q, %d polls", sent, delivered, polls)
+	}
+}

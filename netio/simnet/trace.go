@@ -73,6 +73,9 @@ type TraceEvent struct {
 	// Dir is the link of a drop, corruption, reordering or duplication:
 	// Up is Src's up link, Down is Dst's down link.
 	Dir Dir
+	// Buf is the datagram of a TraceSend or TraceDeliver, valid only
+	// during the call to Network.Trace (nil for the other kinds).
+	Buf []byte
 }
 
 // String formats the event on one line, with the time as the offset from
