@@ -133,6 +133,11 @@ type SuiteRow struct {
 	// PriorityQueues: the links' queues sent control datagrams first
 	// (testbed.Config.PriorityQueues).
 	PriorityQueues bool `json:"priority_queues,omitempty"`
+	// Leaves is the leaf switches of a leaf-spine testbed
+	// (testbed.Config.Leaves), UplinkRateBits their uplinks' rate; zero
+	// for one switch.
+	Leaves         int    `json:"leaves,omitempty"`
+	UplinkRateBits uint64 `json:"uplink_rate_bits,omitempty"`
 	// BoundUS is the time to push Size bytes through one link, Size*8 over
 	// the rate: the S/B bound, in microseconds.
 	BoundUS      float64 `json:"bound_us"`
@@ -489,6 +494,7 @@ func runSuiteJob(ctx context.Context, st *testbed.State, target fidelity.Target,
 	row.eachSwitch(verdict.SwitchS)
 	row.PeakRateBits = st.PeakRateBits
 	row.PriorityQueues = st.QueuePackets > 0
+	row.Leaves, row.UplinkRateBits = len(st.Leaves), st.UplinkRateBits
 	row.StealS = verdict.StealS
 	row.Fidelity = &verdict
 	return row, nil

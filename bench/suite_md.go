@@ -237,8 +237,12 @@ func writeCPUCost(w *bufio.Writer, rows []SuiteRow) {
 // RanksText says how many ranks measured r: "8 ranks", or "8 ranks, 4
 // per host" (SuiteRow.PerHost).
 func RanksText(r SuiteRow) string {
+	t := fmt.Sprintf("%d ranks", r.Ranks)
 	if r.PerHost > 1 {
-		return fmt.Sprintf("%d ranks, %d per host", r.Ranks, r.PerHost)
+		t = fmt.Sprintf("%d ranks, %d per host", r.Ranks, r.PerHost)
 	}
-	return fmt.Sprintf("%d ranks", r.Ranks)
+	if r.Leaves > 0 {
+		t += fmt.Sprintf(" under %d leaf switches (uplinks %s)", r.Leaves, testbed.FormatRate(r.UplinkRateBits))
+	}
+	return t
 }

@@ -114,6 +114,12 @@ type Config struct {
 	// node, say. Empty means Rate.
 	HostRate string
 
+	// UplinkRate is the rate of the links between the leaf switches'
+	// namespaces and the spine's (Leaves), in each direction, in Rate's
+	// syntax. Empty means Rate: every link of the fabric equal. Only
+	// with Leaves.
+	UplinkRate string
+
 	// Burst is the size of each link's token bucket, in bytes: how much
 	// may leave back to back at line speed. It must be at least MTU+14
 	// (one frame). Zero means the larger of two frames and one
@@ -193,15 +199,17 @@ type Config struct {
 	// sharded over them (coll.Config.Switches). Zero means 1.
 	Switches int
 
-	// Leaves, if not zero, makes the switch a tree: the first switch
-	// process the root (spine) and Leaves leaf switch processes below it
-	// in the switch namespace (leaf i on SwitchPort+100·(i+1), started
-	// with --parent; the root with a --child for each), the hosts in
-	// blocks, one per leaf: Run gives a host's ranks its leaf as
-	// NDMA_SWITCH. The switches are processes of the switch namespace,
-	// so the links between them are not shaped: the hosts' links are.
-	// Memory and storage nodes register with the root. 0 to MaxSwitches
-	// and at most Hosts; not with Switches above 1.
+	// Leaves, if not zero, makes the fabric a leaf-spine tree: the switch
+	// namespace is the spine, running the root switch process, and each
+	// leaf i is a namespace of its own ("<prefix>-l0", …) with a bridge,
+	// an address and a leaf switch process on SwitchPort (started with
+	// --parent; the root with a --child for each). The hosts sit in
+	// blocks, one per leaf, their links ports of their leaf's bridge; each
+	// leaf's bridge is joined to the spine's by an uplink shaped to
+	// UplinkRate. Run gives a host's ranks its leaf as NDMA_SWITCH;
+	// traffic between hosts of two leaves crosses both uplinks. Memory,
+	// storage and gateway nodes stay on the spine and register with the
+	// root. 0 to MaxSwitches and at most Hosts; not with Switches above 1.
 	Leaves int
 
 	// NoCredentials runs the testbed without the security layer: Up
@@ -214,9 +222,13 @@ type Config struct {
 
 	hostRateBits uint64 // HostRate in bits per second, set by validate
 	hostBurst    int
+	// UplinkRate in bits per second and the uplinks' bucket, set by
+	// validate when there are Leaves.
+	uplinkRateBits uint64
+	uplinkBurst    int
 	// Peak rates of the links and of the host links (HostRate), in bits
 	// per second, set by validate; zero: none.
-	peakBits, hostPeakBits uint64
+	peakBits, hostPeakBits, uplinkPeakBits uint64
 }
 
 // autoGoMaxProcs is Config.GoMaxProcs's automatic choice for procs
@@ -328,6 +340,22 @@ func (c *Config) validate() (netip.Prefix, uint64, error) {
 			c.hostBurst = max(2*frame, int(min(hr/8/1000, math.MaxInt32)))
 		}
 	}
+	c.uplinkRateBits, c.uplinkBurst = 0, c.Burst
+	switch {
+	case c.UplinkRate != "" && c.Leaves == 0:
+		return netip.Prefix{}, 0, invalid("UplinkRate", "uplinks without leaf switches (give Leaves)")
+	case c.Leaves > 0:
+		ur := rate
+		if c.UplinkRate != "" {
+			if ur, err = ParseRate(c.UplinkRate); err != nil {
+				return netip.Prefix{}, 0, &FieldError{Pkg: "testbed", Field: "UplinkRate", Err: err}
+			}
+		}
+		c.uplinkRateBits = ur
+		if c.uplinkBurst == 0 {
+			c.uplinkBurst = max(2*frame, int(min(ur/8/1000, math.MaxInt32)))
+		}
+	}
 	if c.Burst == 0 {
 		c.Burst = max(2*frame, int(min(rate/8/1000, math.MaxInt32)))
 	}
@@ -358,8 +386,8 @@ func (c *Config) validate() (netip.Prefix, uint64, error) {
 	}
 	// The network address, the switch, the nodes, and the broadcast
 	// address must fit.
-	if need := 2 + c.Hosts + c.MemNodes + c.StorNodes + c.gateways(); subnet.Bits() > 30 || 1<<(32-subnet.Bits()) < need+1 {
-		return netip.Prefix{}, 0, invalid("Subnet", "%v is too small for the switch, %d hosts, %d memory nodes, %d storage nodes and %d gateways", subnet, c.Hosts, c.MemNodes, c.StorNodes, c.gateways())
+	if need := 2 + c.Hosts + c.MemNodes + c.StorNodes + c.gateways() + c.Leaves; subnet.Bits() > 30 || 1<<(32-subnet.Bits()) < need+1 {
+		return netip.Prefix{}, 0, invalid("Subnet", "%v is too small for the switch, %d leaves, %d hosts, %d memory nodes, %d storage nodes and %d gateways", subnet, c.Leaves, c.Hosts, c.MemNodes, c.StorNodes, c.gateways())
 	}
 	if c.MemSize == 0 {
 		c.MemSize = DefaultMemSize
@@ -416,7 +444,7 @@ var rateUnits = []struct {
 // validatePeak sets peakBits and hostPeakBits from PeakRate for links of
 // rate bits per second (and hostRateBits, if set).
 func (c *Config) validatePeak(rate uint64) error {
-	c.peakBits, c.hostPeakBits = 0, 0
+	c.peakBits, c.hostPeakBits, c.uplinkPeakBits = 0, 0, 0
 	switch strings.ToLower(strings.TrimSpace(c.PeakRate)) {
 	case "none":
 		return nil
@@ -427,6 +455,9 @@ func (c *Config) validatePeak(rate uint64) error {
 		if c.hostRateBits > 0 && 2*c.hostRateBits <= MaxPeakRate {
 			c.hostPeakBits = 2 * c.hostRateBits
 		}
+		if c.uplinkRateBits > 0 && 2*c.uplinkRateBits <= MaxPeakRate {
+			c.uplinkPeakBits = 2 * c.uplinkRateBits
+		}
 		return nil
 	}
 	pr, err := ParseRate(c.PeakRate)
@@ -436,12 +467,15 @@ func (c *Config) validatePeak(rate uint64) error {
 	if pr > MaxPeakRate {
 		return invalid("PeakRate", "%s is above %s, finer than tbf can time a frame", FormatRate(pr), FormatRate(MaxPeakRate))
 	}
-	if pr <= rate || pr <= c.hostRateBits {
-		return invalid("PeakRate", "%s must be above every link's rate (%s), or none", FormatRate(pr), FormatRate(max(rate, c.hostRateBits)))
+	if top := max(rate, c.hostRateBits, c.uplinkRateBits); pr <= top {
+		return invalid("PeakRate", "%s must be above every link's rate (%s), or none", FormatRate(pr), FormatRate(top))
 	}
 	c.peakBits = pr
 	if c.hostRateBits > 0 {
 		c.hostPeakBits = pr
+	}
+	if c.uplinkRateBits > 0 {
+		c.uplinkPeakBits = pr
 	}
 	return nil
 }

@@ -164,6 +164,16 @@ func TestConfigPeakRate(t *testing.T) {
 			t.Errorf("%+v: peak %d, hosts %d, %v; want %d, %d", tc.cfg, c.peakBits, c.hostPeakBits, err, tc.links, tc.hostLinks)
 		}
 	}
+	// A tree's uplinks: the links' rate unless UplinkRate says, their own
+	// bucket and peak.
+	c := Config{Hosts: 4, Leaves: 2}
+	if _, _, err := c.validate(); err != nil || c.uplinkRateBits != 100e6 || c.uplinkBurst != c.Burst || c.uplinkPeakBits != 200e6 {
+		t.Errorf("leaves: uplinks %d bit/s, burst %d, peak %d, %v; want the links'", c.uplinkRateBits, c.uplinkBurst, c.uplinkPeakBits, err)
+	}
+	c = Config{Hosts: 4, Leaves: 2, UplinkRate: "10gbit", PeakRate: "none"}
+	if _, _, err := c.validate(); err != nil || c.uplinkRateBits != 10e9 || c.uplinkBurst != 10e9/8/1000 || c.uplinkPeakBits != 0 {
+		t.Errorf("leaves, 10gbit uplinks: %d bit/s, burst %d, peak %d, %v", c.uplinkRateBits, c.uplinkBurst, c.uplinkPeakBits, err)
+	}
 	if b := peakBucket(9000); b < 9014 || b > 2*9014 {
 		t.Errorf("peak bucket at MTU 9000: %d bytes, want one frame and a bit", b)
 	}
@@ -215,6 +225,10 @@ func TestConfigErrors(t *testing.T) {
 		{"GoMaxProcs", Config{GoMaxProcs: -2}},
 		{"Switches", Config{Switches: -1}},
 		{"Switches", Config{Switches: MaxSwitches + 1}},
+		{"UplinkRate", Config{UplinkRate: "10mbit"}},                                          // no leaves
+		{"UplinkRate", Config{Hosts: 4, Leaves: 2, UplinkRate: "x"}},                          // not a rate
+		{"PeakRate", Config{Hosts: 4, Leaves: 2, UplinkRate: "300mbit", PeakRate: "250mbit"}}, // not above the uplinks'
+		{"Subnet", Config{Subnet: "10.0.0.0/29", Hosts: 4, Leaves: 2}},                        // 1 + 4 + 2 nodes
 		{"Binary", Config{Binary: "/nonexistent/ndma"}},
 		{"Binary", Config{Binary: "/"}},
 	} {

@@ -64,10 +64,11 @@ func startDaemons(ctx context.Context, cfg *Config, st *State) error {
 	if err := start("switch", st.Switch.NS, "switch.log", SwitchPort, root...); err != nil {
 		return err
 	}
-	// The leaves of a tree (Config.Leaves), below the root.
-	for i, addr := range st.LeafAddrs {
-		if err := start("switch", st.Switch.NS, fmt.Sprintf("leaf-%d.log", i), switchPort(i+1),
-			append([]string{"switch", "--listen", addr, "--token-file", tokenFile, "--mtu", mtu, "--parent", st.SwitchAddr}, credential(&st.Switch)...)...); err != nil {
+	// The leaves of a tree (Config.Leaves), below the root, each in its
+	// namespace.
+	for i, l := range st.Leaves {
+		if err := start("switch", l.NS, fmt.Sprintf("leaf-%d.log", i), SwitchPort,
+			append([]string{"switch", "--listen", l.Service, "--token-file", tokenFile, "--mtu", mtu, "--parent", st.SwitchAddr}, credential(&st.Switch)...)...); err != nil {
 			return err
 		}
 	}

@@ -18,6 +18,12 @@
 // namespace, lending its region to the switch's memory pool. Addresses come from a private subnet that exists only inside
 // these namespaces; nothing is created in the machine's own namespace.
 //
+// With Config.Leaves the fabric is a leaf-spine tree: the switch
+// namespace is the spine, each leaf a namespace ("<prefix>-l0", …) with
+// a bridge of its own, an address where its leaf switch listens, and an
+// uplink to the spine's bridge shaped to Config.UplinkRate; the hosts'
+// links are ports of their leaf's bridge.
+//
 // Run starts a command once per host namespace with the bootstrap
 // environment coll.FromEnv reads (NDMA_RANK, NDMA_SIZE, NDMA_SWITCH and,
 // with Config.Switches above 1, NDMA_SWITCHES,

@@ -46,6 +46,14 @@ type State struct {
 	HostRate     string `json:"host_rate,omitempty"`
 	HostRateBits uint64 `json:"host_rate_bits,omitempty"`
 	HostBurst    int    `json:"host_burst,omitempty"`
+	// UplinkRate, UplinkRateBits, UplinkBurst and UplinkPeakRateBits are
+	// the uplinks' (between a leaf's namespace and the spine's) when the
+	// fabric has Leaves; UplinkQueuePackets their priority bands' length.
+	UplinkRate         string `json:"uplink_rate,omitempty"`
+	UplinkRateBits     uint64 `json:"uplink_rate_bits,omitempty"`
+	UplinkBurst        int    `json:"uplink_burst,omitempty"`
+	UplinkPeakRateBits uint64 `json:"uplink_peak_rate_bits,omitempty"`
+	UplinkQueuePackets int    `json:"uplink_queue_packets,omitempty"`
 	// PeakRateBits and HostPeakRateBits are the links' and the host
 	// links' peak rates (Config.PeakRate) in bits per second, PeakBucket
 	// the peak bucket in bytes; zero when none.
@@ -86,6 +94,11 @@ type State struct {
 	// LeafAddrs lists the leaf switches' addresses when the switch is a
 	// tree (Config.Leaves); SwitchAddr is then the root's.
 	LeafAddrs []string `json:"leaf_addrs,omitempty"`
+	// Leaves are the leaf namespaces, in order: Addr is the leaf bridge's
+	// address (where its switch listens), Port the spine-side end of its
+	// uplink (a port of the spine's bridge, named like the leaf) and
+	// Iface the leaf-side end (UplinkIface, a port of the leaf's bridge).
+	Leaves []Node `json:"leaves,omitempty"`
 	// Token is the fabric token the switch was started with, the
 	// NDMA_TOKEN of every rank.
 	Token string `json:"token"`
@@ -120,6 +133,9 @@ type Node struct {
 	// Port is the switch-side end of the node's veth pair, a port of the
 	// bridge named like the node ("h0"); empty for the switch.
 	Port string `json:"port,omitempty"`
+	// PortNS is the namespace holding Port when it is not the switch
+	// namespace: a host's leaf namespace (Config.Leaves).
+	PortNS string `json:"port_ns,omitempty"`
 	// Service is the address of the daemon in the namespace, if any:
 	// `ndma switch` in the switch namespace, `ndma memd` in a memory node.
 	Service string `json:"service,omitempty"`
@@ -151,10 +167,13 @@ type Daemon struct {
 	Alive bool `json:"alive"`
 }
 
-// Namespaces lists the state's namespaces: the switch, the hosts, the
-// memory nodes.
+// Namespaces lists the state's namespaces: the switch, the leaves, the
+// hosts, the memory, storage and gateway nodes.
 func (s *State) Namespaces() []string {
 	ns := []string{s.Switch.NS}
+	for _, n := range s.Leaves {
+		ns = append(ns, n.NS)
+	}
 	for _, n := range s.Hosts {
 		ns = append(ns, n.NS)
 	}

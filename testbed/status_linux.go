@@ -67,6 +67,9 @@ func StatusAt(root, prefix string) (*State, error) {
 	for i := range st.Gateways {
 		mark(&st.Gateways[i])
 	}
+	for i := range st.Leaves {
+		mark(&st.Leaves[i])
+	}
 	st.Stray = nil
 	for _, n := range names {
 		if !known[n] {

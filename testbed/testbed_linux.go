@@ -35,6 +35,9 @@ const (
 const (
 	bridgeName = "br0"
 	nodeIface  = "eth0"
+	// UplinkIface is a leaf namespace's end of its uplink to the spine
+	// (Config.Leaves), a port of the leaf's bridge.
+	UplinkIface = "uplink"
 )
 
 // Check reports whether a testbed can be built here, and if not, why: an
@@ -197,12 +200,13 @@ func build(ctx context.Context, cfg *Config, subnet netip.Prefix, rate uint64) (
 			Name: "g0", NS: nsName(p, "g0"), Addr: nodeAddr(subnet, n), Iface: nodeIface, Port: "g0",
 			Service: netip.AddrPortFrom(nodeAddr(subnet, n), StorgwPort).String(),
 		})
+		n++
 	}
 	if cfg.HostRate != "" {
 		st.HostRate, st.HostRateBits, st.HostBurst = cfg.HostRate, cfg.hostRateBits, cfg.hostBurst
 		st.HostPeakRateBits = cfg.hostPeakBits
 	}
-	if cfg.peakBits > 0 || cfg.hostPeakBits > 0 {
+	if cfg.peakBits > 0 || cfg.hostPeakBits > 0 || cfg.uplinkPeakBits > 0 {
 		st.PeakBucket = peakBucket(cfg.MTU)
 	}
 	if cfg.PriorityQueues {
@@ -218,12 +222,31 @@ func build(ctx context.Context, cfg *Config, subnet netip.Prefix, rate uint64) (
 			st.SwitchAddrs = append(st.SwitchAddrs, netip.AddrPortFrom(st.Switch.Addr, uint16(switchPort(i))).String())
 		}
 	}
+	// The leaves of a tree: a namespace each, addressed after the other
+	// nodes, its hosts' ports on its bridge.
 	for i := range cfg.Leaves {
-		st.LeafAddrs = append(st.LeafAddrs, netip.AddrPortFrom(st.Switch.Addr, uint16(switchPort(i+1))).String())
+		name := "l" + strconv.Itoa(i)
+		addr := nodeAddr(subnet, n)
+		n++
+		l := Node{Name: name, NS: nsName(p, name), Addr: addr, Iface: UplinkIface, Port: name,
+			Service: netip.AddrPortFrom(addr, SwitchPort).String()}
+		st.Leaves = append(st.Leaves, l)
+		st.LeafAddrs = append(st.LeafAddrs, l.Service)
 	}
 	for i := range st.Hosts {
 		if cfg.Leaves > 0 {
-			st.Hosts[i].Leaf = st.LeafAddrs[i*cfg.Leaves/len(st.Hosts)]
+			l := st.Leaves[i*cfg.Leaves/len(st.Hosts)]
+			st.Hosts[i].Leaf, st.Hosts[i].PortNS = l.Service, l.NS
+		}
+	}
+	if cfg.Leaves > 0 {
+		st.UplinkRate, st.UplinkRateBits, st.UplinkBurst = cfg.UplinkRate, cfg.uplinkRateBits, cfg.uplinkBurst
+		if st.UplinkRate == "" {
+			st.UplinkRate = cfg.Rate
+		}
+		st.UplinkPeakRateBits = cfg.uplinkPeakBits
+		if cfg.PriorityQueues {
+			st.UplinkQueuePackets = queuePackets(st.UplinkRateBits, st.UplinkBurst, cfg.Latency, cfg.MTU)
 		}
 	}
 	if err := st.save(); err != nil {
@@ -254,35 +277,61 @@ func build(ctx context.Context, cfg *Config, subnet netip.Prefix, rate uint64) (
 	for i := range st.Gateways {
 		st.Gateways[i].Present = true
 	}
+	for i := range st.Leaves {
+		st.Leaves[i].Present = true
+	}
 	return st, nil
 }
 
-// buildNetwork creates the node namespaces, the bridge, the veth pairs,
+// buildNetwork creates the node namespaces, the bridges, the veth pairs,
 // the addresses and the tbf qdiscs.
 func buildNetwork(ctx context.Context, st *State, nodes []Node, bits int) error {
-	for _, n := range nodes {
+	for _, n := range append(slices.Clone(st.Leaves), nodes...) {
 		if _, err := command(ctx, "", "ip", "netns", "add", n.NS); err != nil {
 			return fmt.Errorf("testbed: %w", err)
 		}
 	}
 	mtu := st.MTU
-	sw := []string{
-		"link set lo up",
-		fmt.Sprintf("link add %s mtu %d type bridge stp_state 0 forward_delay 0", bridgeName, mtu),
-		fmt.Sprintf("link set %s addrgenmode none", bridgeName),
-		fmt.Sprintf("addr add %v/%d dev %s", st.Switch.Addr, bits, bridgeName),
+	// bridge is the commands that make a namespace's bridge, with addr.
+	bridge := func(addr netip.Addr) []string {
+		return []string{
+			"link set lo up",
+			fmt.Sprintf("link add %s mtu %d type bridge stp_state 0 forward_delay 0", bridgeName, mtu),
+			fmt.Sprintf("link set %s addrgenmode none", bridgeName),
+			fmt.Sprintf("addr add %v/%d dev %s", addr, bits, bridgeName),
+		}
+	}
+	// port is the commands that make a veth pair from a bridge's port to
+	// the interface peer in namespace ns.
+	port := func(name, peer, ns string) []string {
+		return []string{
+			fmt.Sprintf("link add %s mtu %d type veth peer name %s mtu %d netns %s", name, mtu, peer, mtu, ns),
+			fmt.Sprintf("link set %s addrgenmode none", name),
+			fmt.Sprintf("link set %s master %s", name, bridgeName),
+			fmt.Sprintf("link set %s up", name),
+		}
+	}
+	cmds := map[string][]string{st.Switch.NS: bridge(st.Switch.Addr)}
+	order := []string{st.Switch.NS}
+	for _, l := range st.Leaves {
+		cmds[st.Switch.NS] = append(cmds[st.Switch.NS], port(l.Port, l.Iface, l.NS)...)
+	}
+	for _, l := range st.Leaves {
+		// The leaf's end of the uplink exists once the spine made it.
+		cmds[l.NS] = append(bridge(l.Addr),
+			fmt.Sprintf("link set %s addrgenmode none", l.Iface),
+			fmt.Sprintf("link set %s master %s", l.Iface, bridgeName),
+			fmt.Sprintf("link set %s up", l.Iface))
+		order = append(order, l.NS)
 	}
 	for _, n := range nodes {
-		sw = append(sw,
-			fmt.Sprintf("link add %s mtu %d type veth peer name %s mtu %d netns %s", n.Port, mtu, nodeIface, mtu, n.NS),
-			fmt.Sprintf("link set %s addrgenmode none", n.Port),
-			fmt.Sprintf("link set %s master %s", n.Port, bridgeName),
-			fmt.Sprintf("link set %s up", n.Port),
-		)
+		ns := portNS(st, n)
+		cmds[ns] = append(cmds[ns], port(n.Port, nodeIface, n.NS)...)
 	}
-	sw = append(sw, fmt.Sprintf("link set %s up", bridgeName))
-	if err := batch(ctx, "ip", st.Switch.NS, sw); err != nil {
-		return err
+	for _, ns := range order {
+		if err := batch(ctx, "ip", ns, append(cmds[ns], fmt.Sprintf("link set %s up", bridgeName))); err != nil {
+			return err
+		}
 	}
 	for _, n := range nodes {
 		if err := batch(ctx, "ip", n.NS, []string{
@@ -294,18 +343,13 @@ func buildNetwork(ctx context.Context, st *State, nodes []Node, bits int) error 
 			return err
 		}
 	}
-	// Both directions of every link: the switch-side end's egress
-	// (towards the node) and the node-side end's egress (towards the
-	// switch).
-	var swq []string
-	for _, n := range nodes {
-		rate, burst, peak, qlen := st.RateBits, st.Burst, st.PeakRateBits, st.QueuePackets
-		if st.HostRateBits > 0 && slices.ContainsFunc(st.Hosts, func(h Node) bool { return h.NS == n.NS }) {
-			rate, burst, peak, qlen = st.HostRateBits, st.HostBurst, st.HostPeakRateBits, st.HostQueuePackets
-		}
-		tbf := fmt.Sprintf("root handle 1: tbf rate %dbit burst %d latency %dus", rate, burst, st.Latency.Microseconds())
-		if peak > 0 {
-			tbf += fmt.Sprintf(" peakrate %dbit mtu %d", peak, st.PeakBucket)
+	// Both directions of every link: the bridge-side end's egress
+	// (towards the node, or down a leaf's uplink) and the other end's.
+	tcs := make(map[string][]string)
+	shape := func(portNS, portDev, farNS, farDev string, s linkShape) error {
+		tbf := fmt.Sprintf("root handle 1: tbf rate %dbit burst %d latency %dus", s.rate, s.burst, st.Latency.Microseconds())
+		if s.peak > 0 {
+			tbf += fmt.Sprintf(" peakrate %dbit mtu %d", s.peak, st.PeakBucket)
 		}
 		// With priority queues, a pfifo_fast replaces the tbf's byte
 		// fifo: it sorts by skb priority, which the kernel derives from
@@ -313,28 +357,60 @@ func buildNetwork(ctx context.Context, st *State, nodes []Node, bits int) error 
 		// txqueuelen packets per band, set before it is created.
 		queue := func(dev string) []string {
 			q := []string{fmt.Sprintf("qdisc replace dev %s %s", dev, tbf)}
-			if qlen > 0 {
+			if s.qlen > 0 {
 				q = append(q, fmt.Sprintf("qdisc add dev %s parent 1:1 handle 10: pfifo_fast", dev))
 			}
 			return q
 		}
-		if qlen > 0 {
-			txq := func(dev string) []string {
-				return []string{fmt.Sprintf("link set dev %s txqueuelen %d", dev, qlen)}
-			}
-			if err := batch(ctx, "ip", st.Switch.NS, txq(n.Port)); err != nil {
-				return err
-			}
-			if err := batch(ctx, "ip", n.NS, txq(nodeIface)); err != nil {
-				return err
+		if s.qlen > 0 {
+			for _, e := range [][2]string{{portNS, portDev}, {farNS, farDev}} {
+				if err := batch(ctx, "ip", e[0], []string{fmt.Sprintf("link set dev %s txqueuelen %d", e[1], s.qlen)}); err != nil {
+					return err
+				}
 			}
 		}
-		swq = append(swq, queue(n.Port)...)
-		if err := batch(ctx, "tc", n.NS, queue(nodeIface)); err != nil {
+		tcs[portNS] = append(tcs[portNS], queue(portDev)...)
+		return batch(ctx, "tc", farNS, queue(farDev))
+	}
+	for _, n := range nodes {
+		sh := linkShape{st.RateBits, st.Burst, st.PeakRateBits, st.QueuePackets}
+		if st.HostRateBits > 0 && slices.ContainsFunc(st.Hosts, func(h Node) bool { return h.NS == n.NS }) {
+			sh = linkShape{st.HostRateBits, st.HostBurst, st.HostPeakRateBits, st.HostQueuePackets}
+		}
+		if err := shape(portNS(st, n), n.Port, n.NS, nodeIface, sh); err != nil {
 			return err
 		}
 	}
-	return batch(ctx, "tc", st.Switch.NS, swq)
+	for _, l := range st.Leaves {
+		sh := linkShape{st.UplinkRateBits, st.UplinkBurst, st.UplinkPeakRateBits, st.UplinkQueuePackets}
+		if err := shape(st.Switch.NS, l.Port, l.NS, l.Iface, sh); err != nil {
+			return err
+		}
+	}
+	for _, ns := range order {
+		if err := batch(ctx, "tc", ns, tcs[ns]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// linkShape is a link's tbf: rate and peak rate in bits per second,
+// bucket in bytes, and priority bands of qlen packets (0: none).
+type linkShape struct {
+	rate  uint64
+	burst int
+	peak  uint64
+	qlen  int
+}
+
+// portNS is the namespace holding node n's port: its leaf's, or the
+// switch namespace.
+func portNS(st *State, n Node) string {
+	if n.PortNS != "" {
+		return n.PortNS
+	}
+	return st.Switch.NS
 }
 
 // issueCredentials draws the testbed's fabric secret, writes it to the

@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -913,17 +914,49 @@ func TestUpSwitches(t *testing.T) {
 // ranks get their leaf as NDMA_SWITCH, and an in-network Allreduce and
 // Bcast across the tree complete on all four ranks.
 func TestUpLeaves(t *testing.T) {
-	st := upTestbed(t, Config{Hosts: 4, Leaves: 2})
+	st := upTestbed(t, Config{Hosts: 4, Leaves: 2, UplinkRate: "50mbit"})
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
-	leaves := []string{st.Switch.Addr.String() + ":7571", st.Switch.Addr.String() + ":7671"}
+	if len(st.Leaves) != 2 {
+		t.Fatalf("leaves %+v, want two", st.Leaves)
+	}
+	var leaves []string
+	for i, l := range st.Leaves {
+		if want := nsName(st.Prefix, fmt.Sprintf("l%d", i)); l.NS != want || !l.Present || l.Addr == st.Switch.Addr {
+			t.Fatalf("leaf %d: %+v, want namespace %s, present, an address of its own", i, l, want)
+		}
+		leaves = append(leaves, netip.AddrPortFrom(l.Addr, SwitchPort).String())
+	}
 	if !slices.Equal(st.LeafAddrs, leaves) {
-		t.Fatalf("leaves %v, want %v", st.LeafAddrs, leaves)
+		t.Fatalf("leaf addresses %v, want %v", st.LeafAddrs, leaves)
 	}
 	for i, h := range st.Hosts {
-		if want := leaves[i/2]; h.Leaf != want {
-			t.Fatalf("host %d's leaf %q, want %q", i, h.Leaf, want)
+		if want := leaves[i/2]; h.Leaf != want || h.PortNS != st.Leaves[i/2].NS {
+			t.Fatalf("host %d's leaf %q in %q, want %q in %q", i, h.Leaf, h.PortNS, want, st.Leaves[i/2].NS)
 		}
+		// The host's port is on its leaf's bridge.
+		out, err := command(ctx, "", "ip", "-n", h.PortNS, "-o", "link", "show", "dev", h.Port)
+		if err != nil || !strings.Contains(out, "master "+bridgeName) {
+			t.Fatalf("host %d's port in %s: %q, %v", i, h.PortNS, out, err)
+		}
+	}
+	// Each uplink shaped at UplinkRate both ways, the hosts' links at Rate.
+	rate := func(ns, dev string) string {
+		out, err := command(ctx, "", "tc", "-n", ns, "qdisc", "show", "dev", dev)
+		if err != nil {
+			t.Fatalf("%s %s: %v", ns, dev, err)
+		}
+		return out
+	}
+	for _, l := range st.Leaves {
+		for _, q := range []string{rate(st.Switch.NS, l.Port), rate(l.NS, UplinkIface)} {
+			if !strings.Contains(q, "tbf") || !strings.Contains(q, "rate 50Mbit") {
+				t.Errorf("uplink of %s: %q, want a tbf at 50Mbit", l.Name, q)
+			}
+		}
+	}
+	if q := rate(st.Hosts[0].PortNS, st.Hosts[0].Port); !strings.Contains(q, "rate 100Mbit") {
+		t.Errorf("host 0's link at its leaf: %q, want a tbf at 100Mbit", q)
 	}
 	alive := 0
 	for _, d := range st.Daemons {
@@ -933,6 +966,16 @@ func TestUpLeaves(t *testing.T) {
 	}
 	if alive != 3 {
 		t.Fatalf("daemons %+v, want three switch processes alive", st.Daemons)
+	}
+	for i, l := range st.Leaves {
+		if !slices.ContainsFunc(st.Daemons, func(d Daemon) bool { return d.Role == "switch" && d.NS == l.NS }) {
+			t.Fatalf("no switch daemon in leaf %d's namespace: %+v", i, st.Daemons)
+		}
+	}
+	// Hosts under different leaves reach each other through the spine.
+	var mesh lockedBuilder
+	if err := Run(ctx, st, helperCmd(t, "mesh", st), &mesh); err != nil {
+		t.Fatalf("%v\n%s", err, mesh.String())
 	}
 	var out lockedBuilder
 	if err := Run(ctx, st, []string{"sh", "-c", "echo switch=$NDMA_SWITCH"}, &out); err != nil {

@@ -26,6 +26,7 @@ type suiteFlags struct {
 	hosts, mtu, iters, gmp, ppn int
 	switches                    int
 	leaves                      int
+	uplinkRate                  string
 	repeat                      int
 	rate, ops, sizes, out, pf   string
 	keep, json, mpi             bool
@@ -112,7 +113,8 @@ then runs at that one rate.`,
 	fl := cmd.Flags()
 	fl.IntVar(&f.hosts, "hosts", 8, "host namespaces, --ppn ranks each")
 	fl.IntVar(&f.switches, "switches", 1, fmt.Sprintf("switch processes to shard the in-network collectives over, 1 to %d (see ndma testbed up)", testbed.MaxSwitches))
-	fl.IntVar(&f.leaves, "leaves", 0, "make the testbed's switch a tree of a root and this many leaf switches, the hosts in blocks (see ndma testbed up --leaves; default: one switch)")
+	fl.IntVar(&f.leaves, "leaves", 0, "make the testbed a leaf-spine tree of a root and this many leaf switches, the hosts in blocks (see ndma testbed up --leaves; default: one switch)")
+	fl.StringVar(&f.uplinkRate, "uplink-rate", "", "rate of each leaf's uplink to the spine, with --leaves (default: --rate)")
 	fl.IntVar(&f.ppn, "ppn", 1, fmt.Sprintf("ranks in each host namespace, 1 to %d (NDMA's and Open MPI's rows alike)", testbed.MaxPerHost))
 	fl.StringVar(&f.rate, "rate", testbed.DefaultRate, "rate of every link, each direction, in tc's syntax: 100mbit, 1gbit; auto: the highest rate at which the heaviest jobs are faithful on this machine (see above)")
 	fl.BoolVar(&f.prio, "priority-queues", false, "give every link's queue priority bands that send NDMA's ACKs ahead of queued data (see ndma testbed up)")
@@ -203,7 +205,7 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 	stdout := cmd.OutOrStdout()
 	prog := newProgress(cmd.ErrOrStderr(), f.json)
 	cfg := bench.SuiteConfig{
-		Testbed:  testbed.Config{Prefix: f.pf, Hosts: f.hosts, Switches: f.switches, Leaves: f.leaves, Rate: f.rate, PeakRate: f.peakRate, MTU: f.mtu, GoMaxProcs: f.gmp, PriorityQueues: f.prio},
+		Testbed:  testbed.Config{Prefix: f.pf, Hosts: f.hosts, Switches: f.switches, Leaves: f.leaves, UplinkRate: f.uplinkRate, Rate: f.rate, PeakRate: f.peakRate, MTU: f.mtu, GoMaxProcs: f.gmp, PriorityQueues: f.prio},
 		Ops:      ops,
 		Sizes:    sizes,
 		Iters:    f.iters,
@@ -324,7 +326,7 @@ func renderSuite(cmd *cobra.Command, f *suiteFlags) error {
 			// One setup per rendering: the tables, plots and figures are
 			// per operation, and a 4-rank row must not replace (or sit
 			// in one table with) an 8-rank one.
-			if len(rows) > 0 && (r.Ranks != rows[0].Ranks || r.PerHost != rows[0].PerHost || r.RateBits != rows[0].RateBits || r.PeakRateBits != rows[0].PeakRateBits || r.PriorityQueues != rows[0].PriorityQueues) {
+			if len(rows) > 0 && (r.Ranks != rows[0].Ranks || r.PerHost != rows[0].PerHost || r.RateBits != rows[0].RateBits || r.PeakRateBits != rows[0].PeakRateBits || r.PriorityQueues != rows[0].PriorityQueues || r.Leaves != rows[0].Leaves || r.UplinkRateBits != rows[0].UplinkRateBits) {
 				return fmt.Errorf("--from %s: rows of %s on %s and of %s on %s: render one setup (ranks, links) at a time",
 					path, bench.RanksText(rows[0]), bench.LinksText(rows[0].RateBits, rows[0].PeakRateBits, rows[0].PriorityQueues), bench.RanksText(r), bench.LinksText(r.RateBits, r.PeakRateBits, r.PriorityQueues))
 			}

@@ -42,6 +42,7 @@ var testbedFlagNames = map[string]string{
 	"GoMaxProcs": "--gomaxprocs",
 	"Switches":   "--switches",
 	"Leaves":     "--leaves",
+	"UplinkRate": "--uplink-rate",
 }
 
 // testbedFlags are the flags of `ndma testbed` and its subcommands.
@@ -60,6 +61,7 @@ type testbedFlags struct {
 	gateway                         bool
 	gomaxprocs                      int
 	rate, hostRate, subnet, memSize string
+	uplinkRate                      string
 	peakRate                        string
 	latency                         time.Duration
 	binary                          string
@@ -172,7 +174,8 @@ CPU per MiB.
 	fl.IntVar(&f.hosts, "hosts", testbed.DefaultHosts, fmt.Sprintf("host namespaces, one rank each (1 to %d with --memnodes)", testbed.MaxNodes))
 	fl.IntVar(&f.memnodes, "memnodes", 0, "memory-node namespaces, each running ndma memd")
 	fl.IntVar(&f.switches, "switches", 1, fmt.Sprintf("ndma switch processes in the switch namespace (1 to %d): above 1, the ranks of run shard their in-network collectives over them (NDMA_SWITCHES)", testbed.MaxSwitches))
-	fl.IntVar(&f.leaves, "leaves", 0, fmt.Sprintf("make the switch a tree: a root and this many leaf switch processes in the switch namespace (1 to %d, at most --hosts), the hosts in blocks, each host's ranks meeting at its leaf (default: one switch)", testbed.MaxSwitches))
+	fl.IntVar(&f.leaves, "leaves", 0, fmt.Sprintf("make the fabric a leaf-spine tree: the switch namespace the spine (the root switch) and this many leaf namespaces, each with a leaf switch and an uplink to the spine (1 to %d, at most --hosts); the hosts in blocks, one per leaf, each host's ranks meeting at its leaf (default: one switch)", testbed.MaxSwitches))
+	fl.StringVar(&f.uplinkRate, "uplink-rate", "", "rate of each leaf's uplink to the spine, each way, with --leaves (default: --rate, every link equal)")
 	fl.IntVar(&f.stornodes, "stornodes", 0, "storage-node namespaces (s0, s1, ...), each running ndma stord with its directory in the state directory")
 	fl.BoolVar(&f.gateway, "gateway", false, "a namespace (g0) running ndma storgw, the controller of ndma bench vol --mode controller (needs --stornodes)")
 	fl.StringVar(&f.rate, "rate", testbed.DefaultRate, "rate of every link, each direction, in tc's syntax: 100mbit, 1gbit, 12mbps (bytes/s); auto: the highest rate at which the heaviest jobs are faithful on this machine (see above)")
@@ -298,6 +301,7 @@ func (f *testbedFlags) config() (testbed.Config, error) {
 		Gateway:    f.gateway,
 		Rate:       f.rate,
 		HostRate:   f.hostRate,
+		UplinkRate: f.uplinkRate,
 		Burst:      f.burst,
 		PeakRate:   f.peakRate,
 		Latency:    f.latency,
@@ -492,6 +496,7 @@ func printTestbed(w io.Writer, st *testbed.State) {
 	}
 	if len(st.LeafAddrs) > 0 {
 		fmt.Fprintf(w, "leaves   %s  (a tree: the switch above is the root; each host's ranks meet at its leaf, below)\n", strings.Join(st.LeafAddrs, ","))
+		fmt.Fprintf(w, "uplinks  %s each way between each leaf and the spine (tbf burst %d B, %s)\n", st.UplinkRate, st.UplinkBurst, peakText(st.UplinkPeakRateBits))
 	}
 	if st.Secret != "" {
 		fmt.Fprintf(w, "sealed   every datagram: credentials <node>.cred under the secret %s (each rank of testbed run: one of its own, JOB/RANK, as NDMA_CREDENTIAL; other tools: --credential %s)\n", st.Secret, st.ClientCredential)
@@ -510,6 +515,9 @@ func printTestbed(w io.Writer, st *testbed.State) {
 		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\n", n.Name, n.NS, n.Addr, n.Iface, svc, yesNo(n.Present))
 	}
 	row(st.Switch)
+	for _, n := range st.Leaves {
+		row(n)
+	}
 	for _, n := range st.Hosts {
 		row(n)
 	}

@@ -76,17 +76,23 @@ func (m *Monitor) run(interval time.Duration) {
 	}
 }
 
-// sample reads /proc/stat and the switch namespace's net/dev.
+// sample reads /proc/stat and the bridges' namespaces' net/dev.
 func (m *Monitor) sample() error {
 	at := time.Since(m.start)
 	stat, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return err
 	}
+	// The namespaces' net/dev one after the other: ParseNetDev takes
+	// every line naming an interface (the port names are unique).
 	var netdev []byte
 	if len(m.t.Links) > 0 {
-		if netdev, err = os.ReadFile("/proc/" + strconv.Itoa(m.t.NetDevPID) + "/net/dev"); err != nil {
-			return fmt.Errorf("fidelity: the switch namespace's counters: %w", err)
+		for _, pid := range m.t.NetDevPIDs {
+			b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/net/dev")
+			if err != nil {
+				return fmt.Errorf("fidelity: the ports' counters: %w", err)
+			}
+			netdev = append(netdev, b...)
 		}
 	}
 	return m.rec.Sample(at, stat, netdev)

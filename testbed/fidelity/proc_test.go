@@ -78,6 +78,16 @@ func TestParseNetDev(t *testing.T) {
 			t.Errorf("no %s in %v", name, ifs)
 		}
 	}
+	// Two namespaces' net/dev read one after the other (a tree's spine
+	// and a leaf): the second's header lines are skipped, its ports kept.
+	leaf := strings.ReplaceAll(strings.ReplaceAll(dev, " h0:", " h9:"), " h1:", " l0:")
+	both, err := ParseNetDev([]byte(dev + leaf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if both["h9"] != ifs["h0"] || both["l0"] != ifs["h1"] || both["h0"] != ifs["h0"] {
+		t.Errorf("two net/dev together: %v", both)
+	}
 	if _, err := ParseNetDev([]byte("h\nh\n  h0: 1 2 3\n")); err == nil {
 		t.Error("short line: no error")
 	}

@@ -2,6 +2,8 @@ package fidelity
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 
 	"github.com/ndma/ndma/testbed"
 )
@@ -19,41 +21,70 @@ type Daemon struct {
 // once they are waited for), the testbed's daemons and its links.
 type Target struct {
 	Daemons []Daemon
-	// NetDevPID is a process in the switch namespace (the switch
-	// daemon): /proc/NetDevPID/net/dev holds the switch ports'
-	// counters. Zero: no links are watched.
-	NetDevPID int
-	Links     []Link
+	// NetDevPIDs are a process in each namespace holding the bridge
+	// side of a watched link (a switch daemon: the spine's, and each
+	// leaf's in a tree): their /proc/PID/net/dev hold the ports'
+	// counters, read together. Empty: no links are watched.
+	NetDevPIDs []int
+	Links      []Link
 }
 
 // TargetOf returns the Target of a running testbed: its daemons, and
-// both directions of every link between the switch namespace and a host,
-// memory, storage or gateway node.
+// both directions of every link between a bridge (the switch
+// namespace's, or a leaf's) and a host, memory, storage or gateway node,
+// and of every leaf's uplink to the spine.
 func TargetOf(st *testbed.State) (Target, error) {
 	var t Target
+	switchPID := make(map[string]int) // by namespace
 	for _, d := range st.Daemons {
 		t.Daemons = append(t.Daemons, Daemon{Role: d.Role, PID: d.PID})
-		if d.Role == "switch" {
-			t.NetDevPID = d.PID
+		if _, ok := switchPID[d.NS]; d.Role == "switch" && !ok {
+			switchPID[d.NS] = d.PID
 		}
 	}
-	if t.NetDevPID == 0 {
+	var nss []string // namespaces holding bridge sides, in order
+	bridgeSide := func(ns string) error {
+		if slices.Contains(nss, ns) {
+			return nil
+		}
+		pid, ok := switchPID[ns]
+		if !ok {
+			return fmt.Errorf("fidelity: no switch daemon in namespace %s", ns)
+		}
+		nss = append(nss, ns)
+		t.NetDevPIDs = append(t.NetDevPIDs, pid)
+		return nil
+	}
+	if err := bridgeSide(st.Switch.NS); err != nil {
 		return Target{}, errors.New("fidelity: the testbed has no switch daemon")
 	}
-	add := func(nodes []testbed.Node, rate uint64) {
+	add := func(nodes []testbed.Node, rate uint64) error {
 		for _, n := range nodes {
+			ns := st.Switch.NS
+			if n.PortNS != "" {
+				ns = n.PortNS
+			}
+			if err := bridgeSide(ns); err != nil {
+				return err
+			}
 			t.Links = append(t.Links,
-				Link{Name: "sw→" + n.Name, Port: n.Port, RateBits: rate, NS: st.Switch.NS, Dev: n.Port},
+				Link{Name: "sw→" + n.Name, Port: n.Port, RateBits: rate, NS: ns, Dev: n.Port},
 				Link{Name: n.Name + "→sw", Port: n.Port, Up: true, RateBits: rate, NS: n.NS, Dev: n.Iface})
 		}
+		return nil
 	}
 	hostRate := st.RateBits
 	if st.HostRateBits > 0 {
 		hostRate = st.HostRateBits
 	}
-	add(st.Hosts, hostRate)
-	add(st.MemNodes, st.RateBits)
-	add(st.StorNodes, st.RateBits)
-	add(st.Gateways, st.RateBits)
+	for _, l := range st.Leaves {
+		t.Links = append(t.Links,
+			Link{Name: "sw→" + l.Name, Port: l.Port, RateBits: st.UplinkRateBits, NS: st.Switch.NS, Dev: l.Port},
+			Link{Name: l.Name + "→sw", Port: l.Port, Up: true, RateBits: st.UplinkRateBits, NS: l.NS, Dev: l.Iface})
+	}
+	err := errors.Join(add(st.Hosts, hostRate), add(st.MemNodes, st.RateBits), add(st.StorNodes, st.RateBits), add(st.Gateways, st.RateBits))
+	if err != nil {
+		return Target{}, err
+	}
 	return t, nil
 }
