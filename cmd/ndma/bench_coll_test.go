@@ -188,6 +188,12 @@ func TestBenchSuiteFrom(t *testing.T) {
 	if _, err := execute(t, "bench", "suite", "--from", a, "--repeat", "3", "--out", out); err == nil {
 		t.Error("--repeat with --from: no error")
 	}
+	// Every flag of a measurement is refused with --from, never ignored.
+	for _, fl := range [][]string{{"--leaves", "2"}, {"--uplink-rate", "10mbit"}, {"--ppn", "2"}, {"--priority-queues"}, {"--sync-algo", "innet"}} {
+		if _, err := execute(t, append([]string{"bench", "suite", "--from", a, "--out", out}, fl...)...); err == nil || !strings.Contains(err.Error(), fl[0]) {
+			t.Errorf("%s with --from: %v, want an error naming it", fl[0], err)
+		}
+	}
 	if _, err := execute(t, "bench", "suite", "--repeat", "0", "--out", out); err == nil || !strings.Contains(err.Error(), "--repeat") {
 		t.Errorf("--repeat 0: %v, want an error naming --repeat", err)
 	}

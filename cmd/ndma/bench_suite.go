@@ -301,7 +301,7 @@ func firstLine(s string) string {
 
 // renderSuite is --from: merge earlier runs' rows and write the files.
 func renderSuite(cmd *cobra.Command, f *suiteFlags) error {
-	for _, name := range []string{"hosts", "switches", "rate", "peak-rate", "mtu", "ops", "sizes", "iters", "keep", "prefix", "mpi", "mpi-tuned", "mpi-ndma", "gloo", "algos", "repeat", "gomaxprocs", "fidelity-cpu"} {
+	for _, name := range []string{"hosts", "switches", "leaves", "uplink-rate", "ppn", "rate", "priority-queues", "peak-rate", "mtu", "ops", "sizes", "iters", "keep", "prefix", "mpi", "mpi-tuned", "mpi-ndma", "gloo", "sync-algo", "algos", "repeat", "gomaxprocs", "fidelity-cpu"} {
 		if cmd.Flags().Changed(name) {
 			return fmt.Errorf("--%s cannot be used with --from (it renders rows already measured)", name)
 		}
