@@ -247,6 +247,12 @@ func jepsenMQ(t *testing.T, seed int64, faults time.Duration, producerLoss float
 		for _, c := range prods {
 			t.Logf("seed %d: producer %+v", seed, c.p.Stats())
 		}
+		// The producers stop, each pushing what it stored first, before
+		// any client goes: the last pushes and the final reader's start
+		// do not meet at one instant in the scheduler's order.
+		for _, c := range prods {
+			c.p.Close()
+		}
 		for _, c := range append(prods, conss...) {
 			c.crash()
 		}

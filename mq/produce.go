@@ -99,9 +99,10 @@ func NewProducer(t *Topic, cfg ProducerConfig) *Producer {
 	return p
 }
 
-// Close stops the producer's pushes (Config.Push) and leaves its push
-// group; without Push it does nothing. Produce must not be called after
-// it.
+// Close stops the producer's pushes (Config.Push), after pushing the
+// batches it stored and had not pushed yet (unless its group broke or is
+// not formed), and leaves its push group; without Push it does nothing.
+// Produce must not be called after it.
 func (p *Producer) Close() {
 	if p.push != nil {
 		p.push.close()

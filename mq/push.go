@@ -241,6 +241,18 @@ func (ps *pusher) run() {
 	for {
 		select {
 		case <-ps.stop:
+			// What was offered before the stop is pushed first, so that
+			// a producer that stores a batch and closes pushes it, in
+			// one order whatever the scheduler does.
+			for {
+				select {
+				case it := <-ps.q:
+					ps.send(g, it)
+					continue
+				default:
+				}
+				break
+			}
 			ps.leave(g)
 			return
 		case it := <-ps.q:
