@@ -18,6 +18,7 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/fabric"
+	"github.com/ndma/ndma/internal/simpool"
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
@@ -69,6 +70,17 @@ func simStorageWith(t *testing.T, n int, seed int64, auth *secure.Authority, f f
 			link: simnet.LinkConfig{Rate: 10e9, Latency: 5 * time.Microsecond},
 			swA:  netip.MustParseAddrPort("10.0.0.1:7471"),
 			fab:  endpoint.FabricOptions{Token: testToken}, port: 9000, auth: auth}
+		// Deliveries in an order fixed by the seed, whatever order the
+		// bubble's goroutines run in.
+		s.net.Quiesce = true
+		if dir := os.Getenv("NDMA_SIM_TRACE"); dir != "" {
+			closeTrace := simpool.Trace(t, s.net, dir, seed)
+			defer func() {
+				if err := closeTrace(); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
 		ctx, cancel := context.WithCancel(context.Background())
 		served := make(chan error, 1)
 		go func() { served <- s.net.Serve(ctx) }()

@@ -406,21 +406,28 @@ func (f *Fabric) Holder(r *pool.Region, off int64) *Mem {
 	return found
 }
 
-// traceTo writes every datagram the network sends, delivers or drops
-// (not its polls) to a file in dir named after the test and the seed, one
-// event a line, when dir is not empty: two runs of one seed that should
-// replay can then be compared line by line (NDMA_SIM_TRACE=DIR).
+// traceTo writes the run's datagrams to a file in dir (Trace), when dir
+// is not empty.
 func (f *Fabric) traceTo(dir string) {
-	if dir == "" {
-		return
+	if dir != "" {
+		f.trace = Trace(f.T, f.Net, dir, f.Seed)
 	}
-	name := strings.NewReplacer("/", "_", " ", "_").Replace(f.T.Name())
-	file, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-seed%d.trace", name, f.Seed)))
+}
+
+// Trace writes every datagram network n sends, delivers or drops (not
+// its polls) to a file in dir named after the test and the seed, one
+// event a line with the datagram's header: two runs of one seed that
+// should replay can then be compared line by line (NDMA_SIM_TRACE=DIR
+// for the runs of this package; other harnesses call Trace). It returns
+// what closes the file once the network has stopped.
+func Trace(t testing.TB, n *simnet.Network, dir string, seed int64) (close func() error) {
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
+	file, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-seed%d.trace", name, seed)))
 	if err != nil {
-		f.T.Fatal(err)
+		t.Fatal(err)
 	}
 	w := bufio.NewWriterSize(file, 1<<20)
-	f.Net.Trace = func(ev simnet.TraceEvent) {
+	n.Trace = func(ev simnet.TraceEvent) {
 		if ev.Kind == simnet.TracePoll {
 			return
 		}
@@ -433,8 +440,8 @@ func (f *Fabric) traceTo(dir string) {
 			fmt.Fprintln(w, ev, h.Op, h.Mode, "flags", h.Flags, "msg", h.MsgID, "psn", h.PSN, "group", h.Group, "addr", h.Addr, "op1", h.Operand1, "op2", h.Operand2, "st", h.Status)
 		}
 	}
-	f.trace = func() error {
-		f.Net.Trace = nil
+	return func() error {
+		n.Trace = nil
 		return errors.Join(w.Flush(), file.Close())
 	}
 }
