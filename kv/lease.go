@@ -76,9 +76,9 @@ const fenceRaises = 4
 var errFenceExhausted = errors.New("kv: the rank's fence is at its highest token")
 
 // raiseFence raises the owner's fence for its current registration, if
-// it has not yet. The caller holds a shard's lock (the raise precedes
+// it has not yet. The caller holds shard sh's lock (the raise precedes
 // the shard's reload); it checked the lease.
-func (o *Owner) raiseFence() error {
+func (o *Owner) raiseFence(sh *shard) error {
 	o.mu.Lock()
 	gen, done, ctr := o.gen, o.fencedWritesLocked() != nil, o.fenceCtr
 	o.mu.Unlock()
@@ -98,6 +98,7 @@ func (o *Owner) raiseFence() error {
 		ctx, cancel := context.WithDeadline(context.Background(), end)
 		high, err := o.mem.raiseFence(ctx, f)
 		cancel()
+		sh.gate.Pass()
 		o.mu.Lock()
 		o.fenceCtr = max(o.fenceCtr, ctr, high>>32)
 		ctr = o.fenceCtr
