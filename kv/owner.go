@@ -100,6 +100,8 @@ type Owner struct {
 	inc     uint64
 	replies replies // under repMu
 	repMu   chan struct{}
+	// raiseMu is held by the handler raising the fence (lease.go).
+	raiseMu chan struct{}
 	// gen counts the owner's registrations, and the writes refused for
 	// their fence (under mu): a shard loaded under an earlier one is
 	// read again before its next write, since another process may have
@@ -218,7 +220,7 @@ func StartOwner(ctx context.Context, ep *endpoint.Endpoint, reg *pool.Region, cf
 	if !(cfg.GrowAt > 0 && cfg.GrowAt <= 1) {
 		return nil, fmt.Errorf("kv: owner: GrowAt %v (want a load above 0, at most 1)", cfg.GrowAt)
 	}
-	o := &Owner{cfg: cfg, log: cfg.Logger, reg: reg, ep: ep, repMu: make(chan struct{}, 1), inc: cfg.Incarnation}
+	o := &Owner{cfg: cfg, log: cfg.Logger, reg: reg, ep: ep, repMu: make(chan struct{}, 1), raiseMu: make(chan struct{}, 1), inc: cfg.Incarnation}
 	for o.inc == 0 {
 		o.inc = rand.Uint64()
 	}
