@@ -213,7 +213,7 @@ func (o *Owner) growStep(ctx context.Context, sh *shard, chunks int) bool {
 			g.b[g.written+j].putTag(p[j*BucketBytes:], g.tab.tag)
 		}
 		wctx, cancel := context.WithTimeout(ctx, o.cfg.WriteTimeout)
-		err := o.write(wctx, p, o.l.tableAddr(sh.id, g.tab.gen, g.written))
+		err := o.write(wctx, sh, p, o.l.tableAddr(sh.id, g.tab.gen, g.written))
 		cancel()
 		if err != nil {
 			o.log.Warn("kv: writing a bigger table failed; it is built again later", "shard", sh.id, "err", err)
@@ -227,7 +227,7 @@ func (o *Owner) growStep(ctx context.Context, sh *shard, chunks int) bool {
 	}
 	g.tab.floor = sh.nextVer
 	wctx, cancel := context.WithTimeout(ctx, o.cfg.WriteTimeout)
-	err := o.write(wctx, o.l.appendDesc(nil, g.tab), o.l.descAddr(sh.id))
+	err := o.write(wctx, sh, o.l.appendDesc(nil, g.tab), o.l.descAddr(sh.id))
 	cancel()
 	sh.grow = nil
 	if err != nil {
@@ -278,7 +278,7 @@ func (o *Owner) mirror(ctx context.Context, sh *shard, key []byte, nb bucket, ex
 	var p [BucketBytes]byte
 	nb.putTag(p[:], g.tab.tag)
 	wctx, cancel := context.WithTimeout(ctx, o.cfg.WriteTimeout)
-	err := o.write(wctx, p[:], o.l.tableAddr(sh.id, g.tab.gen, j))
+	err := o.write(wctx, sh, p[:], o.l.tableAddr(sh.id, g.tab.gen, j))
 	cancel()
 	if err != nil {
 		o.log.Warn("kv: writing to a bigger table failed; it is built again later", "shard", sh.id, "err", err)

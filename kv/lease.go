@@ -76,9 +76,22 @@ const fenceRaises = 4
 var errFenceExhausted = errors.New("kv: the rank's fence is at its highest token")
 
 // raiseFence raises the owner's fence for its current registration, if
-// it has not yet. The caller holds a shard's lock (the raise precedes
+// it has not yet. The caller holds shard sh's lock (the raise precedes
 // the shard's reload); it checked the lease.
-func (o *Owner) raiseFence() error {
+//
+// One handler raises at a time (raiseMu), the others wait for it and
+// then find the fence raised: a raise is several pool operations, one
+// per memory node, and handlers raising at once, woken by one lease end
+// inside it, would go on in the Go scheduler's order on a simulated
+// network (their gates order them only between the owner's own
+// operations).
+func (o *Owner) raiseFence(sh *shard) error {
+	if o.fenceRaised() {
+		return nil
+	}
+	o.raiseMu <- struct{}{}
+	defer func() { <-o.raiseMu }()
+	sh.gate.Pass()
 	o.mu.Lock()
 	gen, done, ctr := o.gen, o.fencedWritesLocked() != nil, o.fenceCtr
 	o.mu.Unlock()
@@ -98,6 +111,7 @@ func (o *Owner) raiseFence() error {
 		ctx, cancel := context.WithDeadline(context.Background(), end)
 		high, err := o.mem.raiseFence(ctx, f)
 		cancel()
+		sh.gate.Pass()
 		o.mu.Lock()
 		o.fenceCtr = max(o.fenceCtr, ctr, high>>32)
 		ctr = o.fenceCtr
@@ -131,6 +145,14 @@ func (o *Owner) fenced(err error) {
 	o.gen++ // what the shards were loaded under is stale
 	o.mu.Unlock()
 	o.log.Warn("kv: a write was refused for its fence: a newer holder raised it", "space", o.cfg.Space, "rank", o.cfg.Rank, "err", err)
+}
+
+// fenceRaised reports whether the owner's fence is raised for its
+// current registration.
+func (o *Owner) fenceRaised() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.fencedWritesLocked() != nil
 }
 
 // fencedWritesLocked is the key space's view whose writes carry the

@@ -86,17 +86,22 @@ type Owner struct {
 	shards []*shard
 	ep     *endpoint.Endpoint
 	sc     endpoint.ServiceConfig
-	mu     sync.Mutex
-	svc    *endpoint.Service // under mu
-	stats  OwnerStats        // under mu
-	stop   context.CancelFunc
-	done   chan struct{}
+	// gate orders the goroutine that registers the owner (StartOwner's,
+	// then supervise) as the shards' gates order their lock holders.
+	gate  *endpoint.Gate
+	mu    sync.Mutex
+	svc   *endpoint.Service // under mu
+	stats OwnerStats        // under mu
+	stop  context.CancelFunc
+	done  chan struct{}
 	// inc tells this incarnation of the owner from earlier and later
 	// ones: a request names the one it is for, so a request an earlier
 	// incarnation may have applied is never applied again by this one.
 	inc     uint64
 	replies replies // under repMu
 	repMu   chan struct{}
+	// raiseMu is held by the handler raising the fence (lease.go).
+	raiseMu chan struct{}
 	// gen counts the owner's registrations, and the writes refused for
 	// their fence (under mu): a shard loaded under an earlier one is
 	// read again before its next write, since another process may have
@@ -171,7 +176,12 @@ type shard struct {
 	// lock serializes the shard's writes: a channel, not a mutex, so a
 	// writer waiting behind one that waits on the network blocks
 	// durably (inside a synctest bubble time then moves on).
-	lock    chan struct{}
+	lock chan struct{}
+	// gate orders the shard's lock holder among the owner's goroutines
+	// woken at one instant of a simulated network (endpoint.Gate): it
+	// passes the gate once it holds the lock, and after each pool
+	// operation.
+	gate    *endpoint.Gate
 	id      int
 	gen     uint64         // the owner's registration it was loaded under
 	b       []bucket       // the owner's copy of the shard's buckets
@@ -210,7 +220,7 @@ func StartOwner(ctx context.Context, ep *endpoint.Endpoint, reg *pool.Region, cf
 	if !(cfg.GrowAt > 0 && cfg.GrowAt <= 1) {
 		return nil, fmt.Errorf("kv: owner: GrowAt %v (want a load above 0, at most 1)", cfg.GrowAt)
 	}
-	o := &Owner{cfg: cfg, log: cfg.Logger, reg: reg, ep: ep, repMu: make(chan struct{}, 1), inc: cfg.Incarnation}
+	o := &Owner{cfg: cfg, log: cfg.Logger, reg: reg, ep: ep, repMu: make(chan struct{}, 1), raiseMu: make(chan struct{}, 1), inc: cfg.Incarnation}
 	for o.inc == 0 {
 		o.inc = rand.Uint64()
 	}
@@ -225,8 +235,9 @@ func StartOwner(ctx context.Context, ep *endpoint.Endpoint, reg *pool.Region, cf
 		return nil, fmt.Errorf("kv: owner rank %d: the key space has %d owners", cfg.Rank, o.l.Owners)
 	}
 	o.lo, o.hi = o.l.shardsOf(cfg.Rank)
+	o.gate = ep.NewGate()
 	for s := o.lo; s < o.hi; s++ {
-		sh := &shard{id: s, lock: make(chan struct{}, 1), heap: newSlabs(o.l.heapAddr(s), o.l.HeapBytes, o.l.PageBytes)}
+		sh := &shard{id: s, lock: make(chan struct{}, 1), gate: ep.NewGate(), heap: newSlabs(o.l.heapAddr(s), o.l.HeapBytes, o.l.PageBytes)}
 		if err := o.load(ctx, sh); err != nil {
 			return nil, err
 		}
@@ -261,6 +272,7 @@ func (o *Owner) register(ctx context.Context) error {
 	}
 	for {
 		svc, err := o.ep.RegisterService(ctx, o.cfg.Switch, o.sc, o.cfg.Rank, o.handle, o.cfg.Fabric)
+		o.gate.Pass()
 		if err == nil {
 			o.mu.Lock()
 			o.svc = svc
@@ -274,7 +286,9 @@ func (o *Owner) register(ctx context.Context) error {
 		if !errors.Is(err, wire.StatusBusy) {
 			return fmt.Errorf("kv: owner %d of %q: %w", o.cfg.Rank, o.cfg.Space, err)
 		}
-		if serr := sleep(ctx, 200*time.Millisecond); serr != nil {
+		serr := sleep(ctx, 200*time.Millisecond)
+		o.gate.Pass()
+		if serr != nil {
 			return fmt.Errorf("kv: owner %d of %q: %w", o.cfg.Rank, o.cfg.Space, err)
 		}
 	}
@@ -293,10 +307,12 @@ func (o *Owner) supervise(ctx context.Context) {
 				return
 			case <-t.C:
 			}
+			o.gate.Pass()
 			o.sweepExpired(ctx)
 		}
 		cctx, cancel := context.WithTimeout(ctx, o.cfg.Check)
 		ms, err := o.ep.ServiceMembers(cctx, o.cfg.Switch, o.sc.Name, o.cfg.Fabric)
+		o.gate.Pass()
 		listed := err == nil && slices.ContainsFunc(ms, func(m ctrl.MemberInfo) bool {
 			return int(m.ID) == o.cfg.Rank && m.Addr.Port() == o.ep.LocalAddr().Port()
 		})
@@ -367,7 +383,9 @@ func (o *Owner) load(ctx context.Context, sh *shard) error {
 	gen := o.generation()
 	sh.grow = nil
 	var err error
-	if sh.tab, err = o.readDesc(ctx, sh.id); err != nil {
+	sh.tab, err = o.readDesc(ctx, sh.id)
+	sh.gate.Pass()
+	if err != nil {
 		return fmt.Errorf("kv: loading shard %d: %w", sh.id, err)
 	}
 	nb := o.l.tableBuckets(sh.tab.gen)
@@ -381,7 +399,9 @@ func (o *Owner) load(ctx context.Context, sh *shard) error {
 	for i := 0; i < nb; i += loadChunk {
 		n := min(loadChunk, nb-i)
 		p := buf[:n*BucketBytes]
-		if err := o.mem.readAt(ctx, p, o.l.tableAddr(sh.id, sh.tab.gen, i)); err != nil {
+		err := o.mem.readAt(ctx, p, o.l.tableAddr(sh.id, sh.tab.gen, i))
+		sh.gate.Pass()
+		if err != nil {
 			return fmt.Errorf("kv: loading shard %d: %w", sh.id, err)
 		}
 		for j := range n {
@@ -399,7 +419,9 @@ func (o *Owner) load(ctx context.Context, sh *shard) error {
 			continue
 		}
 		rec := make([]byte, b.len)
-		if err := o.mem.readAt(ctx, rec, b.addr); err != nil {
+		err := o.mem.readAt(ctx, rec, b.addr)
+		sh.gate.Pass()
+		if err != nil {
 			return fmt.Errorf("kv: loading shard %d: %w", sh.id, err)
 		}
 		r, err := parseRecord(rec)
@@ -445,7 +467,8 @@ func (o *Owner) handle(_ uint64, b []byte) ([]byte, error) {
 	sh := o.shards[p.shard-o.lo]
 	sh.lock <- struct{}{}
 	defer func() { <-sh.lock }()
-	if _, ok := o.lease(time.Now()); !ok || o.raiseFence() != nil {
+	sh.gate.Pass()
+	if _, ok := o.lease(time.Now()); !ok || o.raiseFence(sh) != nil {
 		// Not holding the rank yet, or no longer sure of it, or its
 		// fence not raised: nothing applied, the client sends the
 		// request again.
@@ -552,7 +575,7 @@ func (o *Owner) apply(sh *shard, p place, r *request) (st byte, ver uint64, body
 		if !found {
 			return stNotFound, 0, nil
 		}
-		if st, val, m, body = o.modify(ctx, cur, r, m); st != stOK {
+		if st, val, m, body = o.modify(ctx, sh, cur, r, m); st != stOK {
 			return st, cur.ver, nil
 		}
 	default:
@@ -581,8 +604,8 @@ func (o *Owner) apply(sh *shard, p place, r *request) (st byte, ver uint64, body
 // present value cur: Incr, Append, Prepend (which keep its expiry and
 // flags) or Touch (which keeps its value and flags and takes m's
 // expiry).
-func (o *Owner) modify(ctx context.Context, cur bucket, r *request, m meta) (st byte, val []byte, nm meta, body []byte) {
-	old, err := o.value(ctx, cur)
+func (o *Owner) modify(ctx context.Context, sh *shard, cur bucket, r *request, m meta) (st byte, val []byte, nm meta, body []byte) {
+	old, err := o.value(ctx, sh, cur)
 	if err != nil {
 		return stFailed, nil, meta{}, nil
 	}
@@ -629,6 +652,7 @@ func (o *Owner) sweepExpired(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
+		sh.gate.Pass()
 		now := time.Now().UnixNano()
 		_, serving := o.lease(time.Now())
 		current := serving && sh.gen == o.generation()
@@ -665,10 +689,12 @@ func (o *Owner) freeIn(b []bucket, h uint64) int {
 	return -1
 }
 
-// value reads the live record of bucket b.
-func (o *Owner) value(ctx context.Context, b bucket) (record, error) {
+// value reads the live record of bucket b of locked shard sh.
+func (o *Owner) value(ctx context.Context, sh *shard, b bucket) (record, error) {
 	rec := make([]byte, b.len)
-	if err := o.mem.readAt(ctx, rec, b.addr); err != nil {
+	err := o.mem.readAt(ctx, rec, b.addr)
+	sh.gate.Pass()
+	if err != nil {
 		return record{}, err
 	}
 	r, err := parseRecord(rec)
@@ -690,7 +716,7 @@ func (o *Owner) publish(ctx context.Context, sh *shard, i int, nb bucket, val []
 			return stFull, 0, nil
 		}
 		wctx, cancel := context.WithTimeout(ctx, o.cfg.WriteTimeout)
-		err := o.write(wctx, rec, addr)
+		err := o.write(wctx, sh, rec, addr)
 		cancel()
 		if err != nil {
 			sh.heap.free(addr, len(rec))
@@ -706,7 +732,7 @@ func (o *Owner) publish(ctx context.Context, sh *shard, i int, nb bucket, val []
 	var p [BucketBytes]byte
 	nb.putTag(p[:], sh.tab.tag)
 	wctx, cancel := context.WithTimeout(ctx, o.cfg.WriteTimeout)
-	err := o.write(wctx, p[:], o.l.tableAddr(sh.id, sh.tab.gen, i))
+	err := o.write(wctx, sh, p[:], o.l.tableAddr(sh.id, sh.tab.gen, i))
 	cancel()
 	if err != nil {
 		// The bucket may or may not have changed: learn which from the
@@ -737,7 +763,7 @@ func (o *Owner) publish(ctx context.Context, sh *shard, i int, nb bucket, val []
 // write refused for its fence (pool.ErrFenced) was not applied: the
 // owner lost its rank to a newer holder, or must raise its fence again
 // (fenced).
-func (o *Owner) write(ctx context.Context, p []byte, off uint64) error {
+func (o *Owner) write(ctx context.Context, sh *shard, p []byte, off uint64) error {
 	end, ok := o.lease(time.Now())
 	o.mu.Lock()
 	w, hook := o.fencedWritesLocked(), o.beforeWrite
@@ -755,6 +781,7 @@ func (o *Owner) write(ctx context.Context, p []byte, off uint64) error {
 		ctx = hook(ctx, off, len(p))
 	}
 	err := w.writeAt(ctx, p, off)
+	sh.gate.Pass()
 	if errors.Is(err, pool.ErrFenced) {
 		o.fenced(err)
 		return err
