@@ -242,7 +242,7 @@ func ownedNS(prefix, name string) bool {
 	if rest == "sw" {
 		return true
 	}
-	for _, kind := range []string{"h", "m", "s", "g", "probe"} {
+	for _, kind := range []string{"h", "m", "s", "g", "l", "probe"} {
 		if num, ok := strings.CutPrefix(rest, kind); ok && num != "" && strings.Trim(num, "0123456789") == "" {
 			return true
 		}

@@ -914,7 +914,22 @@ func TestUpSwitches(t *testing.T) {
 // ranks get their leaf as NDMA_SWITCH, and an in-network Allreduce and
 // Bcast across the tree complete on all four ranks.
 func TestUpLeaves(t *testing.T) {
+	// After Down (upTestbed's cleanup, which runs before this one), no
+	// namespace of the testbed is left, the leaves' included.
+	var prefix string
+	t.Cleanup(func() {
+		out, err := command(context.Background(), "", "ip", "netns", "list")
+		if err != nil || prefix == "" {
+			return
+		}
+		for line := range strings.Lines(out) {
+			if strings.HasPrefix(line, prefix+"-") {
+				t.Errorf("left after Down: %s", strings.TrimSpace(line))
+			}
+		}
+	})
 	st := upTestbed(t, Config{Hosts: 4, Leaves: 2, UplinkRate: "50mbit"})
+	prefix = st.Prefix
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
 	if len(st.Leaves) != 2 {
