@@ -43,17 +43,7 @@ func (s *Switch) admit(d *transport.Delivery) bool {
 		return true
 	}
 	key := AggKey{Group: g.id, Op: h.MsgID, Offset: h.Offset}
-	if h.MsgID <= g.aggFloor && !s.pool.Exists(key) {
-		// An aggregation that expired here (or an older one): a slot
-		// opened now would hold only late contributions, and would
-		// complete with them if the others were late too. One refused
-		// because its members disagreed is refused as such.
-		s.stats.AggStale++
-		st := wire.StatusBusy
-		if h.MsgID == g.aggBad {
-			st = wire.StatusBadOperand
-		}
-		s.event(d.Peer, h.Group, st, 0, h.MsgID)
+	if s.refusedStale(d, g, key) {
 		return true
 	}
 	// A member that is gone (crashed or left) can complete this chunk only
@@ -248,4 +238,23 @@ func (s *Switch) nextAggExpiry() time.Time {
 		return opened.Add(s.cfg.AggTimeout)
 	}
 	return time.Time{}
+}
+
+// refusedStale refuses a contribution to an aggregation that expired
+// here (or an older one) and reports whether it did: a slot opened now
+// would hold only late contributions, and would complete with them if
+// the others were late too. One refused because its members disagreed
+// is refused as such.
+func (s *Switch) refusedStale(d *transport.Delivery, g *group, key AggKey) bool {
+	h := &d.Header
+	if h.MsgID > g.aggFloor || s.pool.Exists(key) {
+		return false
+	}
+	s.stats.AggStale++
+	st := wire.StatusBusy
+	if h.MsgID == g.aggBad {
+		st = wire.StatusBadOperand
+	}
+	s.event(d.Peer, h.Group, st, 0, h.MsgID)
+	return true
 }

@@ -77,13 +77,7 @@ func (s *Switch) admitTreeAgg(d *transport.Delivery, g *group) bool {
 	}
 	idx, n := g.contributor(from)
 	key := AggKey{Group: g.id, Op: h.MsgID, Offset: h.Offset}
-	if h.MsgID <= g.aggFloor && !s.pool.Exists(key) {
-		s.stats.AggStale++
-		st := wire.StatusBusy
-		if h.MsgID == g.aggBad {
-			st = wire.StatusBadOperand
-		}
-		s.event(d.Peer, h.Group, st, 0, h.MsgID)
+	if s.refusedStale(d, g, key) {
 		return true
 	}
 	// A dead member attached here, or behind a child port, that is not

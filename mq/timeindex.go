@@ -102,7 +102,7 @@ func (h *handle) startIndexTime(ctx context.Context, p int, off uint64, ts int64
 	}
 	return func() error {
 		got, err := first.Wait()
-		for range 64 {
+		for try := 1; ; try++ {
 			if err != nil {
 				return fail(err)
 			}
@@ -115,11 +115,12 @@ func (h *handle) startIndexTime(ctx context.Context, p int, off uint64, ts int64
 				return nil
 			case tagNewer(got>>timeBits, want>>timeBits):
 				return nil // the segment was dropped and reused meanwhile
+			case try == 64:
+				return fail(errors.New("contended"))
 			}
 			old = got
 			got, err = h.t.ctl.CompareAndSwap(ctx, addr, old, want)
 		}
-		return fail(errors.New("contended"))
 	}
 }
 
