@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -110,9 +111,9 @@ type Store struct {
 
 	mu         sync.Mutex
 	q          queue
-	revs       map[uint32]int64     // mod revision this store last wrote or read, by region
-	sent       map[uint32][2]uint64 // hashes of the last two values sent (sentDelete: a delete), newest first, by region
-	conflicted map[uint32]bool      // regions another writer changed: not written again (conflict)
+	revs       map[uint32]int64    // mod revision this store last wrote or read, by region
+	sent       map[uint32][]uint64 // hashes of the values sent since the last one known written, and it (sentDelete: a delete), newest first, at most maxSent, by region
+	conflicted map[uint32]bool     // regions another writer changed: not written again (conflict)
 	stats      Stats
 	inflight   int // changes taken from q, not yet written
 	lease      clientv3.LeaseID
@@ -124,6 +125,18 @@ type Store struct {
 }
 
 const sentDelete = 0
+
+// maxSent bounds the values of one region kept as this store's own
+// while their writes' outcomes are unknown (etcd did not answer): any of
+// them may be the one etcd holds, and its watch event is this store's.
+const maxSent = 16
+
+// own reports whether a value of hash h is one this store sent for a
+// region whose sent values are list: no entry stands for a delete (the
+// entry of a region deleted is dropped).
+func own(list []uint64, h uint64) bool {
+	return slices.Contains(list, h) || (len(list) == 0 && h == sentDelete)
+}
 
 var _ ctrlstore.Store = (*Store)(nil)
 
@@ -141,7 +154,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: %w", err)
 	}
-	s := &Store{cfg: cfg, cli: cli, log: cfg.Logger, revs: make(map[uint32]int64), sent: make(map[uint32][2]uint64),
+	s := &Store{cfg: cfg, cli: cli, log: cfg.Logger, revs: make(map[uint32]int64), sent: make(map[uint32][]uint64),
 		conflicted: make(map[uint32]bool), wake: make(chan struct{}, 1)}
 	s.q.init(2 * ctrlstore.MaxRegions)
 	if err := s.load(ctx); err != nil {

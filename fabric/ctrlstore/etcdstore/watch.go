@@ -43,8 +43,10 @@ func (s *Store) watched(ev *clientv3.Event) {
 	}
 	id, named := s.regionID(ev.Kv.Key)
 	s.mu.Lock()
-	sent := s.sent[id]
-	if named && (h == sent[0] || h == sent[1]) {
+	// This store's own change: a value it sent (whose answer may have
+	// been lost), or one at or before the revision it last wrote (older
+	// changes of its own that the watch delivers late).
+	if named && (own(s.sent[id], h) || ev.Kv.ModRevision <= s.revs[id]) {
 		s.mu.Unlock()
 		return
 	}

@@ -80,9 +80,10 @@ func (s *Store) write(id uint32, val []byte) error {
 	}
 	h := hash(val)
 	sent := s.sent[id]
-	prev := sent[0] // the value sent before: if its answer was lost, it may be there
-	if h != sent[0] {
-		s.sent[id] = [2]uint64{h, sent[0]}
+	if len(sent) == 0 || sent[0] != h {
+		// The values sent before whose answers were lost may be there.
+		sent = append([]uint64{h}, sent[:min(len(sent), maxSent-1)]...)
+		s.sent[id] = sent
 	}
 	s.mu.Unlock()
 
@@ -105,6 +106,7 @@ func (s *Store) write(id uint32, val []byte) error {
 				delete(s.sent, id) // a zero entry matches the watch's delete event too
 			} else {
 				s.revs[id] = resp.Header.Revision
+				s.sent[id] = []uint64{h} // older ones' events come before this revision
 			}
 			s.stats.Written++
 			s.mu.Unlock()
@@ -116,7 +118,7 @@ func (s *Store) write(id uint32, val []byte) error {
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
 			cur, curRev = hash(kvs[0].Value), kvs[0].ModRevision
 		}
-		if cur != h && cur != prev {
+		if !own(sent, cur) {
 			break
 		}
 		s.mu.Lock()
@@ -148,7 +150,7 @@ func (s *Store) write(id uint32, val []byte) error {
 // Caller holds mu.
 func (s *Store) conflict(id uint32) {
 	_, known := s.revs[id]
-	if (known || s.sent[id] != [2]uint64{}) && len(s.conflicted) < 2*ctrlstore.MaxRegions {
+	if (known || len(s.sent[id]) > 0) && len(s.conflicted) < 2*ctrlstore.MaxRegions {
 		s.conflicted[id] = true
 	}
 }
