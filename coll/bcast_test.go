@@ -72,13 +72,25 @@ func bcastCase(comms []*Communicator, size, root int, opts ...CallOption) error 
 // TestBcastLengthMismatch: a receiver whose buffer is longer than the
 // root's message fails with endpoint.ErrShortRead saying both lengths
 // (not that the message was longer).
+// Both ways a message meets its receive are checked: the receive posted
+// first, and the receive posted after the message arrived (held as
+// unexpected).
 func TestBcastLengthMismatch(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		t.Run(fmt.Sprintf("late=%v", late), func(t *testing.T) { bcastLengthMismatch(t, late) })
+	}
+}
+
+func bcastLengthMismatch(t *testing.T, late bool) {
 	comms := udpComms(t, 2, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	errs := make(chan error, 2)
 	for r, c := range comms {
 		go func() {
+			if late && r == 1 {
+				time.Sleep(300 * time.Millisecond)
+			}
 			buf := make([]byte, 1000*(r+1)) // root 1000 bytes, rank 1 2000
 			errs <- c.Bcast(ctx, buf, 0, WithAlgo(AlgoInNet))
 		}()

@@ -326,7 +326,7 @@ func (c *Core) postGroup(now time.Time, op *Op) error {
 			c.release(u)
 			buf, ok := op.recvBuf(u.size)
 			if !ok {
-				op.fail(fmt.Errorf("%w: multicast of %d bytes into a %d-byte buffer", ErrShortRead, u.size, len(op.Buf)))
+				op.fail(fmt.Errorf("%w: multicast of %d bytes for a %d-byte buffer", ErrShortRead, u.size, len(op.Buf)))
 				c.finish(op)
 				return nil
 			}
