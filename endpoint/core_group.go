@@ -187,6 +187,7 @@ func (c *Core) fitsUnexpected(n int, stranger bool) bool {
 type Request struct {
 	Group    uint32
 	Key      uint64 // the request's affinity key (header Addr)
+	Caller   Caller // who asks, as the switch certified it (header Key)
 	Data     []byte
 	msgID    uint64
 	peer     transport.PeerID
@@ -647,7 +648,7 @@ func (c *Core) onAnycastRequest(d *transport.Delivery) {
 			_, _ = c.eng.Send(d.Peer, &rh, nil, 0)
 			return
 		}
-		r = &Request{Group: h.Group, Key: h.Addr, msgID: h.MsgID, peer: d.Peer}
+		r = &Request{Group: h.Group, Key: h.Addr, Caller: Caller(h.Key), msgID: h.MsgID, peer: d.Peer}
 		if h.MsgLen <= eagerRequest {
 			r.Data = make([]byte, h.MsgLen)
 		}

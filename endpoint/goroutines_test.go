@@ -44,7 +44,7 @@ func TestEndpointGoroutinesBounded(t *testing.T) {
 		ep.mu.Lock()
 		ep.core.EnableGroups()
 		ep.core.SetMember(7, 1)
-		ep.services[7] = &Service{ep: ep, id: 7, handler: func(uint64, []byte) ([]byte, error) {
+		ep.services[7] = &Service{ep: ep, id: 7, handler: func(uint64, Caller, []byte) ([]byte, error) {
 			entered.Add(1)
 			<-release
 			return []byte("ok"), nil

@@ -9,14 +9,30 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
 	"github.com/ndma/ndma/wire/ctrl"
 )
 
-// Handler serves one anycast request: key is the request's affinity key.
-// It returns the reply, or an error (sent as StatusBusy... use a
-// wire.Status to choose the code).
-type Handler func(key uint64, req []byte) ([]byte, error)
+// Handler serves one anycast request: key is the request's affinity key,
+// caller the scope of the process that sent it. It returns the reply, or
+// an error (sent as StatusBusy... use a wire.Status to choose the code).
+type Handler func(key uint64, caller Caller, req []byte) ([]byte, error)
+
+// A Caller is the scope of an anycast request's sender as the switch
+// relaying it certified it: the tag (secure.ScopeTag) of the scope of the
+// sender's credential name, which the switch writes into every request it
+// relays, over whatever the sender wrote, and which this endpoint takes
+// only from the group's switch. Zero when the switch knows no identities
+// (an insecure fabric) or the sender's role is not a member's or a
+// client's: then the caller is nobody in particular.
+type Caller uint64
+
+// Is reports whether the caller is certified as of scope.
+func (c Caller) Is(scope string) bool { return c != 0 && uint64(c) == secure.ScopeTag(scope) }
+
+// Certified reports whether the switch certified a scope for the caller.
+func (c Caller) Certified() bool { return c != 0 }
 
 // Service is this endpoint's membership in an anycast service group.
 type Service struct {
@@ -137,7 +153,7 @@ func (ep *Endpoint) dispatchLocked() {
 		ep.handlers.Add(1)
 		go func(r *Request) {
 			defer ep.handlers.Done()
-			data, err := s.handler(r.Key, r.Data)
+			data, err := s.handler(r.Key, r.Caller, r.Data)
 			st := wire.StatusOK
 			if err != nil {
 				if !errors.As(err, &st) {

@@ -26,7 +26,7 @@ func TestControlNeedsToken(t *testing.T) {
 			},
 			"register": func(o endpoint.FabricOptions) error {
 				_, err := ep.RegisterService(ctx, sw, endpoint.ServiceConfig{Name: "svc", Size: 1, Policy: ctrl.PolicyRoundRobin}, 0,
-					func(uint64, []byte) ([]byte, error) { return nil, nil }, o)
+					func(uint64, endpoint.Caller, []byte) ([]byte, error) { return nil, nil }, o)
 				return err
 			},
 			"anycast": func(o endpoint.FabricOptions) error {

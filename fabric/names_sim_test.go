@@ -233,3 +233,66 @@ func TestIssueRefusesUnboundNames(t *testing.T) {
 		}
 	}
 }
+
+// TestSimAnycastCaller: the switch writes the certified scope of an
+// anycast request's sender into the request it relays (the Caller a
+// service sees), over whatever the sender wrote there: a client that
+// claims the service's own scope is still itself to the service, a
+// member's scope is its job's, and on a switch without identities no one
+// is anyone.
+func TestSimAnycastCaller(t *testing.T) {
+	const seed = 433
+	for _, named := range []bool{true, false} {
+		var f *namedFabric
+		if named {
+			f = newNamedFabric(t, seed)
+		} else {
+			f = &namedFabric{simFabric: newSimFabric(t, seed, simnet.LinkConfig{Rate: 10e9, Latency: 5 * time.Microsecond}, fabric.Config{}),
+				certs: map[netip.AddrPort]secure.Cert{}}
+		}
+		owner := f.add(secure.RoleMember, "kv/a")
+		var seen []endpoint.Caller
+		owner.serve = func(r *endpoint.Request) ([]byte, error) {
+			seen = append(seen, r.Caller)
+			return nil, nil
+		}
+		r := f.ask(owner, &ctrl.Msg{Type: ctrl.Register, Service: "kv", Size: 1, Rank: 0, Policy: uint8(ctrl.PolicyRoundRobin)})
+		if r.err != nil {
+			t.Fatalf("seed %d: register: %v", seed, r.err)
+		}
+		owner.core.SetMember(r.resp.Group, r.resp.Member)
+		callers := []struct {
+			m     *simMember
+			scope string
+		}{
+			{f.add(secure.RoleClient, "c"), "c"},
+			{f.add(secure.RoleMember, "app/3"), "app"},
+			{f.add(secure.RoleMember, "kv/b"), "kv"},
+		}
+		answered := 0
+		for i, c := range callers {
+			// Every request claims the service's own scope.
+			op := &endpoint.Op{Kind: endpoint.KindAnycast, Peer: f.swAddr, Group: r.resp.Group, Key: secure.ScopeTag("kv"),
+				Buf: make([]byte, 3000), Timeout: time.Minute}
+			c.m.post(op, func(op *endpoint.Op) {
+				if op.Err != nil {
+					t.Errorf("seed %d: anycast: %v", seed, op.Err)
+				}
+				answered++
+			})
+			f.run(func() bool { return answered == i+1 }, time.Minute, "anycast")
+		}
+		if len(seen) != len(callers) {
+			t.Fatalf("seed %d: the service saw %d requests, want %d", seed, len(seen), len(callers))
+		}
+		for i, c := range callers {
+			got := seen[i]
+			switch {
+			case !named && got.Certified():
+				t.Errorf("seed %d: without identities, a request from %s came as caller %x, want none", seed, c.scope, uint64(got))
+			case named && (!got.Is(c.scope) || c.scope != "kv" && got.Is("kv")):
+				t.Errorf("seed %d: a request from scope %s came as caller %x, want %x", seed, c.scope, uint64(got), secure.ScopeTag(c.scope))
+			}
+		}
+	}
+}

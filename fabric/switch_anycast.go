@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
@@ -32,6 +33,10 @@ type anyReq struct {
 	in        anyKey
 	deadline  time.Time
 	queued    bool
+	// caller is the tag of the client's certified scope
+	// (secure.CallerTag; 0 on a switch without identities), written
+	// into the Key of every fragment relayed to the member.
+	caller uint64
 	// relayed counts the request's bytes sent on to the member, of msgLen.
 	relayed, msgLen uint32
 	// the queue of requests in flight, oldest first
@@ -284,6 +289,11 @@ func (s *Switch) anycast(now time.Time, d *transport.Delivery) {
 		id = s.nextTok
 		r = &anyReq{id: id, client: d.Peer, clientMsg: h.MsgID, group: g, member: mem, in: k,
 			deadline: now.Add(s.cfg.AnycastTimeout), msgLen: h.MsgLen}
+		if s.idents != nil {
+			if c, ok := s.idents(d.Peer.Addr); ok {
+				r.caller = secure.CallerTag(c.Role, c.Name)
+			}
+		}
 		s.anyFwd[id] = r
 		s.anyIn[k] = id
 		s.anyQ.push(r)
@@ -295,6 +305,9 @@ func (s *Switch) anycast(now time.Time, d *transport.Delivery) {
 	}
 	out := *h
 	out.MsgID = id
+	// The member learns who asks from the switch alone: whatever Key the
+	// client wrote is replaced.
+	out.Key = r.caller
 	buf := append([]byte(nil), d.Payload...)
 	if _, err := s.eng.SendFragment(anyMember(g, m), &out, buf, 0); err != nil {
 		s.stats.ForwardDropped++

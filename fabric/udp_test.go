@@ -182,7 +182,7 @@ func testUDPModes(t *testing.T, readers int) {
 		}
 		t.Cleanup(func() { ep.Close() })
 		_, err = ep.RegisterService(ctx, sw, endpoint.ServiceConfig{Name: "kv", Size: 2, Policy: ctrl.PolicyRoundRobin}, i,
-			func(key uint64, req []byte) ([]byte, error) {
+			func(key uint64, _ endpoint.Caller, req []byte) ([]byte, error) {
 				mu.Lock()
 				served[i]++
 				mu.Unlock()

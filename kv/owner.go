@@ -445,7 +445,7 @@ func (o *Owner) load(ctx context.Context, sh *shard) error {
 }
 
 // handle serves one anycast request.
-func (o *Owner) handle(_ uint64, b []byte) ([]byte, error) {
+func (o *Owner) handle(_ uint64, _ endpoint.Caller, b []byte) ([]byte, error) {
 	r, err := parseRequest(b)
 	if err != nil {
 		return appendReply(nil, stBad, 0, nil), nil

@@ -151,7 +151,7 @@ func (s *Subscription) Close() {
 
 // invited is the push service's handler: a producer's invitation into
 // its push group, joined in the background.
-func (s *Subscription) invited(_ uint64, req []byte) ([]byte, error) {
+func (s *Subscription) invited(_ uint64, _ endpoint.Caller, req []byte) ([]byte, error) {
 	job, size, rank, err := parseInvite(s.c.t, req)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,8 @@
 package secure
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
@@ -106,6 +108,39 @@ func NameScopes(n string) (owner, guest string) {
 		guest = n[i+1:]
 	}
 	return owner, guest
+}
+
+// ScopeTag is the 64-bit tag of scope (a label) that a sealed switch
+// writes into every anycast request it relays to a service member: the
+// tag of the scope of the requester's certified name (ParseName), so
+// that a service can tell which scope asks without trusting the request
+// (CallerTag). The tag is the first 8 bytes of SHA-256 over a domain
+// label and the scope, never 0: 0 means "no certified requester".
+func ScopeTag(scope string) uint64 {
+	h := sha256.New()
+	h.Write([]byte("ndma scope tag\x00"))
+	h.Write([]byte(scope))
+	var sum [sha256.Size]byte
+	t := binary.BigEndian.Uint64(h.Sum(sum[:0]))
+	if t == 0 {
+		t = 1
+	}
+	return t
+}
+
+// CallerTag is the tag (ScopeTag) of the scope of the certified name of
+// role a switch relays an anycast request for: a member's or a client's
+// name; 0 for any other role or a name outside the grammar, which act
+// for no scope.
+func CallerTag(role Role, name string) uint64 {
+	if role != RoleMember && role != RoleClient {
+		return 0
+	}
+	n, err := ParseName(role, name)
+	if err != nil {
+		return 0
+	}
+	return ScopeTag(n.Scope)
 }
 
 // checkLabel says why s is not a label, or returns nil.

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -137,7 +138,23 @@ type VolumeSpec struct {
 // DefaultExtent is a volume's extent size unless asked otherwise.
 const DefaultExtent = 4 << 20
 
-// Create makes a volume on the live storage nodes.
+// scope is the scope of the client's credential (secure.ParseName), or ""
+// without one: the owner of the volumes it creates.
+func (c *Client) scope() string {
+	id := c.ep.Identity()
+	if id == nil {
+		return ""
+	}
+	n, err := secure.ParseName(id.Cert.Role, id.Cert.Name)
+	if err != nil {
+		return ""
+	}
+	return n.Scope
+}
+
+// Create makes a volume on the live storage nodes. On a sealed fabric the
+// volume belongs to the scope of the client's credential (Descriptor.Owner):
+// only that scope's credentials and the storage service's reach it.
 func (c *Client) Create(ctx context.Context, spec VolumeSpec) (Descriptor, error) {
 	ids, err := c.live(ctx)
 	if err != nil {
@@ -158,7 +175,8 @@ func (c *Client) Create(ctx context.Context, spec VolumeSpec) (Descriptor, error
 	if spec.Replicas > len(ids) {
 		return Descriptor{}, fmt.Errorf("%w: %d replicas asked, %d live storage nodes (one copy per node)", ErrNoReplica, spec.Replicas, len(ids))
 	}
-	d := Descriptor{Name: spec.Name, Size: spec.Size, Extent: spec.Extent, Replicas: spec.Replicas, Nodes: ids, Created: time.Now().UnixNano()}
+	d := Descriptor{Name: spec.Name, Size: spec.Size, Extent: spec.Extent, Replicas: spec.Replicas, Nodes: ids, Created: time.Now().UnixNano(),
+		Owner: c.scope()}
 	if err := d.Check(); err != nil {
 		return Descriptor{}, err
 	}

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire/ctrl"
 )
 
@@ -65,6 +66,7 @@ type GatewayStats struct {
 	Reads, Writes, Flushes uint64
 	Copies                 uint64 // write copies sent to replicas
 	Failed                 uint64 // requests answered with a code other than OK
+	Denied                 uint64 // of those, requests for a volume of another scope (CodeDenied)
 }
 
 // NewGateway returns a gateway using ep (which it does not close).
@@ -222,14 +224,14 @@ const liveEvery = 500 * time.Millisecond
 // looks the gateway up again.
 const gatewayKey = 1<<64 - 1
 
-func (g *Gateway) handle(key uint64, req []byte) ([]byte, error) {
+func (g *Gateway) handle(key uint64, who endpoint.Caller, req []byte) ([]byte, error) {
 	if key != 0 && key != gatewayKey {
 		// Meant for a storage node (see Node.handle).
 		return refusal(CodeWrongNode, "this is the gateway, not a storage node"), nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp := g.serve(ctx, req)
+	resp := g.serve(ctx, who, req)
 	g.mu.Lock()
 	if len(resp) == 0 || resp[0] != byte(CodeOK) {
 		g.stats.Failed++
@@ -238,7 +240,7 @@ func (g *Gateway) handle(key uint64, req []byte) ([]byte, error) {
 	return resp, nil
 }
 
-func (g *Gateway) serve(ctx context.Context, req []byte) []byte {
+func (g *Gateway) serve(ctx context.Context, who endpoint.Caller, req []byte) []byte {
 	if len(req) == 0 {
 		return refusal(CodeBadRequest, "empty request")
 	}
@@ -251,6 +253,9 @@ func (g *Gateway) serve(ctx context.Context, req []byte) []byte {
 		d, err := g.desc(ctx, r.Name)
 		if err != nil {
 			return refusal(codeOf(err), err.Error())
+		}
+		if !g.may(who, d.Owner) {
+			return g.deny(d)
 		}
 		if r.Off >= d.Size {
 			return refusal(CodeOutOfRange, "read past the end")
@@ -275,6 +280,9 @@ func (g *Gateway) serve(ctx context.Context, req []byte) []byte {
 		d, err := g.desc(ctx, r.Name)
 		if err != nil {
 			return refusal(codeOf(err), err.Error())
+		}
+		if !g.may(who, d.Owner) {
+			return g.deny(d)
 		}
 		e, op := -1, uint8(opFlushOne)
 		if req[0] == opGwWrite {
@@ -306,6 +314,29 @@ func (g *Gateway) serve(ctx context.Context, req []byte) []byte {
 		return []byte{byte(CodeOK)}
 	}
 	return refusal(CodeBadRequest, fmt.Sprintf("unknown request %d", req[0]))
+}
+
+// may reports whether a request from who may reach a volume of owner
+// through the gateway: the gateway acts on the storage nodes with its
+// own credential (of the storage service's scope), so it checks for them
+// what a node checks (Node.may).
+func (g *Gateway) may(who endpoint.Caller, owner string) bool {
+	if g.ep.Identity() == nil {
+		return true
+	}
+	svc, _ := secure.NameScopes(g.cfg.Service)
+	return who.Is(svc) || owner != "" && who.Is(owner)
+}
+
+func (g *Gateway) deny(d Descriptor) []byte {
+	g.mu.Lock()
+	g.stats.Denied++
+	g.mu.Unlock()
+	owner := d.Owner
+	if owner == "" {
+		owner = "the storage service"
+	}
+	return refusal(CodeDenied, fmt.Sprintf("volume %s belongs to %s, not to the requester's scope", d.Name, owner))
 }
 
 // gwWriter is the data generation of the writer (lease holder) of one

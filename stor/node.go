@@ -75,6 +75,7 @@ type NodeStats struct {
 	Writes, WriteBytes uint64
 	Flushes            uint64
 	Refused            uint64 // requests answered with a code other than OK
+	Denied             uint64 // of those, requests for a volume of another scope (CodeDenied)
 	Resynced           uint64 // extents copied from other replicas
 }
 

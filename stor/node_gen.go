@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/ndma/ndma/endpoint"
 )
 
 // genReq records the lease holder's new data generation: Members are the
@@ -23,12 +25,12 @@ type genReq struct {
 	Direct bool `json:"direct,omitempty"`
 }
 
-func (n *Node) setGen(b []byte) []byte {
+func (n *Node) setGen(who endpoint.Caller, b []byte) []byte {
 	var r genReq
 	if err := json.Unmarshal(b, &r); err != nil || r.Gen == 0 || !slices.IsSorted(r.Members) || !slices.Contains(r.Members, n.st.id) {
 		return n.refuse(CodeBadRequest, "generation: want a generation above 0 and sorted members that include this node")
 	}
-	v, refused := n.leasedVolume(r.Name, r.Holder)
+	v, refused := n.leasedVolume(who, r.Name, r.Holder)
 	if v == nil {
 		return refused
 	}
@@ -101,12 +103,12 @@ type forceReq struct {
 	Gen  uint64 `json:"gen"`
 }
 
-func (n *Node) force(b []byte) []byte {
+func (n *Node) force(who endpoint.Caller, b []byte) []byte {
 	var r forceReq
 	if err := json.Unmarshal(b, &r); err != nil || r.Gen == 0 {
 		return n.refuse(CodeBadRequest, "force: want a volume and a generation")
 	}
-	v, refused := n.volume(r.Name)
+	v, refused := n.volume(who, r.Name)
 	if v == nil {
 		return refused
 	}
@@ -155,12 +157,12 @@ type enrollReq struct {
 // the members' lists name, so it cannot miss a generation a writer
 // started with the new member and without it. Refused (STALE_EPOCH)
 // unless this copy is current in generation Gen.
-func (n *Node) enroll(b []byte) []byte {
+func (n *Node) enroll(who endpoint.Caller, b []byte) []byte {
 	var r enrollReq
 	if err := json.Unmarshal(b, &r); err != nil || r.Gen == 0 {
 		return n.refuse(CodeBadRequest, "enroll: want a volume, a generation and a node")
 	}
-	v, refused := n.volume(r.Name)
+	v, refused := n.volume(who, r.Name)
 	if v == nil {
 		return refused
 	}
@@ -189,12 +191,12 @@ type missingReq struct {
 	Since uint64 `json:"since"`
 }
 
-func (n *Node) missing(b []byte) []byte {
+func (n *Node) missing(who endpoint.Caller, b []byte) []byte {
 	var r missingReq
 	if err := json.Unmarshal(b, &r); err != nil {
 		return n.refuse(CodeBadRequest, "missing: "+err.Error())
 	}
-	v, refused := n.volume(r.Name)
+	v, refused := n.volume(who, r.Name)
 	if v == nil {
 		return refused
 	}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"slices"
 	"time"
+
+	"github.com/ndma/ndma/endpoint"
 )
 
 // leaseReq asks for (or renews, or with Release gives back) a volume's
@@ -35,12 +37,12 @@ type leaseResp struct {
 // MaxLease bounds a lease's TTL.
 const MaxLease = 10 * time.Minute
 
-func (n *Node) lease(b []byte) []byte {
+func (n *Node) lease(who endpoint.Caller, b []byte) []byte {
 	var r leaseReq
 	if err := json.Unmarshal(b, &r); err != nil || r.Holder == 0 || r.TTLMs <= 0 || time.Duration(r.TTLMs)*time.Millisecond > MaxLease {
 		return n.refuse(CodeBadRequest, "lease: want a holder and a TTL up to "+MaxLease.String())
 	}
-	v, refused := n.volume(r.Name)
+	v, refused := n.volume(who, r.Name)
 	if v == nil {
 		return refused
 	}

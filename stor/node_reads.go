@@ -4,14 +4,16 @@ import (
 	"encoding/binary"
 	"fmt"
 	"time"
+
+	"github.com/ndma/ndma/endpoint"
 )
 
-func (n *Node) read(b []byte) []byte {
+func (n *Node) read(who endpoint.Caller, b []byte) []byte {
 	r, ok := parseRead(b)
 	if !ok {
 		return n.refuse(CodeBadRequest, "read: malformed")
 	}
-	v, refused := n.volume(r.Name)
+	v, refused := n.volume(who, r.Name)
 	if v == nil {
 		return refused
 	}
@@ -71,10 +73,10 @@ const readWait = 200 * time.Millisecond
 // read a node that is itself resyncing, from extents that are not stale.
 const resyncRead = 1 << 63
 
-func (n *Node) versions(b []byte) []byte {
+func (n *Node) versions(who endpoint.Caller, b []byte) []byte {
 	d := dec{b: b}
 	name := d.str()
-	v, refused := n.volume(name)
+	v, refused := n.volume(who, name)
 	if v == nil {
 		return refused
 	}

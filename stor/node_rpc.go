@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 	"github.com/ndma/ndma/wire"
 )
@@ -16,7 +18,7 @@ import (
 // its id+1 as the key: a switch that restarted may have given the
 // service's group id to another service, and a client that still has the
 // old one reaches the wrong node, which says so.
-func (n *Node) handle(key uint64, req []byte) ([]byte, error) {
+func (n *Node) handle(key uint64, who endpoint.Caller, req []byte) ([]byte, error) {
 	n.reqs.Add(1)
 	defer n.reqs.Done()
 	if len(req) == 0 {
@@ -30,36 +32,36 @@ func (n *Node) handle(key uint64, req []byte) ([]byte, error) {
 	case opInfo:
 		resp = n.info()
 	case opCreate:
-		resp = n.create(req[1:])
+		resp = n.create(who, req[1:])
 	case opRemove:
-		resp = n.remove(req[1:])
+		resp = n.remove(who, req[1:])
 	case opList:
-		resp = n.listVols()
+		resp = n.listVols(who)
 	case opStat:
-		resp = n.stat(req[1:])
+		resp = n.stat(who, req[1:])
 	case opLease:
-		resp = n.lease(req[1:])
+		resp = n.lease(who, req[1:])
 	case opJoin:
-		resp = n.join(req[1:])
+		resp = n.join(who, req[1:])
 	case opRead:
-		resp = n.read(req)
+		resp = n.read(who, req)
 	case opVersions:
-		resp = n.versions(req[1:])
+		resp = n.versions(who, req[1:])
 	case opMissing:
-		resp = n.missing(req[1:])
+		resp = n.missing(who, req[1:])
 	case opWriteOne, opFlushOne:
-		resp = n.one(req)
+		resp = n.one(who, req)
 	case opGen:
-		resp = n.setGen(req[1:])
+		resp = n.setGen(who, req[1:])
 	case opForce:
-		resp = n.force(req[1:])
+		resp = n.force(who, req[1:])
 	case opEnroll:
-		resp = n.enroll(req[1:])
+		resp = n.enroll(who, req[1:])
 	case opCatalog:
-		resp = n.catalogAdd(req[1:])
+		resp = n.catalogAdd(who, req[1:])
 	case opCatList:
 		n.st.mu.Lock()
-		resp = okJSON(n.st.cat.list())
+		resp = okJSON(slices.DeleteFunc(n.st.cat.list(), func(e CatalogEntry) bool { return !n.may(who, e.Desc.Owner) }))
 		n.st.mu.Unlock()
 	default:
 		resp = n.refuse(CodeBadRequest, fmt.Sprintf("unknown request %d", req[0]))
@@ -78,8 +80,8 @@ func (n *Node) refuseErr(err error) []byte { return n.refuse(codeOf(err), err.Er
 
 // leasedVolume returns volume name locked (v.mu) if holder holds its
 // write lease, or nil and the refusal.
-func (n *Node) leasedVolume(name string, holder uint64) (*vol, []byte) {
-	v, refused := n.volume(name)
+func (n *Node) leasedVolume(who endpoint.Caller, name string, holder uint64) (*vol, []byte) {
+	v, refused := n.volume(who, name)
 	if v == nil {
 		return nil, refused
 	}
@@ -91,12 +93,44 @@ func (n *Node) leasedVolume(name string, holder uint64) (*vol, []byte) {
 	return v, nil
 }
 
-// volume returns volume name, or nil and the NO_VOLUME refusal.
-func (n *Node) volume(name string) (*vol, []byte) {
-	if v := n.st.get(name); v != nil {
-		return v, nil
+// volume returns volume name, or nil and the refusal: NO_VOLUME, or
+// DENIED when who may not act on it (may).
+func (n *Node) volume(who endpoint.Caller, name string) (*vol, []byte) {
+	v := n.st.get(name)
+	if v == nil {
+		return nil, n.refuse(CodeNoVolume, name)
 	}
-	return nil, n.refuse(CodeNoVolume, name)
+	v.mu.Lock()
+	owner := v.meta.Desc.Owner
+	v.mu.Unlock()
+	if !n.may(who, owner) {
+		return nil, n.deny(name, owner)
+	}
+	return v, nil
+}
+
+// may reports whether a request from who may act on a volume of owner:
+// on a node without identities every request may; on a sealed one, those
+// the switch certified as of the storage service's own scope (the other
+// storage nodes, a gateway, an operator's credential of that scope) or
+// of the volume's owner. A volume without an owner (made on a fabric
+// without identities) is the service's alone.
+func (n *Node) may(who endpoint.Caller, owner string) bool {
+	if n.ep.Identity() == nil {
+		return true
+	}
+	svc, _ := secure.NameScopes(n.cfg.Service)
+	return who.Is(svc) || owner != "" && who.Is(owner)
+}
+
+func (n *Node) deny(name, owner string) []byte {
+	n.mu.Lock()
+	n.stats.Denied++
+	n.mu.Unlock()
+	if owner == "" {
+		owner = "the storage service"
+	}
+	return n.refuse(CodeDenied, fmt.Sprintf("volume %s belongs to %s, not to the requester's scope", name, owner))
 }
 
 func okJSON(v any) []byte {

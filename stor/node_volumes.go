@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/ndma/ndma/endpoint"
 )
 
 // NodeInfo is what a node says about itself.
@@ -24,13 +26,21 @@ func (n *Node) info() []byte {
 	return okJSON(ni)
 }
 
-func (n *Node) create(b []byte) []byte {
+func (n *Node) create(who endpoint.Caller, b []byte) []byte {
 	var d Descriptor
 	if err := json.Unmarshal(b, &d); err != nil {
 		return n.refuse(CodeBadRequest, "descriptor: "+err.Error())
 	}
 	if !slices.Contains(d.Nodes, n.st.id) {
 		return n.refuse(CodeBadRequest, fmt.Sprintf("volume %s is not placed on node %d", d.Name, n.st.id))
+	}
+	if !n.may(who, d.Owner) {
+		return n.deny(d.Name, d.Owner)
+	}
+	if v := n.st.get(d.Name); v != nil {
+		if _, refused := n.volume(who, d.Name); refused != nil {
+			return refused
+		}
 	}
 	v, fresh, err := n.st.create(d)
 	if err != nil {
@@ -55,13 +65,13 @@ func (n *Node) create(b []byte) []byte {
 	return []byte{byte(CodeOK)}
 }
 
-func (n *Node) remove(b []byte) []byte {
+func (n *Node) remove(who endpoint.Caller, b []byte) []byte {
 	d := dec{b: b}
 	name, force := d.str(), d.u8()
 	if d.bad {
 		return n.refuse(CodeBadRequest, "remove: short request")
 	}
-	v, refused := n.volume(name)
+	v, refused := n.volume(who, name)
 	if v == nil {
 		return refused
 	}
@@ -118,7 +128,7 @@ func (n *Node) syncCatalog(ctx context.Context) {
 }
 
 // catalogAdd records a volume, or its removal, in the node's catalog.
-func (n *Node) catalogAdd(b []byte) []byte {
+func (n *Node) catalogAdd(who endpoint.Caller, b []byte) []byte {
 	var e CatalogEntry
 	if err := json.Unmarshal(b, &e); err != nil {
 		return n.refuse(CodeBadRequest, "catalog: "+err.Error())
@@ -126,8 +136,17 @@ func (n *Node) catalogAdd(b []byte) []byte {
 	if err := e.Desc.Check(); err != nil {
 		return n.refuseErr(err)
 	}
+	if !n.may(who, e.Desc.Owner) {
+		return n.deny(e.Desc.Name, e.Desc.Owner)
+	}
+	if _, refused := n.volume(who, e.Desc.Name); refused != nil && refused[0] == byte(CodeDenied) {
+		return refused
+	}
 	n.st.mu.Lock()
 	defer n.st.mu.Unlock()
+	if old, ok := n.st.cat.entries[e.Desc.Name]; ok && !n.may(who, old.Desc.Owner) {
+		return n.deny(e.Desc.Name, old.Desc.Owner)
+	}
 	if v := n.st.vols[e.Desc.Name]; v != nil && e.Removed == 0 && v.meta.Desc.Created != e.Desc.Created {
 		return n.refuse(CodeExists, fmt.Sprintf("%s: this node holds another volume of that name", e.Desc.Name))
 	}
@@ -137,11 +156,13 @@ func (n *Node) catalogAdd(b []byte) []byte {
 	return []byte{byte(CodeOK)}
 }
 
-func (n *Node) listVols() []byte {
+func (n *Node) listVols(who endpoint.Caller) []byte {
 	var ds []Descriptor
 	for _, v := range n.st.list() {
 		v.mu.Lock()
-		ds = append(ds, v.meta.Desc)
+		if n.may(who, v.meta.Desc.Owner) {
+			ds = append(ds, v.meta.Desc)
+		}
 		v.mu.Unlock()
 	}
 	return okJSON(ds)
@@ -180,10 +201,10 @@ type NodeVolume struct {
 	WriterGen uint64 `json:"writer_gen,omitempty"`
 }
 
-func (n *Node) stat(b []byte) []byte {
+func (n *Node) stat(who endpoint.Caller, b []byte) []byte {
 	d := dec{b: b}
 	name := d.str()
-	v, refused := n.volume(name)
+	v, refused := n.volume(who, name)
 	if v == nil {
 		return refused
 	}

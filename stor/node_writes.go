@@ -25,12 +25,12 @@ type joinReq struct {
 	Rank   int    `json:"rank"`
 }
 
-func (n *Node) join(b []byte) []byte {
+func (n *Node) join(who endpoint.Caller, b []byte) []byte {
 	var r joinReq
 	if err := json.Unmarshal(b, &r); err != nil || r.Size < 2 || r.Rank < 1 || r.Rank >= r.Size || r.Job == "" {
 		return n.refuse(CodeBadRequest, "join: want a job, a size of 2 or more and a rank from 1")
 	}
-	v, refused := n.leasedVolume(r.Name, r.Holder)
+	v, refused := n.leasedVolume(who, r.Name, r.Holder)
 	if v == nil {
 		return refused
 	}
@@ -340,12 +340,12 @@ func (n *Node) applied(gs []*writeGroup) bool {
 
 // one serves the controller-forwarding mode's write of one replica's copy,
 // or its flush: the writer (Holder) must hold the lease.
-func (n *Node) one(b []byte) []byte {
+func (n *Node) one(who endpoint.Caller, b []byte) []byte {
 	r, ok := parseOne(b)
 	if !ok {
 		return n.refuse(CodeBadRequest, "malformed")
 	}
-	v, refused := n.leasedVolume(r.Name, r.Holder)
+	v, refused := n.leasedVolume(who, r.Name, r.Holder)
 	if v == nil {
 		return refused
 	}

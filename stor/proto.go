@@ -57,6 +57,7 @@ const (
 	CodeNotReady   Code = 9  // the volume is being resynced on this node, or its copy is older than asked for
 	CodeTooLarge   Code = 10 // more bytes than one request carries (MaxIO)
 	CodeWrongNode  Code = 11 // a request for another node (a stale service id after a switch restart)
+	CodeDenied     Code = 12 // the requester's certified scope is neither the volume's owner nor the storage service's
 )
 
 // Errors the client returns for the codes (errors.Is matches them; the
@@ -73,6 +74,7 @@ var (
 	ErrNotReady   = errors.New("stor: replica not ready")
 	ErrTooLarge   = errors.New("stor: request too large")
 	ErrWrongNode  = errors.New("stor: request reached the wrong node")
+	ErrDenied     = errors.New("stor: volume of another scope")
 	// ErrNoReplica: no live replica could serve a read or take a write.
 	ErrNoReplica = errors.New("stor: no live replica")
 	// ErrReadOnly: a write on a volume opened without a lease.
@@ -83,7 +85,7 @@ var codeErrs = [...]error{
 	CodeNoVolume: ErrNoVolume, CodeExists: ErrExists, CodeOutOfRange: ErrOutOfRange,
 	CodeStaleEpoch: ErrStaleEpoch, CodeLeaseHeld: ErrLeaseHeld, CodeNoSpace: ErrNoSpace,
 	CodeIO: ErrIO, CodeBadRequest: ErrBadRequest, CodeNotReady: ErrNotReady, CodeTooLarge: ErrTooLarge,
-	CodeWrongNode: ErrWrongNode,
+	CodeWrongNode: ErrWrongNode, CodeDenied: ErrDenied,
 }
 
 // Err is the error for c (nil for CodeOK).

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/ndma/ndma/secure"
 )
 
 // Limits of a volume.
@@ -41,6 +43,11 @@ type Descriptor struct {
 	Replicas int      `json:"replicas"`
 	Nodes    []uint16 `json:"nodes"`   // the nodes the extents are spread over, increasing
 	Created  int64    `json:"created"` // Unix ns, with Name tells one incarnation of a name from another
+	// Owner is the scope of the credential that created the volume
+	// (empty on a fabric without identities): on a sealed fabric only
+	// requests the switch certifies as of this scope, or of the storage
+	// service's own, reach the volume (Node).
+	Owner string `json:"owner,omitempty"`
 }
 
 // checkName reports whether s is a valid volume name: 1..MaxName bytes of
@@ -75,6 +82,11 @@ func (d *Descriptor) Check() error {
 	for i, n := range d.Nodes {
 		if n >= MaxNodes || i > 0 && n <= d.Nodes[i-1] {
 			return fmt.Errorf("%w: nodes %v: want distinct increasing ids below %d", ErrBadRequest, d.Nodes, MaxNodes)
+		}
+	}
+	if d.Owner != "" {
+		if n, err := secure.ParseName(secure.RoleClient, d.Owner); err != nil || n.Scope != d.Owner {
+			return fmt.Errorf("%w: owner %q: want a scope (a label)", ErrBadRequest, d.Owner)
 		}
 	}
 	return nil

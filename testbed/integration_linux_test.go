@@ -282,7 +282,7 @@ func anycastStorm(ctx context.Context, c *coll.Communicator, ep *endpoint.Endpoi
 	rank := c.Rank()
 	var served atomic.Int64
 	if rank < stormServers {
-		h := func(_ uint64, req []byte) ([]byte, error) {
+		h := func(_ uint64, _ endpoint.Caller, req []byte) ([]byte, error) {
 			served.Add(1)
 			return stormReply(rank, req), nil
 		}

@@ -351,7 +351,7 @@ func firstDiff(a, b []byte) int {
 // "<service member>:<request>".
 func (f *fabricDemo) serve(sc endpoint.ServiceConfig, served *[2]int, mu *sync.Mutex) error {
 	for rank := range 2 {
-		h := func(_ uint64, req []byte) ([]byte, error) {
+		h := func(_ uint64, _ endpoint.Caller, req []byte) ([]byte, error) {
 			mu.Lock()
 			served[rank]++
 			mu.Unlock()

@@ -256,6 +256,9 @@ func TestSealedStorageQuickStart(t *testing.T) {
 	if err != nil || !strings.Contains(out, "vol0") {
 		t.Fatalf("vol ls: %v %q", err, out)
 	}
+	if f := strings.Fields(strings.Split(out, "\n")[1]); len(f) < 2 || f[1] != "client-0" {
+		t.Errorf("vol ls: %q, want vol0 owned by the client's scope client-0", out)
+	}
 	if logs := node.logs(); !strings.Contains(logs, `stord: sealing every datagram (role member, name \"stor/storage-0\")`) {
 		t.Errorf("the storage node does not say it seals:\n%s", logs)
 	}

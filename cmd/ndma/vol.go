@@ -164,7 +164,7 @@ func newVolLsCmd(vf *volFlags) *cobra.Command {
 				return err
 			}
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSIZE\tEXTENT\tREPLICAS\tNODES\tANSWERED\tNOTE")
+			fmt.Fprintln(tw, "NAME\tOWNER\tSIZE\tEXTENT\tREPLICAS\tNODES\tANSWERED\tNOTE")
 			for _, v := range vs {
 				note := "-"
 				switch {
@@ -173,7 +173,11 @@ func newVolLsCmd(vf *volFlags) *cobra.Command {
 				case len(v.Conflict) > 0:
 					note = fmt.Sprintf("%d other volumes of this name on nodes that were down", len(v.Conflict))
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d of %d\t%s\n", v.Name, sizeString(v.Size), sizeString(v.Extent), v.Replicas, idList(v.Nodes), v.Live, len(v.Nodes), note)
+				owner := v.Owner
+				if owner == "" {
+					owner = "-"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%d of %d\t%s\n", v.Name, owner, sizeString(v.Size), sizeString(v.Extent), v.Replicas, idList(v.Nodes), v.Live, len(v.Nodes), note)
 			}
 			if ferr := tw.Flush(); ferr != nil {
 				return ferr
@@ -354,7 +358,8 @@ func nodeState(nv stor.NodeVolume) string {
 
 func volJSON(d stor.Descriptor, live int) map[string]any {
 	return map[string]any{"name": d.Name, "size": d.Size, "extent": d.Extent, "extents": d.Extents(),
-		"replicas": d.Replicas, "nodes": d.Nodes, "answered": live, "created": time.Unix(0, d.Created).UTC().Format(time.RFC3339Nano)}
+		"replicas": d.Replicas, "nodes": d.Nodes, "answered": live, "created": time.Unix(0, d.Created).UTC().Format(time.RFC3339Nano),
+		"owner": d.Owner}
 }
 
 func idList(ids []uint16) string {

@@ -37,7 +37,8 @@ func needFUSE(t *testing.T) {
 // nodes, each with its credential, creates a volume of 8 MiB in 1 MiB
 // extents named name on them, and returns the switch's address and a
 // client of it; the test's end closes them. The commands the test runs
-// get a member credential of the same fabric in $NDMA_CREDENTIAL.
+// get a member credential of the same fabric and scope (the volume's
+// owner) in $NDMA_CREDENTIAL.
 func startStor(t *testing.T, n int, name string) (string, *stor.Client) {
 	t.Helper()
 	a, cred := testAuthority(t, secure.RoleMember)
@@ -74,7 +75,7 @@ func startStor(t *testing.T, n int, name string) (string, *stor.Client) {
 		}
 		t.Cleanup(func() { node.Close() })
 	}
-	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpointOptions(issueIdentity(t, a, secure.RoleMember, "writer")))
+	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpointOptions(issueIdentity(t, a, secure.RoleMember, "client-0/writer")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -161,7 +161,7 @@ func TestModesWithFaults(t *testing.T) {
 			ep := listen(t)
 			_, err := ep.RegisterService(ctx, srv.Addr().String(),
 				endpoint.ServiceConfig{Name: "echo", Size: 2, Policy: ctrl.PolicyRoundRobin}, i,
-				func(key uint64, req []byte) ([]byte, error) {
+				func(key uint64, _ endpoint.Caller, req []byte) ([]byte, error) {
 					mu.Lock()
 					served[i]++
 					mu.Unlock()

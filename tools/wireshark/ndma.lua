@@ -125,6 +125,7 @@ f.copies_n = add(ProtoField.uint16("ndma.copies.count", "Copies", base.DEC, nil,
 f.copies_deg = add(ProtoField.bool("ndma.copies.degraded", "DEGRADED (a replica was left out)", 16, nil, 0x8000))
 f.addr = add(ProtoField.uint64("ndma.addr", "Remote address", base.HEX))
 f.key = add(ProtoField.uint64("ndma.key", "Region key", base.HEX))
+f.caller = add(ProtoField.uint64("ndma.caller", "Caller scope tag (relayed by the switch; 0: none)", base.HEX))
 f.operand1 = add(ProtoField.uint64("ndma.operand1", "Operand 1", base.DEC))
 f.operand2 = add(ProtoField.uint64("ndma.operand2", "Operand 2", base.DEC))
 f.ts = add(ProtoField.uint64("ndma.ts", "Timestamp (ns)", base.DEC))
@@ -941,7 +942,11 @@ local function dissect(tvb, pinfo, root)
         ct:add_proto_expert_info(e_malformed, "copies not zero outside pool mode")
     end
     tree:add(f.addr, tvb(48, 8))
-    tree:add(f.key, tvb(56, 8))
+    if mode == MODE_ANYCAST and not resp then
+        tree:add(f.caller, tvb(56, 8))
+    else
+        tree:add(f.key, tvb(56, 8))
+    end
     tree:add(f.operand1, tvb(64, 8))
     tree:add(f.operand2, tvb(72, 8))
     tree:add(f.ts, tvb(80, 8))
