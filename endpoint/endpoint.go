@@ -108,7 +108,11 @@ func New(conn netio.Conn, cfg Config, opts Options) (*Endpoint, error) {
 	if sec != nil {
 		m = secure.Wrap(m, sec)
 	}
-	ep.io = loop.New(m, &ep.mu, []netio.Conn{conn}, loop.Config{Logger: log, Name: "endpoint"})
+	// The machine keeps nothing of a datagram past Receive (what it keeps
+	// it copies), so a conn that hands out its own buffers (simnet's) is
+	// read without buffers of the endpoint's.
+	_, views := conn.(netio.ViewOnlyReader)
+	ep.io = loop.New(m, &ep.mu, []netio.Conn{conn}, loop.Config{Logger: log, Name: "endpoint", Views: views})
 	ep.initReplyOrder()
 	ep.io.Start()
 	return ep, nil

@@ -144,6 +144,16 @@ type ViewReader interface {
 	ReadBatchView(ds []Datagram) (n int, err error)
 }
 
+// ViewOnlyReader is a ViewReader whose ReadBatchView always hands out
+// views and never reads into the caller's buffers: ds[i].Buf may be nil
+// on entry. A reader of many such conns (a simulation's thousands of
+// endpoints) then needs no receive buffers of its own.
+type ViewOnlyReader interface {
+	ViewReader
+	// ViewsOnly marks the conn; it does nothing.
+	ViewsOnly()
+}
+
 // ReadViews points ds[i].Buf at bufs[i] (each of capacity MaxDatagram)
 // and reads a batch: with c's ReadBatchView where it has one, so that
 // ds[i].Buf may instead be a view valid until the next read, else with

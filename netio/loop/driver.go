@@ -110,17 +110,27 @@ func (d *Driver) Conn() netio.Conn { return d.conn }
 
 func (d *Driver) reader(conn netio.Conn) {
 	ds := make([]netio.Datagram, conn.BatchSize())
-	bufs := make([][]byte, len(ds))
-	for i := range bufs {
-		bufs[i] = make([]byte, netio.MaxDatagram)
-		ds[i].Buf = bufs[i]
+	vo, viewOnly := conn.(netio.ViewOnlyReader)
+	viewOnly = viewOnly && d.cfg.Views
+	var bufs [][]byte
+	if !viewOnly {
+		// (A conn that only hands out views needs none: 64 KiB times
+		// the batch, which thousands of simulated endpoints would hold.)
+		bufs = make([][]byte, len(ds))
+		for i := range bufs {
+			bufs[i] = make([]byte, netio.MaxDatagram)
+			ds[i].Buf = bufs[i]
+		}
 	}
 	for {
 		var k int
 		var err error
-		if d.cfg.Views {
+		switch {
+		case viewOnly:
+			k, err = vo.ReadBatchView(ds)
+		case d.cfg.Views:
 			k, err = netio.ReadViews(conn, ds, bufs)
-		} else {
+		default:
 			k, err = conn.ReadBatch(ds)
 		}
 		if err != nil {

@@ -61,6 +61,7 @@ type simConn struct {
 	outbox    []netio.Datagram // written, not yet polled; owns its buffers
 	outBytes  int
 	lent      []netio.Datagram // returned by the last Poll; recycled by the next
+	viewed    [][]byte         // handed out by the last ReadBatchView; recycled by the next read
 	bufs      netio.Pool       // the inbox's and outbox's buffers
 	closeOnce sync.Once
 	timers    atomic.Uint64 // the timers AfterFunc made
@@ -166,20 +167,41 @@ func (c *simConn) Poll(_ time.Time, out []netio.Datagram) ([]netio.Datagram, tim
 
 // ReadBatch implements netio.Conn. A datagram longer than the capacity of
 // the Buf it is read into is truncated, as by a UDP socket.
-func (c *simConn) ReadBatch(ds []netio.Datagram) (int, error) {
+func (c *simConn) ReadBatch(ds []netio.Datagram) (int, error) { return c.read(ds, false) }
+
+// ReadBatchView implements netio.ViewReader: every datagram is handed out
+// in the conn's own buffer, valid until the next read; ds[i].Buf is not
+// used (netio.ViewOnlyReader). The same datagrams in the same batches as
+// ReadBatch.
+func (c *simConn) ReadBatchView(ds []netio.Datagram) (int, error) { return c.read(ds, true) }
+
+// ViewsOnly implements netio.ViewOnlyReader.
+func (c *simConn) ViewsOnly() {}
+
+func (c *simConn) read(ds []netio.Datagram, view bool) (int, error) {
 	for {
 		c.mu.Lock()
 		if c.isClosed {
 			c.mu.Unlock()
 			return 0, netio.ErrClosed
 		}
+		for i, b := range c.viewed {
+			c.bufs.Put(b)
+			c.viewed[i] = nil
+		}
+		c.viewed = c.viewed[:0]
 		k := 0
 		for k < len(ds) && c.inHead < len(c.inbox) {
 			src := &c.inbox[c.inHead]
 			ds[k].Addr, ds[k].RxTime = src.Addr, src.RxTime
-			ds[k].Buf = ds[k].Buf[:copy(ds[k].Buf[:cap(ds[k].Buf)], src.Buf)]
+			if view {
+				ds[k].Buf = src.Buf[:len(src.Buf):len(src.Buf)]
+				c.viewed = append(c.viewed, src.Buf)
+			} else {
+				ds[k].Buf = ds[k].Buf[:copy(ds[k].Buf[:cap(ds[k].Buf)], src.Buf)]
+				c.bufs.Put(src.Buf)
+			}
 			c.inBytes -= len(src.Buf)
-			c.bufs.Put(src.Buf)
 			*src = netio.Datagram{}
 			c.inHead++
 			k++

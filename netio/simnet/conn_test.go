@@ -241,3 +241,75 @@ func TestConnTail(t *testing.T) {
 		}
 	})
 }
+
+// TestConnViews: ReadBatchView hands out the datagrams ReadBatch would
+// read, in the conn's own buffers and without the caller's (Buf nil),
+// each intact until the next read however many datagrams arrive
+// meanwhile, and the conn gives a read's buffers back at the next: it
+// holds no more than the last read's.
+func TestConnViews(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := New(1)
+		a := n.ListenConn(ap(1), mbit100, mbit100)
+		b := n.ListenConn(ap(2), mbit100, mbit100)
+		defer a.Close()
+		defer b.Close()
+		stop := serve(t, n)
+		defer stop()
+		vr, ok := b.(netio.ViewOnlyReader)
+		if !ok {
+			t.Fatal("a simnet conn is not a netio.ViewOnlyReader")
+		}
+		const total = 300
+		ds := make([]netio.Datagram, b.BatchSize())
+		sent, got := 0, 0
+		send := func() {
+			var out []netio.Datagram
+			for range 20 {
+				p := make([]byte, 1000+sent)
+				binary.BigEndian.PutUint32(p, uint32(sent))
+				out = append(out, netio.Datagram{Addr: ap(2), Buf: p})
+				sent++
+			}
+			if err := a.WriteBatch(out); err != nil {
+				t.Fatal(err)
+			}
+		}
+		check := func(i int, d netio.Datagram) {
+			t.Helper()
+			if len(d.Buf) != 1000+i || binary.BigEndian.Uint32(d.Buf) != uint32(i) || d.Addr != ap(1) || cap(d.Buf) != len(d.Buf) {
+				t.Fatalf("datagram %d: %d bytes (cap %d) saying %d from %v", i, len(d.Buf), cap(d.Buf), binary.BigEndian.Uint32(d.Buf), d.Addr)
+			}
+		}
+		send()
+		for got < total {
+			for i := range ds {
+				ds[i].Buf = nil
+			}
+			k, err := vr.ReadBatchView(ds)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := got
+			for _, d := range ds[:k] {
+				check(got, d)
+				got++
+			}
+			if sent < total {
+				// More arrive while the views are held: they stay intact.
+				send()
+				time.Sleep(5 * time.Millisecond)
+				for i, d := range ds[:k] {
+					check(first+i, d)
+				}
+			}
+			c := b.(*simConn)
+			c.mu.Lock()
+			held := len(c.viewed)
+			c.mu.Unlock()
+			if held != k {
+				t.Fatalf("the conn holds %d views, want the last read's %d", held, k)
+			}
+		}
+	})
+}
