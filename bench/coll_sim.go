@@ -107,6 +107,9 @@ func runCollSim(cfg CollConfig, link CollSimLink, switches int, emit func(CollRe
 	ctx, cancel := context.WithTimeout(context.Background(), collSimLimit)
 	defer cancel()
 	nw := simnet.New(link.Seed)
+	// Deliveries in an order fixed by the seed, whatever order the
+	// ranks' goroutines run in: a run repeats exactly.
+	nw.Quiesce = true
 	sctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- nw.Serve(sctx) }()

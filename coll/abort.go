@@ -19,7 +19,11 @@ import (
 // call that learns of its abort is cancelled and fails with the reason,
 // and a call not yet started fails as it starts. In-network operations
 // need none of this: the switch refuses a disagreeing aggregation for
-// every member.
+// every member. The receives are posted when the communicator first runs
+// a host algorithm (an abort sent before sits in the endpoint as an
+// unexpected message until then): a communicator that only ever uses the
+// switch holds none, which for N ranks in one process (a simulation)
+// would be N×(N−1) receives.
 
 // abortTag is the tag of abort messages: sequence number 0 is never a
 // call's (call numbers them from 1).
@@ -42,10 +46,10 @@ type abortState struct {
 	recvs   []*endpoint.Op                     // the receive posted per peer (nil for this rank)
 	ch      chan *endpoint.Op
 	closing bool
+	posted  bool // the receives were posted (postAborts)
 }
 
-// startAborts posts a receive for abort messages from every other rank
-// and starts the goroutine that takes them.
+// startAborts readies the record of aborted calls.
 func (c *Communicator) startAborts() {
 	if c.size == 1 {
 		return
@@ -53,10 +57,25 @@ func (c *Communicator) startAborts() {
 	a := &c.aborts
 	a.aborted = make(map[uint64]error)
 	a.running = make(map[uint64]context.CancelCauseFunc)
+}
+
+// postAborts posts, the first time it is called, a receive for abort
+// messages from every other rank and starts the goroutine that takes
+// them.
+func (c *Communicator) postAborts() {
+	if c.size == 1 {
+		return
+	}
+	a := &c.aborts
+	c.abortMu.Lock()
+	if a.posted || a.closing {
+		c.abortMu.Unlock()
+		return
+	}
+	a.posted = true
 	a.recvs = make([]*endpoint.Op, c.size)
 	a.ch = make(chan *endpoint.Op, c.size)
 	posted := 0
-	c.abortMu.Lock()
 	for r := range c.size {
 		if r != c.rank && c.postAbortRecvLocked(r) {
 			posted++
@@ -148,13 +167,17 @@ func (c *Communicator) stopAborts() {
 	c.abortWG.Wait()
 }
 
-// guard runs call seq's host algorithm f: it fails at once if another
-// rank has aborted the call, is cancelled if one does while it runs
-// (failing with that rank's reason), and when f fails with an argument
-// error (a message of the wrong length) tells every other rank.
-func (c *Communicator) guard(ctx context.Context, seq uint64, f func(context.Context) error) error {
+// guard runs call seq's algorithm f: it fails at once if another rank
+// has aborted the call, is cancelled if one does while it runs (failing
+// with that rank's reason), and when f fails with an argument error (a
+// message of the wrong length) tells every other rank. host says f is a
+// host algorithm: the abort receives are posted first (postAborts).
+func (c *Communicator) guard(ctx context.Context, seq uint64, host bool, f func(context.Context) error) error {
 	if c.size == 1 {
 		return f(ctx)
+	}
+	if host {
+		c.postAborts()
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -188,9 +211,9 @@ func (c *Communicator) guard(ctx context.Context, seq uint64, f func(context.Con
 	return err
 }
 
-// guarded is f run under guard, as a callPlan's host.
+// guarded is host algorithm f run under guard, as a callPlan's host.
 func (c *Communicator) guarded(seq uint64, f func(context.Context) error) func(context.Context) error {
-	return func(ctx context.Context) error { return c.guard(ctx, seq, f) }
+	return func(ctx context.Context) error { return c.guard(ctx, seq, true, f) }
 }
 
 // sendAbort tells every other rank that call seq failed here with err.

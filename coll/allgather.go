@@ -41,7 +41,7 @@ func (c *Communicator) Allgather(ctx context.Context, send, recv []byte, opts ..
 	if err != nil {
 		return err
 	}
-	return c.guard(ctx, seq, func(ctx context.Context) error { return c.allgather(ctx, seq, algo, recv, b, ops) })
+	return c.guard(ctx, seq, algo != AlgoInNet, func(ctx context.Context) error { return c.allgather(ctx, seq, algo, recv, b, ops) })
 }
 
 // Iallgather is Allgather's non-blocking form. send and recv must not be
@@ -66,7 +66,9 @@ func (c *Communicator) Iallgather(ctx context.Context, send, recv []byte, opts .
 	if err != nil {
 		return failed(err)
 	}
-	return start(ctx, c.guarded(seq, func(ctx context.Context) error { return c.allgather(ctx, seq, algo, recv, b, ops) }))
+	return start(ctx, func(ctx context.Context) error {
+		return c.guard(ctx, seq, algo != AlgoInNet, func(ctx context.Context) error { return c.allgather(ctx, seq, algo, recv, b, ops) })
+	})
 }
 
 // AllgatherConcatMax is the largest result (Size × block bytes) that the

@@ -27,7 +27,7 @@ func (c *Communicator) Alltoall(ctx context.Context, send, recv []byte, opts ...
 	if c.hier != nil && b > 0 {
 		return c.execute(ctx, c.hierPlan(func(ctx context.Context, h *hierarchy) error { return h.alltoall(ctx, send, recv, b, opts) }))
 	}
-	return c.guard(ctx, seq, func(ctx context.Context) error { return c.alltoall(ctx, seq, algo, send, recv, b) })
+	return c.guard(ctx, seq, algo != AlgoInNet, func(ctx context.Context) error { return c.alltoall(ctx, seq, algo, send, recv, b) })
 }
 
 // Ialltoall is Alltoall's non-blocking form. send and recv must not be
@@ -48,7 +48,9 @@ func (c *Communicator) Ialltoall(ctx context.Context, send, recv []byte, opts ..
 	if c.hier != nil && b > 0 {
 		return c.launch(ctx, c.hierPlan(func(ctx context.Context, h *hierarchy) error { return h.alltoall(ctx, send, recv, b, opts) }))
 	}
-	return start(ctx, c.guarded(seq, func(ctx context.Context) error { return c.alltoall(ctx, seq, algo, send, recv, b) }))
+	return start(ctx, func(ctx context.Context) error {
+		return c.guard(ctx, seq, algo != AlgoInNet, func(ctx context.Context) error { return c.alltoall(ctx, seq, algo, send, recv, b) })
+	})
 }
 
 // alltoallArgs checks Alltoall's buffers and returns the block size in

@@ -30,7 +30,7 @@ func (c *Communicator) Gather(ctx context.Context, send, recv []byte, root int, 
 	if c.hier != nil && b > 0 {
 		return c.execute(ctx, c.hierPlan(func(ctx context.Context, h *hierarchy) error { return h.gather(ctx, send, recv, root, b, opts) }))
 	}
-	return c.guard(ctx, seq, func(ctx context.Context) error { return c.gather(ctx, seq, algo, send, recv, root, b) })
+	return c.guard(ctx, seq, algo != AlgoInNet, func(ctx context.Context) error { return c.gather(ctx, seq, algo, send, recv, root, b) })
 }
 
 // Igather is Gather's non-blocking form. send and recv must not be
@@ -77,7 +77,7 @@ func (c *Communicator) Scatter(ctx context.Context, send, recv []byte, root int,
 	if c.hier != nil && b > 0 {
 		return c.execute(ctx, c.hierPlan(func(ctx context.Context, h *hierarchy) error { return h.scatter(ctx, send, recv, root, b, opts) }))
 	}
-	return c.guard(ctx, seq, func(ctx context.Context) error { return c.scatter(ctx, seq, algo, send, recv, root, b) })
+	return c.guard(ctx, seq, algo != AlgoInNet, func(ctx context.Context) error { return c.scatter(ctx, seq, algo, send, recv, root, b) })
 }
 
 // Iscatter is Scatter's non-blocking form. send and recv must not be

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/wire"
 )
 
 // Two-level collectives. Ranks that share a host (the same host key:
@@ -156,7 +158,20 @@ const setupRecord = 1 + 32
 // other's collectives forever (one side in the segment, the other on
 // the network): every rank fails the creation instead, naming which
 // ranks chose what.
+//
+// The ranks first count who chose what with one Allreduce of two
+// numbers (one aggregation at the switch, whatever the number of ranks);
+// only when some chose HierarchyAuto do they exchange the records, which
+// for N ranks posts N receives on each.
 func (c *Communicator) agreeSetup(ctx context.Context, h Hierarchy, hostID string) ([]byte, error) {
+	count := make([]byte, 16) // i64 little-endian: ranks off, ranks auto
+	binary.LittleEndian.PutUint64(count[8*int(h):], 1)
+	if err := c.AllreduceBytes(ctx, nil, count, wire.DtypeI64, Sum); err != nil {
+		return nil, fmt.Errorf("coll: counting the ranks' setup: %w", err)
+	}
+	if auto := binary.LittleEndian.Uint64(count[8:]); auto == 0 {
+		return make([]byte, 32*c.size), nil // every rank off: no host keys
+	}
 	mine := make([]byte, setupRecord)
 	mine[0] = byte(h)
 	if h == HierarchyAuto {
@@ -245,6 +260,12 @@ func (c *Communicator) setupHierarchy(ctx context.Context, keys []byte) (*hierar
 			return nil, fmt.Errorf("coll: hierarchy: the hosts' leaders: %w", err)
 		}
 		h.leaders = lc
+		// A leader learns of a call another leader aborted while it
+		// still waits for its own host (between), before it runs the
+		// call: the leaders' abort receives are posted from the start.
+		if lc != nil {
+			lc.postAborts()
+		}
 	}
 	if err := h.mapSegment(ctx); err != nil {
 		if h.leaders != nil {

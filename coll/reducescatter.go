@@ -38,7 +38,7 @@ func (c *Communicator) ReduceScatterBytes(ctx context.Context, send, recv []byte
 	if err != nil {
 		return err
 	}
-	return c.guard(ctx, seq, func(ctx context.Context) error { return c.reduceScatter(ctx, seq, algo, rs) })
+	return c.guard(ctx, seq, algo != AlgoInNet, func(ctx context.Context) error { return c.reduceScatter(ctx, seq, algo, rs) })
 }
 
 // IreduceScatterBytes is ReduceScatterBytes's non-blocking form. send and
