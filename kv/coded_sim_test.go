@@ -236,6 +236,17 @@ func TestSimCodedPutBytes(t *testing.T) {
 		ctx := s.Ctx()
 		const n, size = 20, 60000
 		val := make([]byte, size)
+		// The owner's first write to each shard scrubs the shard's rows
+		// (9 each: a row of buckets, 8 of heap), which is not a PUT's
+		// cost: a write to each shard first.
+		for i := 0; s.owners[0].Stats().Scrubbed < 18 && i < 64; i++ {
+			if _, err := c.Set(ctx, fmt.Appendf(nil, "warm%d", i), []byte("w")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := s.owners[0].Stats().Scrubbed; got != 18 {
+			t.Fatalf("seed %d: the owner scrubbed %d rows taking its two shards, want 18", s.seed, got)
+		}
 		before := s.oeps[0].Stats().Pool
 		for i := range n {
 			val[0] = byte(i)

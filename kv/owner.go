@@ -141,6 +141,10 @@ type OwnerStats struct {
 	// Registrations counts the times the owner took its rank (at
 	// start, after a switch restart, or over from another process).
 	Registrations uint64
+	// Scrubbed counts the rows of an erasure-coded key space whose
+	// parity the owner recomputed from the data when it took their
+	// shard (Owner.scrub).
+	Scrubbed uint64
 	// LeaseLapsed counts the writes refused, or cut short, because the
 	// switch had not confirmed the owner's membership for Lease.
 	LeaseLapsed uint64
@@ -381,6 +385,7 @@ const loadChunk = 2048
 // with a memory node's memory) is reported and its key dropped.
 func (o *Owner) load(ctx context.Context, sh *shard) error {
 	gen := o.generation()
+	taken := sh.gen != gen
 	sh.grow = nil
 	var err error
 	sh.tab, err = o.readDesc(ctx, sh.id)
@@ -439,9 +444,42 @@ func (o *Owner) load(ctx context.Context, sh *shard) error {
 	if err := sh.heap.rebuild(used); err != nil {
 		return fmt.Errorf("kv: loading shard %d: %w", sh.id, err)
 	}
+	if taken {
+		o.scrub(ctx, sh)
+	}
 	sh.dirty = false
 	sh.gen = gen
 	return nil
+}
+
+// scrub, in an erasure-coded key space, recomputes the parity of every
+// row of shard sh (its tables and its heap) from the data, with the
+// owner's fence, when the owner takes the shard at a new registration:
+// the process that wrote the shard before may have died in the middle
+// of a chain, leaving a row's parity out of step with its data, and the
+// list of such pieces it kept died with it (ec.Volume.Scrub). Rows it
+// cannot repair now stay recorded in this owner's volume and are
+// repaired before it writes them.
+func (o *Owner) scrub(ctx context.Context, sh *shard) {
+	o.mu.Lock()
+	w := o.fencedWritesLocked()
+	o.mu.Unlock()
+	if w == nil || w.vol == nil {
+		return // not coded, or not holding the rank (the next load scrubs)
+	}
+	spans := [][2]uint64{
+		{o.l.headerSpan() + uint64(sh.id)*o.l.bucketStride(), o.l.bucketStride()},
+		{o.l.heapAddr(sh.id), o.l.HeapBytes},
+	}
+	for _, sp := range spans {
+		n, err := w.vol.Scrub(ctx, int64(sp[0]), int64(sp[1]), sh.gate.Pass)
+		o.mu.Lock()
+		o.stats.Scrubbed += uint64(n)
+		o.mu.Unlock()
+		if err != nil {
+			o.log.Warn("kv: scrubbing a shard taken over", "shard", sh.id, "err", err)
+		}
+	}
 }
 
 // handle serves one anycast request.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/ndma/ndma/wire"
 )
 
 // Pieces left unsure. A chain cut short (this host's link, the switch
@@ -48,6 +50,45 @@ func (v *Volume) takeUnsure(row uint64) []piece {
 	clear(v.st.unsure[len(keep):])
 	v.st.unsure = keep
 	return out
+}
+
+// Scrub recomputes from the data the parity of every row that holds a
+// byte of [off, off+n) of the volume, one row at a time, and returns the
+// rows it repaired. It is for a writer that takes over rows from
+// another process, which may have died in the middle of a chain and
+// whose list of unsure pieces died with it: until the parity matches
+// the data again, a reconstruction of the row (one of its data shards
+// lost) would return wrong bytes for what was written there before. A
+// row that cannot be repaired now (a data shard unreachable) is recorded
+// unsure, repaired before this Volume writes it (see maxUnsure), and the
+// error says so. The caller must be the rows' only writer meanwhile.
+func (v *Volume) Scrub(ctx context.Context, off, n int64, each func()) (int, error) {
+	if n == 0 {
+		return 0, nil
+	}
+	if off < 0 || n < 0 || off > v.Size() || n > v.Size()-off {
+		return 0, fmt.Errorf("ec: scrub of %d bytes at %d in a volume of %d: %w", n, off, v.Size(), wire.StatusOutOfBounds)
+	}
+	rowBytes := int64(v.k) * int64(v.s)
+	var errs []error
+	done := 0
+	for row := off / rowBytes; row <= (off+n-1)/rowBytes; row++ {
+		pc := piece{row: uint64(row), w: 0, n: v.s}
+		err := v.repair(ctx, pc)
+		if each != nil {
+			each()
+		}
+		if err != nil {
+			v.markUnsure(pc)
+			errs = append(errs, err)
+			continue
+		}
+		done++
+	}
+	if len(errs) > 0 {
+		return done, fmt.Errorf("ec: scrub: %d rows left unsure: %w", len(errs), errors.Join(errs...))
+	}
+	return done, nil
 }
 
 // Unsure returns how many pieces' parity this Volume knows may not match
