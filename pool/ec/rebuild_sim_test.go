@@ -2,8 +2,8 @@ package ec_test
 
 import (
 	"bytes"
-	"fmt"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"testing/synctest"
