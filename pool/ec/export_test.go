@@ -20,34 +20,18 @@ func (v *Volume) MarkUnsure(off int64, n int) {
 
 // CutWrite writes p at off as a chain cut short after its first hops
 // parity hops would leave it (those parity shards took the change, the
-// data shard did not), then as WriteAt goes on from there: the
-// degraded rewrite of the piece.
+// data shard did not: DiedWrite), then as WriteAt goes on from there:
+// the degraded rewrite of each piece.
 func (v *Volume) CutWrite(ctx context.Context, p []byte, off int64, hops int) error {
+	if err := v.DiedWrite(ctx, p, off, hops); err != nil {
+		return err
+	}
 	ps, err := v.pieces(off, len(p))
 	if err != nil {
 		return err
 	}
 	for _, pc := range ps {
-		data := p[pc.off : pc.off+int(pc.n)]
-		old := make([]byte, pc.n)
-		if _, err := v.r.ReadAtContext(ctx, old, int64(v.ShardAddr(pc.row, pc.i, pc.w))); err != nil {
-			return err
-		}
-		for i := range old {
-			old[i] ^= data[i] // now the change
-		}
-		for j := range hops {
-			par := make([]byte, pc.n)
-			at := int64(v.ShardAddr(pc.row, v.k+j, pc.w))
-			if _, err := v.r.ReadAtContext(ctx, par, at); err != nil {
-				return err
-			}
-			gf256.MulAdd(v.coef[j][pc.i], old, par)
-			if _, err := v.r.WriteAtContext(ctx, par, at); err != nil {
-				return err
-			}
-		}
-		if err := v.rewrite(ctx, pc, data, true); err != nil {
+		if err := v.rewrite(ctx, pc, p[pc.off:pc.off+int(pc.n)], true); err != nil {
 			return err
 		}
 	}
