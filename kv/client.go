@@ -104,9 +104,12 @@ func Open(ctx context.Context, ep *endpoint.Endpoint, pc *pool.Client, cfg Clien
 	if err != nil {
 		return nil, fmt.Errorf("kv: asking the owners of %q: %w", cfg.Space, err)
 	}
-	_, _, body, err := parseReply(resp)
+	st, _, body, err := parseReply(resp)
 	if err != nil {
 		return nil, err
+	}
+	if err := statusErr(st); err != nil {
+		return nil, fmt.Errorf("kv: asking the owners of %q: %w", cfg.Space, err)
 	}
 	if len(body) != 12 {
 		return nil, fmt.Errorf("%w: key space description of %d bytes", ErrBadRequest, len(body))

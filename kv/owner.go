@@ -15,6 +15,7 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/pool"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
 	"github.com/ndma/ndma/wire/ctrl"
 )
@@ -72,6 +73,14 @@ type OwnerConfig struct {
 	// (a new key finds no free bucket). A table at MaxBuckets refuses
 	// new keys once full (ErrFull). Zero: DefaultGrowAt.
 	GrowAt float64
+	// Clients are the scopes, besides the key space's own (the scope of
+	// ServiceName(Space): its owners' credentials, kv-SPACE/NAME), whose
+	// processes may use the key space on a sealed fabric: the owner
+	// tells only them where the key space lies and applies only their
+	// writes, and answers every other caller ErrDenied (the switch
+	// certifies each request's scope: endpoint.Caller). On a fabric
+	// without identities every caller may.
+	Clients []string
 }
 
 // Owner serves the writes of its shards of a key space: it is the only
@@ -86,6 +95,9 @@ type Owner struct {
 	shards []*shard
 	ep     *endpoint.Endpoint
 	sc     endpoint.ServiceConfig
+	// allow are the tags of the scopes that may use the key space on a
+	// sealed fabric (OwnerConfig.Clients and the space's own).
+	allow []uint64
 	// gate orders the goroutine that registers the owner (StartOwner's,
 	// then supervise) as the shards' gates order their lock holders.
 	gate  *endpoint.Gate
@@ -141,6 +153,9 @@ type OwnerStats struct {
 	// Registrations counts the times the owner took its rank (at
 	// start, after a switch restart, or over from another process).
 	Registrations uint64
+	// Denied counts the requests refused for their caller's scope
+	// (OwnerConfig.Clients).
+	Denied uint64
 	// Scrubbed counts the rows of an erasure-coded key space whose
 	// parity the owner recomputed from the data when it took their
 	// shard (Owner.scrub).
@@ -224,7 +239,16 @@ func StartOwner(ctx context.Context, ep *endpoint.Endpoint, reg *pool.Region, cf
 	if !(cfg.GrowAt > 0 && cfg.GrowAt <= 1) {
 		return nil, fmt.Errorf("kv: owner: GrowAt %v (want a load above 0, at most 1)", cfg.GrowAt)
 	}
-	o := &Owner{cfg: cfg, log: cfg.Logger, reg: reg, ep: ep, repMu: make(chan struct{}, 1), raiseMu: make(chan struct{}, 1), inc: cfg.Incarnation}
+	own, _ := secure.NameScopes(ServiceName(cfg.Space))
+	allow := []uint64{secure.ScopeTag(own)}
+	for _, c := range cfg.Clients {
+		if n, err := secure.ParseName(secure.RoleClient, c); err != nil || n.Scope != c {
+			return nil, fmt.Errorf("kv: owner: client scope %q: want a label (A-Z a-z 0-9 - _)", c)
+		}
+		allow = append(allow, secure.ScopeTag(c))
+	}
+	o := &Owner{cfg: cfg, log: cfg.Logger, reg: reg, ep: ep, repMu: make(chan struct{}, 1), raiseMu: make(chan struct{}, 1), inc: cfg.Incarnation,
+		allow: allow}
 	for o.inc == 0 {
 		o.inc = rand.Uint64()
 	}
@@ -483,7 +507,13 @@ func (o *Owner) scrub(ctx context.Context, sh *shard) {
 }
 
 // handle serves one anycast request.
-func (o *Owner) handle(_ uint64, _ endpoint.Caller, b []byte) ([]byte, error) {
+func (o *Owner) handle(_ uint64, who endpoint.Caller, b []byte) ([]byte, error) {
+	if o.ep.Identity() != nil && !slices.Contains(o.allow, uint64(who)) {
+		o.mu.Lock()
+		o.stats.Denied++
+		o.mu.Unlock()
+		return appendReply(nil, stDenied, 0, nil), nil
+	}
 	r, err := parseRequest(b)
 	if err != nil {
 		return appendReply(nil, stBad, 0, nil), nil

@@ -79,6 +79,9 @@ const (
 	// table of recent replies has no room (for this client or at all),
 	// or the request is at or below its client's done mark; try again.
 	stBusy = 9
+	// stDenied: the caller's certified scope may not use the key space
+	// (OwnerConfig.Clients).
+	stDenied = 10
 )
 
 // Errors the store returns.
@@ -102,6 +105,9 @@ var (
 	ErrUnknownOutcome = errors.New("kv: write outcome unknown")
 	// ErrBadRequest is an owner's refusal of a request it cannot parse.
 	ErrBadRequest = errors.New("kv: bad request")
+	// ErrDenied is an owner's refusal of a caller whose scope may not
+	// use the key space (OwnerConfig.Clients, kvd --clients).
+	ErrDenied = errors.New("kv: this credential's scope may not use the key space")
 )
 
 func statusErr(st byte) error {
@@ -122,6 +128,8 @@ func statusErr(st byte) error {
 		return ErrUnknownOutcome
 	case stBad:
 		return ErrBadRequest
+	case stDenied:
+		return ErrDenied
 	}
 	return fmt.Errorf("%w: owner answered status %d", ErrBadRequest, st)
 }

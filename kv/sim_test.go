@@ -125,7 +125,8 @@ func (s *simKV) newOwner(i int) (*Owner, *endpoint.Endpoint, error) {
 	var o *Owner
 	if err == nil {
 		o, err = StartOwner(ctx, ep, reg, OwnerConfig{Switch: s.Switch.String(), Fabric: s.Fab, Space: simSpace, Rank: r,
-			Standby: s.perRank > 1, Logger: quietLog, Incarnation: s.nextIncarnation(), GrowAt: simGrowAt})
+			Standby: s.perRank > 1, Logger: quietLog, Incarnation: s.nextIncarnation(), GrowAt: simGrowAt,
+			Clients: []string{simClientScope}})
 	}
 	if err != nil {
 		ep.Close()
@@ -149,6 +150,11 @@ func (s *simKV) crashOwner(r int) {
 	s.owners[r].Close()
 	s.owners[r], s.oeps[r] = nil, nil
 }
+
+// simClientScope is the scope of the simulated fabric's clients
+// (simpool's Endpoint: the client credential "client"), which the owners
+// serve.
+const simClientScope = "client"
 
 func (s *simKV) client() *Client {
 	ep := s.Endpoint()

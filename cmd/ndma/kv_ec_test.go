@@ -56,7 +56,7 @@ func TestKvCodedCommands(t *testing.T) {
 	if err := os.WriteFile(member, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	kvd := startDaemon(t, "kvd", "--listen", "127.0.0.1:0", "--switch", addr, "--space-file", space, "--rank", "0", "--credential", member)
+	kvd := startDaemon(t, "kvd", "--listen", "127.0.0.1:0", "--switch", addr, "--space-file", space, "--rank", "0", "--credential", member, "--clients", "client-0")
 	kvc := func(args ...string) (string, error) {
 		return execute(t, append([]string{"kv", args[0], "--switch", addr, "--space", "objects"}, args[1:]...)...)
 	}

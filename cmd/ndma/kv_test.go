@@ -66,7 +66,7 @@ func TestKvCommands(t *testing.T) {
 	if err := os.WriteFile(member, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	startDaemon(t, "kvd", "--listen", "127.0.0.1:0", "--switch", addr, "--space-file", space, "--rank", "0", "--credential", member)
+	startDaemon(t, "kvd", "--listen", "127.0.0.1:0", "--switch", addr, "--space-file", space, "--rank", "0", "--credential", member, "--clients", "client-0")
 	kvc := func(args ...string) (string, error) {
 		return execute(t, append([]string{"kv", args[0], "--switch", addr, "--space", "cache"}, args[1:]...)...)
 	}
@@ -75,6 +75,17 @@ func TestKvCommands(t *testing.T) {
 	}
 	if out, err := kvc("get", "greeting"); err != nil || out != "hello" {
 		t.Fatalf("get: %q %v", out, err)
+	}
+	// A credential of a scope kvd was not given is refused.
+	intruder := filepath.Join(dir, "intruder.cred")
+	if b, err = issueIdentity(t, a, secure.RoleClient, "intruder").Encode(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(intruder, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := kvc("get", "greeting", "--credential", intruder); !errors.Is(err, kv.ErrDenied) {
+		t.Fatalf("get with a credential of another scope: %q %v, want kv.ErrDenied", out, err)
 	}
 	out, err = kvc("get", "greeting", "--json")
 	var got struct {

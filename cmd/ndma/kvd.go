@@ -25,6 +25,7 @@ type kvdFlags struct {
 	write     time.Duration
 	lease     time.Duration
 	growAt    float64
+	clients   []string
 	standby   bool
 	token     tokenFlags
 	cred      credentialFlag
@@ -42,6 +43,7 @@ var kvdFlagNames = map[string]string{
 	"WriteTimeout": "--write-timeout",
 	"Lease":        "--lease",
 	"GrowAt":       "--grow-at",
+	"Clients":      "--clients",
 	"MetricsAddr":  "--metrics",
 	"Security":     "--credential",
 }
@@ -76,11 +78,16 @@ space's writes; ndma credential issue --role member --name kv-cache/0)
 and the fabric token
 (--token-file, --token or $NDMA_TOKEN) authenticates its control
 messages; without a credential it refuses to start, unless --insecure.
+On a sealed fabric only credentials of the key space's own scope and of
+the scopes --clients names may use it: the owner refuses everyone else
+(the switch certifies each request's scope), so give it the scopes of
+the processes that read and write the key space (ndma kv commands, kv
+serve front ends, programs).
 SIGINT or SIGTERM shuts it down.`,
 		Example: `  ndma kv create --space cache --owners 2 --out cache.space --switch 127.0.0.1:7471 --token-file fab/token --credential fab/client-0.cred
-  ndma kvd --space-file cache.space --rank 0 --switch 127.0.0.1:7471 --token-file fab/token --credential kv-0.cred
-  ndma kvd --space-file cache.space --rank 1 --switch 127.0.0.1:7471 --token-file fab/token --credential kv-1.cred --metrics 127.0.0.1:9475
-  ndma kvd --space-file cache.space --rank 1 --standby --switch 127.0.0.1:7471 --token-file fab/token --credential kv-1.cred`,
+  ndma kvd --space-file cache.space --rank 0 --clients client-0 --switch 127.0.0.1:7471 --token-file fab/token --credential kv-0.cred
+  ndma kvd --space-file cache.space --rank 1 --clients client-0 --switch 127.0.0.1:7471 --token-file fab/token --credential kv-1.cred --metrics 127.0.0.1:9475
+  ndma kvd --space-file cache.space --rank 1 --clients client-0 --standby --switch 127.0.0.1:7471 --token-file fab/token --credential kv-1.cred`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runKvd(cmd, &f) },
 	}
@@ -93,6 +100,7 @@ SIGINT or SIGTERM shuts it down.`,
 	fl.StringVar(&f.metrics, "metrics", "", "TCP `address` to serve Prometheus metrics on at /metrics (empty: none)")
 	fl.DurationVar(&f.write, "write-timeout", 0, "bound on each write to the pool (0: 5s)")
 	fl.DurationVar(&f.lease, "lease", 0, "how long the owner writes after the switch last confirmed it holds its rank (0: 1s)")
+	fl.StringSliceVar(&f.clients, "clients", nil, "`scopes` whose credentials may use the key space besides its own (kv-SPACE), comma-separated: a client credential named NAME, or a member's SCOPE/NAME (on a sealed fabric every other scope is refused)")
 	fl.Float64Var(&f.growAt, "grow-at", 0, "the load (keys over buckets) past which a shard's table grows, in a key space created with --max-buckets (0: 0.75)")
 	fl.BoolVar(&f.standby, "standby", false, "start even while another process holds the rank, and take it over when that one fails")
 	f.token.register(fl)
@@ -132,7 +140,7 @@ func runKvd(cmd *cobra.Command, f *kvdFlags) error {
 	}
 	fab := sec.fabric()
 	srv, err := kvd.New(kvd.Config{Listen: listen, Switch: sw, Token: fab.Token, Insecure: fab.Insecure, Security: sec.id, SecurityOptions: sec.opts,
-		MTU: f.mtu, Space: sp.Name, Region: sp.Region, RegionKey: sp.Key, Rank: f.rank, WriteTimeout: f.write, Lease: f.lease, GrowAt: f.growAt, Standby: f.standby, MetricsAddr: f.metrics, Logger: logger})
+		MTU: f.mtu, Space: sp.Name, Region: sp.Region, RegionKey: sp.Key, Rank: f.rank, WriteTimeout: f.write, Lease: f.lease, GrowAt: f.growAt, Clients: f.clients, Standby: f.standby, MetricsAddr: f.metrics, Logger: logger})
 	if err != nil {
 		return fieldFlagError(err, kvdFlagNames)
 	}

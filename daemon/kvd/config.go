@@ -69,6 +69,10 @@ type Config struct {
 	// a key space created with room for it (zero: kv.DefaultGrowAt);
 	// see kv.OwnerConfig.GrowAt.
 	GrowAt float64
+	// Clients are the scopes, besides the key space's own, whose
+	// processes may use the key space on a sealed fabric (see
+	// kv.OwnerConfig.Clients).
+	Clients []string
 	// Standby lets Start return while another process holds the rank:
 	// this one takes it over when the switch counts that one dead.
 	Standby bool
@@ -144,6 +148,11 @@ func (c *Config) validate() error {
 	}
 	if !(c.GrowAt >= 0 && c.GrowAt <= 1) {
 		return fields.Invalid("GrowAt", "%v (want 0 to 1)", c.GrowAt)
+	}
+	for _, s := range c.Clients {
+		if n, err := secure.ParseName(secure.RoleClient, s); err != nil || n.Scope != s {
+			return fields.Invalid("Clients", "%q (want scopes: labels of A-Z, a-z, 0-9, '-' and '_')", s)
+		}
 	}
 	if c.MetricsAddr != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {

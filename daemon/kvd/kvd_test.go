@@ -43,6 +43,7 @@ func TestConfigInvalid(t *testing.T) {
 		{"Lease", func(c *Config) { c.Lease = time.Hour }},
 		{"GrowAt", func(c *Config) { c.GrowAt = 1.5 }},
 		{"GrowAt", func(c *Config) { c.GrowAt = -0.5 }},
+		{"Clients", func(c *Config) { c.Clients = []string{"app/1"} }},
 		{"MetricsAddr", func(c *Config) { c.MetricsAddr = "x" }},
 	} {
 		cfg := goodConfig()

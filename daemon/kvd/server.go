@@ -93,7 +93,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("kvd: opening key space %q (region %d): %w", s.cfg.Space, s.cfg.Region, err)
 	}
 	o, err := kv.StartOwner(ctx, s.ep, reg, kv.OwnerConfig{Switch: s.cfg.Switch, Fabric: s.fabric(), Space: s.cfg.Space,
-		Rank: s.cfg.Rank, WriteTimeout: s.cfg.WriteTimeout, Lease: s.cfg.Lease, GrowAt: s.cfg.GrowAt, Standby: s.cfg.Standby, Logger: s.log})
+		Rank: s.cfg.Rank, WriteTimeout: s.cfg.WriteTimeout, Lease: s.cfg.Lease, GrowAt: s.cfg.GrowAt, Clients: s.cfg.Clients, Standby: s.cfg.Standby, Logger: s.log})
 	if err != nil {
 		return err
 	}
