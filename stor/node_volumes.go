@@ -83,6 +83,7 @@ func (n *Node) remove(b []byte) []byte {
 // deletes its copy of a volume removed meanwhile.
 func (n *Node) syncCatalog(ctx context.Context) {
 	ms, err := n.ep.ServiceMembers(ctx, n.cfg.Switch, n.cfg.Service, n.cfg.Fabric)
+	passGate(ctx)
 	if err != nil {
 		return
 	}

@@ -26,7 +26,7 @@ func (v *Volume) leaseAll(ctx context.Context, ids []uint16, epoch uint64, relea
 	req := append([]byte{opLease}, b...)
 	resps := make([]leaseResp, len(ids))
 	errs := make([]error, len(ids))
-	forEach(len(ids), func(i int) {
+	v.c.forEach(ctx, len(ids), func(ctx context.Context, i int) {
 		body, err := v.c.call(ctx, ids[i], "lease", req)
 		if len(body) > 0 && body[0] == '{' {
 			_ = json.Unmarshal(body, &resps[i])
@@ -132,6 +132,7 @@ func (v *Volume) current(id uint16, st leaseResp) bool {
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
+	defer passGate(ctx)
 	select {
 	case <-ctx.Done():
 		return ctx.Err()

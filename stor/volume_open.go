@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -101,7 +100,7 @@ func (c *Client) Open(ctx context.Context, name string, o OpenOptions) (*Volume,
 		return v, nil
 	}
 	for v.holder == 0 {
-		v.holder = rand.Uint64()
+		v.holder = c.draws.uint64()
 	}
 	if err := v.acquire(ctx); err != nil {
 		return nil, err
