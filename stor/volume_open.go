@@ -106,7 +106,7 @@ func (c *Client) Open(ctx context.Context, name string, o OpenOptions) (*Volume,
 		return nil, err
 	}
 	if v.ctrl != "" {
-		go v.renew()
+		go v.renew(c.ep.NewGate())
 		return v, nil
 	}
 	v.lockForm()
@@ -116,7 +116,7 @@ func (c *Client) Open(ctx context.Context, name string, o OpenOptions) (*Volume,
 		v.release()
 		return nil, err
 	}
-	go v.renew()
+	go v.renew(c.ep.NewGate())
 	return v, nil
 }
 
