@@ -34,6 +34,11 @@ type ClientOptions struct {
 	// each), so that the gateway's queue drains within the I/O timeouts.
 	// Zero means 8 MiB.
 	MaxInflight int
+	// Seed, when not zero, seeds the client's random draws (each
+	// writer's lease holder id, the jitter of the retries the switch
+	// refused BUSY), so that a run on the simulated network replays from
+	// its seed. Zero draws from the system's generator.
+	Seed uint64
 }
 
 // Client manages volumes and opens them, through the switch at sw.
@@ -44,6 +49,7 @@ type Client struct {
 	inflight *semaphore.Weighted
 	// inflightLimit is inflight's size.
 	inflightLimit int64
+	draws         *draws
 }
 
 // IOTimeout is a good endpoint.Config.OpTimeout for an endpoint that
@@ -65,16 +71,17 @@ func NewClient(ep *endpoint.Endpoint, sw string, opts ClientOptions) *Client {
 		opts.MaxInflight = 8 << 20
 	}
 	limit := int64(max(opts.MaxInflight, MaxIO))
-	return &Client{ep: ep, sw: sw, opts: opts, inflight: semaphore.NewWeighted(limit), inflightLimit: limit}
+	return &Client{ep: ep, sw: sw, opts: opts, inflight: semaphore.NewWeighted(limit), inflightLimit: limit, draws: newDraws(opts.Seed)}
 }
 
 func (c *Client) call(ctx context.Context, id uint16, what string, req []byte) ([]byte, error) {
-	return callNode(ctx, c.ep, c.sw, c.opts.Service, c.opts.Fabric, id, what, req)
+	return callNode(ctx, c.ep, c.draws, c.sw, c.opts.Service, c.opts.Fabric, id, what, req)
 }
 
 // live returns the ids of the storage nodes the switch lists as alive.
 func (c *Client) live(ctx context.Context) ([]uint16, error) {
 	ms, err := c.ep.ServiceMembers(ctx, c.sw, c.opts.Service, c.opts.Fabric)
+	passGate(ctx)
 	if errors.Is(err, wire.StatusNotMember) {
 		return nil, fmt.Errorf("%w: no storage node is registered with the switch %s as service %q (start them with ndma stord --switch)", ErrNoReplica, c.sw, c.opts.Service)
 	}
@@ -103,7 +110,7 @@ func (c *Client) Nodes(ctx context.Context) ([]NodeInfo, error) {
 	}
 	out := make([]NodeInfo, len(ids))
 	errs := make([]error, len(ids))
-	forEach(len(ids), func(i int) {
+	c.forEach(ctx, len(ids), func(ctx context.Context, i int) {
 		body, err := c.call(ctx, ids[i], "info", []byte{opInfo})
 		if err == nil {
 			err = json.Unmarshal(body, &out[i])
@@ -113,17 +120,44 @@ func (c *Client) Nodes(ctx context.Context) ([]NodeInfo, error) {
 	return out, errors.Join(errs...)
 }
 
-// forEach runs f(0..n-1) in parallel and waits.
-func forEach(n int, f func(i int)) {
+// forEach runs f(0..n-1) in parallel and waits. Each f has a gate of
+// c's endpoint (made in index order) in its ctx, which it passes after
+// each wait for the network (passGate; callNode does): on the simulated
+// network the goroutines woken at one instant then go on in index
+// order, and what they send reaches the network in an order fixed by
+// the run's seed rather than by the Go scheduler.
+func (c *Client) forEach(ctx context.Context, n int, f func(ctx context.Context, i int)) {
+	gates := make([]*endpoint.Gate, n)
+	for i := range gates {
+		gates[i] = c.ep.NewGate()
+	}
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f(i)
-		}()
+		wg.Go(func() {
+			gates[i].Pass()
+			f(context.WithValue(ctx, gateKey{}, gates[i]), i)
+		})
 	}
 	wg.Wait()
+	passGate(ctx)
+}
+
+// gated returns ctx carrying a new gate of c's endpoint, for one
+// goroutine to pass after each of its waits (passGate): on the simulated
+// network the goroutines woken at one instant then go on in the order
+// their gates were made.
+func (c *Client) gated(ctx context.Context) context.Context {
+	return context.WithValue(ctx, gateKey{}, c.ep.NewGate())
+}
+
+// gateKey is the context key of a goroutine's endpoint.Gate (forEach).
+type gateKey struct{}
+
+// passGate passes ctx's gate, if it carries one (forEach).
+func passGate(ctx context.Context) {
+	if g, ok := ctx.Value(gateKey{}).(*endpoint.Gate); ok {
+		g.Pass()
+	}
 }
 
 // VolumeSpec asks for a volume.
@@ -192,14 +226,14 @@ func (c *Client) Create(ctx context.Context, spec VolumeSpec) (Descriptor, error
 	b, _ := json.Marshal(d)
 	req := append([]byte{opCreate}, b...)
 	errs := make([]error, len(ids))
-	forEach(len(ids), func(i int) { _, errs[i] = c.call(ctx, ids[i], "create", req) })
+	c.forEach(ctx, len(ids), func(ctx context.Context, i int) { _, errs[i] = c.call(ctx, ids[i], "create", req) })
 	if err := errors.Join(errs...); err != nil {
 		// Undo what was made.
 		var e enc
 		e.u8(opRemove)
 		e.str(d.Name)
 		e.u8(1)
-		forEach(len(ids), func(i int) {
+		c.forEach(ctx, len(ids), func(ctx context.Context, i int) {
 			if errs[i] == nil {
 				_, _ = c.call(ctx, ids[i], "remove", e.b)
 			}
@@ -222,7 +256,7 @@ func (c *Client) catalogAll(ctx context.Context, e CatalogEntry) {
 	}
 	b, _ := json.Marshal(e)
 	req := append([]byte{opCatalog}, b...)
-	forEach(len(ids), func(i int) { _, _ = c.call(ctx, ids[i], "catalog", req) })
+	c.forEach(ctx, len(ids), func(ctx context.Context, i int) { _, _ = c.call(ctx, ids[i], "catalog", req) })
 }
 
 // VolumeInfo is a volume as the live nodes report it.
@@ -247,7 +281,7 @@ func (c *Client) List(ctx context.Context) ([]VolumeInfo, error) {
 	lists := make([][]Descriptor, len(ids))
 	cats := make([][]CatalogEntry, len(ids))
 	errs := make([]error, len(ids))
-	forEach(len(ids), func(i int) {
+	c.forEach(ctx, len(ids), func(ctx context.Context, i int) {
 		body, err := c.call(ctx, ids[i], "list", []byte{opList})
 		if err == nil {
 			err = json.Unmarshal(body, &lists[i])
@@ -360,7 +394,7 @@ func (c *Client) Stat(ctx context.Context, name string) (*VolumeStat, error) {
 	var e enc
 	e.u8(opStat)
 	e.str(name)
-	forEach(len(d.Nodes), func(i int) {
+	c.forEach(ctx, len(d.Nodes), func(ctx context.Context, i int) {
 		body, err := c.call(ctx, d.Nodes[i], "stat", e.b)
 		var nv NodeVolume
 		if err == nil && json.Unmarshal(body, &nv) == nil && nv.Desc.Created == d.Created {
@@ -473,7 +507,7 @@ func (c *Client) Remove(ctx context.Context, name string, force bool) (*Removed,
 	e.str(name)
 	e.u8(boolByte(force))
 	errs := make([]error, len(st.Nodes))
-	forEach(len(st.Nodes), func(i int) {
+	c.forEach(ctx, len(st.Nodes), func(ctx context.Context, i int) {
 		_, errs[i] = c.call(ctx, uint16(st.Nodes[i].Node), "remove", e.b)
 	})
 	r := &Removed{Desc: st.Desc, Down: st.Down}

@@ -570,7 +570,7 @@ func TestSimNoWriteWithoutCrashedMember(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		p := bytes.Repeat([]byte{'B'}, 4096)
-		if _, err := v.writeOnce(p, 0); err == nil {
+		if _, err := v.writeOnce(context.Background(), p, 0); err == nil {
 			t.Fatal("a write to a group whose member crashed completed")
 		}
 		if _, err := v.WriteAt(p, 0); err != nil {

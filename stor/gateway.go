@@ -35,6 +35,9 @@ type GatewayConfig struct {
 	MaxInflight int
 	// Logger receives the gateway's logs (none when nil).
 	Logger *slog.Logger
+	// Seed, when not zero, seeds the gateway's random draws (as
+	// ClientOptions.Seed).
+	Seed uint64
 }
 
 // Gateway is the controller of the controller-forwarding mode, the
@@ -84,7 +87,7 @@ func NewGateway(ep *endpoint.Endpoint, cfg GatewayConfig) *Gateway {
 		cfg.MaxInflight = 8 << 20
 	}
 	return &Gateway{ep: ep, cfg: cfg, log: cfg.Logger, descs: map[string]Descriptor{}, writers: map[writerKey]*gwWriter{},
-		c:        NewClient(ep, cfg.Switch, ClientOptions{Fabric: cfg.Fabric, Service: cfg.Service}),
+		c:        NewClient(ep, cfg.Switch, ClientOptions{Fabric: cfg.Fabric, Service: cfg.Service, Seed: cfg.Seed}),
 		inflight: semaphore.NewWeighted(int64(max(cfg.MaxInflight, MaxIO)))}
 }
 
@@ -477,7 +480,7 @@ func (g *Gateway) forward(ctx context.Context, w *gwWriter, e int, req []byte) e
 		return fmt.Errorf("%w: volume %s: every node is down", ErrNoReplica, v.d.Name)
 	}
 	errs := make([]error, len(to))
-	forEach(len(to), func(i int) { _, errs[i] = g.c.call(ctx, to[i], "write", req) })
+	g.c.forEach(ctx, len(to), func(ctx context.Context, i int) { _, errs[i] = g.c.call(ctx, to[i], "write", req) })
 	g.mu.Lock()
 	g.stats.Copies += uint64(len(to))
 	g.mu.Unlock()

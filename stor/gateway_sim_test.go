@@ -13,7 +13,7 @@ func (s *simStor) gateway() *Gateway {
 	s.t.Helper()
 	ep := s.endpoint("stor/gateway")
 	s.ceps = append(s.ceps, ep)
-	gw := NewGateway(ep, GatewayConfig{Switch: s.swA.String(), Fabric: s.fab, Logger: s.logger()})
+	gw := NewGateway(ep, GatewayConfig{Switch: s.swA.String(), Fabric: s.fab, Logger: s.logger(), Seed: s.drawSeed(ep)})
 	if err := gw.Start(s.ctx()); err != nil {
 		s.t.Fatalf("seed %d: gateway: %v", s.seed, err)
 	}

@@ -91,7 +91,7 @@ func (g *jGateway) start(wait bool) {
 			err := error(nil)
 			if g.gw == nil {
 				ep := g.s.endpoint("stor/gateway")
-				gw := NewGateway(ep, GatewayConfig{Switch: g.s.swA.String(), Fabric: g.s.fab, Logger: g.s.logger()})
+				gw := NewGateway(ep, GatewayConfig{Switch: g.s.swA.String(), Fabric: g.s.fab, Logger: g.s.logger(), Seed: g.s.drawSeed(ep)})
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				if err = gw.Start(ctx); err != nil {
 					ep.Close()

@@ -60,10 +60,16 @@ type jWork struct {
 func jStartWork(seed int64, h *jepsen.History, vals *jValues, errs *jErrors, w *Volume, readers []*Volume) *jWork {
 	k := &jWork{stop: make(chan struct{})}
 	hot := jHotBlocks()
-	worker := func(client int, f func(rng *rand.Rand)) {
+	// Each goroutine passes a gate of its volume's endpoint before each
+	// operation: on the simulated network, goroutines that start one at
+	// one instant (as all do at first) go on in the order of their
+	// gates, and the run replays from its seed.
+	worker := func(client int, v *Volume, f func(rng *rand.Rand)) {
+		gate := v.c.ep.NewGate()
 		k.wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(seed), uint64(client)))
 			for {
+				gate.Pass()
 				select {
 				case <-k.stop:
 					return
@@ -76,7 +82,7 @@ func jStartWork(seed int64, h *jepsen.History, vals *jValues, errs *jErrors, w *
 	}
 	var nextID atomic.Uint64
 	for g := range jWriters {
-		worker(g, func(rng *rand.Rand) {
+		worker(g, w, func(rng *rand.Rand) {
 			id := nextID.Add(1)
 			blk := hot[rng.IntN(len(hot))]
 			p, dig := vals.block(id)
@@ -104,7 +110,7 @@ func jStartWork(seed int64, h *jepsen.History, vals *jValues, errs *jErrors, w *
 	for i, r := range readers {
 		for g := range jReaderGors {
 			client := jWriters + i*jReaderGors + g
-			worker(client, func(rng *rand.Rand) {
+			worker(client, r, func(rng *rand.Rand) {
 				blk := hot[rng.IntN(len(hot))]
 				buf := make([]byte, jBlock)
 				call := h.Invoke(client, jepsen.Read, jKey(blk), 0)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -38,6 +39,10 @@ type NodeConfig struct {
 	Check time.Duration
 	// Logger receives the node's logs (none when nil).
 	Logger *slog.Logger
+	// Seed, when not zero, seeds the node's random draws (the jitter
+	// of its retries), so that a run on the simulated network replays
+	// from its seed. Zero draws from the system's generator.
+	Seed uint64
 }
 
 // Node is a storage node: it keeps extents of volumes in Dir and serves
@@ -54,6 +59,7 @@ type Node struct {
 	reqs  sync.WaitGroup
 	mu    sync.Mutex
 	svcs  map[string]*endpoint.Service // by service name
+	draws *draws
 	stats NodeStats
 	// registered: the last register registered every service (under mu).
 	registered bool
@@ -96,7 +102,7 @@ func NewNode(ep *endpoint.Endpoint, cfg NodeConfig) (*Node, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Node{ep: ep, st: st, cfg: cfg, log: cfg.Logger, ctx: ctx, stop: cancel, svcs: map[string]*endpoint.Service{},
+	return &Node{ep: ep, st: st, cfg: cfg, log: cfg.Logger, ctx: ctx, stop: cancel, svcs: map[string]*endpoint.Service{}, draws: newDraws(cfg.Seed),
 		trace: cfg.Logger.Enabled(context.Background(), LevelTrace)}, nil
 }
 
@@ -123,7 +129,7 @@ func (n *Node) Start(ctx context.Context) error {
 		n.maybeResync(v)
 	}
 	n.wg.Add(1)
-	go n.supervise()
+	go n.supervise(n.ep.NewGate())
 	return nil
 }
 
@@ -146,9 +152,7 @@ func (n *Node) Close() {
 	svcs := n.svcs
 	n.svcs = map[string]*endpoint.Service{}
 	n.mu.Unlock()
-	for _, s := range svcs {
-		s.Close()
-	}
+	closeServices(svcs)
 	for _, v := range n.st.list() {
 		v.mu.Lock()
 		gs := v.groups()
@@ -159,6 +163,13 @@ func (n *Node) Close() {
 	}
 	n.reqs.Wait()
 	n.st.close()
+}
+
+// closeServices closes the services of svcs, in name order.
+func closeServices(svcs map[string]*endpoint.Service) {
+	for _, name := range slices.Sorted(maps.Keys(svcs)) {
+		svcs[name].Close()
+	}
 }
 
 // register makes the node a member of the service (rank = id), of its own
@@ -181,13 +192,13 @@ func (n *Node) register(ctx context.Context) error {
 	old := n.svcs
 	n.svcs = map[string]*endpoint.Service{}
 	n.mu.Unlock()
-	for _, s := range old {
-		s.Close()
-	}
+	closeServices(old)
 	n.mu.Lock()
 	n.registered = false
 	n.mu.Unlock()
-	for name, sr := range want {
+	// In name order: what a node sends follows from its state alone.
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		sr := want[name]
 		if err := n.registerOne(ctx, name, sr[0], sr[1]); err != nil {
 			return err
 		}
@@ -210,6 +221,7 @@ func (n *Node) registerOne(ctx context.Context, name string, size, rank int) err
 	for {
 		var err error
 		s, err = n.ep.RegisterService(ctx, n.cfg.Switch, endpoint.ServiceConfig{Name: name, Size: size, Policy: ctrl.PolicyLeastOutstanding}, rank, n.handle, n.cfg.Fabric)
+		passGate(ctx)
 		if err == nil {
 			break
 		}
@@ -218,10 +230,8 @@ func (n *Node) registerOne(ctx context.Context, name string, size, rank int) err
 		if !errors.Is(err, wire.StatusBusy) || ctx.Err() != nil {
 			return fmt.Errorf("stor: node %d: %w", n.st.id, err)
 		}
-		select {
-		case <-ctx.Done():
+		if sleepCtx(ctx, 200*time.Millisecond) != nil {
 			return fmt.Errorf("stor: node %d: %w", n.st.id, err)
-		case <-time.After(200 * time.Millisecond):
 		}
 	}
 	n.mu.Lock()
@@ -232,19 +242,23 @@ func (n *Node) registerOne(ctx context.Context, name string, size, rank int) err
 
 // supervise registers the node again when the switch no longer lists it
 // (the switch restarted, or counted it dead), and starts the resyncs that
-// wait for a writer that is gone.
-func (n *Node) supervise() {
+// wait for a writer that is gone. It passes gate after each wait
+// (passGate).
+func (n *Node) supervise(gate *endpoint.Gate) {
 	defer n.wg.Done()
 	t := time.NewTicker(n.cfg.Check)
 	defer t.Stop()
+	gctx := context.WithValue(n.ctx, gateKey{}, gate)
 	for {
 		select {
 		case <-n.ctx.Done():
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.Check)
+		gate.Pass()
+		ctx, cancel := context.WithTimeout(gctx, n.cfg.Check)
 		ms, err := n.ep.ServiceMembers(ctx, n.cfg.Switch, n.cfg.Service, n.cfg.Fabric)
+		passGate(ctx)
 		listed := err == nil && slices.ContainsFunc(ms, func(m ctrl.MemberInfo) bool {
 			// The switch sees the address the datagrams come from,
 			// which for a wildcard listener is not LocalAddr's.

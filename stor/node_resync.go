@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/ndma/ndma/endpoint"
 )
 
 // maybeResync starts a resync of v unless one runs, v is ready or removed.
@@ -21,9 +23,11 @@ func (n *Node) maybeResync(v *vol) {
 	v.syncing = true
 	v.mu.Unlock()
 	n.wg.Add(1)
+	gate := n.ep.NewGate()
 	go func() {
 		defer n.wg.Done()
-		err := n.resync(v, grouped)
+		gate.Pass()
+		err := n.resync(gate, v, grouped)
 		v.mu.Lock()
 		v.syncing = false
 		v.mu.Unlock()
@@ -62,8 +66,10 @@ func (v *vol) setState(state string, waitFor []uint16) {
 //     stopped). Until they have answered it waits, serving nothing.
 //   - While a writer holds the lease and has not taken this node into its
 //     groups, its writes would pass the node by: it waits for the writer.
-func (n *Node) resync(v *vol, grouped bool) error {
-	ctx, cancel := context.WithTimeout(n.ctx, time.Minute)
+//
+// Its goroutine passes gate after each wait (passGate).
+func (n *Node) resync(gate *endpoint.Gate, v *vol, grouped bool) error {
+	ctx, cancel := context.WithTimeout(context.WithValue(n.ctx, gateKey{}, gate), time.Minute)
 	defer cancel()
 	v.mu.Lock()
 	d := v.meta.Desc

@@ -148,10 +148,10 @@ const (
 // call sends req to node id's own service and returns the reply's body,
 // or the node's refusal as a *NodeError.
 func (n *Node) call(ctx context.Context, id uint16, what string, req []byte) ([]byte, error) {
-	return callNode(ctx, n.ep, n.cfg.Switch, n.cfg.Service, n.cfg.Fabric, id, what, req)
+	return callNode(ctx, n.ep, n.draws, n.cfg.Switch, n.cfg.Service, n.cfg.Fabric, id, what, req)
 }
 
-func callNode(ctx context.Context, ep *endpoint.Endpoint, sw, service string, opts endpoint.FabricOptions, id uint16, what string, req []byte) ([]byte, error) {
+func callNode(ctx context.Context, ep *endpoint.Endpoint, r *draws, sw, service string, opts endpoint.FabricOptions, id uint16, what string, req []byte) ([]byte, error) {
 	name := nodeName(service, id)
 	// One node that does not answer (or a switch that keeps answering
 	// BUSY) holds its caller up for at most this long a try.
@@ -161,7 +161,7 @@ func callNode(ctx context.Context, ep *endpoint.Endpoint, sw, service string, op
 	}
 	for try := 0; ; try++ {
 		actx, cancel := context.WithTimeout(ctx, limit)
-		resp, err := retryBusy(actx, false, func() ([]byte, error) { return ep.Anycast(actx, sw, name, uint64(id)+1, req, opts) })
+		resp, err := retryBusy(actx, r, false, func() ([]byte, error) { return ep.Anycast(actx, sw, name, uint64(id)+1, req, opts) })
 		cancel()
 		var body []byte
 		if err == nil {
@@ -173,7 +173,9 @@ func callNode(ctx context.Context, ep *endpoint.Endpoint, sw, service string, op
 			// The switch restarted: the cached group id may name no
 			// service (its requests go unanswered), or another node's.
 			// Look the service up again.
-			if _, lerr := ep.ServiceMembers(ctx, sw, name, opts); lerr == nil {
+			_, lerr := ep.ServiceMembers(ctx, sw, name, opts)
+			passGate(ctx)
+			if lerr == nil {
 				continue
 			}
 		}

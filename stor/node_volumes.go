@@ -93,6 +93,7 @@ func (n *Node) remove(who endpoint.Caller, b []byte) []byte {
 // deletes its copy of a volume removed meanwhile.
 func (n *Node) syncCatalog(ctx context.Context) {
 	ms, err := n.ep.ServiceMembers(ctx, n.cfg.Switch, n.cfg.Service, n.cfg.Fabric)
+	passGate(ctx)
 	if err != nil {
 		return
 	}

@@ -63,7 +63,7 @@ func (n *Node) join(who endpoint.Caller, b []byte) []byte {
 	if old != nil {
 		old.stop()
 	}
-	go n.serveGroup(ctx, v, r, g)
+	go n.serveGroup(ctx, n.ep.NewGate(), v, r, g)
 	return []byte{byte(CodeOK)}
 }
 
@@ -154,8 +154,11 @@ func (v *vol) drainLocked() {
 
 // serveGroup joins the writer's group and applies its writes and flushes
 // in order until the writer leaves, the lease passes to another writer or
-// the node closes.
-func (n *Node) serveGroup(ctx context.Context, v *vol, r joinReq, g *writeGroup) {
+// the node closes. It passes gate after each wait: a flush reaches every
+// group of a node at one instant, and their aggregations then go out in
+// the order the groups were joined.
+func (n *Node) serveGroup(ctx context.Context, gate *endpoint.Gate, v *vol, r joinReq, g *writeGroup) {
+	gate.Pass()
 	defer close(g.done)
 	defer func() {
 		v.mu.Lock()
@@ -165,6 +168,7 @@ func (n *Node) serveGroup(ctx context.Context, v *vol, r joinReq, g *writeGroup)
 	jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	grp, err := n.ep.JoinJob(jctx, n.cfg.Switch, r.Job, r.Size, r.Rank, n.cfg.Fabric)
 	cancel()
+	gate.Pass()
 	if err == nil {
 		v.mu.Lock()
 		g.grp = grp
@@ -190,6 +194,7 @@ func (n *Node) serveGroup(ctx context.Context, v *vol, r joinReq, g *writeGroup)
 	var sum [8 * flushSlots]byte
 	for {
 		m, err := grp.RecvAtMost(ctx, 0, buf)
+		gate.Pass()
 		if err != nil {
 			if ctx.Err() == nil {
 				n.log.Debug("stor: write group ended", "volume", r.Name, "job", r.Job, "err", err)
@@ -232,7 +237,9 @@ func (n *Node) serveGroup(ctx context.Context, v *vol, r joinReq, g *writeGroup)
 				binary.LittleEndian.PutUint64(sum[8*int(code):], 1)
 			}
 			var res [8 * flushSlots]byte
-			if err := grp.Allreduce(ctx, sum[:], res[:], wire.DtypeI64, wire.AluAdd, endpoint.ReduceOptions{}); err != nil {
+			err := grp.Allreduce(ctx, sum[:], res[:], wire.DtypeI64, wire.AluAdd, endpoint.ReduceOptions{})
+			gate.Pass()
+			if err != nil {
 				n.log.Debug("stor: flush", "volume", r.Name, "err", err)
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/ndma/ndma/wire"
@@ -255,6 +256,40 @@ func parseOne(b []byte) (oneReq, bool) {
 	return r, !d.bad && len(d.b) == 0
 }
 
+// draws are a client's or a node's random numbers: from a generator of
+// the seed its options give (ClientOptions.Seed, NodeConfig.Seed), so that
+// a simulated run replays, or else from the system's.
+type draws struct {
+	mu sync.Mutex
+	r  *rand.Rand // nil: the system's
+}
+
+func newDraws(seed uint64) *draws {
+	if seed == 0 {
+		return &draws{}
+	}
+	return &draws{r: rand.New(rand.NewPCG(seed, seed^0x5354_4f52))}
+}
+
+func (d *draws) uint64() uint64 {
+	if d.r == nil {
+		return rand.Uint64()
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.r.Uint64()
+}
+
+// n is a duration in [0, max).
+func (d *draws) n(max time.Duration) time.Duration {
+	if d.r == nil {
+		return rand.N(max)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return time.Duration(d.r.Int64N(int64(max)))
+}
+
 // A request the switch answers BUSY (a relay queue is full: retry later)
 // or MEMBER_DEAD (the service's member was counted dead, as a node or
 // gateway whose heartbeats waited behind its data can be, and registers
@@ -271,11 +306,13 @@ const (
 // retryBusy calls f until it does not fail with wire.StatusBusy (nor,
 // with dead, wire.StatusMemberDead: for a service that has other members
 // or registers again, not for one node's own service), or ctx ends.
-func retryBusy(ctx context.Context, dead bool, f func() ([]byte, error)) ([]byte, error) {
+// The backoff's jitter is drawn from r.
+func retryBusy(ctx context.Context, r *draws, dead bool, f func() ([]byte, error)) ([]byte, error) {
 	wait := busyBackoff
 	var deadSince time.Time
 	for {
 		b, err := f()
+		passGate(ctx)
 		if err == nil || !errors.Is(err, wire.StatusBusy) && !(dead && errors.Is(err, wire.StatusMemberDead)) {
 			return b, err
 		}
@@ -288,13 +325,14 @@ func retryBusy(ctx context.Context, dead bool, f func() ([]byte, error)) ([]byte
 		}
 		// Up to twice the backoff, at random, so that clients refused
 		// together do not come back together.
-		t := time.NewTimer(wait + rand.N(wait))
+		t := time.NewTimer(wait + r.n(wait))
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return b, err
 		case <-t.C:
 		}
+		passGate(ctx)
 		wait = min(2*wait, busyBackoffMax)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	crand "crypto/rand"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,6 +23,7 @@ import (
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
+	"github.com/ndma/ndma/wire"
 )
 
 var testToken = []byte("stor test token")
@@ -49,6 +51,10 @@ type simStor struct {
 	// datagram.
 	auth *secure.Authority
 }
+
+// simTraffic, when set, sees every datagram the simulated runs send,
+// deliver or drop (TestSimReplays).
+var simTraffic func(simnet.TraceEvent)
 
 // simStorage runs f with n storage nodes (ids 0..n-1) up.
 func simStorage(t *testing.T, n int, seed int64, f func(t *testing.T, s *simStor)) {
@@ -80,6 +86,17 @@ func simStorageWith(t *testing.T, n int, seed int64, auth *secure.Authority, f f
 					t.Error(err)
 				}
 			}()
+		}
+		if see := simTraffic; see != nil {
+			trace := s.net.Trace
+			s.net.Trace = func(ev simnet.TraceEvent) {
+				if trace != nil {
+					trace(ev)
+				}
+				if ev.Kind != simnet.TracePoll {
+					see(ev)
+				}
+			}
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		served := make(chan error, 1)
@@ -156,6 +173,13 @@ func (s *simStor) endpoint(name string) *endpoint.Endpoint {
 	return ep
 }
 
+// drawSeed is the seed of the random draws (ClientOptions.Seed,
+// NodeConfig.Seed, GatewayConfig.Seed) of the client, node or gateway on
+// ep: drawn from the run's seed, as the endpoint's transport's is.
+func (s *simStor) drawSeed(ep *endpoint.Endpoint) uint64 {
+	return uint64(s.seed)<<20 | uint64(ep.LocalAddr().Port())
+}
+
 // logger is nil, or with STOR_DEBUG (STOR_TRACE: every read and write
 // too) set one that writes to the test's output.
 func (s *simStor) logger() *slog.Logger {
@@ -182,7 +206,7 @@ func (s *simStor) startNodeWith(i int, capacity uint64) {
 // leaves node i down and releases what it took.
 func (s *simStor) tryStartNode(i int, capacity uint64) error {
 	ep := s.endpoint(fmt.Sprintf("stor/s%d", i))
-	cfg := NodeConfig{Dir: s.dirs[i], ID: i, Switch: s.swA.String(), Fabric: s.fab, Capacity: capacity}
+	cfg := NodeConfig{Dir: s.dirs[i], ID: i, Switch: s.swA.String(), Fabric: s.fab, Capacity: capacity, Seed: s.drawSeed(ep)}
 	cfg.Logger = s.logger()
 	n, err := NewNode(ep, cfg)
 	if err != nil {
@@ -223,7 +247,7 @@ func (s *simStor) client() *Client { return s.clientAs("client") }
 func (s *simStor) clientAs(name string) *Client {
 	ep := s.endpoint(name)
 	s.ceps = append(s.ceps, ep)
-	return NewClient(ep, s.swA.String(), ClientOptions{Fabric: s.fab})
+	return NewClient(ep, s.swA.String(), ClientOptions{Fabric: s.fab, Seed: s.drawSeed(ep)})
 }
 
 func (s *simStor) ctx() context.Context {
@@ -648,7 +672,7 @@ func TestSimControllerMode(t *testing.T) {
 	simStorage(t, 3, 6, func(t *testing.T, s *simStor) {
 		gwEP := s.endpoint("stor/gateway")
 		s.ceps = append(s.ceps, gwEP)
-		gw := NewGateway(gwEP, GatewayConfig{Switch: s.swA.String(), Fabric: s.fab})
+		gw := NewGateway(gwEP, GatewayConfig{Switch: s.swA.String(), Fabric: s.fab, Seed: s.drawSeed(gwEP)})
 		ctx := s.ctx()
 		if err := gw.Start(ctx); err != nil {
 			t.Fatal(err)
@@ -774,4 +798,37 @@ func TestSimPartitionedNode(t *testing.T) {
 		}
 		s.flushAndClose(v, d, m)
 	})
+}
+
+// TestSimReplays: a simulated run replays from its seed, datagram for
+// datagram (each one's time, kind, ends, length and header): the nodes
+// register their services in name order, the clients and nodes draw
+// their random numbers (lease holder ids, backoff jitter) from seeded
+// generators, and goroutines woken at one instant (a client's requests
+// to each node, the pieces of a read, the workload's goroutines, a node's
+// supervisor and resyncs) go on in the order of their endpoint.Gates.
+func TestSimReplays(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		run  func(*testing.T)
+	}{{"lease", TestSimLease}, {"controller", TestSimControllerMode}, {"ackedread", TestSimReadAfterAckedWrite}} {
+		var runs [2]string
+		for i := range runs {
+			h := sha256.New()
+			simTraffic = func(ev simnet.TraceEvent) {
+				var hd wire.Header
+				if _, _, err := wire.Parse(ev.Buf, &hd); ev.Buf == nil || err != nil {
+					fmt.Fprintln(h, ev)
+				} else {
+					fmt.Fprintln(h, ev, hd.Op, hd.Mode, hd.Flags, hd.MsgID, hd.PSN, hd.Group, hd.Addr, hd.Operand1, hd.Operand2, hd.Status)
+				}
+			}
+			t.Run(fmt.Sprintf("%s/run%d", c.name, i), c.run)
+			simTraffic = nil
+			runs[i] = fmt.Sprintf("%x", h.Sum(nil))
+		}
+		if runs[0] != runs[1] {
+			t.Errorf("%s: the second run's traffic (digest %s) differs from the first's (%s)", c.name, runs[1], runs[0])
+		}
+	}
 }

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -320,13 +322,13 @@ func (s *store) get(name string) *vol {
 	return s.vols[name]
 }
 
-// list returns the volumes held.
+// list returns the volumes held, by name.
 func (s *store) list() []*vol {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]*vol, 0, len(s.vols))
-	for _, v := range s.vols {
-		out = append(out, v)
+	for _, name := range slices.Sorted(maps.Keys(s.vols)) {
+		out = append(out, s.vols[name])
 	}
 	return out
 }

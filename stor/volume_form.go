@@ -171,7 +171,7 @@ func (v *Volume) genLocked(ctx context.Context, live []uint16, states map[uint16
 		}
 		gen++
 		errs := make([]error, len(live))
-		forEach(len(live), func(i int) {
+		v.c.forEach(ctx, len(live), func(ctx context.Context, i int) {
 			b, _ := json.Marshal(genReq{Name: v.d.Name, Holder: v.holder, Gen: gen, Members: live, Outdated: !cur[live[i]], Direct: v.ctrl != ""})
 			_, errs[i] = v.c.call(ctx, live[i], "generation", append([]byte{opGen}, b...))
 		})
@@ -228,7 +228,7 @@ func (v *Volume) note(ctx context.Context, live []uint16, id uint16) {
 	v.verMu.Unlock()
 	b, _ := json.Marshal(missingReq{Name: v.d.Name, Node: id, Since: since})
 	req := append([]byte{opMissing}, b...)
-	forEach(len(live), func(i int) { _, _ = v.c.call(ctx, live[i], "missing", req) })
+	v.c.forEach(ctx, len(live), func(ctx context.Context, i int) { _, _ = v.c.call(ctx, live[i], "missing", req) })
 }
 
 func (v *Volume) formOnce(ctx context.Context, live []uint16) error {
@@ -269,7 +269,7 @@ func (v *Volume) formOnce(ctx context.Context, live []uint16) error {
 			job = secure.SubGroupName(id.Cert.Name, job, owner)
 		}
 		errs := make([]error, len(members))
-		forEach(len(members), func(i int) {
+		v.c.forEach(ctx, len(members), func(ctx context.Context, i int) {
 			b, _ := json.Marshal(joinReq{Name: v.d.Name, Holder: v.holder, Epoch: v.epoch, Set: name, Job: job, Size: len(members) + 1, Rank: i + 1})
 			_, errs[i] = v.c.call(ctx, members[i], "join", append([]byte{opJoin}, b...))
 		})

@@ -45,7 +45,8 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 	if err := v.checkRange(off, len(p)); err != nil {
 		return 0, err
 	}
-	return retryIO(v, "write", func() (int, error) { return v.writeOnce(p, off) })
+	ctx := v.c.gated(context.Background())
+	return retryIO(ctx, v, "write", func() (int, error) { return v.writeOnce(ctx, p, off) })
 }
 
 // RetryFor bounds how long a read, write or flush is retried while the
@@ -65,8 +66,9 @@ func retryable(err error) bool {
 }
 
 // retryIO runs f until it succeeds, fails for good, or RetryFor passes;
-// between tries of a writer, the groups are formed again.
-func retryIO(v *Volume, what string, f func() (int, error)) (int, error) {
+// between tries of a writer, the groups are formed again. ctx carries the
+// gate of the goroutine (Client.gated).
+func retryIO(ctx context.Context, v *Volume, what string, f func() (int, error)) (int, error) {
 	deadline := time.Now().Add(RetryFor)
 	wait := 50 * time.Millisecond
 	for try := 0; ; try++ {
@@ -81,16 +83,19 @@ func retryIO(v *Volume, what string, f func() (int, error)) (int, error) {
 			v.log.Info("stor: I/O failed, retrying", "volume", v.d.Name, "op", what, "err", err)
 		}
 		time.Sleep(wait)
+		passGate(ctx)
 		wait = min(2*wait, time.Second)
 		if v.ctrl != "" && (staleService(err) || silentService(err)) {
 			// The switch restarted: look the gateway up again.
-			ctx, cancel := context.WithTimeout(context.Background(), nodeCallTimeout)
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nodeCallTimeout)
 			_, _ = v.c.ep.ServiceMembers(ctx, v.c.sw, v.ctrl, v.c.opts.Fabric)
+			passGate(ctx)
 			cancel()
 		}
 		if v.write && v.ctrl == "" {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			v.lockForm()
+			passGate(ctx)
 			v.reform = true
 			if ferr := v.formLocked(ctx); ferr != nil {
 				v.log.Debug("stor: forming the write groups", "volume", v.d.Name, "err", ferr)
@@ -101,7 +106,7 @@ func retryIO(v *Volume, what string, f func() (int, error)) (int, error) {
 	}
 }
 
-func (v *Volume) writeOnce(p []byte, off int64) (int, error) {
+func (v *Volume) writeOnce(ctx context.Context, p []byte, off int64) (int, error) {
 	v.verMu.Lock()
 	lost := v.lost
 	v.verMu.Unlock()
@@ -109,6 +114,7 @@ func (v *Volume) writeOnce(p []byte, off int64) (int, error) {
 		return 0, lost
 	}
 	v.io.enter()
+	passGate(ctx)
 	defer v.io.leave()
 	type piece struct {
 		op  *endpoint.Op
@@ -123,12 +129,13 @@ func (v *Volume) writeOnce(p []byte, off int64) (int, error) {
 	)
 	wait := func(pc piece) {
 		<-pc.op.Done()
+		passGate(ctx)
 		err := pc.op.Err
 		if (errors.Is(err, wire.StatusBusy) || errors.Is(err, wire.StatusMemberDead)) && v.ctrl != "" {
 			// The gateway or the switch is out of room: again, with
 			// backoff.
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			pc.op.Resp, err = retryBusy(ctx, true, func() ([]byte, error) {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			pc.op.Resp, err = retryBusy(ctx, v.c.draws, true, func() ([]byte, error) {
 				return v.c.ep.Anycast(ctx, v.c.sw, v.ctrl, gatewayKey, pc.req, v.c.opts.Fabric)
 			})
 			cancel()
@@ -157,7 +164,7 @@ func (v *Volume) writeOnce(p []byte, off int64) (int, error) {
 		v.verMu.Unlock()
 		var err error
 		if v.ctrl != "" {
-			pc.op, pc.req, pc.n, err = v.startGateway(pc.ver, o, p[lo:hi])
+			pc.op, pc.req, pc.n, err = v.startGateway(ctx, pc.ver, o, p[lo:hi])
 		} else {
 			pc.op, err = v.startMulticast(e, pc.ver, o, p[lo:hi])
 		}
@@ -206,10 +213,12 @@ func (v *Volume) startMulticast(e int, ver, off uint64, data []byte) (*endpoint.
 // holding its bytes in Client.inflight once per replica (what the
 // gateway's link carries for it); it returns the request, to send again,
 // and the bytes held.
-func (v *Volume) startGateway(ver, off uint64, data []byte) (*endpoint.Op, []byte, int, error) {
+func (v *Volume) startGateway(ctx context.Context, ver, off uint64, data []byte) (*endpoint.Op, []byte, int, error) {
 	req := (&oneReq{Name: v.d.Name, Holder: v.holder, Ver: ver, Off: off, Data: data}).append(nil, opGwWrite)
 	n := int(min(int64(len(data))*int64(max(v.d.Replicas, 1)), v.c.inflightLimit))
-	if err := v.c.inflight.Acquire(context.Background(), int64(n)); err != nil {
+	err := v.c.inflight.Acquire(context.Background(), int64(n))
+	passGate(ctx)
+	if err != nil {
 		return nil, nil, 0, err
 	}
 	op, err := v.c.ep.StartAnycast(context.Background(), v.c.sw, v.ctrl, gatewayKey, req, v.c.opts.Fabric, nil)
@@ -241,14 +250,14 @@ func (v *Volume) Flush() error {
 	if !v.write {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(v.c.gated(context.Background()), time.Minute)
 	defer cancel()
-	_, err := retryIO(v, "flush", func() (int, error) {
+	_, err := retryIO(ctx, v, "flush", func() (int, error) {
 		if v.ctrl == "" {
 			return 0, v.flushOnce(ctx)
 		}
 		req := (&oneReq{Name: v.d.Name, Holder: v.holder}).append(nil, opGwFlush)
-		resp, err := retryBusy(ctx, true, func() ([]byte, error) { return v.c.ep.Anycast(ctx, v.c.sw, v.ctrl, gatewayKey, req, v.c.opts.Fabric) })
+		resp, err := retryBusy(ctx, v.c.draws, true, func() ([]byte, error) { return v.c.ep.Anycast(ctx, v.c.sw, v.ctrl, gatewayKey, req, v.c.opts.Fabric) })
 		if err == nil {
 			_, err = replyBody(-1, "flush", resp)
 		}
@@ -269,26 +278,32 @@ func (v *Volume) flushOnce(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	passGate(ctx)
 	defer func() { <-v.flushing }()
 	v.io.enter()
+	passGate(ctx)
 	defer v.io.leave()
 	gs := v.groupList()
 	if len(gs) < len(v.d.Sets()) {
 		return fmt.Errorf("%w: some extents of volume %s have every replica down", ErrNoReplica, v.d.Name)
 	}
 	errs := make([]error, len(gs))
-	forEach(len(gs), func(i int) {
+	v.c.forEach(ctx, len(gs), func(ctx context.Context, i int) {
 		g := gs[i]
 		if err := g.gone(); err != nil {
 			errs[i] = err
 			return
 		}
-		if err := g.g.Multicast(ctx, []byte{opFlush}, endpoint.MulticastOptions{}); err != nil {
+		err := g.g.Multicast(ctx, []byte{opFlush}, endpoint.MulticastOptions{})
+		passGate(ctx)
+		if err != nil {
 			errs[i] = err
 			return
 		}
 		var send, res [8 * flushSlots]byte
-		if err := g.g.Allreduce(ctx, send[:], res[:], wire.DtypeI64, wire.AluAdd, endpoint.ReduceOptions{}); err != nil {
+		err = g.g.Allreduce(ctx, send[:], res[:], wire.DtypeI64, wire.AluAdd, endpoint.ReduceOptions{})
+		passGate(ctx)
+		if err != nil {
 			errs[i] = err
 			return
 		}
@@ -314,7 +329,7 @@ func (v *Volume) ReadAt(p []byte, off int64) (int, error) {
 	if err := v.checkRange(off, len(p)); err != nil {
 		return 0, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(v.c.gated(context.Background()), time.Minute)
 	defer cancel()
 	type piece struct {
 		e      int
@@ -331,14 +346,18 @@ func (v *Volume) ReadAt(p []byte, off int64) (int, error) {
 	var wg sync.WaitGroup
 	for i, pc := range ps {
 		sem <- struct{}{}
+		passGate(ctx)
+		pctx := v.c.gated(ctx)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = v.readPiece(ctx, pc.e, pc.off, p[pc.lo:pc.hi])
+			passGate(pctx)
+			errs[i] = v.readPiece(pctx, pc.e, pc.off, p[pc.lo:pc.hi])
 			<-sem
 		}()
 	}
 	wg.Wait()
+	passGate(ctx)
 	if err := errors.Join(errs...); err != nil {
 		return 0, err
 	}
@@ -349,12 +368,14 @@ func (v *Volume) ReadAt(p []byte, off int64) (int, error) {
 // can serve it (every one down, resyncing or behind, the switch
 // restarting).
 func (v *Volume) readPiece(ctx context.Context, e int, off uint64, buf []byte) error {
-	_, err := retryIO(v, "read", func() (int, error) { return 0, v.readPieceOnce(ctx, e, off, buf) })
+	_, err := retryIO(ctx, v, "read", func() (int, error) { return 0, v.readPieceOnce(ctx, e, off, buf) })
 	return err
 }
 
 func (v *Volume) readPieceOnce(ctx context.Context, e int, off uint64, buf []byte) error {
-	if err := v.c.inflight.Acquire(ctx, int64(len(buf))); err != nil {
+	err := v.c.inflight.Acquire(ctx, int64(len(buf)))
+	passGate(ctx)
+	if err != nil {
 		return err
 	}
 	defer v.c.inflight.Release(int64(len(buf)))
@@ -363,9 +384,8 @@ func (v *Volume) readPieceOnce(ctx context.Context, e int, off uint64, buf []byt
 	v.verMu.Unlock()
 	req := (&readReq{Name: v.d.Name, Off: off, Len: uint32(len(buf)), MinVer: minVer}).append(nil)
 	var resp []byte
-	var err error
 	if v.ctrl != "" {
-		resp, err = retryBusy(ctx, true, func() ([]byte, error) { return v.c.ep.Anycast(ctx, v.c.sw, v.ctrl, gatewayKey, req, v.c.opts.Fabric) })
+		resp, err = retryBusy(ctx, v.c.draws, true, func() ([]byte, error) { return v.c.ep.Anycast(ctx, v.c.sw, v.ctrl, gatewayKey, req, v.c.opts.Fabric) })
 	} else {
 		resp, err = readExtent(ctx, v.c, v.d, e, req)
 	}
@@ -391,12 +411,14 @@ func readExtent(ctx context.Context, c *Client, d Descriptor, e int, req []byte)
 		// again in time.
 		actx, cancel := context.WithTimeout(ctx, nodeCopyTimeout)
 		defer cancel()
-		return retryBusy(actx, true, func() ([]byte, error) { return c.ep.Anycast(actx, c.sw, set, 0, req, c.opts.Fabric) })
+		return retryBusy(actx, c.draws, true, func() ([]byte, error) { return c.ep.Anycast(actx, c.sw, set, 0, req, c.opts.Fabric) })
 	}
 	resp, err := anycast()
 	if (errors.Is(err, wire.StatusNotMember) || silentService(err)) && ctx.Err() == nil {
 		// The switch restarted: look the set up again.
-		if _, lerr := c.ep.ServiceMembers(ctx, c.sw, set, c.opts.Fabric); lerr == nil {
+		_, lerr := c.ep.ServiceMembers(ctx, c.sw, set, c.opts.Fabric)
+		passGate(ctx)
+		if lerr == nil {
 			resp, err = anycast()
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/ndma/ndma/endpoint"
 )
 
 // liveNodes returns the volume's nodes the switch lists.
@@ -26,7 +28,7 @@ func (v *Volume) leaseAll(ctx context.Context, ids []uint16, epoch uint64, relea
 	req := append([]byte{opLease}, b...)
 	resps := make([]leaseResp, len(ids))
 	errs := make([]error, len(ids))
-	forEach(len(ids), func(i int) {
+	v.c.forEach(ctx, len(ids), func(ctx context.Context, i int) {
 		body, err := v.c.call(ctx, ids[i], "lease", req)
 		if len(body) > 0 && body[0] == '{' {
 			_ = json.Unmarshal(body, &resps[i])
@@ -132,6 +134,7 @@ func (v *Volume) current(id uint16, st leaseResp) bool {
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
+	defer passGate(ctx)
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
@@ -151,18 +154,21 @@ func (v *Volume) release() {
 
 // renew keeps the lease, and forms the groups again when a node came back,
 // a node is not in the groups it should be in (it restarted), or the
-// switch forgot a group (it restarted).
-func (v *Volume) renew() {
+// switch forgot a group (it restarted). It passes gate after each wait
+// (passGate).
+func (v *Volume) renew(gate *endpoint.Gate) {
 	defer close(v.done)
 	t := time.NewTicker(v.ttl / 3)
 	defer t.Stop()
+	gctx := context.WithValue(context.Background(), gateKey{}, gate)
 	for {
 		select {
 		case <-v.stop:
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), v.ttl/3)
+		gate.Pass()
+		ctx, cancel := context.WithTimeout(gctx, v.ttl/3)
 		ids, err := v.liveNodes(ctx)
 		if err == nil {
 			var states map[uint16]leaseResp
@@ -178,6 +184,7 @@ func (v *Volume) renew() {
 				continue
 			}
 			v.lockForm()
+			gate.Pass()
 			if why := v.needReform(ids, states); why != "" {
 				v.log.Info("stor: forming the write groups again", "volume", v.d.Name, "why", why)
 				v.reform = true

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -101,13 +100,13 @@ func (c *Client) Open(ctx context.Context, name string, o OpenOptions) (*Volume,
 		return v, nil
 	}
 	for v.holder == 0 {
-		v.holder = rand.Uint64()
+		v.holder = c.draws.uint64()
 	}
 	if err := v.acquire(ctx); err != nil {
 		return nil, err
 	}
 	if v.ctrl != "" {
-		go v.renew()
+		go v.renew(c.ep.NewGate())
 		return v, nil
 	}
 	v.lockForm()
@@ -117,7 +116,7 @@ func (c *Client) Open(ctx context.Context, name string, o OpenOptions) (*Volume,
 		v.release()
 		return nil, err
 	}
-	go v.renew()
+	go v.renew(c.ep.NewGate())
 	return v, nil
 }
 

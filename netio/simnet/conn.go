@@ -81,8 +81,30 @@ func (c *simConn) AfterFunc(f func()) netio.Timer {
 	seq := c.timers.Add(1)
 	t := time.AfterFunc(time.Hour, func() { c.n.timerDue(c.addr, seq, f) })
 	t.Stop()
-	return t
+	return heapTimer{t}
 }
+
+// heapTimer is a timer of a bubble whose Reset to fire at once leaves it
+// to the bubble's clock, which runs it before Serve's synctest.Wait
+// returns, as it runs every timer due: a bubbled timer that has fired (it
+// is out of the clock's heap) and is Reset to fire at once instead runs
+// its func there and then, starting a goroutine from the system stack,
+// which the race detector of Go 1.26 crashes on (SIGSEGV) now and then.
+// Armed ahead and stopped first, the timer is in the heap, and fires as
+// one reset from there does.
+type heapTimer struct{ t *time.Timer }
+
+func (h heapTimer) Reset(d time.Duration) bool {
+	if d > 0 {
+		return h.t.Reset(d)
+	}
+	active := h.t.Reset(time.Hour)
+	h.t.Stop()
+	h.t.Reset(d)
+	return active
+}
+
+func (h heapTimer) Stop() bool { return h.t.Stop() }
 
 // Receive implements Node. It runs on the goroutine driving the network,
 // which holds n.mu.
