@@ -16,7 +16,7 @@ P=${P:-lk}
 OUT=${OUT:-leafkill-out}
 mkdir -p "$OUT"
 $B testbed down --prefix $P >/dev/null 2>&1
-$B testbed up --prefix $P --hosts 8 --leaves 2 --rate 20mbit >"$OUT/up.log" 2>&1 || { cat "$OUT/up.log"; exit 1; }
+$B testbed up --prefix $P --hosts ${HOSTS:-8} --leaves 2 --rate 20mbit >"$OUT/up.log" 2>&1 || { cat "$OUT/up.log"; exit 1; }
 $B testbed status --prefix $P --json >"$OUT/status.json"
 LEAF=$(python3 -c "
 import json; s=json.load(open('$OUT/status.json'))
