@@ -117,6 +117,7 @@ func TestDissector(t *testing.T) {
 		"status BAD_KEY", "auth", "sack", "ack riding", "bad crc", "truncated", "ctrl malformed", "not ndma",
 		"CHAIN pool req", "OPTIM pool req", "EVENT unicast req", "NACK", "invalid", "op NOP",
 		"WRITE fenced", "FENCE fenced", "CHAIN fenced", "fences shown",
+		"DATA anycast req", "DATA anycast resp",
 	} {
 		if c.seen[want] == 0 {
 			t.Errorf("the capture has no %q packet checked", want)
@@ -223,6 +224,38 @@ func runWorkload(t *testing.T, f *simFabric) *workload {
 			t.Fatalf("member %d: allreduce of 1+2+3 = %d", i, v)
 		}
 	}
+
+	// An anycast request to a service's member, which claims a caller in
+	// its Key (the switch replaces it: this one knows no identities, 0),
+	// and the member's reply.
+	var svc *ctrl.Msg
+	ms[1].control(&ctrl.Msg{Type: ctrl.Register, Service: "echo", Size: 1, Rank: 0, Policy: uint8(ctrl.PolicyRoundRobin)}, func(m *ctrl.Msg, err error) {
+		if err != nil {
+			t.Fatalf("register: %v", err)
+		}
+		svc = m
+	})
+	f.run(func() bool { return svc != nil }, time.Minute, "register")
+	ms[1].core.SetMember(svc.Group, svc.Member)
+	ms[1].core.SetGroupSwitch(svc.Group, f.swAddr)
+	var reply []byte
+	ms[0].post(&endpoint.Op{Kind: endpoint.KindAnycast, Peer: f.swAddr, Group: svc.Group, Key: 0x5eed, Addr: 7, Buf: []byte("ping"), Timeout: time.Minute},
+		func(op *endpoint.Op) {
+			if op.Err != nil {
+				t.Errorf("anycast: %v", op.Err)
+			}
+			reply = append([]byte{}, op.Resp...)
+		})
+	var reqs []*endpoint.Request
+	f.run(func() bool { reqs = append(reqs, ms[1].core.Requests()...); return len(reqs) > 0 }, time.Minute, "anycast request")
+	if reqs[0].Caller != 0 || string(reqs[0].Data) != "ping" {
+		t.Fatalf("the service got %q from caller %#x, want ping from 0 (no identities)", reqs[0].Data, uint64(reqs[0].Caller))
+	}
+	if err := ms[1].core.Reply(reqs[0], []byte("pong"), wire.StatusOK); err != nil {
+		t.Fatal(err)
+	}
+	f.net.Wake(ms[1].addr)
+	f.run(func() bool { return reply != nil }, time.Minute, "anycast reply")
 
 	// A pool region over both pool nodes, written and read through the
 	// switch, and a read with a wrong key.
@@ -372,7 +405,7 @@ func (c *checker) packet(i int, s sent, p *packet, w *workload) {
 		{"ndma.ackbase", uint64(h.AckBase)}, {"ndma.msgid", h.MsgID}, {"ndma.offset", uint64(h.Offset)},
 		{"ndma.msglen", uint64(h.MsgLen)}, {"ndma.len", uint64(h.Len)}, {"ndma.status", uint64(h.Status)},
 		{"ndma.dtype", uint64(h.Dtype)}, {"ndma.alu", uint64(h.Alu)}, {"ndma.hop", uint64(h.Hop)},
-		{"ndma.copies", uint64(h.Copies)}, {"ndma.addr", h.Addr}, {"ndma.key", h.Key},
+		{"ndma.copies", uint64(h.Copies)}, {"ndma.addr", h.Addr}, {keyField(&h), h.Key},
 		{"ndma.operand1", h.Operand1}, {"ndma.operand2", h.Operand2}, {"ndma.ts", h.TS}, {"ndma.saseq", uint64(h.SASeq)},
 		{"ndma.crc", uint64(binary.BigEndian.Uint32(s.buf[92:]))},
 	} {
@@ -580,6 +613,15 @@ func addrs(as []netip.AddrPort) string {
 }
 
 // num checks that the first field called name shows the number want.
+// keyField is the dissector's name for the header's Key: the caller the
+// switch writes into an anycast request, the region key elsewhere.
+func keyField(h *wire.Header) string {
+	if h.Mode == wire.ModeAnycast && h.Flags&wire.FlagResp == 0 {
+		return "ndma.caller"
+	}
+	return "ndma.key"
+}
+
 func (c *checker) num(where string, d *fields, name string, want uint64) {
 	c.t.Helper()
 	got := d.show(name)
