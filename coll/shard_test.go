@@ -350,6 +350,17 @@ func TestSimShardSwitchDies(t *testing.T) {
 							t.Errorf("rank %d: %v, want the switch found dead", r, err)
 						}
 					}
+					if k == 1 {
+						// Closing leaves the dead switch's group without
+						// waiting for its answer to the LEAVE.
+						for r, c := range w.comms {
+							start := time.Now()
+							_ = c.Close(context.Background())
+							if took := time.Since(start); took > time.Second {
+								t.Errorf("rank %d: Close took %v with its switch dead", r, took)
+							}
+						}
+					}
 				})
 			})
 		}

@@ -41,6 +41,9 @@ type Group struct {
 	// confirmed, when set, keeps the send time (unix nanoseconds) of the
 	// latest heartbeat the switch answered as alive.
 	confirmed *atomic.Int64
+	// heard is when (unix nanoseconds) the switch last answered one of
+	// the group's heartbeats, or the join.
+	heard atomic.Int64
 }
 
 // JoinJob joins job (a name agreed by all members) of size members at the
@@ -81,6 +84,7 @@ func (ep *Endpoint) JoinJob(ctx context.Context, sw string, job string, size, ra
 	ep.mu.Unlock()
 	g := &Group{ep: ep, sw: ap, id: resp.Group, rank: resp.Member, members: append([]ctrl.MemberInfo(nil), resp.Members...),
 		opts: opts, stop: make(chan struct{}), hbDone: make(chan struct{})}
+	g.heard.Store(time.Now().UnixNano()) // the join's answer
 	ep.addCloser(g.stopHeartbeats)
 	go g.heartbeats()
 	return g, nil
@@ -230,6 +234,7 @@ func (g *Group) heartbeats() {
 			}
 			if op.Err == nil || errors.As(op.Err, new(wire.Status)) {
 				answered, unanswered = time.Now(), 0
+				g.heard.Store(answered.UnixNano())
 			}
 			if errors.Is(op.Err, wire.StatusMemberDead) || errors.Is(op.Err, wire.StatusNotMember) && !g.service {
 				// Counted dead, or the switch no longer knows the
@@ -311,6 +316,11 @@ func (g *Group) stopHeartbeats() {
 	<-g.hbDone
 }
 
+// leaveQuiet is how many heartbeat intervals without an answer from the
+// switch make Leave wait for its answer to the LEAVE no longer than two
+// intervals.
+const leaveQuiet = 4
+
 // Leave tells the switch this member is leaving and stops its heartbeats.
 // Other members see a *MemberError with Left set for operations that
 // needed it.
@@ -325,6 +335,17 @@ func (g *Group) Leave(ctx context.Context) error {
 	g.ep.lingerLocked(func() bool { return g.ep.core.eagerOut == 0 || ctx.Err() != nil })
 	g.ep.mu.Unlock()
 	g.stopHeartbeats()
+	if iv := g.opts.HeartbeatInterval(); time.Since(time.Unix(0, g.heard.Load())) > leaveQuiet*iv {
+		// The switch has answered none of the last heartbeats: it died,
+		// stalled or is cut off, and the group's operations have failed
+		// or will. The LEAVE goes out, but is not waited for beyond two
+		// heartbeat intervals (a dead switch would hold Leave for the
+		// control exchange's whole timeout); a switch that is alive
+		// counts the member gone from its silence anyway.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 2*iv)
+		defer cancel()
+	}
 	_, err := g.ep.control(ctx, g.sw, &ctrl.Msg{Type: ctrl.Leave, Group: g.id, Member: g.rank}, &g.opts)
 	g.ep.mu.Lock()
 	g.ep.core.LeaveGroup(g.id)
