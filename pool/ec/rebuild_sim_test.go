@@ -171,17 +171,7 @@ func TestSimRepairUnsure(t *testing.T) {
 		f := simpool.Start(t, simpool.Config{Seed: seed, Token: []byte("ec test token"), Nodes: k + m})
 		defer f.Close()
 		ctx := f.Ctx()
-		v, err := ec.Create(ctx, f.PoolClient(f.Endpoint()), k, m, shard, rows*k*shard)
-		if err != nil {
-			t.Fatal(err)
-		}
-		model := make([]byte, v.Size())
-		for i := range model {
-			model[i] = byte(rng.Uint32())
-		}
-		if err := v.WriteAt(ctx, model, 0); err != nil {
-			t.Fatal(err)
-		}
+		v, model := writtenVolume(t, f, rng, shard, rows)
 		// Row 2, data shard 1, bytes 100 to 399: parity 0 took a change
 		// that the data shard did not.
 		garble := make([]byte, 300)
@@ -219,17 +209,7 @@ func TestSimCutWrite(t *testing.T) {
 		f := simpool.Start(t, simpool.Config{Seed: seed, Token: []byte("ec test token"), Nodes: k + m})
 		defer f.Close()
 		ctx := f.Ctx()
-		v, err := ec.Create(ctx, f.PoolClient(f.Endpoint()), k, m, shard, rows*k*shard)
-		if err != nil {
-			t.Fatal(err)
-		}
-		model := make([]byte, v.Size())
-		for i := range model {
-			model[i] = byte(rng.Uint32())
-		}
-		if err := v.WriteAt(ctx, model, 0); err != nil {
-			t.Fatal(err)
-		}
+		v, model := writtenVolume(t, f, rng, shard, rows)
 		cut := func(row, i int) {
 			t.Helper()
 			p := make([]byte, 1000)
@@ -270,17 +250,7 @@ func TestSimScrubAfterWriterDied(t *testing.T) {
 				f := simpool.Start(t, simpool.Config{Seed: seed, Token: []byte("ec test token"), Nodes: k + m})
 				defer f.Close()
 				ctx := f.Ctx()
-				v, err := ec.Create(ctx, f.PoolClient(f.Endpoint()), k, m, shard, rows*k*shard)
-				if err != nil {
-					t.Fatal(err)
-				}
-				model := make([]byte, v.Size())
-				for i := range model {
-					model[i] = byte(rng.Uint32())
-				}
-				if err := v.WriteAt(ctx, model, 0); err != nil {
-					t.Fatal(err)
-				}
+				v, model := writtenVolume(t, f, rng, shard, rows)
 				// The writer dies in a chain writing row 1, data shard 1.
 				p := make([]byte, 1000)
 				for i := range p {
@@ -314,4 +284,24 @@ func TestSimScrubAfterWriterDied(t *testing.T) {
 			})
 		})
 	}
+}
+
+// writtenVolume creates a coded volume of rows rows of shards of shard
+// bytes on f and writes it whole with bytes drawn from rng, which it
+// returns as the model.
+func writtenVolume(t *testing.T, f *simpool.Fabric, rng *rand.Rand, shard, rows uint64) (*ec.Volume, []byte) {
+	t.Helper()
+	ctx := f.Ctx()
+	v, err := ec.Create(ctx, f.PoolClient(f.Endpoint()), k, m, shard, rows*k*shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := make([]byte, v.Size())
+	for i := range model {
+		model[i] = byte(rng.Uint32())
+	}
+	if err := v.WriteAt(ctx, model, 0); err != nil {
+		t.Fatal(err)
+	}
+	return v, model
 }
