@@ -40,7 +40,7 @@ func simCodedVolume(t *testing.T, seed int64, shard int) {
 	synctest.Test(t, func(t *testing.T) {
 		t.Logf("seed %d, shards of %d bytes", seed, shard)
 		rng := rand.New(rand.NewPCG(uint64(seed), 7))
-		f := simpool.Start(t, simpool.Config{Seed: seed, Token: []byte("ec test token"), Nodes: k + m})
+		f := ecFabric(t, seed)
 		defer f.Close()
 		ctx := f.Ctx()
 		ep := f.Endpoint()
@@ -164,4 +164,11 @@ func checkParity(t *testing.T, v *ec.Volume, shard int, model []byte) {
 func columnNode(t *testing.T, f *simpool.Fabric, v *ec.Volume, c int) *simpool.Mem {
 	t.Helper()
 	return f.Holder(v.Region(), int64(v.ShardAddr(0, c, 0)))
+}
+
+// ecFabric starts a simulated fabric of k+m memory nodes, one per shard
+// of a row, for seed.
+func ecFabric(t *testing.T, seed int64) *simpool.Fabric {
+	t.Helper()
+	return simpool.Start(t, simpool.Config{Seed: seed, Token: []byte("ec test token"), Nodes: k + m})
 }

@@ -26,7 +26,7 @@ func TestSimFencedVolume(t *testing.T) {
 	const seed, shard, rows = 91, 4096, 4
 	synctest.Test(t, func(t *testing.T) {
 		t.Logf("seed %d", seed)
-		f := simpool.Start(t, simpool.Config{Seed: seed, Token: []byte("ec test token"), Nodes: k + m})
+		f := ecFabric(t, seed)
 		defer f.Close()
 		ctx := f.Ctx()
 		v, err := ec.Create(ctx, f.PoolClient(f.Endpoint()), k, m, shard, rows*k*shard)

@@ -26,7 +26,7 @@ func TestSimDegradedWriteAndRebuild(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		t.Logf("seed %d", seed)
 		rng := rand.New(rand.NewPCG(seed, 3))
-		f := simpool.Start(t, simpool.Config{Seed: seed, Token: []byte("ec test token"), Nodes: k + m})
+		f := ecFabric(t, seed)
 		defer f.Close()
 		ctx := f.Ctx()
 		ep := f.Endpoint()
@@ -100,7 +100,7 @@ func TestSimWriteAroundUnreachable(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		t.Logf("seed %d", seed)
 		rng := rand.New(rand.NewPCG(seed, 5))
-		f := simpool.Start(t, simpool.Config{Seed: seed, Token: []byte("ec test token"), Nodes: k + m})
+		f := ecFabric(t, seed)
 		defer f.Close()
 		ctx := f.Ctx()
 		ep := f.Endpoint()
@@ -168,7 +168,7 @@ func TestSimRepairUnsure(t *testing.T) {
 	const seed, shard, rows = 83, 4096, 4
 	synctest.Test(t, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 9))
-		f := simpool.Start(t, simpool.Config{Seed: seed, Token: []byte("ec test token"), Nodes: k + m})
+		f := ecFabric(t, seed)
 		defer f.Close()
 		ctx := f.Ctx()
 		v, model := writtenVolume(t, f, rng, shard, rows)
@@ -206,7 +206,7 @@ func TestSimCutWrite(t *testing.T) {
 	const seed, shard, rows = 84, 4096, 4
 	synctest.Test(t, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 11))
-		f := simpool.Start(t, simpool.Config{Seed: seed, Token: []byte("ec test token"), Nodes: k + m})
+		f := ecFabric(t, seed)
 		defer f.Close()
 		ctx := f.Ctx()
 		v, model := writtenVolume(t, f, rng, shard, rows)
@@ -247,7 +247,7 @@ func TestSimScrubAfterWriterDied(t *testing.T) {
 		t.Run(fmt.Sprintf("scrub=%v", scrub), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(seed, 12))
-				f := simpool.Start(t, simpool.Config{Seed: seed, Token: []byte("ec test token"), Nodes: k + m})
+				f := ecFabric(t, seed)
 				defer f.Close()
 				ctx := f.Ctx()
 				v, model := writtenVolume(t, f, rng, shard, rows)
