@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"time"
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/pool"
@@ -223,19 +225,30 @@ func createCoded(ctx context.Context, pc *pool.Client, l Layout, o pool.AllocOpt
 }
 
 // ErrOwnersServing is wrapped by RebuildShards's error while the switch
-// lists an owner of the key space.
-var ErrOwnersServing = errors.New("kv: owners serve the key space")
+// lists owners for some ranks of the key space and none for others.
+var ErrOwnersServing = errors.New("kv: owners serve some ranks of the key space")
+
+// rebuildRows is how many rows of a shard one rebuild request covers;
+// rebuildTries bounds the requests for them.
+const (
+	rebuildRows  = 8
+	rebuildTries = 16
+)
 
 // RebuildShards restores the shards of the erasure-coded key space in
 // region reg (space cfg.Space, reached through cfg.Switch) that the
 // switch reports lost, onto their memory nodes (restarted, or back after
-// writes went around them): each is recomputed from K others
-// (ec.Volume.Rebuild) and serves again. It returns the shards rebuilt,
-// and those that do not answer (their node down: rebuild them once it
-// is back). Reads go on meanwhile; writes must not, since one between a
-// row's reads and its rebuilt shard's write would be missing from that
-// shard: it refuses (ErrOwnersServing) while the switch lists an owner
-// of the space, and the owners must stay stopped until it returns.
+// writes went around them): each is recomputed from K others and serves
+// again. It returns the shards rebuilt, and those that do not answer
+// (their node down: rebuild them once it is back). Reads go on
+// meanwhile, and so may writes: a row rebuilt while its writer writes
+// it could miss the write, so with owners serving every rank, each
+// owner rebuilds its own shards' rows (a request per few rows, under
+// the shard's lock, with its fence), and this process only the rows no
+// owner writes (the key space's header); with none serving, this
+// process rebuilds everything (the owners must stay stopped until it
+// returns). With owners serving some ranks and not others it refuses
+// (ErrOwnersServing): start them all, or stop them all.
 func RebuildShards(ctx context.Context, ep *endpoint.Endpoint, reg *pool.Region, cfg ClientConfig) (rebuilt, unreachable []int, err error) {
 	l, st, err := openStore(ctx, reg)
 	if err != nil {
@@ -248,15 +261,27 @@ func RebuildShards(ctx context.Context, ep *endpoint.Endpoint, reg *pool.Region,
 	switch {
 	case err != nil && !errors.Is(err, wire.StatusNotMember): // (no such service: none ever started)
 		return nil, nil, fmt.Errorf("kv: asking the switch for the owners of %q: %w", cfg.Space, err)
-	case len(ms) > 0:
-		return nil, nil, fmt.Errorf("%w: %d of %d owner ranks registered: stop them (ndma kvd) before rebuilding", ErrOwnersServing, len(ms), l.Owners)
+	case len(ms) > 0 && len(ms) < l.Owners:
+		return nil, nil, fmt.Errorf("%w: %d of %d owner ranks registered: start every rank's ndma kvd, or stop them all, and run the rebuild again", ErrOwnersServing, len(ms), l.Owners)
+	}
+	var c *Client
+	if len(ms) > 0 {
+		c = &Client{ep: ep, cfg: cfg, inc: make(map[int]uint64), l: l, reg: reg, mem: st}
+		for c.id == 0 {
+			c.id = rand.Uint64()
+		}
 	}
 	lost, unreachable, err := st.vol.Lost(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	for _, s := range lost {
-		if err := st.vol.Rebuild(ctx, s); err != nil {
+		if c == nil {
+			err = st.vol.Rebuild(ctx, s)
+		} else {
+			err = rebuildServed(ctx, c, st.vol, s)
+		}
+		if err != nil {
 			if errors.Is(err, wire.StatusMemberDead) {
 				unreachable = append(unreachable, s)
 				continue
@@ -267,4 +292,51 @@ func RebuildShards(ctx context.Context, ep *endpoint.Endpoint, reg *pool.Region,
 	}
 	slices.Sort(unreachable)
 	return rebuilt, unreachable, nil
+}
+
+// rebuildServed rebuilds shard column col of volume v while owners
+// serve: the column is granted again (from then on every write of its
+// rows reaches it: ec.Volume.RebuildRows), this process rebuilds the
+// header's rows, the owners the rows of their shards, and the column
+// serves reads again.
+func rebuildServed(ctx context.Context, c *Client, v *ec.Volume, col int) error {
+	if err := v.Region().RegrantColumn(ctx, col); err != nil {
+		return fmt.Errorf("rebuild of shard %d: %w", col, err)
+	}
+	if _, err := v.RebuildRows(ctx, col, 0, int64(c.l.headerSpan()), nil); err != nil {
+		return err
+	}
+	chunk := rebuildRows * c.l.Code.row()
+	for s := range c.l.Shards {
+		for _, sp := range c.l.shardSpans(s) {
+			for off := sp[0]; off < sp[0]+sp[1]; off += chunk {
+				n := min(chunk, sp[0]+sp[1]-off)
+				if err := rebuildRequest(ctx, c, s, col, off, n); err != nil {
+					return fmt.Errorf("rebuild of shard %d: rows at %d of key shard %d: %w", col, off, s, err)
+				}
+			}
+		}
+	}
+	if err := v.Region().RestoreColumn(ctx, col); err != nil {
+		return fmt.Errorf("rebuild of shard %d: %w", col, err)
+	}
+	return nil
+}
+
+// rebuildRequest asks the owner of shard s to rebuild column col in
+// [off, off+n), again (up to rebuildTries times) while it answers that
+// its rebuild was cut short (a rebuild is idempotent).
+func rebuildRequest(ctx context.Context, c *Client, s, col int, off, n uint64) error {
+	for try := 1; ; try++ {
+		_, _, err := c.writeShard(ctx, s, &request{op: opRebuild, val: appendRebuild(col, off, n)})
+		if errors.Is(err, ErrBadRequest) {
+			return fmt.Errorf("%w: the owner refused: the column is not being rebuilt (another rebuild restored it, or a write marked it lost again): run the rebuild again", err)
+		}
+		if !errors.Is(err, ErrUnknownOutcome) || ctx.Err() != nil || try == rebuildTries {
+			return err
+		}
+		if err := sleep(ctx, 10*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }

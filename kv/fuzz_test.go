@@ -22,7 +22,28 @@ func FuzzDecoders(f *testing.F) {
 	bucket{hash: 5, ver: 2, addr: 4096, len: 30}.put(b[:])
 	f.Add(b[:])
 	f.Add(appendBatchEntry(appendBatchEntry(nil, []byte("a"), []byte("1")), []byte("bb"), nil))
+	f.Add(appendRebuild(5, 1<<20, 64<<10))
+	coded := codedLayout()
 	f.Fuzz(func(t *testing.T, p []byte) {
+		if col, off, n, ok := parseRebuild(p); ok {
+			if got := appendRebuild(col, off, n); string(got) != string(p) {
+				t.Fatalf("rebuild request %x re-encodes as %x", p, got)
+			}
+			// A range a shard owns lies inside the key space, in rows
+			// no other shard owns.
+			for s := range coded.Shards {
+				if coded.inShard(s, off, n) {
+					if off+n > coded.Size() || off < coded.headerSpan() {
+						t.Fatalf("shard %d owns [%d, +%d) outside its spans", s, off, n)
+					}
+					for o := range coded.Shards {
+						if o != s && coded.inShard(o, off, n) {
+							t.Fatalf("shards %d and %d both own [%d, +%d)", s, o, off, n)
+						}
+					}
+				}
+			}
+		}
 		if r, err := parseRequest(p); err == nil {
 			if got := r.append(nil); string(got) != string(p) {
 				t.Fatalf("request %x re-encodes as %x", p, got)

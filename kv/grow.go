@@ -105,21 +105,22 @@ func allZero(p []byte) bool {
 	return true
 }
 
-// readDesc reads shard s's table descriptor (a layout whose tables do
-// not grow has none: the first table).
-func (o *Owner) readDesc(ctx context.Context, s int) (tableDesc, error) {
+// readDescBytes reads shard s's table descriptor, and returns it with
+// its bytes as read (a layout whose tables do not grow has none: the
+// first table, and nil bytes).
+func (o *Owner) readDescBytes(ctx context.Context, s int) (tableDesc, []byte, error) {
 	if !o.l.growable() {
-		return tableDesc{}, nil
+		return tableDesc{}, nil, nil
 	}
-	var p [BucketBytes]byte
-	if err := o.mem.readAt(ctx, p[:], o.l.descAddr(s)); err != nil {
-		return tableDesc{}, err
+	p := make([]byte, BucketBytes)
+	if err := o.mem.readAt(ctx, p, o.l.descAddr(s)); err != nil {
+		return tableDesc{}, nil, err
 	}
-	d, err := o.l.parseDesc(p[:])
+	d, err := o.l.parseDesc(p)
 	if err != nil {
-		return tableDesc{}, ErrBadLayout
+		return tableDesc{}, nil, ErrBadLayout
 	}
-	return d, nil
+	return d, p, nil
 }
 
 // growth is a shard's bigger table while the owner writes it: its

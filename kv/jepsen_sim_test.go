@@ -15,6 +15,7 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/internal/jepsen"
+	"github.com/ndma/ndma/internal/simpool"
 	"github.com/ndma/ndma/netio/simnet"
 	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/secure"
@@ -38,7 +39,10 @@ const (
 // key reads it). More seeds: KV_JEPSEN_SEEDS=FIRST-LAST. The key space
 // keeps two copies, and the nemesis crashes memory nodes too (one at a
 // time, each while every copy is in place; its memory is lost and
-// rebuilt from the other copy).
+// rebuilt from the other copy), cuts their links (a node cut off keeps
+// its memory) or makes them lossy. At the end, the owners stopped, both
+// copies must hold the same bytes wherever readers read
+// (checkCopiesAgree).
 func TestSimJepsenKV(t *testing.T) {
 	seeds, err := jepsen.SeedsFromEnv("KV_JEPSEN_SEEDS", 501)
 	if err != nil {
@@ -71,9 +75,9 @@ var copiedRun = kvRun{layout: Layout{Shards: 8, Buckets: 8, MaxBuckets: 64, Page
 	alloc: pool.AllocOptions{Replicas: 2}, nodes: 3}
 
 // codedRun codes the key space 4+2 over six memory nodes: the nemesis
-// crashes up to two of them, for good (their shards are not rebuilt
-// while owners write), so owners write around them and readers
-// reconstruct.
+// crashes up to two of them at a time, so owners write around them and
+// readers reconstruct, and at each crash's end restarts the node empty
+// and rebuilds its shard while the owners write (kvRebuild).
 var codedRun = kvRun{layout: Layout{Shards: 8, Buckets: 8, MaxBuckets: 64, PageBytes: 4096, HeapBytes: 16 * 4096, Owners: 2,
 	Code: Coding{K: 4, M: 2, Shard: 4096}}, nodes: 6}
 
@@ -235,6 +239,9 @@ func jepsenKV(t *testing.T, seed int64, auth *secure.Authority, run kvRun) (repo
 		}
 		for _, c := range clients {
 			c.crash() // their endpoints closed before the network
+		}
+		if !run.layout.Code.coded() && run.alloc.Replicas > 1 {
+			checkCopiesAgree(t, s)
 		}
 	})
 	return report // set by the deferred check
@@ -456,7 +463,7 @@ func kvFaultsOf(s *simKV, mu jepsen.ChanLock, restarts *sync.WaitGroup, clients 
 					return nil
 				}})
 	}
-	fs = append(fs, memFaults(s, mu)...)
+	fs = append(fs, memFaults(s, mu, restarts)...)
 	fs = append(fs, jepsen.Fault{Name: "crash switch", Kind: "crash switch", Target: "switch",
 		Start: func() error {
 			mu.Lock()
@@ -473,15 +480,17 @@ func kvFaultsOf(s *simKV, mu jepsen.ChanLock, restarts *sync.WaitGroup, clients 
 	return fs
 }
 
-// memFaults are the memory nodes' crashes: with two copies, one node
-// down at a time (a shared target), restarted empty and rebuilt by the
-// switch from the other copy; in an erasure-coded key space, up to M
-// nodes, each down for good (their shards are rebuilt only while no
-// owner writes).
-func memFaults(s *simKV, mu jepsen.ChanLock) []jepsen.Fault {
+// memFaults are the memory nodes' faults: with two copies, one node at
+// a time (a shared target) crashed (restarted empty and rebuilt by the
+// switch from the other copy), cut off (back with its memory) or lossy;
+// in an erasure-coded key space, up to M nodes crashed, each restarted
+// empty at the fault's end and its shard rebuilt (kv.RebuildShards)
+// while the owners write and the other faults go on (kvRebuild).
+func memFaults(s *simKV, mu jepsen.ChanLock, restarts *sync.WaitGroup) []jepsen.Fault {
 	var fs []jepsen.Fault
 	stat := s.Endpoint()
-	down := 0 // coded: nodes crashed so far (under mu)
+	down := 0                  // coded: nodes down or not yet rebuilt (under mu)
+	var crashed []*simpool.Mem // coded: crashed, not yet restarted
 	for i, m := range s.Mems {
 		if s.layout.Code.coded() {
 			fs = append(fs, jepsen.Fault{Name: fmt.Sprint("crash memory node ", i), Kind: "crash memory node", Target: fmt.Sprint("memory node ", i),
@@ -493,13 +502,56 @@ func memFaults(s *simKV, mu jepsen.ChanLock) []jepsen.Fault {
 					}
 					s.CrashMem(m)
 					down++
+					crashed = append(crashed, m)
 					return nil
 				},
-				Stop: func() error { return nil }})
+				Stop: func() error {
+					if i := slices.Index(crashed, m); i >= 0 {
+						crashed = slices.Delete(crashed, i, i+1)
+						restarts.Go(func() {
+							if kvRebuild(s, mu, m, i) {
+								mu.Lock()
+								down--
+								mu.Unlock()
+							}
+						})
+					}
+					return nil
+				}})
 			continue
 		}
-		// One memory node down at a time (a shared target): the region
-		// keeps two copies, so one copy is always there.
+		// One memory node down, cut off or lossy at a time (a shared
+		// target): the region keeps two copies, so one copy is always
+		// there. A node cut off keeps its memory: counted dead, its
+		// copies are read again when it is back, if no write went
+		// around it meanwhile (a copy that disagrees with the other
+		// would then show).
+		whole := func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			ps, err := stat.PoolStat(ctx, s.Switch.String(), s.Fab)
+			cancel()
+			if err != nil || len(ps.Regions) != 1 || ps.Regions[0].Health != ctrl.HealthOK {
+				return fmt.Errorf("%w: the key space is not whole (%+v, %v)", jepsen.ErrSkip, ps.Regions, err)
+			}
+			return nil
+		}
+		addr := func() (netip.AddrPort, bool) { return m.Addr, m.Node != nil }
+		for _, lf := range []jepsen.Fault{
+			jepsen.LinkFault(fmt.Sprint("cut memory node ", i), "cut link", "memory nodes", mu, addr, 1, s.SetLoss),
+			jepsen.LinkFault(fmt.Sprint("loss memory node ", i), "lossy link", "memory nodes", mu, addr, kvLossy, s.SetLoss),
+		} {
+			start := lf.Start
+			lf.Start = func() error {
+				mu.Lock()
+				err := whole()
+				mu.Unlock()
+				if err != nil {
+					return err
+				}
+				return start()
+			}
+			fs = append(fs, lf)
+		}
 		crashed := false
 		fs = append(fs, jepsen.Fault{Name: fmt.Sprint("crash memory node ", i), Kind: "crash memory node", Target: "memory nodes",
 			Start: func() error {
@@ -508,11 +560,8 @@ func memFaults(s *simKV, mu jepsen.ChanLock) []jepsen.Fault {
 				// Two copies: a second node lost before the first is
 				// rebuilt would lose data for good. Crash one only
 				// while the switch says every copy is in place.
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				ps, err := stat.PoolStat(ctx, s.Switch.String(), s.Fab)
-				cancel()
-				if err != nil || len(ps.Regions) != 1 || ps.Regions[0].Health != ctrl.HealthOK {
-					return fmt.Errorf("%w: the key space is not whole (%+v, %v)", jepsen.ErrSkip, ps.Regions, err)
+				if err := whole(); err != nil {
+					return err
 				}
 				s.CrashMem(m)
 				crashed = true
@@ -529,6 +578,35 @@ func memFaults(s *simKV, mu jepsen.ChanLock) []jepsen.Fault {
 			}})
 	}
 	return fs
+}
+
+// kvRebuild restarts memory node m (crashed, its memory lost) and
+// rebuilds the key space's shards it held with RebuildShards while the
+// owners write, again while the rebuild fails (an owner rank with no
+// process serving it, a column's rebuild cut short), for up to a minute.
+// It reports whether the node's shards were rebuilt.
+func kvRebuild(s *simKV, mu jepsen.ChanLock, m *simpool.Mem, i int) bool {
+	time.Sleep(time.Duration(50+i) * time.Microsecond) // an instant of its own
+	mu.Lock()
+	err := s.StartMem(m, time.Second)
+	mu.Unlock()
+	if err != nil {
+		s.t.Logf("seed %d: memory node %v not restarted: %v", s.seed, m.Addr, err)
+		return false
+	}
+	ep := s.Endpoint()
+	defer ep.Close()
+	cfg := ClientConfig{Switch: s.Switch.String(), Fabric: s.Fab, Space: simSpace}
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		rebuilt, unreachable, err := RebuildShards(ctx, ep, s.reg, cfg)
+		cancel()
+		s.t.Logf("seed %d: rebuild after memory node %v restarted: %v rebuilt, %v unreachable, %v", s.seed, m.Addr, rebuilt, unreachable, err)
+		if err == nil && len(unreachable) == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // kvPause pauses owner process r: every pool write it is about to send

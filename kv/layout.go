@@ -183,6 +183,29 @@ func (l Layout) descAddr(s int) uint64 {
 // heapAddr is the region offset of shard s's heap.
 func (l Layout) heapAddr(s int) uint64 { return l.heapStart() + uint64(s)*l.HeapBytes }
 
+// shardSpans are the byte ranges of the region (the volume) shard s
+// alone writes: its tables (with its descriptor) and its heap.
+func (l Layout) shardSpans(s int) [2][2]uint64 {
+	return [2][2]uint64{
+		{l.headerSpan() + uint64(s)*l.bucketStride(), l.bucketStride()},
+		{l.heapAddr(s), l.HeapBytes},
+	}
+}
+
+// inShard reports whether [off, off+n) lies inside one of shard s's
+// spans.
+func (l Layout) inShard(s int, off, n uint64) bool {
+	if s < 0 || s >= l.Shards || n == 0 {
+		return false
+	}
+	for _, sp := range l.shardSpans(s) {
+		if off >= sp[0] && n <= sp[1] && off-sp[0] <= sp[1]-n {
+			return true
+		}
+	}
+	return false
+}
+
 // owner is the owner rank of shard s.
 func (l Layout) owner(s int) int { return s * l.Owners / l.Shards }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/pool"
+	"github.com/ndma/ndma/pool/ec"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/wire"
 	"github.com/ndma/ndma/wire/ctrl"
@@ -160,6 +161,15 @@ type OwnerStats struct {
 	// parity the owner recomputed from the data when it took their
 	// shard (Owner.scrub).
 	Scrubbed uint64
+	// Rebuilt counts the rows of an erasure-coded key space in which the
+	// owner rebuilt a lost shard column (RebuildShards, while owners
+	// serve).
+	Rebuilt uint64
+	// Resynced counts the bytes of a two-copy key space the owner wrote
+	// back, as it read them, when it loaded a shard it took over or
+	// whose last write failed, so that both copies hold what readers
+	// read (Owner.load).
+	Resynced uint64
 	// LeaseLapsed counts the writes refused, or cut short, because the
 	// switch had not confirmed the owner's membership for Lease.
 	LeaseLapsed uint64
@@ -410,10 +420,27 @@ const loadChunk = 2048
 func (o *Owner) load(ctx context.Context, sh *shard) error {
 	gen := o.generation()
 	taken := sh.gen != gen
+	// In a key space of two copies, the writes of the shard's last
+	// writer whose outcome is unknown (the previous holder's, or this
+	// owner's own failed one) may have reached one copy only: one
+	// forwarded just before the new holder's fence raise may reach one
+	// copy before the raise and the other after it, which refuses it;
+	// one lost on the way to a copy fails before it is sent again. Reads
+	// go to the first copy that answers, so readers would see the
+	// value change when that copy's node drops out, and change back
+	// when it returns. The fence raised, no such write lands any more:
+	// what the shard is read from is written back to both copies.
+	resync := (taken || sh.dirty) && o.mem.vol == nil && o.redundant()
 	sh.grow = nil
-	var err error
-	sh.tab, err = o.readDesc(ctx, sh.id)
+	var (
+		err  error
+		desc []byte
+	)
+	sh.tab, desc, err = o.readDescBytes(ctx, sh.id)
 	sh.gate.Pass()
+	if err == nil && resync && desc != nil {
+		err = o.writeBack(ctx, sh, desc, o.l.descAddr(sh.id))
+	}
 	if err != nil {
 		return fmt.Errorf("kv: loading shard %d: %w", sh.id, err)
 	}
@@ -428,8 +455,12 @@ func (o *Owner) load(ctx context.Context, sh *shard) error {
 	for i := 0; i < nb; i += loadChunk {
 		n := min(loadChunk, nb-i)
 		p := buf[:n*BucketBytes]
-		err := o.mem.readAt(ctx, p, o.l.tableAddr(sh.id, sh.tab.gen, i))
+		addr := o.l.tableAddr(sh.id, sh.tab.gen, i)
+		err := o.mem.readAt(ctx, p, addr)
 		sh.gate.Pass()
+		if err == nil && resync {
+			err = o.writeBack(ctx, sh, p, addr)
+		}
 		if err != nil {
 			return fmt.Errorf("kv: loading shard %d: %w", sh.id, err)
 		}
@@ -450,6 +481,9 @@ func (o *Owner) load(ctx context.Context, sh *shard) error {
 		rec := make([]byte, b.len)
 		err := o.mem.readAt(ctx, rec, b.addr)
 		sh.gate.Pass()
+		if err == nil && resync {
+			err = o.writeBack(ctx, sh, rec, b.addr)
+		}
 		if err != nil {
 			return fmt.Errorf("kv: loading shard %d: %w", sh.id, err)
 		}
@@ -476,6 +510,20 @@ func (o *Owner) load(ctx context.Context, sh *shard) error {
 	return nil
 }
 
+// writeBack writes p, just read at off, back with the owner's fence
+// (Owner.load), and counts it.
+func (o *Owner) writeBack(ctx context.Context, sh *shard, p []byte, off uint64) error {
+	wctx, cancel := context.WithTimeout(ctx, o.cfg.WriteTimeout)
+	defer cancel()
+	if err := o.write(wctx, sh, p, off); err != nil {
+		return fmt.Errorf("writing back %d bytes at %d to both copies: %w", len(p), off, err)
+	}
+	o.mu.Lock()
+	o.stats.Resynced += uint64(len(p))
+	o.mu.Unlock()
+	return nil
+}
+
 // scrub, in an erasure-coded key space, recomputes the parity of every
 // row of shard sh (its tables and its heap) from the data, with the
 // owner's fence, when the owner takes the shard at a new registration:
@@ -491,11 +539,7 @@ func (o *Owner) scrub(ctx context.Context, sh *shard) {
 	if w == nil || w.vol == nil {
 		return // not coded, or not holding the rank (the next load scrubs)
 	}
-	spans := [][2]uint64{
-		{o.l.headerSpan() + uint64(sh.id)*o.l.bucketStride(), o.l.bucketStride()},
-		{o.l.heapAddr(sh.id), o.l.HeapBytes},
-	}
-	for _, sp := range spans {
+	for _, sp := range o.l.shardSpans(sh.id) {
 		n, err := w.vol.Scrub(ctx, int64(sp[0]), int64(sp[1]), sh.gate.Pass)
 		o.mu.Lock()
 		o.stats.Scrubbed += uint64(n)
@@ -506,8 +550,55 @@ func (o *Owner) scrub(ctx context.Context, sh *shard) {
 	}
 }
 
+// rebuild serves an opRebuild request for shard key (the anycast key):
+// it rebuilds the request's column in the request's rows of that shard
+// under the shard's lock, with the owner's fence, each write ending
+// with its lease. A request sent again rebuilds the rows again, which
+// does no harm; a rebuild cut short answers stFailed, and the caller
+// sends it again.
+func (o *Owner) rebuild(key uint64, r *request) []byte {
+	col, off, n, ok := parseRebuild(r.val)
+	if !ok || o.mem.vol == nil || key < uint64(o.lo) || key >= uint64(o.hi) || !o.l.inShard(int(key), off, n) {
+		return appendReply(nil, stBad, 0, nil)
+	}
+	if r.inc != o.inc {
+		return appendReply(nil, stStale, o.inc, nil)
+	}
+	sh := o.shards[int(key)-o.lo]
+	sh.lock <- struct{}{}
+	defer func() { <-sh.lock }()
+	sh.gate.Pass()
+	end, ok := o.lease(time.Now())
+	if !ok || o.raiseFence(sh) != nil {
+		return appendReply(nil, stBusy, 0, nil)
+	}
+	o.mu.Lock()
+	w := o.fencedWritesLocked()
+	o.mu.Unlock()
+	if w == nil {
+		return appendReply(nil, stBusy, 0, nil)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), end)
+	defer cancel()
+	rows, err := w.vol.RebuildRows(ctx, col, int64(off), int64(n), sh.gate.Pass)
+	o.mu.Lock()
+	o.stats.Rebuilt += uint64(rows)
+	o.mu.Unlock()
+	if err != nil {
+		if errors.Is(err, pool.ErrFenced) {
+			o.fenced(err)
+		}
+		o.log.Warn("kv: rebuilding a shard column", "shard", sh.id, "column", col, "err", err)
+		if errors.Is(err, ec.ErrNotRebuilding) {
+			return appendReply(nil, stBad, 0, nil)
+		}
+		return appendReply(nil, stFailed, 0, nil)
+	}
+	return appendReply(nil, stOK, 0, nil)
+}
+
 // handle serves one anycast request.
-func (o *Owner) handle(_ uint64, who endpoint.Caller, b []byte) ([]byte, error) {
+func (o *Owner) handle(key uint64, who endpoint.Caller, b []byte) ([]byte, error) {
 	if o.ep.Identity() != nil && !slices.Contains(o.allow, uint64(who)) {
 		o.mu.Lock()
 		o.stats.Denied++
@@ -521,6 +612,9 @@ func (o *Owner) handle(_ uint64, who endpoint.Caller, b []byte) ([]byte, error) 
 	if r.op == opMeta {
 		body := binary.LittleEndian.AppendUint32(nil, o.reg.ID())
 		return appendReply(nil, stOK, 0, binary.LittleEndian.AppendUint64(body, o.reg.Key())), nil
+	}
+	if r.op == opRebuild {
+		return o.rebuild(key, &r), nil
 	}
 	if len(r.key) == 0 || len(r.key) > MaxKey {
 		return appendReply(nil, stBad, 0, nil), nil
@@ -712,7 +806,10 @@ func (o *Owner) expire(ctx context.Context, sh *shard, i int) (byte, uint64, []b
 const sweepBuckets = 256
 
 // sweepExpired frees the expired values among the next sweepBuckets
-// buckets of each shard.
+// buckets of each shard. First, in a key space with redundancy, it
+// loads each shard the owner has not read since it took the rank or
+// since a write of it failed (Owner.load makes its copies or parity
+// agree), so that no shard waits for a write to be repaired.
 func (o *Owner) sweepExpired(ctx context.Context) {
 	for _, sh := range o.shards {
 		select {
@@ -723,8 +820,16 @@ func (o *Owner) sweepExpired(ctx context.Context) {
 		sh.gate.Pass()
 		now := time.Now().UnixNano()
 		_, serving := o.lease(time.Now())
-		current := serving && sh.gen == o.generation()
 		wctx, cancel := context.WithTimeout(ctx, 4*o.cfg.WriteTimeout)
+		if serving && o.redundant() && (sh.dirty || sh.gen != o.generation()) && o.raiseFence(sh) == nil {
+			// Taken over, or its last write failed: in a key space with
+			// redundancy the shard is read (and its copies or parity
+			// made to agree) now, not at its next write.
+			if err := o.load(wctx, sh); err != nil {
+				o.log.Warn("kv: loading a shard", "shard", sh.id, "err", err)
+			}
+		}
+		current := serving && sh.gen == o.generation()
 		for range min(sweepBuckets, len(sh.b)) {
 			i := sh.sweep
 			sh.sweep = (sh.sweep + 1) % len(sh.b)
@@ -739,6 +844,11 @@ func (o *Owner) sweepExpired(ctx context.Context) {
 		<-sh.lock
 	}
 }
+
+// redundant reports whether the key space keeps its bytes twice or
+// erasure-coded: what a shard's last writer left may then disagree
+// between copies or with the parity (Owner.load).
+func (o *Owner) redundant() bool { return o.mem.vol != nil || o.reg.Spec().Replicas > 1 }
 
 // free is the first bucket on p's probe path that holds no live key,
 // or -1.

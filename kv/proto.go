@@ -23,7 +23,30 @@ const (
 	// expiry and flags apply to every entry. The reply's body holds each
 	// entry's status and version.
 	opSetBatch = 11
+	// opRebuild rebuilds a lost shard column of an erasure-coded key
+	// space in rows of one shard, which the anycast key names: the
+	// value is the column (u8), the rows' first volume offset and their
+	// length (u64 each), which must lie in that shard's table or heap.
+	// Its owner, the rows' only writer, rebuilds them under the shard's
+	// lock (RebuildShards); the key is empty.
+	opRebuild = 12
 )
+
+// rebuildReqLen is an opRebuild request's value.
+const rebuildReqLen = 1 + 8 + 8
+
+func appendRebuild(col int, off, n uint64) []byte {
+	b := []byte{byte(col)}
+	b = binary.LittleEndian.AppendUint64(b, off)
+	return binary.LittleEndian.AppendUint64(b, n)
+}
+
+func parseRebuild(b []byte) (col int, off, n uint64, ok bool) {
+	if len(b) != rebuildReqLen {
+		return 0, 0, 0, false
+	}
+	return int(b[0]), binary.LittleEndian.Uint64(b[1:]), binary.LittleEndian.Uint64(b[9:]), true
+}
 
 // Bounds of a SetMulti batch request.
 const (

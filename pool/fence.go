@@ -22,7 +22,8 @@ type Fence = wire.Fence
 // not sent again. Refused by the switch or by every copy, it was not
 // applied; on a region with two copies, a write the switch forwarded
 // before a raise that reached one copy before it and the other after may
-// have been applied by the first only.
+// have been applied by the first only: the new holder makes the copies
+// agree (package kv writes back what it reads of a shard it takes).
 var ErrFenced error = wire.StatusFenced
 
 // Fenced returns a view of r whose writes, atomics, vector ops and

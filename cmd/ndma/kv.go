@@ -105,8 +105,8 @@ the parity built by the memory nodes as the owners write. It survives
 any M memory nodes lost while storing (K+M)/K times the key space (1.5
 for 4+2); reads rebuild what a lost node held from K others. A shard's
 heap (--heap) must be whole rows of K × --ec-shard bytes. A node that
-restarts loses its shards until ndma kv rebuild (owners stopped)
-rewrites them; writes go on around a node that is down.`,
+restarts loses its shards until ndma kv rebuild rewrites them (while the
+owners write); writes go on around a node that is down.`,
 		Example: `  ndma kv create --space cache --owners 2 --out cache.space --switch 127.0.0.1:7471 --token-file fab/token --credential fab/client-0.cred
   ndma kv create --space sessions --shards 64 --buckets 65536 --page 4KiB --heap 64MiB --replicas 2 --out sessions.space --json
   ndma kv create --space objects --ec 4+2 --page 1MiB --heap 64MiB --out objects.space

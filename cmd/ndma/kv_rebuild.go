@@ -26,9 +26,13 @@ serves reads again; the key space survives M more losses from then on.
 A shard whose node is still down is listed as unreachable: run rebuild
 again once it is back.
 
-Readers go on meanwhile, but no owner may write: stop every ndma kvd of
-the space first (rebuild refuses while the switch lists one), and start
-them again once it is done. --timeout bounds the whole rebuild.`,
+Readers and writers go on meanwhile. With an ndma kvd serving every rank
+of the space, each owner rebuilds the rows of its own shards (a row has
+one writer, so none of its writes can fall between the rebuild's reads
+and its write); with none running, rebuild rewrites every row itself
+(start no kvd until it returns). With some ranks served and others not
+it refuses: start them all, or stop them all. --timeout bounds the whole
+rebuild.`,
 		Example: `  ndma kv rebuild --space-file objects.space --timeout 10m --switch 127.0.0.1:7471 --token-file fab/token --credential fab/client-0.cred`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

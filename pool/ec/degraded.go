@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ndma/ndma/pool"
 	"github.com/ndma/ndma/wire"
 )
 
@@ -134,6 +135,27 @@ func (v *Volume) rewrite(ctx context.Context, pc piece, data []byte, cut bool) e
 	for j := range v.m {
 		if present[j] {
 			put(v.k + j)
+		}
+	}
+	// A shard the row's read found gone may be a column being rebuilt
+	// (pool.Region.RegrantColumn: not read, written): it takes the
+	// piece too, so that a row rebuilt before this write does not miss
+	// it (RebuildRows). The switch refuses the write to a column that is
+	// only lost (wire.StatusLost). A column being rebuilt that fails to
+	// take it is reported lost again: its rebuild must start over.
+	for _, s := range missing {
+		_, err := v.r.WriteAtContext(ctx, shards[s], int64(v.ShardAddr(pc.row, s, pc.w)))
+		switch {
+		case err == nil || errors.Is(err, pool.ErrDegraded) || errors.Is(err, wire.StatusLost):
+			// (The switch reports a write to a column being rebuilt
+			// degraded.)
+		case ctx.Err() != nil:
+			werrs = append(werrs, fmt.Errorf("shard %d: %w", s, err))
+		default:
+			if merr := v.r.MarkColumnLost(ctx, s); merr != nil {
+				werrs = append(werrs, fmt.Errorf("shard %d: %w", s, errors.Join(err, merr)))
+				lost = v.m + 1 // a column being rebuilt may miss the write
+			}
 		}
 	}
 	if err := ctx.Err(); err != nil {

@@ -305,3 +305,86 @@ func writtenVolume(t *testing.T, f *simpool.Fabric, rng *rand.Rand, shard, rows 
 	}
 	return v, model
 }
+
+// TestSimRebuildRowsWhileWriting rebuilds a lost shard of a 4+2 volume
+// row by row (RebuildRows, as the rows' writer does) while writes go on:
+// before a row is rebuilt, after it is, and in rows not yet reached. A
+// chain through the column being rebuilt is refused, so every write
+// goes the degraded way, and that way must write the column too: a
+// write after its row was rebuilt would otherwise be missing from it.
+// Then the column serves reads, every row's parity checks, and the
+// volume reads back with two other nodes crashed.
+func TestSimRebuildRowsWhileWriting(t *testing.T) {
+	for _, lost := range []int{1, k + 1} { // a data shard, a parity shard
+		t.Run(fmt.Sprint("shard", lost), func(t *testing.T) {
+			const seed, shard, rows = 87, 4096, 6
+			synctest.Test(t, func(t *testing.T) {
+				t.Logf("seed %d", seed)
+				rng := rand.New(rand.NewPCG(seed, uint64(lost)))
+				f := ecFabric(t, seed)
+				defer f.Close()
+				ctx := f.Ctx()
+				ep := f.Endpoint()
+				v, err := ec.Create(ctx, f.PoolClient(ep), k, m, shard, rows*k*shard)
+				if err != nil {
+					t.Fatal(err)
+				}
+				model := make([]byte, v.Size())
+				write := func(off, n int) {
+					t.Helper()
+					p := make([]byte, n)
+					for i := range p {
+						p[i] = byte(rng.Uint32())
+					}
+					if err := v.WriteAt(ctx, p, int64(off)); err != nil && !errors.Is(err, pool.ErrDegraded) {
+						t.Fatalf("seed %d: write of %d at %d: %v", seed, n, off, err)
+					}
+					copy(model[off:], p)
+				}
+				write(0, len(model))
+				node := columnNode(t, f, v, lost)
+				f.CrashMem(node)
+				time.Sleep(10 * time.Second)
+				if err := f.StartMem(node, 10*time.Second); err != nil {
+					t.Fatal(err)
+				}
+				if l, _, err := v.Lost(ctx); err != nil || len(l) != 1 || l[0] != lost {
+					t.Fatalf("seed %d: shard %d's node restarted empty: lost %v, %v", seed, lost, l, err)
+				}
+				if err := v.Region().RegrantColumn(ctx, lost); err != nil {
+					t.Fatal(err)
+				}
+				row := k * shard
+				for r := range rows {
+					// Before the row's rebuild, in a row not reached yet,
+					// and after the rebuild: pieces of every shard of the
+					// row, the lost one's included.
+					write(r*row+rng.IntN(row-300), 300)
+					if r+1 < rows {
+						write((r+1)*row+lost%k*shard+rng.IntN(shard-50), 50)
+					}
+					if n, err := v.RebuildRows(ctx, lost, int64(r*row), int64(row), nil); err != nil || n != 1 {
+						t.Fatalf("seed %d: rebuilding row %d: %d, %v", seed, r, n, err)
+					}
+					write(r*row+lost%k*shard+rng.IntN(shard-200), 200)
+					write(r*row+rng.IntN(row-2*shard), 2*shard)
+				}
+				if err := v.Region().RestoreColumn(ctx, lost); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := v.RebuildRows(ctx, lost, 0, int64(row), nil); !errors.Is(err, ec.ErrNotRebuilding) {
+					t.Fatalf("seed %d: rebuilding a column that serves reads: %v, want %v", seed, err, ec.ErrNotRebuilding)
+				}
+				if err := f.Whole(ep); err != nil {
+					t.Fatalf("seed %d: after the rebuild: %v", seed, err)
+				}
+				checkParity(t, v, shard, model)
+				for _, c := range []int{(lost + 1) % k, (lost + 2) % k} {
+					f.CrashMem(columnNode(t, f, v, c))
+				}
+				time.Sleep(10 * time.Second)
+				readAll(t, v, model, seed)
+			})
+		})
+	}
+}
