@@ -379,8 +379,10 @@ func runTestbedRun(cmd *cobra.Command, f *testbedFlags, args []string) error {
 	ctx, stop := signalContext(cmd)
 	defer stop()
 	stderr := cmd.ErrOrStderr()
-	// The monitor watches the job; a testbed it cannot watch (its switch
-	// daemon gone) still runs the command, without a verdict.
+	// The monitor watches the job; a testbed it cannot watch (its state
+	// without a switch daemon, its namespaces gone) still runs the
+	// command, without a verdict. A daemon killed is a verdict:
+	// daemon-missing, or counted with its new process if started again.
 	var mon *fidelity.Monitor
 	target, err := fidelity.TargetOf(st)
 	if err == nil {
@@ -411,7 +413,10 @@ most --fidelity-cpu of the machine's CPU and, for a bulk job (its
 bottleneck link's bytes take at least 0.5 s at the link's rate), that link
 was busy at least 90% of its transfer (the sampling intervals, 50 ms, in
 which it carried at least 5% of its rate); cpu-bound above the CPU share,
-link-idle when the bottleneck idled within it.
+link-idle when the bottleneck idled within it. A daemon killed during the
+job and started again in its namespace with its own command line counts
+with both its processes (the reason says so); one with no process at the
+end makes the job daemon-missing, whatever its CPU and links show.
 `
 
 // fidelityRule is the rule of --fidelity-cpu share.

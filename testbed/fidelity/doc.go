@@ -7,8 +7,10 @@
 // job, the machine's CPU time from /proc/stat (softirq time, the links'
 // work, and the time the hypervisor stole included), the CPU time of every
 // process of the testbed from /proc/PID/stat, the runnable tasks, and the
-// bytes each link carried (the switch ports' counters in
-// /proc/PID/net/dev, and every link's tbf statistics from tc).
+// bytes each link carried (the switch ports' counters in each bridge
+// namespace's net/dev, and every link's tbf statistics from tc). A daemon
+// killed during the job counts until it exited, and a process started in
+// its place (its namespace, its command line) from then on.
 //
 // The arithmetic is separate from the reading: a Recorder takes the text
 // of those files as recorded and Judge turns it into a Verdict, so tests
@@ -27,6 +29,8 @@
 //     latency-bound job is not judged on its link. A bulk job whose
 //     bottleneck idles while the CPU rule holds is "link-idle": the cause
 //     may be the CPU (other tenants, run-queue waits) or the protocol.
+//   - Daemons: a daemon of the testbed with no process at the end of the
+//     job makes it "daemon-missing", whatever the CPU and links show.
 //
 // The package sits above testbed (TargetOf reads its State) and below
 // bench and the ndma CLI, which run the monitor around each job.

@@ -2,12 +2,16 @@ package fidelity
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
-	"strconv"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // DefaultInterval is a Monitor's sampling interval when Start is given
@@ -23,41 +27,110 @@ type Monitor struct {
 	t       Target
 	rec     *Recorder
 	start   time.Time
-	self0   float64   // this process's children's CPU at the start
-	daemon0 []float64 // each daemon's CPU at the start
+	self0   float64      // this process's children's CPU at the start
+	daemons *daemonWatch // the daemons' processes and their CPU
+	netdev  []*os.File   // each of t.NetDevNS's net/dev, open
 	stop    chan struct{}
 	done    chan struct{}
 	err     error // the sampler's first error, read after done
 }
 
+// machineProc is the machine's /proc, where a Monitor reads the
+// daemons' processes.
+var machineProc = procFS{root: "/proc", netns: netnsName}
+
+// netnsName returns the name of the network namespace ns (named by `ip
+// netns`) as /proc/PID/ns/net links to it.
+func netnsName(ns string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/run/netns/"+ns, &st); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("net:[%d]", st.Ino), nil
+}
+
 // Start reads the links' tbf statistics, the processes' CPU and a first
 // sample, then samples every interval (zero: DefaultInterval) until Stop.
-func Start(ctx context.Context, t Target, interval time.Duration) (*Monitor, error) {
+// The daemons' processes are read at every sample, so that one killed
+// during the job counts until it exited, and one started again in its
+// place (as the testbed started it) counts from then on; a daemon with
+// no process at the end makes the verdict DaemonMissing.
+func Start(ctx context.Context, t Target, interval time.Duration) (m *Monitor, err error) {
 	if interval <= 0 {
 		interval = DefaultInterval
 	}
-	m := &Monitor{t: t, rec: NewRecorder(t.Links, 0), stop: make(chan struct{}), done: make(chan struct{})}
+	m = &Monitor{t: t, rec: NewRecorder(t.Links, 0), stop: make(chan struct{}), done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			m.closeNetDev()
+		}
+	}()
+	// The ports' counters from each namespace itself, not from a
+	// process in it, which may be killed during the job.
+	if len(t.Links) > 0 {
+		for _, ns := range t.NetDevNS {
+			f, err := openNetDev(ns)
+			if err != nil {
+				return nil, fmt.Errorf("fidelity: the ports' counters in %s: %w", ns, err)
+			}
+			m.netdev = append(m.netdev, f)
+		}
+	}
 	// tc before the CPU readings: it is this process's child too.
 	if err := m.readQdiscs(ctx, false); err != nil {
 		return nil, err
 	}
-	var err error
 	if _, m.self0, err = ProcessCPU("self"); err != nil {
 		return nil, err
 	}
-	for _, d := range t.Daemons {
-		s, _, err := ProcessCPU(strconv.Itoa(d.PID))
-		if err != nil {
-			return nil, fmt.Errorf("fidelity: the %s daemon (pid %d): %w", d.Role, d.PID, err)
-		}
-		m.daemon0 = append(m.daemon0, s)
+	if m.daemons, err = newDaemonWatch(machineProc, os.Getpid(), t.Daemons); err != nil {
+		return nil, err
 	}
 	m.start = time.Now()
-	if err := m.sample(); err != nil {
+	if err := m.sample(false); err != nil {
 		return nil, err
 	}
 	go m.run(interval)
 	return m, nil
+}
+
+// openNetDev opens the net/dev of network namespace ns (named by `ip
+// netns`): the file reads that namespace's counters for as long as it
+// is open, whatever runs in the namespace. It opens it from a thread
+// that enters the namespace and then ends, never to run anything else.
+func openNetDev(ns string) (*os.File, error) {
+	type opened struct {
+		f   *os.File
+		err error
+	}
+	c := make(chan opened, 1)
+	go func() {
+		// Never unlocked: the thread, in another namespace, ends with
+		// the goroutine.
+		runtime.LockOSThread()
+		nsf, err := os.Open("/run/netns/" + ns)
+		if err != nil {
+			c <- opened{nil, err}
+			return
+		}
+		defer nsf.Close()
+		if err := unix.Setns(int(nsf.Fd()), unix.CLONE_NEWNET); err != nil {
+			c <- opened{nil, fmt.Errorf("entering the namespace: %w", err)}
+			return
+		}
+		f, err := os.Open("/proc/thread-self/net/dev")
+		c <- opened{f, err}
+	}()
+	o := <-c
+	return o.f, o.err
+}
+
+// closeNetDev closes the net/dev files.
+func (m *Monitor) closeNetDev() {
+	for _, f := range m.netdev {
+		f.Close()
+	}
+	m.netdev = nil
 }
 
 func (m *Monitor) run(interval time.Duration) {
@@ -69,15 +142,16 @@ func (m *Monitor) run(interval time.Duration) {
 		case <-m.stop:
 			return
 		case <-tick.C:
-			if err := m.sample(); err != nil && m.err == nil {
+			if err := m.sample(false); err != nil && m.err == nil {
 				m.err = err
 			}
 		}
 	}
 }
 
-// sample reads /proc/stat and the bridges' namespaces' net/dev.
-func (m *Monitor) sample() error {
+// sample reads /proc/stat, the bridges' namespaces' net/dev and the
+// daemons' CPU (looking for a missing daemon's process if final).
+func (m *Monitor) sample(final bool) error {
 	at := time.Since(m.start)
 	stat, err := os.ReadFile("/proc/stat")
 	if err != nil {
@@ -86,16 +160,31 @@ func (m *Monitor) sample() error {
 	// The namespaces' net/dev one after the other: ParseNetDev takes
 	// every line naming an interface (the port names are unique).
 	var netdev []byte
-	if len(m.t.Links) > 0 {
-		for _, pid := range m.t.NetDevPIDs {
-			b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/net/dev")
-			if err != nil {
-				return fmt.Errorf("fidelity: the ports' counters: %w", err)
-			}
-			netdev = append(netdev, b...)
+	for i, f := range m.netdev {
+		b, err := readAll(f)
+		if err != nil {
+			return fmt.Errorf("fidelity: the ports' counters in %s: %w", m.t.NetDevNS[i], err)
+		}
+		netdev = append(netdev, b...)
+	}
+	m.daemons.sample(at, final)
+	return m.rec.Sample(at, stat, netdev)
+}
+
+// readAll reads f from its start.
+func readAll(f *os.File) ([]byte, error) {
+	var b []byte
+	buf := make([]byte, 32<<10)
+	for off := int64(0); ; {
+		n, err := f.ReadAt(buf, off)
+		b, off = append(b, buf[:n]...), off+int64(n)
+		if errors.Is(err, io.EOF) || (err == nil && n == 0) {
+			return b, nil
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
-	return m.rec.Sample(at, stat, netdev)
 }
 
 // Stop ends the sampling, takes the last sample and the processes' CPU
@@ -104,27 +193,21 @@ func (m *Monitor) sample() error {
 func (m *Monitor) Stop(ctx context.Context) (*Recorder, error) {
 	close(m.stop)
 	<-m.done
+	defer m.closeNetDev()
 	if m.err != nil {
 		return nil, m.err
 	}
-	if err := m.sample(); err != nil {
+	if err := m.sample(true); err != nil {
 		return nil, err
 	}
 	_, self1, err := ProcessCPU("self")
 	if err != nil {
 		return nil, err
 	}
-	m.rec.ProcessCPU("ranks", max(self1-m.self0, 0))
-	for i, d := range m.t.Daemons {
-		s, _, err := ProcessCPU(strconv.Itoa(d.PID))
-		if err != nil {
-			return nil, fmt.Errorf("fidelity: the %s daemon (pid %d) after the job: %w", d.Role, d.PID, err)
-		}
-		m.rec.ProcessCPU(d.Role, max(s-m.daemon0[i], 0))
-		if d.Role == "switch" {
-			m.rec.SwitchCPU(max(s-m.daemon0[i], 0))
-		}
-	}
+	// A daemon this process started and reaped (bench suite's) is in
+	// its children's time too: counted as the daemon's, not the ranks'.
+	m.rec.ProcessCPU("ranks", max(self1-m.self0-m.daemons.reapedChildren(), 0))
+	m.daemons.record(m.rec)
 	if err := m.readQdiscs(ctx, true); err != nil {
 		return nil, err
 	}

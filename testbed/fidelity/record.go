@@ -53,6 +53,8 @@ type Recorder struct {
 	switches   []float64          // each switch process's CPU seconds, in the testbed's order
 	qdisc      [2][]*Qdisc        // start, end: per link, nil where not read
 	window     *[2]time.Duration  // the timed calls (Window); nil: the whole job
+	missing    []string           // DaemonMissing
+	restarted  []string           // DaemonRestarted
 }
 
 // NewRecorder returns a Recorder for links, keeping at most maxSamples
@@ -135,6 +137,21 @@ func (r *Recorder) ProcessCPU(role string, seconds float64) {
 // per switch process, in the testbed's order.
 func (r *Recorder) SwitchCPU(seconds float64) {
 	r.switches = append(r.switches, seconds)
+}
+
+// DaemonMissing records that a daemon of the testbed had no process at
+// the end of the job, why naming it ("the switch daemon in p-l0 (pid
+// 812) exited during the job and was not started again"): the job did
+// not run on the whole testbed, and its verdict is DaemonMissing.
+func (r *Recorder) DaemonMissing(why string) {
+	r.missing = append(r.missing, why)
+}
+
+// DaemonRestarted records that a daemon's process changed during the
+// job, why naming it and its processes: the verdict's reason says so.
+// The CPU the role counts is every one of its processes'.
+func (r *Recorder) DaemonRestarted(why string) {
+	r.restarted = append(r.restarted, why)
 }
 
 // Qdiscs adds the output of `tc -n ns -s -j qdisc show`, read at the

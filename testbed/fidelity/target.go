@@ -13,6 +13,15 @@ import (
 type Daemon struct {
 	Role string // "switch", "memd", "stord", "storgw"
 	PID  int
+	// Start is the process's start time in clock ticks after boot (0:
+	// unknown), so that a reused pid is not taken for it.
+	Start uint64
+	// NS and Args tell the daemon's process when it is not PID (the
+	// daemon was killed and started again by hand): the process in
+	// network namespace NS (empty: any) whose command line is Args
+	// (empty: none is looked for).
+	NS   string
+	Args []string
 }
 
 // Target is what a Monitor watches: besides the processes the job starts
@@ -21,12 +30,12 @@ type Daemon struct {
 // once they are waited for), the testbed's daemons and its links.
 type Target struct {
 	Daemons []Daemon
-	// NetDevPIDs are a process in each namespace holding the bridge
-	// side of a watched link (a switch daemon: the spine's, and each
-	// leaf's in a tree): their /proc/PID/net/dev hold the ports'
-	// counters, read together. Empty: no links are watched.
-	NetDevPIDs []int
-	Links      []Link
+	// NetDevNS are the namespaces holding the bridge side of a watched
+	// link (the switch namespace, and each leaf's in a tree): their
+	// net/dev hold the ports' counters, read together. Empty: no links
+	// are watched.
+	NetDevNS []string
+	Links    []Link
 }
 
 // TargetOf returns the Target of a running testbed: its daemons, and
@@ -35,24 +44,21 @@ type Target struct {
 // and of every leaf's uplink to the spine.
 func TargetOf(st *testbed.State) (Target, error) {
 	var t Target
-	switchPID := make(map[string]int) // by namespace
+	switchNS := make(map[string]bool)
 	for _, d := range st.Daemons {
-		t.Daemons = append(t.Daemons, Daemon{Role: d.Role, PID: d.PID})
-		if _, ok := switchPID[d.NS]; d.Role == "switch" && !ok {
-			switchPID[d.NS] = d.PID
+		t.Daemons = append(t.Daemons, Daemon{Role: d.Role, PID: d.PID, Start: d.Start, NS: d.NS, Args: slices.Clone(d.Args)})
+		if d.Role == "switch" {
+			switchNS[d.NS] = true
 		}
 	}
-	var nss []string // namespaces holding bridge sides, in order
 	bridgeSide := func(ns string) error {
-		if slices.Contains(nss, ns) {
+		if slices.Contains(t.NetDevNS, ns) {
 			return nil
 		}
-		pid, ok := switchPID[ns]
-		if !ok {
+		if !switchNS[ns] {
 			return fmt.Errorf("fidelity: no switch daemon in namespace %s", ns)
 		}
-		nss = append(nss, ns)
-		t.NetDevPIDs = append(t.NetDevPIDs, pid)
+		t.NetDevNS = append(t.NetDevNS, ns)
 		return nil
 	}
 	if err := bridgeSide(st.Switch.NS); err != nil {

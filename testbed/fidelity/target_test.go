@@ -13,7 +13,8 @@ func TestTargetOf(t *testing.T) {
 		Switch:   testbed.Node{Name: "sw", NS: "p-sw"},
 		Hosts:    []testbed.Node{{Name: "h0", NS: "p-h0", Iface: "eth0", Port: "h0"}},
 		MemNodes: []testbed.Node{{Name: "m0", NS: "p-m0", Iface: "eth0", Port: "m0"}},
-		Daemons:  []testbed.Daemon{{Role: "switch", NS: "p-sw", PID: 10}, {Role: "memd", NS: "p-m0", PID: 11}},
+		Daemons: []testbed.Daemon{{Role: "switch", NS: "p-sw", PID: 10, Start: 7, Args: []string{"ndma", "switch"}},
+			{Role: "memd", NS: "p-m0", PID: 11, Start: 8, Args: []string{"ndma", "memd", "--listen", "10.0.0.2:7472"}}},
 	}
 	tg, err := TargetOf(st)
 	if err != nil {
@@ -25,8 +26,12 @@ func TestTargetOf(t *testing.T) {
 		{Name: "sw→m0", Port: "m0", RateBits: 100e6, NS: "p-sw", Dev: "m0"},
 		{Name: "m0→sw", Port: "m0", Up: true, RateBits: 100e6, NS: "p-m0", Dev: "eth0"},
 	}
-	if !slices.Equal(tg.Links, want) || !slices.Equal(tg.NetDevPIDs, []int{10}) || len(tg.Daemons) != 2 || tg.Daemons[1] != (Daemon{"memd", 11}) {
-		t.Errorf("TargetOf = %+v, want links %+v, net/dev of pid 10, both daemons", tg, want)
+	if !slices.Equal(tg.Links, want) || !slices.Equal(tg.NetDevNS, []string{"p-sw"}) || len(tg.Daemons) != 2 {
+		t.Errorf("TargetOf = %+v, want links %+v, net/dev of p-sw, both daemons", tg, want)
+	}
+	// What finds a daemon's process again if it is started anew.
+	if d := tg.Daemons[1]; d.Role != "memd" || d.PID != 11 || d.Start != 8 || d.NS != "p-m0" || !slices.Equal(d.Args, st.Daemons[1].Args) {
+		t.Errorf("memory node's daemon %+v, want that of %+v", d, st.Daemons[1])
 	}
 	st.Daemons = st.Daemons[1:]
 	if _, err := TargetOf(st); err == nil {
@@ -36,7 +41,7 @@ func TestTargetOf(t *testing.T) {
 
 // TestTargetOfLeaves: in a tree, a host's link is watched at its leaf's
 // bridge, the uplinks at the spine's, and the ports' counters come from
-// the spine's and every leaf's switch daemon.
+// the spine's and every leaf's namespace.
 func TestTargetOfLeaves(t *testing.T) {
 	st := &testbed.State{
 		RateBits: 100e6, UplinkRateBits: 200e6,
@@ -60,8 +65,8 @@ func TestTargetOfLeaves(t *testing.T) {
 		{Name: "sw→h1", Port: "h1", RateBits: 100e6, NS: "p-l1", Dev: "h1"},
 		{Name: "h1→sw", Port: "h1", Up: true, RateBits: 100e6, NS: "p-h1", Dev: "eth0"},
 	}
-	if !slices.Equal(tg.Links, want) || !slices.Equal(tg.NetDevPIDs, []int{10, 20, 21}) {
-		t.Errorf("TargetOf = links %+v, net/dev pids %v; want %+v, [10 20 21]", tg.Links, tg.NetDevPIDs, want)
+	if nss := []string{"p-sw", "p-l0", "p-l1"}; !slices.Equal(tg.Links, want) || !slices.Equal(tg.NetDevNS, nss) {
+		t.Errorf("TargetOf = links %+v, net/dev of %v; want %+v, %v", tg.Links, tg.NetDevNS, want, nss)
 	}
 	st.Daemons = st.Daemons[:2] // leaf l1's switch gone
 	if _, err := TargetOf(st); err == nil {

@@ -74,6 +74,11 @@ const (
 	// LinkIdle: within its CPU share, but the bulk job's bottleneck link
 	// was idle for more than 1 - Rule.MinBusy of its transfer.
 	LinkIdle Class = "link-idle"
+	// DaemonMissing: a daemon of the testbed (a switch, a leaf switch, a
+	// memory or storage node) had no process at the end of the job: the
+	// job did not run on the testbed it was meant for, whatever its CPU
+	// and links show.
+	DaemonMissing Class = "daemon-missing"
 )
 
 // Verdict says whether a job was faithful, why, and the evidence.
@@ -120,6 +125,12 @@ type Verdict struct {
 	// reported them (Recorder.Window): the CPU rule is then judged on
 	// Window.CPUShare instead of CPUShare.
 	Window *WindowVerdict `json:"window,omitempty"`
+	// MissingDaemons names each daemon that had no process at the end
+	// of the job (the verdict is then DaemonMissing), and
+	// RestartedDaemons each whose process changed during it, with its
+	// processes; both are in Reason too.
+	MissingDaemons   []string `json:"missing_daemons,omitempty"`
+	RestartedDaemons []string `json:"restarted_daemons,omitempty"`
 }
 
 // LinkVerdict is the bottleneck link's evidence.
@@ -216,7 +227,12 @@ func (r *Recorder) Judge(rule Rule) (Verdict, error) {
 			why = append(why, fmt.Sprintf("link %s not judged (%.3f s at its rate, under %v)", l.Name, l.LineS, rule.MinTransfer))
 		}
 	}
+	v.MissingDaemons, v.RestartedDaemons = slices.Clone(r.missing), slices.Clone(r.restarted)
+	why = append(why, r.restarted...)
 	switch {
+	case len(r.missing) > 0:
+		v.Class = DaemonMissing
+		why = append(slices.Clone(r.missing), why...)
 	case !cpuOK:
 		v.Class = CPUBound
 	case !linkOK:
