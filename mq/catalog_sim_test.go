@@ -2,7 +2,9 @@ package mq
 
 import (
 	"errors"
+	"slices"
 	"testing"
+	"time"
 )
 
 // TestSimCatalog creates topics through a catalog, lists and opens them
@@ -12,7 +14,7 @@ func TestSimCatalog(t *testing.T) {
 	simTopic(t, 7, 2, testLayout(), CreateOptions{}, func(t *testing.T, s *simMQ) {
 		ctx := s.Ctx()
 		pc := s.PoolClient(s.Endpoint())
-		cat, err := CreateCatalog(ctx, pc, 2, 0)
+		cat, err := CreateCatalog(ctx, pc, CatalogOptions{Slots: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,6 +115,72 @@ func TestSimGroupOffsets(t *testing.T) {
 		}
 		if err := b.Seek(0, 3); !errors.Is(err, ErrBadRequest) {
 			t.Fatalf("seek to an unaligned offset: %v", err)
+		}
+	})
+}
+
+// TestSimCatalogMirror loses the memory node of a catalog's region, with
+// the catalog mirrored: first the node is down (a topic deleted
+// meanwhile: written around it, its column reported lost), then back
+// empty. Clients that open the catalog read it from the mirror
+// throughout (opened without the mirror it is lost); the first create
+// after the node is back rebuilds the region from the mirror
+// (Catalog.Repair), and the region serves again.
+func TestSimCatalogMirror(t *testing.T) {
+	simTopic(t, 9, 3, testLayout(), CreateOptions{}, func(t *testing.T, s *simMQ) {
+		ctx := s.Ctx()
+		cat, err := CreateCatalog(ctx, s.PoolClient(s.Endpoint()), CatalogOptions{Slots: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"a", "b"} {
+			if _, err := cat.Create(ctx, name, testLayout(), CreateOptions{Replicas: 2}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		names := func(what string, want ...string) {
+			t.Helper()
+			c, err := OpenCatalogRef(ctx, s.PoolClient(s.Endpoint()), cat.Ref())
+			if err != nil {
+				t.Fatalf("%s: open: %v", what, err)
+			}
+			refs, err := c.Topics(ctx)
+			var got []string
+			for _, r := range refs {
+				got = append(got, r.Name)
+			}
+			if err != nil || !slices.Equal(got, want) {
+				t.Fatalf("%s: topics %v, %v; want %v", what, got, err, want)
+			}
+		}
+		node := s.Holder(cat.Region(), 0)
+		s.CrashMem(node)
+		time.Sleep(5 * time.Second) // counted dead
+		names("the region's node down", "a", "b")
+		if err := cat.Delete(ctx, "b"); err != nil {
+			t.Fatalf("delete with the region's node down: %v", err)
+		}
+		names("b deleted, the region's node down", "a")
+		if err := s.StartMem(node, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := OpenCatalog(ctx, s.PoolClient(s.Endpoint()), cat.Region().ID(), cat.Region().Key()); err == nil {
+			t.Fatal("the region, its node back empty, opens without the mirror")
+		}
+		names("the region's node back empty", "a")
+		if _, err := cat.Create(ctx, "c", testLayout(), CreateOptions{Replicas: 2}); err != nil {
+			t.Fatalf("create after the region's node came back: %v", err)
+		}
+		names("repaired", "a", "c")
+		plain, err := OpenCatalog(ctx, s.PoolClient(s.Endpoint()), cat.Region().ID(), cat.Region().Key())
+		if err != nil {
+			t.Fatalf("the region after its repair: %v", err)
+		}
+		if refs, err := plain.Topics(ctx); err != nil || len(refs) != 2 || refs[0].Name != "a" || refs[1].Name != "c" {
+			t.Fatalf("the region after its repair: %+v, %v", refs, err)
+		}
+		if ok, err := cat.Repair(ctx); ok || err != nil {
+			t.Fatalf("a second repair: %v, %v", ok, err)
 		}
 	})
 }

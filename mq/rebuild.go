@@ -168,7 +168,12 @@ func (c *Catalog) Rebuild(ctx context.Context, name string, controlColumns int) 
 	if err != nil {
 		return nil, err
 	}
-	if err := c.writeSlot(ctx, slot, t.Ref()); err != nil {
+	var w [8]byte
+	_, err = c.read(ctx, w[:], int64(slotAddr(slot)))
+	if err == nil {
+		err = c.writeSlot(ctx, slot, binary.LittleEndian.Uint64(w[:]), t.Ref())
+	}
+	if err != nil {
 		_ = c.pc.Free(context.WithoutCancel(ctx), t.ctl)
 		return nil, err
 	}

@@ -18,7 +18,7 @@ func TestSimRebuild(t *testing.T) {
 	o := CreateOptions{Replicas: 2, ControlColumns: 1, Stripe: 4096}
 	simTopic(t, 10, 3, testLayout(), o, func(t *testing.T, s *simMQ) {
 		ctx := s.Ctx()
-		cat, err := CreateCatalog(ctx, s.PoolClient(s.Endpoint()), 4, 0)
+		cat, err := CreateCatalog(ctx, s.PoolClient(s.Endpoint()), CatalogOptions{Slots: 4})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,7 +47,7 @@ func TestSimRebuild(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Another client finds the new control region in the catalog.
-		cat2, err := OpenCatalog(ctx, s.PoolClient(s.Endpoint()), cat.Region().ID(), cat.Region().Key())
+		cat2, err := OpenCatalogRef(ctx, s.PoolClient(s.Endpoint()), cat.Ref())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -58,32 +58,51 @@ sealed fabric it takes a member credential of scope mq (mq/NAME).`,
 
 func init() { rootCmd.AddCommand(newMqCmd()) }
 
-// catalogJSON is a catalog file's content.
+// catalogJSON is a catalog file's content: the catalog's region and,
+// unless it was made without one, its mirror's.
 type catalogJSON struct {
-	Region uint32 `json:"region"`
-	Key    string `json:"key"` // 0x and 16 hex digits
+	Region    uint32 `json:"region"`
+	Key       string `json:"key"` // 0x and 16 hex digits
+	Mirror    uint32 `json:"mirror,omitempty"`
+	MirrorKey string `json:"mirror_key,omitempty"`
 }
 
 // maxCatalogFile bounds a catalog file's size.
 const maxCatalogFile = 4096
 
-func readCatalogFile(path string) (uint32, uint64, error) {
+func readCatalogFile(path string) (mq.CatalogRef, error) {
 	if path == "" {
-		return 0, 0, errors.New("--catalog: no catalog file given (nor $NDMA_MQ_CATALOG); ndma mq init writes one")
+		return mq.CatalogRef{}, errors.New("--catalog: no catalog file given (nor $NDMA_MQ_CATALOG); ndma mq init writes one")
 	}
 	b, err := secretfile.ReadFile(path, "catalog file")
 	if err != nil {
-		return 0, 0, fmt.Errorf("--catalog: %w", err)
+		return mq.CatalogRef{}, fmt.Errorf("--catalog: %w", err)
 	}
 	var j catalogJSON
 	if len(b) > maxCatalogFile || json.Unmarshal(b, &j) != nil {
-		return 0, 0, fmt.Errorf("--catalog: %s is not a catalog file", path)
+		return mq.CatalogRef{}, fmt.Errorf("--catalog: %s is not a catalog file", path)
 	}
-	key, err := strconv.ParseUint(j.Key, 0, 64)
-	if err != nil || key == 0 || j.Region == 0 {
-		return 0, 0, fmt.Errorf("--catalog: %s is not a catalog file: region %d, key %q", path, j.Region, j.Key)
+	r := mq.CatalogRef{Region: j.Region, Mirror: j.Mirror}
+	r.Key, err = strconv.ParseUint(j.Key, 0, 64)
+	if err != nil || r.Key == 0 || j.Region == 0 {
+		return mq.CatalogRef{}, fmt.Errorf("--catalog: %s is not a catalog file: region %d, key %q", path, j.Region, j.Key)
 	}
-	return j.Region, key, nil
+	if j.Mirror != 0 || j.MirrorKey != "" {
+		r.MirrorKey, err = strconv.ParseUint(j.MirrorKey, 0, 64)
+		if err != nil || r.MirrorKey == 0 || j.Mirror == 0 {
+			return mq.CatalogRef{}, fmt.Errorf("--catalog: %s is not a catalog file: mirror region %d, key %q", path, j.Mirror, j.MirrorKey)
+		}
+	}
+	return r, nil
+}
+
+// catalogFile is the catalog file's content for r.
+func catalogFile(r mq.CatalogRef) catalogJSON {
+	j := catalogJSON{Region: r.Region, Key: fmt.Sprintf("0x%016x", r.Key)}
+	if r.Mirror != 0 {
+		j.Mirror, j.MirrorKey = r.Mirror, fmt.Sprintf("0x%016x", r.MirrorKey)
+	}
+	return j
 }
 
 // mqSession is what an mq command works with: its endpoint, a context
@@ -109,7 +128,7 @@ func (s *mqSession) close() {
 
 // open opens the catalog named by --catalog.
 func (mf *mqFlags) open(cmd *cobra.Command) (*mqSession, error) {
-	region, key, err := readCatalogFile(mf.catalog)
+	ref, err := readCatalogFile(mf.catalog)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +139,7 @@ func (mf *mqFlags) open(cmd *cobra.Command) (*mqSession, error) {
 	s := &mqSession{ep: ep, fab: fab, sw: mf.sw, ctx: ctx, cancel: cancel}
 	s.pc, err = pool.New(ep, mf.sw, pool.Options{Fabric: fab})
 	if err == nil {
-		s.cat, err = mq.OpenCatalog(ctx, s.pc, region, key)
+		s.cat, err = mq.OpenCatalogRef(ctx, s.pc, ref)
 	}
 	if err != nil {
 		s.close()
@@ -132,16 +151,22 @@ func (mf *mqFlags) open(cmd *cobra.Command) (*mqSession, error) {
 // newMqInitCmd is ndma mq init.
 func newMqInitCmd(mf *mqFlags) *cobra.Command {
 	var (
-		out   string
-		slots int
+		out      string
+		slots    int
+		noMirror bool
 	)
 	cmd := &cobra.Command{
 		Use:   "init",
 		Short: "Create a catalog of topics and write its catalog file",
-		Long: `init makes a catalog: a pool region naming up to --slots topics, and
-writes its region id and key to the catalog file --out (a new file only
-its owner may read: the key is the capability to every topic the
-catalog names). Give the file to the other mq commands (--catalog).`,
+		Long: `init makes a catalog: a pool region naming up to --slots topics (one
+copy: its slots are claimed by compare-and-swap), and its mirror, a
+region of two copies that keeps the catalog readable when a memory node
+of the first is lost and from which the mq commands rebuild it (it needs
+two memory nodes; --no-mirror makes a catalog without one, which a
+memory node lost loses). It writes the regions' ids and keys to the
+catalog file --out (a new file only its owner may read: the keys are
+the capability to every topic the catalog names). Give the file to the
+other mq commands (--catalog).`,
 		Example: `  ndma mq init --out mq.catalog --switch 127.0.0.1:7471 --token-file fab/token --credential fab/client-0.cred`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -164,24 +189,30 @@ catalog names). Give the file to the other mq commands (--catalog).`,
 			if err != nil {
 				return err
 			}
-			cat, err := mq.CreateCatalog(ctx, pc, slots, 0)
+			cat, err := mq.CreateCatalog(ctx, pc, mq.CatalogOptions{Slots: slots, NoMirror: noMirror})
 			if err != nil {
 				return err
 			}
-			b, _ := json.MarshalIndent(catalogJSON{Region: cat.Region().ID(), Key: fmt.Sprintf("0x%016x", cat.Region().Key())}, "", "  ")
+			ref := cat.Ref()
+			b, _ := json.MarshalIndent(catalogFile(ref), "", "  ")
 			if err := secretfile.WriteNew(out, "catalog file", append(b, '\n')); err != nil {
-				_ = pc.Free(context.WithoutCancel(ctx), cat.Region())
-				return fmt.Errorf("--out: %w (the region was freed)", err)
+				_ = cat.Free(context.WithoutCancel(ctx))
+				return fmt.Errorf("--out: %w (the regions were freed)", err)
 			}
 			if mf.json {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"region": cat.Region().ID(), "slots": slots, "file": out})
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"region": ref.Region, "mirror": ref.Mirror, "slots": slots, "file": out})
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "catalog of %d topics: region %d\ncatalog file %s (give it to the mq commands: --catalog %s)\n", slots, cat.Region().ID(), out, out)
+			mirror := "no mirror"
+			if ref.Mirror != 0 {
+				mirror = fmt.Sprintf("mirror region %d", ref.Mirror)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "catalog of %d topics: region %d, %s\ncatalog file %s (give it to the mq commands: --catalog %s)\n", slots, ref.Region, mirror, out, out)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&out, "out", "", "the catalog `file` to write (required; must not exist)")
 	cmd.Flags().IntVar(&slots, "slots", 256, "the most topics the catalog names")
+	cmd.Flags().BoolVar(&noMirror, "no-mirror", false, "make the catalog without its mirror of two copies (a memory node lost with the catalog's region loses it)")
 	return cmd
 }
 

@@ -37,7 +37,7 @@ func TestMqPushAndTimeCommands(t *testing.T) {
 	mqc := func(args ...string) (string, error) {
 		return execute(t, append(append([]string{"mq"}, args...), "--switch", addr, "--catalog", catalog)...)
 	}
-	if _, err := mqc("init", "--out", catalog, "--slots", "2"); err != nil {
+	if _, err := mqc("init", "--out", catalog, "--slots", "2", "--no-mirror"); err != nil { // one memory node
 		t.Fatal(err)
 	}
 	if _, err := mqc("topic", "create", "events", "--partitions", "1", "--segment", "4KiB", "--segments", "8", "--max-batch", "1KiB"); err != nil {

@@ -27,7 +27,7 @@ func TestMqServeKcat(t *testing.T) {
 	mqc := func(args ...string) (string, error) {
 		return execute(t, append(append([]string{"mq"}, args...), "--switch", addr, "--catalog", catalog)...)
 	}
-	if _, err := mqc("init", "--out", catalog, "--slots", "4"); err != nil {
+	if _, err := mqc("init", "--out", catalog, "--slots", "4", "--no-mirror"); err != nil { // one memory node
 		t.Fatal(err)
 	}
 	if _, err := mqc("topic", "create", "orders", "--partitions", "2", "--segment", "64KiB", "--segments", "4", "--max-batch", "16KiB"); err != nil {

@@ -22,7 +22,7 @@ func TestMqCommands(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a switch and a memory node")
 	}
-	addr, _, _, _ := startPoolAuthority(t, 1, 4<<20)
+	addr, _, _, _ := startPoolAuthority(t, 2, 4<<20)
 	dir := t.TempDir()
 	catalog := filepath.Join(dir, "mq.catalog")
 	mqc := func(args ...string) (string, error) {
@@ -31,10 +31,19 @@ func TestMqCommands(t *testing.T) {
 	out, err := mqc("init", "--out", catalog, "--slots", "4", "--json")
 	var created struct {
 		Region uint32 `json:"region"`
+		Mirror uint32 `json:"mirror"`
 		Slots  int    `json:"slots"`
 	}
-	if err != nil || json.Unmarshal([]byte(out), &created) != nil || created.Region == 0 || created.Slots != 4 {
+	if err != nil || json.Unmarshal([]byte(out), &created) != nil || created.Region == 0 || created.Mirror == 0 || created.Slots != 4 {
 		t.Fatalf("init: %q %v", out, err)
+	}
+	plain := filepath.Join(filepath.Dir(catalog), "plain.catalog")
+	if out, err := execute(t, "mq", "init", "--switch", addr, "--out", plain, "--slots", "4", "--no-mirror", "--json"); err != nil ||
+		json.Unmarshal([]byte(out), &created) != nil || created.Mirror != 0 {
+		t.Fatalf("init --no-mirror: %q %v", out, err)
+	}
+	if b, err := os.ReadFile(plain); err != nil || strings.Contains(string(b), "mirror") {
+		t.Fatalf("the catalog file of a catalog without a mirror: %q %v", b, err)
 	}
 	if fi, err := os.Stat(catalog); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("catalog file: %v %v", fi, err)

@@ -45,7 +45,7 @@ func startCatalog(t testing.TB) *mq.Catalog {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for { // until the memory node has lent its memory
-		cat, err := mq.CreateCatalog(ctx, pc, 8, 0)
+		cat, err := mq.CreateCatalog(ctx, pc, mq.CatalogOptions{Slots: 8, NoMirror: true}) // one memory node
 		if err == nil {
 			return cat
 		}
