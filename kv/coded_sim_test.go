@@ -2,6 +2,7 @@ package kv
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -447,5 +448,58 @@ func TestSimCodedRebuildWhileWriting(t *testing.T) {
 		}
 		time.Sleep(10 * time.Second)
 		codedCheck(t, s, s.client(), model, "rebuilt while writing, two other shards lost")
+	})
+}
+
+// TestSimRebuildRequestRefused sends an owner rebuild requests it must
+// refuse, without touching the key space: a body of the wrong length, a
+// column past K+M, rows outside the shard's own (the key space's header,
+// rows straddling two shards' spans, another shard's), no rows, a column
+// that serves reads (not being rebuilt), and any rebuild in a key space
+// that is not coded.
+func TestSimRebuildRequestRefused(t *testing.T) {
+	send := func(t *testing.T, c *Client, shard int, body []byte) error {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _, err := c.writeShard(ctx, shard, &request{op: opRebuild, val: body})
+		return err
+	}
+	simStore(t, 96, 6, codedLayout(), func(t *testing.T, s *simKV) {
+		c := s.client()
+		model := codedFill(t, s, c, rand.New(rand.NewPCG(96, 1)), 8, 1000, "k")
+		l := codedLayout()
+		sp := l.shardSpans(1)
+		row := l.Code.row()
+		for _, r := range []struct {
+			name string
+			body []byte
+		}{
+			{"a short body", appendRebuild(0, sp[1][0], row)[:10]},
+			{"a column past K+M", appendRebuild(l.Code.K+l.Code.M, sp[1][0], row)},
+			{"the header's rows", appendRebuild(0, 0, row)},
+			{"rows of two shards", appendRebuild(0, sp[1][0]+sp[1][1]-row, 2*row)},
+			{"another shard's rows", appendRebuild(0, l.shardSpans(2)[1][0], row)},
+			{"no rows", appendRebuild(0, sp[1][0], 0)},
+			{"a column serving reads", appendRebuild(0, sp[1][0], row)},
+		} {
+			if err := send(t, c, 1, r.body); !errors.Is(err, ErrBadRequest) {
+				t.Errorf("seed %d: %s: %v, want %v", s.seed, r.name, err, ErrBadRequest)
+			}
+		}
+		var rows uint64
+		for _, o := range s.owners {
+			rows += o.Stats().Rebuilt
+		}
+		if rows != 0 {
+			t.Fatalf("seed %d: %d rows rebuilt by refused requests", s.seed, rows)
+		}
+		codedCheck(t, s, c, model, "after the refused rebuilds")
+	})
+	simStore(t, 97, 2, testLayout(), func(t *testing.T, s *simKV) {
+		c := s.client()
+		if err := send(t, c, 0, appendRebuild(0, testLayout().shardSpans(0)[1][0], 4096)); !errors.Is(err, ErrBadRequest) {
+			t.Fatalf("seed %d: a rebuild in a key space that is not coded: %v", s.seed, err)
+		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"math"
+	"time"
 )
 
 // Growing a shard's table. A key space whose layout has MaxBuckets
@@ -234,7 +235,7 @@ func (o *Owner) growStep(ctx context.Context, sh *shard, chunks int) bool {
 	if err != nil {
 		// The switch may or may not have happened: the shard is read
 		// again (its descriptor says which table) before its next write.
-		sh.dirty = true
+		sh.dirty, sh.dirtyAt = true, time.Now()
 		o.log.Warn("kv: switching to a bigger table failed; the shard is read again before its next write", "shard", sh.id, "err", err)
 		return false
 	}

@@ -506,8 +506,8 @@ func memFaults(s *simKV, mu jepsen.ChanLock, restarts *sync.WaitGroup) []jepsen.
 					return nil
 				},
 				Stop: func() error {
-					if i := slices.Index(crashed, m); i >= 0 {
-						crashed = slices.Delete(crashed, i, i+1)
+					if j := slices.Index(crashed, m); j >= 0 {
+						crashed = slices.Delete(crashed, j, j+1)
 						restarts.Go(func() {
 							if kvRebuild(s, mu, m, i) {
 								mu.Lock()
@@ -584,9 +584,11 @@ func memFaults(s *simKV, mu jepsen.ChanLock, restarts *sync.WaitGroup) []jepsen.
 // rebuilds the key space's shards it held with RebuildShards while the
 // owners write, again while the rebuild fails (an owner rank with no
 // process serving it, a column's rebuild cut short), for up to a minute.
-// It reports whether the node's shards were rebuilt.
+// It reports whether the node's shards were rebuilt. i is the node's
+// index: restarts ending at one instant go on at instants of their own,
+// in the nodes' order.
 func kvRebuild(s *simKV, mu jepsen.ChanLock, m *simpool.Mem, i int) bool {
-	time.Sleep(time.Duration(50+i) * time.Microsecond) // an instant of its own
+	time.Sleep(time.Duration(50+i) * time.Microsecond)
 	mu.Lock()
 	err := s.StartMem(m, time.Second)
 	mu.Unlock()

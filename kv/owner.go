@@ -219,8 +219,9 @@ type shard struct {
 	idx     map[string]int // live key → bucket
 	sweep   int            // the next bucket the sweep looks at
 	heap    *slabs
-	nextVer uint64 // versions are unique in a shard
-	dirty   bool   // a bucket write failed: the region may differ from b
+	nextVer uint64    // versions are unique in a shard
+	dirty   bool      // a bucket write failed: the region may differ from b
+	dirtyAt time.Time // when it did
 	// tab is the table in use (b holds its buckets); grow the bigger
 	// one being written, if any (grow.go).
 	tab  tableDesc
@@ -428,9 +429,18 @@ func (o *Owner) load(ctx context.Context, sh *shard) error {
 	// one lost on the way to a copy fails before it is sent again. Reads
 	// go to the first copy that answers, so readers would see the
 	// value change when that copy's node drops out, and change back
-	// when it returns. The fence raised, no such write lands any more:
-	// what the shard is read from is written back to both copies.
+	// when it returns. The fence raised, no such write of an earlier
+	// holder lands any more; one of this owner's own, failed, is given
+	// FenceMargin from its failure to leave the network (as the lease
+	// gives an earlier holder's). Then what the shard is read from is
+	// written back to both copies.
 	resync := (taken || sh.dirty) && o.mem.vol == nil && o.redundant()
+	if d := time.Until(sh.dirtyAt.Add(FenceMargin)); resync && !taken && d > 0 {
+		if err := sleep(ctx, d); err != nil {
+			return fmt.Errorf("kv: loading shard %d: %w", sh.id, err)
+		}
+		sh.gate.Pass()
+	}
 	sh.grow = nil
 	var (
 		err  error
@@ -558,7 +568,7 @@ func (o *Owner) scrub(ctx context.Context, sh *shard) {
 // sends it again.
 func (o *Owner) rebuild(key uint64, r *request) []byte {
 	col, off, n, ok := parseRebuild(r.val)
-	if !ok || o.mem.vol == nil || key < uint64(o.lo) || key >= uint64(o.hi) || !o.l.inShard(int(key), off, n) {
+	if !ok || o.mem.vol == nil || col >= o.l.Code.K+o.l.Code.M || key < uint64(o.lo) || key >= uint64(o.hi) || !o.l.inShard(int(key), off, n) {
 		return appendReply(nil, stBad, 0, nil)
 	}
 	if r.inc != o.inc {
@@ -915,7 +925,7 @@ func (o *Owner) publish(ctx context.Context, sh *shard, i int, nb bucket, val []
 	if err != nil {
 		// The bucket may or may not have changed: learn which from the
 		// region before the next write.
-		sh.dirty = true
+		sh.dirty, sh.dirtyAt = true, time.Now()
 		o.log.Warn("kv: publishing a bucket failed; the shard is read again before its next write", "shard", sh.id, "err", err)
 		return stFailed, 0, nil
 	}

@@ -56,22 +56,9 @@ func (v *Volume) ReadAt(ctx context.Context, p []byte, off int64) (rebuilt int, 
 // them answered and decodes.
 func (v *Volume) reconstruct(ctx context.Context, pc piece, buf []byte) error {
 	shards := make([][]byte, v.k+v.m)
-	got := 0
-	var errs []error
-	for s := range shards {
-		if s == pc.i || got == v.k {
-			continue
-		}
-		b := make([]byte, pc.n)
-		if _, err := v.r.ReadAtContext(ctx, b, int64(v.ShardAddr(pc.row, s, pc.w))); err != nil {
-			if ctx.Err() != nil {
-				return err
-			}
-			errs = append(errs, fmt.Errorf("shard %d: %w", s, err))
-			continue
-		}
-		shards[s] = b
-		got++
+	got, errs, err := v.readOthers(ctx, pc.row, pc.w, pc.n, pc.i, shards)
+	if err != nil {
+		return err
 	}
 	if got < v.k {
 		return fmt.Errorf("%w: row %d, %d of %d: %w", ErrUnreadable, pc.row, got, v.k, errors.Join(errs...))
@@ -81,4 +68,30 @@ func (v *Volume) reconstruct(ctx context.Context, pc piece, buf []byte) error {
 	}
 	copy(buf, shards[pc.i])
 	return nil
+}
+
+// readOthers reads bytes [w, w+n) of the shards of row other than skip,
+// in column order, into shards (nil for those not read) until k
+// answered, and returns how many did and the others' errors; it stops
+// at the first error once ctx ended.
+func (v *Volume) readOthers(ctx context.Context, row, w, n uint64, skip int, shards [][]byte) (int, []error, error) {
+	got := 0
+	var errs []error
+	for s := range shards {
+		shards[s] = nil
+		if s == skip || got == v.k {
+			continue
+		}
+		b := make([]byte, n)
+		if _, err := v.r.ReadAtContext(ctx, b, int64(v.ShardAddr(row, s, w))); err != nil {
+			if ctx.Err() != nil {
+				return got, errs, err
+			}
+			errs = append(errs, fmt.Errorf("shard %d: %w", s, err))
+			continue
+		}
+		shards[s] = b
+		got++
+	}
+	return got, errs, nil
 }

@@ -94,23 +94,9 @@ func (v *Volume) RebuildRows(ctx context.Context, shard int, off, n int64, each 
 // rebuildRow recomputes shard of row from k other shards (data shards
 // first) and writes it; shards is scratch of k+m entries.
 func (v *Volume) rebuildRow(ctx context.Context, shard int, row uint64, shards [][]byte) error {
-	got := 0
-	var errs []error
-	for s := range shards {
-		shards[s] = nil
-		if s == shard || got == v.k {
-			continue
-		}
-		b := make([]byte, v.s)
-		if _, err := v.r.ReadAtContext(ctx, b, int64(v.ShardAddr(row, s, 0))); err != nil {
-			if ctx.Err() != nil {
-				return err
-			}
-			errs = append(errs, fmt.Errorf("shard %d: %w", s, err))
-			continue
-		}
-		shards[s] = b
-		got++
+	got, errs, err := v.readOthers(ctx, row, 0, v.s, shard, shards)
+	if err != nil {
+		return err
 	}
 	if got < v.k {
 		return fmt.Errorf("%w: rebuild of shard %d: row %d, %d of %d: %w", ErrUnreadable, shard, row, got, v.k, errors.Join(errs...))
