@@ -1,6 +1,7 @@
-// Package detector is the failure detector of heartbeats: the switch
-// judges its members' and memory nodes' heartbeats with it. It keeps no
-// clock: callers pass the times (the switch's heard clock).
+// Package detector is the failure detector both ends of a heartbeat use:
+// the switch judges its members' and memory nodes' heartbeats with it,
+// a member its switch's answers to its own. It keeps no clock: callers
+// pass the times (the switch's heard clock, the member's wall clock).
 package detector
 
 import (
