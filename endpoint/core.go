@@ -55,9 +55,13 @@ type Core struct {
 	now       time.Time // of the current Receive (admission runs inside it)
 
 	// Group state (core_group.go).
-	gops        map[gopKey]*Op
-	joined      map[uint32]uint16         // groups this core is a member of (SetMember)
-	groupSw     map[uint32]netip.AddrPort // the forwarding node of a group (SetGroupSwitch)
+	gops    map[gopKey]*Op
+	joined  map[uint32]uint16         // groups this core is a member of (SetMember)
+	groupSw map[uint32]netip.AddrPort // the forwarding node of a group (SetGroupSwitch)
+	// swHeard: when a datagram last came from each of the groups'
+	// forwarding nodes (zero: none yet), a sign of life (switchHeard).
+	// An entry per address in groupSw.
+	swHeard     map[netip.AddrPort]time.Time
 	unexp       map[unexpKey]*unexpected
 	unexpUse    [2]unexpUse // buffered unexpected messages: [0] all, [1] from strangers
 	unexpSweep  time.Time   // earliest next sweep of idle partial unexpected messages
@@ -332,6 +336,9 @@ func (c *Core) Receive(now time.Time, dg netio.Datagram) {
 	from, pkt, rx := dg.Addr, dg.Buf, dg.RxTime
 	c.now = now
 	c.mem.Observe(now)
+	if _, ok := c.swHeard[from]; ok && len(pkt) >= wire.HeaderLen {
+		c.swHeard[from] = now
+	}
 	if len(pkt) >= wire.HeaderLen && wire.Mode(pkt[2]) == wire.ModePool && c.stepPool(now, from, pkt) {
 		return
 	}

@@ -232,9 +232,29 @@ func (c *Core) SetMember(group uint32, member uint16) {
 func (c *Core) SetGroupSwitch(group uint32, sw netip.AddrPort) {
 	if c.groupSw == nil {
 		c.groupSw = make(map[uint32]netip.AddrPort)
+		c.swHeard = make(map[netip.AddrPort]time.Time)
 	}
 	c.groupSw[group] = sw
+	if _, ok := c.swHeard[sw]; !ok {
+		c.swHeard[sw] = time.Time{}
+	}
 }
+
+// forgetSwitchHeard drops sw's entry in swHeard once no group names it.
+func (c *Core) forgetSwitchHeard(sw netip.AddrPort) {
+	for _, s := range c.groupSw {
+		if s == sw {
+			return
+		}
+	}
+	delete(c.swHeard, sw)
+}
+
+// switchHeard is when a datagram last came from sw, a forwarding node
+// named with SetGroupSwitch (whatever it carried: an answer, data, an
+// acknowledgement), zero if none did: a switch that sends is alive,
+// however late its answers to heartbeats come.
+func (c *Core) switchHeard(sw netip.AddrPort) time.Time { return c.swHeard[sw] }
 
 // LeaveGroup forgets group once this endpoint has left it (or closed its
 // service), after the group's operations completed: its sequence numbers,
@@ -246,9 +266,10 @@ func (c *Core) LeaveGroup(group uint32) {
 		// member when it leaves (or dies): so does the member, or a
 		// later member of the same group id would find the old ones.
 		c.eng.ForgetGroup(sw, group, nil)
+		delete(c.groupSw, group)
+		c.forgetSwitchHeard(sw)
 	}
 	delete(c.joined, group)
-	delete(c.groupSw, group)
 	c.eng.ClearLocal(group)
 	delete(c.mcSeq, group)
 	delete(c.aggSeq, group)

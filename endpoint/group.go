@@ -201,6 +201,12 @@ func (g *Group) Members() []ctrl.MemberInfo { return g.members }
 // heartbeats sends a heartbeat every interval without waiting for the
 // previous answer (at most 4 in flight, each given up after 2 intervals),
 // so a lost response never silences a live member.
+//
+// A switch that answers none of them (not even with a refusal) and
+// sends nothing else for silentAfter, while this member sent one at every
+// interval, is gone (silence): the group's operations fail
+// (switchSilent), at every interval while it stays silent, rather than
+// wait for it.
 func (g *Group) heartbeats() {
 	defer close(g.hbDone)
 	iv := g.opts.HeartbeatInterval()
@@ -214,13 +220,7 @@ func (g *Group) heartbeats() {
 	done := make(chan *Op, 4)
 	inflight := 0
 	sent := make(map[*Op]time.Time, cap(done)) // in flight: when sent
-	// A switch that answers no heartbeat (not even with a refusal) for
-	// the transport's dead-peer timeout, while this member sent one every
-	// interval (a process that was paused itself has not), is gone: the
-	// group's operations fail (switchSilent), at every interval while it
-	// stays silent, rather than wait for it.
-	silent := g.silentAfter()
-	answered, unanswered := time.Now(), 0
+	sl := newSilence(iv, time.Unix(0, g.heard.Load()), time.Now())
 	for {
 		select {
 		case <-g.stop:
@@ -233,8 +233,9 @@ func (g *Group) heartbeats() {
 				g.confirmed.Store(at.UnixNano())
 			}
 			if op.Err == nil || errors.As(op.Err, new(wire.Status)) {
-				answered, unanswered = time.Now(), 0
-				g.heard.Store(answered.UnixNano())
+				now := time.Now()
+				sl.answer(now)
+				g.heard.Store(now.UnixNano())
 			}
 			if errors.Is(op.Err, wire.StatusMemberDead) || errors.Is(op.Err, wire.StatusNotMember) && !g.service {
 				// Counted dead, or the switch no longer knows the
@@ -249,14 +250,16 @@ func (g *Group) heartbeats() {
 			continue
 		case <-tick:
 		}
-		if quiet := time.Since(answered); !g.service && quiet > silent && time.Duration(unanswered)*iv >= silent {
+		now := time.Now()
+		sl.heard(g.switchHeard())
+		if quiet, gone := sl.check(now); gone && !g.service {
 			g.switchSilent(quiet.Round(time.Millisecond))
 		}
 		if inflight >= cap(done) {
 			continue
 		}
 		op := &Op{Kind: KindControl, Peer: g.sw, Buf: buf, Timeout: 2 * iv}
-		sent[op] = time.Now()
+		sent[op] = now
 		if err := g.ep.Start(op, done); err != nil {
 			delete(sent, op)
 			if errors.Is(err, ErrClosed) {
@@ -264,8 +267,8 @@ func (g *Group) heartbeats() {
 			}
 			continue
 		}
+		sl.sent(now)
 		inflight++
-		unanswered++
 	}
 }
 
@@ -316,11 +319,6 @@ func (g *Group) stopHeartbeats() {
 	<-g.hbDone
 }
 
-// leaveQuiet is how many heartbeat intervals without an answer from the
-// switch make Leave wait for its answer to the LEAVE no longer than two
-// intervals.
-const leaveQuiet = 4
-
 // Leave tells the switch this member is leaving and stops its heartbeats.
 // Other members see a *MemberError with Left set for operations that
 // needed it.
@@ -335,7 +333,7 @@ func (g *Group) Leave(ctx context.Context) error {
 	g.ep.lingerLocked(func() bool { return g.ep.core.eagerOut == 0 || ctx.Err() != nil })
 	g.ep.mu.Unlock()
 	g.stopHeartbeats()
-	if iv := g.opts.HeartbeatInterval(); time.Since(time.Unix(0, g.heard.Load())) > leaveQuiet*iv {
+	if time.Since(time.Unix(0, g.heard.Load())) > silentAfter(g.opts.HeartbeatInterval()) {
 		// The switch has answered none of the last heartbeats: it died,
 		// stalled or is cut off, and the group's operations have failed
 		// or will. The LEAVE goes out, but is not waited for beyond two
@@ -343,7 +341,7 @@ func (g *Group) Leave(ctx context.Context) error {
 		// control exchange's whole timeout); a switch that is alive
 		// counts the member gone from its silence anyway.
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 2*iv)
+		ctx, cancel = context.WithTimeout(ctx, 2*g.opts.HeartbeatInterval())
 		defer cancel()
 	}
 	_, err := g.ep.control(ctx, g.sw, &ctrl.Msg{Type: ctrl.Leave, Group: g.id, Member: g.rank}, &g.opts)

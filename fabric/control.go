@@ -98,7 +98,7 @@ func (s *Switch) control(now time.Time, d *transport.Delivery) {
 				return
 			}
 			mem.lastSeen = s.heard
-			mem.beats.beat(s.heard)
+			mem.beats.Beat(s.heard)
 			s.respond(d, &ctrl.Msg{Type: ctrl.Heartbeat, Resp: true, Group: g.id, Member: mem.id, Epoch: g.epoch, Dead: g.deadIDs()})
 			s.relayBeat(now, g, mem)
 		case ctrl.Leave:

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ndma/ndma/internal/detector"
 	"github.com/ndma/ndma/wire"
 	"github.com/ndma/ndma/wire/ctrl"
 	"github.com/ndma/ndma/wire/poolmap"
@@ -44,9 +45,9 @@ type PoolNode struct {
 	Alive    bool
 	free     []span // free extents, sorted by offset, coalesced
 	used     uint64
-	Name     string    // its credential's name (sealed fabrics; else empty)
-	lastSeen time.Time // the switch's last registration from it
-	beats    beats     // its registrations' rhythm: how long a silence means death
+	Name     string         // its credential's name (sealed fabrics; else empty)
+	lastSeen time.Time      // the switch's last registration from it
+	beats    detector.Beats // its registrations' rhythm: how long a silence means death
 	// Requests and Bytes count the pool requests (and their payload
 	// bytes) the switch forwarded to the node.
 	Requests, Bytes uint64

@@ -50,7 +50,7 @@ func (p *poolPlane) poolControl(now time.Time, d *transport.Delivery, m *ctrl.Ms
 			return
 		}
 		n.lastSeen = p.sw.heard
-		n.beats.beat(p.sw.heard)
+		n.beats.Beat(p.sw.heard)
 		if p.sw.idents != nil {
 			// Its credential's name, for operators (pool stat): the
 			// id is the order the nodes came in.
@@ -145,7 +145,7 @@ func (r *PoolRegion) spec() ctrl.PoolSpec {
 func (p *poolPlane) checkPoolNodes(now time.Time) {
 	var forget []*PoolNode
 	for _, n := range p.mmu.Nodes() {
-		if n.Alive && p.sw.heard.Sub(n.lastSeen) > n.beats.allowed(p.sw.cfg.HeartbeatTimeout) {
+		if n.Alive && p.sw.heard.Sub(n.lastSeen) > silenceAllowed(&n.beats, p.sw.cfg.HeartbeatTimeout) {
 			p.mmu.SetAlive(n, false)
 			p.sw.logEvent(Event{Kind: EventPoolNodeDied, Node: n.ID, Addr: n.Addr})
 			p.nodeDied(now, n)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ndma/ndma/internal/detector"
 	"github.com/ndma/ndma/netio"
 	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
@@ -84,8 +85,8 @@ type member struct {
 	id       uint16
 	addr     netip.AddrPort
 	alive    bool
-	lastSeen time.Time // any datagram from it (a sign of life)
-	beats    beats     // its heartbeats: how long a silence means death
+	lastSeen time.Time      // any datagram from it (a sign of life)
+	beats    detector.Beats // its heartbeats: how long a silence means death
 	// In a tree of switches (tree.go): via is the port (a neighbor
 	// switch) a member lies behind, nil for one attached here; addr is
 	// then the port's address, real the member's own.

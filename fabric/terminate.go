@@ -106,7 +106,7 @@ func (s *Switch) checkLiveness(now time.Time) {
 	for _, id := range ids {
 		g := s.groups[id]
 		for _, m := range g.members {
-			if m != nil && m.alive && s.heard.Sub(m.lastSeen) > m.beats.allowed(s.cfg.HeartbeatTimeout) {
+			if m != nil && m.alive && s.heard.Sub(m.lastSeen) > silenceAllowed(&m.beats, s.cfg.HeartbeatTimeout) {
 				s.memberDead(g, m, false)
 			}
 		}
