@@ -125,8 +125,9 @@ func OpenCatalog(ctx context.Context, pc *pool.Client, id uint32, key uint64) (*
 }
 
 // OpenCatalogRef opens the catalog r names. With a mirror, a catalog
-// whose region lost a memory node's column is read from the mirror and
-// repaired (Repair) before it is written.
+// whose region lost a memory node's column is repaired (Repair) when it
+// is opened or written, once the node is back, and read from the mirror
+// until then.
 func OpenCatalogRef(ctx context.Context, pc *pool.Client, r CatalogRef) (*Catalog, error) {
 	c := &Catalog{pc: pc}
 	var err error
@@ -139,6 +140,11 @@ func OpenCatalogRef(ctx context.Context, pc *pool.Client, r CatalogRef) (*Catalo
 		}
 	}
 	h := make([]byte, 16)
+	if _, err := c.reg.ReadAtContext(ctx, h, 0); err != nil && c.mirror != nil && errors.Is(err, wire.StatusLost) {
+		// The region lost a column: rebuild it now if its node is back
+		// (if not, the mirror serves).
+		_, _ = c.Repair(ctx)
+	}
 	if _, err := c.read(ctx, h, 0); err != nil {
 		return nil, fmt.Errorf("mq: reading the catalog header: %w", err)
 	}
