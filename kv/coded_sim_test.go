@@ -455,8 +455,9 @@ func TestSimCodedRebuildWhileWriting(t *testing.T) {
 // refuse, without touching the key space: a body of the wrong length, a
 // column past K+M, rows outside the shard's own (the key space's header,
 // rows straddling two shards' spans, another shard's), no rows, a column
-// that serves reads (not being rebuilt), and any rebuild in a key space
-// that is not coded.
+// that serves reads (not being rebuilt), one sent while another rebuild
+// runs on the owner (busy), and any rebuild in a key space that is not
+// coded.
 func TestSimRebuildRequestRefused(t *testing.T) {
 	send := func(t *testing.T, c *Client, shard int, body []byte) error {
 		t.Helper()
@@ -486,6 +487,18 @@ func TestSimRebuildRequestRefused(t *testing.T) {
 			if err := send(t, c, 1, r.body); !errors.Is(err, ErrBadRequest) {
 				t.Errorf("seed %d: %s: %v, want %v", s.seed, r.name, err, ErrBadRequest)
 			}
+		}
+		// One rebuild at a time per owner: while one runs, another is
+		// answered busy (its client sends it again until its context
+		// ends), not queued on the shard's lock.
+		o := s.owners[l.owner(1)]
+		o.rebuilding <- struct{}{}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, _, err := c.writeShard(ctx, 1, &request{op: opRebuild, val: appendRebuild(0, sp[1][0], row)})
+		cancel()
+		<-o.rebuilding
+		if err == nil || errors.Is(err, ErrBadRequest) {
+			t.Errorf("seed %d: a rebuild request while another runs: %v, want no answer but busy", s.seed, err)
 		}
 		var rows uint64
 		for _, o := range s.owners {

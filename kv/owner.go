@@ -115,6 +115,11 @@ type Owner struct {
 	repMu   chan struct{}
 	// raiseMu is held by the handler raising the fence (lease.go).
 	raiseMu chan struct{}
+	// rebuilding is held while a rebuild request runs: one at a time,
+	// so that a flood of them (any client the space serves may send
+	// them) is refused at once rather than queued on the shards' locks
+	// in front of the writes.
+	rebuilding chan struct{}
 	// gen counts the owner's registrations, and the writes refused for
 	// their fence (under mu): a shard loaded under an earlier one is
 	// read again before its next write, since another process may have
@@ -258,7 +263,7 @@ func StartOwner(ctx context.Context, ep *endpoint.Endpoint, reg *pool.Region, cf
 		}
 		allow = append(allow, secure.ScopeTag(c))
 	}
-	o := &Owner{cfg: cfg, log: cfg.Logger, reg: reg, ep: ep, repMu: make(chan struct{}, 1), raiseMu: make(chan struct{}, 1), inc: cfg.Incarnation,
+	o := &Owner{cfg: cfg, log: cfg.Logger, reg: reg, ep: ep, repMu: make(chan struct{}, 1), raiseMu: make(chan struct{}, 1), rebuilding: make(chan struct{}, 1), inc: cfg.Incarnation,
 		allow: allow}
 	for o.inc == 0 {
 		o.inc = rand.Uint64()
@@ -573,6 +578,12 @@ func (o *Owner) rebuild(key uint64, r *request) []byte {
 	}
 	if r.inc != o.inc {
 		return appendReply(nil, stStale, o.inc, nil)
+	}
+	select {
+	case o.rebuilding <- struct{}{}:
+		defer func() { <-o.rebuilding }()
+	default:
+		return appendReply(nil, stBusy, 0, nil) // the client sends it again
 	}
 	sh := o.shards[int(key)-o.lo]
 	sh.lock <- struct{}{}
