@@ -81,14 +81,21 @@ type Client struct {
 	tabs []atomic.Uint64
 }
 
-// Open asks an owner of the key space for its region, opens it and reads
-// its layout.
-func Open(ctx context.Context, ep *endpoint.Endpoint, pc *pool.Client, cfg ClientConfig) (*Client, error) {
+// newClient is a client of the key space cfg names, with its own id,
+// before it knows the key space's region.
+func newClient(ep *endpoint.Endpoint, cfg ClientConfig) *Client {
 	c := &Client{ep: ep, cfg: cfg, inc: make(map[int]uint64)}
-	c.loc.init(cfg.CacheEntries)
 	for c.id == 0 {
 		c.id = rand.Uint64()
 	}
+	return c
+}
+
+// Open asks an owner of the key space for its region, opens it and reads
+// its layout.
+func Open(ctx context.Context, ep *endpoint.Endpoint, pc *pool.Client, cfg ClientConfig) (*Client, error) {
+	c := newClient(ep, cfg)
+	c.loc.init(cfg.CacheEntries)
 	var resp []byte
 	var err error
 	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -266,10 +265,8 @@ func RebuildShards(ctx context.Context, ep *endpoint.Endpoint, reg *pool.Region,
 	}
 	var c *Client
 	if len(ms) > 0 {
-		c = &Client{ep: ep, cfg: cfg, inc: make(map[int]uint64), l: l, reg: reg, mem: st}
-		for c.id == 0 {
-			c.id = rand.Uint64()
-		}
+		c = newClient(ep, cfg)
+		c.l, c.reg, c.mem = l, reg, st
 	}
 	lost, unreachable, err := st.vol.Lost(ctx)
 	if err != nil {
