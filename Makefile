@@ -78,6 +78,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzFence -fuzztime 30s ./memnode
 	$(GO) test -run '^$$' -fuzz FuzzParseGrants -fuzztime 30s ./memnode
 	$(GO) test -run '^$$' -fuzz FuzzParseReplies -fuzztime 30s ./memnode/durable
+	$(GO) test -run '^$$' -fuzz FuzzParseUndo -fuzztime 30s ./memnode/durable
 	$(GO) test -run '^$$' -fuzz FuzzParseRecord -fuzztime 30s ./fabric/ctrlstore
 	$(GO) test -run '^$$' -fuzz FuzzCtrl -fuzztime 30s ./wire/ctrl
 	$(GO) test -run '^$$' -fuzz FuzzParseBatch -fuzztime 30s ./mq

@@ -422,6 +422,10 @@ func NewReplies(capacity int, ttl time.Duration) *Replies {
 	return &Replies{ttl: ttl, max: max(capacity, 0), m: make(map[replyKey]reply)}
 }
 
+// Span is Len bytes of a memory node's lent memory from node-local
+// offset Off.
+type Span struct{ Off, Len uint64 }
+
 // ReplyRecord is one remembered reply as a durable node keeps it on
 // disk (package memnode/durable): whose request it answered (client
 // address, request id, chain hop), the result's Status and Old, and

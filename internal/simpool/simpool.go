@@ -108,8 +108,13 @@ type MemDir struct {
 // memDirReplies bounds MemDir.Replies: the server's default reply cache.
 const memDirReplies = 1 << 16
 
-// AddReply keeps r, forgetting the oldest record beyond memDirReplies.
-func (d *MemDir) AddReply(r memnode.ReplyRecord) error {
+// Begin and Abort do nothing: the test's memory outlives the node, and
+// a request is never cut between its bytes and its reply record.
+func (d *MemDir) Begin(spans []memnode.Span) error { return nil }
+func (d *MemDir) Abort() error                     { return nil }
+
+// Commit keeps r, forgetting the oldest record beyond memDirReplies.
+func (d *MemDir) Commit(spans []memnode.Span, r memnode.ReplyRecord) error {
 	d.Replies = append(d.Replies, r)
 	if len(d.Replies) > memDirReplies {
 		d.Replies = d.Replies[len(d.Replies)-memDirReplies:]
@@ -124,8 +129,7 @@ func (d *MemDir) SaveGrants(rec []byte) error {
 	return nil
 }
 
-// Sync and Flush do nothing: the test's memory outlives the node.
-func (d *MemDir) Sync(off, n uint64) error  { return nil }
+// Flush does nothing: the test's memory outlives the node.
 func (d *MemDir) Flush(off, n uint64) error { return nil }
 
 // Start starts the network, the switch and cfg.Nodes memory nodes, and

@@ -18,12 +18,15 @@ func Open(path string, size int64, replies int, s Sync, log *slog.Logger) (*Dir,
 	return nil, fmt.Errorf("durable: %s: %w", path, errors.ErrUnsupported)
 }
 
-func (d *Dir) Mem() []byte                          { return nil }
-func (d *Dir) Kept() []memnode.GrantState           { return nil }
-func (d *Dir) KeptReplies() []memnode.ReplyRecord   { return nil }
-func (d *Dir) AddReply(r memnode.ReplyRecord) error { return errors.ErrUnsupported }
-func (d *Dir) Fresh() bool                          { return false }
-func (d *Dir) SaveGrants(rec []byte) error          { return errors.ErrUnsupported }
-func (d *Dir) Sync(off, n uint64) error             { return errors.ErrUnsupported }
-func (d *Dir) Flush(off, n uint64) error            { return errors.ErrUnsupported }
-func (d *Dir) Close() error                         { return nil }
+func (d *Dir) Mem() []byte                        { return nil }
+func (d *Dir) Kept() []memnode.GrantState         { return nil }
+func (d *Dir) KeptReplies() []memnode.ReplyRecord { return nil }
+func (d *Dir) Fresh() bool                        { return false }
+func (d *Dir) SaveGrants(rec []byte) error        { return errors.ErrUnsupported }
+func (d *Dir) Begin(spans []memnode.Span) error   { return errors.ErrUnsupported }
+func (d *Dir) Commit(spans []memnode.Span, r memnode.ReplyRecord) error {
+	return errors.ErrUnsupported
+}
+func (d *Dir) Abort() error              { return errors.ErrUnsupported }
+func (d *Dir) Flush(off, n uint64) error { return errors.ErrUnsupported }
+func (d *Dir) Close() error              { return nil }

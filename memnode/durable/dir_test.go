@@ -39,10 +39,7 @@ func TestDirReopen(t *testing.T) {
 		if !d.Fresh() || d.Kept() != nil {
 			t.Fatalf("%v: a new directory: fresh %v, kept %v", s, d.Fresh(), d.Kept())
 		}
-		copy(d.Mem()[5000:], "kept across restarts")
-		if err := d.Sync(5000, 20); err != nil {
-			t.Fatal(err)
-		}
+		apply(t, d, 5000, "kept across restarts", sampleReply(1))
 		want := sampleGrants(7)
 		if err := d.SaveGrants(memnode.AppendGrants(nil, want)); err != nil {
 			t.Fatal(err)

@@ -28,6 +28,8 @@ type Dir struct {
 	kept   []memnode.GrantState
 	fresh  bool
 	rj     replyJournal
+	undo   undoLog
+	undoMu sync.Mutex
 	mu     sync.Mutex // serializes SaveGrants
 	stop   chan struct{}
 	done   chan struct{}
@@ -82,6 +84,9 @@ func Open(path string, size int64, replies int, s Sync, log *slog.Logger) (*Dir,
 		return nil, err
 	}
 	if err := d.openReplies(replies); err != nil {
+		return nil, err
+	}
+	if err := d.openUndo(d.rj.keptJournal); err != nil {
 		return nil, err
 	}
 	if s.Every > 0 {
@@ -188,23 +193,14 @@ func (d *Dir) SaveGrants(rec []byte) error {
 	return nil
 }
 
-// Sync flushes bytes [off, off+n) of the memory to the file under
-// SyncAlways (the pages holding them), then the reply records added
-// since the last Sync; under an interval it does nothing (the
-// background flush does).
-func (d *Dir) Sync(off, n uint64) error {
-	if d.sync.Every > 0 {
-		return nil
-	}
-	if err := d.Flush(off, n); err != nil {
+// Flush flushes bytes [off, off+n) of the memory to the file now,
+// whatever the policy. Bytes changed other than by a request (a grant's
+// scrubbed extent, a rebuilt copy) are flushed with it, and it first
+// clears an undo record of a request that changed nothing.
+func (d *Dir) Flush(off, n uint64) error {
+	if err := d.retireUndo(); err != nil {
 		return err
 	}
-	return d.rj.flushPending()
-}
-
-// Flush flushes bytes [off, off+n) of the memory to the file now,
-// whatever the policy.
-func (d *Dir) Flush(off, n uint64) error {
 	if n == 0 || off >= uint64(len(d.mem)) {
 		return nil
 	}
@@ -262,6 +258,7 @@ func (d *Dir) Close() error {
 		if e := d.rj.flushAll(); e != nil && err == nil {
 			err = e
 		}
+		d.closeUndo()
 		d.release()
 	})
 	return err
@@ -274,6 +271,7 @@ func (d *Dir) release() {
 		d.mem = nil
 	}
 	d.rj.unmap()
+	d.closeUndo()
 	if d.lock != nil {
 		d.lock.Close() // drops the flock
 		d.lock = nil

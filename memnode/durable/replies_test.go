@@ -39,6 +39,20 @@ func sameReplies(t *testing.T, got, want []memnode.ReplyRecord) {
 	}
 }
 
+// apply does what a node does for a request writing data at off whose
+// reply is r: Begin, the write, Commit.
+func apply(t testing.TB, d *Dir, off uint64, data string, r memnode.ReplyRecord) {
+	t.Helper()
+	span := []memnode.Span{{Off: off, Len: uint64(len(data))}}
+	if err := d.Begin(span); err != nil {
+		t.Fatal(err)
+	}
+	copy(d.Mem()[off:], data)
+	if err := d.Commit(span, r); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // openLogged opens path (8 reply slots) with its log in buf.
 func openLogged(t *testing.T, path string, buf *bytes.Buffer) *Dir {
 	t.Helper()
@@ -60,16 +74,9 @@ func TestRepliesReopen(t *testing.T) {
 			t.Fatal(err)
 		}
 		var all []memnode.ReplyRecord
-		for i := range 100 { // more than maxPending between syncs too
+		for i := range 100 {
 			all = append(all, sampleReply(i))
-			if err := d.AddReply(all[i]); err != nil {
-				t.Fatal(err)
-			}
-			if i < 10 || i == 99 {
-				if err := d.Sync(0, 8); err != nil {
-					t.Fatal(err)
-				}
-			}
+			apply(t, d, uint64(i%512)*8, "applied!", all[i])
 		}
 		d.Close()
 		if fi, err := os.Stat(filepath.Join(path, "replies")); err != nil || fi.Size() != int64(ReplyJournalLen(8)) {
@@ -81,9 +88,7 @@ func TestRepliesReopen(t *testing.T) {
 		}
 		sameReplies(t, d.KeptReplies(), all[92:])
 		// Numbering goes on from the newest record kept.
-		if err := d.AddReply(sampleReply(100)); err != nil {
-			t.Fatal(err)
-		}
+		apply(t, d, 0, "x", sampleReply(100))
 		d.Close()
 		d, _ = Open(path, 4096, 8, s, nil)
 		sameReplies(t, d.KeptReplies(), append(all[93:], sampleReply(100)))
@@ -102,9 +107,7 @@ func TestRepliesDamaged(t *testing.T) {
 	fill := func() {
 		d := openLogged(t, path, &buf)
 		for i := range 3 {
-			if err := d.AddReply(sampleReply(i)); err != nil {
-				t.Fatal(err)
-			}
+			apply(t, d, 0, "x", sampleReply(i))
 		}
 		d.Close()
 	}
@@ -142,9 +145,7 @@ func TestRepliesDamaged(t *testing.T) {
 		if got := len(d.KeptReplies()); got != tc.kept || !strings.Contains(buf.String(), tc.log) {
 			t.Fatalf("%s: kept %d records (want %d), log %q (want %q)", tc.name, got, tc.kept, buf.String(), tc.log)
 		}
-		if err := d.AddReply(sampleReply(7)); err != nil {
-			t.Fatal(err)
-		}
+		apply(t, d, 0, "x", sampleReply(7))
 		d.Close()
 		d = openLogged(t, path, &buf)
 		if got := d.KeptReplies(); len(got) != tc.kept+1 || got[len(got)-1].ID != sampleReply(7).ID {
@@ -167,15 +168,12 @@ func TestRepliesDamaged(t *testing.T) {
 	}
 }
 
-// BenchmarkSyncAlways is what a write costs a node under SyncAlways:
-// 8 bytes written and synced, without and with its reply record (set
+// BenchmarkSyncAlways is what a write of 8 bytes costs a node under
+// SyncAlways: its bytes flushed; its bytes and reply record (Commit);
+// and all a request does, its undo record saved first (Begin) (set
 // TMPDIR to a directory on the disk to measure; tmpfs flushes nothing).
 func BenchmarkSyncAlways(b *testing.B) {
-	for _, withReply := range []bool{false, true} {
-		name := "bytes"
-		if withReply {
-			name = "bytes+reply"
-		}
+	for _, name := range []string{"bytes", "bytes+reply", "undo+bytes+reply"} {
 		b.Run(name, func(b *testing.B) {
 			d, err := Open(b.TempDir(), 1<<20, 1<<14, SyncAlways, nil)
 			if err != nil {
@@ -184,15 +182,20 @@ func BenchmarkSyncAlways(b *testing.B) {
 			defer d.Close()
 			r := sampleReply(1)
 			for i := 0; b.Loop(); i++ {
-				off := uint64(i%(1<<17)) * 8
-				d.Mem()[off]++
-				if withReply {
-					r.ID++
-					if err := d.AddReply(r); err != nil {
+				span := []memnode.Span{{Off: uint64(i%(1<<17)) * 8, Len: 8}}
+				if name == "undo+bytes+reply" {
+					if err := d.Begin(span); err != nil {
 						b.Fatal(err)
 					}
 				}
-				if err := d.Sync(off, 8); err != nil {
+				d.Mem()[span[0].Off]++
+				r.ID++
+				if name == "bytes" {
+					err = d.Flush(span[0].Off, 8)
+				} else {
+					err = d.Commit(span, r)
+				}
+				if err != nil {
 					b.Fatal(err)
 				}
 			}

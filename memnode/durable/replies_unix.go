@@ -19,18 +19,15 @@ import (
 // shared: a record written to it is in the kernel's page cache at once,
 // so a crash of the process keeps it; a flush puts it on disk.
 type replyJournal struct {
-	mu      sync.Mutex
-	mem     []byte
-	slots   int
-	seq     uint64 // the last record's number
-	kept    []memnode.ReplyRecord
-	pending []int // slots written since the last flushPending
-	// pendAll: more than maxPending slots were: flush the whole file.
-	pendAll bool
+	mu    sync.Mutex
+	mem   []byte
+	slots int
+	seq   uint64 // the last record's number
+	kept  []memnode.ReplyRecord
+	// keptJournal: the journal's records were taken back at Open
+	// (not made new or discarded).
+	keptJournal bool
 }
-
-// maxPending bounds replyJournal.pending.
-const maxPending = 64
 
 // openReplies maps the reply journal of slots slots, making it if it is
 // not there, and keeps the records it holds. A journal beside memory
@@ -89,7 +86,7 @@ func (d *Dir) openReplies(slots int) error {
 		if j.Bad > 0 {
 			d.log.Warn(fmt.Sprintf("durable: %s: %d torn or corrupt records skipped", name, j.Bad), "kept", len(j.Records))
 		}
-		d.rj.kept, d.rj.seq = j.Records, j.Last
+		d.rj.kept, d.rj.seq, d.rj.keptJournal = j.Records, j.Last, true
 		return nil
 	}
 	// Start the journal again: empty, on disk before the node serves.
@@ -110,56 +107,33 @@ func (d *Dir) openReplies(slots int) error {
 // was opened, oldest first (nil: none).
 func (d *Dir) KeptReplies() []memnode.ReplyRecord { return d.rj.kept }
 
-// AddReply writes r to the reply journal, over its oldest record once
-// it is full. The record is in the mapped file at once (a crash of the
-// process keeps it); under SyncAlways the next Sync flushes it to disk,
-// under an interval the background flush does, with the memory.
-func (d *Dir) AddReply(r memnode.ReplyRecord) error {
+// addReply writes r to the reply journal, over its oldest record once
+// it is full, and returns the record's slot. The record is in the
+// mapped file at once (a crash of the process keeps it); under
+// SyncAlways Commit flushes it to disk next, under an interval the
+// background flush does, with the memory.
+func (d *Dir) addReply(r memnode.ReplyRecord) (int, error) {
 	j := &d.rj
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.mem == nil {
-		return fmt.Errorf("durable: %s: the directory is closed", d.path)
+		return 0, fmt.Errorf("durable: %s: the directory is closed", d.path)
 	}
 	j.seq++
 	slot := int((j.seq - 1) % uint64(j.slots))
 	putReply(j.mem[ReplyRecordLen*(1+slot):], j.seq, &r)
-	if d.sync.Every == 0 && !j.pendAll {
-		if len(j.pending) == maxPending {
-			j.pending, j.pendAll = j.pending[:0], true
-		} else {
-			j.pending = append(j.pending, slot)
-		}
-	}
-	return nil
+	return slot, nil
 }
 
-// flushPending flushes the pages of the records added since it last
-// ran.
-func (j *replyJournal) flushPending() error {
+// flushSlot flushes the page holding slot.
+func (j *replyJournal) flushSlot(slot int) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.mem == nil {
 		return nil
 	}
-	if j.pendAll {
-		j.pending, j.pendAll = j.pending[:0], false
-		return j.msync(j.mem)
-	}
-	page := os.Getpagesize()
-	last := -1
-	for _, slot := range j.pending {
-		start := ReplyRecordLen * (1 + slot) &^ (page - 1)
-		if start == last {
-			continue
-		}
-		last = start
-		if err := j.msync(j.mem[start:min(start+page, len(j.mem))]); err != nil {
-			return err
-		}
-	}
-	j.pending = j.pending[:0]
-	return nil
+	start := ReplyRecordLen * (1 + slot) &^ (os.Getpagesize() - 1)
+	return j.msync(j.mem[start:min(start+os.Getpagesize(), len(j.mem))])
 }
 
 // flushAll flushes the whole journal.
@@ -169,7 +143,6 @@ func (j *replyJournal) flushAll() error {
 	if j.mem == nil {
 		return nil
 	}
-	j.pending, j.pendAll = j.pending[:0], false
 	return j.msync(j.mem)
 }
 

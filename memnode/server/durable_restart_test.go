@@ -3,7 +3,11 @@
 package server
 
 import (
+	"bytes"
 	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -46,6 +50,23 @@ type durableNode struct {
 	dir  *durable.Dir
 	s    *Server
 	host *answerHost
+	// cut, when set and true, makes every Commit fail without doing
+	// anything: the process dies after applying a request, before its
+	// reply record is written.
+	cut *bool
+}
+
+// cutDurable is a durable directory whose Commit can be cut off.
+type cutDurable struct {
+	*durable.Dir
+	cut *bool
+}
+
+func (d cutDurable) Commit(spans []memnode.Span, r memnode.ReplyRecord) error {
+	if *d.cut {
+		return errors.New("killed")
+	}
+	return d.Dir.Commit(spans, r)
 }
 
 const (
@@ -78,9 +99,13 @@ func (n *durableNode) start() {
 		t.Fatal(err)
 	}
 	n.host = &answerHost{}
+	var dur Durable = d
+	if n.cut != nil {
+		dur = cutDurable{d, n.cut}
+	}
 	n.s, err = New(Config{Store: st, Segment: 1024, DeadTimeout: time.Second,
 		Pool: &PoolServe{Switch: testSwitch, Key: key, Token: testToken, Replies: testSlots,
-			Durable: d, Kept: d.Kept(), KeptReplies: d.KeptReplies()}}, n.host)
+			Durable: dur, Kept: d.Kept(), KeptReplies: d.KeptReplies()}}, n.host)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,6 +234,111 @@ func TestDurableResendAfterRestart(t *testing.T) {
 			n.crash()
 		})
 	}
+}
+
+// TestDurableCutBeforeReply kills a durable node (SyncAlways) after it
+// applied a request and before its reply record was written, with the
+// request's bytes on disk: what a crash between the two, or a power
+// loss after the kernel wrote the bytes back and before the record's
+// flush, leaves. The node started again puts the request's bytes back
+// (its undo record), so the client's resend is applied once: a FETCHADD
+// moves its counter by its operand, a CAS swaps and says so, a parity
+// hop is accumulated once, an Adam step (three spans) leaves what one
+// step leaves. Without the undo record each would be applied twice.
+func TestDurableCutBeforeReply(t *testing.T) {
+	at := time.Unix(1000, 0)
+	gfHops := wire.AppendChain(nil, []wire.ChainHop{{Addr: testBase + 128, Op: wire.ChainGFAccumulate, Coef: 1}})
+	parity := []byte{0x0f, 0xf0, 0x55, 0xaa}
+	grads := make([]byte, 64)
+	for i := range 16 {
+		binary.LittleEndian.PutUint32(grads[4*i:], math.Float32bits(float32(i)-7.5))
+	}
+	adam := wire.AppendOptim(nil, &wire.OptimParams{Algo: wire.OptimAdam, Step: 1, LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
+	reqs := []struct {
+		name    string
+		h       wire.Header
+		payload []byte
+		check   func(n *durableNode, a wire.Header) string
+	}{
+		{"FETCHADD", wire.Header{Op: wire.OpFetchAdd, MsgID: 1, Addr: testBase, Operand1: 7}, nil,
+			func(n *durableNode, a wire.Header) string {
+				if c := n.word(testBase); a.Operand1 != 0 || c != 7 {
+					return fmt.Sprintf("old %d, counter %d; want 0 and 7 (added once)", a.Operand1, c)
+				}
+				return ""
+			}},
+		{"CAS", wire.Header{Op: wire.OpCAS, MsgID: 2, Addr: testBase + 8, Operand1: 0, Operand2: 42}, nil,
+			func(n *durableNode, a wire.Header) string {
+				if w := n.word(testBase + 8); a.Operand1 != 0 || w != 42 {
+					return fmt.Sprintf("old %d, word %d; want 0 (it swapped) and 42", a.Operand1, w)
+				}
+				return ""
+			}},
+		{"parity hop", wire.Header{Op: wire.OpChain, MsgID: 3, Addr: testBase + 128, Operand1: uint64(len(parity)), Operand2: 1},
+			append(gfHops[:len(gfHops):len(gfHops)], parity...),
+			func(n *durableNode, a wire.Header) string {
+				if got := n.dir.Mem()[testBase+128:][:4]; string(got) != "\x0e\xf2\x56\xae" {
+					return fmt.Sprintf("parity % x, want 0e f2 56 ae (accumulated once)", got)
+				}
+				return ""
+			}},
+		{"OPTIM Adam", wire.Header{Op: wire.OpOptim, MsgID: 4, Addr: testBase + 1024, Operand1: testBase + 2048, Operand2: testBase + 3072, Dtype: wire.DtypeF32},
+			append(adam[:len(adam):len(adam)], grads...), nil},
+	}
+	// What one Adam step leaves: a node that applies it uncut.
+	ref := &durableNode{t: t, path: t.TempDir(), sync: durable.SyncAlways}
+	ref.start()
+	ref.grant()
+	copy(ref.dir.Mem()[testBase+128:], []byte{1, 2, 3, 4})
+	r := reqs[3]
+	if a, _ := ref.serve(at, clientA, r.h, r.payload); a.Status != wire.StatusOK {
+		t.Fatalf("the Adam step: %v", a.Status)
+	}
+	var once [3][]byte
+	for i := range once {
+		once[i] = append([]byte(nil), ref.dir.Mem()[testBase+1024*uint64(i+1):][:64]...)
+	}
+	ref.crash()
+	reqs[3].check = func(n *durableNode, a wire.Header) string {
+		for i := range once {
+			if got := n.dir.Mem()[testBase+1024*uint64(i+1):][:64]; !bytes.Equal(got, once[i]) {
+				return fmt.Sprintf("span %d differs from one step's", i)
+			}
+		}
+		return ""
+	}
+
+	cut := false
+	n := &durableNode{t: t, path: t.TempDir(), sync: durable.SyncAlways, cut: &cut}
+	n.start()
+	n.grant()
+	copy(n.dir.Mem()[testBase+128:], []byte{1, 2, 3, 4})
+	for _, r := range reqs {
+		cut = true
+		if a, _ := n.serve(at, clientA, r.h, r.payload); a.Status != wire.StatusBusy {
+			t.Fatalf("%s cut before its reply record: answered %v, want BUSY", r.name, a.Status)
+		}
+		n.crash()
+		cut = false
+		n.start()
+		a, _ := n.serve(at.Add(time.Second), clientA, r.h, r.payload)
+		if a.Status != wire.StatusOK {
+			t.Fatalf("%s resent after the restart: %v", r.name, a.Status)
+		}
+		if msg := r.check(n, a); msg != "" {
+			t.Errorf("%s resent after the restart: %s", r.name, msg)
+		}
+		// Its reply is kept now: a second restart answers it from there.
+		n.crash()
+		n.start()
+		if a, _ := n.serve(at.Add(2*time.Second), clientA, r.h, r.payload); a.Status != wire.StatusOK || n.s.Stats().Pool.Duplicates != 1 {
+			t.Errorf("%s resent after a second restart: %v, %d answered from the kept replies", r.name, a.Status, n.s.Stats().Pool.Duplicates)
+		}
+		if msg := r.check(n, a); msg != "" {
+			t.Errorf("%s after a second restart: %s", r.name, msg)
+		}
+	}
+	n.crash()
 }
 
 // TestDurableRepliesBounded floods a durable node with FETCHADDs of

@@ -15,11 +15,13 @@ import (
 
 // fakeDurable records what a durable node's server saves and syncs.
 type fakeDurable struct {
-	saved   []byte      // the last record
-	saves   int         // records saved
-	syncs   [][2]uint64 // (offset, bytes) synced after writes
-	flushes [][2]uint64 // (offset, bytes) flushed before a record
+	saved   []byte         // the last record
+	saves   int            // records saved
+	begun   []memnode.Span // spans of the requests begun
+	syncs   [][2]uint64    // (offset, bytes) committed after writes
+	flushes [][2]uint64    // (offset, bytes) flushed before a record
 	replies []memnode.ReplyRecord
+	aborts  int
 	fail    bool // every call fails
 }
 
@@ -39,21 +41,26 @@ func (d *fakeDurable) Flush(off, n uint64) error {
 	return nil
 }
 
-func (d *fakeDurable) AddReply(r memnode.ReplyRecord) error {
+func (d *fakeDurable) Begin(spans []memnode.Span) error {
 	if d.fail {
 		return errors.New("I/O error")
+	}
+	d.begun = append(d.begun, spans...)
+	return nil
+}
+
+func (d *fakeDurable) Commit(spans []memnode.Span, r memnode.ReplyRecord) error {
+	if d.fail {
+		return errors.New("I/O error")
+	}
+	for _, s := range spans {
+		d.syncs = append(d.syncs, [2]uint64{s.Off, s.Len})
 	}
 	d.replies = append(d.replies, r)
 	return nil
 }
 
-func (d *fakeDurable) Sync(off, n uint64) error {
-	if d.fail {
-		return errors.New("I/O error")
-	}
-	d.syncs = append(d.syncs, [2]uint64{off, n})
-	return nil
-}
+func (d *fakeDurable) Abort() error { d.aborts++; return nil }
 
 // statusHost records the statuses of the answers a server sends.
 type statusHost struct {

@@ -64,16 +64,21 @@ type Durable interface {
 	// SaveGrants stores the grant record rec (memnode.AppendGrants)
 	// and returns once a crash can no longer lose it.
 	SaveGrants(rec []byte) error
-	// AddReply records the reply of a mutating request that changed
-	// memory (its status OK), after the request was applied and before
-	// Sync: the record must be as durable as the bytes once Sync
-	// returns, or the background flush has run.
-	AddReply(r memnode.ReplyRecord) error
-	// Sync makes bytes [off, off+n) of the lent region, and the reply
-	// records added since, durable, or leaves them to a background
-	// flush, as the policy says; it is called after a write touched
-	// them, before the write's answer.
-	Sync(off, n uint64) error
+	// Begin is called before a mutating request is applied, with the
+	// spans of the lent region it may change (parts past the region
+	// are ignored). Under a policy that flushes before the answer, it
+	// returns once what those bytes hold now is on disk: a node
+	// restarted before the request's reply record was durable puts
+	// them back, so that a request is kept with its reply or not at
+	// all, whatever a crash or a power loss cuts.
+	Begin(spans []memnode.Span) error
+	// Commit records r, the reply of the request begun (status OK),
+	// after it was applied: it makes spans, then r, durable before it
+	// returns, or leaves both to a background flush, as the policy
+	// says.
+	Commit(spans []memnode.Span, r memnode.ReplyRecord) error
+	// Abort ends a request begun that changed nothing (refused).
+	Abort() error
 	// Flush makes bytes [off, off+n) durable now, whatever the policy:
 	// a grant's scrubbed extent and a rebuilt copy, before the record
 	// that names them is saved (a record must never name a region over
@@ -114,8 +119,9 @@ type poolServer struct {
 	replies *memnode.Replies
 	seg     int // payload bytes per pool request (the pool client's)
 
-	started       time.Time // the core's first Receive or Poll (a memory node's startup grace)
-	chainBuf, fwd []byte    // scratch of chain hops
+	started       time.Time      // the core's first Receive or Poll (a memory node's startup grace)
+	chainBuf, fwd []byte         // scratch of chain hops
+	spans         []memnode.Span // scratch: the spans a mutating request changes
 	rebuilds      map[uint32]*rebuildTask
 	reportedTo    uint64 // the switch incarnation the node last reported its grants to
 	// kept: the node took back the grants of its earlier start;
@@ -215,39 +221,38 @@ func (s *Server) flushGrant(region uint32) error {
 	return s.saveGrants()
 }
 
-// journal records res, the result of client's mutating request id (at
-// chain hop hop) just applied, for a durable node (a no-op without
-// Pool.Durable, or for a request that changed nothing): the syncWrite
-// that follows makes it durable with the bytes. It returns res, or
-// StatusBusy if it could not be recorded.
-func (s *Server) journal(now time.Time, client netip.AddrPort, id uint64, hop uint8, res memnode.Result) memnode.Result {
+// begin is called before a mutating request changing spans is applied
+// on a durable node (a no-op without Pool.Durable): it reports false,
+// counted, if the request must be refused (StatusBusy) because its
+// undo record could not be saved.
+func (s *Server) begin(spans []memnode.Span) bool {
 	p := &s.pool
-	if p.serve.Durable == nil || res.Status != wire.StatusOK {
+	if p.serve.Durable == nil {
+		return true
+	}
+	if err := p.serve.Durable.Begin(spans); err != nil {
+		s.stats.Pool.SyncFailed++
+		return false
+	}
+	return true
+}
+
+// commit ends a mutating request begun, whose result is res: for a
+// request applied (status OK) it makes the bytes of spans and the
+// reply of client's request id (at chain hop hop) durable as the
+// policy says before the answer, and returns res, or StatusBusy if
+// they could not be (a no-op without Pool.Durable).
+func (s *Server) commit(now time.Time, client netip.AddrPort, id uint64, hop uint8, spans []memnode.Span, res memnode.Result) memnode.Result {
+	p := &s.pool
+	if p.serve.Durable == nil {
+		return res
+	}
+	if res.Status != wire.StatusOK {
+		_ = p.serve.Durable.Abort()
 		return res
 	}
 	r := memnode.ReplyRecord{Client: client, ID: id, Hop: hop, Status: res.Status, Old: res.Old, At: now}
-	if err := p.serve.Durable.AddReply(r); err != nil {
-		s.stats.Pool.SyncFailed++
-		return memnode.Result{Status: wire.StatusBusy}
-	}
-	return res
-}
-
-// syncWrite makes the bytes a write touched durable as the policy says
-// (a no-op without Pool.Durable): [addr, addr+n), or with n zero region's
-// whole extent. It returns res, or StatusBusy if they could not be.
-func (s *Server) syncWrite(region uint32, addr, n uint64, res memnode.Result) memnode.Result {
-	p := &s.pool
-	if p.serve.Durable == nil || res.Status != wire.StatusOK {
-		return res
-	}
-	if n == 0 {
-		var ok bool
-		if addr, n, ok = p.node.Extent(region); !ok {
-			return res
-		}
-	}
-	if err := p.serve.Durable.Sync(addr, n); err != nil {
+	if err := p.serve.Durable.Commit(spans, r); err != nil {
 		s.stats.Pool.SyncFailed++
 		return memnode.Result{Status: wire.StatusBusy}
 	}
@@ -308,19 +313,29 @@ func (s *Server) ServePool(now time.Time, from netip.AddrPort, h *wire.Header, p
 		if o, err := wire.ParseOptim(payload); err != nil {
 			res.Status = wire.StatusBadOperand
 		} else {
-			res = s.journal(now, client, h.MsgID, 0, p.node.ExecOptim(h, &o, payload[wire.OptimParamsLen:]))
-			res = s.syncWrite(h.Group, h.Addr, 0, res)
+			grads := payload[wire.OptimParamsLen:]
+			n := uint64(len(grads))
+			spans := append(p.spans[:0], memnode.Span{Off: h.Addr, Len: n}, memnode.Span{Off: h.Operand1, Len: n})
+			if o.Algo == wire.OptimAdam {
+				spans = append(spans, memnode.Span{Off: h.Operand2, Len: n})
+			}
+			if !s.begin(spans) {
+				res.Status = wire.StatusBusy
+			} else {
+				res = s.commit(now, client, h.MsgID, 0, spans, p.node.ExecOptim(h, &o, grads))
+			}
 		}
 		p.replies.Add(now, client, h.MsgID, 0, res)
 	default:
 		h.Offset = 0 // a pool request is one datagram
-		if h.Flags&wire.FlagFence != 0 {
+		spans := append(p.spans[:0], memnode.Span{Off: h.Addr, Len: writeLen(h, payload)})
+		switch {
+		case mut && !s.begin(spans):
+			res.Status = wire.StatusBusy
+		case h.Flags&wire.FlagFence != 0:
 			res = p.node.ExecFenced(h, fence, payload)
-		} else {
+		default:
 			res = p.node.Exec(h, payload)
-		}
-		if mut {
-			res = s.journal(now, client, h.MsgID, 0, res)
 		}
 		if mut && res.Status == wire.StatusOK && h.Copies&wire.CopiesDegraded != 0 && p.node.MarkDegraded(h.Group) {
 			// The region's other copy missed this write: a restarted
@@ -330,7 +345,7 @@ func (s *Server) ServePool(now time.Time, from netip.AddrPort, h *wire.Header, p
 			}
 		}
 		if mut {
-			res = s.syncWrite(h.Group, h.Addr, writeLen(h, payload), res)
+			res = s.commit(now, client, h.MsgID, 0, spans, res)
 			p.replies.Add(now, client, h.MsgID, 0, res)
 		}
 	}
@@ -518,7 +533,7 @@ func (s *Server) PoolReported(switchInc uint64) {
 }
 
 // writeLen is how many bytes from h.Addr a mutating pool request
-// touches (zero: the grant's whole extent is synced).
+// changes.
 func writeLen(h *wire.Header, payload []byte) uint64 {
 	switch h.Op {
 	case wire.OpWrite, wire.OpVector:
@@ -576,14 +591,15 @@ func (s *Server) serveChain(now time.Time, client netip.AddrPort, h *wire.Header
 		// too: a chain of an earlier holder stops at its first hop here.
 		res = p.node.Admit(h, fence)
 		fenceOld = res.Old
+	case hop.Op.Mutates() && !s.begin(append(p.spans[:0], memnode.Span{Off: h.Addr, Len: uint64(len(data))})):
+		res.Status = wire.StatusBusy
 	default:
 		res, out = p.node.ExecHop(h, hop.Op, hop.Coef, data, p.chainBuf)
 		if hop.Op.Computes() {
 			p.chainBuf = out
 		}
 		if hop.Op.Mutates() {
-			res = s.journal(now, client, h.MsgID, h.Hop, res)
-			res = s.syncWrite(h.Group, 0, 0, res)
+			res = s.commit(now, client, h.MsgID, h.Hop, p.spans, res)
 			p.replies.Add(now, client, h.MsgID, h.Hop, res)
 		}
 	}
