@@ -56,6 +56,10 @@ type KVConfig struct {
 	Seed int64
 	// MTU of NDMA's processes (zero: 9000).
 	MTU int
+	// OneSidedFrom is NDMA's clients' kv.ClientConfig.OneSidedFrom (its
+	// own and the Redis front end's: zero, the default; negative: every
+	// value inline).
+	OneSidedFrom int
 }
 
 func (c *KVConfig) setDefaults() {

@@ -98,7 +98,7 @@ func startKVFabric(ctx context.Context, cfg *KVConfig, token []byte) (_ *kvFabri
 	}
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	c, err := kv.Open(octx, f.ep, pc, kv.ClientConfig{Switch: f.sw, Fabric: fo, Space: kvSpace})
+	c, err := kv.Open(octx, f.ep, pc, kv.ClientConfig{Switch: f.sw, Fabric: fo, Space: kvSpace, OneSidedFrom: cfg.OneSidedFrom})
 	if err != nil {
 		return nil, fmt.Errorf("bench: opening the key space (logs in %s): %w", g.dir, err)
 	}
@@ -117,7 +117,7 @@ func (f *kvFabric) resp(ctx context.Context) (kvStore, error) {
 		return nil, err
 	}
 	if err := f.g.start("kv-serve", f.cfg.Binary, "kv", "serve", "--space", kvSpace, "--redis", addr,
-		"--switch", f.sw, "--insecure", "--token-file", f.tokenFile); err != nil {
+		"--switch", f.sw, "--insecure", "--token-file", f.tokenFile, "--one-sided-from", strconv.Itoa(f.cfg.OneSidedFrom)); err != nil {
 		return nil, err
 	}
 	s, err := newRedisStore(ctx, addr, f.cfg.Clients, f.g.dir)

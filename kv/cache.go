@@ -87,12 +87,18 @@ type ClientStats struct {
 	// CacheMisses counts GETs that walked the probe path: the key was
 	// not cached, or its cached bucket no longer held it.
 	CacheMisses uint64
+	// OneSided counts the values the client wrote one-sidedly into
+	// space their owner reserved (ClientConfig.OneSidedFrom), and
+	// Reservations the slots it asked for: the others were spares, the
+	// next slot of a class each publish brings.
+	OneSided, Reservations uint64
 	// Cached is the number of keys whose location is cached.
 	Cached int
 }
 
 type clientCounters struct {
 	reads, hits, stale, misses atomic.Uint64
+	oneSided, reservations     atomic.Uint64
 }
 
 // Stats returns the client's counters.
@@ -100,6 +106,7 @@ func (c *Client) Stats() ClientStats {
 	return ClientStats{
 		Reads:     c.st.reads.Load(),
 		CacheHits: c.st.hits.Load(), CacheStale: c.st.stale.Load(), CacheMisses: c.st.misses.Load(),
+		OneSided: c.st.oneSided.Load(), Reservations: c.st.reservations.Load(),
 		Cached: c.loc.len(),
 	}
 }

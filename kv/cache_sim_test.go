@@ -7,15 +7,6 @@ import (
 	"testing"
 )
 
-func (s *simKV) clientWith(cache int) *Client {
-	ep := s.Endpoint()
-	c, err := Open(s.Ctx(), ep, s.PoolClient(ep), ClientConfig{Switch: s.Switch.String(), Fabric: s.Fab, Space: simSpace, CacheEntries: cache})
-	if err != nil {
-		s.t.Fatalf("seed %d: open: %v", s.seed, err)
-	}
-	return c
-}
-
 // TestSimLocationCache follows a reader's cache of a key's location
 // through another client's updates, delete and new insert: a cached GET
 // reads bucket and value at once (two READs in one round trip), a GET
@@ -77,7 +68,7 @@ func TestSimLocationCacheBound(t *testing.T) {
 		ctx := s.Ctx()
 		w := s.client()
 		for _, tc := range []struct{ cache, want int }{{3, 3}, {-1, 0}} {
-			r := s.clientWith(tc.cache)
+			r := s.clientWith(func(cfg *ClientConfig) { cfg.CacheEntries = tc.cache })
 			for round := range 2 {
 				for i := range 10 {
 					k, v := fmt.Sprintf("k%d", i), fmt.Sprintf("v%d.%d", i, round)

@@ -56,6 +56,11 @@ type ClientConfig struct {
 	// cached key reads its bucket and its value at once, one round
 	// trip instead of two.
 	CacheEntries int
+	// OneSidedFrom is the value size from which Set writes a value
+	// one-sidedly into space its owner reserves, rather than sending it
+	// inline (zero: DefaultOneSidedFrom; negative: never). Erasure-coded
+	// key spaces take values inline only.
+	OneSidedFrom int
 }
 
 // Client reads a key space one-sidedly and sends its writes to the
@@ -79,6 +84,11 @@ type Client struct {
 	// in the high 32 bits, tag in the low): only in a key space whose
 	// tables grow.
 	tabs []atomic.Uint64
+	// spares are the grants of reserved slots the client keeps for its
+	// next one-sided values (onesided.go), nspares their number, under
+	// mu.
+	spares  map[spareKey][]spare
+	nspares int
 }
 
 // newClient is a client of the key space cfg names, with its own id,
@@ -402,8 +412,22 @@ func (c *Client) store(ctx context.Context, op byte, key, val []byte, ver uint64
 	if err := o.check(); err != nil {
 		return 0, err
 	}
+	if op == opSet && c.oneSided(len(val)) && len(key) > 0 && len(key) <= MaxKey && len(val) <= c.l.MaxValue(len(key)) {
+		if nv, done, err := c.setOneSided(ctx, key, val, o); done {
+			return nv, err
+		}
+	}
 	_, nv, err := c.write(ctx, &request{op: op, key: key, val: val, ver: ver, ttl: int64(o.TTL), flags: o.Flags})
 	return nv, err
+}
+
+// oneSided reports whether Set writes a value of n bytes one-sidedly.
+func (c *Client) oneSided(n int) bool {
+	from := c.cfg.OneSidedFrom
+	if from == 0 {
+		from = DefaultOneSidedFrom
+	}
+	return from > 0 && n >= from && c.mem.vol == nil
 }
 
 // Delete removes key (ErrNotFound if absent).

@@ -293,7 +293,7 @@ func TestSimCodedTornReads(t *testing.T) {
 				s.CrashMem(mems[0])
 				time.Sleep(10 * time.Second)
 			}
-			readers := []*Client{s.client(), s.clientWith(-1)}
+			readers := []*Client{s.client(), s.clientWith(func(cfg *ClientConfig) { cfg.CacheEntries = -1 })}
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
 			reads := make([]int, len(readers))

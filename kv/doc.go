@@ -17,6 +17,13 @@
 // old bucket still finds the old value, or, when its space was reused,
 // a record whose key or version does not match, and reads again.
 //
+// A value of ClientConfig.OneSidedFrom bytes or more is written by the
+// client itself (onesided.go): the owner reserves a slot and fixes the
+// value's version, the client writes the record there one-sidedly under
+// the owner's fence, and the owner publishes it, answering with the
+// next slot of that size class; the value's bytes cross the network
+// once and never pass through the owner.
+//
 // A value may carry an expiry (SetOptions.TTL, Touch): an absolute
 // time in its record, past which readers find the key absent by their
 // own clock, and owners treat it as absent and free its value (when a

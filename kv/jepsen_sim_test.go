@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
@@ -224,10 +225,13 @@ func jepsenKV(t *testing.T, seed int64, auth *secure.Authority, run kvRun) (repo
 		// from a stale location would show as a stale read.
 		var cs ClientStats
 		for _, c := range clients {
-			st := c.stats()
-			cs.CacheHits, cs.CacheStale, cs.CacheMisses = cs.CacheHits+st.CacheHits, cs.CacheStale+st.CacheStale, cs.CacheMisses+st.CacheMisses
+			cs = addClientStats(cs, c.stats())
 		}
 		t.Logf("seed %d: cached reads %d, stale locations %d, probe walks %d", seed, cs.CacheHits, cs.CacheStale, cs.CacheMisses)
+		t.Logf("seed %d: values written one-sidedly %d", seed, cs.OneSided)
+		if run.layout.Code.K == 0 && cs.OneSided == 0 {
+			t.Errorf("seed %d: no value was written one-sidedly", seed)
+		}
 		t.Logf("seed %d: fenced pool writes refused by the switch since it last started: %d", seed, s.Srv.Stats().PoolFenced)
 		t.Logf("seed %d: shards' table generations at the end: %v", seed, s.tableGens(t))
 		if cs.CacheHits == 0 || cs.CacheStale == 0 {
@@ -247,8 +251,14 @@ func jepsenKV(t *testing.T, seed int64, auth *secure.Authority, run kvRun) (repo
 	return report // set by the deferred check
 }
 
+// jepsenOneSidedFrom is the clients' ClientConfig.OneSidedFrom in the
+// Jepsen runs: half the values they set are longer, and go one-sidedly
+// (in a key space that is not erasure-coded).
+const jepsenOneSidedFrom = 256
+
 // kvWork is one client's loop: reads half the time, sets with values
-// no other write uses, and deletes.
+// no other write uses (every other one long enough to be written
+// one-sidedly), and deletes.
 func kvWork(seed int64, id int, kc *kvClient, h *jepsen.History, stop <-chan struct{}) {
 	rng := rand.New(rand.NewPCG(uint64(seed), uint64(id)))
 	for n := 0; ; n++ {
@@ -270,7 +280,13 @@ func kvWork(seed int64, id int, kc *kvClient, h *jepsen.History, stop <-chan str
 		case x < 10:
 			kvOp(ctx, c, h, id, key, 0, nil)
 		case x < 17:
-			kvOp(ctx, c, h, id, key, 1, fmt.Appendf(nil, "client %d write %d", id, n))
+			val := fmt.Appendf(nil, "client %d write %d", id, n)
+			if n%2 == 1 {
+				// Past the clients' OneSidedFrom: written one-sidedly
+				// into space the owner reserves.
+				val = append(val, bytes.Repeat([]byte{'.'}, jepsenOneSidedFrom+44-len(val))...)
+			}
+			kvOp(ctx, c, h, id, key, 1, val)
 		default:
 			kvOp(ctx, c, h, id, key, 2, nil)
 		}
@@ -344,7 +360,8 @@ func (k *kvClient) start() {
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
 		ep = k.s.NewEndpoint(endpoint.Config{})
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		c, err = Open(ctx, ep, k.s.PoolClient(ep), ClientConfig{Switch: k.s.Switch.String(), Fabric: k.s.Fab, Space: simSpace})
+		c, err = Open(ctx, ep, k.s.PoolClient(ep), ClientConfig{Switch: k.s.Switch.String(), Fabric: k.s.Fab, Space: simSpace,
+			OneSidedFrom: jepsenOneSidedFrom})
 		cancel()
 		if err == nil {
 			break
@@ -370,8 +387,7 @@ func (k *kvClient) crash() {
 	}
 	k.cancel()
 	k.ep.Close()
-	st := k.c.Stats()
-	k.past.CacheHits, k.past.CacheStale, k.past.CacheMisses = k.past.CacheHits+st.CacheHits, k.past.CacheStale+st.CacheStale, k.past.CacheMisses+st.CacheMisses
+	k.past = addClientStats(k.past, k.c.Stats())
 	k.c, k.ep = nil, nil
 }
 
@@ -398,10 +414,16 @@ func (k *kvClient) stats() ClientStats {
 	defer k.mu.Unlock()
 	st := k.past
 	if k.c != nil {
-		c := k.c.Stats()
-		st.CacheHits, st.CacheStale, st.CacheMisses = st.CacheHits+c.CacheHits, st.CacheStale+c.CacheStale, st.CacheMisses+c.CacheMisses
+		st = addClientStats(st, k.c.Stats())
 	}
 	return st
+}
+
+// addClientStats adds the counters of b to a.
+func addClientStats(a, b ClientStats) ClientStats {
+	a.CacheHits, a.CacheStale, a.CacheMisses = a.CacheHits+b.CacheHits, a.CacheStale+b.CacheStale, a.CacheMisses+b.CacheMisses
+	a.OneSided += b.OneSided
+	return a
 }
 
 // kvFaultsOf are the faults the nemesis draws from.

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ndma/ndma/endpoint"
@@ -138,6 +139,11 @@ type Owner struct {
 	// builds counts the bigger tables the owner started (their tags
 	// derive from it), under mu.
 	builds uint64
+	// Reservations of one-sided values (onesided.go): the last id
+	// handed out, and under mu how many are held, all and per client.
+	resvID     atomic.Uint64
+	reserved   int
+	reservedBy map[uint64]int
 	// beforeWrite, set by tests (under mu), runs in each pool write
 	// after the lease check passed and before the write is sent, and
 	// returns the context to send it under: a test's pause there that
@@ -170,6 +176,10 @@ type OwnerStats struct {
 	// owner rebuilt a lost shard column (RebuildShards, while owners
 	// serve).
 	Rebuilt uint64
+	// Reserved counts the slots the owner handed clients for one-sided
+	// values, OneSided the values it published from them, and
+	// ReservationsExpired those whose time ran out unpublished.
+	Reserved, OneSided, ReservationsExpired uint64
 	// Resynced counts the bytes of a two-copy key space the owner wrote
 	// back, as it read them, when it loaded a shard it took over or
 	// whose last write failed, so that both copies hold what readers
@@ -231,6 +241,11 @@ type shard struct {
 	// one being written, if any (grow.go).
 	tab  tableDesc
 	grow *growth
+	// The slots handed to clients for one-sided values (onesided.go):
+	// by reservation, their bytes, and those ended unpublished.
+	resv          map[uint64]*reservation
+	reservedBytes uint64
+	parked        []parked
 }
 
 // StartOwner loads the owner's shards of the key space in region reg
@@ -263,7 +278,7 @@ func StartOwner(ctx context.Context, ep *endpoint.Endpoint, reg *pool.Region, cf
 		}
 		allow = append(allow, secure.ScopeTag(c))
 	}
-	o := &Owner{cfg: cfg, log: cfg.Logger, reg: reg, ep: ep, repMu: make(chan struct{}, 1), raiseMu: make(chan struct{}, 1), rebuilding: make(chan struct{}, 1), inc: cfg.Incarnation,
+	o := &Owner{cfg: cfg, log: cfg.Logger, reg: reg, ep: ep, repMu: make(chan struct{}, 1), raiseMu: make(chan struct{}, 1), rebuilding: make(chan struct{}, 1), reservedBy: make(map[uint64]int), inc: cfg.Incarnation,
 		allow: allow}
 	for o.inc == 0 {
 		o.inc = rand.Uint64()
@@ -447,6 +462,9 @@ func (o *Owner) load(ctx context.Context, sh *shard) error {
 		sh.gate.Pass()
 	}
 	sh.grow = nil
+	if taken {
+		o.dropReservations(sh)
+	}
 	var (
 		err  error
 		desc []byte
@@ -514,6 +532,9 @@ func (o *Owner) load(ctx context.Context, sh *shard) error {
 		used[b.addr] = int(b.len)
 	}
 	sh.nextVer = max(sh.nextVer, sh.tab.floor)
+	if !taken {
+		sh.keepReserved(used)
+	}
 	if err := sh.heap.rebuild(used); err != nil {
 		return fmt.Errorf("kv: loading shard %d: %w", sh.id, err)
 	}
@@ -679,7 +700,9 @@ func (o *Owner) handle(key uint64, who endpoint.Caller, b []byte) ([]byte, error
 		st, body = o.applyBatch(sh, p.shard, &r)
 	} else {
 		st, ver, body = o.apply(sh, p, &r)
-		o.count(st)
+		if r.op != opReserve {
+			o.count(st)
+		}
 	}
 	o.afterWrite(sh)
 	reply := appendReply(nil, st, ver, body)
@@ -716,6 +739,7 @@ func (o *Owner) apply(sh *shard, p place, r *request) (st byte, ver uint64, body
 			return stFailed, 0, nil
 		}
 	}
+	o.endReservations(sh, time.Now())
 	now := time.Now().UnixNano()
 	i, found := sh.idx[string(r.key)]
 	if found && expired(sh.exp[i], now) {
@@ -732,7 +756,18 @@ func (o *Owner) apply(sh *shard, p place, r *request) (st byte, ver uint64, body
 	if r.ttl > 0 {
 		m.exp = now + r.ttl
 	}
+	var (
+		pre  *reservation // a value the client wrote (opPublish)
+		preN int          // its record's length
+	)
 	switch r.op {
+	case opReserve:
+		return o.reserve(sh, r, time.Now())
+	case opPublish:
+		if pre, preN, m, st = o.publishReserved(sh, r, time.Now()); st != stOK {
+			return st, 0, nil
+		}
+		val = nil
 	case opSet:
 	case opAdd:
 		if found {
@@ -771,13 +806,32 @@ func (o *Owner) apply(sh *shard, p place, r *request) (st byte, ver uint64, body
 		// A full table grows at once, when it may.
 		if i = o.free(sh, p); i < 0 && o.mayGrow(sh) {
 			if !o.growNow(ctx, sh) {
+				sh.freeReserved(pre)
 				return stFailed, 0, nil // a pool write failed: nothing applied
 			}
 			i = o.free(sh, p)
 		}
 		if i < 0 {
+			sh.freeReserved(pre)
 			return stFull, 0, nil
 		}
+	}
+	if pre != nil {
+		st, ver, _ = o.publish(ctx, sh, i, bucket{hash: p.hash, ver: pre.ver, addr: pre.addr, len: uint32(preN)}, nil, m, r.key)
+		if st != stOK {
+			// The bucket may hold it: the shard's next load tells.
+			sh.parked = append(sh.parked, parked{addr: pre.addr, n: preN, at: time.Now()})
+			return st, ver, nil
+		}
+		o.mu.Lock()
+		o.stats.OneSided++
+		o.mu.Unlock()
+		// The next slot of the class, so that the client's next such
+		// value needs no reservation of its own.
+		if g, gst := o.reserveSlot(sh, r.client, pre.n, time.Now()); gst == stOK {
+			body = appendGrant(nil, g)
+		}
+		return st, ver, body
 	}
 	st, ver, _ = o.publish(ctx, sh, i, bucket{hash: p.hash, ver: sh.nextVer}, val, m, r.key)
 	return st, ver, body
@@ -851,6 +905,7 @@ func (o *Owner) sweepExpired(ctx context.Context) {
 			}
 		}
 		current := serving && sh.gen == o.generation()
+		o.endReservations(sh, time.Now())
 		for range min(sweepBuckets, len(sh.b)) {
 			i := sh.sweep
 			sh.sweep = (sh.sweep + 1) % len(sh.b)

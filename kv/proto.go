@@ -153,6 +153,8 @@ func statusErr(st byte) error {
 		return ErrBadRequest
 	case stDenied:
 		return ErrDenied
+	case stInline, stRetry:
+		return errInline
 	}
 	return fmt.Errorf("%w: owner answered status %d", ErrBadRequest, st)
 }

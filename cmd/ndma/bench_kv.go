@@ -12,16 +12,17 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ndma/ndma/bench"
+	"github.com/ndma/ndma/kv"
 )
 
 func newBenchKVCmd() *cobra.Command {
 	var (
-		targets, redisServer      string
-		records, valueSize, conns int
-		readRatio, zipf           float64
-		duration                  time.Duration
-		seed                      int64
-		jsonOut                   bool
+		targets, redisServer                    string
+		records, valueSize, conns, oneSidedFrom int
+		readRatio, zipf                         float64
+		duration                                time.Duration
+		seed                                    int64
+		jsonOut                                 bool
 	)
 	cmd := &cobra.Command{
 		Use:   "kv",
@@ -59,7 +60,7 @@ the figure to compare.`,
 				return err
 			}
 			cfg := bench.KVConfig{Binary: bin, RedisServer: redisServer, Records: records, ValueSize: valueSize,
-				ReadRatio: readRatio, Zipf: zipf, Clients: conns, Duration: duration, Seed: seed}
+				ReadRatio: readRatio, Zipf: zipf, Clients: conns, Duration: duration, Seed: seed, OneSidedFrom: oneSidedFrom}
 			if cmd.Flags().Changed("read-ratio") && readRatio == 0 {
 				cfg.ReadRatio = -1 // SETs only
 			}
@@ -103,6 +104,7 @@ the figure to compare.`,
 	fl.StringVar(&redisServer, "redis-server", "redis-server", "the redis-server `binary`")
 	fl.IntVar(&records, "records", 10000, "keys loaded before the run")
 	fl.IntVar(&valueSize, "value-size", 100, "bytes of each value")
+	fl.IntVar(&oneSidedFrom, "one-sided-from", 0, fmt.Sprintf("value size from which NDMA's clients write values one-sidedly (0: %d; negative: never)", kv.DefaultOneSidedFrom))
 	fl.Float64Var(&readRatio, "read-ratio", 0.95, "share of GETs; the rest are SETs (0: SETs only)")
 	fl.Float64Var(&zipf, "zipf", 1.1, "exponent of the keys' Zipf distribution (above 1; negative: uniform keys)")
 	fl.IntVar(&conns, "clients", 16, "requests in flight at once")

@@ -26,6 +26,15 @@ import (
 type kvFlags struct {
 	poolFlags
 	space string
+	// oneSidedFrom is kv.ClientConfig.OneSidedFrom (--one-sided-from,
+	// on the commands that set values).
+	oneSidedFrom int
+}
+
+// registerOneSided adds --one-sided-from to cmd, a command that sets
+// values.
+func (kf *kvFlags) registerOneSided(cmd *cobra.Command) {
+	cmd.Flags().IntVar(&kf.oneSidedFrom, "one-sided-from", 0, fmt.Sprintf("value size from which a value is written one-sidedly into space its owner reserves, not sent through the owner (0: %d; negative: never)", kv.DefaultOneSidedFrom))
 }
 
 func newKvCmd() *cobra.Command {
@@ -66,7 +75,7 @@ func (kf *kvFlags) open(cmd *cobra.Command) (*kv.Client, *endpoint.Endpoint, con
 	pc, err := pool.New(ep, kf.sw, pool.Options{Fabric: fab})
 	var c *kv.Client
 	if err == nil {
-		c, err = kv.Open(ctx, ep, pc, kv.ClientConfig{Switch: kf.sw, Fabric: fab, Space: kf.space})
+		c, err = kv.Open(ctx, ep, pc, kv.ClientConfig{Switch: kf.sw, Fabric: fab, Space: kf.space, OneSidedFrom: kf.oneSidedFrom})
 	}
 	if err != nil {
 		cancel()
@@ -326,6 +335,7 @@ owner and prints the new version. --ttl gives the value a time to live,
 	fl.Uint32Var(&flags, "flags", 0, "32 bits kept with the value (memcached's flags)")
 	fl.BoolVar(&nx, "nx", false, "store only if the key is absent")
 	fl.BoolVar(&xx, "xx", false, "store only if the key is present")
+	kf.registerOneSided(cmd)
 	return cmd
 }
 

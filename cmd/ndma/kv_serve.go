@@ -116,6 +116,7 @@ connection only. SIGINT or SIGTERM stops it.`,
 	fl.IntVar(&cfg.MaxRequest, "max-request", 0, "most bytes of one request's arguments (0: 4 MiB, at least the largest value)")
 	fl.DurationVar(&cfg.Timeout, "op-timeout", frontend.DefaultTimeout, "bound on each store operation")
 	fl.DurationVar(&cfg.IdleTimeout, "idle-timeout", 0, "close a connection idle this long (0: never)")
+	kf.registerOneSided(cmd)
 	log.register(fl)
 	return cmd
 }

@@ -1,6 +1,7 @@
 package kvd
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -161,6 +162,23 @@ func TestOwnerDaemon(t *testing.T) {
 	m = daemontest.Scrape(t, d.MetricsAddr())
 	if m["ndma_kvd_keys"] != 21 || m["ndma_kvd_table_buckets"] <= 16 || m["ndma_kvd_table_growths_total"] == 0 {
 		t.Fatalf("metrics after 20 more keys: keys %v, table buckets %v, growths %v", m["ndma_kvd_keys"], m["ndma_kvd_table_buckets"], m["ndma_kvd_table_growths_total"])
+	}
+	// A large value, written one-sidedly into a slot the owner reserved.
+	big := bytes.Repeat([]byte("one-sided "), 200)
+	c1, err := kv.Open(ctx, ep, pc, kv.ClientConfig{Switch: swAddr, Fabric: fab, Space: "cache", OneSidedFrom: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c1.Set(ctx, []byte("big"), big); err != nil {
+		t.Fatal(err)
+	}
+	if v, _, err := c.Get(ctx, []byte("big")); err != nil || !bytes.Equal(v, big) || c1.Stats().OneSided != 1 {
+		t.Fatalf("a one-sided value: %d bytes, %v, %d written one-sidedly", len(v), err, c1.Stats().OneSided)
+	}
+	m = daemontest.Scrape(t, d.MetricsAddr())
+	// (Reserved: the slot asked for, and the spare the publish brought.)
+	if m[`ndma_kvd_one_sided_total{outcome="reserved"}`] != 2 || m[`ndma_kvd_one_sided_total{outcome="published"}`] != 1 {
+		t.Fatalf("metrics of one-sided values: reserved %v, published %v", m[`ndma_kvd_one_sided_total{outcome="reserved"}`], m[`ndma_kvd_one_sided_total{outcome="published"}`])
 	}
 	if err := d.Close(); err != nil {
 		t.Fatal(err)

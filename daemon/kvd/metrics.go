@@ -39,6 +39,12 @@ var metrics = []metric{
 		nil, func(st *Stats) uint64 { return st.Owner.LeaseLapsed }),
 	counter("fenced_total", "Pool writes the switch or the memory nodes refused for their fencing token: another process of the rank raised the fence.",
 		nil, func(st *Stats) uint64 { return st.Owner.Fenced }),
+	counter("one_sided_total", "Slots the owner reserved for values clients write one-sidedly, by outcome: reserved, published, expired (the client's time ran out before it published).",
+		prometheus.Labels{"outcome": "reserved"}, func(st *Stats) uint64 { return st.Owner.Reserved }),
+	counter("one_sided_total", "Slots the owner reserved for values clients write one-sidedly, by outcome: reserved, published, expired (the client's time ran out before it published).",
+		prometheus.Labels{"outcome": "published"}, func(st *Stats) uint64 { return st.Owner.OneSided }),
+	counter("one_sided_total", "Slots the owner reserved for values clients write one-sidedly, by outcome: reserved, published, expired (the client's time ran out before it published).",
+		prometheus.Labels{"outcome": "expired"}, func(st *Stats) uint64 { return st.Owner.ReservationsExpired }),
 	gauge("serving", "1 while the owner holds its rank and may write; 0 while it stands by or waits for its lease.",
 		func(st *Stats) float64 {
 			if st.Owner.Serving {
