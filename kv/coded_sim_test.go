@@ -426,16 +426,23 @@ func TestSimCodedRebuildWhileWriting(t *testing.T) {
 		if err != nil || fmt.Sprint(rebuilt) != "[2 4]" || len(unreachable) != 0 {
 			t.Fatalf("seed %d: rebuild while writing: shards %v rebuilt, %v unreachable, %v; want [2 4]", s.seed, rebuilt, unreachable, err)
 		}
-		var rows uint64
+		var rows, deferred uint64
 		for _, o := range s.owners {
 			rows += o.Stats().Rebuilt
+			deferred += o.Stats().RebuildsDeferred
 		}
 		// Each of 4 shards has a row of buckets and 8 of heap, for each
 		// of the two columns.
 		if rows < 2*4*9 {
 			t.Fatalf("seed %d: the owners rebuilt %d rows, want at least %d", s.seed, rows, 2*4*9)
 		}
-		t.Logf("seed %d: %d rows rebuilt by the owners, %d writes acknowledged meanwhile", s.seed, rows, during)
+		// The rebuild's requests come one after the other: an owner
+		// takes the next only once it has been free as long as the last
+		// one took.
+		if deferred == 0 {
+			t.Errorf("seed %d: no rebuild request was deferred", s.seed)
+		}
+		t.Logf("seed %d: %d rows rebuilt by the owners (%d requests deferred), %d writes acknowledged meanwhile", s.seed, rows, deferred, during)
 		if during == 0 {
 			t.Fatalf("seed %d: no write while the shards were rebuilt", s.seed)
 		}

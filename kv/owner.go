@@ -119,8 +119,12 @@ type Owner struct {
 	// rebuilding is held while a rebuild request runs: one at a time,
 	// so that a flood of them (any client the space serves may send
 	// them) is refused at once rather than queued on the shards' locks
-	// in front of the writes.
+	// in front of the writes; after one, the next waits as long as it
+	// took (rebuildAfter).
 	rebuilding chan struct{}
+	// rebuildAfter is when the owner takes its next rebuild request
+	// (under mu).
+	rebuildAfter time.Time
 	// gen counts the owner's registrations, and the writes refused for
 	// their fence (under mu): a shard loaded under an earlier one is
 	// read again before its next write, since another process may have
@@ -174,8 +178,10 @@ type OwnerStats struct {
 	Scrubbed uint64
 	// Rebuilt counts the rows of an erasure-coded key space in which the
 	// owner rebuilt a lost shard column (RebuildShards, while owners
-	// serve).
-	Rebuilt uint64
+	// serve), and RebuildsDeferred the rebuild requests it answered busy
+	// because rebuilding had taken half its time (the client sends them
+	// again).
+	Rebuilt, RebuildsDeferred uint64
 	// Reserved counts the slots the owner handed clients for one-sided
 	// values, OneSided the values it published from them, and
 	// ReservationsExpired those whose time ran out unpublished.
@@ -606,10 +612,28 @@ func (o *Owner) rebuild(key uint64, r *request) []byte {
 	default:
 		return appendReply(nil, stBusy, 0, nil) // the client sends it again
 	}
+	o.mu.Lock()
+	after := o.rebuildAfter
+	if time.Now().Before(after) {
+		o.stats.RebuildsDeferred++
+	}
+	o.mu.Unlock()
+	if time.Now().Before(after) {
+		return appendReply(nil, stBusy, 0, nil)
+	}
 	sh := o.shards[int(key)-o.lo]
 	sh.lock <- struct{}{}
 	defer func() { <-sh.lock }()
 	sh.gate.Pass()
+	// Rebuilding takes the owner at most half its time, however many
+	// requests come: the next is answered busy for as long as this one
+	// held the shard.
+	start := time.Now()
+	defer func() {
+		o.mu.Lock()
+		o.rebuildAfter = time.Now().Add(time.Since(start))
+		o.mu.Unlock()
+	}()
 	end, ok := o.lease(time.Now())
 	if !ok || o.raiseFence(sh) != nil {
 		return appendReply(nil, stBusy, 0, nil)
