@@ -165,6 +165,10 @@ type Daemon struct {
 	Start uint64 `json:"start"`
 	// Alive is whether the process is running; Up and Status fill it in.
 	Alive bool `json:"alive"`
+	// Restarted: Status found the recorded process gone and the same
+	// command line running again in the namespace (started again by
+	// hand); PID and Start are that process's.
+	Restarted bool `json:"restarted,omitempty"`
 }
 
 // Namespaces lists the state's namespaces: the switch, the leaves, the

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,7 +23,9 @@ func Status(prefix string) (*State, error) {
 // StatusAt reports the testbed with this prefix whose state lives under
 // root: its state file, with Present set on the namespaces that exist,
 // Alive on the daemons that run, and Stray listing namespaces named with
-// the prefix that the state does not list. Without a state file but with
+// the prefix that the state does not list. A daemon whose process is
+// gone but whose command line runs again in its namespace (started
+// again by hand) is reported alive with that process (Restarted). Without a state file but with
 // such namespaces (a crash), the State holds only Prefix, Dir and Stray.
 // With neither, the error wraps ErrNotFound.
 func StatusAt(root, prefix string) (*State, error) {
@@ -77,9 +80,40 @@ func StatusAt(root, prefix string) (*State, error) {
 		}
 	}
 	for i := range st.Daemons {
-		st.Daemons[i].Alive = alive(st.Daemons[i].PID, st.Daemons[i].Start)
+		d := &st.Daemons[i]
+		if d.Alive = alive(d.PID, d.Start); !d.Alive {
+			// Started again by hand (after a test killed it, say): the
+			// same command line in the same namespace.
+			if pid, start, ok := findDaemon(ctx, d); ok {
+				d.PID, d.Start, d.Alive, d.Restarted = pid, start, true, true
+			}
+		}
 	}
 	return st, nil
+}
+
+// findDaemon looks in d's namespace for a running process with d's
+// command line, and returns its pid and start time.
+func findDaemon(ctx context.Context, d *Daemon) (int, uint64, bool) {
+	if d.NS == "" || len(d.Args) == 0 {
+		return 0, 0, false
+	}
+	pids, err := netnsPids(ctx, d.NS)
+	if err != nil {
+		return 0, 0, false
+	}
+	want := strings.Join(d.Args, "\x00") + "\x00"
+	slices.Sort(pids)
+	for _, pid := range pids {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if err != nil || string(b) != want {
+			continue
+		}
+		if ps, err := readProcStat(pid); err == nil && alive(pid, ps.start) {
+			return pid, ps.start, true
+		}
+	}
+	return 0, 0, false
 }
 
 // listNamespaces returns the network namespaces named with prefix

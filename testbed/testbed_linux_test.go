@@ -459,6 +459,60 @@ func TestUpRunDown(t *testing.T) {
 		}
 	})
 
+	t.Run("restarted by hand", func(t *testing.T) {
+		// The memory node killed, status says so; started again by hand
+		// with its command line in its namespace, status finds it.
+		got, err := StatusAt(root, st.Prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(got.Daemons, func(d Daemon) bool { return d.Role == "memd" })
+		if i < 0 {
+			t.Fatalf("no memd in %+v", got.Daemons)
+		}
+		d := got.Daemons[i]
+		p, err := os.FindProcess(d.PID)
+		if err == nil {
+			err = p.Kill()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(5 * time.Second); alive(d.PID, d.Start); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("memd (pid %d) still alive after SIGKILL", d.PID)
+			}
+		}
+		if got, err = StatusAt(root, st.Prefix); err != nil || got.Daemons[i].Alive || got.Daemons[i].Restarted {
+			t.Fatalf("status after the kill: %+v, %v; want not alive", got.Daemons[i], err)
+		}
+		again := exec.Command("ip", append([]string{"netns", "exec", d.NS}, d.Args...)...)
+		if err := again.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			again.Process.Kill()
+			again.Wait()
+		}()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			got, err = StatusAt(root, st.Prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g := got.Daemons[i]; g.Alive {
+				if !g.Restarted || g.PID != again.Process.Pid {
+					t.Errorf("status of memd started again: %+v, want pid %d and restarted", g, again.Process.Pid)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("status never found memd started again (pid %d): %+v", again.Process.Pid, got.Daemons[i])
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+
 	t.Run("down", func(t *testing.T) {
 		if err := DownAt(ctx, root, st.Prefix); err != nil {
 			t.Fatal(err)

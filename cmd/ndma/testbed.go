@@ -538,7 +538,11 @@ func printTestbed(w io.Writer, st *testbed.State) {
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "DAEMON\tNAMESPACE\tPID\tALIVE\tLOG")
 	for _, d := range st.Daemons {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", d.Role, d.NS, d.PID, yesNo(d.Alive), d.Log)
+		alive := yesNo(d.Alive)
+		if d.Restarted {
+			alive = "yes (started again)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", d.Role, d.NS, d.PID, alive, d.Log)
 	}
 	tw.Flush()
 	if len(st.Stray) > 0 {
