@@ -168,6 +168,16 @@ type Op struct {
 	// Accumulate hops.
 	Chain    []wire.ChainHop
 	ChainLen int
+	// ChainID is the request id a chain is sent under. Set before the
+	// op is started, to the ChainID of an earlier chain op of this
+	// endpoint with the same hops and data, it sends that request
+	// again: each hop that applied it answers from its memory node's
+	// reply cache (for the node's reply TTL, 30 s by default) and passes
+	// it on without applying it twice, so a chain cut short is taken to
+	// its end. Zero (or an id this endpoint did not give out, or one in
+	// use) sends a new request. After the op it holds the id it was sent
+	// under (zero: never sent).
+	ChainID uint64
 	// Optimizer step (KindOptim): Buf holds the f32 gradients of the
 	// parameters at Addr, Optim the hyperparameters, Stride the distance
 	// from the parameters to their first moment (and from it to Adam's

@@ -124,9 +124,14 @@ func (c *Core) postPool(now time.Time, op *Op) error {
 	if op.Kind == KindChain {
 		po.Scratch = append(wire.AppendChain(nil, op.Chain), op.Buf...)
 	}
-	if n == 0 {
+	switch {
+	case op.Kind == KindChain:
+		// One datagram (checkChain), under ChainID if it is set.
+		po.Segs = []poolclient.Seg{{ID: op.ChainID}}
+		op.ChainID = 0
+	case n == 0:
 		po.Segs = []poolclient.Seg{{}}
-	} else {
+	default:
 		seg := p.seg
 		if op.Kind == KindOptim {
 			seg = (p.seg - wire.OptimParamsLen) &^ 7
@@ -206,6 +211,7 @@ func (ps *poolSender) SendSeg(now time.Time, po *poolAccess, i int) {
 		po.Scratch = append(wire.AppendOptim(po.Scratch[:0], &op.Optim), op.Buf[s.Off:s.Off+s.N]...)
 		payload = po.Scratch
 	case KindChain:
+		op.ChainID = s.ID
 		h.Operand1, h.Operand2 = uint64(op.ChainLen), uint64(len(op.Chain))
 		h.Dtype, h.Alu = op.Dtype, op.Alu
 		h.Addr = 0

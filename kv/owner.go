@@ -471,6 +471,19 @@ func (o *Owner) load(ctx context.Context, sh *shard) error {
 	if taken {
 		o.dropReservations(sh)
 	}
+	if o.mem.vol != nil {
+		// A write of this owner's cut short in a coded key space is
+		// finished before the shard is read, so that the owner reads
+		// what the region will hold (a chain finished after the read
+		// would change a bucket under it). Taken at a new registration,
+		// the rows may have had another writer since: their chains are
+		// not sent again.
+		if taken {
+			o.mem.vol.ForgetCuts()
+		} else {
+			o.finishCutChains(ctx, sh)
+		}
+	}
 	var (
 		err  error
 		desc []byte
@@ -899,6 +912,26 @@ func (o *Owner) expire(ctx context.Context, sh *shard, i int) (byte, uint64, []b
 	return st, ver, body
 }
 
+// finishCutChains, in an erasure-coded key space, puts right the rows
+// of shard sh whose write chain was cut short (ec.Volume.Repair): such a
+// chain can be finished by sending it again only while the memory nodes
+// remember it, and the shard may not be written again before that.
+func (o *Owner) finishCutChains(ctx context.Context, sh *shard) {
+	if o.mem.vol == nil || o.mem.vol.Unsure() == 0 {
+		return
+	}
+	o.mu.Lock()
+	w := o.fencedWritesLocked()
+	o.mu.Unlock()
+	if w == nil {
+		return
+	}
+	for _, sp := range o.l.shardSpans(sh.id) {
+		w.vol.Repair(ctx, int64(sp[0]), int64(sp[1]))
+		sh.gate.Pass()
+	}
+}
+
 // sweepBuckets is the buckets of each shard the sweep looks at per
 // Check interval: a shard of Buckets buckets is swept in
 // Buckets/sweepBuckets intervals.
@@ -930,6 +963,9 @@ func (o *Owner) sweepExpired(ctx context.Context) {
 		}
 		current := serving && sh.gen == o.generation()
 		o.endReservations(sh, time.Now())
+		if current && !sh.dirty {
+			o.finishCutChains(wctx, sh)
+		}
 		for range min(sweepBuckets, len(sh.b)) {
 			i := sh.sweep
 			sh.sweep = (sh.sweep + 1) % len(sh.b)

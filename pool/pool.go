@@ -330,7 +330,14 @@ func (r *Region) transferOp(ctx context.Context, tmpl *endpoint.Op, p []byte, of
 // ctx's end those in flight are canceled) and whether any op reported a
 // degraded write.
 func (r *Region) runOps(ctx context.Context, n int, fill func(op *endpoint.Op, i int)) (bool, error) {
+	return r.runOpsEach(ctx, n, fill, nil)
+}
+
+// runOpsEach is runOps calling each (if not nil) with every op started,
+// and its index, once it has ended.
+func (r *Region) runOpsEach(ctx context.Context, n int, fill func(op *endpoint.Op, i int), each func(op *endpoint.Op, i int)) (bool, error) {
 	window := min(r.c.opts.Window, n)
+	index := make(map[*endpoint.Op]int, window)
 	done := make(chan *endpoint.Op, window)
 	ops := make([]endpoint.Op, window)
 	free := make([]*endpoint.Op, 0, window)
@@ -346,6 +353,7 @@ func (r *Region) runOps(ctx context.Context, n int, fill func(op *endpoint.Op, i
 			op := free[len(free)-1]
 			free = free[:len(free)-1]
 			fill(op, next)
+			index[op] = next
 			if err := r.c.ep.Start(op, done); err != nil {
 				first = err
 				free = append(free, op)
@@ -362,6 +370,9 @@ func (r *Region) runOps(ctx context.Context, n int, fill func(op *endpoint.Op, i
 			inflight--
 			if op.Err != nil && first == nil {
 				first = op.Err
+			}
+			if each != nil {
+				each(op, index[op])
 			}
 			degraded = degraded || op.Degraded
 			free = append(free, op)
@@ -418,18 +429,25 @@ func ChainChunks(l poolmap.Layout, addrs []uint64, n, max, align int) ([]int, er
 // answer a resent Store or Accumulate from their reply cache, so none is
 // applied twice.
 func (r *Region) Chain(ctx context.Context, hops []wire.ChainHop, n int, dt wire.Dtype, alu wire.Alu, in, out []byte) error {
+	_, err := r.chain(ctx, hops, n, dt, alu, in, out, nil, false)
+	return err
+}
+
+// chain runs Chain; with track it returns the request ids (ChainIDs),
+// sending again under ids those of an earlier run.
+func (r *Region) chain(ctx context.Context, hops []wire.ChainHop, n int, dt wire.Dtype, alu wire.Alu, in, out []byte, ids []uint64, track bool) ([]uint64, error) {
 	if n <= 0 || (in != nil && len(in) != n) || (out != nil && len(out) != n) || len(hops) == 0 || len(hops) > wire.MaxChainHops {
-		return fmt.Errorf("pool: chain of %d hops over %d bytes (in %d, out %d): %w", len(hops), n, len(in), len(out), endpoint.ErrBadOp)
+		return nil, fmt.Errorf("pool: chain of %d hops over %d bytes (in %d, out %d): %w", len(hops), n, len(in), len(out), endpoint.ErrBadOp)
 	}
 	addrs := make([]uint64, len(hops))
 	for i, h := range hops {
 		if h.Addr > uint64(r.Size()) || uint64(n) > uint64(r.Size())-h.Addr {
-			return fmt.Errorf("pool: chain hop %d at %d: %w", i, h.Addr, wire.StatusOutOfBounds)
+			return nil, fmt.Errorf("pool: chain hop %d at %d: %w", i, h.Addr, wire.StatusOutOfBounds)
 		}
 		addrs[i] = h.Addr
 	}
 	if err := r.keepProven(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	align := max(dt.Size(), 1)
 	room := r.c.ep.PoolSegment() - len(hops)*wire.ChainHopLen
@@ -438,13 +456,20 @@ func (r *Region) Chain(ctx context.Context, hops []wire.ChainHop, n int, dt wire
 	}
 	chunks, err := ChainChunks(r.layout, addrs, n, room, align)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	if track && len(ids) != len(chunks) {
+		ids = make([]uint64, len(chunks)) // (none, or another chain's)
+	}
+	var each func(op *endpoint.Op, i int)
+	if track {
+		each = func(op *endpoint.Op, i int) { ids[i] = op.ChainID }
 	}
 	offs := make([]int, len(chunks))
 	for i := 1; i < len(chunks); i++ {
 		offs[i] = offs[i-1] + chunks[i-1]
 	}
-	_, first := r.runOps(ctx, len(chunks), func(op *endpoint.Op, i int) {
+	_, first := r.runOpsEach(ctx, len(chunks), func(op *endpoint.Op, i int) {
 		off, c := offs[i], chunks[i]
 		hs := make([]wire.ChainHop, len(hops))
 		for k, h := range hops {
@@ -457,17 +482,33 @@ func (r *Region) Chain(ctx context.Context, hops []wire.ChainHop, n int, dt wire
 		}
 		*op = endpoint.Op{Kind: endpoint.KindChain, Peer: r.c.addr, Pool: r.spec.Region, Key: r.key, Lane: uint16(lane),
 			Chain: hs, ChainLen: c, Dtype: dt, Alu: alu, Fence: r.fence}
+		if track {
+			op.ChainID = ids[i]
+		}
 		if in != nil {
 			op.Buf = in[off : off+c]
 		}
 		if out != nil {
 			op.Recv = out[off : off+c]
 		}
-	})
+	}, each)
 	if first != nil {
-		return fmt.Errorf("pool: region %d: chain: %w", r.spec.Region, first)
+		return ids, fmt.Errorf("pool: region %d: chain: %w", r.spec.Region, first)
 	}
-	return nil
+	return ids, nil
+}
+
+// ChainIDs is Chain keeping the request ids its datagrams went under:
+// one per chunk of the chain (ChainChunks), zero for a chunk never sent.
+// Given ids an earlier ChainIDs of the same chain returned, it sends
+// those requests again (endpoint.Op.ChainID): each hop that applied one
+// answers from its memory node's reply cache and passes it on without
+// applying it twice, so a chain cut short (a memory node unreachable
+// longer than ctx allowed) is taken to its end. Within the memory
+// nodes' reply TTL only (30 s by default): after it a hop applies a
+// request again.
+func (r *Region) ChainIDs(ctx context.Context, hops []wire.ChainHop, n int, dt wire.Dtype, alu wire.Alu, in, out []byte, ids []uint64) ([]uint64, error) {
+	return r.chain(ctx, hops, n, dt, alu, in, out, ids, true)
 }
 
 // Reduce combines the n-byte vectors at srcs element-wise with alu (as dt

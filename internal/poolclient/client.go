@@ -44,7 +44,7 @@ type lane[T comparable] struct {
 
 // Seg is one request datagram of an access.
 type Seg struct {
-	ID     uint64 // request id (0: not sent yet)
+	ID     uint64 // request id (0: not sent yet, or set before: see sendSeg)
 	Off, N uint32 // the part of the access it carries: byte offset and length
 
 	copies   int               // answers to wait for (Header.Copies of the first)
@@ -168,10 +168,13 @@ func (c *Client[T]) pump(now time.Time, l *lane[T]) {
 }
 
 // sendSeg sends segment i of a, or sends it again under the same request
-// id (so the memory node recognizes a duplicate).
+// id (so the memory node recognizes a duplicate). A segment given an ID
+// before its first send (Seg.ID) goes under that id: that of an earlier
+// access's segment, sent again (a chain's hops that applied it answer
+// from their reply caches instead of applying it again).
 func (c *Client[T]) sendSeg(now time.Time, a *Access[T], i int) {
 	s := &a.Segs[i]
-	if s.ID != 0 {
+	if s.tries > 0 {
 		c.Stats.Retransmits++
 		if s.tries >= 2 {
 			c.send.Unanswered(now, a.Key.Switch)
@@ -179,8 +182,12 @@ func (c *Client[T]) sendSeg(now time.Time, a *Access[T], i int) {
 	} else {
 		a.lane.inflight++
 		s.rto = a.lane.rto()
-		c.seq++
-		s.ID = c.seq
+		if _, taken := c.reqs[s.ID]; s.ID == 0 || s.ID > c.seq || taken {
+			// (An id this client never gave out, or one in use, is not
+			// an earlier segment's: a new one.)
+			c.seq++
+			s.ID = c.seq
+		}
 		c.reqs[s.ID] = a
 	}
 	s.sent = now
@@ -291,7 +298,7 @@ func (c *Client[T]) Release(op T) bool {
 	a.released = true
 	for i := range a.Segs {
 		s := &a.Segs[i]
-		if s.ID != 0 && !s.done {
+		if s.tries > 0 && !s.done {
 			delete(c.reqs, s.ID)
 			a.lane.inflight--
 		}
@@ -311,7 +318,7 @@ func (c *Client[T]) Poll(now time.Time) time.Time {
 		halved := false
 		for i := range a.Segs {
 			s := &a.Segs[i]
-			if s.ID == 0 || s.done {
+			if s.tries == 0 || s.done {
 				continue
 			}
 			if !now.Before(s.deadline) {

@@ -20,10 +20,11 @@ import (
 // the one whose shards agree is kept; with exactly k, nothing is left to
 // check against, and the chain is taken to have stopped at the first
 // parity shard that is gone (the node whose failure cut it short). The
-// one case left to chance (exactly k shards, a chain cut short by this
-// host's link rather than a node) is the RAID write hole: the bytes of
-// the gone data shards under the piece may rebuild wrong, which their
-// readers' checks then refuse.
+// one case left to chance (exactly k shards, a chain cut short by
+// something else than a node) is the RAID write hole: the bytes of the
+// gone data shards under the piece may rebuild wrong, which their
+// readers' checks then refuse. A chain cut short whose row nothing else
+// wrote is finished instead, by sending it again (repair.go).
 
 // undoPartial reverts in shards (the row's bytes of piece pc, nil where
 // a shard is gone; shards[pc.i] the data shard as read, without the new

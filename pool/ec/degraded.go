@@ -68,18 +68,25 @@ func (v *Volume) readRow(ctx context.Context, row, w, n uint64, shards [][]byte)
 // rewrite writes piece pc (data) on the degraded path; cut says a chain
 // of it failed (and may have reached some parity shards: cut.go).
 func (v *Volume) rewrite(ctx context.Context, pc piece, data []byte, cut bool) error {
+	_, err := v.rewriteRow(ctx, pc, data, cut)
+	return err
+}
+
+// rewriteRow is rewrite; wrote reports whether it wrote any shard
+// (before it fails: the row then is as the failed chain left it).
+func (v *Volume) rewriteRow(ctx context.Context, pc piece, data []byte, cut bool) (wrote bool, _ error) {
 	shards := make([][]byte, v.k+v.m)
 	missing, errs, err := v.readRow(ctx, pc.row, pc.w, pc.n, shards)
 	if err != nil {
-		return err
+		return wrote, err
 	}
 	if len(missing) > v.m {
-		return fmt.Errorf("%w: row %d: %d of %d shards answer: %w", ErrUnreadable, pc.row, v.k+v.m-len(missing), v.k+v.m, errors.Join(errs...))
+		return wrote, fmt.Errorf("%w: row %d: %d of %d shards answer: %w", ErrUnreadable, pc.row, v.k+v.m-len(missing), v.k+v.m, errors.Join(errs...))
 	}
 	for i, s := range missing {
 		if !errors.Is(errs[i], wire.StatusLost) {
 			if err := v.r.MarkColumnLost(ctx, s); err != nil {
-				return fmt.Errorf("ec: row %d: writing around shard %d: %w", pc.row, s, err)
+				return wrote, fmt.Errorf("ec: row %d: writing around shard %d: %w", pc.row, s, err)
 			}
 		}
 	}
@@ -93,7 +100,7 @@ func (v *Volume) rewrite(ctx context.Context, pc piece, data []byte, cut bool) e
 				err = v.enc.ReconstructData(shards)
 			}
 			if err != nil {
-				return fmt.Errorf("ec: row %d: %w", pc.row, err)
+				return wrote, fmt.Errorf("ec: row %d: %w", pc.row, err)
 			}
 			break
 		}
@@ -105,7 +112,7 @@ func (v *Volume) rewrite(ctx context.Context, pc piece, data []byte, cut bool) e
 		shards[v.k+j] = make([]byte, pc.n)
 	}
 	if err := v.enc.Encode(shards); err != nil {
-		return fmt.Errorf("ec: row %d: %w", pc.row, err)
+		return wrote, fmt.Errorf("ec: row %d: %w", pc.row, err)
 	}
 	// Write the data shard and the parity shards that answered; one that
 	// fails now holds stale bytes: its column is reported lost too.
@@ -129,6 +136,7 @@ func (v *Volume) rewrite(ctx context.Context, pc piece, data []byte, cut bool) e
 			lost = v.m + 1 // not known to miss the write: the row is unsure
 		}
 	}
+	wrote = true
 	if writeData {
 		put(pc.i)
 	}
@@ -159,10 +167,10 @@ func (v *Volume) rewrite(ctx context.Context, pc piece, data []byte, cut bool) e
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return errors.Join(append(werrs, err)...)
+		return wrote, errors.Join(append(werrs, err)...)
 	}
 	if lost > v.m {
-		return fmt.Errorf("ec: row %d: the degraded write failed: %w", pc.row, errors.Join(werrs...))
+		return wrote, fmt.Errorf("ec: row %d: the degraded write failed: %w", pc.row, errors.Join(werrs...))
 	}
-	return nil
+	return wrote, nil
 }

@@ -27,10 +27,12 @@
 package ec
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/klauspost/reedsolomon"
 	"github.com/ndma/ndma/pool"
@@ -65,6 +67,9 @@ type volState struct {
 	// failed half way), repaired before their row is written again
 	// (repair.go); under mu.
 	unsure []piece
+	// finished counts the chains cut short finished by sending them
+	// again; under mu.
+	finished int
 }
 
 // Create allocates a region for size bytes of data (rounded up to whole
@@ -167,6 +172,9 @@ type piece struct {
 	i    int    // data shard
 	w, n uint64 // offset in the shard, length
 	off  int    // offset in the caller's buffer
+	// cut, for an unsure piece whose chain was cut short: what sends it
+	// again (repair.go).
+	cut *cutChain
 }
 
 // pieces cuts the access [off, off+n) into pieces.
@@ -206,18 +214,24 @@ func (v *Volume) WriteAt(ctx context.Context, p []byte, off int64) error {
 	hops := make([]wire.ChainHop, v.m+2)
 	for i, pc := range ps {
 		if i == 0 || pc.row != ps[i-1].row {
-			v.repairRow(ctx, pc.row)
+			v.repairRow(ctx, pc.row, true)
 		}
 		data := p[pc.off : pc.off+int(pc.n)]
-		err := v.chainWrite(ctx, hops, pc, data)
+		ids, err := v.chainWrite(ctx, hops, pc, data, nil)
 		if err == nil {
 			continue
 		}
+		wrote := false
 		if ctx.Err() == nil && !errors.Is(err, pool.ErrFenced) {
 			// (A write refused for its fence is not written around.)
-			err = v.rewrite(ctx, pc, data, true)
+			wrote, err = v.rewriteRow(ctx, pc, data, true)
 		}
 		if err != nil {
+			if !wrote && !errors.Is(err, pool.ErrFenced) {
+				// The row is as the chain left it: sending the same
+				// chain again takes it to its end (repair.go).
+				pc.cut = &cutChain{ids: ids, data: bytes.Clone(data), at: time.Now()}
+			}
 			v.markUnsure(pc)
 			return err
 		}
@@ -230,16 +244,19 @@ func (v *Volume) WriteAt(ctx context.Context, p []byte, off int64) error {
 }
 
 // chainWrite writes piece pc with one chain through its data shard and
-// every parity shard of its row.
-func (v *Volume) chainWrite(ctx context.Context, hops []wire.ChainHop, pc piece, data []byte) error {
+// every parity shard of its row, under the request ids of an earlier
+// chainWrite of the same piece and data if ids holds them (repair.go),
+// and returns the ids it went under.
+func (v *Volume) chainWrite(ctx context.Context, hops []wire.ChainHop, pc piece, data []byte, ids []uint64) ([]uint64, error) {
 	at := v.ShardAddr(pc.row, pc.i, pc.w)
 	hops[0] = wire.ChainHop{Addr: at, Op: wire.ChainDelta}
 	for j := range v.m {
 		hops[1+j] = wire.ChainHop{Addr: v.ShardAddr(pc.row, v.k+j, pc.w), Op: wire.ChainGFAccumulate, Coef: v.coef[j][pc.i]}
 	}
 	hops[v.m+1] = wire.ChainHop{Addr: at, Op: wire.ChainGFAccumulate, Coef: 1}
-	if err := v.r.Chain(ctx, hops, int(pc.n), wire.DtypeNone, wire.AluNone, data, nil); err != nil {
-		return fmt.Errorf("ec: write of row %d shard %d: %w", pc.row, pc.i, err)
+	ids, err := v.r.ChainIDs(ctx, hops, int(pc.n), wire.DtypeNone, wire.AluNone, data, nil, ids)
+	if err != nil {
+		return ids, fmt.Errorf("ec: write of row %d shard %d: %w", pc.row, pc.i, err)
 	}
-	return nil
+	return ids, nil
 }

@@ -78,7 +78,7 @@ func (v *Volume) RebuildRows(ctx context.Context, shard int, off, n int64, each 
 	shards := make([][]byte, v.k+v.m)
 	done := 0
 	for row := uint64(off / rowBytes); row <= uint64((off+n-1)/rowBytes); row++ {
-		v.repairRow(ctx, row)
+		v.repairRow(ctx, row, true)
 		err := v.rebuildRow(ctx, shard, row, shards)
 		if each != nil {
 			each()

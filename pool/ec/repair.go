@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ndma/ndma/wire"
 )
@@ -20,9 +21,39 @@ import (
 // is affected: it fails its reader's checks, or returns what the code
 // computes, but never touches the data shards.
 
+//
+// Recomputing the parity from the data needs every data shard of the
+// row. One may be gone too (its node dead): then the row's parity can
+// only be put right by finishing the chain. A piece whose chain was cut
+// short before anything else wrote its row keeps the chain's request ids
+// and data (cutChain), and its repair sends the same requests again
+// first (the next write to the row, or Repair between writes; a chain
+// the next write cannot finish is dropped, since its bytes would land
+// over that write's): the hops that applied them answer from their memory nodes'
+// reply caches and pass them on, the others apply them, and the chain
+// ends with the data shard written, so that data and parity agree on
+// the new bytes. That holds while the memory nodes remember the replies
+// (their reply TTL, 30 s by default): cutChainLife is less.
+
 // maxUnsure bounds the unsure pieces kept; beyond it the oldest is
 // dropped (its parity stays unsure until its bytes are written again).
 const maxUnsure = 1024
+
+// maxCutChains bounds the unsure pieces that keep their chain (and a
+// copy of its data); older ones are repaired from the data only.
+const maxCutChains = 64
+
+// cutChainLife is how long after it was cut a chain is sent again:
+// below the memory nodes' reply TTL (memd.ReplyCacheTTL, 30 s).
+const cutChainLife = 20 * time.Second
+
+// cutChain is a chain cut short: its requests' ids, the data it carried,
+// and when it failed.
+type cutChain struct {
+	ids  []uint64
+	data []byte
+	at   time.Time
+}
 
 // markUnsure records piece pc as unsure.
 func (v *Volume) markUnsure(pc piece) {
@@ -32,6 +63,19 @@ func (v *Volume) markUnsure(pc piece) {
 		v.st.unsure = v.st.unsure[1:]
 	}
 	v.st.unsure = append(v.st.unsure, pc)
+	if pc.cut == nil {
+		return
+	}
+	// Only the newest maxCutChains keep their chain.
+	n := 0
+	for i := len(v.st.unsure) - 1; i >= 0; i-- {
+		if v.st.unsure[i].cut == nil {
+			continue
+		}
+		if n++; n > maxCutChains {
+			v.st.unsure[i].cut = nil
+		}
+	}
 }
 
 // takeUnsure removes and returns the unsure pieces of row.
@@ -74,7 +118,7 @@ func (v *Volume) Scrub(ctx context.Context, off, n int64, each func()) (int, err
 	done := 0
 	for row := off / rowBytes; row <= (off+n-1)/rowBytes; row++ {
 		pc := piece{row: uint64(row), w: 0, n: v.s}
-		err := v.repair(ctx, pc)
+		_, err := v.repair(ctx, pc)
 		if each != nil {
 			each()
 		}
@@ -99,31 +143,99 @@ func (v *Volume) Unsure() int {
 	return len(v.st.unsure)
 }
 
-// repairRow recomputes the parity of the unsure pieces of row from the
-// data; a piece that cannot be repaired now is kept.
-func (v *Volume) repairRow(ctx context.Context, row uint64) {
+// repairRow puts right the unsure pieces of row: a chain cut short
+// recently is sent again (and so finished), the others' parity is
+// recomputed from the data; a piece that cannot be repaired now is kept.
+// writing says the caller writes the row next: a chain not finished now
+// is then dropped, since finishing it after that write would put its
+// older bytes over the newer ones.
+func (v *Volume) repairRow(ctx context.Context, row uint64, writing bool) {
 	for _, pc := range v.takeUnsure(row) {
-		if err := v.repair(ctx, pc); err != nil {
+		if c := pc.cut; c != nil && time.Since(c.at) < cutChainLife {
+			hops := make([]wire.ChainHop, v.m+2)
+			ids, err := v.chainWrite(ctx, hops, pc, c.data, c.ids)
+			if err == nil {
+				v.st.mu.Lock()
+				v.st.finished++
+				v.st.mu.Unlock()
+				continue
+			}
+			for i := range min(len(ids), len(c.ids)) {
+				if ids[i] != 0 {
+					c.ids[i] = ids[i] // (a chunk not sent now keeps its id)
+				}
+			}
+			if writing {
+				pc.cut = nil
+			}
+		} else {
+			pc.cut = nil
+		}
+		wrote, err := v.repair(ctx, pc)
+		switch {
+		case err == nil:
+			// The parity agrees with the data as it is: the chain must
+			// not be sent again.
+		case wrote:
+			pc.cut = nil // the parity partly recomputed
+			v.markUnsure(pc)
+		default:
 			v.markUnsure(pc)
 		}
 	}
 }
 
+// Repair puts right the unsure pieces (repair.go) of the rows that hold
+// a byte of [off, off+n) of the volume, as the next write to each row
+// would. It is for the rows' writer, between writes: a chain cut short
+// can be finished only while the memory nodes remember it.
+func (v *Volume) Repair(ctx context.Context, off, n int64) {
+	if n <= 0 || off < 0 || off >= v.Size() {
+		return
+	}
+	n = min(n, v.Size()-off)
+	rowBytes := int64(v.k) * int64(v.s)
+	for row := off / rowBytes; row <= (off+n-1)/rowBytes; row++ {
+		v.repairRow(ctx, uint64(row), false)
+	}
+}
+
+// ForgetCuts drops the chains cut short this Volume keeps to send
+// again: for a writer that may not have been the rows' only writer
+// since (it lost them a while), for which finishing a chain would write
+// over newer bytes. Their pieces stay unsure, repaired from the data.
+func (v *Volume) ForgetCuts() {
+	v.st.mu.Lock()
+	defer v.st.mu.Unlock()
+	for i := range v.st.unsure {
+		v.st.unsure[i].cut = nil
+	}
+}
+
+// Finished counts the chains cut short that this Volume finished by
+// sending them again (repairRow).
+func (v *Volume) Finished() int {
+	v.st.mu.Lock()
+	defer v.st.mu.Unlock()
+	return v.st.finished
+}
+
 // repair recomputes the parity of the bytes of piece pc from the data
-// shards of its row, which must all answer.
-func (v *Volume) repair(ctx context.Context, pc piece) error {
+// shards of its row, which must all answer; wrote reports whether it
+// wrote a parity shard before it failed.
+func (v *Volume) repair(ctx context.Context, pc piece) (wrote bool, _ error) {
 	shards := make([][]byte, v.k+v.m)
 	for i := range v.k {
 		shards[i] = make([]byte, pc.n)
 		if _, err := v.r.ReadAtContext(ctx, shards[i], int64(v.ShardAddr(pc.row, i, pc.w))); err != nil {
-			return fmt.Errorf("ec: row %d shard %d: %w", pc.row, i, err)
+			return false, fmt.Errorf("ec: row %d shard %d: %w", pc.row, i, err)
 		}
 	}
 	for j := range v.m {
 		shards[v.k+j] = make([]byte, pc.n)
 	}
 	if err := v.enc.Encode(shards); err != nil {
-		return fmt.Errorf("ec: row %d: %w", pc.row, err)
+		return false, fmt.Errorf("ec: row %d: %w", pc.row, err)
 	}
 	var errs []error
 	for j := range v.m {
@@ -132,5 +244,5 @@ func (v *Volume) repair(ctx context.Context, pc piece) error {
 			errs = append(errs, fmt.Errorf("ec: row %d shard %d: %w", pc.row, s, err))
 		}
 	}
-	return errors.Join(errs...)
+	return true, errors.Join(errs...)
 }
