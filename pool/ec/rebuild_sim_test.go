@@ -38,10 +38,7 @@ func TestSimDegradedWriteAndRebuild(t *testing.T) {
 		model := make([]byte, v.Size())
 		write := func(off, n int, wantDegraded bool) {
 			t.Helper()
-			p := make([]byte, n)
-			for i := range p {
-				p[i] = byte(rng.Uint32())
-			}
+			p := randBytes(rng, n)
 			err := v.WriteAt(ctx, p, int64(off))
 			if degraded := errors.Is(err, pool.ErrDegraded); (err != nil && !degraded) || degraded != wantDegraded {
 				t.Fatalf("seed %d: write of %d at %d: %v (want degraded: %v)", seed, n, off, err, wantDegraded)
@@ -109,10 +106,7 @@ func TestSimWriteAroundUnreachable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		model := make([]byte, v.Size())
-		for i := range model {
-			model[i] = byte(rng.Uint32())
-		}
+		model := randBytes(rng, int(v.Size()))
 		if err := v.WriteAt(ctx, model, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -122,10 +116,7 @@ func TestSimWriteAroundUnreachable(t *testing.T) {
 		if l, u, err := v.Lost(ctx); err != nil || len(l) != 0 || len(u) != 1 || u[0] != k+1 {
 			t.Fatalf("seed %d: parity shard cut off: lost %v, unreachable %v, %v", seed, l, u, err)
 		}
-		p := make([]byte, 2*k*shard)
-		for i := range p {
-			p[i] = byte(rng.Uint32())
-		}
+		p := randBytes(rng, 2*k*shard)
 		if err := v.WriteAt(ctx, p, int64(k*shard)); !errors.Is(err, pool.ErrDegraded) {
 			t.Fatalf("seed %d: write around an unreachable parity shard: %v, want degraded", seed, err)
 		}
@@ -147,6 +138,15 @@ func TestSimWriteAroundUnreachable(t *testing.T) {
 		}
 		checkParity(t, v, shard, model)
 	})
+}
+
+// randBytes is n bytes drawn from rng.
+func randBytes(rng *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
 }
 
 // readAll reads the whole volume and compares it with model.
@@ -175,10 +175,7 @@ func TestSimRepairUnsure(t *testing.T) {
 		v, model := writtenVolume(t, f, rng, shard, rows)
 		// Row 2, data shard 1, bytes 100 to 399: parity 0 took a change
 		// that the data shard did not.
-		garble := make([]byte, 300)
-		for i := range garble {
-			garble[i] = byte(rng.Uint32())
-		}
+		garble := randBytes(rng, 300)
 		if _, err := v.Region().WriteAtContext(ctx, garble, int64(v.ShardAddr(2, k, 100))); err != nil {
 			t.Fatal(err)
 		}
@@ -213,10 +210,7 @@ func TestSimCutWrite(t *testing.T) {
 		v, model := writtenVolume(t, f, rng, shard, rows)
 		cut := func(row, i int) {
 			t.Helper()
-			p := make([]byte, 1000)
-			for j := range p {
-				p[j] = byte(rng.Uint32())
-			}
+			p := randBytes(rng, 1000)
 			off := row*k*shard + i*shard + 300
 			if err := v.CutWrite(ctx, p, int64(off), 1); err != nil {
 				t.Fatalf("seed %d: cut write in row %d shard %d: %v", seed, row, i, err)
@@ -253,10 +247,7 @@ func TestSimScrubAfterWriterDied(t *testing.T) {
 				ctx := f.Ctx()
 				v, model := writtenVolume(t, f, rng, shard, rows)
 				// The writer dies in a chain writing row 1, data shard 1.
-				p := make([]byte, 1000)
-				for i := range p {
-					p[i] = byte(rng.Uint32())
-				}
+				p := randBytes(rng, 1000)
 				if err := v.DiedWrite(ctx, p, int64(1*k*shard+1*shard+300), 1); err != nil {
 					t.Fatal(err)
 				}
@@ -297,10 +288,7 @@ func writtenVolume(t *testing.T, f *simpool.Fabric, rng *rand.Rand, shard, rows 
 	if err != nil {
 		t.Fatal(err)
 	}
-	model := make([]byte, v.Size())
-	for i := range model {
-		model[i] = byte(rng.Uint32())
-	}
+	model := randBytes(rng, int(v.Size()))
 	if err := v.WriteAt(ctx, model, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -333,10 +321,7 @@ func TestSimRebuildRowsWhileWriting(t *testing.T) {
 				model := make([]byte, v.Size())
 				write := func(off, n int) {
 					t.Helper()
-					p := make([]byte, n)
-					for i := range p {
-						p[i] = byte(rng.Uint32())
-					}
+					p := randBytes(rng, n)
 					if err := v.WriteAt(ctx, p, int64(off)); err != nil && !errors.Is(err, pool.ErrDegraded) {
 						t.Fatalf("seed %d: write of %d at %d: %v", seed, n, off, err)
 					}
@@ -443,10 +428,7 @@ func TestSimFinishCutChain(t *testing.T) {
 				v, model := writtenVolume(t, f, rng, shard, rows)
 				f.CrashMem(columnNode(t, f, v, 2))
 				time.Sleep(10 * time.Second)
-				p := make([]byte, 1000)
-				for i := range p {
-					p[i] = byte(rng.Uint32())
-				}
+				p := randBytes(rng, 1000)
 				off := int64(1*k*shard + 0*shard + 300) // row 1, data shard 0
 				par := columnNode(t, f, v, k+1)
 				f.SetLoss(par.Addr, 1)
