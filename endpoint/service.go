@@ -209,6 +209,20 @@ func (ep *Endpoint) anycastOp(ctx context.Context, sw string, service string, ke
 	return &Op{Kind: KindAnycast, Peer: ap, Group: id, Addr: key, Buf: req}, nil
 }
 
+// ResolveService resolves service to its group id at switch sw, asking
+// the switch only if the endpoint has not cached it yet, as Anycast
+// does before its first request to the service. A caller that orders
+// its goroutines with Gates calls it (and passes its gate) before
+// Anycast, so that the lookup is a wait of its own.
+func (ep *Endpoint) ResolveService(ctx context.Context, sw string, service string, opts FabricOptions) (uint32, error) {
+	ap, err := parseSwitch(sw)
+	if err != nil {
+		return 0, err
+	}
+	ep.enableGroups()
+	return ep.lookup(ctx, ap, service, opts)
+}
+
 // lookup resolves a service name to its group id (cached).
 func (ep *Endpoint) lookup(ctx context.Context, sw netip.AddrPort, service string, opts FabricOptions) (uint32, error) {
 	ep.mu.Lock()

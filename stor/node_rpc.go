@@ -161,6 +161,13 @@ func callNode(ctx context.Context, ep *endpoint.Endpoint, r *draws, sw, service 
 	}
 	for try := 0; ; try++ {
 		actx, cancel := context.WithTimeout(ctx, limit)
+		// The node's service is looked up (if not cached) as a wait of
+		// its own, followed by the goroutine's gate: inside Anycast it
+		// would not be, and goroutines of a fan-out woken by their
+		// lookups' answers at one instant would send in the
+		// scheduler's order.
+		_, _ = ep.ResolveService(actx, sw, name, opts) // (Anycast reports a failure)
+		passGate(ctx)
 		resp, err := retryBusy(actx, r, false, func() ([]byte, error) { return ep.Anycast(actx, sw, name, uint64(id)+1, req, opts) })
 		cancel()
 		var body []byte
