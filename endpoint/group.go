@@ -86,7 +86,7 @@ func (ep *Endpoint) JoinJob(ctx context.Context, sw string, job string, size, ra
 		opts: opts, stop: make(chan struct{}), hbDone: make(chan struct{})}
 	g.heard.Store(time.Now().UnixNano()) // the join's answer
 	ep.addCloser(g.stopHeartbeats)
-	go g.heartbeats()
+	go g.heartbeats(g.ep.ticker(opts.HeartbeatInterval()))
 	return g, nil
 }
 
@@ -207,10 +207,14 @@ func (g *Group) Members() []ctrl.MemberInfo { return g.members }
 // interval, is gone (silence): the group's operations fail
 // (switchSilent), at every interval while it stays silent, rather than
 // wait for it.
-func (g *Group) heartbeats() {
+//
+// The caller makes the ticker (of the interval) before it starts the
+// goroutine: on the simulated network its timer then takes its place
+// among the endpoint's timers in program order, not in the order the
+// scheduler ran the goroutines that made them.
+func (g *Group) heartbeats(tick <-chan time.Time, stopTick func()) {
 	defer close(g.hbDone)
 	iv := g.opts.HeartbeatInterval()
-	tick, stopTick := g.ep.ticker(iv)
 	defer stopTick()
 	buf, err := secure.AppendCtrl(nil, &ctrl.Msg{Type: ctrl.Heartbeat, Group: g.id, Member: g.rank}, g.opts.Token)
 	if err != nil {

@@ -96,7 +96,7 @@ func (ep *Endpoint) RegisterService(ctx context.Context, sw string, sc ServiceCo
 	ep.services[s.id] = s
 	ep.mu.Unlock()
 	ep.addCloser(s.stopHeartbeats)
-	go s.heartbeats()
+	go s.heartbeats(ep.ticker(opts.HeartbeatInterval()))
 	return s, nil
 }
 
@@ -114,10 +114,10 @@ func (s *Service) Rank() int { return int(s.rank) }
 // owner of data) stops acting when Confirmed grows old.
 func (s *Service) Confirmed() time.Time { return time.Unix(0, s.confirmed.Load()) }
 
-func (s *Service) heartbeats() {
+func (s *Service) heartbeats(tick <-chan time.Time, stopTick func()) {
 	g := &Group{ep: s.ep, sw: s.sw, id: s.id, rank: s.rank, opts: s.opts, stop: s.stop, hbDone: s.hbDone, service: true,
 		confirmed: &s.confirmed}
-	g.heartbeats()
+	g.heartbeats(tick, stopTick)
 }
 
 func (s *Service) stopHeartbeats() {
