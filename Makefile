@@ -51,11 +51,11 @@ race:
 # the full collective matrix and the hostile-fabric test's full size and
 # 1 ms Step bound run here, without it, with every allocation test, and
 # the C library's tests (they build the library and run C, Python and MPI
-# programs).
+# programs), with the suite's DDP rows on a testbed (they build it too).
 # internal/citest fails if a test that reads raceEnabled or counts
 # allocations is left out of them.
-NORACE_TESTS = ^(TestSimHostileFabric|TestSimFigures|TestSimDeterministic|TestSimAllgatherControlFirst|TestSimScale256|TestSimTuner|TestSimMatrix|TestSimLarge|Test[A-Za-z]*Allocs|TestCABI|TestPython|TestMPI|TestExampleC|TestExampleCStalled)$$
-NORACE_PKGS = ./coll ./fabric ./reduce ./netio ./transport ./memnode ./wire ./wire/ctrl ./secure ./libndma
+NORACE_TESTS = ^(TestSimHostileFabric|TestSuiteDDPTestbed|TestSimFigures|TestSimDeterministic|TestSimAllgatherControlFirst|TestSimScale256|TestSimTuner|TestSimMatrix|TestSimLarge|Test[A-Za-z]*Allocs|TestCABI|TestPython|TestMPI|TestExampleC|TestExampleCStalled)$$
+NORACE_PKGS = ./bench ./coll ./fabric ./reduce ./netio ./transport ./memnode ./wire ./wire/ctrl ./secure ./libndma
 
 ## norace: NORACE_TESTS without the race detector.
 norace:

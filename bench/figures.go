@@ -32,6 +32,10 @@ type Figure struct {
 
 	key  string   // which figure, the same whatever rows it comes from
 	from []string // the rows it drew on (rowLabel)
+	// cpu: a CPU figure, what the processes cost against peers in the
+	// same suite, judged on its rows whether or not they were faithful
+	// (a CPU-bound job still did the same work with the CPU it used).
+	cpu bool
 }
 
 // The testbed's targets (8 hosts, 100 Mbit/s, MTU 9000).
@@ -42,6 +46,7 @@ const (
 	figBcastCPU       = 2    // rank CPU of a 16 MiB chain Bcast over an in-network one
 	figSmallMax       = 64 << 10
 	figLarge          = 16 << 20
+	figDDPSpeedup     = 1.6 // in-network DDP's samples/s over Gloo's
 	// In-network Allgather at least as fast as the best host algorithm
 	// from figAllgatherMin to figAllgatherMax blocks.
 	figAllgatherMin = 1 << 20
@@ -54,7 +59,9 @@ const (
 // suite did not run) is left out. Only faithful rows count (and rows
 // without a verdict, from before the monitor): a figure whose rows were
 // all measured in jobs that were not faithful is listed as not judged,
-// with their verdicts, and one judged without some rows names them.
+// with their verdicts, and one judged without some rows names them. CPU
+// figures (what NDMA's processes cost against a peer's in the same
+// suite) are judged on every row, naming those not faithful.
 func SuiteFigures(rows []SuiteRow) []Figure {
 	type setup struct {
 		ranks, perHost int
@@ -111,6 +118,13 @@ func faithfulFigures(rows []SuiteRow) []Figure {
 				left = append(left, l)
 			}
 		}
+		if f.cpu {
+			if len(left) > 0 {
+				f.Detail += "; a CPU figure, judged on rows not faithful too: " + strings.Join(left, ", ")
+			}
+			figs = append(figs, f)
+			continue
+		}
 		if g, ok := judged[f.key]; ok {
 			g.Excluded = left
 			figs = append(figs, g)
@@ -129,9 +143,10 @@ func faithfulFigures(rows []SuiteRow) []Figure {
 
 // setupFigures computes the figures from the rows of one setup.
 func setupFigures(rows []SuiteRow) []Figure {
+	// find is the row of op and algo at size (any size: negative).
 	find := func(op coll.Operation, algo coll.Algo, size int) *SuiteRow {
 		for i := range rows {
-			if r := &rows[i]; r.Op == string(op) && r.Algo == string(algo) && r.Size == size {
+			if r := &rows[i]; r.Op == string(op) && r.Algo == string(algo) && (r.Size == size || size < 0) {
 				return r
 			}
 		}
@@ -219,10 +234,28 @@ func setupFigures(rows []SuiteRow) []Figure {
 		perCall := func(r *SuiteRow) float64 { return r.CPURanksS / float64(r.Warmup+r.Iters) }
 		v := perCall(chain) / perCall(in)
 		figs = append(figs, Figure{
-			key: "cpu bcast", from: []string{rowLabel(*in), rowLabel(*chain)},
+			key: "cpu bcast", from: []string{rowLabel(*in), rowLabel(*chain)}, cpu: true,
 			Name:   fmt.Sprintf("rank CPU per %s Bcast, chain / in-network", FormatSize(figLarge)),
 			Target: fmt.Sprintf("≥ %d×", figBcastCPU), Value: v, Met: v >= figBcastCPU,
 			Detail: fmt.Sprintf("chain %.2f s, in-network %.2f s per call", perCall(chain), perCall(in)),
+		})
+	}
+	ddpIn, ddpGloo := find(OpDDP, coll.AlgoInNet, -1), find(OpDDP, AlgoGloo, -1)
+	if ddpIn != nil && ddpGloo != nil && ddpIn.Size == ddpGloo.Size && ddpGloo.SamplesPerS > 0 && ddpIn.CPUPerCallUS > 0 {
+		from := []string{rowLabel(*ddpIn), rowLabel(*ddpGloo)}
+		v := ddpIn.SamplesPerS / ddpGloo.SamplesPerS
+		figs = append(figs, Figure{
+			key: "ddp speed", from: from,
+			Name:   "in-network DDP samples/s over Gloo's",
+			Target: fmt.Sprintf("≥ %.1f×", figDDPSpeedup), Value: v, Met: v >= figDDPSpeedup,
+			Detail: fmt.Sprintf("in-network %.0f, Gloo %.0f samples/s", ddpIn.SamplesPerS, ddpGloo.SamplesPerS),
+		})
+		v = ddpGloo.CPUPerCallUS / ddpIn.CPUPerCallUS
+		figs = append(figs, Figure{
+			key: "ddp cpu", from: from, cpu: true,
+			Name:   "DDP CPU per step (ranks + switch), Gloo / in-network",
+			Target: "≥ 1×", Value: v, Met: v >= 1,
+			Detail: fmt.Sprintf("Gloo %.1f ms, in-network %.1f ms per step", ddpGloo.CPUPerCallUS/1e3, ddpIn.CPUPerCallUS/1e3),
 		})
 	}
 	return figs

@@ -129,8 +129,9 @@ func figuresMarkdown(figs []Figure) string {
 }
 
 // TestSuiteFiguresFaithful: rows from jobs that were not faithful are
-// never used: a figure that needs them is listed as not judged with their
-// verdicts, and one judged without some of them names them.
+// never used for a figure of the network: a figure that needs them is
+// listed as not judged with their verdicts, and one judged without some
+// of them names them. A CPU figure is judged on them, naming them.
 func TestSuiteFiguresFaithful(t *testing.T) {
 	const rate = 100e6
 	bound := func(size int) float64 { return float64(size) * 8 / rate * 1e6 }
@@ -148,10 +149,12 @@ func TestSuiteFiguresFaithful(t *testing.T) {
 		row("allreduce", "innet", m4, 1.1*bound(m4), 1, ok),
 		row("allreduce", "rabenseifner", m4, 1.2*bound(m4), 1, busy), // the fastest host algorithm, left out
 		row("allreduce", "ring", m4, 1.6*bound(m4), 1, nil),          // no verdict: a row from before the monitor
+		row("bcast", "innet", 32<<10, 1.1*bound(32<<10), 1, busy),    // the small-Bcast figure needs it
+		row("bcast", "chain", 32<<10, 2*bound(32<<10), 1, ok),
 	}
 	figs := SuiteFigures(rows)
-	if len(figs) != 3 {
-		t.Fatalf("%d figures, want 3: %+v", len(figs), figs)
+	if len(figs) != 4 {
+		t.Fatalf("%d figures, want 4: %+v", len(figs), figs)
 	}
 	if f := figs[0]; !strings.HasPrefix(f.Name, "in-network Bcast 16M, over S/B") || f.NotJudged != "" || len(f.Excluded) != 0 || !f.Met {
 		t.Errorf("Bcast bound, from faithful rows: %+v", f)
@@ -160,13 +163,18 @@ func TestSuiteFiguresFaithful(t *testing.T) {
 		!slices.Equal(f.Excluded, []string{"allreduce/rabenseifner 4M"}) || math.Abs(f.Value-1.6/1.1) > 1e-9 {
 		t.Errorf("Allreduce 4M against the host algorithms, rabenseifner left out: %+v", f)
 	}
-	if f := figs[2]; !strings.HasPrefix(f.Name, "rank CPU per 16M Bcast") || f.Met || f.Value != 0 ||
-		!strings.Contains(f.NotJudged, "bcast/chain 16M cpu-bound (testbed 90% of the machine's CPU") {
+	if f := figs[2]; !strings.HasPrefix(f.Name, "in-network Bcast ≤ 64K") || f.Met || f.Value != 0 ||
+		!strings.Contains(f.NotJudged, "bcast/innet 32K cpu-bound (testbed 90% of the machine's CPU") {
+		t.Errorf("small Bcast, its in-network row CPU-bound: %+v", f)
+	}
+	if f := figs[3]; !strings.HasPrefix(f.Name, "rank CPU per 16M Bcast") || !f.Met || f.Value != 2.5 || f.NotJudged != "" ||
+		!strings.Contains(f.Detail, "judged on rows not faithful too: bcast/chain 16M") {
 		t.Errorf("Bcast CPU, its chain row CPU-bound: %+v", f)
 	}
 	md := figuresMarkdown(figs)
 	for _, s := range []string{
-		"| rank CPU per 16M Bcast, chain / in-network | ≥ 2× | – | not judged | rows not faithful: bcast/chain 16M cpu-bound",
+		"| in-network Bcast ≤ 64K, best host algorithm / in-network (1 sizes) | ≥ 1× at every size | – | not judged | rows not faithful: bcast/innet 32K cpu-bound",
+		"| rank CPU per 16M Bcast, chain / in-network | ≥ 2× | 2.500× | met | chain 2.50 s, in-network 1.00 s per call; a CPU figure, judged on rows not faithful too: bcast/chain 16M |",
 		"; left out, not faithful: allreduce/rabenseifner 4M |",
 	} {
 		if !strings.Contains(md, s) {

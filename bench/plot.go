@@ -35,7 +35,7 @@ func WriteSuitePlots(dir string, rows []SuiteRow) ([]string, error) {
 		rs := byOp[op]
 		sized := false
 		for _, r := range rs {
-			if r.Size > 0 {
+			if r.Size > 0 && op != string(OpDDP) {
 				sized = true
 			}
 		}
@@ -60,6 +60,12 @@ func WriteSuitePlots(dir string, rows []SuiteRow) ([]string, error) {
 		pl.Y.Label.Text = "average latency (µs)"
 		pc.Title.Text = fmt.Sprintf("%s CPU per call, ranks + switch, %d ranks", op, n)
 		pc.Y.Label.Text = "CPU per call (µs)"
+		if op == string(OpDDP) {
+			pl.Title.Text = fmt.Sprintf("DDP training step, %d ranks", n)
+			pl.Y.Label.Text = "average step (µs)"
+			pc.Title.Text = fmt.Sprintf("DDP CPU per step, ranks (training loop) + switch, %d ranks", n)
+			pc.Y.Label.Text = "CPU per step (µs)"
+		}
 		for _, p := range []struct {
 			plot *plot.Plot
 			name string

@@ -73,6 +73,10 @@ type SuiteConfig struct {
 	// NDMA's ranks are, timed and reported like them, its CPU counted
 	// the same way. It needs python3-torch.
 	Gloo bool
+	// DDP, if not nil, adds the rows of OpDDP: data-parallel training
+	// steps of examples/train/train.py, one job per DDPConfig.Algos, after
+	// the collectives (or where Ops names OpDDP).
+	DDP *DDPConfig
 	// Algos, if not empty, keeps only the rows of these algorithms
 	// (NDMA's, AlgoMPI and the others above).
 	Algos []coll.Algo
@@ -176,6 +180,11 @@ type SuiteRow struct {
 	// order (absent if any run lacks one).
 	Fidelity     *fidelity.Verdict `json:"fidelity,omitempty"`
 	RunsFidelity []fidelity.Class  `json:"runs_fidelity,omitempty"`
+	// SamplesPerS is, in an OpDDP row, the training's samples per second
+	// (all ranks), and BatchPerRank each rank's samples per step; zero
+	// elsewhere.
+	SamplesPerS  float64 `json:"samples_per_s,omitempty"`
+	BatchPerRank int     `json:"batch_per_rank,omitempty"`
 }
 
 // suiteJob is one `bench coll` invocation.
@@ -205,8 +214,24 @@ func (c *SuiteConfig) plan(tuned map[coll.Operation][]coll.Algo) ([]suiteJob, er
 	if c.PerHost < 0 || c.PerHost > testbed.MaxPerHost {
 		return nil, fmt.Errorf("bench: suite: %d ranks per host: want 1 to %d", c.PerHost, testbed.MaxPerHost)
 	}
+	if c.DDP != nil && !slices.Contains(ops, OpDDP) {
+		ops = append(ops[:len(ops):len(ops)], OpDDP)
+	}
 	var jobs []suiteJob
 	for _, op := range ops {
+		if op == OpDDP {
+			if c.DDP == nil {
+				return nil, errors.New("bench: suite: DDP rows need the trainer and its data (SuiteConfig.DDP)")
+			}
+			d := *c.DDP
+			d.setDefaults()
+			for _, a := range d.Algos {
+				if len(c.Algos) == 0 || slices.Contains(c.Algos, a) {
+					jobs = append(jobs, suiteJob{OpDDP, a, 0})
+				}
+			}
+			continue
+		}
 		algos, ok := coll.Algorithms[op]
 		if !ok {
 			return nil, fmt.Errorf("bench: suite: unknown collective %q", op)
@@ -287,6 +312,13 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rows []SuiteRow, err error)
 		}
 		defer gloo.close()
 	}
+	var ddp *ddpRunner
+	if slices.ContainsFunc(jobs, func(j suiteJob) bool { return j.op == OpDDP }) {
+		if ddp, err = newDDPRunner(ctx, *cfg.DDP); err != nil {
+			return nil, err
+		}
+		defer ddp.close()
+	}
 	st, err := testbed.Up(ctx, cfg.Testbed)
 	if err != nil {
 		return nil, err
@@ -311,6 +343,9 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rows []SuiteRow, err error)
 		return nil, fmt.Errorf("bench: suite: %w", err)
 	}
 	return runJobs(ctx, jobs, &cfg, func(j suiteJob) (SuiteRow, error) {
+		if j.op == OpDDP {
+			return runDDPJob(ctx, st, target, cfg.Fidelity, ddp, j, cfg.PerHost)
+		}
 		run := func(ctx context.Context, out io.Writer) error {
 			return testbed.RunWith(ctx, st, collArgs(bin, st, j, cfg.Iters, cfg.Sync), out, testbed.RunOptions{PerHost: cfg.PerHost})
 		}
@@ -454,34 +489,14 @@ func collArgs(bin string, st *testbed.State, j suiteJob, iters int, sync coll.Al
 // output that starts with prefix.
 func runSuiteJob(ctx context.Context, st *testbed.State, target fidelity.Target, rule fidelity.Rule, j suiteJob, iters int, run func(context.Context, io.Writer) error, prefix string) (SuiteRow, error) {
 	what := fmt.Sprintf("%s/%s size %d", j.op, j.algo, j.size)
-	mon, err := fidelity.Start(ctx, target, 0)
+	res, verdict, err := monitored(ctx, target, rule, what, func(ctx context.Context, out *bytes.Buffer) (CollResult, error) {
+		if err := run(ctx, out); err != nil {
+			return CollResult{}, err
+		}
+		return parseRank0(out, prefix)
+	})
 	if err != nil {
-		return SuiteRow{}, fmt.Errorf("bench: suite: %s: %w", what, err)
-	}
-	var out bytes.Buffer
-	runErr := run(ctx, &out)
-	rec, err := mon.Stop(context.WithoutCancel(ctx))
-	if err != nil {
-		return SuiteRow{}, fmt.Errorf("bench: suite: %s: %w", what, err)
-	}
-	if runErr != nil {
-		return SuiteRow{}, fmt.Errorf("bench: suite: %s: %w\n%s", what, runErr, tail(out.String(), 20))
-	}
-	res, err := parseRank0(&out, prefix)
-	if err != nil {
-		return SuiteRow{}, fmt.Errorf("bench: suite: %s: %w\n%s", what, err, tail(out.String(), 20))
-	}
-	// The rule is judged on the timed calls rank 0 reports, not on the
-	// start-up (an interpreter's imports, a runtime's init) around them.
-	if res.TimedFromNS == 0 || res.TimedToNS == 0 {
-		return SuiteRow{}, fmt.Errorf("bench: suite: %s: rank 0 did not report when its timed calls ran", what)
-	}
-	if err := rec.Window(time.Unix(0, res.TimedFromNS).Sub(mon.Started()), time.Unix(0, res.TimedToNS).Sub(mon.Started())); err != nil {
-		return SuiteRow{}, fmt.Errorf("bench: suite: %s: %w", what, err)
-	}
-	verdict, err := rec.Judge(rule)
-	if err != nil {
-		return SuiteRow{}, fmt.Errorf("bench: suite: %s: %w", what, err)
+		return SuiteRow{}, err
 	}
 	if res.Op != string(j.op) || res.Algo != string(j.algo) || res.Size != j.size {
 		return SuiteRow{}, fmt.Errorf("bench: suite: %s: rank 0 reported %s/%s size %d", what, res.Op, res.Algo, res.Size)
@@ -491,13 +506,51 @@ func runSuiteJob(ctx context.Context, st *testbed.State, target fidelity.Target,
 		return SuiteRow{}, fmt.Errorf("bench: suite: %s: rank 0 ran %d iterations, expected %d", what, res.Iters, it)
 	}
 	row := newSuiteRow(res, warmup, st.RateBits, verdict.ProcessS["ranks"], verdict.ProcessS["switch"])
+	row.setup(st, verdict)
+	return row, nil
+}
+
+// monitored runs one job with measure, under a fidelity monitor watching
+// target, and judges it by rule over the timed window its result
+// reports. measure writes the job's output to out, which errors quote.
+func monitored(ctx context.Context, target fidelity.Target, rule fidelity.Rule, what string, measure func(ctx context.Context, out *bytes.Buffer) (CollResult, error)) (CollResult, fidelity.Verdict, error) {
+	mon, err := fidelity.Start(ctx, target, 0)
+	if err != nil {
+		return CollResult{}, fidelity.Verdict{}, fmt.Errorf("bench: suite: %s: %w", what, err)
+	}
+	var out bytes.Buffer
+	res, runErr := measure(ctx, &out)
+	rec, err := mon.Stop(context.WithoutCancel(ctx))
+	if err != nil {
+		return CollResult{}, fidelity.Verdict{}, fmt.Errorf("bench: suite: %s: %w", what, err)
+	}
+	if runErr != nil {
+		return CollResult{}, fidelity.Verdict{}, fmt.Errorf("bench: suite: %s: %w\n%s", what, runErr, tail(out.String(), 20))
+	}
+	// The rule is judged on the timed calls rank 0 reports, not on the
+	// start-up (an interpreter's imports, a runtime's init) around them.
+	if res.TimedFromNS == 0 || res.TimedToNS == 0 {
+		return CollResult{}, fidelity.Verdict{}, fmt.Errorf("bench: suite: %s: rank 0 did not report when its timed calls ran", what)
+	}
+	if err := rec.Window(time.Unix(0, res.TimedFromNS).Sub(mon.Started()), time.Unix(0, res.TimedToNS).Sub(mon.Started())); err != nil {
+		return CollResult{}, fidelity.Verdict{}, fmt.Errorf("bench: suite: %s: %w", what, err)
+	}
+	verdict, err := rec.Judge(rule)
+	if err != nil {
+		return CollResult{}, fidelity.Verdict{}, fmt.Errorf("bench: suite: %s: %w", what, err)
+	}
+	return res, verdict, nil
+}
+
+// setup fills in the row's testbed (links, switches) and the monitor's
+// verdict.
+func (row *SuiteRow) setup(st *testbed.State, verdict fidelity.Verdict) {
 	row.eachSwitch(verdict.SwitchS)
 	row.PeakRateBits = st.PeakRateBits
 	row.PriorityQueues = st.QueuePackets > 0
 	row.Leaves, row.UplinkRateBits = len(st.Leaves), st.UplinkRateBits
 	row.StealS = verdict.StealS
 	row.Fidelity = &verdict
-	return row, nil
 }
 
 // newSuiteRow completes a row from bench coll's result, the warm-up count,

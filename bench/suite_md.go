@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/ndma/ndma/coll"
@@ -30,6 +31,10 @@ func WriteSuiteMarkdown(w io.Writer, rows []SuiteRow) error {
 			fmt.Fprintln(bw)
 		}
 		first := byOp[op][0]
+		if op == string(OpDDP) {
+			writeDDPTable(bw, byOp[op])
+			continue
+		}
 		fmt.Fprintf(bw, "### %s, %s, %s\n\n", op, RanksText(first), LinksText(first.RateBits, first.PeakRateBits, first.PriorityQueues))
 		fmt.Fprintln(bw, "| Algorithm | Size | Avg (µs) | Min (µs) | Max (µs) | S/B bound (µs) | Avg / bound | Iters | CPU ranks (s) | CPU switch (s) | CPU per call (µs) | Rank CPU per MiB (ms) | Switch CPU per MiB (ms) | Steal (s) | Fidelity |")
 		fmt.Fprintln(bw, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|")
@@ -48,7 +53,8 @@ func WriteSuiteMarkdown(w io.Writer, rows []SuiteRow) error {
 				perMiBText(r.Size, r.CPUPerMiBRankS), switchPerMiBText(r), steal, fidelityCell(r))
 		}
 	}
-	if len(rows) > 0 {
+	colls := slices.ContainsFunc(rows, func(r SuiteRow) bool { return r.Op != string(OpDDP) })
+	if colls {
 		fmt.Fprintln(bw)
 		fmt.Fprintln(bw, "CPU is user+system time of one `ndma bench coll` job per row: all ranks summed, and the switch daemon; "+
 			"it includes process start, joining, warm-up and the barrier before each call. CPU per call divides by warm-up + iterations. "+
@@ -56,6 +62,8 @@ func WriteSuiteMarkdown(w io.Writer, rows []SuiteRow) error {
 			"on a shared virtual machine it marks rows slowed by neighbours. "+
 			"CPU per MiB is one rank's CPU (ranks' CPU over the ranks), and the switch's, over each rank's message times the calls, in milliseconds per MiB; "+
 			"with several switch processes (the in-network collectives sharded over them), the switch's CPU is theirs together and, in parentheses, each one's.")
+	}
+	if len(rows) > 0 {
 		writeFidelity(bw, rows)
 		for _, r := range rows {
 			if IsMPI(coll.Algo(r.Algo)) {
@@ -69,13 +77,21 @@ func WriteSuiteMarkdown(w io.Writer, rows []SuiteRow) error {
 			}
 		}
 		for _, r := range rows {
-			if r.Algo == string(AlgoGloo) {
+			if r.Algo == string(AlgoGloo) && r.Op != string(OpDDP) {
 				fmt.Fprintln(bw)
 				fmt.Fprintln(bw, "Rows `gloo` are PyTorch's Gloo backend (torch.distributed) on the same hosts and links: bench/gloo/gloo_coll.py, "+
 					"one process per host started as NDMA's ranks are, a Gloo barrier before each call, timed as bench coll times (each rank's mean, "+
 					"averaged over the ranks); their CPU includes the Python interpreter's start and PyTorch's import.")
 				break
 			}
+		}
+		if _, ok := byOp[string(OpDDP)]; ok {
+			fmt.Fprintln(bw)
+			fmt.Fprintln(bw, "Rows `ddp` are data-parallel training (examples/train/train.py: an MLP on MNIST, PyTorch's DistributedDataParallel, one rank per host) "+
+				"for the steps shown: `gloo` with Gloo's own allreduce, `innet` with the gradients through NDMA in the network, `ring` through NDMA's host ring. "+
+				"A step is forward, backward, the gradients' exchange and the optimizer; the gradient is each rank's per step. "+
+				"Their rank CPU is the ranks' own (every thread) in the training loop, summed, without the interpreter's start, PyTorch's import or the test; "+
+				"the switch's is over the whole job. The compute of a step is the same for every row, so the rows differ by what the exchange costs.")
 		}
 		writeCPUCost(bw, rows)
 		writeFigures(bw, SuiteFigures(rows))
@@ -157,7 +173,7 @@ func writeFidelity(w *bufio.Writer, rows []SuiteRow) {
 		"at most %.0f%% of the time while rank 0's timed calls ran (the share in parentheses: an upper bound of the testbed's share, "+
 		"start-up and teardown left out), and a bulk job's bottleneck link was busy "+
 		"at least %.0f%% of its transfer; cpu-bound above that share; link-idle when the link idled within it. "+
-		"The targets below are judged on faithful rows only.\n", 100*limit, 100*fidelityMinBusy(rows))
+		"The targets below are judged on faithful rows only, but for the CPU targets, which compare processes' CPU within the suite.\n", 100*limit, 100*fidelityMinBusy(rows))
 	if len(bad) == 0 {
 		return
 	}
@@ -181,7 +197,7 @@ func fidelityMinBusy(rows []SuiteRow) float64 {
 
 // rowLabel names a row: "allreduce/ring 16M", "barrier/innet".
 func rowLabel(r SuiteRow) string {
-	if r.Size == 0 {
+	if r.Size == 0 || r.Op == string(OpDDP) {
 		return r.Op + "/" + r.Algo
 	}
 	return fmt.Sprintf("%s/%s %s", r.Op, r.Algo, FormatSize(r.Size))
@@ -196,6 +212,9 @@ func writeCPUCost(w *bufio.Writer, rows []SuiteRow) {
 	small := map[key]SuiteRow{}
 	large := map[key]SuiteRow{}
 	for _, r := range rows {
+		if r.Op == string(OpDDP) {
+			continue // its own table has its CPU per step
+		}
 		k := key{r.Op, r.Algo}
 		s, seen := small[k]
 		if !seen {
@@ -216,7 +235,10 @@ func writeCPUCost(w *bufio.Writer, rows []SuiteRow) {
 		}
 		return ""
 	}
-	first := rows[0]
+	if len(keys) == 0 {
+		return
+	}
+	first := small[keys[0]]
 	fmt.Fprintf(w, "\n### CPU per byte and per call, %s, %s\n\n", RanksText(first), LinksText(first.RateBits, first.PeakRateBits, first.PriorityQueues))
 	fmt.Fprintln(w, "| Operation | Algorithm | Largest size | Rank CPU per MiB (ms) | Switch CPU per MiB (ms) | Smallest size | CPU per call (µs) |")
 	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|")
@@ -245,4 +267,22 @@ func RanksText(r SuiteRow) string {
 		t += fmt.Sprintf(" under %d leaf switches (uplinks %s)", r.Leaves, testbed.FormatRate(r.UplinkRateBits))
 	}
 	return t
+}
+
+// writeDDPTable writes the OpDDP rows: step time, samples per second and
+// CPU per step of each algorithm.
+func writeDDPTable(w *bufio.Writer, rows []SuiteRow) {
+	first := rows[0]
+	fmt.Fprintf(w, "### ddp (data-parallel training), %s, %s\n\n", RanksText(first), LinksText(first.RateBits, first.PeakRateBits, first.PriorityQueues))
+	fmt.Fprintln(w, "| Algorithm | Gradient | Batch per rank | Steps | Step avg (ms) | Min (ms) | Max (ms) | Samples/s | Gradient over one link (ms) | CPU ranks (s) | CPU switch (s) | CPU per step (ms) | Steal (s) | Fidelity |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|")
+	for _, r := range rows {
+		steal := "–"
+		if r.StealS != nil {
+			steal = fmt.Sprintf("%.2f", *r.StealS)
+		}
+		fmt.Fprintf(w, "| %s | %.1f MiB | %d | %d | %.1f | %.1f | %.1f | %.0f | %.1f | %.2f | %.2f | %.1f | %s | %s |\n",
+			r.Algo, float64(r.Size)/(1<<20), r.BatchPerRank, r.Iters, r.AvgUS/1e3, r.MinUS/1e3, r.MaxUS/1e3, r.SamplesPerS, r.BoundUS/1e3,
+			r.CPURanksS, r.CPUSwitchS, r.CPUPerCallUS/1e3, steal, fidelityCell(r))
+	}
 }

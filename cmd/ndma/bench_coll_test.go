@@ -200,6 +200,23 @@ func TestBenchSuiteFrom(t *testing.T) {
 	if _, err := execute(t, "bench", "suite", "--from", a, "--fidelity-cpu", "0.5", "--out", out); err == nil {
 		t.Error("--fidelity-cpu with --from: no error")
 	}
+	// The training rows' flags: refused before any testbed is built,
+	// each error naming the flag.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--ops", "ddp"}, "--ddp DIR"},
+		{[]string{"--ddp-steps", "5"}, "--ddp-steps"},
+		{[]string{"--ddp-algos", "ring"}, "--ddp-algos"},
+		{[]string{"--ddp", "mnist", "--ddp-algos", "mpi"}, "--ddp-algos"},
+		{[]string{"--ddp", "mnist", "--ddp-steps", "0"}, "--ddp-steps"},
+		{[]string{"--from", a, "--ddp", "mnist"}, "--ddp"},
+	} {
+		if _, err := execute(t, append([]string{"bench", "suite", "--out", out}, c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error naming %s", c.args, err, c.want)
+		}
+	}
 	// A share of the machine above 0, at most 1, for the suite and for
 	// testbed run (refused before it looks for a testbed).
 	for _, args := range [][]string{

@@ -36,6 +36,9 @@ type suiteFlags struct {
 	mpiTuned, gloo              bool
 	sync                        string
 	fidelityCPU                 float64
+	ddp, ddpScript, ddpAlgos    string
+	ddpHidden                   string
+	ddpSteps, ddpBatch          int
 }
 
 func newBenchSuiteCmd() *cobra.Command {
@@ -61,7 +64,9 @@ included; "CPU per call" divides it by warm-up + iterations calls.
 ` + fidelityHelp + `
 Each row carries its verdict and why; the testbed targets are judged on
 faithful rows only, and a target whose rows were not faithful is shown as
-not judged, with their verdicts.
+not judged, with their verdicts; but a CPU target (the CPU of NDMA's
+processes against a peer's in the same suite) is judged on its rows
+whatever their verdicts, naming those not faithful.
 
 Into --out it writes suite.jsonl (JSON Lines: bench coll's row plus
 warmup, rate_bits, bound_us, cpu_ranks_s, cpu_switch_s, cpu_s,
@@ -93,6 +98,17 @@ stripe of every message each: the switch CPU is theirs together, and
 each one's CPU per MiB is reported too (in suite.md in parentheses), to
 see the switches' CPU per byte fall with K.
 
+With --ddp DIR it also trains (rows "ddp"): examples/train/train.py, an
+MLP on MNIST under PyTorch's DistributedDataParallel, one rank per host,
+for --ddp-steps steps once per algorithm of --ddp-algos (gloo: Gloo's own
+allreduce; innet: the gradients through the switch; ring: NDMA's host
+ring), DIR being the MNIST export of examples/train/export. Each row has
+the step time, samples per second, and the CPU per step of the ranks (in
+their training loop) and the switch; the targets compare in-network DDP
+with Gloo's. It runs the checkout's trainer (--ddp-script), whose NDMA
+backends need build/libndma.so (make libndma), Debian's python3-torch and
+python3-numpy. --ops ddp runs the training rows alone.
+
 With --from it measures nothing: it merges suite.jsonl files of earlier
 runs and writes suite.md and the plots again into --out.
 
@@ -106,7 +122,9 @@ then runs at that one rate.`,
   sudo ndma bench suite --mpi --ops allreduce --out /tmp/vs-mpi
   sudo ndma bench suite --hosts 2 --ppn 4 --mpi --ops allreduce,bcast --out /tmp/ppn4
   sudo ndma bench suite --hosts 4 --switches 2 --ops allreduce,bcast --algos innet --out /tmp/sharded
-  sudo ndma bench suite --mpi --mpi-ndma build/libndma_mpi.so --algos mpi,mpi-ndma --ops bcast --out /tmp/mpi-ndma`,
+  sudo ndma bench suite --mpi --mpi-ndma build/libndma_mpi.so --algos mpi,mpi-ndma --ops bcast --out /tmp/mpi-ndma
+  go run ./examples/train/export --out /tmp/mnist && make libndma
+  sudo ndma bench suite --ops ddp --ddp /tmp/mnist --out /tmp/ddp`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchSuite(cmd, &f) },
 	}
@@ -136,6 +154,12 @@ then runs at that one rate.`,
 	fl.StringVar(&f.mpiNDMA, "mpi-ndma", "", "also measure each operation with Open MPI and this MPI interposition `library` preloaded (build/libndma_mpi.so; algos \"mpi-ndma\", \"mpi-ndma-declined\")")
 	fl.StringVar(&f.sync, "sync-algo", string(bench.DefaultSync), "algorithm of the untimed barrier before every NDMA call: recursive_doubling, innet, or auto (as bench coll --sync-algo)")
 	fl.Float64Var(&f.fidelityCPU, "fidelity-cpu", fidelity.DefaultMaxCPUShare, "largest share of this machine's CPU the testbed may use for a job to be faithful, from 0 to 1 (see above)")
+	fl.StringVar(&f.ddp, "ddp", "", "also train with DistributedDataParallel (rows \"ddp\"), on the MNIST export in this `directory` (go run ./examples/train/export --out DIR)")
+	fl.StringVar(&f.ddpScript, "ddp-script", "examples/train/train.py", "the trainer the ddp rows run, in a checkout with build/libndma.so")
+	fl.StringVar(&f.ddpAlgos, "ddp-algos", "gloo,innet", "the ddp rows: gloo, innet, ring, comma-separated")
+	fl.IntVar(&f.ddpSteps, "ddp-steps", 30, "training steps each ddp row measures")
+	fl.IntVar(&f.ddpBatch, "ddp-batch", 16, "samples per rank per step in the ddp rows")
+	fl.StringVar(&f.ddpHidden, "ddp-hidden", "2048,1024", "hidden layer widths of the ddp rows' MLP")
 	fl.StringVar(&f.algos, "algos", "", "keep only these algorithms' rows, comma-separated (NDMA's, mpi, mpi-ndma, mpi-ndma-declined, mpi-tuned-NAME, gloo); default: all")
 	return cmd
 }
@@ -164,10 +188,33 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 	var ops []coll.Operation
 	for _, s := range strings.Split(f.ops, ",") {
 		op := coll.Operation(strings.ToLower(strings.TrimSpace(s)))
-		if _, ok := coll.Algorithms[op]; !ok {
+		if _, ok := coll.Algorithms[op]; !ok && op != bench.OpDDP {
 			return fmt.Errorf("--ops: unknown collective %q", s)
 		}
+		if op == bench.OpDDP && f.ddp == "" {
+			return errors.New("--ops ddp: the training rows need --ddp DIR (the MNIST export of go run ./examples/train/export)")
+		}
 		ops = append(ops, op)
+	}
+	var ddp *bench.DDPConfig
+	if f.ddp != "" {
+		ddp = &bench.DDPConfig{Script: f.ddpScript, Data: f.ddp, Steps: f.ddpSteps, Batch: f.ddpBatch, Hidden: f.ddpHidden}
+		if f.ddpSteps < 1 || f.ddpBatch < 1 {
+			return fmt.Errorf("--ddp-steps %d, --ddp-batch %d: want both positive", f.ddpSteps, f.ddpBatch)
+		}
+		for _, s := range strings.Split(f.ddpAlgos, ",") {
+			a := coll.Algo(strings.ToLower(strings.TrimSpace(s)))
+			if _, ok := bench.DDPAlgos[a]; !ok {
+				return fmt.Errorf("--ddp-algos: %q: want gloo, innet or ring", s)
+			}
+			ddp.Algos = append(ddp.Algos, a)
+		}
+	} else {
+		for _, name := range []string{"ddp-script", "ddp-algos", "ddp-steps", "ddp-batch", "ddp-hidden"} {
+			if cmd.Flags().Changed(name) {
+				return fmt.Errorf("--%s: only with --ddp", name)
+			}
+		}
 	}
 	sizes, err := bench.ParseSizes(f.sizes)
 	if err != nil {
@@ -214,6 +261,7 @@ func runBenchSuite(cmd *cobra.Command, f *suiteFlags) error {
 		MPINDMA:  f.mpiNDMA,
 		MPITuned: f.mpiTuned,
 		Gloo:     f.gloo,
+		DDP:      ddp,
 		Algos:    algos,
 		Sync:     sync,
 		Keep:     f.keep,
@@ -301,7 +349,7 @@ func firstLine(s string) string {
 
 // renderSuite is --from: merge earlier runs' rows and write the files.
 func renderSuite(cmd *cobra.Command, f *suiteFlags) error {
-	for _, name := range []string{"hosts", "switches", "leaves", "uplink-rate", "ppn", "rate", "priority-queues", "peak-rate", "mtu", "ops", "sizes", "iters", "keep", "prefix", "mpi", "mpi-tuned", "mpi-ndma", "gloo", "sync-algo", "algos", "repeat", "gomaxprocs", "fidelity-cpu"} {
+	for _, name := range []string{"hosts", "switches", "leaves", "uplink-rate", "ppn", "rate", "priority-queues", "peak-rate", "mtu", "ops", "sizes", "iters", "keep", "prefix", "mpi", "mpi-tuned", "mpi-ndma", "gloo", "sync-algo", "algos", "repeat", "gomaxprocs", "fidelity-cpu", "ddp", "ddp-script", "ddp-algos", "ddp-steps", "ddp-batch", "ddp-hidden"} {
 		if cmd.Flags().Changed(name) {
 			return fmt.Errorf("--%s cannot be used with --from (it renders rows already measured)", name)
 		}

@@ -27,7 +27,10 @@ system: the testbed's hosts share the machine's). Rank 0 writes JSON
 Lines to --out: one record per step (loss, step time, and the compute
 in it: forward and backward until the last gradient is computed), per
 epoch (test accuracy, samples/s, median step and compute, a hash of the
-parameters on every rank) and a summary. Data: the MNIST export of examples/train/export (--data).
+parameters on every rank) and a summary (samples/s, the fastest and
+slowest step, the ranks' CPU in the training loops summed, and the
+wall-clock nanoseconds they began and ended: ndma bench suite --ddp
+reads it). Data: the MNIST export of examples/train/export (--data).
 
 Each rank needs the launch in its environment: NDMA_RANK, NDMA_SIZE,
 NDMA_SWITCH, NDMA_JOB and its credential (NDMA_CREDENTIAL, the directory
@@ -205,6 +208,9 @@ def main():
           "torch": torch.__version__, "threads": a.threads})
     dist.barrier()
     t_start = time.perf_counter()
+    timed_from_ns = time.time_ns()
+    cpu_train = 0.0  # this process's CPU (every thread) in the training loops
+    all_steps = []
     step_global = 0
     steps_per_epoch = len(xs) // (a.batch * size)
     if a.steps:
@@ -215,6 +221,7 @@ def main():
         perm = torch.randperm(len(xs), generator=g)
         mine = perm[rank::size]  # this rank's shard, the same split on every rank
         te0 = time.perf_counter()
+        cpu0 = time.process_time()
         step_times, compute_times = [], []
         for s in range(steps_per_epoch):
             idx = mine[s * a.batch:(s + 1) * a.batch]
@@ -232,6 +239,9 @@ def main():
             emit({"kind": "step", "epoch": epoch, "step": step_global, "t": time.perf_counter() - t_start,
                   "loss": loss.item(), "step_s": dt, "compute_s": compute_times[-1]})
         epoch_s = time.perf_counter() - te0
+        cpu_train += time.process_time() - cpu0
+        timed_to_ns = time.time_ns()
+        all_steps += step_times
         train_s += epoch_s
         t_epoch = time.perf_counter() - t_start
         # Test accuracy: rank 0 evaluates (every rank holds the same
@@ -260,8 +270,12 @@ def main():
         pool_bytes = 0
     rss = [None] * size
     dist.all_gather_object(rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    cpus = [None] * size
+    dist.all_gather_object(cpus, cpu_train)
     emit({"kind": "summary", "train_s": train_s, "steps": step_global,
           "samples_per_s": step_global * a.batch * size / train_s,
+          "step_s_min": min(all_steps), "step_s_max": max(all_steps),
+          "timed_from_ns": timed_from_ns, "timed_to_ns": timed_to_ns, "ranks_cpu_s": sum(cpus),
           "optimizer_state_bytes": opt_bytes, "pool_bytes": pool_bytes, "max_rss_bytes": max(rss)})
     if a.backend == "ndma-offload":
         opt.close()
