@@ -92,6 +92,8 @@ type ClientStats struct {
 	// Reservations the slots it asked for: the others were spares, the
 	// next slot of a class each publish brings.
 	OneSided, Reservations uint64
+	// Corrupt counts the GETs that failed with ErrCorrupt.
+	Corrupt uint64
 	// Cached is the number of keys whose location is cached.
 	Cached int
 }
@@ -99,6 +101,7 @@ type ClientStats struct {
 type clientCounters struct {
 	reads, hits, stale, misses atomic.Uint64
 	oneSided, reservations     atomic.Uint64
+	corrupt                    atomic.Uint64
 }
 
 // Stats returns the client's counters.
@@ -107,7 +110,8 @@ func (c *Client) Stats() ClientStats {
 		Reads:     c.st.reads.Load(),
 		CacheHits: c.st.hits.Load(), CacheStale: c.st.stale.Load(), CacheMisses: c.st.misses.Load(),
 		OneSided: c.st.oneSided.Load(), Reservations: c.st.reservations.Load(),
-		Cached: c.loc.len(),
+		Corrupt: c.st.corrupt.Load(),
+		Cached:  c.loc.len(),
 	}
 }
 

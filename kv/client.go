@@ -89,6 +89,9 @@ type Client struct {
 	// mu.
 	spares  map[spareKey][]spare
 	nspares int
+	// corrupt are the entries whose values GETs found corrupt lately
+	// (ErrCorrupt).
+	corrupt corruptEntries
 }
 
 // newClient is a client of the key space cfg names, with its own id,
@@ -170,6 +173,68 @@ const maxTorn = 1000
 // them, raced a write to it.
 var ErrContended = errors.New("kv: key rewritten during every read")
 
+// ErrCorrupt is returned by Get when the value the key's entry points at
+// does not check (its checksum, key or version) read after read while
+// the entry stays the same: not a write racing the read (a value's
+// space is reused only once no entry points at it) but a value written
+// wrong, by a client that published space it did not fill, or damaged.
+// The key reads again once it is written anew.
+var ErrCorrupt = errors.New("kv: the key's value does not match its entry")
+
+// A GET takes the key's value for corrupt (ErrCorrupt) when it found it
+// so corruptReads times in a row, over at least corruptAfter, pointed at
+// by the same entry; the client then answers ErrCorrupt at the first
+// such read of that entry for corruptHold (a value that heals, as one
+// read from erasure-coded shards while a write to their row is
+// finished, reads again after that), remembering at most maxCorrupt
+// entries.
+const (
+	corruptReads = 16
+	corruptAfter = 10 * time.Millisecond
+	corruptHold  = time.Second
+	maxCorrupt   = 64
+)
+
+// corruptEntries are the entries whose values a GET found corrupt
+// lately: until when each is taken for corrupt.
+type corruptEntries struct {
+	mu    sync.Mutex
+	until map[bucket]time.Time
+}
+
+// known reports whether b was found corrupt within corruptHold.
+func (e *corruptEntries) known(b bucket, now time.Time) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t, ok := e.until[b]
+	if ok && !now.Before(t) {
+		delete(e.until, b)
+		ok = false
+	}
+	return ok
+}
+
+// add takes b for corrupt for corruptHold, dropping the entry that
+// expires first when maxCorrupt are kept.
+func (e *corruptEntries) add(b bucket, now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.until == nil {
+		e.until = make(map[bucket]time.Time)
+	}
+	if _, ok := e.until[b]; !ok && len(e.until) >= maxCorrupt {
+		var first bucket
+		var at time.Time
+		for k, t := range e.until {
+			if at.IsZero() || t.Before(at) {
+				first, at = k, t
+			}
+		}
+		delete(e.until, first)
+	}
+	e.until[b] = now.Add(corruptHold)
+}
+
 // Get reads key's value and version one-sidedly from the memory nodes.
 func (c *Client) Get(ctx context.Context, key []byte) ([]byte, uint64, error) {
 	it, err := c.GetItem(ctx, key)
@@ -194,8 +259,28 @@ func (c *Client) GetItem(ctx context.Context, key []byte) (Item, error) {
 		return Item{}, fmt.Errorf("%w: key of %d bytes (1 to %d)", ErrTooLarge, len(key), MaxKey)
 	}
 	p := c.l.place(key)
+	var (
+		bad   bucket // the entry whose value failed to check, same reads in a row
+		same  int
+		since time.Time
+	)
 	for range maxTorn {
 		r, err := c.getCached(ctx, p, key)
+		var tr tornRecord
+		if errors.As(err, &tr) {
+			now := time.Now()
+			if same == 0 || tr.b != bad {
+				bad, same, since = tr.b, 0, now
+			}
+			same++
+			if c.corrupt.known(tr.b, now) || same >= corruptReads && now.Sub(since) >= corruptAfter {
+				c.corrupt.add(tr.b, now)
+				c.st.corrupt.Add(1)
+				return Item{}, fmt.Errorf("%w: key %q, version %d, %d bytes at %#x", ErrCorrupt, key, tr.b.ver, tr.b.len, tr.b.addr)
+			}
+		} else {
+			same = 0
+		}
 		if !errors.Is(err, errTorn) {
 			if err != nil {
 				return Item{}, err
@@ -328,7 +413,7 @@ func (c *Client) readRecord(ctx context.Context, b bucket) (record, error) {
 func checkRecord(rec []byte, b bucket) (record, error) {
 	r, err := parseRecord(rec)
 	if err != nil || r.ver != b.ver {
-		return record{}, errTorn
+		return record{}, tornRecord{b}
 	}
 	return r, nil
 }

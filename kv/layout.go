@@ -372,6 +372,13 @@ func bucketSum(p []byte, tag uint32) uint32 {
 // being written, or reused.
 var errTorn = errors.New("kv: torn read")
 
+// tornRecord is errTorn for the record bucket b points at: it does not
+// check, or is not of b's version (errors.Is(err, errTorn) holds).
+type tornRecord struct{ b bucket }
+
+func (tornRecord) Error() string        { return errTorn.Error() }
+func (tornRecord) Is(target error) bool { return target == errTorn }
+
 func parseBucket(p []byte) (bucket, error) { return parseBucketTag(p, 0) }
 
 // parseBucketTag decodes a bucket of a table of tag.

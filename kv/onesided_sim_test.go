@@ -294,3 +294,55 @@ func TestSimOneSidedRefused(t *testing.T) {
 		}
 	})
 }
+
+// TestSimOneSidedUnwritten: a client publishes a slot it reserved but
+// never wrote (or wrote wrong). A GET of the key does not take the
+// value that fails to check for a write racing it, retrying up to
+// maxTorn times: it answers ErrCorrupt once the same entry pointed at a
+// bad value for corruptReads reads over corruptAfter, and a later GET
+// answers it at its first read while corruptHold lasts, then checks
+// again. The key reads once it is written anew.
+func TestSimOneSidedUnwritten(t *testing.T) {
+	simStoreWith(t, 45, 3, testLayout(), pool.AllocOptions{Replicas: 2}, func(t *testing.T, s *simKV) {
+		c := s.clientWith(func(cfg *ClientConfig) { cfg.OneSidedFrom = 256 })
+		reader := s.client()
+		ctx := s.Ctx()
+		g, _, err := reserveFor(s, c, "u", recordLen(1, 300))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := publishFor(s, c, "u", g); err != nil {
+			t.Fatalf("publish of the unwritten slot: %v", err)
+		}
+		get := func(what string) uint64 {
+			t.Helper()
+			before := reader.Stats().Reads
+			if _, _, err := reader.Get(ctx, []byte("u")); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("%s: %v, want ErrCorrupt", what, err)
+			}
+			return reader.Stats().Reads - before
+		}
+		// Each try reads the entry and the value (or the probe window
+		// and the value): at most maxTorn/4 tries before it gives up.
+		if n := get("the first GET"); n < 2*corruptReads || n > maxTorn/2 {
+			t.Errorf("the first GET read %d times, want %d to %d", n, 2*corruptReads, maxTorn/2)
+		}
+		if n := get("the next GET"); n > 3 {
+			t.Errorf("the next GET read %d times, want at most 3: the entry is known corrupt", n)
+		}
+		time.Sleep(corruptHold)
+		if n := get("a GET after the hold"); n < 2*corruptReads {
+			t.Errorf("a GET after the hold read %d times, want it to check again (at least %d)", n, 2*corruptReads)
+		}
+		if st := reader.Stats(); st.Corrupt != 3 {
+			t.Errorf("the reader counted %d corrupt GETs, want 3", st.Corrupt)
+		}
+		val := bigValue(1, 300)
+		if _, err := c.Set(ctx, []byte("u"), val); err != nil {
+			t.Fatal(err)
+		}
+		if got, _, err := reader.Get(ctx, []byte("u")); err != nil || !bytes.Equal(got, val) {
+			t.Errorf("after the key was written anew: %d bytes, %v", len(got), err)
+		}
+	})
+}
