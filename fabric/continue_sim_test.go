@@ -73,9 +73,10 @@ func contRun(t *testing.T, seed int64, loss float64) {
 			t.Fatalf("seed %d: member %d received different bytes", seed, i)
 		}
 	}
-	if me := ms[0].core.DeadMember(gid, 3); me == nil {
-		t.Fatalf("seed %d: the sender was not told that member 3 died", seed)
-	}
+	// The switch's notice to the sender is a datagram of its own: with
+	// loss it may be resent and arrive after the merged ACK that
+	// completed the multicast, but it arrives.
+	f.run(func() bool { return ms[0].core.DeadMember(gid, 3) != nil }, hbTimeout/2, "the sender told that member 3 died")
 
 	// The group goes on without member 3: a plain multicast (no Continue)
 	// from another member reaches the live ones. A plain multicast in
