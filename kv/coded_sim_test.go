@@ -523,3 +523,62 @@ func TestSimRebuildRequestRefused(t *testing.T) {
 		}
 	})
 }
+
+// TestSimCodedWrongParityReadsAsErrors: what a row whose parity no
+// longer matches its data costs at worst (an owner that died in the
+// middle of a write while one of the row's data shards was lost: the
+// shard is then rebuilt from parity that took part of the write). Here
+// every row's parity is overwritten with noise, a data shard's node
+// restarts empty and the owners rebuild it from that parity: every
+// bucket and value rebuilt wrong fails its checksum, so a GET of its
+// key answers ErrCorrupt or ErrContended, never a value it was not
+// given and never "not found"; keys wholly on the other shards read as
+// written.
+func TestSimCodedWrongParityReadsAsErrors(t *testing.T) {
+	l := codedLayout()
+	simStore(t, 97, 6, l, func(t *testing.T, s *simKV) {
+		rng := rand.New(rand.NewPCG(97, 1))
+		model := codedFill(t, s, s.client(), rng, 24, 3000, "k")
+		v := codedVolume(t, s)
+		k, m := v.Shards()
+		mems := columnMems(s, v)
+		noise := make([]byte, l.Code.Shard)
+		for row := range uint64(v.Size()) / (uint64(k) * l.Code.Shard) {
+			for col := k; col < k+m; col++ {
+				for i := range noise {
+					noise[i] = byte(rng.Uint32())
+				}
+				if _, err := s.reg.WriteAtContext(s.Ctx(), noise, int64(v.ShardAddr(row, col, 0))); err != nil {
+					t.Fatalf("seed %d: row %d, parity column %d: %v", s.seed, row, col, err)
+				}
+			}
+		}
+		s.CrashMem(mems[1])
+		time.Sleep(10 * time.Second)
+		if err := s.StartMem(mems[1], 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		cfg := ClientConfig{Switch: s.Switch.String(), Fabric: s.Fab, Space: simSpace}
+		rebuilt, unreachable, err := RebuildShards(s.Ctx(), s.Endpoint(), v.Region(), cfg)
+		if err != nil || fmt.Sprint(rebuilt) != "[1]" || len(unreachable) != 0 {
+			t.Fatalf("seed %d: rebuild: shards %v rebuilt, %v unreachable, %v; want [1]", s.seed, rebuilt, unreachable, err)
+		}
+		c := s.client()
+		lost := 0
+		for key, want := range model {
+			got, _, err := c.Get(s.Ctx(), []byte(key))
+			switch {
+			case err == nil && !bytes.Equal(got, want):
+				t.Errorf("seed %d: %s: %d bytes that are not its value", s.seed, key, len(got))
+			case errors.Is(err, ErrCorrupt) || errors.Is(err, ErrContended):
+				lost++
+			case err != nil:
+				t.Errorf("seed %d: %s: %v, want its value, ErrCorrupt or ErrContended", s.seed, key, err)
+			}
+		}
+		t.Logf("seed %d: %d of %d keys read as errors after the shard was rebuilt from wrong parity", s.seed, lost, len(model))
+		if lost == 0 || lost == len(model) {
+			t.Errorf("seed %d: %d of %d keys lost: want some (on the rebuilt shard) and not all", s.seed, lost, len(model))
+		}
+	})
+}
