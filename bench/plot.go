@@ -41,6 +41,10 @@ func WriteSuitePlots(dir string, rows []SuiteRow) ([]string, error) {
 		}
 		lat := func(r SuiteRow) float64 { return r.AvgUS }
 		cpu := func(r SuiteRow) float64 { return r.CPUPerCallUS }
+		if op == string(OpDDP) { // steps of seconds: in milliseconds
+			lat = func(r SuiteRow) float64 { return r.AvgUS / 1e3 }
+			cpu = func(r SuiteRow) float64 { return r.CPUPerCallUS / 1e3 }
+		}
 		var pl, pc *plot.Plot
 		var err error
 		if sized {
@@ -62,9 +66,9 @@ func WriteSuitePlots(dir string, rows []SuiteRow) ([]string, error) {
 		pc.Y.Label.Text = "CPU per call (µs)"
 		if op == string(OpDDP) {
 			pl.Title.Text = fmt.Sprintf("DDP training step, %d ranks", n)
-			pl.Y.Label.Text = "average step (µs)"
+			pl.Y.Label.Text = "average step (ms)"
 			pc.Title.Text = fmt.Sprintf("DDP CPU per step, ranks (training loop) + switch, %d ranks", n)
-			pc.Y.Label.Text = "CPU per step (µs)"
+			pc.Y.Label.Text = "CPU per step (ms)"
 		}
 		for _, p := range []struct {
 			plot *plot.Plot
