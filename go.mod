@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/anishathalye/porcupine v1.3.1
+	github.com/bradfitz/gomemcache v0.0.0-20260422231931-4d751bb6e37c
 	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/klauspost/reedsolomon v1.14.2
 	github.com/nats-io/nats.go v1.56.0

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,7 +23,16 @@ const (
 	KVResp = "ndma-resp"
 	// KVRedis is redis-server, persistence off.
 	KVRedis = "redis"
+	// KVMemc is NDMA's key-value store through its memcached front end
+	// (ndma kv serve), driven by the same memcached client as
+	// KVMemcached.
+	KVMemc = "ndma-mc"
+	// KVMemcached is memcached.
+	KVMemcached = "memcached"
 )
+
+// KVTargets are the targets RunKV knows, in its default order.
+var KVTargets = []string{KVNative, KVResp, KVMemc, KVRedis, KVMemcached}
 
 // KVConfig configures RunKV. Zero values select the defaults.
 type KVConfig struct {
@@ -33,8 +43,10 @@ type KVConfig struct {
 	// RedisServer is the redis-server binary (empty: "redis-server"
 	// from PATH); needed for KVRedis only.
 	RedisServer string
-	// Targets are the stores measured, in order (empty: KVNative,
-	// KVResp and KVRedis).
+	// Memcached is the memcached binary (empty: "memcached" from PATH);
+	// needed for KVMemcached only.
+	Memcached string
+	// Targets are the stores measured, in order (empty: KVTargets).
 	Targets []string
 	// Records is the keys loaded before the run (zero: 10000).
 	Records int
@@ -64,10 +76,13 @@ type KVConfig struct {
 
 func (c *KVConfig) setDefaults() {
 	if len(c.Targets) == 0 {
-		c.Targets = []string{KVNative, KVResp, KVRedis}
+		c.Targets = KVTargets
 	}
 	if c.RedisServer == "" {
 		c.RedisServer = "redis-server"
+	}
+	if c.Memcached == "" {
+		c.Memcached = "memcached"
 	}
 	if c.Records == 0 {
 		c.Records = 10000
@@ -100,8 +115,8 @@ func (c *KVConfig) setDefaults() {
 
 func (c *KVConfig) validate() error {
 	for _, t := range c.Targets {
-		if t != KVNative && t != KVResp && t != KVRedis {
-			return fmt.Errorf("%w: target %q (want %s, %s or %s)", ErrBadValue, t, KVNative, KVResp, KVRedis)
+		if !slices.Contains(KVTargets, t) {
+			return fmt.Errorf("%w: target %q (want one of %s)", ErrBadValue, t, strings.Join(KVTargets, ", "))
 		}
 	}
 	switch {
@@ -179,7 +194,7 @@ func RunKV(ctx context.Context, cfg KVConfig, emit func(KVResult) error) error {
 		var st kvStore
 		var procs *procGroup
 		switch target {
-		case KVNative, KVResp:
+		case KVNative, KVResp, KVMemc:
 			if fab == nil {
 				var err error
 				if fab, err = startKVFabric(ctx, &cfg, secure.NewToken()); err != nil {
@@ -187,13 +202,17 @@ func RunKV(ctx context.Context, cfg KVConfig, emit func(KVResult) error) error {
 				}
 			}
 			procs = fab.g
-			if target == KVNative {
+			var err error
+			switch target {
+			case KVNative:
 				st = fab.native
-			} else {
-				var err error
-				if st, err = fab.resp(ctx); err != nil {
-					return err
-				}
+			case KVResp:
+				st, err = fab.resp(ctx)
+			default:
+				st, err = fab.memc(ctx)
+			}
+			if err != nil {
+				return err
 			}
 		case KVRedis:
 			r, err := startRedis(ctx, &cfg)
@@ -202,6 +221,13 @@ func RunKV(ctx context.Context, cfg KVConfig, emit func(KVResult) error) error {
 			}
 			defer r.close()
 			st, procs = r, r.g
+		case KVMemcached:
+			m, err := startMemcached(ctx, &cfg)
+			if err != nil {
+				return err
+			}
+			defer func() { m.mc.Close(); m.g.stop() }()
+			st, procs = m, m.g
 		}
 		res, err := runKVLoad(ctx, &cfg, target, st, procs)
 		if err != nil {

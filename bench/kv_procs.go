@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
 
+	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ndma/ndma/endpoint"
@@ -37,6 +39,9 @@ type kvFabric struct {
 	native    *kvNativeStore
 	loaded    bool
 	respStore *redisStore
+	mcStore   *memcachedStore
+	// The front end's (ndma kv serve) addresses, once started.
+	redisAddr, mcAddr string
 }
 
 // kvLayout sizes the key space for cfg: buckets for twice the records,
@@ -106,18 +111,33 @@ func startKVFabric(ctx context.Context, cfg *KVConfig, token []byte) (_ *kvFabri
 	return f, nil
 }
 
-// resp starts the Redis front end on the key space and returns a Redis
-// client of it.
+// frontEnd starts the key space's front end (ndma kv serve) once, with
+// both of its protocols, and returns their addresses.
+func (f *kvFabric) frontEnd() (redisAddr, mcAddr string, err error) {
+	if f.redisAddr != "" {
+		return f.redisAddr, f.mcAddr, nil
+	}
+	if redisAddr, err = freeTCPAddr(); err != nil {
+		return "", "", err
+	}
+	if mcAddr, err = freeTCPAddr(); err != nil {
+		return "", "", err
+	}
+	if err := f.g.start("kv-serve", f.cfg.Binary, "kv", "serve", "--space", kvSpace, "--redis", redisAddr, "--memcached", mcAddr,
+		"--switch", f.sw, "--insecure", "--token-file", f.tokenFile, "--one-sided-from", strconv.Itoa(f.cfg.OneSidedFrom)); err != nil {
+		return "", "", err
+	}
+	f.redisAddr, f.mcAddr = redisAddr, mcAddr
+	return redisAddr, mcAddr, nil
+}
+
+// resp returns a Redis client of the key space's front end.
 func (f *kvFabric) resp(ctx context.Context) (kvStore, error) {
 	if f.respStore != nil {
 		return f.respStore, nil
 	}
-	addr, err := freeTCPAddr()
+	addr, _, err := f.frontEnd()
 	if err != nil {
-		return nil, err
-	}
-	if err := f.g.start("kv-serve", f.cfg.Binary, "kv", "serve", "--space", kvSpace, "--redis", addr,
-		"--switch", f.sw, "--insecure", "--token-file", f.tokenFile, "--one-sided-from", strconv.Itoa(f.cfg.OneSidedFrom)); err != nil {
 		return nil, err
 	}
 	s, err := newRedisStore(ctx, addr, f.cfg.Clients, f.g.dir)
@@ -129,9 +149,30 @@ func (f *kvFabric) resp(ctx context.Context) (kvStore, error) {
 	return s, nil
 }
 
+// memc returns a memcached client of the key space's front end.
+func (f *kvFabric) memc(ctx context.Context) (kvStore, error) {
+	if f.mcStore != nil {
+		return f.mcStore, nil
+	}
+	_, addr, err := f.frontEnd()
+	if err != nil {
+		return nil, err
+	}
+	s, err := newMemcachedStore(ctx, addr, f.cfg.Clients, f.g.dir)
+	if err != nil {
+		return nil, err
+	}
+	s.loaded = f.loaded
+	f.mcStore = s
+	return s, nil
+}
+
 func (f *kvFabric) close() {
 	if f.respStore != nil {
 		f.respStore.rc.Close()
+	}
+	if f.mcStore != nil {
+		f.mcStore.mc.Close()
 	}
 	if f.ep != nil {
 		f.ep.Close()
@@ -269,4 +310,91 @@ func freeTCPAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
+}
+
+// memcachedStore is a store spoken to through gomemcache: memcached, or
+// NDMA's memcached front end.
+type memcachedStore struct {
+	mc     *memcache.Client
+	g      *procGroup // memcached's, when this store started it
+	loaded bool
+}
+
+func newMemcachedStore(ctx context.Context, addr string, clients int, logs string) (*memcachedStore, error) {
+	mc := memcache.New(addr)
+	mc.MaxIdleConns = clients
+	mc.Timeout = 5 * time.Second
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := mc.Ping()
+		if err == nil {
+			return &memcachedStore{mc: mc}, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			mc.Close()
+			return nil, fmt.Errorf("bench: no memcached server answers at %s (logs in %s): %w", addr, logs, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// get and set take no context: the client bounds each call by its
+// Timeout.
+func (s *memcachedStore) get(_ context.Context, key []byte) ([]byte, error) {
+	it, err := s.mc.Get(string(key))
+	if err != nil {
+		return nil, err
+	}
+	return it.Value, nil
+}
+
+func (s *memcachedStore) set(_ context.Context, key, val []byte) error {
+	return s.mc.Set(&memcache.Item{Key: string(key), Value: val})
+}
+
+func (s *memcachedStore) load(ctx context.Context, keys, vals [][]byte) error {
+	if s.loaded {
+		return nil
+	}
+	for i := range keys {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := s.set(ctx, keys[i], vals[i]); err != nil {
+			return fmt.Errorf("key %s: %w", keys[i], err)
+		}
+	}
+	s.loaded = true
+	return nil
+}
+
+// startMemcached starts cfg.Memcached on a free loopback port (TCP only,
+// memory for every record twice over) and returns a client of it.
+func startMemcached(ctx context.Context, cfg *KVConfig) (*memcachedStore, error) {
+	g, err := newProcGroup("ndma-bench-memcached")
+	if err != nil {
+		return nil, err
+	}
+	addr, err := freeTCPAddr()
+	if err != nil {
+		g.stop()
+		return nil, err
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	mb := max(64, 2*cfg.Records*(cfg.ValueSize+128)>>20+16)
+	args := []string{"-p", port, "-l", "127.0.0.1", "-U", "0", "-m", strconv.Itoa(mb)}
+	if os.Geteuid() == 0 {
+		args = append(args, "-u", "root") // it refuses root without being told
+	}
+	if err := g.start("memcached", cfg.Memcached, args...); err != nil {
+		g.stop()
+		return nil, fmt.Errorf("%w (install Debian's memcached package, or leave %s out of the targets)", err, KVMemcached)
+	}
+	s, err := newMemcachedStore(ctx, addr, cfg.Clients, g.dir)
+	if err != nil {
+		g.stop()
+		return nil, err
+	}
+	s.g = g
+	return s, nil
 }

@@ -11,7 +11,8 @@ import (
 
 // TestRunKVProcesses runs the key-value benchmark against NDMA's store
 // (its processes started from the ndma binary built here), its Redis
-// front end and, where installed, redis-server: every row has both
+// and memcached front ends and, where installed, redis-server and
+// memcached: every row has both
 // operations' latencies and per-process CPU, no failed operation and no
 // value of another key.
 func TestRunKVProcesses(t *testing.T) {
@@ -19,11 +20,13 @@ func TestRunKVProcesses(t *testing.T) {
 		t.Skip("-short: builds ndma and starts its daemons")
 	}
 	bin := ndmaBinary(t)
-	targets := []string{KVNative, KVResp}
-	if _, err := exec.LookPath("redis-server"); err == nil {
-		targets = append(targets, KVRedis)
-	} else {
-		t.Log("redis-server is not installed: the redis row is not run")
+	targets := []string{KVNative, KVResp, KVMemc}
+	for _, peer := range []struct{ bin, target string }{{"redis-server", KVRedis}, {"memcached", KVMemcached}} {
+		if _, err := exec.LookPath(peer.bin); err == nil {
+			targets = append(targets, peer.target)
+		} else {
+			t.Logf("%s is not installed: the %s row is not run", peer.bin, peer.target)
+		}
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -47,10 +50,12 @@ func TestRunKVProcesses(t *testing.T) {
 		}
 		want := []string{"switch", "memd0", "memd1", "kvd0", "kvd1"}
 		switch r.Target {
-		case KVResp:
+		case KVResp, KVMemc: // one front end, both protocols
 			want = append(want, "kv-serve")
 		case KVRedis:
 			want = []string{"redis-server"}
+		case KVMemcached:
+			want = []string{"memcached"}
 		}
 		for _, p := range want {
 			if _, ok := r.Processes[p]; !ok {
@@ -68,7 +73,7 @@ func TestRunKVProcesses(t *testing.T) {
 
 func TestKVConfigRefused(t *testing.T) {
 	for _, c := range []KVConfig{
-		{Binary: "ndma", Targets: []string{"memcached"}},
+		{Binary: "ndma", Targets: []string{"memcache"}},
 		{Binary: "ndma", Zipf: 0.5},
 		{Binary: "ndma", ReadRatio: 1.5},
 		{Binary: "ndma", Records: -1},

@@ -17,7 +17,7 @@ import (
 
 func newBenchKVCmd() *cobra.Command {
 	var (
-		targets, redisServer                    string
+		targets, redisServer, memcached         string
 		records, valueSize, conns, oneSidedFrom int
 		readRatio, zipf                         float64
 		duration                                time.Duration
@@ -26,7 +26,7 @@ func newBenchKVCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "kv",
-		Short: "Key-value store: GET/SET mixes against NDMA's store, its Redis front end and redis-server",
+		Short: "Key-value store: GET/SET mixes against NDMA's store, its Redis and memcached front ends, redis-server and memcached",
 		Long: `Loads --records keys of --value-size bytes into each target and runs a
 mix of GETs (--read-ratio) and SETs of those keys, the keys drawn from a
 Zipf distribution (--zipf; negative: uniform), from --clients requests in
@@ -38,28 +38,33 @@ flight, for --duration after a warm-up of a fifth of it. Targets
              SETs go to the owners by anycast
   ndma-resp  the same key space through its Redis front end (ndma kv serve),
              driven by the same Redis client (go-redis) as redis
+  ndma-mc    the same key space through its memcached front end (the same
+             kv serve), driven by the same memcached client (gomemcache) as
+             memcached
   redis      redis-server, persistence off
+  memcached  memcached, TCP
 
 NDMA's store runs as processes of this binary on loopback, as deployed:
 a switch, 2 memory nodes (ndma memd), a key space of 16 shards and its 2
 owners (ndma kvd), unsealed under a token the benchmark draws. Each row
 gives throughput, GET and SET p50/p99, and the CPU time per operation of
 this process (the client) and of the store's processes (switch, memd,
-kvd, kv serve; or redis-server), read from /proc.
+kvd, kv serve; or redis-server, or memcached), read from /proc.
 
 Everything shares this host's CPUs over loopback: throughput and latency
 say how fast this machine runs all the processes at once, not what a
-network would carry. CPU per operation, against redis in the same run, is
-the figure to compare.`,
+network would carry. CPU per operation, against redis and memcached in the
+same run, is the figure to compare.`,
 		Example: `  ndma bench kv --duration 5s
-  ndma bench kv --targets ndma,redis --read-ratio 0.5 --value-size 1024 --json`,
+  ndma bench kv --targets ndma,redis --read-ratio 0.5 --value-size 1024 --json
+  ndma bench kv --targets ndma,ndma-mc,memcached --read-ratio 1 --zipf -1   # YCSB C, uniform keys`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			bin, err := os.Executable()
 			if err != nil {
 				return err
 			}
-			cfg := bench.KVConfig{Binary: bin, RedisServer: redisServer, Records: records, ValueSize: valueSize,
+			cfg := bench.KVConfig{Binary: bin, RedisServer: redisServer, Memcached: memcached, Records: records, ValueSize: valueSize,
 				ReadRatio: readRatio, Zipf: zipf, Clients: conns, Duration: duration, Seed: seed, OneSidedFrom: oneSidedFrom}
 			if cmd.Flags().Changed("read-ratio") && readRatio == 0 {
 				cfg.ReadRatio = -1 // SETs only
@@ -100,8 +105,9 @@ the figure to compare.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&targets, "targets", "ndma,ndma-resp,redis", "stores to measure, in order: ndma, ndma-resp, redis")
+	fl.StringVar(&targets, "targets", strings.Join(bench.KVTargets, ","), "stores to measure, in order: "+strings.Join(bench.KVTargets, ", "))
 	fl.StringVar(&redisServer, "redis-server", "redis-server", "the redis-server `binary`")
+	fl.StringVar(&memcached, "memcached", "memcached", "the memcached `binary`")
 	fl.IntVar(&records, "records", 10000, "keys loaded before the run")
 	fl.IntVar(&valueSize, "value-size", 100, "bytes of each value")
 	fl.IntVar(&oneSidedFrom, "one-sided-from", 0, fmt.Sprintf("value size from which NDMA's clients write values one-sidedly (0: %d; negative: never)", kv.DefaultOneSidedFrom))
