@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/ndma/ndma/testbed"
+	"github.com/ndma/ndma/testbed/fidelity"
 )
 
 // The targets of the message queue benchmark.
@@ -23,10 +26,21 @@ const (
 	// publishes acknowledged by the stream, and an ordered consumer per
 	// subscriber, through nats.go.
 	MQNATS = "nats"
+	// MQPush is NDMA's queue with push: producers store each batch as
+	// MQNative's do, then multicast it once to the topic's subscribers
+	// (the switch copies it); subscribers deliver what is pushed and read
+	// the log only for what they missed.
+	MQPush = "ndma-push"
 )
 
-// mqTargets are the targets in their default order.
-var mqTargets = []string{MQNative, MQKafka, MQRedis, MQNATS}
+// mqTargets are every target; mqDefault the targets on loopback by
+// default, mqTestbedDefault on a testbed (where the Kafka front end
+// does not run), in their order.
+var (
+	mqTargets        = []string{MQNative, MQPush, MQKafka, MQRedis, MQNATS}
+	mqDefault        = []string{MQNative, MQKafka, MQRedis, MQNATS}
+	mqTestbedDefault = []string{MQPush, MQNative, MQRedis, MQNATS}
+)
 
 // MQConfig configures RunMQ. Zero values select the defaults.
 type MQConfig struct {
@@ -38,7 +52,8 @@ type MQConfig struct {
 	// "redis-server" and "nats-server" from PATH).
 	RedisServer, NATSServer string
 	// Targets are the queues measured, in order (empty: MQNative,
-	// MQKafka, MQRedis and MQNATS).
+	// MQKafka, MQRedis and MQNATS; on a testbed MQPush, MQNative,
+	// MQRedis and MQNATS).
 	Targets []string
 	// Producers write the topic (zero: 1); Subscribers each receive
 	// every record (zero: 3); Partitions split the topic (zero: 1). A
@@ -67,15 +82,24 @@ type MQConfig struct {
 	Retain int
 	// MTU of NDMA's processes (zero: 9000).
 	MTU int
+	// Testbed, when set, runs the benchmark across a running testbed's
+	// hosts instead of on loopback (see RunMQ): its Binary must be set.
+	Testbed *testbed.State `json:"-"`
+	// Fidelity is the rule a testbed run is judged by (zero: the
+	// defaults).
+	Fidelity fidelity.Rule `json:"-"`
 	// Progress, if not nil, is called about every 200 ms while a target
 	// runs, with its produced records and the run's whole (Records runs)
 	// or elapsed and whole time in milliseconds (Duration runs).
-	Progress func(done, total int)
+	Progress func(done, total int) `json:"-"`
 }
 
 func (c *MQConfig) setDefaults() {
 	if len(c.Targets) == 0 {
-		c.Targets = mqTargets
+		c.Targets = mqDefault
+		if c.Testbed != nil {
+			c.Targets = mqTestbedDefault
+		}
 	}
 	if c.RedisServer == "" {
 		c.RedisServer = "redis-server"
@@ -111,11 +135,14 @@ const (
 func (c *MQConfig) validate() error {
 	for _, t := range c.Targets {
 		if !slices.Contains(mqTargets, t) {
-			return fmt.Errorf("%w: target %q (want %s, %s, %s or %s)", ErrBadValue, t, MQNative, MQKafka, MQRedis, MQNATS)
+			return fmt.Errorf("%w: target %q (want %s, %s, %s, %s or %s)", ErrBadValue, t, MQNative, MQPush, MQKafka, MQRedis, MQNATS)
+		}
+		if t == MQKafka && c.Testbed != nil {
+			return fmt.Errorf("%w: target %s runs on loopback only (leave it out of a testbed run's targets)", ErrBadValue, t)
 		}
 	}
 	switch {
-	case c.Binary == "" && (slices.Contains(c.Targets, MQNative) || slices.Contains(c.Targets, MQKafka)):
+	case c.Binary == "" && (c.Testbed != nil || slices.ContainsFunc(c.Targets, func(t string) bool { return t != MQRedis && t != MQNATS })):
 		return fmt.Errorf("%w: no ndma binary to run the queue's processes", ErrBadValue)
 	case c.Producers < 1 || c.Producers > 256:
 		return fmt.Errorf("%w: %d producers (want 1 to 256)", ErrBadValue, c.Producers)
@@ -191,6 +218,14 @@ type MQResult struct {
 	Errors     int64 `json:"errors"`
 	OutOfOrder int64 `json:"out_of_order"`
 	Wrong      int64 `json:"wrong"`
+	// Testbed runs only: Hosts is the testbed's host count and RateBits
+	// its links' rate in bits per second; Fidelity the monitor's verdict
+	// on the run, judged from the first produce to the last receipt.
+	// ClientCPU is then the producers' and subscribers' processes',
+	// summed.
+	Hosts    int               `json:"hosts,omitempty"`
+	RateBits uint64            `json:"rate_bits,omitempty"`
+	Fidelity *fidelity.Verdict `json:"fidelity,omitempty"`
 }
 
 // RunMQ runs, for each target, Producers producers writing records of
@@ -202,12 +237,33 @@ type MQResult struct {
 // of this process (producers and subscribers) and of each of the
 // target's server processes. Everything runs on this host's loopback:
 // CPU per record is the figure to compare.
+//
+// With cfg.Testbed, the run crosses the testbed's links instead: the
+// producers run in one process in the first host's namespace, each
+// subscriber in a process in a host of its own (hosts 1 to
+// Subscribers), and the peers' servers in the first host beside the
+// producers, so that their link carries every copy a broker sends.
+// NDMA's queue uses the testbed's switch and memory nodes (it needs at
+// least one), under credentials the run issues from the testbed's
+// secret (members of scope mq, which a push needs). Each row then holds
+// the fidelity monitor's verdict, judged from the first produce to the
+// last receipt.
 func RunMQ(ctx context.Context, cfg MQConfig, emit func(MQResult) error) error {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return err
 	}
 	for _, name := range cfg.Targets {
+		if cfg.Testbed != nil {
+			res, err := runMQTestbed(ctx, &cfg, name)
+			if err != nil {
+				return fmt.Errorf("target %s: %w", name, err)
+			}
+			if err := emit(res); err != nil {
+				return err
+			}
+			continue
+		}
 		t, err := startMQTarget(ctx, &cfg, name)
 		if err != nil {
 			return fmt.Errorf("target %s: %w", name, err)
@@ -256,8 +312,8 @@ type mqSubscriber interface {
 
 func startMQTarget(ctx context.Context, cfg *MQConfig, name string) (mqTarget, error) {
 	switch name {
-	case MQNative:
-		return startMQNative(ctx, cfg)
+	case MQNative, MQPush:
+		return startMQNative(ctx, cfg, name == MQPush)
 	case MQKafka:
 		return startMQKafka(ctx, cfg)
 	case MQRedis:

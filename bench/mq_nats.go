@@ -27,7 +27,7 @@ const (
 // stream in memory holding about cfg.Retain bytes per partition
 // (oldest records dropped first).
 type mqNATS struct {
-	g       *procGroup
+	g       *procGroup // nil in a testbed agent
 	url     string
 	fetch   int
 	pending int
@@ -40,7 +40,8 @@ func startMQNATS(ctx context.Context, cfg *MQConfig) (_ mqTarget, err error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &mqNATS{g: g, fetch: mqFetchRecords(cfg), pending: cfg.InFlight * cfg.Batch, prods: make([]jetstream.JetStream, cfg.Producers)}
+	t := attachMQNATS(cfg, "")
+	t.g = g
 	defer func() {
 		if err != nil {
 			t.close()
@@ -56,13 +57,28 @@ func startMQNATS(ctx context.Context, cfg *MQConfig) (_ mqTarget, err error) {
 		return nil, fmt.Errorf("%w (install Debian's nats-server package, or leave %s out of the targets)", err, MQNATS)
 	}
 	t.url = "nats://" + addr
+	if err := t.createStream(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("%w (logs in %s)", err, g.dir)
+	}
+	return t, nil
+}
+
+// attachMQNATS is the target on the server at url, whose stream
+// createStream makes.
+func attachMQNATS(cfg *MQConfig, url string) *mqNATS {
+	return &mqNATS{url: url, fetch: mqFetchRecords(cfg), pending: cfg.InFlight * cfg.Batch, prods: make([]jetstream.JetStream, cfg.Producers)}
+}
+
+// createStream makes the stream, in memory, holding about cfg.Retain
+// bytes per partition (oldest records dropped first).
+func (t *mqNATS) createStream(ctx context.Context, cfg *MQConfig) error {
 	nc, err := t.connect(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -70,9 +86,9 @@ func startMQNATS(ctx context.Context, cfg *MQConfig) (_ mqTarget, err error) {
 		Storage: jetstream.MemoryStorage, Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardOld,
 		MaxBytes: int64(cfg.Retain) * int64(cfg.Partitions), Replicas: 1})
 	if err != nil {
-		return nil, fmt.Errorf("creating the stream (logs in %s): %w", g.dir, err)
+		return fmt.Errorf("creating the stream: %w", err)
 	}
-	return t, nil
+	return nil
 }
 
 // connect opens a connection to the server, waiting up to 10 s for it
@@ -86,7 +102,7 @@ func (t *mqNATS) connect(ctx context.Context) (*nats.Conn, error) {
 			return nc, nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil, errors.Join(fmt.Errorf("no NATS server answers at %s (logs in %s)", t.url, t.g.dir), err, ctx.Err())
+			return nil, errors.Join(fmt.Errorf("no NATS server answers at %s", t.url), err, ctx.Err())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -182,5 +198,7 @@ func (t *mqNATS) close() {
 	for _, nc := range t.conns {
 		nc.Close()
 	}
-	t.g.stop()
+	if t.g != nil {
+		t.g.stop()
+	}
 }

@@ -19,11 +19,21 @@ const mqNodes = 2
 // loopback, and the topic, producers and consumers in this process,
 // all on one endpoint.
 type mqNative struct {
-	g     *procGroup
+	g     *procGroup // nil in a testbed agent
 	ep    *endpoint.Endpoint
 	topic *mq.Topic
 	parts int
 	fetch int // log bytes a subscriber reads at once
+	// push: producers multicast their batches to the subscribers, each
+	// of which has an endpoint of its own (subEps, closed with t), made
+	// by listen, and registers at sw under fab.
+	push   bool
+	sw     string
+	fab    endpoint.FabricOptions
+	listen func() (*endpoint.Endpoint, error)
+	subEps []*endpoint.Endpoint
+	subs   []*mq.Subscription
+	prods  []*mq.Producer // to close
 }
 
 // mqLayout is the topic's geometry for cfg: batches of cfg.Batch
@@ -36,12 +46,12 @@ func mqLayout(cfg *MQConfig) mq.Layout {
 	return mq.Layout{Partitions: cfg.Partitions, SegmentBytes: seg, Segments: max(2, cfg.Retain/int(seg)), MaxBatch: maxBatch}
 }
 
-func startMQNative(ctx context.Context, cfg *MQConfig) (_ mqTarget, err error) {
+func startMQNative(ctx context.Context, cfg *MQConfig, push bool) (_ mqTarget, err error) {
 	g, err := newProcGroup("ndma-bench-mq")
 	if err != nil {
 		return nil, err
 	}
-	t := &mqNative{g: g, parts: cfg.Partitions, fetch: mqFetchRecords(cfg) * (cfg.RecordSize + mqRecOverhead)}
+	t := &mqNative{g: g, parts: cfg.Partitions, fetch: mqFetchRecords(cfg) * (cfg.RecordSize + mqRecOverhead), push: push}
 	defer func() {
 		if err != nil {
 			t.close()
@@ -54,10 +64,14 @@ func startMQNative(ctx context.Context, cfg *MQConfig) (_ mqTarget, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if t.ep, err = endpoint.Listen("127.0.0.1:0", endpoint.Config{Transport: transport.Config{MTU: cfg.MTU}}, endpoint.Options{}); err != nil {
+	t.listen = func() (*endpoint.Endpoint, error) {
+		return endpoint.Listen("127.0.0.1:0", endpoint.Config{Transport: transport.Config{MTU: cfg.MTU}}, endpoint.Options{})
+	}
+	if t.ep, err = t.listen(); err != nil {
 		return nil, err
 	}
-	pc, err := pool.New(t.ep, fp.sw, pool.Options{Fabric: endpoint.FabricOptions{Token: token}})
+	t.sw, t.fab = fp.sw, endpoint.FabricOptions{Token: token}
+	pc, err := pool.New(t.ep, fp.sw, pool.Options{Fabric: t.fab})
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +84,13 @@ func startMQNative(ctx context.Context, cfg *MQConfig) (_ mqTarget, err error) {
 }
 
 func (t *mqNative) sender(context.Context, int, int) (mqSender, error) {
-	return mqNativeSender{mq.NewProducer(t.topic, mq.ProducerConfig{})}, nil
+	var pc mq.ProducerConfig
+	if t.push {
+		pc.Push = &mq.Push{Endpoint: t.ep, Switch: t.sw, Fabric: t.fab}
+	}
+	p := mq.NewProducer(t.topic, pc)
+	t.prods = append(t.prods, p)
+	return mqNativeSender{p}, nil
 }
 
 type mqNativeSender struct{ p *mq.Producer }
@@ -89,7 +109,41 @@ func (t *mqNative) subscriber(ctx context.Context, _ int) (mqSubscriber, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &mqNativeSub{c: c, parts: t.parts}, nil
+	if !t.push {
+		return &mqNativeSub{c: c, parts: t.parts}, nil
+	}
+	// A subscriber is a member of the topic's push service: an endpoint
+	// (an address) of its own.
+	ep, err := t.listen()
+	if err != nil {
+		return nil, err
+	}
+	t.subEps = append(t.subEps, ep)
+	s, err := c.Subscribe(ctx, mq.Push{Endpoint: ep, Switch: t.sw, Fabric: t.fab})
+	if err != nil {
+		return nil, err
+	}
+	t.subs = append(t.subs, s)
+	return mqPushSub{s}, nil
+}
+
+// mqPushSub delivers what its subscription receives: pushed batches,
+// and what it reads from the log for what it missed.
+type mqPushSub struct{ s *mq.Subscription }
+
+func (s mqPushSub) run(ctx context.Context, got func(int, []byte)) error {
+	for {
+		recs, err := s.s.Next(ctx, 100*time.Millisecond)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("receiving: %w", err)
+		}
+		for _, r := range recs {
+			got(r.Partition, r.Value)
+		}
+	}
 }
 
 // mqNativeSub reads every partition's log itself. With one partition it
@@ -132,8 +186,19 @@ func (s *mqNativeSub) run(ctx context.Context, got func(int, []byte)) error {
 func (t *mqNative) procs() *procGroup { return t.g }
 
 func (t *mqNative) close() {
+	for _, p := range t.prods {
+		p.Close()
+	}
+	for _, s := range t.subs {
+		s.Close()
+	}
+	for _, ep := range t.subEps {
+		ep.Close()
+	}
 	if t.ep != nil {
 		t.ep.Close()
 	}
-	t.g.stop()
+	if t.g != nil {
+		t.g.stop()
+	}
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math/bits"
 	"time"
 )
@@ -89,6 +90,29 @@ func (h *latHist) merge(o *latHist) {
 		h.counts[i] += c
 	}
 	h.n += o.n
+}
+
+// sparse returns h's non-empty buckets, by index, to send to another
+// process; fromSparse adds such buckets to h.
+func (h *latHist) sparse() map[int]uint64 {
+	m := make(map[int]uint64)
+	for i, c := range h.counts {
+		if c > 0 {
+			m[i] = c
+		}
+	}
+	return m
+}
+
+func (h *latHist) fromSparse(m map[int]uint64) error {
+	for i, c := range m {
+		if i < 0 || i >= len(h.counts) {
+			return fmt.Errorf("histogram bucket %d out of range", i)
+		}
+		h.counts[i] += c
+		h.n += c
+	}
+	return nil
 }
 
 // pctUS is the p-th percentile in microseconds (nearest rank; zero

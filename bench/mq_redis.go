@@ -14,7 +14,7 @@ import (
 // without persistence, each stream capped (approximately) at the
 // records of cfg.Retain bytes.
 type mqRedis struct {
-	g       *procGroup
+	g       *procGroup // nil in a testbed agent
 	addr    string
 	streams []string
 	maxLen  int64
@@ -29,11 +29,8 @@ func startMQRedis(ctx context.Context, cfg *MQConfig) (mqTarget, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &mqRedis{g: g, addr: addr, maxLen: int64(cfg.Retain / (cfg.RecordSize + mqRecOverhead)),
-		fetch: int64(mqFetchRecords(cfg)), conns: cfg.InFlight, prods: make([]*redis.Client, cfg.Producers)}
-	for p := range cfg.Partitions {
-		t.streams = append(t.streams, "bench."+strconv.Itoa(p))
-	}
+	t := attachMQRedis(cfg, addr)
+	t.g = g
 	s, err := newRedisStore(ctx, addr, 1, g.dir) // waits for the server
 	if err != nil {
 		g.stop()
@@ -41,6 +38,16 @@ func startMQRedis(ctx context.Context, cfg *MQConfig) (mqTarget, error) {
 	}
 	s.rc.Close()
 	return t, nil
+}
+
+// attachMQRedis is the target on the server at addr.
+func attachMQRedis(cfg *MQConfig, addr string) *mqRedis {
+	t := &mqRedis{addr: addr, maxLen: int64(cfg.Retain / (cfg.RecordSize + mqRecOverhead)),
+		fetch: int64(mqFetchRecords(cfg)), conns: cfg.InFlight, prods: make([]*redis.Client, cfg.Producers)}
+	for p := range cfg.Partitions {
+		t.streams = append(t.streams, "bench."+strconv.Itoa(p))
+	}
+	return t
 }
 
 // mqFetchRecords is the records a subscriber of any target asks for at
@@ -136,5 +143,7 @@ func (t *mqRedis) close() {
 	for _, c := range t.clients {
 		c.Close()
 	}
-	t.g.stop()
+	if t.g != nil {
+		t.g.stop()
+	}
 }

@@ -12,7 +12,8 @@ import (
 )
 
 // TestRunMQProcesses runs a bounded message queue benchmark against
-// NDMA's queue (its processes started from the ndma binary built here)
+// NDMA's queue, pulled and pushed (its processes started from the ndma
+// binary built here)
 // and, where installed, redis-server and nats-server: 2 producers of
 // 150 records each over 2 partitions, 3 subscribers. One request in
 // flight per producer keeps every queue's records in order, so each
@@ -23,7 +24,7 @@ func TestRunMQProcesses(t *testing.T) {
 		t.Skip("-short: builds ndma and starts its daemons")
 	}
 	bin := ndmaBinary(t)
-	targets := []string{MQNative, MQKafka}
+	targets := []string{MQNative, MQPush, MQKafka}
 	for _, p := range []struct{ target, server string }{{MQRedis, "redis-server"}, {MQNATS, "nats-server"}} {
 		if _, err := exec.LookPath(p.server); err == nil {
 			targets = append(targets, p.target)

@@ -85,3 +85,27 @@ func RankCredentialDir(st *State, job string, ranks int, dir string) (paths []st
 	}
 	return rankCredentials(st, job, ranks, dir)
 }
+
+// IssueCredential issues, under the testbed's fabric secret, a
+// credential of role and name and writes it to a new file at path
+// (mode 0600), for a process run in a host namespace outside Run. A
+// testbed without credentials (Config.NoCredentials) issues none: it
+// returns false and writes nothing.
+func IssueCredential(st *State, role secure.Role, name, path string) (bool, error) {
+	if st.Secret == "" {
+		return false, nil
+	}
+	secret, err := os.ReadFile(st.Secret)
+	if err != nil {
+		return false, fmt.Errorf("testbed: fabric secret: %w", err)
+	}
+	a, err := secure.ParseAuthoritySecret(secret)
+	clear(secret)
+	if err != nil {
+		return false, fmt.Errorf("testbed: fabric secret: %w", err)
+	}
+	if err := writeCredential(a, role, name, path); err != nil {
+		return false, err
+	}
+	return true, nil
+}

@@ -12,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ndma/ndma/bench"
+	"github.com/ndma/ndma/testbed"
+	"github.com/ndma/ndma/testbed/fidelity"
 )
 
 // mqBenchFlags are the flags of ndma bench mq.
@@ -22,6 +24,8 @@ type mqBenchFlags struct {
 	rate                                                 float64
 	linger, duration                                     time.Duration
 	jsonOut                                              bool
+	testbed, stateDir                                    string
+	fidelityCPU                                          float64
 }
 
 func newBenchMQCmd() *cobra.Command {
@@ -67,16 +71,38 @@ partition: possible with --in-flight above 1) and failed requests.
 
 Everything shares this host's CPUs over loopback: throughput and latency
 say how fast this machine runs all the processes at once. CPU per record,
-against the peers in the same run, is the figure to compare.`,
+against the peers in the same run, is the figure to compare.
+
+With --testbed PREFIX (as root), the run crosses a running testbed's
+links instead (ndma testbed up --memnodes 1 or more): the producers run
+in the first host, each subscriber in a host of its own, and Redis's and
+NATS's servers in the first host, beside the producers, so that its
+link carries every copy a broker sends. NDMA's queue uses the testbed's
+switch and memory nodes, under credentials issued for the run. One more
+target runs there by default:
+
+  ndma-push   NDMA's queue with push: each stored batch is multicast once
+              to the subscribers, the switch copying it to each; a
+              subscriber reads the log only for what it missed
+
+(ndma-kafka runs on loopback only.) Each row then says whether the run
+was faithful (the fidelity monitor of ndma testbed run, judged from the
+first produce to the last receipt, --fidelity-cpu its CPU rule) and the
+CPU per record of every process: the producers' and subscribers' (client),
+the switch and memory nodes for NDMA, the broker for the others. The
+default --retain there is 16M, which two memory nodes of testbed up's
+default size hold.`,
 		Example: `  ndma bench mq --duration 10s                                  # 1 producer, 3 subscribers
   ndma bench mq --producers 4 --subscribers 1 --partitions 4 --json
   ndma bench mq --targets ndma,nats --record-size 16K --batch 4 --in-flight 1
-  ndma bench mq --rate 20000 --linger 1ms --records 100000`,
+  ndma bench mq --rate 20000 --linger 1ms --records 100000
+  sudo ndma testbed up --hosts 8 --memnodes 2 --rate 100mbit --prefix mq
+  sudo ndma bench mq --testbed mq --subscribers 7 --record-size 1K --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchMQ(cmd, &f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.targets, "targets", "ndma,ndma-kafka,redis,nats", "queues to measure, in order: ndma, ndma-kafka, redis, nats")
+	fl.StringVar(&f.targets, "targets", "ndma,ndma-kafka,redis,nats", "queues to measure, in order: ndma, ndma-push, ndma-kafka, redis, nats (with --testbed: ndma-push,ndma,redis,nats)")
 	fl.StringVar(&f.redisServer, "redis-server", "redis-server", "the redis-server `binary`")
 	fl.StringVar(&f.natsServer, "nats-server", "nats-server", "the nats-server `binary`")
 	fl.IntVar(&f.producers, "producers", 1, "producers writing the topic")
@@ -89,8 +115,11 @@ against the peers in the same run, is the figure to compare.`,
 	fl.DurationVar(&f.linger, "linger", 0, "with --rate: how long a producer waits for a request to fill")
 	fl.DurationVar(&f.duration, "duration", 5*time.Second, "how long the producers produce, per target")
 	fl.IntVar(&f.records, "records", 0, "records per producer, instead of --duration")
-	fl.StringVar(&f.retain, "retain", "64M", "log bytes each queue keeps per partition")
+	fl.StringVar(&f.retain, "retain", "64M", "log bytes each queue keeps per partition (with --testbed: 16M)")
 	fl.BoolVar(&f.jsonOut, "json", false, "print JSON Lines, one object per target")
+	fl.StringVar(&f.testbed, "testbed", "", "run across the running testbed of this `prefix` instead of on loopback")
+	fl.StringVar(&f.stateDir, "state-dir", testbed.DefaultStateDir(), "with --testbed: the `directory` of the testbeds' state")
+	fl.Float64Var(&f.fidelityCPU, "fidelity-cpu", fidelity.DefaultMaxCPUShare, "with --testbed: largest share of this machine's CPU the run may use to be faithful, from 0 to 1")
 	return cmd
 }
 
@@ -109,6 +138,15 @@ func runBenchMQ(cmd *cobra.Command, f *mqBenchFlags) error {
 	if f.records < 0 {
 		return fmt.Errorf("--records %d: want a positive count (or none, for --duration)", f.records)
 	}
+	if f.testbed == "" {
+		for _, name := range []string{"state-dir", "fidelity-cpu"} {
+			if cmd.Flags().Changed(name) {
+				return fmt.Errorf("--%s is for a run across a testbed: give --testbed PREFIX too", name)
+			}
+		}
+	} else if !cmd.Flags().Changed("retain") {
+		f.retain = "16M"
+	}
 	size, err := bench.ParseSize(f.recordSize)
 	if err != nil {
 		return fmt.Errorf("--record-size: %w", err)
@@ -126,6 +164,17 @@ func runBenchMQ(cmd *cobra.Command, f *mqBenchFlags) error {
 		Rate: f.rate, Linger: f.linger, Duration: f.duration, Records: f.records, Retain: retain}
 	if f.records > 0 {
 		cfg.Duration = 0
+	}
+	if f.testbed != "" {
+		if cfg.Fidelity, err = fidelityRule(f.fidelityCPU); err != nil {
+			return err
+		}
+		if cfg.Testbed, err = testbed.StatusAt(f.stateDir, f.testbed); err != nil {
+			return err
+		}
+	}
+	if f.testbed != "" && !cmd.Flags().Changed("targets") {
+		f.targets = "" // the testbed's defaults
 	}
 	for t := range strings.SplitSeq(f.targets, ",") {
 		if t = strings.TrimSpace(t); t != "" {
@@ -151,6 +200,9 @@ func runBenchMQ(cmd *cobra.Command, f *mqBenchFlags) error {
 		}
 		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t%d\t%d\t\n", r.Target, r.ProducedPerSec, r.DeliveredPerSec,
 			r.AckP50, r.AckP99, r.EndToEndP50, r.EndToEndP99, r.ClientCPU, r.ServerCPU, r.OutOfOrder, r.Errors)
+		if r.Fidelity != nil {
+			notes = append(notes, fmt.Sprintf("%s: fidelity: %s: %s", r.Target, r.Fidelity.Class, r.Fidelity.Reason))
+		}
 		notes = append(notes, mqNote(r))
 		return nil
 	})
@@ -185,4 +237,22 @@ func mqNote(r bench.MQResult) string {
 	return b.String()
 }
 
-func init() { benchCmd.AddCommand(newBenchMQCmd()) }
+// newBenchMQAgentCmd is a process of a testbed run of ndma bench mq,
+// which starts it in a host namespace and talks to it on its standard
+// input and output.
+func newBenchMQAgentCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "mq-agent",
+		Short:  "A producer or subscriber process of ndma bench mq --testbed (spec and controls on stdin, JSON lines on stdout)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return bench.RunMQAgent(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout())
+		},
+	}
+}
+
+func init() {
+	benchCmd.AddCommand(newBenchMQCmd())
+	benchCmd.AddCommand(newBenchMQAgentCmd())
+}

@@ -1,0 +1,381 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/ndma/ndma/secure"
+	"github.com/ndma/ndma/testbed"
+	"github.com/ndma/ndma/testbed/fidelity"
+)
+
+// Ports of the peers' servers on a testbed's first host.
+const (
+	mqRedisPort = 6379
+	mqNATSPort  = 4222
+)
+
+// mqAgentWait bounds an agent's set-up (joining the fabric, creating or
+// opening the topic, subscribing) and, past the run's own length, its
+// result.
+const mqAgentWait = time.Minute
+
+// mqAgent is an agent process of a testbed run, started by runMQTestbed.
+type mqAgent struct {
+	name  string
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	msgs  chan mqAgentMsg
+	ended chan error // the process's exit, once
+	log   string
+}
+
+// startMQAgent starts `ndma bench mq-agent` in namespace ns with spec,
+// its standard error to a log file in dir.
+func startMQAgent(ctx context.Context, st *testbed.State, bin, ns, dir string, sp mqAgentSpec) (*mqAgent, error) {
+	name := sp.Role
+	if sp.Role == mqRoleSubscriber {
+		name += strconv.Itoa(sp.Index)
+	}
+	a := &mqAgent{name: name, msgs: make(chan mqAgentMsg, 64), ended: make(chan error, 1), log: filepath.Join(dir, name+".log")}
+	logf, err := os.Create(a.log)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	a.cmd = exec.CommandContext(ctx, "ip", "netns", "exec", ns, bin, "bench", "mq-agent")
+	a.cmd.Stderr = logf
+	a.cmd.Env = os.Environ()
+	if _, set := os.LookupEnv("GOMAXPROCS"); !set && st.GoMaxProcs > 0 {
+		a.cmd.Env = append(a.cmd.Env, "GOMAXPROCS="+strconv.Itoa(st.GoMaxProcs))
+	}
+	if a.in, err = a.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	out, err := a.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := a.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the %s: %w", name, err)
+	}
+	go func() {
+		lines := bufio.NewScanner(out)
+		lines.Buffer(make([]byte, 64<<10), 4<<20)
+		for lines.Scan() {
+			var m mqAgentMsg
+			if err := json.Unmarshal(lines.Bytes(), &m); err == nil {
+				a.msgs <- m
+			}
+		}
+		close(a.msgs)
+		a.ended <- a.cmd.Wait()
+	}()
+	b, err := json.Marshal(sp)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := a.in.Write(append(b, '\n')); err != nil {
+		return nil, fmt.Errorf("the %s: %w", a.name, err)
+	}
+	return a, nil
+}
+
+// send writes a control line to the agent.
+func (a *mqAgent) send(line string) error {
+	if _, err := io.WriteString(a.in, line+"\n"); err != nil {
+		return fmt.Errorf("the %s: %w", a.name, err)
+	}
+	return nil
+}
+
+// next returns the agent's next message, waiting up to wait; a message
+// with progress only goes to progress (if not nil) and is not returned.
+func (a *mqAgent) next(ctx context.Context, wait time.Duration, progress func(mqAgentMsg)) (mqAgentMsg, error) {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case m, ok := <-a.msgs:
+			if !ok {
+				return mqAgentMsg{}, fmt.Errorf("the %s ended: %v\n%s", a.name, <-a.ended, tail(readFile(a.log), 10))
+			}
+			if !m.Ready && !m.Done {
+				if progress != nil {
+					progress(m)
+				}
+				continue
+			}
+			return m, nil
+		case <-t.C:
+			return mqAgentMsg{}, fmt.Errorf("the %s said nothing for %v\n%s", a.name, wait, tail(readFile(a.log), 10))
+		case <-ctx.Done():
+			return mqAgentMsg{}, ctx.Err()
+		}
+	}
+}
+
+// stop closes the agent's input, which ends it, and waits for it
+// (killing it after 10 s).
+func (a *mqAgent) stop() error {
+	a.in.Close()
+	t := time.NewTimer(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case _, ok := <-a.msgs:
+			if ok {
+				continue
+			}
+			err := <-a.ended
+			if err != nil {
+				return fmt.Errorf("the %s: %w\n%s", a.name, err, tail(readFile(a.log), 10))
+			}
+			return nil
+		case <-t.C:
+			_ = a.cmd.Process.Kill()
+			t.Reset(time.Hour)
+		}
+	}
+}
+
+func readFile(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
+}
+
+// runMQTestbed runs one target across cfg.Testbed (see RunMQ) and makes
+// its row.
+func runMQTestbed(ctx context.Context, cfg *MQConfig, name string) (res MQResult, err error) {
+	st := cfg.Testbed
+	native := name == MQNative || name == MQPush
+	switch {
+	case len(st.Hosts) < 1+cfg.Subscribers:
+		return res, fmt.Errorf("%w: %d subscribers need %d hosts (the producers' and one each); the testbed has %d", ErrBadValue, cfg.Subscribers, 1+cfg.Subscribers, len(st.Hosts))
+	case native && len(st.MemNodes) == 0:
+		return res, fmt.Errorf("%w: NDMA's queue keeps its logs in the pool: bring the testbed up with memory nodes (--memnodes)", ErrBadValue)
+	case len(st.Leaves) > 0:
+		return res, fmt.Errorf("%w: a testbed with leaf switches (the queue's push service lives at one switch)", ErrBadValue)
+	}
+	dir, err := os.MkdirTemp("", "ndma-bench-mq-testbed")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	target, err := fidelity.TargetOf(st)
+	if err != nil {
+		return res, err
+	}
+	h0 := st.Hosts[0]
+	spec := mqAgentSpec{Target: name, Config: *cfg, Switch: st.SwitchAddr, Token: st.Token}
+	spec.Config.MTU = st.DatagramMTU
+	servers, err := newProcGroup("ndma-bench-mq-servers")
+	if err != nil {
+		return res, err
+	}
+	defer servers.stop()
+	inNS := func(bin string, args ...string) []string {
+		return append([]string{"netns", "exec", h0.NS, bin}, args...)
+	}
+	switch name {
+	case MQRedis:
+		spec.Addr = net.JoinHostPort(h0.Addr.String(), strconv.Itoa(mqRedisPort))
+		err = servers.start("redis-server", "ip", inNS(cfg.RedisServer, "--port", strconv.Itoa(mqRedisPort), "--bind", h0.Addr.String(),
+			"--save", "", "--appendonly", "no", "--protected-mode", "no")...)
+	case MQNATS:
+		spec.Addr = "nats://" + net.JoinHostPort(h0.Addr.String(), strconv.Itoa(mqNATSPort))
+		err = servers.start("nats-server", "ip", inNS(cfg.NATSServer, "--addr", h0.Addr.String(), "--port", strconv.Itoa(mqNATSPort),
+			"--jetstream", "--store_dir", filepath.Join(servers.dir, "store"))...)
+	}
+	if err != nil {
+		return res, err
+	}
+	// Each agent of NDMA's queue a member credential of scope mq (which
+	// a push needs), unless the testbed runs without credentials.
+	credential := func(who string) (string, error) {
+		if !native {
+			return "", nil
+		}
+		path := filepath.Join(dir, who+".cred")
+		ok, err := testbed.IssueCredential(st, secure.RoleMember, "mq/bench-"+who, path)
+		if !ok {
+			path = ""
+		}
+		return path, err
+	}
+	var agents []*mqAgent
+	defer func() {
+		for _, a := range agents {
+			if e := a.stop(); e != nil && err == nil {
+				err = e
+			}
+		}
+	}()
+	ps := spec
+	ps.Role, ps.Local = mqRoleProducer, h0.Addr.String()+":0"
+	if ps.Credential, err = credential("producer"); err != nil {
+		return res, err
+	}
+	prod, err := startMQAgent(ctx, st, cfg.Binary, h0.NS, dir, ps)
+	if err != nil {
+		return res, err
+	}
+	agents = append(agents, prod)
+	ready, err := prod.next(ctx, mqAgentWait, nil)
+	if err != nil {
+		return res, err
+	}
+	subs := make([]*mqAgent, cfg.Subscribers)
+	for j := range subs {
+		h := st.Hosts[1+j]
+		ss := spec
+		ss.Role, ss.Index, ss.Local, ss.Topic = mqRoleSubscriber, j, h.Addr.String()+":0", ready.Topic
+		if ss.Credential, err = credential("sub" + strconv.Itoa(j)); err != nil {
+			return res, err
+		}
+		if subs[j], err = startMQAgent(ctx, st, cfg.Binary, h.NS, dir, ss); err != nil {
+			return res, err
+		}
+		agents = append(agents, subs[j])
+	}
+	for _, s := range subs {
+		if _, err := s.next(ctx, mqAgentWait, nil); err != nil {
+			return res, err
+		}
+	}
+
+	mon, err := fidelity.Start(ctx, target, 0)
+	if err != nil {
+		return res, err
+	}
+	monitoring := true
+	defer func() {
+		if monitoring {
+			_, _ = mon.Stop(context.WithoutCancel(ctx))
+		}
+	}()
+	cpu0 := servers.cpu()
+	if err := prod.send("go"); err != nil {
+		return res, err
+	}
+	began := time.Now()
+	wait := cfg.Duration + mqAgentWait
+	if cfg.Records > 0 {
+		wait = 24 * time.Hour // the producer reports its progress meanwhile
+	}
+	pr, err := prod.next(ctx, wait, func(m mqAgentMsg) {
+		if cfg.Progress == nil {
+			return
+		}
+		if cfg.Records > 0 {
+			cfg.Progress(int(m.Acked), cfg.Records*cfg.Producers)
+		} else {
+			cfg.Progress(int(min(time.Since(began), cfg.Duration).Milliseconds()), int(cfg.Duration.Milliseconds()))
+		}
+	})
+	if err != nil {
+		return res, err
+	}
+	for _, s := range subs {
+		if err := s.send("expect " + strconv.FormatInt(pr.Produced, 10)); err != nil {
+			return res, err
+		}
+	}
+	results := make([]mqAgentMsg, len(subs))
+	for j, s := range subs {
+		// A subscriber ends once it has every record, or none came for
+		// MQDrainIdle.
+		if results[j], err = s.next(ctx, 24*time.Hour, nil); err != nil {
+			return res, err
+		}
+	}
+	cpu1 := servers.cpu()
+	// The agents and the servers are waited for before the monitor
+	// stops, so that it counts their CPU.
+	for _, a := range agents {
+		if err := a.stop(); err != nil {
+			return res, err
+		}
+	}
+	agents = nil
+	servers.stop()
+	monitoring = false
+	rec, err := mon.Stop(context.WithoutCancel(ctx))
+	if err != nil {
+		return res, err
+	}
+	return mqTestbedRow(cfg, name, st, pr, results, cpu0, cpu1, rec, mon.Started())
+}
+
+// mqTestbedRow makes a testbed run's row from the agents' results, the
+// peer's server CPU (cpu0, cpu1) and the monitor's record of the run.
+func mqTestbedRow(cfg *MQConfig, name string, st *testbed.State, pr mqAgentMsg, subs []mqAgentMsg,
+	cpu0, cpu1 map[string]time.Duration, rec *fidelity.Recorder, monStart time.Time) (MQResult, error) {
+	res := MQResult{Target: name, Producers: cfg.Producers, Subscribers: cfg.Subscribers, Partitions: cfg.Partitions,
+		RecordSize: cfg.RecordSize, Batch: cfg.Batch, InFlight: cfg.InFlight, Processes: map[string]float64{},
+		Produced: pr.Produced, Errors: pr.Errors, Hosts: len(st.Hosts), RateBits: st.RateBits}
+	var ack, e2e latHist
+	if err := ack.fromSparse(pr.Ack); err != nil {
+		return res, err
+	}
+	var lastGot int64
+	cpu := pr.CPUS
+	for _, s := range subs {
+		res.Delivered += s.Got
+		res.OutOfOrder += s.OutOfOrder
+		res.Wrong += s.Wrong
+		if err := e2e.fromSparse(s.E2E); err != nil {
+			return res, err
+		}
+		lastGot = max(lastGot, s.LastNS)
+		cpu += s.CPUS
+	}
+	if res.Produced == 0 || res.Delivered == 0 {
+		return res, fmt.Errorf("%d records acknowledged, %d delivered (%d produce requests failed)", res.Produced, res.Delivered, res.Errors)
+	}
+	start := time.Unix(0, pr.StartNS)
+	if err := rec.Window(start.Sub(monStart), time.Unix(0, lastGot).Sub(monStart)); err != nil {
+		return res, err
+	}
+	verdict, err := rec.Judge(cfg.Fidelity)
+	if err != nil {
+		return res, err
+	}
+	res.Fidelity = &verdict
+	mb := float64(cfg.RecordSize) / 1e6
+	res.ProducedPerSec = round(float64(res.Produced)/time.Unix(0, pr.LastAckNS).Sub(start).Seconds(), 5)
+	res.DeliveredPerSec = round(float64(res.Delivered)/time.Unix(0, lastGot).Sub(start).Seconds(), 5)
+	res.ProducedMBPerSec = round(res.ProducedPerSec*mb, 4)
+	res.DeliveredMBPerSec = round(res.DeliveredPerSec*mb, 4)
+	res.AckP50, res.AckP99 = ack.pctUS(50), ack.pctUS(99)
+	res.EndToEndP50, res.EndToEndP99 = e2e.pctUS(50), e2e.pctUS(99)
+	perRec := func(s float64) float64 { return round(s*1e6/float64(res.Delivered), 4) }
+	res.ClientCPU = perRec(cpu)
+	var server float64
+	add := func(n string, s float64) {
+		res.Processes[n] = perRec(s)
+		server += s
+	}
+	if name == MQNative || name == MQPush {
+		// The testbed's daemons, over the monitored run.
+		for _, role := range []string{"switch", "memd"} {
+			add(role, verdict.ProcessS[role])
+		}
+	}
+	for n, t1 := range cpu1 {
+		if t0, ok := cpu0[n]; ok {
+			add(n, (t1 - t0).Seconds())
+		}
+	}
+	res.ServerCPU = perRec(server)
+	return res, nil
+}
