@@ -35,6 +35,32 @@ func (t Timing) sealTimeout() time.Duration {
 	return t.SealTimeout
 }
 
+// helpAfter is how long a partition's committed offset must stand
+// still before a producer waiting behind it helps move it (advance,
+// which reads the batch there whole): until then that batch's own
+// producer publishes it, and waiters read the committed word alone. A
+// tenth of the write deadline: it delays the batches after a producer
+// that died between its write and its publish, and keeps producers
+// that wait for one another, many of them on one partition, from
+// reading each other's batches.
+func (t Timing) helpAfter() time.Duration { return t.Deadline() / 10 }
+
+// standing tracks, in one waiter's loop, since when a partition's
+// committed offset has stood at its value.
+type standing struct {
+	c     uint64
+	since time.Time
+}
+
+// still records that the committed offset is c and returns how long it
+// has stood there.
+func (s *standing) still(c uint64) time.Duration {
+	if s.since.IsZero() || c != s.c {
+		s.c, s.since = c, time.Now()
+	}
+	return time.Since(s.since)
+}
+
 // Deadline is how long after its reservation (or a sealer's claim) a
 // batch (or skip marker) may still be written.
 func (t Timing) Deadline() time.Duration { return t.sealTimeout() / 2 }

@@ -255,6 +255,7 @@ func (p *Producer) write(ctx context.Context, part int, a *attempt, began time.T
 // sealed: it helps publish those, and seals holes among them.
 func (p *Producer) publishOwn(ctx context.Context, part int, a *attempt) error {
 	end := a.off + uint64(len(a.body))
+	var sd standing
 	for wait := 10 * time.Microsecond; ; wait = min(2*wait, 5*time.Millisecond) {
 		c, err := p.t.word(ctx, part, wordCommitted)
 		if err != nil {
@@ -269,8 +270,13 @@ func (p *Producer) publishOwn(ctx context.Context, part int, a *attempt) error {
 		case c > a.off:
 			return errSettle
 		}
-		if _, moved, err := p.advance(ctx, part); err != nil || moved {
-			continue
+		// The batches before a's are their producers' to publish: this
+		// one helps (reading the batch at the committed offset) only
+		// once the offset has stood still a while.
+		if sd.still(c) >= p.tm.helpAfter() {
+			if _, moved, err := p.advance(ctx, part); err != nil || moved {
+				continue
+			}
 		}
 		if err := sleep(ctx, wait); err != nil {
 			return err
@@ -317,6 +323,7 @@ func (p *Producer) settle(ctx context.Context, part int, a *attempt) (bool, erro
 // meanwhile.
 func (h *handle) room(ctx context.Context, part int, end uint64) error {
 	ring, seg := h.t.l.ring(), h.t.l.SegmentBytes
+	var sd standing
 	for wait := 10 * time.Microsecond; ; wait = min(2*wait, 5*time.Millisecond) {
 		s, err := h.t.word(ctx, part, wordStart)
 		if err != nil {
@@ -326,7 +333,11 @@ func (h *handle) room(ctx context.Context, part int, end uint64) error {
 			return nil
 		}
 		drop := (end - ring + seg - 1) / seg * seg
-		st, moved, err := h.advance(ctx, part)
+		st, err := h.t.State(ctx, part)
+		moved := false
+		if err == nil && st.Committed < drop && sd.still(st.Committed) >= h.tm.helpAfter() {
+			st, moved, err = h.advance(ctx, part)
+		}
 		if err != nil {
 			return err
 		}
