@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/ndma/ndma/secure"
+	"github.com/ndma/ndma/testbed"
+	"github.com/ndma/ndma/testbed/fidelity"
 )
 
 // The targets of the key-value benchmark.
@@ -72,11 +74,25 @@ type KVConfig struct {
 	// own and the Redis front end's: zero, the default; negative: every
 	// value inline).
 	OneSidedFrom int
+	// Testbed, when set, runs the benchmark across a running testbed's
+	// hosts instead of on loopback (see RunKV): the servers in its first
+	// host, Clients clients in each of ClientHosts more (zero: every
+	// other host). Fidelity is the rule its runs are judged by (zero:
+	// the defaults).
+	Testbed     *testbed.State `json:"-"`
+	ClientHosts int            `json:"-"`
+	Fidelity    fidelity.Rule  `json:"-"`
 }
 
 func (c *KVConfig) setDefaults() {
 	if len(c.Targets) == 0 {
 		c.Targets = KVTargets
+		if c.Testbed != nil {
+			c.Targets = kvTestbedTargets
+		}
+	}
+	if c.Testbed != nil && c.ClientHosts == 0 {
+		c.ClientHosts = max(1, len(c.Testbed.Hosts)-1)
 	}
 	if c.RedisServer == "" {
 		c.RedisServer = "redis-server"
@@ -118,6 +134,12 @@ func (c *KVConfig) validate() error {
 		if !slices.Contains(KVTargets, t) {
 			return fmt.Errorf("%w: target %q (want one of %s)", ErrBadValue, t, strings.Join(KVTargets, ", "))
 		}
+		if c.Testbed != nil && !slices.Contains(kvTestbedTargets, t) {
+			return fmt.Errorf("%w: target %s runs on loopback only (a testbed run measures %s)", ErrBadValue, t, strings.Join(kvTestbedTargets, ", "))
+		}
+	}
+	if c.Testbed != nil && (c.ClientHosts < 1 || c.ClientHosts > 255) {
+		return fmt.Errorf("%w: %d client hosts (want 1 or more)", ErrBadValue, c.ClientHosts)
 	}
 	switch {
 	case c.Binary == "":
@@ -164,6 +186,15 @@ type KVResult struct {
 	// the key read (a value always names its key).
 	Errors int `json:"errors"`
 	Wrong  int `json:"wrong"`
+	// Testbed runs only: Hosts is the testbed's host count, ClientHosts
+	// those running clients (Clients is then their clients together),
+	// RateBits its links' rate in bits per second, Fidelity the
+	// monitor's verdict over the measured time. ClientCPU is then the
+	// client hosts' processes', summed.
+	Hosts       int               `json:"hosts,omitempty"`
+	ClientHosts int               `json:"client_hosts,omitempty"`
+	RateBits    uint64            `json:"rate_bits,omitempty"`
+	Fidelity    *fidelity.Verdict `json:"fidelity,omitempty"`
 }
 
 // kvStore is a target as the load generator sees it.
@@ -179,10 +210,31 @@ type kvStore interface {
 // processes. Everything runs on this host's loopback: throughput and
 // latency are those of this machine's CPUs, and CPU per operation is
 // the figure to compare across stores.
+//
+// With cfg.Testbed the run crosses the testbed's links instead: the
+// servers run in its first host (redis-server, memcached; NDMA's key
+// space is created from there and its owners, kvd, run there, on the
+// testbed's switch and memory nodes, sealed under credentials of the
+// space's scope issued for the run), and each of ClientHosts more hosts
+// runs Clients clients in a process of its own (`ndma bench kv-agent`);
+// the first of them loads the records. Each row then holds the fidelity
+// monitor's verdict over the measured time.
 func RunKV(ctx context.Context, cfg KVConfig, emit func(KVResult) error) error {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return err
+	}
+	if cfg.Testbed != nil {
+		for _, target := range cfg.Targets {
+			res, err := runKVTestbed(ctx, &cfg, target)
+			if err != nil {
+				return fmt.Errorf("bench: %s: %w", target, err)
+			}
+			if err := emit(res); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	var fab *kvFabric
 	defer func() {
@@ -262,28 +314,17 @@ func valueOf(v, key []byte) bool {
 
 // runKVLoad loads st and runs the measured mix.
 func runKVLoad(ctx context.Context, cfg *KVConfig, target string, st kvStore, procs *procGroup) (KVResult, error) {
-	keys := make([][]byte, cfg.Records)
-	vals := make([][]byte, cfg.Records)
-	for i := range keys {
-		keys[i] = kvKey(i)
-		vals[i] = kvValue(keys[i], 0, cfg.ValueSize)
-	}
+	keys, lkeys, lvals := kvKeys(cfg)
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	err := st.load(lctx, keys, vals)
+	err := st.load(lctx, lkeys, lvals)
 	cancel()
 	if err != nil {
 		return KVResult{}, fmt.Errorf("loading %d records: %w", cfg.Records, err)
-	}
-	type sample struct {
-		gets, sets  []time.Duration
-		errs, wrong int
 	}
 	warm := cfg.Duration / 5
 	start := time.Now()
 	measureFrom, end := start.Add(warm), start.Add(warm+cfg.Duration)
 	var (
-		wg       sync.WaitGroup
-		samples  = make([]sample, cfg.Clients)
 		cpuStart = make(chan struct{})
 		cpu0     map[string]time.Duration
 		self0    time.Duration
@@ -293,51 +334,7 @@ func runKVLoad(ctx context.Context, cfg *KVConfig, target string, st kvStore, pr
 		cpu0, self0 = procs.cpu(), rusageCPU()
 		close(cpuStart)
 	}()
-	for c := range cfg.Clients {
-		wg.Go(func() {
-			s := &samples[c]
-			rng := rand.New(rand.NewSource(cfg.Seed*1000 + int64(c)))
-			var zipf *rand.Zipf
-			if cfg.Zipf > 0 {
-				zipf = rand.NewZipf(rng, cfg.Zipf, 1, uint64(cfg.Records-1))
-			}
-			for n := uint64(1); ; n++ {
-				now := time.Now()
-				if !now.Before(end) || ctx.Err() != nil {
-					return
-				}
-				i := rng.Intn(cfg.Records)
-				if zipf != nil {
-					i = int(zipf.Uint64())
-				}
-				read := rng.Float64() < cfg.ReadRatio
-				octx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				var err error
-				if read {
-					var v []byte
-					if v, err = st.get(octx, keys[i]); err == nil && !valueOf(v, keys[i]) {
-						s.wrong++
-					}
-				} else {
-					err = st.set(octx, keys[i], kvValue(keys[i], uint64(c)<<40|n, cfg.ValueSize))
-				}
-				cancel()
-				took := time.Since(now)
-				if now.Before(measureFrom) {
-					continue
-				}
-				switch {
-				case err != nil:
-					s.errs++
-				case read:
-					s.gets = append(s.gets, took)
-				default:
-					s.sets = append(s.sets, took)
-				}
-			}
-		})
-	}
-	wg.Wait()
+	samples := kvMix(ctx, cfg, st, keys, 0, measureFrom, end)
 	<-cpuStart
 	cpu1, self1 := procs.cpu(), rusageCPU()
 	elapsed := time.Since(measureFrom)
@@ -367,6 +364,88 @@ func runKVLoad(ctx context.Context, cfg *KVConfig, target string, st kvStore, pr
 	}
 	res.ServerCPU = perOp(server)
 	return res, nil
+}
+
+// kvSample is one client's operations in the measured time.
+type kvSample struct {
+	gets, sets  []time.Duration
+	errs, wrong int
+}
+
+// kvMix runs cfg.Clients clients on st, client c drawing its keys and
+// operations from seed cfg.Seed*1000 + first + c, until end; each
+// counts what it starts from measureFrom on.
+func kvMix(ctx context.Context, cfg *KVConfig, st kvStore, keys [][]byte, first int, measureFrom, end time.Time) []kvSample {
+	samples := make([]kvSample, cfg.Clients)
+	var wg sync.WaitGroup
+	for c := range cfg.Clients {
+		wg.Go(func() {
+			s := &samples[c]
+			rng := rand.New(rand.NewSource(cfg.Seed*1000 + int64(first+c)))
+			var zipf *rand.Zipf
+			if cfg.Zipf > 0 {
+				zipf = rand.NewZipf(rng, cfg.Zipf, 1, uint64(cfg.Records-1))
+			}
+			for n := uint64(1); ; n++ {
+				now := time.Now()
+				if !now.Before(end) || ctx.Err() != nil {
+					return
+				}
+				i := rng.Intn(cfg.Records)
+				if zipf != nil {
+					i = int(zipf.Uint64())
+				}
+				read := rng.Float64() < cfg.ReadRatio
+				octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				var err error
+				if read {
+					var v []byte
+					if v, err = st.get(octx, keys[i]); err == nil && !valueOf(v, keys[i]) {
+						s.wrong++
+					}
+				} else {
+					err = st.set(octx, keys[i], kvValue(keys[i], uint64(first+c)<<40|n, cfg.ValueSize))
+				}
+				cancel()
+				took := time.Since(now)
+				if now.Before(measureFrom) {
+					continue
+				}
+				switch {
+				case err != nil:
+					s.errs++
+				case read:
+					s.gets = append(s.gets, took)
+				default:
+					s.sets = append(s.sets, took)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return samples
+}
+
+// kvKeys are the benchmark's records, key i being the i-th most
+// popular under Zipf keys, and the order to load them in: a
+// permutation drawn from cfg.Seed, as YCSB hashes its insert order, so
+// that where a store puts a key does not follow its popularity. (Loaded
+// in popularity order, NDMA's key space put every shard's hottest
+// values in its heap's first pages, all on the first memory node: with
+// Zipf keys on the testbed that node's link carried nearly every GET.)
+func kvKeys(cfg *KVConfig) (keys, loadKeys, loadVals [][]byte) {
+	keys = make([][]byte, cfg.Records)
+	for i := range keys {
+		keys[i] = kvKey(i)
+	}
+	order := rand.New(rand.NewSource(cfg.Seed)).Perm(cfg.Records)
+	loadKeys = make([][]byte, cfg.Records)
+	loadVals = make([][]byte, cfg.Records)
+	for i, k := range order {
+		loadKeys[i] = keys[k]
+		loadVals[i] = kvValue(keys[k], 0, cfg.ValueSize)
+	}
+	return keys, loadKeys, loadVals
 }
 
 // pctUS is the p-th percentile of ds in microseconds (zero when empty).

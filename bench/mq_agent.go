@@ -333,3 +333,5 @@ func (sp *mqAgentSpec) subscribe(ctx context.Context, t mqTarget, lines *bufio.S
 	}
 	return nil
 }
+
+func (m mqAgentMsg) final() bool { return m.Ready || m.Done }

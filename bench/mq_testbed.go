@@ -1,14 +1,11 @@
 package bench
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
+	"maps"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -18,140 +15,19 @@ import (
 	"github.com/ndma/ndma/testbed/fidelity"
 )
 
+// agentName names a testbed run's agent in errors and its log file.
+func (sp *mqAgentSpec) agentName() string {
+	if sp.Role == mqRoleSubscriber {
+		return sp.Role + strconv.Itoa(sp.Index)
+	}
+	return sp.Role
+}
+
 // Ports of the peers' servers on a testbed's first host.
 const (
 	mqRedisPort = 6379
 	mqNATSPort  = 4222
 )
-
-// mqAgentWait bounds an agent's set-up (joining the fabric, creating or
-// opening the topic, subscribing) and, past the run's own length, its
-// result.
-const mqAgentWait = time.Minute
-
-// mqAgent is an agent process of a testbed run, started by runMQTestbed.
-type mqAgent struct {
-	name  string
-	cmd   *exec.Cmd
-	in    io.WriteCloser
-	msgs  chan mqAgentMsg
-	ended chan error // the process's exit, once
-	log   string
-}
-
-// startMQAgent starts `ndma bench mq-agent` in namespace ns with spec,
-// its standard error to a log file in dir.
-func startMQAgent(ctx context.Context, st *testbed.State, bin, ns, dir string, sp mqAgentSpec) (*mqAgent, error) {
-	name := sp.Role
-	if sp.Role == mqRoleSubscriber {
-		name += strconv.Itoa(sp.Index)
-	}
-	a := &mqAgent{name: name, msgs: make(chan mqAgentMsg, 64), ended: make(chan error, 1), log: filepath.Join(dir, name+".log")}
-	logf, err := os.Create(a.log)
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-	a.cmd = exec.CommandContext(ctx, "ip", "netns", "exec", ns, bin, "bench", "mq-agent")
-	a.cmd.Stderr = logf
-	a.cmd.Env = os.Environ()
-	if _, set := os.LookupEnv("GOMAXPROCS"); !set && st.GoMaxProcs > 0 {
-		a.cmd.Env = append(a.cmd.Env, "GOMAXPROCS="+strconv.Itoa(st.GoMaxProcs))
-	}
-	if a.in, err = a.cmd.StdinPipe(); err != nil {
-		return nil, err
-	}
-	out, err := a.cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := a.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting the %s: %w", name, err)
-	}
-	go func() {
-		lines := bufio.NewScanner(out)
-		lines.Buffer(make([]byte, 64<<10), 4<<20)
-		for lines.Scan() {
-			var m mqAgentMsg
-			if err := json.Unmarshal(lines.Bytes(), &m); err == nil {
-				a.msgs <- m
-			}
-		}
-		close(a.msgs)
-		a.ended <- a.cmd.Wait()
-	}()
-	b, err := json.Marshal(sp)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := a.in.Write(append(b, '\n')); err != nil {
-		return nil, fmt.Errorf("the %s: %w", a.name, err)
-	}
-	return a, nil
-}
-
-// send writes a control line to the agent.
-func (a *mqAgent) send(line string) error {
-	if _, err := io.WriteString(a.in, line+"\n"); err != nil {
-		return fmt.Errorf("the %s: %w", a.name, err)
-	}
-	return nil
-}
-
-// next returns the agent's next message, waiting up to wait; a message
-// with progress only goes to progress (if not nil) and is not returned.
-func (a *mqAgent) next(ctx context.Context, wait time.Duration, progress func(mqAgentMsg)) (mqAgentMsg, error) {
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	for {
-		select {
-		case m, ok := <-a.msgs:
-			if !ok {
-				return mqAgentMsg{}, fmt.Errorf("the %s ended: %v\n%s", a.name, <-a.ended, tail(readFile(a.log), 10))
-			}
-			if !m.Ready && !m.Done {
-				if progress != nil {
-					progress(m)
-				}
-				continue
-			}
-			return m, nil
-		case <-t.C:
-			return mqAgentMsg{}, fmt.Errorf("the %s said nothing for %v\n%s", a.name, wait, tail(readFile(a.log), 10))
-		case <-ctx.Done():
-			return mqAgentMsg{}, ctx.Err()
-		}
-	}
-}
-
-// stop closes the agent's input, which ends it, and waits for it
-// (killing it after 10 s).
-func (a *mqAgent) stop() error {
-	a.in.Close()
-	t := time.NewTimer(10 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case _, ok := <-a.msgs:
-			if ok {
-				continue
-			}
-			err := <-a.ended
-			if err != nil {
-				return fmt.Errorf("the %s: %w\n%s", a.name, err, tail(readFile(a.log), 10))
-			}
-			return nil
-		case <-t.C:
-			_ = a.cmd.Process.Kill()
-			t.Reset(time.Hour)
-		}
-	}
-}
-
-func readFile(path string) string {
-	b, _ := os.ReadFile(path)
-	return string(b)
-}
 
 // runMQTestbed runs one target across cfg.Testbed (see RunMQ) and makes
 // its row.
@@ -212,7 +88,7 @@ func runMQTestbed(ctx context.Context, cfg *MQConfig, name string) (res MQResult
 		}
 		return path, err
 	}
-	var agents []*mqAgent
+	var agents []*agentProc[mqAgentMsg]
 	defer func() {
 		for _, a := range agents {
 			if e := a.stop(); e != nil && err == nil {
@@ -225,16 +101,16 @@ func runMQTestbed(ctx context.Context, cfg *MQConfig, name string) (res MQResult
 	if ps.Credential, err = credential("producer"); err != nil {
 		return res, err
 	}
-	prod, err := startMQAgent(ctx, st, cfg.Binary, h0.NS, dir, ps)
+	prod, err := startAgent[mqAgentMsg](ctx, st, cfg.Binary, "mq-agent", h0.NS, dir, ps.agentName(), ps)
 	if err != nil {
 		return res, err
 	}
 	agents = append(agents, prod)
-	ready, err := prod.next(ctx, mqAgentWait, nil)
+	ready, err := prod.next(ctx, agentWait, nil)
 	if err != nil {
 		return res, err
 	}
-	subs := make([]*mqAgent, cfg.Subscribers)
+	subs := make([]*agentProc[mqAgentMsg], cfg.Subscribers)
 	for j := range subs {
 		h := st.Hosts[1+j]
 		ss := spec
@@ -242,13 +118,13 @@ func runMQTestbed(ctx context.Context, cfg *MQConfig, name string) (res MQResult
 		if ss.Credential, err = credential("sub" + strconv.Itoa(j)); err != nil {
 			return res, err
 		}
-		if subs[j], err = startMQAgent(ctx, st, cfg.Binary, h.NS, dir, ss); err != nil {
+		if subs[j], err = startAgent[mqAgentMsg](ctx, st, cfg.Binary, "mq-agent", h.NS, dir, ss.agentName(), ss); err != nil {
 			return res, err
 		}
 		agents = append(agents, subs[j])
 	}
 	for _, s := range subs {
-		if _, err := s.next(ctx, mqAgentWait, nil); err != nil {
+		if _, err := s.next(ctx, agentWait, nil); err != nil {
 			return res, err
 		}
 	}
@@ -263,12 +139,21 @@ func runMQTestbed(ctx context.Context, cfg *MQConfig, name string) (res MQResult
 			_, _ = mon.Stop(context.WithoutCancel(ctx))
 		}
 	}()
-	cpu0 := servers.cpu()
+	// The servers' CPU over the run: the broker, or the testbed's
+	// switch and memory nodes.
+	cpu := func() map[string]time.Duration {
+		m := servers.cpu()
+		if native {
+			maps.Copy(m, testbedDaemonCPU(st))
+		}
+		return m
+	}
+	cpu0 := cpu()
 	if err := prod.send("go"); err != nil {
 		return res, err
 	}
 	began := time.Now()
-	wait := cfg.Duration + mqAgentWait
+	wait := cfg.Duration + agentWait
 	if cfg.Records > 0 {
 		wait = 24 * time.Hour // the producer reports its progress meanwhile
 	}
@@ -298,7 +183,7 @@ func runMQTestbed(ctx context.Context, cfg *MQConfig, name string) (res MQResult
 			return res, err
 		}
 	}
-	cpu1 := servers.cpu()
+	cpu1 := cpu()
 	// The agents and the servers are waited for before the monitor
 	// stops, so that it counts their CPU.
 	for _, a := range agents {
@@ -364,12 +249,6 @@ func mqTestbedRow(cfg *MQConfig, name string, st *testbed.State, pr mqAgentMsg, 
 	add := func(n string, s float64) {
 		res.Processes[n] = perRec(s)
 		server += s
-	}
-	if name == MQNative || name == MQPush {
-		// The testbed's daemons, over the monitored run.
-		for _, role := range []string{"switch", "memd"} {
-			add(role, verdict.ProcessS[role])
-		}
 	}
 	for n, t1 := range cpu1 {
 		if t0, ok := cpu0[n]; ok {

@@ -56,7 +56,7 @@ unless --insecure (on a fabric that does not seal).`,
 	}
 	kf.register(cmd)
 	cmd.PersistentFlags().StringVar(&kf.space, "space", "", "the key space's name (required; kv rebuild takes it from --space-file)")
-	cmd.AddCommand(newKvCreateCmd(&kf), newKvGetCmd(&kf), newKvSetCmd(&kf), newKvDelCmd(&kf), newKvStatsCmd(&kf), newKvServeCmd(&kf), newKvRebuildCmd(&kf))
+	cmd.AddCommand(newKvCreateCmd(&kf), newKvGetCmd(&kf), newKvSetCmd(&kf), newKvDelCmd(&kf), newKvStatsCmd(&kf), newKvServeCmd(&kf), newKvRebuildCmd(&kf), newKvDropCmd(&kf))
 	kf.hintCredential(cmd.Commands()...)
 	return cmd
 }

@@ -134,6 +134,32 @@ func TestKvCommands(t *testing.T) {
 	exchange(t, mc.addr, "set k 0 0 5\r\nvalue\r\n", "STORED\r\n")
 	exchange(t, rd.addr, "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", "$5\r\nvalue\r\n")
 	exchange(t, rd.addr, fmt.Sprintf("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$%d\r\n%s\r\n", 5000, strings.Repeat("v", 5000)), "-ERR string exceeds maximum allowed size\r\n")
+	// drop refuses while an owner serves the space; --force frees its
+	// region, after which the space is gone.
+	drop := func(args ...string) (string, error) {
+		return execute(t, append([]string{"kv", "drop", "--switch", addr, "--space-file", space}, args...)...)
+	}
+	regions := func() int {
+		out, err := execute(t, "pool", "stat", "--switch", addr, "--json")
+		var st struct{ Regions int }
+		if err != nil || json.Unmarshal([]byte(out), &st) != nil {
+			t.Fatalf("pool stat: %q %v", out, err)
+		}
+		return st.Regions
+	}
+	before := regions()
+	if _, err := drop(); err == nil || !strings.Contains(err.Error(), "1 owner ranks serve it") {
+		t.Fatalf("drop while kvd serves: %v", err)
+	}
+	if out, err := drop("--force", "--json"); err != nil || !strings.Contains(out, fmt.Sprintf(`"region":%d`, created.Region)) {
+		t.Fatalf("drop --force: %q %v", out, err)
+	}
+	if _, err := drop("--force"); err == nil {
+		t.Fatal("dropped a freed key space again")
+	}
+	if after := regions(); after != before-1 {
+		t.Fatalf("%d regions after the drop, %d before", after, before)
+	}
 }
 
 // exchange sends req to a TCP server at addr and expects want.
