@@ -28,24 +28,30 @@ type agentMsg interface{ final() bool }
 // standard input, its messages (M, a line of JSON each) come from its
 // standard output.
 type agentProc[M agentMsg] struct {
-	name  string
-	cmd   *exec.Cmd
-	in    io.WriteCloser
-	msgs  chan M
-	ended chan error // the process's exit, once
-	log   string
+	name string
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	msgs chan M
+	done chan struct{} // closed once the process has exited, with exit set
+	exit error
+	log  string
 }
 
-// startAgent starts `bin bench sub` in namespace ns and writes spec to
-// it, its standard error to the log file name.log in dir.
+// startAgent starts `bin bench sub` in namespace ns (empty: this one)
+// and writes spec to it, its standard error to the log file name.log in
+// dir.
 func startAgent[M agentMsg](ctx context.Context, st *testbed.State, bin, sub, ns, dir, name string, spec any) (*agentProc[M], error) {
-	a := &agentProc[M]{name: name, msgs: make(chan M, 64), ended: make(chan error, 1), log: filepath.Join(dir, name+".log")}
+	a := &agentProc[M]{name: name, msgs: make(chan M, 64), done: make(chan struct{}), log: filepath.Join(dir, name+".log")}
 	logf, err := os.Create(a.log)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	a.cmd = exec.CommandContext(ctx, "ip", "netns", "exec", ns, bin, "bench", sub)
+	if ns != "" {
+		a.cmd = exec.CommandContext(ctx, "ip", "netns", "exec", ns, bin, "bench", sub)
+	} else {
+		a.cmd = exec.CommandContext(ctx, bin, "bench", sub)
+	}
 	a.cmd.Stderr = logf
 	a.cmd.Env = os.Environ()
 	if _, set := os.LookupEnv("GOMAXPROCS"); !set && st.GoMaxProcs > 0 {
@@ -71,7 +77,8 @@ func startAgent[M agentMsg](ctx context.Context, st *testbed.State, bin, sub, ns
 			}
 		}
 		close(a.msgs)
-		a.ended <- a.cmd.Wait()
+		a.exit = a.cmd.Wait()
+		close(a.done)
 	}()
 	b, err := json.Marshal(spec)
 	if err != nil {
@@ -101,7 +108,8 @@ func (a *agentProc[M]) next(ctx context.Context, wait time.Duration, progress fu
 		select {
 		case m, ok := <-a.msgs:
 			if !ok {
-				return none, fmt.Errorf("the %s ended: %v\n%s", a.name, <-a.ended, tail(readFile(a.log), 10))
+				<-a.done
+				return none, fmt.Errorf("the %s ended: %v\n%s", a.name, a.exit, tail(readFile(a.log), 10))
 			}
 			if !m.final() {
 				if progress != nil {
@@ -130,9 +138,9 @@ func (a *agentProc[M]) stop() error {
 			if ok {
 				continue
 			}
-			err := <-a.ended
-			if err != nil {
-				return fmt.Errorf("the %s: %w\n%s", a.name, err, tail(readFile(a.log), 10))
+			<-a.done
+			if a.exit != nil {
+				return fmt.Errorf("the %s: %w\n%s", a.name, a.exit, tail(readFile(a.log), 10))
 			}
 			return nil
 		case <-t.C:

@@ -82,6 +82,14 @@ type MQConfig struct {
 	Retain int
 	// MTU of NDMA's processes (zero: 9000).
 	MTU int
+	// Copies is the copies of NDMA's topic data, 1 (zero means 1) or 2:
+	// a produce is acknowledged once every copy holds it. The peers
+	// keep one (a single server).
+	Copies int
+	// BrokerApart, on a testbed, runs the peers' servers in a host of
+	// their own (the one after the subscribers') instead of beside the
+	// producers, so that produces cross a link to them too.
+	BrokerApart bool `json:"-"`
 	// Testbed, when set, runs the benchmark across a running testbed's
 	// hosts instead of on loopback (see RunMQ): its Binary must be set.
 	Testbed *testbed.State `json:"-"`
@@ -120,6 +128,7 @@ func (c *MQConfig) setDefaults() {
 	def(&c.InFlight, 4)
 	def(&c.Retain, 64<<20)
 	def(&c.MTU, 9000)
+	def(&c.Copies, 1)
 	if c.Duration == 0 && c.Records == 0 {
 		c.Duration = 5 * time.Second
 	}
@@ -172,6 +181,10 @@ func (c *MQConfig) validate() error {
 		return fmt.Errorf("%w: %d bytes retained per partition (want 4 batches to 1 GiB)", ErrBadValue, c.Retain)
 	case c.MTU < 1280 || c.MTU > 65000:
 		return fmt.Errorf("%w: MTU %d (want 1280 to 65000)", ErrBadValue, c.MTU)
+	case c.Copies < 1 || c.Copies > 2:
+		return fmt.Errorf("%w: %d copies of the topic (want 1 or 2)", ErrBadValue, c.Copies)
+	case c.BrokerApart && c.Testbed == nil:
+		return fmt.Errorf("%w: a broker apart is for a testbed run", ErrBadValue)
 	}
 	return nil
 }
@@ -218,14 +231,18 @@ type MQResult struct {
 	Errors     int64 `json:"errors"`
 	OutOfOrder int64 `json:"out_of_order"`
 	Wrong      int64 `json:"wrong"`
+	// Copies is NDMA's topic's copies (the peers keep one).
+	Copies int `json:"copies"`
 	// Testbed runs only: Hosts is the testbed's host count and RateBits
-	// its links' rate in bits per second; Fidelity the monitor's verdict
-	// on the run, judged from the first produce to the last receipt.
+	// its links' rate in bits per second; BrokerApart whether the peers'
+	// server ran in a host of its own; Fidelity the monitor's verdict on
+	// the run, judged from the first produce to the last receipt.
 	// ClientCPU is then the producers' and subscribers' processes',
 	// summed.
-	Hosts    int               `json:"hosts,omitempty"`
-	RateBits uint64            `json:"rate_bits,omitempty"`
-	Fidelity *fidelity.Verdict `json:"fidelity,omitempty"`
+	Hosts       int               `json:"hosts,omitempty"`
+	RateBits    uint64            `json:"rate_bits,omitempty"`
+	BrokerApart bool              `json:"broker_apart,omitempty"`
+	Fidelity    *fidelity.Verdict `json:"fidelity,omitempty"`
 }
 
 // RunMQ runs, for each target, Producers producers writing records of

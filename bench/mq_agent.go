@@ -171,7 +171,7 @@ func (sp *mqAgentSpec) attach(ctx context.Context) (mqTarget, *mq.Ref, error) {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if sp.Role == mqRoleProducer {
-		t.topic, err = mq.Create(cctx, pc, "bench", mqLayout(cfg), mq.CreateOptions{})
+		t.topic, err = mq.Create(cctx, pc, "bench", mqLayout(cfg), mq.CreateOptions{Replicas: cfg.Copies})
 	} else if sp.Topic == nil {
 		err = errors.New("no topic to open")
 	} else {

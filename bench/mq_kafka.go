@@ -60,7 +60,7 @@ func startMQKafka(ctx context.Context, cfg *MQConfig) (_ mqTarget, err error) {
 	}
 	if err := g.run(ctx, "mq topic create", cfg.Binary, append([]string{"mq", "topic", "create", "bench",
 		"--partitions", strconv.Itoa(l.Partitions), "--segment", strconv.FormatUint(l.SegmentBytes, 10),
-		"--segments", strconv.Itoa(l.Segments), "--max-batch", strconv.FormatUint(l.MaxBatch, 10)}, cat...)...); err != nil {
+		"--segments", strconv.Itoa(l.Segments), "--max-batch", strconv.FormatUint(l.MaxBatch, 10), "--replicas", strconv.Itoa(cfg.Copies)}, cat...)...); err != nil {
 		return nil, err
 	}
 	if t.addr, err = freeTCPAddr(); err != nil {

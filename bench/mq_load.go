@@ -300,7 +300,7 @@ func sleepUntil(ctx context.Context, t time.Time) {
 func mqRow(cfg *MQConfig, name string, prods []*mqProducer, subs []*mqSub, start time.Time,
 	cpu0, cpu1 map[string]time.Duration, self time.Duration) (MQResult, error) {
 	res := MQResult{Target: name, Producers: cfg.Producers, Subscribers: cfg.Subscribers, Partitions: cfg.Partitions,
-		RecordSize: cfg.RecordSize, Batch: cfg.Batch, InFlight: cfg.InFlight, Processes: map[string]float64{}}
+		RecordSize: cfg.RecordSize, Batch: cfg.Batch, InFlight: cfg.InFlight, Copies: cfg.Copies, Processes: map[string]float64{}}
 	var ack, e2e latHist
 	var lastAck, lastGot time.Time
 	for _, p := range prods {

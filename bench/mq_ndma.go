@@ -77,7 +77,7 @@ func startMQNative(ctx context.Context, cfg *MQConfig, push bool) (_ mqTarget, e
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if t.topic, err = mq.Create(cctx, pc, "bench", l, mq.CreateOptions{}); err != nil {
+	if t.topic, err = mq.Create(cctx, pc, "bench", l, mq.CreateOptions{Replicas: cfg.Copies}); err != nil {
 		return nil, fmt.Errorf("creating the topic (logs in %s): %w", g.dir, err)
 	}
 	return t, nil

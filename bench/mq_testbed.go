@@ -35,6 +35,8 @@ func runMQTestbed(ctx context.Context, cfg *MQConfig, name string) (res MQResult
 	st := cfg.Testbed
 	native := name == MQNative || name == MQPush
 	switch {
+	case cfg.BrokerApart && len(st.Hosts) < 2+cfg.Subscribers:
+		return res, fmt.Errorf("%w: %d subscribers and a broker apart need %d hosts (the producers', one each, the broker's); the testbed has %d", ErrBadValue, cfg.Subscribers, 2+cfg.Subscribers, len(st.Hosts))
 	case len(st.Hosts) < 1+cfg.Subscribers:
 		return res, fmt.Errorf("%w: %d subscribers need %d hosts (the producers' and one each); the testbed has %d", ErrBadValue, cfg.Subscribers, 1+cfg.Subscribers, len(st.Hosts))
 	case native && len(st.MemNodes) == 0:
@@ -59,17 +61,22 @@ func runMQTestbed(ctx context.Context, cfg *MQConfig, name string) (res MQResult
 		return res, err
 	}
 	defer servers.stop()
+	// The broker's host: the producers', or one of its own.
+	bh := h0
+	if cfg.BrokerApart {
+		bh = st.Hosts[1+cfg.Subscribers]
+	}
 	inNS := func(bin string, args ...string) []string {
-		return append([]string{"netns", "exec", h0.NS, bin}, args...)
+		return append([]string{"netns", "exec", bh.NS, bin}, args...)
 	}
 	switch name {
 	case MQRedis:
-		spec.Addr = net.JoinHostPort(h0.Addr.String(), strconv.Itoa(mqRedisPort))
-		err = servers.start("redis-server", "ip", inNS(cfg.RedisServer, "--port", strconv.Itoa(mqRedisPort), "--bind", h0.Addr.String(),
+		spec.Addr = net.JoinHostPort(bh.Addr.String(), strconv.Itoa(mqRedisPort))
+		err = servers.start("redis-server", "ip", inNS(cfg.RedisServer, "--port", strconv.Itoa(mqRedisPort), "--bind", bh.Addr.String(),
 			"--save", "", "--appendonly", "no", "--protected-mode", "no")...)
 	case MQNATS:
-		spec.Addr = "nats://" + net.JoinHostPort(h0.Addr.String(), strconv.Itoa(mqNATSPort))
-		err = servers.start("nats-server", "ip", inNS(cfg.NATSServer, "--addr", h0.Addr.String(), "--port", strconv.Itoa(mqNATSPort),
+		spec.Addr = "nats://" + net.JoinHostPort(bh.Addr.String(), strconv.Itoa(mqNATSPort))
+		err = servers.start("nats-server", "ip", inNS(cfg.NATSServer, "--addr", bh.Addr.String(), "--port", strconv.Itoa(mqNATSPort),
 			"--jetstream", "--store_dir", filepath.Join(servers.dir, "store"))...)
 	}
 	if err != nil {
@@ -206,8 +213,8 @@ func runMQTestbed(ctx context.Context, cfg *MQConfig, name string) (res MQResult
 func mqTestbedRow(cfg *MQConfig, name string, st *testbed.State, pr mqAgentMsg, subs []mqAgentMsg,
 	cpu0, cpu1 map[string]time.Duration, rec *fidelity.Recorder, monStart time.Time) (MQResult, error) {
 	res := MQResult{Target: name, Producers: cfg.Producers, Subscribers: cfg.Subscribers, Partitions: cfg.Partitions,
-		RecordSize: cfg.RecordSize, Batch: cfg.Batch, InFlight: cfg.InFlight, Processes: map[string]float64{},
-		Produced: pr.Produced, Errors: pr.Errors, Hosts: len(st.Hosts), RateBits: st.RateBits}
+		RecordSize: cfg.RecordSize, Batch: cfg.Batch, InFlight: cfg.InFlight, Copies: cfg.Copies, Processes: map[string]float64{},
+		Produced: pr.Produced, Errors: pr.Errors, Hosts: len(st.Hosts), RateBits: st.RateBits, BrokerApart: cfg.BrokerApart}
 	var ack, e2e latHist
 	if err := ack.fromSparse(pr.Ack); err != nil {
 		return res, err

@@ -120,6 +120,9 @@ func TestRunMQTestbedRefusals(t *testing.T) {
 		{MQConfig{Binary: "ndma", Testbed: st, Targets: []string{MQPush}, Subscribers: 2}, "memory nodes"},
 		{MQConfig{Binary: "ndma", Testbed: st, Targets: []string{MQKafka}}, "loopback only"},
 		{MQConfig{Testbed: st, Targets: []string{MQRedis}}, "no ndma binary"},
+		{MQConfig{Binary: "ndma", Testbed: st, Targets: []string{MQRedis}, Subscribers: 2, BrokerApart: true}, "a broker apart need 4 hosts"},
+		{MQConfig{Binary: "ndma", Targets: []string{MQRedis}, BrokerApart: true}, "a broker apart is for a testbed run"},
+		{MQConfig{Binary: "ndma", Testbed: st, Targets: []string{MQNative}, Copies: 3}, "3 copies"},
 	} {
 		err := RunMQ(t.Context(), c.cfg, func(MQResult) error { t.Fatal("a row"); return nil })
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -20,6 +20,8 @@ import (
 type mqBenchFlags struct {
 	targets, redisServer, natsServer, recordSize, retain string
 	producers, subscribers, partitions, batch, inFlight  int
+	copies                                               int
+	brokerApart                                          bool
 	records                                              int
 	rate                                                 float64
 	linger, duration                                     time.Duration
@@ -77,7 +79,8 @@ With --testbed PREFIX (as root), the run crosses a running testbed's
 links instead (ndma testbed up --memnodes 1 or more): the producers run
 in the first host, each subscriber in a host of its own, and Redis's and
 NATS's servers in the first host, beside the producers, so that its
-link carries every copy a broker sends. NDMA's queue uses the testbed's
+link carries every copy a broker sends (--broker-apart: in a host of
+their own, after the subscribers', so that produces cross a link too). NDMA's queue uses the testbed's
 switch and memory nodes, under credentials issued for the run. One more
 target runs there by default:
 
@@ -117,6 +120,8 @@ default size hold.`,
 	fl.IntVar(&f.records, "records", 0, "records per producer, instead of --duration")
 	fl.StringVar(&f.retain, "retain", "64M", "log bytes each queue keeps per partition (with --testbed: 16M)")
 	fl.BoolVar(&f.jsonOut, "json", false, "print JSON Lines, one object per target")
+	fl.IntVar(&f.copies, "copies", 1, "copies of NDMA's topic data, 1 or 2: a produce is acknowledged once every copy holds it (the peers keep one)")
+	fl.BoolVar(&f.brokerApart, "broker-apart", false, "with --testbed: run the peers' servers in a host of their own (after the subscribers'), not beside the producers")
 	fl.StringVar(&f.testbed, "testbed", "", "run across the running testbed of this `prefix` instead of on loopback")
 	fl.StringVar(&f.stateDir, "state-dir", testbed.DefaultStateDir(), "with --testbed: the `directory` of the testbeds' state")
 	fl.Float64Var(&f.fidelityCPU, "fidelity-cpu", fidelity.DefaultMaxCPUShare, "with --testbed: largest share of this machine's CPU the run may use to be faithful, from 0 to 1")
@@ -139,7 +144,7 @@ func runBenchMQ(cmd *cobra.Command, f *mqBenchFlags) error {
 		return fmt.Errorf("--records %d: want a positive count (or none, for --duration)", f.records)
 	}
 	if f.testbed == "" {
-		for _, name := range []string{"state-dir", "fidelity-cpu"} {
+		for _, name := range []string{"state-dir", "fidelity-cpu", "broker-apart"} {
 			if cmd.Flags().Changed(name) {
 				return fmt.Errorf("--%s is for a run across a testbed: give --testbed PREFIX too", name)
 			}
@@ -161,7 +166,7 @@ func runBenchMQ(cmd *cobra.Command, f *mqBenchFlags) error {
 	}
 	cfg := bench.MQConfig{Binary: bin, RedisServer: f.redisServer, NATSServer: f.natsServer, Producers: f.producers,
 		Subscribers: f.subscribers, Partitions: f.partitions, RecordSize: size, Batch: f.batch, InFlight: f.inFlight,
-		Rate: f.rate, Linger: f.linger, Duration: f.duration, Records: f.records, Retain: retain}
+		Rate: f.rate, Linger: f.linger, Duration: f.duration, Records: f.records, Retain: retain, Copies: f.copies, BrokerApart: f.brokerApart}
 	if f.records > 0 {
 		cfg.Duration = 0
 	}
