@@ -180,7 +180,7 @@ func (sp *kvAgentSpec) attach(ctx context.Context) (kvStore, func(), error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("credential %s: %w", sp.Credential, err)
 		}
-		opts.Security, opts.SecurityOptions = id, secure.Options{Encrypt: true}
+		opts.Security, opts.SecurityOptions = id, secure.Options{}
 	}
 	ep, err := endpoint.Listen(sp.Local, endpoint.Config{Transport: transport.Config{MTU: cfg.MTU}}, opts)
 	if err != nil {

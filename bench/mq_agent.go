@@ -152,7 +152,7 @@ func (sp *mqAgentSpec) attach(ctx context.Context) (mqTarget, *mq.Ref, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("credential %s: %w", sp.Credential, err)
 		}
-		opts.Security, opts.SecurityOptions = id, secure.Options{Encrypt: true}
+		opts.Security, opts.SecurityOptions = id, secure.Options{}
 	}
 	t := &mqNative{parts: cfg.Partitions, fetch: mqFetchRecords(cfg) * (cfg.RecordSize + mqRecOverhead), push: sp.Target == MQPush,
 		sw: sp.Switch, fab: endpoint.FabricOptions{Token: []byte(sp.Token), Insecure: sp.Token == ""}}

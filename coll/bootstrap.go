@@ -341,7 +341,7 @@ func (l Launch) EndpointOptions() (endpoint.Options, error) {
 		return endpoint.Options{}, fmt.Errorf("%w: %s=%s: the credential of a %v (%q); a rank needs one of role member",
 			ErrArg, CredentialEnv, path, id.Cert.Role, id.Cert.Name)
 	}
-	return endpoint.Options{UDP: udp, Security: id, SecurityOptions: secure.Options{Encrypt: true}}, nil
+	return endpoint.Options{UDP: udp, Security: id, SecurityOptions: secure.Options{}}, nil
 }
 
 // FabricOptions returns the options of the rank's control messages to

@@ -444,7 +444,7 @@ func TestEndpointOptionsCredential(t *testing.T) {
 	if l.Credential != member {
 		t.Fatalf("Launch.Credential %q, want %q", l.Credential, member)
 	}
-	if err != nil || opts.Security == nil || opts.Security.Cert.Role != secure.RoleMember || !opts.SecurityOptions.Encrypt {
+	if err != nil || opts.Security == nil || opts.Security.Cert.Role != secure.RoleMember || opts.SecurityOptions.AuthenticateOnly {
 		t.Fatalf("NDMA_CREDENTIAL=%s: %+v, %v; want the member's identity, encrypting", member, opts, err)
 	}
 	ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, opts)

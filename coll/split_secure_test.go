@@ -31,7 +31,7 @@ func TestSplitSealed(t *testing.T) {
 		}
 		return id
 	}
-	sopts := secure.Options{Encrypt: true}
+	sopts := secure.Options{}
 	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
 	if err != nil {
 		t.Fatal(err)

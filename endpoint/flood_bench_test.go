@@ -149,7 +149,7 @@ func BenchmarkHandshakeUnderFlood(b *testing.B) {
 			name = "flood"
 		}
 		b.Run(name, func(b *testing.B) {
-			srv, err := Listen("127.0.0.1:0", Config{}, Options{Security: testIdentity(b, a, secure.RoleMemoryNode, "mem0"), SecurityOptions: secure.Options{Encrypt: true}})
+			srv, err := Listen("127.0.0.1:0", Config{}, Options{Security: testIdentity(b, a, secure.RoleMemoryNode, "mem0"), SecurityOptions: secure.Options{}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -173,7 +173,7 @@ func BenchmarkHandshakeUnderFlood(b *testing.B) {
 			start := time.Now()
 			for b.Loop() {
 				t0 := time.Now()
-				cli, err := Listen("127.0.0.1:0", Config{}, Options{Security: cliID, SecurityOptions: secure.Options{Encrypt: true}})
+				cli, err := Listen("127.0.0.1:0", Config{}, Options{Security: cliID, SecurityOptions: secure.Options{}})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -58,7 +58,7 @@ func TestSimSealedForgedHandshake(t *testing.T) {
 			t.Fatal(err)
 		}
 		a := testAuthority(t)
-		sopts := secure.Options{Encrypt: true}
+		sopts := secure.Options{}
 		nodeAddr, cliAddr := netip.MustParseAddrPort("10.0.0.1:7470"), netip.MustParseAddrPort("10.0.0.2:5000")
 		ntap := &tapConn{Conn: n.ListenConn(nodeAddr, l, l)}
 		node, err := New(ntap, Config{Store: st, Transport: transport.Config{Seed: 1}},

@@ -156,7 +156,7 @@ func BenchmarkSecureFirstOp(b *testing.B) {
 					if id == nil {
 						return Options{}
 					}
-					return Options{Security: id, SecurityOptions: secure.Options{Encrypt: true}}
+					return Options{Security: id, SecurityOptions: secure.Options{}}
 				}
 				srv, err := Listen("127.0.0.1:0", Config{}, opts(srvID))
 				if err != nil {
@@ -190,7 +190,7 @@ func BenchmarkSecureFirstOp(b *testing.B) {
 // the datagrams written.
 func listenBare(b *testing.B, id *secure.Identity) *Endpoint {
 	b.Helper()
-	ep, err := Listen("127.0.0.1:0", Config{}, Options{Security: id, SecurityOptions: secure.Options{Encrypt: true}})
+	ep, err := Listen("127.0.0.1:0", Config{}, Options{Security: id, SecurityOptions: secure.Options{}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -70,7 +70,7 @@ func listenTapped(t testing.TB, cfg Config, id *secure.Identity) (*Endpoint, *ta
 		t.Fatal(err)
 	}
 	tap := &tapConn{Conn: conn}
-	ep, err := New(tap, cfg, Options{Security: id, SecurityOptions: secure.Options{Encrypt: true}})
+	ep, err := New(tap, cfg, Options{Security: id, SecurityOptions: secure.Options{}})
 	if err != nil {
 		conn.Close()
 		t.Fatal(err)
@@ -82,7 +82,8 @@ func listenTapped(t testing.TB, cfg Config, id *secure.Identity) (*Endpoint, *ta
 // TestSecureOneSided: two endpoints with identities of one fabric WRITE,
 // READ and FETCHADD over loopback UDP; every datagram either writes is
 // sealed (or a handshake message), the payload never crosses in clear,
-// and each side knows the other's certified identity.
+// and each side knows the other's certified identity. The endpoints'
+// security options are the zero value: sealing encrypts by default.
 func TestSecureOneSided(t *testing.T) {
 	a := testAuthority(t)
 	srv, srvTap := listenTapped(t, Config{}, testIdentity(t, a, secure.RoleMemoryNode, "mem0"))
@@ -260,7 +261,7 @@ func TestNoAnswerUnsealedHint(t *testing.T) {
 // still opened (nothing is refused for its SA or its tag).
 func TestSecureRekeyUnderTraffic(t *testing.T) {
 	a := testAuthority(t)
-	sopts := secure.Options{Encrypt: true, RekeyPackets: 64}
+	sopts := secure.Options{RekeyPackets: 64}
 	listen := func(role secure.Role, name string) *Endpoint {
 		ep, err := Listen("127.0.0.1:0", Config{}, Options{Security: testIdentity(t, a, role, name), SecurityOptions: sopts})
 		if err != nil {

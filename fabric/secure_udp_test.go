@@ -50,7 +50,7 @@ func TestUDPSecureJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sopts := secure.Options{Encrypt: true}
+	sopts := secure.Options{}
 	if _, err := fabric.NewServerWith(conn, sw, fabric.ServerOptions{Security: secureIdentity(t, a, secure.RoleClient, "not-a-switch")}); err == nil {
 		t.Fatal("a switch runs under a client's identity")
 	}
@@ -322,7 +322,7 @@ func startSecureSwitch(t *testing.T, secret string) (*secure.Authority, *fabric.
 		t.Fatal(err)
 	}
 	token := []byte("secret")
-	sopts := secure.Options{Encrypt: true}
+	sopts := secure.Options{}
 	conn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
 	if err != nil {
 		t.Fatal(err)

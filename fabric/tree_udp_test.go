@@ -28,7 +28,7 @@ func TestUDPSecureTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	token := []byte("tree token")
-	sopts := secure.Options{Encrypt: true}
+	sopts := secure.Options{}
 	rootConn, err := netio.ListenUDP("127.0.0.1:0", netio.UDPConfig{})
 	if err != nil {
 		t.Fatal(err)

@@ -97,7 +97,7 @@ func startSwitch(t *testing.T, token []byte, id *secure.Identity) string {
 	}
 	opts := fabric.ServerOptions{}
 	if id != nil {
-		opts = fabric.ServerOptions{Security: id, SecurityOptions: secure.Options{Encrypt: true}}
+		opts = fabric.ServerOptions{Security: id, SecurityOptions: secure.Options{}}
 	}
 	srv, err := fabric.NewServerWith(conn, sw, opts)
 	if err != nil {

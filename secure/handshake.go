@@ -63,8 +63,12 @@ var (
 
 // Options are what both sides of a handshake must agree on.
 type Options struct {
-	Suite   Suite // the SAs' AEAD (zero: AESGCM)
-	Encrypt bool  // encrypt payloads (else authenticate only)
+	Suite Suite // the SAs' AEAD (zero: AESGCM)
+	// AuthenticateOnly leaves payloads readable on the wire, each
+	// datagram still authenticated; the zero value encrypts them. Both
+	// sides must agree: a peer that encrypts drops what the other only
+	// authenticates.
+	AuthenticateOnly bool
 	// RekeyAge and RekeyPackets set when a Layer replaces a session by a
 	// new one (Layer.RekeyAge, Layer.RekeyPackets; zero: DefaultRekeyAge
 	// and RekeyAfter).
@@ -267,11 +271,11 @@ func (i *Initiator) Handle(now time.Time, msg []byte) (out []byte, s *Session, e
 }
 
 func newSession(peer Cert, sendID uint32, send Keys, recvID uint32, recv Keys, o Options) (*Session, error) {
-	ss, err := NewSendSA(sendID, o.suite(), send, o.Encrypt)
+	ss, err := NewSendSA(sendID, o.suite(), send, !o.AuthenticateOnly)
 	if err != nil {
 		return nil, err
 	}
-	rs, err := NewRecvSA(recvID, o.suite(), recv, o.Encrypt)
+	rs, err := NewRecvSA(recvID, o.suite(), recv, !o.AuthenticateOnly)
 	if err != nil {
 		return nil, err
 	}

@@ -80,11 +80,11 @@ func handshake(t *testing.T, ini *Identity, res *Responder, opts Options) (*Sess
 func TestHandshake(t *testing.T) {
 	a := authority(t, "fabric secret for the handshake test")
 	cli, sw := issue(t, a, RoleClient, "trainer-3", 1), issue(t, a, RoleSwitch, "sw0", 2)
-	res, err := NewResponder(sw, Options{Encrypt: true}, newRng(3), func() uint32 { return 0x2222 })
+	res, err := NewResponder(sw, Options{}, newRng(3), func() uint32 { return 0x2222 })
 	if err != nil {
 		t.Fatal(err)
 	}
-	si, sr := handshake(t, cli, res, Options{Encrypt: true})
+	si, sr := handshake(t, cli, res, Options{})
 	if si.Peer.Role != RoleSwitch || si.Peer.Name != "sw0" || sr.Peer.Role != RoleClient || sr.Peer.Name != "trainer-3" {
 		t.Fatalf("peers: initiator sees %v %q, responder %v %q", si.Peer.Role, si.Peer.Name, sr.Peer.Role, sr.Peer.Name)
 	}
@@ -247,9 +247,9 @@ func BenchmarkHandshake(b *testing.B) {
 	a := authority(b, "fabric secret for the handshake test")
 	cli, sw := issue(b, a, RoleClient, "c", 1), issue(b, a, RoleSwitch, "s", 2)
 	n := uint32(0)
-	res, _ := NewResponder(sw, Options{Encrypt: true}, newRng(3), func() uint32 { n++; return n })
+	res, _ := NewResponder(sw, Options{}, newRng(3), func() uint32 { n++; return n })
 	for b.Loop() {
-		in, _ := NewInitiator(cli, 5, Options{Encrypt: true}, newRng(4))
+		in, _ := NewInitiator(cli, 5, Options{}, newRng(4))
 		retry, _, _ := res.Handle(t0, addrI, in.Hello())
 		h2, _, _ := in.Handle(t0, retry)
 		resp, _, _ := res.Handle(t0, addrI, h2)

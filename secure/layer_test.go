@@ -37,7 +37,7 @@ func newNet2(t *testing.T) (*net2, *Layer, *Layer) {
 }
 
 func (n *net2) layer(id *Identity, seed byte) *Layer {
-	l, err := NewLayer(id, Options{Encrypt: true}, newRng(seed))
+	l, err := NewLayer(id, Options{}, newRng(seed))
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestLayerBounds(t *testing.T) {
 	n, a, b := newNet2(t)
 	ini := issue(t, authority(t, "fabric secret for the layer tests"), RoleClient, "c", 9)
 	for i := range 1000 {
-		in, _ := NewInitiator(ini, uint32(i+1), Options{Encrypt: true}, newRng(byte(i)))
+		in, _ := NewInitiator(ini, uint32(i+1), Options{}, newRng(byte(i)))
 		h := wire.Header{Version: wire.Version, Op: wire.OpHandshake, MsgLen: uint32(len(in.Hello()))}
 		pkt, _ := wire.AppendPacket(nil, &h, in.Hello())
 		b.Receive(n.now, netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 9, byte(i >> 8), byte(i)}), 1), pkt)

@@ -212,7 +212,7 @@ func jepsenProc(t *testing.T, bin string, seed int64, faults time.Duration, gate
 	client := func() *Client {
 		clientN++
 		_, id := cred(secure.RoleMember, fmt.Sprint("jclient", clientN))
-		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{Security: id, SecurityOptions: secure.Options{Encrypt: true}})
+		ep, err := endpoint.Listen("127.0.0.1:0", endpoint.Config{}, endpoint.Options{Security: id, SecurityOptions: secure.Options{}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -140,7 +140,7 @@ func (s *simStor) startSwitch() {
 		return
 	}
 	s.srv, err = fabric.NewServerWith(s.net.ListenConn(s.swA, l, l), sw, fabric.ServerOptions{
-		Security: s.identity(secure.RoleSwitch, "sw"), SecurityOptions: secure.Options{Encrypt: true}})
+		Security: s.identity(secure.RoleSwitch, "sw"), SecurityOptions: secure.Options{}})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func (s *simStor) endpoint(name string) *endpoint.Endpoint {
 	addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, 0, 1}), uint16(s.port))
 	var opts endpoint.Options
 	if s.auth != nil {
-		opts = endpoint.Options{Security: s.identity(secure.RoleMember, name), SecurityOptions: secure.Options{Encrypt: true}}
+		opts = endpoint.Options{Security: s.identity(secure.RoleMember, name), SecurityOptions: secure.Options{}}
 	}
 	ep, err := endpoint.New(s.net.ListenConn(addr, s.link, s.link), endpoint.Config{
 		Transport: transport.Config{MTU: 9000, Seed: uint64(s.seed)*1000 + uint64(s.port)},

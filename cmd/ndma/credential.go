@@ -117,7 +117,7 @@ func readCredential(path string) (*secure.Identity, error) {
 // sealOptions are the security options of every process the commands
 // start with a credential: payloads and the header's region keys and
 // operands encrypted, not only authenticated.
-var sealOptions = secure.Options{Encrypt: true}
+var sealOptions = secure.Options{}
 
 // endpointOptions returns endpoint options that seal every datagram under
 // id (none when id is nil).

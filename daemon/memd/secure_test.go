@@ -62,7 +62,7 @@ func TestLendSealed(t *testing.T) {
 		t.Fatal(err)
 	}
 	token := []byte("sealed lend")
-	opts := secure.Options{Encrypt: true}
+	opts := secure.Options{}
 	sw, err := switchd.Start(switchd.Config{Listen: "127.0.0.1:0", Token: token, Security: issueID(t, a, secure.RoleSwitch, "sw0"), SecurityOptions: opts})
 	if err != nil {
 		t.Fatal(err)

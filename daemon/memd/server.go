@@ -155,7 +155,7 @@ func Start(cfg Config) (*Server, error) {
 	}
 	if id := cfg.Security; id != nil {
 		s.log.Info(fmt.Sprintf("memd: sealing every datagram (role %v, name %q): only processes with a credential of this fabric are answered", id.Cert.Role, id.Cert.Name),
-			"key", secure.Fingerprint(id.Cert.Key), "authority", secure.Fingerprint(id.Authority), "encrypt", cfg.SecurityOptions.Encrypt)
+			"key", secure.Fingerprint(id.Cert.Key), "authority", secure.Fingerprint(id.Authority), "encrypt", !cfg.SecurityOptions.AuthenticateOnly)
 	}
 	if cfg.Switch != "" && cfg.Insecure {
 		s.log.Warn("memd: running without authentication: anyone who can send to " + s.Addr().String() +

@@ -154,7 +154,7 @@ func Start(cfg Config) (*Server, error) {
 	s.log.Info("switchd: serving", s.metrics.AppendAttr(attrs)...)
 	if id := cfg.Security; id != nil {
 		s.log.Info(fmt.Sprintf("switchd: sealing every datagram (role %v, name %q): only processes with a credential of this fabric are answered", id.Cert.Role, id.Cert.Name),
-			"key", secure.Fingerprint(id.Cert.Key), "authority", secure.Fingerprint(id.Authority), "encrypt", cfg.SecurityOptions.Encrypt)
+			"key", secure.Fingerprint(id.Cert.Key), "authority", secure.Fingerprint(id.Authority), "encrypt", !cfg.SecurityOptions.AuthenticateOnly)
 	}
 	if cfg.Insecure {
 		s.log.Warn("switchd: running without authentication: anyone who can send to " + s.Addr().String() +

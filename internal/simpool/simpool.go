@@ -215,7 +215,7 @@ func (f *Fabric) NewEndpointAs(cfg endpoint.Config, role secure.Role, name strin
 	cfg.Transport = transport.Config{MTU: 9000, Seed: uint64(f.Seed)*1000 + uint64(addr.Port()) - 1}
 	var opts endpoint.Options
 	if f.auth != nil {
-		opts = endpoint.Options{Security: f.identity(role, name), SecurityOptions: secure.Options{Encrypt: true}}
+		opts = endpoint.Options{Security: f.identity(role, name), SecurityOptions: secure.Options{}}
 	}
 	ep, err := endpoint.New(f.Net.ListenConn(addr, f.Link, f.Link), cfg, opts)
 	if err != nil {
@@ -247,7 +247,7 @@ func (f *Fabric) StartSwitch() {
 		return
 	}
 	if f.Srv, err = fabric.NewServerWith(conn, sw, fabric.ServerOptions{
-		Security: f.identity(secure.RoleSwitch, "sw"), SecurityOptions: secure.Options{Encrypt: true}}); err != nil {
+		Security: f.identity(secure.RoleSwitch, "sw"), SecurityOptions: secure.Options{}}); err != nil {
 		f.T.Fatal(err)
 	}
 }
@@ -307,7 +307,7 @@ func (f *Fabric) StartMem(m *Mem, wait time.Duration) error {
 		Transport: transport.Config{MTU: 9000, Seed: uint64(f.Seed)*1000 + 100000 + uint64(f.memStarts)}}
 	var opts node.Options
 	if f.auth != nil {
-		opts = node.Options{Security: f.identity(secure.RoleMemoryNode, fmt.Sprint("m", f.memStarts)), SecurityOptions: secure.Options{Encrypt: true}}
+		opts = node.Options{Security: f.identity(secure.RoleMemoryNode, fmt.Sprint("m", f.memStarts)), SecurityOptions: secure.Options{}}
 	}
 	nd, err := node.New(f.Net.ListenConn(m.Addr, f.Link, f.Link), cfg, opts)
 	if err != nil {
