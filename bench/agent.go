@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ndma/ndma/endpoint"
+	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/testbed"
 )
 
@@ -153,4 +155,23 @@ func (a *agentProc[M]) stop() error {
 func readFile(path string) string {
 	b, _ := os.ReadFile(path)
 	return string(b)
+}
+
+// agentSecurity is an agent's endpoint options: sealed under the
+// credential in file path, or unsealed when path is empty (a testbed
+// without credentials).
+func agentSecurity(path string) (endpoint.Options, error) {
+	if path == "" {
+		return endpoint.Options{}, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return endpoint.Options{}, err
+	}
+	id, err := secure.ParseIdentity(b)
+	clear(b)
+	if err != nil {
+		return endpoint.Options{}, fmt.Errorf("credential %s: %w", path, err)
+	}
+	return endpoint.Options{Security: id}, nil
 }

@@ -169,18 +169,9 @@ func (sp *kvAgentSpec) attach(ctx context.Context) (kvStore, func(), error) {
 	default:
 		return nil, nil, fmt.Errorf("target %q", sp.Target)
 	}
-	var opts endpoint.Options
-	if sp.Credential != "" {
-		b, err := os.ReadFile(sp.Credential)
-		if err != nil {
-			return nil, nil, err
-		}
-		id, err := secure.ParseIdentity(b)
-		clear(b)
-		if err != nil {
-			return nil, nil, fmt.Errorf("credential %s: %w", sp.Credential, err)
-		}
-		opts.Security, opts.SecurityOptions = id, secure.Options{}
+	opts, err := agentSecurity(sp.Credential)
+	if err != nil {
+		return nil, nil, err
 	}
 	ep, err := endpoint.Listen(sp.Local, endpoint.Config{Transport: transport.Config{MTU: cfg.MTU}}, opts)
 	if err != nil {

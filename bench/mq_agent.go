@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,7 +15,6 @@ import (
 	"github.com/ndma/ndma/endpoint"
 	"github.com/ndma/ndma/mq"
 	"github.com/ndma/ndma/pool"
-	"github.com/ndma/ndma/secure"
 	"github.com/ndma/ndma/transport"
 )
 
@@ -141,25 +139,15 @@ func (sp *mqAgentSpec) attach(ctx context.Context) (mqTarget, *mq.Ref, error) {
 	default:
 		return nil, nil, fmt.Errorf("target %q", sp.Target)
 	}
-	var opts endpoint.Options
-	if sp.Credential != "" {
-		b, err := os.ReadFile(sp.Credential)
-		if err != nil {
-			return nil, nil, err
-		}
-		id, err := secure.ParseIdentity(b)
-		clear(b)
-		if err != nil {
-			return nil, nil, fmt.Errorf("credential %s: %w", sp.Credential, err)
-		}
-		opts.Security, opts.SecurityOptions = id, secure.Options{}
+	opts, err := agentSecurity(sp.Credential)
+	if err != nil {
+		return nil, nil, err
 	}
 	t := &mqNative{parts: cfg.Partitions, fetch: mqFetchRecords(cfg) * (cfg.RecordSize + mqRecOverhead), push: sp.Target == MQPush,
 		sw: sp.Switch, fab: endpoint.FabricOptions{Token: []byte(sp.Token), Insecure: sp.Token == ""}}
 	t.listen = func() (*endpoint.Endpoint, error) {
 		return endpoint.Listen(sp.Local, endpoint.Config{Transport: transport.Config{MTU: cfg.MTU}}, opts)
 	}
-	var err error
 	if t.ep, err = t.listen(); err != nil {
 		return nil, nil, err
 	}

@@ -1,10 +1,12 @@
 package etcdstore
 
 import (
+	"errors"
 	"io"
 	"net"
 	"net/url"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,21 +23,31 @@ type testEtcd struct {
 }
 
 // startEtcd starts a one-member etcd on free loopback ports, stopped
-// when the test ends.
+// when the test ends. A port found free can be taken by another process
+// before etcd binds it (packages' tests run in parallel): then it tries
+// other ports, up to five times.
 func startEtcd(t testing.TB) *testEtcd {
 	t.Helper()
-	te := &testEtcd{t: t, dir: t.TempDir(), clientURL: freeURL(t), peerURL: freeURL(t)}
-	te.start()
-	t.Cleanup(te.stop)
-	return te
+	dir := t.TempDir()
+	for try := 1; ; try++ {
+		te := &testEtcd{t: t, dir: dir, clientURL: freeURL(t), peerURL: freeURL(t)}
+		err := te.tryStart()
+		if err == nil {
+			t.Cleanup(te.stop)
+			return te
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || try == 5 {
+			t.Fatal(err)
+		}
+		t.Logf("etcd on %s and %s: %v; trying other ports", te.clientURL.Host, te.peerURL.Host, err)
+	}
 }
 
 // Endpoint is the server's client address.
 func (te *testEtcd) Endpoint() string { return te.clientURL.Host }
 
-// start starts (or starts again) the server on its directory and ports.
-func (te *testEtcd) start() {
-	te.t.Helper()
+// tryStart starts the server on its directory and ports.
+func (te *testEtcd) tryStart() error {
 	cfg := embed.NewConfig()
 	cfg.Dir = te.dir
 	cfg.Name = "test"
@@ -45,15 +57,16 @@ func (te *testEtcd) start() {
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		te.t.Fatal(err)
+		return err
 	}
 	select {
 	case <-e.Server.ReadyNotify():
 	case <-time.After(20 * time.Second):
 		e.Close()
-		te.t.Fatal("etcd did not start in 20s")
+		return errors.New("etcd did not start in 20s")
 	}
 	te.e = e
+	return nil
 }
 
 // stop stops the server (its data stays in its directory).
