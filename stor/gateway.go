@@ -300,7 +300,12 @@ func (g *Gateway) serve(ctx context.Context, who endpoint.Caller, req []byte) []
 		}
 		w, done, err := g.writer(d, r.Holder)
 		if err == nil {
+			unlock := func() {}
+			if op == opWriteOne {
+				unlock = w.order.lock(int64(r.Off), int64(r.Off)+int64(len(r.Data)), g.ep.NewGate)
+			}
 			err = g.forward(ctx, w, e, r.append(nil, op))
+			unlock()
 			done()
 		}
 		g.inflight.Release(n)
@@ -353,6 +358,66 @@ type gwWriter struct {
 	// (a write or a generation failed on a node).
 	again atomic.Bool
 	users int // requests using it (under Gateway.mu)
+	// order keeps overlapping writes one after the other.
+	order blockOrder
+}
+
+// blockOrder orders a writer's overlapping writes at the gateway. The
+// gateway sends each write to each replica itself, so two writes to one
+// block in flight at once could reach the replicas in different orders
+// (a lost copy of one resent after the other) and leave them holding
+// different bytes once both are acknowledged. A write therefore waits
+// until every write it overlaps that came before it has been answered
+// by every replica: first come, first served, so that the order is the
+// requests' order of arrival (which a simulated run fixes by its seed).
+type blockOrder struct {
+	mu      sync.Mutex
+	cond    sync.Cond // a wait a synctest bubble counts as durably blocked
+	next    uint64
+	held    []orderSpan
+	waiting []orderSpan
+}
+
+// orderSpan is a write's byte range [off, end) and its turn.
+type orderSpan struct {
+	off, end int64
+	turn     uint64
+}
+
+func (a orderSpan) overlaps(b orderSpan) bool { return a.off < b.end && b.off < a.end }
+
+// lock waits for the turn of a write of [off, end) and returns what ends
+// it. A write that must wait makes a gate with newGate (in its turn's
+// order) and passes it once its turn came, so that the writes woken at
+// one instant go on in a fixed order on the simulated network.
+func (o *blockOrder) lock(off, end int64, newGate func() *endpoint.Gate) (unlock func()) {
+	o.mu.Lock()
+	if o.cond.L == nil {
+		o.cond.L = &o.mu
+	}
+	me := orderSpan{off, end, o.next}
+	o.next++
+	o.waiting = append(o.waiting, me)
+	var gate *endpoint.Gate
+	for slices.ContainsFunc(o.held, me.overlaps) ||
+		slices.ContainsFunc(o.waiting, func(w orderSpan) bool { return w.turn < me.turn && w.overlaps(me) }) {
+		if gate == nil {
+			gate = newGate()
+		}
+		o.cond.Wait()
+	}
+	o.waiting = slices.DeleteFunc(o.waiting, func(w orderSpan) bool { return w.turn == me.turn })
+	o.held = append(o.held, me)
+	o.mu.Unlock()
+	if gate != nil {
+		gate.Pass()
+	}
+	return func() {
+		o.mu.Lock()
+		o.held = slices.DeleteFunc(o.held, func(w orderSpan) bool { return w.turn == me.turn })
+		o.cond.Broadcast()
+		o.mu.Unlock()
+	}
 }
 
 // writer returns the generation state of holder's writes to volume d,
