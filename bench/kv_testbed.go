@@ -453,16 +453,6 @@ func kvTestbedRow(cfg *KVConfig, target string, st *testbed.State, results []kvA
 	res.SetP50, res.SetP99 = sets.pctUS(50), sets.pctUS(99)
 	perOp := func(s float64) float64 { return round(s*1e6/float64(res.Ops), 4) }
 	res.ClientCPU = perOp(cpu)
-	var server float64
-	add := func(n string, s float64) {
-		res.Processes[n] = perOp(s)
-		server += s
-	}
-	for n, t1 := range cpu1 {
-		if t0, ok := cpu0[n]; ok {
-			add(n, (t1 - t0).Seconds())
-		}
-	}
-	res.ServerCPU = perOp(server)
+	res.ServerCPU = serverCPU(res.Processes, cpu0, cpu1, perOp)
 	return res, nil
 }

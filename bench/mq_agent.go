@@ -197,17 +197,9 @@ func (t *mqOwnedTopic) close() {
 // produce runs the producers of the spec's config in this process.
 func (sp *mqAgentSpec) produce(ctx context.Context, t mqTarget, topic *mq.Ref, lines *bufio.Scanner, say func(mqAgentMsg) error) error {
 	cfg := &sp.Config
-	prods := make([]*mqProducer, cfg.Producers)
-	senders := make([][]mqSender, cfg.Producers)
-	for i := range prods {
-		prods[i] = &mqProducer{id: i, seq: make([]uint64, cfg.Partitions)}
-		for k := range cfg.InFlight {
-			s, err := t.sender(ctx, i, k)
-			if err != nil {
-				return fmt.Errorf("bench: mq agent: producer %d: %w", i, err)
-			}
-			senders[i] = append(senders[i], s)
-		}
+	prods, senders, err := newMQProducers(ctx, cfg, t)
+	if err != nil {
+		return fmt.Errorf("bench: mq agent: %w", err)
 	}
 	if err := say(mqAgentMsg{Ready: true, Topic: topic}); err != nil {
 		return err
@@ -266,10 +258,7 @@ func (sp *mqAgentSpec) subscribe(ctx context.Context, t mqTarget, lines *bufio.S
 	if err != nil {
 		return fmt.Errorf("bench: mq agent: subscriber %d: %w", sp.Index, err)
 	}
-	s := &mqSub{next: make([][]uint64, cfg.Producers)}
-	for i := range s.next {
-		s.next[i] = make([]uint64, cfg.Partitions)
-	}
+	s := newMQSub(cfg)
 	cpu0 := rusageCPU()
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()

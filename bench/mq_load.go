@@ -73,22 +73,11 @@ func runMQLoad(ctx context.Context, cfg *MQConfig, name string, t mqTarget) (MQR
 		if handles[j], err = t.subscriber(ctx, j); err != nil {
 			return MQResult{}, fmt.Errorf("subscriber %d: %w", j, err)
 		}
-		subs[j] = &mqSub{next: make([][]uint64, cfg.Producers)}
-		for i := range subs[j].next {
-			subs[j].next[i] = make([]uint64, cfg.Partitions)
-		}
+		subs[j] = newMQSub(cfg)
 	}
-	prods := make([]*mqProducer, cfg.Producers)
-	senders := make([][]mqSender, cfg.Producers)
-	for i := range prods {
-		prods[i] = &mqProducer{id: i, seq: make([]uint64, cfg.Partitions)}
-		for k := range cfg.InFlight {
-			s, err := t.sender(ctx, i, k)
-			if err != nil {
-				return MQResult{}, fmt.Errorf("producer %d: %w", i, err)
-			}
-			senders[i] = append(senders[i], s)
-		}
+	prods, senders, err := newMQProducers(ctx, cfg, t)
+	if err != nil {
+		return MQResult{}, err
 	}
 
 	subCtx, stopSubs := context.WithCancel(ctx)
@@ -341,4 +330,44 @@ func mqRow(cfg *MQConfig, name string, prods []*mqProducer, subs []*mqSub, start
 	}
 	res.ServerCPU = perRec(server)
 	return res, nil
+}
+
+// newMQProducers makes cfg's producers and, for each, cfg.InFlight
+// senders of t.
+func newMQProducers(ctx context.Context, cfg *MQConfig, t mqTarget) ([]*mqProducer, [][]mqSender, error) {
+	prods := make([]*mqProducer, cfg.Producers)
+	senders := make([][]mqSender, cfg.Producers)
+	for i := range prods {
+		prods[i] = &mqProducer{id: i, seq: make([]uint64, cfg.Partitions)}
+		for k := range cfg.InFlight {
+			s, err := t.sender(ctx, i, k)
+			if err != nil {
+				return nil, nil, fmt.Errorf("producer %d: %w", i, err)
+			}
+			senders[i] = append(senders[i], s)
+		}
+	}
+	return prods, senders, nil
+}
+
+// newMQSub is a subscriber's counts for cfg's producers and partitions.
+func newMQSub(cfg *MQConfig) *mqSub {
+	s := &mqSub{next: make([][]uint64, cfg.Producers)}
+	for i := range s.next {
+		s.next[i] = make([]uint64, cfg.Partitions)
+	}
+	return s
+}
+
+// serverCPU adds to each[name] each server process's CPU between cpu0
+// and cpu1, as per makes it, and returns their sum, as per makes it.
+func serverCPU(each map[string]float64, cpu0, cpu1 map[string]time.Duration, per func(seconds float64) float64) float64 {
+	var sum float64
+	for n, t1 := range cpu1 {
+		if t0, ok := cpu0[n]; ok {
+			each[n] = per((t1 - t0).Seconds())
+			sum += (t1 - t0).Seconds()
+		}
+	}
+	return per(sum)
 }

@@ -252,16 +252,6 @@ func mqTestbedRow(cfg *MQConfig, name string, st *testbed.State, pr mqAgentMsg, 
 	res.EndToEndP50, res.EndToEndP99 = e2e.pctUS(50), e2e.pctUS(99)
 	perRec := func(s float64) float64 { return round(s*1e6/float64(res.Delivered), 4) }
 	res.ClientCPU = perRec(cpu)
-	var server float64
-	add := func(n string, s float64) {
-		res.Processes[n] = perRec(s)
-		server += s
-	}
-	for n, t1 := range cpu1 {
-		if t0, ok := cpu0[n]; ok {
-			add(n, (t1 - t0).Seconds())
-		}
-	}
-	res.ServerCPU = perRec(server)
+	res.ServerCPU = serverCPU(res.Processes, cpu0, cpu1, perRec)
 	return res, nil
 }
